@@ -1,0 +1,147 @@
+/* 01_single_gpu/train.c: the whole training loop of a GPT on one device.
+ *
+ * This is the reference every later chapter is measured against: for the
+ * same flags, their loss curves must equal this program's. One step:
+ *
+ *   for each micro-batch:  data -> forward -> backward (gradients accumulate)
+ *   gradient norm -> clip -> AdamW update -> log
+ *
+ * Memory (memory.csv) is the lesson of this chapter: parameters (4 bytes
+ * each), their gradients (4), Adam's two moments (8), plus activations that
+ * grow with batch and sequence length. */
+#include "checkpoint.h"
+#include "config.h"
+#include "csvlog.h"
+#include "data.h"
+#include "device.h"
+#include "evaluate.h"
+#include "kernels.h"
+#include "model.h"
+#include "optim.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define PROGRAM "01_single_gpu/train"
+
+int main(int argc, char **argv) {
+    Config cfg;
+    config_parse(&cfg, argc, argv, PROGRAM, "Train a GPT on one device (CPU or one GPU): the reference loop.", NULL);
+
+    /* ---- build: device, data, output files, model, optimizer, activations ---- */
+    device_init(cfg.device, 0);
+    device_set_limit(cfg.device_mem_limit);
+    Dataset data;
+    data_load(&data, cfg.data, cfg.model.seq);
+    out_dir_prepare(cfg.out);
+    FILE *steps_csv = steps_csv_open(cfg.out, NULL);
+
+    GPT model;
+    gpt_create(&model, &cfg.model, cfg.seed);
+    AdamW opt;
+    adamw_create(&opt, model.num_params);
+    int B = cfg.batch / cfg.micro, T = cfg.model.seq; /* a micro-batch is B sequences of T tokens */
+    Activations acts;
+    activations_create(&acts, &cfg.model, B, T);
+    Scratch scratch;
+    scratch_create(&scratch, &cfg.model, B, T);
+
+    uint64_t rng = cfg.seed; /* for the text sampler */
+    int first_step = 0;
+    if (cfg.resume[0]) first_step = checkpoint_load(cfg.resume, &cfg, &model, &opt, &rng);
+    int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
+
+    log_info("%s | device %s | %zu parameters | %d layers, d %d, %d heads, seq %d | batch %d = %d x %d | data %s "
+             "(%zu bytes)\n",
+             PROGRAM, device_name(), model.num_params, cfg.model.layers, cfg.model.dmodel, cfg.model.heads, T,
+             cfg.batch, cfg.micro, B, cfg.data, data.size);
+    if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
+
+    size_t tokens_bytes = (size_t)B * T * sizeof(int);
+    int *tokens = xmalloc(tokens_bytes), *targets = xmalloc(tokens_bytes);
+    double tokens_per_step = (double)cfg.batch * T;
+    float dloss = (float)(1.0 / tokens_per_step); /* the loss is the mean over every token of the global batch */
+    double *step_ms = xcalloc(last_step, sizeof(double));
+    double loss = NAN;
+    const KernelOps *k = ops();
+
+    for (int step = first_step; step < last_step; step++) {
+        Timer step_timer = {0}, timer = {0};
+        StepRecord rec = {.step = step + 1, .val_loss = NAN};
+        timer_start(&step_timer);
+
+        /* ---- forward and backward over the micro-batches; gradients accumulate ---- */
+        k->fill_zero(model.grads, model.num_params);
+        double loss_sum = 0.0;
+        for (int mb = 0; mb < cfg.micro; mb++) {
+            data_batch(&data, SPLIT_TRAIN, cfg.seed, step, mb * B, B, T, tokens, targets);
+            copy_to_device(acts.tokens, tokens, tokens_bytes);
+            copy_to_device(acts.targets, targets, tokens_bytes);
+
+            timer_start(&timer);
+            gpt_forward(&model, &acts, &scratch, B, T);
+            loss_sum += gpt_loss_sum(&acts, B, T);
+            rec.fwd_ms += timer_stop_ms(&timer);
+
+            timer_start(&timer);
+            gpt_backward(&model, &acts, &scratch, dloss, B, T);
+            rec.bwd_ms += timer_stop_ms(&timer);
+        }
+        loss = loss_sum / tokens_per_step;
+        check_loss_finite(loss, step + 1);
+
+        /* ---- update: clip the global gradient norm, then AdamW ---- */
+        timer_start(&timer);
+        rec.grad_norm = sqrt(k->sum_squares(model.grads, model.num_params));
+        rec.lr = lr_at_step(&cfg, step);
+        adamw_step(&opt, model.params, model.grads, rec.lr, clip_scale(&cfg, rec.grad_norm), &cfg);
+        rec.opt_ms = timer_stop_ms(&timer);
+        rec.step_ms = timer_stop_ms(&step_timer);
+
+        /* ---- log ---- */
+        rec.loss = loss;
+        rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
+        step_ms[step] = rec.step_ms;
+        int last = step + 1 == last_step;
+        if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
+            rec.val_loss = evaluate_loss(&model, &acts, &scratch, &data, &cfg);
+        if (!cfg.quiet || last) log_step(&rec, cfg.steps);
+        steps_csv_write(steps_csv, &rec, NULL);
+    }
+    fclose(steps_csv);
+
+    if (cfg.save[0]) {
+        checkpoint_save(cfg.save, &cfg, last_step, rng, &model, &opt);
+        log_info("saved checkpoint %s at step %d\n", cfg.save, last_step);
+    }
+    if (cfg.sample > 0) sample_text(&model, &acts, &scratch, &data, cfg.sample, &rng);
+
+    /* ---- run summary and memory ---- */
+    int ran = last_step - first_step;
+    RunSummary run = {
+        .program = PROGRAM, .device = device_name(), .world_size = 1, .dp = 1, .tp = 1, .pp = 1, .zero = 0,
+        .params = model.num_params, .layers = cfg.model.layers, .dmodel = cfg.model.dmodel,
+        .heads = cfg.model.heads, .seq = T, .batch = cfg.batch, .micro = cfg.micro, .steps = ran,
+        .final_loss = loss, .median_step_ms = ran > 0 ? median(step_ms + first_step, ran) : 0.0,
+        .peak_device_bytes = mem_peak_total(SPACE_DEVICE),
+    };
+    run.tokens_per_s = run.median_step_ms > 0 ? tokens_per_step / (run.median_step_ms / 1e3) : 0.0;
+    run_csv_write(cfg.out, &run);
+    size_t peaks[SPACE_COUNT * CAT_COUNT];
+    memory_peaks_local(peaks);
+    memory_csv_write(cfg.out, 1, peaks);
+    log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | peak device memory %.1f MiB | CSVs in %s\n",
+             loss, run.median_step_ms, run.tokens_per_s, run.peak_device_bytes / 1048576.0, cfg.out);
+
+    free(tokens);
+    free(targets);
+    free(step_ms);
+    scratch_destroy(&scratch);
+    activations_destroy(&acts, &cfg.model);
+    adamw_destroy(&opt);
+    gpt_destroy(&model);
+    data_free(&data);
+    return 0;
+}

@@ -1,0 +1,261 @@
+/* device.c: tagged allocation, copies and timers for both backends (see device.h).
+ *
+ * Each allocation carries a small header in front of it on the host side
+ * table (pointer -> size and tag), so mem_free can give back exactly what was
+ * counted. The table is a simple open list: programs make a few dozen
+ * allocations at start and none inside the training loop. */
+#include "device.h"
+
+#include "kernels.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef USE_CUDA
+#include "cuda_runtime_glue.h"
+#endif
+
+static Backend active_backend = BACKEND_CPU;
+static char active_name[160] = "cpu";
+static size_t limit_bytes = 0;
+static size_t current[SPACE_COUNT][CAT_COUNT];
+static size_t peak[SPACE_COUNT][CAT_COUNT];
+static size_t current_total[SPACE_COUNT];
+static size_t peak_total[SPACE_COUNT];
+
+typedef struct {
+    void *ptr;
+    size_t bytes;
+    Space space;
+    Category cat;
+} Allocation;
+static Allocation *allocations = NULL;
+static int allocation_count = 0, allocation_capacity = 0;
+
+static const char *space_names[SPACE_COUNT] = {"device", "host"};
+static const char *category_names[CAT_COUNT] = {"params", "grads", "optimizer", "activations", "comm", "workspace"};
+const char *space_name(Space s) { return space_names[s]; }
+const char *category_name(Category c) { return category_names[c]; }
+
+int device_cuda_available(void) {
+#ifdef USE_CUDA
+    return cuda_device_count() > 0;
+#else
+    return 0;
+#endif
+}
+
+Backend device_init(const char *choice, int local_rank) {
+    int want_cuda;
+    if (strcmp(choice, "auto") == 0)
+        want_cuda = device_cuda_available();
+    else if (strcmp(choice, "cpu") == 0)
+        want_cuda = 0;
+    else if (strcmp(choice, "cuda") == 0)
+        want_cuda = 1;
+    else
+        fatal(EXIT_USAGE, "--device: unknown device '%s' (valid: auto, cpu, cuda)", choice);
+
+    if (!want_cuda) {
+        active_backend = BACKEND_CPU;
+        snprintf(active_name, sizeof active_name, "cpu");
+        return active_backend;
+    }
+#ifdef USE_CUDA
+    int count = cuda_device_count();
+    if (count <= 0) fatal(EXIT_USAGE, "--device cuda: no CUDA GPU is visible on this machine (use --device cpu)");
+    char gpu[128];
+    cuda_select_device(local_rank % count, gpu, sizeof gpu);
+    active_backend = BACKEND_CUDA;
+    snprintf(active_name, sizeof active_name, "cuda:%s", gpu);
+    return active_backend;
+#else
+    (void)local_rank;
+    fatal(EXIT_USAGE, "--device cuda: this build has no CUDA backend (nvcc was not found, or it was built with "
+                      "CUDA=0); use --device cpu");
+#endif
+}
+
+Backend device_backend(void) { return active_backend; }
+const char *device_name(void) { return active_name; }
+
+const KernelOps *ops(void) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) return &kernels_cuda;
+#endif
+    return &kernels_cpu;
+}
+
+void device_set_limit(size_t bytes) { limit_bytes = bytes; }
+size_t device_limit(void) { return limit_bytes; }
+
+static void format_bytes(char *buf, size_t len, size_t bytes) {
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double value = (double)bytes;
+    int u = 0;
+    while (value >= 1024.0 && u < 4) {
+        value /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, u == 0 ? "%.0f %s" : "%.2f %s", value, units[u]);
+}
+
+static void out_of_memory(Space space, Category cat, size_t bytes, const char *what, const char *why) {
+    char req[32], used[32], budget[32];
+    format_bytes(req, sizeof req, bytes);
+    format_bytes(used, sizeof used, current_total[space]);
+    format_bytes(budget, sizeof budget, limit_bytes);
+    if (space == SPACE_DEVICE && limit_bytes)
+        fatal(EXIT_USAGE,
+              "out of device memory: allocating %s for %s (%s/%s) would exceed the budget: %s already in use, "
+              "budget %s (--device-mem-limit)",
+              req, what, space_name(space), category_name(cat), used, budget);
+    fatal(EXIT_USAGE, "out of %s memory: allocating %s for %s (%s/%s) failed (%s); %s already in use",
+          space_name(space), req, what, space_name(space), category_name(cat), why, used);
+}
+
+/* Host memory the machine has. Linux hands out address space freely and
+ * kills the process later, so a request that cannot fit is refused up front. */
+static size_t physical_memory_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)-1;
+}
+
+void *mem_alloc(Space space, Category cat, size_t bytes, const char *what) {
+    if (space == SPACE_DEVICE && limit_bytes && current_total[space] + bytes > limit_bytes)
+        out_of_memory(space, cat, bytes, what, "budget");
+    int on_host = space == SPACE_HOST || active_backend == BACKEND_CPU;
+    size_t host_in_use = current_total[SPACE_HOST] + (active_backend == BACKEND_CPU ? current_total[SPACE_DEVICE] : 0);
+    if (on_host && host_in_use + bytes > physical_memory_bytes())
+        out_of_memory(space, cat, bytes, what, "more than this machine's physical memory");
+    void *ptr = NULL;
+#ifdef USE_CUDA
+    if (space == SPACE_DEVICE && active_backend == BACKEND_CUDA) {
+        ptr = cuda_alloc_zeroed(bytes ? bytes : 1);
+        if (!ptr) out_of_memory(space, cat, bytes, what, "cudaMalloc");
+    }
+#endif
+    if (!ptr) {
+        ptr = calloc(1, bytes ? bytes : 1);
+        if (!ptr) out_of_memory(space, cat, bytes, what, "calloc");
+    }
+    if (allocation_count == allocation_capacity) {
+        allocation_capacity = allocation_capacity ? 2 * allocation_capacity : 64;
+        Allocation *grown = realloc(allocations, allocation_capacity * sizeof(Allocation));
+        if (!grown) fatal(EXIT_RUNTIME, "out of host memory for the allocation table");
+        allocations = grown;
+    }
+    allocations[allocation_count++] = (Allocation){ptr, bytes, space, cat};
+    current[space][cat] += bytes;
+    current_total[space] += bytes;
+    if (current[space][cat] > peak[space][cat]) peak[space][cat] = current[space][cat];
+    if (current_total[space] > peak_total[space]) peak_total[space] = current_total[space];
+    return ptr;
+}
+
+void mem_free(void *ptr) {
+    if (!ptr) return;
+    for (int i = 0; i < allocation_count; i++) {
+        if (allocations[i].ptr != ptr) continue;
+        Allocation a = allocations[i];
+        allocations[i] = allocations[--allocation_count];
+        current[a.space][a.cat] -= a.bytes;
+        current_total[a.space] -= a.bytes;
+#ifdef USE_CUDA
+        if (a.space == SPACE_DEVICE && active_backend == BACKEND_CUDA) {
+            cuda_release(ptr);
+            return;
+        }
+#endif
+        free(ptr);
+        return;
+    }
+    fatal(EXIT_RUNTIME, "mem_free: %p was not allocated by mem_alloc", ptr);
+}
+
+size_t mem_current_bytes(Space space, Category cat) { return current[space][cat]; }
+size_t mem_peak_bytes(Space space, Category cat) { return peak[space][cat]; }
+size_t mem_peak_total(Space space) { return peak_total[space]; }
+void mem_reset_peaks(void) {
+    memcpy(peak, current, sizeof peak);
+    memcpy(peak_total, current_total, sizeof peak_total);
+}
+
+void copy_to_device(void *dst_device, const void *src_host, size_t bytes) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) {
+        cuda_copy_h2d(dst_device, src_host, bytes);
+        return;
+    }
+#endif
+    memcpy(dst_device, src_host, bytes);
+}
+
+void copy_to_host(void *dst_host, const void *src_device, size_t bytes) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) {
+        cuda_copy_d2h(dst_host, src_device, bytes);
+        return;
+    }
+#endif
+    memcpy(dst_host, src_device, bytes);
+}
+
+void copy_on_device(void *dst_device, const void *src_device, size_t bytes) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) {
+        cuda_copy_d2d(dst_device, src_device, bytes);
+        return;
+    }
+#endif
+    memmove(dst_device, src_device, bytes);
+}
+
+void device_sync(void) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) cuda_synchronize();
+#endif
+}
+
+void timer_start(Timer *t) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) {
+        cuda_timer_start(t->events);
+        return;
+    }
+#endif
+    t->start_ms = wall_ms();
+}
+
+double timer_stop_ms(Timer *t) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) return cuda_timer_stop_ms(t->events);
+#endif
+    return wall_ms() - t->start_ms;
+}
+
+int parse_bytes(const char *text, size_t *out) {
+    errno = 0;
+    char *end;
+    double value = strtod(text, &end);
+    if (end == text || errno || value < 0) return -1;
+    double mult = 1.0;
+    switch (*end) {
+    case 'k': case 'K': mult = 1024.0; end++; break;
+    case 'm': case 'M': mult = 1024.0 * 1024.0; end++; break;
+    case 'g': case 'G': mult = 1024.0 * 1024.0 * 1024.0; end++; break;
+    case 't': case 'T': mult = 1024.0 * 1024.0 * 1024.0 * 1024.0; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'I') end++; /* accept KiB-style too */
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end != '\0') return -1;
+    double bytes = value * mult;
+    if (bytes > 9.0e18) return -1;
+    *out = (size_t)bytes;
+    return 0;
+}

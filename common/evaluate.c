@@ -1,0 +1,83 @@
+/* evaluate.c: see evaluate.h. */
+#include "evaluate.h"
+
+#include "device.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+double evaluate_loss(const GPT *model, Activations *acts, Scratch *scratch, const Dataset *data, const Config *cfg) {
+    int B = acts->B, T = cfg->model.seq, micro_per_batch = cfg->batch / B;
+    size_t tokens_bytes = (size_t)B * T * sizeof(int);
+    int *tokens = xmalloc(tokens_bytes), *targets = xmalloc(tokens_bytes);
+    double loss_sum = 0.0;
+    for (int e = 0; e < cfg->eval_batches; e++) {
+        for (int mb = 0; mb < micro_per_batch; mb++) {
+            data_batch(data, SPLIT_VAL, cfg->seed, e, mb * B, B, T, tokens, targets);
+            copy_to_device(acts->tokens, tokens, tokens_bytes);
+            copy_to_device(acts->targets, targets, tokens_bytes);
+            gpt_forward(model, acts, scratch, B, T);
+            loss_sum += gpt_loss_sum(acts, B, T);
+        }
+    }
+    free(tokens);
+    free(targets);
+    return loss_sum / ((double)cfg->eval_batches * cfg->batch * T);
+}
+
+static void print_escaped(const unsigned char *bytes, int n) {
+    for (int i = 0; i < n; i++) {
+        unsigned char ch = bytes[i];
+        if (ch == '\n') fputs("\\n", stdout);
+        else if (ch >= 32 && ch < 127) putchar(ch);
+        else printf("\\x%02x", ch);
+    }
+}
+
+void sample_text(const GPT *model, Activations *acts, Scratch *scratch, const Dataset *data, int n, uint64_t *rng) {
+    int T = acts->T, V = model->cfg.vocab;
+    int prompt_len = T / 2 < 32 ? T / 2 : 32;
+    if (prompt_len < 1) prompt_len = 1;
+    unsigned char *text = xmalloc((size_t)prompt_len + n);
+    memcpy(text, data->bytes + data->split_at, prompt_len);
+    int *context = xmalloc(T * sizeof(int));
+    float *logits = xmalloc(V * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        /* the model sees the last (at most T) bytes */
+        int len = prompt_len + i, ctx = len < T ? len : T;
+        for (int t = 0; t < ctx; t++) context[t] = text[len - ctx + t];
+        copy_to_device(acts->tokens, context, ctx * sizeof(int));
+        gpt_embedding_forward(model, acts, 1, ctx);
+        for (int l = 0; l < model->cfg.layers; l++)
+            gpt_block_forward(model, acts, scratch, l, gpt_layer_output(model, acts, l - 1), 1, ctx);
+        gpt_head_forward(model, acts, gpt_layer_output(model, acts, model->cfg.layers - 1), 0, 1, ctx);
+        copy_to_host(logits, acts->logits + (size_t)(ctx - 1) * V, V * sizeof(float));
+        /* softmax sampling over the byte values (rows past 256 are never data) */
+        float maxval = -INFINITY;
+        for (int v = 0; v < 256; v++) maxval = fmaxf(maxval, logits[v]);
+        double sum = 0.0;
+        for (int v = 0; v < 256; v++) sum += exp(logits[v] - maxval);
+        double r = rng_next_float(rng) * sum, acc = 0.0;
+        int choice = 255;
+        for (int v = 0; v < 256; v++) {
+            acc += exp(logits[v] - maxval);
+            if (acc > r) {
+                choice = v;
+                break;
+            }
+        }
+        text[len] = (unsigned char)choice;
+    }
+    log_info("sample: ");
+    print_escaped(text, prompt_len);
+    printf("|");
+    print_escaped(text + prompt_len, n);
+    printf("\n");
+    fflush(stdout);
+    free(text);
+    free(context);
+    free(logits);
+}

@@ -1,0 +1,104 @@
+/* kernels.h: the math of a GPT training step, as one table of operations.
+ *
+ * Two backends implement this table with identical semantics:
+ *   kernels_cpu.c  (C + OpenMP, matmuls through CBLAS/OpenBLAS)
+ *   kernels_cuda.cu (CUDA kernels, matmuls through cuBLAS)
+ * Each backend's functions carry the same names and signatures in files that
+ * mirror each other; the table below is how the model calls whichever backend
+ * device_init() chose (ops()), and how the parity tests call both.
+ *
+ * Letters used in shapes:
+ *   B  sequences in the (micro-)batch     T  sequence length (tokens)
+ *   C  model width (dmodel)               NH attention heads, hs = C / NH
+ *   V  vocabulary size                    N  rows = B * T
+ *   OC output channels of a linear layer
+ * Tensors are row-major; (B,T,C) means index (b*T + t)*C + c.
+ *
+ * Conventions every backend follows:
+ *   - Pointers are DEVICE buffers of the active backend (device.h).
+ *   - Every *_backward ADDS into its gradient outputs (dinp += ..., dweight
+ *     += ...). Callers zero activation gradients before the backward pass;
+ *     parameter gradients accumulate over micro-batches until zeroed.
+ *   - A NULL bias (and its gradient) means "no bias".
+ *   - Shapes are runtime values; nothing is baked in. */
+#ifndef KERNELS_H
+#define KERNELS_H
+
+#include <stddef.h>
+
+typedef struct KernelOps {
+    const char *name; /* "cpu" or "cuda" */
+
+    /* out(B,T,C) = wte[tokens[b,t]] + wpe[t].  wte (V,C), wpe (maxT,C), tokens (B,T) in 0..V-1 */
+    void (*embedding_forward)(float *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
+                              int C);
+    /* dwte[tokens[b,t]] += dout[b,t];  dwpe[t] += sum_b dout[b,t] */
+    void (*embedding_backward)(float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
+                               int C, int V);
+
+    /* out(N,C) = (inp - mean) * rstd * weight + bias, per row; saves mean(N), rstd(N). eps = 1e-5 */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                              const float *bias, int N, int C);
+    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                               const float *weight, const float *mean, const float *rstd, int N, int C);
+
+    /* out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC) */
+    void (*linear_forward)(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
+                           int OC);
+    /* dinp += dout @ weight;  dweight += dout^T @ inp;  dbias += column sums of dout */
+    void (*linear_backward)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const float *weight, int N, int C, int OC);
+
+    /* Causal self-attention. qkv (B,T,3C) holds q | k | v, each (C) = NH heads of hs.
+     * att (B,NH,T,T): softmax(q k^T / sqrt(hs)) with the causal mask (entries
+     * above the diagonal are 0), saved for backward. out (B,T,C): att @ v, heads
+     * concatenated. */
+    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+    /* dqkv (B,T,3C) += ...;  datt (B,NH,T,T) is scratch (overwritten). */
+    void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
+                               int B, int T, int C, int NH);
+
+    /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+
+    /* out = a + b */
+    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    /* da += dout;  db += dout */
+    void (*residual_backward)(float *da, float *db, const float *dout, size_t n);
+
+    /* Softmax cross-entropy over V classes per row. losses(N) = -log softmax(logits)[target];
+     * probs(N,V) = softmax(logits), saved for backward. targets (N) in 0..V-1. */
+    void (*crossentropy_forward)(float *losses, float *probs, const float *logits, const int *targets, int N,
+                                 int V);
+    /* dlogits += (probs - onehot(target)) * dloss, where dloss is d(total loss)/d(each row's loss),
+     * e.g. 1/(tokens in the global batch) for a mean. */
+    void (*crossentropy_backward)(float *dlogits, const float *probs, const int *targets, float dloss, int N,
+                                  int V);
+
+    /* Sum of squares of x(n), accumulated in double: the building block of the
+     * global gradient norm (a shard's partial sum can be all-reduced). */
+    double (*sum_squares)(const float *x, size_t n);
+
+    /* AdamW on n elements (any contiguous slice of the parameter buffer):
+     *   g = grads * grad_scale              (grad_scale carries clipping)
+     *   m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2
+     *   mhat = m / (1-beta1^t);  vhat = v / (1-beta2^t)
+     *   params -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * params)
+     * t is the 1-based optimizer step. */
+    void (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, float grad_scale, int t);
+
+    /* x(n) = 0 */
+    void (*fill_zero)(float *x, size_t n);
+} KernelOps;
+
+extern const KernelOps kernels_cpu;
+#ifdef USE_CUDA
+extern const KernelOps kernels_cuda;
+#endif
+
+/* The table of the backend device_init() chose. */
+const KernelOps *ops(void);
+
+#endif

@@ -1,0 +1,365 @@
+/* model.c: the GPT model (see model.h): its parameter table, initialisation,
+ * activation memory, and forward/backward composed from kernels.h operations. */
+#include "model.h"
+
+#include "device.h"
+#include "kernels.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *model_config_problem(const ModelConfig *m) {
+    static char message[256];
+    if (m->layers < 1 || m->layers > 256)
+        snprintf(message, sizeof message, "--layers %d is out of range (valid: 1..256)", m->layers);
+    else if (m->heads < 1 || m->heads > 1024)
+        snprintf(message, sizeof message, "--heads %d is out of range (valid: 1..1024)", m->heads);
+    else if (m->dmodel < 1 || m->dmodel > 16384)
+        snprintf(message, sizeof message, "--dmodel %d is out of range (valid: 1..16384)", m->dmodel);
+    else if (m->dmodel % m->heads != 0)
+        snprintf(message, sizeof message, "--dmodel %d is not divisible by --heads %d (valid: a multiple of heads)",
+                 m->dmodel, m->heads);
+    else if (m->seq < 1 || m->seq > 65536)
+        snprintf(message, sizeof message, "--seq %d is out of range (valid: 1..65536)", m->seq);
+    else if (m->vocab < 256 || m->vocab > 1048576)
+        snprintf(message, sizeof message, "--vocab %d is out of range (valid: 256..1048576; the data are bytes)",
+                 m->vocab);
+    else
+        return NULL;
+    return message;
+}
+
+/* ---- the parameter table ---- */
+
+static void add_tensor(GPT *m, int *capacity, const char *name, int layer, int rows, int cols, InitKind init,
+                       float std) {
+    if (m->num_tensors == *capacity) fatal(EXIT_RUNTIME, "parameter table overflow");
+    ParamTensor *t = &m->tensors[m->num_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->layer = layer;
+    t->rows = rows;
+    t->cols = cols;
+    t->numel = (size_t)rows * cols;
+    t->offset = m->num_params;
+    t->init = init;
+    t->init_std = std;
+    m->num_params += t->numel;
+}
+
+void gpt_build_table(GPT *m, const ModelConfig *cfg) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    int L = cfg->layers, C = cfg->dmodel, V = cfg->vocab, T = cfg->seq;
+    int capacity = 2 + L * BLOCK_TENSORS + 3;
+    m->tensors = xcalloc(capacity, sizeof(ParamTensor));
+    /* GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled
+     * by 1/sqrt(2L) so the residual stream's variance does not grow with depth. */
+    float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * L);
+    add_tensor(m, &capacity, "wte", LAYER_EMBEDDING, V, C, INIT_NORMAL, std);
+    add_tensor(m, &capacity, "wpe", LAYER_EMBEDDING, T, C, INIT_NORMAL, 0.01f);
+    for (int l = 0; l < L; l++) {
+        char name[32];
+#define BLOCK(suffix, rows, cols, init, s)                                                                       \
+    snprintf(name, sizeof name, "h%d." suffix, l);                                                               \
+    add_tensor(m, &capacity, name, l, rows, cols, init, s)
+        BLOCK("ln1w", 1, C, INIT_ONES, 0);
+        BLOCK("ln1b", 1, C, INIT_ZEROS, 0);
+        BLOCK("qkvw", 3 * C, C, INIT_NORMAL, std);
+        BLOCK("qkvb", 1, 3 * C, INIT_ZEROS, 0);
+        BLOCK("attprojw", C, C, INIT_NORMAL, resid_std);
+        BLOCK("attprojb", 1, C, INIT_ZEROS, 0);
+        BLOCK("ln2w", 1, C, INIT_ONES, 0);
+        BLOCK("ln2b", 1, C, INIT_ZEROS, 0);
+        BLOCK("fcw", 4 * C, C, INIT_NORMAL, std);
+        BLOCK("fcb", 1, 4 * C, INIT_ZEROS, 0);
+        BLOCK("fcprojw", C, 4 * C, INIT_NORMAL, resid_std);
+        BLOCK("fcprojb", 1, C, INIT_ZEROS, 0);
+#undef BLOCK
+    }
+    add_tensor(m, &capacity, "lnf.w", L, 1, C, INIT_ONES, 0);
+    add_tensor(m, &capacity, "lnf.b", L, 1, C, INIT_ZEROS, 0);
+    add_tensor(m, &capacity, "lm_head", L, V, C, INIT_NORMAL, std);
+}
+
+float gpt_init_value(const ParamTensor *t, uint64_t seed, size_t i) {
+    switch (t->init) {
+    case INIT_ZEROS: return 0.0f;
+    case INIT_ONES: return 1.0f;
+    default: return (float)(t->init_std * hash_normal(seed, hash_string(t->name), i));
+    }
+}
+
+void gpt_init_range(const GPT *m, uint64_t seed, float *dst, size_t first, size_t count) {
+    for (int k = 0; k < m->num_tensors; k++) {
+        const ParamTensor *t = &m->tensors[k];
+        size_t lo = t->offset > first ? t->offset : first;
+        size_t hi = t->offset + t->numel < first + count ? t->offset + t->numel : first + count;
+        if (lo >= hi) continue;
+#pragma omp parallel for schedule(static)
+        for (size_t e = lo; e < hi; e++) dst[e - first] = gpt_init_value(t, seed, e - t->offset);
+    }
+}
+
+void gpt_weights_view(const GPT *m, float *buffer, Weights *view) {
+    int L = m->cfg.layers;
+    if (!view->block) view->block = xcalloc(L, sizeof(BlockWeights));
+    const ParamTensor *t = m->tensors;
+    view->wte = buffer + t[0].offset;
+    view->wpe = buffer + t[1].offset;
+    for (int l = 0; l < L; l++)
+        for (int k = 0; k < BLOCK_TENSORS; k++) view->block[l][k] = buffer + t[2 + l * BLOCK_TENSORS + k].offset;
+    view->lnfw = buffer + t[2 + L * BLOCK_TENSORS].offset;
+    view->lnfb = buffer + t[3 + L * BLOCK_TENSORS].offset;
+    view->lm_head = buffer + t[4 + L * BLOCK_TENSORS].offset;
+}
+
+static void weights_view_free(Weights *view) {
+    free(view->block);
+    view->block = NULL;
+}
+
+void gpt_create(GPT *m, const ModelConfig *cfg, uint64_t seed) {
+    gpt_build_table(m, cfg);
+    size_t bytes = m->num_params * sizeof(float);
+    m->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, bytes, "parameters");
+    m->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, bytes, "gradients");
+    float *host = xmalloc(bytes);
+    gpt_init_range(m, seed, host, 0, m->num_params);
+    copy_to_device(m->params, host, bytes);
+    free(host);
+    gpt_weights_view(m, m->params, &m->w);
+    gpt_weights_view(m, m->grads, &m->g);
+}
+
+void gpt_destroy(GPT *m) {
+    mem_free(m->params);
+    mem_free(m->grads);
+    weights_view_free(&m->w);
+    weights_view_free(&m->g);
+    free(m->tensors);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- activation memory: one block per kind, carved into named tensors ---- */
+
+size_t activation_bytes(const ModelConfig *c, int B, int T) {
+    size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab, L = c->layers;
+    size_t att = (size_t)B * c->heads * T * T;
+    /* per block: ln1, atty, res2, ln2, res3 (C each), qkv (3C), fch, fch_gelu
+     * (4C each) = 16C per token, 4 layernorm statistics, and att */
+    size_t per_block = BT * (16 * C + 4) + att;
+    size_t floats = 2 * BT            /* tokens, targets (ints, same size as floats) */
+                    + BT * C          /* encoded */
+                    + L * per_block   /* blocks */
+                    + BT * C + 2 * BT /* lnf, mean, rstd */
+                    + 2 * BT * V + BT; /* logits, probs, losses */
+    return floats * sizeof(float);
+}
+
+size_t scratch_bytes(const ModelConfig *c, int B, int T) {
+    size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
+    size_t floats = BT * C * 7       /* branch, dresid x2, dmid, dbranch, dln, datty */
+                    + BT * 3 * C     /* dqkv */
+                    + (size_t)B * c->heads * T * T /* datt */
+                    + BT * 8 * C     /* dfch, dfch_gelu */
+                    + BT * V;        /* dlogits */
+    return floats * sizeof(float);
+}
+
+static float *carve(float **cursor, size_t count) {
+    float *p = *cursor;
+    *cursor += count;
+    return p;
+}
+
+void activations_create(Activations *a, const ModelConfig *c, int B, int T) {
+    memset(a, 0, sizeof *a);
+    a->B = B;
+    a->T = T;
+    size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
+    float *cursor = mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, activation_bytes(c, B, T), "activations");
+    a->tokens = (int *)carve(&cursor, BT);
+    a->targets = (int *)carve(&cursor, BT);
+    a->encoded = carve(&cursor, BT * C);
+    a->block = xcalloc(c->layers, sizeof(BlockActs));
+    for (int l = 0; l < c->layers; l++) {
+        BlockActs *b = &a->block[l];
+        b->ln1 = carve(&cursor, BT * C);
+        b->ln1_mean = carve(&cursor, BT);
+        b->ln1_rstd = carve(&cursor, BT);
+        b->qkv = carve(&cursor, BT * 3 * C);
+        b->atty = carve(&cursor, BT * C);
+        b->att = carve(&cursor, (size_t)B * c->heads * T * T);
+        b->res2 = carve(&cursor, BT * C);
+        b->ln2 = carve(&cursor, BT * C);
+        b->ln2_mean = carve(&cursor, BT);
+        b->ln2_rstd = carve(&cursor, BT);
+        b->fch = carve(&cursor, BT * 4 * C);
+        b->fch_gelu = carve(&cursor, BT * 4 * C);
+        b->res3 = carve(&cursor, BT * C);
+    }
+    a->lnf = carve(&cursor, BT * C);
+    a->lnf_mean = carve(&cursor, BT);
+    a->lnf_rstd = carve(&cursor, BT);
+    a->logits = carve(&cursor, BT * V);
+    a->probs = carve(&cursor, BT * V);
+    a->losses = carve(&cursor, BT);
+}
+
+void activations_destroy(Activations *a, const ModelConfig *c) {
+    (void)c;
+    mem_free(a->tokens); /* the block starts at tokens */
+    free(a->block);
+    memset(a, 0, sizeof *a);
+}
+
+void scratch_create(Scratch *s, const ModelConfig *c, int B, int T) {
+    memset(s, 0, sizeof *s);
+    s->B = B;
+    s->T = T;
+    size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
+    float *cursor = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, scratch_bytes(c, B, T), "activation gradients");
+    s->branch = carve(&cursor, BT * C);
+    s->dresid[0] = carve(&cursor, BT * C);
+    s->dresid[1] = carve(&cursor, BT * C);
+    s->dmid = carve(&cursor, BT * C);
+    s->dbranch = carve(&cursor, BT * C);
+    s->dln = carve(&cursor, BT * C);
+    s->datty = carve(&cursor, BT * C);
+    s->dqkv = carve(&cursor, BT * 3 * C);
+    s->datt = carve(&cursor, (size_t)B * c->heads * T * T);
+    s->dfch = carve(&cursor, BT * 4 * C);
+    s->dfch_gelu = carve(&cursor, BT * 4 * C);
+    s->dlogits = carve(&cursor, BT * V);
+}
+
+void scratch_destroy(Scratch *s) {
+    mem_free(s->branch);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- forward ---- */
+
+static void check_shape(const Activations *a, int B, int T) {
+    if (B < 1 || T < 1 || B > a->B || T > a->T)
+        fatal(EXIT_RUNTIME, "forward of %d x %d tokens exceeds the activation capacity %d x %d", B, T, a->B, a->T);
+}
+
+void gpt_embedding_forward(const GPT *m, Activations *a, int B, int T) {
+    check_shape(a, B, T);
+    ops()->embedding_forward(a->encoded, a->tokens, m->w.wte, m->w.wpe, B, T, m->cfg.dmodel);
+}
+
+void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int l, const float *input, int B, int T) {
+    const KernelOps *k = ops();
+    int C = m->cfg.dmodel, NH = m->cfg.heads, N = B * T;
+    float **w = m->w.block[l];
+    BlockActs *b = &a->block[l];
+    /* attention half: res2 = input + attproj(attention(qkv(ln1(input)))) */
+    k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, input, w[BLOCK_LN1W], w[BLOCK_LN1B], N, C);
+    k->linear_forward(b->qkv, b->ln1, w[BLOCK_QKVW], w[BLOCK_QKVB], N, C, 3 * C);
+    k->attention_forward(b->atty, b->att, b->qkv, B, T, C, NH);
+    k->linear_forward(s->branch, b->atty, w[BLOCK_ATTPROJW], w[BLOCK_ATTPROJB], N, C, C);
+    k->residual_forward(b->res2, input, s->branch, (size_t)N * C);
+    /* MLP half: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
+    k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, w[BLOCK_LN2W], w[BLOCK_LN2B], N, C);
+    k->linear_forward(b->fch, b->ln2, w[BLOCK_FCW], w[BLOCK_FCB], N, C, 4 * C);
+    k->gelu_forward(b->fch_gelu, b->fch, (size_t)N * 4 * C);
+    k->linear_forward(s->branch, b->fch_gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, 4 * C, C);
+    k->residual_forward(b->res3, b->res2, s->branch, (size_t)N * C);
+}
+
+void gpt_head_forward(const GPT *m, Activations *a, const float *input, int with_loss, int B, int T) {
+    const KernelOps *k = ops();
+    int C = m->cfg.dmodel, V = m->cfg.vocab, N = B * T;
+    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, input, m->w.lnfw, m->w.lnfb, N, C);
+    k->linear_forward(a->logits, a->lnf, m->w.lm_head, NULL, N, C, V);
+    if (with_loss) k->crossentropy_forward(a->losses, a->probs, a->logits, a->targets, N, V);
+}
+
+float *gpt_layer_output(const GPT *m, Activations *a, int layer) {
+    (void)m;
+    return layer < 0 ? a->encoded : a->block[layer].res3;
+}
+
+void gpt_forward(const GPT *m, Activations *a, Scratch *s, int B, int T) {
+    gpt_embedding_forward(m, a, B, T);
+    for (int l = 0; l < m->cfg.layers; l++) gpt_block_forward(m, a, s, l, gpt_layer_output(m, a, l - 1), B, T);
+    gpt_head_forward(m, a, gpt_layer_output(m, a, m->cfg.layers - 1), 1, B, T);
+}
+
+/* ---- backward ---- */
+
+void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput, float dloss,
+                       int B, int T) {
+    const KernelOps *k = ops();
+    int C = m->cfg.dmodel, V = m->cfg.vocab, N = B * T;
+    k->fill_zero(s->dlogits, (size_t)N * V);
+    k->crossentropy_backward(s->dlogits, a->probs, a->targets, dloss, N, V);
+    k->fill_zero(s->dln, (size_t)N * C);
+    k->linear_backward(s->dln, m->g.lm_head, NULL, s->dlogits, a->lnf, m->w.lm_head, N, C, V);
+    k->fill_zero(dinput, (size_t)N * C);
+    k->layernorm_backward(dinput, m->g.lnfw, m->g.lnfb, s->dln, input, m->w.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+}
+
+void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int l, const float *input,
+                        const float *doutput, float *dinput, int B, int T) {
+    const KernelOps *k = ops();
+    int C = m->cfg.dmodel, NH = m->cfg.heads, N = B * T;
+    size_t NC = (size_t)N * C;
+    float **w = m->w.block[l], **g = m->g.block[l];
+    BlockActs *b = &a->block[l];
+    /* MLP half. res3 = res2 + branch: the residual passes doutput to both. */
+    k->fill_zero(s->dmid, NC);
+    k->fill_zero(s->dbranch, NC);
+    k->residual_backward(s->dmid, s->dbranch, doutput, NC);
+    k->fill_zero(s->dfch_gelu, 4 * NC);
+    k->linear_backward(s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], s->dbranch, b->fch_gelu, w[BLOCK_FCPROJW], N,
+                       4 * C, C);
+    k->fill_zero(s->dfch, 4 * NC);
+    k->gelu_backward(s->dfch, b->fch, s->dfch_gelu, 4 * NC);
+    k->fill_zero(s->dln, NC);
+    k->linear_backward(s->dln, g[BLOCK_FCW], g[BLOCK_FCB], s->dfch, b->ln2, w[BLOCK_FCW], N, C, 4 * C);
+    k->layernorm_backward(s->dmid, g[BLOCK_LN2W], g[BLOCK_LN2B], s->dln, b->res2, w[BLOCK_LN2W], b->ln2_mean,
+                          b->ln2_rstd, N, C);
+    /* Attention half. res2 = input + branch. */
+    k->fill_zero(dinput, NC);
+    k->fill_zero(s->dbranch, NC);
+    k->residual_backward(dinput, s->dbranch, s->dmid, NC);
+    k->fill_zero(s->datty, NC);
+    k->linear_backward(s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], s->dbranch, b->atty, w[BLOCK_ATTPROJW], N, C,
+                       C);
+    k->fill_zero(s->dqkv, 3 * NC);
+    k->attention_backward(s->dqkv, s->datt, s->datty, b->qkv, b->att, B, T, C, NH);
+    k->fill_zero(s->dln, NC);
+    k->linear_backward(s->dln, g[BLOCK_QKVW], g[BLOCK_QKVB], s->dqkv, b->ln1, w[BLOCK_QKVW], N, C, 3 * C);
+    k->layernorm_backward(dinput, g[BLOCK_LN1W], g[BLOCK_LN1B], s->dln, input, w[BLOCK_LN1W], b->ln1_mean,
+                          b->ln1_rstd, N, C);
+}
+
+void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded, int B, int T) {
+    ops()->embedding_backward(m->g.wte, m->g.wpe, dencoded, a->tokens, B, T, m->cfg.dmodel, m->cfg.vocab);
+}
+
+void gpt_backward(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T) {
+    int L = m->cfg.layers, cur = 0;
+    gpt_head_backward(m, a, s, gpt_layer_output(m, a, L - 1), s->dresid[cur], dloss, B, T);
+    for (int l = L - 1; l >= 0; l--) {
+        gpt_block_backward(m, a, s, l, gpt_layer_output(m, a, l - 1), s->dresid[cur], s->dresid[1 - cur], B, T);
+        cur = 1 - cur;
+    }
+    gpt_embedding_backward(m, a, s->dresid[cur], B, T);
+}
+
+double gpt_loss_sum(const Activations *a, int B, int T) {
+    size_t n = (size_t)B * T;
+    float *host = xmalloc(n * sizeof(float));
+    copy_to_host(host, a->losses, n * sizeof(float));
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += host[i];
+    free(host);
+    return sum;
+}

@@ -1,0 +1,171 @@
+/* model.h: the GPT model every chapter trains.
+ *
+ * A GPT-2-style decoder: token + position embedding, L pre-LN blocks
+ * (layernorm -> causal self-attention -> residual, layernorm -> MLP with a 4C
+ * hidden layer and GELU -> residual), a final layernorm and an untied LM head
+ * over a byte vocabulary.
+ *
+ * All parameters live in ONE contiguous buffer described by a table of named
+ * tensors (name, shape, offset, layer). The table is laid out layer by layer:
+ *     wte, wpe | h0.* | h1.* | ... | h{L-1}.* | lnf.w, lnf.b, lm_head
+ * so the parameters of any run of consecutive layers (a pipeline stage) form
+ * one contiguous slice, and a flat shard (ZeRO) is just [offset, offset+n).
+ * Initial values depend only on (seed, tensor name, element index): any split
+ * or shard of the model starts from exactly the same weights.
+ *
+ * Forward and backward are exposed per part (embedding, block l, head) so that
+ * chapters which split the model by layers can run only their own parts. */
+#ifndef MODEL_H
+#define MODEL_H
+
+#include "config.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Layer index used in the table for the parts that are not blocks. */
+#define LAYER_EMBEDDING (-1) /* wte, wpe */
+/* the head (lnf.w, lnf.b, lm_head) has layer index L */
+
+typedef enum { INIT_NORMAL, INIT_ZEROS, INIT_ONES } InitKind;
+
+typedef struct {
+    char name[32];  /* e.g. "h3.qkvw" */
+    int layer;      /* LAYER_EMBEDDING, 0..L-1 for blocks, L for the head */
+    int rows, cols; /* shape (rows, cols); vectors have rows == 1 */
+    size_t offset;  /* first element in the parameter buffer */
+    size_t numel;   /* rows * cols */
+    InitKind init;
+    float init_std; /* for INIT_NORMAL */
+} ParamTensor;
+
+/* The tensors of one block, in table order. */
+typedef enum {
+    BLOCK_LN1W, BLOCK_LN1B,         /* (C), (C) */
+    BLOCK_QKVW, BLOCK_QKVB,         /* (3C, C), (3C) */
+    BLOCK_ATTPROJW, BLOCK_ATTPROJB, /* (C, C), (C) */
+    BLOCK_LN2W, BLOCK_LN2B,         /* (C), (C) */
+    BLOCK_FCW, BLOCK_FCB,           /* (4C, C), (4C) */
+    BLOCK_FCPROJW, BLOCK_FCPROJB,   /* (C, 4C), (C) */
+    BLOCK_TENSORS
+} BlockTensor;
+
+/* Pointers to one block's tensors, indexed by BlockTensor. */
+typedef float *BlockWeights[BLOCK_TENSORS];
+
+/* Pointers into a parameter-shaped buffer (the parameters or their gradients). */
+typedef struct {
+    float *wte;     /* (V, C) */
+    float *wpe;     /* (T, C) */
+    BlockWeights *block; /* block[l][BlockTensor], L of them */
+    float *lnfw;    /* (C) */
+    float *lnfb;    /* (C) */
+    float *lm_head; /* (V, C) */
+} Weights;
+
+typedef struct {
+    ModelConfig cfg;
+    ParamTensor *tensors;
+    int num_tensors;
+    size_t num_params;
+    float *params;  /* device (num_params), CAT_PARAMS */
+    float *grads;   /* device (num_params), CAT_GRADS */
+    Weights w;      /* views into params */
+    Weights g;      /* views into grads */
+} GPT;
+
+/* Forward values kept for the backward pass: one set per micro-batch in flight.
+ * Shapes are for the capacity (B, T) given at allocation. */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd; /* (B,T,C), (B,T), (B,T) */
+    float *qkv;                       /* (B,T,3C) */
+    float *atty;                      /* (B,T,C) attention output before its projection */
+    float *att;                       /* (B,NH,T,T) attention probabilities */
+    float *res2;                      /* (B,T,C) residual stream after attention */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C), (B,T), (B,T) */
+    float *fch;                       /* (B,T,4C) MLP hidden, before GELU */
+    float *fch_gelu;                  /* (B,T,4C) after GELU */
+    float *res3;                      /* (B,T,C) block output */
+} BlockActs;
+
+typedef struct {
+    int B, T;         /* capacity */
+    int *tokens;      /* (B,T) device */
+    int *targets;     /* (B,T) device */
+    float *encoded;   /* (B,T,C) embedding output = input of block 0 */
+    BlockActs *block; /* L of them */
+    float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
+    float *logits;    /* (B,T,V) */
+    float *probs;     /* (B,T,V) */
+    float *losses;    /* (B,T) */
+} Activations;
+
+/* Scratch shared by all micro-batches: activation gradients and transient
+ * values (CAT_WORKSPACE). Only one backward pass runs at a time. */
+typedef struct {
+    int B, T;
+    float *branch;    /* (B,T,C) output of attproj / fcproj before the residual add */
+    float *dresid[2]; /* (B,T,C) gradient of the residual stream between blocks, ping-pong */
+    float *dmid;      /* (B,T,C) gradient of the residual stream inside a block (res2) */
+    float *dbranch;   /* (B,T,C) */
+    float *dln;       /* (B,T,C) */
+    float *dqkv;      /* (B,T,3C) */
+    float *datty;     /* (B,T,C) */
+    float *datt;      /* (B,NH,T,T) */
+    float *dfch;      /* (B,T,4C) */
+    float *dfch_gelu; /* (B,T,4C) */
+    float *dlogits;   /* (B,T,V) */
+} Scratch;
+
+/* Check a model shape; returns NULL if valid, else a message for the user. */
+const char *model_config_problem(const ModelConfig *m);
+
+/* Build the table of tensors for cfg (no device memory). */
+void gpt_build_table(GPT *model, const ModelConfig *cfg);
+/* Table + device buffers for params and grads + initial values from seed. */
+void gpt_create(GPT *model, const ModelConfig *cfg, uint64_t seed);
+void gpt_destroy(GPT *model);
+
+/* Initial value of element i of tensor t: a function of (seed, name, i) only. */
+float gpt_init_value(const ParamTensor *t, uint64_t seed, size_t i);
+/* Write the initial values of elements [first, first+count) of the whole
+ * parameter buffer into host memory dst (count elements). */
+void gpt_init_range(const GPT *model, uint64_t seed, float *dst, size_t first, size_t count);
+
+/* Views of a parameter-shaped buffer. */
+void gpt_weights_view(const GPT *model, float *buffer, Weights *view);
+
+/* Bytes of saved activations / scratch for a micro-batch of B sequences of T. */
+size_t activation_bytes(const ModelConfig *cfg, int B, int T);
+size_t scratch_bytes(const ModelConfig *cfg, int B, int T);
+
+void activations_create(Activations *acts, const ModelConfig *cfg, int B, int T);
+void activations_destroy(Activations *acts, const ModelConfig *cfg);
+void scratch_create(Scratch *s, const ModelConfig *cfg, int B, int T);
+void scratch_destroy(Scratch *s);
+
+/* ---- forward: B sequences of T tokens (B, T at most the capacity) ---- */
+void gpt_embedding_forward(const GPT *m, Activations *a, int B, int T);      /* a->tokens -> a->encoded */
+void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int layer, const float *input, int B, int T);
+/* final layernorm, logits; with targets also probabilities and per-token losses */
+void gpt_head_forward(const GPT *m, Activations *a, const float *input, int with_loss, int B, int T);
+/* whole model: tokens, targets already in a->tokens, a->targets */
+void gpt_forward(const GPT *m, Activations *a, Scratch *s, int B, int T);
+/* Output of layer l (the input of layer l+1); -1 gives the embedding. */
+float *gpt_layer_output(const GPT *m, Activations *a, int layer);
+
+/* ---- backward: adds into m->grads ---- */
+/* dloss: d(total loss)/d(each token's loss). Leaves dL/d(head input) in dinput. */
+void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput, float dloss,
+                       int B, int T);
+/* doutput: dL/d(block output); leaves dL/d(block input) in dinput (overwritten). */
+void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int layer, const float *input,
+                        const float *doutput, float *dinput, int B, int T);
+void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded, int B, int T);
+/* whole model */
+void gpt_backward(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T);
+
+/* Sum of a->losses over B*T tokens (copied to the host, summed in double). */
+double gpt_loss_sum(const Activations *a, int B, int T);
+
+#endif

@@ -1,0 +1,50 @@
+/* optim.c: see optim.h. */
+#include "optim.h"
+
+#include "device.h"
+#include "kernels.h"
+
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+void adamw_create(AdamW *opt, size_t n) {
+    opt->n = n;
+    opt->m = mem_alloc(SPACE_DEVICE, CAT_OPTIMIZER, 2 * n * sizeof(float), "Adam moments");
+    opt->v = opt->m + n;
+    opt->t = 0;
+}
+
+void adamw_destroy(AdamW *opt) {
+    mem_free(opt->m);
+    opt->m = opt->v = NULL;
+}
+
+void adamw_step(AdamW *opt, float *params, const float *grads, float lr, float grad_scale, const Config *cfg) {
+    opt->t++;
+    ops()->adamw_update(params, grads, opt->m, opt->v, opt->n, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->wd,
+                        grad_scale, opt->t);
+}
+
+float lr_at_step(const Config *cfg, int step) {
+    if (step < cfg->warmup) return cfg->lr * (float)(step + 1) / (float)cfg->warmup;
+    float min_lr = cfg->lr / 10.0f;
+    int decay_steps = cfg->steps - cfg->warmup;
+    if (decay_steps <= 1) return cfg->lr;
+    float progress = (float)(step - cfg->warmup) / (float)(decay_steps - 1); /* 0 .. 1 */
+    return min_lr + 0.5f * (cfg->lr - min_lr) * (1.0f + cosf((float)M_PI * progress));
+}
+
+float clip_scale(const Config *cfg, double norm) {
+    if (cfg->clip > 0.0f && norm > cfg->clip) return (float)(cfg->clip / norm);
+    return 1.0f;
+}
+
+void check_loss_finite(double loss, int step) {
+    const char *fault = getenv("COURSE_FAULT_NAN_STEP");
+    if (fault && atoi(fault) == step) loss = NAN;
+    if (!isfinite(loss))
+        fatal(EXIT_DIVERGED, "the loss became %f at step %d: training diverged (try a lower --lr, or --clip 1)", loss,
+              step);
+}

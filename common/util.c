@@ -1,0 +1,92 @@
+/* util.c: see util.h. */
+#include "util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static int error_rank = -1;
+static int log_rank = 0;
+static void (*abort_hook)(int) = NULL;
+
+void set_error_rank(int rank) { error_rank = rank; }
+void set_abort_hook(void (*hook)(int)) { abort_hook = hook; }
+void set_log_rank(int rank) { log_rank = rank; }
+
+void fatal(int exit_code, const char *fmt, ...) {
+    char message[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    if (error_rank >= 0)
+        fprintf(stderr, "error: [rank %d] %s\n", error_rank, message);
+    else
+        fprintf(stderr, "error: %s\n", message);
+    fflush(stderr);
+    if (abort_hook) abort_hook(exit_code);
+    exit(exit_code);
+}
+
+void log_info(const char *fmt, ...) {
+    if (log_rank != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) fatal(EXIT_RUNTIME, "out of host memory allocating %zu bytes", bytes);
+    return p;
+}
+
+void *xcalloc(size_t count, size_t bytes) {
+    void *p = calloc(count ? count : 1, bytes ? bytes : 1);
+    if (!p) fatal(EXIT_RUNTIME, "out of host memory allocating %zu x %zu bytes", count, bytes);
+    return p;
+}
+
+uint64_t hash64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+uint64_t hash_string(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    return h;
+}
+
+double hash_uniform(uint64_t a, uint64_t b, uint64_t c) {
+    uint64_t h = hash64(a ^ hash64(b ^ hash64(c)));
+    return (double)(h >> 11) * (1.0 / 9007199254740992.0); /* 53 random bits */
+}
+
+double hash_normal(uint64_t a, uint64_t b, uint64_t c) {
+    /* Box-Muller on two uniforms drawn from disjoint counters (2c and 2c+1). */
+    double u1 = hash_uniform(a, b, 2 * c);
+    double u2 = hash_uniform(a, b, 2 * c + 1);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+uint32_t rng_next_u32(uint64_t *state) {
+    /* splitmix64: a counter run through the finaliser. */
+    return (uint32_t)(hash64((*state)++) >> 32);
+}
+
+float rng_next_float(uint64_t *state) { return (rng_next_u32(state) >> 8) / 16777216.0f; }
+
+double wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}

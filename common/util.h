@@ -1,0 +1,50 @@
+/* util.h: errors, logging and hashing shared by every program of the course.
+ *
+ * Errors: every failure goes through fatal(), which prints one line
+ *   "error: ..." (prefixed with the rank once the communication layer has
+ *   registered one) and ends the whole job. A multi-process program registers
+ *   an abort hook (MPI_Abort) so that one failing rank never leaves the others
+ *   waiting in a collective.
+ * Exit codes: EXIT_RUNTIME (1) for failures of the machine or a library,
+ *   EXIT_USAGE (2) for bad input of any kind, EXIT_DIVERGED (3) when the loss
+ *   stops being a finite number. */
+#ifndef UTIL_H
+#define UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_DIVERGED = 3 };
+
+/* Print "error: <message>" on stderr and end the job with exit_code. */
+void fatal(int exit_code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+
+/* Multi-process programs install these: the rank named in error messages, and a
+ * function that ends every process of the job (it must not return). */
+void set_error_rank(int rank);
+void set_abort_hook(void (*hook)(int exit_code));
+
+/* printf on stdout from rank 0 only (set_log_rank sets who we are), flushed at once. */
+void set_log_rank(int rank);
+void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* malloc for small host-side bookkeeping (not tracked: tensors go through device.h). */
+void *xmalloc(size_t bytes);
+void *xcalloc(size_t count, size_t bytes);
+
+/* Counter-based randomness: the value depends only on its inputs, never on call
+ * order, which is what lets any split of the model or the batch reproduce the
+ * same numbers. */
+uint64_t hash64(uint64_t x);                      /* splitmix64 finaliser */
+uint64_t hash_string(const char *s);              /* FNV-1a, 64 bit */
+double hash_uniform(uint64_t a, uint64_t b, uint64_t c); /* in [0, 1) */
+double hash_normal(uint64_t a, uint64_t b, uint64_t c);  /* standard normal */
+
+/* Sequential generator for the text sampler (its state is saved in checkpoints). */
+uint32_t rng_next_u32(uint64_t *state);
+float rng_next_float(uint64_t *state); /* in [0, 1) */
+
+/* Wall clock in milliseconds since an arbitrary start (monotonic). */
+double wall_ms(void);
+
+#endif

@@ -1,0 +1,191 @@
+#!/usr/bin/env bats
+# Bad input: one line on stderr naming the problem (and the valid range),
+# exit status 2, no crash, within a second. A diverging loss exits with 3.
+
+load helpers
+bats_require_minimum_version 1.5.0
+
+# Run the trainer with a one-second limit and stderr kept apart.
+bad() {
+    run --separate-stderr timeout 1 "$TRAIN01" --device cpu --sample 0 --quiet --out "$(scratch)/out" "$@"
+}
+
+# Exit status 2 and exactly one stderr line, starting with "error:" and containing $1.
+assert_refused() {
+    assert_equal "$status" 2
+    assert_equal "$(printf '%s\n' "$stderr" | grep -c .)" "1"
+    [[ "$stderr" == error:* ]]
+    [[ "$stderr" == *"$1"* ]] || { echo "stderr: $stderr (expected: $1)"; return 1; }
+}
+
+@test "an unknown flag is refused" {
+    bad --steps 1 --frobnicate 3
+    assert_refused "unknown flag '--frobnicate'"
+}
+
+@test "a flag without its value is refused" {
+    bad --steps
+    assert_refused "--steps needs a value"
+}
+
+@test "a stray positional argument is refused" {
+    bad --steps 1 extra
+    assert_refused "unexpected argument 'extra'"
+}
+
+@test "a non-numeric batch is refused with the valid range" {
+    bad --batch eight
+    assert_refused "--batch: 'eight' is not a whole number (valid: 1..1000000)"
+}
+
+@test "a zero batch is refused" {
+    bad --batch 0
+    assert_refused "--batch: 0 is out of range (valid: 1..1000000)"
+}
+
+@test "a negative number of steps is refused" {
+    bad --steps -5
+    assert_refused "--steps: -5 is out of range"
+}
+
+@test "a zero learning rate is refused" {
+    bad --lr 0
+    assert_refused "--lr: 0 is out of range"
+}
+
+@test "a learning rate of nan is refused" {
+    bad --lr nan
+    assert_refused "--lr: 'nan' is not a number"
+}
+
+@test "dmodel not divisible by heads is refused" {
+    bad --dmodel 100 --heads 3
+    assert_refused "--dmodel 100 is not divisible by --heads 3"
+}
+
+@test "zero layers are refused" {
+    bad --layers 0
+    assert_refused "--layers: 0 is out of range (valid: 1..256)"
+}
+
+@test "an unknown model preset is refused" {
+    bad --model huge
+    assert_refused "--model: unknown preset 'huge' (valid: tiny, small, medium, gpt2)"
+}
+
+@test "an unknown device is refused" {
+    bad --device tpu
+    assert_refused "--device: unknown device 'tpu' (valid: auto, cpu, cuda)"
+}
+
+@test "micro-batches that do not divide the batch are refused" {
+    bad --batch 8 --micro 3
+    assert_refused "--micro 3 does not divide --batch 8"
+}
+
+@test "--stop-after beyond --steps is refused" {
+    bad --steps 5 --stop-after 6
+    assert_refused "--stop-after 6 is beyond --steps 5"
+}
+
+@test "absurd sizes that would overflow are refused before allocating" {
+    bad --batch 1000000 --seq 65536
+    assert_refused "too large"
+}
+
+@test "a model larger than the machine's memory is refused cleanly" {
+    bad --layers 256 --dmodel 16384 --heads 128 --seq 8 --batch 1
+    assert_refused "out of device memory"
+    assert_refused "more than this machine's physical memory"
+}
+
+@test "a sequence longer than the data allows is refused with the valid range" {
+    printf 'only a few bytes of text here\n' > "$(scratch)/short.txt"
+    bad --data "$(scratch)/short.txt" --seq 64
+    assert_refused "--seq 64 is longer than the data allows"
+    [[ "$stderr" == *"valid: --seq up to"* ]]
+}
+
+@test "a missing data file is refused" {
+    bad --data /nonexistent/corpus.txt
+    assert_refused "--data /nonexistent/corpus.txt: cannot open"
+}
+
+@test "an empty data file is refused" {
+    : > "$(scratch)/empty.txt"
+    bad --data "$(scratch)/empty.txt"
+    assert_refused "the file is empty"
+}
+
+@test "an unreadable data file is refused" {
+    if [ "$(id -u)" -eq 0 ]; then
+        # root reads any file regardless of its mode: a directory cannot be read as text
+        bad --data "$(scratch)"
+        assert_refused "is a directory"
+    else
+        printf 'text\n%.0s' {1..200} > "$(scratch)/secret.txt"
+        chmod 000 "$(scratch)/secret.txt"
+        bad --data "$(scratch)/secret.txt"
+        assert_refused "cannot open"
+    fi
+}
+
+@test "an unwritable output directory is refused" {
+    printf 'x' > "$(scratch)/file"
+    run --separate-stderr timeout 1 "$TRAIN01" --device cpu --steps 1 --out "$(scratch)/file/sub"
+    assert_refused "--out $(scratch)/file/sub: cannot create"
+}
+
+@test "a device memory budget that is too small is refused naming the tag, request and budget" {
+    bad --device-mem-limit 1M
+    assert_refused "out of device memory"
+    [[ "$stderr" == *"device/"* ]]                 # the tag: space/category
+    [[ "$stderr" == *"budget 1.00 MiB"* ]]
+    [[ "$stderr" == *"allocating"* ]]
+}
+
+@test "a malformed device memory budget is refused" {
+    bad --device-mem-limit lots
+    assert_refused "--device-mem-limit: 'lots' is not a size"
+}
+
+@test "a device memory budget that fits lets the run finish" {
+    run "$TRAIN01" --device cpu --steps 1 --sample 0 --device-mem-limit 64M --out "$(scratch)/fits"
+    assert_success
+}
+
+@test "--device cuda without a GPU is refused" {
+    "$BUILD/tests/gpu_probe" >/dev/null && skip "a GPU is visible"
+    bad --device cuda
+    assert_refused "--device cuda:"
+}
+
+@test "a foreign file given as checkpoint is refused" {
+    printf 'this is not a checkpoint at all, just text\n' > "$(scratch)/foreign.bin"
+    bad --resume "$(scratch)/foreign.bin"
+    assert_refused "not a checkpoint of this course"
+}
+
+@test "a truncated checkpoint is refused" {
+    "$TRAIN01" --device cpu --sample 0 --quiet --steps 2 --save "$(scratch)/ck.bin" --out "$(scratch)/a"
+    head -c 5000 "$(scratch)/ck.bin" > "$(scratch)/cut.bin"
+    bad --steps 4 --resume "$(scratch)/cut.bin"
+    assert_refused "truncated"
+}
+
+@test "a checkpoint of a different model is refused" {
+    "$TRAIN01" --device cpu --sample 0 --quiet --steps 2 --save "$(scratch)/ck.bin" --out "$(scratch)/a"
+    bad --steps 4 --layers 3 --resume "$(scratch)/ck.bin"
+    assert_refused "written for a different model"
+}
+
+@test "a missing checkpoint is refused" {
+    bad --resume "$(scratch)/nothing.bin"
+    assert_refused "--resume $(scratch)/nothing.bin: cannot open"
+}
+
+@test "a loss that becomes NaN stops the run with exit status 3" {
+    COURSE_FAULT_NAN_STEP=3 run --separate-stderr "$TRAIN01" --device cpu --steps 6 --sample 0 --out "$(scratch)/nan"
+    assert_equal "$status" 3
+    [[ "$stderr" == *"the loss became nan at step 3"* ]]
+}

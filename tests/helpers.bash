@@ -1,0 +1,46 @@
+# helpers.bash: loaded by every .bats file (load helpers).
+# Finds bats-support / bats-assert, names the repository's paths, and wraps
+# mpirun with the flags a root CI container needs, out of the learner's way.
+
+for dir in /usr/lib/bats /usr/local/lib/bats /usr/lib/node_modules "${BATS_LIB_PATH:-}"; do
+    if [ -f "$dir/bats-support/load.bash" ] && [ -f "$dir/bats-assert/load.bash" ]; then
+        load "$dir/bats-support/load.bash"
+        load "$dir/bats-assert/load.bash"
+        break
+    fi
+done
+
+REPO="$(cd "$BATS_TEST_DIRNAME/.." && pwd)"
+BUILD="$REPO/build"
+TRAIN01="$REPO/01_single_gpu/train"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+
+# mpirun as root in containers needs explicit permission, and more ranks than
+# cores needs --oversubscribe.
+mpirun_np() {
+    local np="$1"
+    shift
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        mpirun --oversubscribe -np "$np" "$@"
+}
+
+# Print column NAME of a CSV file, one value per line (header skipped).
+csv_column() {
+    local file="$1" name="$2"
+    awk -F, -v name="$name" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) col = i; next }
+                             col { print $col }' "$file"
+}
+
+# A scratch directory per test, removed by bats.
+scratch() { echo "$BATS_TEST_TMPDIR"; }
+
+# Skip (or, under `make test-gpu`, fail) when no GPU is usable.
+require_gpu() {
+    if ! "$BUILD/tests/gpu_probe" >/dev/null 2>&1; then
+        if [ -n "${REQUIRE_GPU:-}" ]; then
+            echo "no usable GPU (make test-gpu requires one)" >&2
+            return 1
+        fi
+        skip "no GPU visible"
+    fi
+}

@@ -69,8 +69,9 @@ const char *default_data_path(void) {
         char *slash = strrchr(exe, '/');
         if (slash) {
             *slash = '\0';
-            snprintf(path, sizeof path, "%.4000s/../course.md", exe);
-            if (access(path, R_OK) == 0) return path;
+            char joined[4200];
+            snprintf(joined, sizeof joined, "%s/../course.md", exe);
+            if (realpath(joined, path) && access(path, R_OK) == 0) return path;
         }
     }
     snprintf(path, sizeof path, "course.md");

@@ -212,7 +212,7 @@ void copy_on_device(void *dst_device, const void *src_device, size_t bytes) {
         return;
     }
 #endif
-    memmove(dst_device, src_device, bytes);
+    memcpy(dst_device, src_device, bytes);
 }
 
 void device_sync(void) {

@@ -17,6 +17,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } Backend;
 
 typedef enum { SPACE_DEVICE = 0, SPACE_HOST = 1, SPACE_COUNT } Space;
@@ -57,7 +61,8 @@ size_t mem_peak_bytes(Space space, Category cat);
 size_t mem_peak_total(Space space); /* peak of the sum over categories */
 void mem_reset_peaks(void);
 
-/* Copies between host memory and DEVICE buffers, and within the device. */
+/* Copies between host memory and DEVICE buffers, and within the device.
+ * Source and destination must not overlap. */
 void copy_to_device(void *dst_device, const void *src_host, size_t bytes);
 void copy_to_host(void *dst_host, const void *src_device, size_t bytes);
 void copy_on_device(void *dst_device, const void *src_device, size_t bytes);
@@ -65,7 +70,8 @@ void copy_on_device(void *dst_device, const void *src_device, size_t bytes);
 /* Wait for all queued device work (no-op on the CPU). */
 void device_sync(void);
 
-/* Timers: CUDA events on the GPU, the monotonic clock on the CPU. */
+/* Timers: CUDA events on the GPU, the monotonic clock on the CPU.
+ * Start from a zeroed Timer (Timer t = {0}): the events are created on first use. */
 typedef struct {
     double start_ms; /* CPU */
     void *events[2]; /* CUDA: cudaEvent_t start, stop */
@@ -76,5 +82,9 @@ double timer_stop_ms(Timer *t); /* waits for the device; returns elapsed ms */
 /* Parse sizes such as "512", "64K", "1.5G" (binary multiples). Returns 0 on
  * success, -1 when the text is not a size. */
 int parse_bytes(const char *text, size_t *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -26,6 +26,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct KernelOps {
     const char *name; /* "cpu" or "cuda" */
 
@@ -68,7 +72,8 @@ typedef struct KernelOps {
     void (*residual_backward)(float *da, float *db, const float *dout, size_t n);
 
     /* Softmax cross-entropy over V classes per row. losses(N) = -log softmax(logits)[target];
-     * probs(N,V) = softmax(logits), saved for backward. targets (N) in 0..V-1. */
+     * probs(N,V) = softmax(logits), saved for backward. targets (N) must be in 0..V-1
+     * (there is no ignore index: every token counts). */
     void (*crossentropy_forward)(float *losses, float *probs, const float *logits, const int *targets, int N,
                                  int V);
     /* dlogits += (probs - onehot(target)) * dloss, where dloss is d(total loss)/d(each row's loss),
@@ -100,5 +105,9 @@ extern const KernelOps kernels_cuda;
 
 /* The table of the backend device_init() chose. */
 const KernelOps *ops(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -14,6 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_DIVERGED = 3 };
 
 /* Print "error: <message>" on stderr and end the job with exit_code. */
@@ -46,5 +50,9 @@ float rng_next_float(uint64_t *state); /* in [0, 1) */
 
 /* Wall clock in milliseconds since an arbitrary start (monotonic). */
 double wall_ms(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

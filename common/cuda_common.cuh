@@ -1,0 +1,36 @@
+/* cuda_common.cuh: what the CUDA sources of common/ share, and nothing else.
+ *
+ * Internal to the CUDA backend (device_cuda.cu, kernels_cuda.cu); C sources
+ * never include it, they go through cuda_runtime_glue.h and kernels.h.
+ *   - cuda_check / cublas_check: end the program with the failing call's file
+ *     and line, the way llm.c does, so an error names where it happened.
+ *   - cublas_handle: the one cuBLAS handle of the process, created by
+ *     cuda_select_device() when the CUDA backend is chosen.
+ * Everything runs on the default stream, so kernels, cuBLAS calls and copies
+ * execute in the order they are issued. */
+#ifndef CUDA_COMMON_CUH
+#define CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+/* util.h is a C header without extern "C" guards of its own. */
+#include "util.h"
+
+static inline void cuda_check_at(cudaError_t err, const char *file, int line) {
+    if (err != cudaSuccess)
+        fatal(EXIT_RUNTIME, "CUDA error at %s:%d: %s", file, line, cudaGetErrorString(err));
+}
+
+static inline void cublas_check_at(cublasStatus_t status, const char *file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS)
+        fatal(EXIT_RUNTIME, "cuBLAS error at %s:%d: %s", file, line, cublasGetStatusString(status));
+}
+
+#define cuda_check(call) cuda_check_at((call), __FILE__, __LINE__)
+#define cublas_check(call) cublas_check_at((call), __FILE__, __LINE__)
+
+/* Created by cuda_select_device(); NULL until then. */
+extern cublasHandle_t cublas_handle;
+
+#endif

@@ -1,0 +1,93 @@
+/* device_cuda.cu: the CUDA runtime services behind device.c (see cuda_runtime_glue.h).
+ *
+ * device.c keeps the bookkeeping (tags, budgets, peaks) in plain C; this file
+ * is the thin layer that actually talks to the GPU: pick the device, create
+ * the cuBLAS handle, allocate, copy, synchronise and time. Every call is
+ * checked and a failure ends the program naming the file and line. */
+#include "cuda_common.cuh"
+
+#include "cuda_runtime_glue.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+cublasHandle_t cublas_handle = NULL;
+
+extern "C" int cuda_device_count(void) {
+    int count = 0;
+    /* No driver, no device, or a broken install all mean "no GPU" here: the
+     * caller then falls back to (or asks for) the CPU backend. */
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear the sticky error so later calls start clean */
+        return 0;
+    }
+    return count;
+}
+
+extern "C" void cuda_select_device(int device, char *name, size_t name_len) {
+    cuda_check(cudaSetDevice(device));
+    cudaDeviceProp prop;
+    cuda_check(cudaGetDeviceProperties(&prop, device));
+    snprintf(name, name_len, "%s", prop.name);
+
+    if (!cublas_handle) cublas_check(cublasCreate(&cublas_handle));
+    /* Strict fp32 by default, so the CUDA backend matches the CPU one to
+     * ~1e-6 and the parity tests mean something. TF32 tensor cores (10-bit
+     * mantissa inputs) are several times faster on Ampere and later; opt in
+     * with COURSE_TF32=1 when speed matters more than parity. */
+    const char *tf32 = getenv("COURSE_TF32");
+    int use_tf32 = tf32 && strcmp(tf32, "1") == 0;
+    cublas_check(
+        cublasSetMathMode(cublas_handle, use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+}
+
+extern "C" void *cuda_alloc_zeroed(size_t bytes) {
+    void *ptr = NULL;
+    cudaError_t err = cudaMalloc(&ptr, bytes);
+    if (err == cudaErrorMemoryAllocation) {
+        /* Out of memory is the caller's to report (device.c names the tensor). */
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    cuda_check(err);
+    cuda_check(cudaMemset(ptr, 0, bytes));
+    return ptr;
+}
+
+extern "C" void cuda_release(void *ptr) {
+    cuda_check(cudaFree(ptr));
+}
+
+extern "C" void cuda_copy_h2d(void *dst, const void *src, size_t bytes) {
+    cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+extern "C" void cuda_copy_d2h(void *dst, const void *src, size_t bytes) {
+    cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+extern "C" void cuda_copy_d2d(void *dst, const void *src, size_t bytes) {
+    cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+
+extern "C" void cuda_synchronize(void) {
+    cuda_check(cudaDeviceSynchronize());
+}
+
+/* events[0] marks the start and events[1] the stop, both on the default
+ * stream, so the interval covers exactly the work queued in between. */
+extern "C" void cuda_timer_start(void **events) {
+    for (int i = 0; i < 2; i++)
+        if (!events[i]) cuda_check(cudaEventCreate((cudaEvent_t *)&events[i]));
+    cuda_check(cudaEventRecord((cudaEvent_t)events[0], 0));
+}
+
+extern "C" double cuda_timer_stop_ms(void **events) {
+    if (!events[0] || !events[1]) fatal(EXIT_RUNTIME, "cuda_timer_stop_ms: the timer was never started");
+    cuda_check(cudaEventRecord((cudaEvent_t)events[1], 0));
+    cuda_check(cudaEventSynchronize((cudaEvent_t)events[1]));
+    float elapsed_ms = 0.0f;
+    cuda_check(cudaEventElapsedTime(&elapsed_ms, (cudaEvent_t)events[0], (cudaEvent_t)events[1]));
+    return elapsed_ms;
+}

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""plot.py: draw the course's plots from run directories (steps.csv, memory.csv, run.csv).
+
+    python3 common/plot.py RUN_DIR... [--out DIR]
+
+Reads only the CSVs that every chapter program writes, so a learner can plot
+their own runs next to the demo's. A run's label is its directory name;
+directories named LABEL.rN (N = 1, 2, ...) are repeats of one configuration:
+runtime bars show their median with min-max error bars, and loss curves use
+the first repeat.
+
+Plots written to --out (default runs/plots):
+    loss.png        loss curves overlaid (they must coincide across chapters)
+    runtime.png     median step time per configuration, with error bars
+    throughput.png  tokens/s per configuration, with error bars
+    memory.png      peak memory per rank, stacked by category (device space)
+"""
+import argparse
+import csv
+import os
+import re
+import sys
+from collections import OrderedDict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+CATEGORIES = ["params", "grads", "optimizer", "activations", "comm", "workspace"]
+COLOURS = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868",
+           "activations": "#c44e52", "comm": "#8172b3", "workspace": "#937860"}
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def label_of(run_dir):
+    """(label, repeat index) from a directory name such as 'small.r2'."""
+    name = os.path.basename(os.path.normpath(run_dir))
+    m = re.fullmatch(r"(.+)\.r(\d+)", name)
+    return (m.group(1), int(m.group(2))) if m else (name, 1)
+
+
+def load_runs(dirs):
+    """OrderedDict label -> list of runs (dicts with steps, memory, run rows)."""
+    groups = OrderedDict()
+    for d in dirs:
+        run = {"dir": d}
+        for name in ("steps", "memory", "run"):
+            path = os.path.join(d, name + ".csv")
+            if not os.path.exists(path):
+                sys.exit(f"plot.py: {path} is missing (is {d} a run directory written by a chapter program?)")
+            run[name] = read_csv(path)
+        label, repeat = label_of(d)
+        run["repeat"] = repeat
+        groups.setdefault(label, []).append(run)
+    for runs in groups.values():
+        runs.sort(key=lambda r: r["repeat"])
+    return groups
+
+
+def median(values):
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def bars_with_spread(ax, groups, column, ylabel, title):
+    labels, mids, lows, highs = [], [], [], []
+    for label, runs in groups.items():
+        values = [float(r["run"][0][column]) for r in runs]
+        m = median(values)
+        labels.append(label)
+        mids.append(m)
+        lows.append(m - min(values))
+        highs.append(max(values) - m)
+    x = range(len(labels))
+    ax.bar(x, mids, yerr=[lows, highs], capsize=5, color="#4c72b0")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(labels, rotation=20, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    for xi, m, hi in zip(x, mids, highs):
+        ax.annotate(f"{m:.3g}", (xi, m + hi), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
+
+
+def plot_loss(groups, out):
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    styles = ["-", "--", ":", "-."]
+    for i, (label, runs) in enumerate(groups.items()):
+        steps = runs[0]["steps"]
+        ax.plot([int(s["step"]) for s in steps], [float(s["loss"]) for s in steps],
+                styles[i % len(styles)], label=label, linewidth=1.5)
+        val = [(int(s["step"]), float(s["val_loss"])) for s in steps if s.get("val_loss")]
+        if val:
+            ax.plot(*zip(*val), "o", markersize=4, color=ax.lines[-1].get_color(),
+                    label=f"{label} (validation)")
+    ax.set_xlabel("optimizer step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("loss (mean cross-entropy, nats per byte)")
+    ax.set_title("Loss curves: the same model, seed and data give the same curve")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "loss.png"), dpi=120)
+    plt.close(fig)
+
+
+def plot_runtime(groups, out):
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    bars_with_spread(ax, groups, "median_step_ms", "median step time (ms)",
+                     "Runtime per optimizer step (median; bars: min-max over repeats)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "runtime.png"), dpi=120)
+    plt.close(fig)
+
+
+def plot_throughput(groups, out):
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    bars_with_spread(ax, groups, "tokens_per_s", "tokens per second",
+                     "Training throughput (median; bars: min-max over repeats)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "throughput.png"), dpi=120)
+    plt.close(fig)
+
+
+def plot_memory(groups, out):
+    """One bar per (configuration, rank), stacked by category, device space."""
+    bars = []  # (label, {category: MiB})
+    for label, runs in groups.items():
+        by_rank = OrderedDict()
+        for row in runs[0]["memory"]:
+            if row["space"] != "device":
+                continue
+            by_rank.setdefault(int(row["rank"]), {})[row["category"]] = int(row["peak_bytes"]) / 2**20
+        for rank, cats in by_rank.items():
+            bars.append((label if len(by_rank) == 1 else f"{label}\nrank {rank}", cats))
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(bars) + 2), 4.5))
+    bottom = [0.0] * len(bars)
+    for cat in CATEGORIES:
+        heights = [cats.get(cat, 0.0) for _, cats in bars]
+        if not any(heights):
+            continue
+        ax.bar(range(len(bars)), heights, bottom=bottom, label=cat, color=COLOURS[cat])
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.set_xticks(range(len(bars)))
+    ax.set_xticklabels([b[0] for b in bars], fontsize=8)
+    ax.set_ylabel("peak device memory (MiB)")
+    ax.set_title("Where device memory goes: peak bytes per rank, by category")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "memory.png"), dpi=120)
+    plt.close(fig)
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Plot course runs from their CSVs.")
+    parser.add_argument("runs", nargs="+", help="run directories (each with steps.csv, memory.csv, run.csv)")
+    parser.add_argument("--out", default="runs/plots", help="where to write the PNGs (default runs/plots)")
+    args = parser.parse_args()
+    groups = load_runs(args.runs)
+    os.makedirs(args.out, exist_ok=True)
+    plot_loss(groups, args.out)
+    plot_runtime(groups, args.out)
+    plot_throughput(groups, args.out)
+    plot_memory(groups, args.out)
+    print(f"plot.py: wrote loss.png, runtime.png, throughput.png, memory.png to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+#!/usr/bin/env bats
+# parity.bats: each CUDA kernel gives the CPU kernel's results (tests/test_parity.c).
+# Skipped when no GPU is usable; `make test-gpu` sets REQUIRE_GPU=1 to make that a failure.
+
+load helpers
+
+@test "embedding forward on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" embedding_forward
+    assert_success
+}
+
+@test "embedding backward on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" embedding_backward
+    assert_success
+}
+
+@test "layernorm forward on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" layernorm_forward
+    assert_success
+}
+
+@test "layernorm backward on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" layernorm_backward
+    assert_success
+}
+
+@test "linear forward on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" linear_forward
+    assert_success
+}
+
+@test "linear backward on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" linear_backward
+    assert_success
+}
+
+@test "attention forward on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" attention_forward
+    assert_success
+}
+
+@test "attention backward on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" attention_backward
+    assert_success
+}
+
+@test "gelu forward on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" gelu_forward
+    assert_success
+}
+
+@test "gelu backward on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" gelu_backward
+    assert_success
+}
+
+@test "residual forward on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" residual_forward
+    assert_success
+}
+
+@test "residual backward on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" residual_backward
+    assert_success
+}
+
+@test "cross-entropy forward on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" crossentropy_forward
+    assert_success
+}
+
+@test "cross-entropy backward on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" crossentropy_backward
+    assert_success
+}
+
+@test "sum of squares on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" sum_squares
+    assert_success
+}
+
+@test "AdamW update on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" adamw_update
+    assert_success
+}
+
+@test "fill_zero on CUDA zeroes exactly what the CPU zeroes" {
+    require_gpu
+    run "$BUILD/tests/test_parity" fill_zero
+    assert_success
+}
+
+@test "ten training steps of the tiny model on CUDA give the CPU's losses within 1e-4" {
+    require_gpu
+    d=$(scratch)
+    "$TRAIN01" --device cpu --model tiny --steps 10 --sample 0 --quiet --out "$d/cpu"
+    "$TRAIN01" --device cuda --model tiny --steps 10 --sample 0 --quiet --out "$d/cuda"
+    run paste -d, <(csv_column "$d/cpu/steps.csv" loss) <(csv_column "$d/cuda/steps.csv" loss)
+    assert_equal "$(echo "$output" | grep -c ,)" "10"
+    echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) { print "step " NR ": " $0; bad = 1 } }
+                              END { exit bad }'
+}
+
+@test "memory accounting on CUDA matches the CPU's for params, grads and optimizer" {
+    require_gpu
+    d=$(scratch)
+    "$TRAIN01" --device cpu --steps 1 --sample 0 --quiet --out "$d/cpu"
+    "$TRAIN01" --device cuda --steps 1 --sample 0 --quiet --out "$d/cuda"
+    for c in params grads optimizer activations; do
+        assert_equal "$(grep ",device,$c," "$d/cpu/memory.csv")" "$(grep ",device,$c," "$d/cuda/memory.csv")"
+    done
+}

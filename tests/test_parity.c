@@ -1,0 +1,481 @@
+/* test_parity.c: the CUDA backend checked against the CPU backend, kernel by kernel.
+ *
+ *   build/tests/test_parity [kernel]      (every kernel when none is named)
+ *
+ * For each operation of kernels.h, the same random inputs, drawn on the host,
+ * go through kernels_cpu on host buffers and, copied to the GPU, through
+ * kernels_cuda on device buffers. Every output and gradient must agree:
+ *   maxrel = max|cpu - cuda| / max(1e-6, max|cpu|)  <=  1e-4
+ * which strict fp32 on both sides meets with room to spare (sums are only
+ * done in a different order), and which a wrong index or a missed element
+ * does not.
+ *   - Outputs start as garbage on both sides: a forward must overwrite.
+ *   - Gradients start as small non-zero values, and what is compared is what
+ *     the kernel added (after - before): kernels.h says every backward ADDS,
+ *     and a kernel that overwrites fails.
+ *   - Each kernel runs on two shapes: small odd sizes that are multiples of
+ *     nothing (T=17, C=48 as 3 heads of 16, V=67, OC=37), and larger ones
+ *     spanning several blocks, token chunks and lanes per row.
+ *
+ * Output: one line per kernel, "PASS name maxrel=... (worst: tensor)" or
+ * "FAIL ...". Exit status: 0 all pass, 1 any failure, 2 bad arguments,
+ * 77 when no GPU is usable (a build without CUDA, or no device visible),
+ * which tests/parity.bats turns into a skip. */
+#include "device.h"
+#include "kernels.h"
+#include "util.h"
+
+#include <stdio.h>
+
+#define EXIT_SKIP 77
+
+#ifndef USE_CUDA
+int main(void) {
+    printf("SKIP: this build lacks CUDA (nvcc not found, or built with CUDA=0)\n");
+    return EXIT_SKIP;
+}
+#else
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOLERANCE 1e-4
+/* Both backends accumulate sum_squares in double, so only double rounding
+ * separates them. */
+#define SUM_SQUARES_TOLERANCE 1e-9
+/* Scale of the values gradient buffers start with. */
+#define GRAD_START 0.1f
+
+/* Letters as in kernels.h. */
+typedef struct {
+    int B, T, C, NH, V, OC;
+} Shape;
+
+static const Shape shapes[] = {
+    {3, 17, 48, 3, 67, 37},      /* small and odd: nothing is a multiple of a warp or a block */
+    {2, 259, 200, 5, 1001, 129}, /* several blocks, token chunks (N > 256) and lanes per row */
+};
+#define SHAPE_COUNT (int)(sizeof shapes / sizeof shapes[0])
+
+/* ---- buffers: host ones from xmalloc, device ones from mem_alloc; all freed after each shape ---- */
+
+#define MAX_BUFFERS 64
+static void *host_buffers[MAX_BUFFERS], *device_buffers[MAX_BUFFERS];
+static int host_count, device_count;
+static uint64_t rng_state;
+
+static void *host_alloc(size_t bytes) {
+    if (host_count == MAX_BUFFERS) fatal(EXIT_RUNTIME, "test_parity: more than %d host buffers", MAX_BUFFERS);
+    return host_buffers[host_count++] = xmalloc(bytes);
+}
+
+static void *gpu_copy_bytes(const void *host, size_t bytes) {
+    if (device_count == MAX_BUFFERS)
+        fatal(EXIT_RUNTIME, "test_parity: more than %d device buffers", MAX_BUFFERS);
+    void *dev = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "parity test buffer");
+    copy_to_device(dev, host, bytes);
+    return device_buffers[device_count++] = dev;
+}
+static float *gpu_copy(const float *host, size_t n) {
+    return gpu_copy_bytes(host, n * sizeof(float));
+}
+static int *gpu_copy_ints(const int *host, size_t n) {
+    return gpu_copy_bytes(host, n * sizeof(int));
+}
+
+static void release_buffers(void) {
+    while (host_count > 0) free(host_buffers[--host_count]);
+    while (device_count > 0) mem_free(device_buffers[--device_count]);
+}
+
+/* Uniform in [lo, hi). */
+static float *random_floats(size_t n, float lo, float hi) {
+    float *x = host_alloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * rng_next_float(&rng_state);
+    return x;
+}
+static float *random_grads(size_t n) {
+    return random_floats(n, -GRAD_START, GRAD_START);
+}
+
+/* Tokens in 0..V-1 with both ends of the range present and the first token
+ * repeated at the end, so that rows of dwte collect several contributions,
+ * some far apart. */
+static int *random_tokens(size_t n, int V) {
+    int *tokens = host_alloc(n * sizeof(int));
+    for (size_t i = 0; i < n; i++) tokens[i] = (int)(rng_next_u32(&rng_state) % (uint32_t)V);
+    tokens[0] = V - 1;
+    if (n > 2) tokens[1] = 0;
+    tokens[n - 1] = tokens[0];
+    return tokens;
+}
+
+static float *host_clone(const float *x, size_t n) {
+    float *copy = host_alloc(n * sizeof(float));
+    memcpy(copy, x, n * sizeof(float));
+    return copy;
+}
+
+/* ---- comparison ---- */
+
+typedef struct {
+    double worst;      /* largest maxrel seen so far */
+    const char *where; /* which tensor it came from */
+} Check;
+
+/* maxrel between the CPU's values and the device buffer's, both minus
+ * `before` when given (to compare what a backward added). */
+static void compare_impl(Check *check, const char *what, const float *cpu, const float *gpu_device,
+                         const float *before, size_t n) {
+    float *gpu = host_alloc(n * sizeof(float));
+    copy_to_host(gpu, gpu_device, n * sizeof(float));
+    double max_abs = 0.0, max_diff = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double base = before ? before[i] : 0.0;
+        double a = cpu[i] - base, b = gpu[i] - base;
+        double diff = fabs(a - b);
+        if (isnan(diff)) diff = INFINITY; /* a NaN on either side is a failure */
+        if (fabs(a) > max_abs) max_abs = fabs(a);
+        if (diff > max_diff) max_diff = diff;
+    }
+    double rel = max_diff / (max_abs > 1e-6 ? max_abs : 1e-6);
+    if (!check->where || rel > check->worst) {
+        check->worst = rel;
+        check->where = what;
+    }
+}
+
+/* An output the kernel writes. */
+static void compare(Check *check, const char *what, const float *cpu, const float *gpu_device, size_t n) {
+    compare_impl(check, what, cpu, gpu_device, NULL, n);
+}
+/* A gradient the kernel adds into, starting from `before` on both sides. */
+static void compare_added(Check *check, const char *what, const float *before, const float *cpu,
+                          const float *gpu_device, size_t n) {
+    compare_impl(check, what, cpu, gpu_device, before, n);
+}
+
+/* ---- one function per kernel: same inputs through both backends ---- */
+
+static void test_embedding_forward(const Shape *s, Check *check) {
+    size_t N = (size_t)s->B * s->T, C = s->C;
+    int *tokens = random_tokens(N, s->V);
+    float *wte = random_floats((size_t)s->V * C, -1, 1), *wpe = random_floats((size_t)s->T * C, -1, 1);
+    float *out = random_floats(N * C, -9, 9);
+    float *g_out = gpu_copy(out, N * C);
+    kernels_cpu.embedding_forward(out, tokens, wte, wpe, s->B, s->T, s->C);
+    kernels_cuda.embedding_forward(g_out, gpu_copy_ints(tokens, N), gpu_copy(wte, (size_t)s->V * C),
+                                   gpu_copy(wpe, (size_t)s->T * C), s->B, s->T, s->C);
+    compare(check, "out", out, g_out, N * C);
+}
+
+static void test_embedding_backward(const Shape *s, Check *check) {
+    size_t N = (size_t)s->B * s->T, C = s->C, VC = (size_t)s->V * C, TC = (size_t)s->T * C;
+    int *tokens = random_tokens(N, s->V);
+    float *dout = random_floats(N * C, -1, 1);
+    float *dwte0 = random_grads(VC), *dwpe0 = random_grads(TC);
+    float *dwte = host_clone(dwte0, VC), *dwpe = host_clone(dwpe0, TC);
+    float *g_dwte = gpu_copy(dwte0, VC), *g_dwpe = gpu_copy(dwpe0, TC);
+    kernels_cpu.embedding_backward(dwte, dwpe, dout, tokens, s->B, s->T, s->C, s->V);
+    kernels_cuda.embedding_backward(g_dwte, g_dwpe, gpu_copy(dout, N * C), gpu_copy_ints(tokens, N), s->B,
+                                    s->T, s->C, s->V);
+    compare_added(check, "dwte", dwte0, dwte, g_dwte, VC);
+    compare_added(check, "dwpe", dwpe0, dwpe, g_dwpe, TC);
+}
+
+static void test_layernorm_forward(const Shape *s, Check *check) {
+    int N = s->B * s->T, C = s->C;
+    size_t NC = (size_t)N * C;
+    float *inp = random_floats(NC, -2, 3); /* non-zero mean on purpose */
+    float *weight = random_floats(C, 0.5f, 1.5f), *bias = random_floats(C, -0.5f, 0.5f);
+    float *out = random_floats(NC, -9, 9), *mean = random_floats(N, -9, 9), *rstd = random_floats(N, -9, 9);
+    float *g_out = gpu_copy(out, NC), *g_mean = gpu_copy(mean, N), *g_rstd = gpu_copy(rstd, N);
+    kernels_cpu.layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+    kernels_cuda.layernorm_forward(g_out, g_mean, g_rstd, gpu_copy(inp, NC), gpu_copy(weight, C),
+                                   gpu_copy(bias, C), N, C);
+    compare(check, "out", out, g_out, NC);
+    compare(check, "mean", mean, g_mean, N);
+    compare(check, "rstd", rstd, g_rstd, N);
+}
+
+static void test_layernorm_backward(const Shape *s, Check *check) {
+    int N = s->B * s->T, C = s->C;
+    size_t NC = (size_t)N * C;
+    float *inp = random_floats(NC, -2, 3);
+    float *weight = random_floats(C, 0.5f, 1.5f), *bias = random_floats(C, -0.5f, 0.5f);
+    float *out = host_alloc(NC * sizeof(float)), *mean = host_alloc(N * sizeof(float));
+    float *rstd = host_alloc(N * sizeof(float));
+    kernels_cpu.layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); /* mean, rstd for both sides */
+    float *dout = random_floats(NC, -1, 1);
+    float *dinp0 = random_grads(NC), *dweight0 = random_grads(C), *dbias0 = random_grads(C);
+    float *dinp = host_clone(dinp0, NC), *dweight = host_clone(dweight0, C), *dbias = host_clone(dbias0, C);
+    float *g_dinp = gpu_copy(dinp0, NC), *g_dweight = gpu_copy(dweight0, C), *g_dbias = gpu_copy(dbias0, C);
+    kernels_cpu.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    kernels_cuda.layernorm_backward(g_dinp, g_dweight, g_dbias, gpu_copy(dout, NC), gpu_copy(inp, NC),
+                                    gpu_copy(weight, C), gpu_copy(mean, N), gpu_copy(rstd, N), N, C);
+    compare_added(check, "dinp", dinp0, dinp, g_dinp, NC);
+    compare_added(check, "dweight", dweight0, dweight, g_dweight, C);
+    compare_added(check, "dbias", dbias0, dbias, g_dbias, C);
+}
+
+static void test_linear_forward(const Shape *s, Check *check) {
+    int N = s->B * s->T, C = s->C, OC = s->OC;
+    size_t NC = (size_t)N * C, NOC = (size_t)N * OC, OCC = (size_t)OC * C;
+    float *inp = random_floats(NC, -1, 1), *weight = random_floats(OCC, -1, 1),
+          *bias = random_floats(OC, -1, 1);
+    float *g_inp = gpu_copy(inp, NC), *g_weight = gpu_copy(weight, OCC);
+    float *out = random_floats(NOC, -9, 9), *out_nobias = random_floats(NOC, -9, 9);
+    float *g_out = gpu_copy(out, NOC), *g_out_nobias = gpu_copy(out_nobias, NOC);
+    kernels_cpu.linear_forward(out, inp, weight, bias, N, C, OC);
+    kernels_cuda.linear_forward(g_out, g_inp, g_weight, gpu_copy(bias, OC), N, C, OC);
+    kernels_cpu.linear_forward(out_nobias, inp, weight, NULL, N, C, OC);
+    kernels_cuda.linear_forward(g_out_nobias, g_inp, g_weight, NULL, N, C, OC);
+    compare(check, "out", out, g_out, NOC);
+    compare(check, "out (no bias)", out_nobias, g_out_nobias, NOC);
+}
+
+static void test_linear_backward(const Shape *s, Check *check) {
+    int N = s->B * s->T, C = s->C, OC = s->OC;
+    size_t NC = (size_t)N * C, NOC = (size_t)N * OC, OCC = (size_t)OC * C;
+    float *inp = random_floats(NC, -1, 1), *weight = random_floats(OCC, -1, 1),
+          *dout = random_floats(NOC, -1, 1);
+    float *g_inp = gpu_copy(inp, NC), *g_weight = gpu_copy(weight, OCC), *g_dout = gpu_copy(dout, NOC);
+    float *dinp0 = random_grads(NC), *dweight0 = random_grads(OCC), *dbias0 = random_grads(OC);
+    float *dinp = host_clone(dinp0, NC), *dweight = host_clone(dweight0, OCC),
+          *dbias = host_clone(dbias0, OC);
+    float *g_dinp = gpu_copy(dinp0, NC), *g_dweight = gpu_copy(dweight0, OCC),
+          *g_dbias = gpu_copy(dbias0, OC);
+    kernels_cpu.linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    kernels_cuda.linear_backward(g_dinp, g_dweight, g_dbias, g_dout, g_inp, g_weight, N, C, OC);
+    compare_added(check, "dinp", dinp0, dinp, g_dinp, NC);
+    compare_added(check, "dweight", dweight0, dweight, g_dweight, OCC);
+    compare_added(check, "dbias", dbias0, dbias, g_dbias, OC);
+
+    /* without a bias: dbias is NULL and the matmuls still add */
+    float *dinp_nb = host_clone(dinp0, NC), *dweight_nb = host_clone(dweight0, OCC);
+    float *g_dinp_nb = gpu_copy(dinp0, NC), *g_dweight_nb = gpu_copy(dweight0, OCC);
+    kernels_cpu.linear_backward(dinp_nb, dweight_nb, NULL, dout, inp, weight, N, C, OC);
+    kernels_cuda.linear_backward(g_dinp_nb, g_dweight_nb, NULL, g_dout, g_inp, g_weight, N, C, OC);
+    compare_added(check, "dinp (no bias)", dinp0, dinp_nb, g_dinp_nb, NC);
+    compare_added(check, "dweight (no bias)", dweight0, dweight_nb, g_dweight_nb, OCC);
+}
+
+static void test_attention_forward(const Shape *s, Check *check) {
+    int B = s->B, T = s->T, C = s->C, NH = s->NH;
+    size_t qkv_n = (size_t)B * T * 3 * C, out_n = (size_t)B * T * C, att_n = (size_t)B * NH * T * T;
+    float *qkv = random_floats(qkv_n, -2, 2);
+    float *out = random_floats(out_n, -9, 9), *att = random_floats(att_n, -9, 9);
+    float *g_out = gpu_copy(out, out_n), *g_att = gpu_copy(att, att_n);
+    kernels_cpu.attention_forward(out, att, qkv, B, T, C, NH);
+    kernels_cuda.attention_forward(g_out, g_att, gpu_copy(qkv, qkv_n), B, T, C, NH);
+    compare(check, "att", att, g_att, att_n);
+    compare(check, "out", out, g_out, out_n);
+}
+
+static void test_attention_backward(const Shape *s, Check *check) {
+    int B = s->B, T = s->T, C = s->C, NH = s->NH;
+    size_t qkv_n = (size_t)B * T * 3 * C, out_n = (size_t)B * T * C, att_n = (size_t)B * NH * T * T;
+    float *qkv = random_floats(qkv_n, -2, 2);
+    float *out = host_alloc(out_n * sizeof(float)), *att = host_alloc(att_n * sizeof(float));
+    kernels_cpu.attention_forward(out, att, qkv, B, T, C, NH); /* the saved att both sides start from */
+    float *dout = random_floats(out_n, -1, 1);
+    float *datt = random_floats(att_n, -9, 9); /* scratch: garbage in must not matter */
+    float *dqkv0 = random_grads(qkv_n), *dqkv = host_clone(dqkv0, qkv_n), *g_dqkv = gpu_copy(dqkv0, qkv_n);
+    float *g_datt = gpu_copy(datt, att_n);
+    kernels_cpu.attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+    kernels_cuda.attention_backward(g_dqkv, g_datt, gpu_copy(dout, out_n), gpu_copy(qkv, qkv_n),
+                                    gpu_copy(att, att_n), B, T, C, NH);
+    compare_added(check, "dqkv", dqkv0, dqkv, g_dqkv, qkv_n);
+}
+
+/* Elementwise kernels run on n = B*T*C + 3 elements: not a multiple of anything. */
+static size_t elementwise_count(const Shape *s) {
+    return (size_t)s->B * s->T * s->C + 3;
+}
+
+static void test_gelu_forward(const Shape *s, Check *check) {
+    size_t n = elementwise_count(s);
+    float *inp = random_floats(n, -5, 5), *out = random_floats(n, -9, 9), *g_out = gpu_copy(out, n);
+    kernels_cpu.gelu_forward(out, inp, n);
+    kernels_cuda.gelu_forward(g_out, gpu_copy(inp, n), n);
+    compare(check, "out", out, g_out, n);
+}
+
+static void test_gelu_backward(const Shape *s, Check *check) {
+    size_t n = elementwise_count(s);
+    float *inp = random_floats(n, -5, 5), *dout = random_floats(n, -1, 1);
+    float *dinp0 = random_grads(n), *dinp = host_clone(dinp0, n), *g_dinp = gpu_copy(dinp0, n);
+    kernels_cpu.gelu_backward(dinp, inp, dout, n);
+    kernels_cuda.gelu_backward(g_dinp, gpu_copy(inp, n), gpu_copy(dout, n), n);
+    compare_added(check, "dinp", dinp0, dinp, g_dinp, n);
+}
+
+static void test_residual_forward(const Shape *s, Check *check) {
+    size_t n = elementwise_count(s);
+    float *a = random_floats(n, -1, 1), *b = random_floats(n, -1, 1);
+    float *out = random_floats(n, -9, 9), *g_out = gpu_copy(out, n);
+    kernels_cpu.residual_forward(out, a, b, n);
+    kernels_cuda.residual_forward(g_out, gpu_copy(a, n), gpu_copy(b, n), n);
+    compare(check, "out", out, g_out, n);
+}
+
+static void test_residual_backward(const Shape *s, Check *check) {
+    size_t n = elementwise_count(s);
+    float *dout = random_floats(n, -1, 1);
+    float *da0 = random_grads(n), *db0 = random_grads(n);
+    float *da = host_clone(da0, n), *db = host_clone(db0, n);
+    float *g_da = gpu_copy(da0, n), *g_db = gpu_copy(db0, n);
+    kernels_cpu.residual_backward(da, db, dout, n);
+    kernels_cuda.residual_backward(g_da, g_db, gpu_copy(dout, n), n);
+    compare_added(check, "da", da0, da, g_da, n);
+    compare_added(check, "db", db0, db, g_db, n);
+}
+
+static void test_crossentropy_forward(const Shape *s, Check *check) {
+    int N = s->B * s->T, V = s->V;
+    size_t NV = (size_t)N * V;
+    float *logits = random_floats(NV, -6, 6);
+    int *targets = random_tokens(N, V);
+    float *losses = random_floats(N, -9, 9), *probs = random_floats(NV, -9, 9);
+    float *g_losses = gpu_copy(losses, N), *g_probs = gpu_copy(probs, NV);
+    kernels_cpu.crossentropy_forward(losses, probs, logits, targets, N, V);
+    kernels_cuda.crossentropy_forward(g_losses, g_probs, gpu_copy(logits, NV), gpu_copy_ints(targets, N), N,
+                                      V);
+    compare(check, "losses", losses, g_losses, N);
+    compare(check, "probs", probs, g_probs, NV);
+}
+
+static void test_crossentropy_backward(const Shape *s, Check *check) {
+    int N = s->B * s->T, V = s->V;
+    size_t NV = (size_t)N * V;
+    float *logits = random_floats(NV, -6, 6);
+    int *targets = random_tokens(N, V);
+    float *losses = host_alloc(N * sizeof(float)), *probs = host_alloc(NV * sizeof(float));
+    kernels_cpu.crossentropy_forward(losses, probs, logits, targets, N, V); /* probs for both sides */
+    float dloss = 1.0f / N; /* the mean over the batch, as training uses it */
+    float *dlogits0 = random_grads(NV), *dlogits = host_clone(dlogits0, NV),
+          *g_dlogits = gpu_copy(dlogits0, NV);
+    kernels_cpu.crossentropy_backward(dlogits, probs, targets, dloss, N, V);
+    kernels_cuda.crossentropy_backward(g_dlogits, gpu_copy(probs, NV), gpu_copy_ints(targets, N), dloss, N,
+                                       V);
+    compare_added(check, "dlogits", dlogits0, dlogits, g_dlogits, NV);
+}
+
+static void test_sum_squares(const Shape *s, Check *check) {
+    /* 7 * B*T*C + 1: a few thousand elements, then more than the 256 x 256
+     * threads of the CUDA version, so its strided loop runs several rounds. */
+    size_t n = 7 * (size_t)s->B * s->T * s->C + 1;
+    float *x = random_floats(n, -1, 1);
+    double cpu = kernels_cpu.sum_squares(x, n);
+    double gpu = kernels_cuda.sum_squares(gpu_copy(x, n), n);
+    double rel = fabs(cpu - gpu) / (fabs(cpu) > 1e-6 ? fabs(cpu) : 1e-6);
+    if (isnan(rel)) rel = INFINITY;
+    if (!check->where || rel > check->worst) {
+        check->worst = rel;
+        check->where = "sum";
+    }
+}
+
+static void test_adamw_update(const Shape *s, Check *check) {
+    size_t n = elementwise_count(s);
+    float *params0 = random_floats(n, -1, 1), *grads = random_floats(n, -1, 1);
+    float *m = random_floats(n, -0.1f, 0.1f), *v = random_floats(n, 0.0f, 0.01f);
+    float *params = host_clone(params0, n);
+    float *g_params = gpu_copy(params0, n), *g_m = gpu_copy(m, n), *g_v = gpu_copy(v, n);
+    /* lr, beta1, beta2, eps, weight_decay, grad_scale, step */
+    kernels_cpu.adamw_update(params, grads, m, v, n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 3);
+    kernels_cuda.adamw_update(g_params, gpu_copy(grads, n), g_m, g_v, n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                              0.7f, 3);
+    /* the update is small next to the parameters: compare the step itself */
+    compare_added(check, "params step", params0, params, g_params, n);
+    compare(check, "m", m, g_m, n);
+    compare(check, "v", v, g_v, n);
+}
+
+static void test_fill_zero(const Shape *s, Check *check) {
+    /* zero all but the last 5 elements: the kernel must stop at n */
+    size_t n = elementwise_count(s), total = n + 5;
+    float *x = random_floats(total, -9, 9), *g_x = gpu_copy(x, total);
+    kernels_cpu.fill_zero(x, n);
+    kernels_cuda.fill_zero(g_x, n);
+    compare(check, "x", x, g_x, total);
+}
+
+typedef struct {
+    const char *name;
+    void (*run)(const Shape *s, Check *check);
+    double tolerance;
+} ParityTest;
+
+/* In the order of kernels.h. */
+static const ParityTest parity_tests[] = {
+    {"embedding_forward", test_embedding_forward, TOLERANCE},
+    {"embedding_backward", test_embedding_backward, TOLERANCE},
+    {"layernorm_forward", test_layernorm_forward, TOLERANCE},
+    {"layernorm_backward", test_layernorm_backward, TOLERANCE},
+    {"linear_forward", test_linear_forward, TOLERANCE},
+    {"linear_backward", test_linear_backward, TOLERANCE},
+    {"attention_forward", test_attention_forward, TOLERANCE},
+    {"attention_backward", test_attention_backward, TOLERANCE},
+    {"gelu_forward", test_gelu_forward, TOLERANCE},
+    {"gelu_backward", test_gelu_backward, TOLERANCE},
+    {"residual_forward", test_residual_forward, TOLERANCE},
+    {"residual_backward", test_residual_backward, TOLERANCE},
+    {"crossentropy_forward", test_crossentropy_forward, TOLERANCE},
+    {"crossentropy_backward", test_crossentropy_backward, TOLERANCE},
+    {"sum_squares", test_sum_squares, SUM_SQUARES_TOLERANCE},
+    {"adamw_update", test_adamw_update, TOLERANCE},
+    {"fill_zero", test_fill_zero, TOLERANCE},
+};
+#define PARITY_TEST_COUNT (int)(sizeof parity_tests / sizeof parity_tests[0])
+
+/* Runs one kernel on every shape; prints its line and returns 1 when it passed. */
+static int run_parity_test(const ParityTest *test) {
+    Check check = {0.0, NULL};
+    for (int i = 0; i < SHAPE_COUNT; i++) {
+        /* each (kernel, shape) draws from its own stream: running one kernel
+         * alone sees the same inputs as a full run */
+        rng_state = hash64(hash_string(test->name) + (uint64_t)i);
+        test->run(&shapes[i], &check);
+        release_buffers();
+    }
+    int passed = check.worst <= test->tolerance; /* false for NaN too */
+    printf("%s %s maxrel=%.3g (worst: %s, tolerance %.0e)\n", passed ? "PASS" : "FAIL", test->name,
+           check.worst, check.where, test->tolerance);
+    return passed;
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: test_parity [kernel]\nkernels:");
+    for (int i = 0; i < PARITY_TEST_COUNT; i++) fprintf(stderr, " %s", parity_tests[i].name);
+    fprintf(stderr, "\n");
+}
+
+int main(int argc, char **argv) {
+    const char *only = argc > 1 ? argv[1] : NULL;
+    int known = only == NULL;
+    for (int i = 0; only && i < PARITY_TEST_COUNT; i++) known |= strcmp(only, parity_tests[i].name) == 0;
+    if (argc > 2 || !known) {
+        usage();
+        return EXIT_USAGE;
+    }
+    if (!device_cuda_available()) {
+        printf("SKIP: no usable GPU (this build has CUDA, but no device is visible)\n");
+        return EXIT_SKIP;
+    }
+    /* Parity is defined for strict fp32 matmuls; TF32 would miss 1e-4. */
+    if (getenv("COURSE_TF32")) {
+        printf("note: ignoring COURSE_TF32 (parity needs strict fp32 matmuls)\n");
+        unsetenv("COURSE_TF32");
+    }
+    device_init("cuda", 0);
+    printf("device: %s\n", device_name());
+
+    int failures = 0;
+    for (int i = 0; i < PARITY_TEST_COUNT; i++)
+        if (!only || strcmp(only, parity_tests[i].name) == 0) failures += !run_parity_test(&parity_tests[i]);
+    return failures ? 1 : 0;
+}
+
+#endif /* USE_CUDA */

@@ -56,6 +56,10 @@ NVCCFLAGS := -O3 -std=c++17 -Icommon -DUSE_CUDA --compiler-options -Wall,-Wextra
 
 COMMON_C := $(wildcard common/*.c)
 COMMON_CU := $(if $(USE_CUDA),$(wildcard common/*.cu))
+# A student copy (make exercises) has stubs that leave parameters unused.
+ifneq ($(wildcard .student),)
+  CFLAGS += -Wno-unused-parameter -Wno-unused-variable -Wno-unused-but-set-variable -Wno-unused-function
+endif
 ifdef USE_CUDA
   CFLAGS += -DUSE_CUDA
   LDLIBS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcudart -lstdc++
@@ -71,7 +75,7 @@ TEST_PROGRAMS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/*.c))
 # The build flavour (CUDA or not) is part of the objects: rebuild when it changes.
 FLAVOUR := $(BUILD)/.flavour-$(if $(USE_CUDA),cuda,cpu)
 
-.PHONY: all help deps test test-gpu demo bench clean
+.PHONY: all help deps test test-gpu demo bench grade exercises clean
 all: $(PROGRAMS) $(TEST_PROGRAMS)
 
 help:
@@ -80,6 +84,8 @@ help:
 	@echo "make test-gpu   only the CPU/CUDA parity tests; fails when no GPU is visible"
 	@echo "make demo       install missing packages, build, run the chapters, draw plots in runs/plots"
 	@echo "make bench      benchmarks (and PyTorch comparison when importable) into runs/bench"
+	@echo "make grade      grade the exercises (tests/grade) and print a score table"
+	@echo "make exercises DEST=dir [ONLY=01.2]   write a student copy with exercises stubbed out"
 	@echo "make deps       install missing packages only"
 	@echo "make clean      remove build outputs"
 	@echo "options: CUDA=0 (CPU only), CUDA=1 (require CUDA), NVCC_ARCHS='80 90'"
@@ -126,6 +132,14 @@ demo: deps
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@common/bench.sh
+
+grade: deps
+	@$(MAKE) --no-print-directory all
+	@common/grade.sh
+
+exercises:
+	@test -n "$(DEST)" || { echo "usage: make exercises DEST=dir [ONLY=01.1,01.2]" >&2; exit 2; }
+	@python3 common/exercises.py "$(DEST)" $(if $(ONLY),--only "$(ONLY)")
 
 clean:
 	rm -rf $(BUILD) $(PROGRAMS)

@@ -5,6 +5,7 @@
  * bit-identical results each time on the same machine, which the determinism
  * and checkpoint-resume tests rely on. */
 #include "kernels.h"
+#include "util.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -66,6 +67,7 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
 
 static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                const float *weight, const float *mean, const float *rstd, int N, int C) {
+    /* EXERCISE 01.1 BEGIN: layernorm backward (course.md, exercise 01.1) */
     /* dinp: rows are independent. */
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
@@ -100,6 +102,7 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
         dweight[c] += (float)dw;
         dbias[c] += (float)db;
     }
+    /* EXERCISE 01.1 END */
 }
 
 static void linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
@@ -297,6 +300,7 @@ static double sum_squares(const float *x, size_t n) {
 
 static void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
                          float beta2, float eps, float weight_decay, float grad_scale, int t) {
+    /* EXERCISE 01.2 BEGIN: the AdamW update (course.md, exercise 01.2) */
     float bias1 = 1.0f - powf(beta1, (float)t);
     float bias2 = 1.0f - powf(beta2, (float)t);
 #pragma omp parallel for
@@ -309,6 +313,7 @@ static void adamw_update(float *params, const float *grads, float *m, float *v, 
         float mhat = mi / bias1, vhat = vi / bias2;
         params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * params[i]);
     }
+    /* EXERCISE 01.2 END */
 }
 
 static void fill_zero(float *x, size_t n) { memset(x, 0, n * sizeof(float)); }

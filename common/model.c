@@ -146,6 +146,7 @@ void gpt_destroy(GPT *m) {
 /* ---- activation memory: one block per kind, carved into named tensors ---- */
 
 size_t activation_bytes(const ModelConfig *c, int B, int T) {
+    /* EXERCISE 01.3 BEGIN: count the bytes the forward pass saves (course.md, exercise 01.3) */
     size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab, L = c->layers;
     size_t att = (size_t)B * c->heads * T * T;
     /* per block: ln1, atty, res2, ln2, res3 (C each), qkv (3C), fch, fch_gelu
@@ -157,6 +158,7 @@ size_t activation_bytes(const ModelConfig *c, int B, int T) {
                     + BT * C + 2 * BT /* lnf, mean, rstd */
                     + 2 * BT * V + BT; /* logits, probs, losses */
     return floats * sizeof(float);
+    /* EXERCISE 01.3 END */
 }
 
 size_t scratch_bytes(const ModelConfig *c, int B, int T) {
@@ -175,12 +177,22 @@ static float *carve(float **cursor, size_t count) {
     return p;
 }
 
+/* The carved tensors must fill the block exactly: this is what keeps
+ * activation_bytes() and scratch_bytes() honest. */
+static void check_carved(const float *block, const float *cursor, size_t bytes, const char *what) {
+    size_t used = (size_t)(cursor - block) * sizeof(float);
+    if (used != bytes)
+        fatal(EXIT_RUNTIME, "%s: the tensors take %zu bytes but the block has %zu (the size function is wrong)", what,
+              used, bytes);
+}
+
 void activations_create(Activations *a, const ModelConfig *c, int B, int T) {
     memset(a, 0, sizeof *a);
     a->B = B;
     a->T = T;
     size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
-    float *cursor = mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, activation_bytes(c, B, T), "activations");
+    size_t bytes = activation_bytes(c, B, T);
+    float *block = mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, bytes, "activations"), *cursor = block;
     a->tokens = (int *)carve(&cursor, BT);
     a->targets = (int *)carve(&cursor, BT);
     a->encoded = carve(&cursor, BT * C);
@@ -207,6 +219,7 @@ void activations_create(Activations *a, const ModelConfig *c, int B, int T) {
     a->logits = carve(&cursor, BT * V);
     a->probs = carve(&cursor, BT * V);
     a->losses = carve(&cursor, BT);
+    check_carved(block, cursor, bytes, "activations");
 }
 
 void activations_destroy(Activations *a, const ModelConfig *c) {
@@ -221,7 +234,8 @@ void scratch_create(Scratch *s, const ModelConfig *c, int B, int T) {
     s->B = B;
     s->T = T;
     size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
-    float *cursor = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, scratch_bytes(c, B, T), "activation gradients");
+    size_t bytes = scratch_bytes(c, B, T);
+    float *block = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "activation gradients"), *cursor = block;
     s->branch = carve(&cursor, BT * C);
     s->dresid[0] = carve(&cursor, BT * C);
     s->dresid[1] = carve(&cursor, BT * C);
@@ -234,6 +248,7 @@ void scratch_create(Scratch *s, const ModelConfig *c, int B, int T) {
     s->dfch = carve(&cursor, BT * 4 * C);
     s->dfch_gelu = carve(&cursor, BT * 4 * C);
     s->dlogits = carve(&cursor, BT * V);
+    check_carved(block, cursor, bytes, "activation gradients");
 }
 
 void scratch_destroy(Scratch *s) {

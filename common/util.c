@@ -31,6 +31,10 @@ void fatal(int exit_code, const char *fmt, ...) {
     exit(exit_code);
 }
 
+void exercise_not_implemented(const char *id, const char *where) {
+    fatal(EXIT_RUNTIME, "exercise %s not implemented: see %s", id, where);
+}
+
 void log_info(const char *fmt, ...) {
     if (log_rank != 0) return;
     va_list ap;

@@ -23,6 +23,10 @@ enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_DIVERGED = 3 };
 /* Print "error: <message>" on stderr and end the job with exit_code. */
 void fatal(int exit_code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
+/* What a stubbed exercise calls in a student copy (see `make exercises`):
+ * prints "exercise ID not implemented: see WHERE" and ends the program. */
+void exercise_not_implemented(const char *id, const char *where) __attribute__((noreturn));
+
 /* Multi-process programs install these: the rank named in error messages, and a
  * function that ends every process of the job (it must not return). */
 void set_error_rank(int rank);

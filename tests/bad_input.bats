@@ -3,7 +3,6 @@
 # exit status 2, no crash, within a second. A diverging loss exits with 3.
 
 load helpers
-bats_require_minimum_version 1.5.0
 
 # Run the trainer with a one-second limit and stderr kept apart.
 bad() {

@@ -10,10 +10,14 @@ for dir in /usr/lib/bats /usr/local/lib/bats /usr/lib/node_modules "${BATS_LIB_P
     fi
 done
 
-REPO="$(cd "$BATS_TEST_DIRNAME/.." && pwd)"
+# The repository root: the nearest directory above this test holding the Makefile.
+REPO="$(cd "$BATS_TEST_DIRNAME" && pwd)"
+while [ ! -f "$REPO/Makefile" ] && [ "$REPO" != / ]; do REPO="$(dirname "$REPO")"; done
 BUILD="$REPO/build"
 TRAIN01="$REPO/01_single_gpu/train"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+
+bats_require_minimum_version 1.5.0 # run --separate-stderr
 
 # mpirun as root in containers needs explicit permission, and more ranks than
 # cores needs --oversubscribe.

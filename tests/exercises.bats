@@ -1,0 +1,90 @@
+#!/usr/bin/env bats
+# The exercise round trip: `make exercises` writes a student copy with the
+# marked solutions stubbed out; in it exactly the stubbed exercises' graders
+# fail; putting the reference back makes them pass again.
+
+load helpers
+
+# Two student copies, built once for the whole file (CPU only, to keep it quick):
+#   all/   every exercise stubbed
+#   one/   only 01.2 stubbed
+setup_file() {
+    export COPIES="$BATS_FILE_TMPDIR"
+    make -C "$REPO" --no-print-directory exercises DEST="$COPIES/all" >/dev/null
+    make -C "$REPO" --no-print-directory exercises DEST="$COPIES/one" ONLY=01.2 >/dev/null
+    for copy in all one; do
+        make -C "$COPIES/$copy" --no-print-directory -j2 CUDA=0 OPT=-O1 all >"$COPIES/$copy.build.log" 2>&1 ||
+            { cat "$COPIES/$copy.build.log" >&3; return 1; }
+    done
+}
+
+@test "the reference solution gets full marks" {
+    run "$REPO/common/grade.sh"
+    assert_success
+    assert_output --regexp 'total +8/8'
+}
+
+@test "a student copy replaces every marked solution by a stub" {
+    assert_equal "$(cat "$COPIES/all/.student" | tr '\n' ' ')" "01.1 01.2 01.3 "
+    run grep -c 'exercise_not_implemented("01\.[123]"' "$COPIES/all/common/kernels_cpu.c" "$COPIES/all/common/model.c"
+    assert_output --partial "kernels_cpu.c:2"
+    assert_output --partial "model.c:1"
+    # the solutions themselves are gone
+    run grep -c "sqrtf(vhat)" "$COPIES/all/common/kernels_cpu.c"
+    assert_output "0"
+    run grep -c "EXERCISE 01.1 END" "$COPIES/all/common/kernels_cpu.c"
+    assert_output "0"
+}
+
+@test "a stub fails clearly at run time, naming the exercise and where to read" {
+    run --separate-stderr "$COPIES/one/build/tests/test_kernels" adamw
+    assert_failure
+    [[ "$stderr" == *"exercise 01.2 not implemented: see course.md, exercise 01.2"* ]]
+}
+
+@test "with every exercise stubbed, every grader fails and the score is 0" {
+    run "$COPIES/all/common/grade.sh"
+    assert_failure
+    assert_output --regexp '01\.1 .* FAIL'
+    assert_output --regexp '01\.2 .* FAIL'
+    assert_output --regexp '01\.3 .* FAIL'
+    assert_output --regexp 'total +0/8'
+}
+
+@test "with only 01.2 stubbed, exactly its grader fails" {
+    run "$COPIES/one/common/grade.sh"
+    assert_failure
+    assert_output --regexp '01\.1 .* pass'
+    assert_output --regexp '01\.2 .* FAIL'
+    assert_output --regexp '01\.3 .* pass'
+    assert_output --regexp 'total +5/8'
+}
+
+@test "filling the stub back in with the reference makes its grader pass" {
+    cp "$REPO/common/kernels_cpu.c" "$COPIES/one/common/kernels_cpu.c"
+    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 all >/dev/null 2>&1
+    run "$COPIES/one/common/grade.sh"
+    assert_success
+    assert_output --regexp 'total +8/8'
+}
+
+@test "a plausible wrong answer fails its grader: Adam without bias correction" {
+    cp "$REPO/common/kernels_cpu.c" "$COPIES/one/common/kernels_cpu.c"
+    sed -i 's|float mhat = mi / bias1, vhat = vi / bias2;|float mhat = mi, vhat = vi;|' \
+        "$COPIES/one/common/kernels_cpu.c"
+    grep -q "float mhat = mi, vhat = vi;" "$COPIES/one/common/kernels_cpu.c"
+    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 all >/dev/null 2>&1
+    run "$COPIES/one/common/grade.sh"
+    assert_failure
+    assert_output --regexp '01\.2 .* FAIL'
+}
+
+@test "make exercises refuses an unknown exercise and a non-empty destination" {
+    run make -C "$REPO" --no-print-directory exercises DEST="$BATS_TEST_TMPDIR/x" ONLY=09.9
+    assert_failure
+    assert_output --partial "unknown exercise(s) 09.9"
+    mkdir -p "$BATS_TEST_TMPDIR/full" && touch "$BATS_TEST_TMPDIR/full/file"
+    run make -C "$REPO" --no-print-directory exercises DEST="$BATS_TEST_TMPDIR/full"
+    assert_failure
+    assert_output --partial "is not an empty directory"
+}

@@ -28,7 +28,8 @@
 
 int main(int argc, char **argv) {
     Config cfg;
-    config_parse(&cfg, argc, argv, PROGRAM, "Train a GPT on one device (CPU or one GPU): the reference loop.", NULL);
+    config_parse(&cfg, argc, argv, PROGRAM, "Train a GPT on one device (CPU or one GPU): the reference loop.",
+                 NULL);
 
     /* ---- build: device, data, output files, model, optimizer, activations ---- */
     device_init(cfg.device, 0);
@@ -53,7 +54,8 @@ int main(int argc, char **argv) {
     if (cfg.resume[0]) first_step = checkpoint_load(cfg.resume, &cfg, &model, &opt, &rng);
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
-    log_info("%s | device %s | %zu parameters | %d layers, d %d, %d heads, seq %d | batch %d = %d x %d | data %s "
+    log_info("%s | device %s | %zu parameters | %d layers, d %d, %d heads, seq %d | batch %d = %d "
+             "micro-batches x %d sequences | data %s "
              "(%zu bytes)\n",
              PROGRAM, device_name(), model.num_params, cfg.model.layers, cfg.model.dmodel, cfg.model.heads, T,
              cfg.batch, cfg.micro, B, cfg.data, data.size);
@@ -62,7 +64,8 @@ int main(int argc, char **argv) {
     size_t tokens_bytes = (size_t)B * T * sizeof(int);
     int *tokens = xmalloc(tokens_bytes), *targets = xmalloc(tokens_bytes);
     double tokens_per_step = (double)cfg.batch * T;
-    float dloss = (float)(1.0 / tokens_per_step); /* the loss is the mean over every token of the global batch */
+    float dloss =
+        (float)(1.0 / tokens_per_step); /* the loss is the mean over every token of the global batch */
     double *step_ms = xcalloc(last_step, sizeof(double));
     double loss = NAN;
     const KernelOps *k = ops();
@@ -121,10 +124,23 @@ int main(int argc, char **argv) {
     /* ---- run summary and memory ---- */
     int ran = last_step - first_step;
     RunSummary run = {
-        .program = PROGRAM, .device = device_name(), .world_size = 1, .dp = 1, .tp = 1, .pp = 1, .zero = 0,
-        .params = model.num_params, .layers = cfg.model.layers, .dmodel = cfg.model.dmodel,
-        .heads = cfg.model.heads, .seq = T, .batch = cfg.batch, .micro = cfg.micro, .steps = ran,
-        .final_loss = loss, .median_step_ms = ran > 0 ? median(step_ms + first_step, ran) : 0.0,
+        .program = PROGRAM,
+        .device = device_name(),
+        .world_size = 1,
+        .dp = 1,
+        .tp = 1,
+        .pp = 1,
+        .zero = 0,
+        .params = model.num_params,
+        .layers = cfg.model.layers,
+        .dmodel = cfg.model.dmodel,
+        .heads = cfg.model.heads,
+        .seq = T,
+        .batch = cfg.batch,
+        .micro = cfg.micro,
+        .steps = ran,
+        .final_loss = loss,
+        .median_step_ms = ran > 0 ? median(step_ms + first_step, ran) : 0.0,
         .peak_device_bytes = mem_peak_total(SPACE_DEVICE),
     };
     run.tokens_per_s = run.median_step_ms > 0 ? tokens_per_step / (run.median_step_ms / 1e3) : 0.0;
@@ -132,7 +148,8 @@ int main(int argc, char **argv) {
     size_t peaks[SPACE_COUNT * CAT_COUNT];
     memory_peaks_local(peaks);
     memory_csv_write(cfg.out, 1, peaks);
-    log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | peak device memory %.1f MiB | CSVs in %s\n",
+    log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | peak device memory %.1f MiB | CSVs "
+             "in %s\n",
              loss, run.median_step_ms, run.tokens_per_s, run.peak_device_bytes / 1048576.0, cfg.out);
 
     free(tokens);

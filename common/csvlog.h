@@ -2,7 +2,9 @@
  *
  *   steps.csv  (rank 0) one row per optimizer step:
  *              step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss
- *              (times are the slowest rank's; val_loss is empty when not evaluated;
+ *              (loss is measured before the step's update, val_loss after it, on the
+ *              validation split; times are the slowest rank's; val_loss is empty
+ *              when not evaluated;
  *              chapters may append columns, never rename these)
  *   memory.csv rank,space,category,peak_bytes: one row per rank, space and category
  *   run.csv    one row describing the whole run (see RunSummary)

@@ -1,15 +1,48 @@
 #!/usr/bin/env bash
 # demo.sh: run each chapter program that exists at its demo configuration on
-# the default device (a GPU if one is visible, else the CPU) and leave the
-# CSVs under runs/demo/. Called by `make demo` after building.
+# the default device (a GPU if one is visible, else the CPU), repeat each
+# timed configuration, then draw the plots into runs/plots/<chapter>/.
+# Called by `make demo` after building. DEMO_STEPS and DEMO_REPEATS override
+# the defaults (60 steps, 3 repeats).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"
-DEMO_STEPS="${DEMO_STEPS:-100}"
-out=runs/demo
+steps="${DEMO_STEPS:-60}"
+repeats="${DEMO_REPEATS:-3}"
+runs=runs/demo
 
-echo "demo: 01_single_gpu, small preset, $DEMO_STEPS steps (CSVs in $out/01_single_gpu)"
-./01_single_gpu/train --model small --steps "$DEMO_STEPS" --eval-every 25 --sample 200 \
-    --out "$out/01_single_gpu"
-echo "demo: done; see $out/01_single_gpu/{steps,memory,run}.csv"
+# The Python that has matplotlib (Debian's python3-matplotlib lives in /usr/bin/python3).
+python=""
+for candidate in python3 /usr/bin/python3; do
+    if "$candidate" -c "import matplotlib" 2>/dev/null; then python="$candidate"; break; fi
+done
+[ -n "$python" ] || { echo "demo: no python3 with matplotlib found (make deps installs python3-matplotlib)" >&2; exit 1; }
+
+# run LABEL PROGRAM FLAGS...: every repeat of one configuration, with a progress line each.
+run() {
+    local label="$1" program="$2"
+    shift 2
+    for r in $(seq 1 "$repeats"); do
+        printf 'demo: %-28s repeat %d/%d ... ' "$label" "$r" "$repeats"
+        "$program" --steps "$steps" --sample 0 --quiet --out "$runs/$label.r$r" "$@" >"$runs/logs/$label.r$r.log" 2>&1 ||
+            { echo "failed"; cat "$runs/logs/$label.r$r.log" >&2; exit 1; }
+        awk -F, 'NR == 2 { printf "loss %.4f, median step %.1f ms, %.0f tok/s\n", $16, $17, $18 }' \
+            "$runs/$label.r$r/run.csv"
+    done
+}
+
+rm -rf "$runs"
+mkdir -p "$runs/logs"
+device=$(./01_single_gpu/train --steps 1 --sample 0 --quiet --out "$runs/probe" | sed -n 's/.*| device \([^|]*\) |.*/\1/p')
+rm -rf "$runs/probe"
+echo "demo: device $device, $steps steps per run, $repeats repeats per configuration"
+
+# ---- chapter 01: one device; gradient accumulation trades time for activation memory ----
+run 01-small 01_single_gpu/train --model small --batch 8 --micro 1 --eval-every 20
+run 01-small-micro4 01_single_gpu/train --model small --batch 8 --micro 4 --eval-every 20
+"$python" common/plot.py "$runs"/01-small.r* "$runs"/01-small-micro4.r* --out runs/plots/01
+
+echo "demo: a text sample from the trained small model:"
+./01_single_gpu/train --model small --steps "$steps" --quiet --sample 200 --out "$runs/01-sample" | grep '^sample:'
+echo "demo: done. CSVs in $runs/, plots in runs/plots/ (open runs/plots/01/*.png)"

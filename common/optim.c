@@ -31,7 +31,7 @@ float lr_at_step(const Config *cfg, int step) {
     if (step < cfg->warmup) return cfg->lr * (float)(step + 1) / (float)cfg->warmup;
     float min_lr = cfg->lr / 10.0f;
     int decay_steps = cfg->steps - cfg->warmup;
-    if (decay_steps <= 1) return cfg->lr;
+    if (decay_steps <= 1) return min_lr; /* a single step after warm-up is the last one */
     float progress = (float)(step - cfg->warmup) / (float)(decay_steps - 1); /* 0 .. 1 */
     return min_lr + 0.5f * (cfg->lr - min_lr) * (1.0f + cosf((float)M_PI * progress));
 }

@@ -6,7 +6,8 @@
  *   an abort hook (MPI_Abort) so that one failing rank never leaves the others
  *   waiting in a collective.
  * Exit codes: EXIT_RUNTIME (1) for failures of the machine or a library,
- *   EXIT_USAGE (2) for bad input of any kind, EXIT_DIVERGED (3) when the loss
+ *   EXIT_USAGE (2) for bad input of any kind (a configuration that does not
+ *   fit in memory included), EXIT_DIVERGED (3) when the loss
  *   stops being a finite number. */
 #ifndef UTIL_H
 #define UTIL_H

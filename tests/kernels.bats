@@ -1,0 +1,80 @@
+#!/usr/bin/env bats
+# kernels.bats: every CPU kernel against double-precision references.
+# build/tests/test_kernels runs each kernel's float forward against a plain
+# double forward, and its backward against central finite differences of that
+# double forward (AdamW and sum_squares against their formulas). Inputs are
+# fresh each run; a failure prints the seed, and
+#   build/tests/test_kernels --seed S --verbose NAME
+# repeats it with the error of every compared tensor.
+
+load helpers
+
+@test "embedding backward matches finite differences, repeated tokens included" {
+    run "$BUILD/tests/test_kernels" embedding
+    assert_success
+    assert_output --partial "PASS embedding"
+}
+
+@test "layernorm backward matches finite differences for input, weight and bias" {
+    run "$BUILD/tests/test_kernels" layernorm
+    assert_success
+    assert_output --partial "PASS layernorm"
+}
+
+@test "linear backward matches finite differences with and without bias" {
+    run "$BUILD/tests/test_kernels" linear
+    assert_success
+    assert_output --partial "PASS linear"
+}
+
+@test "attention backward matches finite differences and the future contributes nothing" {
+    run "$BUILD/tests/test_kernels" attention
+    assert_success
+    assert_output --partial "PASS attention"
+}
+
+@test "gelu backward matches finite differences" {
+    run "$BUILD/tests/test_kernels" gelu
+    assert_success
+    assert_output --partial "PASS gelu"
+}
+
+@test "residual backward matches finite differences" {
+    run "$BUILD/tests/test_kernels" residual
+    assert_success
+    assert_output --partial "PASS residual"
+}
+
+@test "crossentropy backward matches finite differences" {
+    run "$BUILD/tests/test_kernels" crossentropy
+    assert_success
+    assert_output --partial "PASS crossentropy"
+}
+
+@test "adamw update matches its formula in double over three steps" {
+    run "$BUILD/tests/test_kernels" adamw
+    assert_success
+    assert_output --partial "PASS adamw"
+}
+
+@test "sum_squares matches a double sum for sizes around its 64 chunks" {
+    run "$BUILD/tests/test_kernels" sum_squares
+    assert_success
+    assert_output --partial "PASS sum_squares"
+}
+
+@test "the same seed reproduces the same check" {
+    run "$BUILD/tests/test_kernels" --seed 12345 layernorm
+    assert_success
+    local first="$output"
+    run "$BUILD/tests/test_kernels" --seed 12345 layernorm
+    assert_success
+    assert_equal "$output" "$first"
+}
+
+@test "an unknown kernel name is refused with exit status 2" {
+    run "$BUILD/tests/test_kernels" no_such_kernel
+    assert_failure 2
+    assert_output --partial "unknown kernel 'no_such_kernel'"
+    assert_output --partial "layernorm"
+}

@@ -44,7 +44,7 @@ ifeq ($(filter help clean deps,$(MAKECMDGOALS)),)
   $(info deps: nvcc     $(if $(NVCC),found ($(NVCC)),missing: CPU backend only))
   $(info deps: cuBLAS   $(if $(HAVE_CUBLAS),found ($(CUDA_LIBDIR)),missing))
   $(info deps: NCCL     $(if $(NCCL_H),found ($(NCCL_H)),missing))
-  $(info deps: MPI      $(if $(MPICC),found ($(MPICC)),missing (make deps installs openmpi)))
+  $(info deps: MPI      $(if $(MPICC),found ($(MPICC)),missing: chapters 02-06 are not built (make deps installs openmpi)))
   $(info deps: backend  $(if $(USE_CUDA),CPU + CUDA,CPU only)$(if $(filter 0,$(CUDA)), (CUDA=0)))
 endif
 endif
@@ -54,7 +54,11 @@ NVCCFLAGS := -O3 -std=c++17 -Icommon -DUSE_CUDA --compiler-options -Wall,-Wextra
              $(foreach a,$(NVCC_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
              -gencode arch=compute_$(lastword $(NVCC_ARCHS)),code=compute_$(lastword $(NVCC_ARCHS))
 
-COMMON_C := $(wildcard common/*.c)
+# Communication (common/comm.c, ring.c) needs MPI; without it chapters 02-06 are not built.
+MPI_SOURCES := common/comm.c common/ring.c
+MPI_CFLAGS := $(if $(MPICC),$(shell $(MPICC) --showme:compile 2>/dev/null))
+MPI_LIBS := $(if $(MPICC),$(shell $(MPICC) --showme:link 2>/dev/null))
+COMMON_C := $(if $(MPICC),$(wildcard common/*.c),$(filter-out $(MPI_SOURCES),$(wildcard common/*.c)))
 COMMON_CU := $(if $(USE_CUDA),$(wildcard common/*.cu))
 # A student copy (make exercises) has stubs that leave parameters unused.
 ifneq ($(wildcard .student),)
@@ -63,14 +67,26 @@ endif
 ifdef USE_CUDA
   CFLAGS += -DUSE_CUDA
   LDLIBS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcudart -lstdc++
+  ifneq ($(NCCL_H),)
+    MPI_CFLAGS += -DUSE_NCCL -I$(CUDA_HOME)/include -I$(dir $(NCCL_H))
+    NCCL_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib/libnccl.so $(CUDA_LIBDIR)/libnccl.so /usr/lib/*/libnccl.so))
+    MPI_LIBS += $(if $(NCCL_LIBDIR),-L$(dir $(NCCL_LIBDIR)) -Wl$(comma)-rpath$(comma)$(dir $(NCCL_LIBDIR))) -lnccl
+  endif
 endif
+$(MPI_SOURCES:%.c=$(BUILD)/%.o): CFLAGS += $(MPI_CFLAGS)
 COMMON_OBJ := $(COMMON_C:%.c=$(BUILD)/%.o) $(COMMON_CU:%.cu=$(BUILD)/%.cu.o)
 LIBCOMMON := $(BUILD)/libcommon.a
 
-# Chapters: NN_name/train from NN_name/*.c, for each chapter that has sources.
-CHAPTER_DIRS := $(sort $(dir $(wildcard 0[1-6]_*/*.c)))
-PROGRAMS := $(CHAPTER_DIRS:%/=%/train)
-TEST_PROGRAMS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/*.c))
+# Chapters: NN_name/train from NN_name/*.c, except NN_name/*bench.c, each of
+# which is a program of its own. Chapter 01 runs without MPI; 02 on need it.
+CHAPTER_DIRS := $(sort $(dir $(wildcard 0[1-6]_*/train.c)))
+ifeq ($(MPICC),)
+  CHAPTER_DIRS := $(filter 01_%,$(CHAPTER_DIRS))
+endif
+BENCH_SOURCES := $(filter $(CHAPTER_DIRS:%=%%bench.c),$(wildcard 0[1-6]_*/*bench.c))
+PROGRAMS := $(CHAPTER_DIRS:%/=%/train) $(BENCH_SOURCES:%.c=%)
+TEST_SOURCES := $(if $(MPICC),$(wildcard tests/*.c),$(filter-out tests/test_comm%,$(wildcard tests/*.c)))
+TEST_PROGRAMS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SOURCES))
 
 # The build flavour (CUDA or not) is part of the objects: rebuild when it changes.
 FLAVOUR := $(BUILD)/.flavour-$(if $(USE_CUDA),cuda,cpu)
@@ -105,14 +121,19 @@ $(LIBCOMMON): $(COMMON_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+program_libs = $(if $(filter 01_%,$(1)),$(LDLIBS),$(MPI_LIBS) $(LDLIBS))
 define PROGRAM_RULE
-$(1)/train: $(patsubst %.c,$(BUILD)/%.o,$(wildcard $(1)/*.c)) $(LIBCOMMON)
-	$$(CC) -o $$@ $$^ $$(LDLIBS)
+$(1)/train: $(patsubst %.c,$(BUILD)/%.o,$(filter-out %bench.c,$(wildcard $(1)/*.c))) $(LIBCOMMON)
+	$$(CC) -o $$@ $$^ $$(call program_libs,$(1))
 endef
 $(foreach d,$(CHAPTER_DIRS:%/=%),$(eval $(call PROGRAM_RULE,$(d))))
+$(BENCH_SOURCES:%.c=%): %: $(BUILD)/%.o $(LIBCOMMON)
+	$(CC) -o $@ $^ $(call program_libs,$@)
+$(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
+$(BUILD)/tests/test_comm%.o: CFLAGS += $(MPI_CFLAGS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBCOMMON)
-	$(CC) -o $@ $^ $(LDLIBS)
+	$(CC) -o $@ $^ $(if $(filter test_comm%,$*),$(MPI_LIBS)) $(LDLIBS)
 
 deps:
 	@common/install-deps.sh

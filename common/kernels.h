@@ -96,6 +96,8 @@ typedef struct KernelOps {
 
     /* x(n) = 0 */
     void (*fill_zero)(float *x, size_t n);
+    /* x(n) *= factor */
+    void (*scale)(float *x, size_t n, float factor);
 } KernelOps;
 
 extern const KernelOps kernels_cpu;

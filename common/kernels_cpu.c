@@ -318,6 +318,11 @@ static void adamw_update(float *params, const float *grads, float *m, float *v, 
 
 static void fill_zero(float *x, size_t n) { memset(x, 0, n * sizeof(float)); }
 
+static void scale(float *x, size_t n, float factor) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) x[i] *= factor;
+}
+
 const KernelOps kernels_cpu = {
     .name = "cpu",
     .embedding_forward = embedding_forward,
@@ -337,4 +342,5 @@ const KernelOps kernels_cpu = {
     .sum_squares = sum_squares,
     .adamw_update = adamw_update,
     .fill_zero = fill_zero,
+    .scale = scale,
 };

@@ -442,6 +442,11 @@ static __global__ void adamw_update_kernel(float *params, const float *grads, fl
     params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * params[i]);
 }
 
+static __global__ void scale_kernel(float *x, size_t n, float factor) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= factor;
+}
+
 /* ---------------------------------------------------------------------------
  * The operations of kernels.h (host side), same names as kernels_cpu.c
  * ------------------------------------------------------------------------- */
@@ -653,6 +658,12 @@ static void fill_zero(float *x, size_t n) {
     cuda_check(cudaMemset(x, 0, n * sizeof(float)));
 }
 
+static void scale(float *x, size_t n, float factor) {
+    if (n == 0) return;
+    scale_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE>>>(x, n, factor);
+    cuda_check(cudaGetLastError());
+}
+
 extern "C" const KernelOps kernels_cuda = {
     .name = "cuda",
     .embedding_forward = embedding_forward,
@@ -672,4 +683,5 @@ extern "C" const KernelOps kernels_cuda = {
     .sum_squares = sum_squares,
     .adamw_update = adamw_update,
     .fill_zero = fill_zero,
+    .scale = scale,
 };

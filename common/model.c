@@ -359,14 +359,22 @@ void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded,
     ops()->embedding_backward(m->g.wte, m->g.wpe, dencoded, a->tokens, B, T, m->cfg.dmodel, m->cfg.vocab);
 }
 
-void gpt_backward(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T) {
+void gpt_backward_hooked(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T, LayerDoneHook layer_done,
+                         void *context) {
     int L = m->cfg.layers, cur = 0;
     gpt_head_backward(m, a, s, gpt_layer_output(m, a, L - 1), s->dresid[cur], dloss, B, T);
+    if (layer_done) layer_done(L, context);
     for (int l = L - 1; l >= 0; l--) {
         gpt_block_backward(m, a, s, l, gpt_layer_output(m, a, l - 1), s->dresid[cur], s->dresid[1 - cur], B, T);
         cur = 1 - cur;
+        if (layer_done) layer_done(l, context);
     }
     gpt_embedding_backward(m, a, s->dresid[cur], B, T);
+    if (layer_done) layer_done(LAYER_EMBEDDING, context);
+}
+
+void gpt_backward(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T) {
+    gpt_backward_hooked(m, a, s, dloss, B, T, NULL, NULL);
 }
 
 double gpt_loss_sum(const Activations *a, int B, int T) {

@@ -164,6 +164,12 @@ void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int layer, con
 void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded, int B, int T);
 /* whole model */
 void gpt_backward(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T);
+/* The same, calling layer_done(layer, context) as soon as the gradients of a
+ * part are final: layer L after the head, l after block l, LAYER_EMBEDDING
+ * after the embedding. Data parallelism starts communicating there. */
+typedef void (*LayerDoneHook)(int layer, void *context);
+void gpt_backward_hooked(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T, LayerDoneHook layer_done,
+                         void *context);
 
 /* Sum of a->losses over B*T tokens (copied to the host, summed in double). */
 double gpt_loss_sum(const Activations *a, int B, int T);

@@ -1,0 +1,50 @@
+/* buckets.h: gradient buckets all-reduced while the backward pass goes on
+ * (--dp-mode overlap).
+ *
+ * The gradient buffer is cut, from its end (the head, whose gradients the
+ * backward pass finishes first) towards its start (the embedding), into
+ * contiguous buckets of about --bucket-mb, at tensor boundaries. A bucket is
+ * ready once every layer it holds is done; ready buckets go, in order, to a
+ * communication thread that all-reduces them while the main thread computes
+ * the gradients of earlier layers. On a GPU the same idea runs NCCL on its
+ * own stream; here the thread stands in for it. */
+#ifndef BUCKETS_H
+#define BUCKETS_H
+
+#include "comm.h"
+#include "model.h"
+
+#include <pthread.h>
+#include <stddef.h>
+
+typedef struct {
+    size_t lo, hi;    /* elements [lo, hi) of the gradient buffer */
+    int lowest_layer; /* the earliest layer with a tensor in it (LAYER_EMBEDDING = -1) */
+    int launched;     /* handed to the communication thread this step */
+} Bucket;
+
+typedef struct {
+    Bucket *buckets;   /* buckets[0] ends at the buffer's end; the last starts at 0 */
+    int count;
+    CommGroup *group;
+    float *grads;
+    int use_ring;      /* the course's ring instead of the library all-reduce */
+    /* the communication thread and its queue of bucket indices */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int *queue, queued, next, done, stop;
+    double comm_ms;    /* time the thread spent all-reducing this step */
+} BucketSync;
+
+void buckets_create(BucketSync *bs, const GPT *model, size_t bucket_bytes, CommGroup *group, int use_ring);
+void buckets_destroy(BucketSync *bs);
+/* Start of a step: no bucket launched yet. */
+void buckets_begin_step(BucketSync *bs);
+/* The backward pass finished `layer` (every layer above it is finished too):
+ * launch each bucket that is now complete. A LayerDoneHook. */
+void buckets_layer_done(int layer, void *bucket_sync);
+/* Wait until every bucket is all-reduced; returns the ms spent waiting. */
+double buckets_wait(BucketSync *bs);
+
+#endif

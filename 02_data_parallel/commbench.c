@@ -1,0 +1,138 @@
+/* commbench.c: how fast are the collectives? (chapter 02)
+ *
+ *   mpirun -np N 02_data_parallel/commbench [--min-bytes 1K] [--max-bytes 256M] [--out FILE]
+ *
+ * For each operation and message size: the median time over several
+ * iterations, and the two bandwidths nccl-tests reports.
+ *   size_bytes  the whole buffer (for reduce-scatter: the input of every rank,
+ *               for all-gather: the output; as in nccl-tests)
+ *   count       floats in that buffer
+ *   time_us     median over iterations, each started together (barrier)
+ *   algbw_GBps  size_bytes / time
+ *   busbw_GBps  algbw * factor, the bytes each rank's link really carries:
+ *                 all-reduce (library and ring)   2(n-1)/n
+ *                 reduce-scatter, all-gather       (n-1)/n
+ *               busbw is comparable across ranks counts and with the
+ *               hardware's link speed; algbw is not. */
+#include "comm.h"
+#include "config.h"
+#include "device.h"
+#include "kernels.h"
+#include "ring.h"
+#include "util.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { OP_ALLREDUCE, OP_RING, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_COUNT } Op;
+static const char *op_names[OP_COUNT] = {"allreduce", "ring_allreduce", "reduce_scatter", "allgather"};
+
+static double bus_factor(Op op, int n) {
+    return op == OP_ALLREDUCE || op == OP_RING ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+}
+
+static void run_op(Op op, CommGroup *g, float *a, float *b, size_t count) {
+    int n = comm_size(g);
+    switch (op) {
+    case OP_ALLREDUCE: comm_allreduce(g, a, count, COMM_SUM); break;
+    case OP_RING: ring_allreduce(g, a, count, COMM_SUM); break;
+    case OP_REDUCE_SCATTER: comm_reduce_scatter(g, a, b, count / n, COMM_SUM); break;
+    case OP_ALLGATHER: comm_allgather(g, b, a, count / n); break;
+    default: break;
+    }
+}
+
+static int compare(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+int main(int argc, char **argv) {
+    comm_init(&argc, &argv);
+    CommGroup *world = comm_world();
+    int n = comm_size(world), rank = comm_rank(world);
+    size_t min_bytes = 1024, max_bytes = 256u << 20;
+    int factor = 4;
+    char device[8] = "auto", transport[8] = "auto", out[4096] = "";
+    static const struct option options[] = {
+        {"min-bytes", required_argument, 0, 'a'}, {"max-bytes", required_argument, 0, 'b'},
+        {"step-factor", required_argument, 0, 'f'}, {"device", required_argument, 0, 'd'},
+        {"comm", required_argument, 0, 'c'},      {"out", required_argument, 0, 'o'},
+        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
+    };
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
+        switch (opt) {
+        case 'a':
+        case 'b':
+            if (parse_bytes(optarg, opt == 'a' ? &min_bytes : &max_bytes) != 0)
+                fatal(EXIT_USAGE, "%s: '%s' is not a size (valid: e.g. 1K, 64M)", argv[optind - 1], optarg);
+            break;
+        case 'f': factor = parse_int_flag("--step-factor", optarg, 2, 16); break;
+        case 'd': snprintf(device, sizeof device, "%s", optarg); break;
+        case 'c': snprintf(transport, sizeof transport, "%s", optarg); break;
+        case 'o': snprintf(out, sizeof out, "%s", optarg); break;
+        case 'h':
+            log_info("usage: mpirun -np N 02_data_parallel/commbench [flags]\n"
+                     "  --min-bytes SIZE    smallest message (default 1K)\n"
+                     "  --max-bytes SIZE    largest message (default 256M)\n"
+                     "  --step-factor F     multiply the size by F each time, 2..16 (default 4)\n"
+                     "  --device auto|cpu|cuda, --comm auto|nccl|mpi   as for train\n"
+                     "  --out FILE          also write the table as CSV\n");
+            comm_finalize();
+            return 0;
+        case ':': fatal(EXIT_USAGE, "%s needs a value (see --help)", argv[optind - 1]);
+        default: fatal(EXIT_USAGE, "unknown flag '%s' (see --help)", argv[optind - 1]);
+        }
+    }
+    if (min_bytes < 4 || min_bytes > max_bytes || max_bytes > ((size_t)1 << 33))
+        fatal(EXIT_USAGE, "--min-bytes %zu / --max-bytes %zu: need 4 <= min <= max <= 8G", min_bytes, max_bytes);
+    device_init(device, comm_local_rank());
+    comm_select(transport);
+
+    /* buffers for the largest message, a multiple of n floats */
+    size_t max_count = (max_bytes / sizeof(float) + n - 1) / n * n;
+    float *a = mem_alloc(SPACE_DEVICE, CAT_COMM, max_count * sizeof(float), "benchmark buffer");
+    float *b = mem_alloc(SPACE_DEVICE, CAT_COMM, max_count * sizeof(float), "benchmark buffer");
+    FILE *csv = NULL;
+    if (rank == 0 && out[0]) {
+        csv = fopen(out, "w");
+        if (!csv) fatal(EXIT_USAGE, "--out %s: cannot write", out);
+        fprintf(csv, "op,ranks,transport,size_bytes,count,time_us,algbw_GBps,busbw_GBps\n");
+    }
+    log_info("commbench | %d ranks | device %s | comm %s\n", n, device_name(), comm_transport_name());
+    log_info("%-15s %12s %11s %11s %11s %11s\n", "op", "size_bytes", "count", "time_us", "algbw_GBps", "busbw_GBps");
+    for (int op = 0; op < OP_COUNT; op++) {
+        for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
+            size_t count = (bytes / sizeof(float) + n - 1) / n * n; /* divisible by n for the block ops */
+            /* enough iterations for a stable median, fewer for the big ones */
+            int iters = bytes <= (1u << 20) ? 20 : bytes <= (16u << 20) ? 8 : 3;
+            double times[20];
+            run_op((Op)op, world, a, b, count); /* warm-up */
+            for (int it = 0; it < iters; it++) {
+                comm_barrier(world);
+                double start = wall_ms();
+                run_op((Op)op, world, a, b, count);
+                device_sync();
+                times[it] = comm_allreduce_double(world, wall_ms() - start, 1); /* the slowest rank */
+            }
+            qsort(times, iters, sizeof(double), compare);
+            double t_us = times[iters / 2] * 1e3, size = (double)count * sizeof(float);
+            double algbw = size / (t_us * 1e-6) / 1e9, busbw = algbw * bus_factor((Op)op, n);
+            log_info("%-15s %12.0f %11zu %11.1f %11.3f %11.3f\n", op_names[op], size, count, t_us, algbw, busbw);
+            if (csv)
+                fprintf(csv, "%s,%d,%s,%.0f,%zu,%.2f,%.4f,%.4f\n", op_names[op], n, comm_transport_name(), size, count,
+                        t_us, algbw, busbw);
+            /* keep the values bounded: repeated sums of the same buffer would overflow */
+            ops()->fill_zero(a, max_count);
+        }
+    }
+    if (csv) fclose(csv);
+    mem_free(a);
+    mem_free(b);
+    comm_finalize();
+    return 0;
+}

@@ -1,0 +1,314 @@
+/* 02_data_parallel/train.c: data parallelism.
+ *
+ * Chapter 01's loop, on N ranks (mpirun -np N). Every rank holds the whole
+ * model; the global batch is split so that rank r trains on sequences
+ * [r*B/N, (r+1)*B/N) of it. Because the loss is the mean over every token of
+ * the global batch, the ranks' gradients only need to be SUMMED to give
+ * exactly the single-device gradient: one all-reduce, after which every rank
+ * takes the same AdamW step and the replicas stay identical.
+ *
+ *   for each micro-batch of this rank's share:  data -> forward -> backward
+ *   all-reduce the gradients (--dp-mode naive | flat | overlap)
+ *   gradient norm -> clip -> AdamW update -> log (slowest rank's times)
+ *
+ * The all-reduce is the library's (MPI, NCCL) or the course's own ring
+ * (--allreduce ring, common/ring.c). */
+#include "buckets.h"
+#include "checkpoint.h"
+#include "comm.h"
+#include "config.h"
+#include "csvlog.h"
+#include "data.h"
+#include "device.h"
+#include "evaluate.h"
+#include "kernels.h"
+#include "model.h"
+#include "optim.h"
+#include "ring.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PROGRAM "02_data_parallel/train"
+
+/* ---- this chapter's flags ---- */
+typedef struct {
+    char dp_mode[8];    /* naive, flat, overlap */
+    double bucket_mb;   /* overlap: bucket size */
+    char allreduce[8];  /* ring, library */
+    char comm[8];       /* auto, nccl, mpi */
+    int check_replicas; /* every N steps, 0 = never */
+} DataParallelFlags;
+
+enum { OPT_DP_MODE = 1000, OPT_BUCKET_MB, OPT_ALLREDUCE, OPT_COMM, OPT_CHECK_REPLICAS };
+static const struct option dp_options[] = {
+    {"dp-mode", required_argument, 0, OPT_DP_MODE},
+    {"bucket-mb", required_argument, 0, OPT_BUCKET_MB},
+    {"allreduce", required_argument, 0, OPT_ALLREDUCE},
+    {"comm", required_argument, 0, OPT_COMM},
+    {"check-replicas", required_argument, 0, OPT_CHECK_REPLICAS},
+    {0, 0, 0, 0},
+};
+static const char dp_help[] =
+    "data parallel (run with mpirun -np N; every rank holds the whole model)\n"
+    "  --dp-mode naive|flat|overlap  naive: one all-reduce per parameter tensor after backward; flat: one\n"
+    "                             all-reduce of the whole gradient buffer; overlap: buckets all-reduced\n"
+    "                             during backward (default flat)\n"
+    "  --bucket-mb X              overlap: gradient bucket size in MiB, (0, 4096] (default 1)\n"
+    "  --allreduce ring|library   the course's ring all-reduce or the library's (default library)\n"
+    "  --comm auto|nccl|mpi       transport for device buffers; auto = nccl with one GPU per rank (default auto)\n"
+    "  --check-replicas N         every N steps verify all replicas hold identical parameters, 0 = never\n"
+    "                             (default 0)\n";
+
+static int handle_dp_flag(int option, const char *value, void *context) {
+    DataParallelFlags *f = context;
+    switch (option) {
+    case OPT_DP_MODE:
+        if (strcmp(value, "naive") && strcmp(value, "flat") && strcmp(value, "overlap"))
+            fatal(EXIT_USAGE, "--dp-mode: unknown mode '%s' (valid: naive, flat, overlap)", value);
+        snprintf(f->dp_mode, sizeof f->dp_mode, "%s", value);
+        return 0;
+    case OPT_BUCKET_MB: f->bucket_mb = parse_float_flag("--bucket-mb", value, 1e-6, 4096); return 0;
+    case OPT_ALLREDUCE:
+        if (strcmp(value, "ring") && strcmp(value, "library"))
+            fatal(EXIT_USAGE, "--allreduce: unknown all-reduce '%s' (valid: ring, library)", value);
+        snprintf(f->allreduce, sizeof f->allreduce, "%s", value);
+        return 0;
+    case OPT_COMM:
+        if (strcmp(value, "auto") && strcmp(value, "nccl") && strcmp(value, "mpi"))
+            fatal(EXIT_USAGE, "--comm: unknown transport '%s' (valid: auto, nccl, mpi)", value);
+        snprintf(f->comm, sizeof f->comm, "%s", value);
+        return 0;
+    case OPT_CHECK_REPLICAS: f->check_replicas = parse_int_flag("--check-replicas", value, 0, 10000000); return 0;
+    }
+    return -1;
+}
+
+/* ---- gradient synchronisation ---- */
+
+static void allreduce_sum(CommGroup *g, float *buf, size_t count, int use_ring) {
+    if (use_ring) ring_allreduce(g, buf, count, COMM_SUM);
+    else comm_allreduce(g, buf, count, COMM_SUM);
+}
+
+/* naive: one all-reduce per named tensor, after the whole backward pass */
+static void sync_naive(const GPT *model, CommGroup *g, int use_ring) {
+    for (int k = 0; k < model->num_tensors; k++)
+        allreduce_sum(g, model->grads + model->tensors[k].offset, model->tensors[k].numel, use_ring);
+}
+
+/* flat: the gradients are one contiguous buffer, so one all-reduce does it all */
+static void sync_flat(const GPT *model, CommGroup *g, int use_ring) {
+    allreduce_sum(g, model->grads, model->num_params, use_ring);
+}
+
+/* Every replica must hold the same parameters: compare a hash of their bytes.
+ * (For testing this check: COURSE_FAULT_REPLICA_RANK=r changes one weight on rank r first.) */
+static void check_replicas(const GPT *model, CommGroup *world, int step) {
+    float *host = xmalloc(model->num_params * sizeof(float));
+    copy_to_host(host, model->params, model->num_params * sizeof(float));
+    const char *fault = getenv("COURSE_FAULT_REPLICA_RANK");
+    if (fault && atoi(fault) == comm_rank(world)) host[0] += 1.0f;
+    uint64_t hash = 0;
+    const uint32_t *words = (const uint32_t *)host;
+    for (size_t i = 0; i < model->num_params; i++) hash = hash64(hash ^ words[i]);
+    free(host);
+    int n = comm_size(world);
+    uint64_t *all = xcalloc(n, sizeof(uint64_t));
+    comm_gather_bytes(world, &hash, sizeof hash, all, 0);
+    int first_bad = -1;
+    for (int r = 1; r < n && comm_rank(world) == 0; r++)
+        if (all[r] != all[0] && first_bad < 0) first_bad = r;
+    free(all);
+    if (first_bad >= 0)
+        fatal(EXIT_RUNTIME, "replica check at step %d: rank %d's parameters differ from rank 0's", step, first_bad);
+    comm_barrier(world);
+}
+
+int main(int argc, char **argv) {
+    comm_init(&argc, &argv);
+    CommGroup *world = comm_world();
+    int rank = comm_rank(world), ranks = comm_size(world);
+
+    Config cfg;
+    DataParallelFlags dp = {.dp_mode = "flat", .bucket_mb = 1.0, .allreduce = "library", .comm = "auto"};
+    CliExtra extra = {dp_options, dp_help, handle_dp_flag, &dp};
+    config_parse(&cfg, argc, argv, PROGRAM, "Train a GPT with data parallelism: N replicas, gradients all-reduced.",
+                 &extra);
+    if (ranks > cfg.batch)
+        fatal(EXIT_USAGE, "%d ranks but a global batch of %d sequences: every rank needs at least one "
+                          "(valid: --batch >= ranks)", ranks, cfg.batch);
+    if (cfg.batch % (ranks * cfg.micro) != 0)
+        fatal(EXIT_USAGE, "--batch %d is not divisible by %d ranks x --micro %d (valid: a multiple of %d)", cfg.batch,
+              ranks, cfg.micro, ranks * cfg.micro);
+    int use_ring = strcmp(dp.allreduce, "ring") == 0;
+
+    /* ---- build: device, data, output files, model, optimizer, activations ---- */
+    device_init(cfg.device, comm_local_rank());
+    device_set_limit(cfg.device_mem_limit);
+    comm_select(dp.comm);
+    Dataset data;
+    data_load(&data, cfg.data, cfg.model.seq);
+    FILE *steps_csv = NULL;
+    if (rank == 0) {
+        out_dir_prepare(cfg.out);
+        steps_csv = steps_csv_open(cfg.out, ",exposed_comm_ms");
+    }
+
+    GPT model;
+    gpt_create(&model, &cfg.model, cfg.seed);
+    AdamW opt;
+    adamw_create(&opt, model.num_params);
+    int per_rank = cfg.batch / ranks;      /* this rank's share of the global batch */
+    int B = per_rank / cfg.micro, T = cfg.model.seq;
+    Activations acts;
+    activations_create(&acts, &cfg.model, B, T);
+    Scratch scratch;
+    scratch_create(&scratch, &cfg.model, B, T);
+    BucketSync buckets;
+    int overlap = strcmp(dp.dp_mode, "overlap") == 0;
+    if (overlap) buckets_create(&buckets, &model, (size_t)(dp.bucket_mb * 1048576.0), world, use_ring);
+
+    uint64_t rng = cfg.seed;
+    int first_step = 0;
+    if (cfg.resume[0]) first_step = checkpoint_load(cfg.resume, &cfg, &model, &opt, &rng);
+    /* Identical initialisation already follows from (seed, name, index); the
+     * broadcast makes "rank 0's weights" the rule, as real frameworks do. */
+    comm_broadcast(world, model.params, model.num_params, 0);
+    int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
+
+    log_info("%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
+             "ranks x %d micro-batches x %d sequences\n",
+             PROGRAM, ranks, device_name(), comm_transport_name(), dp.dp_mode, dp.allreduce, model.num_params,
+             cfg.batch, ranks, cfg.micro, B);
+    if (overlap) log_info("overlap: %d gradient buckets of about %.2f MiB\n", buckets.count, dp.bucket_mb);
+    if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
+
+    size_t tokens_bytes = (size_t)B * T * sizeof(int);
+    int *tokens = xmalloc(tokens_bytes), *targets = xmalloc(tokens_bytes);
+    double tokens_per_step = (double)cfg.batch * T;
+    float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
+    double *step_ms = xcalloc(last_step, sizeof(double));
+    double loss = NAN;
+    const KernelOps *k = ops();
+
+    for (int step = first_step; step < last_step; step++) {
+        Timer step_timer = {0}, timer = {0};
+        StepRecord rec = {.step = step + 1, .val_loss = NAN};
+        double exposed_ms = 0.0;
+        timer_start(&step_timer);
+
+        /* ---- forward and backward over this rank's micro-batches ---- */
+        k->fill_zero(model.grads, model.num_params);
+        if (overlap) buckets_begin_step(&buckets);
+        double loss_sum = 0.0;
+        for (int mb = 0; mb < cfg.micro; mb++) {
+            int first_sequence = rank * per_rank + mb * B; /* where this piece sits in the global batch */
+            data_batch(&data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, tokens, targets);
+            copy_to_device(acts.tokens, tokens, tokens_bytes);
+            copy_to_device(acts.targets, targets, tokens_bytes);
+
+            timer_start(&timer);
+            gpt_forward(&model, &acts, &scratch, B, T);
+            loss_sum += gpt_loss_sum(&acts, B, T);
+            rec.fwd_ms += timer_stop_ms(&timer);
+
+            timer_start(&timer);
+            /* overlap: buckets start all-reducing during the LAST micro-batch's backward */
+            int last_micro = mb == cfg.micro - 1;
+            gpt_backward_hooked(&model, &acts, &scratch, dloss, B, T, overlap && last_micro ? buckets_layer_done : NULL,
+                                &buckets);
+            rec.bwd_ms += timer_stop_ms(&timer);
+        }
+
+        /* ---- communicate: sum the gradients (and the loss) over the replicas ---- */
+        timer_start(&timer);
+        if (overlap) {
+            exposed_ms = buckets_wait(&buckets);
+            rec.comm_ms = buckets.comm_ms;
+        } else {
+            if (strcmp(dp.dp_mode, "naive") == 0) sync_naive(&model, world, use_ring);
+            else sync_flat(&model, world, use_ring);
+            rec.comm_ms = exposed_ms = timer_stop_ms(&timer);
+        }
+        loss = comm_allreduce_double(world, loss_sum, 0) / tokens_per_step;
+        check_loss_finite(loss, step + 1);
+
+        /* ---- update: the same on every replica ---- */
+        timer_start(&timer);
+        rec.grad_norm = sqrt(k->sum_squares(model.grads, model.num_params));
+        rec.lr = lr_at_step(&cfg, step);
+        adamw_step(&opt, model.params, model.grads, rec.lr, clip_scale(&cfg, rec.grad_norm), &cfg);
+        rec.opt_ms = timer_stop_ms(&timer);
+        rec.step_ms = timer_stop_ms(&step_timer);
+        if (dp.check_replicas && (step + 1) % dp.check_replicas == 0) check_replicas(&model, world, step + 1);
+
+        /* ---- log: the slowest rank's times ---- */
+        rec.step_ms = comm_allreduce_double(world, rec.step_ms, 1);
+        rec.fwd_ms = comm_allreduce_double(world, rec.fwd_ms, 1);
+        rec.bwd_ms = comm_allreduce_double(world, rec.bwd_ms, 1);
+        rec.comm_ms = comm_allreduce_double(world, rec.comm_ms, 1);
+        rec.opt_ms = comm_allreduce_double(world, rec.opt_ms, 1);
+        exposed_ms = comm_allreduce_double(world, exposed_ms, 1);
+        rec.loss = loss;
+        rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
+        step_ms[step] = rec.step_ms;
+        int last = step + 1 == last_step;
+        if (rank == 0) {
+            if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
+                rec.val_loss = evaluate_loss(&model, &acts, &scratch, &data, &cfg);
+            if (!cfg.quiet || last) log_step(&rec, cfg.steps);
+            char extra_values[32];
+            snprintf(extra_values, sizeof extra_values, ",%.4f", exposed_ms);
+            steps_csv_write(steps_csv, &rec, extra_values);
+        }
+    }
+
+    if (rank == 0) {
+        fclose(steps_csv);
+        if (cfg.save[0]) {
+            checkpoint_save(cfg.save, &cfg, last_step, rng, &model, &opt);
+            log_info("saved checkpoint %s at step %d\n", cfg.save, last_step);
+        }
+        if (cfg.sample > 0) sample_text(&model, &acts, &scratch, &data, cfg.sample, &rng);
+    }
+
+    /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
+    size_t peaks[SPACE_COUNT * CAT_COUNT];
+    memory_peaks_local(peaks);
+    size_t *all_peaks = xcalloc((size_t)ranks * SPACE_COUNT * CAT_COUNT, sizeof(size_t));
+    comm_gather_bytes(world, peaks, sizeof peaks, all_peaks, 0);
+    double peak_device = comm_allreduce_double(world, (double)mem_peak_total(SPACE_DEVICE), 1);
+    if (rank == 0) {
+        int ran = last_step - first_step;
+        RunSummary run = {
+            .program = PROGRAM, .device = device_name(), .world_size = ranks, .dp = ranks, .tp = 1, .pp = 1,
+            .zero = 0, .params = model.num_params, .layers = cfg.model.layers, .dmodel = cfg.model.dmodel,
+            .heads = cfg.model.heads, .seq = T, .batch = cfg.batch, .micro = cfg.micro, .steps = ran,
+            .final_loss = loss, .median_step_ms = ran > 0 ? median(step_ms + first_step, ran) : 0.0,
+            .peak_device_bytes = (size_t)peak_device,
+        };
+        run.tokens_per_s = run.median_step_ms > 0 ? tokens_per_step / (run.median_step_ms / 1e3) : 0.0;
+        run_csv_write(cfg.out, &run);
+        memory_csv_write(cfg.out, ranks, all_peaks);
+        log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.1f MiB sent per rank | CSVs in %s\n",
+                 loss, run.median_step_ms, run.tokens_per_s, comm_bytes_sent() / 1048576.0, cfg.out);
+    }
+
+    free(all_peaks);
+    free(tokens);
+    free(targets);
+    free(step_ms);
+    if (overlap) buckets_destroy(&buckets);
+    scratch_destroy(&scratch);
+    activations_destroy(&acts, &cfg.model);
+    adamw_destroy(&opt);
+    gpt_destroy(&model);
+    data_free(&data);
+    comm_finalize();
+    return 0;
+}

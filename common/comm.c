@@ -1,0 +1,322 @@
+/* comm.c: MPI (and NCCL) behind comm.h.
+ *
+ * The collectives here are the library's: MPI_Allreduce and friends, or
+ * NCCL's on GPUs. The course writes its own all-reduce in ring.c and compares
+ * the two (02_data_parallel/commbench). */
+#include "comm.h"
+
+#include "device.h"
+#include "util.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef USE_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+
+struct CommGroup {
+    MPI_Comm mpi;
+    int rank, size;
+#ifdef USE_NCCL
+    ncclComm_t nccl; /* created on first use by an NCCL collective */
+#endif
+};
+
+static CommGroup world_group;
+static int local_rank = 0;
+static CommTransport transport = COMM_MPI;
+static double bytes_sent = 0.0;
+static float *staging = NULL; /* host copy of device buffers (staged transport) */
+static size_t staging_floats = 0;
+
+#define MPI_CHECK(call)                                                                                          \
+    do {                                                                                                         \
+        int mpi_status_ = (call);                                                                                \
+        if (mpi_status_ != MPI_SUCCESS) {                                                                        \
+            char mpi_text_[MPI_MAX_ERROR_STRING];                                                                \
+            int mpi_len_ = 0;                                                                                    \
+            MPI_Error_string(mpi_status_, mpi_text_, &mpi_len_);                                                 \
+            fatal(EXIT_RUNTIME, "MPI error at %s:%d: %s", __FILE__, __LINE__, mpi_text_);                        \
+        }                                                                                                        \
+    } while (0)
+
+static void abort_job(int exit_code) {
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+    exit(exit_code);
+}
+
+void comm_init(int *argc, char ***argv) {
+    int provided;
+    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    /* errors come back as codes, so fatal() can name the rank and abort everyone */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    world_group.mpi = MPI_COMM_WORLD;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_group.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_group.size);
+    set_abort_hook(abort_job);
+    if (world_group.size > 1) set_error_rank(world_group.rank);
+    set_log_rank(world_group.rank);
+    MPI_Comm node;
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_group.rank, MPI_INFO_NULL, &node));
+    MPI_Comm_rank(node, &local_rank);
+    MPI_Comm_free(&node);
+    if (provided < MPI_THREAD_MULTIPLE && world_group.rank == 0)
+        log_info("note: this MPI does not support MPI_THREAD_MULTIPLE; overlap runs communication serially\n");
+}
+
+void comm_finalize(void) {
+    free(staging);
+    staging = NULL;
+    MPI_Finalize();
+}
+
+CommGroup *comm_world(void) { return &world_group; }
+int comm_rank(const CommGroup *g) { return g->rank; }
+int comm_size(const CommGroup *g) { return g->size; }
+int comm_local_rank(void) { return local_rank; }
+
+CommGroup *comm_split(CommGroup *parent, int color, int key) {
+    CommGroup *g = xcalloc(1, sizeof *g);
+    MPI_CHECK(MPI_Comm_split(parent->mpi, color, key, &g->mpi));
+    MPI_Comm_set_errhandler(g->mpi, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(g->mpi, &g->rank);
+    MPI_Comm_size(g->mpi, &g->size);
+    return g;
+}
+
+CommTransport comm_select(const char *choice) {
+    int cuda = device_backend() == BACKEND_CUDA;
+    if (strcmp(choice, "mpi") == 0) {
+        transport = cuda ? COMM_STAGED : COMM_MPI;
+    } else if (strcmp(choice, "nccl") == 0) {
+        if (!cuda) fatal(EXIT_USAGE, "--comm nccl needs --device cuda (NCCL moves GPU buffers)");
+#ifdef USE_NCCL
+        transport = COMM_NCCL;
+#else
+        fatal(EXIT_USAGE, "--comm nccl: this build has no NCCL (nccl.h was not found); use --comm mpi");
+#endif
+    } else if (strcmp(choice, "auto") == 0) {
+        transport = cuda ? COMM_STAGED : COMM_MPI;
+#ifdef USE_NCCL
+        /* NCCL wants one GPU per rank: ranks sharing a GPU use the staged path */
+        int gpus_on_node = 0;
+        cudaGetDeviceCount(&gpus_on_node);
+        int crowded = local_rank >= gpus_on_node;
+        double any_crowded = comm_allreduce_double(&world_group, crowded, 1);
+        if (cuda && any_crowded == 0.0) transport = COMM_NCCL;
+#endif
+    } else {
+        fatal(EXIT_USAGE, "--comm: unknown transport '%s' (valid: auto, nccl, mpi)", choice);
+    }
+    return transport;
+}
+
+const char *comm_transport_name(void) {
+    switch (transport) {
+    case COMM_NCCL: return "nccl";
+    case COMM_STAGED: return "mpi (host-staged)";
+    default: return "mpi";
+    }
+}
+
+/* ---- staging: device buffers through host memory ---- */
+
+static float *stage(size_t floats) {
+    if (floats > staging_floats) {
+        free(staging);
+        staging = xmalloc(floats * sizeof(float));
+        staging_floats = floats;
+    }
+    return staging;
+}
+
+/* The buffer MPI should use for a device buffer: itself on the CPU, a host
+ * copy (filled from it when `fill`) on the staged transport. */
+static float *host_view(const float *dev, size_t count, int fill) {
+    if (transport != COMM_STAGED) return (float *)dev;
+    float *h = stage(count);
+    if (fill) copy_to_host(h, dev, count * sizeof(float));
+    return h;
+}
+
+static void host_view_done(float *dev, const float *h, size_t count) {
+    if (transport == COMM_STAGED) copy_to_device(dev, h, count * sizeof(float));
+}
+
+#ifdef USE_NCCL
+#define NCCL_CHECK(call)                                                                                         \
+    do {                                                                                                         \
+        ncclResult_t nccl_status_ = (call);                                                                      \
+        if (nccl_status_ != ncclSuccess)                                                                         \
+            fatal(EXIT_RUNTIME, "NCCL error at %s:%d: %s", __FILE__, __LINE__, ncclGetErrorString(nccl_status_)); \
+    } while (0)
+
+static ncclComm_t nccl_of(CommGroup *g) {
+    if (!g->nccl) {
+        ncclUniqueId id;
+        if (g->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+        MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, g->mpi));
+        NCCL_CHECK(ncclCommInitRank(&g->nccl, g->size, id, g->rank));
+    }
+    return g->nccl;
+}
+
+/* NCCL runs on the legacy default stream, ordered after the kernels that
+ * produced the buffer; we wait for it so that timings mean something. */
+static void nccl_wait(void) {
+    cudaError_t err = cudaStreamSynchronize(0);
+    if (err != cudaSuccess) fatal(EXIT_RUNTIME, "CUDA error after an NCCL call: %s", cudaGetErrorString(err));
+}
+#endif
+
+/* ---- collectives ---- */
+
+/* Average = sum / size, applied to the host buffer MPI produced. */
+static void scale(float *host, size_t count, float factor) {
+    for (size_t i = 0; i < count; i++) host[i] *= factor;
+}
+
+/* MPI counts are ints. */
+static int mpi_count(size_t count) {
+    if (count > 2147483647u) fatal(EXIT_RUNTIME, "a message of %zu elements is too large for one MPI call", count);
+    return (int)count;
+}
+
+void comm_allreduce(CommGroup *g, float *buf, size_t count, ReduceOp op) {
+    if (count == 0) return;
+    bytes_sent += 2.0 * (g->size - 1) / g->size * count * sizeof(float);
+    if (g->size == 1) return; /* the sum of one is itself, and so is its average */
+#ifdef USE_NCCL
+    if (transport == COMM_NCCL) {
+        NCCL_CHECK(ncclAllReduce(buf, buf, count, ncclFloat, op == COMM_AVG ? ncclAvg : ncclSum, nccl_of(g), 0));
+        nccl_wait();
+        return;
+    }
+#endif
+    float *h = host_view(buf, count, 1);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, mpi_count(count), MPI_FLOAT, MPI_SUM, g->mpi));
+    if (op == COMM_AVG) scale(h, count, 1.0f / g->size);
+    host_view_done(buf, h, count);
+}
+
+void comm_reduce_scatter(CommGroup *g, const float *send, float *recv, size_t count, ReduceOp op) {
+    bytes_sent += (double)(g->size - 1) / g->size * g->size * count * sizeof(float);
+#ifdef USE_NCCL
+    if (transport == COMM_NCCL) {
+        NCCL_CHECK(ncclReduceScatter(send, recv, count, ncclFloat, op == COMM_AVG ? ncclAvg : ncclSum, nccl_of(g), 0));
+        nccl_wait();
+        return;
+    }
+#endif
+    size_t total = (size_t)g->size * count;
+    float *hs = (float *)send, *hr = recv;
+    if (transport == COMM_STAGED) {
+        hs = stage(total + count);
+        hr = hs + total;
+        copy_to_host(hs, send, total * sizeof(float));
+    }
+    MPI_CHECK(MPI_Reduce_scatter_block(hs, hr, mpi_count(count), MPI_FLOAT, MPI_SUM, g->mpi));
+    if (op == COMM_AVG) scale(hr, count, 1.0f / g->size);
+    if (transport == COMM_STAGED) copy_to_device(recv, hr, count * sizeof(float));
+}
+
+void comm_allgather(CommGroup *g, const float *send, float *recv, size_t count) {
+    bytes_sent += (double)(g->size - 1) * count * sizeof(float);
+#ifdef USE_NCCL
+    if (transport == COMM_NCCL) {
+        NCCL_CHECK(ncclAllGather(send, recv, count, ncclFloat, nccl_of(g), 0));
+        nccl_wait();
+        return;
+    }
+#endif
+    size_t total = (size_t)g->size * count;
+    float *hr = recv, *hs = (float *)send;
+    if (transport == COMM_STAGED) {
+        hr = stage(total + count);
+        hs = hr + total;
+        copy_to_host(hs, send, count * sizeof(float));
+    }
+    MPI_CHECK(MPI_Allgather(hs, mpi_count(count), MPI_FLOAT, hr, mpi_count(count), MPI_FLOAT, g->mpi));
+    if (transport == COMM_STAGED) copy_to_device(recv, hr, total * sizeof(float));
+}
+
+void comm_broadcast(CommGroup *g, float *buf, size_t count, int root) {
+    if (g->rank == root) bytes_sent += (double)(g->size - 1) * count * sizeof(float);
+#ifdef USE_NCCL
+    if (transport == COMM_NCCL) {
+        NCCL_CHECK(ncclBroadcast(buf, buf, count, ncclFloat, root, nccl_of(g), 0));
+        nccl_wait();
+        return;
+    }
+#endif
+    float *h = host_view(buf, count, g->rank == root);
+    MPI_CHECK(MPI_Bcast(h, mpi_count(count), MPI_FLOAT, root, g->mpi));
+    host_view_done(buf, h, count);
+}
+
+void comm_send(CommGroup *g, const float *buf, size_t count, int dest, int tag) {
+    bytes_sent += (double)count * sizeof(float);
+#ifdef USE_NCCL
+    if (transport == COMM_NCCL) {
+        NCCL_CHECK(ncclSend(buf, count, ncclFloat, dest, nccl_of(g), 0));
+        nccl_wait();
+        return;
+    }
+#endif
+    float *h = host_view(buf, count, 1);
+    MPI_CHECK(MPI_Send(h, mpi_count(count), MPI_FLOAT, dest, tag, g->mpi));
+}
+
+void comm_recv(CommGroup *g, float *buf, size_t count, int source, int tag) {
+#ifdef USE_NCCL
+    if (transport == COMM_NCCL) {
+        NCCL_CHECK(ncclRecv(buf, count, ncclFloat, source, nccl_of(g), 0));
+        nccl_wait();
+        return;
+    }
+#endif
+    float *h = host_view(buf, count, 0);
+    MPI_CHECK(MPI_Recv(h, mpi_count(count), MPI_FLOAT, source, tag, g->mpi, MPI_STATUS_IGNORE));
+    host_view_done(buf, h, count);
+}
+
+void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest, float *recv, size_t recv_count,
+                   int source, int tag) {
+    bytes_sent += (double)send_count * sizeof(float);
+#ifdef USE_NCCL
+    if (transport == COMM_NCCL) {
+        NCCL_CHECK(ncclGroupStart());
+        NCCL_CHECK(ncclSend(send, send_count, ncclFloat, dest, nccl_of(g), 0));
+        NCCL_CHECK(ncclRecv(recv, recv_count, ncclFloat, source, nccl_of(g), 0));
+        NCCL_CHECK(ncclGroupEnd());
+        nccl_wait();
+        return;
+    }
+#endif
+    float *hs = (float *)send, *hr = recv;
+    if (transport == COMM_STAGED) {
+        hs = stage(send_count + recv_count);
+        hr = hs + send_count;
+        copy_to_host(hs, send, send_count * sizeof(float));
+    }
+    MPI_CHECK(MPI_Sendrecv(hs, mpi_count(send_count), MPI_FLOAT, dest, tag, hr, mpi_count(recv_count), MPI_FLOAT, source, tag,
+                           g->mpi, MPI_STATUS_IGNORE));
+    if (transport == COMM_STAGED) copy_to_device(recv, hr, recv_count * sizeof(float));
+}
+
+double comm_allreduce_double(CommGroup *g, double value, int op_max) {
+    double result = value;
+    MPI_CHECK(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, op_max ? MPI_MAX : MPI_SUM, g->mpi));
+    return result;
+}
+
+void comm_gather_bytes(CommGroup *g, const void *send, size_t bytes, void *recv, int root) {
+    MPI_CHECK(MPI_Gather(send, mpi_count(bytes), MPI_BYTE, recv, mpi_count(bytes), MPI_BYTE, root, g->mpi));
+}
+
+void comm_barrier(CommGroup *g) { MPI_CHECK(MPI_Barrier(g->mpi)); }
+
+double comm_bytes_sent(void) { return bytes_sent; }

@@ -66,9 +66,10 @@ void buckets_begin_step(BucketSync *bs) {
     pthread_mutex_unlock(&bs->lock);
 }
 
-static void launch(BucketSync *bs, int index) {
+static void launch(BucketSync *bs, int index, int layer) {
     pthread_mutex_lock(&bs->lock);
     bs->buckets[index].launched = 1;
+    bs->buckets[index].launched_after_layer = layer;
     bs->queue[bs->queued++] = index;
     pthread_cond_broadcast(&bs->changed);
     pthread_mutex_unlock(&bs->lock);
@@ -83,7 +84,7 @@ void buckets_layer_done(int layer, void *bucket_sync) {
      * all-reduces in the same order. */
     for (int i = 0; i < bs->count; i++) {
         Bucket *b = &bs->buckets[i];
-        if (!b->launched && b->lowest_layer >= layer) launch(bs, i);
+        if (!b->launched && b->lowest_layer >= layer) launch(bs, i, layer);
     }
     /* EXERCISE 02.2 END */
 }
@@ -96,6 +97,14 @@ double buckets_wait(BucketSync *bs) {
     while (bs->done < bs->count) pthread_cond_wait(&bs->changed, &bs->lock);
     pthread_mutex_unlock(&bs->lock);
     return wall_ms() - start;
+}
+
+void buckets_print(const BucketSync *bs) {
+    log_info("bucket  elements                  layers  launched after layer\n");
+    for (int i = 0; i < bs->count; i++) {
+        const Bucket *b = &bs->buckets[i];
+        log_info("%6d  [%9zu, %9zu)  >= %3d  %d\n", i, b->lo, b->hi, b->lowest_layer, b->launched_after_layer);
+    }
 }
 
 void buckets_destroy(BucketSync *bs) {

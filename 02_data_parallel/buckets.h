@@ -21,6 +21,7 @@ typedef struct {
     size_t lo, hi;    /* elements [lo, hi) of the gradient buffer */
     int lowest_layer; /* the earliest layer with a tensor in it (LAYER_EMBEDDING = -1) */
     int launched;     /* handed to the communication thread this step */
+    int launched_after_layer; /* the layer whose completion launched it */
 } Bucket;
 
 typedef struct {
@@ -46,5 +47,7 @@ void buckets_begin_step(BucketSync *bs);
 void buckets_layer_done(int layer, void *bucket_sync);
 /* Wait until every bucket is all-reduced; returns the ms spent waiting. */
 double buckets_wait(BucketSync *bs);
+/* Print the buckets and when the last step launched each (rank 0). */
+void buckets_print(const BucketSync *bs);
 
 #endif

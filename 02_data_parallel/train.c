@@ -42,15 +42,17 @@ typedef struct {
     char allreduce[8];  /* ring, library */
     char comm[8];       /* auto, nccl, mpi */
     int check_replicas; /* every N steps, 0 = never */
+    int print_buckets;  /* overlap: print the buckets after the run */
 } DataParallelFlags;
 
-enum { OPT_DP_MODE = 1000, OPT_BUCKET_MB, OPT_ALLREDUCE, OPT_COMM, OPT_CHECK_REPLICAS };
+enum { OPT_DP_MODE = 1000, OPT_BUCKET_MB, OPT_ALLREDUCE, OPT_COMM, OPT_CHECK_REPLICAS, OPT_PRINT_BUCKETS };
 static const struct option dp_options[] = {
     {"dp-mode", required_argument, 0, OPT_DP_MODE},
     {"bucket-mb", required_argument, 0, OPT_BUCKET_MB},
     {"allreduce", required_argument, 0, OPT_ALLREDUCE},
     {"comm", required_argument, 0, OPT_COMM},
     {"check-replicas", required_argument, 0, OPT_CHECK_REPLICAS},
+    {"print-buckets", no_argument, 0, OPT_PRINT_BUCKETS},
     {0, 0, 0, 0},
 };
 static const char dp_help[] =
@@ -62,7 +64,8 @@ static const char dp_help[] =
     "  --allreduce ring|library   the course's ring all-reduce or the library's (default library)\n"
     "  --comm auto|nccl|mpi       transport for device buffers; auto = nccl with one GPU per rank (default auto)\n"
     "  --check-replicas N         every N steps verify all replicas hold identical parameters, 0 = never\n"
-    "                             (default 0)\n";
+    "                             (default 0)\n"
+    "  --print-buckets            overlap: print the buckets and after which layer each was launched\n";
 
 static int handle_dp_flag(int option, const char *value, void *context) {
     DataParallelFlags *f = context;
@@ -84,6 +87,7 @@ static int handle_dp_flag(int option, const char *value, void *context) {
         snprintf(f->comm, sizeof f->comm, "%s", value);
         return 0;
     case OPT_CHECK_REPLICAS: f->check_replicas = parse_int_flag("--check-replicas", value, 0, 10000000); return 0;
+    case OPT_PRINT_BUCKETS: f->print_buckets = 1; return 0;
     }
     return -1;
 }
@@ -299,6 +303,7 @@ int main(int argc, char **argv) {
                  loss, run.median_step_ms, run.tokens_per_s, comm_bytes_sent() / 1048576.0, cfg.out);
     }
 
+    if (overlap && dp.print_buckets) buckets_print(&buckets);
     free(all_peaks);
     free(tokens);
     free(targets);

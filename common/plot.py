@@ -2,6 +2,7 @@
 """plot.py: draw the course's plots from run directories (steps.csv, memory.csv, run.csv).
 
     python3 common/plot.py RUN_DIR... [--out DIR]
+    python3 common/plot.py --commbench CSV... [--out DIR]
 
 Reads only the CSVs that every chapter program writes, so a learner can plot
 their own runs next to the demo's. A run's label is its directory name;
@@ -14,6 +15,11 @@ Plots written to --out (default runs/plots):
     runtime.png     median step time per configuration, with error bars
     throughput.png  tokens/s per configuration, with error bars
     memory.png      peak memory per rank, stacked by category (device space)
+    breakdown.png   median step time split into forward, backward, optimizer and
+                    exposed communication (exposed_comm_ms when the run has it,
+                    else comm_ms)
+With --commbench, from 02_data_parallel/commbench CSVs:
+    busbw.png       bus bandwidth against message size, one line per operation
 """
 import argparse
 import csv
@@ -111,21 +117,11 @@ def plot_loss(groups, out):
     plt.close(fig)
 
 
-def plot_runtime(groups, out):
+def plot_bars(groups, out, column, ylabel, title, filename):
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    bars_with_spread(ax, groups, "median_step_ms", "median step time (ms)",
-                     "Runtime per optimizer step (median; bars: min-max over repeats)")
+    bars_with_spread(ax, groups, column, ylabel, title)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "runtime.png"), dpi=120)
-    plt.close(fig)
-
-
-def plot_throughput(groups, out):
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    bars_with_spread(ax, groups, "tokens_per_s", "tokens per second",
-                     "Training throughput (median; bars: min-max over repeats)")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "throughput.png"), dpi=120)
+    fig.savefig(os.path.join(out, filename), dpi=120)
     plt.close(fig)
 
 
@@ -159,18 +155,79 @@ def plot_memory(groups, out):
     plt.close(fig)
 
 
+def plot_breakdown(groups, out):
+    """Stacked median times per configuration; the first step (warm-up) is left out."""
+    parts = [("fwd_ms", "forward", "#4c72b0"), ("bwd_ms", "backward", "#dd8452"),
+             ("opt_ms", "optimizer", "#55a868"), ("exposed", "exposed communication", "#c44e52")]
+    labels, values = [], {key: [] for key, _, _ in parts}
+    for label, runs in groups.items():
+        samples = {key: [] for key, _, _ in parts}
+        for run in runs:
+            for row in run["steps"][1:] or run["steps"]:
+                for key, _, _ in parts:
+                    if key == "exposed":
+                        samples[key].append(float(row.get("exposed_comm_ms") or row["comm_ms"]))
+                    else:
+                        samples[key].append(float(row[key]))
+        labels.append(label)
+        for key, _, _ in parts:
+            values[key].append(median(samples[key]))
+    fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(labels) + 2), 4.5))
+    bottom = [0.0] * len(labels)
+    for key, name, colour in parts:
+        ax.bar(range(len(labels)), values[key], bottom=bottom, label=name, color=colour)
+        bottom = [b + v for b, v in zip(bottom, values[key])]
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=20, ha="right")
+    ax.set_ylabel("median time per step (ms)")
+    ax.set_title("Where a step's time goes: compute vs communication not hidden by it")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "breakdown.png"), dpi=120)
+    plt.close(fig)
+
+
+def plot_commbench(paths, out):
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for path in paths:
+        rows = read_csv(path)
+        for op in OrderedDict((r["op"], None) for r in rows):
+            pts = [(int(r["size_bytes"]), float(r["busbw_GBps"])) for r in rows if r["op"] == op]
+            ranks = rows[0]["ranks"]
+            ax.plot(*zip(*pts), "o-", label=f"{op} ({ranks} ranks)", markersize=4)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title("Collective bus bandwidth vs message size (latency-bound left, bandwidth-bound right)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "busbw.png"), dpi=120)
+    plt.close(fig)
+    print(f"plot.py: wrote busbw.png to {out}")
+
+
 def main():
     parser = argparse.ArgumentParser(description="Plot course runs from their CSVs.")
-    parser.add_argument("runs", nargs="+", help="run directories (each with steps.csv, memory.csv, run.csv)")
+    parser.add_argument("runs", nargs="+", help="run directories (each with steps.csv, memory.csv, run.csv), "
+                                                "or commbench CSV files with --commbench")
     parser.add_argument("--out", default="runs/plots", help="where to write the PNGs (default runs/plots)")
+    parser.add_argument("--commbench", action="store_true", help="the inputs are commbench CSVs: plot bus bandwidth")
     args = parser.parse_args()
-    groups = load_runs(args.runs)
     os.makedirs(args.out, exist_ok=True)
+    if args.commbench:
+        plot_commbench(args.runs, args.out)
+        return
+    groups = load_runs(args.runs)
     plot_loss(groups, args.out)
-    plot_runtime(groups, args.out)
-    plot_throughput(groups, args.out)
+    plot_bars(groups, args.out, "median_step_ms", "median step time (ms)",
+              "Runtime per optimizer step (median; bars: min-max over repeats)", "runtime.png")
+    plot_bars(groups, args.out, "tokens_per_s", "tokens per second",
+              "Training throughput (median; bars: min-max over repeats)", "throughput.png")
     plot_memory(groups, args.out)
-    print(f"plot.py: wrote loss.png, runtime.png, throughput.png, memory.png to {args.out}")
+    plot_breakdown(groups, args.out)
+    print(f"plot.py: wrote loss.png, runtime.png, throughput.png, memory.png, breakdown.png to {args.out}")
 
 
 if __name__ == "__main__":

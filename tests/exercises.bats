@@ -7,11 +7,11 @@ load helpers
 
 # Two student copies, built once for the whole file (CPU only, to keep it quick):
 #   all/   every exercise stubbed
-#   one/   only 01.2 stubbed
+#   one/   only 02.1 (the ring all-reduce) stubbed
 setup_file() {
     export COPIES="$BATS_FILE_TMPDIR"
     make -C "$REPO" --no-print-directory exercises DEST="$COPIES/all" >/dev/null
-    make -C "$REPO" --no-print-directory exercises DEST="$COPIES/one" ONLY=01.2 >/dev/null
+    make -C "$REPO" --no-print-directory exercises DEST="$COPIES/one" ONLY=02.1 >/dev/null
     for copy in all one; do
         make -C "$COPIES/$copy" --no-print-directory -j2 CUDA=0 OPT=-O1 all >"$COPIES/$copy.build.log" 2>&1 ||
             { cat "$COPIES/$copy.build.log" >&3; return 1; }
@@ -21,14 +21,17 @@ setup_file() {
 @test "the reference solution gets full marks" {
     run "$REPO/common/grade.sh"
     assert_success
-    assert_output --regexp 'total +8/8'
+    assert_output --regexp 'total +15/15'
 }
 
 @test "a student copy replaces every marked solution by a stub" {
-    assert_equal "$(cat "$COPIES/all/.student" | tr '\n' ' ')" "01.1 01.2 01.3 "
-    run grep -c 'exercise_not_implemented("01\.[123]"' "$COPIES/all/common/kernels_cpu.c" "$COPIES/all/common/model.c"
+    assert_equal "$(cat "$COPIES/all/.student" | tr '\n' ' ')" "01.1 01.2 01.3 02.1 02.2 "
+    run grep -c 'exercise_not_implemented("0[12]\.[123]"' "$COPIES/all/common/kernels_cpu.c" \
+        "$COPIES/all/common/model.c" "$COPIES/all/common/ring.c" "$COPIES/all/02_data_parallel/buckets.c"
     assert_output --partial "kernels_cpu.c:2"
     assert_output --partial "model.c:1"
+    assert_output --partial "ring.c:1"
+    assert_output --partial "buckets.c:1"
     # the solutions themselves are gone
     run grep -c "sqrtf(vhat)" "$COPIES/all/common/kernels_cpu.c"
     assert_output "0"
@@ -37,7 +40,7 @@ setup_file() {
 }
 
 @test "a stub fails clearly at run time, naming the exercise and where to read" {
-    run --separate-stderr "$COPIES/one/build/tests/test_kernels" adamw
+    run --separate-stderr "$COPIES/all/build/tests/test_kernels" adamw
     assert_failure
     [[ "$stderr" == *"exercise 01.2 not implemented: see course.md, exercise 01.2"* ]]
 }
@@ -48,24 +51,28 @@ setup_file() {
     assert_output --regexp '01\.1 .* FAIL'
     assert_output --regexp '01\.2 .* FAIL'
     assert_output --regexp '01\.3 .* FAIL'
-    assert_output --regexp 'total +0/8'
+    assert_output --regexp '02\.1 .* FAIL'
+    assert_output --regexp '02\.2 .* FAIL'
+    assert_output --regexp 'total +0/15'
 }
 
-@test "with only 01.2 stubbed, exactly its grader fails" {
+@test "with only 02.1 stubbed, exactly its grader fails" {
     run "$COPIES/one/common/grade.sh"
     assert_failure
     assert_output --regexp '01\.1 .* pass'
-    assert_output --regexp '01\.2 .* FAIL'
+    assert_output --regexp '01\.2 .* pass'
     assert_output --regexp '01\.3 .* pass'
-    assert_output --regexp 'total +5/8'
+    assert_output --regexp '02\.1 .* FAIL'
+    assert_output --regexp '02\.2 .* pass'
+    assert_output --regexp 'total +11/15'
 }
 
 @test "filling the stub back in with the reference makes its grader pass" {
-    cp "$REPO/common/kernels_cpu.c" "$COPIES/one/common/kernels_cpu.c"
+    cp "$REPO/common/ring.c" "$COPIES/one/common/ring.c"
     make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 all >/dev/null 2>&1
     run "$COPIES/one/common/grade.sh"
     assert_success
-    assert_output --regexp 'total +8/8'
+    assert_output --regexp 'total +15/15'
 }
 
 @test "a plausible wrong answer fails its grader: Adam without bias correction" {

@@ -16,6 +16,8 @@ while [ ! -f "$REPO/Makefile" ] && [ "$REPO" != / ]; do REPO="$(dirname "$REPO")
 BUILD="$REPO/build"
 TRAIN01="$REPO/01_single_gpu/train"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+# spinning OpenMP threads steal the cores that other ranks (and other tests) need
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
 bats_require_minimum_version 1.5.0 # run --separate-stderr
 

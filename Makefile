@@ -10,7 +10,8 @@ comma := ,
 BUILD := build
 CC ?= gcc
 OPT ?= -O3 -march=x86-64-v2
-CFLAGS := $(OPT) -g -std=gnu11 -fopenmp -Wall -Wextra -Werror -Icommon -MMD -MP
+# -fno-trapping-math lets gcc vectorise float->int conversions (the GELU's exp); no result changes.
+CFLAGS := $(OPT) -g -std=gnu11 -fopenmp -fno-trapping-math -Wall -Wextra -Werror -Icommon -MMD -MP
 # Prefer Debian's OpenMP build of OpenBLAS: it shares our OpenMP thread pool,
 # where the default pthread build fights it for the cores.
 OPENBLAS_OMP_DIR := $(wildcard /usr/lib/$(shell gcc -print-multiarch 2>/dev/null)/openblas-openmp)

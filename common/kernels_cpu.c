@@ -90,17 +90,23 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
             dx[c] += s * (g[c] * weight[c] - mean_dxhat - xhat * mean_dxhat_xhat);
         }
     }
-    /* dweight, dbias: each thread owns a range of channels and sums over rows in order. */
+    /* dweight, dbias: threads own blocks of 64 channels and walk the rows in
+     * order (whole cache lines per row; the order of each sum is fixed). */
 #pragma omp parallel for schedule(static)
-    for (int c = 0; c < C; c++) {
-        double dw = 0.0, db = 0.0;
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        int width = C - c0 < 64 ? C - c0 : 64;
+        double dw[64] = {0}, db[64] = {0};
         for (int n = 0; n < N; n++) {
-            float g = dout[(size_t)n * C + c];
-            dw += (double)g * (inp[(size_t)n * C + c] - mean[n]) * rstd[n];
-            db += g;
+            const float *g = dout + (size_t)n * C + c0, *x = inp + (size_t)n * C + c0;
+            for (int j = 0; j < width; j++) {
+                dw[j] += (double)g[j] * (x[j] - mean[n]) * rstd[n];
+                db[j] += g[j];
+            }
         }
-        dweight[c] += (float)dw;
-        dbias[c] += (float)db;
+        for (int j = 0; j < width; j++) {
+            dweight[c0 + j] += (float)dw[j];
+            dbias[c0 + j] += (float)db[j];
+        }
     }
     /* EXERCISE 01.1 END */
 }
@@ -123,35 +129,39 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
     /* dweight(OC,C) += dout^T(OC,N) @ inp(N,C) */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias) {
+        /* threads own blocks of 64 columns and walk the rows in order */
 #pragma omp parallel for schedule(static)
-        for (int o = 0; o < OC; o++) {
-            double sum = 0.0;
-            for (int n = 0; n < N; n++) sum += dout[(size_t)n * OC + o];
-            dbias[o] += (float)sum;
+        for (int o0 = 0; o0 < OC; o0 += 64) {
+            int width = OC - o0 < 64 ? OC - o0 : 64;
+            double sum[64] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *row = dout + (size_t)n * OC + o0;
+                for (int j = 0; j < width; j++) sum[j] += row[j];
+            }
+            for (int j = 0; j < width; j++) dbias[o0 + j] += (float)sum[j];
         }
     }
 }
 
 static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-    int hs = C / NH;
+    int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
-#pragma omp parallel for collapse(2)
+    /* One (b, h) pair per iteration. Its matrix products are BLAS calls on
+     * strided views of qkv (leading dimension 3C, no copies); inside the
+     * parallel loop they run single-threaded (OpenBLAS's OpenMP build does so
+     * in a parallel region), so results do not depend on the thread count. */
+#pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const float *base = qkv + (size_t)b * T * C3;
+            const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            float *a = att + ((size_t)b * NH + h) * T * T;
+            /* scores(T,T) = scale * q(T,hs) @ k(T,hs)^T; the causal mask is applied below */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
             for (int t = 0; t < T; t++) {
-                const float *q = base + t * C3 + h * hs;
-                float *row = att + (((size_t)b * NH + h) * T + t) * T;
-                /* scores against keys 0..t (the causal mask hides the rest) */
+                /* softmax over keys 0..t; the future gets probability 0 */
+                float *row = a + (size_t)t * T;
                 float maxval = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k = base + t2 * C3 + C + h * hs;
-                    float dot = 0.0f;
-                    for (int i = 0; i < hs; i++) dot += q[i] * k[i];
-                    row[t2] = dot * scale;
-                    if (row[t2] > maxval) maxval = row[t2];
-                }
+                for (int t2 = 0; t2 <= t; t2++) maxval = row[t2] > maxval ? row[t2] : maxval;
                 float sum = 0.0f;
                 for (int t2 = 0; t2 <= t; t2++) {
                     row[t2] = expf(row[t2] - maxval);
@@ -159,78 +169,86 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
                 }
                 for (int t2 = 0; t2 <= t; t2++) row[t2] /= sum;
                 for (int t2 = t + 1; t2 < T; t2++) row[t2] = 0.0f;
-                /* weighted sum of the values */
-                float *o = out + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++) o[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = base + t2 * C3 + 2 * C + h * hs;
-                    for (int i = 0; i < hs; i++) o[i] += row[t2] * v[i];
-                }
             }
+            /* out(T,hs) = att(T,T) @ v(T,hs), into head h's columns of out */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
+                        out + (size_t)b * T * C + h * hs, C);
         }
     }
 }
 
 static void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
                                int B, int T, int C, int NH) {
-    int hs = C / NH;
+    int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
     /* One (b, h) pair per iteration: it writes only head h's columns of batch
      * row b, so pairs never collide. */
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const float *base = qkv + (size_t)b * T * C3;
-            float *dbase = dqkv + (size_t)b * T * C3;
+            const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+            const float *a = att + ((size_t)b * NH + h) * T * T;
+            float *d = datt + ((size_t)b * NH + h) * T * T;
+            const float *g = dout + (size_t)b * T * C + h * hs;
+            /* out = att @ v:  datt = g @ v^T,  dv += att^T @ g */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, g, C, v, C3, 0.0f, d, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, g, C, 1.0f, dv, C3);
+            /* softmax backward, in place: dscore = att * (datt - sum(att * datt)) * scale */
             for (int t = 0; t < T; t++) {
-                const float *arow = att + (((size_t)b * NH + h) * T + t) * T;
-                float *drow = datt + (((size_t)b * NH + h) * T + t) * T;
-                const float *g = dout + ((size_t)b * T + t) * C + h * hs;
-                /* out = att @ v:  datt = g . v,  dv += att * g */
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = base + t2 * C3 + 2 * C + h * hs;
-                    float *dv = dbase + t2 * C3 + 2 * C + h * hs;
-                    float dot = 0.0f;
-                    for (int i = 0; i < hs; i++) {
-                        dot += g[i] * v[i];
-                        dv[i] += arow[t2] * g[i];
-                    }
-                    drow[t2] = dot;
-                }
-                /* softmax backward: dscore = att * (datt - sum(att * datt)) */
+                const float *arow = a + (size_t)t * T;
+                float *drow = d + (size_t)t * T;
                 float weighted = 0.0f;
                 for (int t2 = 0; t2 <= t; t2++) weighted += arow[t2] * drow[t2];
-                const float *q = base + t * C3 + h * hs;
-                float *dq = dbase + t * C3 + h * hs;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    float dscore = arow[t2] * (drow[t2] - weighted) * scale;
-                    const float *k = base + t2 * C3 + C + h * hs;
-                    float *dk = dbase + t2 * C3 + C + h * hs;
-                    for (int i = 0; i < hs; i++) {
-                        dq[i] += dscore * k[i];
-                        dk[i] += dscore * q[i];
-                    }
-                }
+                for (int t2 = 0; t2 <= t; t2++) drow[t2] = arow[t2] * (drow[t2] - weighted) * scale;
+                for (int t2 = t + 1; t2 < T; t2++) drow[t2] = 0.0f;
             }
+            /* scores = q @ k^T:  dq += dscore @ k,  dk += dscore^T @ q */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, d, T, k, C3, 1.0f, dq, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, d, T, q, C3, 1.0f, dk, C3);
         }
     }
 }
 
+/* expf for loops the compiler can vectorise: Cephes' range reduction
+ * x = n ln2 + r and a degree-5 polynomial, 2^n through the exponent bits.
+ * Within 2 ulp of expf. libm's expf and tanhf are calls that keep the GELU
+ * loops scalar, and GELU was a third of a CPU step with them. */
+static inline float vexpf(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    float n = floorf(x * 1.44269504088896341f + 0.5f);
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    union {
+        int i;
+        float f;
+    } two_to_n = {.i = ((int)n + 127) << 23};
+    return y * two_to_n.f;
+}
+
+static inline float vtanhf(float u) { return 1.0f - 2.0f / (vexpf(2.0f * u) + 1.0f); }
+
 static void gelu_forward(float *out, const float *inp, size_t n) {
-#pragma omp parallel for
+#pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+        out[i] = 0.5f * x * (1.0f + vtanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
     }
 }
 
 static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-#pragma omp parallel for
+#pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        float th = tanhf(u);
+        float th = vtanhf(u);
         float sech2 = 1.0f - th * th;
         float du_dx = GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx);

@@ -1,6 +1,7 @@
 /* buckets.c: see buckets.h. */
 #include "buckets.h"
 
+#include "device.h"
 #include "ring.h"
 #include "util.h"
 
@@ -34,6 +35,7 @@ void buckets_create(BucketSync *bs, const GPT *model, size_t bucket_bytes, CommG
 /* The communication thread: all-reduce queued buckets in order, until stopped. */
 static void *communicate(void *arg) {
     BucketSync *bs = arg;
+    device_bind_thread(); /* on a GPU: this rank's GPU, not the thread default */
     pthread_mutex_lock(&bs->lock);
     for (;;) {
         while (bs->next == bs->queued && !bs->stop) pthread_cond_wait(&bs->changed, &bs->lock);
@@ -55,9 +57,10 @@ static void *communicate(void *arg) {
 }
 
 void buckets_begin_step(BucketSync *bs) {
-    if (!bs->thread) {
+    if (!bs->thread_started) {
         if (pthread_create(&bs->thread, NULL, communicate, bs) != 0)
             fatal(EXIT_RUNTIME, "cannot start the communication thread");
+        bs->thread_started = 1;
     }
     pthread_mutex_lock(&bs->lock);
     for (int i = 0; i < bs->count; i++) bs->buckets[i].launched = 0;
@@ -108,7 +111,7 @@ void buckets_print(const BucketSync *bs) {
 }
 
 void buckets_destroy(BucketSync *bs) {
-    if (bs->thread) {
+    if (bs->thread_started) {
         pthread_mutex_lock(&bs->lock);
         bs->stop = 1;
         pthread_cond_broadcast(&bs->changed);

@@ -32,6 +32,7 @@ typedef struct {
     int use_ring;      /* the course's ring instead of the library all-reduce */
     /* the communication thread and its queue of bucket indices */
     pthread_t thread;
+    int thread_started;
     pthread_mutex_t lock;
     pthread_cond_t changed;
     int *queue, queued, next, done, stop;

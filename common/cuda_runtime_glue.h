@@ -14,6 +14,8 @@ extern "C" {
 int cuda_device_count(void);
 /* Make `device` current, create the cuBLAS handle; writes the GPU's name. */
 void cuda_select_device(int device, char *name, size_t name_len);
+/* Make `device` current for the calling thread (no cuBLAS handle). */
+void cuda_bind_thread(int device);
 /* cudaMalloc + zero fill; NULL when the GPU is out of memory. */
 void *cuda_alloc_zeroed(size_t bytes);
 void cuda_release(void *ptr);

@@ -20,6 +20,7 @@
 #endif
 
 static Backend active_backend = BACKEND_CPU;
+static int active_gpu = 0;
 static char active_name[160] = "cpu";
 static size_t limit_bytes = 0;
 static size_t current[SPACE_COUNT][CAT_COUNT];
@@ -69,7 +70,8 @@ Backend device_init(const char *choice, int local_rank) {
     int count = cuda_device_count();
     if (count <= 0) fatal(EXIT_USAGE, "--device cuda: no CUDA GPU is visible on this machine (use --device cpu)");
     char gpu[128];
-    cuda_select_device(local_rank % count, gpu, sizeof gpu);
+    active_gpu = local_rank % count;
+    cuda_select_device(active_gpu, gpu, sizeof gpu);
     active_backend = BACKEND_CUDA;
     snprintf(active_name, sizeof active_name, "cuda:%s", gpu);
     return active_backend;
@@ -81,6 +83,12 @@ Backend device_init(const char *choice, int local_rank) {
 }
 
 Backend device_backend(void) { return active_backend; }
+
+void device_bind_thread(void) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) cuda_bind_thread(active_gpu);
+#endif
+}
 const char *device_name(void) { return active_name; }
 
 const KernelOps *ops(void) {

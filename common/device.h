@@ -43,6 +43,10 @@ const char *category_name(Category c);
  * local_rank picks the GPU (local_rank % device count) when several are visible. */
 Backend device_init(const char *choice, int local_rank);
 Backend device_backend(void);
+/* Make the chosen GPU current for the calling thread too (CUDA keeps the
+ * current device per host thread); a thread that touches device buffers
+ * calls this first. No-op on the CPU. */
+void device_bind_thread(void);
 const char *device_name(void); /* "cpu" or e.g. "cuda:NVIDIA H100 80GB HBM3" */
 int device_cuda_available(void); /* built with CUDA and a GPU is visible */
 

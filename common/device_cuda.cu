@@ -42,6 +42,8 @@ extern "C" void cuda_select_device(int device, char *name, size_t name_len) {
         cublasSetMathMode(cublas_handle, use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 }
 
+extern "C" void cuda_bind_thread(int device) { cuda_check(cudaSetDevice(device)); }
+
 extern "C" void *cuda_alloc_zeroed(size_t bytes) {
     void *ptr = NULL;
     cudaError_t err = cudaMalloc(&ptr, bytes);

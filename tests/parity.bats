@@ -126,3 +126,29 @@ load helpers
         assert_equal "$(grep ",device,$c," "$d/cpu/memory.csv")" "$(grep ",device,$c," "$d/cuda/memory.csv")"
     done
 }
+
+@test "data parallel on 2 ranks sharing one GPU (host-staged MPI) gives the CPU's single-device losses" {
+    require_gpu
+    d=$(scratch)
+    "$TRAIN01" --device cpu --steps 5 --batch 12 --sample 0 --quiet --out "$d/ref"
+    for mode in flat overlap; do
+        for ar in library ring; do
+            mpirun_np 2 "$REPO/02_data_parallel/train" --device cuda --comm mpi --steps 5 --batch 12 --sample 0 \
+                --quiet --dp-mode "$mode" --allreduce "$ar" --bucket-mb 0.05 --out "$d/$mode-$ar"
+            paste -d, <(csv_column "$d/ref/steps.csv" loss) <(csv_column "$d/$mode-$ar/steps.csv" loss) |
+                awk -F, '{ n++; r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) bad = 1 } END { exit bad || n != 5 }'
+        done
+    done
+}
+
+@test "data parallel with NCCL (one GPU per rank) gives the CPU's single-device losses" {
+    require_gpu
+    gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+    [ "$gpus" -ge 2 ] || skip "NCCL needs a GPU per rank; $gpus visible"
+    d=$(scratch)
+    "$TRAIN01" --device cpu --steps 5 --batch 12 --sample 0 --quiet --out "$d/ref"
+    mpirun_np 2 "$REPO/02_data_parallel/train" --device cuda --comm nccl --steps 5 --batch 12 --sample 0 --quiet \
+        --dp-mode overlap --out "$d/nccl"
+    paste -d, <(csv_column "$d/ref/steps.csv" loss) <(csv_column "$d/nccl/steps.csv" loss) |
+        awk -F, '{ n++; r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) bad = 1 } END { exit bad || n != 5 }'
+}

@@ -29,7 +29,7 @@ static CommGroup world_group;
 static int local_rank = 0;
 static CommTransport transport = COMM_MPI;
 static double bytes_sent = 0.0;
-static float *staging = NULL; /* host copy of device buffers (staged transport) */
+static float *staging = NULL; /* host copy of device buffers (staged transport), host/comm */
 static size_t staging_floats = 0;
 
 #define MPI_CHECK(call)                                                                                          \
@@ -68,7 +68,7 @@ void comm_init(int *argc, char ***argv) {
 }
 
 void comm_finalize(void) {
-    free(staging);
+    mem_free(staging);
     staging = NULL;
     MPI_Finalize();
 }
@@ -126,8 +126,8 @@ const char *comm_transport_name(void) {
 
 static float *stage(size_t floats) {
     if (floats > staging_floats) {
-        free(staging);
-        staging = xmalloc(floats * sizeof(float));
+        mem_free(staging);
+        staging = mem_alloc(SPACE_HOST, CAT_COMM, floats * sizeof(float), "host staging of device buffers");
         staging_floats = floats;
     }
     return staging;

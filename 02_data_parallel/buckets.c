@@ -43,8 +43,10 @@ static void *communicate(void *arg) {
         Bucket *b = &bs->buckets[bs->queue[bs->next]];
         pthread_mutex_unlock(&bs->lock);
         double start = wall_ms();
-        if (bs->use_ring) ring_allreduce(bs->group, bs->grads + b->lo, b->hi - b->lo, COMM_SUM);
-        else comm_allreduce(bs->group, bs->grads + b->lo, b->hi - b->lo, COMM_SUM);
+        if (bs->use_ring)
+            ring_allreduce(bs->group, bs->grads + b->lo, b->hi - b->lo, COMM_SUM);
+        else
+            comm_allreduce(bs->group, bs->grads + b->lo, b->hi - b->lo, COMM_SUM);
         double elapsed = wall_ms() - start;
         pthread_mutex_lock(&bs->lock);
         bs->comm_ms += elapsed;
@@ -96,7 +98,8 @@ double buckets_wait(BucketSync *bs) {
     double start = wall_ms();
     pthread_mutex_lock(&bs->lock);
     if (bs->queued != bs->count)
-        fatal(EXIT_RUNTIME, "backward finished with %d of %d gradient buckets launched", bs->queued, bs->count);
+        fatal(EXIT_RUNTIME, "backward finished with %d of %d gradient buckets launched", bs->queued,
+              bs->count);
     while (bs->done < bs->count) pthread_cond_wait(&bs->changed, &bs->lock);
     pthread_mutex_unlock(&bs->lock);
     return wall_ms() - start;
@@ -106,7 +109,8 @@ void buckets_print(const BucketSync *bs) {
     log_info("bucket  elements                  layers  launched after layer\n");
     for (int i = 0; i < bs->count; i++) {
         const Bucket *b = &bs->buckets[i];
-        log_info("%6d  [%9zu, %9zu)  >= %3d  %d\n", i, b->lo, b->hi, b->lowest_layer, b->launched_after_layer);
+        log_info("%6d  [%9zu, %9zu)  >= %3d  %d\n", i, b->lo, b->hi, b->lowest_layer,
+                 b->launched_after_layer);
     }
 }
 

@@ -18,25 +18,25 @@
 #include <stddef.h>
 
 typedef struct {
-    size_t lo, hi;    /* elements [lo, hi) of the gradient buffer */
-    int lowest_layer; /* the earliest layer with a tensor in it (LAYER_EMBEDDING = -1) */
-    int launched;     /* handed to the communication thread this step */
+    size_t lo, hi;            /* elements [lo, hi) of the gradient buffer */
+    int lowest_layer;         /* the earliest layer with a tensor in it (LAYER_EMBEDDING = -1) */
+    int launched;             /* handed to the communication thread this step */
     int launched_after_layer; /* the layer whose completion launched it */
 } Bucket;
 
 typedef struct {
-    Bucket *buckets;   /* buckets[0] ends at the buffer's end; the last starts at 0 */
+    Bucket *buckets; /* buckets[0] ends at the buffer's end; the last starts at 0 */
     int count;
     CommGroup *group;
     float *grads;
-    int use_ring;      /* the course's ring instead of the library all-reduce */
+    int use_ring; /* the course's ring instead of the library all-reduce */
     /* the communication thread and its queue of bucket indices */
     pthread_t thread;
     int thread_started;
     pthread_mutex_t lock;
     pthread_cond_t changed;
     int *queue, queued, next, done, stop;
-    double comm_ms;    /* time the thread spent all-reducing this step */
+    double comm_ms; /* time the thread spent all-reducing this step */
 } BucketSync;
 
 void buckets_create(BucketSync *bs, const GPT *model, size_t bucket_bytes, CommGroup *group, int use_ring);

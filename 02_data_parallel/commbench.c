@@ -36,11 +36,20 @@ static double bus_factor(Op op, int n) {
 static void run_op(Op op, CommGroup *g, float *a, float *b, size_t count) {
     int n = comm_size(g);
     switch (op) {
-    case OP_ALLREDUCE: comm_allreduce(g, a, count, COMM_SUM); break;
-    case OP_RING: ring_allreduce(g, a, count, COMM_SUM); break;
-    case OP_REDUCE_SCATTER: comm_reduce_scatter(g, a, b, count / n, COMM_SUM); break;
-    case OP_ALLGATHER: comm_allgather(g, b, a, count / n); break;
-    default: break;
+    case OP_ALLREDUCE:
+        comm_allreduce(g, a, count, COMM_SUM);
+        break;
+    case OP_RING:
+        ring_allreduce(g, a, count, COMM_SUM);
+        break;
+    case OP_REDUCE_SCATTER:
+        comm_reduce_scatter(g, a, b, count / n, COMM_SUM);
+        break;
+    case OP_ALLGATHER:
+        comm_allgather(g, b, a, count / n);
+        break;
+    default:
+        break;
     }
 }
 
@@ -57,10 +66,14 @@ int main(int argc, char **argv) {
     int factor = 4;
     char device[8] = "auto", transport[8] = "auto", out[4096] = "";
     static const struct option options[] = {
-        {"min-bytes", required_argument, 0, 'a'}, {"max-bytes", required_argument, 0, 'b'},
-        {"step-factor", required_argument, 0, 'f'}, {"device", required_argument, 0, 'd'},
-        {"comm", required_argument, 0, 'c'},      {"out", required_argument, 0, 'o'},
-        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
+        {"min-bytes", required_argument, 0, 'a'},
+        {"max-bytes", required_argument, 0, 'b'},
+        {"step-factor", required_argument, 0, 'f'},
+        {"device", required_argument, 0, 'd'},
+        {"comm", required_argument, 0, 'c'},
+        {"out", required_argument, 0, 'o'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     opterr = 0;
     int opt;
@@ -71,10 +84,18 @@ int main(int argc, char **argv) {
             if (parse_bytes(optarg, opt == 'a' ? &min_bytes : &max_bytes) != 0)
                 fatal(EXIT_USAGE, "%s: '%s' is not a size (valid: e.g. 1K, 64M)", argv[optind - 1], optarg);
             break;
-        case 'f': factor = parse_int_flag("--step-factor", optarg, 2, 16); break;
-        case 'd': snprintf(device, sizeof device, "%s", optarg); break;
-        case 'c': snprintf(transport, sizeof transport, "%s", optarg); break;
-        case 'o': snprintf(out, sizeof out, "%s", optarg); break;
+        case 'f':
+            factor = parse_int_flag("--step-factor", optarg, 2, 16);
+            break;
+        case 'd':
+            snprintf(device, sizeof device, "%s", optarg);
+            break;
+        case 'c':
+            snprintf(transport, sizeof transport, "%s", optarg);
+            break;
+        case 'o':
+            snprintf(out, sizeof out, "%s", optarg);
+            break;
         case 'h':
             log_info("usage: mpirun -np N 02_data_parallel/commbench [flags]\n"
                      "  --min-bytes SIZE    smallest message (default 1K)\n"
@@ -84,12 +105,15 @@ int main(int argc, char **argv) {
                      "  --out FILE          also write the table as CSV\n");
             comm_finalize();
             return 0;
-        case ':': fatal(EXIT_USAGE, "%s needs a value (see --help)", argv[optind - 1]);
-        default: fatal(EXIT_USAGE, "unknown flag '%s' (see --help)", argv[optind - 1]);
+        case ':':
+            fatal(EXIT_USAGE, "%s needs a value (see --help)", argv[optind - 1]);
+        default:
+            fatal(EXIT_USAGE, "unknown flag '%s' (see --help)", argv[optind - 1]);
         }
     }
     if (min_bytes < 4 || min_bytes > max_bytes || max_bytes > ((size_t)1 << 33))
-        fatal(EXIT_USAGE, "--min-bytes %zu / --max-bytes %zu: need 4 <= min <= max <= 8G", min_bytes, max_bytes);
+        fatal(EXIT_USAGE, "--min-bytes %zu / --max-bytes %zu: need 4 <= min <= max <= 8G", min_bytes,
+              max_bytes);
     device_init(device, comm_local_rank());
     comm_select(transport);
 
@@ -104,7 +128,8 @@ int main(int argc, char **argv) {
         fprintf(csv, "op,ranks,transport,size_bytes,count,time_us,algbw_GBps,busbw_GBps\n");
     }
     log_info("commbench | %d ranks | device %s | comm %s\n", n, device_name(), comm_transport_name());
-    log_info("%-15s %12s %11s %11s %11s %11s\n", "op", "size_bytes", "count", "time_us", "algbw_GBps", "busbw_GBps");
+    log_info("%-15s %12s %11s %11s %11s %11s\n", "op", "size_bytes", "count", "time_us", "algbw_GBps",
+             "busbw_GBps");
     for (int op = 0; op < OP_COUNT; op++) {
         for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
             size_t count = (bytes / sizeof(float) + n - 1) / n * n; /* divisible by n for the block ops */
@@ -122,10 +147,11 @@ int main(int argc, char **argv) {
             qsort(times, iters, sizeof(double), compare);
             double t_us = times[iters / 2] * 1e3, size = (double)count * sizeof(float);
             double algbw = size / (t_us * 1e-6) / 1e9, busbw = algbw * bus_factor((Op)op, n);
-            log_info("%-15s %12.0f %11zu %11.1f %11.3f %11.3f\n", op_names[op], size, count, t_us, algbw, busbw);
+            log_info("%-15s %12.0f %11zu %11.1f %11.3f %11.3f\n", op_names[op], size, count, t_us, algbw,
+                     busbw);
             if (csv)
-                fprintf(csv, "%s,%d,%s,%.0f,%zu,%.2f,%.4f,%.4f\n", op_names[op], n, comm_transport_name(), size, count,
-                        t_us, algbw, busbw);
+                fprintf(csv, "%s,%d,%s,%.0f,%zu,%.2f,%.4f,%.4f\n", op_names[op], n, comm_transport_name(),
+                        size, count, t_us, algbw, busbw);
             /* keep the values bounded: repeated sums of the same buffer would overflow */
             ops()->fill_zero(a, max_count);
         }

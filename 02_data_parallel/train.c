@@ -62,7 +62,8 @@ static const char dp_help[] =
     "                             during backward (default flat)\n"
     "  --bucket-mb X              overlap: gradient bucket size in MiB, (0, 4096] (default 1)\n"
     "  --allreduce ring|library   the course's ring all-reduce or the library's (default library)\n"
-    "  --comm auto|nccl|mpi       transport for device buffers; auto = nccl with one GPU per rank (default auto)\n"
+    "  --comm auto|nccl|mpi       transport for device buffers; auto = nccl with one GPU per rank (default "
+    "auto)\n"
     "  --check-replicas N         every N steps verify all replicas hold identical parameters, 0 = never\n"
     "                             (default 0)\n"
     "  --print-buckets            overlap: print the buckets and after which layer each was launched\n";
@@ -75,7 +76,9 @@ static int handle_dp_flag(int option, const char *value, void *context) {
             fatal(EXIT_USAGE, "--dp-mode: unknown mode '%s' (valid: naive, flat, overlap)", value);
         snprintf(f->dp_mode, sizeof f->dp_mode, "%s", value);
         return 0;
-    case OPT_BUCKET_MB: f->bucket_mb = parse_float_flag("--bucket-mb", value, 1e-6, 4096); return 0;
+    case OPT_BUCKET_MB:
+        f->bucket_mb = parse_float_flag("--bucket-mb", value, 1e-6, 4096);
+        return 0;
     case OPT_ALLREDUCE:
         if (strcmp(value, "ring") && strcmp(value, "library"))
             fatal(EXIT_USAGE, "--allreduce: unknown all-reduce '%s' (valid: ring, library)", value);
@@ -86,8 +89,12 @@ static int handle_dp_flag(int option, const char *value, void *context) {
             fatal(EXIT_USAGE, "--comm: unknown transport '%s' (valid: auto, nccl, mpi)", value);
         snprintf(f->comm, sizeof f->comm, "%s", value);
         return 0;
-    case OPT_CHECK_REPLICAS: f->check_replicas = parse_int_flag("--check-replicas", value, 0, 10000000); return 0;
-    case OPT_PRINT_BUCKETS: f->print_buckets = 1; return 0;
+    case OPT_CHECK_REPLICAS:
+        f->check_replicas = parse_int_flag("--check-replicas", value, 0, 10000000);
+        return 0;
+    case OPT_PRINT_BUCKETS:
+        f->print_buckets = 1;
+        return 0;
     }
     return -1;
 }
@@ -95,8 +102,10 @@ static int handle_dp_flag(int option, const char *value, void *context) {
 /* ---- gradient synchronisation ---- */
 
 static void allreduce_sum(CommGroup *g, float *buf, size_t count, int use_ring) {
-    if (use_ring) ring_allreduce(g, buf, count, COMM_SUM);
-    else comm_allreduce(g, buf, count, COMM_SUM);
+    if (use_ring)
+        ring_allreduce(g, buf, count, COMM_SUM);
+    else
+        comm_allreduce(g, buf, count, COMM_SUM);
 }
 
 /* naive: one all-reduce per named tensor, after the whole backward pass */
@@ -129,7 +138,8 @@ static void check_replicas(const GPT *model, CommGroup *world, int step) {
         if (all[r] != all[0] && first_bad < 0) first_bad = r;
     free(all);
     if (first_bad >= 0)
-        fatal(EXIT_RUNTIME, "replica check at step %d: rank %d's parameters differ from rank 0's", step, first_bad);
+        fatal(EXIT_RUNTIME, "replica check at step %d: rank %d's parameters differ from rank 0's", step,
+              first_bad);
     comm_barrier(world);
 }
 
@@ -141,14 +151,16 @@ int main(int argc, char **argv) {
     Config cfg;
     DataParallelFlags dp = {.dp_mode = "flat", .bucket_mb = 1.0, .allreduce = "library", .comm = "auto"};
     CliExtra extra = {dp_options, dp_help, handle_dp_flag, &dp};
-    config_parse(&cfg, argc, argv, PROGRAM, "Train a GPT with data parallelism: N replicas, gradients all-reduced.",
-                 &extra);
+    config_parse(&cfg, argc, argv, PROGRAM,
+                 "Train a GPT with data parallelism: N replicas, gradients all-reduced.", &extra);
     if (ranks > cfg.batch)
-        fatal(EXIT_USAGE, "%d ranks but a global batch of %d sequences: every rank needs at least one "
-                          "(valid: --batch >= ranks)", ranks, cfg.batch);
+        fatal(EXIT_USAGE,
+              "%d ranks but a global batch of %d sequences: every rank needs at least one "
+              "(valid: --batch >= ranks)",
+              ranks, cfg.batch);
     if (cfg.batch % (ranks * cfg.micro) != 0)
-        fatal(EXIT_USAGE, "--batch %d is not divisible by %d ranks x --micro %d (valid: a multiple of %d)", cfg.batch,
-              ranks, cfg.micro, ranks * cfg.micro);
+        fatal(EXIT_USAGE, "--batch %d is not divisible by %d ranks x --micro %d (valid: a multiple of %d)",
+              cfg.batch, ranks, cfg.micro, ranks * cfg.micro);
     int use_ring = strcmp(dp.allreduce, "ring") == 0;
 
     /* ---- build: device, data, output files, model, optimizer, activations ---- */
@@ -167,7 +179,7 @@ int main(int argc, char **argv) {
     gpt_create(&model, &cfg.model, cfg.seed);
     AdamW opt;
     adamw_create(&opt, model.num_params);
-    int per_rank = cfg.batch / ranks;      /* this rank's share of the global batch */
+    int per_rank = cfg.batch / ranks; /* this rank's share of the global batch */
     int B = per_rank / cfg.micro, T = cfg.model.seq;
     Activations acts;
     activations_create(&acts, &cfg.model, B, T);
@@ -185,10 +197,11 @@ int main(int argc, char **argv) {
     comm_broadcast(world, model.params, model.num_params, 0);
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
-    log_info("%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
-             "ranks x %d micro-batches x %d sequences\n",
-             PROGRAM, ranks, device_name(), comm_transport_name(), dp.dp_mode, dp.allreduce, model.num_params,
-             cfg.batch, ranks, cfg.micro, B);
+    log_info(
+        "%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
+        "ranks x %d micro-batches x %d sequences\n",
+        PROGRAM, ranks, device_name(), comm_transport_name(), dp.dp_mode, dp.allreduce, model.num_params,
+        cfg.batch, ranks, cfg.micro, B);
     if (overlap) log_info("overlap: %d gradient buckets of about %.2f MiB\n", buckets.count, dp.bucket_mb);
     if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
 
@@ -224,8 +237,8 @@ int main(int argc, char **argv) {
             timer_start(&timer);
             /* overlap: buckets start all-reducing during the LAST micro-batch's backward */
             int last_micro = mb == cfg.micro - 1;
-            gpt_backward_hooked(&model, &acts, &scratch, dloss, B, T, overlap && last_micro ? buckets_layer_done : NULL,
-                                &buckets);
+            gpt_backward_hooked(&model, &acts, &scratch, dloss, B, T,
+                                overlap && last_micro ? buckets_layer_done : NULL, &buckets);
             rec.bwd_ms += timer_stop_ms(&timer);
         }
 
@@ -235,8 +248,10 @@ int main(int argc, char **argv) {
             exposed_ms = buckets_wait(&buckets);
             rec.comm_ms = buckets.comm_ms;
         } else {
-            if (strcmp(dp.dp_mode, "naive") == 0) sync_naive(&model, world, use_ring);
-            else sync_flat(&model, world, use_ring);
+            if (strcmp(dp.dp_mode, "naive") == 0)
+                sync_naive(&model, world, use_ring);
+            else
+                sync_flat(&model, world, use_ring);
             rec.comm_ms = exposed_ms = timer_stop_ms(&timer);
         }
         loss = comm_allreduce_double(world, loss_sum, 0) / tokens_per_step;
@@ -290,16 +305,30 @@ int main(int argc, char **argv) {
     if (rank == 0) {
         int ran = last_step - first_step;
         RunSummary run = {
-            .program = PROGRAM, .device = device_name(), .world_size = ranks, .dp = ranks, .tp = 1, .pp = 1,
-            .zero = 0, .params = model.num_params, .layers = cfg.model.layers, .dmodel = cfg.model.dmodel,
-            .heads = cfg.model.heads, .seq = T, .batch = cfg.batch, .micro = cfg.micro, .steps = ran,
-            .final_loss = loss, .median_step_ms = ran > 0 ? median(step_ms + first_step, ran) : 0.0,
+            .program = PROGRAM,
+            .device = device_name(),
+            .world_size = ranks,
+            .dp = ranks,
+            .tp = 1,
+            .pp = 1,
+            .zero = 0,
+            .params = model.num_params,
+            .layers = cfg.model.layers,
+            .dmodel = cfg.model.dmodel,
+            .heads = cfg.model.heads,
+            .seq = T,
+            .batch = cfg.batch,
+            .micro = cfg.micro,
+            .steps = ran,
+            .final_loss = loss,
+            .median_step_ms = ran > 0 ? median(step_ms + first_step, ran) : 0.0,
             .peak_device_bytes = (size_t)peak_device,
         };
         run.tokens_per_s = run.median_step_ms > 0 ? tokens_per_step / (run.median_step_ms / 1e3) : 0.0;
         run_csv_write(cfg.out, &run);
         memory_csv_write(cfg.out, ranks, all_peaks);
-        log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.1f MiB sent per rank | CSVs in %s\n",
+        log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.1f MiB sent per rank | CSVs "
+                 "in %s\n",
                  loss, run.median_step_ms, run.tokens_per_s, comm_bytes_sent() / 1048576.0, cfg.out);
     }
 

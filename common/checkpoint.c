@@ -38,7 +38,8 @@ typedef struct {
 } CheckpointHeader;
 
 static void write_or_die(const void *data, size_t bytes, FILE *f, const char *path) {
-    if (fwrite(data, 1, bytes, f) != bytes) fatal(EXIT_RUNTIME, "--save %s: write failed (%s)", path, strerror(errno));
+    if (fwrite(data, 1, bytes, f) != bytes)
+        fatal(EXIT_RUNTIME, "--save %s: write failed (%s)", path, strerror(errno));
 }
 
 static void write_device_buffer(const float *dev, size_t n, FILE *f, const char *path) {
@@ -84,7 +85,8 @@ void checkpoint_save(const char *path, const Config *cfg, int step, uint64_t rng
     write_device_buffer(opt->m, opt->n, f, path);
     write_device_buffer(opt->v, opt->n, f, path);
     if (fclose(f) != 0) fatal(EXIT_RUNTIME, "--save %s: write failed (%s)", path, strerror(errno));
-    if (rename(tmp, path) != 0) fatal(EXIT_RUNTIME, "--save %s: rename from %s failed (%s)", path, tmp, strerror(errno));
+    if (rename(tmp, path) != 0)
+        fatal(EXIT_RUNTIME, "--save %s: rename from %s failed (%s)", path, tmp, strerror(errno));
 }
 
 static void read_device_buffer(float *dev, size_t n, FILE *f, const char *path) {
@@ -106,30 +108,34 @@ int checkpoint_load(const char *path, const Config *cfg, GPT *model, AdamW *opt,
         fatal(EXIT_USAGE, "--resume %s: not a checkpoint of this course (wrong magic bytes)", path);
     if (got < sizeof h) fatal(EXIT_USAGE, "--resume %s: the file is truncated (no complete header)", path);
     if (h.version != CHECKPOINT_VERSION)
-        fatal(EXIT_USAGE, "--resume %s: checkpoint format version %u, this program reads version %u", path, h.version,
-              CHECKPOINT_VERSION);
+        fatal(EXIT_USAGE, "--resume %s: checkpoint format version %u, this program reads version %u", path,
+              h.version, CHECKPOINT_VERSION);
     const ModelConfig *m = &cfg->model;
     if (h.layers != m->layers || h.dmodel != m->dmodel || h.heads != m->heads || h.seq != m->seq ||
         h.vocab != m->vocab)
-        fatal(EXIT_USAGE,
-              "--resume %s: written for a different model (layers %d, dmodel %d, heads %d, seq %d, vocab %d); "
-              "this run has layers %d, dmodel %d, heads %d, seq %d, vocab %d",
-              path, h.layers, h.dmodel, h.heads, h.seq, h.vocab, m->layers, m->dmodel, m->heads, m->seq, m->vocab);
+        fatal(
+            EXIT_USAGE,
+            "--resume %s: written for a different model (layers %d, dmodel %d, heads %d, seq %d, vocab %d); "
+            "this run has layers %d, dmodel %d, heads %d, seq %d, vocab %d",
+            path, h.layers, h.dmodel, h.heads, h.seq, h.vocab, m->layers, m->dmodel, m->heads, m->seq,
+            m->vocab);
     if (h.num_params != model->num_params)
         fatal(EXIT_USAGE, "--resume %s: holds %llu parameters, the model has %zu", path,
               (unsigned long long)h.num_params, model->num_params);
     uint64_t expected = sizeof h + 3 * h.num_params * sizeof(float);
     if ((uint64_t)st.st_size < expected)
-        fatal(EXIT_USAGE, "--resume %s: the file is truncated (%lld of %llu bytes)", path, (long long)st.st_size,
-              (unsigned long long)expected);
-    if ((uint64_t)st.st_size > expected)
-        fatal(EXIT_USAGE, "--resume %s: %lld bytes where a checkpoint of this model has %llu (corrupt?)", path,
+        fatal(EXIT_USAGE, "--resume %s: the file is truncated (%lld of %llu bytes)", path,
               (long long)st.st_size, (unsigned long long)expected);
+    if ((uint64_t)st.st_size > expected)
+        fatal(EXIT_USAGE, "--resume %s: %lld bytes where a checkpoint of this model has %llu (corrupt?)",
+              path, (long long)st.st_size, (unsigned long long)expected);
     if (h.step < 0 || h.step > cfg->steps)
-        fatal(EXIT_USAGE, "--resume %s: checkpoint is at step %d, beyond this run's --steps %d (valid: --steps >= %d)",
+        fatal(EXIT_USAGE,
+              "--resume %s: checkpoint is at step %d, beyond this run's --steps %d (valid: --steps >= %d)",
               path, h.step, cfg->steps, h.step);
     if (h.seed != cfg->seed || h.batch != cfg->batch || h.steps != cfg->steps || h.lr != cfg->lr)
-        log_info("note: resuming with different training flags than the checkpoint's (seed %llu, batch %d, steps %d, "
+        log_info("note: resuming with different training flags than the checkpoint's (seed %llu, batch %d, "
+                 "steps %d, "
                  "lr %g); the loss curve will differ from an uninterrupted run\n",
                  (unsigned long long)h.seed, h.batch, h.steps, h.lr);
     read_device_buffer(model->params, model->num_params, f, path);

@@ -32,15 +32,15 @@ static double bytes_sent = 0.0;
 static float *staging = NULL; /* host copy of device buffers (staged transport), host/comm */
 static size_t staging_floats = 0;
 
-#define MPI_CHECK(call)                                                                                          \
-    do {                                                                                                         \
-        int mpi_status_ = (call);                                                                                \
-        if (mpi_status_ != MPI_SUCCESS) {                                                                        \
-            char mpi_text_[MPI_MAX_ERROR_STRING];                                                                \
-            int mpi_len_ = 0;                                                                                    \
-            MPI_Error_string(mpi_status_, mpi_text_, &mpi_len_);                                                 \
-            fatal(EXIT_RUNTIME, "MPI error at %s:%d: %s", __FILE__, __LINE__, mpi_text_);                        \
-        }                                                                                                        \
+#define MPI_CHECK(call)                                                                                      \
+    do {                                                                                                     \
+        int mpi_status_ = (call);                                                                            \
+        if (mpi_status_ != MPI_SUCCESS) {                                                                    \
+            char mpi_text_[MPI_MAX_ERROR_STRING];                                                            \
+            int mpi_len_ = 0;                                                                                \
+            MPI_Error_string(mpi_status_, mpi_text_, &mpi_len_);                                             \
+            fatal(EXIT_RUNTIME, "MPI error at %s:%d: %s", __FILE__, __LINE__, mpi_text_);                    \
+        }                                                                                                    \
     } while (0)
 
 static void abort_job(int exit_code) {
@@ -60,11 +60,13 @@ void comm_init(int *argc, char ***argv) {
     if (world_group.size > 1) set_error_rank(world_group.rank);
     set_log_rank(world_group.rank);
     MPI_Comm node;
-    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_group.rank, MPI_INFO_NULL, &node));
+    MPI_CHECK(
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_group.rank, MPI_INFO_NULL, &node));
     MPI_Comm_rank(node, &local_rank);
     MPI_Comm_free(&node);
     if (provided < MPI_THREAD_MULTIPLE && world_group.rank == 0)
-        log_info("note: this MPI does not support MPI_THREAD_MULTIPLE; overlap runs communication serially\n");
+        log_info(
+            "note: this MPI does not support MPI_THREAD_MULTIPLE; overlap runs communication serially\n");
 }
 
 void comm_finalize(void) {
@@ -73,10 +75,18 @@ void comm_finalize(void) {
     MPI_Finalize();
 }
 
-CommGroup *comm_world(void) { return &world_group; }
-int comm_rank(const CommGroup *g) { return g->rank; }
-int comm_size(const CommGroup *g) { return g->size; }
-int comm_local_rank(void) { return local_rank; }
+CommGroup *comm_world(void) {
+    return &world_group;
+}
+int comm_rank(const CommGroup *g) {
+    return g->rank;
+}
+int comm_size(const CommGroup *g) {
+    return g->size;
+}
+int comm_local_rank(void) {
+    return local_rank;
+}
 
 CommGroup *comm_split(CommGroup *parent, int color, int key) {
     CommGroup *g = xcalloc(1, sizeof *g);
@@ -116,9 +126,12 @@ CommTransport comm_select(const char *choice) {
 
 const char *comm_transport_name(void) {
     switch (transport) {
-    case COMM_NCCL: return "nccl";
-    case COMM_STAGED: return "mpi (host-staged)";
-    default: return "mpi";
+    case COMM_NCCL:
+        return "nccl";
+    case COMM_STAGED:
+        return "mpi (host-staged)";
+    default:
+        return "mpi";
     }
 }
 
@@ -147,11 +160,12 @@ static void host_view_done(float *dev, const float *h, size_t count) {
 }
 
 #ifdef USE_NCCL
-#define NCCL_CHECK(call)                                                                                         \
-    do {                                                                                                         \
-        ncclResult_t nccl_status_ = (call);                                                                      \
-        if (nccl_status_ != ncclSuccess)                                                                         \
-            fatal(EXIT_RUNTIME, "NCCL error at %s:%d: %s", __FILE__, __LINE__, ncclGetErrorString(nccl_status_)); \
+#define NCCL_CHECK(call)                                                                                     \
+    do {                                                                                                     \
+        ncclResult_t nccl_status_ = (call);                                                                  \
+        if (nccl_status_ != ncclSuccess)                                                                     \
+            fatal(EXIT_RUNTIME, "NCCL error at %s:%d: %s", __FILE__, __LINE__,                               \
+                  ncclGetErrorString(nccl_status_));                                                         \
     } while (0)
 
 static ncclComm_t nccl_of(CommGroup *g) {
@@ -181,7 +195,8 @@ static void scale(float *host, size_t count, float factor) {
 
 /* MPI counts are ints. */
 static int mpi_count(size_t count) {
-    if (count > 2147483647u) fatal(EXIT_RUNTIME, "a message of %zu elements is too large for one MPI call", count);
+    if (count > 2147483647u)
+        fatal(EXIT_RUNTIME, "a message of %zu elements is too large for one MPI call", count);
     return (int)count;
 }
 
@@ -191,7 +206,8 @@ void comm_allreduce(CommGroup *g, float *buf, size_t count, ReduceOp op) {
     if (g->size == 1) return; /* the sum of one is itself, and so is its average */
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
-        NCCL_CHECK(ncclAllReduce(buf, buf, count, ncclFloat, op == COMM_AVG ? ncclAvg : ncclSum, nccl_of(g), 0));
+        NCCL_CHECK(
+            ncclAllReduce(buf, buf, count, ncclFloat, op == COMM_AVG ? ncclAvg : ncclSum, nccl_of(g), 0));
         nccl_wait();
         return;
     }
@@ -206,7 +222,8 @@ void comm_reduce_scatter(CommGroup *g, const float *send, float *recv, size_t co
     bytes_sent += (double)(g->size - 1) / g->size * g->size * count * sizeof(float);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
-        NCCL_CHECK(ncclReduceScatter(send, recv, count, ncclFloat, op == COMM_AVG ? ncclAvg : ncclSum, nccl_of(g), 0));
+        NCCL_CHECK(ncclReduceScatter(send, recv, count, ncclFloat, op == COMM_AVG ? ncclAvg : ncclSum,
+                                     nccl_of(g), 0));
         nccl_wait();
         return;
     }
@@ -283,8 +300,8 @@ void comm_recv(CommGroup *g, float *buf, size_t count, int source, int tag) {
     host_view_done(buf, h, count);
 }
 
-void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest, float *recv, size_t recv_count,
-                   int source, int tag) {
+void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest, float *recv,
+                   size_t recv_count, int source, int tag) {
     bytes_sent += (double)send_count * sizeof(float);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
@@ -302,8 +319,8 @@ void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest,
         hr = hs + send_count;
         copy_to_host(hs, send, send_count * sizeof(float));
     }
-    MPI_CHECK(MPI_Sendrecv(hs, mpi_count(send_count), MPI_FLOAT, dest, tag, hr, mpi_count(recv_count), MPI_FLOAT, source, tag,
-                           g->mpi, MPI_STATUS_IGNORE));
+    MPI_CHECK(MPI_Sendrecv(hs, mpi_count(send_count), MPI_FLOAT, dest, tag, hr, mpi_count(recv_count),
+                           MPI_FLOAT, source, tag, g->mpi, MPI_STATUS_IGNORE));
     if (transport == COMM_STAGED) copy_to_device(recv, hr, recv_count * sizeof(float));
 }
 
@@ -317,6 +334,10 @@ void comm_gather_bytes(CommGroup *g, const void *send, size_t bytes, void *recv,
     MPI_CHECK(MPI_Gather(send, mpi_count(bytes), MPI_BYTE, recv, mpi_count(bytes), MPI_BYTE, root, g->mpi));
 }
 
-void comm_barrier(CommGroup *g) { MPI_CHECK(MPI_Barrier(g->mpi)); }
+void comm_barrier(CommGroup *g) {
+    MPI_CHECK(MPI_Barrier(g->mpi));
+}
 
-double comm_bytes_sent(void) { return bytes_sent; }
+double comm_bytes_sent(void) {
+    return bytes_sent;
+}

@@ -63,8 +63,8 @@ void comm_broadcast(CommGroup *g, float *buf, size_t count, int root);
 void comm_send(CommGroup *g, const float *buf, size_t count, int dest, int tag);
 void comm_recv(CommGroup *g, float *buf, size_t count, int source, int tag);
 /* send to one rank and receive from another at once (never deadlocks) */
-void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest, float *recv, size_t recv_count,
-                   int source, int tag);
+void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest, float *recv,
+                   size_t recv_count, int source, int tag);
 
 /* ---- small host values ---- */
 double comm_allreduce_double(CommGroup *g, double value, int op_max); /* sum, or max when op_max */

@@ -49,12 +49,14 @@ double parse_float_flag(const char *flag, const char *value, double lo, double h
     double v = strtod(value, &end);
     if (end == value || *end != '\0' || !isfinite(v))
         fatal(EXIT_USAGE, "%s: '%s' is not a number (valid: %g..%g)", flag, value, lo, hi);
-    if (errno == ERANGE || v < lo || v > hi) fatal(EXIT_USAGE, "%s: %s is out of range (valid: %g..%g)", flag, value, lo, hi);
+    if (errno == ERANGE || v < lo || v > hi)
+        fatal(EXIT_USAGE, "%s: %s is out of range (valid: %g..%g)", flag, value, lo, hi);
     return v;
 }
 
 static void copy_string(const char *flag, char *dst, size_t size, const char *value) {
-    if (strlen(value) >= size) fatal(EXIT_USAGE, "%s: value is too long (at most %zu characters)", flag, size - 1);
+    if (strlen(value) >= size)
+        fatal(EXIT_USAGE, "%s: value is too long (at most %zu characters)", flag, size - 1);
     if (value[0] == '\0') fatal(EXIT_USAGE, "%s: empty value (expected a path)", flag);
     strcpy(dst, value);
 }
@@ -79,9 +81,32 @@ const char *default_data_path(void) {
 }
 
 enum {
-    OPT_DEVICE = 256, OPT_MODEL, OPT_LAYERS, OPT_DMODEL, OPT_HEADS, OPT_SEQ, OPT_VOCAB, OPT_BATCH, OPT_MICRO,
-    OPT_STEPS, OPT_LR, OPT_WARMUP, OPT_WD, OPT_CLIP, OPT_SEED, OPT_DATA, OPT_OUT, OPT_MEMLIMIT, OPT_EVAL_EVERY,
-    OPT_EVAL_BATCHES, OPT_SAMPLE, OPT_SAVE, OPT_RESUME, OPT_STOP_AFTER, OPT_QUIET, OPT_HELP
+    OPT_DEVICE = 256,
+    OPT_MODEL,
+    OPT_LAYERS,
+    OPT_DMODEL,
+    OPT_HEADS,
+    OPT_SEQ,
+    OPT_VOCAB,
+    OPT_BATCH,
+    OPT_MICRO,
+    OPT_STEPS,
+    OPT_LR,
+    OPT_WARMUP,
+    OPT_WD,
+    OPT_CLIP,
+    OPT_SEED,
+    OPT_DATA,
+    OPT_OUT,
+    OPT_MEMLIMIT,
+    OPT_EVAL_EVERY,
+    OPT_EVAL_BATCHES,
+    OPT_SAMPLE,
+    OPT_SAVE,
+    OPT_RESUME,
+    OPT_STOP_AFTER,
+    OPT_QUIET,
+    OPT_HELP
 };
 
 static const struct option common_options[] = {
@@ -143,43 +168,48 @@ static void set_defaults(Config *c, const char *program) {
 
 static void print_help(const Config *d, const char *program, const char *summary, const CliExtra *extra) {
     printf("usage: %s [flags]\n%s\n\n", program, summary);
-    printf("device and model\n"
-           "  --device auto|cpu|cuda     where to compute; auto = cuda if a GPU is visible (default %s)\n"
-           "  --model NAME               preset: tiny (2 layers, d 64, 4 heads, seq 64), small (4, 128, 4, 128),\n"
-           "                             medium (6, 384, 6, 256), gpt2 (12, 768, 12, 1024) (default %s)\n"
-           "  --layers N                 transformer blocks, 1..256 (default: from the preset)\n"
-           "  --dmodel N                 model width, a multiple of --heads, 1..16384 (default: preset)\n"
-           "  --heads N                  attention heads, 1..1024 (default: preset)\n"
-           "  --seq N                    sequence length in tokens, 1..65536 (default: preset)\n"
-           "  --vocab N                  vocabulary size, 256..1048576 (default 256: bytes)\n"
-           "  --device-mem-limit BYTES   refuse device allocations past this budget; K/M/G suffixes (default: none)\n"
-           "\ntraining\n"
-           "  --batch B                  global batch: sequences per optimizer step, 1..1000000 (default %d)\n"
-           "  --micro M                  micro-batches per step (gradient accumulation); divides B (default %d)\n"
-           "  --steps N                  optimizer steps, 1..10000000 (default %d)\n"
-           "  --lr X                     peak learning rate, (0, 10] (default %g)\n"
-           "  --warmup N                 linear warm-up steps, then cosine decay to lr/10 (default %d)\n"
-           "  --wd X                     AdamW weight decay, 0..10 (default %g)\n"
-           "  --clip X                   clip the global gradient norm to X, 0 = off (default %g)\n"
-           "  --seed N                   seed for weights and data order (default %llu)\n"
-           "  --stop-after K             end after step K as if interrupted; the schedule still spans --steps\n"
-           "\ndata and output\n"
-           "  --data FILE                training text, read as bytes (default: course.md, shipped)\n"
-           "  --out DIR                  where steps.csv, memory.csv and run.csv go (default %s)\n"
-           "  --eval-every N             validation loss every N steps; 0 = only at the end (default %d)\n"
-           "  --eval-batches N           global batches per validation, 1..10000 (default %d)\n"
-           "  --sample N                 bytes of text to generate at the end, 0 = none (default %d)\n"
-           "  --save PATH                write a checkpoint at the end of the run (or at --stop-after)\n"
-           "  --resume PATH              continue from a checkpoint written by --save\n"
-           "  --quiet                    no per-step progress lines\n"
-           "  --help                     this text\n",
-           d->device, d->model_preset, d->batch, d->micro, d->steps, d->lr, d->warmup, d->wd, d->clip,
-           (unsigned long long)d->seed, d->out, d->eval_every, d->eval_batches, d->sample);
+    printf(
+        "device and model\n"
+        "  --device auto|cpu|cuda     where to compute; auto = cuda if a GPU is visible (default %s)\n"
+        "  --model NAME               preset: tiny (2 layers, d 64, 4 heads, seq 64), small (4, 128, 4, "
+        "128),\n"
+        "                             medium (6, 384, 6, 256), gpt2 (12, 768, 12, 1024) (default %s)\n"
+        "  --layers N                 transformer blocks, 1..256 (default: from the preset)\n"
+        "  --dmodel N                 model width, a multiple of --heads, 1..16384 (default: preset)\n"
+        "  --heads N                  attention heads, 1..1024 (default: preset)\n"
+        "  --seq N                    sequence length in tokens, 1..65536 (default: preset)\n"
+        "  --vocab N                  vocabulary size, 256..1048576 (default 256: bytes)\n"
+        "  --device-mem-limit BYTES   refuse device allocations past this budget; K/M/G suffixes (default: "
+        "none)\n"
+        "\ntraining\n"
+        "  --batch B                  global batch: sequences per optimizer step, 1..1000000 (default %d)\n"
+        "  --micro M                  micro-batches per step (gradient accumulation); divides B (default "
+        "%d)\n"
+        "  --steps N                  optimizer steps, 1..10000000 (default %d)\n"
+        "  --lr X                     peak learning rate, (0, 10] (default %g)\n"
+        "  --warmup N                 linear warm-up steps, then cosine decay to lr/10 (default %d)\n"
+        "  --wd X                     AdamW weight decay, 0..10 (default %g)\n"
+        "  --clip X                   clip the global gradient norm to X, 0 = off (default %g)\n"
+        "  --seed N                   seed for weights and data order (default %llu)\n"
+        "  --stop-after K             end after step K as if interrupted; the schedule still spans --steps\n"
+        "\ndata and output\n"
+        "  --data FILE                training text, read as bytes (default: course.md, shipped)\n"
+        "  --out DIR                  where steps.csv, memory.csv and run.csv go (default %s)\n"
+        "  --eval-every N             validation loss every N steps; 0 = only at the end (default %d)\n"
+        "  --eval-batches N           global batches per validation, 1..10000 (default %d)\n"
+        "  --sample N                 bytes of text to generate at the end, 0 = none (default %d)\n"
+        "  --save PATH                write a checkpoint at the end of the run (or at --stop-after)\n"
+        "  --resume PATH              continue from a checkpoint written by --save\n"
+        "  --quiet                    no per-step progress lines\n"
+        "  --help                     this text\n",
+        d->device, d->model_preset, d->batch, d->micro, d->steps, d->lr, d->warmup, d->wd, d->clip,
+        (unsigned long long)d->seed, d->out, d->eval_every, d->eval_batches, d->sample);
     if (extra && extra->help) printf("\n%s", extra->help);
     printf("\nexit status: 0 done, 1 runtime failure, 2 bad input, 3 loss became NaN/Inf\n");
 }
 
-void config_parse(Config *c, int argc, char **argv, const char *program, const char *summary, const CliExtra *extra) {
+void config_parse(Config *c, int argc, char **argv, const char *program, const char *summary,
+                  const CliExtra *extra) {
     set_defaults(c, program);
     Config defaults = *c;
 
@@ -195,8 +225,10 @@ void config_parse(Config *c, int argc, char **argv, const char *program, const c
      * etc. override it. */
     for (int i = 1; i < argc; i++) {
         const char *value = NULL;
-        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) value = argv[i + 1];
-        else if (strncmp(argv[i], "--model=", 8) == 0) value = argv[i] + 8;
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
+            value = argv[i + 1];
+        else if (strncmp(argv[i], "--model=", 8) == 0)
+            value = argv[i] + 8;
         if (value) {
             if (model_preset(&c->model, value) != 0)
                 fatal(EXIT_USAGE, "--model: unknown preset '%s' (valid: tiny, small, medium, gpt2)", value);
@@ -215,19 +247,44 @@ void config_parse(Config *c, int argc, char **argv, const char *program, const c
                 fatal(EXIT_USAGE, "--device: unknown device '%s' (valid: auto, cpu, cuda)", optarg);
             snprintf(c->device, sizeof c->device, "%s", optarg);
             break;
-        case OPT_MODEL: break; /* applied above */
-        case OPT_LAYERS: c->model.layers = parse_int_flag("--layers", optarg, 1, 256); break;
-        case OPT_DMODEL: c->model.dmodel = parse_int_flag("--dmodel", optarg, 1, 16384); break;
-        case OPT_HEADS: c->model.heads = parse_int_flag("--heads", optarg, 1, 1024); break;
-        case OPT_SEQ: c->model.seq = parse_int_flag("--seq", optarg, 1, 65536); break;
-        case OPT_VOCAB: c->model.vocab = parse_int_flag("--vocab", optarg, 256, 1048576); break;
-        case OPT_BATCH: c->batch = parse_int_flag("--batch", optarg, 1, 1000000); break;
-        case OPT_MICRO: c->micro = parse_int_flag("--micro", optarg, 1, 1000000); break;
-        case OPT_STEPS: c->steps = parse_int_flag("--steps", optarg, 1, 10000000); break;
-        case OPT_LR: c->lr = parse_float_flag("--lr", optarg, 1e-12, 10.0); break;
-        case OPT_WARMUP: c->warmup = parse_int_flag("--warmup", optarg, 0, 10000000); break;
-        case OPT_WD: c->wd = parse_float_flag("--wd", optarg, 0.0, 10.0); break;
-        case OPT_CLIP: c->clip = parse_float_flag("--clip", optarg, 0.0, 1e6); break;
+        case OPT_MODEL:
+            break; /* applied above */
+        case OPT_LAYERS:
+            c->model.layers = parse_int_flag("--layers", optarg, 1, 256);
+            break;
+        case OPT_DMODEL:
+            c->model.dmodel = parse_int_flag("--dmodel", optarg, 1, 16384);
+            break;
+        case OPT_HEADS:
+            c->model.heads = parse_int_flag("--heads", optarg, 1, 1024);
+            break;
+        case OPT_SEQ:
+            c->model.seq = parse_int_flag("--seq", optarg, 1, 65536);
+            break;
+        case OPT_VOCAB:
+            c->model.vocab = parse_int_flag("--vocab", optarg, 256, 1048576);
+            break;
+        case OPT_BATCH:
+            c->batch = parse_int_flag("--batch", optarg, 1, 1000000);
+            break;
+        case OPT_MICRO:
+            c->micro = parse_int_flag("--micro", optarg, 1, 1000000);
+            break;
+        case OPT_STEPS:
+            c->steps = parse_int_flag("--steps", optarg, 1, 10000000);
+            break;
+        case OPT_LR:
+            c->lr = parse_float_flag("--lr", optarg, 1e-12, 10.0);
+            break;
+        case OPT_WARMUP:
+            c->warmup = parse_int_flag("--warmup", optarg, 0, 10000000);
+            break;
+        case OPT_WD:
+            c->wd = parse_float_flag("--wd", optarg, 0.0, 10.0);
+            break;
+        case OPT_CLIP:
+            c->clip = parse_float_flag("--clip", optarg, 0.0, 1e6);
+            break;
         case OPT_SEED: {
             errno = 0;
             char *end;
@@ -237,24 +294,45 @@ void config_parse(Config *c, int argc, char **argv, const char *program, const c
                 fatal(EXIT_USAGE, "--seed: '%s' is not a whole number (valid: 0..2^64-1)", optarg);
             break;
         }
-        case OPT_DATA: copy_string("--data", c->data, sizeof c->data, optarg); break;
-        case OPT_OUT: copy_string("--out", c->out, sizeof c->out, optarg); break;
+        case OPT_DATA:
+            copy_string("--data", c->data, sizeof c->data, optarg);
+            break;
+        case OPT_OUT:
+            copy_string("--out", c->out, sizeof c->out, optarg);
+            break;
         case OPT_MEMLIMIT:
             if (parse_bytes(optarg, &c->device_mem_limit) != 0 || c->device_mem_limit == 0)
-                fatal(EXIT_USAGE, "--device-mem-limit: '%s' is not a size (valid: a positive number of bytes, "
-                                  "optionally with K, M or G, e.g. 512M)", optarg);
+                fatal(EXIT_USAGE,
+                      "--device-mem-limit: '%s' is not a size (valid: a positive number of bytes, "
+                      "optionally with K, M or G, e.g. 512M)",
+                      optarg);
             break;
-        case OPT_EVAL_EVERY: c->eval_every = parse_int_flag("--eval-every", optarg, 0, 10000000); break;
-        case OPT_EVAL_BATCHES: c->eval_batches = parse_int_flag("--eval-batches", optarg, 1, 10000); break;
-        case OPT_SAMPLE: c->sample = parse_int_flag("--sample", optarg, 0, 1000000); break;
-        case OPT_SAVE: copy_string("--save", c->save, sizeof c->save, optarg); break;
-        case OPT_RESUME: copy_string("--resume", c->resume, sizeof c->resume, optarg); break;
-        case OPT_STOP_AFTER: c->stop_after = parse_int_flag("--stop-after", optarg, 1, 10000000); break;
-        case OPT_QUIET: c->quiet = 1; break;
+        case OPT_EVAL_EVERY:
+            c->eval_every = parse_int_flag("--eval-every", optarg, 0, 10000000);
+            break;
+        case OPT_EVAL_BATCHES:
+            c->eval_batches = parse_int_flag("--eval-batches", optarg, 1, 10000);
+            break;
+        case OPT_SAMPLE:
+            c->sample = parse_int_flag("--sample", optarg, 0, 1000000);
+            break;
+        case OPT_SAVE:
+            copy_string("--save", c->save, sizeof c->save, optarg);
+            break;
+        case OPT_RESUME:
+            copy_string("--resume", c->resume, sizeof c->resume, optarg);
+            break;
+        case OPT_STOP_AFTER:
+            c->stop_after = parse_int_flag("--stop-after", optarg, 1, 10000000);
+            break;
+        case OPT_QUIET:
+            c->quiet = 1;
+            break;
         case OPT_HELP:
             print_help(&defaults, program, summary, extra);
             exit(0);
-        case ':': fatal(EXIT_USAGE, "%s needs a value (see --help)", flag);
+        case ':':
+            fatal(EXIT_USAGE, "%s needs a value (see --help)", flag);
         case '?':
             if (optopt) fatal(EXIT_USAGE, "unknown flag '-%c' (see --help)", optopt);
             fatal(EXIT_USAGE, "unknown flag '%s' (see --help)", flag);
@@ -263,7 +341,8 @@ void config_parse(Config *c, int argc, char **argv, const char *program, const c
                 fatal(EXIT_USAGE, "%s: invalid value '%s' (see --help)", flag, optarg ? optarg : "");
         }
     }
-    if (optind < argc) fatal(EXIT_USAGE, "unexpected argument '%s' (flags start with --; see --help)", argv[optind]);
+    if (optind < argc)
+        fatal(EXIT_USAGE, "unexpected argument '%s' (flags start with --; see --help)", argv[optind]);
     free(options);
 
     /* Checks across flags. */
@@ -273,7 +352,8 @@ void config_parse(Config *c, int argc, char **argv, const char *program, const c
         fatal(EXIT_USAGE, "--micro %d does not divide --batch %d (valid: a divisor of the batch)", c->micro,
               c->batch);
     if (c->stop_after > c->steps)
-        fatal(EXIT_USAGE, "--stop-after %d is beyond --steps %d (valid: 1..%d)", c->stop_after, c->steps, c->steps);
+        fatal(EXIT_USAGE, "--stop-after %d is beyond --steps %d (valid: 1..%d)", c->stop_after, c->steps,
+              c->steps);
     /* Keep every single tensor below 2^31 elements: kernels index with int
      * in places, and anything larger would not fit a machine here anyway. */
     double BT = (double)(c->batch / c->micro) * c->model.seq, C = c->model.dmodel;
@@ -281,7 +361,9 @@ void config_parse(Config *c, int argc, char **argv, const char *program, const c
                           fmax((double)(c->batch / c->micro) * c->model.heads * c->model.seq * c->model.seq,
                                fmax(4 * C * C, (double)c->model.vocab * C)));
     if (largest >= 2147483647.0)
-        fatal(EXIT_USAGE, "the model or micro-batch is too large: one tensor would hold %.3g elements "
-                          "(valid: below 2^31; lower --batch/--micro ratio, --seq, --dmodel or --vocab)", largest);
+        fatal(EXIT_USAGE,
+              "the model or micro-batch is too large: one tensor would hold %.3g elements "
+              "(valid: below 2^31; lower --batch/--micro ratio, --seq, --dmodel or --vocab)",
+              largest);
     if (!c->data[0]) snprintf(c->data, sizeof c->data, "%s", default_data_path());
 }

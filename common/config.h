@@ -13,36 +13,36 @@
 
 /* Model shape: everything needed to build the same GPT anywhere. */
 typedef struct {
-    int layers;  /* L */
-    int dmodel;  /* C */
-    int heads;   /* NH */
-    int seq;     /* T: maximum sequence length (wpe rows) and training length */
-    int vocab;   /* V: 256 for bytes; more is allowed (unused rows) */
+    int layers; /* L */
+    int dmodel; /* C */
+    int heads;  /* NH */
+    int seq;    /* T: maximum sequence length (wpe rows) and training length */
+    int vocab;  /* V: 256 for bytes; more is allowed (unused rows) */
 } ModelConfig;
 
 typedef struct {
     ModelConfig model;
-    char model_preset[16];  /* tiny, small, medium, gpt2 */
-    char device[8];         /* auto, cpu, cuda */
-    int batch;              /* global batch: sequences per optimizer step */
-    int micro;              /* micro-batches per step (gradient accumulation) */
-    int steps;              /* optimizer steps; the LR schedule spans these */
-    int stop_after;         /* end the run after this step (0: run all), schedule unchanged */
-    float lr;               /* peak learning rate */
-    int warmup;             /* linear warm-up steps */
-    float wd;               /* AdamW weight decay */
-    float clip;             /* global gradient-norm clip (0: off) */
+    char model_preset[16]; /* tiny, small, medium, gpt2 */
+    char device[8];        /* auto, cpu, cuda */
+    int batch;             /* global batch: sequences per optimizer step */
+    int micro;             /* micro-batches per step (gradient accumulation) */
+    int steps;             /* optimizer steps; the LR schedule spans these */
+    int stop_after;        /* end the run after this step (0: run all), schedule unchanged */
+    float lr;              /* peak learning rate */
+    int warmup;            /* linear warm-up steps */
+    float wd;              /* AdamW weight decay */
+    float clip;            /* global gradient-norm clip (0: off) */
     float beta1, beta2, eps;
     uint64_t seed;
-    char data[4096];        /* training text; "" means the shipped corpus */
-    char out[4096];         /* output directory for the CSVs */
-    size_t device_mem_limit;/* bytes, 0 = unlimited */
-    int eval_every;         /* validation every N steps (0: only at the end) */
-    int eval_batches;       /* global batches per validation */
-    int sample;             /* bytes of text to generate at the end */
-    char save[4096];        /* checkpoint path written at the end ("" = none) */
-    char resume[4096];      /* checkpoint path to resume from ("" = none) */
-    int quiet;              /* no per-step progress lines */
+    char data[4096];         /* training text; "" means the shipped corpus */
+    char out[4096];          /* output directory for the CSVs */
+    size_t device_mem_limit; /* bytes, 0 = unlimited */
+    int eval_every;          /* validation every N steps (0: only at the end) */
+    int eval_batches;        /* global batches per validation */
+    int sample;              /* bytes of text to generate at the end */
+    char save[4096];         /* checkpoint path written at the end ("" = none) */
+    char resume[4096];       /* checkpoint path to resume from ("" = none) */
+    int quiet;               /* no per-step progress lines */
 } Config;
 
 /* A chapter's own flags: options appended to the common table, help text

@@ -25,8 +25,10 @@ void out_dir_prepare(const char *dir) {
     if (mkdir(path, 0755) != 0 && errno != EEXIST)
         fatal(EXIT_USAGE, "--out %s: cannot create the directory (%s)", dir, strerror(errno));
     struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) fatal(EXIT_USAGE, "--out %s: exists and is not a directory", dir);
-    if (access(path, W_OK) != 0) fatal(EXIT_USAGE, "--out %s: the directory is not writable (%s)", dir, strerror(errno));
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        fatal(EXIT_USAGE, "--out %s: exists and is not a directory", dir);
+    if (access(path, W_OK) != 0)
+        fatal(EXIT_USAGE, "--out %s: the directory is not writable (%s)", dir, strerror(errno));
 }
 
 static FILE *open_in(const char *dir, const char *name, const char *mode) {
@@ -46,8 +48,8 @@ FILE *steps_csv_open(const char *dir, const char *extra_header) {
 }
 
 void steps_csv_write(FILE *f, const StepRecord *r, const char *extra_values) {
-    fprintf(f, "%d,%.9g,%.9g,%.9g,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,", r->step, r->loss, r->lr, r->grad_norm, r->step_ms,
-            r->fwd_ms, r->bwd_ms, r->comm_ms, r->opt_ms, r->tokens_per_s);
+    fprintf(f, "%d,%.9g,%.9g,%.9g,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,", r->step, r->loss, r->lr, r->grad_norm,
+            r->step_ms, r->fwd_ms, r->bwd_ms, r->comm_ms, r->opt_ms, r->tokens_per_s);
     if (!isnan(r->val_loss)) fprintf(f, "%.9g", r->val_loss);
     fprintf(f, "%s\n", extra_values ? extra_values : "");
     fflush(f);
@@ -74,14 +76,15 @@ void run_csv_write(const char *dir, const RunSummary *r) {
     fprintf(f, "program,device,world_size,dp,tp,pp,zero,params,layers,dmodel,heads,seq,batch,micro,steps,"
                "final_loss,median_step_ms,tokens_per_s,peak_device_bytes\n");
     fprintf(f, "%s,%s,%d,%d,%d,%d,%d,%zu,%d,%d,%d,%d,%d,%d,%d,%.9g,%.4f,%.2f,%zu\n", r->program, r->device,
-            r->world_size, r->dp, r->tp, r->pp, r->zero, r->params, r->layers, r->dmodel, r->heads, r->seq, r->batch,
-            r->micro, r->steps, r->final_loss, r->median_step_ms, r->tokens_per_s, r->peak_device_bytes);
+            r->world_size, r->dp, r->tp, r->pp, r->zero, r->params, r->layers, r->dmodel, r->heads, r->seq,
+            r->batch, r->micro, r->steps, r->final_loss, r->median_step_ms, r->tokens_per_s,
+            r->peak_device_bytes);
     fclose(f);
 }
 
 void log_step(const StepRecord *r, int total_steps) {
-    log_info("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.1f ms | %9.0f tok/s", r->step, total_steps, r->loss,
-             r->lr, r->grad_norm, r->step_ms, r->tokens_per_s);
+    log_info("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.1f ms | %9.0f tok/s", r->step, total_steps,
+             r->loss, r->lr, r->grad_norm, r->step_ms, r->tokens_per_s);
     if (!isnan(r->val_loss)) log_info(" | val %.4f", r->val_loss);
     log_info("\n");
 }

@@ -16,7 +16,8 @@ void data_load(Dataset *d, const char *path, int T) {
     if (S_ISDIR(st.st_mode)) fatal(EXIT_USAGE, "--data %s: is a directory, not a text file", path);
     FILE *f = fopen(path, "rb");
     if (!f) fatal(EXIT_USAGE, "--data %s: cannot open (%s)", path, strerror(errno));
-    if (st.st_size == 0) fatal(EXIT_USAGE, "--data %s: the file is empty (need at least %d bytes)", path, 2 * (T + 1));
+    if (st.st_size == 0)
+        fatal(EXIT_USAGE, "--data %s: the file is empty (need at least %d bytes)", path, 2 * (T + 1));
     d->size = (size_t)st.st_size;
     d->bytes = xmalloc(d->size);
     if (fread(d->bytes, 1, d->size, f) != d->size)
@@ -38,8 +39,8 @@ void data_free(Dataset *d) {
     memset(d, 0, sizeof *d);
 }
 
-void data_batch(const Dataset *d, Split split, uint64_t seed, int index, int first, int count, int T, int *tokens,
-                int *targets) {
+void data_batch(const Dataset *d, Split split, uint64_t seed, int index, int first, int count, int T,
+                int *tokens, int *targets) {
     size_t begin = split == SPLIT_TRAIN ? 0 : d->split_at;
     size_t end = split == SPLIT_TRAIN ? d->split_at : d->size;
     size_t positions = end - begin - T; /* valid starts: a sequence and one more byte fit */

@@ -27,7 +27,7 @@ void data_free(Dataset *d);
 /* Sequences [first, first+count) of global batch `index` (the step for
  * training, the evaluation batch for validation): tokens and next-byte
  * targets, (count, T) each, host memory. */
-void data_batch(const Dataset *d, Split split, uint64_t seed, int index, int first, int count, int T, int *tokens,
-                int *targets);
+void data_batch(const Dataset *d, Split split, uint64_t seed, int index, int first, int count, int T,
+                int *tokens, int *targets);
 
 #endif

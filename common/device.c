@@ -38,9 +38,14 @@ static Allocation *allocations = NULL;
 static int allocation_count = 0, allocation_capacity = 0;
 
 static const char *space_names[SPACE_COUNT] = {"device", "host"};
-static const char *category_names[CAT_COUNT] = {"params", "grads", "optimizer", "activations", "comm", "workspace"};
-const char *space_name(Space s) { return space_names[s]; }
-const char *category_name(Category c) { return category_names[c]; }
+static const char *category_names[CAT_COUNT] = {"params",      "grads", "optimizer",
+                                                "activations", "comm",  "workspace"};
+const char *space_name(Space s) {
+    return space_names[s];
+}
+const char *category_name(Category c) {
+    return category_names[c];
+}
 
 int device_cuda_available(void) {
 #ifdef USE_CUDA
@@ -68,7 +73,8 @@ Backend device_init(const char *choice, int local_rank) {
     }
 #ifdef USE_CUDA
     int count = cuda_device_count();
-    if (count <= 0) fatal(EXIT_USAGE, "--device cuda: no CUDA GPU is visible on this machine (use --device cpu)");
+    if (count <= 0)
+        fatal(EXIT_USAGE, "--device cuda: no CUDA GPU is visible on this machine (use --device cpu)");
     char gpu[128];
     active_gpu = local_rank % count;
     cuda_select_device(active_gpu, gpu, sizeof gpu);
@@ -77,19 +83,24 @@ Backend device_init(const char *choice, int local_rank) {
     return active_backend;
 #else
     (void)local_rank;
-    fatal(EXIT_USAGE, "--device cuda: this build has no CUDA backend (nvcc was not found, or it was built with "
-                      "CUDA=0); use --device cpu");
+    fatal(EXIT_USAGE,
+          "--device cuda: this build has no CUDA backend (nvcc was not found, or it was built with "
+          "CUDA=0); use --device cpu");
 #endif
 }
 
-Backend device_backend(void) { return active_backend; }
+Backend device_backend(void) {
+    return active_backend;
+}
 
 void device_bind_thread(void) {
 #ifdef USE_CUDA
     if (active_backend == BACKEND_CUDA) cuda_bind_thread(active_gpu);
 #endif
 }
-const char *device_name(void) { return active_name; }
+const char *device_name(void) {
+    return active_name;
+}
 
 const KernelOps *ops(void) {
 #ifdef USE_CUDA
@@ -98,8 +109,12 @@ const KernelOps *ops(void) {
     return &kernels_cpu;
 }
 
-void device_set_limit(size_t bytes) { limit_bytes = bytes; }
-size_t device_limit(void) { return limit_bytes; }
+void device_set_limit(size_t bytes) {
+    limit_bytes = bytes;
+}
+size_t device_limit(void) {
+    return limit_bytes;
+}
 
 static void format_bytes(char *buf, size_t len, size_t bytes) {
     const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -118,10 +133,11 @@ static void out_of_memory(Space space, Category cat, size_t bytes, const char *w
     format_bytes(used, sizeof used, current_total[space]);
     format_bytes(budget, sizeof budget, limit_bytes);
     if (space == SPACE_DEVICE && limit_bytes)
-        fatal(EXIT_USAGE,
-              "out of device memory: allocating %s for %s (%s/%s) would exceed the budget: %s already in use, "
-              "budget %s (--device-mem-limit)",
-              req, what, space_name(space), category_name(cat), used, budget);
+        fatal(
+            EXIT_USAGE,
+            "out of device memory: allocating %s for %s (%s/%s) would exceed the budget: %s already in use, "
+            "budget %s (--device-mem-limit)",
+            req, what, space_name(space), category_name(cat), used, budget);
     fatal(EXIT_USAGE, "out of %s memory: allocating %s for %s (%s/%s) failed (%s); %s already in use",
           space_name(space), req, what, space_name(space), category_name(cat), why, used);
 }
@@ -137,7 +153,8 @@ void *mem_alloc(Space space, Category cat, size_t bytes, const char *what) {
     if (space == SPACE_DEVICE && limit_bytes && current_total[space] + bytes > limit_bytes)
         out_of_memory(space, cat, bytes, what, "budget");
     int on_host = space == SPACE_HOST || active_backend == BACKEND_CPU;
-    size_t host_in_use = current_total[SPACE_HOST] + (active_backend == BACKEND_CPU ? current_total[SPACE_DEVICE] : 0);
+    size_t host_in_use =
+        current_total[SPACE_HOST] + (active_backend == BACKEND_CPU ? current_total[SPACE_DEVICE] : 0);
     if (on_host && host_in_use + bytes > physical_memory_bytes())
         out_of_memory(space, cat, bytes, what, "more than this machine's physical memory");
     void *ptr = NULL;
@@ -185,9 +202,15 @@ void mem_free(void *ptr) {
     fatal(EXIT_RUNTIME, "mem_free: %p was not allocated by mem_alloc", ptr);
 }
 
-size_t mem_current_bytes(Space space, Category cat) { return current[space][cat]; }
-size_t mem_peak_bytes(Space space, Category cat) { return peak[space][cat]; }
-size_t mem_peak_total(Space space) { return peak_total[space]; }
+size_t mem_current_bytes(Space space, Category cat) {
+    return current[space][cat];
+}
+size_t mem_peak_bytes(Space space, Category cat) {
+    return peak[space][cat];
+}
+size_t mem_peak_total(Space space) {
+    return peak_total[space];
+}
 void mem_reset_peaks(void) {
     memcpy(peak, current, sizeof peak);
     memcpy(peak_total, current_total, sizeof peak_total);
@@ -253,11 +276,28 @@ int parse_bytes(const char *text, size_t *out) {
     if (end == text || errno || value < 0) return -1;
     double mult = 1.0;
     switch (*end) {
-    case 'k': case 'K': mult = 1024.0; end++; break;
-    case 'm': case 'M': mult = 1024.0 * 1024.0; end++; break;
-    case 'g': case 'G': mult = 1024.0 * 1024.0 * 1024.0; end++; break;
-    case 't': case 'T': mult = 1024.0 * 1024.0 * 1024.0 * 1024.0; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        mult = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mult = 1024.0 * 1024.0;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mult = 1024.0 * 1024.0 * 1024.0;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mult = 1024.0 * 1024.0 * 1024.0 * 1024.0;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end == 'i' || *end == 'I') end++; /* accept KiB-style too */
     if (*end == 'b' || *end == 'B') end++;

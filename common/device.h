@@ -47,7 +47,7 @@ Backend device_backend(void);
  * current device per host thread); a thread that touches device buffers
  * calls this first. No-op on the CPU. */
 void device_bind_thread(void);
-const char *device_name(void); /* "cpu" or e.g. "cuda:NVIDIA H100 80GB HBM3" */
+const char *device_name(void);   /* "cpu" or e.g. "cuda:NVIDIA H100 80GB HBM3" */
 int device_cuda_available(void); /* built with CUDA and a GPU is visible */
 
 /* Budget for SPACE_DEVICE in bytes; 0 means unlimited. */

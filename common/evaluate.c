@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-double evaluate_loss(const GPT *model, Activations *acts, Scratch *scratch, const Dataset *data, const Config *cfg) {
+double evaluate_loss(const GPT *model, Activations *acts, Scratch *scratch, const Dataset *data,
+                     const Config *cfg) {
     int B = acts->B, T = cfg->model.seq, micro_per_batch = cfg->batch / B;
     size_t tokens_bytes = (size_t)B * T * sizeof(int);
     int *tokens = xmalloc(tokens_bytes), *targets = xmalloc(tokens_bytes);
@@ -31,13 +32,17 @@ double evaluate_loss(const GPT *model, Activations *acts, Scratch *scratch, cons
 static void print_escaped(const unsigned char *bytes, int n) {
     for (int i = 0; i < n; i++) {
         unsigned char ch = bytes[i];
-        if (ch == '\n') fputs("\\n", stdout);
-        else if (ch >= 32 && ch < 127) putchar(ch);
-        else printf("\\x%02x", ch);
+        if (ch == '\n')
+            fputs("\\n", stdout);
+        else if (ch >= 32 && ch < 127)
+            putchar(ch);
+        else
+            printf("\\x%02x", ch);
     }
 }
 
-void sample_text(const GPT *model, Activations *acts, Scratch *scratch, const Dataset *data, int n, uint64_t *rng) {
+void sample_text(const GPT *model, Activations *acts, Scratch *scratch, const Dataset *data, int n,
+                 uint64_t *rng) {
     int T = acts->T, V = model->cfg.vocab;
     int prompt_len = T / 2 < 32 ? T / 2 : 32;
     if (prompt_len < 1) prompt_len = 1;

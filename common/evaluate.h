@@ -12,11 +12,13 @@
 /* Mean loss over cfg->eval_batches global batches of the validation split,
  * run in micro-batches of the activations' capacity. The same batches every
  * time, so the numbers of different runs compare. */
-double evaluate_loss(const GPT *model, Activations *acts, Scratch *scratch, const Dataset *data, const Config *cfg);
+double evaluate_loss(const GPT *model, Activations *acts, Scratch *scratch, const Dataset *data,
+                     const Config *cfg);
 
 /* Generate n bytes after a prompt taken from the start of the validation
  * split, sampling from the softmax with the sequential RNG *rng; prints
  * "sample: prompt|generated" with unprintable bytes escaped. */
-void sample_text(const GPT *model, Activations *acts, Scratch *scratch, const Dataset *data, int n, uint64_t *rng);
+void sample_text(const GPT *model, Activations *acts, Scratch *scratch, const Dataset *data, int n,
+                 uint64_t *rng);
 
 #endif

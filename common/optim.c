@@ -21,7 +21,8 @@ void adamw_destroy(AdamW *opt) {
     opt->m = opt->v = NULL;
 }
 
-void adamw_step(AdamW *opt, float *params, const float *grads, float lr, float grad_scale, const Config *cfg) {
+void adamw_step(AdamW *opt, float *params, const float *grads, float lr, float grad_scale,
+                const Config *cfg) {
     opt->t++;
     ops()->adamw_update(params, grads, opt->m, opt->v, opt->n, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->wd,
                         grad_scale, opt->t);
@@ -45,6 +46,6 @@ void check_loss_finite(double loss, int step) {
     const char *fault = getenv("COURSE_FAULT_NAN_STEP");
     if (fault && atoi(fault) == step) loss = NAN;
     if (!isfinite(loss))
-        fatal(EXIT_DIVERGED, "the loss became %f at step %d: training diverged (try a lower --lr, or --clip 1)", loss,
-              step);
+        fatal(EXIT_DIVERGED,
+              "the loss became %f at step %d: training diverged (try a lower --lr, or --clip 1)", loss, step);
 }

@@ -12,10 +12,10 @@
 #include <stddef.h>
 
 typedef struct {
-    size_t n;   /* elements covered */
-    float *m;   /* (n) first moment, device, CAT_OPTIMIZER */
-    float *v;   /* (n) second moment, same buffer */
-    int t;      /* updates applied so far; the next update is number t+1 */
+    size_t n; /* elements covered */
+    float *m; /* (n) first moment, device, CAT_OPTIMIZER */
+    float *v; /* (n) second moment, same buffer */
+    int t;    /* updates applied so far; the next update is number t+1 */
 } AdamW;
 
 void adamw_create(AdamW *opt, size_t n);

@@ -24,7 +24,9 @@ size_t ring_chunk_begin(size_t count, int n, int c) {
     return count / n * c + (count % n < (size_t)c ? count % n : (size_t)c);
 }
 
-static int mod(int a, int n) { return ((a % n) + n) % n; }
+static int mod(int a, int n) {
+    return ((a % n) + n) % n;
+}
 
 void ring_allreduce(CommGroup *g, float *buf, size_t count, ReduceOp op) {
     int n = comm_size(g), r = comm_rank(g);
@@ -38,7 +40,8 @@ void ring_allreduce(CommGroup *g, float *buf, size_t count, ReduceOp op) {
         int send_c = mod(r - s, n), recv_c = mod(r - s - 1, n);
         size_t send_lo = ring_chunk_begin(count, n, send_c), send_hi = ring_chunk_begin(count, n, send_c + 1);
         size_t recv_lo = ring_chunk_begin(count, n, recv_c), recv_hi = ring_chunk_begin(count, n, recv_c + 1);
-        comm_sendrecv(g, buf + send_lo, send_hi - send_lo, right, chunk_in, recv_hi - recv_lo, left, RING_TAG);
+        comm_sendrecv(g, buf + send_lo, send_hi - send_lo, right, chunk_in, recv_hi - recv_lo, left,
+                      RING_TAG);
         ops()->residual_forward(buf + recv_lo, buf + recv_lo, chunk_in, recv_hi - recv_lo);
     }
     /* Rank r now holds the complete sum of chunk r+1. All-gather: at step s,

@@ -11,9 +11,15 @@ static int error_rank = -1;
 static int log_rank = 0;
 static void (*abort_hook)(int) = NULL;
 
-void set_error_rank(int rank) { error_rank = rank; }
-void set_abort_hook(void (*hook)(int)) { abort_hook = hook; }
-void set_log_rank(int rank) { log_rank = rank; }
+void set_error_rank(int rank) {
+    error_rank = rank;
+}
+void set_abort_hook(void (*hook)(int)) {
+    abort_hook = hook;
+}
+void set_log_rank(int rank) {
+    log_rank = rank;
+}
 
 void fatal(int exit_code, const char *fmt, ...) {
     char message[1024];
@@ -87,7 +93,9 @@ uint32_t rng_next_u32(uint64_t *state) {
     return (uint32_t)(hash64((*state)++) >> 32);
 }
 
-float rng_next_float(uint64_t *state) { return (rng_next_u32(state) >> 8) / 16777216.0f; }
+float rng_next_float(uint64_t *state) {
+    return (rng_next_u32(state) >> 8) / 16777216.0f;
+}
 
 double wall_ms(void) {
     struct timespec ts;

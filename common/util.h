@@ -44,8 +44,8 @@ void *xcalloc(size_t count, size_t bytes);
 /* Counter-based randomness: the value depends only on its inputs, never on call
  * order, which is what lets any split of the model or the batch reproduce the
  * same numbers. */
-uint64_t hash64(uint64_t x);                      /* splitmix64 finaliser */
-uint64_t hash_string(const char *s);              /* FNV-1a, 64 bit */
+uint64_t hash64(uint64_t x);                             /* splitmix64 finaliser */
+uint64_t hash_string(const char *s);                     /* FNV-1a, 64 bit */
 double hash_uniform(uint64_t a, uint64_t b, uint64_t c); /* in [0, 1) */
 double hash_normal(uint64_t a, uint64_t b, uint64_t c);  /* standard normal */
 

@@ -16,17 +16,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-static float value(int rank, size_t i) { return (float)((rank + 1) * 3 + (int)(i % 17)); }
+static float value(int rank, size_t i) {
+    return (float)((rank + 1) * 3 + (int)(i % 17));
+}
 /* sum over ranks 0..n-1 of value(r, i) */
-static float sum_of(int n, size_t i) { return (float)(3 * n * (n + 1) / 2 + n * (int)(i % 17)); }
+static float sum_of(int n, size_t i) {
+    return (float)(3 * n * (n + 1) / 2 + n * (int)(i % 17));
+}
 
 static int failures = 0;
 
 static void expect(int ok, const char *what, size_t count, size_t at, double got, double want) {
     if (ok) return;
     failures++;
-    fprintf(stderr, "FAIL [rank %d] %s (count %zu): element %zu is %g, expected %g\n", comm_rank(comm_world()),
-            what, count, at, got, want);
+    fprintf(stderr, "FAIL [rank %d] %s (count %zu): element %zu is %g, expected %g\n",
+            comm_rank(comm_world()), what, count, at, got, want);
 }
 
 static const size_t counts[] = {0, 1, 2, 3, 5, 7, 100, 1001, 65537};
@@ -39,8 +43,10 @@ static void check_allreduce(int ring, ReduceOp op) {
         size_t count = counts[c];
         float *buf = xmalloc((count + 1) * sizeof(float));
         for (size_t i = 0; i < count; i++) buf[i] = value(r, i);
-        if (ring) ring_allreduce(w, buf, count, op);
-        else comm_allreduce(w, buf, count, op);
+        if (ring)
+            ring_allreduce(w, buf, count, op);
+        else
+            comm_allreduce(w, buf, count, op);
         for (size_t i = 0; i < count; i++) {
             float want = op == COMM_AVG ? sum_of(n, i) / n : sum_of(n, i);
             if (fabsf(buf[i] - want) > 1e-6f * fabsf(want)) {
@@ -61,9 +67,11 @@ static void check_reduce_scatter_allgather(void) {
     for (size_t i = 0; i < n * count; i++) send[i] = value(r, i);
     comm_reduce_scatter(w, send, block, count, COMM_SUM);
     for (size_t i = 0; i < count; i++)
-        expect(block[i] == sum_of(n, r * count + i), "reduce-scatter", count, i, block[i], sum_of(n, r * count + i));
+        expect(block[i] == sum_of(n, r * count + i), "reduce-scatter", count, i, block[i],
+               sum_of(n, r * count + i));
     comm_allgather(w, block, all, count);
-    for (size_t i = 0; i < n * count; i++) expect(all[i] == sum_of(n, i), "all-gather", count, i, all[i], sum_of(n, i));
+    for (size_t i = 0; i < n * count; i++)
+        expect(all[i] == sum_of(n, i), "all-gather", count, i, all[i], sum_of(n, i));
     free(send);
     free(block);
     free(all);
@@ -75,7 +83,8 @@ static void check_broadcast_sendrecv(void) {
     float buf[5];
     for (int i = 0; i < 5; i++) buf[i] = r == n - 1 ? (float)(100 + i) : -1.0f;
     comm_broadcast(w, buf, 5, n - 1);
-    for (int i = 0; i < 5; i++) expect(buf[i] == 100 + i, "broadcast from the last rank", 5, i, buf[i], 100 + i);
+    for (int i = 0; i < 5; i++)
+        expect(buf[i] == 100 + i, "broadcast from the last rank", 5, i, buf[i], 100 + i);
     /* pass a message around the ring: receive the left neighbour's rank */
     float mine = (float)r, got = -1.0f;
     comm_sendrecv(w, &mine, 1, (r + 1) % n, &got, 1, (r + n - 1) % n, 5);
@@ -97,7 +106,8 @@ static void check_split(void) {
     float x = 1.0f;
     comm_allreduce(half, &x, 1, COMM_SUM);
     int n = comm_size(w), expected = r % 2 == 0 ? (n + 1) / 2 : n / 2;
-    expect(comm_size(half) == expected && x == (float)expected, "split into even and odd ranks", 1, 0, x, expected);
+    expect(comm_size(half) == expected && x == (float)expected, "split into even and odd ranks", 1, 0, x,
+           expected);
 }
 
 int main(int argc, char **argv) {
@@ -113,7 +123,8 @@ int main(int argc, char **argv) {
         check_allreduce(0, COMM_SUM);
         check_allreduce(0, COMM_AVG);
     }
-    if (!only || !strcmp(only, "reduce_scatter") || !strcmp(only, "allgather")) check_reduce_scatter_allgather();
+    if (!only || !strcmp(only, "reduce_scatter") || !strcmp(only, "allgather"))
+        check_reduce_scatter_allgather();
     if (!only || !strcmp(only, "broadcast") || !strcmp(only, "sendrecv")) check_broadcast_sendrecv();
     if (!only || !strcmp(only, "split")) check_split();
     double total = comm_allreduce_double(comm_world(), failures, 0);

@@ -16,34 +16,36 @@
 static size_t expected_floats(const ModelConfig *m, size_t B, size_t T) {
     size_t C = m->dmodel, NH = m->heads, V = m->vocab, L = m->layers;
     size_t tokens = B * T;
-    size_t per_block = tokens * C          /* ln1 */
-                       + 2 * tokens        /* ln1 mean, rstd */
-                       + tokens * 3 * C    /* qkv */
-                       + tokens * C        /* atty */
-                       + B * NH * T * T    /* att: the attention matrix */
-                       + tokens * C        /* res2 */
-                       + tokens * C        /* ln2 */
-                       + 2 * tokens        /* ln2 mean, rstd */
-                       + tokens * 4 * C    /* fch */
-                       + tokens * 4 * C    /* fch_gelu */
-                       + tokens * C;       /* res3 */
-    size_t embedding = 2 * tokens          /* token ids, targets */
-                       + tokens * C;       /* encoded */
-    size_t head = tokens * C + 2 * tokens  /* lnf, mean, rstd */
-                  + tokens * V             /* logits */
-                  + tokens * V             /* probs */
-                  + tokens;                /* losses */
+    size_t per_block = tokens * C         /* ln1 */
+                       + 2 * tokens       /* ln1 mean, rstd */
+                       + tokens * 3 * C   /* qkv */
+                       + tokens * C       /* atty */
+                       + B * NH * T * T   /* att: the attention matrix */
+                       + tokens * C       /* res2 */
+                       + tokens * C       /* ln2 */
+                       + 2 * tokens       /* ln2 mean, rstd */
+                       + tokens * 4 * C   /* fch */
+                       + tokens * 4 * C   /* fch_gelu */
+                       + tokens * C;      /* res3 */
+    size_t embedding = 2 * tokens         /* token ids, targets */
+                       + tokens * C;      /* encoded */
+    size_t head = tokens * C + 2 * tokens /* lnf, mean, rstd */
+                  + tokens * V            /* logits */
+                  + tokens * V            /* probs */
+                  + tokens;               /* losses */
     return embedding + L * per_block + head;
 }
 
 int main(void) {
     device_init("cpu", 0);
-    struct { ModelConfig m; int B, T; } cases[] = {
-        {{2, 64, 4, 64, 256}, 8, 64},    /* tiny */
-        {{4, 128, 4, 128, 256}, 8, 128}, /* small */
-        {{3, 48, 3, 17, 300}, 3, 17},    /* odd sizes */
-        {{1, 30, 5, 9, 256}, 1, 9},
-        {{2, 64, 4, 64, 256}, 2, 40},    /* shorter than the model's seq */
+    struct {
+        ModelConfig m;
+        int B, T;
+    } cases[] = {
+        {{2, 64, 4, 64, 256}, 8, 64},                                  /* tiny */
+        {{4, 128, 4, 128, 256}, 8, 128},                               /* small */
+        {{3, 48, 3, 17, 300}, 3, 17},                                  /* odd sizes */
+        {{1, 30, 5, 9, 256}, 1, 9},      {{2, 64, 4, 64, 256}, 2, 40}, /* shorter than the model's seq */
     };
     int failures = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -57,8 +59,9 @@ int main(void) {
         size_t allocated = mem_current_bytes(SPACE_DEVICE, CAT_ACTIVATIONS) - before;
         activations_destroy(&acts, m);
         int ok = got == want && allocated == want;
-        printf("%s L=%d C=%d NH=%d V=%d B=%d T=%d: expected %zu bytes, activation_bytes() %zu, allocated %zu\n",
-               ok ? "PASS" : "FAIL", m->layers, m->dmodel, m->heads, m->vocab, B, T, want, got, allocated);
+        printf(
+            "%s L=%d C=%d NH=%d V=%d B=%d T=%d: expected %zu bytes, activation_bytes() %zu, allocated %zu\n",
+            ok ? "PASS" : "FAIL", m->layers, m->dmodel, m->heads, m->vocab, B, T, want, got, allocated);
         failures += !ok;
     }
     return failures ? 1 : 0;

@@ -99,8 +99,8 @@ int main(int argc, char **argv) {
                 worst_ana = analytic;
             }
         }
-        printf("%s %-12s worst |numeric - analytic| = %.3g (numeric %.6g, analytic %.6g)\n", ok ? "PASS" : "FAIL",
-               t->name, worst, worst_num, worst_ana);
+        printf("%s %-12s worst |numeric - analytic| = %.3g (numeric %.6g, analytic %.6g)\n",
+               ok ? "PASS" : "FAIL", t->name, worst, worst_num, worst_ana);
         failures += !ok;
     }
     printf("%d of %d tensors failed\n", failures, m.num_tensors);

@@ -67,6 +67,14 @@ if [ -x 02_data_parallel/train ]; then
     "$python" common/plot.py --commbench "$runs/commbench-$ranks.csv" --out runs/plots/02
 fi
 
-echo "demo: a text sample from the trained small model:"
-./01_single_gpu/train --model small --steps "$steps" --quiet --sample 200 --out "$runs/01-sample" | grep '^sample:'
+# ---- chapter 03: the model split over 2 ranks, by layers and inside the layers ----
+if [ -x 03_model_parallel/train ]; then
+    mp2() { OMP_NUM_THREADS=$(( cores / 2 > 0 ? cores / 2 : 1 )) mpirun --oversubscribe -np 2 "$@"; }
+    run 03-layer2 "mp2 03_model_parallel/train" --model small --batch 8 --mp layer --eval-every 20
+    run 03-tensor2 "mp2 03_model_parallel/train" --model small --batch 8 --mp tensor --eval-every 20
+    "$python" common/plot.py "$runs"/01-small.r* "$runs"/03-*.r* --out runs/plots/03
+fi
+
+echo "demo: a text sample from the tiny model after 300 steps (prompt|generated):"
+./01_single_gpu/train --model tiny --steps 300 --quiet --sample 200 --out "$runs/01-sample" | grep '^sample:'
 echo "demo: done. CSVs in $runs/, plots in runs/plots/ (open runs/plots/01/*.png)"

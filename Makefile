@@ -86,7 +86,9 @@ ifeq ($(MPICC),)
 endif
 BENCH_SOURCES := $(filter $(CHAPTER_DIRS:%=%%bench.c),$(wildcard 0[1-6]_*/*bench.c))
 PROGRAMS := $(CHAPTER_DIRS:%/=%/train) $(BENCH_SOURCES:%.c=%)
-TEST_SOURCES := $(if $(MPICC),$(wildcard tests/*.c),$(filter-out tests/test_comm%,$(wildcard tests/*.c)))
+# Test programs that need MPI: the collectives, and chapter 03's parallel layers.
+MPI_TESTS := tests/test_comm% tests/test_tensor_parallel%
+TEST_SOURCES := $(if $(MPICC),$(wildcard tests/*.c),$(filter-out $(MPI_TESTS),$(wildcard tests/*.c)))
 TEST_PROGRAMS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SOURCES))
 
 # The build flavour (CUDA or not) is part of the objects: rebuild when it changes.
@@ -131,10 +133,12 @@ $(foreach d,$(CHAPTER_DIRS:%/=%),$(eval $(call PROGRAM_RULE,$(d))))
 $(BENCH_SOURCES:%.c=%): %: $(BUILD)/%.o $(LIBCOMMON)
 	$(CC) -o $@ $^ $(call program_libs,$@)
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
-$(BUILD)/tests/test_comm%.o: CFLAGS += $(MPI_CFLAGS)
+$(BUILD)/tests/test_comm%.o $(BUILD)/tests/test_tensor_parallel.o: CFLAGS += $(MPI_CFLAGS)
+$(BUILD)/tests/test_tensor_parallel: $(BUILD)/03_model_parallel/tensor_parallel.o
+$(BUILD)/tests/test_schedule: $(BUILD)/04_pipeline/schedule.o
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBCOMMON)
-	$(CC) -o $@ $^ $(if $(filter test_comm%,$*),$(MPI_LIBS)) $(LDLIBS)
+	$(CC) -o $@ $(filter %.o,$^) $(LIBCOMMON) $(if $(filter test_comm% test_tensor_parallel,$*),$(MPI_LIBS)) $(LDLIBS)
 
 deps:
 	@common/install-deps.sh

@@ -1,0 +1,187 @@
+/* schedule.c: building, printing and simulating pipeline schedules (see schedule.h). */
+#include "schedule.h"
+
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void add(StageSchedule *s, OpKind kind, int micro, int micro2) {
+    if (s->count == s->capacity) {
+        s->capacity = s->capacity ? 2 * s->capacity : 32;
+        Action *grown = realloc(s->actions, s->capacity * sizeof(Action));
+        if (!grown) fatal(EXIT_RUNTIME, "out of host memory building a schedule");
+        s->actions = grown;
+    }
+    s->actions[s->count++] = (Action){kind, micro, micro2};
+}
+
+/* Forward of m with the messages around it, each a separate blocking call. */
+static void forward_step(StageSchedule *s, int P, int stage, int m) {
+    if (stage > 0) add(s, OP_RECV_ACT, m, -1);
+    add(s, OP_FORWARD, m, -1);
+    if (stage < P - 1) add(s, OP_SEND_ACT, m, -1);
+}
+
+static void backward_step(StageSchedule *s, int P, int stage, int m) {
+    if (stage < P - 1) add(s, OP_RECV_GRAD, m, -1);
+    add(s, OP_BACKWARD, m, -1);
+    if (stage > 0) add(s, OP_SEND_GRAD, m, -1);
+}
+
+static void build_gpipe(StageSchedule *s, int P, int M, int stage) {
+    for (int m = 0; m < M; m++) forward_step(s, P, stage, m);
+    for (int m = 0; m < M; m++) backward_step(s, P, stage, m);
+}
+
+/* 1F1B with every message separate: the order is right, the messages are
+ * not, and it deadlocks as soon as a steady state exists (see schedule.h). */
+static void build_1f1b_naive(StageSchedule *s, int P, int M, int stage) {
+    int warmup = P - 1 - stage < M ? P - 1 - stage : M;
+    for (int m = 0; m < warmup; m++) forward_step(s, P, stage, m);
+    for (int i = 0; i < M - warmup; i++) {
+        forward_step(s, P, stage, warmup + i);
+        backward_step(s, P, stage, i);
+    }
+    for (int i = M - warmup; i < M; i++) backward_step(s, P, stage, i);
+}
+
+static void build_1f1b(StageSchedule *s, int P, int M, int stage) {
+    int warmup = P - 1 - stage < M ? P - 1 - stage : M; /* forwards before the first backward */
+    int steady = M - warmup;                            /* one forward + one backward each */
+    int first = stage == 0, last = stage == P - 1;
+    /* warm-up: fill the pipeline */
+    for (int m = 0; m < warmup; m++) forward_step(s, P, stage, m);
+    /* steady state: forward warmup+i, backward i. The messages to the next
+     * stage (activations out, gradient in) form one exchange, and so do those
+     * to the previous stage (gradient out, next activations in). */
+    for (int i = 0; i < steady; i++) {
+        int f = warmup + i;
+        if (i == 0 && !first) add(s, OP_RECV_ACT, f, -1); /* later ones arrive in the exchange below */
+        add(s, OP_FORWARD, f, -1);
+        if (!last) add(s, OP_SEND_ACT_RECV_GRAD, f, i);
+        add(s, OP_BACKWARD, i, -1);
+        if (!first) {
+            if (i < steady - 1) add(s, OP_SEND_GRAD_RECV_ACT, i, f + 1);
+            else add(s, OP_SEND_GRAD, i, -1);
+        }
+    }
+    /* cool-down: drain the backwards */
+    for (int i = steady; i < M; i++) backward_step(s, P, stage, i);
+}
+
+int schedule_build(const char *name, int P, int M, int stage, StageSchedule *out) {
+    memset(out, 0, sizeof *out);
+    if (strcmp(name, "gpipe") == 0) build_gpipe(out, P, M, stage);
+    else if (strcmp(name, "1f1b") == 0) build_1f1b(out, P, M, stage);
+    else if (strcmp(name, "1f1b-naive") == 0) build_1f1b_naive(out, P, M, stage);
+    else return -1;
+    return 0;
+}
+
+void schedule_free(StageSchedule *s) {
+    free(s->actions);
+    memset(s, 0, sizeof *s);
+}
+
+static void format_action(const Action *a, char *buf, size_t len) {
+    switch (a->kind) {
+    case OP_FORWARD: snprintf(buf, len, "F%d", a->micro); break;
+    case OP_BACKWARD: snprintf(buf, len, "B%d", a->micro); break;
+    case OP_RECV_ACT: snprintf(buf, len, "ra%d", a->micro); break;
+    case OP_SEND_ACT: snprintf(buf, len, "sa%d", a->micro); break;
+    case OP_RECV_GRAD: snprintf(buf, len, "rg%d", a->micro); break;
+    case OP_SEND_GRAD: snprintf(buf, len, "sg%d", a->micro); break;
+    case OP_SEND_ACT_RECV_GRAD: snprintf(buf, len, "sa%d|rg%d", a->micro, a->micro2); break;
+    case OP_SEND_GRAD_RECV_ACT: snprintf(buf, len, "sg%d|ra%d", a->micro, a->micro2); break;
+    }
+}
+
+void schedule_print(const StageSchedule *s, int stage) {
+    printf("stage %d:", stage);
+    for (int i = 0; i < s->count; i++) {
+        char buf[32];
+        format_action(&s->actions[i], buf, sizeof buf);
+        printf(" %s", buf);
+    }
+    printf("\n");
+}
+
+/* ---- simulation with blocking messages ---- */
+
+static int is_compute(OpKind k) { return k == OP_FORWARD || k == OP_BACKWARD; }
+/* +1: the message goes to or comes from stage s+1; -1: stage s-1 */
+static int direction(OpKind k) {
+    return k == OP_SEND_ACT || k == OP_RECV_GRAD || k == OP_SEND_ACT_RECV_GRAD ? +1 : -1;
+}
+
+/* Do a (on stage s) and b (on stage s+1) complete each other? */
+static int matches(const Action *a, const Action *b) {
+    switch (a->kind) {
+    case OP_SEND_ACT: return b->kind == OP_RECV_ACT && b->micro == a->micro;
+    case OP_RECV_GRAD: return b->kind == OP_SEND_GRAD && b->micro == a->micro;
+    case OP_SEND_ACT_RECV_GRAD:
+        return b->kind == OP_SEND_GRAD_RECV_ACT && b->micro == a->micro2 && b->micro2 == a->micro;
+    default: return 0;
+    }
+}
+
+void schedule_simulate(const char *name, int P, int M, double tf, double tb, ScheduleReport *r) {
+    memset(r, 0, sizeof *r);
+    StageSchedule *s = xcalloc(P, sizeof(StageSchedule));
+    int *pc = xcalloc(P, sizeof(int)), *in_flight = xcalloc(P, sizeof(int));
+    double *clock = xcalloc(P, sizeof(double));
+    for (int p = 0; p < P; p++)
+        if (schedule_build(name, P, M, p, &s[p]) != 0) fatal(EXIT_USAGE, "unknown schedule '%s'", name);
+    double busy = 0.0;
+    for (;;) {
+        int progress = 0, done = 1;
+        for (int p = 0; p < P; p++) {
+            if (pc[p] == s[p].count) continue;
+            done = 0;
+            const Action *a = &s[p].actions[pc[p]];
+            if (is_compute(a->kind)) {
+                double t = a->kind == OP_FORWARD ? tf : tb;
+                clock[p] += t;
+                busy += t;
+                in_flight[p] += a->kind == OP_FORWARD ? 1 : -1;
+                if (p < 64 && in_flight[p] > r->max_in_flight[p]) r->max_in_flight[p] = in_flight[p];
+                pc[p]++;
+                progress = 1;
+                continue;
+            }
+            int q = p + direction(a->kind);
+            if (q < 0 || q >= P || pc[q] == s[q].count) continue; /* no partner: stuck */
+            const Action *b = &s[q].actions[pc[q]];
+            int ok = q > p ? matches(a, b) : matches(b, a);
+            if (!ok) continue;
+            double t = clock[p] > clock[q] ? clock[p] : clock[q]; /* both wait for the later one */
+            clock[p] = clock[q] = t;
+            pc[p]++;
+            pc[q]++;
+            progress = 1;
+        }
+        if (done) break;
+        if (!progress) {
+            r->deadlock = 1;
+            size_t used = 0;
+            for (int p = 0; p < P && used < sizeof r->where - 24; p++) {
+                if (pc[p] == s[p].count) continue;
+                char buf[32];
+                format_action(&s[p].actions[pc[p]], buf, sizeof buf);
+                used += snprintf(r->where + used, sizeof r->where - used, "%sstage %d in %s", used ? ", " : "", p,
+                                 buf);
+            }
+            break;
+        }
+    }
+    for (int p = 0; p < P; p++)
+        if (clock[p] > r->makespan) r->makespan = clock[p];
+    r->bubble = r->makespan > 0 ? 1.0 - busy / (P * r->makespan) : 0.0;
+    for (int p = 0; p < P; p++) schedule_free(&s[p]);
+    free(s);
+    free(pc);
+    free(in_flight);
+    free(clock);
+}

@@ -12,6 +12,8 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$cores}"
 # OpenMP threads that spin while waiting steal the cores other ranks need.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# MPI ranks that spin in a receive steal the core their neighbour needs: let them yield.
+export OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}"
 steps="${DEMO_STEPS:-40}"
 repeats="${DEMO_REPEATS:-3}"
 runs=runs/demo
@@ -73,6 +75,20 @@ if [ -x 03_model_parallel/train ]; then
     run 03-layer2 "mp2 03_model_parallel/train" --model small --batch 8 --mp layer --eval-every 20
     run 03-tensor2 "mp2 03_model_parallel/train" --model small --batch 8 --mp tensor --eval-every 20
     "$python" common/plot.py "$runs"/01-small.r* "$runs"/03-*.r* --out runs/plots/03
+fi
+
+# ---- chapter 04: pipeline on $ranks stages; micro-batch sweep for GPipe and 1F1B ----
+if [ -x 04_pipeline/train ]; then
+    pipeline_steps=$(( steps / 2 > 4 ? steps / 2 : 4 ))
+    for schedule in gpipe 1f1b; do
+        for micro in 1 2 4 8; do
+            steps=$pipeline_steps run "04-$schedule-m$micro" "mpi 04_pipeline/train" --model small --batch 16 \
+                --micro "$micro" --schedule "$schedule"
+        done
+    done
+    "$python" common/plot.py --sweep "$runs"/04-*.r* --out runs/plots/04
+    "$python" common/plot.py --gantt "$runs"/04-gpipe-m4.r1 "$runs"/04-1f1b-m4.r1 --out runs/plots/04
+    "$python" common/plot.py "$runs"/04-gpipe-m8.r* "$runs"/04-1f1b-m8.r* --out runs/plots/04
 fi
 
 echo "demo: a text sample from the tiny model after 300 steps (prompt|generated):"

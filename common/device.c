@@ -20,7 +20,9 @@
 #endif
 
 static Backend active_backend = BACKEND_CPU;
-static int active_gpu = 0;
+#ifdef USE_CUDA
+static int active_gpu = 0; /* this rank's GPU */
+#endif
 static char active_name[160] = "cpu";
 static size_t limit_bytes = 0;
 static size_t current[SPACE_COUNT][CAT_COUNT];

@@ -41,13 +41,41 @@ static void print_escaped(const unsigned char *bytes, int n) {
     }
 }
 
+int sample_prompt(const Dataset *data, int T, unsigned char *text) {
+    int prompt_len = T / 2 < 32 ? T / 2 : 32;
+    if (prompt_len < 1) prompt_len = 1;
+    memcpy(text, data->bytes + data->split_at, prompt_len);
+    return prompt_len;
+}
+
+int sample_byte(const float *logits, uint64_t *rng) {
+    /* softmax sampling over the byte values (rows past 256 are never data) */
+    float maxval = -INFINITY;
+    for (int v = 0; v < 256; v++) maxval = fmaxf(maxval, logits[v]);
+    double sum = 0.0;
+    for (int v = 0; v < 256; v++) sum += exp(logits[v] - maxval);
+    double r = rng_next_float(rng) * sum, acc = 0.0;
+    for (int v = 0; v < 256; v++) {
+        acc += exp(logits[v] - maxval);
+        if (acc > r) return v;
+    }
+    return 255;
+}
+
+void sample_print(const unsigned char *text, int prompt_len, int n) {
+    log_info("sample: ");
+    print_escaped(text, prompt_len);
+    printf("|");
+    print_escaped(text + prompt_len, n);
+    printf("\n");
+    fflush(stdout);
+}
+
 void sample_text(const GPT *model, Activations *acts, Scratch *scratch, const Dataset *data, int n,
                  uint64_t *rng) {
     int T = acts->T, V = model->cfg.vocab;
-    int prompt_len = T / 2 < 32 ? T / 2 : 32;
-    if (prompt_len < 1) prompt_len = 1;
-    unsigned char *text = xmalloc((size_t)prompt_len + n);
-    memcpy(text, data->bytes + data->split_at, prompt_len);
+    unsigned char *text = xmalloc((size_t)32 + n); /* the prompt is at most 32 bytes */
+    int prompt_len = sample_prompt(data, T, text);
     int *context = xmalloc(T * sizeof(int));
     float *logits = xmalloc(V * sizeof(float));
     for (int i = 0; i < n; i++) {
@@ -60,28 +88,9 @@ void sample_text(const GPT *model, Activations *acts, Scratch *scratch, const Da
             gpt_block_forward(model, acts, scratch, l, gpt_layer_output(model, acts, l - 1), 1, ctx);
         gpt_head_forward(model, acts, gpt_layer_output(model, acts, model->cfg.layers - 1), 0, 1, ctx);
         copy_to_host(logits, acts->logits + (size_t)(ctx - 1) * V, V * sizeof(float));
-        /* softmax sampling over the byte values (rows past 256 are never data) */
-        float maxval = -INFINITY;
-        for (int v = 0; v < 256; v++) maxval = fmaxf(maxval, logits[v]);
-        double sum = 0.0;
-        for (int v = 0; v < 256; v++) sum += exp(logits[v] - maxval);
-        double r = rng_next_float(rng) * sum, acc = 0.0;
-        int choice = 255;
-        for (int v = 0; v < 256; v++) {
-            acc += exp(logits[v] - maxval);
-            if (acc > r) {
-                choice = v;
-                break;
-            }
-        }
-        text[len] = (unsigned char)choice;
+        text[len] = (unsigned char)sample_byte(logits, rng);
     }
-    log_info("sample: ");
-    print_escaped(text, prompt_len);
-    printf("|");
-    print_escaped(text + prompt_len, n);
-    printf("\n");
-    fflush(stdout);
+    sample_print(text, prompt_len, n);
     free(text);
     free(context);
     free(logits);

@@ -21,4 +21,12 @@ double evaluate_loss(const GPT *model, Activations *acts, Scratch *scratch, cons
 void sample_text(const GPT *model, Activations *acts, Scratch *scratch, const Dataset *data, int n,
                  uint64_t *rng);
 
+/* The pieces of sample_text, for programs that hold the model their own way:
+ * the prompt (the first bytes of the validation split, at most 32 and T/2;
+ * returns its length), the byte drawn from softmax(logits[0..255]) with the
+ * sequential RNG, and the "sample: prompt|generated" line. */
+int sample_prompt(const Dataset *data, int T, unsigned char *text);
+int sample_byte(const float *logits, uint64_t *rng);
+void sample_print(const unsigned char *text, int prompt_len, int n);
+
 #endif

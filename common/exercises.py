@@ -17,6 +17,9 @@ and fails clearly at run time:
     /* EXERCISE 01.2: the AdamW update. Write your solution here (course.md, exercise 01.2). */
     exercise_not_implemented("01.2", "course.md, exercise 01.2");
 
+An exercise may have several regions (a forward and a backward function,
+say): each is stubbed, and the exercise is listed once.
+
 The copy also gets a file .student listing the stubbed exercises; the
 Makefile then tolerates the unused parameters a stub leaves behind.
 Graders: tests/grade/ID.bats, run by `make grade`.
@@ -87,7 +90,7 @@ def find_exercises():
             for n, line in enumerate(fh, 1):
                 m = BEGIN.match(line)
                 if m:
-                    found[m.group(2)] = (m.group(3), f, n)
+                    found.setdefault(m.group(2), (m.group(3), f, n))
     return found
 
 
@@ -129,6 +132,7 @@ def main():
             stubbed += ids
         else:
             shutil.copy2(src, dst)
+    stubbed = sorted(set(stubbed))
     with open(os.path.join(dest, ".student"), "w") as fh:
         fh.write("".join(f"{i}\n" for i in sorted(stubbed)))
     print(f"exercises: wrote a student copy to {dest} with {len(stubbed)} exercise(s) stubbed: "

@@ -103,17 +103,23 @@ void gpt_init_range(const GPT *m, uint64_t seed, float *dst, size_t first, size_
     }
 }
 
+/* Where tensor t lives in a buffer holding elements [param_first, param_first + param_count), or NULL. */
+static float *held(const GPT *m, float *buffer, const ParamTensor *t) {
+    int inside = t->offset >= m->param_first && t->offset + t->numel <= m->param_first + m->param_count;
+    return inside ? buffer + (t->offset - m->param_first) : NULL;
+}
+
 void gpt_weights_view(const GPT *m, float *buffer, Weights *view) {
     int L = m->cfg.layers;
     if (!view->block) view->block = xcalloc(L, sizeof(BlockWeights));
     const ParamTensor *t = m->tensors;
-    view->wte = buffer + t[0].offset;
-    view->wpe = buffer + t[1].offset;
+    view->wte = held(m, buffer, &t[0]);
+    view->wpe = held(m, buffer, &t[1]);
     for (int l = 0; l < L; l++)
-        for (int k = 0; k < BLOCK_TENSORS; k++) view->block[l][k] = buffer + t[2 + l * BLOCK_TENSORS + k].offset;
-    view->lnfw = buffer + t[2 + L * BLOCK_TENSORS].offset;
-    view->lnfb = buffer + t[3 + L * BLOCK_TENSORS].offset;
-    view->lm_head = buffer + t[4 + L * BLOCK_TENSORS].offset;
+        for (int k = 0; k < BLOCK_TENSORS; k++) view->block[l][k] = held(m, buffer, &t[2 + l * BLOCK_TENSORS + k]);
+    view->lnfw = held(m, buffer, &t[2 + L * BLOCK_TENSORS]);
+    view->lnfb = held(m, buffer, &t[3 + L * BLOCK_TENSORS]);
+    view->lm_head = held(m, buffer, &t[4 + L * BLOCK_TENSORS]);
 }
 
 static void weights_view_free(Weights *view) {
@@ -121,17 +127,33 @@ static void weights_view_free(Weights *view) {
     view->block = NULL;
 }
 
-void gpt_create(GPT *m, const ModelConfig *cfg, uint64_t seed) {
+void gpt_create_range(GPT *m, const ModelConfig *cfg, uint64_t seed, int first_layer, int last_layer) {
     gpt_build_table(m, cfg);
-    size_t bytes = m->num_params * sizeof(float);
+    /* the table is layer-major: the tensors of the range are one slice of it */
+    size_t first = m->num_params, end = 0;
+    for (int k = 0; k < m->num_tensors; k++) {
+        const ParamTensor *t = &m->tensors[k];
+        if (t->layer < first_layer || t->layer > last_layer) continue;
+        if (t->offset < first) first = t->offset;
+        if (t->offset + t->numel > end) end = t->offset + t->numel;
+    }
+    if (end <= first)
+        fatal(EXIT_RUNTIME, "gpt_create_range: layers %d..%d hold no parameters", first_layer, last_layer);
+    m->param_first = first;
+    m->param_count = end - first;
+    size_t bytes = m->param_count * sizeof(float);
     m->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, bytes, "parameters");
     m->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, bytes, "gradients");
     float *host = xmalloc(bytes);
-    gpt_init_range(m, seed, host, 0, m->num_params);
+    gpt_init_range(m, seed, host, m->param_first, m->param_count);
     copy_to_device(m->params, host, bytes);
     free(host);
     gpt_weights_view(m, m->params, &m->w);
     gpt_weights_view(m, m->grads, &m->g);
+}
+
+void gpt_create(GPT *m, const ModelConfig *cfg, uint64_t seed) {
+    gpt_create_range(m, cfg, seed, LAYER_EMBEDDING, cfg->layers);
 }
 
 void gpt_destroy(GPT *m) {
@@ -171,55 +193,80 @@ size_t scratch_bytes(const ModelConfig *c, int B, int T) {
     return floats * sizeof(float);
 }
 
-static float *carve(float **cursor, size_t count) {
-    float *p = *cursor;
-    *cursor += count;
+/* Carving a block into tensors. With base NULL it only counts: the size of a
+ * partial set of activations is whatever carving it takes. */
+typedef struct {
+    float *base;
+    size_t used; /* floats handed out so far */
+} Carver;
+
+static float *carve(Carver *k, size_t count) {
+    float *p = k->base ? k->base + k->used : NULL;
+    k->used += count;
     return p;
 }
 
 /* The carved tensors must fill the block exactly: this is what keeps
  * activation_bytes() and scratch_bytes() honest. */
-static void check_carved(const float *block, const float *cursor, size_t bytes, const char *what) {
-    size_t used = (size_t)(cursor - block) * sizeof(float);
+static void check_carved(const Carver *k, size_t bytes, const char *what) {
+    size_t used = k->used * sizeof(float);
     if (used != bytes)
         fatal(EXIT_RUNTIME, "%s: the tensors take %zu bytes but the block has %zu (the size function is wrong)", what,
               used, bytes);
+}
+
+/* Carve the activations of layers first..last (see activations_create_range). */
+static void carve_activations(Activations *a, const ModelConfig *c, int B, int T, int first, int last, Carver *k) {
+    size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
+    a->tokens = (int *)carve(k, BT);
+    a->targets = (int *)carve(k, BT);
+    a->encoded = carve(k, BT * C);
+    for (int l = 0; l < c->layers; l++) {
+        BlockActs *b = &a->block[l];
+        if (l < first || l > last) continue;
+        b->ln1 = carve(k, BT * C);
+        b->ln1_mean = carve(k, BT);
+        b->ln1_rstd = carve(k, BT);
+        b->qkv = carve(k, BT * 3 * C);
+        b->atty = carve(k, BT * C);
+        b->att = carve(k, (size_t)B * c->heads * T * T);
+        b->res2 = carve(k, BT * C);
+        b->ln2 = carve(k, BT * C);
+        b->ln2_mean = carve(k, BT);
+        b->ln2_rstd = carve(k, BT);
+        b->fch = carve(k, BT * 4 * C);
+        b->fch_gelu = carve(k, BT * 4 * C);
+        b->res3 = carve(k, BT * C);
+    }
+    if (last < c->layers) return;
+    a->lnf = carve(k, BT * C);
+    a->lnf_mean = carve(k, BT);
+    a->lnf_rstd = carve(k, BT);
+    a->logits = carve(k, BT * V);
+    a->probs = carve(k, BT * V);
+    a->losses = carve(k, BT);
 }
 
 void activations_create(Activations *a, const ModelConfig *c, int B, int T) {
     memset(a, 0, sizeof *a);
     a->B = B;
     a->T = T;
-    size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
-    size_t bytes = activation_bytes(c, B, T);
-    float *block = mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, bytes, "activations"), *cursor = block;
-    a->tokens = (int *)carve(&cursor, BT);
-    a->targets = (int *)carve(&cursor, BT);
-    a->encoded = carve(&cursor, BT * C);
     a->block = xcalloc(c->layers, sizeof(BlockActs));
-    for (int l = 0; l < c->layers; l++) {
-        BlockActs *b = &a->block[l];
-        b->ln1 = carve(&cursor, BT * C);
-        b->ln1_mean = carve(&cursor, BT);
-        b->ln1_rstd = carve(&cursor, BT);
-        b->qkv = carve(&cursor, BT * 3 * C);
-        b->atty = carve(&cursor, BT * C);
-        b->att = carve(&cursor, (size_t)B * c->heads * T * T);
-        b->res2 = carve(&cursor, BT * C);
-        b->ln2 = carve(&cursor, BT * C);
-        b->ln2_mean = carve(&cursor, BT);
-        b->ln2_rstd = carve(&cursor, BT);
-        b->fch = carve(&cursor, BT * 4 * C);
-        b->fch_gelu = carve(&cursor, BT * 4 * C);
-        b->res3 = carve(&cursor, BT * C);
-    }
-    a->lnf = carve(&cursor, BT * C);
-    a->lnf_mean = carve(&cursor, BT);
-    a->lnf_rstd = carve(&cursor, BT);
-    a->logits = carve(&cursor, BT * V);
-    a->probs = carve(&cursor, BT * V);
-    a->losses = carve(&cursor, BT);
-    check_carved(block, cursor, bytes, "activations");
+    size_t bytes = activation_bytes(c, B, T);
+    Carver k = {mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, bytes, "activations"), 0};
+    carve_activations(a, c, B, T, LAYER_EMBEDDING, c->layers, &k);
+    check_carved(&k, bytes, "activations");
+}
+
+void activations_create_range(Activations *a, const ModelConfig *c, int B, int T, int first_layer, int last_layer) {
+    memset(a, 0, sizeof *a);
+    a->B = B;
+    a->T = T;
+    a->block = xcalloc(c->layers, sizeof(BlockActs));
+    Carver count = {NULL, 0};
+    carve_activations(a, c, B, T, first_layer, last_layer, &count);
+    Carver k = {mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, count.used * sizeof(float), "activations"), 0};
+    carve_activations(a, c, B, T, first_layer, last_layer, &k);
 }
 
 void activations_destroy(Activations *a, const ModelConfig *c) {
@@ -235,20 +282,20 @@ void scratch_create(Scratch *s, const ModelConfig *c, int B, int T) {
     s->T = T;
     size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
     size_t bytes = scratch_bytes(c, B, T);
-    float *block = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "activation gradients"), *cursor = block;
-    s->branch = carve(&cursor, BT * C);
-    s->dresid[0] = carve(&cursor, BT * C);
-    s->dresid[1] = carve(&cursor, BT * C);
-    s->dmid = carve(&cursor, BT * C);
-    s->dbranch = carve(&cursor, BT * C);
-    s->dln = carve(&cursor, BT * C);
-    s->datty = carve(&cursor, BT * C);
-    s->dqkv = carve(&cursor, BT * 3 * C);
-    s->datt = carve(&cursor, (size_t)B * c->heads * T * T);
-    s->dfch = carve(&cursor, BT * 4 * C);
-    s->dfch_gelu = carve(&cursor, BT * 4 * C);
-    s->dlogits = carve(&cursor, BT * V);
-    check_carved(block, cursor, bytes, "activation gradients");
+    Carver k = {mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "activation gradients"), 0};
+    s->branch = carve(&k, BT * C);
+    s->dresid[0] = carve(&k, BT * C);
+    s->dresid[1] = carve(&k, BT * C);
+    s->dmid = carve(&k, BT * C);
+    s->dbranch = carve(&k, BT * C);
+    s->dln = carve(&k, BT * C);
+    s->datty = carve(&k, BT * C);
+    s->dqkv = carve(&k, BT * 3 * C);
+    s->datt = carve(&k, (size_t)B * c->heads * T * T);
+    s->dfch = carve(&k, BT * 4 * C);
+    s->dfch_gelu = carve(&k, BT * 4 * C);
+    s->dlogits = carve(&k, BT * V);
+    check_carved(&k, bytes, "activation gradients");
 }
 
 void scratch_destroy(Scratch *s) {

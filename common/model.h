@@ -67,10 +67,14 @@ typedef struct {
     ModelConfig cfg;
     ParamTensor *tensors;
     int num_tensors;
-    size_t num_params;
-    float *params;  /* device (num_params), CAT_PARAMS */
-    float *grads;   /* device (num_params), CAT_GRADS */
-    Weights w;      /* views into params */
+    size_t num_params;   /* elements in the table */
+    /* The part of the table this process holds: elements [param_first,
+     * param_first + param_count). The whole table (0, num_params) except for a
+     * stage of a layer split (gpt_create_range). */
+    size_t param_first, param_count;
+    float *params;  /* device (param_count), CAT_PARAMS */
+    float *grads;   /* device (param_count), CAT_GRADS */
+    Weights w;      /* views into params; NULL for tensors not held */
     Weights g;      /* views into grads */
 } GPT;
 
@@ -124,6 +128,11 @@ const char *model_config_problem(const ModelConfig *m);
 void gpt_build_table(GPT *model, const ModelConfig *cfg);
 /* Table + device buffers for params and grads + initial values from seed. */
 void gpt_create(GPT *model, const ModelConfig *cfg, uint64_t seed);
+/* The same for a stage of a layer split: only the tensors of layers
+ * first_layer..last_layer (LAYER_EMBEDDING .. L for the head), one contiguous
+ * slice of the table, get memory and initial values (the whole model's values
+ * for those elements); the views of the other tensors are NULL. */
+void gpt_create_range(GPT *model, const ModelConfig *cfg, uint64_t seed, int first_layer, int last_layer);
 void gpt_destroy(GPT *model);
 
 /* Initial value of element i of tensor t: a function of (seed, name, i) only. */
@@ -132,7 +141,8 @@ float gpt_init_value(const ParamTensor *t, uint64_t seed, size_t i);
  * parameter buffer into host memory dst (count elements). */
 void gpt_init_range(const GPT *model, uint64_t seed, float *dst, size_t first, size_t count);
 
-/* Views of a parameter-shaped buffer. */
+/* Views of a parameter-shaped buffer of param_count elements (the tensors
+ * outside [param_first, param_first + param_count) get NULL). */
 void gpt_weights_view(const GPT *model, float *buffer, Weights *view);
 
 /* Bytes of saved activations / scratch for a micro-batch of B sequences of T. */
@@ -140,6 +150,12 @@ size_t activation_bytes(const ModelConfig *cfg, int B, int T);
 size_t scratch_bytes(const ModelConfig *cfg, int B, int T);
 
 void activations_create(Activations *acts, const ModelConfig *cfg, int B, int T);
+/* Only what a stage holding layers first_layer..last_layer saves: tokens,
+ * targets and `encoded` always (on a later stage, `encoded` is where the
+ * previous stage's activations arrive), the blocks in the range (a->block[l]
+ * is all NULL for the others), the head's values when last_layer is L. */
+void activations_create_range(Activations *acts, const ModelConfig *cfg, int B, int T, int first_layer,
+                              int last_layer);
 void activations_destroy(Activations *acts, const ModelConfig *cfg);
 void scratch_create(Scratch *s, const ModelConfig *cfg, int B, int T);
 void scratch_destroy(Scratch *s);

@@ -3,6 +3,8 @@
 
     python3 common/plot.py RUN_DIR... [--out DIR]
     python3 common/plot.py --commbench CSV... [--out DIR]
+    python3 common/plot.py --gantt RUN_DIR... [--step N] [--out DIR]
+    python3 common/plot.py --sweep RUN_DIR... [--out DIR]
 
 Reads only the CSVs that every chapter program writes, so a learner can plot
 their own runs next to the demo's. A run's label is its directory name;
@@ -18,8 +20,16 @@ Plots written to --out (default runs/plots):
     breakdown.png   median step time split into forward, backward, optimizer and
                     exposed communication (exposed_comm_ms when the run has it,
                     else comm_ms)
+    idle.png        (runs with a busy.csv, chapter 03) per rank, the median time
+                    per step spent computing and the rest: waiting or communicating
 With --commbench, from 02_data_parallel/commbench CSVs:
     busbw.png       bus bandwidth against message size, one line per operation
+With --gantt, from pipeline runs' timeline.csv (chapter 04):
+    gantt-LABEL.png what each rank did during one step (default: the last):
+                    forward and backward boxes numbered by micro-batch
+With --sweep, from pipeline runs' run.csv (columns schedule, micro):
+    sweep.png       median step time against the number of micro-batches,
+                    one line per schedule, with min-max error bars
 """
 import argparse
 import csv
@@ -61,6 +71,8 @@ def load_runs(dirs):
             if not os.path.exists(path):
                 sys.exit(f"plot.py: {path} is missing (is {d} a run directory written by a chapter program?)")
             run[name] = read_csv(path)
+        busy = os.path.join(d, "busy.csv")
+        run["busy"] = read_csv(busy) if os.path.exists(busy) else None
         label, repeat = label_of(d)
         run["repeat"] = repeat
         groups.setdefault(label, []).append(run)
@@ -188,6 +200,41 @@ def plot_breakdown(groups, out):
     plt.close(fig)
 
 
+def plot_idle(groups, out):
+    """Per rank: median busy time per step and the rest of the step (first step left out)."""
+    bars = []  # (label, busy ms, idle ms)
+    for label, runs in groups.items():
+        per_rank = OrderedDict()
+        for run in runs:
+            for row in run["busy"] or []:
+                if int(row["step"]) == 1 and len(run["steps"]) > 1:
+                    continue
+                busy, step = float(row["busy_ms"]), float(row["step_ms"])
+                per_rank.setdefault(int(row["rank"]), []).append((busy, step - busy))
+        for rank, samples in per_rank.items():
+            bars.append((f"{label}\nrank {rank}", median([b for b, _ in samples]), median([i for _, i in samples])))
+    if not bars:
+        return False
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(bars) + 2), 4.5))
+    x = range(len(bars))
+    ax.bar(x, [b for _, b, _ in bars], label="busy: computing", color="#4c72b0")
+    ax.bar(x, [i for _, _, i in bars], bottom=[b for _, b, _ in bars], label="idle: waiting or communicating",
+           color="#bbbbbb")
+    for xi, (_, b, i) in zip(x, bars):
+        ax.annotate(f"{100 * i / (b + i):.0f}% idle", (xi, b + i), textcoords="offset points", xytext=(0, 4),
+                    ha="center", fontsize=8)
+    ax.set_xticks(list(x))
+    ax.set_xticklabels([b[0] for b in bars], fontsize=8)
+    ax.set_ylabel("median time per step (ms)")
+    ax.set_title("Busy and idle time per rank (busy.csv)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "idle.png"), dpi=120)
+    plt.close(fig)
+    return True
+
+
 def plot_commbench(paths, out):
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for path in paths:
@@ -208,16 +255,81 @@ def plot_commbench(paths, out):
     print(f"plot.py: wrote busbw.png to {out}")
 
 
+def plot_gantt(run_dir, step, out):
+    rows = read_csv(os.path.join(run_dir, "timeline.csv"))
+    if step is None:
+        step = max(int(r["step"]) for r in rows)
+    rows = [r for r in rows if int(r["step"]) == step]
+    ranks = sorted({int(r["rank"]) for r in rows})
+    colours = {"fwd": "#4c72b0", "bwd": "#dd8452"}
+    fig, ax = plt.subplots(figsize=(10, 0.8 * len(ranks) + 1.8))
+    for r in rows:
+        rank, start, end = int(r["rank"]), float(r["start_us"]) / 1e3, float(r["end_us"]) / 1e3
+        compute = r["op"] in colours
+        ax.barh(rank, end - start, left=start, height=0.6 if compute else 0.25,
+                color=colours.get(r["op"], "#b0b0b0"), edgecolor="white" if compute else "none", linewidth=0.5)
+        if compute and end - start > 0:
+            ax.text((start + end) / 2, rank, r["micro"], ha="center", va="center", fontsize=7, color="white")
+    ax.set_yticks(ranks)
+    ax.set_yticklabels([f"stage {k}" for k in ranks])
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the start of the step (ms)")
+    label = os.path.basename(os.path.normpath(run_dir))
+    ax.set_title(f"{label}: step {step} (blue forward, orange backward, grey messages; numbers: micro-batch)")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    name = f"gantt-{label}.png"
+    fig.savefig(os.path.join(out, name), dpi=120)
+    plt.close(fig)
+    return name
+
+
+def plot_sweep(groups, out):
+    lines = OrderedDict()  # schedule -> {micro: [median_step_ms of each repeat]}
+    for runs in groups.values():
+        for run in runs:
+            row = run["run"][0]
+            lines.setdefault(row.get("schedule", "?"), {}).setdefault(int(row["micro"]), []).append(
+                float(row["median_step_ms"]))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for schedule, by_micro in lines.items():
+        micros = sorted(by_micro)
+        mids = [median(by_micro[m]) for m in micros]
+        lows = [mid - min(by_micro[m]) for m, mid in zip(micros, mids)]
+        highs = [max(by_micro[m]) - mid for m, mid in zip(micros, mids)]
+        ax.errorbar(micros, mids, yerr=[lows, highs], marker="o", capsize=4, label=schedule)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("micro-batches per global batch (M)")
+    ax.set_ylabel("median step time (ms)")
+    ax.set_title("Pipeline: step time against the number of micro-batches")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "sweep.png"), dpi=120)
+    plt.close(fig)
+
+
 def main():
     parser = argparse.ArgumentParser(description="Plot course runs from their CSVs.")
     parser.add_argument("runs", nargs="+", help="run directories (each with steps.csv, memory.csv, run.csv), "
                                                 "or commbench CSV files with --commbench")
     parser.add_argument("--out", default="runs/plots", help="where to write the PNGs (default runs/plots)")
     parser.add_argument("--commbench", action="store_true", help="the inputs are commbench CSVs: plot bus bandwidth")
+    parser.add_argument("--gantt", action="store_true", help="Gantt chart of each pipeline run's timeline.csv")
+    parser.add_argument("--step", type=int, default=None, help="--gantt: which step (default: the last)")
+    parser.add_argument("--sweep", action="store_true", help="step time against micro-batches, per schedule")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if args.commbench:
         plot_commbench(args.runs, args.out)
+        return
+    if args.gantt:
+        names = [plot_gantt(d, args.step, args.out) for d in args.runs]
+        print(f"plot.py: wrote {', '.join(names)} to {args.out}")
+        return
+    if args.sweep:
+        plot_sweep(load_runs(args.runs), args.out)
+        print(f"plot.py: wrote sweep.png to {args.out}")
         return
     groups = load_runs(args.runs)
     plot_loss(groups, args.out)
@@ -227,7 +339,9 @@ def main():
               "Training throughput (median; bars: min-max over repeats)", "throughput.png")
     plot_memory(groups, args.out)
     plot_breakdown(groups, args.out)
-    print(f"plot.py: wrote loss.png, runtime.png, throughput.png, memory.png, breakdown.png to {args.out}")
+    idle = plot_idle(groups, args.out)
+    print(f"plot.py: wrote loss.png, runtime.png, throughput.png, memory.png, breakdown.png"
+          f"{', idle.png' if idle else ''} to {args.out}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,340 @@
+/* tensor_parallel.c: see tensor_parallel.h. */
+#include "tensor_parallel.h"
+
+#include "device.h"
+#include "kernels.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *tensor_parallel_problem(const ModelConfig *cfg, int tp) {
+    static char message[256];
+    if (cfg->heads % tp != 0)
+        snprintf(message, sizeof message,
+                 "--tp %d does not divide --heads %d: tensor parallelism gives every rank whole heads "
+                 "(valid: a divisor of the heads)",
+                 tp, cfg->heads);
+    else if (4 * cfg->dmodel % tp != 0)
+        snprintf(message, sizeof message,
+                 "--tp %d does not divide the MLP width 4 x --dmodel = %d (valid: a divisor of %d)", tp,
+                 4 * cfg->dmodel, 4 * cfg->dmodel);
+    else
+        return NULL;
+    return message;
+}
+
+/* The all-reduce of the group, timed (device work queued before it counts as compute). */
+static void tp_allreduce(TensorGroup *tp, float *buf, size_t count) {
+    device_sync();
+    double start = wall_ms();
+    comm_allreduce(tp->group, buf, count, COMM_SUM);
+    tp->comm_ms += wall_ms() - start;
+}
+
+/* ---- the parallel linear layers ---- */
+
+void column_parallel_forward(TensorGroup *tp, float *out_local, const float *inp, const float *weight_local,
+                             const float *bias_local, int N, int C, int OC_local) {
+    /* EXERCISE 03.1 BEGIN: the column-parallel linear layer (course.md, exercise 03.1) */
+    (void)tp; /* f: the input is already whole on every rank */
+    ops()->linear_forward(out_local, inp, weight_local, bias_local, N, C, OC_local);
+    /* EXERCISE 03.1 END */
+}
+
+void column_parallel_backward(TensorGroup *tp, float *dinp, float *dweight_local, float *dbias_local,
+                              const float *dout_local, const float *inp, const float *weight_local, int N,
+                              int C, int OC_local) {
+    /* EXERCISE 03.1 BEGIN: the column-parallel linear layer (course.md, exercise 03.1) */
+    const KernelOps *k = ops();
+    k->fill_zero(dinp, (size_t)N * C);
+    /* this rank's outputs' share of dinp; the weight's and bias's gradients are whole for its rows */
+    k->linear_backward(dinp, dweight_local, dbias_local, dout_local, inp, weight_local, N, C, OC_local);
+    tp_allreduce(tp, dinp, (size_t)N * C); /* f's conjugate: sum the shares */
+    /* EXERCISE 03.1 END */
+}
+
+void row_parallel_forward(TensorGroup *tp, float *out, const float *inp_local, const float *weight_local,
+                          const float *bias, int N, int C_local, int OC) {
+    /* EXERCISE 03.2 BEGIN: the row-parallel linear layer (course.md, exercise 03.2) */
+    /* Each rank's product is a partial sum over its C_local inputs. The bias
+     * is added by rank 0 only, so that the sum counts it once. */
+    ops()->linear_forward(out, inp_local, weight_local, tp->rank == 0 ? bias : NULL, N, C_local, OC);
+    tp_allreduce(tp, out, (size_t)N * OC); /* g: sum the partial outputs */
+    /* EXERCISE 03.2 END */
+}
+
+void row_parallel_backward(TensorGroup *tp, float *dinp_local, float *dweight_local, float *dbias,
+                           const float *dout, const float *inp_local, const float *weight_local, int N,
+                           int C_local, int OC) {
+    /* EXERCISE 03.2 BEGIN: the row-parallel linear layer (course.md, exercise 03.2) */
+    (void)tp; /* g's conjugate: dout is already whole on every rank */
+    ops()->linear_backward(dinp_local, dweight_local, dbias, dout, inp_local, weight_local, N, C_local, OC);
+    /* EXERCISE 03.2 END */
+}
+
+/* ---- the local parameter table ---- */
+
+static SliceKind slice_of(int block_tensor) {
+    switch (block_tensor) {
+    case BLOCK_QKVW:
+    case BLOCK_QKVB:
+        return SLICE_QKV_ROWS;
+    case BLOCK_FCW:
+    case BLOCK_FCB:
+        return SLICE_ROWS;
+    case BLOCK_ATTPROJW:
+    case BLOCK_FCPROJW:
+        return SLICE_COLS;
+    default:
+        return SLICE_NONE;
+    }
+}
+
+size_t tensor_parallel_global_index(const ParamTensor *whole, SliceKind kind, int rank, int tp, size_t e) {
+    /* A bias (rows == 1) is sliced like the rows of its weight: one element per output. */
+    int vector = whole->rows == 1;
+    size_t out_units = vector ? (size_t)whole->cols : (size_t)whole->rows,
+           in_units = vector ? 1 : whole->cols;
+    switch (kind) {
+    case SLICE_QKV_ROWS: {
+        size_t third = out_units / 3, width = third / tp; /* C and C/tp */
+        size_t row = e / in_units, col = e % in_units;
+        size_t part = row / width, j = row % width; /* q, k or v; unit within this rank's heads */
+        return (part * third + rank * width + j) * in_units + col;
+    }
+    case SLICE_ROWS: {
+        size_t width = out_units / tp;
+        return rank * width * in_units + e; /* rows are contiguous */
+    }
+    case SLICE_COLS: {
+        size_t width = whole->cols / tp, row = e / width, col = e % width;
+        return row * whole->cols + rank * width + col;
+    }
+    default:
+        return e;
+    }
+}
+
+/* The local table: the whole table's names and order, sliced shapes. */
+static void build_local_table(TensorParallelModel *tm, const GPT *whole, int tp) {
+    GPT *m = &tm->model;
+    memset(m, 0, sizeof *m);
+    m->cfg = whole->cfg;
+    m->num_tensors = whole->num_tensors;
+    m->tensors = xcalloc(whole->num_tensors, sizeof(ParamTensor));
+    tm->slice = xcalloc(whole->num_tensors, sizeof(SliceKind));
+    for (int i = 0; i < whole->num_tensors; i++) {
+        ParamTensor *t = &m->tensors[i];
+        *t = whole->tensors[i];
+        int in_block = t->layer >= 0 && t->layer < whole->cfg.layers;
+        SliceKind kind = in_block ? slice_of((i - 2) % BLOCK_TENSORS) : SLICE_NONE;
+        tm->slice[i] = kind;
+        if (kind == SLICE_COLS || (t->rows == 1 && kind != SLICE_NONE))
+            t->cols /= tp;
+        else if (kind != SLICE_NONE)
+            t->rows /= tp;
+        t->numel = (size_t)t->rows * t->cols;
+        t->offset = m->num_params;
+        m->num_params += t->numel;
+    }
+    m->param_first = 0;
+    m->param_count = m->num_params;
+}
+
+/* Carve one block's activations (or, with base NULL, count them). */
+static float *carve(float *base, size_t *used, size_t count) {
+    float *p = base ? base + *used : NULL;
+    *used += count;
+    return p;
+}
+
+static size_t carve_blocks(TensorParallelModel *tm, float *base, int B, int T) {
+    size_t BT = (size_t)B * T, C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, used = 0;
+    for (int l = 0; l < tm->model.cfg.layers; l++) {
+        BlockActs *b = &tm->block[l];
+        b->ln1 = carve(base, &used, BT * C);
+        b->ln1_mean = carve(base, &used, BT);
+        b->ln1_rstd = carve(base, &used, BT);
+        b->qkv = carve(base, &used, BT * 3 * Cl);
+        b->atty = carve(base, &used, BT * Cl);
+        b->att = carve(base, &used, (size_t)B * tm->NH_local * T * T);
+        b->res2 = carve(base, &used, BT * C);
+        b->ln2 = carve(base, &used, BT * C);
+        b->ln2_mean = carve(base, &used, BT);
+        b->ln2_rstd = carve(base, &used, BT);
+        b->fch = carve(base, &used, BT * Hl);
+        b->fch_gelu = carve(base, &used, BT * Hl);
+        b->res3 = carve(base, &used, BT * C);
+    }
+    return used;
+}
+
+static size_t carve_scratch(TensorParallelModel *tm, float *base, int B, int T) {
+    size_t BT = (size_t)B * T, C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, used = 0;
+    Scratch *s = &tm->scratch;
+    s->B = B;
+    s->T = T;
+    s->branch = carve(base, &used, BT * C);
+    s->dresid[0] = carve(base, &used, BT * C);
+    s->dresid[1] = carve(base, &used, BT * C);
+    s->dmid = carve(base, &used, BT * C);
+    s->dbranch = carve(base, &used, BT * C);
+    s->dln = carve(base, &used, BT * C);
+    s->datty = carve(base, &used, BT * Cl);
+    s->dqkv = carve(base, &used, BT * 3 * Cl);
+    s->datt = carve(base, &used, (size_t)B * tm->NH_local * T * T);
+    s->dfch = carve(base, &used, BT * Hl);
+    s->dfch_gelu = carve(base, &used, BT * Hl);
+    s->dlogits = carve(base, &used, BT * tm->model.cfg.vocab);
+    return used;
+}
+
+void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp, int B,
+                     int T) {
+    memset(tm, 0, sizeof *tm);
+    tm->tp = tp;
+    tm->C_local = cfg->dmodel / tp->size;
+    tm->NH_local = cfg->heads / tp->size;
+    tm->H_local = 4 * cfg->dmodel / tp->size;
+    GPT whole;
+    gpt_build_table(&whole, cfg);
+    tm->global_params = whole.num_params;
+    build_local_table(tm, &whole, tp->size);
+
+    /* parameters: each local element starts from its whole tensor's value */
+    GPT *m = &tm->model;
+    size_t bytes = m->num_params * sizeof(float);
+    m->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, bytes, "parameters (this rank's slices)");
+    m->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, bytes, "gradients (this rank's slices)");
+    float *host = xmalloc(bytes);
+    for (int i = 0; i < m->num_tensors; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        for (size_t e = 0; e < t->numel; e++)
+            host[t->offset + e] = gpt_init_value(
+                t, seed,
+                tensor_parallel_global_index(&whole.tensors[i], tm->slice[i], tp->rank, tp->size, e));
+    }
+    copy_to_device(m->params, host, bytes);
+    free(host);
+    gpt_weights_view(m, m->params, &m->w);
+    gpt_weights_view(m, m->grads, &m->g);
+    free(whole.tensors);
+
+    /* activations: the embedding and head parts are whole (model.c), the blocks local */
+    activations_create_range(&tm->acts, cfg, B, T, cfg->layers, cfg->layers);
+    tm->block = xcalloc(cfg->layers, sizeof(BlockActs));
+    size_t floats = carve_blocks(tm, NULL, B, T);
+    carve_blocks(tm, mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, floats * sizeof(float), "block activations"), B,
+                 T);
+    floats = carve_scratch(tm, NULL, B, T);
+    carve_scratch(tm, mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, floats * sizeof(float), "activation gradients"),
+                  B, T);
+}
+
+void tp_model_destroy(TensorParallelModel *tm) {
+    mem_free(tm->scratch.branch);
+    mem_free(tm->block[0].ln1);
+    free(tm->block);
+    activations_destroy(&tm->acts, &tm->model.cfg);
+    free(tm->slice);
+    gpt_destroy(&tm->model);
+    memset(tm, 0, sizeof *tm);
+}
+
+/* ---- forward and backward ---- */
+
+/* One block, as gpt_block_forward (model.c) with the four matrices split. */
+static void tp_block_forward(TensorParallelModel *tm, int l, const float *input, int B, int T) {
+    const KernelOps *k = ops();
+    int C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, N = B * T;
+    float **w = tm->model.w.block[l];
+    BlockActs *b = &tm->block[l];
+    Scratch *s = &tm->scratch;
+    /* attention half: each rank computes its heads, attproj sums them (all-reduce 1) */
+    k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, input, w[BLOCK_LN1W], w[BLOCK_LN1B], N, C);
+    column_parallel_forward(tm->tp, b->qkv, b->ln1, w[BLOCK_QKVW], w[BLOCK_QKVB], N, C, 3 * Cl);
+    k->attention_forward(b->atty, b->att, b->qkv, B, T, Cl, tm->NH_local);
+    row_parallel_forward(tm->tp, s->branch, b->atty, w[BLOCK_ATTPROJW], w[BLOCK_ATTPROJB], N, Cl, C);
+    k->residual_forward(b->res2, input, s->branch, (size_t)N * C);
+    /* MLP half: each rank computes 4C/tp hidden units, fcproj sums them (all-reduce 2) */
+    k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, w[BLOCK_LN2W], w[BLOCK_LN2B], N, C);
+    column_parallel_forward(tm->tp, b->fch, b->ln2, w[BLOCK_FCW], w[BLOCK_FCB], N, C, Hl);
+    k->gelu_forward(b->fch_gelu, b->fch, (size_t)N * Hl);
+    row_parallel_forward(tm->tp, s->branch, b->fch_gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, Hl, C);
+    k->residual_forward(b->res3, b->res2, s->branch, (size_t)N * C);
+}
+
+/* One block, as gpt_block_backward: two all-reduces, inside column_parallel_backward. */
+static void tp_block_backward(TensorParallelModel *tm, int l, const float *input, const float *doutput,
+                              float *dinput, int B, int T) {
+    const KernelOps *k = ops();
+    int C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, N = B * T;
+    size_t NC = (size_t)N * C;
+    float **w = tm->model.w.block[l], **g = tm->model.g.block[l];
+    BlockActs *b = &tm->block[l];
+    Scratch *s = &tm->scratch;
+    /* MLP half */
+    k->fill_zero(s->dmid, NC);
+    k->fill_zero(s->dbranch, NC);
+    k->residual_backward(s->dmid, s->dbranch, doutput, NC);
+    k->fill_zero(s->dfch_gelu, (size_t)N * Hl);
+    row_parallel_backward(tm->tp, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], s->dbranch, b->fch_gelu,
+                          w[BLOCK_FCPROJW], N, Hl, C);
+    k->fill_zero(s->dfch, (size_t)N * Hl);
+    k->gelu_backward(s->dfch, b->fch, s->dfch_gelu, (size_t)N * Hl);
+    column_parallel_backward(tm->tp, s->dln, g[BLOCK_FCW], g[BLOCK_FCB], s->dfch, b->ln2, w[BLOCK_FCW], N, C,
+                             Hl);
+    k->layernorm_backward(s->dmid, g[BLOCK_LN2W], g[BLOCK_LN2B], s->dln, b->res2, w[BLOCK_LN2W], b->ln2_mean,
+                          b->ln2_rstd, N, C);
+    /* attention half */
+    k->fill_zero(dinput, NC);
+    k->fill_zero(s->dbranch, NC);
+    k->residual_backward(dinput, s->dbranch, s->dmid, NC);
+    k->fill_zero(s->datty, (size_t)N * Cl);
+    row_parallel_backward(tm->tp, s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], s->dbranch, b->atty,
+                          w[BLOCK_ATTPROJW], N, Cl, C);
+    k->fill_zero(s->dqkv, (size_t)N * 3 * Cl);
+    k->attention_backward(s->dqkv, s->datt, s->datty, b->qkv, b->att, B, T, Cl, tm->NH_local);
+    column_parallel_backward(tm->tp, s->dln, g[BLOCK_QKVW], g[BLOCK_QKVB], s->dqkv, b->ln1, w[BLOCK_QKVW], N,
+                             C, 3 * Cl);
+    k->layernorm_backward(dinput, g[BLOCK_LN1W], g[BLOCK_LN1B], s->dln, input, w[BLOCK_LN1W], b->ln1_mean,
+                          b->ln1_rstd, N, C);
+}
+
+static const float *block_input(TensorParallelModel *tm, int l) {
+    return l == 0 ? tm->acts.encoded : tm->block[l - 1].res3;
+}
+
+void tp_forward(TensorParallelModel *tm, int with_loss, int B, int T) {
+    int L = tm->model.cfg.layers;
+    gpt_embedding_forward(&tm->model, &tm->acts, B, T); /* replicated */
+    for (int l = 0; l < L; l++) tp_block_forward(tm, l, block_input(tm, l), B, T);
+    gpt_head_forward(&tm->model, &tm->acts, tm->block[L - 1].res3, with_loss, B, T); /* replicated */
+}
+
+void tp_backward(TensorParallelModel *tm, float dloss, int B, int T) {
+    int L = tm->model.cfg.layers, cur = 0;
+    Scratch *s = &tm->scratch;
+    gpt_head_backward(&tm->model, &tm->acts, s, tm->block[L - 1].res3, s->dresid[cur], dloss, B, T);
+    for (int l = L - 1; l >= 0; l--) {
+        tp_block_backward(tm, l, block_input(tm, l), s->dresid[cur], s->dresid[1 - cur], B, T);
+        cur = 1 - cur;
+    }
+    gpt_embedding_backward(&tm->model, &tm->acts, s->dresid[cur], B, T);
+}
+
+double tp_grad_sum_squares(TensorParallelModel *tm) {
+    const KernelOps *k = ops();
+    double sliced = 0.0, replicated = 0.0;
+    for (int i = 0; i < tm->model.num_tensors; i++) {
+        const ParamTensor *t = &tm->model.tensors[i];
+        double ss = k->sum_squares(tm->model.grads + t->offset, t->numel);
+        if (tm->slice[i] == SLICE_NONE)
+            replicated += ss;
+        else
+            sliced += ss;
+    }
+    return comm_allreduce_double(tm->tp->group, sliced, 0) + replicated;
+}

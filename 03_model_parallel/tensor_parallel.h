@@ -1,0 +1,118 @@
+/* tensor_parallel.h: Megatron-style tensor parallelism of the GPT's blocks.
+ *
+ * A group of tp ranks holds ONE copy of the model between them. Inside each
+ * block the four matrices are sliced so that every rank computes a share of
+ * every layer, and two all-reduces per block (one per direction) make the
+ * shares whole again:
+ *
+ *   attention half: qkv   column-parallel: rank r holds the q, k and v rows of
+ *                         heads [r*NH/tp, (r+1)*NH/tp): (3C/tp, C), bias (3C/tp)
+ *                   attention on those heads only: no communication
+ *                   attproj row-parallel: columns [r*C/tp, (r+1)*C/tp): (C, C/tp)
+ *                         -> partial sums, ALL-REDUCE (Megatron's g), + bias
+ *   MLP half:       fc     column-parallel: hidden units [r*4C/tp, ...): (4C/tp, C)
+ *                   GELU   element-wise: no communication
+ *                   fcproj row-parallel: (C, 4C/tp) -> ALL-REDUCE (g), + bias
+ *
+ * In the backward pass the conjugate operator f all-reduces the gradient of
+ * each column-parallel layer's input (every rank holds only its share of it)
+ * before the replicated layernorm's backward: again two per block.
+ *
+ * Layernorms, embeddings, the final layernorm, the LM head and the biases of
+ * the row-parallel layers are replicated: every rank holds them whole,
+ * computes the same values from the same (all-reduced) inputs, and so gets
+ * the same gradients for them.
+ *
+ * The local parameter table has the names and order of the whole model's
+ * (model.h) with local shapes. Element e of a local tensor is element
+ * tensor_parallel_global_index(...) of the whole tensor, and starts from that
+ * element's initial value: the slices of the tp ranks together are exactly
+ * chapter 01's weights. */
+#ifndef TENSOR_PARALLEL_H
+#define TENSOR_PARALLEL_H
+
+#include "comm.h"
+#include "model.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The ranks that share one copy of the model. */
+typedef struct {
+    CommGroup *group;
+    int rank, size; /* this rank's index in the group, and tp */
+    double comm_ms; /* time spent in the group's all-reduces, accumulated (the caller resets it) */
+} TensorGroup;
+
+/* How a tensor of the table is divided over the group. */
+typedef enum {
+    SLICE_NONE,     /* replicated */
+    SLICE_QKV_ROWS, /* qkvw, qkvb: this rank's heads' rows in each of the q, k and v thirds */
+    SLICE_ROWS,     /* fcw, fcb: a contiguous block of rows (output units) */
+    SLICE_COLS,     /* attprojw, fcprojw: a contiguous block of columns (input units) */
+} SliceKind;
+
+typedef struct {
+    TensorGroup *tp;
+    int C_local, NH_local, H_local; /* C/tp, NH/tp, 4C/tp */
+    GPT model;                      /* the LOCAL table, params and grads (views as in model.h) */
+    SliceKind *slice;               /* per tensor of the table */
+    size_t global_params;           /* parameters of the whole model */
+    Activations acts;               /* tokens, targets, embedding output and the head's values */
+    BlockActs *block;               /* per layer, with local widths: qkv (B,T,3C/tp), atty (B,T,C/tp),
+                                       att (B,NH/tp,T,T), fch and fch_gelu (B,T,4C/tp); the rest (B,T,C) */
+    Scratch scratch;                /* the same local widths for dqkv, datty, datt, dfch, dfch_gelu */
+} TensorParallelModel;
+
+/* NULL when cfg can be split over tp ranks, else a message for the user. */
+const char *tensor_parallel_problem(const ModelConfig *cfg, int tp);
+
+/* Local table, initial values and activations for micro-batches of B x T. */
+void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp, int B,
+                     int T);
+void tp_model_destroy(TensorParallelModel *tm);
+
+/* Index in the whole tensor of element e of rank r's slice of it. */
+size_t tensor_parallel_global_index(const ParamTensor *whole, SliceKind kind, int rank, int tp, size_t e);
+
+/* Forward of the whole model on tm->acts.tokens / targets (losses in tm->acts.losses),
+ * and backward (adds into tm->model.grads). Every rank of the group takes part. */
+void tp_forward(TensorParallelModel *tm, int with_loss, int B, int T);
+void tp_backward(TensorParallelModel *tm, float dloss, int B, int T);
+
+/* Sum of squares of the WHOLE model's gradient: the sliced tensors' partial
+ * sums all-reduced over the group, the replicated ones counted once. */
+double tp_grad_sum_squares(TensorParallelModel *tm);
+
+/* ---- the two parallel linear layers (exercises 03.1 and 03.2) ----
+ * A linear layer is out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC).
+ * Backward functions follow kernels.h: gradients of weights and biases are
+ * ADDED to. */
+
+/* Column-parallel: this rank holds OC_local rows of the weight (output units)
+ * and their biases; it computes its OC_local columns of the output from the
+ * whole input. Forward: no communication (Megatron's f is the identity). */
+void column_parallel_forward(TensorGroup *tp, float *out_local, const float *inp, const float *weight_local,
+                             const float *bias_local, int N, int C, int OC_local);
+/* dinp (N,C) is OVERWRITTEN with the whole gradient of the input: each rank's
+ * outputs depend on all of the input, so each rank's contribution is partial
+ * and they are summed over the group (f's conjugate: an all-reduce). */
+void column_parallel_backward(TensorGroup *tp, float *dinp, float *dweight_local, float *dbias_local,
+                              const float *dout_local, const float *inp, const float *weight_local, int N,
+                              int C, int OC_local);
+
+/* Row-parallel: this rank holds C_local columns of the weight (input units)
+ * and gets the matching C_local columns of the input (the output of a
+ * column-parallel layer). Its product is a partial sum of the whole output:
+ * the group all-reduces it (Megatron's g) and the replicated bias is counted
+ * once. out (N,OC) is whole and identical on every rank. */
+void row_parallel_forward(TensorGroup *tp, float *out, const float *inp_local, const float *weight_local,
+                          const float *bias, int N, int C_local, int OC);
+/* dout (N,OC) is whole and identical on every rank: the input's and the
+ * weight's gradients are local and need no communication (g's conjugate is
+ * the identity); every rank holds the whole bias and adds its whole gradient. */
+void row_parallel_backward(TensorGroup *tp, float *dinp_local, float *dweight_local, float *dbias,
+                           const float *dout, const float *inp_local, const float *weight_local, int N,
+                           int C_local, int OC);
+
+#endif

@@ -1,0 +1,517 @@
+/* 03_model_parallel/train.c: model parallelism, vertical and horizontal.
+ *
+ * Chapter 02's loop, but now the MODEL is split, not (only) the batch. A
+ * model-parallel group of ranks holds one copy of the model between them:
+ *
+ *   --mp layer   the layer split: stage s holds a contiguous run of blocks
+ *                (stage 0 also the embedding, the last stage the head). The
+ *                activations travel forward from stage to stage with
+ *                point-to-point messages, their gradients travel back, one
+ *                batch at a time: while one stage works, the others wait.
+ *   --mp tensor  tensor parallelism (Megatron-LM): every block's matrices are
+ *                sliced over the tp ranks (tensor_parallel.c); all ranks work
+ *                on every layer, and two all-reduces per block, forward and
+ *                backward, put the slices' results together.
+ *
+ * --dp D makes D replicas of that group (world = D x model-parallel ranks):
+ * replica d trains on its share of the global batch, and the ranks holding
+ * the same part of the model sum their gradients, exactly as in chapter 02.
+ *
+ *   for each micro-batch of this replica's share:
+ *       forward (messages or all-reduces within the model-parallel group) -> backward
+ *   all-reduce the gradients over the data-parallel group
+ *   gradient norm (partial sums combined over the model-parallel group) -> clip -> AdamW -> log
+ *
+ * Each rank updates only the parameters it holds. busy.csv records, per rank
+ * and step, the time spent computing; the rest of the step it waited or
+ * communicated. */
+#include "comm.h"
+#include "config.h"
+#include "csvlog.h"
+#include "data.h"
+#include "device.h"
+#include "evaluate.h"
+#include "kernels.h"
+#include "layer_split.h"
+#include "model.h"
+#include "optim.h"
+#include "tensor_parallel.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PROGRAM "03_model_parallel/train"
+
+/* ---- this chapter's flags ---- */
+typedef struct {
+    char mp[8];       /* layer, tensor */
+    char split[1024]; /* --split: blocks per stage, "" = balance the parameters */
+    int tp;           /* --tp: tensor-parallel ranks, 0 = world / dp */
+    int dp;           /* --dp: data-parallel replicas of the model-parallel group */
+    char comm[8];     /* auto, nccl, mpi */
+} ModelParallelFlags;
+
+enum { OPT_MP = 1000, OPT_SPLIT, OPT_TP, OPT_DP, OPT_COMM };
+static const struct option mp_options[] = {
+    {"mp", required_argument, 0, OPT_MP},     {"split", required_argument, 0, OPT_SPLIT},
+    {"tp", required_argument, 0, OPT_TP},     {"dp", required_argument, 0, OPT_DP},
+    {"comm", required_argument, 0, OPT_COMM}, {0, 0, 0, 0},
+};
+static const char mp_help[] =
+    "model parallel (run with mpirun -np N; N = dp x model-parallel ranks)\n"
+    "  --mp layer|tensor          layer: contiguous blocks of layers per rank, activations sent from rank "
+    "to\n"
+    "                             rank; tensor: every block's matrices sliced over the ranks (default "
+    "layer)\n"
+    "  --split A,B,...            layer: blocks per stage, one number (>= 1) per stage, summing to --layers\n"
+    "                             (default: balance the parameters)\n"
+    "  --tp N                     tensor: ranks per model copy; must divide --heads and 4 x --dmodel\n"
+    "                             (default: world / --dp)\n"
+    "  --dp D                     data-parallel replicas of the model-parallel group (default 1)\n"
+    "  --comm auto|nccl|mpi       transport for device buffers; auto = nccl with one GPU per rank (default "
+    "auto)\n";
+
+static int handle_mp_flag(int option, const char *value, void *context) {
+    ModelParallelFlags *f = context;
+    switch (option) {
+    case OPT_MP:
+        if (strcmp(value, "layer") && strcmp(value, "tensor"))
+            fatal(EXIT_USAGE, "--mp: unknown split '%s' (valid: layer, tensor)", value);
+        snprintf(f->mp, sizeof f->mp, "%s", value);
+        return 0;
+    case OPT_SPLIT:
+        if (strlen(value) >= sizeof f->split) fatal(EXIT_USAGE, "--split: value is too long");
+        snprintf(f->split, sizeof f->split, "%s", value);
+        return 0;
+    case OPT_TP:
+        f->tp = parse_int_flag("--tp", value, 1, 1024);
+        return 0;
+    case OPT_DP:
+        f->dp = parse_int_flag("--dp", value, 1, 100000);
+        return 0;
+    case OPT_COMM:
+        if (strcmp(value, "auto") && strcmp(value, "nccl") && strcmp(value, "mpi"))
+            fatal(EXIT_USAGE, "--comm: unknown transport '%s' (valid: auto, nccl, mpi)", value);
+        snprintf(f->comm, sizeof f->comm, "%s", value);
+        return 0;
+    }
+    return -1;
+}
+
+/* ---- everything this rank holds and does, in either mode ---- */
+typedef struct {
+    int tensor;         /* --mp tensor (else the layer split) */
+    CommGroup *mp, *dp; /* the model-parallel group this rank belongs to; the data-parallel one */
+    double comm_ms;     /* this step's time in communication (this rank, waits included) */
+    /* layer split */
+    int stage, stages; /* this rank's stage (= its rank in mp) and their number */
+    int first_block, last_block;
+    GPT model;        /* this stage's parameters only */
+    Activations acts; /* this stage's blocks (encoded: where the stage's input arrives) */
+    Scratch scratch;
+    /* tensor parallel */
+    TensorGroup tp;
+    TensorParallelModel tpm;
+    /* what this rank holds: parameters and gradients, param_count of each */
+    GPT *held;
+} ModelParallel;
+
+enum { TAG_ACTIVATIONS = 1, TAG_GRADIENTS = 2 };
+
+/* Communication time of this rank. Device work queued before a message
+ * counts as compute: finish it first. */
+static double comm_clock(void) {
+    device_sync();
+    return wall_ms();
+}
+
+static void timed_send(ModelParallel *p, const float *buf, size_t count, int dest, int tag) {
+    double start = comm_clock();
+    comm_send(p->mp, buf, count, dest, tag);
+    p->comm_ms += wall_ms() - start;
+}
+
+static void timed_recv(ModelParallel *p, float *buf, size_t count, int source, int tag) {
+    double start = comm_clock();
+    comm_recv(p->mp, buf, count, source, tag);
+    p->comm_ms += wall_ms() - start;
+}
+
+/* The input of block l on this stage: its first block reads what arrived in `encoded`. */
+static const float *stage_block_input(ModelParallel *p, int l) {
+    return l == p->first_block ? p->acts.encoded : p->acts.block[l - 1].res3;
+}
+
+/* Forward of one micro-batch through this stage. Returns the sum of the
+ * token losses on the last stage (with_loss), 0 elsewhere. */
+static double stage_forward(ModelParallel *p, int with_loss, int B, int T) {
+    size_t BTC = (size_t)B * T * p->model.cfg.dmodel;
+    if (p->stage == 0)
+        gpt_embedding_forward(&p->model, &p->acts, B, T);
+    else
+        timed_recv(p, p->acts.encoded, BTC, p->stage - 1, TAG_ACTIVATIONS); /* idle until stage-1 is done */
+    for (int l = p->first_block; l <= p->last_block; l++)
+        gpt_block_forward(&p->model, &p->acts, &p->scratch, l, stage_block_input(p, l), B, T);
+    float *output = p->acts.block[p->last_block].res3;
+    if (p->stage < p->stages - 1) {
+        timed_send(p, output, BTC, p->stage + 1, TAG_ACTIVATIONS);
+        return 0.0;
+    }
+    gpt_head_forward(&p->model, &p->acts, output, with_loss, B, T);
+    return with_loss ? gpt_loss_sum(&p->acts, B, T) : 0.0;
+}
+
+/* Backward of one micro-batch through this stage, in the reverse order. */
+static void stage_backward(ModelParallel *p, float dloss, int B, int T) {
+    size_t BTC = (size_t)B * T * p->model.cfg.dmodel;
+    Scratch *s = &p->scratch;
+    int cur = 0;
+    if (p->stage == p->stages - 1)
+        gpt_head_backward(&p->model, &p->acts, s, p->acts.block[p->last_block].res3, s->dresid[cur], dloss, B,
+                          T);
+    else
+        timed_recv(p, s->dresid[cur], BTC, p->stage + 1, TAG_GRADIENTS); /* idle until stage+1 is done */
+    for (int l = p->last_block; l >= p->first_block; l--) {
+        gpt_block_backward(&p->model, &p->acts, s, l, stage_block_input(p, l), s->dresid[cur],
+                           s->dresid[1 - cur], B, T);
+        cur = 1 - cur;
+    }
+    if (p->stage > 0)
+        timed_send(p, s->dresid[cur], BTC, p->stage - 1, TAG_GRADIENTS);
+    else
+        gpt_embedding_backward(&p->model, &p->acts, s->dresid[cur], B, T);
+}
+
+/* ---- one micro-batch, either mode ---- */
+
+static int *tokens_of(ModelParallel *p) {
+    return p->tensor ? p->tpm.acts.tokens : p->acts.tokens;
+}
+static int *targets_of(ModelParallel *p) {
+    return p->tensor ? p->tpm.acts.targets : p->acts.targets;
+}
+
+/* Forward; returns this rank's share of the token-loss sum: the whole sum on
+ * the one rank of the model-parallel group that reports it, 0 on the others,
+ * so that summing over the world gives the global batch's loss sum. */
+static double forward(ModelParallel *p, int with_loss, int B, int T) {
+    if (!p->tensor) return stage_forward(p, with_loss, B, T);
+    p->tp.comm_ms = 0.0;
+    tp_forward(&p->tpm, with_loss, B, T);
+    p->comm_ms += p->tp.comm_ms;
+    /* every tp rank computed the (replicated) head; tp rank 0 reports it */
+    return with_loss && p->tp.rank == 0 ? gpt_loss_sum(&p->tpm.acts, B, T) : 0.0;
+}
+
+static void backward(ModelParallel *p, float dloss, int B, int T) {
+    if (!p->tensor) {
+        stage_backward(p, dloss, B, T);
+        return;
+    }
+    p->tp.comm_ms = 0.0;
+    tp_backward(&p->tpm, dloss, B, T);
+    p->comm_ms += p->tp.comm_ms;
+}
+
+/* Squared norm of the whole model's gradient: every rank holds a part. */
+static double grad_sum_squares(ModelParallel *p) {
+    if (p->tensor) return tp_grad_sum_squares(&p->tpm); /* replicated tensors counted once */
+    return comm_allreduce_double(p->mp, ops()->sum_squares(p->model.grads, p->model.param_count), 0);
+}
+
+/* Mean validation loss over cfg->eval_batches global batches, each replica
+ * taking its share of every batch (forward only). */
+static double evaluate_split(ModelParallel *p, const Dataset *data, const Config *cfg, int dp_index, int B) {
+    int T = cfg->model.seq, per_replica = cfg->batch / comm_size(p->dp);
+    size_t tokens_bytes = (size_t)B * T * sizeof(int);
+    int *tokens = xmalloc(tokens_bytes), *targets = xmalloc(tokens_bytes);
+    double loss_sum = 0.0, saved_comm_ms = p->comm_ms;
+    for (int e = 0; e < cfg->eval_batches; e++) {
+        for (int mb = 0; mb < per_replica / B; mb++) {
+            data_batch(data, SPLIT_VAL, cfg->seed, e, dp_index * per_replica + mb * B, B, T, tokens, targets);
+            copy_to_device(tokens_of(p), tokens, tokens_bytes);
+            copy_to_device(targets_of(p), targets, tokens_bytes);
+            loss_sum += forward(p, 1, B, T);
+        }
+    }
+    p->comm_ms = saved_comm_ms;
+    free(tokens);
+    free(targets);
+    return comm_allreduce_double(comm_world(), loss_sum, 0) / ((double)cfg->eval_batches * cfg->batch * T);
+}
+
+/* A text sample, as sample_text (common/evaluate.c) writes it, from the split
+ * model: forward passes of one sequence; the logits are on the last stage
+ * (layer split) or on every rank (tensor), and every stage needs each new
+ * byte for the next context. */
+static void sample_split(ModelParallel *p, const Dataset *data, const Config *cfg, uint64_t *rng) {
+    int T = cfg->model.seq, V = cfg->model.vocab, n = cfg->sample;
+    const Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
+    int holds_logits = p->tensor || p->stage == p->stages - 1;
+    unsigned char *text = xmalloc((size_t)32 + n); /* the prompt is at most 32 bytes */
+    int prompt_len = sample_prompt(data, T, text);
+    int *context = xmalloc(T * sizeof(int));
+    float *logits = xmalloc(V * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        int len = prompt_len + i, ctx = len < T ? len : T; /* the model sees the last (at most T) bytes */
+        for (int t = 0; t < ctx; t++) context[t] = text[len - ctx + t];
+        copy_to_device(tokens_of(p), context, ctx * sizeof(int));
+        forward(p, 0, 1, ctx);
+        int byte = 0;
+        if (holds_logits) {
+            copy_to_host(logits, a->logits + (size_t)(ctx - 1) * V, V * sizeof(float));
+            byte = sample_byte(logits, rng);
+        }
+        if (!p->tensor)
+            byte = (int)comm_allreduce_double(p->mp, holds_logits ? byte : 0, 0); /* from the last stage */
+        text[len] = (unsigned char)byte;
+    }
+    if (comm_rank(comm_world()) == 0) sample_print(text, prompt_len, n);
+    free(text);
+    free(context);
+    free(logits);
+}
+
+int main(int argc, char **argv) {
+    comm_init(&argc, &argv);
+    CommGroup *world = comm_world();
+    int rank = comm_rank(world), ranks = comm_size(world);
+
+    Config cfg;
+    ModelParallelFlags mpf = {.mp = "layer", .dp = 1, .comm = "auto"};
+    CliExtra extra = {mp_options, mp_help, handle_mp_flag, &mpf};
+    config_parse(&cfg, argc, argv, PROGRAM,
+                 "Train a GPT split over ranks: by layers (--mp layer) or inside every layer (--mp tensor).",
+                 &extra);
+    ModelParallel par = {.tensor = strcmp(mpf.mp, "tensor") == 0};
+    int dp = mpf.dp, L = cfg.model.layers;
+    if (ranks % dp != 0)
+        fatal(EXIT_USAGE,
+              "a job of %d ranks cannot hold --dp %d replicas (valid: world = dp x model-parallel ranks)",
+              ranks, dp);
+    int mp_size = ranks / dp; /* ranks per copy of the model */
+    if (par.tensor) {
+        if (mpf.split[0])
+            fatal(EXIT_USAGE, "--split is for --mp layer (tensor parallelism splits every layer)");
+        if (mpf.tp && mpf.tp * dp != ranks)
+            fatal(EXIT_USAGE, "--dp %d x --tp %d = %d ranks, but the job has %d (valid: mpirun -np %d)", dp,
+                  mpf.tp, dp * mpf.tp, ranks, dp * mpf.tp);
+        const char *problem = tensor_parallel_problem(&cfg.model, mp_size);
+        if (problem) fatal(EXIT_USAGE, "%s", problem);
+    } else {
+        if (mpf.tp) fatal(EXIT_USAGE, "--tp is for --mp tensor (the layer split has world / --dp stages)");
+        if (mp_size > L)
+            fatal(EXIT_USAGE,
+                  "%d stages but the model has %d layers (valid: at most --layers ranks per model copy)",
+                  mp_size, L);
+    }
+    if (cfg.batch % (dp * cfg.micro) != 0)
+        fatal(EXIT_USAGE, "--batch %d is not divisible by --dp %d x --micro %d (valid: a multiple of %d)",
+              cfg.batch, dp, cfg.micro, dp * cfg.micro);
+    if (cfg.save[0] || cfg.resume[0])
+        fatal(EXIT_USAGE,
+              "--save and --resume: chapter 03 does not checkpoint a split model (use chapter 01 or 02)");
+
+    /* ---- groups: world rank w is model-parallel rank w % mp_size of replica w / mp_size ---- */
+    int dp_index = rank / mp_size, mp_index = rank % mp_size;
+    par.mp = comm_split(world, dp_index, mp_index); /* the ranks holding one copy of the model */
+    par.dp = comm_split(world, mp_index, dp_index); /* the ranks holding the same part of it */
+
+    /* ---- build: device, data, output files, this rank's part of the model, optimizer ---- */
+    device_init(cfg.device, comm_local_rank());
+    device_set_limit(cfg.device_mem_limit);
+    comm_select(mpf.comm);
+    Dataset data;
+    data_load(&data, cfg.data, cfg.model.seq);
+    FILE *steps_csv = NULL, *busy_csv = NULL;
+    if (rank == 0) {
+        out_dir_prepare(cfg.out);
+        steps_csv = steps_csv_open(cfg.out, ",idle_fraction");
+        char path[4200];
+        snprintf(path, sizeof path, "%s/busy.csv", cfg.out);
+        busy_csv = fopen(path, "w");
+        if (!busy_csv) fatal(EXIT_USAGE, "--out %s: cannot write busy.csv", cfg.out);
+        fprintf(busy_csv, "rank,step,busy_ms,step_ms\n");
+    }
+
+    int per_replica = cfg.batch / dp; /* this replica's share of the global batch */
+    int B = per_replica / cfg.micro, T = cfg.model.seq;
+    GPT table; /* the whole model's table: names, shapes, the stage split */
+    gpt_build_table(&table, &cfg.model);
+    int blocks[256]; /* blocks per stage: at most one stage per layer */
+    char layout[64];
+    if (par.tensor) {
+        par.tp = (TensorGroup){.group = par.mp, .rank = mp_index, .size = mp_size};
+        tp_model_create(&par.tpm, &cfg.model, cfg.seed, &par.tp, B, T);
+        par.held = &par.tpm.model;
+        snprintf(layout, sizeof layout, "tensor parallel over %d ranks", mp_size);
+    } else {
+        par.stages = mp_size;
+        par.stage = mp_index;
+        if (mpf.split[0])
+            layer_split_parse(mpf.split, mp_size, L, blocks); /* --split 3,3 */
+        else
+            layer_split_balanced(&table, mp_size, blocks); /* balance the parameters (common/layer_split.c) */
+        layer_split_range(blocks, par.stage, &par.first_block, &par.last_block);
+        int first_layer = par.stage == 0 ? LAYER_EMBEDDING : par.first_block;
+        int last_layer = par.stage == par.stages - 1 ? L : par.last_block;
+        gpt_create_range(&par.model, &cfg.model, cfg.seed, first_layer, last_layer);
+        activations_create_range(&par.acts, &cfg.model, B, T, first_layer, last_layer);
+        scratch_create(&par.scratch, &cfg.model, B, T);
+        par.held = &par.model;
+        int n = snprintf(layout, sizeof layout, "layer split, blocks per stage");
+        for (int s = 0; s < mp_size && n < (int)sizeof layout - 8; s++)
+            n += snprintf(layout + n, sizeof layout - n, "%s%d", s ? "," : " ", blocks[s]);
+    }
+    GPT *held = par.held;
+    AdamW opt;
+    adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
+    int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
+
+    log_info(
+        "%s | %d ranks = %d data-parallel x %d model-parallel | %s | device %s | comm %s | %zu parameters | "
+        "batch %d = %d replicas x %d micro-batches x %d sequences\n",
+        PROGRAM, ranks, dp, mp_size, layout, device_name(), comm_transport_name(), table.num_params,
+        cfg.batch, dp, cfg.micro, B);
+
+    size_t tokens_bytes = (size_t)B * T * sizeof(int);
+    int *tokens = xmalloc(tokens_bytes), *targets = xmalloc(tokens_bytes);
+    double tokens_per_step = (double)cfg.batch * T;
+    float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
+    double *step_ms = xcalloc(last_step, sizeof(double));
+    double *busy_all = xcalloc(2 * (size_t)ranks, sizeof(double));
+    double loss = NAN;
+    const KernelOps *k = ops();
+
+    for (int step = 0; step < last_step; step++) {
+        Timer step_timer = {0}, timer = {0};
+        StepRecord rec = {.step = step + 1, .val_loss = NAN};
+        par.comm_ms = 0.0;
+        timer_start(&step_timer);
+
+        /* ---- forward and backward over this replica's micro-batches ---- */
+        k->fill_zero(held->grads, held->param_count);
+        double loss_sum = 0.0;
+        for (int mb = 0; mb < cfg.micro; mb++) {
+            int first_sequence =
+                dp_index * per_replica + mb * B; /* where this piece sits in the global batch */
+            data_batch(&data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, tokens, targets);
+            copy_to_device(tokens_of(&par), tokens, tokens_bytes);
+            copy_to_device(targets_of(&par), targets, tokens_bytes);
+
+            timer_start(&timer);
+            loss_sum += forward(&par, 1, B, T);
+            rec.fwd_ms += timer_stop_ms(&timer);
+
+            timer_start(&timer);
+            backward(&par, dloss, B, T);
+            rec.bwd_ms += timer_stop_ms(&timer);
+        }
+
+        /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
+        double start = comm_clock();
+        comm_allreduce(par.dp, held->grads, held->param_count, COMM_SUM);
+        par.comm_ms += wall_ms() - start;
+        rec.comm_ms = par.comm_ms;
+        loss = comm_allreduce_double(world, loss_sum, 0) / tokens_per_step;
+        check_loss_finite(loss, step + 1);
+
+        /* ---- update: each rank its own parameters, clipped by the WHOLE model's norm ---- */
+        timer_start(&timer);
+        rec.grad_norm = sqrt(grad_sum_squares(&par));
+        rec.lr = lr_at_step(&cfg, step);
+        adamw_step(&opt, held->params, held->grads, rec.lr, clip_scale(&cfg, rec.grad_norm), &cfg);
+        rec.opt_ms = timer_stop_ms(&timer);
+        rec.step_ms = timer_stop_ms(&step_timer);
+
+        /* ---- log: the slowest rank's times; every rank's busy time ---- */
+        double busy[2] = {rec.step_ms - par.comm_ms, rec.step_ms};
+        comm_gather_bytes(world, busy, sizeof busy, busy_all, 0);
+        rec.step_ms = comm_allreduce_double(world, rec.step_ms, 1);
+        rec.fwd_ms = comm_allreduce_double(world, rec.fwd_ms, 1);
+        rec.bwd_ms = comm_allreduce_double(world, rec.bwd_ms, 1);
+        rec.comm_ms = comm_allreduce_double(world, rec.comm_ms, 1);
+        rec.opt_ms = comm_allreduce_double(world, rec.opt_ms, 1);
+        rec.loss = loss;
+        rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
+        step_ms[step] = rec.step_ms;
+        int last = step + 1 == last_step;
+        if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
+            rec.val_loss = evaluate_split(&par, &data, &cfg, dp_index, B);
+        if (rank == 0) {
+            double busy_sum = 0.0;
+            for (int r = 0; r < ranks; r++) {
+                fprintf(busy_csv, "%d,%d,%.4f,%.4f\n", r, step + 1, busy_all[2 * r], busy_all[2 * r + 1]);
+                busy_sum += busy_all[2 * r];
+            }
+            fflush(busy_csv);
+            if (!cfg.quiet || last) log_step(&rec, cfg.steps);
+            char extra_values[32];
+            snprintf(extra_values, sizeof extra_values, ",%.4f", 1.0 - busy_sum / (ranks * rec.step_ms));
+            steps_csv_write(steps_csv, &rec, extra_values);
+        }
+    }
+    if (rank == 0) {
+        fclose(steps_csv);
+        fclose(busy_csv);
+    }
+    uint64_t rng = cfg.seed; /* for the text sampler, as in chapter 01 */
+    if (cfg.sample > 0) sample_split(&par, &data, &cfg, &rng);
+
+    /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
+    size_t peaks[SPACE_COUNT * CAT_COUNT];
+    memory_peaks_local(peaks);
+    size_t *all_peaks = xcalloc((size_t)ranks * SPACE_COUNT * CAT_COUNT, sizeof(size_t));
+    comm_gather_bytes(world, peaks, sizeof peaks, all_peaks, 0);
+    double peak_device = comm_allreduce_double(world, (double)mem_peak_total(SPACE_DEVICE), 1);
+    if (rank == 0) {
+        RunSummary run = {
+            .program = PROGRAM,
+            .device = device_name(),
+            .world_size = ranks,
+            .dp = dp,
+            .tp = par.tensor ? mp_size : 1,
+            .pp = par.tensor ? 1 : mp_size,
+            .zero = 0,
+            .params = table.num_params,
+            .layers = L,
+            .dmodel = cfg.model.dmodel,
+            .heads = cfg.model.heads,
+            .seq = T,
+            .batch = cfg.batch,
+            .micro = cfg.micro,
+            .steps = last_step,
+            .final_loss = loss,
+            .median_step_ms = last_step > 0 ? median(step_ms, last_step) : 0.0,
+            .peak_device_bytes = (size_t)peak_device,
+        };
+        run.tokens_per_s = run.median_step_ms > 0 ? tokens_per_step / (run.median_step_ms / 1e3) : 0.0;
+        run_csv_write(cfg.out, &run);
+        memory_csv_write(cfg.out, ranks, all_peaks);
+        log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.1f MiB sent by rank 0 | CSVs "
+                 "in %s\n",
+                 loss, run.median_step_ms, run.tokens_per_s, comm_bytes_sent() / 1048576.0, cfg.out);
+    }
+
+    free(all_peaks);
+    free(busy_all);
+    free(tokens);
+    free(targets);
+    free(step_ms);
+    adamw_destroy(&opt);
+    if (par.tensor) {
+        tp_model_destroy(&par.tpm);
+    } else {
+        scratch_destroy(&par.scratch);
+        activations_destroy(&par.acts, &cfg.model);
+        gpt_destroy(&par.model);
+    }
+    free(table.tensors);
+    data_free(&data);
+    comm_finalize();
+    return 0;
+}

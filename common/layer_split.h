@@ -1,0 +1,23 @@
+/* layer_split.h: which blocks each stage of a layer split runs (chapters 03, 04).
+ *
+ * Stage s of S runs a contiguous run of blocks; stage 0 also holds the
+ * embedding, the last stage the final layernorm and LM head. */
+#ifndef LAYER_SPLIT_H
+#define LAYER_SPLIT_H
+
+#include "model.h"
+
+/* The default split: contiguous runs of blocks such that the largest stage's
+ * parameter count (the embedding counted with stage 0, the head with the
+ * last) is as small as possible. blocks[s] = blocks of stage s. Needs
+ * 1 <= stages <= layers <= 256. */
+void layer_split_balanced(const GPT *table, int stages, int *blocks);
+
+/* --split "3,3": one positive number per stage, summing to `layers`; a bad
+ * text ends the program with EXIT_USAGE naming the problem. */
+void layer_split_parse(const char *text, int stages, int layers, int *blocks);
+
+/* First and last block of `stage` given blocks[]. */
+void layer_split_range(const int *blocks, int stage, int *first_block, int *last_block);
+
+#endif

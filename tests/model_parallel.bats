@@ -1,0 +1,175 @@
+#!/usr/bin/env bats
+# 03_model_parallel: the layer split and tensor parallelism, alone and with
+# data parallel replicas, give chapter 01's losses; each rank holds only its
+# part of the model; bad layouts are refused.
+
+load helpers
+
+TRAIN03="$REPO/03_model_parallel/train"
+
+# Tiny model, 4 steps, a global batch of 12 (divisible by dp 1, 2); a private
+# copy of the corpus, so that editing course.md meanwhile changes nothing.
+FLAGS="--device cpu --steps 4 --batch 12 --sample 0 --quiet --data $BATS_FILE_TMPDIR/corpus.txt"
+
+setup_file() {
+    local d="$BATS_FILE_TMPDIR"
+    cp "$REPO/course.md" "$d/corpus.txt"
+    "$TRAIN01" $FLAGS --out "$d/ref" >/dev/null
+    "$TRAIN01" $FLAGS --layers 4 --out "$d/ref_l4" >/dev/null
+    "$TRAIN01" $FLAGS --dmodel 48 --heads 3 --out "$d/ref_h3" >/dev/null
+    "$TRAIN01" $FLAGS --dmodel 48 --heads 6 --out "$d/ref_h6" >/dev/null
+}
+
+# Every step's loss within 1e-4 (relative) of the reference run's.
+assert_losses_match() {
+    local ref="$1" run="$2"
+    run paste -d, <(csv_column "$ref/steps.csv" loss) <(csv_column "$run/steps.csv" loss)
+    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" "4"
+    echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) { print "step " NR ": " $0; bad = 1 } }
+                              END { exit bad }'
+}
+
+# run03 NP OUT FLAGS...: chapter 03 on NP ranks, one OpenMP thread each.
+run03() {
+    local np="$1" out="$2"
+    shift 2
+    OMP_NUM_THREADS=1 mpirun_np "$np" "$TRAIN03" $FLAGS --out "$out" "$@" >"$out.log"
+}
+
+# Peak device params bytes of rank R.
+params_bytes() { awk -F, -v r="$2" '$1 == r && $2 == "device" && $3 == "params" { print $4 }' "$1/memory.csv"; }
+
+@test "the layer split on 2 ranks matches single-device losses" {
+    run03 2 "$BATS_TEST_TMPDIR/l2"
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$BATS_TEST_TMPDIR/l2"
+}
+
+@test "the layer split on 3 and 4 ranks matches single-device losses" {
+    for np in 3 4; do
+        run03 $np "$BATS_TEST_TMPDIR/l$np" --layers 4
+        assert_losses_match "$BATS_FILE_TMPDIR/ref_l4" "$BATS_TEST_TMPDIR/l$np"
+    done
+}
+
+@test "--split sets the blocks per stage, and the losses still match" {
+    run03 2 "$BATS_TEST_TMPDIR/s31" --layers 4 --split 3,1
+    grep -q "layer split, blocks per stage 3,1" "$BATS_TEST_TMPDIR/s31.log"
+    assert_losses_match "$BATS_FILE_TMPDIR/ref_l4" "$BATS_TEST_TMPDIR/s31"
+}
+
+@test "tensor parallel on 2 and 4 ranks matches single-device losses" {
+    for tp in 2 4; do
+        run03 $tp "$BATS_TEST_TMPDIR/t$tp" --mp tensor --tp $tp
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$BATS_TEST_TMPDIR/t$tp"
+    done
+}
+
+@test "tensor parallel on 3 ranks matches with 3 and with 6 heads" {
+    run03 3 "$BATS_TEST_TMPDIR/h3" --mp tensor --dmodel 48 --heads 3
+    assert_losses_match "$BATS_FILE_TMPDIR/ref_h3" "$BATS_TEST_TMPDIR/h3"
+    run03 3 "$BATS_TEST_TMPDIR/h6" --mp tensor --dmodel 48 --heads 6
+    assert_losses_match "$BATS_FILE_TMPDIR/ref_h6" "$BATS_TEST_TMPDIR/h6"
+}
+
+@test "2 data-parallel replicas of a 2-rank layer split or tensor group match single-device losses" {
+    run03 4 "$BATS_TEST_TMPDIR/dl" --mp layer --dp 2
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$BATS_TEST_TMPDIR/dl"
+    assert_equal "$(csv_column "$BATS_TEST_TMPDIR/dl/run.csv" dp)" "2"
+    run03 4 "$BATS_TEST_TMPDIR/dt" --mp tensor --dp 2 --tp 2
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$BATS_TEST_TMPDIR/dt"
+    assert_equal "$(csv_column "$BATS_TEST_TMPDIR/dt/run.csv" tp)" "2"
+}
+
+@test "each stage of the layer split holds exactly its layers' parameters" {
+    out="$BATS_TEST_TMPDIR/mem"
+    run03 2 "$out" --layers 4 --split 3,1
+    # tiny: V 256, T 64, C 64; a block has 12C^2 + 13C parameters
+    V=256 T=64 C=64
+    block=$((12 * C * C + 13 * C))
+    assert_equal "$(params_bytes "$out" 0)" "$((4 * ((V + T) * C + 3 * block)))"
+    assert_equal "$(params_bytes "$out" 1)" "$((4 * (block + 2 * C + V * C)))"
+    # Adam's m and v: 8 bytes per parameter held
+    assert_equal "$(awk -F, '$1 == 1 && $2 == "device" && $3 == "optimizer" { print $4 }' "$out/memory.csv")" \
+        "$((8 * (block + 2 * C + V * C)))"
+}
+
+@test "tensor parallel ranks hold 1/tp of the block matrices and the replicated rest whole" {
+    out="$BATS_TEST_TMPDIR/tmem"
+    run03 4 "$out" --mp tensor
+    V=256 T=64 C=64 L=2 tp=4
+    sliced=$((12 * C * C + 7 * C))   # qkvw, qkvb, attprojw, fcw, fcb, fcprojw
+    replicated=$((6 * C))            # ln1, ln2 (weight and bias), attprojb, fcprojb
+    expected=$((4 * ((V + T) * C + L * (sliced / tp + replicated) + 2 * C + V * C)))
+    for r in 0 1 2 3; do
+        assert_equal "$(params_bytes "$out" $r)" "$expected"
+    done
+    assert_equal "$(csv_column "$out/run.csv" params)" "$(((V + T) * C + L * (sliced + replicated) + 2 * C + V * C))"
+}
+
+@test "comm_ms counts the messages, and busy.csv records every rank's busy time" {
+    for mode in layer tensor; do
+        out="$BATS_TEST_TMPDIR/busy-$mode"
+        run03 2 "$out" --mp $mode
+        csv_column "$out/steps.csv" comm_ms | awk '{ if ($1 <= 0) bad = 1 } END { exit bad }'
+        csv_column "$out/steps.csv" idle_fraction | awk '{ if ($1 < 0 || $1 >= 1) bad = 1 } END { exit bad }'
+        assert_equal "$(head -1 "$out/busy.csv")" "rank,step,busy_ms,step_ms"
+        assert_equal "$(tail -n +2 "$out/busy.csv" | wc -l)" "8"   # 2 ranks x 4 steps
+        awk -F, 'NR > 1 { if ($3 <= 0 || $3 > $4) bad = 1 } END { exit bad }' "$out/busy.csv"
+    done
+}
+
+@test "the split model writes chapter 01's validation loss and text sample" {
+    d="$BATS_TEST_TMPDIR" corpus="$BATS_FILE_TMPDIR/corpus.txt"
+    "$TRAIN01" --device cpu --steps 2 --batch 4 --sample 24 --quiet --data "$corpus" --out "$d/ref" |
+        grep '^sample:' >"$d/ref.txt"
+    for mode in layer tensor; do
+        OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN03" --device cpu --steps 2 --batch 4 --sample 24 --quiet \
+            --data "$corpus" --mp $mode \
+            --out "$d/$mode" | grep '^sample:' >"$d/$mode.txt"
+        assert_equal "$(cat "$d/$mode.txt")" "$(cat "$d/ref.txt")"
+        paste -d, <(csv_column "$d/ref/steps.csv" val_loss) <(csv_column "$d/$mode/steps.csv" val_loss) | tail -1 |
+            awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; exit !($1 > 0 && r < 1e-4) }'
+    done
+}
+
+@test "heads not divisible by tp are refused" {
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 3 '$TRAIN03' $FLAGS --mp tensor"
+    assert_failure
+    [[ "$stderr" == *"--tp 3 does not divide --heads 4"* ]]
+}
+
+@test "a world that is not dp x model-parallel ranks is refused" {
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 3 '$TRAIN03' $FLAGS --mp tensor --tp 2"
+    assert_failure
+    [[ "$stderr" == *"--dp 1 x --tp 2 = 2 ranks, but the job has 3 (valid: mpirun -np 2)"* ]]
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 3 '$TRAIN03' $FLAGS --dp 2"
+    assert_failure
+    [[ "$stderr" == *"a job of 3 ranks cannot hold --dp 2 replicas"* ]]
+}
+
+@test "a bad --split is refused" {
+    run --separate-stderr timeout 10 "$TRAIN03" $FLAGS --split 1,1
+    assert_equal "$status" 2
+    [[ "$stderr" == *"--split 1,1 names 2 stages but the job has 1"* ]]
+    run --separate-stderr timeout 10 "$TRAIN03" $FLAGS --split 3
+    assert_equal "$status" 2
+    [[ "$stderr" == *"--split 3 holds 3 layers but the model has 2"* ]]
+    run --separate-stderr timeout 10 "$TRAIN03" $FLAGS --split 0,2
+    assert_equal "$status" 2
+    [[ "$stderr" == *"--split: 0 is out of range"* ]]
+    run --separate-stderr timeout 10 "$TRAIN03" $FLAGS --mp tensor --split 2
+    assert_equal "$status" 2
+    [[ "$stderr" == *"--split is for --mp layer"* ]]
+}
+
+@test "more stages than layers, --tp with the layer split, and checkpoints are refused" {
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 3 '$TRAIN03' $FLAGS"
+    assert_failure
+    [[ "$stderr" == *"3 stages but the model has 2 layers"* ]]
+    run --separate-stderr timeout 10 "$TRAIN03" $FLAGS --tp 1
+    assert_equal "$status" 2
+    [[ "$stderr" == *"--tp is for --mp tensor"* ]]
+    run --separate-stderr timeout 10 "$TRAIN03" $FLAGS --save "$BATS_TEST_TMPDIR/ck"
+    assert_equal "$status" 2
+    [[ "$stderr" == *"chapter 03 does not checkpoint a split model"* ]]
+}

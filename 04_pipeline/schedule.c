@@ -48,6 +48,7 @@ static void build_1f1b_naive(StageSchedule *s, int P, int M, int stage) {
 }
 
 static void build_1f1b(StageSchedule *s, int P, int M, int stage) {
+    /* EXERCISE 04.2 BEGIN: the 1F1B schedule (course.md, exercise 04.2) */
     int warmup = P - 1 - stage < M ? P - 1 - stage : M; /* forwards before the first backward */
     int steady = M - warmup;                            /* one forward + one backward each */
     int first = stage == 0, last = stage == P - 1;
@@ -69,6 +70,7 @@ static void build_1f1b(StageSchedule *s, int P, int M, int stage) {
     }
     /* cool-down: drain the backwards */
     for (int i = steady; i < M; i++) backward_step(s, P, stage, i);
+    /* EXERCISE 04.2 END */
 }
 
 int schedule_build(const char *name, int P, int M, int stage, StageSchedule *out) {
@@ -106,6 +108,45 @@ void schedule_print(const StageSchedule *s, int stage) {
         printf(" %s", buf);
     }
     printf("\n");
+}
+
+int schedule_live_activations(const StageSchedule *s) {
+    int live = 0, peak = 0, seen = -1; /* micro-batches arrive in order: seen = the last one */
+    for (int i = 0; i < s->count; i++) {
+        const Action *a = &s->actions[i];
+        int arrives = a->kind == OP_RECV_ACT || a->kind == OP_FORWARD ? a->micro
+                      : a->kind == OP_SEND_GRAD_RECV_ACT             ? a->micro2
+                                                                     : -1;
+        if (arrives > seen) {
+            seen = arrives;
+            live++;
+        }
+        if (a->kind == OP_BACKWARD) live--;
+        if (live > peak) peak = live;
+    }
+    return peak;
+}
+
+const char *schedule_op_name(OpKind kind) {
+    static const char *names[] = {"fwd",      "bwd",       "recv_act",           "send_act",
+                                  "recv_grad", "send_grad", "send_act_recv_grad", "send_grad_recv_act"};
+    return names[kind];
+}
+
+double bubble_formula(int P, int M) {
+    /* EXERCISE 04.1 BEGIN: the bubble arithmetic (course.md, exercise 04.1) */
+    /* A micro-batch's forward and backward take (M + P - 1) slots end to end:
+     * M of them busy on each stage, P - 1 spent filling and draining. */
+    return (double)(P - 1) / (M + P - 1);
+    /* EXERCISE 04.1 END */
+}
+
+double bubble_measured(const double *busy_ms, int stages, double span_ms) {
+    /* EXERCISE 04.1 BEGIN: the bubble arithmetic (course.md, exercise 04.1) */
+    double busy = 0.0;
+    for (int s = 0; s < stages; s++) busy += busy_ms[s];
+    return span_ms > 0.0 ? 1.0 - busy / (stages * span_ms) : 0.0;
+    /* EXERCISE 04.1 END */
 }
 
 /* ---- simulation with blocking messages ---- */

@@ -54,6 +54,20 @@ void schedule_free(StageSchedule *s);
  * send activations or gradients; sa3|rg1 one exchange). */
 void schedule_print(const StageSchedule *s, int stage);
 
+/* The most micro-batches whose activations this stage holds at once: from
+ * their arrival (or, on stage 0, their forward) until their backward. This
+ * is how many activation buffers the stage needs. */
+int schedule_live_activations(const StageSchedule *s);
+/* A short name for an action kind, as in timeline.csv: fwd, bwd, recv_act, ... */
+const char *schedule_op_name(OpKind kind);
+
+/* The bubble: the fraction of the stages' time spent idle in a step.
+ * bubble_formula: (P-1)/(M+P-1), for P equal stages and M micro-batches.
+ * bubble_measured: 1 - sum(busy_ms) / (stages x span_ms), from what each
+ * stage spent computing and the time from the step's start to its last action. */
+double bubble_formula(int P, int M);
+double bubble_measured(const double *busy_ms, int stages, double span_ms);
+
 typedef struct {
     int deadlock;         /* 1 if the stages got stuck */
     char where[160];      /* what each stuck stage was waiting on */

@@ -71,16 +71,19 @@ void memory_csv_write(const char *dir, int nranks, const size_t *peaks) {
     fclose(f);
 }
 
-void run_csv_write(const char *dir, const RunSummary *r) {
+void run_csv_write_extra(const char *dir, const RunSummary *r, const char *extra_header, const char *extra_values) {
     FILE *f = open_in(dir, "run.csv", "w");
     fprintf(f, "program,device,world_size,dp,tp,pp,zero,params,layers,dmodel,heads,seq,batch,micro,steps,"
-               "final_loss,median_step_ms,tokens_per_s,peak_device_bytes\n");
-    fprintf(f, "%s,%s,%d,%d,%d,%d,%d,%zu,%d,%d,%d,%d,%d,%d,%d,%.9g,%.4f,%.2f,%zu\n", r->program, r->device,
+               "final_loss,median_step_ms,tokens_per_s,peak_device_bytes%s\n",
+            extra_header ? extra_header : "");
+    fprintf(f, "%s,%s,%d,%d,%d,%d,%d,%zu,%d,%d,%d,%d,%d,%d,%d,%.9g,%.4f,%.2f,%zu%s\n", r->program, r->device,
             r->world_size, r->dp, r->tp, r->pp, r->zero, r->params, r->layers, r->dmodel, r->heads, r->seq,
             r->batch, r->micro, r->steps, r->final_loss, r->median_step_ms, r->tokens_per_s,
-            r->peak_device_bytes);
+            r->peak_device_bytes, extra_values ? extra_values : "");
     fclose(f);
 }
+
+void run_csv_write(const char *dir, const RunSummary *r) { run_csv_write_extra(dir, r, NULL, NULL); }
 
 void log_step(const StepRecord *r, int total_steps) {
     log_info("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.1f ms | %9.0f tok/s", r->step, total_steps,

@@ -47,6 +47,8 @@ void memory_csv_write(const char *dir, int nranks, const size_t *peaks);
 void memory_peaks_local(size_t *peaks);
 
 void run_csv_write(const char *dir, const RunSummary *r);
+/* The same with chapter columns appended: extra_header ",a,b", extra_values ",1,2". */
+void run_csv_write_extra(const char *dir, const RunSummary *r, const char *extra_header, const char *extra_values);
 
 /* The progress line: step, loss, lr, grad norm, ms, tokens/s. */
 void log_step(const StepRecord *r, int total_steps);

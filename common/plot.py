@@ -299,6 +299,9 @@ def plot_sweep(groups, out):
         highs = [max(by_micro[m]) - mid for m, mid in zip(micros, mids)]
         ax.errorbar(micros, mids, yerr=[lows, highs], marker="o", capsize=4, label=schedule)
     ax.set_xscale("log", base=2)
+    all_micros = sorted({m for by_micro in lines.values() for m in by_micro})
+    ax.set_xticks(all_micros)
+    ax.set_xticklabels([str(m) for m in all_micros])
     ax.set_xlabel("micro-batches per global batch (M)")
     ax.set_ylabel("median step time (ms)")
     ax.set_title("Pipeline: step time against the number of micro-batches")

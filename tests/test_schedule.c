@@ -3,6 +3,7 @@
  *   test_schedule                     check every schedule for P = 1..6, M = 1..10
  *   test_schedule --print NAME P M    print a schedule, stage by stage
  *   test_schedule --simulate NAME P M print the simulation (deadlock, bubble, in-flight)
+ *   test_schedule --arithmetic        check bubble_formula and bubble_measured (exercise 04.1)
  *
  * The checks, for gpipe and 1f1b: (1) simulated with BLOCKING messages the
  * stages never deadlock; (2) every stage runs the forward and the backward of
@@ -72,7 +73,43 @@ static void check(const char *name, int P, int M) {
     }
 }
 
+/* Exercise 04.1: the formula against the simulated GPipe bubble (computed by
+ * the simulator on its own), and the measured bubble on numbers worked by hand. */
+static int check_arithmetic(void) {
+    for (int P = 1; P <= 6; P++) {
+        for (int M = 1; M <= 10; M++) {
+            ScheduleReport r;
+            schedule_simulate("gpipe", P, M, 1.0, 2.0, &r);
+            if (fabs(bubble_formula(P, M) - r.bubble) > 1e-9) {
+                printf("FAIL bubble_formula(%d, %d) = %.6f, the simulated pipeline idles %.6f\n", P, M,
+                       bubble_formula(P, M), r.bubble);
+                failures++;
+            }
+        }
+    }
+    struct {
+        double busy[3];
+        int stages;
+        double span, want;
+    } cases[] = {
+        {{3, 3}, 2, 5, 0.4},         /* 6 of 10 stage-ms busy */
+        {{4, 2, 3}, 3, 4, 0.25},     /* 9 of 12 */
+        {{5}, 1, 5, 0.0},            /* one stage, always busy */
+        {{0, 0}, 2, 0, 0.0},         /* nothing ran */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double got = bubble_measured(cases[i].busy, cases[i].stages, cases[i].span);
+        if (fabs(got - cases[i].want) > 1e-12) {
+            printf("FAIL bubble_measured case %zu: %.6f, expected %.6f\n", i, got, cases[i].want);
+            failures++;
+        }
+    }
+    printf("%s: %d failures (bubble arithmetic)\n", failures ? "FAIL" : "PASS", failures);
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--arithmetic") == 0) return check_arithmetic();
     if (argc == 5 && (strcmp(argv[1], "--print") == 0 || strcmp(argv[1], "--simulate") == 0)) {
         const char *name = argv[2];
         int P = atoi(argv[3]), M = atoi(argv[4]);
@@ -100,7 +137,7 @@ int main(int argc, char **argv) {
         return r.deadlock;
     }
     if (argc != 1) {
-        fprintf(stderr, "usage: test_schedule [--print|--simulate NAME P M]\n");
+        fprintf(stderr, "usage: test_schedule [--arithmetic | --print NAME P M | --simulate NAME P M]\n");
         return 2;
     }
     for (int P = 1; P <= 6; P++) {

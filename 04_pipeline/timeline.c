@@ -1,0 +1,86 @@
+/* timeline.c: see timeline.h. */
+#include "timeline.h"
+
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void timeline_add(Timeline *t, int step, int micro, const char *op, double start_us, double end_us) {
+    if (t->count == t->capacity) {
+        t->capacity = t->capacity ? 2 * t->capacity : 1024;
+        TimelineRecord *grown = realloc(t->records, t->capacity * sizeof(TimelineRecord));
+        if (!grown) fatal(EXIT_RUNTIME, "out of host memory for the timeline");
+        t->records = grown;
+    }
+    t->records[t->count++] = (TimelineRecord){step, micro, op, start_us, end_us};
+}
+
+static FILE *open_or_die(const char *dir, const char *name, const char *mode) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, mode);
+    if (!f) fatal(EXIT_USAGE, "--out %s: cannot write %s (%s)", dir, name, strerror(errno));
+    return f;
+}
+
+void timeline_write(const Timeline *t, CommGroup *world, const char *dir) {
+    int rank = comm_rank(world), ranks = comm_size(world);
+    /* the ranks take turns appending to one file */
+    for (int r = 0; r < ranks; r++) {
+        if (r == rank) {
+            FILE *f = open_or_die(dir, "timeline.csv", r == 0 ? "w" : "a");
+            if (r == 0) fprintf(f, "rank,step,micro,op,start_us,end_us\n");
+            for (int i = 0; i < t->count; i++) {
+                const TimelineRecord *e = &t->records[i];
+                fprintf(f, "%d,%d,%d,%s,%.1f,%.1f\n", rank, e->step, e->micro, e->op, e->start_us, e->end_us);
+            }
+            fclose(f);
+        }
+        comm_barrier(world);
+    }
+    if (rank != 0) return;
+    /* trace.json from timeline.csv: one complete event ("ph": "X") per action.
+     * Steps (1-based) are laid one after another, 10 ms apart. */
+    enum { MAX_STEPS = 4096 };
+    static double duration[MAX_STEPS], offset[MAX_STEPS];
+    memset(duration, 0, sizeof duration);
+    FILE *in = open_or_die(dir, "timeline.csv", "r"), *out = open_or_die(dir, "trace.json", "w");
+    char line[256];
+    if (!fgets(line, sizeof line, in)) fatal(EXIT_RUNTIME, "timeline.csv is empty");
+    long data_start = ftell(in);
+    int r, step, micro;
+    char op[32];
+    double start, end;
+    while (fgets(line, sizeof line, in))
+        if (sscanf(line, "%d,%d,%d,%31[^,],%lf,%lf", &r, &step, &micro, op, &start, &end) == 6 && step > 0 &&
+            step < MAX_STEPS && end > duration[step])
+            duration[step] = end;
+    offset[1] = 0.0;
+    for (int k = 2; k < MAX_STEPS; k++) offset[k] = offset[k - 1] + duration[k - 1] + 10000.0;
+    fseek(in, data_start, SEEK_SET);
+    fprintf(out, "{\"traceEvents\": [\n");
+    int first = 1;
+    while (fgets(line, sizeof line, in)) {
+        if (sscanf(line, "%d,%d,%d,%31[^,],%lf,%lf", &r, &step, &micro, op, &start, &end) != 6) continue;
+        double shift = step > 0 && step < MAX_STEPS ? offset[step] : 0.0;
+        fprintf(out, "%s{\"name\": \"%s %d\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.1f, "
+                     "\"dur\": %.1f, \"args\": {\"step\": %d, \"micro\": %d}}",
+                first ? "" : ",\n", op, micro, op, r, shift + start, end - start, step, micro);
+        first = 0;
+    }
+    for (int rr = 0; rr < ranks; rr++)
+        fprintf(out, "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": "
+                     "\"rank %d\"}}",
+                first && rr == 0 ? "" : ",\n", rr, rr);
+    fprintf(out, "\n], \"displayTimeUnit\": \"ms\"}\n");
+    fclose(in);
+    fclose(out);
+}
+
+void timeline_free(Timeline *t) {
+    free(t->records);
+    memset(t, 0, sizeof *t);
+}

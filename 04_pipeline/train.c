@@ -1,0 +1,454 @@
+/* 04_pipeline/train.c: pipeline parallelism, GPipe and 1F1B.
+ *
+ * Chapter 03's layer split, but the global batch no longer goes through the
+ * stages in one piece: each replica's share is cut into M micro-batches that
+ * flow through the P stages like an assembly line, so that stage s works on
+ * micro-batch m while stage s+1 works on micro-batch m-1. What each stage
+ * does, in which order, is an explicit list of actions (schedule.c):
+ *
+ *   --schedule gpipe   all forwards, then all backwards
+ *   --schedule 1f1b    warm-up forwards, then one forward one backward, then
+ *                      the remaining backwards (PipeDream-flush)
+ *
+ * and one interpreter (run_action) executes any such list. Gradients
+ * accumulate over the micro-batches; one optimizer step per global batch,
+ * exactly as in chapter 01.
+ *
+ *   for each action of this stage's schedule:  forward m | backward m | messages
+ *   all-reduce the gradients over the data-parallel group (--dp D)
+ *   gradient norm (summed over the stages) -> clip -> AdamW -> log
+ *
+ * Every action is timed (timeline.csv, trace.json); the idle time of the
+ * stages is the pipeline bubble, reported next to the formula (P-1)/(M+P-1). */
+#include "comm.h"
+#include "config.h"
+#include "csvlog.h"
+#include "data.h"
+#include "device.h"
+#include "kernels.h"
+#include "layer_split.h"
+#include "model.h"
+#include "optim.h"
+#include "schedule.h"
+#include "timeline.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PROGRAM "04_pipeline/train"
+
+/* ---- this chapter's flags ---- */
+typedef struct {
+    char schedule[16]; /* gpipe, 1f1b */
+    int pp;            /* --pp: pipeline stages, 0 = world / dp */
+    int dp;            /* --dp: data-parallel replicas of the pipeline */
+    char split[1024];  /* --split: blocks per stage, "" = balance the parameters */
+    char comm[8];      /* auto, nccl, mpi */
+    int print_schedule;
+} PipelineFlags;
+
+enum { OPT_SCHEDULE = 1000, OPT_PP, OPT_DP, OPT_SPLIT, OPT_COMM, OPT_PRINT_SCHEDULE };
+static const struct option pipeline_options[] = {
+    {"schedule", required_argument, 0, OPT_SCHEDULE},
+    {"pp", required_argument, 0, OPT_PP},
+    {"dp", required_argument, 0, OPT_DP},
+    {"split", required_argument, 0, OPT_SPLIT},
+    {"comm", required_argument, 0, OPT_COMM},
+    {"print-schedule", no_argument, 0, OPT_PRINT_SCHEDULE},
+    {0, 0, 0, 0},
+};
+static const char pipeline_help[] =
+    "pipeline parallel (run with mpirun -np P*D; --micro M cuts each replica's batch into M micro-batches)\n"
+    "  --schedule gpipe|1f1b      all forwards then all backwards, or one-forward-one-backward (default 1f1b)\n"
+    "  --pp P                     pipeline stages, 1..layers (default: world size / dp)\n"
+    "  --dp D                     data-parallel replicas of the pipeline (default 1)\n"
+    "  --split a,b,...            blocks per stage (default: balance the parameters)\n"
+    "  --comm auto|nccl|mpi       transport for device buffers (default auto)\n"
+    "  --print-schedule           print every stage's list of actions and exit\n";
+
+static int handle_pipeline_flag(int option, const char *value, void *context) {
+    PipelineFlags *f = context;
+    switch (option) {
+    case OPT_SCHEDULE:
+        if (strcmp(value, "gpipe") && strcmp(value, "1f1b"))
+            fatal(EXIT_USAGE, "--schedule: unknown schedule '%s' (valid: gpipe, 1f1b)", value);
+        snprintf(f->schedule, sizeof f->schedule, "%s", value);
+        return 0;
+    case OPT_PP: f->pp = (int)parse_int_flag("--pp", value, 1, 256); return 0;
+    case OPT_DP: f->dp = (int)parse_int_flag("--dp", value, 1, 4096); return 0;
+    case OPT_SPLIT:
+        if (strlen(value) >= sizeof f->split) fatal(EXIT_USAGE, "--split: value is too long");
+        snprintf(f->split, sizeof f->split, "%s", value);
+        return 0;
+    case OPT_COMM:
+        if (strcmp(value, "auto") && strcmp(value, "nccl") && strcmp(value, "mpi"))
+            fatal(EXIT_USAGE, "--comm: unknown transport '%s' (valid: auto, nccl, mpi)", value);
+        snprintf(f->comm, sizeof f->comm, "%s", value);
+        return 0;
+    case OPT_PRINT_SCHEDULE: f->print_schedule = 1; return 0;
+    }
+    return -1;
+}
+
+/* ---- everything this rank holds and does ---- */
+typedef struct {
+    CommGroup *pp, *dp;       /* this rank's pipeline; the ranks holding the same stage */
+    int stage, stages;        /* this rank's stage (= its rank in pp) and their number */
+    int first_block, last_block;
+    GPT model;                /* this stage's parameters only */
+    Scratch scratch;
+    Activations *slot;        /* one set of saved activations per micro-batch in flight */
+    int slots;
+    float *grad_in, *grad_out;/* (B,T,C): gradient arriving from stage+1, leaving to stage-1 */
+    StageSchedule schedule;
+    /* what a micro-batch needs to find its data */
+    const Dataset *data;
+    const Config *cfg;
+    int step, first_sequence, B, T;
+    float dloss;
+    double loss_sum;          /* token losses of this step (last stage) */
+    /* timing */
+    Timeline timeline;
+    double step_origin_ms, fwd_ms, bwd_ms, comm_ms, end_ms;
+} Pipeline;
+
+enum { TAG_ACTIVATIONS = 1, TAG_GRADIENTS = 2, TAG_EXCHANGE = 3 };
+
+static Activations *slot_of(Pipeline *p, int micro) { return &p->slot[micro % p->slots]; }
+static size_t boundary_floats(const Pipeline *p) { return (size_t)p->B * p->T * p->model.cfg.dmodel; }
+
+/* The input of block l on this stage: its first block reads what arrived in `encoded`. */
+static const float *stage_block_input(Pipeline *p, Activations *a, int l) {
+    return l == p->first_block ? a->encoded : a->block[l - 1].res3;
+}
+static float *stage_output(Pipeline *p, Activations *a) { return a->block[p->last_block].res3; }
+
+/* Forward of micro-batch m through this stage. The first stage reads the
+ * tokens, the last the targets: both from (seed, step, sequence), as every
+ * chapter does, so no token ever needs to travel. */
+static void stage_forward(Pipeline *p, int m) {
+    Activations *a = slot_of(p, m);
+    int B = p->B, T = p->T;
+    int first = p->stage == 0, last = p->stage == p->stages - 1;
+    if (first || last) {
+        size_t bytes = (size_t)B * T * sizeof(int);
+        int *tokens = xmalloc(bytes), *targets = xmalloc(bytes);
+        data_batch(p->data, SPLIT_TRAIN, p->cfg->seed, p->step, p->first_sequence + m * B, B, T, tokens, targets);
+        copy_to_device(a->tokens, tokens, bytes);
+        copy_to_device(a->targets, targets, bytes);
+        free(tokens);
+        free(targets);
+    }
+    if (first) gpt_embedding_forward(&p->model, a, B, T);
+    for (int l = p->first_block; l <= p->last_block; l++)
+        gpt_block_forward(&p->model, a, &p->scratch, l, stage_block_input(p, a, l), B, T);
+    if (last) {
+        gpt_head_forward(&p->model, a, stage_output(p, a), 1, B, T);
+        p->loss_sum += gpt_loss_sum(a, B, T);
+    }
+}
+
+/* Backward of micro-batch m through this stage, in the reverse order; the
+ * gradient of the stage's input ends in grad_out (or the embedding). */
+static void stage_backward(Pipeline *p, int m) {
+    Activations *a = slot_of(p, m);
+    Scratch *s = &p->scratch;
+    int B = p->B, T = p->T;
+    const float *dout = p->grad_in;
+    if (p->stage == p->stages - 1) {
+        gpt_head_backward(&p->model, a, s, stage_output(p, a), s->dresid[0], p->dloss, B, T);
+        dout = s->dresid[0];
+    }
+    for (int l = p->last_block; l >= p->first_block; l--) {
+        float *din = l == p->first_block && p->stage > 0 ? p->grad_out
+                     : dout == s->dresid[0]             ? s->dresid[1]
+                                                        : s->dresid[0];
+        gpt_block_backward(&p->model, a, s, l, stage_block_input(p, a, l), dout, din, B, T);
+        dout = din;
+    }
+    if (p->stage == 0) gpt_embedding_backward(&p->model, a, dout, B, T);
+}
+
+/* Milliseconds since this step started, after the device finished its work. */
+static double now_ms(Pipeline *p) {
+    device_sync();
+    return wall_ms() - p->step_origin_ms;
+}
+
+/* The interpreter: one action of a schedule. */
+static void run_action(Pipeline *p, const Action *a) {
+    size_t n = boundary_floats(p);
+    int prev = p->stage - 1, next = p->stage + 1;
+    double start = now_ms(p);
+    switch (a->kind) {
+    case OP_FORWARD: stage_forward(p, a->micro); break;
+    case OP_BACKWARD: stage_backward(p, a->micro); break;
+    case OP_RECV_ACT: comm_recv(p->pp, slot_of(p, a->micro)->encoded, n, prev, TAG_ACTIVATIONS); break;
+    case OP_SEND_ACT: comm_send(p->pp, stage_output(p, slot_of(p, a->micro)), n, next, TAG_ACTIVATIONS); break;
+    case OP_RECV_GRAD: comm_recv(p->pp, p->grad_in, n, next, TAG_GRADIENTS); break;
+    case OP_SEND_GRAD: comm_send(p->pp, p->grad_out, n, prev, TAG_GRADIENTS); break;
+    case OP_SEND_ACT_RECV_GRAD:
+        comm_sendrecv(p->pp, stage_output(p, slot_of(p, a->micro)), n, next, p->grad_in, n, next, TAG_EXCHANGE);
+        break;
+    case OP_SEND_GRAD_RECV_ACT:
+        comm_sendrecv(p->pp, p->grad_out, n, prev, slot_of(p, a->micro2)->encoded, n, prev, TAG_EXCHANGE);
+        break;
+    }
+    double end = now_ms(p);
+    if (a->kind == OP_FORWARD) p->fwd_ms += end - start;
+    else if (a->kind == OP_BACKWARD) p->bwd_ms += end - start;
+    else p->comm_ms += end - start;
+    p->end_ms = end;
+    timeline_add(&p->timeline, p->step + 1, a->micro, schedule_op_name(a->kind), start * 1e3, end * 1e3);
+}
+
+/* Mean validation loss: forward only, the micro-batches one after another
+ * through the stages (no backward, so no schedule is needed). */
+static double evaluate_pipeline(Pipeline *p, int dp_index) {
+    const Config *cfg = p->cfg;
+    int per_replica = cfg->batch / comm_size(p->dp);
+    size_t n = boundary_floats(p);
+    double saved_loss = p->loss_sum;
+    int saved_step = p->step, saved_first = p->first_sequence;
+    p->loss_sum = 0.0;
+    for (int e = 0; e < cfg->eval_batches; e++) {
+        for (int m = 0; m < per_replica / p->B; m++) {
+            Activations *a = slot_of(p, 0);
+            int B = p->B, T = p->T, first = p->stage == 0, last = p->stage == p->stages - 1;
+            size_t bytes = (size_t)B * T * sizeof(int);
+            int *tokens = xmalloc(bytes), *targets = xmalloc(bytes);
+            data_batch(p->data, SPLIT_VAL, cfg->seed, e, dp_index * per_replica + m * B, B, T, tokens, targets);
+            copy_to_device(a->tokens, tokens, bytes);
+            copy_to_device(a->targets, targets, bytes);
+            free(tokens);
+            free(targets);
+            if (first) gpt_embedding_forward(&p->model, a, B, T);
+            else comm_recv(p->pp, a->encoded, n, p->stage - 1, TAG_ACTIVATIONS);
+            for (int l = p->first_block; l <= p->last_block; l++)
+                gpt_block_forward(&p->model, a, &p->scratch, l, stage_block_input(p, a, l), B, T);
+            if (!last) comm_send(p->pp, stage_output(p, a), n, p->stage + 1, TAG_ACTIVATIONS);
+            else {
+                gpt_head_forward(&p->model, a, stage_output(p, a), 1, B, T);
+                p->loss_sum += gpt_loss_sum(a, B, T);
+            }
+        }
+    }
+    double total = comm_allreduce_double(comm_world(), p->loss_sum, 0);
+    p->loss_sum = saved_loss;
+    p->step = saved_step;
+    p->first_sequence = saved_first;
+    return total / ((double)cfg->eval_batches * cfg->batch * cfg->model.seq);
+}
+
+int main(int argc, char **argv) {
+    comm_init(&argc, &argv);
+    CommGroup *world = comm_world();
+    int rank = comm_rank(world), ranks = comm_size(world);
+
+    Config cfg;
+    PipelineFlags pf = {.schedule = "1f1b", .dp = 1, .comm = "auto"};
+    CliExtra extra = {pipeline_options, pipeline_help, handle_pipeline_flag, &pf};
+    config_parse(&cfg, argc, argv, PROGRAM,
+                 "Train a GPT with pipeline parallelism: micro-batches flow through a layer split (GPipe, 1F1B).",
+                 &extra);
+    int P = pf.pp ? pf.pp : ranks / pf.dp, M = cfg.micro, L = cfg.model.layers;
+    if (P * pf.dp != ranks)
+        fatal(EXIT_USAGE, "%d ranks cannot hold %d pipeline stages x --dp %d (valid: mpirun -np %d)", ranks, P, pf.dp,
+              P * pf.dp);
+    if (P > L)
+        fatal(EXIT_USAGE, "--pp %d stages for a model of %d layers (valid: 1..%d, every stage needs a block)", P, L, L);
+    if (cfg.batch % (pf.dp * M) != 0)
+        fatal(EXIT_USAGE,
+              "--micro %d does not divide the %d sequences of each of the %d replicas (valid: --batch a multiple of "
+              "dp x micro = %d)",
+              M, cfg.batch / pf.dp, pf.dp, pf.dp * M);
+    if (cfg.save[0] || cfg.resume[0])
+        fatal(EXIT_USAGE, "--save and --resume: chapter 04 does not checkpoint a split model (use chapter 01 or 02)");
+
+    /* ---- groups: ranks d*P .. d*P+P-1 form replica d's pipeline ---- */
+    int dp_index = rank / P, stage = rank % P;
+    Pipeline p = {.stage = stage, .stages = P, .data = NULL, .cfg = &cfg};
+    p.pp = comm_split(world, dp_index, stage);
+    p.dp = comm_split(world, stage, dp_index);
+
+    /* ---- the split and the schedule ---- */
+    GPT table;
+    gpt_build_table(&table, &cfg.model);
+    int blocks[256];
+    if (pf.split[0]) layer_split_parse(pf.split, P, L, blocks);
+    else layer_split_balanced(&table, P, blocks);
+    free(table.tensors);
+    layer_split_range(blocks, stage, &p.first_block, &p.last_block);
+    if (pf.print_schedule) {
+        if (rank == 0) {
+            printf("%s schedule, %d stages, %d micro-batches (F/B forward/backward of a micro-batch; ra/sa receive/"
+                   "send activations, rg/sg gradients; x|y one exchange)\n",
+                   pf.schedule, P, M);
+            for (int s = 0; s < P; s++) {
+                StageSchedule sched;
+                schedule_build(pf.schedule, P, M, s, &sched);
+                schedule_print(&sched, s);
+                schedule_free(&sched);
+            }
+        }
+        comm_finalize();
+        return 0;
+    }
+    schedule_build(pf.schedule, P, M, stage, &p.schedule);
+
+    /* ---- build: device, data, output files, this stage's model, optimizer ---- */
+    device_init(cfg.device, comm_local_rank());
+    device_set_limit(cfg.device_mem_limit);
+    comm_select(pf.comm);
+    Dataset data;
+    data_load(&data, cfg.data, cfg.model.seq);
+    p.data = &data;
+    FILE *steps_csv = NULL;
+    if (rank == 0) {
+        out_dir_prepare(cfg.out);
+        steps_csv = steps_csv_open(cfg.out, ",bubble");
+    }
+    comm_barrier(world); /* the output directory exists before any rank writes into it */
+
+    int first_part = stage == 0 ? LAYER_EMBEDDING : p.first_block, last_part = stage == P - 1 ? L : p.last_block;
+    gpt_create_range(&p.model, &cfg.model, cfg.seed, first_part, last_part);
+    AdamW opt;
+    adamw_create(&opt, p.model.param_count);
+    int per_replica = cfg.batch / pf.dp; /* this replica's share of the global batch */
+    p.B = per_replica / M;               /* sequences per micro-batch */
+    p.T = cfg.model.seq;
+    p.slots = schedule_live_activations(&p.schedule);
+    p.slot = xcalloc(p.slots, sizeof(Activations));
+    for (int i = 0; i < p.slots; i++)
+        activations_create_range(&p.slot[i], &cfg.model, p.B, p.T, p.first_block, last_part);
+    scratch_create(&p.scratch, &cfg.model, p.B, p.T);
+    p.grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, boundary_floats(&p) * sizeof(float), "gradient from next stage");
+    p.grad_out = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, boundary_floats(&p) * sizeof(float), "gradient to prev stage");
+    int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
+
+    double bubble_theory = bubble_formula(P, M);
+    log_info("%s | %d ranks = %d stages x %d replicas | device %s | comm %s | schedule %s | %d micro-batches of %d "
+             "sequences | %zu parameters | bubble formula (P-1)/(M+P-1) = %.3f\n",
+             PROGRAM, ranks, P, pf.dp, device_name(), comm_transport_name(), pf.schedule, M, p.B, table.num_params,
+             bubble_theory);
+    for (int s = 0, first = 0; s < P; s++) {
+        log_info("stage %d: blocks %d..%d%s%s\n", s, first, first + blocks[s] - 1, s == 0 ? " + embedding" : "",
+                 s == P - 1 ? " + head" : "");
+        first += blocks[s];
+    }
+    if (cfg.sample > 0) log_info("note: no text sample (--sample): chapter 04 never holds the whole model on one rank\n");
+
+    double tokens_per_step = (double)cfg.batch * p.T;
+    p.dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
+    double *step_ms = xcalloc(last_step, sizeof(double)), *bubbles = xcalloc(last_step, sizeof(double));
+    double loss = NAN;
+    const KernelOps *k = ops();
+
+    for (int step = 0; step < last_step; step++) {
+        Timer step_timer = {0}, timer = {0};
+        StepRecord rec = {.step = step + 1, .val_loss = NAN};
+        comm_barrier(world); /* every rank starts the step together: one time origin for the timeline */
+        timer_start(&step_timer);
+        p.step = step;
+        p.first_sequence = dp_index * per_replica;
+        p.loss_sum = 0.0;
+        p.fwd_ms = p.bwd_ms = p.comm_ms = p.end_ms = 0.0;
+        p.step_origin_ms = wall_ms();
+
+        /* ---- the schedule: every micro-batch's forward and backward, and the messages ---- */
+        k->fill_zero(p.model.grads, p.model.param_count);
+        for (int i = 0; i < p.schedule.count; i++) run_action(&p, &p.schedule.actions[i]);
+
+        /* ---- the bubble: idle time of the stages while the pipeline ran ---- */
+        double span_ms = comm_allreduce_double(p.pp, p.end_ms, 1), busy_ms = p.fwd_ms + p.bwd_ms;
+        double *stage_busy_ms = xcalloc(P, sizeof(double));
+        comm_gather_bytes(p.pp, &busy_ms, sizeof busy_ms, stage_busy_ms, 0);
+        double bubble = comm_rank(p.pp) == 0 ? bubble_measured(stage_busy_ms, P, span_ms) : 0.0;
+        free(stage_busy_ms);
+        bubbles[step] = comm_allreduce_double(world, bubble, 0) / pf.dp; /* mean over the replicas' stage 0 */
+
+        /* ---- communicate: sum each stage's gradients over the replicas ---- */
+        timer_start(&timer);
+        comm_allreduce(p.dp, p.model.grads, p.model.param_count, COMM_SUM);
+        double dp_ms = timer_stop_ms(&timer);
+        loss = comm_allreduce_double(world, p.loss_sum, 0) / tokens_per_step;
+        check_loss_finite(loss, step + 1);
+
+        /* ---- update: each stage its own parameters, with the global norm ---- */
+        timer_start(&timer);
+        double norm_sq = comm_allreduce_double(p.pp, k->sum_squares(p.model.grads, p.model.param_count), 0);
+        rec.grad_norm = sqrt(norm_sq);
+        rec.lr = lr_at_step(&cfg, step);
+        adamw_step(&opt, p.model.params, p.model.grads, rec.lr, clip_scale(&cfg, rec.grad_norm), &cfg);
+        rec.opt_ms = timer_stop_ms(&timer);
+        rec.step_ms = timer_stop_ms(&step_timer);
+
+        /* ---- log: the slowest rank's times ---- */
+        rec.step_ms = comm_allreduce_double(world, rec.step_ms, 1);
+        rec.fwd_ms = comm_allreduce_double(world, p.fwd_ms, 1);
+        rec.bwd_ms = comm_allreduce_double(world, p.bwd_ms, 1);
+        rec.comm_ms = comm_allreduce_double(world, p.comm_ms + dp_ms, 1);
+        rec.opt_ms = comm_allreduce_double(world, rec.opt_ms, 1);
+        rec.loss = loss;
+        rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
+        step_ms[step] = rec.step_ms;
+        int last = step + 1 == last_step;
+        if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
+            rec.val_loss = evaluate_pipeline(&p, dp_index);
+        if (rank == 0) {
+            if (!cfg.quiet || last) log_step(&rec, cfg.steps);
+            char extra_values[32];
+            snprintf(extra_values, sizeof extra_values, ",%.4f", bubbles[step]);
+            steps_csv_write(steps_csv, &rec, extra_values);
+        }
+    }
+    if (rank == 0) fclose(steps_csv);
+
+    /* ---- timeline, run summary and memory ---- */
+    timeline_write(&p.timeline, world, cfg.out);
+    size_t peaks[SPACE_COUNT * CAT_COUNT];
+    memory_peaks_local(peaks);
+    size_t *all_peaks = xcalloc((size_t)ranks * SPACE_COUNT * CAT_COUNT, sizeof(size_t));
+    comm_gather_bytes(world, peaks, sizeof peaks, all_peaks, 0);
+    double peak_device = comm_allreduce_double(world, (double)mem_peak_total(SPACE_DEVICE), 1);
+    if (rank == 0) {
+        /* the first step includes start-up costs: leave it out of the medians when there are others */
+        int skip = last_step > 1 ? 1 : 0, n = last_step - skip;
+        RunSummary run = {
+            .program = PROGRAM, .device = device_name(), .world_size = ranks, .dp = pf.dp, .tp = 1, .pp = P,
+            .zero = 0, .params = p.model.num_params, .layers = L, .dmodel = cfg.model.dmodel,
+            .heads = cfg.model.heads, .seq = p.T, .batch = cfg.batch, .micro = M, .steps = last_step,
+            .final_loss = loss, .median_step_ms = median(step_ms + skip, n),
+            .peak_device_bytes = (size_t)peak_device,
+        };
+        run.tokens_per_s = run.median_step_ms > 0 ? tokens_per_step / (run.median_step_ms / 1e3) : 0.0;
+        double bubble_measured = median(bubbles + skip, n);
+        char extra_header[64], extra_values[96];
+        snprintf(extra_header, sizeof extra_header, ",schedule,bubble_measured,bubble_theory");
+        snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", pf.schedule, bubble_measured, bubble_theory);
+        run_csv_write_extra(cfg.out, &run, extra_header, extra_values);
+        memory_csv_write(cfg.out, ranks, all_peaks);
+        log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | bubble %.3f measured, %.3f formula | "
+                 "CSVs, timeline.csv and trace.json in %s\n",
+                 loss, run.median_step_ms, run.tokens_per_s, bubble_measured, bubble_theory, cfg.out);
+    }
+
+    free(all_peaks);
+    free(step_ms);
+    free(bubbles);
+    timeline_free(&p.timeline);
+    mem_free(p.grad_in);
+    mem_free(p.grad_out);
+    scratch_destroy(&p.scratch);
+    for (int i = 0; i < p.slots; i++) activations_destroy(&p.slot[i], &cfg.model);
+    free(p.slot);
+    schedule_free(&p.schedule);
+    adamw_destroy(&opt);
+    gpt_destroy(&p.model);
+    data_free(&data);
+    comm_finalize();
+    return 0;
+}

@@ -1,0 +1,150 @@
+#!/usr/bin/env bats
+# 04_pipeline: micro-batches through a layer split with GPipe and 1F1B give
+# chapter 01's losses; timelines, bubble and activation memory are reported.
+
+load helpers
+
+TRAIN04="$REPO/04_pipeline/train"
+# tiny preset with 4 layers (so 4 stages fit), 4 steps; a private copy of the
+# corpus, so that editing course.md during the run cannot change the data
+FLAGS="--device cpu --layers 4 --steps 4 --sample 0 --quiet --data $BATS_FILE_TMPDIR/corpus.txt"
+
+setup_file() {
+    cp "$REPO/course.md" "$BATS_FILE_TMPDIR/corpus.txt"
+    for batch in 8 12 16; do
+        "$REPO/01_single_gpu/train" $FLAGS --batch $batch --out "$BATS_FILE_TMPDIR/ref$batch" >/dev/null
+    done
+}
+
+pipeline() { OMP_NUM_THREADS=1 mpirun_np "$@"; }
+
+# Every step's loss within 1e-4 (relative) of chapter 01's run with the same global batch.
+assert_matches_01() {
+    local batch="$1" out="$2"
+    run paste -d, <(csv_column "$BATS_FILE_TMPDIR/ref$batch/steps.csv" loss) <(csv_column "$out/steps.csv" loss)
+    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" "4"
+    echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) { print "step " NR ": " $0; bad = 1 } }
+                              END { exit bad }'
+}
+
+check_stages() {
+    local P="$1"
+    for M in 1 2 4 8; do
+        for schedule in gpipe 1f1b; do
+            out="$BATS_TEST_TMPDIR/p$P-m$M-$schedule"
+            pipeline "$P" "$TRAIN04" $FLAGS --batch 8 --micro "$M" --schedule "$schedule" --out "$out" >/dev/null
+            assert_matches_01 8 "$out"
+        done
+    done
+}
+
+@test "a 2-stage pipeline matches single-device losses for 1, 2, 4, 8 micro-batches, GPipe and 1F1B" { check_stages 2; }
+@test "a 3-stage pipeline matches single-device losses for 1, 2, 4, 8 micro-batches, GPipe and 1F1B" { check_stages 3; }
+@test "a 4-stage pipeline matches single-device losses for 1, 2, 4, 8 micro-batches, GPipe and 1F1B" { check_stages 4; }
+
+@test "micro-batches that are not a multiple of the stages (P=2, M=3) match single-device losses" {
+    for schedule in gpipe 1f1b; do
+        pipeline 2 "$TRAIN04" $FLAGS --batch 12 --micro 3 --schedule "$schedule" --out "$BATS_TEST_TMPDIR/$schedule" >/dev/null
+        assert_matches_01 12 "$BATS_TEST_TMPDIR/$schedule"
+    done
+}
+
+@test "two pipeline replicas (P=2, D=2) match single-device losses" {
+    for schedule in gpipe 1f1b; do
+        pipeline 4 "$TRAIN04" $FLAGS --batch 16 --micro 4 --dp 2 --schedule "$schedule" \
+            --out "$BATS_TEST_TMPDIR/$schedule" >/dev/null
+        assert_matches_01 16 "$BATS_TEST_TMPDIR/$schedule"
+        assert_equal "$(csv_column "$BATS_TEST_TMPDIR/$schedule/run.csv" pp),$(csv_column "$BATS_TEST_TMPDIR/$schedule/run.csv" dp)" "2,2"
+    done
+}
+
+@test "an explicit --split matches single-device losses" {
+    pipeline 2 "$TRAIN04" $FLAGS --batch 8 --micro 4 --split 3,1 --out "$BATS_TEST_TMPDIR/split" >/dev/null
+    assert_matches_01 8 "$BATS_TEST_TMPDIR/split"
+}
+
+@test "timeline.csv records every action of every rank and trace.json is a valid Chrome trace" {
+    out="$BATS_TEST_TMPDIR/tl"
+    pipeline 2 "$TRAIN04" $FLAGS --batch 8 --micro 4 --out "$out" >/dev/null
+    assert_equal "$(head -1 "$out/timeline.csv")" "rank,step,micro,op,start_us,end_us"
+    # per step: 4 forwards and 4 backwards on each of 2 ranks
+    assert_equal "$(grep -c ',fwd,' "$out/timeline.csv")" "32"
+    assert_equal "$(grep -c ',bwd,' "$out/timeline.csv")" "32"
+    awk -F, 'NR > 1 && $6 < $5 { bad = 1 } END { exit bad }' "$out/timeline.csv"
+    run python3 -c "import json, sys; t = json.load(open('$out/trace.json'))['traceEvents']; \
+        print(sum(1 for e in t if e.get('ph') == 'X'), sorted({e['tid'] for e in t}))"
+    assert_success
+    assert_output --partial "[0, 1]"
+}
+
+@test "run.csv reports the measured bubble next to the formula (P-1)/(M+P-1)" {
+    out="$BATS_TEST_TMPDIR/bubble"
+    pipeline 2 "$TRAIN04" $FLAGS --batch 8 --micro 4 --out "$out" >/dev/null
+    assert_equal "$(csv_column "$out/run.csv" bubble_theory)" "0.2000"
+    measured=$(csv_column "$out/run.csv" bubble_measured)
+    awk -v b="$measured" 'BEGIN { exit !(b > 0 && b < 1) }'
+    head -1 "$out/steps.csv" | grep -q ',bubble$'
+}
+
+# Activation bytes of rank r in a run's memory.csv.
+activations_of() { awk -F, -v r="$2" '$1 == r && $2 == "device" && $3 == "activations" { print $4 }' "$1/memory.csv"; }
+
+@test "1F1B holds at most P micro-batches of activations on the first stage; GPipe holds all M" {
+    d="$BATS_TEST_TMPDIR"
+    # micro-batches of 2 sequences in every run, so one micro-batch's activations are comparable
+    pipeline 2 "$TRAIN04" $FLAGS --batch 2 --micro 1 --out "$d/m1" >/dev/null
+    pipeline 2 "$TRAIN04" $FLAGS --batch 16 --micro 8 --schedule gpipe --out "$d/gpipe" >/dev/null
+    pipeline 2 "$TRAIN04" $FLAGS --batch 16 --micro 8 --schedule 1f1b --out "$d/1f1b" >/dev/null
+    for r in 0 1; do
+        one=$(activations_of "$d/m1" $r)
+        assert_equal "$(activations_of "$d/gpipe" $r)" "$((8 * one))"
+    done
+    assert_equal "$(activations_of "$d/1f1b" 0)" "$((2 * $(activations_of "$d/m1" 0)))"   # P = 2 on stage 0
+    assert_equal "$(activations_of "$d/1f1b" 1)" "$((1 * $(activations_of "$d/m1" 1)))"   # P - 1 stages later
+}
+
+@test "--print-schedule prints every stage's actions" {
+    run "$TRAIN04" --layers 4 --pp 1 --micro 2 --print-schedule
+    assert_success
+    assert_line "stage 0: F0 B0 F1 B1"
+    run bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' --layers 4 --batch 6 --micro 3 --schedule 1f1b \
+        --print-schedule"
+    assert_success
+    assert_line "stage 0: F0 sa0 F1 sa1|rg0 B0 F2 sa2|rg1 B1 rg2 B2"
+    assert_line "stage 1: ra0 F0 B0 sg0|ra1 F1 B1 sg1|ra2 F2 B2 sg2"
+}
+
+@test "micro-batches that do not divide each replica's share of the batch are refused" {
+    # 12 sequences over 2 replicas: 6 each, which 4 micro-batches do not divide
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --pp 1 --dp 2 --batch 12 \
+        --micro 4"
+    assert_failure
+    [[ "$stderr" == *"--micro 4 does not divide the 6 sequences of each of the 2 replicas"* ]]
+}
+
+@test "more stages than layers are refused" {
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 3 '$TRAIN04' $FLAGS --layers 2"
+    assert_failure
+    [[ "$stderr" == *"--pp 3 stages for a model of 2 layers (valid: 1..2, every stage needs a block)"* ]]
+}
+
+@test "an unknown schedule is refused" {
+    run --separate-stderr timeout 5 "$TRAIN04" $FLAGS --schedule zigzag
+    assert_equal "$status" 2
+    [[ "$stderr" == *"--schedule: unknown schedule 'zigzag' (valid: gpipe, 1f1b)"* ]]
+}
+
+@test "the measured bubble is within 25% of (P-1)/(M+P-1) on balanced stages (P=2, M=2, one thread per rank)" {
+    # the issue's conditions: M >= P, no more ranks than cores, one OpenMP
+    # thread per rank, MPI yielding its core while it waits
+    for schedule in gpipe 1f1b; do
+        out="$BATS_TEST_TMPDIR/$schedule"
+        OMPI_MCA_mpi_yield_when_idle=1 pipeline 2 "$TRAIN04" --device cpu --model small --steps 6 --batch 32 \
+            --micro 2 --schedule "$schedule" --sample 0 --quiet --eval-batches 1 \
+            --data "$BATS_FILE_TMPDIR/corpus.txt" --out "$out" >/dev/null
+        measured=$(csv_column "$out/run.csv" bubble_measured)
+        theory=$(csv_column "$out/run.csv" bubble_theory)
+        echo "$schedule: measured $measured, formula $theory"
+        awk -v m="$measured" -v t="$theory" 'BEGIN { r = (m - t) / t; if (r < 0) r = -r; exit !(r <= 0.25) }'
+    done
+}

@@ -152,3 +152,19 @@ load helpers
     paste -d, <(csv_column "$d/ref/steps.csv" loss) <(csv_column "$d/nccl/steps.csv" loss) |
         awk -F, '{ n++; r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) bad = 1 } END { exit bad || n != 5 }'
 }
+
+@test "the layer split, tensor parallel and 1F1B pipeline on 2 ranks sharing one GPU give the CPU's losses" {
+    require_gpu
+    d=$(scratch)
+    "$TRAIN01" --device cpu --layers 4 --steps 4 --batch 8 --sample 0 --quiet --out "$d/ref"
+    mpirun_np 2 "$REPO/03_model_parallel/train" --device cuda --comm mpi --mp layer --layers 4 --steps 4 --batch 8 \
+        --sample 0 --quiet --out "$d/layer"
+    mpirun_np 2 "$REPO/03_model_parallel/train" --device cuda --comm mpi --mp tensor --tp 2 --layers 4 --steps 4 \
+        --batch 8 --sample 0 --quiet --out "$d/tensor"
+    mpirun_np 2 "$REPO/04_pipeline/train" --device cuda --comm mpi --schedule 1f1b --micro 4 --layers 4 --steps 4 \
+        --batch 8 --sample 0 --quiet --out "$d/pipeline"
+    for run in layer tensor pipeline; do
+        paste -d, <(csv_column "$d/ref/steps.csv" loss) <(csv_column "$d/$run/steps.csv" loss) |
+            awk -F, '{ n++; r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) bad = 1 } END { exit bad || n != 4 }'
+    done
+}

@@ -72,22 +72,17 @@ static int handle_dp_flag(int option, const char *value, void *context) {
     DataParallelFlags *f = context;
     switch (option) {
     case OPT_DP_MODE:
-        if (strcmp(value, "naive") && strcmp(value, "flat") && strcmp(value, "overlap"))
-            fatal(EXIT_USAGE, "--dp-mode: unknown mode '%s' (valid: naive, flat, overlap)", value);
-        snprintf(f->dp_mode, sizeof f->dp_mode, "%s", value);
+        parse_choice_flag("--dp-mode", "mode", value, "naive|flat|overlap", f->dp_mode, sizeof f->dp_mode);
         return 0;
     case OPT_BUCKET_MB:
         f->bucket_mb = parse_float_flag("--bucket-mb", value, 1e-6, 4096);
         return 0;
     case OPT_ALLREDUCE:
-        if (strcmp(value, "ring") && strcmp(value, "library"))
-            fatal(EXIT_USAGE, "--allreduce: unknown all-reduce '%s' (valid: ring, library)", value);
-        snprintf(f->allreduce, sizeof f->allreduce, "%s", value);
+        parse_choice_flag("--allreduce", "all-reduce", value, "ring|library", f->allreduce,
+                          sizeof f->allreduce);
         return 0;
     case OPT_COMM:
-        if (strcmp(value, "auto") && strcmp(value, "nccl") && strcmp(value, "mpi"))
-            fatal(EXIT_USAGE, "--comm: unknown transport '%s' (valid: auto, nccl, mpi)", value);
-        snprintf(f->comm, sizeof f->comm, "%s", value);
+        parse_choice_flag("--comm", "transport", value, "auto|nccl|mpi", f->comm, sizeof f->comm);
         return 0;
     case OPT_CHECK_REPLICAS:
         f->check_replicas = parse_int_flag("--check-replicas", value, 0, 10000000);
@@ -297,11 +292,7 @@ int main(int argc, char **argv) {
     }
 
     /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
-    size_t peaks[SPACE_COUNT * CAT_COUNT];
-    memory_peaks_local(peaks);
-    size_t *all_peaks = xcalloc((size_t)ranks * SPACE_COUNT * CAT_COUNT, sizeof(size_t));
-    comm_gather_bytes(world, peaks, sizeof peaks, all_peaks, 0);
-    double peak_device = comm_allreduce_double(world, (double)mem_peak_total(SPACE_DEVICE), 1);
+    size_t peak_device = comm_write_memory_csv(world, cfg.out);
     if (rank == 0) {
         int ran = last_step - first_step;
         RunSummary run = {
@@ -322,18 +313,16 @@ int main(int argc, char **argv) {
             .steps = ran,
             .final_loss = loss,
             .median_step_ms = ran > 0 ? median(step_ms + first_step, ran) : 0.0,
-            .peak_device_bytes = (size_t)peak_device,
+            .peak_device_bytes = peak_device,
         };
         run.tokens_per_s = run.median_step_ms > 0 ? tokens_per_step / (run.median_step_ms / 1e3) : 0.0;
         run_csv_write(cfg.out, &run);
-        memory_csv_write(cfg.out, ranks, all_peaks);
         log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.1f MiB sent per rank | CSVs "
                  "in %s\n",
                  loss, run.median_step_ms, run.tokens_per_s, comm_bytes_sent() / 1048576.0, cfg.out);
     }
 
     if (overlap && dp.print_buckets) buckets_print(&buckets);
-    free(all_peaks);
     free(tokens);
     free(targets);
     free(step_ms);

@@ -79,9 +79,7 @@ static int handle_mp_flag(int option, const char *value, void *context) {
     ModelParallelFlags *f = context;
     switch (option) {
     case OPT_MP:
-        if (strcmp(value, "layer") && strcmp(value, "tensor"))
-            fatal(EXIT_USAGE, "--mp: unknown split '%s' (valid: layer, tensor)", value);
-        snprintf(f->mp, sizeof f->mp, "%s", value);
+        parse_choice_flag("--mp", "split", value, "layer|tensor", f->mp, sizeof f->mp);
         return 0;
     case OPT_SPLIT:
         if (strlen(value) >= sizeof f->split) fatal(EXIT_USAGE, "--split: value is too long");
@@ -94,9 +92,7 @@ static int handle_mp_flag(int option, const char *value, void *context) {
         f->dp = parse_int_flag("--dp", value, 1, 100000);
         return 0;
     case OPT_COMM:
-        if (strcmp(value, "auto") && strcmp(value, "nccl") && strcmp(value, "mpi"))
-            fatal(EXIT_USAGE, "--comm: unknown transport '%s' (valid: auto, nccl, mpi)", value);
-        snprintf(f->comm, sizeof f->comm, "%s", value);
+        parse_choice_flag("--comm", "transport", value, "auto|nccl|mpi", f->comm, sizeof f->comm);
         return 0;
     }
     return -1;
@@ -463,11 +459,7 @@ int main(int argc, char **argv) {
     if (cfg.sample > 0) sample_split(&par, &data, &cfg, &rng);
 
     /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
-    size_t peaks[SPACE_COUNT * CAT_COUNT];
-    memory_peaks_local(peaks);
-    size_t *all_peaks = xcalloc((size_t)ranks * SPACE_COUNT * CAT_COUNT, sizeof(size_t));
-    comm_gather_bytes(world, peaks, sizeof peaks, all_peaks, 0);
-    double peak_device = comm_allreduce_double(world, (double)mem_peak_total(SPACE_DEVICE), 1);
+    size_t peak_device = comm_write_memory_csv(world, cfg.out);
     if (rank == 0) {
         RunSummary run = {
             .program = PROGRAM,
@@ -487,17 +479,15 @@ int main(int argc, char **argv) {
             .steps = last_step,
             .final_loss = loss,
             .median_step_ms = last_step > 0 ? median(step_ms, last_step) : 0.0,
-            .peak_device_bytes = (size_t)peak_device,
+            .peak_device_bytes = peak_device,
         };
         run.tokens_per_s = run.median_step_ms > 0 ? tokens_per_step / (run.median_step_ms / 1e3) : 0.0;
         run_csv_write(cfg.out, &run);
-        memory_csv_write(cfg.out, ranks, all_peaks);
         log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.1f MiB sent by rank 0 | CSVs "
                  "in %s\n",
                  loss, run.median_step_ms, run.tokens_per_s, comm_bytes_sent() / 1048576.0, cfg.out);
     }
 
-    free(all_peaks);
     free(busy_all);
     free(tokens);
     free(targets);

@@ -64,8 +64,10 @@ static void build_1f1b(StageSchedule *s, int P, int M, int stage) {
         if (!last) add(s, OP_SEND_ACT_RECV_GRAD, f, i);
         add(s, OP_BACKWARD, i, -1);
         if (!first) {
-            if (i < steady - 1) add(s, OP_SEND_GRAD_RECV_ACT, i, f + 1);
-            else add(s, OP_SEND_GRAD, i, -1);
+            if (i < steady - 1)
+                add(s, OP_SEND_GRAD_RECV_ACT, i, f + 1);
+            else
+                add(s, OP_SEND_GRAD, i, -1);
         }
     }
     /* cool-down: drain the backwards */
@@ -75,10 +77,14 @@ static void build_1f1b(StageSchedule *s, int P, int M, int stage) {
 
 int schedule_build(const char *name, int P, int M, int stage, StageSchedule *out) {
     memset(out, 0, sizeof *out);
-    if (strcmp(name, "gpipe") == 0) build_gpipe(out, P, M, stage);
-    else if (strcmp(name, "1f1b") == 0) build_1f1b(out, P, M, stage);
-    else if (strcmp(name, "1f1b-naive") == 0) build_1f1b_naive(out, P, M, stage);
-    else return -1;
+    if (strcmp(name, "gpipe") == 0)
+        build_gpipe(out, P, M, stage);
+    else if (strcmp(name, "1f1b") == 0)
+        build_1f1b(out, P, M, stage);
+    else if (strcmp(name, "1f1b-naive") == 0)
+        build_1f1b_naive(out, P, M, stage);
+    else
+        return -1;
     return 0;
 }
 
@@ -89,14 +95,30 @@ void schedule_free(StageSchedule *s) {
 
 static void format_action(const Action *a, char *buf, size_t len) {
     switch (a->kind) {
-    case OP_FORWARD: snprintf(buf, len, "F%d", a->micro); break;
-    case OP_BACKWARD: snprintf(buf, len, "B%d", a->micro); break;
-    case OP_RECV_ACT: snprintf(buf, len, "ra%d", a->micro); break;
-    case OP_SEND_ACT: snprintf(buf, len, "sa%d", a->micro); break;
-    case OP_RECV_GRAD: snprintf(buf, len, "rg%d", a->micro); break;
-    case OP_SEND_GRAD: snprintf(buf, len, "sg%d", a->micro); break;
-    case OP_SEND_ACT_RECV_GRAD: snprintf(buf, len, "sa%d|rg%d", a->micro, a->micro2); break;
-    case OP_SEND_GRAD_RECV_ACT: snprintf(buf, len, "sg%d|ra%d", a->micro, a->micro2); break;
+    case OP_FORWARD:
+        snprintf(buf, len, "F%d", a->micro);
+        break;
+    case OP_BACKWARD:
+        snprintf(buf, len, "B%d", a->micro);
+        break;
+    case OP_RECV_ACT:
+        snprintf(buf, len, "ra%d", a->micro);
+        break;
+    case OP_SEND_ACT:
+        snprintf(buf, len, "sa%d", a->micro);
+        break;
+    case OP_RECV_GRAD:
+        snprintf(buf, len, "rg%d", a->micro);
+        break;
+    case OP_SEND_GRAD:
+        snprintf(buf, len, "sg%d", a->micro);
+        break;
+    case OP_SEND_ACT_RECV_GRAD:
+        snprintf(buf, len, "sa%d|rg%d", a->micro, a->micro2);
+        break;
+    case OP_SEND_GRAD_RECV_ACT:
+        snprintf(buf, len, "sg%d|ra%d", a->micro, a->micro2);
+        break;
     }
 }
 
@@ -115,8 +137,8 @@ int schedule_live_activations(const StageSchedule *s) {
     for (int i = 0; i < s->count; i++) {
         const Action *a = &s->actions[i];
         int arrives = a->kind == OP_RECV_ACT || a->kind == OP_FORWARD ? a->micro
-                      : a->kind == OP_SEND_GRAD_RECV_ACT             ? a->micro2
-                                                                     : -1;
+                      : a->kind == OP_SEND_GRAD_RECV_ACT              ? a->micro2
+                                                                      : -1;
         if (arrives > seen) {
             seen = arrives;
             live++;
@@ -128,7 +150,7 @@ int schedule_live_activations(const StageSchedule *s) {
 }
 
 const char *schedule_op_name(OpKind kind) {
-    static const char *names[] = {"fwd",      "bwd",       "recv_act",           "send_act",
+    static const char *names[] = {"fwd",       "bwd",       "recv_act",           "send_act",
                                   "recv_grad", "send_grad", "send_act_recv_grad", "send_grad_recv_act"};
     return names[kind];
 }
@@ -151,7 +173,9 @@ double bubble_measured(const double *busy_ms, int stages, double span_ms) {
 
 /* ---- simulation with blocking messages ---- */
 
-static int is_compute(OpKind k) { return k == OP_FORWARD || k == OP_BACKWARD; }
+static int is_compute(OpKind k) {
+    return k == OP_FORWARD || k == OP_BACKWARD;
+}
 /* +1: the message goes to or comes from stage s+1; -1: stage s-1 */
 static int direction(OpKind k) {
     return k == OP_SEND_ACT || k == OP_RECV_GRAD || k == OP_SEND_ACT_RECV_GRAD ? +1 : -1;
@@ -160,11 +184,14 @@ static int direction(OpKind k) {
 /* Do a (on stage s) and b (on stage s+1) complete each other? */
 static int matches(const Action *a, const Action *b) {
     switch (a->kind) {
-    case OP_SEND_ACT: return b->kind == OP_RECV_ACT && b->micro == a->micro;
-    case OP_RECV_GRAD: return b->kind == OP_SEND_GRAD && b->micro == a->micro;
+    case OP_SEND_ACT:
+        return b->kind == OP_RECV_ACT && b->micro == a->micro;
+    case OP_RECV_GRAD:
+        return b->kind == OP_SEND_GRAD && b->micro == a->micro;
     case OP_SEND_ACT_RECV_GRAD:
         return b->kind == OP_SEND_GRAD_RECV_ACT && b->micro == a->micro2 && b->micro2 == a->micro;
-    default: return 0;
+    default:
+        return 0;
     }
 }
 
@@ -211,8 +238,8 @@ void schedule_simulate(const char *name, int P, int M, double tf, double tb, Sch
                 if (pc[p] == s[p].count) continue;
                 char buf[32];
                 format_action(&s[p].actions[pc[p]], buf, sizeof buf);
-                used += snprintf(r->where + used, sizeof r->where - used, "%sstage %d in %s", used ? ", " : "", p,
-                                 buf);
+                used += snprintf(r->where + used, sizeof r->where - used, "%sstage %d in %s",
+                                 used ? ", " : "", p, buf);
             }
             break;
         }

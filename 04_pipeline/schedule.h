@@ -69,11 +69,11 @@ double bubble_formula(int P, int M);
 double bubble_measured(const double *busy_ms, int stages, double span_ms);
 
 typedef struct {
-    int deadlock;         /* 1 if the stages got stuck */
-    char where[160];      /* what each stuck stage was waiting on */
-    int max_in_flight[64];/* per stage (first 64): most micro-batches forwarded, not yet backwarded */
-    double makespan;      /* simulated time of the whole step */
-    double bubble;        /* idle fraction of the stages: 1 - busy / (P * makespan) */
+    int deadlock;          /* 1 if the stages got stuck */
+    char where[160];       /* what each stuck stage was waiting on */
+    int max_in_flight[64]; /* per stage (first 64): most micro-batches forwarded, not yet backwarded */
+    double makespan;       /* simulated time of the whole step */
+    double bubble;         /* idle fraction of the stages: 1 - busy / (P * makespan) */
 } ScheduleReport;
 
 /* Run the P stages' schedules against each other with blocking messages;

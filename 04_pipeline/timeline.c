@@ -1,9 +1,9 @@
 /* timeline.c: see timeline.h. */
 #include "timeline.h"
 
+#include "csvlog.h"
 #include "util.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,20 +18,12 @@ void timeline_add(Timeline *t, int step, int micro, const char *op, double start
     t->records[t->count++] = (TimelineRecord){step, micro, op, start_us, end_us};
 }
 
-static FILE *open_or_die(const char *dir, const char *name, const char *mode) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, mode);
-    if (!f) fatal(EXIT_USAGE, "--out %s: cannot write %s (%s)", dir, name, strerror(errno));
-    return f;
-}
-
 void timeline_write(const Timeline *t, CommGroup *world, const char *dir) {
     int rank = comm_rank(world), ranks = comm_size(world);
     /* the ranks take turns appending to one file */
     for (int r = 0; r < ranks; r++) {
         if (r == rank) {
-            FILE *f = open_or_die(dir, "timeline.csv", r == 0 ? "w" : "a");
+            FILE *f = out_file_open(dir, "timeline.csv", r == 0 ? "w" : "a");
             if (r == 0) fprintf(f, "rank,step,micro,op,start_us,end_us\n");
             for (int i = 0; i < t->count; i++) {
                 const TimelineRecord *e = &t->records[i];
@@ -47,7 +39,7 @@ void timeline_write(const Timeline *t, CommGroup *world, const char *dir) {
     enum { MAX_STEPS = 4096 };
     static double duration[MAX_STEPS], offset[MAX_STEPS];
     memset(duration, 0, sizeof duration);
-    FILE *in = open_or_die(dir, "timeline.csv", "r"), *out = open_or_die(dir, "trace.json", "w");
+    FILE *in = out_file_open(dir, "timeline.csv", "r"), *out = out_file_open(dir, "trace.json", "w");
     char line[256];
     if (!fgets(line, sizeof line, in)) fatal(EXIT_RUNTIME, "timeline.csv is empty");
     long data_start = ftell(in);
@@ -66,14 +58,17 @@ void timeline_write(const Timeline *t, CommGroup *world, const char *dir) {
     while (fgets(line, sizeof line, in)) {
         if (sscanf(line, "%d,%d,%d,%31[^,],%lf,%lf", &r, &step, &micro, op, &start, &end) != 6) continue;
         double shift = step > 0 && step < MAX_STEPS ? offset[step] : 0.0;
-        fprintf(out, "%s{\"name\": \"%s %d\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.1f, "
-                     "\"dur\": %.1f, \"args\": {\"step\": %d, \"micro\": %d}}",
-                first ? "" : ",\n", op, micro, op, r, shift + start, end - start, step, micro);
+        fprintf(
+            out,
+            "%s{\"name\": \"%s %d\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.1f, "
+            "\"dur\": %.1f, \"args\": {\"step\": %d, \"micro\": %d}}",
+            first ? "" : ",\n", op, micro, op, r, shift + start, end - start, step, micro);
         first = 0;
     }
     for (int rr = 0; rr < ranks; rr++)
-        fprintf(out, "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": "
-                     "\"rank %d\"}}",
+        fprintf(out,
+                "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": "
+                "\"rank %d\"}}",
                 first && rr == 0 ? "" : ",\n", rr, rr);
     fprintf(out, "\n], \"displayTimeUnit\": \"ms\"}\n");
     fclose(in);

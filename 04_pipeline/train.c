@@ -62,7 +62,8 @@ static const struct option pipeline_options[] = {
 };
 static const char pipeline_help[] =
     "pipeline parallel (run with mpirun -np P*D; --micro M cuts each replica's batch into M micro-batches)\n"
-    "  --schedule gpipe|1f1b      all forwards then all backwards, or one-forward-one-backward (default 1f1b)\n"
+    "  --schedule gpipe|1f1b      all forwards then all backwards, or one-forward-one-backward (default "
+    "1f1b)\n"
     "  --pp P                     pipeline stages, 1..layers (default: world size / dp)\n"
     "  --dp D                     data-parallel replicas of the pipeline (default 1)\n"
     "  --split a,b,...            blocks per stage (default: balance the parameters)\n"
@@ -73,43 +74,45 @@ static int handle_pipeline_flag(int option, const char *value, void *context) {
     PipelineFlags *f = context;
     switch (option) {
     case OPT_SCHEDULE:
-        if (strcmp(value, "gpipe") && strcmp(value, "1f1b"))
-            fatal(EXIT_USAGE, "--schedule: unknown schedule '%s' (valid: gpipe, 1f1b)", value);
-        snprintf(f->schedule, sizeof f->schedule, "%s", value);
+        parse_choice_flag("--schedule", "schedule", value, "gpipe|1f1b", f->schedule, sizeof f->schedule);
         return 0;
-    case OPT_PP: f->pp = (int)parse_int_flag("--pp", value, 1, 256); return 0;
-    case OPT_DP: f->dp = (int)parse_int_flag("--dp", value, 1, 4096); return 0;
+    case OPT_PP:
+        f->pp = (int)parse_int_flag("--pp", value, 1, 256);
+        return 0;
+    case OPT_DP:
+        f->dp = (int)parse_int_flag("--dp", value, 1, 4096);
+        return 0;
     case OPT_SPLIT:
         if (strlen(value) >= sizeof f->split) fatal(EXIT_USAGE, "--split: value is too long");
         snprintf(f->split, sizeof f->split, "%s", value);
         return 0;
     case OPT_COMM:
-        if (strcmp(value, "auto") && strcmp(value, "nccl") && strcmp(value, "mpi"))
-            fatal(EXIT_USAGE, "--comm: unknown transport '%s' (valid: auto, nccl, mpi)", value);
-        snprintf(f->comm, sizeof f->comm, "%s", value);
+        parse_choice_flag("--comm", "transport", value, "auto|nccl|mpi", f->comm, sizeof f->comm);
         return 0;
-    case OPT_PRINT_SCHEDULE: f->print_schedule = 1; return 0;
+    case OPT_PRINT_SCHEDULE:
+        f->print_schedule = 1;
+        return 0;
     }
     return -1;
 }
 
 /* ---- everything this rank holds and does ---- */
 typedef struct {
-    CommGroup *pp, *dp;       /* this rank's pipeline; the ranks holding the same stage */
-    int stage, stages;        /* this rank's stage (= its rank in pp) and their number */
+    CommGroup *pp, *dp; /* this rank's pipeline; the ranks holding the same stage */
+    int stage, stages;  /* this rank's stage (= its rank in pp) and their number */
     int first_block, last_block;
-    GPT model;                /* this stage's parameters only */
+    GPT model; /* this stage's parameters only */
     Scratch scratch;
-    Activations *slot;        /* one set of saved activations per micro-batch in flight */
+    Activations *slot; /* one set of saved activations per micro-batch in flight */
     int slots;
-    float *grad_in, *grad_out;/* (B,T,C): gradient arriving from stage+1, leaving to stage-1 */
+    float *grad_in, *grad_out; /* (B,T,C): gradient arriving from stage+1, leaving to stage-1 */
     StageSchedule schedule;
     /* what a micro-batch needs to find its data */
     const Dataset *data;
     const Config *cfg;
     int step, first_sequence, B, T;
     float dloss;
-    double loss_sum;          /* token losses of this step (last stage) */
+    double loss_sum; /* token losses of this step (last stage) */
     /* timing */
     Timeline timeline;
     double step_origin_ms, fwd_ms, bwd_ms, comm_ms, end_ms;
@@ -117,14 +120,20 @@ typedef struct {
 
 enum { TAG_ACTIVATIONS = 1, TAG_GRADIENTS = 2, TAG_EXCHANGE = 3 };
 
-static Activations *slot_of(Pipeline *p, int micro) { return &p->slot[micro % p->slots]; }
-static size_t boundary_floats(const Pipeline *p) { return (size_t)p->B * p->T * p->model.cfg.dmodel; }
+static Activations *slot_of(Pipeline *p, int micro) {
+    return &p->slot[micro % p->slots];
+}
+static size_t boundary_floats(const Pipeline *p) {
+    return (size_t)p->B * p->T * p->model.cfg.dmodel;
+}
 
 /* The input of block l on this stage: its first block reads what arrived in `encoded`. */
 static const float *stage_block_input(Pipeline *p, Activations *a, int l) {
     return l == p->first_block ? a->encoded : a->block[l - 1].res3;
 }
-static float *stage_output(Pipeline *p, Activations *a) { return a->block[p->last_block].res3; }
+static float *stage_output(Pipeline *p, Activations *a) {
+    return a->block[p->last_block].res3;
+}
 
 /* Forward of micro-batch m through this stage. The first stage reads the
  * tokens, the last the targets: both from (seed, step, sequence), as every
@@ -136,7 +145,8 @@ static void stage_forward(Pipeline *p, int m) {
     if (first || last) {
         size_t bytes = (size_t)B * T * sizeof(int);
         int *tokens = xmalloc(bytes), *targets = xmalloc(bytes);
-        data_batch(p->data, SPLIT_TRAIN, p->cfg->seed, p->step, p->first_sequence + m * B, B, T, tokens, targets);
+        data_batch(p->data, SPLIT_TRAIN, p->cfg->seed, p->step, p->first_sequence + m * B, B, T, tokens,
+                   targets);
         copy_to_device(a->tokens, tokens, bytes);
         copy_to_device(a->targets, targets, bytes);
         free(tokens);
@@ -164,8 +174,8 @@ static void stage_backward(Pipeline *p, int m) {
     }
     for (int l = p->last_block; l >= p->first_block; l--) {
         float *din = l == p->first_block && p->stage > 0 ? p->grad_out
-                     : dout == s->dresid[0]             ? s->dresid[1]
-                                                        : s->dresid[0];
+                     : dout == s->dresid[0]              ? s->dresid[1]
+                                                         : s->dresid[0];
         gpt_block_backward(&p->model, a, s, l, stage_block_input(p, a, l), dout, din, B, T);
         dout = din;
     }
@@ -184,23 +194,39 @@ static void run_action(Pipeline *p, const Action *a) {
     int prev = p->stage - 1, next = p->stage + 1;
     double start = now_ms(p);
     switch (a->kind) {
-    case OP_FORWARD: stage_forward(p, a->micro); break;
-    case OP_BACKWARD: stage_backward(p, a->micro); break;
-    case OP_RECV_ACT: comm_recv(p->pp, slot_of(p, a->micro)->encoded, n, prev, TAG_ACTIVATIONS); break;
-    case OP_SEND_ACT: comm_send(p->pp, stage_output(p, slot_of(p, a->micro)), n, next, TAG_ACTIVATIONS); break;
-    case OP_RECV_GRAD: comm_recv(p->pp, p->grad_in, n, next, TAG_GRADIENTS); break;
-    case OP_SEND_GRAD: comm_send(p->pp, p->grad_out, n, prev, TAG_GRADIENTS); break;
+    case OP_FORWARD:
+        stage_forward(p, a->micro);
+        break;
+    case OP_BACKWARD:
+        stage_backward(p, a->micro);
+        break;
+    case OP_RECV_ACT:
+        comm_recv(p->pp, slot_of(p, a->micro)->encoded, n, prev, TAG_ACTIVATIONS);
+        break;
+    case OP_SEND_ACT:
+        comm_send(p->pp, stage_output(p, slot_of(p, a->micro)), n, next, TAG_ACTIVATIONS);
+        break;
+    case OP_RECV_GRAD:
+        comm_recv(p->pp, p->grad_in, n, next, TAG_GRADIENTS);
+        break;
+    case OP_SEND_GRAD:
+        comm_send(p->pp, p->grad_out, n, prev, TAG_GRADIENTS);
+        break;
     case OP_SEND_ACT_RECV_GRAD:
-        comm_sendrecv(p->pp, stage_output(p, slot_of(p, a->micro)), n, next, p->grad_in, n, next, TAG_EXCHANGE);
+        comm_sendrecv(p->pp, stage_output(p, slot_of(p, a->micro)), n, next, p->grad_in, n, next,
+                      TAG_EXCHANGE);
         break;
     case OP_SEND_GRAD_RECV_ACT:
         comm_sendrecv(p->pp, p->grad_out, n, prev, slot_of(p, a->micro2)->encoded, n, prev, TAG_EXCHANGE);
         break;
     }
     double end = now_ms(p);
-    if (a->kind == OP_FORWARD) p->fwd_ms += end - start;
-    else if (a->kind == OP_BACKWARD) p->bwd_ms += end - start;
-    else p->comm_ms += end - start;
+    if (a->kind == OP_FORWARD)
+        p->fwd_ms += end - start;
+    else if (a->kind == OP_BACKWARD)
+        p->bwd_ms += end - start;
+    else
+        p->comm_ms += end - start;
     p->end_ms = end;
     timeline_add(&p->timeline, p->step + 1, a->micro, schedule_op_name(a->kind), start * 1e3, end * 1e3);
 }
@@ -220,16 +246,20 @@ static double evaluate_pipeline(Pipeline *p, int dp_index) {
             int B = p->B, T = p->T, first = p->stage == 0, last = p->stage == p->stages - 1;
             size_t bytes = (size_t)B * T * sizeof(int);
             int *tokens = xmalloc(bytes), *targets = xmalloc(bytes);
-            data_batch(p->data, SPLIT_VAL, cfg->seed, e, dp_index * per_replica + m * B, B, T, tokens, targets);
+            data_batch(p->data, SPLIT_VAL, cfg->seed, e, dp_index * per_replica + m * B, B, T, tokens,
+                       targets);
             copy_to_device(a->tokens, tokens, bytes);
             copy_to_device(a->targets, targets, bytes);
             free(tokens);
             free(targets);
-            if (first) gpt_embedding_forward(&p->model, a, B, T);
-            else comm_recv(p->pp, a->encoded, n, p->stage - 1, TAG_ACTIVATIONS);
+            if (first)
+                gpt_embedding_forward(&p->model, a, B, T);
+            else
+                comm_recv(p->pp, a->encoded, n, p->stage - 1, TAG_ACTIVATIONS);
             for (int l = p->first_block; l <= p->last_block; l++)
                 gpt_block_forward(&p->model, a, &p->scratch, l, stage_block_input(p, a, l), B, T);
-            if (!last) comm_send(p->pp, stage_output(p, a), n, p->stage + 1, TAG_ACTIVATIONS);
+            if (!last)
+                comm_send(p->pp, stage_output(p, a), n, p->stage + 1, TAG_ACTIVATIONS);
             else {
                 gpt_head_forward(&p->model, a, stage_output(p, a), 1, B, T);
                 p->loss_sum += gpt_loss_sum(a, B, T);
@@ -251,22 +281,26 @@ int main(int argc, char **argv) {
     Config cfg;
     PipelineFlags pf = {.schedule = "1f1b", .dp = 1, .comm = "auto"};
     CliExtra extra = {pipeline_options, pipeline_help, handle_pipeline_flag, &pf};
-    config_parse(&cfg, argc, argv, PROGRAM,
-                 "Train a GPT with pipeline parallelism: micro-batches flow through a layer split (GPipe, 1F1B).",
-                 &extra);
+    config_parse(
+        &cfg, argc, argv, PROGRAM,
+        "Train a GPT with pipeline parallelism: micro-batches flow through a layer split (GPipe, 1F1B).",
+        &extra);
     int P = pf.pp ? pf.pp : ranks / pf.dp, M = cfg.micro, L = cfg.model.layers;
     if (P * pf.dp != ranks)
-        fatal(EXIT_USAGE, "%d ranks cannot hold %d pipeline stages x --dp %d (valid: mpirun -np %d)", ranks, P, pf.dp,
-              P * pf.dp);
+        fatal(EXIT_USAGE, "%d ranks cannot hold %d pipeline stages x --dp %d (valid: mpirun -np %d)", ranks,
+              P, pf.dp, P * pf.dp);
     if (P > L)
-        fatal(EXIT_USAGE, "--pp %d stages for a model of %d layers (valid: 1..%d, every stage needs a block)", P, L, L);
+        fatal(EXIT_USAGE, "--pp %d stages for a model of %d layers (valid: 1..%d, every stage needs a block)",
+              P, L, L);
     if (cfg.batch % (pf.dp * M) != 0)
         fatal(EXIT_USAGE,
-              "--micro %d does not divide the %d sequences of each of the %d replicas (valid: --batch a multiple of "
+              "--micro %d does not divide the %d sequences of each of the %d replicas (valid: --batch a "
+              "multiple of "
               "dp x micro = %d)",
               M, cfg.batch / pf.dp, pf.dp, pf.dp * M);
     if (cfg.save[0] || cfg.resume[0])
-        fatal(EXIT_USAGE, "--save and --resume: chapter 04 does not checkpoint a split model (use chapter 01 or 02)");
+        fatal(EXIT_USAGE,
+              "--save and --resume: chapter 04 does not checkpoint a split model (use chapter 01 or 02)");
 
     /* ---- groups: ranks d*P .. d*P+P-1 form replica d's pipeline ---- */
     int dp_index = rank / P, stage = rank % P;
@@ -278,13 +312,16 @@ int main(int argc, char **argv) {
     GPT table;
     gpt_build_table(&table, &cfg.model);
     int blocks[256];
-    if (pf.split[0]) layer_split_parse(pf.split, P, L, blocks);
-    else layer_split_balanced(&table, P, blocks);
+    if (pf.split[0])
+        layer_split_parse(pf.split, P, L, blocks);
+    else
+        layer_split_balanced(&table, P, blocks);
     free(table.tensors);
     layer_split_range(blocks, stage, &p.first_block, &p.last_block);
     if (pf.print_schedule) {
         if (rank == 0) {
-            printf("%s schedule, %d stages, %d micro-batches (F/B forward/backward of a micro-batch; ra/sa receive/"
+            printf("%s schedule, %d stages, %d micro-batches (F/B forward/backward of a micro-batch; ra/sa "
+                   "receive/"
                    "send activations, rg/sg gradients; x|y one exchange)\n",
                    pf.schedule, P, M);
             for (int s = 0; s < P; s++) {
@@ -313,7 +350,8 @@ int main(int argc, char **argv) {
     }
     comm_barrier(world); /* the output directory exists before any rank writes into it */
 
-    int first_part = stage == 0 ? LAYER_EMBEDDING : p.first_block, last_part = stage == P - 1 ? L : p.last_block;
+    int first_part = stage == 0 ? LAYER_EMBEDDING : p.first_block,
+        last_part = stage == P - 1 ? L : p.last_block;
     gpt_create_range(&p.model, &cfg.model, cfg.seed, first_part, last_part);
     AdamW opt;
     adamw_create(&opt, p.model.param_count);
@@ -325,21 +363,25 @@ int main(int argc, char **argv) {
     for (int i = 0; i < p.slots; i++)
         activations_create_range(&p.slot[i], &cfg.model, p.B, p.T, p.first_block, last_part);
     scratch_create(&p.scratch, &cfg.model, p.B, p.T);
-    p.grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, boundary_floats(&p) * sizeof(float), "gradient from next stage");
-    p.grad_out = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, boundary_floats(&p) * sizeof(float), "gradient to prev stage");
+    p.grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, boundary_floats(&p) * sizeof(float),
+                          "gradient from next stage");
+    p.grad_out =
+        mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, boundary_floats(&p) * sizeof(float), "gradient to prev stage");
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
     double bubble_theory = bubble_formula(P, M);
-    log_info("%s | %d ranks = %d stages x %d replicas | device %s | comm %s | schedule %s | %d micro-batches of %d "
+    log_info("%s | %d ranks = %d stages x %d replicas | device %s | comm %s | schedule %s | %d micro-batches "
+             "of %d "
              "sequences | %zu parameters | bubble formula (P-1)/(M+P-1) = %.3f\n",
-             PROGRAM, ranks, P, pf.dp, device_name(), comm_transport_name(), pf.schedule, M, p.B, table.num_params,
-             bubble_theory);
+             PROGRAM, ranks, P, pf.dp, device_name(), comm_transport_name(), pf.schedule, M, p.B,
+             table.num_params, bubble_theory);
     for (int s = 0, first = 0; s < P; s++) {
-        log_info("stage %d: blocks %d..%d%s%s\n", s, first, first + blocks[s] - 1, s == 0 ? " + embedding" : "",
-                 s == P - 1 ? " + head" : "");
+        log_info("stage %d: blocks %d..%d%s%s\n", s, first, first + blocks[s] - 1,
+                 s == 0 ? " + embedding" : "", s == P - 1 ? " + head" : "");
         first += blocks[s];
     }
-    if (cfg.sample > 0) log_info("note: no text sample (--sample): chapter 04 never holds the whole model on one rank\n");
+    if (cfg.sample > 0)
+        log_info("note: no text sample (--sample): chapter 04 never holds the whole model on one rank\n");
 
     double tokens_per_step = (double)cfg.batch * p.T;
     p.dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
@@ -409,34 +451,43 @@ int main(int argc, char **argv) {
 
     /* ---- timeline, run summary and memory ---- */
     timeline_write(&p.timeline, world, cfg.out);
-    size_t peaks[SPACE_COUNT * CAT_COUNT];
-    memory_peaks_local(peaks);
-    size_t *all_peaks = xcalloc((size_t)ranks * SPACE_COUNT * CAT_COUNT, sizeof(size_t));
-    comm_gather_bytes(world, peaks, sizeof peaks, all_peaks, 0);
-    double peak_device = comm_allreduce_double(world, (double)mem_peak_total(SPACE_DEVICE), 1);
+    size_t peak_device = comm_write_memory_csv(world, cfg.out);
     if (rank == 0) {
         /* the first step includes start-up costs: leave it out of the medians when there are others */
         int skip = last_step > 1 ? 1 : 0, n = last_step - skip;
         RunSummary run = {
-            .program = PROGRAM, .device = device_name(), .world_size = ranks, .dp = pf.dp, .tp = 1, .pp = P,
-            .zero = 0, .params = p.model.num_params, .layers = L, .dmodel = cfg.model.dmodel,
-            .heads = cfg.model.heads, .seq = p.T, .batch = cfg.batch, .micro = M, .steps = last_step,
-            .final_loss = loss, .median_step_ms = median(step_ms + skip, n),
-            .peak_device_bytes = (size_t)peak_device,
+            .program = PROGRAM,
+            .device = device_name(),
+            .world_size = ranks,
+            .dp = pf.dp,
+            .tp = 1,
+            .pp = P,
+            .zero = 0,
+            .params = p.model.num_params,
+            .layers = L,
+            .dmodel = cfg.model.dmodel,
+            .heads = cfg.model.heads,
+            .seq = p.T,
+            .batch = cfg.batch,
+            .micro = M,
+            .steps = last_step,
+            .final_loss = loss,
+            .median_step_ms = median(step_ms + skip, n),
+            .peak_device_bytes = peak_device,
         };
         run.tokens_per_s = run.median_step_ms > 0 ? tokens_per_step / (run.median_step_ms / 1e3) : 0.0;
         double bubble_measured = median(bubbles + skip, n);
         char extra_header[64], extra_values[96];
         snprintf(extra_header, sizeof extra_header, ",schedule,bubble_measured,bubble_theory");
-        snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", pf.schedule, bubble_measured, bubble_theory);
+        snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", pf.schedule, bubble_measured,
+                 bubble_theory);
         run_csv_write_extra(cfg.out, &run, extra_header, extra_values);
-        memory_csv_write(cfg.out, ranks, all_peaks);
-        log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | bubble %.3f measured, %.3f formula | "
-                 "CSVs, timeline.csv and trace.json in %s\n",
-                 loss, run.median_step_ms, run.tokens_per_s, bubble_measured, bubble_theory, cfg.out);
+        log_info(
+            "done: final loss %.4f | median step %.1f ms | %.0f tok/s | bubble %.3f measured, %.3f formula | "
+            "CSVs, timeline.csv and trace.json in %s\n",
+            loss, run.median_step_ms, run.tokens_per_s, bubble_measured, bubble_theory, cfg.out);
     }
 
-    free(all_peaks);
     free(step_ms);
     free(bubbles);
     timeline_free(&p.timeline);

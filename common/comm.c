@@ -5,6 +5,7 @@
  * the two (02_data_parallel/commbench). */
 #include "comm.h"
 
+#include "csvlog.h"
 #include "device.h"
 #include "util.h"
 
@@ -340,4 +341,14 @@ void comm_barrier(CommGroup *g) {
 
 double comm_bytes_sent(void) {
     return bytes_sent;
+}
+
+size_t comm_write_memory_csv(CommGroup *world, const char *dir) {
+    size_t peaks[SPACE_COUNT * CAT_COUNT];
+    memory_peaks_local(peaks);
+    size_t *all_peaks = xcalloc((size_t)world->size * SPACE_COUNT * CAT_COUNT, sizeof(size_t));
+    comm_gather_bytes(world, peaks, sizeof peaks, all_peaks, 0);
+    if (world->rank == 0) memory_csv_write(dir, world->size, all_peaks);
+    free(all_peaks);
+    return (size_t)comm_allreduce_double(world, (double)mem_peak_total(SPACE_DEVICE), 1);
 }

@@ -72,6 +72,11 @@ double comm_allreduce_double(CommGroup *g, double value, int op_max); /* sum, or
 void comm_gather_bytes(CommGroup *g, const void *send, size_t bytes, void *recv, int root);
 void comm_barrier(CommGroup *g);
 
+/* memory.csv for the whole job: every rank's (space, category) peaks,
+ * gathered and written by rank 0 into dir. Returns the largest device peak
+ * of any rank (run.csv's peak_device_bytes), on every rank. */
+size_t comm_write_memory_csv(CommGroup *world, const char *dir);
+
 /* Bytes this rank has sent through the collectives and point-to-point calls. */
 double comm_bytes_sent(void);
 

@@ -54,6 +54,21 @@ double parse_float_flag(const char *flag, const char *value, double lo, double h
     return v;
 }
 
+void parse_choice_flag(const char *flag, const char *noun, const char *value, const char *valid, char *dst,
+                       size_t size) {
+    char choices[256], listed[300] = "";
+    snprintf(choices, sizeof choices, "%s", valid);
+    int found = 0;
+    for (char *item = strtok(choices, "|"); item; item = strtok(NULL, "|")) {
+        found |= strcmp(item, value) == 0;
+        if (listed[0]) strcat(listed, ", ");
+        strncat(listed, item, sizeof listed - strlen(listed) - 1);
+    }
+    if (!found || strlen(value) >= size)
+        fatal(EXIT_USAGE, "%s: unknown %s '%s' (valid: %s)", flag, noun, value, listed);
+    snprintf(dst, size, "%s", value);
+}
+
 static void copy_string(const char *flag, char *dst, size_t size, const char *value) {
     if (strlen(value) >= size)
         fatal(EXIT_USAGE, "%s: value is too long (at most %zu characters)", flag, size - 1);

@@ -65,6 +65,10 @@ int model_preset(ModelConfig *m, const char *name);
 
 /* Helpers for chapters' own flags: parse or end with a clear message. */
 long parse_int_flag(const char *flag, const char *value, long lo, long hi);
+/* value must be one of `valid` ("naive|flat|overlap"); copied into dst, else
+ * "FLAG: unknown NOUN 'value' (valid: naive, flat, overlap)". */
+void parse_choice_flag(const char *flag, const char *noun, const char *value, const char *valid, char *dst,
+                       size_t size);
 double parse_float_flag(const char *flag, const char *value, double lo, double hi);
 
 /* The shipped default corpus (course.md at the repository root, found from the

@@ -31,7 +31,7 @@ void out_dir_prepare(const char *dir) {
         fatal(EXIT_USAGE, "--out %s: the directory is not writable (%s)", dir, strerror(errno));
 }
 
-static FILE *open_in(const char *dir, const char *name, const char *mode) {
+FILE *out_file_open(const char *dir, const char *name, const char *mode) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, mode);
@@ -40,7 +40,7 @@ static FILE *open_in(const char *dir, const char *name, const char *mode) {
 }
 
 FILE *steps_csv_open(const char *dir, const char *extra_header) {
-    FILE *f = open_in(dir, "steps.csv", "w");
+    FILE *f = out_file_open(dir, "steps.csv", "w");
     fprintf(f, "step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss%s\n",
             extra_header ? extra_header : "");
     fflush(f);
@@ -61,7 +61,7 @@ void memory_peaks_local(size_t *peaks) {
 }
 
 void memory_csv_write(const char *dir, int nranks, const size_t *peaks) {
-    FILE *f = open_in(dir, "memory.csv", "w");
+    FILE *f = out_file_open(dir, "memory.csv", "w");
     fprintf(f, "rank,space,category,peak_bytes\n");
     for (int r = 0; r < nranks; r++)
         for (int s = 0; s < SPACE_COUNT; s++)
@@ -71,10 +71,12 @@ void memory_csv_write(const char *dir, int nranks, const size_t *peaks) {
     fclose(f);
 }
 
-void run_csv_write_extra(const char *dir, const RunSummary *r, const char *extra_header, const char *extra_values) {
-    FILE *f = open_in(dir, "run.csv", "w");
-    fprintf(f, "program,device,world_size,dp,tp,pp,zero,params,layers,dmodel,heads,seq,batch,micro,steps,"
-               "final_loss,median_step_ms,tokens_per_s,peak_device_bytes%s\n",
+void run_csv_write_extra(const char *dir, const RunSummary *r, const char *extra_header,
+                         const char *extra_values) {
+    FILE *f = out_file_open(dir, "run.csv", "w");
+    fprintf(f,
+            "program,device,world_size,dp,tp,pp,zero,params,layers,dmodel,heads,seq,batch,micro,steps,"
+            "final_loss,median_step_ms,tokens_per_s,peak_device_bytes%s\n",
             extra_header ? extra_header : "");
     fprintf(f, "%s,%s,%d,%d,%d,%d,%d,%zu,%d,%d,%d,%d,%d,%d,%d,%.9g,%.4f,%.2f,%zu%s\n", r->program, r->device,
             r->world_size, r->dp, r->tp, r->pp, r->zero, r->params, r->layers, r->dmodel, r->heads, r->seq,
@@ -83,7 +85,9 @@ void run_csv_write_extra(const char *dir, const RunSummary *r, const char *extra
     fclose(f);
 }
 
-void run_csv_write(const char *dir, const RunSummary *r) { run_csv_write_extra(dir, r, NULL, NULL); }
+void run_csv_write(const char *dir, const RunSummary *r) {
+    run_csv_write_extra(dir, r, NULL, NULL);
+}
 
 void log_step(const StepRecord *r, int total_steps) {
     log_info("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.1f ms | %9.0f tok/s", r->step, total_steps,

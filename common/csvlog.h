@@ -35,6 +35,8 @@ typedef struct {
 /* Create dir (and parents); ends the program with EXIT_USAGE if it cannot be
  * created or written. */
 void out_dir_prepare(const char *dir);
+/* fopen(dir/name, mode), or end the program naming the file (EXIT_USAGE). */
+FILE *out_file_open(const char *dir, const char *name, const char *mode);
 
 /* steps.csv: extra_header is appended to the standard header (e.g.
  * ",exposed_comm_ms"), or NULL. A resumed run writes the steps it runs. */
@@ -48,7 +50,8 @@ void memory_peaks_local(size_t *peaks);
 
 void run_csv_write(const char *dir, const RunSummary *r);
 /* The same with chapter columns appended: extra_header ",a,b", extra_values ",1,2". */
-void run_csv_write_extra(const char *dir, const RunSummary *r, const char *extra_header, const char *extra_values);
+void run_csv_write_extra(const char *dir, const RunSummary *r, const char *extra_header,
+                         const char *extra_values);
 
 /* The progress line: step, loss, lr, grad norm, ms, tokens/s. */
 void log_step(const StepRecord *r, int total_steps);

@@ -93,4 +93,4 @@ fi
 
 echo "demo: a text sample from the tiny model after 300 steps (prompt|generated):"
 ./01_single_gpu/train --model tiny --steps 300 --quiet --sample 200 --out "$runs/01-sample" | grep '^sample:'
-echo "demo: done. CSVs in $runs/, plots in runs/plots/ (open runs/plots/01/*.png)"
+echo "demo: done. CSVs in $runs/, plots in runs/plots/01 .. runs/plots/04 (see course.md for what to look for)"

@@ -75,7 +75,8 @@ void copy_on_device(void *dst_device, const void *src_device, size_t bytes);
 void device_sync(void);
 
 /* Timers: CUDA events on the GPU, the monotonic clock on the CPU.
- * Start from a zeroed Timer (Timer t = {0}): the events are created on first use. */
+ * Start from a zeroed Timer (Timer t = {0}); every stop must follow a start
+ * (a stop ends the timer and releases its CUDA events; start it again to reuse it). */
 typedef struct {
     double start_ms; /* CPU */
     void *events[2]; /* CUDA: cudaEvent_t start, stop */

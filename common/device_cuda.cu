@@ -91,5 +91,11 @@ extern "C" double cuda_timer_stop_ms(void **events) {
     cuda_check(cudaEventSynchronize((cudaEvent_t)events[1]));
     float elapsed_ms = 0.0f;
     cuda_check(cudaEventElapsedTime(&elapsed_ms, (cudaEvent_t)events[0], (cudaEvent_t)events[1]));
+    /* A stop ends the timer: release the events, so that timers declared
+     * inside the training loop do not leak two events per step. */
+    for (int i = 0; i < 2; i++) {
+        cuda_check(cudaEventDestroy((cudaEvent_t)events[i]));
+        events[i] = NULL;
+    }
     return elapsed_ms;
 }

@@ -20,13 +20,14 @@ const char *model_config_problem(const ModelConfig *m) {
     else if (m->dmodel < 1 || m->dmodel > 16384)
         snprintf(message, sizeof message, "--dmodel %d is out of range (valid: 1..16384)", m->dmodel);
     else if (m->dmodel % m->heads != 0)
-        snprintf(message, sizeof message, "--dmodel %d is not divisible by --heads %d (valid: a multiple of heads)",
-                 m->dmodel, m->heads);
+        snprintf(message, sizeof message,
+                 "--dmodel %d is not divisible by --heads %d (valid: a multiple of heads)", m->dmodel,
+                 m->heads);
     else if (m->seq < 1 || m->seq > 65536)
         snprintf(message, sizeof message, "--seq %d is out of range (valid: 1..65536)", m->seq);
     else if (m->vocab < 256 || m->vocab > 1048576)
-        snprintf(message, sizeof message, "--vocab %d is out of range (valid: 256..1048576; the data are bytes)",
-                 m->vocab);
+        snprintf(message, sizeof message,
+                 "--vocab %d is out of range (valid: 256..1048576; the data are bytes)", m->vocab);
     else
         return NULL;
     return message;
@@ -62,8 +63,8 @@ void gpt_build_table(GPT *m, const ModelConfig *cfg) {
     add_tensor(m, &capacity, "wpe", LAYER_EMBEDDING, T, C, INIT_NORMAL, 0.01f);
     for (int l = 0; l < L; l++) {
         char name[32];
-#define BLOCK(suffix, rows, cols, init, s)                                                                       \
-    snprintf(name, sizeof name, "h%d." suffix, l);                                                               \
+#define BLOCK(suffix, rows, cols, init, s)                                                                   \
+    snprintf(name, sizeof name, "h%d." suffix, l);                                                           \
     add_tensor(m, &capacity, name, l, rows, cols, init, s)
         BLOCK("ln1w", 1, C, INIT_ONES, 0);
         BLOCK("ln1b", 1, C, INIT_ZEROS, 0);
@@ -86,9 +87,12 @@ void gpt_build_table(GPT *m, const ModelConfig *cfg) {
 
 float gpt_init_value(const ParamTensor *t, uint64_t seed, size_t i) {
     switch (t->init) {
-    case INIT_ZEROS: return 0.0f;
-    case INIT_ONES: return 1.0f;
-    default: return (float)(t->init_std * hash_normal(seed, hash_string(t->name), i));
+    case INIT_ZEROS:
+        return 0.0f;
+    case INIT_ONES:
+        return 1.0f;
+    default:
+        return (float)(t->init_std * hash_normal(seed, hash_string(t->name), i));
     }
 }
 
@@ -116,7 +120,8 @@ void gpt_weights_view(const GPT *m, float *buffer, Weights *view) {
     view->wte = held(m, buffer, &t[0]);
     view->wpe = held(m, buffer, &t[1]);
     for (int l = 0; l < L; l++)
-        for (int k = 0; k < BLOCK_TENSORS; k++) view->block[l][k] = held(m, buffer, &t[2 + l * BLOCK_TENSORS + k]);
+        for (int k = 0; k < BLOCK_TENSORS; k++)
+            view->block[l][k] = held(m, buffer, &t[2 + l * BLOCK_TENSORS + k]);
     view->lnfw = held(m, buffer, &t[2 + L * BLOCK_TENSORS]);
     view->lnfb = held(m, buffer, &t[3 + L * BLOCK_TENSORS]);
     view->lm_head = held(m, buffer, &t[4 + L * BLOCK_TENSORS]);
@@ -174,10 +179,10 @@ size_t activation_bytes(const ModelConfig *c, int B, int T) {
     /* per block: ln1, atty, res2, ln2, res3 (C each), qkv (3C), fch, fch_gelu
      * (4C each) = 16C per token, 4 layernorm statistics, and att */
     size_t per_block = BT * (16 * C + 4) + att;
-    size_t floats = 2 * BT            /* tokens, targets (ints, same size as floats) */
-                    + BT * C          /* encoded */
-                    + L * per_block   /* blocks */
-                    + BT * C + 2 * BT /* lnf, mean, rstd */
+    size_t floats = 2 * BT             /* tokens, targets (ints, same size as floats) */
+                    + BT * C           /* encoded */
+                    + L * per_block    /* blocks */
+                    + BT * C + 2 * BT  /* lnf, mean, rstd */
                     + 2 * BT * V + BT; /* logits, probs, losses */
     return floats * sizeof(float);
     /* EXERCISE 01.3 END */
@@ -185,11 +190,11 @@ size_t activation_bytes(const ModelConfig *c, int B, int T) {
 
 size_t scratch_bytes(const ModelConfig *c, int B, int T) {
     size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
-    size_t floats = BT * C * 7       /* branch, dresid x2, dmid, dbranch, dln, datty */
-                    + BT * 3 * C     /* dqkv */
+    size_t floats = BT * C * 7                     /* branch, dresid x2, dmid, dbranch, dln, datty */
+                    + BT * 3 * C                   /* dqkv */
                     + (size_t)B * c->heads * T * T /* datt */
-                    + BT * 8 * C     /* dfch, dfch_gelu */
-                    + BT * V;        /* dlogits */
+                    + BT * 8 * C                   /* dfch, dfch_gelu */
+                    + BT * V;                      /* dlogits */
     return floats * sizeof(float);
 }
 
@@ -211,12 +216,14 @@ static float *carve(Carver *k, size_t count) {
 static void check_carved(const Carver *k, size_t bytes, const char *what) {
     size_t used = k->used * sizeof(float);
     if (used != bytes)
-        fatal(EXIT_RUNTIME, "%s: the tensors take %zu bytes but the block has %zu (the size function is wrong)", what,
-              used, bytes);
+        fatal(EXIT_RUNTIME,
+              "%s: the tensors take %zu bytes but the block has %zu (the size function is wrong)", what, used,
+              bytes);
 }
 
 /* Carve the activations of layers first..last (see activations_create_range). */
-static void carve_activations(Activations *a, const ModelConfig *c, int B, int T, int first, int last, Carver *k) {
+static void carve_activations(Activations *a, const ModelConfig *c, int B, int T, int first, int last,
+                              Carver *k) {
     size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
     a->tokens = (int *)carve(k, BT);
     a->targets = (int *)carve(k, BT);
@@ -258,7 +265,8 @@ void activations_create(Activations *a, const ModelConfig *c, int B, int T) {
     check_carved(&k, bytes, "activations");
 }
 
-void activations_create_range(Activations *a, const ModelConfig *c, int B, int T, int first_layer, int last_layer) {
+void activations_create_range(Activations *a, const ModelConfig *c, int B, int T, int first_layer,
+                              int last_layer) {
     memset(a, 0, sizeof *a);
     a->B = B;
     a->T = T;
@@ -307,7 +315,8 @@ void scratch_destroy(Scratch *s) {
 
 static void check_shape(const Activations *a, int B, int T) {
     if (B < 1 || T < 1 || B > a->B || T > a->T)
-        fatal(EXIT_RUNTIME, "forward of %d x %d tokens exceeds the activation capacity %d x %d", B, T, a->B, a->T);
+        fatal(EXIT_RUNTIME, "forward of %d x %d tokens exceeds the activation capacity %d x %d", B, T, a->B,
+              a->T);
 }
 
 void gpt_embedding_forward(const GPT *m, Activations *a, int B, int T) {
@@ -349,14 +358,15 @@ float *gpt_layer_output(const GPT *m, Activations *a, int layer) {
 
 void gpt_forward(const GPT *m, Activations *a, Scratch *s, int B, int T) {
     gpt_embedding_forward(m, a, B, T);
-    for (int l = 0; l < m->cfg.layers; l++) gpt_block_forward(m, a, s, l, gpt_layer_output(m, a, l - 1), B, T);
+    for (int l = 0; l < m->cfg.layers; l++)
+        gpt_block_forward(m, a, s, l, gpt_layer_output(m, a, l - 1), B, T);
     gpt_head_forward(m, a, gpt_layer_output(m, a, m->cfg.layers - 1), 1, B, T);
 }
 
 /* ---- backward ---- */
 
-void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput, float dloss,
-                       int B, int T) {
+void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput,
+                       float dloss, int B, int T) {
     const KernelOps *k = ops();
     int C = m->cfg.dmodel, V = m->cfg.vocab, N = B * T;
     k->fill_zero(s->dlogits, (size_t)N * V);
@@ -364,7 +374,8 @@ void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *in
     k->fill_zero(s->dln, (size_t)N * C);
     k->linear_backward(s->dln, m->g.lm_head, NULL, s->dlogits, a->lnf, m->w.lm_head, N, C, V);
     k->fill_zero(dinput, (size_t)N * C);
-    k->layernorm_backward(dinput, m->g.lnfw, m->g.lnfb, s->dln, input, m->w.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+    k->layernorm_backward(dinput, m->g.lnfw, m->g.lnfb, s->dln, input, m->w.lnfw, a->lnf_mean, a->lnf_rstd, N,
+                          C);
 }
 
 void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int l, const float *input,
@@ -379,8 +390,8 @@ void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int l, const f
     k->fill_zero(s->dbranch, NC);
     k->residual_backward(s->dmid, s->dbranch, doutput, NC);
     k->fill_zero(s->dfch_gelu, 4 * NC);
-    k->linear_backward(s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], s->dbranch, b->fch_gelu, w[BLOCK_FCPROJW], N,
-                       4 * C, C);
+    k->linear_backward(s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], s->dbranch, b->fch_gelu,
+                       w[BLOCK_FCPROJW], N, 4 * C, C);
     k->fill_zero(s->dfch, 4 * NC);
     k->gelu_backward(s->dfch, b->fch, s->dfch_gelu, 4 * NC);
     k->fill_zero(s->dln, NC);
@@ -392,8 +403,8 @@ void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int l, const f
     k->fill_zero(s->dbranch, NC);
     k->residual_backward(dinput, s->dbranch, s->dmid, NC);
     k->fill_zero(s->datty, NC);
-    k->linear_backward(s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], s->dbranch, b->atty, w[BLOCK_ATTPROJW], N, C,
-                       C);
+    k->linear_backward(s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], s->dbranch, b->atty, w[BLOCK_ATTPROJW],
+                       N, C, C);
     k->fill_zero(s->dqkv, 3 * NC);
     k->attention_backward(s->dqkv, s->datt, s->datty, b->qkv, b->att, B, T, C, NH);
     k->fill_zero(s->dln, NC);
@@ -406,13 +417,14 @@ void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded,
     ops()->embedding_backward(m->g.wte, m->g.wpe, dencoded, a->tokens, B, T, m->cfg.dmodel, m->cfg.vocab);
 }
 
-void gpt_backward_hooked(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T, LayerDoneHook layer_done,
-                         void *context) {
+void gpt_backward_hooked(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T,
+                         LayerDoneHook layer_done, void *context) {
     int L = m->cfg.layers, cur = 0;
     gpt_head_backward(m, a, s, gpt_layer_output(m, a, L - 1), s->dresid[cur], dloss, B, T);
     if (layer_done) layer_done(L, context);
     for (int l = L - 1; l >= 0; l--) {
-        gpt_block_backward(m, a, s, l, gpt_layer_output(m, a, l - 1), s->dresid[cur], s->dresid[1 - cur], B, T);
+        gpt_block_backward(m, a, s, l, gpt_layer_output(m, a, l - 1), s->dresid[cur], s->dresid[1 - cur], B,
+                           T);
         cur = 1 - cur;
         if (layer_done) layer_done(l, context);
     }

@@ -41,12 +41,18 @@ typedef struct {
 
 /* The tensors of one block, in table order. */
 typedef enum {
-    BLOCK_LN1W, BLOCK_LN1B,         /* (C), (C) */
-    BLOCK_QKVW, BLOCK_QKVB,         /* (3C, C), (3C) */
-    BLOCK_ATTPROJW, BLOCK_ATTPROJB, /* (C, C), (C) */
-    BLOCK_LN2W, BLOCK_LN2B,         /* (C), (C) */
-    BLOCK_FCW, BLOCK_FCB,           /* (4C, C), (4C) */
-    BLOCK_FCPROJW, BLOCK_FCPROJB,   /* (C, 4C), (C) */
+    BLOCK_LN1W,
+    BLOCK_LN1B, /* (C), (C) */
+    BLOCK_QKVW,
+    BLOCK_QKVB, /* (3C, C), (3C) */
+    BLOCK_ATTPROJW,
+    BLOCK_ATTPROJB, /* (C, C), (C) */
+    BLOCK_LN2W,
+    BLOCK_LN2B, /* (C), (C) */
+    BLOCK_FCW,
+    BLOCK_FCB, /* (4C, C), (4C) */
+    BLOCK_FCPROJW,
+    BLOCK_FCPROJB, /* (C, 4C), (C) */
     BLOCK_TENSORS
 } BlockTensor;
 
@@ -55,27 +61,27 @@ typedef float *BlockWeights[BLOCK_TENSORS];
 
 /* Pointers into a parameter-shaped buffer (the parameters or their gradients). */
 typedef struct {
-    float *wte;     /* (V, C) */
-    float *wpe;     /* (T, C) */
+    float *wte;          /* (V, C) */
+    float *wpe;          /* (T, C) */
     BlockWeights *block; /* block[l][BlockTensor], L of them */
-    float *lnfw;    /* (C) */
-    float *lnfb;    /* (C) */
-    float *lm_head; /* (V, C) */
+    float *lnfw;         /* (C) */
+    float *lnfb;         /* (C) */
+    float *lm_head;      /* (V, C) */
 } Weights;
 
 typedef struct {
     ModelConfig cfg;
     ParamTensor *tensors;
     int num_tensors;
-    size_t num_params;   /* elements in the table */
+    size_t num_params; /* elements in the table */
     /* The part of the table this process holds: elements [param_first,
      * param_first + param_count). The whole table (0, num_params) except for a
      * stage of a layer split (gpt_create_range). */
     size_t param_first, param_count;
-    float *params;  /* device (param_count), CAT_PARAMS */
-    float *grads;   /* device (param_count), CAT_GRADS */
-    Weights w;      /* views into params; NULL for tensors not held */
-    Weights g;      /* views into grads */
+    float *params; /* device (param_count), CAT_PARAMS */
+    float *grads;  /* device (param_count), CAT_GRADS */
+    Weights w;     /* views into params; NULL for tensors not held */
+    Weights g;     /* views into grads */
 } GPT;
 
 /* Forward values kept for the backward pass: one set per micro-batch in flight.
@@ -93,15 +99,15 @@ typedef struct {
 } BlockActs;
 
 typedef struct {
-    int B, T;         /* capacity */
-    int *tokens;      /* (B,T) device */
-    int *targets;     /* (B,T) device */
-    float *encoded;   /* (B,T,C) embedding output = input of block 0 */
-    BlockActs *block; /* L of them */
+    int B, T;                         /* capacity */
+    int *tokens;                      /* (B,T) device */
+    int *targets;                     /* (B,T) device */
+    float *encoded;                   /* (B,T,C) embedding output = input of block 0 */
+    BlockActs *block;                 /* L of them */
     float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
-    float *logits;    /* (B,T,V) */
-    float *probs;     /* (B,T,V) */
-    float *losses;    /* (B,T) */
+    float *logits;                    /* (B,T,V) */
+    float *probs;                     /* (B,T,V) */
+    float *losses;                    /* (B,T) */
 } Activations;
 
 /* Scratch shared by all micro-batches: activation gradients and transient
@@ -161,7 +167,7 @@ void scratch_create(Scratch *s, const ModelConfig *cfg, int B, int T);
 void scratch_destroy(Scratch *s);
 
 /* ---- forward: B sequences of T tokens (B, T at most the capacity) ---- */
-void gpt_embedding_forward(const GPT *m, Activations *a, int B, int T);      /* a->tokens -> a->encoded */
+void gpt_embedding_forward(const GPT *m, Activations *a, int B, int T); /* a->tokens -> a->encoded */
 void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int layer, const float *input, int B, int T);
 /* final layernorm, logits; with targets also probabilities and per-token losses */
 void gpt_head_forward(const GPT *m, Activations *a, const float *input, int with_loss, int B, int T);
@@ -172,8 +178,8 @@ float *gpt_layer_output(const GPT *m, Activations *a, int layer);
 
 /* ---- backward: adds into m->grads ---- */
 /* dloss: d(total loss)/d(each token's loss). Leaves dL/d(head input) in dinput. */
-void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput, float dloss,
-                       int B, int T);
+void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput,
+                       float dloss, int B, int T);
 /* doutput: dL/d(block output); leaves dL/d(block input) in dinput (overwritten). */
 void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int layer, const float *input,
                         const float *doutput, float *dinput, int B, int T);
@@ -184,8 +190,8 @@ void gpt_backward(const GPT *m, Activations *a, Scratch *s, float dloss, int B, 
  * part are final: layer L after the head, l after block l, LAYER_EMBEDDING
  * after the embedding. Data parallelism starts communicating there. */
 typedef void (*LayerDoneHook)(int layer, void *context);
-void gpt_backward_hooked(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T, LayerDoneHook layer_done,
-                         void *context);
+void gpt_backward_hooked(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T,
+                         LayerDoneHook layer_done, void *context);
 
 /* Sum of a->losses over B*T tokens (copied to the host, summed in double). */
 double gpt_loss_sum(const Activations *a, int B, int T);

@@ -123,27 +123,10 @@ int main(int argc, char **argv) {
 
     /* ---- run summary and memory ---- */
     int ran = last_step - first_step;
-    RunSummary run = {
-        .program = PROGRAM,
-        .device = device_name(),
-        .world_size = 1,
-        .dp = 1,
-        .tp = 1,
-        .pp = 1,
-        .zero = 0,
-        .params = model.num_params,
-        .layers = cfg.model.layers,
-        .dmodel = cfg.model.dmodel,
-        .heads = cfg.model.heads,
-        .seq = T,
-        .batch = cfg.batch,
-        .micro = cfg.micro,
-        .steps = ran,
-        .final_loss = loss,
-        .median_step_ms = ran > 0 ? median(step_ms + first_step, ran) : 0.0,
-        .peak_device_bytes = mem_peak_total(SPACE_DEVICE),
-    };
-    run.tokens_per_s = run.median_step_ms > 0 ? tokens_per_step / (run.median_step_ms / 1e3) : 0.0;
+    RunSummary run;
+    run_summary_init(&run, PROGRAM, &cfg, model.num_params, step_ms + first_step, ran);
+    run.final_loss = loss;
+    run.peak_device_bytes = mem_peak_total(SPACE_DEVICE);
     run_csv_write(cfg.out, &run);
     size_t peaks[SPACE_COUNT * CAT_COUNT];
     memory_peaks_local(peaks);

@@ -295,27 +295,11 @@ int main(int argc, char **argv) {
     size_t peak_device = comm_write_memory_csv(world, cfg.out);
     if (rank == 0) {
         int ran = last_step - first_step;
-        RunSummary run = {
-            .program = PROGRAM,
-            .device = device_name(),
-            .world_size = ranks,
-            .dp = ranks,
-            .tp = 1,
-            .pp = 1,
-            .zero = 0,
-            .params = model.num_params,
-            .layers = cfg.model.layers,
-            .dmodel = cfg.model.dmodel,
-            .heads = cfg.model.heads,
-            .seq = T,
-            .batch = cfg.batch,
-            .micro = cfg.micro,
-            .steps = ran,
-            .final_loss = loss,
-            .median_step_ms = ran > 0 ? median(step_ms + first_step, ran) : 0.0,
-            .peak_device_bytes = peak_device,
-        };
-        run.tokens_per_s = run.median_step_ms > 0 ? tokens_per_step / (run.median_step_ms / 1e3) : 0.0;
+        RunSummary run;
+        run_summary_init(&run, PROGRAM, &cfg, model.num_params, step_ms + first_step, ran);
+        run.world_size = run.dp = ranks;
+        run.final_loss = loss;
+        run.peak_device_bytes = peak_device;
         run_csv_write(cfg.out, &run);
         log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.1f MiB sent per rank | CSVs "
                  "in %s\n",

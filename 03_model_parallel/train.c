@@ -461,27 +461,14 @@ int main(int argc, char **argv) {
     /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
     size_t peak_device = comm_write_memory_csv(world, cfg.out);
     if (rank == 0) {
-        RunSummary run = {
-            .program = PROGRAM,
-            .device = device_name(),
-            .world_size = ranks,
-            .dp = dp,
-            .tp = par.tensor ? mp_size : 1,
-            .pp = par.tensor ? 1 : mp_size,
-            .zero = 0,
-            .params = table.num_params,
-            .layers = L,
-            .dmodel = cfg.model.dmodel,
-            .heads = cfg.model.heads,
-            .seq = T,
-            .batch = cfg.batch,
-            .micro = cfg.micro,
-            .steps = last_step,
-            .final_loss = loss,
-            .median_step_ms = last_step > 0 ? median(step_ms, last_step) : 0.0,
-            .peak_device_bytes = peak_device,
-        };
-        run.tokens_per_s = run.median_step_ms > 0 ? tokens_per_step / (run.median_step_ms / 1e3) : 0.0;
+        RunSummary run;
+        run_summary_init(&run, PROGRAM, &cfg, table.num_params, step_ms, last_step);
+        run.world_size = ranks;
+        run.dp = dp;
+        run.tp = par.tensor ? mp_size : 1;
+        run.pp = par.tensor ? 1 : mp_size;
+        run.final_loss = loss;
+        run.peak_device_bytes = peak_device;
         run_csv_write(cfg.out, &run);
         log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.1f MiB sent by rank 0 | CSVs "
                  "in %s\n",

@@ -455,27 +455,14 @@ int main(int argc, char **argv) {
     if (rank == 0) {
         /* the first step includes start-up costs: leave it out of the medians when there are others */
         int skip = last_step > 1 ? 1 : 0, n = last_step - skip;
-        RunSummary run = {
-            .program = PROGRAM,
-            .device = device_name(),
-            .world_size = ranks,
-            .dp = pf.dp,
-            .tp = 1,
-            .pp = P,
-            .zero = 0,
-            .params = p.model.num_params,
-            .layers = L,
-            .dmodel = cfg.model.dmodel,
-            .heads = cfg.model.heads,
-            .seq = p.T,
-            .batch = cfg.batch,
-            .micro = M,
-            .steps = last_step,
-            .final_loss = loss,
-            .median_step_ms = median(step_ms + skip, n),
-            .peak_device_bytes = peak_device,
-        };
-        run.tokens_per_s = run.median_step_ms > 0 ? tokens_per_step / (run.median_step_ms / 1e3) : 0.0;
+        RunSummary run;
+        run_summary_init(&run, PROGRAM, &cfg, p.model.num_params, step_ms + skip, n);
+        run.steps = last_step; /* every step ran; the median leaves out the first */
+        run.world_size = ranks;
+        run.dp = pf.dp;
+        run.pp = P;
+        run.final_loss = loss;
+        run.peak_device_bytes = peak_device;
         double bubble_measured = median(bubbles + skip, n);
         char extra_header[64], extra_values[96];
         snprintf(extra_header, sizeof extra_header, ",schedule,bubble_measured,bubble_theory");

@@ -85,6 +85,29 @@ void run_csv_write_extra(const char *dir, const RunSummary *r, const char *extra
     fclose(f);
 }
 
+void run_summary_init(RunSummary *r, const char *program, const Config *cfg, size_t params, double *step_ms,
+                      int steps) {
+    *r = (RunSummary){
+        .program = program,
+        .device = device_name(),
+        .world_size = 1,
+        .dp = 1,
+        .tp = 1,
+        .pp = 1,
+        .params = params,
+        .layers = cfg->model.layers,
+        .dmodel = cfg->model.dmodel,
+        .heads = cfg->model.heads,
+        .seq = cfg->model.seq,
+        .batch = cfg->batch,
+        .micro = cfg->micro,
+        .steps = steps,
+        .median_step_ms = steps > 0 ? median(step_ms, steps) : 0.0,
+    };
+    double tokens_per_step = (double)cfg->batch * cfg->model.seq;
+    r->tokens_per_s = r->median_step_ms > 0 ? tokens_per_step / (r->median_step_ms / 1e3) : 0.0;
+}
+
 void run_csv_write(const char *dir, const RunSummary *r) {
     run_csv_write_extra(dir, r, NULL, NULL);
 }

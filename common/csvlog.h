@@ -12,6 +12,8 @@
 #ifndef CSVLOG_H
 #define CSVLOG_H
 
+#include "config.h"
+
 #include <stddef.h>
 #include <stdio.h>
 
@@ -48,6 +50,12 @@ void memory_csv_write(const char *dir, int nranks, const size_t *peaks);
 /* This process's peaks in the layout memory_csv_write expects (SPACE_COUNT*CAT_COUNT). */
 void memory_peaks_local(size_t *peaks);
 
+/* A summary of a run of `steps` steps whose times are step_ms[0..steps)
+ * (reordered): the model and batch from cfg, the device, the median step
+ * time and tokens/s derived from it; one device, no parallelism. Chapters
+ * then set their own fields (world_size, dp, tp, pp, final_loss, peak). */
+void run_summary_init(RunSummary *r, const char *program, const Config *cfg, size_t params, double *step_ms,
+                      int steps);
 void run_csv_write(const char *dir, const RunSummary *r);
 /* The same with chapter columns appended: extra_header ",a,b", extra_values ",1,2". */
 void run_csv_write_extra(const char *dir, const RunSummary *r, const char *extra_header,

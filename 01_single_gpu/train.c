@@ -73,6 +73,7 @@ int main(int argc, char **argv) {
     for (int step = first_step; step < last_step; step++) {
         Timer step_timer = {0}, timer = {0};
         StepRecord rec = {.step = step + 1, .val_loss = NAN};
+        profile_step_begin(step + 1);
         timer_start(&step_timer);
 
         /* ---- forward and backward over the micro-batches; gradients accumulate ---- */
@@ -102,6 +103,7 @@ int main(int argc, char **argv) {
         adamw_step(&opt, model.params, model.grads, rec.lr, clip_scale(&cfg, rec.grad_norm), &cfg);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
+        profile_step_end(step + 1);
 
         /* ---- log ---- */
         rec.loss = loss;
@@ -143,5 +145,6 @@ int main(int argc, char **argv) {
     adamw_destroy(&opt);
     gpt_destroy(&model);
     data_free(&data);
+    device_shutdown();
     return 0;
 }

@@ -159,6 +159,7 @@ int main(int argc, char **argv) {
     if (csv) fclose(csv);
     mem_free(a);
     mem_free(b);
+    device_shutdown();
     comm_finalize();
     return 0;
 }

@@ -159,13 +159,12 @@ static size_t carve_blocks(TensorParallelModel *tm, float *base, int B, int T) {
         b->ln1_rstd = carve(base, &used, BT);
         b->qkv = carve(base, &used, BT * 3 * Cl);
         b->atty = carve(base, &used, BT * Cl);
-        b->att = carve(base, &used, (size_t)B * tm->NH_local * T * T);
+        b->lse = carve(base, &used, (size_t)B * tm->NH_local * T);
         b->res2 = carve(base, &used, BT * C);
         b->ln2 = carve(base, &used, BT * C);
         b->ln2_mean = carve(base, &used, BT);
         b->ln2_rstd = carve(base, &used, BT);
         b->fch = carve(base, &used, BT * Hl);
-        b->fch_gelu = carve(base, &used, BT * Hl);
         b->res3 = carve(base, &used, BT * C);
     }
     return used;
@@ -184,9 +183,9 @@ static size_t carve_scratch(TensorParallelModel *tm, float *base, int B, int T) 
     s->dln = carve(base, &used, BT * C);
     s->datty = carve(base, &used, BT * Cl);
     s->dqkv = carve(base, &used, BT * 3 * Cl);
-    s->datt = carve(base, &used, (size_t)B * tm->NH_local * T * T);
     s->dfch = carve(base, &used, BT * Hl);
     s->dfch_gelu = carve(base, &used, BT * Hl);
+    s->gelu = carve(base, &used, BT * Hl);
     s->dlogits = carve(base, &used, BT * tm->model.cfg.vocab);
     return used;
 }
@@ -255,14 +254,14 @@ static void tp_block_forward(TensorParallelModel *tm, int l, const float *input,
     /* attention half: each rank computes its heads, attproj sums them (all-reduce 1) */
     k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, input, w[BLOCK_LN1W], w[BLOCK_LN1B], N, C);
     column_parallel_forward(tm->tp, b->qkv, b->ln1, w[BLOCK_QKVW], w[BLOCK_QKVB], N, C, 3 * Cl);
-    k->attention_forward(b->atty, b->att, b->qkv, B, T, Cl, tm->NH_local);
+    k->attention_forward(b->atty, b->lse, b->qkv, B, T, Cl, tm->NH_local);
     row_parallel_forward(tm->tp, s->branch, b->atty, w[BLOCK_ATTPROJW], w[BLOCK_ATTPROJB], N, Cl, C);
     k->residual_forward(b->res2, input, s->branch, (size_t)N * C);
     /* MLP half: each rank computes 4C/tp hidden units, fcproj sums them (all-reduce 2) */
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, w[BLOCK_LN2W], w[BLOCK_LN2B], N, C);
     column_parallel_forward(tm->tp, b->fch, b->ln2, w[BLOCK_FCW], w[BLOCK_FCB], N, C, Hl);
-    k->gelu_forward(b->fch_gelu, b->fch, (size_t)N * Hl);
-    row_parallel_forward(tm->tp, s->branch, b->fch_gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, Hl, C);
+    k->gelu_forward(s->gelu, b->fch, (size_t)N * Hl);
+    row_parallel_forward(tm->tp, s->branch, s->gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, Hl, C);
     k->residual_forward(b->res3, b->res2, s->branch, (size_t)N * C);
 }
 
@@ -279,8 +278,9 @@ static void tp_block_backward(TensorParallelModel *tm, int l, const float *input
     k->fill_zero(s->dmid, NC);
     k->fill_zero(s->dbranch, NC);
     k->residual_backward(s->dmid, s->dbranch, doutput, NC);
+    k->gelu_forward(s->gelu, b->fch, (size_t)N * Hl); /* recomputed, as in model.c */
     k->fill_zero(s->dfch_gelu, (size_t)N * Hl);
-    row_parallel_backward(tm->tp, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], s->dbranch, b->fch_gelu,
+    row_parallel_backward(tm->tp, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], s->dbranch, s->gelu,
                           w[BLOCK_FCPROJW], N, Hl, C);
     k->fill_zero(s->dfch, (size_t)N * Hl);
     k->gelu_backward(s->dfch, b->fch, s->dfch_gelu, (size_t)N * Hl);
@@ -296,7 +296,7 @@ static void tp_block_backward(TensorParallelModel *tm, int l, const float *input
     row_parallel_backward(tm->tp, s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], s->dbranch, b->atty,
                           w[BLOCK_ATTPROJW], N, Cl, C);
     k->fill_zero(s->dqkv, (size_t)N * 3 * Cl);
-    k->attention_backward(s->dqkv, s->datt, s->datty, b->qkv, b->att, B, T, Cl, tm->NH_local);
+    k->attention_backward(s->dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, Cl, tm->NH_local);
     column_parallel_backward(tm->tp, s->dln, g[BLOCK_QKVW], g[BLOCK_QKVB], s->dqkv, b->ln1, w[BLOCK_QKVW], N,
                              C, 3 * Cl);
     k->layernorm_backward(dinput, g[BLOCK_LN1W], g[BLOCK_LN1B], s->dln, input, w[BLOCK_LN1W], b->ln1_mean,

@@ -60,8 +60,8 @@ typedef struct {
     size_t global_params;           /* parameters of the whole model */
     Activations acts;               /* tokens, targets, embedding output and the head's values */
     BlockActs *block;               /* per layer, with local widths: qkv (B,T,3C/tp), atty (B,T,C/tp),
-                                       att (B,NH/tp,T,T), fch and fch_gelu (B,T,4C/tp); the rest (B,T,C) */
-    Scratch scratch;                /* the same local widths for dqkv, datty, datt, dfch, dfch_gelu */
+                                       lse (B,NH/tp,T), fch (B,T,4C/tp); the rest (B,T,C) */
+    Scratch scratch;                /* the same local widths for dqkv, datty, dfch, dfch_gelu, gelu */
 } TensorParallelModel;
 
 /* NULL when cfg can be split over tp ranks, else a message for the user. */

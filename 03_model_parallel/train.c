@@ -489,6 +489,7 @@ int main(int argc, char **argv) {
     }
     free(table.tensors);
     data_free(&data);
+    device_shutdown();
     comm_finalize();
     return 0;
 }

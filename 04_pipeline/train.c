@@ -487,6 +487,7 @@ int main(int argc, char **argv) {
     adamw_destroy(&opt);
     gpt_destroy(&p.model);
     data_free(&data);
+    device_shutdown();
     comm_finalize();
     return 0;
 }

@@ -5,7 +5,8 @@
  *   - cuda_check / cublas_check: end the program with the failing call's file
  *     and line, the way llm.c does, so an error names where it happened.
  *   - cublas_handle: the one cuBLAS handle of the process, created by
- *     cuda_select_device() when the CUDA backend is chosen.
+ *     cuda_select_device() when the CUDA backend is chosen;
+ *   - cuda_tf32_enabled(): whether COURSE_TF32=1 allowed TF32 matmuls.
  * Everything runs on the default stream, so kernels, cuBLAS calls and copies
  * execute in the order they are issued. */
 #ifndef CUDA_COMMON_CUH
@@ -32,5 +33,10 @@ static inline void cublas_check_at(cublasStatus_t status, const char *file, int 
 
 /* Created by cuda_select_device(); NULL until then. */
 extern cublasHandle_t cublas_handle;
+
+/* COURSE_TF32=1 at cuda_select_device(): matmuls may round their inputs to
+ * TF32 (cuBLAS's TF32 math mode, and one TF32 product in attention instead
+ * of the fp32-accurate three). */
+bool cuda_tf32_enabled(void);
 
 #endif

@@ -14,6 +14,10 @@ extern "C" {
 int cuda_device_count(void);
 /* Make `device` current, create the cuBLAS handle; writes the GPU's name. */
 void cuda_select_device(int device, char *name, size_t name_len);
+/* cudaProfilerStart (on = 1) or cudaProfilerStop (0), after a synchronize. */
+void cuda_profiler(int on);
+/* Destroy the cuBLAS handle (and its workspace), at the end of a run. */
+void cuda_shutdown(void);
 /* Make `device` current for the calling thread (no cuBLAS handle). */
 void cuda_bind_thread(int device);
 /* cudaMalloc + zero fill; NULL when the GPU is out of memory. */

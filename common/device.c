@@ -95,6 +95,34 @@ Backend device_backend(void) {
     return active_backend;
 }
 
+static int profile_step(void) {
+    const char *text = getenv("COURSE_PROFILE_STEP");
+    return text ? atoi(text) : 0;
+}
+
+void profile_step_begin(int step) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA && step == profile_step()) cuda_profiler(1);
+#else
+    (void)step;
+#endif
+}
+
+void profile_step_end(int step) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA && step == profile_step()) cuda_profiler(0);
+#else
+    (void)step;
+#endif
+}
+
+void device_shutdown(void) {
+    ops()->release_workspaces();
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) cuda_shutdown();
+#endif
+}
+
 void device_bind_thread(void) {
 #ifdef USE_CUDA
     if (active_backend == BACKEND_CUDA) cuda_bind_thread(active_gpu);

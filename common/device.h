@@ -43,6 +43,10 @@ const char *category_name(Category c);
  * local_rank picks the GPU (local_rank % device count) when several are visible. */
 Backend device_init(const char *choice, int local_rank);
 Backend device_backend(void);
+/* At the end of a run, after the program freed its own buffers: free the
+ * backend's on-demand workspaces and the cuBLAS handle, so that a leak check
+ * (compute-sanitizer --leak-check full) finds nothing left. */
+void device_shutdown(void);
 /* Make the chosen GPU current for the calling thread too (CUDA keeps the
  * current device per host thread); a thread that touches device buffers
  * calls this first. No-op on the CPU. */
@@ -83,6 +87,13 @@ typedef struct {
 } Timer;
 void timer_start(Timer *t);
 double timer_stop_ms(Timer *t); /* waits for the device; returns elapsed ms */
+
+/* Profiling one step: with COURSE_PROFILE_STEP=N in the environment, the
+ * CUDA profiler API is switched on for step N (1-based) only, so that
+ * `ncu --profile-from-start off` (common/profile_kernels.sh) sees exactly one
+ * training step. No-ops otherwise, and on the CPU. */
+void profile_step_begin(int step);
+void profile_step_end(int step);
 
 /* Parse sizes such as "512", "64K", "1.5G" (binary multiples). Returns 0 on
  * success, -1 when the text is not a size. */

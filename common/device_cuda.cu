@@ -8,11 +8,18 @@
 
 #include "cuda_runtime_glue.h"
 
+#include <cuda_profiler_api.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 cublasHandle_t cublas_handle = NULL;
+static bool tf32_enabled = false;
+
+bool cuda_tf32_enabled(void) {
+    return tf32_enabled;
+}
 
 extern "C" int cuda_device_count(void) {
     int count = 0;
@@ -37,12 +44,24 @@ extern "C" void cuda_select_device(int device, char *name, size_t name_len) {
      * mantissa inputs) are several times faster on Ampere and later; opt in
      * with COURSE_TF32=1 when speed matters more than parity. */
     const char *tf32 = getenv("COURSE_TF32");
-    int use_tf32 = tf32 && strcmp(tf32, "1") == 0;
+    tf32_enabled = tf32 && strcmp(tf32, "1") == 0;
     cublas_check(
-        cublasSetMathMode(cublas_handle, use_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+        cublasSetMathMode(cublas_handle, tf32_enabled ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 }
 
-extern "C" void cuda_bind_thread(int device) { cuda_check(cudaSetDevice(device)); }
+extern "C" void cuda_profiler(int on) {
+    cuda_check(cudaDeviceSynchronize());
+    cuda_check(on ? cudaProfilerStart() : cudaProfilerStop());
+}
+
+extern "C" void cuda_shutdown(void) {
+    if (cublas_handle) cublas_check(cublasDestroy(cublas_handle));
+    cublas_handle = NULL;
+}
+
+extern "C" void cuda_bind_thread(int device) {
+    cuda_check(cudaSetDevice(device));
+}
 
 extern "C" void *cuda_alloc_zeroed(size_t bytes) {
     void *ptr = NULL;

@@ -53,14 +53,19 @@ typedef struct KernelOps {
     void (*linear_backward)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                             const float *weight, int N, int C, int OC);
 
-    /* Causal self-attention. qkv (B,T,3C) holds q | k | v, each (C) = NH heads of hs.
-     * att (B,NH,T,T): softmax(q k^T / sqrt(hs)) with the causal mask (entries
-     * above the diagonal are 0), saved for backward. out (B,T,C): att @ v, heads
-     * concatenated. */
-    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-    /* dqkv (B,T,3C) += ...;  datt (B,NH,T,T) is scratch (overwritten). */
-    void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
-                               int B, int T, int C, int NH);
+    /* Causal self-attention, fused ("flash" style): the (T,T) matrix of
+     * probabilities is never stored. qkv (B,T,3C) holds q | k | v, each (C) =
+     * NH heads of hs. With scores x = q k^T / sqrt(hs) over keys 0..t (the
+     * causal mask), out (B,T,C) = softmax(x) @ v, heads concatenated, and
+     * lse (B,NH,T) = log(sum over keys 0..t of exp(x)) per query row: the one
+     * number per row that backward needs to recompute any probability,
+     * p = exp(x - lse). Workspace is the backend's (O(tile x T) per thread on
+     * the CPU, O(B x NH x T) on CUDA), never O(T x T) per head. */
+    void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+    /* dqkv (B,T,3C) += ...; from dout (B,T,C) and the forward's qkv, out and
+     * lse. Recomputes the probabilities tile by tile. */
+    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out,
+                               const float *lse, int B, int T, int C, int NH);
 
     /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
     void (*gelu_forward)(float *out, const float *inp, size_t n);
@@ -98,6 +103,10 @@ typedef struct KernelOps {
     void (*fill_zero)(float *x, size_t n);
     /* x(n) *= factor */
     void (*scale)(float *x, size_t n, float factor);
+
+    /* Free the workspaces the backend grew on demand (attention, norms).
+     * Called at exit by device_shutdown(); the next call grows them again. */
+    void (*release_workspaces)(void);
 } KernelOps;
 
 extern const KernelOps kernels_cpu;

@@ -1,9 +1,12 @@
 /* kernels_cpu.c: the CPU backend of kernels.h (C + OpenMP, matmuls through CBLAS).
  *
- * Mirrors kernels_cuda.cu function for function. Every reduction here has a
- * fixed order that does not depend on the number of threads, so a run gives
- * bit-identical results each time on the same machine, which the determinism
- * and checkpoint-resume tests rely on. */
+ * Mirrors kernels_cuda.cu function for function. Attention, the one kernel
+ * with a workspace of its own, lives in attention_cpu.c (attention.h); the
+ * table at the end points at it. Every reduction here has a fixed order that
+ * does not depend on the number of threads, so a run gives bit-identical
+ * results each time on the same machine, which the determinism and
+ * checkpoint-resume tests rely on. */
+#include "attention.h"
 #include "kernels.h"
 #include "util.h"
 
@@ -139,73 +142,6 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
                 for (int j = 0; j < width; j++) sum[j] += row[j];
             }
             for (int j = 0; j < width; j++) dbias[o0 + j] += (float)sum[j];
-        }
-    }
-}
-
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-    int hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    /* One (b, h) pair per iteration. Its matrix products are BLAS calls on
-     * strided views of qkv (leading dimension 3C, no copies); inside the
-     * parallel loop they run single-threaded (OpenBLAS's OpenMP build does so
-     * in a parallel region), so results do not depend on the thread count. */
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-            float *a = att + ((size_t)b * NH + h) * T * T;
-            /* scores(T,T) = scale * q(T,hs) @ k(T,hs)^T; the causal mask is applied below */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
-            for (int t = 0; t < T; t++) {
-                /* softmax over keys 0..t; the future gets probability 0 */
-                float *row = a + (size_t)t * T;
-                float maxval = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) maxval = row[t2] > maxval ? row[t2] : maxval;
-                float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    row[t2] = expf(row[t2] - maxval);
-                    sum += row[t2];
-                }
-                for (int t2 = 0; t2 <= t; t2++) row[t2] /= sum;
-                for (int t2 = t + 1; t2 < T; t2++) row[t2] = 0.0f;
-            }
-            /* out(T,hs) = att(T,T) @ v(T,hs), into head h's columns of out */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
-                        out + (size_t)b * T * C + h * hs, C);
-        }
-    }
-}
-
-static void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
-                               int B, int T, int C, int NH) {
-    int hs = C / NH, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    /* One (b, h) pair per iteration: it writes only head h's columns of batch
-     * row b, so pairs never collide. */
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-            float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
-            const float *a = att + ((size_t)b * NH + h) * T * T;
-            float *d = datt + ((size_t)b * NH + h) * T * T;
-            const float *g = dout + (size_t)b * T * C + h * hs;
-            /* out = att @ v:  datt = g @ v^T,  dv += att^T @ g */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, g, C, v, C3, 0.0f, d, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, g, C, 1.0f, dv, C3);
-            /* softmax backward, in place: dscore = att * (datt - sum(att * datt)) * scale */
-            for (int t = 0; t < T; t++) {
-                const float *arow = a + (size_t)t * T;
-                float *drow = d + (size_t)t * T;
-                float weighted = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) weighted += arow[t2] * drow[t2];
-                for (int t2 = 0; t2 <= t; t2++) drow[t2] = arow[t2] * (drow[t2] - weighted) * scale;
-                for (int t2 = t + 1; t2 < T; t2++) drow[t2] = 0.0f;
-            }
-            /* scores = q @ k^T:  dq += dscore @ k,  dk += dscore^T @ q */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, d, T, k, C3, 1.0f, dq, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, d, T, q, C3, 1.0f, dk, C3);
         }
     }
 }
@@ -349,8 +285,8 @@ const KernelOps kernels_cpu = {
     .layernorm_backward = layernorm_backward,
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
-    .attention_forward = attention_forward,
-    .attention_backward = attention_backward,
+    .attention_forward = attention_forward_cpu,
+    .attention_backward = attention_backward_cpu,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
     .residual_forward = residual_forward,
@@ -361,4 +297,5 @@ const KernelOps kernels_cpu = {
     .adamw_update = adamw_update,
     .fill_zero = fill_zero,
     .scale = scale,
+    .release_workspaces = attention_release_cpu,
 };

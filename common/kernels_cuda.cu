@@ -5,15 +5,18 @@
  * floating-point additions), so the two agree far inside the 1e-4 that
  * tests/test_parity.c allows. What differs is how work is spread over threads:
  *   - elementwise kernels: one thread per element, size_t indices;
- *   - row kernels (layernorm, softmax): one warp per row, reduced with shuffles;
- *   - column sums (dbias, layernorm dweight/dbias): one block per 32 columns,
- *     each thread sums a fixed subset of rows, then a fixed-order tree.
+ *   - row kernels (layernorm): one warp per row, reduced with shuffles;
+ *   - attention: fused tiles on tensor cores, in attention_cuda.cu;
+ *   - column sums (dbias, layernorm dweight/dbias): blocks of 32 columns by
+ *     256 rows, each thread sums a fixed subset of rows, then fixed-order
+ *     sums of the partial results;
  * No kernel uses atomics: every reduction has an order fixed by the shapes,
  * so a run is bit-identical each time on the same GPU (cuBLAS is too, with its
  * default settings), which the determinism and resume tests rely on.
  * All work is issued on the default stream, so it runs in program order. */
 #include "cuda_common.cuh"
 
+#include "attention.h"
 #include "device.h"
 #include "kernels.h"
 
@@ -32,6 +35,8 @@
  * row) and COLUMN_ROW_GROUPS threads per column, each summing every 16th row. */
 #define COLUMN_TILE 32
 #define COLUMN_ROW_GROUPS 16
+/* ...over chunks of this many rows, one block per (column tile, chunk). */
+#define COLUMN_CHUNK_ROWS 256
 /* sum_squares: a fixed block count, so the order of additions depends only on n. */
 #define SUM_BLOCKS 256
 
@@ -48,10 +53,6 @@ static unsigned int blocks_for(size_t items, size_t per_block) {
 
 /* Butterfly reductions over the 32 lanes of a warp: every lane ends with the
  * result, and the order of operations is fixed. */
-static __device__ float warp_sum(float x) {
-    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-    return x;
-}
 static __device__ double warp_sum(double x) {
     for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
     return x;
@@ -91,16 +92,7 @@ static __device__ float block_max(float x) {
  * The mapping: a row-major (M,N) matrix is, byte for byte, the column-major
  * (N,M) matrix C^T. So we ask cuBLAS for C^T = op(B)^T @ op(A)^T: swap the two
  * operands, swap M and N, keep each operand's transpose flag and leading
- * dimension. The batched form repeats this over `batch` matrices spaced by the
- * given strides (in elements). */
-static void sgemm_rowmajor_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                                   const float *A, int lda, long long stride_a, const float *B, int ldb,
-                                   long long stride_b, float beta, float *Cm, int ldc, long long stride_c,
-                                   int batch) {
-    cublas_check(cublasSgemmStridedBatched(cublas_handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                           trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb,
-                                           stride_b, A, lda, stride_a, &beta, Cm, ldc, stride_c, batch));
-}
+ * dimension. */
 static void sgemm_rowmajor(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
                            int lda, const float *B, int ldb, float beta, float *Cm, int ldc) {
     cublas_check(cublasSgemm(cublas_handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -133,26 +125,41 @@ static __global__ void embedding_backward_wpe_kernel(float *dwpe, const float *d
 
 /* dwte[v,:] += dout[n,:] for every n with tokens[n] == v, n in order.
  * One block per vocabulary row, threads over channels: each row has a single
- * owner, so there is no race and no atomic, and the summation order is the
- * CPU's. The tokens are read in chunks of BLOCK_SIZE; one vote skips the
- * (usual) chunks in which v does not occur. */
+ * owner, so there is no race and no atomic, and the summation order is fixed.
+ * The tokens are read in chunks of BLOCK_SIZE; each warp votes which of its 32
+ * are v, and the matching positions are packed into a list (in order), so
+ * that the sum runs over the list without a test per token: the loads of
+ * several rows are then in flight at once, which matters for frequent bytes
+ * (the space is about one token in six). A thread adds its channel in a
+ * register and writes the row once. */
 static __global__ void embedding_backward_wte_kernel(float *dwte, const float *dout, const int *tokens, int N,
                                                      int C) {
-    __shared__ int chunk[BLOCK_SIZE];
-    int v = blockIdx.x;
+    __shared__ int matches[BLOCK_SIZE];
+    __shared__ int warp_counts[BLOCK_SIZE / WARP_SIZE];
+    int v = blockIdx.x, lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     float *row = dwte + (size_t)v * C;
-    for (int start = 0; start < N; start += BLOCK_SIZE) {
-        int n = start + threadIdx.x;
-        int token = n < N ? tokens[n] : -1;
-        chunk[threadIdx.x] = token;
-        if (!__syncthreads_or(token == v)) continue; /* barrier too: the block agrees */
-        int count = min(N - start, BLOCK_SIZE);
-        for (int j = 0; j < count; j++) {
-            if (chunk[j] != v) continue;
-            const float *g = dout + (size_t)(start + j) * C;
-            for (int c = threadIdx.x; c < C; c += BLOCK_SIZE) row[c] += g[c];
+    for (int c0 = 0; c0 < C; c0 += BLOCK_SIZE) { /* channels c0 .. c0 + BLOCK_SIZE - 1 */
+        int c = c0 + threadIdx.x;
+        float sum = 0.0f;
+        for (int start = 0; start < N; start += BLOCK_SIZE) {
+            int n = start + threadIdx.x;
+            bool match = n < N && tokens[n] == v;
+            unsigned int ballot = __ballot_sync(0xffffffffu, match);
+            if (lane == 0) warp_counts[warp] = __popc(ballot);
+            __syncthreads();
+            int before = 0, count = 0;
+            for (int w = 0; w < BLOCK_SIZE / WARP_SIZE; w++) {
+                before += w < warp ? warp_counts[w] : 0;
+                count += warp_counts[w];
+            }
+            if (match) matches[before + __popc(ballot & ((1u << lane) - 1))] = n;
+            __syncthreads();
+            if (c < C)
+#pragma unroll 4
+                for (int j = 0; j < count; j++) sum += dout[(size_t)matches[j] * C + c];
+            __syncthreads(); /* everyone is done with matches and warp_counts before they are overwritten */
         }
-        __syncthreads(); /* everyone is done with chunk before it is overwritten */
+        if (c < C) row[c] += sum;
     }
 }
 
@@ -204,38 +211,56 @@ static __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *
     }
 }
 
-/* dweight[c] += sum_n dout * xhat,  dbias[c] += sum_n dout.
- * Block (COLUMN_TILE, COLUMN_ROW_GROUPS) owns COLUMN_TILE columns: thread
- * (x, y) sums rows y, y + 16, y + 32, ... of column x (a warp reads 32
- * neighbouring floats: coalesced), then row y = 0 adds the 16 partial sums in
- * order. No atomics, fixed order. */
-static __global__ void layernorm_backward_params_kernel(float *dweight, float *dbias, const float *dout,
-                                                        const float *inp, const float *mean,
-                                                        const float *rstd, int N, int C) {
-    __shared__ double dw_part[COLUMN_ROW_GROUPS][COLUMN_TILE];
-    __shared__ double db_part[COLUMN_ROW_GROUPS][COLUMN_TILE];
-    int c = blockIdx.x * COLUMN_TILE + threadIdx.x;
-    double dw = 0.0, db = 0.0;
-    if (c < C) {
-        for (int n = threadIdx.y; n < N; n += COLUMN_ROW_GROUPS) {
+/* Column sums over N rows: dbias[c] += sum_n dout[n,c] (linear layers), and
+ * for layernorm also dweight[c] += sum_n dout[n,c] * xhat[n,c], xhat = (inp -
+ * mean) * rstd. Two passes, so that every SM has work even when C is small
+ * (C = 768 gives 24 column tiles) and N large:
+ *   1. block (column tile, row chunk): thread (x, y) sums, in double, rows
+ *      y, y + 16, ... of its chunk of COLUMN_CHUNK_ROWS rows in column x (a
+ *      warp reads 32 neighbouring floats: coalesced); row y = 0 adds the 16
+ *      sums in order and writes the chunk's partial sum;
+ *   2. one thread per column adds the chunks' partial sums in order.
+ * No atomics: the order of every addition is fixed by the shapes. */
+static __global__ void column_partials_kernel(double *partial_w, double *partial_b, const float *dout,
+                                              const float *inp, const float *mean, const float *rstd, int N,
+                                              int C) {
+    __shared__ double w_part[COLUMN_ROW_GROUPS][COLUMN_TILE];
+    __shared__ double b_part[COLUMN_ROW_GROUPS][COLUMN_TILE];
+    int c = blockIdx.x * COLUMN_TILE + threadIdx.x, chunk = blockIdx.y;
+    int first = chunk * COLUMN_CHUNK_ROWS, end = min(N, first + COLUMN_CHUNK_ROWS);
+    double w = 0.0, b = 0.0;
+    if (c < C)
+        for (int n = first + threadIdx.y; n < end; n += COLUMN_ROW_GROUPS) {
             size_t i = (size_t)n * C + c;
             float g = dout[i];
-            dw += (double)g * (inp[i] - mean[n]) * rstd[n];
-            db += g;
+            if (inp) w += (double)g * (inp[i] - mean[n]) * rstd[n];
+            b += g;
         }
-    }
-    dw_part[threadIdx.y][threadIdx.x] = dw;
-    db_part[threadIdx.y][threadIdx.x] = db;
+    w_part[threadIdx.y][threadIdx.x] = w;
+    b_part[threadIdx.y][threadIdx.x] = b;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
-        double dw_total = 0.0, db_total = 0.0;
+        double w_total = 0.0, b_total = 0.0;
         for (int r = 0; r < COLUMN_ROW_GROUPS; r++) {
-            dw_total += dw_part[r][threadIdx.x];
-            db_total += db_part[r][threadIdx.x];
+            w_total += w_part[r][threadIdx.x];
+            b_total += b_part[r][threadIdx.x];
         }
-        dweight[c] += (float)dw_total;
-        dbias[c] += (float)db_total;
+        if (inp) partial_w[(size_t)chunk * C + c] = w_total;
+        partial_b[(size_t)chunk * C + c] = b_total;
     }
+}
+
+static __global__ void column_partials_add_kernel(float *out_w, float *out_b, const double *partial_w,
+                                                  const double *partial_b, int chunks, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double w = 0.0, b = 0.0;
+    for (int k = 0; k < chunks; k++) {
+        if (out_w) w += partial_w[(size_t)k * C + c];
+        b += partial_b[(size_t)k * C + c];
+    }
+    if (out_w) out_w[c] += (float)w;
+    out_b[c] += (float)b;
 }
 
 /* out[n,o] += bias[o], one thread per element */
@@ -243,110 +268,6 @@ static __global__ void add_bias_kernel(float *out, const float *bias, int OC, si
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     out[i] += bias[i % OC];
-}
-
-/* dbias[o] += sum_n dout[n,o]: the column-sum layout of layernorm_backward_params_kernel */
-static __global__ void column_sums_add_kernel(float *dbias, const float *dout, int N, int OC) {
-    __shared__ double part[COLUMN_ROW_GROUPS][COLUMN_TILE];
-    int o = blockIdx.x * COLUMN_TILE + threadIdx.x;
-    double sum = 0.0;
-    if (o < OC)
-        for (int n = threadIdx.y; n < N; n += COLUMN_ROW_GROUPS) sum += dout[(size_t)n * OC + o];
-    part[threadIdx.y][threadIdx.x] = sum;
-    __syncthreads();
-    if (threadIdx.y == 0 && o < OC) {
-        double total = 0.0;
-        for (int r = 0; r < COLUMN_ROW_GROUPS; r++) total += part[r][threadIdx.x];
-        dbias[o] += (float)total;
-    }
-}
-
-/* Attention works on heads laid out (B,NH,T,hs), so that each (b,h) is one
- * contiguous (T,hs) matrix for the batched matmuls. Element i of such a tensor
- * sits at (b*T + t)*row + h*hs + d of a token-major tensor with `row` floats
- * per token (C for out and dout, 3C for qkv). */
-static __device__ size_t token_major_index(size_t i, int T, int NH, int hs, size_t row) {
-    int d = (int)(i % hs);
-    size_t rest = i / hs;
-    int t = (int)(rest % T);
-    rest /= T;
-    int h = (int)(rest % NH);
-    size_t b = rest / NH;
-    return (b * T + t) * row + (size_t)h * hs + d;
-}
-
-/* qkv (B,T,3C) -> q, k, v, each (B,NH,T,hs) */
-static __global__ void split_qkv_kernel(float *q, float *k, float *v, const float *qkv, int T, int C, int NH,
-                                        size_t total) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= total) return;
-    const float *src = qkv + token_major_index(i, T, NH, C / NH, 3 * (size_t)C);
-    q[i] = src[0];
-    k[i] = src[C];
-    v[i] = src[2 * (size_t)C];
-}
-
-/* (B,T,C) -> (B,NH,T,hs) */
-static __global__ void split_heads_kernel(float *heads, const float *tokens, int T, int C, int NH,
-                                          size_t total) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= total) return;
-    heads[i] = tokens[token_major_index(i, T, NH, C / NH, C)];
-}
-
-/* (B,NH,T,hs) -> (B,T,C): heads concatenated again */
-static __global__ void merge_heads_kernel(float *tokens, const float *heads, int T, int C, int NH,
-                                          size_t total) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= total) return;
-    tokens[token_major_index(i, T, NH, C / NH, C)] = heads[i];
-}
-
-/* dqkv (B,T,3C) += dq | dk | dv, each (B,NH,T,hs) */
-static __global__ void merge_qkv_grads_kernel(float *dqkv, const float *dq, const float *dk, const float *dv,
-                                              int T, int C, int NH, size_t total) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= total) return;
-    float *dst = dqkv + token_major_index(i, T, NH, C / NH, 3 * (size_t)C);
-    dst[0] += dq[i];
-    dst[C] += dk[i];
-    dst[2 * (size_t)C] += dv[i];
-}
-
-/* In place on att (rows of T, row index = (b*NH + h)*T + t), one warp per row:
- * scores q.k in, softmax(scores * scale) over keys 0..t out, zeros above the
- * diagonal (the causal mask). */
-static __global__ void causal_softmax_kernel(float *att, float scale, int T, size_t rows) {
-    size_t r = (size_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
-    int lane = threadIdx.x % WARP_SIZE;
-    if (r >= rows) return;
-    int t = (int)(r % T);
-    float *row = att + r * T;
-    float maxval = -INFINITY;
-    for (int t2 = lane; t2 <= t; t2 += WARP_SIZE) maxval = fmaxf(maxval, row[t2] * scale);
-    maxval = warp_max(maxval);
-    float sum = 0.0f;
-    for (int t2 = lane; t2 <= t; t2 += WARP_SIZE) sum += expf(row[t2] * scale - maxval);
-    sum = warp_sum(sum);
-    for (int t2 = lane; t2 < T; t2 += WARP_SIZE)
-        row[t2] = t2 <= t ? expf(row[t2] * scale - maxval) / sum : 0.0f;
-}
-
-/* In place on datt, one warp per row:
- * dscore = att * (datt - sum(att * datt)) * scale over keys 0..t, 0 above. */
-static __global__ void causal_softmax_backward_kernel(float *datt, const float *att, float scale, int T,
-                                                      size_t rows) {
-    size_t r = (size_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
-    int lane = threadIdx.x % WARP_SIZE;
-    if (r >= rows) return;
-    int t = (int)(r % T);
-    const float *arow = att + r * T;
-    float *drow = datt + r * T;
-    float weighted = 0.0f;
-    for (int t2 = lane; t2 <= t; t2 += WARP_SIZE) weighted += arow[t2] * drow[t2];
-    weighted = warp_sum(weighted);
-    for (int t2 = lane; t2 < T; t2 += WARP_SIZE)
-        drow[t2] = t2 <= t ? arow[t2] * (drow[t2] - weighted) * scale : 0.0f;
 }
 
 static __global__ void gelu_forward_kernel(float *out, const float *inp, size_t n) {
@@ -470,6 +391,29 @@ static void embedding_backward(float *dwte, float *dwpe, const float *dout, cons
     cuda_check(cudaGetLastError());
 }
 
+/* The chunks' partial sums (two per column and chunk), grown on demand. */
+static double *column_partials = NULL;
+static size_t column_partials_bytes = 0;
+
+/* out_b[c] += column sums of dout (N,C); with inp, also out_w[c] += column sums of dout * xhat. */
+static void column_sums(float *out_w, float *out_b, const float *dout, const float *inp, const float *mean,
+                        const float *rstd, int N, int C) {
+    int chunks = (N + COLUMN_CHUNK_ROWS - 1) / COLUMN_CHUNK_ROWS;
+    size_t bytes = 2 * (size_t)chunks * C * sizeof(double);
+    if (bytes > column_partials_bytes) {
+        mem_free(column_partials);
+        column_partials = (double *)mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "column sums partials");
+        column_partials_bytes = bytes;
+    }
+    double *partial_w = column_partials, *partial_b = column_partials + (size_t)chunks * C;
+    dim3 grid(blocks_for(C, COLUMN_TILE), chunks), block(COLUMN_TILE, COLUMN_ROW_GROUPS);
+    column_partials_kernel<<<grid, block>>>(partial_w, partial_b, dout, inp, mean, rstd, N, C);
+    cuda_check(cudaGetLastError());
+    column_partials_add_kernel<<<blocks_for(C, BLOCK_SIZE), BLOCK_SIZE>>>(out_w, out_b, partial_w, partial_b,
+                                                                          chunks, C);
+    cuda_check(cudaGetLastError());
+}
+
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                               const float *bias, int N, int C) {
     if (N == 0) return;
@@ -484,10 +428,7 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
     layernorm_backward_dinp_kernel<<<blocks_for(N, ROWS_PER_BLOCK), BLOCK_SIZE>>>(dinp, dout, inp, weight,
                                                                                   mean, rstd, N, C);
     cuda_check(cudaGetLastError());
-    dim3 block(COLUMN_TILE, COLUMN_ROW_GROUPS);
-    layernorm_backward_params_kernel<<<blocks_for(C, COLUMN_TILE), block>>>(dweight, dbias, dout, inp, mean,
-                                                                            rstd, N, C);
-    cuda_check(cudaGetLastError());
+    column_sums(dweight, dbias, dout, inp, mean, rstd, N, C);
 }
 
 static void linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
@@ -507,84 +448,7 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
     sgemm_rowmajor(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
     /* dweight(OC,C) += dout^T(OC,N) @ inp(N,C) */
     sgemm_rowmajor(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
-    if (dbias && OC > 0) {
-        dim3 block(COLUMN_TILE, COLUMN_ROW_GROUPS);
-        column_sums_add_kernel<<<blocks_for(OC, COLUMN_TILE), block>>>(dbias, dout, N, OC);
-        cuda_check(cudaGetLastError());
-    }
-}
-
-/* Scratch for the per-head copies of attention: four (B,NH,T,hs) tensors.
- * It grows when a call needs more and is otherwise reused, so the training
- * loop allocates nothing (and memory.csv shows it under device/workspace). */
-static float *attention_workspace = NULL;
-static size_t attention_workspace_bytes = 0;
-
-static float *attention_scratch(size_t bytes) {
-    if (bytes > attention_workspace_bytes) {
-        mem_free(attention_workspace);
-        attention_workspace = (float *)mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "attention workspace");
-        attention_workspace_bytes = bytes;
-    }
-    return attention_workspace;
-}
-
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    size_t head_elems = (size_t)B * NH * T * hs; /* one (B,NH,T,hs) tensor */
-    size_t rows = (size_t)B * NH * T;            /* rows of att */
-    if (head_elems == 0) return;
-    float *q = attention_scratch(4 * head_elems * sizeof(float));
-    float *k = q + head_elems, *v = k + head_elems, *y = v + head_elems;
-    long long mat = (long long)T * hs, sq = (long long)T * T; /* strides between heads */
-
-    split_qkv_kernel<<<blocks_for(head_elems, BLOCK_SIZE), BLOCK_SIZE>>>(q, k, v, qkv, T, C, NH, head_elems);
-    cuda_check(cudaGetLastError());
-    /* per head: scores(T,T) = q(T,hs) @ k(T,hs)^T, written into att */
-    sgemm_rowmajor_batched(false, true, T, T, hs, 1.0f, q, hs, mat, k, hs, mat, 0.0f, att, T, sq, B * NH);
-    /* att = softmax(scores * scale) with the causal mask, zeros above the diagonal */
-    causal_softmax_kernel<<<blocks_for(rows, ROWS_PER_BLOCK), BLOCK_SIZE>>>(att, scale, T, rows);
-    cuda_check(cudaGetLastError());
-    /* per head: y(T,hs) = att(T,T) @ v(T,hs); the zeros keep it causal */
-    sgemm_rowmajor_batched(false, false, T, hs, T, 1.0f, att, T, sq, v, hs, mat, 0.0f, y, hs, mat, B * NH);
-    merge_heads_kernel<<<blocks_for(head_elems, BLOCK_SIZE), BLOCK_SIZE>>>(out, y, T, C, NH, head_elems);
-    cuda_check(cudaGetLastError());
-}
-
-static void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH) {
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    size_t head_elems = (size_t)B * NH * T * hs;
-    size_t rows = (size_t)B * NH * T;
-    if (head_elems == 0) return;
-    float *q = attention_scratch(4 * head_elems * sizeof(float));
-    float *k = q + head_elems, *v = k + head_elems, *dy = v + head_elems;
-    long long mat = (long long)T * hs, sq = (long long)T * T;
-    /* Gradients reuse the slots of inputs that are dead by then, so backward
-     * needs no more scratch than forward: dv overwrites v (last read by the
-     * datt matmul), dq overwrites dy (last read by the dv matmul), dk
-     * overwrites k (last read by the dq matmul). */
-    float *dv = v, *dq = dy, *dk = k;
-
-    split_qkv_kernel<<<blocks_for(head_elems, BLOCK_SIZE), BLOCK_SIZE>>>(q, k, v, qkv, T, C, NH, head_elems);
-    cuda_check(cudaGetLastError());
-    split_heads_kernel<<<blocks_for(head_elems, BLOCK_SIZE), BLOCK_SIZE>>>(dy, dout, T, C, NH, head_elems);
-    cuda_check(cudaGetLastError());
-    /* y = att @ v:  datt(T,T) = dy(T,hs) @ v(T,hs)^T,  dv(T,hs) = att(T,T)^T @ dy(T,hs) */
-    sgemm_rowmajor_batched(false, true, T, T, hs, 1.0f, dy, hs, mat, v, hs, mat, 0.0f, datt, T, sq, B * NH);
-    sgemm_rowmajor_batched(true, false, T, hs, T, 1.0f, att, T, sq, dy, hs, mat, 0.0f, dv, hs, mat, B * NH);
-    /* softmax backward, in place: datt becomes dscore (scale included) */
-    causal_softmax_backward_kernel<<<blocks_for(rows, ROWS_PER_BLOCK), BLOCK_SIZE>>>(datt, att, scale, T,
-                                                                                     rows);
-    cuda_check(cudaGetLastError());
-    /* scores = q @ k^T:  dq(T,hs) = dscore(T,T) @ k(T,hs),  dk(T,hs) = dscore(T,T)^T @ q(T,hs) */
-    sgemm_rowmajor_batched(false, false, T, hs, T, 1.0f, datt, T, sq, k, hs, mat, 0.0f, dq, hs, mat, B * NH);
-    sgemm_rowmajor_batched(true, false, T, hs, T, 1.0f, datt, T, sq, q, hs, mat, 0.0f, dk, hs, mat, B * NH);
-    merge_qkv_grads_kernel<<<blocks_for(head_elems, BLOCK_SIZE), BLOCK_SIZE>>>(dqkv, dq, dk, dv, T, C, NH,
-                                                                               head_elems);
-    cuda_check(cudaGetLastError());
+    if (dbias && OC > 0 && N > 0) column_sums(NULL, dbias, dout, NULL, NULL, NULL, N, OC);
 }
 
 static void gelu_forward(float *out, const float *inp, size_t n) {
@@ -664,6 +528,17 @@ static void scale(float *x, size_t n, float factor) {
     cuda_check(cudaGetLastError());
 }
 
+/* The buffers grown on demand: attention's row sums, column sums' and
+ * sum_squares' partials. */
+static void release_workspaces(void) {
+    attention_release_cuda();
+    mem_free(column_partials);
+    column_partials = NULL;
+    column_partials_bytes = 0;
+    mem_free(sum_squares_buffer);
+    sum_squares_buffer = NULL;
+}
+
 extern "C" const KernelOps kernels_cuda = {
     .name = "cuda",
     .embedding_forward = embedding_forward,
@@ -672,8 +547,8 @@ extern "C" const KernelOps kernels_cuda = {
     .layernorm_backward = layernorm_backward,
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
-    .attention_forward = attention_forward,
-    .attention_backward = attention_backward,
+    .attention_forward = attention_forward_cuda,
+    .attention_backward = attention_backward_cuda,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
     .residual_forward = residual_forward,
@@ -684,4 +559,5 @@ extern "C" const KernelOps kernels_cuda = {
     .adamw_update = adamw_update,
     .fill_zero = fill_zero,
     .scale = scale,
+    .release_workspaces = release_workspaces,
 };

@@ -175,10 +175,11 @@ void gpt_destroy(GPT *m) {
 size_t activation_bytes(const ModelConfig *c, int B, int T) {
     /* EXERCISE 01.3 BEGIN: count the bytes the forward pass saves (course.md, exercise 01.3) */
     size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab, L = c->layers;
-    size_t att = (size_t)B * c->heads * T * T;
-    /* per block: ln1, atty, res2, ln2, res3 (C each), qkv (3C), fch, fch_gelu
-     * (4C each) = 16C per token, 4 layernorm statistics, and att */
-    size_t per_block = BT * (16 * C + 4) + att;
+    size_t lse = (size_t)B * c->heads * T;
+    /* per block: ln1, atty, res2, ln2, res3 (C each), qkv (3C), fch (4C) =
+     * 12C per token, 4 layernorm statistics, and the attention's lse (one per
+     * head per token); GELU's output is recomputed in backward, not kept */
+    size_t per_block = BT * (12 * C + 4) + lse;
     size_t floats = 2 * BT             /* tokens, targets (ints, same size as floats) */
                     + BT * C           /* encoded */
                     + L * per_block    /* blocks */
@@ -190,11 +191,10 @@ size_t activation_bytes(const ModelConfig *c, int B, int T) {
 
 size_t scratch_bytes(const ModelConfig *c, int B, int T) {
     size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
-    size_t floats = BT * C * 7                     /* branch, dresid x2, dmid, dbranch, dln, datty */
-                    + BT * 3 * C                   /* dqkv */
-                    + (size_t)B * c->heads * T * T /* datt */
-                    + BT * 8 * C                   /* dfch, dfch_gelu */
-                    + BT * V;                      /* dlogits */
+    size_t floats = BT * C * 7    /* branch, dresid x2, dmid, dbranch, dln, datty */
+                    + BT * 3 * C  /* dqkv */
+                    + BT * 12 * C /* dfch, dfch_gelu, gelu */
+                    + BT * V;     /* dlogits */
     return floats * sizeof(float);
 }
 
@@ -236,13 +236,12 @@ static void carve_activations(Activations *a, const ModelConfig *c, int B, int T
         b->ln1_rstd = carve(k, BT);
         b->qkv = carve(k, BT * 3 * C);
         b->atty = carve(k, BT * C);
-        b->att = carve(k, (size_t)B * c->heads * T * T);
+        b->lse = carve(k, (size_t)B * c->heads * T);
         b->res2 = carve(k, BT * C);
         b->ln2 = carve(k, BT * C);
         b->ln2_mean = carve(k, BT);
         b->ln2_rstd = carve(k, BT);
         b->fch = carve(k, BT * 4 * C);
-        b->fch_gelu = carve(k, BT * 4 * C);
         b->res3 = carve(k, BT * C);
     }
     if (last < c->layers) return;
@@ -299,9 +298,9 @@ void scratch_create(Scratch *s, const ModelConfig *c, int B, int T) {
     s->dln = carve(&k, BT * C);
     s->datty = carve(&k, BT * C);
     s->dqkv = carve(&k, BT * 3 * C);
-    s->datt = carve(&k, (size_t)B * c->heads * T * T);
     s->dfch = carve(&k, BT * 4 * C);
     s->dfch_gelu = carve(&k, BT * 4 * C);
+    s->gelu = carve(&k, BT * 4 * C);
     s->dlogits = carve(&k, BT * V);
     check_carved(&k, bytes, "activation gradients");
 }
@@ -332,14 +331,14 @@ void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int l, const fl
     /* attention half: res2 = input + attproj(attention(qkv(ln1(input)))) */
     k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, input, w[BLOCK_LN1W], w[BLOCK_LN1B], N, C);
     k->linear_forward(b->qkv, b->ln1, w[BLOCK_QKVW], w[BLOCK_QKVB], N, C, 3 * C);
-    k->attention_forward(b->atty, b->att, b->qkv, B, T, C, NH);
+    k->attention_forward(b->atty, b->lse, b->qkv, B, T, C, NH);
     k->linear_forward(s->branch, b->atty, w[BLOCK_ATTPROJW], w[BLOCK_ATTPROJB], N, C, C);
     k->residual_forward(b->res2, input, s->branch, (size_t)N * C);
     /* MLP half: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, w[BLOCK_LN2W], w[BLOCK_LN2B], N, C);
     k->linear_forward(b->fch, b->ln2, w[BLOCK_FCW], w[BLOCK_FCB], N, C, 4 * C);
-    k->gelu_forward(b->fch_gelu, b->fch, (size_t)N * 4 * C);
-    k->linear_forward(s->branch, b->fch_gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, 4 * C, C);
+    k->gelu_forward(s->gelu, b->fch, (size_t)N * 4 * C);
+    k->linear_forward(s->branch, s->gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, 4 * C, C);
     k->residual_forward(b->res3, b->res2, s->branch, (size_t)N * C);
 }
 
@@ -389,8 +388,9 @@ void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int l, const f
     k->fill_zero(s->dmid, NC);
     k->fill_zero(s->dbranch, NC);
     k->residual_backward(s->dmid, s->dbranch, doutput, NC);
+    k->gelu_forward(s->gelu, b->fch, 4 * NC); /* recomputed: cheaper than keeping it per block */
     k->fill_zero(s->dfch_gelu, 4 * NC);
-    k->linear_backward(s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], s->dbranch, b->fch_gelu,
+    k->linear_backward(s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], s->dbranch, s->gelu,
                        w[BLOCK_FCPROJW], N, 4 * C, C);
     k->fill_zero(s->dfch, 4 * NC);
     k->gelu_backward(s->dfch, b->fch, s->dfch_gelu, 4 * NC);
@@ -406,7 +406,7 @@ void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int l, const f
     k->linear_backward(s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], s->dbranch, b->atty, w[BLOCK_ATTPROJW],
                        N, C, C);
     k->fill_zero(s->dqkv, 3 * NC);
-    k->attention_backward(s->dqkv, s->datt, s->datty, b->qkv, b->att, B, T, C, NH);
+    k->attention_backward(s->dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, C, NH);
     k->fill_zero(s->dln, NC);
     k->linear_backward(s->dln, g[BLOCK_QKVW], g[BLOCK_QKVB], s->dqkv, b->ln1, w[BLOCK_QKVW], N, C, 3 * C);
     k->layernorm_backward(dinput, g[BLOCK_LN1W], g[BLOCK_LN1B], s->dln, input, w[BLOCK_LN1W], b->ln1_mean,

@@ -90,11 +90,11 @@ typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* (B,T,C), (B,T), (B,T) */
     float *qkv;                       /* (B,T,3C) */
     float *atty;                      /* (B,T,C) attention output before its projection */
-    float *att;                       /* (B,NH,T,T) attention probabilities */
+    float *lse;                       /* (B,NH,T) attention log-sum-exp per query row */
     float *res2;                      /* (B,T,C) residual stream after attention */
     float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C), (B,T), (B,T) */
-    float *fch;                       /* (B,T,4C) MLP hidden, before GELU */
-    float *fch_gelu;                  /* (B,T,4C) after GELU */
+    float *fch;                       /* (B,T,4C) MLP hidden, before GELU (its output is
+                                         recomputed from this when needed: Scratch.gelu) */
     float *res3;                      /* (B,T,C) block output */
 } BlockActs;
 
@@ -121,9 +121,11 @@ typedef struct {
     float *dln;       /* (B,T,C) */
     float *dqkv;      /* (B,T,3C) */
     float *datty;     /* (B,T,C) */
-    float *datt;      /* (B,NH,T,T) */
     float *dfch;      /* (B,T,4C) */
     float *dfch_gelu; /* (B,T,4C) */
+    float *gelu;      /* (B,T,4C) GELU(fch) of the block at hand: fcproj's input in forward,
+                         recomputed in backward for fcproj's weight gradient instead of being
+                         kept per block (a GELU costs less than 4C floats per token per block) */
     float *dlogits;   /* (B,T,V) */
 } Scratch;
 

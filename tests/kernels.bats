@@ -27,7 +27,7 @@ load helpers
     assert_output --partial "PASS linear"
 }
 
-@test "attention backward matches finite differences and the future contributes nothing" {
+@test "attention out and lse match double precision, backward matches finite differences, the future contributes nothing" {
     run "$BUILD/tests/test_kernels" attention
     assert_success
     assert_output --partial "PASS attention"

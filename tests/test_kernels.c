@@ -18,7 +18,9 @@
  * formulas computed in double.
  *
  * Sizes are odd on purpose (T=17, C=48 as 3 heads of 16, V=67, OC=37) so that
- * no kernel passes by assuming multiples of 4, 32 or 64. Inputs change every
+ * no kernel passes by assuming multiples of 4, 32 or 64; attention, which
+ * works in tiles of 64 queries, is also checked with T=130 and T=1, and with
+ * 1 and 3 threads (the bits must not change). Inputs change every
  * run; the seed is printed first, and --seed reproduces a run (each kernel
  * draws from its own stream, so `--seed S layernorm` repeats exactly the
  * layernorm of a full run with seed S).
@@ -30,6 +32,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -282,31 +285,29 @@ static void ref_linear(double *out, const double *inp, const double *weight, con
         }
 }
 
-static void ref_attention(double *out, double *att, const double *qkv, int B, int T, int C, int NH) {
+/* out (B,T,C) and lse (B,NH,T) as kernels.h defines them; row (T) is scratch. */
+static void ref_attention(double *out, double *lse, double *row, const double *qkv, int B, int T, int C,
+                          int NH) {
     int hs = C / NH;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
+                /* scores of query t against keys 0..t: the causal mask never looks further */
                 const double *q = qkv + (b * T + t) * 3 * C + h * hs;
-                double *row = att + ((b * NH + h) * T + t) * T;
                 double maxval = -INFINITY, sum = 0.0;
-                for (int t2 = 0; t2 < T; t2++) {
-                    if (t2 > t) {
-                        row[t2] = 0.0; /* causal mask: query t never sees key t2 > t */
-                        continue;
-                    }
+                for (int t2 = 0; t2 <= t; t2++) {
                     const double *k = qkv + (b * T + t2) * 3 * C + C + h * hs;
                     double score = 0.0;
                     for (int i = 0; i < hs; i++) score += q[i] * k[i];
                     row[t2] = score / sqrt((double)hs);
                     maxval = fmax(maxval, row[t2]);
                 }
-                for (int t2 = 0; t2 <= t; t2++) sum += (row[t2] = exp(row[t2] - maxval));
-                for (int t2 = 0; t2 <= t; t2++) row[t2] /= sum;
+                for (int t2 = 0; t2 <= t; t2++) sum += exp(row[t2] - maxval);
+                lse[(b * NH + h) * T + t] = maxval + log(sum);
                 for (int i = 0; i < hs; i++) {
                     double o = 0.0;
                     for (int t2 = 0; t2 <= t; t2++)
-                        o += row[t2] * qkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i];
+                        o += exp(row[t2] - maxval) / sum * qkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i];
                     out[(b * T + t) * C + h * hs + i] = o;
                 }
             }
@@ -473,78 +474,124 @@ static void check_linear(Verdict *v) {
 
 /* ---- attention ------------------------------------------------------------- */
 
+/* The shapes attention is checked on. The kernel works on tiles of 64 query
+ * rows, so besides the common odd shape there is one with several tiles and a
+ * short last one (130 = 64 + 64 + 2, with hs = 5), and one with a single
+ * token. */
 typedef struct {
-    double *qkv, *w, *out, *att;
+    int B, T, C, NH;
+    int fd_samples; /* random elements of qkv per gradient check */
+} AttentionShape;
+
+static const AttentionShape attention_shapes[] = {
+    {TEST_B, TEST_T, TEST_C, TEST_NH, 3 * FD_SAMPLES},
+    {2, 130, 10, 2, FD_SAMPLES},
+    {2, 1, TEST_C, TEST_NH, FD_SAMPLES},
+};
+
+typedef struct {
+    AttentionShape shape;
+    double *qkv, *w, *out, *lse, *row;
 } AttentionLoss;
 
 static double attention_loss(void *ctx) {
     AttentionLoss *a = ctx;
-    ref_attention(a->out, a->att, a->qkv, TEST_B, TEST_T, TEST_C, TEST_NH);
-    return dot(a->out, a->w, TEST_N * TEST_C);
+    const AttentionShape *s = &a->shape;
+    ref_attention(a->out, a->lse, a->row, a->qkv, s->B, s->T, s->C, s->NH);
+    return dot(a->out, a->w, (size_t)s->B * s->T * s->C);
 }
 
-static void check_attention(Verdict *v) {
-    const int B = TEST_B, T = TEST_T, C = TEST_C, NH = TEST_NH, hs = TEST_C / TEST_NH;
-    const size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
+/* "tensor (T=..)": which shape a line of the verdict is about. */
+static const char *tensor_at(int T, const char *tensor) {
+    static char name[64];
+    snprintf(name, sizeof name, "%s (T=%d)", tensor, T);
+    return name;
+}
+
+static void check_attention_shape(Verdict *v, const AttentionShape *shape) {
+    const int B = shape->B, T = shape->T, C = shape->C, NH = shape->NH, hs = C / NH;
+    const size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_lse = (size_t)B * NH * T;
     /* Entries in [-2, 2]: scores of order 1, so softmax is neither flat nor saturated. */
     float *qkv = random_floats(n_qkv, -2, 2);
-    float *out = check_alloc(n_out * sizeof(float)), *att = random_floats(n_att, -1, 1);
+    float *out = random_floats(n_out, -1, 1), *lse = random_floats(n_lse, -1, 1); /* all overwritten */
 
-    kernels_cpu.attention_forward(out, att, qkv, B, T, C, NH);
-    AttentionLoss loss = {.qkv = to_double(qkv, n_qkv), .out = doubles(n_out), .att = doubles(n_att)};
-    ref_attention(loss.out, loss.att, loss.qkv, B, T, C, NH);
-    compare_forward(v, "out", out, loss.out, n_out);
-    compare_forward(v, "att", att, loss.att, n_att);
-    for (int bh = 0; bh < B * NH; bh++)
-        for (int t = 0; t < T; t++)
-            for (int t2 = t + 1; t2 < T; t2++)
-                if (att[((size_t)bh * T + t) * T + t2] != 0.0f)
-                    fail(v, "att[%zu] above the diagonal (query %d, key %d) is %g, not 0",
-                         ((size_t)bh * T + t) * T + t2, t, t2, att[((size_t)bh * T + t) * T + t2]);
+    kernels_cpu.attention_forward(out, lse, qkv, B, T, C, NH);
+    AttentionLoss loss = {.shape = *shape,
+                          .qkv = to_double(qkv, n_qkv),
+                          .out = doubles(n_out),
+                          .lse = doubles(n_lse),
+                          .row = doubles(T)};
+    ref_attention(loss.out, loss.lse, loss.row, loss.qkv, B, T, C, NH);
+    compare_forward(v, tensor_at(T, "out"), out, loss.out, n_out);
+    compare_forward(v, tensor_at(T, "lse"), lse, loss.lse, n_lse);
 
     /* The sample: random elements of q, k and v, plus each part's first and
      * last channel at the first and last position of the first and last
      * sequence (the last key is seen by one query only, the first by all). */
-    Sample some = sample_some(n_qkv, 3 * FD_SAMPLES, 12);
+    Sample some = sample_some(n_qkv, shape->fd_samples, 12);
     for (int part = 0; part < 3; part++) {
         sample_add(&some, (size_t)part * C);
         sample_add(&some, (size_t)part * C + hs - 1);
         sample_add(&some, ((size_t)(B - 1) * T + T - 1) * 3 * C + part * C);
         sample_add(&some, ((size_t)(B - 1) * T + T - 1) * 3 * C + part * C + C - 1);
     }
-    float *datt = random_floats(n_att, -1, 1); /* scratch: garbage in it must not matter */
 
-    /* 1. dout everywhere. */
+    /* 1. dout everywhere; the backward gets the forward's out and lse. */
     float *w = random_floats(n_out, -1, 1);
     loss.w = to_double(w, n_out);
     float *dqkv_fill = random_floats(n_qkv, -1, 1), *dqkv = copy_floats(dqkv_fill, n_qkv);
-    kernels_cpu.attention_backward(dqkv, datt, w, qkv, att, B, T, C, NH);
-    check_gradient(v, "dqkv", dqkv, dqkv_fill, loss.qkv, &some, attention_loss, &loss);
+    kernels_cpu.attention_backward(dqkv, w, qkv, out, lse, B, T, C, NH);
+    check_gradient(v, tensor_at(T, "dqkv"), dqkv, dqkv_fill, loss.qkv, &some, attention_loss, &loss);
 
     /* 2. Through the causal mask: with dout zero after position t0, the loss
      * depends on nothing at positions > t0 (their queries' outputs are not in
      * it, and their keys and values are masked for every query up to t0), so
      * their gradient must be exactly 0, and the rest must still match finite
-     * differences. A zeroed gradient buffer this time. */
-    int t0 = random_int(T - 1);
+     * differences. A zeroed gradient buffer this time. (With T = 1 there is
+     * no future: t0 = 0 and the check is the first one without a prefill.) */
+    int t0 = T > 1 ? random_int(T - 1) : 0;
     float *w_causal = copy_floats(w, n_out);
     for (int b = 0; b < B; b++)
         for (int t = t0 + 1; t < T; t++)
             for (int c = 0; c < C; c++) w_causal[((size_t)b * T + t) * C + c] = 0.0f;
     loss.w = to_double(w_causal, n_out);
     float *dqkv_causal = check_alloc(n_qkv * sizeof(float));
-    kernels_cpu.attention_backward(dqkv_causal, datt, w_causal, qkv, att, B, T, C, NH);
+    kernels_cpu.attention_backward(dqkv_causal, w_causal, qkv, out, lse, B, T, C, NH);
     for (int b = 0; b < B; b++)
         for (int t = t0 + 1; t < T; t++)
             for (int c = 0; c < 3 * C; c++) {
                 size_t i = ((size_t)b * T + t) * 3 * C + c;
                 if (dqkv_causal[i] != 0.0f)
                     fail(v,
-                         "dqkv[%zu] (b %d, t %d, channel %d of 3C) is %g with dout zero after t0=%d; "
+                         "dqkv[%zu] (T=%d: b %d, t %d, channel %d of 3C) is %g with dout zero after t0=%d; "
                          "the future must contribute nothing",
-                         i, b, t, c, dqkv_causal[i], t0);
+                         i, T, b, t, c, dqkv_causal[i], t0);
             }
-    check_gradient(v, "dqkv (dout zero after t0)", dqkv_causal, NULL, loss.qkv, &some, attention_loss, &loss);
+    check_gradient(v, tensor_at(T, "dqkv (dout zero after t0)"), dqkv_causal, NULL, loss.qkv, &some,
+                   attention_loss, &loss);
+
+    /* 3. The thread count changes nothing: one thread and three give the same bits. */
+    int threads = omp_get_max_threads();
+    float *out_by[2], *lse_by[2], *dqkv_by[2];
+    for (int k = 0; k < 2; k++) {
+        omp_set_num_threads(k == 0 ? 1 : 3);
+        out_by[k] = check_alloc(n_out * sizeof(float));
+        lse_by[k] = check_alloc(n_lse * sizeof(float));
+        dqkv_by[k] = copy_floats(dqkv_fill, n_qkv);
+        kernels_cpu.attention_forward(out_by[k], lse_by[k], qkv, B, T, C, NH);
+        kernels_cpu.attention_backward(dqkv_by[k], w, qkv, out_by[k], lse_by[k], B, T, C, NH);
+    }
+    omp_set_num_threads(threads);
+    if (memcmp(out_by[0], out_by[1], n_out * sizeof(float)) != 0 ||
+        memcmp(lse_by[0], lse_by[1], n_lse * sizeof(float)) != 0 ||
+        memcmp(dqkv_by[0], dqkv_by[1], n_qkv * sizeof(float)) != 0)
+        fail(v, "T=%d: out, lse or dqkv differ between 1 and 3 threads", T);
+}
+
+static void check_attention(Verdict *v) {
+    for (size_t i = 0; i < sizeof attention_shapes / sizeof attention_shapes[0]; i++)
+        check_attention_shape(v, &attention_shapes[i]);
+    kernels_cpu.release_workspaces();
 }
 
 /* ---- gelu ------------------------------------------------------------------ */

@@ -7,6 +7,7 @@
  * that the prediction equals what activations_create() really allocates.
  * Exit 0 when every shape agrees. */
 #include "device.h"
+#include "kernels.h"
 #include "model.h"
 
 #include <stdio.h>
@@ -20,12 +21,11 @@ static size_t expected_floats(const ModelConfig *m, size_t B, size_t T) {
                        + 2 * tokens       /* ln1 mean, rstd */
                        + tokens * 3 * C   /* qkv */
                        + tokens * C       /* atty */
-                       + B * NH * T * T   /* att: the attention matrix */
+                       + B * NH * T       /* lse: one per head and query */
                        + tokens * C       /* res2 */
                        + tokens * C       /* ln2 */
                        + 2 * tokens       /* ln2 mean, rstd */
-                       + tokens * 4 * C   /* fch */
-                       + tokens * 4 * C   /* fch_gelu */
+                       + tokens * 4 * C   /* fch (GELU's output is recomputed, not kept) */
                        + tokens * C;      /* res3 */
     size_t embedding = 2 * tokens         /* token ids, targets */
                        + tokens * C;      /* encoded */
@@ -63,6 +63,26 @@ int main(void) {
             "%s L=%d C=%d NH=%d V=%d B=%d T=%d: expected %zu bytes, activation_bytes() %zu, allocated %zu\n",
             ok ? "PASS" : "FAIL", m->layers, m->dmodel, m->heads, m->vocab, B, T, want, got, allocated);
         failures += !ok;
+    }
+
+    /* The attention's workspace grows on first use and device_shutdown()
+     * gives it back: nothing is left in the workspace category after it. */
+    {
+        int B = 2, T = 70, C = 12, NH = 3;
+        float *qkv = mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, (size_t)B * T * 3 * C * sizeof(float), "qkv");
+        float *out = mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, (size_t)B * T * C * sizeof(float), "out");
+        float *lse = mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, (size_t)B * NH * T * sizeof(float), "lse");
+        ops()->attention_forward(out, lse, qkv, B, T, C, NH);
+        size_t grown = mem_current_bytes(SPACE_DEVICE, CAT_WORKSPACE);
+        device_shutdown();
+        size_t left = mem_current_bytes(SPACE_DEVICE, CAT_WORKSPACE);
+        int ok = grown > 0 && left == 0;
+        printf("%s attention workspace: %zu bytes after a forward, %zu after device_shutdown()\n",
+               ok ? "PASS" : "FAIL", grown, left);
+        failures += !ok;
+        mem_free(qkv);
+        mem_free(out);
+        mem_free(lse);
     }
     return failures ? 1 : 0;
 }

@@ -60,7 +60,7 @@ static const Shape shapes[] = {
 
 /* ---- buffers: host ones from xmalloc, device ones from mem_alloc; all freed after each shape ---- */
 
-#define MAX_BUFFERS 64
+#define MAX_BUFFERS 256
 static void *host_buffers[MAX_BUFFERS], *device_buffers[MAX_BUFFERS];
 static int host_count, device_count;
 static uint64_t rng_state;
@@ -261,32 +261,61 @@ static void test_linear_backward(const Shape *s, Check *check) {
     compare_added(check, "dweight (no bias)", dweight0, dweight_nb, g_dweight_nb, OCC);
 }
 
-static void test_attention_forward(const Shape *s, Check *check) {
+/* Attention runs on the two shapes above and on shapes aimed at the tiles of
+ * the fused kernels (64 queries x 64 keys, head size padded to 16/32/64/128,
+ * and a row path above 128): one token; T exactly a tile, and one past it;
+ * odd head sizes (3, 5, 33, 65) that are padded; hs 64 and 128 at full tiles
+ * over several tiles; and hs 130, which takes the row path. */
+static const Shape attention_shapes[] = {
+    {2, 1, 20, 4, 1, 1},    /* T = 1: the only key is the query itself; hs 5 */
+    {1, 64, 9, 3, 1, 1},    /* exactly one tile; hs 3 */
+    {2, 65, 66, 2, 1, 1},   /* one query past a tile; hs 33 */
+    {1, 130, 130, 2, 1, 1}, /* hs 65 (padded to 128), T over two tiles plus two */
+    {2, 200, 128, 2, 1, 1}, /* hs 64, four tiles, the last partial */
+    {1, 150, 256, 2, 1, 1}, /* hs 128 */
+    {1, 70, 260, 2, 1, 1},  /* hs 130: the one-warp-per-row path */
+};
+#define ATTENTION_SHAPE_COUNT (int)(sizeof attention_shapes / sizeof attention_shapes[0])
+
+static void attention_forward_on(const Shape *s, Check *check) {
     int B = s->B, T = s->T, C = s->C, NH = s->NH;
-    size_t qkv_n = (size_t)B * T * 3 * C, out_n = (size_t)B * T * C, att_n = (size_t)B * NH * T * T;
+    size_t qkv_n = (size_t)B * T * 3 * C, out_n = (size_t)B * T * C, lse_n = (size_t)B * NH * T;
     float *qkv = random_floats(qkv_n, -2, 2);
-    float *out = random_floats(out_n, -9, 9), *att = random_floats(att_n, -9, 9);
-    float *g_out = gpu_copy(out, out_n), *g_att = gpu_copy(att, att_n);
-    kernels_cpu.attention_forward(out, att, qkv, B, T, C, NH);
-    kernels_cuda.attention_forward(g_out, g_att, gpu_copy(qkv, qkv_n), B, T, C, NH);
-    compare(check, "att", att, g_att, att_n);
+    float *out = random_floats(out_n, -9, 9), *lse = random_floats(lse_n, -9, 9);
+    float *g_out = gpu_copy(out, out_n), *g_lse = gpu_copy(lse, lse_n);
+    kernels_cpu.attention_forward(out, lse, qkv, B, T, C, NH);
+    kernels_cuda.attention_forward(g_out, g_lse, gpu_copy(qkv, qkv_n), B, T, C, NH);
+    compare(check, "lse", lse, g_lse, lse_n);
     compare(check, "out", out, g_out, out_n);
 }
 
-static void test_attention_backward(const Shape *s, Check *check) {
+static void attention_backward_on(const Shape *s, Check *check) {
     int B = s->B, T = s->T, C = s->C, NH = s->NH;
-    size_t qkv_n = (size_t)B * T * 3 * C, out_n = (size_t)B * T * C, att_n = (size_t)B * NH * T * T;
+    size_t qkv_n = (size_t)B * T * 3 * C, out_n = (size_t)B * T * C, lse_n = (size_t)B * NH * T;
     float *qkv = random_floats(qkv_n, -2, 2);
-    float *out = host_alloc(out_n * sizeof(float)), *att = host_alloc(att_n * sizeof(float));
-    kernels_cpu.attention_forward(out, att, qkv, B, T, C, NH); /* the saved att both sides start from */
+    float *out = host_alloc(out_n * sizeof(float)), *lse = host_alloc(lse_n * sizeof(float));
+    kernels_cpu.attention_forward(out, lse, qkv, B, T, C,
+                                  NH); /* the saved out and lse both sides start from */
     float *dout = random_floats(out_n, -1, 1);
-    float *datt = random_floats(att_n, -9, 9); /* scratch: garbage in must not matter */
     float *dqkv0 = random_grads(qkv_n), *dqkv = host_clone(dqkv0, qkv_n), *g_dqkv = gpu_copy(dqkv0, qkv_n);
-    float *g_datt = gpu_copy(datt, att_n);
-    kernels_cpu.attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
-    kernels_cuda.attention_backward(g_dqkv, g_datt, gpu_copy(dout, out_n), gpu_copy(qkv, qkv_n),
-                                    gpu_copy(att, att_n), B, T, C, NH);
+    kernels_cpu.attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+    kernels_cuda.attention_backward(g_dqkv, gpu_copy(dout, out_n), gpu_copy(qkv, qkv_n), gpu_copy(out, out_n),
+                                    gpu_copy(lse, lse_n), B, T, C, NH);
     compare_added(check, "dqkv", dqkv0, dqkv, g_dqkv, qkv_n);
+}
+
+/* The common shape, then (with the first common shape only, so each runs
+ * once) every attention shape. */
+static void test_attention_forward(const Shape *s, Check *check) {
+    attention_forward_on(s, check);
+    for (int i = 0; s == &shapes[0] && i < ATTENTION_SHAPE_COUNT; i++)
+        attention_forward_on(&attention_shapes[i], check);
+}
+
+static void test_attention_backward(const Shape *s, Check *check) {
+    attention_backward_on(s, check);
+    for (int i = 0; s == &shapes[0] && i < ATTENTION_SHAPE_COUNT; i++)
+        attention_backward_on(&attention_shapes[i], check);
 }
 
 /* Elementwise kernels run on n = B*T*C + 3 elements: not a multiple of anything. */
@@ -453,6 +482,7 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each line out before a crash, also into a pipe */
     const char *only = argc > 1 ? argv[1] : NULL;
     int known = only == NULL;
     for (int i = 0; only && i < PARITY_TEST_COUNT; i++) known |= strcmp(only, parity_tests[i].name) == 0;

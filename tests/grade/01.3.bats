@@ -3,8 +3,9 @@
 # points: 2
 # Exercise 01.3 (common/model.c, activation_bytes): the bytes the forward
 # pass keeps, compared with an independent tensor-by-tensor count for
-# several shapes. Catches a forgotten attention matrix (B*NH*T*T), missing
-# layernorm statistics, or the logits and probabilities counted once.
+# several shapes. Catches a forgotten attention lse (B*NH*T, one per head
+# and query), a leftover attention matrix (B*NH*T*T, no longer saved),
+# missing layernorm statistics, or the logits and probabilities counted once.
 
 load ../helpers
 

@@ -1,0 +1,34 @@
+/* attention.h: causal self-attention, one file per backend.
+ *
+ * attention_cpu.c and attention_cuda.cu implement kernels.h's
+ * attention_forward and attention_backward (same names but for the suffix,
+ * same signatures, same semantics: see kernels.h), and release the workspace
+ * they grow on demand. The backend tables (kernels_cpu.c, kernels_cuda.cu)
+ * point at these functions; nothing else calls them directly. */
+#ifndef ATTENTION_H
+#define ATTENTION_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Query rows per tile: a tile's scores are ATTENTION_TILE x (keys) floats. */
+#define ATTENTION_TILE 64
+
+void attention_forward_cpu(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *out,
+                            const float *lse, int B, int T, int C, int NH);
+void attention_release_cpu(void);
+
+#ifdef USE_CUDA
+void attention_forward_cuda(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *out,
+                             const float *lse, int B, int T, int C, int NH);
+void attention_release_cuda(void);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -4,22 +4,38 @@
 # Trains 01_single_gpu/train on the default device (a GPU when
 # build/tests/gpu_probe finds one, else the CPU) for a few presets, each
 # BENCH_REPEATS times, and, when PyTorch is importable, the same model and
-# training step in eager PyTorch (common/pytorch_gpt.py) right after each
-# repeat, so that both see the same machine load. Writes, in runs/bench/:
+# training step in PyTorch (common/pytorch_gpt.py) right after each repeat,
+# so that both see the same machine load: eager PyTorch every repeat, and on
+# a GPU also torch.compile (default settings) BENCH_COMPILE_REPEATS times (it
+# spends its first steps compiling; the median over steps leaves them out).
+# On a GPU every configuration runs in each precision of BENCH_PRECISIONS:
+#   fp32  strict fp32 matmuls on both sides (PyTorch's default)
+#   tf32  COURSE_TF32=1: TF32 tensor-core matmuls on both sides (the course's
+#         attention then also uses one TF32 product instead of three)
+# Writes, in runs/bench/:
 #
-#   bench.csv    device,program,model,batch,seq,params,repeat,median_step_ms,tokens_per_s
-#                one row per run of the course's program; median_step_ms is
-#                run.csv's (the median over every step of the run, so the slow
-#                first steps do not count); tokens_per_s = batch*seq / median
-#   pytorch.csv  the same columns for program=pytorch_eager
-#   compare.csv  device,model,course_tokens_per_s,pytorch_tokens_per_s,ratio
-#                medians over the repeats; ratio = course / pytorch, so >= 1
-#                means the course is at least as fast as PyTorch eager
+#   bench.csv    device,program,model,precision,batch,seq,params,repeat,median_step_ms,tokens_per_s,
+#                peak_device_bytes
+#                one row per run; program is 01_single_gpu, pytorch_eager or
+#                pytorch_compile; median_step_ms is the median over every step
+#                of the run (run.csv's); tokens_per_s = batch*seq / median;
+#                peak_device_bytes: the course's run.csv, PyTorch's
+#                torch.cuda.max_memory_allocated (0 on the CPU)
+#   compare.csv  device,model,precision,course_tokens_per_s,eager_tokens_per_s,ratio_eager,
+#                compile_tokens_per_s,ratio_compile,course_peak_bytes,eager_peak_bytes,
+#                model_tflop_per_step,course_mfu,eager_mfu,compile_mfu
+#                medians over the repeats; ratio = course / PyTorch, so >= 1
+#                means the course is at least as fast. MFU = achieved model
+#                FLOP/s over the device's peak for the precision, with the
+#                usual estimate of 6P + 12*L*T*C FLOPs per token (forward and
+#                backward of P parameters, plus attention's products); empty
+#                when the device's peak is not in the table below.
 #
-# Both sides compute in fp32; COURSE_TF32=1 allows TF32 matmuls on both.
-# Settings (environment): PYTHON (python3), BENCH_REPEATS (3), BENCH_STEPS
-# (steps per run; default per preset below), BENCH_OUT (runs/bench),
-# OMP_NUM_THREADS (default: every core), TRAIN (./01_single_gpu/train).
+# Settings (environment): PYTHON (python3), BENCH_REPEATS (3),
+# BENCH_COMPILE_REPEATS (1), BENCH_PRECISIONS (GPU: "fp32 tf32"; CPU: fp32),
+# BENCH_MODELS (the presets below), BENCH_STEPS (steps per run; default per
+# preset), BENCH_OUT (runs/bench), OMP_NUM_THREADS (default: every core),
+# TRAIN (./01_single_gpu/train).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +44,7 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}" # both programs: spinning t
 PYTHON="${PYTHON:-python3}"
 TRAIN="${TRAIN:-./01_single_gpu/train}"
 REPEATS="${BENCH_REPEATS:-3}"
+COMPILE_REPEATS="${BENCH_COMPILE_REPEATS:-1}"
 out="${BENCH_OUT:-runs/bench}"
 probe="${BUILD:-build}/tests/gpu_probe"
 
@@ -38,13 +55,19 @@ if [[ -x "$probe" ]] && gpu_name="$("$probe" 2>/dev/null)"; then
     device=cuda
     device_label="$gpu_name"
     configs=("tiny 8 50" "small 8 50" "medium 8 30" "gpt2 8 20")
+    precisions="${BENCH_PRECISIONS:-fp32 tf32}"
 else
     device=cpu
     cpu_model="$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1)"
     device_label="cpu ${cpu_model:-unknown} ($(getconf _NPROCESSORS_ONLN) cores; OMP_NUM_THREADS=$OMP_NUM_THREADS)"
     configs=("tiny 8 50" "small 8 30")
+    precisions="${BENCH_PRECISIONS:-fp32}"
 fi
-[[ "${COURSE_TF32:-0}" == 1 ]] && device_label+=" TF32"
+if [[ -n "${BENCH_MODELS:-}" ]]; then # keep the presets named there, in this order
+    chosen=()
+    for config in "${configs[@]}"; do [[ " $BENCH_MODELS " == *" ${config%% *} "* ]] && chosen+=("$config"); done
+    configs=("${chosen[@]}")
+fi
 device_label="${device_label//,/ }" # a CSV field
 
 have_torch=0
@@ -58,10 +81,10 @@ fi
 
 rm -rf "$out"
 mkdir -p "$out/runs"
-header="device,program,model,batch,seq,params,repeat,median_step_ms,tokens_per_s"
-echo "$header" >"$out/bench.csv"
-[[ $have_torch == 1 ]] && echo "$header" >"$out/pytorch.csv"
-echo "bench: device $device_label | $REPEATS repeats | OMP_NUM_THREADS=$OMP_NUM_THREADS | results in $out"
+echo "device,program,model,precision,batch,seq,params,repeat,median_step_ms,tokens_per_s,peak_device_bytes" \
+    >"$out/bench.csv"
+echo "bench: device $device_label | precisions $precisions | $REPEATS repeats | OMP_NUM_THREADS=$OMP_NUM_THREADS |" \
+    "results in $out"
 
 # One column of a one-row CSV with a header, by name.
 csv_field() {
@@ -69,52 +92,99 @@ csv_field() {
                           NR == 2 { print $col }' "$1"
 }
 
-for config in "${configs[@]}"; do
-    read -r model batch steps <<<"$config"
-    steps="${BENCH_STEPS:-$steps}"
-    for ((r = 1; r <= REPEATS; r++)); do
-        run_dir="$out/runs/$model-r$r"
-        "$TRAIN" --device "$device" --model "$model" --batch "$batch" --steps "$steps" --sample 0 --quiet \
-            --out "$run_dir" >"$run_dir.log" 2>&1 || { cat "$run_dir.log" >&2; echo "bench: $TRAIN failed" >&2; exit 1; }
-        run="$run_dir/run.csv"
-        ms="$(csv_field "$run" median_step_ms)"
-        tps="$(csv_field "$run" tokens_per_s)"
-        echo "$device_label,01_single_gpu,$model,$batch,$(csv_field "$run" seq),$(csv_field "$run" params),$r,$ms,$tps" \
-            >>"$out/bench.csv"
-        printf 'bench: %-6s repeat %d  course        %9.1f ms/step %10.0f tokens/s\n' "$model" "$r" "$ms" "$tps"
+# One PyTorch run (eager, or compiled with --compile); its row goes into bench.csv.
+pytorch_run() { # precision model batch steps repeat log [--compile]
+    local precision="$1" model="$2" batch="$3" steps="$4" r="$5" log="$6" tmp="$out/pytorch-row.csv"
+    shift 6
+    rm -f "$tmp"
+    COURSE_TF32=$([[ $precision == tf32 ]] && echo 1 || echo 0) "$PYTHON" common/pytorch_gpt.py --device "$device" \
+        --model "$model" --batch "$batch" --steps "$steps" --threads "$OMP_NUM_THREADS" --quiet --csv "$tmp" \
+        --device-label "$device_label" --repeat "$r" "$@" >"$log" 2>&1 ||
+        { cat "$log" >&2; echo "bench: common/pytorch_gpt.py $* failed" >&2; exit 1; }
+    local dev prog ms tps peak
+    IFS=, read -r dev prog _ _ _ _ _ ms tps peak < <(tail -1 "$tmp")
+    echo "$dev,$prog,$model,$precision,$batch,$T,$params,$r,$ms,$tps,$peak" >>"$out/bench.csv"
+    printf 'bench: %-6s %-4s repeat %d  %-15s %9.1f ms/step %10.0f tokens/s\n' "$model" "$precision" "$r" "$prog" \
+        "$ms" "$tps"
+}
 
-        if [[ $have_torch == 1 ]]; then
-            "$PYTHON" common/pytorch_gpt.py --device "$device" --model "$model" --batch "$batch" --steps "$steps" \
-                --threads "$OMP_NUM_THREADS" --quiet --csv "$out/pytorch.csv" --device-label "$device_label" \
-                --repeat "$r" >"$run_dir-pytorch.log" 2>&1 ||
-                { cat "$run_dir-pytorch.log" >&2; echo "bench: common/pytorch_gpt.py failed" >&2; exit 1; }
-            IFS=, read -r _ _ _ _ _ _ _ ms tps < <(tail -1 "$out/pytorch.csv")
-            printf 'bench: %-6s repeat %d  pytorch_eager %9.1f ms/step %10.0f tokens/s\n' "$model" "$r" "$ms" "$tps"
-        fi
+for precision in $precisions; do
+    tf32=$([[ $precision == tf32 ]] && echo 1 || echo 0)
+    for config in "${configs[@]}"; do
+        read -r model batch steps <<<"$config"
+        steps="${BENCH_STEPS:-$steps}"
+        for ((r = 1; r <= REPEATS; r++)); do
+            run_dir="$out/runs/$model-$precision-r$r"
+            COURSE_TF32=$tf32 "$TRAIN" --device "$device" --model "$model" --batch "$batch" --steps "$steps" \
+                --sample 0 --quiet --out "$run_dir" >"$run_dir.log" 2>&1 ||
+                { cat "$run_dir.log" >&2; echo "bench: $TRAIN failed" >&2; exit 1; }
+            run="$run_dir/run.csv"
+            ms="$(csv_field "$run" median_step_ms)" tps="$(csv_field "$run" tokens_per_s)"
+            T="$(csv_field "$run" seq)" params="$(csv_field "$run" params)"
+            echo "$device_label,01_single_gpu,$model,$precision,$batch,$T,$params,$r,$ms,$tps,$(csv_field "$run" peak_device_bytes)" \
+                >>"$out/bench.csv"
+            printf 'bench: %-6s %-4s repeat %d  %-15s %9.1f ms/step %10.0f tokens/s\n' "$model" "$precision" "$r" \
+                course "$ms" "$tps"
+            [[ $have_torch == 1 ]] || continue
+            pytorch_run "$precision" "$model" "$batch" "$steps" "$r" "$run_dir-eager.log"
+            if [[ $device == cuda && $r -le $COMPILE_REPEATS ]]; then
+                pytorch_run "$precision" "$model" "$batch" "$steps" "$r" "$run_dir-compile.log" --compile
+            fi
+        done
     done
 done
+rm -f "$out/pytorch-row.csv"
 
-[[ $have_torch == 1 ]] || { echo "bench: done; see $out/bench.csv"; exit 0; }
-
-# ---- compare.csv: medians over the repeats, course / pytorch ----
+# ---- compare.csv: medians over the repeats, course / PyTorch, and MFU ----
 "$PYTHON" - "$out" <<'EOF'
 import csv, statistics, sys
 out = sys.argv[1]
-def load(name):
-    with open(f"{out}/{name}") as f:
-        return list(csv.DictReader(f))
-course, torch_rows = load("bench.csv"), load("pytorch.csv")
+# Dense peak FLOP/s by device name (substring) and precision, from the vendors'
+# data sheets: H100 SXM5 67 TFLOPS fp32, 494.7 TF32 (989.4 is with sparsity);
+# H100 PCIe 51.2 / 378; A100 19.5 / 156.
+PEAKS = [("H100 80GB HBM3", {"fp32": 66.9e12, "tf32": 494.7e12}),
+         ("H100 PCIe", {"fp32": 51.2e12, "tf32": 378e12}),
+         ("A100", {"fp32": 19.5e12, "tf32": 156e12})]
+PRESETS = {"tiny": (2, 64, 64), "small": (4, 128, 128), "medium": (6, 384, 256), "gpt2": (12, 768, 1024)}
+with open(f"{out}/bench.csv") as f:
+    rows = list(csv.DictReader(f))
+def median_of(program, model, precision, column):
+    values = [float(r[column]) for r in rows
+              if r["program"] == program and r["model"] == model and r["precision"] == precision]
+    return statistics.median(values) if values else None
+def fmt(x, spec):
+    return "" if x is None else format(x, spec)
+def ratio(a, b):
+    return None if a is None or b is None else a / b
 with open(f"{out}/compare.csv", "w") as f:
-    f.write("device,model,course_tokens_per_s,pytorch_tokens_per_s,ratio\n")
-    for model in dict.fromkeys(r["model"] for r in course):  # in run order
-        ours = [r for r in course if r["model"] == model]
-        theirs = [r for r in torch_rows if r["model"] == model]
-        if {r["params"] for r in ours} != {r["params"] for r in theirs}:
+    f.write("device,model,precision,course_tokens_per_s,eager_tokens_per_s,ratio_eager,compile_tokens_per_s,"
+            "ratio_compile,course_peak_bytes,eager_peak_bytes,model_tflop_per_step,course_mfu,eager_mfu,compile_mfu\n")
+    for model, precision in dict.fromkeys((r["model"], r["precision"]) for r in rows):  # in run order
+        ours = [r for r in rows if r["program"] == "01_single_gpu" and r["model"] == model]
+        theirs = [r for r in rows if r["program"] != "01_single_gpu" and r["model"] == model]
+        if theirs and {r["params"] for r in ours} != {r["params"] for r in theirs}:
             sys.exit(f"bench: {model}: the PyTorch model has {theirs[0]['params']} parameters, "
                      f"the course's {ours[0]['params']}: not the same model")
-        a = statistics.median(float(r["tokens_per_s"]) for r in ours)
-        b = statistics.median(float(r["tokens_per_s"]) for r in theirs)
-        f.write(f"{ours[0]['device']},{model},{a:.1f},{b:.1f},{a / b:.3f}\n")
-        print(f"bench: {model:6s} course {a:10.0f} tokens/s | pytorch_eager {b:10.0f} tokens/s | ratio {a / b:.2f}")
+        course = median_of("01_single_gpu", model, precision, "tokens_per_s")
+        eager = median_of("pytorch_eager", model, precision, "tokens_per_s")
+        compiled = median_of("pytorch_compile", model, precision, "tokens_per_s")
+        L, C, T = PRESETS[model]
+        flop_per_token = 6 * float(ours[0]["params"]) + 12 * L * T * C
+        batch_tokens = float(ours[0]["batch"]) * T
+        peak = next((p.get(precision) for name, p in PEAKS if name in ours[0]["device"]), None)
+        def mfu(tps):
+            return None if tps is None or peak is None else tps * flop_per_token / peak
+        f.write(f"{ours[0]['device']},{model},{precision},{fmt(course, '.1f')},{fmt(eager, '.1f')},"
+                f"{fmt(ratio(course, eager), '.3f')},{fmt(compiled, '.1f')},{fmt(ratio(course, compiled), '.3f')},"
+                f"{fmt(median_of('01_single_gpu', model, precision, 'peak_device_bytes'), '.0f')},"
+                f"{fmt(median_of('pytorch_eager', model, precision, 'peak_device_bytes'), '.0f')},"
+                f"{flop_per_token * batch_tokens / 1e12:.4f},{fmt(mfu(course), '.4f')},{fmt(mfu(eager), '.4f')},"
+                f"{fmt(mfu(compiled), '.4f')}\n")
+        text = f"bench: {model:6s} {precision:4s} course {course:10.0f} tokens/s"
+        if eager:
+            text += f" | eager {eager:10.0f} (ratio {course / eager:.2f})"
+        if compiled:
+            text += f" | compile {compiled:10.0f} (ratio {course / compiled:.2f})"
+        print(text)
 EOF
-echo "bench: done; see $out/bench.csv, $out/pytorch.csv and $out/compare.csv (ratio = course / pytorch)"
+echo "bench: done; see $out/bench.csv and $out/compare.csv (ratio = course / PyTorch)"

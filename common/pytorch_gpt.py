@@ -26,7 +26,11 @@ checkpoint written by `01_single_gpu/train --save` (parameters in the course's
 table order, Adam's moments and step) and --course-batches draws the same
 windows as the course (data.c); the printed losses then match the C program's.
 
-usage: python3 common/pytorch_gpt.py --model small --batch 8 --steps 30 [--csv FILE]
+With --compile the model's forward (and so its backward) goes through
+torch.compile with its default settings; the optimizer step stays eager, as
+in the course program's own loop.
+
+usage: python3 common/pytorch_gpt.py --model small --batch 8 --steps 30 [--csv FILE] [--compile]
 """
 import argparse
 import math
@@ -191,6 +195,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=1, help="the repeat column of --csv")
     ap.add_argument("--init-from", help="start from a checkpoint of 01_single_gpu/train --save")
     ap.add_argument("--course-batches", action="store_true", help="draw the same windows as the course")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model (default settings); the first steps include compiling, "
+                         "which the median over steps leaves out")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -212,11 +219,15 @@ def main():
     num_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=args.wd)
     first_step = load_course_checkpoint(args.init_from, model, opt) if args.init_from else 0
+    forward = torch.compile(model) if args.compile else model
     gen = torch.Generator().manual_seed(args.seed)
     offsets = torch.arange(T + 1)
 
     device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-    print(f"pytorch_eager | torch {torch.__version__} | device {device_name} ({args.threads} threads) | "
+    program = "pytorch_compile" if args.compile else "pytorch_eager"
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    print(f"{program} | torch {torch.__version__} | device {device_name} ({args.threads} threads) | "
           f"{num_params} parameters | {L} layers, d {C}, {NH} heads, seq {T} | batch {B}", flush=True)
 
     step_ms = []
@@ -230,7 +241,7 @@ def main():
         tokens, targets = windows[:, :-1], windows[:, 1:]
 
         opt.zero_grad(set_to_none=True)
-        loss = model(tokens, targets)
+        loss = forward(tokens, targets)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip) if args.clip > 0 else None
         lr = lr_at_step(step, args.lr, args.warmup, args.steps)
@@ -252,15 +263,20 @@ def main():
     # The median over every step, as run.csv's median_step_ms: robust to the slow first steps.
     median_ms = statistics.median(step_ms)
     tokens_per_s = B * T / (median_ms / 1e3)
-    print(f"done: median step {median_ms:.1f} ms | {tokens_per_s:.0f} tok/s", flush=True)
+    # Peak of the memory PyTorch's allocator handed out (the course's peak_device_bytes counts the
+    # same thing: its own allocations, not the CUDA context nor cuBLAS's workspace).
+    peak = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else 0
+    print(f"done: median step {median_ms:.1f} ms | {tokens_per_s:.0f} tok/s | peak device memory "
+          f"{peak / 2**20:.1f} MiB", flush=True)
     if args.csv:
         new = not os.path.exists(args.csv) or os.path.getsize(args.csv) == 0
         with open(args.csv, "a") as f:
             if new:
-                f.write("device,program,model,batch,seq,params,repeat,median_step_ms,tokens_per_s\n")
+                f.write("device,program,model,batch,seq,params,repeat,median_step_ms,tokens_per_s,"
+                        "peak_device_bytes\n")
             label = (args.device_label or device_name).replace(",", " ")
-            f.write(f"{label},pytorch_eager,{args.model},{B},{T},{num_params},{args.repeat},"
-                    f"{median_ms:.4f},{tokens_per_s:.2f}\n")
+            f.write(f"{label},{program},{args.model},{B},{T},{num_params},{args.repeat},"
+                    f"{median_ms:.4f},{tokens_per_s:.2f},{peak}\n")
 
 
 if __name__ == "__main__":

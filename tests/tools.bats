@@ -1,0 +1,74 @@
+#!/usr/bin/env bats
+# tools.bats: the measuring tools behind `make bench` and the kernel breakdown
+# (common/bench.sh, common/kernel_breakdown.py). What needs a GPU or PyTorch
+# (ncu, the PyTorch side) is not run here; the CSV arithmetic and the plot are.
+
+load helpers
+
+# The Python that has matplotlib (Debian's python3-matplotlib lives in /usr/bin/python3).
+plot_python() {
+    for candidate in python3 /usr/bin/python3; do
+        if "$candidate" -c 'import matplotlib' 2>/dev/null; then
+            echo "$candidate"
+            return
+        fi
+    done
+    echo python3
+}
+
+@test "kernel_breakdown sums an ncu report per kernel and sorts kernels into kinds" {
+    dir="$(scratch)"
+    # Nsight Compute's --csv layout: its own log lines, then one quoted row per (launch, metric).
+    cat >"$dir/ncu.csv" <<'EOF'
+==PROF== Connected to process 1
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","1","train","h","sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8","1","7","(128, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","us","1,000.5"
+"1","1","train","h","void attention_dkdv_kernel<64, 1>(float *, int)","1","7","(128, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","2500"
+"2","1","train","h","sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8","1","7","(128, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","us","499.5"
+"3","1","train","h","layernorm_forward_kernel(float *, int)","1","7","(256, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ms","0.25"
+"4","1","train","h","mystery_kernel(int)","1","7","(256, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","us","3"
+EOF
+    run python3 "$REPO/common/kernel_breakdown.py" ncu "$dir/ncu.csv" after "$dir/after.csv"
+    assert_success
+    assert_output --partial "1.76 ms of kernels in one step" # 1000.5 + 2.5 + 499.5 + 250 + 3 us
+    assert_equal "$(head -1 "$dir/after.csv")" "label,category,kernel,calls,time_us"
+    # the two GEMM launches are one row: 2 calls, 1000.5 + 499.5 us
+    run grep -c "" "$dir/after.csv"
+    assert_output 5
+    assert_equal "$(sed -n 2p "$dir/after.csv")" \
+        "after,matmul,sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8,2,1500.000"
+    run grep -E '^after,attention,void attention_dkdv_kernel<64; 1>\(float \*; int\),1,2.500$' "$dir/after.csv"
+    assert_success
+    run grep -E '^after,norm,layernorm_forward_kernel\(float \*; int\),1,250.000$' "$dir/after.csv"
+    assert_success
+    run grep -E '^after,other,mystery_kernel\(int\),1,3.000$' "$dir/after.csv"
+    assert_success
+
+    run "$(plot_python)" "$REPO/common/kernel_breakdown.py" plot "$dir/breakdown.png" "$dir/after.csv" "$dir/after.csv"
+    assert_success
+    [ -s "$dir/breakdown.png" ]
+}
+
+@test "bench on the CPU writes the documented columns and the median over repeats" {
+    dir="$(scratch)"
+    # Without PyTorch, the course's rows alone, and empty PyTorch columns.
+    if python3 -c 'import torch' 2>/dev/null; then
+        skip "PyTorch is importable here: this test is about the course-only path"
+    fi
+    run env BENCH_MODELS=tiny BENCH_REPEATS=3 BENCH_STEPS=3 BENCH_OUT="$dir/bench" "$REPO/common/bench.sh"
+    assert_success
+    assert_output --partial "skipping the PyTorch comparison"
+    assert_equal "$(head -1 "$dir/bench/bench.csv")" \
+        "device,program,model,precision,batch,seq,params,repeat,median_step_ms,tokens_per_s,peak_device_bytes"
+    assert_equal "$(csv_column "$dir/bench/bench.csv" program | sort -u)" "01_single_gpu"
+    assert_equal "$(csv_column "$dir/bench/bench.csv" repeat | tr '\n' ' ')" "1 2 3 "
+    assert_equal "$(csv_column "$dir/bench/bench.csv" params | sort -u)" "136960"
+    assert_equal "$(head -1 "$dir/bench/compare.csv")" \
+        "device,model,precision,course_tokens_per_s,eager_tokens_per_s,ratio_eager,compile_tokens_per_s,ratio_compile,course_peak_bytes,eager_peak_bytes,model_tflop_per_step,course_mfu,eager_mfu,compile_mfu"
+    # compare.csv's course column is the median of the three runs' tokens/s
+    median="$(csv_column "$dir/bench/bench.csv" tokens_per_s | sort -g | sed -n 2p)"
+    assert_equal "$(csv_column "$dir/bench/compare.csv" course_tokens_per_s)" "$(printf '%.1f' "$median")"
+    # 6P + 12 L T C FLOPs per token, 8 x 64 tokens: (6*136960 + 12*2*64*64) * 512 / 1e12
+    assert_equal "$(csv_column "$dir/bench/compare.csv" model_tflop_per_step)" "0.0005"
+    assert_equal "$(csv_column "$dir/bench/compare.csv" ratio_eager)" ""
+}

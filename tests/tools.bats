@@ -72,3 +72,23 @@ EOF
     assert_equal "$(csv_column "$dir/bench/compare.csv" model_tflop_per_step)" "0.0005"
     assert_equal "$(csv_column "$dir/bench/compare.csv" ratio_eager)" ""
 }
+
+@test "the real GPipe and 1F1B schedules take 3(M+P-1) slots, as the bubble formula says" {
+    for pm in "2 1" "3 2" "4 8" "3 5"; do
+        read -r P M <<<"$pm"
+        for schedule in gpipe 1f1b; do
+            run python3 "$REPO/common/concepts.py" --slots "$schedule" "$P" "$M"
+            assert_success
+            assert_line --index 0 "$schedule, P = $P, M = $M: $((3 * (M + P - 1))) slots"
+        done
+    done
+}
+
+@test "the concept drawings of chapters 02-04 are generated" {
+    dir="$(scratch)/concepts"
+    run "$(plot_python)" "$REPO/common/concepts.py" "$dir"
+    assert_success
+    for png in ring-allreduce tensor-parallel pipeline-slots rank-grid; do
+        [ -s "$dir/$png.png" ]
+    done
+}

@@ -92,3 +92,20 @@ EOF
         [ -s "$dir/$png.png" ]
     done
 }
+
+@test "the speed problems' reference answers grade as right, and wrong or missing ones as wrong" {
+    dir="$(scratch)"
+    python3 "$REPO/common/speed.py" answers >"$dir/right.txt"
+    run python3 "$REPO/common/speed.py" grade "$dir/right.txt"
+    assert_success
+    assert_output --partial "8/8 problems right"
+    # 6P + 12LTC for the 7B model, by hand: 42e9 + 12*32*4096*4096
+    assert_equal "$(sed -n 1p "$dir/right.txt")" "1 4.84425e+10"
+    # one answer 2% off, one missing: two wrong
+    sed -e 's/^1 .*/1 4.94e10/' -e '/^8 /d' "$dir/right.txt" >"$dir/wrong.txt"
+    run python3 "$REPO/common/speed.py" grade "$dir/wrong.txt"
+    assert_failure
+    assert_output --partial "FAIL problem 1"
+    assert_output --partial "FAIL problem 8: missing"
+    assert_output --partial "6/8 problems right"
+}

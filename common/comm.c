@@ -7,6 +7,9 @@
 
 #include "csvlog.h"
 #include "device.h"
+#ifdef USE_CUDA
+#include "cuda_runtime_glue.h"
+#endif
 #include "util.h"
 
 #include <mpi.h>
@@ -28,6 +31,7 @@ struct CommGroup {
 
 static CommGroup world_group;
 static int local_rank = 0;
+static int local_size = 1; /* ranks on this rank's machine */
 static CommTransport transport = COMM_MPI;
 static double bytes_sent = 0.0;
 static float *staging = NULL; /* host copy of device buffers (staged transport), host/comm */
@@ -64,6 +68,7 @@ void comm_init(int *argc, char ***argv) {
     MPI_CHECK(
         MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_group.rank, MPI_INFO_NULL, &node));
     MPI_Comm_rank(node, &local_rank);
+    MPI_Comm_size(node, &local_size);
     MPI_Comm_free(&node);
     if (provided < MPI_THREAD_MULTIPLE && world_group.rank == 0)
         log_info(
@@ -98,6 +103,23 @@ CommGroup *comm_split(CommGroup *parent, int color, int key) {
     return g;
 }
 
+/* Ranks that share a GPU take turns on it (the driver time-slices their
+ * contexts), so their step times do not show what chapters 02-04 teach about
+ * speed; losses, memory and bytes sent still do. Say so once, on rank 0, when
+ * any machine has more ranks than GPUs. */
+static void warn_if_sharing_gpus(void) {
+#ifdef USE_CUDA
+    if (device_backend() != BACKEND_CUDA) return;
+    int gpus = cuda_device_count();
+    double worst = comm_allreduce_double(&world_group, gpus > 0 ? (double)local_size / gpus : 0.0, 1);
+    if (worst > 1.0)
+        log_info("warning: up to %.0f ranks share each GPU: they take turns on it, so step times do not show "
+                 "the speed-ups of chapters 02-04 (losses, memory and bytes sent do); see course.md, "
+                 "\"Reading GPU runs\"\n",
+                 worst);
+#endif
+}
+
 CommTransport comm_select(const char *choice) {
     int cuda = device_backend() == BACKEND_CUDA;
     if (strcmp(choice, "mpi") == 0) {
@@ -122,6 +144,7 @@ CommTransport comm_select(const char *choice) {
     } else {
         fatal(EXIT_USAGE, "--comm: unknown transport '%s' (valid: auto, nccl, mpi)", choice);
     }
+    warn_if_sharing_gpus();
     return transport;
 }
 

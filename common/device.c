@@ -95,10 +95,12 @@ Backend device_backend(void) {
     return active_backend;
 }
 
+#ifdef USE_CUDA
 static int profile_step(void) {
     const char *text = getenv("COURSE_PROFILE_STEP");
     return text ? atoi(text) : 0;
 }
+#endif
 
 void profile_step_begin(int step) {
 #ifdef USE_CUDA

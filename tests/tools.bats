@@ -49,7 +49,7 @@ EOF
     [ -s "$dir/breakdown.png" ]
 }
 
-@test "bench on the CPU writes the documented columns and the median over repeats" {
+@test "bench on the CPU writes the documented columns, each run's settings and the median over repeats" {
     dir="$(scratch)"
     # Without PyTorch, the course's rows alone, and empty PyTorch columns.
     if python3 -c 'import torch' 2>/dev/null; then
@@ -59,18 +59,25 @@ EOF
     assert_success
     assert_output --partial "skipping the PyTorch comparison"
     assert_equal "$(head -1 "$dir/bench/bench.csv")" \
-        "device,program,model,precision,batch,seq,params,repeat,median_step_ms,tokens_per_s,peak_device_bytes"
+        "device,program,model,precision,variant,settings,batch,seq,params,repeat,median_step_ms,tokens_per_s,peak_device_bytes"
     assert_equal "$(csv_column "$dir/bench/bench.csv" program | sort -u)" "01_single_gpu"
-    assert_equal "$(csv_column "$dir/bench/bench.csv" repeat | tr '\n' ' ')" "1 2 3 "
+    # interleaved: each repeat runs the headline setting and the alternative one
+    assert_equal "$(csv_column "$dir/bench/bench.csv" repeat | tr '\n' ' ')" "1 1 2 2 3 3 "
+    assert_equal "$(csv_column "$dir/bench/bench.csv" variant | sort | uniq -c | awk '{print $1 $2}' | tr '\n' ' ')" \
+        "3alternative 3headline "
+    assert_equal "$(awk -F, '$5 == "headline" { print $6 }' "$dir/bench/bench.csv" | sort -u)" \
+        "OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive"
     assert_equal "$(csv_column "$dir/bench/bench.csv" params | sort -u)" "136960"
     assert_equal "$(head -1 "$dir/bench/compare.csv")" \
-        "device,model,precision,course_tokens_per_s,eager_tokens_per_s,ratio_eager,compile_tokens_per_s,ratio_compile,course_peak_bytes,eager_peak_bytes,model_tflop_per_step,course_mfu,eager_mfu,compile_mfu"
-    # compare.csv's course column is the median of the three runs' tokens/s
-    median="$(csv_column "$dir/bench/bench.csv" tokens_per_s | sort -g | sed -n 2p)"
-    assert_equal "$(csv_column "$dir/bench/compare.csv" course_tokens_per_s)" "$(printf '%.1f' "$median")"
+        "device,model,precision,variant,course_tokens_per_s,course_min,course_max,eager_tokens_per_s,eager_min,eager_max,ratio_eager,ratio_eager_low,ratio_eager_high,verdict,compile_tokens_per_s,ratio_compile,course_peak_bytes,eager_peak_bytes,model_tflop_per_step,course_mfu,eager_mfu,compile_mfu"
+    # compare.csv's headline course column is the median of the three headline runs, with their min and max
+    sorted="$(awk -F, '$5 == "headline" { print $12 }' "$dir/bench/bench.csv" | sort -g)"
+    headline="$(grep ',headline,' "$dir/bench/compare.csv")"
+    assert_equal "$(echo "$headline" | cut -d, -f5-7)" \
+        "$(printf '%.1f,%.1f,%.1f' "$(echo "$sorted" | sed -n 2p)" "$(echo "$sorted" | sed -n 1p)" "$(echo "$sorted" | sed -n 3p)")"
     # 6P + 12 L T C FLOPs per token, 8 x 64 tokens: (6*136960 + 12*2*64*64) * 512 / 1e12
-    assert_equal "$(csv_column "$dir/bench/compare.csv" model_tflop_per_step)" "0.0005"
-    assert_equal "$(csv_column "$dir/bench/compare.csv" ratio_eager)" ""
+    assert_equal "$(echo "$headline" | cut -d, -f19)" "0.0005"
+    assert_equal "$(echo "$headline" | cut -d, -f11)" "" # no PyTorch, no ratio
 }
 
 @test "the real GPipe and 1F1B schedules take 3(M+P-1) slots, as the bubble formula says" {

@@ -2,95 +2,182 @@
 # demo.sh: run each chapter program that exists at its demo configuration on
 # the default device (a GPU if one is visible, else the CPU), repeat each
 # timed configuration, then draw the plots into runs/plots/<chapter>/.
-# Called by `make demo` after building. DEMO_STEPS and DEMO_REPEATS override
-# the defaults (40 steps, 3 repeats).
+# Called by `make demo` after building.
+#
+# Environment:
+#   DEMO_STEPS    optimizer steps per run (default 40; the pipeline sweep runs half)
+#   DEMO_REPEATS  repeats of every timed configuration (default 3)
+#   DEMO_CORES    the cores to plan for (default: this machine's, from nproc
+#                 without OMP_NUM_THREADS, which GNU nproc would obey)
+#   DEMO_RANKS    ranks for chapter 02 and pipeline stages for chapter 04
+#                 (default: one per core, at most 4); each chapter then takes
+#                 the nearest value its configuration allows (below)
+#   DEMO_DRY_RUN  1: print every command the demo would run ("plan: ...") and
+#                 run none of them
+#
+# The work, not the machine, sets the ranks: chapter 02's ranks must divide
+# its global batch of 8 (2 or 4 ranks), chapter 03 splits the small preset
+# (4 layers, 4 heads) over 2 ranks, and chapter 04 can have no more stages
+# than the model has layers (2..4). Ranks stand in for GPUs, so there are at
+# least 2 even on one core; each rank gets cores / ranks OpenMP threads.
+#
+# Repeats are interleaved: repeat 1 of every configuration of a comparison,
+# then repeat 2, ..., so a burst of background load slows one repeat of
+# several configurations rather than every repeat of one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cores=$(nproc)
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$cores}"
+cores="${DEMO_CORES:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}"
+[[ "$cores" =~ ^[1-9][0-9]*$ ]] || { echo "demo: DEMO_CORES=$cores is not a positive number" >&2; exit 2; }
+dry_run="${DEMO_DRY_RUN:-0}"
+steps="${DEMO_STEPS:-40}"
+repeats="${DEMO_REPEATS:-3}"
+runs=runs/demo
 # OpenMP threads that spin while waiting steal the cores other ranks need.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # MPI ranks that spin in a receive steal the core their neighbour needs: let them yield.
 export OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}"
-steps="${DEMO_STEPS:-40}"
-repeats="${DEMO_REPEATS:-3}"
-runs=runs/demo
 
 # The Python that has matplotlib (Debian's python3-matplotlib lives in /usr/bin/python3).
 python=""
 for candidate in python3 /usr/bin/python3; do
     if "$candidate" -c "import matplotlib" 2>/dev/null; then python="$candidate"; break; fi
 done
-[ -n "$python" ] || { echo "demo: no python3 with matplotlib found (make deps installs python3-matplotlib)" >&2; exit 1; }
+if [ -z "$python" ]; then
+    [ "$dry_run" = 1 ] || { echo "demo: no python3 with matplotlib found (make deps installs python3-matplotlib)" >&2; exit 1; }
+    python=python3
+fi
 
-# MPI ranks for chapter 02: one per core, at least 2 (ranks stand in for GPUs).
-ranks="${DEMO_RANKS:-$(( cores < 2 ? 2 : cores ))}"
-threads_per_rank=$(( cores / ranks > 0 ? cores / ranks : 1 ))
-mpi() { OMP_NUM_THREADS=$threads_per_rank mpirun --oversubscribe -np "$ranks" "$@"; }
+# ---- ranks per chapter, chosen from the work ----
+wanted="${DEMO_RANKS:-$(( cores < 4 ? cores : 4 ))}"
+[[ "$wanted" =~ ^[1-9][0-9]*$ ]] || { echo "demo: DEMO_RANKS=$wanted is not a positive number" >&2; exit 2; }
+(( wanted >= 2 )) || wanted=2
+dp_batch=8        # chapter 02's global batch: the ranks must divide it
+dp_ranks=2        # the largest divisor of the batch not above the wish
+for n in 4 8; do (( n <= wanted && dp_batch % n == 0 )) && dp_ranks=$n; done
+mp_ranks=2        # chapter 03: tp 2 divides the 4 heads; 2 stages of the 4 layers
+model_layers=4    # the small preset
+pp_stages=$(( wanted < model_layers ? wanted : model_layers ))
+if [ -n "${DEMO_RANKS:-}" ] && { (( dp_ranks != DEMO_RANKS )) || (( pp_stages != DEMO_RANKS )); }; then
+    echo "demo: DEMO_RANKS=$DEMO_RANKS: chapter 02 uses $dp_ranks ranks (they must divide its batch of $dp_batch)," \
+        "chapter 04 $pp_stages stages (at most $model_layers layers)"
+fi
 
-# run LABEL PROGRAM FLAGS...: every repeat of one configuration, with a progress line each.
-# PROGRAM may be a command with arguments ("mpi 02_data_parallel/train").
-run() {
-    local label="$1" program="$2"
-    shift 2
-    for r in $(seq 1 "$repeats"); do
-        printf 'demo: %-28s repeat %d/%d ... ' "$label" "$r" "$repeats"
-        $program --steps "$steps" --sample 0 --quiet --out "$runs/$label.r$r" "$@" >"$runs/logs/$label.r$r.log" 2>&1 ||
-            { echo "failed"; cat "$runs/logs/$label.r$r.log" >&2; exit 1; }
-        awk -F, 'NR == 2 { printf "loss %.4f, median step %.1f ms, %.0f tok/s\n", $16, $17, $18 }' \
-            "$runs/$label.r$r/run.csv"
-    done
+# launch NP PROGRAM ARGS...: run PROGRAM on NP ranks (NP = 1: one process, no
+# MPI) with the cores shared out as OpenMP threads; in a dry run, print it.
+launch() {
+    local np="$1"
+    shift
+    local threads=$(( cores / np > 0 ? cores / np : 1 ))
+    local command=("$@")
+    (( np == 1 )) || command=(mpirun --oversubscribe -np "$np" "$@")
+    if [ "$dry_run" = 1 ]; then
+        echo "plan: OMP_NUM_THREADS=$threads ${command[*]}"
+    else
+        OMP_NUM_THREADS=$threads "${command[@]}"
+    fi
 }
 
-rm -rf "$runs"
-mkdir -p "$runs/logs"
-device=$(./01_single_gpu/train --steps 1 --sample 0 --quiet --out "$runs/probe" | sed -n 's/.*| device \([^|]*\) |.*/\1/p')
-rm -rf "$runs/probe"
-echo "demo: device $device, $steps steps per run, $repeats repeats per configuration"
+# A comparison: `configure LABEL NP PROGRAM FLAGS...` queues one configuration
+# (flags contain no spaces), `compare STEPS` runs repeat 1 of every queued
+# configuration, then repeat 2, ..., with a progress line each, and empties
+# the queue.
+queued=()
+configure() { queued+=("$*"); }
+compare() {
+    local run_steps="$1" r line label np program flags
+    for r in $(seq 1 "$repeats"); do
+        for line in "${queued[@]}"; do
+            read -r label np program flags <<<"$line"
+            read -ra flags <<<"$flags"
+            local out="$runs/$label.r$r"
+            local command=(launch "$np" "$program" --steps "$run_steps" --sample 0 --quiet --out "$out" "${flags[@]}")
+            if [ "$dry_run" = 1 ]; then
+                "${command[@]}"
+                continue
+            fi
+            printf 'demo: %-28s repeat %d/%d ... ' "$label" "$r" "$repeats"
+            "${command[@]}" >"$runs/logs/$label.r$r.log" 2>&1 ||
+                { echo "failed"; cat "$runs/logs/$label.r$r.log" >&2; exit 1; }
+            awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+                     NR == 2 { printf "loss %.4f, median step %.1f ms, %.0f tok/s\n",
+                               $col["final_loss"], $col["median_step_ms"], $col["tokens_per_s"] }' "$out/run.csv"
+        done
+    done
+    queued=()
+}
+# plot ARGS...: draw with common/plot.py (printed in a dry run).
+plot() {
+    if [ "$dry_run" = 1 ]; then echo "plan: $python common/plot.py $*"; else "$python" common/plot.py "$@"; fi
+}
+
+if [ "$dry_run" = 1 ]; then
+    echo "demo: dry run for $cores cores: chapter 02 on $dp_ranks ranks, 03 on $mp_ranks, 04 on $pp_stages stages"
+else
+    rm -rf "$runs"
+    mkdir -p "$runs/logs"
+    device=$(./01_single_gpu/train --steps 1 --sample 0 --quiet --out "$runs/probe" |
+        sed -n 's/.*| device \([^|]*\) |.*/\1/p')
+    rm -rf "$runs/probe"
+    echo "demo: device $device, $cores cores, $steps steps per run, $repeats repeats per configuration, interleaved"
+    echo "demo: chapter 02 on $dp_ranks ranks, 03 on $mp_ranks ranks, 04 on $pp_stages stages"
+fi
 
 # ---- chapter 01: one device; gradient accumulation trades time for activation memory ----
-run 01-small 01_single_gpu/train --model small --batch 8 --micro 1 --eval-every 20
-run 01-small-micro4 01_single_gpu/train --model small --batch 8 --micro 4 --eval-every 20
-"$python" common/plot.py "$runs"/01-small.r* "$runs"/01-small-micro4.r* --out runs/plots/01
+configure 01-small 1 01_single_gpu/train --model small --batch 8 --micro 1 --eval-every 20
+configure 01-small-micro4 1 01_single_gpu/train --model small --batch 8 --micro 4 --eval-every 20
+compare "$steps"
+plot "$runs"/01-small.r* "$runs"/01-small-micro4.r* --out runs/plots/01
 
-# ---- chapter 02: data parallelism on $ranks ranks; naive, flat and overlapped all-reduce ----
+# ---- chapter 02: data parallelism; naive, flat and overlapped all-reduce ----
 if [ -x 02_data_parallel/train ]; then
     for mode in naive flat overlap; do
-        run "02-dp$ranks-$mode" "mpi 02_data_parallel/train" --model small --batch 8 --dp-mode "$mode" --bucket-mb 0.5 \
-            --eval-every 20
+        configure "02-dp$dp_ranks-$mode" "$dp_ranks" 02_data_parallel/train --model small --batch "$dp_batch" \
+            --dp-mode "$mode" --bucket-mb 0.5 --eval-every 20
     done
-    run "02-dp$ranks-flat-ring" "mpi 02_data_parallel/train" --model small --batch 8 --dp-mode flat --allreduce ring \
-        --eval-every 20
-    "$python" common/plot.py "$runs"/01-small.r* "$runs"/02-dp*.r* --out runs/plots/02
-    echo "demo: commbench on $ranks ranks, 1 KiB to 64 MiB"
-    mpi 02_data_parallel/commbench --max-bytes 64M --out "$runs/commbench-$ranks.csv" >"$runs/logs/commbench.log"
-    "$python" common/plot.py --commbench "$runs/commbench-$ranks.csv" --out runs/plots/02
+    configure "02-dp$dp_ranks-flat-ring" "$dp_ranks" 02_data_parallel/train --model small --batch "$dp_batch" \
+        --dp-mode flat --allreduce ring --eval-every 20
+    compare "$steps"
+    plot "$runs"/01-small.r* "$runs"/02-dp*.r* --out runs/plots/02
+    [ "$dry_run" = 1 ] || echo "demo: commbench on $dp_ranks ranks, 1 KiB to 64 MiB"
+    if [ "$dry_run" = 1 ]; then
+        launch "$dp_ranks" 02_data_parallel/commbench --max-bytes 64M --out "$runs/commbench-$dp_ranks.csv"
+    else
+        launch "$dp_ranks" 02_data_parallel/commbench --max-bytes 64M --out "$runs/commbench-$dp_ranks.csv" \
+            >"$runs/logs/commbench.log"
+    fi
+    plot --commbench "$runs/commbench-$dp_ranks.csv" --out runs/plots/02
 fi
 
 # ---- chapter 03: the model split over 2 ranks, by layers and inside the layers ----
 if [ -x 03_model_parallel/train ]; then
-    mp2() { OMP_NUM_THREADS=$(( cores / 2 > 0 ? cores / 2 : 1 )) mpirun --oversubscribe -np 2 "$@"; }
-    run 03-layer2 "mp2 03_model_parallel/train" --model small --batch 8 --mp layer --eval-every 20
-    run 03-tensor2 "mp2 03_model_parallel/train" --model small --batch 8 --mp tensor --eval-every 20
-    "$python" common/plot.py "$runs"/01-small.r* "$runs"/03-*.r* --out runs/plots/03
+    configure "03-layer$mp_ranks" "$mp_ranks" 03_model_parallel/train --model small --batch 8 --mp layer \
+        --eval-every 20
+    configure "03-tensor$mp_ranks" "$mp_ranks" 03_model_parallel/train --model small --batch 8 --mp tensor \
+        --eval-every 20
+    compare "$steps"
+    plot "$runs"/01-small.r* "$runs"/03-*.r* --out runs/plots/03
 fi
 
-# ---- chapter 04: pipeline on $ranks stages; micro-batch sweep for GPipe and 1F1B ----
+# ---- chapter 04: pipeline stages; micro-batch sweep for GPipe and 1F1B ----
 if [ -x 04_pipeline/train ]; then
-    pipeline_steps=$(( steps / 2 > 4 ? steps / 2 : 4 ))
     for schedule in gpipe 1f1b; do
         for micro in 1 2 4 8; do
-            steps=$pipeline_steps run "04-$schedule-m$micro" "mpi 04_pipeline/train" --model small --batch 16 \
+            configure "04-$schedule-m$micro" "$pp_stages" 04_pipeline/train --model small --batch 16 \
                 --micro "$micro" --schedule "$schedule"
         done
     done
-    "$python" common/plot.py --sweep "$runs"/04-*.r* --out runs/plots/04
-    "$python" common/plot.py --gantt "$runs"/04-gpipe-m4.r1 "$runs"/04-1f1b-m4.r1 --out runs/plots/04
-    "$python" common/plot.py "$runs"/04-gpipe-m8.r* "$runs"/04-1f1b-m8.r* --out runs/plots/04
+    compare $(( steps / 2 > 4 ? steps / 2 : 4 ))
+    plot --sweep "$runs"/04-*.r* --out runs/plots/04
+    plot --gantt "$runs"/04-gpipe-m4.r1 "$runs"/04-1f1b-m4.r1 --out runs/plots/04
+    plot "$runs"/04-gpipe-m8.r* "$runs"/04-1f1b-m8.r* --out runs/plots/04
 fi
 
+if [ "$dry_run" = 1 ]; then
+    launch 1 ./01_single_gpu/train --model tiny --steps 300 --quiet --sample 200 --out "$runs/01-sample"
+    exit 0
+fi
 echo "demo: a text sample from the tiny model after 300 steps (prompt|generated):"
-./01_single_gpu/train --model tiny --steps 300 --quiet --sample 200 --out "$runs/01-sample" | grep '^sample:'
+launch 1 ./01_single_gpu/train --model tiny --steps 300 --quiet --sample 200 --out "$runs/01-sample" | grep '^sample:'
 echo "demo: done. CSVs in $runs/, plots in runs/plots/01 .. runs/plots/04 (see course.md for what to look for)"

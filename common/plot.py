@@ -27,9 +27,13 @@ With --commbench, from 02_data_parallel/commbench CSVs:
 With --gantt, from pipeline runs' timeline.csv (chapter 04):
     gantt-LABEL.png what each rank did during one step (default: the last):
                     forward and backward boxes numbered by micro-batch
-With --sweep, from pipeline runs' run.csv (columns schedule, micro):
-    sweep.png       median step time against the number of micro-batches,
-                    one line per schedule, with min-max error bars
+With --sweep, from pipeline runs' run.csv (columns schedule, micro,
+median_step_ms, bubble_measured, bubble_theory):
+    sweep.png       against the number of micro-batches, one line per
+                    schedule: the step time (each repeat a dot, the line
+                    through the fastest repeat, the least disturbed by
+                    background load), and the measured bubble of that repeat
+                    next to the formula (bubble_theory)
 """
 import argparse
 import csv
@@ -285,28 +289,50 @@ def plot_gantt(run_dir, step, out):
 
 
 def plot_sweep(groups, out):
-    lines = OrderedDict()  # schedule -> {micro: [median_step_ms of each repeat]}
+    """Two panels against M, one line per schedule. Configurations are compared
+    by their fastest repeat: background load only ever adds time, so the
+    minimum over repeats is the least disturbed estimate (every repeat is drawn
+    as a dot, so the noise stays visible)."""
+    lines = OrderedDict()  # schedule -> {micro: [(median_step_ms, bubble_measured, bubble_theory) per repeat]}
     for runs in groups.values():
         for run in runs:
             row = run["run"][0]
             lines.setdefault(row.get("schedule", "?"), {}).setdefault(int(row["micro"]), []).append(
-                float(row["median_step_ms"]))
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+                (float(row["median_step_ms"]), float(row.get("bubble_measured") or "nan"),
+                 float(row.get("bubble_theory") or "nan")))
+    fig, (ax_time, ax_bubble) = plt.subplots(1, 2, figsize=(12, 4.5))
+    formula = {}  # micro -> bubble_theory, the same for every schedule
     for schedule, by_micro in lines.items():
         micros = sorted(by_micro)
-        mids = [median(by_micro[m]) for m in micros]
-        lows = [mid - min(by_micro[m]) for m, mid in zip(micros, mids)]
-        highs = [max(by_micro[m]) - mid for m, mid in zip(micros, mids)]
-        ax.errorbar(micros, mids, yerr=[lows, highs], marker="o", capsize=4, label=schedule)
-    ax.set_xscale("log", base=2)
+        best = [min(by_micro[m]) for m in micros]  # the fastest repeat of each configuration
+        line, = ax_time.plot(micros, [b[0] for b in best], marker="o", label=f"{schedule} (fastest repeat)")
+        every = [(m, r[0]) for m in micros for r in by_micro[m]]
+        ax_time.plot(*zip(*every), ".", color=line.get_color(), alpha=0.4,
+                     label=f"{schedule}, each repeat" if len(every) > len(micros) else None)
+        ax_bubble.plot(micros, [b[1] for b in best], marker="o", color=line.get_color(),
+                       label=f"{schedule}, measured (fastest repeat)")
+        for m, (step_ms, bubble, theory) in zip(micros, best):
+            print(f"plot.py: sweep {schedule} M={m}: fastest of {len(by_micro[m])} repeats {step_ms:.1f} ms,"
+                  f" bubble {bubble:.3f} measured, {theory:.3f} formula")
+        formula.update({m: b[2] for m, b in zip(micros, best)})
+    if formula:
+        micros = sorted(formula)
+        stages = next(iter(groups.values()))[0]["run"][0].get("pp", "P")
+        ax_bubble.plot(micros, [formula[m] for m in micros], "k--", marker="x",
+                       label=f"formula (run.csv bubble_theory), P = {stages}")
     all_micros = sorted({m for by_micro in lines.values() for m in by_micro})
-    ax.set_xticks(all_micros)
-    ax.set_xticklabels([str(m) for m in all_micros])
-    ax.set_xlabel("micro-batches per global batch (M)")
-    ax.set_ylabel("median step time (ms)")
-    ax.set_title("Pipeline: step time against the number of micro-batches")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend()
+    for ax in (ax_time, ax_bubble):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(all_micros)
+        ax.set_xticklabels([str(m) for m in all_micros])
+        ax.set_xlabel("micro-batches per global batch (M)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    ax_time.set_ylabel("step time (ms; median over a run's steps)")
+    ax_time.set_title("Step time against M (line: fastest of the repeats)")
+    ax_bubble.set_ylabel("bubble: idle fraction of the stages' time")
+    ax_bubble.set_ylim(bottom=0)
+    ax_bubble.set_title("Measured bubble against the formula")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "sweep.png"), dpi=120)
     plt.close(fig)

@@ -1,0 +1,149 @@
+#!/usr/bin/env bats
+# demo.bats: `make demo` picks ranks from the work, not from the core count.
+# DEMO_DRY_RUN=1 prints the demo's plan; each test checks the choices for one
+# core count, then runs every planned training command once, for one step, to
+# prove the programs accept it (they exit 2 on an impossible topology). The
+# pipeline's commands are checked with --print-schedule, which validates the
+# same flags and exits before training. Commands already proven by an earlier
+# test of this file (the same for 8 and 16 cores) are not run again. The last
+# tests check that repeats are interleaved and how the pipeline sweep plot
+# compares configurations (the fastest repeat).
+
+load helpers
+
+setup_file() {
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+    : >"$BATS_FILE_TMPDIR/proven"
+}
+
+# plan CORES [VAR=VALUE...]: the demo's planned commands for CORES cores, one per line, "plan: " removed.
+plan() {
+    local cores="$1"
+    shift
+    (cd "$REPO" && env "$@" DEMO_DRY_RUN=1 DEMO_REPEATS=1 DEMO_CORES="$cores" common/demo.sh) | sed -n 's/^plan: //p'
+}
+
+# ranks_of PLAN PROGRAM: the -np of PROGRAM's planned commands (1 without mpirun), one line per distinct value.
+ranks_of() {
+    awk -v program="$2" '$0 ~ program " " { np = 1; for (i = 1; i < NF; i++) if ($i == "-np") np = $(i + 1); print np }' \
+        <<<"$1" | sort -u
+}
+
+# prove_plan PLAN: run every planned training command once with --steps 1 (the
+# pipeline's with --print-schedule) into a scratch directory; fail on the first
+# it rejects.
+prove_plan() {
+    local line words i key n=0
+    while read -r line; do
+        [[ "$line" == *"/train "* ]] || continue
+        read -ra words <<<"$line"
+        words=("${words[@]:1}") # drop OMP_NUM_THREADS=k: one thread per rank is enough to check the flags
+        for i in "${!words[@]}"; do
+            case "${words[$i]}" in
+                --steps) words[i + 1]=1 ;;
+                --out) words[i + 1]="$BATS_TEST_TMPDIR/run$n" ;;
+            esac
+        done
+        [[ "$line" == *04_pipeline/train* ]] && words+=(--print-schedule)
+        key="${words[*]}"
+        key="${key//$BATS_TEST_TMPDIR\/run$n/}" # the same command whatever its --out
+        grep -qxF "$key" "$BATS_FILE_TMPDIR/proven" && continue
+        if ! (cd "$REPO" && OMP_NUM_THREADS=1 "${words[@]}" </dev/null >"$BATS_TEST_TMPDIR/out$n.log" 2>&1); then
+            echo "the demo's command was rejected: ${words[*]}" >&2
+            cat "$BATS_TEST_TMPDIR/out$n.log" >&2
+            return 1
+        fi
+        echo "$key" >>"$BATS_FILE_TMPDIR/proven"
+        n=$((n + 1))
+    done <<<"$1"
+}
+
+# check_plan CORES DP_RANKS PP_STAGES: the plan's choices, then every command run for real.
+check_plan() {
+    local cores="$1" dp="$2" pp="$3" p
+    p=$(plan "$cores")
+    [ "$(ranks_of "$p" 01_single_gpu/train)" = 1 ]
+    [ "$(ranks_of "$p" 02_data_parallel/train)" = "$dp" ]
+    [ "$(ranks_of "$p" 02_data_parallel/commbench)" = "$dp" ]
+    [ "$(ranks_of "$p" 03_model_parallel/train)" = 2 ]
+    [ "$(ranks_of "$p" 04_pipeline/train)" = "$pp" ]
+    # ranks x threads never exceed the cores (or the ranks, when there are more ranks than cores)
+    awk -v cores="$cores" '{ t = substr($1, 17); np = 1; for (i = 1; i < NF; i++) if ($i == "-np") np = $(i + 1)
+                             if (np * t > (np > cores ? np : cores)) { print "oversubscribed: " $0; exit 1 } }' <<<"$p"
+    prove_plan "$p"
+}
+
+@test "the demo's plan is valid on 1 core" {
+    check_plan 1 2 2
+}
+
+@test "the demo's plan is valid on 2 cores" {
+    check_plan 2 2 2
+}
+
+@test "the demo's plan is valid on 8 cores" {
+    check_plan 8 4 4
+}
+
+@test "the demo's plan is valid on 16 cores" {
+    check_plan 16 4 4
+}
+
+@test "the demo's plan on 3 cores uses 2 data-parallel ranks (they divide the batch) and 3 stages" {
+    p=$(plan 3)
+    [ "$(ranks_of "$p" 02_data_parallel/train)" = 2 ]
+    [ "$(ranks_of "$p" 04_pipeline/train)" = 3 ]
+    # the 3-stage split, once (the micro-batch counts were proven for 2 and 4 stages)
+    prove_plan "$(grep -- '04_pipeline/train.*--micro 8 --schedule 1f1b' <<<"$p")"
+}
+
+@test "DEMO_RANKS larger than the work allows is cut to what each chapter can use" {
+    p=$(plan 2 DEMO_RANKS=16)
+    [ "$(ranks_of "$p" 02_data_parallel/train)" = 8 ]
+    [ "$(ranks_of "$p" 04_pipeline/train)" = 4 ]
+    run env DEMO_DRY_RUN=1 DEMO_RANKS=16 DEMO_CORES=2 "$REPO/common/demo.sh"
+    assert_output --partial "chapter 02 uses 8 ranks"
+}
+
+@test "the demo interleaves repeats: repeat 1 of every configuration of a comparison, then repeat 2" {
+    run bash -c "cd '$REPO' && DEMO_DRY_RUN=1 DEMO_REPEATS=2 DEMO_CORES=2 common/demo.sh | grep -o 'runs/demo/0[14]-[a-z0-9-]*\.r[0-9]'"
+    assert_success
+    expected="runs/demo/01-small.r1
+runs/demo/01-small-micro4.r1
+runs/demo/01-small.r2
+runs/demo/01-small-micro4.r2"
+    [ "$(head -4 <<<"$output")" = "$expected" ]
+    # the pipeline sweep: all 8 configurations once before any second repeat
+    pipeline=$(grep 'runs/demo/04-' <<<"$output")
+    [ "$(sed -n 8p <<<"$pipeline")" = runs/demo/04-1f1b-m8.r1 ]
+    [ "$(sed -n 9p <<<"$pipeline")" = runs/demo/04-gpipe-m1.r2 ]
+}
+
+@test "DEMO_CORES must be a positive number" {
+    run env DEMO_DRY_RUN=1 DEMO_CORES=many "$REPO/common/demo.sh"
+    assert_failure 2
+    assert_output --partial "DEMO_CORES=many"
+}
+
+@test "the pipeline sweep plot takes the fastest repeat and draws the measured bubble against the formula" {
+    python=""
+    for candidate in python3 /usr/bin/python3; do
+        "$candidate" -c "import matplotlib" 2>/dev/null && { python="$candidate"; break; }
+    done
+    [ -n "$python" ] || skip "no python3 with matplotlib"
+    dir="$(scratch)"
+    # two repeats per configuration; repeat 1 of 1f1b-m4 was slowed by background load
+    for run in gpipe-m4.r1:100:0.25 gpipe-m4.r2:90:0.22 1f1b-m4.r1:180:0.40 1f1b-m4.r2:88:0.21; do
+        IFS=: read -r name ms bubble <<<"$run"
+        mkdir -p "$dir/04-$name"
+        echo "step,loss" >"$dir/04-$name/steps.csv"
+        echo "rank,space,category,peak_bytes" >"$dir/04-$name/memory.csv"
+        printf 'pp,micro,median_step_ms,schedule,bubble_measured,bubble_theory\n2,4,%s,%s,%s,0.2\n' \
+            "$ms" "${name%%-*}" "$bubble" >"$dir/04-$name/run.csv"
+    done
+    run "$python" "$REPO/common/plot.py" --sweep "$dir"/04-* --out "$dir/plots"
+    assert_success
+    assert_output --partial "sweep 1f1b M=4: fastest of 2 repeats 88.0 ms, bubble 0.210 measured, 0.200 formula"
+    assert_output --partial "sweep gpipe M=4: fastest of 2 repeats 90.0 ms, bubble 0.220 measured, 0.200 formula"
+    [ -s "$dir/plots/sweep.png" ]
+}

@@ -17,9 +17,12 @@ Plots written to --out (default runs/plots):
     runtime.png     median step time per configuration, with error bars
     throughput.png  tokens/s per configuration, with error bars
     memory.png      peak memory per rank, stacked by category (device space)
-    breakdown.png   median step time split into forward, backward, optimizer and
+    breakdown.png   median step time split into forward, backward, optimizer,
                     exposed communication (exposed_comm_ms when the run has it,
-                    else comm_ms)
+                    else comm_ms) and other (the rest of the step), so that
+                    each bar adds up to the median step time, marked on it;
+                    where the parts overlap (pipeline stages count their
+                    waits in forward and backward) the bar says by how much
     idle.png        (runs with a busy.csv, chapter 03) per rank, the median time
                     per step spent computing and the rest: waiting or communicating
 With --commbench, from 02_data_parallel/commbench CSVs:
@@ -171,28 +174,44 @@ def plot_memory(groups, out):
     plt.close(fig)
 
 
+def breakdown_parts(runs):
+    """Median ms per step of forward, backward, optimizer, exposed communication,
+    and 'other' = step - their sum: the rest of the step (data loading, the
+    loss read-back, waits that no part counts). The first step (warm-up) is left
+    out. When the parts overlap (a pipeline stage's forward and backward include
+    its waits for messages), 'other' is negative: returned as it is, so that the
+    plot can say so instead of stacking past the step."""
+    samples = {key: [] for key in ("fwd_ms", "bwd_ms", "opt_ms", "exposed", "step_ms")}
+    for run in runs:
+        for row in run["steps"][1:] or run["steps"]:
+            samples["exposed"].append(float(row.get("exposed_comm_ms") or row["comm_ms"]))
+            for key in ("fwd_ms", "bwd_ms", "opt_ms", "step_ms"):
+                samples[key].append(float(row[key]))
+    parts = {key: median(values) for key, values in samples.items()}
+    parts["other"] = parts["step_ms"] - sum(parts[k] for k in ("fwd_ms", "bwd_ms", "opt_ms", "exposed"))
+    return parts
+
+
 def plot_breakdown(groups, out):
-    """Stacked median times per configuration; the first step (warm-up) is left out."""
+    """Stacked median times per configuration, with 'other' so that the bars add up to the
+    median step time (marked on each bar)."""
     parts = [("fwd_ms", "forward", "#4c72b0"), ("bwd_ms", "backward", "#dd8452"),
-             ("opt_ms", "optimizer", "#55a868"), ("exposed", "exposed communication", "#c44e52")]
-    labels, values = [], {key: [] for key, _, _ in parts}
-    for label, runs in groups.items():
-        samples = {key: [] for key, _, _ in parts}
-        for run in runs:
-            for row in run["steps"][1:] or run["steps"]:
-                for key, _, _ in parts:
-                    if key == "exposed":
-                        samples[key].append(float(row.get("exposed_comm_ms") or row["comm_ms"]))
-                    else:
-                        samples[key].append(float(row[key]))
-        labels.append(label)
-        for key, _, _ in parts:
-            values[key].append(median(samples[key]))
+             ("opt_ms", "optimizer", "#55a868"), ("exposed", "exposed communication", "#c44e52"),
+             ("other", "other (the rest of the step)", "#b0b0b0")]
+    labels = list(groups)
+    values = [breakdown_parts(runs) for runs in groups.values()]
     fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(labels) + 2), 4.5))
     bottom = [0.0] * len(labels)
     for key, name, colour in parts:
-        ax.bar(range(len(labels)), values[key], bottom=bottom, label=name, color=colour)
-        bottom = [b + v for b, v in zip(bottom, values[key])]
+        heights = [max(v[key], 0.0) for v in values]
+        ax.bar(range(len(labels)), heights, bottom=bottom, label=name, color=colour)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    for i, v in enumerate(values):
+        ax.plot([i - 0.45, i + 0.45], [v["step_ms"]] * 2, color="black", linewidth=1.5,
+                label="median step time" if i == 0 else None)
+        if v["other"] < 0:  # the parts overlap: say by how much instead of hiding it
+            ax.annotate(f"parts overlap\nby {-v['other']:.1f} ms", (i, bottom[i]), ha="center", va="bottom",
+                        fontsize=7)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=20, ha="right")
     ax.set_ylabel("median time per step (ms)")

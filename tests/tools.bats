@@ -116,3 +116,23 @@ EOF
     assert_output --partial "FAIL problem 8: missing"
     assert_output --partial "6/8 problems right"
 }
+
+@test "the breakdown's parts add up to the median step time, with 'other' for the rest" {
+    run "$(plot_python)" - "$REPO/common" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import plot
+def step(fwd, bwd, opt, comm, total):
+    return {"fwd_ms": fwd, "bwd_ms": bwd, "opt_ms": opt, "comm_ms": comm, "step_ms": total}
+# the warm-up step is left out; the medians of 3 steps are 10, 20, 2, 1 and 40 ms
+runs = [{"steps": [step(99, 99, 99, 99, 999), step(10, 20, 2, 1, 40), step(9, 19, 2, 1, 38), step(11, 21, 3, 2, 41)]}]
+parts = plot.breakdown_parts(runs)
+print(parts["other"], parts["step_ms"])
+assert parts["other"] == 40 - (10 + 20 + 2 + 1), parts
+# overlapping parts (a pipeline stage's waits inside forward and backward): other < 0
+over = plot.breakdown_parts([{"steps": [step(1, 1, 1, 1, 1), step(10, 20, 2, 1, 25)]}])
+assert over["other"] == 25 - 33, over
+PY
+    assert_success
+    assert_output "7.0 40.0"
+}

@@ -61,9 +61,12 @@ MPI_CFLAGS := $(if $(MPICC),$(shell $(MPICC) --showme:compile 2>/dev/null))
 MPI_LIBS := $(if $(MPICC),$(shell $(MPICC) --showme:link 2>/dev/null))
 COMMON_C := $(if $(MPICC),$(wildcard common/*.c),$(filter-out $(MPI_SOURCES),$(wildcard common/*.c)))
 COMMON_CU := $(if $(USE_CUDA),$(wildcard common/*.cu))
-# A student copy (make exercises) has stubs that leave parameters unused.
+# A student copy (make exercises) has stubs that leave parameters unused
+# (nvcc: in host code through gcc, and 177/550, a kernel not launched yet).
 ifneq ($(wildcard .student),)
   CFLAGS += -Wno-unused-parameter -Wno-unused-variable -Wno-unused-but-set-variable -Wno-unused-function
+  NVCCFLAGS += --compiler-options -Wno-unused-parameter,-Wno-unused-variable,-Wno-unused-but-set-variable \
+               --compiler-options -Wno-unused-function -diag-suppress 177,550
 endif
 ifdef USE_CUDA
   CFLAGS += -DUSE_CUDA

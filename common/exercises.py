@@ -17,11 +17,21 @@ and fails clearly at run time:
     /* EXERCISE 01.2: the AdamW update. Write your solution here (course.md, exercise 01.2). */
     exercise_not_implemented("01.2", "course.md, exercise 01.2");
 
+A region indented inside a function body gets that stub. A region at file
+scope (its BEGIN marker not indented) holds whole definitions, such as the
+CUDA kernel that a host function launches: no statement may stand there, so
+its stub is the comment alone. Such a region goes with a region in the body
+of a host function of the same exercise (exercise_not_implemented runs on
+the host, not in a kernel), whose stub fails at run time.
+
 An exercise may have several regions (a forward and a backward function,
-say): each is stubbed, and the exercise is listed once.
+say, or a CUDA kernel and the host function that launches it): each is
+stubbed, and the exercise is listed once.
 
 The copy also gets a file .student listing the stubbed exercises; the
-Makefile then tolerates the unused parameters a stub leaves behind.
+Makefile then tolerates the unused parameters a stub leaves behind. The
+copy is a git repository with one commit, so `git diff` shows the
+learner's work and `git checkout -- FILE` takes a file back to its stubs.
 Graders: tests/grade/ID.bats, run by `make grade`.
 """
 import argparse
@@ -73,9 +83,12 @@ def stub_regions(text, path, only):
             sys.exit(f"exercises.py: {path}:{i + 1}: exercise {ident} has no matching END marker")
         if only and ident not in only:
             out.extend(lines[i:j + 1])
-        else:
+        elif indent:
             out.append(f"{indent}/* EXERCISE {ident}: {title}. Write your solution here ({where}). */")
             out.append(f'{indent}exercise_not_implemented("{ident}", "{where}");')
+            stubbed.append(ident)
+        else:
+            out.append(f"/* EXERCISE {ident}: {title}. Your kernels and helpers go here ({where}). */")
             stubbed.append(ident)
         i = j + 1
     return "\n".join(out), stubbed
@@ -92,6 +105,21 @@ def find_exercises():
                 if m:
                     found.setdefault(m.group(2), (m.group(3), f, n))
     return found
+
+
+def commit_copy(dest):
+    """Make the copy a git repository with one commit: the stubs, before any of the learner's work."""
+    # Name and email on the command line: no global git configuration needed.
+    git = ["git", "-C", dest, "-c", "user.name=course exercises", "-c", "user.email=exercises@course.invalid",
+           "-c", "commit.gpgsign=false"]
+    try:
+        for args in (["init", "--quiet"], ["add", "--all"],
+                     ["commit", "--quiet", "--no-verify", "-m", "Student copy: exercises stubbed out"]):
+            subprocess.run(git + args, check=True, capture_output=True, text=True)
+    except OSError as e:
+        sys.exit(f"exercises.py: cannot run git to make {dest} a repository: {e}")
+    except subprocess.CalledProcessError as e:
+        sys.exit(f"exercises.py: git {e.cmd[len(git)]} in {dest} failed: {e.stderr.strip()}")
 
 
 def main():
@@ -135,9 +163,11 @@ def main():
     stubbed = sorted(set(stubbed))
     with open(os.path.join(dest, ".student"), "w") as fh:
         fh.write("".join(f"{i}\n" for i in sorted(stubbed)))
+    commit_copy(dest)
     print(f"exercises: wrote a student copy to {dest} with {len(stubbed)} exercise(s) stubbed: "
           f"{', '.join(sorted(stubbed)) or 'none'}")
-    print("exercises: build it with `make`, grade it with `make grade`")
+    print("exercises: build it with `make`, grade it with `make grade`; it is a git repository, "
+          "so `git diff` shows your work")
 
 
 if __name__ == "__main__":

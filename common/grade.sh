@@ -2,11 +2,24 @@
 # grade.sh: run each exercise's grader (tests/grade/ID.bats) and print a
 # score table. Exit status 0 only at full marks. Called by `make grade`
 # after building; a grader's full output goes to runs/grade/ID.log.
+#
+# Some graders run whole programs, which need other exercises too: 02.2 and
+# 04.2 run trainers, which need all of chapter 01's (01.1-01.3), and 04.2's
+# trainer reports the bubble with 04.1. When a grader fails and its log
+# shows another exercise's stub ("exercise 01.2 not implemented"), the table
+# says so: the failure is that exercise's, not necessarily this one's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 mkdir -p runs/grade
-total=0 earned=0
+total=0 earned=0 blocked=0
+
+# The other exercises whose stubs a grader's log shows, comma-separated.
+stubs_hit_besides() { # log id
+    grep -oE 'exercise [0-9]+\.[0-9]+ not implemented' "$1" | awk -v own="$2" '$2 != own { print $2 }' |
+        sort -u | paste -sd, - | sed 's/,/, /g'
+}
+
 printf '%-9s %-40s %6s  %s\n' exercise title points result
 printf '%-9s %-40s %6s  %s\n' -------- ---------------------------------------- ------ ------
 for grader in tests/grade/*.bats; do
@@ -18,10 +31,18 @@ for grader in tests/grade/*.bats; do
         result=pass
         earned=$((earned + points))
     else
-        result="FAIL (see $log)"
+        needs=$(stubs_hit_besides "$log" "$id")
+        if [ -n "$needs" ]; then
+            result="FAIL (depends on $needs, not implemented yet; see $log)"
+            blocked=1
+        else
+            result="FAIL (see $log)"
+        fi
     fi
     total=$((total + points))
     printf '%-9s %-40s %6s  %s\n' "$id" "$title" "$points" "$result"
 done
 printf '%-9s %-40s %6s\n' total "" "$earned/$total"
+[ "$blocked" -eq 0 ] ||
+    echo "A grader marked \"depends on\" stopped at another exercise's stub: do that exercise first."
 [ "$earned" -eq "$total" ]

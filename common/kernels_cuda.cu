@@ -184,6 +184,7 @@ static __global__ void layernorm_forward_kernel(float *out, float *mean, float *
     }
 }
 
+/* EXERCISE 01.1 BEGIN: layernorm backward (course.md, exercise 01.1) */
 /* dinp, one warp per row. With xhat = (x - m) * s and dxhat = g * weight:
  * dx = s * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) */
 static __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
@@ -210,6 +211,7 @@ static __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *
         dx[c] += s * (g[c] * weight[c] - mean_dxhat - xhat * mean_dxhat_xhat);
     }
 }
+/* EXERCISE 01.1 END */
 
 /* Column sums over N rows: dbias[c] += sum_n dout[n,c] (linear layers), and
  * for layernorm also dweight[c] += sum_n dout[n,c] * xhat[n,c], xhat = (inp -
@@ -348,6 +350,7 @@ static __global__ void sum_squares_final_kernel(double *total, const double *par
     if (threadIdx.x == 0) *total = s;
 }
 
+/* EXERCISE 01.2 BEGIN: the AdamW update (course.md, exercise 01.2) */
 /* bias1 = 1 - beta1^t and bias2 = 1 - beta2^t come from the host, as on the CPU. */
 static __global__ void adamw_update_kernel(float *params, const float *grads, float *m, float *v, size_t n,
                                            float lr, float beta1, float beta2, float bias1, float bias2,
@@ -362,6 +365,7 @@ static __global__ void adamw_update_kernel(float *params, const float *grads, fl
     float mhat = mi / bias1, vhat = vi / bias2;
     params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * params[i]);
 }
+/* EXERCISE 01.2 END */
 
 static __global__ void scale_kernel(float *x, size_t n, float factor) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -424,11 +428,13 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
 
 static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                                const float *weight, const float *mean, const float *rstd, int N, int C) {
+    /* EXERCISE 01.1 BEGIN: layernorm backward (course.md, exercise 01.1) */
     if (N == 0 || C == 0) return;
     layernorm_backward_dinp_kernel<<<blocks_for(N, ROWS_PER_BLOCK), BLOCK_SIZE>>>(dinp, dout, inp, weight,
                                                                                   mean, rstd, N, C);
     cuda_check(cudaGetLastError());
     column_sums(dweight, dbias, dout, inp, mean, rstd, N, C);
+    /* EXERCISE 01.1 END */
 }
 
 static void linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
@@ -510,12 +516,14 @@ static double sum_squares(const float *x, size_t n) {
 
 static void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
+    /* EXERCISE 01.2 BEGIN: the AdamW update (course.md, exercise 01.2) */
     if (n == 0) return;
     float bias1 = 1.0f - powf(beta1, (float)t);
     float bias2 = 1.0f - powf(beta2, (float)t);
     adamw_update_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE>>>(
         params, grads, m, v, n, lr, beta1, beta2, bias1, bias2, eps, weight_decay, grad_scale);
     cuda_check(cudaGetLastError());
+    /* EXERCISE 01.2 END */
 }
 
 static void fill_zero(float *x, size_t n) {

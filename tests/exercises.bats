@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # The exercise round trip: `make exercises` writes a student copy with the
-# marked solutions stubbed out; in it exactly the stubbed exercises' graders
-# fail; putting the reference back makes them pass again.
+# marked solutions stubbed out (the CUDA twins too), as a git repository; in
+# it exactly the stubbed exercises' graders fail, and those that stop at
+# another exercise's stub say so; putting the reference back makes them pass.
 
 load helpers
 
@@ -49,6 +50,44 @@ setup_file() {
     assert_output "0"
 }
 
+@test "a student copy stubs the CUDA twins of exercises 01.1 and 01.2 too" {
+    cuda="$COPIES/all/common/kernels_cuda.cu"
+    run grep -c 'exercise_not_implemented("01\.[12]"' "$cuda"
+    assert_output "2"
+    # the kernels and their launches are gone; the comment left in their place says what goes there
+    run grep -cE "layernorm_backward_dinp_kernel|adamw_update_kernel|sqrtf\(vhat\)|mean_dxhat_xhat" "$cuda"
+    assert_output "0"
+    run grep -cE "EXERCISE 01\.[12] (BEGIN|END)" "$cuda"
+    assert_output "0"
+    grep -q "^/\* EXERCISE 01.1: layernorm backward. Your kernels and helpers go here" "$cuda"
+    grep -q "^/\* EXERCISE 01.2: the AdamW update. Your kernels and helpers go here" "$cuda"
+}
+
+@test "the stubbed CUDA backend of a student copy compiles with nvcc (no GPU needed)" {
+    nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    [ -x "$nvcc" ] || skip "nvcc not found"
+    # a build directory of its own, so the CPU-only build of the copy stays as it is
+    run make -C "$COPIES/all" --no-print-directory CUDA=1 NVCC_ARCHS=90 BUILD="$BATS_TEST_TMPDIR/cuda" \
+        "$BATS_TEST_TMPDIR/cuda/common/kernels_cuda.cu.o"
+    assert_success
+}
+
+@test "a student copy is a git repository with one commit and nothing to commit, even after building" {
+    run git -C "$COPIES/all" log --format=%s
+    assert_success
+    assert_output "Student copy: exercises stubbed out"
+    run git -C "$COPIES/all" status --porcelain
+    assert_success
+    assert_output ""
+}
+
+@test "git diff in a student copy shows the learner's work" {
+    make -C "$REPO" --no-print-directory exercises DEST="$BATS_TEST_TMPDIR/copy" ONLY=04.1 >/dev/null
+    cp "$REPO/04_pipeline/schedule.c" "$BATS_TEST_TMPDIR/copy/04_pipeline/schedule.c"
+    run git -C "$BATS_TEST_TMPDIR/copy" diff --name-only
+    assert_output "04_pipeline/schedule.c"
+}
+
 @test "a stub fails clearly at run time, naming the exercise and where to read" {
     run --separate-stderr "$COPIES/all/build/tests/test_kernels" adamw
     assert_failure
@@ -75,6 +114,27 @@ setup_file() {
         fi
     done
     assert_output --regexp "total +$(($(total_points) - $(points_of 02.1)))/$(total_points)"
+}
+
+@test "with only 01.2 stubbed, the graders that run the trainers say they depend on 01.2" {
+    # 02.2 and 04.2 grade whole training runs, whose optimizer step is 01.2's AdamW
+    make -C "$REPO" --no-print-directory exercises DEST="$BATS_TEST_TMPDIR/adamw" ONLY=01.2 >/dev/null
+    cp "$BATS_TEST_TMPDIR/adamw/common/kernels_cpu.c" "$COPIES/one/common/kernels_cpu.c"
+    cp "$REPO/common/ring.c" "$COPIES/one/common/ring.c"
+    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 all >/dev/null 2>&1
+    run "$COPIES/one/common/grade.sh"
+    cp "$REPO/common/kernels_cpu.c" "$COPIES/one/common/kernels_cpu.c" # the reference, for the next tests
+    assert_failure
+    for id in $(grader_ids); do
+        case $id in
+        01.2) assert_output --regexp '01\.2 .* FAIL \(see runs/grade/01\.2\.log\)' ;;
+        02.2 | 04.2) assert_output --regexp "${id/./\\.} .* FAIL \(depends on 01\.2, not implemented yet" ;;
+        *) assert_output --regexp "${id/./\\.} .* pass" ;;
+        esac
+    done
+    lost=$(($(points_of 01.2) + $(points_of 02.2) + $(points_of 04.2)))
+    assert_output --regexp "total +$(($(total_points) - lost))/$(total_points)"
+    assert_output --partial 'stopped at another exercise'"'"'s stub: do that exercise first'
 }
 
 @test "filling the stub back in with the reference makes its grader pass" {

@@ -136,3 +136,23 @@ PY
     assert_success
     assert_output "7.0 40.0"
 }
+
+@test "every output course.md quotes under a check comment is what the command prints now" {
+    run python3 "$REPO/common/check_quotes.py"
+    assert_success
+    refute_output --partial "FAIL"
+    assert_output --regexp "check_quotes: ([0-9]+) of \1 quoted outputs match"
+}
+
+@test "the quote checker catches a quoted output that differs from the run, and --update fixes it" {
+    dir="$(scratch)"
+    sed 's/^0,device,grads,3501056$/0,device,grads,3501057/' "$REPO/course.md" >"$dir/course.md"
+    ! cmp -s "$REPO/course.md" "$dir/course.md" # the edit took
+    run python3 "$REPO/common/check_quotes.py" --file "$dir/course.md"
+    assert_failure
+    assert_output --partial "-0,device,grads,3501057"
+    assert_output --partial "+0,device,grads,3501056"
+    run python3 "$REPO/common/check_quotes.py" --file "$dir/course.md" --update
+    assert_success
+    cmp "$REPO/course.md" "$dir/course.md"
+}

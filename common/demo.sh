@@ -14,6 +14,12 @@
 #                 the nearest value its configuration allows (below)
 #   DEMO_DRY_RUN  1: print every command the demo would run ("plan: ...") and
 #                 run none of them
+#   DEMO_DEVICE   cpu or cuda (default: cuda when build/tests/gpu_probe finds a
+#                 GPU, else cpu). On a GPU the demo trains the medium preset
+#                 instead of the small one: the small preset's kernels are too
+#                 short to show a GPU computing (course.md, "Reading GPU runs")
+#   DEMO_GPUS     GPUs to plan for on a GPU (default: nvidia-smi's count, else 1);
+#                 when ranks outnumber them, the demo says what that shows
 #
 # The work, not the machine, sets the ranks: chapter 02's ranks must divide
 # its global batch of 8 (2 or 4 ranks), chapter 03 splits the small preset
@@ -49,6 +55,20 @@ if [ -z "$python" ]; then
     python=python3
 fi
 
+# ---- the device and the preset ----
+device_choice="${DEMO_DEVICE:-}"
+if [ -z "$device_choice" ]; then
+    device_choice=cpu
+    if [ -x build/tests/gpu_probe ] && build/tests/gpu_probe >/dev/null 2>&1; then device_choice=cuda; fi
+fi
+case "$device_choice" in
+    cpu) preset=small model_layers=4 ;;
+    cuda) preset=medium model_layers=6 ;; # 6 heads: tp 2 divides them too
+    *) echo "demo: DEMO_DEVICE=$device_choice (valid: cpu, cuda)" >&2; exit 2 ;;
+esac
+gpus="${DEMO_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}"
+[[ "$gpus" =~ ^[1-9][0-9]*$ ]] || gpus=1
+
 # ---- ranks per chapter, chosen from the work ----
 wanted="${DEMO_RANKS:-$(( cores < 4 ? cores : 4 ))}"
 [[ "$wanted" =~ ^[1-9][0-9]*$ ]] || { echo "demo: DEMO_RANKS=$wanted is not a positive number" >&2; exit 2; }
@@ -56,8 +76,7 @@ wanted="${DEMO_RANKS:-$(( cores < 4 ? cores : 4 ))}"
 dp_batch=8        # chapter 02's global batch: the ranks must divide it
 dp_ranks=2        # the largest divisor of the batch not above the wish
 for n in 4 8; do (( n <= wanted && dp_batch % n == 0 )) && dp_ranks=$n; done
-mp_ranks=2        # chapter 03: tp 2 divides the 4 heads; 2 stages of the 4 layers
-model_layers=4    # the small preset
+mp_ranks=2        # chapter 03: tp 2 divides the heads (4 small, 6 medium); 2 stages of the layers
 pp_stages=$(( wanted < model_layers ? wanted : model_layers ))
 if [ -n "${DEMO_RANKS:-}" ] && { (( dp_ranks != DEMO_RANKS )) || (( pp_stages != DEMO_RANKS )); }; then
     echo "demo: DEMO_RANKS=$DEMO_RANKS: chapter 02 uses $dp_ranks ranks (they must divide its batch of $dp_batch)," \
@@ -123,23 +142,29 @@ else
     echo "demo: device $device, $cores cores, $steps steps per run, $repeats repeats per configuration, interleaved"
     echo "demo: chapter 02 on $dp_ranks ranks, 03 on $mp_ranks ranks, 04 on $pp_stages stages"
 fi
+echo "demo: the $preset preset on --device $device_choice"
+if [ "$device_choice" = cuda ] && (( dp_ranks > gpus || pp_stages > gpus )); then
+    echo "demo: note: up to $(( dp_ranks > pp_stages ? dp_ranks : pp_stages )) ranks share $gpus GPU(s): they take" \
+        "turns on it, so chapters 02-04 show their losses, memory and bytes, not their speed-ups" \
+        "(course.md, \"Reading GPU runs\")"
+fi
 
 # ---- chapter 01: one device; gradient accumulation trades time for activation memory ----
-configure 01-small 1 01_single_gpu/train --model small --batch 8 --micro 1 --eval-every 20
-configure 01-small-micro4 1 01_single_gpu/train --model small --batch 8 --micro 4 --eval-every 20
+configure "01-$preset" 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 1 --eval-every 20
+configure "01-$preset-micro4" 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 4 --eval-every 20
 compare "$steps"
-plot "$runs"/01-small.r* "$runs"/01-small-micro4.r* --out runs/plots/01
+plot "$runs"/01-"$preset".r* "$runs"/01-"$preset"-micro4.r* --out runs/plots/01
 
 # ---- chapter 02: data parallelism; naive, flat and overlapped all-reduce ----
 if [ -x 02_data_parallel/train ]; then
     for mode in naive flat overlap; do
-        configure "02-dp$dp_ranks-$mode" "$dp_ranks" 02_data_parallel/train --model small --batch "$dp_batch" \
-            --dp-mode "$mode" --bucket-mb 0.5 --eval-every 20
+        configure "02-dp$dp_ranks-$mode" "$dp_ranks" 02_data_parallel/train --model "$preset" --device "$device_choice" \
+            --batch "$dp_batch" --dp-mode "$mode" --bucket-mb 0.5 --eval-every 20
     done
-    configure "02-dp$dp_ranks-flat-ring" "$dp_ranks" 02_data_parallel/train --model small --batch "$dp_batch" \
-        --dp-mode flat --allreduce ring --eval-every 20
+    configure "02-dp$dp_ranks-flat-ring" "$dp_ranks" 02_data_parallel/train --model "$preset" --device "$device_choice" \
+        --batch "$dp_batch" --dp-mode flat --allreduce ring --eval-every 20
     compare "$steps"
-    plot "$runs"/01-small.r* "$runs"/02-dp*.r* --out runs/plots/02
+    plot "$runs"/01-"$preset".r* "$runs"/02-dp*.r* --out runs/plots/02
     [ "$dry_run" = 1 ] || echo "demo: commbench on $dp_ranks ranks, 1 KiB to 64 MiB"
     if [ "$dry_run" = 1 ]; then
         launch "$dp_ranks" 02_data_parallel/commbench --max-bytes 64M --out "$runs/commbench-$dp_ranks.csv"
@@ -152,19 +177,19 @@ fi
 
 # ---- chapter 03: the model split over 2 ranks, by layers and inside the layers ----
 if [ -x 03_model_parallel/train ]; then
-    configure "03-layer$mp_ranks" "$mp_ranks" 03_model_parallel/train --model small --batch 8 --mp layer \
+    configure "03-layer$mp_ranks" "$mp_ranks" 03_model_parallel/train --model "$preset" --device "$device_choice" --batch 8 --mp layer \
         --eval-every 20
-    configure "03-tensor$mp_ranks" "$mp_ranks" 03_model_parallel/train --model small --batch 8 --mp tensor \
+    configure "03-tensor$mp_ranks" "$mp_ranks" 03_model_parallel/train --model "$preset" --device "$device_choice" --batch 8 --mp tensor \
         --eval-every 20
     compare "$steps"
-    plot "$runs"/01-small.r* "$runs"/03-*.r* --out runs/plots/03
+    plot "$runs"/01-"$preset".r* "$runs"/03-*.r* --out runs/plots/03
 fi
 
 # ---- chapter 04: pipeline stages; micro-batch sweep for GPipe and 1F1B ----
 if [ -x 04_pipeline/train ]; then
     for schedule in gpipe 1f1b; do
         for micro in 1 2 4 8; do
-            configure "04-$schedule-m$micro" "$pp_stages" 04_pipeline/train --model small --batch 16 \
+            configure "04-$schedule-m$micro" "$pp_stages" 04_pipeline/train --model "$preset" --device "$device_choice" --batch 16 \
                 --micro "$micro" --schedule "$schedule"
         done
     done

@@ -147,3 +147,17 @@ runs/demo/01-small-micro4.r2"
     assert_output --partial "sweep gpipe M=4: fastest of 2 repeats 90.0 ms, bubble 0.220 measured, 0.200 formula"
     [ -s "$dir/plots/sweep.png" ]
 }
+
+@test "on a GPU the demo trains the medium preset, and says what ranks sharing a GPU show" {
+    run env DEMO_DRY_RUN=1 DEMO_CORES=16 DEMO_DEVICE=cuda DEMO_GPUS=1 "$REPO/common/demo.sh"
+    assert_success
+    assert_output --partial "demo: the medium preset on --device cuda"
+    assert_output --partial "up to 4 ranks share 1 GPU(s)"
+    refute_output --partial "--model small"
+    assert_output --partial "04_pipeline/train --steps 20 --sample 0 --quiet --out runs/demo/04-gpipe-m1.r1 --model medium --device cuda"
+    run env DEMO_DRY_RUN=1 DEMO_CORES=2 DEMO_DEVICE=cuda DEMO_GPUS=2 "$REPO/common/demo.sh"
+    refute_output --partial "share"
+    run env DEMO_DRY_RUN=1 DEMO_DEVICE=tpu "$REPO/common/demo.sh"
+    assert_failure
+    assert_output --partial "DEMO_DEVICE=tpu (valid: cpu, cuda)"
+}

@@ -45,9 +45,9 @@ int main(int argc, char **argv) {
     adamw_create(&opt, model.num_params);
     int B = cfg.batch / cfg.micro, T = cfg.model.seq; /* a micro-batch is B sequences of T tokens */
     Activations acts;
-    activations_create(&acts, &cfg.model, B, T);
+    activations_create_model(&acts, &cfg.model, B, T, cfg.recompute);
     Scratch scratch;
-    scratch_create(&scratch, &cfg.model, B, T);
+    scratch_create(&scratch, &cfg.model, B, T, cfg.recompute);
 
     uint64_t rng = cfg.seed; /* for the text sampler */
     int first_step = 0;

@@ -177,9 +177,9 @@ int main(int argc, char **argv) {
     int per_rank = cfg.batch / ranks; /* this rank's share of the global batch */
     int B = per_rank / cfg.micro, T = cfg.model.seq;
     Activations acts;
-    activations_create(&acts, &cfg.model, B, T);
+    activations_create_model(&acts, &cfg.model, B, T, cfg.recompute);
     Scratch scratch;
-    scratch_create(&scratch, &cfg.model, B, T);
+    scratch_create(&scratch, &cfg.model, B, T, cfg.recompute);
     BucketSync buckets;
     int overlap = strcmp(dp.dp_mode, "overlap") == 0;
     if (overlap) buckets_create(&buckets, &model, (size_t)(dp.bucket_mb * 1048576.0), world, use_ring);

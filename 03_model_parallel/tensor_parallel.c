@@ -150,10 +150,17 @@ static float *carve(float *base, size_t *used, size_t count) {
     return p;
 }
 
+/* With recompute (tm->recompute) the blocks share one set of values, as in
+ * model.c, and keep only their outputs res3. */
 static size_t carve_blocks(TensorParallelModel *tm, float *base, int B, int T) {
     size_t BT = (size_t)B * T, C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, used = 0;
     for (int l = 0; l < tm->model.cfg.layers; l++) {
         BlockActs *b = &tm->block[l];
+        if (tm->recompute && l > 0) {
+            *b = tm->block[0]; /* the shared set */
+            b->res3 = carve(base, &used, BT * C);
+            continue;
+        }
         b->ln1 = carve(base, &used, BT * C);
         b->ln1_mean = carve(base, &used, BT);
         b->ln1_rstd = carve(base, &used, BT);
@@ -191,9 +198,10 @@ static size_t carve_scratch(TensorParallelModel *tm, float *base, int B, int T) 
 }
 
 void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp, int B,
-                     int T) {
+                     int T, int recompute) {
     memset(tm, 0, sizeof *tm);
     tm->tp = tp;
+    tm->recompute = recompute;
     tm->C_local = cfg->dmodel / tp->size;
     tm->NH_local = cfg->heads / tp->size;
     tm->H_local = 4 * cfg->dmodel / tp->size;
@@ -222,7 +230,7 @@ void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t s
     free(whole.tensors);
 
     /* activations: the embedding and head parts are whole (model.c), the blocks local */
-    activations_create_range(&tm->acts, cfg, B, T, cfg->layers, cfg->layers);
+    activations_create_range(&tm->acts, cfg, B, T, cfg->layers, cfg->layers, 0);
     tm->block = xcalloc(cfg->layers, sizeof(BlockActs));
     size_t floats = carve_blocks(tm, NULL, B, T);
     carve_blocks(tm, mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, floats * sizeof(float), "block activations"), B,
@@ -244,8 +252,9 @@ void tp_model_destroy(TensorParallelModel *tm) {
 
 /* ---- forward and backward ---- */
 
-/* One block, as gpt_block_forward (model.c) with the four matrices split. */
-static void tp_block_forward(TensorParallelModel *tm, int l, const float *input, int B, int T) {
+/* One block up to fch, the last value its backward reads (what recompute
+ * runs again, with its all-reduce), as block_forward_values in model.c. */
+static void tp_block_forward_values(TensorParallelModel *tm, int l, const float *input, int B, int T) {
     const KernelOps *k = ops();
     int C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, N = B * T;
     float **w = tm->model.w.block[l];
@@ -257,9 +266,20 @@ static void tp_block_forward(TensorParallelModel *tm, int l, const float *input,
     k->attention_forward(b->atty, b->lse, b->qkv, B, T, Cl, tm->NH_local);
     row_parallel_forward(tm->tp, s->branch, b->atty, w[BLOCK_ATTPROJW], w[BLOCK_ATTPROJB], N, Cl, C);
     k->residual_forward(b->res2, input, s->branch, (size_t)N * C);
-    /* MLP half: each rank computes 4C/tp hidden units, fcproj sums them (all-reduce 2) */
+    /* MLP half: each rank computes 4C/tp hidden units */
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, w[BLOCK_LN2W], w[BLOCK_LN2B], N, C);
     column_parallel_forward(tm->tp, b->fch, b->ln2, w[BLOCK_FCW], w[BLOCK_FCB], N, C, Hl);
+}
+
+/* One block, as gpt_block_forward (model.c) with the four matrices split. */
+static void tp_block_forward(TensorParallelModel *tm, int l, const float *input, int B, int T) {
+    const KernelOps *k = ops();
+    int C = tm->model.cfg.dmodel, Hl = tm->H_local, N = B * T;
+    float **w = tm->model.w.block[l];
+    BlockActs *b = &tm->block[l];
+    Scratch *s = &tm->scratch;
+    tp_block_forward_values(tm, l, input, B, T);
+    /* the rest of the MLP half: fcproj sums the ranks' hidden units (all-reduce 2) */
     k->gelu_forward(s->gelu, b->fch, (size_t)N * Hl);
     row_parallel_forward(tm->tp, s->branch, s->gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, Hl, C);
     k->residual_forward(b->res3, b->res2, s->branch, (size_t)N * C);
@@ -274,6 +294,7 @@ static void tp_block_backward(TensorParallelModel *tm, int l, const float *input
     float **w = tm->model.w.block[l], **g = tm->model.g.block[l];
     BlockActs *b = &tm->block[l];
     Scratch *s = &tm->scratch;
+    if (tm->recompute) tp_block_forward_values(tm, l, input, B, T); /* this block's values, again */
     /* MLP half */
     k->fill_zero(s->dmid, NC);
     k->fill_zero(s->dbranch, NC);

@@ -58,6 +58,7 @@ typedef struct {
     GPT model;                      /* the LOCAL table, params and grads (views as in model.h) */
     SliceKind *slice;               /* per tensor of the table */
     size_t global_params;           /* parameters of the whole model */
+    int recompute;                  /* 1: the blocks keep only res3 and share one set of the rest */
     Activations acts;               /* tokens, targets, embedding output and the head's values */
     BlockActs *block;               /* per layer, with local widths: qkv (B,T,3C/tp), atty (B,T,C/tp),
                                        lse (B,NH/tp,T), fch (B,T,4C/tp); the rest (B,T,C) */
@@ -67,9 +68,10 @@ typedef struct {
 /* NULL when cfg can be split over tp ranks, else a message for the user. */
 const char *tensor_parallel_problem(const ModelConfig *cfg, int tp);
 
-/* Local table, initial values and activations for micro-batches of B x T. */
+/* Local table, initial values and activations for micro-batches of B x T
+ * (recompute: only the block inputs kept, as model.h describes). */
 void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp, int B,
-                     int T);
+                     int T, int recompute);
 void tp_model_destroy(TensorParallelModel *tm);
 
 /* Index in the whole tensor of element e of rank r's slice of it. */

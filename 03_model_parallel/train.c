@@ -342,7 +342,7 @@ int main(int argc, char **argv) {
     char layout[64];
     if (par.tensor) {
         par.tp = (TensorGroup){.group = par.mp, .rank = mp_index, .size = mp_size};
-        tp_model_create(&par.tpm, &cfg.model, cfg.seed, &par.tp, B, T);
+        tp_model_create(&par.tpm, &cfg.model, cfg.seed, &par.tp, B, T, cfg.recompute);
         par.held = &par.tpm.model;
         snprintf(layout, sizeof layout, "tensor parallel over %d ranks", mp_size);
     } else {
@@ -356,8 +356,8 @@ int main(int argc, char **argv) {
         int first_layer = par.stage == 0 ? LAYER_EMBEDDING : par.first_block;
         int last_layer = par.stage == par.stages - 1 ? L : par.last_block;
         gpt_create_range(&par.model, &cfg.model, cfg.seed, first_layer, last_layer);
-        activations_create_range(&par.acts, &cfg.model, B, T, first_layer, last_layer);
-        scratch_create(&par.scratch, &cfg.model, B, T);
+        activations_create_range(&par.acts, &cfg.model, B, T, first_layer, last_layer, cfg.recompute);
+        scratch_create(&par.scratch, &cfg.model, B, T, cfg.recompute);
         par.held = &par.model;
         int n = snprintf(layout, sizeof layout, "layer split, blocks per stage");
         for (int s = 0; s < mp_size && n < (int)sizeof layout - 8; s++)

@@ -361,8 +361,9 @@ int main(int argc, char **argv) {
     p.slots = schedule_live_activations(&p.schedule);
     p.slot = xcalloc(p.slots, sizeof(Activations));
     for (int i = 0; i < p.slots; i++)
-        activations_create_range(&p.slot[i], &cfg.model, p.B, p.T, p.first_block, last_part);
-    scratch_create(&p.scratch, &cfg.model, p.B, p.T);
+        activations_create_range(&p.slot[i], &cfg.model, p.B, p.T, p.first_block, last_part, cfg.recompute);
+    /* with --recompute the slots keep block inputs, and one block set here serves them all */
+    scratch_create(&p.scratch, &cfg.model, p.B, p.T, cfg.recompute);
     p.grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, boundary_floats(&p) * sizeof(float),
                           "gradient from next stage");
     p.grad_out =

@@ -121,6 +121,7 @@ enum {
     OPT_RESUME,
     OPT_STOP_AFTER,
     OPT_QUIET,
+    OPT_RECOMPUTE,
     OPT_HELP
 };
 
@@ -150,6 +151,7 @@ static const struct option common_options[] = {
     {"resume", required_argument, 0, OPT_RESUME},
     {"stop-after", required_argument, 0, OPT_STOP_AFTER},
     {"quiet", no_argument, 0, OPT_QUIET},
+    {"recompute", optional_argument, 0, OPT_RECOMPUTE},
     {"help", no_argument, 0, OPT_HELP},
 };
 #define NUM_COMMON_OPTIONS (int)(sizeof common_options / sizeof common_options[0])
@@ -196,6 +198,8 @@ static void print_help(const Config *d, const char *program, const char *summary
         "  --vocab N                  vocabulary size, 256..1048576 (default 256: bytes)\n"
         "  --device-mem-limit BYTES   refuse device allocations past this budget; K/M/G suffixes (default: "
         "none)\n"
+        "  --recompute[=0|1]          activation recomputation: keep only each block's input, run the\n"
+        "                             block's forward again just before its backward (default 0: keep all)\n"
         "\ntraining\n"
         "  --batch B                  global batch: sequences per optimizer step, 1..1000000 (default %d)\n"
         "  --micro M                  micro-batches per step (gradient accumulation); divides B (default "
@@ -339,6 +343,9 @@ void config_parse(Config *c, int argc, char **argv, const char *program, const c
             break;
         case OPT_STOP_AFTER:
             c->stop_after = parse_int_flag("--stop-after", optarg, 1, 10000000);
+            break;
+        case OPT_RECOMPUTE: /* --recompute alone means 1 */
+            c->recompute = optarg ? (int)parse_int_flag("--recompute", optarg, 0, 1) : 1;
             break;
         case OPT_QUIET:
             c->quiet = 1;

@@ -43,6 +43,7 @@ typedef struct {
     char save[4096];         /* checkpoint path written at the end ("" = none) */
     char resume[4096];       /* checkpoint path to resume from ("" = none) */
     int quiet;               /* no per-step progress lines */
+    int recompute;           /* keep only block inputs; recompute each block's forward in backward */
 } Config;
 
 /* A chapter's own flags: options appended to the common table, help text

@@ -149,11 +149,12 @@ if [ "$device_choice" = cuda ] && (( dp_ranks > gpus || pp_stages > gpus )); the
         "(course.md, \"Reading GPU runs\")"
 fi
 
-# ---- chapter 01: one device; gradient accumulation trades time for activation memory ----
+# ---- chapter 01: one device; gradient accumulation and recomputation trade time for activation memory ----
 configure "01-$preset" 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 1 --eval-every 20
 configure "01-$preset-micro4" 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 4 --eval-every 20
+configure "01-$preset-recompute" 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 1 --eval-every 20 --recompute
 compare "$steps"
-plot "$runs"/01-"$preset".r* "$runs"/01-"$preset"-micro4.r* --out runs/plots/01
+plot "$runs"/01-"$preset".r* "$runs"/01-"$preset"-micro4.r* "$runs"/01-"$preset"-recompute.r* --out runs/plots/01
 
 # ---- chapter 02: data parallelism; naive, flat and overlapped all-reduce ----
 if [ -x 02_data_parallel/train ]; then

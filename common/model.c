@@ -189,6 +189,26 @@ size_t activation_bytes(const ModelConfig *c, int B, int T) {
     /* EXERCISE 01.3 END */
 }
 
+/* With recompute a micro-batch keeps, of each block, only its output res3 (the
+ * next block's input); everything else of a block is recomputed into one set. */
+size_t recompute_block_bytes(const ModelConfig *c, int B, int T) {
+    size_t BT = (size_t)B * T, C = c->dmodel;
+    /* ln1, atty, res2, ln2 (C each), qkv (3C), fch (4C) = 11C per token, 4
+     * layernorm statistics, the attention's lse; not res3 */
+    size_t floats = BT * (11 * C + 4) + (size_t)B * c->heads * T;
+    return floats * sizeof(float);
+}
+
+size_t activation_bytes_recompute(const ModelConfig *c, int B, int T) {
+    size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab, L = c->layers;
+    size_t floats = 2 * BT             /* tokens, targets */
+                    + BT * C           /* encoded: block 0's input */
+                    + L * BT * C       /* res3 of each block: the next one's input */
+                    + BT * C + 2 * BT  /* lnf, mean, rstd */
+                    + 2 * BT * V + BT; /* logits, probs, losses */
+    return floats * sizeof(float);
+}
+
 size_t scratch_bytes(const ModelConfig *c, int B, int T) {
     size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
     size_t floats = BT * C * 7    /* branch, dresid x2, dmid, dbranch, dln, datty */
@@ -221,9 +241,25 @@ static void check_carved(const Carver *k, size_t bytes, const char *what) {
               bytes);
 }
 
+/* Carve what a block's backward reads from its forward, all but the output res3. */
+static void carve_block_values(BlockActs *b, const ModelConfig *c, int B, int T, Carver *k) {
+    size_t BT = (size_t)B * T, C = c->dmodel;
+    b->ln1 = carve(k, BT * C);
+    b->ln1_mean = carve(k, BT);
+    b->ln1_rstd = carve(k, BT);
+    b->qkv = carve(k, BT * 3 * C);
+    b->atty = carve(k, BT * C);
+    b->lse = carve(k, (size_t)B * c->heads * T);
+    b->res2 = carve(k, BT * C);
+    b->ln2 = carve(k, BT * C);
+    b->ln2_mean = carve(k, BT);
+    b->ln2_rstd = carve(k, BT);
+    b->fch = carve(k, BT * 4 * C);
+}
+
 /* Carve the activations of layers first..last (see activations_create_range). */
 static void carve_activations(Activations *a, const ModelConfig *c, int B, int T, int first, int last,
-                              Carver *k) {
+                              int recompute, Carver *k) {
     size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
     a->tokens = (int *)carve(k, BT);
     a->targets = (int *)carve(k, BT);
@@ -231,17 +267,7 @@ static void carve_activations(Activations *a, const ModelConfig *c, int B, int T
     for (int l = 0; l < c->layers; l++) {
         BlockActs *b = &a->block[l];
         if (l < first || l > last) continue;
-        b->ln1 = carve(k, BT * C);
-        b->ln1_mean = carve(k, BT);
-        b->ln1_rstd = carve(k, BT);
-        b->qkv = carve(k, BT * 3 * C);
-        b->atty = carve(k, BT * C);
-        b->lse = carve(k, (size_t)B * c->heads * T);
-        b->res2 = carve(k, BT * C);
-        b->ln2 = carve(k, BT * C);
-        b->ln2_mean = carve(k, BT);
-        b->ln2_rstd = carve(k, BT);
-        b->fch = carve(k, BT * 4 * C);
+        if (!recompute) carve_block_values(b, c, B, T, k);
         b->res3 = carve(k, BT * C);
     }
     if (last < c->layers) return;
@@ -260,20 +286,31 @@ void activations_create(Activations *a, const ModelConfig *c, int B, int T) {
     a->block = xcalloc(c->layers, sizeof(BlockActs));
     size_t bytes = activation_bytes(c, B, T);
     Carver k = {mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, bytes, "activations"), 0};
-    carve_activations(a, c, B, T, LAYER_EMBEDDING, c->layers, &k);
+    carve_activations(a, c, B, T, LAYER_EMBEDDING, c->layers, 0, &k);
     check_carved(&k, bytes, "activations");
 }
 
+void activations_create_model(Activations *a, const ModelConfig *c, int B, int T, int recompute) {
+    if (!recompute) {
+        activations_create(a, c, B, T);
+        return;
+    }
+    activations_create_range(a, c, B, T, LAYER_EMBEDDING, c->layers, 1);
+}
+
 void activations_create_range(Activations *a, const ModelConfig *c, int B, int T, int first_layer,
-                              int last_layer) {
+                              int last_layer, int recompute) {
     memset(a, 0, sizeof *a);
     a->B = B;
     a->T = T;
+    a->recompute = recompute;
     a->block = xcalloc(c->layers, sizeof(BlockActs));
     Carver count = {NULL, 0};
-    carve_activations(a, c, B, T, first_layer, last_layer, &count);
+    carve_activations(a, c, B, T, first_layer, last_layer, recompute, &count);
     Carver k = {mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, count.used * sizeof(float), "activations"), 0};
-    carve_activations(a, c, B, T, first_layer, last_layer, &k);
+    carve_activations(a, c, B, T, first_layer, last_layer, recompute, &k);
+    if (recompute && first_layer == LAYER_EMBEDDING && last_layer == c->layers)
+        check_carved(&k, activation_bytes_recompute(c, B, T), "activations (recompute)");
 }
 
 void activations_destroy(Activations *a, const ModelConfig *c) {
@@ -283,7 +320,7 @@ void activations_destroy(Activations *a, const ModelConfig *c) {
     memset(a, 0, sizeof *a);
 }
 
-void scratch_create(Scratch *s, const ModelConfig *c, int B, int T) {
+void scratch_create(Scratch *s, const ModelConfig *c, int B, int T, int recompute) {
     memset(s, 0, sizeof *s);
     s->B = B;
     s->T = T;
@@ -303,10 +340,18 @@ void scratch_create(Scratch *s, const ModelConfig *c, int B, int T) {
     s->gelu = carve(&k, BT * 4 * C);
     s->dlogits = carve(&k, BT * V);
     check_carved(&k, bytes, "activation gradients");
+    s->recompute = recompute;
+    if (!recompute) return;
+    /* Forward values, so tagged as activations: the one set of them that remains. */
+    bytes = recompute_block_bytes(c, B, T);
+    Carver r = {mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, bytes, "recomputed block"), 0};
+    carve_block_values(&s->recomputed, c, B, T, &r);
+    check_carved(&r, bytes, "recomputed block");
 }
 
 void scratch_destroy(Scratch *s) {
     mem_free(s->branch);
+    if (s->recompute) mem_free(s->recomputed.ln1); /* the set starts at ln1 */
     memset(s, 0, sizeof *s);
 }
 
@@ -323,23 +368,44 @@ void gpt_embedding_forward(const GPT *m, Activations *a, int B, int T) {
     ops()->embedding_forward(a->encoded, a->tokens, m->w.wte, m->w.wpe, B, T, m->cfg.dmodel);
 }
 
-void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int l, const float *input, int B, int T) {
+/* Where block l's forward values are: its own set, or with recompute the one
+ * set in the scratch (then a->block[l] holds only res3). */
+static BlockActs *block_values(Activations *a, Scratch *s, int l) {
+    if (!a->recompute) return &a->block[l];
+    if (!s->recompute)
+        fatal(EXIT_RUNTIME, "activations keep only block inputs but the scratch has no recompute set "
+                            "(create both with the same recompute)");
+    return &s->recomputed;
+}
+
+/* Block l's forward up to fch, the last value its backward reads: what
+ * gpt_block_forward computes first and what recompute runs again. */
+static void block_forward_values(const GPT *m, BlockActs *b, Scratch *s, int l, const float *input, int B,
+                                 int T) {
     const KernelOps *k = ops();
     int C = m->cfg.dmodel, NH = m->cfg.heads, N = B * T;
     float **w = m->w.block[l];
-    BlockActs *b = &a->block[l];
     /* attention half: res2 = input + attproj(attention(qkv(ln1(input)))) */
     k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, input, w[BLOCK_LN1W], w[BLOCK_LN1B], N, C);
     k->linear_forward(b->qkv, b->ln1, w[BLOCK_QKVW], w[BLOCK_QKVB], N, C, 3 * C);
     k->attention_forward(b->atty, b->lse, b->qkv, B, T, C, NH);
     k->linear_forward(s->branch, b->atty, w[BLOCK_ATTPROJW], w[BLOCK_ATTPROJB], N, C, C);
     k->residual_forward(b->res2, input, s->branch, (size_t)N * C);
-    /* MLP half: res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
+    /* MLP half, up to its hidden layer: fch = fc(ln2(res2)) */
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, w[BLOCK_LN2W], w[BLOCK_LN2B], N, C);
     k->linear_forward(b->fch, b->ln2, w[BLOCK_FCW], w[BLOCK_FCB], N, C, 4 * C);
+}
+
+void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int l, const float *input, int B, int T) {
+    const KernelOps *k = ops();
+    int C = m->cfg.dmodel, N = B * T;
+    float **w = m->w.block[l];
+    BlockActs *b = block_values(a, s, l);
+    block_forward_values(m, b, s, l, input, B, T);
+    /* the rest of the MLP half: res3 = res2 + fcproj(gelu(fch)); res3 is always kept */
     k->gelu_forward(s->gelu, b->fch, (size_t)N * 4 * C);
     k->linear_forward(s->branch, s->gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, 4 * C, C);
-    k->residual_forward(b->res3, b->res2, s->branch, (size_t)N * C);
+    k->residual_forward(a->block[l].res3, b->res2, s->branch, (size_t)N * C);
 }
 
 void gpt_head_forward(const GPT *m, Activations *a, const float *input, int with_loss, int B, int T) {
@@ -383,7 +449,9 @@ void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int l, const f
     int C = m->cfg.dmodel, NH = m->cfg.heads, N = B * T;
     size_t NC = (size_t)N * C;
     float **w = m->w.block[l], **g = m->g.block[l];
-    BlockActs *b = &a->block[l];
+    BlockActs *b = block_values(a, s, l);
+    /* Recompute: the forward values of this block, again, from its kept input. */
+    if (a->recompute) block_forward_values(m, b, s, l, input, B, T);
     /* MLP half. res3 = res2 + branch: the residual passes doutput to both. */
     k->fill_zero(s->dmid, NC);
     k->fill_zero(s->dbranch, NC);

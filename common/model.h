@@ -100,6 +100,7 @@ typedef struct {
 
 typedef struct {
     int B, T;                         /* capacity */
+    int recompute;                    /* 1: only block inputs are kept (see below) */
     int *tokens;                      /* (B,T) device */
     int *targets;                     /* (B,T) device */
     float *encoded;                   /* (B,T,C) embedding output = input of block 0 */
@@ -109,6 +110,19 @@ typedef struct {
     float *probs;                     /* (B,T,V) */
     float *losses;                    /* (B,T) */
 } Activations;
+
+/* Activation recomputation (--recompute). By default the forward pass keeps
+ * every block's BlockActs for the backward pass: L sets of about 12C floats per
+ * token. With recompute it keeps only the residual stream between blocks, the
+ * block outputs res3 (block l's input is block l-1's res3, block 0's is
+ * `encoded`); the other fields of a->block[l] are NULL. The forward pass still
+ * computes them, into ONE block-sized set shared by all blocks and all
+ * micro-batches (Scratch.recomputed), and gpt_block_backward first runs block
+ * l's forward again from its kept input, up to the last value the backward
+ * reads (fch), into that set. Memory: L sets become one; compute: one more
+ * forward of the blocks per step, less fcproj (a forward is about a third of a
+ * step); the numbers are bit-for-bit the same: the same kernels see the same
+ * inputs. */
 
 /* Scratch shared by all micro-batches: activation gradients and transient
  * values (CAT_WORKSPACE). Only one backward pass runs at a time. */
@@ -127,6 +141,10 @@ typedef struct {
                          recomputed in backward for fcproj's weight gradient instead of being
                          kept per block (a GELU costs less than 4C floats per token per block) */
     float *dlogits;   /* (B,T,V) */
+
+    int recompute;        /* 1: `recomputed` below is allocated */
+    BlockActs recomputed; /* with recompute: the values of the block at hand (res3 NULL: the
+                             output goes to the kept a->block[l].res3), CAT_ACTIVATIONS */
 } Scratch;
 
 /* Check a model shape; returns NULL if valid, else a message for the user. */
@@ -156,16 +174,28 @@ void gpt_weights_view(const GPT *model, float *buffer, Weights *view);
 /* Bytes of saved activations / scratch for a micro-batch of B sequences of T. */
 size_t activation_bytes(const ModelConfig *cfg, int B, int T);
 size_t scratch_bytes(const ModelConfig *cfg, int B, int T);
+/* With recompute: the bytes one micro-batch keeps (activation_bytes less all
+ * of every block but its output), and the one recomputed block set that the
+ * Scratch adds (one BlockActs less res3). */
+size_t activation_bytes_recompute(const ModelConfig *cfg, int B, int T);
+size_t recompute_block_bytes(const ModelConfig *cfg, int B, int T);
 
+/* Everything kept, the whole model (the default; exercise 01.3). */
 void activations_create(Activations *acts, const ModelConfig *cfg, int B, int T);
+/* The whole model, keeping everything (recompute 0) or only the block inputs
+ * (recompute 1, with a Scratch created with recompute 1). */
+void activations_create_model(Activations *acts, const ModelConfig *cfg, int B, int T, int recompute);
 /* Only what a stage holding layers first_layer..last_layer saves: tokens,
  * targets and `encoded` always (on a later stage, `encoded` is where the
  * previous stage's activations arrive), the blocks in the range (a->block[l]
- * is all NULL for the others), the head's values when last_layer is L. */
+ * is all NULL for the others; with recompute all but res3), the head's values
+ * when last_layer is L. */
 void activations_create_range(Activations *acts, const ModelConfig *cfg, int B, int T, int first_layer,
-                              int last_layer);
+                              int last_layer, int recompute);
 void activations_destroy(Activations *acts, const ModelConfig *cfg);
-void scratch_create(Scratch *s, const ModelConfig *cfg, int B, int T);
+/* recompute 1 adds the one block set that every block's forward writes and
+ * every block's backward recomputes into (shared by all micro-batches). */
+void scratch_create(Scratch *s, const ModelConfig *cfg, int B, int T, int recompute);
 void scratch_destroy(Scratch *s);
 
 /* ---- forward: B sequences of T tokens (B, T at most the capacity) ---- */
@@ -182,7 +212,8 @@ float *gpt_layer_output(const GPT *m, Activations *a, int layer);
 /* dloss: d(total loss)/d(each token's loss). Leaves dL/d(head input) in dinput. */
 void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput,
                        float dloss, int B, int T);
-/* doutput: dL/d(block output); leaves dL/d(block input) in dinput (overwritten). */
+/* doutput: dL/d(block output); leaves dL/d(block input) in dinput (overwritten).
+ * With recompute, it first runs the block's forward again from input. */
 void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int layer, const float *input,
                         const float *doutput, float *dinput, int B, int T);
 void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded, int B, int T);

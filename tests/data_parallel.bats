@@ -56,6 +56,19 @@ check_world() {
     assert_losses_match "$BATS_FILE_TMPDIR/ref_micro" "$BATS_TEST_TMPDIR/acc"
 }
 
+@test "--recompute on 2 ranks gives bit-identical losses, flat and overlapped" {
+    for mode in flat overlap; do
+        for r in 0 1; do
+            OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN02" $FLAGS --dp-mode $mode --bucket-mb 0.05 --recompute=$r \
+                --out "$BATS_TEST_TMPDIR/$mode$r" >/dev/null
+        done
+        run diff <(csv_column "$BATS_TEST_TMPDIR/${mode}0/steps.csv" loss) \
+                 <(csv_column "$BATS_TEST_TMPDIR/${mode}1/steps.csv" loss)
+        assert_success
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$BATS_TEST_TMPDIR/${mode}1"
+    done
+}
+
 @test "replicas stay identical, checked every step" {
     run env OMP_NUM_THREADS=1 bash -c "$(declare -f mpirun_np); mpirun_np 3 '$TRAIN02' $FLAGS --check-replicas 1 \
         --dp-mode overlap --allreduce ring --out '$BATS_TEST_TMPDIR/rep'"

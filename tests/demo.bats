@@ -110,9 +110,11 @@ check_plan() {
     assert_success
     expected="runs/demo/01-small.r1
 runs/demo/01-small-micro4.r1
+runs/demo/01-small-recompute.r1
 runs/demo/01-small.r2
-runs/demo/01-small-micro4.r2"
-    [ "$(head -4 <<<"$output")" = "$expected" ]
+runs/demo/01-small-micro4.r2
+runs/demo/01-small-recompute.r2"
+    [ "$(head -6 <<<"$output")" = "$expected" ]
     # the pipeline sweep: all 8 configurations once before any second repeat
     pipeline=$(grep 'runs/demo/04-' <<<"$output")
     [ "$(sed -n 8p <<<"$pipeline")" = runs/demo/04-1f1b-m8.r1 ]

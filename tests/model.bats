@@ -8,3 +8,9 @@ load helpers
     assert_success
     assert_output --partial "0 of 29 tensors failed"
 }
+
+@test "with activation recomputation the whole-model gradients are bit-identical" {
+    run "$BUILD/tests/test_model_grad"
+    assert_success
+    assert_output --partial "recompute: gradients bit-identical"
+}

@@ -80,6 +80,19 @@ params_bytes() { awk -F, -v r="$2" '$1 == r && $2 == "device" && $3 == "params" 
     assert_equal "$(csv_column "$BATS_TEST_TMPDIR/dt/run.csv" tp)" "2"
 }
 
+@test "--recompute gives bit-identical losses in the layer split and in tensor parallel" {
+    d="$BATS_TEST_TMPDIR"
+    for mp in layer tensor; do
+        run03 2 "$d/${mp}0" --layers 4 --mp $mp
+        run03 2 "$d/${mp}1" --layers 4 --mp $mp --recompute
+        run diff <(csv_column "$d/${mp}0/steps.csv" loss) <(csv_column "$d/${mp}1/steps.csv" loss)
+        assert_success
+    done
+    # tensor parallel: 4 blocks' values become one set, so activations shrink
+    act() { awk -F, '$1 == 0 && $2 == "device" && $3 == "activations" { print $4 }' "$1/memory.csv"; }
+    [ "$(act "$d/tensor1")" -lt "$(act "$d/tensor0")" ]
+}
+
 @test "each stage of the layer split holds exactly its layers' parameters" {
     out="$BATS_TEST_TMPDIR/mem"
     run03 2 "$out" --layers 4 --split 3,1

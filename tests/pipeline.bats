@@ -63,6 +63,30 @@ check_stages() {
     assert_matches_01 8 "$BATS_TEST_TMPDIR/split"
 }
 
+@test "--recompute on 2 stages gives bit-identical losses, GPipe and 1F1B" {
+    for schedule in gpipe 1f1b; do
+        for r in 0 1; do
+            pipeline 2 "$TRAIN04" $FLAGS --batch 8 --micro 4 --schedule $schedule --recompute=$r \
+                --out "$BATS_TEST_TMPDIR/$schedule$r" >/dev/null
+        done
+        run diff <(csv_column "$BATS_TEST_TMPDIR/${schedule}0/steps.csv" loss) \
+                 <(csv_column "$BATS_TEST_TMPDIR/${schedule}1/steps.csv" loss)
+        assert_success
+    done
+}
+
+@test "--recompute: each slot of a stage keeps its block inputs, and the stage one recomputed block" {
+    out="$BATS_TEST_TMPDIR/gpipe"
+    pipeline 2 "$TRAIN04" $FLAGS --batch 8 --micro 4 --split 2,2 --schedule gpipe --recompute --out "$out" >/dev/null
+    # stage 0 (rank 0): embedding + blocks 0, 1; GPipe keeps all M = 4 micro-batches of B = 2
+    C=64 NH=4 T=64 B=2 M=4 blocks=2
+    BT=$((B * T))
+    slot=$(( 2*BT + BT*C + blocks*BT*C ))      # tokens, targets, encoded, each block's output
+    one_block=$(( BT*(11*C + 4) + B*NH*T ))    # shared by all slots and blocks
+    got=$(awk -F, '$1 == 0 && $2 == "device" && $3 == "activations" { print $4 }' "$out/memory.csv")
+    assert_equal "$got" "$(( 4 * (M*slot + one_block) ))"
+}
+
 @test "timeline.csv records every action of every rank and trace.json is a valid Chrome trace" {
     out="$BATS_TEST_TMPDIR/tl"
     pipeline 2 "$TRAIN04" $FLAGS --batch 8 --micro 4 --out "$out" >/dev/null

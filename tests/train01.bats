@@ -89,6 +89,44 @@ train01() { "$TRAIN01" --device cpu --sample 0 --quiet "$@"; }
     assert_equal "$(wc -l < "$out/memory.csv")" "13"
 }
 
+@test "--recompute gives bit-identical losses, with one and with two micro-batches" {
+    d=$(scratch)
+    for micro in 1 2; do
+        train01 --steps 6 --micro $micro --out "$d/keep$micro"
+        train01 --steps 6 --micro $micro --recompute --out "$d/recompute$micro"
+        run diff <(csv_column "$d/keep$micro/steps.csv" loss) <(csv_column "$d/recompute$micro/steps.csv" loss)
+        assert_success
+    done
+    train01 --steps 6 --recompute=0 --out "$d/zero"   # =0 is the default: everything kept
+    run diff <(csv_column "$d/keep1/steps.csv" loss) <(csv_column "$d/zero/steps.csv" loss)
+    assert_success
+}
+
+@test "--recompute keeps the block inputs and one block's values: activation bytes match the formula" {
+    d=$(scratch)
+    train01 --model small --steps 1 --out "$d/keep"
+    train01 --model small --steps 1 --recompute --out "$d/recompute"
+    row() { awk -F, '$1 == 0 && $2 == "device" && $3 == "activations" { print $4 }' "$1/memory.csv"; }
+    # small: L=4, C=128, NH=4, T=128, V=256, batch 8; per micro-batch, in floats:
+    L=4 C=128 NH=4 T=128 V=256 B=8
+    BT=$((B * T))
+    inputs=$(( BT*C + L*BT*C ))                       # encoded, then each block's output res3
+    one_block=$(( BT*(11*C + 4) + B*NH*T ))           # ln1 atty res2 ln2 (C), qkv (3C), fch (4C), 4 stats, lse
+    rest=$(( 2*BT + BT*C + 2*BT + 2*BT*V + BT ))      # tokens, targets; lnf, mean, rstd; logits, probs, losses
+    assert_equal "$(row "$d/recompute")" "$(( 4 * (inputs + one_block + rest) ))"
+    [ "$(row "$d/recompute")" -lt "$(row "$d/keep")" ]
+    # what is saved is L-1 blocks' values (all of a block but its output)
+    assert_equal "$(( $(row "$d/keep") - $(row "$d/recompute") ))" "$(( 4 * (L - 1) * one_block ))"
+}
+
+@test "--recompute takes no value, 0 or 1; anything else is refused" {
+    run "$TRAIN01" --recompute=2 --steps 1
+    assert_failure 2
+    assert_output --partial "--recompute: 2 is out of range (valid: 0..1)"
+    run "$TRAIN01" --help
+    assert_output --partial "--recompute[=0|1]"
+}
+
 @test "steps.csv and run.csv carry the shared columns" {
     out="$(scratch)/cols"
     train01 --steps 2 --out "$out"

@@ -157,3 +157,19 @@ PY
     assert_success
     cmp "$REPO/course.md" "$dir/course.md"
 }
+
+@test "demo_tables prints medians over the steps of every repeat, the warm-up step left out" {
+    dir="$(scratch)/demo"
+    header="step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss,exposed_comm_ms"
+    for r in 1 2; do
+        mkdir -p "$dir/01-small.r$r" "$dir/02-dp2-flat.r$r"
+        printf '%s\n1,5,0,0,999,9,9,0,9,0,,\n2,5,0,0,%d,1,2,0,3,0,,\n3,5,0,0,%d,1,2,0,3,0,,\n' "$header" $((10 * r)) $((10 * r + 2)) \
+            >"$dir/01-small.r$r/steps.csv"
+        printf '%s\n1,5,0,0,999,9,9,9,9,0,,9\n2,5,0,0,30,4,5,1,6,0,,0.5\n' "$header" >"$dir/02-dp2-flat.r$r/steps.csv"
+    done
+    run python3 "$REPO/common/demo_tables.py" "$dir"
+    assert_success
+    # 01: steps 10, 12, 20, 22 (the 999 warm-up steps left out): median 16
+    assert_line "| 01, one process | 16.0 ms | 1.0 | 2.0 | 3.0 | 0.0 | - |"
+    assert_line "| 02-dp2-flat | 30.0 ms | 4.0 | 5.0 | 6.0 | 1.0 | 0.5 |"
+}

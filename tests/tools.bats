@@ -173,3 +173,16 @@ PY
     assert_line "| 01, one process | 16.0 ms | 1.0 | 2.0 | 3.0 | 0.0 | - |"
     assert_line "| 02-dp2-flat | 30.0 ms | 4.0 | 5.0 | 6.0 | 1.0 | 0.5 |"
 }
+
+@test "a shape check ignores the numbers of a quoted run but not its words" {
+    dir="$(scratch)"
+    # other losses and timings: still the same shape
+    sed -E '/^step   100\/300/ s/loss [0-9.]+/loss 9.9999/' "$REPO/course.md" >"$dir/numbers.md"
+    run python3 "$REPO/common/check_quotes.py" --file "$dir/numbers.md"
+    assert_success
+    # the old header format ("batch 8 = 1 x 8"): caught
+    sed 's/batch 8 = 1 micro-batches x 8 sequences/batch 8 = 1 x 8/' "$REPO/course.md" >"$dir/words.md"
+    run python3 "$REPO/common/check_quotes.py" --file "$dir/words.md"
+    assert_failure
+    assert_output --partial "batch 8 = 1 x 8"
+}

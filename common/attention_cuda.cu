@@ -184,8 +184,8 @@ static __device__ __forceinline__ void regs_times_tile(float out[HSP / 8][4], co
  * thread can have all of its copies in flight at once and the tile costs
  * about one memory latency, not one per element. 16-byte copies when rows
  * are 16-byte aligned (hs and C multiples of 4), else 4-byte ones. A source
- * size of 0 makes the copy write zeros (rows past T, d past hs). Call
- * load_tiles_wait() before reading the tile. */
+ * size of 0 makes the copy write zeros (rows past T, d past hs). Before the
+ * tile is read: wait_copies() (each thread's own copies), then __syncthreads(). */
 static __device__ __forceinline__ void copy_async(float *dst, const float *src, int bytes, bool valid) {
     uint32_t dst_shared = (uint32_t)__cvta_generic_to_shared(dst);
     if (bytes == 16)

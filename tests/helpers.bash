@@ -37,6 +37,17 @@ csv_column() {
                              col { print $col }' "$file"
 }
 
+# assert_losses_match REF_DIR RUN_DIR STEPS: the run's steps.csv has STEPS
+# losses, each within 1e-4 (relative) of the reference run's: the central
+# invariant, as the chapters' tests check it.
+assert_losses_match() {
+    local ref="$1" run="$2" steps="$3"
+    run paste -d, <(csv_column "$ref/steps.csv" loss) <(csv_column "$run/steps.csv" loss)
+    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" "$steps"
+    echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) { print "step " NR ": " $0; bad = 1 } }
+                              END { exit bad }'
+}
+
 # A scratch directory per test, removed by bats.
 scratch() { echo "$BATS_TEST_TMPDIR"; }
 

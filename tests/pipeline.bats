@@ -20,11 +20,7 @@ pipeline() { OMP_NUM_THREADS=1 mpirun_np "$@"; }
 
 # Every step's loss within 1e-4 (relative) of chapter 01's run with the same global batch.
 assert_matches_01() {
-    local batch="$1" out="$2"
-    run paste -d, <(csv_column "$BATS_FILE_TMPDIR/ref$batch/steps.csv" loss) <(csv_column "$out/steps.csv" loss)
-    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" "4"
-    echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) { print "step " NR ": " $0; bad = 1 } }
-                              END { exit bad }'
+    assert_losses_match "$BATS_FILE_TMPDIR/ref$1" "$2" 4
 }
 
 check_stages() {

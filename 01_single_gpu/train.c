@@ -36,8 +36,8 @@ int main(int argc, char **argv) {
     device_set_limit(cfg.device_mem_limit);
     Dataset data;
     data_load(&data, cfg.data, cfg.model.seq);
-    out_dir_prepare(cfg.out);
-    FILE *steps_csv = steps_csv_open(cfg.out, NULL);
+    out_dir_prepare(&cfg, PROGRAM);
+    OutFile *steps_csv = steps_csv_open(&cfg, NULL);
 
     GPT model;
     gpt_create(&model, &cfg.model, cfg.seed);
@@ -115,10 +115,11 @@ int main(int argc, char **argv) {
         if (!cfg.quiet || last) log_step(&rec, cfg.steps);
         steps_csv_write(steps_csv, &rec, NULL);
     }
-    fclose(steps_csv);
+    out_close(steps_csv);
 
     if (cfg.save[0]) {
-        checkpoint_save(cfg.save, &cfg, last_step, rng, &model, &opt);
+        uint64_t checksum = checkpoint_save(cfg.save, &cfg, last_step, rng, &model, &opt);
+        run_info_checkpoint(&cfg, cfg.save, last_step, checksum);
         log_info("saved checkpoint %s at step %d\n", cfg.save, last_step);
     }
     if (cfg.sample > 0) sample_text(&model, &acts, &scratch, &data, cfg.sample, &rng);
@@ -133,6 +134,7 @@ int main(int argc, char **argv) {
     size_t peaks[SPACE_COUNT * CAT_COUNT];
     memory_peaks_local(peaks);
     memory_csv_write(cfg.out, 1, peaks);
+    run_info_complete(&cfg);
     log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | peak device memory %.1f MiB | CSVs "
              "in %s\n",
              loss, run.median_step_ms, run.tokens_per_s, run.peak_device_bytes / 1048576.0, cfg.out);

@@ -16,12 +16,14 @@
  *               hardware's link speed; algbw is not. */
 #include "comm.h"
 #include "config.h"
+#include "csvlog.h"
 #include "device.h"
 #include "kernels.h"
 #include "ring.h"
 #include "util.h"
 
 #include <getopt.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,45 +77,68 @@ int main(int argc, char **argv) {
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
+    /* Every rank reads its flags; the ranks then agree (comm_agree): a bad
+     * flag is printed once, and ranks given different flags never start. */
     opterr = 0;
-    int opt;
-    while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
-        switch (opt) {
-        case 'a':
-        case 'b':
-            if (parse_bytes(optarg, opt == 'a' ? &min_bytes : &max_bytes) != 0)
-                fatal(EXIT_USAGE, "%s: '%s' is not a size (valid: e.g. 1K, 64M)", argv[optind - 1], optarg);
-            break;
-        case 'f':
-            factor = parse_int_flag("--step-factor", optarg, 2, 16);
-            break;
-        case 'd':
-            snprintf(device, sizeof device, "%s", optarg);
-            break;
-        case 'c':
-            snprintf(transport, sizeof transport, "%s", optarg);
-            break;
-        case 'o':
-            snprintf(out, sizeof out, "%s", optarg);
-            break;
-        case 'h':
-            log_info("usage: mpirun -np N 02_data_parallel/commbench [flags]\n"
-                     "  --min-bytes SIZE    smallest message (default 1K)\n"
-                     "  --max-bytes SIZE    largest message (default 256M)\n"
-                     "  --step-factor F     multiply the size by F each time, 2..16 (default 4)\n"
-                     "  --device auto|cpu|cuda, --comm auto|nccl|mpi   as for train\n"
-                     "  --out FILE          also write the table as CSV\n");
-            comm_finalize();
-            return 0;
-        case ':':
-            fatal(EXIT_USAGE, "%s needs a value (see --help)", argv[optind - 1]);
-        default:
-            fatal(EXIT_USAGE, "unknown flag '%s' (see --help)", argv[optind - 1]);
+    int opt, help = 0;
+    UsageTrap trap;
+    usage_trap_arm(&trap);
+    if (setjmp(trap.where) == 0) {
+        while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
+            switch (opt) {
+            case 'a':
+            case 'b':
+                if (parse_bytes(optarg, opt == 'a' ? &min_bytes : &max_bytes) != 0)
+                    fatal(EXIT_USAGE, "%s: '%s' is not a size (valid: 4 bytes to 8G, e.g. 1K, 64M)",
+                          opt == 'a' ? "--min-bytes" : "--max-bytes", optarg);
+                break;
+            case 'f':
+                factor = parse_int_flag("--step-factor", optarg, 2, 16);
+                break;
+            case 'd':
+                parse_choice_flag("--device", "device", optarg, "auto|cpu|cuda", device, sizeof device);
+                break;
+            case 'c':
+                parse_choice_flag("--comm", "transport", optarg, "auto|nccl|mpi", transport,
+                                  sizeof transport);
+                break;
+            case 'o':
+                snprintf(out, sizeof out, "%s", optarg);
+                break;
+            case 'h':
+                help = 1;
+                break;
+            case ':':
+                fatal(EXIT_USAGE, "%s needs a value (see --help)", argv[optind - 1]);
+            default:
+                fatal(EXIT_USAGE, "unknown flag '%s' (see --help)", argv[optind - 1]);
+            }
         }
+        if (optind < argc)
+            fatal(EXIT_USAGE, "unexpected argument '%s' (flags start with --; see --help)", argv[optind]);
+        if (min_bytes < 4 || min_bytes > max_bytes || max_bytes > ((size_t)1 << 33))
+            fatal(EXIT_USAGE, "--min-bytes %zu / --max-bytes %zu: need 4 <= min <= max <= 8G", min_bytes,
+                  max_bytes);
     }
-    if (min_bytes < 4 || min_bytes > max_bytes || max_bytes > ((size_t)1 << 33))
-        fatal(EXIT_USAGE, "--min-bytes %zu / --max-bytes %zu: need 4 <= min <= max <= 8G", min_bytes,
-              max_bytes);
+    usage_trap_disarm();
+    ConfigRecord record = {0};
+    config_record_add(&record, "--min-bytes", "%zu", min_bytes);
+    config_record_add(&record, "--max-bytes", "%zu", max_bytes);
+    config_record_add(&record, "--step-factor", "%d", factor);
+    config_record_add(&record, "--device", "%s", device);
+    config_record_add(&record, "--comm", "%s", transport);
+    config_record_add(&record, "--out", "%s", out);
+    record.flag_items = record.count;
+    if (comm_agree(trap.message[0] ? 2 : help, trap.message, &record)) {
+        log_info("usage: mpirun -np N 02_data_parallel/commbench [flags]\n"
+                 "  --min-bytes SIZE    smallest message (default 1K)\n"
+                 "  --max-bytes SIZE    largest message (default 256M)\n"
+                 "  --step-factor F     multiply the size by F each time, 2..16 (default 4)\n"
+                 "  --device auto|cpu|cuda, --comm auto|nccl|mpi   as for train\n"
+                 "  --out FILE          also write the table as CSV\n");
+        comm_finalize();
+        return 0;
+    }
     device_init(device, comm_local_rank());
     comm_select(transport);
 
@@ -121,11 +146,16 @@ int main(int argc, char **argv) {
     size_t max_count = (max_bytes / sizeof(float) + n - 1) / n * n;
     float *a = mem_alloc(SPACE_DEVICE, CAT_COMM, max_count * sizeof(float), "benchmark buffer");
     float *b = mem_alloc(SPACE_DEVICE, CAT_COMM, max_count * sizeof(float), "benchmark buffer");
-    FILE *csv = NULL;
+    OutFile *csv = NULL;
     if (rank == 0 && out[0]) {
-        csv = fopen(out, "w");
-        if (!csv) fatal(EXIT_USAGE, "--out %s: cannot write", out);
-        fprintf(csv, "op,ranks,transport,size_bytes,count,time_us,algbw_GBps,busbw_GBps\n");
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", out);
+        char *slash = strrchr(dir, '/');
+        const char *name = slash ? slash + 1 : out;
+        if (slash) *slash = '\0';
+        csv = out_open(slash ? (dir[0] ? dir : "/") : ".", name, OUT_WHOLE,
+                       0); /* written whole, or not at all */
+        out_printf(csv, "op,ranks,transport,size_bytes,count,time_us,algbw_GBps,busbw_GBps\n");
     }
     log_info("commbench | %d ranks | device %s | comm %s\n", n, device_name(), comm_transport_name());
     log_info("%-15s %12s %11s %11s %11s %11s\n", "op", "size_bytes", "count", "time_us", "algbw_GBps",
@@ -150,13 +180,13 @@ int main(int argc, char **argv) {
             log_info("%-15s %12.0f %11zu %11.1f %11.3f %11.3f\n", op_names[op], size, count, t_us, algbw,
                      busbw);
             if (csv)
-                fprintf(csv, "%s,%d,%s,%.0f,%zu,%.2f,%.4f,%.4f\n", op_names[op], n, comm_transport_name(),
-                        size, count, t_us, algbw, busbw);
+                out_printf(csv, "%s,%d,%s,%.0f,%zu,%.2f,%.4f,%.4f\n", op_names[op], n, comm_transport_name(),
+                           size, count, t_us, algbw, busbw);
             /* keep the values bounded: repeated sums of the same buffer would overflow */
             ops()->fill_zero(a, max_count);
         }
     }
-    if (csv) fclose(csv);
+    if (csv) out_close(csv);
     mem_free(a);
     mem_free(b);
     device_shutdown();

@@ -43,6 +43,7 @@ typedef struct {
     char comm[8];       /* auto, nccl, mpi */
     int check_replicas; /* every N steps, 0 = never */
     int print_buckets;  /* overlap: print the buckets after the run */
+    int ranks;          /* the world size, for the checks */
 } DataParallelFlags;
 
 enum { OPT_DP_MODE = 1000, OPT_BUCKET_MB, OPT_ALLREDUCE, OPT_COMM, OPT_CHECK_REPLICAS, OPT_PRINT_BUCKETS };
@@ -92,6 +93,29 @@ static int handle_dp_flag(int option, const char *value, void *context) {
         return 0;
     }
     return -1;
+}
+
+/* The batch must split evenly over the ranks and their micro-batches. */
+static void check_dp_layout(const Config *cfg, void *context) {
+    const DataParallelFlags *f = context;
+    if (f->ranks > cfg->batch)
+        fatal(EXIT_USAGE,
+              "%d ranks but a global batch of %d sequences: every rank needs at least one "
+              "(valid: --batch >= ranks)",
+              f->ranks, cfg->batch);
+    if (cfg->batch % (f->ranks * cfg->micro) != 0)
+        fatal(EXIT_USAGE, "--batch %d is not divisible by %d ranks x --micro %d (valid: a multiple of %d)",
+              cfg->batch, f->ranks, cfg->micro, f->ranks * cfg->micro);
+}
+
+static void record_dp_flags(const void *context, ConfigRecord *r) {
+    const DataParallelFlags *f = context;
+    config_record_add(r, "--dp-mode", "%s", f->dp_mode);
+    config_record_add(r, "--bucket-mb", "%.9g", f->bucket_mb);
+    config_record_add(r, "--allreduce", "%s", f->allreduce);
+    config_record_add(r, "--comm", "%s", f->comm);
+    config_record_add(r, "--check-replicas", "%d", f->check_replicas);
+    config_record_add(r, "--print-buckets", "%d", f->print_buckets);
 }
 
 /* ---- gradient synchronisation ---- */
@@ -144,18 +168,11 @@ int main(int argc, char **argv) {
     int rank = comm_rank(world), ranks = comm_size(world);
 
     Config cfg;
-    DataParallelFlags dp = {.dp_mode = "flat", .bucket_mb = 1.0, .allreduce = "library", .comm = "auto"};
-    CliExtra extra = {dp_options, dp_help, handle_dp_flag, &dp};
-    config_parse(&cfg, argc, argv, PROGRAM,
-                 "Train a GPT with data parallelism: N replicas, gradients all-reduced.", &extra);
-    if (ranks > cfg.batch)
-        fatal(EXIT_USAGE,
-              "%d ranks but a global batch of %d sequences: every rank needs at least one "
-              "(valid: --batch >= ranks)",
-              ranks, cfg.batch);
-    if (cfg.batch % (ranks * cfg.micro) != 0)
-        fatal(EXIT_USAGE, "--batch %d is not divisible by %d ranks x --micro %d (valid: a multiple of %d)",
-              cfg.batch, ranks, cfg.micro, ranks * cfg.micro);
+    DataParallelFlags dp = {
+        .dp_mode = "flat", .bucket_mb = 1.0, .allreduce = "library", .comm = "auto", .ranks = ranks};
+    CliExtra extra = {dp_options, dp_help, handle_dp_flag, &dp, check_dp_layout, record_dp_flags};
+    comm_parse_config(&cfg, argc, argv, PROGRAM,
+                      "Train a GPT with data parallelism: N replicas, gradients all-reduced.", &extra);
     int use_ring = strcmp(dp.allreduce, "ring") == 0;
 
     /* ---- build: device, data, output files, model, optimizer, activations ---- */
@@ -164,10 +181,10 @@ int main(int argc, char **argv) {
     comm_select(dp.comm);
     Dataset data;
     data_load(&data, cfg.data, cfg.model.seq);
-    FILE *steps_csv = NULL;
+    OutFile *steps_csv = NULL;
     if (rank == 0) {
-        out_dir_prepare(cfg.out);
-        steps_csv = steps_csv_open(cfg.out, ",exposed_comm_ms");
+        out_dir_prepare(&cfg, PROGRAM);
+        steps_csv = steps_csv_open(&cfg, ",exposed_comm_ms");
     }
 
     GPT model;
@@ -283,9 +300,10 @@ int main(int argc, char **argv) {
     }
 
     if (rank == 0) {
-        fclose(steps_csv);
+        out_close(steps_csv);
         if (cfg.save[0]) {
-            checkpoint_save(cfg.save, &cfg, last_step, rng, &model, &opt);
+            uint64_t checksum = checkpoint_save(cfg.save, &cfg, last_step, rng, &model, &opt);
+            run_info_checkpoint(&cfg, cfg.save, last_step, checksum);
             log_info("saved checkpoint %s at step %d\n", cfg.save, last_step);
         }
         if (cfg.sample > 0) sample_text(&model, &acts, &scratch, &data, cfg.sample, &rng);
@@ -301,6 +319,7 @@ int main(int argc, char **argv) {
         run.final_loss = loss;
         run.peak_device_bytes = peak_device;
         run_csv_write(cfg.out, &run);
+        run_info_complete(&cfg);
         log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.1f MiB sent per rank | CSVs "
                  "in %s\n",
                  loss, run.median_step_ms, run.tokens_per_s, comm_bytes_sent() / 1048576.0, cfg.out);

@@ -53,6 +53,7 @@ typedef struct {
     int tp;           /* --tp: tensor-parallel ranks, 0 = world / dp */
     int dp;           /* --dp: data-parallel replicas of the model-parallel group */
     char comm[8];     /* auto, nccl, mpi */
+    int ranks;        /* the world size, for the checks */
 } ModelParallelFlags;
 
 enum { OPT_MP = 1000, OPT_SPLIT, OPT_TP, OPT_DP, OPT_COMM };
@@ -96,6 +97,51 @@ static int handle_mp_flag(int option, const char *value, void *context) {
         return 0;
     }
     return -1;
+}
+
+/* The layout: world = dp x model-parallel ranks, and a split that fits the model. */
+static void check_mp_layout(const Config *cfg, void *context) {
+    const ModelParallelFlags *f = context;
+    int ranks = f->ranks, dp = f->dp, L = cfg->model.layers;
+    if (ranks % dp != 0)
+        fatal(EXIT_USAGE,
+              "a job of %d ranks cannot hold --dp %d replicas (valid: world = dp x model-parallel ranks)",
+              ranks, dp);
+    int mp_size = ranks / dp; /* ranks per copy of the model */
+    if (strcmp(f->mp, "tensor") == 0) {
+        if (f->split[0])
+            fatal(EXIT_USAGE, "--split is for --mp layer (tensor parallelism splits every layer)");
+        if (f->tp && f->tp * dp != ranks)
+            fatal(EXIT_USAGE, "--dp %d x --tp %d = %d ranks, but the job has %d (valid: mpirun -np %d)", dp,
+                  f->tp, dp * f->tp, ranks, dp * f->tp);
+        const char *problem = tensor_parallel_problem(&cfg->model, mp_size);
+        if (problem) fatal(EXIT_USAGE, "%s", problem);
+    } else {
+        if (f->tp) fatal(EXIT_USAGE, "--tp is for --mp tensor (the layer split has world / --dp stages)");
+        if (mp_size > L)
+            fatal(EXIT_USAGE,
+                  "%d stages but the model has %d layers (valid: at most --layers ranks per model copy)",
+                  mp_size, L);
+        if (f->split[0]) {
+            int blocks[256];
+            layer_split_parse(f->split, mp_size, L, blocks);
+        }
+    }
+    if (cfg->batch % (dp * cfg->micro) != 0)
+        fatal(EXIT_USAGE, "--batch %d is not divisible by --dp %d x --micro %d (valid: a multiple of %d)",
+              cfg->batch, dp, cfg->micro, dp * cfg->micro);
+    if (cfg->save[0] || cfg->resume[0])
+        fatal(EXIT_USAGE,
+              "--save and --resume: chapter 03 does not checkpoint a split model (use chapter 01 or 02)");
+}
+
+static void record_mp_flags(const void *context, ConfigRecord *r) {
+    const ModelParallelFlags *f = context;
+    config_record_add(r, "--mp", "%s", f->mp);
+    config_record_add(r, "--split", "%s", f->split);
+    config_record_add(r, "--tp", "%d", f->tp);
+    config_record_add(r, "--dp", "%d", f->dp);
+    config_record_add(r, "--comm", "%s", f->comm);
 }
 
 /* ---- everything this rank holds and does, in either mode ---- */
@@ -278,39 +324,14 @@ int main(int argc, char **argv) {
     int rank = comm_rank(world), ranks = comm_size(world);
 
     Config cfg;
-    ModelParallelFlags mpf = {.mp = "layer", .dp = 1, .comm = "auto"};
-    CliExtra extra = {mp_options, mp_help, handle_mp_flag, &mpf};
-    config_parse(&cfg, argc, argv, PROGRAM,
-                 "Train a GPT split over ranks: by layers (--mp layer) or inside every layer (--mp tensor).",
-                 &extra);
+    ModelParallelFlags mpf = {.mp = "layer", .dp = 1, .comm = "auto", .ranks = ranks};
+    CliExtra extra = {mp_options, mp_help, handle_mp_flag, &mpf, check_mp_layout, record_mp_flags};
+    comm_parse_config(
+        &cfg, argc, argv, PROGRAM,
+        "Train a GPT split over ranks: by layers (--mp layer) or inside every layer (--mp tensor).", &extra);
     ModelParallel par = {.tensor = strcmp(mpf.mp, "tensor") == 0};
     int dp = mpf.dp, L = cfg.model.layers;
-    if (ranks % dp != 0)
-        fatal(EXIT_USAGE,
-              "a job of %d ranks cannot hold --dp %d replicas (valid: world = dp x model-parallel ranks)",
-              ranks, dp);
     int mp_size = ranks / dp; /* ranks per copy of the model */
-    if (par.tensor) {
-        if (mpf.split[0])
-            fatal(EXIT_USAGE, "--split is for --mp layer (tensor parallelism splits every layer)");
-        if (mpf.tp && mpf.tp * dp != ranks)
-            fatal(EXIT_USAGE, "--dp %d x --tp %d = %d ranks, but the job has %d (valid: mpirun -np %d)", dp,
-                  mpf.tp, dp * mpf.tp, ranks, dp * mpf.tp);
-        const char *problem = tensor_parallel_problem(&cfg.model, mp_size);
-        if (problem) fatal(EXIT_USAGE, "%s", problem);
-    } else {
-        if (mpf.tp) fatal(EXIT_USAGE, "--tp is for --mp tensor (the layer split has world / --dp stages)");
-        if (mp_size > L)
-            fatal(EXIT_USAGE,
-                  "%d stages but the model has %d layers (valid: at most --layers ranks per model copy)",
-                  mp_size, L);
-    }
-    if (cfg.batch % (dp * cfg.micro) != 0)
-        fatal(EXIT_USAGE, "--batch %d is not divisible by --dp %d x --micro %d (valid: a multiple of %d)",
-              cfg.batch, dp, cfg.micro, dp * cfg.micro);
-    if (cfg.save[0] || cfg.resume[0])
-        fatal(EXIT_USAGE,
-              "--save and --resume: chapter 03 does not checkpoint a split model (use chapter 01 or 02)");
 
     /* ---- groups: world rank w is model-parallel rank w % mp_size of replica w / mp_size ---- */
     int dp_index = rank / mp_size, mp_index = rank % mp_size;
@@ -323,15 +344,12 @@ int main(int argc, char **argv) {
     comm_select(mpf.comm);
     Dataset data;
     data_load(&data, cfg.data, cfg.model.seq);
-    FILE *steps_csv = NULL, *busy_csv = NULL;
+    OutFile *steps_csv = NULL, *busy_csv = NULL;
     if (rank == 0) {
-        out_dir_prepare(cfg.out);
-        steps_csv = steps_csv_open(cfg.out, ",idle_fraction");
-        char path[4200];
-        snprintf(path, sizeof path, "%s/busy.csv", cfg.out);
-        busy_csv = fopen(path, "w");
-        if (!busy_csv) fatal(EXIT_USAGE, "--out %s: cannot write busy.csv", cfg.out);
-        fprintf(busy_csv, "rank,step,busy_ms,step_ms\n");
+        out_dir_prepare(&cfg, PROGRAM);
+        steps_csv = steps_csv_open(&cfg, ",idle_fraction");
+        busy_csv = out_open(cfg.out, "busy.csv", OUT_LINES, 0);
+        out_printf(busy_csv, "rank,step,busy_ms,step_ms\n");
     }
 
     int per_replica = cfg.batch / dp; /* this replica's share of the global batch */
@@ -441,10 +459,9 @@ int main(int argc, char **argv) {
         if (rank == 0) {
             double busy_sum = 0.0;
             for (int r = 0; r < ranks; r++) {
-                fprintf(busy_csv, "%d,%d,%.4f,%.4f\n", r, step + 1, busy_all[2 * r], busy_all[2 * r + 1]);
+                out_printf(busy_csv, "%d,%d,%.4f,%.4f\n", r, step + 1, busy_all[2 * r], busy_all[2 * r + 1]);
                 busy_sum += busy_all[2 * r];
             }
-            fflush(busy_csv);
             if (!cfg.quiet || last) log_step(&rec, cfg.steps);
             char extra_values[32];
             snprintf(extra_values, sizeof extra_values, ",%.4f", 1.0 - busy_sum / (ranks * rec.step_ms));
@@ -452,8 +469,8 @@ int main(int argc, char **argv) {
         }
     }
     if (rank == 0) {
-        fclose(steps_csv);
-        fclose(busy_csv);
+        out_close(steps_csv);
+        out_close(busy_csv);
     }
     uint64_t rng = cfg.seed; /* for the text sampler, as in chapter 01 */
     if (cfg.sample > 0) sample_split(&par, &data, &cfg, &rng);
@@ -470,6 +487,7 @@ int main(int argc, char **argv) {
         run.final_loss = loss;
         run.peak_device_bytes = peak_device;
         run_csv_write(cfg.out, &run);
+        run_info_complete(&cfg);
         log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.1f MiB sent by rank 0 | CSVs "
                  "in %s\n",
                  loss, run.median_step_ms, run.tokens_per_s, comm_bytes_sent() / 1048576.0, cfg.out);

@@ -4,6 +4,7 @@
 #include "csvlog.h"
 #include "util.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,13 +24,14 @@ void timeline_write(const Timeline *t, CommGroup *world, const char *dir) {
     /* the ranks take turns appending to one file */
     for (int r = 0; r < ranks; r++) {
         if (r == rank) {
-            FILE *f = out_file_open(dir, "timeline.csv", r == 0 ? "w" : "a");
-            if (r == 0) fprintf(f, "rank,step,micro,op,start_us,end_us\n");
+            OutFile *f = out_open(dir, "timeline.csv", OUT_WHOLE_PART, r > 0);
+            if (r == 0) out_printf(f, "rank,step,micro,op,start_us,end_us\n");
             for (int i = 0; i < t->count; i++) {
                 const TimelineRecord *e = &t->records[i];
-                fprintf(f, "%d,%d,%d,%s,%.1f,%.1f\n", rank, e->step, e->micro, e->op, e->start_us, e->end_us);
+                out_printf(f, "%d,%d,%d,%s,%.1f,%.1f\n", rank, e->step, e->micro, e->op, e->start_us,
+                           e->end_us);
             }
-            fclose(f);
+            out_close(f);
         }
         comm_barrier(world);
     }
@@ -39,9 +41,12 @@ void timeline_write(const Timeline *t, CommGroup *world, const char *dir) {
     enum { MAX_STEPS = 4096 };
     static double duration[MAX_STEPS], offset[MAX_STEPS];
     memset(duration, 0, sizeof duration);
-    FILE *in = out_file_open(dir, "timeline.csv", "r"), *out = out_file_open(dir, "trace.json", "w");
+    FILE *in = fopen(out_part_path(dir, "timeline.csv"), "r");
     char line[256];
-    if (!fgets(line, sizeof line, in)) fatal(EXIT_RUNTIME, "timeline.csv is empty");
+    if (!in || !fgets(line, sizeof line, in))
+        fatal(EXIT_RUNTIME, "--out %s: reading back timeline.csv.tmp failed (%s)", dir,
+              in ? "it is empty" : strerror(errno));
+    OutFile *out = out_open(dir, "trace.json", OUT_WHOLE, 0);
     long data_start = ftell(in);
     int r, step, micro;
     char op[32];
@@ -53,12 +58,12 @@ void timeline_write(const Timeline *t, CommGroup *world, const char *dir) {
     offset[1] = 0.0;
     for (int k = 2; k < MAX_STEPS; k++) offset[k] = offset[k - 1] + duration[k - 1] + 10000.0;
     fseek(in, data_start, SEEK_SET);
-    fprintf(out, "{\"traceEvents\": [\n");
+    out_printf(out, "{\"traceEvents\": [\n");
     int first = 1;
     while (fgets(line, sizeof line, in)) {
         if (sscanf(line, "%d,%d,%d,%31[^,],%lf,%lf", &r, &step, &micro, op, &start, &end) != 6) continue;
         double shift = step > 0 && step < MAX_STEPS ? offset[step] : 0.0;
-        fprintf(
+        out_printf(
             out,
             "%s{\"name\": \"%s %d\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.1f, "
             "\"dur\": %.1f, \"args\": {\"step\": %d, \"micro\": %d}}",
@@ -66,13 +71,15 @@ void timeline_write(const Timeline *t, CommGroup *world, const char *dir) {
         first = 0;
     }
     for (int rr = 0; rr < ranks; rr++)
-        fprintf(out,
-                "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": "
-                "\"rank %d\"}}",
-                first && rr == 0 ? "" : ",\n", rr, rr);
-    fprintf(out, "\n], \"displayTimeUnit\": \"ms\"}\n");
+        out_printf(
+            out,
+            "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": "
+            "\"rank %d\"}}",
+            first && rr == 0 ? "" : ",\n", rr, rr);
+    out_printf(out, "\n], \"displayTimeUnit\": \"ms\"}\n");
     fclose(in);
-    fclose(out);
+    out_close(out);
+    out_publish(dir, "timeline.csv");
 }
 
 void timeline_free(Timeline *t) {

@@ -48,6 +48,7 @@ typedef struct {
     char split[1024];  /* --split: blocks per stage, "" = balance the parameters */
     char comm[8];      /* auto, nccl, mpi */
     int print_schedule;
+    int ranks; /* the world size, for the checks */
 } PipelineFlags;
 
 enum { OPT_SCHEDULE = 1000, OPT_PP, OPT_DP, OPT_SPLIT, OPT_COMM, OPT_PRINT_SCHEDULE };
@@ -94,6 +95,44 @@ static int handle_pipeline_flag(int option, const char *value, void *context) {
         return 0;
     }
     return -1;
+}
+
+/* The layout: world = stages x replicas, every stage a block, every
+ * replica's share of the batch cut into whole micro-batches. */
+static void check_pipeline_layout(const Config *cfg, void *context) {
+    const PipelineFlags *f = context;
+    int P = f->pp ? f->pp : f->ranks / f->dp, M = cfg->micro, L = cfg->model.layers;
+    if (P < 1 || P * f->dp != f->ranks)
+        fatal(EXIT_USAGE, "%d ranks cannot hold %d pipeline stages x --dp %d (valid: mpirun -np %d)",
+              f->ranks, P, f->dp, (P < 1 ? 1 : P) * f->dp);
+    if (P > L)
+        fatal(EXIT_USAGE, "--pp %d stages for a model of %d layers (valid: 1..%d, every stage needs a block)",
+              P, L, L);
+    if (cfg->batch % f->dp != 0)
+        fatal(EXIT_USAGE, "--batch %d does not divide over --dp %d replicas (valid: a multiple of %d)",
+              cfg->batch, f->dp, f->dp);
+    if (cfg->batch % (f->dp * M) != 0)
+        fatal(EXIT_USAGE,
+              "--micro %d does not divide the %d sequences of each of the %d replicas (valid: --batch a "
+              "multiple of dp x micro = %d)",
+              M, cfg->batch / f->dp, f->dp, f->dp * M);
+    if (cfg->save[0] || cfg->resume[0])
+        fatal(EXIT_USAGE,
+              "--save and --resume: chapter 04 does not checkpoint a split model (use chapter 01 or 02)");
+    if (f->split[0]) {
+        int blocks[256];
+        layer_split_parse(f->split, P, L, blocks);
+    }
+}
+
+static void record_pipeline_flags(const void *context, ConfigRecord *r) {
+    const PipelineFlags *f = context;
+    config_record_add(r, "--schedule", "%s", f->schedule);
+    config_record_add(r, "--pp", "%d", f->pp);
+    config_record_add(r, "--dp", "%d", f->dp);
+    config_record_add(r, "--split", "%s", f->split);
+    config_record_add(r, "--comm", "%s", f->comm);
+    config_record_add(r, "--print-schedule", "%d", f->print_schedule);
 }
 
 /* ---- everything this rank holds and does ---- */
@@ -279,28 +318,14 @@ int main(int argc, char **argv) {
     int rank = comm_rank(world), ranks = comm_size(world);
 
     Config cfg;
-    PipelineFlags pf = {.schedule = "1f1b", .dp = 1, .comm = "auto"};
-    CliExtra extra = {pipeline_options, pipeline_help, handle_pipeline_flag, &pf};
-    config_parse(
+    PipelineFlags pf = {.schedule = "1f1b", .dp = 1, .comm = "auto", .ranks = ranks};
+    CliExtra extra = {pipeline_options,      pipeline_help,        handle_pipeline_flag, &pf,
+                      check_pipeline_layout, record_pipeline_flags};
+    comm_parse_config(
         &cfg, argc, argv, PROGRAM,
         "Train a GPT with pipeline parallelism: micro-batches flow through a layer split (GPipe, 1F1B).",
         &extra);
     int P = pf.pp ? pf.pp : ranks / pf.dp, M = cfg.micro, L = cfg.model.layers;
-    if (P * pf.dp != ranks)
-        fatal(EXIT_USAGE, "%d ranks cannot hold %d pipeline stages x --dp %d (valid: mpirun -np %d)", ranks,
-              P, pf.dp, P * pf.dp);
-    if (P > L)
-        fatal(EXIT_USAGE, "--pp %d stages for a model of %d layers (valid: 1..%d, every stage needs a block)",
-              P, L, L);
-    if (cfg.batch % (pf.dp * M) != 0)
-        fatal(EXIT_USAGE,
-              "--micro %d does not divide the %d sequences of each of the %d replicas (valid: --batch a "
-              "multiple of "
-              "dp x micro = %d)",
-              M, cfg.batch / pf.dp, pf.dp, pf.dp * M);
-    if (cfg.save[0] || cfg.resume[0])
-        fatal(EXIT_USAGE,
-              "--save and --resume: chapter 04 does not checkpoint a split model (use chapter 01 or 02)");
 
     /* ---- groups: ranks d*P .. d*P+P-1 form replica d's pipeline ---- */
     int dp_index = rank / P, stage = rank % P;
@@ -343,10 +368,10 @@ int main(int argc, char **argv) {
     Dataset data;
     data_load(&data, cfg.data, cfg.model.seq);
     p.data = &data;
-    FILE *steps_csv = NULL;
+    OutFile *steps_csv = NULL;
     if (rank == 0) {
-        out_dir_prepare(cfg.out);
-        steps_csv = steps_csv_open(cfg.out, ",bubble");
+        out_dir_prepare(&cfg, PROGRAM);
+        steps_csv = steps_csv_open(&cfg, ",bubble");
     }
     comm_barrier(world); /* the output directory exists before any rank writes into it */
 
@@ -448,7 +473,7 @@ int main(int argc, char **argv) {
             steps_csv_write(steps_csv, &rec, extra_values);
         }
     }
-    if (rank == 0) fclose(steps_csv);
+    if (rank == 0) out_close(steps_csv);
 
     /* ---- timeline, run summary and memory ---- */
     timeline_write(&p.timeline, world, cfg.out);
@@ -470,6 +495,7 @@ int main(int argc, char **argv) {
         snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", pf.schedule, bubble_measured,
                  bubble_theory);
         run_csv_write_extra(cfg.out, &run, extra_header, extra_values);
+        run_info_complete(&cfg);
         log_info(
             "done: final loss %.4f | median step %.1f ms | %.0f tok/s | bubble %.3f measured, %.3f formula | "
             "CSVs, timeline.csv and trace.json in %s\n",

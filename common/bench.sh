@@ -137,7 +137,7 @@ course_run() { # precision model batch steps repeat variant wait_policy
     (
         [[ $wait == default ]] || export OMP_WAIT_POLICY="$wait"
         COURSE_TF32=$([[ $precision == tf32 ]] && echo 1 || echo 0) "$TRAIN" --device "$device" --model "$model" \
-            --batch "$batch" --steps "$steps" --sample 0 --quiet --out "$run_dir"
+            --batch "$batch" --steps "$steps" --sample 0 --quiet --overwrite --out "$run_dir"
     ) >"$run_dir.log" 2>&1 || { cat "$run_dir.log" >&2; echo "bench: $TRAIN failed" >&2; exit 1; }
     local run="$run_dir/run.csv" ms tps
     ms="$(csv_field "$run" median_step_ms)" tps="$(csv_field "$run" tokens_per_s)"

@@ -13,6 +13,8 @@
 #include "util.h"
 
 #include <mpi.h>
+#include <setjmp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +81,141 @@ void comm_finalize(void) {
     mem_free(staging);
     staging = NULL;
     MPI_Finalize();
+}
+
+/* ---- agreeing on the configuration ---- */
+
+/* What each rank tells rank 0 after checking its command line. */
+typedef struct {
+    int status; /* 0 ready, 1 --help, 2 a usage error */
+    char message[1024];
+    ConfigRecord record;
+} RankVerdict;
+
+/* "0", "1,3", "1-3": the ranks whose value of item i equals rank `like`'s. */
+static void ranks_with_value(const RankVerdict *all, int n, int i, int like, char *out, size_t size) {
+    out[0] = '\0';
+    int run_start = -1;
+    for (int r = 0; r <= n; r++) {
+        int same = r < n && strcmp(all[r].record.items[i].value, all[like].record.items[i].value) == 0;
+        if (same && run_start < 0) run_start = r;
+        if (!same && run_start >= 0) {
+            size_t used = strlen(out);
+            if (r - 1 == run_start)
+                snprintf(out + used, size - used, "%s%d", used ? "," : "", run_start);
+            else
+                snprintf(out + used, size - used, "%s%d-%d", used ? "," : "", run_start, r - 1);
+            run_start = -1;
+        }
+    }
+}
+
+/* The first item (from `from` up to `to`) whose value differs between ranks,
+ * as a message; 0 when they all agree. */
+static int describe_difference(const RankVerdict *all, int n, int from, int to, char *message, size_t size) {
+    for (int i = from; i < to; i++) {
+        int other = -1;
+        for (int r = 1; r < n && other < 0; r++)
+            if (strcmp(all[r].record.items[i].name, all[0].record.items[i].name) != 0 ||
+                strcmp(all[r].record.items[i].value, all[0].record.items[i].value) != 0)
+                other = r;
+        if (other < 0) continue;
+        char ranks0[128], ranks1[128];
+        ranks_with_value(all, n, i, 0, ranks0, sizeof ranks0);
+        ranks_with_value(all, n, i, other, ranks1, sizeof ranks1);
+        const ConfigItem *a = &all[0].record.items[i], *b = &all[other].record.items[i];
+        snprintf(message, size,
+                 "the ranks disagree on %s: '%s' on rank%s %s, '%s' on rank%s %s (valid: the same flags and "
+                 "files on every rank)",
+                 a->name, a->value, strchr(ranks0, ',') || strchr(ranks0, '-') ? "s" : "", ranks0, b->value,
+                 strchr(ranks1, ',') || strchr(ranks1, '-') ? "s" : "", ranks1);
+        return 1;
+    }
+    return 0;
+}
+
+/* Rank 0's verdict for the job: 0 run, else the exit code (message to print). */
+static int judge(const RankVerdict *all, int n, char *message, size_t size) {
+    int helps = 0, errors = 0, first_error = -1, same_error = 1;
+    for (int r = 0; r < n; r++) {
+        helps += all[r].status == 1;
+        if (all[r].status == 2) {
+            errors++;
+            if (first_error < 0) first_error = r;
+            same_error &= strcmp(all[r].message, all[first_error].message) == 0;
+        }
+    }
+    if (helps == n) return -1; /* print the help */
+    if (helps > 0) {
+        snprintf(message, size,
+                 "--help was given to %d of the %d ranks (valid: the same flags on every rank)", helps, n);
+        return EXIT_USAGE;
+    }
+    /* Flags first: an error that follows from a flag only some ranks got
+     * (a checkpoint with nothing left to do at --steps 3) is that flag's. */
+    int all_read = 1;
+    for (int r = 0; r < n; r++)
+        all_read &= all[r].record.flag_items > 0 && all[r].record.flag_items == all[0].record.flag_items;
+    if (all_read && describe_difference(all, n, 0, all[0].record.flag_items, message, size))
+        return EXIT_USAGE;
+    if (errors == n && same_error) {
+        snprintf(message, size, "%s", all[first_error].message);
+        return EXIT_USAGE;
+    }
+    if (errors) {
+        snprintf(message, size, "[rank %d] %.990s", first_error, all[first_error].message);
+        return EXIT_USAGE;
+    }
+    for (int r = 1; r < n; r++)
+        if (all[r].record.count != all[0].record.count) {
+            snprintf(message, size,
+                     "the ranks disagree on which files they read (valid: the same on every rank)");
+            return EXIT_USAGE;
+        }
+    if (describe_difference(all, n, all[0].record.flag_items, all[0].record.count, message, size))
+        return EXIT_USAGE;
+    return 0;
+}
+
+int comm_agree(int status, const char *message, const ConfigRecord *record) {
+    RankVerdict *mine = xcalloc(1, sizeof *mine);
+    mine->status = status;
+    snprintf(mine->message, sizeof mine->message, "%s", message ? message : "");
+    if (record) mine->record = *record;
+    int n = world_group.size, rank = world_group.rank;
+    RankVerdict *all = rank == 0 ? xcalloc(n, sizeof *all) : NULL;
+    MPI_CHECK(MPI_Gather(mine, sizeof *mine, MPI_BYTE, all, sizeof *mine, MPI_BYTE, 0, MPI_COMM_WORLD));
+    struct {
+        int code;
+        char message[1024];
+    } verdict = {0, ""};
+    if (rank == 0) verdict.code = judge(all, n, verdict.message, sizeof verdict.message);
+    MPI_CHECK(MPI_Bcast(&verdict, sizeof verdict, MPI_BYTE, 0, MPI_COMM_WORLD));
+    free(all);
+    free(mine);
+    if (verdict.code <= 0) return verdict.code < 0;
+    if (rank == 0) fprintf(stderr, "error: %s\n", verdict.message);
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Finalize();
+    exit(verdict.code);
+}
+
+void comm_parse_config(Config *cfg, int argc, char **argv, const char *program, const char *summary,
+                       const CliExtra *extra) {
+    UsageTrap trap;
+    int status;
+    usage_trap_arm(&trap);
+    if (setjmp(trap.where) == 0)
+        status = config_parse_and_check(cfg, argc, argv, program, extra);
+    else
+        status = 2;
+    usage_trap_disarm();
+    if (comm_agree(status, trap.message, &cfg->record)) {
+        if (world_group.rank == 0) config_print_help(program, summary, extra);
+        comm_finalize();
+        exit(0);
+    }
 }
 
 CommGroup *comm_world(void) {

@@ -21,6 +21,8 @@
 #ifndef COMM_H
 #define COMM_H
 
+#include "config.h"
+
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -36,6 +38,22 @@ typedef enum { COMM_MPI, COMM_NCCL, COMM_STAGED } CommTransport;
  * error and logging helpers of util.h and MPI_Abort as the abort hook. */
 void comm_init(int *argc, char ***argv);
 void comm_finalize(void);
+
+/* config_parse for a job of many ranks: every rank reads and checks its own
+ * command line and files, then the ranks agree before any collective of
+ * training. When they all pass and their configuration records (config.h)
+ * are equal, the run goes on. Otherwise rank 0 prints one message and every
+ * rank leaves through MPI_Finalize: --help (exit 0), the same error on every
+ * rank (exit 2, printed once), an error on some ranks (exit 2, the first
+ * such rank named), or records that differ (exit 2, naming the first flag
+ * or file that differs, its values and which ranks have them). */
+void comm_parse_config(Config *cfg, int argc, char **argv, const char *program, const char *summary,
+                       const CliExtra *extra);
+/* The agreement alone, for a program with its own command line (commbench):
+ * status 0 ready, 1 --help, 2 a usage error (message); record may be NULL.
+ * Returns 1 when every rank asked for --help (rank 0 prints it, then all call
+ * comm_finalize), 0 to go on; any disagreement or error ends the job as above. */
+int comm_agree(int status, const char *message, const ConfigRecord *record);
 
 CommGroup *comm_world(void);
 int comm_rank(const CommGroup *g);

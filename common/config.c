@@ -1,13 +1,18 @@
 /* config.c: the shared command line (see config.h). */
 #include "config.h"
 
+#include "checkpoint.h"
+#include "csvlog.h"
+#include "data.h"
 #include "device.h"
 #include "model.h"
 #include "util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +127,7 @@ enum {
     OPT_STOP_AFTER,
     OPT_QUIET,
     OPT_RECOMPUTE,
+    OPT_OVERWRITE,
     OPT_HELP
 };
 
@@ -152,6 +158,7 @@ static const struct option common_options[] = {
     {"stop-after", required_argument, 0, OPT_STOP_AFTER},
     {"quiet", no_argument, 0, OPT_QUIET},
     {"recompute", optional_argument, 0, OPT_RECOMPUTE},
+    {"overwrite", no_argument, 0, OPT_OVERWRITE},
     {"help", no_argument, 0, OPT_HELP},
 };
 #define NUM_COMMON_OPTIONS (int)(sizeof common_options / sizeof common_options[0])
@@ -183,7 +190,9 @@ static void set_defaults(Config *c, const char *program) {
     snprintf(c->out, sizeof c->out, "runs/%s", chapter);
 }
 
-static void print_help(const Config *d, const char *program, const char *summary, const CliExtra *extra) {
+void config_print_help(const char *program, const char *summary, const CliExtra *extra) {
+    Config defaults, *d = &defaults;
+    set_defaults(d, program);
     printf("usage: %s [flags]\n%s\n\n", program, summary);
     printf(
         "device and model\n"
@@ -213,7 +222,9 @@ static void print_help(const Config *d, const char *program, const char *summary
         "  --stop-after K             end after step K as if interrupted; the schedule still spans --steps\n"
         "\ndata and output\n"
         "  --data FILE                training text, read as bytes (default: course.md, shipped)\n"
-        "  --out DIR                  where steps.csv, memory.csv and run.csv go (default %s)\n"
+        "  --out DIR                  where steps.csv, memory.csv and run.csv go (default %s); a directory\n"
+        "                             holding another run's files is refused unless --overwrite\n"
+        "  --overwrite                replace the files of another run in --out\n"
         "  --eval-every N             validation loss every N steps; 0 = only at the end (default %d)\n"
         "  --eval-batches N           global batches per validation, 1..10000 (default %d)\n"
         "  --sample N                 bytes of text to generate at the end, 0 = none (default %d)\n"
@@ -227,10 +238,9 @@ static void print_help(const Config *d, const char *program, const char *summary
     printf("\nexit status: 0 done, 1 runtime failure, 2 bad input, 3 loss became NaN/Inf\n");
 }
 
-void config_parse(Config *c, int argc, char **argv, const char *program, const char *summary,
-                  const CliExtra *extra) {
+/* Read argv into c; returns 1 at --help (then nothing else is read). */
+static int read_flags(Config *c, int argc, char **argv, const char *program, const CliExtra *extra) {
     set_defaults(c, program);
-    Config defaults = *c;
 
     /* The option table: the common flags, then the chapter's. */
     int num_extra = 0;
@@ -308,6 +318,8 @@ void config_parse(Config *c, int argc, char **argv, const char *program, const c
             errno = 0;
             char *end;
             if (optarg[0] == '-') fatal(EXIT_USAGE, "--seed: %s is out of range (valid: 0..2^64-1)", optarg);
+            if (!isdigit((unsigned char)optarg[0])) /* strtoull would skip spaces and wrap ' -5' */
+                fatal(EXIT_USAGE, "--seed: '%s' is not a whole number (valid: 0..2^64-1)", optarg);
             c->seed = strtoull(optarg, &end, 10);
             if (end == optarg || *end || errno)
                 fatal(EXIT_USAGE, "--seed: '%s' is not a whole number (valid: 0..2^64-1)", optarg);
@@ -350,13 +362,23 @@ void config_parse(Config *c, int argc, char **argv, const char *program, const c
         case OPT_QUIET:
             c->quiet = 1;
             break;
+        case OPT_OVERWRITE:
+            c->overwrite = 1;
+            break;
         case OPT_HELP:
-            print_help(&defaults, program, summary, extra);
-            exit(0);
+            free(options);
+            return 1;
         case ':':
             fatal(EXIT_USAGE, "%s needs a value (see --help)", flag);
         case '?':
-            if (optopt) fatal(EXIT_USAGE, "unknown flag '-%c' (see --help)", optopt);
+            /* getopt sets optopt to the option's value when a flag that takes
+             * none was given one (--quiet=1), to the letter of an unknown
+             * short flag (-x), and to 0 for an unknown long flag. */
+            if (optopt >= OPT_DEVICE) {
+                int name_length = (int)strcspn(flag, "=");
+                fatal(EXIT_USAGE, "%.*s takes no value (got '%s'; see --help)", name_length, flag, flag);
+            }
+            if (optopt > ' ' && optopt < 127) fatal(EXIT_USAGE, "unknown flag '-%c' (see --help)", optopt);
             fatal(EXIT_USAGE, "unknown flag '%s' (see --help)", flag);
         default:
             if (!extra || !extra->handle || extra->handle(opt, optarg, extra->context) != 0)
@@ -388,4 +410,138 @@ void config_parse(Config *c, int argc, char **argv, const char *program, const c
               "(valid: below 2^31; lower --batch/--micro ratio, --seq, --dmodel or --vocab)",
               largest);
     if (!c->data[0]) snprintf(c->data, sizeof c->data, "%s", default_data_path());
+    return 0;
+}
+
+/* ---- the configuration record ---- */
+
+void config_record_add(ConfigRecord *r, const char *name, const char *fmt, ...) {
+    if (r->count == CONFIG_MAX_ITEMS) fatal(EXIT_RUNTIME, "configuration record full at %s", name);
+    ConfigItem *item = &r->items[r->count++];
+    snprintf(item->name, sizeof item->name, "%s", name);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(item->value, sizeof item->value, fmt, ap);
+    va_end(ap);
+}
+
+uint64_t config_record_digest(const ConfigRecord *r) {
+    uint64_t h = hash64((uint64_t)r->count);
+    for (int i = 0; i < r->count; i++)
+        h = hash64(h ^ hash_string(r->items[i].name) ^ hash64(hash_string(r->items[i].value)));
+    return h;
+}
+
+static void record_flags(Config *c, const CliExtra *extra) {
+    ConfigRecord *r = &c->record;
+    memset(r, 0, sizeof *r);
+#ifdef USE_CUDA
+    config_record_add(r, "build", "cpu+cuda, gcc %s", __VERSION__);
+#else
+    config_record_add(r, "build", "cpu, gcc %s", __VERSION__);
+#endif
+    const ModelConfig *m = &c->model;
+    config_record_add(r, "--device", "%s", c->device);
+    config_record_add(r, "--model", "%s", c->model_preset);
+    config_record_add(r, "--layers", "%d", m->layers);
+    config_record_add(r, "--dmodel", "%d", m->dmodel);
+    config_record_add(r, "--heads", "%d", m->heads);
+    config_record_add(r, "--seq", "%d", m->seq);
+    config_record_add(r, "--vocab", "%d", m->vocab);
+    config_record_add(r, "--device-mem-limit", "%zu", c->device_mem_limit);
+    config_record_add(r, "--recompute", "%d", c->recompute);
+    config_record_add(r, "--batch", "%d", c->batch);
+    config_record_add(r, "--micro", "%d", c->micro);
+    config_record_add(r, "--steps", "%d", c->steps);
+    config_record_add(r, "--stop-after", "%d", c->stop_after);
+    config_record_add(r, "--lr", "%.9g", c->lr);
+    config_record_add(r, "--warmup", "%d", c->warmup);
+    config_record_add(r, "--wd", "%.9g", c->wd);
+    config_record_add(r, "--clip", "%.9g", c->clip);
+    config_record_add(r, "--seed", "%llu", (unsigned long long)c->seed);
+    config_record_add(r, "--data", "%s", c->data);
+    config_record_add(r, "--out", "%s", c->out);
+    config_record_add(r, "--overwrite", "%d", c->overwrite);
+    config_record_add(r, "--eval-every", "%d", c->eval_every);
+    config_record_add(r, "--eval-batches", "%d", c->eval_batches);
+    config_record_add(r, "--sample", "%d", c->sample);
+    config_record_add(r, "--save", "%s", c->save);
+    config_record_add(r, "--resume", "%s", c->resume);
+    config_record_add(r, "--quiet", "%d", c->quiet);
+    if (extra && extra->record) extra->record(extra->context, r);
+    r->flag_items = r->count;
+}
+
+/* OpenMP reads OMP_NUM_THREADS itself; absurd values crash it (100000 threads
+ * segfault in libgomp), so refuse them with a message first. */
+#define MAX_THREADS 1024
+static void check_thread_count(void) {
+    const char *text = getenv("OMP_NUM_THREADS");
+    if (!text || !text[0]) return;
+    char *end;
+    errno = 0;
+    long threads = strtol(text, &end, 10); /* the first of a nested list "4,2" */
+    if (end == text || (*end && *end != ',') || errno || threads < 1 || threads > MAX_THREADS)
+        fatal(EXIT_USAGE, "OMP_NUM_THREADS=%s is not a thread count this program can use (valid: 1..%d)",
+              text, MAX_THREADS);
+}
+
+/* Refuse up front a model that cannot fit this machine's memory, before
+ * initialisation grows towards it: one whole replica's parameters, gradients
+ * and Adam moments (16 bytes a parameter), one micro-batch's activations and
+ * the host copy the weights are initialised in (4 bytes a parameter). With
+ * --device cuda only that host copy lives here; the GPU checks its own. */
+static void check_memory(const Config *c) {
+    GPT table;
+    gpt_build_table(&table, &c->model);
+    size_t params = table.num_params;
+    free(table.tensors);
+    int B = c->batch / c->micro, T = c->model.seq;
+    double on_device = 16.0 * params + (double)scratch_bytes(&c->model, B, T) +
+                       (double)(c->recompute ? activation_bytes_recompute(&c->model, B, T)
+                                             : activation_bytes(&c->model, B, T));
+    double host = 4.0 * params + (strcmp(c->device, "cuda") == 0 ? 0.0 : on_device);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double physical = pages > 0 && page > 0 ? (double)pages * page : 1e30;
+    if (host > physical)
+        fatal(EXIT_USAGE,
+              "the model needs about %.1f GiB of host memory (%zu parameters x 20 bytes, plus activations), "
+              "more than this machine's %.1f GiB (valid: a smaller --dmodel, --layers, --seq or batch)",
+              host / 1073741824.0, params, physical / 1073741824.0);
+}
+
+/* The files: the data, the checkpoint to resume from, the save path and the
+ * output directory, each checked, their identities recorded. */
+static void check_files(Config *c, const char *program) {
+    ConfigRecord *r = &c->record;
+    size_t data_bytes;
+    uint64_t data_checksum;
+    data_identify(c->data, c->model.seq, &data_bytes, &data_checksum);
+    config_record_add(r, "data", "%zu bytes, checksum %016llx", data_bytes,
+                      (unsigned long long)data_checksum);
+    if (c->resume[0]) {
+        checkpoint_check(c->resume, c, &c->resume_step, &c->resume_checksum);
+        config_record_add(r, "checkpoint", "step %d, checksum %016llx", c->resume_step,
+                          (unsigned long long)c->resume_checksum);
+    }
+    if (c->save[0]) checkpoint_check_save_path(c->save);
+    c->out_mode = out_dir_check(c, program);
+}
+
+int config_parse_and_check(Config *c, int argc, char **argv, const char *program, const CliExtra *extra) {
+    if (read_flags(c, argc, argv, program, extra)) return 1;
+    record_flags(c, extra);
+    check_thread_count();
+    if (extra && extra->check) extra->check(c, extra->context);
+    check_memory(c);
+    check_files(c, program);
+    return 0;
+}
+
+void config_parse(Config *c, int argc, char **argv, const char *program, const char *summary,
+                  const CliExtra *extra) {
+    if (config_parse_and_check(c, argc, argv, program, extra)) {
+        config_print_help(program, summary, extra);
+        exit(0);
+    }
 }

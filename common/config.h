@@ -20,6 +20,29 @@ typedef struct {
     int vocab;  /* V: 256 for bytes; more is allowed (unused rows) */
 } ModelConfig;
 
+/* The effective configuration, as (name, value) text: every flag with its
+ * value (defaults included), the identity of every file the run reads (the
+ * data's size and checksum, the checkpoint's step and checksum) and the build.
+ * Ranks compare theirs before any collective of training (comm_parse_config),
+ * and a run directory records the one that wrote it (run-info.txt). */
+#define CONFIG_MAX_ITEMS 64
+typedef struct {
+    char name[32];
+    char value[224];
+} ConfigItem;
+typedef struct {
+    int count;
+    int flag_items; /* items[0..flag_items) are the flags, the rest the files' identities */
+    ConfigItem items[CONFIG_MAX_ITEMS];
+} ConfigRecord;
+void config_record_add(ConfigRecord *r, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* One 64-bit digest of the whole record. */
+uint64_t config_record_digest(const ConfigRecord *r);
+
+/* What a run does with --out when it already holds files (see csvlog.h). */
+typedef enum { OUT_NEW, OUT_REPLACE, OUT_APPEND } OutMode;
+
 typedef struct {
     ModelConfig model;
     char model_preset[16]; /* tiny, small, medium, gpt2 */
@@ -44,22 +67,42 @@ typedef struct {
     char resume[4096];       /* checkpoint path to resume from ("" = none) */
     int quiet;               /* no per-step progress lines */
     int recompute;           /* keep only block inputs; recompute each block's forward in backward */
+    int overwrite;           /* --overwrite: replace another run's files in --out */
+    /* found by the checks, not set by a flag */
+    OutMode out_mode; /* what to do with --out's existing files */
+    int resume_step;  /* the checkpoint's step (with --resume) */
+    uint64_t resume_checksum;
+    ConfigRecord record;
 } Config;
 
 /* A chapter's own flags: options appended to the common table, help text
  * appended to --help, and a handler called for each of them (return 0 if
- * handled, -1 if the value is invalid; the handler may call fatal itself). */
+ * handled, -1 if the value is invalid; the handler may call fatal itself).
+ * check (optional) runs after every flag is read, for checks across flags
+ * (the layout against the world size, say); record adds the chapter's flags
+ * and their values to the configuration record. */
 typedef struct {
     const struct option *options; /* terminated by a zero entry; use values >= 1000 */
     const char *help;
     int (*handle)(int option, const char *value, void *context);
     void *context;
+    void (*check)(const Config *cfg, void *context);
+    void (*record)(const void *context, ConfigRecord *r);
 } CliExtra;
 
-/* Fill cfg from argv. program: e.g. "01_single_gpu/train"; summary: one line
- * saying what the program teaches. Exits 0 after --help, EXIT_USAGE on errors. */
+/* Everything a run checks before it builds anything, in one call: fill cfg
+ * from argv, check every value and every combination, and check the files
+ * (the data, the checkpoint to resume, the save path, the output directory),
+ * recording all of it in cfg->record. program: e.g. "01_single_gpu/train";
+ * summary: one line saying what the program teaches. Exits 0 after --help,
+ * EXIT_USAGE on errors. Multi-rank programs call comm_parse_config instead. */
 void config_parse(Config *cfg, int argc, char **argv, const char *program, const char *summary,
                   const CliExtra *extra);
+/* The same as two steps, for comm_parse_config: returns 1 when --help was
+ * asked for (nothing else is done then), 0 after every check passed; errors
+ * go through fatal(EXIT_USAGE). */
+int config_parse_and_check(Config *cfg, int argc, char **argv, const char *program, const CliExtra *extra);
+void config_print_help(const char *program, const char *summary, const CliExtra *extra);
 
 /* Apply a preset by name; returns -1 when unknown. */
 int model_preset(ModelConfig *m, const char *name);

@@ -6,16 +6,147 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-void out_dir_prepare(const char *dir) {
+/* ---- files in --out ---- */
+
+struct OutFile {
+    FILE *f;
+    OutKind kind;
+    char dir[4096], name[64], path[4300]; /* path: what is being written (NAME or NAME.tmp) */
+    long complete_bytes;                  /* OUT_LINES: the size up to the last complete line */
+};
+
+const char *out_part_path(const char *dir, const char *name) {
+    static char path[4300];
+    snprintf(path, sizeof path, "%s/%s.tmp", dir, name);
+    return path;
+}
+
+/* A write error ends the run, naming the file and the system's reason; a
+ * line file is cut back to its last complete line first. */
+static void out_failed(OutFile *o, const char *what) {
+    int error = errno ? errno : EIO;
+    if (o->kind == OUT_LINES || o->kind == OUT_LINES_APPEND) {
+        if (truncate(o->path, o->complete_bytes) != 0) { /* best effort: the error below matters more */
+        }
+    }
+    fatal(EXIT_RUNTIME, "--out %s: %s %s failed (%s)", o->dir, what, o->name, strerror(error));
+}
+
+OutFile *out_open(const char *dir, const char *name, OutKind kind, int continued) {
+    OutFile *o = xcalloc(1, sizeof *o);
+    o->kind = kind;
+    snprintf(o->dir, sizeof o->dir, "%s", dir);
+    snprintf(o->name, sizeof o->name, "%s", name);
+    int whole = kind == OUT_WHOLE || kind == OUT_WHOLE_PART;
+    if (whole)
+        snprintf(o->path, sizeof o->path, "%s", out_part_path(dir, name));
+    else
+        snprintf(o->path, sizeof o->path, "%s/%s", dir, name);
+    int append = kind == OUT_LINES_APPEND || (kind == OUT_WHOLE_PART && continued);
+    o->f = fopen(o->path, append ? "a" : "w");
+    if (!o->f) fatal(EXIT_RUNTIME, "--out %s: cannot write %s (%s)", dir, name, strerror(errno));
+    if (whole) temp_file_register(o->path);
+    o->complete_bytes = append ? ftell(o->f) : 0;
+    return o;
+}
+
+void out_printf(OutFile *o, const char *fmt, ...) {
+    char small[512], *text = small;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) out_failed(o, "formatting");
+    if ((size_t)n >= sizeof small) {
+        text = xmalloc((size_t)n + 1);
+        va_start(ap, fmt);
+        vsnprintf(text, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    errno = 0;
+    if (fault_disk_full(o->name, (size_t)n) || fwrite(text, 1, (size_t)n, o->f) != (size_t)n)
+        out_failed(o, "writing");
+    if (text != small) free(text);
+    /* a line file is flushed at each complete line, so what is on disk is whole lines */
+    if ((o->kind == OUT_LINES || o->kind == OUT_LINES_APPEND) && n > 0 && text[n - 1] == '\n') {
+        if (fflush(o->f) != 0) out_failed(o, "writing");
+        o->complete_bytes = ftell(o->f);
+    }
+}
+
+void out_close(OutFile *o) {
+    errno = 0;
+    if (fflush(o->f) != 0) out_failed(o, "writing");
+    if (fclose(o->f) != 0) {
+        o->f = NULL;
+        out_failed(o, "closing");
+    }
+    if (o->kind == OUT_WHOLE) out_publish(o->dir, o->name);
+    free(o);
+}
+
+void out_publish(const char *dir, const char *name) {
+    char final[4300];
+    snprintf(final, sizeof final, "%s/%s", dir, name);
+    const char *part = out_part_path(dir, name);
+    if (rename(part, final) != 0)
+        fatal(EXIT_RUNTIME, "--out %s: renaming %s.tmp to %s failed (%s)", dir, name, name, strerror(errno));
+    temp_file_forget(part);
+}
+
+/* ---- the run directory ---- */
+
+/* The files a run of the course writes into --out: replacing a run removes
+ * exactly these (and their .tmp), never anything else in the directory. */
+static const char *const run_files[] = {"run-info.txt", "steps.csv",    "run.csv",   "memory.csv",
+                                        "busy.csv",     "timeline.csv", "trace.json"};
+#define NUM_RUN_FILES (int)(sizeof run_files / sizeof run_files[0])
+
+/* What run-info.txt says: who wrote the directory, and the checkpoints saved. */
+typedef struct {
+    char program[128];
+    uint64_t digest;
+    int checkpoints;
+    char checkpoint[32][300]; /* "checkpoint <checksum> step <n> <path>" lines */
+} RunInfo;
+
+static int read_run_info(const char *dir, RunInfo *info) {
+    memset(info, 0, sizeof *info);
+    char path[4300], line[4400];
+    snprintf(path, sizeof path, "%s/run-info.txt", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    unsigned long long digest;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (strncmp(line, "program ", 8) == 0)
+            snprintf(info->program, sizeof info->program, "%.120s", line + 8);
+        if (sscanf(line, "config %llx", &digest) == 1) info->digest = digest;
+        if (strncmp(line, "checkpoint ", 11) == 0 && info->checkpoints < 32)
+            snprintf(info->checkpoint[info->checkpoints++], sizeof info->checkpoint[0], "%.290s", line);
+    }
+    fclose(f);
+    return 1;
+}
+
+static int holds_checkpoint(const RunInfo *info, uint64_t checksum) {
+    char wanted[64];
+    snprintf(wanted, sizeof wanted, "checkpoint %016llx ", (unsigned long long)checksum);
+    for (int i = 0; i < info->checkpoints; i++)
+        if (strncmp(info->checkpoint[i], wanted, strlen(wanted)) == 0) return 1;
+    return 0;
+}
+
+static void make_directories(const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s", dir);
-    /* mkdir -p */
-    for (char *p = path + 1; *p; p++) {
+    for (char *p = path + 1; *p; p++) { /* mkdir -p */
         if (*p != '/') continue;
         *p = '\0';
         if (mkdir(path, 0755) != 0 && errno != EEXIST)
@@ -24,35 +155,126 @@ void out_dir_prepare(const char *dir) {
     }
     if (mkdir(path, 0755) != 0 && errno != EEXIST)
         fatal(EXIT_USAGE, "--out %s: cannot create the directory (%s)", dir, strerror(errno));
+}
+
+OutMode out_dir_check(const Config *cfg, const char *program) {
+    const char *dir = cfg->out;
     struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        fatal(EXIT_USAGE, "--out %s: exists and is not a directory", dir);
-    if (access(path, W_OK) != 0)
+    if (stat(dir, &st) != 0) {
+        if (errno != ENOENT)
+            fatal(EXIT_USAGE, "--out %s: cannot create the directory (%s)", dir, strerror(errno));
+        make_directories(dir); /* an empty directory: harmless, and proves we may write there */
+        return OUT_NEW;
+    }
+    if (!S_ISDIR(st.st_mode)) fatal(EXIT_USAGE, "--out %s: exists and is not a directory", dir);
+    if (access(dir, W_OK) != 0)
         fatal(EXIT_USAGE, "--out %s: the directory is not writable (%s)", dir, strerror(errno));
+    char found[256] = "";
+    for (int i = 0; i < NUM_RUN_FILES; i++) {
+        char path[4300];
+        snprintf(path, sizeof path, "%s/%s", dir, run_files[i]);
+        if (access(path, F_OK) == 0)
+            snprintf(found + strlen(found), sizeof found - strlen(found), "%s%s", found[0] ? ", " : "",
+                     run_files[i]);
+    }
+    if (!found[0]) return OUT_NEW;
+    RunInfo info;
+    int has_info = read_run_info(dir, &info);
+    int same_program = has_info && strcmp(info.program, program) == 0;
+    if (cfg->resume[0] && same_program && holds_checkpoint(&info, cfg->resume_checksum)) return OUT_APPEND;
+    if (cfg->overwrite) return OUT_REPLACE;
+    if (same_program && info.digest == config_record_digest(&cfg->record)) return OUT_REPLACE;
+    fatal(EXIT_USAGE,
+          "--out %s holds another run's files (%s; written by %s) (valid: a new directory, or --overwrite to "
+          "replace them)",
+          dir, found,
+          has_info ? (same_program ? "this program with other flags" : info.program) : "an unknown run");
 }
 
-FILE *out_file_open(const char *dir, const char *name, const char *mode) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, mode);
-    if (!f) fatal(EXIT_USAGE, "--out %s: cannot write %s (%s)", dir, name, strerror(errno));
+static void write_run_info(const Config *cfg, const char *program, const char *status, const RunInfo *kept) {
+    OutFile *o = out_open(cfg->out, "run-info.txt", OUT_WHOLE, 0);
+    out_printf(o, "program %s\nconfig %016llx\nstatus %s\n", program,
+               (unsigned long long)config_record_digest(&cfg->record), status);
+    for (int i = 0; i < cfg->record.count; i++)
+        out_printf(o, "item %s=%s\n", cfg->record.items[i].name, cfg->record.items[i].value);
+    for (int i = 0; kept && i < kept->checkpoints; i++) out_printf(o, "%s\n", kept->checkpoint[i]);
+    out_close(o);
+}
+
+void out_dir_prepare(const Config *cfg, const char *program) {
+    const char *dir = cfg->out;
+    make_directories(dir);
+    RunInfo kept = {0};
+    if (cfg->out_mode == OUT_APPEND) read_run_info(dir, &kept);
+    if (cfg->out_mode == OUT_REPLACE) {
+        for (int i = 0; i < NUM_RUN_FILES; i++) {
+            char path[4300];
+            snprintf(path, sizeof path, "%s/%s", dir, run_files[i]);
+            if (unlink(path) != 0 && errno != ENOENT)
+                fatal(EXIT_RUNTIME, "--out %s: cannot remove the earlier run's %s (%s)", dir, run_files[i],
+                      strerror(errno));
+            unlink(out_part_path(dir, run_files[i]));
+        }
+        log_info("note: replacing the earlier run's files in %s\n", dir);
+    }
+    write_run_info(cfg, program, "running", &kept);
+}
+
+/* Rewrite run-info.txt with one line changed or added (status, a checkpoint). */
+static void update_run_info(const Config *cfg, const char *status, const char *checkpoint_line) {
+    RunInfo info;
+    read_run_info(cfg->out, &info);
+    if (checkpoint_line && info.checkpoints < 32)
+        snprintf(info.checkpoint[info.checkpoints++], sizeof info.checkpoint[0], "%s", checkpoint_line);
+    write_run_info(cfg, info.program, status, &info);
+}
+
+void run_info_checkpoint(const Config *cfg, const char *path, int step, uint64_t checksum) {
+    char line[300];
+    snprintf(line, sizeof line, "checkpoint %016llx step %d %.200s", (unsigned long long)checksum, step,
+             path);
+    update_run_info(cfg, "running", line);
+}
+
+void run_info_complete(const Config *cfg) {
+    update_run_info(cfg, "complete", NULL);
+}
+
+/* ---- steps.csv ---- */
+
+/* Appending after a resume: keep the header and the rows up to the checkpoint's step. */
+static void keep_steps_through(const Config *cfg, int last_kept) {
+    char path[4300], line[4096];
+    snprintf(path, sizeof path, "%s/steps.csv", cfg->out);
+    FILE *in = fopen(path, "r");
+    if (!in) return;
+    OutFile *o = out_open(cfg->out, "steps.csv", OUT_WHOLE, 0);
+    int header = 1;
+    while (fgets(line, sizeof line, in)) {
+        if (header || atoi(line) <= last_kept) out_printf(o, "%s", line);
+        header = 0;
+    }
+    fclose(in);
+    out_close(o);
+}
+
+OutFile *steps_csv_open(const Config *cfg, const char *extra_header) {
+    if (cfg->out_mode == OUT_APPEND) {
+        keep_steps_through(cfg, cfg->resume_step);
+        return out_open(cfg->out, "steps.csv", OUT_LINES_APPEND, 0);
+    }
+    OutFile *f = out_open(cfg->out, "steps.csv", OUT_LINES, 0);
+    out_printf(f, "step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss%s\n",
+               extra_header ? extra_header : "");
     return f;
 }
 
-FILE *steps_csv_open(const char *dir, const char *extra_header) {
-    FILE *f = out_file_open(dir, "steps.csv", "w");
-    fprintf(f, "step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss%s\n",
-            extra_header ? extra_header : "");
-    fflush(f);
-    return f;
-}
-
-void steps_csv_write(FILE *f, const StepRecord *r, const char *extra_values) {
-    fprintf(f, "%d,%.9g,%.9g,%.9g,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,", r->step, r->loss, r->lr, r->grad_norm,
-            r->step_ms, r->fwd_ms, r->bwd_ms, r->comm_ms, r->opt_ms, r->tokens_per_s);
-    if (!isnan(r->val_loss)) fprintf(f, "%.9g", r->val_loss);
-    fprintf(f, "%s\n", extra_values ? extra_values : "");
-    fflush(f);
+void steps_csv_write(OutFile *f, const StepRecord *r, const char *extra_values) {
+    char val[32] = "";
+    if (!isnan(r->val_loss)) snprintf(val, sizeof val, "%.9g", r->val_loss);
+    out_printf(f, "%d,%.9g,%.9g,%.9g,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%s%s\n", r->step, r->loss, r->lr,
+               r->grad_norm, r->step_ms, r->fwd_ms, r->bwd_ms, r->comm_ms, r->opt_ms, r->tokens_per_s, val,
+               extra_values ? extra_values : "");
 }
 
 void memory_peaks_local(size_t *peaks) {
@@ -61,28 +283,28 @@ void memory_peaks_local(size_t *peaks) {
 }
 
 void memory_csv_write(const char *dir, int nranks, const size_t *peaks) {
-    FILE *f = out_file_open(dir, "memory.csv", "w");
-    fprintf(f, "rank,space,category,peak_bytes\n");
+    OutFile *f = out_open(dir, "memory.csv", OUT_WHOLE, 0);
+    out_printf(f, "rank,space,category,peak_bytes\n");
     for (int r = 0; r < nranks; r++)
         for (int s = 0; s < SPACE_COUNT; s++)
             for (int c = 0; c < CAT_COUNT; c++)
-                fprintf(f, "%d,%s,%s,%zu\n", r, space_name((Space)s), category_name((Category)c),
-                        peaks[((size_t)r * SPACE_COUNT + s) * CAT_COUNT + c]);
-    fclose(f);
+                out_printf(f, "%d,%s,%s,%zu\n", r, space_name((Space)s), category_name((Category)c),
+                           peaks[((size_t)r * SPACE_COUNT + s) * CAT_COUNT + c]);
+    out_close(f);
 }
 
 void run_csv_write_extra(const char *dir, const RunSummary *r, const char *extra_header,
                          const char *extra_values) {
-    FILE *f = out_file_open(dir, "run.csv", "w");
-    fprintf(f,
-            "program,device,world_size,dp,tp,pp,zero,params,layers,dmodel,heads,seq,batch,micro,steps,"
-            "final_loss,median_step_ms,tokens_per_s,peak_device_bytes%s\n",
-            extra_header ? extra_header : "");
-    fprintf(f, "%s,%s,%d,%d,%d,%d,%d,%zu,%d,%d,%d,%d,%d,%d,%d,%.9g,%.4f,%.2f,%zu%s\n", r->program, r->device,
-            r->world_size, r->dp, r->tp, r->pp, r->zero, r->params, r->layers, r->dmodel, r->heads, r->seq,
-            r->batch, r->micro, r->steps, r->final_loss, r->median_step_ms, r->tokens_per_s,
-            r->peak_device_bytes, extra_values ? extra_values : "");
-    fclose(f);
+    OutFile *f = out_open(dir, "run.csv", OUT_WHOLE, 0);
+    out_printf(f,
+               "program,device,world_size,dp,tp,pp,zero,params,layers,dmodel,heads,seq,batch,micro,steps,"
+               "final_loss,median_step_ms,tokens_per_s,peak_device_bytes%s\n",
+               extra_header ? extra_header : "");
+    out_printf(f, "%s,%s,%d,%d,%d,%d,%d,%zu,%d,%d,%d,%d,%d,%d,%d,%.9g,%.4f,%.2f,%zu%s\n", r->program,
+               r->device, r->world_size, r->dp, r->tp, r->pp, r->zero, r->params, r->layers, r->dmodel,
+               r->heads, r->seq, r->batch, r->micro, r->steps, r->final_loss, r->median_step_ms,
+               r->tokens_per_s, r->peak_device_bytes, extra_values ? extra_values : "");
+    out_close(f);
 }
 
 void run_summary_init(RunSummary *r, const char *program, const Config *cfg, size_t params, double *step_ms,

@@ -8,7 +8,19 @@
  *              chapters may append columns, never rename these)
  *   memory.csv rank,space,category,peak_bytes: one row per rank, space and category
  *   run.csv    one row describing the whole run (see RunSummary)
- * Columns and their meaning are documented in course.md. */
+ *   run-info.txt  which program and configuration wrote the directory, whether
+ *              the run completed, and the checkpoints it saved
+ * Columns and their meaning are documented in course.md.
+ *
+ * Nothing is lost silently: every write, flush and close is checked, and a
+ * failure (a full disk: ENOSPC, EIO) ends the run with EXIT_RUNTIME naming
+ * the file and the reason. What a run writes appears only complete:
+ * steps.csv is flushed line by line (on an error it is cut back to its last
+ * complete line); every other file is written to NAME.tmp and renamed when
+ * complete. A directory holding another run's files is refused unless
+ * --overwrite; the same program with the same configuration replaces its own
+ * earlier run; a resume from a checkpoint this directory's run saved appends
+ * to its steps.csv. */
 #ifndef CSVLOG_H
 #define CSVLOG_H
 
@@ -34,16 +46,39 @@ typedef struct {
     size_t peak_device_bytes;
 } RunSummary;
 
-/* Create dir (and parents); ends the program with EXIT_USAGE if it cannot be
- * created or written. */
-void out_dir_prepare(const char *dir);
-/* fopen(dir/name, mode), or end the program naming the file (EXIT_USAGE). */
-FILE *out_file_open(const char *dir, const char *name, const char *mode);
+/* ---- files in --out ---- */
+typedef struct OutFile OutFile;
+typedef enum {
+    OUT_LINES,        /* NAME itself, each line flushed and checked (steps.csv) */
+    OUT_LINES_APPEND, /* the same, appending to NAME */
+    OUT_WHOLE,        /* NAME.tmp, renamed to NAME by out_close */
+    OUT_WHOLE_PART,   /* NAME.tmp, begun (0) or continued (1) by several ranks in turn; out_publish renames */
+} OutKind;
+OutFile *out_open(const char *dir, const char *name, OutKind kind, int continued);
+void out_printf(OutFile *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void out_close(OutFile *f);
+/* Rename an OUT_WHOLE_PART file's NAME.tmp to NAME; out_part_path gives NAME.tmp. */
+void out_publish(const char *dir, const char *name);
+const char *out_part_path(const char *dir, const char *name);
+
+/* ---- the run directory ---- */
+/* Before training (any rank): is cfg->out usable, and what to do with the
+ * files it holds (OUT_NEW, OUT_REPLACE, OUT_APPEND)? Refuses (EXIT_USAGE) a
+ * non-directory and another run's files without --overwrite. */
+OutMode out_dir_check(const Config *cfg, const char *program);
+/* The writing rank, once the job agreed to run: create the directory, remove
+ * the replaced run's files, write run-info.txt (status running). */
+void out_dir_prepare(const Config *cfg, const char *program);
+/* run-info.txt: a checkpoint this run saved (a later --resume from it appends
+ * here), and the end of the run (status complete). */
+void run_info_checkpoint(const Config *cfg, const char *path, int step, uint64_t checksum);
+void run_info_complete(const Config *cfg);
 
 /* steps.csv: extra_header is appended to the standard header (e.g.
- * ",exposed_comm_ms"), or NULL. A resumed run writes the steps it runs. */
-FILE *steps_csv_open(const char *dir, const char *extra_header);
-void steps_csv_write(FILE *f, const StepRecord *r, const char *extra_values);
+ * ",exposed_comm_ms"), or NULL. A resumed run appending to its own directory
+ * keeps the rows up to the checkpoint's step. */
+OutFile *steps_csv_open(const Config *cfg, const char *extra_header);
+void steps_csv_write(OutFile *f, const StepRecord *r, const char *extra_values);
 
 /* memory.csv from peaks[rank][space][category] of nranks ranks. */
 void memory_csv_write(const char *dir, int nranks, const size_t *peaks);

@@ -7,31 +7,62 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 
-void data_load(Dataset *d, const char *path, int T) {
-    memset(d, 0, sizeof *d);
+/* Open path for reading, refusing what is not a regular file with bytes in
+ * it: directories, device nodes (/dev/zero never ends), FIFOs, and the files
+ * of /proc and /sys, which say they are empty and then are not. */
+static FILE *open_data_file(const char *path, int T, size_t *bytes) {
     struct stat st;
     if (stat(path, &st) != 0) fatal(EXIT_USAGE, "--data %s: cannot open (%s)", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) fatal(EXIT_USAGE, "--data %s: is a directory, not a text file", path);
+    struct statfs fs;
+    int pseudo = statfs(path, &fs) == 0 && (fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC);
+    if (!S_ISREG(st.st_mode) || pseudo)
+        fatal(EXIT_USAGE, "--data %s: not a regular file (valid: a text file of at least %d bytes)", path,
+              2 * (T + 1));
     FILE *f = fopen(path, "rb");
     if (!f) fatal(EXIT_USAGE, "--data %s: cannot open (%s)", path, strerror(errno));
-    if (st.st_size == 0)
-        fatal(EXIT_USAGE, "--data %s: the file is empty (need at least %d bytes)", path, 2 * (T + 1));
-    d->size = (size_t)st.st_size;
-    d->bytes = xmalloc(d->size);
-    if (fread(d->bytes, 1, d->size, f) != d->size)
-        fatal(EXIT_USAGE, "--data %s: read failed (%s)", path, ferror(f) ? strerror(errno) : "file shrank");
-    fclose(f);
     /* Each split must hold at least one sequence plus its next-byte target. */
-    size_t need = (size_t)T + 1;
-    if (d->size < 2 * need)
+    size_t need = 2 * ((size_t)T + 1);
+    *bytes = (size_t)st.st_size;
+    if (*bytes == 0) fatal(EXIT_USAGE, "--data %s: the file is empty (need at least %zu bytes)", path, need);
+    if (*bytes < 4)
+        fatal(EXIT_USAGE,
+              "--data %s: %zu bytes is too little to train on (valid: a file of at least 4 bytes)", path,
+              *bytes);
+    if (*bytes < need)
         fatal(EXIT_USAGE,
               "--seq %d is longer than the data allows: %s has %zu bytes, training and validation need %zu "
               "(valid: --seq up to %zu for this file)",
-              T, path, d->size, 2 * need, d->size / 2 - 1);
+              T, path, *bytes, need, *bytes / 2 - 1);
+    return f;
+}
+
+static void read_data_file(FILE *f, const char *path, unsigned char *dst, size_t bytes) {
+    if (fread(dst, 1, bytes, f) != bytes)
+        fatal(EXIT_USAGE, "--data %s: read failed (%s)", path, ferror(f) ? strerror(errno) : "file shrank");
+    fclose(f);
+}
+
+void data_load(Dataset *d, const char *path, int T) {
+    memset(d, 0, sizeof *d);
+    FILE *f = open_data_file(path, T, &d->size);
+    d->bytes = xmalloc(d->size);
+    read_data_file(f, path, d->bytes, d->size);
+    size_t need = (size_t)T + 1;
     size_t val = d->size / 10 > need ? d->size / 10 : need;
     d->split_at = d->size - val;
+}
+
+void data_identify(const char *path, int T, size_t *bytes, uint64_t *checksum) {
+    FILE *f = open_data_file(path, T, bytes);
+    unsigned char *all = xmalloc(*bytes);
+    read_data_file(f, path, all, *bytes);
+    *checksum = hash_bytes(all, *bytes);
+    free(all);
 }
 
 void data_free(Dataset *d) {

@@ -23,6 +23,9 @@ typedef struct {
 /* Load path for sequences of T tokens; bad files end the program (EXIT_USAGE). */
 void data_load(Dataset *d, const char *path, int T);
 void data_free(Dataset *d);
+/* The same checks as data_load, and the file's size and checksum: the data's
+ * identity, which every rank of a job must share. */
+void data_identify(const char *path, int T, size_t *bytes, uint64_t *checksum);
 
 /* Sequences [first, first+count) of global batch `index` (the step for
  * training, the evaluation batch for validation): tokens and next-byte

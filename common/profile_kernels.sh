@@ -22,6 +22,6 @@ TRAIN="${TRAIN:-./01_single_gpu/train}"
 command -v ncu >/dev/null || { echo "profile_kernels: ncu (Nsight Compute) is not on PATH" >&2; exit 1; }
 mkdir -p "$out"
 COURSE_PROFILE_STEP=3 ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
-    "$TRAIN" --device cuda "${flags[@]}" --steps 3 --sample 0 --quiet --out "$out/$label.run" \
+    "$TRAIN" --device cuda "${flags[@]}" --steps 3 --sample 0 --quiet --overwrite --out "$out/$label.run" \
     >"$out/$label.ncu.csv"
 python3 common/kernel_breakdown.py ncu "$out/$label.ncu.csv" "$label" "$out/$label.kernels.csv"

@@ -12,6 +12,7 @@
 #ifndef UTIL_H
 #define UTIL_H
 
+#include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,36 @@ void fatal(int exit_code, const char *fmt, ...) __attribute__((format(printf, 2,
 /* What a stubbed exercise calls in a student copy (see `make exercises`):
  * prints "exercise ID not implemented: see WHERE" and ends the program. */
 void exercise_not_implemented(const char *id, const char *where) __attribute__((noreturn));
+
+/* Catching usage errors instead of ending the program. A multi-rank program
+ * checks its flags on every rank, then the ranks agree on one verdict (see
+ * comm_parse_config): while a trap is armed, fatal(EXIT_USAGE, ...) copies its
+ * message into the trap and longjmps back to the setjmp on trap->where:
+ *
+ *     UsageTrap trap;
+ *     usage_trap_arm(&trap);
+ *     if (setjmp(trap.where) == 0) { ...checks that may call fatal... }
+ *     else { ...trap.message holds the error... }
+ *     usage_trap_disarm();
+ */
+typedef struct {
+    jmp_buf where;
+    char message[1024];
+} UsageTrap;
+void usage_trap_arm(UsageTrap *trap);
+void usage_trap_disarm(void);
+
+/* Temporary files (PATH.tmp before a rename) that fatal() removes, so a failed
+ * run leaves none behind. Register after creating, forget after renaming. */
+void temp_file_register(const char *path);
+void temp_file_forget(const char *path);
+
+/* For the tests of full disks, where mounting a small filesystem is not
+ * allowed: with COURSE_FAULT_DISK_FULL=NAME or NAME:BYTES in the environment,
+ * writing to the output file or checkpoint called NAME fails as if the disk
+ * were full once BYTES (default 0) have been written to it: returns 1 and
+ * sets errno to ENOSPC. Writers call it before each write of `bytes`. */
+int fault_disk_full(const char *name, size_t bytes);
 
 /* Multi-process programs install these: the rank named in error messages, and a
  * function that ends every process of the job (it must not return). */
@@ -46,6 +77,7 @@ void *xcalloc(size_t count, size_t bytes);
  * same numbers. */
 uint64_t hash64(uint64_t x);                             /* splitmix64 finaliser */
 uint64_t hash_string(const char *s);                     /* FNV-1a, 64 bit */
+uint64_t hash_bytes(const void *data, size_t bytes);     /* checksum of a buffer */
 double hash_uniform(uint64_t a, uint64_t b, uint64_t c); /* in [0, 1) */
 double hash_normal(uint64_t a, uint64_t b, uint64_t c);  /* standard normal */
 

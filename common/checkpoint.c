@@ -82,6 +82,7 @@ void checkpoint_save(const char *path, const Config *cfg, int step, uint64_t rng
     if (!f) fatal(EXIT_USAGE, "--save %s: cannot write (%s)", path, strerror(errno));
     write_or_die(&h, sizeof h, f, path);
     write_device_buffer(model->params, model->num_params, f, path);
+    fault_point("save"); /* tests/faults.bats: a crash here leaves PATH.tmp half written, PATH intact */
     write_device_buffer(opt->m, opt->n, f, path);
     write_device_buffer(opt->v, opt->n, f, path);
     if (fclose(f) != 0) fatal(EXIT_RUNTIME, "--save %s: write failed (%s)", path, strerror(errno));

@@ -126,6 +126,7 @@ uint64_t checkpoint_save(const char *path, const Config *cfg, int step, uint64_t
     write_or_die(&h, sizeof h, f, path);
     uint64_t sum = header_hash(h);
     sum = write_device_buffer(sum, model->params, model->num_params, f, path);
+    fault_point("save"); /* tests/faults.bats: a crash here leaves PATH.tmp half written, PATH intact */
     sum = write_device_buffer(sum, opt->m, opt->n, f, path);
     sum = write_device_buffer(sum, opt->v, opt->n, f, path);
     h.checksum = sum;

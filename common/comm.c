@@ -362,6 +362,7 @@ static int mpi_count(size_t count) {
 }
 
 void comm_allreduce(CommGroup *g, float *buf, size_t count, ReduceOp op) {
+    fault_point("allreduce"); /* tests/faults.bats: COURSE_FAULT_KILL (util.h) */
     if (count == 0) return;
     bytes_sent += 2.0 * (g->size - 1) / g->size * count * sizeof(float);
     if (g->size == 1) return; /* the sum of one is itself, and so is its average */
@@ -436,6 +437,7 @@ void comm_broadcast(CommGroup *g, float *buf, size_t count, int root) {
 }
 
 void comm_send(CommGroup *g, const float *buf, size_t count, int dest, int tag) {
+    fault_point("send");
     bytes_sent += (double)count * sizeof(float);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
@@ -449,6 +451,7 @@ void comm_send(CommGroup *g, const float *buf, size_t count, int dest, int tag) 
 }
 
 void comm_recv(CommGroup *g, float *buf, size_t count, int source, int tag) {
+    fault_point("recv");
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
         NCCL_CHECK(ncclRecv(buf, count, ncclFloat, source, nccl_of(g), 0));
@@ -463,6 +466,7 @@ void comm_recv(CommGroup *g, float *buf, size_t count, int source, int tag) {
 
 void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest, float *recv,
                    size_t recv_count, int source, int tag) {
+    fault_point("sendrecv");
     bytes_sent += (double)send_count * sizeof(float);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {

@@ -43,6 +43,7 @@ void ring_allreduce(CommGroup *g, float *buf, size_t count, ReduceOp op) {
         comm_sendrecv(g, buf + send_lo, send_hi - send_lo, right, chunk_in, recv_hi - recv_lo, left,
                       RING_TAG);
         ops()->residual_forward(buf + recv_lo, buf + recv_lo, chunk_in, recv_hi - recv_lo);
+        fault_point("ring"); /* tests/faults.bats can kill a rank here, mid-ring (util.h) */
     }
     /* Rank r now holds the complete sum of chunk r+1. All-gather: at step s,
      * send chunk r+1-s (complete) and receive chunk r-s in place. */

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,4 +166,21 @@ double wall_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+void fault_point(const char *name) {
+    static int parsed = 0, kill_rank = -1, kill_at = 1, hits = 0;
+    static char kill_name[64];
+    if (!parsed) {
+        parsed = 1;
+        const char *spec = getenv("COURSE_FAULT_KILL");
+        if (spec && spec[0]) {
+            int used = 0;
+            int fields = sscanf(spec, "%63[^:]:%d%n:%d%n", kill_name, &kill_rank, &used, &kill_at, &used);
+            if (fields < 2 || spec[used] != '\0' || kill_rank < 0 || kill_at < 1)
+                fatal(EXIT_USAGE, "COURSE_FAULT_KILL=%s: expected NAME:RANK or NAME:RANK:N", spec);
+        }
+    }
+    if (kill_rank != log_rank || strcmp(name, kill_name) != 0) return;
+    if (++hits == kill_at) raise(SIGKILL);
 }

@@ -88,6 +88,16 @@ float rng_next_float(uint64_t *state); /* in [0, 1) */
 /* Wall clock in milliseconds since an arbitrary start (monotonic). */
 double wall_ms(void);
 
+/* Fault injection, for tests/faults.bats. When the environment variable
+ * COURSE_FAULT_KILL is "NAME:RANK" or "NAME:RANK:N", the rank RANK (the one
+ * set_log_rank registered; 0 without mpirun) raises SIGKILL on itself the N-th
+ * time (default 1) it reaches fault_point(NAME): a crashed machine, with no
+ * cleanup and no message. Unset, it does nothing. A malformed value ends the
+ * program with EXIT_USAGE. Points: "allreduce", "send", "recv", "sendrecv"
+ * (comm.c), "ring" (ring.c, after each step of the reduce-scatter), "save"
+ * (checkpoint.c, after the parameters, before m and v). */
+void fault_point(const char *name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,154 @@
+#!/usr/bin/env bats
+# Fault injection: a rank killed (SIGKILL, as a crashed machine) at a chosen
+# point ends the whole job quickly, with a nonzero status and the rank named;
+# a crash while saving leaves the previous checkpoint intact; and a long run
+# saved and resumed every 50 steps gives the uninterrupted run's losses.
+# The points are fault_point() calls (common/util.h), armed by
+# COURSE_FAULT_KILL=NAME:RANK[:N].
+
+load helpers
+
+TRAIN02="$REPO/02_data_parallel/train"
+TRAIN03="$REPO/03_model_parallel/train"
+TRAIN04="$REPO/04_pipeline/train"
+
+# Tiny model, a global batch of 12 (divisible by 2, 3, 4 ranks); a private copy
+# of the corpus, so that editing course.md meanwhile changes nothing.
+FLAGS="--device cpu --batch 12 --sample 0 --quiet --data $BATS_FILE_TMPDIR/corpus.txt"
+export OMP_NUM_THREADS=1
+export -f mpirun_np
+
+setup_file() {
+    cp "$REPO/course.md" "$BATS_FILE_TMPDIR/corpus.txt"
+}
+
+# job FAULT NP PROGRAM ARGS...: mpirun_np under `timeout 20`, with
+# COURSE_FAULT_KILL=FAULT (no fault when empty). Sets status, output (stdout
+# and stderr) and seconds (the job's wall time).
+job() {
+    local fault="$1" start="$EPOCHREALTIME"
+    shift
+    run env COURSE_FAULT_KILL="$fault" timeout 20 bash -c 'mpirun_np "$@"' job "$@"
+    seconds=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
+}
+
+# assert_killed RANK CLEAN_SECONDS: the last job failed on its own (not ended by
+# the timeout), and Open MPI named RANK as killed by signal 9. The kill comes
+# before the end of the same run without the fault (CLEAN_SECONDS, start-up
+# included), so the job ending within CLEAN_SECONDS + 5 s means within 5 s of
+# the kill.
+assert_killed() {
+    local rank="$1" clean="$2"
+    assert_failure
+    [ "$status" -ne 124 ] || fail "the job hung until timeout 20 ended it"
+    awk -v s="$seconds" -v c="$clean" 'BEGIN { exit !(s < c + 5) }' ||
+        fail "the killed job took ${seconds}s, the same run without the fault ${clean}s"
+    # Open MPI 4: "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."
+    assert_output --regexp "process rank $rank with PID [0-9]+ on node .* exited on signal 9"
+}
+
+# kill_check FAULT RANK NP PROGRAM ARGS...: the run succeeds without the fault;
+# with it, the job ends within 5 s of the kill, naming RANK, and unfinished.
+kill_check() {
+    local fault="$1" rank="$2"
+    shift 2
+    job "" "$@" --out "$BATS_TEST_TMPDIR/clean"
+    assert_success
+    local clean="$seconds"
+    job "$fault" "$@" --out "$BATS_TEST_TMPDIR/killed"
+    assert_killed "$rank" "$clean"
+    [ ! -e "$BATS_TEST_TMPDIR/killed/run.csv" ] || fail "the killed job wrote run.csv as if it had finished"
+}
+
+# step_losses STEPS_CSV...: "step,loss" lines of the files, one after the other.
+step_losses() {
+    local f
+    for f in "$@"; do paste -d, <(csv_column "$f" step) <(csv_column "$f" loss); done
+}
+
+# assert_same_losses REF RUN: two lists of step_losses lines name the same
+# steps in the same order, each loss within 1e-4 (relative) of the reference's.
+assert_same_losses() {
+    assert_equal "$(echo "$2" | wc -l)" "$(echo "$1" | wc -l)"
+    paste -d, <(echo "$1") <(echo "$2") |
+        awk -F, '$1 != $3 { print "line " NR ": step " $1 " against step " $3; bad = 1; next }
+                 { r = ($2 - $4) / $2; if (r < 0) r = -r; if (r > 1e-4) { print "step " $1 ": " $2 " against " $4; bad = 1 } }
+                 END { exit bad }'
+}
+
+@test "a rank killed inside the library all-reduce ends the data-parallel job within 5 s, naming the rank" {
+    kill_check allreduce:1 1 2 "$TRAIN02" $FLAGS --steps 5 --allreduce library
+}
+
+@test "a rank killed mid-ring ends the data-parallel job within 5 s, naming the rank" {
+    kill_check ring:1 1 4 "$TRAIN02" $FLAGS --steps 5 --allreduce ring
+}
+
+@test "the last rank killed mid-ring ends the data-parallel job within 5 s, naming it" {
+    kill_check ring:3 3 4 "$TRAIN02" $FLAGS --steps 5 --allreduce ring
+}
+
+@test "NAME:RANK:N kills at the N-th time: rank 1 in step 3's all-reduce, after 2 logged steps" {
+    kill_check allreduce:1:3 1 2 "$TRAIN02" $FLAGS --steps 5
+    assert_equal "$(csv_column "$BATS_TEST_TMPDIR/killed/steps.csv" step | tr '\n' ' ')" "1 2 "
+}
+
+@test "a pipeline stage killed in a send ends the 3-stage job within 5 s, naming the rank" {
+    kill_check send:1 1 3 "$TRAIN04" $FLAGS --layers 4 --steps 4 --batch 8
+}
+
+@test "the last pipeline stage killed in a receive ends the 4-stage job within 5 s, naming it" {
+    kill_check recv:3 3 4 "$TRAIN04" $FLAGS --layers 4 --steps 4 --batch 8
+}
+
+@test "a pipeline stage killed in a 1F1B send-receive ends the 4-stage job within 5 s, naming the rank" {
+    kill_check sendrecv:1 1 4 "$TRAIN04" $FLAGS --layers 4 --steps 4 --batch 8 --micro 4 --schedule 1f1b
+}
+
+@test "a tensor-parallel rank killed inside its all-reduce ends the model-parallel job within 5 s, naming the rank" {
+    kill_check allreduce:1 1 2 "$TRAIN03" $FLAGS --steps 4 --mp tensor
+}
+
+@test "a rank killed while saving leaves the previous checkpoint intact, and resuming from it matches the uninterrupted run" {
+    local d="$BATS_TEST_TMPDIR" f="$FLAGS --steps 6"
+    job "" 2 "$TRAIN02" $f --out "$d/full"
+    assert_success
+    job "" 2 "$TRAIN02" $f --stop-after 2 --save "$d/ck" --out "$d/first"
+    assert_success
+    cp "$d/ck" "$d/ck.before"
+    # the same resumed run, saving elsewhere: its time bounds the time to the kill
+    job "" 2 "$TRAIN02" $f --resume "$d/ck" --stop-after 4 --save "$d/ck.clean" --out "$d/clean"
+    assert_success
+    local clean="$seconds"
+
+    job save:0 2 "$TRAIN02" $f --resume "$d/ck" --stop-after 4 --save "$d/ck" --out "$d/killed"
+    assert_killed 0 "$clean"
+    cmp "$d/ck" "$d/ck.before"
+    [ "$(stat -c %s "$d/ck.tmp")" -lt "$(stat -c %s "$d/ck")" ] # the save died half-way
+
+    job "" 2 "$TRAIN02" $f --resume "$d/ck" --out "$d/resumed"
+    assert_success
+    assert_same_losses "$(step_losses "$d/full/steps.csv" | sed -n 3,6p)" "$(step_losses "$d/resumed/steps.csv")"
+}
+
+@test "300 steps on 4 ranks, saved and resumed every 50 steps, give the uninterrupted run's losses" {
+    local d="$BATS_TEST_TMPDIR" f="--device cpu --steps 300 --batch 8 --eval-batches 1 --sample 0 --quiet"
+    f="$f --data $BATS_FILE_TMPDIR/corpus.txt"
+    mpirun_np 4 "$TRAIN02" $f --out "$d/full" >/dev/null
+    local resume="" segments=() k
+    for k in 50 100 150 200 250 300; do
+        mpirun_np 4 "$TRAIN02" $f --stop-after $k --save "$d/ck" $resume --out "$d/to$k" >/dev/null
+        resume="--resume $d/ck"
+        segments+=("$d/to$k/steps.csv")
+    done
+    assert_same_losses "$(step_losses "$d/full/steps.csv")" "$(step_losses "${segments[@]}")"
+    assert_equal "$(step_losses "${segments[@]}" | wc -l)" 300
+}
+
+@test "a malformed COURSE_FAULT_KILL is refused with one line" {
+    COURSE_FAULT_KILL=allreduce run --separate-stderr "$TRAIN02" $FLAGS --steps 1 --out "$BATS_TEST_TMPDIR/bad"
+    assert_equal "$status" 2
+    # (then MPI_Abort's own notice)
+    assert_equal "${stderr_lines[0]}" "error: COURSE_FAULT_KILL=allreduce: expected NAME:RANK or NAME:RANK:N"
+    assert_equal "$(grep -c '^error:' <<<"$stderr")" 1
+}

@@ -56,7 +56,7 @@ NVCCFLAGS := -O3 -std=c++17 -Icommon -DUSE_CUDA --compiler-options -Wall,-Wextra
              -gencode arch=compute_$(lastword $(NVCC_ARCHS)),code=compute_$(lastword $(NVCC_ARCHS))
 
 # Communication (common/comm.c, ring.c) needs MPI; without it chapters 02-06 are not built.
-MPI_SOURCES := common/comm.c common/ring.c
+MPI_SOURCES := common/comm.c common/ring.c common/grid.c
 MPI_CFLAGS := $(if $(MPICC),$(shell $(MPICC) --showme:compile 2>/dev/null))
 MPI_LIBS := $(if $(MPICC),$(shell $(MPICC) --showme:link 2>/dev/null))
 COMMON_C := $(if $(MPICC),$(wildcard common/*.c),$(filter-out $(MPI_SOURCES),$(wildcard common/*.c)))
@@ -90,7 +90,7 @@ endif
 BENCH_SOURCES := $(filter $(CHAPTER_DIRS:%=%%bench.c),$(wildcard 0[1-6]_*/*bench.c))
 PROGRAMS := $(CHAPTER_DIRS:%/=%/train) $(BENCH_SOURCES:%.c=%)
 # Test programs that need MPI: the collectives, and chapter 03's parallel layers.
-MPI_TESTS := tests/test_comm% tests/test_tensor_parallel%
+MPI_TESTS := tests/test_comm% tests/test_tensor_parallel% tests/test_grid%
 TEST_SOURCES := $(if $(MPICC),$(wildcard tests/*.c),$(filter-out $(MPI_TESTS),$(wildcard tests/*.c)))
 TEST_PROGRAMS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SOURCES))
 
@@ -136,12 +136,12 @@ $(foreach d,$(CHAPTER_DIRS:%/=%),$(eval $(call PROGRAM_RULE,$(d))))
 $(BENCH_SOURCES:%.c=%): %: $(BUILD)/%.o $(LIBCOMMON)
 	$(CC) -o $@ $^ $(call program_libs,$@)
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
-$(BUILD)/tests/test_comm%.o $(BUILD)/tests/test_tensor_parallel.o: CFLAGS += $(MPI_CFLAGS)
+$(BUILD)/tests/test_comm%.o $(BUILD)/tests/test_tensor_parallel.o $(BUILD)/tests/test_grid.o: CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/tests/test_tensor_parallel: $(BUILD)/03_model_parallel/tensor_parallel.o
 $(BUILD)/tests/test_schedule: $(BUILD)/04_pipeline/schedule.o
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBCOMMON)
-	$(CC) -o $@ $(filter %.o,$^) $(LIBCOMMON) $(if $(filter test_comm% test_tensor_parallel,$*),$(MPI_LIBS)) $(LDLIBS)
+	$(CC) -o $@ $(filter %.o,$^) $(LIBCOMMON) $(if $(filter test_comm% test_tensor_parallel test_grid,$*),$(MPI_LIBS)) $(LDLIBS)
 
 deps:
 	@common/install-deps.sh

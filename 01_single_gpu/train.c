@@ -61,8 +61,6 @@ int main(int argc, char **argv) {
              cfg.batch, cfg.micro, B, cfg.data, data.size);
     if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
 
-    size_t tokens_bytes = (size_t)B * T * sizeof(int);
-    int *tokens = xmalloc(tokens_bytes), *targets = xmalloc(tokens_bytes);
     double tokens_per_step = (double)cfg.batch * T;
     float dloss =
         (float)(1.0 / tokens_per_step); /* the loss is the mean over every token of the global batch */
@@ -80,9 +78,7 @@ int main(int argc, char **argv) {
         k->fill_zero(model.grads, model.num_params);
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
-            data_batch(&data, SPLIT_TRAIN, cfg.seed, step, mb * B, B, T, tokens, targets);
-            copy_to_device(acts.tokens, tokens, tokens_bytes);
-            copy_to_device(acts.targets, targets, tokens_bytes);
+            data_upload_batch(&data, SPLIT_TRAIN, cfg.seed, step, mb * B, B, T, acts.tokens, acts.targets);
 
             timer_start(&timer);
             gpt_forward(&model, &acts, &scratch, B, T);
@@ -139,8 +135,6 @@ int main(int argc, char **argv) {
              "in %s\n",
              loss, run.median_step_ms, run.tokens_per_s, run.peak_device_bytes / 1048576.0, cfg.out);
 
-    free(tokens);
-    free(targets);
     free(step_ms);
     scratch_destroy(&scratch);
     activations_destroy(&acts, &cfg.model);

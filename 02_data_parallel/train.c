@@ -40,18 +40,16 @@ typedef struct {
     char dp_mode[8];    /* naive, flat, overlap */
     double bucket_mb;   /* overlap: bucket size */
     char allreduce[8];  /* ring, library */
-    char comm[8];       /* auto, nccl, mpi */
     int check_replicas; /* every N steps, 0 = never */
     int print_buckets;  /* overlap: print the buckets after the run */
     int ranks;          /* the world size, for the checks */
 } DataParallelFlags;
 
-enum { OPT_DP_MODE = 1000, OPT_BUCKET_MB, OPT_ALLREDUCE, OPT_COMM, OPT_CHECK_REPLICAS, OPT_PRINT_BUCKETS };
+enum { OPT_DP_MODE = 1000, OPT_BUCKET_MB, OPT_ALLREDUCE, OPT_CHECK_REPLICAS, OPT_PRINT_BUCKETS };
 static const struct option dp_options[] = {
     {"dp-mode", required_argument, 0, OPT_DP_MODE},
     {"bucket-mb", required_argument, 0, OPT_BUCKET_MB},
     {"allreduce", required_argument, 0, OPT_ALLREDUCE},
-    {"comm", required_argument, 0, OPT_COMM},
     {"check-replicas", required_argument, 0, OPT_CHECK_REPLICAS},
     {"print-buckets", no_argument, 0, OPT_PRINT_BUCKETS},
     {0, 0, 0, 0},
@@ -63,8 +61,6 @@ static const char dp_help[] =
     "                             during backward (default flat)\n"
     "  --bucket-mb X              overlap: gradient bucket size in MiB, (0, 4096] (default 1)\n"
     "  --allreduce ring|library   the course's ring all-reduce or the library's (default library)\n"
-    "  --comm auto|nccl|mpi       transport for device buffers; auto = nccl with one GPU per rank (default "
-    "auto)\n"
     "  --check-replicas N         every N steps verify all replicas hold identical parameters, 0 = never\n"
     "                             (default 0)\n"
     "  --print-buckets            overlap: print the buckets and after which layer each was launched\n";
@@ -81,9 +77,6 @@ static int handle_dp_flag(int option, const char *value, void *context) {
     case OPT_ALLREDUCE:
         parse_choice_flag("--allreduce", "all-reduce", value, "ring|library", f->allreduce,
                           sizeof f->allreduce);
-        return 0;
-    case OPT_COMM:
-        parse_choice_flag("--comm", "transport", value, "auto|nccl|mpi", f->comm, sizeof f->comm);
         return 0;
     case OPT_CHECK_REPLICAS:
         f->check_replicas = parse_int_flag("--check-replicas", value, 0, 10000000);
@@ -113,7 +106,6 @@ static void record_dp_flags(const void *context, ConfigRecord *r) {
     config_record_add(r, "--dp-mode", "%s", f->dp_mode);
     config_record_add(r, "--bucket-mb", "%.9g", f->bucket_mb);
     config_record_add(r, "--allreduce", "%s", f->allreduce);
-    config_record_add(r, "--comm", "%s", f->comm);
     config_record_add(r, "--check-replicas", "%d", f->check_replicas);
     config_record_add(r, "--print-buckets", "%d", f->print_buckets);
 }
@@ -168,9 +160,14 @@ int main(int argc, char **argv) {
     int rank = comm_rank(world), ranks = comm_size(world);
 
     Config cfg;
-    DataParallelFlags dp = {
-        .dp_mode = "flat", .bucket_mb = 1.0, .allreduce = "library", .comm = "auto", .ranks = ranks};
-    CliExtra extra = {dp_options, dp_help, handle_dp_flag, &dp, check_dp_layout, record_dp_flags};
+    DataParallelFlags dp = {.dp_mode = "flat", .bucket_mb = 1.0, .allreduce = "library", .ranks = ranks};
+    CliExtra extra = {.options = dp_options,
+                      .help = dp_help,
+                      .handle = handle_dp_flag,
+                      .context = &dp,
+                      .check = check_dp_layout,
+                      .record = record_dp_flags,
+                      .multi_rank = 1};
     comm_parse_config(&cfg, argc, argv, PROGRAM,
                       "Train a GPT with data parallelism: N replicas, gradients all-reduced.", &extra);
     int use_ring = strcmp(dp.allreduce, "ring") == 0;
@@ -178,7 +175,7 @@ int main(int argc, char **argv) {
     /* ---- build: device, data, output files, model, optimizer, activations ---- */
     device_init(cfg.device, comm_local_rank());
     device_set_limit(cfg.device_mem_limit);
-    comm_select(dp.comm);
+    comm_select(cfg.comm);
     Dataset data;
     data_load(&data, cfg.data, cfg.model.seq);
     OutFile *steps_csv = NULL;
@@ -217,8 +214,6 @@ int main(int argc, char **argv) {
     if (overlap) log_info("overlap: %d gradient buckets of about %.2f MiB\n", buckets.count, dp.bucket_mb);
     if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
 
-    size_t tokens_bytes = (size_t)B * T * sizeof(int);
-    int *tokens = xmalloc(tokens_bytes), *targets = xmalloc(tokens_bytes);
     double tokens_per_step = (double)cfg.batch * T;
     float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
     double *step_ms = xcalloc(last_step, sizeof(double));
@@ -237,9 +232,8 @@ int main(int argc, char **argv) {
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
             int first_sequence = rank * per_rank + mb * B; /* where this piece sits in the global batch */
-            data_batch(&data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, tokens, targets);
-            copy_to_device(acts.tokens, tokens, tokens_bytes);
-            copy_to_device(acts.targets, targets, tokens_bytes);
+            data_upload_batch(&data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, acts.tokens,
+                              acts.targets);
 
             timer_start(&timer);
             gpt_forward(&model, &acts, &scratch, B, T);
@@ -279,11 +273,7 @@ int main(int argc, char **argv) {
         if (dp.check_replicas && (step + 1) % dp.check_replicas == 0) check_replicas(&model, world, step + 1);
 
         /* ---- log: the slowest rank's times ---- */
-        rec.step_ms = comm_allreduce_double(world, rec.step_ms, 1);
-        rec.fwd_ms = comm_allreduce_double(world, rec.fwd_ms, 1);
-        rec.bwd_ms = comm_allreduce_double(world, rec.bwd_ms, 1);
-        rec.comm_ms = comm_allreduce_double(world, rec.comm_ms, 1);
-        rec.opt_ms = comm_allreduce_double(world, rec.opt_ms, 1);
+        comm_slowest_times(world, &rec);
         exposed_ms = comm_allreduce_double(world, exposed_ms, 1);
         rec.loss = loss;
         rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
@@ -326,8 +316,6 @@ int main(int argc, char **argv) {
     }
 
     if (overlap && dp.print_buckets) buckets_print(&buckets);
-    free(tokens);
-    free(targets);
     free(step_ms);
     if (overlap) buckets_destroy(&buckets);
     scratch_destroy(&scratch);

@@ -52,15 +52,16 @@ typedef struct {
     char split[1024]; /* --split: blocks per stage, "" = balance the parameters */
     int tp;           /* --tp: tensor-parallel ranks, 0 = world / dp */
     int dp;           /* --dp: data-parallel replicas of the model-parallel group */
-    char comm[8];     /* auto, nccl, mpi */
     int ranks;        /* the world size, for the checks */
 } ModelParallelFlags;
 
-enum { OPT_MP = 1000, OPT_SPLIT, OPT_TP, OPT_DP, OPT_COMM };
+enum { OPT_MP = 1000, OPT_SPLIT, OPT_TP, OPT_DP };
 static const struct option mp_options[] = {
-    {"mp", required_argument, 0, OPT_MP},     {"split", required_argument, 0, OPT_SPLIT},
-    {"tp", required_argument, 0, OPT_TP},     {"dp", required_argument, 0, OPT_DP},
-    {"comm", required_argument, 0, OPT_COMM}, {0, 0, 0, 0},
+    {"mp", required_argument, 0, OPT_MP},
+    {"split", required_argument, 0, OPT_SPLIT},
+    {"tp", required_argument, 0, OPT_TP},
+    {"dp", required_argument, 0, OPT_DP},
+    {0, 0, 0, 0},
 };
 static const char mp_help[] =
     "model parallel (run with mpirun -np N; N = dp x model-parallel ranks)\n"
@@ -72,9 +73,7 @@ static const char mp_help[] =
     "                             (default: balance the parameters)\n"
     "  --tp N                     tensor: ranks per model copy; must divide --heads and 4 x --dmodel\n"
     "                             (default: world / --dp)\n"
-    "  --dp D                     data-parallel replicas of the model-parallel group (default 1)\n"
-    "  --comm auto|nccl|mpi       transport for device buffers; auto = nccl with one GPU per rank (default "
-    "auto)\n";
+    "  --dp D                     data-parallel replicas of the model-parallel group (default 1)\n";
 
 static int handle_mp_flag(int option, const char *value, void *context) {
     ModelParallelFlags *f = context;
@@ -91,9 +90,6 @@ static int handle_mp_flag(int option, const char *value, void *context) {
         return 0;
     case OPT_DP:
         f->dp = parse_int_flag("--dp", value, 1, 100000);
-        return 0;
-    case OPT_COMM:
-        parse_choice_flag("--comm", "transport", value, "auto|nccl|mpi", f->comm, sizeof f->comm);
         return 0;
     }
     return -1;
@@ -141,7 +137,6 @@ static void record_mp_flags(const void *context, ConfigRecord *r) {
     config_record_add(r, "--split", "%s", f->split);
     config_record_add(r, "--tp", "%d", f->tp);
     config_record_add(r, "--dp", "%d", f->dp);
-    config_record_add(r, "--comm", "%s", f->comm);
 }
 
 /* ---- everything this rank holds and does, in either mode ---- */
@@ -324,8 +319,14 @@ int main(int argc, char **argv) {
     int rank = comm_rank(world), ranks = comm_size(world);
 
     Config cfg;
-    ModelParallelFlags mpf = {.mp = "layer", .dp = 1, .comm = "auto", .ranks = ranks};
-    CliExtra extra = {mp_options, mp_help, handle_mp_flag, &mpf, check_mp_layout, record_mp_flags};
+    ModelParallelFlags mpf = {.mp = "layer", .dp = 1, .ranks = ranks};
+    CliExtra extra = {.options = mp_options,
+                      .help = mp_help,
+                      .handle = handle_mp_flag,
+                      .context = &mpf,
+                      .check = check_mp_layout,
+                      .record = record_mp_flags,
+                      .multi_rank = 1};
     comm_parse_config(
         &cfg, argc, argv, PROGRAM,
         "Train a GPT split over ranks: by layers (--mp layer) or inside every layer (--mp tensor).", &extra);
@@ -341,7 +342,7 @@ int main(int argc, char **argv) {
     /* ---- build: device, data, output files, this rank's part of the model, optimizer ---- */
     device_init(cfg.device, comm_local_rank());
     device_set_limit(cfg.device_mem_limit);
-    comm_select(mpf.comm);
+    comm_select(cfg.comm);
     Dataset data;
     data_load(&data, cfg.data, cfg.model.seq);
     OutFile *steps_csv = NULL, *busy_csv = NULL;
@@ -392,8 +393,6 @@ int main(int argc, char **argv) {
         PROGRAM, ranks, dp, mp_size, layout, device_name(), comm_transport_name(), table.num_params,
         cfg.batch, dp, cfg.micro, B);
 
-    size_t tokens_bytes = (size_t)B * T * sizeof(int);
-    int *tokens = xmalloc(tokens_bytes), *targets = xmalloc(tokens_bytes);
     double tokens_per_step = (double)cfg.batch * T;
     float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
     double *step_ms = xcalloc(last_step, sizeof(double));
@@ -413,9 +412,8 @@ int main(int argc, char **argv) {
         for (int mb = 0; mb < cfg.micro; mb++) {
             int first_sequence =
                 dp_index * per_replica + mb * B; /* where this piece sits in the global batch */
-            data_batch(&data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, tokens, targets);
-            copy_to_device(tokens_of(&par), tokens, tokens_bytes);
-            copy_to_device(targets_of(&par), targets, tokens_bytes);
+            data_upload_batch(&data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, tokens_of(&par),
+                              targets_of(&par));
 
             timer_start(&timer);
             loss_sum += forward(&par, 1, B, T);
@@ -445,11 +443,7 @@ int main(int argc, char **argv) {
         /* ---- log: the slowest rank's times; every rank's busy time ---- */
         double busy[2] = {rec.step_ms - par.comm_ms, rec.step_ms};
         comm_gather_bytes(world, busy, sizeof busy, busy_all, 0);
-        rec.step_ms = comm_allreduce_double(world, rec.step_ms, 1);
-        rec.fwd_ms = comm_allreduce_double(world, rec.fwd_ms, 1);
-        rec.bwd_ms = comm_allreduce_double(world, rec.bwd_ms, 1);
-        rec.comm_ms = comm_allreduce_double(world, rec.comm_ms, 1);
-        rec.opt_ms = comm_allreduce_double(world, rec.opt_ms, 1);
+        comm_slowest_times(world, &rec);
         rec.loss = loss;
         rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
         step_ms[step] = rec.step_ms;
@@ -494,8 +488,6 @@ int main(int argc, char **argv) {
     }
 
     free(busy_all);
-    free(tokens);
-    free(targets);
     free(step_ms);
     adamw_destroy(&opt);
     if (par.tensor) {

@@ -46,18 +46,16 @@ typedef struct {
     int pp;            /* --pp: pipeline stages, 0 = world / dp */
     int dp;            /* --dp: data-parallel replicas of the pipeline */
     char split[1024];  /* --split: blocks per stage, "" = balance the parameters */
-    char comm[8];      /* auto, nccl, mpi */
     int print_schedule;
     int ranks; /* the world size, for the checks */
 } PipelineFlags;
 
-enum { OPT_SCHEDULE = 1000, OPT_PP, OPT_DP, OPT_SPLIT, OPT_COMM, OPT_PRINT_SCHEDULE };
+enum { OPT_SCHEDULE = 1000, OPT_PP, OPT_DP, OPT_SPLIT, OPT_PRINT_SCHEDULE };
 static const struct option pipeline_options[] = {
     {"schedule", required_argument, 0, OPT_SCHEDULE},
     {"pp", required_argument, 0, OPT_PP},
     {"dp", required_argument, 0, OPT_DP},
     {"split", required_argument, 0, OPT_SPLIT},
-    {"comm", required_argument, 0, OPT_COMM},
     {"print-schedule", no_argument, 0, OPT_PRINT_SCHEDULE},
     {0, 0, 0, 0},
 };
@@ -68,7 +66,6 @@ static const char pipeline_help[] =
     "  --pp P                     pipeline stages, 1..layers (default: world size / dp)\n"
     "  --dp D                     data-parallel replicas of the pipeline (default 1)\n"
     "  --split a,b,...            blocks per stage (default: balance the parameters)\n"
-    "  --comm auto|nccl|mpi       transport for device buffers (default auto)\n"
     "  --print-schedule           print every stage's list of actions and exit\n";
 
 static int handle_pipeline_flag(int option, const char *value, void *context) {
@@ -86,9 +83,6 @@ static int handle_pipeline_flag(int option, const char *value, void *context) {
     case OPT_SPLIT:
         if (strlen(value) >= sizeof f->split) fatal(EXIT_USAGE, "--split: value is too long");
         snprintf(f->split, sizeof f->split, "%s", value);
-        return 0;
-    case OPT_COMM:
-        parse_choice_flag("--comm", "transport", value, "auto|nccl|mpi", f->comm, sizeof f->comm);
         return 0;
     case OPT_PRINT_SCHEDULE:
         f->print_schedule = 1;
@@ -131,7 +125,6 @@ static void record_pipeline_flags(const void *context, ConfigRecord *r) {
     config_record_add(r, "--pp", "%d", f->pp);
     config_record_add(r, "--dp", "%d", f->dp);
     config_record_add(r, "--split", "%s", f->split);
-    config_record_add(r, "--comm", "%s", f->comm);
     config_record_add(r, "--print-schedule", "%d", f->print_schedule);
 }
 
@@ -318,9 +311,14 @@ int main(int argc, char **argv) {
     int rank = comm_rank(world), ranks = comm_size(world);
 
     Config cfg;
-    PipelineFlags pf = {.schedule = "1f1b", .dp = 1, .comm = "auto", .ranks = ranks};
-    CliExtra extra = {pipeline_options,      pipeline_help,        handle_pipeline_flag, &pf,
-                      check_pipeline_layout, record_pipeline_flags};
+    PipelineFlags pf = {.schedule = "1f1b", .dp = 1, .ranks = ranks};
+    CliExtra extra = {.options = pipeline_options,
+                      .help = pipeline_help,
+                      .handle = handle_pipeline_flag,
+                      .context = &pf,
+                      .check = check_pipeline_layout,
+                      .record = record_pipeline_flags,
+                      .multi_rank = 1};
     comm_parse_config(
         &cfg, argc, argv, PROGRAM,
         "Train a GPT with pipeline parallelism: micro-batches flow through a layer split (GPipe, 1F1B).",
@@ -364,7 +362,7 @@ int main(int argc, char **argv) {
     /* ---- build: device, data, output files, this stage's model, optimizer ---- */
     device_init(cfg.device, comm_local_rank());
     device_set_limit(cfg.device_mem_limit);
-    comm_select(pf.comm);
+    comm_select(cfg.comm);
     Dataset data;
     data_load(&data, cfg.data, cfg.model.seq);
     p.data = &data;
@@ -455,11 +453,10 @@ int main(int argc, char **argv) {
         rec.step_ms = timer_stop_ms(&step_timer);
 
         /* ---- log: the slowest rank's times ---- */
-        rec.step_ms = comm_allreduce_double(world, rec.step_ms, 1);
-        rec.fwd_ms = comm_allreduce_double(world, p.fwd_ms, 1);
-        rec.bwd_ms = comm_allreduce_double(world, p.bwd_ms, 1);
-        rec.comm_ms = comm_allreduce_double(world, p.comm_ms + dp_ms, 1);
-        rec.opt_ms = comm_allreduce_double(world, rec.opt_ms, 1);
+        rec.fwd_ms = p.fwd_ms;
+        rec.bwd_ms = p.bwd_ms;
+        rec.comm_ms = p.comm_ms + dp_ms;
+        comm_slowest_times(world, &rec);
         rec.loss = loss;
         rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
         step_ms[step] = rec.step_ms;
@@ -479,11 +476,10 @@ int main(int argc, char **argv) {
     timeline_write(&p.timeline, world, cfg.out);
     size_t peak_device = comm_write_memory_csv(world, cfg.out);
     if (rank == 0) {
-        /* the first step includes start-up costs: leave it out of the medians when there are others */
+        /* the bubble's median leaves out the warm-up step, as the step time's does (run_summary_init) */
         int skip = last_step > 1 ? 1 : 0, n = last_step - skip;
         RunSummary run;
-        run_summary_init(&run, PROGRAM, &cfg, p.model.num_params, step_ms + skip, n);
-        run.steps = last_step; /* every step ran; the median leaves out the first */
+        run_summary_init(&run, PROGRAM, &cfg, p.model.num_params, step_ms, last_step);
         run.world_size = ranks;
         run.dp = pf.dp;
         run.pp = P;

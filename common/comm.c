@@ -516,3 +516,13 @@ size_t comm_write_memory_csv(CommGroup *world, const char *dir) {
     free(all_peaks);
     return (size_t)comm_allreduce_double(world, (double)mem_peak_total(SPACE_DEVICE), 1);
 }
+
+void comm_slowest_times(CommGroup *g, StepRecord *rec) {
+    double times[5] = {rec->step_ms, rec->fwd_ms, rec->bwd_ms, rec->comm_ms, rec->opt_ms};
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, times, 5, MPI_DOUBLE, MPI_MAX, g->mpi));
+    rec->step_ms = times[0];
+    rec->fwd_ms = times[1];
+    rec->bwd_ms = times[2];
+    rec->comm_ms = times[3];
+    rec->opt_ms = times[4];
+}

@@ -22,6 +22,7 @@
 #define COMM_H
 
 #include "config.h"
+#include "csvlog.h"
 
 #include <stddef.h>
 
@@ -94,6 +95,10 @@ void comm_barrier(CommGroup *g);
  * gathered and written by rank 0 into dir. Returns the largest device peak
  * of any rank (run.csv's peak_device_bytes), on every rank. */
 size_t comm_write_memory_csv(CommGroup *world, const char *dir);
+
+/* A step's times as the slowest rank saw them (max over g of step, forward,
+ * backward, communication and optimizer milliseconds): what steps.csv shows. */
+void comm_slowest_times(CommGroup *g, StepRecord *rec);
 
 /* Bytes this rank has sent through the collectives and point-to-point calls. */
 double comm_bytes_sent(void);

@@ -128,6 +128,7 @@ enum {
     OPT_QUIET,
     OPT_RECOMPUTE,
     OPT_OVERWRITE,
+    OPT_COMM,
     OPT_HELP
 };
 
@@ -160,6 +161,7 @@ static const struct option common_options[] = {
     {"recompute", optional_argument, 0, OPT_RECOMPUTE},
     {"overwrite", no_argument, 0, OPT_OVERWRITE},
     {"help", no_argument, 0, OPT_HELP},
+    {"comm", required_argument, 0, OPT_COMM}, /* last: only multi-rank programs take it */
 };
 #define NUM_COMMON_OPTIONS (int)(sizeof common_options / sizeof common_options[0])
 
@@ -168,6 +170,7 @@ static void set_defaults(Config *c, const char *program) {
     strcpy(c->model_preset, "tiny");
     model_preset(&c->model, "tiny");
     strcpy(c->device, "auto");
+    strcpy(c->comm, "auto");
     c->batch = 8;
     c->micro = 1;
     c->steps = 50;
@@ -234,6 +237,11 @@ void config_print_help(const char *program, const char *summary, const CliExtra 
         "  --help                     this text\n",
         d->device, d->model_preset, d->batch, d->micro, d->steps, d->lr, d->warmup, d->wd, d->clip,
         (unsigned long long)d->seed, d->out, d->eval_every, d->eval_batches, d->sample);
+    if (extra && extra->multi_rank)
+        printf("\ncommunication (run with mpirun -np N)\n"
+               "  --comm auto|nccl|mpi       transport for device buffers; auto = nccl with one GPU per rank "
+               "(default %s)\n",
+               d->comm);
     if (extra && extra->help) printf("\n%s", extra->help);
     printf("\nexit status: 0 done, 1 runtime failure, 2 bad input, 3 loss became NaN/Inf\n");
 }
@@ -246,9 +254,10 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
     int num_extra = 0;
     if (extra && extra->options)
         while (extra->options[num_extra].name) num_extra++;
-    struct option *options = xcalloc(NUM_COMMON_OPTIONS + num_extra + 1, sizeof(struct option));
-    memcpy(options, common_options, sizeof common_options);
-    if (num_extra) memcpy(options + NUM_COMMON_OPTIONS, extra->options, num_extra * sizeof(struct option));
+    int num_common = NUM_COMMON_OPTIONS - (extra && extra->multi_rank ? 0 : 1); /* --comm is last */
+    struct option *options = xcalloc(num_common + num_extra + 1, sizeof(struct option));
+    memcpy(options, common_options, num_common * sizeof(struct option));
+    if (num_extra) memcpy(options + num_common, extra->options, num_extra * sizeof(struct option));
 
     /* The preset is applied first, whatever the flag order, so that --layers
      * etc. override it. */
@@ -365,6 +374,9 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
         case OPT_OVERWRITE:
             c->overwrite = 1;
             break;
+        case OPT_COMM:
+            parse_choice_flag("--comm", "transport", optarg, "auto|nccl|mpi", c->comm, sizeof c->comm);
+            break;
         case OPT_HELP:
             free(options);
             return 1;
@@ -468,6 +480,7 @@ static void record_flags(Config *c, const CliExtra *extra) {
     config_record_add(r, "--save", "%s", c->save);
     config_record_add(r, "--resume", "%s", c->resume);
     config_record_add(r, "--quiet", "%d", c->quiet);
+    if (extra && extra->multi_rank) config_record_add(r, "--comm", "%s", c->comm);
     if (extra && extra->record) extra->record(extra->context, r);
     r->flag_items = r->count;
 }

@@ -68,6 +68,7 @@ typedef struct {
     int quiet;               /* no per-step progress lines */
     int recompute;           /* keep only block inputs; recompute each block's forward in backward */
     int overwrite;           /* --overwrite: replace another run's files in --out */
+    char comm[8];            /* multi-rank programs: --comm auto, nccl, mpi */
     /* found by the checks, not set by a flag */
     OutMode out_mode; /* what to do with --out's existing files */
     int resume_step;  /* the checkpoint's step (with --resume) */
@@ -88,6 +89,7 @@ typedef struct {
     void *context;
     void (*check)(const Config *cfg, void *context);
     void (*record)(const void *context, ConfigRecord *r);
+    int multi_rank; /* the program runs under mpirun: it takes --comm too */
 } CliExtra;
 
 /* Everything a run checks before it builds anything, in one call: fill cfg

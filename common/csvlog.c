@@ -324,7 +324,9 @@ void run_summary_init(RunSummary *r, const char *program, const Config *cfg, siz
         .batch = cfg->batch,
         .micro = cfg->micro,
         .steps = steps,
-        .median_step_ms = steps > 0 ? median(step_ms, steps) : 0.0,
+        .median_step_ms = steps > 1    ? median(step_ms + 1, steps - 1)
+                          : steps == 1 ? step_ms[0]
+                                       : 0.0,
     };
     double tokens_per_step = (double)cfg->batch * cfg->model.seq;
     r->tokens_per_s = r->median_step_ms > 0 ? tokens_per_step / (r->median_step_ms / 1e3) : 0.0;

@@ -88,7 +88,10 @@ void memory_peaks_local(size_t *peaks);
 /* A summary of a run of `steps` steps whose times are step_ms[0..steps)
  * (reordered): the model and batch from cfg, the device, the median step
  * time and tokens/s derived from it; one device, no parallelism. Chapters
- * then set their own fields (world_size, dp, tp, pp, final_loss, peak). */
+ * then set their own fields (world_size, dp, tp, pp, final_loss, peak).
+ * The timing rule of every chapter: the median leaves out the run's first
+ * step (warm-up: first touches of memory, cuBLAS and NCCL set-up) when the
+ * run has more than one. */
 void run_summary_init(RunSummary *r, const char *program, const Config *cfg, size_t params, double *step_ms,
                       int steps);
 void run_csv_write(const char *dir, const RunSummary *r);

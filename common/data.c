@@ -1,6 +1,7 @@
 /* data.c: see data.h. */
 #include "data.h"
 
+#include "device.h"
 #include "util.h"
 
 #include <errno.h>
@@ -63,6 +64,17 @@ void data_identify(const char *path, int T, size_t *bytes, uint64_t *checksum) {
     read_data_file(f, path, all, *bytes);
     *checksum = hash_bytes(all, *bytes);
     free(all);
+}
+
+void data_upload_batch(const Dataset *d, Split split, uint64_t seed, int index, int first, int count, int T,
+                       int *device_tokens, int *device_targets) {
+    size_t bytes = (size_t)count * T * sizeof(int);
+    int *tokens = xmalloc(bytes), *targets = xmalloc(bytes);
+    data_batch(d, split, seed, index, first, count, T, tokens, targets);
+    copy_to_device(device_tokens, tokens, bytes);
+    copy_to_device(device_targets, targets, bytes);
+    free(tokens);
+    free(targets);
 }
 
 void data_free(Dataset *d) {

@@ -33,4 +33,9 @@ void data_identify(const char *path, int T, size_t *bytes, uint64_t *checksum);
 void data_batch(const Dataset *d, Split split, uint64_t seed, int index, int first, int count, int T,
                 int *tokens, int *targets);
 
+/* data_batch, then both arrays copied into the device buffers (count, T) each:
+ * what every chapter does for a micro-batch. */
+void data_upload_batch(const Dataset *d, Split split, uint64_t seed, int index, int first, int count, int T,
+                       int *device_tokens, int *device_targets);
+
 #endif

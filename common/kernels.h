@@ -96,8 +96,8 @@ typedef struct KernelOps {
      *   mhat = m / (1-beta1^t);  vhat = v / (1-beta2^t)
      *   params -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * params)
      * t is the 1-based optimizer step. */
-    void (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
-                         float beta2, float eps, float weight_decay, float grad_scale, int t);
+    void (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
 
     /* x(n) = 0 */
     void (*fill_zero)(float *x, size_t n);

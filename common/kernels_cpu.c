@@ -128,7 +128,8 @@ static void linear_forward(float *out, const float *inp, const float *weight, co
 static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                             const float *weight, int N, int C, int OC) {
     /* dinp(N,C) += dout(N,OC) @ weight(OC,C) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp,
+                C);
     /* dweight(OC,C) += dout^T(OC,N) @ inp(N,C) */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias) {
@@ -169,7 +170,9 @@ static inline float vexpf(float x) {
     return y * two_to_n.f;
 }
 
-static inline float vtanhf(float u) { return 1.0f - 2.0f / (vexpf(2.0f * u) + 1.0f); }
+static inline float vtanhf(float u) {
+    return 1.0f - 2.0f / (vexpf(2.0f * u) + 1.0f);
+}
 
 static void gelu_forward(float *out, const float *inp, size_t n) {
 #pragma omp parallel for simd
@@ -252,8 +255,8 @@ static double sum_squares(const float *x, size_t n) {
     return total;
 }
 
-static void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
-                         float beta2, float eps, float weight_decay, float grad_scale, int t) {
+static void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
     /* EXERCISE 01.2 BEGIN: the AdamW update (course.md, exercise 01.2) */
     float bias1 = 1.0f - powf(beta1, (float)t);
     float bias2 = 1.0f - powf(beta2, (float)t);
@@ -270,7 +273,9 @@ static void adamw_update(float *params, const float *grads, float *m, float *v, 
     /* EXERCISE 01.2 END */
 }
 
-static void fill_zero(float *x, size_t n) { memset(x, 0, n * sizeof(float)); }
+static void fill_zero(float *x, size_t n) {
+    memset(x, 0, n * sizeof(float));
+}
 
 static void scale(float *x, size_t n, float factor) {
 #pragma omp parallel for

@@ -21,17 +21,19 @@ void layer_split_parse(const char *text, int stages, int layers, int *blocks) {
         sum += n;
     }
     if (count != stages)
-        fatal(EXIT_USAGE, "--split %s names %d stages but the job has %d (valid: one number per stage)", text, count,
-              stages);
+        fatal(EXIT_USAGE, "--split %s names %d stages but the job has %d (valid: one number per stage)", text,
+              count, stages);
     if (sum != layers)
-        fatal(EXIT_USAGE, "--split %s holds %d layers but the model has %d (valid: numbers summing to --layers)", text,
+        fatal(EXIT_USAGE,
+              "--split %s holds %d layers but the model has %d (valid: numbers summing to --layers)", text,
               sum, layers);
 }
 
 void layer_split_balanced(const GPT *table, int stages, int *blocks) {
     int L = table->cfg.layers;
     if (stages < 1 || stages > L || L > MAX_LAYERS)
-        fatal(EXIT_USAGE, "%d stages for %d layers (valid: 1 <= stages <= layers <= %d)", stages, L, MAX_LAYERS);
+        fatal(EXIT_USAGE, "%d stages for %d layers (valid: 1 <= stages <= layers <= %d)", stages, L,
+              MAX_LAYERS);
     double weight[MAX_LAYERS] = {0}; /* parameters of block l, plus the embedding or head it travels with */
     for (int k = 0; k < table->num_tensors; k++) {
         const ParamTensor *t = &table->tensors[k];

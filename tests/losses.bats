@@ -2,7 +2,8 @@
 # Refactoring never changes the math: each chapter's losses on the CPU, for a
 # few layouts, equal those recorded in tests/fixtures/losses/ before the
 # common layer was reshaped (issue 11): bit for bit (all 9 printed digits) on
-# the CPU model they were recorded on (fixtures/losses/cpu.txt), within 1e-6
+# the kind of CPU they were recorded on (fixtures/losses/cpu.txt holds a
+# fingerprint of /proc/cpuinfo's vendor, family, model and flags), within 1e-6
 # relative on others, because OpenBLAS picks its kernels (and so its
 # rounding) by CPU model. The data is a frozen text
 # (tests/fixtures/text.txt), so editing course.md does not move them.

@@ -34,13 +34,18 @@ static void check_each_micro_once(const char *name, int P, int M) {
         int *forward_at = calloc(M, sizeof(int)), *backward_at = calloc(M, sizeof(int));
         for (int i = 0; i < s.count; i++) {
             const Action *a = &s.actions[i];
-            if (a->micro < 0 || a->micro >= M) fail(name, P, M, "micro-batch index out of range");
-            else if (a->kind == OP_FORWARD) forward_at[a->micro] = forward_at[a->micro] ? -1 : i + 1;
-            else if (a->kind == OP_BACKWARD) backward_at[a->micro] = backward_at[a->micro] ? -1 : i + 1;
+            if (a->micro < 0 || a->micro >= M)
+                fail(name, P, M, "micro-batch index out of range");
+            else if (a->kind == OP_FORWARD)
+                forward_at[a->micro] = forward_at[a->micro] ? -1 : i + 1;
+            else if (a->kind == OP_BACKWARD)
+                backward_at[a->micro] = backward_at[a->micro] ? -1 : i + 1;
         }
         for (int m = 0; m < M; m++) {
-            if (forward_at[m] <= 0 || backward_at[m] <= 0) fail(name, P, M, "a micro-batch not run exactly once");
-            else if (backward_at[m] < forward_at[m]) fail(name, P, M, "a backward before its forward");
+            if (forward_at[m] <= 0 || backward_at[m] <= 0)
+                fail(name, P, M, "a micro-batch not run exactly once");
+            else if (backward_at[m] < forward_at[m])
+                fail(name, P, M, "a backward before its forward");
         }
         free(forward_at);
         free(backward_at);
@@ -92,10 +97,10 @@ static int check_arithmetic(void) {
         int stages;
         double span, want;
     } cases[] = {
-        {{3, 3}, 2, 5, 0.4},         /* 6 of 10 stage-ms busy */
-        {{4, 2, 3}, 3, 4, 0.25},     /* 9 of 12 */
-        {{5}, 1, 5, 0.0},            /* one stage, always busy */
-        {{0, 0}, 2, 0, 0.0},         /* nothing ran */
+        {{3, 3}, 2, 5, 0.4},     /* 6 of 10 stage-ms busy */
+        {{4, 2, 3}, 3, 4, 0.25}, /* 9 of 12 */
+        {{5}, 1, 5, 0.0},        /* one stage, always busy */
+        {{0, 0}, 2, 0, 0.0},     /* nothing ran */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         double got = bubble_measured(cases[i].busy, cases[i].stages, cases[i].span);
@@ -131,9 +136,11 @@ int main(int argc, char **argv) {
         }
         ScheduleReport r;
         schedule_simulate(name, P, M, 1.0, 2.0, &r);
-        if (r.deadlock) printf("%s P=%d M=%d: DEADLOCK (%s)\n", name, P, M, r.where);
-        else printf("%s P=%d M=%d: makespan %.0f, bubble %.4f (formula %.4f), in flight on stage 0: %d\n", name, P,
-                    M, r.makespan, r.bubble, (double)(P - 1) / (M + P - 1), r.max_in_flight[0]);
+        if (r.deadlock)
+            printf("%s P=%d M=%d: DEADLOCK (%s)\n", name, P, M, r.where);
+        else
+            printf("%s P=%d M=%d: makespan %.0f, bubble %.4f (formula %.4f), in flight on stage 0: %d\n",
+                   name, P, M, r.makespan, r.bubble, (double)(P - 1) / (M + P - 1), r.max_in_flight[0]);
         return r.deadlock;
     }
     if (argc != 1) {
@@ -147,7 +154,8 @@ int main(int argc, char **argv) {
             ScheduleReport r;
             schedule_simulate("1f1b-naive", P, M, 1.0, 2.0, &r);
             int steady = P >= 2 && M >= P;
-            if (steady && !r.deadlock) fail("1f1b-naive", P, M, "expected a deadlock, the simulator found none");
+            if (steady && !r.deadlock)
+                fail("1f1b-naive", P, M, "expected a deadlock, the simulator found none");
         }
     }
     printf("%s: %d failures (gpipe, 1f1b for P = 1..6, M = 1..10)\n", failures ? "FAIL" : "PASS", failures);

@@ -38,9 +38,9 @@ else ifeq ($(CUDA),1)
 else
   USE_CUDA := $(if $(and $(NVCC),$(HAVE_CUBLAS)),1)
 endif
-# SANITIZE=1: ASan + UBSan in every C program and test program. CPU only: ASan
-# and the CUDA runtime do not mix (its shadow memory and the driver's mappings
-# clash), and nvcc's host code would go unsanitized anyway.
+# SANITIZE=1: ASan + UBSan in every C program and test program. CPU only: the
+# CUDA driver maps memory where ASan keeps its shadow gap, and nvcc's host code
+# would go unsanitized anyway.
 SANITIZE_FLAGS := $(if $(filter 1,$(SANITIZE)),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer \
                   -fno-sanitize-recover=undefined)
 ifneq ($(SANITIZE_FLAGS),)

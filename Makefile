@@ -3,7 +3,8 @@
 # programs and draws plots. `make help` lists the targets.
 #
 # The CUDA backend is built when nvcc is found (CUDA=0 forces CPU-only, CUDA=1
-# insists on it). Nothing here needs a GPU to compile.
+# insists on it). Nothing here needs a GPU to compile. SANITIZE=1 builds with
+# AddressSanitizer and UBSan, CPU only.
 
 SHELL := /bin/bash
 comma := ,
@@ -37,6 +38,14 @@ else ifeq ($(CUDA),1)
 else
   USE_CUDA := $(if $(and $(NVCC),$(HAVE_CUBLAS)),1)
 endif
+# SANITIZE=1: ASan + UBSan in every C program and test program. CPU only: the
+# CUDA driver maps memory where ASan keeps its shadow gap, and nvcc's host code
+# would go unsanitized anyway.
+SANITIZE_FLAGS := $(if $(filter 1,$(SANITIZE)),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer \
+                  -fno-sanitize-recover=undefined)
+ifneq ($(SANITIZE_FLAGS),)
+  USE_CUDA :=
+endif
 
 ifeq ($(MAKELEVEL),0)
 ifeq ($(filter help clean deps,$(MAKECMDGOALS)),)
@@ -46,7 +55,7 @@ ifeq ($(filter help clean deps,$(MAKECMDGOALS)),)
   $(info deps: cuBLAS   $(if $(HAVE_CUBLAS),found ($(CUDA_LIBDIR)),missing))
   $(info deps: NCCL     $(if $(NCCL_H),found ($(NCCL_H)),missing))
   $(info deps: MPI      $(if $(MPICC),found ($(MPICC)),missing: chapters 02-06 are not built (make deps installs openmpi)))
-  $(info deps: backend  $(if $(USE_CUDA),CPU + CUDA,CPU only)$(if $(filter 0,$(CUDA)), (CUDA=0)))
+  $(info deps: backend  $(if $(USE_CUDA),CPU + CUDA,CPU only)$(if $(filter 0,$(CUDA)), (CUDA=0))$(if $(SANITIZE_FLAGS), (SANITIZE=1)))
 endif
 endif
 
@@ -68,6 +77,8 @@ ifneq ($(wildcard .student),)
   NVCCFLAGS += --compiler-options -Wno-unused-parameter,-Wno-unused-variable,-Wno-unused-but-set-variable \
                --compiler-options -Wno-unused-function -diag-suppress 177,550
 endif
+CFLAGS += $(SANITIZE_FLAGS)
+LDLIBS += $(SANITIZE_FLAGS)
 ifdef USE_CUDA
   CFLAGS += -DUSE_CUDA
   LDLIBS += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcudart -lstdc++
@@ -94,8 +105,8 @@ MPI_TESTS := tests/test_comm% tests/test_tensor_parallel% tests/test_grid%
 TEST_SOURCES := $(if $(MPICC),$(wildcard tests/*.c),$(filter-out $(MPI_TESTS),$(wildcard tests/*.c)))
 TEST_PROGRAMS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SOURCES))
 
-# The build flavour (CUDA or not) is part of the objects: rebuild when it changes.
-FLAVOUR := $(BUILD)/.flavour-$(if $(USE_CUDA),cuda,cpu)
+# The build flavour (CUDA or not, sanitized or not) is part of the objects: rebuild when it changes.
+FLAVOUR := $(BUILD)/.flavour-$(if $(USE_CUDA),cuda,cpu)$(if $(SANITIZE_FLAGS),-san)
 
 .PHONY: all help deps test test-gpu demo bench grade exercises clean
 all: $(PROGRAMS) $(TEST_PROGRAMS)
@@ -111,6 +122,8 @@ help:
 	@echo "make deps       install missing packages only"
 	@echo "make clean      remove build outputs"
 	@echo "options: CUDA=0 (CPU only), CUDA=1 (require CUDA), NVCC_ARCHS='80 90'"
+	@echo "         SANITIZE=1 (AddressSanitizer + UBSan, CPU only: ASan and the CUDA runtime do not mix),"
+	@echo "         e.g. make SANITIZE=1 test before a release"
 
 $(FLAVOUR):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/.flavour-* && touch $@
@@ -136,7 +149,7 @@ $(foreach d,$(CHAPTER_DIRS:%/=%),$(eval $(call PROGRAM_RULE,$(d))))
 $(BENCH_SOURCES:%.c=%): %: $(BUILD)/%.o $(LIBCOMMON)
 	$(CC) -o $@ $^ $(call program_libs,$@)
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
-$(BUILD)/tests/test_comm%.o $(BUILD)/tests/test_tensor_parallel.o $(BUILD)/tests/test_grid.o: CFLAGS += $(MPI_CFLAGS)
+$(BUILD)/tests/test_comm.o $(BUILD)/tests/test_tensor_parallel.o $(BUILD)/tests/test_grid.o: CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/tests/test_tensor_parallel: $(BUILD)/03_model_parallel/tensor_parallel.o
 $(BUILD)/tests/test_schedule: $(BUILD)/04_pipeline/schedule.o
 

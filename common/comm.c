@@ -240,6 +240,15 @@ CommGroup *comm_split(CommGroup *parent, int color, int key) {
     return g;
 }
 
+void comm_free(CommGroup *g) {
+    if (!g || g == &world_group) return;
+#ifdef USE_NCCL
+    if (g->nccl) ncclCommDestroy(g->nccl);
+#endif
+    MPI_Comm_free(&g->mpi);
+    free(g);
+}
+
 /* Ranks that share a GPU take turns on it (the driver time-slices their
  * contexts), so their step times do not show what chapters 02-04 teach about
  * speed; losses, memory and bytes sent still do. Say so once, on rank 0, when

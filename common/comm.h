@@ -63,6 +63,8 @@ int comm_size(const CommGroup *g);
 int comm_local_rank(void);
 /* Split parent into groups of equal color, ordered by key (collective over parent). */
 CommGroup *comm_split(CommGroup *parent, int color, int key);
+/* Free a group made by comm_split (collective over its ranks; before comm_finalize). */
+void comm_free(CommGroup *g);
 
 /* Choose the transport for device buffers: "auto", "nccl" or "mpi" (--comm).
  * Call after device_init. auto: nccl on CUDA when built with NCCL and every

@@ -15,7 +15,8 @@ load helpers
         relative="${source#"$REPO"/}"
         targets+=("$build/${relative%.c}.o")
     done
-    run make --no-print-directory -C "$REPO" CUDA=0 BUILD="$build" -j2 "${targets[@]}"
+    # SANITIZE= : the plain flavour a learner gets, also under `make SANITIZE=1 test`
+    run make --no-print-directory -C "$REPO" CUDA=0 SANITIZE= BUILD="$build" -j2 "${targets[@]}"
     assert_success
     refute_output --partial -- "-DUSE_CUDA" # no source was compiled for the CUDA backend
     [ -f "$build/.flavour-cpu" ]

@@ -21,6 +21,17 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
 bats_require_minimum_version 1.5.0 # run --separate-stderr
 
+# A sanitized build (make SANITIZE=1) is tested with every report fatal: ASan
+# and UBSan stop the program with a non-zero status, LeakSanitizer reports
+# leaks at exit except those of the libraries in lsan.supp. The full unwinder
+# (fast_unwind_on_malloc=0) follows allocations through Open MPI, which keeps
+# no frame pointers, into the library the suppressions name.
+if compgen -G "$BUILD/.flavour-*-san" >/dev/null; then
+    export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:fast_unwind_on_malloc=0"
+    export LSAN_OPTIONS="suppressions=$REPO/tests/lsan.supp:print_suppressions=0"
+    export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+fi
+
 # mpirun as root in containers needs explicit permission, and more ranks than
 # cores needs --oversubscribe.
 mpirun_np() {

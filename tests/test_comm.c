@@ -108,6 +108,7 @@ static void check_split(void) {
     int n = comm_size(w), expected = r % 2 == 0 ? (n + 1) / 2 : n / 2;
     expect(comm_size(half) == expected && x == (float)expected, "split into even and odd ranks", 1, 0, x,
            expected);
+    comm_free(half);
 }
 
 int main(int argc, char **argv) {

@@ -121,5 +121,13 @@ int main(int argc, char **argv) {
     gpt_backward(&m, &ra, &rs, 1.0f / N, B, T);
     int same = memcmp(kept, m.grads, bytes) == 0;
     printf("recompute: gradients %s\n", same ? "bit-identical" : "DIFFER");
+    /* everything freed, as the trainers do: make SANITIZE=1 test checks for leaks */
+    free(kept);
+    scratch_destroy(&rs);
+    activations_destroy(&ra, &cfg);
+    scratch_destroy(&s);
+    activations_destroy(&a, &cfg);
+    gpt_destroy(&m);
+    device_shutdown();
     return failures || !same ? 1 : 0;
 }

@@ -144,9 +144,6 @@ const KernelOps *ops(void) {
 void device_set_limit(size_t bytes) {
     limit_bytes = bytes;
 }
-size_t device_limit(void) {
-    return limit_bytes;
-}
 
 static void format_bytes(char *buf, size_t len, size_t bytes) {
     const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -242,10 +239,6 @@ size_t mem_peak_bytes(Space space, Category cat) {
 }
 size_t mem_peak_total(Space space) {
     return peak_total[space];
-}
-void mem_reset_peaks(void) {
-    memcpy(peak, current, sizeof peak);
-    memcpy(peak_total, current_total, sizeof peak_total);
 }
 
 void copy_to_device(void *dst_device, const void *src_host, size_t bytes) {

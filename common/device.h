@@ -56,7 +56,6 @@ int device_cuda_available(void); /* built with CUDA and a GPU is visible */
 
 /* Budget for SPACE_DEVICE in bytes; 0 means unlimited. */
 void device_set_limit(size_t bytes);
-size_t device_limit(void);
 
 /* Tagged allocation. `what` names the buffer in error messages. Memory is
  * zero-filled. Failure (budget or the allocator itself) ends the program with
@@ -67,7 +66,6 @@ void mem_free(void *ptr); /* NULL is fine */
 size_t mem_current_bytes(Space space, Category cat);
 size_t mem_peak_bytes(Space space, Category cat);
 size_t mem_peak_total(Space space); /* peak of the sum over categories */
-void mem_reset_peaks(void);
 
 /* Copies between host memory and DEVICE buffers, and within the device.
  * Source and destination must not overlap. */

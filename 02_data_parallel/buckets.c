@@ -1,7 +1,6 @@
 /* buckets.c: see buckets.h. */
 #include "buckets.h"
 
-#include "device.h"
 #include "ring.h"
 #include "util.h"
 
@@ -9,9 +8,6 @@
 
 void buckets_create(BucketSync *bs, const GPT *model, size_t bucket_bytes, CommGroup *group, int use_ring) {
     *bs = (BucketSync){0};
-    bs->group = group;
-    bs->grads = model->grads;
-    bs->use_ring = use_ring;
     bs->buckets = xcalloc(model->num_tensors, sizeof(Bucket));
     /* Walk the tensors from the last to the first, closing a bucket once it
      * holds at least bucket_bytes. */
@@ -27,57 +23,26 @@ void buckets_create(BucketSync *bs, const GPT *model, size_t bucket_bytes, CommG
         if (t->layer < open->lowest_layer) open->lowest_layer = t->layer;
         if ((open->hi - open->lo) * sizeof(float) >= bucket_bytes) open = NULL;
     }
-    bs->queue = xcalloc(bs->count, sizeof(int));
-    pthread_mutex_init(&bs->lock, NULL);
-    pthread_cond_init(&bs->changed, NULL);
-}
-
-/* The communication thread: all-reduce queued buckets in order, until stopped. */
-static void *communicate(void *arg) {
-    BucketSync *bs = arg;
-    device_bind_thread(); /* on a GPU: this rank's GPU, not the thread default */
-    pthread_mutex_lock(&bs->lock);
-    for (;;) {
-        while (bs->next == bs->queued && !bs->stop) pthread_cond_wait(&bs->changed, &bs->lock);
-        if (bs->stop) break;
-        Bucket *b = &bs->buckets[bs->queue[bs->next]];
-        pthread_mutex_unlock(&bs->lock);
-        double start = wall_ms();
-        if (bs->use_ring)
-            ring_allreduce(bs->group, bs->grads + b->lo, b->hi - b->lo, COMM_SUM);
-        else
-            comm_allreduce(bs->group, bs->grads + b->lo, b->hi - b->lo, COMM_SUM);
-        double elapsed = wall_ms() - start;
-        pthread_mutex_lock(&bs->lock);
-        bs->comm_ms += elapsed;
-        bs->next++;
-        bs->done++;
-        pthread_cond_broadcast(&bs->changed);
-    }
-    pthread_mutex_unlock(&bs->lock);
-    return NULL;
+    /* The all-reduce of each bucket in place, summed (the loss is already a
+     * mean over the global batch), by the library or the course's ring. */
+    BucketRange *ranges = xcalloc(bs->count, sizeof(BucketRange));
+    for (int i = 0; i < bs->count; i++) ranges[i] = (BucketRange){bs->buckets[i].lo, bs->buckets[i].hi};
+    BucketedSpec spec = {BUCKETED_ALLREDUCE, COMM_F32, COMM_SUM, use_ring ? ring_allreduce : NULL};
+    bs->allreduce = bucketed_create(group, &spec, ranges, bs->count, model->grads, NULL);
+    free(ranges);
 }
 
 void buckets_begin_step(BucketSync *bs) {
-    if (!bs->thread_started) {
-        if (pthread_create(&bs->thread, NULL, communicate, bs) != 0)
-            fatal(EXIT_RUNTIME, "cannot start the communication thread");
-        bs->thread_started = 1;
-    }
-    pthread_mutex_lock(&bs->lock);
     for (int i = 0; i < bs->count; i++) bs->buckets[i].launched = 0;
-    bs->queued = bs->next = bs->done = 0;
-    bs->comm_ms = 0.0;
-    pthread_mutex_unlock(&bs->lock);
+    bucketed_begin(bs->allreduce);
 }
 
+/* Bucket `index` holds final gradients once the kernels queued so far have
+ * run: hand it to the all-reduce (on a GPU, after an event recorded now). */
 static void launch(BucketSync *bs, int index, int layer) {
-    pthread_mutex_lock(&bs->lock);
     bs->buckets[index].launched = 1;
     bs->buckets[index].launched_after_layer = layer;
-    bs->queue[bs->queued++] = index;
-    pthread_cond_broadcast(&bs->changed);
-    pthread_mutex_unlock(&bs->lock);
+    bucketed_ready(bs->allreduce, index);
 }
 
 void buckets_layer_done(int layer, void *bucket_sync) {
@@ -95,14 +60,13 @@ void buckets_layer_done(int layer, void *bucket_sync) {
 }
 
 double buckets_wait(BucketSync *bs) {
-    double start = wall_ms();
-    pthread_mutex_lock(&bs->lock);
-    if (bs->queued != bs->count)
-        fatal(EXIT_RUNTIME, "backward finished with %d of %d gradient buckets launched", bs->queued,
-              bs->count);
-    while (bs->done < bs->count) pthread_cond_wait(&bs->changed, &bs->lock);
-    pthread_mutex_unlock(&bs->lock);
-    return wall_ms() - start;
+    int launched = 0;
+    for (int i = 0; i < bs->count; i++) launched += bs->buckets[i].launched;
+    if (launched != bs->count)
+        fatal(EXIT_RUNTIME, "backward finished with %d of %d gradient buckets launched", launched, bs->count);
+    double waited_ms = bucketed_wait_all(bs->allreduce);
+    bs->comm_ms = bucketed_comm_ms(bs->allreduce);
+    return waited_ms;
 }
 
 void buckets_print(const BucketSync *bs) {
@@ -115,15 +79,6 @@ void buckets_print(const BucketSync *bs) {
 }
 
 void buckets_destroy(BucketSync *bs) {
-    if (bs->thread_started) {
-        pthread_mutex_lock(&bs->lock);
-        bs->stop = 1;
-        pthread_cond_broadcast(&bs->changed);
-        pthread_mutex_unlock(&bs->lock);
-        pthread_join(bs->thread, NULL);
-    }
-    pthread_mutex_destroy(&bs->lock);
-    pthread_cond_destroy(&bs->changed);
+    bucketed_destroy(bs->allreduce);
     free(bs->buckets);
-    free(bs->queue);
 }

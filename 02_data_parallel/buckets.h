@@ -4,17 +4,21 @@
  * The gradient buffer is cut, from its end (the head, whose gradients the
  * backward pass finishes first) towards its start (the embedding), into
  * contiguous buckets of about --bucket-mb, at tensor boundaries. A bucket is
- * ready once every layer it holds is done; ready buckets go, in order, to a
- * communication thread that all-reduces them while the main thread computes
- * the gradients of earlier layers. On a GPU the same idea runs NCCL on its
- * own stream; here the thread stands in for it. */
+ * ready once every layer it holds is done: that is this chapter's launch
+ * rule (buckets_layer_done). Ready buckets go, in order, to a bucketed
+ * all-reduce (common/bucketed.h), whose worker thread all-reduces them while
+ * the main thread computes the gradients of earlier layers. On a GPU,
+ * launching a bucket records an event on the compute stream right after
+ * the kernels of the layer that completed it, and NCCL (on the
+ * communication stream) waits for that event only, so the all-reduce runs
+ * while the backward kernels of earlier layers do. */
 #ifndef BUCKETS_H
 #define BUCKETS_H
 
+#include "bucketed.h"
 #include "comm.h"
 #include "model.h"
 
-#include <pthread.h>
 #include <stddef.h>
 
 typedef struct {
@@ -27,16 +31,8 @@ typedef struct {
 typedef struct {
     Bucket *buckets; /* buckets[0] ends at the buffer's end; the last starts at 0 */
     int count;
-    CommGroup *group;
-    float *grads;
-    int use_ring; /* the course's ring instead of the library all-reduce */
-    /* the communication thread and its queue of bucket indices */
-    pthread_t thread;
-    int thread_started;
-    pthread_mutex_t lock;
-    pthread_cond_t changed;
-    int *queue, queued, next, done, stop;
-    double comm_ms; /* time the thread spent all-reducing this step */
+    BucketedCollective *allreduce; /* bucket i of it is buckets[i] */
+    double comm_ms;                /* time its thread spent all-reducing this step */
 } BucketSync;
 
 void buckets_create(BucketSync *bs, const GPT *model, size_t bucket_bytes, CommGroup *group, int use_ring);

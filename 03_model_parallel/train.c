@@ -500,8 +500,8 @@ int main(int argc, char **argv) {
     free(table.tensors);
     data_free(&data);
     device_shutdown();
-    comm_free(par.mp);
-    comm_free(par.dp);
+    comm_group_free(par.mp);
+    comm_group_free(par.dp);
     comm_finalize();
     return 0;
 }

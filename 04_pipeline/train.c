@@ -354,8 +354,8 @@ int main(int argc, char **argv) {
                 schedule_free(&sched);
             }
         }
-        comm_free(p.pp);
-        comm_free(p.dp);
+        comm_group_free(p.pp);
+        comm_group_free(p.dp);
         comm_finalize();
         return 0;
     }
@@ -513,8 +513,8 @@ int main(int argc, char **argv) {
     gpt_destroy(&p.model);
     data_free(&data);
     device_shutdown();
-    comm_free(p.pp);
-    comm_free(p.dp);
+    comm_group_free(p.pp);
+    comm_group_free(p.dp);
     comm_finalize();
     return 0;
 }

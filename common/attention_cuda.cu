@@ -579,7 +579,8 @@ static void forward_tiled(float *out, float *lse, const float *qkv, int B, int T
     size_t smem = 3 * TILE * (HSP + 4) * sizeof(float); /* Q, K, V */
     allow_shared_memory(attention_forward_kernel<HSP, X3>, smem, &asked);
     bool aligned = rows_aligned(qkv, qkv, C, C / NH);
-    attention_forward_kernel<HSP, X3><<<grid, THREADS, smem>>>(out, lse, qkv, T, C, NH, scale, aligned);
+    attention_forward_kernel<HSP, X3>
+        <<<grid, THREADS, smem, compute_stream>>>(out, lse, qkv, T, C, NH, scale, aligned);
     cuda_check(cudaGetLastError());
 }
 
@@ -595,11 +596,11 @@ static void backward_tiled(float *dqkv, const float *dout, const float *qkv, con
     bool aligned = rows_aligned(qkv, dout, C, C / NH);
     allow_shared_memory(attention_dkdv_kernel<HSP, X3>, smem_dkdv, &asked[0]);
     attention_dkdv_kernel<HSP, X3>
-        <<<grid, THREADS, smem_dkdv>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale, aligned);
+        <<<grid, THREADS, smem_dkdv, compute_stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale, aligned);
     cuda_check(cudaGetLastError());
     allow_shared_memory(attention_dq_kernel<HSP, X3>, smem_dq, &asked[1]);
     attention_dq_kernel<HSP, X3>
-        <<<grid, THREADS, smem_dq>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale, aligned);
+        <<<grid, THREADS, smem_dq, compute_stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale, aligned);
     cuda_check(cudaGetLastError());
 }
 
@@ -645,7 +646,7 @@ extern "C" void attention_forward_cuda(float *out, float *lse, const float *qkv,
         break;
     default: {
         size_t rows = (size_t)B * NH * T;
-        attention_rows_forward_kernel<<<(unsigned)((rows + WARPS - 1) / WARPS), THREADS>>>(
+        attention_rows_forward_kernel<<<(unsigned)((rows + WARPS - 1) / WARPS), THREADS, 0, compute_stream>>>(
             out, lse, qkv, T, C, NH, scale, rows);
         cuda_check(cudaGetLastError());
     }
@@ -660,7 +661,7 @@ extern "C" void attention_backward_cuda(float *dqkv, const float *dout, const fl
     size_t rows = (size_t)B * NH * T;
     unsigned row_blocks = (unsigned)((rows + WARPS - 1) / WARPS);
     float *delta = delta_scratch(rows * sizeof(float));
-    attention_delta_kernel<<<row_blocks, THREADS>>>(delta, dout, out, T, C, NH, rows);
+    attention_delta_kernel<<<row_blocks, THREADS, 0, compute_stream>>>(delta, dout, out, T, C, NH, rows);
     cuda_check(cudaGetLastError());
     switch (padded_head_size(hs)) {
     case 16:
@@ -676,8 +677,8 @@ extern "C" void attention_backward_cuda(float *dqkv, const float *dout, const fl
         backward_at<128>(dqkv, dout, qkv, lse, delta, B, T, C, NH, scale);
         break;
     default:
-        attention_rows_backward_kernel<<<row_blocks, THREADS>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale,
-                                                                rows);
+        attention_rows_backward_kernel<<<row_blocks, THREADS, 0, compute_stream>>>(
+            dqkv, dout, qkv, lse, delta, T, C, NH, scale, rows);
         cuda_check(cudaGetLastError());
     }
 }

@@ -2,7 +2,13 @@
  *
  * The collectives here are the library's: MPI_Allreduce and friends, or
  * NCCL's on GPUs. The course writes its own all-reduce in ring.c and compares
- * the two (02_data_parallel/commbench). */
+ * the two (02_data_parallel/commbench).
+ *
+ * Every call on device buffers has the same shape: count the bytes, order
+ * the communication stream after the buffer's producers (comm_stream_after),
+ * then either NCCL on that stream, or MPI on a host view of the buffer (the
+ * buffer itself on the CPU, the group's staging copy on the staged
+ * transport), and wait until the result is in place. */
 #include "comm.h"
 
 #include "csvlog.h"
@@ -13,6 +19,7 @@
 #include "util.h"
 
 #include <mpi.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +33,14 @@
 struct CommGroup {
     MPI_Comm mpi;
     int rank, size;
+    /* What one call of this group needs, so that threads using different
+     * groups share nothing (comm.h, "Threads"); all made on first use. */
+    DeviceEvent *inputs_ready; /* recorded on the compute stream by a call without `ready` */
+    DeviceEvent *done;         /* recorded on the communication stream after a call's work */
+    void *staging;             /* host copy of device buffers (staged transport): pinned, host/comm */
+    size_t staging_bytes;
 #ifdef USE_NCCL
-    ncclComm_t nccl; /* created on first use by an NCCL collective */
+    ncclComm_t nccl;
 #endif
 };
 
@@ -35,9 +48,8 @@ static CommGroup world_group;
 static int local_rank = 0;
 static int local_size = 1; /* ranks on this rank's machine */
 static CommTransport transport = COMM_MPI;
-static double bytes_sent = 0.0;
-static float *staging = NULL; /* host copy of device buffers (staged transport), host/comm */
-static size_t staging_floats = 0;
+static double bytes_sent = 0.0; /* under bytes_lock: several threads communicate */
+static pthread_mutex_t bytes_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define MPI_CHECK(call)                                                                                      \
     do {                                                                                                     \
@@ -77,9 +89,10 @@ void comm_init(int *argc, char ***argv) {
             "note: this MPI does not support MPI_THREAD_MULTIPLE; overlap runs communication serially\n");
 }
 
+static void release_group(CommGroup *g);
+
 void comm_finalize(void) {
-    mem_free(staging);
-    staging = NULL;
+    release_group(&world_group);
     MPI_Finalize();
 }
 
@@ -240,12 +253,10 @@ CommGroup *comm_split(CommGroup *parent, int color, int key) {
     return g;
 }
 
-void comm_free(CommGroup *g) {
+void comm_group_free(CommGroup *g) {
     if (!g || g == &world_group) return;
-#ifdef USE_NCCL
-    if (g->nccl) ncclCommDestroy(g->nccl);
-#endif
-    MPI_Comm_free(&g->mpi);
+    release_group(g);
+    MPI_CHECK(MPI_Comm_free(&g->mpi));
     free(g);
 }
 
@@ -305,28 +316,99 @@ const char *comm_transport_name(void) {
     }
 }
 
+/* ---- element types ---- */
+
+size_t comm_dtype_bytes(CommDtype dtype) {
+    return dtype == COMM_F32 ? 4 : 2;
+}
+
+const char *comm_dtype_name(CommDtype dtype) {
+    switch (dtype) {
+    case COMM_F32:
+        return "fp32";
+    case COMM_BF16:
+        return "bf16";
+    case COMM_F16:
+        return "fp16";
+    }
+    return "an unknown type";
+}
+
+/* fp32 only, until mixed precision brings the 16-bit reductions (comm.h). */
+static void require_fp32(CommDtype dtype, const char *call) {
+    if (dtype == COMM_F32) return;
+    if (dtype == COMM_BF16 || dtype == COMM_F16)
+        fatal(EXIT_RUNTIME,
+              "%s: %s buffers are not supported yet: 16-bit communication arrives with mixed precision "
+              "(--precision bf16|fp16); use COMM_F32",
+              call, comm_dtype_name(dtype));
+    fatal(EXIT_RUNTIME, "%s: unknown element type %d (valid: COMM_F32)", call, (int)dtype);
+}
+
+static void count_sent(double bytes) {
+    pthread_mutex_lock(&bytes_lock);
+    bytes_sent += bytes;
+    pthread_mutex_unlock(&bytes_lock);
+}
+
+/* ---- order: the communication stream after the buffer's producers ---- */
+
+/* Make the communication stream wait (on the GPU, the host goes on) for
+ * `ready`, or for everything queued on the compute stream so far; returns
+ * that stream. The CPU has nothing to wait for. */
+static DeviceStream *comm_stream_after(CommGroup *g, DeviceEvent *ready) {
+    DeviceStream *comm = device_stream(STREAM_COMM);
+    if (device_backend() != BACKEND_CUDA) return comm;
+    if (!ready) {
+        if (!g->inputs_ready) g->inputs_ready = device_event_create();
+        device_event_record(g->inputs_ready, device_stream(STREAM_COMPUTE));
+        ready = g->inputs_ready;
+    }
+    device_stream_wait(comm, ready);
+    return comm;
+}
+
+/* The host waits until the communication stream has done what this call
+ * queued on it (not what other threads queued since). */
+static void comm_stream_finish(CommGroup *g, DeviceStream *comm) {
+    if (device_backend() != BACKEND_CUDA) return;
+    if (!g->done) g->done = device_event_create();
+    device_event_record(g->done, comm);
+    device_event_sync(g->done);
+}
+
 /* ---- staging: device buffers through host memory ---- */
 
-static float *stage(size_t floats) {
-    if (floats > staging_floats) {
-        mem_free(staging);
-        staging = mem_alloc(SPACE_HOST, CAT_COMM, floats * sizeof(float), "host staging of device buffers");
-        staging_floats = floats;
+/* The group's staging buffer, grown to at least `bytes`. */
+static char *stage(CommGroup *g, size_t bytes) {
+    if (bytes > g->staging_bytes) {
+        mem_free(g->staging);
+        g->staging = mem_alloc_pinned(CAT_COMM, bytes, "host staging of device buffers");
+        g->staging_bytes = bytes;
     }
-    return staging;
+    return g->staging;
 }
 
-/* The buffer MPI should use for a device buffer: itself on the CPU, a host
- * copy (filled from it when `fill`) on the staged transport. */
-static float *host_view(const float *dev, size_t count, int fill) {
-    if (transport != COMM_STAGED) return (float *)dev;
-    float *h = stage(count);
-    if (fill) copy_to_host(h, dev, count * sizeof(float));
-    return h;
+/* Bring `bytes` of a device buffer to host memory for MPI: the buffer itself
+ * unless staged; staged, into `host` on the communication stream, waited for. */
+static void *to_host(CommGroup *g, DeviceStream *comm, void *host, const void *dev, size_t bytes) {
+    if (transport != COMM_STAGED) return (void *)dev;
+    copy_to_host_async(host, dev, bytes, comm);
+    comm_stream_finish(g, comm);
+    return host;
 }
 
-static void host_view_done(float *dev, const float *h, size_t count) {
-    if (transport == COMM_STAGED) copy_to_device(dev, h, count * sizeof(float));
+/* Put MPI's result back into the device buffer (staged only). */
+static void to_device(CommGroup *g, DeviceStream *comm, void *dev, const void *host, size_t bytes) {
+    if (transport != COMM_STAGED) return;
+    copy_to_device_async(dev, host, bytes, comm);
+    comm_stream_finish(g, comm);
+}
+
+/* Where MPI reads or writes a device buffer of `bytes`: itself, or (staged)
+ * the part of the staging buffer at `offset`. */
+static void *host_side(CommGroup *g, void *dev, size_t offset, size_t bytes_total) {
+    return transport == COMM_STAGED ? stage(g, bytes_total) + offset : dev;
 }
 
 #ifdef USE_NCCL
@@ -348,13 +430,38 @@ static ncclComm_t nccl_of(CommGroup *g) {
     return g->nccl;
 }
 
-/* NCCL runs on the legacy default stream, ordered after the kernels that
- * produced the buffer; we wait for it so that timings mean something. */
-static void nccl_wait(void) {
-    cudaError_t err = cudaStreamSynchronize(0);
-    if (err != cudaSuccess) fatal(EXIT_RUNTIME, "CUDA error after an NCCL call: %s", cudaGetErrorString(err));
+static ncclDataType_t nccl_type(CommDtype dtype) {
+    switch (dtype) {
+    case COMM_BF16:
+        return ncclBfloat16;
+    case COMM_F16:
+        return ncclHalf;
+    default:
+        return ncclFloat;
+    }
+}
+
+static ncclRedOp_t nccl_op(ReduceOp op) {
+    return op == COMM_AVG ? ncclAvg : ncclSum;
+}
+
+static cudaStream_t nccl_stream(DeviceStream *comm) {
+    return (cudaStream_t)device_stream_handle(comm);
 }
 #endif
+
+static void release_group(CommGroup *g) {
+    mem_free(g->staging);
+    g->staging = NULL;
+    g->staging_bytes = 0;
+    device_event_destroy(g->inputs_ready);
+    device_event_destroy(g->done);
+    g->inputs_ready = g->done = NULL;
+#ifdef USE_NCCL
+    if (g->nccl) NCCL_CHECK(ncclCommDestroy(g->nccl));
+    g->nccl = NULL;
+#endif
+}
 
 /* ---- collectives ---- */
 
@@ -370,132 +477,161 @@ static int mpi_count(size_t count) {
     return (int)count;
 }
 
-void comm_allreduce(CommGroup *g, float *buf, size_t count, ReduceOp op) {
+void comm_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype, ReduceOp op,
+                          DeviceEvent *ready) {
     fault_point("allreduce"); /* tests/faults.bats: COURSE_FAULT_KILL (util.h) */
+    require_fp32(dtype, "comm_allreduce");
     if (count == 0) return;
-    bytes_sent += 2.0 * (g->size - 1) / g->size * count * sizeof(float);
+    size_t bytes = count * comm_dtype_bytes(dtype);
+    count_sent(2.0 * (g->size - 1) / g->size * bytes);
     if (g->size == 1) return; /* the sum of one is itself, and so is its average */
+    DeviceStream *comm = comm_stream_after(g, ready);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
         NCCL_CHECK(
-            ncclAllReduce(buf, buf, count, ncclFloat, op == COMM_AVG ? ncclAvg : ncclSum, nccl_of(g), 0));
-        nccl_wait();
+            ncclAllReduce(buf, buf, count, nccl_type(dtype), nccl_op(op), nccl_of(g), nccl_stream(comm)));
+        comm_stream_finish(g, comm);
         return;
     }
 #endif
-    float *h = host_view(buf, count, 1);
+    float *h = to_host(g, comm, host_side(g, buf, 0, bytes), buf, bytes);
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, mpi_count(count), MPI_FLOAT, MPI_SUM, g->mpi));
     if (op == COMM_AVG) scale(h, count, 1.0f / g->size);
-    host_view_done(buf, h, count);
+    to_device(g, comm, buf, h, bytes);
+}
+
+void comm_reduce_scatter_typed(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
+                               ReduceOp op, DeviceEvent *ready) {
+    require_fp32(dtype, "comm_reduce_scatter");
+    size_t bytes = count * comm_dtype_bytes(dtype), total = (size_t)g->size * bytes;
+    count_sent((double)(g->size - 1) / g->size * total);
+    DeviceStream *comm = comm_stream_after(g, ready);
+#ifdef USE_NCCL
+    if (transport == COMM_NCCL) {
+        NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), nccl_of(g),
+                                     nccl_stream(comm)));
+        comm_stream_finish(g, comm);
+        return;
+    }
+#endif
+    /* staged: [ send (size * count) | recv (count) ] in the staging buffer */
+    void *hs = to_host(g, comm, host_side(g, (void *)send, 0, total + bytes), send, total);
+    float *hr = host_side(g, recv, total, total + bytes);
+    MPI_CHECK(MPI_Reduce_scatter_block(hs, hr, mpi_count(count), MPI_FLOAT, MPI_SUM, g->mpi));
+    if (op == COMM_AVG) scale(hr, count, 1.0f / g->size);
+    to_device(g, comm, recv, hr, bytes);
+}
+
+void comm_allgather_typed(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
+                          DeviceEvent *ready) {
+    require_fp32(dtype, "comm_allgather");
+    size_t bytes = count * comm_dtype_bytes(dtype), total = (size_t)g->size * bytes;
+    count_sent((double)(g->size - 1) * bytes);
+    DeviceStream *comm = comm_stream_after(g, ready);
+#ifdef USE_NCCL
+    if (transport == COMM_NCCL) {
+        NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(dtype), nccl_of(g), nccl_stream(comm)));
+        comm_stream_finish(g, comm);
+        return;
+    }
+#endif
+    /* staged: [ recv (size * count) | send (count) ] in the staging buffer */
+    void *hs = to_host(g, comm, host_side(g, (void *)send, total, total + bytes), send, bytes);
+    void *hr = host_side(g, recv, 0, total + bytes);
+    MPI_CHECK(MPI_Allgather(hs, mpi_count(count), MPI_FLOAT, hr, mpi_count(count), MPI_FLOAT, g->mpi));
+    to_device(g, comm, recv, hr, total);
+}
+
+void comm_broadcast_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype, int root,
+                          DeviceEvent *ready) {
+    require_fp32(dtype, "comm_broadcast");
+    size_t bytes = count * comm_dtype_bytes(dtype);
+    if (g->rank == root) count_sent((double)(g->size - 1) * bytes);
+    DeviceStream *comm = comm_stream_after(g, ready);
+#ifdef USE_NCCL
+    if (transport == COMM_NCCL) {
+        NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(dtype), root, nccl_of(g), nccl_stream(comm)));
+        comm_stream_finish(g, comm);
+        return;
+    }
+#endif
+    void *h = host_side(g, buf, 0, bytes);
+    if (g->rank == root) to_host(g, comm, h, buf, bytes);
+    MPI_CHECK(MPI_Bcast(h, mpi_count(count), MPI_FLOAT, root, g->mpi));
+    to_device(g, comm, buf, h, bytes);
+}
+
+void comm_allreduce(CommGroup *g, float *buf, size_t count, ReduceOp op) {
+    comm_allreduce_typed(g, buf, count, COMM_F32, op, NULL);
 }
 
 void comm_reduce_scatter(CommGroup *g, const float *send, float *recv, size_t count, ReduceOp op) {
-    bytes_sent += (double)(g->size - 1) / g->size * g->size * count * sizeof(float);
-#ifdef USE_NCCL
-    if (transport == COMM_NCCL) {
-        NCCL_CHECK(ncclReduceScatter(send, recv, count, ncclFloat, op == COMM_AVG ? ncclAvg : ncclSum,
-                                     nccl_of(g), 0));
-        nccl_wait();
-        return;
-    }
-#endif
-    size_t total = (size_t)g->size * count;
-    float *hs = (float *)send, *hr = recv;
-    if (transport == COMM_STAGED) {
-        hs = stage(total + count);
-        hr = hs + total;
-        copy_to_host(hs, send, total * sizeof(float));
-    }
-    MPI_CHECK(MPI_Reduce_scatter_block(hs, hr, mpi_count(count), MPI_FLOAT, MPI_SUM, g->mpi));
-    if (op == COMM_AVG) scale(hr, count, 1.0f / g->size);
-    if (transport == COMM_STAGED) copy_to_device(recv, hr, count * sizeof(float));
+    comm_reduce_scatter_typed(g, send, recv, count, COMM_F32, op, NULL);
 }
 
 void comm_allgather(CommGroup *g, const float *send, float *recv, size_t count) {
-    bytes_sent += (double)(g->size - 1) * count * sizeof(float);
-#ifdef USE_NCCL
-    if (transport == COMM_NCCL) {
-        NCCL_CHECK(ncclAllGather(send, recv, count, ncclFloat, nccl_of(g), 0));
-        nccl_wait();
-        return;
-    }
-#endif
-    size_t total = (size_t)g->size * count;
-    float *hr = recv, *hs = (float *)send;
-    if (transport == COMM_STAGED) {
-        hr = stage(total + count);
-        hs = hr + total;
-        copy_to_host(hs, send, count * sizeof(float));
-    }
-    MPI_CHECK(MPI_Allgather(hs, mpi_count(count), MPI_FLOAT, hr, mpi_count(count), MPI_FLOAT, g->mpi));
-    if (transport == COMM_STAGED) copy_to_device(recv, hr, total * sizeof(float));
+    comm_allgather_typed(g, send, recv, count, COMM_F32, NULL);
 }
 
 void comm_broadcast(CommGroup *g, float *buf, size_t count, int root) {
-    if (g->rank == root) bytes_sent += (double)(g->size - 1) * count * sizeof(float);
-#ifdef USE_NCCL
-    if (transport == COMM_NCCL) {
-        NCCL_CHECK(ncclBroadcast(buf, buf, count, ncclFloat, root, nccl_of(g), 0));
-        nccl_wait();
-        return;
-    }
-#endif
-    float *h = host_view(buf, count, g->rank == root);
-    MPI_CHECK(MPI_Bcast(h, mpi_count(count), MPI_FLOAT, root, g->mpi));
-    host_view_done(buf, h, count);
+    comm_broadcast_typed(g, buf, count, COMM_F32, root, NULL);
 }
 
 void comm_send(CommGroup *g, const float *buf, size_t count, int dest, int tag) {
     fault_point("send");
-    bytes_sent += (double)count * sizeof(float);
+    size_t bytes = count * sizeof(float);
+    count_sent((double)bytes);
+    DeviceStream *comm = comm_stream_after(g, NULL);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
-        NCCL_CHECK(ncclSend(buf, count, ncclFloat, dest, nccl_of(g), 0));
-        nccl_wait();
+        NCCL_CHECK(ncclSend(buf, count, ncclFloat, dest, nccl_of(g), nccl_stream(comm)));
+        comm_stream_finish(g, comm);
         return;
     }
 #endif
-    float *h = host_view(buf, count, 1);
+    float *h = to_host(g, comm, host_side(g, (void *)buf, 0, bytes), buf, bytes);
     MPI_CHECK(MPI_Send(h, mpi_count(count), MPI_FLOAT, dest, tag, g->mpi));
 }
 
 void comm_recv(CommGroup *g, float *buf, size_t count, int source, int tag) {
     fault_point("recv");
+    size_t bytes = count * sizeof(float);
+    DeviceStream *comm = comm_stream_after(g, NULL); /* the buffer's last readers first */
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
-        NCCL_CHECK(ncclRecv(buf, count, ncclFloat, source, nccl_of(g), 0));
-        nccl_wait();
+        NCCL_CHECK(ncclRecv(buf, count, ncclFloat, source, nccl_of(g), nccl_stream(comm)));
+        comm_stream_finish(g, comm);
         return;
     }
 #endif
-    float *h = host_view(buf, count, 0);
+    float *h = host_side(g, buf, 0, bytes);
     MPI_CHECK(MPI_Recv(h, mpi_count(count), MPI_FLOAT, source, tag, g->mpi, MPI_STATUS_IGNORE));
-    host_view_done(buf, h, count);
+    to_device(g, comm, buf, h, bytes);
 }
 
 void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest, float *recv,
                    size_t recv_count, int source, int tag) {
     fault_point("sendrecv");
-    bytes_sent += (double)send_count * sizeof(float);
+    size_t send_bytes = send_count * sizeof(float), recv_bytes = recv_count * sizeof(float);
+    count_sent((double)send_bytes);
+    DeviceStream *comm = comm_stream_after(g, NULL);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
         NCCL_CHECK(ncclGroupStart());
-        NCCL_CHECK(ncclSend(send, send_count, ncclFloat, dest, nccl_of(g), 0));
-        NCCL_CHECK(ncclRecv(recv, recv_count, ncclFloat, source, nccl_of(g), 0));
+        NCCL_CHECK(ncclSend(send, send_count, ncclFloat, dest, nccl_of(g), nccl_stream(comm)));
+        NCCL_CHECK(ncclRecv(recv, recv_count, ncclFloat, source, nccl_of(g), nccl_stream(comm)));
         NCCL_CHECK(ncclGroupEnd());
-        nccl_wait();
+        comm_stream_finish(g, comm);
         return;
     }
 #endif
-    float *hs = (float *)send, *hr = recv;
-    if (transport == COMM_STAGED) {
-        hs = stage(send_count + recv_count);
-        hr = hs + send_count;
-        copy_to_host(hs, send, send_count * sizeof(float));
-    }
+    /* staged: [ send | recv ] in the staging buffer */
+    size_t total = send_bytes + recv_bytes;
+    void *hs = to_host(g, comm, host_side(g, (void *)send, 0, total), send, send_bytes);
+    void *hr = host_side(g, recv, send_bytes, total);
     MPI_CHECK(MPI_Sendrecv(hs, mpi_count(send_count), MPI_FLOAT, dest, tag, hr, mpi_count(recv_count),
                            MPI_FLOAT, source, tag, g->mpi, MPI_STATUS_IGNORE));
-    if (transport == COMM_STAGED) copy_to_device(recv, hr, recv_count * sizeof(float));
+    to_device(g, comm, recv, hr, recv_bytes);
 }
 
 double comm_allreduce_double(CommGroup *g, double value, int op_max) {
@@ -513,7 +649,10 @@ void comm_barrier(CommGroup *g) {
 }
 
 double comm_bytes_sent(void) {
-    return bytes_sent;
+    pthread_mutex_lock(&bytes_lock);
+    double sent = bytes_sent;
+    pthread_mutex_unlock(&bytes_lock);
+    return sent;
 }
 
 size_t comm_write_memory_csv(CommGroup *world, const char *dir) {

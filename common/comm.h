@@ -15,14 +15,32 @@
  * course teaches would send them (ring: 2(n-1)/n * S for an all-reduce), so
  * chapters can report communication volume.
  *
+ * Order on a GPU (device.h, "Streams and events"). NCCL and the staging
+ * copies run on the communication stream, which first waits for an event on
+ * the compute stream: by default one recorded when the call is made (so the
+ * kernels queued before the call, which wrote the buffers, come first), or
+ * the `ready` event a caller of a *_typed collective recorded itself right
+ * after the kernels that wrote the buffer (the bucketed collective does, so
+ * that it does not also wait for kernels queued since). There is no
+ * device-wide synchronize. Every call returns when its result is in place:
+ * the host waits for the communication stream, so whatever is queued next,
+ * on any stream, sees the result.
+ *
+ * Threads. A group is used by one thread at a time; different threads may
+ * use different groups at once (the bucketed collective's worker thread has
+ * its own duplicate of its group). Each group owns what its calls need: its
+ * MPI and NCCL communicators, its event, and its staging buffer (pinned
+ * host memory, host/comm in memory.csv, grown on demand); only the byte
+ * counter is shared, under a lock. MPI is started with MPI_THREAD_MULTIPLE.
+ *
  * Any error ends the whole job (MPI_Abort) with a message naming the rank:
- * no rank is ever left waiting in a collective. Only one thread at a time
- * may call into this layer. */
+ * no rank is ever left waiting in a collective. */
 #ifndef COMM_H
 #define COMM_H
 
 #include "config.h"
 #include "csvlog.h"
+#include "device.h"
 
 #include <stddef.h>
 
@@ -34,6 +52,22 @@ typedef struct CommGroup CommGroup;
 
 typedef enum { COMM_SUM, COMM_AVG } ReduceOp;
 typedef enum { COMM_MPI, COMM_NCCL, COMM_STAGED } CommTransport;
+
+/* The element type of a collective's buffers. fp32 today; bf16 and fp16
+ * arrive with mixed precision (--precision), and until then the *_typed
+ * collectives refuse them, saying so. How each transport carries them:
+ *   nccl   : NCCL's own types (ncclFloat, ncclBfloat16, ncclHalf); partial
+ *            sums are rounded to 16 bits as they travel round the ring.
+ *   mpi    : MPI_FLOAT for fp32. MPI has no 16-bit float type: 16-bit
+ *            buffers will go as MPI_UINT16_T with a user-defined sum
+ *            (MPI_Op_create) that widens each pair to fp32, adds and rounds.
+ *   staged : the device bytes copied to host memory as they are (2 or 4 per
+ *            element), then as mpi, then copied back.
+ * COMM_AVG divides by the group size: NCCL's ncclAvg, or a scaling of the
+ * host buffer after MPI's sum. */
+typedef enum { COMM_F32 = 0, COMM_BF16, COMM_F16 } CommDtype;
+size_t comm_dtype_bytes(CommDtype dtype);
+const char *comm_dtype_name(CommDtype dtype);
 
 /* Start MPI (or a world of one without mpirun); registers the rank with the
  * error and logging helpers of util.h and MPI_Abort as the abort hook. */
@@ -63,8 +97,8 @@ int comm_size(const CommGroup *g);
 int comm_local_rank(void);
 /* Split parent into groups of equal color, ordered by key (collective over parent). */
 CommGroup *comm_split(CommGroup *parent, int color, int key);
-/* Free a group made by comm_split (collective over its ranks; before comm_finalize). */
-void comm_free(CommGroup *g);
+/* Free a group from comm_split (collective over the group), before comm_finalize. */
+void comm_group_free(CommGroup *g);
 
 /* Choose the transport for device buffers: "auto", "nccl" or "mpi" (--comm).
  * Call after device_init. auto: nccl on CUDA when built with NCCL and every
@@ -73,14 +107,30 @@ void comm_free(CommGroup *g);
 CommTransport comm_select(const char *choice);
 const char *comm_transport_name(void);
 
-/* ---- collectives on device buffers of floats ---- */
+/* ---- collectives on device buffers of any CommDtype ----
+ * count is in elements. ready: an event recorded on the compute stream after
+ * the kernels that wrote the input (and read the output last), or NULL for
+ * "everything queued on the compute stream so far". */
+void comm_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype, ReduceOp op,
+                          DeviceEvent *ready);
+/* send (size * count) -> recv (count): this rank's block of the reduction */
+void comm_reduce_scatter_typed(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
+                               ReduceOp op, DeviceEvent *ready);
+/* send (count) -> recv (size * count), rank r's block at r * count */
+void comm_allgather_typed(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
+                          DeviceEvent *ready);
+void comm_broadcast_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype, int root,
+                          DeviceEvent *ready);
+
+/* ---- collectives on device buffers of floats: the typed ones with COMM_F32, ready = NULL ---- */
 void comm_allreduce(CommGroup *g, float *buf, size_t count, ReduceOp op);
 /* send (size * count) -> recv (count): this rank's block of the reduction */
 void comm_reduce_scatter(CommGroup *g, const float *send, float *recv, size_t count, ReduceOp op);
 /* send (count) -> recv (size * count), rank r's block at r * count */
 void comm_allgather(CommGroup *g, const float *send, float *recv, size_t count);
 void comm_broadcast(CommGroup *g, float *buf, size_t count, int root);
-/* point to point within g; tags keep concurrent streams of messages apart */
+/* point to point within g (fp32; ordered as ready = NULL); tags keep
+ * concurrent streams of messages apart */
 void comm_send(CommGroup *g, const float *buf, size_t count, int dest, int tag);
 void comm_recv(CommGroup *g, float *buf, size_t count, int source, int tag);
 /* send to one rank and receive from another at once (never deadlocks) */

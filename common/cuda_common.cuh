@@ -6,9 +6,14 @@
  *     and line, the way llm.c does, so an error names where it happened.
  *   - cublas_handle: the one cuBLAS handle of the process, created by
  *     cuda_select_device() when the CUDA backend is chosen;
+ *   - compute_stream: the stream every kernel launch, cuBLAS call and
+ *     memset of the backend goes to (device.h's STREAM_COMPUTE), so they
+ *     execute in the order they are issued; other streams (communication,
+ *     copies) are ordered against it by events only;
  *   - cuda_tf32_enabled(): whether COURSE_TF32=1 allowed TF32 matmuls.
- * Everything runs on the default stream, so kernels, cuBLAS calls and copies
- * execute in the order they are issued. */
+ * Nothing is launched on the legacy default stream: the three streams are
+ * non-blocking, and a launch without a stream (<<<grid, block>>>) would run
+ * unordered with respect to them. */
 #ifndef CUDA_COMMON_CUH
 #define CUDA_COMMON_CUH
 
@@ -31,8 +36,10 @@ static inline void cublas_check_at(cublasStatus_t status, const char *file, int 
 #define cuda_check(call) cuda_check_at((call), __FILE__, __LINE__)
 #define cublas_check(call) cublas_check_at((call), __FILE__, __LINE__)
 
-/* Created by cuda_select_device(); NULL until then. */
+/* Created by cuda_select_device(); NULL until then. The handle is bound to
+ * compute_stream (cublasSetStream). */
 extern cublasHandle_t cublas_handle;
+extern cudaStream_t compute_stream;
 
 /* COURSE_TF32=1 at cuda_select_device(): matmuls may round their inputs to
  * TF32 (cuBLAS's TF32 math mode, and one TF32 product in attention instead

@@ -1,15 +1,23 @@
-/* device.c: tagged allocation, copies and timers for both backends (see device.h).
+/* device.c: tagged allocation, copies, streams, events and timers for both
+ * backends (see device.h).
  *
- * Each allocation carries a small header in front of it on the host side
- * table (pointer -> size and tag), so mem_free can give back exactly what was
- * counted. The table is a simple open list: programs make a few dozen
- * allocations at start and none inside the training loop. */
+ * Each allocation is recorded in a host-side table (pointer -> size, tag and
+ * kind), so mem_free can give back exactly what was counted, to the
+ * allocator it came from. The table is a simple open list: programs make a
+ * few dozen allocations at start and none inside the training loop. A lock
+ * guards it: a communication thread may grow its buffers while the main
+ * thread grows a kernel's workspace.
+ *
+ * Streams and events are thin wrappers: on CUDA around cudaStream_t and
+ * cudaEvent_t (device_cuda.cu), on the CPU placeholders whose calls do
+ * nothing, because every CPU operation is finished when its call returns. */
 #include "device.h"
 
 #include "kernels.h"
 #include "util.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,14 +38,31 @@ static size_t peak[SPACE_COUNT][CAT_COUNT];
 static size_t current_total[SPACE_COUNT];
 static size_t peak_total[SPACE_COUNT];
 
+/* Which allocator a buffer came from, so mem_free gives it back to that one. */
+typedef enum { FROM_CALLOC, FROM_CUDA_MALLOC, FROM_CUDA_HOST_ALLOC, FROM_ALIGNED } Allocator;
+
 typedef struct {
     void *ptr;
     size_t bytes;
     Space space;
     Category cat;
+    Allocator from;
 } Allocation;
 static Allocation *allocations = NULL;
 static int allocation_count = 0, allocation_capacity = 0;
+static pthread_mutex_t allocation_lock = PTHREAD_MUTEX_INITIALIZER; /* the table and the counters */
+
+/* The three streams; `native` is the cudaStream_t on the CUDA backend. */
+struct DeviceStream {
+    StreamKind kind;
+    void *native;
+};
+static DeviceStream streams[STREAM_COUNT] = {
+    {STREAM_COMPUTE, NULL}, {STREAM_COMM, NULL}, {STREAM_COPY, NULL}};
+
+struct DeviceEvent {
+    void *native; /* cudaEvent_t on the CUDA backend; NULL on the CPU */
+};
 
 static const char *space_names[SPACE_COUNT] = {"device", "host"};
 static const char *category_names[CAT_COUNT] = {"params",      "grads", "optimizer",
@@ -81,6 +106,7 @@ Backend device_init(const char *choice, int local_rank) {
     active_gpu = local_rank % count;
     cuda_select_device(active_gpu, gpu, sizeof gpu);
     active_backend = BACKEND_CUDA;
+    for (int k = 0; k < STREAM_COUNT; k++) streams[k].native = cuda_stream(k);
     snprintf(active_name, sizeof active_name, "cuda:%s", gpu);
     return active_backend;
 #else
@@ -144,9 +170,6 @@ const KernelOps *ops(void) {
 void device_set_limit(size_t bytes) {
     limit_bytes = bytes;
 }
-size_t device_limit(void) {
-    return limit_bytes;
-}
 
 static void format_bytes(char *buf, size_t len, size_t bytes) {
     const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -181,7 +204,8 @@ static size_t physical_memory_bytes(void) {
     return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)-1;
 }
 
-void *mem_alloc(Space space, Category cat, size_t bytes, const char *what) {
+/* Refuse what cannot fit: the device budget, and host memory the machine lacks. */
+static void check_fits(Space space, Category cat, size_t bytes, const char *what) {
     if (space == SPACE_DEVICE && limit_bytes && current_total[space] + bytes > limit_bytes)
         out_of_memory(space, cat, bytes, what, "budget");
     int on_host = space == SPACE_HOST || active_backend == BACKEND_CPU;
@@ -189,49 +213,92 @@ void *mem_alloc(Space space, Category cat, size_t bytes, const char *what) {
         current_total[SPACE_HOST] + (active_backend == BACKEND_CPU ? current_total[SPACE_DEVICE] : 0);
     if (on_host && host_in_use + bytes > physical_memory_bytes())
         out_of_memory(space, cat, bytes, what, "more than this machine's physical memory");
-    void *ptr = NULL;
-#ifdef USE_CUDA
-    if (space == SPACE_DEVICE && active_backend == BACKEND_CUDA) {
-        ptr = cuda_alloc_zeroed(bytes ? bytes : 1);
-        if (!ptr) out_of_memory(space, cat, bytes, what, "cudaMalloc");
-    }
-#endif
-    if (!ptr) {
-        ptr = calloc(1, bytes ? bytes : 1);
-        if (!ptr) out_of_memory(space, cat, bytes, what, "calloc");
-    }
+}
+
+/* Enter an allocation in the table and the counters. */
+static void counted(void *ptr, size_t bytes, Space space, Category cat, Allocator from) {
     if (allocation_count == allocation_capacity) {
         allocation_capacity = allocation_capacity ? 2 * allocation_capacity : 64;
         Allocation *grown = realloc(allocations, allocation_capacity * sizeof(Allocation));
         if (!grown) fatal(EXIT_RUNTIME, "out of host memory for the allocation table");
         allocations = grown;
     }
-    allocations[allocation_count++] = (Allocation){ptr, bytes, space, cat};
+    allocations[allocation_count++] = (Allocation){ptr, bytes, space, cat, from};
     current[space][cat] += bytes;
     current_total[space] += bytes;
     if (current[space][cat] > peak[space][cat]) peak[space][cat] = current[space][cat];
     if (current_total[space] > peak_total[space]) peak_total[space] = current_total[space];
+}
+
+void *mem_alloc(Space space, Category cat, size_t bytes, const char *what) {
+    pthread_mutex_lock(&allocation_lock);
+    check_fits(space, cat, bytes, what);
+    void *ptr = NULL;
+    Allocator from = FROM_CALLOC;
+#ifdef USE_CUDA
+    if (space == SPACE_DEVICE && active_backend == BACKEND_CUDA) {
+        ptr = cuda_alloc_zeroed(bytes ? bytes : 1);
+        if (!ptr) out_of_memory(space, cat, bytes, what, "cudaMalloc");
+        from = FROM_CUDA_MALLOC;
+    }
+#endif
+    if (!ptr) {
+        ptr = calloc(1, bytes ? bytes : 1);
+        if (!ptr) out_of_memory(space, cat, bytes, what, "calloc");
+    }
+    counted(ptr, bytes, space, cat, from);
+    pthread_mutex_unlock(&allocation_lock);
+    return ptr;
+}
+
+void *mem_alloc_pinned(Category cat, size_t bytes, const char *what) {
+    pthread_mutex_lock(&allocation_lock);
+    check_fits(SPACE_HOST, cat, bytes, what);
+    void *ptr = NULL;
+    Allocator from = FROM_ALIGNED;
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) {
+        ptr = cuda_host_alloc_zeroed(bytes ? bytes : 1);
+        if (!ptr) out_of_memory(SPACE_HOST, cat, bytes, what, "cudaHostAlloc");
+        from = FROM_CUDA_HOST_ALLOC;
+    }
+#endif
+    if (!ptr) {
+        /* The CPU backend has no page locking to do; page alignment keeps
+         * the buffer's placement what cudaHostAlloc would give. */
+        size_t page = 4096, rounded = bytes ? (bytes + page - 1) / page * page : page;
+        if (posix_memalign(&ptr, page, rounded) != 0)
+            out_of_memory(SPACE_HOST, cat, bytes, what, "posix_memalign");
+        memset(ptr, 0, rounded);
+    }
+    counted(ptr, bytes, SPACE_HOST, cat, from);
+    pthread_mutex_unlock(&allocation_lock);
     return ptr;
 }
 
 void mem_free(void *ptr) {
     if (!ptr) return;
-    for (int i = 0; i < allocation_count; i++) {
-        if (allocations[i].ptr != ptr) continue;
-        Allocation a = allocations[i];
-        allocations[i] = allocations[--allocation_count];
-        current[a.space][a.cat] -= a.bytes;
-        current_total[a.space] -= a.bytes;
+    pthread_mutex_lock(&allocation_lock);
+    int i = 0;
+    while (i < allocation_count && allocations[i].ptr != ptr) i++;
+    if (i == allocation_count) fatal(EXIT_RUNTIME, "mem_free: %p was not allocated by mem_alloc", ptr);
+    Allocation a = allocations[i];
+    allocations[i] = allocations[--allocation_count];
+    current[a.space][a.cat] -= a.bytes;
+    current_total[a.space] -= a.bytes;
+    pthread_mutex_unlock(&allocation_lock);
+    switch (a.from) {
 #ifdef USE_CUDA
-        if (a.space == SPACE_DEVICE && active_backend == BACKEND_CUDA) {
-            cuda_release(ptr);
-            return;
-        }
+    case FROM_CUDA_MALLOC:
+        cuda_release(ptr);
+        break;
+    case FROM_CUDA_HOST_ALLOC:
+        cuda_host_release(ptr);
+        break;
 #endif
-        free(ptr);
-        return;
+    default:
+        free(ptr); /* calloc and posix_memalign */
     }
-    fatal(EXIT_RUNTIME, "mem_free: %p was not allocated by mem_alloc", ptr);
 }
 
 size_t mem_current_bytes(Space space, Category cat) {
@@ -242,10 +309,6 @@ size_t mem_peak_bytes(Space space, Category cat) {
 }
 size_t mem_peak_total(Space space) {
     return peak_total[space];
-}
-void mem_reset_peaks(void) {
-    memcpy(peak, current, sizeof peak);
-    memcpy(peak_total, current_total, sizeof peak_total);
 }
 
 void copy_to_device(void *dst_device, const void *src_host, size_t bytes) {
@@ -276,6 +339,98 @@ void copy_on_device(void *dst_device, const void *src_device, size_t bytes) {
     }
 #endif
     memcpy(dst_device, src_device, bytes);
+}
+
+void copy_to_device_async(void *dst_device, const void *src_host, size_t bytes, DeviceStream *stream) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) {
+        cuda_copy_h2d_async(dst_device, src_host, bytes, stream->native);
+        return;
+    }
+#endif
+    (void)stream;
+    memcpy(dst_device, src_host, bytes);
+}
+
+void copy_to_host_async(void *dst_host, const void *src_device, size_t bytes, DeviceStream *stream) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) {
+        cuda_copy_d2h_async(dst_host, src_device, bytes, stream->native);
+        return;
+    }
+#endif
+    (void)stream;
+    memcpy(dst_host, src_device, bytes);
+}
+
+/* ---- streams and events: CUDA calls on the GPU, nothing on the CPU ---- */
+
+DeviceStream *device_stream(StreamKind kind) {
+    if ((int)kind < 0 || kind >= STREAM_COUNT)
+        fatal(EXIT_RUNTIME, "device_stream: no stream of kind %d", kind);
+    return &streams[kind];
+}
+
+void *device_stream_handle(DeviceStream *stream) {
+    return stream->native;
+}
+
+DeviceEvent *device_event_create(void) {
+    DeviceEvent *event = xcalloc(1, sizeof *event);
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) event->native = cuda_event_create();
+#endif
+    return event;
+}
+
+void device_event_destroy(DeviceEvent *event) {
+    if (!event) return;
+#ifdef USE_CUDA
+    if (event->native) cuda_event_destroy(event->native);
+#endif
+    free(event);
+}
+
+#ifdef USE_CUDA
+/* An event made before device_init() chose CUDA has no CUDA event behind it. */
+static void *native_event(DeviceEvent *event) {
+    if (!event->native) fatal(EXIT_RUNTIME, "a device event was created before device_init() chose CUDA");
+    return event->native;
+}
+#endif
+
+void device_event_record(DeviceEvent *event, DeviceStream *stream) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) cuda_event_record(native_event(event), stream->native);
+#else
+    (void)event;
+    (void)stream;
+#endif
+}
+
+void device_stream_wait(DeviceStream *stream, DeviceEvent *event) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) cuda_stream_wait_event(stream->native, native_event(event));
+#else
+    (void)stream;
+    (void)event;
+#endif
+}
+
+void device_event_sync(DeviceEvent *event) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) cuda_event_synchronize(native_event(event));
+#else
+    (void)event;
+#endif
+}
+
+void device_stream_sync(DeviceStream *stream) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) cuda_stream_synchronize(stream->native);
+#else
+    (void)stream;
+#endif
 }
 
 void device_sync(void) {

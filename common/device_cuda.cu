@@ -2,11 +2,13 @@
  *
  * device.c keeps the bookkeeping (tags, budgets, peaks) in plain C; this file
  * is the thin layer that actually talks to the GPU: pick the device, create
- * the cuBLAS handle, allocate, copy, synchronise and time. Every call is
- * checked and a failure ends the program naming the file and line. */
+ * the streams and the cuBLAS handle, allocate, copy, order, synchronise and
+ * time. Every call is checked and a failure ends the program naming the file
+ * and line. */
 #include "cuda_common.cuh"
 
 #include "cuda_runtime_glue.h"
+#include "device.h"
 
 #include <cuda_profiler_api.h>
 
@@ -15,6 +17,9 @@
 #include <string.h>
 
 cublasHandle_t cublas_handle = NULL;
+cudaStream_t compute_stream = NULL;
+/* STREAM_COMPUTE, STREAM_COMM, STREAM_COPY (device.h); [0] is compute_stream. */
+static cudaStream_t streams[STREAM_COUNT];
 static bool tf32_enabled = false;
 
 bool cuda_tf32_enabled(void) {
@@ -38,7 +43,20 @@ extern "C" void cuda_select_device(int device, char *name, size_t name_len) {
     cuda_check(cudaGetDeviceProperties(&prop, device));
     snprintf(name, name_len, "%s", prop.name);
 
+    /* Non-blocking: none of them waits for the legacy default stream (or it
+     * for them). Communication gets the highest priority, so that when the
+     * GPU is full of backward kernels, the blocks of a collective that the
+     * other ranks are waiting for are scheduled first. */
+    if (!streams[STREAM_COMPUTE]) {
+        int least = 0, greatest = 0;
+        cuda_check(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        cuda_check(cudaStreamCreateWithPriority(&streams[STREAM_COMPUTE], cudaStreamNonBlocking, least));
+        cuda_check(cudaStreamCreateWithPriority(&streams[STREAM_COMM], cudaStreamNonBlocking, greatest));
+        cuda_check(cudaStreamCreateWithPriority(&streams[STREAM_COPY], cudaStreamNonBlocking, least));
+        compute_stream = streams[STREAM_COMPUTE];
+    }
     if (!cublas_handle) cublas_check(cublasCreate(&cublas_handle));
+    cublas_check(cublasSetStream(cublas_handle, compute_stream));
     /* Strict fp32 by default, so the CUDA backend matches the CPU one to
      * ~1e-6 and the parity tests mean something. TF32 tensor cores (10-bit
      * mantissa inputs) are several times faster on Ampere and later; opt in
@@ -47,6 +65,10 @@ extern "C" void cuda_select_device(int device, char *name, size_t name_len) {
     tf32_enabled = tf32 && strcmp(tf32, "1") == 0;
     cublas_check(
         cublasSetMathMode(cublas_handle, tf32_enabled ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+}
+
+extern "C" void *cuda_stream(int kind) {
+    return (void *)streams[kind];
 }
 
 extern "C" void cuda_profiler(int on) {
@@ -72,41 +94,98 @@ extern "C" void *cuda_alloc_zeroed(size_t bytes) {
         return NULL;
     }
     cuda_check(err);
-    cuda_check(cudaMemset(ptr, 0, bytes));
+    /* Zeroed before any stream can use it: the buffer may first be touched by
+     * the communication or copy stream, which do not follow the compute one. */
+    cuda_check(cudaMemsetAsync(ptr, 0, bytes, compute_stream));
+    cuda_check(cudaStreamSynchronize(compute_stream));
     return ptr;
 }
 
 extern "C" void cuda_release(void *ptr) {
-    cuda_check(cudaFree(ptr));
+    cuda_check(cudaFree(ptr)); /* waits for the device first */
 }
 
+extern "C" void *cuda_host_alloc_zeroed(size_t bytes) {
+    void *ptr = NULL;
+    cudaError_t err = cudaHostAlloc(&ptr, bytes, cudaHostAllocDefault);
+    if (err == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError(); /* the caller reports it, naming the buffer */
+        return NULL;
+    }
+    cuda_check(err);
+    memset(ptr, 0, bytes);
+    return ptr;
+}
+
+extern "C" void cuda_host_release(void *ptr) {
+    cuda_check(cudaFreeHost(ptr));
+}
+
+/* The synchronous copies: in the compute stream's order, then waited for, so
+ * that the caller may read (or reuse) the host buffer on return. */
 extern "C" void cuda_copy_h2d(void *dst, const void *src, size_t bytes) {
-    cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_stream));
+    cuda_check(cudaStreamSynchronize(compute_stream));
 }
 
 extern "C" void cuda_copy_d2h(void *dst, const void *src, size_t bytes) {
-    cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_stream));
+    cuda_check(cudaStreamSynchronize(compute_stream));
 }
 
 extern "C" void cuda_copy_d2d(void *dst, const void *src, size_t bytes) {
-    cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_stream));
+}
+
+extern "C" void cuda_copy_h2d_async(void *dst, const void *src, size_t bytes, void *stream) {
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream));
+}
+
+extern "C" void cuda_copy_d2h_async(void *dst, const void *src, size_t bytes, void *stream) {
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream));
+}
+
+extern "C" void *cuda_event_create(void) {
+    cudaEvent_t event;
+    cuda_check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    return (void *)event;
+}
+
+extern "C" void cuda_event_destroy(void *event) {
+    cuda_check(cudaEventDestroy((cudaEvent_t)event));
+}
+
+extern "C" void cuda_event_record(void *event, void *stream) {
+    cuda_check(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+}
+
+extern "C" void cuda_stream_wait_event(void *stream, void *event) {
+    cuda_check(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
+}
+
+extern "C" void cuda_event_synchronize(void *event) {
+    cuda_check(cudaEventSynchronize((cudaEvent_t)event));
+}
+
+extern "C" void cuda_stream_synchronize(void *stream) {
+    cuda_check(cudaStreamSynchronize((cudaStream_t)stream));
 }
 
 extern "C" void cuda_synchronize(void) {
     cuda_check(cudaDeviceSynchronize());
 }
 
-/* events[0] marks the start and events[1] the stop, both on the default
- * stream, so the interval covers exactly the work queued in between. */
+/* events[0] marks the start and events[1] the stop, both on the compute
+ * stream, so the interval covers the work queued on it in between. */
 extern "C" void cuda_timer_start(void **events) {
     for (int i = 0; i < 2; i++)
         if (!events[i]) cuda_check(cudaEventCreate((cudaEvent_t *)&events[i]));
-    cuda_check(cudaEventRecord((cudaEvent_t)events[0], 0));
+    cuda_check(cudaEventRecord((cudaEvent_t)events[0], compute_stream));
 }
 
 extern "C" double cuda_timer_stop_ms(void **events) {
     if (!events[0] || !events[1]) fatal(EXIT_RUNTIME, "cuda_timer_stop_ms: the timer was never started");
-    cuda_check(cudaEventRecord((cudaEvent_t)events[1], 0));
+    cuda_check(cudaEventRecord((cudaEvent_t)events[1], compute_stream));
     cuda_check(cudaEventSynchronize((cudaEvent_t)events[1]));
     float elapsed_ms = 0.0f;
     cuda_check(cudaEventElapsedTime(&elapsed_ms, (cudaEvent_t)events[0], (cudaEvent_t)events[1]));

@@ -13,7 +13,8 @@
  * No kernel uses atomics: every reduction has an order fixed by the shapes,
  * so a run is bit-identical each time on the same GPU (cuBLAS is too, with its
  * default settings), which the determinism and resume tests rely on.
- * All work is issued on the default stream, so it runs in program order. */
+ * All work (launches, cuBLAS, memsets, the one copy back in sum_squares) is
+ * issued on compute_stream (cuda_common.cuh), so it runs in program order. */
 #include "cuda_common.cuh"
 
 #include "attention.h"
@@ -380,18 +381,19 @@ static void embedding_forward(float *out, const int *tokens, const float *wte, c
                               int C) {
     size_t total = (size_t)B * T * C;
     if (total == 0) return;
-    embedding_forward_kernel<<<blocks_for(total, BLOCK_SIZE), BLOCK_SIZE>>>(out, tokens, wte, wpe, T, C,
-                                                                            total);
+    embedding_forward_kernel<<<blocks_for(total, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(
+        out, tokens, wte, wpe, T, C, total);
     cuda_check(cudaGetLastError());
 }
 
 static void embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
                                int C, int V) {
     if ((size_t)B * T * C == 0) return;
-    embedding_backward_wpe_kernel<<<blocks_for((size_t)T * C, BLOCK_SIZE), BLOCK_SIZE>>>(dwpe, dout, B, T, C);
+    embedding_backward_wpe_kernel<<<blocks_for((size_t)T * C, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(
+        dwpe, dout, B, T, C);
     cuda_check(cudaGetLastError());
     if (V == 0) return;
-    embedding_backward_wte_kernel<<<V, BLOCK_SIZE>>>(dwte, dout, tokens, B * T, C);
+    embedding_backward_wte_kernel<<<V, BLOCK_SIZE, 0, compute_stream>>>(dwte, dout, tokens, B * T, C);
     cuda_check(cudaGetLastError());
 }
 
@@ -411,18 +413,19 @@ static void column_sums(float *out_w, float *out_b, const float *dout, const flo
     }
     double *partial_w = column_partials, *partial_b = column_partials + (size_t)chunks * C;
     dim3 grid(blocks_for(C, COLUMN_TILE), chunks), block(COLUMN_TILE, COLUMN_ROW_GROUPS);
-    column_partials_kernel<<<grid, block>>>(partial_w, partial_b, dout, inp, mean, rstd, N, C);
+    column_partials_kernel<<<grid, block, 0, compute_stream>>>(partial_w, partial_b, dout, inp, mean, rstd, N,
+                                                               C);
     cuda_check(cudaGetLastError());
-    column_partials_add_kernel<<<blocks_for(C, BLOCK_SIZE), BLOCK_SIZE>>>(out_w, out_b, partial_w, partial_b,
-                                                                          chunks, C);
+    column_partials_add_kernel<<<blocks_for(C, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(
+        out_w, out_b, partial_w, partial_b, chunks, C);
     cuda_check(cudaGetLastError());
 }
 
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                               const float *bias, int N, int C) {
     if (N == 0) return;
-    layernorm_forward_kernel<<<blocks_for(N, ROWS_PER_BLOCK), BLOCK_SIZE>>>(out, mean, rstd, inp, weight,
-                                                                            bias, N, C);
+    layernorm_forward_kernel<<<blocks_for(N, ROWS_PER_BLOCK), BLOCK_SIZE, 0, compute_stream>>>(
+        out, mean, rstd, inp, weight, bias, N, C);
     cuda_check(cudaGetLastError());
 }
 
@@ -430,8 +433,8 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
                                const float *weight, const float *mean, const float *rstd, int N, int C) {
     /* EXERCISE 01.1 BEGIN: layernorm backward (course.md, exercise 01.1) */
     if (N == 0 || C == 0) return;
-    layernorm_backward_dinp_kernel<<<blocks_for(N, ROWS_PER_BLOCK), BLOCK_SIZE>>>(dinp, dout, inp, weight,
-                                                                                  mean, rstd, N, C);
+    layernorm_backward_dinp_kernel<<<blocks_for(N, ROWS_PER_BLOCK), BLOCK_SIZE, 0, compute_stream>>>(
+        dinp, dout, inp, weight, mean, rstd, N, C);
     cuda_check(cudaGetLastError());
     column_sums(dweight, dbias, dout, inp, mean, rstd, N, C);
     /* EXERCISE 01.1 END */
@@ -443,7 +446,8 @@ static void linear_forward(float *out, const float *inp, const float *weight, co
     sgemm_rowmajor(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
     size_t total = (size_t)N * OC;
     if (bias && total > 0) {
-        add_bias_kernel<<<blocks_for(total, BLOCK_SIZE), BLOCK_SIZE>>>(out, bias, OC, total);
+        add_bias_kernel<<<blocks_for(total, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(out, bias, OC,
+                                                                                          total);
         cuda_check(cudaGetLastError());
     }
 }
@@ -459,32 +463,32 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
 
 static void gelu_forward(float *out, const float *inp, size_t n) {
     if (n == 0) return;
-    gelu_forward_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE>>>(out, inp, n);
+    gelu_forward_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(out, inp, n);
     cuda_check(cudaGetLastError());
 }
 
 static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     if (n == 0) return;
-    gelu_backward_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE>>>(dinp, inp, dout, n);
+    gelu_backward_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(dinp, inp, dout, n);
     cuda_check(cudaGetLastError());
 }
 
 static void residual_forward(float *out, const float *a, const float *b, size_t n) {
     if (n == 0) return;
-    residual_forward_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE>>>(out, a, b, n);
+    residual_forward_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(out, a, b, n);
     cuda_check(cudaGetLastError());
 }
 
 static void residual_backward(float *da, float *db, const float *dout, size_t n) {
     if (n == 0) return;
-    residual_backward_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE>>>(da, db, dout, n);
+    residual_backward_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(da, db, dout, n);
     cuda_check(cudaGetLastError());
 }
 
 static void crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets, int N,
                                  int V) {
     if (N == 0) return;
-    crossentropy_forward_kernel<<<N, BLOCK_SIZE>>>(losses, probs, logits, targets, V);
+    crossentropy_forward_kernel<<<N, BLOCK_SIZE, 0, compute_stream>>>(losses, probs, logits, targets, V);
     cuda_check(cudaGetLastError());
 }
 
@@ -492,8 +496,8 @@ static void crossentropy_backward(float *dlogits, const float *probs, const int 
                                   int V) {
     size_t total = (size_t)N * V;
     if (total == 0) return;
-    crossentropy_backward_kernel<<<blocks_for(total, BLOCK_SIZE), BLOCK_SIZE>>>(dlogits, probs, targets,
-                                                                                dloss, V, total);
+    crossentropy_backward_kernel<<<blocks_for(total, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(
+        dlogits, probs, targets, dloss, V, total);
     cuda_check(cudaGetLastError());
 }
 
@@ -505,12 +509,13 @@ static double sum_squares(const float *x, size_t n) {
         sum_squares_buffer = (double *)mem_alloc(
             SPACE_DEVICE, CAT_WORKSPACE, (SUM_BLOCKS + 1) * sizeof(double), "sum_squares partial sums");
     double *partial = sum_squares_buffer, *total = sum_squares_buffer + SUM_BLOCKS;
-    sum_squares_partial_kernel<<<SUM_BLOCKS, BLOCK_SIZE>>>(partial, x, n);
+    sum_squares_partial_kernel<<<SUM_BLOCKS, BLOCK_SIZE, 0, compute_stream>>>(partial, x, n);
     cuda_check(cudaGetLastError());
-    sum_squares_final_kernel<<<1, BLOCK_SIZE>>>(total, partial, SUM_BLOCKS);
+    sum_squares_final_kernel<<<1, BLOCK_SIZE, 0, compute_stream>>>(total, partial, SUM_BLOCKS);
     cuda_check(cudaGetLastError());
     double result = 0.0;
-    cuda_check(cudaMemcpy(&result, total, sizeof(double), cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpyAsync(&result, total, sizeof(double), cudaMemcpyDeviceToHost, compute_stream));
+    cuda_check(cudaStreamSynchronize(compute_stream));
     return result;
 }
 
@@ -520,19 +525,19 @@ static void adamw_update(float *params, const float *grads, float *m, float *v, 
     if (n == 0) return;
     float bias1 = 1.0f - powf(beta1, (float)t);
     float bias2 = 1.0f - powf(beta2, (float)t);
-    adamw_update_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE>>>(
+    adamw_update_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(
         params, grads, m, v, n, lr, beta1, beta2, bias1, bias2, eps, weight_decay, grad_scale);
     cuda_check(cudaGetLastError());
     /* EXERCISE 01.2 END */
 }
 
 static void fill_zero(float *x, size_t n) {
-    cuda_check(cudaMemset(x, 0, n * sizeof(float)));
+    cuda_check(cudaMemsetAsync(x, 0, n * sizeof(float), compute_stream));
 }
 
 static void scale(float *x, size_t n, float factor) {
     if (n == 0) return;
-    scale_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE>>>(x, n, factor);
+    scale_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(x, n, factor);
     cuda_check(cudaGetLastError());
 }
 

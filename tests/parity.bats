@@ -106,6 +106,20 @@ load helpers
     assert_success
 }
 
+@test "an asynchronous copy on the copy stream, ordered by events around a kernel, gives the CPU's values" {
+    require_gpu
+    run "$BUILD/tests/test_parity" async_copy
+    assert_success
+}
+
+@test "a host<->device copy on the copy stream overlaps matmuls on the compute stream" {
+    require_gpu
+    run "$BUILD/tests/test_overlap"
+    echo "$output"
+    assert_success
+    assert_output --partial "PASS: a copy on the copy stream overlaps"
+}
+
 @test "ten training steps of the tiny model on CUDA give the CPU's losses within 1e-4" {
     require_gpu
     d=$(scratch)

@@ -1,11 +1,15 @@
 /* test_comm.c: the collectives of common/comm.c and the ring all-reduce of
- * common/ring.c, checked against values computed by formula.
+ * common/ring.c, checked against values computed by formula; the bucketed
+ * collective of common/bucketed.c, checked against the plain collectives.
  *
  * Run under mpirun with any number of ranks. Each rank fills element i with
  * a small integer depending on (rank, i), so every sum is exact in float and
- * the expected result is known without any communication.
- * Usage: test_comm [ring|allreduce|reduce_scatter|allgather|broadcast|sendrecv|split]
+ * the expected result is known without any communication (and does not
+ * depend on the order of the additions).
+ * Usage: test_comm [ring|allreduce|reduce_scatter|allgather|broadcast|sendrecv|split|bucketed]
+ *        test_comm bf16     (a bf16 all-reduce, which must be refused)
  * Exit 0 when every check passes on every rank. */
+#include "bucketed.h"
 #include "comm.h"
 #include "device.h"
 #include "ring.h"
@@ -108,7 +112,124 @@ static void check_split(void) {
     int n = comm_size(w), expected = r % 2 == 0 ? (n + 1) / 2 : n / 2;
     expect(comm_size(half) == expected && x == (float)expected, "split into even and odd ranks", 1, 0, x,
            expected);
-    comm_free(half);
+    comm_group_free(half);
+}
+
+/* ---- the bucketed collective against the plain ones ----
+ * Lengths that are multiples of neither the bucket size nor the rank count,
+ * so that the last bucket is short and padded; buckets marked last first,
+ * as a backward pass marks them; two rounds on one BucketedCollective. */
+
+static const size_t data_counts[] = {1, 7, 1000, 4099};
+static const size_t bucket_sizes[] = {1, 5, 96, 100, 5000};
+#define NUM_DATA (sizeof data_counts / sizeof data_counts[0])
+#define NUM_BUCKET_SIZES (sizeof bucket_sizes / sizeof bucket_sizes[0])
+
+/* Every element of got equals want's (exact: the values are small integers). */
+static void expect_equal(const float *got, const float *want, size_t n, const char *what, size_t count) {
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i]) {
+            expect(0, what, count, i, got[i], want[i]);
+            return;
+        }
+}
+
+/* value(rank, i) + round for the data, zeros for the padding. */
+static void fill(float *buf, size_t count, size_t padded, int rank, int round) {
+    for (size_t i = 0; i < padded; i++) buf[i] = i < count ? value(rank, i) + (float)round : 0.0f;
+}
+
+/* One bucketed collective over buffers laid out by bucketed_cut, and the
+ * reference the plain collectives give (want: as long as its output). */
+typedef struct {
+    BucketRange *ranges;
+    int buckets;
+    size_t padded, shard_count;
+    float *full, *shard, *want;
+    BucketedCollective *bc;
+} BucketedCase;
+
+static BucketedCase case_create(const BucketedSpec *spec, size_t count, size_t bucket) {
+    CommGroup *w = comm_world();
+    int n = comm_size(w);
+    BucketedCase c;
+    c.buckets = bucketed_cut(count, bucket, spec->op == BUCKETED_ALLREDUCE ? 1 : n, &c.ranges, &c.padded);
+    c.shard_count = c.padded / n;
+    c.full = xcalloc(c.padded, sizeof(float));
+    c.shard = xcalloc(c.shard_count + 1, sizeof(float));
+    c.want = xcalloc(spec->op == BUCKETED_REDUCE_SCATTER ? c.shard_count + 1 : c.padded, sizeof(float));
+    c.bc = bucketed_create(w, spec, c.ranges, c.buckets, c.full,
+                           spec->op == BUCKETED_ALLREDUCE ? NULL : c.shard);
+    return c;
+}
+
+static void case_destroy(BucketedCase *c) {
+    bucketed_destroy(c->bc);
+    free(c->ranges);
+    free(c->full);
+    free(c->shard);
+    free(c->want);
+}
+
+/* Rounds 0 and 1 of each operation, checked against the plain collectives
+ * (bucket by bucket for reduce-scatter and all-gather, whose slices are per
+ * bucket; once over the whole buffer for the all-reduce). */
+static void check_bucketed_op(const BucketedSpec *spec, const char *name, size_t count, size_t bucket) {
+    CommGroup *w = comm_world();
+    int n = comm_size(w), r = comm_rank(w);
+    BucketedCase c = case_create(spec, count, bucket);
+    for (int round = 0; round < 2; round++) {
+        if (spec->op == BUCKETED_ALLGATHER) {
+            fill(c.shard, c.shard_count, c.shard_count, r, round);
+            for (size_t i = 0; i < c.padded; i++) c.full[i] = -1.0f; /* every element must be written */
+        } else {
+            fill(c.full, count, c.padded, r, round);
+        }
+        if (spec->op == BUCKETED_ALLREDUCE) {
+            fill(c.want, count, c.padded, r, round);
+            comm_allreduce(w, c.want, c.padded, spec->reduce);
+        }
+        bucketed_begin(c.bc);
+        for (int b = c.buckets - 1; b >= 0; b--) bucketed_ready(c.bc, b); /* last first, as backward */
+        for (int b = 0; b < c.buckets; b += 2) bucketed_wait(c.bc, b);    /* some one by one */
+        bucketed_wait_all(c.bc);
+        for (int b = 0; b < c.buckets && spec->op != BUCKETED_ALLREDUCE; b++) {
+            size_t lo = c.ranges[b].lo, slice = (c.ranges[b].hi - lo) / n;
+            if (spec->op == BUCKETED_REDUCE_SCATTER)
+                comm_reduce_scatter(w, c.full + lo, c.want + lo / n, slice, COMM_SUM);
+            else
+                comm_allgather(w, c.shard + lo / n, c.want + lo, slice);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "bucketed %s (buckets of %zu, round %d)", name, bucket, round);
+        float *got = spec->op == BUCKETED_REDUCE_SCATTER ? c.shard : c.full;
+        expect_equal(got, c.want, spec->op == BUCKETED_REDUCE_SCATTER ? c.shard_count : c.padded, what,
+                     count);
+    }
+    case_destroy(&c);
+}
+
+static void check_bucketed(void) {
+    for (size_t c = 0; c < NUM_DATA; c++)
+        for (size_t s = 0; s < NUM_BUCKET_SIZES; s++) {
+            size_t count = data_counts[c], bucket = bucket_sizes[s];
+            const BucketedSpec sum = {BUCKETED_ALLREDUCE, COMM_F32, COMM_SUM, NULL},
+                               avg = {BUCKETED_ALLREDUCE, COMM_F32, COMM_AVG, NULL},
+                               ring = {BUCKETED_ALLREDUCE, COMM_F32, COMM_SUM, ring_allreduce},
+                               scatter = {BUCKETED_REDUCE_SCATTER, COMM_F32, COMM_SUM, NULL},
+                               gather = {BUCKETED_ALLGATHER, COMM_F32, COMM_SUM, NULL};
+            check_bucketed_op(&sum, "all-reduce", count, bucket);
+            check_bucketed_op(&avg, "all-reduce (avg)", count, bucket);
+            check_bucketed_op(&ring, "ring all-reduce", count, bucket);
+            check_bucketed_op(&scatter, "reduce-scatter", count, bucket);
+            check_bucketed_op(&gather, "all-gather", count, bucket);
+        }
+}
+
+/* Until mixed precision, 16-bit communication is refused, by name. */
+static void refuse_bf16(void) {
+    float buf[4] = {0};
+    comm_allreduce_typed(comm_world(), buf, 2, COMM_BF16, COMM_SUM, NULL);
 }
 
 int main(int argc, char **argv) {
@@ -128,6 +249,8 @@ int main(int argc, char **argv) {
         check_reduce_scatter_allgather();
     if (!only || !strcmp(only, "broadcast") || !strcmp(only, "sendrecv")) check_broadcast_sendrecv();
     if (!only || !strcmp(only, "split")) check_split();
+    if (!only || !strcmp(only, "bucketed")) check_bucketed();
+    if (only && !strcmp(only, "bf16")) refuse_bf16();
     double total = comm_allreduce_double(comm_world(), failures, 0);
     if (comm_rank(comm_world()) == 0)
         printf("%s: %d ranks, %.0f failures\n", total == 0 ? "PASS" : "FAIL", comm_size(comm_world()), total);

@@ -1,16 +1,29 @@
-/* test_memory.c: the memory arithmetic of chapter 01, checked.
+/* test_memory.c: the memory arithmetic of chapter 01, and the device
+ * layer's host memory, checked on the CPU backend.
  *
- * activation_bytes() (common/model.c, exercise 01.3) predicts how many bytes
- * the forward pass keeps for the backward pass. This program counts the same
- * thing independently, tensor by tensor as listed in model.h's Activations
- * and BlockActs, for several shapes (odd ones included), and also checks
- * that the prediction equals what activations_create() really allocates.
- * Exit 0 when every shape agrees. */
+ *   build/tests/test_memory [activations|workspace|pinned|async_copy]   (all when none is named)
+ *
+ *   activations: activation_bytes() (common/model.c, exercise 01.3) predicts
+ *     how many bytes the forward pass keeps for the backward pass. This
+ *     program counts the same thing independently, tensor by tensor as listed
+ *     in model.h's Activations and BlockActs, for several shapes (odd ones
+ *     included), and also checks that the prediction equals what
+ *     activations_create() really allocates.
+ *   workspace: the attention's workspace is given back by device_shutdown().
+ *   pinned: mem_alloc_pinned is counted under host (what memory.csv
+ *     reports), zero-filled and page-aligned, and mem_free gives it back.
+ *   async_copy: host -> device on the copy stream, a kernel on the compute
+ *     stream after an event, device -> host after another: the right bytes.
+ * One line per check, PASS or FAIL; exit 0 when every check passes. */
+#include "csvlog.h"
 #include "device.h"
 #include "kernels.h"
 #include "model.h"
+#include "util.h"
 
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 /* Saved forward values for a micro-batch of B sequences of T tokens, in floats
  * (token ids are 4-byte ints, counted the same). */
@@ -36,8 +49,7 @@ static size_t expected_floats(const ModelConfig *m, size_t B, size_t T) {
     return embedding + L * per_block + head;
 }
 
-int main(void) {
-    device_init("cpu", 0);
+static int check_activations(void) {
     struct {
         ModelConfig m;
         int B, T;
@@ -64,9 +76,13 @@ int main(void) {
             ok ? "PASS" : "FAIL", m->layers, m->dmodel, m->heads, m->vocab, B, T, want, got, allocated);
         failures += !ok;
     }
+    return failures;
+}
 
-    /* The attention's workspace grows on first use and device_shutdown()
-     * gives it back: nothing is left in the workspace category after it. */
+/* The attention's workspace grows on first use and device_shutdown() gives
+ * it back: nothing is left in the workspace category after it. */
+static int check_workspace(void) {
+    int failures = 0;
     {
         int B = 2, T = 70, C = 12, NH = 3;
         float *qkv = mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, (size_t)B * T * 3 * C * sizeof(float), "qkv");
@@ -83,6 +99,96 @@ int main(void) {
         mem_free(qkv);
         mem_free(out);
         mem_free(lse);
+    }
+    return failures;
+}
+
+/* Pinned host memory is host memory to the accounts: the host row of its
+ * category grows by exactly its size, in the current bytes and in the peaks
+ * memory.csv is written from, and nothing moves on the device side. */
+static int check_pinned(void) {
+    size_t bytes = 3 * 4096 + 17; /* not a whole number of pages */
+    size_t host_before = mem_current_bytes(SPACE_HOST, CAT_OPTIMIZER);
+    size_t device_before = mem_current_bytes(SPACE_DEVICE, CAT_OPTIMIZER);
+    unsigned char *p = mem_alloc_pinned(CAT_OPTIMIZER, bytes, "pinned test buffer");
+    size_t peaks[SPACE_COUNT * CAT_COUNT];
+    memory_peaks_local(peaks);
+    int zeros = 1;
+    for (size_t i = 0; i < bytes; i++) zeros &= p[i] == 0;
+    memset(p, 0xab, bytes); /* all of it is ours to write */
+    int counted = mem_current_bytes(SPACE_HOST, CAT_OPTIMIZER) == host_before + bytes;
+    int in_csv = peaks[SPACE_HOST * CAT_COUNT + CAT_OPTIMIZER] >= host_before + bytes;
+    int device_untouched = mem_current_bytes(SPACE_DEVICE, CAT_OPTIMIZER) == device_before;
+    int aligned = (uintptr_t)p % 4096 == 0;
+    mem_free(p);
+    int given_back = mem_current_bytes(SPACE_HOST, CAT_OPTIMIZER) == host_before;
+    int ok = zeros && counted && in_csv && device_untouched && aligned && given_back;
+    printf("%s pinned: %zu bytes counted under host/optimizer %s, in memory.csv's peaks %s, device %s, "
+           "zero-filled %s, page-aligned %s, given back %s\n",
+           ok ? "PASS" : "FAIL", bytes, counted ? "yes" : "NO", in_csv ? "yes" : "NO",
+           device_untouched ? "untouched" : "CHANGED", zeros ? "yes" : "NO", aligned ? "yes" : "NO",
+           given_back ? "yes" : "NO");
+    return !ok;
+}
+
+/* A round trip through the device on the copy stream, with a kernel on the
+ * compute stream in between, ordered by events both ways: up, x3, down. */
+static int check_async_copy(void) {
+    size_t n = 100003, bytes = n * sizeof(float);
+    float *up = mem_alloc_pinned(CAT_WORKSPACE, bytes, "async copy source");
+    float *down = mem_alloc_pinned(CAT_WORKSPACE, bytes, "async copy destination");
+    float *dev = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "async copy device buffer");
+    for (size_t i = 0; i < n; i++) up[i] = (float)(i % 1000) - 500.0f;
+    DeviceStream *copy = device_stream(STREAM_COPY), *compute = device_stream(STREAM_COMPUTE);
+    DeviceEvent *arrived = device_event_create(), *scaled = device_event_create(),
+                *back = device_event_create();
+    copy_to_device_async(dev, up, bytes, copy);
+    device_event_record(arrived, copy);
+    device_stream_wait(compute, arrived);
+    ops()->scale(dev, n, 3.0f);
+    device_event_record(scaled, compute);
+    device_stream_wait(copy, scaled);
+    copy_to_host_async(down, dev, bytes, copy);
+    device_event_record(back, copy);
+    device_event_sync(back);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++) wrong += down[i] != 3.0f * up[i];
+    /* and up again, waited for with device_stream_sync (dev is host memory on the CPU backend) */
+    copy_to_device_async(dev, down, bytes, copy);
+    device_stream_sync(copy);
+    wrong += memcmp(dev, down, bytes) != 0;
+    printf(
+        "%s async copy: %zu floats up on the copy stream, x3 on the compute stream, down again: %zu wrong\n",
+        wrong ? "FAIL" : "PASS", n, wrong);
+    device_event_destroy(arrived);
+    device_event_destroy(scaled);
+    device_event_destroy(back);
+    mem_free(up);
+    mem_free(down);
+    mem_free(dev);
+    return wrong != 0;
+}
+
+int main(int argc, char **argv) {
+    static const struct {
+        const char *name;
+        int (*run)(void);
+    } checks[] = {
+        {"activations", check_activations},
+        {"workspace", check_workspace},
+        {"pinned", check_pinned},
+        {"async_copy", check_async_copy},
+    };
+    int count = (int)(sizeof checks / sizeof checks[0]), known = argc < 2, failures = 0;
+    device_init("cpu", 0);
+    for (int i = 0; i < count; i++)
+        if (argc < 2 || strcmp(argv[1], checks[i].name) == 0) {
+            known = 1;
+            failures += checks[i].run();
+        }
+    if (!known || argc > 2) {
+        fprintf(stderr, "usage: test_memory [activations|workspace|pinned|async_copy]\n");
+        return EXIT_USAGE;
     }
     return failures ? 1 : 0;
 }

@@ -2,6 +2,9 @@
  *
  *   build/tests/test_parity [kernel]      (every kernel when none is named)
  *
+ * and one check of the streams rather than a kernel (async_copy: an
+ * asynchronous copy on the copy stream, ordered by events around a kernel).
+ *
  * For each operation of kernels.h, the same random inputs, drawn on the host,
  * go through kernels_cpu on host buffers and, copied to the GPU, through
  * kernels_cuda on device buffers. Every output and gradient must agree:
@@ -124,12 +127,10 @@ typedef struct {
     const char *where; /* which tensor it came from */
 } Check;
 
-/* maxrel between the CPU's values and the device buffer's, both minus
- * `before` when given (to compare what a backward added). */
-static void compare_impl(Check *check, const char *what, const float *cpu, const float *gpu_device,
+/* maxrel between the CPU's values and the GPU's (already on the host), both
+ * minus `before` when given (to compare what a backward added). */
+static void compare_host(Check *check, const char *what, const float *cpu, const float *gpu,
                          const float *before, size_t n) {
-    float *gpu = host_alloc(n * sizeof(float));
-    copy_to_host(gpu, gpu_device, n * sizeof(float));
     double max_abs = 0.0, max_diff = 0.0;
     for (size_t i = 0; i < n; i++) {
         double base = before ? before[i] : 0.0;
@@ -144,6 +145,14 @@ static void compare_impl(Check *check, const char *what, const float *cpu, const
         check->worst = rel;
         check->where = what;
     }
+}
+
+/* The same for a device buffer, copied to the host first. */
+static void compare_impl(Check *check, const char *what, const float *cpu, const float *gpu_device,
+                         const float *before, size_t n) {
+    float *gpu = host_alloc(n * sizeof(float));
+    copy_to_host(gpu, gpu_device, n * sizeof(float));
+    compare_host(check, what, cpu, gpu, before, n);
 }
 
 /* An output the kernel writes. */
@@ -431,6 +440,41 @@ static void test_fill_zero(const Shape *s, Check *check) {
     compare(check, "x", x, g_x, total);
 }
 
+/* Not a kernel: the streams. Pinned host values go up on the copy stream; a
+ * kernel on the compute stream scales them once they have arrived (an event);
+ * they come back down on the copy stream once it is done (another event).
+ * Some megabytes, so that a missing wait shows: the kernel would scale what
+ * was there before the copy (zeros), or the copy back would take the values
+ * before the kernel. The CPU scales the same values for reference. */
+static void test_async_copy(const Shape *s, Check *check) {
+    size_t n = 64 * elementwise_count(s) + 3, bytes = n * sizeof(float);
+    float *x = random_floats(n, -1, 1);
+    float *up = mem_alloc_pinned(CAT_WORKSPACE, bytes, "parity: pinned source");
+    float *down = mem_alloc_pinned(CAT_WORKSPACE, bytes, "parity: pinned destination");
+    float *g_x = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "parity: async copy target");
+    memcpy(up, x, bytes);
+    DeviceStream *copy = device_stream(STREAM_COPY), *compute = device_stream(STREAM_COMPUTE);
+    DeviceEvent *arrived = device_event_create(), *scaled = device_event_create(),
+                *back = device_event_create();
+    copy_to_device_async(g_x, up, bytes, copy);
+    device_event_record(arrived, copy);
+    device_stream_wait(compute, arrived);
+    kernels_cuda.scale(g_x, n, 3.0f);
+    device_event_record(scaled, compute);
+    device_stream_wait(copy, scaled);
+    copy_to_host_async(down, g_x, bytes, copy);
+    device_event_record(back, copy);
+    device_event_sync(back);
+    kernels_cpu.scale(x, n, 3.0f);
+    compare_host(check, "copied back", x, down, NULL, n);
+    device_event_destroy(arrived);
+    device_event_destroy(scaled);
+    device_event_destroy(back);
+    mem_free(up);
+    mem_free(down);
+    mem_free(g_x);
+}
+
 typedef struct {
     const char *name;
     void (*run)(const Shape *s, Check *check);
@@ -456,6 +500,7 @@ static const ParityTest parity_tests[] = {
     {"sum_squares", test_sum_squares, SUM_SQUARES_TOLERANCE},
     {"adamw_update", test_adamw_update, TOLERANCE},
     {"fill_zero", test_fill_zero, TOLERANCE},
+    {"async_copy", test_async_copy, TOLERANCE}, /* then the streams */
 };
 #define PARITY_TEST_COUNT (int)(sizeof parity_tests / sizeof parity_tests[0])
 

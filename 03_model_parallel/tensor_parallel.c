@@ -76,8 +76,11 @@ void row_parallel_backward(TensorGroup *tp, float *dinp_local, float *dweight_lo
 
 /* ---- the local parameter table ---- */
 
-static SliceKind slice_of(int block_tensor) {
-    switch (block_tensor) {
+/* How tensor t of a model of L blocks is divided: only the blocks' four matrices (and the
+ * biases of the column-parallel ones) are sliced. */
+static SliceKind slice_of(const ParamTensor *t, int L) {
+    if (t->layer == LAYER_EMBEDDING || t->layer == L) return SLICE_NONE;
+    switch ((BlockTensor)t->kind) {
     case BLOCK_QKVW:
     case BLOCK_QKVB:
         return SLICE_QKV_ROWS;
@@ -118,29 +121,21 @@ size_t tensor_parallel_global_index(const ParamTensor *whole, SliceKind kind, in
 }
 
 /* The local table: the whole table's names and order, sliced shapes. */
-static void build_local_table(TensorParallelModel *tm, const GPT *whole, int tp) {
-    GPT *m = &tm->model;
-    memset(m, 0, sizeof *m);
-    m->cfg = whole->cfg;
-    m->num_tensors = whole->num_tensors;
-    m->tensors = xcalloc(whole->num_tensors, sizeof(ParamTensor));
-    tm->slice = xcalloc(whole->num_tensors, sizeof(SliceKind));
-    for (int i = 0; i < whole->num_tensors; i++) {
-        ParamTensor *t = &m->tensors[i];
-        *t = whole->tensors[i];
-        int in_block = t->layer >= 0 && t->layer < whole->cfg.layers;
-        SliceKind kind = in_block ? slice_of((i - 2) % BLOCK_TENSORS) : SLICE_NONE;
+static void build_local_table(TensorParallelModel *tm, const ModelConfig *cfg, int tp) {
+    ParamTable local;
+    param_table_build(&local, cfg);
+    tm->slice = xcalloc(local.num_tensors, sizeof(SliceKind));
+    for (int i = 0; i < local.num_tensors; i++) {
+        ParamTensor *t = &local.tensors[i];
+        SliceKind kind = slice_of(t, cfg->layers);
         tm->slice[i] = kind;
         if (kind == SLICE_COLS || (t->rows == 1 && kind != SLICE_NONE))
             t->cols /= tp;
         else if (kind != SLICE_NONE)
             t->rows /= tp;
-        t->numel = (size_t)t->rows * t->cols;
-        t->offset = m->num_params;
-        m->num_params += t->numel;
     }
-    m->param_first = 0;
-    m->param_count = m->num_params;
+    param_table_layout(&local); /* offsets of the smaller tensors */
+    gpt_init(&tm->model, local);
 }
 
 /* Carve one block's activations (or, with base NULL, count them). */
@@ -205,29 +200,26 @@ void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t s
     tm->C_local = cfg->dmodel / tp->size;
     tm->NH_local = cfg->heads / tp->size;
     tm->H_local = 4 * cfg->dmodel / tp->size;
-    GPT whole;
-    gpt_build_table(&whole, cfg);
+    ParamTable whole;
+    param_table_build(&whole, cfg);
     tm->global_params = whole.num_params;
-    build_local_table(tm, &whole, tp->size);
+    build_local_table(tm, cfg, tp->size);
 
     /* parameters: each local element starts from its whole tensor's value */
     GPT *m = &tm->model;
+    gpt_alloc_range(m, LAYER_EMBEDDING, cfg->layers); /* this rank's slices of every unit */
     size_t bytes = m->num_params * sizeof(float);
-    m->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, bytes, "parameters (this rank's slices)");
-    m->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, bytes, "gradients (this rank's slices)");
     float *host = xmalloc(bytes);
-    for (int i = 0; i < m->num_tensors; i++) {
+    for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
         const ParamTensor *t = &m->tensors[i];
         for (size_t e = 0; e < t->numel; e++)
-            host[t->offset + e] = gpt_init_value(
+            host[t->offset + e] = param_init_value(
                 t, seed,
                 tensor_parallel_global_index(&whole.tensors[i], tm->slice[i], tp->rank, tp->size, e));
     }
     copy_to_device(m->params, host, bytes);
     free(host);
-    gpt_weights_view(m, m->params, &m->w);
-    gpt_weights_view(m, m->grads, &m->g);
-    free(whole.tensors);
+    param_table_free(&whole);
 
     /* activations: the embedding and head parts are whole (model.c), the blocks local */
     activations_create_range(&tm->acts, cfg, B, T, cfg->layers, cfg->layers, 0);

@@ -354,8 +354,8 @@ int main(int argc, char **argv) {
 
     int per_replica = cfg.batch / dp; /* this replica's share of the global batch */
     int B = per_replica / cfg.micro, T = cfg.model.seq;
-    GPT table; /* the whole model's table: names, shapes, the stage split */
-    gpt_build_table(&table, &cfg.model);
+    ParamTable table; /* the whole model's table: names, shapes, the stage split */
+    param_table_build(&table, &cfg.model);
     int blocks[256]; /* blocks per stage: at most one stage per layer */
     char layout[64];
     if (par.tensor) {
@@ -371,10 +371,10 @@ int main(int argc, char **argv) {
         else
             layer_split_balanced(&table, mp_size, blocks); /* balance the parameters (common/layer_split.c) */
         layer_split_range(blocks, par.stage, &par.first_block, &par.last_block);
-        int first_layer = par.stage == 0 ? LAYER_EMBEDDING : par.first_block;
-        int last_layer = par.stage == par.stages - 1 ? L : par.last_block;
-        gpt_create_range(&par.model, &cfg.model, cfg.seed, first_layer, last_layer);
-        activations_create_range(&par.acts, &cfg.model, B, T, first_layer, last_layer, cfg.recompute);
+        int first_unit = par.stage == 0 ? LAYER_EMBEDDING : par.first_block; /* stage 0: the embedding too */
+        int last_unit = par.stage == par.stages - 1 ? L : par.last_block;    /* the last: the head too */
+        gpt_create_range(&par.model, &cfg.model, cfg.seed, first_unit, last_unit);
+        activations_create_range(&par.acts, &cfg.model, B, T, first_unit, last_unit, cfg.recompute);
         scratch_create(&par.scratch, &cfg.model, B, T, cfg.recompute);
         par.held = &par.model;
         int n = snprintf(layout, sizeof layout, "layer split, blocks per stage");
@@ -505,7 +505,7 @@ int main(int argc, char **argv) {
         activations_destroy(&par.acts, &cfg.model);
         gpt_destroy(&par.model);
     }
-    free(table.tensors);
+    param_table_free(&table);
     data_free(&data);
     device_shutdown();
     comm_finalize();

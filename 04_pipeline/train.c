@@ -334,14 +334,14 @@ int main(int argc, char **argv) {
     p.dp = comm_split(world, stage, dp_index);
 
     /* ---- the split and the schedule ---- */
-    GPT table;
-    gpt_build_table(&table, &cfg.model);
+    ParamTable table;
+    param_table_build(&table, &cfg.model);
     int blocks[256];
     if (pf.split[0])
         layer_split_parse(pf.split, P, L, blocks);
     else
         layer_split_balanced(&table, P, blocks);
-    free(table.tensors);
+    param_table_free(&table);
     layer_split_range(blocks, stage, &p.first_block, &p.last_block);
     if (pf.print_schedule) {
         if (rank == 0) {
@@ -375,9 +375,9 @@ int main(int argc, char **argv) {
     }
     comm_barrier(world); /* the output directory exists before any rank writes into it */
 
-    int first_part = stage == 0 ? LAYER_EMBEDDING : p.first_block,
-        last_part = stage == P - 1 ? L : p.last_block;
-    gpt_create_range(&p.model, &cfg.model, cfg.seed, first_part, last_part);
+    int first_unit = stage == 0 ? LAYER_EMBEDDING : p.first_block, /* stage 0: the embedding too */
+        last_unit = stage == P - 1 ? L : p.last_block;             /* the last: the head too */
+    gpt_create_range(&p.model, &cfg.model, cfg.seed, first_unit, last_unit);
     AdamW opt;
     adamw_create(&opt, p.model.param_count);
     int per_replica = cfg.batch / pf.dp; /* this replica's share of the global batch */
@@ -386,7 +386,7 @@ int main(int argc, char **argv) {
     p.slots = schedule_live_activations(&p.schedule);
     p.slot = xcalloc(p.slots, sizeof(Activations));
     for (int i = 0; i < p.slots; i++)
-        activations_create_range(&p.slot[i], &cfg.model, p.B, p.T, p.first_block, last_part, cfg.recompute);
+        activations_create_range(&p.slot[i], &cfg.model, p.B, p.T, p.first_block, last_unit, cfg.recompute);
     /* with --recompute the slots keep block inputs, and one block set here serves them all */
     scratch_create(&p.scratch, &cfg.model, p.B, p.T, cfg.recompute);
     p.grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, boundary_floats(&p) * sizeof(float),
@@ -400,7 +400,7 @@ int main(int argc, char **argv) {
              "of %d "
              "sequences | %zu parameters | bubble formula (P-1)/(M+P-1) = %.3f\n",
              PROGRAM, ranks, P, pf.dp, device_name(), comm_transport_name(), pf.schedule, M, p.B,
-             table.num_params, bubble_theory);
+             p.model.num_params, bubble_theory);
     for (int s = 0, first = 0; s < P; s++) {
         log_info("stage %d: blocks %d..%d%s%s\n", s, first, first + blocks[s] - 1,
                  s == 0 ? " + embedding" : "", s == P - 1 ? " + head" : "");

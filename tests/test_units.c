@@ -1,0 +1,180 @@
+/* test_units.c: the layer units of the parameter table (common/param_table.h)
+ * and the storage common/model.h binds to them, checked on the CPU.
+ *
+ *   table    every unit is one contiguous run of the table, and each tensor
+ *            is found by unit and kind
+ *   views    storage bound to a range of units (gpt_create_range,
+ *            gpt_bind_range) or to one unit (gpt_bind_unit): every view
+ *            addresses the whole model's value of its tensor, the views of
+ *            the other units are NULL
+ *
+ * Usage: test_units table|views. Prints a line per check and "PASS" or
+ * "FAIL: N failures"; exit 0 when every check passes. */
+#include "device.h"
+#include "kernels.h"
+#include "model.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    printf("%s ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, args);
+    printf("\n");
+    va_end(args);
+    failures += !ok;
+}
+
+/* Shapes with odd sizes, so that units rarely divide evenly. */
+static ModelConfig shape(int which) {
+    ModelConfig cfg;
+    model_preset(&cfg, "tiny");
+    if (which == 1) {
+        cfg.layers = 3;
+        cfg.dmodel = 36;
+        cfg.heads = 3;
+        cfg.seq = 13;
+        cfg.vocab = 259;
+    }
+    return cfg;
+}
+
+static const uint64_t seed = 20261124;
+
+/* ---- table ---- */
+
+static void test_table(void) {
+    for (int which = 0; which < 2; which++) {
+        ModelConfig cfg = shape(which);
+        ParamTable t;
+        param_table_build(&t, &cfg);
+        int L = cfg.layers, ok = t.num_units == L + 2;
+        size_t end = 0;
+        for (int u = LAYER_EMBEDDING; u <= L; u++) {
+            const ParamUnit *unit = table_unit(&t, u);
+            ok &= unit->layer == u && unit->offset == end;
+            size_t sum = 0;
+            for (int k = 0; k < unit->num_tensors; k++) {
+                const ParamTensor *p = table_tensor(&t, u, k);
+                ok &= p->layer == u && p->kind == k && p->offset == unit->offset + sum;
+                sum += p->numel;
+            }
+            ok &= sum == unit->numel;
+            end += unit->numel;
+        }
+        check(ok && end == t.num_params, "layers %d: units -1..%d are contiguous and cover the %zu elements",
+              L, L, t.num_params);
+        int named = strcmp(table_tensor(&t, LAYER_EMBEDDING, EMBEDDING_WPE)->name, "wpe") == 0 &&
+                    strcmp(table_tensor(&t, L - 1, BLOCK_QKVW)->name, L == 2 ? "h1.qkvw" : "h2.qkvw") == 0 &&
+                    strcmp(table_tensor(&t, L, HEAD_LM_HEAD)->name, "lm_head") == 0 &&
+                    table_unit(&t, 0)->num_tensors == BLOCK_TENSORS;
+        check(named, "layers %d: tensors are found by unit and kind (wpe, h%d.qkvw, lm_head)", L, L - 1);
+        param_table_free(&t);
+    }
+}
+
+/* ---- views ---- */
+
+/* Every tensor of `part` shows the whole model's values (units first..last)
+ * or NULL (the others), and its gradient view sits at the same place in grads. */
+static int views_match(const GPT *part, const GPT *whole, int first, int last) {
+    int ok = 1;
+    for (int k = 0; k < part->num_tensors; k++) {
+        const ParamTensor *t = &part->tensors[k];
+        float *w = weights_tensor(part, &part->w, t), *g = weights_tensor(part, &part->g, t);
+        if (t->layer < first || t->layer > last) {
+            ok &= w == NULL && g == NULL;
+            continue;
+        }
+        ok &= w != NULL && g != NULL && g - part->grads == w - part->params;
+        if (w) ok &= memcmp(w, whole->params + t->offset, t->numel * sizeof(float)) == 0;
+    }
+    return ok;
+}
+
+static void test_views(void) {
+    ModelConfig cfg = shape(1);
+    int L = cfg.layers;
+    GPT whole;
+    gpt_create(&whole, &cfg, seed);
+    check(views_match(&whole, &whole, LAYER_EMBEDDING, L), "gpt_create: every view is in the one buffer");
+    int ranges[][2] = {{LAYER_EMBEDDING, 0}, {1, 1}, {1, L}, {L, L}, {LAYER_EMBEDDING, L}};
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+        int first = ranges[i][0], last = ranges[i][1];
+        GPT part;
+        gpt_create_range(&part, &cfg, seed, first, last);
+        int ok = views_match(&part, &whole, first, last) &&
+                 part.param_first == table_unit(&whole.table, first)->offset;
+        check(ok, "gpt_create_range units %d..%d: the whole model's values, other units NULL", first, last);
+        gpt_destroy(&part);
+
+        /* the caller's storage: a copy of the same elements */
+        ParamTable table;
+        param_table_build(&table, &cfg);
+        gpt_init(&part, table);
+        size_t lo = table_unit(&part.table, first)->offset,
+               hi = table_unit(&part.table, last)->offset + table_unit(&part.table, last)->numel;
+        float *params = xmalloc((hi - lo) * sizeof(float)), *grads = xcalloc(hi - lo, sizeof(float));
+        memcpy(params, whole.params + lo, (hi - lo) * sizeof(float));
+        gpt_bind_range(&part, first, last, params, grads);
+        check(views_match(&part, &whole, first, last) && part.param_count == hi - lo,
+              "gpt_bind_range units %d..%d: views into the caller's buffer", first, last);
+        gpt_destroy(&part);
+        free(params);
+        free(grads);
+    }
+    /* one unit at a time, each in a buffer of its own (as ZeRO-3 gathers it) */
+    ParamTable table;
+    param_table_build(&table, &cfg);
+    GPT part;
+    gpt_init(&part, table);
+    float *units[258] = {0}, *grads[258] = {0};
+    for (int u = LAYER_EMBEDDING; u <= L; u++) {
+        const ParamUnit *unit = table_unit(&part.table, u);
+        units[u + 1] = xmalloc(unit->numel * sizeof(float));
+        grads[u + 1] = xmalloc(unit->numel * sizeof(float));
+        memcpy(units[u + 1], whole.params + unit->offset, unit->numel * sizeof(float));
+        gpt_bind_unit(&part, u, units[u + 1], grads[u + 1]);
+    }
+    int ok = 1;
+    for (int k = 0; k < part.num_tensors; k++) {
+        const ParamTensor *t = &part.tensors[k];
+        const float *w = weights_tensor(&part, &part.w, t);
+        ok &= w && memcmp(w, whole.params + t->offset, t->numel * sizeof(float)) == 0;
+    }
+    gpt_bind_unit(&part, 1, NULL, NULL);
+    ok &= part.w.block[1][BLOCK_QKVW] == NULL && part.g.block[1][BLOCK_FCPROJB] == NULL &&
+          part.w.block[0][BLOCK_QKVW] != NULL;
+    check(ok, "gpt_bind_unit: each unit in a buffer of its own; unbinding one leaves the others");
+    for (int u = 0; u < L + 2; u++) {
+        free(units[u]);
+        free(grads[u]);
+    }
+    gpt_destroy(&part);
+    gpt_destroy(&whole);
+}
+
+int main(int argc, char **argv) {
+    const char *what = argc == 2 ? argv[1] : "";
+    device_init("cpu", 0);
+    if (strcmp(what, "table") == 0)
+        test_table();
+    else if (strcmp(what, "views") == 0)
+        test_views();
+    else
+        fatal(EXIT_USAGE, "usage: test_units table|views");
+    if (failures)
+        printf("FAIL: %d failures\n", failures);
+    else
+        printf("PASS\n");
+    return failures ? 1 : 0;
+}

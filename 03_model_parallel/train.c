@@ -183,49 +183,31 @@ static void timed_recv(ModelParallel *p, float *buf, size_t count, int source, i
     p->comm_ms += wall_ms() - start;
 }
 
-/* The input of block l on this stage: its first block reads what arrived in `encoded`. */
-static const float *stage_block_input(ModelParallel *p, int l) {
-    return l == p->first_block ? p->acts.encoded : p->acts.block[l - 1].res3;
-}
-
-/* Forward of one micro-batch through this stage. Returns the sum of the
- * token losses on the last stage (with_loss), 0 elsewhere. */
+/* Forward of one micro-batch through this stage's units. Returns the sum of
+ * the token losses on the last stage (with_loss), 0 elsewhere. */
 static double stage_forward(ModelParallel *p, int with_loss, int B, int T) {
     size_t BTC = (size_t)B * T * p->model.cfg.dmodel;
-    if (p->stage == 0)
-        gpt_embedding_forward(&p->model, &p->acts, B, T);
-    else
+    if (p->stage > 0)
         timed_recv(p, p->acts.encoded, BTC, p->stage - 1, TAG_ACTIVATIONS); /* idle until stage-1 is done */
-    for (int l = p->first_block; l <= p->last_block; l++)
-        gpt_block_forward(&p->model, &p->acts, &p->scratch, l, stage_block_input(p, l), B, T);
-    float *output = p->acts.block[p->last_block].res3;
+    gpt_forward_range(&p->model, &p->acts, &p->scratch, p->model.first_unit, p->model.last_unit, with_loss,
+                      NULL, B, T);
     if (p->stage < p->stages - 1) {
-        timed_send(p, output, BTC, p->stage + 1, TAG_ACTIVATIONS);
+        timed_send(p, gpt_layer_output(&p->model, &p->acts, p->last_block), BTC, p->stage + 1,
+                   TAG_ACTIVATIONS);
         return 0.0;
     }
-    gpt_head_forward(&p->model, &p->acts, output, with_loss, B, T);
     return with_loss ? gpt_loss_sum(&p->acts, B, T) : 0.0;
 }
 
-/* Backward of one micro-batch through this stage, in the reverse order. */
+/* Backward of one micro-batch through this stage's units, in the reverse order. */
 static void stage_backward(ModelParallel *p, float dloss, int B, int T) {
     size_t BTC = (size_t)B * T * p->model.cfg.dmodel;
-    Scratch *s = &p->scratch;
-    int cur = 0;
-    if (p->stage == p->stages - 1)
-        gpt_head_backward(&p->model, &p->acts, s, p->acts.block[p->last_block].res3, s->dresid[cur], dloss, B,
-                          T);
-    else
-        timed_recv(p, s->dresid[cur], BTC, p->stage + 1, TAG_GRADIENTS); /* idle until stage+1 is done */
-    for (int l = p->last_block; l >= p->first_block; l--) {
-        gpt_block_backward(&p->model, &p->acts, s, l, stage_block_input(p, l), s->dresid[cur],
-                           s->dresid[1 - cur], B, T);
-        cur = 1 - cur;
-    }
-    if (p->stage > 0)
-        timed_send(p, s->dresid[cur], BTC, p->stage - 1, TAG_GRADIENTS);
-    else
-        gpt_embedding_backward(&p->model, &p->acts, s->dresid[cur], B, T);
+    float *doutput = p->scratch.dresid[0]; /* the gradient of this stage's output (not on the last) */
+    if (p->stage < p->stages - 1)
+        timed_recv(p, doutput, BTC, p->stage + 1, TAG_GRADIENTS); /* idle until stage+1 is done */
+    const float *dinput = gpt_backward_range(&p->model, &p->acts, &p->scratch, p->model.first_unit,
+                                             p->model.last_unit, dloss, doutput, NULL, NULL, B, T);
+    if (p->stage > 0) timed_send(p, dinput, BTC, p->stage - 1, TAG_GRADIENTS);
 }
 
 /* ---- one micro-batch, either mode ---- */

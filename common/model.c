@@ -388,13 +388,6 @@ float *gpt_layer_output(const GPT *m, Activations *a, int layer) {
     return layer < 0 ? a->encoded : a->block[layer].res3;
 }
 
-void gpt_forward(const GPT *m, Activations *a, Scratch *s, int B, int T) {
-    gpt_embedding_forward(m, a, B, T);
-    for (int l = 0; l < m->cfg.layers; l++)
-        gpt_block_forward(m, a, s, l, gpt_layer_output(m, a, l - 1), B, T);
-    gpt_head_forward(m, a, gpt_layer_output(m, a, m->cfg.layers - 1), 1, B, T);
-}
-
 /* ---- backward ---- */
 
 void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput,
@@ -452,23 +445,82 @@ void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded,
     ops()->embedding_backward(m->g.wte, m->g.wpe, dencoded, a->tokens, B, T, m->cfg.dmodel, m->cfg.vocab);
 }
 
-void gpt_backward_hooked(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T,
-                         LayerDoneHook layer_done, void *context) {
-    int L = m->cfg.layers, cur = 0;
-    gpt_head_backward(m, a, s, gpt_layer_output(m, a, L - 1), s->dresid[cur], dloss, B, T);
-    if (layer_done) layer_done(L, context);
-    for (int l = L - 1; l >= 0; l--) {
-        gpt_block_backward(m, a, s, l, gpt_layer_output(m, a, l - 1), s->dresid[cur], s->dresid[1 - cur], B,
-                           T);
-        cur = 1 - cur;
-        if (layer_done) layer_done(l, context);
+/* ---- a range of units ---- */
+
+static void check_range(const GPT *m, int first, int last) {
+    if (first < LAYER_EMBEDDING || last > m->cfg.layers || first > last)
+        fatal(EXIT_RUNTIME, "units %d..%d are not a range of this model's (valid: %d..%d)", first, last,
+              LAYER_EMBEDDING, m->cfg.layers);
+}
+
+/* The input of unit l (a block or the head) in a range starting at `first`:
+ * the range's first block reads `encoded` (the embedding's output, or what
+ * arrived from the previous stage), the others the previous block's output. */
+static const float *unit_input(const GPT *m, Activations *a, int first, int l) {
+    return l == first ? a->encoded : gpt_layer_output(m, a, l - 1);
+}
+
+void gpt_forward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, int with_loss,
+                       const UnitHooks *hooks, int B, int T) {
+    const UnitHooks none = {0}, *h = hooks ? hooks : &none;
+    check_range(m, first, last);
+    check_shape(a, B, T);
+    for (int l = first; l <= last; l++) {
+        if (h->before_forward) h->before_forward(l, h->context);
+        if (l == LAYER_EMBEDDING)
+            gpt_embedding_forward(m, a, B, T);
+        else if (l == m->cfg.layers)
+            gpt_head_forward(m, a, unit_input(m, a, first, l), with_loss, B, T);
+        else if (h->block_forward)
+            h->block_forward(l, unit_input(m, a, first, l), B, T, h->context);
+        else
+            gpt_block_forward(m, a, s, l, unit_input(m, a, first, l), B, T);
+        if (h->after_forward) h->after_forward(l, h->context);
     }
-    gpt_embedding_backward(m, a, s->dresid[cur], B, T);
-    if (layer_done) layer_done(LAYER_EMBEDDING, context);
+}
+
+const float *gpt_backward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, float dloss,
+                                const float *doutput, float *dinput, const UnitHooks *hooks, int B, int T) {
+    const UnitHooks none = {0}, *h = hooks ? hooks : &none;
+    check_range(m, first, last);
+    /* dout: the gradient of unit l's output; each unit leaves its input's in
+     * din: the other of the scratch's two buffers, or dinput for the range's
+     * first unit */
+    const float *dout = doutput;
+    for (int l = last; l >= first; l--) {
+        if (h->before_backward) h->before_backward(l, h->context);
+        if (l == LAYER_EMBEDDING) {
+            gpt_embedding_backward(m, a, dout, B, T);
+        } else {
+            float *din = l == first && dinput ? dinput : dout == s->dresid[0] ? s->dresid[1] : s->dresid[0];
+            const float *input = unit_input(m, a, first, l);
+            if (l == m->cfg.layers)
+                gpt_head_backward(m, a, s, input, din, dloss, B, T);
+            else if (h->block_backward)
+                h->block_backward(l, input, dout, din, B, T, h->context);
+            else
+                gpt_block_backward(m, a, s, l, input, dout, din, B, T);
+            dout = din;
+        }
+        if (h->after_backward) h->after_backward(l, h->context);
+    }
+    return dout;
+}
+
+/* ---- the whole model ---- */
+
+void gpt_forward(const GPT *m, Activations *a, Scratch *s, int B, int T) {
+    gpt_forward_range(m, a, s, LAYER_EMBEDDING, m->cfg.layers, 1, NULL, B, T);
+}
+
+void gpt_backward_hooked(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T,
+                         UnitHook unit_done, void *context) {
+    UnitHooks hooks = {.after_backward = unit_done, .context = context};
+    gpt_backward_range(m, a, s, LAYER_EMBEDDING, m->cfg.layers, dloss, NULL, NULL, &hooks, B, T);
 }
 
 void gpt_backward(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T) {
-    gpt_backward_hooked(m, a, s, dloss, B, T, NULL, NULL);
+    gpt_backward_range(m, a, s, LAYER_EMBEDDING, m->cfg.layers, dloss, NULL, NULL, NULL, B, T);
 }
 
 double gpt_loss_sum(const Activations *a, int B, int T) {

@@ -12,8 +12,9 @@
  * (gpt_create_range), or whatever a caller binds (gpt_bind_range,
  * gpt_bind_unit: a ZeRO-3 rank binds each unit while it is gathered).
  *
- * Forward and backward are exposed per part (embedding, block l, head) so that
- * chapters which split the model by layers can run only their own parts. */
+ * Forward and backward run over a range of units (gpt_forward_range,
+ * gpt_backward_range), with optional calls before and after each unit; the
+ * per-unit functions (embedding, block l, head) are exposed too. */
 #ifndef MODEL_H
 #define MODEL_H
 
@@ -176,18 +177,68 @@ void activations_destroy(Activations *acts, const ModelConfig *cfg);
 void scratch_create(Scratch *s, const ModelConfig *cfg, int B, int T, int recompute);
 void scratch_destroy(Scratch *s);
 
-/* ---- forward: B sequences of T tokens (B, T at most the capacity) ---- */
+/* ---- forward and backward over a range of units ----
+ * B sequences of T tokens (B, T at most the capacity). Units are numbered as
+ * in the table: LAYER_EMBEDDING, the blocks 0..L-1, the head L. */
+
+/* A call around unit `unit`. */
+typedef void (*UnitHook)(int unit, void *context);
+/* A block computed by the caller instead of by model.c (see UnitHooks). */
+typedef void (*BlockForwardFn)(int layer, const float *input, int B, int T, void *context);
+typedef void (*BlockBackwardFn)(int layer, const float *input, const float *doutput, float *dinput, int B,
+                                int T, void *context);
+
+/* What a caller adds to the loop over the units; any field may be NULL.
+ *   before_forward(u), after_forward(u)    around unit u's forward
+ *   before_backward(u), after_backward(u)  around unit u's backward; after it
+ *                                          the unit's gradients are final
+ * ZeRO-3 gathers a unit's parameters before its forward and its backward and
+ * frees them after; data parallelism sends a unit's gradients after its
+ * backward. block_forward and block_backward replace gpt_block_forward and
+ * gpt_block_backward: tensor parallelism computes every block with sliced
+ * matrices and all-reduces, on the same buffers (a->block[l], the scratch). */
+typedef struct {
+    UnitHook before_forward, after_forward;
+    UnitHook before_backward, after_backward;
+    BlockForwardFn block_forward;
+    BlockBackwardFn block_backward;
+    void *context; /* passed to each of them */
+} UnitHooks;
+
+/* Forward of units first..last for one micro-batch. The range reads
+ * a->tokens when it starts at the embedding, else a->encoded (where a stage
+ * receives the previous stage's output); it ends in a->block[last].res3
+ * (gpt_layer_output) or, with the head, in the logits and, with_loss, the
+ * per-token losses (from a->targets). hooks may be NULL. */
+void gpt_forward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, int with_loss,
+                       const UnitHooks *hooks, int B, int T);
+/* Backward of units last..first, adding into m->grads. With the head in the
+ * range it starts from dloss, d(total loss)/d(each token's loss); else from
+ * doutput, dL/d(output of block last). Returns dL/d(a->encoded), the gradient
+ * of the range's input when it starts at a block: written into dinput if
+ * given, else left in the scratch (valid until the next backward). */
+const float *gpt_backward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, float dloss,
+                                const float *doutput, float *dinput, const UnitHooks *hooks, int B, int T);
+
+/* The whole model: tokens and targets already in a->tokens, a->targets. */
+void gpt_forward(const GPT *m, Activations *a, Scratch *s, int B, int T);
+void gpt_backward(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T);
+/* The same backward, calling unit_done(unit, context) as soon as a unit's
+ * gradients are final: L after the head, l after block l, LAYER_EMBEDDING
+ * after the embedding. Data parallelism starts communicating there. */
+void gpt_backward_hooked(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T,
+                         UnitHook unit_done, void *context);
+
+/* Output of layer l (the input of layer l+1); -1 gives the embedding. */
+float *gpt_layer_output(const GPT *m, Activations *a, int layer);
+
+/* ---- one unit ---- */
 void gpt_embedding_forward(const GPT *m, Activations *a, int B, int T); /* a->tokens -> a->encoded */
 void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int layer, const float *input, int B, int T);
 /* final layernorm, logits; with targets also probabilities and per-token losses */
 void gpt_head_forward(const GPT *m, Activations *a, const float *input, int with_loss, int B, int T);
-/* whole model: tokens, targets already in a->tokens, a->targets */
-void gpt_forward(const GPT *m, Activations *a, Scratch *s, int B, int T);
-/* Output of layer l (the input of layer l+1); -1 gives the embedding. */
-float *gpt_layer_output(const GPT *m, Activations *a, int layer);
-
-/* ---- backward: adds into m->grads ---- */
-/* dloss: d(total loss)/d(each token's loss). Leaves dL/d(head input) in dinput. */
+/* Backward of one unit: adds into m->grads. dloss: d(total loss)/d(each
+ * token's loss). Leaves dL/d(head input) in dinput. */
 void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput,
                        float dloss, int B, int T);
 /* doutput: dL/d(block output); leaves dL/d(block input) in dinput (overwritten).
@@ -195,14 +246,6 @@ void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *in
 void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int layer, const float *input,
                         const float *doutput, float *dinput, int B, int T);
 void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded, int B, int T);
-/* whole model */
-void gpt_backward(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T);
-/* The same, calling layer_done(layer, context) as soon as the gradients of a
- * part are final: layer L after the head, l after block l, LAYER_EMBEDDING
- * after the embedding. Data parallelism starts communicating there. */
-typedef void (*LayerDoneHook)(int layer, void *context);
-void gpt_backward_hooked(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T,
-                         LayerDoneHook layer_done, void *context);
 
 /* Sum of a->losses over B*T tokens (copied to the host, summed in double). */
 double gpt_loss_sum(const Activations *a, int B, int T);

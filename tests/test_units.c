@@ -1,5 +1,5 @@
 /* test_units.c: the layer units of the parameter table (common/param_table.h)
- * and the storage common/model.h binds to them, checked on the CPU.
+ * and the range functions of common/model.h, checked on the CPU.
  *
  *   table    every unit is one contiguous run of the table, and each tensor
  *            is found by unit and kind
@@ -7,9 +7,12 @@
  *            gpt_bind_range) or to one unit (gpt_bind_unit): every view
  *            addresses the whole model's value of its tensor, the views of
  *            the other units are NULL
+ *   ranges   forward and backward over two ranges of units (two pipeline
+ *            stages) give the whole model's losses and gradients bit for
+ *            bit, and call the hooks in order
  *
- * Usage: test_units table|views. Prints a line per check and "PASS" or
- * "FAIL: N failures"; exit 0 when every check passes. */
+ * Usage: test_units table|views|ranges. Prints a line per check and "PASS"
+ * or "FAIL: N failures"; exit 0 when every check passes. */
 #include "device.h"
 #include "kernels.h"
 #include "model.h"
@@ -163,6 +166,92 @@ static void test_views(void) {
     gpt_destroy(&whole);
 }
 
+/* ---- ranges ---- */
+
+typedef struct {
+    char text[512];
+} Trace;
+
+static void trace(Trace *tr, const char *what, int unit) {
+    size_t len = strlen(tr->text);
+    snprintf(tr->text + len, sizeof tr->text - len, "%s%s%d", len ? " " : "", what, unit);
+}
+static void before_forward(int u, void *c) {
+    trace(c, "f", u);
+}
+static void after_forward(int u, void *c) {
+    trace(c, "F", u);
+}
+static void before_backward(int u, void *c) {
+    trace(c, "b", u);
+}
+static void after_backward(int u, void *c) {
+    trace(c, "B", u);
+}
+
+static void test_ranges(void) {
+    ModelConfig cfg = shape(0);
+    cfg.layers = 4;
+    int L = cfg.layers, B = 2, T = cfg.seq, N = B * T, cut = 1; /* stage 0: units -1..1, stage 1: 2..L */
+    float dloss = 1.0f / N;
+    GPT whole, first, second;
+    gpt_create(&whole, &cfg, seed);
+    gpt_create_range(&first, &cfg, seed, LAYER_EMBEDDING, cut);
+    gpt_create_range(&second, &cfg, seed, cut + 1, L);
+    Activations a, a0, a1;
+    activations_create(&a, &cfg, B, T);
+    activations_create_range(&a0, &cfg, B, T, LAYER_EMBEDDING, cut, 0);
+    activations_create_range(&a1, &cfg, B, T, cut + 1, L, 0);
+    Scratch s;
+    scratch_create(&s, &cfg, B, T, 0);
+    for (int i = 0; i < N; i++) {
+        a.tokens[i] = a0.tokens[i] = a1.tokens[i] = (int)(hash64(seed + 2 * i) % 256);
+        a.targets[i] = a0.targets[i] = a1.targets[i] = (int)(hash64(seed + 2 * i + 1) % 256);
+    }
+    const KernelOps *k = ops();
+    k->fill_zero(whole.grads, whole.param_count);
+    k->fill_zero(first.grads, first.param_count);
+    k->fill_zero(second.grads, second.param_count);
+
+    gpt_forward(&whole, &a, &s, B, T);
+    gpt_backward(&whole, &a, &s, dloss, B, T);
+
+    Trace tr = {""};
+    UnitHooks hooks = {before_forward, after_forward, before_backward, after_backward, NULL, NULL, &tr};
+    size_t boundary = (size_t)N * cfg.dmodel * sizeof(float);
+    gpt_forward_range(&first, &a0, &s, LAYER_EMBEDDING, cut, 1, &hooks, B, T);
+    memcpy(a1.encoded, gpt_layer_output(&first, &a0, cut), boundary); /* "send" to the next stage */
+    gpt_forward_range(&second, &a1, &s, cut + 1, L, 1, &hooks, B, T);
+    check(gpt_loss_sum(&a1, B, T) == gpt_loss_sum(&a, B, T),
+          "two ranges' loss is the whole model's bit for bit");
+
+    float *dboundary = xmalloc(boundary);
+    memcpy(dboundary, gpt_backward_range(&second, &a1, &s, cut + 1, L, dloss, NULL, NULL, &hooks, B, T),
+           boundary);
+    gpt_backward_range(&first, &a0, &s, LAYER_EMBEDDING, cut, dloss, dboundary, NULL, &hooks, B, T);
+    int same =
+        memcmp(first.grads, whole.grads, first.param_count * sizeof(float)) == 0 &&
+        memcmp(second.grads, whole.grads + second.param_first, second.param_count * sizeof(float)) == 0;
+    check(same, "two ranges' gradients are the whole model's bit for bit");
+
+    const char *expected = "f-1 F-1 f0 F0 f1 F1 f2 F2 f3 F3 f4 F4 b4 B4 b3 B3 b2 B2 b1 B1 b0 B0 b-1 B-1";
+    check(strcmp(tr.text, expected) == 0, "hooks in order: %s", tr.text);
+
+    /* gpt_backward_hooked calls its hook after each unit, head first */
+    Trace done = {""};
+    gpt_backward_hooked(&whole, &a, &s, dloss, B, T, after_backward, &done);
+    check(strcmp(done.text, "B4 B3 B2 B1 B0 B-1") == 0, "gpt_backward_hooked: %s", done.text);
+
+    free(dboundary);
+    scratch_destroy(&s);
+    activations_destroy(&a, &cfg);
+    activations_destroy(&a0, &cfg);
+    activations_destroy(&a1, &cfg);
+    gpt_destroy(&whole);
+    gpt_destroy(&first);
+    gpt_destroy(&second);
+}
+
 int main(int argc, char **argv) {
     const char *what = argc == 2 ? argv[1] : "";
     device_init("cpu", 0);
@@ -170,8 +259,10 @@ int main(int argc, char **argv) {
         test_table();
     else if (strcmp(what, "views") == 0)
         test_views();
+    else if (strcmp(what, "ranges") == 0)
+        test_ranges();
     else
-        fatal(EXIT_USAGE, "usage: test_units table|views");
+        fatal(EXIT_USAGE, "usage: test_units table|views|ranges");
     if (failures)
         printf("FAIL: %d failures\n", failures);
     else

@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
-# The layer units of the parameter table (common/param_table.h) and the
-# storage bound to them per unit (common/model.h).
+# The layer units of the parameter table (common/param_table.h): storage bound
+# per unit, and forward and backward over a range of units with hooks
+# (common/model.h).
 
 load helpers
 
@@ -13,5 +14,12 @@ load helpers
 @test "views into storage bound per unit or per range of units address the whole model's values" {
     run "$BUILD/tests/test_units" views
     assert_success
+    assert_output --partial "PASS"
+}
+
+@test "forward and backward over two ranges of units equal the whole model's and call the hooks in order" {
+    run "$BUILD/tests/test_units" ranges
+    assert_success
+    assert_output --partial "hooks in order: f-1 F-1 f0 F0 f1 F1 f2 F2 f3 F3 f4 F4 b4 B4 b3 B3 b2 B2 b1 B1 b0 B0 b-1 B-1"
     assert_output --partial "PASS"
 }

@@ -131,3 +131,61 @@ void param_init_range(const ParamTable *t, uint64_t seed, float *dst, size_t fir
         for (size_t e = lo; e < hi; e++) dst[e - first] = param_init_value(p, seed, e - p->offset);
     }
 }
+
+/* ---- shards ---- */
+
+size_t shard_slice_numel(const ParamTable *t, int unit, int ranks) {
+    if (ranks < 1) fatal(EXIT_RUNTIME, "shard layout: %d ranks (valid: at least 1)", ranks);
+    size_t n = table_unit(t, unit)->numel;
+    return (n + ranks - 1) / ranks;
+}
+
+size_t shard_unit_offset(const ParamTable *t, int unit, int ranks) {
+    table_unit(t, unit); /* checks the unit */
+    size_t offset = 0;
+    for (int u = LAYER_EMBEDDING; u < unit; u++) offset += shard_slice_numel(t, u, ranks);
+    return offset;
+}
+
+size_t shard_numel(const ParamTable *t, int ranks) {
+    return shard_unit_offset(t, t->cfg.layers, ranks) + shard_slice_numel(t, t->cfg.layers, ranks);
+}
+
+/* The part of rank's slice of unit u that holds elements (the rest is
+ * padding): elements [*first, *first + *count) of the table. */
+static void slice_elements(const ParamTable *t, int u, int rank, int ranks, size_t *first, size_t *count) {
+    const ParamUnit *unit = table_unit(t, u);
+    size_t S = shard_slice_numel(t, u, ranks), lo = (size_t)rank * S, hi = lo + S;
+    if (lo > unit->numel) lo = unit->numel;
+    if (hi > unit->numel) hi = unit->numel;
+    *first = unit->offset + lo;
+    *count = hi - lo;
+}
+
+void shard_from_whole(const ParamTable *t, int rank, int ranks, const float *whole, float *shard) {
+    for (int u = LAYER_EMBEDDING; u <= t->cfg.layers; u++) {
+        float *slice = shard + shard_unit_offset(t, u, ranks);
+        size_t first, count;
+        slice_elements(t, u, rank, ranks, &first, &count);
+        memcpy(slice, whole + first, count * sizeof(float));
+        memset(slice + count, 0, (shard_slice_numel(t, u, ranks) - count) * sizeof(float));
+    }
+}
+
+void shard_to_whole(const ParamTable *t, int rank, int ranks, const float *shard, float *whole) {
+    for (int u = LAYER_EMBEDDING; u <= t->cfg.layers; u++) {
+        size_t first, count;
+        slice_elements(t, u, rank, ranks, &first, &count);
+        memcpy(whole + first, shard + shard_unit_offset(t, u, ranks), count * sizeof(float));
+    }
+}
+
+void shard_init(const ParamTable *t, uint64_t seed, int rank, int ranks, float *shard) {
+    for (int u = LAYER_EMBEDDING; u <= t->cfg.layers; u++) {
+        float *slice = shard + shard_unit_offset(t, u, ranks);
+        size_t first, count;
+        slice_elements(t, u, rank, ranks, &first, &count);
+        param_init_range(t, seed, slice, first, count);
+        memset(slice + count, 0, (shard_slice_numel(t, u, ranks) - count) * sizeof(float));
+    }
+}

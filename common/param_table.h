@@ -1,4 +1,5 @@
-/* param_table.h: the GPT's parameter table and its layer units.
+/* param_table.h: the GPT's parameter table, its layer units, and how ZeRO
+ * shards them.
  *
  * The table names every parameter tensor of the model: its name, shape,
  * offset in one flat parameter buffer, and how it is initialised. It holds no
@@ -22,7 +23,27 @@
  * u" (table_tensor), never for an index computed from the layout.
  *
  * Initial values depend only on (seed, tensor name, element index): any split
- * or shard of the model starts from exactly the same weights. */
+ * or shard of the model starts from exactly the same weights.
+ *
+ * Shards (ZeRO, chapter 05). N ranks share the model's state unit by unit.
+ * Unit u, of n elements, is padded to N*S elements, S = ceil(n / N), and rank
+ * r owns slice r of it, elements [r*S, (r+1)*S) of the unit; the padding
+ * (fewer than N zeros) sits at the unit's end. A rank's shard is its slice of
+ * every unit, one after the other:
+ *
+ *     unit u (N = 3)     [ slice 0 | slice 1 | slice 2 |pad]     S = shard_slice_numel(t, u, 3)
+ *
+ *     shard of rank r    [ emb slice r | h0 slice r | h1 slice r | .. | head slice r ]
+ *                                      ^ shard_unit_offset(t, 0, N): the slices of the units before
+ *                        |<------------------ shard_numel(t, N) -------------------->|
+ *
+ * So each rank's optimizer state and gradient norm are one contiguous buffer,
+ * and a unit travels whole with one collective: an all-gather of its slices
+ * (S elements from shard_unit_offset of every rank, in rank order) gives the
+ * unit in table order followed by its padding; a reduce-scatter of a unit's
+ * gradient (N*S elements) leaves each rank the sum of its slice. Element e of
+ * unit u lives on rank e / S, at shard_unit_offset(t, u, N) + e % S of its
+ * shard. */
 #ifndef PARAM_TABLE_H
 #define PARAM_TABLE_H
 
@@ -99,5 +120,20 @@ float param_init_value(const ParamTensor *t, uint64_t seed, size_t i);
 /* The initial values of elements [first, first + count) of the table, into
  * host memory dst (count elements). */
 void param_init_range(const ParamTable *t, uint64_t seed, float *dst, size_t first, size_t count);
+
+/* ---- the shard layout of N = ranks (see the top of this file) ---- */
+/* S: elements of each slice of unit `unit` (the unit padded to ranks * S). */
+size_t shard_slice_numel(const ParamTable *t, int unit, int ranks);
+/* Where that unit's slice starts in every rank's shard. */
+size_t shard_unit_offset(const ParamTable *t, int unit, int ranks);
+/* Elements of one rank's shard: the sum of the slices. */
+size_t shard_numel(const ParamTable *t, int ranks);
+/* Host buffers: rank's shard (shard_numel elements) from a whole parameter-
+ * shaped buffer (num_params elements), padding zeroed; and back, writing the
+ * elements the shard holds into the whole buffer (the padding nowhere). */
+void shard_from_whole(const ParamTable *t, int rank, int ranks, const float *whole, float *shard);
+void shard_to_whole(const ParamTable *t, int rank, int ranks, const float *shard, float *whole);
+/* The initial values of rank's shard, padding zeroed, without the whole model. */
+void shard_init(const ParamTable *t, uint64_t seed, int rank, int ranks, float *shard);
 
 #endif

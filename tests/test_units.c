@@ -7,12 +7,18 @@
  *            gpt_bind_range) or to one unit (gpt_bind_unit): every view
  *            addresses the whole model's value of its tensor, the views of
  *            the other units are NULL
+ *   padding  a unit of n elements pads to N*S, S = ceil(n/N), fewer than N
+ *            elements of padding; the slices of a shard follow each other
+ *   shards   for N = 1..4 ranks, every rank's shard (shard_init) is its part
+ *            of the whole model's initial values (param_init_range), padding
+ *            zero; the N shards reassemble to exactly those values, and the
+ *            slices of a unit in rank order are the unit (an all-gather)
  *   ranges   forward and backward over two ranges of units (two pipeline
  *            stages) give the whole model's losses and gradients bit for
  *            bit, and call the hooks in order
  *
- * Usage: test_units table|views|ranges. Prints a line per check and "PASS"
- * or "FAIL: N failures"; exit 0 when every check passes. */
+ * Usage: test_units table|views|padding|shards|ranges. Prints a line per
+ * check and "PASS" or "FAIL: N failures"; exit 0 when every check passes. */
 #include "device.h"
 #include "kernels.h"
 #include "model.h"
@@ -53,36 +59,41 @@ static ModelConfig shape(int which) {
 
 static const uint64_t seed = 20261124;
 
-/* ---- table ---- */
-
-static void test_table(void) {
+/* Run a check on the table of each shape. */
+static void for_each_shape(void (*check_table)(const ParamTable *t)) {
     for (int which = 0; which < 2; which++) {
         ModelConfig cfg = shape(which);
         ParamTable t;
         param_table_build(&t, &cfg);
-        int L = cfg.layers, ok = t.num_units == L + 2;
-        size_t end = 0;
-        for (int u = LAYER_EMBEDDING; u <= L; u++) {
-            const ParamUnit *unit = table_unit(&t, u);
-            ok &= unit->layer == u && unit->offset == end;
-            size_t sum = 0;
-            for (int k = 0; k < unit->num_tensors; k++) {
-                const ParamTensor *p = table_tensor(&t, u, k);
-                ok &= p->layer == u && p->kind == k && p->offset == unit->offset + sum;
-                sum += p->numel;
-            }
-            ok &= sum == unit->numel;
-            end += unit->numel;
-        }
-        check(ok && end == t.num_params, "layers %d: units -1..%d are contiguous and cover the %zu elements",
-              L, L, t.num_params);
-        int named = strcmp(table_tensor(&t, LAYER_EMBEDDING, EMBEDDING_WPE)->name, "wpe") == 0 &&
-                    strcmp(table_tensor(&t, L - 1, BLOCK_QKVW)->name, L == 2 ? "h1.qkvw" : "h2.qkvw") == 0 &&
-                    strcmp(table_tensor(&t, L, HEAD_LM_HEAD)->name, "lm_head") == 0 &&
-                    table_unit(&t, 0)->num_tensors == BLOCK_TENSORS;
-        check(named, "layers %d: tensors are found by unit and kind (wpe, h%d.qkvw, lm_head)", L, L - 1);
+        check_table(&t);
         param_table_free(&t);
     }
+}
+
+/* ---- table ---- */
+
+static void test_table(const ParamTable *t) {
+    int L = t->cfg.layers, ok = t->num_units == L + 2;
+    size_t end = 0;
+    for (int u = LAYER_EMBEDDING; u <= L; u++) {
+        const ParamUnit *unit = table_unit(t, u);
+        ok &= unit->layer == u && unit->offset == end;
+        size_t sum = 0;
+        for (int k = 0; k < unit->num_tensors; k++) {
+            const ParamTensor *p = table_tensor(t, u, k);
+            ok &= p->layer == u && p->kind == k && p->offset == unit->offset + sum;
+            sum += p->numel;
+        }
+        ok &= sum == unit->numel;
+        end += unit->numel;
+    }
+    check(ok && end == t->num_params, "layers %d: units -1..%d are contiguous and cover the %zu elements", L,
+          L, t->num_params);
+    int named = strcmp(table_tensor(t, LAYER_EMBEDDING, EMBEDDING_WPE)->name, "wpe") == 0 &&
+                strcmp(table_tensor(t, L - 1, BLOCK_QKVW)->name, L == 2 ? "h1.qkvw" : "h2.qkvw") == 0 &&
+                strcmp(table_tensor(t, L, HEAD_LM_HEAD)->name, "lm_head") == 0 &&
+                table_unit(t, 0)->num_tensors == BLOCK_TENSORS;
+    check(named, "layers %d: tensors are found by unit and kind (wpe, h%d.qkvw, lm_head)", L, L - 1);
 }
 
 /* ---- views ---- */
@@ -164,6 +175,86 @@ static void test_views(void) {
     }
     gpt_destroy(&part);
     gpt_destroy(&whole);
+}
+
+/* ---- padding ---- */
+
+static void test_padding(const ParamTable *t) {
+    for (int N = 1; N <= 4; N++) {
+        int ok = 1;
+        size_t at = 0;
+        for (int u = LAYER_EMBEDDING; u <= t->cfg.layers; u++) {
+            size_t n = table_unit(t, u)->numel, S = shard_slice_numel(t, u, N);
+            ok &= N * S >= n && N * S - n < (size_t)N && shard_unit_offset(t, u, N) == at;
+            at += S;
+        }
+        ok &= shard_numel(t, N) == at && N * at - t->num_params < (size_t)N * t->num_units;
+        check(ok, "layers %d, N %d: every unit pads by fewer than N; a shard is %zu elements", t->cfg.layers,
+              N, shard_numel(t, N));
+    }
+}
+
+/* The tiny preset on 3 ranks, by hand: embedding 256*64 + 64*64 = 20480 =
+ * 3*6827 - 1; a block 12*64*64 + 13*64 = 49984 = 3*16662 - 2; the head
+ * 2*64 + 256*64 = 16512 = 3*5504. */
+static void test_padding_by_hand(void) {
+    ModelConfig cfg = shape(0);
+    ParamTable t;
+    param_table_build(&t, &cfg);
+    check(shard_slice_numel(&t, LAYER_EMBEDDING, 3) == 6827 && shard_slice_numel(&t, 0, 3) == 16662 &&
+              shard_slice_numel(&t, 2, 3) == 5504 && shard_unit_offset(&t, 1, 3) == 6827 + 16662 &&
+              shard_numel(&t, 3) == 6827 + 2 * 16662 + 5504,
+          "tiny, N 3: slices of 6827, 16662 and 5504 elements, as computed by hand");
+    param_table_free(&t);
+}
+
+/* ---- shards ---- */
+
+static void test_shards(const ParamTable *t) {
+    int L = t->cfg.layers;
+    float *whole = xmalloc(t->num_params * sizeof(float)), *back = xmalloc(t->num_params * sizeof(float));
+    param_init_range(t, seed, whole, 0, t->num_params);
+    for (int N = 1; N <= 4; N++) {
+        size_t n = shard_numel(t, N);
+        float **shard = xcalloc(N, sizeof(float *));
+        float *cut = xmalloc(n * sizeof(float));
+        int same_as_cut = 1;
+        for (size_t i = 0; i < t->num_params; i++) back[i] = NAN;
+        for (int r = 0; r < N; r++) {
+            shard[r] = xmalloc(n * sizeof(float));
+            shard_init(t, seed, r, N, shard[r]);
+            shard_from_whole(t, r, N, whole, cut);
+            same_as_cut &= memcmp(shard[r], cut, n * sizeof(float)) == 0;
+            shard_to_whole(t, r, N, shard[r], back);
+        }
+        check(same_as_cut, "layers %d, N %d: each rank's shard_init is its cut of the whole model's values",
+              L, N);
+        check(memcmp(back, whole, t->num_params * sizeof(float)) == 0,
+              "layers %d, N %d: the %d shards reassemble to the whole model's initial values bit for bit", L,
+              N, N);
+        /* an all-gather of unit u: the slices in rank order, then the padding */
+        int gathered = 1;
+        for (int u = LAYER_EMBEDDING; u <= L; u++) {
+            const ParamUnit *unit = table_unit(t, u);
+            size_t S = shard_slice_numel(t, u, N), at = shard_unit_offset(t, u, N);
+            for (size_t e = 0; e < N * S; e++) {
+                float value = shard[e / S][at + e % S];
+                gathered &= e < unit->numel ? value == whole[unit->offset + e] : value == 0.0f;
+            }
+        }
+        check(gathered, "layers %d, N %d: every unit's slices in rank order are the unit, then zeros", L, N);
+        for (int r = 0; r < N; r++) free(shard[r]);
+        free(shard);
+        free(cut);
+    }
+    /* gpt_create holds the same values */
+    GPT m;
+    gpt_create(&m, &t->cfg, seed);
+    check(memcmp(m.params, whole, t->num_params * sizeof(float)) == 0,
+          "layers %d: gpt_create's parameters are param_init_range's", L);
+    gpt_destroy(&m);
+    free(whole);
+    free(back);
 }
 
 /* ---- ranges ---- */
@@ -255,14 +346,20 @@ static void test_ranges(void) {
 int main(int argc, char **argv) {
     const char *what = argc == 2 ? argv[1] : "";
     device_init("cpu", 0);
-    if (strcmp(what, "table") == 0)
-        test_table();
-    else if (strcmp(what, "views") == 0)
+    if (strcmp(what, "table") == 0) {
+        for_each_shape(test_table);
+    } else if (strcmp(what, "views") == 0) {
         test_views();
-    else if (strcmp(what, "ranges") == 0)
+    } else if (strcmp(what, "padding") == 0) {
+        for_each_shape(test_padding);
+        test_padding_by_hand();
+    } else if (strcmp(what, "shards") == 0) {
+        for_each_shape(test_shards);
+    } else if (strcmp(what, "ranges") == 0) {
         test_ranges();
-    else
-        fatal(EXIT_USAGE, "usage: test_units table|views|ranges");
+    } else {
+        fatal(EXIT_USAGE, "usage: test_units table|views|padding|shards|ranges");
+    }
     if (failures)
         printf("FAIL: %d failures\n", failures);
     else

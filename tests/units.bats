@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # The layer units of the parameter table (common/param_table.h): storage bound
-# per unit, and forward and backward over a range of units with hooks
-# (common/model.h).
+# per unit, the padded shard layout of ZeRO, and forward and backward over a
+# range of units with hooks (common/model.h).
 
 load helpers
 
@@ -14,6 +14,20 @@ load helpers
 @test "views into storage bound per unit or per range of units address the whole model's values" {
     run "$BUILD/tests/test_units" views
     assert_success
+    assert_output --partial "PASS"
+}
+
+@test "each unit pads to a multiple of N ranks with fewer than N elements of padding" {
+    run "$BUILD/tests/test_units" padding
+    assert_success
+    assert_output --partial "tiny, N 3: slices of 6827, 16662 and 5504 elements"
+    assert_output --partial "PASS"
+}
+
+@test "the shards of 1, 2, 3 and 4 ranks reassemble to the whole model's initial values bit for bit" {
+    run "$BUILD/tests/test_units" shards
+    assert_success
+    assert_output --partial "layers 3, N 4: the 4 shards reassemble to the whole model's initial values bit for bit"
     assert_output --partial "PASS"
 }
 

@@ -76,8 +76,11 @@ void row_parallel_backward(TensorGroup *tp, float *dinp_local, float *dweight_lo
 
 /* ---- the local parameter table ---- */
 
-static SliceKind slice_of(int block_tensor) {
-    switch (block_tensor) {
+/* How tensor t of a model of L blocks is divided: only the blocks' four matrices (and the
+ * biases of the column-parallel ones) are sliced. */
+static SliceKind slice_of(const ParamTensor *t, int L) {
+    if (t->layer == LAYER_EMBEDDING || t->layer == L) return SLICE_NONE;
+    switch ((BlockTensor)t->kind) {
     case BLOCK_QKVW:
     case BLOCK_QKVB:
         return SLICE_QKV_ROWS;
@@ -118,29 +121,21 @@ size_t tensor_parallel_global_index(const ParamTensor *whole, SliceKind kind, in
 }
 
 /* The local table: the whole table's names and order, sliced shapes. */
-static void build_local_table(TensorParallelModel *tm, const GPT *whole, int tp) {
-    GPT *m = &tm->model;
-    memset(m, 0, sizeof *m);
-    m->cfg = whole->cfg;
-    m->num_tensors = whole->num_tensors;
-    m->tensors = xcalloc(whole->num_tensors, sizeof(ParamTensor));
-    tm->slice = xcalloc(whole->num_tensors, sizeof(SliceKind));
-    for (int i = 0; i < whole->num_tensors; i++) {
-        ParamTensor *t = &m->tensors[i];
-        *t = whole->tensors[i];
-        int in_block = t->layer >= 0 && t->layer < whole->cfg.layers;
-        SliceKind kind = in_block ? slice_of((i - 2) % BLOCK_TENSORS) : SLICE_NONE;
+static void build_local_table(TensorParallelModel *tm, const ModelConfig *cfg, int tp) {
+    ParamTable local;
+    param_table_build(&local, cfg);
+    tm->slice = xcalloc(local.num_tensors, sizeof(SliceKind));
+    for (int i = 0; i < local.num_tensors; i++) {
+        ParamTensor *t = &local.tensors[i];
+        SliceKind kind = slice_of(t, cfg->layers);
         tm->slice[i] = kind;
         if (kind == SLICE_COLS || (t->rows == 1 && kind != SLICE_NONE))
             t->cols /= tp;
         else if (kind != SLICE_NONE)
             t->rows /= tp;
-        t->numel = (size_t)t->rows * t->cols;
-        t->offset = m->num_params;
-        m->num_params += t->numel;
     }
-    m->param_first = 0;
-    m->param_count = m->num_params;
+    param_table_layout(&local); /* offsets of the smaller tensors */
+    gpt_init(&tm->model, local);
 }
 
 /* Carve one block's activations (or, with base NULL, count them). */
@@ -155,9 +150,9 @@ static float *carve(float *base, size_t *used, size_t count) {
 static size_t carve_blocks(TensorParallelModel *tm, float *base, int B, int T) {
     size_t BT = (size_t)B * T, C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, used = 0;
     for (int l = 0; l < tm->model.cfg.layers; l++) {
-        BlockActs *b = &tm->block[l];
+        BlockActs *b = &tm->acts.block[l];
         if (tm->recompute && l > 0) {
-            *b = tm->block[0]; /* the shared set */
+            *b = tm->acts.block[0]; /* the shared set */
             b->res3 = carve(base, &used, BT * C);
             continue;
         }
@@ -205,33 +200,30 @@ void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t s
     tm->C_local = cfg->dmodel / tp->size;
     tm->NH_local = cfg->heads / tp->size;
     tm->H_local = 4 * cfg->dmodel / tp->size;
-    GPT whole;
-    gpt_build_table(&whole, cfg);
+    ParamTable whole;
+    param_table_build(&whole, cfg);
     tm->global_params = whole.num_params;
-    build_local_table(tm, &whole, tp->size);
+    build_local_table(tm, cfg, tp->size);
 
     /* parameters: each local element starts from its whole tensor's value */
     GPT *m = &tm->model;
+    gpt_alloc_range(m, LAYER_EMBEDDING, cfg->layers); /* this rank's slices of every unit */
     size_t bytes = m->num_params * sizeof(float);
-    m->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, bytes, "parameters (this rank's slices)");
-    m->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, bytes, "gradients (this rank's slices)");
     float *host = xmalloc(bytes);
-    for (int i = 0; i < m->num_tensors; i++) {
+    for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
         const ParamTensor *t = &m->tensors[i];
         for (size_t e = 0; e < t->numel; e++)
-            host[t->offset + e] = gpt_init_value(
+            host[t->offset + e] = param_init_value(
                 t, seed,
                 tensor_parallel_global_index(&whole.tensors[i], tm->slice[i], tp->rank, tp->size, e));
     }
     copy_to_device(m->params, host, bytes);
     free(host);
-    gpt_weights_view(m, m->params, &m->w);
-    gpt_weights_view(m, m->grads, &m->g);
-    free(whole.tensors);
+    param_table_free(&whole);
 
-    /* activations: the embedding and head parts are whole (model.c), the blocks local */
+    /* activations: the embedding and head parts are whole (model.c); the
+     * blocks, carved here with local widths, sit in acts.block as usual */
     activations_create_range(&tm->acts, cfg, B, T, cfg->layers, cfg->layers, 0);
-    tm->block = xcalloc(cfg->layers, sizeof(BlockActs));
     size_t floats = carve_blocks(tm, NULL, B, T);
     carve_blocks(tm, mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, floats * sizeof(float), "block activations"), B,
                  T);
@@ -242,8 +234,7 @@ void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t s
 
 void tp_model_destroy(TensorParallelModel *tm) {
     mem_free(tm->scratch.branch);
-    mem_free(tm->block[0].ln1);
-    free(tm->block);
+    mem_free(tm->acts.block[0].ln1); /* the blocks' memory starts there */
     activations_destroy(&tm->acts, &tm->model.cfg);
     free(tm->slice);
     gpt_destroy(&tm->model);
@@ -258,7 +249,7 @@ static void tp_block_forward_values(TensorParallelModel *tm, int l, const float 
     const KernelOps *k = ops();
     int C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, N = B * T;
     float **w = tm->model.w.block[l];
-    BlockActs *b = &tm->block[l];
+    BlockActs *b = &tm->acts.block[l];
     Scratch *s = &tm->scratch;
     /* attention half: each rank computes its heads, attproj sums them (all-reduce 1) */
     k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, input, w[BLOCK_LN1W], w[BLOCK_LN1B], N, C);
@@ -271,12 +262,14 @@ static void tp_block_forward_values(TensorParallelModel *tm, int l, const float 
     column_parallel_forward(tm->tp, b->fch, b->ln2, w[BLOCK_FCW], w[BLOCK_FCB], N, C, Hl);
 }
 
-/* One block, as gpt_block_forward (model.c) with the four matrices split. */
-static void tp_block_forward(TensorParallelModel *tm, int l, const float *input, int B, int T) {
+/* One block, as gpt_block_forward (model.c) with the four matrices split: a
+ * BlockForwardFn, called by gpt_forward_range in place of gpt_block_forward. */
+static void tp_block_forward(int l, const float *input, int B, int T, void *context) {
+    TensorParallelModel *tm = context;
     const KernelOps *k = ops();
     int C = tm->model.cfg.dmodel, Hl = tm->H_local, N = B * T;
     float **w = tm->model.w.block[l];
-    BlockActs *b = &tm->block[l];
+    BlockActs *b = &tm->acts.block[l];
     Scratch *s = &tm->scratch;
     tp_block_forward_values(tm, l, input, B, T);
     /* the rest of the MLP half: fcproj sums the ranks' hidden units (all-reduce 2) */
@@ -285,14 +278,16 @@ static void tp_block_forward(TensorParallelModel *tm, int l, const float *input,
     k->residual_forward(b->res3, b->res2, s->branch, (size_t)N * C);
 }
 
-/* One block, as gpt_block_backward: two all-reduces, inside column_parallel_backward. */
-static void tp_block_backward(TensorParallelModel *tm, int l, const float *input, const float *doutput,
-                              float *dinput, int B, int T) {
+/* One block, as gpt_block_backward: two all-reduces, inside
+ * column_parallel_backward. A BlockBackwardFn. */
+static void tp_block_backward(int l, const float *input, const float *doutput, float *dinput, int B, int T,
+                              void *context) {
+    TensorParallelModel *tm = context;
     const KernelOps *k = ops();
     int C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, N = B * T;
     size_t NC = (size_t)N * C;
     float **w = tm->model.w.block[l], **g = tm->model.g.block[l];
-    BlockActs *b = &tm->block[l];
+    BlockActs *b = &tm->acts.block[l];
     Scratch *s = &tm->scratch;
     if (tm->recompute) tp_block_forward_values(tm, l, input, B, T); /* this block's values, again */
     /* MLP half */
@@ -324,26 +319,17 @@ static void tp_block_backward(TensorParallelModel *tm, int l, const float *input
                           b->ln1_rstd, N, C);
 }
 
-static const float *block_input(TensorParallelModel *tm, int l) {
-    return l == 0 ? tm->acts.encoded : tm->block[l - 1].res3;
-}
-
+/* The loop over the units is model.c's; only the blocks are this file's. */
 void tp_forward(TensorParallelModel *tm, int with_loss, int B, int T) {
-    int L = tm->model.cfg.layers;
-    gpt_embedding_forward(&tm->model, &tm->acts, B, T); /* replicated */
-    for (int l = 0; l < L; l++) tp_block_forward(tm, l, block_input(tm, l), B, T);
-    gpt_head_forward(&tm->model, &tm->acts, tm->block[L - 1].res3, with_loss, B, T); /* replicated */
+    UnitHooks sliced = {.block_forward = tp_block_forward, .context = tm};
+    gpt_forward_range(&tm->model, &tm->acts, &tm->scratch, LAYER_EMBEDDING, tm->model.cfg.layers, with_loss,
+                      &sliced, B, T);
 }
 
 void tp_backward(TensorParallelModel *tm, float dloss, int B, int T) {
-    int L = tm->model.cfg.layers, cur = 0;
-    Scratch *s = &tm->scratch;
-    gpt_head_backward(&tm->model, &tm->acts, s, tm->block[L - 1].res3, s->dresid[cur], dloss, B, T);
-    for (int l = L - 1; l >= 0; l--) {
-        tp_block_backward(tm, l, block_input(tm, l), s->dresid[cur], s->dresid[1 - cur], B, T);
-        cur = 1 - cur;
-    }
-    gpt_embedding_backward(&tm->model, &tm->acts, s->dresid[cur], B, T);
+    UnitHooks sliced = {.block_backward = tp_block_backward, .context = tm};
+    gpt_backward_range(&tm->model, &tm->acts, &tm->scratch, LAYER_EMBEDDING, tm->model.cfg.layers, dloss,
+                       NULL, NULL, &sliced, B, T);
 }
 
 double tp_grad_sum_squares(TensorParallelModel *tm) {

@@ -59,9 +59,9 @@ typedef struct {
     SliceKind *slice;               /* per tensor of the table */
     size_t global_params;           /* parameters of the whole model */
     int recompute;                  /* 1: the blocks keep only res3 and share one set of the rest */
-    Activations acts;               /* tokens, targets, embedding output and the head's values */
-    BlockActs *block;               /* per layer, with local widths: qkv (B,T,3C/tp), atty (B,T,C/tp),
-                                       lse (B,NH/tp,T), fch (B,T,4C/tp); the rest (B,T,C) */
+    Activations acts;               /* tokens, targets, embedding output and the head's values as in
+                                       model.c; acts.block[l] with local widths: qkv (B,T,3C/tp),
+                                       atty (B,T,C/tp), lse (B,NH/tp,T), fch (B,T,4C/tp); the rest (B,T,C) */
     Scratch scratch;                /* the same local widths for dqkv, datty, dfch, dfch_gelu, gelu */
 } TensorParallelModel;
 
@@ -78,7 +78,10 @@ void tp_model_destroy(TensorParallelModel *tm);
 size_t tensor_parallel_global_index(const ParamTensor *whole, SliceKind kind, int rank, int tp, size_t e);
 
 /* Forward of the whole model on tm->acts.tokens / targets (losses in tm->acts.losses),
- * and backward (adds into tm->model.grads). Every rank of the group takes part. */
+ * and backward (adds into tm->model.grads). Every rank of the group takes part.
+ * They are model.c's gpt_forward_range and gpt_backward_range over every unit,
+ * with this file's blocks in place of model.c's (UnitHooks.block_forward and
+ * block_backward); the embedding and the head are model.c's, replicated. */
 void tp_forward(TensorParallelModel *tm, int with_loss, int B, int T);
 void tp_backward(TensorParallelModel *tm, float dloss, int B, int T);
 

@@ -178,49 +178,31 @@ static void timed_recv(ModelParallel *p, float *buf, size_t count, int source, i
     p->comm_ms += wall_ms() - start;
 }
 
-/* The input of block l on this stage: its first block reads what arrived in `encoded`. */
-static const float *stage_block_input(ModelParallel *p, int l) {
-    return l == p->first_block ? p->acts.encoded : p->acts.block[l - 1].res3;
-}
-
-/* Forward of one micro-batch through this stage. Returns the sum of the
- * token losses on the last stage (with_loss), 0 elsewhere. */
+/* Forward of one micro-batch through this stage's units. Returns the sum of
+ * the token losses on the last stage (with_loss), 0 elsewhere. */
 static double stage_forward(ModelParallel *p, int with_loss, int B, int T) {
     size_t BTC = (size_t)B * T * p->model.cfg.dmodel;
-    if (p->stage == 0)
-        gpt_embedding_forward(&p->model, &p->acts, B, T);
-    else
+    if (p->stage > 0)
         timed_recv(p, p->acts.encoded, BTC, p->stage - 1, TAG_ACTIVATIONS); /* idle until stage-1 is done */
-    for (int l = p->first_block; l <= p->last_block; l++)
-        gpt_block_forward(&p->model, &p->acts, &p->scratch, l, stage_block_input(p, l), B, T);
-    float *output = p->acts.block[p->last_block].res3;
+    gpt_forward_range(&p->model, &p->acts, &p->scratch, p->model.first_unit, p->model.last_unit, with_loss,
+                      NULL, B, T);
     if (p->stage < p->stages - 1) {
-        timed_send(p, output, BTC, p->stage + 1, TAG_ACTIVATIONS);
+        timed_send(p, gpt_layer_output(&p->model, &p->acts, p->last_block), BTC, p->stage + 1,
+                   TAG_ACTIVATIONS);
         return 0.0;
     }
-    gpt_head_forward(&p->model, &p->acts, output, with_loss, B, T);
     return with_loss ? gpt_loss_sum(&p->acts, B, T) : 0.0;
 }
 
-/* Backward of one micro-batch through this stage, in the reverse order. */
+/* Backward of one micro-batch through this stage's units, in the reverse order. */
 static void stage_backward(ModelParallel *p, float dloss, int B, int T) {
     size_t BTC = (size_t)B * T * p->model.cfg.dmodel;
-    Scratch *s = &p->scratch;
-    int cur = 0;
-    if (p->stage == p->stages - 1)
-        gpt_head_backward(&p->model, &p->acts, s, p->acts.block[p->last_block].res3, s->dresid[cur], dloss, B,
-                          T);
-    else
-        timed_recv(p, s->dresid[cur], BTC, p->stage + 1, TAG_GRADIENTS); /* idle until stage+1 is done */
-    for (int l = p->last_block; l >= p->first_block; l--) {
-        gpt_block_backward(&p->model, &p->acts, s, l, stage_block_input(p, l), s->dresid[cur],
-                           s->dresid[1 - cur], B, T);
-        cur = 1 - cur;
-    }
-    if (p->stage > 0)
-        timed_send(p, s->dresid[cur], BTC, p->stage - 1, TAG_GRADIENTS);
-    else
-        gpt_embedding_backward(&p->model, &p->acts, s->dresid[cur], B, T);
+    float *doutput = p->scratch.dresid[0]; /* the gradient of this stage's output (not on the last) */
+    if (p->stage < p->stages - 1)
+        timed_recv(p, doutput, BTC, p->stage + 1, TAG_GRADIENTS); /* idle until stage+1 is done */
+    const float *dinput = gpt_backward_range(&p->model, &p->acts, &p->scratch, p->model.first_unit,
+                                             p->model.last_unit, dloss, doutput, NULL, NULL, B, T);
+    if (p->stage > 0) timed_send(p, dinput, BTC, p->stage - 1, TAG_GRADIENTS);
 }
 
 /* ---- one micro-batch, either mode ---- */
@@ -355,8 +337,8 @@ int main(int argc, char **argv) {
 
     int per_replica = cfg.batch / dp; /* this replica's share of the global batch */
     int B = per_replica / cfg.micro, T = cfg.model.seq;
-    GPT table; /* the whole model's table: names, shapes, the stage split */
-    gpt_build_table(&table, &cfg.model);
+    ParamTable table; /* the whole model's table: names, shapes, the stage split */
+    param_table_build(&table, &cfg.model);
     int blocks[256]; /* blocks per stage: at most one stage per layer */
     char layout[64];
     if (par.tensor) {
@@ -372,10 +354,10 @@ int main(int argc, char **argv) {
         else
             layer_split_balanced(&table, mp_size, blocks); /* balance the parameters (common/layer_split.c) */
         layer_split_range(blocks, par.stage, &par.first_block, &par.last_block);
-        int first_layer = par.stage == 0 ? LAYER_EMBEDDING : par.first_block;
-        int last_layer = par.stage == par.stages - 1 ? L : par.last_block;
-        gpt_create_range(&par.model, &cfg.model, cfg.seed, first_layer, last_layer);
-        activations_create_range(&par.acts, &cfg.model, B, T, first_layer, last_layer, cfg.recompute);
+        int first_unit = par.stage == 0 ? LAYER_EMBEDDING : par.first_block; /* stage 0: the embedding too */
+        int last_unit = par.stage == par.stages - 1 ? L : par.last_block;    /* the last: the head too */
+        gpt_create_range(&par.model, &cfg.model, cfg.seed, first_unit, last_unit);
+        activations_create_range(&par.acts, &cfg.model, B, T, first_unit, last_unit, cfg.recompute);
         scratch_create(&par.scratch, &cfg.model, B, T, cfg.recompute);
         par.held = &par.model;
         int n = snprintf(layout, sizeof layout, "layer split, blocks per stage");
@@ -497,7 +479,7 @@ int main(int argc, char **argv) {
         activations_destroy(&par.acts, &cfg.model);
         gpt_destroy(&par.model);
     }
-    free(table.tensors);
+    param_table_free(&table);
     data_free(&data);
     device_shutdown();
     comm_group_free(par.mp);

@@ -159,59 +159,42 @@ static size_t boundary_floats(const Pipeline *p) {
     return (size_t)p->B * p->T * p->model.cfg.dmodel;
 }
 
-/* The input of block l on this stage: its first block reads what arrived in `encoded`. */
-static const float *stage_block_input(Pipeline *p, Activations *a, int l) {
-    return l == p->first_block ? a->encoded : a->block[l - 1].res3;
-}
 static float *stage_output(Pipeline *p, Activations *a) {
-    return a->block[p->last_block].res3;
+    return gpt_layer_output(&p->model, a, p->last_block);
 }
 
-/* Forward of micro-batch m through this stage. The first stage reads the
- * tokens, the last the targets: both from (seed, step, sequence), as every
+/* Forward of one micro-batch, sequences [sequence, sequence + B) of batch
+ * `batch` of a split, through this stage's units. The first stage reads the
+ * tokens, the last the targets: both from (seed, batch, sequence), as every
  * chapter does, so no token ever needs to travel. */
-static void stage_forward(Pipeline *p, int m) {
-    Activations *a = slot_of(p, m);
+static void stage_forward_batch(Pipeline *p, Activations *a, Split split, int batch, int sequence) {
     int B = p->B, T = p->T;
     int first = p->stage == 0, last = p->stage == p->stages - 1;
     if (first || last) {
         size_t bytes = (size_t)B * T * sizeof(int);
         int *tokens = xmalloc(bytes), *targets = xmalloc(bytes);
-        data_batch(p->data, SPLIT_TRAIN, p->cfg->seed, p->step, p->first_sequence + m * B, B, T, tokens,
-                   targets);
+        data_batch(p->data, split, p->cfg->seed, batch, sequence, B, T, tokens, targets);
         copy_to_device(a->tokens, tokens, bytes);
         copy_to_device(a->targets, targets, bytes);
         free(tokens);
         free(targets);
     }
-    if (first) gpt_embedding_forward(&p->model, a, B, T);
-    for (int l = p->first_block; l <= p->last_block; l++)
-        gpt_block_forward(&p->model, a, &p->scratch, l, stage_block_input(p, a, l), B, T);
-    if (last) {
-        gpt_head_forward(&p->model, a, stage_output(p, a), 1, B, T);
-        p->loss_sum += gpt_loss_sum(a, B, T);
-    }
+    gpt_forward_range(&p->model, a, &p->scratch, p->model.first_unit, p->model.last_unit, 1, NULL, B, T);
+    if (last) p->loss_sum += gpt_loss_sum(a, B, T);
 }
 
-/* Backward of micro-batch m through this stage, in the reverse order; the
- * gradient of the stage's input ends in grad_out (or the embedding). */
+/* Forward of micro-batch m of this step. */
+static void stage_forward(Pipeline *p, int m) {
+    stage_forward_batch(p, slot_of(p, m), SPLIT_TRAIN, p->step, p->first_sequence + m * p->B);
+}
+
+/* Backward of micro-batch m through this stage's units, in the reverse order:
+ * from grad_in, the gradient from stage+1 (the last stage starts from the
+ * loss), to grad_out, the gradient of the stage's input for stage-1 (stage 0
+ * ends with the embedding's backward instead). */
 static void stage_backward(Pipeline *p, int m) {
-    Activations *a = slot_of(p, m);
-    Scratch *s = &p->scratch;
-    int B = p->B, T = p->T;
-    const float *dout = p->grad_in;
-    if (p->stage == p->stages - 1) {
-        gpt_head_backward(&p->model, a, s, stage_output(p, a), s->dresid[0], p->dloss, B, T);
-        dout = s->dresid[0];
-    }
-    for (int l = p->last_block; l >= p->first_block; l--) {
-        float *din = l == p->first_block && p->stage > 0 ? p->grad_out
-                     : dout == s->dresid[0]              ? s->dresid[1]
-                                                         : s->dresid[0];
-        gpt_block_backward(&p->model, a, s, l, stage_block_input(p, a, l), dout, din, B, T);
-        dout = din;
-    }
-    if (p->stage == 0) gpt_embedding_backward(&p->model, a, dout, B, T);
+    gpt_backward_range(&p->model, slot_of(p, m), &p->scratch, p->model.first_unit, p->model.last_unit,
+                       p->dloss, p->grad_in, p->stage > 0 ? p->grad_out : NULL, NULL, p->B, p->T);
 }
 
 /* Milliseconds since this step started, after the device finished its work. */
@@ -270,38 +253,18 @@ static double evaluate_pipeline(Pipeline *p, int dp_index) {
     int per_replica = cfg->batch / comm_size(p->dp);
     size_t n = boundary_floats(p);
     double saved_loss = p->loss_sum;
-    int saved_step = p->step, saved_first = p->first_sequence;
     p->loss_sum = 0.0;
     for (int e = 0; e < cfg->eval_batches; e++) {
         for (int m = 0; m < per_replica / p->B; m++) {
             Activations *a = slot_of(p, 0);
-            int B = p->B, T = p->T, first = p->stage == 0, last = p->stage == p->stages - 1;
-            size_t bytes = (size_t)B * T * sizeof(int);
-            int *tokens = xmalloc(bytes), *targets = xmalloc(bytes);
-            data_batch(p->data, SPLIT_VAL, cfg->seed, e, dp_index * per_replica + m * B, B, T, tokens,
-                       targets);
-            copy_to_device(a->tokens, tokens, bytes);
-            copy_to_device(a->targets, targets, bytes);
-            free(tokens);
-            free(targets);
-            if (first)
-                gpt_embedding_forward(&p->model, a, B, T);
-            else
-                comm_recv(p->pp, a->encoded, n, p->stage - 1, TAG_ACTIVATIONS);
-            for (int l = p->first_block; l <= p->last_block; l++)
-                gpt_block_forward(&p->model, a, &p->scratch, l, stage_block_input(p, a, l), B, T);
-            if (!last)
+            if (p->stage > 0) comm_recv(p->pp, a->encoded, n, p->stage - 1, TAG_ACTIVATIONS);
+            stage_forward_batch(p, a, SPLIT_VAL, e, dp_index * per_replica + m * p->B);
+            if (p->stage < p->stages - 1)
                 comm_send(p->pp, stage_output(p, a), n, p->stage + 1, TAG_ACTIVATIONS);
-            else {
-                gpt_head_forward(&p->model, a, stage_output(p, a), 1, B, T);
-                p->loss_sum += gpt_loss_sum(a, B, T);
-            }
         }
     }
     double total = comm_allreduce_double(comm_world(), p->loss_sum, 0);
     p->loss_sum = saved_loss;
-    p->step = saved_step;
-    p->first_sequence = saved_first;
     return total / ((double)cfg->eval_batches * cfg->batch * cfg->model.seq);
 }
 
@@ -332,14 +295,14 @@ int main(int argc, char **argv) {
     p.dp = comm_split(world, stage, dp_index);
 
     /* ---- the split and the schedule ---- */
-    GPT table;
-    gpt_build_table(&table, &cfg.model);
+    ParamTable table;
+    param_table_build(&table, &cfg.model);
     int blocks[256];
     if (pf.split[0])
         layer_split_parse(pf.split, P, L, blocks);
     else
         layer_split_balanced(&table, P, blocks);
-    free(table.tensors);
+    param_table_free(&table);
     layer_split_range(blocks, stage, &p.first_block, &p.last_block);
     if (pf.print_schedule) {
         if (rank == 0) {
@@ -375,9 +338,9 @@ int main(int argc, char **argv) {
     }
     comm_barrier(world); /* the output directory exists before any rank writes into it */
 
-    int first_part = stage == 0 ? LAYER_EMBEDDING : p.first_block,
-        last_part = stage == P - 1 ? L : p.last_block;
-    gpt_create_range(&p.model, &cfg.model, cfg.seed, first_part, last_part);
+    int first_unit = stage == 0 ? LAYER_EMBEDDING : p.first_block, /* stage 0: the embedding too */
+        last_unit = stage == P - 1 ? L : p.last_block;             /* the last: the head too */
+    gpt_create_range(&p.model, &cfg.model, cfg.seed, first_unit, last_unit);
     AdamW opt;
     adamw_create(&opt, p.model.param_count);
     int per_replica = cfg.batch / pf.dp; /* this replica's share of the global batch */
@@ -386,7 +349,7 @@ int main(int argc, char **argv) {
     p.slots = schedule_live_activations(&p.schedule);
     p.slot = xcalloc(p.slots, sizeof(Activations));
     for (int i = 0; i < p.slots; i++)
-        activations_create_range(&p.slot[i], &cfg.model, p.B, p.T, p.first_block, last_part, cfg.recompute);
+        activations_create_range(&p.slot[i], &cfg.model, p.B, p.T, p.first_block, last_unit, cfg.recompute);
     /* with --recompute the slots keep block inputs, and one block set here serves them all */
     scratch_create(&p.scratch, &cfg.model, p.B, p.T, cfg.recompute);
     p.grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, boundary_floats(&p) * sizeof(float),
@@ -400,7 +363,7 @@ int main(int argc, char **argv) {
              "of %d "
              "sequences | %zu parameters | bubble formula (P-1)/(M+P-1) = %.3f\n",
              PROGRAM, ranks, P, pf.dp, device_name(), comm_transport_name(), pf.schedule, M, p.B,
-             table.num_params, bubble_theory);
+             p.model.num_params, bubble_theory);
     for (int s = 0, first = 0; s < P; s++) {
         log_info("stage %d: blocks %d..%d%s%s\n", s, first, first + blocks[s] - 1,
                  s == 0 ? " + embedding" : "", s == P - 1 ? " + head" : "");

@@ -196,10 +196,10 @@ static FILE *open_checkpoint(const char *path, const Config *cfg, CheckpointHead
             "this run has layers %d, dmodel %d, heads %d, seq %d, vocab %d",
             path, h->layers, h->dmodel, h->heads, h->seq, h->vocab, m->layers, m->dmodel, m->heads, m->seq,
             m->vocab);
-    GPT table;
-    gpt_build_table(&table, m);
+    ParamTable table;
+    param_table_build(&table, m);
     size_t params = table.num_params;
-    free(table.tensors);
+    param_table_free(&table);
     if (h->num_params != params)
         fatal(EXIT_USAGE, "--resume %s: corrupt checkpoint: num_params %llu, the model has %zu", path,
               (unsigned long long)h->num_params, params);

@@ -505,10 +505,10 @@ static void check_thread_count(void) {
  * the host copy the weights are initialised in (4 bytes a parameter). With
  * --device cuda only that host copy lives here; the GPU checks its own. */
 static void check_memory(const Config *c) {
-    GPT table;
-    gpt_build_table(&table, &c->model);
+    ParamTable table;
+    param_table_build(&table, &c->model);
     size_t params = table.num_params;
-    free(table.tensors);
+    param_table_free(&table);
     int B = c->batch / c->micro, T = c->model.seq;
     double on_device = 16.0 * params + (double)scratch_bytes(&c->model, B, T) +
                        (double)(c->recompute ? activation_bytes_recompute(&c->model, B, T)

@@ -83,10 +83,8 @@ void sample_text(const GPT *model, Activations *acts, Scratch *scratch, const Da
         int len = prompt_len + i, ctx = len < T ? len : T;
         for (int t = 0; t < ctx; t++) context[t] = text[len - ctx + t];
         copy_to_device(acts->tokens, context, ctx * sizeof(int));
-        gpt_embedding_forward(model, acts, 1, ctx);
-        for (int l = 0; l < model->cfg.layers; l++)
-            gpt_block_forward(model, acts, scratch, l, gpt_layer_output(model, acts, l - 1), 1, ctx);
-        gpt_head_forward(model, acts, gpt_layer_output(model, acts, model->cfg.layers - 1), 0, 1, ctx);
+        /* every unit, with_loss 0: the logits, no targets */
+        gpt_forward_range(model, acts, scratch, LAYER_EMBEDDING, model->cfg.layers, 0, NULL, 1, ctx);
         copy_to_host(logits, acts->logits + (size_t)(ctx - 1) * V, V * sizeof(float));
         text[len] = (unsigned char)sample_byte(logits, rng);
     }

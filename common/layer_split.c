@@ -29,16 +29,15 @@ void layer_split_parse(const char *text, int stages, int layers, int *blocks) {
               sum, layers);
 }
 
-void layer_split_balanced(const GPT *table, int stages, int *blocks) {
+void layer_split_balanced(const ParamTable *table, int stages, int *blocks) {
     int L = table->cfg.layers;
     if (stages < 1 || stages > L || L > MAX_LAYERS)
         fatal(EXIT_USAGE, "%d stages for %d layers (valid: 1 <= stages <= layers <= %d)", stages, L,
               MAX_LAYERS);
     double weight[MAX_LAYERS] = {0}; /* parameters of block l, plus the embedding or head it travels with */
-    for (int k = 0; k < table->num_tensors; k++) {
-        const ParamTensor *t = &table->tensors[k];
-        int l = t->layer < 0 ? 0 : t->layer >= L ? L - 1 : t->layer;
-        weight[l] += (double)t->numel;
+    for (int u = LAYER_EMBEDDING; u <= L; u++) {
+        int l = u < 0 ? 0 : u >= L ? L - 1 : u;
+        weight[l] += (double)table_unit(table, u)->numel;
     }
     /* best[s][i]: the smallest possible largest stage when stages 0..s hold
      * blocks 0..i-1 (linear partition by dynamic programming) */

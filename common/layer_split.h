@@ -5,13 +5,13 @@
 #ifndef LAYER_SPLIT_H
 #define LAYER_SPLIT_H
 
-#include "model.h"
+#include "param_table.h"
 
 /* The default split: contiguous runs of blocks such that the largest stage's
  * parameter count (the embedding counted with stage 0, the head with the
  * last) is as small as possible. blocks[s] = blocks of stage s. Needs
  * 1 <= stages <= layers <= 256. */
-void layer_split_balanced(const GPT *table, int stages, int *blocks);
+void layer_split_balanced(const ParamTable *table, int stages, int *blocks);
 
 /* --split "3,3": one positive number per stage, summing to `layers`; a bad
  * text ends the program with EXIT_USAGE naming the problem. */

@@ -33,128 +33,93 @@ const char *model_config_problem(const ModelConfig *m) {
     return message;
 }
 
-/* ---- the parameter table ---- */
+/* ---- the parameters: a table, and storage bound to it unit by unit ---- */
 
-static void add_tensor(GPT *m, int *capacity, const char *name, int layer, int rows, int cols, InitKind init,
-                       float std) {
-    if (m->num_tensors == *capacity) fatal(EXIT_RUNTIME, "parameter table overflow");
-    ParamTensor *t = &m->tensors[m->num_tensors++];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->layer = layer;
-    t->rows = rows;
-    t->cols = cols;
-    t->numel = (size_t)rows * cols;
-    t->offset = m->num_params;
-    t->init = init;
-    t->init_std = std;
-    m->num_params += t->numel;
-}
-
-void gpt_build_table(GPT *m, const ModelConfig *cfg) {
+static void set_table(GPT *m, ParamTable table) {
     memset(m, 0, sizeof *m);
-    m->cfg = *cfg;
-    int L = cfg->layers, C = cfg->dmodel, V = cfg->vocab, T = cfg->seq;
-    int capacity = 2 + L * BLOCK_TENSORS + 3;
-    m->tensors = xcalloc(capacity, sizeof(ParamTensor));
-    /* GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled
-     * by 1/sqrt(2L) so the residual stream's variance does not grow with depth. */
-    float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * L);
-    add_tensor(m, &capacity, "wte", LAYER_EMBEDDING, V, C, INIT_NORMAL, std);
-    add_tensor(m, &capacity, "wpe", LAYER_EMBEDDING, T, C, INIT_NORMAL, 0.01f);
-    for (int l = 0; l < L; l++) {
-        char name[32];
-#define BLOCK(suffix, rows, cols, init, s)                                                                   \
-    snprintf(name, sizeof name, "h%d." suffix, l);                                                           \
-    add_tensor(m, &capacity, name, l, rows, cols, init, s)
-        BLOCK("ln1w", 1, C, INIT_ONES, 0);
-        BLOCK("ln1b", 1, C, INIT_ZEROS, 0);
-        BLOCK("qkvw", 3 * C, C, INIT_NORMAL, std);
-        BLOCK("qkvb", 1, 3 * C, INIT_ZEROS, 0);
-        BLOCK("attprojw", C, C, INIT_NORMAL, resid_std);
-        BLOCK("attprojb", 1, C, INIT_ZEROS, 0);
-        BLOCK("ln2w", 1, C, INIT_ONES, 0);
-        BLOCK("ln2b", 1, C, INIT_ZEROS, 0);
-        BLOCK("fcw", 4 * C, C, INIT_NORMAL, std);
-        BLOCK("fcb", 1, 4 * C, INIT_ZEROS, 0);
-        BLOCK("fcprojw", C, 4 * C, INIT_NORMAL, resid_std);
-        BLOCK("fcprojb", 1, C, INIT_ZEROS, 0);
-#undef BLOCK
-    }
-    add_tensor(m, &capacity, "lnf.w", L, 1, C, INIT_ONES, 0);
-    add_tensor(m, &capacity, "lnf.b", L, 1, C, INIT_ZEROS, 0);
-    add_tensor(m, &capacity, "lm_head", L, V, C, INIT_NORMAL, std);
+    m->table = table;
+    m->cfg = table.cfg;
+    m->tensors = table.tensors;
+    m->num_tensors = table.num_tensors;
+    m->num_params = table.num_params;
 }
 
-float gpt_init_value(const ParamTensor *t, uint64_t seed, size_t i) {
-    switch (t->init) {
-    case INIT_ZEROS:
-        return 0.0f;
-    case INIT_ONES:
-        return 1.0f;
+void gpt_init(GPT *m, ParamTable table) {
+    set_table(m, table);
+    m->w.block = xcalloc(table.cfg.layers, sizeof(BlockWeights));
+    m->g.block = xcalloc(table.cfg.layers, sizeof(BlockWeights));
+    m->first_unit = LAYER_EMBEDDING;
+    m->last_unit = m->first_unit - 1; /* no unit bound */
+}
+
+/* The pointer of `view` that names tensor t. */
+static float **view_slot(Weights *view, const ParamTensor *t, int L) {
+    if (t->layer == LAYER_EMBEDDING) return t->kind == EMBEDDING_WTE ? &view->wte : &view->wpe;
+    if (t->layer < L) return &view->block[t->layer][t->kind];
+    switch (t->kind) {
+    case HEAD_LNFW:
+        return &view->lnfw;
+    case HEAD_LNFB:
+        return &view->lnfb;
     default:
-        return (float)(t->init_std * hash_normal(seed, hash_string(t->name), i));
+        return &view->lm_head;
     }
 }
 
-void gpt_init_range(const GPT *m, uint64_t seed, float *dst, size_t first, size_t count) {
-    for (int k = 0; k < m->num_tensors; k++) {
-        const ParamTensor *t = &m->tensors[k];
-        size_t lo = t->offset > first ? t->offset : first;
-        size_t hi = t->offset + t->numel < first + count ? t->offset + t->numel : first + count;
-        if (lo >= hi) continue;
-#pragma omp parallel for schedule(static)
-        for (size_t e = lo; e < hi; e++) dst[e - first] = gpt_init_value(t, seed, e - t->offset);
+float *weights_tensor(const GPT *m, const Weights *view, const ParamTensor *t) {
+    return *view_slot((Weights *)view, t, m->cfg.layers);
+}
+
+void gpt_bind_unit(GPT *m, int unit, float *params, float *grads) {
+    const ParamUnit *u = table_unit(&m->table, unit);
+    for (int k = 0; k < u->num_tensors; k++) {
+        const ParamTensor *t = &m->table.tensors[u->first_tensor + k];
+        size_t at = t->offset - u->offset;
+        *view_slot(&m->w, t, m->cfg.layers) = params ? params + at : NULL;
+        *view_slot(&m->g, t, m->cfg.layers) = grads ? grads + at : NULL;
     }
 }
 
-/* Where tensor t lives in a buffer holding elements [param_first, param_first + param_count), or NULL. */
-static float *held(const GPT *m, float *buffer, const ParamTensor *t) {
-    int inside = t->offset >= m->param_first && t->offset + t->numel <= m->param_first + m->param_count;
-    return inside ? buffer + (t->offset - m->param_first) : NULL;
-}
-
-void gpt_weights_view(const GPT *m, float *buffer, Weights *view) {
-    int L = m->cfg.layers;
-    if (!view->block) view->block = xcalloc(L, sizeof(BlockWeights));
-    const ParamTensor *t = m->tensors;
-    view->wte = held(m, buffer, &t[0]);
-    view->wpe = held(m, buffer, &t[1]);
-    for (int l = 0; l < L; l++)
-        for (int k = 0; k < BLOCK_TENSORS; k++)
-            view->block[l][k] = held(m, buffer, &t[2 + l * BLOCK_TENSORS + k]);
-    view->lnfw = held(m, buffer, &t[2 + L * BLOCK_TENSORS]);
-    view->lnfb = held(m, buffer, &t[3 + L * BLOCK_TENSORS]);
-    view->lm_head = held(m, buffer, &t[4 + L * BLOCK_TENSORS]);
-}
-
-static void weights_view_free(Weights *view) {
-    free(view->block);
-    view->block = NULL;
-}
-
-void gpt_create_range(GPT *m, const ModelConfig *cfg, uint64_t seed, int first_layer, int last_layer) {
-    gpt_build_table(m, cfg);
-    /* the table is layer-major: the tensors of the range are one slice of it */
-    size_t first = m->num_params, end = 0;
-    for (int k = 0; k < m->num_tensors; k++) {
-        const ParamTensor *t = &m->tensors[k];
-        if (t->layer < first_layer || t->layer > last_layer) continue;
-        if (t->offset < first) first = t->offset;
-        if (t->offset + t->numel > end) end = t->offset + t->numel;
-    }
-    if (end <= first)
-        fatal(EXIT_RUNTIME, "gpt_create_range: layers %d..%d hold no parameters", first_layer, last_layer);
+void gpt_bind_range(GPT *m, int first_unit, int last_unit, float *params, float *grads) {
+    if (first_unit > last_unit)
+        fatal(EXIT_RUNTIME, "gpt_bind_range: units %d..%d are no range", first_unit, last_unit);
+    size_t first = table_unit(&m->table, first_unit)->offset;
+    const ParamUnit *last = table_unit(&m->table, last_unit);
+    m->first_unit = first_unit;
+    m->last_unit = last_unit;
     m->param_first = first;
-    m->param_count = end - first;
+    m->param_count = last->offset + last->numel - first;
+    m->params = params;
+    m->grads = grads;
+    for (int u = LAYER_EMBEDDING; u <= m->cfg.layers; u++) {
+        size_t at = table_unit(&m->table, u)->offset - first;
+        int held = u >= first_unit && u <= last_unit;
+        gpt_bind_unit(m, u, held ? params + at : NULL, held ? grads + at : NULL);
+    }
+}
+
+void gpt_alloc_range(GPT *m, int first_unit, int last_unit) {
+    if (first_unit > last_unit)
+        fatal(EXIT_RUNTIME, "gpt_alloc_range: units %d..%d are no range", first_unit, last_unit);
+    size_t first = table_unit(&m->table, first_unit)->offset;
+    const ParamUnit *last = table_unit(&m->table, last_unit);
+    size_t bytes = (last->offset + last->numel - first) * sizeof(float);
+    float *params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, bytes, "parameters");
+    float *grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, bytes, "gradients");
+    gpt_bind_range(m, first_unit, last_unit, params, grads);
+    m->owns_storage = 1;
+}
+
+void gpt_create_range(GPT *m, const ModelConfig *cfg, uint64_t seed, int first_unit, int last_unit) {
+    ParamTable table;
+    param_table_build(&table, cfg);
+    gpt_init(m, table);
+    gpt_alloc_range(m, first_unit, last_unit);
     size_t bytes = m->param_count * sizeof(float);
-    m->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, bytes, "parameters");
-    m->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, bytes, "gradients");
     float *host = xmalloc(bytes);
-    gpt_init_range(m, seed, host, m->param_first, m->param_count);
+    param_init_range(&m->table, seed, host, m->param_first, m->param_count);
     copy_to_device(m->params, host, bytes);
     free(host);
-    gpt_weights_view(m, m->params, &m->w);
-    gpt_weights_view(m, m->grads, &m->g);
 }
 
 void gpt_create(GPT *m, const ModelConfig *cfg, uint64_t seed) {
@@ -162,11 +127,13 @@ void gpt_create(GPT *m, const ModelConfig *cfg, uint64_t seed) {
 }
 
 void gpt_destroy(GPT *m) {
-    mem_free(m->params);
-    mem_free(m->grads);
-    weights_view_free(&m->w);
-    weights_view_free(&m->g);
-    free(m->tensors);
+    if (m->owns_storage) {
+        mem_free(m->params);
+        mem_free(m->grads);
+    }
+    free(m->w.block);
+    free(m->g.block);
+    param_table_free(&m->table);
     memset(m, 0, sizeof *m);
 }
 
@@ -298,18 +265,18 @@ void activations_create_model(Activations *a, const ModelConfig *c, int B, int T
     activations_create_range(a, c, B, T, LAYER_EMBEDDING, c->layers, 1);
 }
 
-void activations_create_range(Activations *a, const ModelConfig *c, int B, int T, int first_layer,
-                              int last_layer, int recompute) {
+void activations_create_range(Activations *a, const ModelConfig *c, int B, int T, int first_unit,
+                              int last_unit, int recompute) {
     memset(a, 0, sizeof *a);
     a->B = B;
     a->T = T;
     a->recompute = recompute;
     a->block = xcalloc(c->layers, sizeof(BlockActs));
     Carver count = {NULL, 0};
-    carve_activations(a, c, B, T, first_layer, last_layer, recompute, &count);
+    carve_activations(a, c, B, T, first_unit, last_unit, recompute, &count);
     Carver k = {mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, count.used * sizeof(float), "activations"), 0};
-    carve_activations(a, c, B, T, first_layer, last_layer, recompute, &k);
-    if (recompute && first_layer == LAYER_EMBEDDING && last_layer == c->layers)
+    carve_activations(a, c, B, T, first_unit, last_unit, recompute, &k);
+    if (recompute && first_unit == LAYER_EMBEDDING && last_unit == c->layers)
         check_carved(&k, activation_bytes_recompute(c, B, T), "activations (recompute)");
 }
 
@@ -421,13 +388,6 @@ float *gpt_layer_output(const GPT *m, Activations *a, int layer) {
     return layer < 0 ? a->encoded : a->block[layer].res3;
 }
 
-void gpt_forward(const GPT *m, Activations *a, Scratch *s, int B, int T) {
-    gpt_embedding_forward(m, a, B, T);
-    for (int l = 0; l < m->cfg.layers; l++)
-        gpt_block_forward(m, a, s, l, gpt_layer_output(m, a, l - 1), B, T);
-    gpt_head_forward(m, a, gpt_layer_output(m, a, m->cfg.layers - 1), 1, B, T);
-}
-
 /* ---- backward ---- */
 
 void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput,
@@ -485,23 +445,82 @@ void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded,
     ops()->embedding_backward(m->g.wte, m->g.wpe, dencoded, a->tokens, B, T, m->cfg.dmodel, m->cfg.vocab);
 }
 
-void gpt_backward_hooked(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T,
-                         LayerDoneHook layer_done, void *context) {
-    int L = m->cfg.layers, cur = 0;
-    gpt_head_backward(m, a, s, gpt_layer_output(m, a, L - 1), s->dresid[cur], dloss, B, T);
-    if (layer_done) layer_done(L, context);
-    for (int l = L - 1; l >= 0; l--) {
-        gpt_block_backward(m, a, s, l, gpt_layer_output(m, a, l - 1), s->dresid[cur], s->dresid[1 - cur], B,
-                           T);
-        cur = 1 - cur;
-        if (layer_done) layer_done(l, context);
+/* ---- a range of units ---- */
+
+static void check_range(const GPT *m, int first, int last) {
+    if (first < LAYER_EMBEDDING || last > m->cfg.layers || first > last)
+        fatal(EXIT_RUNTIME, "units %d..%d are not a range of this model's (valid: %d..%d)", first, last,
+              LAYER_EMBEDDING, m->cfg.layers);
+}
+
+/* The input of unit l (a block or the head) in a range starting at `first`:
+ * the range's first block reads `encoded` (the embedding's output, or what
+ * arrived from the previous stage), the others the previous block's output. */
+static const float *unit_input(const GPT *m, Activations *a, int first, int l) {
+    return l == first ? a->encoded : gpt_layer_output(m, a, l - 1);
+}
+
+void gpt_forward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, int with_loss,
+                       const UnitHooks *hooks, int B, int T) {
+    const UnitHooks none = {0}, *h = hooks ? hooks : &none;
+    check_range(m, first, last);
+    check_shape(a, B, T);
+    for (int l = first; l <= last; l++) {
+        if (h->before_forward) h->before_forward(l, h->context);
+        if (l == LAYER_EMBEDDING)
+            gpt_embedding_forward(m, a, B, T);
+        else if (l == m->cfg.layers)
+            gpt_head_forward(m, a, unit_input(m, a, first, l), with_loss, B, T);
+        else if (h->block_forward)
+            h->block_forward(l, unit_input(m, a, first, l), B, T, h->context);
+        else
+            gpt_block_forward(m, a, s, l, unit_input(m, a, first, l), B, T);
+        if (h->after_forward) h->after_forward(l, h->context);
     }
-    gpt_embedding_backward(m, a, s->dresid[cur], B, T);
-    if (layer_done) layer_done(LAYER_EMBEDDING, context);
+}
+
+const float *gpt_backward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, float dloss,
+                                const float *doutput, float *dinput, const UnitHooks *hooks, int B, int T) {
+    const UnitHooks none = {0}, *h = hooks ? hooks : &none;
+    check_range(m, first, last);
+    /* dout: the gradient of unit l's output; each unit leaves its input's in
+     * din: the other of the scratch's two buffers, or dinput for the range's
+     * first unit */
+    const float *dout = doutput;
+    for (int l = last; l >= first; l--) {
+        if (h->before_backward) h->before_backward(l, h->context);
+        if (l == LAYER_EMBEDDING) {
+            gpt_embedding_backward(m, a, dout, B, T);
+        } else {
+            float *din = l == first && dinput ? dinput : dout == s->dresid[0] ? s->dresid[1] : s->dresid[0];
+            const float *input = unit_input(m, a, first, l);
+            if (l == m->cfg.layers)
+                gpt_head_backward(m, a, s, input, din, dloss, B, T);
+            else if (h->block_backward)
+                h->block_backward(l, input, dout, din, B, T, h->context);
+            else
+                gpt_block_backward(m, a, s, l, input, dout, din, B, T);
+            dout = din;
+        }
+        if (h->after_backward) h->after_backward(l, h->context);
+    }
+    return dout;
+}
+
+/* ---- the whole model ---- */
+
+void gpt_forward(const GPT *m, Activations *a, Scratch *s, int B, int T) {
+    gpt_forward_range(m, a, s, LAYER_EMBEDDING, m->cfg.layers, 1, NULL, B, T);
+}
+
+void gpt_backward_hooked(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T,
+                         UnitHook unit_done, void *context) {
+    UnitHooks hooks = {.after_backward = unit_done, .context = context};
+    gpt_backward_range(m, a, s, LAYER_EMBEDDING, m->cfg.layers, dloss, NULL, NULL, &hooks, B, T);
 }
 
 void gpt_backward(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T) {
-    gpt_backward_hooked(m, a, s, dloss, B, T, NULL, NULL);
+    gpt_backward_range(m, a, s, LAYER_EMBEDDING, m->cfg.layers, dloss, NULL, NULL, NULL, B, T);
 }
 
 double gpt_loss_sum(const Activations *a, int B, int T) {

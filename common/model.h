@@ -5,61 +5,30 @@
  * hidden layer and GELU -> residual), a final layernorm and an untied LM head
  * over a byte vocabulary.
  *
- * All parameters live in ONE contiguous buffer described by a table of named
- * tensors (name, shape, offset, layer). The table is laid out layer by layer:
- *     wte, wpe | h0.* | h1.* | ... | h{L-1}.* | lnf.w, lnf.b, lm_head
- * so the parameters of any run of consecutive layers (a pipeline stage) form
- * one contiguous slice, and a flat shard (ZeRO) is just [offset, offset+n).
- * Initial values depend only on (seed, tensor name, element index): any split
- * or shard of the model starts from exactly the same weights.
+ * The parameters are described by a table of named tensors (param_table.h),
+ * laid out unit by unit: the embedding, each block, the head. A GPT is that
+ * table plus the storage bound to it, a unit at a time: the whole model in
+ * one buffer (gpt_create), a run of units for a pipeline stage
+ * (gpt_create_range), or whatever a caller binds (gpt_bind_range,
+ * gpt_bind_unit: a ZeRO-3 rank binds each unit while it is gathered).
  *
- * Forward and backward are exposed per part (embedding, block l, head) so that
- * chapters which split the model by layers can run only their own parts. */
+ * Forward and backward run over a range of units (gpt_forward_range,
+ * gpt_backward_range), with optional calls before and after each unit; the
+ * per-unit functions (embedding, block l, head) are exposed too. */
 #ifndef MODEL_H
 #define MODEL_H
 
 #include "config.h"
+#include "param_table.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* Layer index used in the table for the parts that are not blocks. */
-#define LAYER_EMBEDDING (-1) /* wte, wpe */
-/* the head (lnf.w, lnf.b, lm_head) has layer index L */
-
-typedef enum { INIT_NORMAL, INIT_ZEROS, INIT_ONES } InitKind;
-
-typedef struct {
-    char name[32];  /* e.g. "h3.qkvw" */
-    int layer;      /* LAYER_EMBEDDING, 0..L-1 for blocks, L for the head */
-    int rows, cols; /* shape (rows, cols); vectors have rows == 1 */
-    size_t offset;  /* first element in the parameter buffer */
-    size_t numel;   /* rows * cols */
-    InitKind init;
-    float init_std; /* for INIT_NORMAL */
-} ParamTensor;
-
-/* The tensors of one block, in table order. */
-typedef enum {
-    BLOCK_LN1W,
-    BLOCK_LN1B, /* (C), (C) */
-    BLOCK_QKVW,
-    BLOCK_QKVB, /* (3C, C), (3C) */
-    BLOCK_ATTPROJW,
-    BLOCK_ATTPROJB, /* (C, C), (C) */
-    BLOCK_LN2W,
-    BLOCK_LN2B, /* (C), (C) */
-    BLOCK_FCW,
-    BLOCK_FCB, /* (4C, C), (4C) */
-    BLOCK_FCPROJW,
-    BLOCK_FCPROJB, /* (C, 4C), (C) */
-    BLOCK_TENSORS
-} BlockTensor;
-
 /* Pointers to one block's tensors, indexed by BlockTensor. */
 typedef float *BlockWeights[BLOCK_TENSORS];
 
-/* Pointers into a parameter-shaped buffer (the parameters or their gradients). */
+/* Pointers into a parameter-shaped buffer (the parameters or their
+ * gradients); NULL for the tensors of a unit with no storage bound. */
 typedef struct {
     float *wte;          /* (V, C) */
     float *wpe;          /* (T, C) */
@@ -70,18 +39,23 @@ typedef struct {
 } Weights;
 
 typedef struct {
-    ModelConfig cfg;
-    ParamTensor *tensors;
-    int num_tensors;
-    size_t num_params; /* elements in the table */
-    /* The part of the table this process holds: elements [param_first,
-     * param_first + param_count). The whole table (0, num_params) except for a
-     * stage of a layer split (gpt_create_range). */
+    ParamTable table; /* names, shapes, offsets and units of the whole model */
+    /* The table's, repeated here because every chapter reads them. */
+    ModelConfig cfg;            /* table.cfg */
+    const ParamTensor *tensors; /* table.tensors */
+    int num_tensors;            /* table.num_tensors */
+    size_t num_params;          /* table.num_params */
+    /* The storage bound by gpt_create, gpt_create_range, gpt_alloc_range or
+     * gpt_bind_range: units first_unit..last_unit, elements [param_first,
+     * param_first + param_count) of the table (the whole table except on a
+     * stage of a layer split). */
+    int first_unit, last_unit;
     size_t param_first, param_count;
-    float *params; /* device (param_count), CAT_PARAMS */
-    float *grads;  /* device (param_count), CAT_GRADS */
-    Weights w;     /* views into params; NULL for tensors not held */
-    Weights g;     /* views into grads */
+    float *params;    /* device (param_count), CAT_PARAMS */
+    float *grads;     /* device (param_count), CAT_GRADS */
+    int owns_storage; /* params and grads were allocated here, and gpt_destroy frees them */
+    Weights w;        /* views into params; NULL for tensors not held */
+    Weights g;        /* views into grads */
 } GPT;
 
 /* Forward values kept for the backward pass: one set per micro-batch in flight.
@@ -150,26 +124,31 @@ typedef struct {
 /* Check a model shape; returns NULL if valid, else a message for the user. */
 const char *model_config_problem(const ModelConfig *m);
 
-/* Build the table of tensors for cfg (no device memory). */
-void gpt_build_table(GPT *model, const ModelConfig *cfg);
-/* Table + device buffers for params and grads + initial values from seed. */
+/* A model of this table with no storage bound (every view NULL); the model
+ * owns the table from now on. */
+void gpt_init(GPT *model, ParamTable table);
+/* Bind storage to units first_unit..last_unit (LAYER_EMBEDDING .. L): params
+ * and grads hold their elements contiguously as in the table (params[0] is the
+ * first unit's first element); the other units are unbound. The caller keeps
+ * ownership of the buffers. */
+void gpt_bind_range(GPT *model, int first_unit, int last_unit, float *params, float *grads);
+/* Bind one unit's views to params and grads (the unit's elements in table
+ * order), or unbind it with NULL; param_first and param_count do not change. */
+void gpt_bind_unit(GPT *model, int unit, float *params, float *grads);
+/* Allocate device storage (uninitialised) for units first_unit..last_unit and
+ * bind it; gpt_destroy frees it. */
+void gpt_alloc_range(GPT *model, int first_unit, int last_unit);
+/* Table + device storage for params and grads + initial values from seed. */
 void gpt_create(GPT *model, const ModelConfig *cfg, uint64_t seed);
-/* The same for a stage of a layer split: only the tensors of layers
- * first_layer..last_layer (LAYER_EMBEDDING .. L for the head), one contiguous
- * slice of the table, get memory and initial values (the whole model's values
- * for those elements); the views of the other tensors are NULL. */
-void gpt_create_range(GPT *model, const ModelConfig *cfg, uint64_t seed, int first_layer, int last_layer);
+/* The same for a stage of a layer split: only units first_unit..last_unit,
+ * one contiguous slice of the table, get memory and initial values (the whole
+ * model's values for those elements); the views of the other units are NULL. */
+void gpt_create_range(GPT *model, const ModelConfig *cfg, uint64_t seed, int first_unit, int last_unit);
 void gpt_destroy(GPT *model);
 
-/* Initial value of element i of tensor t: a function of (seed, name, i) only. */
-float gpt_init_value(const ParamTensor *t, uint64_t seed, size_t i);
-/* Write the initial values of elements [first, first+count) of the whole
- * parameter buffer into host memory dst (count elements). */
-void gpt_init_range(const GPT *model, uint64_t seed, float *dst, size_t first, size_t count);
-
-/* Views of a parameter-shaped buffer of param_count elements (the tensors
- * outside [param_first, param_first + param_count) get NULL). */
-void gpt_weights_view(const GPT *model, float *buffer, Weights *view);
+/* Where tensor t of m's table is in view, m->w or m->g (NULL when its unit is
+ * not bound). */
+float *weights_tensor(const GPT *m, const Weights *view, const ParamTensor *t);
 
 /* Bytes of saved activations / scratch for a micro-batch of B sequences of T. */
 size_t activation_bytes(const ModelConfig *cfg, int B, int T);
@@ -185,31 +164,81 @@ void activations_create(Activations *acts, const ModelConfig *cfg, int B, int T)
 /* The whole model, keeping everything (recompute 0) or only the block inputs
  * (recompute 1, with a Scratch created with recompute 1). */
 void activations_create_model(Activations *acts, const ModelConfig *cfg, int B, int T, int recompute);
-/* Only what a stage holding layers first_layer..last_layer saves: tokens,
+/* Only what a stage holding units first_unit..last_unit saves: tokens,
  * targets and `encoded` always (on a later stage, `encoded` is where the
  * previous stage's activations arrive), the blocks in the range (a->block[l]
  * is all NULL for the others; with recompute all but res3), the head's values
- * when last_layer is L. */
-void activations_create_range(Activations *acts, const ModelConfig *cfg, int B, int T, int first_layer,
-                              int last_layer, int recompute);
+ * when last_unit is L. */
+void activations_create_range(Activations *acts, const ModelConfig *cfg, int B, int T, int first_unit,
+                              int last_unit, int recompute);
 void activations_destroy(Activations *acts, const ModelConfig *cfg);
 /* recompute 1 adds the one block set that every block's forward writes and
  * every block's backward recomputes into (shared by all micro-batches). */
 void scratch_create(Scratch *s, const ModelConfig *cfg, int B, int T, int recompute);
 void scratch_destroy(Scratch *s);
 
-/* ---- forward: B sequences of T tokens (B, T at most the capacity) ---- */
+/* ---- forward and backward over a range of units ----
+ * B sequences of T tokens (B, T at most the capacity). Units are numbered as
+ * in the table: LAYER_EMBEDDING, the blocks 0..L-1, the head L. */
+
+/* A call around unit `unit`. */
+typedef void (*UnitHook)(int unit, void *context);
+/* A block computed by the caller instead of by model.c (see UnitHooks). */
+typedef void (*BlockForwardFn)(int layer, const float *input, int B, int T, void *context);
+typedef void (*BlockBackwardFn)(int layer, const float *input, const float *doutput, float *dinput, int B,
+                                int T, void *context);
+
+/* What a caller adds to the loop over the units; any field may be NULL.
+ *   before_forward(u), after_forward(u)    around unit u's forward
+ *   before_backward(u), after_backward(u)  around unit u's backward; after it
+ *                                          the unit's gradients are final
+ * ZeRO-3 gathers a unit's parameters before its forward and its backward and
+ * frees them after; data parallelism sends a unit's gradients after its
+ * backward. block_forward and block_backward replace gpt_block_forward and
+ * gpt_block_backward: tensor parallelism computes every block with sliced
+ * matrices and all-reduces, on the same buffers (a->block[l], the scratch). */
+typedef struct {
+    UnitHook before_forward, after_forward;
+    UnitHook before_backward, after_backward;
+    BlockForwardFn block_forward;
+    BlockBackwardFn block_backward;
+    void *context; /* passed to each of them */
+} UnitHooks;
+
+/* Forward of units first..last for one micro-batch. The range reads
+ * a->tokens when it starts at the embedding, else a->encoded (where a stage
+ * receives the previous stage's output); it ends in a->block[last].res3
+ * (gpt_layer_output) or, with the head, in the logits and, with_loss, the
+ * per-token losses (from a->targets). hooks may be NULL. */
+void gpt_forward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, int with_loss,
+                       const UnitHooks *hooks, int B, int T);
+/* Backward of units last..first, adding into m->grads. With the head in the
+ * range it starts from dloss, d(total loss)/d(each token's loss); else from
+ * doutput, dL/d(output of block last). Returns dL/d(a->encoded), the gradient
+ * of the range's input when it starts at a block: written into dinput if
+ * given, else left in the scratch (valid until the next backward). */
+const float *gpt_backward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, float dloss,
+                                const float *doutput, float *dinput, const UnitHooks *hooks, int B, int T);
+
+/* The whole model: tokens and targets already in a->tokens, a->targets. */
+void gpt_forward(const GPT *m, Activations *a, Scratch *s, int B, int T);
+void gpt_backward(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T);
+/* The same backward, calling unit_done(unit, context) as soon as a unit's
+ * gradients are final: L after the head, l after block l, LAYER_EMBEDDING
+ * after the embedding. Data parallelism starts communicating there. */
+void gpt_backward_hooked(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T,
+                         UnitHook unit_done, void *context);
+
+/* Output of layer l (the input of layer l+1); -1 gives the embedding. */
+float *gpt_layer_output(const GPT *m, Activations *a, int layer);
+
+/* ---- one unit ---- */
 void gpt_embedding_forward(const GPT *m, Activations *a, int B, int T); /* a->tokens -> a->encoded */
 void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int layer, const float *input, int B, int T);
 /* final layernorm, logits; with targets also probabilities and per-token losses */
 void gpt_head_forward(const GPT *m, Activations *a, const float *input, int with_loss, int B, int T);
-/* whole model: tokens, targets already in a->tokens, a->targets */
-void gpt_forward(const GPT *m, Activations *a, Scratch *s, int B, int T);
-/* Output of layer l (the input of layer l+1); -1 gives the embedding. */
-float *gpt_layer_output(const GPT *m, Activations *a, int layer);
-
-/* ---- backward: adds into m->grads ---- */
-/* dloss: d(total loss)/d(each token's loss). Leaves dL/d(head input) in dinput. */
+/* Backward of one unit: adds into m->grads. dloss: d(total loss)/d(each
+ * token's loss). Leaves dL/d(head input) in dinput. */
 void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput,
                        float dloss, int B, int T);
 /* doutput: dL/d(block output); leaves dL/d(block input) in dinput (overwritten).
@@ -217,14 +246,6 @@ void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *in
 void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int layer, const float *input,
                         const float *doutput, float *dinput, int B, int T);
 void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded, int B, int T);
-/* whole model */
-void gpt_backward(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T);
-/* The same, calling layer_done(layer, context) as soon as the gradients of a
- * part are final: layer L after the head, l after block l, LAYER_EMBEDDING
- * after the embedding. Data parallelism starts communicating there. */
-typedef void (*LayerDoneHook)(int layer, void *context);
-void gpt_backward_hooked(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T,
-                         LayerDoneHook layer_done, void *context);
 
 /* Sum of a->losses over B*T tokens (copied to the host, summed in double). */
 double gpt_loss_sum(const Activations *a, int B, int T);

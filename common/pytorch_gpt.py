@@ -109,7 +109,7 @@ class GPT(nn.Module):
 
     def course_table(self):
         """The parameters in the order of the course's one parameter buffer
-        (gpt_build_table in common/model.c); torch stores Linear weights as
+        (param_table_build in common/param_table.c); torch stores Linear weights as
         (out, in), which is the course's (rows, cols) too."""
         table = [self.wte.weight, self.wpe.weight]
         for b in self.blocks:

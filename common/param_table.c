@@ -1,0 +1,191 @@
+/* param_table.c: see param_table.h. */
+#include "param_table.h"
+
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- building the table ---- */
+
+/* Tensors enter unit by unit, each with its kind, which must be its index in
+ * the unit: that is what lets table_tensor() find it without a search. */
+static void add_tensor(ParamTable *t, const char *name, int layer, int kind, int rows, int cols,
+                       InitKind init, float std) {
+    ParamTensor *p = &t->tensors[t->num_tensors];
+    int in_unit = 0;
+    for (int k = t->num_tensors - 1; k >= 0 && t->tensors[k].layer == layer; k--) in_unit++;
+    if (kind != in_unit)
+        fatal(EXIT_RUNTIME, "parameter table: %s is tensor %d of its unit, not %d", name, in_unit, kind);
+    t->num_tensors++;
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->layer = layer;
+    p->kind = kind;
+    p->rows = rows;
+    p->cols = cols;
+    p->init = init;
+    p->init_std = std;
+}
+
+void param_table_build(ParamTable *t, const ModelConfig *cfg) {
+    memset(t, 0, sizeof *t);
+    t->cfg = *cfg;
+    int L = cfg->layers, C = cfg->dmodel, V = cfg->vocab, T = cfg->seq;
+    t->tensors = xcalloc(EMBEDDING_TENSORS + (size_t)L * BLOCK_TENSORS + HEAD_TENSORS, sizeof(ParamTensor));
+    /* GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled
+     * by 1/sqrt(2L) so the residual stream's variance does not grow with depth. */
+    float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * L);
+    add_tensor(t, "wte", LAYER_EMBEDDING, EMBEDDING_WTE, V, C, INIT_NORMAL, std);
+    add_tensor(t, "wpe", LAYER_EMBEDDING, EMBEDDING_WPE, T, C, INIT_NORMAL, 0.01f);
+    for (int l = 0; l < L; l++) {
+        char name[32];
+#define BLOCK(kind, suffix, rows, cols, init, s)                                                             \
+    snprintf(name, sizeof name, "h%d." suffix, l);                                                           \
+    add_tensor(t, name, l, kind, rows, cols, init, s)
+        BLOCK(BLOCK_LN1W, "ln1w", 1, C, INIT_ONES, 0);
+        BLOCK(BLOCK_LN1B, "ln1b", 1, C, INIT_ZEROS, 0);
+        BLOCK(BLOCK_QKVW, "qkvw", 3 * C, C, INIT_NORMAL, std);
+        BLOCK(BLOCK_QKVB, "qkvb", 1, 3 * C, INIT_ZEROS, 0);
+        BLOCK(BLOCK_ATTPROJW, "attprojw", C, C, INIT_NORMAL, resid_std);
+        BLOCK(BLOCK_ATTPROJB, "attprojb", 1, C, INIT_ZEROS, 0);
+        BLOCK(BLOCK_LN2W, "ln2w", 1, C, INIT_ONES, 0);
+        BLOCK(BLOCK_LN2B, "ln2b", 1, C, INIT_ZEROS, 0);
+        BLOCK(BLOCK_FCW, "fcw", 4 * C, C, INIT_NORMAL, std);
+        BLOCK(BLOCK_FCB, "fcb", 1, 4 * C, INIT_ZEROS, 0);
+        BLOCK(BLOCK_FCPROJW, "fcprojw", C, 4 * C, INIT_NORMAL, resid_std);
+        BLOCK(BLOCK_FCPROJB, "fcprojb", 1, C, INIT_ZEROS, 0);
+#undef BLOCK
+    }
+    add_tensor(t, "lnf.w", L, HEAD_LNFW, 1, C, INIT_ONES, 0);
+    add_tensor(t, "lnf.b", L, HEAD_LNFB, 1, C, INIT_ZEROS, 0);
+    add_tensor(t, "lm_head", L, HEAD_LM_HEAD, V, C, INIT_NORMAL, std);
+    param_table_layout(t);
+}
+
+void param_table_layout(ParamTable *t) {
+    int L = t->cfg.layers;
+    free(t->units);
+    t->num_units = L + 2;
+    t->units = xcalloc(t->num_units, sizeof(ParamUnit));
+    for (int u = 0; u < t->num_units; u++) t->units[u].layer = u + LAYER_EMBEDDING;
+    t->num_params = 0;
+    for (int k = 0; k < t->num_tensors; k++) {
+        ParamTensor *p = &t->tensors[k];
+        p->numel = (size_t)p->rows * p->cols;
+        p->offset = t->num_params;
+        t->num_params += p->numel;
+        if (p->layer < LAYER_EMBEDDING || p->layer > L || (k > 0 && p->layer < t->tensors[k - 1].layer))
+            fatal(EXIT_RUNTIME, "parameter table: %s (layer %d) is out of unit order", p->name, p->layer);
+        ParamUnit *unit = &t->units[p->layer - LAYER_EMBEDDING];
+        if (unit->num_tensors++ == 0) {
+            unit->first_tensor = k;
+            unit->offset = p->offset;
+        }
+        unit->numel += p->numel;
+    }
+}
+
+void param_table_free(ParamTable *t) {
+    free(t->tensors);
+    free(t->units);
+    memset(t, 0, sizeof *t);
+}
+
+const ParamUnit *table_unit(const ParamTable *t, int unit) {
+    if (unit < LAYER_EMBEDDING || unit > t->cfg.layers)
+        fatal(EXIT_RUNTIME, "parameter table: no unit %d (valid: %d for the embedding .. %d for the head)",
+              unit, LAYER_EMBEDDING, t->cfg.layers);
+    return &t->units[unit - LAYER_EMBEDDING];
+}
+
+const ParamTensor *table_tensor(const ParamTable *t, int unit, int kind) {
+    const ParamUnit *u = table_unit(t, unit);
+    if (kind < 0 || kind >= u->num_tensors)
+        fatal(EXIT_RUNTIME, "parameter table: unit %d has no tensor of kind %d (it has %d)", unit, kind,
+              u->num_tensors);
+    return &t->tensors[u->first_tensor + kind];
+}
+
+/* ---- initial values ---- */
+
+float param_init_value(const ParamTensor *t, uint64_t seed, size_t i) {
+    switch (t->init) {
+    case INIT_ZEROS:
+        return 0.0f;
+    case INIT_ONES:
+        return 1.0f;
+    default:
+        return (float)(t->init_std * hash_normal(seed, hash_string(t->name), i));
+    }
+}
+
+void param_init_range(const ParamTable *t, uint64_t seed, float *dst, size_t first, size_t count) {
+    for (int k = 0; k < t->num_tensors; k++) {
+        const ParamTensor *p = &t->tensors[k];
+        size_t lo = p->offset > first ? p->offset : first;
+        size_t hi = p->offset + p->numel < first + count ? p->offset + p->numel : first + count;
+        if (lo >= hi) continue;
+#pragma omp parallel for schedule(static)
+        for (size_t e = lo; e < hi; e++) dst[e - first] = param_init_value(p, seed, e - p->offset);
+    }
+}
+
+/* ---- shards ---- */
+
+size_t shard_slice_numel(const ParamTable *t, int unit, int ranks) {
+    if (ranks < 1) fatal(EXIT_RUNTIME, "shard layout: %d ranks (valid: at least 1)", ranks);
+    size_t n = table_unit(t, unit)->numel;
+    return (n + ranks - 1) / ranks;
+}
+
+size_t shard_unit_offset(const ParamTable *t, int unit, int ranks) {
+    table_unit(t, unit); /* checks the unit */
+    size_t offset = 0;
+    for (int u = LAYER_EMBEDDING; u < unit; u++) offset += shard_slice_numel(t, u, ranks);
+    return offset;
+}
+
+size_t shard_numel(const ParamTable *t, int ranks) {
+    return shard_unit_offset(t, t->cfg.layers, ranks) + shard_slice_numel(t, t->cfg.layers, ranks);
+}
+
+/* The part of rank's slice of unit u that holds elements (the rest is
+ * padding): elements [*first, *first + *count) of the table. */
+static void slice_elements(const ParamTable *t, int u, int rank, int ranks, size_t *first, size_t *count) {
+    const ParamUnit *unit = table_unit(t, u);
+    size_t S = shard_slice_numel(t, u, ranks), lo = (size_t)rank * S, hi = lo + S;
+    if (lo > unit->numel) lo = unit->numel;
+    if (hi > unit->numel) hi = unit->numel;
+    *first = unit->offset + lo;
+    *count = hi - lo;
+}
+
+void shard_from_whole(const ParamTable *t, int rank, int ranks, const float *whole, float *shard) {
+    for (int u = LAYER_EMBEDDING; u <= t->cfg.layers; u++) {
+        float *slice = shard + shard_unit_offset(t, u, ranks);
+        size_t first, count;
+        slice_elements(t, u, rank, ranks, &first, &count);
+        memcpy(slice, whole + first, count * sizeof(float));
+        memset(slice + count, 0, (shard_slice_numel(t, u, ranks) - count) * sizeof(float));
+    }
+}
+
+void shard_to_whole(const ParamTable *t, int rank, int ranks, const float *shard, float *whole) {
+    for (int u = LAYER_EMBEDDING; u <= t->cfg.layers; u++) {
+        size_t first, count;
+        slice_elements(t, u, rank, ranks, &first, &count);
+        memcpy(whole + first, shard + shard_unit_offset(t, u, ranks), count * sizeof(float));
+    }
+}
+
+void shard_init(const ParamTable *t, uint64_t seed, int rank, int ranks, float *shard) {
+    for (int u = LAYER_EMBEDDING; u <= t->cfg.layers; u++) {
+        float *slice = shard + shard_unit_offset(t, u, ranks);
+        size_t first, count;
+        slice_elements(t, u, rank, ranks, &first, &count);
+        param_init_range(t, seed, slice, first, count);
+        memset(slice + count, 0, (shard_slice_numel(t, u, ranks) - count) * sizeof(float));
+    }
+}

@@ -1,0 +1,368 @@
+/* test_units.c: the layer units of the parameter table (common/param_table.h)
+ * and the range functions of common/model.h, checked on the CPU.
+ *
+ *   table    every unit is one contiguous run of the table, and each tensor
+ *            is found by unit and kind
+ *   views    storage bound to a range of units (gpt_create_range,
+ *            gpt_bind_range) or to one unit (gpt_bind_unit): every view
+ *            addresses the whole model's value of its tensor, the views of
+ *            the other units are NULL
+ *   padding  a unit of n elements pads to N*S, S = ceil(n/N), fewer than N
+ *            elements of padding; the slices of a shard follow each other
+ *   shards   for N = 1..4 ranks, every rank's shard (shard_init) is its part
+ *            of the whole model's initial values (param_init_range), padding
+ *            zero; the N shards reassemble to exactly those values, and the
+ *            slices of a unit in rank order are the unit (an all-gather)
+ *   ranges   forward and backward over two ranges of units (two pipeline
+ *            stages) give the whole model's losses and gradients bit for
+ *            bit, and call the hooks in order
+ *
+ * Usage: test_units table|views|padding|shards|ranges. Prints a line per
+ * check and "PASS" or "FAIL: N failures"; exit 0 when every check passes. */
+#include "device.h"
+#include "kernels.h"
+#include "model.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    printf("%s ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, args);
+    printf("\n");
+    va_end(args);
+    failures += !ok;
+}
+
+/* Shapes with odd sizes, so that units rarely divide evenly. */
+static ModelConfig shape(int which) {
+    ModelConfig cfg;
+    model_preset(&cfg, "tiny");
+    if (which == 1) {
+        cfg.layers = 3;
+        cfg.dmodel = 36;
+        cfg.heads = 3;
+        cfg.seq = 13;
+        cfg.vocab = 259;
+    }
+    return cfg;
+}
+
+static const uint64_t seed = 20261124;
+
+/* Run a check on the table of each shape. */
+static void for_each_shape(void (*check_table)(const ParamTable *t)) {
+    for (int which = 0; which < 2; which++) {
+        ModelConfig cfg = shape(which);
+        ParamTable t;
+        param_table_build(&t, &cfg);
+        check_table(&t);
+        param_table_free(&t);
+    }
+}
+
+/* ---- table ---- */
+
+static void test_table(const ParamTable *t) {
+    int L = t->cfg.layers, ok = t->num_units == L + 2;
+    size_t end = 0;
+    for (int u = LAYER_EMBEDDING; u <= L; u++) {
+        const ParamUnit *unit = table_unit(t, u);
+        ok &= unit->layer == u && unit->offset == end;
+        size_t sum = 0;
+        for (int k = 0; k < unit->num_tensors; k++) {
+            const ParamTensor *p = table_tensor(t, u, k);
+            ok &= p->layer == u && p->kind == k && p->offset == unit->offset + sum;
+            sum += p->numel;
+        }
+        ok &= sum == unit->numel;
+        end += unit->numel;
+    }
+    check(ok && end == t->num_params, "layers %d: units -1..%d are contiguous and cover the %zu elements", L,
+          L, t->num_params);
+    int named = strcmp(table_tensor(t, LAYER_EMBEDDING, EMBEDDING_WPE)->name, "wpe") == 0 &&
+                strcmp(table_tensor(t, L - 1, BLOCK_QKVW)->name, L == 2 ? "h1.qkvw" : "h2.qkvw") == 0 &&
+                strcmp(table_tensor(t, L, HEAD_LM_HEAD)->name, "lm_head") == 0 &&
+                table_unit(t, 0)->num_tensors == BLOCK_TENSORS;
+    check(named, "layers %d: tensors are found by unit and kind (wpe, h%d.qkvw, lm_head)", L, L - 1);
+}
+
+/* ---- views ---- */
+
+/* Every tensor of `part` shows the whole model's values (units first..last)
+ * or NULL (the others), and its gradient view sits at the same place in grads. */
+static int views_match(const GPT *part, const GPT *whole, int first, int last) {
+    int ok = 1;
+    for (int k = 0; k < part->num_tensors; k++) {
+        const ParamTensor *t = &part->tensors[k];
+        float *w = weights_tensor(part, &part->w, t), *g = weights_tensor(part, &part->g, t);
+        if (t->layer < first || t->layer > last) {
+            ok &= w == NULL && g == NULL;
+            continue;
+        }
+        ok &= w != NULL && g != NULL && g - part->grads == w - part->params;
+        if (w) ok &= memcmp(w, whole->params + t->offset, t->numel * sizeof(float)) == 0;
+    }
+    return ok;
+}
+
+static void test_views(void) {
+    ModelConfig cfg = shape(1);
+    int L = cfg.layers;
+    GPT whole;
+    gpt_create(&whole, &cfg, seed);
+    check(views_match(&whole, &whole, LAYER_EMBEDDING, L), "gpt_create: every view is in the one buffer");
+    int ranges[][2] = {{LAYER_EMBEDDING, 0}, {1, 1}, {1, L}, {L, L}, {LAYER_EMBEDDING, L}};
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+        int first = ranges[i][0], last = ranges[i][1];
+        GPT part;
+        gpt_create_range(&part, &cfg, seed, first, last);
+        int ok = views_match(&part, &whole, first, last) &&
+                 part.param_first == table_unit(&whole.table, first)->offset;
+        check(ok, "gpt_create_range units %d..%d: the whole model's values, other units NULL", first, last);
+        gpt_destroy(&part);
+
+        /* the caller's storage: a copy of the same elements */
+        ParamTable table;
+        param_table_build(&table, &cfg);
+        gpt_init(&part, table);
+        size_t lo = table_unit(&part.table, first)->offset,
+               hi = table_unit(&part.table, last)->offset + table_unit(&part.table, last)->numel;
+        float *params = xmalloc((hi - lo) * sizeof(float)), *grads = xcalloc(hi - lo, sizeof(float));
+        memcpy(params, whole.params + lo, (hi - lo) * sizeof(float));
+        gpt_bind_range(&part, first, last, params, grads);
+        check(views_match(&part, &whole, first, last) && part.param_count == hi - lo,
+              "gpt_bind_range units %d..%d: views into the caller's buffer", first, last);
+        gpt_destroy(&part);
+        free(params);
+        free(grads);
+    }
+    /* one unit at a time, each in a buffer of its own (as ZeRO-3 gathers it) */
+    ParamTable table;
+    param_table_build(&table, &cfg);
+    GPT part;
+    gpt_init(&part, table);
+    float *units[258] = {0}, *grads[258] = {0};
+    for (int u = LAYER_EMBEDDING; u <= L; u++) {
+        const ParamUnit *unit = table_unit(&part.table, u);
+        units[u + 1] = xmalloc(unit->numel * sizeof(float));
+        grads[u + 1] = xmalloc(unit->numel * sizeof(float));
+        memcpy(units[u + 1], whole.params + unit->offset, unit->numel * sizeof(float));
+        gpt_bind_unit(&part, u, units[u + 1], grads[u + 1]);
+    }
+    int ok = 1;
+    for (int k = 0; k < part.num_tensors; k++) {
+        const ParamTensor *t = &part.tensors[k];
+        const float *w = weights_tensor(&part, &part.w, t);
+        ok &= w && memcmp(w, whole.params + t->offset, t->numel * sizeof(float)) == 0;
+    }
+    gpt_bind_unit(&part, 1, NULL, NULL);
+    ok &= part.w.block[1][BLOCK_QKVW] == NULL && part.g.block[1][BLOCK_FCPROJB] == NULL &&
+          part.w.block[0][BLOCK_QKVW] != NULL;
+    check(ok, "gpt_bind_unit: each unit in a buffer of its own; unbinding one leaves the others");
+    for (int u = 0; u < L + 2; u++) {
+        free(units[u]);
+        free(grads[u]);
+    }
+    gpt_destroy(&part);
+    gpt_destroy(&whole);
+}
+
+/* ---- padding ---- */
+
+static void test_padding(const ParamTable *t) {
+    for (int N = 1; N <= 4; N++) {
+        int ok = 1;
+        size_t at = 0;
+        for (int u = LAYER_EMBEDDING; u <= t->cfg.layers; u++) {
+            size_t n = table_unit(t, u)->numel, S = shard_slice_numel(t, u, N);
+            ok &= N * S >= n && N * S - n < (size_t)N && shard_unit_offset(t, u, N) == at;
+            at += S;
+        }
+        ok &= shard_numel(t, N) == at && N * at - t->num_params < (size_t)N * t->num_units;
+        check(ok, "layers %d, N %d: every unit pads by fewer than N; a shard is %zu elements", t->cfg.layers,
+              N, shard_numel(t, N));
+    }
+}
+
+/* The tiny preset on 3 ranks, by hand: embedding 256*64 + 64*64 = 20480 =
+ * 3*6827 - 1; a block 12*64*64 + 13*64 = 49984 = 3*16662 - 2; the head
+ * 2*64 + 256*64 = 16512 = 3*5504. */
+static void test_padding_by_hand(void) {
+    ModelConfig cfg = shape(0);
+    ParamTable t;
+    param_table_build(&t, &cfg);
+    check(shard_slice_numel(&t, LAYER_EMBEDDING, 3) == 6827 && shard_slice_numel(&t, 0, 3) == 16662 &&
+              shard_slice_numel(&t, 2, 3) == 5504 && shard_unit_offset(&t, 1, 3) == 6827 + 16662 &&
+              shard_numel(&t, 3) == 6827 + 2 * 16662 + 5504,
+          "tiny, N 3: slices of 6827, 16662 and 5504 elements, as computed by hand");
+    param_table_free(&t);
+}
+
+/* ---- shards ---- */
+
+static void test_shards(const ParamTable *t) {
+    int L = t->cfg.layers;
+    float *whole = xmalloc(t->num_params * sizeof(float)), *back = xmalloc(t->num_params * sizeof(float));
+    param_init_range(t, seed, whole, 0, t->num_params);
+    for (int N = 1; N <= 4; N++) {
+        size_t n = shard_numel(t, N);
+        float **shard = xcalloc(N, sizeof(float *));
+        float *cut = xmalloc(n * sizeof(float));
+        int same_as_cut = 1;
+        for (size_t i = 0; i < t->num_params; i++) back[i] = NAN;
+        for (int r = 0; r < N; r++) {
+            shard[r] = xmalloc(n * sizeof(float));
+            shard_init(t, seed, r, N, shard[r]);
+            shard_from_whole(t, r, N, whole, cut);
+            same_as_cut &= memcmp(shard[r], cut, n * sizeof(float)) == 0;
+            shard_to_whole(t, r, N, shard[r], back);
+        }
+        check(same_as_cut, "layers %d, N %d: each rank's shard_init is its cut of the whole model's values",
+              L, N);
+        check(memcmp(back, whole, t->num_params * sizeof(float)) == 0,
+              "layers %d, N %d: the %d shards reassemble to the whole model's initial values bit for bit", L,
+              N, N);
+        /* an all-gather of unit u: the slices in rank order, then the padding */
+        int gathered = 1;
+        for (int u = LAYER_EMBEDDING; u <= L; u++) {
+            const ParamUnit *unit = table_unit(t, u);
+            size_t S = shard_slice_numel(t, u, N), at = shard_unit_offset(t, u, N);
+            for (size_t e = 0; e < N * S; e++) {
+                float value = shard[e / S][at + e % S];
+                gathered &= e < unit->numel ? value == whole[unit->offset + e] : value == 0.0f;
+            }
+        }
+        check(gathered, "layers %d, N %d: every unit's slices in rank order are the unit, then zeros", L, N);
+        for (int r = 0; r < N; r++) free(shard[r]);
+        free(shard);
+        free(cut);
+    }
+    /* gpt_create holds the same values */
+    GPT m;
+    gpt_create(&m, &t->cfg, seed);
+    check(memcmp(m.params, whole, t->num_params * sizeof(float)) == 0,
+          "layers %d: gpt_create's parameters are param_init_range's", L);
+    gpt_destroy(&m);
+    free(whole);
+    free(back);
+}
+
+/* ---- ranges ---- */
+
+typedef struct {
+    char text[512];
+} Trace;
+
+static void trace(Trace *tr, const char *what, int unit) {
+    size_t len = strlen(tr->text);
+    snprintf(tr->text + len, sizeof tr->text - len, "%s%s%d", len ? " " : "", what, unit);
+}
+static void before_forward(int u, void *c) {
+    trace(c, "f", u);
+}
+static void after_forward(int u, void *c) {
+    trace(c, "F", u);
+}
+static void before_backward(int u, void *c) {
+    trace(c, "b", u);
+}
+static void after_backward(int u, void *c) {
+    trace(c, "B", u);
+}
+
+static void test_ranges(void) {
+    ModelConfig cfg = shape(0);
+    cfg.layers = 4;
+    int L = cfg.layers, B = 2, T = cfg.seq, N = B * T, cut = 1; /* stage 0: units -1..1, stage 1: 2..L */
+    float dloss = 1.0f / N;
+    GPT whole, first, second;
+    gpt_create(&whole, &cfg, seed);
+    gpt_create_range(&first, &cfg, seed, LAYER_EMBEDDING, cut);
+    gpt_create_range(&second, &cfg, seed, cut + 1, L);
+    Activations a, a0, a1;
+    activations_create(&a, &cfg, B, T);
+    activations_create_range(&a0, &cfg, B, T, LAYER_EMBEDDING, cut, 0);
+    activations_create_range(&a1, &cfg, B, T, cut + 1, L, 0);
+    Scratch s;
+    scratch_create(&s, &cfg, B, T, 0);
+    for (int i = 0; i < N; i++) {
+        a.tokens[i] = a0.tokens[i] = a1.tokens[i] = (int)(hash64(seed + 2 * i) % 256);
+        a.targets[i] = a0.targets[i] = a1.targets[i] = (int)(hash64(seed + 2 * i + 1) % 256);
+    }
+    const KernelOps *k = ops();
+    k->fill_zero(whole.grads, whole.param_count);
+    k->fill_zero(first.grads, first.param_count);
+    k->fill_zero(second.grads, second.param_count);
+
+    gpt_forward(&whole, &a, &s, B, T);
+    gpt_backward(&whole, &a, &s, dloss, B, T);
+
+    Trace tr = {""};
+    UnitHooks hooks = {before_forward, after_forward, before_backward, after_backward, NULL, NULL, &tr};
+    size_t boundary = (size_t)N * cfg.dmodel * sizeof(float);
+    gpt_forward_range(&first, &a0, &s, LAYER_EMBEDDING, cut, 1, &hooks, B, T);
+    memcpy(a1.encoded, gpt_layer_output(&first, &a0, cut), boundary); /* "send" to the next stage */
+    gpt_forward_range(&second, &a1, &s, cut + 1, L, 1, &hooks, B, T);
+    check(gpt_loss_sum(&a1, B, T) == gpt_loss_sum(&a, B, T),
+          "two ranges' loss is the whole model's bit for bit");
+
+    float *dboundary = xmalloc(boundary);
+    memcpy(dboundary, gpt_backward_range(&second, &a1, &s, cut + 1, L, dloss, NULL, NULL, &hooks, B, T),
+           boundary);
+    gpt_backward_range(&first, &a0, &s, LAYER_EMBEDDING, cut, dloss, dboundary, NULL, &hooks, B, T);
+    int same =
+        memcmp(first.grads, whole.grads, first.param_count * sizeof(float)) == 0 &&
+        memcmp(second.grads, whole.grads + second.param_first, second.param_count * sizeof(float)) == 0;
+    check(same, "two ranges' gradients are the whole model's bit for bit");
+
+    const char *expected = "f-1 F-1 f0 F0 f1 F1 f2 F2 f3 F3 f4 F4 b4 B4 b3 B3 b2 B2 b1 B1 b0 B0 b-1 B-1";
+    check(strcmp(tr.text, expected) == 0, "hooks in order: %s", tr.text);
+
+    /* gpt_backward_hooked calls its hook after each unit, head first */
+    Trace done = {""};
+    gpt_backward_hooked(&whole, &a, &s, dloss, B, T, after_backward, &done);
+    check(strcmp(done.text, "B4 B3 B2 B1 B0 B-1") == 0, "gpt_backward_hooked: %s", done.text);
+
+    free(dboundary);
+    scratch_destroy(&s);
+    activations_destroy(&a, &cfg);
+    activations_destroy(&a0, &cfg);
+    activations_destroy(&a1, &cfg);
+    gpt_destroy(&whole);
+    gpt_destroy(&first);
+    gpt_destroy(&second);
+}
+
+int main(int argc, char **argv) {
+    const char *what = argc == 2 ? argv[1] : "";
+    device_init("cpu", 0);
+    if (strcmp(what, "table") == 0) {
+        for_each_shape(test_table);
+    } else if (strcmp(what, "views") == 0) {
+        test_views();
+    } else if (strcmp(what, "padding") == 0) {
+        for_each_shape(test_padding);
+        test_padding_by_hand();
+    } else if (strcmp(what, "shards") == 0) {
+        for_each_shape(test_shards);
+    } else if (strcmp(what, "ranges") == 0) {
+        test_ranges();
+    } else {
+        fatal(EXIT_USAGE, "usage: test_units table|views|padding|shards|ranges");
+    }
+    if (failures)
+        printf("FAIL: %d failures\n", failures);
+    else
+        printf("PASS\n");
+    return failures ? 1 : 0;
+}

@@ -40,7 +40,7 @@ void buckets_destroy(BucketSync *bs);
 /* Start of a step: no bucket launched yet. */
 void buckets_begin_step(BucketSync *bs);
 /* The backward pass finished `layer` (every layer above it is finished too):
- * launch each bucket that is now complete. A LayerDoneHook. */
+ * launch each bucket that is now complete. A UnitHook. */
 void buckets_layer_done(int layer, void *bucket_sync);
 /* Wait until every bucket is all-reduced; returns the ms spent waiting. */
 double buckets_wait(BucketSync *bs);

@@ -141,8 +141,11 @@ $(LIBCOMMON): $(COMMON_OBJ)
 	ar rcs $@ $^
 
 program_libs = $(if $(filter 01_%,$(1)),$(LDLIBS),$(MPI_LIBS) $(LDLIBS))
+# A chapter links its own .c files and the earlier chapters' files named in
+# NN_name_USES, e.g. 06_offload_USES := 04_pipeline/pipeline.c 04_pipeline/schedule.c
+# 04_pipeline/timeline.c (the pipeline interpreter), so a module is written once.
 define PROGRAM_RULE
-$(1)/train: $(patsubst %.c,$(BUILD)/%.o,$(filter-out %bench.c,$(wildcard $(1)/*.c))) $(LIBCOMMON)
+$(1)/train: $(patsubst %.c,$(BUILD)/%.o,$(filter-out %bench.c,$(wildcard $(1)/*.c)) $($(1)_USES)) $(LIBCOMMON)
 	$$(CC) -o $$@ $$^ $$(call program_libs,$(1))
 endef
 $(foreach d,$(CHAPTER_DIRS:%/=%),$(eval $(call PROGRAM_RULE,$(d))))

@@ -30,6 +30,7 @@
 #include "csvlog.h"
 #include "data.h"
 #include "device.h"
+#include "grid.h"
 #include "evaluate.h"
 #include "kernels.h"
 #include "layer_split.h"
@@ -246,20 +247,15 @@ static double grad_sum_squares(ModelParallel *p) {
  * taking its share of every batch (forward only). */
 static double evaluate_split(ModelParallel *p, const Dataset *data, const Config *cfg, int dp_index, int B) {
     int T = cfg->model.seq, per_replica = cfg->batch / comm_size(p->dp);
-    size_t tokens_bytes = (size_t)B * T * sizeof(int);
-    int *tokens = xmalloc(tokens_bytes), *targets = xmalloc(tokens_bytes);
     double loss_sum = 0.0, saved_comm_ms = p->comm_ms;
     for (int e = 0; e < cfg->eval_batches; e++) {
         for (int mb = 0; mb < per_replica / B; mb++) {
-            data_batch(data, SPLIT_VAL, cfg->seed, e, dp_index * per_replica + mb * B, B, T, tokens, targets);
-            copy_to_device(tokens_of(p), tokens, tokens_bytes);
-            copy_to_device(targets_of(p), targets, tokens_bytes);
+            data_upload_batch(data, SPLIT_VAL, cfg->seed, e, dp_index * per_replica + mb * B, B, T,
+                              tokens_of(p), targets_of(p));
             loss_sum += forward(p, 1, B, T);
         }
     }
     p->comm_ms = saved_comm_ms;
-    free(tokens);
-    free(targets);
     return comm_allreduce_double(comm_world(), loss_sum, 0) / ((double)cfg->eval_batches * cfg->batch * T);
 }
 
@@ -316,10 +312,12 @@ int main(int argc, char **argv) {
     int dp = mpf.dp, L = cfg.model.layers;
     int mp_size = ranks / dp; /* ranks per copy of the model */
 
-    /* ---- groups: world rank w is model-parallel rank w % mp_size of replica w / mp_size ---- */
-    int dp_index = rank / mp_size, mp_index = rank % mp_size;
-    par.mp = comm_split(world, dp_index, mp_index); /* the ranks holding one copy of the model */
-    par.dp = comm_split(world, mp_index, dp_index); /* the ranks holding the same part of it */
+    /* ---- the grid: --dp replicas of a model-parallel group, its ranks consecutive (grid.h) ---- */
+    ProcessGrid grid;
+    grid_create(&grid, world, dp, par.tensor ? 1 : mp_size, par.tensor ? mp_size : 1);
+    int dp_index = grid.d, mp_index = par.tensor ? grid.t : grid.p;
+    par.mp = par.tensor ? grid.tp_group : grid.pp_group; /* the ranks holding one copy of the model */
+    par.dp = grid.dp_group;                              /* the ranks holding the same part of it */
 
     /* ---- build: device, data, output files, this rank's part of the model, optimizer ---- */
     device_init(cfg.device, comm_local_rank());
@@ -482,8 +480,7 @@ int main(int argc, char **argv) {
     param_table_free(&table);
     data_free(&data);
     device_shutdown();
-    comm_group_free(par.mp);
-    comm_group_free(par.dp);
+    grid_destroy(&grid);
     comm_finalize();
     return 0;
 }

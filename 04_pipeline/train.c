@@ -25,12 +25,13 @@
 #include "csvlog.h"
 #include "data.h"
 #include "device.h"
+#include "grid.h"
 #include "kernels.h"
 #include "layer_split.h"
 #include "model.h"
 #include "optim.h"
+#include "pipeline.h"
 #include "schedule.h"
-#include "timeline.h"
 #include "util.h"
 
 #include <math.h>
@@ -128,146 +129,6 @@ static void record_pipeline_flags(const void *context, ConfigRecord *r) {
     config_record_add(r, "--print-schedule", "%d", f->print_schedule);
 }
 
-/* ---- everything this rank holds and does ---- */
-typedef struct {
-    CommGroup *pp, *dp; /* this rank's pipeline; the ranks holding the same stage */
-    int stage, stages;  /* this rank's stage (= its rank in pp) and their number */
-    int first_block, last_block;
-    GPT model; /* this stage's parameters only */
-    Scratch scratch;
-    Activations *slot; /* one set of saved activations per micro-batch in flight */
-    int slots;
-    float *grad_in, *grad_out; /* (B,T,C): gradient arriving from stage+1, leaving to stage-1 */
-    StageSchedule schedule;
-    /* what a micro-batch needs to find its data */
-    const Dataset *data;
-    const Config *cfg;
-    int step, first_sequence, B, T;
-    float dloss;
-    double loss_sum; /* token losses of this step (last stage) */
-    /* timing */
-    Timeline timeline;
-    double step_origin_ms, fwd_ms, bwd_ms, comm_ms, end_ms;
-} Pipeline;
-
-enum { TAG_ACTIVATIONS = 1, TAG_GRADIENTS = 2, TAG_EXCHANGE = 3 };
-
-static Activations *slot_of(Pipeline *p, int micro) {
-    return &p->slot[micro % p->slots];
-}
-static size_t boundary_floats(const Pipeline *p) {
-    return (size_t)p->B * p->T * p->model.cfg.dmodel;
-}
-
-static float *stage_output(Pipeline *p, Activations *a) {
-    return gpt_layer_output(&p->model, a, p->last_block);
-}
-
-/* Forward of one micro-batch, sequences [sequence, sequence + B) of batch
- * `batch` of a split, through this stage's units. The first stage reads the
- * tokens, the last the targets: both from (seed, batch, sequence), as every
- * chapter does, so no token ever needs to travel. */
-static void stage_forward_batch(Pipeline *p, Activations *a, Split split, int batch, int sequence) {
-    int B = p->B, T = p->T;
-    int first = p->stage == 0, last = p->stage == p->stages - 1;
-    if (first || last) {
-        size_t bytes = (size_t)B * T * sizeof(int);
-        int *tokens = xmalloc(bytes), *targets = xmalloc(bytes);
-        data_batch(p->data, split, p->cfg->seed, batch, sequence, B, T, tokens, targets);
-        copy_to_device(a->tokens, tokens, bytes);
-        copy_to_device(a->targets, targets, bytes);
-        free(tokens);
-        free(targets);
-    }
-    gpt_forward_range(&p->model, a, &p->scratch, p->model.first_unit, p->model.last_unit, 1, NULL, B, T);
-    if (last) p->loss_sum += gpt_loss_sum(a, B, T);
-}
-
-/* Forward of micro-batch m of this step. */
-static void stage_forward(Pipeline *p, int m) {
-    stage_forward_batch(p, slot_of(p, m), SPLIT_TRAIN, p->step, p->first_sequence + m * p->B);
-}
-
-/* Backward of micro-batch m through this stage's units, in the reverse order:
- * from grad_in, the gradient from stage+1 (the last stage starts from the
- * loss), to grad_out, the gradient of the stage's input for stage-1 (stage 0
- * ends with the embedding's backward instead). */
-static void stage_backward(Pipeline *p, int m) {
-    gpt_backward_range(&p->model, slot_of(p, m), &p->scratch, p->model.first_unit, p->model.last_unit,
-                       p->dloss, p->grad_in, p->stage > 0 ? p->grad_out : NULL, NULL, p->B, p->T);
-}
-
-/* Milliseconds since this step started, after the device finished its work. */
-static double now_ms(Pipeline *p) {
-    device_sync();
-    return wall_ms() - p->step_origin_ms;
-}
-
-/* The interpreter: one action of a schedule. */
-static void run_action(Pipeline *p, const Action *a) {
-    size_t n = boundary_floats(p);
-    int prev = p->stage - 1, next = p->stage + 1;
-    double start = now_ms(p);
-    switch (a->kind) {
-    case OP_FORWARD:
-        stage_forward(p, a->micro);
-        break;
-    case OP_BACKWARD:
-        stage_backward(p, a->micro);
-        break;
-    case OP_RECV_ACT:
-        comm_recv(p->pp, slot_of(p, a->micro)->encoded, n, prev, TAG_ACTIVATIONS);
-        break;
-    case OP_SEND_ACT:
-        comm_send(p->pp, stage_output(p, slot_of(p, a->micro)), n, next, TAG_ACTIVATIONS);
-        break;
-    case OP_RECV_GRAD:
-        comm_recv(p->pp, p->grad_in, n, next, TAG_GRADIENTS);
-        break;
-    case OP_SEND_GRAD:
-        comm_send(p->pp, p->grad_out, n, prev, TAG_GRADIENTS);
-        break;
-    case OP_SEND_ACT_RECV_GRAD:
-        comm_sendrecv(p->pp, stage_output(p, slot_of(p, a->micro)), n, next, p->grad_in, n, next,
-                      TAG_EXCHANGE);
-        break;
-    case OP_SEND_GRAD_RECV_ACT:
-        comm_sendrecv(p->pp, p->grad_out, n, prev, slot_of(p, a->micro2)->encoded, n, prev, TAG_EXCHANGE);
-        break;
-    }
-    double end = now_ms(p);
-    if (a->kind == OP_FORWARD)
-        p->fwd_ms += end - start;
-    else if (a->kind == OP_BACKWARD)
-        p->bwd_ms += end - start;
-    else
-        p->comm_ms += end - start;
-    p->end_ms = end;
-    timeline_add(&p->timeline, p->step + 1, a->micro, schedule_op_name(a->kind), start * 1e3, end * 1e3);
-}
-
-/* Mean validation loss: forward only, the micro-batches one after another
- * through the stages (no backward, so no schedule is needed). */
-static double evaluate_pipeline(Pipeline *p, int dp_index) {
-    const Config *cfg = p->cfg;
-    int per_replica = cfg->batch / comm_size(p->dp);
-    size_t n = boundary_floats(p);
-    double saved_loss = p->loss_sum;
-    p->loss_sum = 0.0;
-    for (int e = 0; e < cfg->eval_batches; e++) {
-        for (int m = 0; m < per_replica / p->B; m++) {
-            Activations *a = slot_of(p, 0);
-            if (p->stage > 0) comm_recv(p->pp, a->encoded, n, p->stage - 1, TAG_ACTIVATIONS);
-            stage_forward_batch(p, a, SPLIT_VAL, e, dp_index * per_replica + m * p->B);
-            if (p->stage < p->stages - 1)
-                comm_send(p->pp, stage_output(p, a), n, p->stage + 1, TAG_ACTIVATIONS);
-        }
-    }
-    double total = comm_allreduce_double(comm_world(), p->loss_sum, 0);
-    p->loss_sum = saved_loss;
-    return total / ((double)cfg->eval_batches * cfg->batch * cfg->model.seq);
-}
-
 int main(int argc, char **argv) {
     comm_init(&argc, &argv);
     CommGroup *world = comm_world();
@@ -288,11 +149,10 @@ int main(int argc, char **argv) {
         &extra);
     int P = pf.pp ? pf.pp : ranks / pf.dp, M = cfg.micro, L = cfg.model.layers;
 
-    /* ---- groups: ranks d*P .. d*P+P-1 form replica d's pipeline ---- */
-    int dp_index = rank / P, stage = rank % P;
-    Pipeline p = {.stage = stage, .stages = P, .data = NULL, .cfg = &cfg};
-    p.pp = comm_split(world, dp_index, stage);
-    p.dp = comm_split(world, stage, dp_index);
+    /* ---- the grid: --dp replicas of a pipeline of P stages (grid.h: stage = rank % P) ---- */
+    ProcessGrid grid;
+    grid_create(&grid, world, pf.dp, P, 1);
+    int dp_index = grid.d, stage = grid.p;
 
     /* ---- the split and the schedule ---- */
     ParamTable table;
@@ -303,7 +163,10 @@ int main(int argc, char **argv) {
     else
         layer_split_balanced(&table, P, blocks);
     param_table_free(&table);
-    layer_split_range(blocks, stage, &p.first_block, &p.last_block);
+    StageLayout layout = {.pp = grid.pp_group, .stage = stage, .stages = P, .cfg = &cfg};
+    layer_split_range(blocks, stage, &layout.first_block, &layout.last_block);
+    layout.first_unit = stage == 0 ? LAYER_EMBEDDING : layout.first_block; /* stage 0: the embedding too */
+    layout.last_unit = stage == P - 1 ? L : layout.last_block;             /* the last: the head too */
     if (pf.print_schedule) {
         if (rank == 0) {
             printf("%s schedule, %d stages, %d micro-batches (F/B forward/backward of a micro-batch; ra/sa "
@@ -317,12 +180,12 @@ int main(int argc, char **argv) {
                 schedule_free(&sched);
             }
         }
-        comm_group_free(p.pp);
-        comm_group_free(p.dp);
+        grid_destroy(&grid);
         comm_finalize();
         return 0;
     }
-    schedule_build(pf.schedule, P, M, stage, &p.schedule);
+    StageSchedule schedule;
+    schedule_build(pf.schedule, P, M, stage, &schedule);
 
     /* ---- build: device, data, output files, this stage's model, optimizer ---- */
     device_init(cfg.device, comm_local_rank());
@@ -330,7 +193,7 @@ int main(int argc, char **argv) {
     comm_select(cfg.comm);
     Dataset data;
     data_load(&data, cfg.data, cfg.model.seq);
-    p.data = &data;
+    layout.data = &data;
     OutFile *steps_csv = NULL;
     if (rank == 0) {
         out_dir_prepare(&cfg, PROGRAM);
@@ -338,31 +201,20 @@ int main(int argc, char **argv) {
     }
     comm_barrier(world); /* the output directory exists before any rank writes into it */
 
-    int first_unit = stage == 0 ? LAYER_EMBEDDING : p.first_block, /* stage 0: the embedding too */
-        last_unit = stage == P - 1 ? L : p.last_block;             /* the last: the head too */
-    gpt_create_range(&p.model, &cfg.model, cfg.seed, first_unit, last_unit);
+    int per_replica = cfg.batch / pf.dp; /* this replica's share of the global batch */
+    layout.B = per_replica / M;          /* sequences per micro-batch */
+    layout.T = cfg.model.seq;
+    Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
+    pipeline_create(&p, &layout, &schedule, cfg.seed);
     AdamW opt;
     adamw_create(&opt, p.model.param_count);
-    int per_replica = cfg.batch / pf.dp; /* this replica's share of the global batch */
-    p.B = per_replica / M;               /* sequences per micro-batch */
-    p.T = cfg.model.seq;
-    p.slots = schedule_live_activations(&p.schedule);
-    p.slot = xcalloc(p.slots, sizeof(Activations));
-    for (int i = 0; i < p.slots; i++)
-        activations_create_range(&p.slot[i], &cfg.model, p.B, p.T, p.first_block, last_unit, cfg.recompute);
-    /* with --recompute the slots keep block inputs, and one block set here serves them all */
-    scratch_create(&p.scratch, &cfg.model, p.B, p.T, cfg.recompute);
-    p.grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, boundary_floats(&p) * sizeof(float),
-                          "gradient from next stage");
-    p.grad_out =
-        mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, boundary_floats(&p) * sizeof(float), "gradient to prev stage");
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
     double bubble_theory = bubble_formula(P, M);
     log_info("%s | %d ranks = %d stages x %d replicas | device %s | comm %s | schedule %s | %d micro-batches "
              "of %d "
              "sequences | %zu parameters | bubble formula (P-1)/(M+P-1) = %.3f\n",
-             PROGRAM, ranks, P, pf.dp, device_name(), comm_transport_name(), pf.schedule, M, p.B,
+             PROGRAM, ranks, P, pf.dp, device_name(), comm_transport_name(), pf.schedule, M, layout.B,
              p.model.num_params, bubble_theory);
     for (int s = 0, first = 0; s < P; s++) {
         log_info("stage %d: blocks %d..%d%s%s\n", s, first, first + blocks[s] - 1,
@@ -372,8 +224,8 @@ int main(int argc, char **argv) {
     if (cfg.sample > 0)
         log_info("note: no text sample (--sample): chapter 04 never holds the whole model on one rank\n");
 
-    double tokens_per_step = (double)cfg.batch * p.T;
-    p.dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
+    double tokens_per_step = (double)cfg.batch * layout.T;
+    float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
     double *step_ms = xcalloc(last_step, sizeof(double)), *bubbles = xcalloc(last_step, sizeof(double));
     double loss = NAN;
     const KernelOps *k = ops();
@@ -383,34 +235,31 @@ int main(int argc, char **argv) {
         StepRecord rec = {.step = step + 1, .val_loss = NAN};
         comm_barrier(world); /* every rank starts the step together: one time origin for the timeline */
         timer_start(&step_timer);
-        p.step = step;
-        p.first_sequence = dp_index * per_replica;
-        p.loss_sum = 0.0;
-        p.fwd_ms = p.bwd_ms = p.comm_ms = p.end_ms = 0.0;
-        p.step_origin_ms = wall_ms();
 
         /* ---- the schedule: every micro-batch's forward and backward, and the messages ---- */
-        k->fill_zero(p.model.grads, p.model.param_count);
-        for (int i = 0; i < p.schedule.count; i++) run_action(&p, &p.schedule.actions[i]);
+        pipeline_run_step(&p, step, dp_index * per_replica, dloss);
 
         /* ---- the bubble: idle time of the stages while the pipeline ran ---- */
-        double span_ms = comm_allreduce_double(p.pp, p.end_ms, 1), busy_ms = p.fwd_ms + p.bwd_ms;
+        const StageTimes *times = &p.times;
+        double span_ms = comm_allreduce_double(grid.pp_group, times->end_ms, 1);
+        double busy_ms = times->fwd_ms + times->bwd_ms;
         double *stage_busy_ms = xcalloc(P, sizeof(double));
-        comm_gather_bytes(p.pp, &busy_ms, sizeof busy_ms, stage_busy_ms, 0);
-        double bubble = comm_rank(p.pp) == 0 ? bubble_measured(stage_busy_ms, P, span_ms) : 0.0;
+        comm_gather_bytes(grid.pp_group, &busy_ms, sizeof busy_ms, stage_busy_ms, 0);
+        double bubble = stage == 0 ? bubble_measured(stage_busy_ms, P, span_ms) : 0.0;
         free(stage_busy_ms);
         bubbles[step] = comm_allreduce_double(world, bubble, 0) / pf.dp; /* mean over the replicas' stage 0 */
 
         /* ---- communicate: sum each stage's gradients over the replicas ---- */
         timer_start(&timer);
-        comm_allreduce(p.dp, p.model.grads, p.model.param_count, COMM_SUM);
+        comm_allreduce(grid.dp_group, p.model.grads, p.model.param_count, COMM_SUM);
         double dp_ms = timer_stop_ms(&timer);
-        loss = comm_allreduce_double(world, p.loss_sum, 0) / tokens_per_step;
+        loss = comm_allreduce_double(world, p.now.loss_sum, 0) / tokens_per_step;
         check_loss_finite(loss, step + 1);
 
         /* ---- update: each stage its own parameters, with the global norm ---- */
         timer_start(&timer);
-        double norm_sq = comm_allreduce_double(p.pp, k->sum_squares(p.model.grads, p.model.param_count), 0);
+        double norm_sq =
+            comm_allreduce_double(grid.pp_group, k->sum_squares(p.model.grads, p.model.param_count), 0);
         rec.grad_norm = sqrt(norm_sq);
         rec.lr = lr_at_step(&cfg, step);
         adamw_step(&opt, p.model.params, p.model.grads, rec.lr, clip_scale(&cfg, rec.grad_norm), &cfg);
@@ -418,16 +267,16 @@ int main(int argc, char **argv) {
         rec.step_ms = timer_stop_ms(&step_timer);
 
         /* ---- log: the slowest rank's times ---- */
-        rec.fwd_ms = p.fwd_ms;
-        rec.bwd_ms = p.bwd_ms;
-        rec.comm_ms = p.comm_ms + dp_ms;
+        rec.fwd_ms = times->fwd_ms;
+        rec.bwd_ms = times->bwd_ms;
+        rec.comm_ms = times->comm_ms + dp_ms;
         comm_slowest_times(world, &rec);
         rec.loss = loss;
         rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
         step_ms[step] = rec.step_ms;
         int last = step + 1 == last_step;
         if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
-            rec.val_loss = evaluate_pipeline(&p, dp_index);
+            rec.val_loss = pipeline_evaluate(&p, world, dp_index * per_replica);
         if (rank == 0) {
             if (!cfg.quiet || last) log_step(&rec, cfg.steps);
             char extra_values[32];
@@ -438,7 +287,7 @@ int main(int argc, char **argv) {
     if (rank == 0) out_close(steps_csv);
 
     /* ---- timeline, run summary and memory ---- */
-    timeline_write(&p.timeline, world, cfg.out);
+    timeline_write(&p.times.timeline, world, cfg.out);
     size_t peak_device = comm_write_memory_csv(world, cfg.out);
     if (rank == 0) {
         /* the bubble's median leaves out the warm-up step, as the step time's does (run_summary_init) */
@@ -465,19 +314,11 @@ int main(int argc, char **argv) {
 
     free(step_ms);
     free(bubbles);
-    timeline_free(&p.timeline);
-    mem_free(p.grad_in);
-    mem_free(p.grad_out);
-    scratch_destroy(&p.scratch);
-    for (int i = 0; i < p.slots; i++) activations_destroy(&p.slot[i], &cfg.model);
-    free(p.slot);
-    schedule_free(&p.schedule);
     adamw_destroy(&opt);
-    gpt_destroy(&p.model);
+    pipeline_destroy(&p);
     data_free(&data);
     device_shutdown();
-    comm_group_free(p.pp);
-    comm_group_free(p.dp);
+    grid_destroy(&grid);
     comm_finalize();
     return 0;
 }

@@ -34,3 +34,10 @@ void grid_create(ProcessGrid *g, CommGroup *world, int dp, int pp, int tp) {
     g->pp_group = comm_split(world, g->d * tp + g->t, g->p);
     g->dp_group = comm_split(world, g->p * tp + g->t, g->d);
 }
+
+void grid_destroy(ProcessGrid *g) {
+    comm_group_free(g->tp_group);
+    comm_group_free(g->pp_group);
+    comm_group_free(g->dp_group);
+    *g = (ProcessGrid){0};
+}

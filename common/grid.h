@@ -37,6 +37,8 @@ typedef struct {
 const char *grid_problem(int world_size, int dp, int pp, int tp);
 /* Build the grid over world (collective over world; call grid_problem first). */
 void grid_create(ProcessGrid *g, CommGroup *world, int dp, int pp, int tp);
+/* Free the groups (collective over world, before comm_finalize). */
+void grid_destroy(ProcessGrid *g);
 /* World rank of coordinates (d, p, t). */
 int grid_rank_of(const ProcessGrid *g, int d, int p, int t);
 

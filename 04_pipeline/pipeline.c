@@ -1,0 +1,157 @@
+/* pipeline.c: see pipeline.h. */
+#include "pipeline.h"
+
+#include "device.h"
+#include "kernels.h"
+#include "util.h"
+
+#include <stdlib.h>
+
+enum { TAG_ACTIVATIONS = 1, TAG_GRADIENTS = 2, TAG_EXCHANGE = 3 };
+
+static Activations *slot_of(Pipeline *p, int micro) {
+    return &p->slot[micro % p->slots];
+}
+static size_t boundary_floats(const Pipeline *p) {
+    return (size_t)p->layout.B * p->layout.T * p->model.cfg.dmodel;
+}
+static float *stage_output(Pipeline *p, Activations *a) {
+    return gpt_layer_output(&p->model, a, p->layout.last_block);
+}
+
+void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *schedule, uint64_t seed) {
+    *p = (Pipeline){.layout = *layout, .schedule = *schedule, .last_backward_action = -1};
+    *schedule = (StageSchedule){0};
+    for (int i = 0; i < p->schedule.count; i++)
+        if (p->schedule.actions[i].kind == OP_BACKWARD) p->last_backward_action = i;
+    const StageLayout *l = &p->layout;
+    const ModelConfig *m = &l->cfg->model;
+    gpt_create_range(&p->model, m, seed, l->first_unit, l->last_unit);
+    p->slots = schedule_live_activations(&p->schedule);
+    p->slot = xcalloc(p->slots, sizeof(Activations));
+    for (int i = 0; i < p->slots; i++)
+        activations_create_range(&p->slot[i], m, l->B, l->T, l->first_block, l->last_unit, l->cfg->recompute);
+    /* with --recompute the slots keep block inputs, and one block set here serves them all */
+    scratch_create(&p->scratch, m, l->B, l->T, l->cfg->recompute);
+    size_t bytes = boundary_floats(p) * sizeof(float);
+    p->grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient from next stage");
+    p->grad_out = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient to prev stage");
+}
+
+void pipeline_destroy(Pipeline *p) {
+    timeline_free(&p->times.timeline);
+    mem_free(p->grad_in);
+    mem_free(p->grad_out);
+    scratch_destroy(&p->scratch);
+    for (int i = 0; i < p->slots; i++) activations_destroy(&p->slot[i], &p->layout.cfg->model);
+    free(p->slot);
+    schedule_free(&p->schedule);
+    gpt_destroy(&p->model);
+}
+
+/* Forward of one micro-batch, sequences [sequence, sequence + B) of batch
+ * `batch` of a split, through this stage's units. The first stage reads the
+ * tokens, the last the targets: both from (seed, batch, sequence), as every
+ * chapter does, so no token ever needs to travel. */
+static void stage_forward_batch(Pipeline *p, Activations *a, Split split, int batch, int sequence) {
+    const StageLayout *l = &p->layout;
+    int first = l->stage == 0, last = l->stage == l->stages - 1;
+    if (first || last)
+        data_upload_batch(l->data, split, l->cfg->seed, batch, sequence, l->B, l->T, a->tokens, a->targets);
+    gpt_forward_range(&p->model, a, &p->scratch, l->first_unit, l->last_unit, 1, p->hooks, l->B, l->T);
+    if (last) p->now.loss_sum += gpt_loss_sum(a, l->B, l->T);
+}
+
+/* Backward of micro-batch m through this stage's units, in the reverse order:
+ * from grad_in, the gradient from stage+1 (the last stage starts from the
+ * loss), to grad_out, the gradient of the stage's input for stage-1 (stage 0
+ * ends with the embedding's backward instead). */
+static void stage_backward(Pipeline *p, int m) {
+    const StageLayout *l = &p->layout;
+    gpt_backward_range(&p->model, slot_of(p, m), &p->scratch, l->first_unit, l->last_unit, p->now.dloss,
+                       p->grad_in, l->stage > 0 ? p->grad_out : NULL, p->hooks, l->B, l->T);
+}
+
+/* Milliseconds since this step started, after the device finished its work. */
+static double now_ms(Pipeline *p) {
+    device_sync();
+    return wall_ms() - p->times.origin_ms;
+}
+
+/* The interpreter: one action of a schedule. */
+static void run_action(Pipeline *p, const Action *a) {
+    size_t n = boundary_floats(p);
+    CommGroup *pp = p->layout.pp;
+    int prev = p->layout.stage - 1, next = p->layout.stage + 1;
+    double start = now_ms(p);
+    switch (a->kind) {
+    case OP_FORWARD:
+        stage_forward_batch(p, slot_of(p, a->micro), SPLIT_TRAIN, p->now.step,
+                            p->now.first_sequence + a->micro * p->layout.B);
+        break;
+    case OP_BACKWARD:
+        stage_backward(p, a->micro);
+        break;
+    case OP_RECV_ACT:
+        comm_recv(pp, slot_of(p, a->micro)->encoded, n, prev, TAG_ACTIVATIONS);
+        break;
+    case OP_SEND_ACT:
+        comm_send(pp, stage_output(p, slot_of(p, a->micro)), n, next, TAG_ACTIVATIONS);
+        break;
+    case OP_RECV_GRAD:
+        comm_recv(pp, p->grad_in, n, next, TAG_GRADIENTS);
+        break;
+    case OP_SEND_GRAD:
+        comm_send(pp, p->grad_out, n, prev, TAG_GRADIENTS);
+        break;
+    case OP_SEND_ACT_RECV_GRAD:
+        comm_sendrecv(pp, stage_output(p, slot_of(p, a->micro)), n, next, p->grad_in, n, next, TAG_EXCHANGE);
+        break;
+    case OP_SEND_GRAD_RECV_ACT:
+        comm_sendrecv(pp, p->grad_out, n, prev, slot_of(p, a->micro2)->encoded, n, prev, TAG_EXCHANGE);
+        break;
+    }
+    double end = now_ms(p);
+    StageTimes *t = &p->times;
+    if (a->kind == OP_FORWARD)
+        t->fwd_ms += end - start;
+    else if (a->kind == OP_BACKWARD)
+        t->bwd_ms += end - start;
+    else
+        t->comm_ms += end - start;
+    t->end_ms = end;
+    timeline_add(&t->timeline, p->now.step + 1, a->micro, schedule_op_name(a->kind), start * 1e3, end * 1e3);
+}
+
+void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss) {
+    p->now = (StepState){.step = step, .first_sequence = first_sequence, .dloss = dloss};
+    StageTimes *t = &p->times;
+    t->fwd_ms = t->bwd_ms = t->comm_ms = t->end_ms = 0.0;
+    t->origin_ms = wall_ms();
+    ops()->fill_zero(p->model.grads, p->model.param_count);
+    for (int i = 0; i < p->schedule.count; i++) {
+        run_action(p, &p->schedule.actions[i]);
+        if (i == p->last_backward_action && p->last_backward) p->last_backward(p->last_backward_context);
+    }
+}
+
+double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence) {
+    const StageLayout *l = &p->layout;
+    const Config *cfg = l->cfg;
+    size_t n = boundary_floats(p);
+    int micro_batches = cfg->micro; /* a replica's share, cut as in training */
+    double saved_loss = p->now.loss_sum;
+    p->now.loss_sum = 0.0;
+    for (int e = 0; e < cfg->eval_batches; e++) {
+        for (int m = 0; m < micro_batches; m++) {
+            Activations *a = slot_of(p, 0);
+            if (l->stage > 0) comm_recv(l->pp, a->encoded, n, l->stage - 1, TAG_ACTIVATIONS);
+            stage_forward_batch(p, a, SPLIT_VAL, e, first_sequence + m * l->B);
+            if (l->stage < l->stages - 1)
+                comm_send(l->pp, stage_output(p, a), n, l->stage + 1, TAG_ACTIVATIONS);
+        }
+    }
+    double total = comm_allreduce_double(world, p->now.loss_sum, 0);
+    p->now.loss_sum = saved_loss;
+    return total / ((double)cfg->eval_batches * cfg->batch * cfg->model.seq);
+}

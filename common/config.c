@@ -255,7 +255,9 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
     if (extra && extra->options)
         while (extra->options[num_extra].name) num_extra++;
     int num_common = NUM_COMMON_OPTIONS - (extra && extra->multi_rank ? 0 : 1); /* --comm is last */
-    struct option *options = xcalloc(num_common + num_extra + 1, sizeof(struct option));
+    /* on the stack: a usage error longjmps out of here (UsageTrap), and must leak nothing */
+    struct option options[num_common + num_extra + 1];
+    memset(options, 0, sizeof options);
     memcpy(options, common_options, num_common * sizeof(struct option));
     if (num_extra) memcpy(options + num_common, extra->options, num_extra * sizeof(struct option));
 
@@ -378,7 +380,6 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
             parse_choice_flag("--comm", "transport", optarg, "auto|nccl|mpi", c->comm, sizeof c->comm);
             break;
         case OPT_HELP:
-            free(options);
             return 1;
         case ':':
             fatal(EXIT_USAGE, "%s needs a value (see --help)", flag);
@@ -399,7 +400,6 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
     }
     if (optind < argc)
         fatal(EXIT_USAGE, "unexpected argument '%s' (flags start with --; see --help)", argv[optind]);
-    free(options);
 
     /* Checks across flags. */
     const char *problem = model_config_problem(&c->model);

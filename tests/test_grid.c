@@ -60,6 +60,7 @@ int main(int argc, char **argv) {
                 check_group(&g, g.dp_group, dp, "dp");
                 check_group(&g, g.pp_group, pp, "pp");
                 check_group(&g, g.tp_group, tp, "tp");
+                grid_destroy(&g);
                 layouts++;
             }
     expect(grid_problem(n, 1, 1, n + 1) != NULL, "a grid larger than the world refused", 1, 1, n + 1, 0, 1);

@@ -47,14 +47,12 @@ int zero_schedule(int layers, int prefetch, ZeroAction **actions) {
     int uses = 2 * (layers + 2), n = 0, next_gather = 0;
     ZeroAction *a = xcalloc((size_t)3 * uses, sizeof(ZeroAction));
     for (int c = 0; c < uses; c++) {
-        /* EXERCISE 05.3 BEGIN: stage 3's gather/free schedule (course.md, exercise 05.3) */
         /* gather this computation's unit and those of the next `prefetch`, each once */
         int last_needed = c + prefetch < uses ? c + prefetch : uses - 1;
         for (; next_gather <= last_needed; next_gather++)
             a[n++] = (ZeroAction){ZERO_GATHER, unit_of_use(layers, next_gather), next_gather};
         a[n++] = (ZeroAction){c < layers + 2 ? ZERO_FORWARD : ZERO_BACKWARD, unit_of_use(layers, c), c};
         a[n++] = (ZeroAction){ZERO_FREE, unit_of_use(layers, c), c};
-        /* EXERCISE 05.3 END */
     }
     *actions = a;
     return n;
@@ -74,14 +72,12 @@ void zero_print_schedule(const ZeroAction *actions, int n) {
 static void reduce_scatter_unit(Zero *z, int unit) {
     size_t S = slice_numel(z, unit);
     float *mine = z->grads + slice_offset(z, unit);
-    /* EXERCISE 05.2 BEGIN: the stage-2 reduce-scatter step (course.md, exercise 05.2) */
     if (!z->accumulate) {
         comm_reduce_scatter(z->group, z->unit_grads, mine, S, COMM_SUM);
     } else {
         comm_reduce_scatter(z->group, z->unit_grads, z->slice_grads, S, COMM_SUM);
         ops()->residual_forward(mine, mine, z->slice_grads, S); /* mine += slice */
     }
-    /* EXERCISE 05.2 END */
 }
 
 /* Stage 1: the unit's gradient in the whole buffer, summed over the ranks;

@@ -65,8 +65,8 @@ struct DeviceEvent {
 };
 
 static const char *space_names[SPACE_COUNT] = {"device", "host"};
-static const char *category_names[CAT_COUNT] = {"params",      "grads", "optimizer",
-                                                "activations", "comm",  "workspace"};
+static const char *category_names[CAT_COUNT] = {"params", "grads",     "optimizer", "activations",
+                                                "comm",   "workspace", "gathered",  "buckets"};
 const char *space_name(Space s) {
     return space_names[s];
 }

@@ -37,6 +37,8 @@ typedef enum {
     CAT_ACTIVATIONS, /* forward values saved for the backward pass */
     CAT_COMM,        /* communication buffers */
     CAT_WORKSPACE,   /* scratch: activation gradients, staging, kernel workspaces */
+    CAT_GATHERED,    /* ZeRO-3: units' parameters all-gathered for a forward or backward */
+    CAT_BUCKETS,     /* ZeRO-2/3: a unit's gradients between its backward and their reduce-scatter */
     CAT_COUNT
 } Category;
 

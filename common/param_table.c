@@ -162,6 +162,10 @@ static void slice_elements(const ParamTable *t, int u, int rank, int ranks, size
     *count = hi - lo;
 }
 
+void shard_slice_elements(const ParamTable *t, int unit, int rank, int ranks, size_t *first, size_t *count) {
+    slice_elements(t, unit, rank, ranks, first, count);
+}
+
 void shard_from_whole(const ParamTable *t, int rank, int ranks, const float *whole, float *shard) {
     for (int u = LAYER_EMBEDDING; u <= t->cfg.layers; u++) {
         float *slice = shard + shard_unit_offset(t, u, ranks);

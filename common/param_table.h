@@ -128,6 +128,9 @@ size_t shard_slice_numel(const ParamTable *t, int unit, int ranks);
 size_t shard_unit_offset(const ParamTable *t, int unit, int ranks);
 /* Elements of one rank's shard: the sum of the slices. */
 size_t shard_numel(const ParamTable *t, int ranks);
+/* The elements rank's slice of unit `unit` holds, the rest being padding:
+ * elements [*first, *first + *count) of the table (*count may be 0). */
+void shard_slice_elements(const ParamTable *t, int unit, int rank, int ranks, size_t *first, size_t *count);
 /* Host buffers: rank's shard (shard_numel elements) from a whole parameter-
  * shaped buffer (num_params elements), padding zeroed; and back, writing the
  * elements the shard holds into the whole buffer (the padding nowhere). */

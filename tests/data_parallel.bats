@@ -81,8 +81,8 @@ check_world() {
         "step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss,exposed_comm_ms"
     assert_equal "$(csv_column "$out/run.csv" world_size)" "4"
     assert_equal "$(csv_column "$out/run.csv" dp)" "4"
-    # 4 ranks x 2 spaces x 6 categories, each rank holding 16 bytes per parameter
-    assert_equal "$(tail -n +2 "$out/memory.csv" | wc -l)" "48"
+    # 4 ranks x 2 spaces x 8 categories, each rank holding 16 bytes per parameter
+    assert_equal "$(tail -n +2 "$out/memory.csv" | wc -l)" "64"
     P=$(csv_column "$out/run.csv" params)
     for r in 0 1 2 3; do
         assert_equal "$(awk -F, -v r=$r '$1 == r && $2 == "device" && $3 == "optimizer" { print $4 }' "$out/memory.csv")" \

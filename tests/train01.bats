@@ -86,7 +86,7 @@ train01() { "$TRAIN01" --device cpu --sample 0 --quiet "$@"; }
     assert_equal "$(row optimizer)" "$((8 * P))"
     [ "$(row activations)" -gt 0 ]
     # one row per rank, space and category
-    assert_equal "$(wc -l < "$out/memory.csv")" "13"
+    assert_equal "$(wc -l < "$out/memory.csv")" "17"
 }
 
 @test "--recompute gives bit-identical losses, with one and with two micro-batches" {

@@ -1,0 +1,271 @@
+/* 05_zero/train.c: data parallelism without redundancy (ZeRO stages 0-3).
+ *
+ * Chapter 02's loop, with the model state cut across the N ranks instead of
+ * copied onto each (zero.h has the table of what each stage keeps). Every
+ * rank still trains on 1/N of the global batch and the gradients are still
+ * summed over the ranks, so the losses are chapter 01's; what changes is
+ * which collective moves which state, and how much memory each rank needs:
+ *
+ *   for each micro-batch of this rank's share:
+ *       data -> forward (stage 3: gather each unit, free it after)
+ *            -> backward (stages 2-3: reduce-scatter each unit's gradient as it is done)
+ *   stages 0-1: sum the gradients (0: all-reduce; 1: reduce-scatter)
+ *   gradient norm from the slices -> clip -> AdamW on this rank's slices
+ *   stages 1-2: all-gather the updated parameters -> log */
+#include "checkpoint.h"
+#include "comm.h"
+#include "config.h"
+#include "csvlog.h"
+#include "data.h"
+#include "device.h"
+#include "evaluate.h"
+#include "model.h"
+#include "optim.h"
+#include "util.h"
+#include "zero.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define PROGRAM "05_zero/train"
+
+/* ---- this chapter's flags ---- */
+typedef struct {
+    int stage;          /* --zero 0..3 */
+    int prefetch;       /* --prefetch K: stage 3 gathers K units ahead */
+    int print_schedule; /* print stage 3's gather/free schedule */
+    int ranks;          /* the world size, for the checks */
+} ZeroFlags;
+
+enum { OPT_ZERO = 1000, OPT_PREFETCH, OPT_PRINT_SCHEDULE };
+static const struct option zero_options[] = {
+    {"zero", required_argument, 0, OPT_ZERO},
+    {"prefetch", required_argument, 0, OPT_PREFETCH},
+    {"print-schedule", no_argument, 0, OPT_PRINT_SCHEDULE},
+    {0, 0, 0, 0},
+};
+static const char zero_help[] =
+    "ZeRO data parallel (run with mpirun -np N; the model state is sharded over the N ranks)\n"
+    "  --zero 0|1|2|3             0: every rank holds everything, gradients all-reduced (chapter 02's\n"
+    "                             flat mode); 1: optimizer state sharded; 2: gradients too; 3: parameters\n"
+    "                             too (default 1)\n"
+    "  --prefetch K               stage 3: gather the next K units ahead of the one computing, 0..64\n"
+    "                             (default 1)\n"
+    "  --print-schedule           stage 3: print one micro-batch's gather/free schedule\n";
+
+static int handle_zero_flag(int option, const char *value, void *context) {
+    ZeroFlags *f = context;
+    switch (option) {
+    case OPT_ZERO:
+        f->stage = parse_int_flag("--zero", value, 0, 3);
+        return 0;
+    case OPT_PREFETCH:
+        f->prefetch = parse_int_flag("--prefetch", value, 0, 64);
+        return 0;
+    case OPT_PRINT_SCHEDULE:
+        f->print_schedule = 1;
+        return 0;
+    }
+    return -1;
+}
+
+/* Each rank needs a whole number of micro-batches of at least one sequence;
+ * checkpoints hold the whole optimizer state, which only stage 0 has. */
+static void check_zero_layout(const Config *cfg, void *context) {
+    const ZeroFlags *f = context;
+    int sequences_per_micro = f->ranks * cfg->micro;
+    if (cfg->batch < sequences_per_micro || cfg->batch % sequences_per_micro)
+        fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
+              cfg->batch, f->ranks, cfg->micro, sequences_per_micro);
+    if (f->stage > 0 && (cfg->save[0] || cfg->resume[0]))
+        fatal(EXIT_USAGE, "--save and --resume need --zero 0 (valid: --zero 0; a sharded checkpoint is not "
+                          "written yet)");
+}
+
+static void record_zero_flags(const void *context, ConfigRecord *r) {
+    const ZeroFlags *f = context;
+    config_record_add(r, "--zero", "%d", f->stage);
+    config_record_add(r, "--prefetch", "%d", f->prefetch);
+    config_record_add(r, "--print-schedule", "%d", f->print_schedule);
+}
+
+/* Validation loss and the sample need the whole model: stage 3 gathers it
+ * for them (every rank takes part; rank 0 uses it). */
+static double evaluate_and_sample(Zero *z, Activations *acts, Scratch *scratch, const Dataset *data,
+                                  const Config *cfg, int sample, uint64_t *rng) {
+    GPT *model = z->model;
+    float *whole = NULL;
+    if (z->stage == 3) {
+        whole =
+            mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, model->num_params * sizeof(float), "model for evaluation");
+        zero_bind_whole(z, whole);
+    }
+    double val_loss = NAN;
+    if (comm_rank(z->group) == 0) {
+        val_loss = evaluate_loss(model, acts, scratch, data, cfg);
+        if (sample > 0) sample_text(model, acts, scratch, data, sample, rng);
+    }
+    if (whole) {
+        zero_unbind_whole(z);
+        mem_free(whole);
+    }
+    return val_loss;
+}
+
+int main(int argc, char **argv) {
+    comm_init(&argc, &argv);
+    CommGroup *world = comm_world();
+    int rank = comm_rank(world), ranks = comm_size(world);
+
+    Config cfg;
+    ZeroFlags zf = {.stage = 1, .prefetch = 1, .ranks = ranks};
+    CliExtra extra = {.options = zero_options,
+                      .help = zero_help,
+                      .handle = handle_zero_flag,
+                      .context = &zf,
+                      .check = check_zero_layout,
+                      .record = record_zero_flags,
+                      .multi_rank = 1};
+    comm_parse_config(&cfg, argc, argv, PROGRAM,
+                      "Train a GPT with ZeRO: data parallelism with the model state sharded over the ranks.",
+                      &extra);
+
+    /* ---- build: device, data, output files, the sharded model and optimizer, activations ---- */
+    device_init(cfg.device, comm_local_rank());
+    device_set_limit(cfg.device_mem_limit);
+    comm_select(cfg.comm);
+    Dataset data;
+    data_load(&data, cfg.data, cfg.model.seq);
+    OutFile *steps_csv = NULL;
+    if (rank == 0) {
+        out_dir_prepare(&cfg, PROGRAM);
+        steps_csv = steps_csv_open(&cfg, ",bytes_sent");
+    }
+
+    GPT model;
+    Zero zero;
+    zero_create(&zero, &model, &cfg.model, cfg.seed, zf.stage, zf.prefetch, world);
+    const UnitHooks *hooks = zero_hooks(&zero);
+    int per_rank = cfg.batch / ranks; /* this rank's share of the global batch */
+    int B = per_rank / cfg.micro, T = cfg.model.seq, L = cfg.model.layers;
+    Activations acts;
+    activations_create_model(&acts, &cfg.model, B, T, cfg.recompute);
+    Scratch scratch;
+    scratch_create(&scratch, &cfg.model, B, T, cfg.recompute);
+
+    uint64_t rng = cfg.seed;
+    int first_step = 0;
+    if (cfg.resume[0]) first_step = checkpoint_load(cfg.resume, &cfg, &model, &zero.opt, &rng);
+    int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
+
+    log_info("%s | %d ranks | device %s | comm %s | zero %d | prefetch %d | %zu parameters, %zu per shard | "
+             "batch %d = %d ranks x %d micro-batches x %d sequences\n",
+             PROGRAM, ranks, device_name(), comm_transport_name(), zf.stage, zf.prefetch, model.num_params,
+             zero.shard_n, cfg.batch, ranks, cfg.micro, B);
+    if (zf.stage == 3 && zf.print_schedule) zero_print_schedule(zero.actions, zero.num_actions);
+
+    double tokens_per_step = (double)cfg.batch * T;
+    float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
+    double *step_ms = xcalloc(last_step, sizeof(double));
+    double loss = NAN, train_bytes = 0.0;
+
+    for (int step = first_step; step < last_step; step++) {
+        Timer step_timer = {0}, timer = {0};
+        StepRecord rec = {.step = step + 1, .val_loss = NAN};
+        double bytes_at_start = comm_bytes_sent();
+        timer_start(&step_timer);
+
+        /* ---- forward and backward over this rank's micro-batches ---- */
+        zero_begin_step(&zero);
+        double loss_sum = 0.0;
+        for (int mb = 0; mb < cfg.micro; mb++) {
+            int first_sequence = rank * per_rank + mb * B; /* where this piece sits in the global batch */
+            data_upload_batch(&data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, acts.tokens,
+                              acts.targets);
+            zero_begin_micro(&zero, mb);
+
+            timer_start(&timer);
+            gpt_forward_range(&model, &acts, &scratch, LAYER_EMBEDDING, L, 1, hooks, B, T);
+            loss_sum += gpt_loss_sum(&acts, B, T);
+            rec.fwd_ms += timer_stop_ms(&timer);
+
+            timer_start(&timer);
+            gpt_backward_range(&model, &acts, &scratch, LAYER_EMBEDDING, L, dloss, NULL, NULL, hooks, B, T);
+            rec.bwd_ms += timer_stop_ms(&timer);
+        }
+
+        /* ---- communicate: sum the gradients (stages 2-3 did it during backward) ---- */
+        timer_start(&timer);
+        zero_sync_grads(&zero);
+        rec.comm_ms = timer_stop_ms(&timer);
+        loss = comm_allreduce_double(world, loss_sum, 0) / tokens_per_step;
+        check_loss_finite(loss, step + 1);
+
+        /* ---- update: this rank's slices, then (stages 1-2) all-gather the parameters ---- */
+        timer_start(&timer);
+        rec.grad_norm = zero_grad_norm(&zero);
+        rec.lr = lr_at_step(&cfg, step);
+        zero_update(&zero, rec.lr, clip_scale(&cfg, rec.grad_norm), &cfg);
+        rec.opt_ms = timer_stop_ms(&timer);
+        rec.step_ms = timer_stop_ms(&step_timer);
+        double step_bytes = comm_bytes_sent() - bytes_at_start;
+        train_bytes += step_bytes;
+
+        /* ---- log: the slowest rank's times ---- */
+        comm_slowest_times(world, &rec);
+        rec.loss = loss;
+        rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
+        step_ms[step] = rec.step_ms;
+        int last = step + 1 == last_step;
+        if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
+            rec.val_loss = evaluate_and_sample(&zero, &acts, &scratch, &data, &cfg, 0, &rng);
+        if (rank == 0) {
+            if (!cfg.quiet || last) log_step(&rec, cfg.steps);
+            char extra_values[32];
+            snprintf(extra_values, sizeof extra_values, ",%.0f", step_bytes);
+            steps_csv_write(steps_csv, &rec, extra_values);
+        }
+    }
+
+    if (cfg.sample > 0) evaluate_and_sample(&zero, &acts, &scratch, &data, &cfg, cfg.sample, &rng);
+    if (rank == 0) {
+        out_close(steps_csv);
+        if (cfg.save[0]) {
+            uint64_t checksum = checkpoint_save(cfg.save, &cfg, last_step, rng, &model, &zero.opt);
+            run_info_checkpoint(&cfg, cfg.save, last_step, checksum);
+            log_info("saved checkpoint %s at step %d\n", cfg.save, last_step);
+        }
+    }
+
+    /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
+    size_t peak_device = comm_write_memory_csv(world, cfg.out);
+    int ran = last_step - first_step;
+    double bytes_per_step = ran ? train_bytes / ran : 0.0; /* this rank's; the ranks send alike */
+    if (rank == 0) {
+        RunSummary run;
+        run_summary_init(&run, PROGRAM, &cfg, model.num_params, step_ms + first_step, ran);
+        run.world_size = run.dp = ranks;
+        run.zero = zf.stage;
+        run.final_loss = loss;
+        run.peak_device_bytes = peak_device;
+        char extra_values[64];
+        snprintf(extra_values, sizeof extra_values, ",%d,%.0f", zf.prefetch, bytes_per_step);
+        run_csv_write_extra(cfg.out, &run, ",prefetch,bytes_sent_per_step", extra_values);
+        run_info_complete(&cfg);
+        log_info(
+            "done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.2f MiB sent per rank per step | "
+            "CSVs in %s\n",
+            loss, run.median_step_ms, run.tokens_per_s, bytes_per_step / 1048576.0, cfg.out);
+    }
+
+    free(step_ms);
+    scratch_destroy(&scratch);
+    activations_destroy(&acts, &cfg.model);
+    zero_destroy(&zero);
+    gpt_destroy(&model);
+    data_free(&data);
+    device_shutdown();
+    comm_finalize();
+    return 0;
+}

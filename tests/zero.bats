@@ -1,0 +1,121 @@
+#!/usr/bin/env bats
+# 05_zero: every ZeRO stage gives chapter 01's losses on any number of ranks,
+# holds the model-state memory of the ZeRO paper's formulas and sends the
+# bytes of its formulas; bad input is refused.
+
+load helpers
+
+TRAIN05="$REPO/05_zero/train"
+
+# Tiny model, 4 steps, a global batch of 12 (divisible by 2, 3, 4 ranks and by
+# 2 or 3 ranks x 2 micro-batches); a private copy of the corpus.
+FLAGS="--device cpu --steps 4 --batch 12 --sample 0 --quiet --eval-batches 1 --data $BATS_FILE_TMPDIR/corpus.txt"
+# A shape whose units do not divide by 3 or 4 ranks: d 48, vocab 259 (the
+# embedding has 259*48 + 64*48 elements, the head 2*48 + 259*48).
+ODD="--dmodel 48 --heads 4 --vocab 259"
+
+setup_file() {
+    cp "$REPO/course.md" "$BATS_FILE_TMPDIR/corpus.txt"
+    "$TRAIN01" $FLAGS $ODD --out "$BATS_FILE_TMPDIR/ref" >/dev/null
+    "$TRAIN01" $FLAGS $ODD --micro 2 --out "$BATS_FILE_TMPDIR/ref_micro" >/dev/null
+}
+
+zero() {
+    local np="$1"
+    shift
+    OMP_NUM_THREADS=1 mpirun_np "$np" "$TRAIN05" $FLAGS "$@" >/dev/null
+}
+
+# Every stage on `np` ranks, with the uneven shape.
+check_stages() {
+    local np="$1"
+    for stage in 0 1 2 3; do
+        zero "$np" $ODD --zero $stage --out "$BATS_TEST_TMPDIR/$np-$stage"
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$BATS_TEST_TMPDIR/$np-$stage" 4
+    done
+}
+
+@test "every ZeRO stage on 2 ranks matches single-device losses, units padded" { check_stages 2; }
+@test "every ZeRO stage on 3 ranks matches single-device losses, units padded" { check_stages 3; }
+@test "every ZeRO stage on 4 ranks matches single-device losses, units padded" { check_stages 4; }
+
+@test "gradient accumulation over 2 micro-batches matches the single device at stages 1-3" {
+    for stage in 1 2 3; do
+        zero 3 $ODD --micro 2 --zero $stage --out "$BATS_TEST_TMPDIR/acc$stage"
+        assert_losses_match "$BATS_FILE_TMPDIR/ref_micro" "$BATS_TEST_TMPDIR/acc$stage" 4
+    done
+}
+
+@test "stage 3 gives the same losses with prefetch 0 and 2, and holds prefetch + 1 gathered units" {
+    for k in 0 2; do
+        zero 2 $ODD --micro 2 --zero 3 --prefetch $k --out "$BATS_TEST_TMPDIR/pf$k"
+        assert_losses_match "$BATS_FILE_TMPDIR/ref_micro" "$BATS_TEST_TMPDIR/pf$k" 4
+    done
+    gathered() { awk -F, '$1 == 0 && $2 == "device" && $3 == "gathered" { print $4 }' "$1/memory.csv"; }
+    # the largest unit, a block: 12 C^2 + 13 C = 28272 elements, 14136 per rank
+    assert_equal "$(gathered "$BATS_TEST_TMPDIR/pf0")" "$((1 * 28272 * 4))"
+    assert_equal "$(gathered "$BATS_TEST_TMPDIR/pf2")" "$((3 * 28272 * 4))"
+}
+
+@test "stage 3 prints its gather/free schedule: prefetch 1 gathers the next unit before computing one" {
+    run env OMP_NUM_THREADS=1 "$TRAIN05" $FLAGS --steps 1 --zero 3 --prefetch 1 --print-schedule \
+        --out "$BATS_TEST_TMPDIR/sched"
+    assert_success
+    assert_output --partial "$(printf 'gather   unit -1\n  gather   unit 0\n  forward  unit -1\n  free     unit -1\n  gather   unit 1')"
+}
+
+# Model-state bytes (params + grads + optimizer) of every rank against the
+# ZeRO formulas in fp32, P parameters: stage 0 16P, 1 8P + 8P/N, 2 4P + 12P/N,
+# 3 16P/N, within 5% (the tiny model's units divide by 2 and 4: exact).
+# Bytes sent per rank per step: an all-reduce's 2(N-1)/N x 4P at stages 0-2,
+# 1.5 times that at stage 3, within 5%.
+check_formulas() {
+    local np="$1"
+    for stage in 0 1 2 3; do
+        out="$BATS_TEST_TMPDIR/m$np-$stage"
+        zero "$np" --steps 2 --zero $stage --out "$out"
+        P=$(csv_column "$out/run.csv" params)
+        assert_equal "$(csv_column "$out/run.csv" zero)" "$stage"
+        awk -F, -v P="$P" -v N="$np" -v s="$stage" '
+            BEGIN { f[0] = 16 * P; f[1] = 8 * P + 8 * P / N; f[2] = 4 * P + 12 * P / N; f[3] = 16 * P / N }
+            $2 == "device" && ($3 == "params" || $3 == "grads" || $3 == "optimizer") { state[$1] += $4 }
+            END { for (r = 0; r < N; r++) { d = (state[r] - f[s]) / f[s]; if (d < 0) d = -d
+                      if (d > 0.05) { print "rank " r ": " state[r] " bytes, formula " f[s]; bad = 1 } }
+                  exit bad }' "$out/memory.csv"
+        sent=$(csv_column "$out/run.csv" bytes_sent_per_step)
+        awk -v b="$sent" -v P="$P" -v N="$np" -v s="$stage" 'BEGIN {
+            f = 2 * (N - 1) / N * 4 * P; if (s == 3) f *= 1.5; d = (b - f) / f; if (d < 0) d = -d
+            if (d > 0.05) { print "stage " s ": " b " bytes sent per step, formula " f; exit 1 } }'
+    done
+}
+
+@test "model-state memory and bytes sent on 2 ranks follow the ZeRO formulas at every stage" { check_formulas 2; }
+@test "model-state memory and bytes sent on 4 ranks follow the ZeRO formulas at every stage" { check_formulas 4; }
+
+# Bad input: exit 2 and one line naming the flag and its valid range.
+refused() {
+    run --separate-stderr timeout 5 "$TRAIN05" --device cpu --sample 0 --quiet --out "$(scratch)/out" "$@"
+    assert_equal "$status" 2
+    assert_equal "$(printf '%s\n' "$stderr" | grep -c .)" "1"
+    [[ "$stderr" == error:*"$1"* ]] || { echo "stderr: $stderr (expected: $1)"; return 1; }
+}
+
+@test "--zero outside 0-3 is refused with the valid range" {
+    refused "--zero" --zero 4
+    [[ "$stderr" == *"0..3"* ]]
+    refused "--zero" --zero -1
+}
+
+@test "a negative --prefetch is refused with the valid range" {
+    refused "--prefetch" --prefetch -1
+    [[ "$stderr" == *"0..64"* ]]
+}
+
+@test "ranks with different --zero end the job naming the flag" {
+    run --separate-stderr env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 30 \
+        mpirun --oversubscribe -np 2 "$REPO/tests/by_rank" "$TRAIN05" "--zero 1" "--zero 2" \
+        --device cpu --steps 1 --sample 0 --quiet --out "$(scratch)/out"
+    assert_equal "$status" 2
+    assert_equal "$(printf '%s\n' "$stderr" | grep -c '^error:')" 1
+    [[ "$stderr" == *"error: the ranks disagree on --zero:"* ]]
+}

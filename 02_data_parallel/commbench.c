@@ -180,7 +180,7 @@ int main(int argc, char **argv) {
             log_info("%-15s %12.0f %11zu %11.1f %11.3f %11.3f\n", op_names[op], size, count, t_us, algbw,
                      busbw);
             if (csv)
-                out_printf(csv, "%s,%d,%s,%.0f,%zu,%.2f,%.4f,%.4f\n", op_names[op], n, comm_transport_name(),
+                out_printf(csv, "%s,%d,%s,%.0f,%zu,%.2f,%.6g,%.6g\n", op_names[op], n, comm_transport_name(),
                            size, count, t_us, algbw, busbw);
             /* keep the values bounded: repeated sums of the same buffer would overflow */
             ops()->fill_zero(a, max_count);

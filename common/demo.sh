@@ -200,10 +200,23 @@ if [ -x 04_pipeline/train ]; then
     plot "$runs"/04-gpipe-m8.r* "$runs"/04-1f1b-m8.r* --out runs/plots/04
 fi
 
+# ---- chapter 05: ZeRO stages 0-3 on the data-parallel ranks; stage 3 with and without prefetch ----
+if [ -x 05_zero/train ]; then
+    for stage in 0 1 2 3; do
+        configure "05-dp$dp_ranks-zero$stage" "$dp_ranks" 05_zero/train --model "$preset" --device "$device_choice" \
+            --batch "$dp_batch" --zero "$stage" --eval-every 20
+    done
+    configure "05-dp$dp_ranks-zero3-prefetch0" "$dp_ranks" 05_zero/train --model "$preset" --device "$device_choice" \
+        --batch "$dp_batch" --zero 3 --prefetch 0 --eval-every 20
+    compare "$steps"
+    plot "$runs"/01-"$preset".r* "$runs"/05-*.r* --out runs/plots/05
+    plot --zero "$runs"/05-*.r* --out runs/plots/05
+fi
+
 if [ "$dry_run" = 1 ]; then
     launch 1 ./01_single_gpu/train --model tiny --steps 300 --quiet --sample 200 --out "$runs/01-sample"
     exit 0
 fi
 echo "demo: a text sample from the tiny model after 300 steps (prompt|generated):"
 launch 1 ./01_single_gpu/train --model tiny --steps 300 --quiet --sample 200 --out "$runs/01-sample" | grep '^sample:'
-echo "demo: done. CSVs in $runs/, plots in runs/plots/01 .. runs/plots/04 (see course.md for what to look for)"
+echo "demo: done. CSVs in $runs/, plots in runs/plots/01 .. runs/plots/05 (see course.md for what to look for)"

@@ -5,6 +5,7 @@
     python3 common/plot.py --commbench CSV... [--out DIR]
     python3 common/plot.py --gantt RUN_DIR... [--step N] [--out DIR]
     python3 common/plot.py --sweep RUN_DIR... [--out DIR]
+    python3 common/plot.py --zero RUN_DIR... [--out DIR]
 
 Reads only the CSVs that every chapter program writes, so a learner can plot
 their own runs next to the demo's. A run's label is its directory name;
@@ -30,6 +31,14 @@ With --commbench, from 02_data_parallel/commbench CSVs:
 With --gantt, from pipeline runs' timeline.csv (chapter 04):
     gantt-LABEL.png what each rank did during one step (default: the last):
                     forward and backward boxes numbered by micro-batch
+With --zero, from chapter 05 runs (run.csv's zero, world_size, params,
+bytes_sent_per_step; memory.csv):
+    zero.png        per ZeRO stage: the model state per rank (params, grads,
+                    optimizer; the largest rank) stacked by category next to
+                    the ZeRO paper's formula in fp32 (16, 8 + 8/N, 4 + 12/N,
+                    16/N bytes per parameter), the bytes each rank sends per
+                    step next to an all-reduce's 2(N-1)/N x 4 bytes per
+                    parameter (1.5x that at stage 3), and the median step time
 With --sweep, from pipeline runs' run.csv (columns schedule, micro,
 median_step_ms, bubble_measured, bubble_theory):
     sweep.png       against the number of micro-batches, one line per
@@ -51,9 +60,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-CATEGORIES = ["params", "grads", "optimizer", "activations", "comm", "workspace"]
+CATEGORIES = ["params", "grads", "optimizer", "activations", "comm", "workspace", "gathered", "buckets"]
 COLOURS = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868",
-           "activations": "#c44e52", "comm": "#8172b3", "workspace": "#937860"}
+           "activations": "#c44e52", "comm": "#8172b3", "workspace": "#937860",
+           "gathered": "#da8bc3", "buckets": "#8c8c8c"}
 
 
 def read_csv(path):
@@ -357,6 +367,67 @@ def plot_sweep(groups, out):
     plt.close(fig)
 
 
+def zero_formula_bytes(stage, params, n):
+    """Model-state bytes per rank in fp32 (4 + 4 + 8 bytes a parameter), as the ZeRO paper counts them."""
+    per_param = {0: 16.0, 1: 8.0 + 8.0 / n, 2: 4.0 + 12.0 / n, 3: 16.0 / n}[stage]
+    return per_param * params
+
+
+def plot_zero(groups, out):
+    """Chapter 05: memory, bytes sent and step time per ZeRO stage, against the formulas."""
+    rows = []  # (label, run.csv row, {category: bytes of the largest rank}, [step times over repeats])
+    for label, runs in groups.items():
+        run = runs[0]["run"][0]
+        per_rank = {}
+        for row in runs[0]["memory"]:
+            if row["space"] == "device" and row["category"] in ("params", "grads", "optimizer"):
+                per_rank.setdefault(int(row["rank"]), {})[row["category"]] = int(row["peak_bytes"])
+        largest = max(per_rank.values(), key=lambda cats: sum(cats.values()))
+        rows.append((label, run, largest, [float(r["run"][0]["median_step_ms"]) for r in runs]))
+    rows.sort(key=lambda r: (int(r[1]["world_size"]), int(r[1]["zero"]), r[0]))
+    x = range(len(rows))
+    labels = [label for label, _, _, _ in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(max(12, 1.6 * len(rows) * 3), 4.5))
+    ax = axes[0]
+    bottom = [0.0] * len(rows)
+    for cat in ("params", "grads", "optimizer"):
+        heights = [cats.get(cat, 0) / 2**20 for _, _, cats, _ in rows]
+        ax.bar(x, heights, bottom=bottom, label=cat, color=COLOURS[cat])
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    formula = [zero_formula_bytes(int(r["zero"]), int(r["params"]), int(r["world_size"])) / 2**20
+               for _, r, _, _ in rows]
+    ax.scatter(x, formula, color="black", marker="_", s=600, zorder=3, label="formula")
+    ax.set_ylabel("model state per rank (MiB)")
+    ax.set_title("Memory: params + grads + optimizer")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    sent = [float(r["bytes_sent_per_step"]) / 2**20 for _, r, _, _ in rows]
+    allreduce = [2 * (int(r["world_size"]) - 1) / int(r["world_size"]) * 4 * int(r["params"])
+                 * (1.5 if int(r["zero"]) == 3 else 1.0) / 2**20 for _, r, _, _ in rows]
+    ax.bar(x, sent, color="#8172b3", label="measured")
+    ax.scatter(x, allreduce, color="black", marker="_", s=600, zorder=3, label="formula")
+    ax.set_ylabel("MiB sent per rank per step")
+    ax.set_title("Communication")
+    ax.legend(fontsize=8)
+    ax = axes[2]
+    medians = [median(times) for _, _, _, times in rows]
+    low = [m - min(times) for m, (_, _, _, times) in zip(medians, rows)]
+    high = [max(times) - m for m, (_, _, _, times) in zip(medians, rows)]
+    ax.bar(x, medians, yerr=[low, high], capsize=4, color="#4c72b0")
+    ax.set_ylabel("median step time (ms)")
+    ax.set_title("Time (bars: min-max over repeats)")
+    for ax in axes:
+        ax.set_xticks(list(x))
+        ax.set_xticklabels(labels, fontsize=8, rotation=30, ha="right")
+        ax.grid(axis="y", alpha=0.3)
+    for (label, _, cats, _), f, m, a, t in zip(rows, formula, sent, allreduce, medians):
+        print(f"zero {label}: model state {sum(cats.values()) / 2**20:.3f} MiB per rank (formula {f:.3f}), "
+              f"sent {m:.3f} MiB per step (formula {a:.3f}), step {t:.1f} ms")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "zero.png"), dpi=120)
+    plt.close(fig)
+
+
 def main():
     parser = argparse.ArgumentParser(description="Plot course runs from their CSVs.")
     parser.add_argument("runs", nargs="+", help="run directories (each with steps.csv, memory.csv, run.csv), "
@@ -366,6 +437,7 @@ def main():
     parser.add_argument("--gantt", action="store_true", help="Gantt chart of each pipeline run's timeline.csv")
     parser.add_argument("--step", type=int, default=None, help="--gantt: which step (default: the last)")
     parser.add_argument("--sweep", action="store_true", help="step time against micro-batches, per schedule")
+    parser.add_argument("--zero", action="store_true", help="chapter 05: memory, bytes and time per ZeRO stage")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if args.commbench:
@@ -374,6 +446,10 @@ def main():
     if args.gantt:
         names = [plot_gantt(d, args.step, args.out) for d in args.runs]
         print(f"plot.py: wrote {', '.join(names)} to {args.out}")
+        return
+    if args.zero:
+        plot_zero(load_runs(args.runs), args.out)
+        print(f"plot.py: wrote zero.png to {args.out}")
         return
     if args.sweep:
         plot_sweep(load_runs(args.runs), args.out)

@@ -163,3 +163,26 @@ runs/demo/01-small-recompute.r2"
     assert_failure
     assert_output --partial "DEMO_DEVICE=tpu (valid: cpu, cuda)"
 }
+
+@test "the ZeRO plot puts each stage's memory and bytes sent next to the paper's formulas" {
+    python=""
+    for candidate in python3 /usr/bin/python3; do
+        "$candidate" -c "import matplotlib" 2>/dev/null && { python="$candidate"; break; }
+    done
+    [ -n "$python" ] || skip "no python3 with matplotlib"
+    dir="$(scratch)"
+    for stage in 0 1 2 3; do
+        OMP_NUM_THREADS=1 mpirun --oversubscribe -np 2 "$REPO/05_zero/train" --zero "$stage" --steps 2 \
+            --sample 0 --quiet --eval-batches 1 --out "$dir/05-zero$stage" >/dev/null
+    done
+    run "$python" "$REPO/common/plot.py" --zero "$dir"/05-zero* --out "$dir/plots"
+    assert_success
+    [ -s "$dir/plots/zero.png" ]
+    # the tiny preset's units divide by 2: no padding, so every stage is its formula to the byte
+    for stage in 0 1 2 3; do
+        line="$(grep "^zero 05-zero$stage:" <<<"$output")"
+        [[ "$line" =~ model\ state\ ([0-9.]+)\ MiB\ per\ rank\ \(formula\ ([0-9.]+)\),\ sent\ ([0-9.]+)\ MiB\ per\ step\ \(formula\ ([0-9.]+)\) ]]
+        assert_equal "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+        assert_equal "${BASH_REMATCH[3]}" "${BASH_REMATCH[4]}"
+    done
+}

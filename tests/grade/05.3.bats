@@ -26,7 +26,7 @@ check_schedule() {
         --print-schedule --out "$BATS_TEST_TMPDIR/s$L-$K"
     assert_success
     echo "$output" | awk -v L="$L" -v K="$K" '
-        function fail(why) { printf "layers %d, prefetch %d, action %d (%s): %s\n", L, K, NR, $0, why; bad = 1; exit 1 }
+        function fail(why) { printf "layers %d, prefetch %d, action %d (%s): %s\n", L, K, n, $0, why; bad = 1; exit 1 }
         function unit_of(c) { return c < U ? c - 1 : L - (c - U) }
         BEGIN { U = L + 2; C = 2 * U }
         /^  (gather|forward|backward|free) +unit -?[0-9]+$/ {
@@ -45,7 +45,7 @@ check_schedule() {
                 if (op != (c < U ? "forward" : "backward") || u != unit_of(c))
                     fail("expected the " (c < U ? "forward" : "backward") " of unit " unit_of(c))
                 need = c + K + 1 < C ? c + K + 1 : C
-                if (gathers != need) fail(gathers " gathers issued, expected " need " (computations " c ".." need - 1 ")")
+                if (gathers != need) fail(gathers " gathers issued, expected " need " (computations " (c + 0) ".." (need - 1) ")")
                 c++; want_free = 1
             } else fail("a free that does not follow its computation")
         }

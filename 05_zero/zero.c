@@ -44,8 +44,10 @@ static int unit_of_use(int layers, int c) {
 }
 
 int zero_schedule(int layers, int prefetch, ZeroAction **actions) {
-    int uses = 2 * (layers + 2), n = 0, next_gather = 0;
-    ZeroAction *a = xcalloc((size_t)3 * uses, sizeof(ZeroAction));
+    int uses = 2 * (layers + 2), n = 0;
+    ZeroAction *a = xcalloc((size_t)3 * uses, sizeof(ZeroAction)); /* a gather, a computation, a free each */
+    /* EXERCISE 05.3 BEGIN: the stage-3 gather/free schedule (course.md, exercise 05.3) */
+    int next_gather = 0;
     for (int c = 0; c < uses; c++) {
         /* gather this computation's unit and those of the next `prefetch`, each once */
         int last_needed = c + prefetch < uses ? c + prefetch : uses - 1;
@@ -54,6 +56,7 @@ int zero_schedule(int layers, int prefetch, ZeroAction **actions) {
         a[n++] = (ZeroAction){c < layers + 2 ? ZERO_FORWARD : ZERO_BACKWARD, unit_of_use(layers, c), c};
         a[n++] = (ZeroAction){ZERO_FREE, unit_of_use(layers, c), c};
     }
+    /* EXERCISE 05.3 END */
     *actions = a;
     return n;
 }
@@ -70,6 +73,7 @@ void zero_print_schedule(const ZeroAction *actions, int n) {
  * over the ranks, this rank's slice into its shard of the gradients; the
  * step's later micro-batches add to what the first left there. */
 static void reduce_scatter_unit(Zero *z, int unit) {
+    /* EXERCISE 05.2 BEGIN: the stage-2 reduce-scatter (course.md, exercise 05.2) */
     size_t S = slice_numel(z, unit);
     float *mine = z->grads + slice_offset(z, unit);
     if (!z->accumulate) {
@@ -78,6 +82,7 @@ static void reduce_scatter_unit(Zero *z, int unit) {
         comm_reduce_scatter(z->group, z->unit_grads, z->slice_grads, S, COMM_SUM);
         ops()->residual_forward(mine, mine, z->slice_grads, S); /* mine += slice */
     }
+    /* EXERCISE 05.2 END */
 }
 
 /* Stage 1: the unit's gradient in the whole buffer, summed over the ranks;
@@ -113,14 +118,25 @@ static void gather_unit(Zero *z, int unit, float *buffer) {
 
 /* ---- stage 3: running the schedule from the hooks ---- */
 
+/* A schedule that breaks the rules (zero.h) ends the job naming the rule. */
 static void run_action(Zero *z, const ZeroAction *a) {
+    if (a->use < 0 || a->use >= 2 * (last_unit(z) + 2))
+        fatal(EXIT_RUNTIME, "ZeRO-3 schedule: an action for computation %d (valid: 0..%d)", a->use,
+              2 * (last_unit(z) + 2) - 1);
     if (a->op == ZERO_GATHER) {
         int b = 0;
-        while (z->pool_busy[b]) b++; /* the schedule never needs more than the pool holds */
+        while (b < z->pool_size && z->pool_busy[b]) b++;
+        if (b == z->pool_size)
+            fatal(EXIT_RUNTIME,
+                  "ZeRO-3 schedule: gathers unit %d while all %d buffers (--prefetch + 1) are in use",
+                  a->unit, z->pool_size);
         z->pool_busy[b] = 1;
         z->buffer_of_use[a->use] = b;
         gather_unit(z, a->unit, z->pool[b]);
     } else if (a->op == ZERO_FREE) {
+        if (z->buffer_of_use[a->use] < 0)
+            fatal(EXIT_RUNTIME, "ZeRO-3 schedule: frees unit %d, which is not gathered for that computation",
+                  a->unit);
         gpt_bind_unit(z->model, a->unit, NULL, NULL);
         z->pool_busy[z->buffer_of_use[a->use]] = 0;
         z->buffer_of_use[a->use] = -1;
@@ -135,6 +151,9 @@ static void run_until_compute(Zero *z, ZeroOp op, int unit) {
     const ZeroAction *a = &z->actions[z->cursor];
     if (z->cursor >= z->num_actions || a->op != op || a->unit != unit)
         fatal(EXIT_RUNTIME, "ZeRO-3 schedule: unit %d's %s is not the next computation", unit,
+              op == ZERO_FORWARD ? "forward" : "backward");
+    if (z->buffer_of_use[a->use] < 0)
+        fatal(EXIT_RUNTIME, "ZeRO-3 schedule: unit %d's %s comes before its gather (or after its free)", unit,
               op == ZERO_FORWARD ? "forward" : "backward");
     z->cursor++;
     gpt_bind_unit(z->model, unit, z->pool[z->buffer_of_use[a->use]],
@@ -234,19 +253,20 @@ void zero_create(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int
 
     if (stage == 3) {
         z->num_actions = zero_schedule(model->cfg.layers, prefetch, &z->actions);
-        int uses = 2 * (model->cfg.layers + 2), buffers = prefetch + 1 < uses ? prefetch + 1 : uses;
-        z->pool = xcalloc(buffers, sizeof(float *));
-        z->pool_busy = xcalloc(buffers, sizeof(int));
-        z->buffer_of_use = xcalloc(uses, sizeof(int));
-        for (int b = 0; b < buffers; b++)
+        int uses = 2 * (model->cfg.layers + 2);
+        z->pool_size = prefetch + 1 < uses ? prefetch + 1 : uses;
+        z->pool = xcalloc(z->pool_size, sizeof(float *));
+        z->pool_busy = xcalloc(z->pool_size, sizeof(int));
+        z->buffer_of_use = xmalloc(uses * sizeof(int));
+        for (int c = 0; c < uses; c++) z->buffer_of_use[c] = -1;
+        for (int b = 0; b < z->pool_size; b++)
             z->pool[b] = mem_alloc(SPACE_DEVICE, CAT_GATHERED, z->max_unit * sizeof(float), "gathered unit");
     }
 }
 
 void zero_destroy(Zero *z) {
     if (z->pool) {
-        int uses = 2 * (z->model->cfg.layers + 2), buffers = z->prefetch + 1 < uses ? z->prefetch + 1 : uses;
-        for (int b = 0; b < buffers; b++) mem_free(z->pool[b]);
+        for (int b = 0; b < z->pool_size; b++) mem_free(z->pool[b]);
     }
     free(z->pool);
     free(z->pool_busy);

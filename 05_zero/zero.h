@@ -72,7 +72,8 @@ typedef struct {
     /* stage 3: the schedule, its cursor, and the pool of gathered units */
     ZeroAction *actions;
     int num_actions, cursor;
-    float **pool; /* prefetch + 1 buffers of max_unit, CAT_GATHERED */
+    float **pool;  /* pool_size buffers of max_unit, CAT_GATHERED */
+    int pool_size; /* prefetch + 1, or the number of computations if fewer */
     int *pool_busy;
     int *buffer_of_use; /* the pool buffer holding computation i's unit, -1 */
 } Zero;

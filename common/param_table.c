@@ -137,14 +137,18 @@ void param_init_range(const ParamTable *t, uint64_t seed, float *dst, size_t fir
 size_t shard_slice_numel(const ParamTable *t, int unit, int ranks) {
     if (ranks < 1) fatal(EXIT_RUNTIME, "shard layout: %d ranks (valid: at least 1)", ranks);
     size_t n = table_unit(t, unit)->numel;
+    /* EXERCISE 05.1 BEGIN: the shard bookkeeping (course.md, exercise 05.1) */
     return (n + ranks - 1) / ranks;
+    /* EXERCISE 05.1 END */
 }
 
 size_t shard_unit_offset(const ParamTable *t, int unit, int ranks) {
     table_unit(t, unit); /* checks the unit */
+    /* EXERCISE 05.1 BEGIN: the shard bookkeeping (course.md, exercise 05.1) */
     size_t offset = 0;
     for (int u = LAYER_EMBEDDING; u < unit; u++) offset += shard_slice_numel(t, u, ranks);
     return offset;
+    /* EXERCISE 05.1 END */
 }
 
 size_t shard_numel(const ParamTable *t, int ranks) {
@@ -155,11 +159,13 @@ size_t shard_numel(const ParamTable *t, int ranks) {
  * padding): elements [*first, *first + *count) of the table. */
 static void slice_elements(const ParamTable *t, int u, int rank, int ranks, size_t *first, size_t *count) {
     const ParamUnit *unit = table_unit(t, u);
+    /* EXERCISE 05.1 BEGIN: the shard bookkeeping (course.md, exercise 05.1) */
     size_t S = shard_slice_numel(t, u, ranks), lo = (size_t)rank * S, hi = lo + S;
     if (lo > unit->numel) lo = unit->numel;
     if (hi > unit->numel) hi = unit->numel;
     *first = unit->offset + lo;
     *count = hi - lo;
+    /* EXERCISE 05.1 END */
 }
 
 void shard_slice_elements(const ParamTable *t, int unit, int rank, int ranks, size_t *first, size_t *count) {

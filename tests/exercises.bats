@@ -35,14 +35,18 @@ setup_file() {
     assert_equal "$(cat "$COPIES/all/.student" | tr '\n' ' ')" "$(grader_ids | tr '\n' ' ')"
     assert_equal "$(head -5 "$COPIES/all/.student" | tr '\n' ' ')" "01.1 01.2 01.3 02.1 02.2 "
     grep -q '^03\.1$' "$COPIES/all/.student" && grep -q '^03\.2$' "$COPIES/all/.student"
-    run grep -c 'exercise_not_implemented("0[123]\.[123]"' "$COPIES/all/common/kernels_cpu.c" \
+    grep -q '^05\.1$' "$COPIES/all/.student" && grep -q '^05\.3$' "$COPIES/all/.student"
+    run grep -c 'exercise_not_implemented("0[1235]\.[123]"' "$COPIES/all/common/kernels_cpu.c" \
         "$COPIES/all/common/model.c" "$COPIES/all/common/ring.c" "$COPIES/all/02_data_parallel/buckets.c" \
-        "$COPIES/all/03_model_parallel/tensor_parallel.c"
+        "$COPIES/all/03_model_parallel/tensor_parallel.c" "$COPIES/all/common/param_table.c" \
+        "$COPIES/all/05_zero/zero.c"
     assert_output --partial "kernels_cpu.c:2"
     assert_output --partial "model.c:1"
     assert_output --partial "ring.c:1"
     assert_output --partial "buckets.c:1"
     assert_output --partial "tensor_parallel.c:4"
+    assert_output --partial "param_table.c:3"
+    assert_output --partial "zero.c:2"
     # the solutions themselves are gone
     run grep -c "sqrtf(vhat)" "$COPIES/all/common/kernels_cpu.c"
     assert_output "0"
@@ -117,7 +121,7 @@ setup_file() {
 }
 
 @test "with only 01.2 stubbed, the graders that run the trainers say they depend on 01.2" {
-    # 02.2 and 04.2 grade whole training runs, whose optimizer step is 01.2's AdamW
+    # 02.2, 04.2, 05.2 and 05.3 grade whole training runs, whose optimizer step is 01.2's AdamW
     make -C "$REPO" --no-print-directory exercises DEST="$BATS_TEST_TMPDIR/adamw" ONLY=01.2 >/dev/null
     cp "$BATS_TEST_TMPDIR/adamw/common/kernels_cpu.c" "$COPIES/one/common/kernels_cpu.c"
     cp "$REPO/common/ring.c" "$COPIES/one/common/ring.c"
@@ -128,11 +132,11 @@ setup_file() {
     for id in $(grader_ids); do
         case $id in
         01.2) assert_output --regexp '01\.2 .* FAIL \(see runs/grade/01\.2\.log\)' ;;
-        02.2 | 04.2) assert_output --regexp "${id/./\\.} .* FAIL \(depends on 01\.2, not implemented yet" ;;
+        02.2 | 04.2 | 05.2 | 05.3) assert_output --regexp "${id/./\\.} .* FAIL \(depends on 01\.2, not implemented yet" ;;
         *) assert_output --regexp "${id/./\\.} .* pass" ;;
         esac
     done
-    lost=$(($(points_of 01.2) + $(points_of 02.2) + $(points_of 04.2)))
+    lost=$(($(points_of 01.2) + $(points_of 02.2) + $(points_of 04.2) + $(points_of 05.2) + $(points_of 05.3)))
     assert_output --regexp "total +$(($(total_points) - lost))/$(total_points)"
     assert_output --partial 'stopped at another exercise'"'"'s stub: do that exercise first'
 }

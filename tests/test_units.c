@@ -8,7 +8,9 @@
  *            addresses the whole model's value of its tensor, the views of
  *            the other units are NULL
  *   padding  a unit of n elements pads to N*S, S = ceil(n/N), fewer than N
- *            elements of padding; the slices of a shard follow each other
+ *            elements of padding; the slices of a shard follow each other;
+ *            the slices of ranks 0..N-1 hold a unit's elements in order,
+ *            also for units smaller than N (the last ranks hold none)
  *   shards   for N = 1..4 ranks, every rank's shard (shard_init) is its part
  *            of the whole model's initial values (param_init_range), padding
  *            zero; the N shards reassemble to exactly those values, and the
@@ -208,6 +210,44 @@ static void test_padding_by_hand(void) {
     param_table_free(&t);
 }
 
+/* The elements each rank's slice holds (shard_slice_elements), on a table
+ * whose tensors are shrunk to one element each, so that units are smaller
+ * than the number of ranks: the embedding has 2 elements, a block 12, the
+ * head 3. On 5 ranks the head's slices are 1 element (S = ceil(3/5)): ranks
+ * 0-2 hold elements 0, 1 and 2, ranks 3 and 4 only padding (rank 4's slice
+ * would start at 4, past the unit's end). In general the slices of ranks
+ * 0..N-1 must hold the unit's elements in order, each at most S of them. */
+static void test_slices_by_hand(void) {
+    ModelConfig cfg = shape(0);
+    ParamTable t;
+    param_table_build(&t, &cfg);
+    for (int k = 0; k < t.num_tensors; k++) t.tensors[k].rows = t.tensors[k].cols = 1;
+    param_table_layout(&t);
+    size_t head = table_unit(&t, cfg.layers)->offset, first, count;
+    int ok = 1;
+    static const size_t head_count_of_rank[5] = {1, 1, 1, 0, 0};
+    for (int r = 0; r < 5; r++) {
+        shard_slice_elements(&t, cfg.layers, r, 5, &first, &count);
+        ok &= count == head_count_of_rank[r] && (count == 0 || first == head + (size_t)r);
+    }
+    check(ok, "a 3-element head on 5 ranks: ranks 0-2 hold one element each, ranks 3 and 4 none");
+    ok = 1;
+    for (int N = 1; N <= 13; N++) {
+        for (int u = LAYER_EMBEDDING; u <= cfg.layers; u++) {
+            const ParamUnit *unit = table_unit(&t, u);
+            size_t S = shard_slice_numel(&t, u, N), next = unit->offset;
+            for (int r = 0; r < N; r++) {
+                shard_slice_elements(&t, u, r, N, &first, &count);
+                ok &= count <= S && (count == 0 || first == next);
+                next += count;
+            }
+            ok &= next == unit->offset + unit->numel;
+        }
+    }
+    check(ok, "units of 2, 12 and 3 elements on 1..13 ranks: the slices hold each unit's elements in order");
+    param_table_free(&t);
+}
+
 /* ---- shards ---- */
 
 static void test_shards(const ParamTable *t) {
@@ -353,6 +393,7 @@ int main(int argc, char **argv) {
     } else if (strcmp(what, "padding") == 0) {
         for_each_shape(test_padding);
         test_padding_by_hand();
+        test_slices_by_hand();
     } else if (strcmp(what, "shards") == 0) {
         for_each_shape(test_shards);
     } else if (strcmp(what, "ranges") == 0) {

@@ -24,7 +24,10 @@
 #ifndef KERNELS_H
 #define KERNELS_H
 
+#include "half.h"
+
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -103,6 +106,13 @@ typedef struct KernelOps {
     void (*fill_zero)(float *x, size_t n);
     /* x(n) *= factor */
     void (*scale)(float *x, size_t n, float factor);
+
+    /* ---- mixed precision: 16-bit values held as bits (half.h) ----
+     * out(n) = inp rounded to `format`, to nearest with ties to even, beyond
+     * the range +-Inf, NaN kept (half.h's rules, the same bits on every backend) */
+    void (*cast_to_half)(uint16_t *out, const float *inp, size_t n, HalfFormat format);
+    /* out(n) = inp, exactly (every 16-bit value is a float) */
+    void (*cast_from_half)(float *out, const uint16_t *inp, size_t n, HalfFormat format);
 
     /* Free the workspaces the backend grew on demand (attention, norms).
      * Called at exit by device_shutdown(); the next call grows them again. */

@@ -282,6 +282,16 @@ static void scale(float *x, size_t n, float factor) {
     for (size_t i = 0; i < n; i++) x[i] *= factor;
 }
 
+static void cast_to_half(uint16_t *out, const float *inp, size_t n, HalfFormat format) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) out[i] = half_from_float(inp[i], format);
+}
+
+static void cast_from_half(float *out, const uint16_t *inp, size_t n, HalfFormat format) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) out[i] = half_to_float(inp[i], format);
+}
+
 const KernelOps kernels_cpu = {
     .name = "cpu",
     .embedding_forward = embedding_forward,
@@ -302,5 +312,7 @@ const KernelOps kernels_cpu = {
     .adamw_update = adamw_update,
     .fill_zero = fill_zero,
     .scale = scale,
+    .cast_to_half = cast_to_half,
+    .cast_from_half = cast_from_half,
     .release_workspaces = attention_release_cpu,
 };

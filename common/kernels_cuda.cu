@@ -368,6 +368,17 @@ static __global__ void adamw_update_kernel(float *params, const float *grads, fl
 }
 /* EXERCISE 01.2 END */
 
+/* The conversions are half.h's, the very functions the CPU calls. */
+static __global__ void cast_to_half_kernel(uint16_t *out, const float *inp, size_t n, HalfFormat format) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = half_from_float(inp[i], format);
+}
+
+static __global__ void cast_from_half_kernel(float *out, const uint16_t *inp, size_t n, HalfFormat format) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = half_to_float(inp[i], format);
+}
+
 static __global__ void scale_kernel(float *x, size_t n, float factor) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] *= factor;
@@ -541,6 +552,18 @@ static void scale(float *x, size_t n, float factor) {
     cuda_check(cudaGetLastError());
 }
 
+static void cast_to_half(uint16_t *out, const float *inp, size_t n, HalfFormat format) {
+    if (n == 0) return;
+    cast_to_half_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(out, inp, n, format);
+    cuda_check(cudaGetLastError());
+}
+
+static void cast_from_half(float *out, const uint16_t *inp, size_t n, HalfFormat format) {
+    if (n == 0) return;
+    cast_from_half_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(out, inp, n, format);
+    cuda_check(cudaGetLastError());
+}
+
 /* The buffers grown on demand: attention's row sums, column sums' and
  * sum_squares' partials. */
 static void release_workspaces(void) {
@@ -572,5 +595,7 @@ extern "C" const KernelOps kernels_cuda = {
     .adamw_update = adamw_update,
     .fill_zero = fill_zero,
     .scale = scale,
+    .cast_to_half = cast_to_half,
+    .cast_from_half = cast_from_half,
     .release_workspaces = release_workspaces,
 };

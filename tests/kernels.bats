@@ -63,6 +63,12 @@ load helpers
     assert_output --partial "PASS sum_squares"
 }
 
+@test "fp32 to bf16 and fp16 rounds to nearest even, ties, subnormals, Inf, NaN and fp16 overflow included" {
+    run "$BUILD/tests/test_kernels" casts
+    assert_success
+    assert_output --partial "PASS casts"
+}
+
 @test "the same seed reproduces the same check" {
     run "$BUILD/tests/test_kernels" --seed 12345 layernorm
     assert_success

@@ -106,6 +106,12 @@ load helpers
     assert_success
 }
 
+@test "conversions to and from bf16 and fp16 on CUDA give the CPU's bits" {
+    require_gpu
+    run "$BUILD/tests/test_parity" casts
+    assert_success
+}
+
 @test "an asynchronous copy on the copy stream, ordered by events around a kernel, gives the CPU's values" {
     require_gpu
     run "$BUILD/tests/test_parity" async_copy

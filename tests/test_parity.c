@@ -440,6 +440,45 @@ static void test_fill_zero(const Shape *s, Check *check) {
     compare(check, "x", x, g_x, total);
 }
 
+/* The conversions must give the same bits on both backends (they call the same
+ * half.h functions): random bit patterns of every exponent, fp16's range's
+ * ends and ties, then every 16-bit pattern back to float. */
+static void test_casts(const Shape *s, Check *check) {
+    size_t n = 16 * elementwise_count(s);
+    float *x = host_alloc(n * sizeof(float));
+    const float edges[] = {0.0f,       -0.0f,      INFINITY,   -INFINITY,  NAN,
+                           65504.0f,   65520.0f,   0x1p-24f,   0x1p-25f,   0x1.8p-24f,
+                           0x1.008p0f, 0x1.018p0f, 0x1.002p0f, 0x1.006p0f, 0x1.ffp127f};
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = rng_next_u32(&rng_state);
+        memcpy(&x[i], &u, sizeof u);
+    }
+    memcpy(x, edges, sizeof edges);
+    uint16_t *all = host_alloc(65536 * sizeof(uint16_t));
+    for (size_t i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+    size_t mismatches = 0;
+    for (int f = HALF_BF16; f <= HALF_F16; f++) {
+        uint16_t *cpu = host_alloc(n * sizeof(uint16_t)), *gpu = host_alloc(n * sizeof(uint16_t));
+        uint16_t *g_out = gpu_copy_bytes(cpu, n * sizeof(uint16_t));
+        kernels_cpu.cast_to_half(cpu, x, n, (HalfFormat)f);
+        kernels_cuda.cast_to_half(g_out, gpu_copy(x, n), n, (HalfFormat)f);
+        copy_to_host(gpu, g_out, n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++) mismatches += cpu[i] != gpu[i];
+        float *cpu_back = host_alloc(65536 * sizeof(float)), *gpu_back = host_alloc(65536 * sizeof(float));
+        float *g_back = gpu_copy(cpu_back, 65536);
+        kernels_cpu.cast_from_half(cpu_back, all, 65536, (HalfFormat)f);
+        kernels_cuda.cast_from_half(g_back, gpu_copy_bytes(all, 65536 * sizeof(uint16_t)), 65536,
+                                    (HalfFormat)f);
+        copy_to_host(gpu_back, g_back, 65536 * sizeof(float));
+        mismatches += memcmp(cpu_back, gpu_back, 65536 * sizeof(float)) != 0;
+    }
+    double rel = mismatches ? INFINITY : 0.0;
+    if (!check->where || rel > check->worst) {
+        check->worst = rel;
+        check->where = "bits";
+    }
+}
+
 /* Not a kernel: the streams. Pinned host values go up on the copy stream; a
  * kernel on the compute stream scales them once they have arrived (an event);
  * they come back down on the copy stream once it is done (another event).
@@ -500,6 +539,7 @@ static const ParityTest parity_tests[] = {
     {"sum_squares", test_sum_squares, SUM_SQUARES_TOLERANCE},
     {"adamw_update", test_adamw_update, TOLERANCE},
     {"fill_zero", test_fill_zero, TOLERANCE},
+    {"casts", test_casts, 0.0},
     {"async_copy", test_async_copy, TOLERANCE}, /* then the streams */
 };
 #define PARITY_TEST_COUNT (int)(sizeof parity_tests / sizeof parity_tests[0])

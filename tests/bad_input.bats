@@ -245,3 +245,43 @@ assert_refused() {
     assert_equal "$status" 2
     [[ "$stderr" == *"error: unexpected argument 'extra'"* ]]
 }
+
+@test "an unknown precision is refused with the three valid names" {
+    bad --precision fp8
+    assert_refused "--precision: unknown precision 'fp8' (valid: fp32, bf16, fp16)"
+}
+
+@test "a zero loss scale is refused" {
+    bad --precision fp16 --loss-scale 0
+    assert_refused "--loss-scale: '0' is not a valid scale (valid: dynamic, or a number > 0 up to 16777216)"
+}
+
+@test "a negative loss scale is refused" {
+    bad --precision fp16 --loss-scale -8
+    assert_refused "--loss-scale: '-8' is not a valid scale"
+}
+
+@test "a non-numeric loss scale is refused" {
+    bad --precision fp16 --loss-scale lots
+    assert_refused "--loss-scale: 'lots' is not a valid scale"
+}
+
+@test "a loss scale with bf16 is refused: bf16 needs none" {
+    bad --precision bf16 --loss-scale 1024
+    assert_refused "--loss-scale applies to --precision fp16 only (this run is bf16"
+}
+
+@test "a loss scale with fp32 (the default) is refused" {
+    bad --loss-scale dynamic
+    assert_refused "--loss-scale applies to --precision fp16 only (this run is fp32"
+}
+
+@test "a loss-scale window with a fixed scale is refused" {
+    bad --precision fp16 --loss-scale 128 --loss-scale-window 10
+    assert_refused "--loss-scale-window applies to --loss-scale dynamic only"
+}
+
+@test "a zero loss-scale window is refused" {
+    bad --precision fp16 --loss-scale-window 0
+    assert_refused "--loss-scale-window: 0 is out of range (valid: 1..10000000)"
+}

@@ -7,6 +7,7 @@
  * results each time on the same machine, which the determinism and
  * checkpoint-resume tests rely on. */
 #include "attention.h"
+#include "kernel_math.h"
 #include "kernels.h"
 #include "util.h"
 
@@ -240,19 +241,24 @@ static void crossentropy_backward(float *dlogits, const float *probs, const int 
 
 /* Fixed chunking: the order of additions depends only on n, not on threads. */
 #define SUM_CHUNKS 64
-static double sum_squares(const float *x, size_t n) {
+/* Of x(n) when given, else of the 16-bit h(n). */
+static double chunked_sum_squares(const float *x, const uint16_t *h, size_t n, HalfFormat format) {
     double partial[SUM_CHUNKS];
     size_t chunk = (n + SUM_CHUNKS - 1) / SUM_CHUNKS;
 #pragma omp parallel for schedule(static)
     for (int k = 0; k < SUM_CHUNKS; k++) {
         size_t lo = k * chunk, hi = lo + chunk < n ? lo + chunk : n;
         double s = 0.0;
-        for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
+        for (size_t i = lo; i < hi; i++) s += square_at(x, h, i, format);
         partial[k] = s;
     }
     double total = 0.0;
     for (int k = 0; k < SUM_CHUNKS; k++) total += partial[k];
     return total;
+}
+
+static double sum_squares(const float *x, size_t n) {
+    return chunked_sum_squares(x, NULL, n, HALF_BF16);
 }
 
 static void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
@@ -292,6 +298,30 @@ static void cast_from_half(float *out, const uint16_t *inp, size_t n, HalfFormat
     for (size_t i = 0; i < n; i++) out[i] = half_to_float(inp[i], format);
 }
 
+static void accumulate_half(uint16_t *acc, const float *add, size_t n, HalfFormat format) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) acc[i] = half_from_float(half_to_float(acc[i], format) + add[i], format);
+}
+
+static double sum_squares_half(const uint16_t *x, size_t n, HalfFormat format) {
+    return chunked_sum_squares(NULL, x, n, format);
+}
+
+static void adamw_update_half(float *master, uint16_t *params, const uint16_t *grads, float *m, float *v,
+                              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                              float grad_scale, int t, HalfFormat format) {
+    float bias1 = 1.0f - powf(beta1, (float)t);
+    float bias2 = 1.0f - powf(beta2, (float)t);
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++)
+        params[i] = adamw_half_element(&master[i], grads[i], &m[i], &v[i], lr, beta1, beta2, bias1, bias2,
+                                       eps, weight_decay, grad_scale, format);
+}
+
+static void fill_zero_half(uint16_t *x, size_t n) {
+    memset(x, 0, n * sizeof(uint16_t));
+}
+
 const KernelOps kernels_cpu = {
     .name = "cpu",
     .embedding_forward = embedding_forward,
@@ -309,10 +339,14 @@ const KernelOps kernels_cpu = {
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
     .sum_squares = sum_squares,
+    .sum_squares_half = sum_squares_half,
     .adamw_update = adamw_update,
+    .adamw_update_half = adamw_update_half,
     .fill_zero = fill_zero,
+    .fill_zero_half = fill_zero_half,
     .scale = scale,
     .cast_to_half = cast_to_half,
     .cast_from_half = cast_from_half,
+    .accumulate_half = accumulate_half,
     .release_workspaces = attention_release_cpu,
 };

@@ -19,6 +19,7 @@
 
 #include "attention.h"
 #include "device.h"
+#include "kernel_math.h"
 #include "kernels.h"
 
 #include <limits.h>
@@ -335,10 +336,12 @@ static __global__ void crossentropy_backward_kernel(float *dlogits, const float 
 }
 
 /* Pass 1: SUM_BLOCKS blocks stride over x, each leaving one partial sum. */
-static __global__ void sum_squares_partial_kernel(double *partial, const float *x, size_t n) {
+/* Of x when given, else of the 16-bit h. */
+static __global__ void sum_squares_partial_kernel(double *partial, const float *x, const uint16_t *h,
+                                                  size_t n, HalfFormat format) {
     double s = 0.0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        s += (double)x[i] * x[i];
+        s += square_at(x, h, i, format);
     s = block_sum(s);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
@@ -377,6 +380,21 @@ static __global__ void cast_to_half_kernel(uint16_t *out, const float *inp, size
 static __global__ void cast_from_half_kernel(float *out, const uint16_t *inp, size_t n, HalfFormat format) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = half_to_float(inp[i], format);
+}
+
+static __global__ void accumulate_half_kernel(uint16_t *acc, const float *add, size_t n, HalfFormat format) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) acc[i] = half_from_float(half_to_float(acc[i], format) + add[i], format);
+}
+
+static __global__ void adamw_update_half_kernel(float *master, uint16_t *params, const uint16_t *grads,
+                                                float *m, float *v, size_t n, float lr, float beta1,
+                                                float beta2, float bias1, float bias2, float eps,
+                                                float weight_decay, float grad_scale, HalfFormat format) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        params[i] = adamw_half_element(&master[i], grads[i], &m[i], &v[i], lr, beta1, beta2, bias1, bias2,
+                                       eps, weight_decay, grad_scale, format);
 }
 
 static __global__ void scale_kernel(float *x, size_t n, float factor) {
@@ -515,12 +533,13 @@ static void crossentropy_backward(float *dlogits, const float *probs, const int 
 /* SUM_BLOCKS partial sums followed by the total, allocated on first use. */
 static double *sum_squares_buffer = NULL;
 
-static double sum_squares(const float *x, size_t n) {
+/* Of x(n) when given, else of the 16-bit h(n). */
+static double two_pass_sum_squares(const float *x, const uint16_t *h, size_t n, HalfFormat format) {
     if (!sum_squares_buffer)
         sum_squares_buffer = (double *)mem_alloc(
             SPACE_DEVICE, CAT_WORKSPACE, (SUM_BLOCKS + 1) * sizeof(double), "sum_squares partial sums");
     double *partial = sum_squares_buffer, *total = sum_squares_buffer + SUM_BLOCKS;
-    sum_squares_partial_kernel<<<SUM_BLOCKS, BLOCK_SIZE, 0, compute_stream>>>(partial, x, n);
+    sum_squares_partial_kernel<<<SUM_BLOCKS, BLOCK_SIZE, 0, compute_stream>>>(partial, x, h, n, format);
     cuda_check(cudaGetLastError());
     sum_squares_final_kernel<<<1, BLOCK_SIZE, 0, compute_stream>>>(total, partial, SUM_BLOCKS);
     cuda_check(cudaGetLastError());
@@ -528,6 +547,10 @@ static double sum_squares(const float *x, size_t n) {
     cuda_check(cudaMemcpyAsync(&result, total, sizeof(double), cudaMemcpyDeviceToHost, compute_stream));
     cuda_check(cudaStreamSynchronize(compute_stream));
     return result;
+}
+
+static double sum_squares(const float *x, size_t n) {
+    return two_pass_sum_squares(x, NULL, n, HALF_BF16);
 }
 
 static void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
@@ -564,6 +587,32 @@ static void cast_from_half(float *out, const uint16_t *inp, size_t n, HalfFormat
     cuda_check(cudaGetLastError());
 }
 
+static void accumulate_half(uint16_t *acc, const float *add, size_t n, HalfFormat format) {
+    if (n == 0) return;
+    accumulate_half_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(acc, add, n, format);
+    cuda_check(cudaGetLastError());
+}
+
+static double sum_squares_half(const uint16_t *x, size_t n, HalfFormat format) {
+    return two_pass_sum_squares(NULL, x, n, format);
+}
+
+static void adamw_update_half(float *master, uint16_t *params, const uint16_t *grads, float *m, float *v,
+                              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                              float grad_scale, int t, HalfFormat format) {
+    if (n == 0) return;
+    float bias1 = 1.0f - powf(beta1, (float)t);
+    float bias2 = 1.0f - powf(beta2, (float)t);
+    adamw_update_half_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(
+        master, params, grads, m, v, n, lr, beta1, beta2, bias1, bias2, eps, weight_decay, grad_scale,
+        format);
+    cuda_check(cudaGetLastError());
+}
+
+static void fill_zero_half(uint16_t *x, size_t n) {
+    cuda_check(cudaMemsetAsync(x, 0, n * sizeof(uint16_t), compute_stream));
+}
+
 /* The buffers grown on demand: attention's row sums, column sums' and
  * sum_squares' partials. */
 static void release_workspaces(void) {
@@ -592,10 +641,14 @@ extern "C" const KernelOps kernels_cuda = {
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
     .sum_squares = sum_squares,
+    .sum_squares_half = sum_squares_half,
     .adamw_update = adamw_update,
+    .adamw_update_half = adamw_update_half,
     .fill_zero = fill_zero,
+    .fill_zero_half = fill_zero_half,
     .scale = scale,
     .cast_to_half = cast_to_half,
     .cast_from_half = cast_from_half,
+    .accumulate_half = accumulate_half,
     .release_workspaces = release_workspaces,
 };

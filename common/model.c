@@ -462,10 +462,11 @@ static const float *unit_input(const GPT *m, Activations *a, int first, int l) {
 
 void gpt_forward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, int with_loss,
                        const UnitHooks *hooks, int B, int T) {
-    const UnitHooks none = {0}, *h = hooks ? hooks : &none;
+    const UnitHooks none = {0}, *h = hooks ? hooks : &none, *st = m->storage ? m->storage : &none;
     check_range(m, first, last);
     check_shape(a, B, T);
     for (int l = first; l <= last; l++) {
+        if (st->before_forward) st->before_forward(l, st->context);
         if (h->before_forward) h->before_forward(l, h->context);
         if (l == LAYER_EMBEDDING)
             gpt_embedding_forward(m, a, B, T);
@@ -476,18 +477,20 @@ void gpt_forward_range(const GPT *m, Activations *a, Scratch *s, int first, int 
         else
             gpt_block_forward(m, a, s, l, unit_input(m, a, first, l), B, T);
         if (h->after_forward) h->after_forward(l, h->context);
+        if (st->after_forward) st->after_forward(l, st->context);
     }
 }
 
 const float *gpt_backward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, float dloss,
                                 const float *doutput, float *dinput, const UnitHooks *hooks, int B, int T) {
-    const UnitHooks none = {0}, *h = hooks ? hooks : &none;
+    const UnitHooks none = {0}, *h = hooks ? hooks : &none, *st = m->storage ? m->storage : &none;
     check_range(m, first, last);
     /* dout: the gradient of unit l's output; each unit leaves its input's in
      * din: the other of the scratch's two buffers, or dinput for the range's
      * first unit */
     const float *dout = doutput;
     for (int l = last; l >= first; l--) {
+        if (st->before_backward) st->before_backward(l, st->context);
         if (h->before_backward) h->before_backward(l, h->context);
         if (l == LAYER_EMBEDDING) {
             gpt_embedding_backward(m, a, dout, B, T);
@@ -502,6 +505,9 @@ const float *gpt_backward_range(const GPT *m, Activations *a, Scratch *s, int fi
                 gpt_block_backward(m, a, s, l, input, dout, din, B, T);
             dout = din;
         }
+        /* the storage's call first, so that the caller's sees the unit's final
+         * gradients (under mixed precision: added into the 16-bit storage) */
+        if (st->after_backward) st->after_backward(l, st->context);
         if (h->after_backward) h->after_backward(l, h->context);
     }
     return dout;

@@ -56,6 +56,11 @@ typedef struct {
     int owns_storage; /* params and grads were allocated here, and gpt_destroy frees them */
     Weights w;        /* views into params; NULL for tensors not held */
     Weights g;        /* views into grads */
+    /* Optional: calls that give a unit its storage just before it is computed
+     * and take it back after, made by every forward and backward over a range
+     * around the caller's own hooks. Mixed precision (mixed.h) converts the
+     * unit's 16-bit weights to fp32 there; NULL when the storage is bound. */
+    const struct UnitHooks *storage;
 } GPT;
 
 /* Forward values kept for the backward pass: one set per micro-batch in flight.
@@ -197,7 +202,7 @@ typedef void (*BlockBackwardFn)(int layer, const float *input, const float *dout
  * backward. block_forward and block_backward replace gpt_block_forward and
  * gpt_block_backward: tensor parallelism computes every block with sliced
  * matrices and all-reduces, on the same buffers (a->block[l], the scratch). */
-typedef struct {
+typedef struct UnitHooks {
     UnitHook before_forward, after_forward;
     UnitHook before_backward, after_backward;
     BlockForwardFn block_forward;

@@ -285,3 +285,15 @@ assert_refused() {
     bad --precision fp16 --loss-scale-window 0
     assert_refused "--loss-scale-window: 0 is out of range (valid: 1..10000000)"
 }
+
+@test "16-bit precision with a checkpoint is refused until checkpoints hold 16-bit runs" {
+    bad --precision bf16 --save "$(scratch)/ck"
+    assert_refused "--precision bf16: checkpoints of 16-bit runs are not written or read yet"
+}
+
+@test "02: 16-bit precision is refused by the programs that do not implement it yet" {
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 run --separate-stderr timeout 30 \
+        mpirun --oversubscribe -np 1 "$REPO/02_data_parallel/train" --precision bf16 --steps 1 --out "$(scratch)/o"
+    assert_equal "$status" 2
+    [[ "$stderr" == *"error: --precision bf16: this program trains in fp32 only so far"* ]]
+}

@@ -69,6 +69,12 @@ load helpers
     assert_output --partial "PASS casts"
 }
 
+@test "16-bit gradients accumulate, sum their squares (Inf and NaN seen) and feed AdamW's fp32 master weights exactly as specified" {
+    run "$BUILD/tests/test_kernels" mixed
+    assert_success
+    assert_output --partial "PASS mixed"
+}
+
 @test "the same seed reproduces the same check" {
     run "$BUILD/tests/test_kernels" --seed 12345 layernorm
     assert_success

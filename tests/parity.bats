@@ -112,6 +112,12 @@ load helpers
     assert_success
 }
 
+@test "16-bit gradients, their sum of squares and AdamW on master weights on CUDA match the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" mixed
+    assert_success
+}
+
 @test "an asynchronous copy on the copy stream, ordered by events around a kernel, gives the CPU's values" {
     require_gpu
     run "$BUILD/tests/test_parity" async_copy

@@ -885,6 +885,61 @@ static void check_casts(Verdict *v) {
     }
 }
 
+/* The kernels of 16-bit storage, exactly: adamw_update_half against the fp32
+ * adamw_update (checked above) on the same gradients, then the rounding of
+ * its result; accumulate_half against rounding the float sum; sum_squares_half
+ * against a double sum of the values, Inf and NaN passing through. */
+static void check_mixed_of(Verdict *v, const HalfSpec *spec) {
+    const size_t n = 1003;
+    HalfFormat f = spec->format;
+    float *grads = random_floats(n, -1e-3, 1e-3), *master = random_floats(n, -1, 1);
+    float *m = random_floats(n, -0.1, 0.1), *vv = random_floats(n, 0, 0.01);
+    uint16_t *grads16 = check_alloc(n * sizeof(uint16_t)), *params16 = check_alloc(n * sizeof(uint16_t));
+    kernels_cpu.cast_to_half(grads16, grads, n, f);
+    kernels_cpu.cast_from_half(grads, grads16, n, f); /* the values the 16-bit gradients hold */
+    float *params = copy_floats(master, n), *m32 = copy_floats(m, n), *v32 = copy_floats(vv, n);
+    kernels_cpu.adamw_update_half(master, params16, grads16, m, vv, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f,
+                                  2, f);
+    kernels_cpu.adamw_update(params, grads, m32, v32, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 2);
+    for (size_t i = 0; i < n; i++) {
+        if (master[i] != params[i] || m[i] != m32[i] || vv[i] != v32[i])
+            fail(v, "%s adamw_update_half[%zu]: master %a, fp32 adamw %a", spec->name, i, master[i],
+                 params[i]);
+        if (!same_value(ref_half_value(params16[i], spec), ref_half_round(master[i], spec)))
+            fail(v, "%s adamw_update_half[%zu]: 16-bit weight %04x is not the master %a rounded", spec->name,
+                 i, params16[i], master[i]);
+    }
+    float *add = random_floats(n, -10, 10);
+    uint16_t *acc = check_alloc(n * sizeof(uint16_t));
+    memcpy(acc, grads16, n * sizeof(uint16_t));
+    kernels_cpu.accumulate_half(acc, add, n, f);
+    for (size_t i = 0; i < n; i++) {
+        float sum = (float)ref_half_value(grads16[i], spec) + add[i];
+        if (!same_value(ref_half_value(acc[i], spec), ref_half_round(sum, spec)))
+            fail(v, "%s accumulate_half[%zu]: %04x, expected %a rounded", spec->name, i, acc[i], sum);
+    }
+    double want = 0.0;
+    for (size_t i = 0; i < n; i++) want += ref_half_value(acc[i], spec) * ref_half_value(acc[i], spec);
+    double got = kernels_cpu.sum_squares_half(acc, n, f);
+    record(v, spec->name, NO_INDEX, got, want, SUM_SQUARES_RTOL * want);
+    acc[n / 2] = half_from_float(INFINITY, f);
+    if (!isinf(kernels_cpu.sum_squares_half(acc, n, f)))
+        fail(v, "%s sum_squares_half misses an Inf", spec->name);
+    acc[n / 3] = half_from_float(NAN, f);
+    if (!isnan(kernels_cpu.sum_squares_half(acc, n, f)))
+        fail(v, "%s sum_squares_half misses a NaN", spec->name);
+    kernels_cpu.fill_zero_half(acc, n - 1);
+    for (size_t i = 0; i < n - 1; i++)
+        if (acc[i] != 0) fail(v, "%s fill_zero_half left %04x at %zu", spec->name, acc[i], i);
+    float after[1];
+    kernels_cpu.cast_from_half(after, &acc[n - 1], 1, f);
+    if (after[0] == 0.0f && add[n - 1] != 0.0f) fail(v, "%s fill_zero_half zeroed past n", spec->name);
+}
+
+static void check_mixed(Verdict *v) {
+    for (size_t s = 0; s < sizeof half_specs / sizeof half_specs[0]; s++) check_mixed_of(v, &half_specs[s]);
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 typedef struct {
@@ -903,6 +958,7 @@ static const KernelCheck checks[] = {
     {"adamw", check_adamw},
     {"sum_squares", check_sum_squares},
     {"casts", check_casts},
+    {"mixed", check_mixed},
 };
 static const int check_count = sizeof checks / sizeof checks[0];
 

@@ -479,6 +479,48 @@ static void test_casts(const Shape *s, Check *check) {
     }
 }
 
+/* The kernels of 16-bit storage on both backends: AdamW on master weights from
+ * 16-bit gradients (master, moments within the tolerance; the 16-bit weights
+ * are compared as values), accumulate_half, sum_squares_half. */
+static void test_mixed(const Shape *s, Check *check) {
+    size_t n = elementwise_count(s);
+    for (int f = HALF_BF16; f <= HALF_F16; f++) {
+        HalfFormat format = (HalfFormat)f;
+        float *master = random_floats(n, -1, 1), *m = random_floats(n, -0.1f, 0.1f);
+        float *v = random_floats(n, 0.0f, 0.01f), *add = random_floats(n, -1, 1);
+        uint16_t *grads = host_alloc(n * sizeof(uint16_t)), *params = host_alloc(n * sizeof(uint16_t));
+        kernels_cpu.cast_to_half(grads, random_floats(n, -1e-3f, 1e-3f), n, format);
+        float *g_master = gpu_copy(master, n), *g_m = gpu_copy(m, n), *g_v = gpu_copy(v, n);
+        uint16_t *g_params = gpu_copy_bytes(params, n * sizeof(uint16_t));
+        uint16_t *g_grads = gpu_copy_bytes(grads, n * sizeof(uint16_t));
+        float *master0 = host_clone(master, n);
+        kernels_cpu.adamw_update_half(master, params, grads, m, v, n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f,
+                                      3, format);
+        kernels_cuda.adamw_update_half(g_master, g_params, g_grads, g_m, g_v, n, 0.01f, 0.9f, 0.95f, 1e-8f,
+                                       0.1f, 0.7f, 3, format);
+        compare_added(check, "master step", master0, master, g_master, n);
+        compare(check, "m", m, g_m, n);
+        compare(check, "v", v, g_v, n);
+        float *cpu_values = host_alloc(n * sizeof(float)), *g_values = gpu_copy(cpu_values, n);
+        kernels_cpu.cast_from_half(cpu_values, params, n, format);
+        kernels_cuda.cast_from_half(g_values, g_params, n, format);
+        compare(check, "16-bit params", cpu_values, g_values, n);
+        kernels_cpu.accumulate_half(grads, add, n, format);
+        kernels_cuda.accumulate_half(g_grads, gpu_copy(add, n), n, format);
+        kernels_cpu.cast_from_half(cpu_values, grads, n, format);
+        kernels_cuda.cast_from_half(g_values, g_grads, n, format);
+        compare(check, "accumulated grads", cpu_values, g_values, n);
+        double cpu = kernels_cpu.sum_squares_half(grads, n, format);
+        double gpu = kernels_cuda.sum_squares_half(g_grads, n, format);
+        double rel = fabs(cpu - gpu) / (fabs(cpu) > 1e-6 ? fabs(cpu) : 1e-6);
+        if (isnan(rel)) rel = INFINITY;
+        if (rel > check->worst) {
+            check->worst = rel;
+            check->where = "sum_squares_half";
+        }
+    }
+}
+
 /* Not a kernel: the streams. Pinned host values go up on the copy stream; a
  * kernel on the compute stream scales them once they have arrived (an event);
  * they come back down on the copy stream once it is done (another event).
@@ -540,6 +582,7 @@ static const ParityTest parity_tests[] = {
     {"adamw_update", test_adamw_update, TOLERANCE},
     {"fill_zero", test_fill_zero, TOLERANCE},
     {"casts", test_casts, 0.0},
+    {"mixed", test_mixed, TOLERANCE},
     {"async_copy", test_async_copy, TOLERANCE}, /* then the streams */
 };
 #define PARITY_TEST_COUNT (int)(sizeof parity_tests / sizeof parity_tests[0])

@@ -17,7 +17,6 @@
 #include "data.h"
 #include "device.h"
 #include "evaluate.h"
-#include "kernels.h"
 #include "mixed.h"
 #include "model.h"
 #include "optim.h"
@@ -76,7 +75,6 @@ int main(int argc, char **argv) {
         (float)(1.0 / tokens_per_step); /* the loss is the mean over every token of the global batch */
     double *step_ms = xcalloc(last_step, sizeof(double));
     double loss = NAN;
-    const KernelOps *k = ops();
 
     for (int step = first_step; step < last_step; step++) {
         Timer step_timer = {0}, timer = {0};
@@ -85,10 +83,7 @@ int main(int argc, char **argv) {
         timer_start(&step_timer);
 
         /* ---- forward and backward over the micro-batches; gradients accumulate ---- */
-        if (half)
-            k->fill_zero_half(mixed.grads, mixed.n);
-        else
-            k->fill_zero(model.grads, model.num_params);
+        precision_zero_grads(&model, &mixed);
         float loss_scale = scaler.scale; /* fp16: the gradients come out this many times too large */
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
@@ -108,17 +103,8 @@ int main(int argc, char **argv) {
 
         /* ---- update: clip the global gradient norm, then AdamW (fp16: unless it overflowed) ---- */
         timer_start(&timer);
-        if (half) mixed_fault_overflow(&mixed, step + 1);
-        double squares = half ? k->sum_squares_half(mixed.grads, mixed.n, mixed.format)
-                              : k->sum_squares(model.grads, model.num_params);
-        rec.grad_norm = sqrt(squares) / loss_scale;
         rec.lr = lr_at_step(&cfg, step);
-        int skipped = loss_scaler_update(&scaler, isfinite(squares));
-        float grad_scale = clip_scale(&cfg, rec.grad_norm) / loss_scale; /* clip, and divide the scale out */
-        if (half && !skipped)
-            mixed_adamw_step(&mixed, &opt, rec.lr, grad_scale, &cfg);
-        else if (!half)
-            adamw_step(&opt, model.params, model.grads, rec.lr, grad_scale, &cfg);
+        int skipped = precision_update(&model, &mixed, &opt, &scaler, rec.lr, &cfg, step + 1, &rec.grad_norm);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
         profile_step_end(step + 1);
@@ -131,9 +117,6 @@ int main(int argc, char **argv) {
         if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
             rec.val_loss = evaluate_loss(&model, &acts, &scratch, &data, &cfg);
         if (!cfg.quiet || last) log_step(&rec, cfg.steps);
-        if (skipped)
-            log_info("step %d skipped: the fp16 gradients overflowed at loss scale %g\n", step + 1,
-                     loss_scale);
         char scaling[64];
         snprintf(scaling, sizeof scaling, ",%g,%d", loss_scale, skipped);
         steps_csv_write(steps_csv, &rec, half ? scaling : NULL);

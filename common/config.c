@@ -300,11 +300,12 @@ static void check_precision_flags(const Config *c, const char *loss_scale_flag, 
               "--loss-scale-window applies to --loss-scale dynamic only (this run's scale is fixed "
               "at %g)",
               c->loss_scale);
-    if (c->precision != PRECISION_FP32 && extra && extra->multi_rank)
-        fatal(EXIT_USAGE,
-              "--precision %s: this program trains in fp32 only so far (16-bit runs are chapter 01's; valid: "
-              "fp32)",
-              precision_name(c->precision));
+    if (c->precision != PRECISION_FP32 && extra && extra->multi_rank && !extra->mixed_precision)
+        fatal(
+            EXIT_USAGE,
+            "--precision %s: this program trains in fp32 only so far (16-bit runs are chapters 01 and 02's; "
+            "valid: fp32)",
+            precision_name(c->precision));
     if (c->precision != PRECISION_FP32 && (c->save[0] || c->resume[0]))
         fatal(EXIT_USAGE,
               "--precision %s: checkpoints of 16-bit runs are not written or read yet (valid: "

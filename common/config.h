@@ -98,7 +98,9 @@ typedef struct {
     void *context;
     void (*check)(const Config *cfg, void *context);
     void (*record)(const void *context, ConfigRecord *r);
-    int multi_rank; /* the program runs under mpirun: it takes --comm too */
+    int multi_rank;      /* the program runs under mpirun: it takes --comm too */
+    int mixed_precision; /* a multi-rank program that trains in bf16 and fp16 too (mixed.h);
+                            the others refuse --precision bf16|fp16 */
 } CliExtra;
 
 /* Everything a run checks before it builds anything, in one call: fill cfg

@@ -128,3 +128,33 @@ int loss_scaler_update(LossScaler *ls, int finite) {
     }
     return 0;
 }
+
+/* ---- a training step in either precision ---- */
+
+void precision_zero_grads(GPT *model, MixedModel *mm) {
+    if (mm->params)
+        ops()->fill_zero_half(mm->grads, mm->n);
+    else
+        ops()->fill_zero(model->grads, model->num_params);
+}
+
+int precision_update(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
+                     int step, double *grad_norm) {
+    const KernelOps *k = ops();
+    float loss_scale = ls->scale; /* the gradients are this many times too large */
+    if (mm->params) mixed_fault_overflow(mm, step);
+    double squares = mm->params ? k->sum_squares_half(mm->grads, mm->n, mm->format)
+                                : k->sum_squares(model->grads, model->num_params);
+    *grad_norm = sqrt(squares) / loss_scale;
+    int skipped = loss_scaler_update(ls, isfinite(squares));
+    if (skipped) {
+        log_info("step %d skipped: the fp16 gradients overflowed at loss scale %g\n", step, loss_scale);
+        return 1;
+    }
+    float grad_scale = clip_scale(cfg, *grad_norm) / loss_scale; /* clip, and divide the scale out */
+    if (mm->params)
+        mixed_adamw_step(mm, opt, lr, grad_scale, cfg);
+    else
+        adamw_step(opt, model->params, model->grads, lr, grad_scale, cfg);
+    return 0;
+}

@@ -94,4 +94,18 @@ void loss_scaler_init(LossScaler *ls, const Config *cfg);
  * when the step must be skipped; updates the scale for the next step. */
 int loss_scaler_update(LossScaler *ls, int finite);
 
+/* ---- a training step in either precision ----
+ * The two places where a step depends on how the model is stored, for an
+ * fp32 model (mm->params NULL: a zeroed MixedModel) and a 16-bit one alike. */
+
+/* Zero the gradients: model->grads, or mm->grads. */
+void precision_zero_grads(GPT *model, MixedModel *mm);
+/* The update, after the gradients are summed (over micro-batches and ranks)
+ * and were computed with the loss times ls->scale: the global gradient norm
+ * (scale divided out) into *grad_norm, the loss scale's update, and AdamW
+ * with clipping, unless fp16's gradients overflowed. Returns 1 when the step
+ * was skipped. fp32 computes exactly what adamw_step always did. */
+int precision_update(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
+                     int step, double *grad_norm);
+
 #endif

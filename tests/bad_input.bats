@@ -291,9 +291,9 @@ assert_refused() {
     assert_refused "--precision bf16: checkpoints of 16-bit runs are not written or read yet"
 }
 
-@test "02: 16-bit precision is refused by the programs that do not implement it yet" {
+@test "03: 16-bit precision is refused by the programs that do not implement it yet" {
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 run --separate-stderr timeout 30 \
-        mpirun --oversubscribe -np 1 "$REPO/02_data_parallel/train" --precision bf16 --steps 1 --out "$(scratch)/o"
+        mpirun --oversubscribe -np 1 "$REPO/03_model_parallel/train" --precision bf16 --steps 1 --out "$(scratch)/o"
     assert_equal "$status" 2
     [[ "$stderr" == *"error: --precision bf16: this program trains in fp32 only so far"* ]]
 }

@@ -55,6 +55,17 @@ typedef struct KernelOps {
     /* dinp += dout @ weight;  dweight += dout^T @ inp;  dbias += column sums of dout */
     void (*linear_backward)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                             const float *weight, int N, int C, int OC);
+    /* The same two with 16-bit matmul inputs (mixed precision, half.h): each
+     * GEMM's two inputs (inp and weight; dout and weight; dout and inp) rounded
+     * to `format`, their products accumulated in fp32; bias and dbias in fp32.
+     * CUDA: cublasGemmEx on tensor cores, CUBLAS_COMPUTE_32F. CPU: cblas_sgemm on
+     * the rounded values (the products are exact in fp32; the installed
+     * OpenBLAS has no 16-bit GEMM, kernels_cpu.c says why). */
+    void (*linear_forward_half)(float *out, const float *inp, const float *weight, const float *bias, int N,
+                                int C, int OC, HalfFormat format);
+    void (*linear_backward_half)(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, int N, int C, int OC,
+                                 HalfFormat format);
 
     /* Causal self-attention, fused ("flash" style): the (T,T) matrix of
      * probabilities is never stored. qkv (B,T,3C) holds q | k | v, each (C) =
@@ -126,7 +137,7 @@ typedef struct KernelOps {
     /* acc(n) = round(acc + add): a unit's fp32 gradients added into 16-bit storage */
     void (*accumulate_half)(uint16_t *acc, const float *add, size_t n, HalfFormat format);
 
-    /* Free the workspaces the backend grew on demand (attention, norms).
+    /* Free the workspaces the backend grew on demand (attention, norms, 16-bit matmul operands).
      * Called at exit by device_shutdown(); the next call grows them again. */
     void (*release_workspaces)(void);
 } KernelOps;

@@ -7,6 +7,7 @@
  * results each time on the same machine, which the determinism and
  * checkpoint-resume tests rely on. */
 #include "attention.h"
+#include "device.h"
 #include "kernel_math.h"
 #include "kernels.h"
 #include "util.h"
@@ -115,14 +116,30 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
     /* EXERCISE 01.1 END */
 }
 
+static void add_bias(float *out, const float *bias, int N, int OC) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+}
+
 static void linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
                            int OC) {
     /* out(N,OC) = inp(N,C) @ weight(OC,C)^T */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
-    if (bias) {
-#pragma omp parallel for
-        for (int n = 0; n < N; n++)
-            for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+    if (bias) add_bias(out, bias, N, OC);
+}
+/* dbias(OC) += column sums of dout(N,OC) */
+static void bias_backward(float *dbias, const float *dout, int N, int OC) {
+    /* threads own blocks of 64 columns and walk the rows in order */
+#pragma omp parallel for schedule(static)
+    for (int o0 = 0; o0 < OC; o0 += 64) {
+        int width = OC - o0 < 64 ? OC - o0 : 64;
+        double sum[64] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *row = dout + (size_t)n * OC + o0;
+            for (int j = 0; j < width; j++) sum[j] += row[j];
+        }
+        for (int j = 0; j < width; j++) dbias[o0 + j] += (float)sum[j];
     }
 }
 
@@ -133,18 +150,56 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
                 C);
     /* dweight(OC,C) += dout^T(OC,N) @ inp(N,C) */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
-    if (dbias) {
-        /* threads own blocks of 64 columns and walk the rows in order */
-#pragma omp parallel for schedule(static)
-        for (int o0 = 0; o0 < OC; o0 += 64) {
-            int width = OC - o0 < 64 ? OC - o0 : 64;
-            double sum[64] = {0};
-            for (int n = 0; n < N; n++) {
-                const float *row = dout + (size_t)n * OC + o0;
-                for (int j = 0; j < width; j++) sum[j] += row[j];
-            }
-            for (int j = 0; j < width; j++) dbias[o0 + j] += (float)sum[j];
-        }
+    if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+/* ---- matmuls with 16-bit inputs ----
+ * The operands rounded to 16 bits into workspaces grown on demand, then the
+ * fp32 kernels above: the products of 16-bit values are exact in fp32 and
+ * sgemm accumulates them in fp32, which is what a 16-bit GEMM with fp32
+ * accumulation computes, at fp32's speed. OpenBLAS's own bf16 GEMM,
+ * cblas_sbgemm, is declared by the installed cblas.h but missing from
+ * Debian's libopenblas 0.3.21 (built without BUILD_BFLOAT16), and OpenBLAS has
+ * no fp16 GEMM at all. */
+enum { OPERAND_INP, OPERAND_WEIGHT, OPERAND_DOUT, OPERANDS };
+static float *half_operand[OPERANDS];
+static size_t half_operand_floats[OPERANDS];
+
+/* a (count elements) rounded to `format`, as floats, in workspace `slot`. */
+static const float *half_operand_of(int slot, const float *a, size_t count, HalfFormat format) {
+    if (count > half_operand_floats[slot]) {
+        mem_free(half_operand[slot]);
+        half_operand[slot] =
+            mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, count * sizeof(float), "16-bit matmul operand");
+        half_operand_floats[slot] = count;
+    }
+    float *values = half_operand[slot];
+#pragma omp parallel for
+    for (size_t i = 0; i < count; i++) values[i] = half_to_float(half_from_float(a[i], format), format);
+    return values;
+}
+
+static void linear_forward_half(float *out, const float *inp, const float *weight, const float *bias, int N,
+                                int C, int OC, HalfFormat format) {
+    linear_forward(out, half_operand_of(OPERAND_INP, inp, (size_t)N * C, format),
+                   half_operand_of(OPERAND_WEIGHT, weight, (size_t)OC * C, format), bias, N, C, OC);
+}
+
+static void linear_backward_half(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, int N, int C, int OC,
+                                 HalfFormat format) {
+    linear_backward(dinp, dweight, NULL, half_operand_of(OPERAND_DOUT, dout, (size_t)N * OC, format),
+                    half_operand_of(OPERAND_INP, inp, (size_t)N * C, format),
+                    half_operand_of(OPERAND_WEIGHT, weight, (size_t)OC * C, format), N, C, OC);
+    if (dbias) bias_backward(dbias, dout, N, OC); /* a sum of fp32 values: not rounded */
+}
+
+static void release_workspaces(void) {
+    attention_release_cpu();
+    for (int slot = 0; slot < OPERANDS; slot++) {
+        mem_free(half_operand[slot]);
+        half_operand[slot] = NULL;
+        half_operand_floats[slot] = 0;
     }
 }
 
@@ -330,6 +385,8 @@ const KernelOps kernels_cpu = {
     .layernorm_backward = layernorm_backward,
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
+    .linear_forward_half = linear_forward_half,
+    .linear_backward_half = linear_backward_half,
     .attention_forward = attention_forward_cpu,
     .attention_backward = attention_backward_cpu,
     .gelu_forward = gelu_forward,
@@ -348,5 +405,5 @@ const KernelOps kernels_cpu = {
     .cast_to_half = cast_to_half,
     .cast_from_half = cast_from_half,
     .accumulate_half = accumulate_half,
-    .release_workspaces = attention_release_cpu,
+    .release_workspaces = release_workspaces,
 };

@@ -490,6 +490,59 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
     if (dbias && OC > 0 && N > 0) column_sums(NULL, dbias, dout, NULL, NULL, NULL, N, OC);
 }
 
+/* ---- matmuls with 16-bit inputs: the two inputs of a GEMM rounded into
+ * 16-bit workspaces (grown on demand), multiplied by cublasGemmEx on tensor
+ * cores with fp32 accumulation (CUBLAS_COMPUTE_32F) into an fp32 result. */
+static uint16_t *half_operand[2] = {NULL, NULL};
+static size_t half_operand_elems[2] = {0, 0};
+
+static const uint16_t *half_operand_of(int slot, const float *a, size_t count, HalfFormat format) {
+    if (count > half_operand_elems[slot]) {
+        mem_free(half_operand[slot]);
+        half_operand[slot] = (uint16_t *)mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, count * sizeof(uint16_t),
+                                                   "16-bit matmul operand");
+        half_operand_elems[slot] = count;
+    }
+    if (count > 0) {
+        cast_to_half_kernel<<<blocks_for(count, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(
+            half_operand[slot], a, count, format);
+        cuda_check(cudaGetLastError());
+    }
+    return half_operand[slot];
+}
+
+/* sgemm_rowmajor's contract with A (a_count elements) and B (b_count) rounded to `format`, alpha 1. */
+static void gemm_half_rowmajor(bool trans_a, bool trans_b, int M, int N, int K, const float *A,
+                               size_t a_count, int lda, const float *B, size_t b_count, int ldb, float beta,
+                               float *Cm, int ldc, HalfFormat format) {
+    const uint16_t *a = half_operand_of(0, A, a_count, format), *b = half_operand_of(1, B, b_count, format);
+    cudaDataType type = format == HALF_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    float alpha = 1.0f;
+    cublas_check(cublasGemmEx(cublas_handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, b, type, ldb, a, type,
+                              lda, &beta, Cm, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+static void linear_forward_half(float *out, const float *inp, const float *weight, const float *bias, int N,
+                                int C, int OC, HalfFormat format) {
+    size_t NC = (size_t)N * C, OCC = (size_t)OC * C, total = (size_t)N * OC;
+    gemm_half_rowmajor(false, true, N, OC, C, inp, NC, C, weight, OCC, C, 0.0f, out, OC, format);
+    if (bias && total > 0) {
+        add_bias_kernel<<<blocks_for(total, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(out, bias, OC,
+                                                                                          total);
+        cuda_check(cudaGetLastError());
+    }
+}
+
+static void linear_backward_half(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, int N, int C, int OC,
+                                 HalfFormat format) {
+    size_t NC = (size_t)N * C, NOC = (size_t)N * OC, OCC = (size_t)OC * C;
+    gemm_half_rowmajor(false, false, N, C, OC, dout, NOC, OC, weight, OCC, C, 1.0f, dinp, C, format);
+    gemm_half_rowmajor(true, false, OC, C, N, dout, NOC, OC, inp, NC, C, 1.0f, dweight, C, format);
+    if (dbias && OC > 0 && N > 0) column_sums(NULL, dbias, dout, NULL, NULL, NULL, N, OC);
+}
+
 static void gelu_forward(float *out, const float *inp, size_t n) {
     if (n == 0) return;
     gelu_forward_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(out, inp, n);
@@ -614,7 +667,7 @@ static void fill_zero_half(uint16_t *x, size_t n) {
 }
 
 /* The buffers grown on demand: attention's row sums, column sums' and
- * sum_squares' partials. */
+ * sum_squares' partials, the 16-bit matmul operands. */
 static void release_workspaces(void) {
     attention_release_cuda();
     mem_free(column_partials);
@@ -622,6 +675,11 @@ static void release_workspaces(void) {
     column_partials_bytes = 0;
     mem_free(sum_squares_buffer);
     sum_squares_buffer = NULL;
+    for (int slot = 0; slot < 2; slot++) {
+        mem_free(half_operand[slot]);
+        half_operand[slot] = NULL;
+        half_operand_elems[slot] = 0;
+    }
 }
 
 extern "C" const KernelOps kernels_cuda = {
@@ -632,6 +690,8 @@ extern "C" const KernelOps kernels_cuda = {
     .layernorm_backward = layernorm_backward,
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
+    .linear_forward_half = linear_forward_half,
+    .linear_backward_half = linear_backward_half,
     .attention_forward = attention_forward_cuda,
     .attention_backward = attention_backward_cuda,
     .gelu_forward = gelu_forward,

@@ -78,6 +78,8 @@ void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t s
                               .after_backward = after_backward,
                               .context = mm};
     model->storage = &mm->storage;
+    model->half_matmuls = 1;
+    model->matmul_format = format;
 }
 
 void mixed_destroy(MixedModel *mm) {

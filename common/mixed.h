@@ -20,16 +20,18 @@
  * adds it to the fp32 copy, where it accumulates, and the 16-bit weights are
  * that copy rounded after every step.
  *
- * How a step computes. The kernels stay fp32 (kernels.h). Before a unit's
- * forward or backward (model.h: GPT.storage), its 16-bit weights are converted
- * into an fp32 workspace the size of the largest unit (exactly: every 16-bit
- * value is a float), so the matmuls multiply 16-bit-rounded weights and
- * accumulate in fp32, as tensor cores do; layernorm statistics, softmax, the
- * loss and the gradient norm are fp32 (double for the norm). Its gradients go
- * into a second fp32 workspace, then are added into the 16-bit gradients,
- * rounded, after its backward. The activations are fp32 values (4 bytes):
- * 16-bit activations and 16-bit matmul inputs (cublasGemmEx, OpenBLAS's
- * sbgemm) are the next step, not this one.
+ * How a step computes. Before a unit's forward or backward (model.h:
+ * GPT.storage), its 16-bit weights are converted into an fp32 workspace the
+ * size of the largest unit (exactly: every 16-bit value is a float); its
+ * gradients go into a second such workspace, then are added into the 16-bit
+ * gradients, rounded, after its backward. The matmuls take 16-bit inputs
+ * (GPT.half_matmuls: kernels.h's linear_*_half round both operands of each
+ * GEMM, weights and activations or their gradients, and accumulate in fp32:
+ * cublasGemmEx on tensor cores; on the CPU, sgemm on the rounded values,
+ * since the installed OpenBLAS has no 16-bit GEMM: kernels_cpu.c);
+ * layernorm and its statistics, attention's softmax, GELU, the loss and the
+ * gradient norm are fp32 (double for the norm). The activations are stored
+ * as fp32 values (4 bytes each): storing them in 16 bits is not done yet.
  *
  * fp16 and loss scaling. fp16 has 5 exponent bits: gradients below 2^-24
  * become zero and above 65504 become Inf. Scaling the loss by S scales every

@@ -19,6 +19,7 @@
 #define MODEL_H
 
 #include "config.h"
+#include "half.h"
 #include "param_table.h"
 
 #include <stddef.h>
@@ -61,6 +62,10 @@ typedef struct {
      * around the caller's own hooks. Mixed precision (mixed.h) converts the
      * unit's 16-bit weights to fp32 there; NULL when the storage is bound. */
     const struct UnitHooks *storage;
+    /* Mixed precision: the matmuls take 16-bit inputs (rounded to
+     * matmul_format) and accumulate in fp32; 0 for fp32 matmuls. */
+    int half_matmuls;
+    HalfFormat matmul_format;
 } GPT;
 
 /* Forward values kept for the backward pass: one set per micro-batch in flight.

@@ -75,6 +75,12 @@ load helpers
     assert_output --partial "PASS mixed"
 }
 
+@test "matmuls with bf16 and fp16 inputs equal the fp32 ones on rounded inputs, bias gradients unrounded" {
+    run "$BUILD/tests/test_kernels" linear_half
+    assert_success
+    assert_output --partial "PASS linear_half"
+}
+
 @test "the same seed reproduces the same check" {
     run "$BUILD/tests/test_kernels" --seed 12345 layernorm
     assert_success

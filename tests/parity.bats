@@ -40,6 +40,12 @@ load helpers
     assert_success
 }
 
+@test "linear forward and backward with bf16 and fp16 inputs (cublasGemmEx) on CUDA match the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" linear_half
+    assert_success
+}
+
 @test "attention forward on CUDA matches the CPU" {
     require_gpu
     run "$BUILD/tests/test_parity" attention_forward

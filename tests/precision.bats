@@ -177,3 +177,12 @@ sent_mib() {
     assert_equal "$status" 2
     [[ "$stderr" == *"the course's ring all-reduce sums fp32 only so far"* ]]
 }
+
+@test "bf16 with --recompute gives bit-identical losses, and micro-batches accumulate 16-bit gradients" {
+    train01 --steps 3 --precision bf16 --out "$(scratch)/a"
+    train01 --steps 3 --precision bf16 --recompute --out "$(scratch)/r"
+    run diff <(csv_column "$(scratch)/a/steps.csv" loss) <(csv_column "$(scratch)/r/steps.csv" loss)
+    assert_success
+    train01 --steps 3 --precision bf16 --micro 2 --out "$(scratch)/m"
+    assert_losses_within "$(scratch)/a" "$(scratch)/m" 3 1e-2
+}

@@ -940,6 +940,59 @@ static void check_mixed(Verdict *v) {
     for (size_t s = 0; s < sizeof half_specs / sizeof half_specs[0]; s++) check_mixed_of(v, &half_specs[s]);
 }
 
+/* The matmuls with 16-bit inputs: the same as the fp32 kernels (checked
+ * above) run on the inputs rounded to the format, dbias from the unrounded
+ * dout; and not the fp32 result itself (the rounding happened). */
+static float *rounded_copy(const float *x, size_t n, HalfFormat format) {
+    float *y = check_alloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) y[i] = half_to_float(half_from_float(x[i], format), format);
+    return y;
+}
+
+static void check_linear_half_of(Verdict *v, const HalfSpec *spec) {
+    const int N = TEST_N, C = TEST_C, OC = TEST_OC;
+    const size_t n_in = (size_t)N * C, n_out = (size_t)N * OC, n_w = (size_t)OC * C;
+    HalfFormat f = spec->format;
+    float *inp = random_floats(n_in, -1, 1), *weight = random_floats(n_w, -1, 1),
+          *bias = random_floats(OC, -1, 1);
+    float *dout = random_floats(n_out, -1, 1);
+    float *inp16 = rounded_copy(inp, n_in, f), *weight16 = rounded_copy(weight, n_w, f);
+    float *dout16 = rounded_copy(dout, n_out, f);
+    float *out = check_alloc(n_out * sizeof(float)), *want = check_alloc(n_out * sizeof(float));
+    float *unrounded = check_alloc(n_out * sizeof(float));
+    kernels_cpu.linear_forward_half(out, inp, weight, bias, N, C, OC, f);
+    kernels_cpu.linear_forward(want, inp16, weight16, bias, N, C, OC);
+    kernels_cpu.linear_forward(unrounded, inp, weight, bias, N, C, OC);
+    char tensor[48];
+    snprintf(tensor, sizeof tensor, "%s out", spec->name);
+    compare_forward(v, tensor, out, to_double(want, n_out), n_out);
+    double moved = 0.0;
+    for (size_t i = 0; i < n_out; i++) moved = fmax(moved, fabs(out[i] - unrounded[i]));
+    if (moved < 1e-4)
+        fail(v, "%s linear_forward_half gives the fp32 result: the inputs were not rounded", spec->name);
+
+    float *dinp = random_floats(n_in, -1, 1), *dweight = random_floats(n_w, -1, 1),
+          *dbias = random_floats(OC, -1, 1);
+    float *want_dinp = copy_floats(dinp, n_in), *want_dweight = copy_floats(dweight, n_w);
+    float *want_dbias = copy_floats(dbias, OC);
+    kernels_cpu.linear_backward_half(dinp, dweight, dbias, dout, inp, weight, N, C, OC, f);
+    kernels_cpu.linear_backward(want_dinp, want_dweight, NULL, dout16, inp16, weight16, N, C, OC);
+    float *scratch_dinp = check_alloc(n_in * sizeof(float)),
+          *scratch_dweight = check_alloc(n_w * sizeof(float));
+    kernels_cpu.linear_backward(scratch_dinp, scratch_dweight, want_dbias, dout, inp, weight, N, C, OC);
+    snprintf(tensor, sizeof tensor, "%s dinp", spec->name);
+    compare_forward(v, tensor, dinp, to_double(want_dinp, n_in), n_in);
+    snprintf(tensor, sizeof tensor, "%s dweight", spec->name);
+    compare_forward(v, tensor, dweight, to_double(want_dweight, n_w), n_w);
+    snprintf(tensor, sizeof tensor, "%s dbias", spec->name);
+    compare_forward(v, tensor, dbias, to_double(want_dbias, OC), OC);
+}
+
+static void check_linear_half(Verdict *v) {
+    for (size_t s = 0; s < sizeof half_specs / sizeof half_specs[0]; s++)
+        check_linear_half_of(v, &half_specs[s]);
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 typedef struct {
@@ -959,6 +1012,7 @@ static const KernelCheck checks[] = {
     {"sum_squares", check_sum_squares},
     {"casts", check_casts},
     {"mixed", check_mixed},
+    {"linear_half", check_linear_half},
 };
 static const int check_count = sizeof checks / sizeof checks[0];
 

@@ -440,6 +440,34 @@ static void test_fill_zero(const Shape *s, Check *check) {
     compare(check, "x", x, g_x, total);
 }
 
+/* The matmuls with 16-bit inputs: sbgemm (or sgemm on rounded values) on the
+ * CPU, cublasGemmEx on tensor cores on the GPU; both accumulate in fp32. */
+static void test_linear_half(const Shape *s, Check *check) {
+    int N = s->B * s->T, C = s->C, OC = s->OC;
+    size_t NC = (size_t)N * C, NOC = (size_t)N * OC, OCC = (size_t)OC * C;
+    for (int f = HALF_BF16; f <= HALF_F16; f++) {
+        float *inp = random_floats(NC, -1, 1), *weight = random_floats(OCC, -1, 1),
+              *bias = random_floats(OC, -1, 1);
+        float *dout = random_floats(NOC, -1, 1);
+        float *g_inp = gpu_copy(inp, NC), *g_weight = gpu_copy(weight, OCC), *g_dout = gpu_copy(dout, NOC);
+        float *out = random_floats(NOC, -9, 9), *g_out = gpu_copy(out, NOC);
+        kernels_cpu.linear_forward_half(out, inp, weight, bias, N, C, OC, (HalfFormat)f);
+        kernels_cuda.linear_forward_half(g_out, g_inp, g_weight, gpu_copy(bias, OC), N, C, OC, (HalfFormat)f);
+        compare(check, "out", out, g_out, NOC);
+        float *dinp0 = random_grads(NC), *dweight0 = random_grads(OCC), *dbias0 = random_grads(OC);
+        float *dinp = host_clone(dinp0, NC), *dweight = host_clone(dweight0, OCC),
+              *dbias = host_clone(dbias0, OC);
+        float *g_dinp = gpu_copy(dinp0, NC), *g_dweight = gpu_copy(dweight0, OCC),
+              *g_dbias = gpu_copy(dbias0, OC);
+        kernels_cpu.linear_backward_half(dinp, dweight, dbias, dout, inp, weight, N, C, OC, (HalfFormat)f);
+        kernels_cuda.linear_backward_half(g_dinp, g_dweight, g_dbias, g_dout, g_inp, g_weight, N, C, OC,
+                                          (HalfFormat)f);
+        compare_added(check, "dinp", dinp0, dinp, g_dinp, NC);
+        compare_added(check, "dweight", dweight0, dweight, g_dweight, OCC);
+        compare_added(check, "dbias", dbias0, dbias, g_dbias, OC);
+    }
+}
+
 /* The conversions must give the same bits on both backends (they call the same
  * half.h functions): random bit patterns of every exponent, fp16's range's
  * ends and ties, then every 16-bit pattern back to float. */
@@ -570,6 +598,7 @@ static const ParityTest parity_tests[] = {
     {"layernorm_backward", test_layernorm_backward, TOLERANCE},
     {"linear_forward", test_linear_forward, TOLERANCE},
     {"linear_backward", test_linear_backward, TOLERANCE},
+    {"linear_half", test_linear_half, TOLERANCE},
     {"attention_forward", test_attention_forward, TOLERANCE},
     {"attention_backward", test_attention_backward, TOLERANCE},
     {"gelu_forward", test_gelu_forward, TOLERANCE},

@@ -61,6 +61,7 @@ int main(int argc, char **argv) {
     uint64_t rng = cfg.seed; /* for the text sampler */
     int first_step = 0;
     if (cfg.resume[0]) first_step = checkpoint_load(cfg.resume, &cfg, &model, &opt, &rng);
+    if (cfg.resume[0] && half) mixed_weights_from_master(&mixed); /* the checkpoint holds the fp32 weights */
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
     log_info("%s | device %s | %zu parameters | %d layers, d %d, %d heads, seq %d | batch %d = %d "

@@ -231,6 +231,7 @@ int main(int argc, char **argv) {
     uint64_t rng = cfg.seed;
     int first_step = 0;
     if (cfg.resume[0]) first_step = checkpoint_load(cfg.resume, &cfg, &model, &opt, &rng);
+    if (cfg.resume[0] && half) mixed_weights_from_master(&mixed); /* the checkpoint holds the fp32 weights */
     /* Identical initialisation already follows from (seed, name, index); the
      * broadcast makes "rank 0's weights" the rule, as real frameworks do. */
     if (half) {

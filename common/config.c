@@ -306,11 +306,10 @@ static void check_precision_flags(const Config *c, const char *loss_scale_flag, 
             "--precision %s: this program trains in fp32 only so far (16-bit runs are chapters 01 and 02's; "
             "valid: fp32)",
             precision_name(c->precision));
-    if (c->precision != PRECISION_FP32 && (c->save[0] || c->resume[0]))
+    if (c->resume[0] && c->precision == PRECISION_FP16 && c->loss_scale == 0.0f)
         fatal(EXIT_USAGE,
-              "--precision %s: checkpoints of 16-bit runs are not written or read yet (valid: "
-              "--save and --resume with fp32)",
-              precision_name(c->precision));
+              "--resume with --precision fp16 and a dynamic loss scale: checkpoints do not hold the "
+              "scale yet (valid: a fixed --loss-scale, or bf16)");
 }
 
 /* Read argv into c; returns 1 at --help (then nothing else is read). */

@@ -77,6 +77,7 @@ void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t s
                               .before_backward = before_backward,
                               .after_backward = after_backward,
                               .context = mm};
+    model->params = mm->master; /* the fp32 weights of record: what checkpoints save and load */
     model->storage = &mm->storage;
     model->half_matmuls = 1;
     model->matmul_format = format;
@@ -90,6 +91,10 @@ void mixed_destroy(MixedModel *mm) {
     mem_free(mm->unit_grads);
     if (mm->model) mm->model->storage = NULL;
     memset(mm, 0, sizeof *mm);
+}
+
+void mixed_weights_from_master(MixedModel *mm) {
+    ops()->cast_to_half(mm->params, mm->master, mm->n, mm->format);
 }
 
 void mixed_adamw_step(MixedModel *mm, AdamW *opt, float lr, float grad_scale, const Config *cfg) {

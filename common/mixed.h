@@ -68,10 +68,17 @@ typedef struct {
 HalfFormat precision_format(Precision p);
 
 /* The whole model of cfg in 16 bits: the table bound to no storage of its own
- * (model->params and grads stay NULL), master weights initialised from seed
- * as gpt_create would, and the 16-bit weights rounded from them. */
+ * (units get theirs one at a time through model->storage; model->grads stays
+ * NULL and model->params is the master copy, the fp32 weights a checkpoint
+ * holds), master weights initialised from seed as gpt_create would, and the
+ * 16-bit weights rounded from them. */
 void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, HalfFormat format);
 void mixed_destroy(MixedModel *mm);
+
+/* After the master weights changed outside AdamW (a checkpoint was loaded
+ * into model->params, which is the master copy): round the 16-bit weights
+ * from them again. */
+void mixed_weights_from_master(MixedModel *mm);
 
 /* AdamW on the master weights from the 16-bit gradients (times grad_scale),
  * then the 16-bit weights rounded from them. */

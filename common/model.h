@@ -52,7 +52,8 @@ typedef struct {
      * stage of a layer split). */
     int first_unit, last_unit;
     size_t param_first, param_count;
-    float *params;    /* device (param_count), CAT_PARAMS */
+    float *params;    /* device (param_count), CAT_PARAMS; under mixed precision the fp32
+                         master weights (mixed.h, CAT_OPTIMIZER), which units never read */
     float *grads;     /* device (param_count), CAT_GRADS */
     int owns_storage; /* params and grads were allocated here, and gpt_destroy frees them */
     Weights w;        /* views into params; NULL for tensors not held */

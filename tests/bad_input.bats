@@ -286,9 +286,9 @@ assert_refused() {
     assert_refused "--loss-scale-window: 0 is out of range (valid: 1..10000000)"
 }
 
-@test "16-bit precision with a checkpoint is refused until checkpoints hold 16-bit runs" {
-    bad --precision bf16 --save "$(scratch)/ck"
-    assert_refused "--precision bf16: checkpoints of 16-bit runs are not written or read yet"
+@test "resuming fp16 with a dynamic loss scale is refused: checkpoints do not hold the scale" {
+    bad --precision fp16 --resume "$(scratch)/ck"
+    assert_refused "--resume with --precision fp16 and a dynamic loss scale: checkpoints do not hold the scale yet"
 }
 
 @test "03: 16-bit precision is refused by the programs that do not implement it yet" {

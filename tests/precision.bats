@@ -186,3 +186,17 @@ sent_mib() {
     train01 --steps 3 --precision bf16 --micro 2 --out "$(scratch)/m"
     assert_losses_within "$(scratch)/a" "$(scratch)/m" 3 1e-2
 }
+
+@test "a bf16 run saved at step 3 and resumed gives the uninterrupted run's losses, bit for bit" {
+    train01 --steps 6 --precision bf16 --out "$(scratch)/whole"
+    train01 --steps 6 --stop-after 3 --precision bf16 --save "$(scratch)/ck" --out "$(scratch)/first"
+    train01 --steps 6 --precision bf16 --resume "$(scratch)/ck" --out "$(scratch)/second"
+    run diff <(csv_column "$(scratch)/whole/steps.csv" loss | tail -3) <(csv_column "$(scratch)/second/steps.csv" loss)
+    assert_success
+}
+
+@test "an fp32 checkpoint resumes in bf16: the checkpoint holds fp32 weights whatever the precision" {
+    train01 --steps 4 --stop-after 2 --save "$(scratch)/ck" --out "$(scratch)/fp32"
+    train01 --steps 4 --precision bf16 --resume "$(scratch)/ck" --out "$(scratch)/bf16"
+    assert_equal "$(csv_column "$(scratch)/bf16/steps.csv" step | tr '\n' ' ')" "3 4 "
+}

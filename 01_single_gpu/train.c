@@ -8,14 +8,16 @@
  *
  * Memory (memory.csv) is the lesson of this chapter: parameters (4 bytes
  * each), their gradients (4), Adam's two moments (8), plus activations that
- * grow with batch and sequence length. */
+ * grow with batch and sequence length. With --precision bf16 or fp16 the
+ * parameters and gradients are 2 bytes each and fp32 master weights join the
+ * optimizer state (mixed.h; course.md teaches it with chapter 05). */
 #include "checkpoint.h"
 #include "config.h"
 #include "csvlog.h"
 #include "data.h"
 #include "device.h"
 #include "evaluate.h"
-#include "kernels.h"
+#include "mixed.h"
 #include "model.h"
 #include "optim.h"
 #include "util.h"
@@ -37,12 +39,19 @@ int main(int argc, char **argv) {
     Dataset data;
     data_load(&data, cfg.data, cfg.model.seq);
     out_dir_prepare(&cfg, PROGRAM);
-    OutFile *steps_csv = steps_csv_open(&cfg, NULL);
+    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */
+    OutFile *steps_csv = steps_csv_open(&cfg, half ? ",loss_scale,skipped" : NULL);
 
     GPT model;
-    gpt_create(&model, &cfg.model, cfg.seed);
+    MixedModel mixed = {0};
+    if (half)
+        mixed_create(&mixed, &model, &cfg.model, cfg.seed, precision_format(cfg.precision));
+    else
+        gpt_create(&model, &cfg.model, cfg.seed);
     AdamW opt;
     adamw_create(&opt, model.num_params);
+    LossScaler scaler;
+    loss_scaler_init(&scaler, &cfg);
     int B = cfg.batch / cfg.micro, T = cfg.model.seq; /* a micro-batch is B sequences of T tokens */
     Activations acts;
     activations_create_model(&acts, &cfg.model, B, T, cfg.recompute);
@@ -52,13 +61,14 @@ int main(int argc, char **argv) {
     uint64_t rng = cfg.seed; /* for the text sampler */
     int first_step = 0;
     if (cfg.resume[0]) first_step = checkpoint_load(cfg.resume, &cfg, &model, &opt, &rng);
+    if (cfg.resume[0] && half) mixed_weights_from_master(&mixed); /* the checkpoint holds the fp32 weights */
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
     log_info("%s | device %s | %zu parameters | %d layers, d %d, %d heads, seq %d | batch %d = %d "
-             "micro-batches x %d sequences | data %s "
+             "micro-batches x %d sequences | %s | data %s "
              "(%zu bytes)\n",
              PROGRAM, device_name(), model.num_params, cfg.model.layers, cfg.model.dmodel, cfg.model.heads, T,
-             cfg.batch, cfg.micro, B, cfg.data, data.size);
+             cfg.batch, cfg.micro, B, precision_name(cfg.precision), cfg.data, data.size);
     if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
 
     double tokens_per_step = (double)cfg.batch * T;
@@ -66,7 +76,6 @@ int main(int argc, char **argv) {
         (float)(1.0 / tokens_per_step); /* the loss is the mean over every token of the global batch */
     double *step_ms = xcalloc(last_step, sizeof(double));
     double loss = NAN;
-    const KernelOps *k = ops();
 
     for (int step = first_step; step < last_step; step++) {
         Timer step_timer = {0}, timer = {0};
@@ -75,7 +84,8 @@ int main(int argc, char **argv) {
         timer_start(&step_timer);
 
         /* ---- forward and backward over the micro-batches; gradients accumulate ---- */
-        k->fill_zero(model.grads, model.num_params);
+        precision_zero_grads(&model, &mixed);
+        float loss_scale = scaler.scale; /* fp16: the gradients come out this many times too large */
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
             data_upload_batch(&data, SPLIT_TRAIN, cfg.seed, step, mb * B, B, T, acts.tokens, acts.targets);
@@ -86,17 +96,16 @@ int main(int argc, char **argv) {
             rec.fwd_ms += timer_stop_ms(&timer);
 
             timer_start(&timer);
-            gpt_backward(&model, &acts, &scratch, dloss, B, T);
+            gpt_backward(&model, &acts, &scratch, dloss * loss_scale, B, T);
             rec.bwd_ms += timer_stop_ms(&timer);
         }
         loss = loss_sum / tokens_per_step;
         check_loss_finite(loss, step + 1);
 
-        /* ---- update: clip the global gradient norm, then AdamW ---- */
+        /* ---- update: clip the global gradient norm, then AdamW (fp16: unless it overflowed) ---- */
         timer_start(&timer);
-        rec.grad_norm = sqrt(k->sum_squares(model.grads, model.num_params));
         rec.lr = lr_at_step(&cfg, step);
-        adamw_step(&opt, model.params, model.grads, rec.lr, clip_scale(&cfg, rec.grad_norm), &cfg);
+        int skipped = precision_update(&model, &mixed, &opt, &scaler, rec.lr, &cfg, step + 1, &rec.grad_norm);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
         profile_step_end(step + 1);
@@ -109,7 +118,9 @@ int main(int argc, char **argv) {
         if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
             rec.val_loss = evaluate_loss(&model, &acts, &scratch, &data, &cfg);
         if (!cfg.quiet || last) log_step(&rec, cfg.steps);
-        steps_csv_write(steps_csv, &rec, NULL);
+        char scaling[64];
+        snprintf(scaling, sizeof scaling, ",%g,%d", loss_scale, skipped);
+        steps_csv_write(steps_csv, &rec, half ? scaling : NULL);
     }
     out_close(steps_csv);
 
@@ -139,6 +150,7 @@ int main(int argc, char **argv) {
     scratch_destroy(&scratch);
     activations_destroy(&acts, &cfg.model);
     adamw_destroy(&opt);
+    if (half) mixed_destroy(&mixed);
     gpt_destroy(&model);
     data_free(&data);
     device_shutdown();

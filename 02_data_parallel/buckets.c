@@ -6,7 +6,8 @@
 
 #include <stdlib.h>
 
-void buckets_create(BucketSync *bs, const GPT *model, size_t bucket_bytes, CommGroup *group, int use_ring) {
+void buckets_create(BucketSync *bs, const GPT *model, void *grads, CommDtype dtype, size_t bucket_bytes,
+                    CommGroup *group, int use_ring) {
     *bs = (BucketSync){0};
     bs->buckets = xcalloc(model->num_tensors, sizeof(Bucket));
     /* Walk the tensors from the last to the first, closing a bucket once it
@@ -21,14 +22,14 @@ void buckets_create(BucketSync *bs, const GPT *model, size_t bucket_bytes, CommG
         }
         open->lo = t->offset;
         if (t->layer < open->lowest_layer) open->lowest_layer = t->layer;
-        if ((open->hi - open->lo) * sizeof(float) >= bucket_bytes) open = NULL;
+        if ((open->hi - open->lo) * comm_dtype_bytes(dtype) >= bucket_bytes) open = NULL;
     }
     /* The all-reduce of each bucket in place, summed (the loss is already a
      * mean over the global batch), by the library or the course's ring. */
     BucketRange *ranges = xcalloc(bs->count, sizeof(BucketRange));
     for (int i = 0; i < bs->count; i++) ranges[i] = (BucketRange){bs->buckets[i].lo, bs->buckets[i].hi};
-    BucketedSpec spec = {BUCKETED_ALLREDUCE, COMM_F32, COMM_SUM, use_ring ? ring_allreduce : NULL};
-    bs->allreduce = bucketed_create(group, &spec, ranges, bs->count, model->grads, NULL);
+    BucketedSpec spec = {BUCKETED_ALLREDUCE, dtype, COMM_SUM, use_ring ? ring_allreduce : NULL};
+    bs->allreduce = bucketed_create(group, &spec, ranges, bs->count, grads, NULL);
     free(ranges);
 }
 

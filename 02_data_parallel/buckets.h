@@ -35,7 +35,10 @@ typedef struct {
     double comm_ms;                /* time its thread spent all-reducing this step */
 } BucketSync;
 
-void buckets_create(BucketSync *bs, const GPT *model, size_t bucket_bytes, CommGroup *group, int use_ring);
+/* Buckets over `grads` (the model's, or mixed precision's 16-bit ones: dtype
+ * says which), laid out like the model's table; bucket_bytes of that type. */
+void buckets_create(BucketSync *bs, const GPT *model, void *grads, CommDtype dtype, size_t bucket_bytes,
+                    CommGroup *group, int use_ring);
 void buckets_destroy(BucketSync *bs);
 /* Start of a step: no bucket launched yet. */
 void buckets_begin_step(BucketSync *bs);

@@ -12,7 +12,9 @@
  *   gradient norm -> clip -> AdamW update -> log (slowest rank's times)
  *
  * The all-reduce is the library's (MPI, NCCL) or the course's own ring
- * (--allreduce ring, common/ring.c). */
+ * (--allreduce ring, common/ring.c). With --precision bf16|fp16 (mixed.h)
+ * the gradients are 16 bits and so is their all-reduce: half the bytes
+ * (with the library's all-reduce; the course's ring is fp32 only so far). */
 #include "buckets.h"
 #include "checkpoint.h"
 #include "comm.h"
@@ -22,6 +24,7 @@
 #include "device.h"
 #include "evaluate.h"
 #include "kernels.h"
+#include "mixed.h"
 #include "model.h"
 #include "optim.h"
 #include "ring.h"
@@ -99,6 +102,12 @@ static void check_dp_layout(const Config *cfg, void *context) {
     if (cfg->batch % (f->ranks * cfg->micro) != 0)
         fatal(EXIT_USAGE, "--batch %d is not divisible by %d ranks x --micro %d (valid: a multiple of %d)",
               cfg->batch, f->ranks, cfg->micro, f->ranks * cfg->micro);
+    if (cfg->precision != PRECISION_FP32 && strcmp(f->allreduce, "ring") == 0)
+        fatal(
+            EXIT_USAGE,
+            "--precision %s: the course's ring all-reduce sums fp32 only so far (valid: --allreduce library, "
+            "or --precision fp32)",
+            precision_name(cfg->precision));
 }
 
 static void record_dp_flags(const void *context, ConfigRecord *r) {
@@ -112,29 +121,37 @@ static void record_dp_flags(const void *context, ConfigRecord *r) {
 
 /* ---- gradient synchronisation ---- */
 
-static void allreduce_sum(CommGroup *g, float *buf, size_t count, int use_ring) {
+/* The gradients, of `type`: the model's (fp32), or the 16-bit ones of mixed precision. */
+typedef struct {
+    char *grads;
+    CommDtype type;
+} GradBuffer;
+
+static void allreduce_sum(CommGroup *g, const GradBuffer *b, size_t first, size_t count, int use_ring) {
+    char *buf = b->grads + first * comm_dtype_bytes(b->type);
     if (use_ring)
-        ring_allreduce(g, buf, count, COMM_SUM);
+        ring_allreduce(g, (float *)buf, count, COMM_SUM); /* fp32 only (check_dp_layout) */
     else
-        comm_allreduce(g, buf, count, COMM_SUM);
+        comm_allreduce_typed(g, buf, count, b->type, COMM_SUM, NULL);
 }
 
 /* naive: one all-reduce per named tensor, after the whole backward pass */
-static void sync_naive(const GPT *model, CommGroup *g, int use_ring) {
+static void sync_naive(const GPT *model, const GradBuffer *b, CommGroup *g, int use_ring) {
     for (int k = 0; k < model->num_tensors; k++)
-        allreduce_sum(g, model->grads + model->tensors[k].offset, model->tensors[k].numel, use_ring);
+        allreduce_sum(g, b, model->tensors[k].offset, model->tensors[k].numel, use_ring);
 }
 
 /* flat: the gradients are one contiguous buffer, so one all-reduce does it all */
-static void sync_flat(const GPT *model, CommGroup *g, int use_ring) {
-    allreduce_sum(g, model->grads, model->num_params, use_ring);
+static void sync_flat(const GPT *model, const GradBuffer *b, CommGroup *g, int use_ring) {
+    allreduce_sum(g, b, 0, model->num_params, use_ring);
 }
 
-/* Every replica must hold the same parameters: compare a hash of their bytes.
- * (For testing this check: COURSE_FAULT_REPLICA_RANK=r changes one weight on rank r first.) */
-static void check_replicas(const GPT *model, CommGroup *world, int step) {
+/* Every replica must hold the same parameters (in mixed precision: the same
+ * master weights): compare a hash of their bytes. (For testing this check:
+ * COURSE_FAULT_REPLICA_RANK=r changes one weight on rank r first.) */
+static void check_replicas(const GPT *model, const float *params, CommGroup *world, int step) {
     float *host = xmalloc(model->num_params * sizeof(float));
-    copy_to_host(host, model->params, model->num_params * sizeof(float));
+    copy_to_host(host, params, model->num_params * sizeof(float));
     const char *fault = getenv("COURSE_FAULT_REPLICA_RANK");
     if (fault && atoi(fault) == comm_rank(world)) host[0] += 1.0f;
     uint64_t hash = 0;
@@ -167,10 +184,12 @@ int main(int argc, char **argv) {
                       .context = &dp,
                       .check = check_dp_layout,
                       .record = record_dp_flags,
-                      .multi_rank = 1};
+                      .multi_rank = 1,
+                      .mixed_precision = 1};
     comm_parse_config(&cfg, argc, argv, PROGRAM,
                       "Train a GPT with data parallelism: N replicas, gradients all-reduced.", &extra);
     int use_ring = strcmp(dp.allreduce, "ring") == 0;
+    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
 
     /* ---- build: device, data, output files, model, optimizer, activations ---- */
     device_init(cfg.device, comm_local_rank());
@@ -181,13 +200,22 @@ int main(int argc, char **argv) {
     OutFile *steps_csv = NULL;
     if (rank == 0) {
         out_dir_prepare(&cfg, PROGRAM);
-        steps_csv = steps_csv_open(&cfg, ",exposed_comm_ms");
+        steps_csv = steps_csv_open(&cfg, half ? ",exposed_comm_ms,loss_scale,skipped" : ",exposed_comm_ms");
     }
 
     GPT model;
-    gpt_create(&model, &cfg.model, cfg.seed);
+    MixedModel mixed = {0};
+    if (half)
+        mixed_create(&mixed, &model, &cfg.model, cfg.seed, precision_format(cfg.precision));
+    else
+        gpt_create(&model, &cfg.model, cfg.seed);
+    GradBuffer grads = {(char *)model.grads, COMM_F32};
+    if (half)
+        grads = (GradBuffer){(char *)mixed.grads, cfg.precision == PRECISION_BF16 ? COMM_BF16 : COMM_F16};
     AdamW opt;
     adamw_create(&opt, model.num_params);
+    LossScaler scaler;
+    loss_scaler_init(&scaler, &cfg);
     int per_rank = cfg.batch / ranks; /* this rank's share of the global batch */
     int B = per_rank / cfg.micro, T = cfg.model.seq;
     Activations acts;
@@ -196,21 +224,29 @@ int main(int argc, char **argv) {
     scratch_create(&scratch, &cfg.model, B, T, cfg.recompute);
     BucketSync buckets;
     int overlap = strcmp(dp.dp_mode, "overlap") == 0;
-    if (overlap) buckets_create(&buckets, &model, (size_t)(dp.bucket_mb * 1048576.0), world, use_ring);
+    if (overlap)
+        buckets_create(&buckets, &model, grads.grads, grads.type, (size_t)(dp.bucket_mb * 1048576.0), world,
+                       use_ring);
 
     uint64_t rng = cfg.seed;
     int first_step = 0;
     if (cfg.resume[0]) first_step = checkpoint_load(cfg.resume, &cfg, &model, &opt, &rng);
+    if (cfg.resume[0] && half) mixed_weights_from_master(&mixed); /* the checkpoint holds the fp32 weights */
     /* Identical initialisation already follows from (seed, name, index); the
      * broadcast makes "rank 0's weights" the rule, as real frameworks do. */
-    comm_broadcast(world, model.params, model.num_params, 0);
+    if (half) {
+        comm_broadcast(world, mixed.master, mixed.n, 0);
+        comm_broadcast_typed(world, mixed.params, mixed.n, grads.type, 0, NULL);
+    } else {
+        comm_broadcast(world, model.params, model.num_params, 0);
+    }
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
     log_info(
         "%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
-        "ranks x %d micro-batches x %d sequences\n",
+        "ranks x %d micro-batches x %d sequences | %s\n",
         PROGRAM, ranks, device_name(), comm_transport_name(), dp.dp_mode, dp.allreduce, model.num_params,
-        cfg.batch, ranks, cfg.micro, B);
+        cfg.batch, ranks, cfg.micro, B, precision_name(cfg.precision));
     if (overlap) log_info("overlap: %d gradient buckets of about %.2f MiB\n", buckets.count, dp.bucket_mb);
     if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
 
@@ -218,7 +254,6 @@ int main(int argc, char **argv) {
     float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
     double *step_ms = xcalloc(last_step, sizeof(double));
     double loss = NAN;
-    const KernelOps *k = ops();
 
     for (int step = first_step; step < last_step; step++) {
         Timer step_timer = {0}, timer = {0};
@@ -227,7 +262,8 @@ int main(int argc, char **argv) {
         timer_start(&step_timer);
 
         /* ---- forward and backward over this rank's micro-batches ---- */
-        k->fill_zero(model.grads, model.num_params);
+        precision_zero_grads(&model, &mixed);
+        float loss_scale = scaler.scale; /* fp16: the gradients come out this many times too large */
         if (overlap) buckets_begin_step(&buckets);
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
@@ -243,7 +279,7 @@ int main(int argc, char **argv) {
             timer_start(&timer);
             /* overlap: buckets start all-reducing during the LAST micro-batch's backward */
             int last_micro = mb == cfg.micro - 1;
-            gpt_backward_hooked(&model, &acts, &scratch, dloss, B, T,
+            gpt_backward_hooked(&model, &acts, &scratch, dloss * loss_scale, B, T,
                                 overlap && last_micro ? buckets_layer_done : NULL, &buckets);
             rec.bwd_ms += timer_stop_ms(&timer);
         }
@@ -255,22 +291,22 @@ int main(int argc, char **argv) {
             rec.comm_ms = buckets.comm_ms;
         } else {
             if (strcmp(dp.dp_mode, "naive") == 0)
-                sync_naive(&model, world, use_ring);
+                sync_naive(&model, &grads, world, use_ring);
             else
-                sync_flat(&model, world, use_ring);
+                sync_flat(&model, &grads, world, use_ring);
             rec.comm_ms = exposed_ms = timer_stop_ms(&timer);
         }
         loss = comm_allreduce_double(world, loss_sum, 0) / tokens_per_step;
         check_loss_finite(loss, step + 1);
 
-        /* ---- update: the same on every replica ---- */
+        /* ---- update: the same on every replica (an fp16 overflow anywhere is in every sum) ---- */
         timer_start(&timer);
-        rec.grad_norm = sqrt(k->sum_squares(model.grads, model.num_params));
         rec.lr = lr_at_step(&cfg, step);
-        adamw_step(&opt, model.params, model.grads, rec.lr, clip_scale(&cfg, rec.grad_norm), &cfg);
+        int skipped = precision_update(&model, &mixed, &opt, &scaler, rec.lr, &cfg, step + 1, &rec.grad_norm);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
-        if (dp.check_replicas && (step + 1) % dp.check_replicas == 0) check_replicas(&model, world, step + 1);
+        if (dp.check_replicas && (step + 1) % dp.check_replicas == 0)
+            check_replicas(&model, half ? mixed.master : model.params, world, step + 1);
 
         /* ---- log: the slowest rank's times ---- */
         comm_slowest_times(world, &rec);
@@ -283,8 +319,11 @@ int main(int argc, char **argv) {
             if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
                 rec.val_loss = evaluate_loss(&model, &acts, &scratch, &data, &cfg);
             if (!cfg.quiet || last) log_step(&rec, cfg.steps);
-            char extra_values[32];
+            char extra_values[64];
             snprintf(extra_values, sizeof extra_values, ",%.4f", exposed_ms);
+            if (half)
+                snprintf(extra_values + strlen(extra_values), sizeof extra_values - strlen(extra_values),
+                         ",%g,%d", loss_scale, skipped);
             steps_csv_write(steps_csv, &rec, extra_values);
         }
     }
@@ -321,6 +360,7 @@ int main(int argc, char **argv) {
     scratch_destroy(&scratch);
     activations_destroy(&acts, &cfg.model);
     adamw_destroy(&opt);
+    if (half) mixed_destroy(&mixed);
     gpt_destroy(&model);
     data_free(&data);
     device_shutdown();

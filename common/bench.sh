@@ -16,11 +16,14 @@
 # "headline" rows. On the CPU the waiting policy matters (PyTorch runs many
 # short parallel regions, which passive waiting slows down), so each side is
 # also measured in the other's setting: "alternative" rows (BENCH_VARIANTS=0
-# leaves them out). On a GPU every configuration runs in each precision of
+# leaves them out). Every configuration runs in each precision of
 # BENCH_PRECISIONS:
 #   fp32  strict fp32 matmuls on both sides (PyTorch's default)
 #   tf32  COURSE_TF32=1: TF32 tensor-core matmuls on both sides (the course's
-#         attention then also uses one TF32 product instead of three)
+#         attention then also uses one TF32 product instead of three); GPU only
+#   bf16  --precision bf16 (mixed precision, common/mixed.h) against PyTorch
+#         under torch.autocast(bfloat16) with fp32 weights and AdamW
+#   fp16  --precision fp16 against autocast(float16) with a GradScaler
 # Writes, in runs/bench/:
 #
 #   bench.csv    device,program,model,precision,variant,settings,batch,seq,params,repeat,median_step_ms,
@@ -47,7 +50,7 @@
 #
 # Settings (environment): PYTHON (python3), BENCH_REPEATS (GPU 3, CPU 5),
 # BENCH_COMPILE_REPEATS (1; 0 skips torch.compile), BENCH_VARIANTS (CPU 1, GPU 0),
-# BENCH_PRECISIONS (GPU: "fp32 tf32"; CPU: fp32), BENCH_MODELS (the presets
+# BENCH_PRECISIONS (GPU: "fp32 tf32 bf16"; CPU: "fp32 bf16"), BENCH_MODELS (the presets
 # below), BENCH_STEPS (steps per run; default per preset), BENCH_OUT
 # (runs/bench), OMP_NUM_THREADS (default: every core), TRAIN
 # (./01_single_gpu/train).
@@ -69,7 +72,7 @@ if [[ -x "$probe" ]] && gpu_name="$("$probe" 2>/dev/null)"; then
     device=cuda
     device_label="$gpu_name"
     configs=("tiny 8 50" "small 8 50" "medium 8 30" "gpt2 8 20")
-    precisions="${BENCH_PRECISIONS:-fp32 tf32}"
+    precisions="${BENCH_PRECISIONS:-fp32 tf32 bf16}"
     REPEATS="${BENCH_REPEATS:-3}"
     VARIANTS="${BENCH_VARIANTS:-0}"
 else
@@ -77,7 +80,7 @@ else
     cpu_model="$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1)"
     device_label="cpu ${cpu_model:-unknown} ($(getconf _NPROCESSORS_ONLN) cores; OMP_NUM_THREADS=$OMP_NUM_THREADS)"
     configs=("tiny 8 50" "small 8 30")
-    precisions="${BENCH_PRECISIONS:-fp32}"
+    precisions="${BENCH_PRECISIONS:-fp32 bf16}"
     REPEATS="${BENCH_REPEATS:-5}"
     VARIANTS="${BENCH_VARIANTS:-1}"
 fi
@@ -110,6 +113,9 @@ csv_field() {
                           NR == 2 { print $col }' "$1"
 }
 
+# The --precision of a BENCH_PRECISIONS entry: tf32 is fp32 storage with TF32 matmuls.
+mixed_precision() { [[ $1 == tf32 ]] && echo fp32 || echo "$1"; }
+
 # One PyTorch run (eager, or compiled with --compile); its row goes into bench.csv.
 pytorch_run() { # precision model batch steps repeat variant wait_policy log [--compile]
     local precision="$1" model="$2" batch="$3" steps="$4" r="$5" variant="$6" wait="$7" log="$8"
@@ -120,7 +126,8 @@ pytorch_run() { # precision model batch steps repeat variant wait_policy log [--
         [[ $wait == default ]] || export OMP_WAIT_POLICY="$wait"
         COURSE_TF32=$([[ $precision == tf32 ]] && echo 1 || echo 0) "$PYTHON" common/pytorch_gpt.py \
             --device "$device" --model "$model" --batch "$batch" --steps "$steps" --threads "$OMP_NUM_THREADS" \
-            --quiet --csv "$tmp" --device-label "$device_label" --repeat "$r" "$@"
+            --quiet --csv "$tmp" --device-label "$device_label" --repeat "$r" \
+            --precision "$(mixed_precision "$precision")" "$@"
     ) >"$log" 2>&1 || { cat "$log" >&2; echo "bench: common/pytorch_gpt.py $* failed" >&2; exit 1; }
     local dev prog ms tps peak
     IFS=, read -r dev prog _ _ _ _ _ ms tps peak < <(tail -1 "$tmp")
@@ -137,7 +144,8 @@ course_run() { # precision model batch steps repeat variant wait_policy
     (
         [[ $wait == default ]] || export OMP_WAIT_POLICY="$wait"
         COURSE_TF32=$([[ $precision == tf32 ]] && echo 1 || echo 0) "$TRAIN" --device "$device" --model "$model" \
-            --batch "$batch" --steps "$steps" --sample 0 --quiet --overwrite --out "$run_dir"
+            --batch "$batch" --steps "$steps" --precision "$(mixed_precision "$precision")" --sample 0 --quiet \
+            --overwrite --out "$run_dir"
     ) >"$run_dir.log" 2>&1 || { cat "$run_dir.log" >&2; echo "bench: $TRAIN failed" >&2; exit 1; }
     local run="$run_dir/run.csv" ms tps
     ms="$(csv_field "$run" median_step_ms)" tps="$(csv_field "$run" tokens_per_s)"
@@ -174,11 +182,12 @@ rm -f "$out/pytorch-row.csv"
 import csv, statistics, sys
 out = sys.argv[1]
 # Dense peak FLOP/s by device name (substring) and precision, from the vendors'
-# data sheets: H100 SXM5 67 TFLOPS fp32, 494.7 TF32 (989.4 is with sparsity);
-# H100 PCIe 51.2 / 378; A100 19.5 / 156.
-PEAKS = [("H100 80GB HBM3", {"fp32": 66.9e12, "tf32": 494.7e12}),
-         ("H100 PCIe", {"fp32": 51.2e12, "tf32": 378e12}),
-         ("A100", {"fp32": 19.5e12, "tf32": 156e12})]
+# data sheets: H100 SXM5 67 TFLOPS fp32, 494.7 TF32 (989.4 is with sparsity),
+# 989.4 bf16 and fp16 (1979 with sparsity); H100 PCIe 51.2 / 378 / 756;
+# A100 19.5 / 156 / 312.
+PEAKS = [("H100 80GB HBM3", {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12}),
+         ("H100 PCIe", {"fp32": 51.2e12, "tf32": 378e12, "bf16": 756e12, "fp16": 756e12}),
+         ("A100", {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12})]
 PRESETS = {"tiny": (2, 64, 64), "small": (4, 128, 128), "medium": (6, 384, 256), "gpt2": (12, 768, 1024)}
 with open(f"{out}/bench.csv") as f:
     rows = list(csv.DictReader(f))

@@ -13,6 +13,7 @@
 
 #include "csvlog.h"
 #include "device.h"
+#include "half.h"
 #ifdef USE_CUDA
 #include "cuda_runtime_glue.h"
 #endif
@@ -90,9 +91,11 @@ void comm_init(int *argc, char ***argv) {
 }
 
 static void release_group(CommGroup *g);
+static void free_sum_ops(void);
 
 void comm_finalize(void) {
     release_group(&world_group);
+    free_sum_ops();
     MPI_Finalize();
 }
 
@@ -334,15 +337,48 @@ const char *comm_dtype_name(CommDtype dtype) {
     return "an unknown type";
 }
 
-/* fp32 only, until mixed precision brings the 16-bit reductions (comm.h). */
-static void require_fp32(CommDtype dtype, const char *call) {
-    if (dtype == COMM_F32) return;
-    if (dtype == COMM_BF16 || dtype == COMM_F16)
-        fatal(EXIT_RUNTIME,
-              "%s: %s buffers are not supported yet: 16-bit communication arrives with mixed precision "
-              "(--precision bf16|fp16); use COMM_F32",
-              call, comm_dtype_name(dtype));
-    fatal(EXIT_RUNTIME, "%s: unknown element type %d (valid: COMM_F32)", call, (int)dtype);
+static void check_dtype(CommDtype dtype, const char *call) {
+    if (dtype != COMM_F32 && dtype != COMM_BF16 && dtype != COMM_F16)
+        fatal(EXIT_RUNTIME, "%s: unknown element type %d (valid: COMM_F32, COMM_BF16, COMM_F16)", call,
+              (int)dtype);
+}
+
+/* ---- 16-bit sums for MPI, which has no 16-bit float type ----
+ * The buffers go as MPI_UINT16_T; the sum is an operation of our own that
+ * widens each pair to fp32, adds, and rounds back (half.h), so partial sums
+ * are rounded to 16 bits as they travel, as NCCL's are. */
+
+static void sum_16(void *in, void *inout, int *len, HalfFormat format) {
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = half_from_float(half_to_float(a[i], format) + half_to_float(b[i], format), format);
+}
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    sum_16(in, inout, len, HALF_BF16);
+}
+static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    sum_16(in, inout, len, HALF_F16);
+}
+
+static MPI_Op sum_ops[2] = {MPI_OP_NULL, MPI_OP_NULL}; /* bf16, fp16: made on first use */
+
+static void free_sum_ops(void) {
+    for (int i = 0; i < 2; i++)
+        if (sum_ops[i] != MPI_OP_NULL) MPI_CHECK(MPI_Op_free(&sum_ops[i]));
+}
+
+static MPI_Datatype mpi_type(CommDtype dtype) {
+    return dtype == COMM_F32 ? MPI_FLOAT : MPI_UINT16_T;
+}
+
+static MPI_Op mpi_sum(CommDtype dtype) {
+    if (dtype == COMM_F32) return MPI_SUM;
+    int i = dtype == COMM_BF16 ? 0 : 1;
+    if (sum_ops[i] == MPI_OP_NULL) MPI_CHECK(MPI_Op_create(i == 0 ? sum_bf16 : sum_f16, 1, &sum_ops[i]));
+    return sum_ops[i];
 }
 
 static void count_sent(double bytes) {
@@ -465,9 +501,17 @@ static void release_group(CommGroup *g) {
 
 /* ---- collectives ---- */
 
-/* Average = sum / size, applied to the host buffer MPI produced. */
-static void scale(float *host, size_t count, float factor) {
-    for (size_t i = 0; i < count; i++) host[i] *= factor;
+/* Average = sum / size, applied to the host buffer MPI produced (16-bit
+ * values: widened, scaled, rounded back). */
+static void scale(void *host, size_t count, CommDtype dtype, float factor) {
+    if (dtype == COMM_F32) {
+        float *x = host;
+        for (size_t i = 0; i < count; i++) x[i] *= factor;
+        return;
+    }
+    HalfFormat format = dtype == COMM_BF16 ? HALF_BF16 : HALF_F16;
+    uint16_t *h = host;
+    for (size_t i = 0; i < count; i++) h[i] = half_from_float(half_to_float(h[i], format) * factor, format);
 }
 
 /* MPI counts are ints. */
@@ -480,7 +524,7 @@ static int mpi_count(size_t count) {
 void comm_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype, ReduceOp op,
                           DeviceEvent *ready) {
     fault_point("allreduce"); /* tests/faults.bats: COURSE_FAULT_KILL (util.h) */
-    require_fp32(dtype, "comm_allreduce");
+    check_dtype(dtype, "comm_allreduce");
     if (count == 0) return;
     size_t bytes = count * comm_dtype_bytes(dtype);
     count_sent(2.0 * (g->size - 1) / g->size * bytes);
@@ -494,15 +538,15 @@ void comm_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype
         return;
     }
 #endif
-    float *h = to_host(g, comm, host_side(g, buf, 0, bytes), buf, bytes);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, mpi_count(count), MPI_FLOAT, MPI_SUM, g->mpi));
-    if (op == COMM_AVG) scale(h, count, 1.0f / g->size);
+    void *h = to_host(g, comm, host_side(g, buf, 0, bytes), buf, bytes);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, mpi_count(count), mpi_type(dtype), mpi_sum(dtype), g->mpi));
+    if (op == COMM_AVG) scale(h, count, dtype, 1.0f / g->size);
     to_device(g, comm, buf, h, bytes);
 }
 
 void comm_reduce_scatter_typed(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
                                ReduceOp op, DeviceEvent *ready) {
-    require_fp32(dtype, "comm_reduce_scatter");
+    check_dtype(dtype, "comm_reduce_scatter");
     size_t bytes = count * comm_dtype_bytes(dtype), total = (size_t)g->size * bytes;
     count_sent((double)(g->size - 1) / g->size * total);
     DeviceStream *comm = comm_stream_after(g, ready);
@@ -516,15 +560,15 @@ void comm_reduce_scatter_typed(CommGroup *g, const void *send, void *recv, size_
 #endif
     /* staged: [ send (size * count) | recv (count) ] in the staging buffer */
     void *hs = to_host(g, comm, host_side(g, (void *)send, 0, total + bytes), send, total);
-    float *hr = host_side(g, recv, total, total + bytes);
-    MPI_CHECK(MPI_Reduce_scatter_block(hs, hr, mpi_count(count), MPI_FLOAT, MPI_SUM, g->mpi));
-    if (op == COMM_AVG) scale(hr, count, 1.0f / g->size);
+    void *hr = host_side(g, recv, total, total + bytes);
+    MPI_CHECK(MPI_Reduce_scatter_block(hs, hr, mpi_count(count), mpi_type(dtype), mpi_sum(dtype), g->mpi));
+    if (op == COMM_AVG) scale(hr, count, dtype, 1.0f / g->size);
     to_device(g, comm, recv, hr, bytes);
 }
 
 void comm_allgather_typed(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
                           DeviceEvent *ready) {
-    require_fp32(dtype, "comm_allgather");
+    check_dtype(dtype, "comm_allgather");
     size_t bytes = count * comm_dtype_bytes(dtype), total = (size_t)g->size * bytes;
     count_sent((double)(g->size - 1) * bytes);
     DeviceStream *comm = comm_stream_after(g, ready);
@@ -538,13 +582,14 @@ void comm_allgather_typed(CommGroup *g, const void *send, void *recv, size_t cou
     /* staged: [ recv (size * count) | send (count) ] in the staging buffer */
     void *hs = to_host(g, comm, host_side(g, (void *)send, total, total + bytes), send, bytes);
     void *hr = host_side(g, recv, 0, total + bytes);
-    MPI_CHECK(MPI_Allgather(hs, mpi_count(count), MPI_FLOAT, hr, mpi_count(count), MPI_FLOAT, g->mpi));
+    MPI_CHECK(
+        MPI_Allgather(hs, mpi_count(count), mpi_type(dtype), hr, mpi_count(count), mpi_type(dtype), g->mpi));
     to_device(g, comm, recv, hr, total);
 }
 
 void comm_broadcast_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype, int root,
                           DeviceEvent *ready) {
-    require_fp32(dtype, "comm_broadcast");
+    check_dtype(dtype, "comm_broadcast");
     size_t bytes = count * comm_dtype_bytes(dtype);
     if (g->rank == root) count_sent((double)(g->size - 1) * bytes);
     DeviceStream *comm = comm_stream_after(g, ready);
@@ -557,7 +602,7 @@ void comm_broadcast_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype
 #endif
     void *h = host_side(g, buf, 0, bytes);
     if (g->rank == root) to_host(g, comm, h, buf, bytes);
-    MPI_CHECK(MPI_Bcast(h, mpi_count(count), MPI_FLOAT, root, g->mpi));
+    MPI_CHECK(MPI_Bcast(h, mpi_count(count), mpi_type(dtype), root, g->mpi));
     to_device(g, comm, buf, h, bytes);
 }
 

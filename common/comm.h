@@ -53,14 +53,16 @@ typedef struct CommGroup CommGroup;
 typedef enum { COMM_SUM, COMM_AVG } ReduceOp;
 typedef enum { COMM_MPI, COMM_NCCL, COMM_STAGED } CommTransport;
 
-/* The element type of a collective's buffers. fp32 today; bf16 and fp16
- * arrive with mixed precision (--precision), and until then the *_typed
- * collectives refuse them, saying so. How each transport carries them:
+/* The element type of a collective's buffers: fp32, or the 16-bit formats
+ * of mixed precision (--precision, half.h: the values held as their bits in
+ * uint16_t). Bytes are counted with the real element size, so a 16-bit
+ * gradient all-reduce sends half of an fp32 one. How each transport carries them:
  *   nccl   : NCCL's own types (ncclFloat, ncclBfloat16, ncclHalf); partial
  *            sums are rounded to 16 bits as they travel round the ring.
  *   mpi    : MPI_FLOAT for fp32. MPI has no 16-bit float type: 16-bit
- *            buffers will go as MPI_UINT16_T with a user-defined sum
- *            (MPI_Op_create) that widens each pair to fp32, adds and rounds.
+ *            buffers go as MPI_UINT16_T with a user-defined sum
+ *            (MPI_Op_create) that widens each pair to fp32, adds and rounds,
+ *            so partial sums are rounded to 16 bits here too.
  *   staged : the device bytes copied to host memory as they are (2 or 4 per
  *            element), then as mpi, then copied back.
  * COMM_AVG divides by the group size: NCCL's ncclAvg, or a scaling of the

@@ -129,6 +129,9 @@ enum {
     OPT_RECOMPUTE,
     OPT_OVERWRITE,
     OPT_COMM,
+    OPT_PRECISION,
+    OPT_LOSS_SCALE,
+    OPT_LOSS_SCALE_WINDOW,
     OPT_HELP
 };
 
@@ -160,10 +163,23 @@ static const struct option common_options[] = {
     {"quiet", no_argument, 0, OPT_QUIET},
     {"recompute", optional_argument, 0, OPT_RECOMPUTE},
     {"overwrite", no_argument, 0, OPT_OVERWRITE},
+    {"precision", required_argument, 0, OPT_PRECISION},
+    {"loss-scale", required_argument, 0, OPT_LOSS_SCALE},
+    {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
     {"help", no_argument, 0, OPT_HELP},
     {"comm", required_argument, 0, OPT_COMM}, /* last: only multi-rank programs take it */
 };
 #define NUM_COMMON_OPTIONS (int)(sizeof common_options / sizeof common_options[0])
+
+const char *precision_name(Precision p) {
+    static const char *names[] = {"fp32", "bf16", "fp16"};
+    return p >= PRECISION_FP32 && p <= PRECISION_FP16 ? names[p] : "?";
+}
+
+/* PyTorch's GradScaler doubles its scale after 2000 clean steps too. */
+#define DEFAULT_LOSS_SCALE_WINDOW 2000
+/* A fixed loss scale is at most 2^24: the loss times it stays far from fp32's range. */
+#define MAX_LOSS_SCALE 16777216.0
 
 static void set_defaults(Config *c, const char *program) {
     memset(c, 0, sizeof *c);
@@ -185,6 +201,9 @@ static void set_defaults(Config *c, const char *program) {
     c->eval_every = 0;
     c->eval_batches = 4;
     c->sample = 128;
+    c->precision = PRECISION_FP32;
+    c->loss_scale = 0.0f; /* dynamic */
+    c->loss_scale_window = DEFAULT_LOSS_SCALE_WINDOW;
     /* runs/<chapter folder> */
     char chapter[64];
     snprintf(chapter, sizeof chapter, "%s", program);
@@ -223,6 +242,10 @@ void config_print_help(const char *program, const char *summary, const CliExtra 
         "  --clip X                   clip the global gradient norm to X, 0 = off (default %g)\n"
         "  --seed N                   seed for weights and data order (default %llu)\n"
         "  --stop-after K             end after step K as if interrupted; the schedule still spans --steps\n"
+        "  --precision P              fp32, or bf16/fp16 mixed precision: 16-bit parameters and gradients,\n"
+        "                             fp32 master weights and moments (default fp32)\n"
+        "  --loss-scale S|dynamic     fp16 only: multiply the loss by S, or let it adapt (default dynamic)\n"
+        "  --loss-scale-window N      fp16, dynamic: clean steps before the scale doubles (default %d)\n"
         "\ndata and output\n"
         "  --data FILE                training text, read as bytes (default: course.md, shipped)\n"
         "  --out DIR                  where steps.csv, memory.csv and run.csv go (default %s); a directory\n"
@@ -236,7 +259,7 @@ void config_print_help(const char *program, const char *summary, const CliExtra 
         "  --quiet                    no per-step progress lines\n"
         "  --help                     this text\n",
         d->device, d->model_preset, d->batch, d->micro, d->steps, d->lr, d->warmup, d->wd, d->clip,
-        (unsigned long long)d->seed, d->out, d->eval_every, d->eval_batches, d->sample);
+        (unsigned long long)d->seed, d->loss_scale_window, d->out, d->eval_every, d->eval_batches, d->sample);
     if (extra && extra->multi_rank)
         printf("\ncommunication (run with mpirun -np N)\n"
                "  --comm auto|nccl|mpi       transport for device buffers; auto = nccl with one GPU per rank "
@@ -244,6 +267,49 @@ void config_print_help(const char *program, const char *summary, const CliExtra 
                d->comm);
     if (extra && extra->help) printf("\n%s", extra->help);
     printf("\nexit status: 0 done, 1 runtime failure, 2 bad input, 3 loss became NaN/Inf\n");
+}
+
+/* --loss-scale: "dynamic" (0) or a number in (0, 2^24]. */
+static float parse_loss_scale(const char *value) {
+    if (strcmp(value, "dynamic") == 0) return 0.0f;
+    errno = 0;
+    char *end;
+    double v = strtod(value, &end);
+    if (end == value || *end != '\0' || !isfinite(v) || errno == ERANGE || v <= 0.0 || v > MAX_LOSS_SCALE)
+        fatal(EXIT_USAGE,
+              "--loss-scale: '%s' is not a valid scale (valid: dynamic, or a number > 0 up to %.0f)", value,
+              MAX_LOSS_SCALE);
+    return (float)v;
+}
+
+/* The loss scale is fp16's: bf16 has fp32's 8 exponent bits, so its gradients
+ * neither overflow nor underflow where fp32's would not; giving a scale to
+ * another precision is a mistake worth saying, not something to ignore. */
+static void check_precision_flags(const Config *c, const char *loss_scale_flag, const char *window_flag,
+                                  const CliExtra *extra) {
+    if (loss_scale_flag && c->precision != PRECISION_FP16)
+        fatal(EXIT_USAGE,
+              "--loss-scale applies to --precision fp16 only (this run is %s, whose exponent range needs no "
+              "loss scaling)",
+              precision_name(c->precision));
+    if (window_flag && c->precision != PRECISION_FP16)
+        fatal(EXIT_USAGE, "--loss-scale-window applies to --precision fp16 only (this run is %s)",
+              precision_name(c->precision));
+    if (window_flag && c->loss_scale > 0.0f)
+        fatal(EXIT_USAGE,
+              "--loss-scale-window applies to --loss-scale dynamic only (this run's scale is fixed "
+              "at %g)",
+              c->loss_scale);
+    if (c->precision != PRECISION_FP32 && extra && extra->multi_rank && !extra->mixed_precision)
+        fatal(
+            EXIT_USAGE,
+            "--precision %s: this program trains in fp32 only so far (16-bit runs are chapters 01 and 02's; "
+            "valid: fp32)",
+            precision_name(c->precision));
+    if (c->resume[0] && c->precision == PRECISION_FP16 && c->loss_scale == 0.0f)
+        fatal(EXIT_USAGE,
+              "--resume with --precision fp16 and a dynamic loss scale: checkpoints do not hold the "
+              "scale yet (valid: a fixed --loss-scale, or bf16)");
 }
 
 /* Read argv into c; returns 1 at --help (then nothing else is read). */
@@ -276,6 +342,7 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
         }
     }
 
+    const char *loss_scale_flag = NULL, *window_flag = NULL; /* given on the command line */
     opterr = 0;
     optind = 1;
     int opt, index;
@@ -376,6 +443,22 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
         case OPT_OVERWRITE:
             c->overwrite = 1;
             break;
+        case OPT_PRECISION: {
+            char name[8];
+            parse_choice_flag("--precision", "precision", optarg, "fp32|bf16|fp16", name, sizeof name);
+            c->precision = strcmp(name, "bf16") == 0   ? PRECISION_BF16
+                           : strcmp(name, "fp16") == 0 ? PRECISION_FP16
+                                                       : PRECISION_FP32;
+            break;
+        }
+        case OPT_LOSS_SCALE:
+            loss_scale_flag = flag;
+            c->loss_scale = parse_loss_scale(optarg);
+            break;
+        case OPT_LOSS_SCALE_WINDOW:
+            window_flag = flag;
+            c->loss_scale_window = parse_int_flag("--loss-scale-window", optarg, 1, 10000000);
+            break;
         case OPT_COMM:
             parse_choice_flag("--comm", "transport", optarg, "auto|nccl|mpi", c->comm, sizeof c->comm);
             break;
@@ -407,6 +490,7 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
     if (c->batch % c->micro != 0)
         fatal(EXIT_USAGE, "--micro %d does not divide --batch %d (valid: a divisor of the batch)", c->micro,
               c->batch);
+    check_precision_flags(c, loss_scale_flag, window_flag, extra);
     if (c->stop_after > c->steps)
         fatal(EXIT_USAGE, "--stop-after %d is beyond --steps %d (valid: 1..%d)", c->stop_after, c->steps,
               c->steps);
@@ -470,6 +554,14 @@ static void record_flags(Config *c, const CliExtra *extra) {
     config_record_add(r, "--warmup", "%d", c->warmup);
     config_record_add(r, "--wd", "%.9g", c->wd);
     config_record_add(r, "--clip", "%.9g", c->clip);
+    config_record_add(r, "--precision", "%s", precision_name(c->precision));
+    if (c->precision == PRECISION_FP16) {
+        if (c->loss_scale > 0.0f)
+            config_record_add(r, "--loss-scale", "%.9g", c->loss_scale);
+        else
+            config_record_add(r, "--loss-scale", "dynamic");
+        config_record_add(r, "--loss-scale-window", "%d", c->loss_scale_window);
+    }
     config_record_add(r, "--seed", "%llu", (unsigned long long)c->seed);
     config_record_add(r, "--data", "%s", c->data);
     config_record_add(r, "--out", "%s", c->out);

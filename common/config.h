@@ -40,6 +40,12 @@ void config_record_add(ConfigRecord *r, const char *name, const char *fmt, ...)
 /* One 64-bit digest of the whole record. */
 uint64_t config_record_digest(const ConfigRecord *r);
 
+/* --precision: what the parameters and gradients are stored in. fp32 is the
+ * course's reference; bf16 and fp16 are mixed precision (mixed.h): 16-bit
+ * parameters and gradients, fp32 master weights and AdamW moments. */
+typedef enum { PRECISION_FP32 = 0, PRECISION_BF16, PRECISION_FP16 } Precision;
+const char *precision_name(Precision p); /* "fp32", "bf16", "fp16" */
+
 /* What a run does with --out when it already holds files (see csvlog.h). */
 typedef enum { OUT_NEW, OUT_REPLACE, OUT_APPEND } OutMode;
 
@@ -69,6 +75,9 @@ typedef struct {
     int recompute;           /* keep only block inputs; recompute each block's forward in backward */
     int overwrite;           /* --overwrite: replace another run's files in --out */
     char comm[8];            /* multi-rank programs: --comm auto, nccl, mpi */
+    Precision precision;     /* --precision fp32|bf16|fp16 */
+    float loss_scale;        /* fp16: --loss-scale S, a fixed scale; 0 = dynamic (the default) */
+    int loss_scale_window;   /* fp16, dynamic: clean steps after which the scale doubles */
     /* found by the checks, not set by a flag */
     OutMode out_mode; /* what to do with --out's existing files */
     int resume_step;  /* the checkpoint's step (with --resume) */
@@ -89,7 +98,9 @@ typedef struct {
     void *context;
     void (*check)(const Config *cfg, void *context);
     void (*record)(const void *context, ConfigRecord *r);
-    int multi_rank; /* the program runs under mpirun: it takes --comm too */
+    int multi_rank;      /* the program runs under mpirun: it takes --comm too */
+    int mixed_precision; /* a multi-rank program that trains in bf16 and fp16 too (mixed.h);
+                            the others refuse --precision bf16|fp16 */
 } CliExtra;
 
 /* Everything a run checks before it builds anything, in one call: fill cfg

@@ -24,7 +24,10 @@
 #ifndef KERNELS_H
 #define KERNELS_H
 
+#include "half.h"
+
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +55,17 @@ typedef struct KernelOps {
     /* dinp += dout @ weight;  dweight += dout^T @ inp;  dbias += column sums of dout */
     void (*linear_backward)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                             const float *weight, int N, int C, int OC);
+    /* The same two with 16-bit matmul inputs (mixed precision, half.h): each
+     * GEMM's two inputs (inp and weight; dout and weight; dout and inp) rounded
+     * to `format`, their products accumulated in fp32; bias and dbias in fp32.
+     * CUDA: cublasGemmEx on tensor cores, CUBLAS_COMPUTE_32F. CPU: cblas_sgemm on
+     * the rounded values (the products are exact in fp32; the installed
+     * OpenBLAS has no 16-bit GEMM, kernels_cpu.c says why). */
+    void (*linear_forward_half)(float *out, const float *inp, const float *weight, const float *bias, int N,
+                                int C, int OC, HalfFormat format);
+    void (*linear_backward_half)(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, int N, int C, int OC,
+                                 HalfFormat format);
 
     /* Causal self-attention, fused ("flash" style): the (T,T) matrix of
      * probabilities is never stored. qkv (B,T,3C) holds q | k | v, each (C) =
@@ -89,6 +103,9 @@ typedef struct KernelOps {
     /* Sum of squares of x(n), accumulated in double: the building block of the
      * global gradient norm (a shard's partial sum can be all-reduced). */
     double (*sum_squares)(const float *x, size_t n);
+    /* sum_squares of 16-bit values (in double, chunked like sum_squares): Inf or
+     * NaN when any element is, which is how an fp16 overflow is found */
+    double (*sum_squares_half)(const uint16_t *x, size_t n, HalfFormat format);
 
     /* AdamW on n elements (any contiguous slice of the parameter buffer):
      *   g = grads * grad_scale              (grad_scale carries clipping)
@@ -98,13 +115,29 @@ typedef struct KernelOps {
      * t is the 1-based optimizer step. */
     void (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
+    /* AdamW (the formula above) on fp32 master weights from 16-bit gradients,
+     * then params(n) = master rounded to `format`: what forward reads next */
+    void (*adamw_update_half)(float *master, uint16_t *params, const uint16_t *grads, float *m, float *v,
+                              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                              float grad_scale, int t, HalfFormat format);
 
     /* x(n) = 0 */
     void (*fill_zero)(float *x, size_t n);
+    /* the same for 16-bit x */
+    void (*fill_zero_half)(uint16_t *x, size_t n);
     /* x(n) *= factor */
     void (*scale)(float *x, size_t n, float factor);
 
-    /* Free the workspaces the backend grew on demand (attention, norms).
+    /* ---- mixed precision: 16-bit values held as bits (half.h) ----
+     * out(n) = inp rounded to `format`, to nearest with ties to even, beyond
+     * the range +-Inf, NaN kept (half.h's rules, the same bits on every backend) */
+    void (*cast_to_half)(uint16_t *out, const float *inp, size_t n, HalfFormat format);
+    /* out(n) = inp, exactly (every 16-bit value is a float) */
+    void (*cast_from_half)(float *out, const uint16_t *inp, size_t n, HalfFormat format);
+    /* acc(n) = round(acc + add): a unit's fp32 gradients added into 16-bit storage */
+    void (*accumulate_half)(uint16_t *acc, const float *add, size_t n, HalfFormat format);
+
+    /* Free the workspaces the backend grew on demand (attention, norms, 16-bit matmul operands).
      * Called at exit by device_shutdown(); the next call grows them again. */
     void (*release_workspaces)(void);
 } KernelOps;

@@ -7,6 +7,8 @@
  * results each time on the same machine, which the determinism and
  * checkpoint-resume tests rely on. */
 #include "attention.h"
+#include "device.h"
+#include "kernel_math.h"
 #include "kernels.h"
 #include "util.h"
 
@@ -114,14 +116,30 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
     /* EXERCISE 01.1 END */
 }
 
+static void add_bias(float *out, const float *bias, int N, int OC) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+}
+
 static void linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
                            int OC) {
     /* out(N,OC) = inp(N,C) @ weight(OC,C)^T */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
-    if (bias) {
-#pragma omp parallel for
-        for (int n = 0; n < N; n++)
-            for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+    if (bias) add_bias(out, bias, N, OC);
+}
+/* dbias(OC) += column sums of dout(N,OC) */
+static void bias_backward(float *dbias, const float *dout, int N, int OC) {
+    /* threads own blocks of 64 columns and walk the rows in order */
+#pragma omp parallel for schedule(static)
+    for (int o0 = 0; o0 < OC; o0 += 64) {
+        int width = OC - o0 < 64 ? OC - o0 : 64;
+        double sum[64] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *row = dout + (size_t)n * OC + o0;
+            for (int j = 0; j < width; j++) sum[j] += row[j];
+        }
+        for (int j = 0; j < width; j++) dbias[o0 + j] += (float)sum[j];
     }
 }
 
@@ -132,18 +150,56 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
                 C);
     /* dweight(OC,C) += dout^T(OC,N) @ inp(N,C) */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
-    if (dbias) {
-        /* threads own blocks of 64 columns and walk the rows in order */
-#pragma omp parallel for schedule(static)
-        for (int o0 = 0; o0 < OC; o0 += 64) {
-            int width = OC - o0 < 64 ? OC - o0 : 64;
-            double sum[64] = {0};
-            for (int n = 0; n < N; n++) {
-                const float *row = dout + (size_t)n * OC + o0;
-                for (int j = 0; j < width; j++) sum[j] += row[j];
-            }
-            for (int j = 0; j < width; j++) dbias[o0 + j] += (float)sum[j];
-        }
+    if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+/* ---- matmuls with 16-bit inputs ----
+ * The operands rounded to 16 bits into workspaces grown on demand, then the
+ * fp32 kernels above: the products of 16-bit values are exact in fp32 and
+ * sgemm accumulates them in fp32, which is what a 16-bit GEMM with fp32
+ * accumulation computes, at fp32's speed. OpenBLAS's own bf16 GEMM,
+ * cblas_sbgemm, is declared by the installed cblas.h but missing from
+ * Debian's libopenblas 0.3.21 (built without BUILD_BFLOAT16), and OpenBLAS has
+ * no fp16 GEMM at all. */
+enum { OPERAND_INP, OPERAND_WEIGHT, OPERAND_DOUT, OPERANDS };
+static float *half_operand[OPERANDS];
+static size_t half_operand_floats[OPERANDS];
+
+/* a (count elements) rounded to `format`, as floats, in workspace `slot`. */
+static const float *half_operand_of(int slot, const float *a, size_t count, HalfFormat format) {
+    if (count > half_operand_floats[slot]) {
+        mem_free(half_operand[slot]);
+        half_operand[slot] =
+            mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, count * sizeof(float), "16-bit matmul operand");
+        half_operand_floats[slot] = count;
+    }
+    float *values = half_operand[slot];
+#pragma omp parallel for
+    for (size_t i = 0; i < count; i++) values[i] = half_to_float(half_from_float(a[i], format), format);
+    return values;
+}
+
+static void linear_forward_half(float *out, const float *inp, const float *weight, const float *bias, int N,
+                                int C, int OC, HalfFormat format) {
+    linear_forward(out, half_operand_of(OPERAND_INP, inp, (size_t)N * C, format),
+                   half_operand_of(OPERAND_WEIGHT, weight, (size_t)OC * C, format), bias, N, C, OC);
+}
+
+static void linear_backward_half(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, int N, int C, int OC,
+                                 HalfFormat format) {
+    linear_backward(dinp, dweight, NULL, half_operand_of(OPERAND_DOUT, dout, (size_t)N * OC, format),
+                    half_operand_of(OPERAND_INP, inp, (size_t)N * C, format),
+                    half_operand_of(OPERAND_WEIGHT, weight, (size_t)OC * C, format), N, C, OC);
+    if (dbias) bias_backward(dbias, dout, N, OC); /* a sum of fp32 values: not rounded */
+}
+
+static void release_workspaces(void) {
+    attention_release_cpu();
+    for (int slot = 0; slot < OPERANDS; slot++) {
+        mem_free(half_operand[slot]);
+        half_operand[slot] = NULL;
+        half_operand_floats[slot] = 0;
     }
 }
 
@@ -240,19 +296,24 @@ static void crossentropy_backward(float *dlogits, const float *probs, const int 
 
 /* Fixed chunking: the order of additions depends only on n, not on threads. */
 #define SUM_CHUNKS 64
-static double sum_squares(const float *x, size_t n) {
+/* Of x(n) when given, else of the 16-bit h(n). */
+static double chunked_sum_squares(const float *x, const uint16_t *h, size_t n, HalfFormat format) {
     double partial[SUM_CHUNKS];
     size_t chunk = (n + SUM_CHUNKS - 1) / SUM_CHUNKS;
 #pragma omp parallel for schedule(static)
     for (int k = 0; k < SUM_CHUNKS; k++) {
         size_t lo = k * chunk, hi = lo + chunk < n ? lo + chunk : n;
         double s = 0.0;
-        for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
+        for (size_t i = lo; i < hi; i++) s += square_at(x, h, i, format);
         partial[k] = s;
     }
     double total = 0.0;
     for (int k = 0; k < SUM_CHUNKS; k++) total += partial[k];
     return total;
+}
+
+static double sum_squares(const float *x, size_t n) {
+    return chunked_sum_squares(x, NULL, n, HALF_BF16);
 }
 
 static void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
@@ -282,6 +343,40 @@ static void scale(float *x, size_t n, float factor) {
     for (size_t i = 0; i < n; i++) x[i] *= factor;
 }
 
+static void cast_to_half(uint16_t *out, const float *inp, size_t n, HalfFormat format) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) out[i] = half_from_float(inp[i], format);
+}
+
+static void cast_from_half(float *out, const uint16_t *inp, size_t n, HalfFormat format) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) out[i] = half_to_float(inp[i], format);
+}
+
+static void accumulate_half(uint16_t *acc, const float *add, size_t n, HalfFormat format) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) acc[i] = half_from_float(half_to_float(acc[i], format) + add[i], format);
+}
+
+static double sum_squares_half(const uint16_t *x, size_t n, HalfFormat format) {
+    return chunked_sum_squares(NULL, x, n, format);
+}
+
+static void adamw_update_half(float *master, uint16_t *params, const uint16_t *grads, float *m, float *v,
+                              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                              float grad_scale, int t, HalfFormat format) {
+    float bias1 = 1.0f - powf(beta1, (float)t);
+    float bias2 = 1.0f - powf(beta2, (float)t);
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++)
+        params[i] = adamw_half_element(&master[i], grads[i], &m[i], &v[i], lr, beta1, beta2, bias1, bias2,
+                                       eps, weight_decay, grad_scale, format);
+}
+
+static void fill_zero_half(uint16_t *x, size_t n) {
+    memset(x, 0, n * sizeof(uint16_t));
+}
+
 const KernelOps kernels_cpu = {
     .name = "cpu",
     .embedding_forward = embedding_forward,
@@ -290,6 +385,8 @@ const KernelOps kernels_cpu = {
     .layernorm_backward = layernorm_backward,
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
+    .linear_forward_half = linear_forward_half,
+    .linear_backward_half = linear_backward_half,
     .attention_forward = attention_forward_cpu,
     .attention_backward = attention_backward_cpu,
     .gelu_forward = gelu_forward,
@@ -299,8 +396,14 @@ const KernelOps kernels_cpu = {
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
     .sum_squares = sum_squares,
+    .sum_squares_half = sum_squares_half,
     .adamw_update = adamw_update,
+    .adamw_update_half = adamw_update_half,
     .fill_zero = fill_zero,
+    .fill_zero_half = fill_zero_half,
     .scale = scale,
-    .release_workspaces = attention_release_cpu,
+    .cast_to_half = cast_to_half,
+    .cast_from_half = cast_from_half,
+    .accumulate_half = accumulate_half,
+    .release_workspaces = release_workspaces,
 };

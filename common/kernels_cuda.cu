@@ -19,6 +19,7 @@
 
 #include "attention.h"
 #include "device.h"
+#include "kernel_math.h"
 #include "kernels.h"
 
 #include <limits.h>
@@ -335,10 +336,12 @@ static __global__ void crossentropy_backward_kernel(float *dlogits, const float 
 }
 
 /* Pass 1: SUM_BLOCKS blocks stride over x, each leaving one partial sum. */
-static __global__ void sum_squares_partial_kernel(double *partial, const float *x, size_t n) {
+/* Of x when given, else of the 16-bit h. */
+static __global__ void sum_squares_partial_kernel(double *partial, const float *x, const uint16_t *h,
+                                                  size_t n, HalfFormat format) {
     double s = 0.0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        s += (double)x[i] * x[i];
+        s += square_at(x, h, i, format);
     s = block_sum(s);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
@@ -367,6 +370,32 @@ static __global__ void adamw_update_kernel(float *params, const float *grads, fl
     params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * params[i]);
 }
 /* EXERCISE 01.2 END */
+
+/* The conversions are half.h's, the very functions the CPU calls. */
+static __global__ void cast_to_half_kernel(uint16_t *out, const float *inp, size_t n, HalfFormat format) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = half_from_float(inp[i], format);
+}
+
+static __global__ void cast_from_half_kernel(float *out, const uint16_t *inp, size_t n, HalfFormat format) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = half_to_float(inp[i], format);
+}
+
+static __global__ void accumulate_half_kernel(uint16_t *acc, const float *add, size_t n, HalfFormat format) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) acc[i] = half_from_float(half_to_float(acc[i], format) + add[i], format);
+}
+
+static __global__ void adamw_update_half_kernel(float *master, uint16_t *params, const uint16_t *grads,
+                                                float *m, float *v, size_t n, float lr, float beta1,
+                                                float beta2, float bias1, float bias2, float eps,
+                                                float weight_decay, float grad_scale, HalfFormat format) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        params[i] = adamw_half_element(&master[i], grads[i], &m[i], &v[i], lr, beta1, beta2, bias1, bias2,
+                                       eps, weight_decay, grad_scale, format);
+}
 
 static __global__ void scale_kernel(float *x, size_t n, float factor) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -461,6 +490,59 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
     if (dbias && OC > 0 && N > 0) column_sums(NULL, dbias, dout, NULL, NULL, NULL, N, OC);
 }
 
+/* ---- matmuls with 16-bit inputs: the two inputs of a GEMM rounded into
+ * 16-bit workspaces (grown on demand), multiplied by cublasGemmEx on tensor
+ * cores with fp32 accumulation (CUBLAS_COMPUTE_32F) into an fp32 result. */
+static uint16_t *half_operand[2] = {NULL, NULL};
+static size_t half_operand_elems[2] = {0, 0};
+
+static const uint16_t *half_operand_of(int slot, const float *a, size_t count, HalfFormat format) {
+    if (count > half_operand_elems[slot]) {
+        mem_free(half_operand[slot]);
+        half_operand[slot] = (uint16_t *)mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, count * sizeof(uint16_t),
+                                                   "16-bit matmul operand");
+        half_operand_elems[slot] = count;
+    }
+    if (count > 0) {
+        cast_to_half_kernel<<<blocks_for(count, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(
+            half_operand[slot], a, count, format);
+        cuda_check(cudaGetLastError());
+    }
+    return half_operand[slot];
+}
+
+/* sgemm_rowmajor's contract with A (a_count elements) and B (b_count) rounded to `format`, alpha 1. */
+static void gemm_half_rowmajor(bool trans_a, bool trans_b, int M, int N, int K, const float *A,
+                               size_t a_count, int lda, const float *B, size_t b_count, int ldb, float beta,
+                               float *Cm, int ldc, HalfFormat format) {
+    const uint16_t *a = half_operand_of(0, A, a_count, format), *b = half_operand_of(1, B, b_count, format);
+    cudaDataType type = format == HALF_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    float alpha = 1.0f;
+    cublas_check(cublasGemmEx(cublas_handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, b, type, ldb, a, type,
+                              lda, &beta, Cm, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+static void linear_forward_half(float *out, const float *inp, const float *weight, const float *bias, int N,
+                                int C, int OC, HalfFormat format) {
+    size_t NC = (size_t)N * C, OCC = (size_t)OC * C, total = (size_t)N * OC;
+    gemm_half_rowmajor(false, true, N, OC, C, inp, NC, C, weight, OCC, C, 0.0f, out, OC, format);
+    if (bias && total > 0) {
+        add_bias_kernel<<<blocks_for(total, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(out, bias, OC,
+                                                                                          total);
+        cuda_check(cudaGetLastError());
+    }
+}
+
+static void linear_backward_half(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, int N, int C, int OC,
+                                 HalfFormat format) {
+    size_t NC = (size_t)N * C, NOC = (size_t)N * OC, OCC = (size_t)OC * C;
+    gemm_half_rowmajor(false, false, N, C, OC, dout, NOC, OC, weight, OCC, C, 1.0f, dinp, C, format);
+    gemm_half_rowmajor(true, false, OC, C, N, dout, NOC, OC, inp, NC, C, 1.0f, dweight, C, format);
+    if (dbias && OC > 0 && N > 0) column_sums(NULL, dbias, dout, NULL, NULL, NULL, N, OC);
+}
+
 static void gelu_forward(float *out, const float *inp, size_t n) {
     if (n == 0) return;
     gelu_forward_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(out, inp, n);
@@ -504,12 +586,13 @@ static void crossentropy_backward(float *dlogits, const float *probs, const int 
 /* SUM_BLOCKS partial sums followed by the total, allocated on first use. */
 static double *sum_squares_buffer = NULL;
 
-static double sum_squares(const float *x, size_t n) {
+/* Of x(n) when given, else of the 16-bit h(n). */
+static double two_pass_sum_squares(const float *x, const uint16_t *h, size_t n, HalfFormat format) {
     if (!sum_squares_buffer)
         sum_squares_buffer = (double *)mem_alloc(
             SPACE_DEVICE, CAT_WORKSPACE, (SUM_BLOCKS + 1) * sizeof(double), "sum_squares partial sums");
     double *partial = sum_squares_buffer, *total = sum_squares_buffer + SUM_BLOCKS;
-    sum_squares_partial_kernel<<<SUM_BLOCKS, BLOCK_SIZE, 0, compute_stream>>>(partial, x, n);
+    sum_squares_partial_kernel<<<SUM_BLOCKS, BLOCK_SIZE, 0, compute_stream>>>(partial, x, h, n, format);
     cuda_check(cudaGetLastError());
     sum_squares_final_kernel<<<1, BLOCK_SIZE, 0, compute_stream>>>(total, partial, SUM_BLOCKS);
     cuda_check(cudaGetLastError());
@@ -517,6 +600,10 @@ static double sum_squares(const float *x, size_t n) {
     cuda_check(cudaMemcpyAsync(&result, total, sizeof(double), cudaMemcpyDeviceToHost, compute_stream));
     cuda_check(cudaStreamSynchronize(compute_stream));
     return result;
+}
+
+static double sum_squares(const float *x, size_t n) {
+    return two_pass_sum_squares(x, NULL, n, HALF_BF16);
 }
 
 static void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
@@ -541,8 +628,46 @@ static void scale(float *x, size_t n, float factor) {
     cuda_check(cudaGetLastError());
 }
 
+static void cast_to_half(uint16_t *out, const float *inp, size_t n, HalfFormat format) {
+    if (n == 0) return;
+    cast_to_half_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(out, inp, n, format);
+    cuda_check(cudaGetLastError());
+}
+
+static void cast_from_half(float *out, const uint16_t *inp, size_t n, HalfFormat format) {
+    if (n == 0) return;
+    cast_from_half_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(out, inp, n, format);
+    cuda_check(cudaGetLastError());
+}
+
+static void accumulate_half(uint16_t *acc, const float *add, size_t n, HalfFormat format) {
+    if (n == 0) return;
+    accumulate_half_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(acc, add, n, format);
+    cuda_check(cudaGetLastError());
+}
+
+static double sum_squares_half(const uint16_t *x, size_t n, HalfFormat format) {
+    return two_pass_sum_squares(NULL, x, n, format);
+}
+
+static void adamw_update_half(float *master, uint16_t *params, const uint16_t *grads, float *m, float *v,
+                              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                              float grad_scale, int t, HalfFormat format) {
+    if (n == 0) return;
+    float bias1 = 1.0f - powf(beta1, (float)t);
+    float bias2 = 1.0f - powf(beta2, (float)t);
+    adamw_update_half_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(
+        master, params, grads, m, v, n, lr, beta1, beta2, bias1, bias2, eps, weight_decay, grad_scale,
+        format);
+    cuda_check(cudaGetLastError());
+}
+
+static void fill_zero_half(uint16_t *x, size_t n) {
+    cuda_check(cudaMemsetAsync(x, 0, n * sizeof(uint16_t), compute_stream));
+}
+
 /* The buffers grown on demand: attention's row sums, column sums' and
- * sum_squares' partials. */
+ * sum_squares' partials, the 16-bit matmul operands. */
 static void release_workspaces(void) {
     attention_release_cuda();
     mem_free(column_partials);
@@ -550,6 +675,11 @@ static void release_workspaces(void) {
     column_partials_bytes = 0;
     mem_free(sum_squares_buffer);
     sum_squares_buffer = NULL;
+    for (int slot = 0; slot < 2; slot++) {
+        mem_free(half_operand[slot]);
+        half_operand[slot] = NULL;
+        half_operand_elems[slot] = 0;
+    }
 }
 
 extern "C" const KernelOps kernels_cuda = {
@@ -560,6 +690,8 @@ extern "C" const KernelOps kernels_cuda = {
     .layernorm_backward = layernorm_backward,
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
+    .linear_forward_half = linear_forward_half,
+    .linear_backward_half = linear_backward_half,
     .attention_forward = attention_forward_cuda,
     .attention_backward = attention_backward_cuda,
     .gelu_forward = gelu_forward,
@@ -569,8 +701,14 @@ extern "C" const KernelOps kernels_cuda = {
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
     .sum_squares = sum_squares,
+    .sum_squares_half = sum_squares_half,
     .adamw_update = adamw_update,
+    .adamw_update_half = adamw_update_half,
     .fill_zero = fill_zero,
+    .fill_zero_half = fill_zero_half,
     .scale = scale,
+    .cast_to_half = cast_to_half,
+    .cast_from_half = cast_from_half,
+    .accumulate_half = accumulate_half,
     .release_workspaces = release_workspaces,
 };

@@ -19,6 +19,7 @@
 #define MODEL_H
 
 #include "config.h"
+#include "half.h"
 #include "param_table.h"
 
 #include <stddef.h>
@@ -51,11 +52,21 @@ typedef struct {
      * stage of a layer split). */
     int first_unit, last_unit;
     size_t param_first, param_count;
-    float *params;    /* device (param_count), CAT_PARAMS */
+    float *params;    /* device (param_count), CAT_PARAMS; under mixed precision the fp32
+                         master weights (mixed.h, CAT_OPTIMIZER), which units never read */
     float *grads;     /* device (param_count), CAT_GRADS */
     int owns_storage; /* params and grads were allocated here, and gpt_destroy frees them */
     Weights w;        /* views into params; NULL for tensors not held */
     Weights g;        /* views into grads */
+    /* Optional: calls that give a unit its storage just before it is computed
+     * and take it back after, made by every forward and backward over a range
+     * around the caller's own hooks. Mixed precision (mixed.h) converts the
+     * unit's 16-bit weights to fp32 there; NULL when the storage is bound. */
+    const struct UnitHooks *storage;
+    /* Mixed precision: the matmuls take 16-bit inputs (rounded to
+     * matmul_format) and accumulate in fp32; 0 for fp32 matmuls. */
+    int half_matmuls;
+    HalfFormat matmul_format;
 } GPT;
 
 /* Forward values kept for the backward pass: one set per micro-batch in flight.
@@ -197,7 +208,7 @@ typedef void (*BlockBackwardFn)(int layer, const float *input, const float *dout
  * backward. block_forward and block_backward replace gpt_block_forward and
  * gpt_block_backward: tensor parallelism computes every block with sliced
  * matrices and all-reduces, on the same buffers (a->block[l], the scratch). */
-typedef struct {
+typedef struct UnitHooks {
     UnitHook before_forward, after_forward;
     UnitHook before_backward, after_backward;
     BlockForwardFn block_forward;

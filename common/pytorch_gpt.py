@@ -176,7 +176,7 @@ def load_course_checkpoint(path, model, opt):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="The course's GPT training step in eager PyTorch (fp32), for comparison.")
+    ap = argparse.ArgumentParser(description="The course's GPT training step in eager PyTorch (fp32, or autocast), for comparison.")
     ap.add_argument("--model", choices=PRESETS, default="tiny")
     ap.add_argument("--batch", type=int, default=8, help="sequences per step (default 8)")
     ap.add_argument("--steps", type=int, default=50)
@@ -195,6 +195,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=1, help="the repeat column of --csv")
     ap.add_argument("--init-from", help="start from a checkpoint of 01_single_gpu/train --save")
     ap.add_argument("--course-batches", action="store_true", help="draw the same windows as the course")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                    help="bf16/fp16: the forward and backward under torch.autocast (fp32 weights and AdamW, as "
+                         "the course's master weights); fp16 with a GradScaler (default fp32)")
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile the model (default settings); the first steps include compiling, "
                          "which the median over steps leaves out")
@@ -220,6 +223,13 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=args.wd)
     first_step = load_course_checkpoint(args.init_from, model, opt) if args.init_from else 0
     forward = torch.compile(model) if args.compile else model
+    autocast_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
+    # fp16 scales the loss (the course's dynamic scale starts at 2^16 too); disabled, it passes through
+    use_scaler = args.precision == "fp16"
+    if hasattr(torch.amp, "GradScaler"):  # torch >= 2.3
+        scaler = torch.amp.GradScaler(dev.type, init_scale=65536.0, enabled=use_scaler)
+    else:
+        scaler = torch.cuda.amp.GradScaler(init_scale=65536.0, enabled=use_scaler)
     gen = torch.Generator().manual_seed(args.seed)
     offsets = torch.arange(T + 1)
 
@@ -241,13 +251,16 @@ def main():
         tokens, targets = windows[:, :-1], windows[:, 1:]
 
         opt.zero_grad(set_to_none=True)
-        loss = forward(tokens, targets)
-        loss.backward()
+        with torch.autocast(dev.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            loss = forward(tokens, targets)
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip) if args.clip > 0 else None
         lr = lr_at_step(step, args.lr, args.warmup, args.steps)
         for group in opt.param_groups:
             group["lr"] = lr
-        opt.step()
+        scaler.step(opt)
+        scaler.update()
         loss_value = loss.item()  # the C program also reads the loss back every step (and so waits for the GPU)
         if dev.type == "cuda":
             torch.cuda.synchronize()

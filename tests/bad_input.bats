@@ -245,3 +245,55 @@ assert_refused() {
     assert_equal "$status" 2
     [[ "$stderr" == *"error: unexpected argument 'extra'"* ]]
 }
+
+@test "an unknown precision is refused with the three valid names" {
+    bad --precision fp8
+    assert_refused "--precision: unknown precision 'fp8' (valid: fp32, bf16, fp16)"
+}
+
+@test "a zero loss scale is refused" {
+    bad --precision fp16 --loss-scale 0
+    assert_refused "--loss-scale: '0' is not a valid scale (valid: dynamic, or a number > 0 up to 16777216)"
+}
+
+@test "a negative loss scale is refused" {
+    bad --precision fp16 --loss-scale -8
+    assert_refused "--loss-scale: '-8' is not a valid scale"
+}
+
+@test "a non-numeric loss scale is refused" {
+    bad --precision fp16 --loss-scale lots
+    assert_refused "--loss-scale: 'lots' is not a valid scale"
+}
+
+@test "a loss scale with bf16 is refused: bf16 needs none" {
+    bad --precision bf16 --loss-scale 1024
+    assert_refused "--loss-scale applies to --precision fp16 only (this run is bf16"
+}
+
+@test "a loss scale with fp32 (the default) is refused" {
+    bad --loss-scale dynamic
+    assert_refused "--loss-scale applies to --precision fp16 only (this run is fp32"
+}
+
+@test "a loss-scale window with a fixed scale is refused" {
+    bad --precision fp16 --loss-scale 128 --loss-scale-window 10
+    assert_refused "--loss-scale-window applies to --loss-scale dynamic only"
+}
+
+@test "a zero loss-scale window is refused" {
+    bad --precision fp16 --loss-scale-window 0
+    assert_refused "--loss-scale-window: 0 is out of range (valid: 1..10000000)"
+}
+
+@test "resuming fp16 with a dynamic loss scale is refused: checkpoints do not hold the scale" {
+    bad --precision fp16 --resume "$(scratch)/ck"
+    assert_refused "--resume with --precision fp16 and a dynamic loss scale: checkpoints do not hold the scale yet"
+}
+
+@test "03: 16-bit precision is refused by the programs that do not implement it yet" {
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 run --separate-stderr timeout 30 \
+        mpirun --oversubscribe -np 1 "$REPO/03_model_parallel/train" --precision bf16 --steps 1 --out "$(scratch)/o"
+    assert_equal "$status" 2
+    [[ "$stderr" == *"error: --precision bf16: this program trains in fp32 only so far"* ]]
+}

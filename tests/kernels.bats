@@ -63,6 +63,24 @@ load helpers
     assert_output --partial "PASS sum_squares"
 }
 
+@test "fp32 to bf16 and fp16 rounds to nearest even, ties, subnormals, Inf, NaN and fp16 overflow included" {
+    run "$BUILD/tests/test_kernels" casts
+    assert_success
+    assert_output --partial "PASS casts"
+}
+
+@test "16-bit gradients accumulate, sum their squares (Inf and NaN seen) and feed AdamW's fp32 master weights exactly as specified" {
+    run "$BUILD/tests/test_kernels" mixed
+    assert_success
+    assert_output --partial "PASS mixed"
+}
+
+@test "matmuls with bf16 and fp16 inputs equal the fp32 ones on rounded inputs, bias gradients unrounded" {
+    run "$BUILD/tests/test_kernels" linear_half
+    assert_success
+    assert_output --partial "PASS linear_half"
+}
+
 @test "the same seed reproduces the same check" {
     run "$BUILD/tests/test_kernels" --seed 12345 layernorm
     assert_success

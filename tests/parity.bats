@@ -40,6 +40,12 @@ load helpers
     assert_success
 }
 
+@test "linear forward and backward with bf16 and fp16 inputs (cublasGemmEx) on CUDA match the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" linear_half
+    assert_success
+}
+
 @test "attention forward on CUDA matches the CPU" {
     require_gpu
     run "$BUILD/tests/test_parity" attention_forward
@@ -103,6 +109,18 @@ load helpers
 @test "fill_zero on CUDA zeroes exactly what the CPU zeroes" {
     require_gpu
     run "$BUILD/tests/test_parity" fill_zero
+    assert_success
+}
+
+@test "conversions to and from bf16 and fp16 on CUDA give the CPU's bits" {
+    require_gpu
+    run "$BUILD/tests/test_parity" casts
+    assert_success
+}
+
+@test "16-bit gradients, their sum of squares and AdamW on master weights on CUDA match the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" mixed
     assert_success
 }
 

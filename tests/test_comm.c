@@ -7,10 +7,11 @@
  * the expected result is known without any communication (and does not
  * depend on the order of the additions).
  * Usage: test_comm [ring|allreduce|reduce_scatter|allgather|broadcast|sendrecv|split|bucketed]
- *        test_comm bf16     (a bf16 all-reduce, which must be refused)
+ *        test_comm 16bit    (bf16 and fp16 all-reduce, average, all-gather, reduce-scatter)
  * Exit 0 when every check passes on every rank. */
 #include "bucketed.h"
 #include "comm.h"
+#include "half.h"
 #include "device.h"
 #include "ring.h"
 #include "util.h"
@@ -226,10 +227,54 @@ static void check_bucketed(void) {
         }
 }
 
-/* Until mixed precision, 16-bit communication is refused, by name. */
-static void refuse_bf16(void) {
-    float buf[4] = {0};
-    comm_allreduce_typed(comm_world(), buf, 2, COMM_BF16, COMM_SUM, NULL);
+/* 16-bit collectives (mixed precision): rank r contributes r + 1 + i/4 at
+ * element i, values whose sums bf16 and fp16 hold exactly, so every
+ * reduction order gives the same bits; an average rounds (sum / n) once; the
+ * bytes counted are 2 per element. */
+static void check_16bit(CommDtype dtype) {
+    CommGroup *w = comm_world();
+    int n = comm_size(w), r = comm_rank(w);
+    HalfFormat format = dtype == COMM_BF16 ? HALF_BF16 : HALF_F16;
+    enum { COUNT = 37 };
+    uint16_t buf[COUNT], avg[COUNT], gathered[COUNT * 8], mine[COUNT], part[COUNT];
+    for (int i = 0; i < COUNT; i++)
+        buf[i] = avg[i] = mine[i] = half_from_float(r + 1 + (i % 8) / 4.0f, format);
+    double before = comm_bytes_sent();
+    comm_allreduce_typed(w, buf, COUNT, dtype, COMM_SUM, NULL);
+    double sent = comm_bytes_sent() - before;
+    comm_allreduce_typed(w, avg, COUNT, dtype, COMM_AVG, NULL);
+    for (int i = 0; i < COUNT; i++) {
+        float want = n * (n + 1) / 2.0f + n * ((i % 8) / 4.0f);
+        if (half_to_float(buf[i], format) != want) {
+            printf("FAIL %s all-reduce [%d]: %g, expected %g\n", comm_dtype_name(dtype), i,
+                   half_to_float(buf[i], format), want);
+            failures++;
+        }
+        if (avg[i] != half_from_float(want / n, format)) {
+            printf("FAIL %s average [%d]\n", comm_dtype_name(dtype), i);
+            failures++;
+        }
+    }
+    if (n > 1 && fabs(sent - 2.0 * (n - 1) / n * COUNT * 2) > 1e-6) {
+        printf("FAIL %s all-reduce counted %g bytes\n", comm_dtype_name(dtype), sent);
+        failures++;
+    }
+    if (n <= 8) {
+        comm_allgather_typed(w, mine, gathered, COUNT, dtype, NULL);
+        for (int q = 0; q < n; q++)
+            if (half_to_float(gathered[q * COUNT], format) != q + 1) {
+                printf("FAIL %s all-gather from rank %d\n", comm_dtype_name(dtype), q);
+                failures++;
+            }
+        uint16_t *send = xcalloc((size_t)n * COUNT, sizeof(uint16_t));
+        for (int i = 0; i < n * COUNT; i++) send[i] = half_from_float(1.0f + (i / COUNT), format);
+        comm_reduce_scatter_typed(w, send, part, COUNT, dtype, COMM_SUM, NULL);
+        if (half_to_float(part[0], format) != (float)n * (1 + r)) {
+            printf("FAIL %s reduce-scatter on rank %d\n", comm_dtype_name(dtype), r);
+            failures++;
+        }
+        free(send);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -250,7 +295,10 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, "broadcast") || !strcmp(only, "sendrecv")) check_broadcast_sendrecv();
     if (!only || !strcmp(only, "split")) check_split();
     if (!only || !strcmp(only, "bucketed")) check_bucketed();
-    if (only && !strcmp(only, "bf16")) refuse_bf16();
+    if (!only || !strcmp(only, "16bit")) {
+        check_16bit(COMM_BF16);
+        check_16bit(COMM_F16);
+    }
     double total = comm_allreduce_double(comm_world(), failures, 0);
     if (comm_rank(comm_world()) == 0)
         printf("%s: %d ranks, %.0f failures\n", total == 0 ? "PASS" : "FAIL", comm_size(comm_world()), total);

@@ -14,6 +14,8 @@
  * the fill is subtracted afterwards, so a kernel that overwrites instead of
  * adding (kernels.h: every *_backward ADDS) fails. (Attention's second,
  * causal check starts from a zeroed buffer.)
+ * The conversions to and from 16 bits (casts) are compared exactly with a
+ * rounding computed in double (nearbyint at the format's unit in the last place).
  * AdamW and sum_squares have no backward; they are compared with their
  * formulas computed in double.
  *
@@ -31,6 +33,7 @@
 #include "kernels.h"
 #include "util.h"
 
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -762,6 +765,234 @@ static void check_sum_squares(Verdict *v) {
     }
 }
 
+/* ---- conversions to and from 16 bits ---------------------------------------- */
+
+/* The formats by their numbers, not their bits: significant bits (with the
+ * implicit one), exponent of the smallest normal, exponent bias, largest finite. */
+typedef struct {
+    const char *name;
+    HalfFormat format;
+    int significant_bits, min_exponent, bias;
+    double max;
+} HalfSpec;
+static const HalfSpec half_specs[] = {
+    {"bf16", HALF_BF16, 8, -126, 127, 0x1.fep127},
+    {"fp16", HALF_F16, 11, -14, 15, 65504.0},
+};
+
+/* The value of `spec` nearest to x, ties to even, computed in double and
+ * independently of half.h: scale x so that one unit in the last place is 1,
+ * round with nearbyint (the default rounding mode is to nearest, ties to
+ * even), scale back. Below the smallest normal the unit stays that of the
+ * smallest normal (subnormals); past the largest finite value: Inf. */
+static double ref_half_round(double x, const HalfSpec *spec) {
+    if (isnan(x) || isinf(x) || x == 0.0) return x;
+    int e;
+    frexp(fabs(x), &e); /* |x| = f 2^e, f in [0.5, 1): the leading bit is 2^(e-1) */
+    int lead = e - 1 < spec->min_exponent ? spec->min_exponent : e - 1;
+    double unit = ldexp(1.0, lead - (spec->significant_bits - 1));
+    double r = nearbyint(x / unit) * unit;
+    return fabs(r) > spec->max ? copysign(INFINITY, x) : r;
+}
+
+/* The value of 16-bit pattern h from its fields: sign, exponent, mantissa. */
+static double ref_half_value(uint16_t h, const HalfSpec *spec) {
+    int mantissa_bits = spec->significant_bits - 1, exponent_bits = 15 - mantissa_bits;
+    int sign = h >> 15, exponent = (h >> mantissa_bits) & ((1 << exponent_bits) - 1);
+    int mantissa = h & ((1 << mantissa_bits) - 1);
+    double value;
+    if (exponent == (1 << exponent_bits) - 1)
+        value = mantissa ? NAN : INFINITY;
+    else if (exponent == 0)
+        value = ldexp(mantissa, 1 - spec->bias - mantissa_bits);
+    else
+        value = ldexp(1.0 + ldexp(mantissa, -mantissa_bits), exponent - spec->bias);
+    return sign ? -value : value;
+}
+
+static float float_of_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* Same value, NaN for NaN, and the same sign for zeros. */
+static int same_value(double got, double want) {
+    if (isnan(want)) return isnan(got);
+    return got == want && signbit(got) == signbit(want);
+}
+
+static void check_casts_of(Verdict *v, const HalfSpec *spec) {
+    /* The edges, written out: specials, ties at every scale, the range's ends. */
+    const float edges[] = {
+        0.0f,        -0.0f,       INFINITY,        -INFINITY,     NAN,           -NAN,     1.0f,
+        -1.0f,       FLT_MAX,     -FLT_MAX,        FLT_MIN,       FLT_TRUE_MIN,  65504.0f, 65505.0f,
+        65519.0f,    65520.0f,    65536.0f,        -65520.0f,     1e5f,          3.0e38f, /* fp16's top */
+        0x1p-14f,    0x1p-15f,    0x1p-24f,        0x1p-25f,      0x1.0001p-25f, 0x1p-26f, 0x1.8p-24f,
+        0x1.4p-23f,                                                              /* fp16's bottom */
+        0x1.008p0f,  0x1.018p0f,  0x1.0080002p0f,  0x1.004p0f,    0x1.00cp0f,    /* bf16 ties (even, odd) and
+                                                                                    near */
+        0x1.002p0f,  0x1.006p0f,  0x1.0020002p0f,  0x1.008p-130f, 0x1.018p-130f, /* fp16 ties; bf16 subnormals
+                                                                                  */
+        0x1.fep127f, 0x1.ffp127f, 0x1.fefffep127f, /* bf16's largest, halfway past it, just below halfway */
+    };
+    size_t n_edges = sizeof edges / sizeof edges[0];
+    /* Then random bit patterns (every exponent), values around fp16's range,
+     * and constructed ties: a kept part, exactly half of the dropped part. */
+    size_t n = n_edges + 3 * 20000;
+    float *x = check_alloc(n * sizeof(float));
+    memcpy(x, edges, sizeof edges);
+    int dropped = 24 - spec->significant_bits; /* float bits below the format's last place */
+    for (size_t i = n_edges; i < n; i++) {
+        size_t kind = (i - n_edges) % 3;
+        uint32_t u = rng_next_u32(&rng_state);
+        if (kind == 0) x[i] = float_of_bits(u);
+        if (kind == 1) x[i] = (float)(uniform(-1, 1) * ldexp(1.0, random_int(48) - 30));
+        if (kind == 2) x[i] = float_of_bits((u & ~((1u << dropped) - 1u)) | (1u << (dropped - 1)));
+    }
+    uint16_t *h = check_alloc(n * sizeof(uint16_t));
+    float *back = check_alloc(n * sizeof(float));
+    kernels_cpu.cast_to_half(h, x, n, spec->format);
+    kernels_cpu.cast_from_half(back, h, n, spec->format);
+    for (size_t i = 0; i < n; i++) {
+        double want = ref_half_round(x[i], spec);
+        if (!same_value(back[i], want))
+            fail(v, "%s: %a rounds to %a (bits %04x), the reference says %a", spec->name, x[i], back[i], h[i],
+                 want);
+    }
+    /* Back to float, every one of the 65536 patterns, and again to 16 bits. */
+    uint16_t *all = check_alloc(65536 * sizeof(uint16_t)), *again = check_alloc(65536 * sizeof(uint16_t));
+    float *values = check_alloc(65536 * sizeof(float));
+    for (size_t i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+    kernels_cpu.cast_from_half(values, all, 65536, spec->format);
+    kernels_cpu.cast_to_half(again, values, 65536, spec->format);
+    for (size_t i = 0; i < 65536; i++) {
+        double want = ref_half_value(all[i], spec);
+        if (!same_value(values[i], want))
+            fail(v, "%s: bits %04zx read as %a, the reference says %a", spec->name, i, values[i], want);
+        if (!isnan(want) && again[i] != all[i])
+            fail(v, "%s: bits %04zx came back as %04x", spec->name, i, again[i]);
+    }
+}
+
+static void check_casts(Verdict *v) {
+    for (size_t s = 0; s < sizeof half_specs / sizeof half_specs[0]; s++) check_casts_of(v, &half_specs[s]);
+    if (v->worst_ratio < 0) { /* exact checks only: report a pass as no error at all */
+        v->worst_ratio = 0.0;
+        v->err = 0.0;
+        v->tol = 0.0;
+        snprintf(v->where, sizeof v->where, "every value equals the reference");
+    }
+}
+
+/* The kernels of 16-bit storage, exactly: adamw_update_half against the fp32
+ * adamw_update (checked above) on the same gradients, then the rounding of
+ * its result; accumulate_half against rounding the float sum; sum_squares_half
+ * against a double sum of the values, Inf and NaN passing through. */
+static void check_mixed_of(Verdict *v, const HalfSpec *spec) {
+    const size_t n = 1003;
+    HalfFormat f = spec->format;
+    float *grads = random_floats(n, -1e-3, 1e-3), *master = random_floats(n, -1, 1);
+    float *m = random_floats(n, -0.1, 0.1), *vv = random_floats(n, 0, 0.01);
+    uint16_t *grads16 = check_alloc(n * sizeof(uint16_t)), *params16 = check_alloc(n * sizeof(uint16_t));
+    kernels_cpu.cast_to_half(grads16, grads, n, f);
+    kernels_cpu.cast_from_half(grads, grads16, n, f); /* the values the 16-bit gradients hold */
+    float *params = copy_floats(master, n), *m32 = copy_floats(m, n), *v32 = copy_floats(vv, n);
+    kernels_cpu.adamw_update_half(master, params16, grads16, m, vv, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f,
+                                  2, f);
+    kernels_cpu.adamw_update(params, grads, m32, v32, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 2);
+    for (size_t i = 0; i < n; i++) {
+        if (master[i] != params[i] || m[i] != m32[i] || vv[i] != v32[i])
+            fail(v, "%s adamw_update_half[%zu]: master %a, fp32 adamw %a", spec->name, i, master[i],
+                 params[i]);
+        if (!same_value(ref_half_value(params16[i], spec), ref_half_round(master[i], spec)))
+            fail(v, "%s adamw_update_half[%zu]: 16-bit weight %04x is not the master %a rounded", spec->name,
+                 i, params16[i], master[i]);
+    }
+    float *add = random_floats(n, -10, 10);
+    uint16_t *acc = check_alloc(n * sizeof(uint16_t));
+    memcpy(acc, grads16, n * sizeof(uint16_t));
+    kernels_cpu.accumulate_half(acc, add, n, f);
+    for (size_t i = 0; i < n; i++) {
+        float sum = (float)ref_half_value(grads16[i], spec) + add[i];
+        if (!same_value(ref_half_value(acc[i], spec), ref_half_round(sum, spec)))
+            fail(v, "%s accumulate_half[%zu]: %04x, expected %a rounded", spec->name, i, acc[i], sum);
+    }
+    double want = 0.0;
+    for (size_t i = 0; i < n; i++) want += ref_half_value(acc[i], spec) * ref_half_value(acc[i], spec);
+    double got = kernels_cpu.sum_squares_half(acc, n, f);
+    record(v, spec->name, NO_INDEX, got, want, SUM_SQUARES_RTOL * want);
+    acc[n / 2] = half_from_float(INFINITY, f);
+    if (!isinf(kernels_cpu.sum_squares_half(acc, n, f)))
+        fail(v, "%s sum_squares_half misses an Inf", spec->name);
+    acc[n / 3] = half_from_float(NAN, f);
+    if (!isnan(kernels_cpu.sum_squares_half(acc, n, f)))
+        fail(v, "%s sum_squares_half misses a NaN", spec->name);
+    kernels_cpu.fill_zero_half(acc, n - 1);
+    for (size_t i = 0; i < n - 1; i++)
+        if (acc[i] != 0) fail(v, "%s fill_zero_half left %04x at %zu", spec->name, acc[i], i);
+    float after[1];
+    kernels_cpu.cast_from_half(after, &acc[n - 1], 1, f);
+    if (after[0] == 0.0f && add[n - 1] != 0.0f) fail(v, "%s fill_zero_half zeroed past n", spec->name);
+}
+
+static void check_mixed(Verdict *v) {
+    for (size_t s = 0; s < sizeof half_specs / sizeof half_specs[0]; s++) check_mixed_of(v, &half_specs[s]);
+}
+
+/* The matmuls with 16-bit inputs: the same as the fp32 kernels (checked
+ * above) run on the inputs rounded to the format, dbias from the unrounded
+ * dout; and not the fp32 result itself (the rounding happened). */
+static float *rounded_copy(const float *x, size_t n, HalfFormat format) {
+    float *y = check_alloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) y[i] = half_to_float(half_from_float(x[i], format), format);
+    return y;
+}
+
+static void check_linear_half_of(Verdict *v, const HalfSpec *spec) {
+    const int N = TEST_N, C = TEST_C, OC = TEST_OC;
+    const size_t n_in = (size_t)N * C, n_out = (size_t)N * OC, n_w = (size_t)OC * C;
+    HalfFormat f = spec->format;
+    float *inp = random_floats(n_in, -1, 1), *weight = random_floats(n_w, -1, 1),
+          *bias = random_floats(OC, -1, 1);
+    float *dout = random_floats(n_out, -1, 1);
+    float *inp16 = rounded_copy(inp, n_in, f), *weight16 = rounded_copy(weight, n_w, f);
+    float *dout16 = rounded_copy(dout, n_out, f);
+    float *out = check_alloc(n_out * sizeof(float)), *want = check_alloc(n_out * sizeof(float));
+    float *unrounded = check_alloc(n_out * sizeof(float));
+    kernels_cpu.linear_forward_half(out, inp, weight, bias, N, C, OC, f);
+    kernels_cpu.linear_forward(want, inp16, weight16, bias, N, C, OC);
+    kernels_cpu.linear_forward(unrounded, inp, weight, bias, N, C, OC);
+    char tensor[48];
+    snprintf(tensor, sizeof tensor, "%s out", spec->name);
+    compare_forward(v, tensor, out, to_double(want, n_out), n_out);
+    double moved = 0.0;
+    for (size_t i = 0; i < n_out; i++) moved = fmax(moved, fabs(out[i] - unrounded[i]));
+    if (moved < 1e-4)
+        fail(v, "%s linear_forward_half gives the fp32 result: the inputs were not rounded", spec->name);
+
+    float *dinp = random_floats(n_in, -1, 1), *dweight = random_floats(n_w, -1, 1),
+          *dbias = random_floats(OC, -1, 1);
+    float *want_dinp = copy_floats(dinp, n_in), *want_dweight = copy_floats(dweight, n_w);
+    float *want_dbias = copy_floats(dbias, OC);
+    kernels_cpu.linear_backward_half(dinp, dweight, dbias, dout, inp, weight, N, C, OC, f);
+    kernels_cpu.linear_backward(want_dinp, want_dweight, NULL, dout16, inp16, weight16, N, C, OC);
+    float *scratch_dinp = check_alloc(n_in * sizeof(float)),
+          *scratch_dweight = check_alloc(n_w * sizeof(float));
+    kernels_cpu.linear_backward(scratch_dinp, scratch_dweight, want_dbias, dout, inp, weight, N, C, OC);
+    snprintf(tensor, sizeof tensor, "%s dinp", spec->name);
+    compare_forward(v, tensor, dinp, to_double(want_dinp, n_in), n_in);
+    snprintf(tensor, sizeof tensor, "%s dweight", spec->name);
+    compare_forward(v, tensor, dweight, to_double(want_dweight, n_w), n_w);
+    snprintf(tensor, sizeof tensor, "%s dbias", spec->name);
+    compare_forward(v, tensor, dbias, to_double(want_dbias, OC), OC);
+}
+
+static void check_linear_half(Verdict *v) {
+    for (size_t s = 0; s < sizeof half_specs / sizeof half_specs[0]; s++)
+        check_linear_half_of(v, &half_specs[s]);
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 typedef struct {
@@ -770,9 +1001,18 @@ typedef struct {
 } KernelCheck;
 
 static const KernelCheck checks[] = {
-    {"embedding", check_embedding},       {"layernorm", check_layernorm}, {"linear", check_linear},
-    {"attention", check_attention},       {"gelu", check_gelu},           {"residual", check_residual},
-    {"crossentropy", check_crossentropy}, {"adamw", check_adamw},         {"sum_squares", check_sum_squares},
+    {"embedding", check_embedding},
+    {"layernorm", check_layernorm},
+    {"linear", check_linear},
+    {"attention", check_attention},
+    {"gelu", check_gelu},
+    {"residual", check_residual},
+    {"crossentropy", check_crossentropy},
+    {"adamw", check_adamw},
+    {"sum_squares", check_sum_squares},
+    {"casts", check_casts},
+    {"mixed", check_mixed},
+    {"linear_half", check_linear_half},
 };
 static const int check_count = sizeof checks / sizeof checks[0];
 

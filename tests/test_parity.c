@@ -440,6 +440,115 @@ static void test_fill_zero(const Shape *s, Check *check) {
     compare(check, "x", x, g_x, total);
 }
 
+/* The matmuls with 16-bit inputs: sbgemm (or sgemm on rounded values) on the
+ * CPU, cublasGemmEx on tensor cores on the GPU; both accumulate in fp32. */
+static void test_linear_half(const Shape *s, Check *check) {
+    int N = s->B * s->T, C = s->C, OC = s->OC;
+    size_t NC = (size_t)N * C, NOC = (size_t)N * OC, OCC = (size_t)OC * C;
+    for (int f = HALF_BF16; f <= HALF_F16; f++) {
+        float *inp = random_floats(NC, -1, 1), *weight = random_floats(OCC, -1, 1),
+              *bias = random_floats(OC, -1, 1);
+        float *dout = random_floats(NOC, -1, 1);
+        float *g_inp = gpu_copy(inp, NC), *g_weight = gpu_copy(weight, OCC), *g_dout = gpu_copy(dout, NOC);
+        float *out = random_floats(NOC, -9, 9), *g_out = gpu_copy(out, NOC);
+        kernels_cpu.linear_forward_half(out, inp, weight, bias, N, C, OC, (HalfFormat)f);
+        kernels_cuda.linear_forward_half(g_out, g_inp, g_weight, gpu_copy(bias, OC), N, C, OC, (HalfFormat)f);
+        compare(check, "out", out, g_out, NOC);
+        float *dinp0 = random_grads(NC), *dweight0 = random_grads(OCC), *dbias0 = random_grads(OC);
+        float *dinp = host_clone(dinp0, NC), *dweight = host_clone(dweight0, OCC),
+              *dbias = host_clone(dbias0, OC);
+        float *g_dinp = gpu_copy(dinp0, NC), *g_dweight = gpu_copy(dweight0, OCC),
+              *g_dbias = gpu_copy(dbias0, OC);
+        kernels_cpu.linear_backward_half(dinp, dweight, dbias, dout, inp, weight, N, C, OC, (HalfFormat)f);
+        kernels_cuda.linear_backward_half(g_dinp, g_dweight, g_dbias, g_dout, g_inp, g_weight, N, C, OC,
+                                          (HalfFormat)f);
+        compare_added(check, "dinp", dinp0, dinp, g_dinp, NC);
+        compare_added(check, "dweight", dweight0, dweight, g_dweight, OCC);
+        compare_added(check, "dbias", dbias0, dbias, g_dbias, OC);
+    }
+}
+
+/* The conversions must give the same bits on both backends (they call the same
+ * half.h functions): random bit patterns of every exponent, fp16's range's
+ * ends and ties, then every 16-bit pattern back to float. */
+static void test_casts(const Shape *s, Check *check) {
+    size_t n = 16 * elementwise_count(s);
+    float *x = host_alloc(n * sizeof(float));
+    const float edges[] = {0.0f,       -0.0f,      INFINITY,   -INFINITY,  NAN,
+                           65504.0f,   65520.0f,   0x1p-24f,   0x1p-25f,   0x1.8p-24f,
+                           0x1.008p0f, 0x1.018p0f, 0x1.002p0f, 0x1.006p0f, 0x1.ffp127f};
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = rng_next_u32(&rng_state);
+        memcpy(&x[i], &u, sizeof u);
+    }
+    memcpy(x, edges, sizeof edges);
+    uint16_t *all = host_alloc(65536 * sizeof(uint16_t));
+    for (size_t i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+    size_t mismatches = 0;
+    for (int f = HALF_BF16; f <= HALF_F16; f++) {
+        uint16_t *cpu = host_alloc(n * sizeof(uint16_t)), *gpu = host_alloc(n * sizeof(uint16_t));
+        uint16_t *g_out = gpu_copy_bytes(cpu, n * sizeof(uint16_t));
+        kernels_cpu.cast_to_half(cpu, x, n, (HalfFormat)f);
+        kernels_cuda.cast_to_half(g_out, gpu_copy(x, n), n, (HalfFormat)f);
+        copy_to_host(gpu, g_out, n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++) mismatches += cpu[i] != gpu[i];
+        float *cpu_back = host_alloc(65536 * sizeof(float)), *gpu_back = host_alloc(65536 * sizeof(float));
+        float *g_back = gpu_copy(cpu_back, 65536);
+        kernels_cpu.cast_from_half(cpu_back, all, 65536, (HalfFormat)f);
+        kernels_cuda.cast_from_half(g_back, gpu_copy_bytes(all, 65536 * sizeof(uint16_t)), 65536,
+                                    (HalfFormat)f);
+        copy_to_host(gpu_back, g_back, 65536 * sizeof(float));
+        mismatches += memcmp(cpu_back, gpu_back, 65536 * sizeof(float)) != 0;
+    }
+    double rel = mismatches ? INFINITY : 0.0;
+    if (!check->where || rel > check->worst) {
+        check->worst = rel;
+        check->where = "bits";
+    }
+}
+
+/* The kernels of 16-bit storage on both backends: AdamW on master weights from
+ * 16-bit gradients (master, moments within the tolerance; the 16-bit weights
+ * are compared as values), accumulate_half, sum_squares_half. */
+static void test_mixed(const Shape *s, Check *check) {
+    size_t n = elementwise_count(s);
+    for (int f = HALF_BF16; f <= HALF_F16; f++) {
+        HalfFormat format = (HalfFormat)f;
+        float *master = random_floats(n, -1, 1), *m = random_floats(n, -0.1f, 0.1f);
+        float *v = random_floats(n, 0.0f, 0.01f), *add = random_floats(n, -1, 1);
+        uint16_t *grads = host_alloc(n * sizeof(uint16_t)), *params = host_alloc(n * sizeof(uint16_t));
+        kernels_cpu.cast_to_half(grads, random_floats(n, -1e-3f, 1e-3f), n, format);
+        float *g_master = gpu_copy(master, n), *g_m = gpu_copy(m, n), *g_v = gpu_copy(v, n);
+        uint16_t *g_params = gpu_copy_bytes(params, n * sizeof(uint16_t));
+        uint16_t *g_grads = gpu_copy_bytes(grads, n * sizeof(uint16_t));
+        float *master0 = host_clone(master, n);
+        kernels_cpu.adamw_update_half(master, params, grads, m, v, n, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f,
+                                      3, format);
+        kernels_cuda.adamw_update_half(g_master, g_params, g_grads, g_m, g_v, n, 0.01f, 0.9f, 0.95f, 1e-8f,
+                                       0.1f, 0.7f, 3, format);
+        compare_added(check, "master step", master0, master, g_master, n);
+        compare(check, "m", m, g_m, n);
+        compare(check, "v", v, g_v, n);
+        float *cpu_values = host_alloc(n * sizeof(float)), *g_values = gpu_copy(cpu_values, n);
+        kernels_cpu.cast_from_half(cpu_values, params, n, format);
+        kernels_cuda.cast_from_half(g_values, g_params, n, format);
+        compare(check, "16-bit params", cpu_values, g_values, n);
+        kernels_cpu.accumulate_half(grads, add, n, format);
+        kernels_cuda.accumulate_half(g_grads, gpu_copy(add, n), n, format);
+        kernels_cpu.cast_from_half(cpu_values, grads, n, format);
+        kernels_cuda.cast_from_half(g_values, g_grads, n, format);
+        compare(check, "accumulated grads", cpu_values, g_values, n);
+        double cpu = kernels_cpu.sum_squares_half(grads, n, format);
+        double gpu = kernels_cuda.sum_squares_half(g_grads, n, format);
+        double rel = fabs(cpu - gpu) / (fabs(cpu) > 1e-6 ? fabs(cpu) : 1e-6);
+        if (isnan(rel)) rel = INFINITY;
+        if (rel > check->worst) {
+            check->worst = rel;
+            check->where = "sum_squares_half";
+        }
+    }
+}
+
 /* Not a kernel: the streams. Pinned host values go up on the copy stream; a
  * kernel on the compute stream scales them once they have arrived (an event);
  * they come back down on the copy stream once it is done (another event).
@@ -489,6 +598,7 @@ static const ParityTest parity_tests[] = {
     {"layernorm_backward", test_layernorm_backward, TOLERANCE},
     {"linear_forward", test_linear_forward, TOLERANCE},
     {"linear_backward", test_linear_backward, TOLERANCE},
+    {"linear_half", test_linear_half, TOLERANCE},
     {"attention_forward", test_attention_forward, TOLERANCE},
     {"attention_backward", test_attention_backward, TOLERANCE},
     {"gelu_forward", test_gelu_forward, TOLERANCE},
@@ -500,6 +610,8 @@ static const ParityTest parity_tests[] = {
     {"sum_squares", test_sum_squares, SUM_SQUARES_TOLERANCE},
     {"adamw_update", test_adamw_update, TOLERANCE},
     {"fill_zero", test_fill_zero, TOLERANCE},
+    {"casts", test_casts, 0.0},
+    {"mixed", test_mixed, TOLERANCE},
     {"async_copy", test_async_copy, TOLERANCE}, /* then the streams */
 };
 #define PARITY_TEST_COUNT (int)(sizeof parity_tests / sizeof parity_tests[0])

@@ -49,13 +49,27 @@ EOF
     [ -s "$dir/breakdown.png" ]
 }
 
+@test "bench on the CPU measures bf16 mixed precision beside fp32 by default" {
+    dir="$(scratch)"
+    if python3 -c 'import torch' 2>/dev/null; then
+        skip "PyTorch is importable here: this test is about the course-only path"
+    fi
+    run env BENCH_MODELS=tiny BENCH_REPEATS=1 BENCH_STEPS=3 BENCH_VARIANTS=0 BENCH_OUT="$dir/bench" \
+        "$REPO/common/bench.sh"
+    assert_success
+    assert_equal "$(csv_column "$dir/bench/bench.csv" precision | tr '\n' ' ')" "fp32 bf16 "
+    assert_equal "$(csv_column "$dir/bench/compare.csv" precision | sort | tr '\n' ' ')" "bf16 fp32 "
+    grep -q -- '--precision=bf16' "$dir/bench/runs/tiny-bf16-headline-r1/run-info.txt"
+}
+
 @test "bench on the CPU writes the documented columns, each run's settings and the median over repeats" {
     dir="$(scratch)"
     # Without PyTorch, the course's rows alone, and empty PyTorch columns.
     if python3 -c 'import torch' 2>/dev/null; then
         skip "PyTorch is importable here: this test is about the course-only path"
     fi
-    run env BENCH_MODELS=tiny BENCH_REPEATS=3 BENCH_STEPS=3 BENCH_OUT="$dir/bench" "$REPO/common/bench.sh"
+    run env BENCH_MODELS=tiny BENCH_REPEATS=3 BENCH_STEPS=3 BENCH_PRECISIONS=fp32 BENCH_OUT="$dir/bench" \
+        "$REPO/common/bench.sh"
     assert_success
     assert_output --partial "skipping the PyTorch comparison"
     assert_equal "$(head -1 "$dir/bench/bench.csv")" \

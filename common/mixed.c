@@ -1,0 +1,167 @@
+/* mixed.c: see mixed.h. */
+#include "mixed.h"
+
+#include "device.h"
+#include "kernels.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INITIAL_LOSS_SCALE 65536.0f
+
+HalfFormat precision_format(Precision p) {
+    if (p == PRECISION_FP32) fatal(EXIT_RUNTIME, "precision_format: fp32 has no 16-bit format");
+    return p == PRECISION_BF16 ? HALF_BF16 : HALF_F16;
+}
+
+/* ---- the storage hooks: one unit at a time in fp32 ---- */
+
+static void unit_in(MixedModel *mm, int unit, int with_grads) {
+    const ParamUnit *u = table_unit(&mm->model->table, unit);
+    ops()->cast_from_half(mm->unit_params, mm->params + u->offset, u->numel, mm->format);
+    if (with_grads) ops()->fill_zero(mm->unit_grads, u->numel);
+    gpt_bind_unit(mm->model, unit, mm->unit_params, mm->unit_grads);
+}
+
+static void before_forward(int unit, void *context) {
+    unit_in(context, unit, 0);
+}
+
+static void before_backward(int unit, void *context) {
+    unit_in(context, unit, 1);
+}
+
+/* Unbound between its calls: a unit read without its conversion fails loudly. */
+static void after_forward(int unit, void *context) {
+    MixedModel *mm = context;
+    gpt_bind_unit(mm->model, unit, NULL, NULL);
+}
+
+static void after_backward(int unit, void *context) {
+    MixedModel *mm = context;
+    const ParamUnit *u = table_unit(&mm->model->table, unit);
+    ops()->accumulate_half(mm->grads + u->offset, mm->unit_grads, u->numel, mm->format);
+    gpt_bind_unit(mm->model, unit, NULL, NULL);
+}
+
+void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, HalfFormat format) {
+    memset(mm, 0, sizeof *mm);
+    ParamTable table;
+    param_table_build(&table, cfg);
+    gpt_init(model, table);
+    size_t n = model->num_params, largest = 0;
+    for (int u = LAYER_EMBEDDING; u <= cfg->layers; u++)
+        if (table_unit(&model->table, u)->numel > largest) largest = table_unit(&model->table, u)->numel;
+    mm->format = format;
+    mm->model = model;
+    mm->n = n;
+    mm->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, n * sizeof(uint16_t), "16-bit parameters");
+    mm->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, n * sizeof(uint16_t), "16-bit gradients");
+    mm->master = mem_alloc(SPACE_DEVICE, CAT_OPTIMIZER, n * sizeof(float), "master weights");
+    mm->unit_params = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit weights (fp32)");
+    mm->unit_grads = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit gradients (fp32)");
+    float *host = xmalloc(n * sizeof(float));
+    param_init_range(&model->table, seed, host, 0, n);
+    copy_to_device(mm->master, host, n * sizeof(float));
+    free(host);
+    ops()->cast_to_half(mm->params, mm->master, n, format);
+    /* the model's range is the whole table; its units get storage one at a time */
+    model->first_unit = LAYER_EMBEDDING;
+    model->last_unit = cfg->layers;
+    model->param_first = 0;
+    model->param_count = n;
+    mm->storage = (UnitHooks){.before_forward = before_forward,
+                              .after_forward = after_forward,
+                              .before_backward = before_backward,
+                              .after_backward = after_backward,
+                              .context = mm};
+    model->params = mm->master; /* the fp32 weights of record: what checkpoints save and load */
+    model->storage = &mm->storage;
+    model->half_matmuls = 1;
+    model->matmul_format = format;
+}
+
+void mixed_destroy(MixedModel *mm) {
+    mem_free(mm->params);
+    mem_free(mm->grads);
+    mem_free(mm->master);
+    mem_free(mm->unit_params);
+    mem_free(mm->unit_grads);
+    if (mm->model) mm->model->storage = NULL;
+    memset(mm, 0, sizeof *mm);
+}
+
+void mixed_weights_from_master(MixedModel *mm) {
+    ops()->cast_to_half(mm->params, mm->master, mm->n, mm->format);
+}
+
+void mixed_adamw_step(MixedModel *mm, AdamW *opt, float lr, float grad_scale, const Config *cfg) {
+    opt->t++;
+    ops()->adamw_update_half(mm->master, mm->params, mm->grads, opt->m, opt->v, mm->n, lr, cfg->beta1,
+                             cfg->beta2, cfg->eps, cfg->wd, grad_scale, opt->t, mm->format);
+}
+
+void mixed_fault_overflow(MixedModel *mm, int step) {
+    const char *fault = getenv("COURSE_FAULT_OVERFLOW_STEP");
+    if (!fault || atoi(fault) != step) return;
+    uint16_t inf = half_from_float(INFINITY, mm->format);
+    copy_to_device(mm->grads, &inf, sizeof inf);
+}
+
+/* ---- loss scaling ---- */
+
+void loss_scaler_init(LossScaler *ls, const Config *cfg) {
+    memset(ls, 0, sizeof *ls);
+    ls->scale = 1.0f;
+    if (cfg->precision != PRECISION_FP16) return;
+    ls->skips = 1;
+    ls->dynamic = cfg->loss_scale == 0.0f;
+    ls->scale = ls->dynamic ? INITIAL_LOSS_SCALE : cfg->loss_scale;
+    ls->window = cfg->loss_scale_window;
+}
+
+int loss_scaler_update(LossScaler *ls, int finite) {
+    if (!ls->skips) return 0;
+    if (!finite) {
+        ls->clean_steps = 0;
+        if (ls->dynamic) ls->scale /= 2.0f;
+        return 1;
+    }
+    if (ls->dynamic && ++ls->clean_steps == ls->window) {
+        ls->clean_steps = 0;
+        ls->scale *= 2.0f;
+    }
+    return 0;
+}
+
+/* ---- a training step in either precision ---- */
+
+void precision_zero_grads(GPT *model, MixedModel *mm) {
+    if (mm->params)
+        ops()->fill_zero_half(mm->grads, mm->n);
+    else
+        ops()->fill_zero(model->grads, model->num_params);
+}
+
+int precision_update(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
+                     int step, double *grad_norm) {
+    const KernelOps *k = ops();
+    float loss_scale = ls->scale; /* the gradients are this many times too large */
+    if (mm->params) mixed_fault_overflow(mm, step);
+    double squares = mm->params ? k->sum_squares_half(mm->grads, mm->n, mm->format)
+                                : k->sum_squares(model->grads, model->num_params);
+    *grad_norm = sqrt(squares) / loss_scale;
+    int skipped = loss_scaler_update(ls, isfinite(squares));
+    if (skipped) {
+        log_info("step %d skipped: the fp16 gradients overflowed at loss scale %g\n", step, loss_scale);
+        return 1;
+    }
+    float grad_scale = clip_scale(cfg, *grad_norm) / loss_scale; /* clip, and divide the scale out */
+    if (mm->params)
+        mixed_adamw_step(mm, opt, lr, grad_scale, cfg);
+    else
+        adamw_step(opt, model->params, model->grads, lr, grad_scale, cfg);
+    return 0;
+}

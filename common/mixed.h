@@ -1,0 +1,120 @@
+/* mixed.h: mixed precision (--precision bf16|fp16): a GPT stored in 16 bits,
+ * trained through fp32 master weights, and fp16's loss scaling.
+ *
+ * Per parameter, in bytes:
+ *
+ *                   fp32   bf16/fp16   category
+ *   params           4        2        CAT_PARAMS    what forward and backward read
+ *   grads            4        2        CAT_GRADS     summed over the micro-batches
+ *   master weights   -        4        CAT_OPTIMIZER the fp32 copy AdamW updates
+ *   Adam m, v        8        8        CAT_OPTIMIZER (optim.h)
+ *   total           16       16        of which optimizer state: 8 vs 12
+ *
+ * The total does not move; what moves is where it sits. The 2 + 2 bytes are
+ * all a device needs to compute, and the 12 of optimizer state are what ZeRO
+ * (chapter 05) shards and ZeRO-Offload (chapter 06) moves to the host.
+ *
+ * Why master weights: an update lr * m/sqrt(v) is often below half a unit in
+ * the last place of a 16-bit weight (bf16 has 8 significant bits: 1 + 2^-8
+ * rounds back to 1), so applied to the 16-bit weight it would be lost. AdamW
+ * adds it to the fp32 copy, where it accumulates, and the 16-bit weights are
+ * that copy rounded after every step.
+ *
+ * How a step computes. Before a unit's forward or backward (model.h:
+ * GPT.storage), its 16-bit weights are converted into an fp32 workspace the
+ * size of the largest unit (exactly: every 16-bit value is a float); its
+ * gradients go into a second such workspace, then are added into the 16-bit
+ * gradients, rounded, after its backward. The matmuls take 16-bit inputs
+ * (GPT.half_matmuls: kernels.h's linear_*_half round both operands of each
+ * GEMM, weights and activations or their gradients, and accumulate in fp32:
+ * cublasGemmEx on tensor cores; on the CPU, sgemm on the rounded values,
+ * since the installed OpenBLAS has no 16-bit GEMM: kernels_cpu.c);
+ * layernorm and its statistics, attention's softmax, GELU, the loss and the
+ * gradient norm are fp32 (double for the norm). The activations are stored
+ * as fp32 values (4 bytes each): storing them in 16 bits is not done yet.
+ *
+ * fp16 and loss scaling. fp16 has 5 exponent bits: gradients below 2^-24
+ * become zero and above 65504 become Inf. Scaling the loss by S scales every
+ * gradient by S, lifting the small ones into range; AdamW divides S out
+ * (grad_scale). Too large an S overflows: the step's gradients hold an Inf or
+ * a NaN, the step is skipped (the weights and Adam's state stay as they were)
+ * and S halves; after `window` clean steps in a row S doubles, so it stays
+ * near the largest scale that does not overflow. bf16 has fp32's 8 exponent
+ * bits, so its gradients fit wherever fp32's do: no scaling. */
+#ifndef MIXED_H
+#define MIXED_H
+
+#include "config.h"
+#include "half.h"
+#include "model.h"
+#include "optim.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    HalfFormat format;
+    GPT *model;
+    size_t n;           /* parameters: the whole table */
+    uint16_t *params;   /* (n) device, CAT_PARAMS */
+    uint16_t *grads;    /* (n) device, CAT_GRADS */
+    float *master;      /* (n) device, CAT_OPTIMIZER */
+    float *unit_params; /* (largest unit) device, CAT_WORKSPACE: the unit at hand in fp32 */
+    float *unit_grads;  /* (largest unit) device, CAT_WORKSPACE: its gradients in fp32 */
+    UnitHooks storage;  /* model->storage: convert and bind a unit, add its gradients back */
+} MixedModel;
+
+/* The 16-bit format of a precision other than fp32. */
+HalfFormat precision_format(Precision p);
+
+/* The whole model of cfg in 16 bits: the table bound to no storage of its own
+ * (units get theirs one at a time through model->storage; model->grads stays
+ * NULL and model->params is the master copy, the fp32 weights a checkpoint
+ * holds), master weights initialised from seed as gpt_create would, and the
+ * 16-bit weights rounded from them. */
+void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, HalfFormat format);
+void mixed_destroy(MixedModel *mm);
+
+/* After the master weights changed outside AdamW (a checkpoint was loaded
+ * into model->params, which is the master copy): round the 16-bit weights
+ * from them again. */
+void mixed_weights_from_master(MixedModel *mm);
+
+/* AdamW on the master weights from the 16-bit gradients (times grad_scale),
+ * then the 16-bit weights rounded from them. */
+void mixed_adamw_step(MixedModel *mm, AdamW *opt, float lr, float grad_scale, const Config *cfg);
+
+/* For testing the skip: with COURSE_FAULT_OVERFLOW_STEP=k in the environment,
+ * step k's (1-based) first gradient becomes +Inf, as an overflow would make it. */
+void mixed_fault_overflow(MixedModel *mm, int step);
+
+typedef struct {
+    float scale;     /* the loss is multiplied by this before the backward pass */
+    int dynamic;     /* fp16 with --loss-scale dynamic: the scale adapts */
+    int skips;       /* fp16: a step whose gradients are not finite is skipped */
+    int window;      /* clean steps after which a dynamic scale doubles */
+    int clean_steps; /* clean steps since the last change */
+} LossScaler;
+
+/* fp32 and bf16: scale 1, never skips. fp16: --loss-scale, dynamic from
+ * 2^16 (PyTorch's GradScaler starts there too) by default. */
+void loss_scaler_init(LossScaler *ls, const Config *cfg);
+/* After a step's gradients: finite says whether all of them are. Returns 1
+ * when the step must be skipped; updates the scale for the next step. */
+int loss_scaler_update(LossScaler *ls, int finite);
+
+/* ---- a training step in either precision ----
+ * The two places where a step depends on how the model is stored, for an
+ * fp32 model (mm->params NULL: a zeroed MixedModel) and a 16-bit one alike. */
+
+/* Zero the gradients: model->grads, or mm->grads. */
+void precision_zero_grads(GPT *model, MixedModel *mm);
+/* The update, after the gradients are summed (over micro-batches and ranks)
+ * and were computed with the loss times ls->scale: the global gradient norm
+ * (scale divided out) into *grad_norm, the loss scale's update, and AdamW
+ * with clipping, unless fp16's gradients overflowed. Returns 1 when the step
+ * was skipped. fp32 computes exactly what adamw_step always did. */
+int precision_update(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
+                     int step, double *grad_norm);
+
+#endif

@@ -290,8 +290,6 @@ int main(int argc, char **argv) {
     timeline_write(&p.times.timeline, world, cfg.out);
     size_t peak_device = comm_write_memory_csv(world, cfg.out);
     if (rank == 0) {
-        /* the bubble's median leaves out the warm-up step, as the step time's does (run_summary_init) */
-        int skip = last_step > 1 ? 1 : 0, n = last_step - skip;
         RunSummary run;
         run_summary_init(&run, PROGRAM, &cfg, p.model.num_params, step_ms, last_step);
         run.world_size = ranks;
@@ -299,7 +297,7 @@ int main(int argc, char **argv) {
         run.pp = P;
         run.final_loss = loss;
         run.peak_device_bytes = peak_device;
-        double bubble_measured = median(bubbles + skip, n);
+        double bubble_measured = median_after_warmup(bubbles, last_step); /* the step time's rule */
         char extra_header[64], extra_values[96];
         snprintf(extra_header, sizeof extra_header, ",schedule,bubble_measured,bubble_theory");
         snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", pf.schedule, bubble_measured,

@@ -324,9 +324,7 @@ void run_summary_init(RunSummary *r, const char *program, const Config *cfg, siz
         .batch = cfg->batch,
         .micro = cfg->micro,
         .steps = steps,
-        .median_step_ms = steps > 1    ? median(step_ms + 1, steps - 1)
-                          : steps == 1 ? step_ms[0]
-                                       : 0.0,
+        .median_step_ms = median_after_warmup(step_ms, steps),
     };
     double tokens_per_step = (double)cfg->batch * cfg->model.seq;
     r->tokens_per_s = r->median_step_ms > 0 ? tokens_per_step / (r->median_step_ms / 1e3) : 0.0;
@@ -346,6 +344,11 @@ void log_step(const StepRecord *r, int total_steps) {
 static int compare_doubles(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+double median_after_warmup(double *values, int n) {
+    if (n < 1) return 0.0;
+    return n > 1 ? median(values + 1, n - 1) : values[0];
 }
 
 double median(double *values, int n) {

@@ -104,5 +104,8 @@ void log_step(const StepRecord *r, int total_steps);
 
 /* Median of n values (n > 0); the array is reordered. */
 double median(double *values, int n);
+/* The timing rule of every chapter: the median of a run's per-step values
+ * leaving out its first (warm-up) step when it has more than one; 0 for none. */
+double median_after_warmup(double *values, int n);
 
 #endif

@@ -12,20 +12,14 @@
 double evaluate_loss(const GPT *model, Activations *acts, Scratch *scratch, const Dataset *data,
                      const Config *cfg) {
     int B = acts->B, T = cfg->model.seq, micro_per_batch = cfg->batch / B;
-    size_t tokens_bytes = (size_t)B * T * sizeof(int);
-    int *tokens = xmalloc(tokens_bytes), *targets = xmalloc(tokens_bytes);
     double loss_sum = 0.0;
     for (int e = 0; e < cfg->eval_batches; e++) {
         for (int mb = 0; mb < micro_per_batch; mb++) {
-            data_batch(data, SPLIT_VAL, cfg->seed, e, mb * B, B, T, tokens, targets);
-            copy_to_device(acts->tokens, tokens, tokens_bytes);
-            copy_to_device(acts->targets, targets, tokens_bytes);
+            data_upload_batch(data, SPLIT_VAL, cfg->seed, e, mb * B, B, T, acts->tokens, acts->targets);
             gpt_forward(model, acts, scratch, B, T);
             loss_sum += gpt_loss_sum(acts, B, T);
         }
     }
-    free(tokens);
-    free(targets);
     return loss_sum / ((double)cfg->eval_batches * cfg->batch * T);
 }
 

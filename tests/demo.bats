@@ -128,11 +128,8 @@ runs/demo/01-small-recompute.r2"
 }
 
 @test "the pipeline sweep plot takes the fastest repeat and draws the measured bubble against the formula" {
-    python=""
-    for candidate in python3 /usr/bin/python3; do
-        "$candidate" -c "import matplotlib" 2>/dev/null && { python="$candidate"; break; }
-    done
-    [ -n "$python" ] || skip "no python3 with matplotlib"
+    python="$(plot_python)"
+    "$python" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"
     dir="$(scratch)"
     # two repeats per configuration; repeat 1 of 1f1b-m4 was slowed by background load
     for run in gpipe-m4.r1:100:0.25 gpipe-m4.r2:90:0.22 1f1b-m4.r1:180:0.40 1f1b-m4.r2:88:0.21; do
@@ -165,11 +162,8 @@ runs/demo/01-small-recompute.r2"
 }
 
 @test "the ZeRO plot puts each stage's memory and bytes sent next to the paper's formulas" {
-    python=""
-    for candidate in python3 /usr/bin/python3; do
-        "$candidate" -c "import matplotlib" 2>/dev/null && { python="$candidate"; break; }
-    done
-    [ -n "$python" ] || skip "no python3 with matplotlib"
+    python="$(plot_python)"
+    "$python" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"
     dir="$(scratch)"
     for stage in 0 1 2 3; do
         OMP_NUM_THREADS=1 mpirun --oversubscribe -np 2 "$REPO/05_zero/train" --zero "$stage" --steps 2 \

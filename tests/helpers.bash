@@ -59,6 +59,19 @@ assert_losses_match() {
                               END { exit bad }'
 }
 
+# The Python that has matplotlib (Debian's python3-matplotlib lives in
+# /usr/bin/python3); plain python3 when none has it.
+plot_python() {
+    local candidate
+    for candidate in python3 /usr/bin/python3; do
+        if "$candidate" -c 'import matplotlib' 2>/dev/null; then
+            echo "$candidate"
+            return
+        fi
+    done
+    echo python3
+}
+
 # A scratch directory per test, removed by bats.
 scratch() { echo "$BATS_TEST_TMPDIR"; }
 

@@ -5,17 +5,6 @@
 
 load helpers
 
-# The Python that has matplotlib (Debian's python3-matplotlib lives in /usr/bin/python3).
-plot_python() {
-    for candidate in python3 /usr/bin/python3; do
-        if "$candidate" -c 'import matplotlib' 2>/dev/null; then
-            echo "$candidate"
-            return
-        fi
-    done
-    echo python3
-}
-
 @test "kernel_breakdown sums an ncu report per kernel and sorts kernels into kinds" {
     dir="$(scratch)"
     # Nsight Compute's --csv layout: its own log lines, then one quoted row per (launch, metric).

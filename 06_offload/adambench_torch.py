@@ -129,7 +129,7 @@ def main():
         rate = n / (ms * 1e-3)
         gbps, copy_gbps = rate * 28 / 1e9, 32.0 * n / (cms * 1e-3) / 1e9
         rows.append(dict(kernel="torch.optim.AdamW", path=mode, half="none", threads=threads, n=n, reps=args.reps,
-                         bytes_per_param=28, median_ms=f"{ms:.4f}", params_per_s=f"{rate:.6g}", GBps=f"{gbps:.4f}",
+                         clock="wall", bytes_per_param=28, median_ms=f"{ms:.4f}", params_per_s=f"{rate:.6g}", GBps=f"{gbps:.4f}",
                          copy_GBps=f"{copy_gbps:.4f}", pct_of_copy=f"{100 * gbps / copy_gbps:.1f}", x_scalar="",
                          cpu=cpu_model()))
         del opt, params
@@ -148,7 +148,7 @@ def main():
         os.makedirs(args.out, exist_ok=True)
         path = os.path.join(args.out, "adambench_torch.csv")
         with open(path + ".tmp", "w", newline="") as f:
-            fields = ["kernel", "path", "half", "threads", "n", "reps", "bytes_per_param", "median_ms",
+            fields = ["kernel", "path", "half", "threads", "n", "reps", "clock", "bytes_per_param", "median_ms",
                       "params_per_s", "GBps", "copy_GBps", "pct_of_copy", "x_scalar", "cpu", "cpu_adamw_x"]
             w = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
             w.writeheader()

@@ -47,7 +47,10 @@ typedef struct {
 
 /* AdamW over master[0..n) (fp32) from fp32 grads, moments m, v; when out16 != NULL also writes the
  * 16-bit rounding (format fmt) of the updated master weights into out16[0..n) in the same pass.
- * The pointers need no particular alignment; the arrays must not overlap. */
+ * The pointers need no particular alignment; the arrays must not overlap. The work is split
+ * into chunks of CPU_ADAM_CHUNK parameters over the OpenMP threads, so a call on fewer
+ * parameters than that runs on one thread (update large ranges, e.g. whole buckets, at a time);
+ * called inside a parallel region it runs on the calling thread (no nested parallelism). */
 void cpu_adamw(float *master, const float *grads, float *m, float *v, size_t n, const CpuAdamArgs *a,
                uint16_t *out16, HalfFormat fmt);
 

@@ -53,29 +53,30 @@ supported_paths() { "$TEST" path | sed -n 's/^supported //p'; }
     assert_output --partial "adambench: 65536 parameters (1 MiB of fp32 state), 2 threads, median of 2 updates"
     assert_output --regexp "kernel +path +half +ms +Gparam/s +GB/s +copy GB/s +% of copy +x scalar"
     assert_equal "$(head -1 "$d/adambench.csv")" \
-        "kernel,path,half,threads,n,reps,bytes_per_param,median_ms,params_per_s,GBps,copy_GBps,pct_of_copy,x_scalar,cpu"
+        "kernel,path,half,threads,n,reps,clock,bytes_per_param,median_ms,params_per_s,GBps,copy_GBps,pct_of_copy,x_scalar,cpu"
     want="copy,memcpy,none reference,scalar,none"
     for path in $(supported_paths); do want="$want $path,none $path,bf16 $path,fp16"; done
     got=$(tail -n +2 "$d/adambench.csv" | cut -d, -f1-3 | sed 's/^cpu_adamw,//' | tr '\n' ' ')
     assert_equal "$got" "$want "
     # the numbers hang together: GBps = params/s x bytes / 1e9, pct = GBps / copy, scalar rows x1
     run awk -F, 'NR > 1 {
-        if ($8 <= 0 || $9 <= 0 || $11 <= 0) { print "not positive: " $0; bad = 1 }
-        if ($7 != ($1 == "copy" ? 32 : $3 == "none" ? 28 : 30)) { print "bytes: " $0; bad = 1 }
-        g = $9 * $7 / 1e9; if ((g - $10) / $10 > 1e-3 || ($10 - g) / $10 > 1e-3) { print "GBps: " $0; bad = 1 }
-        p = 100 * $10 / $11; if (p - $12 > 0.1 || $12 - p > 0.1) { print "pct: " $0; bad = 1 }
-        if ($1 == "cpu_adamw" && $2 == "scalar" && $13 != "1.00") { print "x_scalar: " $0; bad = 1 }
-        if ($4 != 2 || $5 != 65536 || $6 != 2) { print "settings: " $0; bad = 1 } } END { exit bad }' "$d/adambench.csv"
+        if ($9 <= 0 || $10 <= 0 || $12 <= 0) { print "not positive: " $0; bad = 1 }
+        if ($8 != ($1 == "copy" ? 32 : $3 == "none" ? 28 : 30)) { print "bytes: " $0; bad = 1 }
+        g = $10 * $8 / 1e9; if ((g - $11) / $11 > 1e-3 || ($11 - g) / $11 > 1e-3) { print "GBps: " $0; bad = 1 }
+        p = 100 * $11 / $12; if (p - $13 > 0.1 || $13 - p > 0.1) { print "pct: " $0; bad = 1 }
+        if ($1 == "cpu_adamw" && $2 == "scalar" && $14 != "1.00") { print "x_scalar: " $0; bad = 1 }
+        if ($4 != 2 || $5 != 65536 || $6 != 2 || $7 != "wall") { print "settings: " $0; bad = 1 } } END { exit bad }' "$d/adambench.csv"
     assert_success
-    # one path, one write-back
-    run "$BENCH" --n 4K --reps 1 --path scalar --half bf16
+    # one path, one write-back, timed in CPU time
+    run "$BENCH" --n 4K --reps 1 --path scalar --half bf16 --clock cpu
     assert_success
     assert_equal "$(echo "$output" | grep -c '^cpu_adamw')" 1
     assert_output --regexp "cpu_adamw scalar +bf16"
+    assert_output --partial "median of 1 updates, CPU time"
 }
 
 @test "adambench refuses bad input with one line and exit status 2, and explains itself with --help" {
-    for args in "--n 10" "--n 2G" "--n lots" "--threads 0" "--reps 0" "--path sse" "--half fp8" "--bogus" \
+    for args in "--n 10" "--n 2G" "--n lots" "--threads 0" "--reps 0" "--path sse" "--half fp8" "--clock tsc" "--bogus" \
         "--n" "stray"; do
         run --separate-stderr "$BENCH" $args
         assert_equal "$status" 2
@@ -86,7 +87,7 @@ supported_paths() { "$TEST" path | sed -n 's/^supported //p'; }
     assert_equal "$stderr" "error: --threads: 0 is out of range (valid: 1..1024)"
     run "$BENCH" --help
     assert_success
-    for flag in --n --threads --reps --path --half --out; do assert_output --partial "  $flag "; done
+    for flag in --n --threads --reps --path --half --clock --out; do assert_output --partial "  $flag "; done
 }
 
 # A stand-in for PyTorch with just what adambench_torch.py calls: lists of
@@ -145,8 +146,8 @@ EOF
     assert_equal "$(head -1 "$d/out/adambench_torch.csv")" \
         "$(head -1 "$d/out/adambench.csv"),cpu_adamw_x"
     assert_equal "$(csv_column "$d/out/adambench_torch.csv" path | tr '\n' ' ')" "single-tensor foreach "
-    ours=$(awk -F, '$1 == "cpu_adamw" && $3 == "none" && $9 > best { best = $9 } END { print best }' "$d/out/adambench.csv")
-    run awk -F, -v ours="$ours" 'NR > 1 { r = ours / $9; if ((r - $15) / r > 0.01 || ($15 - r) / r > 0.01 || $4 != 2) bad = 1 }
+    ours=$(awk -F, '$1 == "cpu_adamw" && $3 == "none" && $10 > best { best = $10 } END { print best }' "$d/out/adambench.csv")
+    run awk -F, -v ours="$ours" 'NR > 1 { r = ours / $10; if ((r - $16) / r > 0.01 || ($16 - r) / r > 0.01 || $4 != 2) bad = 1 }
                                  END { exit bad }' "$d/out/adambench_torch.csv"
     assert_success
     run --separate-stderr python3 "$REPO/06_offload/adambench_torch.py" --threads 0

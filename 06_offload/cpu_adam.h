@@ -26,7 +26,10 @@
  * the reference rounds twice). The 16-bit write-back rounds as half.h does
  * (to nearest even, NaN quiet, Inf past the range), so it equals the kernel
  * table's adamw_update_half given the same gradients. tests/cpu_adam.bats
- * checks every path this CPU supports, bit for bit.
+ * checks every path this CPU supports, bit for bit. (This holds with the
+ * Makefile's flags, which give the kernel table no FMA either; built with
+ * OPT=-march=native, gcc may fuse the kernel table's own loop, and the two
+ * then differ in the last bit.)
  *
  * Choosing a path: cpu_adamw uses the widest path the CPU supports, or the
  * one named by the environment variable COURSE_CPU_ADAM (auto, scalar, avx2,

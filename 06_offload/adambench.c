@@ -4,10 +4,10 @@
  *                        [--out DIR]
  *
  * An AdamW update reads and writes memory much more than it computes, so its
- * yardstick is the memory bandwidth of the same machine: first this program
- * measures a copy (memcpy of the optimizer state's size, split over the
- * same threads), alternately with the update of n parameters on each path
- * (cpu_adam.h) and with the kernel table's adamw_update, the reference.
+ * yardstick is the memory bandwidth of the same machine: this program times
+ * a copy (memcpy of the optimizer state's size, split over the same
+ * threads) alternately with the update of n parameters on each path
+ * (cpu_adam.h), and with the kernel table's adamw_update, the reference.
  * Each time is the median of --reps runs after one warm-up run.
  *
  * Columns of DIR/adambench.csv (one row per kernel, path and write-back; the

@@ -6,7 +6,8 @@
  *   build/tests/test_cpu_adam exercise [PATH]  against cpu_adam.c's own scalar path (exercise 06.1's
  *                                              grader: it does not need exercise 01.2's AdamW); PATH: avx2
  *   build/tests/test_cpu_adam speed PATH [MIN] PATH's speed over the scalar path's at 1 thread, the median
- *                                              of 7 interleaved timings; fails below MIN (default 1.5)
+ *                                              of 7 interleaved timings of this thread's CPU time;
+ *                                              fails below MIN (default 1.5); VERBOSE=1 prints each timing
  *   build/tests/test_cpu_adam path             the path cpu_adamw takes (COURSE_CPU_ADAM) and those supported
  *
  * Each comparison runs lengths that end anywhere relative to the vectors

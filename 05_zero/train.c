@@ -56,8 +56,8 @@ static const char zero_help[] =
     "                             flat mode); 1: optimizer state sharded; 2: gradients too; 3: parameters\n"
     "                             too (default 1). Any number of ranks: every unit is padded to a\n"
     "                             multiple of N (zeros nobody updates), so N may exceed a unit's size\n"
-    "  --prefetch K               stage 3: gather the next K units ahead of the one computing, 0..64\n"
-    "                             (default 1)\n"
+    "  --prefetch K               stage 3: gather the next K units (on a communication thread) while\n"
+    "                             the current one computes, 0..64 (default 1)\n"
     "  --print-schedule           stage 3: print one micro-batch's gather/free schedule\n";
 
 static int handle_zero_flag(int option, const char *value, void *context) {
@@ -268,8 +268,9 @@ int main(int argc, char **argv) {
         run.final_loss = loss;
         run.peak_device_bytes = peak_device;
         char extra_values[64];
-        snprintf(extra_values, sizeof extra_values, ",%d,%.0f", zf.prefetch, bytes_per_step);
-        run_csv_write_extra(cfg.out, &run, ",prefetch,bytes_sent_per_step", extra_values);
+        snprintf(extra_values, sizeof extra_values, ",%d,%.0f,%s", zf.prefetch, bytes_per_step,
+                 precision_name(cfg.precision));
+        run_csv_write_extra(cfg.out, &run, ",prefetch,bytes_sent_per_step,precision", extra_values);
         run_info_complete(&cfg);
         log_info(
             "done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.2f MiB sent per rank per step | "

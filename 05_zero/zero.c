@@ -53,21 +53,22 @@ static void *alloc_typed(const Zero *z, Category cat, size_t n, const char *what
 
 /* ---- time: what ran when, and how long the caller waited on communication ---- */
 
-static void record(Zero *z, const char *op, double start_ms, double end_ms) {
-    timeline_add(&z->timeline, z->step + 1, z->micro, op, (start_ms - z->origin_ms) * 1e3,
+static void record(Zero *z, const char *op, int micro, double start_ms, double end_ms) {
+    timeline_add(&z->timeline, z->step + 1, micro, op, (start_ms - z->origin_ms) * 1e3,
                  (end_ms - z->origin_ms) * 1e3);
 }
 /* After a collective the caller ran itself, started at start_ms. */
 static void waited(Zero *z, const char *op, double start_ms) {
     double end = wall_ms();
     z->comm_ms += end - start_ms;
-    record(z, op, start_ms, end);
+    record(z, op, z->micro, start_ms, end);
 }
-/* Wait for one of the worker's collectives; its row shows when the worker ran it. */
-static void wait_ticket(Zero *z, long ticket, const char *op) {
+/* Wait for one of the worker's collectives, queued for micro-batch `micro`;
+ * its row shows when the worker ran it. */
+static void wait_ticket(Zero *z, long ticket, const char *op, int micro) {
     double start, end;
     z->comm_ms += comm_worker_wait(z->worker, ticket, &start, &end);
-    record(z, op, start, end);
+    record(z, op, micro, start, end);
 }
 
 /* Bind every unit's parameters to a whole parameter buffer, no gradients. */
@@ -124,6 +125,7 @@ void zero_print_schedule(const ZeroAction *actions, int n) {
 static void reduce_scatter_unit(Zero *z, int unit) {
     ZeroGradBuffer *gb = &z->grad_buffers[z->current];
     gb->unit = unit;
+    gb->micro = z->micro;
     gb->accumulate = z->accumulate;
     /* EXERCISE 05.2 BEGIN: the stage-2 reduce-scatter (course.md, exercise 05.2) */
     size_t S = slice_numel(z, unit);
@@ -135,7 +137,7 @@ static void reduce_scatter_unit(Zero *z, int unit) {
 
 static void finish_reduce_scatter(Zero *z, ZeroGradBuffer *gb) {
     if (gb->ticket < 0) return;
-    wait_ticket(z, gb->ticket, "reduce_scatter");
+    wait_ticket(z, gb->ticket, "reduce_scatter", gb->micro);
     gb->ticket = -1;
     if (!gb->accumulate) return;
     /* EXERCISE 05.2 BEGIN: the stage-2 reduce-scatter (course.md, exercise 05.2) */
@@ -232,7 +234,7 @@ static void *run_until_compute(Zero *z, ZeroOp op, int unit) {
         fatal(EXIT_RUNTIME, "ZeRO-3 schedule: unit %d's %s comes before its gather (or after its free)", unit,
               op == ZERO_FORWARD ? "forward" : "backward");
     z->cursor++;
-    wait_ticket(z, z->ticket_of_use[a->use], "gather");
+    wait_ticket(z, z->ticket_of_use[a->use], "gather", z->micro);
     return z->pool[z->buffer_of_use[a->use]];
 }
 
@@ -261,7 +263,7 @@ static void before_forward(int unit, void *context) {
 
 static void after_forward(int unit, void *context) {
     Zero *z = context;
-    record(z, "fwd", z->compute_start_ms, wall_ms());
+    record(z, "fwd", z->micro, z->compute_start_ms, wall_ms());
     if (z->half) mixed_unit_out(&z->mixed, unit, NULL);
     if (z->stage == 3) run_frees(z);
 }
@@ -279,7 +281,7 @@ static void before_backward(int unit, void *context) {
 
 static void after_backward(int unit, void *context) {
     Zero *z = context;
-    record(z, "bwd", z->compute_start_ms, wall_ms());
+    record(z, "bwd", z->micro, z->compute_start_ms, wall_ms());
     if (z->stage < 2) { /* 16-bit stages 0-1: into the whole 16-bit gradients */
         mixed_unit_out(&z->mixed, unit, at(z, z->grads16, unit_offset(z, unit)));
         return;

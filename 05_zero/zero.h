@@ -72,11 +72,11 @@ typedef struct {
  * the unit's backward, reduce-scattered by the worker while the next units
  * back-propagate (two of them alternate). */
 typedef struct {
-    void *data;     /* (N * S of the largest unit) CAT_BUCKETS, in the collectives' type */
-    void *slice;    /* (S) CAT_BUCKETS: the reduced slice, when it must be added to the shard */
-    long ticket;    /* its reduce-scatter, -1 when none is pending */
-    int unit;       /* whose gradient it holds */
-    int accumulate; /* a later micro-batch: slice is added to the shard once done */
+    void *data;      /* (N * S of the largest unit) CAT_BUCKETS, in the collectives' type */
+    void *slice;     /* (S) CAT_BUCKETS: the reduced slice, when it must be added to the shard */
+    long ticket;     /* its reduce-scatter, -1 when none is pending */
+    int unit, micro; /* whose gradient it holds, of which micro-batch */
+    int accumulate;  /* a later micro-batch: slice is added to the shard once done */
 } ZeroGradBuffer;
 
 typedef struct {

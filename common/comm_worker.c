@@ -12,7 +12,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-typedef enum { JOB_ALLGATHER, JOB_REDUCE_SCATTER } JobKind;
+typedef enum { JOB_ALLGATHER, JOB_REDUCE_SCATTER, JOB_ALLREDUCE } JobKind;
 
 typedef struct {
     JobKind kind;
@@ -21,7 +21,9 @@ typedef struct {
     size_t count;
     CommDtype dtype;
     ReduceOp op;
-    DeviceEvent *ready; /* recorded on the compute stream when queued */
+    void (*allreduce)(CommGroup *g, float *buf, size_t count,
+                      ReduceOp op); /* JOB_ALLREDUCE: another implementation */
+    DeviceEvent *ready;             /* recorded on the compute stream when queued */
     double start_ms, end_ms;
 } Job;
 
@@ -37,10 +39,20 @@ struct CommWorker {
 };
 
 static void run_job(CommWorker *w, Job *j) {
-    if (j->kind == JOB_ALLGATHER)
+    switch (j->kind) {
+    case JOB_ALLGATHER:
         comm_allgather_typed(w->group, j->send, j->recv, j->count, j->dtype, j->ready);
-    else
+        break;
+    case JOB_REDUCE_SCATTER:
         comm_reduce_scatter_typed(w->group, j->send, j->recv, j->count, j->dtype, j->op, j->ready);
+        break;
+    case JOB_ALLREDUCE:
+        if (j->allreduce)
+            j->allreduce(w->group, j->recv, j->count, j->op);
+        else
+            comm_allreduce_typed(w->group, j->recv, j->count, j->dtype, j->op, j->ready);
+        break;
+    }
 }
 
 static void *work(void *arg) {
@@ -120,6 +132,21 @@ long comm_worker_reduce_scatter(CommWorker *w, const void *send, void *recv, siz
                               .count = count,
                               .dtype = dtype,
                               .op = op});
+}
+
+long comm_worker_allreduce(CommWorker *w, void *buf, size_t count, CommDtype dtype, ReduceOp op) {
+    return queue_job(w, (Job){.kind = JOB_ALLREDUCE, .recv = buf, .count = count, .dtype = dtype, .op = op});
+}
+
+long comm_worker_allreduce_with(CommWorker *w,
+                                void (*allreduce)(CommGroup *g, float *buf, size_t count, ReduceOp op),
+                                float *buf, size_t count, ReduceOp op) {
+    return queue_job(w, (Job){.kind = JOB_ALLREDUCE,
+                              .recv = buf,
+                              .count = count,
+                              .dtype = COMM_F32,
+                              .op = op,
+                              .allreduce = allreduce});
 }
 
 double comm_worker_wait(CommWorker *w, long ticket, double *start_ms, double *end_ms) {

@@ -12,7 +12,8 @@
  *   caller : queue(gather 1) [compute 0]   wait(1) [compute 1] ...
  *   worker :                 [gather 1 ]           [gather 2 ] ...
  *
- * Chapter 05's ZeRO-3 prefetch gathers the next units this way, and its
+ * Chapter 02's overlapped all-reduce runs its buckets this way
+ * (bucketed.h), chapter 05's ZeRO-3 prefetch gathers the next units, and its
  * reduce-scatters of each unit's gradients go through the same worker, so
  * that every rank issues its collectives in one order (on a GPU they share
  * the communication stream: two threads feeding it in different orders on
@@ -48,6 +49,13 @@ void comm_worker_destroy(CommWorker *w); /* collective; runs what is queued firs
 long comm_worker_allgather(CommWorker *w, const void *send, void *recv, size_t count, CommDtype dtype);
 long comm_worker_reduce_scatter(CommWorker *w, const void *send, void *recv, size_t count, CommDtype dtype,
                                 ReduceOp op);
+long comm_worker_allreduce(CommWorker *w, void *buf, size_t count, CommDtype dtype, ReduceOp op);
+/* An fp32 all-reduce of another implementation (the course's ring,
+ * ring_allreduce), called on the worker's group; it orders itself after the
+ * compute stream, not after the event recorded here. */
+long comm_worker_allreduce_with(CommWorker *w,
+                                void (*allreduce)(CommGroup *g, float *buf, size_t count, ReduceOp op),
+                                float *buf, size_t count, ReduceOp op);
 
 /* Wait until ticket's collective is done; returns the milliseconds this
  * call waited (0 when it was done already). start_ms and end_ms (may be

@@ -37,10 +37,12 @@ With --zero, from chapter 05 runs (run.csv's zero, world_size, params,
 bytes_sent_per_step; memory.csv):
     zero.png        per ZeRO stage: the model state per rank (params, grads,
                     optimizer; the largest rank) stacked by category next to
-                    the ZeRO paper's formula in fp32 (16, 8 + 8/N, 4 + 12/N,
-                    16/N bytes per parameter), the bytes each rank sends per
-                    step next to an all-reduce's 2(N-1)/N x 4 bytes per
-                    parameter (1.5x that at stage 3), and the median step time
+                    the ZeRO paper's formula (fp32: 16, 8 + 8/N, 4 + 12/N,
+                    16/N bytes per parameter; bf16/fp16 by run.csv's
+                    precision: 16, 4 + 12/N, 2 + 14/N, 16/N), the bytes each
+                    rank sends per step next to an all-reduce's 2(N-1)/N x 4
+                    (16-bit: 2) bytes per parameter (1.5x that at stage 3),
+                    and the median step time
 With --sweep, from pipeline runs' run.csv (columns schedule, micro,
 median_step_ms, bubble_measured, bubble_theory):
     sweep.png       against the number of micro-batches, one line per
@@ -387,10 +389,19 @@ def plot_sweep(groups, out):
     plt.close(fig)
 
 
-def zero_formula_bytes(stage, params, n):
-    """Model-state bytes per rank in fp32 (4 + 4 + 8 bytes a parameter), as the ZeRO paper counts them."""
-    per_param = {0: 16.0, 1: 8.0 + 8.0 / n, 2: 4.0 + 12.0 / n, 3: 16.0 / n}[stage]
+def zero_formula_bytes(stage, params, n, precision="fp32"):
+    """Model-state bytes per rank as the ZeRO paper counts them: fp32 4 + 4 + 8 bytes a parameter,
+    16-bit 2 + 2 + 12 (the fp32 master weights are optimizer state)."""
+    if precision == "fp32":
+        per_param = {0: 16.0, 1: 8.0 + 8.0 / n, 2: 4.0 + 12.0 / n, 3: 16.0 / n}[stage]
+    else:
+        per_param = {0: 16.0, 1: 4.0 + 12.0 / n, 2: 2.0 + 14.0 / n, 3: 16.0 / n}[stage]
     return per_param * params
+
+
+def zero_grad_bytes(run):
+    """Bytes per parameter of a run's gradients (run.csv's precision: 05 writes it; fp32 before)."""
+    return 4 if run.get("precision", "fp32") == "fp32" else 2
 
 
 def plot_zero(groups, out):
@@ -414,15 +425,15 @@ def plot_zero(groups, out):
         heights = [cats.get(cat, 0) / 2**20 for _, _, cats, _ in rows]
         ax.bar(x, heights, bottom=bottom, label=cat, color=COLOURS[cat])
         bottom = [b + h for b, h in zip(bottom, heights)]
-    formula = [zero_formula_bytes(int(r["zero"]), int(r["params"]), int(r["world_size"])) / 2**20
-               for _, r, _, _ in rows]
+    formula = [zero_formula_bytes(int(r["zero"]), int(r["params"]), int(r["world_size"]),
+                                  r.get("precision", "fp32")) / 2**20 for _, r, _, _ in rows]
     ax.scatter(x, formula, color="black", marker="_", s=600, zorder=3, label="formula")
     ax.set_ylabel("model state per rank (MiB)")
     ax.set_title("Memory: params + grads + optimizer")
     ax.legend(fontsize=8)
     ax = axes[1]
     sent = [float(r["bytes_sent_per_step"]) / 2**20 for _, r, _, _ in rows]
-    allreduce = [2 * (int(r["world_size"]) - 1) / int(r["world_size"]) * 4 * int(r["params"])
+    allreduce = [2 * (int(r["world_size"]) - 1) / int(r["world_size"]) * zero_grad_bytes(r) * int(r["params"])
                  * (1.5 if int(r["zero"]) == 3 else 1.0) / 2**20 for _, r, _, _ in rows]
     ax.bar(x, sent, color="#8172b3", label="measured")
     ax.scatter(x, allreduce, color="black", marker="_", s=600, zorder=3, label="formula")

@@ -47,11 +47,12 @@ check_stages() {
 }
 
 # overlapping_gathers DIR: how many gathers of timeline.csv ran while the
-# same rank was computing (a forward or backward row overlapping in time).
+# same rank was computing (a forward or backward row of the same step
+# overlapping in time: times count from the start of each step).
 overlapping_gathers() {
-    awk -F, 'NR > 1 { n++; rank[n] = $1; op[n] = $4; start[n] = $5; end[n] = $6 }
+    awk -F, 'NR > 1 { n++; who[n] = $1 " " $2; op[n] = $4; start[n] = $5; end[n] = $6 }
              END { for (i = 1; i <= n; i++) if (op[i] == "gather")
-                       for (j = 1; j <= n; j++) if ((op[j] == "fwd" || op[j] == "bwd") && rank[j] == rank[i] &&
+                       for (j = 1; j <= n; j++) if ((op[j] == "fwd" || op[j] == "bwd") && who[j] == who[i] &&
                                                     start[i] < end[j] && start[j] < end[i]) { c++; break }
                    print c + 0 }' "$1/timeline.csv"
 }

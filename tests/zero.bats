@@ -74,6 +74,13 @@ overlapping_gathers() {
     assert_equal "$(awk -F, 'NR > 1 && $4 == "gather"' "$BATS_TEST_TMPDIR/pf0/timeline.csv" | wc -l)" "$((2 * 4 * 2 * 8))"
     assert_equal "$(overlapping_gathers "$BATS_TEST_TMPDIR/pf0")" 0
     [ "$(overlapping_gathers "$BATS_TEST_TMPDIR/pf2")" -gt 0 ]
+    # the Gantt chart of it: a compute and a comm row per rank
+    python="$(plot_python)"
+    if "$python" -c "import matplotlib" 2>/dev/null; then
+        run "$python" "$REPO/common/plot.py" --gantt "$BATS_TEST_TMPDIR/pf2" --out "$BATS_TEST_TMPDIR/plots"
+        assert_success
+        [ -s "$BATS_TEST_TMPDIR/plots/gantt-pf2.png" ]
+    fi
 }
 
 @test "stage 3 prints its gather/free schedule: prefetch 1 gathers the next unit before computing one" {

@@ -10,7 +10,8 @@
  *
  *   stage  params  grads   optimizer  per rank (fp32)   gradient sync, then parameters
  *   0      whole   whole   whole      16 P              all-reduce
- *   1      whole   whole   shard      8 P + 8 P / N     all-reduce; update own slices; all-gather
+ *   1      whole   whole   shard      8 P + 8 P / N     reduce-scatter after backward; update own
+ *                                                       slices; all-gather
  *   2      whole   shard   shard      4 P + 12 P / N    reduce-scatter per unit as backward
  *                                                       produces it; update; all-gather
  *   3      shard   shard   shard      16 P / N          each unit all-gathered before its forward

@@ -55,18 +55,14 @@ static void after_backward(int unit, void *context) {
     mixed_unit_out(mm, unit, mm->grads + table_unit(&mm->model->table, unit)->offset);
 }
 
-void mixed_units_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, HalfFormat format) {
+/* The table of cfg, its whole range to be bound a unit at a time, 16-bit matmuls. */
+static void units_model(MixedModel *mm, GPT *model, const ModelConfig *cfg, HalfFormat format) {
     memset(mm, 0, sizeof *mm);
     ParamTable table;
     param_table_build(&table, cfg);
     gpt_init(model, table);
-    size_t largest = 0;
-    for (int u = LAYER_EMBEDDING; u <= cfg->layers; u++)
-        if (table_unit(&model->table, u)->numel > largest) largest = table_unit(&model->table, u)->numel;
     mm->format = format;
     mm->model = model;
-    mm->unit_params = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit weights (fp32)");
-    mm->unit_grads = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit gradients (fp32)");
     /* the model's range is the whole table; its units get storage one at a time */
     model->first_unit = LAYER_EMBEDDING;
     model->last_unit = cfg->layers;
@@ -76,13 +72,29 @@ void mixed_units_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, Half
     model->matmul_format = format;
 }
 
+/* The two fp32 workspaces, each the size of the largest unit. */
+static void units_workspaces(MixedModel *mm) {
+    const GPT *model = mm->model;
+    size_t largest = 0;
+    for (int u = LAYER_EMBEDDING; u <= model->cfg.layers; u++)
+        if (table_unit(&model->table, u)->numel > largest) largest = table_unit(&model->table, u)->numel;
+    mm->unit_params = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit weights (fp32)");
+    mm->unit_grads = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit gradients (fp32)");
+}
+
+void mixed_units_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, HalfFormat format) {
+    units_model(mm, model, cfg, format);
+    units_workspaces(mm);
+}
+
 void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, HalfFormat format) {
-    mixed_units_create(mm, model, cfg, format);
+    units_model(mm, model, cfg, format);
     size_t n = model->num_params;
     mm->n = n;
     mm->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, n * sizeof(uint16_t), "16-bit parameters");
     mm->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, n * sizeof(uint16_t), "16-bit gradients");
     mm->master = mem_alloc(SPACE_DEVICE, CAT_OPTIMIZER, n * sizeof(float), "master weights");
+    units_workspaces(mm);
     float *host = xmalloc(n * sizeof(float));
     param_init_range(&model->table, seed, host, 0, n);
     copy_to_device(mm->master, host, n * sizeof(float));

@@ -16,62 +16,90 @@ HalfFormat precision_format(Precision p) {
     return p == PRECISION_BF16 ? HALF_BF16 : HALF_F16;
 }
 
-/* ---- the storage hooks: one unit at a time in fp32 ---- */
+/* ---- one unit at a time in fp32 ---- */
 
-static void unit_in(MixedModel *mm, int unit, int with_grads) {
+void mixed_unit_in(MixedModel *mm, int unit, const uint16_t *params, int with_grads) {
     const ParamUnit *u = table_unit(&mm->model->table, unit);
-    ops()->cast_from_half(mm->unit_params, mm->params + u->offset, u->numel, mm->format);
+    ops()->cast_from_half(mm->unit_params, params, u->numel, mm->format);
     if (with_grads) ops()->fill_zero(mm->unit_grads, u->numel);
     gpt_bind_unit(mm->model, unit, mm->unit_params, mm->unit_grads);
 }
 
+void mixed_unit_out(MixedModel *mm, int unit, uint16_t *grads) {
+    if (grads)
+        ops()->accumulate_half(grads, mm->unit_grads, table_unit(&mm->model->table, unit)->numel, mm->format);
+    gpt_bind_unit(mm->model, unit, NULL, NULL);
+}
+
+/* ---- the storage hooks of a whole 16-bit model ---- */
+
+static uint16_t *unit_params(MixedModel *mm, int unit) {
+    return mm->params + table_unit(&mm->model->table, unit)->offset;
+}
+
 static void before_forward(int unit, void *context) {
-    unit_in(context, unit, 0);
+    mixed_unit_in(context, unit, unit_params(context, unit), 0);
 }
 
 static void before_backward(int unit, void *context) {
-    unit_in(context, unit, 1);
+    mixed_unit_in(context, unit, unit_params(context, unit), 1);
 }
 
 /* Unbound between its calls: a unit read without its conversion fails loudly. */
 static void after_forward(int unit, void *context) {
-    MixedModel *mm = context;
-    gpt_bind_unit(mm->model, unit, NULL, NULL);
+    mixed_unit_out(context, unit, NULL);
 }
 
 static void after_backward(int unit, void *context) {
     MixedModel *mm = context;
-    const ParamUnit *u = table_unit(&mm->model->table, unit);
-    ops()->accumulate_half(mm->grads + u->offset, mm->unit_grads, u->numel, mm->format);
-    gpt_bind_unit(mm->model, unit, NULL, NULL);
+    mixed_unit_out(mm, unit, mm->grads + table_unit(&mm->model->table, unit)->offset);
 }
 
-void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, HalfFormat format) {
+/* The table of cfg, its whole range to be bound a unit at a time, 16-bit matmuls. */
+static void units_model(MixedModel *mm, GPT *model, const ModelConfig *cfg, HalfFormat format) {
     memset(mm, 0, sizeof *mm);
     ParamTable table;
     param_table_build(&table, cfg);
     gpt_init(model, table);
-    size_t n = model->num_params, largest = 0;
-    for (int u = LAYER_EMBEDDING; u <= cfg->layers; u++)
-        if (table_unit(&model->table, u)->numel > largest) largest = table_unit(&model->table, u)->numel;
     mm->format = format;
     mm->model = model;
+    /* the model's range is the whole table; its units get storage one at a time */
+    model->first_unit = LAYER_EMBEDDING;
+    model->last_unit = cfg->layers;
+    model->param_first = 0;
+    model->param_count = model->num_params;
+    model->half_matmuls = 1;
+    model->matmul_format = format;
+}
+
+/* The two fp32 workspaces, each the size of the largest unit. */
+static void units_workspaces(MixedModel *mm) {
+    const GPT *model = mm->model;
+    size_t largest = 0;
+    for (int u = LAYER_EMBEDDING; u <= model->cfg.layers; u++)
+        if (table_unit(&model->table, u)->numel > largest) largest = table_unit(&model->table, u)->numel;
+    mm->unit_params = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit weights (fp32)");
+    mm->unit_grads = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit gradients (fp32)");
+}
+
+void mixed_units_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, HalfFormat format) {
+    units_model(mm, model, cfg, format);
+    units_workspaces(mm);
+}
+
+void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, HalfFormat format) {
+    units_model(mm, model, cfg, format);
+    size_t n = model->num_params;
     mm->n = n;
     mm->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, n * sizeof(uint16_t), "16-bit parameters");
     mm->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, n * sizeof(uint16_t), "16-bit gradients");
     mm->master = mem_alloc(SPACE_DEVICE, CAT_OPTIMIZER, n * sizeof(float), "master weights");
-    mm->unit_params = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit weights (fp32)");
-    mm->unit_grads = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit gradients (fp32)");
+    units_workspaces(mm);
     float *host = xmalloc(n * sizeof(float));
     param_init_range(&model->table, seed, host, 0, n);
     copy_to_device(mm->master, host, n * sizeof(float));
     free(host);
     ops()->cast_to_half(mm->params, mm->master, n, format);
-    /* the model's range is the whole table; its units get storage one at a time */
-    model->first_unit = LAYER_EMBEDDING;
-    model->last_unit = cfg->layers;
-    model->param_first = 0;
-    model->param_count = n;
     mm->storage = (UnitHooks){.before_forward = before_forward,
                               .after_forward = after_forward,
                               .before_backward = before_backward,
@@ -79,8 +107,6 @@ void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t s
                               .context = mm};
     model->params = mm->master; /* the fp32 weights of record: what checkpoints save and load */
     model->storage = &mm->storage;
-    model->half_matmuls = 1;
-    model->matmul_format = format;
 }
 
 void mixed_destroy(MixedModel *mm) {
@@ -104,10 +130,14 @@ void mixed_adamw_step(MixedModel *mm, AdamW *opt, float lr, float grad_scale, co
 }
 
 void mixed_fault_overflow(MixedModel *mm, int step) {
+    half_fault_overflow(mm->grads, mm->format, step);
+}
+
+void half_fault_overflow(uint16_t *grads, HalfFormat format, int step) {
     const char *fault = getenv("COURSE_FAULT_OVERFLOW_STEP");
     if (!fault || atoi(fault) != step) return;
-    uint16_t inf = half_from_float(INFINITY, mm->format);
-    copy_to_device(mm->grads, &inf, sizeof inf);
+    uint16_t inf = half_from_float(INFINITY, format);
+    copy_to_device(grads, &inf, sizeof inf);
 }
 
 /* ---- loss scaling ---- */

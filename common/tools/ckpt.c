@@ -1,7 +1,7 @@
 /* common/ckpt: inspect, verify and export the course's checkpoints.
  *
  *   common/ckpt PATH                       what the checkpoint holds, checksum verified
- *   common/ckpt verify PATH                the checksum only: "ok <checksum>" or exit 2
+ *   common/ckpt verify PATH...             the checksums only: "ok <checksum> step <n> PATH" or exit 2
  *   common/ckpt export PATH OUT [--optimizer]
  *                                          the weights as safetensors (OUT), for PyTorch et al.
  *
@@ -33,7 +33,7 @@
 static const char usage[] =
     "usage: common/ckpt PATH                        print the checkpoint's header, tensors and step; verify\n"
     "                                               its checksum\n"
-    "       common/ckpt verify PATH                 verify the checksum only (prints ok CHECKSUM)\n"
+    "       common/ckpt verify PATH...              verify checksums only (prints ok CHECKSUM step N PATH)\n"
     "       common/ckpt export PATH OUT [--optimizer]\n"
     "                                               write the weights (and with --optimizer Adam's m and v)\n"
     "                                               to OUT in the safetensors format\n"
@@ -202,11 +202,13 @@ int main(int argc, char **argv) {
         print_info(argv[1]);
         return 0;
     }
-    if (argc == 3 && strcmp(argv[1], "verify") == 0) {
-        CkptFile f;
-        uint64_t sum = open_verified(&f, argv[2]);
-        printf("ok %016llx step %d %s\n", (unsigned long long)sum, f.header.step, argv[2]);
-        ckpt_file_close(&f);
+    if (argc >= 3 && strcmp(argv[1], "verify") == 0) {
+        for (int i = 2; i < argc; i++) {
+            CkptFile f;
+            uint64_t sum = open_verified(&f, argv[i]);
+            printf("ok %016llx step %d %s\n", (unsigned long long)sum, f.header.step, argv[i]);
+            ckpt_file_close(&f);
+        }
         return 0;
     }
     if ((argc == 4 || argc == 5) && strcmp(argv[1], "export") == 0) {

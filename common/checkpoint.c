@@ -103,22 +103,31 @@ void ckpt_hold_shard(CkptLayout *l, CkptArray a, const ParamTable *t, int first_
     }
 }
 
+void ckpt_layout_shards(CkptLayout *l, const ParamTable *t, int first_unit, int last_unit, float *params,
+                        float *m, float *v, int rank, int ranks, int on_host) {
+    size_t n = 0;
+    for (int u = first_unit; u <= last_unit; u++) n += shard_slice_numel(t, u, ranks);
+    float *buffers[CKPT_ARRAYS] = {params, m, v};
+    for (int a = 0; a < CKPT_ARRAYS; a++) {
+        ckpt_set_buffer(l, a, buffers[a], n, on_host);
+        ckpt_hold_shard(l, a, t, first_unit, last_unit, rank, ranks);
+    }
+}
+
 void ckpt_layout_zero(CkptLayout *l, const ParamTable *t, int stage, float *params, float *m, float *v,
                       int rank, int ranks, int on_host) {
     int last = t->cfg.layers;
-    size_t shard_n = shard_numel(t, ranks);
-    if (stage >= 3) {
-        ckpt_set_buffer(l, CKPT_PARAMS, params, shard_n, on_host);
-        ckpt_hold_shard(l, CKPT_PARAMS, t, LAYER_EMBEDDING, last, rank, ranks);
-    } else {
-        ckpt_set_buffer(l, CKPT_PARAMS, params, t->num_params, on_host);
-        hold_replicated(l, CKPT_PARAMS, 0, t->num_params, rank, ranks);
+    if (stage >= 3) { /* everything sharded */
+        ckpt_layout_shards(l, t, LAYER_EMBEDDING, last, params, m, v, rank, ranks, on_host);
+        return;
     }
+    ckpt_set_buffer(l, CKPT_PARAMS, params, t->num_params, on_host); /* whole, on every rank */
+    hold_replicated(l, CKPT_PARAMS, 0, t->num_params, rank, ranks);
     float *moments[2] = {m, v};
     for (int k = 0; k < 2; k++) {
         CkptArray a = k ? CKPT_ADAM_V : CKPT_ADAM_M;
         if (stage >= 1) {
-            ckpt_set_buffer(l, a, moments[k], shard_n, on_host);
+            ckpt_set_buffer(l, a, moments[k], shard_numel(t, ranks), on_host);
             ckpt_hold_shard(l, a, t, LAYER_EMBEDDING, last, rank, ranks);
         } else {
             ckpt_set_buffer(l, a, moments[k], t->num_params, on_host);
@@ -299,19 +308,30 @@ void ckpt_writer_write(CkptWriter *w) {
     const CkptLayout *l = w->layout;
     for (int a = 0; a < CKPT_ARRAYS; a++) {
         const CkptHolding *h = &l->array[a];
-        size_t bytes = h->local_n * sizeof(float);
-        const float *host = h->buffer;
+        const float *host = h->buffer; /* element `from` of the buffer, on the host */
+        size_t from = 0;
         float *staged = NULL;
-        if (!h->on_host) { /* one copy of the rank's whole buffer, then the segments from it */
-            staged = xmalloc(bytes ? bytes : 1);
-            copy_to_host(staged, h->buffer, bytes);
-            host = staged;
+        if (!h->on_host) { /* one copy of the span this rank writes, then the segments from it */
+            size_t lo = h->local_n, hi = 0;
+            for (int i = 0; i < h->count; i++)
+                if (h->segments[i].writes) {
+                    if (h->segments[i].local < lo) lo = h->segments[i].local;
+                    if (h->segments[i].local + h->segments[i].count > hi)
+                        hi = h->segments[i].local + h->segments[i].count;
+                }
+            if (hi > lo) {
+                staged = xmalloc((hi - lo) * sizeof(float));
+                copy_to_host(staged, h->buffer + lo, (hi - lo) * sizeof(float));
+                host = staged;
+                from = lo;
+            }
         }
         uint64_t array_at = w->header.data_offset + (uint64_t)a * w->header.num_params * sizeof(float);
         for (int i = 0; i < h->count; i++) {
             const CkptSegment *s = &h->segments[i];
             if (!s->writes) continue;
-            write_at(w, fd, host + s->local, s->count * sizeof(float), array_at + s->first * sizeof(float));
+            write_at(w, fd, host + (s->local - from), s->count * sizeof(float),
+                     array_at + s->first * sizeof(float));
             w->written[a] += s->count;
         }
         free(staged);

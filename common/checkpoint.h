@@ -148,9 +148,14 @@ void ckpt_layout_range(CkptLayout *l, const GPT *model, const AdamW *opt, int re
  * memory (chapter 06). */
 void ckpt_layout_zero(CkptLayout *l, const ParamTable *t, int stage, float *params, float *m, float *v,
                       int rank, int ranks, int on_host);
-/* Array a as rank's ZeRO shard of units first_unit..last_unit only (a
- * pipeline stage's units, sharded over its data-parallel ranks): the shard
- * starts with first_unit's slice. */
+/* All three arrays as rank's ZeRO shards of units first_unit..last_unit
+ * (chapter 06: a pipeline stage's units, their fp32 master weights, m and v
+ * sharded over its data-parallel ranks, in host memory): each buffer holds
+ * the slices of those units one after the other, first_unit's first, as
+ * param_table.h lays out a shard (padding included). */
+void ckpt_layout_shards(CkptLayout *l, const ParamTable *t, int first_unit, int last_unit, float *params,
+                        float *m, float *v, int rank, int ranks, int on_host);
+/* Array a alone as such a shard (its buffer set with ckpt_set_buffer). */
 void ckpt_hold_shard(CkptLayout *l, CkptArray a, const ParamTable *t, int first_unit, int last_unit, int rank,
                      int ranks);
 

@@ -358,10 +358,13 @@ void tp_checkpoint_layout(const TensorParallelModel *tm, const AdamW *opt, int r
         const ParamTensor *t = &m->tensors[i], *w = &whole.tensors[i];
         /* replica 0 writes; a replicated tensor, its tp rank 0 only */
         int writes = replica == 0 && (tm->slice[i] != SLICE_NONE || tm->tp->rank == 0);
-        for (size_t e = 0; e < t->numel; e++) { /* element by element: ckpt_hold merges the runs */
-            size_t g =
-                w->offset + tensor_parallel_global_index(w, tm->slice[i], tm->tp->rank, tm->tp->size, e);
-            for (int a = 0; a < CKPT_ARRAYS; a++) ckpt_hold(l, a, g, 1, t->offset + e, writes);
+        int r = tm->tp->rank, tp = tm->tp->size;
+        for (size_t e = 0, n; e < t->numel; e += n) { /* runs contiguous in the slice and the whole tensor */
+            size_t g = tensor_parallel_global_index(w, tm->slice[i], r, tp, e);
+            for (n = 1;
+                 e + n < t->numel && tensor_parallel_global_index(w, tm->slice[i], r, tp, e + n) == g + n;)
+                n++;
+            for (int a = 0; a < CKPT_ARRAYS; a++) ckpt_hold(l, a, w->offset + g, n, t->offset + e, writes);
         }
     }
     param_table_free(&whole);

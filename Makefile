@@ -65,7 +65,7 @@ NVCCFLAGS := -O3 -std=c++17 -Icommon -DUSE_CUDA --compiler-options -Wall,-Wextra
              -gencode arch=compute_$(lastword $(NVCC_ARCHS)),code=compute_$(lastword $(NVCC_ARCHS))
 
 # Communication (common/comm.c, ring.c, grid.c, bucketed.c) needs MPI; without it chapters 02-06 are not built.
-MPI_SOURCES := common/comm.c common/ring.c common/grid.c common/bucketed.c
+MPI_SOURCES := common/comm.c common/ring.c common/grid.c common/bucketed.c common/checkpoint_sharded.c
 MPI_CFLAGS := $(if $(MPICC),$(shell $(MPICC) --showme:compile 2>/dev/null))
 MPI_LIBS := $(if $(MPICC),$(shell $(MPICC) --showme:link 2>/dev/null))
 COMMON_C := $(if $(MPICC),$(wildcard common/*.c),$(filter-out $(MPI_SOURCES),$(wildcard common/*.c)))
@@ -101,7 +101,9 @@ endif
 BENCH_SOURCES := $(filter $(CHAPTER_DIRS:%=%%bench.c),$(wildcard 0[1-6]_*/*bench.c))
 # Chapter 06's CPU AdamW benchmark needs neither MPI nor the chapter's trainer.
 BENCH_SOURCES := $(sort $(BENCH_SOURCES) $(wildcard 06_offload/adambench.c))
-PROGRAMS := $(CHAPTER_DIRS:%/=%/train) $(BENCH_SOURCES:%.c=%)
+# Tools: common/NAME from common/tools/NAME.c (no MPI): common/ckpt inspects and exports checkpoints.
+TOOLS := $(patsubst common/tools/%.c,common/%,$(wildcard common/tools/*.c))
+PROGRAMS := $(CHAPTER_DIRS:%/=%/train) $(BENCH_SOURCES:%.c=%) $(TOOLS)
 # Test programs that need MPI: the collectives, and chapter 03's parallel layers.
 MPI_TESTS := tests/test_comm% tests/test_tensor_parallel% tests/test_grid%
 TEST_SOURCES := $(if $(MPICC),$(wildcard tests/*.c),$(filter-out $(MPI_TESTS),$(wildcard tests/*.c)))
@@ -154,6 +156,8 @@ endef
 $(foreach d,$(CHAPTER_DIRS:%/=%),$(eval $(call PROGRAM_RULE,$(d))))
 $(BENCH_SOURCES:%.c=%): %: $(BUILD)/%.o $(LIBCOMMON)
 	$(CC) -o $@ $^ $(call program_libs,$@)
+$(TOOLS): common/%: $(BUILD)/common/tools/%.o $(LIBCOMMON)
+	$(CC) -o $@ $^ $(LDLIBS)
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
 # 05 includes 04's timeline.h (the timeline it links)
 $(BUILD)/05_zero/%.o: CFLAGS += -I04_pipeline

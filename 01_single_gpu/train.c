@@ -59,8 +59,11 @@ int main(int argc, char **argv) {
     scratch_create(&scratch, &cfg.model, B, T, cfg.recompute);
 
     uint64_t rng = cfg.seed; /* for the text sampler */
+    CkptLayout ckpt;         /* a checkpoint holds the whole model; so does this device */
+    ckpt_layout_init(&ckpt, "%s: one device", PROGRAM);
+    ckpt_layout_range(&ckpt, &model, &opt, 0, 1);
     int first_step = 0;
-    if (cfg.resume[0]) first_step = checkpoint_load(cfg.resume, &cfg, &model, &opt, &rng);
+    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt, &rng, &scaler);
     if (cfg.resume[0] && half) mixed_weights_from_master(&mixed); /* the checkpoint holds the fp32 weights */
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
@@ -121,14 +124,12 @@ int main(int argc, char **argv) {
         char scaling[64];
         snprintf(scaling, sizeof scaling, ",%g,%d", loss_scale, skipped);
         steps_csv_write(steps_csv, &rec, half ? scaling : NULL);
+        if (checkpoint_due(&cfg, step + 1, last_step)) {
+            CkptState state = ckpt_state(step + 1, &opt, rng, &scaler);
+            checkpoint_save(&cfg, &ckpt, &state);
+        }
     }
     out_close(steps_csv);
-
-    if (cfg.save[0]) {
-        uint64_t checksum = checkpoint_save(cfg.save, &cfg, last_step, rng, &model, &opt);
-        run_info_checkpoint(&cfg, cfg.save, last_step, checksum);
-        log_info("saved checkpoint %s at step %d\n", cfg.save, last_step);
-    }
     if (cfg.sample > 0) sample_text(&model, &acts, &scratch, &data, cfg.sample, &rng);
 
     /* ---- run summary and memory ---- */
@@ -147,6 +148,7 @@ int main(int argc, char **argv) {
              loss, run.median_step_ms, run.tokens_per_s, run.peak_device_bytes / 1048576.0, cfg.out);
 
     free(step_ms);
+    ckpt_layout_free(&ckpt);
     scratch_destroy(&scratch);
     activations_destroy(&acts, &cfg.model);
     adamw_destroy(&opt);

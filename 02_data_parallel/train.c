@@ -16,7 +16,7 @@
  * the gradients are 16 bits and so is their all-reduce: half the bytes
  * (with the library's all-reduce; the course's ring is fp32 only so far). */
 #include "buckets.h"
-#include "checkpoint.h"
+#include "checkpoint_sharded.h"
 #include "comm.h"
 #include "config.h"
 #include "csvlog.h"
@@ -229,8 +229,11 @@ int main(int argc, char **argv) {
                        use_ring);
 
     uint64_t rng = cfg.seed;
+    CkptLayout ckpt; /* every replica holds the whole model; rank r writes share r of it */
+    ckpt_layout_init(&ckpt, "%s: %d ranks, dp %d", PROGRAM, ranks, ranks);
+    ckpt_layout_range(&ckpt, &model, &opt, rank, ranks);
     int first_step = 0;
-    if (cfg.resume[0]) first_step = checkpoint_load(cfg.resume, &cfg, &model, &opt, &rng);
+    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt, &rng, &scaler);
     if (cfg.resume[0] && half) mixed_weights_from_master(&mixed); /* the checkpoint holds the fp32 weights */
     /* Identical initialisation already follows from (seed, name, index); the
      * broadcast makes "rank 0's weights" the rule, as real frameworks do. */
@@ -326,15 +329,14 @@ int main(int argc, char **argv) {
                          ",%g,%d", loss_scale, skipped);
             steps_csv_write(steps_csv, &rec, extra_values);
         }
+        if (checkpoint_due(&cfg, step + 1, last_step)) {
+            CkptState state = ckpt_state(step + 1, &opt, rng, &scaler);
+            checkpoint_save_sharded(world, &cfg, &ckpt, &state);
+        }
     }
 
     if (rank == 0) {
         out_close(steps_csv);
-        if (cfg.save[0]) {
-            uint64_t checksum = checkpoint_save(cfg.save, &cfg, last_step, rng, &model, &opt);
-            run_info_checkpoint(&cfg, cfg.save, last_step, checksum);
-            log_info("saved checkpoint %s at step %d\n", cfg.save, last_step);
-        }
         if (cfg.sample > 0) sample_text(&model, &acts, &scratch, &data, cfg.sample, &rng);
     }
 
@@ -356,6 +358,7 @@ int main(int argc, char **argv) {
 
     if (overlap && dp.print_buckets) buckets_print(&buckets);
     free(step_ms);
+    ckpt_layout_free(&ckpt);
     if (overlap) buckets_destroy(&buckets);
     scratch_destroy(&scratch);
     activations_destroy(&acts, &cfg.model);

@@ -345,3 +345,27 @@ double tp_grad_sum_squares(TensorParallelModel *tm) {
     }
     return comm_allreduce_double(tm->tp->group, sliced, 0) + replicated;
 }
+
+/* ---- checkpoints ---- */
+
+void tp_checkpoint_layout(const TensorParallelModel *tm, const AdamW *opt, int replica, CkptLayout *l) {
+    const GPT *m = &tm->model;
+    float *buffers[CKPT_ARRAYS] = {m->params, opt->m, opt->v};
+    for (int a = 0; a < CKPT_ARRAYS; a++) ckpt_set_buffer(l, a, buffers[a], m->num_params, 0);
+    ParamTable whole;
+    param_table_build(&whole, &m->cfg);
+    for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
+        const ParamTensor *t = &m->tensors[i], *w = &whole.tensors[i];
+        /* replica 0 writes; a replicated tensor, its tp rank 0 only */
+        int writes = replica == 0 && (tm->slice[i] != SLICE_NONE || tm->tp->rank == 0);
+        int r = tm->tp->rank, tp = tm->tp->size;
+        for (size_t e = 0, n; e < t->numel; e += n) { /* runs contiguous in the slice and the whole tensor */
+            size_t g = tensor_parallel_global_index(w, tm->slice[i], r, tp, e);
+            for (n = 1;
+                 e + n < t->numel && tensor_parallel_global_index(w, tm->slice[i], r, tp, e + n) == g + n;)
+                n++;
+            for (int a = 0; a < CKPT_ARRAYS; a++) ckpt_hold(l, a, w->offset + g, n, t->offset + e, writes);
+        }
+    }
+    param_table_free(&whole);
+}

@@ -31,6 +31,7 @@
 #ifndef TENSOR_PARALLEL_H
 #define TENSOR_PARALLEL_H
 
+#include "checkpoint.h"
 #include "comm.h"
 #include "model.h"
 
@@ -88,6 +89,12 @@ void tp_backward(TensorParallelModel *tm, float dloss, int B, int T);
 /* Sum of squares of the WHOLE model's gradient: the sliced tensors' partial
  * sums all-reduced over the group, the replicated ones counted once. */
 double tp_grad_sum_squares(TensorParallelModel *tm);
+
+/* The checkpoint layout of this rank (checkpoint.h): its slices of the whole
+ * tensors (a column slice is a run of elements in every row), for the
+ * parameters and opt's moments alike. Replica 0 of the data-parallel group
+ * writes, and of a replicated tensor only tp rank 0. */
+void tp_checkpoint_layout(const TensorParallelModel *tm, const AdamW *opt, int replica, CkptLayout *l);
 
 /* ---- the two parallel linear layers (exercises 03.1 and 03.2) ----
  * A linear layer is out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC).

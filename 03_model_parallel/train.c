@@ -25,6 +25,7 @@
  * Each rank updates only the parameters it holds. busy.csv records, per rank
  * and step, the time spent computing; the rest of the step it waited or
  * communicated. */
+#include "checkpoint_sharded.h"
 #include "comm.h"
 #include "config.h"
 #include "csvlog.h"
@@ -127,9 +128,6 @@ static void check_mp_layout(const Config *cfg, void *context) {
     if (cfg->batch % (dp * cfg->micro) != 0)
         fatal(EXIT_USAGE, "--batch %d is not divisible by --dp %d x --micro %d (valid: a multiple of %d)",
               cfg->batch, dp, cfg->micro, dp * cfg->micro);
-    if (cfg->save[0] || cfg->resume[0])
-        fatal(EXIT_USAGE,
-              "--save and --resume: chapter 03 does not checkpoint a split model (use chapter 01 or 02)");
 }
 
 static void record_mp_flags(const void *context, ConfigRecord *r) {
@@ -365,6 +363,15 @@ int main(int argc, char **argv) {
     GPT *held = par.held;
     AdamW opt;
     adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
+    uint64_t rng = cfg.seed;               /* for the text sampler, as in chapter 01 */
+    CkptLayout ckpt; /* this rank's part of the whole model's checkpoint (checkpoint.h) */
+    ckpt_layout_init(&ckpt, "%s: %s, dp %d", PROGRAM, layout, dp);
+    if (par.tensor)
+        tp_checkpoint_layout(&par.tpm, &opt, dp_index, &ckpt);
+    else
+        ckpt_layout_range(&ckpt, &par.model, &opt, dp_index, dp);
+    int first_step = 0;
+    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt, &rng, NULL);
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
     log_info(
@@ -380,7 +387,8 @@ int main(int argc, char **argv) {
     double loss = NAN;
     const KernelOps *k = ops();
 
-    for (int step = 0; step < last_step; step++) {
+    if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
+    for (int step = first_step; step < last_step; step++) {
         Timer step_timer = {0}, timer = {0};
         StepRecord rec = {.step = step + 1, .val_loss = NAN};
         par.comm_ms = 0.0;
@@ -441,19 +449,22 @@ int main(int argc, char **argv) {
             snprintf(extra_values, sizeof extra_values, ",%.4f", 1.0 - busy_sum / (ranks * rec.step_ms));
             steps_csv_write(steps_csv, &rec, extra_values);
         }
+        if (checkpoint_due(&cfg, step + 1, last_step)) {
+            CkptState state = ckpt_state(step + 1, &opt, rng, NULL);
+            checkpoint_save_sharded(world, &cfg, &ckpt, &state);
+        }
     }
     if (rank == 0) {
         out_close(steps_csv);
         out_close(busy_csv);
     }
-    uint64_t rng = cfg.seed; /* for the text sampler, as in chapter 01 */
     if (cfg.sample > 0) sample_split(&par, &data, &cfg, &rng);
 
     /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
     size_t peak_device = comm_write_memory_csv(world, cfg.out);
     if (rank == 0) {
         RunSummary run;
-        run_summary_init(&run, PROGRAM, &cfg, table.num_params, step_ms, last_step);
+        run_summary_init(&run, PROGRAM, &cfg, table.num_params, step_ms + first_step, last_step - first_step);
         run.world_size = ranks;
         run.dp = dp;
         run.tp = par.tensor ? mp_size : 1;
@@ -469,6 +480,7 @@ int main(int argc, char **argv) {
 
     free(busy_all);
     free(step_ms);
+    ckpt_layout_free(&ckpt);
     adamw_destroy(&opt);
     if (par.tensor) {
         tp_model_destroy(&par.tpm);

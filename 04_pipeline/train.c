@@ -20,6 +20,7 @@
  *
  * Every action is timed (timeline.csv, trace.json); the idle time of the
  * stages is the pipeline bubble, reported next to the formula (P-1)/(M+P-1). */
+#include "checkpoint_sharded.h"
 #include "comm.h"
 #include "config.h"
 #include "csvlog.h"
@@ -111,9 +112,6 @@ static void check_pipeline_layout(const Config *cfg, void *context) {
               "--micro %d does not divide the %d sequences of each of the %d replicas (valid: --batch a "
               "multiple of dp x micro = %d)",
               M, cfg->batch / f->dp, f->dp, f->dp * M);
-    if (cfg->save[0] || cfg->resume[0])
-        fatal(EXIT_USAGE,
-              "--save and --resume: chapter 04 does not checkpoint a split model (use chapter 01 or 02)");
     if (f->split[0]) {
         int blocks[256];
         layer_split_parse(f->split, P, L, blocks);
@@ -208,6 +206,12 @@ int main(int argc, char **argv) {
     pipeline_create(&p, &layout, &schedule, cfg.seed);
     AdamW opt;
     adamw_create(&opt, p.model.param_count);
+    uint64_t rng = cfg.seed; /* the text sampler's (chapter 04 samples none, but the checkpoint keeps it) */
+    CkptLayout ckpt;         /* this stage's units, held alike by the --dp replicas (checkpoint.h) */
+    ckpt_layout_init(&ckpt, "%s: pp %d x dp %d, %s", PROGRAM, P, pf.dp, pf.schedule);
+    ckpt_layout_range(&ckpt, &p.model, &opt, dp_index, pf.dp);
+    int first_step = 0;
+    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt, &rng, NULL);
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
     double bubble_theory = bubble_formula(P, M);
@@ -230,7 +234,8 @@ int main(int argc, char **argv) {
     double loss = NAN;
     const KernelOps *k = ops();
 
-    for (int step = 0; step < last_step; step++) {
+    if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
+    for (int step = first_step; step < last_step; step++) {
         Timer step_timer = {0}, timer = {0};
         StepRecord rec = {.step = step + 1, .val_loss = NAN};
         comm_barrier(world); /* every rank starts the step together: one time origin for the timeline */
@@ -283,6 +288,10 @@ int main(int argc, char **argv) {
             snprintf(extra_values, sizeof extra_values, ",%.4f", bubbles[step]);
             steps_csv_write(steps_csv, &rec, extra_values);
         }
+        if (checkpoint_due(&cfg, step + 1, last_step)) {
+            CkptState state = ckpt_state(step + 1, &opt, rng, NULL);
+            checkpoint_save_sharded(world, &cfg, &ckpt, &state);
+        }
     }
     if (rank == 0) out_close(steps_csv);
 
@@ -291,13 +300,15 @@ int main(int argc, char **argv) {
     size_t peak_device = comm_write_memory_csv(world, cfg.out);
     if (rank == 0) {
         RunSummary run;
-        run_summary_init(&run, PROGRAM, &cfg, p.model.num_params, step_ms, last_step);
+        run_summary_init(&run, PROGRAM, &cfg, p.model.num_params, step_ms + first_step,
+                         last_step - first_step);
         run.world_size = ranks;
         run.dp = pf.dp;
         run.pp = P;
         run.final_loss = loss;
         run.peak_device_bytes = peak_device;
-        double bubble_measured = median_after_warmup(bubbles, last_step); /* the step time's rule */
+        double bubble_measured =
+            median_after_warmup(bubbles + first_step, last_step - first_step); /* as step times */
         char extra_header[64], extra_values[96];
         snprintf(extra_header, sizeof extra_header, ",schedule,bubble_measured,bubble_theory");
         snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", pf.schedule, bubble_measured,
@@ -312,6 +323,7 @@ int main(int argc, char **argv) {
 
     free(step_ms);
     free(bubbles);
+    ckpt_layout_free(&ckpt);
     adamw_destroy(&opt);
     pipeline_destroy(&p);
     data_free(&data);

@@ -124,6 +124,7 @@ enum {
     OPT_SAMPLE,
     OPT_SAVE,
     OPT_RESUME,
+    OPT_SAVE_EVERY,
     OPT_STOP_AFTER,
     OPT_QUIET,
     OPT_RECOMPUTE,
@@ -159,6 +160,7 @@ static const struct option common_options[] = {
     {"sample", required_argument, 0, OPT_SAMPLE},
     {"save", required_argument, 0, OPT_SAVE},
     {"resume", required_argument, 0, OPT_RESUME},
+    {"save-every", required_argument, 0, OPT_SAVE_EVERY},
     {"stop-after", required_argument, 0, OPT_STOP_AFTER},
     {"quiet", no_argument, 0, OPT_QUIET},
     {"recompute", optional_argument, 0, OPT_RECOMPUTE},
@@ -254,8 +256,12 @@ void config_print_help(const char *program, const char *summary, const CliExtra 
         "  --eval-every N             validation loss every N steps; 0 = only at the end (default %d)\n"
         "  --eval-batches N           global batches per validation, 1..10000 (default %d)\n"
         "  --sample N                 bytes of text to generate at the end, 0 = none (default %d)\n"
-        "  --save PATH                write a checkpoint at the end of the run (or at --stop-after)\n"
-        "  --resume PATH              continue from a checkpoint written by --save\n"
+        "  --save PATH                write a checkpoint at the end of the run (or at --stop-after); any\n"
+        "                             chapter and layout resumes it (common/ckpt inspects and exports it)\n"
+        "  --save-every K             with --save: also every K steps, 1..10000000 (each save replaces\n"
+        "                             the last, atomically)\n"
+        "  --resume PATH              continue from a checkpoint written by --save, in any chapter or\n"
+        "                             layout, at any precision\n"
         "  --quiet                    no per-step progress lines\n"
         "  --help                     this text\n",
         d->device, d->model_preset, d->batch, d->micro, d->steps, d->lr, d->warmup, d->wd, d->clip,
@@ -306,10 +312,6 @@ static void check_precision_flags(const Config *c, const char *loss_scale_flag, 
             "--precision %s: this program trains in fp32 only so far (16-bit runs are chapters 01 and 02's; "
             "valid: fp32)",
             precision_name(c->precision));
-    if (c->resume[0] && c->precision == PRECISION_FP16 && c->loss_scale == 0.0f)
-        fatal(EXIT_USAGE,
-              "--resume with --precision fp16 and a dynamic loss scale: checkpoints do not hold the "
-              "scale yet (valid: a fixed --loss-scale, or bf16)");
 }
 
 /* Read argv into c; returns 1 at --help (then nothing else is read). */
@@ -431,6 +433,9 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
         case OPT_RESUME:
             copy_string("--resume", c->resume, sizeof c->resume, optarg);
             break;
+        case OPT_SAVE_EVERY:
+            c->save_every = parse_int_flag("--save-every", optarg, 1, 10000000);
+            break;
         case OPT_STOP_AFTER:
             c->stop_after = parse_int_flag("--stop-after", optarg, 1, 10000000);
             break;
@@ -491,6 +496,9 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
         fatal(EXIT_USAGE, "--micro %d does not divide --batch %d (valid: a divisor of the batch)", c->micro,
               c->batch);
     check_precision_flags(c, loss_scale_flag, window_flag, extra);
+    if (c->save_every && !c->save[0])
+        fatal(EXIT_USAGE, "--save-every %d needs --save PATH (where to write the checkpoints)",
+              c->save_every);
     if (c->stop_after > c->steps)
         fatal(EXIT_USAGE, "--stop-after %d is beyond --steps %d (valid: 1..%d)", c->stop_after, c->steps,
               c->steps);
@@ -571,6 +579,7 @@ static void record_flags(Config *c, const CliExtra *extra) {
     config_record_add(r, "--sample", "%d", c->sample);
     config_record_add(r, "--save", "%s", c->save);
     config_record_add(r, "--resume", "%s", c->resume);
+    config_record_add(r, "--save-every", "%d", c->save_every);
     config_record_add(r, "--quiet", "%d", c->quiet);
     if (extra && extra->multi_rank) config_record_add(r, "--comm", "%s", c->comm);
     if (extra && extra->record) extra->record(extra->context, r);

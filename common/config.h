@@ -71,6 +71,7 @@ typedef struct {
     int sample;              /* bytes of text to generate at the end */
     char save[4096];         /* checkpoint path written at the end ("" = none) */
     char resume[4096];       /* checkpoint path to resume from ("" = none) */
+    int save_every;          /* --save-every K: also save every K steps (0: only at the end) */
     int quiet;               /* no per-step progress lines */
     int recompute;           /* keep only block inputs; recompute each block's forward in backward */
     int overwrite;           /* --overwrite: replace another run's files in --out */

@@ -220,10 +220,29 @@ void out_dir_prepare(const Config *cfg, const char *program) {
     write_run_info(cfg, program, "running", &kept);
 }
 
-/* Rewrite run-info.txt with one line changed or added (status, a checkpoint). */
+/* The path a "checkpoint <checksum> step <n> <path>" line names. */
+static const char *checkpoint_line_path(const char *line) {
+    const char *p = line;
+    for (int field = 0; field < 4 && p; field++) {
+        p = strchr(p, ' ');
+        if (p) p++;
+    }
+    return p ? p : "";
+}
+
+/* Rewrite run-info.txt with one line changed or added (status, a checkpoint).
+ * A new checkpoint replaces the line of the one it overwrote at the same path
+ * (--save-every). */
 static void update_run_info(const Config *cfg, const char *status, const char *checkpoint_line) {
     RunInfo info;
     read_run_info(cfg->out, &info);
+    if (checkpoint_line) {
+        int kept = 0;
+        for (int i = 0; i < info.checkpoints; i++)
+            if (strcmp(checkpoint_line_path(info.checkpoint[i]), checkpoint_line_path(checkpoint_line)) != 0)
+                memmove(info.checkpoint[kept++], info.checkpoint[i], sizeof info.checkpoint[0]);
+        info.checkpoints = kept;
+    }
     if (checkpoint_line && info.checkpoints < 32)
         snprintf(info.checkpoint[info.checkpoints++], sizeof info.checkpoint[0], "%s", checkpoint_line);
     write_run_info(cfg, info.program, status, &info);

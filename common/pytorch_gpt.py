@@ -147,19 +147,21 @@ def course_starts(seed, step, B, positions):
 
 
 def load_course_checkpoint(path, model, opt):
-    """Parameters, Adam's m and v and step from common/checkpoint.c's format."""
+    """Parameters, Adam's m and v and step from a checkpoint of any chapter
+    (common/checkpoint.h, format version 3: a 240-byte header, a directory,
+    then the params, adam_m and adam_v arrays from data_offset, in table order)."""
     with open(path, "rb") as f:
         blob = f.read()
-    fmt = "<8sI5iQ4i7f2i4xQQ"  # the C struct: 4 bytes of padding before the rng state
-    header = struct.unpack_from(fmt, blob)
-    if header[0] != b"GPTCKPT\0" or header[1] != 1:
-        sys.exit(f"--init-from {path}: not a version-1 checkpoint of the course")
-    step, adam_t, num_params = header[19], header[20], header[22]
+    magic, version = struct.unpack_from("<8sI", blob, 0)
+    if magic != b"GPTCKPT\0" or version != 3:
+        sys.exit(f"--init-from {path}: not a version-3 checkpoint of the course")
+    num_params, data_offset = struct.unpack_from("<QQ", blob, 48)
+    step, adam_t = struct.unpack_from("<ii", blob, 112)
     table = model.course_table()
     if num_params != sum(p.numel() for p in table):
         sys.exit(f"--init-from {path}: holds {num_params} parameters, this model has "
                  f"{sum(p.numel() for p in table)}")
-    flat = torch.frombuffer(bytearray(blob[struct.calcsize(fmt):]), dtype=torch.float32)
+    flat = torch.frombuffer(bytearray(blob[data_offset:]), dtype=torch.float32)
     params, m, v = flat[:num_params], flat[num_params:2 * num_params], flat[2 * num_params:3 * num_params]
     offset = 0
     with torch.no_grad():
@@ -193,7 +195,7 @@ def main():
     ap.add_argument("--csv", help="append one row (the bench.csv columns) to this file")
     ap.add_argument("--device-label", help="the device column of --csv (default: the device's name)")
     ap.add_argument("--repeat", type=int, default=1, help="the repeat column of --csv")
-    ap.add_argument("--init-from", help="start from a checkpoint of 01_single_gpu/train --save")
+    ap.add_argument("--init-from", help="start from a checkpoint of any chapter (--save)")
     ap.add_argument("--course-batches", action="store_true", help="draw the same windows as the course")
     ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
                     help="bf16/fp16: the forward and backward under torch.autocast (fp32 weights and AdamW, as "

@@ -95,7 +95,8 @@ double wall_ms(void);
  * cleanup and no message. Unset, it does nothing. A malformed value ends the
  * program with EXIT_USAGE. Points: "allreduce", "send", "recv", "sendrecv"
  * (comm.c), "ring" (ring.c, after each step of the reduce-scatter), "save"
- * (checkpoint.c, after the parameters, before m and v). */
+ * (checkpoint.c, once per save on every rank: after its parameters, before
+ * its m and v). */
 void fault_point(const char *name);
 
 #ifdef __cplusplus

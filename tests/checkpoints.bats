@@ -1,24 +1,189 @@
 #!/usr/bin/env bats
-# Checkpoints that should not be accepted are refused before training, with
-# one line naming what is wrong: a checksum over the header and the arrays
-# catches any flipped bit, every header field is range-checked, and a resume
-# with nothing left to do says so instead of training into NaN or writing a
-# mislabelled checkpoint.
+# Checkpoints (common/checkpoint.h): one layout-independent format for every
+# chapter. A checkpoint saved at step 3 by any chapter and layout resumes in
+# any other, and the resumed steps 4-6 give the uninterrupted single-device
+# run's losses (fp32: within 1e-5; bit for bit where the layout is the same).
+# The content is the logical model, so layouts that compute the same numbers
+# write the same checkpoint (the same checksum). common/ckpt inspects and
+# exports it. Bad checkpoints are refused before training, with one line.
 
 load helpers
 
-# A checkpoint at step 3 of 6, made once for the file.
+TRAIN02="$REPO/02_data_parallel/train"
+TRAIN03="$REPO/03_model_parallel/train"
+TRAIN04="$REPO/04_pipeline/train"
+TRAIN05="$REPO/05_zero/train"
+CKPT="$REPO/common/ckpt"
+# Tiny model, 6 steps, a global batch of 12 (divisible by 2, 3 and 4 ranks); a
+# private copy of the corpus, so that editing course.md meanwhile changes nothing.
+FLAGS="--device cpu --steps 6 --batch 12 --sample 0 --quiet --data $BATS_FILE_TMPDIR/corpus.txt"
+export OMP_NUM_THREADS=1
+
+# The reference run, and step-3 checkpoints of five layouts (01; 02 on 2 ranks;
+# 03's layer split and 04's pipeline over 2 stages; 05 stage 3 on 2 ranks),
+# made once for the file.
 setup_file() {
-    export CK_DIR="$BATS_FILE_TMPDIR"
-    "$TRAIN01" --device cpu --steps 6 --stop-after 3 --save "$CK_DIR/ck" --sample 0 --quiet \
-        --out "$CK_DIR/first" >/dev/null
+    local d="$BATS_FILE_TMPDIR"
+    cp "$REPO/course.md" "$d/corpus.txt"
+    "$TRAIN01" $FLAGS --out "$d/full" >/dev/null
+    "$TRAIN01" $FLAGS --stop-after 3 --save "$d/ck01" --out "$d/first01" >/dev/null
+    mpirun_np 2 "$TRAIN02" $FLAGS --stop-after 3 --save "$d/ck02" --out "$d/first02" >/dev/null
+    mpirun_np 2 "$TRAIN03" $FLAGS --mp layer --stop-after 3 --save "$d/ck03" --out "$d/first03" >/dev/null
+    mpirun_np 2 "$TRAIN04" $FLAGS --pp 2 --stop-after 3 --save "$d/ck04" --out "$d/first04" >/dev/null
+    mpirun_np 2 "$TRAIN05" $FLAGS --zero 3 --stop-after 3 --save "$d/ck05" --out "$d/first05" >/dev/null
 }
 
+CK="$BATS_FILE_TMPDIR"
+
+# assert_resumed RUN_DIR [STEPS]: the run logged STEPS (default "4 5 6"), each
+# loss within 1e-5 (relative) of the uninterrupted reference run's.
+assert_resumed() {
+    local run="$1" steps="${2:-4 5 6}"
+    assert_equal "$(csv_column "$run/steps.csv" step | tr '\n' ' ')" "$steps "
+    join -t, <(paste -d, <(csv_column "$CK/full/steps.csv" step) <(csv_column "$CK/full/steps.csv" loss)) \
+        <(paste -d, <(csv_column "$run/steps.csv" step) <(csv_column "$run/steps.csv" loss)) |
+        awk -F, '{ r = ($2 - $3) / $2; if (r < 0) r = -r; if (r > 1e-5) { print "step " $1 ": " $2 " against " $3; bad = 1 } }
+                 END { exit bad }'
+}
+
+# The checksum common/ckpt verifies.
+checksum_of() { "$CKPT" verify "$1" | awk '{ print $2 }'; }
+
+# ---- resuming in another layout ----
+
+@test "01 -> 03 tensor parallel on 2 ranks -> 01: the resumed steps equal the uninterrupted run's within 1e-5" {
+    mpirun_np 2 "$TRAIN03" $FLAGS --mp tensor --resume "$CK/ck01" --stop-after 5 --save "$(scratch)/ck" --out "$(scratch)/tp"
+    assert_resumed "$(scratch)/tp" "4 5"
+    "$TRAIN01" $FLAGS --resume "$(scratch)/ck" --out "$(scratch)/one" >/dev/null
+    assert_resumed "$(scratch)/one" "6"
+}
+
+@test "03 layer split -> 04 pipeline (1F1B over 2 stages) resumes within 1e-5" {
+    mpirun_np 2 "$TRAIN04" $FLAGS --resume "$CK/ck03" --out "$(scratch)/run"
+    assert_resumed "$(scratch)/run"
+}
+
+@test "04 (2 stages) -> 02 on 3 ranks resumes within 1e-5" {
+    mpirun_np 3 "$TRAIN02" $FLAGS --resume "$CK/ck04" --out "$(scratch)/run"
+    assert_resumed "$(scratch)/run"
+}
+
+@test "02 on 2 ranks -> 01 resumes within 1e-5" {
+    "$TRAIN01" $FLAGS --resume "$CK/ck02" --out "$(scratch)/run" >/dev/null
+    assert_resumed "$(scratch)/run"
+}
+
+@test "05 stage 3 on 2 ranks -> 01, and -> 05 stage 1 on 3 ranks (dp 2 -> 3, other shards), resume within 1e-5" {
+    "$TRAIN01" $FLAGS --resume "$CK/ck05" --out "$(scratch)/one" >/dev/null
+    assert_resumed "$(scratch)/one"
+    mpirun_np 3 "$TRAIN05" $FLAGS --zero 1 --resume "$CK/ck05" --out "$(scratch)/three"
+    assert_resumed "$(scratch)/three"
+}
+
+@test "the same layout resumes bit for bit: 05 stage 3 on 2 ranks, interrupted at step 3 or not" {
+    mpirun_np 2 "$TRAIN05" $FLAGS --zero 3 --out "$(scratch)/whole"
+    mpirun_np 2 "$TRAIN05" $FLAGS --zero 3 --resume "$CK/ck05" --out "$(scratch)/run"
+    run diff <(csv_column "$(scratch)/whole/steps.csv" loss | tail -3) <(csv_column "$(scratch)/run/steps.csv" loss)
+    assert_success
+}
+
+@test "a checkpoint is the logical model: 01, the layer split and the pipeline write the same one, and so do 02 and 05 stage 3 on two replicas" {
+    run "$CKPT" verify "$CK"/ck0[1-5]
+    assert_success
+    local sums=($(awk '{ print $2 }' <<<"$output")) # ck01 .. ck05
+    assert_equal "${sums[2]}" "${sums[0]}"
+    assert_equal "${sums[3]}" "${sums[0]}"
+    assert_equal "${sums[4]}" "${sums[1]}"
+    [ "${sums[1]}" != "${sums[0]}" ] # (two replicas sum the gradients in another order)
+}
+
+@test "host-memory shards of two stages x three replicas (chapter 06's layout) write one file a whole-model layout reads back" {
+    run "$BUILD/tests/test_checkpoint" "$(scratch)"
+    assert_success
+    assert_output --partial "the whole model read back every element of the six shards"
+    assert_output --partial "one writer of the whole model gives the same checksum"
+    # a layout that leaves elements out is refused at the commit; the checkpoint already there stays
+    run --separate-stderr "$BUILD/tests/test_checkpoint" "$(scratch)" gap
+    assert_equal "$status" 1
+    [[ "$stderr" == *"the ranks wrote 114796 elements of params, the model has 136960"* ]]
+    "$CKPT" verify "$(scratch)/ck"
+    [ ! -e "$(scratch)/ck.tmp" ]
+}
+
+# ---- precision ----
+
+@test "fp16 with a dynamic loss scale resumes bit for bit, the scale and its clean steps included" {
+    local f="--precision fp16 --loss-scale-window 2"
+    "$TRAIN01" $FLAGS $f --out "$(scratch)/whole" >/dev/null
+    "$TRAIN01" $FLAGS $f --stop-after 3 --save "$(scratch)/ck" --out "$(scratch)/first" >/dev/null
+    "$TRAIN01" $FLAGS $f --resume "$(scratch)/ck" --out "$(scratch)/run" >/dev/null
+    for column in loss loss_scale skipped; do
+        run diff <(csv_column "$(scratch)/whole/steps.csv" $column | tail -3) <(csv_column "$(scratch)/run/steps.csv" $column)
+        assert_success
+    done
+    # the scale moved during the run (window 2), so carrying it over is what made the difference
+    [ "$(csv_column "$(scratch)/whole/steps.csv" loss_scale | sort -u | wc -l)" -gt 1 ]
+}
+
+@test "any precision resumes any other: fp32 -> fp16 starts the scale afresh, saying so; fp16 -> bf16" {
+    run "$TRAIN01" $FLAGS --precision fp16 --resume "$CK/ck01" --stop-after 4 --save "$(scratch)/ck" --out "$(scratch)/a"
+    assert_success
+    assert_output --partial "the checkpoint was written by a fp32 run: fp16's dynamic loss scale starts afresh at 65536"
+    "$TRAIN01" $FLAGS --precision bf16 --resume "$(scratch)/ck" --out "$(scratch)/b" >/dev/null
+    assert_equal "$(csv_column "$(scratch)/b/steps.csv" step | tr '\n' ' ')" "5 6 "
+}
+
+# ---- saving ----
+
+@test "--save-every 2 saves at steps 2, 4 and 6, each replacing the last, with one run-info line" {
+    run "$TRAIN01" $FLAGS --save "$(scratch)/ck" --save-every 2 --out "$(scratch)/out"
+    assert_success
+    assert_equal "$(grep -o 'saved checkpoint .* at step [0-9]*' <<<"$output" | awk '{ print $NF }' | tr '\n' ' ')" "2 4 6 "
+    assert_equal "$(grep -c '^checkpoint ' "$(scratch)/out/run-info.txt")" 1
+    grep -q "^checkpoint $(checksum_of "$(scratch)/ck") step 6 " "$(scratch)/out/run-info.txt"
+    [ ! -e "$(scratch)/ck.tmp" ]
+}
+
+@test "--save-every without --save is refused" {
+    run --separate-stderr "$TRAIN01" $FLAGS --save-every 2 --out "$(scratch)/out"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: --save-every 2 needs --save PATH (where to write the checkpoints)"
+}
+
+# ---- common/ckpt ----
+
+@test "common/ckpt prints the header, the writer's layout, the step and every tensor" {
+    run "$CKPT" "$CK/ck05"
+    assert_success
+    assert_line --regexp "^format      version 3, checksum [0-9a-f]{16} \(verified\)$"
+    assert_line "writer      05_zero/train: 2 ranks, zero 3"
+    assert_line --partial "step        3 of 6 (Adam updates 3)"
+    assert_line --regexp "^h1.fcprojw +1 +64 x 256 +[0-9]+$"
+    assert_equal "$(grep -c '^h[01]\.' <<<"$output")" 24
+    run "$CKPT" --help
+    assert_success
+    assert_output --partial "export PATH OUT"
+}
+
+@test "common/ckpt export writes safetensors that a parser of our own (or safetensors.torch) reads back" {
+    run "$CKPT" export "$CK/ck04" "$(scratch)/model.safetensors"
+    assert_success
+    run python3 "$REPO/tests/safetensors_check.py" "$(scratch)/model.safetensors" "$CK/ck04" 2 64 256 64
+    assert_success
+    assert_output --partial "ok 29 tensors"
+    "$CKPT" export "$CK/ck04" "$(scratch)/all.safetensors" --optimizer
+    python3 -c 'import json, struct, sys
+blob = open(sys.argv[1], "rb").read(); (n,) = struct.unpack_from("<Q", blob)
+names = json.loads(blob[8:8 + n]); assert len(names) == 1 + 3 * 29 and "adam_v.lm_head" in names, len(names)' \
+        "$(scratch)/all.safetensors"
+}
+
+# ---- refused ----
+
+# Resume with a one-line stderr and exit 2 expected: $1 is the message's part.
 resume() {
-    run --separate-stderr timeout 10 "$TRAIN01" --device cpu --sample 0 --quiet --out "$(scratch)/out" "$@"
+    run --separate-stderr timeout 10 "$TRAIN01" $FLAGS --out "$(scratch)/out" "$@"
 }
-
-# Exit 2, one stderr line containing $1, and no training output written.
 assert_refused_checkpoint() {
     echo "status $status; stderr: $stderr"
     assert_equal "$status" 2
@@ -37,69 +202,98 @@ data[offset:offset + len(packed)] = packed
 open(path, "wb").write(data)' "$@"
 }
 
-@test "a flipped exponent bit in a parameter is refused by the checksum" {
-    cp "$CK_DIR/ck" "$(scratch)/ck"
-    # parameter 100 starts at byte 120 + 4*100; bit 6 of its last byte is an exponent bit
+# flip FILE OFFSET BITS: XOR one byte (a negative offset counts from the end)
+flip() {
     python3 -c 'import sys
-path = sys.argv[1]; data = bytearray(open(path, "rb").read())
-data[120 + 4 * 100 + 3] ^= 0x40
-open(path, "wb").write(data)' "$(scratch)/ck"
-    resume --steps 6 --resume "$(scratch)/ck"
+path, offset, bits = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+data = bytearray(open(path, "rb").read()); data[offset] ^= bits; open(path, "wb").write(data)' "$@"
+}
+
+@test "a flipped exponent bit in a parameter is refused by the checksum, by training and by common/ckpt" {
+    cp "$CK/ck01" "$(scratch)/ck"
+    flip "$(scratch)/ck" $((4096 + 4 * 100 + 3)) 64 # parameter 100 (the arrays start at byte 4096)
+    resume --resume "$(scratch)/ck"
     assert_refused_checkpoint "corrupt checkpoint: checksum"
+    run --separate-stderr "$CKPT" verify "$(scratch)/ck"
+    assert_equal "$status" 2
+    [[ "$stderr" == *"corrupt checkpoint: checksum"* ]]
 }
 
 @test "a flipped bit in Adam's second moment is refused too" {
-    cp "$CK_DIR/ck" "$(scratch)/ck"
-    size=$(stat -c %s "$(scratch)/ck")
-    python3 -c 'import sys
-path = sys.argv[1]; data = bytearray(open(path, "rb").read())
-data[-5] ^= 0x01
-open(path, "wb").write(data)' "$(scratch)/ck"
-    resume --steps 6 --resume "$(scratch)/ck"
+    cp "$CK/ck05" "$(scratch)/ck"
+    flip "$(scratch)/ck" -5 1
+    resume --resume "$(scratch)/ck"
     assert_refused_checkpoint "corrupt checkpoint: checksum"
 }
 
-@test "a header with adam_t -5 is refused, naming the field" {
-    cp "$CK_DIR/ck" "$(scratch)/ck"
-    patch "$(scratch)/ck" 88 i -5
-    resume --steps 6 --resume "$(scratch)/ck"
-    assert_refused_checkpoint "corrupt checkpoint: adam_t -5 (valid: 3..3)"
-}
-
-@test "a header with step -1 is refused as corrupt, not as a --steps problem" {
-    cp "$CK_DIR/ck" "$(scratch)/ck"
-    patch "$(scratch)/ck" 84 i -1
-    resume --steps 6 --resume "$(scratch)/ck"
+@test "header fields out of range are refused, naming the field: adam_t, step, lr" {
+    cp "$CK/ck01" "$(scratch)/ck"
+    patch "$(scratch)/ck" 116 i -5
+    resume --resume "$(scratch)/ck"
+    assert_refused_checkpoint "corrupt checkpoint: adam_t -5 (valid: 0..3)"
+    cp "$CK/ck01" "$(scratch)/ck"
+    patch "$(scratch)/ck" 112 i -1
+    resume --resume "$(scratch)/ck"
     assert_refused_checkpoint "corrupt checkpoint: step -1 (valid: 0..6)"
-}
-
-@test "a header with a learning rate of NaN is refused" {
-    cp "$CK_DIR/ck" "$(scratch)/ck"
-    patch "$(scratch)/ck" 56 f nan
-    resume --steps 6 --resume "$(scratch)/ck"
+    cp "$CK/ck01" "$(scratch)/ck"
+    patch "$(scratch)/ck" 88 f nan
+    resume --resume "$(scratch)/ck"
     assert_refused_checkpoint "corrupt checkpoint: lr nan"
 }
 
-@test "resuming a step-3 checkpoint with --steps 3 says there is nothing to do" {
-    resume --steps 3 --resume "$CK_DIR/ck"
-    assert_refused_checkpoint "the checkpoint is at step 3 and --steps is 3: nothing to do"
+@test "a directory entry that does not describe the model is refused as corrupt" {
+    cp "$CK/ck01" "$(scratch)/ck"
+    patch "$(scratch)/ck" $((240 + 64 * 4 + 40)) i 65 # h0.qkvw's cols (entries: name[32], layer, rows, cols)
+    resume --resume "$(scratch)/ck"
+    assert_refused_checkpoint "corrupt checkpoint: tensor 4 is 'h0.qkvw' (192 x 65 at 20608), the model's is 'h0.qkvw' (192 x 64 at 20608)"
 }
 
-@test "--stop-after before the checkpoint's step is refused, not saved mislabelled" {
-    resume --steps 6 --stop-after 2 --resume "$CK_DIR/ck" --save "$(scratch)/ck2"
+@test "a truncated checkpoint, a longer one, and one of another model are refused" {
+    head -c 5000 "$CK/ck01" >"$(scratch)/cut"
+    resume --resume "$(scratch)/cut"
+    assert_refused_checkpoint "the file is truncated (5000 of 1647616 bytes)"
+    cat "$CK/ck01" "$CK/ck01" >"$(scratch)/long"
+    resume --resume "$(scratch)/long"
+    assert_refused_checkpoint "3295232 bytes where a checkpoint of this model has 1647616"
+    resume --layers 3 --resume "$CK/ck01"
+    assert_refused_checkpoint "written for a different model (layers 2, dmodel 64, heads 4, seq 64, vocab 256); this run has layers 3"
+}
+
+@test "a checkpoint of the old format (version 2) is refused naming the versions" {
+    cp "$CK/ck01" "$(scratch)/ck"
+    patch "$(scratch)/ck" 8 I 2
+    resume --resume "$(scratch)/ck"
+    assert_refused_checkpoint "checkpoint format version 2, this program reads version 3"
+}
+
+@test "resuming with nothing left to do, or --stop-after before the checkpoint, is refused and saves nothing" {
+    resume --steps 3 --resume "$CK/ck01"
+    assert_refused_checkpoint "the checkpoint is at step 3 and --steps is 3: nothing to do"
+    resume --stop-after 2 --resume "$CK/ck01" --save "$(scratch)/ck2"
     assert_refused_checkpoint "--stop-after 2 is not after the checkpoint's step 3 (valid: --stop-after 4..6)"
     [ ! -e "$(scratch)/ck2" ]
 }
 
-@test "a checkpoint of the old format (version 1) is refused naming the versions" {
-    cp "$CK_DIR/ck" "$(scratch)/ck"
-    patch "$(scratch)/ck" 8 I 1
-    resume --steps 6 --resume "$(scratch)/ck"
-    assert_refused_checkpoint "checkpoint format version 1, this program reads version 2"
+@test "an unwritable --save path and a missing directory are refused before training, nothing overwritten" {
+    resume --save /proc/ck
+    assert_refused_checkpoint "--save /proc/ck: cannot create a file in the directory /proc"
+    resume --save "$(scratch)/nowhere/ck"
+    assert_refused_checkpoint "--save $(scratch)/nowhere/ck: the directory $(scratch)/nowhere does not exist"
+    # a refused run leaves an earlier checkpoint at its --save path alone
+    cp "$CK/ck01" "$(scratch)/ck"
+    resume --resume "$(scratch)/ck" --steps 3 --save "$(scratch)/ck"
+    assert_refused_checkpoint "nothing to do"
+    cmp "$CK/ck01" "$(scratch)/ck"
 }
 
-@test "a checkpoint that is sound resumes and finishes the run" {
-    resume --steps 6 --resume "$CK_DIR/ck"
-    assert_success
-    assert_equal "$(csv_column "$(scratch)/out/steps.csv" step | tr '\n' ' ')" "4 5 6 "
+@test "common/ckpt refuses a file that is not a checkpoint, and a bad command, with one line and exit 2" {
+    printf 'this is not a checkpoint at all, just text\n' >"$(scratch)/text"
+    run --separate-stderr "$CKPT" "$(scratch)/text"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: $(scratch)/text: not a checkpoint of this course (wrong magic bytes)"
+    run --separate-stderr "$CKPT" export "$CK/ck01"
+    assert_equal "$status" 2
+    run --separate-stderr "$CKPT" export "$CK/ck01" "$(scratch)/nowhere/x.safetensors"
+    assert_equal "$status" 2
+    [[ "$stderr" == *"cannot write"* ]]
 }

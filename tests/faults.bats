@@ -11,6 +11,7 @@ load helpers
 TRAIN02="$REPO/02_data_parallel/train"
 TRAIN03="$REPO/03_model_parallel/train"
 TRAIN04="$REPO/04_pipeline/train"
+TRAIN05="$REPO/05_zero/train"
 
 # Tiny model, a global batch of 12 (divisible by 2, 3, 4 ranks); a private copy
 # of the corpus, so that editing course.md meanwhile changes nothing.
@@ -109,24 +110,26 @@ assert_same_losses() {
     kill_check allreduce:1 1 2 "$TRAIN03" $FLAGS --steps 4 --mp tensor
 }
 
-@test "a rank killed while saving leaves the previous checkpoint intact, and resuming from it matches the uninterrupted run" {
-    local d="$BATS_TEST_TMPDIR" f="$FLAGS --steps 6"
+@test "a rank killed while writing its shard of a checkpoint leaves the previous one intact, and another layout resumes it" {
+    local d="$BATS_TEST_TMPDIR" f="$FLAGS --steps 6" z="--zero 3 --stop-after 4 --save-every 2"
     job "" 2 "$TRAIN02" $f --out "$d/full"
     assert_success
-    job "" 2 "$TRAIN02" $f --stop-after 2 --save "$d/ck" --out "$d/first"
-    assert_success
-    cp "$d/ck" "$d/ck.before"
-    # the same resumed run, saving elsewhere: its time bounds the time to the kill
-    job "" 2 "$TRAIN02" $f --resume "$d/ck" --stop-after 4 --save "$d/ck.clean" --out "$d/clean"
+    # the same sharded run without the fault: its time bounds the time to the kill
+    job "" 2 "$TRAIN05" $f $z --save "$d/ck.clean" --out "$d/clean"
     assert_success
     local clean="$seconds"
 
-    job save:0 2 "$TRAIN02" $f --resume "$d/ck" --stop-after 4 --save "$d/ck" --out "$d/killed"
-    assert_killed 0 "$clean"
-    cmp "$d/ck" "$d/ck.before"
-    [ "$(stat -c %s "$d/ck.tmp")" -lt "$(stat -c %s "$d/ck")" ] # the save died half-way
+    # rank 1 dies in the step-4 save, after writing its parameters, before its moments
+    job save:1:2 2 "$TRAIN05" $f $z --save "$d/ck" --out "$d/killed"
+    assert_killed 1 "$clean"
+    run "$REPO/common/ckpt" verify "$d/ck"
+    assert_success
+    assert_output --regexp "^ok [0-9a-f]{16} step 2 " # the step-2 checkpoint, whole
+    run --separate-stderr "$REPO/common/ckpt" verify "$d/ck.tmp"
+    assert_equal "$status" 2 # the half-written one has no header yet: never taken for a checkpoint
+    [[ "$stderr" == *"not a checkpoint of this course"* ]]
 
-    job "" 2 "$TRAIN02" $f --resume "$d/ck" --out "$d/resumed"
+    job "" 2 "$TRAIN04" $f --resume "$d/ck" --out "$d/resumed"
     assert_success
     assert_same_losses "$(step_losses "$d/full/steps.csv" | sed -n 3,6p)" "$(step_losses "$d/resumed/steps.csv")"
 }

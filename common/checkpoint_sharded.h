@@ -1,0 +1,28 @@
+/* checkpoint_sharded.h: every rank of a job writes its part of one
+ * checkpoint (checkpoint.h), in parallel, into one file.
+ *
+ *   rank 0      create PATH.tmp at its final size, the directory in place
+ *   -- barrier --
+ *   every rank  pwrite its segments at their offsets (checkpoint.h: the
+ *               layout), fsync
+ *   -- the elements written, summed over the ranks --
+ *   every rank  hash its share of the file's chunks, read back from the disk
+ *   -- the chunk hashes, XOR-ed over the ranks --
+ *   rank 0      check that the ranks wrote each array exactly once, write the
+ *               header with the checksum, fsync, rename PATH.tmp to PATH
+ *   -- barrier --
+ *
+ * Until the rename PATH is untouched, so a job killed during a save
+ * (tests/faults.bats) leaves the previous checkpoint as it was. The ranks must
+ * see one file system (one machine, or a shared one). */
+#ifndef CHECKPOINT_SHARDED_H
+#define CHECKPOINT_SHARDED_H
+
+#include "checkpoint.h"
+#include "comm.h"
+
+/* Every rank of g: write cfg->save from this rank's layout l. Rank 0 records
+ * it in run-info.txt and says so. Returns the checksum (on every rank). */
+uint64_t checkpoint_save_sharded(CommGroup *g, const Config *cfg, const CkptLayout *l, const CkptState *s);
+
+#endif

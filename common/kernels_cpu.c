@@ -147,13 +147,19 @@ static void linear_forward(float *out, const float *inp, const float *weight, co
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
                 bias ? 1.0f : 0.0f, out, OC);
 }
-/* dbias[o0 .. o0 + width) += column sums of dout(N,OC) there, width <= 64,
- * summed in double over the rows in order. */
+/* dbias[o0 .. o0 + width) += column sums of dout(N,OC) there, width <= 64.
+ * Blocks of 32 rows are summed in float (64 float accumulators fit in vector
+ * registers; 64 doubles did not), and the blocks' sums in double, in order. */
 CPU_VECTOR_CLONES static void column_sums(float *dbias, const float *dout, int N, int OC, int o0, int width) {
     double sum[64] = {0};
-    for (int n = 0; n < N; n++) {
-        const float *row = dout + (size_t)n * OC + o0;
-        for (int j = 0; j < width; j++) sum[j] += row[j];
+    for (int n0 = 0; n0 < N; n0 += 32) {
+        float block[64] = {0};
+        int n1 = N - n0 < 32 ? N : n0 + 32;
+        for (int n = n0; n < n1; n++) {
+            const float *row = dout + (size_t)n * OC + o0;
+            for (int j = 0; j < width; j++) block[j] += row[j];
+        }
+        for (int j = 0; j < width; j++) sum[j] += block[j];
     }
     for (int j = 0; j < width; j++) dbias[o0 + j] += (float)sum[j];
 }
@@ -269,25 +275,29 @@ static void residual_backward(float *da, float *db, const float *dout, size_t n)
     }
 }
 
+/* One row of crossentropy forward: the softmax of z (V logits) into p, and
+ * the row's loss -log p[target], computed from the logits (log of the sum
+ * minus the target's shifted logit) to keep its precision for tiny p. */
+CPU_VECTOR_CLONES static float crossentropy_row(float *p, const float *z, int target, int V) {
+    float maxval = -INFINITY;
+#pragma omp simd reduction(max : maxval)
+    for (int v = 0; v < V; v++) maxval = z[v] > maxval ? z[v] : maxval;
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int v = 0; v < V; v++) {
+        p[v] = vexpf(z[v] - maxval);
+        sum += p[v];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int v = 0; v < V; v++) p[v] *= inv;
+    return (float)(log(sum) - (z[target] - maxval));
+}
+
 static void crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets, int N,
                                  int V) {
-#pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float *z = logits + (size_t)n * V;
-        float *p = probs + (size_t)n * V;
-        float maxval = -INFINITY;
-        for (int v = 0; v < V; v++)
-            if (z[v] > maxval) maxval = z[v];
-        double sum = 0.0;
-        for (int v = 0; v < V; v++) {
-            p[v] = expf(z[v] - maxval);
-            sum += p[v];
-        }
-        float inv = (float)(1.0 / sum);
-        for (int v = 0; v < V; v++) p[v] *= inv;
-        /* -log p[target] computed from the logits keeps precision for tiny p */
-        losses[n] = (float)(log(sum) - (z[targets[n]] - maxval));
-    }
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        losses[n] = crossentropy_row(probs + (size_t)n * V, logits + (size_t)n * V, targets[n], V);
 }
 
 static void crossentropy_backward(float *dlogits, const float *probs, const int *targets, float dloss, int N,

@@ -11,8 +11,9 @@ comma := ,
 BUILD := build
 CC ?= gcc
 OPT ?= -O3 -march=x86-64-v2
-# -fno-trapping-math lets gcc vectorise float->int conversions (the GELU's exp); no result changes.
-CFLAGS := $(OPT) -g -std=gnu11 -fopenmp -fno-trapping-math -Wall -Wextra -Werror -Icommon -MMD -MP
+# -fno-trapping-math lets gcc vectorise float->int conversions (the GELU's exp), -fno-math-errno
+# loops that call sqrtf (AdamW); neither changes a result.
+CFLAGS := $(OPT) -g -std=gnu11 -fopenmp -fno-trapping-math -fno-math-errno -Wall -Wextra -Werror -Icommon -MMD -MP
 # Prefer Debian's OpenMP build of OpenBLAS: it shares our OpenMP thread pool,
 # where the default pthread build fights it for the cores.
 OPENBLAS_OMP_DIR := $(wildcard /usr/lib/$(shell gcc -print-multiarch 2>/dev/null)/openblas-openmp)

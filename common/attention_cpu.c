@@ -40,6 +40,7 @@
  * shapes, and results do not depend on the number of threads. */
 #include "attention.h"
 #include "device.h"
+#include "simd_cpu.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -83,6 +84,42 @@ static int tile_rows(int t0, int T) {
     return T - t0 < ATTENTION_TILE ? T - t0 : ATTENTION_TILE;
 }
 
+/* One row of a tile's scores x (keys floats, the first `valid` of them not
+ * masked) becomes its probabilities, 0 for the masked ones; returns the row's
+ * lse = log(sum exp(x)), computed as max + log(sum exp(x - max)). */
+CPU_VECTOR_CLONES static float softmax_row(float *row, int valid, int keys) {
+    float maxval = -INFINITY;
+#pragma omp simd reduction(max : maxval)
+    for (int j = 0; j < valid; j++) maxval = row[j] > maxval ? row[j] : maxval;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < valid; j++) {
+        row[j] = vexpf(row[j] - maxval);
+        sum += row[j];
+    }
+    float inv_sum = 1.0f / sum;
+    for (int j = 0; j < valid; j++) row[j] *= inv_sum;
+    for (int j = valid; j < keys; j++) row[j] = 0.0f;
+    return maxval + logf(sum);
+}
+
+/* One row of backward: p_row holds the scores x again and becomes the
+ * probabilities p = exp(x - lse); ds_row holds dp = dout v^T and becomes
+ * ds = p (dp - D) scale, with D = dot(dout, out) over the head's hs columns
+ * (g_row, o_row). Masked keys get 0 in both. */
+CPU_VECTOR_CLONES static void softmax_backward_row(float *p_row, float *ds_row, const float *g_row,
+                                                   const float *o_row, int hs, float lse, float scale,
+                                                   int valid, int keys) {
+    float D = 0.0f;
+#pragma omp simd reduction(+ : D)
+    for (int i = 0; i < hs; i++) D += g_row[i] * o_row[i];
+    for (int j = 0; j < valid; j++) {
+        p_row[j] = vexpf(p_row[j] - lse);
+        ds_row[j] = p_row[j] * (ds_row[j] - D) * scale;
+    }
+    for (int j = valid; j < keys; j++) p_row[j] = ds_row[j] = 0.0f;
+}
+
 void attention_forward_cpu(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -103,18 +140,7 @@ void attention_forward_cpu(float *out, float *lse, const float *qkv, int B, int 
                 for (int r = 0; r < rows; r++) {
                     /* softmax over keys 0..t; the future gets probability 0 */
                     int t = t0 + r;
-                    float *row = p + (size_t)r * keys;
-                    float maxval = -INFINITY;
-                    for (int j = 0; j <= t; j++) maxval = row[j] > maxval ? row[j] : maxval;
-                    float sum = 0.0f;
-                    for (int j = 0; j <= t; j++) {
-                        row[j] = expf(row[j] - maxval);
-                        sum += row[j];
-                    }
-                    float inv_sum = 1.0f / sum;
-                    for (int j = 0; j <= t; j++) row[j] *= inv_sum;
-                    for (int j = t + 1; j < keys; j++) row[j] = 0.0f;
-                    row_lse[t] = maxval + logf(sum);
+                    row_lse[t] = softmax_row(p + (size_t)r * keys, t + 1, keys);
                 }
                 /* out(rows,hs) = p(rows,keys) @ v(keys,hs), into head h's columns */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys, 1.0f, p, keys, v, C3,
@@ -149,17 +175,8 @@ void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, co
                             0.0f, ds, keys);
                 for (int r = 0; r < rows; r++) {
                     int t = t0 + r;
-                    float *p_row = p + (size_t)r * keys, *ds_row = ds + (size_t)r * keys;
-                    /* D = sum_j p dp = dot(dout, out) for this query */
-                    const float *g_row = g + (size_t)t * C, *o_row = o + (size_t)t * C;
-                    float D = 0.0f;
-                    for (int i = 0; i < hs; i++) D += g_row[i] * o_row[i];
-                    /* p = exp(x - lse); softmax backward, scale included: ds = p (dp - D) scale */
-                    for (int j = 0; j <= t; j++) {
-                        p_row[j] = expf(p_row[j] - row_lse[t]);
-                        ds_row[j] = p_row[j] * (ds_row[j] - D) * scale;
-                    }
-                    for (int j = t + 1; j < keys; j++) p_row[j] = ds_row[j] = 0.0f;
+                    softmax_backward_row(p + (size_t)r * keys, ds + (size_t)r * keys, g + (size_t)t * C,
+                                         o + (size_t)t * C, hs, row_lse[t], scale, t + 1, keys);
                 }
                 /* x = scale q k^T:  dq(rows,hs) += ds @ k,  dk(keys,hs) += ds^T @ q */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys, 1.0f, ds, keys, k, C3,

@@ -51,8 +51,8 @@
 # Settings (environment): PYTHON (python3), BENCH_REPEATS (GPU 3, CPU 5),
 # BENCH_COMPILE_REPEATS (1; 0 skips torch.compile), BENCH_VARIANTS (CPU 1, GPU 0),
 # BENCH_PRECISIONS (GPU: "fp32 tf32 bf16"; CPU: "fp32 bf16"), BENCH_MODELS (the presets
-# below), BENCH_STEPS (steps per run; default per preset), BENCH_OUT
-# (runs/bench), OMP_NUM_THREADS (default: every core), TRAIN
+# below; on the CPU, medium runs only when named here), BENCH_STEPS (steps per run;
+# default per preset), BENCH_OUT (runs/bench), OMP_NUM_THREADS (default: every core), TRAIN
 # (./01_single_gpu/train).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -80,6 +80,8 @@ else
     cpu_model="$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1)"
     device_label="cpu ${cpu_model:-unknown} ($(getconf _NPROCESSORS_ONLN) cores; OMP_NUM_THREADS=$OMP_NUM_THREADS)"
     configs=("tiny 8 50" "small 8 30")
+    # medium (about 2 s a step on one core) only when BENCH_MODELS names it
+    [[ " ${BENCH_MODELS:-} " == *" medium "* ]] && configs+=("medium 8 10")
     precisions="${BENCH_PRECISIONS:-fp32 bf16}"
     REPEATS="${BENCH_REPEATS:-5}"
     VARIANTS="${BENCH_VARIANTS:-1}"

@@ -3,6 +3,7 @@
 
     python3 common/kernel_breakdown.py ncu NCU_CSV LABEL OUT_CSV
     python3 common/kernel_breakdown.py torch MODEL LABEL OUT_CSV [--compile]
+    python3 common/kernel_breakdown.py perf REPORT_TXT SAMPLE_HZ STEPS LABEL OUT_CSV
     python3 common/kernel_breakdown.py plot OUT_PNG CSV...
 
 `ncu` reads the per-kernel times that Nsight Compute printed for one step of
@@ -18,6 +19,15 @@ one row per kernel name, time_us summed over the step. `plot` draws one
 horizontal stacked bar per label (in the order the files and rows come),
 split by category, into OUT_PNG.
 
+`perf` does the same for a CPU run from Linux perf's sampling profile: REPORT_TXT
+is what `perf report --no-children --sort symbol -n -g none --percent-limit 0`
+printed for a run recorded with `perf record -F SAMPLE_HZ` (cpu-clock
+samples, every thread) over STEPS training steps. There `calls` holds the
+number of samples and time_us the CPU time they stand for per step,
+samples / SAMPLE_HZ / STEPS (summed over threads; the run's set-up and final
+evaluation are included, so use enough steps). Kernel-mode symbols count as
+"other".
+
 Categories, from the kernel's name: matmul (cuBLAS/CUTLASS GEMMs), attention
 (fused attention, or the softmax and head copies of the unfused one), norm
 (layernorm forward and backward), elementwise (GELU, residual, bias and its gradient's
@@ -32,7 +42,8 @@ import sys
 from collections import OrderedDict
 
 CATEGORY_PATTERNS = [
-    ("attention", r"attention|fmha|flash|causal_softmax|split_qkv|split_heads|merge_heads|merge_qkv"),
+    ("attention", r"attention|fmha|flash|causal_softmax|softmax_row|softmax_backward_row|split_qkv|split_heads|"
+                  r"merge_heads|merge_qkv"),
     ("matmul", r"gemm|xmma|cutlass|splitkreduce|cublas"),
     ("norm", r"layernorm|layer_norm|gammabeta"),
     ("optimizer", r"adam|sum_squares|multi_tensor_apply|lpnorm"),
@@ -40,8 +51,8 @@ CATEGORY_PATTERNS = [
     # PyTorch's embedding backward sorts the token ids (radix sort, unique, segments)
     ("embedding", r"embedding|index_select|indexing_backward|index_put|scatter|gather|radix_sort|unique_by_key|"
                   r"segment|devicescan|devicecompact"),
-    ("elementwise", r"gelu|residual|bias|column_partials|scale_kernel|fill|memset|elementwise|copy|cat|add|mul|"
-                    r"reduce_kernel"),
+    ("elementwise", r"gelu|residual|bias|column_partials|column_sums|scale_kernel|fill|memset|memmove|memcpy|"
+                    r"elementwise|copy|cat|add|mul|reduce_kernel"),
 ]
 CATEGORIES = [c for c, _ in CATEGORY_PATTERNS] + ["other"]
 COLOURS = {"matmul": "#4c72b0", "attention": "#c44e52", "norm": "#55a868", "elementwise": "#dd8452",
@@ -49,6 +60,8 @@ COLOURS = {"matmul": "#4c72b0", "attention": "#c44e52", "norm": "#55a868", "elem
 
 
 def category(kernel):
+    if kernel.startswith("[kernel] "):
+        return "other"
     name = kernel.lower()
     for cat, pattern in CATEGORY_PATTERNS:
         if re.search(pattern, name):
@@ -82,6 +95,24 @@ def from_ncu(ncu_csv, label, out_csv):
         us = float(r["Metric Value"].replace(",", "")) * scale[r["Metric Unit"]]
         times[name] = times.get(name, 0.0) + us
         calls[name] = calls.get(name, 0) + 1
+    write(out_csv, label, times, calls)
+
+
+def from_perf(report_txt, sample_hz, steps, label, out_csv):
+    """perf report's text: one line per symbol, "  12.34%   567  [.] name"."""
+    times, calls = OrderedDict(), {}
+    with open(report_txt) as f:
+        for line in f:
+            m = re.match(r"\s*[\d.]+%\s+(\d+)\s+\[(.)\]\s+(\S+)", line)
+            if not m:
+                continue
+            samples, mode, name = int(m.group(1)), m.group(2), m.group(3)
+            if mode == "k":
+                name = "[kernel] " + name
+            times[name] = times.get(name, 0.0) + samples / sample_hz / steps * 1e6
+            calls[name] = calls.get(name, 0) + samples
+    if not times:
+        sys.exit(f"kernel_breakdown: no symbol rows in {report_txt} (perf report -n --sort symbol output?)")
     write(out_csv, label, times, calls)
 
 
@@ -169,6 +200,8 @@ def main(argv):
         from_ncu(argv[1], argv[2], argv[3])
     elif len(argv) >= 4 and argv[0] == "torch":
         from_torch(argv[1], argv[2], argv[3], "--compile" in argv[4:])
+    elif len(argv) >= 6 and argv[0] == "perf":
+        from_perf(argv[1], float(argv[2]), int(argv[3]), argv[4], argv[5])
     elif len(argv) >= 3 and argv[0] == "plot":
         plot(argv[1], argv[2:])
     else:

@@ -10,6 +10,7 @@
 #include "device.h"
 #include "kernel_math.h"
 #include "kernels.h"
+#include "simd_cpu.h"
 #include "util.h"
 
 #include <cblas.h>
@@ -18,6 +19,18 @@
 
 #define LAYERNORM_EPS 1e-5f
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
+
+/* The elementwise loops run over blocks of ELEMENT_BLOCK floats: the
+ * OpenMP loop hands whole blocks to threads (no two threads write into one
+ * cache line) and each block is one call of a function with vector clones
+ * (simd_cpu.h). GELU's tanh goes through vexpf: libm's expf and tanhf are
+ * calls that keep a loop scalar, and GELU was a third of a CPU step with them. */
+#define ELEMENT_BLOCK 8192
+
+/* Below this many floats (4 MiB) one thread clears or copies faster than waking the
+ * others: on the 2-core development machine, with passive waiting, 2 MiB took
+ * 168 us on one thread and 176 us on two, 6 MiB 581 us and 378 us. */
+#define PARALLEL_FILL_FLOATS (1 << 20)
 
 static void embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
                               int C) {
@@ -52,22 +65,28 @@ static void embedding_backward(float *dwte, float *dwpe, const float *dout, cons
     }
 }
 
+/* One row of layernorm forward. The sums run in double, in vector lanes
+ * (omp simd: the order of additions is fixed by the width of the clone). */
+CPU_VECTOR_CLONES static void layernorm_forward_row(float *o, float *mean, float *rstd, const float *x,
+                                                    const float *weight, const float *bias, int C) {
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int c = 0; c < C; c++) sum += x[c];
+    float m = (float)(sum / C);
+    double var = 0.0;
+#pragma omp simd reduction(+ : var)
+    for (int c = 0; c < C; c++) var += (double)(x[c] - m) * (x[c] - m);
+    float s = 1.0f / sqrtf((float)(var / C) + LAYERNORM_EPS);
+    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+    *mean = m;
+    *rstd = s;
+}
+
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                               const float *bias, int N, int C) {
-#pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        double sum = 0.0;
-        for (int c = 0; c < C; c++) sum += x[c];
-        float m = (float)(sum / C);
-        double var = 0.0;
-        for (int c = 0; c < C; c++) var += (double)(x[c] - m) * (x[c] - m);
-        float s = 1.0f / sqrtf((float)(var / C) + LAYERNORM_EPS);
-        float *o = out + (size_t)n * C;
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
-        mean[n] = m;
-        rstd[n] = s;
-    }
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        layernorm_forward_row(out + (size_t)n * C, &mean[n], &rstd[n], inp + (size_t)n * C, weight, bias, C);
 }
 
 static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
@@ -116,31 +135,40 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
     /* EXERCISE 01.1 END */
 }
 
-static void add_bias(float *out, const float *bias, int N, int OC) {
-#pragma omp parallel for
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
-}
-
 static void linear_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
                            int OC) {
-    /* out(N,OC) = inp(N,C) @ weight(OC,C)^T */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
-    if (bias) add_bias(out, bias, N, OC);
+    /* out(N,OC) = bias + inp(N,C) @ weight(OC,C)^T: the bias rows first, then
+     * the product added onto them (beta = 1). With beta = 0 OpenBLAS would
+     * clear out in a pass of its own, and the bias would be a third pass. */
+    if (bias) {
+#pragma omp parallel for schedule(static) if ((size_t)N * OC >= PARALLEL_FILL_FLOATS)
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
+                bias ? 1.0f : 0.0f, out, OC);
 }
+/* dbias[o0 .. o0 + width) += column sums of dout(N,OC) there, width <= 64.
+ * Blocks of 32 rows are summed in float (64 float accumulators fit in vector
+ * registers; 64 doubles did not), and the blocks' sums in double, in order. */
+CPU_VECTOR_CLONES static void column_sums(float *dbias, const float *dout, int N, int OC, int o0, int width) {
+    double sum[64] = {0};
+    for (int n0 = 0; n0 < N; n0 += 32) {
+        float block[64] = {0};
+        int n1 = N - n0 < 32 ? N : n0 + 32;
+        for (int n = n0; n < n1; n++) {
+            const float *row = dout + (size_t)n * OC + o0;
+            for (int j = 0; j < width; j++) block[j] += row[j];
+        }
+        for (int j = 0; j < width; j++) sum[j] += block[j];
+    }
+    for (int j = 0; j < width; j++) dbias[o0 + j] += (float)sum[j];
+}
+
 /* dbias(OC) += column sums of dout(N,OC) */
 static void bias_backward(float *dbias, const float *dout, int N, int OC) {
     /* threads own blocks of 64 columns and walk the rows in order */
 #pragma omp parallel for schedule(static)
-    for (int o0 = 0; o0 < OC; o0 += 64) {
-        int width = OC - o0 < 64 ? OC - o0 : 64;
-        double sum[64] = {0};
-        for (int n = 0; n < N; n++) {
-            const float *row = dout + (size_t)n * OC + o0;
-            for (int j = 0; j < width; j++) sum[j] += row[j];
-        }
-        for (int j = 0; j < width; j++) dbias[o0 + j] += (float)sum[j];
-    }
+    for (int o0 = 0; o0 < OC; o0 += 64) column_sums(dbias, dout, N, OC, o0, OC - o0 < 64 ? OC - o0 : 64);
 }
 
 static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
@@ -203,43 +231,21 @@ static void release_workspaces(void) {
     }
 }
 
-/* expf for loops the compiler can vectorise: Cephes' range reduction
- * x = n ln2 + r and a degree-5 polynomial, 2^n through the exponent bits.
- * Within 2 ulp of expf. libm's expf and tanhf are calls that keep the GELU
- * loops scalar, and GELU was a third of a CPU step with them. */
-static inline float vexpf(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    float n = floorf(x * 1.44269504088896341f + 0.5f);
-    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * r * r + r + 1.0f;
-    union {
-        int i;
-        float f;
-    } two_to_n = {.i = ((int)n + 127) << 23};
-    return y * two_to_n.f;
-}
-
-static inline float vtanhf(float u) {
-    return 1.0f - 2.0f / (vexpf(2.0f * u) + 1.0f);
-}
-
-static void gelu_forward(float *out, const float *inp, size_t n) {
-#pragma omp parallel for simd
+CPU_VECTOR_CLONES static void gelu_forward_block(float *out, const float *inp, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         out[i] = 0.5f * x * (1.0f + vtanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
     }
 }
 
-static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-#pragma omp parallel for simd
+static void gelu_forward(float *out, const float *inp, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i0 = 0; i0 < n; i0 += ELEMENT_BLOCK)
+        gelu_forward_block(out + i0, inp + i0, n - i0 < ELEMENT_BLOCK ? n - i0 : ELEMENT_BLOCK);
+}
+
+CPU_VECTOR_CLONES static void gelu_backward_block(float *dinp, const float *inp, const float *dout,
+                                                  size_t n) {
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = GELU_SCALE * (x + 0.044715f * x * x * x);
@@ -248,6 +254,12 @@ static void gelu_backward(float *dinp, const float *inp, const float *dout, size
         float du_dx = GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx);
     }
+}
+
+static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i0 = 0; i0 < n; i0 += ELEMENT_BLOCK)
+        gelu_backward_block(dinp + i0, inp + i0, dout + i0, n - i0 < ELEMENT_BLOCK ? n - i0 : ELEMENT_BLOCK);
 }
 
 static void residual_forward(float *out, const float *a, const float *b, size_t n) {
@@ -263,25 +275,29 @@ static void residual_backward(float *da, float *db, const float *dout, size_t n)
     }
 }
 
+/* One row of crossentropy forward: the softmax of z (V logits) into p, and
+ * the row's loss -log p[target], computed from the logits (log of the sum
+ * minus the target's shifted logit) to keep its precision for tiny p. */
+CPU_VECTOR_CLONES static float crossentropy_row(float *p, const float *z, int target, int V) {
+    float maxval = -INFINITY;
+#pragma omp simd reduction(max : maxval)
+    for (int v = 0; v < V; v++) maxval = z[v] > maxval ? z[v] : maxval;
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int v = 0; v < V; v++) {
+        p[v] = vexpf(z[v] - maxval);
+        sum += p[v];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int v = 0; v < V; v++) p[v] *= inv;
+    return (float)(log(sum) - (z[target] - maxval));
+}
+
 static void crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets, int N,
                                  int V) {
-#pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float *z = logits + (size_t)n * V;
-        float *p = probs + (size_t)n * V;
-        float maxval = -INFINITY;
-        for (int v = 0; v < V; v++)
-            if (z[v] > maxval) maxval = z[v];
-        double sum = 0.0;
-        for (int v = 0; v < V; v++) {
-            p[v] = expf(z[v] - maxval);
-            sum += p[v];
-        }
-        float inv = (float)(1.0 / sum);
-        for (int v = 0; v < V; v++) p[v] *= inv;
-        /* -log p[target] computed from the logits keeps precision for tiny p */
-        losses[n] = (float)(log(sum) - (z[targets[n]] - maxval));
-    }
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        losses[n] = crossentropy_row(probs + (size_t)n * V, logits + (size_t)n * V, targets[n], V);
 }
 
 static void crossentropy_backward(float *dlogits, const float *probs, const int *targets, float dloss, int N,
@@ -335,7 +351,9 @@ static void adamw_update(float *params, const float *grads, float *m, float *v, 
 }
 
 static void fill_zero(float *x, size_t n) {
-    memset(x, 0, n * sizeof(float));
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_FILL_FLOATS)
+    for (size_t i0 = 0; i0 < n; i0 += ELEMENT_BLOCK)
+        memset(x + i0, 0, (n - i0 < ELEMENT_BLOCK ? n - i0 : ELEMENT_BLOCK) * sizeof(float));
 }
 
 static void scale(float *x, size_t n, float factor) {

@@ -430,13 +430,14 @@ void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int l, const f
     BlockActs *b = block_values(a, s, l);
     /* Recompute: the forward values of this block, again, from its kept input. */
     if (a->recompute) block_forward_values(m, b, s, l, input, B, T);
-    /* MLP half. res3 = res2 + branch: the residual passes doutput to both. */
-    k->fill_zero(s->dmid, NC);
-    k->fill_zero(s->dbranch, NC);
-    k->residual_backward(s->dmid, s->dbranch, doutput, NC);
+    /* MLP half. res3 = res2 + branch: the residual passes doutput to both,
+     * so the branch reads doutput itself and dmid starts as a copy of it (the
+     * copies residual_backward would make into zeroed buffers, without the
+     * zeroing and the second copy). */
+    copy_on_device(s->dmid, doutput, NC * sizeof(float));
     k->gelu_forward(s->gelu, b->fch, 4 * NC); /* recomputed: cheaper than keeping it per block */
     k->fill_zero(s->dfch_gelu, 4 * NC);
-    linear_backward_of(m, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], s->dbranch, s->gelu,
+    linear_backward_of(m, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], doutput, s->gelu,
                        w[BLOCK_FCPROJW], N, 4 * C, C);
     k->fill_zero(s->dfch, 4 * NC);
     k->gelu_backward(s->dfch, b->fch, s->dfch_gelu, 4 * NC);
@@ -444,13 +445,11 @@ void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int l, const f
     linear_backward_of(m, s->dln, g[BLOCK_FCW], g[BLOCK_FCB], s->dfch, b->ln2, w[BLOCK_FCW], N, C, 4 * C);
     k->layernorm_backward(s->dmid, g[BLOCK_LN2W], g[BLOCK_LN2B], s->dln, b->res2, w[BLOCK_LN2W], b->ln2_mean,
                           b->ln2_rstd, N, C);
-    /* Attention half. res2 = input + branch. */
-    k->fill_zero(dinput, NC);
-    k->fill_zero(s->dbranch, NC);
-    k->residual_backward(dinput, s->dbranch, s->dmid, NC);
+    /* Attention half. res2 = input + branch: the same again with dmid. */
+    copy_on_device(dinput, s->dmid, NC * sizeof(float));
     k->fill_zero(s->datty, NC);
-    linear_backward_of(m, s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], s->dbranch, b->atty,
-                       w[BLOCK_ATTPROJW], N, C, C);
+    linear_backward_of(m, s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], s->dmid, b->atty, w[BLOCK_ATTPROJW],
+                       N, C, C);
     k->fill_zero(s->dqkv, 3 * NC);
     k->attention_backward(s->dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, C, NH);
     k->fill_zero(s->dln, NC);

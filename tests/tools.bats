@@ -38,6 +38,26 @@ EOF
     [ -s "$dir/breakdown.png" ]
 }
 
+@test "kernel_breakdown turns perf's samples into CPU time per step and sorts CPU symbols into kinds" {
+    dir="$(scratch)"
+    # perf report --no-children --sort symbol -n -g none: percent, samples, [.] user / [k] kernel, symbol
+    cat >"$dir/report.txt" <<'EOF'
+# Samples: 1K of event 'cpu-clock:ppp'
+    60.00%           600  [.] sgemm_kernel_ZEN                      -      -
+    20.00%           200  [.] gelu_forward_block.arch_x86_64_v3    -      -
+    10.00%           100  [.] softmax_row.arch_x86_64_v3           -      -
+     5.00%            50  [.] layernorm_forward_row.default        -      -
+     5.00%            50  [k] clear_page_erms                      -      -
+EOF
+    # 1000 samples at 500 Hz over 4 steps: 2 s of CPU, 0.5 s per step
+    run python3 "$REPO/common/kernel_breakdown.py" perf "$dir/report.txt" 500 4 cpu "$dir/cpu.csv"
+    assert_success
+    assert_output --partial "500.00 ms of kernels in one step"
+    assert_equal "$(sed -n 2p "$dir/cpu.csv")" "cpu,matmul,sgemm_kernel_ZEN,600,300000.000"
+    run grep -c -E '^cpu,(elementwise,gelu_forward_block|attention,softmax_row|norm,layernorm_forward_row|other,\[kernel\] clear_page_erms)' "$dir/cpu.csv"
+    assert_output 4
+}
+
 @test "bench on the CPU measures bf16 mixed precision beside fp32 by default" {
     dir="$(scratch)"
     if python3 -c 'import torch' 2>/dev/null; then

@@ -95,7 +95,7 @@ static void run_collective(BucketedCollective *bc, int b) {
     switch (spec->op) {
     case BUCKETED_ALLREDUCE:
         if (spec->allreduce)
-            spec->allreduce(bc->group, bucket, len, spec->reduce);
+            spec->allreduce(bc->group, bucket, len, spec->dtype, spec->reduce);
         else
             comm_allreduce_typed(bc->group, bucket, len, spec->dtype, spec->reduce, bc->ready[b]);
         break;
@@ -141,9 +141,8 @@ BucketedCollective *bucketed_create(CommGroup *g, const BucketedSpec *spec, cons
     check_ranges(ranges, buckets, bc->ranks, spec->op);
     if (spec->op != BUCKETED_ALLREDUCE && !shard)
         fatal(EXIT_RUNTIME, "bucketed_create: reduce-scatter and all-gather need a shard buffer");
-    if (spec->allreduce && (spec->op != BUCKETED_ALLREDUCE || spec->dtype != COMM_F32))
-        fatal(EXIT_RUNTIME,
-              "bucketed_create: another all-reduce implementation is for fp32 all-reduces only");
+    if (spec->allreduce && spec->op != BUCKETED_ALLREDUCE)
+        fatal(EXIT_RUNTIME, "bucketed_create: another all-reduce implementation is for all-reduces only");
     bc->elem_bytes = comm_dtype_bytes(spec->dtype);
     bc->full = full;
     bc->shard = shard;

@@ -18,9 +18,14 @@ HalfFormat precision_format(Precision p) {
 
 /* ---- the storage hooks: one unit at a time in fp32 ---- */
 
+/* Where unit u's elements start in the held buffers (a stage holds a run of units). */
+static size_t held_offset(const MixedModel *mm, const ParamUnit *u) {
+    return u->offset - mm->model->param_first;
+}
+
 static void unit_in(MixedModel *mm, int unit, int with_grads) {
     const ParamUnit *u = table_unit(&mm->model->table, unit);
-    ops()->cast_from_half(mm->unit_params, mm->params + u->offset, u->numel, mm->format);
+    ops()->cast_from_half(mm->unit_params, mm->params + held_offset(mm, u), u->numel, mm->format);
     if (with_grads) ops()->fill_zero(mm->unit_grads, u->numel);
     gpt_bind_unit(mm->model, unit, mm->unit_params, mm->unit_grads);
 }
@@ -42,17 +47,19 @@ static void after_forward(int unit, void *context) {
 static void after_backward(int unit, void *context) {
     MixedModel *mm = context;
     const ParamUnit *u = table_unit(&mm->model->table, unit);
-    ops()->accumulate_half(mm->grads + u->offset, mm->unit_grads, u->numel, mm->format);
+    ops()->accumulate_half(mm->grads + held_offset(mm, u), mm->unit_grads, u->numel, mm->format);
     gpt_bind_unit(mm->model, unit, NULL, NULL);
 }
 
-void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, HalfFormat format) {
+void mixed_create_units(MixedModel *mm, GPT *model, int first_unit, int last_unit, const float *initial,
+                        HalfFormat format) {
     memset(mm, 0, sizeof *mm);
-    ParamTable table;
-    param_table_build(&table, cfg);
-    gpt_init(model, table);
-    size_t n = model->num_params, largest = 0;
-    for (int u = LAYER_EMBEDDING; u <= cfg->layers; u++)
+    if (first_unit > last_unit)
+        fatal(EXIT_RUNTIME, "mixed_create_units: units %d..%d are no range", first_unit, last_unit);
+    size_t first = table_unit(&model->table, first_unit)->offset, largest = 0;
+    const ParamUnit *last = table_unit(&model->table, last_unit);
+    size_t n = last->offset + last->numel - first;
+    for (int u = first_unit; u <= last_unit; u++)
         if (table_unit(&model->table, u)->numel > largest) largest = table_unit(&model->table, u)->numel;
     mm->format = format;
     mm->model = model;
@@ -62,15 +69,12 @@ void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t s
     mm->master = mem_alloc(SPACE_DEVICE, CAT_OPTIMIZER, n * sizeof(float), "master weights");
     mm->unit_params = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit weights (fp32)");
     mm->unit_grads = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit gradients (fp32)");
-    float *host = xmalloc(n * sizeof(float));
-    param_init_range(&model->table, seed, host, 0, n);
-    copy_to_device(mm->master, host, n * sizeof(float));
-    free(host);
+    copy_to_device(mm->master, initial, n * sizeof(float));
     ops()->cast_to_half(mm->params, mm->master, n, format);
-    /* the model's range is the whole table; its units get storage one at a time */
-    model->first_unit = LAYER_EMBEDDING;
-    model->last_unit = cfg->layers;
-    model->param_first = 0;
+    /* the model's range is the units held; they get storage one at a time */
+    model->first_unit = first_unit;
+    model->last_unit = last_unit;
+    model->param_first = first;
     model->param_count = n;
     mm->storage = (UnitHooks){.before_forward = before_forward,
                               .after_forward = after_forward,
@@ -81,6 +85,24 @@ void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t s
     model->storage = &mm->storage;
     model->half_matmuls = 1;
     model->matmul_format = format;
+}
+
+void mixed_create_range(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, int first_unit,
+                        int last_unit, HalfFormat format) {
+    ParamTable table;
+    param_table_build(&table, cfg);
+    gpt_init(model, table);
+    size_t first = table_unit(&model->table, first_unit)->offset;
+    const ParamUnit *last = table_unit(&model->table, last_unit);
+    size_t n = last->offset + last->numel - first;
+    float *host = xmalloc(n * sizeof(float));
+    param_init_range(&model->table, seed, host, first, n); /* the whole model's values for these elements */
+    mixed_create_units(mm, model, first_unit, last_unit, host, format);
+    free(host);
+}
+
+void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, HalfFormat format) {
+    mixed_create_range(mm, model, cfg, seed, LAYER_EMBEDDING, cfg->layers, format);
 }
 
 void mixed_destroy(MixedModel *mm) {
@@ -104,8 +126,9 @@ void mixed_adamw_step(MixedModel *mm, AdamW *opt, float lr, float grad_scale, co
 }
 
 void mixed_fault_overflow(MixedModel *mm, int step) {
-    const char *fault = getenv("COURSE_FAULT_OVERFLOW_STEP");
-    if (!fault || atoi(fault) != step) return;
+    const char *fault = getenv("COURSE_FAULT_OVERFLOW_STEP"), *on_rank = getenv("COURSE_FAULT_OVERFLOW_RANK");
+    if (!mm->params || !fault || atoi(fault) != step) return;
+    if (on_rank && on_rank[0] && atoi(on_rank) != process_rank()) return;
     uint16_t inf = half_from_float(INFINITY, mm->format);
     copy_to_device(mm->grads, &inf, sizeof inf);
 }
@@ -142,16 +165,38 @@ void precision_zero_grads(GPT *model, MixedModel *mm) {
     if (mm->params)
         ops()->fill_zero_half(mm->grads, mm->n);
     else
-        ops()->fill_zero(model->grads, model->num_params);
+        ops()->fill_zero(model->grads, model->param_count);
 }
 
-int precision_update(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
-                     int step, double *grad_norm) {
-    const KernelOps *k = ops();
+void precision_create_range(GPT *model, MixedModel *mm, const ModelConfig *cfg, uint64_t seed,
+                            Precision precision, int first_unit, int last_unit) {
+    memset(mm, 0, sizeof *mm);
+    if (precision == PRECISION_FP32)
+        gpt_create_range(model, cfg, seed, first_unit, last_unit);
+    else
+        mixed_create_range(mm, model, cfg, seed, first_unit, last_unit, precision_format(precision));
+}
+
+void precision_destroy(GPT *model, MixedModel *mm) {
+    if (mm->params) mixed_destroy(mm);
+    gpt_destroy(model);
+}
+
+void *precision_grads(GPT *model, MixedModel *mm) {
+    return mm->params ? (void *)mm->grads : (void *)model->grads;
+}
+
+double precision_sum_squares(const GPT *model, const MixedModel *mm, size_t first, size_t count) {
+    if (first + count > model->param_count)
+        fatal(EXIT_RUNTIME, "precision_sum_squares: elements %zu..%zu are beyond the %zu held", first,
+              first + count, model->param_count);
+    return mm->params ? ops()->sum_squares_half(mm->grads + first, count, mm->format)
+                      : ops()->sum_squares(model->grads + first, count);
+}
+
+int precision_update_norm(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
+                          int step, double squares, double *grad_norm) {
     float loss_scale = ls->scale; /* the gradients are this many times too large */
-    if (mm->params) mixed_fault_overflow(mm, step);
-    double squares = mm->params ? k->sum_squares_half(mm->grads, mm->n, mm->format)
-                                : k->sum_squares(model->grads, model->num_params);
     *grad_norm = sqrt(squares) / loss_scale;
     int skipped = loss_scaler_update(ls, isfinite(squares));
     if (skipped) {
@@ -164,4 +209,11 @@ int precision_update(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, flo
     else
         adamw_step(opt, model->params, model->grads, lr, grad_scale, cfg);
     return 0;
+}
+
+int precision_update(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
+                     int step, double *grad_norm) {
+    mixed_fault_overflow(mm, step);
+    double squares = precision_sum_squares(model, mm, 0, model->param_count);
+    return precision_update_norm(model, mm, opt, ls, lr, cfg, step, squares, grad_norm);
 }

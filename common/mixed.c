@@ -146,7 +146,8 @@ void loss_scaler_init(LossScaler *ls, const Config *cfg) {
 }
 
 int loss_scaler_update(LossScaler *ls, int finite) {
-    if (!ls->skips) return 0;
+    if (!ls->skips) return 0; /* fp32, bf16: no scale, nothing to skip */
+    /* EXERCISE 05.4 BEGIN: the loss-scale update rule (course.md, exercise 05.4) */
     if (!finite) {
         ls->clean_steps = 0;
         if (ls->dynamic) ls->scale /= 2.0f;
@@ -157,6 +158,7 @@ int loss_scaler_update(LossScaler *ls, int finite) {
         ls->scale *= 2.0f;
     }
     return 0;
+    /* EXERCISE 05.4 END */
 }
 
 /* ---- a training step in either precision ---- */

@@ -117,7 +117,12 @@ typedef struct {
  * 2^16 (PyTorch's GradScaler starts there too) by default. */
 void loss_scaler_init(LossScaler *ls, const Config *cfg);
 /* After a step's gradients: finite says whether all of them are. Returns 1
- * when the step must be skipped; updates the scale for the next step. */
+ * when the step must be skipped; updates the scale for the next step. The
+ * rule (fp16; fp32 and bf16 never skip): gradients that are not finite skip
+ * the step, restart the count of clean steps and, with a dynamic scale,
+ * halve it; a clean step counts, and the window-th clean step in a row
+ * doubles a dynamic scale and restarts the count. A fixed scale never
+ * changes. (Exercise 05.4.) */
 int loss_scaler_update(LossScaler *ls, int finite);
 
 /* ---- a training step in either precision ----

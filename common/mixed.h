@@ -30,8 +30,26 @@
  * cublasGemmEx on tensor cores; on the CPU, sgemm on the rounded values,
  * since the installed OpenBLAS has no 16-bit GEMM: kernels_cpu.c);
  * layernorm and its statistics, attention's softmax, GELU, the loss and the
- * gradient norm are fp32 (double for the norm). The activations are stored
- * as fp32 values (4 bytes each): storing them in 16 bits is not done yet.
+ * gradient norm are fp32 (double for the norm).
+ *
+ * Activations: all fp32 (4 bytes a value, CAT_ACTIVATIONS as in fp32: the
+ * same memory.csv line in every precision), and so are the activation
+ * gradients (CAT_WORKSPACE) and what crosses between ranks: 03's and 04's
+ * stage boundaries and tensor parallelism's all-reduces (only the
+ * data-parallel gradient all-reduce is 16-bit). Per token (model.h:
+ * Activations, BlockActs):
+ *   could be 16-bit with the same results, since the matmuls round them
+ *   anyway and nothing else reads them:
+ *     ln1, ln2 (C each, per block), lnf (C)              -> 2C(2L+1) bytes saved
+ *   would change results if rounded (fp32 arithmetic reads them):
+ *     qkv (3C: attention), atty (C: attention's backward too), fch (4C:
+ *     GELU's backward), res2, res3, encoded (C each: the residual stream),
+ *     logits, probs (V each: the loss), losses (1)
+ *   must stay fp32: the layernorm means and rstds (4 per block + 2), the
+ *     attention log-sum-exp (NH per block)
+ * For the small preset at B x T = 1024 the first group is 2,359,296 of the
+ * 28,463,104 activation bytes (course.md, chapter 05). Storing it needs a
+ * layernorm that writes 16 bits and matmuls that read them, in both backends.
  *
  * fp16 and loss scaling. fp16 has 5 exponent bits: gradients below 2^-24
  * become zero and above 65504 become Inf. Scaling the loss by S scales every
@@ -83,8 +101,8 @@ void mixed_create_range(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint
 /* The general case, for a table the caller built (gpt_init done, no storage
  * bound: tensor parallelism's local table of slices): units
  * first_unit..last_unit in 16 bits, the master weights copied from
- * `initial` (host, param_count floats in table order from the range's first
- * element). mixed_create_range is this with the whole model's values. */
+ * `initial` (host, one float per element of the range, in table order from
+ * the range's first element). mixed_create_range is this with the whole model's values. */
 void mixed_create_units(MixedModel *mm, GPT *model, int first_unit, int last_unit, const float *initial,
                         HalfFormat format);
 void mixed_destroy(MixedModel *mm);

@@ -66,11 +66,12 @@ bytes_per_param() {
 # runs round differently from the first step on, and over 300 steps that
 # moves the last step's loss by well under 1% (measured: see the commit).
 assert_final_loss_near_fp32() {
-    local precision="$1"
-    train01 --steps 300 --out "$(scratch)/fp32"
+    local precision="$1" fp32="$BATS_FILE_TMPDIR/fp32-300"
+    # the fp32 run, once for both tests
+    [ -f "$fp32/run.csv" ] || train01 --steps 300 --out "$fp32"
     train01 --steps 300 --precision "$precision" --out "$(scratch)/$precision"
     local ref got
-    ref="$(csv_column "$(scratch)/fp32/run.csv" final_loss)"
+    ref="$(csv_column "$fp32/run.csv" final_loss)"
     got="$(csv_column "$(scratch)/$precision/run.csv" final_loss)"
     echo "fp32 $ref, $precision $got"
     awk -v a="$ref" -v b="$got" 'BEGIN { r = (b - a) / a; if (r < 0) r = -r; exit !(r <= 0.02 && a < 3.5) }'
@@ -302,4 +303,26 @@ sent_mib() {
     train01 --steps 4 --stop-after 2 --save "$(scratch)/ck" --out "$(scratch)/fp32"
     train01 --steps 4 --precision bf16 --resume "$(scratch)/ck" --out "$(scratch)/bf16"
     assert_equal "$(csv_column "$(scratch)/bf16/steps.csv" step | tr '\n' ' ')" "3 4 "
+}
+
+# activation_floats_per_token C L NH V: model.c's activation_bytes / 4 / (B x T).
+activation_floats_per_token() {
+    awk -v C="$1" -v L="$2" -v NH="$3" -v V="$4" 'BEGIN { print 2 + C + L * (12 * C + 4 + NH) + C + 2 + 2 * V + 1 }'
+}
+
+@test "activations stay fp32 in every precision: memory.csv's activation bytes are 4 per value of the model's shapes" {
+    local d tokens per_token
+    d="$(scratch)"
+    for precision in fp32 bf16 fp16; do
+        train01 --precision "$precision" --steps 1 --batch 4 --out "$d/$precision"
+    done
+    tokens=$((4 * 64)) # B x T of the tiny preset at --batch 4
+    per_token="$(activation_floats_per_token 64 2 4 256)"
+    for precision in fp32 bf16 fp16; do
+        assert_equal "$(device_bytes "$d/$precision" activations)" "$((4 * tokens * per_token))"
+    done
+    # course.md's numbers for the small preset (B x T = 8 x 128, C 128, L 4, 4 heads): the
+    # activations, and what storing ln1, ln2 and lnf (the matmuls' inputs) in 16 bits would save
+    assert_equal "$((4 * 1024 * $(activation_floats_per_token 128 4 4 256)))" 28463104
+    assert_equal "$((2 * 1024 * 128 * (2 * 4 + 1)))" 2359296
 }

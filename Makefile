@@ -99,6 +99,8 @@ ifeq ($(MPICC),)
   CHAPTER_DIRS := $(filter 01_%,$(CHAPTER_DIRS))
 endif
 BENCH_SOURCES := $(filter $(CHAPTER_DIRS:%=%%bench.c),$(wildcard 0[1-6]_*/*bench.c))
+# Chapter 06's CPU AdamW benchmark needs neither MPI nor the chapter's trainer.
+BENCH_SOURCES := $(sort $(BENCH_SOURCES) $(wildcard 06_offload/adambench.c))
 PROGRAMS := $(CHAPTER_DIRS:%/=%/train) $(BENCH_SOURCES:%.c=%)
 # Test programs that need MPI: the collectives, and chapter 03's parallel layers.
 MPI_TESTS := tests/test_comm% tests/test_tensor_parallel% tests/test_grid%
@@ -144,6 +146,7 @@ program_libs = $(if $(filter 01_%,$(1)),$(LDLIBS),$(MPI_LIBS) $(LDLIBS))
 # A chapter links its own .c files and the earlier chapters' files named in
 # NN_name_USES, e.g. 06_offload_USES := 04_pipeline/pipeline.c 04_pipeline/schedule.c
 # 04_pipeline/timeline.c (the pipeline interpreter), so a module is written once.
+05_zero_USES := 04_pipeline/timeline.c
 define PROGRAM_RULE
 $(1)/train: $(patsubst %.c,$(BUILD)/%.o,$(filter-out %bench.c,$(wildcard $(1)/*.c)) $($(1)_USES)) $(LIBCOMMON)
 	$$(CC) -o $$@ $$^ $$(call program_libs,$(1))
@@ -152,9 +155,15 @@ $(foreach d,$(CHAPTER_DIRS:%/=%),$(eval $(call PROGRAM_RULE,$(d))))
 $(BENCH_SOURCES:%.c=%): %: $(BUILD)/%.o $(LIBCOMMON)
 	$(CC) -o $@ $^ $(call program_libs,$@)
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
+# 05 includes 04's timeline.h (the timeline it links)
+$(BUILD)/05_zero/%.o: CFLAGS += -I04_pipeline
 $(BUILD)/tests/test_comm.o $(BUILD)/tests/test_tensor_parallel.o $(BUILD)/tests/test_grid.o: CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/tests/test_tensor_parallel: $(BUILD)/03_model_parallel/tensor_parallel.o
 $(BUILD)/tests/test_schedule: $(BUILD)/04_pipeline/schedule.o
+# Chapter 06's CPU AdamW: its vector paths equal the kernel table's AdamW bit for bit only
+# if no multiply and add are fused into an FMA (cpu_adam.c says why).
+$(BUILD)/06_offload/cpu_adam.o: CFLAGS += -ffp-contract=off
+06_offload/adambench $(BUILD)/tests/test_cpu_adam: $(BUILD)/06_offload/cpu_adam.o
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBCOMMON)
 	$(CC) -o $@ $(filter %.o,$^) $(LIBCOMMON) $(if $(filter test_comm% test_tensor_parallel test_grid,$*),$(MPI_LIBS)) $(LDLIBS)

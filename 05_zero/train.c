@@ -11,7 +11,11 @@
  *            -> backward (stages 2-3: reduce-scatter each unit's gradient as it is done)
  *   stages 0-1: sum the gradients (0: all-reduce; 1: reduce-scatter)
  *   gradient norm from the slices -> clip -> AdamW on this rank's slices
- *   stages 1-2: all-gather the updated parameters -> log */
+ *   stages 1-2: all-gather the updated parameters -> log
+ *
+ * With --precision bf16|fp16 the parameters, gradients and collectives are
+ * 16 bits and the optimizer keeps fp32 master weights of its slices (zero.h);
+ * fp16 scales the loss and skips a step that overflowed on any rank. */
 #include "checkpoint.h"
 #include "comm.h"
 #include "config.h"
@@ -19,6 +23,7 @@
 #include "data.h"
 #include "device.h"
 #include "evaluate.h"
+#include "mixed.h"
 #include "model.h"
 #include "optim.h"
 #include "util.h"
@@ -49,9 +54,10 @@ static const char zero_help[] =
     "ZeRO data parallel (run with mpirun -np N; the model state is sharded over the N ranks)\n"
     "  --zero 0|1|2|3             0: every rank holds everything, gradients all-reduced (chapter 02's\n"
     "                             flat mode); 1: optimizer state sharded; 2: gradients too; 3: parameters\n"
-    "                             too (default 1)\n"
-    "  --prefetch K               stage 3: gather the next K units ahead of the one computing, 0..64\n"
-    "                             (default 1)\n"
+    "                             too (default 1). Any number of ranks: every unit is padded to a\n"
+    "                             multiple of N (zeros nobody updates), so N may exceed a unit's size\n"
+    "  --prefetch K               stage 3: gather the next K units (on a communication thread) while\n"
+    "                             the current one computes, 0..64 (default 1)\n"
     "  --print-schedule           stage 3: print one micro-batch's gather/free schedule\n";
 
 static int handle_zero_flag(int option, const char *value, void *context) {
@@ -78,9 +84,10 @@ static void check_zero_layout(const Config *cfg, void *context) {
     if (cfg->batch < sequences_per_micro || cfg->batch % sequences_per_micro)
         fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
               cfg->batch, f->ranks, cfg->micro, sequences_per_micro);
-    if (f->stage > 0 && (cfg->save[0] || cfg->resume[0]))
-        fatal(EXIT_USAGE, "--save and --resume need --zero 0 (valid: --zero 0; a sharded checkpoint is not "
-                          "written yet)");
+    if ((f->stage > 0 || cfg->precision != PRECISION_FP32) && (cfg->save[0] || cfg->resume[0]))
+        fatal(EXIT_USAGE,
+              "--save and --resume need --zero 0 and --precision fp32 (valid: --zero 0 --precision "
+              "fp32; a sharded checkpoint is not written yet)");
 }
 
 static void record_zero_flags(const void *context, ConfigRecord *r) {
@@ -90,13 +97,14 @@ static void record_zero_flags(const void *context, ConfigRecord *r) {
     config_record_add(r, "--print-schedule", "%d", f->print_schedule);
 }
 
-/* Validation loss and the sample need the whole model: stage 3 gathers it
- * for them (every rank takes part; rank 0 uses it). */
+/* Validation loss and the sample need the whole model in fp32: stage 3
+ * gathers it for them, 16-bit runs widen it (every rank takes part; rank 0
+ * uses it). */
 static double evaluate_and_sample(Zero *z, Activations *acts, Scratch *scratch, const Dataset *data,
                                   const Config *cfg, int sample, uint64_t *rng) {
     GPT *model = z->model;
     float *whole = NULL;
-    if (z->stage == 3) {
+    if (zero_needs_whole(z)) {
         whole =
             mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, model->num_params * sizeof(float), "model for evaluation");
         zero_bind_whole(z, whole);
@@ -126,12 +134,14 @@ int main(int argc, char **argv) {
                       .context = &zf,
                       .check = check_zero_layout,
                       .record = record_zero_flags,
-                      .multi_rank = 1};
+                      .multi_rank = 1,
+                      .mixed_precision = 1};
     comm_parse_config(&cfg, argc, argv, PROGRAM,
                       "Train a GPT with ZeRO: data parallelism with the model state sharded over the ranks.",
                       &extra);
 
     /* ---- build: device, data, output files, the sharded model and optimizer, activations ---- */
+    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
     device_init(cfg.device, comm_local_rank());
     device_set_limit(cfg.device_mem_limit);
     comm_select(cfg.comm);
@@ -140,12 +150,14 @@ int main(int argc, char **argv) {
     OutFile *steps_csv = NULL;
     if (rank == 0) {
         out_dir_prepare(&cfg, PROGRAM);
-        steps_csv = steps_csv_open(&cfg, ",bytes_sent");
+        steps_csv = steps_csv_open(&cfg, half ? ",bytes_sent,loss_scale,skipped" : ",bytes_sent");
     }
 
     GPT model;
     Zero zero;
-    zero_create(&zero, &model, &cfg.model, cfg.seed, zf.stage, zf.prefetch, world);
+    zero_create_precision(&zero, &model, &cfg.model, cfg.seed, zf.stage, zf.prefetch, world, cfg.precision);
+    LossScaler scaler;
+    loss_scaler_init(&scaler, &cfg);
     const UnitHooks *hooks = zero_hooks(&zero);
     int per_rank = cfg.batch / ranks; /* this rank's share of the global batch */
     int B = per_rank / cfg.micro, T = cfg.model.seq, L = cfg.model.layers;
@@ -160,9 +172,9 @@ int main(int argc, char **argv) {
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
     log_info("%s | %d ranks | device %s | comm %s | zero %d | prefetch %d | %zu parameters, %zu per shard | "
-             "batch %d = %d ranks x %d micro-batches x %d sequences\n",
+             "batch %d = %d ranks x %d micro-batches x %d sequences | %s\n",
              PROGRAM, ranks, device_name(), comm_transport_name(), zf.stage, zf.prefetch, model.num_params,
-             zero.shard_n, cfg.batch, ranks, cfg.micro, B);
+             zero.shard_n, cfg.batch, ranks, cfg.micro, B, precision_name(cfg.precision));
     if (zf.stage == 3 && zf.print_schedule) zero_print_schedule(zero.actions, zero.num_actions);
 
     double tokens_per_step = (double)cfg.batch * T;
@@ -174,10 +186,13 @@ int main(int argc, char **argv) {
         Timer step_timer = {0}, timer = {0};
         StepRecord rec = {.step = step + 1, .val_loss = NAN};
         double bytes_at_start = comm_bytes_sent();
+        comm_barrier(world); /* every rank starts the step together: one time origin for the timeline */
+        zero_start_clock(&zero, step);
         timer_start(&step_timer);
 
         /* ---- forward and backward over this rank's micro-batches ---- */
         zero_begin_step(&zero);
+        float loss_scale = scaler.scale; /* fp16: the gradients come out this many times too large */
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
             int first_sequence = rank * per_rank + mb * B; /* where this piece sits in the global batch */
@@ -191,24 +206,23 @@ int main(int argc, char **argv) {
             rec.fwd_ms += timer_stop_ms(&timer);
 
             timer_start(&timer);
-            gpt_backward_range(&model, &acts, &scratch, LAYER_EMBEDDING, L, dloss, NULL, NULL, hooks, B, T);
+            gpt_backward_range(&model, &acts, &scratch, LAYER_EMBEDDING, L, dloss * loss_scale, NULL, NULL,
+                               hooks, B, T);
             rec.bwd_ms += timer_stop_ms(&timer);
         }
 
-        /* ---- communicate: sum the gradients (stages 2-3 did it during backward) ---- */
-        timer_start(&timer);
+        /* ---- communicate: sum the gradients (stages 2-3 did most of it during backward) ---- */
         zero_sync_grads(&zero);
-        rec.comm_ms = timer_stop_ms(&timer);
         loss = comm_allreduce_double(world, loss_sum, 0) / tokens_per_step;
         check_loss_finite(loss, step + 1);
 
         /* ---- update: this rank's slices, then (stages 1-2) all-gather the parameters ---- */
         timer_start(&timer);
-        rec.grad_norm = zero_grad_norm(&zero);
         rec.lr = lr_at_step(&cfg, step);
-        zero_update(&zero, rec.lr, clip_scale(&cfg, rec.grad_norm), &cfg);
+        int skipped = zero_step_update(&zero, &scaler, rec.lr, &cfg, step + 1, &rec.grad_norm);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
+        rec.comm_ms = zero.comm_ms; /* waiting on communication, wherever in the step */
         double step_bytes = comm_bytes_sent() - bytes_at_start;
         train_bytes += step_bytes;
 
@@ -222,8 +236,11 @@ int main(int argc, char **argv) {
             rec.val_loss = evaluate_and_sample(&zero, &acts, &scratch, &data, &cfg, 0, &rng);
         if (rank == 0) {
             if (!cfg.quiet || last) log_step(&rec, cfg.steps);
-            char extra_values[32];
-            snprintf(extra_values, sizeof extra_values, ",%.0f", step_bytes);
+            char extra_values[64];
+            if (half)
+                snprintf(extra_values, sizeof extra_values, ",%.0f,%g,%d", step_bytes, loss_scale, skipped);
+            else
+                snprintf(extra_values, sizeof extra_values, ",%.0f", step_bytes);
             steps_csv_write(steps_csv, &rec, extra_values);
         }
     }
@@ -238,7 +255,8 @@ int main(int argc, char **argv) {
         }
     }
 
-    /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
+    /* ---- timeline, run summary and memory: every rank's, gathered on rank 0 ---- */
+    timeline_write(&zero.timeline, world, cfg.out);
     size_t peak_device = comm_write_memory_csv(world, cfg.out);
     int ran = last_step - first_step;
     double bytes_per_step = ran ? train_bytes / ran : 0.0; /* this rank's; the ranks send alike */
@@ -250,12 +268,13 @@ int main(int argc, char **argv) {
         run.final_loss = loss;
         run.peak_device_bytes = peak_device;
         char extra_values[64];
-        snprintf(extra_values, sizeof extra_values, ",%d,%.0f", zf.prefetch, bytes_per_step);
-        run_csv_write_extra(cfg.out, &run, ",prefetch,bytes_sent_per_step", extra_values);
+        snprintf(extra_values, sizeof extra_values, ",%d,%.0f,%s", zf.prefetch, bytes_per_step,
+                 precision_name(cfg.precision));
+        run_csv_write_extra(cfg.out, &run, ",prefetch,bytes_sent_per_step,precision", extra_values);
         run_info_complete(&cfg);
         log_info(
             "done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.2f MiB sent per rank per step | "
-            "CSVs in %s\n",
+            "CSVs, timeline.csv and trace.json in %s\n",
             loss, run.median_step_ms, run.tokens_per_s, bytes_per_step / 1048576.0, cfg.out);
     }
 

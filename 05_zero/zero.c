@@ -22,6 +22,54 @@ static size_t slice_offset(const Zero *z, int unit) {
 static int last_unit(const Zero *z) {
     return z->model->cfg.layers;
 }
+static size_t unit_offset(const Zero *z, int unit) {
+    return table_unit(table_of(z), unit)->offset;
+}
+
+/* ---- the state in either precision: buffers of the collectives' type ---- */
+
+static size_t elem_bytes(const Zero *z) {
+    return comm_dtype_bytes(z->dtype);
+}
+/* element i of a buffer of z->dtype */
+static void *at(const Zero *z, void *base, size_t i) {
+    return (char *)base + i * elem_bytes(z);
+}
+static void *param_store(const Zero *z) {
+    return z->half ? (void *)z->params16 : (void *)z->params;
+}
+static void *grad_store(const Zero *z) {
+    return z->half ? (void *)z->grads16 : (void *)z->grads;
+}
+static void fill_zero_typed(const Zero *z, void *x, size_t n) {
+    if (z->half)
+        ops()->fill_zero_half(x, n);
+    else
+        ops()->fill_zero(x, n);
+}
+static void *alloc_typed(const Zero *z, Category cat, size_t n, const char *what) {
+    return mem_alloc(SPACE_DEVICE, cat, n * elem_bytes(z), what);
+}
+
+/* ---- time: what ran when, and how long the caller waited on communication ---- */
+
+static void record(Zero *z, const char *op, int micro, double start_ms, double end_ms) {
+    timeline_add(&z->timeline, z->step + 1, micro, op, (start_ms - z->origin_ms) * 1e3,
+                 (end_ms - z->origin_ms) * 1e3);
+}
+/* After a collective the caller ran itself, started at start_ms. */
+static void waited(Zero *z, const char *op, double start_ms) {
+    double end = wall_ms();
+    z->comm_ms += end - start_ms;
+    record(z, op, z->micro, start_ms, end);
+}
+/* Wait for one of the worker's collectives, queued for micro-batch `micro`;
+ * its row shows when the worker ran it. */
+static void wait_ticket(Zero *z, long ticket, const char *op, int micro) {
+    double start, end;
+    z->comm_ms += comm_worker_wait(z->worker, ticket, &start, &end);
+    record(z, op, micro, start, end);
+}
 
 /* Bind every unit's parameters to a whole parameter buffer, no gradients. */
 static void bind_whole_params(GPT *model, float *params) {
@@ -69,20 +117,49 @@ void zero_print_schedule(const ZeroAction *actions, int n) {
 
 /* ---- the collectives of a unit ---- */
 
-/* Stages 2 and 3: the unit's padded gradient (z->unit_grads, N*S), summed
- * over the ranks, this rank's slice into its shard of the gradients; the
- * step's later micro-batches add to what the first left there. */
+/* Stages 2 and 3: the unit's padded gradient (N*S, in the current gradient
+ * buffer), summed over the ranks, this rank's slice into its shard of the
+ * gradients; the step's later micro-batches add to what the first left
+ * there. The worker reduce-scatters while backward goes on:
+ * finish_reduce_scatter waits for it and adds. */
 static void reduce_scatter_unit(Zero *z, int unit) {
+    ZeroGradBuffer *gb = &z->grad_buffers[z->current];
+    gb->unit = unit;
+    gb->micro = z->micro;
+    gb->accumulate = z->accumulate;
     /* EXERCISE 05.2 BEGIN: the stage-2 reduce-scatter (course.md, exercise 05.2) */
     size_t S = slice_numel(z, unit);
-    float *mine = z->grads + slice_offset(z, unit);
-    if (!z->accumulate) {
-        comm_reduce_scatter(z->group, z->unit_grads, mine, S, COMM_SUM);
+    void *mine = at(z, grad_store(z), slice_offset(z, unit));
+    gb->ticket = comm_worker_reduce_scatter(z->worker, gb->data, gb->accumulate ? gb->slice : mine, S,
+                                            z->dtype, COMM_SUM);
+    /* EXERCISE 05.2 END */
+}
+
+static void finish_reduce_scatter(Zero *z, ZeroGradBuffer *gb) {
+    if (gb->ticket < 0) return;
+    wait_ticket(z, gb->ticket, "reduce_scatter", gb->micro);
+    gb->ticket = -1;
+    if (!gb->accumulate) return;
+    /* EXERCISE 05.2 BEGIN: the stage-2 reduce-scatter (course.md, exercise 05.2) */
+    size_t S = slice_numel(z, gb->unit);
+    void *mine = at(z, grad_store(z), slice_offset(z, gb->unit));
+    if (z->half) { /* mine += slice, in fp32, rounded */
+        ops()->cast_from_half(z->slice_f32, gb->slice, S, z->mixed.format);
+        ops()->accumulate_half(mine, z->slice_f32, S, z->mixed.format);
     } else {
-        comm_reduce_scatter(z->group, z->unit_grads, z->slice_grads, S, COMM_SUM);
-        ops()->residual_forward(mine, mine, z->slice_grads, S); /* mine += slice */
+        ops()->residual_forward(mine, mine, gb->slice, S); /* mine += slice */
     }
     /* EXERCISE 05.2 END */
+}
+
+/* Stages 2-3, before a unit's backward: the next gradient buffer, once its
+ * last reduce-scatter is done, zeroed (the padding too). */
+static void take_grad_buffer(Zero *z, int unit) {
+    z->current = 1 - z->current;
+    ZeroGradBuffer *gb = &z->grad_buffers[z->current];
+    finish_reduce_scatter(z, gb);
+    fill_zero_typed(z, gb->data, z->ranks * slice_numel(z, unit));
+    z->unit_grads = z->half ? NULL : gb->data;
 }
 
 /* Stage 1: the unit's gradient in the whole buffer, summed over the ranks;
@@ -92,10 +169,12 @@ static void reduce_scatter_whole_unit(Zero *z, int unit) {
     const ParamUnit *u = table_unit(table_of(z), unit);
     size_t S = slice_numel(z, unit), first, count;
     shard_slice_elements(table_of(z), unit, z->rank, z->ranks, &first, &count);
-    ops()->fill_zero(z->gather_recv, z->ranks * S);
-    copy_on_device(z->gather_recv, z->grads + u->offset, u->numel * sizeof(float));
-    comm_reduce_scatter(z->group, z->gather_recv, z->gather_send, S, COMM_SUM);
-    if (count) copy_on_device(z->grads + first, z->gather_send, count * sizeof(float));
+    fill_zero_typed(z, z->gather_recv, z->ranks * S);
+    copy_on_device(z->gather_recv, at(z, grad_store(z), u->offset), u->numel * elem_bytes(z));
+    double start = wall_ms();
+    comm_reduce_scatter_typed(z->group, z->gather_recv, z->gather_send, S, z->dtype, COMM_SUM, NULL);
+    waited(z, "reduce_scatter", start);
+    if (count) copy_on_device(at(z, grad_store(z), first), z->gather_send, count * elem_bytes(z));
 }
 
 /* Stages 1 and 2: every rank's updated slice of the unit into every rank's
@@ -104,21 +183,18 @@ static void allgather_whole_unit(Zero *z, int unit) {
     const ParamUnit *u = table_unit(table_of(z), unit);
     size_t S = slice_numel(z, unit), first, count;
     shard_slice_elements(table_of(z), unit, z->rank, z->ranks, &first, &count);
-    ops()->fill_zero(z->gather_send, S);
-    if (count) copy_on_device(z->gather_send, z->params + first, count * sizeof(float));
-    comm_allgather(z->group, z->gather_send, z->gather_recv, S);
-    copy_on_device(z->params + u->offset, z->gather_recv, u->numel * sizeof(float));
-}
-
-/* Stage 3: the unit's parameters from every rank's shard into buffer (N*S:
- * the unit in table order, then its padding). */
-static void gather_unit(Zero *z, int unit, float *buffer) {
-    comm_allgather(z->group, z->params + slice_offset(z, unit), buffer, slice_numel(z, unit));
+    fill_zero_typed(z, z->gather_send, S);
+    if (count) copy_on_device(z->gather_send, at(z, param_store(z), first), count * elem_bytes(z));
+    double start = wall_ms();
+    comm_allgather_typed(z->group, z->gather_send, z->gather_recv, S, z->dtype, NULL);
+    waited(z, "allgather", start);
+    copy_on_device(at(z, param_store(z), u->offset), z->gather_recv, u->numel * elem_bytes(z));
 }
 
 /* ---- stage 3: running the schedule from the hooks ---- */
 
-/* A schedule that breaks the rules (zero.h) ends the job naming the rule. */
+/* A schedule that breaks the rules (zero.h) ends the job naming the rule. A
+ * gather is queued on the worker; the computation waits for it. */
 static void run_action(Zero *z, const ZeroAction *a) {
     if (a->use < 0 || a->use >= 2 * (last_unit(z) + 2))
         fatal(EXIT_RUNTIME, "ZeRO-3 schedule: an action for computation %d (valid: 0..%d)", a->use,
@@ -132,7 +208,9 @@ static void run_action(Zero *z, const ZeroAction *a) {
                   a->unit, z->pool_size);
         z->pool_busy[b] = 1;
         z->buffer_of_use[a->use] = b;
-        gather_unit(z, a->unit, z->pool[b]);
+        z->ticket_of_use[a->use] =
+            comm_worker_allgather(z->worker, at(z, param_store(z), slice_offset(z, a->unit)), z->pool[b],
+                                  slice_numel(z, a->unit), z->dtype);
     } else if (a->op == ZERO_FREE) {
         if (z->buffer_of_use[a->use] < 0)
             fatal(EXIT_RUNTIME, "ZeRO-3 schedule: frees unit %d, which is not gathered for that computation",
@@ -144,8 +222,8 @@ static void run_action(Zero *z, const ZeroAction *a) {
 }
 
 /* Run the schedule up to the computation (op, unit), which must come next,
- * and bind that unit. */
-static void run_until_compute(Zero *z, ZeroOp op, int unit) {
+ * wait for its gather, and return the buffer holding the unit. */
+static void *run_until_compute(Zero *z, ZeroOp op, int unit) {
     while (z->cursor < z->num_actions && z->actions[z->cursor].op == ZERO_GATHER)
         run_action(z, &z->actions[z->cursor++]);
     const ZeroAction *a = &z->actions[z->cursor];
@@ -156,8 +234,8 @@ static void run_until_compute(Zero *z, ZeroOp op, int unit) {
         fatal(EXIT_RUNTIME, "ZeRO-3 schedule: unit %d's %s comes before its gather (or after its free)", unit,
               op == ZERO_FORWARD ? "forward" : "backward");
     z->cursor++;
-    gpt_bind_unit(z->model, unit, z->pool[z->buffer_of_use[a->use]],
-                  op == ZERO_BACKWARD ? z->unit_grads : NULL);
+    wait_ticket(z, z->ticket_of_use[a->use], "gather", z->micro);
+    return z->pool[z->buffer_of_use[a->use]];
 }
 
 /* Run the frees that follow a computation. */
@@ -166,165 +244,281 @@ static void run_frees(Zero *z) {
         run_action(z, &z->actions[z->cursor++]);
 }
 
-static void zero_unit_grads(Zero *z, int unit) {
-    ops()->fill_zero(z->unit_grads, z->ranks * slice_numel(z, unit)); /* the padding too */
+/* ---- the hooks: a unit's weights (and gradients) for each computation ---- */
+
+/* Where unit's weights are for a computation: gathered (stage 3) or in the whole buffer. */
+static void *unit_weights(Zero *z, ZeroOp op, int unit) {
+    return z->stage == 3 ? run_until_compute(z, op, unit) : at(z, param_store(z), unit_offset(z, unit));
 }
 
-static void stage3_before_forward(int unit, void *context) {
-    run_until_compute(context, ZERO_FORWARD, unit);
-}
-static void stage3_after_forward(int unit, void *context) {
-    (void)unit;
-    run_frees(context);
-}
-static void stage3_before_backward(int unit, void *context) {
-    zero_unit_grads(context, unit);
-    run_until_compute(context, ZERO_BACKWARD, unit);
-}
-static void stage3_after_backward(int unit, void *context) {
-    reduce_scatter_unit(context, unit);
-    run_frees(context);
-}
-
-/* ---- stage 2: parameters whole, a unit's gradient at a time ---- */
-
-static void stage2_before_backward(int unit, void *context) {
+static void before_forward(int unit, void *context) {
     Zero *z = context;
-    zero_unit_grads(z, unit);
-    gpt_bind_unit(z->model, unit, z->params + table_unit(table_of(z), unit)->offset, z->unit_grads);
+    void *weights = unit_weights(z, ZERO_FORWARD, unit);
+    if (z->half)
+        mixed_unit_in(&z->mixed, unit, weights, 0);
+    else if (z->stage == 3)
+        gpt_bind_unit(z->model, unit, weights, NULL);
+    z->compute_start_ms = wall_ms();
 }
-static void stage2_after_backward(int unit, void *context) {
+
+static void after_forward(int unit, void *context) {
     Zero *z = context;
+    record(z, "fwd", z->micro, z->compute_start_ms, wall_ms());
+    if (z->half) mixed_unit_out(&z->mixed, unit, NULL);
+    if (z->stage == 3) run_frees(z);
+}
+
+static void before_backward(int unit, void *context) {
+    Zero *z = context;
+    if (z->stage >= 2) take_grad_buffer(z, unit);
+    void *weights = unit_weights(z, ZERO_BACKWARD, unit);
+    if (z->half)
+        mixed_unit_in(&z->mixed, unit, weights, 1);
+    else
+        gpt_bind_unit(z->model, unit, weights, z->unit_grads); /* stages 2-3 (0-1 in fp32 have no hooks) */
+    z->compute_start_ms = wall_ms();
+}
+
+static void after_backward(int unit, void *context) {
+    Zero *z = context;
+    record(z, "bwd", z->micro, z->compute_start_ms, wall_ms());
+    if (z->stage < 2) { /* 16-bit stages 0-1: into the whole 16-bit gradients */
+        mixed_unit_out(&z->mixed, unit, at(z, z->grads16, unit_offset(z, unit)));
+        return;
+    }
+    if (z->half)
+        mixed_unit_out(&z->mixed, unit, z->grad_buffers[z->current].data); /* zeroed: rounds into it */
+    else if (z->stage == 2)
+        gpt_bind_unit(z->model, unit, z->params + unit_offset(z, unit), NULL);
     reduce_scatter_unit(z, unit);
-    gpt_bind_unit(z->model, unit, z->params + table_unit(table_of(z), unit)->offset, NULL);
+    if (z->stage == 3) run_frees(z);
 }
 
-static const UnitHooks stage2_hooks = {.before_backward = stage2_before_backward,
-                                       .after_backward = stage2_after_backward};
-static const UnitHooks stage3_hooks = {.before_forward = stage3_before_forward,
-                                       .after_forward = stage3_after_forward,
-                                       .before_backward = stage3_before_backward,
-                                       .after_backward = stage3_after_backward};
+static const UnitHooks zero_unit_hooks = {.before_forward = before_forward,
+                                          .after_forward = after_forward,
+                                          .before_backward = before_backward,
+                                          .after_backward = after_backward};
 
 /* ---- building ---- */
 
-void zero_create(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, int prefetch,
-                 CommGroup *g) {
-    *z = (Zero){.stage = stage, .prefetch = prefetch, .group = g, .model = model};
+/* Device state of n elements from fp32 host values: fp32, or rounded to 16 bits. */
+static void *upload_state(Zero *z, Category cat, const float *host, size_t n, const char *what) {
+    void *dev = alloc_typed(z, cat, n, what);
+    if (!z->half) {
+        copy_to_device(dev, host, n * sizeof(float));
+        return dev;
+    }
+    uint16_t *rounded = xmalloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) rounded[i] = half_from_float(host[i], z->mixed.format);
+    copy_to_device(dev, rounded, n * sizeof(uint16_t));
+    free(rounded);
+    return dev;
+}
+
+void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage,
+                           int prefetch, CommGroup *g, Precision precision) {
+    *z = (Zero){.stage = stage, .prefetch = prefetch, .group = g, .model = model, .current = 1};
     z->rank = comm_rank(g);
     z->ranks = comm_size(g);
-    ParamTable table;
-    param_table_build(&table, cfg);
-    gpt_init(model, table);
+    z->half = precision != PRECISION_FP32;
+    if (z->half) {
+        mixed_units_create(&z->mixed, model, cfg, precision_format(precision));
+        z->dtype = precision == PRECISION_BF16 ? COMM_BF16 : COMM_F16;
+    } else {
+        ParamTable table;
+        param_table_build(&table, cfg);
+        gpt_init(model, table);
+        z->dtype = COMM_F32;
+    }
     size_t P = model->num_params, max_slice = 0;
     z->shard_n = shard_numel(table_of(z), z->ranks);
     for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++)
         if (slice_numel(z, u) > max_slice) max_slice = slice_numel(z, u);
     z->max_unit = max_slice * z->ranks;
 
-    size_t whole_bytes = P * sizeof(float), shard_bytes = z->shard_n * sizeof(float);
+    /* initial values: the whole model (stages 0-2) and this rank's shard (stages 1-3) */
+    float *whole = NULL, *shard = NULL;
     if (stage < 3) {
-        z->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, whole_bytes, "parameters");
-        float *host = xmalloc(whole_bytes);
-        param_init_range(table_of(z), seed, host, 0, P);
-        copy_to_device(z->params, host, whole_bytes);
-        free(host);
-    } else {
-        z->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, shard_bytes, "parameter shard");
-        float *host = xmalloc(shard_bytes);
-        shard_init(table_of(z), seed, z->rank, z->ranks, host);
-        copy_to_device(z->params, host, shard_bytes);
-        free(host);
+        whole = xmalloc(P * sizeof(float));
+        param_init_range(table_of(z), seed, whole, 0, P);
     }
-    if (stage < 2) {
-        z->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, whole_bytes, "gradients");
-        gpt_bind_range(model, LAYER_EMBEDDING, last_unit(z), z->params, z->grads);
+    if (stage > 0) {
+        shard = xmalloc(z->shard_n * sizeof(float));
+        shard_init(table_of(z), seed, z->rank, z->ranks, shard);
+    }
+    void *params = stage < 3 ? upload_state(z, CAT_PARAMS, whole, P, "parameters")
+                             : upload_state(z, CAT_PARAMS, shard, z->shard_n, "parameter shard");
+    void *grads = stage < 2 ? alloc_typed(z, CAT_GRADS, P, "gradients")
+                            : alloc_typed(z, CAT_GRADS, z->shard_n, "gradient shard");
+    size_t optimizer_n = stage == 0 ? P : z->shard_n;
+    if (z->half) {
+        z->params16 = params;
+        z->grads16 = grads;
+        z->master = mem_alloc(SPACE_DEVICE, CAT_OPTIMIZER, optimizer_n * sizeof(float), "master weights");
+        copy_to_device(z->master, stage == 0 ? whole : shard, optimizer_n * sizeof(float));
     } else {
-        z->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, shard_bytes, "gradient shard");
-        z->unit_grads = mem_alloc(SPACE_DEVICE, CAT_BUCKETS, z->max_unit * sizeof(float), "unit gradient");
-        z->slice_grads = mem_alloc(SPACE_DEVICE, CAT_BUCKETS, max_slice * sizeof(float), "gradient slice");
+        z->params = params;
+        z->grads = grads;
+        if (stage < 2) gpt_bind_range(model, LAYER_EMBEDDING, last_unit(z), z->params, z->grads);
         if (stage == 2) bind_whole_params(model, z->params);
     }
-    if (stage == 1 || stage == 2) {
-        z->gather_send = mem_alloc(SPACE_DEVICE, CAT_COMM, max_slice * sizeof(float), "unit slice");
-        z->gather_recv = mem_alloc(SPACE_DEVICE, CAT_COMM, z->max_unit * sizeof(float), "padded unit");
+    free(whole);
+    free(shard);
+    adamw_create(&z->opt, optimizer_n);
+
+    for (int b = 0; b < 2 && stage >= 2; b++) {
+        ZeroGradBuffer *gb = &z->grad_buffers[b];
+        gb->data = alloc_typed(z, CAT_BUCKETS, z->max_unit, "unit gradient");
+        gb->slice = alloc_typed(z, CAT_BUCKETS, max_slice, "gradient slice");
+        gb->ticket = -1;
     }
-    adamw_create(&z->opt, stage == 0 ? P : z->shard_n);
+    if (stage >= 2 && z->half)
+        z->slice_f32 =
+            mem_alloc(SPACE_DEVICE, CAT_BUCKETS, max_slice * sizeof(float), "gradient slice (fp32)");
+    if (stage == 1 || stage == 2) {
+        z->gather_send = alloc_typed(z, CAT_COMM, max_slice, "unit slice");
+        z->gather_recv = alloc_typed(z, CAT_COMM, z->max_unit, "padded unit");
+    }
 
     if (stage == 3) {
         z->num_actions = zero_schedule(model->cfg.layers, prefetch, &z->actions);
         int uses = 2 * (model->cfg.layers + 2);
         z->pool_size = prefetch + 1 < uses ? prefetch + 1 : uses;
-        z->pool = xcalloc(z->pool_size, sizeof(float *));
+        z->pool = xcalloc(z->pool_size, sizeof(void *));
         z->pool_busy = xcalloc(z->pool_size, sizeof(int));
         z->buffer_of_use = xmalloc(uses * sizeof(int));
+        z->ticket_of_use = xmalloc(uses * sizeof(long));
         for (int c = 0; c < uses; c++) z->buffer_of_use[c] = -1;
         for (int b = 0; b < z->pool_size; b++)
-            z->pool[b] = mem_alloc(SPACE_DEVICE, CAT_GATHERED, z->max_unit * sizeof(float), "gathered unit");
+            z->pool[b] = alloc_typed(z, CAT_GATHERED, z->max_unit, "gathered unit");
     }
+    /* room for every gather the schedule has in flight and both gradient buffers' reduce-scatters */
+    if (stage >= 2) z->worker = comm_worker_create(g, z->pool_size + 2);
+}
+
+void zero_create(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, int prefetch,
+                 CommGroup *g) {
+    zero_create_precision(z, model, cfg, seed, stage, prefetch, g, PRECISION_FP32);
 }
 
 void zero_destroy(Zero *z) {
+    comm_worker_destroy(z->worker);
     if (z->pool) {
         for (int b = 0; b < z->pool_size; b++) mem_free(z->pool[b]);
     }
     free(z->pool);
     free(z->pool_busy);
     free(z->buffer_of_use);
+    free(z->ticket_of_use);
     free(z->actions);
     adamw_destroy(&z->opt);
     mem_free(z->gather_send);
     mem_free(z->gather_recv);
-    mem_free(z->unit_grads);
-    mem_free(z->slice_grads);
+    for (int b = 0; b < 2; b++) {
+        mem_free(z->grad_buffers[b].data);
+        mem_free(z->grad_buffers[b].slice);
+    }
+    mem_free(z->slice_f32);
     mem_free(z->grads);
     mem_free(z->params);
+    mem_free(z->grads16);
+    mem_free(z->params16);
+    mem_free(z->master);
+    if (z->half) mixed_destroy(&z->mixed);
+    timeline_free(&z->timeline);
 }
 
 const UnitHooks *zero_hooks(Zero *z) {
     static UnitHooks hooks;
-    if (z->stage < 2) return NULL;
-    hooks = z->stage == 2 ? stage2_hooks : stage3_hooks;
+    if (z->stage < 2 && !z->half) return NULL; /* the gradients are bound whole */
+    hooks = zero_unit_hooks;
     hooks.context = z;
     return &hooks;
 }
 
 /* ---- the step ---- */
 
+void zero_start_clock(Zero *z, int step) {
+    z->step = step;
+    z->origin_ms = wall_ms();
+    z->comm_ms = 0.0;
+}
+
 void zero_begin_step(Zero *z) {
-    if (z->stage < 2) ops()->fill_zero(z->grads, z->model->num_params);
+    if (z->stage < 2) fill_zero_typed(z, grad_store(z), z->model->num_params);
 }
 
 void zero_begin_micro(Zero *z, int micro) {
     z->accumulate = micro > 0;
+    z->micro = micro;
     z->cursor = 0;
 }
 
 void zero_sync_grads(Zero *z) {
-    if (z->stage == 0) comm_allreduce(z->group, z->grads, z->model->num_params, COMM_SUM);
+    if (z->stage == 0) {
+        double start = wall_ms();
+        comm_allreduce_typed(z->group, grad_store(z), z->model->num_params, z->dtype, COMM_SUM, NULL);
+        waited(z, "allreduce", start);
+    }
     if (z->stage == 1)
         for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) reduce_scatter_whole_unit(z, u);
+    if (z->stage >= 2) { /* the last two units' reduce-scatters, older first */
+        finish_reduce_scatter(z, &z->grad_buffers[1 - z->current]);
+        finish_reduce_scatter(z, &z->grad_buffers[z->current]);
+        z->comm_ms += comm_worker_wait_all(z->worker);
+    }
 }
 
-double zero_grad_norm(Zero *z) {
+/* The sum of squares of this rank's gradient elements (stage 0: all of them). */
+static double local_squares(Zero *z) {
     const KernelOps *k = ops();
-    if (z->stage == 0) return sqrt(k->sum_squares(z->grads, z->model->num_params));
+    HalfFormat format = z->mixed.format;
+    if (z->stage == 0)
+        return z->half ? k->sum_squares_half(z->grads16, z->model->num_params, format)
+                       : k->sum_squares(z->grads, z->model->num_params);
     double sum = 0.0;
     if (z->stage == 1) {
         for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) {
             size_t first, count;
             shard_slice_elements(table_of(z), u, z->rank, z->ranks, &first, &count);
-            if (count) sum += k->sum_squares(z->grads + first, count);
+            if (count)
+                sum += z->half ? k->sum_squares_half(z->grads16 + first, count, format)
+                               : k->sum_squares(z->grads + first, count);
         }
-    } else {
-        sum = k->sum_squares(z->grads, z->shard_n); /* the padding holds zeros */
+        return sum;
     }
-    return sqrt(comm_allreduce_double(z->group, sum, 0));
+    /* the padding holds zeros */
+    return z->half ? k->sum_squares_half(z->grads16, z->shard_n, format)
+                   : k->sum_squares(z->grads, z->shard_n);
+}
+
+double zero_grad_norm(Zero *z) {
+    double squares = local_squares(z);
+    if (z->stage == 0) return sqrt(squares);
+    return sqrt(comm_allreduce_double(z->group, squares, 0));
+}
+
+/* AdamW on n elements: params, grads of z->dtype; m, v (and master) fp32 */
+static void adamw_elements(Zero *z, size_t at_params, size_t at_grads, size_t at_opt, size_t n, float lr,
+                           float grad_scale, const Config *cfg) {
+    AdamW *o = &z->opt;
+    if (z->half)
+        ops()->adamw_update_half(z->master + at_opt, z->params16 + at_params, z->grads16 + at_grads,
+                                 o->m + at_opt, o->v + at_opt, n, lr, cfg->beta1, cfg->beta2, cfg->eps,
+                                 cfg->wd, grad_scale, o->t, z->mixed.format);
+    else
+        ops()->adamw_update(z->params + at_params, z->grads + at_grads, o->m + at_opt, o->v + at_opt, n, lr,
+                            cfg->beta1, cfg->beta2, cfg->eps, cfg->wd, grad_scale, o->t);
 }
 
 void zero_update(Zero *z, float lr, float grad_scale, const Config *cfg) {
     if (z->stage == 0 || z->stage == 3) { /* the optimizer's elements are the parameters' */
-        adamw_step(&z->opt, z->params, z->grads, lr, grad_scale, cfg);
+        if (!z->half) {
+            adamw_step(&z->opt, z->params, z->grads, lr, grad_scale, cfg);
+            return;
+        }
+        z->opt.t++;
+        adamw_elements(z, 0, 0, 0, z->opt.n, lr, grad_scale, cfg);
         return;
     }
     /* Stages 1 and 2: this rank's slice of each unit, in place in the whole
@@ -333,20 +527,51 @@ void zero_update(Zero *z, float lr, float grad_scale, const Config *cfg) {
     for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) {
         size_t first, count, at = slice_offset(z, u);
         shard_slice_elements(table_of(z), u, z->rank, z->ranks, &first, &count);
-        const float *grads = z->stage == 1 ? z->grads + first : z->grads + at;
-        if (count)
-            ops()->adamw_update(z->params + first, grads, z->opt.m + at, z->opt.v + at, count, lr, cfg->beta1,
-                                cfg->beta2, cfg->eps, cfg->wd, grad_scale, z->opt.t);
+        if (count) adamw_elements(z, first, z->stage == 1 ? first : at, at, count, lr, grad_scale, cfg);
     }
     for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) allgather_whole_unit(z, u);
+}
+
+int zero_step_update(Zero *z, LossScaler *ls, float lr, const Config *cfg, int step, double *grad_norm) {
+    if (!z->half) {
+        *grad_norm = zero_grad_norm(z);
+        zero_update(z, lr, clip_scale(cfg, *grad_norm), cfg);
+        return 0;
+    }
+    float loss_scale = ls->scale; /* the gradients are this many times too large */
+    /* the fault on the last rank only: rank 0, which logs, must learn of it from the others */
+    if (z->rank == z->ranks - 1) half_fault_overflow(z->grads16, z->mixed.format, step);
+    double norm = zero_grad_norm(z);
+    /* each rank sees its own slices (stage 0: the sums); the ranks agree */
+    int finite = comm_allreduce_double(z->group, isfinite(norm) ? 0.0 : 1.0, 1) == 0.0;
+    *grad_norm = norm / loss_scale;
+    if (loss_scaler_update(ls, finite)) {
+        log_info("step %d skipped on every rank: the fp16 gradients overflowed at loss scale %g\n", step,
+                 loss_scale);
+        return 1;
+    }
+    zero_update(z, lr, clip_scale(cfg, *grad_norm) / loss_scale, cfg);
+    return 0;
+}
+
+int zero_needs_whole(const Zero *z) {
+    return z->stage == 3 || z->half;
 }
 
 void zero_bind_whole(Zero *z, float *whole) {
     /* between steps every buffer of the pool is free: gather through the first */
     for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) {
-        gather_unit(z, u, z->pool[0]);
         const ParamUnit *unit = table_unit(table_of(z), u);
-        copy_on_device(whole + unit->offset, z->pool[0], unit->numel * sizeof(float));
+        void *weights = at(z, param_store(z), unit->offset);
+        if (z->stage == 3) {
+            comm_allgather_typed(z->group, at(z, param_store(z), slice_offset(z, u)), z->pool[0],
+                                 slice_numel(z, u), z->dtype, NULL);
+            weights = z->pool[0];
+        }
+        if (z->half)
+            ops()->cast_from_half(whole + unit->offset, weights, unit->numel, z->mixed.format);
+        else
+            copy_on_device(whole + unit->offset, weights, unit->numel * sizeof(float));
     }
     bind_whole_params(z->model, whole);
 }

@@ -10,7 +10,8 @@
  *
  *   stage  params  grads   optimizer  per rank (fp32)   gradient sync, then parameters
  *   0      whole   whole   whole      16 P              all-reduce
- *   1      whole   whole   shard      8 P + 8 P / N     all-reduce; update own slices; all-gather
+ *   1      whole   whole   shard      8 P + 8 P / N     reduce-scatter after backward; update own
+ *                                                       slices; all-gather
  *   2      whole   shard   shard      4 P + 12 P / N    reduce-scatter per unit as backward
  *                                                       produces it; update; all-gather
  *   3      shard   shard   shard      16 P / N          each unit all-gathered before its forward
@@ -26,17 +27,35 @@
  * number of units and --prefetch K: before unit u's forward (or backward)
  * the units of the next K computations are gathered too, each into its own
  * buffer from a pool of K + 1, and every buffer goes back to the pool right
- * after its computation. On the CPU a gather returns when it is done, so
- * prefetching only changes the order and the memory (K + 1 gathered units);
- * on a GPU the gathers of later units would run on the communication stream
- * while this unit computes, which is what K buys there. */
+ * after its computation. The gathers, and at stages 2-3 the reduce-scatters
+ * of each unit's gradients, are queued on a communication thread
+ * (comm_worker.h; on a GPU its collectives run on the communication stream,
+ * ordered by events): a computation waits only for its own unit's gather, so
+ * with K >= 1 the gathers of the next units run while this one computes, and
+ * a unit's reduce-scatter runs while the units before it back-propagate.
+ *
+ * Mixed precision (--precision bf16|fp16, mixed.h). The parameters and
+ * gradients above are 16 bits (2 bytes each) and so are their collectives;
+ * the optimizer state is Adam's m and v plus the fp32 master weights of the
+ * elements this rank updates (12 bytes each): stage 0 16 P, 1 4 P + 12 P / N,
+ * 2 2 P + 14 P / N, 3 16 P / N, the ZeRO paper's formulas. A unit is
+ * converted to fp32 into mixed.h's workspaces just before it computes, and
+ * its fp32 gradients rounded into 16 bits right after. fp16's overflow check
+ * is agreed by the ranks (each sees only its slices): a skipped step is
+ * skipped by every rank.
+ *
+ * Units smaller than N elements, or not divisible by N, are padded (zeros
+ * that every rank keeps and nobody updates): any N works. */
 #ifndef ZERO_H
 #define ZERO_H
 
 #include "comm.h"
+#include "comm_worker.h"
 #include "config.h"
+#include "mixed.h"
 #include "model.h"
 #include "optim.h"
+#include "timeline.h"
 
 #include <stddef.h>
 
@@ -50,45 +69,82 @@ typedef struct {
     int use; /* which computation the gathered buffer is for (index into the list of computations) */
 } ZeroAction;
 
+/* At stages 2-3, a unit's padded gradient on its way to the shard: filled by
+ * the unit's backward, reduce-scattered by the worker while the next units
+ * back-propagate (two of them alternate). */
+typedef struct {
+    void *data;      /* (N * S of the largest unit) CAT_BUCKETS, in the collectives' type */
+    void *slice;     /* (S) CAT_BUCKETS: the reduced slice, when it must be added to the shard */
+    long ticket;     /* its reduce-scatter, -1 when none is pending */
+    int unit, micro; /* whose gradient it holds, of which micro-batch */
+    int accumulate;  /* a later micro-batch: slice is added to the shard once done */
+} ZeroGradBuffer;
+
 typedef struct {
     int stage, prefetch;
     CommGroup *group;
     int rank, ranks;
     GPT *model; /* table and views; the storage below is bound to it */
 
+    /* fp32: */
     float *params;  /* stages 0-2: whole (num_params); stage 3: this rank's shard (shard_numel), CAT_PARAMS */
     float *grads;   /* stages 0-1: whole; stages 2-3: shard, CAT_GRADS */
     AdamW opt;      /* stage 0: every element; stages 1-3: the shard's */
     size_t shard_n; /* shard_numel of the table for N ranks */
     size_t max_unit; /* the largest padded unit, N * S */
 
-    /* stages 2-3: the gradient of the unit being back-propagated (padded to N * S,
-     * CAT_BUCKETS) and, with micro-batches, the reduce-scattered slice to add */
-    float *unit_grads, *slice_grads;
+    /* bf16/fp16 (half): params16 and grads16 laid out as params and grads
+     * (which stay NULL), master the fp32 weights of opt's elements */
+    int half;
+    CommDtype dtype; /* what params, grads and their collectives hold: COMM_F32 or the 16-bit format */
+    uint16_t *params16, *grads16;
+    float *master;    /* CAT_OPTIMIZER */
+    float *slice_f32; /* (S) CAT_BUCKETS: a 16-bit slice widened, to be added to the shard */
+    MixedModel mixed; /* the fp32 workspaces of the unit at hand */
+
+    /* stages 2-3: the unit's gradient being back-propagated is grad_buffers[current]
+     * (fp32: unit_grads points at its data) */
+    ZeroGradBuffer grad_buffers[2];
+    int current;
+    float *unit_grads;
     int accumulate; /* 0 for the step's first micro-batch: reduce-scatter into the shard */
     /* stages 1-2: the all-gather of the updated parameters, a unit at a time (CAT_COMM) */
-    float *gather_send, *gather_recv;
+    void *gather_send, *gather_recv;
+    CommWorker *worker; /* stages 2-3: the gathers and reduce-scatters that overlap computing */
 
     /* stage 3: the schedule, its cursor, and the pool of gathered units */
     ZeroAction *actions;
     int num_actions, cursor;
-    float **pool;  /* pool_size buffers of max_unit, CAT_GATHERED */
+    void **pool;   /* pool_size buffers of max_unit elements, CAT_GATHERED */
     int pool_size; /* prefetch + 1, or the number of computations if fewer */
     int *pool_busy;
-    int *buffer_of_use; /* the pool buffer holding computation i's unit, -1 */
+    int *buffer_of_use;  /* the pool buffer holding computation i's unit, -1 */
+    long *ticket_of_use; /* the gather of computation i's unit */
+
+    /* this step: where it is, when it began (wall_ms), the milliseconds the
+     * caller waited on communication, and what ran when (timeline.csv) */
+    int step, micro;
+    double origin_ms, comm_ms, compute_start_ms;
+    Timeline timeline;
 } Zero;
 
 /* Storage for `stage` over group g, initial values from seed, bound to model
- * (built from cfg with no storage). */
+ * (built from cfg with no storage); in fp32. */
 void zero_create(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, int prefetch,
                  CommGroup *g);
+/* The same in `precision` (fp32: zero_create). */
+void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage,
+                           int prefetch, CommGroup *g, Precision precision);
 void zero_destroy(Zero *z);
 
-/* The hooks of this stage's forward and backward (NULL for stages 0 and 1). */
+/* The hooks of this stage's forward and backward (NULL for stages 0 and 1 in fp32). */
 const UnitHooks *zero_hooks(Zero *z);
 /* Before the step's first micro-batch, and before each micro-batch. */
 void zero_begin_step(Zero *z);
 void zero_begin_micro(Zero *z, int micro);
+/* Step `step` (0-based) starts now: the origin of its timeline and of its
+ * comm_ms (zero_begin_step does not move them). */
+void zero_start_clock(Zero *z, int step);
 /* After the last backward: stages 0-1 all-reduce the gradients; 2-3 have
  * reduce-scattered them already. */
 void zero_sync_grads(Zero *z);
@@ -96,8 +152,17 @@ void zero_sync_grads(Zero *z);
 double zero_grad_norm(Zero *z);
 /* AdamW on this rank's part, then (stages 1-2) all-gather the parameters. */
 void zero_update(Zero *z, float lr, float grad_scale, const Config *cfg);
-/* Stage 3: every rank gathers the whole model into `whole` (num_params) and
- * binds it, for evaluation and sampling; zero_unbind_whole undoes it. */
+/* The whole update of step `step` (1-based) in either precision, as
+ * mixed.h's precision_update: the gradient norm (loss scale divided out)
+ * into *grad_norm, fp16's overflow check agreed by every rank and the loss
+ * scale's update, then clipping and zero_update unless the step is skipped
+ * (returns 1 then, on every rank). In fp32, exactly zero_grad_norm,
+ * clip_scale and zero_update. */
+int zero_step_update(Zero *z, LossScaler *ls, float lr, const Config *cfg, int step, double *grad_norm);
+/* Stage 3 and 16-bit runs: every rank gathers the whole model into `whole`
+ * (num_params, fp32) and binds it, for evaluation and sampling;
+ * zero_unbind_whole undoes it. zero_needs_whole says whether a run must. */
+int zero_needs_whole(const Zero *z);
 void zero_bind_whole(Zero *z, float *whole);
 void zero_unbind_whole(Zero *z);
 

@@ -1,37 +1,26 @@
 /* bucketed.c: see bucketed.h.
  *
- * The caller and the worker share a queue of bucket indices under one lock:
- * bucketed_ready appends, the worker takes them in order, and each finished
- * bucket is flagged done and announced on a condition variable that the
- * waits sleep on. The worker holds the lock only to take and to report, never
- * during a collective. */
+ * The worker is a CommWorker (comm_worker.h): bucketed_ready queues the
+ * bucket's collective on it and keeps the ticket; the waits wait for
+ * tickets. What is left here is the layout: the ranges, their checks, and
+ * which slice of the shard each bucket's collective reads or writes. */
 #include "bucketed.h"
 
-#include "device.h"
+#include "comm_worker.h"
 #include "util.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 
 struct BucketedCollective {
-    CommGroup *group; /* the worker's own duplicate of the caller's group */
+    CommWorker *worker; /* its own duplicate of the caller's group */
     int ranks;
     BucketedSpec spec;
     BucketRange *ranges;
     int count;
     char *full, *shard; /* as bytes: element e of bucket b is at (lo + e) * elem_bytes */
     size_t elem_bytes;
-    DeviceEvent **ready; /* per bucket: recorded on the compute stream when marked */
-    /* the worker and what it shares with the caller, under lock */
-    pthread_t worker;
-    pthread_mutex_t lock;
-    pthread_cond_t changed;
-    int *queue;         /* bucket indices in the order they were marked */
-    int queued, next;   /* marked this round; taken by the worker */
-    int *marked, *done; /* per bucket, this round */
-    int finished;       /* buckets done this round */
-    int stop;
-    double comm_ms;
+    long *ticket; /* per bucket: its collective this round, -1 until marked */
+    int queued;   /* buckets marked this round */
 };
 
 static size_t round_up(size_t x, size_t multiple) {
@@ -84,8 +73,8 @@ static void check_ranges(const BucketRange *ranges, int count, int ranks, Bucket
     free(sorted);
 }
 
-/* Bucket b's collective, on the worker's group; returns when it is done. */
-static void run_collective(BucketedCollective *bc, int b) {
+/* Queue bucket b's collective on the worker. */
+static long queue_collective(BucketedCollective *bc, int b) {
     const BucketedSpec *spec = &bc->spec;
     size_t lo = bc->ranges[b].lo, len = bc->ranges[b].hi - lo, e = bc->elem_bytes;
     void *bucket = bc->full + lo * e;
@@ -95,41 +84,15 @@ static void run_collective(BucketedCollective *bc, int b) {
     switch (spec->op) {
     case BUCKETED_ALLREDUCE:
         if (spec->allreduce)
-            spec->allreduce(bc->group, bucket, len, spec->dtype, spec->reduce);
-        else
-            comm_allreduce_typed(bc->group, bucket, len, spec->dtype, spec->reduce, bc->ready[b]);
-        break;
+            return comm_worker_allreduce_with(bc->worker, spec->allreduce, bucket, len, spec->dtype,
+                                              spec->reduce);
+        return comm_worker_allreduce(bc->worker, bucket, len, spec->dtype, spec->reduce);
     case BUCKETED_REDUCE_SCATTER:
-        comm_reduce_scatter_typed(bc->group, bucket, my_slice, slice, spec->dtype, spec->reduce,
-                                  bc->ready[b]);
-        break;
+        return comm_worker_reduce_scatter(bc->worker, bucket, my_slice, slice, spec->dtype, spec->reduce);
     case BUCKETED_ALLGATHER:
-        comm_allgather_typed(bc->group, my_slice, bucket, slice, spec->dtype, bc->ready[b]);
-        break;
+        return comm_worker_allgather(bc->worker, my_slice, bucket, slice, spec->dtype);
     }
-}
-
-/* The worker: run marked buckets in order until stopped. */
-static void *work(void *arg) {
-    BucketedCollective *bc = arg;
-    device_bind_thread(); /* on a GPU: this rank's GPU, not the thread default */
-    pthread_mutex_lock(&bc->lock);
-    for (;;) {
-        while (bc->next == bc->queued && !bc->stop) pthread_cond_wait(&bc->changed, &bc->lock);
-        if (bc->next == bc->queued) break; /* stopped, nothing left */
-        int b = bc->queue[bc->next++];
-        pthread_mutex_unlock(&bc->lock);
-        double start = wall_ms();
-        run_collective(bc, b);
-        double elapsed = wall_ms() - start;
-        pthread_mutex_lock(&bc->lock);
-        bc->comm_ms += elapsed;
-        bc->done[b] = 1;
-        bc->finished++;
-        pthread_cond_broadcast(&bc->changed);
-    }
-    pthread_mutex_unlock(&bc->lock);
-    return NULL;
+    return -1;
 }
 
 BucketedCollective *bucketed_create(CommGroup *g, const BucketedSpec *spec, const BucketRange *ranges,
@@ -148,86 +111,55 @@ BucketedCollective *bucketed_create(CommGroup *g, const BucketedSpec *spec, cons
     bc->shard = shard;
     bc->ranges = xcalloc(buckets ? buckets : 1, sizeof(BucketRange));
     for (int b = 0; b < buckets; b++) bc->ranges[b] = ranges[b];
-    bc->ready = xcalloc(buckets ? buckets : 1, sizeof(DeviceEvent *));
-    for (int b = 0; b < buckets; b++) bc->ready[b] = device_event_create();
-    bc->queue = xcalloc(buckets ? buckets : 1, sizeof(int));
-    bc->marked = xcalloc(buckets ? buckets : 1, sizeof(int));
-    bc->done = xcalloc(buckets ? buckets : 1, sizeof(int));
-    bc->group = comm_split(g, 0, comm_rank(g)); /* the same ranks, in the same order */
-    pthread_mutex_init(&bc->lock, NULL);
-    pthread_cond_init(&bc->changed, NULL);
-    if (pthread_create(&bc->worker, NULL, work, bc) != 0)
-        fatal(EXIT_RUNTIME, "cannot start the communication thread of a bucketed collective");
+    bc->ticket = xcalloc(buckets ? buckets : 1, sizeof(long));
+    for (int b = 0; b < buckets; b++) bc->ticket[b] = -1;
+    /* room for every bucket: marking one never waits for another */
+    bc->worker = comm_worker_create(g, buckets ? buckets : 1);
     return bc;
 }
 
-/* Under the lock: wait until the worker has finished every marked bucket. */
-static void drain(BucketedCollective *bc) {
-    while (bc->finished < bc->queued) pthread_cond_wait(&bc->changed, &bc->lock);
-}
-
 void bucketed_begin(BucketedCollective *bc) {
-    pthread_mutex_lock(&bc->lock);
-    drain(bc); /* a round left unwaited finishes first */
-    for (int b = 0; b < bc->count; b++) bc->marked[b] = bc->done[b] = 0;
-    bc->queued = bc->next = bc->finished = 0;
-    bc->comm_ms = 0.0;
-    pthread_mutex_unlock(&bc->lock);
+    comm_worker_wait_all(bc->worker); /* a round left unwaited finishes first */
+    for (int b = 0; b < bc->count; b++) bc->ticket[b] = -1;
+    bc->queued = 0;
 }
 
 void bucketed_ready(BucketedCollective *bc, int b) {
     if (b < 0 || b >= bc->count)
         fatal(EXIT_RUNTIME, "bucketed_ready: no bucket %d (valid: 0 to %d)", b, bc->count - 1);
-    pthread_mutex_lock(&bc->lock);
-    if (bc->marked[b]) fatal(EXIT_RUNTIME, "bucketed_ready: bucket %d was marked twice in one round", b);
-    /* After the kernels queued so far, among them the last that wrote bucket b. */
-    device_event_record(bc->ready[b], device_stream(STREAM_COMPUTE));
-    bc->marked[b] = 1;
-    bc->queue[bc->queued++] = b;
-    pthread_cond_broadcast(&bc->changed);
-    pthread_mutex_unlock(&bc->lock);
+    if (bc->ticket[b] >= 0) fatal(EXIT_RUNTIME, "bucketed_ready: bucket %d was marked twice in one round", b);
+    /* the worker records the bucket's event now: after the kernels that wrote it */
+    bc->ticket[b] = queue_collective(bc, b);
+    bc->queued++;
 }
 
 void bucketed_wait(BucketedCollective *bc, int b) {
-    pthread_mutex_lock(&bc->lock);
-    if (b < 0 || b >= bc->count || !bc->marked[b])
+    if (b < 0 || b >= bc->count || bc->ticket[b] < 0)
         fatal(EXIT_RUNTIME, "bucketed_wait: bucket %d was not marked ready this round", b);
-    while (!bc->done[b]) pthread_cond_wait(&bc->changed, &bc->lock);
-    pthread_mutex_unlock(&bc->lock);
+    comm_worker_wait(bc->worker, bc->ticket[b], NULL, NULL);
 }
 
 double bucketed_wait_all(BucketedCollective *bc) {
-    double start = wall_ms();
-    pthread_mutex_lock(&bc->lock);
     if (bc->queued != bc->count)
         fatal(EXIT_RUNTIME, "bucketed_wait_all: %d of %d buckets were marked ready", bc->queued, bc->count);
-    drain(bc);
-    pthread_mutex_unlock(&bc->lock);
-    return wall_ms() - start;
+    return comm_worker_wait_all(bc->worker);
 }
 
 double bucketed_comm_ms(BucketedCollective *bc) {
-    pthread_mutex_lock(&bc->lock);
-    double ms = bc->comm_ms;
-    pthread_mutex_unlock(&bc->lock);
+    double ms = 0.0;
+    for (int b = 0; b < bc->count; b++) {
+        if (bc->ticket[b] < 0) continue;
+        double start, end;
+        comm_worker_wait(bc->worker, bc->ticket[b], &start, &end);
+        ms += end - start;
+    }
     return ms;
 }
 
 void bucketed_destroy(BucketedCollective *bc) {
     if (!bc) return;
-    pthread_mutex_lock(&bc->lock);
-    bc->stop = 1; /* the worker finishes what is queued: the other ranks expect it */
-    pthread_cond_broadcast(&bc->changed);
-    pthread_mutex_unlock(&bc->lock);
-    pthread_join(bc->worker, NULL);
-    comm_group_free(bc->group);
-    for (int b = 0; b < bc->count; b++) device_event_destroy(bc->ready[b]);
-    pthread_mutex_destroy(&bc->lock);
-    pthread_cond_destroy(&bc->changed);
-    free(bc->ready);
-    free(bc->queue);
-    free(bc->marked);
-    free(bc->done);
+    comm_worker_destroy(bc->worker); /* it finishes what is queued: the other ranks expect it */
+    free(bc->ticket);
     free(bc->ranges);
     free(bc);
 }

@@ -93,7 +93,7 @@ void bucketed_wait(BucketedCollective *bc, int b);
 /* Wait until every bucket is done (every one must have been marked this
  * round); returns the milliseconds spent waiting. */
 double bucketed_wait_all(BucketedCollective *bc);
-/* Milliseconds the worker spent in collectives this round. */
+/* Milliseconds the worker spent in collectives this round (after bucketed_wait_all). */
 double bucketed_comm_ms(BucketedCollective *bc);
 
 #endif

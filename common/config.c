@@ -302,7 +302,7 @@ static void check_precision_flags(const Config *c, const char *loss_scale_flag, 
               c->loss_scale);
     if (c->precision != PRECISION_FP32 && extra && extra->multi_rank && !extra->mixed_precision)
         fatal(EXIT_USAGE,
-              "--precision %s: this program trains in fp32 only so far (16-bit runs are chapters 01 to 04's; "
+              "--precision %s: this program trains in fp32 only so far (16-bit runs are chapters 01 to 05's; "
               "valid: fp32)",
               precision_name(c->precision));
     if (c->resume[0] && c->precision == PRECISION_FP16 && c->loss_scale == 0.0f)

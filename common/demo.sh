@@ -228,6 +228,7 @@ if [ -x 05_zero/train ]; then
     compare "$steps"
     plot "$runs"/01-"$preset".r* "$runs"/05-*.r* --out runs/plots/05
     plot --zero "$runs"/05-*.r* --out runs/plots/05
+    plot --gantt "$runs/05-dp$dp_ranks-zero3.r1" "$runs/05-dp$dp_ranks-zero3-prefetch0.r1" --out runs/plots/05
 fi
 
 if [ "$dry_run" = 1 ]; then

@@ -16,66 +16,100 @@ HalfFormat precision_format(Precision p) {
     return p == PRECISION_BF16 ? HALF_BF16 : HALF_F16;
 }
 
-/* ---- the storage hooks: one unit at a time in fp32 ---- */
+/* ---- one unit at a time in fp32 ---- */
 
-/* Where unit u's elements start in the held buffers (a stage holds a run of units). */
-static size_t held_offset(const MixedModel *mm, const ParamUnit *u) {
-    return u->offset - mm->model->param_first;
-}
-
-static void unit_in(MixedModel *mm, int unit, int with_grads) {
+void mixed_unit_in(MixedModel *mm, int unit, const uint16_t *params, int with_grads) {
     const ParamUnit *u = table_unit(&mm->model->table, unit);
-    ops()->cast_from_half(mm->unit_params, mm->params + held_offset(mm, u), u->numel, mm->format);
+    ops()->cast_from_half(mm->unit_params, params, u->numel, mm->format);
     if (with_grads) ops()->fill_zero(mm->unit_grads, u->numel);
     gpt_bind_unit(mm->model, unit, mm->unit_params, mm->unit_grads);
 }
 
+void mixed_unit_out(MixedModel *mm, int unit, uint16_t *grads) {
+    if (grads)
+        ops()->accumulate_half(grads, mm->unit_grads, table_unit(&mm->model->table, unit)->numel, mm->format);
+    gpt_bind_unit(mm->model, unit, NULL, NULL);
+}
+
+/* ---- the storage hooks of a 16-bit model (its whole table or a range of units) ---- */
+
+/* Where unit u's elements start in the held buffers (a stage holds a run of units). */
+static size_t held_offset(const MixedModel *mm, int unit) {
+    return table_unit(&mm->model->table, unit)->offset - mm->model->param_first;
+}
+
 static void before_forward(int unit, void *context) {
-    unit_in(context, unit, 0);
+    MixedModel *mm = context;
+    mixed_unit_in(mm, unit, mm->params + held_offset(mm, unit), 0);
 }
 
 static void before_backward(int unit, void *context) {
-    unit_in(context, unit, 1);
+    MixedModel *mm = context;
+    mixed_unit_in(mm, unit, mm->params + held_offset(mm, unit), 1);
 }
 
 /* Unbound between its calls: a unit read without its conversion fails loudly. */
 static void after_forward(int unit, void *context) {
-    MixedModel *mm = context;
-    gpt_bind_unit(mm->model, unit, NULL, NULL);
+    mixed_unit_out(context, unit, NULL);
 }
 
 static void after_backward(int unit, void *context) {
     MixedModel *mm = context;
-    const ParamUnit *u = table_unit(&mm->model->table, unit);
-    ops()->accumulate_half(mm->grads + held_offset(mm, u), mm->unit_grads, u->numel, mm->format);
-    gpt_bind_unit(mm->model, unit, NULL, NULL);
+    mixed_unit_out(mm, unit, mm->grads + held_offset(mm, unit));
+}
+
+/* model (its table built, no storage bound) as units first_unit..last_unit,
+ * to be bound a unit at a time, with 16-bit matmuls. */
+static void units_range(MixedModel *mm, GPT *model, int first_unit, int last_unit, HalfFormat format) {
+    memset(mm, 0, sizeof *mm);
+    if (first_unit > last_unit)
+        fatal(EXIT_RUNTIME, "mixed: units %d..%d are no range", first_unit, last_unit);
+    const ParamUnit *first = table_unit(&model->table, first_unit),
+                    *last = table_unit(&model->table, last_unit);
+    mm->format = format;
+    mm->model = model;
+    model->first_unit = first_unit;
+    model->last_unit = last_unit;
+    model->param_first = first->offset;
+    model->param_count = last->offset + last->numel - first->offset;
+    model->half_matmuls = 1;
+    model->matmul_format = format;
+}
+
+/* The table of cfg, its whole range to be bound a unit at a time, 16-bit matmuls. */
+static void units_model(MixedModel *mm, GPT *model, const ModelConfig *cfg, HalfFormat format) {
+    ParamTable table;
+    param_table_build(&table, cfg);
+    gpt_init(model, table);
+    units_range(mm, model, LAYER_EMBEDDING, cfg->layers, format);
+}
+
+/* The two fp32 workspaces, each the size of the largest unit of the range. */
+static void units_workspaces(MixedModel *mm) {
+    const GPT *model = mm->model;
+    size_t largest = 0;
+    for (int u = model->first_unit; u <= model->last_unit; u++)
+        if (table_unit(&model->table, u)->numel > largest) largest = table_unit(&model->table, u)->numel;
+    mm->unit_params = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit weights (fp32)");
+    mm->unit_grads = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit gradients (fp32)");
+}
+
+void mixed_units_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, HalfFormat format) {
+    units_model(mm, model, cfg, format);
+    units_workspaces(mm);
 }
 
 void mixed_create_units(MixedModel *mm, GPT *model, int first_unit, int last_unit, const float *initial,
                         HalfFormat format) {
-    memset(mm, 0, sizeof *mm);
-    if (first_unit > last_unit)
-        fatal(EXIT_RUNTIME, "mixed_create_units: units %d..%d are no range", first_unit, last_unit);
-    size_t first = table_unit(&model->table, first_unit)->offset, largest = 0;
-    const ParamUnit *last = table_unit(&model->table, last_unit);
-    size_t n = last->offset + last->numel - first;
-    for (int u = first_unit; u <= last_unit; u++)
-        if (table_unit(&model->table, u)->numel > largest) largest = table_unit(&model->table, u)->numel;
-    mm->format = format;
-    mm->model = model;
+    units_range(mm, model, first_unit, last_unit, format);
+    size_t n = model->param_count;
     mm->n = n;
     mm->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, n * sizeof(uint16_t), "16-bit parameters");
     mm->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, n * sizeof(uint16_t), "16-bit gradients");
     mm->master = mem_alloc(SPACE_DEVICE, CAT_OPTIMIZER, n * sizeof(float), "master weights");
-    mm->unit_params = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit weights (fp32)");
-    mm->unit_grads = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit gradients (fp32)");
+    units_workspaces(mm);
     copy_to_device(mm->master, initial, n * sizeof(float));
     ops()->cast_to_half(mm->params, mm->master, n, format);
-    /* the model's range is the units held; they get storage one at a time */
-    model->first_unit = first_unit;
-    model->last_unit = last_unit;
-    model->param_first = first;
-    model->param_count = n;
     mm->storage = (UnitHooks){.before_forward = before_forward,
                               .after_forward = after_forward,
                               .before_backward = before_backward,
@@ -83,8 +117,6 @@ void mixed_create_units(MixedModel *mm, GPT *model, int first_unit, int last_uni
                               .context = mm};
     model->params = mm->master; /* the fp32 weights of record: what checkpoints save and load */
     model->storage = &mm->storage;
-    model->half_matmuls = 1;
-    model->matmul_format = format;
 }
 
 void mixed_create_range(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, int first_unit,
@@ -126,11 +158,15 @@ void mixed_adamw_step(MixedModel *mm, AdamW *opt, float lr, float grad_scale, co
 }
 
 void mixed_fault_overflow(MixedModel *mm, int step) {
+    if (mm->params) half_fault_overflow(mm->grads, mm->format, step); /* 16-bit models only */
+}
+
+void half_fault_overflow(uint16_t *grads, HalfFormat format, int step) {
     const char *fault = getenv("COURSE_FAULT_OVERFLOW_STEP"), *on_rank = getenv("COURSE_FAULT_OVERFLOW_RANK");
-    if (!mm->params || !fault || atoi(fault) != step) return;
+    if (!fault || atoi(fault) != step) return;
     if (on_rank && on_rank[0] && atoi(on_rank) != process_rank()) return;
-    uint16_t inf = half_from_float(INFINITY, mm->format);
-    copy_to_device(mm->grads, &inf, sizeof inf);
+    uint16_t inf = half_from_float(INFINITY, format);
+    copy_to_device(grads, &inf, sizeof inf);
 }
 
 /* ---- loss scaling ---- */

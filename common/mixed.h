@@ -117,11 +117,29 @@ void mixed_weights_from_master(MixedModel *mm);
 void mixed_adamw_step(MixedModel *mm, AdamW *opt, float lr, float grad_scale, const Config *cfg);
 
 /* For testing the skip: with COURSE_FAULT_OVERFLOW_STEP=k in the environment,
- * step k's (1-based) first gradient becomes +Inf, as an overflow would make it;
+ * step k's (1-based) first gradient becomes +Inf, as an overflow would make it
+ * (half_fault_overflow: the first element of any 16-bit gradient buffer);
  * with COURSE_FAULT_OVERFLOW_RANK=r too, only on rank r (util.h:
- * process_rank), so a test can check that every rank skips that step. Does
- * nothing to an fp32 model (mm->params NULL). */
+ * process_rank), so a test can check that every rank skips that step.
+ * mixed_fault_overflow does nothing to an fp32 model (mm->params NULL). */
 void mixed_fault_overflow(MixedModel *mm, int step);
+void half_fault_overflow(uint16_t *grads, HalfFormat format, int step);
+
+/* ---- a unit at a time, from 16-bit storage kept elsewhere ----
+ * ZeRO (chapter 05) keeps the 16-bit weights and gradients in shards and
+ * gathered units rather than in one whole buffer: it builds only the fp32
+ * workspaces and converts each unit itself, with the calls the storage hooks
+ * of mixed_create use. */
+
+/* The table of cfg, the two fp32 workspaces and 16-bit matmuls; no 16-bit
+ * buffers, no master weights, no storage hooks (model->params stays NULL). */
+void mixed_units_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, HalfFormat format);
+/* Bind unit to the workspace holding `params` (the unit's 16-bit weights, in
+ * table order) in fp32, and, with_grads, to the zeroed gradient workspace. */
+void mixed_unit_in(MixedModel *mm, int unit, const uint16_t *params, int with_grads);
+/* Unbind the unit; with grads (the unit's 16-bit gradients, in table order),
+ * add its fp32 gradients into them first, rounded. */
+void mixed_unit_out(MixedModel *mm, int unit, uint16_t *grads);
 
 typedef struct {
     float scale;     /* the loss is multiplied by this before the backward pass */

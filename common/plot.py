@@ -29,25 +29,30 @@ Plots written to --out (default runs/plots):
                     per step spent computing and the rest: waiting or communicating
 With --commbench, from 02_data_parallel/commbench CSVs:
     busbw.png       bus bandwidth against message size, one line per operation
-With --gantt, from pipeline runs' timeline.csv (chapter 04):
+With --gantt, from timeline.csv (chapters 04 and 05):
     gantt-LABEL.png what each rank did during one step (default: the last):
-                    forward and backward boxes numbered by micro-batch
+                    pipeline runs: forward and backward boxes numbered by
+                    micro-batch; ZeRO runs: per rank a row of computation
+                    and a row of communication (gathers, reduce-scatters)
 With --zero, from chapter 05 runs (run.csv's zero, world_size, params,
 bytes_sent_per_step; memory.csv):
     zero.png        per ZeRO stage: the model state per rank (params, grads,
                     optimizer; the largest rank) stacked by category next to
-                    the ZeRO paper's formula in fp32 (16, 8 + 8/N, 4 + 12/N,
-                    16/N bytes per parameter), the bytes each rank sends per
-                    step next to an all-reduce's 2(N-1)/N x 4 bytes per
-                    parameter (1.5x that at stage 3), and the median step time
+                    the ZeRO paper's formula (fp32: 16, 8 + 8/N, 4 + 12/N,
+                    16/N bytes per parameter; bf16/fp16 by run.csv's
+                    precision: 16, 4 + 12/N, 2 + 14/N, 16/N), the bytes each
+                    rank sends per step next to an all-reduce's 2(N-1)/N x 4
+                    (16-bit: 2) bytes per parameter (1.5x that at stage 3),
+                    and the median step time
 With --precision, from runs of one configuration in fp32, bf16 and fp16
 (labelled by their directory names, e.g. 01-small-bf16):
     precision.png   the loss curves overlaid (left: they stay close, not
                     equal), each run's relative difference from the first
-                    run's loss (middle; give fp32 first), and the device memory of each run stacked by
-                    category (right), each of params, grads and optimizer
-                    labelled with its bytes per parameter (4, 4, 8 in fp32;
-                    2, 2, 12 in 16 bits) from memory.csv and run.csv's params
+                    run's loss (middle; give fp32 first), and the device
+                    memory of each run stacked by category (right), each of
+                    params, grads and optimizer labelled with its bytes per
+                    parameter (4, 4, 8 in fp32; 2, 2, 12 in 16 bits) from
+                    memory.csv and run.csv's params
 With --sweep, from pipeline runs' run.csv (columns schedule, micro,
 median_step_ms, bubble_measured, bubble_theory):
     sweep.png       against the number of micro-batches, one line per
@@ -297,27 +302,45 @@ def plot_commbench(paths, out):
     print(f"plot.py: wrote busbw.png to {out}")
 
 
+GANTT_COLOURS = {"fwd": "#4c72b0", "bwd": "#dd8452", "gather": "#55a868", "reduce_scatter": "#8172b3",
+                 "allreduce": "#8172b3", "allgather": "#55a868"}
+
+
 def plot_gantt(run_dir, step, out):
+    """One step of timeline.csv. Pipeline runs (chapter 04): a row per stage,
+    messages as thin grey bars. ZeRO runs (chapter 05, ops gather and
+    reduce_scatter): two rows per rank, computation above and communication
+    below, so that what overlaps is seen overlapping."""
     rows = read_csv(os.path.join(run_dir, "timeline.csv"))
     if step is None:
         step = max(int(r["step"]) for r in rows)
     rows = [r for r in rows if int(r["step"]) == step]
     ranks = sorted({int(r["rank"]) for r in rows})
-    colours = {"fwd": "#4c72b0", "bwd": "#dd8452"}
-    fig, ax = plt.subplots(figsize=(10, 0.8 * len(ranks) + 1.8))
+    zero = any(r["op"] in ("gather", "reduce_scatter") for r in rows)
+    lanes = 2 if zero else 1
+    fig, ax = plt.subplots(figsize=(10, 0.8 * lanes * len(ranks) + 1.8))
     for r in rows:
         rank, start, end = int(r["rank"]), float(r["start_us"]) / 1e3, float(r["end_us"]) / 1e3
-        compute = r["op"] in colours
-        ax.barh(rank, end - start, left=start, height=0.6 if compute else 0.25,
-                color=colours.get(r["op"], "#b0b0b0"), edgecolor="white" if compute else "none", linewidth=0.5)
-        if compute and end - start > 0:
+        compute = r["op"] in ("fwd", "bwd")
+        y = lanes * rank + (0 if compute else 1) if zero else rank
+        ax.barh(y, end - start, left=start, height=0.6 if compute or zero else 0.25,
+                color=GANTT_COLOURS.get(r["op"], "#b0b0b0") if compute or zero else "#b0b0b0",
+                edgecolor="white" if compute or zero else "none", linewidth=0.5)
+        if compute and end - start > 0 and not zero:
             ax.text((start + end) / 2, rank, r["micro"], ha="center", va="center", fontsize=7, color="white")
-    ax.set_yticks(ranks)
-    ax.set_yticklabels([f"stage {k}" for k in ranks])
+    if zero:
+        ax.set_yticks([lanes * k + lane for k in ranks for lane in range(lanes)])
+        ax.set_yticklabels([f"rank {k} {what}" for k in ranks for what in ("compute", "comm")])
+        title = "green gather, purple reduce-scatter" + (" / all-reduce" if any(r["op"] == "allreduce" for r in rows) else "")
+        title = f"blue forward, orange backward; {title}"
+    else:
+        ax.set_yticks(ranks)
+        ax.set_yticklabels([f"stage {k}" for k in ranks])
+        title = "blue forward, orange backward, grey messages; numbers: micro-batch"
     ax.invert_yaxis()
     ax.set_xlabel("time since the start of the step (ms)")
     label = os.path.basename(os.path.normpath(run_dir))
-    ax.set_title(f"{label}: step {step} (blue forward, orange backward, grey messages; numbers: micro-batch)")
+    ax.set_title(f"{label}: step {step} ({title})")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     name = f"gantt-{label}.png"
@@ -376,10 +399,19 @@ def plot_sweep(groups, out):
     plt.close(fig)
 
 
-def zero_formula_bytes(stage, params, n):
-    """Model-state bytes per rank in fp32 (4 + 4 + 8 bytes a parameter), as the ZeRO paper counts them."""
-    per_param = {0: 16.0, 1: 8.0 + 8.0 / n, 2: 4.0 + 12.0 / n, 3: 16.0 / n}[stage]
+def zero_formula_bytes(stage, params, n, precision="fp32"):
+    """Model-state bytes per rank as the ZeRO paper counts them: fp32 4 + 4 + 8 bytes a parameter,
+    16-bit 2 + 2 + 12 (the fp32 master weights are optimizer state)."""
+    if precision == "fp32":
+        per_param = {0: 16.0, 1: 8.0 + 8.0 / n, 2: 4.0 + 12.0 / n, 3: 16.0 / n}[stage]
+    else:
+        per_param = {0: 16.0, 1: 4.0 + 12.0 / n, 2: 2.0 + 14.0 / n, 3: 16.0 / n}[stage]
     return per_param * params
+
+
+def zero_grad_bytes(run):
+    """Bytes per parameter of a run's gradients (run.csv's precision: 05 writes it; fp32 before)."""
+    return 4 if run.get("precision", "fp32") == "fp32" else 2
 
 
 def plot_zero(groups, out):
@@ -403,15 +435,15 @@ def plot_zero(groups, out):
         heights = [cats.get(cat, 0) / 2**20 for _, _, cats, _ in rows]
         ax.bar(x, heights, bottom=bottom, label=cat, color=COLOURS[cat])
         bottom = [b + h for b, h in zip(bottom, heights)]
-    formula = [zero_formula_bytes(int(r["zero"]), int(r["params"]), int(r["world_size"])) / 2**20
-               for _, r, _, _ in rows]
+    formula = [zero_formula_bytes(int(r["zero"]), int(r["params"]), int(r["world_size"]),
+                                  r.get("precision", "fp32")) / 2**20 for _, r, _, _ in rows]
     ax.scatter(x, formula, color="black", marker="_", s=600, zorder=3, label="formula")
     ax.set_ylabel("model state per rank (MiB)")
     ax.set_title("Memory: params + grads + optimizer")
     ax.legend(fontsize=8)
     ax = axes[1]
     sent = [float(r["bytes_sent_per_step"]) / 2**20 for _, r, _, _ in rows]
-    allreduce = [2 * (int(r["world_size"]) - 1) / int(r["world_size"]) * 4 * int(r["params"])
+    allreduce = [2 * (int(r["world_size"]) - 1) / int(r["world_size"]) * zero_grad_bytes(r) * int(r["params"])
                  * (1.5 if int(r["zero"]) == 3 else 1.0) / 2**20 for _, r, _, _ in rows]
     ax.bar(x, sent, color="#8172b3", label="measured")
     ax.scatter(x, allreduce, color="black", marker="_", s=600, zorder=3, label="formula")
@@ -510,7 +542,7 @@ def main():
                                                 "or commbench CSV files with --commbench")
     parser.add_argument("--out", default="runs/plots", help="where to write the PNGs (default runs/plots)")
     parser.add_argument("--commbench", action="store_true", help="the inputs are commbench CSVs: plot bus bandwidth")
-    parser.add_argument("--gantt", action="store_true", help="Gantt chart of each pipeline run's timeline.csv")
+    parser.add_argument("--gantt", action="store_true", help="Gantt chart of each run's timeline.csv (chapters 04, 05)")
     parser.add_argument("--step", type=int, default=None, help="--gantt: which step (default: the last)")
     parser.add_argument("--sweep", action="store_true", help="step time against micro-batches, per schedule")
     parser.add_argument("--zero", action="store_true", help="chapter 05: memory, bytes and time per ZeRO stage")

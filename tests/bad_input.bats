@@ -291,13 +291,6 @@ assert_refused() {
     assert_refused "--resume with --precision fp16 and a dynamic loss scale: checkpoints do not hold the scale yet"
 }
 
-@test "05: 16-bit precision is refused by the programs that do not implement it yet" {
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 run --separate-stderr timeout 30 \
-        mpirun --oversubscribe -np 1 "$REPO/05_zero/train" --precision bf16 --steps 1 --out "$(scratch)/o"
-    assert_equal "$status" 2
-    [[ "$stderr" == *"error: --precision bf16: this program trains in fp32 only so far"* ]]
-}
-
 # bad_in PROGRAM FLAGS...: PROGRAM (a chapter folder) as a world of one rank, as bad() runs 01.
 bad_in() {
     local program="$1"

@@ -28,7 +28,7 @@ void buckets_create(BucketSync *bs, const GPT *model, void *grads, CommDtype dty
      * mean over the global batch), by the library or the course's ring. */
     BucketRange *ranges = xcalloc(bs->count, sizeof(BucketRange));
     for (int i = 0; i < bs->count; i++) ranges[i] = (BucketRange){bs->buckets[i].lo, bs->buckets[i].hi};
-    BucketedSpec spec = {BUCKETED_ALLREDUCE, dtype, COMM_SUM, use_ring ? ring_allreduce : NULL};
+    BucketedSpec spec = {BUCKETED_ALLREDUCE, dtype, COMM_SUM, use_ring ? ring_allreduce_typed : NULL};
     bs->allreduce = bucketed_create(group, &spec, ranges, bs->count, grads, NULL);
     free(ranges);
 }

@@ -13,8 +13,8 @@
  *
  * The all-reduce is the library's (MPI, NCCL) or the course's own ring
  * (--allreduce ring, common/ring.c). With --precision bf16|fp16 (mixed.h)
- * the gradients are 16 bits and so is their all-reduce: half the bytes
- * (with the library's all-reduce; the course's ring is fp32 only so far). */
+ * the gradients are 16 bits and so is their all-reduce, either one: half
+ * the bytes. */
 #include "buckets.h"
 #include "checkpoint_sharded.h"
 #include "comm.h"
@@ -102,12 +102,6 @@ static void check_dp_layout(const Config *cfg, void *context) {
     if (cfg->batch % (f->ranks * cfg->micro) != 0)
         fatal(EXIT_USAGE, "--batch %d is not divisible by %d ranks x --micro %d (valid: a multiple of %d)",
               cfg->batch, f->ranks, cfg->micro, f->ranks * cfg->micro);
-    if (cfg->precision != PRECISION_FP32 && strcmp(f->allreduce, "ring") == 0)
-        fatal(
-            EXIT_USAGE,
-            "--precision %s: the course's ring all-reduce sums fp32 only so far (valid: --allreduce library, "
-            "or --precision fp32)",
-            precision_name(cfg->precision));
 }
 
 static void record_dp_flags(const void *context, ConfigRecord *r) {
@@ -130,7 +124,7 @@ typedef struct {
 static void allreduce_sum(CommGroup *g, const GradBuffer *b, size_t first, size_t count, int use_ring) {
     char *buf = b->grads + first * comm_dtype_bytes(b->type);
     if (use_ring)
-        ring_allreduce(g, (float *)buf, count, COMM_SUM); /* fp32 only (check_dp_layout) */
+        ring_allreduce_typed(g, buf, count, b->type, COMM_SUM);
     else
         comm_allreduce_typed(g, buf, count, b->type, COMM_SUM, NULL);
 }
@@ -209,9 +203,7 @@ int main(int argc, char **argv) {
         mixed_create(&mixed, &model, &cfg.model, cfg.seed, precision_format(cfg.precision));
     else
         gpt_create(&model, &cfg.model, cfg.seed);
-    GradBuffer grads = {(char *)model.grads, COMM_F32};
-    if (half)
-        grads = (GradBuffer){(char *)mixed.grads, cfg.precision == PRECISION_BF16 ? COMM_BF16 : COMM_F16};
+    GradBuffer grads = {precision_grads(&model, &mixed), comm_dtype_of(cfg.precision)};
     AdamW opt;
     adamw_create(&opt, model.num_params);
     LossScaler scaler;

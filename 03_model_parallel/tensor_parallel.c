@@ -39,7 +39,7 @@ void column_parallel_forward(TensorGroup *tp, float *out_local, const float *inp
                              const float *bias_local, int N, int C, int OC_local) {
     /* EXERCISE 03.1 BEGIN: the column-parallel linear layer (course.md, exercise 03.1) */
     (void)tp; /* f: the input is already whole on every rank */
-    ops()->linear_forward(out_local, inp, weight_local, bias_local, N, C, OC_local);
+    gpt_linear_forward(tp->matmuls, out_local, inp, weight_local, bias_local, N, C, OC_local);
     /* EXERCISE 03.1 END */
 }
 
@@ -50,7 +50,8 @@ void column_parallel_backward(TensorGroup *tp, float *dinp, float *dweight_local
     const KernelOps *k = ops();
     k->fill_zero(dinp, (size_t)N * C);
     /* this rank's outputs' share of dinp; the weight's and bias's gradients are whole for its rows */
-    k->linear_backward(dinp, dweight_local, dbias_local, dout_local, inp, weight_local, N, C, OC_local);
+    gpt_linear_backward(tp->matmuls, dinp, dweight_local, dbias_local, dout_local, inp, weight_local, N, C,
+                        OC_local);
     tp_allreduce(tp, dinp, (size_t)N * C); /* f's conjugate: sum the shares */
     /* EXERCISE 03.1 END */
 }
@@ -60,7 +61,8 @@ void row_parallel_forward(TensorGroup *tp, float *out, const float *inp_local, c
     /* EXERCISE 03.2 BEGIN: the row-parallel linear layer (course.md, exercise 03.2) */
     /* Each rank's product is a partial sum over its C_local inputs. The bias
      * is added by rank 0 only, so that the sum counts it once. */
-    ops()->linear_forward(out, inp_local, weight_local, tp->rank == 0 ? bias : NULL, N, C_local, OC);
+    gpt_linear_forward(tp->matmuls, out, inp_local, weight_local, tp->rank == 0 ? bias : NULL, N, C_local,
+                       OC);
     tp_allreduce(tp, out, (size_t)N * OC); /* g: sum the partial outputs */
     /* EXERCISE 03.2 END */
 }
@@ -70,7 +72,8 @@ void row_parallel_backward(TensorGroup *tp, float *dinp_local, float *dweight_lo
                            int C_local, int OC) {
     /* EXERCISE 03.2 BEGIN: the row-parallel linear layer (course.md, exercise 03.2) */
     (void)tp; /* g's conjugate: dout is already whole on every rank */
-    ops()->linear_backward(dinp_local, dweight_local, dbias, dout, inp_local, weight_local, N, C_local, OC);
+    gpt_linear_backward(tp->matmuls, dinp_local, dweight_local, dbias, dout, inp_local, weight_local, N,
+                        C_local, OC);
     /* EXERCISE 03.2 END */
 }
 
@@ -193,7 +196,7 @@ static size_t carve_scratch(TensorParallelModel *tm, float *base, int B, int T) 
 }
 
 void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp, int B,
-                     int T, int recompute) {
+                     int T, int recompute, Precision precision) {
     memset(tm, 0, sizeof *tm);
     tm->tp = tp;
     tm->recompute = recompute;
@@ -207,7 +210,6 @@ void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t s
 
     /* parameters: each local element starts from its whole tensor's value */
     GPT *m = &tm->model;
-    gpt_alloc_range(m, LAYER_EMBEDDING, cfg->layers); /* this rank's slices of every unit */
     size_t bytes = m->num_params * sizeof(float);
     float *host = xmalloc(bytes);
     for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
@@ -217,7 +219,13 @@ void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t s
                 t, seed,
                 tensor_parallel_global_index(&whole.tensors[i], tm->slice[i], tp->rank, tp->size, e));
     }
-    copy_to_device(m->params, host, bytes);
+    if (precision == PRECISION_FP32) {
+        gpt_alloc_range(m, LAYER_EMBEDDING, cfg->layers); /* this rank's slices of every unit */
+        copy_to_device(m->params, host, bytes);
+    } else {
+        mixed_create_units(&tm->mixed, m, LAYER_EMBEDDING, cfg->layers, host, precision_format(precision));
+    }
+    tp->matmuls = m; /* the parallel layers' matmuls: 16-bit inputs under mixed precision */
     free(host);
     param_table_free(&whole);
 
@@ -237,7 +245,7 @@ void tp_model_destroy(TensorParallelModel *tm) {
     mem_free(tm->acts.block[0].ln1); /* the blocks' memory starts there */
     activations_destroy(&tm->acts, &tm->model.cfg);
     free(tm->slice);
-    gpt_destroy(&tm->model);
+    precision_destroy(&tm->model, &tm->mixed);
     memset(tm, 0, sizeof *tm);
 }
 
@@ -333,11 +341,10 @@ void tp_backward(TensorParallelModel *tm, float dloss, int B, int T) {
 }
 
 double tp_grad_sum_squares(TensorParallelModel *tm) {
-    const KernelOps *k = ops();
     double sliced = 0.0, replicated = 0.0;
     for (int i = 0; i < tm->model.num_tensors; i++) {
         const ParamTensor *t = &tm->model.tensors[i];
-        double ss = k->sum_squares(tm->model.grads + t->offset, t->numel);
+        double ss = precision_sum_squares(&tm->model, &tm->mixed, t->offset, t->numel);
         if (tm->slice[i] == SLICE_NONE)
             replicated += ss;
         else

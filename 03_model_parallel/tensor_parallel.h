@@ -33,6 +33,7 @@
 
 #include "checkpoint.h"
 #include "comm.h"
+#include "mixed.h"
 #include "model.h"
 
 #include <stddef.h>
@@ -41,8 +42,10 @@
 /* The ranks that share one copy of the model. */
 typedef struct {
     CommGroup *group;
-    int rank, size; /* this rank's index in the group, and tp */
-    double comm_ms; /* time spent in the group's all-reduces, accumulated (the caller resets it) */
+    int rank, size;     /* this rank's index in the group, and tp */
+    double comm_ms;     /* time spent in the group's all-reduces, accumulated (the caller resets it) */
+    const GPT *matmuls; /* whose matmul precision the parallel layers follow (gpt_linear_forward:
+                           16-bit inputs under mixed precision); NULL: fp32 */
 } TensorGroup;
 
 /* How a tensor of the table is divided over the group. */
@@ -57,6 +60,8 @@ typedef struct {
     TensorGroup *tp;
     int C_local, NH_local, H_local; /* C/tp, NH/tp, 4C/tp */
     GPT model;                      /* the LOCAL table, params and grads (views as in model.h) */
+    MixedModel mixed;               /* --precision bf16|fp16: model's slices in 16 bits (mixed.h);
+                                       zeroed in fp32 */
     SliceKind *slice;               /* per tensor of the table */
     size_t global_params;           /* parameters of the whole model */
     int recompute;                  /* 1: the blocks keep only res3 and share one set of the rest */
@@ -70,9 +75,13 @@ typedef struct {
 const char *tensor_parallel_problem(const ModelConfig *cfg, int tp);
 
 /* Local table, initial values and activations for micro-batches of B x T
- * (recompute: only the block inputs kept, as model.h describes). */
+ * (recompute: only the block inputs kept, as model.h describes), in
+ * `precision`: fp32, or the slices stored in 16 bits with fp32 master
+ * weights (mixed.h: mixed_create_units on the local table). The all-reduces
+ * of the activations and of their gradients stay fp32 in every precision:
+ * the activations are fp32 (mixed.h says which). */
 void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp, int B,
-                     int T, int recompute);
+                     int T, int recompute, Precision precision);
 void tp_model_destroy(TensorParallelModel *tm);
 
 /* Index in the whole tensor of element e of rank r's slice of it. */

@@ -24,7 +24,15 @@
  *
  * Each rank updates only the parameters it holds. busy.csv records, per rank
  * and step, the time spent computing; the rest of the step it waited or
- * communicated. */
+ * communicated.
+ *
+ * --precision bf16|fp16 (mixed.h): each rank keeps the parameters it holds
+ * (a stage's units, or a tensor-parallel rank's slices) in 16 bits with fp32
+ * master weights; the data-parallel all-reduce sums 16-bit gradients. What
+ * crosses between stages, and in tensor parallelism's all-reduces, are
+ * activations and their gradients: fp32, as the activations are in every
+ * precision (4 bytes a value). An fp16 overflow on any rank skips the step
+ * on every rank. */
 #include "checkpoint_sharded.h"
 #include "comm.h"
 #include "config.h"
@@ -33,8 +41,8 @@
 #include "device.h"
 #include "grid.h"
 #include "evaluate.h"
-#include "kernels.h"
 #include "layer_split.h"
+#include "mixed.h"
 #include "model.h"
 #include "optim.h"
 #include "tensor_parallel.h"
@@ -99,6 +107,7 @@ static int handle_mp_flag(int option, const char *value, void *context) {
 
 /* The layout: world = dp x model-parallel ranks, and a split that fits the model. */
 static void check_mp_layout(const Config *cfg, void *context) {
+    checkpoint_refuse_16bit(cfg, "chapter 03");
     const ModelParallelFlags *f = context;
     int ranks = f->ranks, dp = f->dp, L = cfg->model.layers;
     if (ranks % dp != 0)
@@ -147,6 +156,7 @@ typedef struct {
     int stage, stages; /* this rank's stage (= its rank in mp) and their number */
     int first_block, last_block;
     GPT model;        /* this stage's parameters only */
+    MixedModel mixed; /* bf16, fp16: model in 16 bits (mixed.h) */
     Activations acts; /* this stage's blocks (encoded: where the stage's input arrives) */
     Scratch scratch;
     /* tensor parallel */
@@ -154,6 +164,7 @@ typedef struct {
     TensorParallelModel tpm;
     /* what this rank holds: parameters and gradients, param_count of each */
     GPT *held;
+    MixedModel *held_mixed; /* its 16-bit storage (mixed.h); params NULL in fp32 */
 } ModelParallel;
 
 enum { TAG_ACTIVATIONS = 1, TAG_GRADIENTS = 2 };
@@ -235,10 +246,17 @@ static void backward(ModelParallel *p, float dloss, int B, int T) {
     p->comm_ms += p->tp.comm_ms;
 }
 
-/* Squared norm of the whole model's gradient: every rank holds a part. */
-static double grad_sum_squares(ModelParallel *p) {
-    if (p->tensor) return tp_grad_sum_squares(&p->tpm); /* replicated tensors counted once */
-    return comm_allreduce_double(p->mp, ops()->sum_squares(p->model.grads, p->model.param_count), 0);
+/* Squared norm of the whole model's gradient: every rank holds a part. It
+ * is the same on every rank, and not finite on every rank when any rank's
+ * gradients overflowed (fp16), so that all of them skip such a step. */
+static double grad_sum_squares(ModelParallel *p, CommGroup *world) {
+    double squares;
+    if (p->tensor)
+        squares = tp_grad_sum_squares(&p->tpm); /* replicated tensors counted once */
+    else
+        squares = comm_allreduce_double(
+            p->mp, precision_sum_squares(&p->model, &p->mixed, 0, p->model.param_count), 0);
+    return comm_all(world, isfinite(squares)) ? squares : INFINITY;
 }
 
 /* Mean validation loss over cfg->eval_batches global batches, each replica
@@ -302,11 +320,13 @@ int main(int argc, char **argv) {
                       .context = &mpf,
                       .check = check_mp_layout,
                       .record = record_mp_flags,
-                      .multi_rank = 1};
+                      .multi_rank = 1,
+                      .mixed_precision = 1};
     comm_parse_config(
         &cfg, argc, argv, PROGRAM,
         "Train a GPT split over ranks: by layers (--mp layer) or inside every layer (--mp tensor).", &extra);
     ModelParallel par = {.tensor = strcmp(mpf.mp, "tensor") == 0};
+    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */
     int dp = mpf.dp, L = cfg.model.layers;
     int mp_size = ranks / dp; /* ranks per copy of the model */
 
@@ -326,7 +346,7 @@ int main(int argc, char **argv) {
     OutFile *steps_csv = NULL, *busy_csv = NULL;
     if (rank == 0) {
         out_dir_prepare(&cfg, PROGRAM);
-        steps_csv = steps_csv_open(&cfg, ",idle_fraction");
+        steps_csv = steps_csv_open(&cfg, half ? ",idle_fraction,loss_scale,skipped" : ",idle_fraction");
         busy_csv = out_open(cfg.out, "busy.csv", OUT_LINES, 0);
         out_printf(busy_csv, "rank,step,busy_ms,step_ms\n");
     }
@@ -339,8 +359,9 @@ int main(int argc, char **argv) {
     char layout[64];
     if (par.tensor) {
         par.tp = (TensorGroup){.group = par.mp, .rank = mp_index, .size = mp_size};
-        tp_model_create(&par.tpm, &cfg.model, cfg.seed, &par.tp, B, T, cfg.recompute);
+        tp_model_create(&par.tpm, &cfg.model, cfg.seed, &par.tp, B, T, cfg.recompute, cfg.precision);
         par.held = &par.tpm.model;
+        par.held_mixed = &par.tpm.mixed;
         snprintf(layout, sizeof layout, "tensor parallel over %d ranks", mp_size);
     } else {
         par.stages = mp_size;
@@ -352,17 +373,22 @@ int main(int argc, char **argv) {
         layer_split_range(blocks, par.stage, &par.first_block, &par.last_block);
         int first_unit = par.stage == 0 ? LAYER_EMBEDDING : par.first_block; /* stage 0: the embedding too */
         int last_unit = par.stage == par.stages - 1 ? L : par.last_block;    /* the last: the head too */
-        gpt_create_range(&par.model, &cfg.model, cfg.seed, first_unit, last_unit);
+        precision_create_range(&par.model, &par.mixed, &cfg.model, cfg.seed, cfg.precision, first_unit,
+                               last_unit); /* fp32 or 16-bit */
         activations_create_range(&par.acts, &cfg.model, B, T, first_unit, last_unit, cfg.recompute);
         scratch_create(&par.scratch, &cfg.model, B, T, cfg.recompute);
         par.held = &par.model;
+        par.held_mixed = &par.mixed;
         int n = snprintf(layout, sizeof layout, "layer split, blocks per stage");
         for (int s = 0; s < mp_size && n < (int)sizeof layout - 8; s++)
             n += snprintf(layout + n, sizeof layout - n, "%s%d", s ? "," : " ", blocks[s]);
     }
     GPT *held = par.held;
+    MixedModel *mixed = par.held_mixed;
     AdamW opt;
     adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
+    LossScaler scaler;
+    loss_scaler_init(&scaler, &cfg);
     uint64_t rng = cfg.seed;               /* for the text sampler, as in chapter 01 */
     CkptLayout ckpt; /* this rank's part of the whole model's checkpoint (checkpoint.h) */
     ckpt_layout_init(&ckpt, "%s: %s, dp %d", PROGRAM, layout, dp);
@@ -371,21 +397,20 @@ int main(int argc, char **argv) {
     else
         ckpt_layout_range(&ckpt, &par.model, &opt, dp_index, dp);
     int first_step = 0;
-    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt, &rng, NULL);
+    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt, &rng, &scaler);
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
     log_info(
         "%s | %d ranks = %d data-parallel x %d model-parallel | %s | device %s | comm %s | %zu parameters | "
-        "batch %d = %d replicas x %d micro-batches x %d sequences\n",
+        "batch %d = %d replicas x %d micro-batches x %d sequences | %s\n",
         PROGRAM, ranks, dp, mp_size, layout, device_name(), comm_transport_name(), table.num_params,
-        cfg.batch, dp, cfg.micro, B);
+        cfg.batch, dp, cfg.micro, B, precision_name(cfg.precision));
 
     double tokens_per_step = (double)cfg.batch * T;
     float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
     double *step_ms = xcalloc(last_step, sizeof(double));
     double *busy_all = xcalloc(2 * (size_t)ranks, sizeof(double));
     double loss = NAN;
-    const KernelOps *k = ops();
 
     if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
     for (int step = first_step; step < last_step; step++) {
@@ -395,7 +420,8 @@ int main(int argc, char **argv) {
         timer_start(&step_timer);
 
         /* ---- forward and backward over this replica's micro-batches ---- */
-        k->fill_zero(held->grads, held->param_count);
+        precision_zero_grads(held, mixed);
+        float loss_scale = scaler.scale; /* fp16: the gradients come out this many times too large */
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
             int first_sequence =
@@ -408,23 +434,26 @@ int main(int argc, char **argv) {
             rec.fwd_ms += timer_stop_ms(&timer);
 
             timer_start(&timer);
-            backward(&par, dloss, B, T);
+            backward(&par, dloss * loss_scale, B, T);
             rec.bwd_ms += timer_stop_ms(&timer);
         }
 
         /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
         double start = comm_clock();
-        comm_allreduce(par.dp, held->grads, held->param_count, COMM_SUM);
+        comm_allreduce_typed(par.dp, precision_grads(held, mixed), held->param_count,
+                             comm_dtype_of(cfg.precision), COMM_SUM, NULL); /* fp32 or 16 bits */
         par.comm_ms += wall_ms() - start;
         rec.comm_ms = par.comm_ms;
         loss = comm_allreduce_double(world, loss_sum, 0) / tokens_per_step;
         check_loss_finite(loss, step + 1);
 
-        /* ---- update: each rank its own parameters, clipped by the WHOLE model's norm ---- */
+        /* ---- update: each rank its own parameters, clipped by the WHOLE model's norm
+         * (fp16: unless the gradients overflowed on any rank) ---- */
         timer_start(&timer);
-        rec.grad_norm = sqrt(grad_sum_squares(&par));
         rec.lr = lr_at_step(&cfg, step);
-        adamw_step(&opt, held->params, held->grads, rec.lr, clip_scale(&cfg, rec.grad_norm), &cfg);
+        mixed_fault_overflow(mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
+        int skipped = precision_update_norm(held, mixed, &opt, &scaler, rec.lr, &cfg, step + 1,
+                                            grad_sum_squares(&par, world), &rec.grad_norm);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
 
@@ -445,12 +474,14 @@ int main(int argc, char **argv) {
                 busy_sum += busy_all[2 * r];
             }
             if (!cfg.quiet || last) log_step(&rec, cfg.steps);
-            char extra_values[32];
-            snprintf(extra_values, sizeof extra_values, ",%.4f", 1.0 - busy_sum / (ranks * rec.step_ms));
+            char extra_values[64];
+            int n =
+                snprintf(extra_values, sizeof extra_values, ",%.4f", 1.0 - busy_sum / (ranks * rec.step_ms));
+            if (half) snprintf(extra_values + n, sizeof extra_values - n, ",%g,%d", loss_scale, skipped);
             steps_csv_write(steps_csv, &rec, extra_values);
         }
         if (checkpoint_due(&cfg, step + 1, last_step)) {
-            CkptState state = ckpt_state(step + 1, &opt, rng, NULL);
+            CkptState state = ckpt_state(step + 1, &opt, rng, &scaler);
             checkpoint_save_sharded(world, &cfg, &ckpt, &state);
         }
     }
@@ -487,7 +518,7 @@ int main(int argc, char **argv) {
     } else {
         scratch_destroy(&par.scratch);
         activations_destroy(&par.acts, &cfg.model);
-        gpt_destroy(&par.model);
+        precision_destroy(&par.model, &par.mixed);
     }
     param_table_free(&table);
     data_free(&data);

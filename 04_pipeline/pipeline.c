@@ -26,7 +26,8 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         if (p->schedule.actions[i].kind == OP_BACKWARD) p->last_backward_action = i;
     const StageLayout *l = &p->layout;
     const ModelConfig *m = &l->cfg->model;
-    gpt_create_range(&p->model, m, seed, l->first_unit, l->last_unit);
+    precision_create_range(&p->model, &p->mixed, m, seed, l->cfg->precision, l->first_unit,
+                           l->last_unit); /* fp32 or 16-bit */
     p->slots = schedule_live_activations(&p->schedule);
     p->slot = xcalloc(p->slots, sizeof(Activations));
     for (int i = 0; i < p->slots; i++)
@@ -46,7 +47,7 @@ void pipeline_destroy(Pipeline *p) {
     for (int i = 0; i < p->slots; i++) activations_destroy(&p->slot[i], &p->layout.cfg->model);
     free(p->slot);
     schedule_free(&p->schedule);
-    gpt_destroy(&p->model);
+    precision_destroy(&p->model, &p->mixed);
 }
 
 /* Forward of one micro-batch, sequences [sequence, sequence + B) of batch
@@ -128,7 +129,7 @@ void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss) {
     StageTimes *t = &p->times;
     t->fwd_ms = t->bwd_ms = t->comm_ms = t->end_ms = 0.0;
     t->origin_ms = wall_ms();
-    ops()->fill_zero(p->model.grads, p->model.param_count);
+    precision_zero_grads(&p->model, &p->mixed);
     for (int i = 0; i < p->schedule.count; i++) {
         run_action(p, &p->schedule.actions[i]);
         if (i == p->last_backward_action && p->last_backward) p->last_backward(p->last_backward_context);

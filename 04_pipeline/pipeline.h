@@ -20,6 +20,7 @@
 #include "comm.h"
 #include "config.h"
 #include "data.h"
+#include "mixed.h"
 #include "model.h"
 #include "schedule.h"
 #include "timeline.h"
@@ -54,7 +55,8 @@ typedef struct {
     StageSchedule schedule;
     int last_backward_action; /* index of the stage's last OP_BACKWARD */
     /* buffers */
-    GPT model; /* this stage's units only */
+    GPT model;        /* this stage's units only */
+    MixedModel mixed; /* --precision bf16|fp16: model's units in 16 bits (mixed.h); zeroed in fp32 */
     Scratch scratch;
     Activations *slot; /* one set of saved activations per micro-batch in flight */
     int slots;
@@ -69,12 +71,16 @@ typedef struct {
 
 /* Build stage `layout->stage`: its units, optimizer-free (the caller makes
  * its AdamW over model.params), activation slots for `schedule`'s micro-batches
- * in flight, and the boundary buffers. Takes ownership of *schedule. */
+ * in flight, and the boundary buffers. Takes ownership of *schedule. The
+ * units are stored in layout->cfg->precision (precision_create_range); the
+ * activations and their gradients, and so the messages between stages, are
+ * fp32 in every precision (mixed.h says which activations are what). */
 void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *schedule, uint64_t seed);
 void pipeline_destroy(Pipeline *p);
 
 /* Run one step's schedule: every micro-batch's forward and backward on this
- * stage, and the messages. Gradients are zeroed first, then accumulate. */
+ * stage, and the messages. Gradients are zeroed first, then accumulate (in
+ * 16 bits under mixed precision). dloss carries fp16's loss scale. */
 void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss);
 
 /* Mean validation loss over eval_batches global batches: forward only, the

@@ -19,7 +19,13 @@
  *   gradient norm (summed over the stages) -> clip -> AdamW -> log
  *
  * Every action is timed (timeline.csv, trace.json); the idle time of the
- * stages is the pipeline bubble, reported next to the formula (P-1)/(M+P-1). */
+ * stages is the pipeline bubble, reported next to the formula (P-1)/(M+P-1).
+ *
+ * --precision bf16|fp16 (mixed.h): each stage keeps its units in 16 bits
+ * with fp32 master weights, and the replicas all-reduce 16-bit gradients.
+ * The messages between stages carry activations and their gradients, fp32
+ * in every precision (the residual stream is fp32: mixed.h). An fp16
+ * overflow on any rank skips the step on every rank. */
 #include "checkpoint_sharded.h"
 #include "comm.h"
 #include "config.h"
@@ -27,8 +33,8 @@
 #include "data.h"
 #include "device.h"
 #include "grid.h"
-#include "kernels.h"
 #include "layer_split.h"
+#include "mixed.h"
 #include "model.h"
 #include "optim.h"
 #include "pipeline.h"
@@ -96,6 +102,7 @@ static int handle_pipeline_flag(int option, const char *value, void *context) {
 /* The layout: world = stages x replicas, every stage a block, every
  * replica's share of the batch cut into whole micro-batches. */
 static void check_pipeline_layout(const Config *cfg, void *context) {
+    checkpoint_refuse_16bit(cfg, "chapter 04");
     const PipelineFlags *f = context;
     int P = f->pp ? f->pp : f->ranks / f->dp, M = cfg->micro, L = cfg->model.layers;
     if (P < 1 || P * f->dp != f->ranks)
@@ -140,12 +147,14 @@ int main(int argc, char **argv) {
                       .context = &pf,
                       .check = check_pipeline_layout,
                       .record = record_pipeline_flags,
-                      .multi_rank = 1};
+                      .multi_rank = 1,
+                      .mixed_precision = 1};
     comm_parse_config(
         &cfg, argc, argv, PROGRAM,
         "Train a GPT with pipeline parallelism: micro-batches flow through a layer split (GPipe, 1F1B).",
         &extra);
     int P = pf.pp ? pf.pp : ranks / pf.dp, M = cfg.micro, L = cfg.model.layers;
+    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */
 
     /* ---- the grid: --dp replicas of a pipeline of P stages (grid.h: stage = rank % P) ---- */
     ProcessGrid grid;
@@ -195,7 +204,7 @@ int main(int argc, char **argv) {
     OutFile *steps_csv = NULL;
     if (rank == 0) {
         out_dir_prepare(&cfg, PROGRAM);
-        steps_csv = steps_csv_open(&cfg, ",bubble");
+        steps_csv = steps_csv_open(&cfg, half ? ",bubble,loss_scale,skipped" : ",bubble");
     }
     comm_barrier(world); /* the output directory exists before any rank writes into it */
 
@@ -206,20 +215,22 @@ int main(int argc, char **argv) {
     pipeline_create(&p, &layout, &schedule, cfg.seed);
     AdamW opt;
     adamw_create(&opt, p.model.param_count);
+    LossScaler scaler;
+    loss_scaler_init(&scaler, &cfg);
     uint64_t rng = cfg.seed; /* the text sampler's (chapter 04 samples none, but the checkpoint keeps it) */
     CkptLayout ckpt;         /* this stage's units, held alike by the --dp replicas (checkpoint.h) */
     ckpt_layout_init(&ckpt, "%s: pp %d x dp %d, %s", PROGRAM, P, pf.dp, pf.schedule);
     ckpt_layout_range(&ckpt, &p.model, &opt, dp_index, pf.dp);
     int first_step = 0;
-    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt, &rng, NULL);
+    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt, &rng, &scaler);
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
     double bubble_theory = bubble_formula(P, M);
     log_info("%s | %d ranks = %d stages x %d replicas | device %s | comm %s | schedule %s | %d micro-batches "
              "of %d "
-             "sequences | %zu parameters | bubble formula (P-1)/(M+P-1) = %.3f\n",
+             "sequences | %zu parameters | %s | bubble formula (P-1)/(M+P-1) = %.3f\n",
              PROGRAM, ranks, P, pf.dp, device_name(), comm_transport_name(), pf.schedule, M, layout.B,
-             p.model.num_params, bubble_theory);
+             p.model.num_params, precision_name(cfg.precision), bubble_theory);
     for (int s = 0, first = 0; s < P; s++) {
         log_info("stage %d: blocks %d..%d%s%s\n", s, first, first + blocks[s] - 1,
                  s == 0 ? " + embedding" : "", s == P - 1 ? " + head" : "");
@@ -232,7 +243,6 @@ int main(int argc, char **argv) {
     float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
     double *step_ms = xcalloc(last_step, sizeof(double)), *bubbles = xcalloc(last_step, sizeof(double));
     double loss = NAN;
-    const KernelOps *k = ops();
 
     if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
     for (int step = first_step; step < last_step; step++) {
@@ -242,7 +252,8 @@ int main(int argc, char **argv) {
         timer_start(&step_timer);
 
         /* ---- the schedule: every micro-batch's forward and backward, and the messages ---- */
-        pipeline_run_step(&p, step, dp_index * per_replica, dloss);
+        float loss_scale = scaler.scale; /* fp16: the gradients come out this many times too large */
+        pipeline_run_step(&p, step, dp_index * per_replica, dloss * loss_scale);
 
         /* ---- the bubble: idle time of the stages while the pipeline ran ---- */
         const StageTimes *times = &p.times;
@@ -256,18 +267,22 @@ int main(int argc, char **argv) {
 
         /* ---- communicate: sum each stage's gradients over the replicas ---- */
         timer_start(&timer);
-        comm_allreduce(grid.dp_group, p.model.grads, p.model.param_count, COMM_SUM);
+        comm_allreduce_typed(grid.dp_group, precision_grads(&p.model, &p.mixed), p.model.param_count,
+                             comm_dtype_of(cfg.precision), COMM_SUM, NULL); /* fp32 or 16 bits */
         double dp_ms = timer_stop_ms(&timer);
         loss = comm_allreduce_double(world, p.now.loss_sum, 0) / tokens_per_step;
         check_loss_finite(loss, step + 1);
 
-        /* ---- update: each stage its own parameters, with the global norm ---- */
+        /* ---- update: each stage its own parameters, with the global norm (fp16: unless the
+         * gradients overflowed on any rank; then every rank skips the step) ---- */
         timer_start(&timer);
-        double norm_sq =
-            comm_allreduce_double(grid.pp_group, k->sum_squares(p.model.grads, p.model.param_count), 0);
-        rec.grad_norm = sqrt(norm_sq);
         rec.lr = lr_at_step(&cfg, step);
-        adamw_step(&opt, p.model.params, p.model.grads, rec.lr, clip_scale(&cfg, rec.grad_norm), &cfg);
+        mixed_fault_overflow(&p.mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
+        double norm_sq = comm_allreduce_double(
+            grid.pp_group, precision_sum_squares(&p.model, &p.mixed, 0, p.model.param_count), 0);
+        if (!comm_all(world, isfinite(norm_sq))) norm_sq = INFINITY;
+        int skipped = precision_update_norm(&p.model, &p.mixed, &opt, &scaler, rec.lr, &cfg, step + 1,
+                                            norm_sq, &rec.grad_norm);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
 
@@ -284,12 +299,13 @@ int main(int argc, char **argv) {
             rec.val_loss = pipeline_evaluate(&p, world, dp_index * per_replica);
         if (rank == 0) {
             if (!cfg.quiet || last) log_step(&rec, cfg.steps);
-            char extra_values[32];
-            snprintf(extra_values, sizeof extra_values, ",%.4f", bubbles[step]);
+            char extra_values[64];
+            int n = snprintf(extra_values, sizeof extra_values, ",%.4f", bubbles[step]);
+            if (half) snprintf(extra_values + n, sizeof extra_values - n, ",%g,%d", loss_scale, skipped);
             steps_csv_write(steps_csv, &rec, extra_values);
         }
         if (checkpoint_due(&cfg, step + 1, last_step)) {
-            CkptState state = ckpt_state(step + 1, &opt, rng, NULL);
+            CkptState state = ckpt_state(step + 1, &opt, rng, &scaler);
             checkpoint_save_sharded(world, &cfg, &ckpt, &state);
         }
     }

@@ -83,10 +83,7 @@ static void check_zero_layout(const Config *cfg, void *context) {
     if (cfg->batch < sequences_per_micro || cfg->batch % sequences_per_micro)
         fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
               cfg->batch, f->ranks, cfg->micro, sequences_per_micro);
-    if (cfg->precision != PRECISION_FP32 && (cfg->save[0] || cfg->resume[0]))
-        fatal(EXIT_USAGE,
-              "--save and --resume in chapter 05 need --precision fp32 (valid: fp32; the 16-bit runs' "
-              "sharded master weights are not wired to the checkpoint yet)");
+    checkpoint_refuse_16bit(cfg, "chapter 05");
 }
 
 static void record_zero_flags(const void *context, ConfigRecord *r) {

@@ -84,7 +84,8 @@ static long queue_collective(BucketedCollective *bc, int b) {
     switch (spec->op) {
     case BUCKETED_ALLREDUCE:
         if (spec->allreduce)
-            return comm_worker_allreduce_with(bc->worker, spec->allreduce, bucket, len, spec->reduce);
+            return comm_worker_allreduce_with(bc->worker, spec->allreduce, bucket, len, spec->dtype,
+                                              spec->reduce);
         return comm_worker_allreduce(bc->worker, bucket, len, spec->dtype, spec->reduce);
     case BUCKETED_REDUCE_SCATTER:
         return comm_worker_reduce_scatter(bc->worker, bucket, my_slice, slice, spec->dtype, spec->reduce);
@@ -103,9 +104,8 @@ BucketedCollective *bucketed_create(CommGroup *g, const BucketedSpec *spec, cons
     check_ranges(ranges, buckets, bc->ranks, spec->op);
     if (spec->op != BUCKETED_ALLREDUCE && !shard)
         fatal(EXIT_RUNTIME, "bucketed_create: reduce-scatter and all-gather need a shard buffer");
-    if (spec->allreduce && (spec->op != BUCKETED_ALLREDUCE || spec->dtype != COMM_F32))
-        fatal(EXIT_RUNTIME,
-              "bucketed_create: another all-reduce implementation is for fp32 all-reduces only");
+    if (spec->allreduce && spec->op != BUCKETED_ALLREDUCE)
+        fatal(EXIT_RUNTIME, "bucketed_create: another all-reduce implementation is for all-reduces only");
     bc->elem_bytes = comm_dtype_bytes(spec->dtype);
     bc->full = full;
     bc->shard = shard;

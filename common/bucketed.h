@@ -59,10 +59,10 @@ typedef struct {
     BucketedOp op;
     CommDtype dtype;
     ReduceOp reduce; /* all-reduce and reduce-scatter: COMM_SUM or COMM_AVG */
-    /* All-reduce of fp32 only: another implementation, such as the course's
-     * ring (ring_allreduce); NULL for the library's (comm_allreduce_typed).
+    /* All-reduce only: another implementation, such as the course's ring
+     * (ring_allreduce_typed); NULL for the library's (comm_allreduce_typed).
      * It orders itself after the compute stream, not after the bucket's event. */
-    void (*allreduce)(CommGroup *g, float *buf, size_t count, ReduceOp op);
+    void (*allreduce)(CommGroup *g, void *buf, size_t count, CommDtype dtype, ReduceOp op);
 } BucketedSpec;
 
 typedef struct BucketedCollective BucketedCollective;

@@ -188,6 +188,11 @@ int checkpoint_due(const Config *cfg, int step, int last_step);
  * run-info.txt, say so. Returns the checksum. Multi-rank programs call
  * checkpoint_save_sharded (checkpoint_sharded.h) on every rank instead. */
 uint64_t checkpoint_save(const Config *cfg, const CkptLayout *l, const CkptState *s);
+/* Chapters 03-05 write checkpoints of fp32 runs only: their 16-bit runs keep
+ * the master weights in buffers the layouts above do not describe yet. Ends
+ * the job (exit 2, one line) when a 16-bit run asks for --save or --resume. */
+void checkpoint_refuse_16bit(const Config *cfg, const char *chapter);
+
 /* Every rank, after building its layout: read its segments of cfg->resume
  * into its buffers, and the state into opt->t, *rng and ls (may be NULL).
  * Returns the step reached. */

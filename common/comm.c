@@ -337,6 +337,10 @@ const char *comm_dtype_name(CommDtype dtype) {
     return "an unknown type";
 }
 
+CommDtype comm_dtype_of(Precision precision) {
+    return precision == PRECISION_BF16 ? COMM_BF16 : precision == PRECISION_FP16 ? COMM_F16 : COMM_F32;
+}
+
 static void check_dtype(CommDtype dtype, const char *call) {
     if (dtype != COMM_F32 && dtype != COMM_BF16 && dtype != COMM_F16)
         fatal(EXIT_RUNTIME, "%s: unknown element type %d (valid: COMM_F32, COMM_BF16, COMM_F16)", call,
@@ -654,17 +658,18 @@ void comm_recv(CommGroup *g, float *buf, size_t count, int source, int tag) {
     to_device(g, comm, buf, h, bytes);
 }
 
-void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest, float *recv,
-                   size_t recv_count, int source, int tag) {
+void comm_sendrecv_typed(CommGroup *g, const void *send, size_t send_count, int dest, void *recv,
+                         size_t recv_count, int source, CommDtype dtype, int tag) {
     fault_point("sendrecv");
-    size_t send_bytes = send_count * sizeof(float), recv_bytes = recv_count * sizeof(float);
+    check_dtype(dtype, "comm_sendrecv_typed");
+    size_t size = comm_dtype_bytes(dtype), send_bytes = send_count * size, recv_bytes = recv_count * size;
     count_sent((double)send_bytes);
     DeviceStream *comm = comm_stream_after(g, NULL);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
         NCCL_CHECK(ncclGroupStart());
-        NCCL_CHECK(ncclSend(send, send_count, ncclFloat, dest, nccl_of(g), nccl_stream(comm)));
-        NCCL_CHECK(ncclRecv(recv, recv_count, ncclFloat, source, nccl_of(g), nccl_stream(comm)));
+        NCCL_CHECK(ncclSend(send, send_count, nccl_type(dtype), dest, nccl_of(g), nccl_stream(comm)));
+        NCCL_CHECK(ncclRecv(recv, recv_count, nccl_type(dtype), source, nccl_of(g), nccl_stream(comm)));
         NCCL_CHECK(ncclGroupEnd());
         comm_stream_finish(g, comm);
         return;
@@ -674,9 +679,20 @@ void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest,
     size_t total = send_bytes + recv_bytes;
     void *hs = to_host(g, comm, host_side(g, (void *)send, 0, total), send, send_bytes);
     void *hr = host_side(g, recv, send_bytes, total);
-    MPI_CHECK(MPI_Sendrecv(hs, mpi_count(send_count), MPI_FLOAT, dest, tag, hr, mpi_count(recv_count),
-                           MPI_FLOAT, source, tag, g->mpi, MPI_STATUS_IGNORE));
+    MPI_CHECK(MPI_Sendrecv(hs, mpi_count(send_count), mpi_type(dtype), dest, tag, hr, mpi_count(recv_count),
+                           mpi_type(dtype), source, tag, g->mpi, MPI_STATUS_IGNORE));
     to_device(g, comm, recv, hr, recv_bytes);
+}
+
+void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest, float *recv,
+                   size_t recv_count, int source, int tag) {
+    comm_sendrecv_typed(g, send, send_count, dest, recv, recv_count, source, COMM_F32, tag);
+}
+
+int comm_all(CommGroup *g, int flag) {
+    int all = flag != 0, mine = all;
+    MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, g->mpi));
+    return all;
 }
 
 double comm_allreduce_double(CommGroup *g, double value, int op_max) {

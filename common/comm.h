@@ -70,6 +70,8 @@ typedef enum { COMM_MPI, COMM_NCCL, COMM_STAGED } CommTransport;
 typedef enum { COMM_F32 = 0, COMM_BF16, COMM_F16 } CommDtype;
 size_t comm_dtype_bytes(CommDtype dtype);
 const char *comm_dtype_name(CommDtype dtype);
+/* The type gradients are stored in under --precision (mixed.h): fp32, bf16, fp16. */
+CommDtype comm_dtype_of(Precision precision);
 
 /* Start MPI (or a world of one without mpirun); registers the rank with the
  * error and logging helpers of util.h and MPI_Abort as the abort hook. */
@@ -138,9 +140,14 @@ void comm_recv(CommGroup *g, float *buf, size_t count, int source, int tag);
 /* send to one rank and receive from another at once (never deadlocks) */
 void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest, float *recv,
                    size_t recv_count, int source, int tag);
+/* the same for elements of any CommDtype (the ring all-reduce of 16-bit gradients) */
+void comm_sendrecv_typed(CommGroup *g, const void *send, size_t send_count, int dest, void *recv,
+                         size_t recv_count, int source, CommDtype dtype, int tag);
 
 /* ---- small host values ---- */
 double comm_allreduce_double(CommGroup *g, double value, int op_max); /* sum, or max when op_max */
+/* 1 when flag is nonzero on every rank of g, else 0 on every rank: a decision all ranks share */
+int comm_all(CommGroup *g, int flag);
 /* Gather `bytes` from every rank into recv (size * bytes) on root. */
 void comm_gather_bytes(CommGroup *g, const void *send, size_t bytes, void *recv, int root);
 void comm_barrier(CommGroup *g);

@@ -21,7 +21,7 @@ typedef struct {
     size_t count;
     CommDtype dtype;
     ReduceOp op;
-    void (*allreduce)(CommGroup *g, float *buf, size_t count,
+    void (*allreduce)(CommGroup *g, void *buf, size_t count, CommDtype dtype,
                       ReduceOp op); /* JOB_ALLREDUCE: another implementation */
     DeviceEvent *ready;             /* recorded on the compute stream when queued */
     double start_ms, end_ms;
@@ -48,7 +48,7 @@ static void run_job(CommWorker *w, Job *j) {
         break;
     case JOB_ALLREDUCE:
         if (j->allreduce)
-            j->allreduce(w->group, j->recv, j->count, j->op);
+            j->allreduce(w->group, j->recv, j->count, j->dtype, j->op);
         else
             comm_allreduce_typed(w->group, j->recv, j->count, j->dtype, j->op, j->ready);
         break;
@@ -139,12 +139,13 @@ long comm_worker_allreduce(CommWorker *w, void *buf, size_t count, CommDtype dty
 }
 
 long comm_worker_allreduce_with(CommWorker *w,
-                                void (*allreduce)(CommGroup *g, float *buf, size_t count, ReduceOp op),
-                                float *buf, size_t count, ReduceOp op) {
+                                void (*allreduce)(CommGroup *g, void *buf, size_t count, CommDtype dtype,
+                                                  ReduceOp op),
+                                void *buf, size_t count, CommDtype dtype, ReduceOp op) {
     return queue_job(w, (Job){.kind = JOB_ALLREDUCE,
                               .recv = buf,
                               .count = count,
-                              .dtype = COMM_F32,
+                              .dtype = dtype,
                               .op = op,
                               .allreduce = allreduce});
 }

@@ -50,12 +50,13 @@ long comm_worker_allgather(CommWorker *w, const void *send, void *recv, size_t c
 long comm_worker_reduce_scatter(CommWorker *w, const void *send, void *recv, size_t count, CommDtype dtype,
                                 ReduceOp op);
 long comm_worker_allreduce(CommWorker *w, void *buf, size_t count, CommDtype dtype, ReduceOp op);
-/* An fp32 all-reduce of another implementation (the course's ring,
- * ring_allreduce), called on the worker's group; it orders itself after the
- * compute stream, not after the event recorded here. */
+/* An all-reduce of another implementation (the course's ring,
+ * ring_allreduce_typed), called on the worker's group; it orders itself after
+ * the compute stream, not after the event recorded here. */
 long comm_worker_allreduce_with(CommWorker *w,
-                                void (*allreduce)(CommGroup *g, float *buf, size_t count, ReduceOp op),
-                                float *buf, size_t count, ReduceOp op);
+                                void (*allreduce)(CommGroup *g, void *buf, size_t count, CommDtype dtype,
+                                                  ReduceOp op),
+                                void *buf, size_t count, CommDtype dtype, ReduceOp op);
 
 /* Wait until ticket's collective is done; returns the milliseconds this
  * call waited (0 when it was done already). start_ms and end_ms (may be

@@ -23,6 +23,9 @@ Writes into OUT_DIR:
     rank-grid.png        chapter 04: which world rank is which (replica, stage)
                          with --dp 2 --pp 4 (replica = rank / P, stage =
                          rank % P, as 04_pipeline/train.c splits the world)
+    formats.png          chapter 05: fp32, bf16 and fp16 bit by bit (sign,
+                         exponent, mantissa), with the range and epsilon that
+                         follow from the bit counts (common/half.h's table)
 """
 import argparse
 import os
@@ -236,6 +239,54 @@ def draw_tensor_parallel(out):
     plt.close(fig)
 
 
+# ---- chapter 05: the three floating-point formats ----
+
+FORMATS = [("fp32", 8, 23), ("bf16", 8, 7), ("fp16", 5, 10)]  # name, exponent bits, mantissa bits
+
+
+def format_numbers(exponent_bits, mantissa_bits):
+    """Largest finite, smallest normal, smallest subnormal and epsilon of an
+    IEEE-style binary format, from its bit counts alone."""
+    bias = 2 ** (exponent_bits - 1) - 1
+    largest = (2 - 2.0 ** -mantissa_bits) * 2.0 ** bias
+    smallest_normal = 2.0 ** (1 - bias)
+    return largest, smallest_normal, smallest_normal * 2.0 ** -mantissa_bits, 2.0 ** -mantissa_bits
+
+
+def draw_formats(out):
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    width = 0.25  # per bit
+    fig, ax = plt.subplots(figsize=(11, 3.2))
+    ax.set_xlim(-1.2, 32 * width + 0.2)
+    ax.set_ylim(-0.2, 3.3)
+    ax.axis("off")
+    colours = {"sign": "#c44e52", "exponent": "#4c72b0", "mantissa": "#55a868"}
+    for row, (name, e, m) in enumerate(FORMATS):
+        y = 2.4 - row * 1.05
+        fields = [("sign", 1), ("exponent", e), ("mantissa", m)]
+        x = 0.0
+        for field, bits in fields:
+            for _ in range(bits):
+                ax.add_patch(Rectangle((x, y), width, 0.42, facecolor=colours[field], edgecolor="white"))
+                x += width
+            ax.text(x - bits * width / 2, y + 0.21, f"{bits}" if bits > 1 else "s", ha="center", va="center",
+                    fontsize=8, color="white", fontweight="bold")
+        ax.text(-0.2, y + 0.21, name, ha="right", va="center", fontsize=11, fontweight="bold")
+        largest, normal, subnormal, eps = format_numbers(e, m)
+        ax.text(x + 0.15, y + 0.21,
+                f"max {largest:.6g}   min normal {normal:.2g}   min subnormal {subnormal:.2g}   "
+                f"epsilon 2^-{m} = {eps:.2g}", ha="left", va="center", fontsize=8)
+    for i, (field, colour) in enumerate(colours.items()):
+        ax.add_patch(Rectangle((i * 1.9, -0.15), 0.25, 0.2, facecolor=colour))
+        ax.text(i * 1.9 + 0.35, -0.05, field, va="center", fontsize=8)
+    ax.text(4.0, 3.15, "Three formats: the exponent bits set the range, the mantissa bits the precision",
+            ha="center", fontsize=10)
+    fig.savefig(os.path.join(out, "formats.png"), dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description="Draw the course's concept figures.")
     ap.add_argument("out", nargs="?", help="directory for the PNG files")
@@ -258,7 +309,9 @@ def main():
     draw_tensor_parallel(args.out)
     draw_pipelines(args.out)
     draw_rank_grid(args.out)
-    print(f"concepts: wrote ring-allreduce.png, tensor-parallel.png, pipeline-slots.png, rank-grid.png in {args.out}")
+    draw_formats(args.out)
+    print(f"concepts: wrote ring-allreduce.png, tensor-parallel.png, pipeline-slots.png, rank-grid.png, "
+          f"formats.png in {args.out}")
 
 
 if __name__ == "__main__":

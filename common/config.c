@@ -307,11 +307,10 @@ static void check_precision_flags(const Config *c, const char *loss_scale_flag, 
               "at %g)",
               c->loss_scale);
     if (c->precision != PRECISION_FP32 && extra && extra->multi_rank && !extra->mixed_precision)
-        fatal(
-            EXIT_USAGE,
-            "--precision %s: this program trains in fp32 only so far (16-bit runs are chapters 01 and 02's; "
-            "valid: fp32)",
-            precision_name(c->precision));
+        fatal(EXIT_USAGE,
+              "--precision %s: this program trains in fp32 only so far (16-bit runs are chapters 01 to 05's; "
+              "valid: fp32)",
+              precision_name(c->precision));
 }
 
 /* Read argv into c; returns 1 at --help (then nothing else is read). */

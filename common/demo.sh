@@ -200,6 +200,23 @@ if [ -x 04_pipeline/train ]; then
     plot "$runs"/04-gpipe-m8.r* "$runs"/04-1f1b-m8.r* --out runs/plots/04
 fi
 
+# ---- chapter 05 opens with mixed precision: chapter 01's first run again in bf16 and fp16 ----
+# once each (their losses and memory, not their speed), next to that run's first repeat in fp32
+for precision in bf16 fp16; do
+    label="01-$preset-$precision"
+    if [ "$dry_run" = 1 ]; then
+        launch 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 1 --eval-every 20 \
+            --precision "$precision" --steps "$steps" --sample 0 --quiet --out "$runs/$label"
+        continue
+    fi
+    printf 'demo: %-28s once ... ' "$label"
+    launch 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 1 --eval-every 20 \
+        --precision "$precision" --steps "$steps" --sample 0 --quiet --out "$runs/$label" >"$runs/logs/$label.log" 2>&1 ||
+        { echo "failed"; cat "$runs/logs/$label.log" >&2; exit 1; }
+    echo "loss $(awk -F, 'NR == 2 { print $16 }' "$runs/$label/run.csv")"
+done
+plot --precision "$runs/01-$preset.r1" "$runs/01-$preset-bf16" "$runs/01-$preset-fp16" --out runs/plots/05
+
 # ---- chapter 05: ZeRO stages 0-3 on the data-parallel ranks; stage 3 with and without prefetch ----
 if [ -x 05_zero/train ]; then
     for stage in 0 1 2 3; do

@@ -31,18 +31,21 @@ void mixed_unit_out(MixedModel *mm, int unit, uint16_t *grads) {
     gpt_bind_unit(mm->model, unit, NULL, NULL);
 }
 
-/* ---- the storage hooks of a whole 16-bit model ---- */
+/* ---- the storage hooks of a 16-bit model (its whole table or a range of units) ---- */
 
-static uint16_t *unit_params(MixedModel *mm, int unit) {
-    return mm->params + table_unit(&mm->model->table, unit)->offset;
+/* Where unit u's elements start in the held buffers (a stage holds a run of units). */
+static size_t held_offset(const MixedModel *mm, int unit) {
+    return table_unit(&mm->model->table, unit)->offset - mm->model->param_first;
 }
 
 static void before_forward(int unit, void *context) {
-    mixed_unit_in(context, unit, unit_params(context, unit), 0);
+    MixedModel *mm = context;
+    mixed_unit_in(mm, unit, mm->params + held_offset(mm, unit), 0);
 }
 
 static void before_backward(int unit, void *context) {
-    mixed_unit_in(context, unit, unit_params(context, unit), 1);
+    MixedModel *mm = context;
+    mixed_unit_in(mm, unit, mm->params + held_offset(mm, unit), 1);
 }
 
 /* Unbound between its calls: a unit read without its conversion fails loudly. */
@@ -52,31 +55,40 @@ static void after_forward(int unit, void *context) {
 
 static void after_backward(int unit, void *context) {
     MixedModel *mm = context;
-    mixed_unit_out(mm, unit, mm->grads + table_unit(&mm->model->table, unit)->offset);
+    mixed_unit_out(mm, unit, mm->grads + held_offset(mm, unit));
 }
 
-/* The table of cfg, its whole range to be bound a unit at a time, 16-bit matmuls. */
-static void units_model(MixedModel *mm, GPT *model, const ModelConfig *cfg, HalfFormat format) {
+/* model (its table built, no storage bound) as units first_unit..last_unit,
+ * to be bound a unit at a time, with 16-bit matmuls. */
+static void units_range(MixedModel *mm, GPT *model, int first_unit, int last_unit, HalfFormat format) {
     memset(mm, 0, sizeof *mm);
-    ParamTable table;
-    param_table_build(&table, cfg);
-    gpt_init(model, table);
+    if (first_unit > last_unit)
+        fatal(EXIT_RUNTIME, "mixed: units %d..%d are no range", first_unit, last_unit);
+    const ParamUnit *first = table_unit(&model->table, first_unit),
+                    *last = table_unit(&model->table, last_unit);
     mm->format = format;
     mm->model = model;
-    /* the model's range is the whole table; its units get storage one at a time */
-    model->first_unit = LAYER_EMBEDDING;
-    model->last_unit = cfg->layers;
-    model->param_first = 0;
-    model->param_count = model->num_params;
+    model->first_unit = first_unit;
+    model->last_unit = last_unit;
+    model->param_first = first->offset;
+    model->param_count = last->offset + last->numel - first->offset;
     model->half_matmuls = 1;
     model->matmul_format = format;
 }
 
-/* The two fp32 workspaces, each the size of the largest unit. */
+/* The table of cfg, its whole range to be bound a unit at a time, 16-bit matmuls. */
+static void units_model(MixedModel *mm, GPT *model, const ModelConfig *cfg, HalfFormat format) {
+    ParamTable table;
+    param_table_build(&table, cfg);
+    gpt_init(model, table);
+    units_range(mm, model, LAYER_EMBEDDING, cfg->layers, format);
+}
+
+/* The two fp32 workspaces, each the size of the largest unit of the range. */
 static void units_workspaces(MixedModel *mm) {
     const GPT *model = mm->model;
     size_t largest = 0;
-    for (int u = LAYER_EMBEDDING; u <= model->cfg.layers; u++)
+    for (int u = model->first_unit; u <= model->last_unit; u++)
         if (table_unit(&model->table, u)->numel > largest) largest = table_unit(&model->table, u)->numel;
     mm->unit_params = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit weights (fp32)");
     mm->unit_grads = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit gradients (fp32)");
@@ -87,18 +99,16 @@ void mixed_units_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, Half
     units_workspaces(mm);
 }
 
-void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, HalfFormat format) {
-    units_model(mm, model, cfg, format);
-    size_t n = model->num_params;
+void mixed_create_units(MixedModel *mm, GPT *model, int first_unit, int last_unit, const float *initial,
+                        HalfFormat format) {
+    units_range(mm, model, first_unit, last_unit, format);
+    size_t n = model->param_count;
     mm->n = n;
     mm->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, n * sizeof(uint16_t), "16-bit parameters");
     mm->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, n * sizeof(uint16_t), "16-bit gradients");
     mm->master = mem_alloc(SPACE_DEVICE, CAT_OPTIMIZER, n * sizeof(float), "master weights");
     units_workspaces(mm);
-    float *host = xmalloc(n * sizeof(float));
-    param_init_range(&model->table, seed, host, 0, n);
-    copy_to_device(mm->master, host, n * sizeof(float));
-    free(host);
+    copy_to_device(mm->master, initial, n * sizeof(float));
     ops()->cast_to_half(mm->params, mm->master, n, format);
     mm->storage = (UnitHooks){.before_forward = before_forward,
                               .after_forward = after_forward,
@@ -107,6 +117,24 @@ void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t s
                               .context = mm};
     model->params = mm->master; /* the fp32 weights of record: what checkpoints save and load */
     model->storage = &mm->storage;
+}
+
+void mixed_create_range(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, int first_unit,
+                        int last_unit, HalfFormat format) {
+    ParamTable table;
+    param_table_build(&table, cfg);
+    gpt_init(model, table);
+    size_t first = table_unit(&model->table, first_unit)->offset;
+    const ParamUnit *last = table_unit(&model->table, last_unit);
+    size_t n = last->offset + last->numel - first;
+    float *host = xmalloc(n * sizeof(float));
+    param_init_range(&model->table, seed, host, first, n); /* the whole model's values for these elements */
+    mixed_create_units(mm, model, first_unit, last_unit, host, format);
+    free(host);
+}
+
+void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, HalfFormat format) {
+    mixed_create_range(mm, model, cfg, seed, LAYER_EMBEDDING, cfg->layers, format);
 }
 
 void mixed_destroy(MixedModel *mm) {
@@ -130,12 +158,13 @@ void mixed_adamw_step(MixedModel *mm, AdamW *opt, float lr, float grad_scale, co
 }
 
 void mixed_fault_overflow(MixedModel *mm, int step) {
-    half_fault_overflow(mm->grads, mm->format, step);
+    if (mm->params) half_fault_overflow(mm->grads, mm->format, step); /* 16-bit models only */
 }
 
 void half_fault_overflow(uint16_t *grads, HalfFormat format, int step) {
-    const char *fault = getenv("COURSE_FAULT_OVERFLOW_STEP");
+    const char *fault = getenv("COURSE_FAULT_OVERFLOW_STEP"), *on_rank = getenv("COURSE_FAULT_OVERFLOW_RANK");
     if (!fault || atoi(fault) != step) return;
+    if (on_rank && on_rank[0] && atoi(on_rank) != process_rank()) return;
     uint16_t inf = half_from_float(INFINITY, format);
     copy_to_device(grads, &inf, sizeof inf);
 }
@@ -153,7 +182,8 @@ void loss_scaler_init(LossScaler *ls, const Config *cfg) {
 }
 
 int loss_scaler_update(LossScaler *ls, int finite) {
-    if (!ls->skips) return 0;
+    if (!ls->skips) return 0; /* fp32, bf16: no scale, nothing to skip */
+    /* EXERCISE 05.4 BEGIN: the loss-scale update rule (course.md, exercise 05.4) */
     if (!finite) {
         ls->clean_steps = 0;
         if (ls->dynamic) ls->scale /= 2.0f;
@@ -164,6 +194,7 @@ int loss_scaler_update(LossScaler *ls, int finite) {
         ls->scale *= 2.0f;
     }
     return 0;
+    /* EXERCISE 05.4 END */
 }
 
 /* ---- a training step in either precision ---- */
@@ -172,16 +203,38 @@ void precision_zero_grads(GPT *model, MixedModel *mm) {
     if (mm->params)
         ops()->fill_zero_half(mm->grads, mm->n);
     else
-        ops()->fill_zero(model->grads, model->num_params);
+        ops()->fill_zero(model->grads, model->param_count);
 }
 
-int precision_update(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
-                     int step, double *grad_norm) {
-    const KernelOps *k = ops();
+void precision_create_range(GPT *model, MixedModel *mm, const ModelConfig *cfg, uint64_t seed,
+                            Precision precision, int first_unit, int last_unit) {
+    memset(mm, 0, sizeof *mm);
+    if (precision == PRECISION_FP32)
+        gpt_create_range(model, cfg, seed, first_unit, last_unit);
+    else
+        mixed_create_range(mm, model, cfg, seed, first_unit, last_unit, precision_format(precision));
+}
+
+void precision_destroy(GPT *model, MixedModel *mm) {
+    if (mm->params) mixed_destroy(mm);
+    gpt_destroy(model);
+}
+
+void *precision_grads(GPT *model, MixedModel *mm) {
+    return mm->params ? (void *)mm->grads : (void *)model->grads;
+}
+
+double precision_sum_squares(const GPT *model, const MixedModel *mm, size_t first, size_t count) {
+    if (first + count > model->param_count)
+        fatal(EXIT_RUNTIME, "precision_sum_squares: elements %zu..%zu are beyond the %zu held", first,
+              first + count, model->param_count);
+    return mm->params ? ops()->sum_squares_half(mm->grads + first, count, mm->format)
+                      : ops()->sum_squares(model->grads + first, count);
+}
+
+int precision_update_norm(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
+                          int step, double squares, double *grad_norm) {
     float loss_scale = ls->scale; /* the gradients are this many times too large */
-    if (mm->params) mixed_fault_overflow(mm, step);
-    double squares = mm->params ? k->sum_squares_half(mm->grads, mm->n, mm->format)
-                                : k->sum_squares(model->grads, model->num_params);
     *grad_norm = sqrt(squares) / loss_scale;
     int skipped = loss_scaler_update(ls, isfinite(squares));
     if (skipped) {
@@ -194,4 +247,11 @@ int precision_update(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, flo
     else
         adamw_step(opt, model->params, model->grads, lr, grad_scale, cfg);
     return 0;
+}
+
+int precision_update(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
+                     int step, double *grad_norm) {
+    mixed_fault_overflow(mm, step);
+    double squares = precision_sum_squares(model, mm, 0, model->param_count);
+    return precision_update_norm(model, mm, opt, ls, lr, cfg, step, squares, grad_norm);
 }

@@ -30,8 +30,26 @@
  * cublasGemmEx on tensor cores; on the CPU, sgemm on the rounded values,
  * since the installed OpenBLAS has no 16-bit GEMM: kernels_cpu.c);
  * layernorm and its statistics, attention's softmax, GELU, the loss and the
- * gradient norm are fp32 (double for the norm). The activations are stored
- * as fp32 values (4 bytes each): storing them in 16 bits is not done yet.
+ * gradient norm are fp32 (double for the norm).
+ *
+ * Activations: all fp32 (4 bytes a value, CAT_ACTIVATIONS as in fp32: the
+ * same memory.csv line in every precision), and so are the activation
+ * gradients (CAT_WORKSPACE) and what crosses between ranks: 03's and 04's
+ * stage boundaries and tensor parallelism's all-reduces (only the
+ * data-parallel gradient all-reduce is 16-bit). Per token (model.h:
+ * Activations, BlockActs):
+ *   could be 16-bit with the same results, since the matmuls round them
+ *   anyway and nothing else reads them:
+ *     ln1, ln2 (C each, per block), lnf (C)              -> 2C(2L+1) bytes saved
+ *   would change results if rounded (fp32 arithmetic reads them):
+ *     qkv (3C: attention), atty (C: attention's backward too), fch (4C:
+ *     GELU's backward), res2, res3, encoded (C each: the residual stream),
+ *     logits, probs (V each: the loss), losses (1)
+ *   must stay fp32: the layernorm means and rstds (4 per block + 2), the
+ *     attention log-sum-exp (NH per block)
+ * For the small preset at B x T = 1024 the first group is 2,359,296 of the
+ * 28,463,104 activation bytes (course.md, chapter 05). Storing it needs a
+ * layernorm that writes 16 bits and matmuls that read them, in both backends.
  *
  * fp16 and loss scaling. fp16 has 5 exponent bits: gradients below 2^-24
  * become zero and above 65504 become Inf. Scaling the loss by S scales every
@@ -55,7 +73,8 @@
 typedef struct {
     HalfFormat format;
     GPT *model;
-    size_t n;           /* parameters: the whole table */
+    size_t n;           /* parameters held: model->param_count (the whole table, a stage's units,
+                           or a tensor-parallel rank's slices) */
     uint16_t *params;   /* (n) device, CAT_PARAMS */
     uint16_t *grads;    /* (n) device, CAT_GRADS */
     float *master;      /* (n) device, CAT_OPTIMIZER */
@@ -73,6 +92,19 @@ HalfFormat precision_format(Precision p);
  * holds), master weights initialised from seed as gpt_create would, and the
  * 16-bit weights rounded from them. */
 void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, HalfFormat format);
+/* The same for a stage of a layer split (gpt_create_range in 16 bits): only
+ * units first_unit..last_unit, with the whole model's initial values for
+ * their elements. The held buffers are indexed from the range's first
+ * element, model->param_first, as gpt_create_range's are. */
+void mixed_create_range(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, int first_unit,
+                        int last_unit, HalfFormat format);
+/* The general case, for a table the caller built (gpt_init done, no storage
+ * bound: tensor parallelism's local table of slices): units
+ * first_unit..last_unit in 16 bits, the master weights copied from
+ * `initial` (host, one float per element of the range, in table order from
+ * the range's first element). mixed_create_range is this with the whole model's values. */
+void mixed_create_units(MixedModel *mm, GPT *model, int first_unit, int last_unit, const float *initial,
+                        HalfFormat format);
 void mixed_destroy(MixedModel *mm);
 
 /* After the master weights changed outside AdamW (a checkpoint was loaded
@@ -86,7 +118,10 @@ void mixed_adamw_step(MixedModel *mm, AdamW *opt, float lr, float grad_scale, co
 
 /* For testing the skip: with COURSE_FAULT_OVERFLOW_STEP=k in the environment,
  * step k's (1-based) first gradient becomes +Inf, as an overflow would make it
- * (half_fault_overflow: the first element of any 16-bit gradient buffer). */
+ * (half_fault_overflow: the first element of any 16-bit gradient buffer);
+ * with COURSE_FAULT_OVERFLOW_RANK=r too, only on rank r (util.h:
+ * process_rank), so a test can check that every rank skips that step.
+ * mixed_fault_overflow does nothing to an fp32 model (mm->params NULL). */
 void mixed_fault_overflow(MixedModel *mm, int step);
 void half_fault_overflow(uint16_t *grads, HalfFormat format, int step);
 
@@ -118,21 +153,49 @@ typedef struct {
  * 2^16 (PyTorch's GradScaler starts there too) by default. */
 void loss_scaler_init(LossScaler *ls, const Config *cfg);
 /* After a step's gradients: finite says whether all of them are. Returns 1
- * when the step must be skipped; updates the scale for the next step. */
+ * when the step must be skipped; updates the scale for the next step. The
+ * rule (fp16; fp32 and bf16 never skip): gradients that are not finite skip
+ * the step, restart the count of clean steps and, with a dynamic scale,
+ * halve it; a clean step counts, and the window-th clean step in a row
+ * doubles a dynamic scale and restarts the count. A fixed scale never
+ * changes. (Exercise 05.4.) */
 int loss_scaler_update(LossScaler *ls, int finite);
 
 /* ---- a training step in either precision ----
  * The two places where a step depends on how the model is stored, for an
  * fp32 model (mm->params NULL: a zeroed MixedModel) and a 16-bit one alike. */
 
+/* Units first_unit..last_unit of the model of cfg (LAYER_EMBEDDING ..
+ * cfg->layers: the whole model) in `precision`: gpt_create_range (fp32; mm
+ * zeroed) or mixed_create_range (bf16, fp16). precision_destroy undoes either. */
+void precision_create_range(GPT *model, MixedModel *mm, const ModelConfig *cfg, uint64_t seed,
+                            Precision precision, int first_unit, int last_unit);
+void precision_destroy(GPT *model, MixedModel *mm);
+
 /* Zero the gradients: model->grads, or mm->grads. */
 void precision_zero_grads(GPT *model, MixedModel *mm);
+/* The gradients as they are stored (model->grads, fp32, or mm->grads, 16
+ * bits): what data parallelism all-reduces, in that type. */
+void *precision_grads(GPT *model, MixedModel *mm);
+/* Sum of squares (double) of the held gradients [first, first + count),
+ * counted from the held range's first element; not finite when any of them
+ * is not (an fp16 overflow). The loss scale is not divided out. */
+double precision_sum_squares(const GPT *model, const MixedModel *mm, size_t first, size_t count);
 /* The update, after the gradients are summed (over micro-batches and ranks)
  * and were computed with the loss times ls->scale: the global gradient norm
  * (scale divided out) into *grad_norm, the loss scale's update, and AdamW
  * with clipping, unless fp16's gradients overflowed. Returns 1 when the step
- * was skipped. fp32 computes exactly what adamw_step always did. */
+ * was skipped. fp32 computes exactly what adamw_step always did. For a model
+ * held whole on this rank (chapters 01, 02). */
 int precision_update(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
                      int step, double *grad_norm);
+/* The same for a model split over ranks (chapters 03, 04), which updates
+ * only the part it holds: `squares` is the squared gradient norm of the WHOLE
+ * model, which the caller sums over the ranks (precision_sum_squares of each
+ * part). It must be the same on every rank, and not finite on every rank when
+ * the gradients overflowed on any: then every rank skips the step and halves
+ * its scale, and the replicas and stages stay one model. */
+int precision_update_norm(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
+                          int step, double squares, double *grad_norm);
 
 #endif

@@ -324,19 +324,17 @@ void scratch_destroy(Scratch *s) {
 
 /* ---- forward ---- */
 
-/* The model's matmuls: fp32, or with 16-bit inputs under mixed precision
- * (GPT.half_matmuls; kernels.h: linear_forward_half). */
-static void linear_forward_of(const GPT *m, float *out, const float *inp, const float *weight,
-                              const float *bias, int N, int C, int OC) {
-    if (m->half_matmuls)
+void gpt_linear_forward(const GPT *m, float *out, const float *inp, const float *weight, const float *bias,
+                        int N, int C, int OC) {
+    if (m && m->half_matmuls)
         ops()->linear_forward_half(out, inp, weight, bias, N, C, OC, m->matmul_format);
     else
         ops()->linear_forward(out, inp, weight, bias, N, C, OC);
 }
 
-static void linear_backward_of(const GPT *m, float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, int N, int C, int OC) {
-    if (m->half_matmuls)
+void gpt_linear_backward(const GPT *m, float *dinp, float *dweight, float *dbias, const float *dout,
+                         const float *inp, const float *weight, int N, int C, int OC) {
+    if (m && m->half_matmuls)
         ops()->linear_backward_half(dinp, dweight, dbias, dout, inp, weight, N, C, OC, m->matmul_format);
     else
         ops()->linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
@@ -372,13 +370,13 @@ static void block_forward_values(const GPT *m, BlockActs *b, Scratch *s, int l, 
     float **w = m->w.block[l];
     /* attention half: res2 = input + attproj(attention(qkv(ln1(input)))) */
     k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, input, w[BLOCK_LN1W], w[BLOCK_LN1B], N, C);
-    linear_forward_of(m, b->qkv, b->ln1, w[BLOCK_QKVW], w[BLOCK_QKVB], N, C, 3 * C);
+    gpt_linear_forward(m, b->qkv, b->ln1, w[BLOCK_QKVW], w[BLOCK_QKVB], N, C, 3 * C);
     k->attention_forward(b->atty, b->lse, b->qkv, B, T, C, NH);
-    linear_forward_of(m, s->branch, b->atty, w[BLOCK_ATTPROJW], w[BLOCK_ATTPROJB], N, C, C);
+    gpt_linear_forward(m, s->branch, b->atty, w[BLOCK_ATTPROJW], w[BLOCK_ATTPROJB], N, C, C);
     k->residual_forward(b->res2, input, s->branch, (size_t)N * C);
     /* MLP half, up to its hidden layer: fch = fc(ln2(res2)) */
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, w[BLOCK_LN2W], w[BLOCK_LN2B], N, C);
-    linear_forward_of(m, b->fch, b->ln2, w[BLOCK_FCW], w[BLOCK_FCB], N, C, 4 * C);
+    gpt_linear_forward(m, b->fch, b->ln2, w[BLOCK_FCW], w[BLOCK_FCB], N, C, 4 * C);
 }
 
 void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int l, const float *input, int B, int T) {
@@ -389,7 +387,7 @@ void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int l, const fl
     block_forward_values(m, b, s, l, input, B, T);
     /* the rest of the MLP half: res3 = res2 + fcproj(gelu(fch)); res3 is always kept */
     k->gelu_forward(s->gelu, b->fch, (size_t)N * 4 * C);
-    linear_forward_of(m, s->branch, s->gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, 4 * C, C);
+    gpt_linear_forward(m, s->branch, s->gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, 4 * C, C);
     k->residual_forward(a->block[l].res3, b->res2, s->branch, (size_t)N * C);
 }
 
@@ -397,7 +395,7 @@ void gpt_head_forward(const GPT *m, Activations *a, const float *input, int with
     const KernelOps *k = ops();
     int C = m->cfg.dmodel, V = m->cfg.vocab, N = B * T;
     k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, input, m->w.lnfw, m->w.lnfb, N, C);
-    linear_forward_of(m, a->logits, a->lnf, m->w.lm_head, NULL, N, C, V);
+    gpt_linear_forward(m, a->logits, a->lnf, m->w.lm_head, NULL, N, C, V);
     if (with_loss) k->crossentropy_forward(a->losses, a->probs, a->logits, a->targets, N, V);
 }
 
@@ -415,7 +413,7 @@ void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *in
     k->fill_zero(s->dlogits, (size_t)N * V);
     k->crossentropy_backward(s->dlogits, a->probs, a->targets, dloss, N, V);
     k->fill_zero(s->dln, (size_t)N * C);
-    linear_backward_of(m, s->dln, m->g.lm_head, NULL, s->dlogits, a->lnf, m->w.lm_head, N, C, V);
+    gpt_linear_backward(m, s->dln, m->g.lm_head, NULL, s->dlogits, a->lnf, m->w.lm_head, N, C, V);
     k->fill_zero(dinput, (size_t)N * C);
     k->layernorm_backward(dinput, m->g.lnfw, m->g.lnfb, s->dln, input, m->w.lnfw, a->lnf_mean, a->lnf_rstd, N,
                           C);
@@ -437,23 +435,23 @@ void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int l, const f
     copy_on_device(s->dmid, doutput, NC * sizeof(float));
     k->gelu_forward(s->gelu, b->fch, 4 * NC); /* recomputed: cheaper than keeping it per block */
     k->fill_zero(s->dfch_gelu, 4 * NC);
-    linear_backward_of(m, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], doutput, s->gelu,
-                       w[BLOCK_FCPROJW], N, 4 * C, C);
+    gpt_linear_backward(m, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], doutput, s->gelu,
+                        w[BLOCK_FCPROJW], N, 4 * C, C);
     k->fill_zero(s->dfch, 4 * NC);
     k->gelu_backward(s->dfch, b->fch, s->dfch_gelu, 4 * NC);
     k->fill_zero(s->dln, NC);
-    linear_backward_of(m, s->dln, g[BLOCK_FCW], g[BLOCK_FCB], s->dfch, b->ln2, w[BLOCK_FCW], N, C, 4 * C);
+    gpt_linear_backward(m, s->dln, g[BLOCK_FCW], g[BLOCK_FCB], s->dfch, b->ln2, w[BLOCK_FCW], N, C, 4 * C);
     k->layernorm_backward(s->dmid, g[BLOCK_LN2W], g[BLOCK_LN2B], s->dln, b->res2, w[BLOCK_LN2W], b->ln2_mean,
                           b->ln2_rstd, N, C);
     /* Attention half. res2 = input + branch: the same again with dmid. */
     copy_on_device(dinput, s->dmid, NC * sizeof(float));
     k->fill_zero(s->datty, NC);
-    linear_backward_of(m, s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], s->dmid, b->atty, w[BLOCK_ATTPROJW],
-                       N, C, C);
+    gpt_linear_backward(m, s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], s->dmid, b->atty,
+                        w[BLOCK_ATTPROJW], N, C, C);
     k->fill_zero(s->dqkv, 3 * NC);
     k->attention_backward(s->dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, C, NH);
     k->fill_zero(s->dln, NC);
-    linear_backward_of(m, s->dln, g[BLOCK_QKVW], g[BLOCK_QKVB], s->dqkv, b->ln1, w[BLOCK_QKVW], N, C, 3 * C);
+    gpt_linear_backward(m, s->dln, g[BLOCK_QKVW], g[BLOCK_QKVB], s->dqkv, b->ln1, w[BLOCK_QKVW], N, C, 3 * C);
     k->layernorm_backward(dinput, g[BLOCK_LN1W], g[BLOCK_LN1B], s->dln, input, w[BLOCK_LN1W], b->ln1_mean,
                           b->ln1_rstd, N, C);
 }

@@ -258,6 +258,17 @@ void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int layer, con
                         const float *doutput, float *dinput, int B, int T);
 void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded, int B, int T);
 
+/* ---- the model's matmuls ----
+ * A linear layer (kernels.h: linear_forward, linear_backward) as model m
+ * computes it: fp32, or with 16-bit matmul inputs and fp32 accumulation
+ * under mixed precision (m->half_matmuls: linear_forward_half). Every layer
+ * of the model goes through these, and so do tensor parallelism's sliced
+ * layers (03_model_parallel); m NULL computes in fp32. */
+void gpt_linear_forward(const GPT *m, float *out, const float *inp, const float *weight, const float *bias,
+                        int N, int C, int OC);
+void gpt_linear_backward(const GPT *m, float *dinp, float *dweight, float *dbias, const float *dout,
+                         const float *inp, const float *weight, int N, int C, int OC);
+
 /* Sum of a->losses over B*T tokens (copied to the host, summed in double). */
 double gpt_loss_sum(const Activations *a, int B, int T);
 

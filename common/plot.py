@@ -6,6 +6,7 @@
     python3 common/plot.py --gantt RUN_DIR... [--step N] [--out DIR]
     python3 common/plot.py --sweep RUN_DIR... [--out DIR]
     python3 common/plot.py --zero RUN_DIR... [--out DIR]
+    python3 common/plot.py --precision RUN_DIR... [--out DIR]
 
 Reads only the CSVs that every chapter program writes, so a learner can plot
 their own runs next to the demo's. A run's label is its directory name;
@@ -43,6 +44,15 @@ bytes_sent_per_step; memory.csv):
                     rank sends per step next to an all-reduce's 2(N-1)/N x 4
                     (16-bit: 2) bytes per parameter (1.5x that at stage 3),
                     and the median step time
+With --precision, from runs of one configuration in fp32, bf16 and fp16
+(labelled by their directory names, e.g. 01-small-bf16):
+    precision.png   the loss curves overlaid (left: they stay close, not
+                    equal), each run's relative difference from the first
+                    run's loss (middle; give fp32 first), and the device
+                    memory of each run stacked by category (right), each of
+                    params, grads and optimizer labelled with its bytes per
+                    parameter (4, 4, 8 in fp32; 2, 2, 12 in 16 bits) from
+                    memory.csv and run.csv's params
 With --sweep, from pipeline runs' run.csv (columns schedule, micro,
 median_step_ms, bubble_measured, bubble_theory):
     sweep.png       against the number of micro-batches, one line per
@@ -459,6 +469,73 @@ def plot_zero(groups, out):
     plt.close(fig)
 
 
+def plot_precision(groups, out):
+    """Loss curves of the precisions overlaid; their memory by category with bytes per parameter."""
+    fig, (ax_loss, ax_diff, ax_mem) = plt.subplots(1, 3, figsize=(15, 4.5),
+                                                   gridspec_kw={"width_ratios": [3, 3, 2]})
+    styles = ["-", "--", ":", "-."]
+    first = None
+    for i, (label, runs) in enumerate(groups.items()):
+        steps = runs[0]["steps"]
+        x, loss = [int(s["step"]) for s in steps], [float(s["loss"]) for s in steps]
+        ax_loss.plot(x, loss, styles[i % len(styles)], label=label, linewidth=1.5)
+        if first is None:
+            first = (label, loss)
+            ax_diff.plot([], [])  # keep the colours of the two panels in step
+            continue
+        n = min(len(loss), len(first[1]))
+        ax_diff.semilogy(x[:n], [max(abs(a - b) / b, 1e-9) for a, b in zip(loss, first[1])],
+                         styles[i % len(styles)], label=label, linewidth=1.2)
+    ax_loss.set_xlabel("optimizer step")
+    ax_loss.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_loss.set_ylabel("training loss")
+    ax_loss.set_title("fp32, bf16, fp16: close curves, not equal ones")
+    ax_loss.grid(alpha=0.3)
+    ax_loss.legend(fontsize=8)
+    if first is not None:
+        ax_diff.set_title(f"relative difference from {first[0]}")
+    ax_diff.set_xlabel("optimizer step")
+    ax_diff.set_ylabel("|loss - reference| / reference")
+    ax_diff.grid(alpha=0.3, which="both")
+    if len(groups) > 1:
+        ax_diff.legend(fontsize=8)
+    labels = list(groups)
+    bottom = [0.0] * len(labels)
+    for cat in CATEGORIES:
+        bytes_of = []
+        for label in labels:
+            rows = [r for r in groups[label][0]["memory"] if r["space"] == "device" and r["category"] == cat]
+            bytes_of.append(sum(int(r["peak_bytes"]) for r in rows))
+        if not any(bytes_of):
+            continue
+        heights = [b / 2**20 for b in bytes_of]
+        ax_mem.bar(range(len(labels)), heights, bottom=bottom, label=cat, color=COLOURS[cat])
+        if cat in ("params", "grads", "optimizer"):
+            for x, label in enumerate(labels):
+                per_param = bytes_of[x] / int(groups[label][0]["run"][0]["params"])
+                ax_mem.text(x, bottom[x] + heights[x] / 2, f"{per_param:.3g} B/param", ha="center",
+                            va="center", fontsize=7, color="white")
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    for label in labels:
+        run = groups[label][0]
+        params = int(run["run"][0]["params"])
+        per_param = {cat: sum(int(r["peak_bytes"]) for r in run["memory"]
+                              if r["space"] == "device" and r["category"] == cat) / params
+                     for cat in ("params", "grads", "optimizer")}
+        print(f"precision {label}: bytes per parameter: params {per_param['params']:g}, grads "
+              f"{per_param['grads']:g}, optimizer {per_param['optimizer']:g}; final loss "
+              f"{float(run['run'][0]['final_loss']):.6g}")
+    ax_mem.set_xticks(range(len(labels)))
+    ax_mem.set_xticklabels(labels, fontsize=8, rotation=15, ha="right")
+    ax_mem.set_ylabel("peak device memory, all ranks (MiB)")
+    ax_mem.set_title("Memory by category")
+    ax_mem.grid(axis="y", alpha=0.3)
+    ax_mem.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "precision.png"), dpi=120)
+    plt.close(fig)
+
+
 def main():
     parser = argparse.ArgumentParser(description="Plot course runs from their CSVs.")
     parser.add_argument("runs", nargs="+", help="run directories (each with steps.csv, memory.csv, run.csv), "
@@ -469,6 +546,8 @@ def main():
     parser.add_argument("--step", type=int, default=None, help="--gantt: which step (default: the last)")
     parser.add_argument("--sweep", action="store_true", help="step time against micro-batches, per schedule")
     parser.add_argument("--zero", action="store_true", help="chapter 05: memory, bytes and time per ZeRO stage")
+    parser.add_argument("--precision", action="store_true",
+                        help="chapter 05: loss curves and memory by category of fp32, bf16 and fp16 runs")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if args.commbench:
@@ -481,6 +560,10 @@ def main():
     if args.zero:
         plot_zero(load_runs(args.runs), args.out)
         print(f"plot.py: wrote zero.png to {args.out}")
+        return
+    if args.precision:
+        plot_precision(load_runs(args.runs), args.out)
+        print(f"plot.py: wrote precision.png to {args.out}")
         return
     if args.sweep:
         plot_sweep(load_runs(args.runs), args.out)

@@ -6,7 +6,18 @@
  * all-gather (n-1 more steps: pass the finished chunks on) gives every rank
  * every chunk. Each rank sends 2(n-1)/n of the buffer, however many ranks
  * there are: the reason the ring is bandwidth-optimal.
- * Works for any group size and any count (chunks may be empty). */
+ * Works for any group size and any count (chunks may be empty).
+ *
+ * Any element type of comm.h: fp32, or the 16-bit gradients of mixed
+ * precision (bf16, fp16), which travel as 16 bits (2 bytes per element,
+ * counted so). Each addition of the reduce-scatter is done in fp32: the
+ * arriving chunk and this rank's are widened (exactly), added, and the sum
+ * rounded once to the storage type (half.h, to nearest even). A chunk's
+ * partial sum is so rounded at every hop, n-1 roundings in all, as NCCL's
+ * ring rounds it and as the library's MPI sum (comm.c) does: the order of the
+ * additions differs from one device's accumulation, which is why 16-bit
+ * layouts match chapter 01 within a tolerance and not bit for bit. Summing
+ * the whole chunk in fp32 would need fp32 on the wire: twice the bytes. */
 #ifndef RING_H
 #define RING_H
 
@@ -14,7 +25,11 @@
 
 #include <stddef.h>
 
-/* In place on a DEVICE buffer of the active backend. */
+/* In place on a DEVICE buffer of the active backend, of `count` elements of
+ * `type`. COMM_AVG divides the sum by the group size (16-bit: in fp32, then
+ * rounded). */
+void ring_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype type, ReduceOp op);
+/* The same on floats. */
 void ring_allreduce(CommGroup *g, float *buf, size_t count, ReduceOp op);
 
 /* Chunk c of n over count elements: [chunk_begin(c), chunk_begin(c+1)). */

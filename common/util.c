@@ -58,6 +58,10 @@ void set_error_rank(int rank) {
 void set_abort_hook(void (*hook)(int)) {
     abort_hook = hook;
 }
+int process_rank(void) {
+    return log_rank;
+}
+
 void set_log_rank(int rank) {
     log_rank = rank;
 }

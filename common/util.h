@@ -66,6 +66,8 @@ void set_abort_hook(void (*hook)(int exit_code));
 
 /* printf on stdout from rank 0 only (set_log_rank sets who we are), flushed at once. */
 void set_log_rank(int rank);
+/* The rank set_log_rank registered (0 without mpirun): for fault injection on one rank. */
+int process_rank(void);
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* malloc for small host-side bookkeeping (not tracked: tensors go through device.h). */

@@ -273,9 +273,22 @@ assert_refused() {
     assert_refused "--loss-scale-window: 0 is out of range (valid: 1..10000000)"
 }
 
-@test "03: 16-bit precision is refused by the programs that do not implement it yet" {
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 run --separate-stderr timeout 30 \
-        mpirun --oversubscribe -np 1 "$REPO/03_model_parallel/train" --precision bf16 --steps 1 --out "$(scratch)/o"
-    assert_equal "$status" 2
-    [[ "$stderr" == *"error: --precision bf16: this program trains in fp32 only so far"* ]]
+# bad_in PROGRAM FLAGS...: PROGRAM (a chapter folder) as a world of one rank, as bad() runs 01.
+bad_in() {
+    local program="$1"
+    shift
+    run --separate-stderr timeout 10 "$REPO/$program/train" --device cpu --steps 1 --out "$(scratch)/o" "$@"
+}
+
+@test "03 and 04 refuse the precision flags as 01 does: a loss scale with bf16 or fp32, a zero scale, an unknown precision" {
+    for program in 03_model_parallel 04_pipeline; do
+        bad_in "$program" --precision bf16 --loss-scale 1024
+        assert_refused "--loss-scale applies to --precision fp16 only (this run is bf16"
+        bad_in "$program" --loss-scale-window 10
+        assert_refused "--loss-scale-window applies to --precision fp16 only (this run is fp32)"
+        bad_in "$program" --precision fp16 --loss-scale 0
+        assert_refused "--loss-scale: '0' is not a valid scale"
+        bad_in "$program" --precision fp8
+        assert_refused "--precision: unknown precision 'fp8' (valid: fp32, bf16, fp16)"
+    done
 }

@@ -180,3 +180,19 @@ runs/demo/01-small-recompute.r2"
         assert_equal "${BASH_REMATCH[3]}" "${BASH_REMATCH[4]}"
     done
 }
+
+@test "the precision plot overlays fp32, bf16 and fp16 and reads 4+4+8 and 2+2+12 bytes per parameter" {
+    python="$(plot_python)"
+    "$python" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"
+    dir="$(scratch)"
+    for precision in fp32 bf16 fp16; do
+        OMP_NUM_THREADS=1 "$TRAIN01" --device cpu --precision "$precision" --steps 3 --sample 0 --quiet \
+            --eval-batches 1 --out "$dir/01-$precision" >/dev/null
+    done
+    run "$python" "$REPO/common/plot.py" --precision "$dir"/01-fp32 "$dir"/01-bf16 "$dir"/01-fp16 --out "$dir/plots"
+    assert_success
+    [ -s "$dir/plots/precision.png" ]
+    assert_output --partial "precision 01-fp32: bytes per parameter: params 4, grads 4, optimizer 8"
+    assert_output --partial "precision 01-bf16: bytes per parameter: params 2, grads 2, optimizer 12"
+    assert_output --partial "precision 01-fp16: bytes per parameter: params 2, grads 2, optimizer 12"
+}

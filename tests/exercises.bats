@@ -160,6 +160,16 @@ setup_file() {
     assert_output --regexp '01\.2 .* FAIL'
 }
 
+@test "a plausible wrong answer fails its grader: a loss-scale count that an overflow does not restart" {
+    # the first "clean_steps = 0" is the overflow branch's
+    sed -i '0,/ls->clean_steps = 0;/{/ls->clean_steps = 0;/d}' "$COPIES/one/common/mixed.c"
+    [ "$(grep -c 'ls->clean_steps = 0;' "$COPIES/one/common/mixed.c")" = 1 ]
+    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 all >/dev/null 2>&1
+    run "$COPIES/one/common/grade.sh"
+    assert_failure
+    assert_output --regexp '05\.4 .* FAIL \(see'
+}
+
 @test "make exercises refuses an unknown exercise and a non-empty destination" {
     run make -C "$REPO" --no-print-directory exercises DEST="$BATS_TEST_TMPDIR/x" ONLY=09.9
     assert_failure

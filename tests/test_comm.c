@@ -216,7 +216,7 @@ static void check_bucketed(void) {
             size_t count = data_counts[c], bucket = bucket_sizes[s];
             const BucketedSpec sum = {BUCKETED_ALLREDUCE, COMM_F32, COMM_SUM, NULL},
                                avg = {BUCKETED_ALLREDUCE, COMM_F32, COMM_AVG, NULL},
-                               ring = {BUCKETED_ALLREDUCE, COMM_F32, COMM_SUM, ring_allreduce},
+                               ring = {BUCKETED_ALLREDUCE, COMM_F32, COMM_SUM, ring_allreduce_typed},
                                scatter = {BUCKETED_REDUCE_SCATTER, COMM_F32, COMM_SUM, NULL},
                                gather = {BUCKETED_ALLGATHER, COMM_F32, COMM_SUM, NULL};
             check_bucketed_op(&sum, "all-reduce", count, bucket);
@@ -257,6 +257,35 @@ static void check_16bit(CommDtype dtype) {
     }
     if (n > 1 && fabs(sent - 2.0 * (n - 1) / n * COUNT * 2) > 1e-6) {
         printf("FAIL %s all-reduce counted %g bytes\n", comm_dtype_name(dtype), sent);
+        failures++;
+    }
+    /* the course's ring in 16 bits: the same bits as the library's, and half
+     * the bytes of the same ring on floats */
+    uint16_t ring_sum[COUNT], ring_avg[COUNT];
+    float floats[COUNT];
+    for (int i = 0; i < COUNT; i++) {
+        ring_sum[i] = ring_avg[i] = mine[i];
+        floats[i] = half_to_float(mine[i], format);
+    }
+    before = comm_bytes_sent();
+    ring_allreduce_typed(w, ring_sum, COUNT, dtype, COMM_SUM);
+    double ring_sent = comm_bytes_sent() - before;
+    before = comm_bytes_sent();
+    ring_allreduce(w, floats, COUNT, COMM_SUM);
+    double ring_sent_f32 = comm_bytes_sent() - before;
+    ring_allreduce_typed(w, ring_avg, COUNT, dtype, COMM_AVG);
+    for (int i = 0; i < COUNT; i++)
+        if (ring_sum[i] != buf[i] || ring_avg[i] != avg[i]) {
+            printf("FAIL %s ring all-reduce [%d]: sum %g, average %g, expected %g and %g\n",
+                   comm_dtype_name(dtype), i, half_to_float(ring_sum[i], format),
+                   half_to_float(ring_avg[i], format), half_to_float(buf[i], format),
+                   half_to_float(avg[i], format));
+            failures++;
+            break;
+        }
+    if (n > 1 && ring_sent * 2 != ring_sent_f32) {
+        printf("FAIL %s ring all-reduce counted %g bytes, fp32 %g\n", comm_dtype_name(dtype), ring_sent,
+               ring_sent_f32);
         failures++;
     }
     if (n <= 8) {

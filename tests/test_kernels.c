@@ -31,6 +31,7 @@
  * "FAIL name <element> ...". Exit status 0 when all pass, 1 when one fails,
  * 2 on bad arguments. --verbose also prints every compared tensor's error. */
 #include "kernels.h"
+#include "mixed.h"
 #include "util.h"
 
 #include <float.h>
@@ -940,6 +941,68 @@ static void check_mixed(Verdict *v) {
     for (size_t s = 0; s < sizeof half_specs / sizeof half_specs[0]; s++) check_mixed_of(v, &half_specs[s]);
 }
 
+/* fp16's loss-scale rule (mixed.h: loss_scaler_update, exercise 05.4),
+ * step by step against sequences worked by hand: clean (.) and overflowing
+ * (X) steps, and after each the skip and the scale for the next step. */
+typedef struct {
+    const char *name;
+    float loss_scale; /* --loss-scale: 0 dynamic */
+    int window;
+    const char *steps;   /* one character per step: . clean, X overflow */
+    const char *skipped; /* 1 where the step is skipped */
+    float scales[16];    /* the scale after each step */
+} ScalerCase;
+
+static const ScalerCase scaler_cases[] = {
+    /* the count of clean steps restarts at an overflow (step 5): the doubling comes 2 clean steps later */
+    {"dynamic, window 2",
+     0.0f,
+     2,
+     "..X.X...",
+     "00101000",
+     {65536, 131072, 65536, 65536, 32768, 32768, 65536, 65536}},
+    /* a run of overflows halves each time; the window-th clean step (not the one after) doubles */
+    {"dynamic, window 3",
+     0.0f,
+     3,
+     "XXX...X...",
+     "1110001000",
+     {32768, 16384, 8192, 8192, 8192, 16384, 8192, 8192, 8192, 16384}},
+    /* a fixed scale skips overflowing steps and never moves */
+    {"fixed 1024",
+     1024.0f,
+     2,
+     "..X..XX..",
+     "001001100",
+     {1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024}},
+};
+
+static void check_loss_scale(Verdict *v) {
+    for (size_t c = 0; c < sizeof scaler_cases / sizeof scaler_cases[0]; c++) {
+        const ScalerCase *sc = &scaler_cases[c];
+        Config cfg = {
+            .precision = PRECISION_FP16, .loss_scale = sc->loss_scale, .loss_scale_window = sc->window};
+        LossScaler ls;
+        loss_scaler_init(&ls, &cfg);
+        for (int i = 0; sc->steps[i]; i++) {
+            int skipped = loss_scaler_update(&ls, sc->steps[i] == '.');
+            if (skipped != sc->skipped[i] - '0' || ls.scale != sc->scales[i]) {
+                fail(v, "%s, steps %.*s: step %d %s with the scale then %g (expected %s, %g)", sc->name,
+                     i + 1, sc->steps, i + 1, skipped ? "skipped" : "taken", ls.scale,
+                     sc->skipped[i] == '1' ? "skipped" : "taken", sc->scales[i]);
+                break;
+            }
+        }
+    }
+    /* bf16 (and fp32): no scaling, never a skip */
+    Config cfg = {.precision = PRECISION_BF16, .loss_scale_window = 2};
+    LossScaler ls;
+    loss_scaler_init(&ls, &cfg);
+    if (loss_scaler_update(&ls, 0) || loss_scaler_update(&ls, 1) || ls.scale != 1.0f)
+        fail(v, "bf16: a step was skipped or the scale left 1 (%g)", ls.scale);
+    record(v, "loss scale", NO_INDEX, 0.0, 0.0, 1.0);
+}
+
 /* The matmuls with 16-bit inputs: the same as the fp32 kernels (checked
  * above) run on the inputs rounded to the format, dbias from the unrounded
  * dout; and not the fp32 result itself (the rounding happened). */
@@ -1013,6 +1076,7 @@ static const KernelCheck checks[] = {
     {"casts", check_casts},
     {"mixed", check_mixed},
     {"linear_half", check_linear_half},
+    {"loss_scale", check_loss_scale},
 };
 static const int check_count = sizeof checks / sizeof checks[0];
 

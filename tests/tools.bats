@@ -115,13 +115,22 @@ EOF
     done
 }
 
-@test "the concept drawings of chapters 02-04 are generated" {
+@test "the concept drawings of chapters 02-05 are generated" {
     dir="$(scratch)/concepts"
     run "$(plot_python)" "$REPO/common/concepts.py" "$dir"
     assert_success
-    for png in ring-allreduce tensor-parallel pipeline-slots rank-grid; do
+    for png in ring-allreduce tensor-parallel pipeline-slots rank-grid formats; do
         [ -s "$dir/$png.png" ]
     done
+}
+
+@test "the formats drawing's numbers follow from the bit counts as half.h's table says" {
+    run python3 -c "import sys; sys.path.insert(0, '$REPO/common'); import concepts
+for name, e, m in concepts.FORMATS: print(name, *('%.4g' % x for x in concepts.format_numbers(e, m)))"
+    assert_success
+    assert_line "fp32 3.403e+38 1.175e-38 1.401e-45 1.192e-07"
+    assert_line "bf16 3.39e+38 1.175e-38 9.184e-41 0.007812"
+    assert_line "fp16 6.55e+04 6.104e-05 5.96e-08 0.0009766"
 }
 
 @test "the speed problems' reference answers grade as right, and wrong or missing ones as wrong" {

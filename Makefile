@@ -144,6 +144,7 @@ program_libs = $(if $(filter 01_%,$(1)),$(LDLIBS),$(MPI_LIBS) $(LDLIBS))
 # A chapter links its own .c files and the earlier chapters' files named in
 # NN_name_USES, e.g. 06_offload_USES := 04_pipeline/pipeline.c 04_pipeline/schedule.c
 # 04_pipeline/timeline.c (the pipeline interpreter), so a module is written once.
+06_offload_USES := 04_pipeline/pipeline.c 04_pipeline/schedule.c 04_pipeline/timeline.c
 define PROGRAM_RULE
 $(1)/train: $(patsubst %.c,$(BUILD)/%.o,$(filter-out %bench.c,$(wildcard $(1)/*.c)) $($(1)_USES)) $(LIBCOMMON)
 	$$(CC) -o $$@ $$^ $$(call program_libs,$(1))
@@ -152,6 +153,8 @@ $(foreach d,$(CHAPTER_DIRS:%/=%),$(eval $(call PROGRAM_RULE,$(d))))
 $(BENCH_SOURCES:%.c=%): %: $(BUILD)/%.o $(LIBCOMMON)
 	$(CC) -o $@ $^ $(call program_libs,$@)
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
+# 06 includes 04's headers (the pipeline interpreter it links)
+$(BUILD)/06_offload/%.o: CFLAGS += -I04_pipeline
 $(BUILD)/tests/test_comm.o $(BUILD)/tests/test_tensor_parallel.o $(BUILD)/tests/test_grid.o: CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/tests/test_tensor_parallel: $(BUILD)/03_model_parallel/tensor_parallel.o
 $(BUILD)/tests/test_schedule: $(BUILD)/04_pipeline/schedule.o

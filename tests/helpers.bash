@@ -59,6 +59,18 @@ assert_losses_match() {
                               END { exit bad }'
 }
 
+# assert_losses_within REF_DIR RUN_DIR STEPS TOL: the same with a relative
+# tolerance of TOL (16-bit runs against 01 in the same precision: 1e-2), the
+# worst difference printed.
+assert_losses_within() {
+    local ref="$1" run="$2" steps="$3" tol="$4"
+    run paste -d, <(csv_column "$ref/steps.csv" loss) <(csv_column "$run/steps.csv" loss)
+    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" "$steps"
+    echo "$output" | awk -F, -v tol="$tol" '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > worst) worst = r
+                                               if (r > tol) { print "step " NR ": " $0; bad = 1 } }
+                                             END { print "worst relative difference " worst; exit bad }'
+}
+
 # The Python that has matplotlib (Debian's python3-matplotlib lives in
 # /usr/bin/python3); plain python3 when none has it.
 plot_python() {

@@ -121,14 +121,6 @@ assert_final_loss_near_fp32() {
 # apart by a few units in the last place of the 16-bit weights per step; the
 # loss, an average over 512 tokens, moves far less than the weights do.
 # Measured on this CPU: at most 1.4e-5 (bf16) and 3.9e-6 (fp16) over these runs.
-assert_losses_within() {
-    local ref="$1" run="$2" steps="$3" tol="$4"
-    run paste -d, <(csv_column "$ref/steps.csv" loss) <(csv_column "$run/steps.csv" loss)
-    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" "$steps"
-    echo "$output" | awk -F, -v tol="$tol" '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > worst) worst = r
-                                               if (r > tol) { print "step " NR ": " $0; bad = 1 } }
-                                             END { print "worst relative difference " worst; exit bad }'
-}
 
 check_02_against_01() {
     local precision="$1" flags="--device cpu --steps 20 --batch 12 --sample 0 --quiet --eval-batches 1 --precision $1"

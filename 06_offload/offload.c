@@ -39,13 +39,17 @@ static void add_row(Offload *o, int unit, const char *op, double start_ms, doubl
         timeline_add(o->timeline, o->step, unit, op, since_origin_us(o, start_ms),
                      since_origin_us(o, end_ms));
 }
-/* When a copy queued on the copy stream has finished, as the host sees it:
- * on the CPU the copy was done when its call returned; on a GPU when its
- * event is found reached. */
-static double copy_end_ms(DeviceEvent *done, double returned_ms) {
-    if (device_backend() == BACKEND_CPU) return returned_ms;
-    device_event_sync(done);
-    return wall_ms();
+/* A copy's row: from when it was queued to when it was done, as the host
+ * sees it. On the CPU a copy is done when its call returns; on a GPU when
+ * its event is reached, which the host learns where it waits for it anyway
+ * (a wait at the moment of queuing would undo the overlap). */
+static void add_copy_row(Offload *o, int unit, const char *op, const double when_ms[2], DeviceEvent *done) {
+    double end = when_ms[1];
+    if (device_backend() != BACKEND_CPU) {
+        device_event_sync(done);
+        end = wall_ms();
+    }
+    add_row(o, unit, op, when_ms[0], end);
 }
 
 /* ---- the storage hooks: a unit gets its weights before it is computed ---- */
@@ -104,6 +108,7 @@ static void drain_slot(Offload *o, int slot) {
     int unit = o->pending[slot];
     if (unit == NO_UNIT) return;
     device_event_sync(o->copied_out[slot]);
+    add_copy_row(o, unit, "grad_d2h", o->out_ms[slot], o->copied_out[slot]);
     land_slice(o, unit);
     o->pending[slot] = NO_UNIT;
 }
@@ -132,13 +137,13 @@ static void after_backward(int unit, void *context) {
 
     /* the copy waits for what produced the slice (a collective returns with it in place) */
     DeviceStream *copy = device_stream(STREAM_COPY);
-    device_event_record(o->grads_ready, device_stream(STREAM_COMPUTE));
-    device_stream_wait(copy, o->grads_ready);
-    double start = wall_ms();
+    device_event_record(o->compute_done, device_stream(STREAM_COMPUTE));
+    device_stream_wait(copy, o->compute_done);
+    o->out_ms[slot][0] = wall_ms();
     copy_to_host_async(bytes_at(o->grads_landing, slice_at(o, unit), o->elem_bytes), out, S * o->elem_bytes,
                        copy);
     device_event_record(o->copied_out[slot], copy);
-    add_row(o, unit, "grad_d2h", start, copy_end_ms(o->copied_out[slot], wall_ms()));
+    o->out_ms[slot][1] = wall_ms();
     o->pending[slot] = unit;
     o->bytes_d2h += (double)S * o->elem_bytes;
 }
@@ -198,16 +203,20 @@ static void upload_unit(Offload *o, int unit, int slot) {
     size_t at = slice_at(o, unit), S = slice_numel(o, unit);
     const void *updated = o->half ? (const void *)(o->params16 + at) : (const void *)(o->master + at);
     void *dst = o->ranks > 1 ? o->inbox[slot] : bytes_at(o->params, unit_at(o, unit), o->elem_bytes);
-    double start = wall_ms();
-    copy_to_device_async(dst, updated, S * o->elem_bytes, device_stream(STREAM_COPY));
-    device_event_record(o->copied_in[slot], device_stream(STREAM_COPY));
-    add_row(o, unit, "param_h2d", start, copy_end_ms(o->copied_in[slot], wall_ms()));
+    DeviceStream *copy = device_stream(STREAM_COPY);
+    device_event_record(o->compute_done, device_stream(STREAM_COMPUTE)); /* nothing still reads dst */
+    device_stream_wait(copy, o->compute_done);
+    o->in_ms[slot][0] = wall_ms();
+    copy_to_device_async(dst, updated, S * o->elem_bytes, copy);
+    device_event_record(o->copied_in[slot], copy);
+    o->in_ms[slot][1] = wall_ms();
     o->bytes_h2d += (double)S * o->elem_bytes;
 }
 
 /* The compute stream waits for unit's upload; with N ranks the slices are
  * all-gathered into the parameters (the padding left out). */
 static void install_unit(Offload *o, int unit, int slot) {
+    add_copy_row(o, unit, "param_h2d", o->in_ms[slot], o->copied_in[slot]);
     device_stream_wait(device_stream(STREAM_COMPUTE), o->copied_in[slot]);
     if (o->ranks == 1) return;
     size_t S = slice_numel(o, unit);
@@ -315,7 +324,7 @@ void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommG
         o->pending[i] = NO_UNIT;
     }
     if (N > 1) o->gathered = mem_alloc(SPACE_DEVICE, CAT_COMM, N * S * eb, "gathered unit");
-    o->grads_ready = device_event_create();
+    o->compute_done = device_event_create();
 
     /* host, pinned: the optimizer, the gradient shard, the staging of what crosses PCIe */
     o->master = mem_alloc_pinned(CAT_OPTIMIZER, o->shard_n * sizeof(float), "master weights (host)");
@@ -379,7 +388,7 @@ void offload_destroy(Offload *o) {
         device_event_destroy(o->copied_in[i]);
     }
     mem_free(o->gathered);
-    device_event_destroy(o->grads_ready);
+    device_event_destroy(o->compute_done);
     mem_free(o->master);
     mem_free(o->m);
     mem_free(o->grads_landing);

@@ -87,7 +87,7 @@ typedef struct {
     void *outbox[2];    /* (max_slice) this rank's reduced slice, until its D2H copy is done */
     void *inbox[2];     /* N > 1: (max_slice) an updated slice arrived from the host, CAT_COMM */
     void *gathered;     /* N > 1: (N * max_slice) a unit all-gathered, CAT_COMM */
-    DeviceEvent *grads_ready, *copied_out[2], *copied_in[2];
+    DeviceEvent *compute_done, *copied_out[2], *copied_in[2];
 
     /* ---- host, pinned ---- */
     void *grads_landing; /* (shard_n) the slices as they cross PCIe (16 bits or fp32), CAT_COMM */
@@ -99,11 +99,11 @@ typedef struct {
     int t;               /* updates applied so far */
 
     /* ---- the step ---- */
-    int pending[2];              /* the unit whose slice outbox[i] holds in flight, or NO_UNIT */
-    double pending_us[2];        /* when its copy was queued (timeline) */
-    int slot;                    /* the outbox the next unit uses */
-    unsigned char *arrived;      /* per unit of the range: a micro-batch's slice added this step */
-    double bytes_d2h, bytes_h2d; /* this step's PCIe traffic, this rank */
+    int pending[2];                   /* the unit whose slice outbox[i] holds in flight, or NO_UNIT */
+    double out_ms[2][2], in_ms[2][2]; /* each slot's copy: when queued, when its call returned */
+    int slot;                         /* the outbox the next unit uses */
+    unsigned char *arrived;           /* per unit of the range: a micro-batch's slice added this step */
+    double bytes_d2h, bytes_h2d;      /* this step's PCIe traffic, this rank */
 
     /* ---- the timeline (optional): rows for the copies and the CPU update ---- */
     Timeline *timeline;

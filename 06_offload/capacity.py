@@ -5,7 +5,9 @@
 
 For each budget (--device-mem-limit) and each program, a bisection over
 --layers (at a fixed --dmodel, --heads, --seq and a batch of one sequence)
-finds the most layers whose run of one step fits: the program refuses a
+finds the most layers whose run of one step fits (both programs with
+--recompute, so that the activations, which offloading does not move, weigh
+little next to the model state): the program refuses a
 model past the budget with exit status 2 as soon as an allocation would cross
 it, so a trial that does not fit ends before it computes anything. Chapter
 01 keeps 16 bytes per parameter on the device (parameters, gradients, Adam's
@@ -42,7 +44,7 @@ def trial(program, layers, budget, args, out_dir):
         "--device", args.device, "--layers", str(layers), "--dmodel", str(args.dmodel), "--heads",
         str(args.heads), "--seq", str(args.seq), "--batch", "1", "--steps", "1", "--sample", "0", "--quiet",
         "--eval-batches", "1", "--precision", args.precision, "--device-mem-limit", str(budget),
-        "--out", out_dir, "--overwrite"]
+        "--out", out_dir, "--overwrite"] + (["--recompute"] if args.recompute else [])
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"),
                                    OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive")))
@@ -79,6 +81,8 @@ def main():
     parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
     parser.add_argument("--max-layers", type=int, default=256, help="the bisection's upper end")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--no-recompute", dest="recompute", action="store_false",
+                        help="keep every block's activations (default: --recompute in both programs)")
     parser.add_argument("--out", default="runs/capacity")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)

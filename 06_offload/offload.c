@@ -165,11 +165,9 @@ void offload_finish_grads(Offload *o) {
 }
 
 double offload_grad_sum_squares(const Offload *o) {
-    const float *g = o->grads[o->cur];
-    double sum = 0.0;
-#pragma omp parallel for reduction(+ : sum)
-    for (size_t i = 0; i < o->shard_n; i++) sum += (double)g[i] * g[i];
-    return sum;
+    /* the CPU backend's kernel on host memory, whichever backend computes: the
+     * same chunked double sum as chapter 01's norm */
+    return kernels_cpu.sum_squares(o->grads[o->cur], o->shard_n);
 }
 
 void offload_fault_overflow(Offload *o, int step) {

@@ -297,12 +297,17 @@ def plot_commbench(paths, out):
     print(f"plot.py: wrote busbw.png to {out}")
 
 
-def plot_gantt(run_dir, step, out):
+def timeline_step(run_dir, step):
+    """(step, its rows of timeline.csv, the ranks in them); step None: the last."""
     rows = read_csv(os.path.join(run_dir, "timeline.csv"))
     if step is None:
         step = max(int(r["step"]) for r in rows)
     rows = [r for r in rows if int(r["step"]) == step]
-    ranks = sorted({int(r["rank"]) for r in rows})
+    return step, rows, sorted({int(r["rank"]) for r in rows})
+
+
+def plot_gantt(run_dir, step, out):
+    step, rows, ranks = timeline_step(run_dir, step)
     colours = {"fwd": "#4c72b0", "bwd": "#dd8452"}
     fig, ax = plt.subplots(figsize=(10, 0.8 * len(ranks) + 1.8))
     for r in rows:
@@ -331,11 +336,7 @@ OFFLOAD_LANES = [("compute", ("fwd", "bwd")), ("grad D2H", ("grad_d2h",)), ("CPU
 
 
 def plot_offload_timeline(run_dir, step, out):
-    rows = read_csv(os.path.join(run_dir, "timeline.csv"))
-    if step is None:
-        step = max(int(r["step"]) for r in rows)
-    rows = [r for r in rows if int(r["step"]) == step]
-    ranks = sorted({int(r["rank"]) for r in rows})
+    step, rows, ranks = timeline_step(run_dir, step)
     lanes = len(OFFLOAD_LANES)
     colours = {"fwd": "#4c72b0", "bwd": "#dd8452", "grad_d2h": "#55a868", "cpu_adam": "#c44e52",
                "param_h2d": "#8172b3"}

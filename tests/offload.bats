@@ -131,3 +131,14 @@ peak() { awk -F, -v s="$2" -v c="$3" '$1 == 0 && $2 == s && $3 == c { print $4 }
     assert_equal "$(awk -F, '$1 == 0 && $2 == 2 && $4 == "param_h2d"' "$(scratch)/t/timeline.csv" | wc -l)" 4
     [ -s "$(scratch)/t/trace.json" ]
 }
+
+@test "plot.py draws an offloaded step's timeline and capacity.py's CSV" {
+    offload 2 $ODD --steps 1 --out "$(scratch)/t"
+    printf 'budget_bytes,program,precision,layers,dmodel,params,peak_device_bytes,peak_host_bytes\n%s\n%s\n' \
+        "8388608,01,bf16,1,128,268160,6992512," "8388608,06,bf16,11,128,2250880,8193408,45017600" >"$(scratch)/capacity.csv"
+    run "$(plot_python)" "$REPO/common/plot.py" --offload "$(scratch)/t" --out "$(scratch)/plots"
+    assert_success
+    run "$(plot_python)" "$REPO/common/plot.py" --capacity "$(scratch)/capacity.csv" --out "$(scratch)/plots"
+    assert_success
+    [ -s "$(scratch)/plots/offload-t.png" ] && [ -s "$(scratch)/plots/capacity.png" ]
+}

@@ -150,6 +150,7 @@ program_libs = $(if $(filter 01_%,$(1)),$(LDLIBS),$(MPI_LIBS) $(LDLIBS))
 # NN_name_USES, e.g. 06_offload_USES := 04_pipeline/pipeline.c 04_pipeline/schedule.c
 # 04_pipeline/timeline.c (the pipeline interpreter), so a module is written once.
 05_zero_USES := 04_pipeline/timeline.c
+06_offload_USES := 04_pipeline/pipeline.c 04_pipeline/schedule.c 04_pipeline/timeline.c
 define PROGRAM_RULE
 $(1)/train: $(patsubst %.c,$(BUILD)/%.o,$(filter-out %bench.c,$(wildcard $(1)/*.c)) $($(1)_USES)) $(LIBCOMMON)
 	$$(CC) -o $$@ $$^ $$(call program_libs,$(1))
@@ -160,8 +161,8 @@ $(BENCH_SOURCES:%.c=%): %: $(BUILD)/%.o $(LIBCOMMON)
 $(TOOLS): common/%: $(BUILD)/common/tools/%.o $(LIBCOMMON)
 	$(CC) -o $@ $^ $(LDLIBS)
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
-# 05 includes 04's timeline.h (the timeline it links)
-$(BUILD)/05_zero/%.o: CFLAGS += -I04_pipeline
+# 05 and 06 include 04's headers (the timeline, and 06 the pipeline interpreter they link)
+$(BUILD)/05_zero/%.o $(BUILD)/06_offload/%.o: CFLAGS += -I04_pipeline
 $(BUILD)/tests/test_comm.o $(BUILD)/tests/test_tensor_parallel.o $(BUILD)/tests/test_grid.o: CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/tests/test_tensor_parallel: $(BUILD)/03_model_parallel/tensor_parallel.o
 $(BUILD)/tests/test_schedule: $(BUILD)/04_pipeline/schedule.o

@@ -26,8 +26,20 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         if (p->schedule.actions[i].kind == OP_BACKWARD) p->last_backward_action = i;
     const StageLayout *l = &p->layout;
     const ModelConfig *m = &l->cfg->model;
-    precision_create_range(&p->model, &p->mixed, m, seed, l->cfg->precision, l->first_unit,
-                           l->last_unit); /* fp32 or 16-bit */
+    if (l->caller_storage) {
+        ParamTable table;
+        param_table_build(&table, m);
+        gpt_init(&p->model, table);
+        size_t first = table_unit(&p->model.table, l->first_unit)->offset;
+        const ParamUnit *last = table_unit(&p->model.table, l->last_unit);
+        p->model.first_unit = l->first_unit;
+        p->model.last_unit = l->last_unit;
+        p->model.param_first = first;
+        p->model.param_count = last->offset + last->numel - first;
+    } else {
+        precision_create_range(&p->model, &p->mixed, m, seed, l->cfg->precision, l->first_unit,
+                               l->last_unit); /* fp32 or 16-bit */
+    }
     p->slots = schedule_live_activations(&p->schedule);
     p->slot = xcalloc(p->slots, sizeof(Activations));
     for (int i = 0; i < p->slots; i++)
@@ -129,7 +141,7 @@ void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss) {
     StageTimes *t = &p->times;
     t->fwd_ms = t->bwd_ms = t->comm_ms = t->end_ms = 0.0;
     t->origin_ms = wall_ms();
-    precision_zero_grads(&p->model, &p->mixed);
+    if (!p->layout.caller_storage) precision_zero_grads(&p->model, &p->mixed);
     for (int i = 0; i < p->schedule.count; i++) {
         run_action(p, &p->schedule.actions[i]);
         if (i == p->last_backward_action && p->last_backward) p->last_backward(p->last_backward_context);

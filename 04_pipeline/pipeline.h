@@ -32,6 +32,8 @@ typedef struct {
     int first_block, last_block;
     int first_unit, last_unit; /* blocks, with the embedding on stage 0 and the head on the last */
     int B, T;                  /* a micro-batch: B sequences of T tokens */
+    int caller_storage;        /* 1: the stage's units get no parameters or gradients here; the
+                                  caller gives them storage (model.storage: chapter 06's offload) */
     const Dataset *data;
     const Config *cfg;
 } StageLayout;
@@ -70,7 +72,8 @@ typedef struct {
 } Pipeline;
 
 /* Build stage `layout->stage`: its units, optimizer-free (the caller makes
- * its AdamW over model.params), activation slots for `schedule`'s micro-batches
+ * its AdamW over model.params; with layout->caller_storage the model is only
+ * the table and the stage's range, without storage), activation slots for `schedule`'s micro-batches
  * in flight, and the boundary buffers. Takes ownership of *schedule. The
  * units are stored in layout->cfg->precision (precision_create_range); the
  * activations and their gradients, and so the messages between stages, are

@@ -231,10 +231,35 @@ if [ -x 05_zero/train ]; then
     plot --gantt "$runs/05-dp$dp_ranks-zero3.r1" "$runs/05-dp$dp_ranks-zero3-prefetch0.r1" --out runs/plots/05
 fi
 
+# ---- chapter 06: ZeRO-Offload in bf16 on the data-parallel ranks, with the delayed update, and
+# combined with a 2-stage pipeline; the capacity of a device budget, 01 against 06 ----
+if [ -x 06_offload/train ]; then
+    configure "06-01-bf16" 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --precision bf16 \
+        --eval-every 20
+    configure "06-dp$dp_ranks-offload" "$dp_ranks" 06_offload/train --model "$preset" --device "$device_choice" \
+        --batch "$dp_batch" --offload --precision bf16 --eval-every 20
+    configure "06-dp$dp_ranks-offload-dpu" "$dp_ranks" 06_offload/train --model "$preset" --device "$device_choice" \
+        --batch "$dp_batch" --offload --precision bf16 --dpu --dpu-warmup 5 --eval-every 20
+    configure "06-pp2-dp2-offload" 4 06_offload/train --model "$preset" --device "$device_choice" --batch 8 --micro 2 \
+        --pp 2 --dp 2 --zero 2 --offload --precision bf16 --eval-every 20
+    compare "$steps"
+    plot "$runs"/06-*.r* --out runs/plots/06
+    plot --offload "$runs/06-dp$dp_ranks-offload.r1" "$runs/06-dp$dp_ranks-offload-dpu.r1" "$runs/06-pp2-dp2-offload.r1" \
+        --step 10 --out runs/plots/06
+    if [ "$dry_run" = 1 ]; then
+        echo "plan: $python 06_offload/capacity.py --budgets 8M,16M --max-layers 64 --device $device_choice --out $runs/06-capacity"
+    else
+        echo "demo: capacity: the largest model 01 and 06 train under 8 and 16 MiB of device memory"
+        "$python" 06_offload/capacity.py --budgets 8M,16M --max-layers 64 --device "$device_choice" \
+            --out "$runs/06-capacity" | grep -v '^capacity.py: wrote'
+    fi
+    plot --capacity "$runs/06-capacity/capacity.csv" --out runs/plots/06
+fi
+
 if [ "$dry_run" = 1 ]; then
     launch 1 ./01_single_gpu/train --model tiny --steps 300 --quiet --sample 200 --out "$runs/01-sample"
     exit 0
 fi
 echo "demo: a text sample from the tiny model after 300 steps (prompt|generated):"
 launch 1 ./01_single_gpu/train --model tiny --steps 300 --quiet --sample 200 --out "$runs/01-sample" | grep '^sample:'
-echo "demo: done. CSVs in $runs/, plots in runs/plots/01 .. runs/plots/05 (see course.md for what to look for)"
+echo "demo: done. CSVs in $runs/, plots in runs/plots/01 .. runs/plots/06 (see course.md for what to look for)"

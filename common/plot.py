@@ -7,6 +7,8 @@
     python3 common/plot.py --sweep RUN_DIR... [--out DIR]
     python3 common/plot.py --zero RUN_DIR... [--out DIR]
     python3 common/plot.py --precision RUN_DIR... [--out DIR]
+    python3 common/plot.py --offload RUN_DIR... [--step N] [--out DIR]
+    python3 common/plot.py --capacity CSV [--out DIR]
 
 Reads only the CSVs that every chapter program writes, so a learner can plot
 their own runs next to the demo's. A run's label is its directory name;
@@ -53,6 +55,13 @@ With --precision, from runs of one configuration in fp32, bf16 and fp16
                     params, grads and optimizer labelled with its bytes per
                     parameter (4, 4, 8 in fp32; 2, 2, 12 in 16 bits) from
                     memory.csv and run.csv's params
+With --offload, from chapter 06 runs' timeline.csv:
+    offload-LABEL.png  one step of each rank on four rows: compute (forward
+                    and backward), gradient copies to the host (one per unit),
+                    the CPU's AdamW, weight copies back to the device
+With --capacity, from 06_offload/capacity.py's capacity.csv:
+    capacity.png    the most parameters each program trains against the
+                    device budget, with the ratio 06 / 01 at each budget
 With --sweep, from pipeline runs' run.csv (columns schedule, micro,
 median_step_ms, bubble_measured, bubble_theory):
     sweep.png       against the number of micro-batches, one line per
@@ -306,16 +315,21 @@ GANTT_COLOURS = {"fwd": "#4c72b0", "bwd": "#dd8452", "gather": "#55a868", "reduc
                  "allreduce": "#8172b3", "allgather": "#55a868"}
 
 
+def timeline_step(run_dir, step):
+    """(step, its rows of timeline.csv, the ranks in them); step None: the last."""
+    rows = read_csv(os.path.join(run_dir, "timeline.csv"))
+    if step is None:
+        step = max(int(r["step"]) for r in rows)
+    rows = [r for r in rows if int(r["step"]) == step]
+    return step, rows, sorted({int(r["rank"]) for r in rows})
+
+
 def plot_gantt(run_dir, step, out):
     """One step of timeline.csv. Pipeline runs (chapter 04): a row per stage,
     messages as thin grey bars. ZeRO runs (chapter 05, ops gather and
     reduce_scatter): two rows per rank, computation above and communication
     below, so that what overlaps is seen overlapping."""
-    rows = read_csv(os.path.join(run_dir, "timeline.csv"))
-    if step is None:
-        step = max(int(r["step"]) for r in rows)
-    rows = [r for r in rows if int(r["step"]) == step]
-    ranks = sorted({int(r["rank"]) for r in rows})
+    step, rows, ranks = timeline_step(run_dir, step)
     zero = any(r["op"] in ("gather", "reduce_scatter") for r in rows)
     lanes = 2 if zero else 1
     fig, ax = plt.subplots(figsize=(10, 0.8 * lanes * len(ranks) + 1.8))
@@ -347,6 +361,71 @@ def plot_gantt(run_dir, step, out):
     fig.savefig(os.path.join(out, name), dpi=120)
     plt.close(fig)
     return name
+
+
+OFFLOAD_LANES = [("compute", ("fwd", "bwd")), ("grad D2H", ("grad_d2h",)), ("CPU AdamW", ("cpu_adam",)),
+                 ("param H2D", ("param_h2d",))]
+
+
+def plot_offload_timeline(run_dir, step, out):
+    step, rows, ranks = timeline_step(run_dir, step)
+    lanes = len(OFFLOAD_LANES)
+    colours = {"fwd": "#4c72b0", "bwd": "#dd8452", "grad_d2h": "#55a868", "cpu_adam": "#c44e52",
+               "param_h2d": "#8172b3"}
+    fig, ax = plt.subplots(figsize=(10, 0.5 * lanes * len(ranks) + 1.8))
+    span = max(float(r["end_us"]) for r in rows) / 1e3
+    labels = []
+    for i, rank in enumerate(ranks):
+        for lane, (name, ops) in enumerate(OFFLOAD_LANES):
+            y = i * (lanes + 1) + lane
+            labels.append((y, f"rank {rank}: {name}"))
+            for r in rows:
+                if int(r["rank"]) == rank and r["op"] in ops:
+                    start, end = float(r["start_us"]) / 1e3, float(r["end_us"]) / 1e3
+                    ax.barh(y, max(end - start, span / 500), left=start, height=0.7, color=colours[r["op"]],
+                            edgecolor="white", linewidth=0.5)
+    ax.set_yticks([y for y, _ in labels])
+    ax.set_yticklabels([text for _, text in labels], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the start of the step (ms)")
+    label = os.path.basename(os.path.normpath(run_dir))
+    ax.set_title(f"{label}: step {step} of an offloaded run (a copy per unit; with --dpu the CPU AdamW row "
+                 "is the previous step's update)", fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    name = f"offload-{label}.png"
+    fig.savefig(os.path.join(out, name), dpi=120)
+    plt.close(fig)
+    return name
+
+
+def plot_capacity(path, out):
+    rows = read_csv(path)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    by_program = OrderedDict()
+    for r in rows:
+        by_program.setdefault(r["program"], []).append((int(r["budget_bytes"]) / 1048576, int(r["params"]) / 1e6))
+    names = {"01": "01: everything on the device", "06": "06: --offload (optimizer on the host)"}
+    for program, points in by_program.items():
+        points.sort()
+        ax.plot([b for b, _ in points], [p for _, p in points], marker="o", label=names.get(program, program))
+    if "01" in by_program and "06" in by_program:
+        base = dict(by_program["01"])
+        for budget, params in by_program["06"]:
+            if budget in base:
+                ax.annotate(f"{params / base[budget]:.1f}x", (budget, params), textcoords="offset points",
+                            xytext=(4, 4), fontsize=8)
+    precision = rows[0]["precision"] if rows else ""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("device budget, --device-mem-limit (MiB)")
+    ax.set_ylabel("parameters of the largest model trained (M)")
+    ax.set_title(f"The largest model per device budget ({precision}; 16 bytes per parameter against 2)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "capacity.png"), dpi=120)
+    plt.close(fig)
 
 
 def plot_sweep(groups, out):
@@ -543,11 +622,13 @@ def main():
     parser.add_argument("--out", default="runs/plots", help="where to write the PNGs (default runs/plots)")
     parser.add_argument("--commbench", action="store_true", help="the inputs are commbench CSVs: plot bus bandwidth")
     parser.add_argument("--gantt", action="store_true", help="Gantt chart of each run's timeline.csv (chapters 04, 05)")
-    parser.add_argument("--step", type=int, default=None, help="--gantt: which step (default: the last)")
+    parser.add_argument("--step", type=int, default=None, help="--gantt, --offload: which step (default: the last)")
     parser.add_argument("--sweep", action="store_true", help="step time against micro-batches, per schedule")
     parser.add_argument("--zero", action="store_true", help="chapter 05: memory, bytes and time per ZeRO stage")
     parser.add_argument("--precision", action="store_true",
                         help="chapter 05: loss curves and memory by category of fp32, bf16 and fp16 runs")
+    parser.add_argument("--offload", action="store_true", help="chapter 06: one step's compute, copies and CPU AdamW")
+    parser.add_argument("--capacity", action="store_true", help="06_offload/capacity.py's CSV: parameters per budget")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if args.commbench:
@@ -556,6 +637,14 @@ def main():
     if args.gantt:
         names = [plot_gantt(d, args.step, args.out) for d in args.runs]
         print(f"plot.py: wrote {', '.join(names)} to {args.out}")
+        return
+    if args.offload:
+        names = [plot_offload_timeline(d, args.step, args.out) for d in args.runs]
+        print(f"plot.py: wrote {', '.join(names)} to {args.out}")
+        return
+    if args.capacity:
+        plot_capacity(args.runs[0], args.out)
+        print(f"plot.py: wrote capacity.png to {args.out}")
         return
     if args.zero:
         plot_zero(load_runs(args.runs), args.out)

@@ -292,3 +292,35 @@ bad_in() {
         assert_refused "--precision: unknown precision 'fp8' (valid: fp32, bf16, fp16)"
     done
 }
+
+# 06_offload/train without mpirun is a world of one rank.
+bad06() {
+    run --separate-stderr timeout 5 "$REPO/06_offload/train" --device cpu --sample 0 --quiet --out "$(scratch)/out" "$@"
+}
+
+@test "06: --dpu without --offload is refused" {
+    bad06 --dpu
+    assert_refused "--dpu needs --offload"
+}
+
+@test "06: a negative --dpu-warmup is refused with the valid range" {
+    bad06 --offload --dpu --dpu-warmup -1
+    assert_refused "--dpu-warmup: -1 is out of range (valid: 0..1000000)"
+}
+
+@test "06: --offload with --zero 3 is refused as unsupported, and so are stages 0 and 1" {
+    bad06 --offload --zero 3
+    assert_refused "--zero 3 with --offload is unsupported"
+    bad06 --offload --zero 1
+    assert_refused "--zero 1 with --offload is unsupported: chapter 06 offloads the stage-2 partitioning only (valid: --zero 2)"
+}
+
+@test "06: --pp x --dp that is not the world size is refused" {
+    bad06 --offload --pp 2 --dp 1
+    assert_refused "1 ranks cannot hold --pp 2 stages x --dp 1 replicas (valid: mpirun -np 2)"
+}
+
+@test "06: training without --offload is refused, naming the flag" {
+    bad06 --steps 1
+    assert_refused "06_offload/train trains with --offload"
+}

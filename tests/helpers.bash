@@ -59,8 +59,9 @@ assert_losses_match() {
                               END { exit bad }'
 }
 
-# assert_losses_within REF_DIR RUN_DIR STEPS TOL: as assert_losses_match with
-# another relative tolerance (16-bit runs: 1e-2, precision.bats says why).
+# assert_losses_within REF_DIR RUN_DIR STEPS TOL: the same with a relative
+# tolerance of TOL (16-bit runs against 01 in the same precision: 1e-2), the
+# worst difference printed.
 assert_losses_within() {
     local ref="$1" run="$2" steps="$3" tol="$4"
     run paste -d, <(csv_column "$ref/steps.csv" loss) <(csv_column "$run/steps.csv" loss)

@@ -1,0 +1,397 @@
+/* offload.c: see offload.h. */
+#include "offload.h"
+
+#include "cpu_adam.h"
+#include "kernels.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NO_UNIT (-1000)
+
+/* ---- where a unit's pieces are ---- */
+
+static const ParamTable *table_of(const Offload *o) {
+    return &o->model->table;
+}
+static size_t slice_numel(const Offload *o, int unit) {
+    return shard_slice_numel(table_of(o), unit, o->ranks);
+}
+/* Where unit's slice starts in this rank's shard of the range. */
+static size_t slice_at(const Offload *o, int unit) {
+    return shard_unit_offset(table_of(o), unit, o->ranks) -
+           shard_unit_offset(table_of(o), o->first_unit, o->ranks);
+}
+/* Where unit's elements start in the range's device parameters. */
+static size_t unit_at(const Offload *o, int unit) {
+    return table_unit(table_of(o), unit)->offset - o->model->param_first;
+}
+static char *bytes_at(void *base, size_t element, size_t elem_bytes) {
+    return (char *)base + element * elem_bytes;
+}
+static double since_origin_us(const Offload *o, double ms) {
+    return (ms - (o->origin_ms ? *o->origin_ms : 0.0)) * 1e3;
+}
+static void add_row(Offload *o, int unit, const char *op, double start_ms, double end_ms) {
+    if (o->timeline)
+        timeline_add(o->timeline, o->step, unit, op, since_origin_us(o, start_ms),
+                     since_origin_us(o, end_ms));
+}
+/* A copy's row: from when it was queued to when it was done, as the host
+ * sees it. On the CPU a copy is done when its call returns; on a GPU when
+ * its event is reached, which the host learns where it waits for it anyway
+ * (a wait at the moment of queuing would undo the overlap). */
+static void add_copy_row(Offload *o, int unit, const char *op, const double when_ms[2], DeviceEvent *done) {
+    double end = when_ms[1];
+    if (device_backend() != BACKEND_CPU) {
+        device_event_sync(done);
+        end = wall_ms();
+    }
+    add_row(o, unit, op, when_ms[0], end);
+}
+
+/* ---- the storage hooks: a unit gets its weights before it is computed ---- */
+
+static void bind_unit(Offload *o, int unit, float *grads) {
+    const ParamUnit *u = table_unit(table_of(o), unit);
+    float *weights;
+    if (o->half) {
+        ops()->cast_from_half(o->unit_params, (const uint16_t *)o->params + unit_at(o, unit), u->numel,
+                              o->format);
+        weights = o->unit_params;
+    } else {
+        weights = (float *)o->params + unit_at(o, unit);
+    }
+    gpt_bind_unit(o->model, unit, weights, grads);
+}
+
+static void before_forward(int unit, void *context) {
+    bind_unit(context, unit, NULL);
+}
+
+static void before_backward(int unit, void *context) {
+    Offload *o = context;
+    ops()->fill_zero(o->unit_grads, o->ranks * slice_numel(o, unit)); /* the padding too */
+    bind_unit(o, unit, o->unit_grads);
+}
+
+static void after_forward(int unit, void *context) {
+    Offload *o = context;
+    gpt_bind_unit(o->model, unit, NULL, NULL);
+}
+
+/* ---- gradients: device -> host, a unit at a time ---- */
+
+/* The slice of `unit` has landed in the host's staging: add it into the
+ * fp32 shard (the step's first micro-batch writes it). */
+static void land_slice(Offload *o, int unit) {
+    size_t at = slice_at(o, unit), S = slice_numel(o, unit);
+    float *sum = o->grads[o->cur] + at;
+    int first = !o->arrived[unit - o->first_unit];
+    if (o->half) {
+        const uint16_t *h = (const uint16_t *)o->grads_landing + at;
+        for (size_t i = 0; i < S; i++) sum[i] = (first ? 0.0f : sum[i]) + half_to_float(h[i], o->format);
+    } else {
+        const float *f = (const float *)o->grads_landing + at;
+        if (first)
+            memcpy(sum, f, S * sizeof(float));
+        else
+            for (size_t i = 0; i < S; i++) sum[i] += f[i];
+    }
+    o->arrived[unit - o->first_unit] = 1;
+}
+
+/* Wait for the copy out of outbox[slot], if one is in flight, and land it. */
+static void drain_slot(Offload *o, int slot) {
+    int unit = o->pending[slot];
+    if (unit == NO_UNIT) return;
+    device_event_sync(o->copied_out[slot]);
+    add_copy_row(o, unit, "grad_d2h", o->out_ms[slot], o->copied_out[slot]);
+    land_slice(o, unit);
+    o->pending[slot] = NO_UNIT;
+}
+
+/* After unit's backward: its gradient (fp32, N*S in unit_grads) reduced over
+ * the ranks to this rank's slice in outbox[slot], then copied to the host on
+ * the copy stream while the backward of the next unit runs. */
+static void after_backward(int unit, void *context) {
+    Offload *o = context;
+    int slot = o->slot;
+    o->slot = 1 - slot;
+    drain_slot(o, slot); /* outbox[slot] is free again */
+    size_t S = slice_numel(o, unit);
+    void *out = o->outbox[slot];
+    if (o->half && o->ranks > 1) {
+        ops()->cast_to_half(o->unit_grads16, o->unit_grads, o->ranks * S, o->format);
+        comm_reduce_scatter_typed(o->group, o->unit_grads16, out, S, o->dtype, COMM_SUM, NULL);
+    } else if (o->half) {
+        ops()->cast_to_half(out, o->unit_grads, S, o->format);
+    } else if (o->ranks > 1) {
+        comm_reduce_scatter(o->group, o->unit_grads, out, S, COMM_SUM);
+    } else {
+        copy_on_device(out, o->unit_grads, S * sizeof(float));
+    }
+    gpt_bind_unit(o->model, unit, NULL, NULL);
+
+    /* the copy waits for what produced the slice (a collective returns with it in place) */
+    DeviceStream *copy = device_stream(STREAM_COPY);
+    device_event_record(o->compute_done, device_stream(STREAM_COMPUTE));
+    device_stream_wait(copy, o->compute_done);
+    o->out_ms[slot][0] = wall_ms();
+    copy_to_host_async(bytes_at(o->grads_landing, slice_at(o, unit), o->elem_bytes), out, S * o->elem_bytes,
+                       copy);
+    device_event_record(o->copied_out[slot], copy);
+    o->out_ms[slot][1] = wall_ms();
+    o->pending[slot] = unit;
+    o->bytes_d2h += (double)S * o->elem_bytes;
+}
+
+void offload_begin_step(Offload *o, int step) {
+    o->step = step;
+    if (o->grads[1]) o->cur = 1 - o->cur; /* --dpu: the other shard may still be read by the update */
+    memset(o->arrived, 0, (size_t)(o->last_unit - o->first_unit + 1));
+    o->bytes_d2h = o->bytes_h2d = 0.0;
+}
+
+void offload_finish_grads(Offload *o) {
+    /* the older copy first: the units land in the order they left */
+    drain_slot(o, o->slot);
+    drain_slot(o, 1 - o->slot);
+    for (int u = o->first_unit; u <= o->last_unit; u++)
+        if (!o->arrived[u - o->first_unit])
+            fatal(EXIT_RUNTIME, "offload: no gradient of unit %d arrived this step", u);
+}
+
+double offload_grad_sum_squares(const Offload *o) {
+    /* the CPU backend's kernel on host memory, whichever backend computes: the
+     * same chunked double sum as chapter 01's norm */
+    return kernels_cpu.sum_squares(o->grads[o->cur], o->shard_n);
+}
+
+void offload_fault_overflow(Offload *o, int step) {
+    const char *fault = getenv("COURSE_FAULT_OVERFLOW_STEP");
+    if (fault && atoi(fault) == step && o->rank == 0) o->grads[o->cur][0] = INFINITY;
+}
+
+/* ---- the update: host AdamW, weights back to the device ---- */
+
+static CpuAdamArgs adam_args(const Offload *o, const OffloadUpdate *u, int t) {
+    const Config *c = o->cfg;
+    return (CpuAdamArgs){.lr = u->lr,
+                         .beta1 = c->beta1,
+                         .beta2 = c->beta2,
+                         .eps = c->eps,
+                         .weight_decay = c->wd,
+                         .grad_scale = u->grad_scale,
+                         .t = t};
+}
+
+/* AdamW on elements [at, at + n) of the shard, from gradient shard `grads`;
+ * in 16 bits the new weights are rounded into params16 in the same pass. */
+static void adam_on_host(Offload *o, int grads, size_t at, size_t n, const CpuAdamArgs *a) {
+    cpu_adamw(o->master + at, o->grads[grads] + at, o->m + at, o->v + at, n, a,
+              o->half ? o->params16 + at : NULL, o->half ? o->format : HALF_BF16);
+}
+
+/* Unit's updated slice, host -> device on the copy stream: straight into the
+ * parameters with one rank (the slice is the unit), else into inbox[slot]. */
+static void upload_unit(Offload *o, int unit, int slot) {
+    size_t at = slice_at(o, unit), S = slice_numel(o, unit);
+    const void *updated = o->half ? (const void *)(o->params16 + at) : (const void *)(o->master + at);
+    void *dst = o->ranks > 1 ? o->inbox[slot] : bytes_at(o->params, unit_at(o, unit), o->elem_bytes);
+    DeviceStream *copy = device_stream(STREAM_COPY);
+    device_event_record(o->compute_done, device_stream(STREAM_COMPUTE)); /* nothing still reads dst */
+    device_stream_wait(copy, o->compute_done);
+    o->in_ms[slot][0] = wall_ms();
+    copy_to_device_async(dst, updated, S * o->elem_bytes, copy);
+    device_event_record(o->copied_in[slot], copy);
+    o->in_ms[slot][1] = wall_ms();
+    o->bytes_h2d += (double)S * o->elem_bytes;
+}
+
+/* The compute stream waits for unit's upload; with N ranks the slices are
+ * all-gathered into the parameters (the padding left out). */
+static void install_unit(Offload *o, int unit, int slot) {
+    add_copy_row(o, unit, "param_h2d", o->in_ms[slot], o->copied_in[slot]);
+    device_stream_wait(device_stream(STREAM_COMPUTE), o->copied_in[slot]);
+    if (o->ranks == 1) return;
+    size_t S = slice_numel(o, unit);
+    comm_allgather_typed(o->group, o->inbox[slot], o->gathered, S, o->dtype, NULL);
+    copy_on_device(bytes_at(o->params, unit_at(o, unit), o->elem_bytes), o->gathered,
+                   table_unit(table_of(o), unit)->numel * o->elem_bytes);
+}
+
+void offload_update(Offload *o, const OffloadUpdate *u) {
+    CpuAdamArgs a = adam_args(o, u, ++o->t);
+    /* unit u's copy up overlaps the CPU's update of unit u+1 */
+    for (int unit = o->first_unit; unit <= o->last_unit; unit++) {
+        int slot = (unit - o->first_unit) % 2;
+        double start = wall_ms();
+        adam_on_host(o, o->cur, slice_at(o, unit), slice_numel(o, unit), &a);
+        add_row(o, unit, "cpu_adam", start, wall_ms());
+        upload_unit(o, unit, slot);
+        if (unit > o->first_unit) install_unit(o, unit - 1, 1 - slot);
+    }
+    install_unit(o, o->last_unit, (o->last_unit - o->first_unit) % 2);
+}
+
+/* Every unit's new weights to the device, after a whole-shard host update. */
+static void upload_all(Offload *o) {
+    for (int unit = o->first_unit; unit <= o->last_unit; unit++) {
+        int slot = (unit - o->first_unit) % 2;
+        upload_unit(o, unit, slot);
+        install_unit(o, unit, slot);
+    }
+}
+
+static void *host_update_thread(void *context) {
+    Offload *o = context;
+    CpuAdamArgs a = adam_args(o, &o->worker_update, o->t);
+    o->worker_start_ms = wall_ms();
+    adam_on_host(o, o->worker_grads, 0, o->shard_n, &a);
+    o->worker_end_ms = wall_ms();
+    return NULL;
+}
+
+void offload_update_start(Offload *o, const OffloadUpdate *u) {
+    if (o->worker_running)
+        fatal(EXIT_RUNTIME, "offload: a delayed update started before the last was joined");
+    o->t++;
+    o->worker_update = *u;
+    o->worker_grads = o->cur; /* the next step fills the other shard */
+    if (pthread_create(&o->worker, NULL, host_update_thread, o) != 0)
+        fatal(EXIT_RUNTIME, "offload: starting the host update thread failed");
+    o->worker_running = 1;
+}
+
+void offload_update_wait(Offload *o) {
+    if (!o->worker_running) return;
+    pthread_join(o->worker, NULL);
+    o->worker_running = 0;
+    add_row(o, -1, "cpu_adam", o->worker_start_ms, o->worker_end_ms);
+    upload_all(o);
+}
+
+void offload_update_shard(Offload *o, int grads, const OffloadUpdate *u) {
+    CpuAdamArgs a = adam_args(o, u, ++o->t);
+    double start = wall_ms();
+    adam_on_host(o, grads, 0, o->shard_n, &a);
+    add_row(o, -1, "cpu_adam", start, wall_ms());
+    upload_all(o);
+}
+
+/* ---- building ---- */
+
+void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommGroup *group,
+                    const Config *cfg, int dpu) {
+    memset(o, 0, sizeof *o);
+    o->model = model;
+    o->first_unit = first_unit;
+    o->last_unit = last_unit;
+    o->group = group;
+    o->rank = comm_rank(group);
+    o->ranks = comm_size(group);
+    o->cfg = cfg;
+    o->half = cfg->precision != PRECISION_FP32;
+    o->format = o->half ? (cfg->precision == PRECISION_BF16 ? HALF_BF16 : HALF_F16) : HALF_BF16;
+    o->dtype = !o->half ? COMM_F32 : o->format == HALF_BF16 ? COMM_BF16 : COMM_F16;
+    o->elem_bytes = comm_dtype_bytes(o->dtype);
+    size_t largest = 0;
+    for (int u = first_unit; u <= last_unit; u++) {
+        o->shard_n += slice_numel(o, u);
+        if (slice_numel(o, u) > o->max_slice) o->max_slice = slice_numel(o, u);
+        if (table_unit(table_of(o), u)->numel > largest) largest = table_unit(table_of(o), u)->numel;
+    }
+    size_t N = o->ranks, n = model->param_count, eb = o->elem_bytes, S = o->max_slice;
+
+    /* device: the weights forward and backward read, and unit-sized working buffers */
+    o->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, n * eb, o->half ? "16-bit parameters" : "parameters");
+    if (o->half)
+        o->unit_params =
+            mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit weights (fp32)");
+    o->unit_grads = mem_alloc(SPACE_DEVICE, CAT_BUCKETS, N * S * sizeof(float), "unit gradient");
+    if (o->half && N > 1)
+        o->unit_grads16 = mem_alloc(SPACE_DEVICE, CAT_BUCKETS, N * S * eb, "unit gradient (16-bit)");
+    for (int i = 0; i < 2; i++) {
+        o->outbox[i] = mem_alloc(SPACE_DEVICE, CAT_BUCKETS, S * eb, "gradient slice to copy out");
+        if (N > 1) o->inbox[i] = mem_alloc(SPACE_DEVICE, CAT_COMM, S * eb, "updated slice copied in");
+        o->copied_out[i] = device_event_create();
+        o->copied_in[i] = device_event_create();
+        o->pending[i] = NO_UNIT;
+    }
+    if (N > 1) o->gathered = mem_alloc(SPACE_DEVICE, CAT_COMM, N * S * eb, "gathered unit");
+    o->compute_done = device_event_create();
+
+    /* host, pinned: the optimizer, the gradient shard, the staging of what crosses PCIe */
+    o->master = mem_alloc_pinned(CAT_OPTIMIZER, o->shard_n * sizeof(float), "master weights (host)");
+    o->m = mem_alloc_pinned(CAT_OPTIMIZER, 2 * o->shard_n * sizeof(float), "Adam moments (host)");
+    o->v = o->m + o->shard_n;
+    o->grads[0] = mem_alloc_pinned(CAT_GRADS, o->shard_n * sizeof(float), "gradient shard (host)");
+    if (dpu)
+        o->grads[1] = mem_alloc_pinned(CAT_GRADS, o->shard_n * sizeof(float), "second gradient shard (host)");
+    o->grads_landing = mem_alloc_pinned(CAT_COMM, o->shard_n * eb, "gradient slices from the device");
+    if (o->half) o->params16 = mem_alloc_pinned(CAT_COMM, o->shard_n * eb, "16-bit weights to the device");
+    o->arrived = xcalloc((size_t)(last_unit - first_unit + 1), 1);
+
+    /* initial values: the range's weights from (seed, name, index), this rank's
+     * slices into the master weights, all of them (rounded) to the device */
+    float *init = xmalloc(n * sizeof(float));
+    param_init_range(table_of(o), cfg->seed, init, model->param_first, n);
+    for (int u = first_unit; u <= last_unit; u++) {
+        size_t first, count;
+        shard_slice_elements(table_of(o), u, o->rank, o->ranks, &first, &count);
+        if (count)
+            memcpy(o->master + slice_at(o, u), init + (first - model->param_first), count * sizeof(float));
+    }
+    if (o->half) {
+        uint16_t *init16 = xmalloc(n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++) init16[i] = half_from_float(init[i], o->format);
+        copy_to_device(o->params, init16, n * sizeof(uint16_t));
+        free(init16);
+    } else {
+        copy_to_device(o->params, init, n * sizeof(float));
+    }
+    free(init);
+
+    model->params = NULL; /* no whole fp32 copy anywhere: the master weights are the host's shards */
+    model->grads = NULL;
+    o->storage = (UnitHooks){.before_forward = before_forward,
+                             .after_forward = after_forward,
+                             .before_backward = before_backward,
+                             .after_backward = after_backward,
+                             .context = o};
+    model->storage = &o->storage;
+    model->half_matmuls = o->half;
+    model->matmul_format = o->format;
+}
+
+void offload_attach_timeline(Offload *o, Timeline *timeline, const double *origin_ms) {
+    o->timeline = timeline;
+    o->origin_ms = origin_ms;
+}
+
+void offload_destroy(Offload *o) {
+    if (o->worker_running) pthread_join(o->worker, NULL);
+    mem_free(o->params);
+    mem_free(o->unit_params);
+    mem_free(o->unit_grads);
+    mem_free(o->unit_grads16);
+    for (int i = 0; i < 2; i++) {
+        mem_free(o->outbox[i]);
+        mem_free(o->inbox[i]);
+        mem_free(o->grads[i]);
+        device_event_destroy(o->copied_out[i]);
+        device_event_destroy(o->copied_in[i]);
+    }
+    mem_free(o->gathered);
+    device_event_destroy(o->compute_done);
+    mem_free(o->master);
+    mem_free(o->m);
+    mem_free(o->grads_landing);
+    mem_free(o->params16);
+    free(o->arrived);
+    if (o->model) o->model->storage = NULL;
+    memset(o, 0, sizeof *o);
+}

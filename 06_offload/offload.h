@@ -1,0 +1,163 @@
+/* offload.h: ZeRO-Offload (chapter 06): the device keeps only what it computes
+ * with; the optimizer lives in host memory and runs on the CPU.
+ *
+ * What sits where, per parameter of this rank's units (N data-parallel ranks,
+ * the shard layout of param_table.h: rank r owns slice r of every unit):
+ *
+ *   device                          bytes            host (pinned)                    bytes
+ *   params, 16 bits (or fp32)       2 (4)            master weights, fp32             4 / N
+ *   a unit's gradient in fp32       working buffer   Adam m and v, fp32               8 / N
+ *   two reduced slices (outbox)     working buffer   gradient shard, fp32             4 / N (8 / N with
+ * --dpu) two updated slices (inbox)      working buffer   PCIe staging: gradient slices    2 / N (4 / N) and
+ * updated 16-bit weights       2 / N (16 bits only)
+ *
+ * So a device needs 2 bytes per parameter and a few unit-sized buffers where
+ * chapter 05's stage 2 needs 2 + 14 / N, and chapter 01 16.
+ *
+ * One step, and which stream each move runs on (device.h, "Streams and events"):
+ *
+ *   backward of unit u           compute   u's gradient, fp32, into the unit buffer
+ *   (16 bits) round it           compute   the unit's gradient to 16 bits
+ *   reduce-scatter over dp       comm      this rank's slice of the unit's sum into outbox[u % 2]
+ *   copy the slice D2H           copy      outbox -> the host's staging, after an event on
+ *                                          compute (or the collective's return); the backward
+ *                                          of unit u-1 runs meanwhile
+ *   add it into the fp32 shard   host      when the copy of u is done, found before outbox
+ *                                          [u % 2] is reused by unit u-2 or at the end of backward
+ *   gradient norm, loss scale    host      from the fp32 shard; summed over the ranks
+ *   AdamW on unit u's slice      host      cpu_adamw: master, m, v, and the 16-bit rounding
+ *   copy the slice H2D           copy      host staging -> inbox[u % 2]; AdamW of unit u+1
+ *                                          runs on the CPU meanwhile
+ *   all-gather over dp           comm      every rank's updated slice into the 16-bit params,
+ *                                          after the compute stream waited for the copy
+ *
+ * PCIe carries 2 bytes per parameter each way per step divided by N (the
+ * reduce-scatter runs on the device first: ZeRO-2), and the CPU touches
+ * 4 + 4 + 8 + 2 bytes per parameter of its shard per update.
+ *
+ * Delayed parameter update (--dpu): the host update of step t runs on a host
+ * thread while the device computes forward and backward of step t+1, with
+ * the weights of step t-1: one step stale. Its result is copied to the
+ * device after step t+1's backward, and the update of step t+1 starts. It is
+ * not the same optimizer as AdamW: every gradient is taken at weights one
+ * update older than AdamW's. The fp32 gradient shard is double: the step
+ * computing fills one while the thread reads the other.
+ *
+ * On the CPU backend the device buffers are host memory too: the same calls
+ * move the same bytes (memcpy), the same accounting says where they sit. */
+#ifndef OFFLOAD_H
+#define OFFLOAD_H
+
+#include "comm.h"
+#include "config.h"
+#include "device.h"
+#include "half.h"
+#include "model.h"
+#include "timeline.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What one update needs besides the state: the step's learning rate and the
+ * factor on the gradients (clipping, divided by the loss scale). */
+typedef struct {
+    float lr, grad_scale;
+} OffloadUpdate;
+
+typedef struct {
+    /* ---- layout: units first_unit..last_unit of model, sharded over group ---- */
+    GPT *model;
+    int first_unit, last_unit;
+    CommGroup *group; /* the data-parallel ranks sharing these units */
+    int rank, ranks;
+    int half;          /* 16-bit parameters (--precision bf16|fp16) */
+    HalfFormat format; /* when half */
+    CommDtype dtype;   /* of the parameters and the gradients that travel */
+    size_t elem_bytes; /* 2 or 4 */
+    size_t shard_n;    /* elements of this rank's shard of the range (padding included) */
+    size_t max_slice;  /* the largest slice S of a unit of the range */
+    const Config *cfg;
+
+    /* ---- device ---- */
+    void *params;       /* (param_count) the range's weights in 16 bits (or fp32), CAT_PARAMS */
+    float *unit_params; /* 16 bits: (largest unit) the unit at hand in fp32, CAT_WORKSPACE */
+    float *unit_grads;  /* (N * max_slice) the unit's gradient in backward, fp32, CAT_BUCKETS */
+    void *unit_grads16; /* 16 bits and N > 1: (N * max_slice) it, rounded for the reduce-scatter */
+    void *outbox[2];    /* (max_slice) this rank's reduced slice, until its D2H copy is done */
+    void *inbox[2];     /* N > 1: (max_slice) an updated slice arrived from the host, CAT_COMM */
+    void *gathered;     /* N > 1: (N * max_slice) a unit all-gathered, CAT_COMM */
+    DeviceEvent *compute_done, *copied_out[2], *copied_in[2];
+
+    /* ---- host, pinned ---- */
+    void *grads_landing; /* (shard_n) the slices as they cross PCIe (16 bits or fp32), CAT_COMM */
+    float *grads[2];     /* (shard_n) fp32 sums over the step's micro-batches, CAT_GRADS; [1]: --dpu */
+    int cur;             /* the one this step's backward fills */
+    float *master;       /* (shard_n) fp32 weights of record, CAT_OPTIMIZER */
+    float *m, *v;        /* (shard_n) Adam's moments, CAT_OPTIMIZER */
+    uint16_t *params16;  /* 16 bits: (shard_n) updated weights rounded, to cross back, CAT_COMM */
+    int t;               /* updates applied so far */
+
+    /* ---- the step ---- */
+    int pending[2];                   /* the unit whose slice outbox[i] holds in flight, or NO_UNIT */
+    double out_ms[2][2], in_ms[2][2]; /* each slot's copy: when queued, when its call returned */
+    int slot;                         /* the outbox the next unit uses */
+    unsigned char *arrived;           /* per unit of the range: a micro-batch's slice added this step */
+    double bytes_d2h, bytes_h2d;      /* this step's PCIe traffic, this rank */
+
+    /* ---- the timeline (optional): rows for the copies and the CPU update ---- */
+    Timeline *timeline;
+    const double *origin_ms; /* the step's time origin */
+    int step;                /* 1-based, for the timeline */
+
+    /* ---- --dpu: the host update running on its own thread ---- */
+    pthread_t worker;
+    int worker_running;
+    int worker_grads; /* which gradient shard it reads */
+    OffloadUpdate worker_update;
+    double worker_start_ms, worker_end_ms;
+
+    UnitHooks storage; /* model->storage: bind a unit before it is computed, offload its gradient after */
+} Offload;
+
+/* Units first_unit..last_unit of model (a table with no storage bound: a
+ * GPT from gpt_init, or a Pipeline with caller_storage), sharded over group:
+ * the device parameters and the host state, initial values from cfg->seed.
+ * dpu: keep a second gradient shard for the delayed update. Takes over
+ * model->storage and the model's matmul precision. */
+void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommGroup *group,
+                    const Config *cfg, int dpu);
+void offload_destroy(Offload *o);
+/* Add rows to timeline (op "grad_d2h", "cpu_adam", "param_h2d"), in
+ * microseconds since *origin_ms. */
+void offload_attach_timeline(Offload *o, Timeline *timeline, const double *origin_ms);
+
+/* Before the step's first forward: step is 1-based. With --dpu the other
+ * gradient shard is filled this step. */
+void offload_begin_step(Offload *o, int step);
+/* After the step's last backward: wait for the copies in flight and add
+ * them into the host's fp32 shard. */
+void offload_finish_grads(Offload *o);
+/* Sum of squares of this rank's gradient shard (double; Inf or NaN when an
+ * fp16 gradient overflowed). */
+double offload_grad_sum_squares(const Offload *o);
+/* Tests of the fp16 skip: with COURSE_FAULT_OVERFLOW_STEP=k, step k's first
+ * gradient element on data-parallel rank 0 becomes +Inf. */
+void offload_fault_overflow(Offload *o, int step);
+
+/* The update of this step's gradients, done before returning: AdamW on the
+ * host unit by unit, each unit's new weights copied up while the CPU updates
+ * the next, then all-gathered. */
+void offload_update(Offload *o, const OffloadUpdate *u);
+/* The delayed update: start the host update of this step's gradients on a
+ * thread and return; offload_update_wait joins it and copies the new weights
+ * to the device. The step that starts one must wait for the previous first. */
+void offload_update_start(Offload *o, const OffloadUpdate *u);
+void offload_update_wait(Offload *o);
+/* The whole shard's update from gradient shard `grads` (0 or 1: o->cur is
+ * this step's), run now on this thread, then the weights copied up
+ * (--dpu-reference: the one-step-stale sequence without a thread, to check
+ * the threaded one against). */
+void offload_update_shard(Offload *o, int grads, const OffloadUpdate *u);
+
+#endif

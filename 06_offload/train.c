@@ -1,0 +1,338 @@
+/* 06_offload/train.c: ZeRO-Offload, and every technique of the course in one trainer.
+ *
+ * Chapter 05's stage 2 (gradients reduce-scattered over the data-parallel
+ * ranks unit by unit as backward produces them, each rank updating only its
+ * shard), with the optimizer moved off the device: the device keeps the
+ * 16-bit weights and unit-sized working buffers, and each rank's shard of the
+ * master weights, Adam's moments and the fp32 gradients sits in pinned host
+ * memory, updated by the CPU (offload.h has the table and the streams). The
+ * step runs through chapter 04's pipeline interpreter, so --pp P cuts the
+ * model into P stages with the 1F1B schedule; --pp 1 (the default) is one
+ * stage and the schedule is forward, backward per micro-batch.
+ *
+ *   for each action of this stage's 1F1B schedule:  forward m | backward m | messages
+ *       after each unit's backward: reduce-scatter over dp, copy the slice to the host
+ *   gradient norm (the ranks' shards summed) -> loss scale -> clip
+ *   AdamW on the host, unit by unit; copy up, all-gather over dp -> log
+ *   --dpu: the host update runs during the next step's forward and backward
+ *
+ * Without the delayed update the losses are chapter 01's in the same
+ * precision: the host computes the same AdamW on the same sums. */
+#include "comm.h"
+#include "config.h"
+#include "csvlog.h"
+#include "data.h"
+#include "device.h"
+#include "grid.h"
+#include "layer_split.h"
+#include "mixed.h"
+#include "model.h"
+#include "offload.h"
+#include "optim.h"
+#include "pipeline.h"
+#include "schedule.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PROGRAM "06_offload/train"
+
+/* ---- this chapter's flags ---- */
+typedef struct {
+    int offload;       /* --offload */
+    int zero;          /* --zero: 2 is the stage offloaded */
+    int dpu;           /* --dpu: delayed parameter update */
+    int dpu_warmup;    /* exact steps before the delayed update starts */
+    int dpu_reference; /* the delayed update without a thread, for the tests */
+    int pp, dp;        /* pipeline stages, data-parallel replicas (0: world / pp) */
+    int ranks;         /* the world size, for the checks */
+} OffloadFlags;
+
+enum { OPT_OFFLOAD = 1000, OPT_ZERO, OPT_DPU, OPT_DPU_WARMUP, OPT_DPU_REFERENCE, OPT_PP, OPT_DP };
+static const struct option offload_options[] = {
+    {"offload", no_argument, 0, OPT_OFFLOAD},
+    {"zero", required_argument, 0, OPT_ZERO},
+    {"dpu", no_argument, 0, OPT_DPU},
+    {"dpu-warmup", required_argument, 0, OPT_DPU_WARMUP},
+    {"dpu-reference", no_argument, 0, OPT_DPU_REFERENCE},
+    {"pp", required_argument, 0, OPT_PP},
+    {"dp", required_argument, 0, OPT_DP},
+    {0, 0, 0, 0},
+};
+static const char offload_help[] =
+    "ZeRO-Offload (run with mpirun -np P*D; the optimizer runs on the host, sharded over the D replicas)\n"
+    "  --offload                  16-bit (or fp32) weights on the device; fp32 master weights, Adam's\n"
+    "                             moments and gradients in pinned host memory, AdamW on the CPU (required)\n"
+    "  --zero 2                   the ZeRO stage whose partitioning is offloaded: gradients\n"
+    "                             reduce-scattered over the data-parallel ranks, each rank's host updating\n"
+    "                             its shard (only 2 is supported; default 2)\n"
+    "  --dpu                      delayed parameter update: the host update of step t runs during the\n"
+    "                             forward and backward of step t+1, which use weights one step stale\n"
+    "  --dpu-warmup N             exact steps before the delayed update starts, 0..1000000 (default 1)\n"
+    "  --dpu-reference            --dpu computed without a thread, one step late in sequence (for tests)\n"
+    "  --pp P                     pipeline stages (chapter 04's 1F1B), 1..layers (default 1)\n"
+    "  --dp D                     data-parallel replicas (default: world size / pp)\n";
+
+static int handle_offload_flag(int option, const char *value, void *context) {
+    OffloadFlags *f = context;
+    switch (option) {
+    case OPT_OFFLOAD:
+        f->offload = 1;
+        return 0;
+    case OPT_ZERO:
+        f->zero = (int)parse_int_flag("--zero", value, 0, 3);
+        return 0;
+    case OPT_DPU:
+        f->dpu = 1;
+        return 0;
+    case OPT_DPU_WARMUP:
+        f->dpu_warmup = (int)parse_int_flag("--dpu-warmup", value, 0, 1000000);
+        return 0;
+    case OPT_DPU_REFERENCE:
+        f->dpu_reference = 1;
+        return 0;
+    case OPT_PP:
+        f->pp = (int)parse_int_flag("--pp", value, 1, 256);
+        return 0;
+    case OPT_DP:
+        f->dp = (int)parse_int_flag("--dp", value, 1, 4096);
+        return 0;
+    }
+    return -1;
+}
+
+static void check_offload_layout(const Config *cfg, void *context) {
+    const OffloadFlags *f = context;
+    if (f->dpu && !f->offload)
+        fatal(EXIT_USAGE,
+              "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");
+    if (f->dpu_reference && !f->dpu) fatal(EXIT_USAGE, "--dpu-reference needs --dpu");
+    if (!f->offload)
+        fatal(EXIT_USAGE,
+              "%s trains with --offload (valid: --offload; without it use 05_zero/train --zero 2)", PROGRAM);
+    if (f->zero == 3)
+        fatal(EXIT_USAGE, "--zero 3 with --offload is unsupported: chapter 06 offloads stage 2's optimizer "
+                          "and gradients, not the parameters (valid: --zero 2)");
+    if (f->zero != 2)
+        fatal(EXIT_USAGE,
+              "--zero %d with --offload is unsupported: chapter 06 offloads the stage-2 partitioning "
+              "only (valid: --zero 2)",
+              f->zero);
+    int dp = f->dp ? f->dp : f->ranks / f->pp, L = cfg->model.layers;
+    if (dp < 1 || f->pp * dp != f->ranks)
+        fatal(EXIT_USAGE, "%d ranks cannot hold --pp %d stages x --dp %d replicas (valid: mpirun -np %d)",
+              f->ranks, f->pp, dp, f->pp * (dp < 1 ? 1 : dp));
+    if (f->pp > L)
+        fatal(EXIT_USAGE, "--pp %d stages for a model of %d layers (valid: 1..%d, every stage needs a block)",
+              f->pp, L, L);
+    if (cfg->batch % (dp * cfg->micro) != 0)
+        fatal(EXIT_USAGE, "--batch %d does not split into %d replicas x --micro %d (valid: a multiple of %d)",
+              cfg->batch, dp, cfg->micro, dp * cfg->micro);
+    if (cfg->save[0] || cfg->resume[0])
+        fatal(EXIT_USAGE, "--save and --resume: chapter 06 does not checkpoint its sharded host state yet "
+                          "(use chapter 01 or 02)");
+}
+
+static void record_offload_flags(const void *context, ConfigRecord *r) {
+    const OffloadFlags *f = context;
+    config_record_add(r, "--offload", "%d", f->offload);
+    config_record_add(r, "--zero", "%d", f->zero);
+    config_record_add(r, "--dpu", "%d", f->dpu);
+    config_record_add(r, "--dpu-warmup", "%d", f->dpu_warmup);
+    config_record_add(r, "--dpu-reference", "%d", f->dpu_reference);
+    config_record_add(r, "--pp", "%d", f->pp);
+    config_record_add(r, "--dp", "%d", f->dp);
+}
+
+/* The delayed update's state between steps: the update waiting for its turn
+ * (--dpu-reference), which gradient shard holds its gradients. */
+typedef struct {
+    int waiting;
+    int grads;
+    OffloadUpdate update;
+} DelayedUpdate;
+
+int main(int argc, char **argv) {
+    comm_init(&argc, &argv);
+    CommGroup *world = comm_world();
+    int rank = comm_rank(world), ranks = comm_size(world);
+
+    Config cfg;
+    OffloadFlags of = {.zero = 2, .dpu_warmup = 1, .pp = 1, .ranks = ranks};
+    CliExtra extra = {.options = offload_options,
+                      .help = offload_help,
+                      .handle = handle_offload_flag,
+                      .context = &of,
+                      .check = check_offload_layout,
+                      .record = record_offload_flags,
+                      .multi_rank = 1,
+                      .mixed_precision = 1};
+    comm_parse_config(&cfg, argc, argv, PROGRAM,
+                      "Train a GPT with ZeRO-Offload: the optimizer on the host, pipeline and data parallel.",
+                      &extra);
+    int P = of.pp, D = of.dp ? of.dp : ranks / P, M = cfg.micro, L = cfg.model.layers;
+    int half = cfg.precision != PRECISION_FP32;
+
+    /* ---- the grid: D replicas of a pipeline of P stages; the split; the schedule ---- */
+    ProcessGrid grid;
+    grid_create(&grid, world, D, P, 1);
+    ParamTable table;
+    param_table_build(&table, &cfg.model);
+    int blocks[256];
+    layer_split_balanced(&table, P, blocks);
+    param_table_free(&table);
+    StageLayout layout = {
+        .pp = grid.pp_group, .stage = grid.p, .stages = P, .cfg = &cfg, .caller_storage = 1};
+    layer_split_range(blocks, grid.p, &layout.first_block, &layout.last_block);
+    layout.first_unit = grid.p == 0 ? LAYER_EMBEDDING : layout.first_block;
+    layout.last_unit = grid.p == P - 1 ? L : layout.last_block;
+    StageSchedule schedule;
+    schedule_build("1f1b", P, M, grid.p, &schedule);
+
+    /* ---- build: device, data, output files, this stage's model and its offloaded state ---- */
+    device_init(cfg.device, comm_local_rank());
+    device_set_limit(cfg.device_mem_limit);
+    comm_select(cfg.comm);
+    Dataset data;
+    data_load(&data, cfg.data, cfg.model.seq);
+    layout.data = &data;
+    OutFile *steps_csv = NULL;
+    if (rank == 0) {
+        out_dir_prepare(&cfg, PROGRAM);
+        steps_csv = steps_csv_open(&cfg, half ? ",d2h_bytes,h2d_bytes,bytes_sent,loss_scale,skipped"
+                                              : ",d2h_bytes,h2d_bytes,bytes_sent");
+    }
+    comm_barrier(world); /* the output directory exists before any rank writes into it */
+
+    int per_replica = cfg.batch / D;
+    layout.B = per_replica / M;
+    layout.T = cfg.model.seq;
+    Pipeline p; /* this stage: units without storage, activation slots, the schedule (pipeline.h) */
+    pipeline_create(&p, &layout, &schedule, cfg.seed);
+    Offload off; /* the stage's 16-bit weights on the device, its shard of the rest on the host */
+    offload_create(&off, &p.model, layout.first_unit, layout.last_unit, grid.dp_group, &cfg, of.dpu);
+    offload_attach_timeline(&off, &p.times.timeline, &p.times.origin_ms);
+    LossScaler scaler;
+    loss_scaler_init(&scaler, &cfg);
+    DelayedUpdate delayed = {0};
+    int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
+
+    log_info(
+        "%s | %d ranks = %d stages x %d replicas | device %s | comm %s | %s | %zu parameters, %zu in this "
+        "rank's host shard | batch %d = %d replicas x %d micro-batches x %d sequences%s\n",
+        PROGRAM, ranks, P, D, device_name(), comm_transport_name(), precision_name(cfg.precision),
+        p.model.num_params, off.shard_n, cfg.batch, D, M, layout.B,
+        of.dpu ? (of.dpu_reference ? " | delayed update (reference)" : " | delayed update") : "");
+
+    double tokens_per_step = (double)cfg.batch * layout.T;
+    float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
+    double *step_ms = xcalloc(last_step, sizeof(double));
+    double loss = NAN, pcie_bytes = 0.0, sent_bytes = 0.0;
+
+    for (int step = 0; step < last_step; step++) {
+        Timer step_timer = {0}, timer = {0};
+        StepRecord rec = {.step = step + 1, .val_loss = NAN};
+        double bytes_at_start = comm_bytes_sent();
+        comm_barrier(world); /* every rank starts the step together: one time origin for the timeline */
+        timer_start(&step_timer);
+
+        /* ---- forward and backward; each unit's gradient leaves for the host as it is done ---- */
+        offload_begin_step(&off, step + 1);
+        float loss_scale = scaler.scale; /* fp16: the gradients come out this many times too large */
+        pipeline_run_step(&p, step, grid.d * per_replica, dloss * loss_scale);
+        offload_finish_grads(&off);
+        loss = comm_allreduce_double(world, p.now.loss_sum, 0) / tokens_per_step;
+        check_loss_finite(loss, step + 1);
+
+        /* ---- update on the host: the norm from every rank's shard, then AdamW ---- */
+        timer_start(&timer);
+        offload_fault_overflow(&off, step + 1);
+        double squares = comm_allreduce_double(world, offload_grad_sum_squares(&off), 0);
+        rec.grad_norm = sqrt(squares) / loss_scale;
+        int skipped = loss_scaler_update(&scaler, isfinite(squares));
+        if (skipped)
+            log_info("step %d skipped: the fp16 gradients overflowed at loss scale %g\n", step + 1,
+                     loss_scale);
+        rec.lr = lr_at_step(&cfg, step);
+        OffloadUpdate update = {rec.lr, clip_scale(&cfg, rec.grad_norm) / loss_scale};
+        if (!of.dpu || step < of.dpu_warmup) {
+            if (!skipped) offload_update(&off, &update);
+        } else if (of.dpu_reference) { /* the previous step's update now, this one's next step */
+            if (delayed.waiting) offload_update_shard(&off, delayed.grads, &delayed.update);
+            delayed = (DelayedUpdate){.waiting = !skipped, .grads = off.cur, .update = update};
+        } else { /* the previous step's update has run during this step: install it, start this one's */
+            offload_update_wait(&off);
+            if (!skipped) offload_update_start(&off, &update);
+        }
+        rec.opt_ms = timer_stop_ms(&timer);
+        rec.step_ms = timer_stop_ms(&step_timer);
+        double step_bytes = comm_bytes_sent() - bytes_at_start;
+        sent_bytes += step_bytes;
+        pcie_bytes += off.bytes_d2h + off.bytes_h2d;
+
+        /* ---- log: the slowest rank's times ---- */
+        rec.fwd_ms = p.times.fwd_ms;
+        rec.bwd_ms = p.times.bwd_ms;
+        rec.comm_ms = p.times.comm_ms;
+        comm_slowest_times(world, &rec);
+        rec.loss = loss;
+        rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
+        step_ms[step] = rec.step_ms;
+        int last = step + 1 == last_step;
+        if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
+            rec.val_loss = pipeline_evaluate(&p, world, grid.d * per_replica);
+        if (rank == 0) {
+            if (!cfg.quiet || last) log_step(&rec, cfg.steps);
+            char extra_values[128];
+            int n = snprintf(extra_values, sizeof extra_values, ",%.0f,%.0f,%.0f", off.bytes_d2h,
+                             off.bytes_h2d, step_bytes);
+            if (half) snprintf(extra_values + n, sizeof extra_values - n, ",%g,%d", loss_scale, skipped);
+            steps_csv_write(steps_csv, &rec, extra_values);
+        }
+    }
+    /* the last delayed update, so that the weights of record hold every step */
+    offload_update_wait(&off);
+    if (delayed.waiting) offload_update_shard(&off, delayed.grads, &delayed.update);
+    if (rank == 0) out_close(steps_csv);
+
+    /* ---- timeline, run summary and memory ---- */
+    timeline_write(&p.times.timeline, world, cfg.out);
+    size_t peak_device = comm_write_memory_csv(world, cfg.out);
+    double peak_host = comm_allreduce_double(world, (double)mem_peak_total(SPACE_HOST), 1);
+    if (rank == 0) {
+        RunSummary run;
+        run_summary_init(&run, PROGRAM, &cfg, p.model.num_params, step_ms, last_step);
+        run.world_size = ranks;
+        run.dp = D;
+        run.pp = P;
+        run.zero = of.zero;
+        run.final_loss = loss;
+        run.peak_device_bytes = peak_device;
+        char extra_values[256];
+        snprintf(extra_values, sizeof extra_values, ",%s,1,%d,%d,%.0f,%.0f,%.0f",
+                 precision_name(cfg.precision), of.dpu, of.dpu ? of.dpu_warmup : 0, peak_host,
+                 pcie_bytes / last_step, sent_bytes / last_step);
+        run_csv_write_extra(cfg.out, &run,
+                            ",precision,offload,dpu,dpu_warmup,peak_host_bytes,pcie_bytes_per_step,"
+                            "bytes_sent_per_step",
+                            extra_values);
+        run_info_complete(&cfg);
+        log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | peak device %.2f MiB, host %.2f "
+                 "MiB | "
+                 "%.2f MiB over PCIe per rank per step | CSVs, timeline.csv and trace.json in %s\n",
+                 loss, run.median_step_ms, run.tokens_per_s, peak_device / 1048576.0, peak_host / 1048576.0,
+                 pcie_bytes / last_step / 1048576.0, cfg.out);
+    }
+
+    free(step_ms);
+    offload_destroy(&off);
+    pipeline_destroy(&p);
+    data_free(&data);
+    device_shutdown();
+    grid_destroy(&grid);
+    comm_finalize();
+    return 0;
+}

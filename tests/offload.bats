@@ -1,0 +1,137 @@
+#!/usr/bin/env bats
+# 06_offload: ZeRO-Offload gives chapter 01's losses in the same precision on
+# 1, 2 and 3 ranks and as the combined pipeline + ZeRO-2 + offload trainer;
+# the memory sits where offload.h says; the delayed update equals its
+# one-step-stale reference; the timeline has its rows.
+
+load helpers
+
+TRAIN06="$REPO/06_offload/train"
+
+# Tiny model with units that do not divide by 2 or 3 ranks (d 48, vocab 259:
+# zero.bats' shape), 4 steps, a global batch of 12; a private corpus.
+FLAGS="--device cpu --steps 4 --batch 12 --sample 0 --quiet --eval-batches 1 --data $BATS_FILE_TMPDIR/corpus.txt"
+ODD="--dmodel 48 --heads 4 --vocab 259"
+
+# One OpenMP thread everywhere: the CPU kernels' sums depend on the thread
+# count in their last bits, and the first test compares bit for bit.
+setup_file() {
+    cp "$REPO/course.md" "$BATS_FILE_TMPDIR/corpus.txt"
+    OMP_NUM_THREADS=1 "$TRAIN01" $FLAGS $ODD --out "$BATS_FILE_TMPDIR/fp32" >/dev/null
+    OMP_NUM_THREADS=1 "$TRAIN01" $FLAGS $ODD --precision bf16 --out "$BATS_FILE_TMPDIR/bf16" >/dev/null
+}
+
+offload() {
+    local np="$1"
+    shift
+    OMP_NUM_THREADS=1 mpirun_np "$np" "$TRAIN06" $FLAGS --offload "$@" >/dev/null
+}
+
+# peak BYTES of rank 0's SPACE/CATEGORY in DIR's memory.csv
+peak() { awk -F, -v s="$2" -v c="$3" '$1 == 0 && $2 == s && $3 == c { print $4 }' "$1/memory.csv"; }
+
+@test "fp32 offload on 1 rank gives chapter 01's losses bit for bit; the optimizer and gradients live on the host" {
+    offload 1 $ODD --out "$(scratch)/o"
+    run diff <(csv_column "$BATS_FILE_TMPDIR/fp32/steps.csv" loss) <(csv_column "$(scratch)/o/steps.csv" loss)
+    assert_success
+    local params
+    params="$(csv_column "$(scratch)/o/run.csv" params)"
+    assert_equal "$(peak "$(scratch)/o" device params)" "$((4 * params))"
+    assert_equal "$(peak "$(scratch)/o" device grads)" 0
+    assert_equal "$(peak "$(scratch)/o" device optimizer)" 0
+    # one rank: the shard is the model, no padding
+    assert_equal "$(peak "$(scratch)/o" host optimizer)" "$((12 * params))"
+    assert_equal "$(peak "$(scratch)/o" host grads)" "$((4 * params))"
+}
+
+@test "fp32 offload on 2 and 3 ranks (ZeRO-2 shards, units padded) matches 01 within 1e-4" {
+    for np in 2 3; do
+        offload "$np" $ODD --out "$(scratch)/d$np"
+        assert_losses_match "$BATS_FILE_TMPDIR/fp32" "$(scratch)/d$np" 4
+    done
+}
+
+@test "bf16 offload on 1 and 3 ranks matches 01 in bf16 within 1e-2 and keeps 2 bytes per parameter on the device" {
+    for np in 1 3; do
+        offload "$np" $ODD --precision bf16 --out "$(scratch)/b$np"
+        assert_losses_within "$BATS_FILE_TMPDIR/bf16" "$(scratch)/b$np" 4 1e-2
+    done
+    local d="$(scratch)/b3" params shard
+    params="$(csv_column "$d/run.csv" params)"
+    assert_equal "$(peak "$d" device params)" "$((2 * params))"
+    assert_equal "$(peak "$d" device grads)" 0
+    assert_equal "$(peak "$d" device optimizer)" 0
+    # the host holds a third of the model (padded): master + m + v = 12 bytes, grads 4
+    shard="$(($(peak "$d" host grads) / 4))"
+    [ "$shard" -ge "$((params / 3))" ] && [ "$shard" -lt "$((params / 3 + 3 * 8))" ]
+    assert_equal "$(peak "$d" host optimizer)" "$((12 * shard))"
+    # PCIe per step: every rank's slice down (2 bytes each) and back up
+    assert_equal "$(csv_column "$d/steps.csv" d2h_bytes | sort -u)" "$((2 * shard))"
+    assert_equal "$(csv_column "$d/steps.csv" h2d_bytes | sort -u)" "$((2 * shard))"
+}
+
+@test "fp16 offload scales the loss dynamically: an overflow skips exactly that step and halves the scale" {
+    COURSE_FAULT_OVERFLOW_STEP=2 offload 2 $ODD --precision fp16 --eval-every 1 --out "$(scratch)/f"
+    local d="$(scratch)/f"
+    assert_equal "$(csv_column "$d/steps.csv" skipped | tr '\n' ' ')" "0 1 0 0 "
+    assert_equal "$(csv_column "$d/steps.csv" loss_scale | tr '\n' ' ')" "65536 65536 32768 32768 "
+    local val
+    val=($(csv_column "$d/steps.csv" val_loss))
+    assert_equal "${val[1]}" "${val[0]}" # the skipped step left the weights as they were
+}
+
+@test "the delayed update equals its one-step-stale reference, and exact AdamW until the warm-up ends" {
+    offload 1 $ODD --steps 6 --precision bf16 --dpu --dpu-warmup 2 --out "$(scratch)/dpu"
+    offload 1 $ODD --steps 6 --precision bf16 --dpu --dpu-warmup 2 --dpu-reference --out "$(scratch)/ref"
+    offload 1 $ODD --steps 6 --precision bf16 --out "$(scratch)/exact"
+    run diff <(csv_column "$(scratch)/ref/steps.csv" loss) <(csv_column "$(scratch)/dpu/steps.csv" loss)
+    assert_success
+    local dpu exact
+    dpu=($(csv_column "$(scratch)/dpu/steps.csv" loss))
+    exact=($(csv_column "$(scratch)/exact/steps.csv" loss))
+    # steps 1-3 see the same weights (2 exact updates); step 4 sees weights one update behind
+    assert_equal "${dpu[*]:0:3}" "${exact[*]:0:3}"
+    [ "${dpu[3]}" != "${exact[3]}" ]
+}
+
+@test "the combined trainer, --pp 2 --dp 2 --zero 2 --offload, matches 01 in fp32 and bf16" {
+    offload 4 $ODD --pp 2 --dp 2 --zero 2 --micro 3 --out "$(scratch)/p"
+    assert_losses_match "$BATS_FILE_TMPDIR/fp32" "$(scratch)/p" 4
+    offload 4 $ODD --pp 2 --dp 2 --zero 2 --precision bf16 --out "$(scratch)/pb"
+    assert_losses_within "$BATS_FILE_TMPDIR/bf16" "$(scratch)/pb" 4 1e-2
+    assert_equal "$(csv_column "$(scratch)/p/run.csv" pp)" 2
+    assert_equal "$(csv_column "$(scratch)/p/run.csv" dp)" 2
+}
+
+@test "the combined trainer with 3 stages and 2 replicas matches 01, and its delayed update (fp32, 6 ranks) its reference" {
+    local shape="--dmodel 32 --heads 2 --seq 16 --layers 3" few="--steps 3"
+    OMP_NUM_THREADS=1 "$TRAIN01" $FLAGS $shape $few --out "$(scratch)/ref01" >/dev/null
+    offload 6 $shape $few --pp 3 --dp 2 --out "$(scratch)/p3"
+    assert_losses_match "$(scratch)/ref01" "$(scratch)/p3" 3
+    offload 6 $shape $few --pp 3 --dp 2 --dpu --out "$(scratch)/dpu"
+    offload 6 $shape $few --pp 3 --dp 2 --dpu --dpu-reference --out "$(scratch)/dref"
+    run diff <(csv_column "$(scratch)/dref/steps.csv" loss) <(csv_column "$(scratch)/dpu/steps.csv" loss)
+    assert_success
+}
+
+@test "timeline.csv has the rows of an offloaded step: compute, gradient copies, CPU AdamW, weight copies; plot.py draws it" {
+    offload 2 $ODD --steps 2 --out "$(scratch)/t"
+    local ops
+    ops="$(awk -F, 'NR > 1 && $2 == 2 { print $4 }' "$(scratch)/t/timeline.csv" | sort -u | tr '\n' ' ')"
+    assert_equal "$ops" "bwd cpu_adam fwd grad_d2h param_h2d "
+    # one gradient copy and one weight copy per unit (4 units) per rank, per step
+    assert_equal "$(awk -F, '$1 == 0 && $2 == 2 && $4 == "grad_d2h"' "$(scratch)/t/timeline.csv" | wc -l)" 4
+    assert_equal "$(awk -F, '$1 == 0 && $2 == 2 && $4 == "param_h2d"' "$(scratch)/t/timeline.csv" | wc -l)" 4
+    [ -s "$(scratch)/t/trace.json" ]
+    run "$(plot_python)" "$REPO/common/plot.py" --offload "$(scratch)/t" --out "$(scratch)/plots"
+    assert_success
+    [ -s "$(scratch)/plots/offload-t.png" ]
+}
+
+@test "plot.py draws capacity.py's CSV" {
+    printf 'budget_bytes,program,precision,layers,dmodel,params,peak_device_bytes,peak_host_bytes\n%s\n%s\n' \
+        "8388608,01,bf16,1,128,268160,6992512," "8388608,06,bf16,11,128,2250880,8193408,45017600" >"$(scratch)/capacity.csv"
+    run "$(plot_python)" "$REPO/common/plot.py" --capacity "$(scratch)/capacity.csv" --out "$(scratch)/plots"
+    assert_success
+    [ -s "$(scratch)/plots/capacity.png" ]
+}

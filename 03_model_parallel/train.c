@@ -371,8 +371,8 @@ int main(int argc, char **argv) {
         else
             layer_split_balanced(&table, mp_size, blocks); /* balance the parameters (common/layer_split.c) */
         layer_split_range(blocks, par.stage, &par.first_block, &par.last_block);
-        int first_unit = par.stage == 0 ? LAYER_EMBEDDING : par.first_block; /* stage 0: the embedding too */
-        int last_unit = par.stage == par.stages - 1 ? L : par.last_block;    /* the last: the head too */
+        int first_unit, last_unit; /* the embedding on stage 0, the head on the last (layer_split.h) */
+        layer_split_units(par.first_block, par.last_block, par.stage, par.stages, L, &first_unit, &last_unit);
         precision_create_range(&par.model, &par.mixed, &cfg.model, cfg.seed, cfg.precision, first_unit,
                                last_unit); /* fp32 or 16-bit */
         activations_create_range(&par.acts, &cfg.model, B, T, first_unit, last_unit, cfg.recompute);
@@ -389,8 +389,8 @@ int main(int argc, char **argv) {
     adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
     LossScaler scaler;
     loss_scaler_init(&scaler, &cfg);
-    uint64_t rng = cfg.seed;               /* for the text sampler, as in chapter 01 */
-    CkptLayout ckpt; /* this rank's part of the whole model's checkpoint (checkpoint.h) */
+    uint64_t rng = cfg.seed; /* for the text sampler, as in chapter 01 */
+    CkptLayout ckpt;         /* this rank's part of the whole model's checkpoint (checkpoint.h) */
     ckpt_layout_init(&ckpt, "%s: %s, dp %d", PROGRAM, layout, dp);
     if (par.tensor)
         tp_checkpoint_layout(&par.tpm, &opt, dp_index, &ckpt);

@@ -172,8 +172,8 @@ int main(int argc, char **argv) {
     param_table_free(&table);
     StageLayout layout = {.pp = grid.pp_group, .stage = stage, .stages = P, .cfg = &cfg};
     layer_split_range(blocks, stage, &layout.first_block, &layout.last_block);
-    layout.first_unit = stage == 0 ? LAYER_EMBEDDING : layout.first_block; /* stage 0: the embedding too */
-    layout.last_unit = stage == P - 1 ? L : layout.last_block;             /* the last: the head too */
+    layer_split_units(layout.first_block, layout.last_block, stage, P, L, &layout.first_unit,
+                      &layout.last_unit);
     if (pf.print_schedule) {
         if (rank == 0) {
             printf("%s schedule, %d stages, %d micro-batches (F/B forward/backward of a micro-batch; ra/sa "

@@ -187,8 +187,8 @@ int main(int argc, char **argv) {
     StageLayout layout = {
         .pp = grid.pp_group, .stage = grid.p, .stages = P, .cfg = &cfg, .caller_storage = 1};
     layer_split_range(blocks, grid.p, &layout.first_block, &layout.last_block);
-    layout.first_unit = grid.p == 0 ? LAYER_EMBEDDING : layout.first_block;
-    layout.last_unit = grid.p == P - 1 ? L : layout.last_block;
+    layer_split_units(layout.first_block, layout.last_block, grid.p, P, L, &layout.first_unit,
+                      &layout.last_unit);
     StageSchedule schedule;
     schedule_build("1f1b", P, M, grid.p, &schedule);
 

@@ -73,3 +73,9 @@ void layer_split_range(const int *blocks, int stage, int *first_block, int *last
     *first_block = first;
     *last_block = first + blocks[stage] - 1;
 }
+
+void layer_split_units(int first_block, int last_block, int stage, int stages, int layers, int *first_unit,
+                       int *last_unit) {
+    *first_unit = stage == 0 ? LAYER_EMBEDDING : first_block; /* stage 0: the embedding too */
+    *last_unit = stage == stages - 1 ? layers : last_block;   /* the last: the head too */
+}

@@ -20,4 +20,10 @@ void layer_split_parse(const char *text, int stages, int layers, int *blocks);
 /* First and last block of `stage` given blocks[]. */
 void layer_split_range(const int *blocks, int stage, int *first_block, int *last_block);
 
+/* First and last unit (param_table.h) of `stage` of `stages` over `layers`
+ * blocks: its blocks, with the embedding (LAYER_EMBEDDING) on stage 0 and the
+ * head (unit `layers`) on the last stage. */
+void layer_split_units(int first_block, int last_block, int stage, int stages, int layers, int *first_unit,
+                       int *last_unit);
+
 #endif

@@ -30,12 +30,7 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         ParamTable table;
         param_table_build(&table, m);
         gpt_init(&p->model, table);
-        size_t first = table_unit(&p->model.table, l->first_unit)->offset;
-        const ParamUnit *last = table_unit(&p->model.table, l->last_unit);
-        p->model.first_unit = l->first_unit;
-        p->model.last_unit = l->last_unit;
-        p->model.param_first = first;
-        p->model.param_count = last->offset + last->numel - first;
+        gpt_set_range(&p->model, l->first_unit, l->last_unit);
     } else {
         precision_create_range(&p->model, &p->mixed, m, seed, l->cfg->precision, l->first_unit,
                                l->last_unit); /* fp32 or 16-bit */

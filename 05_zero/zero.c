@@ -73,14 +73,7 @@ static void wait_ticket(Zero *z, long ticket, const char *op, int micro) {
 
 /* Bind every unit's parameters to a whole parameter buffer, no gradients. */
 static void bind_whole_params(GPT *model, float *params) {
-    model->first_unit = LAYER_EMBEDDING;
-    model->last_unit = model->cfg.layers;
-    model->param_first = 0;
-    model->param_count = model->num_params;
-    model->params = params;
-    model->grads = NULL;
-    for (int u = LAYER_EMBEDDING; u <= model->cfg.layers; u++)
-        gpt_bind_unit(model, u, params + table_unit(&model->table, u)->offset, NULL);
+    gpt_bind_range(model, LAYER_EMBEDDING, model->cfg.layers, params, NULL);
 }
 
 /* ---- stage 3's schedule ---- */

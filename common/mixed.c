@@ -64,14 +64,9 @@ static void units_range(MixedModel *mm, GPT *model, int first_unit, int last_uni
     memset(mm, 0, sizeof *mm);
     if (first_unit > last_unit)
         fatal(EXIT_RUNTIME, "mixed: units %d..%d are no range", first_unit, last_unit);
-    const ParamUnit *first = table_unit(&model->table, first_unit),
-                    *last = table_unit(&model->table, last_unit);
     mm->format = format;
     mm->model = model;
-    model->first_unit = first_unit;
-    model->last_unit = last_unit;
-    model->param_first = first->offset;
-    model->param_count = last->offset + last->numel - first->offset;
+    gpt_set_range(model, first_unit, last_unit);
     model->half_matmuls = 1;
     model->matmul_format = format;
 }

@@ -80,21 +80,26 @@ void gpt_bind_unit(GPT *m, int unit, float *params, float *grads) {
     }
 }
 
-void gpt_bind_range(GPT *m, int first_unit, int last_unit, float *params, float *grads) {
-    if (first_unit > last_unit)
-        fatal(EXIT_RUNTIME, "gpt_bind_range: units %d..%d are no range", first_unit, last_unit);
+void gpt_set_range(GPT *m, int first_unit, int last_unit) {
     size_t first = table_unit(&m->table, first_unit)->offset;
     const ParamUnit *last = table_unit(&m->table, last_unit);
     m->first_unit = first_unit;
     m->last_unit = last_unit;
     m->param_first = first;
     m->param_count = last->offset + last->numel - first;
+}
+
+void gpt_bind_range(GPT *m, int first_unit, int last_unit, float *params, float *grads) {
+    if (first_unit > last_unit)
+        fatal(EXIT_RUNTIME, "gpt_bind_range: units %d..%d are no range", first_unit, last_unit);
+    gpt_set_range(m, first_unit, last_unit);
+    size_t first = m->param_first;
     m->params = params;
     m->grads = grads;
     for (int u = LAYER_EMBEDDING; u <= m->cfg.layers; u++) {
         size_t at = table_unit(&m->table, u)->offset - first;
         int held = u >= first_unit && u <= last_unit;
-        gpt_bind_unit(m, u, held ? params + at : NULL, held ? grads + at : NULL);
+        gpt_bind_unit(m, u, held ? params + at : NULL, held && grads ? grads + at : NULL);
     }
 }
 

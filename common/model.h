@@ -138,10 +138,13 @@ const char *model_config_problem(const ModelConfig *m);
 /* A model of this table with no storage bound (every view NULL); the model
  * owns the table from now on. */
 void gpt_init(GPT *model, ParamTable table);
+/* Make units first_unit..last_unit the model's range (first_unit, last_unit,
+ * param_first, param_count), binding no storage. */
+void gpt_set_range(GPT *model, int first_unit, int last_unit);
 /* Bind storage to units first_unit..last_unit (LAYER_EMBEDDING .. L): params
  * and grads hold their elements contiguously as in the table (params[0] is the
- * first unit's first element); the other units are unbound. The caller keeps
- * ownership of the buffers. */
+ * first unit's first element; grads may be NULL: no gradients); the other
+ * units are unbound. The caller keeps ownership of the buffers. */
 void gpt_bind_range(GPT *model, int first_unit, int last_unit, float *params, float *grads);
 /* Bind one unit's views to params and grads (the unit's elements in table
  * order), or unbind it with NULL; param_first and param_count do not change. */

@@ -72,7 +72,8 @@ void *mem_alloc(Space space, Category cat, size_t bytes, const char *what);
  * buffer: cudaHostAlloc on the CUDA backend, where it is what lets an
  * asynchronous copy run while kernels run (from pageable memory CUDA copies
  * through a pinned buffer of its own, and the copy waits for the host); a
- * page-aligned allocation on the CPU backend. Pinned pages cannot be swapped
+ * page-aligned allocation on the CPU backend (from 2 MiB up, aligned to and
+ * backed by 2 MiB huge pages where the kernel grants them). Pinned pages cannot be swapped
  * out, so pin what moves often (staging, offloaded state), not everything.
  * Zero-filled; fails like mem_alloc. Free it with mem_free. */
 void *mem_alloc_pinned(Category cat, size_t bytes, const char *what);

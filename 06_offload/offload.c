@@ -256,22 +256,26 @@ static void *host_update_thread(void *context) {
 }
 
 void offload_update_start(Offload *o, const OffloadUpdate *u) {
+    /* EXERCISE 06.2 BEGIN: the DPU schedule (course.md, exercise 06.2) */
     if (o->worker_running)
         fatal(EXIT_RUNTIME, "offload: a delayed update started before the last was joined");
-    o->t++;
+    o->t++; /* Adam's step count, for the bias correction: the thread reads it */
     o->worker_update = *u;
     o->worker_grads = o->cur; /* the next step fills the other shard */
     if (pthread_create(&o->worker, NULL, host_update_thread, o) != 0)
         fatal(EXIT_RUNTIME, "offload: starting the host update thread failed");
     o->worker_running = 1;
+    /* EXERCISE 06.2 END */
 }
 
 void offload_update_wait(Offload *o) {
+    /* EXERCISE 06.2 BEGIN: the DPU schedule (course.md, exercise 06.2) */
     if (!o->worker_running) return;
     pthread_join(o->worker, NULL);
     o->worker_running = 0;
     add_row(o, -1, "cpu_adam", o->worker_start_ms, o->worker_end_ms);
-    upload_all(o);
+    upload_all(o); /* the new weights to the device */
+    /* EXERCISE 06.2 END */
 }
 
 void offload_update_shard(Offload *o, int grads, const OffloadUpdate *u) {

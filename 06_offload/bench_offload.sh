@@ -30,7 +30,9 @@
 #                        --dpu only the wait for the previous step's), run.csv's
 #                        peak device bytes (the largest rank's), the largest rank's
 #                        peak host bytes (06's pinned state; 0 for 01, 04, 05),
-#                        and 06's PCIe bytes per rank per step, both ways
+#                        and 06's PCIe bytes per rank per step, both ways (0 for the
+#                        others), and the bytes each rank sent per step (empty where
+#                        the program does not report them: 01, 04)
 #   offload_summary.csv  machine,device,precision,model,batch,micro,threads,config,ranks,median_step_ms,
 #                        min_step_ms,max_step_ms,relative,peak_device_bytes,peak_host_bytes,
 #                        pcie_bytes_per_step
@@ -106,7 +108,7 @@ for repeat in $(seq 1 "$repeats"); do
         [[ -n "$host_bytes" ]] || host_bytes="$(awk -F, '$2 == "host" { s[$1] += $4 } END { m = 0; for (r in s) if (s[r] > m) m = s[r]; print m }' "$dir/memory.csv")"
         pcie="$(column "$dir/run.csv" pcie_bytes_per_step)"
         sent="$(column "$dir/run.csv" bytes_sent_per_step)"
-        echo "$machine,$device,$precision,$model,$batch,$micro,$steps,$OMP_NUM_THREADS,$config,$ranks,$repeat,$step_ms,$opt_ms,$device_bytes,$host_bytes,${pcie:-0},${sent:-0}" >>"$csv"
+        echo "$machine,$device,$precision,$model,$batch,$micro,$steps,$OMP_NUM_THREADS,$config,$ranks,$repeat,$step_ms,$opt_ms,$device_bytes,$host_bytes,${pcie:-0},$sent" >>"$csv"
         echo "bench_offload: $config (ranks $ranks), repeat $repeat: $step_ms ms a step, $opt_ms ms in the update"
     done
 done

@@ -41,9 +41,12 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         activations_create_range(&p->slot[i], m, l->B, l->T, l->first_block, l->last_unit, l->cfg->recompute);
     /* with --recompute the slots keep block inputs, and one block set here serves them all */
     scratch_create(&p->scratch, m, l->B, l->T, l->cfg->recompute);
+    /* the gradient messages, where there is a neighbour to exchange them with
+     * (the last stage's backward starts from the loss, the first's input is tokens) */
     size_t bytes = boundary_floats(p) * sizeof(float);
-    p->grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient from next stage");
-    p->grad_out = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient to prev stage");
+    if (l->stage + 1 < l->stages)
+        p->grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient from next stage");
+    if (l->stage > 0) p->grad_out = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient to prev stage");
 }
 
 void pipeline_destroy(Pipeline *p) {

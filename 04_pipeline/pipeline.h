@@ -62,7 +62,7 @@ typedef struct {
     Scratch scratch;
     Activations *slot; /* one set of saved activations per micro-batch in flight */
     int slots;
-    float *grad_in, *grad_out; /* (B,T,C): from stage+1, to stage-1 */
+    float *grad_in, *grad_out; /* (B,T,C): from stage+1, to stage-1 (NULL where there is none) */
     /* extension points (optional) */
     const UnitHooks *hooks;
     void (*last_backward)(void *context);

@@ -103,26 +103,26 @@ static void land_slice(Offload *o, int unit) {
     o->arrived[unit - o->first_unit] = 1;
 }
 
-/* Wait for the copy out of outbox[slot], if one is in flight, and land it. */
-static void drain_slot(Offload *o, int slot) {
-    int unit = o->pending[slot];
+/* Wait for the copy out of the outbox, if one is in flight, and land it. */
+static void drain_outbox(Offload *o) {
+    int unit = o->pending;
     if (unit == NO_UNIT) return;
-    device_event_sync(o->copied_out[slot]);
-    add_copy_row(o, unit, "grad_d2h", o->out_ms[slot], o->copied_out[slot]);
+    device_event_sync(o->copied_out);
+    add_copy_row(o, unit, "grad_d2h", o->out_ms, o->copied_out);
     land_slice(o, unit);
-    o->pending[slot] = NO_UNIT;
+    o->pending = NO_UNIT;
 }
 
 /* After unit's backward: its gradient (fp32, N*S in unit_grads) reduced over
- * the ranks to this rank's slice in outbox[slot], then copied to the host on
- * the copy stream while the backward of the next unit runs. */
+ * the ranks to this rank's slice in the outbox, then copied to the host on
+ * the copy stream while the backward of the next unit runs. The outbox is
+ * free again once the previous unit's copy is done: it has had this unit's
+ * whole backward to finish in. */
 static void after_backward(int unit, void *context) {
     Offload *o = context;
-    int slot = o->slot;
-    o->slot = 1 - slot;
-    drain_slot(o, slot); /* outbox[slot] is free again */
+    drain_outbox(o);
     size_t S = slice_numel(o, unit);
-    void *out = o->outbox[slot];
+    void *out = o->outbox;
     if (o->half && o->ranks > 1) {
         ops()->cast_to_half(o->unit_grads16, o->unit_grads, o->ranks * S, o->format);
         comm_reduce_scatter_typed(o->group, o->unit_grads16, out, S, o->dtype, COMM_SUM, NULL);
@@ -139,12 +139,12 @@ static void after_backward(int unit, void *context) {
     DeviceStream *copy = device_stream(STREAM_COPY);
     device_event_record(o->compute_done, device_stream(STREAM_COMPUTE));
     device_stream_wait(copy, o->compute_done);
-    o->out_ms[slot][0] = wall_ms();
+    o->out_ms[0] = wall_ms();
     copy_to_host_async(bytes_at(o->grads_landing, slice_at(o, unit), o->elem_bytes), out, S * o->elem_bytes,
                        copy);
-    device_event_record(o->copied_out[slot], copy);
-    o->out_ms[slot][1] = wall_ms();
-    o->pending[slot] = unit;
+    device_event_record(o->copied_out, copy);
+    o->out_ms[1] = wall_ms();
+    o->pending = unit;
     o->bytes_d2h += (double)S * o->elem_bytes;
 }
 
@@ -156,9 +156,7 @@ void offload_begin_step(Offload *o, int step) {
 }
 
 void offload_finish_grads(Offload *o) {
-    /* the older copy first: the units land in the order they left */
-    drain_slot(o, o->slot);
-    drain_slot(o, 1 - o->slot);
+    drain_outbox(o); /* the last unit's copy */
     for (int u = o->first_unit; u <= o->last_unit; u++)
         if (!o->arrived[u - o->first_unit])
             fatal(EXIT_RUNTIME, "offload: no gradient of unit %d arrived this step", u);
@@ -256,22 +254,26 @@ static void *host_update_thread(void *context) {
 }
 
 void offload_update_start(Offload *o, const OffloadUpdate *u) {
+    /* EXERCISE 06.2 BEGIN: the DPU schedule (course.md, exercise 06.2) */
     if (o->worker_running)
         fatal(EXIT_RUNTIME, "offload: a delayed update started before the last was joined");
-    o->t++;
+    o->t++; /* Adam's step count, for the bias correction: the thread reads it */
     o->worker_update = *u;
     o->worker_grads = o->cur; /* the next step fills the other shard */
     if (pthread_create(&o->worker, NULL, host_update_thread, o) != 0)
         fatal(EXIT_RUNTIME, "offload: starting the host update thread failed");
     o->worker_running = 1;
+    /* EXERCISE 06.2 END */
 }
 
 void offload_update_wait(Offload *o) {
+    /* EXERCISE 06.2 BEGIN: the DPU schedule (course.md, exercise 06.2) */
     if (!o->worker_running) return;
     pthread_join(o->worker, NULL);
     o->worker_running = 0;
     add_row(o, -1, "cpu_adam", o->worker_start_ms, o->worker_end_ms);
-    upload_all(o);
+    upload_all(o); /* the new weights to the device */
+    /* EXERCISE 06.2 END */
 }
 
 void offload_update_shard(Offload *o, int grads, const OffloadUpdate *u) {
@@ -314,12 +316,12 @@ void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommG
     o->unit_grads = mem_alloc(SPACE_DEVICE, CAT_BUCKETS, N * S * sizeof(float), "unit gradient");
     if (o->half && N > 1)
         o->unit_grads16 = mem_alloc(SPACE_DEVICE, CAT_BUCKETS, N * S * eb, "unit gradient (16-bit)");
+    o->outbox = mem_alloc(SPACE_DEVICE, CAT_BUCKETS, S * eb, "gradient slice to copy out");
+    o->copied_out = device_event_create();
+    o->pending = NO_UNIT;
     for (int i = 0; i < 2; i++) {
-        o->outbox[i] = mem_alloc(SPACE_DEVICE, CAT_BUCKETS, S * eb, "gradient slice to copy out");
         if (N > 1) o->inbox[i] = mem_alloc(SPACE_DEVICE, CAT_COMM, S * eb, "updated slice copied in");
-        o->copied_out[i] = device_event_create();
         o->copied_in[i] = device_event_create();
-        o->pending[i] = NO_UNIT;
     }
     if (N > 1) o->gathered = mem_alloc(SPACE_DEVICE, CAT_COMM, N * S * eb, "gathered unit");
     o->compute_done = device_event_create();
@@ -378,11 +380,11 @@ void offload_destroy(Offload *o) {
     mem_free(o->unit_params);
     mem_free(o->unit_grads);
     mem_free(o->unit_grads16);
+    mem_free(o->outbox);
+    device_event_destroy(o->copied_out);
     for (int i = 0; i < 2; i++) {
-        mem_free(o->outbox[i]);
         mem_free(o->inbox[i]);
         mem_free(o->grads[i]);
-        device_event_destroy(o->copied_out[i]);
         device_event_destroy(o->copied_in[i]);
     }
     mem_free(o->gathered);

@@ -4,12 +4,12 @@
  * What sits where, per parameter of this rank's units (N data-parallel ranks,
  * the shard layout of param_table.h: rank r owns slice r of every unit):
  *
- *   device                          bytes            host (pinned)                    bytes
- *   params, 16 bits (or fp32)       2 (4)            master weights, fp32             4 / N
- *   a unit's gradient in fp32       working buffer   Adam m and v, fp32               8 / N
- *   two reduced slices (outbox)     working buffer   gradient shard, fp32             4 / N (8 / N with
- * --dpu) two updated slices (inbox)      working buffer   PCIe staging: gradient slices    2 / N (4 / N) and
- * updated 16-bit weights       2 / N (16 bits only)
+ *   device                      bytes           host (pinned)                    bytes
+ *   params, 16 bits (or fp32)   2 (4)           master weights, fp32             4 / N
+ *   a unit's gradient, fp32     working buffer  Adam m and v, fp32               8 / N
+ *   a reduced slice (outbox)    working buffer  gradient shard, fp32             4 / N (8 / N, --dpu)
+ *   two updated slices (inbox)  working buffer  staging: gradient slices         2 / N (4 / N in fp32)
+ *                                               staging: updated 16-bit weights  2 / N (16 bits only)
  *
  * So a device needs 2 bytes per parameter and a few unit-sized buffers where
  * chapter 05's stage 2 needs 2 + 14 / N, and chapter 01 16.
@@ -18,12 +18,12 @@
  *
  *   backward of unit u           compute   u's gradient, fp32, into the unit buffer
  *   (16 bits) round it           compute   the unit's gradient to 16 bits
- *   reduce-scatter over dp       comm      this rank's slice of the unit's sum into outbox[u % 2]
+ *   reduce-scatter over dp       comm      this rank's slice of the unit's sum into the outbox
  *   copy the slice D2H           copy      outbox -> the host's staging, after an event on
  *                                          compute (or the collective's return); the backward
  *                                          of unit u-1 runs meanwhile
- *   add it into the fp32 shard   host      when the copy of u is done, found before outbox
- *                                          [u % 2] is reused by unit u-2 or at the end of backward
+ *   add it into the fp32 shard   host      when the copy of u is done, found before the outbox
+ *                                          is reused by unit u-1 or at the end of backward
  *   gradient norm, loss scale    host      from the fp32 shard; summed over the ranks
  *   AdamW on unit u's slice      host      cpu_adamw: master, m, v, and the 16-bit rounding
  *   copy the slice H2D           copy      host staging -> inbox[u % 2]; AdamW of unit u+1
@@ -84,10 +84,10 @@ typedef struct {
     float *unit_params; /* 16 bits: (largest unit) the unit at hand in fp32, CAT_WORKSPACE */
     float *unit_grads;  /* (N * max_slice) the unit's gradient in backward, fp32, CAT_BUCKETS */
     void *unit_grads16; /* 16 bits and N > 1: (N * max_slice) it, rounded for the reduce-scatter */
-    void *outbox[2];    /* (max_slice) this rank's reduced slice, until its D2H copy is done */
+    void *outbox;       /* (max_slice) this rank's reduced slice, until its D2H copy is done */
     void *inbox[2];     /* N > 1: (max_slice) an updated slice arrived from the host, CAT_COMM */
     void *gathered;     /* N > 1: (N * max_slice) a unit all-gathered, CAT_COMM */
-    DeviceEvent *compute_done, *copied_out[2], *copied_in[2];
+    DeviceEvent *compute_done, *copied_out, *copied_in[2];
 
     /* ---- host, pinned ---- */
     void *grads_landing; /* (shard_n) the slices as they cross PCIe (16 bits or fp32), CAT_COMM */
@@ -99,11 +99,10 @@ typedef struct {
     int t;               /* updates applied so far */
 
     /* ---- the step ---- */
-    int pending[2];                   /* the unit whose slice outbox[i] holds in flight, or NO_UNIT */
-    double out_ms[2][2], in_ms[2][2]; /* each slot's copy: when queued, when its call returned */
-    int slot;                         /* the outbox the next unit uses */
-    unsigned char *arrived;           /* per unit of the range: a micro-batch's slice added this step */
-    double bytes_d2h, bytes_h2d;      /* this step's PCIe traffic, this rank */
+    int pending;                   /* the unit whose slice the outbox holds in flight, or NO_UNIT */
+    double out_ms[2], in_ms[2][2]; /* each copy: when queued, when its call returned */
+    unsigned char *arrived;        /* per unit of the range: a micro-batch's slice added this step */
+    double bytes_d2h, bytes_h2d;   /* this step's PCIe traffic, this rank */
 
     /* ---- the timeline (optional): rows for the copies and the CPU update ---- */
     Timeline *timeline;

@@ -155,6 +155,28 @@ typedef struct {
     OffloadUpdate update;
 } DelayedUpdate;
 
+/* Step `step`'s update (0-based; skipped: fp16 overflowed). Exact AdamW
+ * without --dpu and during its warm-up; after it, the update of step t runs
+ * while the device computes step t+1. On the last step nothing follows, so
+ * the update still pending is done before returning: the final evaluation
+ * (and the weights of record) hold every step. */
+static void update_weights(Offload *off, const OffloadFlags *of, DelayedUpdate *delayed, int step, int last,
+                           const OffloadUpdate *update, int skipped) {
+    if (!of->dpu || step < of->dpu_warmup) {
+        if (!skipped) offload_update(off, update);
+    } else if (of->dpu_reference) { /* the previous step's update now, this one's next step */
+        if (delayed->waiting) offload_update_shard(off, delayed->grads, &delayed->update);
+        *delayed = (DelayedUpdate){.waiting = !skipped, .grads = off->cur, .update = *update};
+        if (last && delayed->waiting) offload_update_shard(off, delayed->grads, &delayed->update);
+    } else {
+        /* EXERCISE 06.2 BEGIN: the DPU schedule (course.md, exercise 06.2) */
+        offload_update_wait(off); /* the previous step's update ran during this step: install it */
+        if (!skipped) offload_update_start(off, update); /* this one's runs during the next step */
+        if (last) offload_update_wait(off);              /* there is no next step */
+        /* EXERCISE 06.2 END */
+    }
+}
+
 int main(int argc, char **argv) {
     comm_init(&argc, &argv);
     CommGroup *world = comm_world();
@@ -258,15 +280,8 @@ int main(int argc, char **argv) {
                      loss_scale);
         rec.lr = lr_at_step(&cfg, step);
         OffloadUpdate update = {rec.lr, clip_scale(&cfg, rec.grad_norm) / loss_scale};
-        if (!of.dpu || step < of.dpu_warmup) {
-            if (!skipped) offload_update(&off, &update);
-        } else if (of.dpu_reference) { /* the previous step's update now, this one's next step */
-            if (delayed.waiting) offload_update_shard(&off, delayed.grads, &delayed.update);
-            delayed = (DelayedUpdate){.waiting = !skipped, .grads = off.cur, .update = update};
-        } else { /* the previous step's update has run during this step: install it, start this one's */
-            offload_update_wait(&off);
-            if (!skipped) offload_update_start(&off, &update);
-        }
+        int last = step + 1 == last_step;
+        update_weights(&off, &of, &delayed, step, last, &update, skipped);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
         double step_bytes = comm_bytes_sent() - bytes_at_start;
@@ -281,7 +296,6 @@ int main(int argc, char **argv) {
         rec.loss = loss;
         rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
         step_ms[step] = rec.step_ms;
-        int last = step + 1 == last_step;
         if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
             rec.val_loss = pipeline_evaluate(&p, world, grid.d * per_replica);
         if (rank == 0) {
@@ -293,9 +307,6 @@ int main(int argc, char **argv) {
             steps_csv_write(steps_csv, &rec, extra_values);
         }
     }
-    /* the last delayed update, so that the weights of record hold every step */
-    offload_update_wait(&off);
-    if (delayed.waiting) offload_update_shard(&off, delayed.grads, &delayed.update);
     if (rank == 0) out_close(steps_csv);
 
     /* ---- timeline, run summary and memory ---- */

@@ -254,6 +254,16 @@ if [ -x 06_offload/train ]; then
             --out "$runs/06-capacity" | grep -v '^capacity.py: wrote'
     fi
     plot --capacity "$runs/06-capacity/capacity.csv" --out runs/plots/06
+    # the step time of offload, with and without the delayed update, next to 01, 04 and 05 (about 40 s on 2 cores)
+    bench=(env BENCH_REPEATS="$repeats" BENCH_MODEL="$preset" BENCH_DEVICE="$device_choice" BENCH_OUT="$runs/06-bench"
+        06_offload/bench_offload.sh)
+    if [ "$dry_run" = 1 ]; then
+        echo "plan: ${bench[*]}"
+    else
+        echo "demo: offload's step time: 01, 06 with and without --dpu on 1 rank; 04, 05 and 06 combined on 4"
+        "${bench[@]}" | grep -E '^bench_offload: [0-9_a-z]+ +ranks'
+    fi
+    plot --offload-bench "$runs/06-bench/offload_summary.csv" --out runs/plots/06
 fi
 
 if [ "$dry_run" = 1 ]; then

@@ -9,6 +9,7 @@
     python3 common/plot.py --precision RUN_DIR... [--out DIR]
     python3 common/plot.py --offload RUN_DIR... [--step N] [--out DIR]
     python3 common/plot.py --capacity CSV [--out DIR]
+    python3 common/plot.py --offload-bench SUMMARY_CSV [--out DIR]
 
 Reads only the CSVs that every chapter program writes, so a learner can plot
 their own runs next to the demo's. A run's label is its directory name;
@@ -62,6 +63,11 @@ With --offload, from chapter 06 runs' timeline.csv:
 With --capacity, from 06_offload/capacity.py's capacity.csv:
     capacity.png    the most parameters each program trains against the
                     device budget, with the ratio 06 / 01 at each budget
+With --offload-bench, from 06_offload/bench_offload.sh's offload_summary.csv:
+    offload.png     the median step time of each configuration (1 rank: 01,
+                    06 --offload with and without --dpu; 4 ranks: 04, 05's
+                    stage 2, the combined 06 with and without --dpu), with
+                    min-max bars and each one's peak device and host MiB
 With --sweep, from pipeline runs' run.csv (columns schedule, micro,
 median_step_ms, bubble_measured, bubble_theory):
     sweep.png       against the number of micro-batches, one line per
@@ -428,6 +434,37 @@ def plot_capacity(path, out):
     plt.close(fig)
 
 
+def plot_offload_bench(path, out):
+    """06_offload/bench_offload.sh's summary: step time per configuration, grouped by ranks."""
+    rows = read_csv(path)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    x = list(range(len(rows)))
+    medians = [float(r["median_step_ms"]) for r in rows]
+    low = [m - float(r["min_step_ms"]) for m, r in zip(medians, rows)]
+    high = [float(r["max_step_ms"]) - m for m, r in zip(medians, rows)]
+    colors = ["tab:blue" if r["ranks"] == "1" else "tab:orange" for r in rows]
+    ax.bar(x, medians, yerr=[low, high], capsize=4, color=colors)
+    for i, r in enumerate(rows):
+        note = f"dev {float(r['peak_device_bytes']) / 1048576:.1f} MiB"
+        if float(r["peak_host_bytes"] or 0) > 0:
+            note += f"\nhost {float(r['peak_host_bytes']) / 1048576:.1f} MiB"
+        ax.annotate(note, (i, medians[i] + high[i]), textcoords="offset points", xytext=(0, 3), ha="center",
+                    fontsize=7)
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{r['config']}\n({r['ranks']} rank{'s' if r['ranks'] != '1' else ''})" for r in rows],
+                       fontsize=7)
+    ax.set_ylabel("median step time (ms)")
+    first = rows[0] if rows else {}
+    ax.set_title(f"Offload, DPU and the combined trainer: {first.get('model', '')} preset, "
+                 f"{first.get('precision', '')}, {first.get('machine', '')}\n(bars: min-max over repeats)",
+                 fontsize=9)
+    ax.set_ylim(0, max(m + h for m, h in zip(medians, high)) * 1.25 if rows else 1)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "offload.png"), dpi=120)
+    plt.close(fig)
+
+
 def plot_sweep(groups, out):
     """Two panels against M, one line per schedule. Configurations are compared
     by their fastest repeat: background load only ever adds time, so the
@@ -629,6 +666,8 @@ def main():
                         help="chapter 05: loss curves and memory by category of fp32, bf16 and fp16 runs")
     parser.add_argument("--offload", action="store_true", help="chapter 06: one step's compute, copies and CPU AdamW")
     parser.add_argument("--capacity", action="store_true", help="06_offload/capacity.py's CSV: parameters per budget")
+    parser.add_argument("--offload-bench", action="store_true",
+                        help="06_offload/bench_offload.sh's offload_summary.csv: step time per configuration")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if args.commbench:
@@ -645,6 +684,10 @@ def main():
     if args.capacity:
         plot_capacity(args.runs[0], args.out)
         print(f"plot.py: wrote capacity.png to {args.out}")
+        return
+    if args.offload_bench:
+        plot_offload_bench(args.runs[0], args.out)
+        print(f"plot.py: wrote offload.png to {args.out}")
         return
     if args.zero:
         plot_zero(load_runs(args.runs), args.out)

@@ -47,6 +47,10 @@ setup_file() {
     assert_output --partial "tensor_parallel.c:4"
     assert_output --partial "param_table.c:3"
     assert_output --partial "zero.c:3" # 05.2 queues the reduce-scatter and adds its slice; 05.3
+    # 06.2: the thread's start and join in offload.c, the schedule in 06's train.c
+    run grep -c 'exercise_not_implemented("06\.2"' "$COPIES/all/06_offload/offload.c" "$COPIES/all/06_offload/train.c"
+    assert_output --partial "offload.c:2"
+    assert_output --partial "train.c:1"
     # the solutions themselves are gone
     run grep -c "sqrtf(vhat)" "$COPIES/all/common/kernels_cpu.c"
     assert_output "0"

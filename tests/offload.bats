@@ -135,3 +135,19 @@ peak() { awk -F, -v s="$2" -v c="$3" '$1 == 0 && $2 == s && $3 == c { print $4 }
     assert_success
     [ -s "$(scratch)/plots/capacity.png" ]
 }
+
+@test "bench_offload.sh runs every configuration on the tiny preset and writes its CSVs with their columns" {
+    BENCH_MODEL=tiny BENCH_BATCH=4 BENCH_STEPS=2 BENCH_REPEATS=1 BENCH_MACHINE=test BENCH_OUT="$(scratch)/b" \
+        run "$REPO/06_offload/bench_offload.sh"
+    assert_success
+    assert_equal "$(head -1 "$(scratch)/b/offload.csv")" \
+        "machine,device,precision,model,batch,micro,steps,threads,config,ranks,repeat,median_step_ms,median_opt_ms,peak_device_bytes,peak_host_bytes,pcie_bytes_per_step,bytes_sent_per_step"
+    assert_equal "$(csv_column "$(scratch)/b/offload_summary.csv" config | tr '\n' ' ')" \
+        "01 06_offload 06_offload_dpu 04_pp2_dp2 05_zero2 06_pp2_dp2 06_pp2_dp2_dpu "
+    assert_equal "$(csv_column "$(scratch)/b/offload_summary.csv" relative | tr '\n' ' ')" \
+        "$(csv_column "$(scratch)/b/offload_summary.csv" relative | awk 'NR == 1 || NR == 4 { $0 = "1.000" } 1' | tr '\n' ' ')"
+    # the host holds state and PCIe carries bytes only in 06's rows
+    csv_column "$(scratch)/b/offload.csv" pcie_bytes_per_step | awk 'NR == 1 || NR == 4 || NR == 5 { if ($1 != 0) exit 1; next } { if ($1 <= 0) exit 1 }'
+    csv_column "$(scratch)/b/offload.csv" peak_host_bytes | awk 'NR == 1 || NR == 4 || NR == 5 { if ($1 != 0) exit 1; next } { if ($1 <= 0) exit 1 }'
+    if "$(plot_python)" -c 'import matplotlib' 2>/dev/null; then [ -s "$(scratch)/b/offload.png" ]; fi
+}

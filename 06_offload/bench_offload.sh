@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# bench_offload.sh: chapter 06's benchmark: what moving the optimizer to the
+# host costs in step time, what the delayed update (--dpu) buys back, and the
+# combined trainer against chapters 04 and 05 on the same ranks, for one
+# model, one global batch and one precision.
+#
+#   06_offload/bench_offload.sh        (after make; BENCH_* settings below)
+#
+# The configurations, run one after another within each of BENCH_REPEATS
+# repeats, so that every one sees the same machine load:
+#
+#   config          ranks  program and flags
+#   01              1      01_single_gpu/train: everything on the device
+#   06_offload      1      06_offload/train --offload
+#   06_offload_dpu  1      06_offload/train --offload --dpu
+#   04_pp2_dp2      4      04_pipeline/train --pp 2 --dp 2 (1F1B, BENCH_MICRO micro-batches)
+#   05_zero2        4      05_zero/train --zero 2 (4 replicas)
+#   06_pp2_dp2      4      06_offload/train --pp 2 --dp 2 --zero 2 --offload (BENCH_MICRO)
+#   06_pp2_dp2_dpu  4      the same with --dpu
+#
+# (--dpu with its default --dpu-warmup 1: every step but the first is delayed.)
+# Writes, in BENCH_OUT (runs/bench):
+#
+#   offload.csv          machine,device,precision,model,batch,micro,steps,threads,config,ranks,repeat,
+#                        median_step_ms,median_opt_ms,peak_device_bytes,peak_host_bytes,pcie_bytes_per_step,
+#                        bytes_sent_per_step
+#                        one row per run: run.csv's median step (the first, warm-up
+#                        step left out), the median over the same steps of
+#                        steps.csv's opt_ms (the update: on the host for 06, with
+#                        --dpu only the wait for the previous step's), run.csv's
+#                        peak device bytes (the largest rank's), the largest rank's
+#                        peak host bytes (06's pinned state; 0 for 01, 04, 05),
+#                        and 06's PCIe bytes per rank per step, both ways (0 for the
+#                        others), and the bytes each rank sent per step (empty where
+#                        the program does not report them: 01, 04)
+#   offload_summary.csv  machine,device,precision,model,batch,micro,threads,config,ranks,median_step_ms,
+#                        min_step_ms,max_step_ms,relative,peak_device_bytes,peak_host_bytes,
+#                        pcie_bytes_per_step
+#                        per configuration over the repeats: the median step and
+#                        its extremes; relative = median / the median of the
+#                        baseline with the same ranks (01 on 1 rank, 04 on 4)
+#   offload.png          the medians with min..max bars and each run's peak
+#                        device MiB (common/plot.py --offload-bench)
+#
+# Settings (environment): BENCH_REPEATS (3), BENCH_MODEL (small), BENCH_BATCH (8),
+# BENCH_MICRO (2), BENCH_STEPS (8), BENCH_PRECISION (bf16), BENCH_DEVICE (cpu),
+# BENCH_MACHINE (a name for the machine column: cpu-<model>-<N>cores),
+# BENCH_OUT (runs/bench), OMP_NUM_THREADS (1 per rank).
+# On a shared machine every number moves with the load: compare the
+# configurations within one file, and look at min..max before believing a
+# difference.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+repeats="${BENCH_REPEATS:-3}"
+model="${BENCH_MODEL:-small}"
+batch="${BENCH_BATCH:-8}"
+micro="${BENCH_MICRO:-2}"
+steps="${BENCH_STEPS:-8}"
+precision="${BENCH_PRECISION:-bf16}"
+device="${BENCH_DEVICE:-cpu}"
+out="${BENCH_OUT:-runs/bench}"
+cpu_model="$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1 | tr 'A-Z ' 'a-z-' | cut -c1-24)"
+machine="${BENCH_MACHINE:-cpu-${cpu_model:-unknown}-$(nproc)cores}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+export OMP_WAIT_POLICY=passive # waiting threads sleep: the ranks share the cores
+for program in 01_single_gpu/train 04_pipeline/train 05_zero/train 06_offload/train; do
+    [[ -x "$program" ]] || { echo "bench_offload: $program is missing; run make first" >&2; exit 1; }
+done
+
+mkdir -p "$out"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+csv="$out/offload.csv"
+echo "machine,device,precision,model,batch,micro,steps,threads,config,ranks,repeat,median_step_ms,median_opt_ms,peak_device_bytes,peak_host_bytes,pcie_bytes_per_step,bytes_sent_per_step" >"$csv"
+
+# column NAME of a CSV (header skipped); empty when the CSV has no such column
+column() { awk -F, -v name="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c = i; next } c { print $c }' "$1"; }
+# the median of the numbers on stdin
+median() { sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# CONFIG RANKS PROGRAM FLAGS... (the order of the table above)
+configs=(
+    "01 1 01_single_gpu/train"
+    "06_offload 1 06_offload/train --offload"
+    "06_offload_dpu 1 06_offload/train --offload --dpu"
+    "04_pp2_dp2 4 04_pipeline/train --pp 2 --dp 2 --schedule 1f1b --micro $micro"
+    "05_zero2 4 05_zero/train --zero 2"
+    "06_pp2_dp2 4 06_offload/train --pp 2 --dp 2 --zero 2 --offload --micro $micro"
+    "06_pp2_dp2_dpu 4 06_offload/train --pp 2 --dp 2 --zero 2 --offload --micro $micro --dpu"
+)
+for repeat in $(seq 1 "$repeats"); do
+    for line in "${configs[@]}"; do
+        read -r config ranks program flags <<<"$line"
+        dir="$work/$config-r$repeat"
+        command=("./$program" --device "$device" --model "$model" --batch "$batch" --steps "$steps"
+            --precision "$precision" --sample 0 --quiet --eval-batches 1 --out "$dir" $flags)
+        if [[ "$ranks" -gt 1 ]]; then
+            OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+                mpirun --oversubscribe -np "$ranks" -x OMP_NUM_THREADS -x OMP_WAIT_POLICY "${command[@]}" >/dev/null
+        else
+            "${command[@]}" >/dev/null
+        fi
+        step_ms="$(column "$dir/run.csv" median_step_ms)"
+        opt_ms="$(column "$dir/steps.csv" opt_ms | tail -n +2 | median)"
+        device_bytes="$(column "$dir/run.csv" peak_device_bytes)"
+        host_bytes="$(column "$dir/run.csv" peak_host_bytes)"
+        [[ -n "$host_bytes" ]] || host_bytes="$(awk -F, '$2 == "host" { s[$1] += $4 } END { m = 0; for (r in s) if (s[r] > m) m = s[r]; print m }' "$dir/memory.csv")"
+        pcie="$(column "$dir/run.csv" pcie_bytes_per_step)"
+        sent="$(column "$dir/run.csv" bytes_sent_per_step)"
+        echo "$machine,$device,$precision,$model,$batch,$micro,$steps,$OMP_NUM_THREADS,$config,$ranks,$repeat,$step_ms,$opt_ms,$device_bytes,$host_bytes,${pcie:-0},$sent" >>"$csv"
+        echo "bench_offload: $config (ranks $ranks), repeat $repeat: $step_ms ms a step, $opt_ms ms in the update"
+    done
+done
+
+python3 - "$csv" "$out/offload_summary.csv" <<'EOF'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+order, groups = [], {}
+for r in rows:
+    if r["config"] not in groups:
+        order.append(r["config"])
+    groups.setdefault(r["config"], []).append(r)
+baseline = {"1": "01", "4": "04_pp2_dp2"}
+med = {c: statistics.median(float(r["median_step_ms"]) for r in groups[c]) for c in order}
+keys = "machine,device,precision,model,batch,micro,threads".split(",")
+with open(sys.argv[2], "w") as f:
+    f.write(",".join(keys) + ",config,ranks,median_step_ms,min_step_ms,max_step_ms,relative,"
+            "peak_device_bytes,peak_host_bytes,pcie_bytes_per_step\n")
+    for c in order:
+        g = groups[c]
+        times = [float(r["median_step_ms"]) for r in g]
+        base = baseline.get(g[0]["ranks"])
+        rel = f"{med[c] / med[base]:.3f}" if base in med else ""
+        mem = [statistics.median(float(r[k]) for r in g) for k in ("peak_device_bytes", "peak_host_bytes",
+                                                                    "pcie_bytes_per_step")]
+        f.write(",".join(g[0][k] for k in keys) + f",{c},{g[0]['ranks']},{med[c]:.2f},{min(times):.2f},"
+                f"{max(times):.2f},{rel},{mem[0]:.0f},{mem[1]:.0f},{mem[2]:.0f}\n")
+        print(f"bench_offload: {c:15s} ranks {g[0]['ranks']} {med[c]:8.1f} ms ({min(times):.1f}..{max(times):.1f})"
+              + (f", {rel} x {base}" if rel else "") + f", device {mem[0] / 1048576:.1f} MiB, host "
+              f"{mem[1] / 1048576:.1f} MiB, PCIe {mem[2] / 1048576:.2f} MiB/step")
+EOF
+plot_python=python3
+for candidate in python3 /usr/bin/python3; do
+    if "$candidate" -c 'import matplotlib' 2>/dev/null; then plot_python="$candidate" && break; fi
+done
+"$plot_python" common/plot.py --offload-bench "$out/offload_summary.csv" --out "$out" ||
+    echo "bench_offload: no plot (common/plot.py needs matplotlib)"
+echo "bench_offload: done; see $csv and $out/offload_summary.csv"

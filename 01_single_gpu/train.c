@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
     ckpt_layout_init(&ckpt, "%s: one device", PROGRAM);
     ckpt_layout_range(&ckpt, &model, &opt, 0, 1);
     int first_step = 0;
-    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt, &rng, &scaler);
+    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt.t, &rng, &scaler);
     if (cfg.resume[0] && half) mixed_weights_from_master(&mixed); /* the checkpoint holds the fp32 weights */
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
         snprintf(scaling, sizeof scaling, ",%g,%d", loss_scale, skipped);
         steps_csv_write(steps_csv, &rec, half ? scaling : NULL);
         if (checkpoint_due(&cfg, step + 1, last_step)) {
-            CkptState state = ckpt_state(step + 1, &opt, rng, &scaler);
+            CkptState state = ckpt_state(step + 1, opt.t, rng, &scaler);
             checkpoint_save(&cfg, &ckpt, &state);
         }
     }

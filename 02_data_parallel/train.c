@@ -225,7 +225,7 @@ int main(int argc, char **argv) {
     ckpt_layout_init(&ckpt, "%s: %d ranks, dp %d", PROGRAM, ranks, ranks);
     ckpt_layout_range(&ckpt, &model, &opt, rank, ranks);
     int first_step = 0;
-    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt, &rng, &scaler);
+    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt.t, &rng, &scaler);
     if (cfg.resume[0] && half) mixed_weights_from_master(&mixed); /* the checkpoint holds the fp32 weights */
     /* Identical initialisation already follows from (seed, name, index); the
      * broadcast makes "rank 0's weights" the rule, as real frameworks do. */
@@ -322,7 +322,7 @@ int main(int argc, char **argv) {
             steps_csv_write(steps_csv, &rec, extra_values);
         }
         if (checkpoint_due(&cfg, step + 1, last_step)) {
-            CkptState state = ckpt_state(step + 1, &opt, rng, &scaler);
+            CkptState state = ckpt_state(step + 1, opt.t, rng, &scaler);
             checkpoint_save_sharded(world, &cfg, &ckpt, &state);
         }
     }

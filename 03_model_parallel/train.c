@@ -107,7 +107,6 @@ static int handle_mp_flag(int option, const char *value, void *context) {
 
 /* The layout: world = dp x model-parallel ranks, and a split that fits the model. */
 static void check_mp_layout(const Config *cfg, void *context) {
-    checkpoint_refuse_16bit(cfg, "chapter 03");
     const ModelParallelFlags *f = context;
     int ranks = f->ranks, dp = f->dp, L = cfg->model.layers;
     if (ranks % dp != 0)
@@ -397,7 +396,8 @@ int main(int argc, char **argv) {
     else
         ckpt_layout_range(&ckpt, &par.model, &opt, dp_index, dp);
     int first_step = 0;
-    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt, &rng, &scaler);
+    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt.t, &rng, &scaler);
+    if (cfg.resume[0] && half) mixed_weights_from_master(mixed); /* the checkpoint holds the fp32 weights */
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
     log_info(
@@ -481,7 +481,7 @@ int main(int argc, char **argv) {
             steps_csv_write(steps_csv, &rec, extra_values);
         }
         if (checkpoint_due(&cfg, step + 1, last_step)) {
-            CkptState state = ckpt_state(step + 1, &opt, rng, &scaler);
+            CkptState state = ckpt_state(step + 1, opt.t, rng, &scaler);
             checkpoint_save_sharded(world, &cfg, &ckpt, &state);
         }
     }

@@ -102,7 +102,6 @@ static int handle_pipeline_flag(int option, const char *value, void *context) {
 /* The layout: world = stages x replicas, every stage a block, every
  * replica's share of the batch cut into whole micro-batches. */
 static void check_pipeline_layout(const Config *cfg, void *context) {
-    checkpoint_refuse_16bit(cfg, "chapter 04");
     const PipelineFlags *f = context;
     int P = f->pp ? f->pp : f->ranks / f->dp, M = cfg->micro, L = cfg->model.layers;
     if (P < 1 || P * f->dp != f->ranks)
@@ -222,7 +221,9 @@ int main(int argc, char **argv) {
     ckpt_layout_init(&ckpt, "%s: pp %d x dp %d, %s", PROGRAM, P, pf.dp, pf.schedule);
     ckpt_layout_range(&ckpt, &p.model, &opt, dp_index, pf.dp);
     int first_step = 0;
-    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt, &rng, &scaler);
+    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt.t, &rng, &scaler);
+    if (cfg.resume[0] && half)
+        mixed_weights_from_master(&p.mixed); /* the checkpoint holds the fp32 weights */
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
     double bubble_theory = bubble_formula(P, M);
@@ -305,7 +306,7 @@ int main(int argc, char **argv) {
             steps_csv_write(steps_csv, &rec, extra_values);
         }
         if (checkpoint_due(&cfg, step + 1, last_step)) {
-            CkptState state = ckpt_state(step + 1, &opt, rng, &scaler);
+            CkptState state = ckpt_state(step + 1, opt.t, rng, &scaler);
             checkpoint_save_sharded(world, &cfg, &ckpt, &state);
         }
     }

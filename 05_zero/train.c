@@ -83,7 +83,6 @@ static void check_zero_layout(const Config *cfg, void *context) {
     if (cfg->batch < sequences_per_micro || cfg->batch % sequences_per_micro)
         fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
               cfg->batch, f->ranks, cfg->micro, sequences_per_micro);
-    checkpoint_refuse_16bit(cfg, "chapter 05");
 }
 
 static void record_zero_flags(const void *context, ConfigRecord *r) {
@@ -165,9 +164,12 @@ int main(int argc, char **argv) {
     uint64_t rng = cfg.seed;
     CkptLayout ckpt; /* each rank writes and reads its own shards of the whole model's arrays */
     ckpt_layout_init(&ckpt, "%s: %d ranks, zero %d", PROGRAM, ranks, zf.stage);
-    ckpt_layout_zero(&ckpt, &model.table, zf.stage, zero.params, zero.opt.m, zero.opt.v, rank, ranks, 0);
+    zero_checkpoint_layout(&zero, &ckpt);
     int first_step = 0;
-    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &zero.opt, &rng, NULL);
+    if (cfg.resume[0]) {
+        first_step = checkpoint_resume(&cfg, &ckpt, &zero.opt.t, &rng, &scaler);
+        zero_weights_from_master(&zero); /* 16 bits: the checkpoint holds the fp32 weights */
+    }
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
     log_info("%s | %d ranks | device %s | comm %s | zero %d | prefetch %d | %zu parameters, %zu per shard | "
@@ -243,7 +245,7 @@ int main(int argc, char **argv) {
             steps_csv_write(steps_csv, &rec, extra_values);
         }
         if (checkpoint_due(&cfg, step + 1, last_step)) {
-            CkptState state = ckpt_state(step + 1, &zero.opt, rng, NULL);
+            CkptState state = ckpt_state(step + 1, zero.opt.t, rng, &scaler);
             checkpoint_save_sharded(world, &cfg, &ckpt, &state);
         }
     }

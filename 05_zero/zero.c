@@ -547,6 +547,34 @@ int zero_step_update(Zero *z, LossScaler *ls, float lr, const Config *cfg, int s
     return 0;
 }
 
+void zero_checkpoint_layout(const Zero *z, CkptLayout *l) {
+    const AdamW *o = &z->opt;
+    if (!z->half)
+        ckpt_layout_zero(l, table_of(z), z->stage, z->params, o->m, o->v, z->rank, z->ranks, 0);
+    else if (z->stage == 0)
+        ckpt_layout_zero(l, table_of(z), 0, z->master, o->m, o->v, z->rank, z->ranks, 0);
+    else
+        ckpt_layout_shards(l, table_of(z), LAYER_EMBEDDING, last_unit(z), z->master, o->m, o->v, z->rank,
+                           z->ranks, 0);
+}
+
+void zero_weights_from_master(Zero *z) {
+    if (!z->half) return;
+    if (z->stage == 0 || z->stage == 3) { /* the master weights are laid out as the parameters */
+        ops()->cast_to_half(z->params16, z->master, z->opt.n, z->mixed.format);
+        return;
+    }
+    for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) {
+        size_t first, count;
+        shard_slice_elements(table_of(z), u, z->rank, z->ranks, &first, &count);
+        if (count)
+            ops()->cast_to_half(z->params16 + first, z->master + slice_offset(z, u), count, z->mixed.format);
+        allgather_whole_unit(z, u);
+    }
+    z->timeline.count = 0; /* before the first step: these gathers belong to no step's timeline */
+    z->comm_ms = 0.0;
+}
+
 int zero_needs_whole(const Zero *z) {
     return z->stage == 3 || z->half;
 }

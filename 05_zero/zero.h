@@ -49,6 +49,7 @@
 #ifndef ZERO_H
 #define ZERO_H
 
+#include "checkpoint.h"
 #include "comm.h"
 #include "comm_worker.h"
 #include "config.h"
@@ -165,6 +166,16 @@ int zero_step_update(Zero *z, LossScaler *ls, float lr, const Config *cfg, int s
 int zero_needs_whole(const Zero *z);
 void zero_bind_whole(Zero *z, float *whole);
 void zero_unbind_whole(Zero *z);
+
+/* This rank's part of a checkpoint (checkpoint.h): the fp32 weights of
+ * record, Adam's m and v. In fp32 the weights are the parameters (whole at
+ * stages 0-2, this rank's shard at 3); in 16 bits the master weights, which
+ * sit where the moments do (whole at stage 0, this rank's shard above). */
+void zero_checkpoint_layout(const Zero *z, CkptLayout *l);
+/* 16 bits, after a checkpoint was read into the master weights: round the
+ * 16-bit parameters from them (stages 1-2: this rank's slices, then every
+ * unit all-gathered, as after an update). Nothing to do in fp32. */
+void zero_weights_from_master(Zero *z);
 
 /* Stage 3's schedule for units -1..L and prefetch K (xcalloc'ed). */
 int zero_schedule(int layers, int prefetch, ZeroAction **actions);

@@ -284,6 +284,20 @@ void offload_update_shard(Offload *o, int grads, const OffloadUpdate *u) {
     upload_all(o);
 }
 
+/* ---- checkpoints ---- */
+
+void offload_checkpoint_layout(const Offload *o, CkptLayout *l) {
+    ckpt_layout_shards(l, table_of(o), o->first_unit, o->last_unit, o->master, o->m, o->v, o->rank, o->ranks,
+                       1);
+}
+
+void offload_weights_from_master(Offload *o) {
+    if (o->worker_running) fatal(EXIT_RUNTIME, "offload: weights replaced while a delayed update runs");
+    if (o->half) /* as cpu_adamw rounds them after an update */
+        for (size_t i = 0; i < o->shard_n; i++) o->params16[i] = half_from_float(o->master[i], o->format);
+    upload_all(o);
+}
+
 /* ---- building ---- */
 
 void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommGroup *group,

@@ -48,6 +48,7 @@
 #ifndef OFFLOAD_H
 #define OFFLOAD_H
 
+#include "checkpoint.h"
 #include "comm.h"
 #include "config.h"
 #include "device.h"
@@ -158,5 +159,17 @@ void offload_update_wait(Offload *o);
  * (--dpu-reference: the one-step-stale sequence without a thread, to check
  * the threaded one against). */
 void offload_update_shard(Offload *o, int grads, const OffloadUpdate *u);
+
+/* ---- checkpoints (checkpoint.h) ----
+ * What a checkpoint holds of this rank is its host shard: the fp32 master
+ * weights, m and v of its units' slices, laid out as param_table.h lays out a
+ * shard of units first_unit..last_unit (ckpt_layout_shards). The device's
+ * weights are those rounded, so they are not saved; after a resume
+ * offload_weights_from_master puts them back. Adam's update count is o->t. */
+void offload_checkpoint_layout(const Offload *o, CkptLayout *l);
+/* After a checkpoint was read into the host shard: each unit's slice (rounded
+ * to 16 bits, or fp32) copied up and all-gathered over the data-parallel
+ * ranks, as after an update. No update may be in flight. */
+void offload_weights_from_master(Offload *o);
 
 #endif

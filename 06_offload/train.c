@@ -15,9 +15,11 @@
  *   gradient norm (the ranks' shards summed) -> loss scale -> clip
  *   AdamW on the host, unit by unit; copy up, all-gather over dp -> log
  *   --dpu: the host update runs during the next step's forward and backward
+ *   --save: every rank writes its host shard into one checkpoint (checkpoint.h)
  *
  * Without the delayed update the losses are chapter 01's in the same
  * precision: the host computes the same AdamW on the same sums. */
+#include "checkpoint_sharded.h"
 #include "comm.h"
 #include "config.h"
 #include "csvlog.h"
@@ -70,7 +72,10 @@ static const char offload_help[] =
     "                             reduce-scattered over the data-parallel ranks, each rank's host updating\n"
     "                             its shard (only 2 is supported; default 2)\n"
     "  --dpu                      delayed parameter update: the host update of step t runs during the\n"
-    "                             forward and backward of step t+1, which use weights one step stale\n"
+    "                             forward and backward of step t+1, which use weights one step stale;\n"
+    "                             a checkpoint (--save) waits for the update in flight, so that it\n"
+    "                             holds every update through its step and the step after it computes\n"
+    "                             with fresh weights, as a run resumed from it does\n"
     "  --dpu-warmup N             exact steps before the delayed update starts, 0..1000000 (default 1)\n"
     "  --dpu-reference            --dpu computed without a thread, one step late in sequence (for tests)\n"
     "  --pp P                     pipeline stages (chapter 04's 1F1B), 1..layers (default 1)\n"
@@ -131,9 +136,6 @@ static void check_offload_layout(const Config *cfg, void *context) {
     if (cfg->batch % (dp * cfg->micro) != 0)
         fatal(EXIT_USAGE, "--batch %d does not split into %d replicas x --micro %d (valid: a multiple of %d)",
               cfg->batch, dp, cfg->micro, dp * cfg->micro);
-    if (cfg->save[0] || cfg->resume[0])
-        fatal(EXIT_USAGE, "--save and --resume: chapter 06 does not checkpoint its sharded host state yet "
-                          "(use chapter 01 or 02)");
 }
 
 static void record_offload_flags(const void *context, ConfigRecord *r) {
@@ -175,6 +177,15 @@ static void update_weights(Offload *off, const OffloadFlags *of, DelayedUpdate *
         if (last) offload_update_wait(off);              /* there is no next step */
         /* EXERCISE 06.2 END */
     }
+}
+
+/* Before a checkpoint (--dpu): the update still pending is done now, so that
+ * the checkpoint holds every step's update through its own, and the step
+ * after it computes with fresh weights, as a run resumed from it does. */
+static void finish_delayed_update(Offload *off, DelayedUpdate *delayed) {
+    offload_update_wait(off);
+    if (delayed->waiting) offload_update_shard(off, delayed->grads, &delayed->update);
+    delayed->waiting = 0;
 }
 
 int main(int argc, char **argv) {
@@ -236,9 +247,18 @@ int main(int argc, char **argv) {
     pipeline_create(&p, &layout, &schedule, cfg.seed);
     Offload off; /* the stage's 16-bit weights on the device, its shard of the rest on the host */
     offload_create(&off, &p.model, layout.first_unit, layout.last_unit, grid.dp_group, &cfg, of.dpu);
-    offload_attach_timeline(&off, &p.times.timeline, &p.times.origin_ms);
     LossScaler scaler;
     loss_scaler_init(&scaler, &cfg);
+    uint64_t rng = cfg.seed; /* the text sampler's (chapter 06 samples none, but the checkpoint keeps it) */
+    CkptLayout ckpt;         /* each rank's host shard of its stage's units (offload.h) */
+    ckpt_layout_init(&ckpt, "%s: pp %d x dp %d, offload%s", PROGRAM, P, D, of.dpu ? ", dpu" : "");
+    offload_checkpoint_layout(&off, &ckpt);
+    int first_step = 0;
+    if (cfg.resume[0]) {
+        first_step = checkpoint_resume(&cfg, &ckpt, &off.t, &rng, &scaler);
+        offload_weights_from_master(&off); /* the device's weights from the fp32 ones read */
+    }
+    offload_attach_timeline(&off, &p.times.timeline, &p.times.origin_ms);
     DelayedUpdate delayed = {0};
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
@@ -254,7 +274,7 @@ int main(int argc, char **argv) {
     double *step_ms = xcalloc(last_step, sizeof(double));
     double loss = NAN, pcie_bytes = 0.0, sent_bytes = 0.0;
 
-    for (int step = 0; step < last_step; step++) {
+    for (int step = first_step; step < last_step; step++) {
         Timer step_timer = {0}, timer = {0};
         StepRecord rec = {.step = step + 1, .val_loss = NAN};
         double bytes_at_start = comm_bytes_sent();
@@ -306,6 +326,11 @@ int main(int argc, char **argv) {
             if (half) snprintf(extra_values + n, sizeof extra_values - n, ",%g,%d", loss_scale, skipped);
             steps_csv_write(steps_csv, &rec, extra_values);
         }
+        if (checkpoint_due(&cfg, step + 1, last_step)) {
+            if (of.dpu) finish_delayed_update(&off, &delayed); /* the checkpoint holds this step's update */
+            CkptState state = ckpt_state(step + 1, off.t, rng, &scaler);
+            checkpoint_save_sharded(world, &cfg, &ckpt, &state);
+        }
     }
     if (rank == 0) out_close(steps_csv);
 
@@ -313,9 +338,10 @@ int main(int argc, char **argv) {
     timeline_write(&p.times.timeline, world, cfg.out);
     size_t peak_device = comm_write_memory_csv(world, cfg.out);
     double peak_host = comm_allreduce_double(world, (double)mem_peak_total(SPACE_HOST), 1);
+    int ran = last_step - first_step;
     if (rank == 0) {
         RunSummary run;
-        run_summary_init(&run, PROGRAM, &cfg, p.model.num_params, step_ms, last_step);
+        run_summary_init(&run, PROGRAM, &cfg, p.model.num_params, step_ms + first_step, ran);
         run.world_size = ranks;
         run.dp = D;
         run.pp = P;
@@ -325,7 +351,7 @@ int main(int argc, char **argv) {
         char extra_values[256];
         snprintf(extra_values, sizeof extra_values, ",%s,1,%d,%d,%.0f,%.0f,%.0f",
                  precision_name(cfg.precision), of.dpu, of.dpu ? of.dpu_warmup : 0, peak_host,
-                 pcie_bytes / last_step, sent_bytes / last_step);
+                 pcie_bytes / ran, sent_bytes / ran);
         run_csv_write_extra(cfg.out, &run,
                             ",precision,offload,dpu,dpu_warmup,peak_host_bytes,pcie_bytes_per_step,"
                             "bytes_sent_per_step",
@@ -335,10 +361,11 @@ int main(int argc, char **argv) {
                  "MiB | "
                  "%.2f MiB over PCIe per rank per step | CSVs, timeline.csv and trace.json in %s\n",
                  loss, run.median_step_ms, run.tokens_per_s, peak_device / 1048576.0, peak_host / 1048576.0,
-                 pcie_bytes / last_step / 1048576.0, cfg.out);
+                 pcie_bytes / ran / 1048576.0, cfg.out);
     }
 
     free(step_ms);
+    ckpt_layout_free(&ckpt);
     offload_destroy(&off);
     pipeline_destroy(&p);
     data_free(&data);

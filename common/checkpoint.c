@@ -136,8 +136,8 @@ void ckpt_layout_zero(CkptLayout *l, const ParamTable *t, int stage, float *para
     }
 }
 
-CkptState ckpt_state(int step, const AdamW *opt, uint64_t rng, const LossScaler *ls) {
-    CkptState s = {.step = step, .adam_t = opt->t, .rng = rng, .loss_scale = 1.0f};
+CkptState ckpt_state(int step, int adam_t, uint64_t rng, const LossScaler *ls) {
+    CkptState s = {.step = step, .adam_t = adam_t, .rng = rng, .loss_scale = 1.0f};
     if (ls) {
         s.loss_scale = ls->scale;
         s.clean_steps = ls->clean_steps;
@@ -629,15 +629,7 @@ static void read_segments(const CkptFile *f, const CkptLayout *l, const char *pa
     }
 }
 
-void checkpoint_refuse_16bit(const Config *cfg, const char *chapter) {
-    if (cfg->precision != PRECISION_FP32 && (cfg->save[0] || cfg->resume[0]))
-        fatal(EXIT_USAGE,
-              "--save and --resume in %s need --precision fp32 (valid: fp32; its 16-bit runs' master weights "
-              "are not wired to the checkpoint yet: chapters 01 and 02 save 16-bit runs)",
-              chapter);
-}
-
-int checkpoint_resume(const Config *cfg, const CkptLayout *l, AdamW *opt, uint64_t *rng, LossScaler *ls) {
+int checkpoint_resume(const Config *cfg, const CkptLayout *l, int *adam_t, uint64_t *rng, LossScaler *ls) {
     CkptFile f;
     char what[4200];
     snprintf(what, sizeof what, "--resume %s", cfg->resume);
@@ -653,7 +645,7 @@ int checkpoint_resume(const Config *cfg, const CkptLayout *l, AdamW *opt, uint64
                  "steps %d, lr %g); the loss curve will differ from an uninterrupted run\n",
                  (unsigned long long)h->seed, h->batch, h->steps, h->lr);
     read_segments(&f, l, cfg->resume);
-    opt->t = h->adam_t;
+    *adam_t = h->adam_t;
     *rng = h->rng_state;
     if (ls && ls->dynamic) {
         if (h->precision == PRECISION_FP16) {

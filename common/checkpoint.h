@@ -168,8 +168,9 @@ typedef struct {
     int clean_steps;
 } CkptState;
 
-/* The state after `step` steps; ls may be NULL (fp32 chapters). */
-CkptState ckpt_state(int step, const AdamW *opt, uint64_t rng, const LossScaler *ls);
+/* The state after `step` steps and adam_t AdamW updates (AdamW.t, or
+ * chapter 06's host optimizer's Offload.t); ls may be NULL (fp32 chapters). */
+CkptState ckpt_state(int step, int adam_t, uint64_t rng, const LossScaler *ls);
 
 /* ---- before training (config.c) ---- */
 /* Check the checkpoint at path completely (header, directory, size,
@@ -188,15 +189,12 @@ int checkpoint_due(const Config *cfg, int step, int last_step);
  * run-info.txt, say so. Returns the checksum. Multi-rank programs call
  * checkpoint_save_sharded (checkpoint_sharded.h) on every rank instead. */
 uint64_t checkpoint_save(const Config *cfg, const CkptLayout *l, const CkptState *s);
-/* Chapters 03-05 write checkpoints of fp32 runs only: their 16-bit runs keep
- * the master weights in buffers the layouts above do not describe yet. Ends
- * the job (exit 2, one line) when a 16-bit run asks for --save or --resume. */
-void checkpoint_refuse_16bit(const Config *cfg, const char *chapter);
-
 /* Every rank, after building its layout: read its segments of cfg->resume
- * into its buffers, and the state into opt->t, *rng and ls (may be NULL).
- * Returns the step reached. */
-int checkpoint_resume(const Config *cfg, const CkptLayout *l, AdamW *opt, uint64_t *rng, LossScaler *ls);
+ * into its buffers, and the state into *adam_t (AdamW.t, or Offload.t),
+ * *rng and ls (may be NULL). Returns the step reached. 16-bit runs then
+ * round their 16-bit weights from the master weights read (mixed.h:
+ * mixed_weights_from_master; zero.h, offload.h: their own). */
+int checkpoint_resume(const Config *cfg, const CkptLayout *l, int *adam_t, uint64_t *rng, LossScaler *ls);
 
 /* ---- the steps of a save, for checkpoint_sharded.c ---- */
 typedef struct {

@@ -118,7 +118,7 @@ int main(int argc, char **argv) {
     }
     AdamW opt = {0};
     uint64_t rng = 0;
-    if (checkpoint_resume(&cfg, &whole, &opt, &rng, NULL) != 3 || opt.t != 3 || rng != 99)
+    if (checkpoint_resume(&cfg, &whole, &opt.t, &rng, NULL) != 3 || opt.t != 3 || rng != 99)
         fail("the step, Adam's count or the RNG state did not come back");
     float *host = xmalloc(t.num_params * sizeof(float));
     for (int a = 0; a < CKPT_ARRAYS; a++) {

@@ -278,8 +278,7 @@ int main(int argc, char **argv) {
     omp_set_num_threads(set.threads);
     OutFile *csv = NULL;
     if (set.out[0]) {
-        if (mkdir(set.out, 0755) != 0 && errno != EEXIST)
-            fatal(EXIT_USAGE, "--out %s: cannot create the directory (%s)", set.out, strerror(errno));
+        out_make_directories(set.out);
         csv = out_open(set.out, "adambench.csv", OUT_WHOLE, 0);
         out_printf(csv,
                    "kernel,path,half,threads,n,reps,clock,bytes_per_param,median_ms,params_per_s,GBps,copy_"

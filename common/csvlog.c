@@ -143,7 +143,7 @@ static int holds_checkpoint(const RunInfo *info, uint64_t checksum) {
     return 0;
 }
 
-static void make_directories(const char *dir) {
+void out_make_directories(const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s", dir);
     for (char *p = path + 1; *p; p++) { /* mkdir -p */
@@ -163,7 +163,7 @@ OutMode out_dir_check(const Config *cfg, const char *program) {
     if (stat(dir, &st) != 0) {
         if (errno != ENOENT)
             fatal(EXIT_USAGE, "--out %s: cannot create the directory (%s)", dir, strerror(errno));
-        make_directories(dir); /* an empty directory: harmless, and proves we may write there */
+        out_make_directories(dir); /* an empty directory: harmless, and proves we may write there */
         return OUT_NEW;
     }
     if (!S_ISDIR(st.st_mode)) fatal(EXIT_USAGE, "--out %s: exists and is not a directory", dir);
@@ -203,7 +203,7 @@ static void write_run_info(const Config *cfg, const char *program, const char *s
 
 void out_dir_prepare(const Config *cfg, const char *program) {
     const char *dir = cfg->out;
-    make_directories(dir);
+    out_make_directories(dir);
     RunInfo kept = {0};
     if (cfg->out_mode == OUT_APPEND) read_run_info(dir, &kept);
     if (cfg->out_mode == OUT_REPLACE) {

@@ -66,6 +66,9 @@ const char *out_part_path(const char *dir, const char *name);
  * files it holds (OUT_NEW, OUT_REPLACE, OUT_APPEND)? Refuses (EXIT_USAGE) a
  * non-directory and another run's files without --overwrite. */
 OutMode out_dir_check(const Config *cfg, const char *program);
+/* mkdir -p dir for --out; fails (exit 2, one line naming what could not be
+ * created) like out_dir_check. */
+void out_make_directories(const char *dir);
 /* The writing rank, once the job agreed to run: create the directory, remove
  * the replaced run's files, write run-info.txt (status running). */
 void out_dir_prepare(const Config *cfg, const char *program);

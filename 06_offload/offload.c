@@ -293,8 +293,8 @@ void offload_checkpoint_layout(const Offload *o, CkptLayout *l) {
 
 void offload_weights_from_master(Offload *o) {
     if (o->worker_running) fatal(EXIT_RUNTIME, "offload: weights replaced while a delayed update runs");
-    if (o->half) /* as cpu_adamw rounds them after an update */
-        for (size_t i = 0; i < o->shard_n; i++) o->params16[i] = half_from_float(o->master[i], o->format);
+    if (o->half) /* as cpu_adamw rounds them after an update; host memory, so the CPU kernel */
+        kernels_cpu.cast_to_half(o->params16, o->master, o->shard_n, o->format);
     upload_all(o);
 }
 
@@ -363,7 +363,7 @@ void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommG
     }
     if (o->half) {
         uint16_t *init16 = xmalloc(n * sizeof(uint16_t));
-        for (size_t i = 0; i < n; i++) init16[i] = half_from_float(init[i], o->format);
+        kernels_cpu.cast_to_half(init16, init, n, o->format);
         copy_to_device(o->params, init16, n * sizeof(uint16_t));
         free(init16);
     } else {

@@ -353,10 +353,9 @@ uint64_t ckpt_writer_hash_chunks(CkptWriter *w, int rank, int ranks) {
     return fold;
 }
 
-/* After a rename, the directory entry must reach the disk too. */
-static void sync_directory(const CkptWriter *w) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", w->path);
+/* The directory a file name is in: "." for a bare name, "/" at the root. */
+static void directory_of(const char *path, char dir[4096]) {
+    snprintf(dir, 4096, "%s", path);
     char *slash = strrchr(dir, '/');
     if (!slash)
         strcpy(dir, ".");
@@ -364,6 +363,12 @@ static void sync_directory(const CkptWriter *w) {
         dir[1] = '\0';
     else
         *slash = '\0';
+}
+
+/* After a rename, the directory entry must reach the disk too. */
+static void sync_directory(const CkptWriter *w) {
+    char dir[4096];
+    directory_of(w->path, dir);
     int fd = open(dir, O_RDONLY);
     if (fd >= 0) {
         fsync(fd); /* best effort: some file systems refuse fsync on a directory */
@@ -421,14 +426,7 @@ void checkpoint_check_save_path(const char *path) {
                   path);
     }
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        strcpy(dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
+    directory_of(path, dir);
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         fatal(EXIT_USAGE, "--save %s: the directory %s does not exist", path, dir);
     /* access() says yes to root on a read-only file system: create a file there to be sure */

@@ -192,6 +192,13 @@ assert_refused() {
     assert_refused "--seed: -0 is out of range"
 }
 
+@test "a seed past 2^64-1 is refused as out of range, with the range; the largest is accepted" {
+    bad --seed 18446744073709551616
+    assert_refused "--seed: 18446744073709551616 is out of range (valid: 0..2^64-1)"
+    bad --seed 18446744073709551615 --steps 1 --model tiny --batch 1
+    assert_success
+}
+
 @test "data of 1 to 3 bytes is refused with a sensible minimum" {
     for n in 1 2 3; do
         head -c "$n" "$REPO/course.md" >"$(scratch)/tiny.txt"

@@ -412,7 +412,7 @@ int main(int argc, char **argv) {
     double *busy_all = xcalloc(2 * (size_t)ranks, sizeof(double));
     double loss = NAN;
 
-    if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
+    log_resumed(&cfg, first_step);
     for (int step = first_step; step < last_step; step++) {
         Timer step_timer = {0}, timer = {0};
         StepRecord rec = {.step = step + 1, .val_loss = NAN};
@@ -504,9 +504,7 @@ int main(int argc, char **argv) {
         run.peak_device_bytes = peak_device;
         run_csv_write(cfg.out, &run);
         run_info_complete(&cfg);
-        log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.1f MiB sent by rank 0 | CSVs "
-                 "in %s\n",
-                 loss, run.median_step_ms, run.tokens_per_s, comm_bytes_sent() / 1048576.0, cfg.out);
+        log_run_done(&run, "%.1f MiB sent by rank 0 | CSVs in %s", comm_bytes_sent() / 1048576.0, cfg.out);
     }
 
     free(busy_all);

@@ -245,7 +245,7 @@ int main(int argc, char **argv) {
     double *step_ms = xcalloc(last_step, sizeof(double)), *bubbles = xcalloc(last_step, sizeof(double));
     double loss = NAN;
 
-    if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
+    log_resumed(&cfg, first_step);
     for (int step = first_step; step < last_step; step++) {
         Timer step_timer = {0}, timer = {0};
         StepRecord rec = {.step = step + 1, .val_loss = NAN};
@@ -332,10 +332,8 @@ int main(int argc, char **argv) {
                  bubble_theory);
         run_csv_write_extra(cfg.out, &run, extra_header, extra_values);
         run_info_complete(&cfg);
-        log_info(
-            "done: final loss %.4f | median step %.1f ms | %.0f tok/s | bubble %.3f measured, %.3f formula | "
-            "CSVs, timeline.csv and trace.json in %s\n",
-            loss, run.median_step_ms, run.tokens_per_s, bubble_measured, bubble_theory, cfg.out);
+        log_run_done(&run, "bubble %.3f measured, %.3f formula | CSVs, timeline.csv and trace.json in %s",
+                     bubble_measured, bubble_theory, cfg.out);
     }
 
     free(step_ms);

@@ -310,6 +310,12 @@ bad06() {
     assert_refused "--dpu needs --offload"
 }
 
+@test "06: --dpu-warmup without --dpu is refused, not ignored" {
+    bad06 --offload --dpu-warmup 3
+    assert_refused "--dpu-warmup needs --dpu"
+    assert_equal "$stderr" "error: --dpu-warmup needs --dpu"
+}
+
 @test "06: a negative --dpu-warmup is refused with the valid range" {
     bad06 --offload --dpu --dpu-warmup -1
     assert_refused "--dpu-warmup: -1 is out of range (valid: 0..1000000)"

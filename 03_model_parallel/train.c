@@ -138,11 +138,15 @@ static void check_mp_layout(const Config *cfg, void *context) {
               cfg->batch, dp, cfg->micro, dp * cfg->micro);
 }
 
+/* Effective values, so that layouts written two ways agree: with --mp
+ * tensor, --tp left to its default is the world size / --dp (0: no tensor
+ * parallelism). */
 static void record_mp_flags(const void *context, ConfigRecord *r) {
     const ModelParallelFlags *f = context;
+    int tensor = strcmp(f->mp, "tensor") == 0;
     config_record_add(r, "--mp", "%s", f->mp);
     config_record_add(r, "--split", "%s", f->split);
-    config_record_add(r, "--tp", "%d", f->tp);
+    config_record_add(r, "--tp", "%d", tensor ? f->ranks / f->dp : 0);
     config_record_add(r, "--dp", "%d", f->dp);
 }
 

@@ -124,10 +124,12 @@ static void check_pipeline_layout(const Config *cfg, void *context) {
     }
 }
 
+/* Effective values, so that layouts written two ways agree: --pp left to
+ * its default is the world size / --dp. */
 static void record_pipeline_flags(const void *context, ConfigRecord *r) {
     const PipelineFlags *f = context;
     config_record_add(r, "--schedule", "%s", f->schedule);
-    config_record_add(r, "--pp", "%d", f->pp);
+    config_record_add(r, "--pp", "%d", f->pp ? f->pp : f->ranks / f->dp);
     config_record_add(r, "--dp", "%d", f->dp);
     config_record_add(r, "--split", "%s", f->split);
     config_record_add(r, "--print-schedule", "%d", f->print_schedule);

@@ -142,6 +142,8 @@ static void check_offload_layout(const Config *cfg, void *context) {
               cfg->batch, dp, cfg->micro, dp * cfg->micro);
 }
 
+/* Effective values, so that layouts written two ways agree: --dp left to
+ * its default is the world size / --pp. */
 static void record_offload_flags(const void *context, ConfigRecord *r) {
     const OffloadFlags *f = context;
     config_record_add(r, "--offload", "%d", f->offload);
@@ -150,7 +152,7 @@ static void record_offload_flags(const void *context, ConfigRecord *r) {
     config_record_add(r, "--dpu-warmup", "%d", f->dpu_warmup);
     config_record_add(r, "--dpu-reference", "%d", f->dpu_reference);
     config_record_add(r, "--pp", "%d", f->pp);
-    config_record_add(r, "--dp", "%d", f->dp);
+    config_record_add(r, "--dp", "%d", f->dp ? f->dp : f->ranks / f->pp);
 }
 
 /* The delayed update's state between steps: the update waiting for its turn

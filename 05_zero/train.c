@@ -244,7 +244,8 @@ int main(int argc, char **argv) {
         rec.loss = loss;
         rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
         step_ms[step] = rec.step_ms;
-        if (checkpoint_due(&cfg, step + 1, last_step)) { /* before the evaluation: nothing after it is lost */
+        /* the save comes before the evaluation: a failure there loses no step */
+        if (checkpoint_due(&cfg, step + 1, last_step)) {
             CkptState state = ckpt_state(step + 1, zero.opt.t, rng, &scaler);
             checkpoint_save_sharded(world, &cfg, &ckpt, &state);
         }

@@ -216,11 +216,12 @@ static size_t available_memory_bytes(void) {
 static void check_memory(size_t n, const char *n_text) {
     double need = (double)n * BENCH_BYTES_PER_PARAM, available = (double)available_memory_bytes();
     if (need <= available) return;
-    fatal(EXIT_USAGE,
-          "--n %s needs %.1f GiB of host memory (%d bytes per parameter: %d of state, %d for the copy's source "
-          "and target) but %.1f GiB is available (MemAvailable); valid here: --n up to %.0fM",
-          n_text, need / 1073741824.0, BENCH_BYTES_PER_PARAM, STATE_BYTES_PER_PARAM, 2 * COPY_BYTES_PER_PARAM,
-          available / 1073741824.0, available / BENCH_BYTES_PER_PARAM / 1048576.0);
+    fatal(
+        EXIT_USAGE,
+        "--n %s needs %.1f GiB of host memory (%d bytes per parameter: %d of state, %d for the copy's source "
+        "and target) but %.1f GiB is available (MemAvailable); valid here: --n up to %.0fM",
+        n_text, need / 1073741824.0, BENCH_BYTES_PER_PARAM, STATE_BYTES_PER_PARAM, 2 * COPY_BYTES_PER_PARAM,
+        available / 1073741824.0, available / BENCH_BYTES_PER_PARAM / 1048576.0);
 }
 
 static State state_new(size_t n) {

@@ -44,14 +44,14 @@
 
 /* ---- this chapter's flags ---- */
 typedef struct {
-    int offload;       /* --offload */
-    int zero;          /* --zero: 2 is the stage offloaded */
-    int dpu;           /* --dpu: delayed parameter update */
-    int dpu_warmup;    /* exact steps before the delayed update starts */
+    int offload;          /* --offload */
+    int zero;             /* --zero: 2 is the stage offloaded */
+    int dpu;              /* --dpu: delayed parameter update */
+    int dpu_warmup;       /* exact steps before the delayed update starts */
     int dpu_warmup_given; /* --dpu-warmup on the command line (its default is not refused without --dpu) */
-    int dpu_reference; /* the delayed update without a thread, for the tests */
-    int pp, dp;        /* pipeline stages, data-parallel replicas (0: world / pp) */
-    int ranks;         /* the world size, for the checks */
+    int dpu_reference;    /* the delayed update without a thread, for the tests */
+    int pp, dp;           /* pipeline stages, data-parallel replicas (0: world / pp) */
+    int ranks;            /* the world size, for the checks */
 } OffloadFlags;
 
 enum { OPT_OFFLOAD = 1000, OPT_ZERO, OPT_DPU, OPT_DPU_WARMUP, OPT_DPU_REFERENCE, OPT_PP, OPT_DP };
@@ -364,10 +364,11 @@ int main(int argc, char **argv) {
                             "bytes_sent_per_step",
                             extra_values);
         run_info_complete(&cfg);
-        log_run_done(&run,
-                     "peak host memory %.1f MiB | %.2f MiB over PCIe per rank per step | CSVs, timeline.csv and "
-                     "trace.json in %s",
-                     peak_host / 1048576.0, pcie_bytes / ran / 1048576.0, cfg.out);
+        log_run_done(
+            &run,
+            "peak host memory %.1f MiB | %.2f MiB over PCIe per rank per step | CSVs, timeline.csv and "
+            "trace.json in %s",
+            peak_host / 1048576.0, pcie_bytes / ran / 1048576.0, cfg.out);
     }
 
     free(step_ms);

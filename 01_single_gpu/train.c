@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
              "(%zu bytes)\n",
              PROGRAM, device_name(), model.num_params, cfg.model.layers, cfg.model.dmodel, cfg.model.heads, T,
              cfg.batch, cfg.micro, B, precision_name(cfg.precision), cfg.data, data.size);
-    if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
+    log_resumed(&cfg, first_step);
 
     double tokens_per_step = (double)cfg.batch * T;
     float dloss =
@@ -143,9 +143,7 @@ int main(int argc, char **argv) {
     memory_peaks_local(peaks);
     memory_csv_write(cfg.out, 1, peaks);
     run_info_complete(&cfg);
-    log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | peak device memory %.1f MiB | CSVs "
-             "in %s\n",
-             loss, run.median_step_ms, run.tokens_per_s, run.peak_device_bytes / 1048576.0, cfg.out);
+    log_run_done(&run, "CSVs in %s", cfg.out);
 
     free(step_ms);
     ckpt_layout_free(&ckpt);

@@ -243,7 +243,7 @@ int main(int argc, char **argv) {
         PROGRAM, ranks, device_name(), comm_transport_name(), dp.dp_mode, dp.allreduce, model.num_params,
         cfg.batch, ranks, cfg.micro, B, precision_name(cfg.precision));
     if (overlap) log_info("overlap: %d gradient buckets of about %.2f MiB\n", buckets.count, dp.bucket_mb);
-    if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
+    log_resumed(&cfg, first_step);
 
     double tokens_per_step = (double)cfg.batch * T;
     float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
@@ -343,9 +343,7 @@ int main(int argc, char **argv) {
         run.peak_device_bytes = peak_device;
         run_csv_write(cfg.out, &run);
         run_info_complete(&cfg);
-        log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.1f MiB sent per rank | CSVs "
-                 "in %s\n",
-                 loss, run.median_step_ms, run.tokens_per_s, comm_bytes_sent() / 1048576.0, cfg.out);
+        log_run_done(&run, "%.1f MiB sent per rank | CSVs in %s", comm_bytes_sent() / 1048576.0, cfg.out);
     }
 
     if (overlap && dp.print_buckets) buckets_print(&buckets);

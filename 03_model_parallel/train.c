@@ -138,11 +138,15 @@ static void check_mp_layout(const Config *cfg, void *context) {
               cfg->batch, dp, cfg->micro, dp * cfg->micro);
 }
 
+/* Effective values, so that layouts written two ways agree: with --mp
+ * tensor, --tp left to its default is the world size / --dp (0: no tensor
+ * parallelism). */
 static void record_mp_flags(const void *context, ConfigRecord *r) {
     const ModelParallelFlags *f = context;
+    int tensor = strcmp(f->mp, "tensor") == 0;
     config_record_add(r, "--mp", "%s", f->mp);
     config_record_add(r, "--split", "%s", f->split);
-    config_record_add(r, "--tp", "%d", f->tp);
+    config_record_add(r, "--tp", "%d", tensor ? f->ranks / f->dp : 0);
     config_record_add(r, "--dp", "%d", f->dp);
 }
 
@@ -412,7 +416,7 @@ int main(int argc, char **argv) {
     double *busy_all = xcalloc(2 * (size_t)ranks, sizeof(double));
     double loss = NAN;
 
-    if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
+    log_resumed(&cfg, first_step);
     for (int step = first_step; step < last_step; step++) {
         Timer step_timer = {0}, timer = {0};
         StepRecord rec = {.step = step + 1, .val_loss = NAN};
@@ -504,9 +508,7 @@ int main(int argc, char **argv) {
         run.peak_device_bytes = peak_device;
         run_csv_write(cfg.out, &run);
         run_info_complete(&cfg);
-        log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.1f MiB sent by rank 0 | CSVs "
-                 "in %s\n",
-                 loss, run.median_step_ms, run.tokens_per_s, comm_bytes_sent() / 1048576.0, cfg.out);
+        log_run_done(&run, "%.1f MiB sent by rank 0 | CSVs in %s", comm_bytes_sent() / 1048576.0, cfg.out);
     }
 
     free(busy_all);

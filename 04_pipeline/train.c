@@ -124,10 +124,12 @@ static void check_pipeline_layout(const Config *cfg, void *context) {
     }
 }
 
+/* Effective values, so that layouts written two ways agree: --pp left to
+ * its default is the world size / --dp. */
 static void record_pipeline_flags(const void *context, ConfigRecord *r) {
     const PipelineFlags *f = context;
     config_record_add(r, "--schedule", "%s", f->schedule);
-    config_record_add(r, "--pp", "%d", f->pp);
+    config_record_add(r, "--pp", "%d", f->pp ? f->pp : f->ranks / f->dp);
     config_record_add(r, "--dp", "%d", f->dp);
     config_record_add(r, "--split", "%s", f->split);
     config_record_add(r, "--print-schedule", "%d", f->print_schedule);
@@ -245,7 +247,7 @@ int main(int argc, char **argv) {
     double *step_ms = xcalloc(last_step, sizeof(double)), *bubbles = xcalloc(last_step, sizeof(double));
     double loss = NAN;
 
-    if (first_step) log_info("resumed from %s at step %d\n", cfg.resume, first_step);
+    log_resumed(&cfg, first_step);
     for (int step = first_step; step < last_step; step++) {
         Timer step_timer = {0}, timer = {0};
         StepRecord rec = {.step = step + 1, .val_loss = NAN};
@@ -332,10 +334,8 @@ int main(int argc, char **argv) {
                  bubble_theory);
         run_csv_write_extra(cfg.out, &run, extra_header, extra_values);
         run_info_complete(&cfg);
-        log_info(
-            "done: final loss %.4f | median step %.1f ms | %.0f tok/s | bubble %.3f measured, %.3f formula | "
-            "CSVs, timeline.csv and trace.json in %s\n",
-            loss, run.median_step_ms, run.tokens_per_s, bubble_measured, bubble_theory, cfg.out);
+        log_run_done(&run, "bubble %.3f measured, %.3f formula | CSVs, timeline.csv and trace.json in %s",
+                     bubble_measured, bubble_theory, cfg.out);
     }
 
     free(step_ms);

@@ -39,6 +39,7 @@
 typedef struct {
     int stage;          /* --zero 0..3 */
     int prefetch;       /* --prefetch K: stage 3 gathers K units ahead */
+    int prefetch_given; /* --prefetch on the command line (its default is not refused below stage 3) */
     int print_schedule; /* print stage 3's gather/free schedule */
     int ranks;          /* the world size, for the checks */
 } ZeroFlags;
@@ -57,8 +58,8 @@ static const char zero_help[] =
     "                             too (default 1). Any number of ranks: every unit is padded to a\n"
     "                             multiple of N (zeros nobody updates), so N may exceed a unit's size\n"
     "  --prefetch K               stage 3: gather the next K units (on a communication thread) while\n"
-    "                             the current one computes, 0..64 (default 1)\n"
-    "  --print-schedule           stage 3: print one micro-batch's gather/free schedule\n";
+    "                             the current one computes, 0..64 (default 1; needs --zero 3)\n"
+    "  --print-schedule           stage 3: print one micro-batch's gather/free schedule (needs --zero 3)\n";
 
 static int handle_zero_flag(int option, const char *value, void *context) {
     ZeroFlags *f = context;
@@ -68,6 +69,7 @@ static int handle_zero_flag(int option, const char *value, void *context) {
         return 0;
     case OPT_PREFETCH:
         f->prefetch = parse_int_flag("--prefetch", value, 0, 64);
+        f->prefetch_given = 1;
         return 0;
     case OPT_PRINT_SCHEDULE:
         f->print_schedule = 1;
@@ -76,9 +78,14 @@ static int handle_zero_flag(int option, const char *value, void *context) {
     return -1;
 }
 
-/* Each rank needs a whole number of micro-batches of at least one sequence. */
+/* Stage 3's flags mean nothing below it: refused, not ignored. Each rank
+ * needs a whole number of micro-batches of at least one sequence. */
 static void check_zero_layout(const Config *cfg, void *context) {
     const ZeroFlags *f = context;
+    if (f->prefetch_given && f->stage != 3)
+        fatal(EXIT_USAGE, "--prefetch needs --zero 3 (only stage 3 gathers parameters)");
+    if (f->print_schedule && f->stage != 3)
+        fatal(EXIT_USAGE, "--print-schedule needs --zero 3 (only stage 3 has a gather/free schedule)");
     int sequences_per_micro = f->ranks * cfg->micro;
     if (cfg->batch < sequences_per_micro || cfg->batch % sequences_per_micro)
         fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
@@ -94,25 +101,26 @@ static void record_zero_flags(const void *context, ConfigRecord *r) {
 
 /* Validation loss and the sample need the whole model in fp32: stage 3
  * gathers it for them, 16-bit runs widen it (every rank takes part; rank 0
- * uses it). */
-static double evaluate_and_sample(Zero *z, Activations *acts, Scratch *scratch, const Dataset *data,
-                                  const Config *cfg, int sample, uint64_t *rng) {
+ * uses it). Its buffer is allocated before step 1 and kept, because every
+ * run evaluates at its last step: a budget that cannot hold it is refused
+ * at start-up, not after the whole run has trained. NULL when the model is
+ * held whole in fp32 already (stages 0-2 in fp32). */
+static float *alloc_whole_model(const Zero *z) {
+    if (!zero_needs_whole(z)) return NULL;
+    return mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, z->model->num_params * sizeof(float),
+                     "the whole model in fp32 for evaluation");
+}
+
+static double evaluate_and_sample(Zero *z, float *whole, Activations *acts, Scratch *scratch,
+                                  const Dataset *data, const Config *cfg, int sample, uint64_t *rng) {
     GPT *model = z->model;
-    float *whole = NULL;
-    if (zero_needs_whole(z)) {
-        whole =
-            mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, model->num_params * sizeof(float), "model for evaluation");
-        zero_bind_whole(z, whole);
-    }
+    if (whole) zero_bind_whole(z, whole);
     double val_loss = NAN;
     if (comm_rank(z->group) == 0) {
         val_loss = evaluate_loss(model, acts, scratch, data, cfg);
         if (sample > 0) sample_text(model, acts, scratch, data, sample, rng);
     }
-    if (whole) {
-        zero_unbind_whole(z);
-        mem_free(whole);
-    }
+    if (whole) zero_unbind_whole(z);
     return val_loss;
 }
 
@@ -160,6 +168,7 @@ int main(int argc, char **argv) {
     activations_create_model(&acts, &cfg.model, B, T, cfg.recompute);
     Scratch scratch;
     scratch_create(&scratch, &cfg.model, B, T, cfg.recompute);
+    float *whole = alloc_whole_model(&zero);
 
     uint64_t rng = cfg.seed;
     CkptLayout ckpt; /* each rank writes and reads its own shards of the whole model's arrays */
@@ -172,11 +181,14 @@ int main(int argc, char **argv) {
     }
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
-    log_info("%s | %d ranks | device %s | comm %s | zero %d | prefetch %d | %zu parameters, %zu per shard | "
+    char prefetch[32] = ""; /* stage 3 only: the other stages gather nothing */
+    if (zf.stage == 3) snprintf(prefetch, sizeof prefetch, " | prefetch %d", zf.prefetch);
+    log_info("%s | %d ranks | device %s | comm %s | zero %d%s | %zu parameters, %zu per shard | "
              "batch %d = %d ranks x %d micro-batches x %d sequences | %s\n",
-             PROGRAM, ranks, device_name(), comm_transport_name(), zf.stage, zf.prefetch, model.num_params,
+             PROGRAM, ranks, device_name(), comm_transport_name(), zf.stage, prefetch, model.num_params,
              zero.shard_n, cfg.batch, ranks, cfg.micro, B, precision_name(cfg.precision));
-    if (zf.stage == 3 && zf.print_schedule) zero_print_schedule(zero.actions, zero.num_actions);
+    log_resumed(&cfg, first_step);
+    if (zf.print_schedule) zero_print_schedule(zero.actions, zero.num_actions);
 
     double tokens_per_step = (double)cfg.batch * T;
     float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
@@ -232,9 +244,14 @@ int main(int argc, char **argv) {
         rec.loss = loss;
         rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
         step_ms[step] = rec.step_ms;
+        /* the save comes before the evaluation: a failure there loses no step */
+        if (checkpoint_due(&cfg, step + 1, last_step)) {
+            CkptState state = ckpt_state(step + 1, zero.opt.t, rng, &scaler);
+            checkpoint_save_sharded(world, &cfg, &ckpt, &state);
+        }
         int last = step + 1 == last_step;
         if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
-            rec.val_loss = evaluate_and_sample(&zero, &acts, &scratch, &data, &cfg, 0, &rng);
+            rec.val_loss = evaluate_and_sample(&zero, whole, &acts, &scratch, &data, &cfg, 0, &rng);
         if (rank == 0) {
             if (!cfg.quiet || last) log_step(&rec, cfg.steps);
             char extra_values[64];
@@ -244,13 +261,9 @@ int main(int argc, char **argv) {
                 snprintf(extra_values, sizeof extra_values, ",%.0f", step_bytes);
             steps_csv_write(steps_csv, &rec, extra_values);
         }
-        if (checkpoint_due(&cfg, step + 1, last_step)) {
-            CkptState state = ckpt_state(step + 1, zero.opt.t, rng, &scaler);
-            checkpoint_save_sharded(world, &cfg, &ckpt, &state);
-        }
     }
 
-    if (cfg.sample > 0) evaluate_and_sample(&zero, &acts, &scratch, &data, &cfg, cfg.sample, &rng);
+    if (cfg.sample > 0) evaluate_and_sample(&zero, whole, &acts, &scratch, &data, &cfg, cfg.sample, &rng);
     if (rank == 0) out_close(steps_csv);
 
     /* ---- timeline, run summary and memory: every rank's, gathered on rank 0 ---- */
@@ -270,14 +283,13 @@ int main(int argc, char **argv) {
                  precision_name(cfg.precision));
         run_csv_write_extra(cfg.out, &run, ",prefetch,bytes_sent_per_step,precision", extra_values);
         run_info_complete(&cfg);
-        log_info(
-            "done: final loss %.4f | median step %.1f ms | %.0f tok/s | %.2f MiB sent per rank per step | "
-            "CSVs, timeline.csv and trace.json in %s\n",
-            loss, run.median_step_ms, run.tokens_per_s, bytes_per_step / 1048576.0, cfg.out);
+        log_run_done(&run, "%.2f MiB sent per rank per step | CSVs, timeline.csv and trace.json in %s",
+                     bytes_per_step / 1048576.0, cfg.out);
     }
 
     free(step_ms);
     ckpt_layout_free(&ckpt);
+    mem_free(whole);
     scratch_destroy(&scratch);
     activations_destroy(&acts, &cfg.model);
     zero_destroy(&zero);

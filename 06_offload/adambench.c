@@ -50,9 +50,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct {
     size_t n;
+    char n_text[32]; /* --n as given, for messages */
     int threads, reps;
     int cpu_clock;             /* --clock cpu: process CPU time / threads instead of wall time */
     int paths[CPU_ADAM_PATHS]; /* 1: time this path */
@@ -66,7 +68,8 @@ static void print_help(void) {
     printf("usage: 06_offload/adambench [flags]\n"
            "Times the host AdamW of ZeRO-Offload (06_offload/cpu_adam.c) on each SIMD path against a\n"
            "memcpy of the same machine: parameters/s, GB/s and the fraction of the copy bandwidth.\n"
-           "  --n N          parameters per update, 1K..1G, suffixes K M G (default 16M: 256 MiB of state)\n"
+           "  --n N          parameters per update, 1K..1G, suffixes K M G (default 16M: 256 MiB of state);\n"
+           "                 the benchmark holds 50 bytes of host memory per parameter, checked first\n"
            "  --threads T    OpenMP threads, 1..1024 (default: OMP_NUM_THREADS or all cores)\n"
            "  --reps R       timed updates per row, 1..1000; the median is reported (default 10)\n"
            "  --path P       all, or one of scalar, avx2, avx512 (default all those this CPU runs)\n"
@@ -79,7 +82,7 @@ static void print_help(void) {
 }
 
 static Settings parse(int argc, char **argv) {
-    Settings s = {.n = (size_t)1 << 24, .threads = omp_get_max_threads(), .reps = 10};
+    Settings s = {.n = (size_t)1 << 24, .n_text = "16M", .threads = omp_get_max_threads(), .reps = 10};
     for (int k = 0; k < CPU_ADAM_PATHS; k++) s.paths[k] = cpu_adam_path_supported((CpuAdamPath)k);
     for (int h = 0; h < 3; h++) s.halves[h] = 1;
     static const struct option options[] = {
@@ -101,6 +104,7 @@ static Settings parse(int argc, char **argv) {
         case 'n':
             if (parse_bytes(optarg, &s.n) != 0 || s.n < 1024 || s.n > ((size_t)1 << 30))
                 fatal(EXIT_USAGE, "--n: '%s' is not a parameter count from 1K to 1G (e.g. 4M)", optarg);
+            snprintf(s.n_text, sizeof s.n_text, "%s", optarg);
             break;
         case 't':
             s.threads = (int)parse_int_flag("--threads", optarg, 1, 1024);
@@ -183,6 +187,41 @@ typedef struct {
  * device.h), so that the update is timed on the pages it runs on in 06. */
 static void *alloc_or_die(size_t bytes, const char *what) {
     return mem_alloc_pinned(CAT_WORKSPACE, bytes, what);
+}
+
+/* Bytes per parameter of everything the benchmark allocates: the state
+ * (master, gradient, m, v in fp32 and the 16-bit write-back: 18) and the
+ * copy's source and target (the 16 bytes of fp32 state each: 32). */
+enum { STATE_BYTES_PER_PARAM = 4 * 4 + 2, COPY_BYTES_PER_PARAM = 16, BENCH_BYTES_PER_PARAM = 50 };
+_Static_assert(BENCH_BYTES_PER_PARAM == STATE_BYTES_PER_PARAM + 2 * COPY_BYTES_PER_PARAM,
+               "the help text's 50 bytes per parameter");
+
+/* Host memory the kernel can give without swapping (MemAvailable), or the
+ * free pages where /proc/meminfo lacks it. */
+static size_t available_memory_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    if (f) fclose(f);
+    if (kib) return (size_t)kib * 1024;
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)-1;
+}
+
+/* Refuse an --n whose buffers the machine cannot hold, before touching any:
+ * otherwise the allocations succeed one by one and the program fills (and
+ * zeroes) memory for half a minute before the last one fails. */
+static void check_memory(size_t n, const char *n_text) {
+    double need = (double)n * BENCH_BYTES_PER_PARAM, available = (double)available_memory_bytes();
+    if (need <= available) return;
+    fatal(
+        EXIT_USAGE,
+        "--n %s needs %.1f GiB of host memory (%d bytes per parameter: %d of state, %d for the copy's source "
+        "and target) but %.1f GiB is available (MemAvailable); valid here: --n up to %.0fM",
+        n_text, need / 1073741824.0, BENCH_BYTES_PER_PARAM, STATE_BYTES_PER_PARAM, 2 * COPY_BYTES_PER_PARAM,
+        available / 1073741824.0, available / BENCH_BYTES_PER_PARAM / 1048576.0);
 }
 
 static State state_new(size_t n) {
@@ -275,6 +314,7 @@ static void median_ms(const Settings *set, int row, State *s, char *src, char *d
 
 int main(int argc, char **argv) {
     Settings set = parse(argc, argv);
+    check_memory(set.n, set.n_text);
     omp_set_num_threads(set.threads);
     OutFile *csv = NULL;
     if (set.out[0]) {
@@ -293,7 +333,7 @@ int main(int argc, char **argv) {
                      cpu_adam_path_name((CpuAdamPath)k));
 
     State s = state_new(set.n);
-    size_t copy_bytes = set.n * 16; /* the fp32 state of n parameters */
+    size_t copy_bytes = set.n * COPY_BYTES_PER_PARAM; /* the fp32 state of n parameters */
     char *src = alloc_or_die(copy_bytes, "the copy's source"),
          *dst = alloc_or_die(copy_bytes, "the copy's target");
 #pragma omp parallel for schedule(static)

@@ -15,13 +15,20 @@ moments in fp32; in bf16 2 + 2 + 12); chapter 06 with --offload in bf16
 keeps 2 and a few unit-sized buffers, so the ratio tends to 8 as the units
 get small against the model.
 
+The search stops at --max-layers: a program that fits the cap is reported
+as training "at least N layers (the --max-layers cap)" (at_cap 1 in the CSV),
+since more might fit. A budget that fits not even one layer is an answer
+("fits no model", exit 0); a budget that is not a positive size, or an --out
+that cannot be written, is an error (one line; exit 2, or 1 for --out).
+
 Writes capacity.csv (budget_bytes,program,precision,layers,dmodel,params,
-peak_device_bytes,peak_host_bytes) into --out; `python3 common/plot.py
+peak_device_bytes,peak_host_bytes,at_cap) into --out; `python3 common/plot.py
 --capacity CSV` draws it.
 """
 import argparse
 import csv
 import os
+import re
 import subprocess
 import sys
 
@@ -32,10 +39,34 @@ PROGRAMS = {
 }
 
 
+SIZE_FORM = "a positive number of bytes with an optional K, M or G suffix, e.g. 8M or 1.5G"
+
+
+def fail(message, status=2):
+    """One line on stderr and the exit status: 2 for bad input, 1 for what could not be written."""
+    print(f"capacity.py: error: {message}", file=sys.stderr)
+    sys.exit(status)
+
+
 def parse_size(text):
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper()
-    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
+    """Bytes from "512", "64K", "1.5G" (binary multiples, as --device-mem-limit reads them); None if not a size."""
+    match = re.fullmatch(r"\s*([-+]?[0-9]+(?:\.[0-9]*)?)\s*([KMG]?)\s*", text, re.IGNORECASE)
+    if not match:
+        return None
+    return int(float(match.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[match.group(2).upper()])
+
+
+def parse_budgets(text):
+    """The --budgets list; bad input ends the program (exit 2) naming the valid form."""
+    budgets = []
+    for item in text.split(","):
+        size = parse_size(item)
+        if size is None:
+            fail(f"--budgets: '{item}' is not a size (valid: {SIZE_FORM}, comma-separated)")
+        if size <= 0:
+            fail(f"--budgets: '{item}' is not a positive size (valid: {SIZE_FORM}, comma-separated)")
+        budgets.append(size)
+    return budgets
 
 
 def trial(program, layers, budget, args, out_dir):
@@ -57,10 +88,11 @@ def trial(program, layers, budget, args, out_dir):
 
 
 def largest(program, budget, args, out_dir):
-    """The most layers (1..max_layers) that fit, by bisection; None when not even one does."""
+    """(row, capped) for the most layers (1..max_layers) that fit, by bisection; row is None when not
+    even one layer fits, and capped says the search stopped at --max-layers (more may fit)."""
     fits, row = trial(program, 1, budget, args, out_dir)
     if not fits:
-        return None
+        return None, False
     lo, best, hi = 1, row, args.max_layers + 1  # lo fits, hi does not (or is past the search)
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -69,7 +101,34 @@ def largest(program, budget, args, out_dir):
             lo, best = mid, row
         else:
             hi = mid
-    return best
+    return best, lo == args.max_layers
+
+
+def report(program, budget, best, capped, args):
+    """The answer for one budget and program: no model fits, at least the cap fits, or the capacity."""
+    size = f"{budget / 1048576:.1f} MiB" if budget >= 1048576 else f"{budget} bytes"
+    where = f"capacity.py: budget {size}: {program}"
+    if best is None:
+        print(f"{where} fits no model: not even 1 layer of d {args.dmodel}")
+        return
+    layers = f"{best['layers']} layer{'' if best['layers'] == '1' else 's'}"
+    params = f"{int(best['params']) / 1e6:.2f} M parameters"
+    if capped:
+        print(f"{where} trains at least {layers} (the --max-layers cap), {params}")
+    else:
+        print(f"{where} trains {layers}, {params}")
+
+
+def make_out(path):
+    """Create --out before any trial, or end (exit 1) naming why it cannot be written."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, ".capacity-probe")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as e:
+        fail(f"--out {path}: cannot write there ({e.strerror or e}); give a directory this user can write", 1)
 
 
 def main():
@@ -85,26 +144,31 @@ def main():
                         help="keep every block's activations (default: --recompute in both programs)")
     parser.add_argument("--out", default="runs/capacity")
     args = parser.parse_args()
-    os.makedirs(args.out, exist_ok=True)
+    budgets = parse_budgets(args.budgets)
+    if args.max_layers < 1:
+        fail(f"--max-layers: {args.max_layers} is below 1 (valid: a whole number of layers, at least 1)")
+    make_out(args.out)
     rows = []
-    for budget in [parse_size(b) for b in args.budgets.split(",")]:
+    for budget in budgets:
         for program in PROGRAMS:
-            best = largest(program, budget, args, os.path.join(args.out, f"trial-{program}"))
+            best, capped = largest(program, budget, args, os.path.join(args.out, f"trial-{program}"))
+            report(program, budget, best, capped, args)
             if best is None:
-                print(f"capacity.py: budget {budget} bytes: {program} fits no model of d {args.dmodel}")
                 continue
             rows.append({"budget_bytes": budget, "program": program, "precision": args.precision,
                          "layers": best["layers"], "dmodel": best["dmodel"], "params": best["params"],
                          "peak_device_bytes": best["peak_device_bytes"],
-                         "peak_host_bytes": best.get("peak_host_bytes", "")})
-            print(f"capacity.py: budget {budget / 1048576:.1f} MiB: {program} trains {best['layers']} layers, "
-                  f"{int(best['params']) / 1e6:.2f} M parameters")
+                         "peak_host_bytes": best.get("peak_host_bytes", ""), "at_cap": int(capped)})
     path = os.path.join(args.out, "capacity.csv")
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["budget_bytes", "program", "precision", "layers", "dmodel", "params",
-                                               "peak_device_bytes", "peak_host_bytes"])
-        writer.writeheader()
-        writer.writerows(rows)
+    try:
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["budget_bytes", "program", "precision", "layers", "dmodel",
+                                                   "params", "peak_device_bytes", "peak_host_bytes", "at_cap"],
+                                    lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(rows)
+    except OSError as e:
+        fail(f"cannot write {path} ({e.strerror or e})", 1)
     print(f"capacity.py: wrote {path}")
 
 

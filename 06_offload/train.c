@@ -44,13 +44,14 @@
 
 /* ---- this chapter's flags ---- */
 typedef struct {
-    int offload;       /* --offload */
-    int zero;          /* --zero: 2 is the stage offloaded */
-    int dpu;           /* --dpu: delayed parameter update */
-    int dpu_warmup;    /* exact steps before the delayed update starts */
-    int dpu_reference; /* the delayed update without a thread, for the tests */
-    int pp, dp;        /* pipeline stages, data-parallel replicas (0: world / pp) */
-    int ranks;         /* the world size, for the checks */
+    int offload;          /* --offload */
+    int zero;             /* --zero: 2 is the stage offloaded */
+    int dpu;              /* --dpu: delayed parameter update */
+    int dpu_warmup;       /* exact steps before the delayed update starts */
+    int dpu_warmup_given; /* --dpu-warmup on the command line (its default is not refused without --dpu) */
+    int dpu_reference;    /* the delayed update without a thread, for the tests */
+    int pp, dp;           /* pipeline stages, data-parallel replicas (0: world / pp) */
+    int ranks;            /* the world size, for the checks */
 } OffloadFlags;
 
 enum { OPT_OFFLOAD = 1000, OPT_ZERO, OPT_DPU, OPT_DPU_WARMUP, OPT_DPU_REFERENCE, OPT_PP, OPT_DP };
@@ -76,7 +77,8 @@ static const char offload_help[] =
     "                             a checkpoint (--save) waits for the update in flight, so that it\n"
     "                             holds every update through its step and the step after it computes\n"
     "                             with fresh weights, as a run resumed from it does\n"
-    "  --dpu-warmup N             exact steps before the delayed update starts, 0..1000000 (default 1)\n"
+    "  --dpu-warmup N             exact steps before the delayed update starts, 0..1000000 (default 1;\n"
+    "                             needs --dpu)\n"
     "  --dpu-reference            --dpu computed without a thread, one step late in sequence (for tests)\n"
     "  --pp P                     pipeline stages (chapter 04's 1F1B), 1..layers (default 1)\n"
     "  --dp D                     data-parallel replicas (default: world size / pp)\n";
@@ -95,6 +97,7 @@ static int handle_offload_flag(int option, const char *value, void *context) {
         return 0;
     case OPT_DPU_WARMUP:
         f->dpu_warmup = (int)parse_int_flag("--dpu-warmup", value, 0, 1000000);
+        f->dpu_warmup_given = 1;
         return 0;
     case OPT_DPU_REFERENCE:
         f->dpu_reference = 1;
@@ -115,6 +118,7 @@ static void check_offload_layout(const Config *cfg, void *context) {
         fatal(EXIT_USAGE,
               "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");
     if (f->dpu_reference && !f->dpu) fatal(EXIT_USAGE, "--dpu-reference needs --dpu");
+    if (f->dpu_warmup_given && !f->dpu) fatal(EXIT_USAGE, "--dpu-warmup needs --dpu");
     if (!f->offload)
         fatal(EXIT_USAGE,
               "%s trains with --offload (valid: --offload; without it use 05_zero/train --zero 2)", PROGRAM);
@@ -138,6 +142,8 @@ static void check_offload_layout(const Config *cfg, void *context) {
               cfg->batch, dp, cfg->micro, dp * cfg->micro);
 }
 
+/* Effective values, so that layouts written two ways agree: --dp left to
+ * its default is the world size / --pp. */
 static void record_offload_flags(const void *context, ConfigRecord *r) {
     const OffloadFlags *f = context;
     config_record_add(r, "--offload", "%d", f->offload);
@@ -146,7 +152,7 @@ static void record_offload_flags(const void *context, ConfigRecord *r) {
     config_record_add(r, "--dpu-warmup", "%d", f->dpu_warmup);
     config_record_add(r, "--dpu-reference", "%d", f->dpu_reference);
     config_record_add(r, "--pp", "%d", f->pp);
-    config_record_add(r, "--dp", "%d", f->dp);
+    config_record_add(r, "--dp", "%d", f->dp ? f->dp : f->ranks / f->pp);
 }
 
 /* The delayed update's state between steps: the update waiting for its turn
@@ -268,6 +274,7 @@ int main(int argc, char **argv) {
         PROGRAM, ranks, P, D, device_name(), comm_transport_name(), precision_name(cfg.precision),
         p.model.num_params, off.shard_n, cfg.batch, D, M, layout.B,
         of.dpu ? (of.dpu_reference ? " | delayed update (reference)" : " | delayed update") : "");
+    log_resumed(&cfg, first_step);
 
     double tokens_per_step = (double)cfg.batch * layout.T;
     float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
@@ -357,11 +364,11 @@ int main(int argc, char **argv) {
                             "bytes_sent_per_step",
                             extra_values);
         run_info_complete(&cfg);
-        log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | peak device %.2f MiB, host %.2f "
-                 "MiB | "
-                 "%.2f MiB over PCIe per rank per step | CSVs, timeline.csv and trace.json in %s\n",
-                 loss, run.median_step_ms, run.tokens_per_s, peak_device / 1048576.0, peak_host / 1048576.0,
-                 pcie_bytes / ran / 1048576.0, cfg.out);
+        log_run_done(
+            &run,
+            "peak host memory %.1f MiB | %.2f MiB over PCIe per rank per step | CSVs, timeline.csv and "
+            "trace.json in %s",
+            peak_host / 1048576.0, pcie_bytes / ran / 1048576.0, cfg.out);
     }
 
     free(step_ms);

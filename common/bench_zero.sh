@@ -58,10 +58,12 @@ for ranks in $ranks_list; do
         for config in "0 1" "1 1" "2 1" "3 1" "3 0"; do
             read -r stage prefetch <<<"$config"
             dir="$work/n$ranks-z$stage-p$prefetch-r$repeat"
+            prefetch_flag=() # --prefetch is a stage-3 flag (refused below it); the CSV keeps the column
+            [ "$stage" = 3 ] && prefetch_flag=(--prefetch "$prefetch")
             OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
                 mpirun --oversubscribe -np "$ranks" -x OMP_NUM_THREADS -x OMP_WAIT_POLICY \
                 "$TRAIN" --device "$device" --model "$model" --batch "$batch" --steps "$steps" \
-                --precision "$precision" --zero "$stage" --prefetch "$prefetch" --sample 0 --quiet \
+                --precision "$precision" --zero "$stage" "${prefetch_flag[@]}" --sample 0 --quiet \
                 --eval-batches 1 --out "$dir" >/dev/null
             step_ms="$(column "$dir/run.csv" median_step_ms)"
             comm_ms="$(column "$dir/steps.csv" comm_ms | tail -n +2 | sort -g |

@@ -108,12 +108,28 @@ typedef struct {
     ConfigRecord record;
 } RankVerdict;
 
-/* "0", "1,3", "1-3": the ranks whose value of item i equals rank `like`'s. */
-static void ranks_with_value(const RankVerdict *all, int n, int i, int like, char *out, size_t size) {
+/* Records are compared by name, not by position: a rank whose record has
+ * an item the others lack (fp16 adds --loss-scale, a resumed run adds its
+ * checkpoint) still gets the first flag that differs named, with the values.
+ * Section FLAGS is items [0, flag_items), FILES the rest. */
+enum { FLAGS, FILES };
+
+/* Rank v's value of the item called `name` in a section, or "(none)". */
+static const char *item_value(const RankVerdict *v, int section, const char *name) {
+    const ConfigRecord *r = &v->record;
+    int from = section == FLAGS ? 0 : r->flag_items, to = section == FLAGS ? r->flag_items : r->count;
+    for (int i = from; i < to; i++)
+        if (strcmp(r->items[i].name, name) == 0) return r->items[i].value;
+    return "(none)";
+}
+
+/* "0", "1,3", "1-3": the ranks whose value of `name` is `value`. */
+static void ranks_with_value(const RankVerdict *all, int n, int section, const char *name, const char *value,
+                             char *out, size_t size) {
     out[0] = '\0';
     int run_start = -1;
     for (int r = 0; r <= n; r++) {
-        int same = r < n && strcmp(all[r].record.items[i].value, all[like].record.items[i].value) == 0;
+        int same = r < n && strcmp(item_value(&all[r], section, name), value) == 0;
         if (same && run_start < 0) run_start = r;
         if (!same && run_start >= 0) {
             size_t used = strlen(out);
@@ -126,26 +142,30 @@ static void ranks_with_value(const RankVerdict *all, int n, int i, int like, cha
     }
 }
 
-/* The first item (from `from` up to `to`) whose value differs between ranks,
- * as a message; 0 when they all agree. */
-static int describe_difference(const RankVerdict *all, int n, int from, int to, char *message, size_t size) {
-    for (int i = from; i < to; i++) {
-        int other = -1;
-        for (int r = 1; r < n && other < 0; r++)
-            if (strcmp(all[r].record.items[i].name, all[0].record.items[i].name) != 0 ||
-                strcmp(all[r].record.items[i].value, all[0].record.items[i].value) != 0)
-                other = r;
-        if (other < 0) continue;
-        char ranks0[128], ranks1[128];
-        ranks_with_value(all, n, i, 0, ranks0, sizeof ranks0);
-        ranks_with_value(all, n, i, other, ranks1, sizeof ranks1);
-        const ConfigItem *a = &all[0].record.items[i], *b = &all[other].record.items[i];
-        snprintf(message, size,
-                 "the ranks disagree on %s: '%s' on rank%s %s, '%s' on rank%s %s (valid: the same flags and "
-                 "files on every rank)",
-                 a->name, a->value, strchr(ranks0, ',') || strchr(ranks0, '-') ? "s" : "", ranks0, b->value,
-                 strchr(ranks1, ',') || strchr(ranks1, '-') ? "s" : "", ranks1);
-        return 1;
+/* The first item of a section (in rank 0's order, then the others') whose
+ * value differs between ranks, as a message naming it, two of its values
+ * and the ranks holding each; 0 when they all agree. */
+static int describe_difference(const RankVerdict *all, int n, int section, char *message, size_t size) {
+    for (int holder = 0; holder < n; holder++) {
+        const ConfigRecord *r = &all[holder].record;
+        int from = section == FLAGS ? 0 : r->flag_items, to = section == FLAGS ? r->flag_items : r->count;
+        for (int i = from; i < to; i++) {
+            const char *name = r->items[i].name, *value0 = item_value(&all[0], section, name);
+            int other = -1;
+            for (int k = 1; k < n && other < 0; k++)
+                if (strcmp(item_value(&all[k], section, name), value0) != 0) other = k;
+            if (other < 0) continue;
+            const char *value1 = item_value(&all[other], section, name);
+            char ranks0[128], ranks1[128];
+            ranks_with_value(all, n, section, name, value0, ranks0, sizeof ranks0);
+            ranks_with_value(all, n, section, name, value1, ranks1, sizeof ranks1);
+            snprintf(message, size,
+                     "the ranks disagree on %s: '%s' on rank%s %s, '%s' on rank%s %s (valid: the same flags "
+                     "and files on every rank)",
+                     name, value0, strpbrk(ranks0, ",-") ? "s" : "", ranks0, value1,
+                     strpbrk(ranks1, ",-") ? "s" : "", ranks1);
+            return 1;
+        }
     }
     return 0;
 }
@@ -170,10 +190,8 @@ static int judge(const RankVerdict *all, int n, char *message, size_t size) {
     /* Flags first: an error that follows from a flag only some ranks got
      * (a checkpoint with nothing left to do at --steps 3) is that flag's. */
     int all_read = 1;
-    for (int r = 0; r < n; r++)
-        all_read &= all[r].record.flag_items > 0 && all[r].record.flag_items == all[0].record.flag_items;
-    if (all_read && describe_difference(all, n, 0, all[0].record.flag_items, message, size))
-        return EXIT_USAGE;
+    for (int r = 0; r < n; r++) all_read &= all[r].record.flag_items > 0;
+    if (all_read && describe_difference(all, n, FLAGS, message, size)) return EXIT_USAGE;
     if (errors == n && same_error) {
         snprintf(message, size, "%s", all[first_error].message);
         return EXIT_USAGE;
@@ -182,14 +200,7 @@ static int judge(const RankVerdict *all, int n, char *message, size_t size) {
         snprintf(message, size, "[rank %d] %.990s", first_error, all[first_error].message);
         return EXIT_USAGE;
     }
-    for (int r = 1; r < n; r++)
-        if (all[r].record.count != all[0].record.count) {
-            snprintf(message, size,
-                     "the ranks disagree on which files they read (valid: the same on every rank)");
-            return EXIT_USAGE;
-        }
-    if (describe_difference(all, n, all[0].record.flag_items, all[0].record.count, message, size))
-        return EXIT_USAGE;
+    if (describe_difference(all, n, FILES, message, size)) return EXIT_USAGE;
     return 0;
 }
 

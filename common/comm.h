@@ -85,7 +85,9 @@ void comm_finalize(void);
  * rank leaves through MPI_Finalize: --help (exit 0), the same error on every
  * rank (exit 2, printed once), an error on some ranks (exit 2, the first
  * such rank named), or records that differ (exit 2, naming the first flag
- * or file that differs, its values and which ranks have them). */
+ * or file that differs, its values and which ranks have them). Items are
+ * matched by name, so a flag only some ranks record (fp16's --loss-scale)
+ * is named like any other, as "(none)" where absent. */
 void comm_parse_config(Config *cfg, int argc, char **argv, const char *program, const char *summary,
                        const CliExtra *extra);
 /* The agreement alone, for a program with its own command line (commbench):

@@ -400,8 +400,10 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
             if (!isdigit((unsigned char)optarg[0])) /* strtoull would skip spaces and wrap ' -5' */
                 fatal(EXIT_USAGE, "--seed: '%s' is not a whole number (valid: 0..2^64-1)", optarg);
             c->seed = strtoull(optarg, &end, 10);
-            if (end == optarg || *end || errno)
+            if (end == optarg || *end)
                 fatal(EXIT_USAGE, "--seed: '%s' is not a whole number (valid: 0..2^64-1)", optarg);
+            if (errno == ERANGE) /* digits only, past 18446744073709551615 */
+                fatal(EXIT_USAGE, "--seed: %s is out of range (valid: 0..2^64-1)", optarg);
             break;
         }
         case OPT_DATA:

@@ -91,7 +91,9 @@ typedef struct {
  * handled, -1 if the value is invalid; the handler may call fatal itself).
  * check (optional) runs after every flag is read, for checks across flags
  * (the layout against the world size, say); record adds the chapter's flags
- * and their values to the configuration record. */
+ * and their effective values to the configuration record (a default that
+ * follows from the world size as the number it stands for, so that ranks
+ * writing one layout two ways agree). */
 typedef struct {
     const struct option *options; /* terminated by a zero entry; use values >= 1000 */
     const char *help;

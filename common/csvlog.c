@@ -360,6 +360,20 @@ void log_step(const StepRecord *r, int total_steps) {
     log_info("\n");
 }
 
+void log_resumed(const Config *cfg, int first_step) {
+    if (first_step) log_info("resumed from %s at step %d\n", cfg->resume, first_step);
+}
+
+void log_run_done(const RunSummary *r, const char *details_fmt, ...) {
+    char details[1024];
+    va_list args;
+    va_start(args, details_fmt);
+    vsnprintf(details, sizeof details, details_fmt, args);
+    va_end(args);
+    log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | peak device memory %.1f MiB | %s\n",
+             r->final_loss, r->median_step_ms, r->tokens_per_s, r->peak_device_bytes / 1048576.0, details);
+}
+
 static int compare_doubles(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);

@@ -117,6 +117,34 @@ assert_disagreement() {
     assert_disagreement --split
 }
 
+@test "ranks given different --precision are told the flag and both values, not 'which files they read'" {
+    disagree 02_data_parallel/train 2 "--precision fp32" "--precision fp16" --steps 2
+    assert_disagreement --precision
+    [[ "$stderr" == *"error: the ranks disagree on --precision: 'fp32' on rank 0, 'fp16' on rank 1 (valid: the same flags and files on every rank)"* ]]
+    disagree 05_zero/train 2 "--precision fp16 --loss-scale 1024" "--precision fp16" --steps 2
+    assert_disagreement --loss-scale
+    [[ "$stderr" == *"'1024' on rank 0, 'dynamic' on rank 1"* ]]
+}
+
+@test "06: --pp 2 and --pp 2 --dp 2 are the same layout on 4 ranks: they agree and train" {
+    disagree 06_offload/train 4 "--pp 2" "--pp 2 --dp 2" --offload --steps 1 --batch 4
+    assert_success
+    assert_output --partial "06_offload/train | 4 ranks = 2 stages x 2 replicas"
+    disagree 06_offload/train 4 "--pp 2" "--pp 1" --offload --steps 1 --batch 4
+    assert_equal "$status" 2
+    [[ "$stderr" == *"error: the ranks disagree on --pp: '2' on rank 0, '1' on ranks 1-3"* ]]
+}
+
+@test "04: --dp 2 and --pp 2 --dp 2 are the same layout on 4 ranks: they agree and train" {
+    disagree 04_pipeline/train 4 "--dp 2" "--pp 2 --dp 2" --steps 1 --batch 4
+    assert_success
+}
+
+@test "03: --mp tensor with and without --tp 2 on 2 ranks is the same layout: they agree and train" {
+    disagree 03_model_parallel/train 2 "--mp tensor" "--mp tensor --tp 2" --steps 1
+    assert_success
+}
+
 @test "an error on one rank only is printed once, naming the rank" {
     disagree 02_data_parallel/train 3 "" "--data /nonexistent/file" --steps 2 --batch 6
     assert_equal "$status" 2

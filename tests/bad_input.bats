@@ -192,6 +192,13 @@ assert_refused() {
     assert_refused "--seed: -0 is out of range"
 }
 
+@test "a seed past 2^64-1 is refused as out of range, with the range; the largest is accepted" {
+    bad --seed 18446744073709551616
+    assert_refused "--seed: 18446744073709551616 is out of range (valid: 0..2^64-1)"
+    bad --seed 18446744073709551615 --steps 1 --model tiny --batch 1
+    assert_success
+}
+
 @test "data of 1 to 3 bytes is refused with a sensible minimum" {
     for n in 1 2 3; do
         head -c "$n" "$REPO/course.md" >"$(scratch)/tiny.txt"
@@ -301,6 +308,12 @@ bad06() {
 @test "06: --dpu without --offload is refused" {
     bad06 --dpu
     assert_refused "--dpu needs --offload"
+}
+
+@test "06: --dpu-warmup without --dpu is refused, not ignored" {
+    bad06 --offload --dpu-warmup 3
+    assert_refused "--dpu-warmup needs --dpu"
+    assert_equal "$stderr" "error: --dpu-warmup needs --dpu"
 }
 
 @test "06: a negative --dpu-warmup is refused with the valid range" {

@@ -104,6 +104,24 @@ checksum_of() { "$CKPT" verify "$1" | awk '{ print $2 }'; }
     [ "$(csv_column "$(scratch)/nosave/steps.csv" loss | sed -n 4p)" != "$(csv_column "$(scratch)/run/steps.csv" loss | sed -n 1p)" ]
 }
 
+@test "every chapter, 05 and 06 included, says which checkpoint it resumed from and at which step" {
+    local line="resumed from $CK/ck01 at step 3"
+    run "$TRAIN01" $FLAGS --resume "$CK/ck01" --out "$(scratch)/01"
+    assert_line "$line"
+    run mpirun_np 2 "$TRAIN02" $FLAGS --resume "$CK/ck01" --out "$(scratch)/02"
+    assert_line "$line"
+    run mpirun_np 2 "$TRAIN03" $FLAGS --mp layer --resume "$CK/ck01" --out "$(scratch)/03"
+    assert_line "$line"
+    run mpirun_np 2 "$TRAIN04" $FLAGS --pp 2 --resume "$CK/ck01" --out "$(scratch)/04"
+    assert_line "$line"
+    run mpirun_np 2 "$TRAIN05" $FLAGS --zero 1 --resume "$CK/ck01" --out "$(scratch)/05"
+    assert_success
+    assert_line --index 1 "$line" # after the header, as in 01-04
+    run "$TRAIN06" $FLAGS --offload --resume "$CK/ck01" --out "$(scratch)/06"
+    assert_success
+    assert_line --index 1 "$line"
+}
+
 @test "the same layout resumes bit for bit: 05 stage 3 on 2 ranks, interrupted at step 3 or not" {
     mpirun_np 2 "$TRAIN05" $FLAGS --zero 3 --out "$(scratch)/whole"
     mpirun_np 2 "$TRAIN05" $FLAGS --zero 3 --resume "$CK/ck05" --out "$(scratch)/run"

@@ -90,6 +90,19 @@ supported_paths() { "$TEST" path | sed -n 's/^supported //p'; }
     for flag in --n --threads --reps --path --half --clock --out; do assert_output --partial "  $flag "; done
 }
 
+@test "adambench refuses an --n this machine cannot hold at once, naming the need and what is available" {
+    local available_kib
+    available_kib=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+    [ "$available_kib" -lt $((50 * 1024 * 1024)) ] || skip "this machine has 50 GiB available: --n 1G fits"
+    SECONDS=0
+    run --separate-stderr "$BENCH" --n 1G --out "$(scratch)/b"
+    assert_equal "$status" 2
+    assert_output ""
+    [[ "$stderr" =~ ^"error: --n 1G needs 50.0 GiB of host memory (50 bytes per parameter: 18 of state, 32 for the copy's source and target) but "[0-9.]+" GiB is available (MemAvailable); valid here: --n up to "[0-9]+M$ ]]
+    [ "$SECONDS" -le 2 ]
+    [ ! -e "$(scratch)/b" ]
+}
+
 # A stand-in for PyTorch with just what adambench_torch.py calls: lists of
 # floats and an AdamW that refuses fused=True, as PyTorch before 2.4 does.
 fake_torch() {

@@ -136,6 +136,42 @@ peak() { awk -F, -v s="$2" -v c="$3" '$1 == 0 && $2 == s && $3 == c { print $4 }
     [ -s "$(scratch)/plots/capacity.png" ]
 }
 
+@test "capacity.py refuses a budget that is not a positive size in one line, exit 2, before any trial" {
+    local valid="(valid: a positive number of bytes with an optional K, M or G suffix, e.g. 8M or 1.5G, comma-separated)"
+    for budget in abc "" 8MB; do
+        run --separate-stderr python3 "$REPO/06_offload/capacity.py" --budgets="$budget" --out "$(scratch)/c"
+        assert_equal "$status" 2
+        assert_equal "$stderr" "capacity.py: error: --budgets: '$budget' is not a size $valid"
+    done
+    run --separate-stderr python3 "$REPO/06_offload/capacity.py" --budgets=8M,,16M --out "$(scratch)/c"
+    assert_equal "$stderr" "capacity.py: error: --budgets: '' is not a size $valid"
+    for budget in 0 -1M; do
+        run --separate-stderr python3 "$REPO/06_offload/capacity.py" --budgets="$budget" --out "$(scratch)/c"
+        assert_equal "$status" 2
+        assert_equal "$stderr" "capacity.py: error: --budgets: '$budget' is not a positive size $valid"
+        assert_output ""
+    done
+    [ ! -e "$(scratch)/c" ]
+}
+
+@test "capacity.py names an --out it cannot write in one line, exit 1" {
+    run --separate-stderr python3 "$REPO/06_offload/capacity.py" --budgets 8M --out /proc/x
+    assert_equal "$status" 1
+    assert_equal "$stderr" \
+        "capacity.py: error: --out /proc/x: cannot write there (No such file or directory); give a directory this user can write"
+}
+
+@test "capacity.py tells a budget that fits no model from one that fits at least the --max-layers cap" {
+    OMP_NUM_THREADS=1 run --separate-stderr python3 "$REPO/06_offload/capacity.py" --budgets 1K,64M \
+        --max-layers 1 --out "$(scratch)/c"
+    assert_success
+    assert_line "capacity.py: budget 1024 bytes: 01 fits no model: not even 1 layer of d 128"
+    assert_line "capacity.py: budget 1024 bytes: 06 fits no model: not even 1 layer of d 128"
+    assert_line "capacity.py: budget 64.0 MiB: 01 trains at least 1 layer (the --max-layers cap), 0.27 M parameters"
+    assert_line "capacity.py: budget 64.0 MiB: 06 trains at least 1 layer (the --max-layers cap), 0.27 M parameters"
+    assert_equal "$(csv_column "$(scratch)/c/capacity.csv" at_cap | tr '\n' ' ')" "1 1 "
+}
+
 @test "bench_offload.sh runs every configuration on the tiny preset and writes its CSVs with their columns" {
     BENCH_MODEL=tiny BENCH_BATCH=4 BENCH_STEPS=2 BENCH_REPEATS=1 BENCH_MACHINE=test BENCH_OUT="$(scratch)/b" \
         run "$REPO/06_offload/bench_offload.sh"

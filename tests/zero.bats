@@ -194,6 +194,30 @@ refused() {
     [[ "$stderr" == *"0..64"* ]]
 }
 
+@test "--prefetch and --print-schedule below stage 3 are refused, not ignored" {
+    for stage in 0 1 2; do
+        run --separate-stderr timeout 5 "$TRAIN05" $FLAGS --zero $stage --prefetch 2 --out "$(scratch)/out"
+        assert_equal "$status" 2
+        assert_equal "$stderr" "error: --prefetch needs --zero 3 (only stage 3 gathers parameters)"
+        run --separate-stderr timeout 5 "$TRAIN05" $FLAGS --zero $stage --print-schedule --out "$(scratch)/out"
+        assert_equal "$status" 2
+        assert_equal "$stderr" "error: --print-schedule needs --zero 3 (only stage 3 has a gather/free schedule)"
+    done
+    [ ! -e "$(scratch)/out/steps.csv" ]
+}
+
+@test "the default prefetch passes at stage 1; the header names prefetch at stage 3 only; the closing line gives the peak device memory" {
+    run env OMP_NUM_THREADS=1 "$TRAIN05" $FLAGS --steps 1 --zero 1 --out "$(scratch)/one"
+    assert_success
+    [[ "${lines[0]}" == *"| zero 1 | 136960 parameters"* ]]
+    local peak
+    peak="$(csv_column "$(scratch)/one/run.csv" peak_device_bytes)"
+    assert_line --partial "| peak device memory $(awk -v b="$peak" 'BEGIN { printf "%.1f", b / 1048576 }') MiB | "
+    run env OMP_NUM_THREADS=1 "$TRAIN05" $FLAGS --steps 1 --zero 3 --prefetch 2 --out "$(scratch)/three"
+    assert_success
+    [[ "${lines[0]}" == *"| zero 3 | prefetch 2 | 136960 parameters"* ]]
+}
+
 @test "ranks with different --zero end the job naming the flag" {
     run --separate-stderr env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 30 \
         mpirun --oversubscribe -np 2 "$REPO/tests/by_rank" "$TRAIN05" "--zero 1" "--zero 2" \

@@ -353,18 +353,6 @@ uint64_t ckpt_writer_hash_chunks(CkptWriter *w, int rank, int ranks) {
     return fold;
 }
 
-/* The directory a file name is in: "." for a bare name, "/" at the root. */
-static void directory_of(const char *path, char dir[4096]) {
-    snprintf(dir, 4096, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        strcpy(dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
-}
-
 /* After a rename, the directory entry must reach the disk too. */
 static void sync_directory(const CkptWriter *w) {
     char dir[4096];
@@ -417,12 +405,47 @@ uint64_t checkpoint_save(const Config *cfg, const CkptLayout *l, const CkptState
     return checksum;
 }
 
-void checkpoint_check_save_path(const char *path) {
+int ckpt_file_is_checkpoint(const char *path) {
+    char magic[sizeof CKPT_MAGIC];
+    int fd = open(path, O_RDONLY | O_NONBLOCK), is = 0;
+    if (fd >= 0) {
+        is = pread(fd, magic, sizeof magic, 0) == (ssize_t)sizeof magic &&
+             memcmp(magic, CKPT_MAGIC, sizeof magic) == 0;
+        close(fd);
+    }
+    return is;
+}
+
+/* A save replaces PATH, so PATH must not be the training text, nor one of the
+ * files the run itself writes into --out (compared as files, not names). */
+static void check_save_is_no_run_file(const Config *c) {
+    const char *path = c->save;
+    if (same_file(path, c->data))
+        fatal(EXIT_USAGE, "--save %s: is the --data file %s (valid: a new name or an earlier checkpoint)",
+              path, c->data);
+    char dir[4096];
+    directory_of(path, dir);
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (out_is_run_file(name) && same_file(dir, c->out))
+        fatal(EXIT_USAGE,
+              "--save %s: is %s, a file this run writes into --out %s (valid: a name that is not one of the "
+              "run's files)",
+              path, name, c->out);
+}
+
+void checkpoint_check_save_path(const Config *c) {
+    const char *path = c->save;
+    check_save_is_no_run_file(c);
     struct stat st;
     if (stat(path, &st) == 0) {
         if (S_ISDIR(st.st_mode)) fatal(EXIT_USAGE, "--save %s: is a directory (valid: a file name)", path);
         if (!S_ISREG(st.st_mode))
             fatal(EXIT_USAGE, "--save %s: not a regular file (valid: a new name or an earlier checkpoint)",
+                  path);
+        if (!ckpt_file_is_checkpoint(path))
+            fatal(EXIT_USAGE,
+                  "--save %s: exists and is not a checkpoint of this course (valid: a new name or an earlier "
+                  "checkpoint)",
                   path);
     }
     char dir[4096];

@@ -108,6 +108,15 @@ static const char *const run_files[] = {"run-info.txt", "steps.csv",    "run.csv
                                         "busy.csv",     "timeline.csv", "trace.json"};
 #define NUM_RUN_FILES (int)(sizeof run_files / sizeof run_files[0])
 
+int out_is_run_file(const char *name) {
+    for (int i = 0; i < NUM_RUN_FILES; i++) {
+        size_t n = strlen(run_files[i]);
+        if (strncmp(name, run_files[i], n) == 0 && (name[n] == '\0' || strcmp(name + n, ".tmp") == 0))
+            return 1;
+    }
+    return 0;
+}
+
 /* What run-info.txt says: who wrote the directory, and the checkpoints saved. */
 typedef struct {
     char program[128];

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,6 +39,22 @@ int fault_disk_full(const char *name, size_t bytes) {
     if (written <= (colon ? atof(colon + 1) : 0.0)) return 0;
     errno = ENOSPC;
     return 1;
+}
+
+void directory_of(const char *path, char dir[4096]) {
+    snprintf(dir, 4096, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+}
+
+int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 void temp_file_register(const char *path) {

@@ -52,6 +52,13 @@ void usage_trap_disarm(void);
 void temp_file_register(const char *path);
 void temp_file_forget(const char *path);
 
+/* Files. */
+/* The directory a file name is in: "." for a bare name, "/" at the root. */
+void directory_of(const char *path, char dir[4096]);
+/* Do a and b name the same file (device and inode), whatever the spelling
+ * (links, "..", symlinks)? 0 when either does not exist. */
+int same_file(const char *a, const char *b);
+
 /* For the tests of full disks, where mounting a small filesystem is not
  * allowed: with COURSE_FAULT_DISK_FULL=NAME or NAME:BYTES in the environment,
  * writing to the output file or checkpoint called NAME fails as if the disk

@@ -346,3 +346,41 @@ data = bytearray(open(path, "rb").read()); data[offset] ^= bits; open(path, "wb"
     assert_equal "$status" 2
     [[ "$stderr" == *"cannot write"* ]]
 }
+
+# ---- nothing lost: --save and common/ckpt export never destroy a file ----
+
+# md5 of each file named, in one line: to show a refused command left them alone
+sums() { md5sum "$@" | awk '{ print $1 }' | tr '\n' ' '; }
+
+@test "--save refuses a file that is not a checkpoint, the --data file and the run's own output files; an earlier checkpoint may be replaced" {
+    local d
+    d="$(scratch)"
+    printf 'twenty kilobytes of notes, say\n' >"$d/notes.txt"
+    ln -s "$CK/corpus.txt" "$d/corpus-alias" # the --data file under another name
+    mkdir "$d/run"
+    printf 'step,loss\n' >"$d/run/steps.csv"
+    local before
+    before="$(sums "$d/notes.txt" "$CK/corpus.txt" "$d/run/steps.csv")"
+    resume --save "$d/notes.txt"
+    assert_refused_checkpoint "--save $d/notes.txt: exists and is not a checkpoint of this course (valid: a new name or an earlier checkpoint)"
+    resume --save "$d/corpus-alias"
+    assert_refused_checkpoint "--save $d/corpus-alias: is the --data file $CK/corpus.txt (valid: a new name or an earlier checkpoint)"
+    run --separate-stderr timeout 10 "$TRAIN01" $FLAGS --out "$d/run" --overwrite --save "$d/run/steps.csv"
+    assert_refused_checkpoint "--save $d/run/steps.csv: is steps.csv, a file this run writes into --out $d/run (valid: a name that is not one of the run's files)"
+    # the same file by another spelling, and one the run has not written yet
+    run --separate-stderr timeout 10 "$TRAIN01" $FLAGS --out "$d/run" --overwrite --save "$d/run/../run/run.csv"
+    assert_refused_checkpoint "--save $d/run/../run/run.csv: is run.csv, a file this run writes into --out $d/run"
+    [ ! -e "$d/run/run.csv" ]
+    # every chapter checks it (the multi-rank ones on every rank, one line for the job)
+    run --separate-stderr mpirun_np 2 "$TRAIN05" $FLAGS --zero 3 --out "$d/out05" --save "$d/notes.txt"
+    assert_equal "$status" 2
+    assert_equal "$(grep '^error:' <<<"$stderr")" "error: --save $d/notes.txt: exists and is not a checkpoint of this course (valid: a new name or an earlier checkpoint)"
+    assert_equal "$(sums "$d/notes.txt" "$CK/corpus.txt" "$d/run/steps.csv")" "$before"
+    # an earlier checkpoint is what --save may replace
+    cp "$CK/ck01" "$d/ck"
+    run timeout 60 "$TRAIN01" $FLAGS --out "$d/again" --stop-after 2 --save "$d/ck"
+    assert_success
+    run "$CKPT" verify "$d/ck"
+    assert_output --partial "step 2 $d/ck"
+}
+

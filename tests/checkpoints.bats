@@ -384,3 +384,17 @@ sums() { md5sum "$@" | awk '{ print $1 }' | tr '\n' ' '; }
     assert_output --partial "step 2 $d/ck"
 }
 
+@test "a refused run leaves no --out directory behind, even when the ranks refuse together after checking it" {
+    local d
+    d="$(scratch)"
+    run --separate-stderr timeout 10 "$TRAIN01" $FLAGS --out "$d/new/out" --resume "$d/missing"
+    assert_equal "$status" 2
+    [ ! -e "$d/new" ]
+    # every rank checked --out (and made it, before): then they disagree on --steps
+    run --separate-stderr mpirun_np 1 "$TRAIN02" $FLAGS --out "$d/new/out" : \
+        -np 1 "$TRAIN02" $FLAGS --steps 5 --out "$d/new/out"
+    assert_equal "$status" 2
+    [[ "$stderr" == *"the ranks disagree on --steps"* ]]
+    [ ! -e "$d/new" ]
+}
+

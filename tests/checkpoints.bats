@@ -398,3 +398,71 @@ sums() { md5sum "$@" | awk '{ print $1 }' | tr '\n' ' '; }
     [ ! -e "$d/new" ]
 }
 
+@test "common/ckpt export refuses OUT when it is IN, an earlier checkpoint, a directory or not a regular file, and changes none of them" {
+    local d="$BATS_TEST_TMPDIR/files"
+    mkdir "$d"
+    cp "$CK/ck01" "$d/ck"
+    ln "$d/ck" "$d/ck-link" # IN under another name
+    cp "$CK/ck02" "$d/other"
+    mkdir "$d/dir"
+    mkfifo "$d/fifo"
+    ln -s /dev/null "$d/null" # what /dev/null would see, without risking /dev/null
+    local before
+    before="$(sums "$d/ck" "$d/other")"
+    run --separate-stderr timeout 10 "$CKPT" export "$d/ck" "$d/ck-link"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: export $d/ck-link: is the checkpoint being exported (valid: a new file name)"
+    run --separate-stderr timeout 10 "$CKPT" export "$d/ck" "$d/other"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: export $d/other: is a checkpoint of this course; it is not replaced by an export (valid: a new name or an earlier export)"
+    run --separate-stderr timeout 10 "$CKPT" export "$d/ck" "$d/dir"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: export $d/dir: is a directory (valid: a file name)"
+    for out in fifo null; do
+        run --separate-stderr timeout 10 "$CKPT" export "$d/ck" "$d/$out"
+        assert_equal "$status" 2
+        assert_equal "$stderr" "error: export $d/$out: exists and is not a regular file (valid: a new name or an earlier export)"
+    done
+    assert_equal "$(sums "$d/ck" "$d/other")" "$before"
+    [ -p "$d/fifo" ] && [ -L "$d/null" ] && [ -c /dev/null ]
+    [ -z "$(ls -A "$d/dir")" ]
+    # an earlier export is replaced, and no temporary file stays behind
+    "$CKPT" export "$d/ck" "$d/model.safetensors"
+    run "$CKPT" export "$d/ck" "$d/model.safetensors"
+    assert_success
+    assert_equal "$(ls "$d" | tr '\n' ' ')" "ck ck-link dir fifo model.safetensors null other "
+}
+
+@test "the writer text's bytes that are not UTF-8 are escaped in an export, and Python's json reads the header" {
+    cp "$CK/ck01" "$(scratch)/ck"
+    python3 -c 'import sys
+path = sys.argv[1]; data = bytearray(open(path, "rb").read())
+text = b"05\xffbad \xc3\xa9t\xc3 \xe2\x82\xac\x00"   # invalid 0xff, valid e-acute, a cut sequence, a valid euro sign
+data[136:136 + len(text)] = text; open(path, "wb").write(data)' "$(scratch)/ck"
+    run "$CKPT" verify "$(scratch)/ck" # the writer text is outside the checksum
+    assert_success
+    "$CKPT" export "$(scratch)/ck" "$(scratch)/model.safetensors"
+    run python3 -c 'import json, struct, sys
+blob = open(sys.argv[1], "rb").read(); (n,) = struct.unpack_from("<Q", blob)
+print(ascii(json.loads(blob[8:8 + n].decode("utf-8"))["__metadata__"]["writer"]))' "$(scratch)/model.safetensors"
+    assert_success
+    assert_output "'05\\xffbad \\xe9t\\xc3 \\u20ac'"
+}
+
+@test "ckpt verify: usage without a path or with --help; with a bad file among good ones, checks all and fails at the end" {
+    run --separate-stderr "$CKPT" verify --help
+    assert_success
+    [[ "$output" == usage:* ]]
+    run --separate-stderr "$CKPT" verify
+    assert_equal "$status" 2
+    [[ "$stderr" == *"usage:"* ]]
+    [[ "$stderr" != *"cannot open"* ]]
+    printf 'not a checkpoint\n' >"$(scratch)/bad"
+    run --separate-stderr "$CKPT" verify "$CK/ck01" "$(scratch)/bad" "$CK/ck02" "$(scratch)/missing"
+    assert_equal "$status" 2
+    assert_equal "$(grep -c '^ok ' <<<"$output")" 2
+    assert_line --index 1 --partial " step 3 $CK/ck02"
+    assert_equal "$stderr" "error: $(scratch)/bad: not a checkpoint of this course (wrong magic bytes)
+error: $(scratch)/missing: cannot open (No such file or directory)"
+}
+

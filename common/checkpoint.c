@@ -474,11 +474,13 @@ static void check_field(const char *what, const char *name, double value, double
 
 static void check_header(const char *what, const CheckpointHeader *h) {
     check_field(what, "header_bytes", h->header_bytes, sizeof *h, sizeof *h);
-    check_field(what, "layers", h->layers, 1, 256);
-    check_field(what, "dmodel", h->dmodel, 1, 16384);
-    check_field(what, "heads", h->heads, 1, 1024);
-    check_field(what, "seq", h->seq, 1, 65536);
-    check_field(what, "vocab", h->vocab, 256, 1048576);
+    /* the model shape as --layers, --dmodel, ... would be checked: whole heads included */
+    ModelConfig m = {
+        .layers = h->layers, .dmodel = h->dmodel, .heads = h->heads, .seq = h->seq, .vocab = h->vocab};
+    const char *problem = model_config_problem(&m);
+    if (problem)
+        fatal(EXIT_USAGE, "%s: corrupt checkpoint: its model shape is not one this course builds: %s", what,
+              problem);
     check_field(what, "num_arrays", h->num_arrays, CKPT_ARRAYS, CKPT_ARRAYS);
     check_field(what, "precision", h->precision, PRECISION_FP32, PRECISION_FP16);
     check_field(what, "batch", h->batch, 1, 1000000);

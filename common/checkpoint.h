@@ -49,8 +49,9 @@
  *
  * Reading refuses, with one line (EXIT_USAGE), a file that is not a
  * checkpoint, has another version, is truncated or longer than it says, has
- * a header field out of its range, a directory that does not describe its
- * model, a checksum that does not match, another model shape, or nothing
+ * a header field out of its range, a model shape this course cannot build
+ * (heads that do not divide the width, ...), a directory that does not
+ * describe its model, a checksum that does not match, another model shape, or nothing
  * left to do. Any precision resumes any other (the arrays are fp32 in every
  * precision); only fp16's loss scale is precision-specific: it carries over
  * from an fp16 checkpoint into an fp16 run with a dynamic scale and starts

@@ -449,6 +449,16 @@ print(ascii(json.loads(blob[8:8 + n].decode("utf-8"))["__metadata__"]["writer"])
     assert_output "'05\\xffbad \\xe9t\\xc3 \\u20ac'"
 }
 
+@test "a header whose head count does not divide the width is refused by ckpt verify and by --resume" {
+    cp "$CK/ck01" "$(scratch)/ck"
+    patch "$(scratch)/ck" 24 i 5 # heads (dmodel is 64)
+    run --separate-stderr "$CKPT" verify "$(scratch)/ck"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: $(scratch)/ck: corrupt checkpoint: its model shape is not one this course builds: --dmodel 64 is not divisible by --heads 5 (valid: a multiple of heads)"
+    resume --resume "$(scratch)/ck"
+    assert_refused_checkpoint "--resume $(scratch)/ck: corrupt checkpoint: its model shape is not one this course builds: --dmodel 64 is not divisible by --heads 5 (valid: a multiple of heads)"
+}
+
 @test "ckpt verify: usage without a path or with --help; with a bad file among good ones, checks all and fails at the end" {
     run --separate-stderr "$CKPT" verify --help
     assert_success

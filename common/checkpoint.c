@@ -290,20 +290,43 @@ static void sync_or_die(const CkptWriter *w, int fd) {
     if (fsync(fd) != 0) fatal(EXIT_RUNTIME, "--save %s: write failed (%s)", w->path, strerror(errno));
 }
 
+/* Until the commit, PATH.tmp's header is zero (no magic: a .tmp is never
+ * mistaken for a checkpoint) but for this save's nonce, where the checksum
+ * will go: the mark by which the other ranks know the file is the one rank 0
+ * created for this save, not a stale one of an earlier save. */
+#define CKPT_NONCE_OFFSET offsetof(CheckpointHeader, checksum)
+
 void ckpt_writer_create(CkptWriter *w) {
     int fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) fatal(EXIT_RUNTIME, "--save %s: cannot write %s (%s)", w->path, w->tmp, strerror(errno));
     temp_file_register(w->tmp);
-    /* the header stays zero (no magic) until the commit: a .tmp is never mistaken for a checkpoint */
+    w->nonce = unique_id();
+    write_at(w, fd, &w->nonce, sizeof w->nonce, CKPT_NONCE_OFFSET);
     write_at(w, fd, w->directory, w->directory_bytes, sizeof w->header);
     if (ftruncate(fd, (off_t)(w->header.data_offset + data_bytes(&w->header))) != 0)
         fatal(EXIT_RUNTIME, "--save %s: cannot size %s (%s)", w->path, w->tmp, strerror(errno));
     close(fd);
 }
 
+/* Open PATH.tmp for writing, after checking it carries w->nonce. */
+static int open_own_tmp(const CkptWriter *w) {
+    int fd = open(w->tmp, O_RDWR);
+    if (fd < 0)
+        fatal(EXIT_RUNTIME, "--save %s: cannot write %s (%s) (valid: a --save directory every rank shares)",
+              w->path, w->tmp, strerror(errno));
+    uint64_t nonce = 0;
+    if (pread(fd, &nonce, sizeof nonce, CKPT_NONCE_OFFSET) != (ssize_t)sizeof nonce || nonce != w->nonce) {
+        close(fd);
+        fatal(EXIT_RUNTIME,
+              "--save %s: %s is not the file rank 0 created for this save (a stale one, in a directory "
+              "the ranks do not share) (valid: a --save directory every rank shares)",
+              w->path, w->tmp);
+    }
+    return fd;
+}
+
 void ckpt_writer_write(CkptWriter *w) {
-    int fd = open(w->tmp, O_WRONLY);
-    if (fd < 0) fatal(EXIT_RUNTIME, "--save %s: cannot write %s (%s)", w->path, w->tmp, strerror(errno));
+    int fd = open_own_tmp(w);
     temp_file_register(w->tmp);
     const CkptLayout *l = w->layout;
     for (int a = 0; a < CKPT_ARRAYS; a++) {

@@ -41,9 +41,10 @@
  * (replicas share the writing); every holder reads it back on resume.
  *
  * Writing is atomic: every rank pwrite()s its segments into PATH.tmp at
- * their known offsets and fsyncs; rank 0 checks that the segments written
- * cover each array exactly once, combines the chunk hashes, writes the
- * header, fsyncs and renames PATH.tmp to PATH. A crash anywhere before the
+ * their known offsets (after checking the file carries this save's nonce:
+ * the one rank 0 created, not a stale one) and fsyncs; rank 0 checks that
+ * the segments written cover each array exactly once, combines the chunk
+ * hashes, writes the header, fsyncs and renames PATH.tmp to PATH. A crash anywhere before the
  * rename leaves the previous PATH as it was. Reading: every rank pread()s
  * exactly its own segments, under its own layout.
  *
@@ -209,13 +210,16 @@ typedef struct {
     void *directory; /* the tensor and array entries */
     size_t directory_bytes;
     size_t written[CKPT_ARRAYS]; /* elements this rank wrote */
+    uint64_t nonce;              /* this save's: rank 0's create makes it, the other ranks are told it */
 } CkptWriter;
 /* Header and directory from the configuration, layout and state (every rank). */
 void ckpt_writer_init(CkptWriter *w, const Config *cfg, const CkptLayout *l, const CkptState *s);
 void ckpt_writer_free(CkptWriter *w);
-/* Rank 0: create PATH.tmp (replacing a stale one) at its final size. */
+/* Rank 0: create PATH.tmp (replacing a stale one) at its final size, marked
+ * with a new w->nonce (which the other ranks' writers must be given). */
 void ckpt_writer_create(CkptWriter *w);
-/* Every rank: write its segments into PATH.tmp and fsync. */
+/* Every rank: write its segments into PATH.tmp and fsync; refuses a PATH.tmp
+ * that does not carry w->nonce (not the one rank 0 created for this save). */
 void ckpt_writer_write(CkptWriter *w);
 /* Every rank: the XOR of the keyed hashes of chunks rank, rank + ranks, ...
  * of the arrays, read back from PATH.tmp. */

@@ -259,7 +259,7 @@ void config_print_help(const char *program, const char *summary, const CliExtra 
         "  --save PATH                write a checkpoint at the end of the run (or at --stop-after); any\n"
         "                             chapter and layout resumes it (common/ckpt inspects and exports it);\n"
         "                             PATH: a new name or an earlier checkpoint (not --data, not a file\n"
-        "                             of --out)\n"
+        "                             of --out); on several ranks, in a directory they all see\n"
         "  --save-every K             with --save: also every K steps, 1..10000000 (each save replaces\n"
         "                             the last, atomically)\n"
         "  --resume PATH              continue from a checkpoint written by --save, in any chapter or\n"

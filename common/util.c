@@ -57,6 +57,26 @@ int same_file(const char *a, const char *b) {
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+uint64_t unique_id(void) {
+    static uint64_t calls = 0;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return hash64(hash64((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec) ^
+                  hash64((uint64_t)getpid() << 20 ^ (uint64_t)gethostid()) ^ calls++);
+}
+
+const char *fault_save_directory(const char *dir) {
+    static char elsewhere[4096];
+    const char *fault = getenv("COURSE_FAULT_SAVE_DIR");
+    if (!fault || !fault[0]) return dir;
+    int rank = -1, used = 0;
+    if (sscanf(fault, "%d:%n", &rank, &used) != 1 || used == 0 || rank < 0 || !fault[used])
+        fatal(EXIT_USAGE, "COURSE_FAULT_SAVE_DIR=%s: expected RANK:DIR", fault);
+    if (rank != log_rank) return dir;
+    snprintf(elsewhere, sizeof elsewhere, "%s", fault + used);
+    return elsewhere;
+}
+
 void temp_file_register(const char *path) {
     for (int i = 0; i < MAX_TEMP_FILES; i++)
         if (!temp_files[i][0]) {

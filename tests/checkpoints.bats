@@ -476,3 +476,23 @@ print(ascii(json.loads(blob[8:8 + n].decode("utf-8"))["__metadata__"]["writer"])
 error: $(scratch)/missing: cannot open (No such file or directory)"
 }
 
+@test "the ranks' --save directory must be one they share: checked before training, nothing written" {
+    local d="$BATS_TEST_TMPDIR/files"
+    mkdir -p "$d/elsewhere"
+    export COURSE_FAULT_SAVE_DIR="1:$d/elsewhere"
+    run --separate-stderr mpirun_np 3 "$TRAIN02" $FLAGS --out "$d/out" --save "$d/ck"
+    echo "$stderr"
+    assert_equal "$status" 2
+    assert_equal "$(grep -c '^error:' <<<"$stderr")" 1
+    [[ "$stderr" == *"error: [rank 0] --save $d/ck: rank 1 does not see the directory $d as rank 0 does (valid: a --save directory every rank shares)"* ]]
+    [ ! -e "$d/ck" ] && [ ! -e "$d/run/steps.csv" ]
+    assert_equal "$(ls -A "$d" | tr '\n' ' ')" "elsewhere "
+    [ -z "$(ls -A "$d/elsewhere")" ]
+}
+
+@test "a rank never writes into a temporary file rank 0 did not create for this save (a stale PATH.tmp on its side)" {
+    run --separate-stderr "$BUILD/tests/test_checkpoint" "$(scratch)" stale
+    assert_equal "$status" 1
+    [[ "$stderr" == *"is not the file rank 0 created for this save"* ]]
+    [ ! -e "$(scratch)/ck" ]
+}

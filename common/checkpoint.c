@@ -439,13 +439,21 @@ int ckpt_file_is_checkpoint(const char *path) {
     return is;
 }
 
-/* A save replaces PATH, so PATH must not be the training text, nor one of the
- * files the run itself writes into --out (compared as files, not names). */
+/* A save replaces PATH (and PATH.tmp), so neither may be the training text,
+ * nor one of the files the run itself writes into --out (compared as files,
+ * not names). */
 static void check_save_is_no_run_file(const Config *c) {
     const char *path = c->save;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     if (same_file(path, c->data))
         fatal(EXIT_USAGE, "--save %s: is the --data file %s (valid: a new name or an earlier checkpoint)",
               path, c->data);
+    if (same_file(tmp, c->data))
+        fatal(EXIT_USAGE,
+              "--save %s: its temporary file %s is the --data file %s (valid: a name whose .tmp is not the "
+              "data)",
+              path, tmp, c->data);
     char dir[4096];
     directory_of(path, dir);
     const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;

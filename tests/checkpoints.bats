@@ -365,6 +365,9 @@ sums() { md5sum "$@" | awk '{ print $1 }' | tr '\n' ' '; }
     assert_refused_checkpoint "--save $d/notes.txt: exists and is not a checkpoint of this course (valid: a new name or an earlier checkpoint)"
     resume --save "$d/corpus-alias"
     assert_refused_checkpoint "--save $d/corpus-alias: is the --data file $CK/corpus.txt (valid: a new name or an earlier checkpoint)"
+    ln -s "$CK/corpus.txt" "$d/corpus.tmp" # a save writes PATH.tmp first
+    resume --save "$d/corpus"
+    assert_refused_checkpoint "--save $d/corpus: its temporary file $d/corpus.tmp is the --data file $CK/corpus.txt"
     run --separate-stderr timeout 10 "$TRAIN01" $FLAGS --out "$d/run" --overwrite --save "$d/run/steps.csv"
     assert_refused_checkpoint "--save $d/run/steps.csv: is steps.csv, a file this run writes into --out $d/run (valid: a name that is not one of the run's files)"
     # the same file by another spelling, and one the run has not written yet

@@ -462,7 +462,7 @@ print(ascii(json.loads(blob[8:8 + n].decode("utf-8"))["__metadata__"]["writer"])
     assert_refused_checkpoint "--resume $(scratch)/ck: corrupt checkpoint: its model shape is not one this course builds: --dmodel 64 is not divisible by --heads 5 (valid: a multiple of heads)"
 }
 
-@test "ckpt verify: usage without a path or with --help; with a bad file among good ones, checks all and fails at the end" {
+@test "ckpt verify: usage without a path or with --help (and export without one: the usage line); with a bad file among good ones, checks all and fails at the end" {
     run --separate-stderr "$CKPT" verify --help
     assert_success
     [[ "$output" == usage:* ]]
@@ -470,6 +470,9 @@ print(ascii(json.loads(blob[8:8 + n].decode("utf-8"))["__metadata__"]["writer"])
     assert_equal "$status" 2
     [[ "$stderr" == *"usage:"* ]]
     [[ "$stderr" != *"cannot open"* ]]
+    run --separate-stderr "$CKPT" export # not a checkpoint called "export"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: expected PATH, verify PATH or export PATH OUT [--optimizer] (see common/ckpt --help)"
     printf 'not a checkpoint\n' >"$(scratch)/bad"
     run --separate-stderr "$CKPT" verify "$CK/ck01" "$(scratch)/bad" "$CK/ck02" "$(scratch)/missing"
     assert_equal "$status" 2

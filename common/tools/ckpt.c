@@ -289,7 +289,8 @@ int main(int argc, char **argv) {
         for (int i = 2; i < argc; i++) bad += !verify_one(argv[i]);
         return bad ? EXIT_USAGE : 0;
     }
-    if (argc == 2 && argv[1][0] != '-') { /* a checkpoint called "verify": ./verify */
+    /* a checkpoint called "verify" or "export" is ./verify, ./export */
+    if (argc == 2 && argv[1][0] != '-' && strcmp(argv[1], "export") != 0) {
         print_info(argv[1]);
         return 0;
     }

@@ -30,7 +30,7 @@ static int sees_token(const char *path, uint64_t token) {
     return got == (ssize_t)sizeof found && found == token;
 }
 
-/* "1", "ranks 1,3": the ranks whose flag in seen[] is 0, for a message. */
+/* "rank 1 does", "ranks 1,3 do": the ranks whose flag in seen[] is 0, for a message. */
 static void describe_blind_ranks(const int *seen, int ranks, char *out, size_t size) {
     int blind = 0;
     char list[512] = "";

@@ -56,8 +56,9 @@ static uint64_t open_verified(CkptFile *f, const char *path) {
     return sum;
 }
 
-/* verify: one "ok" line, or one "error:" line and 0, so that every file
- * named is checked (fatal's usage trap, util.h, catches the refusal). */
+/* verify one of the files named: prints its "ok" line and returns 1, or
+ * prints its "error:" line and returns 0, so that the next one is checked
+ * too (fatal's usage trap, util.h, catches the refusal). */
 static int verify_one(const char *path) {
     static CkptFile f; /* static: what a longjmp leaves behind is still there to close */
     UsageTrap trap;

@@ -182,6 +182,7 @@ int main(int argc, char **argv) {
                       .mixed_precision = 1};
     comm_parse_config(&cfg, argc, argv, PROGRAM,
                       "Train a GPT with data parallelism: N replicas, gradients all-reduced.", &extra);
+    checkpoint_check_shared_directory(world, &cfg);
     int use_ring = strcmp(dp.allreduce, "ring") == 0;
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
 

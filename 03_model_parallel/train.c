@@ -328,6 +328,7 @@ int main(int argc, char **argv) {
     comm_parse_config(
         &cfg, argc, argv, PROGRAM,
         "Train a GPT split over ranks: by layers (--mp layer) or inside every layer (--mp tensor).", &extra);
+    checkpoint_check_shared_directory(world, &cfg);
     ModelParallel par = {.tensor = strcmp(mpf.mp, "tensor") == 0};
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */
     int dp = mpf.dp, L = cfg.model.layers;

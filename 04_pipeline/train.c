@@ -154,6 +154,7 @@ int main(int argc, char **argv) {
         &cfg, argc, argv, PROGRAM,
         "Train a GPT with pipeline parallelism: micro-batches flow through a layer split (GPipe, 1F1B).",
         &extra);
+    checkpoint_check_shared_directory(world, &cfg);
     int P = pf.pp ? pf.pp : ranks / pf.dp, M = cfg.micro, L = cfg.model.layers;
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */
 

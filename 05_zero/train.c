@@ -142,6 +142,7 @@ int main(int argc, char **argv) {
     comm_parse_config(&cfg, argc, argv, PROGRAM,
                       "Train a GPT with ZeRO: data parallelism with the model state sharded over the ranks.",
                       &extra);
+    checkpoint_check_shared_directory(world, &cfg);
 
     /* ---- build: device, data, output files, the sharded model and optimizer, activations ---- */
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */

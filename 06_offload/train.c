@@ -212,6 +212,7 @@ int main(int argc, char **argv) {
     comm_parse_config(&cfg, argc, argv, PROGRAM,
                       "Train a GPT with ZeRO-Offload: the optimizer on the host, pipeline and data parallel.",
                       &extra);
+    checkpoint_check_shared_directory(world, &cfg);
     int P = of.pp, D = of.dp ? of.dp : ranks / P, M = cfg.micro, L = cfg.model.layers;
     int half = cfg.precision != PRECISION_FP32;
 

@@ -290,20 +290,43 @@ static void sync_or_die(const CkptWriter *w, int fd) {
     if (fsync(fd) != 0) fatal(EXIT_RUNTIME, "--save %s: write failed (%s)", w->path, strerror(errno));
 }
 
+/* Until the commit, PATH.tmp's header is zero (no magic: a .tmp is never
+ * mistaken for a checkpoint) but for this save's nonce, where the checksum
+ * will go: the mark by which the other ranks know the file is the one rank 0
+ * created for this save, not a stale one of an earlier save. */
+#define CKPT_NONCE_OFFSET offsetof(CheckpointHeader, checksum)
+
 void ckpt_writer_create(CkptWriter *w) {
     int fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) fatal(EXIT_RUNTIME, "--save %s: cannot write %s (%s)", w->path, w->tmp, strerror(errno));
     temp_file_register(w->tmp);
-    /* the header stays zero (no magic) until the commit: a .tmp is never mistaken for a checkpoint */
+    w->nonce = unique_id();
+    write_at(w, fd, &w->nonce, sizeof w->nonce, CKPT_NONCE_OFFSET);
     write_at(w, fd, w->directory, w->directory_bytes, sizeof w->header);
     if (ftruncate(fd, (off_t)(w->header.data_offset + data_bytes(&w->header))) != 0)
         fatal(EXIT_RUNTIME, "--save %s: cannot size %s (%s)", w->path, w->tmp, strerror(errno));
     close(fd);
 }
 
+/* Open PATH.tmp for writing, after checking it carries w->nonce. */
+static int open_own_tmp(const CkptWriter *w) {
+    int fd = open(w->tmp, O_RDWR);
+    if (fd < 0)
+        fatal(EXIT_RUNTIME, "--save %s: cannot write %s (%s) (valid: a --save directory every rank shares)",
+              w->path, w->tmp, strerror(errno));
+    uint64_t nonce = 0;
+    if (pread(fd, &nonce, sizeof nonce, CKPT_NONCE_OFFSET) != (ssize_t)sizeof nonce || nonce != w->nonce) {
+        close(fd);
+        fatal(EXIT_RUNTIME,
+              "--save %s: %s is not the file rank 0 created for this save (a stale one, in a directory "
+              "the ranks do not share) (valid: a --save directory every rank shares)",
+              w->path, w->tmp);
+    }
+    return fd;
+}
+
 void ckpt_writer_write(CkptWriter *w) {
-    int fd = open(w->tmp, O_WRONLY);
-    if (fd < 0) fatal(EXIT_RUNTIME, "--save %s: cannot write %s (%s)", w->path, w->tmp, strerror(errno));
+    int fd = open_own_tmp(w);
     temp_file_register(w->tmp);
     const CkptLayout *l = w->layout;
     for (int a = 0; a < CKPT_ARRAYS; a++) {
@@ -351,18 +374,6 @@ uint64_t ckpt_writer_hash_chunks(CkptWriter *w, int rank, int ranks) {
     close(fd);
     if (failed) fatal(EXIT_RUNTIME, "--save %s: cannot read back %s (%s)", w->path, w->tmp, strerror(failed));
     return fold;
-}
-
-/* The directory a file name is in: "." for a bare name, "/" at the root. */
-static void directory_of(const char *path, char dir[4096]) {
-    snprintf(dir, 4096, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        strcpy(dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
 }
 
 /* After a rename, the directory entry must reach the disk too. */
@@ -417,12 +428,55 @@ uint64_t checkpoint_save(const Config *cfg, const CkptLayout *l, const CkptState
     return checksum;
 }
 
-void checkpoint_check_save_path(const char *path) {
+int ckpt_file_is_checkpoint(const char *path) {
+    char magic[sizeof CKPT_MAGIC];
+    int fd = open(path, O_RDONLY | O_NONBLOCK), is = 0;
+    if (fd >= 0) {
+        is = pread(fd, magic, sizeof magic, 0) == (ssize_t)sizeof magic &&
+             memcmp(magic, CKPT_MAGIC, sizeof magic) == 0;
+        close(fd);
+    }
+    return is;
+}
+
+/* A save replaces PATH (and PATH.tmp), so neither may be the training text,
+ * nor one of the files the run itself writes into --out (compared as files,
+ * not names). */
+static void check_save_is_no_run_file(const Config *c) {
+    const char *path = c->save;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (same_file(path, c->data))
+        fatal(EXIT_USAGE, "--save %s: is the --data file %s (valid: a new name or an earlier checkpoint)",
+              path, c->data);
+    if (same_file(tmp, c->data))
+        fatal(EXIT_USAGE,
+              "--save %s: its temporary file %s is the --data file %s (valid: a name whose .tmp is not the "
+              "data)",
+              path, tmp, c->data);
+    char dir[4096];
+    directory_of(path, dir);
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (out_is_run_file(name) && same_file(dir, c->out))
+        fatal(EXIT_USAGE,
+              "--save %s: is %s, a file this run writes into --out %s (valid: a name that is not one of the "
+              "run's files)",
+              path, name, c->out);
+}
+
+void checkpoint_check_save_path(const Config *c) {
+    const char *path = c->save;
+    check_save_is_no_run_file(c);
     struct stat st;
     if (stat(path, &st) == 0) {
         if (S_ISDIR(st.st_mode)) fatal(EXIT_USAGE, "--save %s: is a directory (valid: a file name)", path);
         if (!S_ISREG(st.st_mode))
             fatal(EXIT_USAGE, "--save %s: not a regular file (valid: a new name or an earlier checkpoint)",
+                  path);
+        if (!ckpt_file_is_checkpoint(path))
+            fatal(EXIT_USAGE,
+                  "--save %s: exists and is not a checkpoint of this course (valid: a new name or an earlier "
+                  "checkpoint)",
                   path);
     }
     char dir[4096];
@@ -451,11 +505,13 @@ static void check_field(const char *what, const char *name, double value, double
 
 static void check_header(const char *what, const CheckpointHeader *h) {
     check_field(what, "header_bytes", h->header_bytes, sizeof *h, sizeof *h);
-    check_field(what, "layers", h->layers, 1, 256);
-    check_field(what, "dmodel", h->dmodel, 1, 16384);
-    check_field(what, "heads", h->heads, 1, 1024);
-    check_field(what, "seq", h->seq, 1, 65536);
-    check_field(what, "vocab", h->vocab, 256, 1048576);
+    /* the model shape as --layers, --dmodel, ... would be checked: whole heads included */
+    ModelConfig m = {
+        .layers = h->layers, .dmodel = h->dmodel, .heads = h->heads, .seq = h->seq, .vocab = h->vocab};
+    const char *problem = model_config_problem(&m);
+    if (problem)
+        fatal(EXIT_USAGE, "%s: corrupt checkpoint: its model shape is not one this course builds: %s", what,
+              problem);
     check_field(what, "num_arrays", h->num_arrays, CKPT_ARRAYS, CKPT_ARRAYS);
     check_field(what, "precision", h->precision, PRECISION_FP32, PRECISION_FP16);
     check_field(what, "batch", h->batch, 1, 1000000);

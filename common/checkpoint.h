@@ -41,16 +41,18 @@
  * (replicas share the writing); every holder reads it back on resume.
  *
  * Writing is atomic: every rank pwrite()s its segments into PATH.tmp at
- * their known offsets and fsyncs; rank 0 checks that the segments written
- * cover each array exactly once, combines the chunk hashes, writes the
- * header, fsyncs and renames PATH.tmp to PATH. A crash anywhere before the
+ * their known offsets (after checking the file carries this save's nonce:
+ * the one rank 0 created, not a stale one) and fsyncs; rank 0 checks that
+ * the segments written cover each array exactly once, combines the chunk
+ * hashes, writes the header, fsyncs and renames PATH.tmp to PATH. A crash anywhere before the
  * rename leaves the previous PATH as it was. Reading: every rank pread()s
  * exactly its own segments, under its own layout.
  *
  * Reading refuses, with one line (EXIT_USAGE), a file that is not a
  * checkpoint, has another version, is truncated or longer than it says, has
- * a header field out of its range, a directory that does not describe its
- * model, a checksum that does not match, another model shape, or nothing
+ * a header field out of its range, a model shape this course cannot build
+ * (heads that do not divide the width, ...), a directory that does not
+ * describe its model, a checksum that does not match, another model shape, or nothing
  * left to do. Any precision resumes any other (the arrays are fp32 in every
  * precision); only fp16's loss scale is precision-specific: it carries over
  * from an fp16 checkpoint into an fp16 run with a dynamic scale and starts
@@ -177,9 +179,12 @@ CkptState ckpt_state(int step, int adam_t, uint64_t rng, const LossScaler *ls);
  * checksum, the model shape, and that cfg has steps left after it); returns
  * its step and checksum, the checkpoint's identity. */
 void checkpoint_check(const char *path, const Config *cfg, int *step, uint64_t *checksum);
-/* Can a checkpoint be saved at path? (a regular file or a new name, in a
- * directory where a file can be created) */
-void checkpoint_check_save_path(const char *path);
+/* Can a checkpoint be saved at cfg->save? A new name or an earlier checkpoint
+ * (its magic says so), in a directory where a file can be created; never the
+ * --data file or one of the run's own files in --out, however spelled. */
+void checkpoint_check_save_path(const Config *cfg);
+/* Does path hold a checkpoint of this course (its magic bytes)? */
+int ckpt_file_is_checkpoint(const char *path);
 
 /* ---- saving and resuming ---- */
 /* Is a checkpoint due after `step` steps? At every --save-every K-th step and
@@ -205,13 +210,16 @@ typedef struct {
     void *directory; /* the tensor and array entries */
     size_t directory_bytes;
     size_t written[CKPT_ARRAYS]; /* elements this rank wrote */
+    uint64_t nonce;              /* this save's: rank 0's create makes it, the other ranks are told it */
 } CkptWriter;
 /* Header and directory from the configuration, layout and state (every rank). */
 void ckpt_writer_init(CkptWriter *w, const Config *cfg, const CkptLayout *l, const CkptState *s);
 void ckpt_writer_free(CkptWriter *w);
-/* Rank 0: create PATH.tmp (replacing a stale one) at its final size. */
+/* Rank 0: create PATH.tmp (replacing a stale one) at its final size, marked
+ * with a new w->nonce (which the other ranks' writers must be given). */
 void ckpt_writer_create(CkptWriter *w);
-/* Every rank: write its segments into PATH.tmp and fsync. */
+/* Every rank: write its segments into PATH.tmp and fsync; refuses a PATH.tmp
+ * that does not carry w->nonce (not the one rank 0 created for this save). */
 void ckpt_writer_write(CkptWriter *w);
 /* Every rank: the XOR of the keyed hashes of chunks rank, rank + ranks, ...
  * of the arrays, read back from PATH.tmp. */

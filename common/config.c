@@ -257,7 +257,9 @@ void config_print_help(const char *program, const char *summary, const CliExtra 
         "  --eval-batches N           global batches per validation, 1..10000 (default %d)\n"
         "  --sample N                 bytes of text to generate at the end, 0 = none (default %d)\n"
         "  --save PATH                write a checkpoint at the end of the run (or at --stop-after); any\n"
-        "                             chapter and layout resumes it (common/ckpt inspects and exports it)\n"
+        "                             chapter and layout resumes it (common/ckpt inspects and exports it);\n"
+        "                             PATH: a new name or an earlier checkpoint (not --data, not a file\n"
+        "                             of --out); on several ranks, in a directory they all see\n"
         "  --save-every K             with --save: also every K steps, 1..10000000 (each save replaces\n"
         "                             the last, atomically)\n"
         "  --resume PATH              continue from a checkpoint written by --save, in any chapter or\n"
@@ -639,7 +641,7 @@ static void check_files(Config *c, const char *program) {
         config_record_add(r, "checkpoint", "step %d, checksum %016llx", c->resume_step,
                           (unsigned long long)c->resume_checksum);
     }
-    if (c->save[0]) checkpoint_check_save_path(c->save);
+    if (c->save[0]) checkpoint_check_save_path(c);
     c->out_mode = out_dir_check(c, program);
 }
 

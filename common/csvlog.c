@@ -108,6 +108,15 @@ static const char *const run_files[] = {"run-info.txt", "steps.csv",    "run.csv
                                         "busy.csv",     "timeline.csv", "trace.json"};
 #define NUM_RUN_FILES (int)(sizeof run_files / sizeof run_files[0])
 
+int out_is_run_file(const char *name) {
+    for (int i = 0; i < NUM_RUN_FILES; i++) {
+        size_t n = strlen(run_files[i]);
+        if (strncmp(name, run_files[i], n) == 0 && (name[n] == '\0' || strcmp(name + n, ".tmp") == 0))
+            return 1;
+    }
+    return 0;
+}
+
 /* What run-info.txt says: who wrote the directory, and the checkpoints saved. */
 typedef struct {
     char program[128];
@@ -157,13 +166,33 @@ void out_make_directories(const char *dir) {
         fatal(EXIT_USAGE, "--out %s: cannot create the directory (%s)", dir, strerror(errno));
 }
 
+/* A missing --out is created only once the job has agreed to run
+ * (out_dir_prepare), so that a refused run leaves nothing behind. Before
+ * that, prove it could be: create and remove a directory of a name of this
+ * rank's own in the deepest ancestor that exists. */
+static void probe_out_directory(const char *dir) {
+    char ancestor[4096], up[4096];
+    struct stat st;
+    snprintf(ancestor, sizeof ancestor, "%s", dir);
+    do {
+        directory_of(ancestor, up);
+        if (strcmp(up, ancestor) == 0) break; /* "." or "/" */
+        snprintf(ancestor, sizeof ancestor, "%s", up);
+    } while (stat(ancestor, &st) != 0 && errno == ENOENT);
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.out-probe-%d-%d", ancestor, process_rank(), (int)getpid());
+    if (mkdir(probe, 0700) != 0)
+        fatal(EXIT_USAGE, "--out %s: cannot create the directory in %s (%s)", dir, ancestor, strerror(errno));
+    rmdir(probe);
+}
+
 OutMode out_dir_check(const Config *cfg, const char *program) {
     const char *dir = cfg->out;
     struct stat st;
     if (stat(dir, &st) != 0) {
         if (errno != ENOENT)
             fatal(EXIT_USAGE, "--out %s: cannot create the directory (%s)", dir, strerror(errno));
-        out_make_directories(dir); /* an empty directory: harmless, and proves we may write there */
+        probe_out_directory(dir);
         return OUT_NEW;
     }
     if (!S_ISDIR(st.st_mode)) fatal(EXIT_USAGE, "--out %s: exists and is not a directory", dir);

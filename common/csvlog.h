@@ -64,8 +64,12 @@ const char *out_part_path(const char *dir, const char *name);
 /* ---- the run directory ---- */
 /* Before training (any rank): is cfg->out usable, and what to do with the
  * files it holds (OUT_NEW, OUT_REPLACE, OUT_APPEND)? Refuses (EXIT_USAGE) a
- * non-directory and another run's files without --overwrite. */
+ * non-directory and another run's files without --overwrite. Creates
+ * nothing: a missing directory is made by out_dir_prepare. */
 OutMode out_dir_check(const Config *cfg, const char *program);
+/* Is `name` (in --out) one of the files a run writes there, or its NAME.tmp?
+ * (steps.csv, run.csv, memory.csv, run-info.txt, ...: what --save must not replace) */
+int out_is_run_file(const char *name);
 /* mkdir -p dir for --out; fails (exit 2, one line naming what could not be
  * created) like out_dir_check. */
 void out_make_directories(const char *dir);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,6 +39,42 @@ int fault_disk_full(const char *name, size_t bytes) {
     if (written <= (colon ? atof(colon + 1) : 0.0)) return 0;
     errno = ENOSPC;
     return 1;
+}
+
+void directory_of(const char *path, char dir[4096]) {
+    snprintf(dir, 4096, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+}
+
+int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+uint64_t unique_id(void) {
+    static uint64_t calls = 0;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return hash64(hash64((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec) ^
+                  hash64((uint64_t)getpid() << 20 ^ (uint64_t)gethostid()) ^ calls++);
+}
+
+const char *fault_save_directory(const char *dir) {
+    static char elsewhere[4096];
+    const char *fault = getenv("COURSE_FAULT_SAVE_DIR");
+    if (!fault || !fault[0]) return dir;
+    int rank = -1, used = 0;
+    if (sscanf(fault, "%d:%n", &rank, &used) != 1 || used == 0 || rank < 0 || !fault[used])
+        fatal(EXIT_USAGE, "COURSE_FAULT_SAVE_DIR=%s: expected RANK:DIR", fault);
+    if (rank != log_rank) return dir;
+    snprintf(elsewhere, sizeof elsewhere, "%s", fault + used);
+    return elsewhere;
 }
 
 void temp_file_register(const char *path) {

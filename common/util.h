@@ -52,12 +52,30 @@ void usage_trap_disarm(void);
 void temp_file_register(const char *path);
 void temp_file_forget(const char *path);
 
+/* Files. */
+/* The directory a file name is in: "." for a bare name, "/" at the root. */
+void directory_of(const char *path, char dir[4096]);
+/* Do a and b name the same file (device and inode), whatever the spelling
+ * (links, "..", symlinks)? 0 when either does not exist. */
+int same_file(const char *a, const char *b);
+/* A value no other call, process or machine is likely to return (the time,
+ * the process, a counter, hashed): names a save and a start-up token. */
+uint64_t unique_id(void);
+
 /* For the tests of full disks, where mounting a small filesystem is not
  * allowed: with COURSE_FAULT_DISK_FULL=NAME or NAME:BYTES in the environment,
  * writing to the output file or checkpoint called NAME fails as if the disk
  * were full once BYTES (default 0) have been written to it: returns 1 and
  * sets errno to ENOSPC. Writers call it before each write of `bytes`. */
 int fault_disk_full(const char *name, size_t bytes);
+
+/* For the test of ranks that do not share --save's directory (one machine
+ * cannot have two disks at one path): with COURSE_FAULT_SAVE_DIR=RANK:DIR in
+ * the environment, rank RANK looks for the start-up token that proves the
+ * directory is shared (checkpoint_sharded.h) in DIR instead of `dir`, as a
+ * rank on another machine would look on its own disk. Returns DIR there,
+ * else dir; a malformed value ends the program with EXIT_USAGE. */
+const char *fault_save_directory(const char *dir);
 
 /* Multi-process programs install these: the rank named in error messages, and a
  * function that ends every process of the job (it must not return). */

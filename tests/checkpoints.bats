@@ -364,3 +364,159 @@ data = bytearray(open(path, "rb").read()); data[offset] ^= bits; open(path, "wb"
     assert_equal "$status" 2
     [[ "$stderr" == *"cannot write"* ]]
 }
+
+# ---- nothing lost: --save and common/ckpt export never destroy a file ----
+
+# md5 of each file named, in one line: to show a refused command left them alone
+sums() { md5sum "$@" | awk '{ print $1 }' | tr '\n' ' '; }
+
+@test "--save refuses a file that is not a checkpoint, the --data file and the run's own output files; an earlier checkpoint may be replaced" {
+    local d
+    d="$(scratch)"
+    printf 'twenty kilobytes of notes, say\n' >"$d/notes.txt"
+    ln -s "$CK/corpus.txt" "$d/corpus-alias" # the --data file under another name
+    mkdir "$d/run"
+    printf 'step,loss\n' >"$d/run/steps.csv"
+    local before
+    before="$(sums "$d/notes.txt" "$CK/corpus.txt" "$d/run/steps.csv")"
+    resume --save "$d/notes.txt"
+    assert_refused_checkpoint "--save $d/notes.txt: exists and is not a checkpoint of this course (valid: a new name or an earlier checkpoint)"
+    resume --save "$d/corpus-alias"
+    assert_refused_checkpoint "--save $d/corpus-alias: is the --data file $CK/corpus.txt (valid: a new name or an earlier checkpoint)"
+    ln -s "$CK/corpus.txt" "$d/corpus.tmp" # a save writes PATH.tmp first
+    resume --save "$d/corpus"
+    assert_refused_checkpoint "--save $d/corpus: its temporary file $d/corpus.tmp is the --data file $CK/corpus.txt"
+    run --separate-stderr timeout 10 "$TRAIN01" $FLAGS --out "$d/run" --overwrite --save "$d/run/steps.csv"
+    assert_refused_checkpoint "--save $d/run/steps.csv: is steps.csv, a file this run writes into --out $d/run (valid: a name that is not one of the run's files)"
+    # the same file by another spelling, and one the run has not written yet
+    run --separate-stderr timeout 10 "$TRAIN01" $FLAGS --out "$d/run" --overwrite --save "$d/run/../run/run.csv"
+    assert_refused_checkpoint "--save $d/run/../run/run.csv: is run.csv, a file this run writes into --out $d/run"
+    [ ! -e "$d/run/run.csv" ]
+    # every chapter checks it (the multi-rank ones on every rank, one line for the job)
+    run --separate-stderr mpirun_np 2 "$TRAIN05" $FLAGS --zero 3 --out "$d/out05" --save "$d/notes.txt"
+    assert_equal "$status" 2
+    assert_equal "$(grep '^error:' <<<"$stderr")" "error: --save $d/notes.txt: exists and is not a checkpoint of this course (valid: a new name or an earlier checkpoint)"
+    assert_equal "$(sums "$d/notes.txt" "$CK/corpus.txt" "$d/run/steps.csv")" "$before"
+    # an earlier checkpoint is what --save may replace
+    cp "$CK/ck01" "$d/ck"
+    run timeout 60 "$TRAIN01" $FLAGS --out "$d/again" --stop-after 2 --save "$d/ck"
+    assert_success
+    run "$CKPT" verify "$d/ck"
+    assert_output --partial "step 2 $d/ck"
+}
+
+@test "a refused run leaves no --out directory behind, even when the ranks refuse together after checking it" {
+    local d
+    d="$(scratch)"
+    run --separate-stderr timeout 10 "$TRAIN01" $FLAGS --out "$d/new/out" --resume "$d/missing"
+    assert_equal "$status" 2
+    [ ! -e "$d/new" ]
+    # every rank checked --out (and made it, before): then they disagree on --steps
+    run --separate-stderr mpirun_np 1 "$TRAIN02" $FLAGS --out "$d/new/out" : \
+        -np 1 "$TRAIN02" $FLAGS --steps 5 --out "$d/new/out"
+    assert_equal "$status" 2
+    [[ "$stderr" == *"the ranks disagree on --steps"* ]]
+    [ ! -e "$d/new" ]
+}
+
+@test "common/ckpt export refuses OUT when it is IN, an earlier checkpoint, a directory or not a regular file, and changes none of them" {
+    local d="$BATS_TEST_TMPDIR/files"
+    mkdir "$d"
+    cp "$CK/ck01" "$d/ck"
+    ln "$d/ck" "$d/ck-link" # IN under another name
+    cp "$CK/ck02" "$d/other"
+    mkdir "$d/dir"
+    mkfifo "$d/fifo"
+    ln -s /dev/null "$d/null" # what /dev/null would see, without risking /dev/null
+    local before
+    before="$(sums "$d/ck" "$d/other")"
+    run --separate-stderr timeout 10 "$CKPT" export "$d/ck" "$d/ck-link"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: export $d/ck-link: is the checkpoint being exported (valid: a new file name)"
+    run --separate-stderr timeout 10 "$CKPT" export "$d/ck" "$d/other"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: export $d/other: is a checkpoint of this course; it is not replaced by an export (valid: a new name or an earlier export)"
+    run --separate-stderr timeout 10 "$CKPT" export "$d/ck" "$d/dir"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: export $d/dir: is a directory (valid: a file name)"
+    for out in fifo null; do
+        run --separate-stderr timeout 10 "$CKPT" export "$d/ck" "$d/$out"
+        assert_equal "$status" 2
+        assert_equal "$stderr" "error: export $d/$out: exists and is not a regular file (valid: a new name or an earlier export)"
+    done
+    assert_equal "$(sums "$d/ck" "$d/other")" "$before"
+    [ -p "$d/fifo" ] && [ -L "$d/null" ] && [ -c /dev/null ]
+    [ -z "$(ls -A "$d/dir")" ]
+    # an earlier export is replaced, and no temporary file stays behind
+    "$CKPT" export "$d/ck" "$d/model.safetensors"
+    run "$CKPT" export "$d/ck" "$d/model.safetensors"
+    assert_success
+    assert_equal "$(ls "$d" | tr '\n' ' ')" "ck ck-link dir fifo model.safetensors null other "
+}
+
+@test "the writer text's bytes that are not UTF-8 are escaped in an export, and Python's json reads the header" {
+    cp "$CK/ck01" "$(scratch)/ck"
+    python3 -c 'import sys
+path = sys.argv[1]; data = bytearray(open(path, "rb").read())
+text = b"05\xffbad \xc3\xa9t\xc3 \xe2\x82\xac\x00"   # invalid 0xff, valid e-acute, a cut sequence, a valid euro sign
+data[136:136 + len(text)] = text; open(path, "wb").write(data)' "$(scratch)/ck"
+    run "$CKPT" verify "$(scratch)/ck" # the writer text is outside the checksum
+    assert_success
+    "$CKPT" export "$(scratch)/ck" "$(scratch)/model.safetensors"
+    run python3 -c 'import json, struct, sys
+blob = open(sys.argv[1], "rb").read(); (n,) = struct.unpack_from("<Q", blob)
+print(ascii(json.loads(blob[8:8 + n].decode("utf-8"))["__metadata__"]["writer"]))' "$(scratch)/model.safetensors"
+    assert_success
+    assert_output "'05\\xffbad \\xe9t\\xc3 \\u20ac'"
+}
+
+@test "a header whose head count does not divide the width is refused by ckpt verify and by --resume" {
+    cp "$CK/ck01" "$(scratch)/ck"
+    patch "$(scratch)/ck" 24 i 5 # heads (dmodel is 64)
+    run --separate-stderr "$CKPT" verify "$(scratch)/ck"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: $(scratch)/ck: corrupt checkpoint: its model shape is not one this course builds: --dmodel 64 is not divisible by --heads 5 (valid: a multiple of heads)"
+    resume --resume "$(scratch)/ck"
+    assert_refused_checkpoint "--resume $(scratch)/ck: corrupt checkpoint: its model shape is not one this course builds: --dmodel 64 is not divisible by --heads 5 (valid: a multiple of heads)"
+}
+
+@test "ckpt verify: usage without a path or with --help (and export without one: the usage line); with a bad file among good ones, checks all and fails at the end" {
+    run --separate-stderr "$CKPT" verify --help
+    assert_success
+    [[ "$output" == usage:* ]]
+    run --separate-stderr "$CKPT" verify
+    assert_equal "$status" 2
+    [[ "$stderr" == *"usage:"* ]]
+    [[ "$stderr" != *"cannot open"* ]]
+    run --separate-stderr "$CKPT" export # not a checkpoint called "export"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: expected PATH, verify PATH or export PATH OUT [--optimizer] (see common/ckpt --help)"
+    printf 'not a checkpoint\n' >"$(scratch)/bad"
+    run --separate-stderr "$CKPT" verify "$CK/ck01" "$(scratch)/bad" "$CK/ck02" "$(scratch)/missing"
+    assert_equal "$status" 2
+    assert_equal "$(grep -c '^ok ' <<<"$output")" 2
+    assert_line --index 1 --partial " step 3 $CK/ck02"
+    assert_equal "$stderr" "error: $(scratch)/bad: not a checkpoint of this course (wrong magic bytes)
+error: $(scratch)/missing: cannot open (No such file or directory)"
+}
+
+@test "the ranks' --save directory must be one they share: checked before training, nothing written" {
+    local d="$BATS_TEST_TMPDIR/files"
+    mkdir -p "$d/elsewhere"
+    export COURSE_FAULT_SAVE_DIR="1:$d/elsewhere"
+    run --separate-stderr mpirun_np 3 "$TRAIN02" $FLAGS --out "$d/out" --save "$d/ck"
+    echo "$stderr"
+    assert_equal "$status" 2
+    assert_equal "$(grep -c '^error:' <<<"$stderr")" 1
+    [[ "$stderr" == *"error: [rank 0] --save $d/ck: rank 1 does not see the directory $d as rank 0 does (valid: a --save directory every rank shares)"* ]]
+    [ ! -e "$d/ck" ] && [ ! -e "$d/run/steps.csv" ]
+    assert_equal "$(ls -A "$d" | tr '\n' ' ')" "elsewhere "
+    [ -z "$(ls -A "$d/elsewhere")" ]
+}
+
+@test "a rank never writes into a temporary file rank 0 did not create for this save (a stale PATH.tmp on its side)" {
+    run --separate-stderr "$BUILD/tests/test_checkpoint" "$(scratch)" stale
+    assert_equal "$status" 1
+    [[ "$stderr" == *"is not the file rank 0 created for this save"* ]]
+    [ ! -e "$(scratch)/ck" ]
+}

@@ -6,18 +6,24 @@
  * read back into a whole-model layout in device memory as the values that
  * were written, and have the checksum a single writer of the whole model
  * gives. With `gap`, one rank's segments are left out, and the commit must
- * refuse the file.
+ * refuse the file. With `stale`, the second stage's ranks see another
+ * directory (one the ranks do not share) holding a stale ck.tmp of the right
+ * size from an earlier save: they must refuse to write into it, since it is
+ * not the file rank 0 created for this save.
  *
  *   build/tests/test_checkpoint DIR        round trip (prints PASS)
- *   build/tests/test_checkpoint DIR gap    exits 1 naming the missing elements */
+ *   build/tests/test_checkpoint DIR gap    exits 1 naming the missing elements
+ *   build/tests/test_checkpoint DIR stale  exits 1 naming the stale DIR/elsewhere/ck.tmp */
 #include "checkpoint.h"
 #include "device.h"
 #include "param_table.h"
 #include "util.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum { STAGES = 2, DP = 3 };
 
@@ -48,11 +54,32 @@ static void make_config(Config *cfg, const char *dir) {
     snprintf(cfg->save, sizeof cfg->save, "%s/ck", dir);
 }
 
-/* Write cfg->save from `ranks` layouts, as checkpoint_save_sharded does. */
-static uint64_t write_sharded(const Config *cfg, CkptLayout *layouts, int ranks, const CkptState *state) {
+/* DIR/elsewhere/ck.tmp as a crashed save left it: the right size, but
+ * another save's; cfg saves there. */
+static void make_stale_directory(Config *cfg, const char *dir) {
+    char elsewhere[4000 + 16];
+    snprintf(elsewhere, sizeof elsewhere, "%.4000s/elsewhere", dir); /* room for "/ck" */
+    if (mkdir(elsewhere, 0755) != 0 && errno != EEXIST) fail("cannot create DIR/elsewhere");
+    make_config(cfg, elsewhere);
+    CkptLayout none;
+    ckpt_layout_init(&none, "an earlier save");
+    CkptState state = {0};
+    CkptWriter w;
+    ckpt_writer_init(&w, cfg, &none, &state);
+    ckpt_writer_create(&w);
+    temp_file_forget(w.tmp); /* left behind, as by a crash */
+    ckpt_writer_free(&w);
+    ckpt_layout_free(&none);
+}
+
+/* Write cfg->save from `ranks` layouts, as checkpoint_save_sharded does;
+ * ranks from `apart` on (when below `ranks`) write into `elsewhere`'s save path. */
+static uint64_t write_sharded(const Config *cfg, CkptLayout *layouts, int ranks, const CkptState *state,
+                              const Config *elsewhere, int apart) {
     CkptWriter *w = xcalloc(ranks, sizeof *w);
-    for (int r = 0; r < ranks; r++) ckpt_writer_init(&w[r], cfg, &layouts[r], state);
+    for (int r = 0; r < ranks; r++) ckpt_writer_init(&w[r], r < apart ? cfg : elsewhere, &layouts[r], state);
     ckpt_writer_create(&w[0]);
+    for (int r = 1; r < ranks; r++) w[r].nonce = w[0].nonce; /* rank 0 tells every rank */
     for (int r = 0; r < ranks; r++) ckpt_writer_write(&w[r]);
     double written[CKPT_ARRAYS] = {0};
     uint64_t chunks = 0;
@@ -67,11 +94,13 @@ static uint64_t write_sharded(const Config *cfg, CkptLayout *layouts, int ranks,
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) fail("usage: test_checkpoint DIR [gap]");
+    if (argc < 2) fail("usage: test_checkpoint DIR [gap|stale]");
     int gap = argc == 3 && strcmp(argv[2], "gap") == 0;
+    int stale = argc == 3 && strcmp(argv[2], "stale") == 0;
     device_init("cpu", 0);
-    Config cfg;
+    Config cfg, elsewhere;
     make_config(&cfg, argv[1]);
+    if (stale) make_stale_directory(&elsewhere, argv[1]);
     ParamTable t;
     param_table_build(&t, &cfg.model);
     int L = cfg.model.layers;
@@ -100,7 +129,8 @@ int main(int argc, char **argv) {
             ranks++;
         }
     CkptState state = {.step = 3, .adam_t = 3, .rng = 99, .loss_scale = 1.0f};
-    uint64_t sharded = write_sharded(&cfg, layouts, ranks, &state); /* with a gap: exits 1 here */
+    /* with a gap or a stale file: exits 1 here */
+    uint64_t sharded = write_sharded(&cfg, layouts, ranks, &state, &elsewhere, stale ? DP : ranks);
     printf("%d ranks wrote %zu parameters x 3 arrays, checksum %016llx\n", ranks, t.num_params,
            (unsigned long long)sharded);
 
@@ -134,7 +164,7 @@ int main(int argc, char **argv) {
 
     /* one writer of the whole model gives the same checksum */
     snprintf(cfg.save, sizeof cfg.save, "%s/ck.whole", argv[1]);
-    uint64_t single = write_sharded(&cfg, &whole, 1, &state);
+    uint64_t single = write_sharded(&cfg, &whole, 1, &state, NULL, 1);
     if (single != sharded) fail("the whole-model writer's checksum differs from the sharded writers'");
     printf("one writer of the whole model gives the same checksum\nPASS\n");
 

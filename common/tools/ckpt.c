@@ -1,9 +1,12 @@
 /* common/ckpt: inspect, verify and export the course's checkpoints.
  *
  *   common/ckpt PATH                       what the checkpoint holds, checksum verified
- *   common/ckpt verify PATH...             the checksums only: "ok <checksum> step <n> PATH" or exit 2
+ *   common/ckpt verify PATH...             the checksums only: "ok <checksum> step <n> PATH" for
+ *                                          each sound file, an "error:" line for each other; exit 2
+ *                                          when any was not sound
  *   common/ckpt export PATH OUT [--optimizer]
- *                                          the weights as safetensors (OUT), for PyTorch et al.
+ *                                          the weights as safetensors (OUT: a new name or an earlier
+ *                                          export), for PyTorch et al.
  *
  * A checkpoint (common/checkpoint.h) is layout-independent: whoever wrote it,
  * its arrays are the whole model's, in table order. Exporting is therefore
@@ -28,15 +31,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char usage[] =
     "usage: common/ckpt PATH                        print the checkpoint's header, tensors and step; verify\n"
     "                                               its checksum\n"
-    "       common/ckpt verify PATH...              verify checksums only (prints ok CHECKSUM step N PATH)\n"
+    "       common/ckpt verify PATH...              verify checksums only (prints ok CHECKSUM step N PATH);\n"
+    "                                               checks every PATH, exit 2 if any is not sound\n"
     "       common/ckpt export PATH OUT [--optimizer]\n"
     "                                               write the weights (and with --optimizer Adam's m and v)\n"
-    "                                               to OUT in the safetensors format\n"
+    "                                               to OUT in the safetensors format; OUT is a new name\n"
+    "                                               or an earlier export (never a checkpoint or a device)\n"
     "       common/ckpt --help\n"
     "Checkpoints come from any chapter's --save PATH; exit status 2 when a file is not a sound checkpoint.\n";
 
@@ -48,6 +54,27 @@ static uint64_t open_verified(CkptFile *f, const char *path) {
         fatal(EXIT_USAGE, "%s: corrupt checkpoint: checksum %016llx, its contents give %016llx", path,
               (unsigned long long)f->header.checksum, (unsigned long long)sum);
     return sum;
+}
+
+/* verify one of the files named: prints its "ok" line and returns 1, or
+ * prints its "error:" line and returns 0, so that the next one is checked
+ * too (fatal's usage trap, util.h, catches the refusal). */
+static int verify_one(const char *path) {
+    static CkptFile f; /* static: what a longjmp leaves behind is still there to close */
+    UsageTrap trap;
+    usage_trap_arm(&trap);
+    if (setjmp(trap.where) == 0) {
+        uint64_t sum = open_verified(&f, path);
+        usage_trap_disarm();
+        printf("ok %016llx step %d %s\n", (unsigned long long)sum, f.header.step, path);
+        ckpt_file_close(&f);
+        return 1;
+    }
+    usage_trap_disarm();
+    fflush(stdout);
+    fprintf(stderr, "error: %s\n", trap.message);
+    ckpt_file_close(&f);
+    return 0;
 }
 
 static void print_info(const char *path) {
@@ -109,17 +136,39 @@ static void text_add(Text *t, const char *fmt, ...) {
     }
 }
 
-/* A JSON string value of s: the writer text is ours, but keep it valid anyway. */
+/* The length of the valid UTF-8 sequence that starts at s (1 to 4 bytes, at
+ * most max), or 0 when none does: a stray continuation byte, a cut
+ * sequence, an overlong form, a surrogate or a code point past U+10FFFF. */
+static size_t utf8_length(const unsigned char *s, size_t max) {
+    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000}; /* below: an overlong form */
+    size_t n = 0; /* the first byte's leading 1 bits: 0 for ASCII, else the sequence's length */
+    while (n < 5 && (s[0] << n & 0x80)) n++;
+    if (n == 0) return 1;
+    if (n < 2 || n > 4 || n > max) return 0;
+    uint32_t code = s[0] & (0x7f >> n);
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        code = code << 6 | (s[i] & 0x3f);
+    }
+    return code < least[n] || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff) ? 0 : n;
+}
+
+/* A JSON string value of s (at most max bytes), valid UTF-8 whatever the
+ * bytes: the writer text is ours, but a damaged or edited header may hold
+ * anything, so a byte that is not part of valid UTF-8 is written as the
+ * character of its Latin-1 meaning (\u00XX), as are control characters. */
 static void text_add_json_string(Text *t, const char *s, size_t max) {
+    const unsigned char *u = (const unsigned char *)s;
     text_add(t, "\"");
-    for (size_t i = 0; i < max && s[i]; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            text_add(t, "\\%c", c);
-        else if (c < 0x20)
-            text_add(t, "\\u%04x", c);
+    for (size_t i = 0; i < max && u[i];) {
+        size_t n = utf8_length(u + i, max - i);
+        if (u[i] == '"' || u[i] == '\\')
+            text_add(t, "\\%c", u[i]);
+        else if (n == 0 || u[i] < 0x20)
+            text_add(t, "\\u%04x", u[i]);
         else
-            text_add(t, "%c", c);
+            text_add(t, "%.*s", (int)n, (const char *)u + i);
+        i += n ? n : 1;
     }
     text_add(t, "\"");
 }
@@ -134,7 +183,38 @@ static void write_all(int fd, const void *data, size_t bytes, const char *out) {
     }
 }
 
+/* OUT is a new name or an earlier export: never the checkpoint read (under
+ * any name), another checkpoint, a directory or a device (/dev/null stays
+ * one: the export is renamed over OUT, which would replace it by a file). */
+static void check_export_target(const char *path, const char *out) {
+    struct stat st;
+    if (stat(out, &st) != 0) return; /* a new name (a missing directory is named when writing) */
+    if (same_file(path, out))
+        fatal(EXIT_USAGE, "export %s: is the checkpoint being exported (valid: a new file name)", out);
+    if (S_ISDIR(st.st_mode)) fatal(EXIT_USAGE, "export %s: is a directory (valid: a file name)", out);
+    if (!S_ISREG(st.st_mode))
+        fatal(EXIT_USAGE,
+              "export %s: exists and is not a regular file (valid: a new name or an earlier export)", out);
+    if (ckpt_file_is_checkpoint(out))
+        fatal(EXIT_USAGE,
+              "export %s: is a checkpoint of this course; it is not replaced by an export "
+              "(valid: a new name or an earlier export)",
+              out);
+}
+
+/* A new temporary file beside OUT (the same directory, so the final rename
+ * never crosses file systems), of a name no other file has. */
+static int create_beside(const char *out, char tmp[4200]) {
+    snprintf(tmp, 4200, "%s.tmp-XXXXXX", out);
+    int fd = mkstemp(tmp);
+    if (fd < 0) fatal(EXIT_USAGE, "%s: cannot write (%s)", out, strerror(errno));
+    temp_file_register(tmp);
+    if (fchmod(fd, 0644) != 0) fatal(EXIT_RUNTIME, "%s: cannot write (%s)", out, strerror(errno));
+    return fd;
+}
+
 static void export_safetensors(const char *path, const char *out, int with_optimizer) {
+    check_export_target(path, out);
     CkptFile f;
     open_verified(&f, path);
     const CheckpointHeader *h = &f.header;
@@ -163,10 +243,7 @@ static void export_safetensors(const char *path, const char *out, int with_optim
     while (json.len % 8) text_add(&json, " "); /* the data starts 8-byte aligned */
 
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", out);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) fatal(EXIT_USAGE, "%s: cannot write (%s)", out, strerror(errno));
-    temp_file_register(tmp);
+    int fd = create_beside(out, tmp);
     uint64_t header_len = json.len; /* little-endian on every machine this course runs on */
     write_all(fd, &header_len, sizeof header_len, out);
     write_all(fd, json.s, json.len, out);
@@ -185,7 +262,9 @@ static void export_safetensors(const char *path, const char *out, int with_optim
     free(json.s);
     if (fsync(fd) != 0 || close(fd) != 0) fatal(EXIT_RUNTIME, "%s: write failed (%s)", out, strerror(errno));
     if (rename(tmp, out) != 0)
-        fatal(EXIT_RUNTIME, "%s: rename from %s failed (%s)", out, tmp, strerror(errno));
+        fatal(EXIT_RUNTIME, "export %s: cannot put the finished export in its place (%s)%s", out,
+              strerror(errno),
+              errno == EXDEV || errno == EBUSY ? " (valid: a name that is not a mount point)" : "");
     temp_file_forget(tmp);
     printf("exported %d tensors (%llu parameters%s) of %s, step %d, to %s\n", h->num_tensors * arrays,
            (unsigned long long)h->num_params, with_optimizer ? ", with Adam's m and v" : "", path, h->step,
@@ -198,17 +277,22 @@ int main(int argc, char **argv) {
         fputs(usage, stdout);
         return 0;
     }
-    if (argc == 2 && argv[1][0] != '-') {
-        print_info(argv[1]);
-        return 0;
-    }
-    if (argc >= 3 && strcmp(argv[1], "verify") == 0) {
-        for (int i = 2; i < argc; i++) {
-            CkptFile f;
-            uint64_t sum = open_verified(&f, argv[i]);
-            printf("ok %016llx step %d %s\n", (unsigned long long)sum, f.header.step, argv[i]);
-            ckpt_file_close(&f);
+    if (argc >= 2 && strcmp(argv[1], "verify") == 0) {
+        if (argc == 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+            fputs(usage, stdout);
+            return 0;
         }
+        if (argc == 2) {
+            fputs(usage, stderr);
+            return EXIT_USAGE;
+        }
+        int bad = 0;
+        for (int i = 2; i < argc; i++) bad += !verify_one(argv[i]);
+        return bad ? EXIT_USAGE : 0;
+    }
+    /* a checkpoint called "verify" or "export" is ./verify, ./export */
+    if (argc == 2 && argv[1][0] != '-' && strcmp(argv[1], "export") != 0) {
+        print_info(argv[1]);
         return 0;
     }
     if ((argc == 4 || argc == 5) && strcmp(argv[1], "export") == 0) {

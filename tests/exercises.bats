@@ -2,7 +2,11 @@
 # The exercise round trip: `make exercises` writes a student copy with the
 # marked solutions stubbed out (the CUDA twins too), as a git repository; in
 # it exactly the stubbed exercises' graders fail, and those that stop at
-# another exercise's stub say so; putting the reference back makes them pass.
+# another exercise's stub say so; putting the reference back makes them pass;
+# no other copy of an answer survives in the copy (the leak tests); and
+# course.md's dependency lines are the measured ones. This file spells out
+# reference lines to break them, so it stays out of student copies
+# (exercises.py, FULL_COPY_ONLY).
 
 load helpers
 
@@ -191,6 +195,38 @@ setup_file() {
     run "$COPIES/one/common/grade.sh"
     assert_failure
     assert_output --regexp '05\.4 .* FAIL \(see'
+}
+
+# Grader ID run on the copy with one line of a reference file replaced:
+# ID TARGET FILE OLD NEW (TARGET: the program to rebuild). The file is put
+# back afterwards, and so is mixed.c, which an earlier test breaks.
+grade_with_line_replaced() {
+    local id="$1" target="$2" file="$3" old="$4" new="$5"
+    cp "$REPO/common/mixed.c" "$COPIES/one/common/mixed.c"
+    sed "s|$old|$new|" "$REPO/$file" >"$COPIES/one/$file"
+    ! cmp -s "$REPO/$file" "$COPIES/one/$file" # the edit applied
+    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 "$target" >/dev/null 2>&1
+    run bats "$COPIES/one/tests/grade/$id.bats"
+    cp "$REPO/$file" "$COPIES/one/$file"
+}
+
+@test "a plausible wrong answer fails its grader: 05.2's later micro-batches overwrite the shard" {
+    grade_with_line_replaced 05.2 05_zero/train 05_zero/zero.c 'gb->accumulate ? gb->slice : mine, S,' 'mine, S,'
+    assert_failure
+    # and the failure names the configuration it checked
+    assert_output --partial "checking --zero 2 on 2 ranks with --micro 2"
+}
+
+@test "a plausible wrong answer fails its grader: 06.2's thread reads the shard the next step fills" {
+    grade_with_line_replaced 06.2 06_offload/train 06_offload/offload.c \
+        'o->worker_grads = o->cur;' 'o->worker_grads = 1 - o->cur;'
+    assert_failure
+}
+
+@test "a plausible wrong answer fails its grader: 06.2's update not delayed (waited for as soon as started)" {
+    grade_with_line_replaced 06.2 06_offload/train 06_offload/train.c \
+        'if (last) offload_update_wait(off);' 'offload_update_wait(off);'
+    assert_failure
 }
 
 @test "make exercises refuses an unknown exercise and a non-empty destination" {

@@ -35,18 +35,6 @@ static void build_gpipe(StageSchedule *s, int P, int M, int stage) {
     for (int m = 0; m < M; m++) backward_step(s, P, stage, m);
 }
 
-/* 1F1B with every message separate: the order is right, the messages are
- * not, and it deadlocks as soon as a steady state exists (see schedule.h). */
-static void build_1f1b_naive(StageSchedule *s, int P, int M, int stage) {
-    int warmup = P - 1 - stage < M ? P - 1 - stage : M;
-    for (int m = 0; m < warmup; m++) forward_step(s, P, stage, m);
-    for (int i = 0; i < M - warmup; i++) {
-        forward_step(s, P, stage, warmup + i);
-        backward_step(s, P, stage, i);
-    }
-    for (int i = M - warmup; i < M; i++) backward_step(s, P, stage, i);
-}
-
 static void build_1f1b(StageSchedule *s, int P, int M, int stage) {
     /* EXERCISE 04.2 BEGIN: the 1F1B schedule (course.md, exercise 04.2) */
     int warmup = P - 1 - stage < M ? P - 1 - stage : M; /* forwards before the first backward */
@@ -73,6 +61,28 @@ static void build_1f1b(StageSchedule *s, int P, int M, int stage) {
     /* cool-down: drain the backwards */
     for (int i = steady; i < M; i++) backward_step(s, P, stage, i);
     /* EXERCISE 04.2 END */
+}
+
+/* 1F1B with every message separate: the order is right, the messages are
+ * not, and it deadlocks as soon as a steady state exists (see schedule.h).
+ * It is build_1f1b's schedule with each paired exchange split into its two
+ * blocking halves, send first, so the two differ only in the pairing. */
+static void build_1f1b_naive(StageSchedule *s, int P, int M, int stage) {
+    StageSchedule paired = {0};
+    build_1f1b(&paired, P, M, stage);
+    for (int k = 0; k < paired.count; k++) {
+        const Action *a = &paired.actions[k];
+        if (a->kind == OP_SEND_ACT_RECV_GRAD) {
+            add(s, OP_SEND_ACT, a->micro, -1);
+            add(s, OP_RECV_GRAD, a->micro2, -1);
+        } else if (a->kind == OP_SEND_GRAD_RECV_ACT) {
+            add(s, OP_SEND_GRAD, a->micro, -1);
+            add(s, OP_RECV_ACT, a->micro2, -1);
+        } else {
+            add(s, a->kind, a->micro, a->micro2);
+        }
+    }
+    free(paired.actions);
 }
 
 int schedule_build(const char *name, int P, int M, int stage, StageSchedule *out) {

@@ -110,11 +110,11 @@ void zero_print_schedule(const ZeroAction *actions, int n) {
 
 /* ---- the collectives of a unit ---- */
 
-/* Stages 2 and 3: the unit's padded gradient (N*S, in the current gradient
- * buffer), summed over the ranks, this rank's slice into its shard of the
- * gradients; the step's later micro-batches add to what the first left
- * there. The worker reduce-scatters while backward goes on:
- * finish_reduce_scatter waits for it and adds. */
+/* Stages 2 and 3 (exercise 05.2): the unit's padded gradient (N*S, in the
+ * current gradient buffer), summed over the ranks; this rank's slice of the
+ * sum belongs in its shard of the gradients, summed over the step's
+ * micro-batches. The worker reduce-scatters while backward goes on;
+ * finish_reduce_scatter runs once it is done. */
 static void reduce_scatter_unit(Zero *z, int unit) {
     ZeroGradBuffer *gb = &z->grad_buffers[z->current];
     gb->unit = unit;

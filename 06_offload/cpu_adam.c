@@ -1,7 +1,8 @@
 /* cpu_adam.c: the host AdamW of ZeRO-Offload (cpu_adam.h says what and why).
  *
- * One scalar function states the arithmetic (adamw_scalar); the AVX2 and
- * AVX-512 loops do the same operations in the same order on 8 or 16 lanes.
+ * The scalar path (adamw_scalar) is the kernel table's AdamW element by
+ * element (kernel_math.h); the AVX2 and AVX-512 loops do the same operations
+ * in the same order on 8 or 16 lanes.
  * They are compiled for their instruction sets with target attributes, so
  * this file builds with the course's default flags (no -march) and runs on
  * any x86-64; the CPU is asked at run time which loops it can execute.
@@ -12,6 +13,7 @@
  * differ from the kernel table's in the last bit. */
 #include "cpu_adam.h"
 
+#include "kernel_math.h"
 #include "util.h"
 
 #include <math.h>
@@ -46,19 +48,14 @@ static Coeffs coeffs_of(const CpuAdamArgs *a) {
 
 /* ---- the scalar path: the definition of the arithmetic ---- */
 
-/* AdamW on elements [0, n) of one chunk, written exactly as kernels_cpu.c's
- * adamw_update (each operation rounded to float, in that order). The vector
+/* AdamW on elements [0, n) of one chunk: kernel_math.h's adamw_element (exercise
+ * 01.2), the very function of the kernel table's adamw_update. The vector
  * paths call it for the last n % (lanes x 2) elements of a chunk. */
 static void adamw_scalar(float *p, const float *g, float *m, float *v, size_t n, const Coeffs *c,
                          uint16_t *out16, HalfFormat fmt) {
     for (size_t i = 0; i < n; i++) {
-        float gi = g[i] * c->grad_scale;
-        float mi = c->beta1 * m[i] + c->one_minus_beta1 * gi;
-        float vi = c->beta2 * v[i] + c->one_minus_beta2 * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / c->bias1, vhat = vi / c->bias2;
-        p[i] -= c->lr * (mhat / (sqrtf(vhat) + c->eps) + c->weight_decay * p[i]);
+        adamw_element(&p[i], g[i], &m[i], &v[i], c->lr, c->beta1, c->beta2, c->bias1, c->bias2, c->eps,
+                      c->weight_decay, c->grad_scale);
         if (out16) out16[i] = half_from_float(p[i], fmt);
     }
 }
@@ -132,7 +129,10 @@ AVX2 static void adamw_avx2(float *p, const float *g, float *m, float *v, size_t
     adamw_scalar(p + i, g + i, m + i, v + i, n - i, c, out16 ? out16 + i : NULL, fmt);
 }
 
-/* ---- AVX-512: 16 floats per register, the same loop ---- */
+/* ---- AVX-512: 16 floats per register, the same loop ----
+ * Part of exercise 06.1 too: at 16 lanes it is the AVX2 loop with wider
+ * registers, so a student copy that kept it would hold the answer. On a CPU
+ * with AVX-512, cpu_adamw takes this path by default. */
 #define AVX512 __attribute__((target("avx512f")))
 
 /* out[0..16) = x rounded to 16 bits, as store_half8. */
@@ -159,6 +159,8 @@ AVX512 static inline void store_half16(uint16_t *out, __m512 x, HalfFormat fmt) 
 
 AVX512 static void adamw_avx512(float *p, const float *g, float *m, float *v, size_t n, const Coeffs *c,
                                 uint16_t *out16, HalfFormat fmt) {
+    size_t i = 0;
+    /* EXERCISE 06.1 BEGIN: the vectorised AdamW inner loop (course.md, exercise 06.1) */
     const __m512 lr = _mm512_set1_ps(c->lr), beta1 = _mm512_set1_ps(c->beta1),
                  beta2 = _mm512_set1_ps(c->beta2);
     const __m512 one_minus_beta1 = _mm512_set1_ps(c->one_minus_beta1);
@@ -166,7 +168,6 @@ AVX512 static void adamw_avx512(float *p, const float *g, float *m, float *v, si
     const __m512 bias1 = _mm512_set1_ps(c->bias1), bias2 = _mm512_set1_ps(c->bias2),
                  eps = _mm512_set1_ps(c->eps);
     const __m512 weight_decay = _mm512_set1_ps(c->weight_decay), grad_scale = _mm512_set1_ps(c->grad_scale);
-    size_t i = 0;
     for (; i + 32 <= n; i += 32) {
         for (size_t j = i; j < i + 32; j += 16) {
             __m512 gj = _mm512_mul_ps(_mm512_loadu_ps(g + j), grad_scale);
@@ -185,6 +186,7 @@ AVX512 static void adamw_avx512(float *p, const float *g, float *m, float *v, si
             if (out16) store_half16(out16 + j, pj, fmt);
         }
     }
+    /* EXERCISE 06.1 END */
     adamw_scalar(p + i, g + i, m + i, v + i, n - i, c, out16 ? out16 + i : NULL, fmt);
 }
 #endif

@@ -149,9 +149,9 @@ void offload_fault_overflow(Offload *o, int step);
  * host unit by unit, each unit's new weights copied up while the CPU updates
  * the next, then all-gathered. */
 void offload_update(Offload *o, const OffloadUpdate *u);
-/* The delayed update: start the host update of this step's gradients on a
- * thread and return; offload_update_wait joins it and copies the new weights
- * to the device. The step that starts one must wait for the previous first. */
+/* The delayed update (exercise 06.2): start the host update of this step's
+ * gradients on a thread and return; offload_update_wait ends it, the new
+ * weights on the device. 06's update_weights decides when each is called. */
 void offload_update_start(Offload *o, const OffloadUpdate *u);
 void offload_update_wait(Offload *o);
 /* The whole shard's update from gradient shard `grads` (0 or 1: o->cur is

@@ -165,9 +165,9 @@ typedef struct {
 
 /* Step `step`'s update (0-based; skipped: fp16 overflowed). Exact AdamW
  * without --dpu and during its warm-up; after it, the update of step t runs
- * while the device computes step t+1. On the last step nothing follows, so
- * the update still pending is done before returning: the final evaluation
- * (and the weights of record) hold every step. */
+ * while the device computes step t+1 (exercise 06.2). When the last step
+ * returns, the weights of record, which the final evaluation reads, hold
+ * every step's update. */
 static void update_weights(Offload *off, const OffloadFlags *of, DelayedUpdate *delayed, int step, int last,
                            const OffloadUpdate *update, int skipped) {
     if (!of->dpu || step < of->dpu_warmup) {

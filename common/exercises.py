@@ -3,6 +3,7 @@
 
     python3 common/exercises.py DEST [--only ID[,ID...]]     (make exercises DEST=dir [ONLY=01.2])
     python3 common/exercises.py --list
+    python3 common/exercises.py DEST --trace                  (a traced copy: see below)
 
 In the sources, each exercise's reference solution sits between a pair of
 marker comments, each alone on its line:
@@ -28,6 +29,15 @@ An exercise may have several regions (a forward and a backward function,
 say, or a CUDA kernel and the host function that launches it): each is
 stubbed, and the exercise is listed once.
 
+A traced copy (--trace) keeps every solution and puts a call to
+exercise_reached("ID") (util.h) at the top of each region in a function body,
+so a run with COURSE_EXERCISE_TRACE=FILE lists the exercises it reaches:
+common/exercise_deps.py runs each grader that way to find which exercises it
+depends on.
+
+Files that test the mechanism itself against the reference solutions (and
+make wrong answers by editing them) stay out of the copy: FULL_COPY_ONLY.
+
 The copy also gets a file .student listing the stubbed exercises; the
 Makefile then tolerates the unused parameters a stub leaves behind. The
 copy is a git repository with one commit, so `git diff` shows the
@@ -45,6 +55,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEGIN = re.compile(r"^(\s*)/\* EXERCISE (\d+\.\d+) BEGIN: (.+?) \((course\.md[^)]*)\) \*/\s*$")
 END = re.compile(r"^\s*/\* EXERCISE (\d+\.\d+) END \*/\s*$")
 SOURCE_SUFFIXES = (".c", ".h", ".cu", ".cuh")
+# tests/exercises.bats needs the reference solutions (it checks that they get
+# full marks) and spells out lines of them to break: in a student copy it
+# could only fail, and would hand out answers.
+FULL_COPY_ONLY = {"tests/exercises.bats"}
 
 
 def tracked_files():
@@ -61,8 +75,8 @@ def tracked_files():
         return files
 
 
-def stub_regions(text, path, only):
-    """Return (new text, [ids stubbed]) for one source file."""
+def stub_regions(text, path, only, trace=False):
+    """Return (new text, [ids stubbed]) for one source file (traced: [ids traced])."""
     lines = text.split("\n")
     out, stubbed, i = [], [], 0
     while i < len(lines):
@@ -83,6 +97,12 @@ def stub_regions(text, path, only):
             sys.exit(f"exercises.py: {path}:{i + 1}: exercise {ident} has no matching END marker")
         if only and ident not in only:
             out.extend(lines[i:j + 1])
+        elif trace:
+            out.append(lines[i])
+            if indent:
+                out.append(f'{indent}exercise_reached("{ident}");')
+            out.extend(lines[i + 1:j + 1])
+            stubbed.append(ident)
         elif indent:
             out.append(f"{indent}/* EXERCISE {ident}: {title}. Write your solution here ({where}). */")
             out.append(f'{indent}exercise_not_implemented("{ident}", "{where}");')
@@ -127,6 +147,8 @@ def main():
     parser.add_argument("dest", nargs="?", help="directory to create (must not exist or be empty)")
     parser.add_argument("--only", default="", help="comma-separated exercise ids to stub (default: all)")
     parser.add_argument("--list", action="store_true", help="list the exercises and where they are")
+    parser.add_argument("--trace", action="store_true",
+                        help="keep the solutions, and make each region record that it ran (exercise_deps.py)")
     args = parser.parse_args()
 
     exercises = find_exercises()
@@ -150,17 +172,22 @@ def main():
 
     stubbed = []
     for f in tracked_files():
+        if f in FULL_COPY_ONLY:
+            continue
         src, dst = os.path.join(REPO, f), os.path.join(dest, f)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         if f.endswith(SOURCE_SUFFIXES):
             with open(src, encoding="utf-8") as fh:
-                text, ids = stub_regions(fh.read(), f, only)
+                text, ids = stub_regions(fh.read(), f, only, args.trace)
             with open(dst, "w", encoding="utf-8") as fh:
                 fh.write(text)
             stubbed += ids
         else:
             shutil.copy2(src, dst)
     stubbed = sorted(set(stubbed))
+    if args.trace:
+        print(f"exercises: wrote a traced copy to {dest} ({len(stubbed)} exercises record when they run)")
+        return
     with open(os.path.join(dest, ".student"), "w") as fh:
         fh.write("".join(f"{i}\n" for i in sorted(stubbed)))
     commit_copy(dest)

@@ -3,12 +3,12 @@
 # score table. Exit status 0 only at full marks. Called by `make grade`
 # after building; a grader's full output goes to runs/grade/ID.log.
 #
-# Some graders run whole programs, which need other exercises too: 02.2,
-# 04.2, 05.2 and 05.3 run trainers, which need all of chapter 01's
-# (01.1-01.3); 04.2's trainer reports the bubble with 04.1, and 05's lays
-# out its shards with 05.1 (and stage 3 reduce-scatters with 05.2). When a grader fails and its log
-# shows another exercise's stub ("exercise 01.2 not implemented"), the table
-# says so: the failure is that exercise's, not necessarily this one's.
+# Some graders run whole programs, which reach other exercises' code (the
+# trainers of 02-06 need chapter 01's, for instance); which ones each grader
+# reaches is measured by common/exercise_deps.py and listed in course.md. When
+# a grader fails and its log shows another exercise's stub ("exercise 01.2
+# not implemented"), the table says so: the failure is that exercise's, not
+# necessarily this one's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

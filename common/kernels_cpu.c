@@ -334,20 +334,12 @@ static double sum_squares(const float *x, size_t n) {
 
 static void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
-    /* EXERCISE 01.2 BEGIN: the AdamW update (course.md, exercise 01.2) */
     float bias1 = 1.0f - powf(beta1, (float)t);
     float bias2 = 1.0f - powf(beta2, (float)t);
 #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) {
-        float g = grads[i] * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bias1, vhat = vi / bias2;
-        params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * params[i]);
-    }
-    /* EXERCISE 01.2 END */
+    for (size_t i = 0; i < n; i++)
+        adamw_element(&params[i], grads[i], &m[i], &v[i], lr, beta1, beta2, bias1, bias2, eps, weight_decay,
+                      grad_scale);
 }
 
 static void fill_zero(float *x, size_t n) {

@@ -354,22 +354,15 @@ static __global__ void sum_squares_final_kernel(double *total, const double *par
     if (threadIdx.x == 0) *total = s;
 }
 
-/* EXERCISE 01.2 BEGIN: the AdamW update (course.md, exercise 01.2) */
 /* bias1 = 1 - beta1^t and bias2 = 1 - beta2^t come from the host, as on the CPU. */
 static __global__ void adamw_update_kernel(float *params, const float *grads, float *m, float *v, size_t n,
                                            float lr, float beta1, float beta2, float bias1, float bias2,
                                            float eps, float weight_decay, float grad_scale) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float g = grads[i] * grad_scale;
-    float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float mhat = mi / bias1, vhat = vi / bias2;
-    params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * params[i]);
+    if (i < n)
+        adamw_element(&params[i], grads[i], &m[i], &v[i], lr, beta1, beta2, bias1, bias2, eps, weight_decay,
+                      grad_scale);
 }
-/* EXERCISE 01.2 END */
 
 /* The conversions are half.h's, the very functions the CPU calls. */
 static __global__ void cast_to_half_kernel(uint16_t *out, const float *inp, size_t n, HalfFormat format) {
@@ -608,14 +601,12 @@ static double sum_squares(const float *x, size_t n) {
 
 static void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
-    /* EXERCISE 01.2 BEGIN: the AdamW update (course.md, exercise 01.2) */
     if (n == 0) return;
     float bias1 = 1.0f - powf(beta1, (float)t);
     float bias2 = 1.0f - powf(beta2, (float)t);
     adamw_update_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(
         params, grads, m, v, n, lr, beta1, beta2, bias1, bias2, eps, weight_decay, grad_scale);
     cuda_check(cudaGetLastError());
-    /* EXERCISE 01.2 END */
 }
 
 static void fill_zero(float *x, size_t n) {

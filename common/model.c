@@ -161,24 +161,28 @@ size_t activation_bytes(const ModelConfig *c, int B, int T) {
     /* EXERCISE 01.3 END */
 }
 
-/* With recompute a micro-batch keeps, of each block, only its output res3 (the
- * next block's input); everything else of a block is recomputed into one set. */
-size_t recompute_block_bytes(const ModelConfig *c, int B, int T) {
-    size_t BT = (size_t)B * T, C = c->dmodel;
-    /* ln1, atty, res2, ln2 (C each), qkv (3C), fch (4C) = 11C per token, 4
-     * layernorm statistics, the attention's lse; not res3 */
-    size_t floats = BT * (11 * C + 4) + (size_t)B * c->heads * T;
-    return floats * sizeof(float);
+/* The bytes activation_bytes counts for one block: the difference one more
+ * block makes (activation_bytes is exercise 01.3; the counts below are
+ * derived from it, so the learner's arithmetic is the only one). */
+static size_t block_bytes(const ModelConfig *c, int B, int T) {
+    ModelConfig one = *c, none = *c;
+    one.layers = 1;
+    none.layers = 0;
+    return activation_bytes(&one, B, T) - activation_bytes(&none, B, T);
 }
 
+/* With recompute a micro-batch keeps, of each block, only its output res3 (the
+ * next block's input); everything else of a block is recomputed into one set:
+ * a block's bytes less res3's. */
+size_t recompute_block_bytes(const ModelConfig *c, int B, int T) {
+    return block_bytes(c, B, T) - (size_t)B * T * c->dmodel * sizeof(float);
+}
+
+/* Without the blocks' own tensors, but res3 of each block kept. */
 size_t activation_bytes_recompute(const ModelConfig *c, int B, int T) {
-    size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab, L = c->layers;
-    size_t floats = 2 * BT             /* tokens, targets */
-                    + BT * C           /* encoded: block 0's input */
-                    + L * BT * C       /* res3 of each block: the next one's input */
-                    + BT * C + 2 * BT  /* lnf, mean, rstd */
-                    + 2 * BT * V + BT; /* logits, probs, losses */
-    return floats * sizeof(float);
+    ModelConfig none = *c;
+    none.layers = 0;
+    return activation_bytes(&none, B, T) + (size_t)c->layers * B * T * c->dmodel * sizeof(float);
 }
 
 size_t scratch_bytes(const ModelConfig *c, int B, int T) {

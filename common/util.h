@@ -29,6 +29,12 @@ void fatal(int exit_code, const char *fmt, ...) __attribute__((format(printf, 2,
  * prints "exercise ID not implemented: see WHERE" and ends the program. */
 void exercise_not_implemented(const char *id, const char *where) __attribute__((noreturn));
 
+/* What an exercise region calls first in a traced copy (exercises.py --trace,
+ * used by common/exercise_deps.py to find which exercises each grader's runs
+ * reach): with COURSE_EXERCISE_TRACE=FILE set, appends "ID" to FILE, once per
+ * process and exercise. */
+void exercise_reached(const char *id);
+
 /* Catching usage errors instead of ending the program. A multi-rank program
  * checks its flags on every rank, then the ranks agree on one verdict (see
  * comm_parse_config): while a trap is armed, fatal(EXIT_USAGE, ...) copies its

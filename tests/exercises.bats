@@ -2,7 +2,11 @@
 # The exercise round trip: `make exercises` writes a student copy with the
 # marked solutions stubbed out (the CUDA twins too), as a git repository; in
 # it exactly the stubbed exercises' graders fail, and those that stop at
-# another exercise's stub say so; putting the reference back makes them pass.
+# another exercise's stub say so; putting the reference back makes them pass;
+# no other copy of an answer survives in the copy (the leak tests); and
+# course.md's dependency lines are the measured ones. This file spells out
+# reference lines to break them, so it stays out of student copies
+# (exercises.py, FULL_COPY_ONLY).
 
 load helpers
 
@@ -40,7 +44,7 @@ setup_file() {
         "$COPIES/all/common/model.c" "$COPIES/all/common/ring.c" "$COPIES/all/02_data_parallel/buckets.c" \
         "$COPIES/all/03_model_parallel/tensor_parallel.c" "$COPIES/all/common/param_table.c" \
         "$COPIES/all/05_zero/zero.c"
-    assert_output --partial "kernels_cpu.c:2"
+    assert_output --partial "kernels_cpu.c:1"
     assert_output --partial "model.c:1"
     assert_output --partial "ring.c:1"
     assert_output --partial "buckets.c:1"
@@ -51,24 +55,29 @@ setup_file() {
     run grep -c 'exercise_not_implemented("06\.2"' "$COPIES/all/06_offload/offload.c" "$COPIES/all/06_offload/train.c"
     assert_output --partial "offload.c:2"
     assert_output --partial "train.c:1"
+    # 01.2: every AdamW of the course calls kernel_math.h's adamw_element, which is the stub
+    run grep -c 'exercise_not_implemented("01\.2"' "$COPIES/all/common/kernel_math.h"
+    assert_output "1"
     # the solutions themselves are gone
-    run grep -c "sqrtf(vhat)" "$COPIES/all/common/kernels_cpu.c"
-    assert_output "0"
+    run grep -c "sqrtf(vhat)" "$COPIES/all/common/kernels_cpu.c" "$COPIES/all/common/kernel_math.h"
+    assert_output --partial "kernels_cpu.c:0"
+    assert_output --partial "kernel_math.h:0"
     run grep -c "EXERCISE 01.1 END" "$COPIES/all/common/kernels_cpu.c"
     assert_output "0"
 }
 
-@test "a student copy stubs the CUDA twins of exercises 01.1 and 01.2 too" {
+@test "a student copy stubs the CUDA twin of exercise 01.1 too, and 01.2's kernel calls the learner's element" {
     cuda="$COPIES/all/common/kernels_cuda.cu"
-    run grep -c 'exercise_not_implemented("01\.[12]"' "$cuda"
-    assert_output "2"
+    run grep -c 'exercise_not_implemented("01\.1"' "$cuda"
+    assert_output "1"
     # the kernels and their launches are gone; the comment left in their place says what goes there
-    run grep -cE "layernorm_backward_dinp_kernel|adamw_update_kernel|sqrtf\(vhat\)|mean_dxhat_xhat" "$cuda"
+    run grep -cE "layernorm_backward_dinp_kernel|sqrtf\(vhat\)|mean_dxhat_xhat" "$cuda"
     assert_output "0"
     run grep -cE "EXERCISE 01\.[12] (BEGIN|END)" "$cuda"
     assert_output "0"
     grep -q "^/\* EXERCISE 01.1: layernorm backward. Your kernels and helpers go here" "$cuda"
-    grep -q "^/\* EXERCISE 01.2: the AdamW update. Your kernels and helpers go here" "$cuda"
+    # one AdamW element for both backends: the GPU's kernel runs the learner's adamw_element
+    grep -q "adamw_element(&params\[i\]" "$cuda"
 }
 
 @test "the stubbed CUDA backend of a student copy compiles with nvcc (no GPU needed)" {
@@ -124,23 +133,36 @@ setup_file() {
     assert_output --regexp "total +$(($(total_points) - $(points_of 02.1)))/$(total_points)"
 }
 
-@test "with only 01.2 stubbed, the graders that run the trainers say they depend on 01.2" {
-    # 02.2, 04.2, 05.2 and 05.3 grade whole training runs, whose optimizer step is 01.2's AdamW
+@test "with only 01.2 stubbed, the graders whose runs reach an AdamW say they depend on 01.2" {
+    # 02.2, 04.2, 05.2 and 05.3 grade whole training runs, whose optimizer step is 01.2's AdamW;
+    # 06.1 compares with the host AdamW's scalar path and 06.2's trainer ends each chunk with it
+    # (adamw_element, both): on a CPU without AVX2, 06.1's grader skips
     make -C "$REPO" --no-print-directory exercises DEST="$BATS_TEST_TMPDIR/adamw" ONLY=01.2 >/dev/null
-    cp "$BATS_TEST_TMPDIR/adamw/common/kernels_cpu.c" "$COPIES/one/common/kernels_cpu.c"
+    cp "$BATS_TEST_TMPDIR/adamw/common/kernel_math.h" "$COPIES/one/common/kernel_math.h"
     cp "$REPO/common/ring.c" "$COPIES/one/common/ring.c"
     make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 all >/dev/null 2>&1
     run "$COPIES/one/common/grade.sh"
-    cp "$REPO/common/kernels_cpu.c" "$COPIES/one/common/kernels_cpu.c" # the reference, for the next tests
+    cp "$REPO/common/kernel_math.h" "$COPIES/one/common/kernel_math.h" # the reference, for the next tests
     assert_failure
+    avx2=06.1
+    "$COPIES/one/build/tests/test_cpu_adam" path | grep -q '^supported.* avx2' || avx2=
+    lost=0
     for id in $(grader_ids); do
-        case $id in
-        01.2) assert_output --regexp '01\.2 .* FAIL \(see runs/grade/01\.2\.log\)' ;;
-        02.2 | 04.2 | 05.2 | 05.3) assert_output --regexp "${id/./\\.} .* FAIL \(depends on 01\.2, not implemented yet" ;;
-        *) assert_output --regexp "${id/./\\.} .* pass" ;;
+        case " 02.2 04.2 05.2 05.3 $avx2 06.2 " in
+        *" $id "*)
+            assert_output --regexp "${id/./\\.} .* FAIL \(depends on 01\.2, not implemented yet"
+            lost=$((lost + $(points_of $id)))
+            ;;
+        *)
+            if [ "$id" = 01.2 ]; then
+                assert_output --regexp '01\.2 .* FAIL \(see runs/grade/01\.2\.log\)'
+                lost=$((lost + $(points_of $id)))
+            else
+                assert_output --regexp "${id/./\\.} .* pass"
+            fi
+            ;;
         esac
     done
-    lost=$(($(points_of 01.2) + $(points_of 02.2) + $(points_of 04.2) + $(points_of 05.2) + $(points_of 05.3)))
     assert_output --regexp "total +$(($(total_points) - lost))/$(total_points)"
     assert_output --partial 'stopped at another exercise'"'"'s stub: do that exercise first'
 }
@@ -154,12 +176,13 @@ setup_file() {
 }
 
 @test "a plausible wrong answer fails its grader: Adam without bias correction" {
-    cp "$REPO/common/kernels_cpu.c" "$COPIES/one/common/kernels_cpu.c"
+    # (this file stays out of student copies: exercises.py, FULL_COPY_ONLY)
     sed -i 's|float mhat = mi / bias1, vhat = vi / bias2;|float mhat = mi, vhat = vi;|' \
-        "$COPIES/one/common/kernels_cpu.c"
-    grep -q "float mhat = mi, vhat = vi;" "$COPIES/one/common/kernels_cpu.c"
+        "$COPIES/one/common/kernel_math.h"
+    grep -q "float mhat = mi, vhat = vi;" "$COPIES/one/common/kernel_math.h"
     make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 all >/dev/null 2>&1
     run "$COPIES/one/common/grade.sh"
+    cp "$REPO/common/kernel_math.h" "$COPIES/one/common/kernel_math.h"
     assert_failure
     assert_output --regexp '01\.2 .* FAIL'
 }
@@ -174,6 +197,38 @@ setup_file() {
     assert_output --regexp '05\.4 .* FAIL \(see'
 }
 
+# Grader ID run on the copy with one line of a reference file replaced:
+# ID TARGET FILE OLD NEW (TARGET: the program to rebuild). The file is put
+# back afterwards, and so is mixed.c, which an earlier test breaks.
+grade_with_line_replaced() {
+    local id="$1" target="$2" file="$3" old="$4" new="$5"
+    cp "$REPO/common/mixed.c" "$COPIES/one/common/mixed.c"
+    sed "s|$old|$new|" "$REPO/$file" >"$COPIES/one/$file"
+    ! cmp -s "$REPO/$file" "$COPIES/one/$file" # the edit applied
+    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 "$target" >/dev/null 2>&1
+    run bats "$COPIES/one/tests/grade/$id.bats"
+    cp "$REPO/$file" "$COPIES/one/$file"
+}
+
+@test "a plausible wrong answer fails its grader: 05.2's later micro-batches overwrite the shard" {
+    grade_with_line_replaced 05.2 05_zero/train 05_zero/zero.c 'gb->accumulate ? gb->slice : mine, S,' 'mine, S,'
+    assert_failure
+    # and the failure names the configuration it checked
+    assert_output --partial "checking --zero 2 on 2 ranks with --micro 2"
+}
+
+@test "a plausible wrong answer fails its grader: 06.2's thread reads the shard the next step fills" {
+    grade_with_line_replaced 06.2 06_offload/train 06_offload/offload.c \
+        'o->worker_grads = o->cur;' 'o->worker_grads = 1 - o->cur;'
+    assert_failure
+}
+
+@test "a plausible wrong answer fails its grader: 06.2's update not delayed (waited for as soon as started)" {
+    grade_with_line_replaced 06.2 06_offload/train 06_offload/train.c \
+        'if (last) offload_update_wait(off);' 'offload_update_wait(off);'
+    assert_failure
+}
+
 @test "make exercises refuses an unknown exercise and a non-empty destination" {
     run make -C "$REPO" --no-print-directory exercises DEST="$BATS_TEST_TMPDIR/x" ONLY=09.9
     assert_failure
@@ -182,4 +237,65 @@ setup_file() {
     run make -C "$REPO" --no-print-directory exercises DEST="$BATS_TEST_TMPDIR/full"
     assert_failure
     assert_output --partial "is not an empty directory"
+}
+
+# The leak tests: a stub is worth nothing if the answer survives elsewhere in
+# the copy (another backend, another SIMD width, a test, the course text).
+
+@test "leak test: no statement of any exercise's answer survives in a student copy" {
+    # tests/exercise_leaks.py: each answer's statements, normalised (whitespace, struct
+    # prefixes, SIMD widths), looked for in every file of the copy
+    run python3 "$REPO/tests/exercise_leaks.py" "$REPO" "$COPIES/all"
+    assert_success
+    assert_output --regexp "exercise_leaks: 15 exercises, [0-9]+ answer statements, 0 found"
+    # and the copy holds no file that only the full copy may hold
+    [ ! -e "$COPIES/all/tests/exercises.bats" ]
+}
+
+@test "leak test: the checker finds an answer moved out of its region, and a twin at another SIMD width" {
+    copy="$BATS_TEST_TMPDIR/leaky"
+    make -C "$REPO" --no-print-directory exercises DEST="$copy" >/dev/null
+    # 05.4's answer pasted into a test, with the struct renamed
+    echo 'if (scaler.dynamic) scaler.scale /= 2.0f;' >>"$copy/tests/test_kernels.c"
+    # 06.1's AVX2 loop written again at 16 lanes, in a new file
+    sed -n '/EXERCISE 06.1 BEGIN/,/EXERCISE 06.1 END/p' "$REPO/06_offload/cpu_adam.c" |
+        sed 's/_mm256_/_mm512_/g; s/__m256/__m512/g; s/j += 8/j += 16/' >"$copy/06_offload/wide.c"
+    run python3 "$REPO/tests/exercise_leaks.py" "$REPO" "$copy"
+    assert_failure
+    assert_output --partial 'exercise 05.4: tests/test_kernels.c holds the answer'
+    assert_output --partial 'exercise 06.1: 06_offload/wide.c holds the answer'
+}
+
+@test "leak test: exercise 06.1's AVX-512 loop, renamed to AVX2 in its stub, does not pass the grader" {
+    copy="$BATS_TEST_TMPDIR/avx"
+    make -C "$REPO" --no-print-directory exercises DEST="$copy" ONLY=06.1 >/dev/null
+    "$COPIES/one/build/tests/test_cpu_adam" path | grep -q '^supported.* avx2' ||
+        skip "this CPU has no AVX2: exercise 06.1 cannot be graded here"
+    src="$copy/06_offload/cpu_adam.c"
+    # the body of adamw_avx512 up to its scalar tail, less `size_t i = 0;`, at 8 lanes
+    awk '/^AVX512 static void adamw_avx512\(/ { f = 1 } f && /adamw_scalar\(/ { exit }
+         g && !/size_t i = 0;/ { print } f && /\{$/ { g = 1 }' "$src" |
+        sed 's/_mm512_/_mm256_/g; s/__m512/__m256/g; s/store_half16/store_half8/g; s/j += 16/j += 8/; s/\b32\b/16/g' \
+            >"$BATS_TEST_TMPDIR/body"
+    # in place of adamw_avx2's stub (the first of 06.1's two)
+    python3 - "$src" "$BATS_TEST_TMPDIR/body" <<'PY'
+import re, sys
+src, body = sys.argv[1], open(sys.argv[2]).read()
+text = open(src).read()
+stub = re.compile(r"    /\* EXERCISE 06\.1: [^\n]*\n    exercise_not_implemented\(\"06\.1\"[^\n]*\n")
+assert stub.search(text), "no 06.1 stub in adamw_avx2"
+open(src, "w").write(stub.sub(lambda m: body, text, count=1))
+PY
+    make -C "$copy" --no-print-directory -j2 CUDA=0 OPT=-O1 build/tests/test_cpu_adam >/dev/null 2>&1
+    run bats "$copy/tests/grade/06.1.bats"
+    assert_failure
+}
+
+@test "course.md's exercise dependencies are those the graders' runs reach" {
+    # common/exercise_deps.py runs every grader on a traced copy (exercises.py --trace)
+    "$COPIES/one/build/tests/test_cpu_adam" path | grep -q '^supported.* avx2' ||
+        skip "this CPU has no AVX2: chapter 06's host AdamW does not run exercise 06.1 here"
+    run python3 "$REPO/common/exercise_deps.py" --check
+    assert_success
+    assert_output --partial "course.md's dependency lines are those the graders' runs reach"
 }

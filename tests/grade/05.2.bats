@@ -24,8 +24,12 @@ FLAGS="--device cpu --steps 4 --batch 12 --sample 0 --quiet --eval-batches 1 --d
     for micro in 1 2; do
         "$TRAIN01" $FLAGS --micro $micro --out "$d/ref$micro" >/dev/null
         for np in 2 3; do
+            # a failure's output ends with the configuration it checked
+            config="--zero 2 on $np ranks with --micro $micro"
             OMP_NUM_THREADS=1 mpirun_np $np "$REPO/05_zero/train" $FLAGS --micro $micro --zero 2 \
-                --out "$d/z$np-$micro" >/dev/null
+                --out "$d/z$np-$micro" >"$d/z$np-$micro.log" 2>&1 ||
+                { cat "$d/z$np-$micro.log"; fail "$config: the run failed (its output is above)"; }
+            echo "checking $config: chapter 01's losses, then yours, must agree at every step"
             assert_losses_match "$d/ref$micro" "$d/z$np-$micro" 4
         done
     done
@@ -39,6 +43,6 @@ FLAGS="--device cpu --steps 4 --batch 12 --sample 0 --quiet --eval-batches 1 --d
         sent=$(csv_column "$out/run.csv" bytes_sent_per_step)
         awk -v b="$sent" -v P="$P" -v N="$np" 'BEGIN {
             f = 2 * (N - 1) / N * 4 * P; d = (b - f) / f; if (d < 0) d = -d
-            if (d > 0.05) { print N " ranks: " b " bytes sent per step, expected about " f; exit 1 } }'
+            if (d > 0.05) { print "--zero 2 on " N " ranks with --micro 1: " b " bytes sent per step, expected about " f; exit 1 } }'
     done
 }

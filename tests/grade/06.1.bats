@@ -12,7 +12,9 @@
 # estimate (fast, but not the same bits), a forgotten grad_scale or weight
 # decay, an FMA, a loop that stops short or runs past the end, and a loop
 # that is correct but no faster than scalar code. The grader compares with
-# the scalar path of the same file, so it does not need exercise 01.2.
+# the scalar path of the same file, which is 01.2's AdamW element: do 01.2
+# first. On a CPU with AVX-512, cpu_adamw takes the 16-lane loop
+# (adamw_avx512, the same exercise at 16 lanes), which is graded the same way.
 
 load ../helpers
 
@@ -25,6 +27,16 @@ setup() {
     run "$BUILD/tests/test_cpu_adam" exercise avx2
     assert_success
     assert_output --partial "PASS avx2 path equals the scalar path bit for bit"
+}
+
+@test "on a CPU with AVX-512, the AVX-512 loop gives the scalar AdamW's bits and is 1.5 times as fast" {
+    "$BUILD/tests/test_cpu_adam" path | grep -q '^supported.* avx512' || skip "this CPU has no AVX-512"
+    run "$BUILD/tests/test_cpu_adam" exercise avx512
+    assert_success
+    assert_output --partial "PASS avx512 path equals the scalar path bit for bit"
+    run "$BUILD/tests/test_cpu_adam" speed avx512 1.5
+    assert_success
+    assert_output --partial "PASS speed avx512, 1 thread"
 }
 
 @test "the AVX2 loop is at least 1.5 times as fast as the scalar path on one thread" {

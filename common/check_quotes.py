@@ -34,6 +34,9 @@ amount of blank space between words: for outputs whose numbers depend on the tra
 The lines, their fields and their words are checked, the values not. Exact checks suit memory,
 errors and schedules.
 
+A measurement that no rerun reproduces (a benchmark's table) stands under a plain `sh` block:
+its commands are in sight, and the checker leaves it alone.
+
 --only TEXT runs only the blocks whose commands contain TEXT (repeatable). --update rewrites the
 quoted outputs that differ with what the commands print now (never those of a block whose
 commands failed). --list prints each checked block's line and first command and runs nothing.

@@ -25,7 +25,9 @@ after `make`: every top-level entry of the repository linked into it, except run
 empty (and the repository's own runs/ is left alone). So each block names its output directory
 under runs/, each a name of its own (checked: two blocks that write one --out or --save path, as
 written, are an error), and passes --overwrite with every --out (checked too), so that a reader can run a block
-again. In the output the repository's absolute path is written `...`.
+again. In the output the repository's absolute path is written `...`. OMP_NUM_THREADS is 1
+unless it is set: a block whose output depends on the threads sets them in sight, as the reader
+must.
 
 The output, with trailing blanks removed from each line, must equal the quoted block. Under
 `sh check-shape` only the shape must match: every number counts as the same, and so does the
@@ -67,7 +69,12 @@ class Block:
         self.first, self.end = first, end  # the quoted output: lines [first, end)
 
     def title(self):
-        return f"line {self.at + 1}: {self.commands[0] if self.commands else ''}"
+        text = ""
+        for line in logical_lines(self.commands):  # one line, as bash would read it
+            line = " ".join(line.split())
+            text += line + (" " if line.endswith((" do", " then", "{")) else "; ")
+        text = text.rstrip("; ")
+        return f"line {self.at + 1}: {text[:157] + '...' if len(text) > 160 else text}"
 
 
 def fenced_end(lines, start, path):

@@ -18,7 +18,8 @@ commands that print it and is marked `sh check` (or `sh check-shape`) after its 
 rest.) The checker runs exactly those lines, as a reader who pastes them would, with bash, stdout
 and stderr together, and `set -eo pipefail` in front: a command that fails, even inside a pipe or
 a loop, fails the block with its exit status, so a filter cannot hide a refusal. A command that
-is meant to fail says so where the reader sees it: `... || echo "exit status $?"`.
+is meant to fail says so where the reader sees it: `... || echo "exit status $?"`. A command
+hidden from the reader (the old `<!-- check: ... -->` comments) is refused.
 
 The blocks run in the order of the file, in one scratch directory that stands for a fresh clone
 after `make`: every top-level entry of the repository linked into it, except runs/, which starts
@@ -191,6 +192,8 @@ def main():
         lines = f.read().split("\n")
     blocks = list(quoted_blocks(lines, args.file))
     problems = lint(blocks, args.file)
+    problems += [f"{args.file}:{i + 1}: a command hidden in a comment: show it in a `sh check` block instead"
+                 for i, line in enumerate(lines) if re.match(r"\s*<!--\s*check", line)]
     if problems:
         print("\n".join(problems))
         sys.exit(f"check_quotes: {len(problems)} block rule(s) broken (see the top of common/check_quotes.py)")

@@ -169,10 +169,15 @@ def scratch_clone(root):
 
 def run(block, cwd):
     script = "set -eo pipefail\n" + "\n".join(block.commands) + "\n"
-    done = subprocess.run(["bash", "-c", script], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=600)
-    text = done.stdout.replace(REPO + "/", ".../").replace(cwd + "/", "")
-    return done.returncode, [line.rstrip() for line in text.rstrip("\n").split("\n")]
+    try:
+        done = subprocess.run(["bash", "-c", script], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=600)
+        status, text = done.returncode, done.stdout
+    except subprocess.TimeoutExpired as e:  # a block that hangs fails like one that exits 124
+        out = e.stdout or b""
+        status, text = 124, (out.decode(errors="replace") if isinstance(out, bytes) else out) + "\n(killed after 600 s)"
+    text = text.replace(REPO + "/", ".../").replace(cwd + "/", "")
+    return status, [line.rstrip() for line in text.rstrip("\n").split("\n")]
 
 
 def shape_of(lines):

@@ -77,8 +77,9 @@ static const char offload_help[] =
     "                             a checkpoint (--save) waits for the update in flight, so that it\n"
     "                             holds every update through its step and the step after it computes\n"
     "                             with fresh weights, as a run resumed from it does\n"
-    "  --dpu-warmup N             exact steps before the delayed update starts, 0..1000000 (default 1;\n"
-    "                             needs --dpu)\n"
+    "  --dpu-warmup N             exact steps before the delayed update starts, 0..1000000 (default 1:\n"
+    "                             the course's runs are tens of steps; the paper, on runs of many\n"
+    "                             thousands, delayed after 40; needs --dpu)\n"
     "  --dpu-reference            --dpu computed without a thread, one step late in sequence (for tests)\n"
     "  --pp P                     pipeline stages (chapter 04's 1F1B), 1..layers (default 1)\n"
     "  --dp D                     data-parallel replicas (default: world size / pp)\n";

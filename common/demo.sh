@@ -5,7 +5,8 @@
 # Called by `make demo` after building.
 #
 # Environment:
-#   DEMO_STEPS    optimizer steps per run (default 40; the pipeline sweep runs half)
+#   DEMO_STEPS    optimizer steps per run, 1 or more (default 40; the pipeline sweep runs half,
+#                 at least 4; the offload timeline plots step 10, or the last of shorter runs)
 #   DEMO_REPEATS  repeats of every timed configuration (default 3)
 #   DEMO_CORES    the cores to plan for (default: this machine's, from nproc
 #                 without OMP_NUM_THREADS, which GNU nproc would obey)
@@ -37,6 +38,7 @@ cores="${DEMO_CORES:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}"
 [[ "$cores" =~ ^[1-9][0-9]*$ ]] || { echo "demo: DEMO_CORES=$cores is not a positive number" >&2; exit 2; }
 dry_run="${DEMO_DRY_RUN:-0}"
 steps="${DEMO_STEPS:-40}"
+[[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "demo: DEMO_STEPS=$steps is not a positive number" >&2; exit 2; }
 repeats="${DEMO_REPEATS:-3}"
 runs=runs/demo
 # OpenMP threads that spin while waiting steal the cores other ranks need.
@@ -244,8 +246,9 @@ if [ -x 06_offload/train ]; then
         --pp 2 --dp 2 --zero 2 --offload --precision bf16 --eval-every 20
     compare "$steps"
     plot "$runs"/06-*.r* --out runs/plots/06
+    # step 10, after the delayed runs' warm-up of 5 steps; the last step of shorter runs
     plot --offload "$runs/06-dp$dp_ranks-offload.r1" "$runs/06-dp$dp_ranks-offload-dpu.r1" "$runs/06-pp2-dp2-offload.r1" \
-        --step 10 --out runs/plots/06
+        --step $((steps < 10 ? steps : 10)) --out runs/plots/06
     if [ "$dry_run" = 1 ]; then
         echo "plan: $python 06_offload/capacity.py --budgets 8M,16M --max-layers 64 --device $device_choice --out $runs/06-capacity"
     else

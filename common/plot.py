@@ -87,12 +87,18 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 CATEGORIES = ["params", "grads", "optimizer", "activations", "comm", "workspace", "gathered", "buckets"]
 COLOURS = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868",
            "activations": "#c44e52", "comm": "#8172b3", "workspace": "#937860",
            "gathered": "#da8bc3", "buckets": "#8c8c8c"}
+
+
+def refuse(message):
+    """A request the runs cannot answer (a step they do not have): one line and exit status 2."""
+    print(f"plot.py: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def read_csv(path):
@@ -322,10 +328,17 @@ GANTT_COLOURS = {"fwd": "#4c72b0", "bwd": "#dd8452", "gather": "#55a868", "reduc
 
 
 def timeline_step(run_dir, step):
-    """(step, its rows of timeline.csv, the ranks in them); step None: the last."""
-    rows = read_csv(os.path.join(run_dir, "timeline.csv"))
+    """(step, its rows of timeline.csv, the ranks in them); step None: the last. A step the run
+    does not have ends the program with one line and exit status 2."""
+    path = os.path.join(run_dir, "timeline.csv")
+    rows = read_csv(path)
+    steps = sorted({int(r["step"]) for r in rows})
+    if not steps:
+        refuse(f"{path} holds no step (valid: a run that wrote its timeline)")
     if step is None:
-        step = max(int(r["step"]) for r in rows)
+        step = steps[-1]
+    if step not in steps:
+        refuse(f"--step {step}: {path} has no step {step} (valid: {steps[0]}..{steps[-1]}, or no --step for the last)")
     rows = [r for r in rows if int(r["step"]) == step]
     return step, rows, sorted({int(r["rank"]) for r in rows})
 
@@ -417,18 +430,27 @@ def plot_capacity(path, out):
         ax.plot([b for b, _ in points], [p for _, p in points], marker="o", label=names.get(program, program))
     if "01" in by_program and "06" in by_program:
         base = dict(by_program["01"])
+        last = max(b for b, _ in by_program["06"])
         for budget, params in by_program["06"]:
             if budget in base:
+                # below the point, on its right (the last one's on its left, inside the axes)
+                right = budget != last
                 ax.annotate(f"{params / base[budget]:.1f}x", (budget, params), textcoords="offset points",
-                            xytext=(4, 4), fontsize=8)
+                            xytext=(6 if right else -6, -12), ha="left" if right else "right", fontsize=8)
     precision = rows[0]["precision"] if rows else ""
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
+    # plain numbers on the log axes (8, 16, 32 MiB; 0.25 .. 32 M parameters), not powers of two
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.yaxis.set_major_formatter(plain)
     ax.set_xlabel("device budget, --device-mem-limit (MiB)")
     ax.set_ylabel("parameters of the largest model trained (M)")
-    ax.set_title(f"The largest model per device budget ({precision}; 16 bytes per parameter against 2)")
+    # two lines, so that the title fits the figure's width
+    ax.set_title(f"The largest model per device budget\n({precision}: 16 bytes per parameter on the device, "
+                 "against 2 with offload)", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "capacity.png"), dpi=120)
     plt.close(fig)

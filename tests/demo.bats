@@ -127,6 +127,34 @@ runs/demo/01-small-recompute.r2"
     assert_output --partial "DEMO_CORES=many"
 }
 
+@test "DEMO_STEPS must be a positive number, and a demo of fewer than 10 steps plots its last step's offload timeline" {
+    run env DEMO_DRY_RUN=1 DEMO_STEPS=0 DEMO_CORES=2 "$REPO/common/demo.sh"
+    assert_failure 2
+    assert_output --partial "DEMO_STEPS=0"
+    for steps in 1 3 40; do
+        p=$(plan 2 DEMO_STEPS=$steps)
+        want=$((steps < 10 ? steps : 10))
+        grep -q -- "common/plot.py --offload .* --step $want --out runs/plots/06" <<<"$p"
+    done
+}
+
+@test "plot.py asked for a step a run does not have says so in one line, exit status 2" {
+    python="$(plot_python)"
+    "$python" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"
+    dir="$(scratch)/06-run"
+    mkdir -p "$dir"
+    printf 'rank,step,micro,op,start_us,end_us\n0,1,0,fwd,0,10\n0,2,0,fwd,20,30\n0,3,0,bwd,40,60\n' >"$dir/timeline.csv"
+    for kind in --offload --gantt; do
+        run "$python" "$REPO/common/plot.py" $kind "$dir" --step 10 --out "$(scratch)/plots"
+        assert_failure 2
+        assert_output "plot.py: --step 10: $dir/timeline.csv has no step 10 (valid: 1..3, or no --step for the last)"
+        run "$python" "$REPO/common/plot.py" $kind "$dir" --step 3 --out "$(scratch)/plots"
+        assert_success
+    done
+    run "$python" "$REPO/common/plot.py" --offload "$dir" --out "$(scratch)/plots" # no --step: the last
+    assert_success
+}
+
 @test "the pipeline sweep plot takes the fastest repeat and draws the measured bubble against the formula" {
     python="$(plot_python)"
     "$python" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"

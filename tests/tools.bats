@@ -170,7 +170,8 @@ PY
     assert_output "7.0 40.0"
 }
 
-@test "every output course.md quotes under a check comment is what the command prints now" {
+@test "every output course.md quotes is what the visible commands above it print now" {
+    # all of them, in the order of the text, in a scratch copy whose runs/ starts empty
     run python3 "$REPO/common/check_quotes.py"
     assert_success
     refute_output --partial "FAIL"
@@ -178,24 +179,102 @@ PY
 }
 
 @test "the quote checker catches a quoted output that differs from the run, and --update fixes it" {
-    # one checked block of course.md (the memory.csv of chapter 01) in a file of its own, so the
-    # checker runs one command, not all of them; its grads row changed by one byte
+    # chapter 01's memory.csv, its grads row changed by one byte; --only runs that block alone
     dir="$(scratch)"
-    awk '/^<!-- check: / { comment = $0; body = ""; inside = 0; next }
-         comment != "" && /^```/ { if (inside) { if (body ~ /\n0,device,grads,/) { print comment; print "```" body "\n```"; exit }
-                                                comment = "" } else inside = 1; next }
-         inside { body = body "\n" $0 }' "$REPO/course.md" >"$dir/block.md"
-    grads=$(sed -n 's/^0,device,grads,\([0-9]*\)$/\1/p' "$dir/block.md")
+    grads=$(sed -n 's/^0,device,grads,\([0-9]*\)$/\1/p' "$REPO/course.md" | head -1)
     [ -n "$grads" ] # the block was found
-    sed "s/^0,device,grads,$grads\$/0,device,grads,$((grads + 1))/" "$dir/block.md" >"$dir/course.md"
-    ! cmp -s "$dir/block.md" "$dir/course.md" # the edit took
-    run python3 "$REPO/common/check_quotes.py" --file "$dir/course.md"
+    sed "0,/^0,device,grads,$grads\$/s//0,device,grads,$((grads + 1))/" "$REPO/course.md" >"$dir/course.md"
+    ! cmp -s "$REPO/course.md" "$dir/course.md" # the edit took
+    run python3 "$REPO/common/check_quotes.py" --file "$dir/course.md" --only "cat runs/01-small/memory.csv"
     assert_failure
     assert_output --partial "-0,device,grads,$((grads + 1))"
     assert_output --partial "+0,device,grads,$grads"
-    run python3 "$REPO/common/check_quotes.py" --file "$dir/course.md" --update
+    assert_output --partial "check_quotes: 0 of 1 quoted outputs match"
+    run python3 "$REPO/common/check_quotes.py" --file "$dir/course.md" --only "cat runs/01-small/memory.csv" --update
     assert_success
-    cmp "$dir/block.md" "$dir/course.md"
+    cmp "$REPO/course.md" "$dir/course.md"
+}
+
+@test "the quote checker fails a block whose command fails, even inside a pipe, and never rewrites its output" {
+    dir="$(scratch)"
+    cat >"$dir/fail.md" <<'MD'
+A refusal hidden by a filter:
+
+```sh check
+./01_single_gpu/train --device cpu --steps 1 --no-such-flag --overwrite --out runs/t-fail 2>&1 | cat
+echo "not reached"
+```
+```
+error: unknown flag '--no-such-flag' (see --help)
+not reached
+```
+MD
+    cp "$dir/fail.md" "$dir/before.md"
+    run python3 "$REPO/common/check_quotes.py" --file "$dir/fail.md" --update
+    assert_failure
+    assert_output --partial "the commands exited with status 2"
+    refute_output --partial "| not reached" # the block stopped at the failing pipe
+    assert_output --partial "the commands of 1 failed"
+    cmp "$dir/before.md" "$dir/fail.md"
+}
+
+@test "the quote checker runs the blocks in order in a fresh runs/, and a command meant to fail says so" {
+    mkdir -p "$REPO/runs"
+    touch "$REPO/runs/.check_quotes_test_marker"
+    dir="$(scratch)"
+    cat >"$dir/order.md" <<'MD'
+```sh check
+ls -A runs | wc -l
+echo one > runs/t-order.txt
+```
+
+```
+0
+```
+
+The next block reads what the one before wrote; the repository's path reads `...`:
+
+```sh check
+cat runs/t-order.txt
+ls -d "$(cd 01_single_gpu && pwd -P)"
+false || echo "exit status $?"
+```
+```text
+one
+.../01_single_gpu
+exit status 1
+```
+MD
+    run python3 "$REPO/common/check_quotes.py" --file "$dir/order.md"
+    rm -f "$REPO/runs/.check_quotes_test_marker"
+    assert_success
+    assert_output --partial "check_quotes: 2 of 2 quoted outputs match"
+    [ ! -e "$REPO/runs/t-order.txt" ] # the repository's runs/ was not touched
+}
+
+@test "the quote checker refuses blocks a reader could not run as written, or run twice" {
+    dir="$(scratch)"
+    block() { printf '```sh check\n%s\n```\n```\n```\n\n' "$@"; }
+    block './01_single_gpu/train --out runs/t-a' >"$dir/again.md"
+    run python3 "$REPO/common/check_quotes.py" --file "$dir/again.md" --list
+    assert_failure
+    assert_output --partial "--out runs/t-a without --overwrite: the block fails when run again"
+    { block './01_single_gpu/train --overwrite --out runs/t-a'; block './05_zero/train --save runs/t-a --overwrite --out runs/t-b'; } >"$dir/twice.md"
+    run python3 "$REPO/common/check_quotes.py" --file "$dir/twice.md" --list
+    assert_failure
+    assert_output --partial "--save runs/t-a is already written by the block at line 1"
+    block './01_single_gpu/train --overwrite --out $TMP/x' >"$dir/tmp.md"
+    run python3 "$REPO/common/check_quotes.py" --file "$dir/tmp.md" --list
+    assert_failure
+    assert_output --partial "--out \$TMP/x: write under runs/"
+    printf '<!-- check: echo hi -->\n```\nhi\n```\n' >"$dir/hidden.md"
+    run python3 "$REPO/common/check_quotes.py" --file "$dir/hidden.md" --list
+    assert_failure
+    assert_output --partial "hidden.md:1: a command hidden in a comment"
+    printf '```sh check\necho hi\n```\nprose\n```\nhi\n```\n' >"$dir/lost.md"
+    run python3 "$REPO/common/check_quotes.py" --file "$dir/lost.md" --list
+    assert_failure
+    assert_output --partial "must be followed by the fenced block of its output"
 }
 
 @test "demo_tables prints medians over the steps of every repeat, the warm-up step left out" {
@@ -218,11 +297,29 @@ PY
     dir="$(scratch)"
     # other losses and timings: still the same shape
     sed -E '/^step   100\/300/ s/loss [0-9.]+/loss 9.9999/' "$REPO/course.md" >"$dir/numbers.md"
-    run python3 "$REPO/common/check_quotes.py" --file "$dir/numbers.md"
+    run python3 "$REPO/common/check_quotes.py" --file "$dir/numbers.md" --only "runs/01-progress"
     assert_success
+    assert_output --partial "check_quotes: 1 of 1 quoted outputs match"
     # the old header format ("batch 8 = 1 x 8"): caught
     sed 's/batch 8 = 1 micro-batches x 8 sequences/batch 8 = 1 x 8/' "$REPO/course.md" >"$dir/words.md"
-    run python3 "$REPO/common/check_quotes.py" --file "$dir/words.md"
+    run python3 "$REPO/common/check_quotes.py" --file "$dir/words.md" --only "out runs/01-tiny300"
     assert_failure
     assert_output --partial "batch 8 = 1 x 8"
+}
+
+@test "common/mpirun.sh gives each rank cores/ranks threads unless told, and ends with the failing rank's status" {
+    cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
+    want=$((cores / 4)); ((want > 0)) || want=1
+    run env -u OMP_NUM_THREADS -u OMP_WAIT_POLICY "$REPO/common/mpirun.sh" -np 4 bash -c 'echo "$OMP_NUM_THREADS $OMP_WAIT_POLICY"'
+    assert_success
+    assert_equal "$(echo "$output" | sort -u)" "$want passive"
+    run env OMP_NUM_THREADS=3 "$REPO/common/mpirun.sh" -np 2 bash -c 'echo "$OMP_NUM_THREADS"'
+    assert_equal "$(echo "$output" | sort -u)" "3"
+    # a refused flag: the rank's one line and its status 2, no banner from mpirun
+    run "$REPO/common/mpirun.sh" -np 2 "$REPO/02_data_parallel/train" --device cpu --batch 3 --steps 1 --out "$(scratch)/x"
+    assert_equal "$status" 2
+    assert_output "error: --batch 3 is not divisible by 2 ranks x --micro 1 (valid: a multiple of 2)"
+    run "$REPO/common/mpirun.sh" ./02_data_parallel/train
+    assert_equal "$status" 2
+    assert_output --partial "usage: common/mpirun.sh -np N PROGRAM"
 }

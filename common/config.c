@@ -645,6 +645,7 @@ int config_parse_and_check(Config *c, int argc, char **argv, const char *program
     if (read_flags(c, argc, argv, program, extra)) return 1;
     record_flags(c, extra);
     check_thread_count();
+    fault_check_environment(); /* the tests' COURSE_FAULT_* variables (util.h) */
     if (extra && extra->check) extra->check(c, extra->context);
     check_memory(c);
     check_files(c, program);

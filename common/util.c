@@ -26,20 +26,6 @@ void usage_trap_disarm(void) {
     usage_trap = NULL;
 }
 
-int fault_disk_full(const char *name, size_t bytes) {
-    static double written = 0.0;
-    const char *fault = getenv("COURSE_FAULT_DISK_FULL");
-    if (!fault) return 0;
-    const char *colon = strchr(fault, ':');
-    size_t length = colon ? (size_t)(colon - fault) : strlen(fault);
-    const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
-    if (strlen(base) != length || strncmp(base, fault, length) != 0) return 0;
-    written += (double)bytes;
-    if (written <= (colon ? atof(colon + 1) : 0.0)) return 0;
-    errno = ENOSPC;
-    return 1;
-}
-
 void temp_file_register(const char *path) {
     for (int i = 0; i < MAX_TEMP_FILES; i++)
         if (!temp_files[i][0]) {
@@ -172,19 +158,127 @@ double wall_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-void fault_point(const char *name) {
-    static int parsed = 0, kill_rank = -1, kill_at = 1, hits = 0;
-    static char kill_name[64];
-    if (!parsed) {
-        parsed = 1;
-        const char *spec = getenv("COURSE_FAULT_KILL");
-        if (spec && spec[0]) {
-            int used = 0;
-            int fields = sscanf(spec, "%63[^:]:%d%n:%d%n", kill_name, &kill_rank, &used, &kill_at, &used);
-            if (fields < 2 || spec[used] != '\0' || kill_rank < 0 || kill_at < 1)
-                fatal(EXIT_USAGE, "COURSE_FAULT_KILL=%s: expected NAME:RANK or NAME:RANK:N", spec);
-        }
+/* ---- fault injection: every COURSE_FAULT_* variable, read here once ---- */
+
+/* NAME:RANK[:N]: a named point, the rank it fires on, at its N-th hit. */
+typedef struct {
+    char name[64];
+    int rank, at, hits;
+} FaultAt;
+
+typedef struct {
+    FaultAt kill, skip;       /* COURSE_FAULT_KILL, COURSE_FAULT_SKIP (rank -1: unset) */
+    char disk_full_name[256]; /* COURSE_FAULT_DISK_FULL=NAME[:BYTES] ("": unset) */
+    double disk_full_bytes, disk_written;
+    int nan_step, overflow_step, overflow_rank, replica_rank; /* -1: unset */
+} Faults;
+
+static Faults faults_read;
+static int faults_parsed = 0;
+
+/* The variable's value, NULL when unset or empty. */
+static const char *fault_env(const char *variable) {
+    const char *value = getenv(variable);
+    return value && value[0] ? value : NULL;
+}
+
+static void parse_fault_at(const char *variable, FaultAt *f) {
+    f->rank = -1;
+    f->at = 1;
+    const char *spec = fault_env(variable);
+    if (!spec) return;
+    int used = 0;
+    int fields = sscanf(spec, "%63[^:]:%d%n:%d%n", f->name, &f->rank, &used, &f->at, &used);
+    if (fields < 2 || spec[used] != '\0' || f->rank < 0 || f->at < 1)
+        fatal(EXIT_USAGE, "%s=%s: expected NAME:RANK or NAME:RANK:N", variable, spec);
+}
+
+/* A whole number >= lo, or -1 when the variable is unset. */
+static int parse_fault_number(const char *variable, int lo, const char *meaning) {
+    const char *text = fault_env(variable);
+    if (!text) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || errno || v < lo || v > 2147483647L)
+        fatal(EXIT_USAGE, "%s=%s: expected %s, a whole number >= %d", variable, text, meaning, lo);
+    return (int)v;
+}
+
+static void parse_disk_full(Faults *f) {
+    const char *spec = fault_env("COURSE_FAULT_DISK_FULL");
+    if (!spec) return;
+    const char *colon = strchr(spec, ':');
+    size_t length = colon ? (size_t)(colon - spec) : strlen(spec);
+    char *end = NULL;
+    double bytes = colon ? strtod(colon + 1, &end) : 0.0;
+    if (length == 0 || length >= sizeof f->disk_full_name || (colon && (end == colon + 1 || *end)) ||
+        !(bytes >= 0.0))
+        fatal(EXIT_USAGE, "COURSE_FAULT_DISK_FULL=%s: expected NAME or NAME:BYTES", spec);
+    memcpy(f->disk_full_name, spec, length);
+    f->disk_full_name[length] = '\0';
+    f->disk_full_bytes = bytes;
+}
+
+static const Faults *faults(void) {
+    if (!faults_parsed) {
+        faults_parsed = 1;
+        Faults *f = &faults_read;
+        parse_fault_at("COURSE_FAULT_KILL", &f->kill);
+        parse_fault_at("COURSE_FAULT_SKIP", &f->skip);
+        parse_disk_full(f);
+        f->nan_step = parse_fault_number("COURSE_FAULT_NAN_STEP", 1, "a step");
+        f->overflow_step = parse_fault_number("COURSE_FAULT_OVERFLOW_STEP", 1, "a step");
+        f->overflow_rank = parse_fault_number("COURSE_FAULT_OVERFLOW_RANK", 0, "a rank");
+        f->replica_rank = parse_fault_number("COURSE_FAULT_REPLICA_RANK", 0, "a rank");
     }
-    if (kill_rank != log_rank || strcmp(name, kill_name) != 0) return;
-    if (++hits == kill_at) raise(SIGKILL);
+    return &faults_read;
+}
+
+void fault_check_environment(void) {
+    faults_parsed = 0;
+    faults();
+}
+
+/* Counts a hit of point `name` on this rank; 1 at the N-th. */
+static int fault_fires(FaultAt *f, const char *name) {
+    if (f->rank != log_rank || strcmp(name, f->name) != 0) return 0;
+    return ++f->hits == f->at;
+}
+
+void fault_point(const char *name) {
+    faults();
+    if (fault_fires(&faults_read.kill, name)) raise(SIGKILL);
+}
+
+int fault_skip(const char *name) {
+    faults();
+    return fault_fires(&faults_read.skip, name);
+}
+
+int fault_disk_full(const char *name, size_t bytes) {
+    Faults *f = (Faults *)faults();
+    if (!f->disk_full_name[0]) return 0;
+    const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
+    if (strcmp(base, f->disk_full_name) != 0) return 0;
+    f->disk_written += (double)bytes;
+    if (f->disk_written <= f->disk_full_bytes) return 0;
+    errno = ENOSPC;
+    return 1;
+}
+
+int fault_nan_step(void) {
+    return faults()->nan_step;
+}
+
+int fault_overflow_step(void) {
+    return faults()->overflow_step;
+}
+
+int fault_overflow_rank(void) {
+    return faults()->overflow_rank;
+}
+
+int fault_replica_rank(void) {
+    return faults()->replica_rank;
 }

@@ -12,6 +12,7 @@ TRAIN02="$REPO/02_data_parallel/train"
 TRAIN03="$REPO/03_model_parallel/train"
 TRAIN04="$REPO/04_pipeline/train"
 TRAIN05="$REPO/05_zero/train"
+TRAIN06="$REPO/06_offload/train"
 
 # Tiny model, a global batch of 12 (divisible by 2, 3, 4 ranks); a private copy
 # of the corpus, so that editing course.md meanwhile changes nothing.
@@ -110,6 +111,30 @@ assert_same_losses() {
     kill_check allreduce:1 1 2 "$TRAIN03" $FLAGS --steps 4 --mp tensor
 }
 
+@test "a rank killed in ZeRO-1's parameter all-gather ends the job within 5 s, naming the rank" {
+    kill_check allgather:1:2 1 2 "$TRAIN05" $FLAGS --steps 4 --zero 1
+}
+
+@test "a rank killed in ZeRO-2's gradient reduce-scatter ends the job within 5 s, naming the rank" {
+    kill_check reduce_scatter:1:3 1 2 "$TRAIN05" $FLAGS --steps 4 --zero 2
+}
+
+@test "a rank killed in ZeRO-3's prefetching communication thread ends the job within 5 s, naming the rank" {
+    kill_check worker:1:5 1 2 "$TRAIN05" $FLAGS --steps 4 --zero 3 --prefetch 1
+}
+
+@test "a rank killed in its small host all-reduce (the step's slowest times) ends the ZeRO-3 job, naming it" {
+    kill_check host_allreduce:0:3 0 2 "$TRAIN05" $FLAGS --steps 4 --zero 3
+}
+
+@test "a rank killed in the offloaded gradients' reduce-scatter ends the chapter 06 job within 5 s, naming it" {
+    kill_check reduce_scatter:1:2 1 2 "$TRAIN06" $FLAGS --steps 4 --offload
+}
+
+@test "a rank killed in the combined pp 2 x dp 2 ZeRO-2 offload job's all-gather ends it within 5 s, naming it" {
+    kill_check allgather:3:2 3 4 "$TRAIN06" $FLAGS --steps 3 --batch 8 --layers 4 --pp 2 --dp 2 --zero 2 --offload
+}
+
 @test "a rank killed while writing its shard of a checkpoint leaves the previous one intact, and another layout resumes it" {
     local d="$BATS_TEST_TMPDIR" f="$FLAGS --steps 6" z="--zero 3 --stop-after 4 --save-every 2"
     job "" 2 "$TRAIN02" $f --out "$d/full"
@@ -153,5 +178,25 @@ assert_same_losses() {
     assert_equal "$status" 2
     # (then MPI_Abort's own notice)
     assert_equal "${stderr_lines[0]}" "error: COURSE_FAULT_KILL=allreduce: expected NAME:RANK or NAME:RANK:N"
+    assert_equal "$(grep -c '^error:' <<<"$stderr")" 1
+}
+
+@test "every malformed COURSE_FAULT_* value is refused at start-up with one line" {
+    local bad
+    for bad in KILL=allreduce:x SKIP=allreduce KILL=allreduce:1:0 SKIP=:1 DISK_FULL=steps.csv:lots DISK_FULL=:5 \
+        NAN_STEP=three NAN_STEP=0 OVERFLOW_STEP=2x OVERFLOW_RANK=-1 REPLICA_RANK=one; do
+        run --separate-stderr env "COURSE_FAULT_$bad" "$TRAIN01" $FLAGS --steps 1 --out "$BATS_TEST_TMPDIR/bad"
+        assert_equal "$status" 2
+        assert_equal "${#stderr_lines[@]}" 1
+        [[ "${stderr_lines[0]}" == "error: COURSE_FAULT_${bad%%=*}=${bad#*=}: expected "* ]] ||
+            fail "COURSE_FAULT_$bad: ${stderr_lines[0]}"
+        [ ! -e "$BATS_TEST_TMPDIR/bad/steps.csv" ] || fail "COURSE_FAULT_$bad: the run started"
+    done
+}
+
+@test "a malformed COURSE_FAULT_SKIP on a multi-rank job is refused once, before training" {
+    COURSE_FAULT_SKIP=allreduce:one run --separate-stderr bash -c 'mpirun_np 2 "$@"' job "$TRAIN05" $FLAGS --steps 1 --zero 1 --out "$BATS_TEST_TMPDIR/bad"
+    assert_equal "$status" 2
+    assert_equal "${stderr_lines[0]}" "error: COURSE_FAULT_SKIP=allreduce:one: expected NAME:RANK or NAME:RANK:N"
     assert_equal "$(grep -c '^error:' <<<"$stderr")" 1
 }

@@ -200,3 +200,129 @@ assert_same_losses() {
     assert_equal "${stderr_lines[0]}" "error: COURSE_FAULT_SKIP=allreduce:one: expected NAME:RANK or NAME:RANK:N"
     assert_equal "$(grep -c '^error:' <<<"$stderr")" 1
 }
+
+# ---- a frozen rank and the watchdog (common/watchdog.h) ----
+
+# Flags of a run long enough to be frozen mid-way: progress lines on (the
+# test waits for the first), a 5 s --timeout.
+LONG="--device cpu --batch 12 --sample 0 --data $BATS_FILE_TMPDIR/corpus.txt --steps 2000 --timeout 5"
+
+# start_job NP PROGRAM ARGS...: mpirun_np in the background, stdout and stderr
+# in $BATS_TEST_TMPDIR/job.log; sets job_pid; returns when step 1 is logged.
+start_job() {
+    local log="$BATS_TEST_TMPDIR/job.log" i
+    mpirun_np "$@" >"$log" 2>&1 &
+    job_pid=$!
+    for i in $(seq 600); do
+        grep -q '^step ' "$log" && return 0
+        kill -0 "$job_pid" 2>/dev/null || fail "the job ended before its first step: $(cat "$log")"
+        sleep 0.1
+    done
+    fail "no step logged in 60 s"
+}
+
+# descendants PID: the processes under PID, at any depth.
+descendants() {
+    local child
+    for child in $(pgrep -P "$1"); do
+        echo "$child"
+        descendants "$child"
+    done
+}
+
+# rank_pid RANK: the process id of that rank of the job (under mpirun, which
+# gives each rank OMPI_COMM_WORLD_RANK).
+rank_pid() {
+    local pid
+    for pid in $(descendants "$job_pid"); do
+        if tr '\0' '\n' <"/proc/$pid/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+            echo "$pid"
+            return
+        fi
+    done
+    fail "no rank $1 under mpirun $job_pid"
+}
+
+# wait_job LIMIT: wait up to LIMIT seconds for the job to end; sets status,
+# output (the log) and seconds (from the call).
+wait_job() {
+    local start="$EPOCHREALTIME" limit="$1"
+    while kill -0 "$job_pid" 2>/dev/null; do
+        awk -v a="$start" -v b="$EPOCHREALTIME" -v l="$limit" 'BEGIN { exit !(b - a > l) }' && break
+        sleep 0.2
+    done
+    seconds=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+    kill -0 "$job_pid" 2>/dev/null && fail "the job still runs ${seconds}s later: $(tail -5 "$BATS_TEST_TMPDIR/job.log")"
+    status=0
+    wait "$job_pid" || status=$?
+    output="$(cat "$BATS_TEST_TMPDIR/job.log")"
+}
+
+# Nothing is left stopped or running when a test fails half-way.
+teardown() {
+    [ -z "${stopped_pid:-}" ] || kill -CONT "$stopped_pid" 2>/dev/null || true
+    [ -z "${job_pid:-}" ] || kill -KILL "$job_pid" 2>/dev/null || true
+    [ -z "${stopped_pid:-}" ] || kill -KILL "$stopped_pid" 2>/dev/null || true
+}
+
+# freeze_check RANK NP PROGRAM ARGS...: SIGSTOP that rank after step 1; the
+# job ends within --timeout + 10 s, naming the rank as never arrived, and the
+# other ranks leave flight files listing their calls.
+freeze_check() {
+    local rank="$1" np="$2" out="$BATS_TEST_TMPDIR/out"
+    shift 2
+    start_job "$np" "$@" $LONG --out "$out"
+    stopped_pid=$(rank_pid "$rank") || return 1
+    kill -STOP "$stopped_pid"
+    wait_job 25
+    assert_failure
+    awk -v s="$seconds" 'BEGIN { exit !(s < 15) }' || fail "the frozen job took ${seconds}s to end (--timeout 5)"
+    assert_output --regexp "error: \[rank [0-9]+\] watchdog: .* has waited [0-9]+ s \(--timeout 5\): .*rank $rank never arrived"
+    assert_output --partial "flight recorder written to $out/flight-"
+    local other=$(( rank == 0 ? 1 : 0 ))
+    [ -f "$out/flight-$other.txt" ] || fail "no flight file of rank $other"
+    run cat "$out/flight-$other.txt"
+    assert_output --partial "# flight recorder of rank $other"
+    assert_output --regexp "WAITING [0-9.]+ s"
+    assert_output --regexp "(allreduce|allgather|reduce_scatter|send|recv) +[0-9]+ g[0-9]+ \(ranks "
+}
+
+@test "a frozen data-parallel rank (SIGSTOP) is named by the watchdog within --timeout + 10 s" {
+    freeze_check 1 2 "$TRAIN02"
+}
+
+@test "a frozen pipeline stage is named by the watchdog within --timeout + 10 s" {
+    freeze_check 1 2 "$TRAIN04" --layers 4 --batch 8
+}
+
+@test "a frozen ZeRO-3 rank (prefetching) is named by the watchdog within --timeout + 10 s" {
+    freeze_check 0 2 "$TRAIN05" --zero 3 --prefetch 1
+}
+
+@test "a rank that skips an all-reduce is named: the ranks called different collectives at one number" {
+    COURSE_FAULT_SKIP=allreduce:1:3 job "" 2 "$TRAIN02" $FLAGS --steps 5 --timeout 5 --out "$BATS_TEST_TMPDIR/skip"
+    assert_failure
+    [ "$status" -ne 124 ] || fail "the job hung until timeout 20 ended it"
+    assert_output --regexp "rank [01] is in [a-z_]*allreduce #([0-9]+) while rank [01] waits in [a-z_]*allreduce #\1: they called different collectives"
+}
+
+@test "SIGUSR1 to a rank writes its flight recorder to stderr and OUT/flight-RANK.txt, and the run goes on" {
+    local out="$BATS_TEST_TMPDIR/out"
+    start_job 2 "$TRAIN02" ${LONG/--steps 2000/--steps 60} --out "$out"
+    local pid
+    pid=$(rank_pid 1)
+    kill -USR1 "$pid"
+    wait_job 60
+    assert_success
+    assert_output --regexp "# flight recorder of rank 1 \(pid [0-9]+\) at [0-9:]+, on SIGUSR1"
+    assert_equal "$(csv_column "$out/steps.csv" step | tail -1)" 60
+    run cat "$out/flight-1.txt"
+    assert_output --partial "on SIGUSR1"
+    assert_output --regexp "allreduce +[0-9]+ g0 \(ranks 0-1\) +- +[0-9]+ +[0-9]+ .* done"
+}
+
+@test "--timeout takes whole seconds from 0 to a week" {
+    run --separate-stderr bash -c 'mpirun_np 1 "$@"' job "$TRAIN02" $FLAGS --steps 1 --timeout -1 --out "$BATS_TEST_TMPDIR/t"
+    assert_equal "$status" 2
+    assert_equal "${stderr_lines[0]}" "error: --timeout: -1 is out of range (valid: 0..604800)"
+}

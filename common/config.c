@@ -660,6 +660,7 @@ int config_parse_and_check(Config *c, int argc, char **argv, const char *program
     record_flags(c, extra);
     check_thread_count();
     fault_check_environment(); /* the tests' COURSE_FAULT_* variables (util.h) */
+    interrupt_handlers_install(); /* Ctrl-C: a message, no temporary files left (util.h) */
     if (extra && extra->check) extra->check(c, extra->context);
     check_memory(c);
     check_files(c, program);

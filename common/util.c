@@ -16,6 +16,7 @@ static int log_rank = 0;
 static void (*abort_hook)(int) = NULL;
 static UsageTrap *usage_trap = NULL;
 #define MAX_TEMP_FILES 8
+#define ERROR_WAIT_FOR_RANK0_US 300000
 static char temp_files[MAX_TEMP_FILES][4200];
 
 void usage_trap_arm(UsageTrap *trap) {
@@ -36,6 +37,71 @@ void temp_file_register(const char *path) {
 void temp_file_forget(const char *path) {
     for (int i = 0; i < MAX_TEMP_FILES; i++)
         if (strcmp(temp_files[i], path) == 0) temp_files[i][0] = '\0';
+}
+
+/* ---- Ctrl-C and kill ----
+ * The handler may only call async-signal-safe functions (write, unlink,
+ * _exit): no printf, no malloc, no locks, because the signal can arrive
+ * inside any of them. So the message it writes is composed beforehand, each
+ * time the progress changes, into one of two buffers; the handler reads the
+ * one `interrupt_ready` names, which is never the one being written. */
+static char interrupt_texts[2][2][4400]; /* [buffer][SIGINT, SIGTERM] */
+static volatile sig_atomic_t interrupt_ready = 0, failing = 0;
+static int interrupt_step = 1, interrupt_ckpt_step = -1;
+static char interrupt_ckpt_path[4096];
+
+/* "interrupted at step N by SIGINT; last checkpoint: step K at PATH". mpirun
+ * turns its own SIGINT or SIGTERM into SIGTERM for every rank, and sends the
+ * same when it ends a job because another rank failed, hence the two words
+ * of SIGTERM's reason. */
+static void compose_interrupt_message(void) {
+    int next = !interrupt_ready;
+    for (int s = 0; s < 2; s++) {
+        char *text = interrupt_texts[next][s];
+        size_t size = sizeof interrupt_texts[next][s];
+        int used = snprintf(text, size, "interrupted at step %d by %s; ", interrupt_step,
+                            s == 0 ? "SIGINT" : "SIGTERM (a kill, or mpirun ending the job)");
+        if (interrupt_ckpt_step >= 0)
+            snprintf(text + used, size - used, "last checkpoint: step %d at %s\n", interrupt_ckpt_step,
+                     interrupt_ckpt_path);
+        else
+            snprintf(text + used, size - used, "no checkpoint saved\n");
+    }
+    interrupt_ready = next;
+}
+
+static void on_interrupt(int signal) {
+    for (int i = 0; i < MAX_TEMP_FILES; i++)
+        if (temp_files[i][0]) unlink(temp_files[i]);
+    if (log_rank == 0 && !failing) { /* a failing rank has said why already */
+        const char *text = interrupt_texts[interrupt_ready][signal == SIGTERM];
+        size_t length = 0;
+        while (text[length]) length++;
+        ssize_t ignored = write(STDERR_FILENO, text, length);
+        (void)ignored;
+    }
+    _exit(128 + signal); /* the shell's convention: 130 for SIGINT, 143 for SIGTERM */
+}
+
+void interrupt_handlers_install(void) {
+    compose_interrupt_message();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;
+    sigfillset(&sa.sa_mask); /* one handler at a time */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+void interrupt_note_step(int step) {
+    interrupt_step = step;
+    compose_interrupt_message();
+}
+
+void interrupt_note_checkpoint(int step, const char *path) {
+    interrupt_ckpt_step = step;
+    snprintf(interrupt_ckpt_path, sizeof interrupt_ckpt_path, "%s", path);
+    compose_interrupt_message();
 }
 
 void set_error_rank(int rank) {
@@ -66,7 +132,12 @@ void fatal(int exit_code, const char *fmt, ...) {
     }
     for (int i = 0; i < MAX_TEMP_FILES; i++)
         if (temp_files[i][0]) unlink(temp_files[i]);
+    failing = 1;
     fflush(stdout);
+    /* Ranks often fail together, on the same error: rank 0 speaks first and
+     * its MPI_Abort ends the others before they repeat it; a rank failing
+     * alone is heard a moment later. */
+    if (abort_hook && error_rank > 0) usleep(ERROR_WAIT_FOR_RANK0_US);
     if (error_rank >= 0)
         fprintf(stderr, "error: [rank %d] %s\n", error_rank, message);
     else

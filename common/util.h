@@ -52,6 +52,17 @@ void usage_trap_disarm(void);
 void temp_file_register(const char *path);
 void temp_file_forget(const char *path);
 
+/* Ctrl-C (SIGINT) and kill (SIGTERM; mpirun passes both on to its ranks as
+ * SIGTERM) end the program at once: the temporary files registered above
+ * are removed, rank 0 prints "interrupted at step N; last checkpoint: step
+ * K at PATH" (or "no checkpoint saved"), and the exit status is 130 or 143
+ * (128 + the signal, as a shell reports it). config_parse installs the
+ * handler; the step in progress and each checkpoint saved are noted as the
+ * run goes. */
+void interrupt_handlers_install(void);
+void interrupt_note_step(int step);
+void interrupt_note_checkpoint(int step, const char *path);
+
 /* Multi-process programs install these: the rank named in error messages, and a
  * function that ends every process of the job (it must not return). */
 void set_error_rank(int rank);

@@ -326,3 +326,74 @@ freeze_check() {
     assert_equal "$status" 2
     assert_equal "${stderr_lines[0]}" "error: --timeout: -1 is out of range (valid: 0..604800)"
 }
+
+# ---- Ctrl-C and kill (util.h: interrupt_handlers_install) ----
+
+# wait_for_save DIR: returns while a save is being written (DIR/ck.tmp exists),
+# after a first checkpoint DIR/ck was completed.
+wait_for_save() {
+    local i
+    for i in $(seq 3000); do
+        [ -e "$1/ck" ] && break
+        sleep 0.02
+    done
+    [ -e "$1/ck" ] || fail "no checkpoint saved within 60 s"
+    until [ -e "$1/ck.tmp" ]; do :; done
+}
+
+@test "Ctrl-C during a save ends 01 with status 130, the step and the last checkpoint named, and no .tmp left" {
+    local d="$BATS_TEST_TMPDIR"
+    "$TRAIN01" --device cpu --model small --batch 4 --steps 2000 --sample 0 --quiet --data "$BATS_FILE_TMPDIR/corpus.txt" \
+        --save-every 1 --save "$d/ck" --out "$d/out" 2>"$d/err" &
+    job_pid=$!
+    wait_for_save "$d"
+    kill -INT "$job_pid"
+    status=0
+    wait "$job_pid" || status=$?
+    assert_equal "$status" 130
+    run cat "$d/err"
+    assert_output --regexp "^interrupted at step [0-9]+ by SIGINT; last checkpoint: step [0-9]+ at $d/ck$"
+    [ ! -e "$d/ck.tmp" ] || fail "the interrupted save left $d/ck.tmp"
+    run "$REPO/common/ckpt" verify "$d/ck"
+    assert_success
+}
+
+@test "SIGTERM ends 01 with status 143 and says that no checkpoint was saved" {
+    local d="$BATS_TEST_TMPDIR"
+    "$TRAIN01" $FLAGS --steps 100000 --out "$d/out" 2>"$d/err" &
+    job_pid=$!
+    until [ -s "$d/out/steps.csv" ]; do sleep 0.05; done
+    kill -TERM "$job_pid"
+    status=0
+    wait "$job_pid" || status=$?
+    assert_equal "$status" 143
+    run cat "$d/err"
+    assert_output --regexp "^interrupted at step [0-9]+ by SIGTERM \(a kill, or mpirun ending the job\); no checkpoint saved$"
+}
+
+@test "Ctrl-C to mpirun during a save: rank 0 names the step and the last checkpoint once, and no .tmp is left" {
+    local d="$BATS_TEST_TMPDIR"
+    # mpirun itself, not a shell around it, is the process that gets the signal
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 \
+        "$TRAIN02" --device cpu --model small --batch 4 --steps 2000 --sample 0 --quiet \
+        --data "$BATS_FILE_TMPDIR/corpus.txt" --save-every 1 --save "$d/ck" --out "$d/out" >"$d/log" 2>&1 &
+    job_pid=$!
+    wait_for_save "$d"
+    kill -INT "$job_pid"
+    status=0
+    wait "$job_pid" || status=$?
+    assert_equal "$status" 1 # mpirun's own status for a job it ended (Open MPI 4); the ranks exit 143
+    run grep '^interrupted' "$d/log"
+    assert_output --regexp "^interrupted at step [0-9]+ by SIGTERM \(a kill, or mpirun ending the job\); last checkpoint: step [0-9]+ at $d/ck$"
+    assert_equal "${#lines[@]}" 1
+    [ ! -e "$d/ck.tmp" ] || fail "the interrupted save left $d/ck.tmp"
+    run "$REPO/common/ckpt" verify "$d/ck"
+    assert_success
+}
+
+@test "an error that every rank meets is printed once, by rank 0, before MPI_Abort's notice" {
+    COURSE_FAULT_NAN_STEP=2 job "" 2 "$TRAIN02" $FLAGS --steps 3 --out "$BATS_TEST_TMPDIR/nan"
+    assert_equal "$status" 3
+    assert_equal "$(grep -c '^error:' <<<"$output")" 1
+    assert_output --partial "error: [rank 0] the loss became nan at step 2"
+}

@@ -341,15 +341,21 @@ wait_for_save() {
     until [ -e "$1/ck.tmp" ]; do :; done
 }
 
+# signal_job SIGNAL: send it to the job started in the background, wait for
+# the job to end; sets status.
+signal_job() {
+    kill -"$1" "$job_pid"
+    status=0
+    wait "$job_pid" || status=$?
+}
+
 @test "Ctrl-C during a save ends 01 with status 130, the step and the last checkpoint named, and no .tmp left" {
     local d="$BATS_TEST_TMPDIR"
     "$TRAIN01" --device cpu --model small --batch 4 --steps 2000 --sample 0 --quiet --data "$BATS_FILE_TMPDIR/corpus.txt" \
         --save-every 1 --save "$d/ck" --out "$d/out" 2>"$d/err" &
     job_pid=$!
     wait_for_save "$d"
-    kill -INT "$job_pid"
-    status=0
-    wait "$job_pid" || status=$?
+    signal_job INT
     assert_equal "$status" 130
     run cat "$d/err"
     assert_output --regexp "^interrupted at step [0-9]+ by SIGINT; last checkpoint: step [0-9]+ at $d/ck$"
@@ -363,9 +369,7 @@ wait_for_save() {
     "$TRAIN01" $FLAGS --steps 100000 --out "$d/out" 2>"$d/err" &
     job_pid=$!
     until [ -s "$d/out/steps.csv" ]; do sleep 0.05; done
-    kill -TERM "$job_pid"
-    status=0
-    wait "$job_pid" || status=$?
+    signal_job TERM
     assert_equal "$status" 143
     run cat "$d/err"
     assert_output --regexp "^interrupted at step [0-9]+ by SIGTERM \(a kill, or mpirun ending the job\); no checkpoint saved$"
@@ -379,9 +383,7 @@ wait_for_save() {
         --data "$BATS_FILE_TMPDIR/corpus.txt" --save-every 1 --save "$d/ck" --out "$d/out" >"$d/log" 2>&1 &
     job_pid=$!
     wait_for_save "$d"
-    kill -INT "$job_pid"
-    status=0
-    wait "$job_pid" || status=$?
+    signal_job INT
     assert_equal "$status" 1 # mpirun's own status for a job it ended (Open MPI 4); the ranks exit 143
     run grep '^interrupted' "$d/log"
     assert_output --regexp "^interrupted at step [0-9]+ by SIGTERM \(a kill, or mpirun ending the job\); last checkpoint: step [0-9]+ at $d/ck$"

@@ -150,13 +150,23 @@ assert_same_losses() {
     run "$REPO/common/ckpt" verify "$d/ck"
     assert_success
     assert_output --regexp "^ok [0-9a-f]{16} step 2 " # the step-2 checkpoint, whole
-    run --separate-stderr "$REPO/common/ckpt" verify "$d/ck.tmp"
-    assert_equal "$status" 2 # the half-written one has no header yet: never taken for a checkpoint
-    [[ "$stderr" == *"not a checkpoint of this course"* ]]
+    # the half-written one: rank 0 removed it when mpirun ended the job (SIGTERM, util.h)
+    [ ! -e "$d/ck.tmp" ] || fail "the killed save left $d/ck.tmp"
 
     job "" 2 "$TRAIN04" $f --resume "$d/ck" --out "$d/resumed"
     assert_success
     assert_same_losses "$(step_losses "$d/full/steps.csv" | sed -n 3,6p)" "$(step_losses "$d/resumed/steps.csv")"
+}
+
+@test "a save killed half-way with no survivor to clean up leaves a .tmp never taken for a checkpoint" {
+    local d="$BATS_TEST_TMPDIR"
+    COURSE_FAULT_KILL=save:0:2 run "$TRAIN01" $FLAGS --steps 4 --save-every 2 --save "$d/ck" --out "$d/out"
+    assert_equal "$status" 137 # SIGKILL, as a machine that dies
+    run --separate-stderr "$REPO/common/ckpt" verify "$d/ck.tmp"
+    assert_equal "$status" 2 # no header yet
+    [[ "$stderr" == *"not a checkpoint of this course"* ]]
+    run "$REPO/common/ckpt" verify "$d/ck"
+    assert_output --regexp "^ok [0-9a-f]{16} step 2 "
 }
 
 @test "300 steps on 4 ranks, saved and resumed every 50 steps, give the uninterrupted run's losses" {

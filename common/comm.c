@@ -62,7 +62,7 @@ static pthread_mutex_t bytes_lock = PTHREAD_MUTEX_INITIALIZER;
             int mpi_len_ = 0;                                                                                \
             MPI_Error_string(mpi_status_, mpi_text_, &mpi_len_);                                             \
             char mpi_where_[2048];                                                                           \
-            watchdog_explain(mpi_where_, sizeof mpi_where_); /* ranks elsewhere? */                         \
+            watchdog_explain(mpi_where_, sizeof mpi_where_); /* ranks elsewhere? */                          \
             fatal(EXIT_RUNTIME, "MPI error at %s:%d: %s%s", __FILE__, __LINE__, mpi_text_, mpi_where_);      \
         }                                                                                                    \
     } while (0)

@@ -274,10 +274,10 @@ void config_print_help(const char *program, const char *summary, const CliExtra 
         printf("\ncommunication (run with mpirun -np N)\n"
                "  --comm auto|nccl|mpi       transport for device buffers; auto = nccl with one GPU per rank "
                "(default %s)\n"
-               "  --timeout SECONDS          a rank waiting longer than this in one communication call ends the\n"
-               "                             job naming the ranks that never arrived, its last calls written to\n"
-               "                             OUT/flight-RANK.txt (kill -USR1 a rank to see them live); 0..604800,\n"
-               "                             0 = wait forever (default %d)\n",
+               "  --timeout SECONDS          a rank waiting longer than this in one communication call\n"
+               "                             ends the job naming the ranks that never arrived, its last\n"
+               "                             calls written to OUT/flight-RANK.txt (kill -USR1 a rank to\n"
+               "                             see them live); 0..604800, 0 = wait forever (default %d)\n",
                d->comm, d->timeout);
     if (extra && extra->help) printf("\n%s", extra->help);
     printf("\nexit status: 0 done, 1 runtime failure, 2 bad input, 3 loss became NaN/Inf\n");
@@ -659,7 +659,7 @@ int config_parse_and_check(Config *c, int argc, char **argv, const char *program
     if (read_flags(c, argc, argv, program, extra)) return 1;
     record_flags(c, extra);
     check_thread_count();
-    fault_check_environment(); /* the tests' COURSE_FAULT_* variables (util.h) */
+    fault_check_environment();    /* the tests' COURSE_FAULT_* variables (util.h) */
     interrupt_handlers_install(); /* Ctrl-C: a message, no temporary files left (util.h) */
     if (extra && extra->check) extra->check(c, extra->context);
     check_memory(c);

@@ -127,10 +127,10 @@ void fault_check_environment(void);
 void fault_point(const char *name);
 int fault_skip(const char *name);
 int fault_disk_full(const char *name, size_t bytes);
-int fault_nan_step(void);            /* K, or -1 */
-int fault_overflow_step(void);       /* K, or -1 */
-int fault_overflow_rank(void);       /* R, or -1 */
-int fault_replica_rank(void);        /* R, or -1 */
+int fault_nan_step(void);      /* K, or -1 */
+int fault_overflow_step(void); /* K, or -1 */
+int fault_overflow_rank(void); /* R, or -1 */
+int fault_replica_rank(void);  /* R, or -1 */
 
 #ifdef __cplusplus
 }

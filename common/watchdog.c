@@ -23,25 +23,25 @@
 #include <unistd.h>
 
 struct WatchGroup {
-    uint64_t id;      /* the same on every member: creation order and members */
-    char label[64];   /* "g1 (ranks 0-1)" */
+    uint64_t id;    /* the same on every member: creation order and members */
+    char label[64]; /* "g1 (ranks 0-1)" */
     int size;
-    int *world_ranks; /* (size): member i's rank in the world */
-    long collectives, messages;  /* sequence numbers handed out */
-    const char *last_op;         /* its latest collective (NULL: none yet) */
+    int *world_ranks;           /* (size): member i's rank in the world */
+    long collectives, messages; /* sequence numbers handed out */
+    const char *last_op;        /* its latest collective (NULL: none yet) */
     long last_seq;
     int last_done;
 };
 
 typedef struct {
     int used, done;
-    const char *op;      /* a fault point's name: "allreduce", "send", ... */
-    WatchGroup *group;   /* NULL once the group is freed (label kept) */
+    const char *op;    /* a fault point's name: "allreduce", "send", ... */
+    WatchGroup *group; /* NULL once the group is freed (label kept) */
     uint64_t group_id;
     char group_label[64];
-    int peer;            /* world rank of the peer of a message; -1: a collective */
+    int peer; /* world rank of the peer of a message; -1: a collective */
     size_t bytes;
-    long seq;            /* #seq of the group's collectives (or messages, with a peer) */
+    long seq; /* #seq of the group's collectives (or messages, with a peer) */
     int step;
     double start_ms, end_ms;
 } Entry;
@@ -51,25 +51,26 @@ typedef struct {
     uint64_t group_id;
 } Question;
 typedef struct {
-    int known;            /* the answering rank is a member of the group */
-    char last_op[24];     /* its latest collective there ("" none) */
+    int known;        /* the answering rank is a member of the group */
+    char last_op[24]; /* its latest collective there ("" none) */
     long last_seq;
     int last_done;
-    char waiting[200];    /* what it waits in now ("" nothing) */
+    char waiting[200]; /* what it waits in now ("" nothing) */
 } Answer;
 
 enum { TAG_QUESTION = 1, TAG_ANSWER = 2 };
+#define MAX_GROUPS 64
 
 /* Everything process-wide, in one place. */
 static struct {
     pthread_mutex_t lock;
     Entry ring[WATCHDOG_RING];
-    int next;              /* slot of the next entry */
+    int next; /* slot of the next entry */
     int step;
-    int groups_made;       /* for group ids: the same count on every member */
-    WatchGroup *groups[64]; /* live groups, for answering questions */
+    int groups_made;                /* for group ids: the same count on every member */
+    WatchGroup *groups[MAX_GROUPS]; /* live groups, for answering questions */
     int rank, size, timeout_s, running, stop;
-    double start_ms;       /* wall_ms() at start: entries' times are relative to it */
+    double start_ms; /* wall_ms() at start: entries' times are relative to it */
     char out_dir[4096];
     MPI_Comm ask_comm;
     int have_ask_comm;
@@ -103,13 +104,12 @@ WatchGroup *watchdog_group_create(const int *world_ranks, int size) {
     g->world_ranks = xcalloc(size, sizeof(int));
     memcpy(g->world_ranks, world_ranks, size * sizeof(int));
     pthread_mutex_lock(&W.lock);
-    int index = W.groups_made++;
-    for (int i = 0; i < 64; i++)
-        if (!W.groups[i]) {
-            W.groups[i] = g;
-            break;
-        }
+    int index = W.groups_made++, slot = 0;
+    while (slot < MAX_GROUPS && W.groups[slot]) slot++;
+    if (slot < MAX_GROUPS) W.groups[slot] = g;
     pthread_mutex_unlock(&W.lock);
+    if (slot == MAX_GROUPS)
+        fatal(EXIT_RUNTIME, "watchdog: more than %d communication groups at once", MAX_GROUPS);
     g->id = hash64((uint64_t)index) ^ hash_bytes(world_ranks, size * sizeof(int));
     char ranks[48];
     rank_list(world_ranks, size, ranks, sizeof ranks);
@@ -120,7 +120,7 @@ WatchGroup *watchdog_group_create(const int *world_ranks, int size) {
 void watchdog_group_free(WatchGroup *g) {
     if (!g) return;
     pthread_mutex_lock(&W.lock);
-    for (int i = 0; i < 64; i++)
+    for (int i = 0; i < MAX_GROUPS; i++)
         if (W.groups[i] == g) W.groups[i] = NULL;
     for (int i = 0; i < WATCHDOG_RING; i++)
         if (W.ring[i].group == g) W.ring[i].group = NULL;
@@ -134,7 +134,8 @@ void watchdog_group_free(WatchGroup *g) {
 int watchdog_begin(WatchGroup *g, const char *op, int peer, size_t bytes) {
     pthread_mutex_lock(&W.lock);
     int slot = W.next;
-    while (W.ring[slot].used && !W.ring[slot].done) slot = (slot + 1) % WATCHDOG_RING; /* keep waits */
+    for (int tries = 1; tries < WATCHDOG_RING && W.ring[slot].used && !W.ring[slot].done; tries++)
+        slot = (slot + 1) % WATCHDOG_RING; /* keep the entries still waiting */
     W.next = (slot + 1) % WATCHDOG_RING;
     Entry *e = &W.ring[slot];
     *e = (Entry){.used = 1, .op = op, .group = g, .group_id = g->id, .bytes = bytes, .step = W.step};
@@ -215,8 +216,9 @@ static void write_ring(FILE *f, const char *why) {
     pthread_mutex_unlock(&W.lock);
     char now[16];
     clock_of(wall_ms(), now, sizeof now);
-    fprintf(f, "# flight recorder of rank %d (pid %d) at %s, %s: its last %d communication calls, oldest first\n",
-            W.rank, (int)getpid(), now, why, WATCHDOG_RING);
+    fprintf(
+        f, "# flight recorder of rank %d (pid %d) at %s, %s: its last %d communication calls, oldest first\n",
+        W.rank, (int)getpid(), now, why, WATCHDOG_RING);
     fprintf(f, "# times in seconds since the watchdog started; peer is a world rank; seq counts the group's\n"
                "# collectives (messages apart), the same number for the same collective on every member\n");
     fprintf(f, "%-15s %6s %-22s %5s %12s %6s %9s %9s  %s\n", "op", "seq", "group", "peer", "bytes", "step",
@@ -231,8 +233,8 @@ static void write_ring(FILE *f, const char *why) {
             snprintf(end, sizeof end, "%.3f", (e->end_ms - W.start_ms) / 1000.0);
         else
             snprintf(state, sizeof state, "WAITING %.1f s", (now_ms - e->start_ms) / 1000.0);
-        fprintf(f, "%-15s %6ld %-22s %5s %12zu %6d %9.3f %9s  %s\n", e->op, e->seq, e->group_label, peer, e->bytes,
-                e->step, (e->start_ms - W.start_ms) / 1000.0, end, state);
+        fprintf(f, "%-15s %6ld %-22s %5s %12zu %6d %9.3f %9s  %s\n", e->op, e->seq, e->group_label, peer,
+                e->bytes, e->step, (e->start_ms - W.start_ms) / 1000.0, end, state);
     }
     fflush(f);
 }
@@ -256,7 +258,7 @@ static void write_flight_file(const char *why, char *path, size_t size) {
 static Answer answer_for(uint64_t group_id) {
     Answer a = {0};
     pthread_mutex_lock(&W.lock);
-    for (int i = 0; i < 64; i++) {
+    for (int i = 0; i < MAX_GROUPS; i++) {
         const WatchGroup *g = W.groups[i];
         if (!g || g->id != group_id) continue;
         a.known = 1;
@@ -334,8 +336,9 @@ static void judge_peer(const Entry *e, int peer, const Answer *a, int answered, 
     describe(e, mine, sizeof mine);
     out[0] = '\0';
     if (!answered) {
-        snprintf(out, size, "rank %d never arrived (no answer in %d s: stopped, or stuck outside communication)",
-                 peer, WATCHDOG_ASK_SECONDS);
+        snprintf(out, size,
+                 "rank %d never arrived (no answer in %d s: stopped, or stuck outside communication)", peer,
+                 WATCHDOG_ASK_SECONDS);
         return;
     }
     const char *where = a->waiting[0] ? a->waiting : "no communication";
@@ -346,14 +349,16 @@ static void judge_peer(const Entry *e, int peer, const Answer *a, int answered, 
     if (!a->known) {
         snprintf(out, size, "rank %d is not in %s", peer, e->group_label);
     } else if (a->last_seq < e->seq) {
-        snprintf(out, size, "rank %d is at %s #%ld while rank %d waits in %s #%ld (rank %d waits in %s)", peer,
-                 a->last_op[0] ? a->last_op : "(none)", a->last_seq, W.rank, e->op, e->seq, peer, where);
+        snprintf(out, size, "rank %d is at %s #%ld while rank %d waits in %s #%ld (rank %d waits in %s)",
+                 peer, a->last_op[0] ? a->last_op : "(none)", a->last_seq, W.rank, e->op, e->seq, peer,
+                 where);
     } else if (a->last_seq == e->seq && strcmp(a->last_op, e->op) != 0) {
-        snprintf(out, size, "rank %d is in %s #%ld while rank %d waits in %s #%ld: they called different collectives",
+        snprintf(out, size,
+                 "rank %d is in %s #%ld while rank %d waits in %s #%ld: they called different collectives",
                  peer, a->last_op, a->last_seq, W.rank, e->op, e->seq);
     } else if (a->last_seq > e->seq) {
-        snprintf(out, size, "rank %d is already at %s #%ld, past %s #%ld", peer, a->last_op, a->last_seq, e->op,
-                 e->seq);
+        snprintf(out, size, "rank %d is already at %s #%ld, past %s #%ld", peer, a->last_op, a->last_seq,
+                 e->op, e->seq);
     }
 }
 
@@ -365,7 +370,7 @@ static int awaited_ranks(const Entry *e, int *ranks) {
     }
     int n = 0;
     pthread_mutex_lock(&W.lock);
-    for (int i = 0; i < 64; i++) {
+    for (int i = 0; i < MAX_GROUPS; i++) {
         const WatchGroup *g = W.groups[i];
         if (!g || g->id != e->group_id) continue;
         for (int m = 0; m < g->size && n < 1024; m++)
@@ -402,12 +407,14 @@ static void time_out(const Entry *e) {
     describe(e, what, sizeof what);
     clock_of(e->start_ms, since, sizeof since);
     double waited = (wall_ms() - e->start_ms) / 1000.0;
-    fprintf(stderr, "watchdog: [rank %d] waits in %s (%zu bytes, step %d) since %s: %.1f s, over --timeout %d\n",
+    fprintf(stderr,
+            "watchdog: [rank %d] waits in %s (%zu bytes, step %d) since %s: %.1f s, over --timeout %d\n",
             W.rank, what, e->bytes, e->step, since, waited, W.timeout_s);
     write_flight_file("a wait timed out", path, sizeof path);
     fprintf(stderr, "watchdog: [rank %d] flight recorder written to %s\n", W.rank, path);
     find_missing(e, verdict, sizeof verdict);
-    fatal(EXIT_RUNTIME, "watchdog: %s has waited %.0f s (--timeout %d): %s", what, waited, W.timeout_s, verdict);
+    fatal(EXIT_RUNTIME, "watchdog: %s has waited %.0f s (--timeout %d): %s", what, waited, W.timeout_s,
+          verdict);
 }
 
 void watchdog_explain(char *out, size_t size) {
@@ -453,7 +460,8 @@ static void *watch(void *arg) {
         int was_frozen = wall_ms() - last_tick_ms > 3000.0;
         last_tick_ms = wall_ms();
         Entry e;
-        if (W.timeout_s > 0 && !was_frozen && oldest_open(&e) && wall_ms() - e.start_ms > 1000.0 * W.timeout_s)
+        if (W.timeout_s > 0 && !was_frozen && oldest_open(&e) &&
+            wall_ms() - e.start_ms > 1000.0 * W.timeout_s)
             time_out(&e);
         pthread_mutex_lock(&W.lock);
     }

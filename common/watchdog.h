@@ -43,8 +43,8 @@
 
 #include <stddef.h>
 
-#define WATCHDOG_RING 64        /* entries kept per rank */
-#define WATCHDOG_ASK_SECONDS 3  /* how long a timed-out rank waits for answers */
+#define WATCHDOG_RING 64       /* entries kept per rank */
+#define WATCHDOG_ASK_SECONDS 3 /* how long a timed-out rank waits for answers */
 
 /* A group as the recorder knows it: its members' world ranks (in group rank
  * order), its sequence numbers and latest collective. comm.c makes one per

@@ -4,7 +4,10 @@
 # a crash while saving leaves the previous checkpoint intact; and a long run
 # saved and resumed every 50 steps gives the uninterrupted run's losses.
 # The points are fault_point() calls (common/util.h), armed by
-# COURSE_FAULT_KILL=NAME:RANK[:N].
+# COURSE_FAULT_KILL=NAME:RANK[:N]. Then the watchdog (common/watchdog.h): a
+# frozen rank (SIGSTOP) or a skipped collective is named, SIGUSR1 shows the
+# flight recorder; and Ctrl-C or kill ends a run with its step, its last
+# checkpoint and no temporary file left.
 
 load helpers
 
@@ -348,7 +351,9 @@ wait_for_save() {
         sleep 0.02
     done
     [ -e "$1/ck" ] || fail "no checkpoint saved within 60 s"
-    until [ -e "$1/ck.tmp" ]; do :; done
+    until [ -e "$1/ck.tmp" ]; do
+        kill -0 "$job_pid" 2>/dev/null || fail "the job ended before a second save"
+    done
 }
 
 # signal_job SIGNAL: send it to the job started in the background, wait for
@@ -378,7 +383,11 @@ signal_job() {
     local d="$BATS_TEST_TMPDIR"
     "$TRAIN01" $FLAGS --steps 100000 --out "$d/out" 2>"$d/err" &
     job_pid=$!
-    until [ -s "$d/out/steps.csv" ]; do sleep 0.05; done
+    local i
+    for i in $(seq 1200); do
+        [ -s "$d/out/steps.csv" ] && break
+        sleep 0.05
+    done
     signal_job TERM
     assert_equal "$status" 143
     run cat "$d/err"

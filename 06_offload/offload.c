@@ -169,8 +169,7 @@ double offload_grad_sum_squares(const Offload *o) {
 }
 
 void offload_fault_overflow(Offload *o, int step) {
-    const char *fault = getenv("COURSE_FAULT_OVERFLOW_STEP");
-    if (fault && atoi(fault) == step && o->rank == 0) o->grads[o->cur][0] = INFINITY;
+    if (o->rank == 0 && fault_overflow_step() == step) o->grads[o->cur][0] = INFINITY; /* util.h */
 }
 
 /* ---- the update: host AdamW, weights back to the device ---- */

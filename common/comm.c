@@ -18,6 +18,7 @@
 #include "cuda_runtime_glue.h"
 #endif
 #include "util.h"
+#include "watchdog.h"
 
 #include <mpi.h>
 #include <pthread.h>
@@ -40,6 +41,7 @@ struct CommGroup {
     DeviceEvent *done;         /* recorded on the communication stream after a call's work */
     void *staging;             /* host copy of device buffers (staged transport): pinned, host/comm */
     size_t staging_bytes;
+    WatchGroup *watch; /* its entries in the flight recorder (watchdog.h) */
 #ifdef USE_NCCL
     ncclComm_t nccl;
 #endif
@@ -59,9 +61,29 @@ static pthread_mutex_t bytes_lock = PTHREAD_MUTEX_INITIALIZER;
             char mpi_text_[MPI_MAX_ERROR_STRING];                                                            \
             int mpi_len_ = 0;                                                                                \
             MPI_Error_string(mpi_status_, mpi_text_, &mpi_len_);                                             \
-            fatal(EXIT_RUNTIME, "MPI error at %s:%d: %s", __FILE__, __LINE__, mpi_text_);                    \
+            char mpi_where_[2048];                                                                           \
+            watchdog_explain(mpi_where_, sizeof mpi_where_); /* ranks elsewhere? */                          \
+            fatal(EXIT_RUNTIME, "MPI error at %s:%d: %s%s", __FILE__, __LINE__, mpi_text_, mpi_where_);      \
         }                                                                                                    \
     } while (0)
+
+/* The flight recorder's view of a group: its members' world ranks. */
+static WatchGroup *watch_group(MPI_Comm comm) {
+    int size;
+    MPI_Comm_size(comm, &size);
+    int *mine = xcalloc(size, sizeof(int)), *world = xcalloc(size, sizeof(int));
+    MPI_Group group, world_members;
+    MPI_Comm_group(comm, &group);
+    MPI_Comm_group(MPI_COMM_WORLD, &world_members);
+    for (int i = 0; i < size; i++) mine[i] = i;
+    MPI_Group_translate_ranks(group, size, mine, world_members, world);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_members);
+    WatchGroup *w = watchdog_group_create(world, size);
+    free(mine);
+    free(world);
+    return w;
+}
 
 static void abort_job(int exit_code) {
     MPI_Abort(MPI_COMM_WORLD, exit_code);
@@ -79,6 +101,7 @@ void comm_init(int *argc, char ***argv) {
     set_abort_hook(abort_job);
     if (world_group.size > 1) set_error_rank(world_group.rank);
     set_log_rank(world_group.rank);
+    world_group.watch = watch_group(MPI_COMM_WORLD);
     MPI_Comm node;
     MPI_CHECK(
         MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_group.rank, MPI_INFO_NULL, &node));
@@ -94,6 +117,7 @@ static void release_group(CommGroup *g);
 static void free_sum_ops(void);
 
 void comm_finalize(void) {
+    watchdog_stop();
     release_group(&world_group);
     free_sum_ops();
     MPI_Finalize();
@@ -243,6 +267,7 @@ void comm_parse_config(Config *cfg, int argc, char **argv, const char *program, 
         comm_finalize();
         exit(0);
     }
+    watchdog_start(cfg->timeout, cfg->out, cfg->resume_step + 1); /* --timeout (watchdog.h) */
 }
 
 CommGroup *comm_world(void) {
@@ -264,12 +289,14 @@ CommGroup *comm_split(CommGroup *parent, int color, int key) {
     MPI_Comm_set_errhandler(g->mpi, MPI_ERRORS_RETURN);
     MPI_Comm_rank(g->mpi, &g->rank);
     MPI_Comm_size(g->mpi, &g->size);
+    g->watch = watch_group(g->mpi);
     return g;
 }
 
 void comm_group_free(CommGroup *g) {
     if (!g || g == &world_group) return;
     release_group(g);
+    watchdog_group_free(g->watch);
     MPI_CHECK(MPI_Comm_free(&g->mpi));
     free(g);
 }
@@ -536,9 +563,8 @@ static int mpi_count(size_t count) {
     return (int)count;
 }
 
-void comm_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype, ReduceOp op,
+static void allreduce_run(CommGroup *g, void *buf, size_t count, CommDtype dtype, ReduceOp op,
                           DeviceEvent *ready) {
-    fault_point("allreduce"); /* tests/faults.bats: COURSE_FAULT_KILL (util.h) */
     check_dtype(dtype, "comm_allreduce");
     if (count == 0) return;
     size_t bytes = count * comm_dtype_bytes(dtype);
@@ -559,7 +585,7 @@ void comm_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype
     to_device(g, comm, buf, h, bytes);
 }
 
-void comm_reduce_scatter_typed(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
+static void reduce_scatter_run(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
                                ReduceOp op, DeviceEvent *ready) {
     check_dtype(dtype, "comm_reduce_scatter");
     size_t bytes = count * comm_dtype_bytes(dtype), total = (size_t)g->size * bytes;
@@ -581,7 +607,7 @@ void comm_reduce_scatter_typed(CommGroup *g, const void *send, void *recv, size_
     to_device(g, comm, recv, hr, bytes);
 }
 
-void comm_allgather_typed(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
+static void allgather_run(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
                           DeviceEvent *ready) {
     check_dtype(dtype, "comm_allgather");
     size_t bytes = count * comm_dtype_bytes(dtype), total = (size_t)g->size * bytes;
@@ -602,7 +628,7 @@ void comm_allgather_typed(CommGroup *g, const void *send, void *recv, size_t cou
     to_device(g, comm, recv, hr, total);
 }
 
-void comm_broadcast_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype, int root,
+static void broadcast_run(CommGroup *g, void *buf, size_t count, CommDtype dtype, int root,
                           DeviceEvent *ready) {
     check_dtype(dtype, "comm_broadcast");
     size_t bytes = count * comm_dtype_bytes(dtype);
@@ -621,24 +647,7 @@ void comm_broadcast_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype
     to_device(g, comm, buf, h, bytes);
 }
 
-void comm_allreduce(CommGroup *g, float *buf, size_t count, ReduceOp op) {
-    comm_allreduce_typed(g, buf, count, COMM_F32, op, NULL);
-}
-
-void comm_reduce_scatter(CommGroup *g, const float *send, float *recv, size_t count, ReduceOp op) {
-    comm_reduce_scatter_typed(g, send, recv, count, COMM_F32, op, NULL);
-}
-
-void comm_allgather(CommGroup *g, const float *send, float *recv, size_t count) {
-    comm_allgather_typed(g, send, recv, count, COMM_F32, NULL);
-}
-
-void comm_broadcast(CommGroup *g, float *buf, size_t count, int root) {
-    comm_broadcast_typed(g, buf, count, COMM_F32, root, NULL);
-}
-
-void comm_send(CommGroup *g, const float *buf, size_t count, int dest, int tag) {
-    fault_point("send");
+static void send_run(CommGroup *g, const float *buf, size_t count, int dest, int tag) {
     size_t bytes = count * sizeof(float);
     count_sent((double)bytes);
     DeviceStream *comm = comm_stream_after(g, NULL);
@@ -653,8 +662,7 @@ void comm_send(CommGroup *g, const float *buf, size_t count, int dest, int tag) 
     MPI_CHECK(MPI_Send(h, mpi_count(count), MPI_FLOAT, dest, tag, g->mpi));
 }
 
-void comm_recv(CommGroup *g, float *buf, size_t count, int source, int tag) {
-    fault_point("recv");
+static void recv_run(CommGroup *g, float *buf, size_t count, int source, int tag) {
     size_t bytes = count * sizeof(float);
     DeviceStream *comm = comm_stream_after(g, NULL); /* the buffer's last readers first */
 #ifdef USE_NCCL
@@ -669,9 +677,8 @@ void comm_recv(CommGroup *g, float *buf, size_t count, int source, int tag) {
     to_device(g, comm, buf, h, bytes);
 }
 
-void comm_sendrecv_typed(CommGroup *g, const void *send, size_t send_count, int dest, void *recv,
+static void sendrecv_run(CommGroup *g, const void *send, size_t send_count, int dest, void *recv,
                          size_t recv_count, int source, CommDtype dtype, int tag) {
-    fault_point("sendrecv");
     check_dtype(dtype, "comm_sendrecv_typed");
     size_t size = comm_dtype_bytes(dtype), send_bytes = send_count * size, recv_bytes = recv_count * size;
     count_sent((double)send_bytes);
@@ -695,6 +702,93 @@ void comm_sendrecv_typed(CommGroup *g, const void *send, size_t send_count, int 
     to_device(g, comm, recv, hr, recv_bytes);
 }
 
+/* ---- the calls of comm.h: each one a fault point, then an entry of the
+ * flight recorder around the work ---- */
+
+/* Every call on a group starts here: the tests' fault points (util.h:
+ * COURSE_FAULT_KILL kills this rank at NAME; COURSE_FAULT_SKIP makes it
+ * skip the call, returning SKIP), then its entry in the flight recorder
+ * (a collective: peer -1), which op_end closes. */
+enum { SKIP = -1 };
+static int op_begin(CommGroup *g, const char *name, int peer, size_t bytes) {
+    fault_point(name);
+    if (fault_skip(name)) return SKIP;
+    return watchdog_begin(g->watch, name, peer, bytes);
+}
+static void op_end(int entry) {
+    watchdog_end(entry);
+}
+
+void comm_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype, ReduceOp op,
+                          DeviceEvent *ready) {
+    int entry = op_begin(g, "allreduce", -1, count * comm_dtype_bytes(dtype));
+    if (entry == SKIP) return;
+    allreduce_run(g, buf, count, dtype, op, ready);
+    op_end(entry);
+}
+
+void comm_reduce_scatter_typed(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
+                               ReduceOp op, DeviceEvent *ready) {
+    int entry = op_begin(g, "reduce_scatter", -1, g->size * count * comm_dtype_bytes(dtype));
+    if (entry == SKIP) return;
+    reduce_scatter_run(g, send, recv, count, dtype, op, ready);
+    op_end(entry);
+}
+
+void comm_allgather_typed(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
+                          DeviceEvent *ready) {
+    int entry = op_begin(g, "allgather", -1, g->size * count * comm_dtype_bytes(dtype));
+    if (entry == SKIP) return;
+    allgather_run(g, send, recv, count, dtype, ready);
+    op_end(entry);
+}
+
+void comm_broadcast_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype, int root,
+                          DeviceEvent *ready) {
+    int entry = op_begin(g, "broadcast", -1, count * comm_dtype_bytes(dtype));
+    if (entry == SKIP) return;
+    broadcast_run(g, buf, count, dtype, root, ready);
+    op_end(entry);
+}
+
+void comm_send(CommGroup *g, const float *buf, size_t count, int dest, int tag) {
+    int entry = op_begin(g, "send", dest, count * sizeof(float));
+    if (entry == SKIP) return;
+    send_run(g, buf, count, dest, tag);
+    op_end(entry);
+}
+
+void comm_recv(CommGroup *g, float *buf, size_t count, int source, int tag) {
+    int entry = op_begin(g, "recv", source, count * sizeof(float));
+    if (entry == SKIP) return;
+    recv_run(g, buf, count, source, tag);
+    op_end(entry);
+}
+
+void comm_sendrecv_typed(CommGroup *g, const void *send, size_t send_count, int dest, void *recv,
+                         size_t recv_count, int source, CommDtype dtype, int tag) {
+    int entry = op_begin(g, "sendrecv", dest, send_count * comm_dtype_bytes(dtype));
+    if (entry == SKIP) return;
+    sendrecv_run(g, send, send_count, dest, recv, recv_count, source, dtype, tag);
+    op_end(entry);
+}
+
+void comm_allreduce(CommGroup *g, float *buf, size_t count, ReduceOp op) {
+    comm_allreduce_typed(g, buf, count, COMM_F32, op, NULL);
+}
+
+void comm_reduce_scatter(CommGroup *g, const float *send, float *recv, size_t count, ReduceOp op) {
+    comm_reduce_scatter_typed(g, send, recv, count, COMM_F32, op, NULL);
+}
+
+void comm_allgather(CommGroup *g, const float *send, float *recv, size_t count) {
+    comm_allgather_typed(g, send, recv, count, COMM_F32, NULL);
+}
+
+void comm_broadcast(CommGroup *g, float *buf, size_t count, int root) {
+    comm_broadcast_typed(g, buf, count, COMM_F32, root, NULL);
+}
+
 void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest, float *recv,
                    size_t recv_count, int source, int tag) {
     comm_sendrecv_typed(g, send, send_count, dest, recv, recv_count, source, COMM_F32, tag);
@@ -702,22 +796,34 @@ void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest,
 
 int comm_all(CommGroup *g, int flag) {
     int all = flag != 0, mine = all;
+    int entry = op_begin(g, "host_allreduce", -1, sizeof mine);
+    if (entry == SKIP) return all;
     MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, g->mpi));
+    op_end(entry);
     return all;
 }
 
 double comm_allreduce_double(CommGroup *g, double value, int op_max) {
     double result = value;
+    int entry = op_begin(g, "host_allreduce", -1, sizeof value);
+    if (entry == SKIP) return result;
     MPI_CHECK(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, op_max ? MPI_MAX : MPI_SUM, g->mpi));
+    op_end(entry);
     return result;
 }
 
 void comm_gather_bytes(CommGroup *g, const void *send, size_t bytes, void *recv, int root) {
+    int entry = op_begin(g, "host_gather", -1, bytes);
+    if (entry == SKIP) return;
     MPI_CHECK(MPI_Gather(send, mpi_count(bytes), MPI_BYTE, recv, mpi_count(bytes), MPI_BYTE, root, g->mpi));
+    op_end(entry);
 }
 
 void comm_barrier(CommGroup *g) {
+    int entry = op_begin(g, "barrier", -1, 0);
+    if (entry == SKIP) return;
     MPI_CHECK(MPI_Barrier(g->mpi));
+    op_end(entry);
 }
 
 double comm_bytes_sent(void) {
@@ -739,7 +845,11 @@ size_t comm_write_memory_csv(CommGroup *world, const char *dir) {
 
 void comm_slowest_times(CommGroup *g, StepRecord *rec) {
     double times[5] = {rec->step_ms, rec->fwd_ms, rec->bwd_ms, rec->comm_ms, rec->opt_ms};
+    int entry = op_begin(g, "host_allreduce", -1, sizeof times);
+    if (entry == SKIP) return;
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, times, 5, MPI_DOUBLE, MPI_MAX, g->mpi));
+    op_end(entry);
+    watchdog_set_step(rec->step + 1); /* the flight recorder's step: the next one */
     rec->step_ms = times[0];
     rec->fwd_ms = times[1];
     rec->bwd_ms = times[2];

@@ -34,7 +34,10 @@
  * counter is shared, under a lock. MPI is started with MPI_THREAD_MULTIPLE.
  *
  * Any error ends the whole job (MPI_Abort) with a message naming the rank:
- * no rank is ever left waiting in a collective. */
+ * no rank is ever left waiting in a collective. Every call is an entry of
+ * the flight recorder, and a rank that waits in one longer than --timeout
+ * ends the job naming the ranks that never arrived (watchdog.h); every call
+ * is also a fault point of the tests (util.h). */
 #ifndef COMM_H
 #define COMM_H
 

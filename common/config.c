@@ -130,6 +130,7 @@ enum {
     OPT_RECOMPUTE,
     OPT_OVERWRITE,
     OPT_COMM,
+    OPT_TIMEOUT,
     OPT_PRECISION,
     OPT_LOSS_SCALE,
     OPT_LOSS_SCALE_WINDOW,
@@ -169,7 +170,9 @@ static const struct option common_options[] = {
     {"loss-scale", required_argument, 0, OPT_LOSS_SCALE},
     {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
     {"help", no_argument, 0, OPT_HELP},
-    {"comm", required_argument, 0, OPT_COMM}, /* last: only multi-rank programs take it */
+    /* last: only multi-rank programs take these two */
+    {"comm", required_argument, 0, OPT_COMM},
+    {"timeout", required_argument, 0, OPT_TIMEOUT},
 };
 #define NUM_COMMON_OPTIONS (int)(sizeof common_options / sizeof common_options[0])
 
@@ -189,6 +192,7 @@ static void set_defaults(Config *c, const char *program) {
     model_preset(&c->model, "tiny");
     strcpy(c->device, "auto");
     strcpy(c->comm, "auto");
+    c->timeout = 300; /* minutes, not hours: a hung job is named soon (watchdog.h) */
     c->batch = 8;
     c->micro = 1;
     c->steps = 50;
@@ -271,8 +275,12 @@ void config_print_help(const char *program, const char *summary, const CliExtra 
     if (extra && extra->multi_rank)
         printf("\ncommunication (run with mpirun -np N)\n"
                "  --comm auto|nccl|mpi       transport for device buffers; auto = nccl with one GPU per rank "
-               "(default %s)\n",
-               d->comm);
+               "(default %s)\n"
+               "  --timeout SECONDS          a rank waiting longer than this in one communication call\n"
+               "                             ends the job naming the ranks that never arrived, its last\n"
+               "                             calls written to OUT/flight-RANK.txt (kill -USR1 a rank to\n"
+               "                             see them live); 0..604800, 0 = wait forever (default %d)\n",
+               d->comm, d->timeout);
     if (extra && extra->help) printf("\n%s", extra->help);
     printf("\nexit status: 0 done, 1 runtime failure, 2 bad input, 3 loss became NaN/Inf\n");
 }
@@ -323,7 +331,7 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
     int num_extra = 0;
     if (extra && extra->options)
         while (extra->options[num_extra].name) num_extra++;
-    int num_common = NUM_COMMON_OPTIONS - (extra && extra->multi_rank ? 0 : 1); /* --comm is last */
+    int num_common = NUM_COMMON_OPTIONS - (extra && extra->multi_rank ? 0 : 2); /* --comm, --timeout last */
     /* on the stack: a usage error longjmps out of here (UsageTrap), and must leak nothing */
     struct option options[num_common + num_extra + 1];
     memset(options, 0, sizeof options);
@@ -470,6 +478,9 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
         case OPT_COMM:
             parse_choice_flag("--comm", "transport", optarg, "auto|nccl|mpi", c->comm, sizeof c->comm);
             break;
+        case OPT_TIMEOUT:
+            c->timeout = parse_int_flag("--timeout", optarg, 0, 604800);
+            break;
         case OPT_HELP:
             return 1;
         case ':':
@@ -584,7 +595,10 @@ static void record_flags(Config *c, const CliExtra *extra) {
     config_record_add(r, "--resume", "%s", c->resume);
     config_record_add(r, "--save-every", "%d", c->save_every);
     config_record_add(r, "--quiet", "%d", c->quiet);
-    if (extra && extra->multi_rank) config_record_add(r, "--comm", "%s", c->comm);
+    if (extra && extra->multi_rank) {
+        config_record_add(r, "--comm", "%s", c->comm);
+        config_record_add(r, "--timeout", "%d", c->timeout);
+    }
     if (extra && extra->record) extra->record(extra->context, r);
     r->flag_items = r->count;
 }
@@ -649,6 +663,8 @@ int config_parse_and_check(Config *c, int argc, char **argv, const char *program
     if (read_flags(c, argc, argv, program, extra)) return 1;
     record_flags(c, extra);
     check_thread_count();
+    fault_check_environment();    /* the tests' COURSE_FAULT_* variables (util.h) */
+    interrupt_handlers_install(); /* Ctrl-C: a message, no temporary files left (util.h) */
     if (extra && extra->check) extra->check(c, extra->context);
     check_memory(c);
     check_files(c, program);

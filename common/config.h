@@ -76,6 +76,7 @@ typedef struct {
     int recompute;           /* keep only block inputs; recompute each block's forward in backward */
     int overwrite;           /* --overwrite: replace another run's files in --out */
     char comm[8];            /* multi-rank programs: --comm auto, nccl, mpi */
+    int timeout;             /* multi-rank programs: --timeout seconds a wait may last (0: no limit) */
     Precision precision;     /* --precision fp32|bf16|fp16 */
     float loss_scale;        /* fp16: --loss-scale S, a fixed scale; 0 = dynamic (the default) */
     int loss_scale_window;   /* fp16, dynamic: clean steps after which the scale doubles */

@@ -232,6 +232,7 @@ static void write_run_info(const Config *cfg, const char *program, const char *s
 
 void out_dir_prepare(const Config *cfg, const char *program) {
     const char *dir = cfg->out;
+    interrupt_note_step(cfg->resume_step + 1); /* for Ctrl-C's message (util.h) */
     out_make_directories(dir);
     RunInfo kept = {0};
     if (cfg->out_mode == OUT_APPEND) read_run_info(dir, &kept);
@@ -282,6 +283,7 @@ void run_info_checkpoint(const Config *cfg, const char *path, int step, uint64_t
     snprintf(line, sizeof line, "checkpoint %016llx step %d %.200s", (unsigned long long)checksum, step,
              path);
     update_run_info(cfg, "running", line);
+    interrupt_note_checkpoint(step, path); /* for Ctrl-C's message (util.h) */
 }
 
 void run_info_complete(const Config *cfg) {
@@ -323,6 +325,7 @@ void steps_csv_write(OutFile *f, const StepRecord *r, const char *extra_values) 
     out_printf(f, "%d,%.9g,%.9g,%.9g,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%s%s\n", r->step, r->loss, r->lr,
                r->grad_norm, r->step_ms, r->fwd_ms, r->bwd_ms, r->comm_ms, r->opt_ms, r->tokens_per_s, val,
                extra_values ? extra_values : "");
+    interrupt_note_step(r->step + 1); /* for Ctrl-C's message (util.h) */
 }
 
 void memory_peaks_local(size_t *peaks) {

@@ -157,9 +157,8 @@ void mixed_fault_overflow(MixedModel *mm, int step) {
 }
 
 void half_fault_overflow(uint16_t *grads, HalfFormat format, int step) {
-    const char *fault = getenv("COURSE_FAULT_OVERFLOW_STEP"), *on_rank = getenv("COURSE_FAULT_OVERFLOW_RANK");
-    if (!fault || atoi(fault) != step) return;
-    if (on_rank && on_rank[0] && atoi(on_rank) != process_rank()) return;
+    if (fault_overflow_step() != step) return; /* COURSE_FAULT_OVERFLOW_* (util.h) */
+    if (fault_overflow_rank() >= 0 && fault_overflow_rank() != process_rank()) return;
     uint16_t inf = half_from_float(INFINITY, format);
     copy_to_device(grads, &inf, sizeof inf);
 }

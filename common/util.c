@@ -17,6 +17,7 @@ static int log_rank = 0;
 static void (*abort_hook)(int) = NULL;
 static UsageTrap *usage_trap = NULL;
 #define MAX_TEMP_FILES 8
+#define ERROR_WAIT_FOR_RANK0_US 300000
 static char temp_files[MAX_TEMP_FILES][4200];
 
 void usage_trap_arm(UsageTrap *trap) {
@@ -25,20 +26,6 @@ void usage_trap_arm(UsageTrap *trap) {
 }
 void usage_trap_disarm(void) {
     usage_trap = NULL;
-}
-
-int fault_disk_full(const char *name, size_t bytes) {
-    static double written = 0.0;
-    const char *fault = getenv("COURSE_FAULT_DISK_FULL");
-    if (!fault) return 0;
-    const char *colon = strchr(fault, ':');
-    size_t length = colon ? (size_t)(colon - fault) : strlen(fault);
-    const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
-    if (strlen(base) != length || strncmp(base, fault, length) != 0) return 0;
-    written += (double)bytes;
-    if (written <= (colon ? atof(colon + 1) : 0.0)) return 0;
-    errno = ENOSPC;
-    return 1;
 }
 
 void directory_of(const char *path, char dir[4096]) {
@@ -65,18 +52,6 @@ uint64_t unique_id(void) {
                   hash64((uint64_t)getpid() << 20 ^ (uint64_t)gethostid()) ^ calls++);
 }
 
-const char *fault_save_directory(const char *dir) {
-    static char elsewhere[4096];
-    const char *fault = getenv("COURSE_FAULT_SAVE_DIR");
-    if (!fault || !fault[0]) return dir;
-    int rank = -1, used = 0;
-    if (sscanf(fault, "%d:%n", &rank, &used) != 1 || used == 0 || rank < 0 || !fault[used])
-        fatal(EXIT_USAGE, "COURSE_FAULT_SAVE_DIR=%s: expected RANK:DIR", fault);
-    if (rank != log_rank) return dir;
-    snprintf(elsewhere, sizeof elsewhere, "%s", fault + used);
-    return elsewhere;
-}
-
 void temp_file_register(const char *path) {
     for (int i = 0; i < MAX_TEMP_FILES; i++)
         if (!temp_files[i][0]) {
@@ -87,6 +62,71 @@ void temp_file_register(const char *path) {
 void temp_file_forget(const char *path) {
     for (int i = 0; i < MAX_TEMP_FILES; i++)
         if (strcmp(temp_files[i], path) == 0) temp_files[i][0] = '\0';
+}
+
+/* ---- Ctrl-C and kill ----
+ * The handler may only call async-signal-safe functions (write, unlink,
+ * _exit): no printf, no malloc, no locks, because the signal can arrive
+ * inside any of them. So the message it writes is composed beforehand, each
+ * time the progress changes, into one of two buffers; the handler reads the
+ * one `interrupt_ready` names, which is never the one being written. */
+static char interrupt_texts[2][2][4400]; /* [buffer][SIGINT, SIGTERM] */
+static volatile sig_atomic_t interrupt_ready = 0, failing = 0;
+static int interrupt_step = 1, interrupt_ckpt_step = -1;
+static char interrupt_ckpt_path[4096];
+
+/* "interrupted at step N by SIGINT; last checkpoint: step K at PATH". mpirun
+ * turns its own SIGINT or SIGTERM into SIGTERM for every rank, and sends the
+ * same when it ends a job because another rank failed, hence the two words
+ * of SIGTERM's reason. */
+static void compose_interrupt_message(void) {
+    int next = !interrupt_ready;
+    for (int s = 0; s < 2; s++) {
+        char *text = interrupt_texts[next][s];
+        size_t size = sizeof interrupt_texts[next][s];
+        int used = snprintf(text, size, "interrupted at step %d by %s; ", interrupt_step,
+                            s == 0 ? "SIGINT" : "SIGTERM (a kill, or mpirun ending the job)");
+        if (interrupt_ckpt_step >= 0)
+            snprintf(text + used, size - used, "last checkpoint: step %d at %s\n", interrupt_ckpt_step,
+                     interrupt_ckpt_path);
+        else
+            snprintf(text + used, size - used, "no checkpoint saved\n");
+    }
+    interrupt_ready = next;
+}
+
+static void on_interrupt(int signal) {
+    for (int i = 0; i < MAX_TEMP_FILES; i++)
+        if (temp_files[i][0]) unlink(temp_files[i]);
+    if (log_rank == 0 && !failing) { /* a failing rank has said why already */
+        const char *text = interrupt_texts[interrupt_ready][signal == SIGTERM];
+        size_t length = 0;
+        while (text[length]) length++;
+        ssize_t ignored = write(STDERR_FILENO, text, length);
+        (void)ignored;
+    }
+    _exit(128 + signal); /* the shell's convention: 130 for SIGINT, 143 for SIGTERM */
+}
+
+void interrupt_handlers_install(void) {
+    compose_interrupt_message();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;
+    sigfillset(&sa.sa_mask); /* one handler at a time */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+void interrupt_note_step(int step) {
+    interrupt_step = step;
+    compose_interrupt_message();
+}
+
+void interrupt_note_checkpoint(int step, const char *path) {
+    interrupt_ckpt_step = step;
+    snprintf(interrupt_ckpt_path, sizeof interrupt_ckpt_path, "%s", path);
+    compose_interrupt_message();
 }
 
 void set_error_rank(int rank) {
@@ -117,7 +157,12 @@ void fatal(int exit_code, const char *fmt, ...) {
     }
     for (int i = 0; i < MAX_TEMP_FILES; i++)
         if (temp_files[i][0]) unlink(temp_files[i]);
+    failing = 1;
     fflush(stdout);
+    /* Ranks often fail together, on the same error: rank 0 speaks first and
+     * its MPI_Abort ends the others before they repeat it; a rank failing
+     * alone is heard a moment later. */
+    if (abort_hook && error_rank > 0) usleep(ERROR_WAIT_FOR_RANK0_US);
     if (error_rank >= 0)
         fprintf(stderr, "error: [rank %d] %s\n", error_rank, message);
     else
@@ -227,19 +272,146 @@ double wall_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-void fault_point(const char *name) {
-    static int parsed = 0, kill_rank = -1, kill_at = 1, hits = 0;
-    static char kill_name[64];
-    if (!parsed) {
-        parsed = 1;
-        const char *spec = getenv("COURSE_FAULT_KILL");
-        if (spec && spec[0]) {
-            int used = 0;
-            int fields = sscanf(spec, "%63[^:]:%d%n:%d%n", kill_name, &kill_rank, &used, &kill_at, &used);
-            if (fields < 2 || spec[used] != '\0' || kill_rank < 0 || kill_at < 1)
-                fatal(EXIT_USAGE, "COURSE_FAULT_KILL=%s: expected NAME:RANK or NAME:RANK:N", spec);
-        }
+/* ---- fault injection: every COURSE_FAULT_* variable, read here once ---- */
+
+/* NAME:RANK[:N]: a named point, the rank it fires on, at its N-th hit. */
+typedef struct {
+    char name[64];
+    int rank, at, hits;
+} FaultAt;
+
+typedef struct {
+    FaultAt kill, skip;       /* COURSE_FAULT_KILL, COURSE_FAULT_SKIP (rank -1: unset) */
+    char disk_full_name[256]; /* COURSE_FAULT_DISK_FULL=NAME[:BYTES] ("": unset) */
+    double disk_full_bytes, disk_written;
+    int nan_step, overflow_step, overflow_rank, replica_rank; /* -1: unset */
+    int save_dir_rank;        /* COURSE_FAULT_SAVE_DIR=RANK:DIR (rank -1: unset) */
+    char save_dir[4096];
+} Faults;
+
+static Faults faults_read;
+static int faults_parsed = 0;
+
+/* The variable's value, NULL when unset or empty. */
+static const char *fault_env(const char *variable) {
+    const char *value = getenv(variable);
+    return value && value[0] ? value : NULL;
+}
+
+static void parse_fault_at(const char *variable, FaultAt *f) {
+    f->rank = -1;
+    f->at = 1;
+    const char *spec = fault_env(variable);
+    if (!spec) return;
+    int used = 0;
+    int fields = sscanf(spec, "%63[^:]:%d%n:%d%n", f->name, &f->rank, &used, &f->at, &used);
+    if (fields < 2 || spec[used] != '\0' || f->rank < 0 || f->at < 1)
+        fatal(EXIT_USAGE, "%s=%s: expected NAME:RANK or NAME:RANK:N", variable, spec);
+}
+
+/* A whole number >= lo, or -1 when the variable is unset. */
+static int parse_fault_number(const char *variable, int lo, const char *meaning) {
+    const char *text = fault_env(variable);
+    if (!text) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || errno || v < lo || v > 2147483647L)
+        fatal(EXIT_USAGE, "%s=%s: expected %s, a whole number >= %d", variable, text, meaning, lo);
+    return (int)v;
+}
+
+static void parse_disk_full(Faults *f) {
+    const char *spec = fault_env("COURSE_FAULT_DISK_FULL");
+    if (!spec) return;
+    const char *colon = strchr(spec, ':');
+    size_t length = colon ? (size_t)(colon - spec) : strlen(spec);
+    char *end = NULL;
+    double bytes = colon ? strtod(colon + 1, &end) : 0.0;
+    if (length == 0 || length >= sizeof f->disk_full_name || (colon && (end == colon + 1 || *end)) ||
+        !(bytes >= 0.0))
+        fatal(EXIT_USAGE, "COURSE_FAULT_DISK_FULL=%s: expected NAME or NAME:BYTES", spec);
+    memcpy(f->disk_full_name, spec, length);
+    f->disk_full_name[length] = '\0';
+    f->disk_full_bytes = bytes;
+}
+
+static void parse_save_dir(Faults *f) {
+    f->save_dir_rank = -1;
+    const char *spec = fault_env("COURSE_FAULT_SAVE_DIR");
+    if (!spec) return;
+    int used = 0;
+    if (sscanf(spec, "%d:%n", &f->save_dir_rank, &used) != 1 || used == 0 || f->save_dir_rank < 0 ||
+        !spec[used] || strlen(spec + used) >= sizeof f->save_dir)
+        fatal(EXIT_USAGE, "COURSE_FAULT_SAVE_DIR=%s: expected RANK:DIR", spec);
+    snprintf(f->save_dir, sizeof f->save_dir, "%s", spec + used);
+}
+
+static const Faults *faults(void) {
+    if (!faults_parsed) {
+        faults_parsed = 1;
+        Faults *f = &faults_read;
+        parse_fault_at("COURSE_FAULT_KILL", &f->kill);
+        parse_fault_at("COURSE_FAULT_SKIP", &f->skip);
+        parse_disk_full(f);
+        f->nan_step = parse_fault_number("COURSE_FAULT_NAN_STEP", 1, "a step");
+        f->overflow_step = parse_fault_number("COURSE_FAULT_OVERFLOW_STEP", 1, "a step");
+        f->overflow_rank = parse_fault_number("COURSE_FAULT_OVERFLOW_RANK", 0, "a rank");
+        f->replica_rank = parse_fault_number("COURSE_FAULT_REPLICA_RANK", 0, "a rank");
+        parse_save_dir(f);
     }
-    if (kill_rank != log_rank || strcmp(name, kill_name) != 0) return;
-    if (++hits == kill_at) raise(SIGKILL);
+    return &faults_read;
+}
+
+void fault_check_environment(void) {
+    faults_parsed = 0;
+    faults();
+}
+
+/* Counts a hit of point `name` on this rank; 1 at the N-th. */
+static int fault_fires(FaultAt *f, const char *name) {
+    if (f->rank != log_rank || strcmp(name, f->name) != 0) return 0;
+    return ++f->hits == f->at;
+}
+
+void fault_point(const char *name) {
+    faults();
+    if (fault_fires(&faults_read.kill, name)) raise(SIGKILL);
+}
+
+int fault_skip(const char *name) {
+    faults();
+    return fault_fires(&faults_read.skip, name);
+}
+
+int fault_disk_full(const char *name, size_t bytes) {
+    Faults *f = (Faults *)faults();
+    if (!f->disk_full_name[0]) return 0;
+    const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
+    if (strcmp(base, f->disk_full_name) != 0) return 0;
+    f->disk_written += (double)bytes;
+    if (f->disk_written <= f->disk_full_bytes) return 0;
+    errno = ENOSPC;
+    return 1;
+}
+
+int fault_nan_step(void) {
+    return faults()->nan_step;
+}
+
+int fault_overflow_step(void) {
+    return faults()->overflow_step;
+}
+
+int fault_overflow_rank(void) {
+    return faults()->overflow_rank;
+}
+
+const char *fault_save_directory(const char *dir) {
+    const Faults *f = faults();
+    return f->save_dir_rank == log_rank ? f->save_dir : dir;
+}
+
+int fault_replica_rank(void) {
+    return faults()->replica_rank;
 }

@@ -68,20 +68,16 @@ int same_file(const char *a, const char *b);
  * the process, a counter, hashed): names a save and a start-up token. */
 uint64_t unique_id(void);
 
-/* For the tests of full disks, where mounting a small filesystem is not
- * allowed: with COURSE_FAULT_DISK_FULL=NAME or NAME:BYTES in the environment,
- * writing to the output file or checkpoint called NAME fails as if the disk
- * were full once BYTES (default 0) have been written to it: returns 1 and
- * sets errno to ENOSPC. Writers call it before each write of `bytes`. */
-int fault_disk_full(const char *name, size_t bytes);
-
-/* For the test of ranks that do not share --save's directory (one machine
- * cannot have two disks at one path): with COURSE_FAULT_SAVE_DIR=RANK:DIR in
- * the environment, rank RANK looks for the start-up token that proves the
- * directory is shared (checkpoint_sharded.h) in DIR instead of `dir`, as a
- * rank on another machine would look on its own disk. Returns DIR there,
- * else dir; a malformed value ends the program with EXIT_USAGE. */
-const char *fault_save_directory(const char *dir);
+/* Ctrl-C (SIGINT) and kill (SIGTERM; mpirun passes both on to its ranks as
+ * SIGTERM) end the program at once: the temporary files registered above
+ * are removed, rank 0 prints "interrupted at step N; last checkpoint: step
+ * K at PATH" (or "no checkpoint saved"), and the exit status is 130 or 143
+ * (128 + the signal, as a shell reports it). config_parse installs the
+ * handler; the step in progress and each checkpoint saved are noted as the
+ * run goes. */
+void interrupt_handlers_install(void);
+void interrupt_note_step(int step);
+void interrupt_note_checkpoint(int step, const char *path);
 
 /* Multi-process programs install these: the rank named in error messages, and a
  * function that ends every process of the job (it must not return). */
@@ -114,16 +110,49 @@ float rng_next_float(uint64_t *state); /* in [0, 1) */
 /* Wall clock in milliseconds since an arbitrary start (monotonic). */
 double wall_ms(void);
 
-/* Fault injection, for tests/faults.bats. When the environment variable
- * COURSE_FAULT_KILL is "NAME:RANK" or "NAME:RANK:N", the rank RANK (the one
- * set_log_rank registered; 0 without mpirun) raises SIGKILL on itself the N-th
- * time (default 1) it reaches fault_point(NAME): a crashed machine, with no
- * cleanup and no message. Unset, it does nothing. A malformed value ends the
- * program with EXIT_USAGE. Points: "allreduce", "send", "recv", "sendrecv"
- * (comm.c), "ring" (ring.c, after each step of the reduce-scatter), "save"
- * (checkpoint.c, once per save on every rank: after its parameters, before
- * its m and v). */
+/* Fault injection, for the tests. Every COURSE_FAULT_* variable is read here,
+ * once: fault_check_environment() (config_parse calls it at start-up) ends
+ * the program with EXIT_USAGE and one line for a malformed value; an empty
+ * value is unset. RANK is the rank set_log_rank registered (0 without mpirun).
+ *
+ * COURSE_FAULT_KILL=NAME:RANK[:N]: rank RANK raises SIGKILL on itself the N-th
+ *   time (default 1) it reaches fault_point(NAME): a crashed machine, with no
+ *   cleanup and no message. Points, in comm.c (every collective and
+ *   point-to-point call): "allreduce", "reduce_scatter", "allgather",
+ *   "broadcast" (their *_typed forms too), "send", "recv", "sendrecv", and
+ *   the small host ones "host_allreduce" (comm_allreduce_double, comm_all,
+ *   comm_slowest_times), "host_gather", "barrier"; "worker" (comm_worker.c,
+ *   as the worker thread starts a queued collective, before the collective's
+ *   own point); "ring" (ring.c, after each step of the
+ *   reduce-scatter); "save" (checkpoint.c, once per save on every rank: after
+ *   its parameters, before its m and v).
+ * COURSE_FAULT_SKIP=NAME:RANK[:N]: fault_skip(NAME) is 1 on rank RANK the N-th
+ *   time: the call returns without communicating, a rank-divergent
+ *   collective for the watchdog to name (watchdog.h). Points: the names above
+ *   of comm.c's collectives.
+ * COURSE_FAULT_DISK_FULL=NAME[:BYTES]: writing to the output file or
+ *   checkpoint called NAME fails as if the disk were full once BYTES (default
+ *   0) have been written to it (mounting a small filesystem is not allowed in
+ *   tests): fault_disk_full returns 1 and sets errno to ENOSPC. Writers call
+ *   it before each write of `bytes`.
+ * COURSE_FAULT_NAN_STEP=K: the loss of step K becomes NaN (optim.h).
+ * COURSE_FAULT_OVERFLOW_STEP=K [COURSE_FAULT_OVERFLOW_RANK=R]: a 16-bit
+ *   gradient of step K overflows, on rank R only if given (mixed.h, offload.h).
+ * COURSE_FAULT_REPLICA_RANK=R: rank R's replica differs (chapter 02's check).
+ * COURSE_FAULT_SAVE_DIR=RANK:DIR: for the test of ranks that do not share
+ *   --save's directory (one machine cannot have two disks at one path): rank
+ *   RANK looks for the start-up token that proves the directory is shared
+ *   (checkpoint_sharded.h) in DIR instead, as a rank on another machine would
+ *   look on its own disk; fault_save_directory returns DIR there, else dir. */
+void fault_check_environment(void);
 void fault_point(const char *name);
+int fault_skip(const char *name);
+int fault_disk_full(const char *name, size_t bytes);
+int fault_nan_step(void);      /* K, or -1 */
+int fault_overflow_step(void); /* K, or -1 */
+int fault_overflow_rank(void); /* R, or -1 */
+int fault_replica_rank(void);  /* R, or -1 */
+const char *fault_save_directory(const char *dir);
 
 #ifdef __cplusplus
 }

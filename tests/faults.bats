@@ -4,7 +4,10 @@
 # a crash while saving leaves the previous checkpoint intact; and a long run
 # saved and resumed every 50 steps gives the uninterrupted run's losses.
 # The points are fault_point() calls (common/util.h), armed by
-# COURSE_FAULT_KILL=NAME:RANK[:N].
+# COURSE_FAULT_KILL=NAME:RANK[:N]. Then the watchdog (common/watchdog.h): a
+# frozen rank (SIGSTOP) or a skipped collective is named, SIGUSR1 shows the
+# flight recorder; and Ctrl-C or kill ends a run with its step, its last
+# checkpoint and no temporary file left.
 
 load helpers
 
@@ -12,6 +15,7 @@ TRAIN02="$REPO/02_data_parallel/train"
 TRAIN03="$REPO/03_model_parallel/train"
 TRAIN04="$REPO/04_pipeline/train"
 TRAIN05="$REPO/05_zero/train"
+TRAIN06="$REPO/06_offload/train"
 
 # Tiny model, a global batch of 12 (divisible by 2, 3, 4 ranks); a private copy
 # of the corpus, so that editing course.md meanwhile changes nothing.
@@ -110,6 +114,30 @@ assert_same_losses() {
     kill_check allreduce:1 1 2 "$TRAIN03" $FLAGS --steps 4 --mp tensor
 }
 
+@test "a rank killed in ZeRO-1's parameter all-gather ends the job within 5 s, naming the rank" {
+    kill_check allgather:1:2 1 2 "$TRAIN05" $FLAGS --steps 4 --zero 1
+}
+
+@test "a rank killed in ZeRO-2's gradient reduce-scatter ends the job within 5 s, naming the rank" {
+    kill_check reduce_scatter:1:3 1 2 "$TRAIN05" $FLAGS --steps 4 --zero 2
+}
+
+@test "a rank killed in ZeRO-3's prefetching communication thread ends the job within 5 s, naming the rank" {
+    kill_check worker:1:5 1 2 "$TRAIN05" $FLAGS --steps 4 --zero 3 --prefetch 1
+}
+
+@test "a rank killed in its small host all-reduce (the step's slowest times) ends the ZeRO-3 job, naming it" {
+    kill_check host_allreduce:0:3 0 2 "$TRAIN05" $FLAGS --steps 4 --zero 3
+}
+
+@test "a rank killed in the offloaded gradients' reduce-scatter ends the chapter 06 job within 5 s, naming it" {
+    kill_check reduce_scatter:1:2 1 2 "$TRAIN06" $FLAGS --steps 4 --offload
+}
+
+@test "a rank killed in the combined pp 2 x dp 2 ZeRO-2 offload job's all-gather ends it within 5 s, naming it" {
+    kill_check allgather:3:2 3 4 "$TRAIN06" $FLAGS --steps 3 --batch 8 --layers 4 --pp 2 --dp 2 --zero 2 --offload
+}
+
 @test "a rank killed while writing its shard of a checkpoint leaves the previous one intact, and another layout resumes it" {
     local d="$BATS_TEST_TMPDIR" f="$FLAGS --steps 6" z="--zero 3 --stop-after 4 --save-every 2"
     job "" 2 "$TRAIN02" $f --out "$d/full"
@@ -125,13 +153,23 @@ assert_same_losses() {
     run "$REPO/common/ckpt" verify "$d/ck"
     assert_success
     assert_output --regexp "^ok [0-9a-f]{16} step 2 " # the step-2 checkpoint, whole
-    run --separate-stderr "$REPO/common/ckpt" verify "$d/ck.tmp"
-    assert_equal "$status" 2 # the half-written one has no header yet: never taken for a checkpoint
-    [[ "$stderr" == *"not a checkpoint of this course"* ]]
+    # the half-written one: rank 0 removed it when mpirun ended the job (SIGTERM, util.h)
+    [ ! -e "$d/ck.tmp" ] || fail "the killed save left $d/ck.tmp"
 
     job "" 2 "$TRAIN04" $f --resume "$d/ck" --out "$d/resumed"
     assert_success
     assert_same_losses "$(step_losses "$d/full/steps.csv" | sed -n 3,6p)" "$(step_losses "$d/resumed/steps.csv")"
+}
+
+@test "a save killed half-way with no survivor to clean up leaves a .tmp never taken for a checkpoint" {
+    local d="$BATS_TEST_TMPDIR"
+    COURSE_FAULT_KILL=save:0:2 run "$TRAIN01" $FLAGS --steps 4 --save-every 2 --save "$d/ck" --out "$d/out"
+    assert_equal "$status" 137 # SIGKILL, as a machine that dies
+    run --separate-stderr "$REPO/common/ckpt" verify "$d/ck.tmp"
+    assert_equal "$status" 2 # no header yet
+    [[ "$stderr" == *"not a checkpoint of this course"* ]]
+    run "$REPO/common/ckpt" verify "$d/ck"
+    assert_output --regexp "^ok [0-9a-f]{16} step 2 "
 }
 
 @test "300 steps on 4 ranks, saved and resumed every 50 steps, give the uninterrupted run's losses" {
@@ -154,4 +192,229 @@ assert_same_losses() {
     # (then MPI_Abort's own notice)
     assert_equal "${stderr_lines[0]}" "error: COURSE_FAULT_KILL=allreduce: expected NAME:RANK or NAME:RANK:N"
     assert_equal "$(grep -c '^error:' <<<"$stderr")" 1
+}
+
+@test "every malformed COURSE_FAULT_* value is refused at start-up with one line" {
+    local bad
+    for bad in KILL=allreduce:x SKIP=allreduce KILL=allreduce:1:0 SKIP=:1 DISK_FULL=steps.csv:lots DISK_FULL=:5 \
+        NAN_STEP=three NAN_STEP=0 OVERFLOW_STEP=2x OVERFLOW_RANK=-1 REPLICA_RANK=one; do
+        run --separate-stderr env "COURSE_FAULT_$bad" "$TRAIN01" $FLAGS --steps 1 --out "$BATS_TEST_TMPDIR/bad"
+        assert_equal "$status" 2
+        assert_equal "${#stderr_lines[@]}" 1
+        [[ "${stderr_lines[0]}" == "error: COURSE_FAULT_${bad%%=*}=${bad#*=}: expected "* ]] ||
+            fail "COURSE_FAULT_$bad: ${stderr_lines[0]}"
+        [ ! -e "$BATS_TEST_TMPDIR/bad/steps.csv" ] || fail "COURSE_FAULT_$bad: the run started"
+    done
+}
+
+@test "a malformed COURSE_FAULT_SKIP on a multi-rank job is refused once, before training" {
+    COURSE_FAULT_SKIP=allreduce:one run --separate-stderr bash -c 'mpirun_np 2 "$@"' job "$TRAIN05" $FLAGS --steps 1 --zero 1 --out "$BATS_TEST_TMPDIR/bad"
+    assert_equal "$status" 2
+    assert_equal "${stderr_lines[0]}" "error: COURSE_FAULT_SKIP=allreduce:one: expected NAME:RANK or NAME:RANK:N"
+    assert_equal "$(grep -c '^error:' <<<"$stderr")" 1
+}
+
+# ---- a frozen rank and the watchdog (common/watchdog.h) ----
+
+# Flags of a run long enough to be frozen mid-way: progress lines on (the
+# test waits for the first), a 5 s --timeout.
+LONG="--device cpu --batch 12 --sample 0 --data $BATS_FILE_TMPDIR/corpus.txt --steps 2000 --timeout 5"
+
+# start_job NP PROGRAM ARGS...: mpirun_np in the background, stdout and stderr
+# in $BATS_TEST_TMPDIR/job.log; sets job_pid; returns when step 1 is logged.
+start_job() {
+    local log="$BATS_TEST_TMPDIR/job.log" i
+    mpirun_np "$@" >"$log" 2>&1 &
+    job_pid=$!
+    for i in $(seq 600); do
+        grep -q '^step ' "$log" && return 0
+        kill -0 "$job_pid" 2>/dev/null || fail "the job ended before its first step: $(cat "$log")"
+        sleep 0.1
+    done
+    fail "no step logged in 60 s"
+}
+
+# descendants PID: the processes under PID, at any depth.
+descendants() {
+    local child
+    for child in $(pgrep -P "$1"); do
+        echo "$child"
+        descendants "$child"
+    done
+}
+
+# rank_pid RANK: the process id of that rank of the job (under mpirun, which
+# gives each rank OMPI_COMM_WORLD_RANK).
+rank_pid() {
+    local pid
+    for pid in $(descendants "$job_pid"); do
+        if tr '\0' '\n' <"/proc/$pid/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+            echo "$pid"
+            return
+        fi
+    done
+    fail "no rank $1 under mpirun $job_pid"
+}
+
+# wait_job LIMIT: wait up to LIMIT seconds for the job to end; sets status,
+# output (the log) and seconds (from the call).
+wait_job() {
+    local start="$EPOCHREALTIME" limit="$1"
+    while kill -0 "$job_pid" 2>/dev/null; do
+        awk -v a="$start" -v b="$EPOCHREALTIME" -v l="$limit" 'BEGIN { exit !(b - a > l) }' && break
+        sleep 0.2
+    done
+    seconds=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+    kill -0 "$job_pid" 2>/dev/null && fail "the job still runs ${seconds}s later: $(tail -5 "$BATS_TEST_TMPDIR/job.log")"
+    status=0
+    wait "$job_pid" || status=$?
+    output="$(cat "$BATS_TEST_TMPDIR/job.log")"
+}
+
+# Nothing is left stopped or running when a test fails half-way.
+teardown() {
+    [ -z "${stopped_pid:-}" ] || kill -CONT "$stopped_pid" 2>/dev/null || true
+    [ -z "${job_pid:-}" ] || kill -KILL "$job_pid" 2>/dev/null || true
+    [ -z "${stopped_pid:-}" ] || kill -KILL "$stopped_pid" 2>/dev/null || true
+}
+
+# freeze_check RANK NP PROGRAM ARGS...: SIGSTOP that rank after step 1; the
+# job ends within --timeout + 10 s, naming the rank as never arrived, and the
+# other ranks leave flight files listing their calls.
+freeze_check() {
+    local rank="$1" np="$2" out="$BATS_TEST_TMPDIR/out"
+    shift 2
+    start_job "$np" "$@" $LONG --out "$out"
+    stopped_pid=$(rank_pid "$rank") || return 1
+    kill -STOP "$stopped_pid"
+    wait_job 25
+    assert_failure
+    awk -v s="$seconds" 'BEGIN { exit !(s < 15) }' || fail "the frozen job took ${seconds}s to end (--timeout 5)"
+    assert_output --regexp "error: \[rank [0-9]+\] watchdog: .* has waited [0-9]+ s \(--timeout 5\): .*rank $rank never arrived"
+    assert_output --partial "flight recorder written to $out/flight-"
+    local other=$(( rank == 0 ? 1 : 0 ))
+    [ -f "$out/flight-$other.txt" ] || fail "no flight file of rank $other"
+    run cat "$out/flight-$other.txt"
+    assert_output --partial "# flight recorder of rank $other"
+    assert_output --regexp "WAITING [0-9.]+ s"
+    assert_output --regexp "(allreduce|allgather|reduce_scatter|send|recv) +[0-9]+ g[0-9]+ \(ranks "
+}
+
+@test "a frozen data-parallel rank (SIGSTOP) is named by the watchdog within --timeout + 10 s" {
+    freeze_check 1 2 "$TRAIN02"
+}
+
+@test "a frozen pipeline stage is named by the watchdog within --timeout + 10 s" {
+    freeze_check 1 2 "$TRAIN04" --layers 4 --batch 8
+}
+
+@test "a frozen ZeRO-3 rank (prefetching) is named by the watchdog within --timeout + 10 s" {
+    freeze_check 0 2 "$TRAIN05" --zero 3 --prefetch 1
+}
+
+@test "a rank that skips an all-reduce is named: the ranks called different collectives at one number" {
+    COURSE_FAULT_SKIP=allreduce:1:3 job "" 2 "$TRAIN02" $FLAGS --steps 5 --timeout 5 --out "$BATS_TEST_TMPDIR/skip"
+    assert_failure
+    [ "$status" -ne 124 ] || fail "the job hung until timeout 20 ended it"
+    assert_output --regexp "rank [01] is in [a-z_]*allreduce #([0-9]+) while rank [01] waits in [a-z_]*allreduce #\1: they called different collectives"
+}
+
+@test "SIGUSR1 to a rank writes its flight recorder to stderr and OUT/flight-RANK.txt, and the run goes on" {
+    local out="$BATS_TEST_TMPDIR/out"
+    start_job 2 "$TRAIN02" ${LONG/--steps 2000/--steps 60} --out "$out"
+    local pid
+    pid=$(rank_pid 1)
+    kill -USR1 "$pid"
+    wait_job 60
+    assert_success
+    assert_output --regexp "# flight recorder of rank 1 \(pid [0-9]+\) at [0-9:]+, on SIGUSR1"
+    assert_equal "$(csv_column "$out/steps.csv" step | tail -1)" 60
+    run cat "$out/flight-1.txt"
+    assert_output --partial "on SIGUSR1"
+    assert_output --regexp "allreduce +[0-9]+ g0 \(ranks 0-1\) +- +[0-9]+ +[0-9]+ .* done"
+}
+
+@test "--timeout takes whole seconds from 0 to a week" {
+    run --separate-stderr bash -c 'mpirun_np 1 "$@"' job "$TRAIN02" $FLAGS --steps 1 --timeout -1 --out "$BATS_TEST_TMPDIR/t"
+    assert_equal "$status" 2
+    assert_equal "${stderr_lines[0]}" "error: --timeout: -1 is out of range (valid: 0..604800)"
+}
+
+# ---- Ctrl-C and kill (util.h: interrupt_handlers_install) ----
+
+# wait_for_save DIR: returns while a save is being written (DIR/ck.tmp exists),
+# after a first checkpoint DIR/ck was completed.
+wait_for_save() {
+    local i
+    for i in $(seq 3000); do
+        [ -e "$1/ck" ] && break
+        sleep 0.02
+    done
+    [ -e "$1/ck" ] || fail "no checkpoint saved within 60 s"
+    until [ -e "$1/ck.tmp" ]; do
+        kill -0 "$job_pid" 2>/dev/null || fail "the job ended before a second save"
+    done
+}
+
+# signal_job SIGNAL: send it to the job started in the background, wait for
+# the job to end; sets status.
+signal_job() {
+    kill -"$1" "$job_pid"
+    status=0
+    wait "$job_pid" || status=$?
+}
+
+@test "Ctrl-C during a save ends 01 with status 130, the step and the last checkpoint named, and no .tmp left" {
+    local d="$BATS_TEST_TMPDIR"
+    "$TRAIN01" --device cpu --model small --batch 4 --steps 2000 --sample 0 --quiet --data "$BATS_FILE_TMPDIR/corpus.txt" \
+        --save-every 1 --save "$d/ck" --out "$d/out" 2>"$d/err" &
+    job_pid=$!
+    wait_for_save "$d"
+    signal_job INT
+    assert_equal "$status" 130
+    run cat "$d/err"
+    assert_output --regexp "^interrupted at step [0-9]+ by SIGINT; last checkpoint: step [0-9]+ at $d/ck$"
+    [ ! -e "$d/ck.tmp" ] || fail "the interrupted save left $d/ck.tmp"
+    run "$REPO/common/ckpt" verify "$d/ck"
+    assert_success
+}
+
+@test "SIGTERM ends 01 with status 143 and says that no checkpoint was saved" {
+    local d="$BATS_TEST_TMPDIR"
+    "$TRAIN01" $FLAGS --steps 100000 --out "$d/out" 2>"$d/err" &
+    job_pid=$!
+    local i
+    for i in $(seq 1200); do
+        [ -s "$d/out/steps.csv" ] && break
+        sleep 0.05
+    done
+    signal_job TERM
+    assert_equal "$status" 143
+    run cat "$d/err"
+    assert_output --regexp "^interrupted at step [0-9]+ by SIGTERM \(a kill, or mpirun ending the job\); no checkpoint saved$"
+}
+
+@test "Ctrl-C to mpirun during a save: rank 0 names the step and the last checkpoint once, and no .tmp is left" {
+    local d="$BATS_TEST_TMPDIR"
+    # mpirun itself, not a shell around it, is the process that gets the signal
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 \
+        "$TRAIN02" --device cpu --model small --batch 4 --steps 2000 --sample 0 --quiet \
+        --data "$BATS_FILE_TMPDIR/corpus.txt" --save-every 1 --save "$d/ck" --out "$d/out" >"$d/log" 2>&1 &
+    job_pid=$!
+    wait_for_save "$d"
+    signal_job INT
+    assert_equal "$status" 1 # mpirun's own status for a job it ended (Open MPI 4); the ranks exit 143
+    run grep '^interrupted' "$d/log"
+    assert_output --regexp "^interrupted at step [0-9]+ by SIGTERM \(a kill, or mpirun ending the job\); last checkpoint: step [0-9]+ at $d/ck$"
+    assert_equal "${#lines[@]}" 1
+    [ ! -e "$d/ck.tmp" ] || fail "the interrupted save left $d/ck.tmp"
+    run "$REPO/common/ckpt" verify "$d/ck"
+    assert_success
+}
+
+@test "an error that every rank meets is printed once, by rank 0, before MPI_Abort's notice" {
+    COURSE_FAULT_NAN_STEP=2 job "" 2 "$TRAIN02" $FLAGS --steps 3 --out "$BATS_TEST_TMPDIR/nan"
+    assert_equal "$status" 3
+    assert_equal "$(grep -c '^error:' <<<"$output")" 1
+    assert_output --partial "error: [rank 0] the loss became nan at step 2"
 }

@@ -4,6 +4,7 @@
 #include "device.h"
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -108,7 +109,17 @@ static const char *const run_files[] = {"run-info.txt", "steps.csv",    "run.csv
                                         "busy.csv",     "timeline.csv", "trace.json"};
 #define NUM_RUN_FILES (int)(sizeof run_files / sizeof run_files[0])
 
+/* The watchdog's flight recorders, OUT/flight-RANK.txt (watchdog.h), are the
+ * run's files too: one per rank, so matched by their shape. */
+static int is_flight_file(const char *name) {
+    size_t digits = 0;
+    if (strncmp(name, "flight-", 7) != 0) return 0;
+    while (name[7 + digits] >= '0' && name[7 + digits] <= '9') digits++;
+    return digits > 0 && strcmp(name + 7 + digits, ".txt") == 0;
+}
+
 int out_is_run_file(const char *name) {
+    if (is_flight_file(name)) return 1;
     for (int i = 0; i < NUM_RUN_FILES; i++) {
         size_t n = strlen(run_files[i]);
         if (strncmp(name, run_files[i], n) == 0 && (name[n] == '\0' || strcmp(name + n, ".tmp") == 0))
@@ -220,6 +231,19 @@ OutMode out_dir_check(const Config *cfg, const char *program) {
           has_info ? (same_program ? "this program with other flags" : info.program) : "an unknown run");
 }
 
+/* An earlier run's flight files would be read as this run's: they go with it. */
+static void remove_flight_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!is_flight_file(e->d_name)) continue;
+        char path[4096 + sizeof e->d_name + 2];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+}
+
 static void write_run_info(const Config *cfg, const char *program, const char *status, const RunInfo *kept) {
     OutFile *o = out_open(cfg->out, "run-info.txt", OUT_WHOLE, 0);
     out_printf(o, "program %s\nconfig %016llx\nstatus %s\n", program,
@@ -245,6 +269,7 @@ void out_dir_prepare(const Config *cfg, const char *program) {
                       strerror(errno));
             unlink(out_part_path(dir, run_files[i]));
         }
+        remove_flight_files(dir);
         log_info("note: replacing the earlier run's files in %s\n", dir);
     }
     write_run_info(cfg, program, "running", &kept);

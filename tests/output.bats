@@ -180,6 +180,21 @@ assert_whole_lines() {
     [ ! -e "$(scratch)/out/memory.csv" ]
 }
 
+@test "a replaced run takes its flight recorder files with it, and --save refuses their names" {
+    train 02_data_parallel/train 2 --steps 2 --out "$(scratch)/out"
+    assert_success
+    # as a watchdog that fired would have left them (watchdog.h)
+    echo "# flight recorder of rank 1" >"$(scratch)/out/flight-1.txt"
+    echo "notes" >"$(scratch)/out/flight-notes.txt"
+    train 02_data_parallel/train 2 --steps 2 --out "$(scratch)/out" --save "$(scratch)/out/flight-1.txt"
+    assert_equal "$status" 2
+    [[ "$stderr" == *"--save $(scratch)/out/flight-1.txt: is flight-1.txt, a file this run writes into --out"* ]]
+    train 02_data_parallel/train 2 --steps 2 --out "$(scratch)/out" --overwrite
+    assert_success
+    [ ! -e "$(scratch)/out/flight-1.txt" ]
+    [ -e "$(scratch)/out/flight-notes.txt" ] # not a rank's file: not the run's
+}
+
 @test "resuming into its own run's directory appends to steps.csv" {
     train 01_single_gpu/train 0 --steps 6 --stop-after 3 --save "$(scratch)/ck" --out "$(scratch)/out"
     assert_success

@@ -3,8 +3,8 @@
 # do, in one command, with a dated report of verdicts and evidence.
 #
 #   make gpu-check                          all of it (about 10 minutes on an H100)
-#   make gpu-check GPU_CHECK_ONLY=part1     the correctness checks (parity .. hostadam), about 4 minutes
-#   make gpu-check GPU_CHECK_ONLY=part2     the measurements (bench, offloadbench, capacity), about 6 minutes
+#   make gpu-check GPU_CHECK_ONLY=part1     the correctness checks (parity .. capacity), about 5 minutes
+#   make gpu-check GPU_CHECK_ONLY=part2     the benchmarks (bench, offloadbench), about 5 minutes
 #   common/gpu_check.sh --list              print every check and its commands; runs nothing, needs no GPU
 #                                           (GPU_CHECK_DRY=1 does the same)
 #
@@ -24,7 +24,8 @@
 #   .bench.runs.csv/.bench.compare.csv (common/bench.sh), .offload.runs.csv/.offload.summary.csv
 #   (06_offload/bench_offload.sh), .capacity.csv (06_offload/capacity.py, on the GPU and the CPU).
 # A run with GPU_CHECK_ONLY adds its section (and rows) to the same day's report of the same
-# device, so two halves run in two sessions make one report; a full run starts it afresh.
+# device, so two halves run in two calls make one report; a full run starts it afresh. The
+# report is written again after every check: a run cut short keeps the checks it finished.
 # Scratch runs and logs go to runs/gpu-check/. Exit 0 when no check fails (skips allowed),
 # 1 when one fails, 2 for a refusal or bad settings.
 #
@@ -60,6 +61,9 @@
 #                common/ckpt verifies every checkpoint written from the GPU.
 #   hostadam     not the GPU but its host: 06's CPU AdamW equals the kernel table bit for bit on every
 #                SIMD path this CPU runs (the AVX-512 path has no other machine to run on).
+#   capacity     06_offload/capacity.py on CUDA (and on the CPU, for comparison): --device-mem-limit
+#                holds on the GPU (every fitting trial's peak within its budget) and 06 trains a
+#                larger model than 01 at every budget.
 #   bench        common/bench.sh in bf16 (GPU_CHECK_BENCH_PRECISIONS) on the medium and gpt2 presets:
 #                the course's mixed precision against PyTorch under torch.autocast, tokens/s, peak
 #                memory and MFU. Passes when both sides ran the same model and every ratio was
@@ -67,15 +71,12 @@
 #                is not importable or cannot use the GPU.
 #   offloadbench 06_offload/bench_offload.sh on CUDA: 06's step time against 01, 04 and 05, with and
 #                without --dpu, and the PCIe bytes per step. Passes when every configuration ran.
-#   capacity     06_offload/capacity.py on CUDA (and on the CPU, for comparison): --device-mem-limit
-#                holds on the GPU (every fitting trial's peak within its budget) and 06 trains a
-#                larger model than 01 at every budget.
 #
 # Settings (environment): GPU_CHECK_ONLY (all; groups and/or part1, part2, comma-separated),
 # GPU_CHECK_DRY=1 (print, run nothing), GPU_CHECK_RESULTS (common/bench_results), GPU_CHECK_STEPS
 # (10, the chapters' steps), GPU_CHECK_PRECISIONS ("fp32 bf16 fp16"), GPU_CHECK_BENCH_PRECISIONS
-# (bf16), GPU_CHECK_BENCH_MODELS ("medium gpt2"), GPU_CHECK_BENCH_COMPILE (1: torch.compile runs
-# once per configuration; 0 saves minutes), GPU_CHECK_BUDGETS (16M,64M, capacity.py), PYTHON
+# (bf16), GPU_CHECK_BENCH_MODELS ("medium gpt2"), GPU_CHECK_BENCH_COMPILE (0; 1 adds a
+# torch.compile run per preset, a minute or more each), GPU_CHECK_BUDGETS (16M,64M, capacity.py), PYTHON
 # (python3, for bench.sh).
 # For testing the script itself: GPU_CHECK_DEVICE=cpu rehearses every check that can run on the
 # CPU backend (the GPU-only ones are skipped) and writes under runs/gpu-check-rehearsal, never
@@ -85,8 +86,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-PART1="parity overlap chapters nccl offload checkpoints hostadam"
-PART2="bench offloadbench capacity"
+PART1="parity overlap chapters nccl offload checkpoints hostadam capacity"
+PART2="bench offloadbench"
 
 usage() {
     echo "usage: common/gpu_check.sh [--list | --probe]   (settings in the environment: see its header)" >&2
@@ -108,7 +109,7 @@ STEPS="${GPU_CHECK_STEPS:-10}"
 PRECISIONS="${GPU_CHECK_PRECISIONS:-fp32 bf16 fp16}"
 BENCH_PRECISIONS="${GPU_CHECK_BENCH_PRECISIONS:-bf16}"
 BENCH_MODELS="${GPU_CHECK_BENCH_MODELS:-medium gpt2}"
-BENCH_COMPILE="${GPU_CHECK_BENCH_COMPILE:-1}"
+BENCH_COMPILE="${GPU_CHECK_BENCH_COMPILE:-0}"
 BUDGETS="${GPU_CHECK_BUDGETS:-16M,64M}"
 REF_EXTRA="${GPU_CHECK_REF_EXTRA:-}"
 PYTHON="${PYTHON:-python3}"
@@ -221,8 +222,9 @@ begin() {
 }
 
 # step COMMAND...: run COMMAND with its output appended to the check's log
-# (runs/gpu-check/logs/CHECK.log; the dry run prints it instead). When it fails, the check fails with the
-# end of its output as the evidence, and step returns 1.
+# (runs/gpu-check/logs/CHECK.log; the dry run prints it instead). When it
+# fails, the check fails with its exit status (its output's end is in the
+# report), and step returns 1.
 step() {
     check_cmds+=("$(show "$@")")
     if dry; then
@@ -259,6 +261,7 @@ verdict() {
             echo
         fi
     } >>"$sections"
+    write_report
 }
 
 # The last line a command printed into the check's log.
@@ -648,35 +651,28 @@ group_capacity() {
     }
 }
 
-# ================================ run and report ================================
+# ================================ the report ================================
+# Written again after every check, so that a run cut short (a device call's
+# time limit) leaves every finished check in the report. A partial run
+# (GPU_CHECK_ONLY) adds its section and rows to the day's report when there is
+# one; a full run starts it afresh. report_init keeps what came before in
+# $work/before.*, write_report puts it back followed by this run's part.
 
-if dry; then
-    echo "gpu-check --list: the checks and their commands (groups:$groups); nothing runs"
-    echo "report: $report (device and date filled in on the GPU machine)"
-fi
-started="$(date -u '+%Y-%m-%d %H:%M UTC')"
-for check_group in $PART1 $PART2; do
-    wanted "$check_group" || continue
-    "group_$check_group"
-done
-dry && exit 0
-
-# ---- the report ----
-passed=0 failed=0 skipped=0
-for row in "${rows[@]}"; do
-    case "$(echo "$row" | cut -f3)" in
-    PASS) passed=$((passed + 1)) ;;
-    FAIL) failed=$((failed + 1)) ;;
-    *) skipped=$((skipped + 1)) ;;
-    esac
-done
-mkdir -p "$results" || fail_usage "cannot create $results"
-append=0
-[[ $partial == 1 && -f $report ]] && append=1
-if [[ $append == 0 ]]; then
+report_init() {
+    mkdir -p "$results" || fail_usage "cannot create $results"
+    if [[ $partial == 1 && -f $report ]]; then
+        cp "$report" "$work/before.md"
+        for kind in checks losses; do
+            if [[ -f $stem.$kind.csv ]]; then cp "$stem.$kind.csv" "$work/before.$kind.csv"; else : >"$work/before.$kind.csv"; fi
+        done
+        return
+    fi
     rm -f "$stem".*
+    local commit gpu_info
     commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
     git diff --quiet HEAD 2>/dev/null || commit="$commit (with uncommitted changes)"
+    gpu_info="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
+        paste -sd ';')"
     {
         echo "# GPU check: $device_label, $date_utc"
         echo
@@ -685,40 +681,75 @@ if [[ $append == 0 ]]; then
         echo "Made by \`make gpu-check\` (common/gpu_check.sh, whose header says what each check proves) at commit"
         echo "$commit."
         echo
-        gpu_info="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
-            paste -sd ';')"
         echo "- GPU: ${gpu_info:-none} (name, driver, memory)"
-        echo "- CUDA: $(nvcc --version 2>/dev/null | sed -n 's/.*release \([^,]*\),.*/\1/p' || true)"
+        echo "- CUDA: $(nvcc --version 2>/dev/null | sed -n 's/.*release \([^,]*\),.*/\1/p')"
         echo "- host: $(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1), $CORES cores"
         echo "- MPI: $(mpirun --version 2>/dev/null | head -1)"
         echo "- PyTorch: $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "not importable by $PYTHON")"
-        echo "- settings: $STEPS steps per chapter run, precisions $PRECISIONS, 4 ranks sharing $GPUS GPU(s)"
+        echo "- settings: $STEPS steps per chapter run, precisions $PRECISIONS, up to 4 ranks sharing $GPUS GPU(s)"
         echo
-    } >"$report"
-    echo "group,check,verdict,seconds,evidence" >"$stem.checks.csv"
-    echo "check,program,ranks,comm,precision,steps,tolerance,worst_rel_diff,verdict" >"$stem.losses.csv"
-fi
-{
-    echo "## Run of $started: groups$groups"
-    echo
-    echo "$passed passed, $failed failed, $skipped skipped."
-    echo
-    echo "| group | check | verdict | seconds | evidence |"
-    echo "|---|---|---|---|---|"
+    } >"$work/before.md"
+    echo "group,check,verdict,seconds,evidence" >"$work/before.checks.csv"
+    echo "check,program,ranks,comm,precision,steps,tolerance,worst_rel_diff,verdict" >"$work/before.losses.csv"
+}
+
+# write_report [final]: the report and CSVs as they stand.
+passed=0 failed=0 skipped=0
+write_report() {
+    local row g c v s e state="in progress (the checks below are those finished so far)"
+    [[ ${1:-} == final ]] && state="complete"
+    passed=0 failed=0 skipped=0
     for row in "${rows[@]}"; do
-        row="${row//|//}"
-        echo "| ${row//$'\t'/ | } |"
+        case "$(echo "$row" | cut -f3)" in
+        PASS) passed=$((passed + 1)) ;;
+        FAIL) failed=$((failed + 1)) ;;
+        *) skipped=$((skipped + 1)) ;;
+        esac
     done
-    echo
-    cat "$sections"
-} >>"$report"
-for row in "${rows[@]}"; do
-    IFS=$'\t' read -r g c v s e <<<"$row"
-    echo "$g,$c,$v,$s,\"${e//\"/\'}\""
-done >>"$stem.checks.csv"
-tail -n +2 "$work/losses.csv" >>"$stem.losses.csv"
-for name in offload-timeline bench.runs bench.compare offload.runs offload.summary capacity; do
-    [[ -f $work/$name.csv ]] && cp "$work/$name.csv" "$stem.$name.csv"
+    {
+        cat "$work/before.md"
+        echo "## Run of $started: groups$groups"
+        echo
+        echo "$passed passed, $failed failed, $skipped skipped; $state."
+        echo
+        echo "| group | check | verdict | seconds | evidence |"
+        echo "|---|---|---|---|---|"
+        for row in "${rows[@]}"; do
+            row="${row//|//}"
+            echo "| ${row//$'\t'/ | } |"
+        done
+        echo
+        cat "$sections"
+    } >"$report"
+    {
+        cat "$work/before.checks.csv"
+        for row in "${rows[@]}"; do
+            IFS=$'\t' read -r g c v s e <<<"$row"
+            echo "$g,$c,$v,$s,\"${e//\"/\'}\""
+        done
+    } >"$stem.checks.csv"
+    cat "$work/before.losses.csv" <(tail -n +2 "$work/losses.csv") >"$stem.losses.csv"
+    for kind in offload-timeline bench.runs bench.compare offload.runs offload.summary capacity; do
+        [[ -f $work/$kind.csv ]] && cp "$work/$kind.csv" "$stem.$kind.csv"
+    done
+    return 0
+}
+
+# ================================ run ================================
+
+started="$(date -u '+%Y-%m-%d %H:%M UTC')"
+if dry; then
+    echo "gpu-check --list: the checks and their commands (groups:$groups); nothing runs"
+    echo "report: $report (device and date filled in on the GPU machine)"
+else
+    report_init
+    write_report
+fi
+for check_group in $PART1 $PART2; do
+    wanted "$check_group" || continue
+    "group_$check_group"
 done
+dry && exit 0
+write_report final
 echo "gpu-check: $passed passed, $failed failed, $skipped skipped; report in $report"
 [[ $failed -eq 0 ]]

@@ -87,12 +87,14 @@ losses_csv() { # FILE N FACTOR [FIRST_STEP]
     GPU_CHECK_ONLY=part2 run "$CHECK" --list
     assert_success
     assert_output --partial "[bench] "
-    assert_output --partial "[capacity] "
+    assert_output --partial "[offloadbench] "
     refute_output --partial "[parity] "
+    refute_output --partial "[capacity] "
     refute_output --partial "[chapters] "
     GPU_CHECK_ONLY=part1 run "$CHECK" --list
     assert_output --partial "[parity] "
     assert_output --partial "[hostadam] "
+    assert_output --partial "[capacity] "
     refute_output --partial "[bench] "
     GPU_CHECK_ONLY=overlap,nccl run "$CHECK" --list
     assert_output --partial "[overlap] "

@@ -467,7 +467,7 @@ group_nccl() {
     for precision in $PRECISIONS; do
         layout_check 05-zero2-nccl 1 nccl 05_zero "$precision" --zero 2
         layout_check 05-zero3-prefetch-nccl 1 nccl 05_zero "$precision" --zero 3 --prefetch 1
-        if [[ $GPUS -ge 2 ]]; then
+        if [[ $GPUS -ge 2 ]] || dry; then # (the list shows them; they run with 2 GPUs or more)
             layout_check 02-overlap-nccl-2gpus 2 nccl 02_data_parallel "$precision" --dp-mode overlap --bucket-mb 0.05
             layout_check 04-1f1b-nccl-2gpus 2 nccl 04_pipeline "$precision" --schedule 1f1b --pp 2 --micro 4
         else

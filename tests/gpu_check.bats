@@ -177,3 +177,21 @@ losses_csv() { # FILE N FACTOR [FIRST_STEP]
     assert_equal "$(grep -c '^# GPU check' "$report")" 1
     assert_equal "$(grep -c '^hostadam,cpu-adam,PASS' "${report%.md}.checks.csv")" 2
 }
+
+@test "a run cut short keeps the checks it finished in the report, marked in progress" {
+    # setsid: the script leads its own process group, so that one signal ends it and its runs
+    GPU_CHECK_DEVICE=cpu GPU_CHECK_ONLY=hostadam,offloadbench GPU_CHECK_RESULTS="$(scratch)/results" \
+        GPU_CHECK_WORK="$(scratch)/work" setsid "$CHECK" >"$(scratch)/log" 2>&1 &
+    local pid=$!
+    for _ in $(seq 150); do
+        grep -qs '| hostadam | cpu-adam | PASS' "$(scratch)"/results/gpu-check-*.md && break
+        sleep 0.2
+    done
+    kill -TERM -- -"$pid"
+    wait "$pid" || true
+    report="$(ls "$(scratch)"/results/gpu-check-cpu-rehearsal-*.md)"
+    run cat "$report"
+    assert_output --partial "1 passed, 0 failed, 0 skipped; in progress"
+    assert_output --partial "| hostadam | cpu-adam | PASS |"
+    refute_output --partial "| offloadbench |"
+}

@@ -82,7 +82,8 @@
 # CPU backend (the GPU-only ones are skipped) and writes under runs/gpu-check-rehearsal, never
 # into the benchmark results: its report is not a GPU check. GPU_CHECK_REF_EXTRA adds flags to
 # 01's reference runs only (e.g. --seed 7), which makes every comparison with them fail.
-# GPU_CHECK_WORK moves the scratch directory (runs/gpu-check).
+# GPU_CHECK_WORK moves the scratch directory (runs/gpu-check). GPU_CHECK_STEP_LIMIT (120): the
+# seconds one training run may take before it counts as hung (the benchmarks get longer).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
@@ -222,18 +223,24 @@ begin() {
 }
 
 # step COMMAND...: run COMMAND with its output appended to the check's log
-# (runs/gpu-check/logs/CHECK.log; the dry run prints it instead). When it
-# fails, the check fails with its exit status (its output's end is in the
-# report), and step returns 1.
+# (runs/gpu-check/logs/CHECK.log; the dry run prints it instead), for at most
+# step_limit seconds: a run that hangs (a deadlock) must not take the whole
+# device call with it. When it fails, the check fails with its exit status
+# (its output's end is in the report), and step returns 1.
+step_limit="${GPU_CHECK_STEP_LIMIT:-120}"
 step() {
     check_cmds+=("$(show "$@")")
     if dry; then
         echo "    \$ $(show "$@")"
         return 0
     fi
-    "$@" >>"$work/logs/$check_name.log" 2>&1 && return 0
+    timeout --kill-after=10 "$step_limit" "$@" >>"$work/logs/$check_name.log" 2>&1 && return 0
     local status=$?
-    verdict FAIL "exit status $status of: $(show "$@" | cut -c1-160)"
+    if [[ $status -eq 124 || $status -eq 137 ]]; then
+        verdict FAIL "stopped after ${step_limit} s: $(show "$@" | cut -c1-160)"
+    else
+        verdict FAIL "exit status $status of: $(show "$@" | cut -c1-160)"
+    fi
     return 1
 }
 
@@ -345,7 +352,7 @@ reference() {
         return 0
     fi
     mkdir -p "$(dirname "$ref")"
-    "${cmd[@]}" >"$ref.log" 2>&1 || {
+    timeout --kill-after=10 "$step_limit" "${cmd[@]}" >"$ref.log" 2>&1 || {
         made_reference[$1]=failed
         echo "gpu-check: the reference run failed: $(show "${cmd[@]}"); see $ref.log" >&2
     }
@@ -405,7 +412,7 @@ parity_kernels() {
 }
 parity_bats() {
     begin bats "REQUIRE_GPU=1 bats tests/parity.bats (kernels, async copies, memory accounting, 2 ranks on one GPU)"
-    step env REQUIRE_GPU=1 bats --tap tests/parity.bats || return 0
+    step_limit=240 step env REQUIRE_GPU=1 bats --tap tests/parity.bats || return 0
     dry || verdict PASS "$(grep -c '^ok' "$work/logs/bats.log") tests ok ($(grep -c '# skip' "$work/logs/bats.log") of them skipped), none failed"
 }
 
@@ -589,7 +596,7 @@ group_bench() {
             return
         fi
     fi
-    step env BENCH_PRECISIONS="$BENCH_PRECISIONS" BENCH_MODELS="$BENCH_MODELS" BENCH_STEPS=12 \
+    step_limit=480 step env BENCH_PRECISIONS="$BENCH_PRECISIONS" BENCH_MODELS="$BENCH_MODELS" BENCH_STEPS=12 \
         BENCH_REPEATS=3 BENCH_COMPILE_REPEATS="$BENCH_COMPILE" BENCH_OUT="$work/bench" PYTHON="$PYTHON" \
         common/bench.sh || return 0
     dry || {
@@ -608,7 +615,7 @@ group_bench() {
 
 group_offloadbench() {
     begin steps "06_offload/bench_offload.sh on $DEVICE: 06 (with and without --dpu) against 01, 04 and 05"
-    step env BENCH_DEVICE="$DEVICE" BENCH_REPEATS=3 BENCH_MACHINE="$slug" BENCH_OUT="$work/offloadbench" \
+    step_limit=300 step env BENCH_DEVICE="$DEVICE" BENCH_REPEATS=3 BENCH_MACHINE="$slug" BENCH_OUT="$work/offloadbench" \
         06_offload/bench_offload.sh || return 0
     dry || {
         local summary="$work/offloadbench/offload_summary.csv" configs
@@ -625,9 +632,9 @@ group_offloadbench() {
 
 group_capacity() {
     begin budget "06_offload/capacity.py at $BUDGETS on $DEVICE: the budget holds, 06 fits more than 01"
-    step "$PYTHON" 06_offload/capacity.py --device "$DEVICE" --budgets "$BUDGETS" --out "$work/capacity-$DEVICE" ||
+    step_limit=240 step "$PYTHON" 06_offload/capacity.py --device "$DEVICE" --budgets "$BUDGETS" --out "$work/capacity-$DEVICE" ||
         return 0
-    [[ $DEVICE == cpu ]] || step "$PYTHON" 06_offload/capacity.py --device cpu --budgets "$BUDGETS" \
+    [[ $DEVICE == cpu ]] || step_limit=240 step "$PYTHON" 06_offload/capacity.py --device cpu --budgets "$BUDGETS" \
         --out "$work/capacity-cpu" || return 0
     dry || {
         local csv="$work/capacity-$DEVICE/capacity.csv" said

@@ -2,9 +2,9 @@
 # gpu_check.sh: `make gpu-check`: every check of the course that only a GPU can
 # do, in one command, with a dated report of verdicts and evidence.
 #
-#   make gpu-check                          all of it (about 10 minutes on an H100)
-#   make gpu-check GPU_CHECK_ONLY=part1     the correctness checks (parity .. capacity), about 5 minutes
-#   make gpu-check GPU_CHECK_ONLY=part2     the benchmarks (bench, offloadbench), about 5 minutes
+#   make gpu-check                          all of it (about 10 minutes on an H100, estimated)
+#   make gpu-check GPU_CHECK_ONLY=part1     the correctness checks (parity .. capacity), about 5
+#   make gpu-check GPU_CHECK_ONLY=part2     the benchmarks (bench, offloadbench), about 5
 #   common/gpu_check.sh --list              print every check and its commands; runs nothing, needs no GPU
 #                                           (GPU_CHECK_DRY=1 does the same)
 #
@@ -52,9 +52,13 @@
 #                compute stream. With 2 GPUs or more, also 02 and 04 on 2 ranks over NCCL
 #                (all-reduce, send/recv); skipped with one GPU.
 #   offload      timeline: 06 --offload on CUDA writes timeline.csv, and the gradient copies
-#                (grad_d2h) of every step after the first finish inside that step's backward: they
-#                run on the copy stream while the backward goes on. dpu: --dpu (the host update on a
-#                thread, during the next step) equals its one-step-stale reference bit for bit on CUDA.
+#                (grad_d2h) of every step after the first finish inside that step's backward (all
+#                but at most the last of a step): they are queued on the copy stream and done while
+#                the backward goes on, not after it. The rows are host times (a copy ends when the
+#                host learns it is done), so this shows where the copies sit in the step; that the
+#                copy engine and the SMs do run at once is test_overlap's part. dpu: --dpu (the host
+#                update on a thread, during the next step) equals its one-step-stale reference bit
+#                for bit on CUDA.
 #   checkpoints  01 saved on CUDA resumes on the CPU and on CUDA, and saved on the CPU resumes on CUDA,
 #                giving the uninterrupted CUDA run's losses (1e-4; 1e-5 CUDA to CUDA); 05 ZeRO-2 and 06
 #                offload saved on CUDA in bf16 on 4 ranks resume in 01 (CUDA, CPU) within 1e-2;

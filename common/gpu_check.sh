@@ -3,8 +3,8 @@
 # do, in one command, with a dated report of verdicts and evidence.
 #
 #   make gpu-check                          all of it (about 10 minutes on an H100, estimated)
-#   make gpu-check GPU_CHECK_ONLY=part1     the correctness checks (parity .. capacity), about 5
-#   make gpu-check GPU_CHECK_ONLY=part2     the benchmarks (bench, offloadbench), about 5
+#   make gpu-check GPU_CHECK_ONLY=part1     the correctness checks (parity .. hostadam), about 4
+#   make gpu-check GPU_CHECK_ONLY=part2     the measurements (capacity, bench, offloadbench), about 5
 #   common/gpu_check.sh --list              print every check and its commands; runs nothing, needs no GPU
 #                                           (GPU_CHECK_DRY=1 does the same)
 #
@@ -91,8 +91,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-PART1="parity overlap chapters nccl offload checkpoints hostadam capacity"
-PART2="bench offloadbench"
+PART1="parity overlap chapters nccl offload checkpoints hostadam"
+PART2="capacity bench offloadbench"
 
 usage() {
     echo "usage: common/gpu_check.sh [--list | --probe]   (settings in the environment: see its header)" >&2

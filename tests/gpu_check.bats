@@ -88,14 +88,14 @@ losses_csv() { # FILE N FACTOR [FIRST_STEP]
     assert_success
     assert_output --partial "[bench] "
     assert_output --partial "[offloadbench] "
+    assert_output --partial "[capacity] "
     refute_output --partial "[parity] "
-    refute_output --partial "[capacity] "
     refute_output --partial "[chapters] "
     GPU_CHECK_ONLY=part1 run "$CHECK" --list
     assert_output --partial "[parity] "
     assert_output --partial "[hostadam] "
-    assert_output --partial "[capacity] "
     refute_output --partial "[bench] "
+    refute_output --partial "[capacity] "
     GPU_CHECK_ONLY=overlap,nccl run "$CHECK" --list
     assert_output --partial "[overlap] "
     assert_output --partial "[nccl] "

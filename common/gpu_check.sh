@@ -751,7 +751,7 @@ write_report() {
 started="$(date -u '+%Y-%m-%d %H:%M UTC')"
 if dry; then
     echo "gpu-check --list: the checks and their commands (groups:$groups); nothing runs"
-    echo "report: $report (device and date filled in on the GPU machine)"
+    echo "report: $results/gpu-check-DEVICE-$date_utc.md (DEVICE: the GPU's name, in lower case)"
 else
     report_init
     write_report

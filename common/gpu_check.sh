@@ -239,11 +239,12 @@ step() {
         return 0
     fi
     timeout --kill-after=10 "$step_limit" "$@" >>"$work/logs/$check_name.log" 2>&1 && return 0
-    local status=$?
+    local status=$? said
+    said="$(grep -v '^[[:space:]]*$' "$work/logs/$check_name.log" | tail -n 1 | cut -c1-200)"
     if [[ $status -eq 124 || $status -eq 137 ]]; then
         verdict FAIL "stopped after ${step_limit} s: $(show "$@" | cut -c1-160)"
     else
-        verdict FAIL "exit status $status of: $(show "$@" | cut -c1-160)"
+        verdict FAIL "exit status $status of: $(show "$@" | cut -c1-160); it said: $said"
     fi
     return 1
 }
@@ -369,7 +370,7 @@ layout_check() {
     begin "$name-$precision" "$program on $ranks rank(s), --comm $comm, $precision, against 01 on $DEVICE"
     reference "$precision"
     if ! dry && [[ ${made_reference[$precision]} == failed ]]; then
-        verdict FAIL "01's reference run in $precision failed (see $ref.log)"
+        verdict FAIL "01's reference run in $precision failed: $(tail -n 1 "$ref.log" | cut -c1-200) (all of it in $ref.log)"
         return
     fi
     local out="$work/$check_group/$name-$precision"

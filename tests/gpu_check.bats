@@ -195,3 +195,38 @@ losses_csv() { # FILE N FACTOR [FIRST_STEP]
     assert_output --partial "| hostadam | cpu-adam | PASS |"
     refute_output --partial "| offloadbench |"
 }
+
+# A pretend GPU in DIR: nvidia-smi and build/tests programs that print what
+# the real ones print on a GPU (test_overlap with overlap OVERLAP and exit STATUS).
+pretend_gpu() { # DIR OVERLAP STATUS
+    mkdir -p "$1/bin" "$1/build/tests"
+    printf '#!/bin/sh\necho "GPU 0: NVIDIA Pretend H100 80GB HBM3 (UUID: GPU-0)"\n' >"$1/bin/nvidia-smi"
+    printf '#!/bin/sh\necho "cuda:NVIDIA Pretend H100 80GB HBM3"\n' >"$1/build/tests/gpu_probe"
+    cat >"$1/build/tests/test_overlap" <<END
+#!/bin/sh
+echo "device: cuda:NVIDIA Pretend H100 80GB HBM3"
+echo "matmuls  copy_MiB  kernel_ms  copy_ms  both_ms  serial_ms  overlap"
+echo "     12       512     10.000   10.000   11.000     20.000    $2"
+echo "$([ "$3" = 0 ] && echo PASS || echo FAIL): a copy on the copy stream ... (overlap $2, needed 0.50)"
+exit $3
+END
+    for program in test_parity test_cpu_adam; do ln -s "$BUILD/tests/$program" "$1/build/tests/$program"; done
+    chmod +x "$1/bin/nvidia-smi" "$1/build/tests/gpu_probe" "$1/build/tests/test_overlap"
+}
+
+@test "on a pretend GPU, the overlap check reads test_overlap's verdict and bandwidth into a report named after the device" {
+    d="$(scratch)"
+    pretend_gpu "$d/gpu" 0.900 0
+    PATH="$d/gpu/bin:$PATH" BUILD="$d/gpu/build" GPU_CHECK_ONLY=overlap GPU_CHECK_RESULTS="$d/results" \
+        GPU_CHECK_WORK="$d/work" run "$CHECK"
+    assert_success
+    run cat "$d/results/gpu-check-nvidia-pretend-h100-80gb-hbm3-$(date -u +%Y-%m-%d).md"
+    assert_output --partial "# GPU check: NVIDIA Pretend H100 80GB HBM3"
+    assert_output --partial "| overlap | copy-compute | PASS |"
+    assert_output --partial "pinned copies at 53.7 GB/s"
+    pretend_gpu "$d/slow" 0.100 1
+    PATH="$d/slow/bin:$PATH" BUILD="$d/slow/build" GPU_CHECK_ONLY=overlap GPU_CHECK_RESULTS="$d/results" \
+        GPU_CHECK_WORK="$d/work" run "$CHECK"
+    assert_failure 1
+    assert_output --partial "FAIL overlap/copy-compute: exit status 1 of: $d/slow/build/tests/test_overlap"
+}

@@ -114,13 +114,15 @@ TEST_PROGRAMS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SOURCES))
 # The build flavour (CUDA or not, sanitized or not) is part of the objects: rebuild when it changes.
 FLAVOUR := $(BUILD)/.flavour-$(if $(USE_CUDA),cuda,cpu)$(if $(SANITIZE_FLAGS),-san)
 
-.PHONY: all help deps test test-gpu demo bench grade exercises clean
+.PHONY: all help deps test test-gpu gpu-check demo bench grade exercises clean
 all: $(PROGRAMS) $(TEST_PROGRAMS)
 
 help:
 	@echo "make            build every chapter program and the test programs"
 	@echo "make test       install missing packages, build, run the whole test suite (Bats)"
 	@echo "make test-gpu   only the CPU/CUDA parity tests; fails when no GPU is visible"
+	@echo "make gpu-check  every check only a GPU can do, with a dated report in common/bench_results"
+	@echo "                (GPU_CHECK_ONLY=part1 or part2 for one half; common/gpu_check.sh --list shows them)"
 	@echo "make demo       install missing packages, build, run the chapters, draw plots in runs/plots"
 	@echo "make bench      benchmarks (and PyTorch comparison when importable) into runs/bench"
 	@echo "make grade      grade the exercises (tests/grade) and print a score table"
@@ -185,6 +187,14 @@ test: deps
 test-gpu: deps
 	@$(MAKE) --no-print-directory all
 	@REQUIRE_GPU=1 bats tests/parity.bats
+
+# Everything only a GPU can check (common/gpu_check.sh says what and why), without
+# install-deps.sh: it runs offline on a lent GPU machine. Refuses at once, before
+# building, when no GPU is visible.
+gpu-check:
+	@common/gpu_check.sh --probe
+	@$(MAKE) --no-print-directory all
+	@common/gpu_check.sh
 
 demo: deps
 	@$(MAKE) --no-print-directory all

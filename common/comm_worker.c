@@ -157,6 +157,11 @@ double comm_worker_wait(CommWorker *w, long ticket, double *start_ms, double *en
         fatal(EXIT_RUNTIME, "comm_worker_wait: ticket %ld was never handed out (%ld so far)", ticket,
               w->queued);
     while (w->finished <= ticket) pthread_cond_wait(&w->changed, &w->lock);
+    if ((start_ms || end_ms) && w->queued > ticket + w->capacity)
+        fatal(EXIT_RUNTIME,
+              "comm_worker_wait: the times of ticket %ld are gone, its slot holds a later collective "
+              "(%ld queued; create the worker with room for more than %d)",
+              ticket, w->queued, w->capacity);
     const Job *j = &w->jobs[ticket % w->capacity]; /* its times stay until `capacity` more are queued */
     if (start_ms) *start_ms = j->start_ms;
     if (end_ms) *end_ms = j->end_ms;

@@ -18,6 +18,7 @@ setup_file() {
     cp "$REPO/course.md" "$BATS_FILE_TMPDIR/corpus.txt"
     "$TRAIN01" $FLAGS $ODD --out "$BATS_FILE_TMPDIR/ref" >/dev/null
     "$TRAIN01" $FLAGS $ODD --micro 2 --out "$BATS_FILE_TMPDIR/ref_micro" >/dev/null
+    "$TRAIN01" $FLAGS --micro 2 --out "$BATS_FILE_TMPDIR/ref_micro_tiny" >/dev/null
 }
 
 zero() {
@@ -84,6 +85,24 @@ early_gathers() {
         assert_success
         [ -s "$BATS_TEST_TMPDIR/plots/gantt-pf2.png" ]
     fi
+}
+
+# The worker runs its collectives in the order they were queued; stage 3
+# queues the gathers of the next computations before the reduce-scatter of
+# the unit just back-propagated (zero.h, "Queue order"), so that the
+# reduce-scatter can run under the next backward instead of holding up its
+# gather. common/overlap.py --check-order reads that order back from
+# timeline.csv (it does not depend on how loaded the machine is) and fails
+# when a gather ran behind a reduce-scatter queued after it.
+@test "stage 3 queues each backward's gather ahead of the previous unit's reduce-scatter, at prefetch 0 and 1" {
+    for k in 0 1; do
+        zero 2 --micro 2 --zero 3 --prefetch $k --out "$BATS_TEST_TMPDIR/order$k"
+        assert_losses_match "$BATS_FILE_TMPDIR/ref_micro_tiny" "$BATS_TEST_TMPDIR/order$k" 4
+        run python3 "$REPO/common/overlap.py" --check-order "$BATS_TEST_TMPDIR/order$k"
+        assert_success
+        assert_output --partial "reduce_scatter"
+        refute_output --partial "after the reduce-scatter"
+    done
 }
 
 @test "stage 3 prints its gather/free schedule: prefetch 1 gathers the next unit before computing one" {

@@ -61,6 +61,7 @@ static void record(Zero *z, const char *op, int micro, double start_ms, double e
 static void waited(Zero *z, const char *op, double start_ms) {
     double end = wall_ms();
     z->comm_ms += end - start_ms;
+    z->comm_busy_ms += end - start_ms;
     record(z, op, z->micro, start_ms, end);
 }
 /* Wait for one of the worker's collectives, queued for micro-batch `micro`;
@@ -68,6 +69,7 @@ static void waited(Zero *z, const char *op, double start_ms) {
 static void wait_ticket(Zero *z, long ticket, const char *op, int micro) {
     double start, end;
     z->comm_ms += comm_worker_wait(z->worker, ticket, &start, &end);
+    z->comm_busy_ms += end - start;
     record(z, op, micro, start, end);
 }
 
@@ -442,7 +444,7 @@ const UnitHooks *zero_hooks(Zero *z) {
 void zero_start_clock(Zero *z, int step) {
     z->step = step;
     z->origin_ms = wall_ms();
-    z->comm_ms = 0.0;
+    z->comm_ms = z->comm_busy_ms = 0.0;
 }
 
 void zero_begin_step(Zero *z) {
@@ -580,7 +582,7 @@ void zero_weights_from_master(Zero *z) {
         allgather_whole_unit(z, u);
     }
     z->timeline.count = 0; /* before the first step: these gathers belong to no step's timeline */
-    z->comm_ms = 0.0;
+    z->comm_ms = z->comm_busy_ms = 0.0;
 }
 
 int zero_needs_whole(const Zero *z) {

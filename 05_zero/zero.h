@@ -139,9 +139,11 @@ typedef struct {
     long *ticket_of_use; /* the gather of computation i's unit */
 
     /* this step: where it is, when it began (wall_ms), the milliseconds the
-     * caller waited on communication, and what ran when (timeline.csv) */
+     * caller waited on communication (comm_ms) and the collectives ran, on
+     * the worker or in the caller (comm_busy_ms), and what ran when
+     * (timeline.csv) */
     int step, micro;
-    double origin_ms, comm_ms, compute_start_ms;
+    double origin_ms, comm_ms, comm_busy_ms, compute_start_ms;
     Timeline timeline;
 } Zero;
 

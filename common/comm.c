@@ -20,11 +20,13 @@
 #include "util.h"
 
 #include <mpi.h>
+#include <omp.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef USE_NCCL
 #include <cuda_runtime.h>
@@ -68,8 +70,24 @@ static void abort_job(int exit_code) {
     exit(exit_code);
 }
 
+/* The CPU time of a rank that shares its cores (comm.h, "Cores"). Without
+ * OMP_NUM_THREADS, OpenMP would give every rank as many threads as it may
+ * run on: all the machine's cores when mpirun does not bind the ranks. */
+static void default_thread_count(void) {
+    const char *set = getenv("OMP_NUM_THREADS");
+    if (set && set[0]) return; /* the user's choice (config.c checks it) */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int share = cores > 0 && local_size > 0 ? (int)(cores / local_size) : 1;
+    int threads = omp_get_max_threads(); /* the cores this rank is bound to */
+    if (share < threads) threads = share;
+    omp_set_num_threads(threads > 0 ? threads : 1);
+}
+
 void comm_init(int *argc, char ***argv) {
     int provided;
+    /* before MPI starts, which reads it (Open MPI; comm.h, "Cores"); a value
+     * the user exported stays */
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     /* errors come back as codes, so fatal() can name the rank and abort everyone */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -85,6 +103,7 @@ void comm_init(int *argc, char ***argv) {
     MPI_Comm_rank(node, &local_rank);
     MPI_Comm_size(node, &local_size);
     MPI_Comm_free(&node);
+    default_thread_count();
     if (provided < MPI_THREAD_MULTIPLE && world_group.rank == 0)
         log_info(
             "note: this MPI does not support MPI_THREAD_MULTIPLE; overlap runs communication serially\n");

@@ -269,7 +269,12 @@ void config_print_help(const char *program, const char *summary, const CliExtra 
     if (extra && extra->multi_rank)
         printf("\ncommunication (run with mpirun -np N)\n"
                "  --comm auto|nccl|mpi       transport for device buffers; auto = nccl with one GPU per rank "
-               "(default %s)\n",
+               "(default %s)\n"
+               "\nenvironment (comm.h, \"Cores\")\n"
+               "  OMP_NUM_THREADS            OpenMP threads per rank (default: cores / ranks on this machine,\n"
+               "                             at least 1, at most the cores mpirun bound the rank to)\n"
+               "  OMPI_MCA_mpi_yield_when_idle  Open MPI yields the core while it waits for messages (default\n"
+               "                             1 here; 0 polls without pause and starves the compute thread)\n",
                d->comm);
     if (extra && extra->help) printf("\n%s", extra->help);
     printf("\nexit status: 0 done, 1 runtime failure, 2 bad input, 3 loss became NaN/Inf\n");

@@ -200,7 +200,7 @@ PY
 
 @test "demo_tables prints medians over the steps of every repeat, the warm-up step left out" {
     dir="$(scratch)/demo"
-    header="step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss,exposed_comm_ms"
+    header="step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss,comm_busy_ms"
     for r in 1 2; do
         mkdir -p "$dir/01-small.r$r" "$dir/02-dp2-flat.r$r"
         printf '%s\n1,5,0,0,999,9,9,0,9,0,,\n2,5,0,0,%d,1,2,0,3,0,,\n3,5,0,0,%d,1,2,0,3,0,,\n' "$header" $((10 * r)) $((10 * r + 2)) \

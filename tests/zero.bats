@@ -105,6 +105,20 @@ early_gathers() {
     done
 }
 
+# comm_ms is the time the step waited on communication (every chapter);
+# comm_busy_ms the time the collectives ran. Stage 0 runs its all-reduce on
+# the caller, so it waits for all of it; stage 3 runs its gathers and
+# reduce-scatters on the communication thread.
+@test "steps.csv has comm_ms (waited) and comm_busy_ms (ran): equal at stage 0, both there at stage 3" {
+    zero 2 --zero 0 --out "$BATS_TEST_TMPDIR/busy0"
+    zero 2 --zero 3 --out "$BATS_TEST_TMPDIR/busy3"
+    assert_equal "$(head -1 "$BATS_TEST_TMPDIR/busy0/steps.csv")" \
+        "step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss,bytes_sent,comm_busy_ms"
+    paste -d, <(csv_column "$BATS_TEST_TMPDIR/busy0/steps.csv" comm_ms) \
+        <(csv_column "$BATS_TEST_TMPDIR/busy0/steps.csv" comm_busy_ms) | awk -F, '{ if ($1 != $2) bad = 1 } END { exit bad }'
+    [ "$(csv_column "$BATS_TEST_TMPDIR/busy3/steps.csv" comm_busy_ms | awk '$1 > 0' | wc -l)" -eq 4 ]
+}
+
 @test "stage 3 prints its gather/free schedule: prefetch 1 gathers the next unit before computing one" {
     run env OMP_NUM_THREADS=1 "$TRAIN05" $FLAGS --steps 1 --zero 3 --prefetch 1 --print-schedule \
         --out "$BATS_TEST_TMPDIR/sched"

@@ -18,6 +18,9 @@
 #                     OMP_WAIT_POLICY=passive exported (the course's advice)
 #   default           nothing exported: what a learner gets, the programs'
 #                     own defaults (common/comm.h, "Cores")
+#   polling           the defaults, but OMPI_MCA_mpi_yield_when_idle=0: Open
+#                     MPI polls without pause while it waits, as the programs
+#                     let it before they set it (not run unless asked for)
 # Writes, in BENCH_OUT (runs/bench):
 #
 #   zero.csv          device,precision,model,ranks,settings,config,repeat,median_step_ms,median_comm_ms,
@@ -38,7 +41,8 @@
 #                     the ratio taken within each repeat
 #
 # Settings (environment): BENCH_RANKS ("2 4"), BENCH_REPEATS (3), BENCH_MODEL
-# (small), BENCH_BATCH (8), BENCH_STEPS (8), BENCH_PRECISION (fp32),
+# (small), BENCH_FLAGS (more flags for every run, e.g. "--layers 6 --dmodel
+# 96"; the model column says them too), BENCH_BATCH (8), BENCH_STEPS (8), BENCH_PRECISION (fp32),
 # BENCH_DEVICE (cpu), BENCH_OUT (runs/bench), BENCH_CONFIGS (all seven above),
 # BENCH_SETTINGS ("recommended default").
 # On a shared machine every number moves with the load: compare configurations
@@ -49,6 +53,8 @@ cd "$(dirname "$0")/.."
 ranks_list="${BENCH_RANKS:-2 4}"
 repeats="${BENCH_REPEATS:-3}"
 model="${BENCH_MODEL:-small}"
+read -r -a model_flags <<<"${BENCH_FLAGS:-}"
+model_label="$model${BENCH_FLAGS:+ ${BENCH_FLAGS//,/ }}"
 batch="${BENCH_BATCH:-8}"
 steps="${BENCH_STEPS:-8}"
 precision="${BENCH_PRECISION:-fp32}"
@@ -94,20 +100,21 @@ for ranks in $ranks_list; do
             case "$settings" in
             recommended) environment=(env OMP_NUM_THREADS="$threads" OMP_WAIT_POLICY=passive) ;;
             default) environment=(env -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OMPI_MCA_mpi_yield_when_idle) ;;
-            *) echo "bench_zero: unknown setting '$settings' (valid: recommended, default)" >&2; exit 2 ;;
+            polling) environment=(env -u OMP_NUM_THREADS -u OMP_WAIT_POLICY OMPI_MCA_mpi_yield_when_idle=0) ;;
+            *) echo "bench_zero: unknown setting '$settings' (valid: recommended, default, polling)" >&2; exit 2 ;;
             esac
             for config in $configs; do
                 read -r -a program <<<"$(flags_of "$config")"
                 dir="$work/n$ranks-$settings-$config-r$repeat"
                 "${environment[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
                     mpirun --oversubscribe -np "$ranks" "${program[@]}" --device "$device" --model "$model" \
-                    --batch "$batch" --steps "$steps" --precision "$precision" --sample 0 --quiet \
+                    "${model_flags[@]}" --batch "$batch" --steps "$steps" --precision "$precision" --sample 0 --quiet \
                     --eval-batches 1 --out "$dir" >/dev/null
                 step_ms="$(column "$dir/run.csv" median_step_ms)"
                 comm_ms="$(median_after_first "$dir/steps.csv" comm_ms)"
                 busy_ms="$(median_after_first "$dir/steps.csv" comm_busy_ms)"
                 bytes="$(column "$dir/run.csv" bytes_sent_per_step)"
-                echo "$device,$precision,$model,$ranks,$settings,$config,$repeat,$step_ms,$comm_ms,$busy_ms,$bytes" >>"$csv"
+                echo "$device,$precision,$model_label,$ranks,$settings,$config,$repeat,$step_ms,$comm_ms,$busy_ms,$bytes" >>"$csv"
                 echo "bench_zero: $ranks ranks, $settings threads, $config, repeat $repeat: $step_ms ms a step," \
                     "$comm_ms ms waiting on communication"
             done

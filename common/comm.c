@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef USE_NCCL
@@ -42,6 +43,7 @@ struct CommGroup {
     DeviceEvent *done;         /* recorded on the communication stream after a call's work */
     void *staging;             /* host copy of device buffers (staged transport): pinned, host/comm */
     size_t staging_bytes;
+    int nap_us; /* > 0: an MPI collective waits by testing, sleeping this long between tests */
 #ifdef USE_NCCL
     ncclComm_t nccl;
 #endif
@@ -544,6 +546,31 @@ static int mpi_count(size_t count) {
     return (int)count;
 }
 
+void comm_group_nap_while_waiting(CommGroup *g, int nap_us) {
+    g->nap_us = nap_us > 0 ? nap_us : 0;
+}
+
+/* Wait for a collective started with MPI_I* on a group that naps (comm.h,
+ * "Cores"): a test every nap_us; between tests the thread sleeps, and each
+ * wake-up takes the core back from the computation only for as long as one
+ * test moves the collective on. */
+static void finish_request(CommGroup *g, MPI_Request *request) {
+    struct timespec nap = {0, 1000L * g->nap_us};
+    for (;;) {
+        int done = 0;
+        MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE));
+        if (done) return;
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* Whether a sum over g may nap: MPI's nonblocking algorithms may add the
+ * ranks' values in another order than the blocking ones, and the course's
+ * losses stay the same bit for bit; a sum of two has one order. */
+static int sum_may_nap(const CommGroup *g) {
+    return g->nap_us && g->size == 2;
+}
+
 void comm_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype, ReduceOp op,
                           DeviceEvent *ready) {
     fault_point("allreduce"); /* tests/faults.bats: COURSE_FAULT_KILL (util.h) */
@@ -562,7 +589,14 @@ void comm_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype
     }
 #endif
     void *h = to_host(g, comm, host_side(g, buf, 0, bytes), buf, bytes);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, mpi_count(count), mpi_type(dtype), mpi_sum(dtype), g->mpi));
+    if (sum_may_nap(g)) {
+        MPI_Request request;
+        MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, h, mpi_count(count), mpi_type(dtype), mpi_sum(dtype), g->mpi,
+                                 &request));
+        finish_request(g, &request);
+    } else {
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, mpi_count(count), mpi_type(dtype), mpi_sum(dtype), g->mpi));
+    }
     if (op == COMM_AVG) scale(h, count, dtype, 1.0f / g->size);
     to_device(g, comm, buf, h, bytes);
 }
@@ -584,7 +618,15 @@ void comm_reduce_scatter_typed(CommGroup *g, const void *send, void *recv, size_
     /* staged: [ send (size * count) | recv (count) ] in the staging buffer */
     void *hs = to_host(g, comm, host_side(g, (void *)send, 0, total + bytes), send, total);
     void *hr = host_side(g, recv, total, total + bytes);
-    MPI_CHECK(MPI_Reduce_scatter_block(hs, hr, mpi_count(count), mpi_type(dtype), mpi_sum(dtype), g->mpi));
+    if (sum_may_nap(g)) {
+        MPI_Request request;
+        MPI_CHECK(MPI_Ireduce_scatter_block(hs, hr, mpi_count(count), mpi_type(dtype), mpi_sum(dtype), g->mpi,
+                                            &request));
+        finish_request(g, &request);
+    } else {
+        MPI_CHECK(
+            MPI_Reduce_scatter_block(hs, hr, mpi_count(count), mpi_type(dtype), mpi_sum(dtype), g->mpi));
+    }
     if (op == COMM_AVG) scale(hr, count, dtype, 1.0f / g->size);
     to_device(g, comm, recv, hr, bytes);
 }
@@ -605,8 +647,15 @@ void comm_allgather_typed(CommGroup *g, const void *send, void *recv, size_t cou
     /* staged: [ recv (size * count) | send (count) ] in the staging buffer */
     void *hs = to_host(g, comm, host_side(g, (void *)send, total, total + bytes), send, bytes);
     void *hr = host_side(g, recv, 0, total + bytes);
-    MPI_CHECK(
-        MPI_Allgather(hs, mpi_count(count), mpi_type(dtype), hr, mpi_count(count), mpi_type(dtype), g->mpi));
+    if (g->nap_us) {
+        MPI_Request request;
+        MPI_CHECK(MPI_Iallgather(hs, mpi_count(count), mpi_type(dtype), hr, mpi_count(count), mpi_type(dtype),
+                                 g->mpi, &request));
+        finish_request(g, &request);
+    } else {
+        MPI_CHECK(MPI_Allgather(hs, mpi_count(count), mpi_type(dtype), hr, mpi_count(count), mpi_type(dtype),
+                                g->mpi));
+    }
     to_device(g, comm, recv, hr, total);
 }
 

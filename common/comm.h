@@ -47,7 +47,13 @@
  *     thread beside it (a prefetching run was up to 13x slower than one
  *     without on a loaded 2-core machine). comm_init sets Open MPI's
  *     mpi_yield_when_idle (OMPI_MCA_mpi_yield_when_idle=1 unless exported
- *     otherwise): a poll that finds nothing yields the core.
+ *     otherwise): a poll that finds nothing yields the core. Yielding alone
+ *     still leaves a collective of two communication threads to progress
+ *     only when both happen to run, which on cores kept busy by computation
+ *     is when the computation stops; so the worker's group naps
+ *     (comm_group_nap_while_waiting): it tests its collective every few
+ *     microseconds and sleeps in between, and a thread waking from sleep
+ *     gets the core at once, long enough to move the bytes on.
  * OMP_WAIT_POLICY=passive (OpenMP threads that wait sleep) is still the
  * course's advice where more threads than cores run (README, "Threads").
  *
@@ -121,6 +127,11 @@ int comm_local_rank(void);
 CommGroup *comm_split(CommGroup *parent, int color, int key);
 /* Free a group from comm_split (collective over the group), before comm_finalize. */
 void comm_group_free(CommGroup *g);
+/* From now on g's MPI all-gathers (and, on 2 ranks, its all-reduces and
+ * reduce-scatters: a sum of more may come out in another order) wait by
+ * testing every nap_us microseconds and sleeping in between (0: MPI's own
+ * wait). For a thread that shares its core with computation ("Cores"). */
+void comm_group_nap_while_waiting(CommGroup *g, int nap_us);
 
 /* Choose the transport for device buffers: "auto", "nccl" or "mpi" (--comm).
  * Call after device_init. auto: nccl on CUDA when built with NCCL and every

@@ -12,6 +12,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+/* How long the worker sleeps between two tests of a collective in flight
+ * (comm.h, "Cores"): its wake-ups move the collective on while the compute
+ * thread keeps the core the rest of the time. */
+#define WORKER_NAP_US 20
+
 typedef enum { JOB_ALLGATHER, JOB_REDUCE_SCATTER, JOB_ALLREDUCE } JobKind;
 
 typedef struct {
@@ -83,6 +88,7 @@ CommWorker *comm_worker_create(CommGroup *g, int capacity) {
     w->jobs = xcalloc(capacity, sizeof(Job));
     for (int i = 0; i < capacity; i++) w->jobs[i].ready = device_event_create();
     w->group = comm_split(g, 0, comm_rank(g)); /* the same ranks, in the same order */
+    comm_group_nap_while_waiting(w->group, WORKER_NAP_US);
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->changed, NULL);
     if (pthread_create(&w->thread, NULL, work, w) != 0)

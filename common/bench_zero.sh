@@ -18,9 +18,6 @@
 #                     OMP_WAIT_POLICY=passive exported (the course's advice)
 #   default           nothing exported: what a learner gets, the programs'
 #                     own defaults (common/comm.h, "Cores")
-#   polling           the defaults, but OMPI_MCA_mpi_yield_when_idle=0: Open
-#                     MPI polls without pause while it waits, as the programs
-#                     let it before they set it (not run unless asked for)
 # Writes, in BENCH_OUT (runs/bench):
 #
 #   zero.csv          device,precision,model,ranks,settings,config,repeat,median_step_ms,median_comm_ms,
@@ -100,8 +97,7 @@ for ranks in $ranks_list; do
             case "$settings" in
             recommended) environment=(env OMP_NUM_THREADS="$threads" OMP_WAIT_POLICY=passive) ;;
             default) environment=(env -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u OMPI_MCA_mpi_yield_when_idle) ;;
-            polling) environment=(env -u OMP_NUM_THREADS -u OMP_WAIT_POLICY OMPI_MCA_mpi_yield_when_idle=0) ;;
-            *) echo "bench_zero: unknown setting '$settings' (valid: recommended, default, polling)" >&2; exit 2 ;;
+            *) echo "bench_zero: unknown setting '$settings' (valid: recommended, default)" >&2; exit 2 ;;
             esac
             for config in $configs; do
                 read -r -a program <<<"$(flags_of "$config")"

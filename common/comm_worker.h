@@ -7,7 +7,9 @@
  * for the ticket only where it needs the result. The worker runs the queued
  * collectives one at a time, in the order they were queued, on its own
  * duplicate of the group (its own MPI and NCCL communicators, as the
- * bucketed collective's worker: bucketed.h).
+ * bucketed collective's worker: bucketed.h), which naps while an MPI
+ * collective is in flight, so that on a CPU it shares its core with the
+ * computation instead of polling it away (comm.h, "Cores").
  *
  *   caller : queue(gather 1) [compute 0]   wait(1) [compute 1] ...
  *   worker :                 [gather 1 ]           [gather 2 ] ...

@@ -117,6 +117,8 @@ early_gathers() {
         assert_output --partial "reduce_scatter"
         refute_output --partial "after the reduce-scatter"
     done
+    run diff <(cut -d, -f2 "$BATS_TEST_TMPDIR/order0/steps.csv") <(cut -d, -f2 "$BATS_TEST_TMPDIR/order1/steps.csv")
+    assert_success
 }
 
 # comm_ms is the time the step waited on communication (every chapter);

@@ -66,7 +66,7 @@ double buckets_wait(BucketSync *bs) {
     if (launched != bs->count)
         fatal(EXIT_RUNTIME, "backward finished with %d of %d gradient buckets launched", launched, bs->count);
     double waited_ms = bucketed_wait_all(bs->allreduce);
-    bs->comm_ms = bucketed_comm_ms(bs->allreduce);
+    bs->busy_ms = bucketed_busy_ms(bs->allreduce);
     return waited_ms;
 }
 

@@ -32,7 +32,7 @@ typedef struct {
     Bucket *buckets; /* buckets[0] ends at the buffer's end; the last starts at 0 */
     int count;
     BucketedCollective *allreduce; /* bucket i of it is buckets[i] */
-    double comm_ms;                /* time its thread spent all-reducing this step */
+    double busy_ms;                /* time its thread spent all-reducing this step */
 } BucketSync;
 
 /* Buckets over `grads` (the model's, or mixed precision's 16-bit ones: dtype

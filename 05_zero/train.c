@@ -154,7 +154,7 @@ int main(int argc, char **argv) {
     OutFile *steps_csv = NULL;
     if (rank == 0) {
         out_dir_prepare(&cfg, PROGRAM);
-        steps_csv = steps_csv_open(&cfg, half ? ",bytes_sent,loss_scale,skipped" : ",bytes_sent");
+        steps_csv = steps_csv_open(&cfg, half ? ",bytes_sent,comm_busy_ms,loss_scale,skipped" : ",bytes_sent,comm_busy_ms");
     }
 
     GPT model;
@@ -237,11 +237,13 @@ int main(int argc, char **argv) {
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
         rec.comm_ms = zero.comm_ms; /* waiting on communication, wherever in the step */
+        double busy_ms = zero.comm_busy_ms; /* the collectives running, hidden or not */
         double step_bytes = comm_bytes_sent() - bytes_at_start;
         train_bytes += step_bytes;
 
         /* ---- log: the slowest rank's times ---- */
         comm_slowest_times(world, &rec);
+        busy_ms = comm_allreduce_double(world, busy_ms, 1);
         rec.loss = loss;
         rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
         step_ms[step] = rec.step_ms;
@@ -257,9 +259,10 @@ int main(int argc, char **argv) {
             if (!cfg.quiet || last) log_step(&rec, cfg.steps);
             char extra_values[64];
             if (half)
-                snprintf(extra_values, sizeof extra_values, ",%.0f,%g,%d", step_bytes, loss_scale, skipped);
+                snprintf(extra_values, sizeof extra_values, ",%.0f,%.4f,%g,%d", step_bytes, busy_ms, loss_scale,
+                         skipped);
             else
-                snprintf(extra_values, sizeof extra_values, ",%.0f", step_bytes);
+                snprintf(extra_values, sizeof extra_values, ",%.0f,%.4f", step_bytes, busy_ms);
             steps_csv_write(steps_csv, &rec, extra_values);
         }
     }

@@ -61,6 +61,7 @@ static void record(Zero *z, const char *op, int micro, double start_ms, double e
 static void waited(Zero *z, const char *op, double start_ms) {
     double end = wall_ms();
     z->comm_ms += end - start_ms;
+    z->comm_busy_ms += end - start_ms;
     record(z, op, z->micro, start_ms, end);
 }
 /* Wait for one of the worker's collectives, queued for micro-batch `micro`;
@@ -68,6 +69,7 @@ static void waited(Zero *z, const char *op, double start_ms) {
 static void wait_ticket(Zero *z, long ticket, const char *op, int micro) {
     double start, end;
     z->comm_ms += comm_worker_wait(z->worker, ticket, &start, &end);
+    z->comm_busy_ms += end - start;
     record(z, op, micro, start, end);
 }
 
@@ -231,9 +233,12 @@ static void *run_until_compute(Zero *z, ZeroOp op, int unit) {
     return z->pool[z->buffer_of_use[a->use]];
 }
 
-/* Run the frees that follow a computation. */
-static void run_frees(Zero *z) {
-    while (z->cursor < z->num_actions && z->actions[z->cursor].op == ZERO_FREE)
+/* After a computation: its frees, then the gathers the schedule has before
+ * the next computation (queued now, not in the next hook, so that they go
+ * ahead of the reduce-scatter the caller queues next: zero.h, "Queue order"). */
+static void run_frees_and_gathers(Zero *z) {
+    while (z->cursor < z->num_actions &&
+           (z->actions[z->cursor].op == ZERO_FREE || z->actions[z->cursor].op == ZERO_GATHER))
         run_action(z, &z->actions[z->cursor++]);
 }
 
@@ -258,7 +263,7 @@ static void after_forward(int unit, void *context) {
     Zero *z = context;
     record(z, "fwd", z->micro, z->compute_start_ms, wall_ms());
     if (z->half) mixed_unit_out(&z->mixed, unit, NULL);
-    if (z->stage == 3) run_frees(z);
+    if (z->stage == 3) run_frees_and_gathers(z);
 }
 
 static void before_backward(int unit, void *context) {
@@ -283,8 +288,9 @@ static void after_backward(int unit, void *context) {
         mixed_unit_out(&z->mixed, unit, z->grad_buffers[z->current].data); /* zeroed: rounds into it */
     else if (z->stage == 2)
         gpt_bind_unit(z->model, unit, z->params + unit_offset(z, unit), NULL);
+    /* stage 3: the next computation's gather first, this unit's gradient behind it */
+    if (z->stage == 3) run_frees_and_gathers(z);
     reduce_scatter_unit(z, unit);
-    if (z->stage == 3) run_frees(z);
 }
 
 static const UnitHooks zero_unit_hooks = {.before_forward = before_forward,
@@ -385,8 +391,12 @@ void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t
         for (int b = 0; b < z->pool_size; b++)
             z->pool[b] = alloc_typed(z, CAT_GATHERED, z->max_unit, "gathered unit");
     }
-    /* room for every gather the schedule has in flight and both gradient buffers' reduce-scatters */
-    if (stage >= 2) z->worker = comm_worker_create(g, z->pool_size + 2);
+    /* Room for every collective of a micro-batch (its gathers and reduce-scatters):
+     * a ticket's times must outlive it until it is waited for, and the last
+     * reduce-scatters of a micro-batch are waited for in the next one, after
+     * its forward's gathers. What is in flight is bounded anyway, by the pool
+     * (gathers) and the two gradient buffers (reduce-scatters). */
+    if (stage >= 2) z->worker = comm_worker_create(g, 3 * (model->cfg.layers + 2) + 2);
 }
 
 void zero_create(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, int prefetch,
@@ -434,7 +444,7 @@ const UnitHooks *zero_hooks(Zero *z) {
 void zero_start_clock(Zero *z, int step) {
     z->step = step;
     z->origin_ms = wall_ms();
-    z->comm_ms = 0.0;
+    z->comm_ms = z->comm_busy_ms = 0.0;
 }
 
 void zero_begin_step(Zero *z) {
@@ -572,7 +582,7 @@ void zero_weights_from_master(Zero *z) {
         allgather_whole_unit(z, u);
     }
     z->timeline.count = 0; /* before the first step: these gathers belong to no step's timeline */
-    z->comm_ms = 0.0;
+    z->comm_ms = z->comm_busy_ms = 0.0;
 }
 
 int zero_needs_whole(const Zero *z) {

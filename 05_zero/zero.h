@@ -34,6 +34,22 @@
  * with K >= 1 the gathers of the next units run while this one computes, and
  * a unit's reduce-scatter runs while the units before it back-propagate.
  *
+ * Queue order: gathers before reduce-scatters. The worker runs its
+ * collectives one at a time in the order they were queued, and it must: the
+ * ranks' collectives pair up in that order, so a worker that picked the next
+ * job by itself (a gather that came in while a reduce-scatter waited) could
+ * pick differently on two ranks and deadlock them. The priority is therefore
+ * in the order of queuing. After a unit's backward the hook first runs the
+ * schedule up to the next computation, queuing its gather (and with K >= 1
+ * the one K computations ahead), and only then queues the unit's
+ * reduce-scatter. A reduce-scatter queued first would hold up the gather the
+ * next backward waits for, and then run in the gap while the rank waits
+ * (without prefetch nothing overlapped at all); queued second it runs under
+ * the next unit's backward:
+ *
+ *   compute : bwd u |wait| bwd u-1          |wait| bwd u-2 ...
+ *   worker  :       |gather u-1| reduce-scatter u |gather u-2| ...
+ *
  * Mixed precision (--precision bf16|fp16, mixed.h). The parameters and
  * gradients above are 16 bits (2 bytes each) and so are their collectives;
  * the optimizer state is Adam's m and v plus the fp32 master weights of the
@@ -123,9 +139,11 @@ typedef struct {
     long *ticket_of_use; /* the gather of computation i's unit */
 
     /* this step: where it is, when it began (wall_ms), the milliseconds the
-     * caller waited on communication, and what ran when (timeline.csv) */
+     * caller waited on communication (comm_ms) and the collectives ran, on
+     * the worker or in the caller (comm_busy_ms), and what ran when
+     * (timeline.csv) */
     int step, micro;
-    double origin_ms, comm_ms, compute_start_ms;
+    double origin_ms, comm_ms, comm_busy_ms, compute_start_ms;
     Timeline timeline;
 } Zero;
 

@@ -48,12 +48,19 @@
 #                per token (forward and backward of P parameters, plus attention's
 #                products); empty when the device's peak is not in the table below.
 #
+#   zero.csv, zero_summary.csv
+#                the prefetch and overlap row: common/bench_zero.sh's files for
+#                stage 3 with and without prefetch and chapter 02's flat and
+#                overlapped all-reduce, on 2 CPU ranks, recommended and default
+#                threads (its header says every column)
+#
 # Settings (environment): PYTHON (python3), BENCH_REPEATS (GPU 3, CPU 5),
 # BENCH_COMPILE_REPEATS (1; 0 skips torch.compile), BENCH_VARIANTS (CPU 1, GPU 0),
 # BENCH_PRECISIONS (GPU: "fp32 tf32 bf16"; CPU: "fp32 bf16"), BENCH_MODELS (the presets
 # below; on the CPU, medium runs only when named here), BENCH_STEPS (steps per run;
 # default per preset), BENCH_OUT (runs/bench), OMP_NUM_THREADS (default: every core), TRAIN
-# (./01_single_gpu/train).
+# (./01_single_gpu/train), BENCH_ZERO (1; 0 leaves out the prefetch and overlap row),
+# BENCH_ZERO_MODEL (small, or the first of BENCH_MODELS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -242,4 +249,16 @@ with open(f"{out}/compare.csv", "w") as f:
             text += f" | compile {compiled:10.0f} (ratio {course / compiled:.2f})"
         print(text)
 EOF
-echo "bench: done; see $out/bench.csv and $out/compare.csv (ratio = course / PyTorch)"
+# ---- the communication thread: stage 3's prefetch and chapter 02's overlap ----
+# common/bench_zero.sh on 2 CPU ranks, in the course's recommended thread
+# setting and in the defaults (nothing exported), interleaved: zero.csv and
+# zero_summary.csv, whose gain column is prefetch's (zero3) and overlap's
+# (dp_overlap). BENCH_ZERO=0 leaves it out.
+if [[ ${BENCH_ZERO:-1} == 1 ]]; then
+    zero_model="${BENCH_ZERO_MODEL:-small}"
+    [[ -n "${BENCH_MODELS:-}" && -z "${BENCH_ZERO_MODEL:-}" ]] && zero_model="${configs[0]%% *}"
+    BENCH_RANKS=2 BENCH_REPEATS="$REPEATS" BENCH_MODEL="$zero_model" BENCH_DEVICE=cpu BENCH_OUT="$out" \
+        BENCH_CONFIGS="zero3 zero3_prefetch0 dp_flat dp_overlap" common/bench_zero.sh | grep -v '^bench_zero: 2 ranks,'
+fi
+echo "bench: done; see $out/bench.csv and $out/compare.csv (ratio = course / PyTorch)," \
+    "$out/zero_summary.csv (prefetch and overlap)"

@@ -145,7 +145,7 @@ double bucketed_wait_all(BucketedCollective *bc) {
     return comm_worker_wait_all(bc->worker);
 }
 
-double bucketed_comm_ms(BucketedCollective *bc) {
+double bucketed_busy_ms(BucketedCollective *bc) {
     double ms = 0.0;
     for (int b = 0; b < bc->count; b++) {
         if (bc->ticket[b] < 0) continue;

@@ -94,6 +94,6 @@ void bucketed_wait(BucketedCollective *bc, int b);
  * round); returns the milliseconds spent waiting. */
 double bucketed_wait_all(BucketedCollective *bc);
 /* Milliseconds the worker spent in collectives this round (after bucketed_wait_all). */
-double bucketed_comm_ms(BucketedCollective *bc);
+double bucketed_busy_ms(BucketedCollective *bc);
 
 #endif

@@ -21,11 +21,14 @@
 #include "watchdog.h"
 
 #include <mpi.h>
+#include <omp.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #ifdef USE_NCCL
 #include <cuda_runtime.h>
@@ -41,7 +44,8 @@ struct CommGroup {
     DeviceEvent *done;         /* recorded on the communication stream after a call's work */
     void *staging;             /* host copy of device buffers (staged transport): pinned, host/comm */
     size_t staging_bytes;
-    WatchGroup *watch; /* its entries in the flight recorder (watchdog.h) */
+    WatchGroup *watch;         /* its entries in the flight recorder (watchdog.h) */
+    int nap_us; /* > 0: an MPI collective waits by testing, sleeping this long between tests */
 #ifdef USE_NCCL
     ncclComm_t nccl;
 #endif
@@ -90,8 +94,24 @@ static void abort_job(int exit_code) {
     exit(exit_code);
 }
 
+/* The CPU time of a rank that shares its cores (comm.h, "Cores"). Without
+ * OMP_NUM_THREADS, OpenMP would give every rank as many threads as it may
+ * run on: all the machine's cores when mpirun does not bind the ranks. */
+static void default_thread_count(void) {
+    const char *set = getenv("OMP_NUM_THREADS");
+    if (set && set[0]) return; /* the user's choice (config.c checks it) */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int share = cores > 0 && local_size > 0 ? (int)(cores / local_size) : 1;
+    int threads = omp_get_max_threads(); /* the cores this rank is bound to */
+    if (share < threads) threads = share;
+    omp_set_num_threads(threads > 0 ? threads : 1);
+}
+
 void comm_init(int *argc, char ***argv) {
     int provided;
+    /* before MPI starts, which reads it (Open MPI; comm.h, "Cores"); a value
+     * the user exported stays */
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     /* errors come back as codes, so fatal() can name the rank and abort everyone */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -108,6 +128,7 @@ void comm_init(int *argc, char ***argv) {
     MPI_Comm_rank(node, &local_rank);
     MPI_Comm_size(node, &local_size);
     MPI_Comm_free(&node);
+    default_thread_count();
     if (provided < MPI_THREAD_MULTIPLE && world_group.rank == 0)
         log_info(
             "note: this MPI does not support MPI_THREAD_MULTIPLE; overlap runs communication serially\n");
@@ -563,6 +584,31 @@ static int mpi_count(size_t count) {
     return (int)count;
 }
 
+void comm_group_nap_while_waiting(CommGroup *g, int nap_us) {
+    g->nap_us = nap_us > 0 ? nap_us : 0;
+}
+
+/* Wait for a collective started with MPI_I* on a group that naps (comm.h,
+ * "Cores"): a test every nap_us; between tests the thread sleeps, and each
+ * wake-up takes the core back from the computation only for as long as one
+ * test moves the collective on. */
+static void finish_request(CommGroup *g, MPI_Request *request) {
+    struct timespec nap = {0, 1000L * g->nap_us};
+    for (;;) {
+        int done = 0;
+        MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE));
+        if (done) return;
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* Whether a sum over g may nap: MPI's nonblocking algorithms may add the
+ * ranks' values in another order than the blocking ones, and the course's
+ * losses stay the same bit for bit; a sum of two has one order. */
+static int sum_may_nap(const CommGroup *g) {
+    return g->nap_us && g->size == 2;
+}
+
 static void allreduce_run(CommGroup *g, void *buf, size_t count, CommDtype dtype, ReduceOp op,
                           DeviceEvent *ready) {
     check_dtype(dtype, "comm_allreduce");
@@ -580,7 +626,14 @@ static void allreduce_run(CommGroup *g, void *buf, size_t count, CommDtype dtype
     }
 #endif
     void *h = to_host(g, comm, host_side(g, buf, 0, bytes), buf, bytes);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, mpi_count(count), mpi_type(dtype), mpi_sum(dtype), g->mpi));
+    if (sum_may_nap(g)) {
+        MPI_Request request;
+        MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, h, mpi_count(count), mpi_type(dtype), mpi_sum(dtype), g->mpi,
+                                 &request));
+        finish_request(g, &request);
+    } else {
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, h, mpi_count(count), mpi_type(dtype), mpi_sum(dtype), g->mpi));
+    }
     if (op == COMM_AVG) scale(h, count, dtype, 1.0f / g->size);
     to_device(g, comm, buf, h, bytes);
 }
@@ -602,7 +655,15 @@ static void reduce_scatter_run(CommGroup *g, const void *send, void *recv, size_
     /* staged: [ send (size * count) | recv (count) ] in the staging buffer */
     void *hs = to_host(g, comm, host_side(g, (void *)send, 0, total + bytes), send, total);
     void *hr = host_side(g, recv, total, total + bytes);
-    MPI_CHECK(MPI_Reduce_scatter_block(hs, hr, mpi_count(count), mpi_type(dtype), mpi_sum(dtype), g->mpi));
+    if (sum_may_nap(g)) {
+        MPI_Request request;
+        MPI_CHECK(MPI_Ireduce_scatter_block(hs, hr, mpi_count(count), mpi_type(dtype), mpi_sum(dtype), g->mpi,
+                                            &request));
+        finish_request(g, &request);
+    } else {
+        MPI_CHECK(
+            MPI_Reduce_scatter_block(hs, hr, mpi_count(count), mpi_type(dtype), mpi_sum(dtype), g->mpi));
+    }
     if (op == COMM_AVG) scale(hr, count, dtype, 1.0f / g->size);
     to_device(g, comm, recv, hr, bytes);
 }
@@ -623,8 +684,15 @@ static void allgather_run(CommGroup *g, const void *send, void *recv, size_t cou
     /* staged: [ recv (size * count) | send (count) ] in the staging buffer */
     void *hs = to_host(g, comm, host_side(g, (void *)send, total, total + bytes), send, bytes);
     void *hr = host_side(g, recv, 0, total + bytes);
-    MPI_CHECK(
-        MPI_Allgather(hs, mpi_count(count), mpi_type(dtype), hr, mpi_count(count), mpi_type(dtype), g->mpi));
+    if (g->nap_us) {
+        MPI_Request request;
+        MPI_CHECK(MPI_Iallgather(hs, mpi_count(count), mpi_type(dtype), hr, mpi_count(count), mpi_type(dtype),
+                                 g->mpi, &request));
+        finish_request(g, &request);
+    } else {
+        MPI_CHECK(MPI_Allgather(hs, mpi_count(count), mpi_type(dtype), hr, mpi_count(count), mpi_type(dtype),
+                                g->mpi));
+    }
     to_device(g, comm, recv, hr, total);
 }
 

@@ -33,6 +33,30 @@
  * host memory, host/comm in memory.csv, grown on demand); only the byte
  * counter is shared, under a lock. MPI is started with MPI_THREAD_MULTIPLE.
  *
+ * Cores. A rank's OpenMP threads and its communication thread
+ * (comm_worker.h) share the cores the rank runs on: mpirun binds each of up
+ * to 2 ranks to one core of its own, and leaves more ranks unbound. Two
+ * defaults keep them from starving each other on a CPU:
+ *   - threads: without OMP_NUM_THREADS a rank gets cores / (ranks on its
+ *     machine) OpenMP threads (at least 1, at most the cores it is bound to),
+ *     not OpenMP's default of every core it may run on, which oversubscribes
+ *     the machine as soon as ranks are not bound;
+ *   - waiting: a blocking MPI call polls for its messages, and Open MPI polls
+ *     without pause unless the machine is oversubscribed, so a communication
+ *     thread waiting for another rank would keep its core from the compute
+ *     thread beside it (a prefetching run was up to 13x slower than one
+ *     without on a loaded 2-core machine). comm_init sets Open MPI's
+ *     mpi_yield_when_idle (OMPI_MCA_mpi_yield_when_idle=1 unless exported
+ *     otherwise): a poll that finds nothing yields the core. Yielding alone
+ *     still leaves a collective of two communication threads to progress
+ *     only when both happen to run, which on cores kept busy by computation
+ *     is when the computation stops; so the worker's group naps
+ *     (comm_group_nap_while_waiting): it tests its collective every few
+ *     microseconds and sleeps in between, and a thread waking from sleep
+ *     gets the core at once, long enough to move the bytes on.
+ * OMP_WAIT_POLICY=passive (OpenMP threads that wait sleep) is still the
+ * course's advice where more threads than cores run (README, "Threads").
+ *
  * Any error ends the whole job (MPI_Abort) with a message naming the rank:
  * no rank is ever left waiting in a collective. Every call is an entry of
  * the flight recorder, and a rank that waits in one longer than --timeout
@@ -108,6 +132,11 @@ int comm_local_rank(void);
 CommGroup *comm_split(CommGroup *parent, int color, int key);
 /* Free a group from comm_split (collective over the group), before comm_finalize. */
 void comm_group_free(CommGroup *g);
+/* From now on g's MPI all-gathers (and, on 2 ranks, its all-reduces and
+ * reduce-scatters: a sum of more may come out in another order) wait by
+ * testing every nap_us microseconds and sleeping in between (0: MPI's own
+ * wait). For a thread that shares its core with computation ("Cores"). */
+void comm_group_nap_while_waiting(CommGroup *g, int nap_us);
 
 /* Choose the transport for device buffers: "auto", "nccl" or "mpi" (--comm).
  * Call after device_init. auto: nccl on CUDA when built with NCCL and every

@@ -12,6 +12,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+/* How long the worker sleeps between two tests of a collective in flight
+ * (comm.h, "Cores"): its wake-ups move the collective on while the compute
+ * thread keeps the core the rest of the time. */
+#define WORKER_NAP_US 20
+
 typedef enum { JOB_ALLGATHER, JOB_REDUCE_SCATTER, JOB_ALLREDUCE } JobKind;
 
 typedef struct {
@@ -84,6 +89,7 @@ CommWorker *comm_worker_create(CommGroup *g, int capacity) {
     w->jobs = xcalloc(capacity, sizeof(Job));
     for (int i = 0; i < capacity; i++) w->jobs[i].ready = device_event_create();
     w->group = comm_split(g, 0, comm_rank(g)); /* the same ranks, in the same order */
+    comm_group_nap_while_waiting(w->group, WORKER_NAP_US);
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->changed, NULL);
     if (pthread_create(&w->thread, NULL, work, w) != 0)
@@ -158,6 +164,11 @@ double comm_worker_wait(CommWorker *w, long ticket, double *start_ms, double *en
         fatal(EXIT_RUNTIME, "comm_worker_wait: ticket %ld was never handed out (%ld so far)", ticket,
               w->queued);
     while (w->finished <= ticket) pthread_cond_wait(&w->changed, &w->lock);
+    if ((start_ms || end_ms) && w->queued > ticket + w->capacity)
+        fatal(EXIT_RUNTIME,
+              "comm_worker_wait: the times of ticket %ld are gone, its slot holds a later collective "
+              "(%ld queued; create the worker with room for more than %d)",
+              ticket, w->queued, w->capacity);
     const Job *j = &w->jobs[ticket % w->capacity]; /* its times stay until `capacity` more are queued */
     if (start_ms) *start_ms = j->start_ms;
     if (end_ms) *end_ms = j->end_ms;

@@ -7,7 +7,9 @@
  * for the ticket only where it needs the result. The worker runs the queued
  * collectives one at a time, in the order they were queued, on its own
  * duplicate of the group (its own MPI and NCCL communicators, as the
- * bucketed collective's worker: bucketed.h).
+ * bucketed collective's worker: bucketed.h), which naps while an MPI
+ * collective is in flight, so that on a CPU it shares its core with the
+ * computation instead of polling it away (comm.h, "Cores").
  *
  *   caller : queue(gather 1) [compute 0]   wait(1) [compute 1] ...
  *   worker :                 [gather 1 ]           [gather 2 ] ...
@@ -26,6 +28,12 @@
  * is the overlap. A ticket is done when its collective has returned, so the
  * kernels the caller queues after comm_worker_wait see the result. On the
  * CPU the same holds with plain threads: the input is final when queued.
+ *
+ * First come, first served, never reordered: the ranks' collectives pair up
+ * in queue order, and a worker that chose by itself what to run next would
+ * choose by timing, differently on different ranks. A caller that wants one
+ * kind first queues it first (chapter 05 queues the next unit's gather ahead
+ * of a reduce-scatter: zero.h, "Queue order").
  *
  * The buffers of a queued collective belong to the worker until its ticket
  * is waited for: the caller must not write the input or touch the output
@@ -60,7 +68,9 @@ long comm_worker_allreduce_with(CommWorker *w,
 
 /* Wait until ticket's collective is done; returns the milliseconds this
  * call waited (0 when it was done already). start_ms and end_ms (may be
- * NULL) receive when the worker ran it, on wall_ms()'s clock. */
+ * NULL) receive when the worker ran it, on wall_ms()'s clock; they are kept
+ * in the ticket's slot, so asking for them after `capacity` later
+ * collectives were queued ends the job. */
 double comm_worker_wait(CommWorker *w, long ticket, double *start_ms, double *end_ms);
 /* Wait for everything queued; returns the milliseconds waited. */
 double comm_worker_wait_all(CommWorker *w);

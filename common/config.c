@@ -279,7 +279,12 @@ void config_print_help(const char *program, const char *summary, const CliExtra 
                "  --timeout SECONDS          a rank waiting longer than this in one communication call\n"
                "                             ends the job naming the ranks that never arrived, its last\n"
                "                             calls written to OUT/flight-RANK.txt (kill -USR1 a rank to\n"
-               "                             see them live); 0..604800, 0 = wait forever (default %d)\n",
+               "                             see them live); 0..604800, 0 = wait forever (default %d)\n"
+               "\nenvironment (comm.h, \"Cores\")\n"
+               "  OMP_NUM_THREADS            OpenMP threads per rank (default: cores / ranks on this machine,\n"
+               "                             at least 1, at most the cores mpirun bound the rank to)\n"
+               "  OMPI_MCA_mpi_yield_when_idle  Open MPI yields the core while it waits for messages (default\n"
+               "                             1 here; 0 polls without pause and starves the compute thread)\n",
                d->comm, d->timeout);
     if (extra && extra->help) printf("\n%s", extra->help);
     printf("\nexit status: 0 done, 1 runtime failure, 2 bad input, 3 loss became NaN/Inf\n");

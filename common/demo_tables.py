@@ -39,7 +39,7 @@ def chapter02(runs):
         for d in sorted(glob.glob(os.path.join(runs, "02-dp*-*.r1")))]
     if len(labels) == 1:
         return
-    print("| configuration | step | forward | backward | optimizer | comm_ms | exposed_comm_ms |")
+    print("| configuration | step | forward | backward | optimizer | comm_ms | comm_busy_ms |")
     print("|---|---|---|---|---|---|---|")
     for label, name in labels:
         rows = steps(runs, label)
@@ -47,7 +47,7 @@ def chapter02(runs):
             continue
         print(f"| {name or label} | {fmt(median(rows, 'step_ms'))} ms | {fmt(median(rows, 'fwd_ms'))} | "
               f"{fmt(median(rows, 'bwd_ms'))} | {fmt(median(rows, 'opt_ms'))} | {fmt(median(rows, 'comm_ms'))} | "
-              f"{fmt(median(rows, 'exposed_comm_ms'))} |")
+              f"{fmt(median(rows, 'comm_busy_ms'))} |")
     print()
 
 

@@ -23,8 +23,8 @@ Plots written to --out (default runs/plots):
     throughput.png  tokens/s per configuration, with error bars
     memory.png      peak memory per rank, stacked by category (device space)
     breakdown.png   median step time split into forward, backward, optimizer,
-                    exposed communication (exposed_comm_ms when the run has it,
-                    else comm_ms) and other (the rest of the step), so that
+                    exposed communication (comm_ms: the time the step waited
+                    on it) and other (the rest of the step), so that
                     each bar adds up to the median step time, marked on it;
                     where the parts overlap (pipeline stages count their
                     waits in forward and backward) the bar says by how much
@@ -229,7 +229,7 @@ def breakdown_parts(runs):
     samples = {key: [] for key in ("fwd_ms", "bwd_ms", "opt_ms", "exposed", "step_ms")}
     for run in runs:
         for row in run["steps"][1:] or run["steps"]:
-            samples["exposed"].append(float(row.get("exposed_comm_ms") or row["comm_ms"]))
+            samples["exposed"].append(float(row["comm_ms"]))
             for key in ("fwd_ms", "bwd_ms", "opt_ms", "step_ms"):
                 samples[key].append(float(row[key]))
     parts = {key: median(values) for key, values in samples.items()}

@@ -21,3 +21,20 @@ passes_on_2_and_3_ranks() {
 @test "bf16 and fp16 collectives sum, average, gather and scatter on 2 and 3 ranks, counting 2 bytes an element" {
     passes_on_2_and_3_ranks 16bit
 }
+
+# comm.h, "Cores": without OMP_NUM_THREADS a rank gets cores / ranks on the
+# machine OpenMP threads (at least one), not every core it may run on; MPI
+# yields the core while it waits unless the user said otherwise.
+@test "without OMP_NUM_THREADS each of 4 ranks gets cores / 4 OpenMP threads, and MPI yields while it waits" {
+    cores=$(getconf _NPROCESSORS_ONLN)
+    want=$(( cores / 4 > 0 ? cores / 4 : 1 ))
+    run env -u OMP_NUM_THREADS -u OMPI_MCA_mpi_yield_when_idle \
+        bash -c "$(declare -f mpirun_np); mpirun_np 4 '$BUILD/tests/test_comm' threads"
+    assert_success
+    assert_equal "$(grep -c "OpenMP threads, mpi_yield_when_idle 1$" <<<"$output")" 4
+    # between 1 and cores / 4 each (fewer where mpirun bound a rank to fewer cores)
+    awk -v want="$want" '/OpenMP threads/ { n++; if ($3 < 1 || $3 > want) bad = 1 } END { exit bad || n != 4 }' <<<"$output"
+    run env OMP_NUM_THREADS=3 OMPI_MCA_mpi_yield_when_idle=0 \
+        bash -c "$(declare -f mpirun_np); mpirun_np 2 '$BUILD/tests/test_comm' threads"
+    assert_equal "$(grep -c ": 3 OpenMP threads, mpi_yield_when_idle 0$" <<<"$output")" 2
+}

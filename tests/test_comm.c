@@ -17,6 +17,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -311,6 +312,13 @@ int main(int argc, char **argv) {
     device_init("cpu", 0);
     comm_select("mpi");
     const char *only = argc > 1 ? argv[1] : NULL;
+    if (only && !strcmp(only, "threads")) { /* comm.h, "Cores": what comm_init chose */
+        const char *yield = getenv("OMPI_MCA_mpi_yield_when_idle");
+        printf("rank %d: %d OpenMP threads, mpi_yield_when_idle %s\n", comm_rank(comm_world()),
+               omp_get_max_threads(), yield ? yield : "unset");
+        comm_finalize();
+        return 0;
+    }
     if (!only || !strcmp(only, "ring")) {
         check_allreduce(1, COMM_SUM);
         check_allreduce(1, COMM_AVG);

@@ -102,6 +102,38 @@ EOF
     # 6P + 12 L T C FLOPs per token, 8 x 64 tokens: (6*136960 + 12*2*64*64) * 512 / 1e12
     assert_equal "$(echo "$headline" | cut -d, -f19)" "0.0005"
     assert_equal "$(echo "$headline" | cut -d, -f11)" "" # no PyTorch, no ratio
+    # the prefetch and overlap row (common/bench_zero.sh): both settings, a gain each
+    assert_equal "$(awk -F, 'NR > 1 && $11 != "" { print $5 "," $6 }' "$dir/bench/zero_summary.csv" | sort | tr '\n' ' ')" \
+        "default,dp_overlap default,zero3 recommended,dp_overlap recommended,zero3 "
+}
+
+@test "bench_zero runs each configuration in both thread settings, interleaved, and writes its CSVs with the gains" {
+    dir="$(scratch)"
+    run env BENCH_RANKS=2 BENCH_REPEATS=2 BENCH_MODEL=tiny BENCH_STEPS=3 BENCH_OUT="$dir/z" \
+        BENCH_CONFIGS="zero0 zero3 zero3_prefetch0 dp_flat dp_overlap" "$REPO/common/bench_zero.sh"
+    assert_success
+    assert_equal "$(head -1 "$dir/z/zero.csv")" \
+        "device,precision,model,ranks,settings,config,repeat,median_step_ms,median_comm_ms,median_comm_busy_ms,bytes_sent_per_step"
+    # interleaved: repeat 1 of every setting and configuration, then repeat 2
+    assert_equal "$(csv_column "$dir/z/zero.csv" repeat | uniq -c | awk '{ print $1 "x" $2 }' | tr '\n' ' ')" "10x1 10x2 "
+    assert_equal "$(awk -F, 'NR > 1 && NR <= 11 { print $5 "/" $6 }' "$dir/z/zero.csv" | tr '\n' ' ')" \
+        "recommended/zero0 recommended/zero3 recommended/zero3_prefetch0 recommended/dp_flat recommended/dp_overlap default/zero0 default/zero3 default/zero3_prefetch0 default/dp_flat default/dp_overlap "
+    # every run has its step time and comm times; ZeRO runs their bytes
+    awk -F, 'NR > 1 && ($8 <= 0 || $9 == "" || $10 == "" || ($6 ~ /^zero/ && $11 <= 0)) { bad = 1 } END { exit bad }' "$dir/z/zero.csv"
+    assert_equal "$(head -1 "$dir/z/zero_summary.csv")" \
+        "device,precision,model,ranks,settings,config,median_step_ms,min_step_ms,max_step_ms,relative_to_stage0,gain,gain_min,gain_max"
+    # the gain is the baseline's time over this one's, within each repeat: its median lies in min..max
+    python3 - "$dir/z/zero_summary.csv" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 10, rows
+for r in rows:
+    has_gain = r["config"] in ("zero3", "dp_overlap")
+    assert bool(r["gain"]) == has_gain, r
+    if has_gain:
+        assert float(r["gain_min"]) <= float(r["gain"]) <= float(r["gain_max"]), r
+    assert r["relative_to_stage0"] != "", r
+EOF
 }
 
 @test "the real GPipe and 1F1B schedules take 3(M+P-1) slots, as the bubble formula says" {
@@ -279,7 +311,7 @@ MD
 
 @test "demo_tables prints medians over the steps of every repeat, the warm-up step left out" {
     dir="$(scratch)/demo"
-    header="step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss,exposed_comm_ms"
+    header="step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss,comm_busy_ms"
     for r in 1 2; do
         mkdir -p "$dir/01-small.r$r" "$dir/02-dp2-flat.r$r"
         printf '%s\n1,5,0,0,999,9,9,0,9,0,,\n2,5,0,0,%d,1,2,0,3,0,,\n3,5,0,0,%d,1,2,0,3,0,,\n' "$header" $((10 * r)) $((10 * r + 2)) \

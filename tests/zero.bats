@@ -18,6 +18,7 @@ setup_file() {
     cp "$REPO/course.md" "$BATS_FILE_TMPDIR/corpus.txt"
     "$TRAIN01" $FLAGS $ODD --out "$BATS_FILE_TMPDIR/ref" >/dev/null
     "$TRAIN01" $FLAGS $ODD --micro 2 --out "$BATS_FILE_TMPDIR/ref_micro" >/dev/null
+    "$TRAIN01" $FLAGS --micro 2 --out "$BATS_FILE_TMPDIR/ref_micro_tiny" >/dev/null
 }
 
 zero() {
@@ -38,6 +39,20 @@ check_stages() {
 @test "every ZeRO stage on 2 ranks matches single-device losses, units padded" { check_stages 2; }
 @test "every ZeRO stage on 3 ranks matches single-device losses, units padded" { check_stages 3; }
 @test "every ZeRO stage on 4 ranks matches single-device losses, units padded" { check_stages 4; }
+
+# Stage 1 reduce-scatters on the calling thread, stages 2 and 3 on the
+# communication thread, which waits for them its own way (common/comm.h,
+# "Cores"); MPI must still add the ranks' values in one order, so the losses
+# agree in every printed digit, not only within 1e-4.
+@test "stages 1, 2 and 3 on 4 ranks give the same losses to the last digit: the communication thread sums in MPI's order" {
+    for stage in 1 2 3; do
+        zero 4 $ODD --zero $stage --out "$BATS_TEST_TMPDIR/sum$stage"
+    done
+    run diff <(cut -d, -f2 "$BATS_TEST_TMPDIR/sum1/steps.csv") <(cut -d, -f2 "$BATS_TEST_TMPDIR/sum2/steps.csv")
+    assert_success
+    run diff <(cut -d, -f2 "$BATS_TEST_TMPDIR/sum1/steps.csv") <(cut -d, -f2 "$BATS_TEST_TMPDIR/sum3/steps.csv")
+    assert_success
+}
 
 @test "gradient accumulation over 2 micro-batches matches the single device at stages 1-3" {
     for stage in 1 2 3; do
@@ -84,6 +99,40 @@ early_gathers() {
         assert_success
         [ -s "$BATS_TEST_TMPDIR/plots/gantt-pf2.png" ]
     fi
+}
+
+# The worker runs its collectives in the order they were queued; stage 3
+# queues the gathers of the next computations before the reduce-scatter of
+# the unit just back-propagated (zero.h, "Queue order"), so that the
+# reduce-scatter can run under the next backward instead of holding up its
+# gather. common/overlap.py --check-order reads that order back from
+# timeline.csv (it does not depend on how loaded the machine is) and fails
+# when a gather ran behind a reduce-scatter queued after it.
+@test "stage 3 queues each backward's gather ahead of the previous unit's reduce-scatter, at prefetch 0 and 1" {
+    for k in 0 1; do
+        zero 2 --micro 2 --zero 3 --prefetch $k --out "$BATS_TEST_TMPDIR/order$k"
+        assert_losses_match "$BATS_FILE_TMPDIR/ref_micro_tiny" "$BATS_TEST_TMPDIR/order$k" 4
+        run python3 "$REPO/common/overlap.py" --check-order "$BATS_TEST_TMPDIR/order$k"
+        assert_success
+        assert_output --partial "reduce_scatter"
+        refute_output --partial "after the reduce-scatter"
+    done
+    run diff <(cut -d, -f2 "$BATS_TEST_TMPDIR/order0/steps.csv") <(cut -d, -f2 "$BATS_TEST_TMPDIR/order1/steps.csv")
+    assert_success
+}
+
+# comm_ms is the time the step waited on communication (every chapter);
+# comm_busy_ms the time the collectives ran. Stage 0 runs its all-reduce on
+# the caller, so it waits for all of it; stage 3 runs its gathers and
+# reduce-scatters on the communication thread.
+@test "steps.csv has comm_ms (waited) and comm_busy_ms (ran): equal at stage 0, both there at stage 3" {
+    zero 2 --zero 0 --out "$BATS_TEST_TMPDIR/busy0"
+    zero 2 --zero 3 --out "$BATS_TEST_TMPDIR/busy3"
+    assert_equal "$(head -1 "$BATS_TEST_TMPDIR/busy0/steps.csv")" \
+        "step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss,bytes_sent,comm_busy_ms"
+    paste -d, <(csv_column "$BATS_TEST_TMPDIR/busy0/steps.csv" comm_ms) \
+        <(csv_column "$BATS_TEST_TMPDIR/busy0/steps.csv" comm_busy_ms) | awk -F, '{ if ($1 != $2) bad = 1 } END { exit bad }'
+    [ "$(csv_column "$BATS_TEST_TMPDIR/busy3/steps.csv" comm_busy_ms | awk '$1 > 0' | wc -l)" -eq 4 ]
 }
 
 @test "stage 3 prints its gather/free schedule: prefetch 1 gathers the next unit before computing one" {

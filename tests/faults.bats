@@ -321,14 +321,16 @@ freeze_check() {
 
 @test "SIGUSR1 to a rank writes its flight recorder to stderr and OUT/flight-RANK.txt, and the run goes on" {
     local out="$BATS_TEST_TMPDIR/out"
-    start_job 2 "$TRAIN02" ${LONG/--steps 2000/--steps 60} --out "$out"
+    # long enough (600 steps, 3 s at the fastest) for the watchdog thread, which
+    # looks once a second, to dump while the run still goes on
+    start_job 2 "$TRAIN02" ${LONG/--steps 2000/--steps 600} --out "$out"
     local pid
     pid=$(rank_pid 1)
     kill -USR1 "$pid"
-    wait_job 60
+    wait_job 120
     assert_success
     assert_output --regexp "# flight recorder of rank 1 \(pid [0-9]+\) at [0-9:]+, on SIGUSR1"
-    assert_equal "$(csv_column "$out/steps.csv" step | tail -1)" 60
+    assert_equal "$(csv_column "$out/steps.csv" step | tail -1)" 600
     run cat "$out/flight-1.txt"
     assert_output --partial "on SIGUSR1"
     assert_output --regexp "allreduce +[0-9]+ g0 \(ranks 0-1\) +- +[0-9]+ +[0-9]+ .* done"

@@ -48,52 +48,30 @@ typedef struct {
     int ranks;          /* the world size, for the checks */
 } DataParallelFlags;
 
-enum { OPT_DP_MODE = 1000, OPT_BUCKET_MB, OPT_ALLREDUCE, OPT_CHECK_REPLICAS, OPT_PRINT_BUCKETS };
-static const struct option dp_options[] = {
-    {"dp-mode", required_argument, 0, OPT_DP_MODE},
-    {"bucket-mb", required_argument, 0, OPT_BUCKET_MB},
-    {"allreduce", required_argument, 0, OPT_ALLREDUCE},
-    {"check-replicas", required_argument, 0, OPT_CHECK_REPLICAS},
-    {"print-buckets", no_argument, 0, OPT_PRINT_BUCKETS},
-    {0, 0, 0, 0},
+/* --help's section and one row per flag (config.h says how to add one) */
+static const Flag dp_flags[] = {
+    {.type = FLAG_SECTION, .help = "data parallel (run with mpirun -np N; every rank holds the whole model)"},
+    {"--dp-mode", FLAG_CHOICE, FIELD(DataParallelFlags, dp_mode), .choices = "naive|flat|overlap",
+     .noun = "mode", .def = "flat", .usage = "--dp-mode naive|flat|overlap",
+     .help = "naive: one all-reduce per parameter tensor after backward; flat: one\n"
+             "all-reduce of the whole gradient buffer; overlap: buckets all-reduced\n"
+             "during backward (default {default})"},
+    {"--bucket-mb", FLAG_DOUBLE, FIELD(DataParallelFlags, bucket_mb), 1e-6, 4096, .def = "1",
+     .usage = "--bucket-mb X", .help = "overlap: gradient bucket size in MiB, (0, 4096] (default {default})"},
+    {"--allreduce", FLAG_CHOICE, FIELD(DataParallelFlags, allreduce), .choices = "ring|library",
+     .noun = "all-reduce", .def = "library", .usage = "--allreduce ring|library",
+     .help = "the course's ring all-reduce or the library's (default {default})"},
+    {"--check-replicas", FLAG_INT, FIELD(DataParallelFlags, check_replicas), 0, 10000000,
+     .usage = "--check-replicas N",
+     .help = "every N steps verify all replicas hold identical parameters, 0 = never\n(default {default})"},
+    {"--print-buckets", FLAG_SWITCH, FIELD(DataParallelFlags, print_buckets), .usage = "--print-buckets",
+     .help = "overlap: print the buckets and after which layer each was launched"},
+    {0},
 };
-static const char dp_help[] =
-    "data parallel (run with mpirun -np N; every rank holds the whole model)\n"
-    "  --dp-mode naive|flat|overlap  naive: one all-reduce per parameter tensor after backward; flat: one\n"
-    "                             all-reduce of the whole gradient buffer; overlap: buckets all-reduced\n"
-    "                             during backward (default flat)\n"
-    "  --bucket-mb X              overlap: gradient bucket size in MiB, (0, 4096] (default 1)\n"
-    "  --allreduce ring|library   the course's ring all-reduce or the library's (default library)\n"
-    "  --check-replicas N         every N steps verify all replicas hold identical parameters, 0 = never\n"
-    "                             (default 0)\n"
-    "  --print-buckets            overlap: print the buckets and after which layer each was launched\n";
-
-static int handle_dp_flag(int option, const char *value, void *context) {
-    DataParallelFlags *f = context;
-    switch (option) {
-    case OPT_DP_MODE:
-        parse_choice_flag("--dp-mode", "mode", value, "naive|flat|overlap", f->dp_mode, sizeof f->dp_mode);
-        return 0;
-    case OPT_BUCKET_MB:
-        f->bucket_mb = parse_float_flag("--bucket-mb", value, 1e-6, 4096);
-        return 0;
-    case OPT_ALLREDUCE:
-        parse_choice_flag("--allreduce", "all-reduce", value, "ring|library", f->allreduce,
-                          sizeof f->allreduce);
-        return 0;
-    case OPT_CHECK_REPLICAS:
-        f->check_replicas = parse_int_flag("--check-replicas", value, 0, 10000000);
-        return 0;
-    case OPT_PRINT_BUCKETS:
-        f->print_buckets = 1;
-        return 0;
-    }
-    return -1;
-}
 
 /* The batch must split evenly over the ranks and their micro-batches. */
-static void check_dp_layout(const Config *cfg, void *context) {
-    const DataParallelFlags *f = context;
+static void check_dp_layout(const Config *cfg, const void *values) {
+    const DataParallelFlags *f = values;
     if (f->ranks > cfg->batch)
         fatal(EXIT_USAGE,
               "%d ranks but a global batch of %d sequences: every rank needs at least one "
@@ -102,15 +80,6 @@ static void check_dp_layout(const Config *cfg, void *context) {
     if (cfg->batch % (f->ranks * cfg->micro) != 0)
         fatal(EXIT_USAGE, "--batch %d is not divisible by %d ranks x --micro %d (valid: a multiple of %d)",
               cfg->batch, f->ranks, cfg->micro, f->ranks * cfg->micro);
-}
-
-static void record_dp_flags(const void *context, ConfigRecord *r) {
-    const DataParallelFlags *f = context;
-    config_record_add(r, "--dp-mode", "%s", f->dp_mode);
-    config_record_add(r, "--bucket-mb", "%.9g", f->bucket_mb);
-    config_record_add(r, "--allreduce", "%s", f->allreduce);
-    config_record_add(r, "--check-replicas", "%d", f->check_replicas);
-    config_record_add(r, "--print-buckets", "%d", f->print_buckets);
 }
 
 /* ---- gradient synchronisation ---- */
@@ -170,17 +139,10 @@ int main(int argc, char **argv) {
     int rank = comm_rank(world), ranks = comm_size(world);
 
     Config cfg;
-    DataParallelFlags dp = {.dp_mode = "flat", .bucket_mb = 1.0, .allreduce = "library", .ranks = ranks};
-    CliExtra extra = {.options = dp_options,
-                      .help = dp_help,
-                      .handle = handle_dp_flag,
-                      .context = &dp,
-                      .check = check_dp_layout,
-                      .record = record_dp_flags,
-                      .multi_rank = 1,
-                      .mixed_precision = 1};
+    DataParallelFlags dp = {.ranks = ranks};
+    ChapterFlags flags = {.flags = dp_flags, .values = &dp, .check = check_dp_layout, .multi_rank = 1};
     comm_parse_config(&cfg, argc, argv, PROGRAM,
-                      "Train a GPT with data parallelism: N replicas, gradients all-reduced.", &extra);
+                      "Train a GPT with data parallelism: N replicas, gradients all-reduced.", &flags);
     checkpoint_check_shared_directory(world, &cfg);
     int use_ring = strcmp(dp.allreduce, "ring") == 0;
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */

@@ -65,49 +65,33 @@ typedef struct {
     int ranks;        /* the world size, for the checks */
 } ModelParallelFlags;
 
-enum { OPT_MP = 1000, OPT_SPLIT, OPT_TP, OPT_DP };
-static const struct option mp_options[] = {
-    {"mp", required_argument, 0, OPT_MP},
-    {"split", required_argument, 0, OPT_SPLIT},
-    {"tp", required_argument, 0, OPT_TP},
-    {"dp", required_argument, 0, OPT_DP},
-    {0, 0, 0, 0},
+/* --help's section and one row per flag (config.h says how to add one) */
+static const Flag mp_flags[] = {
+    {.type = FLAG_SECTION, .help = "model parallel (run with mpirun -np N; N = dp x model-parallel ranks)"},
+    {"--mp", FLAG_CHOICE, FIELD(ModelParallelFlags, mp), .choices = "layer|tensor", .noun = "split",
+     .def = "layer", .usage = "--mp layer|tensor",
+     .help = "layer: contiguous blocks of layers per rank, activations sent from rank to\n"
+             "rank; tensor: every block's matrices sliced over the ranks (default {default})"},
+    {"--split", FLAG_TEXT, FIELD(ModelParallelFlags, split), .usage = "--split A,B,...",
+     .help = "layer: blocks per stage, one number (>= 1) per stage, summing to --layers\n"
+             "(default: balance the parameters)"},
+    {"--tp", FLAG_INT, FIELD(ModelParallelFlags, tp), 1, 1024, .usage = "--tp N",
+     .help = "tensor: ranks per model copy; must divide --heads and 4 x --dmodel\n(default: world / --dp)"},
+    {"--dp", FLAG_INT, FIELD(ModelParallelFlags, dp), 1, 100000, .def = "1", .usage = "--dp D",
+     .help = "data-parallel replicas of the model-parallel group (default {default})"},
+    {0},
 };
-static const char mp_help[] =
-    "model parallel (run with mpirun -np N; N = dp x model-parallel ranks)\n"
-    "  --mp layer|tensor          layer: contiguous blocks of layers per rank, activations sent from rank "
-    "to\n"
-    "                             rank; tensor: every block's matrices sliced over the ranks (default "
-    "layer)\n"
-    "  --split A,B,...            layer: blocks per stage, one number (>= 1) per stage, summing to --layers\n"
-    "                             (default: balance the parameters)\n"
-    "  --tp N                     tensor: ranks per model copy; must divide --heads and 4 x --dmodel\n"
-    "                             (default: world / --dp)\n"
-    "  --dp D                     data-parallel replicas of the model-parallel group (default 1)\n";
 
-static int handle_mp_flag(int option, const char *value, void *context) {
-    ModelParallelFlags *f = context;
-    switch (option) {
-    case OPT_MP:
-        parse_choice_flag("--mp", "split", value, "layer|tensor", f->mp, sizeof f->mp);
-        return 0;
-    case OPT_SPLIT:
-        if (strlen(value) >= sizeof f->split) fatal(EXIT_USAGE, "--split: value is too long");
-        snprintf(f->split, sizeof f->split, "%s", value);
-        return 0;
-    case OPT_TP:
-        f->tp = parse_int_flag("--tp", value, 1, 1024);
-        return 0;
-    case OPT_DP:
-        f->dp = parse_int_flag("--dp", value, 1, 100000);
-        return 0;
-    }
-    return -1;
+/* With --mp tensor, --tp left to its default is the world size / --dp: the
+ * record holds that number, so that layouts written two ways agree. */
+static void effective_mp_flags(void *values) {
+    ModelParallelFlags *f = values;
+    if (strcmp(f->mp, "tensor") == 0 && !f->tp) f->tp = f->ranks / f->dp;
 }
 
 /* The layout: world = dp x model-parallel ranks, and a split that fits the model. */
-static void check_mp_layout(const Config *cfg, void *context) {
-    const ModelParallelFlags *f = context;
+static void check_mp_layout(const Config *cfg, const void *values) {
+    const ModelParallelFlags *f = values;
     int ranks = f->ranks, dp = f->dp, L = cfg->model.layers;
     if (ranks % dp != 0)
         fatal(EXIT_USAGE,
@@ -136,18 +120,6 @@ static void check_mp_layout(const Config *cfg, void *context) {
     if (cfg->batch % (dp * cfg->micro) != 0)
         fatal(EXIT_USAGE, "--batch %d is not divisible by --dp %d x --micro %d (valid: a multiple of %d)",
               cfg->batch, dp, cfg->micro, dp * cfg->micro);
-}
-
-/* Effective values, so that layouts written two ways agree: with --mp
- * tensor, --tp left to its default is the world size / --dp (0: no tensor
- * parallelism). */
-static void record_mp_flags(const void *context, ConfigRecord *r) {
-    const ModelParallelFlags *f = context;
-    int tensor = strcmp(f->mp, "tensor") == 0;
-    config_record_add(r, "--mp", "%s", f->mp);
-    config_record_add(r, "--split", "%s", f->split);
-    config_record_add(r, "--tp", "%d", tensor ? f->ranks / f->dp : 0);
-    config_record_add(r, "--dp", "%d", f->dp);
 }
 
 /* ---- everything this rank holds and does, in either mode ---- */
@@ -316,18 +288,15 @@ int main(int argc, char **argv) {
     int rank = comm_rank(world), ranks = comm_size(world);
 
     Config cfg;
-    ModelParallelFlags mpf = {.mp = "layer", .dp = 1, .ranks = ranks};
-    CliExtra extra = {.options = mp_options,
-                      .help = mp_help,
-                      .handle = handle_mp_flag,
-                      .context = &mpf,
-                      .check = check_mp_layout,
-                      .record = record_mp_flags,
-                      .multi_rank = 1,
-                      .mixed_precision = 1};
+    ModelParallelFlags mpf = {.ranks = ranks};
+    ChapterFlags flags = {.flags = mp_flags,
+                          .values = &mpf,
+                          .effective = effective_mp_flags,
+                          .check = check_mp_layout,
+                          .multi_rank = 1};
     comm_parse_config(
         &cfg, argc, argv, PROGRAM,
-        "Train a GPT split over ranks: by layers (--mp layer) or inside every layer (--mp tensor).", &extra);
+        "Train a GPT split over ranks: by layers (--mp layer) or inside every layer (--mp tensor).", &flags);
     checkpoint_check_shared_directory(world, &cfg);
     ModelParallel par = {.tensor = strcmp(mpf.mp, "tensor") == 0};
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */

@@ -58,52 +58,37 @@ typedef struct {
     int ranks; /* the world size, for the checks */
 } PipelineFlags;
 
-enum { OPT_SCHEDULE = 1000, OPT_PP, OPT_DP, OPT_SPLIT, OPT_PRINT_SCHEDULE };
-static const struct option pipeline_options[] = {
-    {"schedule", required_argument, 0, OPT_SCHEDULE},
-    {"pp", required_argument, 0, OPT_PP},
-    {"dp", required_argument, 0, OPT_DP},
-    {"split", required_argument, 0, OPT_SPLIT},
-    {"print-schedule", no_argument, 0, OPT_PRINT_SCHEDULE},
-    {0, 0, 0, 0},
+/* --help's section and one row per flag (config.h says how to add one) */
+static const Flag pipeline_flags[] = {
+    {.type = FLAG_SECTION,
+     .help = "pipeline parallel (run with mpirun -np P*D; --micro M cuts each replica's batch into M "
+             "micro-batches)"},
+    {"--schedule", FLAG_CHOICE, FIELD(PipelineFlags, schedule), .choices = "gpipe|1f1b", .noun = "schedule",
+     .def = "1f1b", .usage = "--schedule gpipe|1f1b",
+     .help = "all forwards then all backwards, or one-forward-one-backward (default {default})"},
+    {"--pp", FLAG_INT, FIELD(PipelineFlags, pp), 1, 256, .usage = "--pp P",
+     .help = "pipeline stages, 1..layers (default: world size / dp)"},
+    {"--dp", FLAG_INT, FIELD(PipelineFlags, dp), 1, 4096, .def = "1", .usage = "--dp D",
+     .help = "data-parallel replicas of the pipeline (default {default})"},
+    {"--split", FLAG_TEXT, FIELD(PipelineFlags, split), .usage = "--split a,b,...",
+     .help = "blocks per stage (default: balance the parameters)"},
+    {"--print-schedule", FLAG_SWITCH, FIELD(PipelineFlags, print_schedule), .usage = "--print-schedule",
+     .help = "print every stage's list of actions and exit"},
+    {0},
 };
-static const char pipeline_help[] =
-    "pipeline parallel (run with mpirun -np P*D; --micro M cuts each replica's batch into M micro-batches)\n"
-    "  --schedule gpipe|1f1b      all forwards then all backwards, or one-forward-one-backward (default "
-    "1f1b)\n"
-    "  --pp P                     pipeline stages, 1..layers (default: world size / dp)\n"
-    "  --dp D                     data-parallel replicas of the pipeline (default 1)\n"
-    "  --split a,b,...            blocks per stage (default: balance the parameters)\n"
-    "  --print-schedule           print every stage's list of actions and exit\n";
 
-static int handle_pipeline_flag(int option, const char *value, void *context) {
-    PipelineFlags *f = context;
-    switch (option) {
-    case OPT_SCHEDULE:
-        parse_choice_flag("--schedule", "schedule", value, "gpipe|1f1b", f->schedule, sizeof f->schedule);
-        return 0;
-    case OPT_PP:
-        f->pp = (int)parse_int_flag("--pp", value, 1, 256);
-        return 0;
-    case OPT_DP:
-        f->dp = (int)parse_int_flag("--dp", value, 1, 4096);
-        return 0;
-    case OPT_SPLIT:
-        if (strlen(value) >= sizeof f->split) fatal(EXIT_USAGE, "--split: value is too long");
-        snprintf(f->split, sizeof f->split, "%s", value);
-        return 0;
-    case OPT_PRINT_SCHEDULE:
-        f->print_schedule = 1;
-        return 0;
-    }
-    return -1;
+/* --pp left to its default is the world size / --dp: the record holds that
+ * number, so that layouts written two ways agree. */
+static void effective_pipeline_flags(void *values) {
+    PipelineFlags *f = values;
+    if (!f->pp) f->pp = f->ranks / f->dp;
 }
 
 /* The layout: world = stages x replicas, every stage a block, every
  * replica's share of the batch cut into whole micro-batches. */
-static void check_pipeline_layout(const Config *cfg, void *context) {
-    const PipelineFlags *f = context;
-    int P = f->pp ? f->pp : f->ranks / f->dp, M = cfg->micro, L = cfg->model.layers;
+static void check_pipeline_layout(const Config *cfg, const void *values) {
+    const PipelineFlags *f = values;
+    int P = f->pp, M = cfg->micro, L = cfg->model.layers;
     if (P < 1 || P * f->dp != f->ranks)
         fatal(EXIT_USAGE, "%d ranks cannot hold %d pipeline stages x --dp %d (valid: mpirun -np %d)",
               f->ranks, P, f->dp, (P < 1 ? 1 : P) * f->dp);
@@ -124,38 +109,24 @@ static void check_pipeline_layout(const Config *cfg, void *context) {
     }
 }
 
-/* Effective values, so that layouts written two ways agree: --pp left to
- * its default is the world size / --dp. */
-static void record_pipeline_flags(const void *context, ConfigRecord *r) {
-    const PipelineFlags *f = context;
-    config_record_add(r, "--schedule", "%s", f->schedule);
-    config_record_add(r, "--pp", "%d", f->pp ? f->pp : f->ranks / f->dp);
-    config_record_add(r, "--dp", "%d", f->dp);
-    config_record_add(r, "--split", "%s", f->split);
-    config_record_add(r, "--print-schedule", "%d", f->print_schedule);
-}
-
 int main(int argc, char **argv) {
     comm_init(&argc, &argv);
     CommGroup *world = comm_world();
     int rank = comm_rank(world), ranks = comm_size(world);
 
     Config cfg;
-    PipelineFlags pf = {.schedule = "1f1b", .dp = 1, .ranks = ranks};
-    CliExtra extra = {.options = pipeline_options,
-                      .help = pipeline_help,
-                      .handle = handle_pipeline_flag,
-                      .context = &pf,
-                      .check = check_pipeline_layout,
-                      .record = record_pipeline_flags,
-                      .multi_rank = 1,
-                      .mixed_precision = 1};
+    PipelineFlags pf = {.ranks = ranks};
+    ChapterFlags flags = {.flags = pipeline_flags,
+                          .values = &pf,
+                          .effective = effective_pipeline_flags,
+                          .check = check_pipeline_layout,
+                          .multi_rank = 1};
     comm_parse_config(
         &cfg, argc, argv, PROGRAM,
         "Train a GPT with pipeline parallelism: micro-batches flow through a layer split (GPipe, 1F1B).",
-        &extra);
+        &flags);
     checkpoint_check_shared_directory(world, &cfg);
-    int P = pf.pp ? pf.pp : ranks / pf.dp, M = cfg.micro, L = cfg.model.layers;
+    int P = pf.pp, M = cfg.micro, L = cfg.model.layers;
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */
 
     /* ---- the grid: --dp replicas of a pipeline of P stages (grid.h: stage = rank % P) ---- */

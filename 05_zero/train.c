@@ -39,50 +39,32 @@
 typedef struct {
     int stage;          /* --zero 0..3 */
     int prefetch;       /* --prefetch K: stage 3 gathers K units ahead */
-    int prefetch_given; /* --prefetch on the command line (its default is not refused below stage 3) */
     int print_schedule; /* print stage 3's gather/free schedule */
     int ranks;          /* the world size, for the checks */
 } ZeroFlags;
 
-enum { OPT_ZERO = 1000, OPT_PREFETCH, OPT_PRINT_SCHEDULE };
-static const struct option zero_options[] = {
-    {"zero", required_argument, 0, OPT_ZERO},
-    {"prefetch", required_argument, 0, OPT_PREFETCH},
-    {"print-schedule", no_argument, 0, OPT_PRINT_SCHEDULE},
-    {0, 0, 0, 0},
+/* --help's section and one row per flag (config.h says how to add one) */
+static const Flag zero_flags[] = {
+    {.type = FLAG_SECTION,
+     .help = "ZeRO data parallel (run with mpirun -np N; the model state is sharded over the N ranks)"},
+    {"--zero", FLAG_INT, FIELD(ZeroFlags, stage), 0, 3, .def = "1", .usage = "--zero 0|1|2|3",
+     .help = "0: every rank holds everything, gradients all-reduced (chapter 02's\n"
+             "flat mode); 1: optimizer state sharded; 2: gradients too; 3: parameters\n"
+             "too (default {default}). Any number of ranks: every unit is padded to a\n"
+             "multiple of N (zeros nobody updates), so N may exceed a unit's size"},
+    {"--prefetch", FLAG_INT, FIELD(ZeroFlags, prefetch), 0, 64, .def = "1", .usage = "--prefetch K",
+     .help = "stage 3: gather the next K units (on a communication thread) while\n"
+             "the current one computes, 0..64 (default {default}; needs --zero 3)"},
+    {"--print-schedule", FLAG_SWITCH, FIELD(ZeroFlags, print_schedule), .usage = "--print-schedule",
+     .help = "stage 3: print one micro-batch's gather/free schedule (needs --zero 3)"},
+    {0},
 };
-static const char zero_help[] =
-    "ZeRO data parallel (run with mpirun -np N; the model state is sharded over the N ranks)\n"
-    "  --zero 0|1|2|3             0: every rank holds everything, gradients all-reduced (chapter 02's\n"
-    "                             flat mode); 1: optimizer state sharded; 2: gradients too; 3: parameters\n"
-    "                             too (default 1). Any number of ranks: every unit is padded to a\n"
-    "                             multiple of N (zeros nobody updates), so N may exceed a unit's size\n"
-    "  --prefetch K               stage 3: gather the next K units (on a communication thread) while\n"
-    "                             the current one computes, 0..64 (default 1; needs --zero 3)\n"
-    "  --print-schedule           stage 3: print one micro-batch's gather/free schedule (needs --zero 3)\n";
-
-static int handle_zero_flag(int option, const char *value, void *context) {
-    ZeroFlags *f = context;
-    switch (option) {
-    case OPT_ZERO:
-        f->stage = parse_int_flag("--zero", value, 0, 3);
-        return 0;
-    case OPT_PREFETCH:
-        f->prefetch = parse_int_flag("--prefetch", value, 0, 64);
-        f->prefetch_given = 1;
-        return 0;
-    case OPT_PRINT_SCHEDULE:
-        f->print_schedule = 1;
-        return 0;
-    }
-    return -1;
-}
 
 /* Stage 3's flags mean nothing below it: refused, not ignored. Each rank
  * needs a whole number of micro-batches of at least one sequence. */
-static void check_zero_layout(const Config *cfg, void *context) {
-    const ZeroFlags *f = context;
-    if (f->prefetch_given && f->stage != 3)
+static void check_zero_layout(const Config *cfg, const void *values) {
+    const ZeroFlags *f = values;
+    if (flag_given(cfg, "--prefetch") && f->stage != 3)
         fatal(EXIT_USAGE, "--prefetch needs --zero 3 (only stage 3 gathers parameters)");
     if (f->print_schedule && f->stage != 3)
         fatal(EXIT_USAGE, "--print-schedule needs --zero 3 (only stage 3 has a gather/free schedule)");
@@ -90,13 +72,6 @@ static void check_zero_layout(const Config *cfg, void *context) {
     if (cfg->batch < sequences_per_micro || cfg->batch % sequences_per_micro)
         fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
               cfg->batch, f->ranks, cfg->micro, sequences_per_micro);
-}
-
-static void record_zero_flags(const void *context, ConfigRecord *r) {
-    const ZeroFlags *f = context;
-    config_record_add(r, "--zero", "%d", f->stage);
-    config_record_add(r, "--prefetch", "%d", f->prefetch);
-    config_record_add(r, "--print-schedule", "%d", f->print_schedule);
 }
 
 /* Validation loss and the sample need the whole model in fp32: stage 3
@@ -130,18 +105,11 @@ int main(int argc, char **argv) {
     int rank = comm_rank(world), ranks = comm_size(world);
 
     Config cfg;
-    ZeroFlags zf = {.stage = 1, .prefetch = 1, .ranks = ranks};
-    CliExtra extra = {.options = zero_options,
-                      .help = zero_help,
-                      .handle = handle_zero_flag,
-                      .context = &zf,
-                      .check = check_zero_layout,
-                      .record = record_zero_flags,
-                      .multi_rank = 1,
-                      .mixed_precision = 1};
+    ZeroFlags zf = {.ranks = ranks};
+    ChapterFlags flags = {.flags = zero_flags, .values = &zf, .check = check_zero_layout, .multi_rank = 1};
     comm_parse_config(&cfg, argc, argv, PROGRAM,
                       "Train a GPT with ZeRO: data parallelism with the model state sharded over the ranks.",
-                      &extra);
+                      &flags);
     checkpoint_check_shared_directory(world, &cfg);
 
     /* ---- build: device, data, output files, the sharded model and optimizer, activations ---- */

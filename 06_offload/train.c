@@ -44,82 +44,61 @@
 
 /* ---- this chapter's flags ---- */
 typedef struct {
-    int offload;          /* --offload */
-    int zero;             /* --zero: 2 is the stage offloaded */
-    int dpu;              /* --dpu: delayed parameter update */
-    int dpu_warmup;       /* exact steps before the delayed update starts */
-    int dpu_warmup_given; /* --dpu-warmup on the command line (its default is not refused without --dpu) */
-    int dpu_reference;    /* the delayed update without a thread, for the tests */
-    int pp, dp;           /* pipeline stages, data-parallel replicas (0: world / pp) */
-    int ranks;            /* the world size, for the checks */
+    int offload;       /* --offload */
+    int zero;          /* --zero: 2 is the stage offloaded */
+    int dpu;           /* --dpu: delayed parameter update */
+    int dpu_warmup;    /* exact steps before the delayed update starts */
+    int dpu_reference; /* the delayed update without a thread, for the tests */
+    int pp, dp;        /* pipeline stages, data-parallel replicas (0: world / pp) */
+    int ranks;         /* the world size, for the checks */
 } OffloadFlags;
 
-enum { OPT_OFFLOAD = 1000, OPT_ZERO, OPT_DPU, OPT_DPU_WARMUP, OPT_DPU_REFERENCE, OPT_PP, OPT_DP };
-static const struct option offload_options[] = {
-    {"offload", no_argument, 0, OPT_OFFLOAD},
-    {"zero", required_argument, 0, OPT_ZERO},
-    {"dpu", no_argument, 0, OPT_DPU},
-    {"dpu-warmup", required_argument, 0, OPT_DPU_WARMUP},
-    {"dpu-reference", no_argument, 0, OPT_DPU_REFERENCE},
-    {"pp", required_argument, 0, OPT_PP},
-    {"dp", required_argument, 0, OPT_DP},
-    {0, 0, 0, 0},
+/* --help's section and one row per flag (config.h says how to add one) */
+static const Flag offload_flags[] = {
+    {.type = FLAG_SECTION,
+     .help = "ZeRO-Offload (run with mpirun -np P*D; the optimizer runs on the host, sharded over the D "
+             "replicas)"},
+    {"--offload", FLAG_SWITCH, FIELD(OffloadFlags, offload), .usage = "--offload",
+     .help = "16-bit (or fp32) weights on the device; fp32 master weights, Adam's\n"
+             "moments and gradients in pinned host memory, AdamW on the CPU (required)"},
+    {"--zero", FLAG_INT, FIELD(OffloadFlags, zero), 0, 3, .def = "2", .usage = "--zero 2",
+     .help = "the ZeRO stage whose partitioning is offloaded: gradients\n"
+             "reduce-scattered over the data-parallel ranks, each rank's host updating\n"
+             "its shard (only 2 is supported; default {default})"},
+    {"--dpu", FLAG_SWITCH, FIELD(OffloadFlags, dpu), .usage = "--dpu",
+     .help = "delayed parameter update: the host update of step t runs during the\n"
+             "forward and backward of step t+1, which use weights one step stale;\n"
+             "a checkpoint (--save) waits for the update in flight, so that it\n"
+             "holds every update through its step and the step after it computes\n"
+             "with fresh weights, as a run resumed from it does"},
+    {"--dpu-warmup", FLAG_INT, FIELD(OffloadFlags, dpu_warmup), 0, 1000000, .def = "1",
+     .usage = "--dpu-warmup N",
+     .help = "exact steps before the delayed update starts, 0..1000000 (default {default}:\n"
+             "the course's runs are tens of steps; the paper, on runs of many\n"
+             "thousands, delayed after 40; needs --dpu)"},
+    {"--dpu-reference", FLAG_SWITCH, FIELD(OffloadFlags, dpu_reference), .usage = "--dpu-reference",
+     .help = "--dpu computed without a thread, one step late in sequence (for tests)"},
+    {"--pp", FLAG_INT, FIELD(OffloadFlags, pp), 1, 256, .def = "1", .usage = "--pp P",
+     .help = "pipeline stages (chapter 04's 1F1B), 1..layers (default {default})"},
+    {"--dp", FLAG_INT, FIELD(OffloadFlags, dp), 1, 4096, .usage = "--dp D",
+     .help = "data-parallel replicas (default: world size / pp)"},
+    {0},
 };
-static const char offload_help[] =
-    "ZeRO-Offload (run with mpirun -np P*D; the optimizer runs on the host, sharded over the D replicas)\n"
-    "  --offload                  16-bit (or fp32) weights on the device; fp32 master weights, Adam's\n"
-    "                             moments and gradients in pinned host memory, AdamW on the CPU (required)\n"
-    "  --zero 2                   the ZeRO stage whose partitioning is offloaded: gradients\n"
-    "                             reduce-scattered over the data-parallel ranks, each rank's host updating\n"
-    "                             its shard (only 2 is supported; default 2)\n"
-    "  --dpu                      delayed parameter update: the host update of step t runs during the\n"
-    "                             forward and backward of step t+1, which use weights one step stale;\n"
-    "                             a checkpoint (--save) waits for the update in flight, so that it\n"
-    "                             holds every update through its step and the step after it computes\n"
-    "                             with fresh weights, as a run resumed from it does\n"
-    "  --dpu-warmup N             exact steps before the delayed update starts, 0..1000000 (default 1:\n"
-    "                             the course's runs are tens of steps; the paper, on runs of many\n"
-    "                             thousands, delayed after 40; needs --dpu)\n"
-    "  --dpu-reference            --dpu computed without a thread, one step late in sequence (for tests)\n"
-    "  --pp P                     pipeline stages (chapter 04's 1F1B), 1..layers (default 1)\n"
-    "  --dp D                     data-parallel replicas (default: world size / pp)\n";
 
-static int handle_offload_flag(int option, const char *value, void *context) {
-    OffloadFlags *f = context;
-    switch (option) {
-    case OPT_OFFLOAD:
-        f->offload = 1;
-        return 0;
-    case OPT_ZERO:
-        f->zero = (int)parse_int_flag("--zero", value, 0, 3);
-        return 0;
-    case OPT_DPU:
-        f->dpu = 1;
-        return 0;
-    case OPT_DPU_WARMUP:
-        f->dpu_warmup = (int)parse_int_flag("--dpu-warmup", value, 0, 1000000);
-        f->dpu_warmup_given = 1;
-        return 0;
-    case OPT_DPU_REFERENCE:
-        f->dpu_reference = 1;
-        return 0;
-    case OPT_PP:
-        f->pp = (int)parse_int_flag("--pp", value, 1, 256);
-        return 0;
-    case OPT_DP:
-        f->dp = (int)parse_int_flag("--dp", value, 1, 4096);
-        return 0;
-    }
-    return -1;
+/* --dp left to its default is the world size / --pp: the record holds that
+ * number, so that layouts written two ways agree. */
+static void effective_offload_flags(void *values) {
+    OffloadFlags *f = values;
+    if (!f->dp) f->dp = f->ranks / f->pp;
 }
 
-static void check_offload_layout(const Config *cfg, void *context) {
-    const OffloadFlags *f = context;
+static void check_offload_layout(const Config *cfg, const void *values) {
+    const OffloadFlags *f = values;
     if (f->dpu && !f->offload)
         fatal(EXIT_USAGE,
               "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");
     if (f->dpu_reference && !f->dpu) fatal(EXIT_USAGE, "--dpu-reference needs --dpu");
-    if (f->dpu_warmup_given && !f->dpu) fatal(EXIT_USAGE, "--dpu-warmup needs --dpu");
+    if (flag_given(cfg, "--dpu-warmup") && !f->dpu) fatal(EXIT_USAGE, "--dpu-warmup needs --dpu");
     if (!f->offload)
         fatal(EXIT_USAGE,
               "%s trains with --offload (valid: --offload; without it use 05_zero/train --zero 2)", PROGRAM);
@@ -131,7 +110,7 @@ static void check_offload_layout(const Config *cfg, void *context) {
               "--zero %d with --offload is unsupported: chapter 06 offloads the stage-2 partitioning "
               "only (valid: --zero 2)",
               f->zero);
-    int dp = f->dp ? f->dp : f->ranks / f->pp, L = cfg->model.layers;
+    int dp = f->dp, L = cfg->model.layers;
     if (dp < 1 || f->pp * dp != f->ranks)
         fatal(EXIT_USAGE, "%d ranks cannot hold --pp %d stages x --dp %d replicas (valid: mpirun -np %d)",
               f->ranks, f->pp, dp, f->pp * (dp < 1 ? 1 : dp));
@@ -141,19 +120,6 @@ static void check_offload_layout(const Config *cfg, void *context) {
     if (cfg->batch % (dp * cfg->micro) != 0)
         fatal(EXIT_USAGE, "--batch %d does not split into %d replicas x --micro %d (valid: a multiple of %d)",
               cfg->batch, dp, cfg->micro, dp * cfg->micro);
-}
-
-/* Effective values, so that layouts written two ways agree: --dp left to
- * its default is the world size / --pp. */
-static void record_offload_flags(const void *context, ConfigRecord *r) {
-    const OffloadFlags *f = context;
-    config_record_add(r, "--offload", "%d", f->offload);
-    config_record_add(r, "--zero", "%d", f->zero);
-    config_record_add(r, "--dpu", "%d", f->dpu);
-    config_record_add(r, "--dpu-warmup", "%d", f->dpu_warmup);
-    config_record_add(r, "--dpu-reference", "%d", f->dpu_reference);
-    config_record_add(r, "--pp", "%d", f->pp);
-    config_record_add(r, "--dp", "%d", f->dp ? f->dp : f->ranks / f->pp);
 }
 
 /* The delayed update's state between steps: the update waiting for its turn
@@ -201,20 +167,17 @@ int main(int argc, char **argv) {
     int rank = comm_rank(world), ranks = comm_size(world);
 
     Config cfg;
-    OffloadFlags of = {.zero = 2, .dpu_warmup = 1, .pp = 1, .ranks = ranks};
-    CliExtra extra = {.options = offload_options,
-                      .help = offload_help,
-                      .handle = handle_offload_flag,
-                      .context = &of,
-                      .check = check_offload_layout,
-                      .record = record_offload_flags,
-                      .multi_rank = 1,
-                      .mixed_precision = 1};
+    OffloadFlags of = {.ranks = ranks};
+    ChapterFlags flags = {.flags = offload_flags,
+                          .values = &of,
+                          .effective = effective_offload_flags,
+                          .check = check_offload_layout,
+                          .multi_rank = 1};
     comm_parse_config(&cfg, argc, argv, PROGRAM,
                       "Train a GPT with ZeRO-Offload: the optimizer on the host, pipeline and data parallel.",
-                      &extra);
+                      &flags);
     checkpoint_check_shared_directory(world, &cfg);
-    int P = of.pp, D = of.dp ? of.dp : ranks / P, M = cfg.micro, L = cfg.model.layers;
+    int P = of.pp, D = of.dp, M = cfg.micro, L = cfg.model.layers;
     int half = cfg.precision != PRECISION_FP32;
 
     /* ---- the grid: D replicas of a pipeline of P stages; the split; the schedule ---- */

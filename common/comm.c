@@ -274,17 +274,17 @@ int comm_agree(int status, const char *message, const ConfigRecord *record) {
 }
 
 void comm_parse_config(Config *cfg, int argc, char **argv, const char *program, const char *summary,
-                       const CliExtra *extra) {
+                       const ChapterFlags *chapter) {
     UsageTrap trap;
     int status;
     usage_trap_arm(&trap);
     if (setjmp(trap.where) == 0)
-        status = config_parse_and_check(cfg, argc, argv, program, extra);
+        status = config_parse_and_check(cfg, argc, argv, program, chapter);
     else
         status = 2;
     usage_trap_disarm();
     if (comm_agree(status, trap.message, &cfg->record)) {
-        if (world_group.rank == 0) config_print_help(program, summary, extra);
+        if (world_group.rank == 0) config_print_help(program, summary, chapter);
         comm_finalize();
         exit(0);
     }

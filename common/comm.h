@@ -116,7 +116,7 @@ void comm_finalize(void);
  * matched by name, so a flag only some ranks record (fp16's --loss-scale)
  * is named like any other, as "(none)" where absent. */
 void comm_parse_config(Config *cfg, int argc, char **argv, const char *program, const char *summary,
-                       const CliExtra *extra);
+                       const ChapterFlags *chapter);
 /* The agreement alone, for a program with its own command line (commbench):
  * status 0 ready, 1 --help, 2 a usage error (message); record may be NULL.
  * Returns 1 when every rank asked for --help (rank 0 prints it, then all call

@@ -74,13 +74,6 @@ void parse_choice_flag(const char *flag, const char *noun, const char *value, co
     snprintf(dst, size, "%s", value);
 }
 
-static void copy_string(const char *flag, char *dst, size_t size, const char *value) {
-    if (strlen(value) >= size)
-        fatal(EXIT_USAGE, "%s: value is too long (at most %zu characters)", flag, size - 1);
-    if (value[0] == '\0') fatal(EXIT_USAGE, "%s: empty value (expected a path)", flag);
-    strcpy(dst, value);
-}
-
 const char *default_data_path(void) {
     /* The executable is NN_name/train; the corpus is course.md one level up. */
     static char path[4096];
@@ -100,251 +93,385 @@ const char *default_data_path(void) {
     return path;
 }
 
-enum {
-    OPT_DEVICE = 256,
-    OPT_MODEL,
-    OPT_LAYERS,
-    OPT_DMODEL,
-    OPT_HEADS,
-    OPT_SEQ,
-    OPT_VOCAB,
-    OPT_BATCH,
-    OPT_MICRO,
-    OPT_STEPS,
-    OPT_LR,
-    OPT_WARMUP,
-    OPT_WD,
-    OPT_CLIP,
-    OPT_SEED,
-    OPT_DATA,
-    OPT_OUT,
-    OPT_MEMLIMIT,
-    OPT_EVAL_EVERY,
-    OPT_EVAL_BATCHES,
-    OPT_SAMPLE,
-    OPT_SAVE,
-    OPT_RESUME,
-    OPT_SAVE_EVERY,
-    OPT_STOP_AFTER,
-    OPT_QUIET,
-    OPT_RECOMPUTE,
-    OPT_OVERWRITE,
-    OPT_COMM,
-    OPT_TIMEOUT,
-    OPT_PRECISION,
-    OPT_LOSS_SCALE,
-    OPT_LOSS_SCALE_WINDOW,
-    OPT_HELP
-};
-
-static const struct option common_options[] = {
-    {"device", required_argument, 0, OPT_DEVICE},
-    {"model", required_argument, 0, OPT_MODEL},
-    {"layers", required_argument, 0, OPT_LAYERS},
-    {"dmodel", required_argument, 0, OPT_DMODEL},
-    {"heads", required_argument, 0, OPT_HEADS},
-    {"seq", required_argument, 0, OPT_SEQ},
-    {"vocab", required_argument, 0, OPT_VOCAB},
-    {"batch", required_argument, 0, OPT_BATCH},
-    {"micro", required_argument, 0, OPT_MICRO},
-    {"steps", required_argument, 0, OPT_STEPS},
-    {"lr", required_argument, 0, OPT_LR},
-    {"warmup", required_argument, 0, OPT_WARMUP},
-    {"wd", required_argument, 0, OPT_WD},
-    {"clip", required_argument, 0, OPT_CLIP},
-    {"seed", required_argument, 0, OPT_SEED},
-    {"data", required_argument, 0, OPT_DATA},
-    {"out", required_argument, 0, OPT_OUT},
-    {"device-mem-limit", required_argument, 0, OPT_MEMLIMIT},
-    {"eval-every", required_argument, 0, OPT_EVAL_EVERY},
-    {"eval-batches", required_argument, 0, OPT_EVAL_BATCHES},
-    {"sample", required_argument, 0, OPT_SAMPLE},
-    {"save", required_argument, 0, OPT_SAVE},
-    {"resume", required_argument, 0, OPT_RESUME},
-    {"save-every", required_argument, 0, OPT_SAVE_EVERY},
-    {"stop-after", required_argument, 0, OPT_STOP_AFTER},
-    {"quiet", no_argument, 0, OPT_QUIET},
-    {"recompute", optional_argument, 0, OPT_RECOMPUTE},
-    {"overwrite", no_argument, 0, OPT_OVERWRITE},
-    {"precision", required_argument, 0, OPT_PRECISION},
-    {"loss-scale", required_argument, 0, OPT_LOSS_SCALE},
-    {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
-    {"help", no_argument, 0, OPT_HELP},
-    /* last: only multi-rank programs take these two */
-    {"comm", required_argument, 0, OPT_COMM},
-    {"timeout", required_argument, 0, OPT_TIMEOUT},
-};
-#define NUM_COMMON_OPTIONS (int)(sizeof common_options / sizeof common_options[0])
-
 const char *precision_name(Precision p) {
     static const char *names[] = {"fp32", "bf16", "fp16"};
     return p >= PRECISION_FP32 && p <= PRECISION_FP16 ? names[p] : "?";
 }
 
-/* PyTorch's GradScaler doubles its scale after 2000 clean steps too. */
-#define DEFAULT_LOSS_SCALE_WINDOW 2000
 /* A fixed loss scale is at most 2^24: the loss times it stays far from fp32's range. */
 #define MAX_LOSS_SCALE 16777216.0
 
-static void set_defaults(Config *c, const char *program) {
+/* The flags every program takes, in the order --help lists them and the
+ * record holds them (config.h says how to add one). A range written in a
+ * row's .help is its .lo..hi: change both. */
+static const Flag common_flags[] = {
+    {.type = FLAG_SECTION, .help = "device and model"},
+    {"--device", FLAG_CHOICE, FIELD(Config, device), .choices = "auto|cpu|cuda", .noun = "device",
+     .def = "auto", .usage = "--device auto|cpu|cuda",
+     .help = "where to compute; auto = cuda if a GPU is visible (default {default})"},
+    {"--model", FLAG_CHOICE, FIELD(Config, model_preset), .choices = "tiny|small|medium|gpt2",
+     .noun = "preset", .def = "tiny", .usage = "--model NAME",
+     .help = "preset: tiny (2 layers, d 64, 4 heads, seq 64), small (4, 128, 4, 128),\n"
+             "medium (6, 384, 6, 256), gpt2 (12, 768, 12, 1024) (default {default})"},
+    {"--layers", FLAG_INT, FIELD(Config, model.layers), 1, 256, .usage = "--layers N",
+     .help = "transformer blocks, 1..256 (default: from the preset)"},
+    {"--dmodel", FLAG_INT, FIELD(Config, model.dmodel), 1, 16384, .usage = "--dmodel N",
+     .help = "model width, a multiple of --heads, 1..16384 (default: preset)"},
+    {"--heads", FLAG_INT, FIELD(Config, model.heads), 1, 1024, .usage = "--heads N",
+     .help = "attention heads, 1..1024 (default: preset)"},
+    {"--seq", FLAG_INT, FIELD(Config, model.seq), 1, 65536, .usage = "--seq N",
+     .help = "sequence length in tokens, 1..65536 (default: preset)"},
+    {"--vocab", FLAG_INT, FIELD(Config, model.vocab), 256, 1048576, .usage = "--vocab N",
+     .help = "vocabulary size, 256..1048576 (default 256: bytes)"},
+    {"--device-mem-limit", FLAG_BYTES, FIELD(Config, device_mem_limit), .usage = "--device-mem-limit BYTES",
+     .help = "refuse device allocations past this budget; K/M/G suffixes (default: none)"},
+    {"--recompute", FLAG_TOGGLE, FIELD(Config, recompute), .usage = "--recompute[=0|1]",
+     .help = "activation recomputation: keep only each block's input, run the\n"
+             "block's forward again just before its backward (default 0: keep all)"},
+    {.type = FLAG_SECTION, .help = "training"},
+    {"--batch", FLAG_INT, FIELD(Config, batch), 1, 1000000, .def = "8", .usage = "--batch B",
+     .help = "global batch: sequences per optimizer step, 1..1000000 (default {default})"},
+    {"--micro", FLAG_INT, FIELD(Config, micro), 1, 1000000, .def = "1", .usage = "--micro M",
+     .help = "micro-batches per step (gradient accumulation); divides B (default {default})"},
+    {"--steps", FLAG_INT, FIELD(Config, steps), 1, 10000000, .def = "50", .usage = "--steps N",
+     .help = "optimizer steps, 1..10000000 (default {default})"},
+    {"--lr", FLAG_FLOAT, FIELD(Config, lr), 1e-12, 10.0, .def = "1e-3", .usage = "--lr X",
+     .help = "peak learning rate, (0, 10] (default {default})"},
+    {"--warmup", FLAG_INT, FIELD(Config, warmup), 0, 10000000, .def = "10", .usage = "--warmup N",
+     .help = "linear warm-up steps, then cosine decay to lr/10 (default {default})"},
+    {"--wd", FLAG_FLOAT, FIELD(Config, wd), 0.0, 10.0, .def = "0.1", .usage = "--wd X",
+     .help = "AdamW weight decay, 0..10 (default {default})"},
+    {"--clip", FLAG_FLOAT, FIELD(Config, clip), 0.0, 1e6, .def = "1", .usage = "--clip X",
+     .help = "clip the global gradient norm to X, 0 = off (default {default})"},
+    {"--seed", FLAG_SEED, FIELD(Config, seed), .def = "1337", .usage = "--seed N",
+     .help = "seed for weights and data order (default {default})"},
+    {"--stop-after", FLAG_INT, FIELD(Config, stop_after), 1, 10000000, .usage = "--stop-after K",
+     .help = "end after step K as if interrupted; the schedule still spans --steps"},
+    {"--precision", FLAG_ENUM, FIELD(Config, precision), .choices = "fp32|bf16|fp16", .noun = "precision",
+     .def = "fp32", .usage = "--precision P",
+     .help = "fp32, or bf16/fp16 mixed precision: 16-bit parameters and gradients,\n"
+             "fp32 master weights and moments (default {default})"},
+    {"--loss-scale", FLAG_SCALE, FIELD(Config, loss_scale), .hi = MAX_LOSS_SCALE, .def = "dynamic",
+     .usage = "--loss-scale S|dynamic",
+     .help = "fp16 only: multiply the loss by S, or let it adapt (default {default})",
+     .record = FLAG_RECORDED_IN_FP16},
+    /* PyTorch's GradScaler doubles its scale after 2000 clean steps too. */
+    {"--loss-scale-window", FLAG_INT, FIELD(Config, loss_scale_window), 1, 10000000, .def = "2000",
+     .usage = "--loss-scale-window N",
+     .help = "fp16, dynamic: clean steps before the scale doubles (default {default})",
+     .record = FLAG_RECORDED_IN_FP16},
+    {.type = FLAG_SECTION, .help = "data and output"},
+    {"--data", FLAG_PATH, FIELD(Config, data), .usage = "--data FILE",
+     .help = "training text, read as bytes (default: course.md, shipped)"},
+    {"--out", FLAG_PATH, FIELD(Config, out), .usage = "--out DIR", /* default: runs/<chapter folder> */
+     .help = "where steps.csv, memory.csv and run.csv go (default {default}); a directory\n"
+             "holding another run's files is refused unless --overwrite"},
+    {"--overwrite", FLAG_SWITCH, FIELD(Config, overwrite), .usage = "--overwrite",
+     .help = "replace the files of another run in --out"},
+    {"--eval-every", FLAG_INT, FIELD(Config, eval_every), 0, 10000000, .usage = "--eval-every N",
+     .help = "validation loss every N steps; 0 = only at the end (default {default})"},
+    {"--eval-batches", FLAG_INT, FIELD(Config, eval_batches), 1, 10000, .def = "4",
+     .usage = "--eval-batches N", .help = "global batches per validation, 1..10000 (default {default})"},
+    {"--sample", FLAG_INT, FIELD(Config, sample), 0, 1000000, .def = "128", .usage = "--sample N",
+     .help = "bytes of text to generate at the end, 0 = none (default {default})"},
+    {"--save", FLAG_PATH, FIELD(Config, save), .usage = "--save PATH",
+     .help = "write a checkpoint at the end of the run (or at --stop-after); any\n"
+             "chapter and layout resumes it (common/ckpt inspects and exports it);\n"
+             "PATH: a new name or an earlier checkpoint (not --data, not a file\n"
+             "of --out); on several ranks, in a directory they all see"},
+    {"--save-every", FLAG_INT, FIELD(Config, save_every), 1, 10000000, .usage = "--save-every K",
+     .help = "with --save: also every K steps, 1..10000000 (each save replaces\n"
+             "the last, atomically)"},
+    {"--resume", FLAG_PATH, FIELD(Config, resume), .usage = "--resume PATH",
+     .help = "continue from a checkpoint written by --save, in any chapter or\n"
+             "layout, at any precision"},
+    {"--quiet", FLAG_SWITCH, FIELD(Config, quiet), .usage = "--quiet", .help = "no per-step progress lines"},
+    {"--help", FLAG_HELP, .usage = "--help", .help = "this text", .record = FLAG_NOT_RECORDED},
+    {.type = FLAG_SECTION, .help = "communication (run with mpirun -np N)", .only = FLAG_MULTI_RANK},
+    {"--comm", FLAG_CHOICE, FIELD(Config, comm), .choices = "auto|nccl|mpi", .noun = "transport",
+     .def = "auto", .usage = "--comm auto|nccl|mpi",
+     .help = "transport for device buffers; auto = nccl with one GPU per rank (default {default})",
+     .only = FLAG_MULTI_RANK},
+    /* minutes, not hours: a hung job is named soon (watchdog.h) */
+    {"--timeout", FLAG_INT, FIELD(Config, timeout), 0, 604800, .def = "300", .usage = "--timeout SECONDS",
+     .help = "a rank waiting longer than this in one communication call\n"
+             "ends the job naming the ranks that never arrived, its last\n"
+             "calls written to OUT/flight-RANK.txt (kill -USR1 a rank to\n"
+             "see them live); 0..604800, 0 = wait forever (default {default})",
+     .only = FLAG_MULTI_RANK},
+    /* not flags: what the environment changes (a heading whose text lists them) */
+    {.type = FLAG_SECTION,
+     .help = "environment (comm.h, \"Cores\")\n"
+             "  OMP_NUM_THREADS            OpenMP threads per rank (default: cores / ranks on this machine,\n"
+             "                             at least 1, at most the cores mpirun bound the rank to)\n"
+             "  OMPI_MCA_mpi_yield_when_idle  Open MPI yields the core while it waits for messages (default\n"
+             "                             1 here; 0 polls without pause and starves the compute thread)",
+     .only = FLAG_MULTI_RANK},
+    {0},
+};
+
+/* getopt_long's value for row i of table t (0 common, 1 the chapter's):
+ * above 255, so that no letter is mistaken for a flag. */
+#define MAX_ROWS 64
+#define OPTION_BASE 256
+
+static int is_row(const Flag *f) {
+    return f->name || f->help; /* the zero row ends a table */
+}
+
+static int takes(const Flag *f, int multi_rank) {
+    return f->only == FLAG_ALL || multi_rank;
+}
+
+/* The item of "a|b|c" at index i, or "?". */
+static void choice_at(const char *choices, int i, char *out, size_t size) {
+    for (; i > 0 && choices; i--) {
+        choices = strchr(choices, '|');
+        if (choices) choices++;
+    }
+    if (!choices) choices = "?";
+    snprintf(out, size, "%.*s", (int)strcspn(choices, "|"), choices);
+}
+
+/* Parse `value` as row f says, into its field in `base`; errors end the program. */
+static void parse_value(const Flag *f, const char *value, void *base) {
+    void *field = (char *)base + f->offset;
+    switch (f->type) {
+    case FLAG_INT:
+        *(int *)field = (int)parse_int_flag(f->name, value, (long)f->lo, (long)f->hi);
+        break;
+    case FLAG_FLOAT:
+        *(float *)field = (float)parse_float_flag(f->name, value, f->lo, f->hi);
+        break;
+    case FLAG_DOUBLE:
+        *(double *)field = parse_float_flag(f->name, value, f->lo, f->hi);
+        break;
+    case FLAG_CHOICE:
+        parse_choice_flag(f->name, f->noun, value, f->choices, field, f->size);
+        break;
+    case FLAG_ENUM: {
+        char name[64], item[64];
+        parse_choice_flag(f->name, f->noun, value, f->choices, name, sizeof name);
+        for (int i = 0;; i++) {
+            choice_at(f->choices, i, item, sizeof item);
+            if (strcmp(item, name) == 0) {
+                *(int *)field = i;
+                break;
+            }
+        }
+        break;
+    }
+    case FLAG_PATH:
+        if (value[0] == '\0') fatal(EXIT_USAGE, "%s: empty value (expected a path)", f->name);
+        /* fall through */
+    case FLAG_TEXT:
+        if (strlen(value) >= f->size)
+            fatal(EXIT_USAGE, "%s: value is too long (at most %zu characters)", f->name, f->size - 1);
+        strcpy(field, value);
+        break;
+    case FLAG_SWITCH:
+        *(int *)field = 1;
+        break;
+    case FLAG_TOGGLE: /* --recompute alone means 1 */
+        *(int *)field = value ? (int)parse_int_flag(f->name, value, 0, 1) : 1;
+        break;
+    case FLAG_BYTES:
+        if (parse_bytes(value, field) != 0 || *(size_t *)field == 0)
+            fatal(EXIT_USAGE,
+                  "%s: '%s' is not a size (valid: a positive number of bytes, optionally with K, M or G, "
+                  "e.g. 512M)",
+                  f->name, value);
+        break;
+    case FLAG_SEED: {
+        errno = 0;
+        char *end;
+        if (value[0] == '-') fatal(EXIT_USAGE, "%s: %s is out of range (valid: 0..2^64-1)", f->name, value);
+        if (!isdigit((unsigned char)value[0])) /* strtoull would skip spaces and wrap ' -5' */
+            fatal(EXIT_USAGE, "%s: '%s' is not a whole number (valid: 0..2^64-1)", f->name, value);
+        *(uint64_t *)field = strtoull(value, &end, 10);
+        if (end == value || *end)
+            fatal(EXIT_USAGE, "%s: '%s' is not a whole number (valid: 0..2^64-1)", f->name, value);
+        if (errno == ERANGE) /* digits only, past 18446744073709551615 */
+            fatal(EXIT_USAGE, "%s: %s is out of range (valid: 0..2^64-1)", f->name, value);
+        break;
+    }
+    case FLAG_SCALE: { /* "dynamic" is 0 */
+        if (strcmp(value, "dynamic") == 0) {
+            *(float *)field = 0.0f;
+            break;
+        }
+        errno = 0;
+        char *end;
+        double v = strtod(value, &end);
+        if (end == value || *end != '\0' || !isfinite(v) || errno == ERANGE || v <= 0.0 || v > f->hi)
+            fatal(EXIT_USAGE, "%s: '%s' is not a valid scale (valid: dynamic, or a number > 0 up to %.0f)",
+                  f->name, value, f->hi);
+        *(float *)field = (float)v;
+        break;
+    }
+    case FLAG_SECTION:
+    case FLAG_HELP:
+        break;
+    }
+}
+
+/* The value of row f in `base` as text: exactly (for the record), or as
+ * --help shows a default (%g: 0.001, not 0.00100000005). */
+static void value_text(const Flag *f, const void *base, int exact, char *out, size_t size) {
+    const void *field = (const char *)base + f->offset;
+    switch (f->type) {
+    case FLAG_INT:
+    case FLAG_SWITCH:
+    case FLAG_TOGGLE:
+        snprintf(out, size, "%d", *(const int *)field);
+        break;
+    case FLAG_FLOAT:
+    case FLAG_SCALE:
+        if (f->type == FLAG_SCALE && *(const float *)field == 0.0f)
+            snprintf(out, size, "dynamic");
+        else
+            snprintf(out, size, exact ? "%.9g" : "%g", *(const float *)field);
+        break;
+    case FLAG_DOUBLE:
+        snprintf(out, size, exact ? "%.9g" : "%g", *(const double *)field);
+        break;
+    case FLAG_CHOICE:
+    case FLAG_PATH:
+    case FLAG_TEXT:
+        snprintf(out, size, "%s", (const char *)field);
+        break;
+    case FLAG_ENUM:
+        choice_at(f->choices, *(const int *)field, out, size);
+        break;
+    case FLAG_BYTES:
+        snprintf(out, size, "%zu", *(const size_t *)field);
+        break;
+    case FLAG_SEED:
+        snprintf(out, size, "%llu", (unsigned long long)*(const uint64_t *)field);
+        break;
+    case FLAG_SECTION:
+    case FLAG_HELP:
+        out[0] = '\0';
+        break;
+    }
+}
+
+/* Every row's default (.def, read as if typed), then what is set in code. */
+static void set_defaults(Config *c, const char *program, const ChapterFlags *chapter) {
     memset(c, 0, sizeof *c);
-    strcpy(c->model_preset, "tiny");
-    model_preset(&c->model, "tiny");
-    strcpy(c->device, "auto");
-    strcpy(c->comm, "auto");
-    c->timeout = 300; /* minutes, not hours: a hung job is named soon (watchdog.h) */
-    c->batch = 8;
-    c->micro = 1;
-    c->steps = 50;
-    c->lr = 1e-3f;
-    c->warmup = 10;
-    c->wd = 0.1f;
-    c->clip = 1.0f;
+    for (const Flag *f = common_flags; is_row(f); f++)
+        if (f->def) parse_value(f, f->def, c);
+    if (chapter) {
+        for (const Flag *f = chapter->flags; is_row(f); f++)
+            if (f->def) parse_value(f, f->def, chapter->values);
+        c->chapter_flags = chapter->flags;
+    }
+    model_preset(&c->model, c->model_preset);
     c->beta1 = 0.9f;
     c->beta2 = 0.95f;
     c->eps = 1e-8f;
-    c->seed = 1337;
-    c->eval_every = 0;
-    c->eval_batches = 4;
-    c->sample = 128;
-    c->precision = PRECISION_FP32;
-    c->loss_scale = 0.0f; /* dynamic */
-    c->loss_scale_window = DEFAULT_LOSS_SCALE_WINDOW;
     /* runs/<chapter folder> */
-    char chapter[64];
-    snprintf(chapter, sizeof chapter, "%s", program);
-    char *slash = strchr(chapter, '/');
+    char chapter_folder[64];
+    snprintf(chapter_folder, sizeof chapter_folder, "%s", program);
+    char *slash = strchr(chapter_folder, '/');
     if (slash) *slash = '\0';
-    snprintf(c->out, sizeof c->out, "runs/%s", chapter);
+    snprintf(c->out, sizeof c->out, "runs/%s", chapter_folder);
 }
 
-void config_print_help(const char *program, const char *summary, const CliExtra *extra) {
-    Config defaults, *d = &defaults;
-    set_defaults(d, program);
-    printf("usage: %s [flags]\n%s\n\n", program, summary);
-    printf(
-        "device and model\n"
-        "  --device auto|cpu|cuda     where to compute; auto = cuda if a GPU is visible (default %s)\n"
-        "  --model NAME               preset: tiny (2 layers, d 64, 4 heads, seq 64), small (4, 128, 4, "
-        "128),\n"
-        "                             medium (6, 384, 6, 256), gpt2 (12, 768, 12, 1024) (default %s)\n"
-        "  --layers N                 transformer blocks, 1..256 (default: from the preset)\n"
-        "  --dmodel N                 model width, a multiple of --heads, 1..16384 (default: preset)\n"
-        "  --heads N                  attention heads, 1..1024 (default: preset)\n"
-        "  --seq N                    sequence length in tokens, 1..65536 (default: preset)\n"
-        "  --vocab N                  vocabulary size, 256..1048576 (default 256: bytes)\n"
-        "  --device-mem-limit BYTES   refuse device allocations past this budget; K/M/G suffixes (default: "
-        "none)\n"
-        "  --recompute[=0|1]          activation recomputation: keep only each block's input, run the\n"
-        "                             block's forward again just before its backward (default 0: keep all)\n"
-        "\ntraining\n"
-        "  --batch B                  global batch: sequences per optimizer step, 1..1000000 (default %d)\n"
-        "  --micro M                  micro-batches per step (gradient accumulation); divides B (default "
-        "%d)\n"
-        "  --steps N                  optimizer steps, 1..10000000 (default %d)\n"
-        "  --lr X                     peak learning rate, (0, 10] (default %g)\n"
-        "  --warmup N                 linear warm-up steps, then cosine decay to lr/10 (default %d)\n"
-        "  --wd X                     AdamW weight decay, 0..10 (default %g)\n"
-        "  --clip X                   clip the global gradient norm to X, 0 = off (default %g)\n"
-        "  --seed N                   seed for weights and data order (default %llu)\n"
-        "  --stop-after K             end after step K as if interrupted; the schedule still spans --steps\n"
-        "  --precision P              fp32, or bf16/fp16 mixed precision: 16-bit parameters and gradients,\n"
-        "                             fp32 master weights and moments (default fp32)\n"
-        "  --loss-scale S|dynamic     fp16 only: multiply the loss by S, or let it adapt (default dynamic)\n"
-        "  --loss-scale-window N      fp16, dynamic: clean steps before the scale doubles (default %d)\n"
-        "\ndata and output\n"
-        "  --data FILE                training text, read as bytes (default: course.md, shipped)\n"
-        "  --out DIR                  where steps.csv, memory.csv and run.csv go (default %s); a directory\n"
-        "                             holding another run's files is refused unless --overwrite\n"
-        "  --overwrite                replace the files of another run in --out\n"
-        "  --eval-every N             validation loss every N steps; 0 = only at the end (default %d)\n"
-        "  --eval-batches N           global batches per validation, 1..10000 (default %d)\n"
-        "  --sample N                 bytes of text to generate at the end, 0 = none (default %d)\n"
-        "  --save PATH                write a checkpoint at the end of the run (or at --stop-after); any\n"
-        "                             chapter and layout resumes it (common/ckpt inspects and exports it);\n"
-        "                             PATH: a new name or an earlier checkpoint (not --data, not a file\n"
-        "                             of --out); on several ranks, in a directory they all see\n"
-        "  --save-every K             with --save: also every K steps, 1..10000000 (each save replaces\n"
-        "                             the last, atomically)\n"
-        "  --resume PATH              continue from a checkpoint written by --save, in any chapter or\n"
-        "                             layout, at any precision\n"
-        "  --quiet                    no per-step progress lines\n"
-        "  --help                     this text\n",
-        d->device, d->model_preset, d->batch, d->micro, d->steps, d->lr, d->warmup, d->wd, d->clip,
-        (unsigned long long)d->seed, d->loss_scale_window, d->out, d->eval_every, d->eval_batches, d->sample);
-    if (extra && extra->multi_rank)
-        printf("\ncommunication (run with mpirun -np N)\n"
-               "  --comm auto|nccl|mpi       transport for device buffers; auto = nccl with one GPU per rank "
-               "(default %s)\n"
-               "  --timeout SECONDS          a rank waiting longer than this in one communication call\n"
-               "                             ends the job naming the ranks that never arrived, its last\n"
-               "                             calls written to OUT/flight-RANK.txt (kill -USR1 a rank to\n"
-               "                             see them live); 0..604800, 0 = wait forever (default %d)\n"
-               "\nenvironment (comm.h, \"Cores\")\n"
-               "  OMP_NUM_THREADS            OpenMP threads per rank (default: cores / ranks on this machine,\n"
-               "                             at least 1, at most the cores mpirun bound the rank to)\n"
-               "  OMPI_MCA_mpi_yield_when_idle  Open MPI yields the core while it waits for messages (default\n"
-               "                             1 here; 0 polls without pause and starves the compute thread)\n",
-               d->comm, d->timeout);
-    if (extra && extra->help) printf("\n%s", extra->help);
+/* One table's part of --help: headings, and each flag's usage in a column
+ * of 27, its text beside it (continuation lines under the text). */
+static void print_rows(const Flag *rows, const void *defaults, int multi_rank) {
+    for (const Flag *f = rows; is_row(f); f++) {
+        if (!takes(f, multi_rank)) continue;
+        if (f->type == FLAG_SECTION) {
+            printf("\n%s\n", f->help);
+            continue;
+        }
+        if (strlen(f->usage) < 26)
+            printf("  %-27s", f->usage);
+        else
+            printf("  %s  ", f->usage);
+        for (const char *h = f->help; *h; h++) {
+            if (strncmp(h, "{default}", 9) == 0) {
+                char text[4200];
+                value_text(f, defaults, 0, text, sizeof text);
+                fputs(text, stdout);
+                h += 8;
+            } else if (*h == '\n') {
+                printf("\n%29s", "");
+            } else {
+                putchar(*h);
+            }
+        }
+        putchar('\n');
+    }
+}
+
+void config_print_help(const char *program, const char *summary, const ChapterFlags *chapter) {
+    Config defaults;
+    set_defaults(&defaults, program, chapter); /* the chapter's values too */
+    int multi_rank = chapter && chapter->multi_rank;
+    printf("usage: %s [flags]\n%s\n", program, summary);
+    print_rows(common_flags, &defaults, multi_rank);
+    if (chapter) print_rows(chapter->flags, chapter->values, multi_rank);
     printf("\nexit status: 0 done, 1 runtime failure, 2 bad input, 3 loss became NaN/Inf\n");
 }
 
-/* --loss-scale: "dynamic" (0) or a number in (0, 2^24]. */
-static float parse_loss_scale(const char *value) {
-    if (strcmp(value, "dynamic") == 0) return 0.0f;
-    errno = 0;
-    char *end;
-    double v = strtod(value, &end);
-    if (end == value || *end != '\0' || !isfinite(v) || errno == ERANGE || v <= 0.0 || v > MAX_LOSS_SCALE)
-        fatal(EXIT_USAGE,
-              "--loss-scale: '%s' is not a valid scale (valid: dynamic, or a number > 0 up to %.0f)", value,
-              MAX_LOSS_SCALE);
-    return (float)v;
+int flag_given(const Config *c, const char *name) {
+    const Flag *tables[2] = {common_flags, c->chapter_flags};
+    for (int t = 0; t < 2 && tables[t]; t++)
+        for (int i = 0; is_row(&tables[t][i]); i++)
+            if (tables[t][i].name && strcmp(tables[t][i].name, name) == 0) return (c->given[t] >> i) & 1;
+    return 0;
 }
 
 /* The loss scale is fp16's: bf16 has fp32's 8 exponent bits, so its gradients
  * neither overflow nor underflow where fp32's would not; giving a scale to
  * another precision is a mistake worth saying, not something to ignore. */
-static void check_precision_flags(const Config *c, const char *loss_scale_flag, const char *window_flag,
-                                  const CliExtra *extra) {
-    if (loss_scale_flag && c->precision != PRECISION_FP16)
+static void check_precision_flags(const Config *c) {
+    if (flag_given(c, "--loss-scale") && c->precision != PRECISION_FP16)
         fatal(EXIT_USAGE,
               "--loss-scale applies to --precision fp16 only (this run is %s, whose exponent range needs no "
               "loss scaling)",
               precision_name(c->precision));
-    if (window_flag && c->precision != PRECISION_FP16)
+    int window_given = flag_given(c, "--loss-scale-window");
+    if (window_given && c->precision != PRECISION_FP16)
         fatal(EXIT_USAGE, "--loss-scale-window applies to --precision fp16 only (this run is %s)",
               precision_name(c->precision));
-    if (window_flag && c->loss_scale > 0.0f)
+    if (window_given && c->loss_scale > 0.0f)
         fatal(EXIT_USAGE,
               "--loss-scale-window applies to --loss-scale dynamic only (this run's scale is fixed "
               "at %g)",
               c->loss_scale);
-    if (c->precision != PRECISION_FP32 && extra && extra->multi_rank && !extra->mixed_precision)
-        fatal(EXIT_USAGE,
-              "--precision %s: this program trains in fp32 only so far (16-bit runs are chapters 01 to 05's; "
-              "valid: fp32)",
-              precision_name(c->precision));
+}
+
+/* The getopt_long options of one table's rows. */
+static void add_options(struct option *options, int *n, const Flag *rows, int table, int multi_rank) {
+    for (int i = 0; is_row(&rows[i]); i++) {
+        const Flag *f = &rows[i];
+        if (i == MAX_ROWS) fatal(EXIT_RUNTIME, "a table of flags has more than %d rows", MAX_ROWS);
+        if (!f->name || !takes(f, multi_rank)) continue;
+        int has_arg = f->type == FLAG_SWITCH || f->type == FLAG_HELP ? no_argument
+                      : f->type == FLAG_TOGGLE                       ? optional_argument
+                                                                     : required_argument;
+        options[(*n)++] = (struct option){f->name + 2, has_arg, 0, OPTION_BASE + table * MAX_ROWS + i};
+    }
 }
 
 /* Read argv into c; returns 1 at --help (then nothing else is read). */
-static int read_flags(Config *c, int argc, char **argv, const char *program, const CliExtra *extra) {
-    set_defaults(c, program);
-
-    /* The option table: the common flags, then the chapter's. */
-    int num_extra = 0;
-    if (extra && extra->options)
-        while (extra->options[num_extra].name) num_extra++;
-    int num_common = NUM_COMMON_OPTIONS - (extra && extra->multi_rank ? 0 : 2); /* --comm, --timeout last */
+static int read_flags(Config *c, int argc, char **argv, const char *program, const ChapterFlags *chapter) {
+    set_defaults(c, program, chapter);
+    int multi_rank = chapter && chapter->multi_rank;
     /* on the stack: a usage error longjmps out of here (UsageTrap), and must leak nothing */
-    struct option options[num_common + num_extra + 1];
+    struct option options[2 * MAX_ROWS + 1];
     memset(options, 0, sizeof options);
-    memcpy(options, common_options, num_common * sizeof(struct option));
-    if (num_extra) memcpy(options + num_common, extra->options, num_extra * sizeof(struct option));
+    int num_options = 0;
+    add_options(options, &num_options, common_flags, 0, multi_rank);
+    if (chapter) add_options(options, &num_options, chapter->flags, 1, multi_rank);
 
     /* The preset is applied first, whatever the flag order, so that --layers
      * etc. override it. */
+    const Flag *model_row = &common_flags[2];
     for (int i = 1; i < argc; i++) {
         const char *value = NULL;
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
@@ -352,158 +479,33 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
         else if (strncmp(argv[i], "--model=", 8) == 0)
             value = argv[i] + 8;
         if (value) {
-            if (model_preset(&c->model, value) != 0)
-                fatal(EXIT_USAGE, "--model: unknown preset '%s' (valid: tiny, small, medium, gpt2)", value);
-            snprintf(c->model_preset, sizeof c->model_preset, "%s", value);
+            parse_value(model_row, value, c);
+            model_preset(&c->model, c->model_preset);
         }
     }
 
-    const char *loss_scale_flag = NULL, *window_flag = NULL; /* given on the command line */
     opterr = 0;
     optind = 1;
     int opt, index;
     while ((opt = getopt_long(argc, argv, ":", options, &index)) != -1) {
         const char *flag = argv[optind - 1];
-        switch (opt) {
-        case OPT_DEVICE:
-            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
-                fatal(EXIT_USAGE, "--device: unknown device '%s' (valid: auto, cpu, cuda)", optarg);
-            snprintf(c->device, sizeof c->device, "%s", optarg);
-            break;
-        case OPT_MODEL:
-            break; /* applied above */
-        case OPT_LAYERS:
-            c->model.layers = parse_int_flag("--layers", optarg, 1, 256);
-            break;
-        case OPT_DMODEL:
-            c->model.dmodel = parse_int_flag("--dmodel", optarg, 1, 16384);
-            break;
-        case OPT_HEADS:
-            c->model.heads = parse_int_flag("--heads", optarg, 1, 1024);
-            break;
-        case OPT_SEQ:
-            c->model.seq = parse_int_flag("--seq", optarg, 1, 65536);
-            break;
-        case OPT_VOCAB:
-            c->model.vocab = parse_int_flag("--vocab", optarg, 256, 1048576);
-            break;
-        case OPT_BATCH:
-            c->batch = parse_int_flag("--batch", optarg, 1, 1000000);
-            break;
-        case OPT_MICRO:
-            c->micro = parse_int_flag("--micro", optarg, 1, 1000000);
-            break;
-        case OPT_STEPS:
-            c->steps = parse_int_flag("--steps", optarg, 1, 10000000);
-            break;
-        case OPT_LR:
-            c->lr = parse_float_flag("--lr", optarg, 1e-12, 10.0);
-            break;
-        case OPT_WARMUP:
-            c->warmup = parse_int_flag("--warmup", optarg, 0, 10000000);
-            break;
-        case OPT_WD:
-            c->wd = parse_float_flag("--wd", optarg, 0.0, 10.0);
-            break;
-        case OPT_CLIP:
-            c->clip = parse_float_flag("--clip", optarg, 0.0, 1e6);
-            break;
-        case OPT_SEED: {
-            errno = 0;
-            char *end;
-            if (optarg[0] == '-') fatal(EXIT_USAGE, "--seed: %s is out of range (valid: 0..2^64-1)", optarg);
-            if (!isdigit((unsigned char)optarg[0])) /* strtoull would skip spaces and wrap ' -5' */
-                fatal(EXIT_USAGE, "--seed: '%s' is not a whole number (valid: 0..2^64-1)", optarg);
-            c->seed = strtoull(optarg, &end, 10);
-            if (end == optarg || *end)
-                fatal(EXIT_USAGE, "--seed: '%s' is not a whole number (valid: 0..2^64-1)", optarg);
-            if (errno == ERANGE) /* digits only, past 18446744073709551615 */
-                fatal(EXIT_USAGE, "--seed: %s is out of range (valid: 0..2^64-1)", optarg);
-            break;
-        }
-        case OPT_DATA:
-            copy_string("--data", c->data, sizeof c->data, optarg);
-            break;
-        case OPT_OUT:
-            copy_string("--out", c->out, sizeof c->out, optarg);
-            break;
-        case OPT_MEMLIMIT:
-            if (parse_bytes(optarg, &c->device_mem_limit) != 0 || c->device_mem_limit == 0)
-                fatal(EXIT_USAGE,
-                      "--device-mem-limit: '%s' is not a size (valid: a positive number of bytes, "
-                      "optionally with K, M or G, e.g. 512M)",
-                      optarg);
-            break;
-        case OPT_EVAL_EVERY:
-            c->eval_every = parse_int_flag("--eval-every", optarg, 0, 10000000);
-            break;
-        case OPT_EVAL_BATCHES:
-            c->eval_batches = parse_int_flag("--eval-batches", optarg, 1, 10000);
-            break;
-        case OPT_SAMPLE:
-            c->sample = parse_int_flag("--sample", optarg, 0, 1000000);
-            break;
-        case OPT_SAVE:
-            copy_string("--save", c->save, sizeof c->save, optarg);
-            break;
-        case OPT_RESUME:
-            copy_string("--resume", c->resume, sizeof c->resume, optarg);
-            break;
-        case OPT_SAVE_EVERY:
-            c->save_every = parse_int_flag("--save-every", optarg, 1, 10000000);
-            break;
-        case OPT_STOP_AFTER:
-            c->stop_after = parse_int_flag("--stop-after", optarg, 1, 10000000);
-            break;
-        case OPT_RECOMPUTE: /* --recompute alone means 1 */
-            c->recompute = optarg ? (int)parse_int_flag("--recompute", optarg, 0, 1) : 1;
-            break;
-        case OPT_QUIET:
-            c->quiet = 1;
-            break;
-        case OPT_OVERWRITE:
-            c->overwrite = 1;
-            break;
-        case OPT_PRECISION: {
-            char name[8];
-            parse_choice_flag("--precision", "precision", optarg, "fp32|bf16|fp16", name, sizeof name);
-            c->precision = strcmp(name, "bf16") == 0   ? PRECISION_BF16
-                           : strcmp(name, "fp16") == 0 ? PRECISION_FP16
-                                                       : PRECISION_FP32;
-            break;
-        }
-        case OPT_LOSS_SCALE:
-            loss_scale_flag = flag;
-            c->loss_scale = parse_loss_scale(optarg);
-            break;
-        case OPT_LOSS_SCALE_WINDOW:
-            window_flag = flag;
-            c->loss_scale_window = parse_int_flag("--loss-scale-window", optarg, 1, 10000000);
-            break;
-        case OPT_COMM:
-            parse_choice_flag("--comm", "transport", optarg, "auto|nccl|mpi", c->comm, sizeof c->comm);
-            break;
-        case OPT_TIMEOUT:
-            c->timeout = parse_int_flag("--timeout", optarg, 0, 604800);
-            break;
-        case OPT_HELP:
-            return 1;
-        case ':':
-            fatal(EXIT_USAGE, "%s needs a value (see --help)", flag);
-        case '?':
+        if (opt == ':') fatal(EXIT_USAGE, "%s needs a value (see --help)", flag);
+        if (opt == '?') {
             /* getopt sets optopt to the option's value when a flag that takes
              * none was given one (--quiet=1), to the letter of an unknown
              * short flag (-x), and to 0 for an unknown long flag. */
-            if (optopt >= OPT_DEVICE) {
+            if (optopt >= OPTION_BASE) {
                 int name_length = (int)strcspn(flag, "=");
                 fatal(EXIT_USAGE, "%.*s takes no value (got '%s'; see --help)", name_length, flag, flag);
             }
             if (optopt > ' ' && optopt < 127) fatal(EXIT_USAGE, "unknown flag '-%c' (see --help)", optopt);
             fatal(EXIT_USAGE, "unknown flag '%s' (see --help)", flag);
-        default:
-            if (!extra || !extra->handle || extra->handle(opt, optarg, extra->context) != 0)
-                fatal(EXIT_USAGE, "%s: invalid value '%s' (see --help)", flag, optarg ? optarg : "");
         }
+        int table = (opt - OPTION_BASE) / MAX_ROWS, row = (opt - OPTION_BASE) % MAX_ROWS;
+        const Flag *f = table ? &chapter->flags[row] : &common_flags[row];
+        if (f->type == FLAG_HELP) return 1;
+        parse_value(f, optarg, table ? chapter->values : (void *)c);
+        c->given[table] |= 1ull << row;
     }
     if (optind < argc)
         fatal(EXIT_USAGE, "unexpected argument '%s' (flags start with --; see --help)", argv[optind]);
@@ -514,7 +516,7 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
     if (c->batch % c->micro != 0)
         fatal(EXIT_USAGE, "--micro %d does not divide --batch %d (valid: a divisor of the batch)", c->micro,
               c->batch);
-    check_precision_flags(c, loss_scale_flag, window_flag, extra);
+    check_precision_flags(c);
     if (c->save_every && !c->save[0])
         fatal(EXIT_USAGE, "--save-every %d needs --save PATH (where to write the checkpoints)",
               c->save_every);
@@ -555,7 +557,19 @@ uint64_t config_record_digest(const ConfigRecord *r) {
     return h;
 }
 
-static void record_flags(Config *c, const CliExtra *extra) {
+/* The record: the build, then every flag a program takes, in the rows' order. */
+static void record_rows(ConfigRecord *r, const Flag *rows, const void *base, const Config *c,
+                        int multi_rank) {
+    for (const Flag *f = rows; is_row(f); f++) {
+        if (!f->name || !takes(f, multi_rank) || f->record == FLAG_NOT_RECORDED) continue;
+        if (f->record == FLAG_RECORDED_IN_FP16 && c->precision != PRECISION_FP16) continue;
+        char text[4200];
+        value_text(f, base, 1, text, sizeof text);
+        config_record_add(r, f->name, "%s", text);
+    }
+}
+
+static void record_flags(Config *c, const ChapterFlags *chapter) {
     ConfigRecord *r = &c->record;
     memset(r, 0, sizeof *r);
 #ifdef USE_CUDA
@@ -563,48 +577,9 @@ static void record_flags(Config *c, const CliExtra *extra) {
 #else
     config_record_add(r, "build", "cpu, gcc %s", __VERSION__);
 #endif
-    const ModelConfig *m = &c->model;
-    config_record_add(r, "--device", "%s", c->device);
-    config_record_add(r, "--model", "%s", c->model_preset);
-    config_record_add(r, "--layers", "%d", m->layers);
-    config_record_add(r, "--dmodel", "%d", m->dmodel);
-    config_record_add(r, "--heads", "%d", m->heads);
-    config_record_add(r, "--seq", "%d", m->seq);
-    config_record_add(r, "--vocab", "%d", m->vocab);
-    config_record_add(r, "--device-mem-limit", "%zu", c->device_mem_limit);
-    config_record_add(r, "--recompute", "%d", c->recompute);
-    config_record_add(r, "--batch", "%d", c->batch);
-    config_record_add(r, "--micro", "%d", c->micro);
-    config_record_add(r, "--steps", "%d", c->steps);
-    config_record_add(r, "--stop-after", "%d", c->stop_after);
-    config_record_add(r, "--lr", "%.9g", c->lr);
-    config_record_add(r, "--warmup", "%d", c->warmup);
-    config_record_add(r, "--wd", "%.9g", c->wd);
-    config_record_add(r, "--clip", "%.9g", c->clip);
-    config_record_add(r, "--precision", "%s", precision_name(c->precision));
-    if (c->precision == PRECISION_FP16) {
-        if (c->loss_scale > 0.0f)
-            config_record_add(r, "--loss-scale", "%.9g", c->loss_scale);
-        else
-            config_record_add(r, "--loss-scale", "dynamic");
-        config_record_add(r, "--loss-scale-window", "%d", c->loss_scale_window);
-    }
-    config_record_add(r, "--seed", "%llu", (unsigned long long)c->seed);
-    config_record_add(r, "--data", "%s", c->data);
-    config_record_add(r, "--out", "%s", c->out);
-    config_record_add(r, "--overwrite", "%d", c->overwrite);
-    config_record_add(r, "--eval-every", "%d", c->eval_every);
-    config_record_add(r, "--eval-batches", "%d", c->eval_batches);
-    config_record_add(r, "--sample", "%d", c->sample);
-    config_record_add(r, "--save", "%s", c->save);
-    config_record_add(r, "--resume", "%s", c->resume);
-    config_record_add(r, "--save-every", "%d", c->save_every);
-    config_record_add(r, "--quiet", "%d", c->quiet);
-    if (extra && extra->multi_rank) {
-        config_record_add(r, "--comm", "%s", c->comm);
-        config_record_add(r, "--timeout", "%d", c->timeout);
-    }
-    if (extra && extra->record) extra->record(extra->context, r);
+    int multi_rank = chapter && chapter->multi_rank;
+    record_rows(r, common_flags, c, c, multi_rank);
+    if (chapter) record_rows(r, chapter->flags, chapter->values, c, multi_rank);
     r->flag_items = r->count;
 }
 
@@ -664,22 +639,24 @@ static void check_files(Config *c, const char *program) {
     c->out_mode = out_dir_check(c, program);
 }
 
-int config_parse_and_check(Config *c, int argc, char **argv, const char *program, const CliExtra *extra) {
-    if (read_flags(c, argc, argv, program, extra)) return 1;
-    record_flags(c, extra);
+int config_parse_and_check(Config *c, int argc, char **argv, const char *program,
+                           const ChapterFlags *chapter) {
+    if (read_flags(c, argc, argv, program, chapter)) return 1;
+    if (chapter && chapter->effective) chapter->effective(chapter->values);
+    record_flags(c, chapter);
     check_thread_count();
     fault_check_environment();    /* the tests' COURSE_FAULT_* variables (util.h) */
     interrupt_handlers_install(); /* Ctrl-C: a message, no temporary files left (util.h) */
-    if (extra && extra->check) extra->check(c, extra->context);
+    if (chapter && chapter->check) chapter->check(c, chapter->values);
     check_memory(c);
     check_files(c, program);
     return 0;
 }
 
 void config_parse(Config *c, int argc, char **argv, const char *program, const char *summary,
-                  const CliExtra *extra) {
-    if (config_parse_and_check(c, argc, argv, program, extra)) {
-        config_print_help(program, summary, extra);
+                  const ChapterFlags *chapter) {
+    if (config_parse_and_check(c, argc, argv, program, chapter)) {
+        config_print_help(program, summary, chapter);
         exit(0);
     }
 }

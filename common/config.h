@@ -1,7 +1,7 @@
 /* config.h: the run configuration and the command line shared by every chapter.
  *
  * Every NN_name/train accepts the flags of ROADMAP.md (parsed here with
- * getopt_long); a chapter adds its own through CliExtra. Values are checked
+ * getopt_long, from a table of rows); a chapter adds its own rows. Values are checked
  * here once, so the rest of the program can trust them: any bad value ends the
  * program with EXIT_USAGE and one line naming the flag and its valid range. */
 #ifndef CONFIG_H
@@ -85,27 +85,76 @@ typedef struct {
     int resume_step;  /* the checkpoint's step (with --resume) */
     uint64_t resume_checksum;
     ConfigRecord record;
+    const struct Flag *chapter_flags; /* the chapter's rows, for flag_given */
+    uint64_t given[2];                /* which rows were on the command line: common, chapter's */
 } Config;
 
-/* A chapter's own flags: options appended to the common table, help text
- * appended to --help, and a handler called for each of them (return 0 if
- * handled, -1 if the value is invalid; the handler may call fatal itself).
- * check (optional) runs after every flag is read, for checks across flags
- * (the layout against the world size, say); record adds the chapter's flags
- * and their effective values to the configuration record (a default that
- * follows from the world size as the number it stands for, so that ranks
- * writing one layout two ways agree). */
+/* ---- flags as rows of a table ----
+ *
+ * Every flag is declared once, as one row: its name, type, where its value
+ * goes, its range, its default and its --help text. From the rows come the
+ * getopt_long options, --help, the parsing (with the range checks and the
+ * error messages) and the configuration record. The shared flags are
+ * config.c's common_flags; a chapter passes its own rows in ChapterFlags.
+ *
+ * To add a flag: add a field for its value (to Config, or to the chapter's
+ * flags struct), then a row next to its neighbours in --help, e.g.
+ *     {"--bucket-mb", FLAG_DOUBLE, FIELD(DataParallelFlags, bucket_mb), .lo = 1e-6, .hi = 4096,
+ *      .def = "1", .usage = "--bucket-mb X", .help = "overlap: bucket size in MiB (default {default})"},
+ * and, if its value must fit other flags, a line in the chapter's check. In
+ * .help, "\n" starts a continuation line and {default} stands for the default. */
+typedef enum {
+    FLAG_SECTION, /* not a flag: a heading of --help (.help is its title) */
+    FLAG_INT,     /* int, a whole number in [lo, hi] */
+    FLAG_FLOAT,   /* float, a number in [lo, hi] */
+    FLAG_DOUBLE,  /* double, a number in [lo, hi] */
+    FLAG_CHOICE,  /* char[], one of .choices ("naive|flat|overlap"); errors say "unknown .noun" */
+    FLAG_ENUM,    /* int, the index of the value in .choices */
+    FLAG_PATH,    /* char[], any non-empty text */
+    FLAG_TEXT,    /* char[], any text, empty too */
+    FLAG_SWITCH,  /* int, 1 when given; takes no value */
+    FLAG_TOGGLE,  /* int, 1 when given alone, else its value 0 or 1 (--recompute[=0|1]) */
+    FLAG_BYTES,   /* size_t, a positive number of bytes with an optional K, M or G */
+    FLAG_SEED,    /* uint64_t, 0..2^64-1 */
+    FLAG_SCALE,   /* float, "dynamic" (0) or a number in (0, hi] */
+    FLAG_HELP,    /* --help: print the rows and exit */
+} FlagType;
+
+enum { FLAG_ALL = 0, FLAG_MULTI_RANK = 1 };                           /* Flag.only: which programs take it */
+enum { FLAG_RECORDED = 0, FLAG_NOT_RECORDED, FLAG_RECORDED_IN_FP16 }; /* Flag.record */
+
+typedef struct Flag {
+    const char *name; /* "--steps": on the command line, in messages and in the record */
+    FlagType type;
+    size_t offset, size; /* the value's field: FIELD(struct, member) */
+    double lo, hi;       /* FLAG_INT, FLAG_FLOAT, FLAG_DOUBLE: the valid range (FLAG_SCALE: hi) */
+    const char *choices; /* FLAG_CHOICE, FLAG_ENUM: "a|b|c" */
+    const char *noun;    /* FLAG_CHOICE, FLAG_ENUM: "unknown NOUN 'x'" */
+    const char *def;     /* the default, as it would be typed (NULL: zero, or set in code) */
+    const char *usage;   /* "--steps N", as --help shows it */
+    const char *help;    /* the text beside it in --help */
+    int only;            /* FLAG_ALL, or FLAG_MULTI_RANK: the programs run under mpirun */
+    int record;          /* FLAG_RECORDED (the ranks compare it), ... */
+} Flag;
+#define FIELD(type, member) offsetof(type, member), sizeof(((type *)0)->member)
+
+/* A chapter's own flags: its rows (the first a FLAG_SECTION, their --help
+ * heading; ended by a zero row), the struct they point into, and two
+ * optional functions. effective turns a default that follows from the world
+ * size into the number it stands for, before the record is made, so that
+ * ranks writing one layout two ways agree. check runs after every flag is
+ * read, for checks across flags (the layout against the world size, say). */
 typedef struct {
-    const struct option *options; /* terminated by a zero entry; use values >= 1000 */
-    const char *help;
-    int (*handle)(int option, const char *value, void *context);
-    void *context;
-    void (*check)(const Config *cfg, void *context);
-    void (*record)(const void *context, ConfigRecord *r);
-    int multi_rank;      /* the program runs under mpirun: it takes --comm too */
-    int mixed_precision; /* a multi-rank program that trains in bf16 and fp16 too (mixed.h);
-                            the others refuse --precision bf16|fp16 */
-} CliExtra;
+    const Flag *flags;
+    void *values;
+    void (*effective)(void *values);
+    void (*check)(const Config *cfg, const void *values);
+    int multi_rank; /* the program runs under mpirun: it takes --comm and --timeout too */
+} ChapterFlags;
+
+/* Whether the flag `name` (common or the chapter's) was on the command line:
+ * for a default that is fine but a value given that is refused. */
+int flag_given(const Config *cfg, const char *name);
 
 /* Everything a run checks before it builds anything, in one call: fill cfg
  * from argv, check every value and every combination, and check the files
@@ -114,12 +163,14 @@ typedef struct {
  * summary: one line saying what the program teaches. Exits 0 after --help,
  * EXIT_USAGE on errors. Multi-rank programs call comm_parse_config instead. */
 void config_parse(Config *cfg, int argc, char **argv, const char *program, const char *summary,
-                  const CliExtra *extra);
+                  const ChapterFlags *chapter);
 /* The same as two steps, for comm_parse_config: returns 1 when --help was
  * asked for (nothing else is done then), 0 after every check passed; errors
  * go through fatal(EXIT_USAGE). */
-int config_parse_and_check(Config *cfg, int argc, char **argv, const char *program, const CliExtra *extra);
-void config_print_help(const char *program, const char *summary, const CliExtra *extra);
+int config_parse_and_check(Config *cfg, int argc, char **argv, const char *program,
+                           const ChapterFlags *chapter);
+/* --help, from the rows; resets the chapter's values to their defaults. */
+void config_print_help(const char *program, const char *summary, const ChapterFlags *chapter);
 
 /* Apply a preset by name; returns -1 when unknown. */
 int model_preset(ModelConfig *m, const char *name);

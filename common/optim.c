@@ -37,8 +37,8 @@ float lr_at_step(const Config *cfg, int step) {
     return min_lr + 0.5f * (cfg->lr - min_lr) * (1.0f + cosf((float)M_PI * progress));
 }
 
-float clip_scale(const Config *cfg, double norm) {
-    if (cfg->clip > 0.0f && norm > cfg->clip) return (float)(cfg->clip / norm);
+float clip_scale(float clip, double norm) {
+    if (clip > 0.0f && norm > clip) return (float)(clip / norm);
     return 1.0f;
 }
 

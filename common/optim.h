@@ -32,7 +32,8 @@ float lr_at_step(const Config *cfg, int step);
  * COURSE_FAULT_NAN_STEP=k makes the loss of step k NaN. */
 void check_loss_finite(double loss, int step);
 
-/* The factor that clips a gradient of norm `norm` to cfg->clip (1 when not clipping). */
-float clip_scale(const Config *cfg, double norm);
+/* The factor that clips a gradient of norm `norm` to `clip` (1 when not
+ * clipping: clip 0, or a norm within it). optimizer_step.h takes it. */
+float clip_scale(float clip, double norm);
 
 #endif

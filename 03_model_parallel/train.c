@@ -456,11 +456,12 @@ int main(int argc, char **argv) {
         /* ---- update: each rank its own parameters, clipped by the WHOLE model's norm
          * (fp16: unless the gradients overflowed on any rank) ---- */
         timer_start(&timer);
-        rec.lr = lr_at_step(&cfg, step);
+        OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
+        rec.lr = hyper.lr;
         mixed_fault_overflow(mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
         GradShards held_part = held_grads(&par, world);
         int skipped =
-            optimizer_step(held, mixed, &opt, &scaler, &held_part, rec.lr, &cfg, step + 1, &rec.grad_norm);
+            optimizer_step(held, mixed, &opt, &scaler, &held_part, &hyper, step + 1, &rec.grad_norm);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
 

@@ -281,14 +281,15 @@ int main(int argc, char **argv) {
         /* ---- update: each stage its own parameters, with the global norm (fp16: unless the
          * gradients overflowed on any rank; then every rank skips the step) ---- */
         timer_start(&timer);
-        rec.lr = lr_at_step(&cfg, step);
+        OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
+        rec.lr = hyper.lr;
         mixed_fault_overflow(&p.mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
         GradShards held = precision_grad_shards(&p.model, &p.mixed); /* this stage's units */
         held.agree = grad_norm_agree;
         held.sum_group = grid.pp_group; /* the stages together hold the model */
         held.agree_group = world;
         int skipped =
-            optimizer_step(&p.model, &p.mixed, &opt, &scaler, &held, rec.lr, &cfg, step + 1, &rec.grad_norm);
+            optimizer_step(&p.model, &p.mixed, &opt, &scaler, &held, &hyper, step + 1, &rec.grad_norm);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
 

@@ -485,26 +485,26 @@ GradShards zero_grad_shards(const Zero *z) {
 }
 
 /* AdamW on n elements: params, grads of z->dtype; m, v (and master) fp32 */
-static void adamw_elements(Zero *z, size_t at_params, size_t at_grads, size_t at_opt, size_t n, float lr,
-                           float grad_scale, const Config *cfg) {
+static void adamw_elements(Zero *z, size_t at_params, size_t at_grads, size_t at_opt, size_t n,
+                           float grad_scale, const OptimHyper *h) {
     AdamW *o = &z->opt;
     if (z->half)
         ops()->adamw_update_half(z->master + at_opt, z->params16 + at_params, z->grads16 + at_grads,
-                                 o->m + at_opt, o->v + at_opt, n, lr, cfg->beta1, cfg->beta2, cfg->eps,
-                                 cfg->wd, grad_scale, o->t, z->mixed.format);
+                                 o->m + at_opt, o->v + at_opt, n, h->lr, h->beta1, h->beta2, h->eps,
+                                 h->weight_decay, grad_scale, o->t, z->mixed.format);
     else
-        ops()->adamw_update(z->params + at_params, z->grads + at_grads, o->m + at_opt, o->v + at_opt, n, lr,
-                            cfg->beta1, cfg->beta2, cfg->eps, cfg->wd, grad_scale, o->t);
+        ops()->adamw_update(z->params + at_params, z->grads + at_grads, o->m + at_opt, o->v + at_opt, n,
+                            h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, grad_scale, o->t);
 }
 
-void zero_update(Zero *z, float lr, float grad_scale, const Config *cfg) {
+void zero_update(Zero *z, float grad_scale, const OptimHyper *h) {
     if (z->stage == 0 || z->stage == 3) { /* the optimizer's elements are the parameters' */
         if (!z->half) {
-            adamw_step(&z->opt, z->params, z->grads, lr, grad_scale, cfg);
+            adamw_step(&z->opt, z->params, z->grads, grad_scale, h);
             return;
         }
         z->opt.t++;
-        adamw_elements(z, 0, 0, 0, z->opt.n, lr, grad_scale, cfg);
+        adamw_elements(z, 0, 0, 0, z->opt.n, grad_scale, h);
         return;
     }
     /* Stages 1 and 2: this rank's slice of each unit, in place in the whole
@@ -513,19 +513,19 @@ void zero_update(Zero *z, float lr, float grad_scale, const Config *cfg) {
     for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) {
         size_t first, count, at = slice_offset(z, u);
         shard_slice_elements(table_of(z), u, z->rank, z->ranks, &first, &count);
-        if (count) adamw_elements(z, first, z->stage == 1 ? first : at, at, count, lr, grad_scale, cfg);
+        if (count) adamw_elements(z, first, z->stage == 1 ? first : at, at, count, grad_scale, h);
     }
     for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) allgather_whole_unit(z, u);
 }
 
-int zero_step_update(Zero *z, LossScaler *ls, float lr, const Config *cfg, int step, double *grad_norm) {
+int zero_step_update(Zero *z, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm) {
     /* the fault on the last rank only: rank 0, which logs, must learn of it from the others */
     if (z->half && z->rank == z->ranks - 1) half_fault_overflow(z->grads16, z->mixed.format, step);
     GradShards held = zero_grad_shards(z);
-    StepDecision d = optimizer_decide(&held, ls, cfg->clip, step);
+    StepDecision d = optimizer_decide(&held, ls, h->clip, step);
     *grad_norm = d.grad_norm;
     if (d.skipped) return 1;
-    zero_update(z, lr, d.grad_scale, cfg);
+    zero_update(z, d.grad_scale, h);
     return 0;
 }
 

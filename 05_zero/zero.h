@@ -157,13 +157,13 @@ void zero_sync_grads(Zero *z);
  * its shard, padding zeros included; from stage 1 on the ranks add their sums. */
 GradShards zero_grad_shards(const Zero *z);
 /* AdamW on this rank's part, then (stages 1-2) all-gather the parameters. */
-void zero_update(Zero *z, float lr, float grad_scale, const Config *cfg);
+void zero_update(Zero *z, float grad_scale, const OptimHyper *h);
 /* The whole update of step `step` (1-based) in either precision:
  * optimizer_step.h's decision on zero_grad_shards (the gradient norm, loss
  * scale divided out, into *grad_norm; fp16's overflow agreed by every rank;
  * the loss scale's update; clipping), then zero_update unless the step is
  * skipped (returns 1 then, on every rank). */
-int zero_step_update(Zero *z, LossScaler *ls, float lr, const Config *cfg, int step, double *grad_norm);
+int zero_step_update(Zero *z, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm);
 /* Stage 3 and 16-bit runs: every rank gathers the whole model into `whole`
  * (num_params, fp32) and binds it, for evaluation and sampling;
  * zero_unbind_whole undoes it. zero_needs_whole says whether a run must. */

@@ -303,10 +303,11 @@ int main(int argc, char **argv) {
         timer_start(&timer);
         offload_fault_overflow(&off, step + 1);
         GradShards held = offload_grad_shards(&off, world);
-        StepDecision decision = optimizer_decide(&held, &scaler, cfg.clip, step + 1);
+        OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
+        StepDecision decision = optimizer_decide(&held, &scaler, hyper.clip, step + 1);
         rec.grad_norm = decision.grad_norm;
-        rec.lr = lr_at_step(&cfg, step);
-        OffloadUpdate update = {rec.lr, decision.grad_scale};
+        rec.lr = hyper.lr;
+        OffloadUpdate update = {hyper.lr, decision.grad_scale}; /* the host AdamW: offload.c */
         int last = step + 1 == last_step;
         update_weights(&off, &of, &delayed, step, last, &update, decision.skipped);
         rec.opt_ms = timer_stop_ms(&timer);

@@ -146,10 +146,10 @@ void mixed_weights_from_master(MixedModel *mm) {
     ops()->cast_to_half(mm->params, mm->master, mm->n, mm->format);
 }
 
-void mixed_adamw_step(MixedModel *mm, AdamW *opt, float lr, float grad_scale, const Config *cfg) {
+void mixed_adamw_step(MixedModel *mm, AdamW *opt, float grad_scale, const OptimHyper *h) {
     opt->t++;
-    ops()->adamw_update_half(mm->master, mm->params, mm->grads, opt->m, opt->v, mm->n, lr, cfg->beta1,
-                             cfg->beta2, cfg->eps, cfg->wd, grad_scale, opt->t, mm->format);
+    ops()->adamw_update_half(mm->master, mm->params, mm->grads, opt->m, opt->v, mm->n, h->lr, h->beta1,
+                             h->beta2, h->eps, h->weight_decay, grad_scale, opt->t, mm->format);
 }
 
 void mixed_fault_overflow(MixedModel *mm, int step) {

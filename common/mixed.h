@@ -114,7 +114,7 @@ void mixed_weights_from_master(MixedModel *mm);
 
 /* AdamW on the master weights from the 16-bit gradients (times grad_scale),
  * then the 16-bit weights rounded from them. */
-void mixed_adamw_step(MixedModel *mm, AdamW *opt, float lr, float grad_scale, const Config *cfg);
+void mixed_adamw_step(MixedModel *mm, AdamW *opt, float grad_scale, const OptimHyper *h);
 
 /* For testing the skip: with COURSE_FAULT_OVERFLOW_STEP=k in the environment,
  * step k's (1-based) first gradient becomes +Inf, as an overflow would make it

@@ -58,14 +58,14 @@ StepDecision optimizer_decide(const GradShards *g, LossScaler *ls, float clip, i
     return d;
 }
 
-int optimizer_step(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, const GradShards *g, float lr,
-                   const Config *cfg, int step, double *grad_norm) {
-    StepDecision d = optimizer_decide(g, ls, cfg->clip, step);
+int optimizer_step(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, const GradShards *g,
+                   const OptimHyper *h, int step, double *grad_norm) {
+    StepDecision d = optimizer_decide(g, ls, h->clip, step);
     *grad_norm = d.grad_norm;
     if (d.skipped) return 1;
     if (mm->params)
-        mixed_adamw_step(mm, opt, lr, d.grad_scale, cfg);
+        mixed_adamw_step(mm, opt, d.grad_scale, h);
     else
-        adamw_step(opt, model->params, model->grads, lr, d.grad_scale, cfg);
+        adamw_step(opt, model->params, model->grads, d.grad_scale, h);
     return 0;
 }

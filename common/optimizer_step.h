@@ -49,7 +49,6 @@
 #ifndef OPTIMIZER_STEP_H
 #define OPTIMIZER_STEP_H
 
-#include "config.h"
 #include "half.h"
 #include "kernels.h"
 #include "mixed.h"
@@ -99,7 +98,8 @@ GradShards precision_grad_shards(const GPT *model, const MixedModel *mm);
 /* Stage 1: this rank's sums of squares, the sharded and the replicated apart. */
 void grad_shards_local_squares(const GradShards *g, double *sharded, double *replicated);
 /* Stages 1 and 2: the squared norm of the whole gradient, the same on every
- * rank of agree_group; INFINITY on all of them when any rank's is not finite. */
+ * rank of the sum; not finite on every rank of the sum and of agree_group
+ * when any rank's part is not (an fp16 overflow). */
 double grad_shards_sum_squares(const GradShards *g);
 /* Stages 1 to 4: the norm, the loss scale's update (ls, every rank alike) and
  * the factor for AdamW. `step` is 1-based, for the message of a skipped step. */
@@ -107,12 +107,12 @@ StepDecision optimizer_decide(const GradShards *g, LossScaler *ls, float clip, i
 
 /* The whole step, stages 1 to 5, for a model stored as mixed.h's precision_*
  * functions say, which updates what it holds (the whole model, a stage, a
- * tensor-parallel rank's slices): AdamW with cfg's hyperparameters at
- * learning rate lr, unless the step is skipped. The norm into *grad_norm;
+ * tensor-parallel rank's slices): AdamW with h's hyperparameters, clipped
+ * to h->clip, unless the step is skipped. The norm into *grad_norm;
  * returns 1 when the step was skipped. ZeRO (05_zero/zero.c) and the host
  * update (06_offload) take optimizer_decide's decision to their own apply. */
-int optimizer_step(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, const GradShards *g, float lr,
-                   const Config *cfg, int step, double *grad_norm);
+int optimizer_step(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, const GradShards *g,
+                   const OptimHyper *h, int step, double *grad_norm);
 
 /* optimizer_agree.c (MPI): the sharded sums added over g->sum_group, plus
  * the replicated sum; then, if any rank of g->agree_group (or of the sum)

@@ -20,6 +20,7 @@
 #include "mixed.h"
 #include "model.h"
 #include "optim.h"
+#include "optimizer_step.h"
 #include "util.h"
 
 #include <math.h>
@@ -107,8 +108,11 @@ int main(int argc, char **argv) {
 
         /* ---- update: clip the global gradient norm, then AdamW (fp16: unless it overflowed) ---- */
         timer_start(&timer);
-        rec.lr = lr_at_step(&cfg, step);
-        int skipped = precision_update(&model, &mixed, &opt, &scaler, rec.lr, &cfg, step + 1, &rec.grad_norm);
+        OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
+        rec.lr = hyper.lr;
+        mixed_fault_overflow(&mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
+        GradShards held = precision_grad_shards(&model, &mixed); /* the whole gradient, on one process */
+        int skipped = optimizer_step(&model, &mixed, &opt, &scaler, &held, &hyper, step + 1, &rec.grad_norm);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
         profile_step_end(step + 1);

@@ -27,6 +27,7 @@
 #include "mixed.h"
 #include "model.h"
 #include "optim.h"
+#include "optimizer_step.h"
 #include "ring.h"
 #include "util.h"
 
@@ -258,8 +259,11 @@ int main(int argc, char **argv) {
 
         /* ---- update: the same on every replica (an fp16 overflow anywhere is in every sum) ---- */
         timer_start(&timer);
-        rec.lr = lr_at_step(&cfg, step);
-        int skipped = precision_update(&model, &mixed, &opt, &scaler, rec.lr, &cfg, step + 1, &rec.grad_norm);
+        OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
+        rec.lr = hyper.lr;
+        mixed_fault_overflow(&mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
+        GradShards held = precision_grad_shards(&model, &mixed); /* every replica: the whole sum */
+        int skipped = optimizer_step(&model, &mixed, &opt, &scaler, &held, &hyper, step + 1, &rec.grad_norm);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
         if (dp.check_replicas && (step + 1) % dp.check_replicas == 0)

@@ -207,6 +207,10 @@ void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t s
     param_table_build(&whole, cfg);
     tm->global_params = whole.num_params;
     build_local_table(tm, cfg, tp->size);
+    tm->norm_spans = xcalloc(tm->model.num_tensors, sizeof(GradSpan));
+    for (int i = 0; i < tm->model.num_tensors; i++)
+        tm->norm_spans[i] =
+            (GradSpan){tm->model.tensors[i].offset, tm->model.tensors[i].numel, tm->slice[i] == SLICE_NONE};
 
     /* parameters: each local element starts from its whole tensor's value */
     GPT *m = &tm->model;
@@ -245,6 +249,7 @@ void tp_model_destroy(TensorParallelModel *tm) {
     mem_free(tm->acts.block[0].ln1); /* the blocks' memory starts there */
     activations_destroy(&tm->acts, &tm->model.cfg);
     free(tm->slice);
+    free(tm->norm_spans);
     precision_destroy(&tm->model, &tm->mixed);
     memset(tm, 0, sizeof *tm);
 }
@@ -340,17 +345,13 @@ void tp_backward(TensorParallelModel *tm, float dloss, int B, int T) {
                        NULL, NULL, &sliced, B, T);
 }
 
-double tp_grad_sum_squares(TensorParallelModel *tm) {
-    double sliced = 0.0, replicated = 0.0;
-    for (int i = 0; i < tm->model.num_tensors; i++) {
-        const ParamTensor *t = &tm->model.tensors[i];
-        double ss = precision_sum_squares(&tm->model, &tm->mixed, t->offset, t->numel);
-        if (tm->slice[i] == SLICE_NONE)
-            replicated += ss;
-        else
-            sliced += ss;
-    }
-    return comm_allreduce_double(tm->tp->group, sliced, 0) + replicated;
+GradShards tp_grad_shards(const TensorParallelModel *tm) {
+    GradShards g = precision_grad_shards(&tm->model, &tm->mixed);
+    g.spans = tm->norm_spans;
+    g.num_spans = tm->model.num_tensors;
+    g.agree = grad_norm_agree;
+    g.sum_group = tm->tp->group;
+    return g;
 }
 
 /* ---- checkpoints ---- */

@@ -35,6 +35,7 @@
 #include "comm.h"
 #include "mixed.h"
 #include "model.h"
+#include "optimizer_step.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -63,6 +64,7 @@ typedef struct {
     MixedModel mixed;               /* --precision bf16|fp16: model's slices in 16 bits (mixed.h);
                                        zeroed in fp32 */
     SliceKind *slice;               /* per tensor of the table */
+    GradSpan *norm_spans;           /* per tensor: its elements, replicated or not (tp_grad_shards) */
     size_t global_params;           /* parameters of the whole model */
     int recompute;                  /* 1: the blocks keep only res3 and share one set of the rest */
     Activations acts;               /* tokens, targets, embedding output and the head's values as in
@@ -95,9 +97,11 @@ size_t tensor_parallel_global_index(const ParamTensor *whole, SliceKind kind, in
 void tp_forward(TensorParallelModel *tm, int with_loss, int B, int T);
 void tp_backward(TensorParallelModel *tm, float dloss, int B, int T);
 
-/* Sum of squares of the WHOLE model's gradient: the sliced tensors' partial
- * sums all-reduced over the group, the replicated ones counted once. */
-double tp_grad_sum_squares(TensorParallelModel *tm);
+/* What this rank holds of the WHOLE model's gradient, for the norm
+ * (optimizer_step.h): every tensor of the local table in order, the sliced
+ * tensors' partial sums all-reduced over the group, the replicated ones
+ * counted once. */
+GradShards tp_grad_shards(const TensorParallelModel *tm);
 
 /* The checkpoint layout of this rank (checkpoint.h): its slices of the whole
  * tensors (a column slice is a run of elements in every row), for the

@@ -45,6 +45,7 @@
 #include "mixed.h"
 #include "model.h"
 #include "optim.h"
+#include "optimizer_step.h"
 #include "tensor_parallel.h"
 #include "util.h"
 
@@ -221,17 +222,17 @@ static void backward(ModelParallel *p, float dloss, int B, int T) {
     p->comm_ms += p->tp.comm_ms;
 }
 
-/* Squared norm of the whole model's gradient: every rank holds a part. It
- * is the same on every rank, and not finite on every rank when any rank's
- * gradients overflowed (fp16), so that all of them skip such a step. */
-static double grad_sum_squares(ModelParallel *p, CommGroup *world) {
-    double squares;
-    if (p->tensor)
-        squares = tp_grad_sum_squares(&p->tpm); /* replicated tensors counted once */
-    else
-        squares = comm_allreduce_double(
-            p->mp, precision_sum_squares(&p->model, &p->mixed, 0, p->model.param_count), 0);
-    return comm_all(world, isfinite(squares)) ? squares : INFINITY;
+/* What this rank holds of the whole model's gradient (optimizer_step.h):
+ * its stages' units, the parts added over the model-parallel group, or its
+ * tensor slices and the replicated tensors, counted once. Every rank agrees
+ * on the norm, and on an fp16 overflow anywhere, so that all of them skip
+ * such a step. */
+static GradShards held_grads(ModelParallel *p, CommGroup *world) {
+    GradShards g = p->tensor ? tp_grad_shards(&p->tpm) : precision_grad_shards(&p->model, &p->mixed);
+    if (!p->tensor) g.sum_group = p->mp;
+    g.agree = grad_norm_agree;
+    g.agree_group = world;
+    return g;
 }
 
 /* Mean validation loss over cfg->eval_batches global batches, each replica
@@ -424,10 +425,12 @@ int main(int argc, char **argv) {
         /* ---- update: each rank its own parameters, clipped by the WHOLE model's norm
          * (fp16: unless the gradients overflowed on any rank) ---- */
         timer_start(&timer);
-        rec.lr = lr_at_step(&cfg, step);
+        OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
+        rec.lr = hyper.lr;
         mixed_fault_overflow(mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
-        int skipped = precision_update_norm(held, mixed, &opt, &scaler, rec.lr, &cfg, step + 1,
-                                            grad_sum_squares(&par, world), &rec.grad_norm);
+        GradShards held_part = held_grads(&par, world);
+        int skipped =
+            optimizer_step(held, mixed, &opt, &scaler, &held_part, &hyper, step + 1, &rec.grad_norm);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
 

@@ -37,6 +37,7 @@
 #include "mixed.h"
 #include "model.h"
 #include "optim.h"
+#include "optimizer_step.h"
 #include "pipeline.h"
 #include "schedule.h"
 #include "util.h"
@@ -251,13 +252,15 @@ int main(int argc, char **argv) {
         /* ---- update: each stage its own parameters, with the global norm (fp16: unless the
          * gradients overflowed on any rank; then every rank skips the step) ---- */
         timer_start(&timer);
-        rec.lr = lr_at_step(&cfg, step);
+        OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
+        rec.lr = hyper.lr;
         mixed_fault_overflow(&p.mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
-        double norm_sq = comm_allreduce_double(
-            grid.pp_group, precision_sum_squares(&p.model, &p.mixed, 0, p.model.param_count), 0);
-        if (!comm_all(world, isfinite(norm_sq))) norm_sq = INFINITY;
-        int skipped = precision_update_norm(&p.model, &p.mixed, &opt, &scaler, rec.lr, &cfg, step + 1,
-                                            norm_sq, &rec.grad_norm);
+        GradShards held = precision_grad_shards(&p.model, &p.mixed); /* this stage's units */
+        held.agree = grad_norm_agree;
+        held.sum_group = grid.pp_group; /* the stages together hold the model */
+        held.agree_group = world;
+        int skipped =
+            optimizer_step(&p.model, &p.mixed, &opt, &scaler, &held, &hyper, step + 1, &rec.grad_norm);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
 

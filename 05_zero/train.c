@@ -200,8 +200,9 @@ int main(int argc, char **argv) {
 
         /* ---- update: this rank's slices, then (stages 1-2) all-gather the parameters ---- */
         timer_start(&timer);
-        rec.lr = lr_at_step(&cfg, step);
-        int skipped = zero_step_update(&zero, &scaler, rec.lr, &cfg, step + 1, &rec.grad_norm);
+        OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
+        rec.lr = hyper.lr;
+        int skipped = zero_step_update(&zero, &scaler, &hyper, step + 1, &rec.grad_norm);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
         rec.comm_ms = zero.comm_ms; /* waiting on communication, wherever in the step */

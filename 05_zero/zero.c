@@ -334,6 +334,14 @@ void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t
     for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++)
         if (slice_numel(z, u) > max_slice) max_slice = slice_numel(z, u);
     z->max_unit = max_slice * z->ranks;
+    if (stage == 1) { /* the norm: this rank's slice of each unit, in the whole gradient buffer */
+        z->num_norm_spans = last_unit(z) - LAYER_EMBEDDING + 1;
+        z->norm_spans = xcalloc(z->num_norm_spans, sizeof(GradSpan));
+        for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) {
+            GradSpan *span = &z->norm_spans[u - LAYER_EMBEDDING];
+            shard_slice_elements(table_of(z), u, z->rank, z->ranks, &span->first, &span->count);
+        }
+    }
 
     /* initial values: the whole model (stages 0-2) and this rank's shard (stages 1-3) */
     float *whole = NULL, *shard = NULL;
@@ -414,6 +422,7 @@ void zero_destroy(Zero *z) {
     free(z->buffer_of_use);
     free(z->ticket_of_use);
     free(z->actions);
+    free(z->norm_spans);
     adamw_destroy(&z->opt);
     mem_free(z->gather_send);
     mem_free(z->gather_recv);
@@ -472,56 +481,40 @@ void zero_sync_grads(Zero *z) {
     }
 }
 
-/* The sum of squares of this rank's gradient elements (stage 0: all of them). */
-static double local_squares(Zero *z) {
-    const KernelOps *k = ops();
-    HalfFormat format = z->mixed.format;
-    if (z->stage == 0)
-        return z->half ? k->sum_squares_half(z->grads16, z->model->num_params, format)
-                       : k->sum_squares(z->grads, z->model->num_params);
-    double sum = 0.0;
+GradShards zero_grad_shards(const Zero *z) {
+    GradShards g = {.grads = z->grads, .grads16 = z->grads16, .format = z->mixed.format};
+    g.held = z->stage >= 2 ? z->shard_n : z->model->num_params; /* stages 2-3: the padding holds zeros */
     if (z->stage == 1) {
-        for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) {
-            size_t first, count;
-            shard_slice_elements(table_of(z), u, z->rank, z->ranks, &first, &count);
-            if (count)
-                sum += z->half ? k->sum_squares_half(z->grads16 + first, count, format)
-                               : k->sum_squares(z->grads + first, count);
-        }
-        return sum;
+        g.spans = z->norm_spans;
+        g.num_spans = z->num_norm_spans;
     }
-    /* the padding holds zeros */
-    return z->half ? k->sum_squares_half(z->grads16, z->shard_n, format)
-                   : k->sum_squares(z->grads, z->shard_n);
-}
-
-double zero_grad_norm(Zero *z) {
-    double squares = local_squares(z);
-    if (z->stage == 0) return sqrt(squares);
-    return sqrt(comm_allreduce_double(z->group, squares, 0));
+    g.agree = grad_norm_agree;
+    if (z->stage >= 1) g.sum_group = z->group;
+    if (z->half) g.agree_group = z->group; /* fp16's overflow: stage 0 has no sum to carry it */
+    return g;
 }
 
 /* AdamW on n elements: params, grads of z->dtype; m, v (and master) fp32 */
-static void adamw_elements(Zero *z, size_t at_params, size_t at_grads, size_t at_opt, size_t n, float lr,
-                           float grad_scale, const Config *cfg) {
+static void adamw_elements(Zero *z, size_t at_params, size_t at_grads, size_t at_opt, size_t n,
+                           float grad_scale, const OptimHyper *h) {
     AdamW *o = &z->opt;
     if (z->half)
         ops()->adamw_update_half(z->master + at_opt, z->params16 + at_params, z->grads16 + at_grads,
-                                 o->m + at_opt, o->v + at_opt, n, lr, cfg->beta1, cfg->beta2, cfg->eps,
-                                 cfg->wd, grad_scale, o->t, z->mixed.format);
+                                 o->m + at_opt, o->v + at_opt, n, h->lr, h->beta1, h->beta2, h->eps,
+                                 h->weight_decay, grad_scale, o->t, z->mixed.format);
     else
-        ops()->adamw_update(z->params + at_params, z->grads + at_grads, o->m + at_opt, o->v + at_opt, n, lr,
-                            cfg->beta1, cfg->beta2, cfg->eps, cfg->wd, grad_scale, o->t);
+        ops()->adamw_update(z->params + at_params, z->grads + at_grads, o->m + at_opt, o->v + at_opt, n,
+                            h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, grad_scale, o->t);
 }
 
-void zero_update(Zero *z, float lr, float grad_scale, const Config *cfg) {
+void zero_update(Zero *z, float grad_scale, const OptimHyper *h) {
     if (z->stage == 0 || z->stage == 3) { /* the optimizer's elements are the parameters' */
         if (!z->half) {
-            adamw_step(&z->opt, z->params, z->grads, lr, grad_scale, cfg);
+            adamw_step(&z->opt, z->params, z->grads, grad_scale, h);
             return;
         }
         z->opt.t++;
-        adamw_elements(z, 0, 0, 0, z->opt.n, lr, grad_scale, cfg);
+        adamw_elements(z, 0, 0, 0, z->opt.n, grad_scale, h);
         return;
     }
     /* Stages 1 and 2: this rank's slice of each unit, in place in the whole
@@ -530,30 +523,19 @@ void zero_update(Zero *z, float lr, float grad_scale, const Config *cfg) {
     for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) {
         size_t first, count, at = slice_offset(z, u);
         shard_slice_elements(table_of(z), u, z->rank, z->ranks, &first, &count);
-        if (count) adamw_elements(z, first, z->stage == 1 ? first : at, at, count, lr, grad_scale, cfg);
+        if (count) adamw_elements(z, first, z->stage == 1 ? first : at, at, count, grad_scale, h);
     }
     for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) allgather_whole_unit(z, u);
 }
 
-int zero_step_update(Zero *z, LossScaler *ls, float lr, const Config *cfg, int step, double *grad_norm) {
-    if (!z->half) {
-        *grad_norm = zero_grad_norm(z);
-        zero_update(z, lr, clip_scale(cfg, *grad_norm), cfg);
-        return 0;
-    }
-    float loss_scale = ls->scale; /* the gradients are this many times too large */
+int zero_step_update(Zero *z, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm) {
     /* the fault on the last rank only: rank 0, which logs, must learn of it from the others */
-    if (z->rank == z->ranks - 1) half_fault_overflow(z->grads16, z->mixed.format, step);
-    double norm = zero_grad_norm(z);
-    /* each rank sees its own slices (stage 0: the sums); the ranks agree */
-    int finite = comm_allreduce_double(z->group, isfinite(norm) ? 0.0 : 1.0, 1) == 0.0;
-    *grad_norm = norm / loss_scale;
-    if (loss_scaler_update(ls, finite)) {
-        log_info("step %d skipped on every rank: the fp16 gradients overflowed at loss scale %g\n", step,
-                 loss_scale);
-        return 1;
-    }
-    zero_update(z, lr, clip_scale(cfg, *grad_norm) / loss_scale, cfg);
+    if (z->half && z->rank == z->ranks - 1) half_fault_overflow(z->grads16, z->mixed.format, step);
+    GradShards held = zero_grad_shards(z);
+    StepDecision d = optimizer_decide(&held, ls, h->clip, step);
+    *grad_norm = d.grad_norm;
+    if (d.skipped) return 1;
+    zero_update(z, d.grad_scale, h);
     return 0;
 }
 

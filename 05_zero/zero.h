@@ -72,6 +72,7 @@
 #include "mixed.h"
 #include "model.h"
 #include "optim.h"
+#include "optimizer_step.h"
 #include "timeline.h"
 
 #include <stddef.h>
@@ -108,7 +109,9 @@ typedef struct {
     float *grads;   /* stages 0-1: whole; stages 2-3: shard, CAT_GRADS */
     AdamW opt;      /* stage 0: every element; stages 1-3: the shard's */
     size_t shard_n; /* shard_numel of the table for N ranks */
-    size_t max_unit; /* the largest padded unit, N * S */
+    size_t max_unit;      /* the largest padded unit, N * S */
+    GradSpan *norm_spans; /* stage 1: this rank's slice of each unit in the whole gradient buffer */
+    int num_norm_spans;
 
     /* bf16/fp16 (half): params16 and grads16 laid out as params and grads
      * (which stay NULL), master the fp32 weights of opt's elements */
@@ -167,17 +170,18 @@ void zero_start_clock(Zero *z, int step);
 /* After the last backward: stages 0-1 all-reduce the gradients; 2-3 have
  * reduce-scattered them already. */
 void zero_sync_grads(Zero *z);
-/* The global gradient norm, from this rank's slices. */
-double zero_grad_norm(Zero *z);
+/* What this rank holds of the gradient, for the norm (optimizer_step.h):
+ * stage 0 all of it; stage 1 its slice of every unit (norm_spans); stages 2-3
+ * its shard, padding zeros included; from stage 1 on the ranks add their sums. */
+GradShards zero_grad_shards(const Zero *z);
 /* AdamW on this rank's part, then (stages 1-2) all-gather the parameters. */
-void zero_update(Zero *z, float lr, float grad_scale, const Config *cfg);
-/* The whole update of step `step` (1-based) in either precision, as
- * mixed.h's precision_update: the gradient norm (loss scale divided out)
- * into *grad_norm, fp16's overflow check agreed by every rank and the loss
- * scale's update, then clipping and zero_update unless the step is skipped
- * (returns 1 then, on every rank). In fp32, exactly zero_grad_norm,
- * clip_scale and zero_update. */
-int zero_step_update(Zero *z, LossScaler *ls, float lr, const Config *cfg, int step, double *grad_norm);
+void zero_update(Zero *z, float grad_scale, const OptimHyper *h);
+/* The whole update of step `step` (1-based) in either precision:
+ * optimizer_step.h's decision on zero_grad_shards (the gradient norm, loss
+ * scale divided out, into *grad_norm; fp16's overflow agreed by every rank;
+ * the loss scale's update; clipping), then zero_update unless the step is
+ * skipped (returns 1 then, on every rank). */
+int zero_step_update(Zero *z, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm);
 /* Stage 3 and 16-bit runs: every rank gathers the whole model into `whole`
  * (num_params, fp32) and binds it, for evaluation and sampling;
  * zero_unbind_whole undoes it. zero_needs_whole says whether a run must. */

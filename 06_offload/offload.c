@@ -162,10 +162,14 @@ void offload_finish_grads(Offload *o) {
             fatal(EXIT_RUNTIME, "offload: no gradient of unit %d arrived this step", u);
 }
 
-double offload_grad_sum_squares(const Offload *o) {
+GradShards offload_grad_shards(const Offload *o, CommGroup *world) {
     /* the CPU backend's kernel on host memory, whichever backend computes: the
      * same chunked double sum as chapter 01's norm */
-    return kernels_cpu.sum_squares(o->grads[o->cur], o->shard_n);
+    return (GradShards){.grads = o->grads[o->cur],
+                        .held = o->shard_n,
+                        .kernels = &kernels_cpu,
+                        .agree = grad_norm_agree,
+                        .sum_group = world};
 }
 
 void offload_fault_overflow(Offload *o, int step) {

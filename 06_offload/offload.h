@@ -54,6 +54,7 @@
 #include "device.h"
 #include "half.h"
 #include "model.h"
+#include "optimizer_step.h"
 #include "timeline.h"
 
 #include <pthread.h>
@@ -138,9 +139,11 @@ void offload_begin_step(Offload *o, int step);
 /* After the step's last backward: wait for the copies in flight and add
  * them into the host's fp32 shard. */
 void offload_finish_grads(Offload *o);
-/* Sum of squares of this rank's gradient shard (double; Inf or NaN when an
- * fp16 gradient overflowed). */
-double offload_grad_sum_squares(const Offload *o);
+/* What this rank holds of the gradient, for the norm (optimizer_step.h):
+ * its fp32 shard in host memory (Inf or NaN where an fp16 gradient
+ * overflowed), read by the CPU kernels whichever backend computes; the
+ * shards of every rank of `world` make the model. */
+GradShards offload_grad_shards(const Offload *o, CommGroup *world);
 /* Tests of the fp16 skip: with COURSE_FAULT_OVERFLOW_STEP=k, step k's first
  * gradient element on data-parallel rank 0 becomes +Inf. */
 void offload_fault_overflow(Offload *o, int step);

@@ -31,6 +31,7 @@
 #include "model.h"
 #include "offload.h"
 #include "optim.h"
+#include "optimizer_step.h"
 #include "pipeline.h"
 #include "schedule.h"
 #include "util.h"
@@ -264,16 +265,14 @@ int main(int argc, char **argv) {
         /* ---- update on the host: the norm from every rank's shard, then AdamW ---- */
         timer_start(&timer);
         offload_fault_overflow(&off, step + 1);
-        double squares = comm_allreduce_double(world, offload_grad_sum_squares(&off), 0);
-        rec.grad_norm = sqrt(squares) / loss_scale;
-        int skipped = loss_scaler_update(&scaler, isfinite(squares));
-        if (skipped)
-            log_info("step %d skipped: the fp16 gradients overflowed at loss scale %g\n", step + 1,
-                     loss_scale);
-        rec.lr = lr_at_step(&cfg, step);
-        OffloadUpdate update = {rec.lr, clip_scale(&cfg, rec.grad_norm) / loss_scale};
+        GradShards held = offload_grad_shards(&off, world);
+        OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
+        StepDecision decision = optimizer_decide(&held, &scaler, hyper.clip, step + 1);
+        rec.grad_norm = decision.grad_norm;
+        rec.lr = hyper.lr;
+        OffloadUpdate update = {hyper.lr, decision.grad_scale}; /* the host AdamW: offload.c */
         int last = step + 1 == last_step;
-        update_weights(&off, &of, &delayed, step, last, &update, skipped);
+        update_weights(&off, &of, &delayed, step, last, &update, decision.skipped);
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
         double step_bytes = comm_bytes_sent() - bytes_at_start;
@@ -295,7 +294,8 @@ int main(int argc, char **argv) {
             char extra_values[128];
             int n = snprintf(extra_values, sizeof extra_values, ",%.0f,%.0f,%.0f", off.bytes_d2h,
                              off.bytes_h2d, step_bytes);
-            if (half) snprintf(extra_values + n, sizeof extra_values - n, ",%g,%d", loss_scale, skipped);
+            if (half)
+                snprintf(extra_values + n, sizeof extra_values - n, ",%g,%d", loss_scale, decision.skipped);
             steps_csv_write(steps_csv, &rec, extra_values);
         }
         if (checkpoint_due(&cfg, step + 1, last_step)) {

@@ -146,10 +146,10 @@ void mixed_weights_from_master(MixedModel *mm) {
     ops()->cast_to_half(mm->params, mm->master, mm->n, mm->format);
 }
 
-void mixed_adamw_step(MixedModel *mm, AdamW *opt, float lr, float grad_scale, const Config *cfg) {
+void mixed_adamw_step(MixedModel *mm, AdamW *opt, float grad_scale, const OptimHyper *h) {
     opt->t++;
-    ops()->adamw_update_half(mm->master, mm->params, mm->grads, opt->m, opt->v, mm->n, lr, cfg->beta1,
-                             cfg->beta2, cfg->eps, cfg->wd, grad_scale, opt->t, mm->format);
+    ops()->adamw_update_half(mm->master, mm->params, mm->grads, opt->m, opt->v, mm->n, h->lr, h->beta1,
+                             h->beta2, h->eps, h->weight_decay, grad_scale, opt->t, mm->format);
 }
 
 void mixed_fault_overflow(MixedModel *mm, int step) {
@@ -216,36 +216,4 @@ void precision_destroy(GPT *model, MixedModel *mm) {
 
 void *precision_grads(GPT *model, MixedModel *mm) {
     return mm->params ? (void *)mm->grads : (void *)model->grads;
-}
-
-double precision_sum_squares(const GPT *model, const MixedModel *mm, size_t first, size_t count) {
-    if (first + count > model->param_count)
-        fatal(EXIT_RUNTIME, "precision_sum_squares: elements %zu..%zu are beyond the %zu held", first,
-              first + count, model->param_count);
-    return mm->params ? ops()->sum_squares_half(mm->grads + first, count, mm->format)
-                      : ops()->sum_squares(model->grads + first, count);
-}
-
-int precision_update_norm(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
-                          int step, double squares, double *grad_norm) {
-    float loss_scale = ls->scale; /* the gradients are this many times too large */
-    *grad_norm = sqrt(squares) / loss_scale;
-    int skipped = loss_scaler_update(ls, isfinite(squares));
-    if (skipped) {
-        log_info("step %d skipped: the fp16 gradients overflowed at loss scale %g\n", step, loss_scale);
-        return 1;
-    }
-    float grad_scale = clip_scale(cfg, *grad_norm) / loss_scale; /* clip, and divide the scale out */
-    if (mm->params)
-        mixed_adamw_step(mm, opt, lr, grad_scale, cfg);
-    else
-        adamw_step(opt, model->params, model->grads, lr, grad_scale, cfg);
-    return 0;
-}
-
-int precision_update(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
-                     int step, double *grad_norm) {
-    mixed_fault_overflow(mm, step);
-    double squares = precision_sum_squares(model, mm, 0, model->param_count);
-    return precision_update_norm(model, mm, opt, ls, lr, cfg, step, squares, grad_norm);
 }

@@ -114,7 +114,7 @@ void mixed_weights_from_master(MixedModel *mm);
 
 /* AdamW on the master weights from the 16-bit gradients (times grad_scale),
  * then the 16-bit weights rounded from them. */
-void mixed_adamw_step(MixedModel *mm, AdamW *opt, float lr, float grad_scale, const Config *cfg);
+void mixed_adamw_step(MixedModel *mm, AdamW *opt, float grad_scale, const OptimHyper *h);
 
 /* For testing the skip: with COURSE_FAULT_OVERFLOW_STEP=k in the environment,
  * step k's (1-based) first gradient becomes +Inf, as an overflow would make it
@@ -177,25 +177,7 @@ void precision_zero_grads(GPT *model, MixedModel *mm);
 /* The gradients as they are stored (model->grads, fp32, or mm->grads, 16
  * bits): what data parallelism all-reduces, in that type. */
 void *precision_grads(GPT *model, MixedModel *mm);
-/* Sum of squares (double) of the held gradients [first, first + count),
- * counted from the held range's first element; not finite when any of them
- * is not (an fp16 overflow). The loss scale is not divided out. */
-double precision_sum_squares(const GPT *model, const MixedModel *mm, size_t first, size_t count);
-/* The update, after the gradients are summed (over micro-batches and ranks)
- * and were computed with the loss times ls->scale: the global gradient norm
- * (scale divided out) into *grad_norm, the loss scale's update, and AdamW
- * with clipping, unless fp16's gradients overflowed. Returns 1 when the step
- * was skipped. fp32 computes exactly what adamw_step always did. For a model
- * held whole on this rank (chapters 01, 02). */
-int precision_update(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
-                     int step, double *grad_norm);
-/* The same for a model split over ranks (chapters 03, 04), which updates
- * only the part it holds: `squares` is the squared gradient norm of the WHOLE
- * model, which the caller sums over the ranks (precision_sum_squares of each
- * part). It must be the same on every rank, and not finite on every rank when
- * the gradients overflowed on any: then every rank skips the step and halves
- * its scale, and the replicas and stages stay one model. */
-int precision_update_norm(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, float lr, const Config *cfg,
-                          int step, double squares, double *grad_norm);
+/* The step itself (the norm, its agreement, the loss scale, clipping and
+ * AdamW) for a model stored this way: optimizer_step.h. */
 
 #endif

@@ -21,11 +21,19 @@ void adamw_destroy(AdamW *opt) {
     opt->m = opt->v = NULL;
 }
 
-void adamw_step(AdamW *opt, float *params, const float *grads, float lr, float grad_scale,
-                const Config *cfg) {
+OptimHyper optim_hyper(const Config *cfg, int step) {
+    return (OptimHyper){.lr = lr_at_step(cfg, step),
+                        .beta1 = cfg->beta1,
+                        .beta2 = cfg->beta2,
+                        .eps = cfg->eps,
+                        .weight_decay = cfg->wd,
+                        .clip = cfg->clip};
+}
+
+void adamw_step(AdamW *opt, float *params, const float *grads, float grad_scale, const OptimHyper *h) {
     opt->t++;
-    ops()->adamw_update(params, grads, opt->m, opt->v, opt->n, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->wd,
-                        grad_scale, opt->t);
+    ops()->adamw_update(params, grads, opt->m, opt->v, opt->n, h->lr, h->beta1, h->beta2, h->eps,
+                        h->weight_decay, grad_scale, opt->t);
 }
 
 float lr_at_step(const Config *cfg, int step) {
@@ -37,8 +45,8 @@ float lr_at_step(const Config *cfg, int step) {
     return min_lr + 0.5f * (cfg->lr - min_lr) * (1.0f + cosf((float)M_PI * progress));
 }
 
-float clip_scale(const Config *cfg, double norm) {
-    if (cfg->clip > 0.0f && norm > cfg->clip) return (float)(cfg->clip / norm);
+float clip_scale(float clip, double norm) {
+    if (clip > 0.0f && norm > clip) return (float)(clip / norm);
     return 1.0f;
 }
 

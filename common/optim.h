@@ -20,8 +20,20 @@ typedef struct {
 
 void adamw_create(AdamW *opt, size_t n);
 void adamw_destroy(AdamW *opt);
+/* What one optimizer step reads of the run's configuration, and nothing
+ * else: the optimizer does not take the command line. */
+typedef struct {
+    float lr;                /* this step's learning rate (lr_at_step) */
+    float beta1, beta2, eps; /* Adam's moment decays, and the guard of its denominator */
+    float weight_decay;      /* decoupled: each step takes lr * weight_decay * param off */
+    float clip;              /* the global gradient norm is clipped to this; 0: not clipped */
+} OptimHyper;
+
+/* The hyperparameters of step `step` (0-based) of the run cfg describes. */
+OptimHyper optim_hyper(const Config *cfg, int step);
+
 /* One update of params[0..n) from grads[0..n) (scaled by grad_scale). */
-void adamw_step(AdamW *opt, float *params, const float *grads, float lr, float grad_scale, const Config *cfg);
+void adamw_step(AdamW *opt, float *params, const float *grads, float grad_scale, const OptimHyper *h);
 
 /* Learning rate for step s (0-based): linear warm-up from lr/warmup to lr over
  * `warmup` steps, then cosine decay to lr/10 at the last step. */
@@ -32,7 +44,8 @@ float lr_at_step(const Config *cfg, int step);
  * COURSE_FAULT_NAN_STEP=k makes the loss of step k NaN. */
 void check_loss_finite(double loss, int step);
 
-/* The factor that clips a gradient of norm `norm` to cfg->clip (1 when not clipping). */
-float clip_scale(const Config *cfg, double norm);
+/* The factor that clips a gradient of norm `norm` to `clip` (1 when not
+ * clipping: clip 0, or a norm within it). optimizer_step.h takes it. */
+float clip_scale(float clip, double norm);
 
 #endif

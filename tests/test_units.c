@@ -18,12 +18,20 @@
  *   ranges   forward and backward over two ranges of units (two pipeline
  *            stages) give the whole model's losses and gradients bit for
  *            bit, and call the hooks in order
+ *   norm     the optimizer step's gradient norm (common/optimizer_step.h)
+ *            from what N = 1..4 ranks hold, their sums added as the
+ *            agreement adds them: ZeRO-2/3 shards with their padding, ZeRO-1
+ *            slices of every unit, tensor-parallel slices with replicated
+ *            tensors counted once; each equals a plain double sum over the
+ *            whole gradient; and the decision: clipping, fp16's skip
  *
- * Usage: test_units table|views|padding|shards|ranges. Prints a line per
+ * Usage: test_units table|views|padding|shards|ranges|norm. Prints a line per
  * check and "PASS" or "FAIL: N failures"; exit 0 when every check passes. */
 #include "device.h"
 #include "kernels.h"
+#include "mixed.h"
 #include "model.h"
+#include "optimizer_step.h"
 #include "util.h"
 
 #include <math.h>
@@ -383,6 +391,107 @@ static void test_ranges(void) {
     gpt_destroy(&second);
 }
 
+/* ---- norm ---- */
+
+/* The squared norm of the whole gradient, computed independently: one plain
+ * double sum in element order. */
+static double reference_squares(const float *g, size_t n) {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += (double)g[i] * g[i];
+    return sum;
+}
+
+static int close_to(double a, double b) {
+    return fabs(a - b) <= 1e-12 * fabs(b);
+}
+
+static void test_norm(const ParamTable *t) {
+    int L = t->cfg.layers;
+    size_t P = t->num_params;
+    float *grads = xmalloc(P * sizeof(float)); /* a gradient: the initial values will do */
+    param_init_range(t, seed, grads, 0, P);
+    double reference = reference_squares(grads, P);
+    for (int N = 1; N <= 4; N++) {
+        /* ZeRO-2/3: rank r holds its shard, the units' slices and padding zeros */
+        size_t n = shard_numel(t, N);
+        float *shard = xmalloc(n * sizeof(float));
+        double zero23 = 0.0;
+        for (int r = 0; r < N; r++) {
+            shard_from_whole(t, r, N, grads, shard);
+            GradShards held = {.grads = shard, .held = n};
+            double sharded, replicated;
+            grad_shards_local_squares(&held, &sharded, &replicated);
+            zero23 += sharded; /* the sum over the data-parallel group */
+        }
+        check(close_to(zero23, reference), "layers %d, N %d: ZeRO-2/3 shards with padding: %.17g vs %.17g", L,
+              N, zero23, reference);
+        free(shard);
+
+        /* ZeRO-1: the whole buffer, rank r's slice of every unit */
+        int units = L + 2;
+        GradSpan *spans = xcalloc(units, sizeof(GradSpan));
+        double zero1 = 0.0;
+        for (int r = 0; r < N; r++) {
+            for (int u = LAYER_EMBEDDING; u <= L; u++)
+                shard_slice_elements(t, u, r, N, &spans[u - LAYER_EMBEDDING].first,
+                                     &spans[u - LAYER_EMBEDDING].count);
+            GradShards held = {.grads = grads, .held = P, .spans = spans, .num_spans = units};
+            double sharded, replicated;
+            grad_shards_local_squares(&held, &sharded, &replicated);
+            zero1 += sharded;
+        }
+        check(close_to(zero1, reference), "layers %d, N %d: ZeRO-1 slices of every unit: %.17g vs %.17g", L,
+              N, zero1, reference);
+        free(spans);
+
+        /* tensor parallel: the layernorms replicated (every rank holds them
+         * whole), every other tensor cut in N row blocks, one per rank */
+        spans = xcalloc(t->num_tensors, sizeof(GradSpan));
+        double sliced = 0.0, replicated0 = 0.0;
+        int same_replicated = 1;
+        for (int r = 0; r < N; r++) {
+            for (int i = 0; i < t->num_tensors; i++) {
+                const ParamTensor *tensor = &t->tensors[i];
+                int copy = strstr(tensor->name, "ln") != NULL;
+                size_t from = copy ? 0 : tensor->numel * r / N,
+                       to = copy ? tensor->numel : tensor->numel * (r + 1) / N;
+                spans[i] = (GradSpan){tensor->offset + from, to - from, copy};
+            }
+            GradShards held = {.grads = grads, .held = P, .spans = spans, .num_spans = t->num_tensors};
+            double sharded, replicated;
+            grad_shards_local_squares(&held, &sharded, &replicated);
+            sliced += sharded; /* the sum over the tp group */
+            if (r == 0) replicated0 = replicated;
+            same_replicated &= replicated == replicated0 && replicated > 0.0;
+        }
+        check(same_replicated && close_to(sliced + replicated0, reference),
+              "layers %d, N %d: tensor slices, replicated tensors counted once: %.17g vs %.17g", L, N,
+              sliced + replicated0, reference);
+        free(spans);
+    }
+
+    /* one process: the whole buffer; the decision: clip to a tenth of the
+     * norm, fp16 with loss scale 4 (the gradient 4 times too large) */
+    float *scaled = xmalloc(P * sizeof(float));
+    for (size_t i = 0; i < P; i++) scaled[i] = 4.0f * grads[i]; /* exact: a power of two */
+    GradShards whole = {.grads = scaled, .held = P};
+    double norm = sqrt(reference);
+    LossScaler ls = {.scale = 4.0f, .dynamic = 1, .skips = 1, .window = 100};
+    StepDecision d = optimizer_decide(&whole, &ls, (float)(norm / 10.0), 1);
+    check(!d.skipped && close_to(d.grad_norm, norm) && fabs(d.grad_scale - 0.1f / 4.0f) < 1e-6f,
+          "layers %d: the decision divides the loss scale out and clips: norm %.9g, factor %.9g", L,
+          d.grad_norm, d.grad_scale);
+    d = optimizer_decide(&whole, &ls, 0.0f, 2);
+    check(d.grad_scale == 0.25f, "layers %d: --clip 0 does not clip: factor %.9g", L, d.grad_scale);
+    scaled[P / 2] = INFINITY;
+    d = optimizer_decide(&whole, &ls, 1.0f, 3);
+    check(d.skipped && isinf(d.grad_norm) && ls.scale == 2.0f,
+          "layers %d: an overflow skips the step and halves the scale: skipped %d, scale %g", L, d.skipped,
+          ls.scale);
+    free(scaled);
+    free(grads);
+}
+
 int main(int argc, char **argv) {
     const char *what = argc == 2 ? argv[1] : "";
     device_init("cpu", 0);
@@ -398,8 +507,10 @@ int main(int argc, char **argv) {
         for_each_shape(test_shards);
     } else if (strcmp(what, "ranges") == 0) {
         test_ranges();
+    } else if (strcmp(what, "norm") == 0) {
+        for_each_shape(test_norm);
     } else {
-        fatal(EXIT_USAGE, "usage: test_units table|views|padding|shards|ranges");
+        fatal(EXIT_USAGE, "usage: test_units table|views|padding|shards|ranges|norm");
     }
     if (failures)
         printf("FAIL: %d failures\n", failures);

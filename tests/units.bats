@@ -37,3 +37,11 @@ load helpers
     assert_output --partial "hooks in order: f-1 F-1 f0 F0 f1 F1 f2 F2 f3 F3 f4 F4 b4 B4 b3 B3 b2 B2 b1 B1 b0 B0 b-1 B-1"
     assert_output --partial "PASS"
 }
+
+@test "the gradient norm from ZeRO shards, ZeRO-1 slices and tensor slices with replicated tensors equals the whole gradient's" {
+    run "$BUILD/tests/test_units" norm
+    assert_success
+    assert_output --partial "layers 3, N 4: ZeRO-2/3 shards with padding"
+    assert_output --partial "an overflow skips the step and halves the scale"
+    assert_output --partial "PASS"
+}

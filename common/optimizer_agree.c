@@ -1,0 +1,17 @@
+/* optimizer_agree.c: the agreement of the gradient norm across ranks
+ * (optimizer_step.h, stage 2). Apart from optimizer_step.c because it needs
+ * MPI, which chapter 01 does not link. */
+#include "optimizer_step.h"
+
+#include "comm.h"
+
+#include <math.h>
+
+double grad_norm_agree(const GradShards *g, double sharded, double replicated) {
+    double squares = g->sum_group ? comm_allreduce_double(g->sum_group, sharded, 0) : sharded;
+    if (g->spans) squares += replicated; /* replicated elements: once, after the sum over ranks */
+    /* A sum carries an Inf or NaN to every rank of its group; the agree group
+     * reaches the ranks outside it (other replicas, or no sum at all). */
+    if (g->agree_group && !comm_all(g->agree_group, isfinite(squares))) squares = INFINITY;
+    return squares;
+}

@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
     int n = comm_size(world), rank = comm_rank(world);
     size_t min_bytes = 1024, max_bytes = 256u << 20;
     int factor = 4;
-    char device[8] = "auto", transport[8] = "auto", out[4096] = "";
+    char device[8] = "auto", transport[8] = "auto", out[PATH_BYTES] = "";
     static const struct option options[] = {
         {"min-bytes", required_argument, 0, 'a'},
         {"max-bytes", required_argument, 0, 'b'},
@@ -148,7 +148,7 @@ int main(int argc, char **argv) {
     float *b = mem_alloc(SPACE_DEVICE, CAT_COMM, max_count * sizeof(float), "benchmark buffer");
     OutFile *csv = NULL;
     if (rank == 0 && out[0]) {
-        char dir[4096];
+        char dir[PATH_BYTES];
         snprintf(dir, sizeof dir, "%s", out);
         char *slash = strrchr(dir, '/');
         const char *name = slash ? slash + 1 : out;

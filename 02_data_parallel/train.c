@@ -180,8 +180,8 @@ int main(int argc, char **argv) {
     BucketSync buckets;
     int overlap = strcmp(dp.dp_mode, "overlap") == 0;
     if (overlap)
-        buckets_create(&buckets, &model, grads.grads, grads.type, (size_t)(dp.bucket_mb * 1048576.0), world,
-                       use_ring);
+        buckets_create(&buckets, &model, grads.grads, grads.type, (size_t)(dp.bucket_mb * BYTES_PER_MIB),
+                       world, use_ring);
 
     uint64_t rng = cfg.seed;
     CkptLayout ckpt; /* every replica holds the whole model; rank r writes share r of it */
@@ -309,7 +309,7 @@ int main(int argc, char **argv) {
         run.peak_device_bytes = peak_device;
         run_csv_write(cfg.out, &run);
         run_info_complete(&cfg);
-        log_run_done(&run, "%.1f MiB sent per rank | CSVs in %s", comm_bytes_sent() / 1048576.0, cfg.out);
+        log_run_done(&run, "%.1f MiB sent per rank | CSVs in %s", comm_bytes_sent() / BYTES_PER_MIB, cfg.out);
     }
 
     if (overlap && dp.print_buckets) buckets_print(&buckets);

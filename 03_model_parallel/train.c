@@ -114,7 +114,7 @@ static void check_mp_layout(const Config *cfg, const void *values) {
                   "%d stages but the model has %d layers (valid: at most --layers ranks per model copy)",
                   mp_size, L);
         if (f->split[0]) {
-            int blocks[256];
+            int blocks[MAX_LAYERS];
             layer_split_parse(f->split, mp_size, L, blocks);
         }
     }
@@ -142,8 +142,6 @@ typedef struct {
     GPT *held;
     MixedModel *held_mixed; /* its 16-bit storage (mixed.h); params NULL in fp32 */
 } ModelParallel;
-
-enum { TAG_ACTIVATIONS = 1, TAG_GRADIENTS = 2 };
 
 /* Communication time of this rank. Device work queued before a message
  * counts as compute: finish it first. */
@@ -329,7 +327,7 @@ int main(int argc, char **argv) {
     int B = per_replica / cfg.micro, T = cfg.model.seq;
     ParamTable table; /* the whole model's table: names, shapes, the stage split */
     param_table_build(&table, &cfg.model);
-    int blocks[256]; /* blocks per stage: at most one stage per layer */
+    int blocks[MAX_LAYERS]; /* blocks per stage: at most one stage per layer */
     char layout[64];
     if (par.tensor) {
         par.tp = (TensorGroup){.group = par.mp, .rank = mp_index, .size = mp_size};
@@ -481,7 +479,8 @@ int main(int argc, char **argv) {
         run.peak_device_bytes = peak_device;
         run_csv_write(cfg.out, &run);
         run_info_complete(&cfg);
-        log_run_done(&run, "%.1f MiB sent by rank 0 | CSVs in %s", comm_bytes_sent() / 1048576.0, cfg.out);
+        log_run_done(&run, "%.1f MiB sent by rank 0 | CSVs in %s", comm_bytes_sent() / BYTES_PER_MIB,
+                     cfg.out);
     }
 
     free(busy_all);

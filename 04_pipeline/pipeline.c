@@ -3,11 +3,10 @@
 
 #include "device.h"
 #include "kernels.h"
+#include "layer_split.h"
 #include "util.h"
 
 #include <stdlib.h>
-
-enum { TAG_ACTIVATIONS = 1, TAG_GRADIENTS = 2, TAG_EXCHANGE = 3 };
 
 static Activations *slot_of(Pipeline *p, int micro) {
     return &p->slot[micro % p->slots];

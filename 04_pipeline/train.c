@@ -105,7 +105,7 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
               "multiple of dp x micro = %d)",
               M, cfg->batch / f->dp, f->dp, f->dp * M);
     if (f->split[0]) {
-        int blocks[256];
+        int blocks[MAX_LAYERS];
         layer_split_parse(f->split, P, L, blocks);
     }
 }
@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
     /* ---- the split and the schedule ---- */
     ParamTable table;
     param_table_build(&table, &cfg.model);
-    int blocks[256];
+    int blocks[MAX_LAYERS];
     if (pf.split[0])
         layer_split_parse(pf.split, P, L, blocks);
     else

@@ -257,7 +257,7 @@ int main(int argc, char **argv) {
         run_csv_write_extra(cfg.out, &run, ",prefetch,bytes_sent_per_step,precision", extra_values);
         run_info_complete(&cfg);
         log_run_done(&run, "%.2f MiB sent per rank per step | CSVs, timeline.csv and trace.json in %s",
-                     bytes_per_step / 1048576.0, cfg.out);
+                     bytes_per_step / BYTES_PER_MIB, cfg.out);
     }
 
     free(step_ms);

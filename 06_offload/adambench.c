@@ -59,7 +59,7 @@ typedef struct {
     int cpu_clock;             /* --clock cpu: process CPU time / threads instead of wall time */
     int paths[CPU_ADAM_PATHS]; /* 1: time this path */
     int halves[3];             /* none, bf16, fp16 */
-    char out[4096];
+    char out[PATH_BYTES];
 } Settings;
 
 static const char *const half_names[3] = {"none", "bf16", "fp16"};
@@ -221,7 +221,7 @@ static void check_memory(size_t n, const char *n_text) {
         "--n %s needs %.1f GiB of host memory (%d bytes per parameter: %d of state, %d for the copy's source "
         "and target) but %.1f GiB is available (MemAvailable); valid here: --n up to %.0fM",
         n_text, need / 1073741824.0, BENCH_BYTES_PER_PARAM, STATE_BYTES_PER_PARAM, 2 * COPY_BYTES_PER_PARAM,
-        available / 1073741824.0, available / BENCH_BYTES_PER_PARAM / 1048576.0);
+        available / 1073741824.0, available / BENCH_BYTES_PER_PARAM / BYTES_PER_MIB);
 }
 
 static State state_new(size_t n) {
@@ -340,7 +340,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < copy_bytes; i += 4096) src[i] = dst[i] = (char)i; /* first touch, as above */
 
     printf("adambench: %zu parameters (%.0f MiB of fp32 state), %d threads, median of %d updates, %s time\n",
-           set.n, copy_bytes / 1048576.0, set.threads, set.reps, set.cpu_clock ? "CPU" : "wall");
+           set.n, copy_bytes / BYTES_PER_MIB, set.threads, set.reps, set.cpu_clock ? "CPU" : "wall");
     printf("cpu: %s; paths it runs:%s\n\n", cpu, supported);
     printf("%-9s %-7s %-5s %10s %10s %8s %10s %10s %9s\n", "kernel", "path", "half", "ms", "Gparam/s", "GB/s",
            "copy GB/s", "% of copy", "x scalar");

@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
     grid_create(&grid, world, D, P, 1);
     ParamTable table;
     param_table_build(&table, &cfg.model);
-    int blocks[256];
+    int blocks[MAX_LAYERS];
     layer_split_balanced(&table, P, blocks);
     param_table_free(&table);
     StageLayout layout = {
@@ -333,7 +333,7 @@ int main(int argc, char **argv) {
             &run,
             "peak host memory %.1f MiB | %.2f MiB over PCIe per rank per step | CSVs, timeline.csv and "
             "trace.json in %s",
-            peak_host / 1048576.0, pcie_bytes / ran / 1048576.0, cfg.out);
+            peak_host / BYTES_PER_MIB, pcie_bytes / ran / BYTES_PER_MIB, cfg.out);
     }
 
     free(step_ms);

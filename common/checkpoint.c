@@ -378,7 +378,7 @@ uint64_t ckpt_writer_hash_chunks(CkptWriter *w, int rank, int ranks) {
 
 /* After a rename, the directory entry must reach the disk too. */
 static void sync_directory(const CkptWriter *w) {
-    char dir[4096];
+    char dir[PATH_BYTES];
     directory_of(w->path, dir);
     int fd = open(dir, O_RDONLY);
     if (fd >= 0) {
@@ -444,7 +444,7 @@ int ckpt_file_is_checkpoint(const char *path) {
  * not names). */
 static void check_save_is_no_run_file(const Config *c) {
     const char *path = c->save;
-    char tmp[4200];
+    char tmp[JOINED_PATH_BYTES];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     if (same_file(path, c->data))
         fatal(EXIT_USAGE, "--save %s: is the --data file %s (valid: a new name or an earlier checkpoint)",
@@ -454,7 +454,7 @@ static void check_save_is_no_run_file(const Config *c) {
               "--save %s: its temporary file %s is the --data file %s (valid: a name whose .tmp is not the "
               "data)",
               path, tmp, c->data);
-    char dir[4096];
+    char dir[PATH_BYTES];
     directory_of(path, dir);
     const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     if (out_is_run_file(name) && same_file(dir, c->out))
@@ -479,12 +479,12 @@ void checkpoint_check_save_path(const Config *c) {
                   "checkpoint)",
                   path);
     }
-    char dir[4096];
+    char dir[PATH_BYTES];
     directory_of(path, dir);
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         fatal(EXIT_USAGE, "--save %s: the directory %s does not exist", path, dir);
     /* access() says yes to root on a read-only file system: create a file there to be sure */
-    char probe[4200];
+    char probe[JOINED_PATH_BYTES];
     snprintf(probe, sizeof probe, "%s.probe%d", path, (int)getpid());
     int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
     if (fd < 0)
@@ -623,7 +623,7 @@ uint64_t ckpt_file_checksum(const CkptFile *f, const char *path, const char *wha
 /* Open cfg->resume-style path and check it against the run: everything,
  * checksum included, and that there are steps left to do. */
 static void open_for_run(CkptFile *f, const char *path, const Config *cfg, uint64_t *checksum) {
-    char what[4200];
+    char what[JOINED_PATH_BYTES];
     snprintf(what, sizeof what, "--resume %s", path);
     ckpt_file_open(f, path, what);
     const CheckpointHeader *h = &f->header;
@@ -685,7 +685,7 @@ static void read_segments(const CkptFile *f, const CkptLayout *l, const char *pa
 
 int checkpoint_resume(const Config *cfg, const CkptLayout *l, int *adam_t, uint64_t *rng, LossScaler *ls) {
     CkptFile f;
-    char what[4200];
+    char what[JOINED_PATH_BYTES];
     snprintf(what, sizeof what, "--resume %s", cfg->resume);
     ckpt_file_open(&f, cfg->resume, what);
     const CheckpointHeader *h = &f.header;

@@ -65,6 +65,7 @@
 #include "model.h"
 #include "optim.h"
 #include "param_table.h"
+#include "util.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -205,7 +206,7 @@ int checkpoint_resume(const Config *cfg, const CkptLayout *l, int *adam_t, uint6
 typedef struct {
     const Config *cfg;
     const CkptLayout *layout;
-    char path[4096], tmp[4200];
+    char path[PATH_BYTES], tmp[JOINED_PATH_BYTES];
     CheckpointHeader header;
     void *directory; /* the tensor and array entries */
     size_t directory_bytes;

@@ -45,7 +45,7 @@ static void describe_blind_ranks(const int *seen, int ranks, char *out, size_t s
 void checkpoint_check_shared_directory(CommGroup *g, const Config *cfg) {
     int rank = comm_rank(g), ranks = comm_size(g);
     if (!cfg->save[0] || ranks == 1) return;
-    char dir[4096], token_path[4200];
+    char dir[PATH_BYTES], token_path[JOINED_PATH_BYTES];
     directory_of(cfg->save, dir);
     uint64_t token = rank == 0 ? unique_id() : 0;
     if (rank == 0) {

@@ -76,15 +76,15 @@ void parse_choice_flag(const char *flag, const char *noun, const char *value, co
 
 const char *default_data_path(void) {
     /* The executable is NN_name/train; the corpus is course.md one level up. */
-    static char path[4096];
-    char exe[4096];
+    static char path[PATH_BYTES];
+    char exe[PATH_BYTES];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
         exe[n] = '\0';
         char *slash = strrchr(exe, '/');
         if (slash) {
             *slash = '\0';
-            char joined[4200];
+            char joined[JOINED_PATH_BYTES];
             snprintf(joined, sizeof joined, "%s/../course.md", exe);
             if (realpath(joined, path) && access(path, R_OK) == 0) return path;
         }
@@ -113,7 +113,7 @@ static const Flag common_flags[] = {
      .noun = "preset", .def = "tiny", .usage = "--model NAME",
      .help = "preset: tiny (2 layers, d 64, 4 heads, seq 64), small (4, 128, 4, 128),\n"
              "medium (6, 384, 6, 256), gpt2 (12, 768, 12, 1024) (default {default})"},
-    {"--layers", FLAG_INT, FIELD(Config, model.layers), 1, 256, .usage = "--layers N",
+    {"--layers", FLAG_INT, FIELD(Config, model.layers), 1, MAX_LAYERS, .usage = "--layers N",
      .help = "transformer blocks, 1..256 (default: from the preset)"},
     {"--dmodel", FLAG_INT, FIELD(Config, model.dmodel), 1, 16384, .usage = "--dmodel N",
      .help = "model width, a multiple of --heads, 1..16384 (default: preset)"},
@@ -121,7 +121,7 @@ static const Flag common_flags[] = {
      .help = "attention heads, 1..1024 (default: preset)"},
     {"--seq", FLAG_INT, FIELD(Config, model.seq), 1, 65536, .usage = "--seq N",
      .help = "sequence length in tokens, 1..65536 (default: preset)"},
-    {"--vocab", FLAG_INT, FIELD(Config, model.vocab), 256, 1048576, .usage = "--vocab N",
+    {"--vocab", FLAG_INT, FIELD(Config, model.vocab), 256, MAX_VOCAB, .usage = "--vocab N",
      .help = "vocabulary size, 256..1048576 (default 256: bytes)"},
     {"--device-mem-limit", FLAG_BYTES, FIELD(Config, device_mem_limit), .usage = "--device-mem-limit BYTES",
      .help = "refuse device allocations past this budget; K/M/G suffixes (default: none)"},
@@ -393,7 +393,7 @@ static void print_rows(const Flag *rows, const void *defaults, int multi_rank) {
             printf("  %s  ", f->usage);
         for (const char *h = f->help; *h; h++) {
             if (strncmp(h, "{default}", 9) == 0) {
-                char text[4200];
+                char text[JOINED_PATH_BYTES];
                 value_text(f, defaults, 0, text, sizeof text);
                 fputs(text, stdout);
                 h += 8;
@@ -563,7 +563,7 @@ static void record_rows(ConfigRecord *r, const Flag *rows, const void *base, con
     for (const Flag *f = rows; is_row(f); f++) {
         if (!f->name || !takes(f, multi_rank) || f->record == FLAG_NOT_RECORDED) continue;
         if (f->record == FLAG_RECORDED_IN_FP16 && c->precision != PRECISION_FP16) continue;
-        char text[4200];
+        char text[JOINED_PATH_BYTES];
         value_text(f, base, 1, text, sizeof text);
         config_record_add(r, f->name, "%s", text);
     }

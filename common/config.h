@@ -7,9 +7,15 @@
 #ifndef CONFIG_H
 #define CONFIG_H
 
+#include "util.h"
+
 #include <getopt.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* The largest --layers (fixed-size per-stage arrays such as blocks[] rely on
+ * it) and the largest --vocab. */
+enum { MAX_LAYERS = 256, MAX_VOCAB = 1048576 };
 
 /* Model shape: everything needed to build the same GPT anywhere. */
 typedef struct {
@@ -63,14 +69,14 @@ typedef struct {
     float clip;            /* global gradient-norm clip (0: off) */
     float beta1, beta2, eps;
     uint64_t seed;
-    char data[4096];         /* training text; "" means the shipped corpus */
-    char out[4096];          /* output directory for the CSVs */
+    char data[PATH_BYTES];   /* training text; "" means the shipped corpus */
+    char out[PATH_BYTES];    /* output directory for the CSVs */
     size_t device_mem_limit; /* bytes, 0 = unlimited */
     int eval_every;          /* validation every N steps (0: only at the end) */
     int eval_batches;        /* global batches per validation */
     int sample;              /* bytes of text to generate at the end */
-    char save[4096];         /* checkpoint path written at the end ("" = none) */
-    char resume[4096];       /* checkpoint path to resume from ("" = none) */
+    char save[PATH_BYTES];   /* checkpoint path written at the end ("" = none) */
+    char resume[PATH_BYTES]; /* checkpoint path to resume from ("" = none) */
     int save_every;          /* --save-every K: also save every K steps (0: only at the end) */
     int quiet;               /* no per-step progress lines */
     int recompute;           /* keep only block inputs; recompute each block's forward in backward */

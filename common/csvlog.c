@@ -18,12 +18,13 @@
 struct OutFile {
     FILE *f;
     OutKind kind;
-    char dir[4096], name[64], path[4300]; /* path: what is being written (NAME or NAME.tmp) */
-    long complete_bytes;                  /* OUT_LINES: the size up to the last complete line */
+    char dir[PATH_BYTES], name[64],
+        path[JOINED_PATH_BYTES]; /* path: what is being written (NAME or NAME.tmp) */
+    long complete_bytes;         /* OUT_LINES: the size up to the last complete line */
 };
 
 const char *out_part_path(const char *dir, const char *name) {
-    static char path[4300];
+    static char path[JOINED_PATH_BYTES];
     snprintf(path, sizeof path, "%s/%s.tmp", dir, name);
     return path;
 }
@@ -93,7 +94,7 @@ void out_close(OutFile *o) {
 }
 
 void out_publish(const char *dir, const char *name) {
-    char final[4300];
+    char final[JOINED_PATH_BYTES];
     snprintf(final, sizeof final, "%s/%s", dir, name);
     const char *part = out_part_path(dir, name);
     if (rename(part, final) != 0)
@@ -138,7 +139,7 @@ typedef struct {
 
 static int read_run_info(const char *dir, RunInfo *info) {
     memset(info, 0, sizeof *info);
-    char path[4300], line[4400];
+    char path[JOINED_PATH_BYTES], line[4400];
     snprintf(path, sizeof path, "%s/run-info.txt", dir);
     FILE *f = fopen(path, "r");
     if (!f) return 0;
@@ -164,7 +165,7 @@ static int holds_checkpoint(const RunInfo *info, uint64_t checksum) {
 }
 
 void out_make_directories(const char *dir) {
-    char path[4096];
+    char path[PATH_BYTES];
     snprintf(path, sizeof path, "%s", dir);
     for (char *p = path + 1; *p; p++) { /* mkdir -p */
         if (*p != '/') continue;
@@ -182,7 +183,7 @@ void out_make_directories(const char *dir) {
  * that, prove it could be: create and remove a directory of a name of this
  * rank's own in the deepest ancestor that exists. */
 static void probe_out_directory(const char *dir) {
-    char ancestor[4096], up[4096];
+    char ancestor[PATH_BYTES], up[PATH_BYTES];
     struct stat st;
     snprintf(ancestor, sizeof ancestor, "%s", dir);
     do {
@@ -190,7 +191,7 @@ static void probe_out_directory(const char *dir) {
         if (strcmp(up, ancestor) == 0) break; /* "." or "/" */
         snprintf(ancestor, sizeof ancestor, "%s", up);
     } while (stat(ancestor, &st) != 0 && errno == ENOENT);
-    char probe[4200];
+    char probe[JOINED_PATH_BYTES];
     snprintf(probe, sizeof probe, "%s/.out-probe-%d-%d", ancestor, process_rank(), (int)getpid());
     if (mkdir(probe, 0700) != 0)
         fatal(EXIT_USAGE, "--out %s: cannot create the directory in %s (%s)", dir, ancestor, strerror(errno));
@@ -211,7 +212,7 @@ OutMode out_dir_check(const Config *cfg, const char *program) {
         fatal(EXIT_USAGE, "--out %s: the directory is not writable (%s)", dir, strerror(errno));
     char found[256] = "";
     for (int i = 0; i < NUM_RUN_FILES; i++) {
-        char path[4300];
+        char path[JOINED_PATH_BYTES];
         snprintf(path, sizeof path, "%s/%s", dir, run_files[i]);
         if (access(path, F_OK) == 0)
             snprintf(found + strlen(found), sizeof found - strlen(found), "%s%s", found[0] ? ", " : "",
@@ -262,7 +263,7 @@ void out_dir_prepare(const Config *cfg, const char *program) {
     if (cfg->out_mode == OUT_APPEND) read_run_info(dir, &kept);
     if (cfg->out_mode == OUT_REPLACE) {
         for (int i = 0; i < NUM_RUN_FILES; i++) {
-            char path[4300];
+            char path[JOINED_PATH_BYTES];
             snprintf(path, sizeof path, "%s/%s", dir, run_files[i]);
             if (unlink(path) != 0 && errno != ENOENT)
                 fatal(EXIT_RUNTIME, "--out %s: cannot remove the earlier run's %s (%s)", dir, run_files[i],
@@ -319,7 +320,7 @@ void run_info_complete(const Config *cfg) {
 
 /* Appending after a resume: keep the header and the rows up to the checkpoint's step. */
 static void keep_steps_through(const Config *cfg, int last_kept) {
-    char path[4300], line[4096];
+    char path[JOINED_PATH_BYTES], line[4096];
     snprintf(path, sizeof path, "%s/steps.csv", cfg->out);
     FILE *in = fopen(path, "r");
     if (!in) return;
@@ -428,7 +429,8 @@ void log_run_done(const RunSummary *r, const char *details_fmt, ...) {
     vsnprintf(details, sizeof details, details_fmt, args);
     va_end(args);
     log_info("done: final loss %.4f | median step %.1f ms | %.0f tok/s | peak device memory %.1f MiB | %s\n",
-             r->final_loss, r->median_step_ms, r->tokens_per_s, r->peak_device_bytes / 1048576.0, details);
+             r->final_loss, r->median_step_ms, r->tokens_per_s, r->peak_device_bytes / BYTES_PER_MIB,
+             details);
 }
 
 static int compare_doubles(const void *a, const void *b) {

@@ -7,10 +7,15 @@
 
 #include "param_table.h"
 
+/* Tags of the messages between neighbouring stages: activations go forward,
+ * their gradients back; an exchange is a forward and a backward message in one
+ * sendrecv (04's fused steps). */
+enum { TAG_ACTIVATIONS = 1, TAG_GRADIENTS = 2, TAG_EXCHANGE = 3 };
+
 /* The default split: contiguous runs of blocks such that the largest stage's
  * parameter count (the embedding counted with stage 0, the head with the
  * last) is as small as possible. blocks[s] = blocks of stage s. Needs
- * 1 <= stages <= layers <= 256. */
+ * 1 <= stages <= layers <= MAX_LAYERS. */
 void layer_split_balanced(const ParamTable *table, int stages, int *blocks);
 
 /* --split "3,3": one positive number per stage, summing to `layers`; a bad

@@ -13,8 +13,9 @@
 
 const char *model_config_problem(const ModelConfig *m) {
     static char message[256];
-    if (m->layers < 1 || m->layers > 256)
-        snprintf(message, sizeof message, "--layers %d is out of range (valid: 1..256)", m->layers);
+    if (m->layers < 1 || m->layers > MAX_LAYERS)
+        snprintf(message, sizeof message, "--layers %d is out of range (valid: 1..%d)", m->layers,
+                 MAX_LAYERS);
     else if (m->heads < 1 || m->heads > 1024)
         snprintf(message, sizeof message, "--heads %d is out of range (valid: 1..1024)", m->heads);
     else if (m->dmodel < 1 || m->dmodel > 16384)
@@ -25,9 +26,9 @@ const char *model_config_problem(const ModelConfig *m) {
                  m->heads);
     else if (m->seq < 1 || m->seq > 65536)
         snprintf(message, sizeof message, "--seq %d is out of range (valid: 1..65536)", m->seq);
-    else if (m->vocab < 256 || m->vocab > 1048576)
-        snprintf(message, sizeof message,
-                 "--vocab %d is out of range (valid: 256..1048576; the data are bytes)", m->vocab);
+    else if (m->vocab < 256 || m->vocab > MAX_VOCAB)
+        snprintf(message, sizeof message, "--vocab %d is out of range (valid: 256..%d; the data are bytes)",
+                 m->vocab, MAX_VOCAB);
     else
         return NULL;
     return message;

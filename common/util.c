@@ -18,7 +18,7 @@ static void (*abort_hook)(int) = NULL;
 static UsageTrap *usage_trap = NULL;
 #define MAX_TEMP_FILES 8
 #define ERROR_WAIT_FOR_RANK0_US 300000
-static char temp_files[MAX_TEMP_FILES][4200];
+static char temp_files[MAX_TEMP_FILES][JOINED_PATH_BYTES];
 
 void usage_trap_arm(UsageTrap *trap) {
     trap->message[0] = '\0';
@@ -28,7 +28,7 @@ void usage_trap_disarm(void) {
     usage_trap = NULL;
 }
 
-void directory_of(const char *path, char dir[4096]) {
+void directory_of(const char *path, char dir[PATH_BYTES]) {
     snprintf(dir, 4096, "%s", path);
     char *slash = strrchr(dir, '/');
     if (!slash)
@@ -73,7 +73,7 @@ void temp_file_forget(const char *path) {
 static char interrupt_texts[2][2][4400]; /* [buffer][SIGINT, SIGTERM] */
 static volatile sig_atomic_t interrupt_ready = 0, failing = 0;
 static int interrupt_step = 1, interrupt_ckpt_step = -1;
-static char interrupt_ckpt_path[4096];
+static char interrupt_ckpt_path[PATH_BYTES];
 
 /* "interrupted at step N by SIGINT; last checkpoint: step K at PATH". mpirun
  * turns its own SIGINT or SIGTERM into SIGTERM for every rank, and sends the
@@ -286,7 +286,7 @@ typedef struct {
     double disk_full_bytes, disk_written;
     int nan_step, overflow_step, overflow_rank, replica_rank; /* -1: unset */
     int save_dir_rank;        /* COURSE_FAULT_SAVE_DIR=RANK:DIR (rank -1: unset) */
-    char save_dir[4096];
+    char save_dir[PATH_BYTES];
 } Faults;
 
 static Faults faults_read;

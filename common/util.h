@@ -22,6 +22,13 @@ extern "C" {
 
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_DIVERGED = 3 };
 
+/* Sizes of path buffers: a path the user gives (--out, --save, ...), and
+ * such a path joined with '/' and a file name of up to 100 bytes. */
+enum { PATH_BYTES = 4096, JOINED_PATH_BYTES = PATH_BYTES + 104 };
+
+/* Bytes in a mebibyte, for the MiB figures printed in summaries. */
+#define BYTES_PER_MIB 1048576.0
+
 /* Print "error: <message>" on stderr and end the job with exit_code. */
 void fatal(int exit_code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
@@ -60,7 +67,7 @@ void temp_file_forget(const char *path);
 
 /* Files. */
 /* The directory a file name is in: "." for a bare name, "/" at the root. */
-void directory_of(const char *path, char dir[4096]);
+void directory_of(const char *path, char dir[PATH_BYTES]);
 /* Do a and b name the same file (device and inode), whatever the spelling
  * (links, "..", symlinks)? 0 when either does not exist. */
 int same_file(const char *a, const char *b);

@@ -71,7 +71,7 @@ static struct {
     WatchGroup *groups[MAX_GROUPS]; /* live groups, for answering questions */
     int rank, size, timeout_s, running, stop;
     double start_ms; /* wall_ms() at start: entries' times are relative to it */
-    char out_dir[4096];
+    char out_dir[PATH_BYTES];
     MPI_Comm ask_comm;
     int have_ask_comm;
     pthread_t thread;
@@ -287,7 +287,7 @@ static void answer_questions(void) {
         if (!arrived) return;
         Question q;
         MPI_Mrecv(&q, sizeof q, MPI_BYTE, &message, MPI_STATUS_IGNORE);
-        char path[4200];
+        char path[JOINED_PATH_BYTES];
         write_flight_file("asked by a rank whose wait timed out", path, sizeof path);
         Answer a = answer_for(q.group_id);
         MPI_Send(&a, sizeof a, MPI_BYTE, st.MPI_SOURCE, TAG_ANSWER, W.ask_comm);
@@ -403,7 +403,7 @@ static void find_missing(const Entry *e, char *verdict, size_t size) {
 
 /* e has waited too long: say so, leave the ring, find who is missing, end the job. */
 static void time_out(const Entry *e) {
-    char what[160], since[16], path[4200], verdict[1024];
+    char what[160], since[16], path[JOINED_PATH_BYTES], verdict[1024];
     describe(e, what, sizeof what);
     clock_of(e->start_ms, since, sizeof since);
     double waited = (wall_ms() - e->start_ms) / 1000.0;
@@ -423,7 +423,7 @@ void watchdog_explain(char *out, size_t size) {
     pthread_mutex_lock(&W.lock);
     Entry e = W.ring[current_slot];
     pthread_mutex_unlock(&W.lock);
-    char what[160], path[4200], verdict[1024];
+    char what[160], path[JOINED_PATH_BYTES], verdict[1024];
     describe(&e, what, sizeof what);
     write_flight_file("a communication call failed", path, sizeof path);
     find_missing(&e, verdict, sizeof verdict);
@@ -451,7 +451,7 @@ static void *watch(void *arg) {
         answer_questions();
         if (dump_requested) {
             dump_requested = 0;
-            char path[4200];
+            char path[JOINED_PATH_BYTES];
             write_ring(stderr, "on SIGUSR1");
             write_flight_file("on SIGUSR1", path, sizeof path);
         }

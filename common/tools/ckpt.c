@@ -204,7 +204,7 @@ static void check_export_target(const char *path, const char *out) {
 
 /* A new temporary file beside OUT (the same directory, so the final rename
  * never crosses file systems), of a name no other file has. */
-static int create_beside(const char *out, char tmp[4200]) {
+static int create_beside(const char *out, char tmp[JOINED_PATH_BYTES]) {
     snprintf(tmp, 4200, "%s.tmp-XXXXXX", out);
     int fd = mkstemp(tmp);
     if (fd < 0) fatal(EXIT_USAGE, "%s: cannot write (%s)", out, strerror(errno));
@@ -242,7 +242,7 @@ static void export_safetensors(const char *path, const char *out, int with_optim
     text_add(&json, "}");
     while (json.len % 8) text_add(&json, " "); /* the data starts 8-byte aligned */
 
-    char tmp[4200];
+    char tmp[JOINED_PATH_BYTES];
     int fd = create_beside(out, tmp);
     uint64_t header_len = json.len; /* little-endian on every machine this course runs on */
     write_all(fd, &header_len, sizeof header_len, out);

@@ -17,7 +17,8 @@
 #                          job with one line naming the rank and the cause, and the exit status is
 #                          the failing rank's (2 for a refused flag); a rank killed by a signal
 #                          gets one line from this script instead
-# Both variables are passed on to the ranks (-x). Set them yourself to override, e.g.
+# Both variables are passed on to the ranks (-x). (Open MPI's mpi_yield_when_idle, which lets a
+# waiting rank give its core away, the programs set themselves: common/comm.h, "Cores".) Set them yourself to override, e.g.
 #   OMP_NUM_THREADS=2 common/mpirun.sh -np 2 ./02_data_parallel/train
 # With MPICH or another MPI than Open MPI, the flags Open MPI needs are left out. Across machines
 # (a hostfile, Slurm) use mpirun or srun directly, as chapter 04's "Beyond one machine" shows:
@@ -40,8 +41,6 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 flags=()
 if mpirun --version 2>/dev/null | grep -q "Open MPI"; then
     flags+=(-q --oversubscribe -x OMP_NUM_THREADS -x OMP_WAIT_POLICY)
-    # Open MPI's ranks give the core away while they wait when there are more ranks than cores
-    ((ranks > cores)) && export OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}"
     if [ "$(id -u)" = 0 ]; then
         export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     fi

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """exercises.py: write a student copy of the repository with exercises stubbed out.
 
-    python3 common/exercises.py DEST [--only ID[,ID...]]     (make exercises DEST=dir [ONLY=01.2])
-    python3 common/exercises.py --list
-    python3 common/exercises.py DEST --trace                  (a traced copy: see below)
+    python3 common/python/exercises.py DEST [--only ID[,ID...]]     (make exercises DEST=dir [ONLY=01.2])
+    python3 common/python/exercises.py --list
+    python3 common/python/exercises.py DEST --trace                  (a traced copy: see below)
 
 In the sources, each exercise's reference solution sits between a pair of
 marker comments, each alone on its line:
@@ -32,7 +32,7 @@ stubbed, and the exercise is listed once.
 A traced copy (--trace) keeps every solution and puts a call to
 exercise_reached("ID") (util.h) at the top of each region in a function body,
 so a run with COURSE_EXERCISE_TRACE=FILE lists the exercises it reaches:
-common/exercise_deps.py runs each grader that way to find which exercises it
+common/python/exercise_deps.py runs each grader that way to find which exercises it
 depends on.
 
 Files that test the mechanism itself against the reference solutions (and
@@ -51,7 +51,7 @@ import shutil
 import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BEGIN = re.compile(r"^(\s*)/\* EXERCISE (\d+\.\d+) BEGIN: (.+?) \((course\.md[^)]*)\) \*/\s*$")
 END = re.compile(r"^\s*/\* EXERCISE (\d+\.\d+) END \*/\s*$")
 SOURCE_SUFFIXES = (".c", ".h", ".cu", ".cuh")

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """pytorch_gpt.py: the course's GPT and training step, written independently in
-plain eager PyTorch, as the yardstick for `make bench` (common/bench.sh).
+plain eager PyTorch, as the yardstick for `make bench` (common/scripts/bench.sh).
 
-It is the same model as common/model.c and the same step as
+It is the same model as common/model/model.c and the same step as
 01_single_gpu/train.c, so that tokens/s can be compared like for like:
 
   tokens (B,T) bytes -> wte[token] + wpe[position]             (B,T,C)
@@ -30,7 +30,7 @@ With --compile the model's forward (and so its backward) goes through
 torch.compile with its default settings; the optimizer step stays eager, as
 in the course program's own loop.
 
-usage: python3 common/pytorch_gpt.py --model small --batch 8 --steps 30 [--csv FILE] [--compile]
+usage: python3 common/python/pytorch_gpt.py --model small --batch 8 --steps 30 [--csv FILE] [--compile]
 """
 import argparse
 import math
@@ -44,7 +44,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# layers, dmodel, heads, seq (as common/config.c); vocabulary is 256 for all
+# layers, dmodel, heads, seq (as common/run/config.c); vocabulary is 256 for all
 PRESETS = {
     "tiny": (2, 64, 4, 64),
     "small": (4, 128, 4, 128),
@@ -86,7 +86,7 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(C, NH) for _ in range(L))
         self.lnf = nn.LayerNorm(C, eps=LAYERNORM_EPS)
         self.lm_head = nn.Linear(C, V, bias=False)
-        # GPT-2's initialisation, as common/model.c: N(0, 0.02), wpe N(0, 0.01),
+        # GPT-2's initialisation, as common/model/model.c: N(0, 0.02), wpe N(0, 0.01),
         # residual projections N(0, 0.02/sqrt(2L)), biases 0, layernorm 1/0.
         resid_std = 0.02 / math.sqrt(2 * L)
         for name, p in self.named_parameters():
@@ -109,7 +109,7 @@ class GPT(nn.Module):
 
     def course_table(self):
         """The parameters in the order of the course's one parameter buffer
-        (param_table_build in common/param_table.c); torch stores Linear weights as
+        (param_table_build in common/model/param_table.c); torch stores Linear weights as
         (out, in), which is the course's (rows, cols) too."""
         table = [self.wte.weight, self.wpe.weight]
         for b in self.blocks:
@@ -119,7 +119,7 @@ class GPT(nn.Module):
 
 
 def lr_at_step(step, lr, warmup, steps):
-    """common/optim.c: linear warm-up, then cosine decay to lr/10."""
+    """common/model/optim.c: linear warm-up, then cosine decay to lr/10."""
     if step < warmup:
         return lr * (step + 1) / warmup
     decay_steps = steps - warmup
@@ -130,7 +130,7 @@ def lr_at_step(step, lr, warmup, steps):
     return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * progress))
 
 
-# ---- the course's data order (common/data.c), for --course-batches ----
+# ---- the course's data order (common/model/data.c), for --course-batches ----
 MASK64 = (1 << 64) - 1
 
 
@@ -148,7 +148,7 @@ def course_starts(seed, step, B, positions):
 
 def load_course_checkpoint(path, model, opt):
     """Parameters, Adam's m and v and step from a checkpoint of any chapter
-    (common/checkpoint.h, format version 3: a 240-byte header, a directory,
+    (common/run/checkpoint.h, format version 3: a 240-byte header, a directory,
     then the params, adam_m and adam_v arrays from data_offset, in table order)."""
     with open(path, "rb") as f:
         blob = f.read()
@@ -190,7 +190,7 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count(),
                     help="CPU threads (default: OMP_NUM_THREADS, else all cores)")
-    ap.add_argument("--data", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "course.md"))
+    ap.add_argument("--data", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "course.md"))
     ap.add_argument("--quiet", action="store_true", help="no per-step lines")
     ap.add_argument("--csv", help="append one row (the bench.csv columns) to this file")
     ap.add_argument("--device-label", help="the device column of --csv (default: the device's name)")

@@ -1,5 +1,5 @@
 #!/bin/bash
-# common/mpirun.sh -np N PROGRAM [ARGS...]: mpirun for the course's multi-rank commands on one
+# common/scripts/mpirun.sh -np N PROGRAM [ARGS...]: mpirun for the course's multi-rank commands on one
 # machine, any machine: a laptop, a 2-core virtual machine, a container where you are root.
 #
 # It runs `mpirun -np N PROGRAM ARGS...` and adds only what such machines need:
@@ -18,15 +18,15 @@
 #                          the failing rank's (2 for a refused flag); a rank killed by a signal
 #                          gets one line from this script instead
 # Both variables are passed on to the ranks (-x). (Open MPI's mpi_yield_when_idle, which lets a
-# waiting rank give its core away, the programs set themselves: common/comm.h, "Cores".) Set them yourself to override, e.g.
-#   OMP_NUM_THREADS=2 common/mpirun.sh -np 2 ./02_data_parallel/train
+# waiting rank give its core away, the programs set themselves: common/comm/comm.h, "Cores".) Set them yourself to override, e.g.
+#   OMP_NUM_THREADS=2 common/scripts/mpirun.sh -np 2 ./02_data_parallel/train
 # With MPICH or another MPI than Open MPI, the flags Open MPI needs are left out. Across machines
 # (a hostfile, Slurm) use mpirun or srun directly, as chapter 04's "Beyond one machine" shows:
 # the cores of this machine say nothing about the others'.
 set -euo pipefail
 
 if [ "${1:-}" != "-np" ] || ! [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || [ $# -lt 3 ]; then
-    echo "usage: common/mpirun.sh -np N PROGRAM [ARGS...]" >&2
+    echo "usage: common/scripts/mpirun.sh -np N PROGRAM [ARGS...]" >&2
     exit 2
 fi
 ranks="$2"
@@ -48,6 +48,6 @@ fi
 status=0
 mpirun "${flags[@]}" -np "$ranks" "$@" || status=$?
 if ((status > 128)); then
-    echo "common/mpirun.sh: a rank of $1 was killed by signal $((status - 128)) ($(kill -l $((status - 128)) 2>/dev/null || echo '?'))" >&2
+    echo "common/scripts/mpirun.sh: a rank of $1 was killed by signal $((status - 128)) ($(kill -l $((status - 128)) 2>/dev/null || echo '?'))" >&2
 fi
 exit "$status"

@@ -4,7 +4,7 @@
 # Trains 01_single_gpu/train on the default device (a GPU when
 # build/tests/gpu_probe finds one, else the CPU) for a few presets, each
 # BENCH_REPEATS times, and, when PyTorch is importable, the same model and
-# training step in PyTorch (common/pytorch_gpt.py) right after each repeat,
+# training step in PyTorch (common/python/pytorch_gpt.py) right after each repeat,
 # interleaved so that both see the same machine load: eager PyTorch every
 # repeat, and torch.compile (default settings) BENCH_COMPILE_REPEATS times (it
 # spends its first steps compiling; the median over steps leaves them out).
@@ -21,7 +21,7 @@
 #   fp32  strict fp32 matmuls on both sides (PyTorch's default)
 #   tf32  COURSE_TF32=1: TF32 tensor-core matmuls on both sides (the course's
 #         attention then also uses one TF32 product instead of three); GPU only
-#   bf16  --precision bf16 (mixed precision, common/mixed.h) against PyTorch
+#   bf16  --precision bf16 (mixed precision, common/model/mixed.h) against PyTorch
 #         under torch.autocast(bfloat16) with fp32 weights and AdamW
 #   fp16  --precision fp16 against autocast(float16) with a GradScaler
 # Writes, in runs/bench/:
@@ -49,7 +49,7 @@
 #                products); empty when the device's peak is not in the table below.
 #
 #   zero.csv, zero_summary.csv
-#                the prefetch and overlap row: common/bench_zero.sh's files for
+#                the prefetch and overlap row: common/scripts/bench_zero.sh's files for
 #                stage 3 with and without prefetch and chapter 02's flat and
 #                overlapped all-reduce, on 2 CPU ranks, recommended and default
 #                threads (its header says every column)
@@ -62,7 +62,7 @@
 # (./01_single_gpu/train), BENCH_ZERO (1; 0 leaves out the prefetch and overlap row),
 # BENCH_ZERO_MODEL (small, or the first of BENCH_MODELS).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"
 unset OMP_WAIT_POLICY # each run below sets its own (the course's recommendation, PyTorch's default)
@@ -133,11 +133,11 @@ pytorch_run() { # precision model batch steps repeat variant wait_policy log [--
     rm -f "$tmp"
     (
         [[ $wait == default ]] || export OMP_WAIT_POLICY="$wait"
-        COURSE_TF32=$([[ $precision == tf32 ]] && echo 1 || echo 0) "$PYTHON" common/pytorch_gpt.py \
+        COURSE_TF32=$([[ $precision == tf32 ]] && echo 1 || echo 0) "$PYTHON" common/python/pytorch_gpt.py \
             --device "$device" --model "$model" --batch "$batch" --steps "$steps" --threads "$OMP_NUM_THREADS" \
             --quiet --csv "$tmp" --device-label "$device_label" --repeat "$r" \
             --precision "$(mixed_precision "$precision")" "$@"
-    ) >"$log" 2>&1 || { cat "$log" >&2; echo "bench: common/pytorch_gpt.py $* failed" >&2; exit 1; }
+    ) >"$log" 2>&1 || { cat "$log" >&2; echo "bench: common/python/pytorch_gpt.py $* failed" >&2; exit 1; }
     local dev prog ms tps peak
     IFS=, read -r dev prog _ _ _ _ _ ms tps peak < <(tail -1 "$tmp")
     echo "$dev,$prog,$model,$precision,$variant,threads=$OMP_NUM_THREADS OMP_WAIT_POLICY=$wait,$batch,$T,$params,$r,$ms,$tps,$peak" \
@@ -250,7 +250,7 @@ with open(f"{out}/compare.csv", "w") as f:
         print(text)
 EOF
 # ---- the communication thread: stage 3's prefetch and chapter 02's overlap ----
-# common/bench_zero.sh on 2 CPU ranks, in the course's recommended thread
+# common/scripts/bench_zero.sh on 2 CPU ranks, in the course's recommended thread
 # setting and in the defaults (nothing exported), interleaved: zero.csv and
 # zero_summary.csv, whose gain column is prefetch's (zero3) and overlap's
 # (dp_overlap). BENCH_ZERO=0 leaves it out.
@@ -258,7 +258,7 @@ if [[ ${BENCH_ZERO:-1} == 1 ]]; then
     zero_model="${BENCH_ZERO_MODEL:-small}"
     [[ -n "${BENCH_MODELS:-}" && -z "${BENCH_ZERO_MODEL:-}" ]] && zero_model="${configs[0]%% *}"
     BENCH_RANKS=2 BENCH_REPEATS="$REPEATS" BENCH_MODEL="$zero_model" BENCH_DEVICE=cpu BENCH_OUT="$out" \
-        BENCH_CONFIGS="zero3 zero3_prefetch0 dp_flat dp_overlap" common/bench_zero.sh | grep -v '^bench_zero: 2 ranks,'
+        BENCH_CONFIGS="zero3 zero3_prefetch0 dp_flat dp_overlap" common/scripts/bench_zero.sh | grep -v '^bench_zero: 2 ranks,'
 fi
 echo "bench: done; see $out/bench.csv and $out/compare.csv (ratio = course / PyTorch)," \
     "$out/zero_summary.csv (prefetch and overlap)"

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """speed.py: the arithmetic of speed (course.md, "The arithmetic of speed"), and its graded problems.
 
-    python3 common/speed.py problems              print the problems (no answers)
-    python3 common/speed.py answers               print the reference answers, as an answers file
-    python3 common/speed.py grade ANSWERS_FILE    grade a learner's answers (exit 0 only when all are right)
+    python3 common/python/speed.py problems              print the problems (no answers)
+    python3 common/python/speed.py answers               print the reference answers, as an answers file
+    python3 common/python/speed.py grade ANSWERS_FILE    grade a learner's answers (exit 0 only when all are right)
 
 The formulas, each a function below so that the problems' answers come from
 them and cannot drift from the text:

@@ -3,7 +3,7 @@
 # prefetch buys, and what chapter 02's overlapped all-reduce buys, in two
 # thread settings.
 #
-#   common/bench_zero.sh          (after make; BENCH_* settings below)
+#   common/scripts/bench_zero.sh          (after make; BENCH_* settings below)
 #
 # For each number of ranks in BENCH_RANKS, BENCH_REPEATS times, runs every
 # configuration of BENCH_CONFIGS in every setting of BENCH_SETTINGS, one
@@ -17,7 +17,7 @@
 #   recommended       OMP_NUM_THREADS = cores / ranks (at least 1) and
 #                     OMP_WAIT_POLICY=passive exported (the course's advice)
 #   default           nothing exported: what a learner gets, the programs'
-#                     own defaults (common/comm.h, "Cores")
+#                     own defaults (common/comm/comm.h, "Cores")
 # Writes, in BENCH_OUT (runs/bench):
 #
 #   zero.csv          device,precision,model,ranks,settings,config,repeat,median_step_ms,median_comm_ms,
@@ -45,7 +45,7 @@
 # On a shared machine every number moves with the load: compare configurations
 # within one file, and look at min..max before believing a difference.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 ranks_list="${BENCH_RANKS:-2 4}"
 repeats="${BENCH_REPEATS:-3}"

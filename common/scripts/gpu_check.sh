@@ -5,7 +5,7 @@
 #   make gpu-check                          all of it (about 10 minutes on an H100, estimated)
 #   make gpu-check GPU_CHECK_ONLY=part1     the correctness checks (parity .. hostadam), about 4
 #   make gpu-check GPU_CHECK_ONLY=part2     the measurements (capacity, bench, offloadbench), about 5
-#   common/gpu_check.sh --list              print every check and its commands; runs nothing, needs no GPU
+#   common/scripts/gpu_check.sh --list              print every check and its commands; runs nothing, needs no GPU
 #                                           (GPU_CHECK_DRY=1 does the same)
 #
 # Without a visible CUDA GPU it refuses in one line (exit 2) and writes
@@ -21,7 +21,7 @@
 #   gpu-check-DEVICE-DATE.losses.csv check,program,ranks,comm,precision,steps,tolerance,worst_rel_diff,verdict
 #                                    (every comparison of losses)
 #   and the CSVs of the measurements: .offload-timeline.csv (06's timeline on the GPU),
-#   .bench.runs.csv/.bench.compare.csv (common/bench.sh), .offload.runs.csv/.offload.summary.csv
+#   .bench.runs.csv/.bench.compare.csv (common/scripts/bench.sh), .offload.runs.csv/.offload.summary.csv
 #   (06_offload/bench_offload.sh), .capacity.csv (06_offload/capacity.py, on the GPU and the CPU).
 # A run with GPU_CHECK_ONLY adds its section (and rows) to the same day's report of the same
 # device, so two halves run in two calls make one report; a full run starts it afresh. The
@@ -68,7 +68,7 @@
 #   capacity     06_offload/capacity.py on CUDA (and on the CPU, for comparison): --device-mem-limit
 #                holds on the GPU (every fitting trial's peak within its budget) and 06 trains a
 #                larger model than 01 at every budget.
-#   bench        common/bench.sh in bf16 (GPU_CHECK_BENCH_PRECISIONS) on the medium and gpt2 presets:
+#   bench        common/scripts/bench.sh in bf16 (GPU_CHECK_BENCH_PRECISIONS) on the medium and gpt2 presets:
 #                the course's mixed precision against PyTorch under torch.autocast, tokens/s, peak
 #                memory and MFU. Passes when both sides ran the same model and every ratio was
 #                measured (the ratio itself is reported, not judged); skipped when PyTorch (PYTHON)
@@ -89,13 +89,13 @@
 # GPU_CHECK_WORK moves the scratch directory (runs/gpu-check). GPU_CHECK_STEP_LIMIT (120): the
 # seconds one training run may take before it counts as hung (the benchmarks get longer).
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 2
+cd "$(dirname "$0")/../.." || exit 2
 
 PART1="parity overlap chapters nccl offload checkpoints hostadam"
 PART2="capacity bench offloadbench"
 
 usage() {
-    echo "usage: common/gpu_check.sh [--list | --probe]   (settings in the environment: see its header)" >&2
+    echo "usage: common/scripts/gpu_check.sh [--list | --probe]   (settings in the environment: see its header)" >&2
     exit 2
 }
 mode=run
@@ -322,17 +322,17 @@ ran_on() {
 }
 
 # compare CHECK PROGRAM RANKS COMM PRECISION REF RUN TOL STEPS: the run's losses
-# against the reference's (common/compare_losses.sh), a row of losses.csv, and
+# against the reference's (common/scripts/compare_losses.sh), a row of losses.csv, and
 # the check's verdict.
 compare() {
     local check="$1" program="$2" ranks="$3" comm="$4" precision="$5" ref="$6" run="$7" tol="$8" steps="$9"
-    check_cmds+=("$(show common/compare_losses.sh "$ref/steps.csv" "$run/steps.csv" "$tol" "$steps")")
+    check_cmds+=("$(show common/scripts/compare_losses.sh "$ref/steps.csv" "$run/steps.csv" "$tol" "$steps")")
     if dry; then
-        echo "    \$ common/compare_losses.sh $ref/steps.csv $run/steps.csv $tol $steps"
+        echo "    \$ common/scripts/compare_losses.sh $ref/steps.csv $run/steps.csv $tol $steps"
         return 0
     fi
     local said status worst
-    said="$(common/compare_losses.sh "$ref/steps.csv" "$run/steps.csv" "$tol" "$steps" 2>&1)"
+    said="$(common/scripts/compare_losses.sh "$ref/steps.csv" "$run/steps.csv" "$tol" "$steps" 2>&1)"
     status=$?
     echo "$said" >>"$work/logs/$check_name.log"
     worst="$(echo "$said" | sed -n 's/.*worst relative difference \([^ ]*\) .*/\1/p' | tail -1)"
@@ -591,7 +591,7 @@ group_hostadam() {
 }
 
 group_bench() {
-    begin bf16-vs-autocast "common/bench.sh: the course in $BENCH_PRECISIONS against PyTorch under torch.autocast ($BENCH_MODELS)"
+    begin bf16-vs-autocast "common/scripts/bench.sh: the course in $BENCH_PRECISIONS against PyTorch under torch.autocast ($BENCH_MODELS)"
     if ! dry; then
         if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
             verdict SKIP "PyTorch is not importable by $PYTHON (set PYTHON=...)"
@@ -603,7 +603,7 @@ group_bench() {
     fi
     step_limit=480 step env BENCH_PRECISIONS="$BENCH_PRECISIONS" BENCH_MODELS="$BENCH_MODELS" BENCH_STEPS=12 \
         BENCH_REPEATS=3 BENCH_COMPILE_REPEATS="$BENCH_COMPILE" BENCH_OUT="$work/bench" PYTHON="$PYTHON" \
-        common/bench.sh || return 0
+        common/scripts/bench.sh || return 0
     dry || {
         local compare="$work/bench/compare.csv" said status
         cp "$work/bench/bench.csv" "$work/bench.runs.csv" && cp "$compare" "$work/bench.compare.csv"
@@ -690,7 +690,7 @@ report_init() {
         echo
         [[ $DEVICE == cpu ]] &&
             echo "**A rehearsal on the CPU backend (GPU_CHECK_DEVICE=cpu): it tests the script, not a GPU.**" && echo
-        echo "Made by \`make gpu-check\` (common/gpu_check.sh, whose header says what each check proves) at commit"
+        echo "Made by \`make gpu-check\` (common/scripts/gpu_check.sh, whose header says what each check proves) at commit"
         echo "$commit."
         echo
         echo "- GPU: ${gpu_info:-none} (name, driver, memory)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """demo_tables.py: the tables course.md quotes from a `make demo`, printed from its CSV files.
 
-    python3 common/demo_tables.py [RUNS_DIR]        (default runs/demo)
+    python3 common/python/demo_tables.py [RUNS_DIR]        (default runs/demo)
 
 Prints, in markdown, the step-time breakdown of chapters 01 and 02, the
 busy/idle table of chapter 03, and the pipeline sweep of chapter 04, computed

@@ -32,7 +32,7 @@
 # then repeat 2, ..., so a burst of background load slows one repeat of
 # several configurations rather than every repeat of one.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 cores="${DEMO_CORES:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}"
 [[ "$cores" =~ ^[1-9][0-9]*$ ]] || { echo "demo: DEMO_CORES=$cores is not a positive number" >&2; exit 2; }
@@ -128,9 +128,9 @@ compare() {
     done
     queued=()
 }
-# plot ARGS...: draw with common/plot.py (printed in a dry run).
+# plot ARGS...: draw with common/python/plot.py (printed in a dry run).
 plot() {
-    if [ "$dry_run" = 1 ]; then echo "plan: $python common/plot.py $*"; else "$python" common/plot.py "$@"; fi
+    if [ "$dry_run" = 1 ]; then echo "plan: $python common/python/plot.py $*"; else "$python" common/python/plot.py "$@"; fi
 }
 
 if [ "$dry_run" = 1 ]; then

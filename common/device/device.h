@@ -166,7 +166,7 @@ double timer_stop_ms(Timer *t); /* waits for the device; returns elapsed ms */
 
 /* Profiling one step: with COURSE_PROFILE_STEP=N in the environment, the
  * CUDA profiler API is switched on for step N (1-based) only, so that
- * `ncu --profile-from-start off` (common/profile_kernels.sh) sees exactly one
+ * `ncu --profile-from-start off` (common/scripts/profile_kernels.sh) sees exactly one
  * training step. No-ops otherwise, and on the CPU. */
 void profile_step_begin(int step);
 void profile_step_end(int step);

@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """plot.py: draw the course's plots from run directories (steps.csv, memory.csv, run.csv).
 
-    python3 common/plot.py RUN_DIR... [--out DIR]
-    python3 common/plot.py --commbench CSV... [--out DIR]
-    python3 common/plot.py --gantt RUN_DIR... [--step N] [--out DIR]
-    python3 common/plot.py --sweep RUN_DIR... [--out DIR]
-    python3 common/plot.py --zero RUN_DIR... [--out DIR]
-    python3 common/plot.py --precision RUN_DIR... [--out DIR]
-    python3 common/plot.py --offload RUN_DIR... [--step N] [--out DIR]
-    python3 common/plot.py --capacity CSV [--out DIR]
-    python3 common/plot.py --offload-bench SUMMARY_CSV [--out DIR]
+    python3 common/python/plot.py RUN_DIR... [--out DIR]
+    python3 common/python/plot.py --commbench CSV... [--out DIR]
+    python3 common/python/plot.py --gantt RUN_DIR... [--step N] [--out DIR]
+    python3 common/python/plot.py --sweep RUN_DIR... [--out DIR]
+    python3 common/python/plot.py --zero RUN_DIR... [--out DIR]
+    python3 common/python/plot.py --precision RUN_DIR... [--out DIR]
+    python3 common/python/plot.py --offload RUN_DIR... [--step N] [--out DIR]
+    python3 common/python/plot.py --capacity CSV [--out DIR]
+    python3 common/python/plot.py --offload-bench SUMMARY_CSV [--out DIR]
 
 Reads only the CSVs that every chapter program writes, so a learner can plot
 their own runs next to the demo's. A run's label is its directory name;

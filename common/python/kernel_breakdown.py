@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """kernel_breakdown.py: where one training step's GPU time goes, by kind of kernel.
 
-    python3 common/kernel_breakdown.py ncu NCU_CSV LABEL OUT_CSV
-    python3 common/kernel_breakdown.py torch MODEL LABEL OUT_CSV [--compile]
-    python3 common/kernel_breakdown.py perf REPORT_TXT SAMPLE_HZ STEPS LABEL OUT_CSV
-    python3 common/kernel_breakdown.py plot OUT_PNG CSV...
+    python3 common/python/kernel_breakdown.py ncu NCU_CSV LABEL OUT_CSV
+    python3 common/python/kernel_breakdown.py torch MODEL LABEL OUT_CSV [--compile]
+    python3 common/python/kernel_breakdown.py perf REPORT_TXT SAMPLE_HZ STEPS LABEL OUT_CSV
+    python3 common/python/kernel_breakdown.py plot OUT_PNG CSV...
 
 `ncu` reads the per-kernel times that Nsight Compute printed for one step of
-the course's program (common/profile_kernels.sh makes it: ncu --csv
+the course's program (common/scripts/profile_kernels.sh makes it: ncu --csv
 --metrics gpu__time_duration.sum, one step selected with COURSE_PROFILE_STEP).
-`torch` profiles one step of common/pytorch_gpt.py's model with
+`torch` profiles one step of common/python/pytorch_gpt.py's model with
 torch.profiler (same model, batch 8, after 3 warm-up steps; COURSE_TF32=1 as
 there). Both write OUT_CSV with the columns
 

@@ -37,7 +37,7 @@ void fatal(int exit_code, const char *fmt, ...) __attribute__((format(printf, 2,
 void exercise_not_implemented(const char *id, const char *where) __attribute__((noreturn));
 
 /* What an exercise region calls first in a traced copy (exercises.py --trace,
- * used by common/exercise_deps.py to find which exercises each grader's runs
+ * used by common/python/exercise_deps.py to find which exercises each grader's runs
  * reach): with COURSE_EXERCISE_TRACE=FILE set, appends "ID" to FILE, once per
  * process and exercise. */
 void exercise_reached(const char *id);

@@ -2,7 +2,7 @@
 """overlap.py: how much of chapter 05's communication ran under computation,
 read from the timeline.csv of runs (rank, step, micro, op, start_us, end_us).
 
-    python3 common/overlap.py RUN_DIR... [--check-order]
+    python3 common/python/overlap.py RUN_DIR... [--check-order]
 
 For each run, one line per collective kind (gather, reduce_scatter, ...):
 its total time per rank and step, and the share of it that lies under a

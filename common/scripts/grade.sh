@@ -5,12 +5,12 @@
 #
 # Some graders run whole programs, which reach other exercises' code (the
 # trainers of 02-06 need chapter 01's, for instance); which ones each grader
-# reaches is measured by common/exercise_deps.py and listed in course.md. When
+# reaches is measured by common/python/exercise_deps.py and listed in course.md. When
 # a grader fails and its log shows another exercise's stub ("exercise 01.2
 # not implemented"), the table says so: the failure is that exercise's, not
 # necessarily this one's.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 mkdir -p runs/grade
 total=0 earned=0 blocked=0

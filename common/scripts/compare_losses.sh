@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # compare_losses.sh: does a run give the reference run's losses? The course's
 # central invariant (every chapter and layout computes 01's loss), as one
-# command with a verdict, for scripts (common/gpu_check.sh).
+# command with a verdict, for scripts (common/scripts/gpu_check.sh).
 #
-#   common/compare_losses.sh REF_STEPS_CSV RUN_STEPS_CSV TOLERANCE [STEPS]
+#   common/scripts/compare_losses.sh REF_STEPS_CSV RUN_STEPS_CSV TOLERANCE [STEPS]
 #
 # Rows are matched by the `step` column, so a resumed run (steps 4-6 only)
 # compares with the same steps of an uninterrupted one. For each step of the

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """exercise_deps.py: which other exercises each grader needs, measured, and course.md's lines about it.
 
-    python3 common/exercise_deps.py            print the dependency lines of every chapter
-    python3 common/exercise_deps.py --check    exit 1 if course.md's lines differ from them
-    python3 common/exercise_deps.py --write    put them into course.md
+    python3 common/python/exercise_deps.py            print the dependency lines of every chapter
+    python3 common/python/exercise_deps.py --check    exit 1 if course.md's lines differ from them
+    python3 common/python/exercise_deps.py --write    put them into course.md
 
 A grader needs exercise X when its runs reach X's code: in a student copy,
 X's stub ends them (and grade.sh marks the grader "depends on X"). Written by
@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COURSE = os.path.join(REPO, "course.md")
 # An exercise whose code a run reaches only on some machines, and which.
 CONDITIONS = {"06.1": "on a CPU with AVX2"}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """check_quotes.py: run the commands course.md shows next to its quoted outputs, and compare.
 
-    python3 common/check_quotes.py [--file course.md] [--only TEXT]... [--update] [--list]
+    python3 common/python/check_quotes.py [--file course.md] [--only TEXT]... [--update] [--list]
 
 A quoted output is checked when the block right above it, visible to the reader, holds the
 commands that print it and is marked `sh check` (or `sh check-shape`) after its fence:
@@ -56,7 +56,7 @@ import subprocess
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 COMMANDS = re.compile(r"^```sh\s+(check|check-shape)\s*$")
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 OUTPUT_FLAGS = ("--out", "--save")
@@ -201,7 +201,7 @@ def main():
                  for i, line in enumerate(lines) if re.match(r"\s*<!--\s*check", line)]
     if problems:
         print("\n".join(problems))
-        sys.exit(f"check_quotes: {len(problems)} block rule(s) broken (see the top of common/check_quotes.py)")
+        sys.exit(f"check_quotes: {len(problems)} block rule(s) broken (see the top of common/python/check_quotes.py)")
     if args.only:
         blocks = [b for b in blocks if any(t in "\n".join(b.commands) for t in args.only)]
         if not blocks:

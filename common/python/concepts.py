@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """concepts.py: the course's concept drawings, generated so that they stay true.
 
-    python3 common/concepts.py OUT_DIR            (all drawings)
-    python3 common/concepts.py --slots SCHEDULE P M   (print one schedule's slot table)
+    python3 common/python/concepts.py OUT_DIR            (all drawings)
+    python3 common/python/concepts.py --slots SCHEDULE P M   (print one schedule's slot table)
 
 Writes into OUT_DIR:
     ring-allreduce.png   chapter 02: the ring all-reduce on 4 ranks, step by
                          step: what each rank holds of each chunk after each
                          step of the reduce-scatter and of the all-gather
-                         (the algorithm of common/ring.c)
+                         (the algorithm of 02_data_parallel/ring.c)
     tensor-parallel.png  chapter 03: where Megatron's f and g operators sit in
                          the MLP on 2 ranks (column-parallel fc, row-parallel
                          fcproj; 03_model_parallel/tensor_parallel.h)
@@ -25,7 +25,7 @@ Writes into OUT_DIR:
                          rank % P, as 04_pipeline/train.c splits the world)
     formats.png          chapter 05: fp32, bf16 and fp16 bit by bit (sign,
                          exponent, mantissa), with the range and epsilon that
-                         follow from the bit counts (common/half.h's table)
+                         follow from the bit counts (common/core/half.h's table)
 """
 import argparse
 import os
@@ -33,7 +33,7 @@ import re
 import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FORWARD_SLOTS, BACKWARD_SLOTS = 1, 2
 
 

@@ -28,6 +28,7 @@
 #include "model.h"
 #include "optim.h"
 #include "optimizer_step.h"
+#include "preflight.h"
 #include "ring.h"
 #include "util.h"
 

@@ -46,6 +46,7 @@
 #include "model.h"
 #include "optim.h"
 #include "optimizer_step.h"
+#include "preflight.h"
 #include "tensor_parallel.h"
 #include "util.h"
 

@@ -27,6 +27,7 @@
  *
  * Usage: test_units table|views|padding|shards|ranges|norm. Prints a line per
  * check and "PASS" or "FAIL: N failures"; exit 0 when every check passes. */
+#include "config.h"
 #include "device.h"
 #include "kernels.h"
 #include "mixed.h"

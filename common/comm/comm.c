@@ -11,7 +11,6 @@
  * transport), and wait until the result is in place. */
 #include "comm.h"
 
-#include "csvlog.h"
 #include "device.h"
 #include "half.h"
 #ifdef USE_CUDA
@@ -271,24 +270,6 @@ int comm_agree(int status, const char *message, const ConfigRecord *record) {
     fflush(stderr);
     MPI_Finalize();
     exit(verdict.code);
-}
-
-void comm_parse_config(Config *cfg, int argc, char **argv, const char *program, const char *summary,
-                       const ChapterFlags *chapter) {
-    UsageTrap trap;
-    int status;
-    usage_trap_arm(&trap);
-    if (setjmp(trap.where) == 0)
-        status = config_parse_and_check(cfg, argc, argv, program, chapter);
-    else
-        status = 2;
-    usage_trap_disarm();
-    if (comm_agree(status, trap.message, &cfg->record)) {
-        if (world_group.rank == 0) config_print_help(program, summary, chapter);
-        comm_finalize();
-        exit(0);
-    }
-    watchdog_start(cfg->timeout, cfg->out, cfg->resume_step + 1); /* --timeout (watchdog.h) */
 }
 
 CommGroup *comm_world(void) {
@@ -901,26 +882,9 @@ double comm_bytes_sent(void) {
     return sent;
 }
 
-size_t comm_write_memory_csv(CommGroup *world, const char *dir) {
-    size_t peaks[SPACE_COUNT * CAT_COUNT];
-    memory_peaks_local(peaks);
-    size_t *all_peaks = xcalloc((size_t)world->size * SPACE_COUNT * CAT_COUNT, sizeof(size_t));
-    comm_gather_bytes(world, peaks, sizeof peaks, all_peaks, 0);
-    if (world->rank == 0) memory_csv_write(dir, world->size, all_peaks);
-    free(all_peaks);
-    return (size_t)comm_allreduce_double(world, (double)mem_peak_total(SPACE_DEVICE), 1);
-}
-
-void comm_slowest_times(CommGroup *g, StepRecord *rec) {
-    double times[5] = {rec->step_ms, rec->fwd_ms, rec->bwd_ms, rec->comm_ms, rec->opt_ms};
-    int entry = op_begin(g, "host_allreduce", -1, sizeof times);
+void comm_max_doubles(CommGroup *g, double *values, int count) {
+    int entry = op_begin(g, "host_allreduce", -1, (size_t)count * sizeof *values);
     if (entry == SKIP) return;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, times, 5, MPI_DOUBLE, MPI_MAX, g->mpi));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_MAX, g->mpi));
     op_end(entry);
-    watchdog_set_step(rec->step + 1); /* the flight recorder's step: the next one */
-    rec->step_ms = times[0];
-    rec->fwd_ms = times[1];
-    rec->bwd_ms = times[2];
-    rec->comm_ms = times[3];
-    rec->opt_ms = times[4];
 }

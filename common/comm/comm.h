@@ -65,8 +65,8 @@
 #ifndef COMM_H
 #define COMM_H
 
-#include "config.h"
-#include "csvlog.h"
+#include "model_config.h"
+#include "record.h"
 #include "device.h"
 
 #include <stddef.h>
@@ -105,19 +105,17 @@ CommDtype comm_dtype_of(Precision precision);
 void comm_init(int *argc, char ***argv);
 void comm_finalize(void);
 
-/* config_parse for a job of many ranks: every rank reads and checks its own
- * command line and files, then the ranks agree before any collective of
- * training. When they all pass and their configuration records (config.h)
- * are equal, the run goes on. Otherwise rank 0 prints one message and every
- * rank leaves through MPI_Finalize: --help (exit 0), the same error on every
- * rank (exit 2, printed once), an error on some ranks (exit 2, the first
- * such rank named), or records that differ (exit 2, naming the first flag
- * or file that differs, its values and which ranks have them). Items are
- * matched by name, so a flag only some ranks record (fp16's --loss-scale)
- * is named like any other, as "(none)" where absent. */
-void comm_parse_config(Config *cfg, int argc, char **argv, const char *program, const char *summary,
-                       const ChapterFlags *chapter);
-/* The agreement alone, for a program with its own command line (commbench):
+/* The ranks' agreement before any collective of training (comm_parse_config,
+ * preflight.h, and commbench with its own command line): every rank says how
+ * its checks went and sends its configuration record (record.h) to rank 0.
+ * When they all pass and the records are equal, the run goes on. Otherwise
+ * rank 0 prints one message and every rank leaves through MPI_Finalize:
+ * --help (exit 0), the same error on every rank (exit 2, printed once), an
+ * error on some ranks (exit 2, the first such rank named), or records that
+ * differ (exit 2, naming the first flag or file that differs, its values and
+ * which ranks have them). Items are matched by name, so a flag only some
+ * ranks record (fp16's --loss-scale) is named like any other, as "(none)"
+ * where absent.
  * status 0 ready, 1 --help, 2 a usage error (message); record may be NULL.
  * Returns 1 when every rank asked for --help (rank 0 prints it, then all call
  * comm_finalize), 0 to go on; any disagreement or error ends the job as above. */
@@ -186,14 +184,9 @@ int comm_all(CommGroup *g, int flag);
 void comm_gather_bytes(CommGroup *g, const void *send, size_t bytes, void *recv, int root);
 void comm_barrier(CommGroup *g);
 
-/* memory.csv for the whole job: every rank's (space, category) peaks,
- * gathered and written by rank 0 into dir. Returns the largest device peak
- * of any rank (run.csv's peak_device_bytes), on every rank. */
-size_t comm_write_memory_csv(CommGroup *world, const char *dir);
-
-/* A step's times as the slowest rank saw them (max over g of step, forward,
- * backward, communication and optimizer milliseconds): what steps.csv shows. */
-void comm_slowest_times(CommGroup *g, StepRecord *rec);
+/* values[0..count) := their maximum over g's ranks (host memory): the
+ * slowest rank's times of a step (comm_slowest_times, csvlog.h). */
+void comm_max_doubles(CommGroup *g, double *values, int count);
 
 /* Bytes this rank has sent through the collectives and point-to-point calls. */
 double comm_bytes_sent(void);

@@ -415,3 +415,42 @@ const char *fault_save_directory(const char *dir) {
 int fault_replica_rank(void) {
     return faults()->replica_rank;
 }
+
+/* ---- parsing a flag's value ---- */
+
+long parse_int_flag(const char *flag, const char *value, long lo, long hi) {
+    errno = 0;
+    char *end;
+    long v = strtol(value, &end, 10);
+    if (end == value || *end != '\0')
+        fatal(EXIT_USAGE, "%s: '%s' is not a whole number (valid: %ld..%ld)", flag, value, lo, hi);
+    if (errno == ERANGE || v < lo || v > hi)
+        fatal(EXIT_USAGE, "%s: %s is out of range (valid: %ld..%ld)", flag, value, lo, hi);
+    return v;
+}
+
+double parse_float_flag(const char *flag, const char *value, double lo, double hi) {
+    errno = 0;
+    char *end;
+    double v = strtod(value, &end);
+    if (end == value || *end != '\0' || !isfinite(v))
+        fatal(EXIT_USAGE, "%s: '%s' is not a number (valid: %g..%g)", flag, value, lo, hi);
+    if (errno == ERANGE || v < lo || v > hi)
+        fatal(EXIT_USAGE, "%s: %s is out of range (valid: %g..%g)", flag, value, lo, hi);
+    return v;
+}
+
+void parse_choice_flag(const char *flag, const char *noun, const char *value, const char *valid, char *dst,
+                       size_t size) {
+    char choices[256], listed[300] = "";
+    snprintf(choices, sizeof choices, "%s", valid);
+    int found = 0;
+    for (char *item = strtok(choices, "|"); item; item = strtok(NULL, "|")) {
+        found |= strcmp(item, value) == 0;
+        if (listed[0]) strcat(listed, ", ");
+        strncat(listed, item, sizeof listed - strlen(listed) - 1);
+    }
+    if (!found || strlen(value) >= size)
+        fatal(EXIT_USAGE, "%s: unknown %s '%s' (valid: %s)", flag, noun, value, listed);
+    snprintf(dst, size, "%s", value);
+}

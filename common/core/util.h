@@ -165,4 +165,14 @@ const char *fault_save_directory(const char *dir);
 }
 #endif
 
+/* Parsing a flag's value (config.c's rows, a chapter's own text flags such as
+ * --split): the value, or the end of the program with a message naming the
+ * flag and its valid range. */
+long parse_int_flag(const char *flag, const char *value, long lo, long hi);
+/* value must be one of `valid` ("naive|flat|overlap"); copied into dst, else
+ * "FLAG: unknown NOUN 'value' (valid: naive, flat, overlap)". */
+void parse_choice_flag(const char *flag, const char *noun, const char *value, const char *valid, char *dst,
+                       size_t size);
+double parse_float_flag(const char *flag, const char *value, double lo, double hi);
+
 #endif

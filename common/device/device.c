@@ -13,7 +13,6 @@
  * nothing, because every CPU operation is finished when its call returns. */
 #include "device.h"
 
-#include "kernels.h"
 #include "util.h"
 
 #include <errno.h>
@@ -147,8 +146,23 @@ void profile_step_end(int step) {
 #endif
 }
 
+/* What device_shutdown runs first: the kernels' workspaces (kernels.c). */
+enum { MAX_SHUTDOWN_HOOKS = 4 };
+static void (*shutdown_hooks[MAX_SHUTDOWN_HOOKS])(void);
+
+void device_on_shutdown(void (*release)(void)) {
+    for (int i = 0; i < MAX_SHUTDOWN_HOOKS; i++) {
+        if (shutdown_hooks[i] == release) return;
+        if (!shutdown_hooks[i]) {
+            shutdown_hooks[i] = release;
+            return;
+        }
+    }
+    fatal(EXIT_RUNTIME, "device_on_shutdown: more than %d functions registered", MAX_SHUTDOWN_HOOKS);
+}
+
 void device_shutdown(void) {
-    ops()->release_workspaces();
+    for (int i = 0; i < MAX_SHUTDOWN_HOOKS && shutdown_hooks[i]; i++) shutdown_hooks[i]();
 #ifdef USE_CUDA
     if (active_backend == BACKEND_CUDA) cuda_shutdown();
 #endif
@@ -161,13 +175,6 @@ void device_bind_thread(void) {
 }
 const char *device_name(void) {
     return active_name;
-}
-
-const KernelOps *ops(void) {
-#ifdef USE_CUDA
-    if (active_backend == BACKEND_CUDA) return &kernels_cuda;
-#endif
-    return &kernels_cpu;
 }
 
 void device_set_limit(size_t bytes) {

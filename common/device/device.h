@@ -54,6 +54,11 @@ Backend device_backend(void);
  * backend's on-demand workspaces and the cuBLAS handle, so that a leak check
  * (compute-sanitizer --leak-check full) finds nothing left. */
 void device_shutdown(void);
+/* Register a function device_shutdown calls first, to free memory that a
+ * layer above grew on demand (the kernels' workspaces: kernels.c registers
+ * theirs on first use). The device layer knows nothing of the kernels; this
+ * is how it frees what they hold. Registering twice is harmless. */
+void device_on_shutdown(void (*release)(void));
 /* Make the chosen GPU current for the calling thread too (CUDA keeps the
  * current device per host thread); a thread that touches device buffers
  * calls this first. No-op on the CPU. */

@@ -1,14 +1,12 @@
 /* layer_split.c: see layer_split.h. */
 #include "layer_split.h"
 
-#include "config.h"
+#include "model_config.h"
 #include "util.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-#define MAX_LAYERS 256
 
 void layer_split_parse(const char *text, int stages, int layers, int *blocks) {
     char copy[1024];

@@ -165,14 +165,14 @@ void half_fault_overflow(uint16_t *grads, HalfFormat format, int step) {
 
 /* ---- loss scaling ---- */
 
-void loss_scaler_init(LossScaler *ls, const Config *cfg) {
+void loss_scaler_start(LossScaler *ls, Precision precision, float fixed_scale, int window) {
     memset(ls, 0, sizeof *ls);
     ls->scale = 1.0f;
-    if (cfg->precision != PRECISION_FP16) return;
+    if (precision != PRECISION_FP16) return;
     ls->skips = 1;
-    ls->dynamic = cfg->loss_scale == 0.0f;
-    ls->scale = ls->dynamic ? INITIAL_LOSS_SCALE : cfg->loss_scale;
-    ls->window = cfg->loss_scale_window;
+    ls->dynamic = fixed_scale == 0.0f;
+    ls->scale = ls->dynamic ? INITIAL_LOSS_SCALE : fixed_scale;
+    ls->window = window;
 }
 
 int loss_scaler_update(LossScaler *ls, int finite) {

@@ -62,9 +62,9 @@
 #ifndef MIXED_H
 #define MIXED_H
 
-#include "config.h"
 #include "half.h"
 #include "model.h"
+#include "model_config.h"
 #include "optim.h"
 
 #include <stddef.h>
@@ -149,9 +149,11 @@ typedef struct {
     int clean_steps; /* clean steps since the last change */
 } LossScaler;
 
-/* fp32 and bf16: scale 1, never skips. fp16: --loss-scale, dynamic from
- * 2^16 (PyTorch's GradScaler starts there too) by default. */
-void loss_scaler_init(LossScaler *ls, const Config *cfg);
+/* fp32 and bf16: scale 1, never skips. fp16: fixed_scale (--loss-scale), or
+ * 0 for dynamic from 2^16 (PyTorch's GradScaler starts there too, the
+ * default), doubling after `window` clean steps. (loss_scaler_init, config.h,
+ * starts it from the command line.) */
+void loss_scaler_start(LossScaler *ls, Precision precision, float fixed_scale, int window);
 /* After a step's gradients: finite says whether all of them are. Returns 1
  * when the step must be skipped; updates the scale for the next step. The
  * rule (fp16; fp32 and bf16 never skip): gradients that are not finite skip

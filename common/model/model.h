@@ -18,8 +18,8 @@
 #ifndef MODEL_H
 #define MODEL_H
 
-#include "config.h"
 #include "half.h"
+#include "model_config.h"
 #include "param_table.h"
 
 #include <stddef.h>

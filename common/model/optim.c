@@ -21,28 +21,19 @@ void adamw_destroy(AdamW *opt) {
     opt->m = opt->v = NULL;
 }
 
-OptimHyper optim_hyper(const Config *cfg, int step) {
-    return (OptimHyper){.lr = lr_at_step(cfg, step),
-                        .beta1 = cfg->beta1,
-                        .beta2 = cfg->beta2,
-                        .eps = cfg->eps,
-                        .weight_decay = cfg->wd,
-                        .clip = cfg->clip};
-}
-
 void adamw_step(AdamW *opt, float *params, const float *grads, float grad_scale, const OptimHyper *h) {
     opt->t++;
     ops()->adamw_update(params, grads, opt->m, opt->v, opt->n, h->lr, h->beta1, h->beta2, h->eps,
                         h->weight_decay, grad_scale, opt->t);
 }
 
-float lr_at_step(const Config *cfg, int step) {
-    if (step < cfg->warmup) return cfg->lr * (float)(step + 1) / (float)cfg->warmup;
-    float min_lr = cfg->lr / 10.0f;
-    int decay_steps = cfg->steps - cfg->warmup;
+float lr_at_step(const LrSchedule *s, int step) {
+    if (step < s->warmup) return s->lr * (float)(step + 1) / (float)s->warmup;
+    float min_lr = s->lr / 10.0f;
+    int decay_steps = s->steps - s->warmup;
     if (decay_steps <= 1) return min_lr; /* a single step after warm-up is the last one */
-    float progress = (float)(step - cfg->warmup) / (float)(decay_steps - 1); /* 0 .. 1 */
-    return min_lr + 0.5f * (cfg->lr - min_lr) * (1.0f + cosf((float)M_PI * progress));
+    float progress = (float)(step - s->warmup) / (float)(decay_steps - 1); /* 0 .. 1 */
+    return min_lr + 0.5f * (s->lr - min_lr) * (1.0f + cosf((float)M_PI * progress));
 }
 
 float clip_scale(float clip, double norm) {

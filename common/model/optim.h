@@ -7,7 +7,6 @@
 #ifndef OPTIM_H
 #define OPTIM_H
 
-#include "config.h"
 
 #include <stddef.h>
 
@@ -29,15 +28,19 @@ typedef struct {
     float clip;              /* the global gradient norm is clipped to this; 0: not clipped */
 } OptimHyper;
 
-/* The hyperparameters of step `step` (0-based) of the run cfg describes. */
-OptimHyper optim_hyper(const Config *cfg, int step);
-
 /* One update of params[0..n) from grads[0..n) (scaled by grad_scale). */
 void adamw_step(AdamW *opt, float *params, const float *grads, float grad_scale, const OptimHyper *h);
 
+/* The learning-rate schedule of a run: --lr, --warmup, --steps. */
+typedef struct {
+    float lr;   /* the peak rate */
+    int warmup; /* linear warm-up steps */
+    int steps;  /* the whole run: the cosine ends at the last one */
+} LrSchedule;
+
 /* Learning rate for step s (0-based): linear warm-up from lr/warmup to lr over
  * `warmup` steps, then cosine decay to lr/10 at the last step. */
-float lr_at_step(const Config *cfg, int step);
+float lr_at_step(const LrSchedule *schedule, int step);
 
 /* End the run with EXIT_DIVERGED and a clear message if the loss of `step`
  * (1-based) is not finite. For testing that path, the environment variable

@@ -47,7 +47,7 @@
 #ifndef PARAM_TABLE_H
 #define PARAM_TABLE_H
 
-#include "config.h"
+#include "model_config.h"
 
 #include <stddef.h>
 #include <stdint.h>

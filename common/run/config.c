@@ -1,8 +1,6 @@
 /* config.c: the shared command line (see config.h). */
 #include "config.h"
 
-#include "checkpoint.h"
-#include "csvlog.h"
 #include "data.h"
 #include "device.h"
 #include "model.h"
@@ -37,43 +35,6 @@ int model_preset(ModelConfig *m, const char *name) {
     return -1;
 }
 
-long parse_int_flag(const char *flag, const char *value, long lo, long hi) {
-    errno = 0;
-    char *end;
-    long v = strtol(value, &end, 10);
-    if (end == value || *end != '\0')
-        fatal(EXIT_USAGE, "%s: '%s' is not a whole number (valid: %ld..%ld)", flag, value, lo, hi);
-    if (errno == ERANGE || v < lo || v > hi)
-        fatal(EXIT_USAGE, "%s: %s is out of range (valid: %ld..%ld)", flag, value, lo, hi);
-    return v;
-}
-
-double parse_float_flag(const char *flag, const char *value, double lo, double hi) {
-    errno = 0;
-    char *end;
-    double v = strtod(value, &end);
-    if (end == value || *end != '\0' || !isfinite(v))
-        fatal(EXIT_USAGE, "%s: '%s' is not a number (valid: %g..%g)", flag, value, lo, hi);
-    if (errno == ERANGE || v < lo || v > hi)
-        fatal(EXIT_USAGE, "%s: %s is out of range (valid: %g..%g)", flag, value, lo, hi);
-    return v;
-}
-
-void parse_choice_flag(const char *flag, const char *noun, const char *value, const char *valid, char *dst,
-                       size_t size) {
-    char choices[256], listed[300] = "";
-    snprintf(choices, sizeof choices, "%s", valid);
-    int found = 0;
-    for (char *item = strtok(choices, "|"); item; item = strtok(NULL, "|")) {
-        found |= strcmp(item, value) == 0;
-        if (listed[0]) strcat(listed, ", ");
-        strncat(listed, item, sizeof listed - strlen(listed) - 1);
-    }
-    if (!found || strlen(value) >= size)
-        fatal(EXIT_USAGE, "%s: unknown %s '%s' (valid: %s)", flag, noun, value, listed);
-    snprintf(dst, size, "%s", value);
-}
-
 const char *default_data_path(void) {
     /* The executable is NN_name/train; the corpus is course.md one level up. */
     static char path[PATH_BYTES];
@@ -91,11 +52,6 @@ const char *default_data_path(void) {
     }
     snprintf(path, sizeof path, "course.md");
     return path;
-}
-
-const char *precision_name(Precision p) {
-    static const char *names[] = {"fp32", "bf16", "fp16"};
-    return p >= PRECISION_FP32 && p <= PRECISION_FP16 ? names[p] : "?";
 }
 
 /* A fixed loss scale is at most 2^24: the loss times it stays far from fp32's range. */
@@ -538,25 +494,6 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
     return 0;
 }
 
-/* ---- the configuration record ---- */
-
-void config_record_add(ConfigRecord *r, const char *name, const char *fmt, ...) {
-    if (r->count == CONFIG_MAX_ITEMS) fatal(EXIT_RUNTIME, "configuration record full at %s", name);
-    ConfigItem *item = &r->items[r->count++];
-    snprintf(item->name, sizeof item->name, "%s", name);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(item->value, sizeof item->value, fmt, ap);
-    va_end(ap);
-}
-
-uint64_t config_record_digest(const ConfigRecord *r) {
-    uint64_t h = hash64((uint64_t)r->count);
-    for (int i = 0; i < r->count; i++)
-        h = hash64(h ^ hash_string(r->items[i].name) ^ hash64(hash_string(r->items[i].value)));
-    return h;
-}
-
 /* The record: the build, then every flag a program takes, in the rows' order. */
 static void record_rows(ConfigRecord *r, const Flag *rows, const void *base, const Config *c,
                         int multi_rank) {
@@ -583,80 +520,24 @@ static void record_flags(Config *c, const ChapterFlags *chapter) {
     r->flag_items = r->count;
 }
 
-/* OpenMP reads OMP_NUM_THREADS itself; absurd values crash it (100000 threads
- * segfault in libgomp), so refuse them with a message first. */
-#define MAX_THREADS 1024
-static void check_thread_count(void) {
-    const char *text = getenv("OMP_NUM_THREADS");
-    if (!text || !text[0]) return;
-    char *end;
-    errno = 0;
-    long threads = strtol(text, &end, 10); /* the first of a nested list "4,2" */
-    if (end == text || (*end && *end != ',') || errno || threads < 1 || threads > MAX_THREADS)
-        fatal(EXIT_USAGE, "OMP_NUM_THREADS=%s is not a thread count this program can use (valid: 1..%d)",
-              text, MAX_THREADS);
-}
-
-/* Refuse up front a model that cannot fit this machine's memory, before
- * initialisation grows towards it: one whole replica's parameters, gradients
- * and Adam moments (16 bytes a parameter), one micro-batch's activations and
- * the host copy the weights are initialised in (4 bytes a parameter). With
- * --device cuda only that host copy lives here; the GPU checks its own. */
-static void check_memory(const Config *c) {
-    ParamTable table;
-    param_table_build(&table, &c->model);
-    size_t params = table.num_params;
-    param_table_free(&table);
-    int B = c->batch / c->micro, T = c->model.seq;
-    double on_device = 16.0 * params + (double)scratch_bytes(&c->model, B, T) +
-                       (double)(c->recompute ? activation_bytes_recompute(&c->model, B, T)
-                                             : activation_bytes(&c->model, B, T));
-    double host = 4.0 * params + (strcmp(c->device, "cuda") == 0 ? 0.0 : on_device);
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    double physical = pages > 0 && page > 0 ? (double)pages * page : 1e30;
-    if (host > physical)
-        fatal(EXIT_USAGE,
-              "the model needs about %.1f GiB of host memory (%zu parameters x 20 bytes, plus activations), "
-              "more than this machine's %.1f GiB (valid: a smaller --dmodel, --layers, --seq or batch)",
-              host / 1073741824.0, params, physical / 1073741824.0);
-}
-
-/* The files: the data, the checkpoint to resume from, the save path and the
- * output directory, each checked, their identities recorded. */
-static void check_files(Config *c, const char *program) {
-    ConfigRecord *r = &c->record;
-    size_t data_bytes;
-    uint64_t data_checksum;
-    data_identify(c->data, c->model.seq, &data_bytes, &data_checksum);
-    config_record_add(r, "data", "%zu bytes, checksum %016llx", data_bytes,
-                      (unsigned long long)data_checksum);
-    if (c->resume[0]) {
-        checkpoint_check(c->resume, c, &c->resume_step, &c->resume_checksum);
-        config_record_add(r, "checkpoint", "step %d, checksum %016llx", c->resume_step,
-                          (unsigned long long)c->resume_checksum);
-    }
-    if (c->save[0]) checkpoint_check_save_path(c);
-    c->out_mode = out_dir_check(c, program);
-}
-
-int config_parse_and_check(Config *c, int argc, char **argv, const char *program,
-                           const ChapterFlags *chapter) {
+int config_read(Config *c, int argc, char **argv, const char *program, const ChapterFlags *chapter) {
     if (read_flags(c, argc, argv, program, chapter)) return 1;
     if (chapter && chapter->effective) chapter->effective(chapter->values);
     record_flags(c, chapter);
-    check_thread_count();
-    fault_check_environment();    /* the tests' COURSE_FAULT_* variables (util.h) */
-    interrupt_handlers_install(); /* Ctrl-C: a message, no temporary files left (util.h) */
-    if (chapter && chapter->check) chapter->check(c, chapter->values);
-    check_memory(c);
-    check_files(c, program);
     return 0;
 }
 
-void config_parse(Config *c, int argc, char **argv, const char *program, const char *summary,
-                  const ChapterFlags *chapter) {
-    if (config_parse_and_check(c, argc, argv, program, chapter)) {
-        config_print_help(program, summary, chapter);
-        exit(0);
-    }
+/* ---- what the layers below read of the configuration ---- */
+
+OptimHyper optim_hyper(const Config *cfg, int step) {
+    return (OptimHyper){.lr = lr_at_step(&(LrSchedule){cfg->lr, cfg->warmup, cfg->steps}, step),
+                        .beta1 = cfg->beta1,
+                        .beta2 = cfg->beta2,
+                        .eps = cfg->eps,
+                        .weight_decay = cfg->wd,
+                        .clip = cfg->clip};
+}
+
+void loss_scaler_init(LossScaler *ls, const Config *cfg) {
+    loss_scaler_start(ls, cfg->precision, cfg->loss_scale, cfg->loss_scale_window);
 }

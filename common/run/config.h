@@ -7,50 +7,15 @@
 #ifndef CONFIG_H
 #define CONFIG_H
 
+#include "mixed.h"
+#include "model_config.h"
+#include "optim.h"
+#include "record.h"
 #include "util.h"
 
 #include <getopt.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* The largest --layers (fixed-size per-stage arrays such as blocks[] rely on
- * it) and the largest --vocab. */
-enum { MAX_LAYERS = 256, MAX_VOCAB = 1048576 };
-
-/* Model shape: everything needed to build the same GPT anywhere. */
-typedef struct {
-    int layers; /* L */
-    int dmodel; /* C */
-    int heads;  /* NH */
-    int seq;    /* T: maximum sequence length (wpe rows) and training length */
-    int vocab;  /* V: 256 for bytes; more is allowed (unused rows) */
-} ModelConfig;
-
-/* The effective configuration, as (name, value) text: every flag with its
- * value (defaults included), the identity of every file the run reads (the
- * data's size and checksum, the checkpoint's step and checksum) and the build.
- * Ranks compare theirs before any collective of training (comm_parse_config),
- * and a run directory records the one that wrote it (run-info.txt). */
-#define CONFIG_MAX_ITEMS 64
-typedef struct {
-    char name[32];
-    char value[224];
-} ConfigItem;
-typedef struct {
-    int count;
-    int flag_items; /* items[0..flag_items) are the flags, the rest the files' identities */
-    ConfigItem items[CONFIG_MAX_ITEMS];
-} ConfigRecord;
-void config_record_add(ConfigRecord *r, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* One 64-bit digest of the whole record. */
-uint64_t config_record_digest(const ConfigRecord *r);
-
-/* --precision: what the parameters and gradients are stored in. fp32 is the
- * course's reference; bf16 and fp16 are mixed precision (mixed.h): 16-bit
- * parameters and gradients, fp32 master weights and AdamW moments. */
-typedef enum { PRECISION_FP32 = 0, PRECISION_BF16, PRECISION_FP16 } Precision;
-const char *precision_name(Precision p); /* "fp32", "bf16", "fp16" */
 
 /* What a run does with --out when it already holds files (see csvlog.h). */
 typedef enum { OUT_NEW, OUT_REPLACE, OUT_APPEND } OutMode;
@@ -162,32 +127,23 @@ typedef struct {
  * for a default that is fine but a value given that is refused. */
 int flag_given(const Config *cfg, const char *name);
 
-/* Everything a run checks before it builds anything, in one call: fill cfg
- * from argv, check every value and every combination, and check the files
- * (the data, the checkpoint to resume, the save path, the output directory),
- * recording all of it in cfg->record. program: e.g. "01_single_gpu/train";
- * summary: one line saying what the program teaches. Exits 0 after --help,
- * EXIT_USAGE on errors. Multi-rank programs call comm_parse_config instead. */
-void config_parse(Config *cfg, int argc, char **argv, const char *program, const char *summary,
-                  const ChapterFlags *chapter);
-/* The same as two steps, for comm_parse_config: returns 1 when --help was
- * asked for (nothing else is done then), 0 after every check passed; errors
- * go through fatal(EXIT_USAGE). */
-int config_parse_and_check(Config *cfg, int argc, char **argv, const char *program,
-                           const ChapterFlags *chapter);
+/* Fill cfg from argv and check every value and every combination of flags,
+ * recording the flags in cfg->record; returns 1 when --help was asked for
+ * (nothing else is read then). Errors go through fatal(EXIT_USAGE). The
+ * files and the machine are checked after this, by preflight.h. */
+int config_read(Config *cfg, int argc, char **argv, const char *program, const ChapterFlags *chapter);
 /* --help, from the rows; resets the chapter's values to their defaults. */
 void config_print_help(const char *program, const char *summary, const ChapterFlags *chapter);
 
+/* What the layers below read of the configuration, as their own narrow
+ * structs: the optimizer's hyperparameters of step `step` (0-based; its
+ * learning rate from lr_at_step, optim.h), and the fp16 loss scaler's start
+ * (mixed.h: off unless --precision fp16; --loss-scale, its window). */
+OptimHyper optim_hyper(const Config *cfg, int step);
+void loss_scaler_init(LossScaler *ls, const Config *cfg);
+
 /* Apply a preset by name; returns -1 when unknown. */
 int model_preset(ModelConfig *m, const char *name);
-
-/* Helpers for chapters' own flags: parse or end with a clear message. */
-long parse_int_flag(const char *flag, const char *value, long lo, long hi);
-/* value must be one of `valid` ("naive|flat|overlap"); copied into dst, else
- * "FLAG: unknown NOUN 'value' (valid: naive, flat, overlap)". */
-void parse_choice_flag(const char *flag, const char *noun, const char *value, const char *valid, char *dst,
-                       size_t size);
-double parse_float_flag(const char *flag, const char *value, double lo, double hi);
 
 /* The shipped default corpus (course.md at the repository root, found from the
  * executable's location). */

@@ -92,6 +92,17 @@ void memory_csv_write(const char *dir, int nranks, const size_t *peaks);
 /* This process's peaks in the layout memory_csv_write expects (SPACE_COUNT*CAT_COUNT). */
 void memory_peaks_local(size_t *peaks);
 
+/* The logs of a job of many ranks (csvlog_ranks.c, linked by the programs
+ * that use MPI). memory.csv for the whole job: every rank's (space,
+ * category) peaks, gathered and written by rank 0 into dir; returns the
+ * largest device peak of any rank (run.csv's peak_device_bytes), on every
+ * rank. And a step's times as the slowest rank saw them (max over g of
+ * step, forward, backward, communication and optimizer milliseconds): what
+ * steps.csv shows. */
+typedef struct CommGroup CommGroup;
+size_t comm_write_memory_csv(CommGroup *world, const char *dir);
+void comm_slowest_times(CommGroup *g, StepRecord *rec);
+
 /* A summary of a run of `steps` steps whose times are step_ms[0..steps)
  * (reordered): the model and batch from cfg, the device, the median step
  * time and tokens/s derived from it; one device, no parallelism. Chapters

@@ -157,7 +157,7 @@ EOF
 }
 
 @test "the formats drawing's numbers follow from the bit counts as half.h's table says" {
-    run python3 -c "import sys; sys.path.insert(0, '$REPO/common'); import concepts
+    run python3 -c "import sys; sys.path.insert(0, '$REPO/common/python'); import concepts
 for name, e, m in concepts.FORMATS: print(name, *('%.4g' % x for x in concepts.format_numbers(e, m)))"
     assert_success
     assert_line "fp32 3.403e+38 1.175e-38 1.401e-45 1.192e-07"
@@ -183,7 +183,7 @@ for name, e, m in concepts.FORMATS: print(name, *('%.4g' % x for x in concepts.f
 }
 
 @test "the breakdown's parts add up to the median step time, with 'other' for the rest" {
-    run "$(plot_python)" - "$REPO/common" <<'PY'
+    run "$(plot_python)" - "$REPO/common/python" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1])
 import plot

@@ -43,7 +43,7 @@ def measure():
     """{grader id: set of other exercise ids its runs reach}."""
     with tempfile.TemporaryDirectory(prefix="exercise-deps-") as tmp:
         copy = os.path.join(tmp, "copy")
-        r = run([sys.executable, os.path.join(REPO, "common", "exercises.py"), copy, "--trace"])
+        r = run([sys.executable, os.path.join(REPO, "common", "python", "exercises.py"), copy, "--trace"])
         if r.returncode:
             sys.exit(f"exercise_deps.py: making the traced copy failed:\n{r.stderr}")
         r = run(["make", "-C", copy, "--no-print-directory", "-j2", "CUDA=0", "OPT=-O1", "all"])

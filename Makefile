@@ -13,7 +13,12 @@ CC ?= gcc
 OPT ?= -O3 -march=x86-64-v2
 # -fno-trapping-math lets gcc vectorise float->int conversions (the GELU's exp), -fno-math-errno
 # loops that call sqrtf (AdamW); neither changes a result.
-CFLAGS := $(OPT) -g -std=gnu11 -fopenmp -fno-trapping-math -fno-math-errno -Wall -Wextra -Werror -Icommon -MMD -MP
+# common/ is layered (common/README.md): core < device < kernels < model < comm < run. Every
+# layer's folder is on the include path, so a file names a header by its name alone;
+# tests/layers.bats keeps each include pointing down the layers.
+COMMON_LAYERS := core device kernels model comm run
+COMMON_INCLUDES := $(COMMON_LAYERS:%=-Icommon/%)
+CFLAGS := $(OPT) -g -std=gnu11 -fopenmp -fno-trapping-math -fno-math-errno -Wall -Wextra -Werror $(COMMON_INCLUDES) -MMD -MP
 # Prefer Debian's OpenMP build of OpenBLAS: it shares our OpenMP thread pool,
 # where the default pthread build fights it for the cores.
 OPENBLAS_OMP_DIR := $(wildcard /usr/lib/$(shell gcc -print-multiarch 2>/dev/null)/openblas-openmp)
@@ -61,17 +66,17 @@ endif
 endif
 
 NVCC_ARCHS ?= 80 90
-NVCCFLAGS := -O3 -std=c++17 -Icommon -DUSE_CUDA --compiler-options -Wall,-Wextra,-Werror -Werror all-warnings \
+NVCCFLAGS := -O3 -std=c++17 $(COMMON_INCLUDES) -DUSE_CUDA --compiler-options -Wall,-Wextra,-Werror -Werror all-warnings \
              $(foreach a,$(NVCC_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
              -gencode arch=compute_$(lastword $(NVCC_ARCHS)),code=compute_$(lastword $(NVCC_ARCHS))
 
-# Communication (common/comm.c, ring.c, grid.c, bucketed.c, optimizer_agree.c) needs MPI; without it chapters 02-06 are not built.
-MPI_SOURCES := common/comm.c common/ring.c common/grid.c common/bucketed.c common/checkpoint_sharded.c \
-               common/watchdog.c common/optimizer_agree.c
+# Communication (common/comm/, and the run layer's *_ranks.c and checkpoint_sharded.c) needs MPI; without it chapters 02-06 are not built.
+MPI_SOURCES := $(wildcard common/comm/*.c $(addprefix common/run/,checkpoint_sharded.c preflight_ranks.c csvlog_ranks.c))
 MPI_CFLAGS := $(if $(MPICC),$(shell $(MPICC) --showme:compile 2>/dev/null))
 MPI_LIBS := $(if $(MPICC),$(shell $(MPICC) --showme:link 2>/dev/null))
-COMMON_C := $(if $(MPICC),$(wildcard common/*.c),$(filter-out $(MPI_SOURCES),$(wildcard common/*.c)))
-COMMON_CU := $(if $(USE_CUDA),$(wildcard common/*.cu))
+LAYER_C := $(foreach l,$(COMMON_LAYERS),$(wildcard common/$(l)/*.c))
+COMMON_C := $(if $(MPICC),$(LAYER_C),$(filter-out $(MPI_SOURCES),$(LAYER_C)))
+COMMON_CU := $(if $(USE_CUDA),$(foreach l,$(COMMON_LAYERS),$(wildcard common/$(l)/*.cu)))
 # A student copy (make exercises) has stubs that leave parameters unused
 # (nvcc: in host code through gcc, and 177/550, a kernel not launched yet).
 ifneq ($(wildcard .student),)
@@ -122,7 +127,7 @@ help:
 	@echo "make test       install missing packages, build, run the whole test suite (Bats)"
 	@echo "make test-gpu   only the CPU/CUDA parity tests; fails when no GPU is visible"
 	@echo "make gpu-check  every check only a GPU can do, with a dated report in common/bench_results"
-	@echo "                (GPU_CHECK_ONLY=part1 or part2 for one half; common/gpu_check.sh --list shows them)"
+	@echo "                (GPU_CHECK_ONLY=part1 or part2 for one half; common/scripts/gpu_check.sh --list shows them)"
 	@echo "make demo       install missing packages, build, run the chapters, draw plots in runs/plots"
 	@echo "make bench      benchmarks (and PyTorch comparison when importable) into runs/bench"
 	@echo "make grade      grade the exercises (tests/grade) and print a score table"
@@ -160,7 +165,7 @@ $(1)/train: $(patsubst %.c,$(BUILD)/%.o,$(filter-out %bench.c,$(wildcard $(1)/*.
 endef
 $(foreach d,$(CHAPTER_DIRS:%/=%),$(eval $(call PROGRAM_RULE,$(d))))
 $(BENCH_SOURCES:%.c=%): %: $(BUILD)/%.o $(LIBCOMMON)
-	$(CC) -o $@ $^ $(call program_libs,$@)
+	$(CC) -o $@ $(filter %.o,$^) $(LIBCOMMON) $(call program_libs,$@)
 $(TOOLS): common/%: $(BUILD)/common/tools/%.o $(LIBCOMMON)
 	$(CC) -o $@ $^ $(LDLIBS)
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
@@ -168,6 +173,9 @@ $(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/05_zero/%.o $(BUILD)/06_offload/%.o: CFLAGS += -I04_pipeline
 $(BUILD)/tests/test_comm.o $(BUILD)/tests/test_tensor_parallel.o $(BUILD)/tests/test_grid.o: CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/tests/test_tensor_parallel: $(BUILD)/03_model_parallel/tensor_parallel.o
+# Chapter 02's own collectives (the ring all-reduce, the bucketed worker) serve its benchmark and test_comm.
+02_data_parallel/commbench $(BUILD)/tests/test_comm: $(BUILD)/02_data_parallel/ring.o $(BUILD)/02_data_parallel/bucketed.o
+$(BUILD)/tests/test_comm.o: CFLAGS += -I02_data_parallel
 $(BUILD)/tests/test_schedule: $(BUILD)/04_pipeline/schedule.o
 # Chapter 06's CPU AdamW: its vector paths equal the kernel table's AdamW bit for bit only
 # if no multiply and add are fused into an FMA (cpu_adam.c says why).
@@ -178,7 +186,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBCOMMON)
 	$(CC) -o $@ $(filter %.o,$^) $(LIBCOMMON) $(if $(filter test_comm% test_tensor_parallel test_grid,$*),$(MPI_LIBS)) $(LDLIBS)
 
 deps:
-	@common/install-deps.sh
+	@common/scripts/install-deps.sh
 
 test: deps
 	@$(MAKE) --no-print-directory all
@@ -188,29 +196,29 @@ test-gpu: deps
 	@$(MAKE) --no-print-directory all
 	@REQUIRE_GPU=1 bats tests/parity.bats
 
-# Everything only a GPU can check (common/gpu_check.sh says what and why), without
+# Everything only a GPU can check (common/scripts/gpu_check.sh says what and why), without
 # install-deps.sh: it runs offline on a lent GPU machine. Refuses at once, before
 # building, when no GPU is visible.
 gpu-check:
-	@common/gpu_check.sh --probe
+	@common/scripts/gpu_check.sh --probe
 	@$(MAKE) --no-print-directory all
-	@common/gpu_check.sh
+	@common/scripts/gpu_check.sh
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	@common/demo.sh
+	@common/scripts/demo.sh
 
 bench: deps
 	@$(MAKE) --no-print-directory all
-	@common/bench.sh
+	@common/scripts/bench.sh
 
 grade: deps
 	@$(MAKE) --no-print-directory all
-	@common/grade.sh
+	@common/scripts/grade.sh
 
 exercises:
 	@test -n "$(DEST)" || { echo "usage: make exercises DEST=dir [ONLY=01.1,01.2]" >&2; exit 2; }
-	@python3 common/exercises.py "$(DEST)" $(if $(ONLY),--only "$(ONLY)")
+	@python3 common/python/exercises.py "$(DEST)" $(if $(ONLY),--only "$(ONLY)")
 
 clean:
 	rm -rf $(BUILD) $(PROGRAMS)

@@ -21,6 +21,7 @@
 #include "model.h"
 #include "optim.h"
 #include "optimizer_step.h"
+#include "preflight.h"
 #include "util.h"
 
 #include <math.h>

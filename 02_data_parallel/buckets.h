@@ -6,7 +6,7 @@
  * contiguous buckets of about --bucket-mb, at tensor boundaries. A bucket is
  * ready once every layer it holds is done: that is this chapter's launch
  * rule (buckets_layer_done). Ready buckets go, in order, to a bucketed
- * all-reduce (common/bucketed.h), whose worker thread all-reduces them while
+ * all-reduce (02_data_parallel/bucketed.h), whose worker thread all-reduces them while
  * the main thread computes the gradients of earlier layers. On a GPU,
  * launching a bucket records an event on the compute stream right after
  * the kernels of the layer that completed it, and NCCL (on the

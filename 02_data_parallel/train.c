@@ -12,7 +12,7 @@
  *   gradient norm -> clip -> AdamW update -> log (slowest rank's times)
  *
  * The all-reduce is the library's (MPI, NCCL) or the course's own ring
- * (--allreduce ring, common/ring.c). With --precision bf16|fp16 (mixed.h)
+ * (--allreduce ring, 02_data_parallel/ring.c). With --precision bf16|fp16 (mixed.h)
  * the gradients are 16 bits and so is their all-reduce, either one: half
  * the bytes. */
 #include "buckets.h"
@@ -28,6 +28,7 @@
 #include "model.h"
 #include "optim.h"
 #include "optimizer_step.h"
+#include "preflight.h"
 #include "ring.h"
 #include "util.h"
 

@@ -46,6 +46,7 @@
 #include "model.h"
 #include "optim.h"
 #include "optimizer_step.h"
+#include "preflight.h"
 #include "tensor_parallel.h"
 #include "util.h"
 
@@ -249,7 +250,7 @@ static double evaluate_split(ModelParallel *p, const Dataset *data, const Config
     return comm_allreduce_double(comm_world(), loss_sum, 0) / ((double)cfg->eval_batches * cfg->batch * T);
 }
 
-/* A text sample, as sample_text (common/evaluate.c) writes it, from the split
+/* A text sample, as sample_text (common/run/evaluate.c) writes it, from the split
  * model: forward passes of one sequence; the logits are on the last stage
  * (layer split) or on every rank (tensor), and every stage needs each new
  * byte for the next context. */
@@ -341,7 +342,7 @@ int main(int argc, char **argv) {
         if (mpf.split[0])
             layer_split_parse(mpf.split, mp_size, L, blocks); /* --split 3,3 */
         else
-            layer_split_balanced(&table, mp_size, blocks); /* balance the parameters (common/layer_split.c) */
+            layer_split_balanced(&table, mp_size, blocks); /* balance the parameters (common/model/layer_split.c) */
         layer_split_range(blocks, par.stage, &par.first_block, &par.last_block);
         int first_unit, last_unit; /* the embedding on stage 0, the head on the last (layer_split.h) */
         layer_split_units(par.first_block, par.last_block, par.stage, par.stages, L, &first_unit, &last_unit);

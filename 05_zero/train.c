@@ -26,6 +26,7 @@
 #include "mixed.h"
 #include "model.h"
 #include "optim.h"
+#include "preflight.h"
 #include "util.h"
 #include "zero.h"
 

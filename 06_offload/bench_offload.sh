@@ -40,7 +40,7 @@
 #                        its extremes; relative = median / the median of the
 #                        baseline with the same ranks (01 on 1 rank, 04 on 4)
 #   offload.png          the medians with min..max bars and each run's peak
-#                        device MiB (common/plot.py --offload-bench)
+#                        device MiB (common/python/plot.py --offload-bench)
 #
 # Settings (environment): BENCH_REPEATS (3), BENCH_MODEL (small), BENCH_BATCH (8),
 # BENCH_MICRO (2), BENCH_STEPS (8), BENCH_PRECISION (bf16), BENCH_DEVICE (cpu),
@@ -144,6 +144,6 @@ plot_python=python3
 for candidate in python3 /usr/bin/python3; do
     if "$candidate" -c 'import matplotlib' 2>/dev/null; then plot_python="$candidate" && break; fi
 done
-"$plot_python" common/plot.py --offload-bench "$out/offload_summary.csv" --out "$out" ||
-    echo "bench_offload: no plot (common/plot.py needs matplotlib)"
+"$plot_python" common/python/plot.py --offload-bench "$out/offload_summary.csv" --out "$out" ||
+    echo "bench_offload: no plot (common/python/plot.py needs matplotlib)"
 echo "bench_offload: done; see $csv and $out/offload_summary.csv"

@@ -22,7 +22,7 @@ since more might fit. A budget that fits not even one layer is an answer
 that cannot be written, is an error (one line; exit 2, or 1 for --out).
 
 Writes capacity.csv (budget_bytes,program,precision,layers,dmodel,params,
-peak_device_bytes,peak_host_bytes,at_cap) into --out; `python3 common/plot.py
+peak_device_bytes,peak_host_bytes,at_cap) into --out; `python3 common/python/plot.py
 --capacity CSV` draws it.
 """
 import argparse

@@ -33,6 +33,7 @@
 #include "optim.h"
 #include "optimizer_step.h"
 #include "pipeline.h"
+#include "preflight.h"
 #include "schedule.h"
 #include "util.h"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Checkpoints (common/checkpoint.h): one layout-independent format for every
+# Checkpoints (common/run/checkpoint.h): one layout-independent format for every
 # chapter. A checkpoint saved at step 3 by any chapter and layout resumes in
 # any other, and the resumed steps 4-6 give the uninterrupted single-device
 # run's losses (fp32: within 1e-5; bit for bit where the layout is the same).

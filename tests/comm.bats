@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
-# comm.bats: the bucketed collective (common/bucketed.c) and the element
-# types of common/comm.h (build/tests/test_comm). The plain collectives and
+# comm.bats: the bucketed collective (02_data_parallel/bucketed.c) and the element
+# types of common/comm/comm.h (build/tests/test_comm). The plain collectives and
 # the ring are checked in data_parallel.bats.
 
 load helpers

@@ -20,7 +20,7 @@ setup_file() {
 plan() {
     local cores="$1"
     shift
-    (cd "$REPO" && env "$@" DEMO_DRY_RUN=1 DEMO_REPEATS=1 DEMO_CORES="$cores" common/demo.sh) | sed -n 's/^plan: //p'
+    (cd "$REPO" && env "$@" DEMO_DRY_RUN=1 DEMO_REPEATS=1 DEMO_CORES="$cores" common/scripts/demo.sh) | sed -n 's/^plan: //p'
 }
 
 # ranks_of PLAN PROGRAM: the -np of PROGRAM's planned commands (1 without mpirun), one line per distinct value.
@@ -101,12 +101,12 @@ check_plan() {
     p=$(plan 2 DEMO_RANKS=16)
     [ "$(ranks_of "$p" 02_data_parallel/train)" = 8 ]
     [ "$(ranks_of "$p" 04_pipeline/train)" = 4 ]
-    run env DEMO_DRY_RUN=1 DEMO_RANKS=16 DEMO_CORES=2 "$REPO/common/demo.sh"
+    run env DEMO_DRY_RUN=1 DEMO_RANKS=16 DEMO_CORES=2 "$REPO/common/scripts/demo.sh"
     assert_output --partial "chapter 02 uses 8 ranks"
 }
 
 @test "the demo interleaves repeats: repeat 1 of every configuration of a comparison, then repeat 2" {
-    run bash -c "cd '$REPO' && DEMO_DRY_RUN=1 DEMO_REPEATS=2 DEMO_CORES=2 common/demo.sh | grep -o 'runs/demo/0[14]-[a-z0-9-]*\.r[0-9]'"
+    run bash -c "cd '$REPO' && DEMO_DRY_RUN=1 DEMO_REPEATS=2 DEMO_CORES=2 common/scripts/demo.sh | grep -o 'runs/demo/0[14]-[a-z0-9-]*\.r[0-9]'"
     assert_success
     expected="runs/demo/01-small.r1
 runs/demo/01-small-micro4.r1
@@ -122,19 +122,19 @@ runs/demo/01-small-recompute.r2"
 }
 
 @test "DEMO_CORES must be a positive number" {
-    run env DEMO_DRY_RUN=1 DEMO_CORES=many "$REPO/common/demo.sh"
+    run env DEMO_DRY_RUN=1 DEMO_CORES=many "$REPO/common/scripts/demo.sh"
     assert_failure 2
     assert_output --partial "DEMO_CORES=many"
 }
 
 @test "DEMO_STEPS must be a positive number, and a demo of fewer than 10 steps plots its last step's offload timeline" {
-    run env DEMO_DRY_RUN=1 DEMO_STEPS=0 DEMO_CORES=2 "$REPO/common/demo.sh"
+    run env DEMO_DRY_RUN=1 DEMO_STEPS=0 DEMO_CORES=2 "$REPO/common/scripts/demo.sh"
     assert_failure 2
     assert_output --partial "DEMO_STEPS=0"
     for steps in 1 3 40; do
         p=$(plan 2 DEMO_STEPS=$steps)
         want=$((steps < 10 ? steps : 10))
-        grep -q -- "common/plot.py --offload .* --step $want --out runs/plots/06" <<<"$p"
+        grep -q -- "common/python/plot.py --offload .* --step $want --out runs/plots/06" <<<"$p"
     done
 }
 
@@ -145,13 +145,13 @@ runs/demo/01-small-recompute.r2"
     mkdir -p "$dir"
     printf 'rank,step,micro,op,start_us,end_us\n0,1,0,fwd,0,10\n0,2,0,fwd,20,30\n0,3,0,bwd,40,60\n' >"$dir/timeline.csv"
     for kind in --offload --gantt; do
-        run "$python" "$REPO/common/plot.py" $kind "$dir" --step 10 --out "$(scratch)/plots"
+        run "$python" "$REPO/common/python/plot.py" $kind "$dir" --step 10 --out "$(scratch)/plots"
         assert_failure 2
         assert_output "plot.py: --step 10: $dir/timeline.csv has no step 10 (valid: 1..3, or no --step for the last)"
-        run "$python" "$REPO/common/plot.py" $kind "$dir" --step 3 --out "$(scratch)/plots"
+        run "$python" "$REPO/common/python/plot.py" $kind "$dir" --step 3 --out "$(scratch)/plots"
         assert_success
     done
-    run "$python" "$REPO/common/plot.py" --offload "$dir" --out "$(scratch)/plots" # no --step: the last
+    run "$python" "$REPO/common/python/plot.py" --offload "$dir" --out "$(scratch)/plots" # no --step: the last
     assert_success
 }
 
@@ -168,7 +168,7 @@ runs/demo/01-small-recompute.r2"
         printf 'pp,micro,median_step_ms,schedule,bubble_measured,bubble_theory\n2,4,%s,%s,%s,0.2\n' \
             "$ms" "${name%%-*}" "$bubble" >"$dir/04-$name/run.csv"
     done
-    run "$python" "$REPO/common/plot.py" --sweep "$dir"/04-* --out "$dir/plots"
+    run "$python" "$REPO/common/python/plot.py" --sweep "$dir"/04-* --out "$dir/plots"
     assert_success
     assert_output --partial "sweep 1f1b M=4: fastest of 2 repeats 88.0 ms, bubble 0.210 measured, 0.200 formula"
     assert_output --partial "sweep gpipe M=4: fastest of 2 repeats 90.0 ms, bubble 0.220 measured, 0.200 formula"
@@ -176,15 +176,15 @@ runs/demo/01-small-recompute.r2"
 }
 
 @test "on a GPU the demo trains the medium preset, and says what ranks sharing a GPU show" {
-    run env DEMO_DRY_RUN=1 DEMO_CORES=16 DEMO_DEVICE=cuda DEMO_GPUS=1 "$REPO/common/demo.sh"
+    run env DEMO_DRY_RUN=1 DEMO_CORES=16 DEMO_DEVICE=cuda DEMO_GPUS=1 "$REPO/common/scripts/demo.sh"
     assert_success
     assert_output --partial "demo: the medium preset on --device cuda"
     assert_output --partial "up to 4 ranks share 1 GPU(s)"
     refute_output --partial "--model small"
     assert_output --partial "04_pipeline/train --steps 20 --sample 0 --quiet --out runs/demo/04-gpipe-m1.r1 --model medium --device cuda"
-    run env DEMO_DRY_RUN=1 DEMO_CORES=2 DEMO_DEVICE=cuda DEMO_GPUS=2 "$REPO/common/demo.sh"
+    run env DEMO_DRY_RUN=1 DEMO_CORES=2 DEMO_DEVICE=cuda DEMO_GPUS=2 "$REPO/common/scripts/demo.sh"
     refute_output --partial "share"
-    run env DEMO_DRY_RUN=1 DEMO_DEVICE=tpu "$REPO/common/demo.sh"
+    run env DEMO_DRY_RUN=1 DEMO_DEVICE=tpu "$REPO/common/scripts/demo.sh"
     assert_failure
     assert_output --partial "DEMO_DEVICE=tpu (valid: cpu, cuda)"
 }
@@ -197,7 +197,7 @@ runs/demo/01-small-recompute.r2"
         OMP_NUM_THREADS=1 mpirun --oversubscribe -np 2 "$REPO/05_zero/train" --zero "$stage" --steps 2 \
             --sample 0 --quiet --eval-batches 1 --out "$dir/05-zero$stage" >/dev/null
     done
-    run "$python" "$REPO/common/plot.py" --zero "$dir"/05-zero* --out "$dir/plots"
+    run "$python" "$REPO/common/python/plot.py" --zero "$dir"/05-zero* --out "$dir/plots"
     assert_success
     [ -s "$dir/plots/zero.png" ]
     # the tiny preset's units divide by 2: no padding, so every stage is its formula to the byte
@@ -217,7 +217,7 @@ runs/demo/01-small-recompute.r2"
         OMP_NUM_THREADS=1 "$TRAIN01" --device cpu --precision "$precision" --steps 3 --sample 0 --quiet \
             --eval-batches 1 --out "$dir/01-$precision" >/dev/null
     done
-    run "$python" "$REPO/common/plot.py" --precision "$dir"/01-fp32 "$dir"/01-bf16 "$dir"/01-fp16 --out "$dir/plots"
+    run "$python" "$REPO/common/python/plot.py" --precision "$dir"/01-fp32 "$dir"/01-bf16 "$dir"/01-fp16 --out "$dir/plots"
     assert_success
     [ -s "$dir/plots/precision.png" ]
     assert_output --partial "precision 01-fp32: bytes per parameter: params 4, grads 4, optimizer 8"

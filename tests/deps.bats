@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# deps.bats: common/install-deps.sh checks the tools, not Debian's package
+# deps.bats: common/scripts/install-deps.sh checks the tools, not Debian's package
 # names. A fake dpkg says nothing is installed and a fake apt-get records its
 # calls (it accepts `update` and fails `install`, as apt does offline), so
 # nothing here installs anything. This machine has every tool; a tool is
@@ -30,14 +30,14 @@ path_without() {
 }
 
 @test "install-deps succeeds without apt-get when the tools are present but dpkg knows no package" {
-    run env PATH="$fakes:$PATH" "$REPO/common/install-deps.sh"
+    run env PATH="$fakes:$PATH" "$REPO/common/scripts/install-deps.sh"
     assert_success
     assert_output --partial "everything the course needs is present"
     [ ! -e "$apt_log" ]
 }
 
 @test "install-deps installs only OpenMPI's packages when mpicc is missing" {
-    run env PATH="$fakes:$(path_without mpicc apt-get dpkg dpkg-query sudo)" "$REPO/common/install-deps.sh"
+    run env PATH="$fakes:$(path_without mpicc apt-get dpkg dpkg-query sudo)" "$REPO/common/scripts/install-deps.sh"
     assert_failure # the fake apt-get cannot install
     assert_output --partial "missing: mpicc"
     assert_output --partial "apt-get install openmpi-bin libopenmpi-dev failed"
@@ -46,7 +46,7 @@ install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev" ]
 }
 
 @test "install-deps lists what is missing and stops on a system without apt-get" {
-    run env PATH="$(path_without mpicc mpirun apt-get)" "$REPO/common/install-deps.sh"
+    run env PATH="$(path_without mpicc mpirun apt-get)" "$REPO/common/scripts/install-deps.sh"
     assert_failure 1
     assert_output --partial "missing: mpicc"
     assert_output --partial "missing: mpirun"

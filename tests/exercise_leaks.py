@@ -4,7 +4,7 @@
     python3 tests/exercise_leaks.py FULL STUDENT
 
 FULL is the repository with the reference solutions, STUDENT a copy made by
-`make exercises` (common/exercises.py). A stub is worth nothing if the answer
+`make exercises` (common/python/exercises.py). A stub is worth nothing if the answer
 survives elsewhere in the copy: the same formula in another backend, the
 same loop at another SIMD width, a test or the course text that spells a
 line of it out. So, for every exercise region of FULL, this takes the
@@ -28,7 +28,7 @@ import os
 import re
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "common"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "common", "python"))
 from exercises import BEGIN, END, SOURCE_SUFFIXES  # noqa: E402  (the markers, defined once)
 
 MIN_CHARS = 16

@@ -29,7 +29,7 @@ setup_file() {
 }
 
 @test "the reference solution gets full marks" {
-    run "$REPO/common/grade.sh"
+    run "$REPO/common/scripts/grade.sh"
     assert_success
     assert_output --regexp "total +$(total_points)/$(total_points)"
 }
@@ -40,9 +40,9 @@ setup_file() {
     assert_equal "$(head -5 "$COPIES/all/.student" | tr '\n' ' ')" "01.1 01.2 01.3 02.1 02.2 "
     grep -q '^03\.1$' "$COPIES/all/.student" && grep -q '^03\.2$' "$COPIES/all/.student"
     grep -q '^05\.1$' "$COPIES/all/.student" && grep -q '^05\.3$' "$COPIES/all/.student"
-    run grep -c 'exercise_not_implemented("0[1235]\.[123]"' "$COPIES/all/common/kernels_cpu.c" \
-        "$COPIES/all/common/model.c" "$COPIES/all/common/ring.c" "$COPIES/all/02_data_parallel/buckets.c" \
-        "$COPIES/all/03_model_parallel/tensor_parallel.c" "$COPIES/all/common/param_table.c" \
+    run grep -c 'exercise_not_implemented("0[1235]\.[123]"' "$COPIES/all/common/kernels/kernels_cpu.c" \
+        "$COPIES/all/common/model/model.c" "$COPIES/all/02_data_parallel/ring.c" "$COPIES/all/02_data_parallel/buckets.c" \
+        "$COPIES/all/03_model_parallel/tensor_parallel.c" "$COPIES/all/common/model/param_table.c" \
         "$COPIES/all/05_zero/zero.c"
     assert_output --partial "kernels_cpu.c:1"
     assert_output --partial "model.c:1"
@@ -56,18 +56,18 @@ setup_file() {
     assert_output --partial "offload.c:2"
     assert_output --partial "train.c:1"
     # 01.2: every AdamW of the course calls kernel_math.h's adamw_element, which is the stub
-    run grep -c 'exercise_not_implemented("01\.2"' "$COPIES/all/common/kernel_math.h"
+    run grep -c 'exercise_not_implemented("01\.2"' "$COPIES/all/common/kernels/kernel_math.h"
     assert_output "1"
     # the solutions themselves are gone
-    run grep -c "sqrtf(vhat)" "$COPIES/all/common/kernels_cpu.c" "$COPIES/all/common/kernel_math.h"
+    run grep -c "sqrtf(vhat)" "$COPIES/all/common/kernels/kernels_cpu.c" "$COPIES/all/common/kernels/kernel_math.h"
     assert_output --partial "kernels_cpu.c:0"
     assert_output --partial "kernel_math.h:0"
-    run grep -c "EXERCISE 01.1 END" "$COPIES/all/common/kernels_cpu.c"
+    run grep -c "EXERCISE 01.1 END" "$COPIES/all/common/kernels/kernels_cpu.c"
     assert_output "0"
 }
 
 @test "a student copy stubs the CUDA twin of exercise 01.1 too, and 01.2's kernel calls the learner's element" {
-    cuda="$COPIES/all/common/kernels_cuda.cu"
+    cuda="$COPIES/all/common/kernels/kernels_cuda.cu"
     run grep -c 'exercise_not_implemented("01\.1"' "$cuda"
     assert_output "1"
     # the kernels and their launches are gone; the comment left in their place says what goes there
@@ -85,7 +85,7 @@ setup_file() {
     [ -x "$nvcc" ] || skip "nvcc not found"
     # a build directory of its own, so the CPU-only build of the copy stays as it is
     run make -C "$COPIES/all" --no-print-directory CUDA=1 NVCC_ARCHS=90 BUILD="$BATS_TEST_TMPDIR/cuda" \
-        "$BATS_TEST_TMPDIR/cuda/common/kernels_cuda.cu.o"
+        "$BATS_TEST_TMPDIR/cuda/common/kernels/kernels_cuda.cu.o"
     assert_success
 }
 
@@ -112,7 +112,7 @@ setup_file() {
 }
 
 @test "with every exercise stubbed, every grader fails and the score is 0" {
-    run "$COPIES/all/common/grade.sh"
+    run "$COPIES/all/common/scripts/grade.sh"
     assert_failure
     for id in $(grader_ids); do
         assert_output --regexp "${id/./\\.} .* FAIL"
@@ -121,7 +121,7 @@ setup_file() {
 }
 
 @test "with only 02.1 stubbed, exactly its grader fails" {
-    run "$COPIES/one/common/grade.sh"
+    run "$COPIES/one/common/scripts/grade.sh"
     assert_failure
     for id in $(grader_ids); do
         if [ "$id" = 02.1 ]; then
@@ -138,11 +138,11 @@ setup_file() {
     # 06.1 compares with the host AdamW's scalar path and 06.2's trainer ends each chunk with it
     # (adamw_element, both): on a CPU without AVX2, 06.1's grader skips
     make -C "$REPO" --no-print-directory exercises DEST="$BATS_TEST_TMPDIR/adamw" ONLY=01.2 >/dev/null
-    cp "$BATS_TEST_TMPDIR/adamw/common/kernel_math.h" "$COPIES/one/common/kernel_math.h"
-    cp "$REPO/common/ring.c" "$COPIES/one/common/ring.c"
+    cp "$BATS_TEST_TMPDIR/adamw/common/kernels/kernel_math.h" "$COPIES/one/common/kernels/kernel_math.h"
+    cp "$REPO/02_data_parallel/ring.c" "$COPIES/one/02_data_parallel/ring.c"
     make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 all >/dev/null 2>&1
-    run "$COPIES/one/common/grade.sh"
-    cp "$REPO/common/kernel_math.h" "$COPIES/one/common/kernel_math.h" # the reference, for the next tests
+    run "$COPIES/one/common/scripts/grade.sh"
+    cp "$REPO/common/kernels/kernel_math.h" "$COPIES/one/common/kernels/kernel_math.h" # the reference, for the next tests
     assert_failure
     avx2=06.1
     "$COPIES/one/build/tests/test_cpu_adam" path | grep -q '^supported.* avx2' || avx2=
@@ -168,9 +168,9 @@ setup_file() {
 }
 
 @test "filling the stub back in with the reference makes its grader pass" {
-    cp "$REPO/common/ring.c" "$COPIES/one/common/ring.c"
+    cp "$REPO/02_data_parallel/ring.c" "$COPIES/one/02_data_parallel/ring.c"
     make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 all >/dev/null 2>&1
-    run "$COPIES/one/common/grade.sh"
+    run "$COPIES/one/common/scripts/grade.sh"
     assert_success
     assert_output --regexp "total +$(total_points)/$(total_points)"
 }
@@ -178,21 +178,21 @@ setup_file() {
 @test "a plausible wrong answer fails its grader: Adam without bias correction" {
     # (this file stays out of student copies: exercises.py, FULL_COPY_ONLY)
     sed -i 's|float mhat = mi / bias1, vhat = vi / bias2;|float mhat = mi, vhat = vi;|' \
-        "$COPIES/one/common/kernel_math.h"
-    grep -q "float mhat = mi, vhat = vi;" "$COPIES/one/common/kernel_math.h"
+        "$COPIES/one/common/kernels/kernel_math.h"
+    grep -q "float mhat = mi, vhat = vi;" "$COPIES/one/common/kernels/kernel_math.h"
     make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 all >/dev/null 2>&1
-    run "$COPIES/one/common/grade.sh"
-    cp "$REPO/common/kernel_math.h" "$COPIES/one/common/kernel_math.h"
+    run "$COPIES/one/common/scripts/grade.sh"
+    cp "$REPO/common/kernels/kernel_math.h" "$COPIES/one/common/kernels/kernel_math.h"
     assert_failure
     assert_output --regexp '01\.2 .* FAIL'
 }
 
 @test "a plausible wrong answer fails its grader: a loss-scale count that an overflow does not restart" {
     # the first "clean_steps = 0" is the overflow branch's
-    sed -i '0,/ls->clean_steps = 0;/{/ls->clean_steps = 0;/d}' "$COPIES/one/common/mixed.c"
-    [ "$(grep -c 'ls->clean_steps = 0;' "$COPIES/one/common/mixed.c")" = 1 ]
+    sed -i '0,/ls->clean_steps = 0;/{/ls->clean_steps = 0;/d}' "$COPIES/one/common/model/mixed.c"
+    [ "$(grep -c 'ls->clean_steps = 0;' "$COPIES/one/common/model/mixed.c")" = 1 ]
     make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 all >/dev/null 2>&1
-    run "$COPIES/one/common/grade.sh"
+    run "$COPIES/one/common/scripts/grade.sh"
     assert_failure
     assert_output --regexp '05\.4 .* FAIL \(see'
 }
@@ -202,7 +202,7 @@ setup_file() {
 # back afterwards, and so is mixed.c, which an earlier test breaks.
 grade_with_line_replaced() {
     local id="$1" target="$2" file="$3" old="$4" new="$5"
-    cp "$REPO/common/mixed.c" "$COPIES/one/common/mixed.c"
+    cp "$REPO/common/model/mixed.c" "$COPIES/one/common/model/mixed.c"
     sed "s|$old|$new|" "$REPO/$file" >"$COPIES/one/$file"
     ! cmp -s "$REPO/$file" "$COPIES/one/$file" # the edit applied
     make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 "$target" >/dev/null 2>&1
@@ -292,10 +292,10 @@ PY
 }
 
 @test "course.md's exercise dependencies are those the graders' runs reach" {
-    # common/exercise_deps.py runs every grader on a traced copy (exercises.py --trace)
+    # common/python/exercise_deps.py runs every grader on a traced copy (exercises.py --trace)
     "$COPIES/one/build/tests/test_cpu_adam" path | grep -q '^supported.* avx2' ||
         skip "this CPU has no AVX2: chapter 06's host AdamW does not run exercise 06.1 here"
-    run python3 "$REPO/common/exercise_deps.py" --check
+    run python3 "$REPO/common/python/exercise_deps.py" --check
     assert_success
     assert_output --partial "course.md's dependency lines are those the graders' runs reach"
 }

@@ -3,8 +3,8 @@
 # point ends the whole job quickly, with a nonzero status and the rank named;
 # a crash while saving leaves the previous checkpoint intact; and a long run
 # saved and resumed every 50 steps gives the uninterrupted run's losses.
-# The points are fault_point() calls (common/util.h), armed by
-# COURSE_FAULT_KILL=NAME:RANK[:N]. Then the watchdog (common/watchdog.h): a
+# The points are fault_point() calls (common/core/util.h), armed by
+# COURSE_FAULT_KILL=NAME:RANK[:N]. Then the watchdog (common/comm/watchdog.h): a
 # frozen rank (SIGSTOP) or a skipped collective is named, SIGUSR1 shows the
 # flight recorder; and Ctrl-C or kill ends a run with its step, its last
 # checkpoint and no temporary file left.
@@ -214,7 +214,7 @@ assert_same_losses() {
     assert_equal "$(grep -c '^error:' <<<"$stderr")" 1
 }
 
-# ---- a frozen rank and the watchdog (common/watchdog.h) ----
+# ---- a frozen rank and the watchdog (common/comm/watchdog.h) ----
 
 # Flags of a run long enough to be frozen mid-way: progress lines on (the
 # test waits for the first), a 5 s --timeout.

@@ -1,15 +1,15 @@
 #!/usr/bin/env bats
-# gpu_check.bats: `make gpu-check` (common/gpu_check.sh) where there is no GPU:
+# gpu_check.bats: `make gpu-check` (common/scripts/gpu_check.sh) where there is no GPU:
 # it refuses in one line and writes nothing, its list of checks can be read
 # without running any, and the parts that need no GPU work: the comparison of
-# losses (common/compare_losses.sh), and a rehearsal of the checks on the CPU
+# losses (common/scripts/compare_losses.sh), and a rehearsal of the checks on the CPU
 # backend (GPU_CHECK_DEVICE=cpu) that passes, fails when the losses differ, and
 # adds a second half's results to the same day's report.
 
 load helpers
 
-CHECK="$REPO/common/gpu_check.sh"
-COMPARE="$REPO/common/compare_losses.sh"
+CHECK="$REPO/common/scripts/gpu_check.sh"
+COMPARE="$REPO/common/scripts/compare_losses.sh"
 export OMP_NUM_THREADS=1
 
 no_gpu_here() {
@@ -67,7 +67,7 @@ losses_csv() { # FILE N FACTOR [FIRST_STEP]
     done
     for command in "REQUIRE_GPU=1 bats --tap tests/parity.bats" build/tests/test_parity build/tests/test_overlap \
         "--offload --pp 2 --dp 2" "--dpu-reference" "--device cpu" "--resume" "common/ckpt verify" \
-        common/compare_losses.sh common/bench.sh 06_offload/bench_offload.sh "06_offload/capacity.py --device cuda" \
+        common/scripts/compare_losses.sh common/scripts/bench.sh 06_offload/bench_offload.sh "06_offload/capacity.py --device cuda" \
         "test_cpu_adam parity"; do
         assert_output --partial "$command"
     done

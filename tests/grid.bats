@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# The process grid (common/grid.c): world = dp x pp x tp, tp fastest.
+# The process grid (common/comm/grid.c): world = dp x pp x tp, tp fastest.
 
 load helpers
 

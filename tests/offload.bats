@@ -123,7 +123,7 @@ peak() { awk -F, -v s="$2" -v c="$3" '$1 == 0 && $2 == s && $3 == c { print $4 }
     assert_equal "$(awk -F, '$1 == 0 && $2 == 2 && $4 == "grad_d2h"' "$(scratch)/t/timeline.csv" | wc -l)" 4
     assert_equal "$(awk -F, '$1 == 0 && $2 == 2 && $4 == "param_h2d"' "$(scratch)/t/timeline.csv" | wc -l)" 4
     [ -s "$(scratch)/t/trace.json" ]
-    run "$(plot_python)" "$REPO/common/plot.py" --offload "$(scratch)/t" --out "$(scratch)/plots"
+    run "$(plot_python)" "$REPO/common/python/plot.py" --offload "$(scratch)/t" --out "$(scratch)/plots"
     assert_success
     [ -s "$(scratch)/plots/offload-t.png" ]
 }
@@ -131,7 +131,7 @@ peak() { awk -F, -v s="$2" -v c="$3" '$1 == 0 && $2 == s && $3 == c { print $4 }
 @test "plot.py draws capacity.py's CSV" {
     printf 'budget_bytes,program,precision,layers,dmodel,params,peak_device_bytes,peak_host_bytes\n%s\n%s\n' \
         "8388608,01,bf16,1,128,268160,6992512," "8388608,06,bf16,11,128,2250880,8193408,45017600" >"$(scratch)/capacity.csv"
-    run "$(plot_python)" "$REPO/common/plot.py" --capacity "$(scratch)/capacity.csv" --out "$(scratch)/plots"
+    run "$(plot_python)" "$REPO/common/python/plot.py" --capacity "$(scratch)/capacity.csv" --out "$(scratch)/plots"
     assert_success
     [ -s "$(scratch)/plots/capacity.png" ]
 }

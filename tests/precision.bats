@@ -148,7 +148,7 @@ check_02_against_01() {
             assert_losses_within "$ref" "$(scratch)/$np-$mode" 20 1e-2
         done
     done
-    # the course's ring, in 16 bits too (common/ring.c), on an odd number of ranks
+    # the course's ring, in 16 bits too (02_data_parallel/ring.c), on an odd number of ranks
     # shellcheck disable=SC2086
     OMP_NUM_THREADS=1 mpirun_np 3 "$REPO/02_data_parallel/train" $(equivalence_flags "$precision") \
         --allreduce ring --out "$(scratch)/3-ring" >/dev/null

@@ -1,4 +1,4 @@
-/* test_checkpoint.c: the checkpoint's sharded writer (common/checkpoint.h) in
+/* test_checkpoint.c: the checkpoint's sharded writer (common/run/checkpoint.h) in
  * one process, with the layout chapter 06 will use: two pipeline stages, each
  * stage's units sharded over three data-parallel ranks (ZeRO-2 of the
  * offloaded state), in host memory. Six "ranks" write one file through the

@@ -1,6 +1,6 @@
-/* test_comm.c: the collectives of common/comm.c and the ring all-reduce of
- * common/ring.c, checked against values computed by formula; the bucketed
- * collective of common/bucketed.c, checked against the plain collectives.
+/* test_comm.c: the collectives of common/comm/comm.c and the ring all-reduce of
+ * 02_data_parallel/ring.c, checked against values computed by formula; the bucketed
+ * collective of 02_data_parallel/bucketed.c, checked against the plain collectives.
  *
  * Run under mpirun with any number of ranks. Each rank fills element i with
  * a small integer depending on (rank, i), so every sum is exact in float and

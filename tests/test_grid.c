@@ -1,4 +1,4 @@
-/* test_grid.c: the process grid (common/grid.c) against its formula.
+/* test_grid.c: the process grid (common/comm/grid.c) against its formula.
  *
  * Run under mpirun; for every way of writing the world size as
  * dp x pp x tp, build the grid and check on every rank: the coordinates give

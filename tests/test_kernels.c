@@ -980,10 +980,8 @@ static const ScalerCase scaler_cases[] = {
 static void check_loss_scale(Verdict *v) {
     for (size_t c = 0; c < sizeof scaler_cases / sizeof scaler_cases[0]; c++) {
         const ScalerCase *sc = &scaler_cases[c];
-        Config cfg = {
-            .precision = PRECISION_FP16, .loss_scale = sc->loss_scale, .loss_scale_window = sc->window};
         LossScaler ls;
-        loss_scaler_init(&ls, &cfg);
+        loss_scaler_start(&ls, PRECISION_FP16, sc->loss_scale, sc->window);
         for (int i = 0; sc->steps[i]; i++) {
             int skipped = loss_scaler_update(&ls, sc->steps[i] == '.');
             if (skipped != sc->skipped[i] - '0' || ls.scale != sc->scales[i]) {
@@ -995,9 +993,8 @@ static void check_loss_scale(Verdict *v) {
         }
     }
     /* bf16 (and fp32): no scaling, never a skip */
-    Config cfg = {.precision = PRECISION_BF16, .loss_scale_window = 2};
     LossScaler ls;
-    loss_scaler_init(&ls, &cfg);
+    loss_scaler_start(&ls, PRECISION_BF16, 0.0f, 2);
     if (loss_scaler_update(&ls, 0) || loss_scaler_update(&ls, 1) || ls.scale != 1.0f)
         fail(v, "bf16: a step was skipped or the scale left 1 (%g)", ls.scale);
     record(v, "loss scale", NO_INDEX, 0.0, 0.0, 1.0);

@@ -3,7 +3,7 @@
  *
  *   build/tests/test_memory [activations|workspace|pinned|async_copy]   (all when none is named)
  *
- *   activations: activation_bytes() (common/model.c, exercise 01.3) predicts
+ *   activations: activation_bytes() (common/model/model.c, exercise 01.3) predicts
  *     how many bytes the forward pass keeps for the backward pass. This
  *     program counts the same thing independently, tensor by tensor as listed
  *     in model.h's Activations and BlockActs, for several shapes (odd ones

@@ -9,6 +9,7 @@
  * missing accumulation, a wrong buffer) gives errors of order 1, far above
  * the float noise this tolerates.
  * Usage: test_model_grad [--seed S]   exit 0 when every tensor passes. */
+#include "config.h"
 #include "device.h"
 #include "kernels.h"
 #include "model.h"

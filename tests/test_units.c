@@ -1,5 +1,5 @@
-/* test_units.c: the layer units of the parameter table (common/param_table.h)
- * and the range functions of common/model.h, checked on the CPU.
+/* test_units.c: the layer units of the parameter table (common/model/param_table.h)
+ * and the range functions of common/model/model.h, checked on the CPU.
  *
  *   table    every unit is one contiguous run of the table, and each tensor
  *            is found by unit and kind
@@ -18,7 +18,7 @@
  *   ranges   forward and backward over two ranges of units (two pipeline
  *            stages) give the whole model's losses and gradients bit for
  *            bit, and call the hooks in order
- *   norm     the optimizer step's gradient norm (common/optimizer_step.h)
+ *   norm     the optimizer step's gradient norm (common/model/optimizer_step.h)
  *            from what N = 1..4 ranks hold, their sums added as the
  *            agreement adds them: ZeRO-2/3 shards with their padding, ZeRO-1
  *            slices of every unit, tensor-parallel slices with replicated
@@ -27,6 +27,7 @@
  *
  * Usage: test_units table|views|padding|shards|ranges|norm. Prints a line per
  * check and "PASS" or "FAIL: N failures"; exit 0 when every check passes. */
+#include "config.h"
 #include "device.h"
 #include "kernels.h"
 #include "mixed.h"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # tools.bats: the measuring tools behind `make bench` and the kernel breakdown
-# (common/bench.sh, common/kernel_breakdown.py). What needs a GPU or PyTorch
+# (common/scripts/bench.sh, common/python/kernel_breakdown.py). What needs a GPU or PyTorch
 # (ncu, the PyTorch side) is not run here; the CSV arithmetic and the plot are.
 
 load helpers
@@ -17,7 +17,7 @@ load helpers
 "3","1","train","h","layernorm_forward_kernel(float *, int)","1","7","(256, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ms","0.25"
 "4","1","train","h","mystery_kernel(int)","1","7","(256, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","us","3"
 EOF
-    run python3 "$REPO/common/kernel_breakdown.py" ncu "$dir/ncu.csv" after "$dir/after.csv"
+    run python3 "$REPO/common/python/kernel_breakdown.py" ncu "$dir/ncu.csv" after "$dir/after.csv"
     assert_success
     assert_output --partial "1.76 ms of kernels in one step" # 1000.5 + 2.5 + 499.5 + 250 + 3 us
     assert_equal "$(head -1 "$dir/after.csv")" "label,category,kernel,calls,time_us"
@@ -33,7 +33,7 @@ EOF
     run grep -E '^after,other,mystery_kernel\(int\),1,3.000$' "$dir/after.csv"
     assert_success
 
-    run "$(plot_python)" "$REPO/common/kernel_breakdown.py" plot "$dir/breakdown.png" "$dir/after.csv" "$dir/after.csv"
+    run "$(plot_python)" "$REPO/common/python/kernel_breakdown.py" plot "$dir/breakdown.png" "$dir/after.csv" "$dir/after.csv"
     assert_success
     [ -s "$dir/breakdown.png" ]
 }
@@ -50,7 +50,7 @@ EOF
      5.00%            50  [k] clear_page_erms                      -      -
 EOF
     # 1000 samples at 500 Hz over 4 steps: 2 s of CPU, 0.5 s per step
-    run python3 "$REPO/common/kernel_breakdown.py" perf "$dir/report.txt" 500 4 cpu "$dir/cpu.csv"
+    run python3 "$REPO/common/python/kernel_breakdown.py" perf "$dir/report.txt" 500 4 cpu "$dir/cpu.csv"
     assert_success
     assert_output --partial "500.00 ms of kernels in one step"
     assert_equal "$(sed -n 2p "$dir/cpu.csv")" "cpu,matmul,sgemm_kernel_ZEN,600,300000.000"
@@ -64,7 +64,7 @@ EOF
         skip "PyTorch is importable here: this test is about the course-only path"
     fi
     run env BENCH_MODELS=tiny BENCH_REPEATS=1 BENCH_STEPS=3 BENCH_VARIANTS=0 BENCH_OUT="$dir/bench" \
-        "$REPO/common/bench.sh"
+        "$REPO/common/scripts/bench.sh"
     assert_success
     assert_equal "$(csv_column "$dir/bench/bench.csv" precision | tr '\n' ' ')" "fp32 bf16 "
     assert_equal "$(csv_column "$dir/bench/compare.csv" precision | sort | tr '\n' ' ')" "bf16 fp32 "
@@ -78,7 +78,7 @@ EOF
         skip "PyTorch is importable here: this test is about the course-only path"
     fi
     run env BENCH_MODELS=tiny BENCH_REPEATS=3 BENCH_STEPS=3 BENCH_PRECISIONS=fp32 BENCH_OUT="$dir/bench" \
-        "$REPO/common/bench.sh"
+        "$REPO/common/scripts/bench.sh"
     assert_success
     assert_output --partial "skipping the PyTorch comparison"
     assert_equal "$(head -1 "$dir/bench/bench.csv")" \
@@ -102,7 +102,7 @@ EOF
     # 6P + 12 L T C FLOPs per token, 8 x 64 tokens: (6*136960 + 12*2*64*64) * 512 / 1e12
     assert_equal "$(echo "$headline" | cut -d, -f19)" "0.0005"
     assert_equal "$(echo "$headline" | cut -d, -f11)" "" # no PyTorch, no ratio
-    # the prefetch and overlap row (common/bench_zero.sh): both settings, a gain each
+    # the prefetch and overlap row (common/scripts/bench_zero.sh): both settings, a gain each
     assert_equal "$(awk -F, 'NR > 1 && $11 != "" { print $5 "," $6 }' "$dir/bench/zero_summary.csv" | sort | tr '\n' ' ')" \
         "default,dp_overlap default,zero3 recommended,dp_overlap recommended,zero3 "
 }
@@ -110,7 +110,7 @@ EOF
 @test "bench_zero runs each configuration in both thread settings, interleaved, and writes its CSVs with the gains" {
     dir="$(scratch)"
     run env BENCH_RANKS=2 BENCH_REPEATS=2 BENCH_MODEL=tiny BENCH_STEPS=3 BENCH_OUT="$dir/z" \
-        BENCH_CONFIGS="zero0 zero3 zero3_prefetch0 dp_flat dp_overlap" "$REPO/common/bench_zero.sh"
+        BENCH_CONFIGS="zero0 zero3 zero3_prefetch0 dp_flat dp_overlap" "$REPO/common/scripts/bench_zero.sh"
     assert_success
     assert_equal "$(head -1 "$dir/z/zero.csv")" \
         "device,precision,model,ranks,settings,config,repeat,median_step_ms,median_comm_ms,median_comm_busy_ms,bytes_sent_per_step"
@@ -140,7 +140,7 @@ EOF
     for pm in "2 1" "3 2" "4 8" "3 5"; do
         read -r P M <<<"$pm"
         for schedule in gpipe 1f1b; do
-            run python3 "$REPO/common/concepts.py" --slots "$schedule" "$P" "$M"
+            run python3 "$REPO/common/python/concepts.py" --slots "$schedule" "$P" "$M"
             assert_success
             assert_line --index 0 "$schedule, P = $P, M = $M: $((3 * (M + P - 1))) slots"
         done
@@ -149,7 +149,7 @@ EOF
 
 @test "the concept drawings of chapters 02-05 are generated" {
     dir="$(scratch)/concepts"
-    run "$(plot_python)" "$REPO/common/concepts.py" "$dir"
+    run "$(plot_python)" "$REPO/common/python/concepts.py" "$dir"
     assert_success
     for png in ring-allreduce tensor-parallel pipeline-slots rank-grid formats; do
         [ -s "$dir/$png.png" ]
@@ -157,7 +157,7 @@ EOF
 }
 
 @test "the formats drawing's numbers follow from the bit counts as half.h's table says" {
-    run python3 -c "import sys; sys.path.insert(0, '$REPO/common'); import concepts
+    run python3 -c "import sys; sys.path.insert(0, '$REPO/common/python'); import concepts
 for name, e, m in concepts.FORMATS: print(name, *('%.4g' % x for x in concepts.format_numbers(e, m)))"
     assert_success
     assert_line "fp32 3.403e+38 1.175e-38 1.401e-45 1.192e-07"
@@ -167,15 +167,15 @@ for name, e, m in concepts.FORMATS: print(name, *('%.4g' % x for x in concepts.f
 
 @test "the speed problems' reference answers grade as right, and wrong or missing ones as wrong" {
     dir="$(scratch)"
-    python3 "$REPO/common/speed.py" answers >"$dir/right.txt"
-    run python3 "$REPO/common/speed.py" grade "$dir/right.txt"
+    python3 "$REPO/common/python/speed.py" answers >"$dir/right.txt"
+    run python3 "$REPO/common/python/speed.py" grade "$dir/right.txt"
     assert_success
     assert_output --partial "8/8 problems right"
     # 6P + 12LTC for the 7B model, by hand: 42e9 + 12*32*4096*4096
     assert_equal "$(sed -n 1p "$dir/right.txt")" "1 4.84425e+10"
     # one answer 2% off, one missing: two wrong
     sed -e 's/^1 .*/1 4.94e10/' -e '/^8 /d' "$dir/right.txt" >"$dir/wrong.txt"
-    run python3 "$REPO/common/speed.py" grade "$dir/wrong.txt"
+    run python3 "$REPO/common/python/speed.py" grade "$dir/wrong.txt"
     assert_failure
     assert_output --partial "FAIL problem 1"
     assert_output --partial "FAIL problem 8: missing"
@@ -183,7 +183,7 @@ for name, e, m in concepts.FORMATS: print(name, *('%.4g' % x for x in concepts.f
 }
 
 @test "the breakdown's parts add up to the median step time, with 'other' for the rest" {
-    run "$(plot_python)" - "$REPO/common" <<'PY'
+    run "$(plot_python)" - "$REPO/common/python" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1])
 import plot
@@ -204,7 +204,7 @@ PY
 
 @test "every output course.md quotes is what the visible commands above it print now" {
     # all of them, in the order of the text, in a scratch copy whose runs/ starts empty
-    run python3 "$REPO/common/check_quotes.py"
+    run python3 "$REPO/common/python/check_quotes.py"
     assert_success
     refute_output --partial "FAIL"
     assert_output --regexp "check_quotes: ([0-9]+) of \1 quoted outputs match"
@@ -217,12 +217,12 @@ PY
     [ -n "$grads" ] # the block was found
     sed "0,/^0,device,grads,$grads\$/s//0,device,grads,$((grads + 1))/" "$REPO/course.md" >"$dir/course.md"
     ! cmp -s "$REPO/course.md" "$dir/course.md" # the edit took
-    run python3 "$REPO/common/check_quotes.py" --file "$dir/course.md" --only "cat runs/01-small/memory.csv"
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/course.md" --only "cat runs/01-small/memory.csv"
     assert_failure
     assert_output --partial "-0,device,grads,$((grads + 1))"
     assert_output --partial "+0,device,grads,$grads"
     assert_output --partial "check_quotes: 0 of 1 quoted outputs match"
-    run python3 "$REPO/common/check_quotes.py" --file "$dir/course.md" --only "cat runs/01-small/memory.csv" --update
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/course.md" --only "cat runs/01-small/memory.csv" --update
     assert_success
     cmp "$REPO/course.md" "$dir/course.md"
 }
@@ -242,7 +242,7 @@ not reached
 ```
 MD
     cp "$dir/fail.md" "$dir/before.md"
-    run python3 "$REPO/common/check_quotes.py" --file "$dir/fail.md" --update
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/fail.md" --update
     assert_failure
     assert_output --partial "the commands exited with status 2"
     refute_output --partial "| not reached" # the block stopped at the failing pipe
@@ -277,7 +277,7 @@ one
 exit status 1
 ```
 MD
-    run python3 "$REPO/common/check_quotes.py" --file "$dir/order.md"
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/order.md"
     rm -f "$REPO/runs/.check_quotes_test_marker"
     assert_success
     assert_output --partial "check_quotes: 2 of 2 quoted outputs match"
@@ -288,23 +288,23 @@ MD
     dir="$(scratch)"
     block() { printf '```sh check\n%s\n```\n```\n```\n\n' "$@"; }
     block './01_single_gpu/train --out runs/t-a' >"$dir/again.md"
-    run python3 "$REPO/common/check_quotes.py" --file "$dir/again.md" --list
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/again.md" --list
     assert_failure
     assert_output --partial "--out runs/t-a without --overwrite: the block fails when run again"
     { block './01_single_gpu/train --overwrite --out runs/t-a'; block './05_zero/train --save runs/t-a --overwrite --out runs/t-b'; } >"$dir/twice.md"
-    run python3 "$REPO/common/check_quotes.py" --file "$dir/twice.md" --list
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/twice.md" --list
     assert_failure
     assert_output --partial "--save runs/t-a is already written by the block at line 1"
     block './01_single_gpu/train --overwrite --out $TMP/x' >"$dir/tmp.md"
-    run python3 "$REPO/common/check_quotes.py" --file "$dir/tmp.md" --list
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/tmp.md" --list
     assert_failure
     assert_output --partial "--out \$TMP/x: write under runs/"
     printf '<!-- check: echo hi -->\n```\nhi\n```\n' >"$dir/hidden.md"
-    run python3 "$REPO/common/check_quotes.py" --file "$dir/hidden.md" --list
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/hidden.md" --list
     assert_failure
     assert_output --partial "hidden.md:1: a command hidden in a comment"
     printf '```sh check\necho hi\n```\nprose\n```\nhi\n```\n' >"$dir/lost.md"
-    run python3 "$REPO/common/check_quotes.py" --file "$dir/lost.md" --list
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/lost.md" --list
     assert_failure
     assert_output --partial "must be followed by the fenced block of its output"
 }
@@ -318,7 +318,7 @@ MD
             >"$dir/01-small.r$r/steps.csv"
         printf '%s\n1,5,0,0,999,9,9,9,9,0,,9\n2,5,0,0,30,4,5,1,6,0,,0.5\n' "$header" >"$dir/02-dp2-flat.r$r/steps.csv"
     done
-    run python3 "$REPO/common/demo_tables.py" "$dir"
+    run python3 "$REPO/common/python/demo_tables.py" "$dir"
     assert_success
     # 01: steps 10, 12, 20, 22 (the 999 warm-up steps left out): median 16
     assert_line "| 01, one process | 16.0 ms | 1.0 | 2.0 | 3.0 | 0.0 | - |"
@@ -329,29 +329,29 @@ MD
     dir="$(scratch)"
     # other losses and timings: still the same shape
     sed -E '/^step   100\/300/ s/loss [0-9.]+/loss 9.9999/' "$REPO/course.md" >"$dir/numbers.md"
-    run python3 "$REPO/common/check_quotes.py" --file "$dir/numbers.md" --only "runs/01-progress"
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/numbers.md" --only "runs/01-progress"
     assert_success
     assert_output --partial "check_quotes: 1 of 1 quoted outputs match"
     # the old header format ("batch 8 = 1 x 8"): caught
     sed 's/batch 8 = 1 micro-batches x 8 sequences/batch 8 = 1 x 8/' "$REPO/course.md" >"$dir/words.md"
-    run python3 "$REPO/common/check_quotes.py" --file "$dir/words.md" --only "out runs/01-tiny300"
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/words.md" --only "out runs/01-tiny300"
     assert_failure
     assert_output --partial "batch 8 = 1 x 8"
 }
 
-@test "common/mpirun.sh gives each rank cores/ranks threads unless told, and ends with the failing rank's status" {
+@test "common/scripts/mpirun.sh gives each rank cores/ranks threads unless told, and ends with the failing rank's status" {
     cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
     want=$((cores / 4)); ((want > 0)) || want=1
-    run env -u OMP_NUM_THREADS -u OMP_WAIT_POLICY "$REPO/common/mpirun.sh" -np 4 bash -c 'echo "$OMP_NUM_THREADS $OMP_WAIT_POLICY"'
+    run env -u OMP_NUM_THREADS -u OMP_WAIT_POLICY "$REPO/common/scripts/mpirun.sh" -np 4 bash -c 'echo "$OMP_NUM_THREADS $OMP_WAIT_POLICY"'
     assert_success
     assert_equal "$(echo "$output" | sort -u)" "$want passive"
-    run env OMP_NUM_THREADS=3 "$REPO/common/mpirun.sh" -np 2 bash -c 'echo "$OMP_NUM_THREADS"'
+    run env OMP_NUM_THREADS=3 "$REPO/common/scripts/mpirun.sh" -np 2 bash -c 'echo "$OMP_NUM_THREADS"'
     assert_equal "$(echo "$output" | sort -u)" "3"
     # a refused flag: the rank's one line and its status 2, no banner from mpirun
-    run "$REPO/common/mpirun.sh" -np 2 "$REPO/02_data_parallel/train" --device cpu --batch 3 --steps 1 --out "$(scratch)/x"
+    run "$REPO/common/scripts/mpirun.sh" -np 2 "$REPO/02_data_parallel/train" --device cpu --batch 3 --steps 1 --out "$(scratch)/x"
     assert_equal "$status" 2
     assert_output "error: --batch 3 is not divisible by 2 ranks x --micro 1 (valid: a multiple of 2)"
-    run "$REPO/common/mpirun.sh" ./02_data_parallel/train
+    run "$REPO/common/scripts/mpirun.sh" ./02_data_parallel/train
     assert_equal "$status" 2
-    assert_output --partial "usage: common/mpirun.sh -np N PROGRAM"
+    assert_output --partial "usage: common/scripts/mpirun.sh -np N PROGRAM"
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
-# The layer units of the parameter table (common/param_table.h): storage bound
+# The layer units of the parameter table (common/model/param_table.h): storage bound
 # per unit, the padded shard layout of ZeRO, and forward and backward over a
-# range of units with hooks (common/model.h).
+# range of units with hooks (common/model/model.h).
 
 load helpers
 

@@ -41,7 +41,7 @@ check_stages() {
 @test "every ZeRO stage on 4 ranks matches single-device losses, units padded" { check_stages 4; }
 
 # Stage 1 reduce-scatters on the calling thread, stages 2 and 3 on the
-# communication thread, which waits for them its own way (common/comm.h,
+# communication thread, which waits for them its own way (common/comm/comm.h,
 # "Cores"); MPI must still add the ranks' values in one order, so the losses
 # agree in every printed digit, not only within 1e-4.
 @test "stages 1, 2 and 3 on 4 ranks give the same losses to the last digit: the communication thread sums in MPI's order" {
@@ -95,7 +95,7 @@ early_gathers() {
     # the Gantt chart of it: a compute and a comm row per rank
     python="$(plot_python)"
     if "$python" -c "import matplotlib" 2>/dev/null; then
-        run "$python" "$REPO/common/plot.py" --gantt "$BATS_TEST_TMPDIR/pf2" --out "$BATS_TEST_TMPDIR/plots"
+        run "$python" "$REPO/common/python/plot.py" --gantt "$BATS_TEST_TMPDIR/pf2" --out "$BATS_TEST_TMPDIR/plots"
         assert_success
         [ -s "$BATS_TEST_TMPDIR/plots/gantt-pf2.png" ]
     fi
@@ -105,14 +105,14 @@ early_gathers() {
 # queues the gathers of the next computations before the reduce-scatter of
 # the unit just back-propagated (zero.h, "Queue order"), so that the
 # reduce-scatter can run under the next backward instead of holding up its
-# gather. common/overlap.py --check-order reads that order back from
+# gather. common/python/overlap.py --check-order reads that order back from
 # timeline.csv (it does not depend on how loaded the machine is) and fails
 # when a gather ran behind a reduce-scatter queued after it.
 @test "stage 3 queues each backward's gather ahead of the previous unit's reduce-scatter, at prefetch 0 and 1" {
     for k in 0 1; do
         zero 2 --micro 2 --zero 3 --prefetch $k --out "$BATS_TEST_TMPDIR/order$k"
         assert_losses_match "$BATS_FILE_TMPDIR/ref_micro_tiny" "$BATS_TEST_TMPDIR/order$k" 4
-        run python3 "$REPO/common/overlap.py" --check-order "$BATS_TEST_TMPDIR/order$k"
+        run python3 "$REPO/common/python/overlap.py" --check-order "$BATS_TEST_TMPDIR/order$k"
         assert_success
         assert_output --partial "reduce_scatter"
         refute_output --partial "after the reduce-scatter"

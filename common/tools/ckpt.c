@@ -8,7 +8,7 @@
  *                                          the weights as safetensors (OUT: a new name or an earlier
  *                                          export), for PyTorch et al.
  *
- * A checkpoint (common/checkpoint.h) is layout-independent: whoever wrote it,
+ * A checkpoint (common/run/checkpoint.h) is layout-independent: whoever wrote it,
  * its arrays are the whole model's, in table order. Exporting is therefore
  * only a new header in front of the same bytes. safetensors is:
  *
@@ -19,7 +19,7 @@
  *   the tensors' bytes   data_offsets count from here
  *
  * Vectors (rows 1) get shape [cols]. The names are the table's (wte, wpe,
- * h0.ln1w .. h0.fcprojb, .., lnf.w, lnf.b, lm_head); common/pytorch_gpt.py
+ * h0.ln1w .. h0.fcprojb, .., lnf.w, lnf.b, lm_head); common/python/pytorch_gpt.py
  * documents how they map onto a PyTorch GPT. With --optimizer, Adam's
  * moments follow as adam_m.NAME and adam_v.NAME. */
 #include "checkpoint.h"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # title: layernorm backward
 # points: 3
-# Exercise 01.1 (common/kernels_cpu.c, layernorm_backward): graded against
+# Exercise 01.1 (common/kernels/kernels_cpu.c, layernorm_backward): graded against
 # central finite differences of a double-precision layernorm, on fresh
 # random inputs of odd sizes. Catches a missing mean term, a wrong rstd
 # power, overwriting instead of adding, and forgetting dweight or dbias.

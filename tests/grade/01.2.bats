@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # title: the AdamW update
 # points: 3
-# Exercise 01.2 (common/kernels_cpu.c, adamw_update): graded against a
+# Exercise 01.2 (common/kernels/kernels_cpu.c, adamw_update): graded against a
 # double-precision AdamW over several steps. Catches missing bias
 # correction, L2 regularisation in place of decoupled weight decay, a
 # forgotten grad_scale (clipping), and eps inside the square root.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # title: activation memory arithmetic
 # points: 2
-# Exercise 01.3 (common/model.c, activation_bytes): the bytes the forward
+# Exercise 01.3 (common/model/model.c, activation_bytes): the bytes the forward
 # pass keeps, compared with an independent tensor-by-tensor count for
 # several shapes. Catches a forgotten attention lse (B*NH*T, one per head
 # and query), a leftover attention matrix (B*NH*T*T, no longer saved),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # title: the ring all-reduce
 # points: 4
-# Exercise 02.1 (common/ring.c, ring_allreduce_typed): graded at world sizes 2, 3
+# Exercise 02.1 (02_data_parallel/ring.c, ring_allreduce_typed): graded at world sizes 2, 3
 # and 4 with awkward counts (0, 1, 2, 3, 5, 7, 100, 1001, 65537 floats:
 # empty chunks, counts not divisible by the world size), sum and average,
 # against exact integer sums. Catches a wrong chunk index in either phase,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # title: the shard bookkeeping
 # points: 3
-# Exercise 05.1 (common/param_table.c, shard_slice_numel, shard_unit_offset
+# Exercise 05.1 (common/model/param_table.c, shard_slice_numel, shard_unit_offset
 # and slice_elements): a unit's slice size S = ceil(n / N), where each
 # unit's slices start in a rank's shard, and which of the table's elements a
 # rank's slice holds. Graded for N = 1..4 on two shapes whose units rarely

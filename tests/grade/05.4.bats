@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # title: the loss-scale update rule
 # points: 2
-# Exercise 05.4 (common/mixed.c, loss_scaler_update): fp16's dynamic loss
+# Exercise 05.4 (common/model/mixed.c, loss_scaler_update): fp16's dynamic loss
 # scale, step by step against sequences of clean and overflowing steps
 # worked by hand (tests/test_kernels.c, loss_scale): the skip, the halving,
 # the doubling after `window` clean steps in a row, a fixed scale that never

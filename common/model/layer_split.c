@@ -1,0 +1,79 @@
+/* layer_split.c: see layer_split.h. */
+#include "layer_split.h"
+
+#include "model_config.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+void layer_split_parse(const char *text, int stages, int layers, int *blocks) {
+    char copy[1024];
+    snprintf(copy, sizeof copy, "%s", text);
+    int count = 0, sum = 0;
+    for (char *item = strtok(copy, ","); item; item = strtok(NULL, ",")) {
+        int n = (int)parse_int_flag("--split", item, 1, MAX_LAYERS);
+        if (count < stages) blocks[count] = n;
+        count++;
+        sum += n;
+    }
+    if (count != stages)
+        fatal(EXIT_USAGE, "--split %s names %d stages but the job has %d (valid: one number per stage)", text,
+              count, stages);
+    if (sum != layers)
+        fatal(EXIT_USAGE,
+              "--split %s holds %d layers but the model has %d (valid: numbers summing to --layers)", text,
+              sum, layers);
+}
+
+void layer_split_balanced(const ParamTable *table, int stages, int *blocks) {
+    int L = table->cfg.layers;
+    if (stages < 1 || stages > L || L > MAX_LAYERS)
+        fatal(EXIT_USAGE, "%d stages for %d layers (valid: 1 <= stages <= layers <= %d)", stages, L,
+              MAX_LAYERS);
+    double weight[MAX_LAYERS] = {0}; /* parameters of block l, plus the embedding or head it travels with */
+    for (int u = LAYER_EMBEDDING; u <= L; u++) {
+        int l = u < 0 ? 0 : u >= L ? L - 1 : u;
+        weight[l] += (double)table_unit(table, u)->numel;
+    }
+    /* best[s][i]: the smallest possible largest stage when stages 0..s hold
+     * blocks 0..i-1 (linear partition by dynamic programming) */
+    static double best[MAX_LAYERS][MAX_LAYERS + 1];
+    static int cut[MAX_LAYERS][MAX_LAYERS + 1];
+    for (int s = 0; s < stages; s++)
+        for (int i = 0; i <= L; i++) best[s][i] = INFINITY;
+    double sum = 0.0;
+    for (int i = 1; i <= L; i++) best[0][i] = sum += weight[i - 1];
+    for (int s = 1; s < stages; s++) {
+        for (int i = s + 1; i <= L; i++) {
+            double tail = 0.0;
+            for (int j = i - 1; j >= s; j--) { /* stage s holds blocks j..i-1 */
+                tail += weight[j];
+                double worst = fmax(best[s - 1][j], tail);
+                if (worst < best[s][i]) {
+                    best[s][i] = worst;
+                    cut[s][i] = j;
+                }
+            }
+        }
+    }
+    for (int s = stages - 1, i = L; s >= 0; s--) {
+        int j = s == 0 ? 0 : cut[s][i];
+        blocks[s] = i - j;
+        i = j;
+    }
+}
+
+void layer_split_range(const int *blocks, int stage, int *first_block, int *last_block) {
+    int first = 0;
+    for (int s = 0; s < stage; s++) first += blocks[s];
+    *first_block = first;
+    *last_block = first + blocks[stage] - 1;
+}
+
+void layer_split_units(int first_block, int last_block, int stage, int stages, int layers, int *first_unit,
+                       int *last_unit) {
+    *first_unit = stage == 0 ? LAYER_EMBEDDING : first_block; /* stage 0: the embedding too */
+    *last_unit = stage == stages - 1 ? layers : last_block;   /* the last: the head too */
+}

@@ -1,0 +1,278 @@
+/* model.h: the GPT model every chapter trains.
+ *
+ * A GPT-2-style decoder: token + position embedding, L pre-LN blocks
+ * (layernorm -> causal self-attention -> residual, layernorm -> MLP with a 4C
+ * hidden layer and GELU -> residual), a final layernorm and an untied LM head
+ * over a byte vocabulary.
+ *
+ * The parameters are described by a table of named tensors (param_table.h),
+ * laid out unit by unit: the embedding, each block, the head. A GPT is that
+ * table plus the storage bound to it, a unit at a time: the whole model in
+ * one buffer (gpt_create), a run of units for a pipeline stage
+ * (gpt_create_range), or whatever a caller binds (gpt_bind_range,
+ * gpt_bind_unit: a ZeRO-3 rank binds each unit while it is gathered).
+ *
+ * Forward and backward run over a range of units (gpt_forward_range,
+ * gpt_backward_range), with optional calls before and after each unit; the
+ * per-unit functions (embedding, block l, head) are exposed too. */
+#ifndef MODEL_H
+#define MODEL_H
+
+#include "half.h"
+#include "model_config.h"
+#include "param_table.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Pointers to one block's tensors, indexed by BlockTensor. */
+typedef float *BlockWeights[BLOCK_TENSORS];
+
+/* Pointers into a parameter-shaped buffer (the parameters or their
+ * gradients); NULL for the tensors of a unit with no storage bound. */
+typedef struct {
+    float *wte;          /* (V, C) */
+    float *wpe;          /* (T, C) */
+    BlockWeights *block; /* block[l][BlockTensor], L of them */
+    float *lnfw;         /* (C) */
+    float *lnfb;         /* (C) */
+    float *lm_head;      /* (V, C) */
+} Weights;
+
+typedef struct {
+    ParamTable table; /* names, shapes, offsets and units of the whole model */
+    /* The table's, repeated here because every chapter reads them. */
+    ModelConfig cfg;            /* table.cfg */
+    const ParamTensor *tensors; /* table.tensors */
+    int num_tensors;            /* table.num_tensors */
+    size_t num_params;          /* table.num_params */
+    /* The storage bound by gpt_create, gpt_create_range, gpt_alloc_range or
+     * gpt_bind_range: units first_unit..last_unit, elements [param_first,
+     * param_first + param_count) of the table (the whole table except on a
+     * stage of a layer split). */
+    int first_unit, last_unit;
+    size_t param_first, param_count;
+    float *params;    /* device (param_count), CAT_PARAMS; under mixed precision the fp32
+                         master weights (mixed.h, CAT_OPTIMIZER), which units never read */
+    float *grads;     /* device (param_count), CAT_GRADS */
+    int owns_storage; /* params and grads were allocated here, and gpt_destroy frees them */
+    Weights w;        /* views into params; NULL for tensors not held */
+    Weights g;        /* views into grads */
+    /* Optional: calls that give a unit its storage just before it is computed
+     * and take it back after, made by every forward and backward over a range
+     * around the caller's own hooks. Mixed precision (mixed.h) converts the
+     * unit's 16-bit weights to fp32 there; NULL when the storage is bound. */
+    const struct UnitHooks *storage;
+    /* Mixed precision: the matmuls take 16-bit inputs (rounded to
+     * matmul_format) and accumulate in fp32; 0 for fp32 matmuls. */
+    int half_matmuls;
+    HalfFormat matmul_format;
+} GPT;
+
+/* Forward values kept for the backward pass: one set per micro-batch in flight.
+ * Shapes are for the capacity (B, T) given at allocation. */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd; /* (B,T,C), (B,T), (B,T) */
+    float *qkv;                       /* (B,T,3C) */
+    float *atty;                      /* (B,T,C) attention output before its projection */
+    float *lse;                       /* (B,NH,T) attention log-sum-exp per query row */
+    float *res2;                      /* (B,T,C) residual stream after attention */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C), (B,T), (B,T) */
+    float *fch;                       /* (B,T,4C) MLP hidden, before GELU (its output is
+                                         recomputed from this when needed: Scratch.gelu) */
+    float *res3;                      /* (B,T,C) block output */
+} BlockActs;
+
+typedef struct {
+    int B, T;                         /* capacity */
+    int recompute;                    /* 1: only block inputs are kept (see below) */
+    int *tokens;                      /* (B,T) device */
+    int *targets;                     /* (B,T) device */
+    float *encoded;                   /* (B,T,C) embedding output = input of block 0 */
+    BlockActs *block;                 /* L of them */
+    float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
+    float *logits;                    /* (B,T,V) */
+    float *probs;                     /* (B,T,V) */
+    float *losses;                    /* (B,T) */
+} Activations;
+
+/* Activation recomputation (--recompute). By default the forward pass keeps
+ * every block's BlockActs for the backward pass: L sets of about 12C floats per
+ * token. With recompute it keeps only the residual stream between blocks, the
+ * block outputs res3 (block l's input is block l-1's res3, block 0's is
+ * `encoded`); the other fields of a->block[l] are NULL. The forward pass still
+ * computes them, into ONE block-sized set shared by all blocks and all
+ * micro-batches (Scratch.recomputed), and gpt_block_backward first runs block
+ * l's forward again from its kept input, up to the last value the backward
+ * reads (fch), into that set. Memory: L sets become one; compute: one more
+ * forward of the blocks per step, less fcproj (a forward is about a third of a
+ * step); the numbers are bit-for-bit the same: the same kernels see the same
+ * inputs. */
+
+/* Scratch shared by all micro-batches: activation gradients and transient
+ * values (CAT_WORKSPACE). Only one backward pass runs at a time. */
+typedef struct {
+    int B, T;
+    float *branch;    /* (B,T,C) output of attproj / fcproj before the residual add */
+    float *dresid[2]; /* (B,T,C) gradient of the residual stream between blocks, ping-pong */
+    float *dmid;      /* (B,T,C) gradient of the residual stream inside a block (res2) */
+    float *dbranch;   /* (B,T,C) */
+    float *dln;       /* (B,T,C) */
+    float *dqkv;      /* (B,T,3C) */
+    float *datty;     /* (B,T,C) */
+    float *dfch;      /* (B,T,4C) */
+    float *dfch_gelu; /* (B,T,4C) */
+    float *gelu;      /* (B,T,4C) GELU(fch) of the block at hand: fcproj's input in forward,
+                         recomputed in backward for fcproj's weight gradient instead of being
+                         kept per block (a GELU costs less than 4C floats per token per block) */
+    float *dlogits;   /* (B,T,V) */
+
+    int recompute;        /* 1: `recomputed` below is allocated */
+    BlockActs recomputed; /* with recompute: the values of the block at hand (res3 NULL: the
+                             output goes to the kept a->block[l].res3), CAT_ACTIVATIONS */
+} Scratch;
+
+/* Check a model shape; returns NULL if valid, else a message for the user. */
+const char *model_config_problem(const ModelConfig *m);
+
+/* A model of this table with no storage bound (every view NULL); the model
+ * owns the table from now on. */
+void gpt_init(GPT *model, ParamTable table);
+/* Make units first_unit..last_unit the model's range (first_unit, last_unit,
+ * param_first, param_count), binding no storage. */
+void gpt_set_range(GPT *model, int first_unit, int last_unit);
+/* Bind storage to units first_unit..last_unit (LAYER_EMBEDDING .. L): params
+ * and grads hold their elements contiguously as in the table (params[0] is the
+ * first unit's first element; grads may be NULL: no gradients); the other
+ * units are unbound. The caller keeps ownership of the buffers. */
+void gpt_bind_range(GPT *model, int first_unit, int last_unit, float *params, float *grads);
+/* Bind one unit's views to params and grads (the unit's elements in table
+ * order), or unbind it with NULL; param_first and param_count do not change. */
+void gpt_bind_unit(GPT *model, int unit, float *params, float *grads);
+/* Allocate device storage (uninitialised) for units first_unit..last_unit and
+ * bind it; gpt_destroy frees it. */
+void gpt_alloc_range(GPT *model, int first_unit, int last_unit);
+/* Table + device storage for params and grads + initial values from seed. */
+void gpt_create(GPT *model, const ModelConfig *cfg, uint64_t seed);
+/* The same for a stage of a layer split: only units first_unit..last_unit,
+ * one contiguous slice of the table, get memory and initial values (the whole
+ * model's values for those elements); the views of the other units are NULL. */
+void gpt_create_range(GPT *model, const ModelConfig *cfg, uint64_t seed, int first_unit, int last_unit);
+void gpt_destroy(GPT *model);
+
+/* Where tensor t of m's table is in view, m->w or m->g (NULL when its unit is
+ * not bound). */
+float *weights_tensor(const GPT *m, const Weights *view, const ParamTensor *t);
+
+/* Bytes of saved activations / scratch for a micro-batch of B sequences of T. */
+size_t activation_bytes(const ModelConfig *cfg, int B, int T);
+size_t scratch_bytes(const ModelConfig *cfg, int B, int T);
+/* With recompute: the bytes one micro-batch keeps (activation_bytes less all
+ * of every block but its output), and the one recomputed block set that the
+ * Scratch adds (one BlockActs less res3). */
+size_t activation_bytes_recompute(const ModelConfig *cfg, int B, int T);
+size_t recompute_block_bytes(const ModelConfig *cfg, int B, int T);
+
+/* Everything kept, the whole model (the default; exercise 01.3). */
+void activations_create(Activations *acts, const ModelConfig *cfg, int B, int T);
+/* The whole model, keeping everything (recompute 0) or only the block inputs
+ * (recompute 1, with a Scratch created with recompute 1). */
+void activations_create_model(Activations *acts, const ModelConfig *cfg, int B, int T, int recompute);
+/* Only what a stage holding units first_unit..last_unit saves: tokens,
+ * targets and `encoded` always (on a later stage, `encoded` is where the
+ * previous stage's activations arrive), the blocks in the range (a->block[l]
+ * is all NULL for the others; with recompute all but res3), the head's values
+ * when last_unit is L. */
+void activations_create_range(Activations *acts, const ModelConfig *cfg, int B, int T, int first_unit,
+                              int last_unit, int recompute);
+void activations_destroy(Activations *acts, const ModelConfig *cfg);
+/* recompute 1 adds the one block set that every block's forward writes and
+ * every block's backward recomputes into (shared by all micro-batches). */
+void scratch_create(Scratch *s, const ModelConfig *cfg, int B, int T, int recompute);
+void scratch_destroy(Scratch *s);
+
+/* ---- forward and backward over a range of units ----
+ * B sequences of T tokens (B, T at most the capacity). Units are numbered as
+ * in the table: LAYER_EMBEDDING, the blocks 0..L-1, the head L. */
+
+/* A call around unit `unit`. */
+typedef void (*UnitHook)(int unit, void *context);
+/* A block computed by the caller instead of by model.c (see UnitHooks). */
+typedef void (*BlockForwardFn)(int layer, const float *input, int B, int T, void *context);
+typedef void (*BlockBackwardFn)(int layer, const float *input, const float *doutput, float *dinput, int B,
+                                int T, void *context);
+
+/* What a caller adds to the loop over the units; any field may be NULL.
+ *   before_forward(u), after_forward(u)    around unit u's forward
+ *   before_backward(u), after_backward(u)  around unit u's backward; after it
+ *                                          the unit's gradients are final
+ * ZeRO-3 gathers a unit's parameters before its forward and its backward and
+ * frees them after; data parallelism sends a unit's gradients after its
+ * backward. block_forward and block_backward replace gpt_block_forward and
+ * gpt_block_backward: tensor parallelism computes every block with sliced
+ * matrices and all-reduces, on the same buffers (a->block[l], the scratch). */
+typedef struct UnitHooks {
+    UnitHook before_forward, after_forward;
+    UnitHook before_backward, after_backward;
+    BlockForwardFn block_forward;
+    BlockBackwardFn block_backward;
+    void *context; /* passed to each of them */
+} UnitHooks;
+
+/* Forward of units first..last for one micro-batch. The range reads
+ * a->tokens when it starts at the embedding, else a->encoded (where a stage
+ * receives the previous stage's output); it ends in a->block[last].res3
+ * (gpt_layer_output) or, with the head, in the logits and, with_loss, the
+ * per-token losses (from a->targets). hooks may be NULL. */
+void gpt_forward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, int with_loss,
+                       const UnitHooks *hooks, int B, int T);
+/* Backward of units last..first, adding into m->grads. With the head in the
+ * range it starts from dloss, d(total loss)/d(each token's loss); else from
+ * doutput, dL/d(output of block last). Returns dL/d(a->encoded), the gradient
+ * of the range's input when it starts at a block: written into dinput if
+ * given, else left in the scratch (valid until the next backward). */
+const float *gpt_backward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, float dloss,
+                                const float *doutput, float *dinput, const UnitHooks *hooks, int B, int T);
+
+/* The whole model: tokens and targets already in a->tokens, a->targets. */
+void gpt_forward(const GPT *m, Activations *a, Scratch *s, int B, int T);
+void gpt_backward(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T);
+/* The same backward, calling unit_done(unit, context) as soon as a unit's
+ * gradients are final: L after the head, l after block l, LAYER_EMBEDDING
+ * after the embedding. Data parallelism starts communicating there. */
+void gpt_backward_hooked(const GPT *m, Activations *a, Scratch *s, float dloss, int B, int T,
+                         UnitHook unit_done, void *context);
+
+/* Output of layer l (the input of layer l+1); -1 gives the embedding. */
+float *gpt_layer_output(const GPT *m, Activations *a, int layer);
+
+/* ---- one unit ---- */
+void gpt_embedding_forward(const GPT *m, Activations *a, int B, int T); /* a->tokens -> a->encoded */
+void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int layer, const float *input, int B, int T);
+/* final layernorm, logits; with targets also probabilities and per-token losses */
+void gpt_head_forward(const GPT *m, Activations *a, const float *input, int with_loss, int B, int T);
+/* Backward of one unit: adds into m->grads. dloss: d(total loss)/d(each
+ * token's loss). Leaves dL/d(head input) in dinput. */
+void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput,
+                       float dloss, int B, int T);
+/* doutput: dL/d(block output); leaves dL/d(block input) in dinput (overwritten).
+ * With recompute, it first runs the block's forward again from input. */
+void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int layer, const float *input,
+                        const float *doutput, float *dinput, int B, int T);
+void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded, int B, int T);
+
+/* ---- the model's matmuls ----
+ * A linear layer (kernels.h: linear_forward, linear_backward) as model m
+ * computes it: fp32, or with 16-bit matmul inputs and fp32 accumulation
+ * under mixed precision (m->half_matmuls: linear_forward_half). Every layer
+ * of the model goes through these, and so do tensor parallelism's sliced
+ * layers (03_model_parallel); m NULL computes in fp32. */
+void gpt_linear_forward(const GPT *m, float *out, const float *inp, const float *weight, const float *bias,
+                        int N, int C, int OC);
+void gpt_linear_backward(const GPT *m, float *dinp, float *dweight, float *dbias, const float *dout,
+                         const float *inp, const float *weight, int N, int C, int OC);
+
+/* Sum of a->losses over B*T tokens (copied to the host, summed in double). */
+double gpt_loss_sum(const Activations *a, int B, int T);
+
+#endif

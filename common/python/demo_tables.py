@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""demo_tables.py: the tables course.md quotes from a `make demo`, printed from its CSV files.
+
+    python3 common/python/demo_tables.py [RUNS_DIR]        (default runs/demo)
+
+Prints, in markdown, the step-time breakdown of chapters 01 and 02, the
+busy/idle table of chapter 03, and the pipeline sweep of chapter 04, computed
+the way the text says: medians over the steps of all repeats of a
+configuration, the first (warm-up) step of each run left out; bubbles and
+memory from run.csv and memory.csv (stage 0). Sections whose runs are missing
+are skipped.
+"""
+import csv
+import glob
+import os
+import statistics
+import sys
+
+
+def steps(runs, label):
+    rows = []
+    for run in sorted(glob.glob(os.path.join(runs, label + ".r*"))):
+        rows += list(csv.DictReader(open(os.path.join(run, "steps.csv"))))[1:]
+    return rows
+
+
+def median(rows, key):
+    values = [float(r[key]) for r in rows if r.get(key) not in (None, "")]
+    return statistics.median(values) if values else None
+
+
+def fmt(x, spec=".1f", missing="-"):
+    return missing if x is None else format(x, spec)
+
+
+def chapter02(runs):
+    labels = [("01-small", "01, one process")] + [
+        (os.path.basename(d).rsplit(".r", 1)[0], None)
+        for d in sorted(glob.glob(os.path.join(runs, "02-dp*-*.r1")))]
+    if len(labels) == 1:
+        return
+    print("| configuration | step | forward | backward | optimizer | comm_ms | comm_busy_ms |")
+    print("|---|---|---|---|---|---|---|")
+    for label, name in labels:
+        rows = steps(runs, label)
+        if not rows:
+            continue
+        print(f"| {name or label} | {fmt(median(rows, 'step_ms'))} ms | {fmt(median(rows, 'fwd_ms'))} | "
+              f"{fmt(median(rows, 'bwd_ms'))} | {fmt(median(rows, 'opt_ms'))} | {fmt(median(rows, 'comm_ms'))} | "
+              f"{fmt(median(rows, 'comm_busy_ms'))} |")
+    print()
+
+
+def chapter03(runs):
+    labels = sorted(os.path.basename(d).rsplit(".r", 1)[0] for d in glob.glob(os.path.join(runs, "03-*.r1")))
+    if not labels:
+        return
+    print("| configuration | step | forward | backward | comm_ms | rank 0 idle | rank 1 idle |")
+    print("|---|---|---|---|---|---|---|")
+    for label in ["01-small"] + labels:
+        rows = steps(runs, label)
+        idle = {}
+        for run in sorted(glob.glob(os.path.join(runs, label + ".r*"))):
+            path = os.path.join(run, "busy.csv")
+            if not os.path.exists(path):
+                continue
+            for r in csv.DictReader(open(path)):
+                if int(r["step"]) > 1:
+                    idle.setdefault(r["rank"], []).append(1 - float(r["busy_ms"]) / float(r["step_ms"]))
+        ranks = [f"{100 * statistics.median(idle[r]):.0f}%" if r in idle else "-" for r in ("0", "1")]
+        print(f"| {label} | {fmt(median(rows, 'step_ms'))} ms | {fmt(median(rows, 'fwd_ms'))} | "
+              f"{fmt(median(rows, 'bwd_ms'))} | {fmt(median(rows, 'comm_ms'))} | {ranks[0]} | {ranks[1]} |")
+    print()
+
+
+def chapter04(runs):
+    micros = sorted({int(os.path.basename(d).split("-m")[1].split(".")[0])
+                     for d in glob.glob(os.path.join(runs, "04-gpipe-m*.r1"))})
+    if not micros:
+        return
+
+    def of(schedule, m):
+        label = f"04-{schedule}-m{m}"
+        runs_csv = [list(csv.DictReader(open(os.path.join(d, "run.csv"))))[0]
+                    for d in sorted(glob.glob(os.path.join(runs, label + ".r*")))]
+        memory = [r for r in csv.DictReader(open(os.path.join(runs, label + ".r1", "memory.csv")))
+                  if r["rank"] == "0" and r["space"] == "device" and r["category"] == "activations"]
+        return (statistics.median(float(r["median_step_ms"]) for r in runs_csv),
+                statistics.median(float(r["bubble_measured"]) for r in runs_csv),
+                float(runs_csv[0]["bubble_theory"]), float(memory[0]["peak_bytes"]) / 1e6)
+
+    print("| M | GPipe step | 1F1B step | bubble GPipe | bubble 1F1B | formula | stage-0 activations GPipe | 1F1B |")
+    print("|---|---|---|---|---|---|---|---|")
+    for m in micros:
+        g, f = of("gpipe", m), of("1f1b", m)
+        print(f"| {m} | {g[0]:.1f} ms | {f[0]:.1f} ms | {g[1]:.3f} | {f[1]:.3f} | {g[2]:.3f} | {g[3]:.1f} MB | "
+              f"{f[3]:.1f} MB |")
+    print()
+
+
+def main():
+    runs = sys.argv[1] if len(sys.argv) > 1 else "runs/demo"
+    if not os.path.isdir(runs):
+        sys.exit(f"demo_tables: {runs} does not exist (run make demo first)")
+    for name, table in (("chapter 02", chapter02), ("chapter 03", chapter03), ("chapter 04", chapter04)):
+        print(f"{name} (from {runs}):\n")
+        table(runs)
+
+
+if __name__ == "__main__":
+    main()

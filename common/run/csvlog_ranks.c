@@ -1,0 +1,30 @@
+/* csvlog_ranks.c: the logs of a job of many ranks (csvlog.h): the slowest
+ * rank's times of a step, and memory.csv with every rank's peaks. */
+#include "comm.h"
+#include "csvlog.h"
+#include "device.h"
+#include "util.h"
+#include "watchdog.h"
+
+#include <stdlib.h>
+
+size_t comm_write_memory_csv(CommGroup *world, const char *dir) {
+    size_t peaks[SPACE_COUNT * CAT_COUNT];
+    memory_peaks_local(peaks);
+    size_t *all_peaks = xcalloc((size_t)comm_size(world) * SPACE_COUNT * CAT_COUNT, sizeof(size_t));
+    comm_gather_bytes(world, peaks, sizeof peaks, all_peaks, 0);
+    if (comm_rank(world) == 0) memory_csv_write(dir, comm_size(world), all_peaks);
+    free(all_peaks);
+    return (size_t)comm_allreduce_double(world, (double)mem_peak_total(SPACE_DEVICE), 1);
+}
+
+void comm_slowest_times(CommGroup *g, StepRecord *rec) {
+    double times[5] = {rec->step_ms, rec->fwd_ms, rec->bwd_ms, rec->comm_ms, rec->opt_ms};
+    comm_max_doubles(g, times, 5);
+    watchdog_set_step(rec->step + 1); /* the flight recorder's step: the next one */
+    rec->step_ms = times[0];
+    rec->fwd_ms = times[1];
+    rec->bwd_ms = times[2];
+    rec->comm_ms = times[3];
+    rec->opt_ms = times[4];
+}

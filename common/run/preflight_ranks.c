@@ -1,0 +1,27 @@
+/* preflight_ranks.c: comm_parse_config (preflight.h), the pre-flight of a
+ * job of many ranks: each rank's own checks, then their agreement. */
+#include "comm.h"
+#include "preflight.h"
+#include "util.h"
+#include "watchdog.h"
+
+#include <setjmp.h>
+#include <stdlib.h>
+
+void comm_parse_config(Config *cfg, int argc, char **argv, const char *program, const char *summary,
+                       const ChapterFlags *chapter) {
+    UsageTrap trap;
+    int status;
+    usage_trap_arm(&trap);
+    if (setjmp(trap.where) == 0)
+        status = config_parse_and_check(cfg, argc, argv, program, chapter);
+    else
+        status = 2;
+    usage_trap_disarm();
+    if (comm_agree(status, trap.message, &cfg->record)) {
+        if (comm_rank(comm_world()) == 0) config_print_help(program, summary, chapter);
+        comm_finalize();
+        exit(0);
+    }
+    watchdog_start(cfg->timeout, cfg->out, cfg->resume_step + 1); /* --timeout (watchdog.h) */
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# profile_kernels.sh: per-kernel GPU time of one training step, by kind of kernel.
+#
+#   common/scripts/profile_kernels.sh LABEL OUT_DIR [train flags...]
+#
+# Runs 01_single_gpu/train (TRAIN=... for another build) under Nsight Compute
+# for 3 steps and records step 3 only (COURSE_PROFILE_STEP=3 switches the
+# profiler on for that step; the first steps warm up cuBLAS and the caches).
+# ncu runs kernels one at a time with its own clock control turned off, so the
+# sum is close to, but not the same as, the step time the program reports.
+# Writes OUT_DIR/LABEL.ncu.csv (ncu's rows) and OUT_DIR/LABEL.kernels.csv
+# (label,category,kernel,calls,time_us; see common/python/kernel_breakdown.py).
+# Default flags: --model gpt2 --batch 8. Needs ncu and a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[[ $# -ge 2 ]] || { echo "usage: common/scripts/profile_kernels.sh LABEL OUT_DIR [train flags...]" >&2; exit 2; }
+label="$1" out="$2"
+shift 2
+flags=("$@")
+[[ ${#flags[@]} -gt 0 ]] || flags=(--model gpt2 --batch 8)
+TRAIN="${TRAIN:-./01_single_gpu/train}"
+command -v ncu >/dev/null || { echo "profile_kernels: ncu (Nsight Compute) is not on PATH" >&2; exit 1; }
+mkdir -p "$out"
+COURSE_PROFILE_STEP=3 ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
+    "$TRAIN" --device cuda "${flags[@]}" --steps 3 --sample 0 --quiet --overwrite --out "$out/$label.run" \
+    >"$out/$label.ncu.csv"
+python3 common/python/kernel_breakdown.py ncu "$out/$label.ncu.csv" "$label" "$out/$label.kernels.csv"

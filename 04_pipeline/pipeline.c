@@ -39,7 +39,8 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     for (int i = 0; i < p->schedule.count; i++) {
         const Action *a = &p->schedule.actions[i];
         if (a->chunk < 0 || a->chunk >= CHUNKS_PER_STAGE)
-            fatal(EXIT_USAGE, "stage %d's schedule has an action on chunk %d, but a stage holds %d chunk of layers",
+            fatal(EXIT_USAGE,
+                  "stage %d's schedule has an action on chunk %d, but a stage holds %d chunk of layers",
                   layout->stage, a->chunk, CHUNKS_PER_STAGE);
         if (a->kind == OP_BACKWARD) p->last_backward_action = i;
     }
@@ -65,7 +66,8 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     size_t bytes = boundary_floats(p) * sizeof(float);
     if (next_rank(l, 0) >= 0)
         p->grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient from next stage");
-    if (prev_rank(l, 0) >= 0) p->grad_out = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient to prev stage");
+    if (prev_rank(l, 0) >= 0)
+        p->grad_out = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient to prev stage");
 }
 
 void pipeline_destroy(Pipeline *p) {

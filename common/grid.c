@@ -21,9 +21,10 @@ const char *grid_problem(int world_size, GridShape shape) {
     long ranks = 1;
     for (int a = 0; a < GRID_AXES; a++) {
         if (size[a] < 1) {
-            snprintf(message, sizeof message,
-                     "the grid's %s axis has %d ranks (valid: every axis at least 1; dp %d, pp %d, cp %d, tp %d)",
-                     axis_names[a], size[a], shape.dp, shape.pp, shape.cp, shape.tp);
+            snprintf(
+                message, sizeof message,
+                "the grid's %s axis has %d ranks (valid: every axis at least 1; dp %d, pp %d, cp %d, tp %d)",
+                axis_names[a], size[a], shape.dp, shape.pp, shape.cp, shape.tp);
             return message;
         }
         ranks *= size[a];

@@ -84,7 +84,8 @@ int layer_split_piece(StageChunk at, int stages) {
     return at.chunk * stages + at.stage;
 }
 
-void layer_split_chunk_range(const int *blocks, int stages, StageChunk at, int *first_block, int *last_block) {
+void layer_split_chunk_range(const int *blocks, int stages, StageChunk at, int *first_block,
+                             int *last_block) {
     layer_split_range(blocks, layer_split_piece(at, stages), first_block, last_block);
 }
 

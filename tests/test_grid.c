@@ -26,8 +26,8 @@ static int failures = 0;
 static void expect(int ok, const ProcessGrid *g, const char *what, int got, int want) {
     if (ok) return;
     failures++;
-    fprintf(stderr, "FAIL [rank %d] dp %d pp %d cp %d tp %d: %s is %d, expected %d\n", comm_rank(comm_world()),
-            g->dp, g->pp, g->cp, g->tp, what, got, want);
+    fprintf(stderr, "FAIL [rank %d] dp %d pp %d cp %d tp %d: %s is %d, expected %d\n",
+            comm_rank(comm_world()), g->dp, g->pp, g->cp, g->tp, what, got, want);
 }
 
 /* The rank order written out, independently of grid.c's strides. */
@@ -114,8 +114,8 @@ int main(int argc, char **argv) {
                     layouts++;
                 }
     ProcessGrid none = {.dp = 1, .pp = 1, .cp = 1, .tp = n + 1};
-    expect(grid_problem(n, (GridShape){1, 1, 1, n + 1}) != NULL, &none, "a grid larger than the world refused",
-           0, 1);
+    expect(grid_problem(n, (GridShape){1, 1, 1, n + 1}) != NULL, &none,
+           "a grid larger than the world refused", 0, 1);
     expect(grid_problem(n, (GridShape){n, 1, 0, 1}) != NULL, &none, "an axis of 0 ranks refused", 0, 1);
     int bad = (int)comm_allreduce_double(world, failures, 0);
     if (w == 0) printf("grid: %d layouts of %d ranks, %d failures\n", layouts, n, bad);

@@ -176,7 +176,8 @@ static void check_chunks(int P, int V, int M) {
     free_stages(st, P);
     build_breadth_first_chunks(st, P, V, M);
     schedule_simulate_lists(st, P, V, 1.0, 2.0, &r);
-    int ring_fills = V >= 2 && P >= 2 && M >= P; /* the last stage sends micro 0 round before stage 0 is done */
+    int ring_fills =
+        V >= 2 && P >= 2 && M >= P; /* the last stage sends micro 0 round before stage 0 is done */
     if (r.deadlock != ring_fills) {
         snprintf(what, sizeof what, "breadth-first over %d chunks: %s, expected %s", V,
                  r.deadlock ? "a deadlock" : "no deadlock", ring_fills ? "one" : "none");
@@ -279,8 +280,8 @@ int main(int argc, char **argv) {
         return r.deadlock;
     }
     if (argc != 1) {
-        fprintf(stderr,
-                "usage: test_schedule [--arithmetic | --print NAME P M | --simulate NAME P M | --chunks P V M]\n");
+        fprintf(stderr, "usage: test_schedule [--arithmetic | --print NAME P M | --simulate NAME P M | "
+                        "--chunks P V M]\n");
         return 2;
     }
     for (int P = 1; P <= 6; P++) {

@@ -511,8 +511,8 @@ static int same_place(StageChunk a, StageChunk b) {
 static void test_split_recorded(void) {
     struct {
         int layers, stages, blocks[4];
-    } recorded[] = {{5, 2, {2, 3}},       {5, 3, {1, 2, 2}},    {5, 4, {1, 2, 1, 1}},
-                    {8, 3, {2, 3, 3}},    {8, 4, {2, 2, 2, 2}}, {8, 1, {8}}};
+    } recorded[] = {{5, 2, {2, 3}},    {5, 3, {1, 2, 2}},    {5, 4, {1, 2, 1, 1}},
+                    {8, 3, {2, 3, 3}}, {8, 4, {2, 2, 2, 2}}, {8, 1, {8}}};
     for (size_t i = 0; i < sizeof recorded / sizeof recorded[0]; i++) {
         ModelConfig cfg = shape(0);
         cfg.layers = recorded[i].layers;
@@ -527,7 +527,8 @@ static void test_split_recorded(void) {
                   last == first_want + recorded[i].blocks[s] - 1;
             first_want += recorded[i].blocks[s];
         }
-        check(ok, "layers %d, %d stages, one chunk each: the split recorded before chunks existed", cfg.layers, S);
+        check(ok, "layers %d, %d stages, one chunk each: the split recorded before chunks existed",
+              cfg.layers, S);
         param_table_free(&t);
     }
 }
@@ -579,14 +580,18 @@ static void test_split(void) {
         for (int S = 1; S <= L; S++)
             for (int V = 1; S * V <= L; V++) {
                 int ok = split_covers_once(&t, S, V);
-                if (!ok) check(0, "layers %d, %d stages of %d chunks: pieces cover the model once, in order", L, S, V);
+                if (!ok)
+                    check(0, "layers %d, %d stages of %d chunks: pieces cover the model once, in order", L, S,
+                          V);
                 bad += !ok;
                 splits++;
             }
         param_table_free(&t);
     }
-    check(!bad, "%d splits of 1 to 12 layers into S stages of V chunks: each block in one piece, in order, "
-                "the neighbours round the pp ring", splits);
+    check(!bad,
+          "%d splits of 1 to 12 layers into S stages of V chunks: each block in one piece, in order, "
+          "the neighbours round the pp ring",
+          splits);
 }
 
 int main(int argc, char **argv) {

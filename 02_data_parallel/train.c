@@ -23,6 +23,7 @@
 #include "data.h"
 #include "device.h"
 #include "evaluate.h"
+#include "grid.h"
 #include "kernels.h"
 #include "mixed.h"
 #include "model.h"
@@ -149,6 +150,10 @@ int main(int argc, char **argv) {
     int use_ring = strcmp(dp.allreduce, "ring") == 0;
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
 
+    /* ---- the grid: every rank a replica, dp = world (grid.h) ---- */
+    ProcessGrid grid;
+    grid_create(&grid, world, (GridShape){.dp = ranks, .pp = 1, .cp = 1, .tp = 1});
+
     /* ---- build: device, data, output files, model, optimizer, activations ---- */
     device_init(cfg.device, comm_local_rank());
     device_set_limit(cfg.device_mem_limit);
@@ -182,7 +187,7 @@ int main(int argc, char **argv) {
     int overlap = strcmp(dp.dp_mode, "overlap") == 0;
     if (overlap)
         buckets_create(&buckets, &model, grads.grads, grads.type, (size_t)(dp.bucket_mb * BYTES_PER_MIB),
-                       world, use_ring);
+                       grid.dp_group, use_ring);
 
     uint64_t rng = cfg.seed;
     CkptLayout ckpt; /* every replica holds the whole model; rank r writes share r of it */
@@ -194,10 +199,10 @@ int main(int argc, char **argv) {
     /* Identical initialisation already follows from (seed, name, index); the
      * broadcast makes "rank 0's weights" the rule, as real frameworks do. */
     if (half) {
-        comm_broadcast(world, mixed.master, mixed.n, 0);
-        comm_broadcast_typed(world, mixed.params, mixed.n, grads.type, 0, NULL);
+        comm_broadcast(grid.dp_group, mixed.master, mixed.n, 0);
+        comm_broadcast_typed(grid.dp_group, mixed.params, mixed.n, grads.type, 0, NULL);
     } else {
-        comm_broadcast(world, model.params, model.num_params, 0);
+        comm_broadcast(grid.dp_group, model.params, model.num_params, 0);
     }
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
@@ -250,12 +255,12 @@ int main(int argc, char **argv) {
             busy_ms = buckets.busy_ms;
         } else {
             if (strcmp(dp.dp_mode, "naive") == 0)
-                sync_naive(&model, &grads, world, use_ring);
+                sync_naive(&model, &grads, grid.dp_group, use_ring);
             else
-                sync_flat(&model, &grads, world, use_ring);
+                sync_flat(&model, &grads, grid.dp_group, use_ring);
             rec.comm_ms = busy_ms = timer_stop_ms(&timer);
         }
-        loss = comm_allreduce_double(world, loss_sum, 0) / tokens_per_step;
+        loss = comm_allreduce_double(grid.dp_group, loss_sum, 0) / tokens_per_step;
         check_loss_finite(loss, step + 1);
 
         /* ---- update: the same on every replica (an fp16 overflow anywhere is in every sum) ---- */
@@ -268,7 +273,7 @@ int main(int argc, char **argv) {
         rec.opt_ms = timer_stop_ms(&timer);
         rec.step_ms = timer_stop_ms(&step_timer);
         if (dp.check_replicas && (step + 1) % dp.check_replicas == 0)
-            check_replicas(&model, half ? mixed.master : model.params, world, step + 1);
+            check_replicas(&model, half ? mixed.master : model.params, grid.dp_group, step + 1);
 
         /* ---- log: the slowest rank's times ---- */
         comm_slowest_times(world, &rec);
@@ -324,6 +329,7 @@ int main(int argc, char **argv) {
     gpt_destroy(&model);
     data_free(&data);
     device_shutdown();
+    grid_destroy(&grid);
     comm_finalize();
     return 0;
 }

@@ -305,7 +305,8 @@ int main(int argc, char **argv) {
 
     /* ---- the grid: --dp replicas of a model-parallel group, its ranks consecutive (grid.h) ---- */
     ProcessGrid grid;
-    grid_create(&grid, world, dp, par.tensor ? 1 : mp_size, par.tensor ? mp_size : 1);
+    GridShape shape = {.dp = dp, .pp = par.tensor ? 1 : mp_size, .cp = 1, .tp = par.tensor ? mp_size : 1};
+    grid_create(&grid, world, shape);
     int dp_index = grid.d, mp_index = par.tensor ? grid.t : grid.p;
     par.mp = par.tensor ? grid.tp_group : grid.pp_group; /* the ranks holding one copy of the model */
     par.dp = grid.dp_group;                              /* the ranks holding the same part of it */

@@ -18,11 +18,32 @@ static float *stage_output(Pipeline *p, Activations *a) {
     return gpt_layer_output(&p->model, a, p->layout.last_block);
 }
 
+/* This pipeline's stages hold one chunk of layers each (layer_split.h); the
+ * interleaved schedules will give a stage several, each with its model range
+ * and activation slots. */
+enum { CHUNKS_PER_STAGE = 1 };
+
+/* The rank of the pp group that holds the piece of the model after chunk
+ * `chunk` of this stage (activations go there), or the piece before it
+ * (gradients go there); -1 past the ends of the model. */
+static int next_rank(const StageLayout *l, int chunk) {
+    return layer_split_next((StageChunk){l->stage, chunk}, l->stages, CHUNKS_PER_STAGE).stage;
+}
+static int prev_rank(const StageLayout *l, int chunk) {
+    return layer_split_prev((StageChunk){l->stage, chunk}, l->stages, CHUNKS_PER_STAGE).stage;
+}
+
 void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *schedule, uint64_t seed) {
     *p = (Pipeline){.layout = *layout, .schedule = *schedule, .last_backward_action = -1};
     *schedule = (StageSchedule){0};
-    for (int i = 0; i < p->schedule.count; i++)
-        if (p->schedule.actions[i].kind == OP_BACKWARD) p->last_backward_action = i;
+    for (int i = 0; i < p->schedule.count; i++) {
+        const Action *a = &p->schedule.actions[i];
+        if (a->chunk < 0 || a->chunk >= CHUNKS_PER_STAGE)
+            fatal(EXIT_USAGE,
+                  "stage %d's schedule has an action on chunk %d, but a stage holds %d chunk of layers",
+                  layout->stage, a->chunk, CHUNKS_PER_STAGE);
+        if (a->kind == OP_BACKWARD) p->last_backward_action = i;
+    }
     const StageLayout *l = &p->layout;
     const ModelConfig *m = &l->cfg->model;
     if (l->caller_storage) {
@@ -43,9 +64,10 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     /* the gradient messages, where there is a neighbour to exchange them with
      * (the last stage's backward starts from the loss, the first's input is tokens) */
     size_t bytes = boundary_floats(p) * sizeof(float);
-    if (l->stage + 1 < l->stages)
+    if (next_rank(l, 0) >= 0)
         p->grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient from next stage");
-    if (l->stage > 0) p->grad_out = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient to prev stage");
+    if (prev_rank(l, 0) >= 0)
+        p->grad_out = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient to prev stage");
 }
 
 void pipeline_destroy(Pipeline *p) {
@@ -65,7 +87,7 @@ void pipeline_destroy(Pipeline *p) {
  * chapter does, so no token ever needs to travel. */
 static void stage_forward_batch(Pipeline *p, Activations *a, Split split, int batch, int sequence) {
     const StageLayout *l = &p->layout;
-    int first = l->stage == 0, last = l->stage == l->stages - 1;
+    int first = prev_rank(l, 0) < 0, last = next_rank(l, 0) < 0; /* the model's first and last pieces */
     if (first || last)
         data_upload_batch(l->data, split, l->cfg->seed, batch, sequence, l->B, l->T, a->tokens, a->targets);
     gpt_forward_range(&p->model, a, &p->scratch, l->first_unit, l->last_unit, 1, p->hooks, l->B, l->T);
@@ -79,7 +101,7 @@ static void stage_forward_batch(Pipeline *p, Activations *a, Split split, int ba
 static void stage_backward(Pipeline *p, int m) {
     const StageLayout *l = &p->layout;
     gpt_backward_range(&p->model, slot_of(p, m), &p->scratch, l->first_unit, l->last_unit, p->now.dloss,
-                       p->grad_in, l->stage > 0 ? p->grad_out : NULL, p->hooks, l->B, l->T);
+                       p->grad_in, prev_rank(l, 0) >= 0 ? p->grad_out : NULL, p->hooks, l->B, l->T);
 }
 
 /* Milliseconds since this step started, after the device finished its work. */
@@ -92,7 +114,7 @@ static double now_ms(Pipeline *p) {
 static void run_action(Pipeline *p, const Action *a) {
     size_t n = boundary_floats(p);
     CommGroup *pp = p->layout.pp;
-    int prev = p->layout.stage - 1, next = p->layout.stage + 1;
+    int prev = prev_rank(&p->layout, a->chunk), next = next_rank(&p->layout, a->chunk);
     double start = now_ms(p);
     switch (a->kind) {
     case OP_FORWARD:
@@ -155,10 +177,10 @@ double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence) {
     for (int e = 0; e < cfg->eval_batches; e++) {
         for (int m = 0; m < micro_batches; m++) {
             Activations *a = slot_of(p, 0);
-            if (l->stage > 0) comm_recv(l->pp, a->encoded, n, l->stage - 1, TAG_ACTIVATIONS);
+            int prev = prev_rank(l, 0), next = next_rank(l, 0);
+            if (prev >= 0) comm_recv(l->pp, a->encoded, n, prev, TAG_ACTIVATIONS);
             stage_forward_batch(p, a, SPLIT_VAL, e, first_sequence + m * l->B);
-            if (l->stage < l->stages - 1)
-                comm_send(l->pp, stage_output(p, a), n, l->stage + 1, TAG_ACTIVATIONS);
+            if (next >= 0) comm_send(l->pp, stage_output(p, a), n, next, TAG_ACTIVATIONS);
         }
     }
     double total = comm_allreduce_double(world, p->now.loss_sum, 0);

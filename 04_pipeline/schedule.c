@@ -1,20 +1,26 @@
 /* schedule.c: building, printing and simulating pipeline schedules (see schedule.h). */
 #include "schedule.h"
 
+#include "layer_split.h"
 #include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void add(StageSchedule *s, OpKind kind, int micro, int micro2) {
+static void add_action(StageSchedule *s, Action a) {
     if (s->count == s->capacity) {
         s->capacity = s->capacity ? 2 * s->capacity : 32;
         Action *grown = realloc(s->actions, s->capacity * sizeof(Action));
         if (!grown) fatal(EXIT_RUNTIME, "out of host memory building a schedule");
         s->actions = grown;
     }
-    s->actions[s->count++] = (Action){kind, micro, micro2};
+    s->actions[s->count++] = a;
+}
+
+/* An action of chunk 0: every schedule here holds one chunk per stage. */
+static void add(StageSchedule *s, OpKind kind, int micro, int micro2) {
+    add_action(s, (Action){.kind = kind, .micro = micro, .micro2 = micro2, .chunk = 0});
 }
 
 /* Forward of m with the messages around it, each a separate blocking call. */
@@ -73,13 +79,13 @@ static void build_1f1b_naive(StageSchedule *s, int P, int M, int stage) {
     for (int k = 0; k < paired.count; k++) {
         const Action *a = &paired.actions[k];
         if (a->kind == OP_SEND_ACT_RECV_GRAD) {
-            add(s, OP_SEND_ACT, a->micro, -1);
-            add(s, OP_RECV_GRAD, a->micro2, -1);
+            add_action(s, (Action){OP_SEND_ACT, a->micro, -1, a->chunk});
+            add_action(s, (Action){OP_RECV_GRAD, a->micro2, -1, a->chunk});
         } else if (a->kind == OP_SEND_GRAD_RECV_ACT) {
-            add(s, OP_SEND_GRAD, a->micro, -1);
-            add(s, OP_RECV_ACT, a->micro2, -1);
+            add_action(s, (Action){OP_SEND_GRAD, a->micro, -1, a->chunk});
+            add_action(s, (Action){OP_RECV_ACT, a->micro2, -1, a->chunk});
         } else {
-            add(s, a->kind, a->micro, a->micro2);
+            add_action(s, *a);
         }
     }
     free(paired.actions);
@@ -103,7 +109,8 @@ void schedule_free(StageSchedule *s) {
     memset(s, 0, sizeof *s);
 }
 
-static void format_action(const Action *a, char *buf, size_t len) {
+/* The kind and micro-batches of an action: F3, sa3|rg1, ... */
+static void format_kind_micro(const Action *a, char *buf, size_t len) {
     switch (a->kind) {
     case OP_FORWARD:
         snprintf(buf, len, "F%d", a->micro);
@@ -129,6 +136,15 @@ static void format_action(const Action *a, char *buf, size_t len) {
     case OP_SEND_GRAD_RECV_ACT:
         snprintf(buf, len, "sg%d|ra%d", a->micro, a->micro2);
         break;
+    }
+}
+
+/* The action as printed: its kind and micro-batches, then c<chunk> unless chunk 0. */
+static void format_action(const Action *a, char *buf, size_t len) {
+    format_kind_micro(a, buf, len);
+    if (a->chunk != 0) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, "c%d", a->chunk);
     }
 }
 
@@ -186,12 +202,13 @@ double bubble_measured(const double *busy_ms, int stages, double span_ms) {
 static int is_compute(OpKind k) {
     return k == OP_FORWARD || k == OP_BACKWARD;
 }
-/* +1: the message goes to or comes from stage s+1; -1: stage s-1 */
-static int direction(OpKind k) {
-    return k == OP_SEND_ACT || k == OP_RECV_GRAD || k == OP_SEND_ACT_RECV_GRAD ? +1 : -1;
+/* Is the partner of this message the next piece of the model (activations
+ * out, gradients in), rather than the previous one? */
+static int towards_next(OpKind k) {
+    return k == OP_SEND_ACT || k == OP_RECV_GRAD || k == OP_SEND_ACT_RECV_GRAD;
 }
 
-/* Do a (on stage s) and b (on stage s+1) complete each other? */
+/* Do a (on a piece) and b (on the piece after it) complete each other? */
 static int matches(const Action *a, const Action *b) {
     switch (a->kind) {
     case OP_SEND_ACT:
@@ -206,12 +223,18 @@ static int matches(const Action *a, const Action *b) {
 }
 
 void schedule_simulate(const char *name, int P, int M, double tf, double tb, ScheduleReport *r) {
-    memset(r, 0, sizeof *r);
     StageSchedule *s = xcalloc(P, sizeof(StageSchedule));
-    int *pc = xcalloc(P, sizeof(int)), *in_flight = xcalloc(P, sizeof(int));
-    double *clock = xcalloc(P, sizeof(double));
     for (int p = 0; p < P; p++)
         if (schedule_build(name, P, M, p, &s[p]) != 0) fatal(EXIT_USAGE, "unknown schedule '%s'", name);
+    schedule_simulate_lists(s, P, 1, tf, tb, r);
+    for (int p = 0; p < P; p++) schedule_free(&s[p]);
+    free(s);
+}
+
+void schedule_simulate_lists(const StageSchedule *s, int P, int V, double tf, double tb, ScheduleReport *r) {
+    memset(r, 0, sizeof *r);
+    int *pc = xcalloc(P, sizeof(int)), *in_flight = xcalloc(P, sizeof(int));
+    double *clock = xcalloc(P, sizeof(double));
     double busy = 0.0;
     for (;;) {
         int progress = 0, done = 1;
@@ -229,10 +252,14 @@ void schedule_simulate(const char *name, int P, int M, double tf, double tb, Sch
                 progress = 1;
                 continue;
             }
-            int q = p + direction(a->kind);
-            if (q < 0 || q >= P || pc[q] == s[q].count) continue; /* no partner: stuck */
+            /* the partner: the piece after (or before) this stage's chunk, on rank q of the ring */
+            int next = towards_next(a->kind);
+            StageChunk at = {p, a->chunk};
+            StageChunk peer = next ? layer_split_next(at, P, V) : layer_split_prev(at, P, V);
+            int q = peer.stage;
+            if (q < 0 || pc[q] == s[q].count) continue; /* no partner: stuck */
             const Action *b = &s[q].actions[pc[q]];
-            int ok = q > p ? matches(a, b) : matches(b, a);
+            int ok = b->chunk == peer.chunk && (next ? matches(a, b) : matches(b, a));
             if (!ok) continue;
             double t = clock[p] > clock[q] ? clock[p] : clock[q]; /* both wait for the later one */
             clock[p] = clock[q] = t;
@@ -257,8 +284,6 @@ void schedule_simulate(const char *name, int P, int M, double tf, double tb, Sch
     for (int p = 0; p < P; p++)
         if (clock[p] > r->makespan) r->makespan = clock[p];
     r->bubble = r->makespan > 0 ? 1.0 - busy / (P * r->makespan) : 0.0;
-    for (int p = 0; p < P; p++) schedule_free(&s[p]);
-    free(s);
     free(pc);
     free(in_flight);
     free(clock);

@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
 
     /* ---- the grid: --dp replicas of a pipeline of P stages (grid.h: stage = rank % P) ---- */
     ProcessGrid grid;
-    grid_create(&grid, world, pf.dp, P, 1);
+    grid_create(&grid, world, (GridShape){.dp = pf.dp, .pp = P, .cp = 1, .tp = 1});
     int dp_index = grid.d, stage = grid.p;
 
     /* ---- the split and the schedule ---- */

@@ -23,6 +23,7 @@
 #include "data.h"
 #include "device.h"
 #include "evaluate.h"
+#include "grid.h"
 #include "mixed.h"
 #include "model.h"
 #include "optim.h"
@@ -113,6 +114,10 @@ int main(int argc, char **argv) {
                       &flags);
     checkpoint_check_shared_directory(world, &cfg);
 
+    /* ---- the grid: every rank a replica, dp = world, sharing the model state (grid.h) ---- */
+    ProcessGrid grid;
+    grid_create(&grid, world, (GridShape){.dp = ranks, .pp = 1, .cp = 1, .tp = 1});
+
     /* ---- build: device, data, output files, the sharded model and optimizer, activations ---- */
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
     device_init(cfg.device, comm_local_rank());
@@ -128,7 +133,8 @@ int main(int argc, char **argv) {
 
     GPT model;
     Zero zero;
-    zero_create_precision(&zero, &model, &cfg.model, cfg.seed, zf.stage, zf.prefetch, world, cfg.precision);
+    zero_create_precision(&zero, &model, &cfg.model, cfg.seed, zf.stage, zf.prefetch, grid.dp_group,
+                          cfg.precision);
     LossScaler scaler;
     loss_scaler_init(&scaler, &cfg);
     const UnitHooks *hooks = zero_hooks(&zero);
@@ -196,7 +202,7 @@ int main(int argc, char **argv) {
 
         /* ---- communicate: sum the gradients (stages 2-3 did most of it during backward) ---- */
         zero_sync_grads(&zero);
-        loss = comm_allreduce_double(world, loss_sum, 0) / tokens_per_step;
+        loss = comm_allreduce_double(grid.dp_group, loss_sum, 0) / tokens_per_step;
         check_loss_finite(loss, step + 1);
 
         /* ---- update: this rank's slices, then (stages 1-2) all-gather the parameters ---- */
@@ -270,6 +276,7 @@ int main(int argc, char **argv) {
     gpt_destroy(&model);
     data_free(&data);
     device_shutdown();
+    grid_destroy(&grid);
     comm_finalize();
     return 0;
 }

@@ -184,7 +184,7 @@ int main(int argc, char **argv) {
 
     /* ---- the grid: D replicas of a pipeline of P stages; the split; the schedule ---- */
     ProcessGrid grid;
-    grid_create(&grid, world, D, P, 1);
+    grid_create(&grid, world, (GridShape){.dp = D, .pp = P, .cp = 1, .tp = 1});
     ParamTable table;
     param_table_build(&table, &cfg.model);
     int blocks[MAX_LAYERS];

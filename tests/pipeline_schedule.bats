@@ -35,3 +35,20 @@ load helpers
     assert_success
     assert_output --partial "bubble 0.2727 (formula 0.2727), in flight on stage 0: 4"
 }
+
+@test "actions carry their chunk: one micro-batch at a time round the ring of 2 stages twice, printed and simulated" {
+    run "$BUILD/tests/test_schedule" --chunks 2 2 1
+    assert_success
+    assert_line "stage 0: F0 sa0 ra0c1 F0c1 sa0c1 rg0c1 B0c1 sg0c1 rg0 B0"
+    assert_line "stage 1: ra0 F0 sa0 ra0c1 F0c1 B0c1 sg0c1 rg0 B0 sg0"
+    assert_output --partial "sequential P=2 V=2 M=1: makespan 12, bubble 0.5000"
+}
+
+@test "the simulator follows chunks round the pp ring: every micro-batch through chunk 0 first deadlocks once M >= P" {
+    run "$BUILD/tests/test_schedule" --chunks 2 2 2
+    assert_failure
+    assert_output --partial "breadth-first P=2 V=2 M=2: DEADLOCK (stage 0 in sa1, stage 1 in sa0)"
+    run "$BUILD/tests/test_schedule" --chunks 3 2 2
+    assert_success
+    assert_output --partial "breadth-first P=3 V=2 M=2: makespan"
+}

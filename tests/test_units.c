@@ -24,12 +24,20 @@
  *            slices of every unit, tensor-parallel slices with replicated
  *            tensors counted once; each equals a plain double sum over the
  *            whole gradient; and the decision: clipping, fp16's skip
+ *   split    the layer split (common/layer_split.h): with one chunk per
+ *            stage, the balanced splits recorded before chunks existed; with
+ *            V chunks per stage (S x V pieces, layers 1..12), every block in
+ *            exactly one piece, the pieces in model order round the stages V
+ *            times, the embedding with chunk 0 of stage 0 and the head with
+ *            chunk V-1 of the last stage, and layer_split_next/prev walking
+ *            the pieces in order, to {-1, -1} past the ends
  *
- * Usage: test_units table|views|padding|shards|ranges|norm. Prints a line per
+ * Usage: test_units table|views|padding|shards|ranges|norm|split. Prints a line per
  * check and "PASS" or "FAIL: N failures"; exit 0 when every check passes. */
 #include "config.h"
 #include "device.h"
 #include "kernels.h"
+#include "layer_split.h"
 #include "mixed.h"
 #include "model.h"
 #include "optimizer_step.h"
@@ -493,6 +501,100 @@ static void test_norm(const ParamTable *t) {
     free(grads);
 }
 
+/* ---- split ---- */
+
+static int same_place(StageChunk a, StageChunk b) {
+    return a.stage == b.stage && a.chunk == b.chunk;
+}
+
+/* One chunk per stage: the splits chapters 03, 04 and 06 used before chunks,
+ * recorded from that code (tiny model, --layers 5 and 8). */
+static void test_split_recorded(void) {
+    struct {
+        int layers, stages, blocks[4];
+    } recorded[] = {{5, 2, {2, 3}},    {5, 3, {1, 2, 2}},    {5, 4, {1, 2, 1, 1}},
+                    {8, 3, {2, 3, 3}}, {8, 4, {2, 2, 2, 2}}, {8, 1, {8}}};
+    for (size_t i = 0; i < sizeof recorded / sizeof recorded[0]; i++) {
+        ModelConfig cfg = shape(0);
+        cfg.layers = recorded[i].layers;
+        int S = recorded[i].stages, blocks[MAX_LAYERS], ok = 1, first_want = 0;
+        ParamTable t;
+        param_table_build(&t, &cfg);
+        layer_split_balanced(&t, S, blocks);
+        for (int s = 0; s < S; s++) {
+            int first, last;
+            layer_split_chunk_range(blocks, S, (StageChunk){s, 0}, &first, &last);
+            ok &= blocks[s] == recorded[i].blocks[s] && first == first_want &&
+                  last == first_want + recorded[i].blocks[s] - 1;
+            first_want += recorded[i].blocks[s];
+        }
+        check(ok, "layers %d, %d stages, one chunk each: the split recorded before chunks existed",
+              cfg.layers, S);
+        param_table_free(&t);
+    }
+}
+
+/* S stages of V chunks over L blocks: the pieces cover the model once, in order. */
+static int split_covers_once(const ParamTable *t, int S, int V) {
+    int L = t->cfg.layers, pieces = S * V, blocks[MAX_LAYERS], owner[MAX_LAYERS], ok = 1;
+    layer_split_balanced(t, pieces, blocks);
+    for (int b = 0; b < L; b++) owner[b] = -1;
+    for (int c = 0; c < V; c++) {
+        for (int s = 0; s < S; s++) {
+            StageChunk at = {s, c};
+            int piece = layer_split_piece(at, S), first, last, first_unit, last_unit;
+            layer_split_chunk_range(blocks, S, at, &first, &last);
+            ok &= 0 <= first && first <= last && last < L;
+            for (int b = first; b <= last && b >= 0 && b < L; b++) {
+                ok &= owner[b] == -1; /* no block in two pieces */
+                owner[b] = piece;
+            }
+            layer_split_units(first, last, piece, pieces, L, &first_unit, &last_unit);
+            ok &= (first_unit == LAYER_EMBEDDING) == (s == 0 && c == 0);
+            ok &= (last_unit == L) == (s == S - 1 && c == V - 1);
+        }
+    }
+    for (int b = 0; b < L; b++) ok &= owner[b] >= 0 && (b == 0 || owner[b] >= owner[b - 1]);
+    /* the walk: from chunk 0 of stage 0 by layer_split_next, every piece in order */
+    int visited = 0;
+    ok &= same_place(layer_split_prev((StageChunk){0, 0}, S, V), (StageChunk){-1, -1});
+    for (StageChunk at = {0, 0}; at.stage >= 0 && visited <= pieces; at = layer_split_next(at, S, V)) {
+        ok &= layer_split_piece(at, S) == visited && at.chunk < V;
+        StageChunk next = layer_split_next(at, S, V);
+        if (next.stage >= 0) {
+            ok &= same_place(layer_split_prev(next, S, V), at);
+            ok &= next.stage == (at.stage + 1) % S; /* the next rank of the pp ring */
+        }
+        visited++;
+    }
+    return ok && visited == pieces;
+}
+
+static void test_split(void) {
+    test_split_recorded();
+    int splits = 0, bad = 0;
+    for (int L = 1; L <= 12; L++) {
+        ModelConfig cfg = shape(0);
+        cfg.layers = L;
+        ParamTable t;
+        param_table_build(&t, &cfg);
+        for (int S = 1; S <= L; S++)
+            for (int V = 1; S * V <= L; V++) {
+                int ok = split_covers_once(&t, S, V);
+                if (!ok)
+                    check(0, "layers %d, %d stages of %d chunks: pieces cover the model once, in order", L, S,
+                          V);
+                bad += !ok;
+                splits++;
+            }
+        param_table_free(&t);
+    }
+    check(!bad,
+          "%d splits of 1 to 12 layers into S stages of V chunks: each block in one piece, in order, "
+          "the neighbours round the pp ring",
+          splits);
+}
+
 int main(int argc, char **argv) {
     const char *what = argc == 2 ? argv[1] : "";
     device_init("cpu", 0);
@@ -510,8 +612,10 @@ int main(int argc, char **argv) {
         test_ranges();
     } else if (strcmp(what, "norm") == 0) {
         for_each_shape(test_norm);
+    } else if (strcmp(what, "split") == 0) {
+        test_split();
     } else {
-        fatal(EXIT_USAGE, "usage: test_units table|views|padding|shards|ranges|norm");
+        fatal(EXIT_USAGE, "usage: test_units table|views|padding|shards|ranges|norm|split");
     }
     if (failures)
         printf("FAIL: %d failures\n", failures);

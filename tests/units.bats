@@ -45,3 +45,11 @@ load helpers
     assert_output --partial "an overflow skips the step and halves the scale"
     assert_output --partial "PASS"
 }
+
+@test "a layer split with V chunks per stage covers every block once, in order round the stages, and V = 1 is the old split" {
+    run "$BUILD/tests/test_units" split
+    assert_success
+    assert_output --partial "layers 5, 4 stages, one chunk each: the split recorded before chunks existed"
+    assert_output --partial "splits of 1 to 12 layers into S stages of V chunks"
+    assert_output --partial "PASS"
+}

@@ -1,43 +1,85 @@
 /* grid.c: see grid.h. */
 #include "grid.h"
 
+#include "util.h"
+
 #include <stdio.h>
 
-const char *grid_problem(int world_size, int dp, int pp, int tp) {
+static const char *const axis_names[GRID_AXES] = {"dp", "pp", "cp", "tp"};
+
+static void shape_sizes(GridShape shape, int size[GRID_AXES]) {
+    size[GRID_DP] = shape.dp;
+    size[GRID_PP] = shape.pp;
+    size[GRID_CP] = shape.cp;
+    size[GRID_TP] = shape.tp;
+}
+
+const char *grid_problem(int world_size, GridShape shape) {
     static char message[200];
-    if (dp < 1 || pp < 1 || tp < 1) {
-        snprintf(message, sizeof message,
-                 "every axis of the grid needs at least one rank (dp %d, pp %d, tp %d)", dp, pp, tp);
-        return message;
+    int size[GRID_AXES];
+    shape_sizes(shape, size);
+    long ranks = 1;
+    for (int a = 0; a < GRID_AXES; a++) {
+        if (size[a] < 1) {
+            snprintf(
+                message, sizeof message,
+                "the grid's %s axis has %d ranks (valid: every axis at least 1; dp %d, pp %d, cp %d, tp %d)",
+                axis_names[a], size[a], shape.dp, shape.pp, shape.cp, shape.tp);
+            return message;
+        }
+        ranks *= size[a];
     }
-    if ((long)dp * pp * tp != world_size) {
+    if (ranks != world_size) {
         snprintf(message, sizeof message,
-                 "dp %d x pp %d x tp %d = %ld ranks, but the job has %d (valid: mpirun -np %ld)", dp, pp, tp,
-                 (long)dp * pp * tp, world_size, (long)dp * pp * tp);
+                 "dp %d x pp %d x cp %d x tp %d = %ld ranks, but the job has %d (valid: mpirun -np %ld)",
+                 shape.dp, shape.pp, shape.cp, shape.tp, ranks, world_size, ranks);
         return message;
     }
     return NULL;
 }
 
-int grid_rank_of(const ProcessGrid *g, int d, int p, int t) {
-    return (d * g->pp + p) * g->tp + t;
+int grid_rank_of(const ProcessGrid *g, const int coord[GRID_AXES]) {
+    int w = 0;
+    for (int a = 0; a < GRID_AXES; a++) w += coord[a] * g->axis[a].stride;
+    return w;
 }
 
-void grid_create(ProcessGrid *g, CommGroup *world, int dp, int pp, int tp) {
-    int w = comm_rank(world);
-    *g = (ProcessGrid){.dp = dp, .pp = pp, .tp = tp, .world = world};
-    g->t = w % tp;
-    g->p = w / tp % pp;
-    g->d = w / (tp * pp);
-    /* comm_split(parent, color, key): one group per color, ordered by key */
-    g->tp_group = comm_split(world, g->d * pp + g->p, g->t);
-    g->pp_group = comm_split(world, g->d * tp + g->t, g->p);
-    g->dp_group = comm_split(world, g->p * tp + g->t, g->d);
+void grid_coords_of(const ProcessGrid *g, int world_rank, int coord[GRID_AXES]) {
+    for (int a = 0; a < GRID_AXES; a++) coord[a] = world_rank / g->axis[a].stride % g->axis[a].size;
+}
+
+int grid_axis_peer(const GridAxis *axis, int offset) {
+    int n = axis->size;
+    return ((axis->coord + offset) % n + n) % n;
+}
+
+void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape) {
+    const char *problem = grid_problem(comm_size(world), shape);
+    if (problem) fatal(EXIT_USAGE, "%s", problem);
+    *g = (ProcessGrid){.world = world};
+    int size[GRID_AXES];
+    shape_sizes(shape, size);
+    int w = comm_rank(world), stride = 1;
+    for (int a = GRID_AXES - 1; a >= 0; a--) { /* tp first: the fastest axis has stride 1 */
+        g->axis[a] = (GridAxis){.name = axis_names[a], .size = size[a], .stride = stride};
+        g->axis[a].coord = w / stride % size[a];
+        stride *= size[a];
+    }
+    /* comm_split(parent, color, key): one group per color, ordered by key.
+     * The color is the world rank with this axis's coordinate set to 0,
+     * which the members of one group share and no other group has. */
+    for (int a = 0; a < GRID_AXES; a++) {
+        GridAxis *x = &g->axis[a];
+        x->group = comm_split(world, w - x->coord * x->stride, x->coord);
+    }
+    g->dp = size[GRID_DP], g->pp = size[GRID_PP], g->cp = size[GRID_CP], g->tp = size[GRID_TP];
+    g->d = g->axis[GRID_DP].coord, g->p = g->axis[GRID_PP].coord;
+    g->c = g->axis[GRID_CP].coord, g->t = g->axis[GRID_TP].coord;
+    g->dp_group = g->axis[GRID_DP].group, g->pp_group = g->axis[GRID_PP].group;
+    g->cp_group = g->axis[GRID_CP].group, g->tp_group = g->axis[GRID_TP].group;
 }
 
 void grid_destroy(ProcessGrid *g) {
-    comm_group_free(g->tp_group);
-    comm_group_free(g->pp_group);
-    comm_group_free(g->dp_group);
+    for (int a = GRID_AXES - 1; a >= 0; a--) comm_group_free(g->axis[a].group);
     *g = (ProcessGrid){0};
 }

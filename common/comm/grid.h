@@ -1,45 +1,81 @@
 /* grid.h: the process grid. Which part of the work each rank does, and the
  * groups it talks to.
  *
- * A job of world = dp x pp x tp ranks is a grid with three axes:
+ * A job of world = dp x pp x cp x tp ranks is a grid with four axes:
  *   tp  tensor parallel: ranks that hold slices of the same layers (chapter 03)
+ *   cp  context parallel: ranks that hold parts of the same sequences
+ *       (planned: ring attention; every chapter has cp = 1 today)
  *   pp  pipeline (or layer split): ranks that hold consecutive stages (03, 04)
  *   dp  data parallel: replicas of all of the above (02 on)
- * Rank order: tp varies fastest, then pp, then dp, so the ranks that talk
- * most (tp, every layer) are neighbours, which on a real cluster means the
- * same machine:
+ * The axes are data: each is a GridAxis (name, size, this rank's coordinate,
+ * its group), so code that walks "every axis" needs no case per axis, and a
+ * fifth axis (experts, say) is one more entry in GridAxisId.
  *
- *     world rank w = (d * pp + p) * tp + t
+ * Rank order: tp varies fastest, then cp, then pp, then dp. The ranks that
+ * talk most are neighbours, which on a real cluster means the same machine:
+ * tp all-reduces inside every layer; cp passes keys and values round a ring
+ * inside every attention; pp sends one activation per micro-batch and stage;
+ * dp all-reduces once per step, and can cross the slowest links. (Picotron's
+ * process-group manager and Megatron's parallel_state use the same order.)
  *
- *     dp=2, pp=2, tp=2:   d=0: p=0 [w0 w1]  p=1 [w2 w3]
- *                         d=1: p=0 [w4 w5]  p=1 [w6 w7]
+ *     world rank w = ((d * pp + p) * cp + c) * tp + t
+ *
+ *     dp=2, pp=2, tp=2 (cp=1):  d=0: p=0 [w0 w1]  p=1 [w2 w3]
+ *                               d=1: p=0 [w4 w5]  p=1 [w6 w7]
  *     tp group of w0: {w0, w1}  pp group of w0: {w0, w2}  dp group of w0: {w0, w4}
  *
- * Each group is ordered by the coordinate of its axis: rank t of the tp
- * group, stage p of the pp group, replica d of the dp group. (Picotron's
- * process-group manager and Megatron's parallel_state do the same.) */
+ * In general w = sum over the axes of coordinate x stride, where tp's stride
+ * is 1 and each slower axis's stride is the faster one's stride x size.
+ * An axis's group is the ranks that differ from this one in that coordinate
+ * only, ordered by it: rank t of the tp group, stage p of the pp group,
+ * replica d of the dp group. So "the next stage" is rank p + 1 of the pp
+ * group, and a ring over an axis (grid_axis_peer) wraps at its size. */
 #ifndef GRID_H
 #define GRID_H
 
 #include "comm.h"
 
+/* The axes, slowest-varying first (see the rank order above). */
+typedef enum { GRID_DP, GRID_PP, GRID_CP, GRID_TP, GRID_AXES } GridAxisId;
+
 typedef struct {
-    int dp, pp, tp; /* the axes' sizes: world = dp x pp x tp */
-    int d, p, t;    /* this rank's coordinates */
+    const char *name; /* "dp", "pp", "cp", "tp" */
+    int size;         /* ranks along the axis */
+    int coord;        /* this rank's coordinate: 0 .. size-1, its rank in group */
+    int stride;       /* world-rank distance between neighbours on the axis */
+    CommGroup *group; /* the ranks that differ from this one on this axis only */
+} GridAxis;
+
+/* How many ranks each axis has; world = dp x pp x cp x tp. */
+typedef struct {
+    int dp, pp, cp, tp;
+} GridShape;
+
+typedef struct {
+    GridAxis axis[GRID_AXES];
     CommGroup *world;
-    CommGroup *dp_group; /* same (p, t), every d: the replicas of this rank's part */
-    CommGroup *pp_group; /* same (d, t), every p: this replica's stages */
-    CommGroup *tp_group; /* same (d, p), every t: this stage's slices */
+    /* Shortcuts, copies of axis[]: sizes, this rank's coordinates, groups */
+    int dp, pp, cp, tp;
+    int d, p, c, t;
+    CommGroup *dp_group; /* same (p, c, t), every d: the replicas of this rank's part */
+    CommGroup *pp_group; /* same (d, c, t), every p: this replica's stages */
+    CommGroup *cp_group; /* same (d, p, t), every c: the ranks sharing these sequences */
+    CommGroup *tp_group; /* same (d, p, c), every t: this stage's slices */
 } ProcessGrid;
 
-/* Why dp x pp x tp cannot be laid over a world of world_size ranks, as a
+/* Why `shape` cannot be laid over a world of world_size ranks, as one
  * message with the valid range; NULL when it can. */
-const char *grid_problem(int world_size, int dp, int pp, int tp);
-/* Build the grid over world (collective over world; call grid_problem first). */
-void grid_create(ProcessGrid *g, CommGroup *world, int dp, int pp, int tp);
+const char *grid_problem(int world_size, GridShape shape);
+/* Build the grid over world (collective over world; call grid_problem first:
+ * a shape it refuses ends the program). */
+void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape);
 /* Free the groups (collective over world, before comm_finalize). */
 void grid_destroy(ProcessGrid *g);
-/* World rank of coordinates (d, p, t). */
-int grid_rank_of(const ProcessGrid *g, int d, int p, int t);
+/* World rank of coordinates coord[GRID_AXES], and back. */
+int grid_rank_of(const ProcessGrid *g, const int coord[GRID_AXES]);
+void grid_coords_of(const ProcessGrid *g, int world_rank, int coord[GRID_AXES]);
+/* The rank in axis->group `offset` steps from this one round the axis's
+ * ring: offset +1 the next, -1 the previous, wrapping at the ends. */
+int grid_axis_peer(const GridAxis *axis, int offset);
 
 #endif

@@ -77,3 +77,28 @@ void layer_split_units(int first_block, int last_block, int stage, int stages, i
     *first_unit = stage == 0 ? LAYER_EMBEDDING : first_block; /* stage 0: the embedding too */
     *last_unit = stage == stages - 1 ? layers : last_block;   /* the last: the head too */
 }
+
+int layer_split_piece(StageChunk at, int stages) {
+    return at.chunk * stages + at.stage;
+}
+
+void layer_split_chunk_range(const int *blocks, int stages, StageChunk at, int *first_block,
+                             int *last_block) {
+    layer_split_range(blocks, layer_split_piece(at, stages), first_block, last_block);
+}
+
+/* The piece `offset` (+1 or -1) pieces from `at`: round the ring of stages,
+ * into the next (previous) chunk where the ring wraps. */
+static StageChunk piece_step(StageChunk at, int stages, int chunks, int offset) {
+    int piece = layer_split_piece(at, stages) + offset;
+    if (piece < 0 || piece >= stages * chunks) return (StageChunk){-1, -1};
+    return (StageChunk){piece % stages, piece / stages};
+}
+
+StageChunk layer_split_next(StageChunk at, int stages, int chunks) {
+    return piece_step(at, stages, chunks, +1);
+}
+
+StageChunk layer_split_prev(StageChunk at, int stages, int chunks) {
+    return piece_step(at, stages, chunks, -1);
+}

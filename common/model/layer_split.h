@@ -1,7 +1,26 @@
 /* layer_split.h: which blocks each stage of a layer split runs (chapters 03, 04).
  *
  * Stage s of S runs a contiguous run of blocks; stage 0 also holds the
- * embedding, the last stage the final layernorm and LM head. */
+ * embedding, the last stage the final layernorm and LM head.
+ *
+ * Chunks. A stage may hold V chunks of layers instead of one (the
+ * interleaved schedules of Megatron: each stage runs a micro-batch V times,
+ * on a different part of the model each time). The model is then cut into
+ * S x V pieces, in order, and piece v is chunk v / S of stage v % S: the
+ * pieces go round the stages V times.
+ *
+ *     S = 2, V = 2, 8 blocks:  piece 0 = stage 0 chunk 0   blocks 0-1 (+ embedding)
+ *                              piece 1 = stage 1 chunk 0   blocks 2-3
+ *                              piece 2 = stage 0 chunk 1   blocks 4-5
+ *                              piece 3 = stage 1 chunk 1   blocks 6-7 (+ head)
+ *
+ * The functions below that take a stage and a number of stages take a piece
+ * and the number of pieces just as well (layer_split_balanced(table, S * V,
+ * blocks) cuts the pieces; blocks[] has one entry per piece). With V = 1 a
+ * piece is a stage, and everything is the split of one range per stage.
+ *
+ * A stage is its coordinate on the grid's pp axis, which is its rank in the
+ * pp group (grid.h): the neighbours below are the ranks to send to. */
 #ifndef LAYER_SPLIT_H
 #define LAYER_SPLIT_H
 
@@ -30,5 +49,25 @@ void layer_split_range(const int *blocks, int stage, int *first_block, int *last
  * head (unit `layers`) on the last stage. */
 void layer_split_units(int first_block, int last_block, int stage, int stages, int layers, int *first_unit,
                        int *last_unit);
+
+/* Where a piece of the model sits: chunk `chunk` of stage `stage`. */
+typedef struct {
+    int stage; /* the rank in the pp group; -1: no such piece (past either end of the model) */
+    int chunk;
+} StageChunk;
+
+/* Piece index of `at` when there are `stages` stages: chunk x stages + stage. */
+int layer_split_piece(StageChunk at, int stages);
+/* First and last block of chunk at.chunk of stage at.stage, blocks[] holding
+ * one entry per piece; with one chunk per stage, layer_split_range. */
+void layer_split_chunk_range(const int *blocks, int stages, StageChunk at, int *first_block, int *last_block);
+/* The piece after `at` (its activations go there): the same chunk on the
+ * next rank of the pp ring, or, from the last stage, the next chunk on stage
+ * 0. layer_split_prev: the piece before (its gradients go there), the
+ * previous rank, or from stage 0 the previous chunk on the last stage.
+ * {-1, -1} past either end of the model (V = 1: after the last stage,
+ * before the first). */
+StageChunk layer_split_next(StageChunk at, int stages, int chunks);
+StageChunk layer_split_prev(StageChunk at, int stages, int chunks);
 
 #endif

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""chapter_diffs.py: what each chapter adds to the one before it, as diffs and a table.
+
+    python3 common/python/chapter_diffs.py                 print the table
+    python3 common/python/chapter_diffs.py --out DIR       also write DIR/NN-MM.diff for each neighbour pair
+    python3 common/python/chapter_diffs.py --check         exit 1 when a train.c diff is over its budget
+    python3 common/python/chapter_diffs.py --repo DIR      another copy (the tests use a made-up one)
+
+Each chapter is the previous chapter plus one technique, so the lesson is the
+difference between neighbours. For each pair (01 -> 02, ..., 05 -> 06) this
+counts the lines a unified diff of train.c removes and adds, and the same for
+the chapter's own files (its other .c and .h files, each against the file of
+that name in the earlier chapter, or against nothing when it is new). A
+benchmark program (*bench.c) is not part of the step and is left out.
+
+The budget, for train.c: at most 30 lines removed and 150 added (BUDGET). A
+technique that honestly needs more gets an entry in EXCEPTIONS, with the
+reason, which the table prints beside it.
+"""
+import argparse
+import difflib
+import os
+import re
+import sys
+
+BUDGET = {"removed": 30, "added": 150}
+# "NN": (removed, added, why): a chapter allowed more than BUDGET, and why.
+EXCEPTIONS = {}
+
+
+def chapters(repo):
+    return sorted(d for d in os.listdir(repo) if re.match(r"0\d_", d) and os.path.isfile(os.path.join(repo, d, "train.c")))
+
+
+def read_lines(path):
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read().splitlines(keepends=True)
+
+
+def own_files(repo, chapter):
+    return sorted(f for f in os.listdir(os.path.join(repo, chapter))
+                  if f.endswith((".c", ".h")) and f != "train.c" and not f.endswith("bench.c"))
+
+
+def diff(repo, a, b, name_a, name_b):
+    """(unified diff text, lines removed, lines added) from a/name_a to b/name_b."""
+    old = read_lines(os.path.join(repo, a, name_a)) if name_a else []
+    new = read_lines(os.path.join(repo, b, name_b))
+    lines = list(difflib.unified_diff(old, new, f"{a}/{name_a}" if name_a else "/dev/null", f"{b}/{name_b}", n=3))
+    removed = sum(1 for l in lines if l.startswith("-") and not l.startswith("---"))
+    added = sum(1 for l in lines if l.startswith("+") and not l.startswith("+++"))
+    text = "".join(l if l.endswith("\n") else l + "\n\\ No newline at end of file\n" for l in lines)
+    return text, removed, added
+
+
+def pairs(repo):
+    """One row per neighbour pair: the counts, and the whole diff text."""
+    names = chapters(repo)
+    rows = []
+    for a, b in zip(names, names[1:]):
+        text, removed, added = diff(repo, a, b, "train.c", "train.c")
+        own_removed = own_added = 0
+        own_text = []
+        for f in own_files(repo, b):
+            t, r, d = diff(repo, a, b, f if os.path.isfile(os.path.join(repo, a, f)) else None, f)
+            own_removed, own_added = own_removed + r, own_added + d
+            own_text.append(t)
+        rows.append({"from": a, "to": b, "removed": removed, "added": added, "own_removed": own_removed,
+                     "own_added": own_added, "own": own_files(repo, b), "text": text + "".join(own_text)})
+    return rows
+
+
+def over_budget(row):
+    nn = row["to"][:2]
+    lim_removed, lim_added, _ = EXCEPTIONS.get(nn, (BUDGET["removed"], BUDGET["added"], ""))
+    problems = []
+    if row["removed"] > lim_removed:
+        problems.append(f"removes {row['removed']} lines (budget {lim_removed})")
+    if row["added"] > lim_added:
+        problems.append(f"adds {row['added']} lines (budget {lim_added})")
+    return problems
+
+
+def table(rows):
+    out = ["| chapters | train.c removed / added | own files removed / added | files of its own |",
+           "|---|---|---|---|"]
+    for r in rows:
+        why = EXCEPTIONS.get(r["to"][:2], (0, 0, ""))[2]
+        out.append(f"| {r['from'][:2]} -> {r['to'][:2]} | {r['removed']} / {r['added']}"
+                   f"{' (allowed: ' + why + ')' if why else ''} | {r['own_removed']} / {r['own_added']} | "
+                   f"{', '.join('`' + f + '`' for f in r['own']) or '(none)'} |")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repo", default=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    ap.add_argument("--out", help="write each pair's diff into this directory as NN-MM.diff")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a train.c diff is over its budget")
+    args = ap.parse_args()
+    rows = pairs(args.repo)
+    if not rows:
+        sys.exit(f"chapter_diffs: no two chapters with a train.c in {args.repo}")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        for r in rows:
+            with open(os.path.join(args.out, f"{r['from'][:2]}-{r['to'][:2]}.diff"), "w") as f:
+                f.write(r["text"])
+    sys.stdout.write(table(rows))
+    if args.check:
+        bad = [(r, p) for r in rows for p in [over_budget(r)] if p]
+        for r, p in bad:
+            print(f"chapter_diffs: {r['from']} -> {r['to']}: train.c {' and '.join(p)}; a chapter is the previous "
+                  f"one plus its technique (budget: {BUDGET['removed']} removed, {BUDGET['added']} added)",
+                  file=sys.stderr)
+        return 1 if bad else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

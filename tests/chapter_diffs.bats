@@ -1,0 +1,47 @@
+#!/usr/bin/env bats
+# chapter_diffs.bats: the neighbour diffs of the chapters and their budget
+# (common/python/chapter_diffs.py), on a made-up repository whose differences
+# are known line by line.
+
+load helpers
+
+setup() {
+    FAKE="$BATS_TEST_TMPDIR/fake"
+    mkdir -p "$FAKE/01_a" "$FAKE/02_b" "$FAKE/03_c"
+    seq 1 100 | sed 's/^/line /' >"$FAKE/01_a/train.c"
+    # 02 = 01 with lines 10-12 replaced by four others and 5 lines added at the end, plus a module of its own
+    { sed -n 1,9p "$FAKE/01_a/train.c"; printf 'new %s\n' a b c d; sed -n 13,100p "$FAKE/01_a/train.c"
+      printf 'tail %s\n' 1 2 3 4 5; } >"$FAKE/02_b/train.c"
+    printf 'int x;\nint y;\n' >"$FAKE/02_b/sync.c"
+    printf 'int x;\n' >"$FAKE/02_b/sync.h"
+    printf 'int bench;\n' >"$FAKE/02_b/commbench.c"
+    cp "$FAKE/02_b/train.c" "$FAKE/03_c/train.c"
+    cp "$FAKE/02_b/sync.c" "$FAKE/03_c/sync.c"
+    echo 'int z;' >>"$FAKE/03_c/sync.c"
+}
+
+@test "the table counts the lines each train.c diff removes and adds, and the chapter's own files" {
+    run python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --out "$BATS_TEST_TMPDIR/d"
+    assert_success
+    assert_line "| 01 -> 02 | 3 / 9 | 0 / 3 | \`sync.c\`, \`sync.h\` |"
+    assert_line "| 02 -> 03 | 0 / 0 | 0 / 1 | \`sync.c\` |"
+    # the written diff applies: 01's train.c patched by it is 02's
+    cp "$FAKE/01_a/train.c" "$BATS_TEST_TMPDIR/t.c"
+    csplit -s -f "$BATS_TEST_TMPDIR/part" "$BATS_TEST_TMPDIR/d/01-02.diff" '/^--- /' '{*}'
+    patch -s "$BATS_TEST_TMPDIR/t.c" "$BATS_TEST_TMPDIR/part01"
+    cmp "$BATS_TEST_TMPDIR/t.c" "$FAKE/02_b/train.c"
+}
+
+@test "a train.c diff over the budget fails the check, naming the pair and the count" {
+    seq 1 40 | sed 's/^/gone /' >>"$FAKE/02_b/train.c" # 02 -> 03 now removes 40 lines
+    run --separate-stderr python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --check
+    assert_failure
+    [[ "$stderr" == *"02_b -> 03_c: train.c removes 40 lines (budget 30)"* ]]
+    run python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --check --out "$BATS_TEST_TMPDIR/d2"
+    assert_failure
+}
+
+@test "within the budget the check passes" {
+    run python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --check
+    assert_success
+}

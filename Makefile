@@ -65,9 +65,10 @@ NVCCFLAGS := -O3 -std=c++17 -Icommon -DUSE_CUDA --compiler-options -Wall,-Wextra
              $(foreach a,$(NVCC_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
              -gencode arch=compute_$(lastword $(NVCC_ARCHS)),code=compute_$(lastword $(NVCC_ARCHS))
 
-# Communication (common/comm.c, ring.c, grid.c, bucketed.c, optimizer_agree.c) needs MPI; without it chapters 02-06 are not built.
+# Communication (common/comm.c, ring.c, grid.c, bucketed.c, optimizer_agree.c, harness_ranks.c) needs MPI;
+# without it chapters 02-06 are not built.
 MPI_SOURCES := common/comm.c common/ring.c common/grid.c common/bucketed.c common/checkpoint_sharded.c \
-               common/watchdog.c common/optimizer_agree.c
+               common/watchdog.c common/optimizer_agree.c common/harness_ranks.c
 MPI_CFLAGS := $(if $(MPICC),$(shell $(MPICC) --showme:compile 2>/dev/null))
 MPI_LIBS := $(if $(MPICC),$(shell $(MPICC) --showme:link 2>/dev/null))
 COMMON_C := $(if $(MPICC),$(wildcard common/*.c),$(filter-out $(MPI_SOURCES),$(wildcard common/*.c)))

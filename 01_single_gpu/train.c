@@ -34,7 +34,7 @@ static const RunSpec spec = {.program = PROGRAM,
 int main(int argc, char **argv) {
     Config cfg;
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
-    run_start(&run, &cfg, argc, argv, &spec, NULL);
+    run_start(&run, &cfg, argc, argv, &spec);
 
     /* ---- build: device, data, output files (the harness); model, optimizer, activations ---- */
     run_prepare(&run);
@@ -104,8 +104,7 @@ int main(int argc, char **argv) {
     if (cfg.sample > 0) sample_text(&model, &acts, &scratch, &run.data, cfg.sample, &run.rng);
 
     /* ---- run summary and memory ---- */
-    run_summarize(&run, model.num_params);
-    run_close(&run, NULL, NULL, "CSVs in %s", cfg.out);
+    run_finish(&run, model.num_params, NULL, NULL, "CSVs in %s", cfg.out);
 
     scratch_destroy(&scratch);
     activations_destroy(&acts, &cfg.model);

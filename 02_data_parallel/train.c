@@ -68,13 +68,6 @@ static const Flag dp_flags[] = {
     {0},
 };
 
-/* What the run harness (harness.h) needs to know of this program: one
- * column of its own, comm_busy_ms. */
-static const RunSpec spec = {.program = PROGRAM,
-                             .summary =
-                                 "Train a GPT with data parallelism: N replicas, gradients all-reduced.",
-                             .comm_busy = 1};
-
 /* The batch must split evenly over the ranks and their micro-batches. */
 static void check_dp_layout(const Config *cfg, const void *values) {
     const DataParallelFlags *f = values;
@@ -87,6 +80,14 @@ static void check_dp_layout(const Config *cfg, const void *values) {
         fatal(EXIT_USAGE, "--batch %d is not divisible by %d ranks x --micro %d (valid: a multiple of %d)",
               cfg->batch, f->ranks, cfg->micro, f->ranks * cfg->micro);
 }
+
+/* What the run harness (harness.h) needs to know of this program: its
+ * flags, and one steps.csv column of its own, comm_busy_ms. */
+static const RunSpec spec = {.program = PROGRAM,
+                             .summary =
+                                 "Train a GPT with data parallelism: N replicas, gradients all-reduced.",
+                             .flags = {.flags = dp_flags, .check = check_dp_layout, .multi_rank = 1},
+                             .comm_busy = 1};
 
 /* ---- gradient synchronisation ---- */
 
@@ -173,9 +174,8 @@ static void broadcast_weights(const GPT *model, const MixedModel *mixed, CommGro
 int main(int argc, char **argv) {
     Config cfg;
     DataParallelFlags dp = {0};
-    ChapterFlags flags = {.flags = dp_flags, .values = &dp, .check = check_dp_layout, .multi_rank = 1};
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
-    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &dp.ranks);
+    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &dp, &dp.ranks);
     CommGroup *world = run.world;
     int rank = run.rank, ranks = run.ranks;
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
@@ -265,9 +265,9 @@ int main(int argc, char **argv) {
     if (rank == 0 && cfg.sample > 0) sample_text(&model, &acts, &scratch, &run.data, cfg.sample, &run.rng);
 
     /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
-    run_summarize(&run, model.num_params)->dp = ranks;
-    run_close(&run, NULL, NULL, "%.1f MiB sent per rank | CSVs in %s", comm_bytes_sent() / BYTES_PER_MIB,
-              cfg.out);
+    run_layout(&run, ranks, 1, 1, 0);
+    run_finish(&run, model.num_params, NULL, NULL, "%.1f MiB sent per rank | CSVs in %s",
+               comm_bytes_sent() / BYTES_PER_MIB, cfg.out);
 
     if (overlap && dp.print_buckets) buckets_print(&buckets);
     if (overlap) buckets_destroy(&buckets);

@@ -33,28 +33,37 @@ static void one_save(Run *run, const CkptState *state) {
     checkpoint_save(run->cfg, &run->ckpt, state);
 }
 
-static size_t one_write_memory_csv(Run *run) {
+static size_t one_peak_device(Run *run) {
+    (void)run;
+    return mem_peak_total(SPACE_DEVICE);
+}
+
+static void one_write_memory_csv(Run *run) {
     size_t peaks[SPACE_COUNT * CAT_COUNT];
     memory_peaks_local(peaks);
     memory_csv_write(run->cfg->out, 1, peaks);
-    return mem_peak_total(SPACE_DEVICE);
 }
 
 static void one_end(void) {}
 
-static const RunRanks one_process = {
-    one_device_ready, one_barrier,          one_bytes_sent, one_slowest_times,
-    one_save,         one_write_memory_csv, one_end};
+static const RunRanks one_process = {.device_ready = one_device_ready,
+                                     .barrier = one_barrier,
+                                     .bytes_sent = one_bytes_sent,
+                                     .slowest_times = one_slowest_times,
+                                     .save = one_save,
+                                     .peak_device = one_peak_device,
+                                     .write_memory_csv = one_write_memory_csv,
+                                     .end = one_end};
 
 /* ---- start-up ---- */
 
 void run_init_fields(Run *run, Config *cfg, const RunSpec *spec) {
-    *run = (Run){.spec = spec, .cfg = cfg, .across = &one_process, .ranks = 1};
+    *run = (Run){.spec = spec, .cfg = cfg, .across = &one_process, .ranks = 1, .dp = 1, .tp = 1, .pp = 1};
 }
 
-void run_start(Run *run, Config *cfg, int argc, char **argv, const RunSpec *spec, const ChapterFlags *flags) {
+void run_start(Run *run, Config *cfg, int argc, char **argv, const RunSpec *spec) {
     run_init_fields(run, cfg, spec);
-    config_parse(cfg, argc, argv, spec->program, spec->summary, flags);
+    config_parse(cfg, argc, argv, spec->program, spec->summary, spec->flags.flags ? &spec->flags : NULL);
 }
 
 /* steps.csv's header after the shared columns: the chapter's, the shared
@@ -160,29 +169,44 @@ void run_step_log(Run *run, RunStep *s) {
 
 /* ---- the end ---- */
 
-RunSummary *run_summarize(Run *run, size_t params) {
-    if (run->rank == 0) out_close(run->steps_csv);
-    run->steps_csv = NULL;
-    size_t peak_device = run->across->write_memory_csv(run);
-    RunSummary *r = &run->summary;
-    int ran = run->last_step - run->first_step;
-    run_summary_init(r, run->spec->program, run->cfg, params, run->step_ms + run->first_step, ran);
-    r->world_size = run->ranks;
-    r->final_loss = run->final_loss;
-    r->peak_device_bytes = peak_device;
-    return r;
+void run_layout(Run *run, int dp, int tp, int pp, int zero) {
+    run->dp = dp;
+    run->tp = tp;
+    run->pp = pp;
+    run->zero = zero;
 }
 
-void run_close(Run *run, const char *extra_header, const char *extra_values, const char *details_fmt, ...) {
+/* run.csv's one row (rank 0). */
+static void write_run_csv(const Run *run, size_t params, size_t peak_device, const char *extra_header,
+                          const char *extra_values, RunSummary *r) {
+    run_summary_init(r, run->spec->program, run->cfg, params, run->step_ms + run->first_step,
+                     run->last_step - run->first_step);
+    r->world_size = run->ranks;
+    r->dp = run->dp;
+    r->tp = run->tp;
+    r->pp = run->pp;
+    r->zero = run->zero;
+    r->final_loss = run->final_loss;
+    r->peak_device_bytes = peak_device;
+    run_csv_write_extra(run->cfg->out, r, extra_header, extra_values);
+}
+
+void run_finish(Run *run, size_t params, const char *extra_header, const char *extra_values,
+                const char *details_fmt, ...) {
+    if (run->rank == 0) out_close(run->steps_csv);
+    run->steps_csv = NULL;
+    size_t peak_device = run->across->peak_device(run);
+    RunSummary r;
+    if (run->rank == 0) write_run_csv(run, params, peak_device, extra_header, extra_values, &r);
+    run->across->write_memory_csv(run);
     if (run->rank != 0) return;
+    run_info_complete(run->cfg);
     char details[1024];
     va_list args;
     va_start(args, details_fmt);
     vsnprintf(details, sizeof details, details_fmt, args);
     va_end(args);
-    run_csv_write_extra(run->cfg->out, &run->summary, extra_header, extra_values);
-    run_info_complete(run->cfg);
-    log_run_done(&run->summary, "%s", details);
+    log_run_done(&r, "%s", details);
 }
 
 void run_end(Run *run) {

@@ -18,8 +18,8 @@
  *     ...batch, forward, backward, communicate, update: the chapter's story...
  *     run_step_done     the slowest rank's times; says whether to evaluate
  *     run_step_log      the progress line, the steps.csv row, a due --save
- *   run_summarize   memory.csv (every rank's peaks), the run's summary
- *   run_close       run.csv, run-info.txt "complete", the closing line
+ *   run_finish      memory.csv (every rank's peaks), run.csv, run-info.txt
+ *                   "complete", the closing line
  *   run_end         teardown: the data, the device, MPI
  *
  * steps.csv's columns: the shared ones (csvlog.h), then the chapter's own
@@ -61,6 +61,7 @@ typedef struct {
 typedef struct {
     const char *program;      /* "02_data_parallel/train" */
     const char *summary;      /* --help's line: what the program teaches */
+    ChapterFlags flags;       /* the chapter's rows (config.h; run_start_ranks gets .values); {0}: none */
     const RunColumn *columns; /* the chapter's steps.csv columns, ended by {0}; NULL for none */
     int bytes_sent;           /* steps.csv bytes_sent: this rank's bytes sent during the step */
     int comm_busy;            /* steps.csv comm_busy_ms: RunStep.comm_busy_ms, the max over ranks */
@@ -92,7 +93,8 @@ typedef struct {
     double (*bytes_sent)(void);                  /* this rank's bytes sent so far */
     void (*slowest_times)(Run *run, RunStep *s); /* max over the ranks (comm_busy_ms too) */
     void (*save)(Run *run, const CkptState *state);
-    size_t (*write_memory_csv)(Run *run); /* returns the largest device peak of any rank */
+    size_t (*peak_device)(Run *run);    /* the largest device peak of any rank (run.csv) */
+    void (*write_memory_csv)(Run *run); /* every rank's peaks */
     void (*end)(void);
 } RunRanks;
 
@@ -113,19 +115,20 @@ struct Run {
     float dloss;               /* d(loss)/d(each token's loss): the loss is the mean over the global batch */
     double *step_ms;           /* every step's time (the slowest rank's), for the median */
     double final_loss;
-    double bytes_sent; /* RunSpec.bytes_sent: this rank's bytes over the steps run */
-    RunSummary summary;
+    double bytes_sent;    /* RunSpec.bytes_sent: this rank's bytes over the steps run */
+    int dp, tp, pp, zero; /* the layout, for run.csv (run_layout) */
 };
 
-/* Start-up, before anything is built. One process: the command line with
- * the chapter's flags (NULL: none) into cfg (config_parse). Many ranks
- * (programs run under mpirun): MPI, the world size into *world_size (where
- * the chapter's flag checks want it), the command line and the ranks'
- * agreement (comm_parse_config), the --save directory every rank must see
- * (checkpoint_sharded.h). Ends the program after --help or on an error. */
-void run_start(Run *run, Config *cfg, int argc, char **argv, const RunSpec *spec, const ChapterFlags *flags);
-void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSpec *spec,
-                     const ChapterFlags *flags, int *world_size);
+/* Start-up, before anything is built. One process: the command line into
+ * cfg (config_parse). Many ranks (programs run under mpirun): MPI, the world
+ * size into *world_size (where the chapter's flag checks want it), the
+ * command line into cfg and the chapter's flags into flag_values, the
+ * ranks' agreement (comm_parse_config), the --save directory every rank
+ * must see (checkpoint_sharded.h). Ends the program after --help or on an
+ * error. */
+void run_start(Run *run, Config *cfg, int argc, char **argv, const RunSpec *spec);
+void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSpec *spec, void *flag_values,
+                     int *world_size);
 
 /* The device (this rank's GPU) and its budget, the transport, the data, and
  * on rank 0 the output directory and steps.csv's header. */
@@ -150,15 +153,16 @@ void run_step_log(Run *run, RunStep *s);
 /* Is a checkpoint due after this step? (For work that must precede it.) */
 int run_save_due(const Run *run, const RunStep *s);
 
-/* After the last step (every rank): memory.csv with every rank's peaks,
- * and the run's summary (model, world size, median step, final loss, peak),
- * which the chapter completes with its layout (dp, tp, pp, zero). */
-RunSummary *run_summarize(Run *run, size_t params);
-/* Rank 0: run.csv (with the chapter's columns: extra_header ",a,b" and
- * extra_values ",1,2", or NULL), run-info.txt complete, the closing line
+/* The layout run.csv reports (default: dp 1, tp 1, pp 1, zero 0). */
+void run_layout(Run *run, int dp, int tp, int pp, int zero);
+/* After the last step, every rank calls it. Rank 0 writes run.csv (the
+ * model of `params` parameters, the layout, the median step, the final
+ * loss, the peak over the ranks, and the chapter's columns: extra_header
+ * ",a,b" and extra_values ",1,2", or NULL); then memory.csv with every
+ * rank's peaks; only then run-info.txt's "complete", and the closing line
  * with the chapter's details (printf-style). */
-void run_close(Run *run, const char *extra_header, const char *extra_values, const char *details_fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+void run_finish(Run *run, size_t params, const char *extra_header, const char *extra_values,
+                const char *details_fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Teardown, after the chapter freed its own: the data, the device, MPI. */
 void run_end(Run *run);
 

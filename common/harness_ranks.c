@@ -22,16 +22,25 @@ static void ranks_save(Run *run, const CkptState *state) {
     checkpoint_save_sharded(run->world, run->cfg, &run->ckpt, state);
 }
 
-static size_t ranks_write_memory_csv(Run *run) {
-    return comm_write_memory_csv(run->world, run->cfg->out);
+static size_t ranks_peak_device(Run *run) {
+    return (size_t)comm_allreduce_double(run->world, (double)mem_peak_total(SPACE_DEVICE), 1);
 }
 
-static const RunRanks many_ranks = {ranks_device_ready,  ranks_barrier, comm_bytes_sent,
-                                    ranks_slowest_times, ranks_save,    ranks_write_memory_csv,
-                                    comm_finalize};
+static void ranks_write_memory_csv(Run *run) {
+    comm_write_memory_csv(run->world, run->cfg->out);
+}
 
-void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSpec *spec,
-                     const ChapterFlags *flags, int *world_size) {
+static const RunRanks many_ranks = {.device_ready = ranks_device_ready,
+                                    .barrier = ranks_barrier,
+                                    .bytes_sent = comm_bytes_sent,
+                                    .slowest_times = ranks_slowest_times,
+                                    .save = ranks_save,
+                                    .peak_device = ranks_peak_device,
+                                    .write_memory_csv = ranks_write_memory_csv,
+                                    .end = comm_finalize};
+
+void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSpec *spec, void *flag_values,
+                     int *world_size) {
     comm_init(argc, argv);
     run_init_fields(run, cfg, spec);
     run->across = &many_ranks;
@@ -39,7 +48,9 @@ void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSp
     run->rank = comm_rank(run->world);
     run->ranks = comm_size(run->world);
     *world_size = run->ranks;
-    comm_parse_config(cfg, *argc, *argv, spec->program, spec->summary, flags);
+    ChapterFlags flags = spec->flags;
+    flags.values = flag_values;
+    comm_parse_config(cfg, *argc, *argv, spec->program, spec->summary, &flags);
     checkpoint_check_shared_directory(run->world, cfg);
     run->local_rank = comm_local_rank();
 }

@@ -31,4 +31,10 @@ void layer_split_range(const int *blocks, int stage, int *first_block, int *last
 void layer_split_units(int first_block, int last_block, int stage, int stages, int layers, int *first_unit,
                        int *last_unit);
 
+/* All of the above for one stage: the split of model m over `stages` (split:
+ * --split's text, or "" to balance the parameters) into blocks[stages], and
+ * `stage`'s blocks and units. */
+void layer_split_stage(const ModelConfig *m, const char *split, int stages, int stage, int *blocks,
+                       int *first_block, int *last_block, int *first_unit, int *last_unit);
+
 #endif

@@ -176,7 +176,7 @@ int main(int argc, char **argv) {
     DataParallelFlags dp = {0};
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
     run_start_ranks(&run, &cfg, &argc, &argv, &spec, &dp, &dp.ranks);
-    CommGroup *world = run.world;
+    int overlap = strcmp(dp.dp_mode, "overlap") == 0; /* else naive or flat (sum_gradients) */
     int rank = run.rank, ranks = run.ranks;
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
 
@@ -196,15 +196,14 @@ int main(int argc, char **argv) {
     Scratch scratch;
     scratch_create(&scratch, &cfg.model, B, T, cfg.recompute);
     BucketSync buckets;
-    int overlap = strcmp(dp.dp_mode, "overlap") == 0;
     if (overlap)
         buckets_create(&buckets, &model, grads.grads, grads.type, (size_t)(dp.bucket_mb * BYTES_PER_MIB),
-                       world, strcmp(dp.allreduce, "ring") == 0);
+                       run.world, strcmp(dp.allreduce, "ring") == 0);
 
     ckpt_layout_init(&run.ckpt, "%s: %d ranks, dp %d", PROGRAM, ranks, ranks); /* rank r writes share r */
     ckpt_layout_range(&run.ckpt, &model, &opt, rank, ranks);
     if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(&mixed); /* the checkpoint: fp32 */
-    broadcast_weights(&model, &mixed, world, grads.type);
+    broadcast_weights(&model, &mixed, run.world, grads.type);
 
     log_info(
         "%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
@@ -241,8 +240,9 @@ int main(int argc, char **argv) {
         }
 
         /* ---- communicate: sum the gradients (and the loss) over the replicas ---- */
-        s.rec.comm_ms = sum_gradients(&dp, &model, &grads, overlap ? &buckets : NULL, world, &s.comm_busy_ms);
-        s.rec.loss = comm_allreduce_double(world, loss_sum, 0) / run.tokens_per_step;
+        s.rec.comm_ms =
+            sum_gradients(&dp, &model, &grads, overlap ? &buckets : NULL, run.world, &s.comm_busy_ms);
+        s.rec.loss = comm_allreduce_double(run.world, loss_sum, 0) / run.tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update: the same on every replica (an fp16 overflow anywhere is in every sum) ---- */
@@ -258,7 +258,7 @@ int main(int argc, char **argv) {
         /* ---- log: the slowest rank's times; rank 0 evaluates ---- */
         int evaluate = run_step_done(&run, &s);
         if (dp.check_replicas && (step + 1) % dp.check_replicas == 0)
-            check_replicas(&model, half ? mixed.master : model.params, world, step + 1);
+            check_replicas(&model, half ? mixed.master : model.params, run.world, step + 1);
         if (evaluate && rank == 0) s.rec.val_loss = evaluate_loss(&model, &acts, &scratch, &run.data, &cfg);
         run_step_log(&run, &s);
     }

@@ -386,7 +386,6 @@ int main(int argc, char **argv) {
     ModelParallelFlags mpf = {0};
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
     run_start_ranks(&run, &cfg, &argc, &argv, &spec, &mpf, &mpf.ranks);
-    CommGroup *world = run.world;
     ModelParallel par = {.tensor = strcmp(mpf.mp, "tensor") == 0};
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */
     int ranks = run.ranks, dp = mpf.dp;
@@ -394,7 +393,7 @@ int main(int argc, char **argv) {
 
     /* ---- the grid: --dp replicas of a model-parallel group, its ranks consecutive (grid.h) ---- */
     ProcessGrid grid;
-    grid_create(&grid, world, dp, par.tensor ? 1 : mp_size, par.tensor ? mp_size : 1);
+    grid_create(&grid, run.world, dp, par.tensor ? 1 : mp_size, par.tensor ? mp_size : 1);
     int dp_index = grid.d, mp_index = par.tensor ? grid.t : grid.p;
     par.mp = par.tensor ? grid.tp_group : grid.pp_group; /* the ranks holding one copy of the model */
     par.dp = grid.dp_group;                              /* the ranks holding the same part of it */
@@ -449,7 +448,7 @@ int main(int argc, char **argv) {
         /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
         sum_over_replicas(&par, comm_dtype_of(cfg.precision));
         s.rec.comm_ms = par.comm_ms;
-        s.rec.loss = comm_allreduce_double(world, loss_sum, 0) / run.tokens_per_step;
+        s.rec.loss = comm_allreduce_double(run.world, loss_sum, 0) / run.tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update: each rank its own parameters, clipped by the WHOLE model's norm
@@ -458,14 +457,14 @@ int main(int argc, char **argv) {
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         s.rec.lr = hyper.lr;
         mixed_fault_overflow(mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
-        GradShards held_part = held_grads(&par, world);
+        GradShards held_part = held_grads(&par, run.world);
         s.skipped =
             optimizer_step(held, mixed, &opt, &run.scaler, &held_part, &hyper, step + 1, &s.rec.grad_norm);
         s.rec.opt_ms = timer_stop_ms(&timer);
 
         /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
         int evaluate = run_step_done(&run, &s);
-        s.columns[0] = log_busy(busy_csv, world, &s, par.comm_ms); /* idle_fraction */
+        s.columns[0] = log_busy(busy_csv, run.world, &s, par.comm_ms); /* idle_fraction */
         if (evaluate) s.rec.val_loss = evaluate_split(&par, &run.data, &cfg, dp_index, B);
         run_step_log(&run, &s);
     }

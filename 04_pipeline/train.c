@@ -165,13 +165,12 @@ int main(int argc, char **argv) {
     PipelineFlags pf = {0};
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
     run_start_ranks(&run, &cfg, &argc, &argv, &spec, &pf, &pf.ranks);
-    CommGroup *world = run.world;
     int P = pf.pp, M = cfg.micro;
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */
 
     /* ---- the grid: --dp replicas of a pipeline of P stages (grid.h: stage = rank % P) ---- */
     ProcessGrid grid;
-    grid_create(&grid, world, pf.dp, P, 1);
+    grid_create(&grid, run.world, pf.dp, P, 1);
     int dp_index = grid.d, stage = grid.p;
 
     /* ---- the split and the schedule ---- */
@@ -221,14 +220,14 @@ int main(int argc, char **argv) {
 
         /* ---- the schedule: every micro-batch's forward and backward, and the messages ---- */
         pipeline_run_step(&p, step, dp_index * per_replica, run.dloss * s.loss_scale);
-        bubbles[step] = s.columns[0] = measure_bubble(&p.times, &grid, world); /* steps.csv's bubble */
+        bubbles[step] = s.columns[0] = measure_bubble(&p.times, &grid, run.world); /* steps.csv's bubble */
 
         /* ---- communicate: sum each stage's gradients over the replicas ---- */
         timer_start(&timer);
         comm_allreduce_typed(grid.dp_group, precision_grads(&p.model, &p.mixed), p.model.param_count,
                              comm_dtype_of(cfg.precision), COMM_SUM, NULL); /* fp32 or 16 bits */
         double dp_ms = timer_stop_ms(&timer);
-        s.rec.loss = comm_allreduce_double(world, p.now.loss_sum, 0) / run.tokens_per_step;
+        s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update: each stage its own parameters, with the global norm (fp16: unless the
@@ -240,7 +239,7 @@ int main(int argc, char **argv) {
         GradShards held = precision_grad_shards(&p.model, &p.mixed); /* this stage's units */
         held.agree = grad_norm_agree;
         held.sum_group = grid.pp_group; /* the stages together hold the model */
-        held.agree_group = world;
+        held.agree_group = run.world;
         s.skipped =
             optimizer_step(&p.model, &p.mixed, &opt, &run.scaler, &held, &hyper, step + 1, &s.rec.grad_norm);
         s.rec.opt_ms = timer_stop_ms(&timer);
@@ -249,12 +248,13 @@ int main(int argc, char **argv) {
         s.rec.fwd_ms = p.times.fwd_ms;
         s.rec.bwd_ms = p.times.bwd_ms;
         s.rec.comm_ms = p.times.comm_ms + dp_ms;
-        if (run_step_done(&run, &s)) s.rec.val_loss = pipeline_evaluate(&p, world, dp_index * per_replica);
+        if (run_step_done(&run, &s))
+            s.rec.val_loss = pipeline_evaluate(&p, run.world, dp_index * per_replica);
         run_step_log(&run, &s);
     }
 
     /* ---- timeline, run summary and memory ---- */
-    timeline_write(&p.times.timeline, world, cfg.out);
+    timeline_write(&p.times.timeline, run.world, cfg.out);
     double bubble =
         median_after_warmup(bubbles + run.first_step, run.last_step - run.first_step); /* as steps */
     char extra_values[96];

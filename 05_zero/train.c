@@ -113,14 +113,14 @@ int main(int argc, char **argv) {
     ZeroFlags zf = {0};
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
     run_start_ranks(&run, &cfg, &argc, &argv, &spec, &zf, &zf.ranks);
-    CommGroup *world = run.world;
-    int rank = run.rank, ranks = run.ranks;
+    int ranks = run.ranks;
 
     /* ---- build: device, data, output files (the harness); the sharded model and optimizer ---- */
     run_prepare(&run);
     GPT model;
     Zero zero;
-    zero_create_precision(&zero, &model, &cfg.model, cfg.seed, zf.stage, zf.prefetch, world, cfg.precision);
+    zero_create_precision(&zero, &model, &cfg.model, cfg.seed, zf.stage, zf.prefetch, run.world,
+                          cfg.precision);
     const UnitHooks *hooks = zero_hooks(&zero);
     int per_rank = cfg.batch / ranks; /* this rank's share of the global batch */
     int B = per_rank / cfg.micro, T = cfg.model.seq, L = cfg.model.layers;
@@ -152,7 +152,7 @@ int main(int argc, char **argv) {
         zero_begin_step(&zero);
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
-            int first_sequence = rank * per_rank + mb * B; /* where this piece sits in the global batch */
+            int first_sequence = run.rank * per_rank + mb * B; /* where this piece sits in the global batch */
             data_upload_batch(&run.data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, acts.tokens,
                               acts.targets);
             zero_begin_micro(&zero, mb);
@@ -170,7 +170,7 @@ int main(int argc, char **argv) {
 
         /* ---- communicate: sum the gradients (stages 2-3 did most of it during backward) ---- */
         zero_sync_grads(&zero);
-        s.rec.loss = comm_allreduce_double(world, loss_sum, 0) / run.tokens_per_step;
+        s.rec.loss = comm_allreduce_double(run.world, loss_sum, 0) / run.tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update: this rank's slices, then (stages 1-2) all-gather the parameters ---- */
@@ -191,7 +191,7 @@ int main(int argc, char **argv) {
         evaluate_and_sample(&zero, whole, &acts, &scratch, &run.data, &cfg, cfg.sample, &run.rng);
 
     /* ---- timeline, run summary and memory: every rank's, gathered on rank 0 ---- */
-    timeline_write(&zero.timeline, world, cfg.out);
+    timeline_write(&zero.timeline, run.world, cfg.out);
     int ran = run.last_step - run.first_step;
     double bytes_per_step = ran ? run.bytes_sent / ran : 0.0; /* this rank's; the ranks send alike */
     char extra_values[64];

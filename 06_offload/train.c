@@ -182,12 +182,11 @@ int main(int argc, char **argv) {
     OffloadFlags of = {0};
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
     run_start_ranks(&run, &cfg, &argc, &argv, &spec, &of, &of.ranks);
-    CommGroup *world = run.world;
     int P = of.pp, D = of.dp, M = cfg.micro;
 
     /* ---- the grid: D replicas of a pipeline of P stages; the split; the schedule ---- */
     ProcessGrid grid;
-    grid_create(&grid, world, D, P, 1);
+    grid_create(&grid, run.world, D, P, 1);
     int blocks[MAX_LAYERS]; /* blocks per stage, balanced by parameters (layer_split.h) */
     StageLayout layout = {
         .pp = grid.pp_group, .stage = grid.p, .stages = P, .cfg = &cfg, .caller_storage = 1};
@@ -196,8 +195,7 @@ int main(int argc, char **argv) {
     StageSchedule schedule;
     schedule_build("1f1b", P, M, grid.p, &schedule);
 
-    /* ---- build: device, data, output files (the harness); this stage's model and its offloaded state ----
-     */
+    /* ---- build: device, data, output files (the harness); this stage's model, its offloaded state ---- */
     run_prepare(&run);
     int per_replica = cfg.batch / D;
     layout.data = &run.data;
@@ -231,13 +229,13 @@ int main(int argc, char **argv) {
         offload_begin_step(&off, step + 1);
         pipeline_run_step(&p, step, grid.d * per_replica, run.dloss * s.loss_scale);
         offload_finish_grads(&off);
-        s.rec.loss = comm_allreduce_double(world, p.now.loss_sum, 0) / run.tokens_per_step;
+        s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update on the host: the norm from every rank's shard, then AdamW ---- */
         timer_start(&timer);
         offload_fault_overflow(&off, step + 1);
-        GradShards held = offload_grad_shards(&off, world);
+        GradShards held = offload_grad_shards(&off, run.world);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         StepDecision decision = optimizer_decide(&held, &run.scaler, hyper.clip, step + 1);
         s.rec.grad_norm = decision.grad_norm;
@@ -254,14 +252,14 @@ int main(int argc, char **argv) {
         s.rec.comm_ms = p.times.comm_ms;
         s.columns[0] = off.bytes_d2h;
         s.columns[1] = off.bytes_h2d;
-        if (run_step_done(&run, &s)) s.rec.val_loss = pipeline_evaluate(&p, world, grid.d * per_replica);
+        if (run_step_done(&run, &s)) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_replica);
         if (of.dpu && run_save_due(&run, &s)) finish_delayed_update(&off, &delayed); /* saved with it */
         run_step_log(&run, &s);
     }
 
     /* ---- timeline, run summary and memory ---- */
-    timeline_write(&p.times.timeline, world, cfg.out);
-    double peak_host = comm_allreduce_double(world, (double)mem_peak_total(SPACE_HOST), 1);
+    timeline_write(&p.times.timeline, run.world, cfg.out);
+    double peak_host = comm_allreduce_double(run.world, (double)mem_peak_total(SPACE_HOST), 1);
     int ran = run.last_step - run.first_step;
     char extra_values[256];
     snprintf(extra_values, sizeof extra_values, ",%s,1,%d,%d,%.0f,%.0f,%.0f", precision_name(cfg.precision),

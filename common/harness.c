@@ -63,7 +63,7 @@ void run_init_fields(Run *run, Config *cfg, const RunSpec *spec) {
 
 void run_start(Run *run, Config *cfg, int argc, char **argv, const RunSpec *spec) {
     run_init_fields(run, cfg, spec);
-    config_parse(cfg, argc, argv, spec->program, spec->summary, spec->flags.flags ? &spec->flags : NULL);
+    config_parse(cfg, argc, argv, spec->program, spec->summary, NULL);
 }
 
 /* steps.csv's header after the shared columns: the chapter's, the shared
@@ -72,8 +72,11 @@ static void chapter_header(const Run *run, char *header, size_t size) {
     const RunSpec *spec = run->spec;
     size_t n = 0;
     header[0] = '\0';
-    for (int c = 0; spec->columns && spec->columns[c].name; c++)
+    for (int c = 0; spec->columns && spec->columns[c].name; c++) {
+        if (c == RUN_MAX_COLUMNS)
+            fatal(EXIT_RUNTIME, "%s: more than %d columns of its own", spec->program, c);
         n += snprintf(header + n, size - n, ",%s", spec->columns[c].name);
+    }
     if (spec->bytes_sent) n += snprintf(header + n, size - n, ",bytes_sent");
     if (spec->comm_busy) n += snprintf(header + n, size - n, ",comm_busy_ms");
     if (run->cfg->precision != PRECISION_FP32) snprintf(header + n, size - n, ",loss_scale,skipped");

@@ -5,8 +5,8 @@
  * fills one struct, this harness holds what every chapter's program does
  * around its step, and a chapter's `main` keeps only the step itself:
  *
- *   run_start       MPI (multi-rank programs), the command line and the
- *                   ranks' agreement on it, the shared --save directory
+ *   run_start       the command line (run_start_ranks: MPI first, then the
+ *                   ranks' agreement on it, the shared --save directory)
  *   ...the chapter's grid and split (which need the flags, not the device)...
  *   run_prepare     the device and its --device-mem-limit, the transport,
  *                   the data, the output directory and steps.csv's header
@@ -18,7 +18,7 @@
  *     ...batch, forward, backward, communicate, update: the chapter's story...
  *     run_step_done     the slowest rank's times; says whether to evaluate
  *     run_step_log      the progress line, the steps.csv row, a due --save
- *   run_finish      memory.csv (every rank's peaks), run.csv, run-info.txt
+ *   run_finish      run.csv, memory.csv (every rank's peaks), run-info.txt
  *                   "complete", the closing line
  *   run_end         teardown: the data, the device, MPI
  *
@@ -30,6 +30,11 @@
  * Profiling: with COURSE_PROFILE_STEP=N (device.h) every chapter switches
  * the CUDA profiler on for step N only, between run_step_begin and
  * run_step_done (common/profile_kernels.sh).
+ *
+ * Each chapter describes itself once, in a RunSpec at the top of its
+ * train.c: its program name, --help's summary, its flag rows, its columns.
+ * The order of a step's logging is the same in every chapter: the
+ * evaluation, the progress line, the steps.csv row, then a due checkpoint.
  *
  * Two backends, as KernelOps has two: one process (chapter 01, which builds
  * without MPI: harness.c) and many ranks (chapters 02-06: harness_ranks.c,
@@ -120,10 +125,9 @@ struct Run {
 };
 
 /* Start-up, before anything is built. One process: the command line into
- * cfg (config_parse). Many ranks (programs run under mpirun): MPI, the world
- * size into *world_size (where the chapter's flag checks want it), the
- * command line into cfg and the chapter's flags into flag_values, the
- * ranks' agreement (comm_parse_config), the --save directory every rank
+ * cfg (config_parse; chapter 01 has no flags of its own). Many ranks (programs run under mpirun): MPI, the
+ * world size into *world_size (where the chapter's flag checks want it), the command line into cfg and the
+ * chapter's flags into flag_values, the ranks' agreement (comm_parse_config), the --save directory every rank
  * must see (checkpoint_sharded.h). Ends the program after --help or on an
  * error. */
 void run_start(Run *run, Config *cfg, int argc, char **argv, const RunSpec *spec);
@@ -136,8 +140,8 @@ void run_prepare(Run *run);
 
 /* After the chapter built run->ckpt: with --resume, read this rank's part
  * of the checkpoint (adam_t: the optimizer's update count; run->first_step
- * its step). Returns 1 when it resumed (16-bit runs then round their weights from the
- * master weights read). */
+ * its step). Returns 1 when it resumed (16-bit runs then round their
+ * weights from the master weights read). */
 int run_resume(Run *run, int *adam_t);
 
 /* The step's clock (after a barrier with RunSpec.barrier_each_step) and,

@@ -71,7 +71,7 @@ NVCCFLAGS := -O3 -std=c++17 $(COMMON_INCLUDES) -DUSE_CUDA --compiler-options -Wa
              -gencode arch=compute_$(lastword $(NVCC_ARCHS)),code=compute_$(lastword $(NVCC_ARCHS))
 
 # Communication (common/comm/, and the run layer's *_ranks.c and checkpoint_sharded.c) needs MPI; without it chapters 02-06 are not built.
-MPI_SOURCES := $(wildcard common/comm/*.c $(addprefix common/run/,checkpoint_sharded.c preflight_ranks.c csvlog_ranks.c))
+MPI_SOURCES := $(wildcard common/comm/*.c common/run/*_ranks.c) common/run/checkpoint_sharded.c
 MPI_CFLAGS := $(if $(MPICC),$(shell $(MPICC) --showme:compile 2>/dev/null))
 MPI_LIBS := $(if $(MPICC),$(shell $(MPICC) --showme:link 2>/dev/null))
 LAYER_C := $(foreach l,$(COMMON_LAYERS),$(wildcard common/$(l)/*.c))

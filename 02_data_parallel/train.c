@@ -12,24 +12,21 @@
  *   gradient norm -> clip -> AdamW update -> log (slowest rank's times)
  *
  * The all-reduce is the library's (MPI, NCCL) or the course's own ring
- * (--allreduce ring, 02_data_parallel/ring.c). With --precision bf16|fp16 (mixed.h)
+ * (--allreduce ring, common/ring.c). With --precision bf16|fp16 (mixed.h)
  * the gradients are 16 bits and so is their all-reduce, either one: half
  * the bytes. */
 #include "buckets.h"
-#include "checkpoint_sharded.h"
 #include "comm.h"
 #include "config.h"
-#include "csvlog.h"
-#include "data.h"
 #include "device.h"
 #include "evaluate.h"
 #include "grid.h"
+#include "harness.h"
 #include "kernels.h"
 #include "mixed.h"
 #include "model.h"
 #include "optim.h"
 #include "optimizer_step.h"
-#include "preflight.h"
 #include "ring.h"
 #include "util.h"
 
@@ -85,6 +82,14 @@ static void check_dp_layout(const Config *cfg, const void *values) {
               cfg->batch, f->ranks, cfg->micro, f->ranks * cfg->micro);
 }
 
+/* What the run harness (harness.h) needs to know of this program: its
+ * flags, and one steps.csv column of its own, comm_busy_ms. */
+static const RunSpec spec = {.program = PROGRAM,
+                             .summary =
+                                 "Train a GPT with data parallelism: N replicas, gradients all-reduced.",
+                             .flags = {.flags = dp_flags, .check = check_dp_layout, .multi_rank = 1},
+                             .comm_busy = 1};
+
 /* ---- gradient synchronisation ---- */
 
 /* The gradients, of `type`: the model's (fp32), or the 16-bit ones of mixed precision. */
@@ -112,6 +117,26 @@ static void sync_flat(const GPT *model, const GradBuffer *b, CommGroup *g, int u
     allreduce_sum(g, b, 0, model->num_params, use_ring);
 }
 
+/* The gradients summed over the replicas: all-reduced now (naive, flat), or
+ * waited for (overlap: the buckets all-reduced during the backward pass).
+ * Returns how long this rank waited; *busy_ms: how long the all-reduces ran. */
+static double sum_gradients(const DataParallelFlags *dp, const GPT *model, const GradBuffer *grads,
+                            BucketSync *buckets, CommGroup *world, double *busy_ms) {
+    if (buckets) { /* waited: what the worker had left after the backward pass */
+        double waited_ms = buckets_wait(buckets);
+        *busy_ms = buckets->busy_ms;
+        return waited_ms;
+    }
+    Timer timer = {0};
+    timer_start(&timer);
+    int use_ring = strcmp(dp->allreduce, "ring") == 0;
+    if (strcmp(dp->dp_mode, "naive") == 0)
+        sync_naive(model, grads, world, use_ring);
+    else
+        sync_flat(model, grads, world, use_ring);
+    return *busy_ms = timer_stop_ms(&timer);
+}
+
 /* Every replica must hold the same parameters (in mixed precision: the same
  * master weights): compare a hash of their bytes. (For testing this check:
  * COURSE_FAULT_REPLICA_RANK=r changes one weight on rank r first.) */
@@ -136,47 +161,37 @@ static void check_replicas(const GPT *model, const float *params, CommGroup *wor
     comm_barrier(world);
 }
 
-int main(int argc, char **argv) {
-    comm_init(&argc, &argv);
-    CommGroup *world = comm_world();
-    int rank = comm_rank(world), ranks = comm_size(world);
+/* Identical initialisation already follows from (seed, name, index); the
+ * broadcast makes "rank 0's weights" the rule, as real frameworks do. */
+static void broadcast_weights(const GPT *model, const MixedModel *mixed, CommGroup *world, CommDtype type) {
+    if (mixed->params) {
+        comm_broadcast(world, mixed->master, mixed->n, 0);
+        comm_broadcast_typed(world, mixed->params, mixed->n, type, 0, NULL);
+    } else {
+        comm_broadcast(world, model->params, model->num_params, 0);
+    }
+}
 
+int main(int argc, char **argv) {
     Config cfg;
-    DataParallelFlags dp = {.ranks = ranks};
-    ChapterFlags flags = {.flags = dp_flags, .values = &dp, .check = check_dp_layout, .multi_rank = 1};
-    comm_parse_config(&cfg, argc, argv, PROGRAM,
-                      "Train a GPT with data parallelism: N replicas, gradients all-reduced.", &flags);
-    checkpoint_check_shared_directory(world, &cfg);
-    int use_ring = strcmp(dp.allreduce, "ring") == 0;
+    DataParallelFlags dp = {0};
+    Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
+    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &dp, &dp.ranks);
+    int overlap = strcmp(dp.dp_mode, "overlap") == 0; /* else naive or flat (sum_gradients) */
+    int rank = run.rank, ranks = run.ranks;
+    ProcessGrid grid; /* every rank a replica: dp = world (grid.h) */
+    grid_create(&grid, run.world, (GridShape){.dp = ranks, .pp = 1, .cp = 1, .tp = 1});
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
 
-    /* ---- the grid: every rank a replica, dp = world (grid.h) ---- */
-    ProcessGrid grid;
-    grid_create(&grid, world, (GridShape){.dp = ranks, .pp = 1, .cp = 1, .tp = 1});
-
-    /* ---- build: device, data, output files, model, optimizer, activations ---- */
-    device_init(cfg.device, comm_local_rank());
-    device_set_limit(cfg.device_mem_limit);
-    comm_select(cfg.comm);
-    Dataset data;
-    data_load(&data, cfg.data, cfg.model.seq);
-    OutFile *steps_csv = NULL;
-    if (rank == 0) {
-        out_dir_prepare(&cfg, PROGRAM);
-        steps_csv = steps_csv_open(&cfg, half ? ",comm_busy_ms,loss_scale,skipped" : ",comm_busy_ms");
-    }
-
+    /* ---- build: device, data, output files (the harness); model, optimizer, activations ---- */
+    run_prepare(&run);
     GPT model;
-    MixedModel mixed = {0};
-    if (half)
-        mixed_create(&mixed, &model, &cfg.model, cfg.seed, precision_format(cfg.precision));
-    else
-        gpt_create(&model, &cfg.model, cfg.seed);
+    MixedModel mixed; /* bf16, fp16: the model in 16 bits (mixed.h) */
+    precision_create_range(&model, &mixed, &cfg.model, cfg.seed, cfg.precision, LAYER_EMBEDDING,
+                           cfg.model.layers);
     GradBuffer grads = {precision_grads(&model, &mixed), comm_dtype_of(cfg.precision)};
     AdamW opt;
     adamw_create(&opt, model.num_params);
-    LossScaler scaler;
-    loss_scaler_init(&scaler, &cfg);
     int per_rank = cfg.batch / ranks; /* this rank's share of the global batch */
     int B = per_rank / cfg.micro, T = cfg.model.seq;
     Activations acts;
@@ -184,27 +199,14 @@ int main(int argc, char **argv) {
     Scratch scratch;
     scratch_create(&scratch, &cfg.model, B, T, cfg.recompute);
     BucketSync buckets;
-    int overlap = strcmp(dp.dp_mode, "overlap") == 0;
     if (overlap)
         buckets_create(&buckets, &model, grads.grads, grads.type, (size_t)(dp.bucket_mb * BYTES_PER_MIB),
-                       grid.dp_group, use_ring);
+                       grid.dp_group, strcmp(dp.allreduce, "ring") == 0);
 
-    uint64_t rng = cfg.seed;
-    CkptLayout ckpt; /* every replica holds the whole model; rank r writes share r of it */
-    ckpt_layout_init(&ckpt, "%s: %d ranks, dp %d", PROGRAM, ranks, ranks);
-    ckpt_layout_range(&ckpt, &model, &opt, rank, ranks);
-    int first_step = 0;
-    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt.t, &rng, &scaler);
-    if (cfg.resume[0] && half) mixed_weights_from_master(&mixed); /* the checkpoint holds the fp32 weights */
-    /* Identical initialisation already follows from (seed, name, index); the
-     * broadcast makes "rank 0's weights" the rule, as real frameworks do. */
-    if (half) {
-        comm_broadcast(grid.dp_group, mixed.master, mixed.n, 0);
-        comm_broadcast_typed(grid.dp_group, mixed.params, mixed.n, grads.type, 0, NULL);
-    } else {
-        comm_broadcast(grid.dp_group, model.params, model.num_params, 0);
-    }
-    int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
+    ckpt_layout_init(&run.ckpt, "%s: %d ranks, dp %d", PROGRAM, ranks, ranks); /* rank r writes share r */
+    ckpt_layout_range(&run.ckpt, &model, &opt, rank, ranks);
+    if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(&mixed); /* the checkpoint: fp32 */
+    broadcast_weights(&model, &mixed, grid.dp_group, grads.type);
 
     log_info(
         "%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
@@ -212,124 +214,71 @@ int main(int argc, char **argv) {
         PROGRAM, ranks, device_name(), comm_transport_name(), dp.dp_mode, dp.allreduce, model.num_params,
         cfg.batch, ranks, cfg.micro, B, precision_name(cfg.precision));
     if (overlap) log_info("overlap: %d gradient buckets of about %.2f MiB\n", buckets.count, dp.bucket_mb);
-    log_resumed(&cfg, first_step);
+    log_resumed(&cfg, run.first_step);
 
-    double tokens_per_step = (double)cfg.batch * T;
-    float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
-    double *step_ms = xcalloc(last_step, sizeof(double));
-    double loss = NAN;
-
-    for (int step = first_step; step < last_step; step++) {
-        Timer step_timer = {0}, timer = {0};
-        StepRecord rec = {.step = step + 1, .val_loss = NAN};
-        double busy_ms = 0.0; /* how long the communication ran (on the worker, with overlap) */
-        timer_start(&step_timer);
+    for (int step = run.first_step; step < run.last_step; step++) {
+        RunStep s = run_step_begin(&run, step);
+        Timer timer = {0};
 
         /* ---- forward and backward over this rank's micro-batches ---- */
         precision_zero_grads(&model, &mixed);
-        float loss_scale = scaler.scale; /* fp16: the gradients come out this many times too large */
         if (overlap) buckets_begin_step(&buckets);
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
             int first_sequence = rank * per_rank + mb * B; /* where this piece sits in the global batch */
-            data_upload_batch(&data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, acts.tokens,
+            data_upload_batch(&run.data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, acts.tokens,
                               acts.targets);
 
             timer_start(&timer);
             gpt_forward(&model, &acts, &scratch, B, T);
             loss_sum += gpt_loss_sum(&acts, B, T);
-            rec.fwd_ms += timer_stop_ms(&timer);
+            s.rec.fwd_ms += timer_stop_ms(&timer);
 
             timer_start(&timer);
             /* overlap: buckets start all-reducing during the LAST micro-batch's backward */
             int last_micro = mb == cfg.micro - 1;
-            gpt_backward_hooked(&model, &acts, &scratch, dloss * loss_scale, B, T,
+            gpt_backward_hooked(&model, &acts, &scratch, run.dloss * s.loss_scale, B, T,
                                 overlap && last_micro ? buckets_layer_done : NULL, &buckets);
-            rec.bwd_ms += timer_stop_ms(&timer);
+            s.rec.bwd_ms += timer_stop_ms(&timer);
         }
 
         /* ---- communicate: sum the gradients (and the loss) over the replicas ---- */
-        timer_start(&timer);
-        if (overlap) { /* waited: what the worker had left after the backward pass */
-            rec.comm_ms = buckets_wait(&buckets);
-            busy_ms = buckets.busy_ms;
-        } else {
-            if (strcmp(dp.dp_mode, "naive") == 0)
-                sync_naive(&model, &grads, grid.dp_group, use_ring);
-            else
-                sync_flat(&model, &grads, grid.dp_group, use_ring);
-            rec.comm_ms = busy_ms = timer_stop_ms(&timer);
-        }
-        loss = comm_allreduce_double(grid.dp_group, loss_sum, 0) / tokens_per_step;
-        check_loss_finite(loss, step + 1);
+        s.rec.comm_ms =
+            sum_gradients(&dp, &model, &grads, overlap ? &buckets : NULL, grid.dp_group, &s.comm_busy_ms);
+        s.rec.loss = comm_allreduce_double(grid.dp_group, loss_sum, 0) / run.tokens_per_step;
+        check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update: the same on every replica (an fp16 overflow anywhere is in every sum) ---- */
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
-        rec.lr = hyper.lr;
+        s.rec.lr = hyper.lr;
         mixed_fault_overflow(&mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
         GradShards held = precision_grad_shards(&model, &mixed); /* every replica: the whole sum */
-        int skipped = optimizer_step(&model, &mixed, &opt, &scaler, &held, &hyper, step + 1, &rec.grad_norm);
-        rec.opt_ms = timer_stop_ms(&timer);
-        rec.step_ms = timer_stop_ms(&step_timer);
+        s.skipped =
+            optimizer_step(&model, &mixed, &opt, &run.scaler, &held, &hyper, step + 1, &s.rec.grad_norm);
+        s.rec.opt_ms = timer_stop_ms(&timer);
+
+        /* ---- log: the slowest rank's times; rank 0 evaluates ---- */
+        int evaluate = run_step_done(&run, &s);
         if (dp.check_replicas && (step + 1) % dp.check_replicas == 0)
             check_replicas(&model, half ? mixed.master : model.params, grid.dp_group, step + 1);
-
-        /* ---- log: the slowest rank's times ---- */
-        comm_slowest_times(world, &rec);
-        busy_ms = comm_allreduce_double(world, busy_ms, 1);
-        rec.loss = loss;
-        rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
-        step_ms[step] = rec.step_ms;
-        int last = step + 1 == last_step;
-        if (rank == 0) {
-            if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
-                rec.val_loss = evaluate_loss(&model, &acts, &scratch, &data, &cfg);
-            if (!cfg.quiet || last) log_step(&rec, cfg.steps);
-            char extra_values[64];
-            snprintf(extra_values, sizeof extra_values, ",%.4f", busy_ms);
-            if (half)
-                snprintf(extra_values + strlen(extra_values), sizeof extra_values - strlen(extra_values),
-                         ",%g,%d", loss_scale, skipped);
-            steps_csv_write(steps_csv, &rec, extra_values);
-        }
-        if (checkpoint_due(&cfg, step + 1, last_step)) {
-            CkptState state = ckpt_state(step + 1, opt.t, rng, &scaler);
-            checkpoint_save_sharded(world, &cfg, &ckpt, &state);
-        }
+        if (evaluate && rank == 0) s.rec.val_loss = evaluate_loss(&model, &acts, &scratch, &run.data, &cfg);
+        run_step_log(&run, &s);
     }
-
-    if (rank == 0) {
-        out_close(steps_csv);
-        if (cfg.sample > 0) sample_text(&model, &acts, &scratch, &data, cfg.sample, &rng);
-    }
+    if (rank == 0 && cfg.sample > 0) sample_text(&model, &acts, &scratch, &run.data, cfg.sample, &run.rng);
 
     /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
-    size_t peak_device = comm_write_memory_csv(world, cfg.out);
-    if (rank == 0) {
-        int ran = last_step - first_step;
-        RunSummary run;
-        run_summary_init(&run, PROGRAM, &cfg, model.num_params, step_ms + first_step, ran);
-        run.world_size = run.dp = ranks;
-        run.final_loss = loss;
-        run.peak_device_bytes = peak_device;
-        run_csv_write(cfg.out, &run);
-        run_info_complete(&cfg);
-        log_run_done(&run, "%.1f MiB sent per rank | CSVs in %s", comm_bytes_sent() / BYTES_PER_MIB, cfg.out);
-    }
+    run_layout(&run, ranks, 1, 1, 0);
+    run_finish(&run, model.num_params, NULL, NULL, "%.1f MiB sent per rank | CSVs in %s",
+               comm_bytes_sent() / BYTES_PER_MIB, cfg.out);
 
     if (overlap && dp.print_buckets) buckets_print(&buckets);
-    free(step_ms);
-    ckpt_layout_free(&ckpt);
     if (overlap) buckets_destroy(&buckets);
     scratch_destroy(&scratch);
     activations_destroy(&acts, &cfg.model);
     adamw_destroy(&opt);
-    if (half) mixed_destroy(&mixed);
-    gpt_destroy(&model);
-    data_free(&data);
-    device_shutdown();
+    precision_destroy(&model, &mixed);
     grid_destroy(&grid);
-    comm_finalize();
+    run_end(&run);
     return 0;
 }

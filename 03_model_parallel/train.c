@@ -33,20 +33,17 @@
  * activations and their gradients: fp32, as the activations are in every
  * precision (4 bytes a value). An fp16 overflow on any rank skips the step
  * on every rank. */
-#include "checkpoint_sharded.h"
 #include "comm.h"
 #include "config.h"
-#include "csvlog.h"
-#include "data.h"
 #include "device.h"
 #include "grid.h"
+#include "harness.h"
 #include "evaluate.h"
 #include "layer_split.h"
 #include "mixed.h"
 #include "model.h"
 #include "optim.h"
 #include "optimizer_step.h"
-#include "preflight.h"
 #include "tensor_parallel.h"
 #include "util.h"
 
@@ -123,6 +120,16 @@ static void check_mp_layout(const Config *cfg, const void *values) {
         fatal(EXIT_USAGE, "--batch %d is not divisible by --dp %d x --micro %d (valid: a multiple of %d)",
               cfg->batch, dp, cfg->micro, dp * cfg->micro);
 }
+
+/* What the run harness (harness.h) needs to know of this program: its
+ * flags, and one steps.csv column of its own, the fraction of the ranks'
+ * time spent idle. */
+static const RunColumn mp_columns[] = {{"idle_fraction", "%.4f"}, {0}};
+static const RunSpec spec = {
+    .program = PROGRAM,
+    .summary = "Train a GPT split over ranks: by layers (--mp layer) or inside every layer (--mp tensor).",
+    .flags = {.flags = mp_flags, .effective = effective_mp_flags, .check = check_mp_layout, .multi_rank = 1},
+    .columns = mp_columns};
 
 /* ---- everything this rank holds and does, in either mode ---- */
 typedef struct {
@@ -221,6 +228,15 @@ static void backward(ModelParallel *p, float dloss, int B, int T) {
     p->comm_ms += p->tp.comm_ms;
 }
 
+/* The data-parallel all-reduce: the replicas of this part sum its gradients
+ * (fp32, or 16 bits). */
+static void sum_over_replicas(ModelParallel *p, CommDtype type) {
+    double start = comm_clock();
+    comm_allreduce_typed(p->dp, precision_grads(p->held, p->held_mixed), p->held->param_count, type, COMM_SUM,
+                         NULL);
+    p->comm_ms += wall_ms() - start;
+}
+
 /* What this rank holds of the whole model's gradient (optimizer_step.h):
  * its stages' units, the parts added over the model-parallel group, or its
  * tensor slices and the replicated tensors, counted once. Every rank agrees
@@ -250,7 +266,7 @@ static double evaluate_split(ModelParallel *p, const Dataset *data, const Config
     return comm_allreduce_double(comm_world(), loss_sum, 0) / ((double)cfg->eval_batches * cfg->batch * T);
 }
 
-/* A text sample, as sample_text (common/run/evaluate.c) writes it, from the split
+/* A text sample, as sample_text (common/evaluate.c) writes it, from the split
  * model: forward passes of one sequence; the logits are on the last stage
  * (layer split) or on every rank (tensor), and every stage needs each new
  * byte for the next context. */
@@ -282,224 +298,189 @@ static void sample_split(ModelParallel *p, const Dataset *data, const Config *cf
     free(logits);
 }
 
-int main(int argc, char **argv) {
-    comm_init(&argc, &argv);
-    CommGroup *world = comm_world();
-    int rank = comm_rank(world), ranks = comm_size(world);
+/* ---- building this rank's part, and letting it go ---- */
 
+/* This rank's part of the model (mp_index: its place in the model-parallel
+ * group of mp_size ranks): its tensor slices, or its stage's blocks (--split,
+ * else balanced by parameters); layout says which, for the header and the
+ * checkpoint. */
+static void build_part(ModelParallel *p, const Config *cfg, const ModelParallelFlags *f,
+                       const ParamTable *table, int mp_index, int mp_size, int B, char *layout,
+                       size_t layout_size) {
+    int T = cfg->model.seq, L = cfg->model.layers;
+    if (p->tensor) {
+        p->tp = (TensorGroup){.group = p->mp, .rank = mp_index, .size = mp_size};
+        tp_model_create(&p->tpm, &cfg->model, cfg->seed, &p->tp, B, T, cfg->recompute, cfg->precision);
+        p->held = &p->tpm.model;
+        p->held_mixed = &p->tpm.mixed;
+        snprintf(layout, layout_size, "tensor parallel over %d ranks", mp_size);
+        return;
+    }
+    int blocks[MAX_LAYERS]; /* blocks per stage: at most one stage per layer */
+    p->stages = mp_size;
+    p->stage = mp_index;
+    if (f->split[0])
+        layer_split_parse(f->split, mp_size, L, blocks); /* --split 3,3 */
+    else
+        layer_split_balanced(table, mp_size, blocks); /* balance the parameters (common/layer_split.c) */
+    layer_split_range(blocks, p->stage, &p->first_block, &p->last_block);
+    int first_unit, last_unit; /* the embedding on stage 0, the head on the last (layer_split.h) */
+    layer_split_units(p->first_block, p->last_block, p->stage, p->stages, L, &first_unit, &last_unit);
+    precision_create_range(&p->model, &p->mixed, &cfg->model, cfg->seed, cfg->precision, first_unit,
+                           last_unit); /* fp32 or 16-bit */
+    activations_create_range(&p->acts, &cfg->model, B, T, first_unit, last_unit, cfg->recompute);
+    scratch_create(&p->scratch, &cfg->model, B, T, cfg->recompute);
+    p->held = &p->model;
+    p->held_mixed = &p->mixed;
+    int n = snprintf(layout, layout_size, "layer split, blocks per stage");
+    for (int s = 0; s < mp_size && n < (int)layout_size - 8; s++)
+        n += snprintf(layout + n, layout_size - n, "%s%d", s ? "," : " ", blocks[s]);
+}
+
+/* What this rank holds of a checkpoint: its slices, or its stage's units,
+ * written by replica dp_index's share (checkpoint.h). */
+static void checkpoint_layout(ModelParallel *p, AdamW *opt, int dp_index, int dp, CkptLayout *ckpt) {
+    if (p->tensor)
+        tp_checkpoint_layout(&p->tpm, opt, dp_index, ckpt);
+    else
+        ckpt_layout_range(ckpt, &p->model, opt, dp_index, dp);
+}
+
+static void destroy_part(ModelParallel *p, const Config *cfg) {
+    if (p->tensor) {
+        tp_model_destroy(&p->tpm);
+        return;
+    }
+    scratch_destroy(&p->scratch);
+    activations_destroy(&p->acts, &cfg->model);
+    precision_destroy(&p->model, &p->mixed);
+}
+
+static OutFile *busy_csv_open(const Run *run) {
+    if (run->rank != 0) return NULL;
+    OutFile *f = out_open(run->cfg->out, "busy.csv", OUT_LINES, 0);
+    out_printf(f, "rank,step,busy_ms,step_ms\n");
+    return f;
+}
+
+/* busy.csv (rank 0): rank,step,busy_ms,step_ms, every rank's time computing
+ * in the step (the rest it waited or communicated). Returns, on rank 0, the
+ * step's idle fraction: 1 - the ranks' busy time over ranks x the slowest
+ * rank's step (steps.csv's idle_fraction). */
+static double log_busy(OutFile *busy_csv, CommGroup *world, const RunStep *s, double comm_ms) {
+    int ranks = comm_size(world);
+    double busy[2] = {s->own_step_ms - comm_ms, s->own_step_ms};
+    double *busy_all = xcalloc(2 * (size_t)ranks, sizeof(double));
+    comm_gather_bytes(world, busy, sizeof busy, busy_all, 0);
+    double busy_sum = 0.0;
+    for (int r = 0; r < ranks && comm_rank(world) == 0; r++) {
+        out_printf(busy_csv, "%d,%d,%.4f,%.4f\n", r, s->step + 1, busy_all[2 * r], busy_all[2 * r + 1]);
+        busy_sum += busy_all[2 * r];
+    }
+    free(busy_all);
+    return 1.0 - busy_sum / (ranks * s->rec.step_ms);
+}
+
+int main(int argc, char **argv) {
     Config cfg;
-    ModelParallelFlags mpf = {.ranks = ranks};
-    ChapterFlags flags = {.flags = mp_flags,
-                          .values = &mpf,
-                          .effective = effective_mp_flags,
-                          .check = check_mp_layout,
-                          .multi_rank = 1};
-    comm_parse_config(
-        &cfg, argc, argv, PROGRAM,
-        "Train a GPT split over ranks: by layers (--mp layer) or inside every layer (--mp tensor).", &flags);
-    checkpoint_check_shared_directory(world, &cfg);
+    ModelParallelFlags mpf = {0};
+    Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
+    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &mpf, &mpf.ranks);
     ModelParallel par = {.tensor = strcmp(mpf.mp, "tensor") == 0};
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */
-    int dp = mpf.dp, L = cfg.model.layers;
+    int ranks = run.ranks, dp = mpf.dp;
     int mp_size = ranks / dp; /* ranks per copy of the model */
 
     /* ---- the grid: --dp replicas of a model-parallel group, its ranks consecutive (grid.h) ---- */
     ProcessGrid grid;
     GridShape shape = {.dp = dp, .pp = par.tensor ? 1 : mp_size, .cp = 1, .tp = par.tensor ? mp_size : 1};
-    grid_create(&grid, world, shape);
+    grid_create(&grid, run.world, shape);
     int dp_index = grid.d, mp_index = par.tensor ? grid.t : grid.p;
     par.mp = par.tensor ? grid.tp_group : grid.pp_group; /* the ranks holding one copy of the model */
     par.dp = grid.dp_group;                              /* the ranks holding the same part of it */
 
-    /* ---- build: device, data, output files, this rank's part of the model, optimizer ---- */
-    device_init(cfg.device, comm_local_rank());
-    device_set_limit(cfg.device_mem_limit);
-    comm_select(cfg.comm);
-    Dataset data;
-    data_load(&data, cfg.data, cfg.model.seq);
-    OutFile *steps_csv = NULL, *busy_csv = NULL;
-    if (rank == 0) {
-        out_dir_prepare(&cfg, PROGRAM);
-        steps_csv = steps_csv_open(&cfg, half ? ",idle_fraction,loss_scale,skipped" : ",idle_fraction");
-        busy_csv = out_open(cfg.out, "busy.csv", OUT_LINES, 0);
-        out_printf(busy_csv, "rank,step,busy_ms,step_ms\n");
-    }
-
+    /* ---- build: device, data, output files (the harness); this rank's part of the model, optimizer ---- */
+    run_prepare(&run);
+    OutFile *busy_csv = busy_csv_open(&run);
     int per_replica = cfg.batch / dp; /* this replica's share of the global batch */
     int B = per_replica / cfg.micro, T = cfg.model.seq;
     ParamTable table; /* the whole model's table: names, shapes, the stage split */
     param_table_build(&table, &cfg.model);
-    int blocks[MAX_LAYERS]; /* blocks per stage: at most one stage per layer */
     char layout[64];
-    if (par.tensor) {
-        par.tp = (TensorGroup){.group = par.mp, .rank = mp_index, .size = mp_size};
-        tp_model_create(&par.tpm, &cfg.model, cfg.seed, &par.tp, B, T, cfg.recompute, cfg.precision);
-        par.held = &par.tpm.model;
-        par.held_mixed = &par.tpm.mixed;
-        snprintf(layout, sizeof layout, "tensor parallel over %d ranks", mp_size);
-    } else {
-        par.stages = mp_size;
-        par.stage = mp_index;
-        if (mpf.split[0])
-            layer_split_parse(mpf.split, mp_size, L, blocks); /* --split 3,3 */
-        else
-            layer_split_balanced(&table, mp_size, blocks); /* balance the parameters (common/model/layer_split.c) */
-        layer_split_range(blocks, par.stage, &par.first_block, &par.last_block);
-        int first_unit, last_unit; /* the embedding on stage 0, the head on the last (layer_split.h) */
-        layer_split_units(par.first_block, par.last_block, par.stage, par.stages, L, &first_unit, &last_unit);
-        precision_create_range(&par.model, &par.mixed, &cfg.model, cfg.seed, cfg.precision, first_unit,
-                               last_unit); /* fp32 or 16-bit */
-        activations_create_range(&par.acts, &cfg.model, B, T, first_unit, last_unit, cfg.recompute);
-        scratch_create(&par.scratch, &cfg.model, B, T, cfg.recompute);
-        par.held = &par.model;
-        par.held_mixed = &par.mixed;
-        int n = snprintf(layout, sizeof layout, "layer split, blocks per stage");
-        for (int s = 0; s < mp_size && n < (int)sizeof layout - 8; s++)
-            n += snprintf(layout + n, sizeof layout - n, "%s%d", s ? "," : " ", blocks[s]);
-    }
+    build_part(&par, &cfg, &mpf, &table, mp_index, mp_size, B, layout, sizeof layout);
     GPT *held = par.held;
     MixedModel *mixed = par.held_mixed;
     AdamW opt;
     adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
-    LossScaler scaler;
-    loss_scaler_init(&scaler, &cfg);
-    uint64_t rng = cfg.seed; /* for the text sampler, as in chapter 01 */
-    CkptLayout ckpt;         /* this rank's part of the whole model's checkpoint (checkpoint.h) */
-    ckpt_layout_init(&ckpt, "%s: %s, dp %d", PROGRAM, layout, dp);
-    if (par.tensor)
-        tp_checkpoint_layout(&par.tpm, &opt, dp_index, &ckpt);
-    else
-        ckpt_layout_range(&ckpt, &par.model, &opt, dp_index, dp);
-    int first_step = 0;
-    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt.t, &rng, &scaler);
-    if (cfg.resume[0] && half) mixed_weights_from_master(mixed); /* the checkpoint holds the fp32 weights */
-    int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
+    ckpt_layout_init(&run.ckpt, "%s: %s, dp %d", PROGRAM, layout, dp); /* this rank's part (checkpoint.h) */
+    checkpoint_layout(&par, &opt, dp_index, dp, &run.ckpt);
+    if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(mixed); /* the checkpoint: fp32 */
 
     log_info(
         "%s | %d ranks = %d data-parallel x %d model-parallel | %s | device %s | comm %s | %zu parameters | "
         "batch %d = %d replicas x %d micro-batches x %d sequences | %s\n",
         PROGRAM, ranks, dp, mp_size, layout, device_name(), comm_transport_name(), table.num_params,
         cfg.batch, dp, cfg.micro, B, precision_name(cfg.precision));
+    log_resumed(&cfg, run.first_step);
 
-    double tokens_per_step = (double)cfg.batch * T;
-    float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
-    double *step_ms = xcalloc(last_step, sizeof(double));
-    double *busy_all = xcalloc(2 * (size_t)ranks, sizeof(double));
-    double loss = NAN;
-
-    log_resumed(&cfg, first_step);
-    for (int step = first_step; step < last_step; step++) {
-        Timer step_timer = {0}, timer = {0};
-        StepRecord rec = {.step = step + 1, .val_loss = NAN};
+    for (int step = run.first_step; step < run.last_step; step++) {
+        RunStep s = run_step_begin(&run, step);
+        Timer timer = {0};
         par.comm_ms = 0.0;
-        timer_start(&step_timer);
 
         /* ---- forward and backward over this replica's micro-batches ---- */
         precision_zero_grads(held, mixed);
-        float loss_scale = scaler.scale; /* fp16: the gradients come out this many times too large */
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
             int first_sequence =
                 dp_index * per_replica + mb * B; /* where this piece sits in the global batch */
-            data_upload_batch(&data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, tokens_of(&par),
+            data_upload_batch(&run.data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, tokens_of(&par),
                               targets_of(&par));
 
             timer_start(&timer);
             loss_sum += forward(&par, 1, B, T);
-            rec.fwd_ms += timer_stop_ms(&timer);
+            s.rec.fwd_ms += timer_stop_ms(&timer);
 
             timer_start(&timer);
-            backward(&par, dloss * loss_scale, B, T);
-            rec.bwd_ms += timer_stop_ms(&timer);
+            backward(&par, run.dloss * s.loss_scale, B, T);
+            s.rec.bwd_ms += timer_stop_ms(&timer);
         }
 
         /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
-        double start = comm_clock();
-        comm_allreduce_typed(par.dp, precision_grads(held, mixed), held->param_count,
-                             comm_dtype_of(cfg.precision), COMM_SUM, NULL); /* fp32 or 16 bits */
-        par.comm_ms += wall_ms() - start;
-        rec.comm_ms = par.comm_ms;
-        loss = comm_allreduce_double(world, loss_sum, 0) / tokens_per_step;
-        check_loss_finite(loss, step + 1);
+        sum_over_replicas(&par, comm_dtype_of(cfg.precision));
+        s.rec.comm_ms = par.comm_ms;
+        s.rec.loss = comm_allreduce_double(run.world, loss_sum, 0) / run.tokens_per_step;
+        check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update: each rank its own parameters, clipped by the WHOLE model's norm
          * (fp16: unless the gradients overflowed on any rank) ---- */
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
-        rec.lr = hyper.lr;
+        s.rec.lr = hyper.lr;
         mixed_fault_overflow(mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
-        GradShards held_part = held_grads(&par, world);
-        int skipped =
-            optimizer_step(held, mixed, &opt, &scaler, &held_part, &hyper, step + 1, &rec.grad_norm);
-        rec.opt_ms = timer_stop_ms(&timer);
-        rec.step_ms = timer_stop_ms(&step_timer);
+        GradShards held_part = held_grads(&par, run.world);
+        s.skipped =
+            optimizer_step(held, mixed, &opt, &run.scaler, &held_part, &hyper, step + 1, &s.rec.grad_norm);
+        s.rec.opt_ms = timer_stop_ms(&timer);
 
-        /* ---- log: the slowest rank's times; every rank's busy time ---- */
-        double busy[2] = {rec.step_ms - par.comm_ms, rec.step_ms};
-        comm_gather_bytes(world, busy, sizeof busy, busy_all, 0);
-        comm_slowest_times(world, &rec);
-        rec.loss = loss;
-        rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
-        step_ms[step] = rec.step_ms;
-        int last = step + 1 == last_step;
-        if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
-            rec.val_loss = evaluate_split(&par, &data, &cfg, dp_index, B);
-        if (rank == 0) {
-            double busy_sum = 0.0;
-            for (int r = 0; r < ranks; r++) {
-                out_printf(busy_csv, "%d,%d,%.4f,%.4f\n", r, step + 1, busy_all[2 * r], busy_all[2 * r + 1]);
-                busy_sum += busy_all[2 * r];
-            }
-            if (!cfg.quiet || last) log_step(&rec, cfg.steps);
-            char extra_values[64];
-            int n =
-                snprintf(extra_values, sizeof extra_values, ",%.4f", 1.0 - busy_sum / (ranks * rec.step_ms));
-            if (half) snprintf(extra_values + n, sizeof extra_values - n, ",%g,%d", loss_scale, skipped);
-            steps_csv_write(steps_csv, &rec, extra_values);
-        }
-        if (checkpoint_due(&cfg, step + 1, last_step)) {
-            CkptState state = ckpt_state(step + 1, opt.t, rng, &scaler);
-            checkpoint_save_sharded(world, &cfg, &ckpt, &state);
-        }
+        /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
+        int evaluate = run_step_done(&run, &s);
+        s.columns[0] = log_busy(busy_csv, run.world, &s, par.comm_ms); /* idle_fraction */
+        if (evaluate) s.rec.val_loss = evaluate_split(&par, &run.data, &cfg, dp_index, B);
+        run_step_log(&run, &s);
     }
-    if (rank == 0) {
-        out_close(steps_csv);
-        out_close(busy_csv);
-    }
-    if (cfg.sample > 0) sample_split(&par, &data, &cfg, &rng);
+    if (run.rank == 0) out_close(busy_csv);
+    if (cfg.sample > 0) sample_split(&par, &run.data, &cfg, &run.rng);
 
     /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
-    size_t peak_device = comm_write_memory_csv(world, cfg.out);
-    if (rank == 0) {
-        RunSummary run;
-        run_summary_init(&run, PROGRAM, &cfg, table.num_params, step_ms + first_step, last_step - first_step);
-        run.world_size = ranks;
-        run.dp = dp;
-        run.tp = par.tensor ? mp_size : 1;
-        run.pp = par.tensor ? 1 : mp_size;
-        run.final_loss = loss;
-        run.peak_device_bytes = peak_device;
-        run_csv_write(cfg.out, &run);
-        run_info_complete(&cfg);
-        log_run_done(&run, "%.1f MiB sent by rank 0 | CSVs in %s", comm_bytes_sent() / BYTES_PER_MIB,
-                     cfg.out);
-    }
+    run_layout(&run, dp, par.tensor ? mp_size : 1, par.tensor ? 1 : mp_size, 0);
+    run_finish(&run, table.num_params, NULL, NULL, "%.1f MiB sent by rank 0 | CSVs in %s",
+               comm_bytes_sent() / BYTES_PER_MIB, cfg.out);
 
-    free(busy_all);
-    free(step_ms);
-    ckpt_layout_free(&ckpt);
     adamw_destroy(&opt);
-    if (par.tensor) {
-        tp_model_destroy(&par.tpm);
-    } else {
-        scratch_destroy(&par.scratch);
-        activations_destroy(&par.acts, &cfg.model);
-        precision_destroy(&par.model, &par.mixed);
-    }
+    destroy_part(&par, &cfg);
     param_table_free(&table);
-    data_free(&data);
-    device_shutdown();
     grid_destroy(&grid);
-    comm_finalize();
+    run_end(&run);
     return 0;
 }

@@ -26,20 +26,18 @@
  * The messages between stages carry activations and their gradients, fp32
  * in every precision (the residual stream is fp32: mixed.h). An fp16
  * overflow on any rank skips the step on every rank. */
-#include "checkpoint_sharded.h"
 #include "comm.h"
 #include "config.h"
-#include "csvlog.h"
 #include "data.h"
 #include "device.h"
 #include "grid.h"
+#include "harness.h"
 #include "layer_split.h"
 #include "mixed.h"
 #include "model.h"
 #include "optim.h"
 #include "optimizer_step.h"
 #include "pipeline.h"
-#include "preflight.h"
 #include "schedule.h"
 #include "util.h"
 
@@ -111,57 +109,77 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
     }
 }
 
-int main(int argc, char **argv) {
-    comm_init(&argc, &argv);
-    CommGroup *world = comm_world();
-    int rank = comm_rank(world), ranks = comm_size(world);
-
-    Config cfg;
-    PipelineFlags pf = {.ranks = ranks};
-    ChapterFlags flags = {.flags = pipeline_flags,
-                          .values = &pf,
-                          .effective = effective_pipeline_flags,
-                          .check = check_pipeline_layout,
-                          .multi_rank = 1};
-    comm_parse_config(
-        &cfg, argc, argv, PROGRAM,
+/* What the run harness (harness.h) needs to know of this program: its
+ * flags, one steps.csv column of its own, the measured bubble, and that
+ * every rank starts each step together, the timeline's one time origin. */
+static const RunColumn pipeline_columns[] = {{"bubble", "%.4f"}, {0}};
+static const RunSpec spec = {
+    .program = PROGRAM,
+    .summary =
         "Train a GPT with pipeline parallelism: micro-batches flow through a layer split (GPipe, 1F1B).",
-        &flags);
-    checkpoint_check_shared_directory(world, &cfg);
-    int P = pf.pp, M = cfg.micro, L = cfg.model.layers;
+    .flags = {.flags = pipeline_flags,
+              .effective = effective_pipeline_flags,
+              .check = check_pipeline_layout,
+              .multi_rank = 1},
+    .columns = pipeline_columns,
+    .barrier_each_step = 1};
+
+/* --print-schedule: every stage's list of actions (rank 0). */
+static void print_schedules(const char *name, int P, int M) {
+    printf("%s schedule, %d stages, %d micro-batches (F/B forward/backward of a micro-batch; ra/sa "
+           "receive/"
+           "send activations, rg/sg gradients; x|y one exchange)\n",
+           name, P, M);
+    for (int s = 0; s < P; s++) {
+        StageSchedule sched;
+        schedule_build(name, P, M, s, &sched);
+        schedule_print(&sched, s);
+        schedule_free(&sched);
+    }
+}
+
+/* "stage s: blocks a..b + embedding", one line per stage. */
+static void log_stages(const int *blocks, int P) {
+    for (int s = 0, first = 0; s < P; s++) {
+        log_info("stage %d: blocks %d..%d%s%s\n", s, first, first + blocks[s] - 1,
+                 s == 0 ? " + embedding" : "", s == P - 1 ? " + head" : "");
+        first += blocks[s];
+    }
+}
+
+/* The bubble of this step: the idle time of the stages while the pipeline
+ * ran, measured on each replica's stage 0, averaged over the replicas. */
+static double measure_bubble(const StageTimes *times, const ProcessGrid *grid, CommGroup *world) {
+    int P = grid->pp, stage = grid->p;
+    double span_ms = comm_allreduce_double(grid->pp_group, times->end_ms, 1);
+    double busy_ms = times->fwd_ms + times->bwd_ms;
+    double *stage_busy_ms = xcalloc(P, sizeof(double));
+    comm_gather_bytes(grid->pp_group, &busy_ms, sizeof busy_ms, stage_busy_ms, 0);
+    double bubble = stage == 0 ? bubble_measured(stage_busy_ms, P, span_ms) : 0.0;
+    free(stage_busy_ms);
+    return comm_allreduce_double(world, bubble, 0) / grid->dp; /* mean over the replicas' stage 0 */
+}
+
+int main(int argc, char **argv) {
+    Config cfg;
+    PipelineFlags pf = {0};
+    Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
+    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &pf, &pf.ranks);
+    int P = pf.pp, M = cfg.micro;
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */
 
     /* ---- the grid: --dp replicas of a pipeline of P stages (grid.h: stage = rank % P) ---- */
     ProcessGrid grid;
-    grid_create(&grid, world, (GridShape){.dp = pf.dp, .pp = P, .cp = 1, .tp = 1});
+    grid_create(&grid, run.world, (GridShape){.dp = pf.dp, .pp = P, .cp = 1, .tp = 1});
     int dp_index = grid.d, stage = grid.p;
 
     /* ---- the split and the schedule ---- */
-    ParamTable table;
-    param_table_build(&table, &cfg.model);
-    int blocks[MAX_LAYERS];
-    if (pf.split[0])
-        layer_split_parse(pf.split, P, L, blocks);
-    else
-        layer_split_balanced(&table, P, blocks);
-    param_table_free(&table);
+    int blocks[MAX_LAYERS]; /* blocks per stage: --split, or balanced by parameters (layer_split.h) */
     StageLayout layout = {.pp = grid.pp_group, .stage = stage, .stages = P, .cfg = &cfg};
-    layer_split_range(blocks, stage, &layout.first_block, &layout.last_block);
-    layer_split_units(layout.first_block, layout.last_block, stage, P, L, &layout.first_unit,
-                      &layout.last_unit);
+    layer_split_stage(&cfg.model, pf.split, P, stage, blocks, &layout.first_block, &layout.last_block,
+                      &layout.first_unit, &layout.last_unit);
     if (pf.print_schedule) {
-        if (rank == 0) {
-            printf("%s schedule, %d stages, %d micro-batches (F/B forward/backward of a micro-batch; ra/sa "
-                   "receive/"
-                   "send activations, rg/sg gradients; x|y one exchange)\n",
-                   pf.schedule, P, M);
-            for (int s = 0; s < P; s++) {
-                StageSchedule sched;
-                schedule_build(pf.schedule, P, M, s, &sched);
-                schedule_print(&sched, s);
-                schedule_free(&sched);
-            }
-        }
+        if (run.rank == 0) print_schedules(pf.schedule, P, M);
         grid_destroy(&grid);
         comm_finalize();
         return 0;
@@ -169,159 +187,87 @@ int main(int argc, char **argv) {
     StageSchedule schedule;
     schedule_build(pf.schedule, P, M, stage, &schedule);
 
-    /* ---- build: device, data, output files, this stage's model, optimizer ---- */
-    device_init(cfg.device, comm_local_rank());
-    device_set_limit(cfg.device_mem_limit);
-    comm_select(cfg.comm);
-    Dataset data;
-    data_load(&data, cfg.data, cfg.model.seq);
-    layout.data = &data;
-    OutFile *steps_csv = NULL;
-    if (rank == 0) {
-        out_dir_prepare(&cfg, PROGRAM);
-        steps_csv = steps_csv_open(&cfg, half ? ",bubble,loss_scale,skipped" : ",bubble");
-    }
-    comm_barrier(world); /* the output directory exists before any rank writes into it */
-
+    /* ---- build: device, data, output files (the harness); this stage's model, optimizer ---- */
+    run_prepare(&run);
     int per_replica = cfg.batch / pf.dp; /* this replica's share of the global batch */
-    layout.B = per_replica / M;          /* sequences per micro-batch */
+    layout.data = &run.data;
+    layout.B = per_replica / M; /* sequences per micro-batch */
     layout.T = cfg.model.seq;
     Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
     pipeline_create(&p, &layout, &schedule, cfg.seed);
     AdamW opt;
     adamw_create(&opt, p.model.param_count);
-    LossScaler scaler;
-    loss_scaler_init(&scaler, &cfg);
-    uint64_t rng = cfg.seed; /* the text sampler's (chapter 04 samples none, but the checkpoint keeps it) */
-    CkptLayout ckpt;         /* this stage's units, held alike by the --dp replicas (checkpoint.h) */
-    ckpt_layout_init(&ckpt, "%s: pp %d x dp %d, %s", PROGRAM, P, pf.dp, pf.schedule);
-    ckpt_layout_range(&ckpt, &p.model, &opt, dp_index, pf.dp);
-    int first_step = 0;
-    if (cfg.resume[0]) first_step = checkpoint_resume(&cfg, &ckpt, &opt.t, &rng, &scaler);
-    if (cfg.resume[0] && half)
-        mixed_weights_from_master(&p.mixed); /* the checkpoint holds the fp32 weights */
-    int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
+    /* this stage's units, held alike by the --dp replicas (checkpoint.h) */
+    ckpt_layout_init(&run.ckpt, "%s: pp %d x dp %d, %s", PROGRAM, P, pf.dp, pf.schedule);
+    ckpt_layout_range(&run.ckpt, &p.model, &opt, dp_index, pf.dp);
+    if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(&p.mixed); /* the checkpoint: fp32 */
 
     double bubble_theory = bubble_formula(P, M);
     log_info("%s | %d ranks = %d stages x %d replicas | device %s | comm %s | schedule %s | %d micro-batches "
              "of %d "
              "sequences | %zu parameters | %s | bubble formula (P-1)/(M+P-1) = %.3f\n",
-             PROGRAM, ranks, P, pf.dp, device_name(), comm_transport_name(), pf.schedule, M, layout.B,
+             PROGRAM, run.ranks, P, pf.dp, device_name(), comm_transport_name(), pf.schedule, M, layout.B,
              p.model.num_params, precision_name(cfg.precision), bubble_theory);
-    for (int s = 0, first = 0; s < P; s++) {
-        log_info("stage %d: blocks %d..%d%s%s\n", s, first, first + blocks[s] - 1,
-                 s == 0 ? " + embedding" : "", s == P - 1 ? " + head" : "");
-        first += blocks[s];
-    }
+    log_stages(blocks, P);
     if (cfg.sample > 0)
         log_info("note: no text sample (--sample): chapter 04 never holds the whole model on one rank\n");
+    log_resumed(&cfg, run.first_step);
 
-    double tokens_per_step = (double)cfg.batch * layout.T;
-    float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
-    double *step_ms = xcalloc(last_step, sizeof(double)), *bubbles = xcalloc(last_step, sizeof(double));
-    double loss = NAN;
-
-    log_resumed(&cfg, first_step);
-    for (int step = first_step; step < last_step; step++) {
-        Timer step_timer = {0}, timer = {0};
-        StepRecord rec = {.step = step + 1, .val_loss = NAN};
-        comm_barrier(world); /* every rank starts the step together: one time origin for the timeline */
-        timer_start(&step_timer);
+    double *bubbles = xcalloc(run.last_step, sizeof(double));
+    for (int step = run.first_step; step < run.last_step; step++) {
+        RunStep s = run_step_begin(&run, step); /* all ranks together: one time origin for the timeline */
+        Timer timer = {0};
 
         /* ---- the schedule: every micro-batch's forward and backward, and the messages ---- */
-        float loss_scale = scaler.scale; /* fp16: the gradients come out this many times too large */
-        pipeline_run_step(&p, step, dp_index * per_replica, dloss * loss_scale);
-
-        /* ---- the bubble: idle time of the stages while the pipeline ran ---- */
-        const StageTimes *times = &p.times;
-        double span_ms = comm_allreduce_double(grid.pp_group, times->end_ms, 1);
-        double busy_ms = times->fwd_ms + times->bwd_ms;
-        double *stage_busy_ms = xcalloc(P, sizeof(double));
-        comm_gather_bytes(grid.pp_group, &busy_ms, sizeof busy_ms, stage_busy_ms, 0);
-        double bubble = stage == 0 ? bubble_measured(stage_busy_ms, P, span_ms) : 0.0;
-        free(stage_busy_ms);
-        bubbles[step] = comm_allreduce_double(world, bubble, 0) / pf.dp; /* mean over the replicas' stage 0 */
+        pipeline_run_step(&p, step, dp_index * per_replica, run.dloss * s.loss_scale);
+        bubbles[step] = s.columns[0] = measure_bubble(&p.times, &grid, run.world); /* steps.csv's bubble */
 
         /* ---- communicate: sum each stage's gradients over the replicas ---- */
         timer_start(&timer);
         comm_allreduce_typed(grid.dp_group, precision_grads(&p.model, &p.mixed), p.model.param_count,
                              comm_dtype_of(cfg.precision), COMM_SUM, NULL); /* fp32 or 16 bits */
         double dp_ms = timer_stop_ms(&timer);
-        loss = comm_allreduce_double(world, p.now.loss_sum, 0) / tokens_per_step;
-        check_loss_finite(loss, step + 1);
+        s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
+        check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update: each stage its own parameters, with the global norm (fp16: unless the
          * gradients overflowed on any rank; then every rank skips the step) ---- */
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
-        rec.lr = hyper.lr;
+        s.rec.lr = hyper.lr;
         mixed_fault_overflow(&p.mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
         GradShards held = precision_grad_shards(&p.model, &p.mixed); /* this stage's units */
         held.agree = grad_norm_agree;
         held.sum_group = grid.pp_group; /* the stages together hold the model */
-        held.agree_group = world;
-        int skipped =
-            optimizer_step(&p.model, &p.mixed, &opt, &scaler, &held, &hyper, step + 1, &rec.grad_norm);
-        rec.opt_ms = timer_stop_ms(&timer);
-        rec.step_ms = timer_stop_ms(&step_timer);
+        held.agree_group = run.world;
+        s.skipped =
+            optimizer_step(&p.model, &p.mixed, &opt, &run.scaler, &held, &hyper, step + 1, &s.rec.grad_norm);
+        s.rec.opt_ms = timer_stop_ms(&timer);
 
         /* ---- log: the slowest rank's times ---- */
-        rec.fwd_ms = times->fwd_ms;
-        rec.bwd_ms = times->bwd_ms;
-        rec.comm_ms = times->comm_ms + dp_ms;
-        comm_slowest_times(world, &rec);
-        rec.loss = loss;
-        rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
-        step_ms[step] = rec.step_ms;
-        int last = step + 1 == last_step;
-        if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
-            rec.val_loss = pipeline_evaluate(&p, world, dp_index * per_replica);
-        if (rank == 0) {
-            if (!cfg.quiet || last) log_step(&rec, cfg.steps);
-            char extra_values[64];
-            int n = snprintf(extra_values, sizeof extra_values, ",%.4f", bubbles[step]);
-            if (half) snprintf(extra_values + n, sizeof extra_values - n, ",%g,%d", loss_scale, skipped);
-            steps_csv_write(steps_csv, &rec, extra_values);
-        }
-        if (checkpoint_due(&cfg, step + 1, last_step)) {
-            CkptState state = ckpt_state(step + 1, opt.t, rng, &scaler);
-            checkpoint_save_sharded(world, &cfg, &ckpt, &state);
-        }
+        s.rec.fwd_ms = p.times.fwd_ms;
+        s.rec.bwd_ms = p.times.bwd_ms;
+        s.rec.comm_ms = p.times.comm_ms + dp_ms;
+        if (run_step_done(&run, &s))
+            s.rec.val_loss = pipeline_evaluate(&p, run.world, dp_index * per_replica);
+        run_step_log(&run, &s);
     }
-    if (rank == 0) out_close(steps_csv);
 
     /* ---- timeline, run summary and memory ---- */
-    timeline_write(&p.times.timeline, world, cfg.out);
-    size_t peak_device = comm_write_memory_csv(world, cfg.out);
-    if (rank == 0) {
-        RunSummary run;
-        run_summary_init(&run, PROGRAM, &cfg, p.model.num_params, step_ms + first_step,
-                         last_step - first_step);
-        run.world_size = ranks;
-        run.dp = pf.dp;
-        run.pp = P;
-        run.final_loss = loss;
-        run.peak_device_bytes = peak_device;
-        double bubble_measured =
-            median_after_warmup(bubbles + first_step, last_step - first_step); /* as step times */
-        char extra_header[64], extra_values[96];
-        snprintf(extra_header, sizeof extra_header, ",schedule,bubble_measured,bubble_theory");
-        snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", pf.schedule, bubble_measured,
-                 bubble_theory);
-        run_csv_write_extra(cfg.out, &run, extra_header, extra_values);
-        run_info_complete(&cfg);
-        log_run_done(&run, "bubble %.3f measured, %.3f formula | CSVs, timeline.csv and trace.json in %s",
-                     bubble_measured, bubble_theory, cfg.out);
-    }
+    timeline_write(&p.times.timeline, run.world, cfg.out);
+    double bubble =
+        median_after_warmup(bubbles + run.first_step, run.last_step - run.first_step); /* as steps */
+    char extra_values[96];
+    snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", pf.schedule, bubble, bubble_theory);
+    run_layout(&run, pf.dp, 1, P, 0);
+    run_finish(&run, p.model.num_params, ",schedule,bubble_measured,bubble_theory", extra_values,
+               "bubble %.3f measured, %.3f formula | CSVs, timeline.csv and trace.json in %s", bubble,
+               bubble_theory, cfg.out);
 
-    free(step_ms);
     free(bubbles);
-    ckpt_layout_free(&ckpt);
     adamw_destroy(&opt);
     pipeline_destroy(&p);
-    data_free(&data);
-    device_shutdown();
     grid_destroy(&grid);
-    comm_finalize();
+    run_end(&run);
     return 0;
 }

@@ -19,13 +19,12 @@
  *
  * Without the delayed update the losses are chapter 01's in the same
  * precision: the host computes the same AdamW on the same sums. */
-#include "checkpoint_sharded.h"
 #include "comm.h"
 #include "config.h"
-#include "csvlog.h"
 #include "data.h"
 #include "device.h"
 #include "grid.h"
+#include "harness.h"
 #include "layer_split.h"
 #include "mixed.h"
 #include "model.h"
@@ -33,7 +32,6 @@
 #include "optim.h"
 #include "optimizer_step.h"
 #include "pipeline.h"
-#include "preflight.h"
 #include "schedule.h"
 #include "util.h"
 
@@ -124,6 +122,22 @@ static void check_offload_layout(const Config *cfg, const void *values) {
               cfg->batch, dp, cfg->micro, dp * cfg->micro);
 }
 
+/* What the run harness (harness.h) needs to know of this program: its
+ * flags; two steps.csv columns of its own, the bytes copied to and from the
+ * host, then bytes_sent; every rank starts each step together, the
+ * timeline's one time origin. */
+static const RunColumn offload_columns[] = {{"d2h_bytes", "%.0f"}, {"h2d_bytes", "%.0f"}, {0}};
+static const RunSpec spec = {
+    .program = PROGRAM,
+    .summary = "Train a GPT with ZeRO-Offload: the optimizer on the host, pipeline and data parallel.",
+    .flags = {.flags = offload_flags,
+              .effective = effective_offload_flags,
+              .check = check_offload_layout,
+              .multi_rank = 1},
+    .columns = offload_columns,
+    .bytes_sent = 1,
+    .barrier_each_step = 1};
+
 /* The delayed update's state between steps: the update waiting for its turn
  * (--dpu-reference), which gradient shard holds its gradients. */
 typedef struct {
@@ -164,186 +178,103 @@ static void finish_delayed_update(Offload *off, DelayedUpdate *delayed) {
 }
 
 int main(int argc, char **argv) {
-    comm_init(&argc, &argv);
-    CommGroup *world = comm_world();
-    int rank = comm_rank(world), ranks = comm_size(world);
-
     Config cfg;
-    OffloadFlags of = {.ranks = ranks};
-    ChapterFlags flags = {.flags = offload_flags,
-                          .values = &of,
-                          .effective = effective_offload_flags,
-                          .check = check_offload_layout,
-                          .multi_rank = 1};
-    comm_parse_config(&cfg, argc, argv, PROGRAM,
-                      "Train a GPT with ZeRO-Offload: the optimizer on the host, pipeline and data parallel.",
-                      &flags);
-    checkpoint_check_shared_directory(world, &cfg);
-    int P = of.pp, D = of.dp, M = cfg.micro, L = cfg.model.layers;
-    int half = cfg.precision != PRECISION_FP32;
+    OffloadFlags of = {0};
+    Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
+    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &of, &of.ranks);
+    int P = of.pp, D = of.dp, M = cfg.micro;
 
     /* ---- the grid: D replicas of a pipeline of P stages; the split; the schedule ---- */
     ProcessGrid grid;
-    grid_create(&grid, world, (GridShape){.dp = D, .pp = P, .cp = 1, .tp = 1});
-    ParamTable table;
-    param_table_build(&table, &cfg.model);
-    int blocks[MAX_LAYERS];
-    layer_split_balanced(&table, P, blocks);
-    param_table_free(&table);
+    grid_create(&grid, run.world, (GridShape){.dp = D, .pp = P, .cp = 1, .tp = 1});
+    int blocks[MAX_LAYERS]; /* blocks per stage, balanced by parameters (layer_split.h) */
     StageLayout layout = {
         .pp = grid.pp_group, .stage = grid.p, .stages = P, .cfg = &cfg, .caller_storage = 1};
-    layer_split_range(blocks, grid.p, &layout.first_block, &layout.last_block);
-    layer_split_units(layout.first_block, layout.last_block, grid.p, P, L, &layout.first_unit,
-                      &layout.last_unit);
+    layer_split_stage(&cfg.model, "", P, grid.p, blocks, &layout.first_block, &layout.last_block,
+                      &layout.first_unit, &layout.last_unit);
     StageSchedule schedule;
     schedule_build("1f1b", P, M, grid.p, &schedule);
 
-    /* ---- build: device, data, output files, this stage's model and its offloaded state ---- */
-    device_init(cfg.device, comm_local_rank());
-    device_set_limit(cfg.device_mem_limit);
-    comm_select(cfg.comm);
-    Dataset data;
-    data_load(&data, cfg.data, cfg.model.seq);
-    layout.data = &data;
-    OutFile *steps_csv = NULL;
-    if (rank == 0) {
-        out_dir_prepare(&cfg, PROGRAM);
-        steps_csv = steps_csv_open(&cfg, half ? ",d2h_bytes,h2d_bytes,bytes_sent,loss_scale,skipped"
-                                              : ",d2h_bytes,h2d_bytes,bytes_sent");
-    }
-    comm_barrier(world); /* the output directory exists before any rank writes into it */
-
+    /* ---- build: device, data, output files (the harness); this stage's model, its offloaded state ---- */
+    run_prepare(&run);
     int per_replica = cfg.batch / D;
+    layout.data = &run.data;
     layout.B = per_replica / M;
     layout.T = cfg.model.seq;
     Pipeline p; /* this stage: units without storage, activation slots, the schedule (pipeline.h) */
     pipeline_create(&p, &layout, &schedule, cfg.seed);
     Offload off; /* the stage's 16-bit weights on the device, its shard of the rest on the host */
     offload_create(&off, &p.model, layout.first_unit, layout.last_unit, grid.dp_group, &cfg, of.dpu);
-    LossScaler scaler;
-    loss_scaler_init(&scaler, &cfg);
-    uint64_t rng = cfg.seed; /* the text sampler's (chapter 06 samples none, but the checkpoint keeps it) */
-    CkptLayout ckpt;         /* each rank's host shard of its stage's units (offload.h) */
-    ckpt_layout_init(&ckpt, "%s: pp %d x dp %d, offload%s", PROGRAM, P, D, of.dpu ? ", dpu" : "");
-    offload_checkpoint_layout(&off, &ckpt);
-    int first_step = 0;
-    if (cfg.resume[0]) {
-        first_step = checkpoint_resume(&cfg, &ckpt, &off.t, &rng, &scaler);
-        offload_weights_from_master(&off); /* the device's weights from the fp32 ones read */
-    }
+    /* each rank's host shard of its stage's units (offload.h) */
+    ckpt_layout_init(&run.ckpt, "%s: pp %d x dp %d, offload%s", PROGRAM, P, D, of.dpu ? ", dpu" : "");
+    offload_checkpoint_layout(&off, &run.ckpt);
+    if (run_resume(&run, &off.t)) offload_weights_from_master(&off); /* the device's weights from the fp32 */
     offload_attach_timeline(&off, &p.times.timeline, &p.times.origin_ms);
     DelayedUpdate delayed = {0};
-    int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
     log_info(
         "%s | %d ranks = %d stages x %d replicas | device %s | comm %s | %s | %zu parameters, %zu in this "
         "rank's host shard | batch %d = %d replicas x %d micro-batches x %d sequences%s\n",
-        PROGRAM, ranks, P, D, device_name(), comm_transport_name(), precision_name(cfg.precision),
+        PROGRAM, run.ranks, P, D, device_name(), comm_transport_name(), precision_name(cfg.precision),
         p.model.num_params, off.shard_n, cfg.batch, D, M, layout.B,
         of.dpu ? (of.dpu_reference ? " | delayed update (reference)" : " | delayed update") : "");
-    log_resumed(&cfg, first_step);
+    log_resumed(&cfg, run.first_step);
 
-    double tokens_per_step = (double)cfg.batch * layout.T;
-    float dloss = (float)(1.0 / tokens_per_step); /* the mean over every token of the GLOBAL batch */
-    double *step_ms = xcalloc(last_step, sizeof(double));
-    double loss = NAN, pcie_bytes = 0.0, sent_bytes = 0.0;
-
-    for (int step = first_step; step < last_step; step++) {
-        Timer step_timer = {0}, timer = {0};
-        StepRecord rec = {.step = step + 1, .val_loss = NAN};
-        double bytes_at_start = comm_bytes_sent();
-        comm_barrier(world); /* every rank starts the step together: one time origin for the timeline */
-        timer_start(&step_timer);
+    double pcie_bytes = 0.0;
+    for (int step = run.first_step; step < run.last_step; step++) {
+        RunStep s = run_step_begin(&run, step); /* all ranks together: one time origin for the timeline */
+        Timer timer = {0};
 
         /* ---- forward and backward; each unit's gradient leaves for the host as it is done ---- */
         offload_begin_step(&off, step + 1);
-        float loss_scale = scaler.scale; /* fp16: the gradients come out this many times too large */
-        pipeline_run_step(&p, step, grid.d * per_replica, dloss * loss_scale);
+        pipeline_run_step(&p, step, grid.d * per_replica, run.dloss * s.loss_scale);
         offload_finish_grads(&off);
-        loss = comm_allreduce_double(world, p.now.loss_sum, 0) / tokens_per_step;
-        check_loss_finite(loss, step + 1);
+        s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
+        check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update on the host: the norm from every rank's shard, then AdamW ---- */
         timer_start(&timer);
         offload_fault_overflow(&off, step + 1);
-        GradShards held = offload_grad_shards(&off, world);
+        GradShards held = offload_grad_shards(&off, run.world);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
-        StepDecision decision = optimizer_decide(&held, &scaler, hyper.clip, step + 1);
-        rec.grad_norm = decision.grad_norm;
-        rec.lr = hyper.lr;
+        StepDecision decision = optimizer_decide(&held, &run.scaler, hyper.clip, step + 1);
+        s.rec.grad_norm = decision.grad_norm;
+        s.rec.lr = hyper.lr;
+        s.skipped = decision.skipped;
         OffloadUpdate update = {hyper.lr, decision.grad_scale}; /* the host AdamW: offload.c */
-        int last = step + 1 == last_step;
-        update_weights(&off, &of, &delayed, step, last, &update, decision.skipped);
-        rec.opt_ms = timer_stop_ms(&timer);
-        rec.step_ms = timer_stop_ms(&step_timer);
-        double step_bytes = comm_bytes_sent() - bytes_at_start;
-        sent_bytes += step_bytes;
+        update_weights(&off, &of, &delayed, step, step + 1 == run.last_step, &update, decision.skipped);
+        s.rec.opt_ms = timer_stop_ms(&timer);
         pcie_bytes += off.bytes_d2h + off.bytes_h2d;
 
-        /* ---- log: the slowest rank's times ---- */
-        rec.fwd_ms = p.times.fwd_ms;
-        rec.bwd_ms = p.times.bwd_ms;
-        rec.comm_ms = p.times.comm_ms;
-        comm_slowest_times(world, &rec);
-        rec.loss = loss;
-        rec.tokens_per_s = tokens_per_step / (rec.step_ms / 1e3);
-        step_ms[step] = rec.step_ms;
-        if (last || (cfg.eval_every && (step + 1) % cfg.eval_every == 0))
-            rec.val_loss = pipeline_evaluate(&p, world, grid.d * per_replica);
-        if (rank == 0) {
-            if (!cfg.quiet || last) log_step(&rec, cfg.steps);
-            char extra_values[128];
-            int n = snprintf(extra_values, sizeof extra_values, ",%.0f,%.0f,%.0f", off.bytes_d2h,
-                             off.bytes_h2d, step_bytes);
-            if (half)
-                snprintf(extra_values + n, sizeof extra_values - n, ",%g,%d", loss_scale, decision.skipped);
-            steps_csv_write(steps_csv, &rec, extra_values);
-        }
-        if (checkpoint_due(&cfg, step + 1, last_step)) {
-            if (of.dpu) finish_delayed_update(&off, &delayed); /* the checkpoint holds this step's update */
-            CkptState state = ckpt_state(step + 1, off.t, rng, &scaler);
-            checkpoint_save_sharded(world, &cfg, &ckpt, &state);
-        }
+        /* ---- log: the slowest rank's times, the bytes over PCIe ---- */
+        s.rec.fwd_ms = p.times.fwd_ms;
+        s.rec.bwd_ms = p.times.bwd_ms;
+        s.rec.comm_ms = p.times.comm_ms;
+        s.columns[0] = off.bytes_d2h;
+        s.columns[1] = off.bytes_h2d;
+        if (run_step_done(&run, &s)) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_replica);
+        if (of.dpu && run_save_due(&run, &s)) finish_delayed_update(&off, &delayed); /* saved with it */
+        run_step_log(&run, &s);
     }
-    if (rank == 0) out_close(steps_csv);
 
     /* ---- timeline, run summary and memory ---- */
-    timeline_write(&p.times.timeline, world, cfg.out);
-    size_t peak_device = comm_write_memory_csv(world, cfg.out);
-    double peak_host = comm_allreduce_double(world, (double)mem_peak_total(SPACE_HOST), 1);
-    int ran = last_step - first_step;
-    if (rank == 0) {
-        RunSummary run;
-        run_summary_init(&run, PROGRAM, &cfg, p.model.num_params, step_ms + first_step, ran);
-        run.world_size = ranks;
-        run.dp = D;
-        run.pp = P;
-        run.zero = of.zero;
-        run.final_loss = loss;
-        run.peak_device_bytes = peak_device;
-        char extra_values[256];
-        snprintf(extra_values, sizeof extra_values, ",%s,1,%d,%d,%.0f,%.0f,%.0f",
-                 precision_name(cfg.precision), of.dpu, of.dpu ? of.dpu_warmup : 0, peak_host,
-                 pcie_bytes / ran, sent_bytes / ran);
-        run_csv_write_extra(cfg.out, &run,
-                            ",precision,offload,dpu,dpu_warmup,peak_host_bytes,pcie_bytes_per_step,"
-                            "bytes_sent_per_step",
-                            extra_values);
-        run_info_complete(&cfg);
-        log_run_done(
-            &run,
-            "peak host memory %.1f MiB | %.2f MiB over PCIe per rank per step | CSVs, timeline.csv and "
-            "trace.json in %s",
-            peak_host / BYTES_PER_MIB, pcie_bytes / ran / BYTES_PER_MIB, cfg.out);
-    }
+    timeline_write(&p.times.timeline, run.world, cfg.out);
+    double peak_host = comm_allreduce_double(run.world, (double)mem_peak_total(SPACE_HOST), 1);
+    int ran = run.last_step - run.first_step;
+    char extra_values[256];
+    snprintf(extra_values, sizeof extra_values, ",%s,1,%d,%d,%.0f,%.0f,%.0f", precision_name(cfg.precision),
+             of.dpu, of.dpu ? of.dpu_warmup : 0, peak_host, pcie_bytes / ran, run.bytes_sent / ran);
+    run_layout(&run, D, 1, P, of.zero);
+    run_finish(&run, p.model.num_params,
+               ",precision,offload,dpu,dpu_warmup,peak_host_bytes,pcie_bytes_per_step,bytes_sent_per_step",
+               extra_values,
+               "peak host memory %.1f MiB | %.2f MiB over PCIe per rank per step | CSVs, timeline.csv and "
+               "trace.json in %s",
+               peak_host / BYTES_PER_MIB, pcie_bytes / ran / BYTES_PER_MIB, cfg.out);
 
-    free(step_ms);
-    ckpt_layout_free(&ckpt);
     offload_destroy(&off);
     pipeline_destroy(&p);
-    data_free(&data);
-    device_shutdown();
     grid_destroy(&grid);
-    comm_finalize();
+    run_end(&run);
     return 0;
 }

@@ -24,7 +24,7 @@
  *            slices of every unit, tensor-parallel slices with replicated
  *            tensors counted once; each equals a plain double sum over the
  *            whole gradient; and the decision: clipping, fp16's skip
- *   split    the layer split (common/layer_split.h): with one chunk per
+ *   split    the layer split (common/model/layer_split.h): with one chunk per
  *            stage, the balanced splits recorded before chunks existed; with
  *            V chunks per stage (S x V pieces, layers 1..12), every block in
  *            exactly one piece, the pieces in model order round the stages V

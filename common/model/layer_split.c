@@ -102,3 +102,17 @@ StageChunk layer_split_next(StageChunk at, int stages, int chunks) {
 StageChunk layer_split_prev(StageChunk at, int stages, int chunks) {
     return piece_step(at, stages, chunks, -1);
 }
+
+void layer_split_stage(const ModelConfig *m, const char *split, int stages, int stage, int *blocks,
+                       int *first_block, int *last_block, int *first_unit, int *last_unit) {
+    if (split[0]) {
+        layer_split_parse(split, stages, m->layers, blocks);
+    } else {
+        ParamTable table;
+        param_table_build(&table, m);
+        layer_split_balanced(&table, stages, blocks);
+        param_table_free(&table);
+    }
+    layer_split_range(blocks, stage, first_block, last_block);
+    layer_split_units(*first_block, *last_block, stage, stages, m->layers, first_unit, last_unit);
+}

@@ -70,4 +70,10 @@ void layer_split_chunk_range(const int *blocks, int stages, StageChunk at, int *
 StageChunk layer_split_next(StageChunk at, int stages, int chunks);
 StageChunk layer_split_prev(StageChunk at, int stages, int chunks);
 
+/* All of the above for one stage: the split of model m over `stages` (split:
+ * --split's text, or "" to balance the parameters) into blocks[stages], and
+ * `stage`'s blocks and units. */
+void layer_split_stage(const ModelConfig *m, const char *split, int stages, int stage, int *blocks,
+                       int *first_block, int *last_block, int *first_unit, int *last_unit);
+
 #endif

@@ -3,9 +3,11 @@
 #
 #   common/scripts/profile_kernels.sh LABEL OUT_DIR [train flags...]
 #
-# Runs 01_single_gpu/train (TRAIN=... for another build) under Nsight Compute
-# for 3 steps and records step 3 only (COURSE_PROFILE_STEP=3 switches the
-# profiler on for that step; the first steps warm up cuBLAS and the caches).
+# Runs 01_single_gpu/train (TRAIN=... for another build, or another chapter:
+# every chapter's run harness, common/run/harness.h, profiles the same way) under
+# Nsight Compute for 3 steps and records step 3 only (COURSE_PROFILE_STEP=3
+# switches the profiler on for that step; the first steps warm up cuBLAS and
+# the caches).
 # ncu runs kernels one at a time with its own clock control turned off, so the
 # sum is close to, but not the same as, the step time the program reports.
 # Writes OUT_DIR/LABEL.ncu.csv (ncu's rows) and OUT_DIR/LABEL.kernels.csv

@@ -1,0 +1,222 @@
+/* harness.c: see harness.h. What one process and many ranks share, and the
+ * one-process backend (chapter 01, built without MPI). */
+#include "harness.h"
+
+#include "preflight.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the one-process backend ---- */
+
+static void one_device_ready(Run *run) {
+    (void)run;
+}
+
+static void one_barrier(Run *run) {
+    (void)run;
+}
+
+static double one_bytes_sent(void) {
+    return 0.0;
+}
+
+static void one_slowest_times(Run *run, RunStep *s) {
+    (void)run;
+    (void)s;
+}
+
+static void one_save(Run *run, const CkptState *state) {
+    checkpoint_save(run->cfg, &run->ckpt, state);
+}
+
+static size_t one_peak_device(Run *run) {
+    (void)run;
+    return mem_peak_total(SPACE_DEVICE);
+}
+
+static void one_write_memory_csv(Run *run) {
+    size_t peaks[SPACE_COUNT * CAT_COUNT];
+    memory_peaks_local(peaks);
+    memory_csv_write(run->cfg->out, 1, peaks);
+}
+
+static void one_end(void) {}
+
+static const RunRanks one_process = {.device_ready = one_device_ready,
+                                     .barrier = one_barrier,
+                                     .bytes_sent = one_bytes_sent,
+                                     .slowest_times = one_slowest_times,
+                                     .save = one_save,
+                                     .peak_device = one_peak_device,
+                                     .write_memory_csv = one_write_memory_csv,
+                                     .end = one_end};
+
+/* ---- start-up ---- */
+
+void run_init_fields(Run *run, Config *cfg, const RunSpec *spec) {
+    *run = (Run){.spec = spec, .cfg = cfg, .across = &one_process, .ranks = 1, .dp = 1, .tp = 1, .pp = 1};
+}
+
+void run_start(Run *run, Config *cfg, int argc, char **argv, const RunSpec *spec) {
+    run_init_fields(run, cfg, spec);
+    config_parse(cfg, argc, argv, spec->program, spec->summary, NULL);
+}
+
+/* steps.csv's header after the shared columns: the chapter's, the shared
+ * optional ones, fp16's scaling. */
+static void chapter_header(const Run *run, char *header, size_t size) {
+    const RunSpec *spec = run->spec;
+    size_t n = 0;
+    header[0] = '\0';
+    for (int c = 0; spec->columns && spec->columns[c].name; c++) {
+        if (c == RUN_MAX_COLUMNS)
+            fatal(EXIT_RUNTIME, "%s: more than %d columns of its own", spec->program, c);
+        n += snprintf(header + n, size - n, ",%s", spec->columns[c].name);
+    }
+    if (spec->bytes_sent) n += snprintf(header + n, size - n, ",bytes_sent");
+    if (spec->comm_busy) n += snprintf(header + n, size - n, ",comm_busy_ms");
+    if (run->cfg->precision != PRECISION_FP32) snprintf(header + n, size - n, ",loss_scale,skipped");
+}
+
+void run_prepare(Run *run) {
+    Config *cfg = run->cfg;
+    device_init(cfg->device, run->local_rank);
+    device_set_limit(cfg->device_mem_limit);
+    run->across->device_ready(run);
+    data_load(&run->data, cfg->data, cfg->model.seq);
+    if (run->rank == 0) {
+        out_dir_prepare(cfg, run->spec->program);
+        char header[256];
+        chapter_header(run, header, sizeof header);
+        run->steps_csv = steps_csv_open(cfg, header);
+    }
+    run->across->barrier(run); /* the output directory exists before any rank writes into it */
+    loss_scaler_init(&run->scaler, cfg);
+    run->rng = cfg->seed; /* for the text sampler */
+    run->last_step = cfg->stop_after ? cfg->stop_after : cfg->steps;
+    run->tokens_per_step = (double)cfg->batch * cfg->model.seq;
+    run->dloss = (float)(1.0 / run->tokens_per_step); /* the mean over every token of the GLOBAL batch */
+    run->step_ms = xcalloc(run->last_step, sizeof(double));
+    run->final_loss = NAN;
+}
+
+int run_resume(Run *run, int *adam_t) {
+    run->adam_t = adam_t;
+    if (!run->cfg->resume[0]) return 0;
+    run->first_step = checkpoint_resume(run->cfg, &run->ckpt, adam_t, &run->rng, &run->scaler);
+    return 1;
+}
+
+/* ---- a step ---- */
+
+RunStep run_step_begin(Run *run, int step) {
+    RunStep s = {.step = step, .rec = {.step = step + 1, .val_loss = NAN}, .loss_scale = run->scaler.scale};
+    s.bytes_at_start = run->across->bytes_sent();
+    if (run->spec->barrier_each_step) run->across->barrier(run);
+    profile_step_begin(step + 1);
+    timer_start(&s.clock);
+    return s;
+}
+
+int run_step_done(Run *run, RunStep *s) {
+    s->rec.step_ms = s->own_step_ms = timer_stop_ms(&s->clock);
+    profile_step_end(s->step + 1);
+    if (run->spec->bytes_sent) {
+        s->bytes_sent = run->across->bytes_sent() - s->bytes_at_start;
+        run->bytes_sent += s->bytes_sent;
+    }
+    run->across->slowest_times(run, s);
+    s->rec.tokens_per_s = run->tokens_per_step / (s->rec.step_ms / 1e3);
+    run->step_ms[s->step] = s->rec.step_ms;
+    run->final_loss = s->rec.loss;
+    int eval_every = run->cfg->eval_every;
+    return s->step + 1 == run->last_step || (eval_every && (s->step + 1) % eval_every == 0);
+}
+
+/* The values after the shared columns, in chapter_header's order. */
+static void chapter_values(const Run *run, const RunStep *s, char *values, size_t size) {
+    const RunSpec *spec = run->spec;
+    size_t n = 0;
+    values[0] = '\0';
+    for (int c = 0; spec->columns && spec->columns[c].name; c++) {
+        n += snprintf(values + n, size - n, ",");
+        n += snprintf(values + n, size - n, spec->columns[c].format, s->columns[c]);
+    }
+    if (spec->bytes_sent) n += snprintf(values + n, size - n, ",%.0f", s->bytes_sent);
+    if (spec->comm_busy) n += snprintf(values + n, size - n, ",%.4f", s->comm_busy_ms);
+    if (run->cfg->precision != PRECISION_FP32)
+        snprintf(values + n, size - n, ",%g,%d", s->loss_scale, s->skipped);
+}
+
+int run_save_due(const Run *run, const RunStep *s) {
+    return checkpoint_due(run->cfg, s->step + 1, run->last_step);
+}
+
+void run_step_log(Run *run, RunStep *s) {
+    const Config *cfg = run->cfg;
+    if (run->rank == 0) {
+        if (!cfg->quiet || s->step + 1 == run->last_step) log_step(&s->rec, cfg->steps);
+        char values[256];
+        chapter_values(run, s, values, sizeof values);
+        steps_csv_write(run->steps_csv, &s->rec, values);
+    }
+    if (run_save_due(run, s)) {
+        CkptState state = ckpt_state(s->step + 1, *run->adam_t, run->rng, &run->scaler);
+        run->across->save(run, &state);
+    }
+}
+
+/* ---- the end ---- */
+
+void run_layout(Run *run, int dp, int tp, int pp, int zero) {
+    run->dp = dp;
+    run->tp = tp;
+    run->pp = pp;
+    run->zero = zero;
+}
+
+/* run.csv's one row (rank 0). */
+static void write_run_csv(const Run *run, size_t params, size_t peak_device, const char *extra_header,
+                          const char *extra_values, RunSummary *r) {
+    run_summary_init(r, run->spec->program, run->cfg, params, run->step_ms + run->first_step,
+                     run->last_step - run->first_step);
+    r->world_size = run->ranks;
+    r->dp = run->dp;
+    r->tp = run->tp;
+    r->pp = run->pp;
+    r->zero = run->zero;
+    r->final_loss = run->final_loss;
+    r->peak_device_bytes = peak_device;
+    run_csv_write_extra(run->cfg->out, r, extra_header, extra_values);
+}
+
+void run_finish(Run *run, size_t params, const char *extra_header, const char *extra_values,
+                const char *details_fmt, ...) {
+    if (run->rank == 0) out_close(run->steps_csv);
+    run->steps_csv = NULL;
+    size_t peak_device = run->across->peak_device(run);
+    RunSummary r;
+    if (run->rank == 0) write_run_csv(run, params, peak_device, extra_header, extra_values, &r);
+    run->across->write_memory_csv(run);
+    if (run->rank != 0) return;
+    run_info_complete(run->cfg);
+    char details[1024];
+    va_list args;
+    va_start(args, details_fmt);
+    vsnprintf(details, sizeof details, details_fmt, args);
+    va_end(args);
+    log_run_done(&r, "%s", details);
+}
+
+void run_end(Run *run) {
+    free(run->step_ms);
+    ckpt_layout_free(&run->ckpt);
+    data_free(&run->data);
+    device_shutdown();
+    run->across->end();
+}

@@ -1,0 +1,57 @@
+/* harness_ranks.c: the harness (harness.h) for programs of many ranks,
+ * chapters 02-06: what differs from one process goes through comm.h. Apart
+ * from harness.c because it needs MPI, which chapter 01 builds without. */
+#include "checkpoint_sharded.h"
+#include "comm.h"
+#include "harness.h"
+#include "preflight.h"
+
+static void ranks_device_ready(Run *run) {
+    comm_select(run->cfg->comm);
+}
+
+static void ranks_barrier(Run *run) {
+    comm_barrier(run->world);
+}
+
+static void ranks_slowest_times(Run *run, RunStep *s) {
+    comm_slowest_times(run->world, &s->rec);
+    if (run->spec->comm_busy) s->comm_busy_ms = comm_allreduce_double(run->world, s->comm_busy_ms, 1);
+}
+
+static void ranks_save(Run *run, const CkptState *state) {
+    checkpoint_save_sharded(run->world, run->cfg, &run->ckpt, state);
+}
+
+static size_t ranks_peak_device(Run *run) {
+    return (size_t)comm_allreduce_double(run->world, (double)mem_peak_total(SPACE_DEVICE), 1);
+}
+
+static void ranks_write_memory_csv(Run *run) {
+    comm_write_memory_csv(run->world, run->cfg->out);
+}
+
+static const RunRanks many_ranks = {.device_ready = ranks_device_ready,
+                                    .barrier = ranks_barrier,
+                                    .bytes_sent = comm_bytes_sent,
+                                    .slowest_times = ranks_slowest_times,
+                                    .save = ranks_save,
+                                    .peak_device = ranks_peak_device,
+                                    .write_memory_csv = ranks_write_memory_csv,
+                                    .end = comm_finalize};
+
+void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSpec *spec, void *flag_values,
+                     int *world_size) {
+    comm_init(argc, argv);
+    run_init_fields(run, cfg, spec);
+    run->across = &many_ranks;
+    run->world = comm_world();
+    run->rank = comm_rank(run->world);
+    run->ranks = comm_size(run->world);
+    *world_size = run->ranks;
+    ChapterFlags flags = spec->flags;
+    flags.values = flag_values;
+    comm_parse_config(cfg, *argc, *argv, spec->program, spec->summary, &flags);
+    checkpoint_check_shared_directory(run->world, cfg);
+    run->local_rank = comm_local_rank();
+}

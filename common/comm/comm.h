@@ -105,7 +105,7 @@ CommDtype comm_dtype_of(Precision precision);
 void comm_init(int *argc, char ***argv);
 void comm_finalize(void);
 
-/* The ranks' agreement before any collective of training (comm_parse_config,
+/* The ranks' agreement before any collective of training (config_parse_ranks,
  * preflight.h, and commbench with its own command line): every rank says how
  * its checks went and sends its configuration record (record.h) to rank 0.
  * When they all pass and the records are equal, the run goes on. Otherwise
@@ -185,7 +185,7 @@ void comm_gather_bytes(CommGroup *g, const void *send, size_t bytes, void *recv,
 void comm_barrier(CommGroup *g);
 
 /* values[0..count) := their maximum over g's ranks (host memory): the
- * slowest rank's times of a step (comm_slowest_times, csvlog.h). */
+ * slowest rank's times of a step (step_times_slowest, csvlog.h). */
 void comm_max_doubles(CommGroup *g, double *values, int count);
 
 /* Bytes this rank has sent through the collectives and point-to-point calls. */

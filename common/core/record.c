@@ -22,4 +22,3 @@ uint64_t config_record_digest(const ConfigRecord *r) {
         h = hash64(h ^ hash_string(r->items[i].name) ^ hash64(hash_string(r->items[i].value)));
     return h;
 }
-

@@ -44,7 +44,7 @@ void exercise_reached(const char *id);
 
 /* Catching usage errors instead of ending the program. A multi-rank program
  * checks its flags on every rank, then the ranks agree on one verdict (see
- * comm_parse_config): while a trap is armed, fatal(EXIT_USAGE, ...) copies its
+ * config_parse_ranks): while a trap is armed, fatal(EXIT_USAGE, ...) copies its
  * message into the trap and longjmps back to the setjmp on trap->where:
  *
  *     UsageTrap trap;
@@ -128,7 +128,7 @@ double wall_ms(void);
  *   point-to-point call): "allreduce", "reduce_scatter", "allgather",
  *   "broadcast" (their *_typed forms too), "send", "recv", "sendrecv", and
  *   the small host ones "host_allreduce" (comm_allreduce_double, comm_all,
- *   comm_slowest_times), "host_gather", "barrier"; "worker" (comm_worker.c,
+ *   step_times_slowest), "host_gather", "barrier"; "worker" (comm_worker.c,
  *   as the worker thread starts a queued collective, before the collective's
  *   own point); "ring" (ring.c, after each step of the
  *   reduce-scatter); "save" (checkpoint.c, once per save on every rank: after

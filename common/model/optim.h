@@ -7,7 +7,6 @@
 #ifndef OPTIM_H
 #define OPTIM_H
 
-
 #include <stddef.h>
 
 typedef struct {

@@ -100,8 +100,8 @@ void memory_peaks_local(size_t *peaks);
  * step, forward, backward, communication and optimizer milliseconds): what
  * steps.csv shows. */
 typedef struct CommGroup CommGroup;
-size_t comm_write_memory_csv(CommGroup *world, const char *dir);
-void comm_slowest_times(CommGroup *g, StepRecord *rec);
+size_t memory_csv_write_ranks(CommGroup *world, const char *dir);
+void step_times_slowest(CommGroup *g, StepRecord *rec);
 
 /* A summary of a run of `steps` steps whose times are step_ms[0..steps)
  * (reordered): the model and batch from cfg, the device, the median step

@@ -8,7 +8,7 @@
 
 #include <stdlib.h>
 
-size_t comm_write_memory_csv(CommGroup *world, const char *dir) {
+size_t memory_csv_write_ranks(CommGroup *world, const char *dir) {
     size_t peaks[SPACE_COUNT * CAT_COUNT];
     memory_peaks_local(peaks);
     size_t *all_peaks = xcalloc((size_t)comm_size(world) * SPACE_COUNT * CAT_COUNT, sizeof(size_t));
@@ -18,7 +18,7 @@ size_t comm_write_memory_csv(CommGroup *world, const char *dir) {
     return (size_t)comm_allreduce_double(world, (double)mem_peak_total(SPACE_DEVICE), 1);
 }
 
-void comm_slowest_times(CommGroup *g, StepRecord *rec) {
+void step_times_slowest(CommGroup *g, StepRecord *rec) {
     double times[5] = {rec->step_ms, rec->fwd_ms, rec->bwd_ms, rec->comm_ms, rec->opt_ms};
     comm_max_doubles(g, times, 5);
     watchdog_set_step(rec->step + 1); /* the flight recorder's step: the next one */

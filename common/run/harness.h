@@ -127,9 +127,8 @@ struct Run {
 /* Start-up, before anything is built. One process: the command line into
  * cfg (config_parse; chapter 01 has no flags of its own). Many ranks (programs run under mpirun): MPI, the
  * world size into *world_size (where the chapter's flag checks want it), the command line into cfg and the
- * chapter's flags into flag_values, the ranks' agreement (comm_parse_config), the --save directory every rank
- * must see (checkpoint_sharded.h). Ends the program after --help or on an
- * error. */
+ * chapter's flags into flag_values, the ranks' agreement (config_parse_ranks), the --save directory every
+ * rank must see (checkpoint_sharded.h). Ends the program after --help or on an error. */
 void run_start(Run *run, Config *cfg, int argc, char **argv, const RunSpec *spec);
 void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSpec *spec, void *flag_values,
                      int *world_size);

@@ -15,7 +15,7 @@ static void ranks_barrier(Run *run) {
 }
 
 static void ranks_slowest_times(Run *run, RunStep *s) {
-    comm_slowest_times(run->world, &s->rec);
+    step_times_slowest(run->world, &s->rec);
     if (run->spec->comm_busy) s->comm_busy_ms = comm_allreduce_double(run->world, s->comm_busy_ms, 1);
 }
 
@@ -28,7 +28,7 @@ static size_t ranks_peak_device(Run *run) {
 }
 
 static void ranks_write_memory_csv(Run *run) {
-    comm_write_memory_csv(run->world, run->cfg->out);
+    memory_csv_write_ranks(run->world, run->cfg->out);
 }
 
 static const RunRanks many_ranks = {.device_ready = ranks_device_ready,
@@ -51,7 +51,7 @@ void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSp
     *world_size = run->ranks;
     ChapterFlags flags = spec->flags;
     flags.values = flag_values;
-    comm_parse_config(cfg, *argc, *argv, spec->program, spec->summary, &flags);
+    config_parse_ranks(cfg, *argc, *argv, spec->program, spec->summary, &flags);
     checkpoint_check_shared_directory(run->world, cfg);
     run->local_rank = comm_local_rank();
 }

@@ -5,7 +5,7 @@
  * data, the checkpoint to resume from, the save path and the output
  * directory, each checked and its identity added to the configuration
  * record. A multi-rank program then has its ranks agree on that record
- * (comm_parse_config) before any collective of training. */
+ * (config_parse_ranks) before any collective of training. */
 #ifndef PREFLIGHT_H
 #define PREFLIGHT_H
 
@@ -16,10 +16,10 @@
  * (the data, the checkpoint to resume, the save path, the output directory),
  * recording all of it in cfg->record. program: e.g. "01_single_gpu/train";
  * summary: one line saying what the program teaches. Exits 0 after --help,
- * EXIT_USAGE on errors. Multi-rank programs call comm_parse_config instead. */
+ * EXIT_USAGE on errors. Multi-rank programs call config_parse_ranks instead. */
 void config_parse(Config *cfg, int argc, char **argv, const char *program, const char *summary,
                   const ChapterFlags *chapter);
-/* The same as two steps, for comm_parse_config: returns 1 when --help was
+/* The same as two steps, for config_parse_ranks: returns 1 when --help was
  * asked for (nothing else is done then), 0 after every check passed; errors
  * go through fatal(EXIT_USAGE). */
 int config_parse_and_check(Config *cfg, int argc, char **argv, const char *program,
@@ -30,7 +30,7 @@ int config_parse_and_check(Config *cfg, int argc, char **argv, const char *progr
  * records are equal, the run goes on and the watchdog starts (--timeout);
  * otherwise comm_agree ends the job with one message. (preflight_ranks.c,
  * linked by the programs that use MPI.) */
-void comm_parse_config(Config *cfg, int argc, char **argv, const char *program, const char *summary,
-                       const ChapterFlags *chapter);
+void config_parse_ranks(Config *cfg, int argc, char **argv, const char *program, const char *summary,
+                        const ChapterFlags *chapter);
 
 #endif

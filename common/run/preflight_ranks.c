@@ -1,4 +1,4 @@
-/* preflight_ranks.c: comm_parse_config (preflight.h), the pre-flight of a
+/* preflight_ranks.c: config_parse_ranks (preflight.h), the pre-flight of a
  * job of many ranks: each rank's own checks, then their agreement. */
 #include "comm.h"
 #include "preflight.h"
@@ -8,8 +8,8 @@
 #include <setjmp.h>
 #include <stdlib.h>
 
-void comm_parse_config(Config *cfg, int argc, char **argv, const char *program, const char *summary,
-                       const ChapterFlags *chapter) {
+void config_parse_ranks(Config *cfg, int argc, char **argv, const char *program, const char *summary,
+                        const ChapterFlags *chapter) {
     UsageTrap trap;
     int status;
     usage_trap_arm(&trap);

@@ -42,6 +42,10 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
             fatal(EXIT_USAGE,
                   "stage %d's schedule has an action on chunk %d, but a stage holds %d chunk of layers",
                   layout->stage, a->chunk, CHUNKS_PER_STAGE);
+        if (a->kind == OP_BACKWARD_INPUT || a->kind == OP_BACKWARD_WEIGHT || a->kind == OP_POST_ACT ||
+            a->kind == OP_POST_GRAD)
+            fatal(EXIT_USAGE, "stage %d's schedule has a %s action, which this pipeline cannot run yet",
+                  layout->stage, schedule_op_name(a->kind));
         if (a->kind == OP_BACKWARD) p->last_backward_action = i;
     }
     const StageLayout *l = &p->layout;
@@ -142,6 +146,11 @@ static void run_action(Pipeline *p, const Action *a) {
     case OP_SEND_GRAD_RECV_ACT:
         comm_sendrecv(pp, p->grad_out, n, prev, slot_of(p, a->micro2)->encoded, n, prev, TAG_EXCHANGE);
         break;
+    case OP_BACKWARD_INPUT:
+    case OP_BACKWARD_WEIGHT:
+    case OP_POST_ACT:
+    case OP_POST_GRAD: /* refused by pipeline_create */
+        fatal(EXIT_RUNTIME, "the pipeline cannot run a %s action yet", schedule_op_name(a->kind));
     }
     double end = now_ms(p);
     StageTimes *t = &p->times;

@@ -52,10 +52,11 @@
 
 /* ---- this chapter's flags ---- */
 typedef struct {
-    char schedule[16]; /* gpipe, 1f1b */
-    int pp;            /* --pp: pipeline stages, 0 = world / dp */
-    int dp;            /* --dp: data-parallel replicas of the pipeline */
-    char split[1024];  /* --split: blocks per stage, "" = balance the parameters */
+    char schedule[16];  /* gpipe, 1f1b, interleaved, zb-h1 */
+    int virtual_chunks; /* --virtual: chunks of layers per stage (interleaved) */
+    int pp;             /* --pp: pipeline stages, 0 = world / dp */
+    int dp;             /* --dp: data-parallel replicas of the pipeline */
+    char split[1024];   /* --split: blocks per stage, "" = balance the parameters */
     int print_schedule;
     int ranks; /* the world size, for the checks */
 } PipelineFlags;
@@ -65,9 +66,12 @@ static const Flag pipeline_flags[] = {
     {.type = FLAG_SECTION,
      .help = "pipeline parallel (run with mpirun -np P*D; --micro M cuts each replica's batch into M "
              "micro-batches)"},
-    {"--schedule", FLAG_CHOICE, FIELD(PipelineFlags, schedule), .choices = "gpipe|1f1b", .noun = "schedule",
-     .def = "1f1b", .usage = "--schedule gpipe|1f1b",
-     .help = "all forwards then all backwards, or one-forward-one-backward (default {default})"},
+    {"--schedule", FLAG_CHOICE, FIELD(PipelineFlags, schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
+     .noun = "schedule", .def = "1f1b", .usage = "--schedule gpipe|1f1b|interleaved|zb-h1",
+     .help = "all forwards then all backwards, or one-forward-one-backward (default {default}); interleaved "
+             "and zb-h1 are printed (--print-schedule), not trained yet"},
+    {"--virtual", FLAG_INT, FIELD(PipelineFlags, virtual_chunks), 1, 64, .def = "1", .usage = "--virtual V",
+     .help = "chunks of layers per stage, for --schedule interleaved (default {default})"},
     {"--pp", FLAG_INT, FIELD(PipelineFlags, pp), 1, 256, .usage = "--pp P",
      .help = "pipeline stages, 1..layers (default: world size / dp)"},
     {"--dp", FLAG_INT, FIELD(PipelineFlags, dp), 1, 4096, .def = "1", .usage = "--dp D",
@@ -109,6 +113,15 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
         int blocks[MAX_LAYERS];
         layer_split_parse(f->split, P, L, blocks);
     }
+    const char *refused = schedule_refusal(f->schedule, P, f->virtual_chunks, M);
+    if (refused) fatal(EXIT_USAGE, "%s", refused);
+    int past_1f1b = strcmp(f->schedule, "interleaved") == 0 || strcmp(f->schedule, "zb-h1") == 0;
+    if (past_1f1b && !f->print_schedule)
+        fatal(EXIT_USAGE,
+              "--schedule %s is printed (--print-schedule) and simulated (tests/test_schedule), not trained "
+              "yet: "
+              "the pipeline does not run its posted sends and split backward",
+              f->schedule);
 }
 
 int main(int argc, char **argv) {
@@ -151,13 +164,24 @@ int main(int argc, char **argv) {
                       &layout.last_unit);
     if (pf.print_schedule) {
         if (rank == 0) {
-            printf("%s schedule, %d stages, %d micro-batches (F/B forward/backward of a micro-batch; ra/sa "
-                   "receive/"
-                   "send activations, rg/sg gradients; x|y one exchange)\n",
-                   pf.schedule, P, M);
+            if (pf.virtual_chunks > 1)
+                printf("%s schedule, %d stages of %d chunks, %d micro-batches (F/B forward/backward of a "
+                       "micro-batch; ra/rg receive activations/gradients, pa/pg post them; c1 on chunk 1)\n",
+                       pf.schedule, P, pf.virtual_chunks, M);
+            else if (strcmp(pf.schedule, "zb-h1") == 0)
+                printf(
+                    "%s schedule, %d stages, %d micro-batches (F forward; B/W input/weight gradients; ra/rg "
+                    "receive activations/gradients, pa/pg post them)\n",
+                    pf.schedule, P, M);
+            else
+                printf(
+                    "%s schedule, %d stages, %d micro-batches (F/B forward/backward of a micro-batch; ra/sa "
+                    "receive/"
+                    "send activations, rg/sg gradients; x|y one exchange)\n",
+                    pf.schedule, P, M);
             for (int s = 0; s < P; s++) {
                 StageSchedule sched;
-                schedule_build(pf.schedule, P, M, s, &sched);
+                schedule_build_chunks(pf.schedule, P, pf.virtual_chunks, M, s, &sched);
                 schedule_print(&sched, s);
                 schedule_free(&sched);
             }

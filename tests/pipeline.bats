@@ -151,7 +151,33 @@ activations_of() { awk -F, -v r="$2" '$1 == r && $2 == "device" && $3 == "activa
 @test "an unknown schedule is refused" {
     run --separate-stderr timeout 5 "$TRAIN04" $FLAGS --schedule zigzag
     assert_equal "$status" 2
-    [[ "$stderr" == *"--schedule: unknown schedule 'zigzag' (valid: gpipe, 1f1b)"* ]]
+    [[ "$stderr" == *"--schedule: unknown schedule 'zigzag' (valid: gpipe, 1f1b, interleaved, zb-h1)"* ]]
+}
+
+@test "interleaved and zb-h1 are printed, with chunks and B/W, and refused for training with one line" {
+    run bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' --layers 4 --batch 8 --micro 4 \
+        --schedule interleaved --virtual 2 --print-schedule"
+    assert_success
+    assert_line "stage 1: ra0 F0 pa0 ra1 F1 pa1 ra0c1 F0c1 B0c1 pg0c1 ra1c1 F1c1 B1c1 pg1c1 ra2 F2 pa2 rg0 B0 pg0 ra3 F3 pa3 rg1 B1 pg1 ra2c1 F2c1 B2c1 pg2c1 ra3c1 F3c1 B3c1 pg3c1 rg2 B2 pg2 rg3 B3 pg3"
+    run bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' --layers 4 --batch 8 --micro 4 --schedule zb-h1 \
+        --print-schedule"
+    assert_success
+    assert_line "stage 1: ra0 F0 B0 pg0 ra1 F1 B1 pg1 W0 ra2 F2 B2 pg2 W1 ra3 F3 B3 pg3 W2 W3"
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --batch 8 --micro 4 \
+        --schedule zb-h1"
+    assert_failure
+    [[ "$stderr" == *"error: --schedule zb-h1 is printed (--print-schedule) and simulated (tests/test_schedule), not trained yet: the pipeline does not run its posted sends and split backward"* ]]
+}
+
+@test "interleaved refuses micro-batches that are not a multiple of the stages, and --virtual with another schedule" {
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 3 '$TRAIN04' $FLAGS --batch 12 --micro 4 \
+        --schedule interleaved --virtual 2 --print-schedule"
+    assert_failure
+    [[ "$stderr" == *"interleaved needs the micro-batches M = 4 to be a multiple of the stages P = 3, as Megatron's interleaved schedule does"* ]]
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --batch 8 --micro 4 \
+        --virtual 2"
+    assert_failure
+    [[ "$stderr" == *"1f1b holds one chunk of layers per stage (here 2); only interleaved holds more"* ]]
 }
 
 @test "the measured bubble is within 25% of (P-1)/(M+P-1) on balanced stages (P=2, M=2, one thread per rank)" {

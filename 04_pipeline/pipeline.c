@@ -36,17 +36,16 @@ static int prev_rank(const StageLayout *l, int chunk) {
 void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *schedule, uint64_t seed) {
     *p = (Pipeline){.layout = *layout, .schedule = *schedule, .last_backward_action = -1};
     *schedule = (StageSchedule){0};
+    int extras = 0;
     for (int i = 0; i < p->schedule.count; i++) {
         const Action *a = &p->schedule.actions[i];
         if (a->chunk < 0 || a->chunk >= CHUNKS_PER_STAGE)
             fatal(EXIT_USAGE,
                   "stage %d's schedule has an action on chunk %d, but a stage holds %d chunk of layers",
                   layout->stage, a->chunk, CHUNKS_PER_STAGE);
-        if (a->kind == OP_BACKWARD_INPUT || a->kind == OP_BACKWARD_WEIGHT || a->kind == OP_POST_ACT ||
-            a->kind == OP_POST_GRAD)
-            fatal(EXIT_USAGE, "stage %d's schedule has a %s action, which this pipeline cannot run yet",
-                  layout->stage, schedule_op_name(a->kind));
-        if (a->kind == OP_BACKWARD) p->last_backward_action = i;
+        if (a->kind == OP_BACKWARD || a->kind == OP_BACKWARD_WEIGHT) p->last_backward_action = i;
+        if (a->kind == OP_BACKWARD_INPUT) p->split_backward = 1;
+        if (a->kind == OP_POST_ACT || a->kind == OP_POST_GRAD || a->kind == OP_BACKWARD_INPUT) extras = 1;
     }
     const StageLayout *l = &p->layout;
     const ModelConfig *m = &l->cfg->model;
@@ -65,6 +64,17 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         activations_create_range(&p->slot[i], m, l->B, l->T, l->first_block, l->last_unit, l->cfg->recompute);
     /* with --recompute the slots keep block inputs, and one block set here serves them all */
     scratch_create(&p->scratch, m, l->B, l->T, l->cfg->recompute);
+    if (extras) {
+        p->extras = xcalloc(p->slots, sizeof(SlotExtras));
+        for (int i = 0; i < p->slots; i++) {
+            if (p->split_backward)
+                kept_grads_create_range(&p->extras[i].kept, m, l->B, l->T, l->first_unit, l->last_unit);
+            if (prev_rank(l, 0) >= 0)
+                p->extras[i].grad_out =
+                    mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, boundary_floats(p) * sizeof(float),
+                              "gradient posted to prev stage");
+        }
+    }
     /* the gradient messages, where there is a neighbour to exchange them with
      * (the last stage's backward starts from the loss, the first's input is tokens) */
     size_t bytes = boundary_floats(p) * sizeof(float);
@@ -79,6 +89,13 @@ void pipeline_destroy(Pipeline *p) {
     mem_free(p->grad_in);
     mem_free(p->grad_out);
     scratch_destroy(&p->scratch);
+    for (int i = 0; p->extras && i < p->slots; i++) {
+        comm_wait_posted(p->layout.pp, p->extras[i].act_sent);
+        comm_wait_posted(p->layout.pp, p->extras[i].grad_sent);
+        if (p->split_backward) kept_grads_destroy(&p->extras[i].kept);
+        mem_free(p->extras[i].grad_out);
+    }
+    free(p->extras);
     for (int i = 0; i < p->slots; i++) activations_destroy(&p->slot[i], &p->layout.cfg->model);
     free(p->slot);
     schedule_free(&p->schedule);
@@ -108,6 +125,49 @@ static void stage_backward(Pipeline *p, int m) {
                        p->grad_in, prev_rank(l, 0) >= 0 ? p->grad_out : NULL, p->hooks, l->B, l->T);
 }
 
+static SlotExtras *extras_of(Pipeline *p, int micro) {
+    return &p->extras[micro % p->slots];
+}
+
+/* Where micro-batch m's input gradient goes: the one boundary buffer, or
+ * with posted sends its slot's own, which must first be free of the send
+ * it posted for micro-batch m - slots. NULL on the model's first piece. */
+static float *grad_out_of(Pipeline *p, int m) {
+    if (prev_rank(&p->layout, 0) < 0) return NULL;
+    if (!p->extras) return p->grad_out;
+    SlotExtras *x = extras_of(p, m);
+    comm_wait_posted(p->layout.pp, x->grad_sent);
+    x->grad_sent = NULL;
+    return x->grad_out;
+}
+
+/* B of micro-batch m (zb-h1): the input gradient into grad_out_of(m), the
+ * linear layers' output gradients kept in the slot for W. Hooks (chapter
+ * 06's storage, ZeRO) are not run by the split backward yet. */
+static void stage_backward_input(Pipeline *p, int m) {
+    const StageLayout *l = &p->layout;
+    if (p->hooks) fatal(EXIT_USAGE, "the backward split into B and W runs without unit hooks yet");
+    gpt_backward_input_range(&p->model, slot_of(p, m), &p->scratch, &extras_of(p, m)->kept, l->first_unit,
+                             l->last_unit, p->now.dloss, p->grad_in, grad_out_of(p, m), l->B, l->T);
+}
+
+/* W of micro-batch m: its weight gradients, from the slot and what B kept. */
+static void stage_backward_weight(Pipeline *p, int m) {
+    const StageLayout *l = &p->layout;
+    gpt_backward_weight_range(&p->model, slot_of(p, m), &p->scratch, &extras_of(p, m)->kept, l->first_unit,
+                              l->last_unit, l->B, l->T);
+}
+
+/* Before micro-batch m's forward writes its slot: the send posted from it
+ * for micro-batch m - slots has left (it had arrived long before: that
+ * micro-batch's backward needed the gradient that answered it). */
+static void settle_slot(Pipeline *p, int m) {
+    if (!p->extras) return;
+    SlotExtras *x = extras_of(p, m);
+    comm_wait_posted(p->layout.pp, x->act_sent);
+    x->act_sent = NULL;
+}
+
 /* Milliseconds since this step started, after the device finished its work. */
 static double now_ms(Pipeline *p) {
     device_sync();
@@ -122,6 +182,7 @@ static void run_action(Pipeline *p, const Action *a) {
     double start = now_ms(p);
     switch (a->kind) {
     case OP_FORWARD:
+        settle_slot(p, a->micro);
         stage_forward_batch(p, slot_of(p, a->micro), SPLIT_TRAIN, p->now.step,
                             p->now.first_sequence + a->micro * p->layout.B);
         break;
@@ -129,6 +190,7 @@ static void run_action(Pipeline *p, const Action *a) {
         stage_backward(p, a->micro);
         break;
     case OP_RECV_ACT:
+        settle_slot(p, a->micro);
         comm_recv(pp, slot_of(p, a->micro)->encoded, n, prev, TAG_ACTIVATIONS);
         break;
     case OP_SEND_ACT:
@@ -147,16 +209,25 @@ static void run_action(Pipeline *p, const Action *a) {
         comm_sendrecv(pp, p->grad_out, n, prev, slot_of(p, a->micro2)->encoded, n, prev, TAG_EXCHANGE);
         break;
     case OP_BACKWARD_INPUT:
+        stage_backward_input(p, a->micro);
+        break;
     case OP_BACKWARD_WEIGHT:
+        stage_backward_weight(p, a->micro);
+        break;
     case OP_POST_ACT:
-    case OP_POST_GRAD: /* refused by pipeline_create */
-        fatal(EXIT_RUNTIME, "the pipeline cannot run a %s action yet", schedule_op_name(a->kind));
+        extras_of(p, a->micro)->act_sent =
+            comm_post_send(pp, stage_output(p, slot_of(p, a->micro)), n, next, TAG_ACTIVATIONS);
+        break;
+    case OP_POST_GRAD:
+        extras_of(p, a->micro)->grad_sent =
+            comm_post_send(pp, extras_of(p, a->micro)->grad_out, n, prev, TAG_GRADIENTS);
+        break;
     }
     double end = now_ms(p);
     StageTimes *t = &p->times;
     if (a->kind == OP_FORWARD)
         t->fwd_ms += end - start;
-    else if (a->kind == OP_BACKWARD)
+    else if (a->kind == OP_BACKWARD || a->kind == OP_BACKWARD_INPUT || a->kind == OP_BACKWARD_WEIGHT)
         t->bwd_ms += end - start;
     else
         t->comm_ms += end - start;
@@ -173,6 +244,11 @@ void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss) {
     for (int i = 0; i < p->schedule.count; i++) {
         run_action(p, &p->schedule.actions[i]);
         if (i == p->last_backward_action && p->last_backward) p->last_backward(p->last_backward_context);
+    }
+    for (int i = 0; p->extras && i < p->slots; i++) { /* every posted send has left before the step ends */
+        settle_slot(p, i);
+        comm_wait_posted(p->layout.pp, p->extras[i].grad_sent);
+        p->extras[i].grad_sent = NULL;
     }
 }
 

@@ -52,10 +52,24 @@ typedef struct {
     double origin_ms, fwd_ms, bwd_ms, comm_ms, end_ms;
 } StageTimes;
 
+/* What a zero-bubble schedule (zb-h1: B and W, posted sends) adds to a
+ * slot of activations: the output gradients B keeps for W, and the
+ * gradient for the previous stage, which stays put until its posted send
+ * has left; NULL where the schedule has no W or posts nothing. */
+typedef struct {
+    KeptGrads kept;        /* model.h: what W reads besides the activations */
+    float *grad_out;       /* (B,T,C) this micro-batch's input gradient, posted to stage-1 */
+    CommPosted *act_sent;  /* the posted send of the slot's output, until waited for */
+    CommPosted *grad_sent; /* the posted send of grad_out */
+} SlotExtras;
+
 typedef struct {
     StageLayout layout;
     StageSchedule schedule;
-    int last_backward_action; /* index of the stage's last OP_BACKWARD */
+    int last_backward_action; /* index of the stage's last OP_BACKWARD (or W: its gradients are then complete)
+                               */
+    int split_backward;       /* the schedule runs B and W (OP_BACKWARD_INPUT, _WEIGHT) */
+    SlotExtras *extras;       /* one per slot, with split_backward or posted sends; else NULL */
     /* buffers */
     GPT model;        /* this stage's units only */
     MixedModel mixed; /* --precision bf16|fp16: model's units in 16 bits (mixed.h); zeroed in fp32 */

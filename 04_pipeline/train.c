@@ -68,8 +68,9 @@ static const Flag pipeline_flags[] = {
              "micro-batches)"},
     {"--schedule", FLAG_CHOICE, FIELD(PipelineFlags, schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
      .noun = "schedule", .def = "1f1b", .usage = "--schedule gpipe|1f1b|interleaved|zb-h1",
-     .help = "all forwards then all backwards, or one-forward-one-backward (default {default}); interleaved "
-             "and zb-h1 are printed (--print-schedule), not trained yet"},
+     .help =
+         "all forwards then all backwards, one-forward-one-backward (default {default}), or zero "
+         "bubble (backward split into B and W); interleaved is printed (--print-schedule), not trained yet"},
     {"--virtual", FLAG_INT, FIELD(PipelineFlags, virtual_chunks), 1, 64, .def = "1", .usage = "--virtual V",
      .help = "chunks of layers per stage, for --schedule interleaved (default {default})"},
     {"--pp", FLAG_INT, FIELD(PipelineFlags, pp), 1, 256, .usage = "--pp P",
@@ -115,13 +116,12 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
     }
     const char *refused = schedule_refusal(f->schedule, P, f->virtual_chunks, M);
     if (refused) fatal(EXIT_USAGE, "%s", refused);
-    int past_1f1b = strcmp(f->schedule, "interleaved") == 0 || strcmp(f->schedule, "zb-h1") == 0;
-    if (past_1f1b && !f->print_schedule)
-        fatal(EXIT_USAGE,
-              "--schedule %s is printed (--print-schedule) and simulated (tests/test_schedule), not trained "
-              "yet: "
-              "the pipeline does not run its posted sends and split backward",
-              f->schedule);
+    if (strcmp(f->schedule, "interleaved") == 0 && !f->print_schedule)
+        fatal(EXIT_USAGE, "--schedule interleaved is printed (--print-schedule) and simulated "
+                          "(tests/test_schedule), not trained yet: a stage holds one chunk of layers");
+    if (strcmp(f->schedule, "zb-h1") == 0 && (cfg->precision != PRECISION_FP32 || cfg->recompute))
+        fatal(EXIT_USAGE, "--schedule zb-h1 trains in fp32 without --recompute only, yet (its backward split "
+                          "into B and W keeps no 16-bit weights and recomputes nothing)");
 }
 
 int main(int argc, char **argv) {

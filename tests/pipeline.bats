@@ -45,6 +45,27 @@ check_stages() {
     done
 }
 
+# zb-h1: the backward split into B and W, sends posted; every parameter's
+# gradient sums its micro-batches in 1F1B's order, so the losses and norms
+# are 1F1B's bit for bit, and chapter 01's within 1e-4
+@test "zb-h1 on 2, 3 and 4 stages (M = 3, 4, 8, and 2 < P) matches single-device losses and 1F1B's bit for bit" {
+    for run in "2 12 3" "3 8 4" "4 8 8" "4 8 2"; do
+        set -- $run
+        for schedule in 1f1b zb-h1; do
+            pipeline "$1" "$TRAIN04" $FLAGS --batch "$2" --micro "$3" --schedule "$schedule" \
+                --out "$BATS_TEST_TMPDIR/p$1-m$3-$schedule" >/dev/null
+        done
+        assert_matches_01 "$2" "$BATS_TEST_TMPDIR/p$1-m$3-zb-h1"
+        assert_equal "$(cut -d, -f2,4 "$BATS_TEST_TMPDIR/p$1-m$3-zb-h1/steps.csv")" \
+            "$(cut -d, -f2,4 "$BATS_TEST_TMPDIR/p$1-m$3-1f1b/steps.csv")"
+    done
+}
+
+@test "zb-h1 with two replicas (P=2, D=2) matches single-device losses" {
+    pipeline 4 "$TRAIN04" $FLAGS --batch 16 --micro 4 --dp 2 --schedule zb-h1 --out "$BATS_TEST_TMPDIR/zb" >/dev/null
+    assert_matches_01 16 "$BATS_TEST_TMPDIR/zb"
+}
+
 @test "two pipeline replicas (P=2, D=2) match single-device losses" {
     for schedule in gpipe 1f1b; do
         pipeline 4 "$TRAIN04" $FLAGS --batch 16 --micro 4 --dp 2 --schedule "$schedule" \
@@ -154,7 +175,7 @@ activations_of() { awk -F, -v r="$2" '$1 == r && $2 == "device" && $3 == "activa
     [[ "$stderr" == *"--schedule: unknown schedule 'zigzag' (valid: gpipe, 1f1b, interleaved, zb-h1)"* ]]
 }
 
-@test "interleaved and zb-h1 are printed, with chunks and B/W, and refused for training with one line" {
+@test "interleaved and zb-h1 are printed, with chunks and B/W; interleaved is refused for training with one line" {
     run bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' --layers 4 --batch 8 --micro 4 \
         --schedule interleaved --virtual 2 --print-schedule"
     assert_success
@@ -164,9 +185,13 @@ activations_of() { awk -F, -v r="$2" '$1 == r && $2 == "device" && $3 == "activa
     assert_success
     assert_line "stage 1: ra0 F0 B0 pg0 ra1 F1 B1 pg1 W0 ra2 F2 B2 pg2 W1 ra3 F3 B3 pg3 W2 W3"
     run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --batch 8 --micro 4 \
-        --schedule zb-h1"
+        --schedule interleaved --virtual 2"
     assert_failure
-    [[ "$stderr" == *"error: --schedule zb-h1 is printed (--print-schedule) and simulated (tests/test_schedule), not trained yet: the pipeline does not run its posted sends and split backward"* ]]
+    [[ "$stderr" == *"error: --schedule interleaved is printed (--print-schedule) and simulated (tests/test_schedule), not trained yet: a stage holds one chunk of layers"* ]]
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --batch 8 --micro 4 \
+        --schedule zb-h1 --recompute"
+    assert_failure
+    [[ "$stderr" == *"error: --schedule zb-h1 trains in fp32 without --recompute only, yet"* ]]
 }
 
 @test "interleaved refuses micro-batches that are not a multiple of the stages, and --virtual with another schedule" {

@@ -68,10 +68,9 @@ static const Flag pipeline_flags[] = {
              "micro-batches)"},
     {"--schedule", FLAG_CHOICE, FIELD(PipelineFlags, schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
      .noun = "schedule", .def = "1f1b", .usage = "--schedule gpipe|1f1b|interleaved|zb-h1",
-     .help =
-         "all forwards then all backwards, one-forward-one-backward (default {default}), or zero "
-         "bubble (backward split into B and W); interleaved is printed (--print-schedule), not trained yet"},
-    {"--virtual", FLAG_INT, FIELD(PipelineFlags, virtual_chunks), 1, 64, .def = "1", .usage = "--virtual V",
+     .help = "all forwards then all backwards, one-forward-one-backward (default {default}), or zero "
+             "bubble (backward split into B and W), or interleaved (--virtual V chunks per stage)"},
+    {"--virtual", FLAG_INT, FIELD(PipelineFlags, virtual_chunks), 1, 16, .def = "1", .usage = "--virtual V",
      .help = "chunks of layers per stage, for --schedule interleaved (default {default})"},
     {"--pp", FLAG_INT, FIELD(PipelineFlags, pp), 1, 256, .usage = "--pp P",
      .help = "pipeline stages, 1..layers (default: world size / dp)"},
@@ -110,15 +109,21 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
               "--micro %d does not divide the %d sequences of each of the %d replicas (valid: --batch a "
               "multiple of dp x micro = %d)",
               M, cfg->batch / f->dp, f->dp, f->dp * M);
-    if (f->split[0]) {
-        int blocks[MAX_LAYERS];
-        layer_split_parse(f->split, P, L, blocks);
-    }
     const char *refused = schedule_refusal(f->schedule, P, f->virtual_chunks, M);
     if (refused) fatal(EXIT_USAGE, "%s", refused);
-    if (strcmp(f->schedule, "interleaved") == 0 && !f->print_schedule)
-        fatal(EXIT_USAGE, "--schedule interleaved is printed (--print-schedule) and simulated "
-                          "(tests/test_schedule), not trained yet: a stage holds one chunk of layers");
+    if (P * f->virtual_chunks > L)
+        fatal(EXIT_USAGE,
+              "--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)", P,
+              f->virtual_chunks, L);
+    if (f->split[0]) { /* one number per piece: per stage, or with --virtual V per chunk of a stage */
+        int blocks[MAX_LAYERS];
+        layer_split_parse(f->split, P * f->virtual_chunks, L, blocks);
+    }
+    if (strcmp(f->schedule, "interleaved") == 0 && !f->print_schedule &&
+        (cfg->precision != PRECISION_FP32 || cfg->recompute || cfg->save[0] || cfg->resume[0]))
+        fatal(EXIT_USAGE,
+              "--schedule interleaved trains in fp32, without --recompute, --save or --resume only, "
+              "yet (a stage's chunks are not one range of the table)");
     if (strcmp(f->schedule, "zb-h1") == 0 && (cfg->precision != PRECISION_FP32 || cfg->recompute))
         fatal(EXIT_USAGE, "--schedule zb-h1 trains in fp32 without --recompute only, yet (its backward split "
                           "into B and W keeps no 16-bit weights and recomputes nothing)");
@@ -152,16 +157,17 @@ int main(int argc, char **argv) {
     /* ---- the split and the schedule ---- */
     ParamTable table;
     param_table_build(&table, &cfg.model);
-    int blocks[MAX_LAYERS];
+    int blocks[MAX_LAYERS], V = pf.virtual_chunks; /* V > 1: blocks[] per piece, P x V of them */
     if (pf.split[0])
-        layer_split_parse(pf.split, P, L, blocks);
+        layer_split_parse(pf.split, P * V, L, blocks);
     else
-        layer_split_balanced(&table, P, blocks);
+        layer_split_balanced(&table, P * V, blocks);
     param_table_free(&table);
     StageLayout layout = {.pp = grid.pp_group, .stage = stage, .stages = P, .cfg = &cfg};
     layer_split_range(blocks, stage, &layout.first_block, &layout.last_block);
     layer_split_units(layout.first_block, layout.last_block, stage, P, L, &layout.first_unit,
                       &layout.last_unit);
+    if (V > 1) pipeline_layout_chunks(&layout, blocks, V, L); /* interleaved: chunk c is piece c P + stage */
     if (pf.print_schedule) {
         if (rank == 0) {
             if (pf.virtual_chunks > 1)
@@ -191,7 +197,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     StageSchedule schedule;
-    schedule_build(pf.schedule, P, M, stage, &schedule);
+    schedule_build_chunks(pf.schedule, P, V, M, stage, &schedule);
 
     /* ---- build: device, data, output files, this stage's model, optimizer ---- */
     device_init(cfg.device, comm_local_rank());
@@ -226,15 +232,23 @@ int main(int argc, char **argv) {
         mixed_weights_from_master(&p.mixed); /* the checkpoint holds the fp32 weights */
     int last_step = cfg.stop_after ? cfg.stop_after : cfg.steps;
 
-    double bubble_theory = bubble_formula(P, M);
+    double bubble_theory =
+        schedule_bubble_formula(pf.schedule, P, V, M, 1.0, 1.0, 1.0); /* zb-h1: F = B = W */
+    const char *bubble_rule = strcmp(pf.schedule, "interleaved") == 0 ? "(P-1)/(VM+P-1)"
+                              : strcmp(pf.schedule, "zb-h1") == 0     ? "(P-1)/(3M+P-1), F = B = W,"
+                                                                      : "(P-1)/(M+P-1)";
     log_info("%s | %d ranks = %d stages x %d replicas | device %s | comm %s | schedule %s | %d micro-batches "
              "of %d "
-             "sequences | %zu parameters | %s | bubble formula (P-1)/(M+P-1) = %.3f\n",
+             "sequences | %zu parameters | %s | bubble formula %s = %.3f\n",
              PROGRAM, ranks, P, pf.dp, device_name(), comm_transport_name(), pf.schedule, M, layout.B,
-             p.model.num_params, precision_name(cfg.precision), bubble_theory);
-    for (int s = 0, first = 0; s < P; s++) {
-        log_info("stage %d: blocks %d..%d%s%s\n", s, first, first + blocks[s] - 1,
-                 s == 0 ? " + embedding" : "", s == P - 1 ? " + head" : "");
+             p.model.num_params, precision_name(cfg.precision), bubble_rule, bubble_theory);
+    for (int s = 0, first = 0; s < P * V; s++) { /* s: a stage, or with V chunks a piece */
+        if (V > 1)
+            log_info("stage %d chunk %d: blocks %d..%d%s%s\n", s % P, s / P, first, first + blocks[s] - 1,
+                     s == 0 ? " + embedding" : "", s == P * V - 1 ? " + head" : "");
+        else
+            log_info("stage %d: blocks %d..%d%s%s\n", s, first, first + blocks[s] - 1,
+                     s == 0 ? " + embedding" : "", s == P - 1 ? " + head" : "");
         first += blocks[s];
     }
     if (cfg.sample > 0)

@@ -66,6 +66,19 @@ check_stages() {
     assert_matches_01 16 "$BATS_TEST_TMPDIR/zb"
 }
 
+# interleaved: V chunks per stage, every micro-batch round the ring V times,
+# sends posted; each parameter's gradient sums its micro-batches in order
+@test "interleaved (V = 2, 3) on 2, 3 and 4 stages, and with two replicas, matches single-device losses" {
+    for run in "2 2 4 8 4 1" "3 2 6 12 6 1" "3 2 6 12 3 1" "4 2 8 8 4 1" "2 3 6 8 4 1" "2 2 4 16 4 2"; do
+        set -- $run # P V layers batch micro dp
+        ref="$BATS_TEST_TMPDIR/ref-$3-$4" out="$BATS_TEST_TMPDIR/p$1-v$2-l$3-m$5-d$6"
+        [ -d "$ref" ] || "$REPO/01_single_gpu/train" $FLAGS --layers "$3" --batch "$4" --out "$ref" >/dev/null
+        pipeline $(($1 * $6)) "$TRAIN04" $FLAGS --layers "$3" --batch "$4" --micro "$5" --dp "$6" \
+            --schedule interleaved --virtual "$2" --out "$out" >/dev/null
+        assert_losses_match "$ref" "$out" 4
+    done
+}
+
 @test "two pipeline replicas (P=2, D=2) match single-device losses" {
     for schedule in gpipe 1f1b; do
         pipeline 4 "$TRAIN04" $FLAGS --batch 16 --micro 4 --dp 2 --schedule "$schedule" \
@@ -175,7 +188,7 @@ activations_of() { awk -F, -v r="$2" '$1 == r && $2 == "device" && $3 == "activa
     [[ "$stderr" == *"--schedule: unknown schedule 'zigzag' (valid: gpipe, 1f1b, interleaved, zb-h1)"* ]]
 }
 
-@test "interleaved and zb-h1 are printed, with chunks and B/W; interleaved is refused for training with one line" {
+@test "interleaved and zb-h1 are printed, with chunks and B/W, and refuse what they cannot run yet with one line" {
     run bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' --layers 4 --batch 8 --micro 4 \
         --schedule interleaved --virtual 2 --print-schedule"
     assert_success
@@ -185,9 +198,13 @@ activations_of() { awk -F, -v r="$2" '$1 == r && $2 == "device" && $3 == "activa
     assert_success
     assert_line "stage 1: ra0 F0 B0 pg0 ra1 F1 B1 pg1 W0 ra2 F2 B2 pg2 W1 ra3 F3 B3 pg3 W2 W3"
     run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --batch 8 --micro 4 \
-        --schedule interleaved --virtual 2"
+        --schedule interleaved --virtual 2 --recompute"
     assert_failure
-    [[ "$stderr" == *"error: --schedule interleaved is printed (--print-schedule) and simulated (tests/test_schedule), not trained yet: a stage holds one chunk of layers"* ]]
+    [[ "$stderr" == *"error: --schedule interleaved trains in fp32, without --recompute, --save or --resume only, yet (a stage's chunks are not one range of the table)"* ]]
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --batch 8 --micro 4 \
+        --schedule interleaved --virtual 3"
+    assert_failure
+    [[ "$stderr" == *"error: --pp 2 x --virtual 3 pieces for a model of 4 layers (every piece needs a block)"* ]]
     run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --batch 8 --micro 4 \
         --schedule zb-h1 --recompute"
     assert_failure

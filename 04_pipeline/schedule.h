@@ -57,7 +57,11 @@
  * Megatron posts its sends (batch_isend_irecv) and waits only in receives;
  * interleaved does the same with OP_POST_ACT / OP_POST_GRAD: the send leaves
  * at once, its buffer stays untouched until the partner receives it, and
- * only receives can wait. */
+ * only receives can wait. zb-h1 posts too: with 1F1B's paired exchanges its
+ * stages would wait for each other in lockstep and the W's could not fill
+ * the bubble (the simulator gives 30 instead of 27 for P = 4, M = 8 with
+ * tf = tb = tw = 1, where 1F1B takes 33). Each computation receives what it
+ * needs just before it and posts what it made just after. */
 #ifndef SCHEDULE_H
 #define SCHEDULE_H
 

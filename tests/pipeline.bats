@@ -157,6 +157,18 @@ activations_of() { awk -F, -v r="$2" '$1 == r && $2 == "device" && $3 == "activa
     assert_equal "$(activations_of "$d/1f1b" 1)" "$((1 * $(activations_of "$d/m1" 1)))"   # P - 1 stages later
 }
 
+@test "zb-h1 holds P micro-batches on every stage, each with the output gradients its W reads" {
+    d="$BATS_TEST_TMPDIR"
+    # 2 stages of 2 blocks (tiny: C 64, T 64, V 256), micro-batches of 2 sequences
+    pipeline 2 "$TRAIN04" $FLAGS --split 2,2 --batch 2 --micro 1 --out "$d/m1" >/dev/null
+    pipeline 2 "$TRAIN04" $FLAGS --split 2,2 --batch 16 --micro 8 --schedule zb-h1 --out "$d/zb" >/dev/null
+    tokens=$((2 * 64))
+    kept0=$((4 * tokens * 2 * 9 * 64))                     # 9C floats per token per block
+    kept1=$((kept0 + 4 * tokens * 256))                    # and V for the head
+    assert_equal "$(activations_of "$d/zb" 0)" "$((2 * ($(activations_of "$d/m1" 0) + kept0)))"   # P = 2
+    assert_equal "$(activations_of "$d/zb" 1)" "$((2 * ($(activations_of "$d/m1" 1) + kept1)))"   # P, not P - 1
+}
+
 @test "--print-schedule prints every stage's actions" {
     run "$TRAIN04" --layers 4 --pp 1 --micro 2 --print-schedule
     assert_success

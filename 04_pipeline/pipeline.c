@@ -28,9 +28,15 @@ static void chunk_range(const StageLayout *l, int c, int *first_block, int *last
     }
 }
 
-/* The slot of micro-batch `micro` on chunk `chunk`: each chunk has slots_per_chunk of them. */
+/* The slot of micro-batch `micro` on chunk `chunk`: chunk c has chunk_slots[c] of them. */
 static Activations *slot_of(Pipeline *p, int micro, int chunk) {
-    return &p->slot[chunk * p->slots_per_chunk + micro % p->slots_per_chunk];
+    return &p->slot[p->chunk_slot0[chunk] + micro % p->chunk_slots[chunk]];
+}
+/* The chunk whose slots include slot i. */
+static int chunk_of_slot(const Pipeline *p, int i) {
+    int c = 0;
+    while (c + 1 < chunks_of(&p->layout) && p->chunk_slot0[c + 1] <= i) c++;
+    return c;
 }
 static float *stage_output(Pipeline *p, Activations *a, int chunk) {
     int first_block, last_block, first_unit, last_unit;
@@ -141,16 +147,18 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         precision_create_range(&p->model, &p->mixed, m, seed, l->cfg->precision, l->first_unit,
                                l->last_unit); /* fp32 or 16-bit */
     }
-    p->slots_per_chunk = 1;
+    int live_total = 0;
     for (int c = 0; c < V; c++) {
         int live = V == 1 ? schedule_live_activations(&p->schedule) : chunk_live_activations(&p->schedule, c);
-        if (live > p->slots_per_chunk) p->slots_per_chunk = live;
+        p->chunk_slots[c] = live > 0 ? live : 1;
+        p->chunk_slot0[c] = live_total;
+        live_total += p->chunk_slots[c];
     }
-    p->slots = V * p->slots_per_chunk;
+    p->slots = live_total;
     p->slot = xcalloc(p->slots, sizeof(Activations));
     for (int i = 0; i < p->slots; i++) {
         int first_block, last_block, first_unit, last_unit;
-        chunk_range(l, i / p->slots_per_chunk, &first_block, &last_block, &first_unit, &last_unit);
+        chunk_range(l, chunk_of_slot(p, i), &first_block, &last_block, &first_unit, &last_unit);
         activations_create_range(&p->slot[i], m, l->B, l->T, first_block, last_unit, l->cfg->recompute);
     }
     /* with --recompute the slots keep block inputs, and one block set here serves them all */
@@ -158,7 +166,7 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     if (extras) {
         p->extras = xcalloc(p->slots, sizeof(SlotExtras));
         for (int i = 0; i < p->slots; i++) {
-            int c = i / p->slots_per_chunk, first_block, last_block, first_unit, last_unit;
+            int c = chunk_of_slot(p, i), first_block, last_block, first_unit, last_unit;
             chunk_range(l, c, &first_block, &last_block, &first_unit, &last_unit);
             if (p->split_backward)
                 kept_grads_create_range(&p->extras[i].kept, m, l->B, l->T, first_unit, last_unit);
@@ -214,7 +222,7 @@ static void stage_forward_batch(Pipeline *p, Activations *a, int chunk, Split sp
 }
 
 static SlotExtras *extras_of(Pipeline *p, int micro, int chunk) {
-    return &p->extras[chunk * p->slots_per_chunk + micro % p->slots_per_chunk];
+    return &p->extras[p->chunk_slot0[chunk] + micro % p->chunk_slots[chunk]];
 }
 
 /* Where micro-batch m's input gradient goes on chunk c: the one boundary

@@ -92,9 +92,10 @@ typedef struct {
     MixedModel mixed; /* --precision bf16|fp16: model's units in 16 bits (mixed.h); zeroed in fp32 */
     Scratch scratch;
     Activations *slot; /* one set of saved activations per micro-batch in flight, chunk by chunk */
-    int slots;         /* all of them: chunks x slots_per_chunk */
-    int slots_per_chunk;
-    float *grad_in, *grad_out; /* (B,T,C): from stage+1, to stage-1 (NULL where there is none) */
+    int slots;         /* all of them */
+    int chunk_slots[MAX_STAGE_CHUNKS]; /* chunk c's: the most micro-batches it holds at once */
+    int chunk_slot0[MAX_STAGE_CHUNKS]; /* the index of chunk c's first slot */
+    float *grad_in, *grad_out;         /* (B,T,C): from stage+1, to stage-1 (NULL where there is none) */
     /* extension points (optional) */
     const UnitHooks *hooks;
     void (*last_backward)(void *context);

@@ -8,45 +8,137 @@
 
 #include <stdlib.h>
 
-static Activations *slot_of(Pipeline *p, int micro) {
-    return &p->slot[micro % p->slots];
-}
 static size_t boundary_floats(const Pipeline *p) {
     return (size_t)p->layout.B * p->layout.T * p->model.cfg.dmodel;
 }
-static float *stage_output(Pipeline *p, Activations *a) {
-    return gpt_layer_output(&p->model, a, p->layout.last_block);
+
+/* The chunks of layers this stage holds: 1 unless pipeline_layout_chunks gave it more. */
+static int chunks_of(const StageLayout *l) {
+    return l->chunks > 1 ? l->chunks : 1;
+}
+/* Blocks and units of chunk c (with one chunk, the stage's range). */
+static void chunk_range(const StageLayout *l, int c, int *first_block, int *last_block, int *first_unit,
+                        int *last_unit) {
+    if (chunks_of(l) == 1) {
+        *first_block = l->first_block, *last_block = l->last_block;
+        *first_unit = l->first_unit, *last_unit = l->last_unit;
+    } else {
+        *first_block = l->chunk_first_block[c], *last_block = l->chunk_last_block[c];
+        *first_unit = l->chunk_first_unit[c], *last_unit = l->chunk_last_unit[c];
+    }
 }
 
-/* This pipeline's stages hold one chunk of layers each (layer_split.h); the
- * interleaved schedules will give a stage several, each with its model range
- * and activation slots. */
-enum { CHUNKS_PER_STAGE = 1 };
+/* The slot of micro-batch `micro` on chunk `chunk`: chunk c has chunk_slots[c] of them. */
+static Activations *slot_of(Pipeline *p, int micro, int chunk) {
+    return &p->slot[p->chunk_slot0[chunk] + micro % p->chunk_slots[chunk]];
+}
+/* The chunk whose slots include slot i. */
+static int chunk_of_slot(const Pipeline *p, int i) {
+    int c = 0;
+    while (c + 1 < chunks_of(&p->layout) && p->chunk_slot0[c + 1] <= i) c++;
+    return c;
+}
+static float *stage_output(Pipeline *p, Activations *a, int chunk) {
+    int first_block, last_block, first_unit, last_unit;
+    chunk_range(&p->layout, chunk, &first_block, &last_block, &first_unit, &last_unit);
+    return gpt_layer_output(&p->model, a, last_block);
+}
 
 /* The rank of the pp group that holds the piece of the model after chunk
  * `chunk` of this stage (activations go there), or the piece before it
  * (gradients go there); -1 past the ends of the model. */
 static int next_rank(const StageLayout *l, int chunk) {
-    return layer_split_next((StageChunk){l->stage, chunk}, l->stages, CHUNKS_PER_STAGE).stage;
+    return layer_split_next((StageChunk){l->stage, chunk}, l->stages, chunks_of(l)).stage;
 }
 static int prev_rank(const StageLayout *l, int chunk) {
-    return layer_split_prev((StageChunk){l->stage, chunk}, l->stages, CHUNKS_PER_STAGE).stage;
+    return layer_split_prev((StageChunk){l->stage, chunk}, l->stages, chunks_of(l)).stage;
+}
+
+void pipeline_layout_chunks(StageLayout *l, const int *blocks, int chunks, int layers) {
+    if (chunks < 1 || chunks > MAX_STAGE_CHUNKS)
+        fatal(EXIT_USAGE, "%d chunks of layers per stage (valid: 1..%d)", chunks, MAX_STAGE_CHUNKS);
+    l->chunks = chunks;
+    int pieces = l->stages * chunks;
+    for (int c = 0; c < chunks; c++) {
+        StageChunk at = {l->stage, c};
+        layer_split_chunk_range(blocks, l->stages, at, &l->chunk_first_block[c], &l->chunk_last_block[c]);
+        layer_split_units(l->chunk_first_block[c], l->chunk_last_block[c], layer_split_piece(at, l->stages),
+                          pieces, layers, &l->chunk_first_unit[c], &l->chunk_last_unit[c]);
+    }
+    /* the stage's span, first chunk to last (not all of it is the stage's) */
+    l->first_block = l->chunk_first_block[0], l->last_block = l->chunk_last_block[chunks - 1];
+    l->first_unit = l->chunk_first_unit[0], l->last_unit = l->chunk_last_unit[chunks - 1];
+}
+
+/* A stage of several chunks: its units one chunk after another in one
+ * buffer, each unit's views bound where it lies, with the whole model's
+ * initial values of those elements (pipeline.h). fp32 only. */
+static void create_chunked_model(Pipeline *p, const ModelConfig *m, uint64_t seed) {
+    const StageLayout *l = &p->layout;
+    ParamTable table;
+    param_table_build(&table, m);
+    gpt_init(&p->model, table);
+    GPT *model = &p->model;
+    size_t total = 0;
+    for (int c = 0; c < l->chunks; c++)
+        for (int u = l->chunk_first_unit[c]; u <= l->chunk_last_unit[c]; u++)
+            total += table_unit(&model->table, u)->numel;
+    model->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, total * sizeof(float), "parameters");
+    model->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, total * sizeof(float), "gradients");
+    model->owns_storage = 1;
+    float *host = xmalloc(total * sizeof(float));
+    size_t at = 0;
+    for (int c = 0; c < l->chunks; c++)
+        for (int u = l->chunk_first_unit[c]; u <= l->chunk_last_unit[c]; u++) {
+            const ParamUnit *unit = table_unit(&model->table, u);
+            param_init_range(&model->table, seed, host + at, unit->offset, unit->numel);
+            gpt_bind_unit(model, u, model->params + at, model->grads + at);
+            at += unit->numel;
+        }
+    copy_to_device(model->params, host, total * sizeof(float));
+    free(host);
+    model->first_unit = l->first_unit;
+    model->last_unit = l->last_unit;
+    model->param_first = table_unit(&model->table, l->first_unit)->offset;
+    model->param_count = total;
+}
+
+/* The most micro-batches chunk c holds at once, from the schedule's actions on it. */
+static int chunk_live_activations(const StageSchedule *s, int chunk) {
+    StageSchedule mine = {0};
+    mine.actions = xcalloc(s->count ? s->count : 1, sizeof(Action));
+    for (int i = 0; i < s->count; i++)
+        if (s->actions[i].chunk == chunk) mine.actions[mine.count++] = s->actions[i];
+    int live = schedule_live_activations(&mine);
+    free(mine.actions);
+    return live;
 }
 
 void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *schedule, uint64_t seed) {
     *p = (Pipeline){.layout = *layout, .schedule = *schedule, .last_backward_action = -1};
     *schedule = (StageSchedule){0};
+    int extras = 0;
     for (int i = 0; i < p->schedule.count; i++) {
         const Action *a = &p->schedule.actions[i];
-        if (a->chunk < 0 || a->chunk >= CHUNKS_PER_STAGE)
+        if (a->chunk < 0 || a->chunk >= chunks_of(layout))
             fatal(EXIT_USAGE,
-                  "stage %d's schedule has an action on chunk %d, but a stage holds %d chunk of layers",
-                  layout->stage, a->chunk, CHUNKS_PER_STAGE);
-        if (a->kind == OP_BACKWARD) p->last_backward_action = i;
+                  "stage %d's schedule has an action on chunk %d, but the stage holds %d chunk(s) of layers",
+                  layout->stage, a->chunk, chunks_of(layout));
+        if (a->kind == OP_BACKWARD || a->kind == OP_BACKWARD_WEIGHT) p->last_backward_action = i;
+        if (a->kind == OP_BACKWARD_INPUT) p->split_backward = 1;
+        if (a->kind == OP_POST_ACT || a->kind == OP_POST_GRAD || a->kind == OP_BACKWARD_INPUT) extras = 1;
     }
     const StageLayout *l = &p->layout;
     const ModelConfig *m = &l->cfg->model;
-    if (l->caller_storage) {
+    int V = chunks_of(l);
+    if (V > 1) {
+        if (l->caller_storage || l->cfg->precision != PRECISION_FP32 || l->cfg->recompute)
+            fatal(EXIT_USAGE,
+                  "a stage of %d chunks runs in fp32, with its own storage and without --recompute "
+                  "only, yet",
+                  V);
+        create_chunked_model(p, m, seed);
+    } else if (l->caller_storage) {
         ParamTable table;
         param_table_build(&table, m);
         gpt_init(&p->model, table);
@@ -55,18 +147,41 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         precision_create_range(&p->model, &p->mixed, m, seed, l->cfg->precision, l->first_unit,
                                l->last_unit); /* fp32 or 16-bit */
     }
-    p->slots = schedule_live_activations(&p->schedule);
+    int live_total = 0;
+    for (int c = 0; c < V; c++) {
+        int live = V == 1 ? schedule_live_activations(&p->schedule) : chunk_live_activations(&p->schedule, c);
+        p->chunk_slots[c] = live > 0 ? live : 1;
+        p->chunk_slot0[c] = live_total;
+        live_total += p->chunk_slots[c];
+    }
+    p->slots = live_total;
     p->slot = xcalloc(p->slots, sizeof(Activations));
-    for (int i = 0; i < p->slots; i++)
-        activations_create_range(&p->slot[i], m, l->B, l->T, l->first_block, l->last_unit, l->cfg->recompute);
+    for (int i = 0; i < p->slots; i++) {
+        int first_block, last_block, first_unit, last_unit;
+        chunk_range(l, chunk_of_slot(p, i), &first_block, &last_block, &first_unit, &last_unit);
+        activations_create_range(&p->slot[i], m, l->B, l->T, first_block, last_unit, l->cfg->recompute);
+    }
     /* with --recompute the slots keep block inputs, and one block set here serves them all */
     scratch_create(&p->scratch, m, l->B, l->T, l->cfg->recompute);
+    if (extras) {
+        p->extras = xcalloc(p->slots, sizeof(SlotExtras));
+        for (int i = 0; i < p->slots; i++) {
+            int c = chunk_of_slot(p, i), first_block, last_block, first_unit, last_unit;
+            chunk_range(l, c, &first_block, &last_block, &first_unit, &last_unit);
+            if (p->split_backward)
+                kept_grads_create_range(&p->extras[i].kept, m, l->B, l->T, first_unit, last_unit);
+            if (prev_rank(l, c) >= 0)
+                p->extras[i].grad_out =
+                    mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, boundary_floats(p) * sizeof(float),
+                              "gradient posted to prev stage");
+        }
+    }
     /* the gradient messages, where there is a neighbour to exchange them with
      * (the last stage's backward starts from the loss, the first's input is tokens) */
     size_t bytes = boundary_floats(p) * sizeof(float);
-    if (next_rank(l, 0) >= 0)
+    if (next_rank(l, 0) >= 0 || next_rank(l, V - 1) >= 0)
         p->grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient from next stage");
-    if (prev_rank(l, 0) >= 0)
+    if (prev_rank(l, 0) >= 0 || prev_rank(l, V - 1) >= 0)
         p->grad_out = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient to prev stage");
 }
 
@@ -75,6 +190,13 @@ void pipeline_destroy(Pipeline *p) {
     mem_free(p->grad_in);
     mem_free(p->grad_out);
     scratch_destroy(&p->scratch);
+    for (int i = 0; p->extras && i < p->slots; i++) {
+        comm_wait_posted(p->layout.pp, p->extras[i].act_sent);
+        comm_wait_posted(p->layout.pp, p->extras[i].grad_sent);
+        if (p->split_backward) kept_grads_destroy(&p->extras[i].kept);
+        mem_free(p->extras[i].grad_out);
+    }
+    free(p->extras);
     for (int i = 0; i < p->slots; i++) activations_destroy(&p->slot[i], &p->layout.cfg->model);
     free(p->slot);
     schedule_free(&p->schedule);
@@ -82,26 +204,80 @@ void pipeline_destroy(Pipeline *p) {
 }
 
 /* Forward of one micro-batch, sequences [sequence, sequence + B) of batch
- * `batch` of a split, through this stage's units. The first stage reads the
- * tokens, the last the targets: both from (seed, batch, sequence), as every
- * chapter does, so no token ever needs to travel. */
-static void stage_forward_batch(Pipeline *p, Activations *a, Split split, int batch, int sequence) {
+ * `batch` of a split, through chunk `chunk` of this stage's units. The
+ * model's first piece reads the tokens, its last the targets: both from
+ * (seed, batch, sequence), as every chapter does, so no token ever needs to
+ * travel. */
+static void stage_forward_batch(Pipeline *p, Activations *a, int chunk, Split split, int batch,
+                                int sequence) {
     const StageLayout *l = &p->layout;
-    int first = prev_rank(l, 0) < 0, last = next_rank(l, 0) < 0; /* the model's first and last pieces */
+    int first = prev_rank(l, chunk) < 0,
+        last = next_rank(l, chunk) < 0; /* the model's first and last pieces */
+    int first_block, last_block, first_unit, last_unit;
+    chunk_range(l, chunk, &first_block, &last_block, &first_unit, &last_unit);
     if (first || last)
         data_upload_batch(l->data, split, l->cfg->seed, batch, sequence, l->B, l->T, a->tokens, a->targets);
-    gpt_forward_range(&p->model, a, &p->scratch, l->first_unit, l->last_unit, 1, p->hooks, l->B, l->T);
+    gpt_forward_range(&p->model, a, &p->scratch, first_unit, last_unit, 1, p->hooks, l->B, l->T);
     if (last) p->now.loss_sum += gpt_loss_sum(a, l->B, l->T);
 }
 
-/* Backward of micro-batch m through this stage's units, in the reverse order:
- * from grad_in, the gradient from stage+1 (the last stage starts from the
- * loss), to grad_out, the gradient of the stage's input for stage-1 (stage 0
- * ends with the embedding's backward instead). */
-static void stage_backward(Pipeline *p, int m) {
+static SlotExtras *extras_of(Pipeline *p, int micro, int chunk) {
+    return &p->extras[p->chunk_slot0[chunk] + micro % p->chunk_slots[chunk]];
+}
+
+/* Where micro-batch m's input gradient goes on chunk c: the one boundary
+ * buffer, or with posted sends its slot's own, which must first be free of
+ * the send it posted for micro-batch m - slots. NULL on the model's first
+ * piece. */
+static float *grad_out_of(Pipeline *p, int m, int c) {
+    if (prev_rank(&p->layout, c) < 0) return NULL;
+    if (!p->extras) return p->grad_out;
+    SlotExtras *x = extras_of(p, m, c);
+    comm_wait_posted(p->layout.pp, x->grad_sent);
+    x->grad_sent = NULL;
+    return x->grad_out;
+}
+
+/* Backward of micro-batch m through chunk c's units, in the reverse order:
+ * from grad_in, the gradient from the next piece (the last piece starts
+ * from the loss), to grad_out_of(m, c), the gradient of the chunk's input
+ * for the previous piece (the first piece ends with the embedding's
+ * backward instead). */
+static void stage_backward(Pipeline *p, int m, int c) {
     const StageLayout *l = &p->layout;
-    gpt_backward_range(&p->model, slot_of(p, m), &p->scratch, l->first_unit, l->last_unit, p->now.dloss,
-                       p->grad_in, prev_rank(l, 0) >= 0 ? p->grad_out : NULL, p->hooks, l->B, l->T);
+    int first_block, last_block, first_unit, last_unit;
+    chunk_range(l, c, &first_block, &last_block, &first_unit, &last_unit);
+    gpt_backward_range(&p->model, slot_of(p, m, c), &p->scratch, first_unit, last_unit, p->now.dloss,
+                       p->grad_in, grad_out_of(p, m, c), p->hooks, l->B, l->T);
+}
+
+/* B of micro-batch m (zb-h1, one chunk): the input gradient into
+ * grad_out_of(m), the linear layers' output gradients kept in the slot for
+ * W. Hooks (chapter 06's storage, ZeRO) are not run by the split backward
+ * yet. */
+static void stage_backward_input(Pipeline *p, int m) {
+    const StageLayout *l = &p->layout;
+    if (p->hooks) fatal(EXIT_USAGE, "the backward split into B and W runs without unit hooks yet");
+    gpt_backward_input_range(&p->model, slot_of(p, m, 0), &p->scratch, &extras_of(p, m, 0)->kept,
+                             l->first_unit, l->last_unit, p->now.dloss, p->grad_in, grad_out_of(p, m, 0),
+                             l->B, l->T);
+}
+
+/* W of micro-batch m: its weight gradients, from the slot and what B kept. */
+static void stage_backward_weight(Pipeline *p, int m) {
+    const StageLayout *l = &p->layout;
+    gpt_backward_weight_range(&p->model, slot_of(p, m, 0), &p->scratch, &extras_of(p, m, 0)->kept,
+                              l->first_unit, l->last_unit, l->B, l->T);
+}
+
+/* Before micro-batch m's forward writes its slot on chunk c: the send posted
+ * from it for micro-batch m - slots has left (it had arrived long before:
+ * that micro-batch's backward needed the gradient that answered it). */
+static void settle_slot(Pipeline *p, int m, int c) {
+    if (!p->extras) return;
+    SlotExtras *x = extras_of(p, m, c);
+    comm_wait_posted(p->layout.pp, x->act_sent);
+    x->act_sent = NULL;
 }
 
 /* Milliseconds since this step started, after the device finished its work. */
@@ -118,17 +294,19 @@ static void run_action(Pipeline *p, const Action *a) {
     double start = now_ms(p);
     switch (a->kind) {
     case OP_FORWARD:
-        stage_forward_batch(p, slot_of(p, a->micro), SPLIT_TRAIN, p->now.step,
+        settle_slot(p, a->micro, a->chunk);
+        stage_forward_batch(p, slot_of(p, a->micro, a->chunk), a->chunk, SPLIT_TRAIN, p->now.step,
                             p->now.first_sequence + a->micro * p->layout.B);
         break;
     case OP_BACKWARD:
-        stage_backward(p, a->micro);
+        stage_backward(p, a->micro, a->chunk);
         break;
     case OP_RECV_ACT:
-        comm_recv(pp, slot_of(p, a->micro)->encoded, n, prev, TAG_ACTIVATIONS);
+        settle_slot(p, a->micro, a->chunk);
+        comm_recv(pp, slot_of(p, a->micro, a->chunk)->encoded, n, prev, TAG_ACTIVATIONS);
         break;
     case OP_SEND_ACT:
-        comm_send(pp, stage_output(p, slot_of(p, a->micro)), n, next, TAG_ACTIVATIONS);
+        comm_send(pp, stage_output(p, slot_of(p, a->micro, a->chunk), a->chunk), n, next, TAG_ACTIVATIONS);
         break;
     case OP_RECV_GRAD:
         comm_recv(pp, p->grad_in, n, next, TAG_GRADIENTS);
@@ -137,17 +315,33 @@ static void run_action(Pipeline *p, const Action *a) {
         comm_send(pp, p->grad_out, n, prev, TAG_GRADIENTS);
         break;
     case OP_SEND_ACT_RECV_GRAD:
-        comm_sendrecv(pp, stage_output(p, slot_of(p, a->micro)), n, next, p->grad_in, n, next, TAG_EXCHANGE);
+        comm_sendrecv(pp, stage_output(p, slot_of(p, a->micro, a->chunk), a->chunk), n, next, p->grad_in, n,
+                      next, TAG_EXCHANGE);
         break;
     case OP_SEND_GRAD_RECV_ACT:
-        comm_sendrecv(pp, p->grad_out, n, prev, slot_of(p, a->micro2)->encoded, n, prev, TAG_EXCHANGE);
+        comm_sendrecv(pp, p->grad_out, n, prev, slot_of(p, a->micro2, a->chunk)->encoded, n, prev,
+                      TAG_EXCHANGE);
+        break;
+    case OP_BACKWARD_INPUT:
+        stage_backward_input(p, a->micro);
+        break;
+    case OP_BACKWARD_WEIGHT:
+        stage_backward_weight(p, a->micro);
+        break;
+    case OP_POST_ACT:
+        extras_of(p, a->micro, a->chunk)->act_sent = comm_post_send(
+            pp, stage_output(p, slot_of(p, a->micro, a->chunk), a->chunk), n, next, TAG_ACTIVATIONS);
+        break;
+    case OP_POST_GRAD:
+        extras_of(p, a->micro, a->chunk)->grad_sent =
+            comm_post_send(pp, extras_of(p, a->micro, a->chunk)->grad_out, n, prev, TAG_GRADIENTS);
         break;
     }
     double end = now_ms(p);
     StageTimes *t = &p->times;
     if (a->kind == OP_FORWARD)
         t->fwd_ms += end - start;
-    else if (a->kind == OP_BACKWARD)
+    else if (a->kind == OP_BACKWARD || a->kind == OP_BACKWARD_INPUT || a->kind == OP_BACKWARD_WEIGHT)
         t->bwd_ms += end - start;
     else
         t->comm_ms += end - start;
@@ -165,6 +359,11 @@ void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss) {
         run_action(p, &p->schedule.actions[i]);
         if (i == p->last_backward_action && p->last_backward) p->last_backward(p->last_backward_context);
     }
+    for (int i = 0; p->extras && i < p->slots; i++) { /* every posted send has left before the step ends */
+        comm_wait_posted(p->layout.pp, p->extras[i].act_sent);
+        comm_wait_posted(p->layout.pp, p->extras[i].grad_sent);
+        p->extras[i].act_sent = p->extras[i].grad_sent = NULL;
+    }
 }
 
 double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence) {
@@ -175,13 +374,15 @@ double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence) {
     double saved_loss = p->now.loss_sum;
     p->now.loss_sum = 0.0;
     for (int e = 0; e < cfg->eval_batches; e++) {
-        for (int m = 0; m < micro_batches; m++) {
-            Activations *a = slot_of(p, 0);
-            int prev = prev_rank(l, 0), next = next_rank(l, 0);
-            if (prev >= 0) comm_recv(l->pp, a->encoded, n, prev, TAG_ACTIVATIONS);
-            stage_forward_batch(p, a, SPLIT_VAL, e, first_sequence + m * l->B);
-            if (next >= 0) comm_send(l->pp, stage_output(p, a), n, next, TAG_ACTIVATIONS);
-        }
+        /* one micro-batch at a time round the pieces: blocking messages cannot deadlock */
+        for (int m = 0; m < micro_batches; m++)
+            for (int c = 0; c < chunks_of(l); c++) {
+                Activations *a = slot_of(p, 0, c);
+                int prev = prev_rank(l, c), next = next_rank(l, c);
+                if (prev >= 0) comm_recv(l->pp, a->encoded, n, prev, TAG_ACTIVATIONS);
+                stage_forward_batch(p, a, c, SPLIT_VAL, e, first_sequence + m * l->B);
+                if (next >= 0) comm_send(l->pp, stage_output(p, a, c), n, next, TAG_ACTIVATIONS);
+            }
     }
     double total = comm_allreduce_double(world, p->now.loss_sum, 0);
     p->now.loss_sum = saved_loss;

@@ -10,6 +10,15 @@
  * gradients of every micro-batch accumulate in model.grads; what to do with
  * them (all-reduce over replicas, clip, AdamW) is the caller's.
  *
+ * Past 1F1B (schedule.h). A stage may hold V chunks of layers
+ * (pipeline_layout_chunks: interleaved), each with its own activation
+ * slots, their units kept one after another in the one parameter buffer. A
+ * zero-bubble schedule splits the backward into B and W (model.h's
+ * gpt_backward_input_range and _weight_range; each slot then also keeps the
+ * output gradients W reads), and both post their sends (comm_post_send):
+ * each slot keeps its own gradient buffer for the previous stage, and a
+ * slot is reused only once what it posted has left.
+ *
  * Hooks let another chapter act around each unit (UnitHooks, model.h: a
  * ZeRO-3 gather before a unit, an offload of its gradients after it), and
  * last_backward runs right after the stage's last backward of the step (the
@@ -25,15 +34,23 @@
 #include "schedule.h"
 #include "timeline.h"
 
+/* Chunks of layers one stage may hold (interleaved schedules, layer_split.h). */
+enum { MAX_STAGE_CHUNKS = 16 };
+
 /* Where this stage sits; fixed for the run. */
 typedef struct {
     CommGroup *pp;     /* this replica's stages, in order */
     int stage, stages; /* this rank's stage (its rank in pp) and their number */
     int first_block, last_block;
     int first_unit, last_unit; /* blocks, with the embedding on stage 0 and the head on the last */
-    int B, T;                  /* a micro-batch: B sequences of T tokens */
-    int caller_storage;        /* 1: the stage's units get no parameters or gradients here; the
-                                  caller gives them storage (model.storage: chapter 06's offload) */
+    /* With V > 1 chunks per stage (pipeline_layout_chunks; 0 or 1: the one range above): chunk c
+     * is piece c x stages + stage, and these are its blocks and units */
+    int chunks;
+    int chunk_first_block[MAX_STAGE_CHUNKS], chunk_last_block[MAX_STAGE_CHUNKS];
+    int chunk_first_unit[MAX_STAGE_CHUNKS], chunk_last_unit[MAX_STAGE_CHUNKS];
+    int B, T;           /* a micro-batch: B sequences of T tokens */
+    int caller_storage; /* 1: the stage's units get no parameters or gradients here; the
+                           caller gives them storage (model.storage: chapter 06's offload) */
     const Dataset *data;
     const Config *cfg;
 } StageLayout;
@@ -52,17 +69,33 @@ typedef struct {
     double origin_ms, fwd_ms, bwd_ms, comm_ms, end_ms;
 } StageTimes;
 
+/* What a zero-bubble schedule (zb-h1: B and W, posted sends) adds to a
+ * slot of activations: the output gradients B keeps for W, and the
+ * gradient for the previous stage, which stays put until its posted send
+ * has left; NULL where the schedule has no W or posts nothing. */
+typedef struct {
+    KeptGrads kept;        /* model.h: what W reads besides the activations */
+    float *grad_out;       /* (B,T,C) this micro-batch's input gradient, posted to stage-1 */
+    CommPosted *act_sent;  /* the posted send of the slot's output, until waited for */
+    CommPosted *grad_sent; /* the posted send of grad_out */
+} SlotExtras;
+
 typedef struct {
     StageLayout layout;
     StageSchedule schedule;
-    int last_backward_action; /* index of the stage's last OP_BACKWARD */
+    int last_backward_action; /* index of the stage's last OP_BACKWARD (or W: its gradients are then complete)
+                               */
+    int split_backward;       /* the schedule runs B and W (OP_BACKWARD_INPUT, _WEIGHT) */
+    SlotExtras *extras;       /* one per slot, with split_backward or posted sends; else NULL */
     /* buffers */
     GPT model;        /* this stage's units only */
     MixedModel mixed; /* --precision bf16|fp16: model's units in 16 bits (mixed.h); zeroed in fp32 */
     Scratch scratch;
-    Activations *slot; /* one set of saved activations per micro-batch in flight */
-    int slots;
-    float *grad_in, *grad_out; /* (B,T,C): from stage+1, to stage-1 (NULL where there is none) */
+    Activations *slot; /* one set of saved activations per micro-batch in flight, chunk by chunk */
+    int slots;         /* all of them */
+    int chunk_slots[MAX_STAGE_CHUNKS]; /* chunk c's: the most micro-batches it holds at once */
+    int chunk_slot0[MAX_STAGE_CHUNKS]; /* the index of chunk c's first slot */
+    float *grad_in, *grad_out;         /* (B,T,C): from stage+1, to stage-1 (NULL where there is none) */
     /* extension points (optional) */
     const UnitHooks *hooks;
     void (*last_backward)(void *context);
@@ -70,6 +103,13 @@ typedef struct {
     StepState now;
     StageTimes times;
 } Pipeline;
+
+/* Give layout->stage V chunks: blocks[] holds one entry per piece (stages x
+ * V of them, layer_split.h), and chunk c is piece c x stages + stage. The
+ * stage's units are then stored one chunk after another in one buffer
+ * (model.params, param_count their sum), so that the optimizer, the
+ * all-reduce and the norm treat them as one range. */
+void pipeline_layout_chunks(StageLayout *layout, const int *blocks, int chunks, int layers);
 
 /* Build stage `layout->stage`: its units, optimizer-free (the caller makes
  * its AdamW over model.params; with layout->caller_storage the model is only

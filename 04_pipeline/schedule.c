@@ -91,17 +91,126 @@ static void build_1f1b_naive(StageSchedule *s, int P, int M, int stage) {
     free(paired.actions);
 }
 
-int schedule_build(const char *name, int P, int M, int stage, StageSchedule *out) {
+/* A computation with its messages, for the schedules that post their sends:
+ * receive what it needs just before it, post what it made just after. */
+static void compute_posted(StageSchedule *s, int P, int V, int stage, OpKind kind, int m, int c) {
+    StageChunk at = {stage, c};
+    int has_prev = layer_split_prev(at, P, V).stage >= 0, has_next = layer_split_next(at, P, V).stage >= 0;
+    if (kind == OP_FORWARD) {
+        if (has_prev) add_action(s, (Action){OP_RECV_ACT, m, -1, c});
+        add_action(s, (Action){OP_FORWARD, m, -1, c});
+        if (has_next) add_action(s, (Action){OP_POST_ACT, m, -1, c});
+    } else if (kind == OP_BACKWARD || kind == OP_BACKWARD_INPUT) {
+        if (has_next) add_action(s, (Action){OP_RECV_GRAD, m, -1, c});
+        add_action(s, (Action){kind, m, -1, c});
+        if (has_prev) add_action(s, (Action){OP_POST_GRAD, m, -1, c});
+    } else {
+        add_action(s, (Action){kind, m, -1, c}); /* W: no message */
+    }
+}
+
+/* ZB-H1: 1F1B's order of forwards and backwards, with each backward split
+ * into B and W. B takes the backward's place; W(k) waits until after
+ * B(k + lag), lag = the stage's index: the stages that the first backwards cross on
+ * their way to stage 0 pass the gradient on without doing the weights, and
+ * do those W's later, where 1F1B would idle. Micro-batch k stays in flight
+ * until W(k). */
+static void build_zb_h1(StageSchedule *s, int P, int M, int stage) {
+    StageSchedule plain = {0};
+    build_1f1b(&plain, P, M, stage);
+    int lag = stage, weights_done = 0;
+    for (int k = 0; k < plain.count; k++) {
+        const Action *a = &plain.actions[k];
+        if (a->kind == OP_FORWARD) compute_posted(s, P, 1, stage, OP_FORWARD, a->micro, 0);
+        if (a->kind != OP_BACKWARD) continue;
+        compute_posted(s, P, 1, stage, OP_BACKWARD_INPUT, a->micro, 0);
+        for (; weights_done <= a->micro - lag; weights_done++)
+            compute_posted(s, P, 1, stage, OP_BACKWARD_WEIGHT, weights_done, 0);
+    }
+    for (; weights_done < M; weights_done++)
+        compute_posted(s, P, 1, stage, OP_BACKWARD_WEIGHT, weights_done, 0);
+    free(plain.actions);
+}
+
+/* Megatron's interleaved 1F1B (megatron/core/pipeline_parallel/schedules.py,
+ * forward_backward_pipelining_with_interleaving), with M a multiple of P.
+ * The stage's k-th forward (of V x M) is on chunk (k / P) mod V, micro-batch
+ * (k / PV) P + k mod P: groups of P micro-batches go through chunk 0, then
+ * the same P through chunk 1, ...; the k-th backward likewise from the last
+ * chunk down. Stage s runs 2(P-1-s) + (V-1)P forwards before its first
+ * backward (all of them when M = P), then one forward and one backward, then
+ * the remaining backwards. Every computation receives what it needs just
+ * before it and posts what it made just after (see schedule.h). */
+static void interleaved_nth(int P, int V, int k, int backward, int *micro, int *chunk) {
+    int group = k / P;
+    *chunk = backward ? V - 1 - group % V : group % V;
+    *micro = (k / (P * V)) * P + k % P;
+}
+
+static void interleaved_compute(StageSchedule *s, int P, int V, int stage, int k, int backward) {
+    int m, c;
+    interleaved_nth(P, V, k, backward, &m, &c);
+    compute_posted(s, P, V, stage, backward ? OP_BACKWARD : OP_FORWARD, m, c);
+}
+
+static void build_interleaved(StageSchedule *s, int P, int V, int M, int stage) {
+    int total = V * M;
+    int warmup = M == P ? total : 2 * (P - 1 - stage) + (V - 1) * P;
+    if (warmup > total) warmup = total;
+    for (int k = 0; k < warmup; k++) interleaved_compute(s, P, V, stage, k, 0);
+    for (int i = 0; i < total - warmup; i++) {
+        interleaved_compute(s, P, V, stage, warmup + i, 0);
+        interleaved_compute(s, P, V, stage, i, 1);
+    }
+    for (int i = total - warmup; i < total; i++) interleaved_compute(s, P, V, stage, i, 1);
+}
+
+const char *schedule_refusal(const char *name, int P, int V, int M) {
+    static char why[200];
+    int known = strcmp(name, "gpipe") == 0 || strcmp(name, "1f1b") == 0 || strcmp(name, "1f1b-naive") == 0 ||
+                strcmp(name, "zb-h1") == 0;
+    if (strcmp(name, "interleaved") == 0) {
+        if (V < 2 || P < 2)
+            snprintf(why, sizeof why,
+                     "interleaved needs at least 2 stages of at least 2 chunks each (here %d stages of %d)",
+                     P, V);
+        else if (M % P != 0)
+            snprintf(why, sizeof why,
+                     "interleaved needs the micro-batches M = %d to be a multiple of the stages P = %d, as "
+                     "Megatron's interleaved schedule does",
+                     M, P);
+        else
+            return NULL;
+    } else if (!known) {
+        snprintf(why, sizeof why,
+                 "unknown schedule '%s' (valid: gpipe, 1f1b, 1f1b-naive, interleaved, zb-h1)", name);
+    } else if (V != 1) {
+        snprintf(why, sizeof why,
+                 "%s holds one chunk of layers per stage (here %d); only interleaved holds more", name, V);
+    } else {
+        return NULL;
+    }
+    return why;
+}
+
+int schedule_build_chunks(const char *name, int P, int V, int M, int stage, StageSchedule *out) {
     memset(out, 0, sizeof *out);
+    if (schedule_refusal(name, P, V, M)) return -1;
     if (strcmp(name, "gpipe") == 0)
         build_gpipe(out, P, M, stage);
     else if (strcmp(name, "1f1b") == 0)
         build_1f1b(out, P, M, stage);
     else if (strcmp(name, "1f1b-naive") == 0)
         build_1f1b_naive(out, P, M, stage);
+    else if (strcmp(name, "zb-h1") == 0)
+        build_zb_h1(out, P, M, stage);
     else
-        return -1;
+        build_interleaved(out, P, V, M, stage);
     return 0;
+}
+
+int schedule_build(const char *name, int P, int M, int stage, StageSchedule *out) {
+    return schedule_build_chunks(name, P, 1, M, stage, out);
 }
 
 void schedule_free(StageSchedule *s) {
@@ -136,6 +245,18 @@ static void format_kind_micro(const Action *a, char *buf, size_t len) {
     case OP_SEND_GRAD_RECV_ACT:
         snprintf(buf, len, "sg%d|ra%d", a->micro, a->micro2);
         break;
+    case OP_BACKWARD_INPUT:
+        snprintf(buf, len, "B%d", a->micro);
+        break;
+    case OP_BACKWARD_WEIGHT:
+        snprintf(buf, len, "W%d", a->micro);
+        break;
+    case OP_POST_ACT:
+        snprintf(buf, len, "pa%d", a->micro);
+        break;
+    case OP_POST_GRAD:
+        snprintf(buf, len, "pg%d", a->micro);
+        break;
     }
 }
 
@@ -159,25 +280,29 @@ void schedule_print(const StageSchedule *s, int stage) {
 }
 
 int schedule_live_activations(const StageSchedule *s) {
-    int live = 0, peak = 0, seen = -1; /* micro-batches arrive in order: seen = the last one */
+    enum { MAX_CHUNKS = 64 };
+    int live = 0, peak = 0, seen[MAX_CHUNKS]; /* each chunk's micro-batches arrive in order: the last one */
+    for (int c = 0; c < MAX_CHUNKS; c++) seen[c] = -1;
     for (int i = 0; i < s->count; i++) {
         const Action *a = &s->actions[i];
         int arrives = a->kind == OP_RECV_ACT || a->kind == OP_FORWARD ? a->micro
                       : a->kind == OP_SEND_GRAD_RECV_ACT              ? a->micro2
                                                                       : -1;
-        if (arrives > seen) {
-            seen = arrives;
+        if (a->chunk < 0 || a->chunk >= MAX_CHUNKS) fatal(EXIT_USAGE, "an action on chunk %d", a->chunk);
+        if (arrives > seen[a->chunk]) {
+            seen[a->chunk] = arrives;
             live++;
         }
-        if (a->kind == OP_BACKWARD) live--;
+        if (a->kind == OP_BACKWARD || a->kind == OP_BACKWARD_WEIGHT) live--;
         if (live > peak) peak = live;
     }
     return peak;
 }
 
 const char *schedule_op_name(OpKind kind) {
-    static const char *names[] = {"fwd",       "bwd",       "recv_act",           "send_act",
-                                  "recv_grad", "send_grad", "send_act_recv_grad", "send_grad_recv_act"};
+    static const char *names[] = {"fwd",       "bwd",        "recv_act",           "send_act",
+                                  "recv_grad", "send_grad",  "send_act_recv_grad", "send_grad_recv_act",
+                                  "bwd_input", "bwd_weight", "post_act",           "post_grad"};
     return names[kind];
 }
 
@@ -197,15 +322,130 @@ double bubble_measured(const double *busy_ms, int stages, double span_ms) {
     /* EXERCISE 04.1 END */
 }
 
+double schedule_bubble_formula(const char *name, int P, int V, int M, double tf, double tb, double tw) {
+    if (strcmp(name, "interleaved") == 0) return (double)(P - 1) / (V * M + P - 1);
+    if (strcmp(name, "zb-h1") == 0) {
+        double idle = (P - 1) * (tf + tb - tw); /* per stage */
+        return idle / (M * (tf + tb + tw) + idle);
+    }
+    return bubble_formula(P, M);
+}
+
+/* ---- checking a list: once each, in dependency order ---- */
+
+/* What one stage has done to one (chunk, micro-batch) so far. */
+typedef struct {
+    char has_act, has_grad;       /* its activations, the gradient of its output, received */
+    char forward, backward, b, w; /* how often: F, whole backward, B, W */
+} MicroState;
+
+static int check_fail(char *where, size_t len, int stage, const Action *a, const char *what) {
+    char buf[32];
+    format_action(a, buf, sizeof buf);
+    snprintf(where, len, "stage %d, %s: %s", stage, buf, what);
+    return 1;
+}
+
+/* 0 if stage `stage`'s list keeps the rules of schedule_simulate_lists; else
+ * 1 with the first broken rule in `where`. */
+static int check_list(const StageSchedule *s, int stage, int P, int V, int M, char *where, size_t len) {
+    MicroState *st = xcalloc((size_t)V * M, sizeof(MicroState));
+    int bad = 0;
+    for (int i = 0; i < s->count && !bad; i++) {
+        const Action *a = &s->actions[i];
+        int two = a->kind == OP_SEND_ACT_RECV_GRAD || a->kind == OP_SEND_GRAD_RECV_ACT;
+        if (a->chunk < 0 || a->chunk >= V || a->micro < 0 || a->micro >= M ||
+            (two && (a->micro2 < 0 || a->micro2 >= M))) {
+            bad = check_fail(where, len, stage, a, "chunk or micro-batch out of range");
+            break;
+        }
+        StageChunk at = {stage, a->chunk};
+        int first = layer_split_prev(at, P, V).stage < 0, last = layer_split_next(at, P, V).stage < 0;
+        MicroState *m = &st[a->chunk * M + a->micro];
+        MicroState *m2 = two ? &st[a->chunk * M + a->micro2] : NULL;
+        int done_backward = m->backward || m->b; /* the input's gradient exists */
+        switch (a->kind) {
+        case OP_FORWARD:
+            if (m->forward)
+                bad = check_fail(where, len, stage, a, "a second forward");
+            else if (!first && !m->has_act)
+                bad = check_fail(where, len, stage, a, "forward before its activations arrive");
+            m->forward++;
+            break;
+        case OP_BACKWARD:
+        case OP_BACKWARD_INPUT:
+            if (done_backward)
+                bad = check_fail(where, len, stage, a, "a second backward");
+            else if (!m->forward)
+                bad = check_fail(where, len, stage, a, "backward before its forward");
+            else if (!last && !m->has_grad)
+                bad = check_fail(where, len, stage, a, "backward before its gradient arrives");
+            if (a->kind == OP_BACKWARD)
+                m->backward++;
+            else
+                m->b++;
+            break;
+        case OP_BACKWARD_WEIGHT:
+            if (m->w || m->backward)
+                bad = check_fail(where, len, stage, a, "a second weight gradient");
+            else if (!m->b)
+                bad = check_fail(where, len, stage, a, "W before its B");
+            m->w++;
+            break;
+        case OP_RECV_ACT:
+            m->has_act = 1;
+            break;
+        case OP_RECV_GRAD:
+            m->has_grad = 1;
+            break;
+        case OP_SEND_ACT:
+        case OP_POST_ACT:
+            if (!m->forward) bad = check_fail(where, len, stage, a, "sends activations before its forward");
+            break;
+        case OP_SEND_GRAD:
+        case OP_POST_GRAD:
+            if (!done_backward)
+                bad = check_fail(where, len, stage, a, "sends a gradient before its backward");
+            break;
+        case OP_SEND_ACT_RECV_GRAD:
+            if (!m->forward) bad = check_fail(where, len, stage, a, "sends activations before its forward");
+            m2->has_grad = 1;
+            break;
+        case OP_SEND_GRAD_RECV_ACT:
+            if (!done_backward)
+                bad = check_fail(where, len, stage, a, "sends a gradient before its backward");
+            m2->has_act = 1;
+            break;
+        }
+    }
+    for (int c = 0; c < V && !bad; c++)
+        for (int k = 0; k < M && !bad; k++) {
+            const MicroState *m = &st[c * M + k];
+            int whole = m->backward == 1 && !m->b && !m->w, split = m->b == 1 && m->w == 1 && !m->backward;
+            if (m->forward != 1 || !(whole || split)) {
+                snprintf(where, len,
+                         "stage %d, chunk %d, micro-batch %d: forward %d, backward %d, B %d, W %d times "
+                         "(need F once, then B once, whole or as B and W)",
+                         stage, c, k, m->forward, m->backward, m->b, m->w);
+                bad = 1;
+            }
+        }
+    free(st);
+    return bad;
+}
+
 /* ---- simulation with blocking messages ---- */
 
 static int is_compute(OpKind k) {
-    return k == OP_FORWARD || k == OP_BACKWARD;
+    return k == OP_FORWARD || k == OP_BACKWARD || k == OP_BACKWARD_INPUT || k == OP_BACKWARD_WEIGHT;
+}
+static double compute_time(OpKind k, double tf, double tb, double tw) {
+    return k == OP_FORWARD ? tf : k == OP_BACKWARD ? tb + tw : k == OP_BACKWARD_INPUT ? tb : tw;
 }
 /* Is the partner of this message the next piece of the model (activations
  * out, gradients in), rather than the previous one? */
 static int towards_next(OpKind k) {
-    return k == OP_SEND_ACT || k == OP_RECV_GRAD || k == OP_SEND_ACT_RECV_GRAD;
+    return k == OP_SEND_ACT || k == OP_RECV_GRAD || k == OP_SEND_ACT_RECV_GRAD || k == OP_POST_ACT;
 }
 
 /* Do a (on a piece) and b (on the piece after it) complete each other? */
@@ -223,18 +463,41 @@ static int matches(const Action *a, const Action *b) {
 }
 
 void schedule_simulate(const char *name, int P, int M, double tf, double tb, ScheduleReport *r) {
-    StageSchedule *s = xcalloc(P, sizeof(StageSchedule));
-    for (int p = 0; p < P; p++)
-        if (schedule_build(name, P, M, p, &s[p]) != 0) fatal(EXIT_USAGE, "unknown schedule '%s'", name);
-    schedule_simulate_lists(s, P, 1, tf, tb, r);
-    for (int p = 0; p < P; p++) schedule_free(&s[p]);
-    free(s);
+    if (schedule_simulate_chunks(name, P, 1, M, tf, tb, 0.0, r) != 0)
+        fatal(EXIT_USAGE, "%s", schedule_refusal(name, P, 1, M));
 }
 
-void schedule_simulate_lists(const StageSchedule *s, int P, int V, double tf, double tb, ScheduleReport *r) {
+int schedule_simulate_chunks(const char *name, int P, int V, int M, double tf, double tb, double tw,
+                             ScheduleReport *r) {
+    if (schedule_refusal(name, P, V, M)) return -1;
+    StageSchedule *s = xcalloc(P, sizeof(StageSchedule));
+    for (int p = 0; p < P; p++) schedule_build_chunks(name, P, V, M, p, &s[p]);
+    schedule_simulate_lists(s, P, V, M, tf, tb, tw, r);
+    for (int p = 0; p < P; p++) schedule_free(&s[p]);
+    free(s);
+    return 0;
+}
+
+/* Posted messages: posted[(kind x pieces + receiving piece) x M + micro] is
+ * the time a message left for that piece (kind 0 activations, 1 gradients),
+ * or -1 while none waits there. */
+static double *posted_slot(double *posted, int gradient, int piece, int pieces, int M, int micro) {
+    return &posted[((size_t)gradient * pieces + piece) * M + micro];
+}
+
+void schedule_simulate_lists(const StageSchedule *s, int P, int V, int M, double tf, double tb, double tw,
+                             ScheduleReport *r) {
     memset(r, 0, sizeof *r);
+    for (int p = 0; p < P; p++)
+        if (check_list(&s[p], p, P, V, M, r->where, sizeof r->where)) {
+            r->invalid = 1;
+            return;
+        }
+    int pieces = P * V;
     int *pc = xcalloc(P, sizeof(int)), *in_flight = xcalloc(P, sizeof(int));
     double *clock = xcalloc(P, sizeof(double));
+    double *posted = xcalloc((size_t)2 * pieces * M, sizeof(double));
+    for (size_t i = 0; i < (size_t)2 * pieces * M; i++) posted[i] = -1.0;
     double busy = 0.0;
     for (;;) {
         int progress = 0, done = 1;
@@ -243,10 +506,10 @@ void schedule_simulate_lists(const StageSchedule *s, int P, int V, double tf, do
             done = 0;
             const Action *a = &s[p].actions[pc[p]];
             if (is_compute(a->kind)) {
-                double t = a->kind == OP_FORWARD ? tf : tb;
+                double t = compute_time(a->kind, tf, tb, tw);
                 clock[p] += t;
                 busy += t;
-                in_flight[p] += a->kind == OP_FORWARD ? 1 : -1;
+                in_flight[p] += a->kind == OP_FORWARD ? 1 : a->kind == OP_BACKWARD_INPUT ? 0 : -1;
                 if (p < 64 && in_flight[p] > r->max_in_flight[p]) r->max_in_flight[p] = in_flight[p];
                 pc[p]++;
                 progress = 1;
@@ -257,7 +520,26 @@ void schedule_simulate_lists(const StageSchedule *s, int P, int V, double tf, do
             StageChunk at = {p, a->chunk};
             StageChunk peer = next ? layer_split_next(at, P, V) : layer_split_prev(at, P, V);
             int q = peer.stage;
-            if (q < 0 || pc[q] == s[q].count) continue; /* no partner: stuck */
+            if (q < 0) continue;                                     /* no partner: stuck */
+            if (a->kind == OP_POST_ACT || a->kind == OP_POST_GRAD) { /* leaves now, waits for nobody */
+                *posted_slot(posted, a->kind == OP_POST_GRAD, layer_split_piece(peer, P), pieces, M,
+                             a->micro) = clock[p];
+                pc[p]++;
+                progress = 1;
+                continue;
+            }
+            if (a->kind == OP_RECV_ACT || a->kind == OP_RECV_GRAD) { /* posted already? */
+                double *left = posted_slot(posted, a->kind == OP_RECV_GRAD, layer_split_piece(at, P), pieces,
+                                           M, a->micro);
+                if (*left >= 0.0) {
+                    if (*left > clock[p]) clock[p] = *left;
+                    *left = -1.0;
+                    pc[p]++;
+                    progress = 1;
+                    continue;
+                }
+            }
+            if (pc[q] == s[q].count) continue; /* no partner: stuck */
             const Action *b = &s[q].actions[pc[q]];
             int ok = b->chunk == peer.chunk && (next ? matches(a, b) : matches(b, a));
             if (!ok) continue;
@@ -281,10 +563,19 @@ void schedule_simulate_lists(const StageSchedule *s, int P, int V, double tf, do
             break;
         }
     }
+    for (size_t i = 0; i < (size_t)2 * pieces * M && !r->deadlock; i++)
+        if (posted[i] >= 0.0) {
+            int micro = (int)(i % M), piece = (int)(i / M % pieces);
+            snprintf(r->where, sizeof r->where, "posted %s of micro-batch %d for piece %d never received",
+                     i / M / pieces ? "gradient" : "activations", micro, piece);
+            r->invalid = 1;
+            break;
+        }
     for (int p = 0; p < P; p++)
         if (clock[p] > r->makespan) r->makespan = clock[p];
     r->bubble = r->makespan > 0 ? 1.0 - busy / (P * r->makespan) : 0.0;
     free(pc);
     free(in_flight);
     free(clock);
+    free(posted);
 }

@@ -50,10 +50,11 @@
 
 /* ---- this chapter's flags ---- */
 typedef struct {
-    char schedule[16]; /* gpipe, 1f1b */
-    int pp;            /* --pp: pipeline stages, 0 = world / dp */
-    int dp;            /* --dp: data-parallel replicas of the pipeline */
-    char split[1024];  /* --split: blocks per stage, "" = balance the parameters */
+    char schedule[16];  /* gpipe, 1f1b, interleaved, zb-h1 */
+    int virtual_chunks; /* --virtual: chunks of layers per stage (interleaved) */
+    int pp;             /* --pp: pipeline stages, 0 = world / dp */
+    int dp;             /* --dp: data-parallel replicas of the pipeline */
+    char split[1024];   /* --split: blocks per stage, "" = balance the parameters */
     int print_schedule;
     int ranks; /* the world size, for the checks */
 } PipelineFlags;
@@ -63,9 +64,12 @@ static const Flag pipeline_flags[] = {
     {.type = FLAG_SECTION,
      .help = "pipeline parallel (run with mpirun -np P*D; --micro M cuts each replica's batch into M "
              "micro-batches)"},
-    {"--schedule", FLAG_CHOICE, FIELD(PipelineFlags, schedule), .choices = "gpipe|1f1b", .noun = "schedule",
-     .def = "1f1b", .usage = "--schedule gpipe|1f1b",
-     .help = "all forwards then all backwards, or one-forward-one-backward (default {default})"},
+    {"--schedule", FLAG_CHOICE, FIELD(PipelineFlags, schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
+     .noun = "schedule", .def = "1f1b", .usage = "--schedule gpipe|1f1b|interleaved|zb-h1",
+     .help = "all forwards then all backwards, one-forward-one-backward (default {default}), or zero "
+             "bubble (backward split into B and W), or interleaved (--virtual V chunks per stage)"},
+    {"--virtual", FLAG_INT, FIELD(PipelineFlags, virtual_chunks), 1, 16, .def = "1", .usage = "--virtual V",
+     .help = "chunks of layers per stage, for --schedule interleaved (default {default})"},
     {"--pp", FLAG_INT, FIELD(PipelineFlags, pp), 1, 256, .usage = "--pp P",
      .help = "pipeline stages, 1..layers (default: world size / dp)"},
     {"--dp", FLAG_INT, FIELD(PipelineFlags, dp), 1, 4096, .def = "1", .usage = "--dp D",
@@ -103,10 +107,24 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
               "--micro %d does not divide the %d sequences of each of the %d replicas (valid: --batch a "
               "multiple of dp x micro = %d)",
               M, cfg->batch / f->dp, f->dp, f->dp * M);
-    if (f->split[0]) {
+    const char *refused = schedule_refusal(f->schedule, P, f->virtual_chunks, M);
+    if (refused) fatal(EXIT_USAGE, "%s", refused);
+    if (P * f->virtual_chunks > L)
+        fatal(EXIT_USAGE,
+              "--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)", P,
+              f->virtual_chunks, L);
+    if (f->split[0]) { /* one number per piece: per stage, or with --virtual V per chunk of a stage */
         int blocks[MAX_LAYERS];
-        layer_split_parse(f->split, P, L, blocks);
+        layer_split_parse(f->split, P * f->virtual_chunks, L, blocks);
     }
+    if (strcmp(f->schedule, "interleaved") == 0 && !f->print_schedule &&
+        (cfg->precision != PRECISION_FP32 || cfg->recompute || cfg->save[0] || cfg->resume[0]))
+        fatal(EXIT_USAGE,
+              "--schedule interleaved trains in fp32, without --recompute, --save or --resume only, "
+              "yet (a stage's chunks are not one range of the table)");
+    if (strcmp(f->schedule, "zb-h1") == 0 && (cfg->precision != PRECISION_FP32 || cfg->recompute))
+        fatal(EXIT_USAGE, "--schedule zb-h1 trains in fp32 without --recompute only, yet (its backward split "
+                          "into B and W keeps no 16-bit weights and recomputes nothing)");
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
@@ -125,24 +143,38 @@ static const RunSpec spec = {
     .barrier_each_step = 1};
 
 /* --print-schedule: every stage's list of actions (rank 0). */
-static void print_schedules(const char *name, int P, int M) {
-    printf("%s schedule, %d stages, %d micro-batches (F/B forward/backward of a micro-batch; ra/sa "
-           "receive/"
-           "send activations, rg/sg gradients; x|y one exchange)\n",
-           name, P, M);
+static void print_schedules(const char *name, int P, int V, int M) {
+    if (V > 1)
+        printf("%s schedule, %d stages of %d chunks, %d micro-batches (F/B forward/backward of a "
+               "micro-batch; ra/rg receive activations/gradients, pa/pg post them; c1 on chunk 1)\n",
+               name, P, V, M);
+    else if (strcmp(name, "zb-h1") == 0)
+        printf("%s schedule, %d stages, %d micro-batches (F forward; B/W input/weight gradients; ra/rg "
+               "receive activations/gradients, pa/pg post them)\n",
+               name, P, M);
+    else
+        printf("%s schedule, %d stages, %d micro-batches (F/B forward/backward of a micro-batch; ra/sa "
+               "receive/"
+               "send activations, rg/sg gradients; x|y one exchange)\n",
+               name, P, M);
     for (int s = 0; s < P; s++) {
         StageSchedule sched;
-        schedule_build(name, P, M, s, &sched);
+        schedule_build_chunks(name, P, V, M, s, &sched);
         schedule_print(&sched, s);
         schedule_free(&sched);
     }
 }
 
-/* "stage s: blocks a..b + embedding", one line per stage. */
-static void log_stages(const int *blocks, int P) {
-    for (int s = 0, first = 0; s < P; s++) {
-        log_info("stage %d: blocks %d..%d%s%s\n", s, first, first + blocks[s] - 1,
-                 s == 0 ? " + embedding" : "", s == P - 1 ? " + head" : "");
+/* "stage s: blocks a..b + embedding", one line per stage (with V chunks
+ * per stage, one per piece: "stage s chunk c: ..."). */
+static void log_stages(const int *blocks, int P, int V) {
+    for (int s = 0, first = 0; s < P * V; s++) {
+        if (V > 1)
+            log_info("stage %d chunk %d: blocks %d..%d%s%s\n", s % P, s / P, first, first + blocks[s] - 1,
+                     s == 0 ? " + embedding" : "", s == P * V - 1 ? " + head" : "");
+        else
+            log_info("stage %d: blocks %d..%d%s%s\n", s, first, first + blocks[s] - 1,
+                     s == 0 ? " + embedding" : "", s == P - 1 ? " + head" : "");
         first += blocks[s];
     }
 }
@@ -174,18 +206,20 @@ int main(int argc, char **argv) {
     int dp_index = grid.d, stage = grid.p;
 
     /* ---- the split and the schedule ---- */
-    int blocks[MAX_LAYERS]; /* blocks per stage: --split, or balanced by parameters (layer_split.h) */
+    int V = pf.virtual_chunks; /* V > 1: blocks[] per piece, P x V of them */
+    int blocks[MAX_LAYERS];    /* blocks per piece: --split, or balanced by parameters (layer_split.h) */
     StageLayout layout = {.pp = grid.pp_group, .stage = stage, .stages = P, .cfg = &cfg};
-    layer_split_stage(&cfg.model, pf.split, P, stage, blocks, &layout.first_block, &layout.last_block,
+    layer_split_stage(&cfg.model, pf.split, P * V, stage, blocks, &layout.first_block, &layout.last_block,
                       &layout.first_unit, &layout.last_unit);
+    if (V > 1) pipeline_layout_chunks(&layout, blocks, V, cfg.model.layers); /* chunk c: piece c P + stage */
     if (pf.print_schedule) {
-        if (run.rank == 0) print_schedules(pf.schedule, P, M);
+        if (run.rank == 0) print_schedules(pf.schedule, P, V, M);
         grid_destroy(&grid);
         comm_finalize();
         return 0;
     }
     StageSchedule schedule;
-    schedule_build(pf.schedule, P, M, stage, &schedule);
+    schedule_build_chunks(pf.schedule, P, V, M, stage, &schedule);
 
     /* ---- build: device, data, output files (the harness); this stage's model, optimizer ---- */
     run_prepare(&run);
@@ -202,13 +236,16 @@ int main(int argc, char **argv) {
     ckpt_layout_range(&run.ckpt, &p.model, &opt, dp_index, pf.dp);
     if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(&p.mixed); /* the checkpoint: fp32 */
 
-    double bubble_theory = bubble_formula(P, M);
+    double bubble_theory = schedule_bubble_formula(pf.schedule, P, V, M, 1.0, 1.0, 1.0); /* zb-h1: F = B = W */
+    const char *bubble_rule = strcmp(pf.schedule, "interleaved") == 0 ? "(P-1)/(VM+P-1)"
+                              : strcmp(pf.schedule, "zb-h1") == 0     ? "(P-1)/(3M+P-1), F = B = W,"
+                                                                      : "(P-1)/(M+P-1)";
     log_info("%s | %d ranks = %d stages x %d replicas | device %s | comm %s | schedule %s | %d micro-batches "
              "of %d "
-             "sequences | %zu parameters | %s | bubble formula (P-1)/(M+P-1) = %.3f\n",
+             "sequences | %zu parameters | %s | bubble formula %s = %.3f\n",
              PROGRAM, run.ranks, P, pf.dp, device_name(), comm_transport_name(), pf.schedule, M, layout.B,
-             p.model.num_params, precision_name(cfg.precision), bubble_theory);
-    log_stages(blocks, P);
+             p.model.num_params, precision_name(cfg.precision), bubble_rule, bubble_theory);
+    log_stages(blocks, P, V);
     if (cfg.sample > 0)
         log_info("note: no text sample (--sample): chapter 04 never holds the whole model on one rank\n");
     log_resumed(&cfg, run.first_step);

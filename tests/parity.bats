@@ -40,6 +40,12 @@ load helpers
     assert_success
 }
 
+@test "linear backward's two halves (input gradient, weight gradient) on CUDA match the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" linear_backward_split
+    assert_success
+}
+
 @test "linear forward and backward with bf16 and fp16 inputs (cublasGemmEx) on CUDA match the CPU" {
     require_gpu
     run "$BUILD/tests/test_parity" linear_half

@@ -45,6 +45,40 @@ check_stages() {
     done
 }
 
+# zb-h1: the backward split into B and W, sends posted; every parameter's
+# gradient sums its micro-batches in 1F1B's order, so the losses and norms
+# are 1F1B's bit for bit, and chapter 01's within 1e-4
+@test "zb-h1 on 2, 3 and 4 stages (M = 3, 4, 8, and 2 < P) matches single-device losses and 1F1B's bit for bit" {
+    for run in "2 12 3" "3 8 4" "4 8 8" "4 8 2"; do
+        set -- $run
+        for schedule in 1f1b zb-h1; do
+            pipeline "$1" "$TRAIN04" $FLAGS --batch "$2" --micro "$3" --schedule "$schedule" \
+                --out "$BATS_TEST_TMPDIR/p$1-m$3-$schedule" >/dev/null
+        done
+        assert_matches_01 "$2" "$BATS_TEST_TMPDIR/p$1-m$3-zb-h1"
+        assert_equal "$(cut -d, -f2,4 "$BATS_TEST_TMPDIR/p$1-m$3-zb-h1/steps.csv")" \
+            "$(cut -d, -f2,4 "$BATS_TEST_TMPDIR/p$1-m$3-1f1b/steps.csv")"
+    done
+}
+
+@test "zb-h1 with two replicas (P=2, D=2) matches single-device losses" {
+    pipeline 4 "$TRAIN04" $FLAGS --batch 16 --micro 4 --dp 2 --schedule zb-h1 --out "$BATS_TEST_TMPDIR/zb" >/dev/null
+    assert_matches_01 16 "$BATS_TEST_TMPDIR/zb"
+}
+
+# interleaved: V chunks per stage, every micro-batch round the ring V times,
+# sends posted; each parameter's gradient sums its micro-batches in order
+@test "interleaved (V = 2, 3) on 2, 3 and 4 stages, and with two replicas, matches single-device losses" {
+    for run in "2 2 4 8 4 1" "3 2 6 12 6 1" "3 2 6 12 3 1" "4 2 8 8 4 1" "2 3 6 8 4 1" "2 2 4 16 4 2"; do
+        set -- $run # P V layers batch micro dp
+        ref="$BATS_TEST_TMPDIR/ref-$3-$4" out="$BATS_TEST_TMPDIR/p$1-v$2-l$3-m$5-d$6"
+        [ -d "$ref" ] || "$REPO/01_single_gpu/train" $FLAGS --layers "$3" --batch "$4" --out "$ref" >/dev/null
+        pipeline $(($1 * $6)) "$TRAIN04" $FLAGS --layers "$3" --batch "$4" --micro "$5" --dp "$6" \
+            --schedule interleaved --virtual "$2" --out "$out" >/dev/null
+        assert_losses_match "$ref" "$out" 4
+    done
+}
+
 @test "two pipeline replicas (P=2, D=2) match single-device losses" {
     for schedule in gpipe 1f1b; do
         pipeline 4 "$TRAIN04" $FLAGS --batch 16 --micro 4 --dp 2 --schedule "$schedule" \
@@ -123,6 +157,18 @@ activations_of() { awk -F, -v r="$2" '$1 == r && $2 == "device" && $3 == "activa
     assert_equal "$(activations_of "$d/1f1b" 1)" "$((1 * $(activations_of "$d/m1" 1)))"   # P - 1 stages later
 }
 
+@test "zb-h1 holds P micro-batches on every stage, each with the output gradients its W reads" {
+    d="$BATS_TEST_TMPDIR"
+    # 2 stages of 2 blocks (tiny: C 64, T 64, V 256), micro-batches of 2 sequences
+    pipeline 2 "$TRAIN04" $FLAGS --split 2,2 --batch 2 --micro 1 --out "$d/m1" >/dev/null
+    pipeline 2 "$TRAIN04" $FLAGS --split 2,2 --batch 16 --micro 8 --schedule zb-h1 --out "$d/zb" >/dev/null
+    tokens=$((2 * 64))
+    kept0=$((4 * tokens * 2 * 9 * 64))                     # 9C floats per token per block
+    kept1=$((kept0 + 4 * tokens * 256))                    # and V for the head
+    assert_equal "$(activations_of "$d/zb" 0)" "$((2 * ($(activations_of "$d/m1" 0) + kept0)))"   # P = 2
+    assert_equal "$(activations_of "$d/zb" 1)" "$((2 * ($(activations_of "$d/m1" 1) + kept1)))"   # P, not P - 1
+}
+
 @test "--print-schedule prints every stage's actions" {
     run "$TRAIN04" --layers 4 --pp 1 --micro 2 --print-schedule
     assert_success
@@ -151,7 +197,41 @@ activations_of() { awk -F, -v r="$2" '$1 == r && $2 == "device" && $3 == "activa
 @test "an unknown schedule is refused" {
     run --separate-stderr timeout 5 "$TRAIN04" $FLAGS --schedule zigzag
     assert_equal "$status" 2
-    [[ "$stderr" == *"--schedule: unknown schedule 'zigzag' (valid: gpipe, 1f1b)"* ]]
+    [[ "$stderr" == *"--schedule: unknown schedule 'zigzag' (valid: gpipe, 1f1b, interleaved, zb-h1)"* ]]
+}
+
+@test "interleaved and zb-h1 are printed, with chunks and B/W, and refuse what they cannot run yet with one line" {
+    run bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' --layers 4 --batch 8 --micro 4 \
+        --schedule interleaved --virtual 2 --print-schedule"
+    assert_success
+    assert_line "stage 1: ra0 F0 pa0 ra1 F1 pa1 ra0c1 F0c1 B0c1 pg0c1 ra1c1 F1c1 B1c1 pg1c1 ra2 F2 pa2 rg0 B0 pg0 ra3 F3 pa3 rg1 B1 pg1 ra2c1 F2c1 B2c1 pg2c1 ra3c1 F3c1 B3c1 pg3c1 rg2 B2 pg2 rg3 B3 pg3"
+    run bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' --layers 4 --batch 8 --micro 4 --schedule zb-h1 \
+        --print-schedule"
+    assert_success
+    assert_line "stage 1: ra0 F0 B0 pg0 ra1 F1 B1 pg1 W0 ra2 F2 B2 pg2 W1 ra3 F3 B3 pg3 W2 W3"
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --batch 8 --micro 4 \
+        --schedule interleaved --virtual 2 --recompute"
+    assert_failure
+    [[ "$stderr" == *"error: --schedule interleaved trains in fp32, without --recompute, --save or --resume only, yet (a stage's chunks are not one range of the table)"* ]]
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --batch 8 --micro 4 \
+        --schedule interleaved --virtual 3"
+    assert_failure
+    [[ "$stderr" == *"error: --pp 2 x --virtual 3 pieces for a model of 4 layers (every piece needs a block)"* ]]
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --batch 8 --micro 4 \
+        --schedule zb-h1 --recompute"
+    assert_failure
+    [[ "$stderr" == *"error: --schedule zb-h1 trains in fp32 without --recompute only, yet"* ]]
+}
+
+@test "interleaved refuses micro-batches that are not a multiple of the stages, and --virtual with another schedule" {
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 3 '$TRAIN04' $FLAGS --batch 12 --micro 4 \
+        --schedule interleaved --virtual 2 --print-schedule"
+    assert_failure
+    [[ "$stderr" == *"interleaved needs the micro-batches M = 4 to be a multiple of the stages P = 3, as Megatron's interleaved schedule does"* ]]
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --batch 8 --micro 4 \
+        --virtual 2"
+    assert_failure
+    [[ "$stderr" == *"1f1b holds one chunk of layers per stage (here 2); only interleaved holds more"* ]]
 }
 
 @test "the measured bubble is within 25% of (P-1)/(M+P-1) on balanced stages (P=2, M=2, one thread per rank)" {

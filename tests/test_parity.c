@@ -270,6 +270,27 @@ static void test_linear_backward(const Shape *s, Check *check) {
     compare_added(check, "dweight (no bias)", dweight0, dweight_nb, g_dweight_nb, OCC);
 }
 
+/* The two halves of linear_backward (zero-bubble's B and W), each against the CPU's. */
+static void test_linear_backward_split(const Shape *s, Check *check) {
+    int N = s->B * s->T, C = s->C, OC = s->OC;
+    size_t NC = (size_t)N * C, NOC = (size_t)N * OC, OCC = (size_t)OC * C;
+    float *inp = random_floats(NC, -1, 1), *weight = random_floats(OCC, -1, 1),
+          *dout = random_floats(NOC, -1, 1);
+    float *g_inp = gpu_copy(inp, NC), *g_weight = gpu_copy(weight, OCC), *g_dout = gpu_copy(dout, NOC);
+    float *dinp0 = random_grads(NC), *dweight0 = random_grads(OCC), *dbias0 = random_grads(OC);
+    float *dinp = host_clone(dinp0, NC), *dweight = host_clone(dweight0, OCC),
+          *dbias = host_clone(dbias0, OC);
+    float *g_dinp = gpu_copy(dinp0, NC), *g_dweight = gpu_copy(dweight0, OCC),
+          *g_dbias = gpu_copy(dbias0, OC);
+    kernels_cpu.linear_backward_input(dinp, dout, weight, N, C, OC);
+    kernels_cuda.linear_backward_input(g_dinp, g_dout, g_weight, N, C, OC);
+    kernels_cpu.linear_backward_weight(dweight, dbias, dout, inp, N, C, OC);
+    kernels_cuda.linear_backward_weight(g_dweight, g_dbias, g_dout, g_inp, N, C, OC);
+    compare_added(check, "dinp (input half)", dinp0, dinp, g_dinp, NC);
+    compare_added(check, "dweight (weight half)", dweight0, dweight, g_dweight, OCC);
+    compare_added(check, "dbias (weight half)", dbias0, dbias, g_dbias, OC);
+}
+
 /* Attention runs on the two shapes above and on shapes aimed at the tiles of
  * the fused kernels (64 queries x 64 keys, head size padded to 16/32/64/128,
  * and a row path above 128): one token; T exactly a tile, and one past it;
@@ -598,6 +619,7 @@ static const ParityTest parity_tests[] = {
     {"layernorm_backward", test_layernorm_backward, TOLERANCE},
     {"linear_forward", test_linear_forward, TOLERANCE},
     {"linear_backward", test_linear_backward, TOLERANCE},
+    {"linear_backward_split", test_linear_backward_split, TOLERANCE},
     {"linear_half", test_linear_half, TOLERANCE},
     {"attention_forward", test_attention_forward, TOLERANCE},
     {"attention_backward", test_attention_backward, TOLERANCE},

@@ -5,6 +5,9 @@
  *   test_schedule --simulate NAME P M print the simulation (deadlock, bubble, in-flight)
  *   test_schedule --arithmetic        check bubble_formula and bubble_measured (exercise 04.1)
  *   test_schedule --chunks P V M      print and simulate the sequential schedule over V chunks per stage
+ *   test_schedule --print-chunks NAME P V M             print any schedule with V chunks per stage
+ *   test_schedule --simulate-times NAME P V M TF TB TW  simulate with forward TF, B TB, W TW
+ *   test_schedule --broken P M        show the broken interleaved and zb-h1 lists rejected
  *
  * The checks, for gpipe and 1f1b: (1) simulated with BLOCKING messages the
  * stages never deadlock; (2) every stage runs the forward and the backward of
@@ -15,17 +18,27 @@
  * 1f1b-naive order, with separate blocking messages, must deadlock whenever
  * a steady state exists (P >= 2 and M >= P): the simulator can fail.
  *
- * Chunks (stages holding V chunks of layers, the field Action.chunk): no
- * schedule of schedule.c has them yet, so this file builds two orders by
- * hand. "sequential" runs one micro-batch at a time through all P x V pieces
- * (round the stages V times) and back: it must not deadlock, must take
+ * Chunks (stages holding V chunks of layers, the field Action.chunk): besides
+ * schedule.c's interleaved (below), this file builds two orders by hand. "sequential" runs one micro-batch at
+ * a time through all P x V pieces (round the stages V times) and back: it must not deadlock, must take
  * exactly M P V (tf + tb) and hold V micro-batch chunks on each stage. The
  * same list with one receive labelled with the wrong chunk must deadlock
  * (the simulator matches chunks, not only micro-batches), and so must
  * "breadth-first", every micro-batch through chunk 0 before chunk 1 with
  * blocking messages, once V >= 2 and M >= P >= 2: micro-batch 0 comes round
  * the ring to stage 0's next chunk while stage 0 still sends chunk 0's later
- * micro-batches, and every stage waits in a send. */
+ * micro-batches, and every stage waits in a send.
+ *
+ * Past 1F1B: interleaved (V = 2, 3; M a multiple of P, else refused) and
+ * zb-h1 (B and W) must not deadlock, must pass the simulator's check (every
+ * F, B and W once per chunk, in dependency order), hold the expected
+ * micro-batches in flight (interleaved: its warm-up + 1 chunk-micro-batches,
+ * 2(P-1-s) + (V-1)P + 1; zb-h1: P on every stage) and meet their bubble
+ * formulas exactly (schedule_bubble_formula; zb-h1 for M >= P and tw <= tb,
+ * and below 1F1B's for M < P). Four deliberately broken lists (--broken)
+ * must be rejected: zb-h1 missing a W, zb-h1 with a W before its B,
+ * interleaved with blocking sends (deadlock round the ring), interleaved
+ * with the backwards on the wrong chunks. */
 #include "../04_pipeline/schedule.h"
 
 #include <math.h>
@@ -144,7 +157,7 @@ static void check_chunks(int P, int V, int M) {
     char what[256];
     ScheduleReport r;
     build_sequential_chunks(st, P, V, M);
-    schedule_simulate_lists(st, P, V, 1.0, 2.0, &r);
+    schedule_simulate_lists(st, P, V, M, 1.0, 2.0, 0.0, &r);
     if (r.deadlock) {
         snprintf(what, sizeof what, "sequential over %d chunks deadlocks: %s", V, r.where);
         fail("chunks", P, M, what);
@@ -167,15 +180,15 @@ static void check_chunks(int P, int V, int M) {
                 last_stage->actions[i].chunk = (last_stage->actions[i].chunk + 1) % (V + 1);
                 break;
             }
-        schedule_simulate_lists(st, P, V, 1.0, 2.0, &r);
-        if (!r.deadlock) {
+        schedule_simulate_lists(st, P, V, M, 1.0, 2.0, 0.0, &r);
+        if (!r.deadlock && !r.invalid) {
             snprintf(what, sizeof what, "%d chunks, a receive on the wrong chunk: expected a deadlock", V);
             fail("chunks", P, M, what);
         }
     }
     free_stages(st, P);
     build_breadth_first_chunks(st, P, V, M);
-    schedule_simulate_lists(st, P, V, 1.0, 2.0, &r);
+    schedule_simulate_lists(st, P, V, M, 1.0, 2.0, 0.0, &r);
     int ring_fills =
         V >= 2 && P >= 2 && M >= P; /* the last stage sends micro 0 round before stage 0 is done */
     if (r.deadlock != ring_fills) {
@@ -184,6 +197,114 @@ static void check_chunks(int P, int V, int M) {
         fail("chunks", P, M, what);
     }
     free_stages(st, P);
+}
+
+/* ---- past 1F1B: interleaved (V chunks per stage) and zb-h1 (B and W) ---- */
+
+/* Build all P stages of a schedule; 0, or -1 where it is refused. */
+static int build_all(StageSchedule *st, const char *name, int P, int V, int M) {
+    for (int s = 0; s < P; s++)
+        if (schedule_build_chunks(name, P, V, M, s, &st[s]) != 0) return -1;
+    return 0;
+}
+
+/* The most (micro-batch, chunk) pairs each stage should hold: interleaved's
+ * warm-up forwards and the one after them (all V M when M = P); zb-h1 min(P, M). */
+static int expected_in_flight(const char *name, int P, int V, int M, int s) {
+    if (strcmp(name, "zb-h1") == 0) return P < M ? P : M;
+    int warm = M == P ? V * M : 2 * (P - 1 - s) + (V - 1) * P + 1;
+    return warm < V * M ? warm : V * M;
+}
+
+static void check_past_1f1b(const char *name, int P, int V, int M, double tf, double tb, double tw) {
+    char what[320];
+    ScheduleReport r;
+    if (schedule_simulate_chunks(name, P, V, M, tf, tb, tw, &r) != 0) {
+        snprintf(what, sizeof what, "refused: %s", schedule_refusal(name, P, V, M));
+        fail(name, P, M, what);
+        return;
+    }
+    if (r.deadlock || r.invalid) {
+        snprintf(what, sizeof what, "V=%d: %s: %s", V, r.deadlock ? "deadlock" : "invalid", r.where);
+        fail(name, P, M, what);
+        return;
+    }
+    for (int s = 0; s < P; s++)
+        if (r.max_in_flight[s] != expected_in_flight(name, P, V, M, s)) {
+            snprintf(what, sizeof what, "V=%d: stage %d holds %d in flight, expected %d", V, s,
+                     r.max_in_flight[s], expected_in_flight(name, P, V, M, s));
+            fail(name, P, M, what);
+        }
+    double theory = schedule_bubble_formula(name, P, V, M, tf, tb, tw);
+    if (strcmp(name, "zb-h1") == 0 && M < P) { /* too few W's to fill the bubble: no worse than 1F1B */
+        if (r.bubble > bubble_formula(P, M) + 1e-9) {
+            snprintf(what, sizeof what, "M < P: bubble %.6f, above 1F1B's %.6f", r.bubble,
+                     bubble_formula(P, M));
+            fail(name, P, M, what);
+        }
+    } else if (fabs(r.bubble - theory) > 1e-9) {
+        snprintf(what, sizeof what, "V=%d tf %g tb %g tw %g: bubble %.6f, formula %.6f", V, tf, tb, tw,
+                 r.bubble, theory);
+        fail(name, P, M, what);
+    }
+}
+
+/* Deliberately broken lists, each of which the simulator must reject. */
+static int expect_rejected(const char *what, StageSchedule *st, int P, int V, int M, int verbose) {
+    ScheduleReport r;
+    schedule_simulate_lists(st, P, V, M, 1.0, 1.0, 1.0, &r);
+    if (verbose)
+        printf("%s: %s%s\n", what, r.deadlock ? "DEADLOCK: " : r.invalid ? "INVALID: " : "accepted", r.where);
+    free_stages(st, P);
+    if (!r.deadlock && !r.invalid) {
+        fail("broken", P, M, what);
+        return 0;
+    }
+    return 1;
+}
+
+static void check_broken(int P, int M, int verbose) {
+    StageSchedule st[8];
+    /* zb-h1 without the last stage's W of micro-batch 0 */
+    build_all(st, "zb-h1", P, 1, M);
+    for (int i = 0; i < st[P - 1].count; i++)
+        if (st[P - 1].actions[i].kind == OP_BACKWARD_WEIGHT && st[P - 1].actions[i].micro == 0) {
+            memmove(&st[P - 1].actions[i], &st[P - 1].actions[i + 1],
+                    (st[P - 1].count - i - 1) * sizeof(Action));
+            st[P - 1].count--;
+            break;
+        }
+    expect_rejected("zb-h1 with a W missing", st, P, 1, M, verbose);
+    /* zb-h1 with stage 0's first W before its B */
+    build_all(st, "zb-h1", P, 1, M);
+    for (int i = 0; i < st[0].count; i++)
+        if (st[0].actions[i].kind == OP_BACKWARD_INPUT) {
+            int j = i + 1;
+            while (st[0].actions[j].kind != OP_BACKWARD_WEIGHT) j++;
+            Action w = st[0].actions[j];
+            memmove(&st[0].actions[i + 1], &st[0].actions[i], (j - i) * sizeof(Action));
+            st[0].actions[i] = w;
+            break;
+        }
+    expect_rejected("zb-h1 with a W before its B", st, P, 1, M, verbose);
+    /* interleaved with blocking sends instead of posted ones: round the ring, every stage waits in a send */
+    build_all(st, "interleaved", P, 2, M);
+    for (int s = 0; s < P; s++)
+        for (int i = 0; i < st[s].count; i++) {
+            Action *a = &st[s].actions[i];
+            if (a->kind == OP_POST_ACT) a->kind = OP_SEND_ACT;
+            if (a->kind == OP_POST_GRAD) a->kind = OP_SEND_GRAD;
+        }
+    expect_rejected("interleaved with blocking sends", st, P, 2, M, verbose);
+    /* interleaved with every stage's backwards in the forward's chunk order (chunk 0 first) */
+    build_all(st, "interleaved", P, 2, M);
+    for (int s = 0; s < P; s++)
+        for (int i = 0; i < st[s].count; i++) {
+            Action *a = &st[s].actions[i];
+            if (a->kind == OP_BACKWARD || a->kind == OP_RECV_GRAD || a->kind == OP_POST_GRAD)
+                a->chunk = 1 - a->chunk;
+        }
+    expect_rejected("interleaved with the backwards' chunks swapped", st, P, 2, M, verbose);
 }
 
 /* Exercise 04.1: the formula against the simulated GPipe bubble (computed by
@@ -240,7 +361,7 @@ int main(int argc, char **argv) {
             printf("%s over %d chunks per stage:\n", orders[o], V);
             for (int s = 0; s < P; s++) schedule_print(&st[s], s);
             ScheduleReport r;
-            schedule_simulate_lists(st, P, V, 1.0, 2.0, &r);
+            schedule_simulate_lists(st, P, V, M, 1.0, 2.0, 0.0, &r);
             if (r.deadlock)
                 printf("%s P=%d V=%d M=%d: DEADLOCK (%s)\n", orders[o], P, V, M, r.where);
             else
@@ -279,9 +400,63 @@ int main(int argc, char **argv) {
                    name, P, M, r.makespan, r.bubble, (double)(P - 1) / (M + P - 1), r.max_in_flight[0]);
         return r.deadlock;
     }
+    if (argc == 6 && strcmp(argv[1], "--print-chunks") == 0) {
+        const char *name = argv[2];
+        int P = atoi(argv[3]), V = atoi(argv[4]), M = atoi(argv[5]);
+        if (P < 1 || P > 8 || V < 1 || M < 1) {
+            fprintf(stderr, "error: need 1 <= P <= 8, V >= 1 and M >= 1\n");
+            return 2;
+        }
+        const char *why = schedule_refusal(name, P, V, M);
+        if (why) {
+            fprintf(stderr, "error: %s\n", why);
+            return 2;
+        }
+        StageSchedule st[8];
+        build_all(st, name, P, V, M);
+        for (int s = 0; s < P; s++) schedule_print(&st[s], s);
+        free_stages(st, P);
+        return 0;
+    }
+    if (argc == 9 && strcmp(argv[1], "--simulate-times") == 0) {
+        const char *name = argv[2];
+        int P = atoi(argv[3]), V = atoi(argv[4]), M = atoi(argv[5]);
+        double tf = atof(argv[6]), tb = atof(argv[7]), tw = atof(argv[8]);
+        if (P < 1 || P > 64 || V < 1 || M < 1) {
+            fprintf(stderr, "error: need 1 <= P <= 64, V >= 1 and M >= 1\n");
+            return 2;
+        }
+        ScheduleReport r;
+        if (schedule_simulate_chunks(name, P, V, M, tf, tb, tw, &r) != 0) {
+            fprintf(stderr, "error: %s\n", schedule_refusal(name, P, V, M));
+            return 2;
+        }
+        if (r.deadlock || r.invalid) {
+            printf("%s P=%d V=%d M=%d: %s (%s)\n", name, P, V, M, r.deadlock ? "DEADLOCK" : "INVALID",
+                   r.where);
+            return 1;
+        }
+        printf("%s P=%d V=%d M=%d tf=%g tb=%g tw=%g: makespan %g, bubble %.4f (formula %.4f), in flight per "
+               "stage:",
+               name, P, V, M, tf, tb, tw, r.makespan, r.bubble,
+               schedule_bubble_formula(name, P, V, M, tf, tb, tw));
+        for (int s = 0; s < P && s < 64; s++) printf(" %d", r.max_in_flight[s]);
+        printf("\n");
+        return 0;
+    }
+    if (argc == 4 && strcmp(argv[1], "--broken") == 0) {
+        int P = atoi(argv[2]), M = atoi(argv[3]);
+        if (P < 2 || P > 8 || M < P || M % P) {
+            fprintf(stderr, "error: need 2 <= P <= 8 and M a multiple of P\n");
+            return 2;
+        }
+        check_broken(P, M, 1);
+        return failures ? 1 : 0;
+    }
     if (argc != 1) {
         fprintf(stderr, "usage: test_schedule [--arithmetic | --print NAME P M | --simulate NAME P M | "
-                        "--chunks P V M]\n");
+                        "--chunks P V M | --print-chunks NAME P V M | --simulate-times NAME P V M TF TB TW | "
+                        "--broken P M]\n");
         return 2;
     }
     for (int P = 1; P <= 6; P++) {
@@ -297,7 +472,23 @@ int main(int argc, char **argv) {
                 check_chunks(P, V, M);
         }
     }
-    printf("%s: %d failures (gpipe, 1f1b for P = 1..6, M = 1..10; chunks V = 1..3 for P >= 2, M = 1..7)\n",
+    double times[][3] = {{1, 1, 1}, {1, 2, 1}, {2, 1, 1}, {1, 1, 0.5}}; /* tf, tb, tw with tw <= tb */
+    for (int P = 1; P <= 6; P++)
+        for (int M = 1; M <= 12; M++)
+            for (int t = 0; t < 4; t++)
+                check_past_1f1b("zb-h1", P, 1, M, times[t][0], times[t][1], times[t][2]);
+    for (int P = 2; P <= 6; P++)
+        for (int V = 2; V <= 3; V++)
+            for (int M = 1; M <= 12; M++) {
+                if (M % P == 0) {
+                    check_past_1f1b("interleaved", P, V, M, 1.0, 2.0, 0.0);
+                    if (P <= 8) check_broken(P, M, 0);
+                } else if (!schedule_refusal("interleaved", P, V, M)) {
+                    fail("interleaved", P, M, "M not a multiple of P, yet not refused");
+                }
+            }
+    printf("%s: %d failures (gpipe, 1f1b for P = 1..6, M = 1..10; chunks V = 1..3 for P >= 2, M = 1..7; "
+           "zb-h1 P = 1..6, M = 1..12; interleaved P = 2..6, V = 2..3, M = 1..12)\n",
            failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;
 }

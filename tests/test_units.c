@@ -32,7 +32,15 @@
  *            chunk V-1 of the last stage, and layer_split_next/prev walking
  *            the pieces in order, to {-1, -1} past the ends
  *
- * Usage: test_units table|views|padding|shards|ranges|norm|split. Prints a line per
+ *   bw       the backward split into B and W (gpt_backward_input_range,
+ *            gpt_backward_weight_range), as a zero-bubble stage runs it:
+ *            three micro-batches' forwards, then B0 B1 W0 B2 W1 W2, over the
+ *            whole model and over a stage of blocks fed a gradient, give
+ *            every parameter's gradient and the input gradients of the
+ *            ordinary backward (F0 B0 F1 B1 F2 B2) bit for bit; with a W
+ *            left out they do not; kept_grads_bytes is what is allocated
+ *
+ * Usage: test_units table|views|padding|shards|ranges|norm|split|bw. Prints a line per
  * check and "PASS" or "FAIL: N failures"; exit 0 when every check passes. */
 #include "config.h"
 #include "device.h"
@@ -400,6 +408,153 @@ static void test_ranges(void) {
     gpt_destroy(&second);
 }
 
+/* ---- bw: the backward as B then W ---- */
+
+/* One model range's gradients and input gradients, computed for three
+ * micro-batches the ordinary way or split (B0 B1 W0 B2 W1 W2), W's optionally
+ * skipping micro-batch `skip_w`. first..last: the model's units; a range
+ * starting at a block is fed doutput and gives dinput. */
+typedef struct {
+    float *grads;  /* host copy of the range's gradients */
+    float *dinput; /* host, (3, B, T, C): the input gradient per micro-batch (ranges from a block) */
+} BwResult;
+
+enum { BW_MICRO = 3 };
+
+/* One range of the model with three micro-batches' activations and kept gradients. */
+typedef struct {
+    const ModelConfig *cfg;
+    int first, last, B, T;
+    size_t NC;
+    float dloss;
+    GPT m;
+    Activations a[BW_MICRO];
+    KeptGrads kept[BW_MICRO];
+    Scratch s;
+    float *doutput, *dinput;
+    BwResult r;
+} BwRun;
+
+/* A made-up value in [-1, 1] from (seed, i). */
+static float made_up(uint64_t i) {
+    return (float)((int)(hash64(seed + i) % 2001) - 1000) / 1000.0f;
+}
+
+/* The gradient of the range's output when the head is not in it, for micro-batch k. */
+static const float *bw_doutput(BwRun *w, int k) {
+    if (w->last == w->cfg->layers) return NULL;
+    for (size_t i = 0; i < w->NC; i++) w->doutput[i] = made_up(99 + k * w->NC + i) * 1e-3f;
+    return w->doutput;
+}
+
+static float *bw_dinput(BwRun *w) {
+    return w->first > LAYER_EMBEDDING ? w->dinput : NULL;
+}
+
+static void bw_keep_dinput(BwRun *w, int k) {
+    if (w->first > LAYER_EMBEDDING) memcpy(w->r.dinput + k * w->NC, w->dinput, w->NC * sizeof(float));
+}
+
+static void bw_input(BwRun *w, int k) {
+    gpt_backward_input_range(&w->m, &w->a[k], &w->s, &w->kept[k], w->first, w->last, w->dloss,
+                             bw_doutput(w, k), bw_dinput(w), w->B, w->T);
+    bw_keep_dinput(w, k);
+}
+
+static void bw_weight(BwRun *w, int k) {
+    gpt_backward_weight_range(&w->m, &w->a[k], &w->s, &w->kept[k], w->first, w->last, w->B, w->T);
+}
+
+/* The range's gradients and input gradients for three micro-batches: the
+ * ordinary way (F0 B0 F1 B1 F2 B2, whole backwards), or split (F0 F1 F2, then
+ * B0 B1 W0 B2 W1 W2), leaving out the W of micro-batch skip_w (-1: none). */
+static BwResult run_bw(const ModelConfig *cfg, int first, int last, int split, int skip_w) {
+    BwRun w = {.cfg = cfg, .first = first, .last = last, .B = 2, .T = cfg->seq};
+    int N = w.B * w.T;
+    w.NC = (size_t)N * cfg->dmodel;
+    w.dloss = 1.0f / (BW_MICRO * N);
+    gpt_create_range(&w.m, cfg, seed, first, last);
+    scratch_create(&w.s, cfg, w.B, w.T, 0);
+    w.doutput = xmalloc(w.NC * sizeof(float));
+    w.dinput = xmalloc(w.NC * sizeof(float));
+    w.r = (BwResult){xmalloc(w.m.param_count * sizeof(float)), xcalloc(BW_MICRO * w.NC, sizeof(float))};
+    for (int k = 0; k < BW_MICRO; k++) {
+        activations_create_range(&w.a[k], cfg, w.B, w.T, first, last, 0);
+        kept_grads_create_range(&w.kept[k], cfg, w.B, w.T, first, last);
+        for (int i = 0; i < N; i++) {
+            w.a[k].tokens[i] = (int)(hash64(seed + 7 * k + 2 * i) % 256);
+            w.a[k].targets[i] = (int)(hash64(seed + 7 * k + 2 * i + 1) % 256);
+        }
+        if (first > LAYER_EMBEDDING) /* what the previous stage would have sent */
+            for (size_t i = 0; i < w.NC; i++) w.a[k].encoded[i] = made_up(k * w.NC + i);
+    }
+    ops()->fill_zero(w.m.grads, w.m.param_count);
+    if (!split) {
+        for (int k = 0; k < BW_MICRO; k++) {
+            gpt_forward_range(&w.m, &w.a[k], &w.s, first, last, 1, NULL, w.B, w.T);
+            gpt_backward_range(&w.m, &w.a[k], &w.s, first, last, w.dloss, bw_doutput(&w, k), bw_dinput(&w),
+                               NULL, w.B, w.T);
+            bw_keep_dinput(&w, k);
+        }
+    } else {
+        for (int k = 0; k < BW_MICRO; k++)
+            gpt_forward_range(&w.m, &w.a[k], &w.s, first, last, 1, NULL, w.B, w.T);
+        /* B0 B1 W0 B2 W1 W2, as a zb-h1 stage interleaves them: {1 for W, micro-batch} */
+        int order[6][2] = {{0, 0}, {0, 1}, {1, 0}, {0, 2}, {1, 1}, {1, 2}};
+        for (int i = 0; i < 6; i++) {
+            if (!order[i][0])
+                bw_input(&w, order[i][1]);
+            else if (order[i][1] != skip_w)
+                bw_weight(&w, order[i][1]);
+        }
+    }
+    copy_to_host(w.r.grads, w.m.grads, w.m.param_count * sizeof(float));
+    for (int k = 0; k < BW_MICRO; k++) {
+        activations_destroy(&w.a[k], cfg);
+        kept_grads_destroy(&w.kept[k]);
+    }
+    free(w.doutput);
+    free(w.dinput);
+    scratch_destroy(&w.s);
+    gpt_destroy(&w.m);
+    return w.r;
+}
+
+static void test_bw(void) {
+    for (int which = 0; which < 2; which++) {
+        ModelConfig cfg = shape(which);
+        int L = cfg.layers;
+        int ranges[][2] = {{LAYER_EMBEDDING, L}, {1, L - 1}, {LAYER_EMBEDDING, 0}, {1, L}};
+        for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+            int first = ranges[i][0], last = ranges[i][1];
+            GPT probe;
+            gpt_create_range(&probe, &cfg, seed, first, last);
+            size_t count = probe.param_count, inputs = (size_t)BW_MICRO * 2 * cfg.seq * cfg.dmodel;
+            gpt_destroy(&probe);
+            BwResult plain = run_bw(&cfg, first, last, 0, -1), split = run_bw(&cfg, first, last, 1, -1);
+            BwResult lost = run_bw(&cfg, first, last, 1, 1);
+            check(memcmp(plain.grads, split.grads, count * sizeof(float)) == 0 &&
+                      memcmp(plain.dinput, split.dinput, inputs * sizeof(float)) == 0,
+                  "layers %d, units %d..%d: B0 B1 W0 B2 W1 W2 gives the ordinary backward's gradients%s bit "
+                  "for "
+                  "bit",
+                  L, first, last, first > LAYER_EMBEDDING ? " and input gradients" : "");
+            check(memcmp(plain.grads, lost.grads, count * sizeof(float)) != 0,
+                  "layers %d, units %d..%d: without W1 the gradients differ", L, first, last);
+            free(plain.grads);
+            free(plain.dinput);
+            free(split.grads);
+            free(split.dinput);
+            free(lost.grads);
+            free(lost.dinput);
+        }
+        size_t C = cfg.dmodel, BT = 2 * (size_t)cfg.seq;
+        check(kept_grads_bytes(&cfg, 2, cfg.seq, LAYER_EMBEDDING, L) ==
+                  (L * 9 * C + cfg.vocab) * BT * sizeof(float),
+              "layers %d: B keeps 9C floats per token per block and V for the head", L);
+    }
+}
+
 /* ---- norm ---- */
 
 /* The squared norm of the whole gradient, computed independently: one plain
@@ -614,8 +769,10 @@ int main(int argc, char **argv) {
         for_each_shape(test_norm);
     } else if (strcmp(what, "split") == 0) {
         test_split();
+    } else if (strcmp(what, "bw") == 0) {
+        test_bw();
     } else {
-        fatal(EXIT_USAGE, "usage: test_units table|views|padding|shards|ranges|norm|split");
+        fatal(EXIT_USAGE, "usage: test_units table|views|padding|shards|ranges|norm|split|bw");
     }
     if (failures)
         printf("FAIL: %d failures\n", failures);

@@ -53,3 +53,11 @@ load helpers
     assert_output --partial "splits of 1 to 12 layers into S stages of V chunks"
     assert_output --partial "PASS"
 }
+
+@test "the backward split into B and W (B0 B1 W0 B2 W1 W2) gives the ordinary backward's gradients bit for bit" {
+    run "$BUILD/tests/test_units" bw
+    assert_success
+    assert_output --partial "layers 3, units 1..2: B0 B1 W0 B2 W1 W2 gives the ordinary backward's gradients and input gradients bit for bit"
+    assert_output --partial "layers 3, units -1..3: without W1 the gradients differ"
+    assert_output --partial "PASS"
+}

@@ -43,8 +43,8 @@ struct CommGroup {
     DeviceEvent *done;         /* recorded on the communication stream after a call's work */
     void *staging;             /* host copy of device buffers (staged transport): pinned, host/comm */
     size_t staging_bytes;
-    WatchGroup *watch;         /* its entries in the flight recorder (watchdog.h) */
-    int nap_us; /* > 0: an MPI collective waits by testing, sleeping this long between tests */
+    WatchGroup *watch; /* its entries in the flight recorder (watchdog.h) */
+    int nap_us;        /* > 0: an MPI collective waits by testing, sleeping this long between tests */
 #ifdef USE_NCCL
     ncclComm_t nccl;
 #endif
@@ -820,6 +820,36 @@ void comm_sendrecv_typed(CommGroup *g, const void *send, size_t send_count, int 
     if (entry == SKIP) return;
     sendrecv_run(g, send, send_count, dest, recv, recv_count, source, dtype, tag);
     op_end(entry);
+}
+
+struct CommPosted {
+    MPI_Request request;
+};
+
+CommPosted *comm_post_send(CommGroup *g, const float *buf, size_t count, int dest, int tag) {
+    if (transport != COMM_MPI)
+        fatal(EXIT_USAGE,
+              "a posted send (a zero-bubble or interleaved pipeline schedule) runs on the mpi "
+              "transport only yet (CPU ranks); this run uses %s",
+              comm_transport_name());
+    CommPosted *posted = xcalloc(1, sizeof *posted);
+    posted->request = MPI_REQUEST_NULL;
+    int entry = op_begin(g, "post_send", dest, count * sizeof(float));
+    if (entry == SKIP) return posted;
+    count_sent((double)(count * sizeof(float)));
+    MPI_CHECK(MPI_Isend(buf, mpi_count(count), MPI_FLOAT, dest, tag, g->mpi, &posted->request));
+    op_end(entry);
+    return posted;
+}
+
+void comm_wait_posted(CommGroup *g, CommPosted *posted) {
+    if (!posted) return;
+    int entry = op_begin(g, "wait_posted", -1, 0);
+    if (entry != SKIP) {
+        MPI_CHECK(MPI_Wait(&posted->request, MPI_STATUS_IGNORE));
+        op_end(entry);
+    }
+    free(posted);
 }
 
 void comm_allreduce(CommGroup *g, float *buf, size_t count, ReduceOp op) {

@@ -175,6 +175,18 @@ void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest,
 /* the same for elements of any CommDtype (the ring all-reduce of 16-bit gradients) */
 void comm_sendrecv_typed(CommGroup *g, const void *send, size_t send_count, int dest, void *recv,
                          size_t recv_count, int source, CommDtype dtype, int tag);
+/* A posted send (MPI_Isend): it leaves now and the caller goes on computing;
+ * the buffer belongs to the message until comm_wait_posted returns, and a
+ * plain comm_recv on the other rank receives it. This is what the
+ * zero-bubble and interleaved pipeline schedules post (04_pipeline/schedule.h).
+ * On the mpi transport only, yet: NCCL would need its sends grouped or on
+ * streams of their own (a send waiting on the one communication stream holds
+ * up every call behind it), and the staged transport a staging buffer per
+ * message in flight; both refuse, saying so. */
+typedef struct CommPosted CommPosted;
+CommPosted *comm_post_send(CommGroup *g, const float *buf, size_t count, int dest, int tag);
+/* Wait until the message has left the buffer, and free *posted (NULL is fine). */
+void comm_wait_posted(CommGroup *g, CommPosted *posted);
 
 /* ---- small host values ---- */
 double comm_allreduce_double(CommGroup *g, double value, int op_max); /* sum, or max when op_max */

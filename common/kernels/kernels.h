@@ -52,9 +52,18 @@ typedef struct KernelOps {
     /* out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC) */
     void (*linear_forward)(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
                            int OC);
-    /* dinp += dout @ weight;  dweight += dout^T @ inp;  dbias += column sums of dout */
+    /* dinp += dout @ weight;  dweight += dout^T @ inp;  dbias += column sums of dout.
+     * It is the two calls below, in this order, and gives their bits. */
     void (*linear_backward)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                             const float *weight, int N, int C, int OC);
+    /* Its two halves, for zero-bubble pipelines (04_pipeline/schedule.h): the
+     * input gradient, which the previous layer waits for (B), and the weight
+     * gradient, which nobody waits for (W) and which can run later, from a
+     * kept dout and inp.  input: dinp += dout @ weight.  weight: dweight +=
+     * dout^T @ inp; dbias += column sums of dout. */
+    void (*linear_backward_input)(float *dinp, const float *dout, const float *weight, int N, int C, int OC);
+    void (*linear_backward_weight)(float *dweight, float *dbias, const float *dout, const float *inp, int N,
+                                   int C, int OC);
     /* The same two with 16-bit matmul inputs (mixed precision, half.h): each
      * GEMM's two inputs (inp and weight; dout and weight; dout and inp) rounded
      * to `format`, their products accumulated in fp32; bias and dbias in fp32.
@@ -66,6 +75,11 @@ typedef struct KernelOps {
     void (*linear_backward_half)(float *dinp, float *dweight, float *dbias, const float *dout,
                                  const float *inp, const float *weight, int N, int C, int OC,
                                  HalfFormat format);
+    /* its two halves, as linear_backward_input and _weight */
+    void (*linear_backward_input_half)(float *dinp, const float *dout, const float *weight, int N, int C,
+                                       int OC, HalfFormat format);
+    void (*linear_backward_weight_half)(float *dweight, float *dbias, const float *dout, const float *inp,
+                                        int N, int C, int OC, HalfFormat format);
 
     /* Causal self-attention, fused ("flash" style): the (T,T) matrix of
      * probabilities is never stored. qkv (B,T,3C) holds q | k | v, each (C) =

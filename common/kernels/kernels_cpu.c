@@ -171,14 +171,23 @@ static void bias_backward(float *dbias, const float *dout, int N, int OC) {
     for (int o0 = 0; o0 < OC; o0 += 64) column_sums(dbias, dout, N, OC, o0, OC - o0 < 64 ? OC - o0 : 64);
 }
 
-static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                            const float *weight, int N, int C, int OC) {
+static void linear_backward_input(float *dinp, const float *dout, const float *weight, int N, int C, int OC) {
     /* dinp(N,C) += dout(N,OC) @ weight(OC,C) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp,
                 C);
+}
+
+static void linear_backward_weight(float *dweight, float *dbias, const float *dout, const float *inp, int N,
+                                   int C, int OC) {
     /* dweight(OC,C) += dout^T(OC,N) @ inp(N,C) */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const float *weight, int N, int C, int OC) {
+    linear_backward_input(dinp, dout, weight, N, C, OC);
+    linear_backward_weight(dweight, dbias, dout, inp, N, C, OC);
 }
 
 /* ---- matmuls with 16-bit inputs ----
@@ -213,13 +222,24 @@ static void linear_forward_half(float *out, const float *inp, const float *weigh
                    half_operand_of(OPERAND_WEIGHT, weight, (size_t)OC * C, format), bias, N, C, OC);
 }
 
+static void linear_backward_input_half(float *dinp, const float *dout, const float *weight, int N, int C,
+                                       int OC, HalfFormat format) {
+    linear_backward_input(dinp, half_operand_of(OPERAND_DOUT, dout, (size_t)N * OC, format),
+                          half_operand_of(OPERAND_WEIGHT, weight, (size_t)OC * C, format), N, C, OC);
+}
+
+static void linear_backward_weight_half(float *dweight, float *dbias, const float *dout, const float *inp,
+                                        int N, int C, int OC, HalfFormat format) {
+    linear_backward_weight(dweight, NULL, half_operand_of(OPERAND_DOUT, dout, (size_t)N * OC, format),
+                           half_operand_of(OPERAND_INP, inp, (size_t)N * C, format), N, C, OC);
+    if (dbias) bias_backward(dbias, dout, N, OC); /* a sum of fp32 values: not rounded */
+}
+
 static void linear_backward_half(float *dinp, float *dweight, float *dbias, const float *dout,
                                  const float *inp, const float *weight, int N, int C, int OC,
                                  HalfFormat format) {
-    linear_backward(dinp, dweight, NULL, half_operand_of(OPERAND_DOUT, dout, (size_t)N * OC, format),
-                    half_operand_of(OPERAND_INP, inp, (size_t)N * C, format),
-                    half_operand_of(OPERAND_WEIGHT, weight, (size_t)OC * C, format), N, C, OC);
-    if (dbias) bias_backward(dbias, dout, N, OC); /* a sum of fp32 values: not rounded */
+    linear_backward_input_half(dinp, dout, weight, N, C, OC, format);
+    linear_backward_weight_half(dweight, dbias, dout, inp, N, C, OC, format);
 }
 
 static void release_workspaces(void) {
@@ -395,8 +415,12 @@ const KernelOps kernels_cpu = {
     .layernorm_backward = layernorm_backward,
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
+    .linear_backward_input = linear_backward_input,
+    .linear_backward_weight = linear_backward_weight,
     .linear_forward_half = linear_forward_half,
     .linear_backward_half = linear_backward_half,
+    .linear_backward_input_half = linear_backward_input_half,
+    .linear_backward_weight_half = linear_backward_weight_half,
     .attention_forward = attention_forward_cpu,
     .attention_backward = attention_backward_cpu,
     .gelu_forward = gelu_forward,

@@ -474,13 +474,22 @@ static void linear_forward(float *out, const float *inp, const float *weight, co
     }
 }
 
-static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                            const float *weight, int N, int C, int OC) {
+static void linear_backward_input(float *dinp, const float *dout, const float *weight, int N, int C, int OC) {
     /* dinp(N,C) += dout(N,OC) @ weight(OC,C) */
     sgemm_rowmajor(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+}
+
+static void linear_backward_weight(float *dweight, float *dbias, const float *dout, const float *inp, int N,
+                                   int C, int OC) {
     /* dweight(OC,C) += dout^T(OC,N) @ inp(N,C) */
     sgemm_rowmajor(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias && OC > 0 && N > 0) column_sums(NULL, dbias, dout, NULL, NULL, NULL, N, OC);
+}
+
+static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const float *weight, int N, int C, int OC) {
+    linear_backward_input(dinp, dout, weight, N, C, OC);
+    linear_backward_weight(dweight, dbias, dout, inp, N, C, OC);
 }
 
 /* ---- matmuls with 16-bit inputs: the two inputs of a GEMM rounded into
@@ -527,13 +536,24 @@ static void linear_forward_half(float *out, const float *inp, const float *weigh
     }
 }
 
+static void linear_backward_input_half(float *dinp, const float *dout, const float *weight, int N, int C,
+                                       int OC, HalfFormat format) {
+    size_t NOC = (size_t)N * OC, OCC = (size_t)OC * C;
+    gemm_half_rowmajor(false, false, N, C, OC, dout, NOC, OC, weight, OCC, C, 1.0f, dinp, C, format);
+}
+
+static void linear_backward_weight_half(float *dweight, float *dbias, const float *dout, const float *inp,
+                                        int N, int C, int OC, HalfFormat format) {
+    size_t NC = (size_t)N * C, NOC = (size_t)N * OC;
+    gemm_half_rowmajor(true, false, OC, C, N, dout, NOC, OC, inp, NC, C, 1.0f, dweight, C, format);
+    if (dbias && OC > 0 && N > 0) column_sums(NULL, dbias, dout, NULL, NULL, NULL, N, OC);
+}
+
 static void linear_backward_half(float *dinp, float *dweight, float *dbias, const float *dout,
                                  const float *inp, const float *weight, int N, int C, int OC,
                                  HalfFormat format) {
-    size_t NC = (size_t)N * C, NOC = (size_t)N * OC, OCC = (size_t)OC * C;
-    gemm_half_rowmajor(false, false, N, C, OC, dout, NOC, OC, weight, OCC, C, 1.0f, dinp, C, format);
-    gemm_half_rowmajor(true, false, OC, C, N, dout, NOC, OC, inp, NC, C, 1.0f, dweight, C, format);
-    if (dbias && OC > 0 && N > 0) column_sums(NULL, dbias, dout, NULL, NULL, NULL, N, OC);
+    linear_backward_input_half(dinp, dout, weight, N, C, OC, format);
+    linear_backward_weight_half(dweight, dbias, dout, inp, N, C, OC, format);
 }
 
 static void gelu_forward(float *out, const float *inp, size_t n) {
@@ -681,8 +701,12 @@ extern "C" const KernelOps kernels_cuda = {
     .layernorm_backward = layernorm_backward,
     .linear_forward = linear_forward,
     .linear_backward = linear_backward,
+    .linear_backward_input = linear_backward_input,
+    .linear_backward_weight = linear_backward_weight,
     .linear_forward_half = linear_forward_half,
     .linear_backward_half = linear_backward_half,
+    .linear_backward_input_half = linear_backward_input_half,
+    .linear_backward_weight_half = linear_backward_weight_half,
     .attention_forward = attention_forward_cuda,
     .attention_backward = attention_backward_cuda,
     .gelu_forward = gelu_forward,

@@ -350,6 +350,33 @@ void gpt_linear_backward(const GPT *m, float *dinp, float *dweight, float *dbias
         ops()->linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
+void gpt_linear_backward_input(const GPT *m, float *dinp, const float *dout, const float *weight, int N,
+                               int C, int OC) {
+    if (m && m->half_matmuls)
+        ops()->linear_backward_input_half(dinp, dout, weight, N, C, OC, m->matmul_format);
+    else
+        ops()->linear_backward_input(dinp, dout, weight, N, C, OC);
+}
+
+void gpt_linear_backward_weight(const GPT *m, float *dweight, float *dbias, const float *dout,
+                                const float *inp, int N, int C, int OC) {
+    if (m && m->half_matmuls)
+        ops()->linear_backward_weight_half(dweight, dbias, dout, inp, N, C, OC, m->matmul_format);
+    else
+        ops()->linear_backward_weight(dweight, dbias, dout, inp, N, C, OC);
+}
+
+/* A linear layer's whole backward, or with input_only only its input
+ * gradient (B of a split backward: the weight gradient waits for W). */
+static void linear_backward_or_input(const GPT *m, int input_only, float *dinp, float *dweight, float *dbias,
+                                     const float *dout, const float *inp, const float *weight, int N, int C,
+                                     int OC) {
+    if (input_only)
+        gpt_linear_backward_input(m, dinp, dout, weight, N, C, OC);
+    else
+        gpt_linear_backward(m, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
 static void check_shape(const Activations *a, int B, int T) {
     if (B < 1 || T < 1 || B > a->B || T > a->T)
         fatal(EXIT_RUNTIME, "forward of %d x %d tokens exceeds the activation capacity %d x %d", B, T, a->B,
@@ -416,54 +443,91 @@ float *gpt_layer_output(const GPT *m, Activations *a, int layer) {
 
 /* ---- backward ---- */
 
-void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput,
-                       float dloss, int B, int T) {
+/* The head's backward; with kept_dlogits (B of a split backward) the LM
+ * head's weight gradient is left for W and its output gradient kept there. */
+static void head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput,
+                          float dloss, float *kept_dlogits, int B, int T) {
     const KernelOps *k = ops();
     int C = m->cfg.dmodel, V = m->cfg.vocab, N = B * T;
-    k->fill_zero(s->dlogits, (size_t)N * V);
-    k->crossentropy_backward(s->dlogits, a->probs, a->targets, dloss, N, V);
+    float *dlogits = kept_dlogits ? kept_dlogits : s->dlogits;
+    k->fill_zero(dlogits, (size_t)N * V);
+    k->crossentropy_backward(dlogits, a->probs, a->targets, dloss, N, V);
     k->fill_zero(s->dln, (size_t)N * C);
-    gpt_linear_backward(m, s->dln, m->g.lm_head, NULL, s->dlogits, a->lnf, m->w.lm_head, N, C, V);
+    linear_backward_or_input(m, kept_dlogits != NULL, s->dln, m->g.lm_head, NULL, dlogits, a->lnf,
+                             m->w.lm_head, N, C, V);
     k->fill_zero(dinput, (size_t)N * C);
     k->layernorm_backward(dinput, m->g.lnfw, m->g.lnfb, s->dln, input, m->w.lnfw, a->lnf_mean, a->lnf_rstd, N,
                           C);
 }
 
-void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int l, const float *input,
-                        const float *doutput, float *dinput, int B, int T) {
+void gpt_head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput,
+                       float dloss, int B, int T) {
+    head_backward(m, a, s, input, dinput, dloss, NULL, B, T);
+}
+
+/* Block l's backward; with kept (B of a split backward) the linear layers'
+ * weight gradients are left for W, and their output gradients are computed
+ * straight into kept (doutput copied there) instead of the scratch. */
+static void block_backward(const GPT *m, Activations *a, Scratch *s, int l, const float *input,
+                           const float *doutput, float *dinput, BlockKeptGrads *kept, int B, int T) {
     const KernelOps *k = ops();
-    int C = m->cfg.dmodel, NH = m->cfg.heads, N = B * T;
+    int C = m->cfg.dmodel, NH = m->cfg.heads, N = B * T, split = kept != NULL;
     size_t NC = (size_t)N * C;
     float **w = m->w.block[l], **g = m->g.block[l];
+    float *dmid = split ? kept->dmid : s->dmid, *dfch = split ? kept->dfch : s->dfch;
+    float *dqkv = split ? kept->dqkv : s->dqkv;
     BlockActs *b = block_values(a, s, l);
     /* Recompute: the forward values of this block, again, from its kept input. */
     if (a->recompute) block_forward_values(m, b, s, l, input, B, T);
+    if (split) copy_on_device(kept->dout, doutput, NC * sizeof(float)); /* fcproj's, for W */
     /* MLP half. res3 = res2 + branch: the residual passes doutput to both,
      * so the branch reads doutput itself and dmid starts as a copy of it (the
      * copies residual_backward would make into zeroed buffers, without the
      * zeroing and the second copy). */
-    copy_on_device(s->dmid, doutput, NC * sizeof(float));
-    k->gelu_forward(s->gelu, b->fch, 4 * NC); /* recomputed: cheaper than keeping it per block */
+    copy_on_device(dmid, doutput, NC * sizeof(float));
+    if (!split) k->gelu_forward(s->gelu, b->fch, 4 * NC); /* recomputed: cheaper than keeping it per block */
     k->fill_zero(s->dfch_gelu, 4 * NC);
-    gpt_linear_backward(m, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], doutput, s->gelu,
-                        w[BLOCK_FCPROJW], N, 4 * C, C);
-    k->fill_zero(s->dfch, 4 * NC);
-    k->gelu_backward(s->dfch, b->fch, s->dfch_gelu, 4 * NC);
+    linear_backward_or_input(m, split, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], doutput, s->gelu,
+                             w[BLOCK_FCPROJW], N, 4 * C, C);
+    k->fill_zero(dfch, 4 * NC);
+    k->gelu_backward(dfch, b->fch, s->dfch_gelu, 4 * NC);
     k->fill_zero(s->dln, NC);
-    gpt_linear_backward(m, s->dln, g[BLOCK_FCW], g[BLOCK_FCB], s->dfch, b->ln2, w[BLOCK_FCW], N, C, 4 * C);
-    k->layernorm_backward(s->dmid, g[BLOCK_LN2W], g[BLOCK_LN2B], s->dln, b->res2, w[BLOCK_LN2W], b->ln2_mean,
+    linear_backward_or_input(m, split, s->dln, g[BLOCK_FCW], g[BLOCK_FCB], dfch, b->ln2, w[BLOCK_FCW], N, C,
+                             4 * C);
+    k->layernorm_backward(dmid, g[BLOCK_LN2W], g[BLOCK_LN2B], s->dln, b->res2, w[BLOCK_LN2W], b->ln2_mean,
                           b->ln2_rstd, N, C);
     /* Attention half. res2 = input + branch: the same again with dmid. */
-    copy_on_device(dinput, s->dmid, NC * sizeof(float));
+    copy_on_device(dinput, dmid, NC * sizeof(float));
     k->fill_zero(s->datty, NC);
-    gpt_linear_backward(m, s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], s->dmid, b->atty,
-                        w[BLOCK_ATTPROJW], N, C, C);
-    k->fill_zero(s->dqkv, 3 * NC);
-    k->attention_backward(s->dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, C, NH);
+    linear_backward_or_input(m, split, s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], dmid, b->atty,
+                             w[BLOCK_ATTPROJW], N, C, C);
+    k->fill_zero(dqkv, 3 * NC);
+    k->attention_backward(dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, C, NH);
     k->fill_zero(s->dln, NC);
-    gpt_linear_backward(m, s->dln, g[BLOCK_QKVW], g[BLOCK_QKVB], s->dqkv, b->ln1, w[BLOCK_QKVW], N, C, 3 * C);
+    linear_backward_or_input(m, split, s->dln, g[BLOCK_QKVW], g[BLOCK_QKVB], dqkv, b->ln1, w[BLOCK_QKVW], N,
+                             C, 3 * C);
     k->layernorm_backward(dinput, g[BLOCK_LN1W], g[BLOCK_LN1B], s->dln, input, w[BLOCK_LN1W], b->ln1_mean,
                           b->ln1_rstd, N, C);
+}
+
+void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int l, const float *input,
+                        const float *doutput, float *dinput, int B, int T) {
+    block_backward(m, a, s, l, input, doutput, dinput, NULL, B, T);
+}
+
+/* W of block l: the four weight gradients block_backward left, from the
+ * forward's values (GELU(fch) recomputed, as the whole backward does) and
+ * the output gradients B kept. */
+static void block_backward_weight(const GPT *m, Activations *a, Scratch *s, int l, const BlockKeptGrads *kept,
+                                  int B, int T) {
+    int C = m->cfg.dmodel, N = B * T;
+    float **g = m->g.block[l];
+    const BlockActs *b = &a->block[l];
+    ops()->gelu_forward(s->gelu, b->fch, (size_t)N * 4 * C);
+    gpt_linear_backward_weight(m, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], kept->dout, s->gelu, N, 4 * C, C);
+    gpt_linear_backward_weight(m, g[BLOCK_FCW], g[BLOCK_FCB], kept->dfch, b->ln2, N, C, 4 * C);
+    gpt_linear_backward_weight(m, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], kept->dmid, b->atty, N, C, C);
+    gpt_linear_backward_weight(m, g[BLOCK_QKVW], g[BLOCK_QKVB], kept->dqkv, b->ln1, N, C, 3 * C);
 }
 
 void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded, int B, int T) {
@@ -506,8 +570,10 @@ void gpt_forward_range(const GPT *m, Activations *a, Scratch *s, int first, int 
     }
 }
 
-const float *gpt_backward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, float dloss,
-                                const float *doutput, float *dinput, const UnitHooks *hooks, int B, int T) {
+/* gpt_backward_range, or with kept its B half (gpt_backward_input_range). */
+static const float *backward_range(const GPT *m, Activations *a, Scratch *s, KeptGrads *kept, int first,
+                                   int last, float dloss, const float *doutput, float *dinput,
+                                   const UnitHooks *hooks, int B, int T) {
     const UnitHooks none = {0}, *h = hooks ? hooks : &none, *st = m->storage ? m->storage : &none;
     check_range(m, first, last);
     /* dout: the gradient of unit l's output; each unit leaves its input's in
@@ -523,11 +589,11 @@ const float *gpt_backward_range(const GPT *m, Activations *a, Scratch *s, int fi
             float *din = l == first && dinput ? dinput : dout == s->dresid[0] ? s->dresid[1] : s->dresid[0];
             const float *input = unit_input(m, a, first, l);
             if (l == m->cfg.layers)
-                gpt_head_backward(m, a, s, input, din, dloss, B, T);
+                head_backward(m, a, s, input, din, dloss, kept ? kept->dlogits : NULL, B, T);
             else if (h->block_backward)
                 h->block_backward(l, input, dout, din, B, T, h->context);
             else
-                gpt_block_backward(m, a, s, l, input, dout, din, B, T);
+                block_backward(m, a, s, l, input, dout, din, kept ? &kept->block[l] : NULL, B, T);
             dout = din;
         }
         /* the storage's call first, so that the caller's sees the unit's final
@@ -536,6 +602,82 @@ const float *gpt_backward_range(const GPT *m, Activations *a, Scratch *s, int fi
         if (h->after_backward) h->after_backward(l, h->context);
     }
     return dout;
+}
+
+const float *gpt_backward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, float dloss,
+                                const float *doutput, float *dinput, const UnitHooks *hooks, int B, int T) {
+    return backward_range(m, a, s, NULL, first, last, dloss, doutput, dinput, hooks, B, T);
+}
+
+/* ---- the backward in two halves ---- */
+
+/* Carve (or, with base NULL, count) the kept gradients of units first..last. */
+static void carve_kept(KeptGrads *kg, const ModelConfig *c, int B, int T, int first, int last, Carver *k) {
+    size_t BT = (size_t)B * T, C = c->dmodel;
+    for (int l = first < 0 ? 0 : first; l <= last && l < c->layers; l++) {
+        BlockKeptGrads *b = &kg->block[l];
+        b->dout = carve(k, BT * C);
+        b->dfch = carve(k, BT * 4 * C);
+        b->dmid = carve(k, BT * C);
+        b->dqkv = carve(k, BT * 3 * C);
+    }
+    if (last == c->layers) kg->dlogits = carve(k, BT * c->vocab);
+}
+
+size_t kept_grads_bytes(const ModelConfig *c, int B, int T, int first_unit, int last_unit) {
+    KeptGrads kg = {.block = xcalloc(c->layers, sizeof(BlockKeptGrads))};
+    Carver count = {NULL, 0};
+    carve_kept(&kg, c, B, T, first_unit, last_unit, &count);
+    free(kg.block);
+    return count.used * sizeof(float);
+}
+
+void kept_grads_create_range(KeptGrads *kg, const ModelConfig *c, int B, int T, int first_unit,
+                             int last_unit) {
+    *kg = (KeptGrads){.B = B, .T = T, .block = xcalloc(c->layers, sizeof(BlockKeptGrads))};
+    size_t bytes = kept_grads_bytes(c, B, T, first_unit, last_unit);
+    kg->storage =
+        bytes ? mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, bytes, "output gradients kept for W") : NULL;
+    Carver k = {kg->storage, 0};
+    carve_kept(kg, c, B, T, first_unit, last_unit, &k);
+    check_carved(&k, bytes, "output gradients kept for W");
+}
+
+void kept_grads_destroy(KeptGrads *kg) {
+    mem_free(kg->storage);
+    free(kg->block);
+    memset(kg, 0, sizeof *kg);
+}
+
+/* What the split backward cannot do yet (model.h says why). */
+static void check_split(const GPT *m, const Activations *a, const KeptGrads *kept, int B, int T) {
+    if (a->recompute)
+        fatal(EXIT_USAGE, "the backward split into B and W does not run with --recompute yet (W would need "
+                          "each block's values recomputed once more)");
+    if (m->storage)
+        fatal(EXIT_USAGE, "the backward split into B and W does not run under mixed precision yet (the "
+                          "unit's weights would have to stay converted until W)");
+    if (B > kept->B || T > kept->T)
+        fatal(EXIT_RUNTIME, "a backward of %d x %d tokens exceeds the kept gradients' capacity %d x %d", B, T,
+              kept->B, kept->T);
+}
+
+const float *gpt_backward_input_range(const GPT *m, Activations *a, Scratch *s, KeptGrads *kept, int first,
+                                      int last, float dloss, const float *doutput, float *dinput, int B,
+                                      int T) {
+    check_split(m, a, kept, B, T);
+    return backward_range(m, a, s, kept, first, last, dloss, doutput, dinput, NULL, B, T);
+}
+
+void gpt_backward_weight_range(const GPT *m, Activations *a, Scratch *s, const KeptGrads *kept, int first,
+                               int last, int B, int T) {
+    check_split(m, a, kept, B, T);
+    check_range(m, first, last);
+    int C = m->cfg.dmodel, V = m->cfg.vocab, N = B * T;
+    if (last == m->cfg.layers)
+        gpt_linear_backward_weight(m, m->g.lm_head, NULL, kept->dlogits, a->lnf, N, C, V);
+    for (int l = last < m->cfg.layers ? last : m->cfg.layers - 1; l >= first && l >= 0; l--)
+        block_backward_weight(m, a, s, l, &kept->block[l], B, T);
 }
 
 /* ---- the whole model ---- */

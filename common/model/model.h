@@ -261,6 +261,56 @@ void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int layer, con
                         const float *doutput, float *dinput, int B, int T);
 void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded, int B, int T);
 
+/* ---- the backward in two halves: B, then W (zero-bubble pipelines) ----
+ * A zero-bubble schedule (04_pipeline/schedule.h, zb-h1) runs a range's
+ * backward as B, the gradient of the range's input, which the previous
+ * stage waits for, and later W, the weight gradients of the linear layers,
+ * which nobody waits for. B computes everything but those weight gradients
+ * and keeps what W needs besides the forward's activations: the gradient of
+ * each linear layer's output (KeptGrads, one set per micro-batch whose W has
+ * not run). The layernorms' weight gradients come out of the kernel that
+ * makes their input gradient, and the embedding's is a scatter of the
+ * gradient B ends with: both are computed in B. Each parameter's gradient
+ * gets the same one addition per micro-batch as in gpt_backward_range, from
+ * the same kernels on the same values, so when the W's of a stage run in the
+ * order of its micro-batches the gradients equal the ordinary backward's bit
+ * for bit (tests/test_units.c, `split`).
+ * Not yet: activation recomputation (W would need the block's values once
+ * more), hooks and the storage calls of mixed precision (the unit's weights
+ * would have to stay until W): gpt_backward_input_range refuses them. */
+
+/* The output gradients of one block's linear layers, kept by B for W. */
+typedef struct {
+    float *dout; /* (B,T,C) dL/d(block output): fcproj's output gradient */
+    float *dfch; /* (B,T,4C) fc's output gradient */
+    float *dmid; /* (B,T,C) attproj's output gradient (dL/d res2) */
+    float *dqkv; /* (B,T,3C) qkv's output gradient */
+} BlockKeptGrads;
+
+typedef struct {
+    int B, T;              /* capacity */
+    BlockKeptGrads *block; /* L of them; NULL pointers outside the range */
+    float *dlogits;        /* (B,T,V) the LM head's output gradient, with the head in the range */
+    float *storage;        /* the one device allocation the tensors above are carved from */
+} KeptGrads;
+
+/* For units first_unit..last_unit (CAT_ACTIVATIONS: they live from B to W,
+ * like the activations); kept_grads_bytes: their size. */
+void kept_grads_create_range(KeptGrads *k, const ModelConfig *cfg, int B, int T, int first_unit,
+                             int last_unit);
+void kept_grads_destroy(KeptGrads *k);
+size_t kept_grads_bytes(const ModelConfig *cfg, int B, int T, int first_unit, int last_unit);
+
+/* B: gpt_backward_range without the linear layers' weight gradients (and
+ * without hooks), keeping their output gradients in *kept. */
+const float *gpt_backward_input_range(const GPT *m, Activations *a, Scratch *s, KeptGrads *kept, int first,
+                                      int last, float dloss, const float *doutput, float *dinput, int B,
+                                      int T);
+/* W: the linear layers' weight gradients of units first..last, added into
+ * m->grads, from a's activations and what B kept. */
+void gpt_backward_weight_range(const GPT *m, Activations *a, Scratch *s, const KeptGrads *kept, int first,
+                               int last, int B, int T);
+
 /* ---- the model's matmuls ----
  * A linear layer (kernels.h: linear_forward, linear_backward) as model m
  * computes it: fp32, or with 16-bit matmul inputs and fp32 accumulation
@@ -271,6 +321,11 @@ void gpt_linear_forward(const GPT *m, float *out, const float *inp, const float 
                         int N, int C, int OC);
 void gpt_linear_backward(const GPT *m, float *dinp, float *dweight, float *dbias, const float *dout,
                          const float *inp, const float *weight, int N, int C, int OC);
+/* Its two halves (kernels.h: linear_backward_input, _weight) */
+void gpt_linear_backward_input(const GPT *m, float *dinp, const float *dout, const float *weight, int N,
+                               int C, int OC);
+void gpt_linear_backward_weight(const GPT *m, float *dweight, float *dbias, const float *dout,
+                                const float *inp, int N, int C, int OC);
 
 /* Sum of a->losses over B*T tokens (copied to the host, summed in double). */
 double gpt_loss_sum(const Activations *a, int B, int T);

@@ -323,8 +323,10 @@ def plot_commbench(paths, out):
     print(f"plot.py: wrote busbw.png to {out}")
 
 
-GANTT_COLOURS = {"fwd": "#4c72b0", "bwd": "#dd8452", "gather": "#55a868", "reduce_scatter": "#8172b3",
-                 "allreduce": "#8172b3", "allgather": "#55a868"}
+GANTT_COLOURS = {"fwd": "#4c72b0", "bwd": "#dd8452", "bwd_input": "#dd8452", "bwd_weight": "#c44e52",
+                 "gather": "#55a868", "reduce_scatter": "#8172b3", "allreduce": "#8172b3", "allgather": "#55a868"}
+# the computations of a timeline: forward, backward, or zero bubble's B and W (04_pipeline/schedule.h)
+GANTT_COMPUTE = ("fwd", "bwd", "bwd_input", "bwd_weight")
 
 
 def timeline_step(run_dir, step):
@@ -354,7 +356,7 @@ def plot_gantt(run_dir, step, out):
     fig, ax = plt.subplots(figsize=(10, 0.8 * lanes * len(ranks) + 1.8))
     for r in rows:
         rank, start, end = int(r["rank"]), float(r["start_us"]) / 1e3, float(r["end_us"]) / 1e3
-        compute = r["op"] in ("fwd", "bwd")
+        compute = r["op"] in GANTT_COMPUTE
         y = lanes * rank + (0 if compute else 1) if zero else rank
         ax.barh(y, end - start, left=start, height=0.6 if compute or zero else 0.25,
                 color=GANTT_COLOURS.get(r["op"], "#b0b0b0") if compute or zero else "#b0b0b0",
@@ -370,6 +372,8 @@ def plot_gantt(run_dir, step, out):
         ax.set_yticks(ranks)
         ax.set_yticklabels([f"stage {k}" for k in ranks])
         title = "blue forward, orange backward, grey messages; numbers: micro-batch"
+        if any(r["op"] == "bwd_weight" for r in rows):
+            title = "blue forward, orange B (input gradient), red W (weight gradients), grey messages; numbers: micro-batch"
     ax.invert_yaxis()
     ax.set_xlabel("time since the start of the step (ms)")
     label = os.path.basename(os.path.normpath(run_dir))

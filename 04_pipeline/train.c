@@ -236,7 +236,8 @@ int main(int argc, char **argv) {
     ckpt_layout_range(&run.ckpt, &p.model, &opt, dp_index, pf.dp);
     if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(&p.mixed); /* the checkpoint: fp32 */
 
-    double bubble_theory = schedule_bubble_formula(pf.schedule, P, V, M, 1.0, 1.0, 1.0); /* zb-h1: F = B = W */
+    double bubble_theory =
+        schedule_bubble_formula(pf.schedule, P, V, M, 1.0, 1.0, 1.0); /* zb-h1: F = B = W */
     const char *bubble_rule = strcmp(pf.schedule, "interleaved") == 0 ? "(P-1)/(VM+P-1)"
                               : strcmp(pf.schedule, "zb-h1") == 0     ? "(P-1)/(3M+P-1), F = B = W,"
                                                                       : "(P-1)/(M+P-1)";

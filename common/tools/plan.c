@@ -185,8 +185,7 @@ static void offload_capacity(const PlanFlags *f) {
 
 /* ---- the plan of a run ---- */
 
-static void print_plan(const Config *cfg, const PlanFlags *f, const PlanLayout *l, const PlanMemory *m,
-                       const PlanTraffic *t) {
+static void print_plan(const Config *cfg, const PlanLayout *l, const PlanMemory *m, const PlanTraffic *t) {
     const ModelConfig *mc = &cfg->model;
     ParamTable table;
     param_table_build(&table, mc);
@@ -197,8 +196,8 @@ static void print_plan(const Config *cfg, const PlanFlags *f, const PlanLayout *
            PROGRAM, chapter_program(l->chapter), l->dp, l->dp > 1 ? "s" : "", l->dp,
            precision_name(cfg->precision), mc->layers, mc->dmodel, mc->heads, mc->seq, mc->vocab, cfg->batch,
            l->dp, cfg->micro, cfg->batch / l->dp / cfg->micro, l->threads, l->threads > 1 ? "s" : "");
-    if (l->chapter == 5)
-        printf("zero %d%s\n", l->zero, l->zero == 3 ? (f->prefetch ? " | prefetch" : "") : "");
+    if (l->chapter == 5 && l->zero == 3) printf("zero 3 | prefetch %d\n", l->prefetch);
+    if (l->chapter == 5 && l->zero < 3) printf("zero %d\n", l->zero);
     printf("parameters %.0f (%.0f with the LM head tied to the embedding, as GPT-2 and llm.c)\n", P, tied);
     double L = mc->layers, T = mc->seq, C = mc->dmodel;
     printf("FLOPs per token 6P + 12LTC = %.0f (llm.c's count, tied, 6P + 6LTC: %.0f); per step %.4g\n",
@@ -268,7 +267,7 @@ int main(int argc, char **argv) {
     PlanTraffic t;
     plan_memory(&cfg, &l, &m);
     plan_traffic(&cfg, &l, &t);
-    print_plan(&cfg, &f, &l, &m, &t);
+    print_plan(&cfg, &l, &m, &t);
     if (f.csv[0]) write_csv(f.csv, &l, &m);
     return 0;
 }

@@ -108,8 +108,10 @@ endif
 BENCH_SOURCES := $(filter $(CHAPTER_DIRS:%=%%bench.c),$(wildcard 0[1-6]_*/*bench.c))
 # Chapter 06's CPU AdamW benchmark needs neither MPI nor the chapter's trainer.
 BENCH_SOURCES := $(sort $(BENCH_SOURCES) $(wildcard 06_offload/adambench.c))
-# Tools: common/NAME from common/tools/NAME.c (no MPI): common/ckpt inspects and exports checkpoints.
-TOOLS := $(patsubst common/tools/%.c,common/%,$(wildcard common/tools/*.c))
+# Tools: common/NAME from common/tools/NAME.c (no MPI): common/ckpt inspects and exports checkpoints,
+# common/plan predicts a run's memory; common/tools/NAME_*.c are the modules of tool NAME.
+TOOL_MODULES := $(wildcard common/tools/plan_*.c)
+TOOLS := $(patsubst common/tools/%.c,common/%,$(filter-out $(TOOL_MODULES),$(wildcard common/tools/*.c)))
 PROGRAMS := $(CHAPTER_DIRS:%/=%/train) $(BENCH_SOURCES:%.c=%) $(TOOLS)
 # Test programs that need MPI: the collectives, and chapter 03's parallel layers.
 MPI_TESTS := tests/test_comm% tests/test_tensor_parallel% tests/test_grid%
@@ -167,7 +169,8 @@ $(foreach d,$(CHAPTER_DIRS:%/=%),$(eval $(call PROGRAM_RULE,$(d))))
 $(BENCH_SOURCES:%.c=%): %: $(BUILD)/%.o $(LIBCOMMON)
 	$(CC) -o $@ $(filter %.o,$^) $(LIBCOMMON) $(call program_libs,$@)
 $(TOOLS): common/%: $(BUILD)/common/tools/%.o $(LIBCOMMON)
-	$(CC) -o $@ $^ $(LDLIBS)
+	$(CC) -o $@ $(filter %.o,$^) $(LIBCOMMON) $(LDLIBS)
+common/plan: $(TOOL_MODULES:%.c=$(BUILD)/%.o)
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
 # 05 and 06 include 04's headers (the timeline, and 06 the pipeline interpreter they link)
 $(BUILD)/05_zero/%.o $(BUILD)/06_offload/%.o: CFLAGS += -I04_pipeline

@@ -329,10 +329,9 @@ void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t
         gpt_init(model, table);
         z->dtype = COMM_F32;
     }
-    size_t P = model->num_params, max_slice = 0;
+    size_t P = model->num_params;
+    size_t max_slice = shard_largest_slice(table_of(z), LAYER_EMBEDDING, last_unit(z), z->ranks);
     z->shard_n = shard_numel(table_of(z), z->ranks);
-    for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++)
-        if (slice_numel(z, u) > max_slice) max_slice = slice_numel(z, u);
     z->max_unit = max_slice * z->ranks;
     if (stage == 1) { /* the norm: this rank's slice of each unit, in the whole gradient buffer */
         z->num_norm_spans = last_unit(z) - LAYER_EMBEDDING + 1;

@@ -317,12 +317,9 @@ void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommG
     o->format = o->half ? (cfg->precision == PRECISION_BF16 ? HALF_BF16 : HALF_F16) : HALF_BF16;
     o->dtype = !o->half ? COMM_F32 : o->format == HALF_BF16 ? COMM_BF16 : COMM_F16;
     o->elem_bytes = comm_dtype_bytes(o->dtype);
-    size_t largest = 0;
-    for (int u = first_unit; u <= last_unit; u++) {
-        o->shard_n += slice_numel(o, u);
-        if (slice_numel(o, u) > o->max_slice) o->max_slice = slice_numel(o, u);
-        if (table_unit(table_of(o), u)->numel > largest) largest = table_unit(table_of(o), u)->numel;
-    }
+    for (int u = first_unit; u <= last_unit; u++) o->shard_n += slice_numel(o, u);
+    o->max_slice = shard_largest_slice(table_of(o), first_unit, last_unit, o->ranks);
+    size_t largest = table_largest_unit(table_of(o), first_unit, last_unit);
     size_t N = o->ranks, n = model->param_count, eb = o->elem_bytes, S = o->max_slice;
 
     /* device: the weights forward and backward read, and unit-sized working buffers */

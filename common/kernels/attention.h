@@ -4,9 +4,12 @@
  * attention_forward and attention_backward (same names but for the suffix,
  * same signatures, same semantics: see kernels.h), and release the workspace
  * they grow on demand. The backend tables (kernels_cpu.c, kernels_cuda.cu)
- * point at these functions; nothing else calls them directly. */
+ * point at these functions; nothing else calls them directly (common/plan
+ * reads attention_workspace_bytes_cpu, the size of the CPU's workspace). */
 #ifndef ATTENTION_H
 #define ATTENTION_H
+
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -19,6 +22,9 @@ void attention_forward_cpu(float *out, float *lse, const float *qkv, int B, int 
 void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *out,
                             const float *lse, int B, int T, int C, int NH);
 void attention_release_cpu(void);
+/* Bytes of the CPU attention's workspace once it has run on sequences of T
+ * tokens with `threads` OpenMP threads (memory.csv: device, workspace). */
+size_t attention_workspace_bytes_cpu(int T, int threads);
 
 #ifdef USE_CUDA
 void attention_forward_cuda(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);

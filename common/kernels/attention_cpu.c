@@ -59,8 +59,12 @@ static size_t floats_per_thread(int T) {
     return (size_t)2 * ATTENTION_TILE * T;
 }
 
+size_t attention_workspace_bytes_cpu(int T, int threads) {
+    return (size_t)threads * floats_per_thread(T) * sizeof(float);
+}
+
 static float *workspace_for(int T) {
-    size_t need = (size_t)omp_get_max_threads() * floats_per_thread(T);
+    size_t need = attention_workspace_bytes_cpu(T, omp_get_max_threads()) / sizeof(float);
     if (need > workspace_floats) {
         mem_free(workspace);
         /* The CPU backend's "device" is host memory; when these kernels run

@@ -164,6 +164,17 @@ extern const KernelOps kernels_cuda;
 /* The table of the backend device_init() chose. */
 const KernelOps *ops(void);
 
+/* A linear layer's shape: `in` inputs, `out` outputs (linear_forward's C, OC). */
+typedef struct {
+    int in, out;
+} LinearShape;
+/* The bytes the CPU backend's 16-bit matmul workspaces grow to (device,
+ * workspace) once linear_forward_half and linear_backward_half have run on
+ * every layer of `shapes` with N rows: one buffer per operand kind (input,
+ * weight, output gradient), each the largest of its kind. common/plan
+ * predicts memory.csv with it. */
+size_t half_matmul_workspace_bytes_cpu(int N, const LinearShape *shapes, int count);
+
 #ifdef __cplusplus
 }
 #endif

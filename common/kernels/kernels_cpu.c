@@ -203,6 +203,23 @@ static float *half_operand[OPERANDS];
 static size_t half_operand_floats[OPERANDS];
 
 /* a (count elements) rounded to `format`, as floats, in workspace `slot`. */
+/* The floats of operand `slot` of an (N, C) x (OC, C) matmul. */
+static size_t operand_floats(int slot, int N, int C, int OC) {
+    return slot == OPERAND_INP ? (size_t)N * C : slot == OPERAND_WEIGHT ? (size_t)OC * C : (size_t)N * OC;
+}
+
+size_t half_matmul_workspace_bytes_cpu(int N, const LinearShape *shapes, int count) {
+    size_t largest[OPERANDS] = {0}, bytes = 0;
+    for (int slot = 0; slot < OPERANDS; slot++) {
+        for (int i = 0; i < count; i++) {
+            size_t n = operand_floats(slot, N, shapes[i].in, shapes[i].out);
+            if (n > largest[slot]) largest[slot] = n;
+        }
+        bytes += largest[slot] * sizeof(float);
+    }
+    return bytes;
+}
+
 static const float *half_operand_of(int slot, const float *a, size_t count, HalfFormat format) {
     if (count > half_operand_floats[slot]) {
         mem_free(half_operand[slot]);
@@ -218,20 +235,23 @@ static const float *half_operand_of(int slot, const float *a, size_t count, Half
 
 static void linear_forward_half(float *out, const float *inp, const float *weight, const float *bias, int N,
                                 int C, int OC, HalfFormat format) {
-    linear_forward(out, half_operand_of(OPERAND_INP, inp, (size_t)N * C, format),
-                   half_operand_of(OPERAND_WEIGHT, weight, (size_t)OC * C, format), bias, N, C, OC);
+    linear_forward(out, half_operand_of(OPERAND_INP, inp, operand_floats(OPERAND_INP, N, C, OC), format),
+                   half_operand_of(OPERAND_WEIGHT, weight, operand_floats(OPERAND_WEIGHT, N, C, OC), format),
+                   bias, N, C, OC);
 }
 
 static void linear_backward_input_half(float *dinp, const float *dout, const float *weight, int N, int C,
                                        int OC, HalfFormat format) {
-    linear_backward_input(dinp, half_operand_of(OPERAND_DOUT, dout, (size_t)N * OC, format),
-                          half_operand_of(OPERAND_WEIGHT, weight, (size_t)OC * C, format), N, C, OC);
+    linear_backward_input(
+        dinp, half_operand_of(OPERAND_DOUT, dout, operand_floats(OPERAND_DOUT, N, C, OC), format),
+        half_operand_of(OPERAND_WEIGHT, weight, operand_floats(OPERAND_WEIGHT, N, C, OC), format), N, C, OC);
 }
 
 static void linear_backward_weight_half(float *dweight, float *dbias, const float *dout, const float *inp,
                                         int N, int C, int OC, HalfFormat format) {
-    linear_backward_weight(dweight, NULL, half_operand_of(OPERAND_DOUT, dout, (size_t)N * OC, format),
-                           half_operand_of(OPERAND_INP, inp, (size_t)N * C, format), N, C, OC);
+    linear_backward_weight(
+        dweight, NULL, half_operand_of(OPERAND_DOUT, dout, operand_floats(OPERAND_DOUT, N, C, OC), format),
+        half_operand_of(OPERAND_INP, inp, operand_floats(OPERAND_INP, N, C, OC), format), N, C, OC);
     if (dbias) bias_backward(dbias, dout, N, OC); /* a sum of fp32 values: not rounded */
 }
 

@@ -82,9 +82,7 @@ static void units_model(MixedModel *mm, GPT *model, const ModelConfig *cfg, Half
 /* The two fp32 workspaces, each the size of the largest unit of the range. */
 static void units_workspaces(MixedModel *mm) {
     const GPT *model = mm->model;
-    size_t largest = 0;
-    for (int u = model->first_unit; u <= model->last_unit; u++)
-        if (table_unit(&model->table, u)->numel > largest) largest = table_unit(&model->table, u)->numel;
+    size_t largest = table_largest_unit(&model->table, model->first_unit, model->last_unit);
     mm->unit_params = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit weights (fp32)");
     mm->unit_grads = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit gradients (fp32)");
 }

@@ -275,6 +275,15 @@ void activations_create_model(Activations *a, const ModelConfig *c, int B, int T
     activations_create_range(a, c, B, T, LAYER_EMBEDDING, c->layers, 1);
 }
 
+size_t activation_bytes_range(const ModelConfig *c, int B, int T, int first_unit, int last_unit, int recompute) {
+    Activations none = {0};
+    none.block = xcalloc(c->layers > 0 ? c->layers : 1, sizeof(BlockActs));
+    Carver count = {NULL, 0};
+    carve_activations(&none, c, B, T, first_unit, last_unit, recompute, &count);
+    free(none.block);
+    return count.used * sizeof(float);
+}
+
 void activations_create_range(Activations *a, const ModelConfig *c, int B, int T, int first_unit,
                               int last_unit, int recompute) {
     memset(a, 0, sizeof *a);
@@ -282,9 +291,8 @@ void activations_create_range(Activations *a, const ModelConfig *c, int B, int T
     a->T = T;
     a->recompute = recompute;
     a->block = xcalloc(c->layers, sizeof(BlockActs));
-    Carver count = {NULL, 0};
-    carve_activations(a, c, B, T, first_unit, last_unit, recompute, &count);
-    Carver k = {mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, count.used * sizeof(float), "activations"), 0};
+    size_t bytes = activation_bytes_range(c, B, T, first_unit, last_unit, recompute);
+    Carver k = {mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, bytes, "activations"), 0};
     carve_activations(a, c, B, T, first_unit, last_unit, recompute, &k);
     if (recompute && first_unit == LAYER_EMBEDDING && last_unit == c->layers)
         check_carved(&k, activation_bytes_recompute(c, B, T), "activations (recompute)");
@@ -333,6 +341,16 @@ void scratch_destroy(Scratch *s) {
 }
 
 /* ---- forward ---- */
+
+int gpt_linear_shapes(const ModelConfig *cfg, LinearShape shapes[GPT_LINEAR_SHAPES]) {
+    int C = cfg->dmodel;
+    shapes[0] = (LinearShape){C, 3 * C};      /* qkv */
+    shapes[1] = (LinearShape){C, C};          /* attproj */
+    shapes[2] = (LinearShape){C, 4 * C};      /* fc */
+    shapes[3] = (LinearShape){4 * C, C};      /* fcproj */
+    shapes[4] = (LinearShape){C, cfg->vocab}; /* lm_head */
+    return GPT_LINEAR_SHAPES;
+}
 
 void gpt_linear_forward(const GPT *m, float *out, const float *inp, const float *weight, const float *bias,
                         int N, int C, int OC) {

@@ -19,6 +19,7 @@
 #define MODEL_H
 
 #include "half.h"
+#include "kernels.h"
 #include "model_config.h"
 #include "param_table.h"
 
@@ -172,6 +173,15 @@ size_t scratch_bytes(const ModelConfig *cfg, int B, int T);
  * Scratch adds (one BlockActs less res3). */
 size_t activation_bytes_recompute(const ModelConfig *cfg, int B, int T);
 size_t recompute_block_bytes(const ModelConfig *cfg, int B, int T);
+/* What activations_create_range allocates for units first_unit..last_unit. */
+size_t activation_bytes_range(const ModelConfig *cfg, int B, int T, int first_unit, int last_unit,
+                              int recompute);
+/* The model's linear layers, as gpt_linear_forward computes them: qkv, attproj,
+ * fc, fcproj of every block, and the LM head; returns their count (at most
+ * GPT_LINEAR_SHAPES). The CPU backend's 16-bit matmul workspaces grow to the
+ * largest operands of these (kernels.h, half_matmul_workspace_bytes_cpu). */
+enum { GPT_LINEAR_SHAPES = 5 };
+int gpt_linear_shapes(const ModelConfig *cfg, LinearShape shapes[GPT_LINEAR_SHAPES]);
 
 /* Everything kept, the whole model (the default; exercise 01.3). */
 void activations_create(Activations *acts, const ModelConfig *cfg, int B, int T);

@@ -155,6 +155,20 @@ size_t shard_numel(const ParamTable *t, int ranks) {
     return shard_unit_offset(t, t->cfg.layers, ranks) + shard_slice_numel(t, t->cfg.layers, ranks);
 }
 
+size_t table_largest_unit(const ParamTable *t, int first_unit, int last_unit) {
+    size_t largest = 0;
+    for (int u = first_unit; u <= last_unit; u++)
+        if (table_unit(t, u)->numel > largest) largest = table_unit(t, u)->numel;
+    return largest;
+}
+
+size_t shard_largest_slice(const ParamTable *t, int first_unit, int last_unit, int ranks) {
+    size_t largest = 0;
+    for (int u = first_unit; u <= last_unit; u++)
+        if (shard_slice_numel(t, u, ranks) > largest) largest = shard_slice_numel(t, u, ranks);
+    return largest;
+}
+
 /* The part of rank's slice of unit u that holds elements (the rest is
  * padding): elements [*first, *first + *count) of the table. */
 static void slice_elements(const ParamTable *t, int u, int rank, int ranks, size_t *first, size_t *count) {

@@ -128,6 +128,11 @@ size_t shard_slice_numel(const ParamTable *t, int unit, int ranks);
 size_t shard_unit_offset(const ParamTable *t, int unit, int ranks);
 /* Elements of one rank's shard: the sum of the slices. */
 size_t shard_numel(const ParamTable *t, int ranks);
+/* The largest unit of units first_unit..last_unit (its numel), and the
+ * largest slice S of them for N = ranks: the unit-sized working buffers of
+ * mixed precision, ZeRO and the offload are this big. */
+size_t table_largest_unit(const ParamTable *t, int first_unit, int last_unit);
+size_t shard_largest_slice(const ParamTable *t, int first_unit, int last_unit, int ranks);
 /* The elements rank's slice of unit `unit` holds, the rest being padding:
  * elements [*first, *first + *count) of the table (*count may be 0). */
 void shard_slice_elements(const ParamTable *t, int unit, int rank, int ranks, size_t *first, size_t *count);

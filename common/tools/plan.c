@@ -1,0 +1,273 @@
+/* common/plan: the planner. Memory and communication of a chapter's run,
+ * predicted from its command line without running it; the papers' tables.
+ *
+ *   common/plan [the chapter's flags] [--chapter 01|02|05|06] [--dp D] [--csv FILE]
+ *       what each rank of that run holds, by memory.csv's (space, category),
+ *       and the bytes it sends per step by collective; --csv writes the
+ *       memory as memory.csv's rows (rank,space,category,peak_bytes)
+ *   common/plan --zero-table [--params P] [--gpus N] [--precision bf16|fp32]
+ *       the ZeRO paper's model-state table (Rajbhandari et al., 2020, Figure 1):
+ *       mixed-precision Adam unless --precision fp32 is given
+ *   common/plan --offload-capacity [--gpu-mem BYTES] [--reserve BYTES]
+ *       the largest model one device trains with and without offload
+ *       (Ren et al., 2021, ZeRO-Offload)
+ *
+ * A run's command line pastes in: `mpirun -np 2 05_zero/train --zero 2
+ * --precision bf16` is `common/plan --dp 2 --zero 2 --precision bf16`. The
+ * chapter follows from the flags (--offload: 06; --zero: 05; --dp above 1:
+ * 02; else 01) or --chapter. How the bytes are computed, and which buffers
+ * the plan does not cover: plan_layout.h. Exit status 2 on bad input, with
+ * one line naming the flag. */
+#include "config.h"
+#include "device.h"
+#include "model.h"
+#include "param_table.h"
+#include "plan_layout.h"
+#include "util.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#define PROGRAM "common/plan"
+
+/* ---- the planner's flags: the chapters' own, with their names and ranges ---- */
+typedef struct {
+    char chapter[8]; /* auto, 01, 02, 05, 06 */
+    int dp, tp, pp;
+    int zero, prefetch;
+    char dp_mode[8];
+    double bucket_mb;
+    char allreduce[8];
+    int offload, dpu, dpu_warmup;
+    int threads;
+    char csv[PATH_BYTES];
+    int zero_table, offload_capacity;
+    double params;
+    int gpus;
+    size_t gpu_mem, reserve;
+    int ranks; /* unused: the planner runs as one process */
+} PlanFlags;
+
+static const Flag plan_flags[] = {
+    {.type = FLAG_SECTION, .help = "the layout (the chapters' own flags; mpirun's rank count is --dp)"},
+    {"--chapter", FLAG_CHOICE, FIELD(PlanFlags, chapter), .choices = "auto|01|02|05|06", .noun = "chapter",
+     .def = "auto", .usage = "--chapter 01|02|05|06",
+     .help = "the program to plan (default auto: --offload 06, --zero 05, --dp > 1 02, else 01)"},
+    {"--dp", FLAG_INT, FIELD(PlanFlags, dp), 1, 4096, .def = "1", .usage = "--dp D",
+     .help = "data-parallel ranks: mpirun -np of 02 and 05, --dp of 06, 1..4096 (default {default})"},
+    {"--tp", FLAG_INT, FIELD(PlanFlags, tp), 1, 4096, .def = "1", .usage = "--tp T",
+     .help = "tensor-parallel ranks (planned once chapters 03-04 settle, issue 27; 1 today)"},
+    {"--pp", FLAG_INT, FIELD(PlanFlags, pp), 1, 256, .def = "1", .usage = "--pp P",
+     .help = "pipeline stages (planned once chapters 03-04 settle, issue 27; 1 today)"},
+    {"--zero", FLAG_INT, FIELD(PlanFlags, zero), 0, 3, .usage = "--zero 0|1|2|3",
+     .help = "05: the ZeRO stage (default 1, as 05's); 06: 2"},
+    {"--prefetch", FLAG_INT, FIELD(PlanFlags, prefetch), 0, 64, .def = "1", .usage = "--prefetch K",
+     .help = "05, stage 3: units gathered ahead, 0..64 (default {default})"},
+    {"--dp-mode", FLAG_CHOICE, FIELD(PlanFlags, dp_mode), .choices = "naive|flat|overlap", .noun = "mode",
+     .def = "flat", .usage = "--dp-mode naive|flat|overlap",
+     .help = "02: how the gradients are all-reduced (the same memory and bytes; default {default})"},
+    {"--bucket-mb", FLAG_DOUBLE, FIELD(PlanFlags, bucket_mb), 1e-6, 4096, .def = "1",
+     .usage = "--bucket-mb X",
+     .help = "02, overlap: bucket size in MiB (views of the gradients: no memory of its own)"},
+    {"--allreduce", FLAG_CHOICE, FIELD(PlanFlags, allreduce), .choices = "ring|library", .noun = "all-reduce",
+     .def = "library", .usage = "--allreduce ring|library",
+     .help = "02: library only (the ring's chunk buffer is not planned)"},
+    {"--offload", FLAG_SWITCH, FIELD(PlanFlags, offload), .usage = "--offload",
+     .help = "06: the optimizer state and gradients in host memory"},
+    {"--dpu", FLAG_SWITCH, FIELD(PlanFlags, dpu), .usage = "--dpu",
+     .help = "06: the delayed parameter update (a second host gradient shard)"},
+    {"--dpu-warmup", FLAG_INT, FIELD(PlanFlags, dpu_warmup), 0, 1000000, .def = "1",
+     .usage = "--dpu-warmup N", .help = "06: accepted for pasting; changes no byte"},
+    {"--threads", FLAG_INT, FIELD(PlanFlags, threads), 1, 4096, .usage = "--threads N",
+     .help = "OpenMP threads per rank: the CPU attention workspace grows with them\n"
+             "(default: OMP_NUM_THREADS, as the programs read it)"},
+    {.type = FLAG_SECTION, .help = "output"},
+    {"--csv", FLAG_PATH, FIELD(PlanFlags, csv), .usage = "--csv FILE",
+     .help = "write the memory as memory.csv's rows: rank,space,category,peak_bytes"},
+    {.type = FLAG_SECTION, .help = "the papers' numbers, from the same formulas (no model built)"},
+    {"--zero-table", FLAG_SWITCH, FIELD(PlanFlags, zero_table), .usage = "--zero-table",
+     .help = "model state per device at ZeRO stages 0-3 for --params on --gpus, GB (1e9)"},
+    {"--params", FLAG_DOUBLE, FIELD(PlanFlags, params), 1, 1e15, .def = "7.5e9", .usage = "--params P",
+     .help = "parameters of --zero-table (default {default}, the ZeRO paper's)"},
+    {"--gpus", FLAG_INT, FIELD(PlanFlags, gpus), 1, 1000000, .def = "64", .usage = "--gpus N",
+     .help = "data-parallel devices of --zero-table (default {default})"},
+    {"--offload-capacity", FLAG_SWITCH, FIELD(PlanFlags, offload_capacity), .usage = "--offload-capacity",
+     .help = "the largest model --gpu-mem trains in 16 bits with and without offload"},
+    {"--gpu-mem", FLAG_BYTES, FIELD(PlanFlags, gpu_mem), .def = "32G", .usage = "--gpu-mem BYTES",
+     .help = "device memory of --offload-capacity (default {default}: a 32 GB V100)"},
+    {"--reserve", FLAG_BYTES, FIELD(PlanFlags, reserve), .def = "8G", .usage = "--reserve BYTES",
+     .help = "device memory that is not model state: activations, working buffers,\n"
+             "fragmentation (default {default}, the assumption course.md states)"},
+    {0},
+};
+
+static int chapter_of(const Config *cfg, const PlanFlags *f) {
+    if (strcmp(f->chapter, "auto") != 0) return f->chapter[1] - '0';
+    if (f->offload) return 6;
+    if (flag_given(cfg, "--zero")) return 5;
+    return f->dp > 1 ? 2 : 1;
+}
+
+/* The checks the chapters make (the same messages), and what the plan does not cover yet. */
+static void check_plan(const Config *cfg, const void *values) {
+    const PlanFlags *f = values;
+    int chapter = chapter_of(cfg, f);
+    if (f->tp > 1 || f->pp > 1)
+        fatal(EXIT_USAGE,
+              "%s %d: tensor- and pipeline-parallel layouts are not planned yet (chapters 03-04 "
+              "are being rebuilt, issue 27; valid: --tp 1 --pp 1)",
+              f->tp > 1 ? "--tp" : "--pp", f->tp > 1 ? f->tp : f->pp);
+    if (chapter == 1 && f->dp > 1)
+        fatal(EXIT_USAGE, "--chapter 01 runs on one device, not --dp %d (valid: --dp 1)", f->dp);
+    if (flag_given(cfg, "--zero") && chapter != 5 && chapter != 6)
+        fatal(EXIT_USAGE, "--zero is a flag of chapters 05 and 06, not %02d", chapter);
+    if (f->offload && chapter != 6) fatal(EXIT_USAGE, "--offload is a flag of chapter 06, not %02d", chapter);
+    if (chapter == 6 && !f->offload)
+        fatal(EXIT_USAGE, "06_offload/train trains with --offload (valid: --offload)");
+    if (f->dpu && !f->offload)
+        fatal(EXIT_USAGE,
+              "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");
+    if (chapter == 6 && flag_given(cfg, "--zero") && f->zero != 2)
+        fatal(EXIT_USAGE,
+              "--zero %d with --offload is unsupported: chapter 06 offloads the stage-2 partitioning "
+              "only (valid: --zero 2)",
+              f->zero);
+    if (flag_given(cfg, "--prefetch") && !(chapter == 5 && f->zero == 3))
+        fatal(EXIT_USAGE, "--prefetch needs --zero 3 (only stage 3 gathers parameters)");
+    if (strcmp(f->allreduce, "ring") == 0)
+        fatal(EXIT_USAGE,
+              "--allreduce ring: the ring's chunk buffer is not planned (valid: --allreduce library)");
+    int split = f->dp * cfg->micro;
+    if (cfg->batch < split || cfg->batch % split)
+        fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
+              cfg->batch, f->dp, cfg->micro, split);
+}
+
+static const char *chapter_program(int chapter) {
+    static const char *names[] = {"", "01_single_gpu/train", "02_data_parallel/train", "",
+                                  "", "05_zero/train",       "06_offload/train"};
+    return names[chapter];
+}
+
+/* ---- the papers' numbers ---- */
+
+/* ZeRO, Figure 1: Psi parameters, N devices, mixed-precision Adam (K = 12). */
+static void zero_table(const PlanFlags *f, int half) {
+    printf("model state per device, %.4g parameters on %d devices, %s Adam (GB = 1e9 bytes)\n", f->params,
+           f->gpus, half ? "mixed-precision" : "fp32");
+    static const char *names[] = {"baseline", "P_os", "P_os+g", "P_os+g+p"};
+    printf("  %-9s %5s %12s %12s %12s %10s\n", "stage", "zero", "params", "grads", "optimizer", "total GB");
+    for (int stage = 0; stage <= 3; stage++) {
+        double p, g, o;
+        plan_model_state(f->params, f->params / f->gpus, stage, half, &p, &g, &o);
+        printf("  %-9s %5d %12.4g %12.4g %12.4g %10.1f\n", names[stage], stage, p, g, o, (p + g + o) / 1e9);
+    }
+}
+
+/* ZeRO-Offload's capacity claim, from the model state per parameter on the
+ * device: 16 bytes (16 bits: 2 + 2 + 12) without offload, chapter 06's 2
+ * with it; the device's memory less a reserve for what is not model state. */
+static void offload_capacity(const PlanFlags *f) {
+    double p, g, o;
+    plan_model_state(1, 1, 0, 1, &p, &g, &o);
+    double usable = (double)f->gpu_mem - (double)f->reserve, on_device = p + g + o, offloaded = p;
+    printf("largest model on one device of %.2f GiB, %.2f GiB reserved for activations and buffers\n",
+           f->gpu_mem / 1073741824.0, f->reserve / 1073741824.0);
+    printf("  %-44s %6s %10s\n", "", "B/param", "params");
+    printf("  %-44s %6.0f %9.2fB\n", "without offload (params, grads, Adam state)", on_device,
+           usable / on_device / 1e9);
+    printf("  %-44s %6.0f %9.2fB\n", "without offload, DDP's gradient buckets too", on_device + g,
+           usable / (on_device + g) / 1e9);
+    printf("  %-44s %6.0f %9.2fB\n", "with offload (16-bit params on the device)", offloaded,
+           usable / offloaded / 1e9);
+}
+
+/* ---- the plan of a run ---- */
+
+static void print_plan(const Config *cfg, const PlanLayout *l, const PlanMemory *m, const PlanTraffic *t) {
+    const ModelConfig *mc = &cfg->model;
+    ParamTable table;
+    param_table_build(&table, mc);
+    double P = table.num_params, tied = P - (double)mc->vocab * mc->dmodel;
+    param_table_free(&table);
+    printf("%s | %s | %d rank%s, dp %d | %s | %d layers, d %d, %d heads, seq %d, vocab %d | batch %d = %d "
+           "ranks x %d micro-batches x %d sequences | %d thread%s per rank\n",
+           PROGRAM, chapter_program(l->chapter), l->dp, l->dp > 1 ? "s" : "", l->dp,
+           precision_name(cfg->precision), mc->layers, mc->dmodel, mc->heads, mc->seq, mc->vocab, cfg->batch,
+           l->dp, cfg->micro, cfg->batch / l->dp / cfg->micro, l->threads, l->threads > 1 ? "s" : "");
+    if (l->chapter == 5 && l->zero == 3) printf("zero 3 | prefetch %d\n", l->prefetch);
+    if (l->chapter == 5 && l->zero < 3) printf("zero %d\n", l->zero);
+    printf("parameters %.0f (%.0f with the LM head tied to the embedding, as GPT-2 and llm.c)\n", P, tied);
+    double L = mc->layers, T = mc->seq, C = mc->dmodel;
+    printf("FLOPs per token 6P + 12LTC = %.0f (llm.c's count, tied, 6P + 6LTC: %.0f); per step %.4g\n",
+           6 * P + 12 * L * T * C, 6 * tied + 6 * L * T * C, (6 * P + 12 * L * T * C) * cfg->batch * T);
+    printf("\nmemory of each rank (peak bytes, as memory.csv; the same on every rank)\n");
+    for (int s = 0; s < SPACE_COUNT; s++) {
+        size_t total = 0;
+        for (int c = 0; c < CAT_COUNT; c++) {
+            if (!m->bytes[s][c]) continue;
+            printf("  %-6s %-12s %14zu %10.2f MiB\n", space_name(s), category_name(c), m->bytes[s][c],
+                   m->bytes[s][c] / 1048576.0);
+            total += m->bytes[s][c];
+        }
+        if (total)
+            printf("  %-6s %-12s %14zu %10.2f MiB\n", space_name(s), "(sum)", total, total / 1048576.0);
+    }
+    printf("\nbytes each rank sends per step (as comm.h counts them)\n");
+    printf("  %-16s %14.0f\n  %-16s %14.0f\n  %-16s %14.0f\n", "all-reduce", t->allreduce, "reduce-scatter",
+           t->reduce_scatter, "all-gather", t->allgather);
+    printf("  %-16s %14.0f\n", "(sum)", t->allreduce + t->reduce_scatter + t->allgather);
+    if (l->chapter == 6)
+        printf("  %-16s %14.0f\n  %-16s %14.0f\n", "device to host", t->to_host, "host to device",
+               t->to_device);
+}
+
+static void write_csv(const char *path, const PlanLayout *l, const PlanMemory *m) {
+    FILE *f = fopen(path, "w");
+    if (!f) fatal(EXIT_USAGE, "--csv %s: cannot write it", path);
+    fprintf(f, "rank,space,category,peak_bytes\n");
+    for (int r = 0; r < l->dp; r++)
+        for (int s = 0; s < SPACE_COUNT; s++)
+            for (int c = 0; c < CAT_COUNT; c++)
+                fprintf(f, "%d,%s,%s,%zu\n", r, space_name(s), category_name(c), m->bytes[s][c]);
+    if (fclose(f) != 0) fatal(EXIT_USAGE, "--csv %s: cannot write it", path);
+}
+
+int main(int argc, char **argv) {
+    Config cfg;
+    PlanFlags f = {0};
+    ChapterFlags chapter = {.flags = plan_flags, .values = &f, .multi_rank = 1};
+    if (config_read(&cfg, argc, argv, PROGRAM, &chapter)) {
+        config_print_help(
+            PROGRAM,
+            "Predict a run's memory (by memory.csv's space and category) and the bytes it sends,\n"
+            "from the chapter's own flags, without running it; or the papers' tables.",
+            &chapter);
+        return 0;
+    }
+    if (f.zero_table) {
+        zero_table(&f, !flag_given(&cfg, "--precision") || cfg.precision != PRECISION_FP32);
+        return 0;
+    }
+    if (f.offload_capacity) {
+        offload_capacity(&f);
+        return 0;
+    }
+    check_plan(&cfg, &f);
+    PlanLayout l = {.chapter = chapter_of(&cfg, &f),
+                    .dp = f.dp,
+                    .zero = f.zero,
+                    .prefetch = f.prefetch,
+                    .dpu = f.dpu,
+                    .threads = f.threads ? f.threads : omp_get_max_threads()};
+    if (l.chapter == 5 && !flag_given(&cfg, "--zero")) l.zero = 1; /* 05's default */
+    if (l.chapter == 6) l.zero = 2;
+    PlanMemory m;
+    PlanTraffic t;
+    plan_memory(&cfg, &l, &m);
+    plan_traffic(&cfg, &l, &t);
+    print_plan(&cfg, &l, &m, &t);
+    if (f.csv[0]) write_csv(f.csv, &l, &m);
+    return 0;
+}

@@ -1,0 +1,62 @@
+/* plan_layout.h: what a chapter's run of a layout holds in memory and sends,
+ * computed without running it (common/plan).
+ *
+ * The memory is memory.csv's: peak bytes per (space, category) of one rank.
+ * It is summed from the same size functions the programs allocate with
+ * (param_table.h's units and shards, model.h's activation_bytes,
+ * activation_bytes_range, scratch_bytes, recompute_block_bytes and the
+ * model's linear shapes, kernels.h's and attention.h's CPU workspaces), in
+ * the order each chapter allocates: plan_layout.c mirrors, chapter by
+ * chapter, which buffers a rank allocates and under which tag, and
+ * tests/plan.bats checks every row against the programs' memory.csv.
+ * Every rank of the layouts planned here holds the same bytes (units are
+ * padded to a multiple of N), so one PlanMemory stands for all.
+ *
+ * Known limits, each named in --help and course.md: the CPU backend's
+ * kernel workspaces (on CUDA, cuBLAS and the CUDA kernels keep others, and
+ * comm.c's host staging appears without NCCL); chapter 02's --allreduce
+ * ring (its chunk buffer) is refused; pipeline (pp) and tensor (tp) layouts
+ * wait for chapters 03-04 of issue 27. */
+#ifndef PLAN_LAYOUT_H
+#define PLAN_LAYOUT_H
+
+#include "config.h"
+#include "device.h"
+
+#include <stddef.h>
+
+/* The layout, as the chapter's own flags give it. */
+typedef struct {
+    int chapter;  /* 1, 2, 5 or 6 */
+    int dp;       /* data-parallel ranks (mpirun -np for 02 and 05) */
+    int zero;     /* 05: 0..3; 06: 2 */
+    int prefetch; /* 05, stage 3 */
+    int dpu;      /* 06: the delayed update's second gradient shard */
+    int threads;  /* OpenMP threads of a rank: the CPU attention workspace */
+} PlanLayout;
+
+typedef struct {
+    size_t bytes[SPACE_COUNT][CAT_COUNT]; /* peak bytes per (space, category), as memory.csv */
+} PlanMemory;
+
+/* The collectives of one optimizer step, bytes this rank sends as
+ * common/comm counts them (comm.h): an all-reduce of b bytes 2(N-1)/N b, a
+ * reduce-scatter of N*b bytes (N-1) b, an all-gather of b bytes per rank
+ * (N-1) b; and the host-device copies of chapter 06. */
+typedef struct {
+    double allreduce, reduce_scatter, allgather;
+    double to_host, to_device; /* 06: gradient slices out, updated weights in */
+} PlanTraffic;
+
+/* The bytes of model state per rank for P parameters, shard_n of them in a
+ * rank's shard (P / N when units divide), at ZeRO `stage` (0 for chapters
+ * 01-02), 16-bit or not: params, grads and optimizer state, the ZeRO
+ * paper's 16P, 4P + 12P/N, 2P + 14P/N, 16P/N (fp32: 16P, 8P + 8P/N, ...).
+ * The exact plan and the formula mode (the paper's table) both use it. */
+void plan_model_state(double P, double shard_n, int stage, int half, double *params, double *grads,
+                      double *optimizer);
+
+void plan_memory(const Config *cfg, const PlanLayout *l, PlanMemory *m);
+void plan_traffic(const Config *cfg, const PlanLayout *l, PlanTraffic *t);
+
+#endif

@@ -1,0 +1,155 @@
+#!/usr/bin/env bats
+# common/plan predicts a run's memory.csv without running it: for each layout
+# below the planner's --csv equals the program's memory.csv line for line
+# (every rank, space and category, exact), and its bytes sent per step equal
+# what the run counted. The papers' numbers come out of its formula mode.
+#
+# Exceptions, none of which these layouts reach (plan_layout.h): the CUDA
+# backend's kernel workspaces and comm.c's host staging (the planner predicts
+# the CPU backend's); 02's --allreduce ring and pp/tp layouts are refused.
+#
+# Shown to fail, each on a copy of plan_layout.c rebuilt: with the 16-bit
+# "unit weights (fp32)" of 01 and 02 four bytes too large (`* 4` made
+# `* 4 + 4`), the 01 and 02 tests failed on every rank's device,workspace
+# row (4954628 planned, 4954624 measured); with stage 3's pool of gathered
+# units one buffer short (prefetch instead of prefetch + 1), both ZeRO tests
+# failed on device,gathered (199936 planned, 399872 measured).
+
+load helpers
+
+PLAN="$REPO/common/plan"
+FLAGS="--device cpu --model tiny --steps 2 --eval-batches 1 --sample 16 --quiet"
+# A shape whose units do not divide by 2 or 3 ranks (zero.bats's): padding in every shard.
+ODD="--dmodel 48 --heads 4 --vocab 259"
+
+# planned NP PROGRAM ARGS...: run PROGRAM on NP ranks (one thread each) with
+# ARGS, plan the same command line, and compare memory.csv with the plan's
+# --csv line for line; leaves the run in $RUN and the plan's output in $output.
+planned() {
+    local np="$1" program="$2" chapter
+    shift 2
+    chapter="${program%%_*}"
+    RUN="$(scratch)/$chapter-$np-$BATS_TEST_NUMBER-$RANDOM"
+    if [ "$np" = 1 ]; then
+        OMP_NUM_THREADS=1 "$REPO/$program" $FLAGS "$@" --out "$RUN" >/dev/null
+    else
+        OMP_NUM_THREADS=1 mpirun_np "$np" "$REPO/$program" $FLAGS "$@" --out "$RUN" >/dev/null
+    fi
+    run env OMP_NUM_THREADS=1 "$PLAN" $FLAGS "$@" --chapter "$chapter" --dp "$np" --out "$RUN" --csv "$RUN/plan.csv"
+    assert_success
+    local plan_output="$output"
+    run diff "$RUN/plan.csv" "$RUN/memory.csv"
+    assert_success
+    output="$plan_output"
+}
+
+# sent_matches: the plan's bytes sent per step (its "(sum)" under "bytes each
+# rank sends") against run.csv's bytes_sent_per_step, within a byte (run.csv
+# prints whole bytes); 06 also its host-device copies against pcie_bytes_per_step.
+sent_matches() {
+    local predicted measured
+    predicted="$(awk '/^bytes each rank sends/ { on = 1 } on && $1 == "(sum)" { print $2; exit }' <<<"$output")"
+    measured="$(csv_column "$RUN/run.csv" bytes_sent_per_step)"
+    awk -v p="$predicted" -v m="$measured" 'BEGIN { d = p - m; if (d < 0) d = -d; if (d > 1) { print "sent: planned " p ", measured " m; exit 1 } }'
+    if [ "$(csv_column "$RUN/run.csv" pcie_bytes_per_step)" != "" ]; then
+        predicted="$(awk '$1 == "device" && $2 == "to" { d = $4 } $1 == "host" && $2 == "to" { h = $4 } END { print d + h }' <<<"$output")"
+        measured="$(csv_column "$RUN/run.csv" pcie_bytes_per_step)"
+        [ "$predicted" = "$measured" ] || { echo "pcie: planned $predicted, measured $measured"; return 1; }
+    fi
+}
+
+@test "01 in fp32 and bf16, with recompute and micro-batches: the plan is memory.csv" {
+    planned 1 01_single_gpu/train
+    planned 1 01_single_gpu/train --precision bf16
+    planned 1 01_single_gpu/train --recompute --micro 2
+    planned 1 01_single_gpu/train --precision fp16 --recompute $ODD
+}
+
+@test "02 on 2 and 3 ranks, fp32 and bf16, flat and overlap: the plan is memory.csv on every rank" {
+    planned 2 02_data_parallel/train
+    planned 3 02_data_parallel/train --batch 12 --precision bf16
+    planned 3 02_data_parallel/train --batch 12 --dp-mode overlap $ODD
+}
+
+@test "05 at every ZeRO stage on 2 ranks, fp32: the plan is memory.csv, and the bytes sent are the run's" {
+    for stage in 0 1 2 3; do
+        planned 2 05_zero/train --zero $stage
+        sent_matches
+    done
+}
+
+@test "05 at every ZeRO stage on 3 ranks in bf16, units padded, 2 micro-batches: the plan is memory.csv" {
+    for stage in 0 1 2 3; do
+        planned 3 05_zero/train --zero $stage --precision bf16 --batch 12 --micro 2 $ODD
+        sent_matches
+    done
+    planned 3 05_zero/train --zero 3 --prefetch 0 --batch 12 $ODD
+}
+
+@test "06 with --offload, with and without --dpu, fp32 and bf16: the plan is memory.csv, host rows too" {
+    planned 2 06_offload/train --offload
+    sent_matches
+    planned 2 06_offload/train --offload --dpu --precision bf16
+    sent_matches
+    planned 1 06_offload/train --offload --precision bf16 --micro 2
+    sent_matches
+    planned 3 06_offload/train --offload --dpu --batch 12 --micro 2 $ODD
+    sent_matches
+}
+
+@test "a layout the ranks cannot hold, or one not planned, is refused in one line with exit 2" {
+    refused() {
+        run --separate-stderr "$PLAN" "$@"
+        assert_equal "$status" 2
+        assert_equal "$(printf '%s\n' "$stderr" | grep -c .)" 1
+    }
+    refused --dp 3
+    [[ "$stderr" == *"--batch 8 does not split into 3 ranks x --micro 1 (valid: a multiple of 3)"* ]]
+    refused --chapter 01 --dp 2
+    refused --dp 2 --zero 3 --offload
+    refused --tp 2
+    [[ "$stderr" == *"not planned yet"* ]]
+    refused --dp 2 --allreduce ring
+    refused --zero 4
+    refused --dpu
+    run "$PLAN" --help
+    assert_success
+    assert_output --partial "--csv FILE"
+}
+
+# The ZeRO paper (Rajbhandari et al., 2020), Figure 1: 7.5B parameters on 64
+# devices, mixed-precision Adam (K = 12): 120, 31.4, 16.6 and 1.9 GB a device.
+@test "the ZeRO paper's model-state table: 120, 31.4, 16.6, 1.9 GB for 7.5B parameters on 64 GPUs" {
+    run "$PLAN" --zero-table --params 7.5e9 --gpus 64
+    assert_success
+    assert_equal "$(awk '$2 ~ /^[0-3]$/ { printf "%s ", $NF }' <<<"$output")" "120.0 31.4 16.6 1.9 "
+}
+
+# ZeRO-Offload (Ren et al., 2021): 13B parameters on one 32 GB V100 with
+# offload, about 1.4B without. Assumed: 8 GiB of the 32 GiB hold what is not
+# model state (activations, working buffers, fragmentation); without offload
+# a parameter takes 16 bytes, and 18 with PyTorch DDP's gradient buckets (a
+# second copy of the 16-bit gradients); with it 2 (chapter 06's device state).
+@test "the ZeRO-Offload capacity claim: about 13B with offload on a 32 GB V100, about 1.4B without" {
+    run "$PLAN" --offload-capacity --gpu-mem 32G --reserve 8G
+    assert_success
+    assert_line --partial "with offload (16-bit params on the device)        2     12.88B"
+    assert_line --partial "without offload, DDP's gradient buckets too      18      1.43B"
+    assert_line --partial "without offload (params, grads, Adam state)      16      1.61B"
+}
+
+# GPT-2 124M: 124,439,808 parameters with GPT-2's vocabulary of 50257 and the
+# LM head tied to the embedding; llm.c pads the vocabulary to 50304 and
+# prints num_parameters 124,475,904 (47 x 768 more rows of wte). The course's
+# GPT keeps its own LM head (V x 768 more). FLOPs per token: the course's
+# 6P + 12LTC, and llm.c's count (gpt2_estimate_mfu: 6N + 6LCT, N tied).
+@test "GPT-2 124M: 124,439,808 parameters tied at vocab 50257, llm.c's 124,475,904 at 50304, and its FLOPs per token" {
+    run "$PLAN" --model gpt2 --vocab 50257 --batch 1
+    assert_success
+    assert_line "parameters 163037184 (124439808 with the LM head tied to the embedding, as GPT-2 and llm.c)"
+    run "$PLAN" --model gpt2 --vocab 50304 --batch 1
+    assert_success
+    assert_line "parameters 163109376 (124475904 with the LM head tied to the embedding, as GPT-2 and llm.c)"
+    # 6 x 163109376 + 12 x 12 x 1024 x 768; llm.c: 6 x 124475904 + 6 x 12 x 1024 x 768
+    assert_line --partial "FLOPs per token 6P + 12LTC = 1091902464 (llm.c's count, tied, 6P + 6LTC: 803478528)"
+}

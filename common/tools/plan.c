@@ -5,6 +5,11 @@
  *       what each rank of that run holds, by memory.csv's (space, category),
  *       and the bytes it sends per step by collective; --csv writes the
  *       memory as memory.csv's rows (rank,space,category,peak_bytes)
+ *   common/plan [the run's flags] --machine FILE [--time-csv FILE]
+ *       the same, and the predicted step time with its parts (compute,
+ *       device update, exposed communication, bubble, offload copies, CPU
+ *       update) on the machine FILE describes (plan_time.h: the format and
+ *       every formula); --time-csv writes one row per part
  *   common/plan --zero-table [--params P] [--gpus N] [--precision bf16|fp32]
  *       the ZeRO paper's model-state table (Rajbhandari et al., 2020, Figure 1):
  *       mixed-precision Adam unless --precision fp32 is given
@@ -23,6 +28,7 @@
 #include "model.h"
 #include "param_table.h"
 #include "plan_layout.h"
+#include "plan_time.h"
 #include "util.h"
 
 #include <omp.h>
@@ -42,6 +48,7 @@ typedef struct {
     int offload, dpu, dpu_warmup;
     int threads;
     char csv[PATH_BYTES];
+    char machine[PATH_BYTES], time_csv[PATH_BYTES];
     int zero_table, offload_capacity;
     double params;
     int gpus;
@@ -85,6 +92,12 @@ static const Flag plan_flags[] = {
     {.type = FLAG_SECTION, .help = "output"},
     {"--csv", FLAG_PATH, FIELD(PlanFlags, csv), .usage = "--csv FILE",
      .help = "write the memory as memory.csv's rows: rank,space,category,peak_bytes"},
+    {.type = FLAG_SECTION, .help = "step time"},
+    {"--machine", FLAG_PATH, FIELD(PlanFlags, machine), .usage = "--machine FILE",
+     .help = "predict the step time on the machine FILE describes (key = value lines;\n"
+             "common/machines/ has the shipped ones, plan_time.h the format)"},
+    {"--time-csv", FLAG_PATH, FIELD(PlanFlags, time_csv), .usage = "--time-csv FILE",
+     .help = "write the step time's parts: part,busy_ms,exposed_ms (needs --machine)"},
     {.type = FLAG_SECTION, .help = "the papers' numbers, from the same formulas (no model built)"},
     {"--zero-table", FLAG_SWITCH, FIELD(PlanFlags, zero_table), .usage = "--zero-table",
      .help = "model state per device at ZeRO stages 0-3 for --params on --gpus, GB (1e9)"},
@@ -138,6 +151,8 @@ static void check_plan(const Config *cfg, const void *values) {
     if (strcmp(f->allreduce, "ring") == 0)
         fatal(EXIT_USAGE,
               "--allreduce ring: the ring's chunk buffer is not planned (valid: --allreduce library)");
+    if (f->time_csv[0] && !f->machine[0])
+        fatal(EXIT_USAGE, "--time-csv needs --machine FILE (the constants the time is computed from)");
     int split = f->dp * cfg->micro;
     if (cfg->batch < split || cfg->batch % split)
         fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
@@ -234,6 +249,28 @@ static void write_csv(const char *path, const PlanLayout *l, const PlanMemory *m
     if (fclose(f) != 0) fatal(EXIT_USAGE, "--csv %s: cannot write it", path);
 }
 
+/* The step time's parts: what each activity takes, and what of it the step waits for. */
+static void print_time(const Config *cfg, const PlanLayout *l, const Machine *mach, const PlanTime *pt) {
+    printf("\nstep time on %s (flops %.4g, alpha %.3g s, beta %.4g B/s; plan_time.h has the formulas)\n",
+           mach->name, mach->flops, mach->alpha_s, mach->beta_bytes_per_s);
+    printf("  %-16s %12s %12s\n", "part", "busy ms", "exposed ms");
+    for (int p = 0; p < PART_COUNT; p++)
+        printf("  %-16s %12.4f %12.4f\n", part_name(p), pt->busy_s[p] * 1e3, pt->exposed_s[p] * 1e3);
+    printf("  %-16s %12s %12.4f\n", "step", "", pt->step_s * 1e3);
+    printf("  FLOPs per step %.4g over %d rank%s: %.4g tokens/s\n", pt->flops_per_step, l->dp,
+           l->dp > 1 ? "s" : "", (double)cfg->batch * cfg->model.seq / pt->step_s);
+}
+
+static void write_time_csv(const char *path, const PlanTime *pt) {
+    FILE *f = fopen(path, "w");
+    if (!f) fatal(EXIT_USAGE, "--time-csv %s: cannot write it", path);
+    fprintf(f, "part,busy_ms,exposed_ms\n");
+    for (int p = 0; p < PART_COUNT; p++)
+        fprintf(f, "%s,%.9g,%.9g\n", part_name(p), pt->busy_s[p] * 1e3, pt->exposed_s[p] * 1e3);
+    fprintf(f, "step,%.9g,%.9g\n", pt->step_s * 1e3, pt->step_s * 1e3);
+    if (fclose(f) != 0) fatal(EXIT_USAGE, "--time-csv %s: cannot write it", path);
+}
+
 int main(int argc, char **argv) {
     Config cfg;
     PlanFlags f = {0};
@@ -260,7 +297,11 @@ int main(int argc, char **argv) {
                     .zero = f.zero,
                     .prefetch = f.prefetch,
                     .dpu = f.dpu,
-                    .threads = f.threads ? f.threads : omp_get_max_threads()};
+                    .threads = f.threads ? f.threads : omp_get_max_threads(),
+                    .dp_mode = strcmp(f.dp_mode, "naive") == 0  ? DP_NAIVE
+                               : strcmp(f.dp_mode, "flat") == 0 ? DP_FLAT
+                                                                : DP_OVERLAP,
+                    .bucket_bytes = f.bucket_mb * 1048576.0};
     if (l.chapter == 5 && !flag_given(&cfg, "--zero")) l.zero = 1; /* 05's default */
     if (l.chapter == 6) l.zero = 2;
     PlanMemory m;
@@ -269,5 +310,13 @@ int main(int argc, char **argv) {
     plan_traffic(&cfg, &l, &t);
     print_plan(&cfg, &l, &m, &t);
     if (f.csv[0]) write_csv(f.csv, &l, &m);
+    if (f.machine[0]) {
+        Machine mach;
+        PlanTime pt;
+        machine_read(f.machine, &mach);
+        plan_time(&cfg, &l, &t, &mach, &pt);
+        print_time(&cfg, &l, &mach, &pt);
+        if (f.time_csv[0]) write_time_csv(f.time_csv, &pt);
+    }
     return 0;
 }

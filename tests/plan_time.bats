@@ -145,11 +145,7 @@ within_band() {
     shift 2
     chapter="${program%%_*}"
     run_dir="$(scratch)/$chapter-$np-$RANDOM"
-    if [ "$np" = 1 ]; then
-        OMP_NUM_THREADS=1 "$REPO/$program" $FLAGS "$@" --out "$run_dir" >/dev/null
-    else
-        OMP_NUM_THREADS=1 mpirun_np "$np" "$REPO/$program" $FLAGS "$@" --out "$run_dir" >/dev/null
-    fi
+    OMP_NUM_THREADS=1 mpirun_np "$np" "$REPO/$program" $FLAGS "$@" --out "$run_dir" >/dev/null # 01 too: one process
     OMP_NUM_THREADS=1 "$PLAN" $FLAGS "$@" --chapter "$chapter" --dp "$np" --out "$run_dir" \
         --machine "$CPU_MACHINE" --time-csv "$run_dir/time.csv" >/dev/null
     predicted="$(awk -F, '$1 == "step" { print $3 }' "$run_dir/time.csv")"

@@ -190,3 +190,20 @@ within_band() {
     [[ "$stderr" == *"--time-csv needs --machine"* ]]
     "$PLAN" --model tiny --machine "$REPO/common/machines/h100-sxm.machine" >/dev/null
 }
+
+@test "--calibrate --quick measures this machine with the course's tools in seconds and writes a file --machine reads" {
+    local dir="$(scratch)"
+    run timeout 120 env OMP_NUM_THREADS=1 "$PLAN" --calibrate "$dir/here.machine" --quick
+    assert_success
+    assert_output --partial "wrote $dir/here.machine"
+    for key in name flops alpha_s beta_bytes_per_s h2d_bytes_per_s d2h_bytes_per_s cpu_adam_params_per_s \
+        device_adam_params_per_s device_mem_bytes; do
+        grep -q "^$key = " "$dir/here.machine" || { echo "no $key in:"; cat "$dir/here.machine"; false; }
+    done
+    run "$PLAN" --model tiny --dp 2 --zero 2 --machine "$dir/here.machine" --time-csv "$dir/time.csv"
+    assert_success
+    assert_equal "$(cut -d, -f1 "$dir/time.csv" | tr '\n' ' ')" \
+        "part compute device_update communication bubble offload_copies cpu_update step "
+    run --separate-stderr "$PLAN" --quick
+    assert_equal "$status" 2
+}

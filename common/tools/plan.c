@@ -10,6 +10,10 @@
  *       device update, exposed communication, bubble, offload copies, CPU
  *       update) on the machine FILE describes (plan_time.h: the format and
  *       every formula); --time-csv writes one row per part
+ *   common/plan --calibrate FILE [--quick]
+ *       measure this machine's constants with the course's tools (01's step,
+ *       commbench, adambench: common/scripts/calibrate.sh) and write them to
+ *       FILE, which the planner then reads back and --machine takes
  *   common/plan --zero-table [--params P] [--gpus N] [--precision bf16|fp32]
  *       the ZeRO paper's model-state table (Rajbhandari et al., 2020, Figure 1):
  *       mixed-precision Adam unless --precision fp32 is given
@@ -31,9 +35,13 @@
 #include "plan_time.h"
 #include "util.h"
 
+#include <limits.h>
+#include <libgen.h>
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define PROGRAM "common/plan"
 
@@ -48,7 +56,8 @@ typedef struct {
     int offload, dpu, dpu_warmup;
     int threads;
     char csv[PATH_BYTES];
-    char machine[PATH_BYTES], time_csv[PATH_BYTES];
+    char machine[PATH_BYTES], time_csv[PATH_BYTES], calibrate[PATH_BYTES];
+    int quick;
     int zero_table, offload_capacity;
     double params;
     int gpus;
@@ -98,6 +107,11 @@ static const Flag plan_flags[] = {
              "common/machines/ has the shipped ones, plan_time.h the format)"},
     {"--time-csv", FLAG_PATH, FIELD(PlanFlags, time_csv), .usage = "--time-csv FILE",
      .help = "write the step time's parts: part,busy_ms,exposed_ms (needs --machine)"},
+    {"--calibrate", FLAG_PATH, FIELD(PlanFlags, calibrate), .usage = "--calibrate FILE",
+     .help = "measure this machine (01's step, commbench, adambench: common/scripts/calibrate.sh)\n"
+             "and write its machine file to FILE"},
+    {"--quick", FLAG_SWITCH, FIELD(PlanFlags, quick), .usage = "--quick",
+     .help = "--calibrate with tiny sizes and few repeats (seconds; noisier constants)"},
     {.type = FLAG_SECTION, .help = "the papers' numbers, from the same formulas (no model built)"},
     {"--zero-table", FLAG_SWITCH, FIELD(PlanFlags, zero_table), .usage = "--zero-table",
      .help = "model state per device at ZeRO stages 0-3 for --params on --gpus, GB (1e9)"},
@@ -271,6 +285,33 @@ static void write_time_csv(const char *path, const PlanTime *pt) {
     if (fclose(f) != 0) fatal(EXIT_USAGE, "--time-csv %s: cannot write it", path);
 }
 
+/* --calibrate: common/scripts/calibrate.sh, found next to this program (common/plan), writes
+ * FILE; the planner reads it back, so a file it cannot read is an error here. */
+static void calibrate(const PlanFlags *f) {
+    char self[PATH_BYTES], script[JOINED_PATH_BYTES];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n < 0) fatal(EXIT_RUNTIME, "--calibrate: cannot find this program's path (/proc/self/exe)");
+    self[n] = 0;
+    snprintf(script, sizeof script, "%s/scripts/calibrate.sh", dirname(self));
+    char *args[] = {script, (char *)f->calibrate, f->quick ? "--quick" : NULL, NULL};
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execv(script, args);
+        _exit(127);
+    }
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fatal(EXIT_RUNTIME, "--calibrate: %s failed (exit status %d)", script,
+              pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    Machine m;
+    machine_read(f->calibrate, &m);
+    printf("%s: wrote %s (name %s): flops %.4g, alpha_s %.3g, beta_bytes_per_s %.4g, h2d %.4g, d2h %.4g, "
+           "cpu_adam %.4g, device_adam %.4g params/s, device_mem %.4g bytes\n",
+           PROGRAM, f->calibrate, m.name, m.flops, m.alpha_s, m.beta_bytes_per_s, m.h2d_bytes_per_s,
+           m.d2h_bytes_per_s, m.cpu_adam_params_per_s, m.device_adam_params_per_s, m.device_mem_bytes);
+}
+
 int main(int argc, char **argv) {
     Config cfg;
     PlanFlags f = {0};
@@ -283,6 +324,11 @@ int main(int argc, char **argv) {
             &chapter);
         return 0;
     }
+    if (f.calibrate[0]) {
+        calibrate(&f);
+        return 0;
+    }
+    if (f.quick) fatal(EXIT_USAGE, "--quick is a flag of --calibrate FILE");
     if (f.zero_table) {
         zero_table(&f, !flag_given(&cfg, "--precision") || cfg.precision != PRECISION_FP32);
         return 0;

@@ -207,3 +207,22 @@ within_band() {
     run --separate-stderr "$PLAN" --quick
     assert_equal "$status" 2
 }
+
+@test "--search ranks the layouts that fit by predicted step and says why each other does not" {
+    run env OMP_NUM_THREADS=1 "$PLAN" --model tiny --search --gpus 2 --gpu-mem 6M --machine "$CPU_MACHINE"
+    assert_success
+    assert_line --regexp "^  05 --zero 3 +device memory 6.63e\+06 bytes > 6.291e\+06 \(the most: workspace, 2284544 bytes\)$"
+    # seven fit, ranked by their step (the last column), fastest first
+    local ranked="$(awk '/^does not fit/ { exit } $1 ~ /^[0-9]+$/ { print $NF }' <<<"$output")"
+    assert_equal "$(wc -l <<<"$ranked")" 7
+    sort -g -c <<<"$ranked"
+    # a ranked layout's device bytes are its own plan's
+    local listed planned
+    listed="$(awk '$2 == "06" && $4 == "--dpu" { print $5 }' <<<"$output")"
+    planned="$(OMP_NUM_THREADS=1 "$PLAN" --model tiny --dp 2 --offload --dpu | awk '$1 == "device" && $2 == "(sum)" { print $3 }')"
+    assert_equal "$listed" "$planned"
+    run env OMP_NUM_THREADS=1 "$PLAN" --model tiny --search --gpus 3 --machine "$CPU_MACHINE"
+    assert_line --partial "05 --zero 2            --batch 8 does not split into 3 ranks x --micro 1"
+    run --separate-stderr "$PLAN" --search --gpus 2
+    assert_equal "$status" 2
+}

@@ -14,6 +14,10 @@
  *       measure this machine's constants with the course's tools (01's step,
  *       commbench, adambench: common/scripts/calibrate.sh) and write them to
  *       FILE, which the planner then reads back and --machine takes
+ *   common/plan [the model's and batch's flags] --search --gpus N [--gpu-mem BYTES] --machine FILE
+ *       every layout of the planned chapters on N ranks, those whose device
+ *       memory fits ranked by predicted step time, each other with the reason
+ *       it does not fit (--gpu-mem defaults to the machine's device_mem_bytes)
  *   common/plan --zero-table [--params P] [--gpus N] [--precision bf16|fp32]
  *       the ZeRO paper's model-state table (Rajbhandari et al., 2020, Figure 1):
  *       mixed-precision Adam unless --precision fp32 is given
@@ -57,7 +61,7 @@ typedef struct {
     int threads;
     char csv[PATH_BYTES];
     char machine[PATH_BYTES], time_csv[PATH_BYTES], calibrate[PATH_BYTES];
-    int quick;
+    int quick, search;
     int zero_table, offload_capacity;
     double params;
     int gpus;
@@ -112,6 +116,9 @@ static const Flag plan_flags[] = {
              "and write its machine file to FILE"},
     {"--quick", FLAG_SWITCH, FIELD(PlanFlags, quick), .usage = "--quick",
      .help = "--calibrate with tiny sizes and few repeats (seconds; noisier constants)"},
+    {"--search", FLAG_SWITCH, FIELD(PlanFlags, search), .usage = "--search",
+     .help = "every layout of 01, 02, 05, 06 on --gpus ranks: those that fit --gpu-mem (default:\n"
+             "the machine's device_mem_bytes) ranked by step time, the others with the reason"},
     {.type = FLAG_SECTION, .help = "the papers' numbers, from the same formulas (no model built)"},
     {"--zero-table", FLAG_SWITCH, FIELD(PlanFlags, zero_table), .usage = "--zero-table",
      .help = "model state per device at ZeRO stages 0-3 for --params on --gpus, GB (1e9)"},
@@ -122,7 +129,8 @@ static const Flag plan_flags[] = {
     {"--offload-capacity", FLAG_SWITCH, FIELD(PlanFlags, offload_capacity), .usage = "--offload-capacity",
      .help = "the largest model --gpu-mem trains in 16 bits with and without offload"},
     {"--gpu-mem", FLAG_BYTES, FIELD(PlanFlags, gpu_mem), .def = "32G", .usage = "--gpu-mem BYTES",
-     .help = "device memory of --offload-capacity (default {default}: a 32 GB V100)"},
+     .help = "device memory of --offload-capacity (default {default}: a 32 GB V100), and of\n"
+             "--search (default: the machine file's device_mem_bytes)"},
     {"--reserve", FLAG_BYTES, FIELD(PlanFlags, reserve), .def = "8G", .usage = "--reserve BYTES",
      .help = "device memory that is not model state: activations, working buffers,\n"
              "fragmentation (default {default}, the assumption course.md states)"},
@@ -312,6 +320,90 @@ static void calibrate(const PlanFlags *f) {
            m.d2h_bytes_per_s, m.cpu_adam_params_per_s, m.device_adam_params_per_s, m.device_mem_bytes);
 }
 
+/* --search: the layouts the planner covers on N ranks, with the model, batch and precision given. */
+typedef struct {
+    const char *flags; /* as the chapter's command line adds them */
+    int chapter, zero, dp_mode, dpu;
+} Candidate;
+
+static size_t space_sum(const PlanMemory *m, int space, int *largest) {
+    size_t sum = 0;
+    *largest = 0;
+    for (int c = 0; c < CAT_COUNT; c++) {
+        sum += m->bytes[space][c];
+        if (m->bytes[space][c] > m->bytes[space][*largest]) *largest = c;
+    }
+    return sum;
+}
+
+static void search(const Config *cfg, const PlanFlags *f) {
+    if (!flag_given(cfg, "--gpus") || !f->machine[0])
+        fatal(EXIT_USAGE, "--search needs --gpus N (the ranks) and --machine FILE (the times to rank by)");
+    static const Candidate one[] = {{"01", 1, 0, DP_FLAT, 0},
+                                    {"06 --offload", 6, 2, DP_FLAT, 0},
+                                    {"06 --offload --dpu", 6, 2, DP_FLAT, 1}};
+    static const Candidate many[] = {
+        {"02 --dp-mode flat", 2, 0, DP_FLAT, 0}, {"02 --dp-mode overlap", 2, 0, DP_OVERLAP, 0},
+        {"05 --zero 0", 5, 0, DP_FLAT, 0},       {"05 --zero 1", 5, 1, DP_FLAT, 0},
+        {"05 --zero 2", 5, 2, DP_FLAT, 0},       {"05 --zero 3", 5, 3, DP_FLAT, 0},
+        {"06 --offload", 6, 2, DP_FLAT, 0},      {"06 --offload --dpu", 6, 2, DP_FLAT, 1}};
+    const Candidate *cands = f->gpus == 1 ? one : many;
+    int n = f->gpus == 1 ? 3 : 8;
+    Machine mach;
+    machine_read(f->machine, &mach);
+    double budget = flag_given(cfg, "--gpu-mem") ? (double)f->gpu_mem : mach.device_mem_bytes;
+    printf("layouts of %d rank%s, %.4g bytes of device memory each, ranked by the step predicted on %s\n",
+           f->gpus, f->gpus > 1 ? "s" : "", budget, mach.name);
+    double step[8], device[8], host[8];
+    char why[8][256];
+    int order[8], fits = 0;
+    for (int i = 0; i < n; i++) {
+        why[i][0] = 0;
+        int split = f->gpus * cfg->micro;
+        if (cfg->batch < split || cfg->batch % split) {
+            snprintf(why[i], sizeof why[i], "--batch %d does not split into %d ranks x --micro %d",
+                     cfg->batch, f->gpus, cfg->micro);
+            continue;
+        }
+        PlanLayout l = {.chapter = cands[i].chapter,
+                        .dp = f->gpus,
+                        .zero = cands[i].zero,
+                        .prefetch = f->prefetch,
+                        .dpu = cands[i].dpu,
+                        .threads = f->threads ? f->threads : omp_get_max_threads(),
+                        .dp_mode = cands[i].dp_mode,
+                        .bucket_bytes = f->bucket_mb * 1048576.0};
+        PlanMemory m;
+        PlanTraffic t;
+        PlanTime pt;
+        plan_memory(cfg, &l, &m);
+        plan_traffic(cfg, &l, &t);
+        plan_time(cfg, &l, &t, &mach, &pt);
+        int largest, host_largest;
+        device[i] = space_sum(&m, SPACE_DEVICE, &largest);
+        host[i] = space_sum(&m, SPACE_HOST, &host_largest);
+        step[i] = pt.step_s;
+        if (device[i] > budget)
+            snprintf(why[i], sizeof why[i], "device memory %.4g bytes > %.4g (the most: %s, %zu bytes)",
+                     device[i], budget, category_name(largest), m.bytes[SPACE_DEVICE][largest]);
+        else
+            order[fits++] = i;
+    }
+    for (int a = 1; a < fits; a++) /* by predicted step, fastest first */
+        for (int b = a; b > 0 && step[order[b]] < step[order[b - 1]]; b--) {
+            int swap = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = swap;
+        }
+    printf("  %4s  %-22s %14s %14s %12s\n", "rank", "layout", "device bytes", "host bytes", "step ms");
+    for (int r = 0; r < fits; r++)
+        printf("  %4d  %-22s %14.0f %14.0f %12.4f\n", r + 1, cands[order[r]].flags, device[order[r]],
+               host[order[r]], step[order[r]] * 1e3);
+    if (fits < n) printf("does not fit\n");
+    for (int i = 0; i < n; i++)
+        if (why[i][0]) printf("  %-22s %s\n", cands[i].flags, why[i]);
+}
+
 int main(int argc, char **argv) {
     Config cfg;
     PlanFlags f = {0};
@@ -335,6 +427,10 @@ int main(int argc, char **argv) {
     }
     if (f.offload_capacity) {
         offload_capacity(&f);
+        return 0;
+    }
+    if (f.search) {
+        search(&cfg, &f);
         return 0;
     }
     check_plan(&cfg, &f);

@@ -10,6 +10,7 @@
     python3 common/python/plot.py --offload RUN_DIR... [--step N] [--out DIR]
     python3 common/python/plot.py --capacity CSV [--out DIR]
     python3 common/python/plot.py --offload-bench SUMMARY_CSV [--out DIR]
+    python3 common/python/plot.py --plan RUN_DIR... [--out DIR]
 
 Reads only the CSVs that every chapter program writes, so a learner can plot
 their own runs next to the demo's. A run's label is its directory name;
@@ -75,6 +76,11 @@ median_step_ms, bubble_measured, bubble_theory):
                     through the fastest repeat, the least disturbed by
                     background load), and the measured bubble of that repeat
                     next to the formula (bubble_theory)
+With --plan, from run directories that also hold common/plan's plan.csv
+(--csv) and plan-time.csv (--time-csv, on a machine file):
+    plan.png        the measured median step time against the predicted one,
+                    with the 0.1x-3x band of tests/plan_time.bats, and the
+                    measured peak device bytes of rank 0 against the planned
 """
 import argparse
 import csv
@@ -678,6 +684,50 @@ def plot_precision(groups, out):
     plt.close(fig)
 
 
+def plot_plan(groups, out):
+    """plan.png: common/plan's predictions against the runs. Each run directory
+    holds, besides the run's CSVs, plan.csv (the planner's --csv) and
+    plan-time.csv (its --time-csv, on a machine file): left, the measured median
+    step time against the predicted step, with the line of equality and the
+    band tests/plan_time.bats allows (0.1x to 3x); right, the measured peak
+    device bytes of rank 0 against the planned ones (they are equal: the
+    points sit on the line)."""
+    fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=(12, 5))
+    for label, runs in groups.items():
+        run = runs[0]
+        for name in ("plan.csv", "plan-time.csv"):
+            if not os.path.exists(os.path.join(run["dir"], name)):
+                refuse(f"{run['dir']}/{name} is missing (write it with common/plan ... --csv / --time-csv)")
+        time_rows = read_csv(os.path.join(run["dir"], "plan-time.csv"))
+        predicted_ms = next(float(r["exposed_ms"]) for r in time_rows if r["part"] == "step")
+        measured_ms = median([float(r["run"][0]["median_step_ms"]) for r in runs])
+        device = lambda rows: sum(int(r["peak_bytes"]) for r in rows if r["rank"] == "0" and r["space"] == "device")
+        planned_bytes = device(read_csv(os.path.join(run["dir"], "plan.csv")))
+        measured_bytes = device(run["memory"])
+        ax_time.scatter(predicted_ms, measured_ms)
+        ax_time.annotate(label, (predicted_ms, measured_ms), fontsize=8)
+        ax_mem.scatter(planned_bytes / 2**20, measured_bytes / 2**20)
+        ax_mem.annotate(label, (planned_bytes / 2**20, measured_bytes / 2**20), fontsize=8)
+    for ax in (ax_time, ax_mem):
+        lo, hi = ax.get_xlim()
+        ax.plot([lo, hi], [lo, hi], color="gray", linewidth=1, label="measured = predicted")
+    lo, hi = ax_time.get_xlim()
+    ax_time.fill_between([lo, hi], [lo / 3, hi / 3], [lo / 0.1, hi / 0.1], color="gray", alpha=0.15,
+                         label="the test's band: predicted / measured in 0.1x-3x")
+    ax_time.set_yscale("log")
+    ax_time.set_xlabel("predicted step (ms, common/plan --machine)")
+    ax_time.set_ylabel("measured median step (ms)")
+    ax_time.set_title("Step time: predicted against measured")
+    ax_time.legend(fontsize=8)
+    ax_mem.set_xlabel("planned peak device memory, rank 0 (MiB)")
+    ax_mem.set_ylabel("measured (memory.csv, MiB)")
+    ax_mem.set_title("Memory: planned against measured")
+    ax_mem.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "plan.png"), dpi=120)
+    plt.close(fig)
+
+
 def main():
     parser = argparse.ArgumentParser(description="Plot course runs from their CSVs.")
     parser.add_argument("runs", nargs="+", help="run directories (each with steps.csv, memory.csv, run.csv), "
@@ -694,8 +744,14 @@ def main():
     parser.add_argument("--capacity", action="store_true", help="06_offload/capacity.py's CSV: parameters per budget")
     parser.add_argument("--offload-bench", action="store_true",
                         help="06_offload/bench_offload.sh's offload_summary.csv: step time per configuration")
+    parser.add_argument("--plan", action="store_true",
+                        help="common/plan's predicted step time and memory against the runs' (plan.csv, plan-time.csv)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.plan:
+        plot_plan(load_runs(args.runs), args.out)
+        print(f"plot.py: wrote plan.png to {args.out}")
+        return
     if args.commbench:
         plot_commbench(args.runs, args.out)
         return

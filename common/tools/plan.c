@@ -5,6 +5,19 @@
  *       what each rank of that run holds, by memory.csv's (space, category),
  *       and the bytes it sends per step by collective; --csv writes the
  *       memory as memory.csv's rows (rank,space,category,peak_bytes)
+ *   common/plan [the run's flags] --machine FILE [--time-csv FILE]
+ *       the same, and the predicted step time with its parts (compute,
+ *       device update, exposed communication, bubble, offload copies, CPU
+ *       update) on the machine FILE describes (plan_time.h: the format and
+ *       every formula); --time-csv writes one row per part
+ *   common/plan --calibrate FILE [--quick]
+ *       measure this machine's constants with the course's tools (01's step,
+ *       commbench, adambench: common/scripts/calibrate.sh) and write them to
+ *       FILE, which the planner then reads back and --machine takes
+ *   common/plan [the model's and batch's flags] --search --gpus N [--gpu-mem BYTES] --machine FILE
+ *       every layout of the planned chapters on N ranks, those whose device
+ *       memory fits ranked by predicted step time, each other with the reason
+ *       it does not fit (--gpu-mem defaults to the machine's device_mem_bytes)
  *   common/plan --zero-table [--params P] [--gpus N] [--precision bf16|fp32]
  *       the ZeRO paper's model-state table (Rajbhandari et al., 2020, Figure 1):
  *       mixed-precision Adam unless --precision fp32 is given
@@ -23,11 +36,16 @@
 #include "model.h"
 #include "param_table.h"
 #include "plan_layout.h"
+#include "plan_time.h"
 #include "util.h"
 
+#include <limits.h>
+#include <libgen.h>
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define PROGRAM "common/plan"
 
@@ -42,6 +60,8 @@ typedef struct {
     int offload, dpu, dpu_warmup;
     int threads;
     char csv[PATH_BYTES];
+    char machine[PATH_BYTES], time_csv[PATH_BYTES], calibrate[PATH_BYTES];
+    int quick, search;
     int zero_table, offload_capacity;
     double params;
     int gpus;
@@ -85,6 +105,20 @@ static const Flag plan_flags[] = {
     {.type = FLAG_SECTION, .help = "output"},
     {"--csv", FLAG_PATH, FIELD(PlanFlags, csv), .usage = "--csv FILE",
      .help = "write the memory as memory.csv's rows: rank,space,category,peak_bytes"},
+    {.type = FLAG_SECTION, .help = "step time"},
+    {"--machine", FLAG_PATH, FIELD(PlanFlags, machine), .usage = "--machine FILE",
+     .help = "predict the step time on the machine FILE describes (key = value lines;\n"
+             "common/machines/ has the shipped ones, plan_time.h the format)"},
+    {"--time-csv", FLAG_PATH, FIELD(PlanFlags, time_csv), .usage = "--time-csv FILE",
+     .help = "write the step time's parts: part,busy_ms,exposed_ms (needs --machine)"},
+    {"--calibrate", FLAG_PATH, FIELD(PlanFlags, calibrate), .usage = "--calibrate FILE",
+     .help = "measure this machine (01's step, commbench, adambench: common/scripts/calibrate.sh)\n"
+             "and write its machine file to FILE"},
+    {"--quick", FLAG_SWITCH, FIELD(PlanFlags, quick), .usage = "--quick",
+     .help = "--calibrate with tiny sizes and few repeats (seconds; noisier constants)"},
+    {"--search", FLAG_SWITCH, FIELD(PlanFlags, search), .usage = "--search",
+     .help = "every layout of 01, 02, 05, 06 on --gpus ranks: those that fit --gpu-mem (default:\n"
+             "the machine's device_mem_bytes) ranked by step time, the others with the reason"},
     {.type = FLAG_SECTION, .help = "the papers' numbers, from the same formulas (no model built)"},
     {"--zero-table", FLAG_SWITCH, FIELD(PlanFlags, zero_table), .usage = "--zero-table",
      .help = "model state per device at ZeRO stages 0-3 for --params on --gpus, GB (1e9)"},
@@ -95,7 +129,8 @@ static const Flag plan_flags[] = {
     {"--offload-capacity", FLAG_SWITCH, FIELD(PlanFlags, offload_capacity), .usage = "--offload-capacity",
      .help = "the largest model --gpu-mem trains in 16 bits with and without offload"},
     {"--gpu-mem", FLAG_BYTES, FIELD(PlanFlags, gpu_mem), .def = "32G", .usage = "--gpu-mem BYTES",
-     .help = "device memory of --offload-capacity (default {default}: a 32 GB V100)"},
+     .help = "device memory of --offload-capacity (default {default}: a 32 GB V100), and of\n"
+             "--search (default: the machine file's device_mem_bytes)"},
     {"--reserve", FLAG_BYTES, FIELD(PlanFlags, reserve), .def = "8G", .usage = "--reserve BYTES",
      .help = "device memory that is not model state: activations, working buffers,\n"
              "fragmentation (default {default}, the assumption course.md states)"},
@@ -138,6 +173,8 @@ static void check_plan(const Config *cfg, const void *values) {
     if (strcmp(f->allreduce, "ring") == 0)
         fatal(EXIT_USAGE,
               "--allreduce ring: the ring's chunk buffer is not planned (valid: --allreduce library)");
+    if (f->time_csv[0] && !f->machine[0])
+        fatal(EXIT_USAGE, "--time-csv needs --machine FILE (the constants the time is computed from)");
     int split = f->dp * cfg->micro;
     if (cfg->batch < split || cfg->batch % split)
         fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
@@ -234,6 +271,139 @@ static void write_csv(const char *path, const PlanLayout *l, const PlanMemory *m
     if (fclose(f) != 0) fatal(EXIT_USAGE, "--csv %s: cannot write it", path);
 }
 
+/* The step time's parts: what each activity takes, and what of it the step waits for. */
+static void print_time(const Config *cfg, const PlanLayout *l, const Machine *mach, const PlanTime *pt) {
+    printf("\nstep time on %s (flops %.4g, alpha %.3g s, beta %.4g B/s; plan_time.h has the formulas)\n",
+           mach->name, mach->flops, mach->alpha_s, mach->beta_bytes_per_s);
+    printf("  %-16s %12s %12s\n", "part", "busy ms", "exposed ms");
+    for (int p = 0; p < PART_COUNT; p++)
+        printf("  %-16s %12.4f %12.4f\n", part_name(p), pt->busy_s[p] * 1e3, pt->exposed_s[p] * 1e3);
+    printf("  %-16s %12s %12.4f\n", "step", "", pt->step_s * 1e3);
+    printf("  FLOPs per step %.4g over %d rank%s: %.4g tokens/s\n", pt->flops_per_step, l->dp,
+           l->dp > 1 ? "s" : "", (double)cfg->batch * cfg->model.seq / pt->step_s);
+}
+
+static void write_time_csv(const char *path, const PlanTime *pt) {
+    FILE *f = fopen(path, "w");
+    if (!f) fatal(EXIT_USAGE, "--time-csv %s: cannot write it", path);
+    fprintf(f, "part,busy_ms,exposed_ms\n");
+    for (int p = 0; p < PART_COUNT; p++)
+        fprintf(f, "%s,%.9g,%.9g\n", part_name(p), pt->busy_s[p] * 1e3, pt->exposed_s[p] * 1e3);
+    fprintf(f, "step,%.9g,%.9g\n", pt->step_s * 1e3, pt->step_s * 1e3);
+    if (fclose(f) != 0) fatal(EXIT_USAGE, "--time-csv %s: cannot write it", path);
+}
+
+/* --calibrate: common/scripts/calibrate.sh, found next to this program (common/plan), writes
+ * FILE; the planner reads it back, so a file it cannot read is an error here. */
+static void calibrate(const PlanFlags *f) {
+    char self[PATH_BYTES], script[JOINED_PATH_BYTES];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n < 0) fatal(EXIT_RUNTIME, "--calibrate: cannot find this program's path (/proc/self/exe)");
+    self[n] = 0;
+    snprintf(script, sizeof script, "%s/scripts/calibrate.sh", dirname(self));
+    char *args[] = {script, (char *)f->calibrate, f->quick ? "--quick" : NULL, NULL};
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execv(script, args);
+        _exit(127);
+    }
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fatal(EXIT_RUNTIME, "--calibrate: %s failed (exit status %d)", script,
+              pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    Machine m;
+    machine_read(f->calibrate, &m);
+    printf("%s: wrote %s (name %s): flops %.4g, alpha_s %.3g, beta_bytes_per_s %.4g, h2d %.4g, d2h %.4g, "
+           "cpu_adam %.4g, device_adam %.4g params/s, device_mem %.4g bytes\n",
+           PROGRAM, f->calibrate, m.name, m.flops, m.alpha_s, m.beta_bytes_per_s, m.h2d_bytes_per_s,
+           m.d2h_bytes_per_s, m.cpu_adam_params_per_s, m.device_adam_params_per_s, m.device_mem_bytes);
+}
+
+/* --search: the layouts the planner covers on N ranks, with the model, batch and precision given. */
+typedef struct {
+    const char *flags; /* as the chapter's command line adds them */
+    int chapter, zero, dp_mode, dpu;
+} Candidate;
+
+static size_t space_sum(const PlanMemory *m, int space, int *largest) {
+    size_t sum = 0;
+    *largest = 0;
+    for (int c = 0; c < CAT_COUNT; c++) {
+        sum += m->bytes[space][c];
+        if (m->bytes[space][c] > m->bytes[space][*largest]) *largest = c;
+    }
+    return sum;
+}
+
+static void search(const Config *cfg, const PlanFlags *f) {
+    if (!flag_given(cfg, "--gpus") || !f->machine[0])
+        fatal(EXIT_USAGE, "--search needs --gpus N (the ranks) and --machine FILE (the times to rank by)");
+    static const Candidate one[] = {{"01", 1, 0, DP_FLAT, 0},
+                                    {"06 --offload", 6, 2, DP_FLAT, 0},
+                                    {"06 --offload --dpu", 6, 2, DP_FLAT, 1}};
+    static const Candidate many[] = {
+        {"02 --dp-mode flat", 2, 0, DP_FLAT, 0}, {"02 --dp-mode overlap", 2, 0, DP_OVERLAP, 0},
+        {"05 --zero 0", 5, 0, DP_FLAT, 0},       {"05 --zero 1", 5, 1, DP_FLAT, 0},
+        {"05 --zero 2", 5, 2, DP_FLAT, 0},       {"05 --zero 3", 5, 3, DP_FLAT, 0},
+        {"06 --offload", 6, 2, DP_FLAT, 0},      {"06 --offload --dpu", 6, 2, DP_FLAT, 1}};
+    const Candidate *cands = f->gpus == 1 ? one : many;
+    int n = f->gpus == 1 ? 3 : 8;
+    Machine mach;
+    machine_read(f->machine, &mach);
+    double budget = flag_given(cfg, "--gpu-mem") ? (double)f->gpu_mem : mach.device_mem_bytes;
+    printf("layouts of %d rank%s, %.4g bytes of device memory each, ranked by the step predicted on %s\n",
+           f->gpus, f->gpus > 1 ? "s" : "", budget, mach.name);
+    double step[8], device[8], host[8];
+    char why[8][256];
+    int order[8], fits = 0;
+    for (int i = 0; i < n; i++) {
+        why[i][0] = 0;
+        int split = f->gpus * cfg->micro;
+        if (cfg->batch < split || cfg->batch % split) {
+            snprintf(why[i], sizeof why[i], "--batch %d does not split into %d ranks x --micro %d",
+                     cfg->batch, f->gpus, cfg->micro);
+            continue;
+        }
+        PlanLayout l = {.chapter = cands[i].chapter,
+                        .dp = f->gpus,
+                        .zero = cands[i].zero,
+                        .prefetch = f->prefetch,
+                        .dpu = cands[i].dpu,
+                        .threads = f->threads ? f->threads : omp_get_max_threads(),
+                        .dp_mode = cands[i].dp_mode,
+                        .bucket_bytes = f->bucket_mb * 1048576.0};
+        PlanMemory m;
+        PlanTraffic t;
+        PlanTime pt;
+        plan_memory(cfg, &l, &m);
+        plan_traffic(cfg, &l, &t);
+        plan_time(cfg, &l, &t, &mach, &pt);
+        int largest, host_largest;
+        device[i] = space_sum(&m, SPACE_DEVICE, &largest);
+        host[i] = space_sum(&m, SPACE_HOST, &host_largest);
+        step[i] = pt.step_s;
+        if (device[i] > budget)
+            snprintf(why[i], sizeof why[i], "device memory %.4g bytes > %.4g (the most: %s, %zu bytes)",
+                     device[i], budget, category_name(largest), m.bytes[SPACE_DEVICE][largest]);
+        else
+            order[fits++] = i;
+    }
+    for (int a = 1; a < fits; a++) /* by predicted step, fastest first */
+        for (int b = a; b > 0 && step[order[b]] < step[order[b - 1]]; b--) {
+            int swap = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = swap;
+        }
+    printf("  %4s  %-22s %14s %14s %12s\n", "rank", "layout", "device bytes", "host bytes", "step ms");
+    for (int r = 0; r < fits; r++)
+        printf("  %4d  %-22s %14.0f %14.0f %12.4f\n", r + 1, cands[order[r]].flags, device[order[r]],
+               host[order[r]], step[order[r]] * 1e3);
+    if (fits < n) printf("does not fit\n");
+    for (int i = 0; i < n; i++)
+        if (why[i][0]) printf("  %-22s %s\n", cands[i].flags, why[i]);
+}
+
 int main(int argc, char **argv) {
     Config cfg;
     PlanFlags f = {0};
@@ -246,6 +416,11 @@ int main(int argc, char **argv) {
             &chapter);
         return 0;
     }
+    if (f.calibrate[0]) {
+        calibrate(&f);
+        return 0;
+    }
+    if (f.quick) fatal(EXIT_USAGE, "--quick is a flag of --calibrate FILE");
     if (f.zero_table) {
         zero_table(&f, !flag_given(&cfg, "--precision") || cfg.precision != PRECISION_FP32);
         return 0;
@@ -254,13 +429,21 @@ int main(int argc, char **argv) {
         offload_capacity(&f);
         return 0;
     }
+    if (f.search) {
+        search(&cfg, &f);
+        return 0;
+    }
     check_plan(&cfg, &f);
     PlanLayout l = {.chapter = chapter_of(&cfg, &f),
                     .dp = f.dp,
                     .zero = f.zero,
                     .prefetch = f.prefetch,
                     .dpu = f.dpu,
-                    .threads = f.threads ? f.threads : omp_get_max_threads()};
+                    .threads = f.threads ? f.threads : omp_get_max_threads(),
+                    .dp_mode = strcmp(f.dp_mode, "naive") == 0  ? DP_NAIVE
+                               : strcmp(f.dp_mode, "flat") == 0 ? DP_FLAT
+                                                                : DP_OVERLAP,
+                    .bucket_bytes = f.bucket_mb * 1048576.0};
     if (l.chapter == 5 && !flag_given(&cfg, "--zero")) l.zero = 1; /* 05's default */
     if (l.chapter == 6) l.zero = 2;
     PlanMemory m;
@@ -269,5 +452,13 @@ int main(int argc, char **argv) {
     plan_traffic(&cfg, &l, &t);
     print_plan(&cfg, &l, &m, &t);
     if (f.csv[0]) write_csv(f.csv, &l, &m);
+    if (f.machine[0]) {
+        Machine mach;
+        PlanTime pt;
+        machine_read(f.machine, &mach);
+        plan_time(&cfg, &l, &t, &mach, &pt);
+        print_time(&cfg, &l, &mach, &pt);
+        if (f.time_csv[0]) write_time_csv(f.time_csv, &pt);
+    }
     return 0;
 }

@@ -9,6 +9,8 @@
 #include "model.h"
 #include "param_table.h"
 
+#include <math.h>
+
 void plan_model_state(double P, double shard_n, int stage, int half, double *params, double *grads,
                       double *optimizer) {
     double eb = half ? 2 : 4;                        /* bytes of a parameter and a gradient */
@@ -136,21 +138,34 @@ void plan_traffic(const Config *cfg, const PlanLayout *l, PlanTraffic *tr) {
     param_table_build(&t, &cfg->model);
     double N = l->dp, eb = half_of(cfg) ? 2 : 4, P = t.num_params, M = cfg->micro;
     double shard = shard_numel(&t, l->dp) * eb; /* one rank's slices of every unit */
+    double units = t.num_units, tensors = t.num_tensors;
     param_table_free(&t);
-    if (l->dp == 1 && l->chapter != 6) return;
+    if (l->chapter == 6) {
+        tr->to_host = M * shard; /* this rank's gradient slices */
+        tr->to_device = shard;   /* its updated slices */
+    }
+    if (l->dp == 1) return;
     if (l->chapter == 2 || (l->chapter == 5 && l->zero == 0)) {
         tr->allreduce = 2 * (N - 1) / N * P * eb; /* the gradients, once per step */
+        /* naive: one call per tensor; overlap: one per bucket of about --bucket-mb */
+        tr->allreduce_calls = l->chapter == 5 || l->dp_mode == DP_FLAT ? 1
+                              : l->dp_mode == DP_NAIVE                 ? tensors
+                                                                       : ceil(P * eb / l->bucket_bytes);
     } else if (l->chapter == 5 && l->zero <= 2) {
         /* stage 1 reduce-scatters after the last backward, stage 2 each unit of every micro-batch */
         tr->reduce_scatter = (N - 1) * shard * (l->zero == 2 ? M : 1);
+        tr->reduce_scatter_calls = units * (l->zero == 2 ? M : 1);
         tr->allgather = (N - 1) * shard; /* the updated parameters, once per step */
+        tr->allgather_calls = units;
     } else if (l->chapter == 5) {
         tr->allgather = 2 * M * (N - 1) * shard; /* every unit before its forward and its backward */
+        tr->allgather_calls = 2 * M * units;
         tr->reduce_scatter = M * (N - 1) * shard;
+        tr->reduce_scatter_calls = M * units;
     } else if (l->chapter == 6) {
         tr->reduce_scatter = M * (N - 1) * shard; /* each unit's gradient as backward finishes it */
-        tr->allgather = (N - 1) * shard;          /* the updated slices */
-        tr->to_host = M * shard;                  /* this rank's gradient slices */
-        tr->to_device = shard;                    /* its updated slices */
+        tr->reduce_scatter_calls = M * units;
+        tr->allgather = (N - 1) * shard; /* the updated slices */
+        tr->allgather_calls = units;
     }
 }

@@ -27,13 +27,17 @@
 
 /* The layout, as the chapter's own flags give it. */
 typedef struct {
-    int chapter;  /* 1, 2, 5 or 6 */
-    int dp;       /* data-parallel ranks (mpirun -np for 02 and 05) */
-    int zero;     /* 05: 0..3; 06: 2 */
-    int prefetch; /* 05, stage 3 */
-    int dpu;      /* 06: the delayed update's second gradient shard */
-    int threads;  /* OpenMP threads of a rank: the CPU attention workspace */
+    int chapter;         /* 1, 2, 5 or 6 */
+    int dp;              /* data-parallel ranks (mpirun -np for 02 and 05) */
+    int zero;            /* 05: 0..3; 06: 2 */
+    int prefetch;        /* 05, stage 3 */
+    int dpu;             /* 06: the delayed update's second gradient shard */
+    int threads;         /* OpenMP threads of a rank: the CPU attention workspace */
+    int dp_mode;         /* 02: DP_NAIVE, DP_FLAT or DP_OVERLAP (the same memory and bytes) */
+    double bucket_bytes; /* 02, overlap: --bucket-mb */
 } PlanLayout;
+
+enum { DP_NAIVE, DP_FLAT, DP_OVERLAP };
 
 typedef struct {
     size_t bytes[SPACE_COUNT][CAT_COUNT]; /* peak bytes per (space, category), as memory.csv */
@@ -46,6 +50,8 @@ typedef struct {
 typedef struct {
     double allreduce, reduce_scatter, allgather;
     double to_host, to_device; /* 06: gradient slices out, updated weights in */
+    /* the calls behind those bytes, each of which pays the latency (plan_time.h) */
+    double allreduce_calls, reduce_scatter_calls, allgather_calls;
 } PlanTraffic;
 
 /* The bytes of model state per rank for P parameters, shard_n of them in a

@@ -1,0 +1,136 @@
+/* plan_time.c: see plan_time.h. The machine file's reader, then the step's
+ * parts, each one formula of the header. */
+#include "plan_time.h"
+
+#include "param_table.h"
+#include "util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *key;
+    size_t field; /* offset of its double in Machine */
+} machine_keys[] = {
+    {"flops", offsetof(Machine, flops)},
+    {"alpha_s", offsetof(Machine, alpha_s)},
+    {"beta_bytes_per_s", offsetof(Machine, beta_bytes_per_s)},
+    {"h2d_bytes_per_s", offsetof(Machine, h2d_bytes_per_s)},
+    {"d2h_bytes_per_s", offsetof(Machine, d2h_bytes_per_s)},
+    {"cpu_adam_params_per_s", offsetof(Machine, cpu_adam_params_per_s)},
+    {"device_adam_params_per_s", offsetof(Machine, device_adam_params_per_s)},
+    {"device_mem_bytes", offsetof(Machine, device_mem_bytes)},
+};
+enum { MACHINE_NUMBERS = sizeof machine_keys / sizeof machine_keys[0] };
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
+    return s;
+}
+
+void machine_read(const char *path, Machine *m) {
+    FILE *f = fopen(path, "r");
+    if (!f) fatal(EXIT_USAGE, "--machine %s: cannot read it (%s)", path, strerror(errno));
+    *m = (Machine){0};
+    int seen[MACHINE_NUMBERS + 1] = {0}; /* the numbers, then name */
+    char line[1024];
+    for (int number = 1; fgets(line, sizeof line, f); number++) {
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char *text = trim(line);
+        if (!*text) continue;
+        char *eq = strchr(text, '=');
+        if (!eq) fatal(EXIT_USAGE, "--machine %s:%d: expected 'key = value', got '%s'", path, number, text);
+        *eq = 0;
+        char *key = trim(text), *value = trim(eq + 1);
+        int k = 0;
+        while (k < MACHINE_NUMBERS && strcmp(key, machine_keys[k].key) != 0) k++;
+        if (k == MACHINE_NUMBERS && strcmp(key, "name") != 0)
+            fatal(EXIT_USAGE,
+                  "--machine %s:%d: unknown key '%s' (valid: name, flops, alpha_s, beta_bytes_per_s, "
+                  "h2d_bytes_per_s, d2h_bytes_per_s, cpu_adam_params_per_s, device_adam_params_per_s, "
+                  "device_mem_bytes)",
+                  path, number, key);
+        if (seen[k]++) fatal(EXIT_USAGE, "--machine %s:%d: '%s' given twice", path, number, key);
+        if (k == MACHINE_NUMBERS) {
+            if (!*value || strlen(value) >= sizeof m->name || strpbrk(value, " \t,"))
+                fatal(EXIT_USAGE, "--machine %s:%d: name '%s' is not one word of 1..%zu characters", path,
+                      number, value, sizeof m->name - 1);
+            strcpy(m->name, value);
+            continue;
+        }
+        char *end;
+        errno = 0;
+        double x = strtod(value, &end);
+        if (!*value || *end || errno || !isfinite(x) || x <= 0)
+            fatal(EXIT_USAGE, "--machine %s:%d: %s = '%s' is not a positive number", path, number, key,
+                  value);
+        *(double *)((char *)m + machine_keys[k].field) = x;
+    }
+    fclose(f);
+    if (!seen[MACHINE_NUMBERS]) fatal(EXIT_USAGE, "--machine %s: no 'name = ...' line", path);
+    for (int k = 0; k < MACHINE_NUMBERS; k++)
+        if (!seen[k]) fatal(EXIT_USAGE, "--machine %s: no '%s = ...' line", path, machine_keys[k].key);
+}
+
+const char *part_name(int part) {
+    static const char *names[PART_COUNT] = {"compute", "device_update",  "communication",
+                                            "bubble",  "offload_copies", "cpu_update"};
+    return names[part];
+}
+
+void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
+               PlanTime *out) {
+    *out = (PlanTime){0};
+    const ModelConfig *mc = &cfg->model;
+    ParamTable table;
+    param_table_build(&table, mc);
+    double P = table.num_params, shard_n = shard_numel(&table, l->dp);
+    param_table_free(&table);
+    double L = mc->layers, T = mc->seq, C = mc->dmodel, N = l->dp, M = cfg->micro;
+
+    out->flops_per_step = (6 * P + 12 * L * T * C) * cfg->batch * T;
+    double compute = out->flops_per_step / N / m->flops * (cfg->recompute ? 4.0 / 3.0 : 1.0);
+    out->busy_s[PART_COMPUTE] = out->exposed_s[PART_COMPUTE] = compute;
+
+    /* the parameters the device's AdamW updates: all (01, 02, 05 stage 0), a shard, none (06) */
+    double updated = l->chapter == 6 ? 0 : l->chapter == 5 && l->zero > 0 ? shard_n : P;
+    out->busy_s[PART_DEVICE_UPDATE] = out->exposed_s[PART_DEVICE_UPDATE] =
+        updated / m->device_adam_params_per_s;
+
+    double allreduce = t->allreduce_calls * 2 * (N - 1) * m->alpha_s + t->allreduce / m->beta_bytes_per_s;
+    double reduce_scatter =
+        t->reduce_scatter_calls * (N - 1) * m->alpha_s + t->reduce_scatter / m->beta_bytes_per_s;
+    double allgather = t->allgather_calls * (N - 1) * m->alpha_s + t->allgather / m->beta_bytes_per_s;
+    double blocking = allreduce + reduce_scatter + allgather, overlapped = 0, window = 0;
+    if (l->chapter == 2 && l->dp_mode == DP_OVERLAP) {
+        overlapped = allreduce, window = compute * 2 / 3; /* the buckets, under the backward */
+    } else if (l->chapter == 5 && l->zero == 2) {
+        overlapped = reduce_scatter, window = compute * 2 / 3; /* each unit's, under the backward */
+    } else if (l->chapter == 5 && l->zero == 3) {
+        overlapped = reduce_scatter + (l->prefetch > 0 ? allgather : 0), window = compute;
+    }
+    blocking -= overlapped;
+    out->busy_s[PART_COMMUNICATION] = blocking + overlapped;
+    out->exposed_s[PART_COMMUNICATION] = blocking + (overlapped > window ? overlapped - window : 0);
+
+    /* GPipe and 1F1B: (pp - 1) / M of the ideal time; pp is 1 in every layout planned today */
+    int pp = 1;
+    out->busy_s[PART_BUBBLE] = out->exposed_s[PART_BUBBLE] = (pp - 1) / M * compute;
+
+    out->busy_s[PART_OFFLOAD_COPIES] = out->exposed_s[PART_OFFLOAD_COPIES] =
+        t->to_host / m->d2h_bytes_per_s + t->to_device / m->h2d_bytes_per_s;
+
+    double cpu = l->chapter == 6 ? shard_n / m->cpu_adam_params_per_s : 0;
+    out->busy_s[PART_CPU_UPDATE] = cpu;
+    out->exposed_s[PART_CPU_UPDATE] = l->dpu ? (cpu > compute ? cpu - compute : 0) : cpu;
+
+    for (int p = 0; p < PART_COUNT; p++) out->step_s += out->exposed_s[p];
+}

@@ -157,6 +157,8 @@ program_libs = $(if $(filter 01_%,$(1)),$(LDLIBS),$(MPI_LIBS) $(LDLIBS))
 # A chapter links its own .c files and the earlier chapters' files named in
 # NN_name_USES, e.g. 06_offload_USES := 04_pipeline/pipeline.c 04_pipeline/schedule.c
 # 04_pipeline/timeline.c (the pipeline interpreter), so a module is written once.
+03_model_parallel_USES := 02_data_parallel/data_parallel.c 02_data_parallel/buckets.c 02_data_parallel/bucketed.c \
+                          02_data_parallel/ring.c
 05_zero_USES := 04_pipeline/timeline.c
 06_offload_USES := 04_pipeline/pipeline.c 04_pipeline/schedule.c 04_pipeline/timeline.c
 define PROGRAM_RULE
@@ -171,6 +173,8 @@ $(TOOLS): common/%: $(BUILD)/common/tools/%.o $(LIBCOMMON)
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
 # 05 and 06 include 04's headers (the timeline, and 06 the pipeline interpreter they link)
 $(BUILD)/05_zero/%.o $(BUILD)/06_offload/%.o: CFLAGS += -I04_pipeline
+# 03 on keep 02's data parallelism (data_parallel.h)
+$(BUILD)/03_model_parallel/%.o: CFLAGS += -I02_data_parallel
 $(BUILD)/tests/test_comm.o $(BUILD)/tests/test_tensor_parallel.o $(BUILD)/tests/test_grid.o: CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/tests/test_tensor_parallel: $(BUILD)/03_model_parallel/tensor_parallel.o
 # Chapter 02's own collectives (the ring all-reduce, the bucketed worker) serve its benchmark and test_comm.

@@ -22,7 +22,8 @@ const Flag model_parallel_flags[] = {
      .help = "layer: blocks per stage, one number (>= 1) per stage, summing to --layers\n"
              "(default: balance the parameters)"},
     {"--tp", FLAG_INT, FIELD(ModelParallelFlags, tp), 1, 1024, .usage = "--tp N",
-     .help = "tensor: ranks per model copy; must divide --heads and 4 x --dmodel\n(default: world / --dp)"},
+     .help = "tensor: ranks per model copy (chapter 04: per stage); must divide --heads\n"
+             "and 4 x --dmodel (default: --mp tensor world / --dp; chapter 04's stages 1)"},
     {"--dp", FLAG_INT, FIELD(ModelParallelFlags, dp), 1, 100000, .def = "1", .usage = "--dp D",
      .help = "data-parallel replicas of the model-parallel group (default {default})"},
     {0},

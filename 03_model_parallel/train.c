@@ -63,7 +63,8 @@ static const Flag mp_flags[] = {
     {.type = FLAG_ROWS, .offset = offsetof(Flags, data), .rows = data_parallel_flags},
     {.type = FLAG_ROWS, .offset = offsetof(Flags, model), .rows = model_parallel_flags},
     {0}};
-static void effective_mp_flags(void *values) {
+static void effective_mp_flags(const Config *cfg, void *values) {
+    (void)cfg;
     model_parallel_effective_flags(&((Flags *)values)->model);
 }
 

@@ -46,7 +46,14 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     }
     const StageLayout *l = &p->layout;
     const ModelConfig *m = &l->cfg->model;
-    if (l->caller_storage) {
+    if (l->tensor) { /* the stage's slices; model, mixed and scratch are the tp model's */
+        tp_model_create_range(&p->tpm, m, seed, l->tensor, l->first_unit, l->last_unit, l->B, l->T,
+                              l->cfg->recompute, l->cfg->precision);
+        tp_model_move(&p->tpm, &p->model, &p->mixed);
+        p->scratch = p->tpm.scratch;
+        p->tensor_hooks = tp_block_hooks(&p->tpm);
+        p->hooks = &p->tensor_hooks;
+    } else if (l->caller_storage) {
         ParamTable table;
         param_table_build(&table, m);
         gpt_init(&p->model, table);
@@ -58,9 +65,13 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     p->slots = schedule_live_activations(&p->schedule);
     p->slot = xcalloc(p->slots, sizeof(Activations));
     for (int i = 0; i < p->slots; i++)
-        activations_create_range(&p->slot[i], m, l->B, l->T, l->first_block, l->last_unit, l->cfg->recompute);
+        if (l->tensor)
+            tp_activations_create(&p->tpm, &p->slot[i], l->B, l->T); /* the blocks' values in local widths */
+        else
+            activations_create_range(&p->slot[i], m, l->B, l->T, l->first_block, l->last_unit,
+                                     l->cfg->recompute);
     /* with --recompute the slots keep block inputs, and one block set here serves them all */
-    scratch_create(&p->scratch, m, l->B, l->T, l->cfg->recompute);
+    if (!l->tensor) scratch_create(&p->scratch, m, l->B, l->T, l->cfg->recompute);
     /* the gradient messages, where there is a neighbour to exchange them with
      * (the last stage's backward starts from the loss, the first's input is tokens) */
     size_t bytes = boundary_floats(p) * sizeof(float);
@@ -74,10 +85,18 @@ void pipeline_destroy(Pipeline *p) {
     timeline_free(&p->times.timeline);
     mem_free(p->grad_in);
     mem_free(p->grad_out);
-    scratch_destroy(&p->scratch);
-    for (int i = 0; i < p->slots; i++) activations_destroy(&p->slot[i], &p->layout.cfg->model);
+    for (int i = 0; i < p->slots; i++)
+        if (p->layout.tensor)
+            tp_activations_destroy(&p->tpm, &p->slot[i]);
+        else
+            activations_destroy(&p->slot[i], &p->layout.cfg->model);
     free(p->slot);
     schedule_free(&p->schedule);
+    if (p->layout.tensor) {
+        tp_model_destroy(&p->tpm); /* model, mixed and scratch with it */
+        return;
+    }
+    scratch_destroy(&p->scratch);
     precision_destroy(&p->model, &p->mixed);
 }
 
@@ -90,8 +109,10 @@ static void stage_forward_batch(Pipeline *p, Activations *a, Split split, int ba
     int first = prev_rank(l, 0) < 0, last = next_rank(l, 0) < 0; /* the model's first and last pieces */
     if (first || last)
         data_upload_batch(l->data, split, l->cfg->seed, batch, sequence, l->B, l->T, a->tokens, a->targets);
+    p->tpm.now = a; /* tensor parallel: the blocks' values of this micro-batch */
     gpt_forward_range(&p->model, a, &p->scratch, l->first_unit, l->last_unit, 1, p->hooks, l->B, l->T);
-    if (last) p->now.loss_sum += gpt_loss_sum(a, l->B, l->T);
+    /* every tp rank of the last stage computed the (replicated) loss; tp rank 0 reports it */
+    if (last && (!l->tensor || l->tensor->rank == 0)) p->now.loss_sum += gpt_loss_sum(a, l->B, l->T);
 }
 
 /* Backward of micro-batch m through this stage's units, in the reverse order:
@@ -100,6 +121,7 @@ static void stage_forward_batch(Pipeline *p, Activations *a, Split split, int ba
  * ends with the embedding's backward instead). */
 static void stage_backward(Pipeline *p, int m) {
     const StageLayout *l = &p->layout;
+    p->tpm.now = slot_of(p, m); /* tensor parallel: the blocks' values of micro-batch m */
     gpt_backward_range(&p->model, slot_of(p, m), &p->scratch, l->first_unit, l->last_unit, p->now.dloss,
                        p->grad_in, prev_rank(l, 0) >= 0 ? p->grad_out : NULL, p->hooks, l->B, l->T);
 }

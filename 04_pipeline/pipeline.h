@@ -23,6 +23,7 @@
 #include "mixed.h"
 #include "model.h"
 #include "schedule.h"
+#include "tensor_parallel.h"
 #include "timeline.h"
 
 /* Where this stage sits; fixed for the run. */
@@ -34,6 +35,8 @@ typedef struct {
     int B, T;                  /* a micro-batch: B sequences of T tokens */
     int caller_storage;        /* 1: the stage's units get no parameters or gradients here; the
                                   caller gives them storage (model.storage: chapter 06's offload) */
+    TensorGroup *tensor;       /* tp > 1: the stage's blocks sliced over this tensor group, chapter 03's
+                                  tensor parallelism inside the stage; NULL: the stage holds them whole */
     const Dataset *data;
     const Config *cfg;
 } StageLayout;
@@ -63,6 +66,8 @@ typedef struct {
     Activations *slot; /* one set of saved activations per micro-batch in flight */
     int slots;
     float *grad_in, *grad_out; /* (B,T,C): from stage+1, to stage-1 (NULL where there is none) */
+    TensorParallelModel tpm;   /* layout.tensor: the stage's slices (its model and mixed moved to these) */
+    UnitHooks tensor_hooks;    /* layout.tensor: the sliced blocks (tensor_parallel.h), in hooks */
     /* extension points (optional) */
     const UnitHooks *hooks;
     void (*last_backward)(void *context);

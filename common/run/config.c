@@ -546,7 +546,7 @@ static void record_flags(Config *c, const ChapterFlags *chapter) {
 
 int config_read(Config *c, int argc, char **argv, const char *program, const ChapterFlags *chapter) {
     if (read_flags(c, argc, argv, program, chapter)) return 1;
-    if (chapter && chapter->effective) chapter->effective(chapter->values);
+    if (chapter && chapter->effective) chapter->effective(c, chapter->values);
     record_flags(c, chapter);
     return 0;
 }

@@ -123,7 +123,7 @@ typedef struct Flag {
 typedef struct {
     const Flag *flags;
     void *values;
-    void (*effective)(void *values);
+    void (*effective)(const Config *cfg, void *values); /* flag_given(cfg, ...) says what was typed */
     void (*check)(const Config *cfg, const void *values);
     int multi_rank; /* the program runs under mpirun: it takes --comm and --timeout too */
 } ChapterFlags;

@@ -61,9 +61,10 @@ static const RunSpec spec = {
 
 int main(int argc, char **argv) {
     Config cfg;
-    DataParallelFlags dp = {0};
+    DataParallelFlags flags = {0};
+    DataParallelFlags *dp = &flags;
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
-    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &dp, &dp.ranks);
+    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.ranks);
     int rank = run.rank, ranks = run.ranks;
     ProcessGrid grid; /* every rank a replica: dp = world (grid.h); grid.d is this replica */
     grid_create(&grid, run.world, (GridShape){.dp = ranks, .pp = 1, .cp = 1, .tp = 1});
@@ -84,7 +85,7 @@ int main(int argc, char **argv) {
     Scratch scratch;
     scratch_create(&scratch, &cfg.model, B, T, cfg.recompute);
     DataParallel replicas; /* the gradients' sum over the replicas (data_parallel.h) */
-    data_parallel_create(&replicas, &dp, grid.dp_group, &model, &mixed, cfg.precision);
+    data_parallel_create(&replicas, dp, grid.dp_group, &model, &mixed, cfg.precision);
 
     ckpt_layout_init(&run.ckpt, "%s: %d ranks, dp %d", PROGRAM, ranks,
                      grid.dp); /* replica d writes share d */
@@ -95,10 +96,10 @@ int main(int argc, char **argv) {
     log_info(
         "%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
         "replicas x %d micro-batches x %d sequences | %s\n",
-        PROGRAM, ranks, device_name(), comm_transport_name(), dp.dp_mode, dp.allreduce, model.num_params,
+        PROGRAM, ranks, device_name(), comm_transport_name(), dp->dp_mode, dp->allreduce, model.num_params,
         cfg.batch, grid.dp, cfg.micro, B, precision_name(cfg.precision));
     if (replicas.overlap)
-        log_info("overlap: %d gradient buckets of about %.2f MiB\n", replicas.buckets.count, dp.bucket_mb);
+        log_info("overlap: %d gradient buckets of about %.2f MiB\n", replicas.buckets.count, dp->bucket_mb);
     log_resumed(&cfg, run.first_step);
 
     for (int step = run.first_step; step < run.last_step; step++) {
@@ -143,7 +144,7 @@ int main(int argc, char **argv) {
 
         /* ---- log: the slowest rank's times; rank 0 evaluates ---- */
         int evaluate = run_step_done(&run, &s);
-        if (dp.check_replicas && (step + 1) % dp.check_replicas == 0)
+        if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
             data_parallel_check_replicas(&replicas, half ? mixed.master : model.params, step + 1);
         if (evaluate && rank == 0) s.rec.val_loss = evaluate_loss(&model, &acts, &scratch, &run.data, &cfg);
         run_step_log(&run, &s);

@@ -98,7 +98,8 @@ int main(int argc, char **argv) {
     run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.model.ranks);
     int rank = run.rank, ranks = run.ranks;
     ModelParallel par = {.tensor = strcmp(flags.model.mp, "tensor") == 0};
-    int mp_size = ranks / flags.model.dp; /* ranks per copy of the model */
+    int mp_size = ranks / flags.model.dp;       /* ranks per copy of the model */
+    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
     ProcessGrid grid; /* --dp replicas of a model-parallel group, its ranks consecutive (grid.h) */
     GridShape shape = {
         .dp = flags.model.dp, .pp = par.tensor ? 1 : mp_size, .cp = 1, .tp = par.tensor ? mp_size : 1};
@@ -106,7 +107,6 @@ int main(int argc, char **argv) {
     int mp_index = par.tensor ? grid.t : grid.p;
     par.mp = par.tensor ? grid.tp_group : grid.pp_group; /* the ranks holding one copy of the model */
     par.dp = grid.dp_group;                              /* the ranks holding the same part of it */
-    int half = cfg.precision != PRECISION_FP32;          /* 16-bit storage and communication (mixed.h) */
 
     /* ---- build: device, data, output files (the harness); this rank's part of the model, optimizer ---- */
     run_prepare(&run);

@@ -72,11 +72,8 @@ static void effective_mp_flags(const Config *cfg, void *values) {
 static void check_mp_layout(const Config *cfg, const void *values) {
     const Flags *f = values;
     model_parallel_check_layout(cfg, &f->model);
-    if (strcmp(f->data.dp_mode, "overlap") == 0)
-        fatal(EXIT_USAGE,
-              "--dp-mode overlap launches buckets from a whole model's backward pass (chapter 02), "
-              "which no rank of --mp %s runs (valid: --dp-mode naive or flat)",
-              f->model.mp);
+    data_parallel_refuse_overlap(&f->data, strcmp(f->model.mp, "tensor") == 0 ? "rank of --mp tensor"
+                                                                              : "rank of --mp layer");
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
@@ -108,7 +105,7 @@ int main(int argc, char **argv) {
     par.mp = par.tensor ? grid.tp_group : grid.pp_group; /* the ranks holding one copy of the model */
     par.dp = grid.dp_group;                              /* the ranks holding the same part of it */
 
-    /* ---- build: device, data, output files (the harness); this rank's part of the model, optimizer ---- */
+    /* ---- build: device, data, output files (the harness); model, optimizer, activations ---- */
     run_prepare(&run);
     OutFile *busy_csv = busy_csv_open(&run);
     int per_rank = cfg.batch / grid.dp; /* this replica's share of the global batch */
@@ -121,7 +118,7 @@ int main(int argc, char **argv) {
     MixedModel *mixed = par.held_mixed;
     AdamW opt;
     adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
-    DataParallel replicas; /* the gradients' sum over the replicas of this part (data_parallel.h) */
+    DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
     data_parallel_create(&replicas, dp, grid.dp_group, held, mixed, cfg.precision);
 
     ckpt_layout_init(&run.ckpt, "%s: %s, dp %d", PROGRAM, layout, grid.dp); /* replica d writes share d */

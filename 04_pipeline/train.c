@@ -139,10 +139,7 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
         int blocks[MAX_LAYERS];
         layer_split_parse(f->model.split, P, L, blocks);
     }
-    if (strcmp(f->data.dp_mode, "overlap") == 0)
-        fatal(EXIT_USAGE,
-              "--dp-mode overlap launches buckets from a whole model's backward pass (chapter 02), "
-              "which no pipeline stage runs (valid: --dp-mode naive or flat)");
+    data_parallel_refuse_overlap(&f->data, "pipeline stage");
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
@@ -244,7 +241,7 @@ int main(int argc, char **argv) {
     size_t whole_params = layout.tensor ? p.tpm.global_params : held->num_params; /* the whole model's */
     AdamW opt;
     adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
-    DataParallel replicas; /* the gradients' sum over the replicas of this part (data_parallel.h) */
+    DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
     data_parallel_create(&replicas, dp, grid.dp_group, held, mixed, cfg.precision);
 
     ckpt_layout_init(&run.ckpt, "%s: pp %d x tp %d x dp %d, %s", PROGRAM, P, grid.tp, grid.dp,

@@ -53,6 +53,22 @@ run04() {
     assert_losses_match "$BATS_FILE_TMPDIR/ref_h6" "$(scratch)/pp2tp3" 4
 }
 
+# Peak device bytes of CATEGORY on rank R.
+device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 == c { print $4 }' "$1/memory.csv"; }
+
+@test "pp 2 x tp 2: each rank holds its stage's units, the block matrices 1/tp, the rest whole" {
+    run04 4 "$(scratch)/mem" --pp 2 --tp 2 --split 3,1
+    V=256 T=64 C=64 tp=2
+    sliced=$((12 * C * C + 7 * C)) # qkvw, qkvb, attprojw, fcw, fcb, fcprojw
+    replicated=$((6 * C))          # ln1, ln2 (weight and bias), attprojb, fcprojb
+    block=$((sliced / tp + replicated))
+    stage0=$(((V + T) * C + 3 * block)) stage1=$((block + 2 * C + V * C)) # rank = stage x tp + t
+    for r in 0 1; do assert_equal "$(device_bytes "$(scratch)/mem" $r params)" "$((4 * stage0))"; done
+    for r in 2 3; do assert_equal "$(device_bytes "$(scratch)/mem" $r params)" "$((4 * stage1))"; done
+    assert_equal "$(device_bytes "$(scratch)/mem" 3 optimizer)" "$((8 * stage1))" # Adam's m and v
+    assert_equal "$(csv_column "$(scratch)/mem/run.csv" params)" "$(((V + T) * C + 4 * (sliced + replicated) + 2 * C + V * C))"
+}
+
 @test "bf16: --pp 2 --tp 2 is within 1e-2 of chapter 01's bf16 run" {
     run04 4 "$(scratch)/bf16" --pp 2 --tp 2 --micro 2 --precision bf16
     assert_losses_within "$BATS_FILE_TMPDIR/ref_bf16" "$(scratch)/bf16" 4 1e-2

@@ -2,6 +2,7 @@
 #include "pipeline.h"
 
 #include "device.h"
+#include "evaluate.h"
 #include "kernels.h"
 #include "layer_split.h"
 #include "util.h"
@@ -208,4 +209,35 @@ double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence) {
     double total = comm_allreduce_double(world, p->now.loss_sum, 0);
     p->now.loss_sum = saved_loss;
     return total / ((double)cfg->eval_batches * cfg->batch * cfg->model.seq);
+}
+
+void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
+    const StageLayout *l = &p->layout;
+    int T = l->T, V = l->cfg->model.vocab, C = l->cfg->model.dmodel;
+    int prev = prev_rank(l, 0), next = next_rank(l, 0);
+    Activations *a = slot_of(p, 0);
+    unsigned char *text = xmalloc((size_t)32 + n); /* the prompt is at most 32 bytes */
+    int prompt_len = sample_prompt(l->data, T, text);
+    int *context = xmalloc(T * sizeof(int));
+    float *logits = xmalloc(V * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        int len = prompt_len + i, ctx = len < T ? len : T; /* the model sees the last (at most T) bytes */
+        for (int t = 0; t < ctx; t++) context[t] = text[len - ctx + t];
+        if (prev < 0) copy_to_device(a->tokens, context, ctx * sizeof(int));
+        if (prev >= 0) comm_recv(l->pp, a->encoded, (size_t)ctx * C, prev, TAG_ACTIVATIONS);
+        p->tpm.now = a; /* tensor parallel: the blocks' values */
+        gpt_forward_range(&p->model, a, &p->scratch, l->first_unit, l->last_unit, 0, p->hooks, 1, ctx);
+        int byte = 0;
+        if (next >= 0) {
+            comm_send(l->pp, stage_output(p, a), (size_t)ctx * C, next, TAG_ACTIVATIONS);
+        } else {
+            copy_to_host(logits, a->logits + (size_t)(ctx - 1) * V, V * sizeof(float));
+            byte = sample_byte(logits, rng);
+        }
+        text[len] = (unsigned char)comm_allreduce_double(l->pp, byte, 0); /* from the last stage */
+    }
+    if (comm_rank(comm_world()) == 0) sample_print(text, prompt_len, n);
+    free(text);
+    free(context);
+    free(logits);
 }

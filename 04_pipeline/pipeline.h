@@ -96,4 +96,11 @@ void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss);
  * (every rank of every replica); replica `first_sequence` as in run_step. */
 double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence);
 
+/* A text sample of n bytes, as sample_text (evaluate.h) writes it, from the
+ * stages: forward passes of one sequence through them (messages as in
+ * training); the last stage's ranks sample each byte from its logits and
+ * every stage learns it, for the next context. Printed by world rank 0.
+ * Collective over the pipeline's ranks. */
+void pipeline_sample(Pipeline *p, int n, uint64_t *rng);
+
 #endif

@@ -264,8 +264,6 @@ int main(int argc, char **argv) {
         "(P-1)/(M+P-1) = %.3f\n",
         ranks, P, grid.tp, grid.dp, flags.pipe.schedule, bubble_theory);
     log_stages(blocks, P);
-    if (cfg.sample > 0)
-        log_info("note: no text sample (--sample): chapter 04 never holds the whole model on one rank\n");
     log_resumed(&cfg, run.first_step);
 
     double *bubbles = xcalloc(run.last_step, sizeof(double));
@@ -310,6 +308,7 @@ int main(int argc, char **argv) {
         run_step_log(&run, &s);
     }
     if (rank == 0) out_close(busy_csv);
+    if (cfg.sample > 0) pipeline_sample(&p, cfg.sample, &run.rng);
 
     /* ---- timeline, run summary and memory: every rank's peaks, gathered on rank 0 ---- */
     timeline_write(&p.times.timeline, run.world, cfg.out);

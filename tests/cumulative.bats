@@ -84,6 +84,16 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     assert_equal "$(head -1 "$(scratch)/tensor/busy.csv")" "rank,step,busy_ms,step_ms"
 }
 
+@test "pp 2 x tp 2 writes chapter 01's validation loss and text sample, as chapter 03 does" {
+    local d="$(scratch)" f="--device cpu --layers 4 --steps 2 --batch 4 --sample 24 --quiet"
+    "$TRAIN01" $f --data "$BATS_FILE_TMPDIR/corpus.txt" --out "$d/ref" | grep '^sample:' >"$d/ref.txt"
+    mpirun_np 4 "$TRAIN04" $f --data "$BATS_FILE_TMPDIR/corpus.txt" --pp 2 --tp 2 --out "$d/3d" |
+        grep '^sample:' >"$d/3d.txt"
+    assert_equal "$(cat "$d/3d.txt")" "$(cat "$d/ref.txt")"
+    paste -d, <(csv_column "$d/ref/steps.csv" val_loss) <(csv_column "$d/3d/steps.csv" val_loss) | tail -1 |
+        awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; exit !($1 > 0 && r < 1e-4) }'
+}
+
 @test "a pp 2 x tp 2 checkpoint resumes in chapter 01's layout, and 01's in pp 2 x tp 2" {
     local d="$(scratch)"
     run04 4 "$d/first" --pp 2 --tp 2 --stop-after 2 --save "$d/ck3d"

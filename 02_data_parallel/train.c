@@ -12,12 +12,13 @@
  *   gradient norm -> clip -> AdamW update -> log (slowest rank's times)
  *
  * The all-reduce is the library's (MPI, NCCL) or the course's own ring
- * (--allreduce ring, common/ring.c). With --precision bf16|fp16 (mixed.h)
- * the gradients are 16 bits and so is their all-reduce, either one: half
- * the bytes. */
-#include "buckets.h"
+ * (--allreduce ring, ring.c); data_parallel.c holds the three modes, the
+ * replica check and the broadcast, which every later chapter keeps. With
+ * --precision bf16|fp16 (mixed.h) the gradients are 16 bits and so is their
+ * all-reduce, either one: half the bytes. */
 #include "comm.h"
 #include "config.h"
+#include "data_parallel.h"
 #include "device.h"
 #include "evaluate.h"
 #include "grid.h"
@@ -27,7 +28,6 @@
 #include "model.h"
 #include "optim.h"
 #include "optimizer_step.h"
-#include "ring.h"
 #include "util.h"
 
 #include <math.h>
@@ -37,37 +37,6 @@
 #include <string.h>
 
 #define PROGRAM "02_data_parallel/train"
-
-/* ---- this chapter's flags ---- */
-typedef struct {
-    char dp_mode[8];    /* naive, flat, overlap */
-    double bucket_mb;   /* overlap: bucket size */
-    char allreduce[8];  /* ring, library */
-    int check_replicas; /* every N steps, 0 = never */
-    int print_buckets;  /* overlap: print the buckets after the run */
-    int ranks;          /* the world size, for the checks */
-} DataParallelFlags;
-
-/* --help's section and one row per flag (config.h says how to add one) */
-static const Flag dp_flags[] = {
-    {.type = FLAG_SECTION, .help = "data parallel (run with mpirun -np N; every rank holds the whole model)"},
-    {"--dp-mode", FLAG_CHOICE, FIELD(DataParallelFlags, dp_mode), .choices = "naive|flat|overlap",
-     .noun = "mode", .def = "flat", .usage = "--dp-mode naive|flat|overlap",
-     .help = "naive: one all-reduce per parameter tensor after backward; flat: one\n"
-             "all-reduce of the whole gradient buffer; overlap: buckets all-reduced\n"
-             "during backward (default {default})"},
-    {"--bucket-mb", FLAG_DOUBLE, FIELD(DataParallelFlags, bucket_mb), 1e-6, 4096, .def = "1",
-     .usage = "--bucket-mb X", .help = "overlap: gradient bucket size in MiB, (0, 4096] (default {default})"},
-    {"--allreduce", FLAG_CHOICE, FIELD(DataParallelFlags, allreduce), .choices = "ring|library",
-     .noun = "all-reduce", .def = "library", .usage = "--allreduce ring|library",
-     .help = "the course's ring all-reduce or the library's (default {default})"},
-    {"--check-replicas", FLAG_INT, FIELD(DataParallelFlags, check_replicas), 0, 10000000,
-     .usage = "--check-replicas N",
-     .help = "every N steps verify all replicas hold identical parameters, 0 = never\n(default {default})"},
-    {"--print-buckets", FLAG_SWITCH, FIELD(DataParallelFlags, print_buckets), .usage = "--print-buckets",
-     .help = "overlap: print the buckets and after which layer each was launched"},
-    {0},
-};
 
 /* The batch must split evenly over the ranks and their micro-batches. */
 static void check_dp_layout(const Config *cfg, const void *values) {
@@ -83,103 +52,21 @@ static void check_dp_layout(const Config *cfg, const void *values) {
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
- * flags, and one steps.csv column of its own, comm_busy_ms. */
-static const RunSpec spec = {.program = PROGRAM,
-                             .summary =
-                                 "Train a GPT with data parallelism: N replicas, gradients all-reduced.",
-                             .flags = {.flags = dp_flags, .check = check_dp_layout, .multi_rank = 1},
-                             .comm_busy = 1};
-
-/* ---- gradient synchronisation ---- */
-
-/* The gradients, of `type`: the model's (fp32), or the 16-bit ones of mixed precision. */
-typedef struct {
-    char *grads;
-    CommDtype type;
-} GradBuffer;
-
-static void allreduce_sum(CommGroup *g, const GradBuffer *b, size_t first, size_t count, int use_ring) {
-    char *buf = b->grads + first * comm_dtype_bytes(b->type);
-    if (use_ring)
-        ring_allreduce_typed(g, buf, count, b->type, COMM_SUM);
-    else
-        comm_allreduce_typed(g, buf, count, b->type, COMM_SUM, NULL);
-}
-
-/* naive: one all-reduce per named tensor, after the whole backward pass */
-static void sync_naive(const GPT *model, const GradBuffer *b, CommGroup *g, int use_ring) {
-    for (int k = 0; k < model->num_tensors; k++)
-        allreduce_sum(g, b, model->tensors[k].offset, model->tensors[k].numel, use_ring);
-}
-
-/* flat: the gradients are one contiguous buffer, so one all-reduce does it all */
-static void sync_flat(const GPT *model, const GradBuffer *b, CommGroup *g, int use_ring) {
-    allreduce_sum(g, b, 0, model->num_params, use_ring);
-}
-
-/* The gradients summed over the replicas: all-reduced now (naive, flat), or
- * waited for (overlap: the buckets all-reduced during the backward pass).
- * Returns how long this rank waited; *busy_ms: how long the all-reduces ran. */
-static double sum_gradients(const DataParallelFlags *dp, const GPT *model, const GradBuffer *grads,
-                            BucketSync *buckets, CommGroup *world, double *busy_ms) {
-    if (buckets) { /* waited: what the worker had left after the backward pass */
-        double waited_ms = buckets_wait(buckets);
-        *busy_ms = buckets->busy_ms;
-        return waited_ms;
-    }
-    Timer timer = {0};
-    timer_start(&timer);
-    int use_ring = strcmp(dp->allreduce, "ring") == 0;
-    if (strcmp(dp->dp_mode, "naive") == 0)
-        sync_naive(model, grads, world, use_ring);
-    else
-        sync_flat(model, grads, world, use_ring);
-    return *busy_ms = timer_stop_ms(&timer);
-}
-
-/* Every replica must hold the same parameters (in mixed precision: the same
- * master weights): compare a hash of their bytes. (For testing this check:
- * COURSE_FAULT_REPLICA_RANK=r changes one weight on rank r first.) */
-static void check_replicas(const GPT *model, const float *params, CommGroup *world, int step) {
-    float *host = xmalloc(model->num_params * sizeof(float));
-    copy_to_host(host, params, model->num_params * sizeof(float));
-    if (fault_replica_rank() == comm_rank(world)) host[0] += 1.0f;
-    uint64_t hash = 0;
-    const uint32_t *words = (const uint32_t *)host;
-    for (size_t i = 0; i < model->num_params; i++) hash = hash64(hash ^ words[i]);
-    free(host);
-    int n = comm_size(world);
-    uint64_t *all = xcalloc(n, sizeof(uint64_t));
-    comm_gather_bytes(world, &hash, sizeof hash, all, 0);
-    int first_bad = -1;
-    for (int r = 1; r < n && comm_rank(world) == 0; r++)
-        if (all[r] != all[0] && first_bad < 0) first_bad = r;
-    free(all);
-    if (first_bad >= 0)
-        fatal(EXIT_RUNTIME, "replica check at step %d: rank %d's parameters differ from rank 0's", step,
-              first_bad);
-    comm_barrier(world);
-}
-
-/* Identical initialisation already follows from (seed, name, index); the
- * broadcast makes "rank 0's weights" the rule, as real frameworks do. */
-static void broadcast_weights(const GPT *model, const MixedModel *mixed, CommGroup *world, CommDtype type) {
-    if (mixed->params) {
-        comm_broadcast(world, mixed->master, mixed->n, 0);
-        comm_broadcast_typed(world, mixed->params, mixed->n, type, 0, NULL);
-    } else {
-        comm_broadcast(world, model->params, model->num_params, 0);
-    }
-}
+ * flags (data_parallel.h's rows), and one steps.csv column of its own, comm_busy_ms. */
+static const RunSpec spec = {
+    .program = PROGRAM,
+    .summary = "Train a GPT with data parallelism: N replicas, gradients all-reduced.",
+    .flags = {.flags = data_parallel_flags, .check = check_dp_layout, .multi_rank = 1},
+    .comm_busy = 1};
 
 int main(int argc, char **argv) {
     Config cfg;
-    DataParallelFlags dp = {0};
+    DataParallelFlags flags = {0};
+    DataParallelFlags *dp = &flags;
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
-    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &dp, &dp.ranks);
-    int overlap = strcmp(dp.dp_mode, "overlap") == 0; /* else naive or flat (sum_gradients) */
+    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.ranks);
     int rank = run.rank, ranks = run.ranks;
-    ProcessGrid grid; /* every rank a replica: dp = world (grid.h) */
+    ProcessGrid grid; /* every rank a replica: dp = world (grid.h); grid.d is this replica */
     grid_create(&grid, run.world, (GridShape){.dp = ranks, .pp = 1, .cp = 1, .tp = 1});
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
 
@@ -189,31 +76,30 @@ int main(int argc, char **argv) {
     MixedModel mixed; /* bf16, fp16: the model in 16 bits (mixed.h) */
     precision_create_range(&model, &mixed, &cfg.model, cfg.seed, cfg.precision, LAYER_EMBEDDING,
                            cfg.model.layers);
-    GradBuffer grads = {precision_grads(&model, &mixed), comm_dtype_of(cfg.precision)};
-    AdamW opt;
-    adamw_create(&opt, model.num_params);
-    int per_rank = cfg.batch / ranks; /* this rank's share of the global batch */
+    int per_rank = cfg.batch / grid.dp; /* this replica's share of the global batch */
     int B = per_rank / cfg.micro, T = cfg.model.seq;
     Activations acts;
     activations_create_model(&acts, &cfg.model, B, T, cfg.recompute);
     Scratch scratch;
     scratch_create(&scratch, &cfg.model, B, T, cfg.recompute);
-    BucketSync buckets;
-    if (overlap)
-        buckets_create(&buckets, &model, grads.grads, grads.type, (size_t)(dp.bucket_mb * BYTES_PER_MIB),
-                       grid.dp_group, strcmp(dp.allreduce, "ring") == 0);
+    AdamW opt;
+    adamw_create(&opt, model.num_params);
+    DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
+    data_parallel_create(&replicas, dp, grid.dp_group, &model, &mixed, cfg.precision);
 
-    ckpt_layout_init(&run.ckpt, "%s: %d ranks, dp %d", PROGRAM, ranks, ranks); /* rank r writes share r */
-    ckpt_layout_range(&run.ckpt, &model, &opt, rank, ranks);
+    ckpt_layout_init(&run.ckpt, "%s: %d ranks, dp %d", PROGRAM, ranks,
+                     grid.dp); /* replica d writes share d */
+    ckpt_layout_range(&run.ckpt, &model, &opt, grid.d, grid.dp);
     if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(&mixed); /* the checkpoint: fp32 */
-    broadcast_weights(&model, &mixed, grid.dp_group, grads.type);
+    data_parallel_broadcast_weights(&replicas, &mixed);
 
     log_info(
         "%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
-        "ranks x %d micro-batches x %d sequences | %s\n",
-        PROGRAM, ranks, device_name(), comm_transport_name(), dp.dp_mode, dp.allreduce, model.num_params,
-        cfg.batch, ranks, cfg.micro, B, precision_name(cfg.precision));
-    if (overlap) log_info("overlap: %d gradient buckets of about %.2f MiB\n", buckets.count, dp.bucket_mb);
+        "replicas x %d micro-batches x %d sequences | %s\n",
+        PROGRAM, ranks, device_name(), comm_transport_name(), dp->dp_mode, dp->allreduce, model.num_params,
+        cfg.batch, grid.dp, cfg.micro, B, precision_name(cfg.precision));
+    if (replicas.overlap)
+        log_info("overlap: %d gradient buckets of about %.2f MiB\n", replicas.buckets.count, dp->bucket_mb);
     log_resumed(&cfg, run.first_step);
 
     for (int step = run.first_step; step < run.last_step; step++) {
@@ -222,10 +108,10 @@ int main(int argc, char **argv) {
 
         /* ---- forward and backward over this rank's micro-batches ---- */
         precision_zero_grads(&model, &mixed);
-        if (overlap) buckets_begin_step(&buckets);
+        data_parallel_begin_step(&replicas);
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
-            int first_sequence = rank * per_rank + mb * B; /* where this piece sits in the global batch */
+            int first_sequence = grid.d * per_rank + mb * B; /* where this piece sits in the global batch */
             data_upload_batch(&run.data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, acts.tokens,
                               acts.targets);
 
@@ -236,15 +122,13 @@ int main(int argc, char **argv) {
 
             timer_start(&timer);
             /* overlap: buckets start all-reducing during the LAST micro-batch's backward */
-            int last_micro = mb == cfg.micro - 1;
-            gpt_backward_hooked(&model, &acts, &scratch, run.dloss * s.loss_scale, B, T,
-                                overlap && last_micro ? buckets_layer_done : NULL, &buckets);
+            UnitHook launch = data_parallel_backward_hook(&replicas, mb == cfg.micro - 1);
+            gpt_backward_hooked(&model, &acts, &scratch, run.dloss * s.loss_scale, B, T, launch, &replicas);
             s.rec.bwd_ms += timer_stop_ms(&timer);
         }
 
         /* ---- communicate: sum the gradients (and the loss) over the replicas ---- */
-        s.rec.comm_ms =
-            sum_gradients(&dp, &model, &grads, overlap ? &buckets : NULL, grid.dp_group, &s.comm_busy_ms);
+        s.rec.comm_ms = data_parallel_sum_gradients(&replicas, &s.comm_busy_ms);
         s.rec.loss = comm_allreduce_double(grid.dp_group, loss_sum, 0) / run.tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
 
@@ -260,20 +144,20 @@ int main(int argc, char **argv) {
 
         /* ---- log: the slowest rank's times; rank 0 evaluates ---- */
         int evaluate = run_step_done(&run, &s);
-        if (dp.check_replicas && (step + 1) % dp.check_replicas == 0)
-            check_replicas(&model, half ? mixed.master : model.params, grid.dp_group, step + 1);
+        if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
+            data_parallel_check_replicas(&replicas, half ? mixed.master : model.params, step + 1);
         if (evaluate && rank == 0) s.rec.val_loss = evaluate_loss(&model, &acts, &scratch, &run.data, &cfg);
         run_step_log(&run, &s);
     }
     if (rank == 0 && cfg.sample > 0) sample_text(&model, &acts, &scratch, &run.data, cfg.sample, &run.rng);
 
     /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
-    run_layout(&run, ranks, 1, 1, 0);
+    run_layout(&run, grid.dp, 1, 1, 0);
     run_finish(&run, model.num_params, NULL, NULL, "%.1f MiB sent per rank | CSVs in %s",
                comm_bytes_sent() / BYTES_PER_MIB, cfg.out);
 
-    if (overlap && dp.print_buckets) buckets_print(&buckets);
-    if (overlap) buckets_destroy(&buckets);
+    data_parallel_print(&replicas);
+    data_parallel_destroy(&replicas);
     scratch_destroy(&scratch);
     activations_destroy(&acts, &cfg.model);
     adamw_destroy(&opt);

@@ -148,14 +148,23 @@ static float *carve(float *base, size_t *used, size_t count) {
     return p;
 }
 
+/* The blocks held: first and last. */
+static int first_block(const TensorParallelModel *tm) {
+    return tm->first_unit > 0 ? tm->first_unit : 0;
+}
+static int last_block(const TensorParallelModel *tm) {
+    int L = tm->model.cfg.layers;
+    return tm->last_unit < L ? tm->last_unit : L - 1;
+}
+
 /* With recompute (tm->recompute) the blocks share one set of values, as in
  * model.c, and keep only their outputs res3. */
-static size_t carve_blocks(TensorParallelModel *tm, float *base, int B, int T) {
+static size_t carve_blocks(const TensorParallelModel *tm, Activations *a, float *base, int B, int T) {
     size_t BT = (size_t)B * T, C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, used = 0;
-    for (int l = 0; l < tm->model.cfg.layers; l++) {
-        BlockActs *b = &tm->acts.block[l];
-        if (tm->recompute && l > 0) {
-            *b = tm->acts.block[0]; /* the shared set */
+    for (int l = first_block(tm); l <= last_block(tm); l++) {
+        BlockActs *b = &a->block[l];
+        if (tm->recompute && l > first_block(tm)) {
+            *b = a->block[first_block(tm)]; /* the shared set */
             b->res3 = carve(base, &used, BT * C);
             continue;
         }
@@ -195,11 +204,13 @@ static size_t carve_scratch(TensorParallelModel *tm, float *base, int B, int T) 
     return used;
 }
 
-void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp, int B,
-                     int T, int recompute, Precision precision) {
+void tp_model_create_range(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp,
+                           int first_unit, int last_unit, int B, int T, int recompute, Precision precision) {
     memset(tm, 0, sizeof *tm);
     tm->tp = tp;
     tm->recompute = recompute;
+    tm->first_unit = first_unit;
+    tm->last_unit = last_unit;
     tm->C_local = cfg->dmodel / tp->size;
     tm->NH_local = cfg->heads / tp->size;
     tm->H_local = 4 * cfg->dmodel / tp->size;
@@ -207,50 +218,91 @@ void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t s
     param_table_build(&whole, cfg);
     tm->global_params = whole.num_params;
     build_local_table(tm, cfg, tp->size);
-    tm->norm_spans = xcalloc(tm->model.num_tensors, sizeof(GradSpan));
-    for (int i = 0; i < tm->model.num_tensors; i++)
-        tm->norm_spans[i] =
-            (GradSpan){tm->model.tensors[i].offset, tm->model.tensors[i].numel, tm->slice[i] == SLICE_NONE};
+    GPT *m = &tm->model;
+    gpt_set_range(m, first_unit, last_unit); /* param_first, param_count of the held units */
+
+    /* the norm's parts (tp_grad_shards, tp_grad_shards_once): the held tensors, offsets in the held buffer */
+    tm->norm_spans = xcalloc(m->num_tensors, sizeof(GradSpan));
+    tm->once_spans = xcalloc(m->num_tensors, sizeof(GradSpan));
+    for (int i = 0; i < m->num_tensors; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        if (t->layer < first_unit || t->layer > last_unit) continue;
+        int replicated = tm->slice[i] == SLICE_NONE;
+        GradSpan span = {t->offset - m->param_first, t->numel, replicated};
+        tm->norm_spans[tm->num_spans++] = span;
+        span.replicated = 0;
+        if (!replicated || tp->rank == 0) tm->once_spans[tm->num_once_spans++] = span;
+    }
 
     /* parameters: each local element starts from its whole tensor's value */
-    GPT *m = &tm->model;
-    size_t bytes = m->num_params * sizeof(float);
+    size_t bytes = m->param_count * sizeof(float);
     float *host = xmalloc(bytes);
     for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
         const ParamTensor *t = &m->tensors[i];
+        if (t->layer < first_unit || t->layer > last_unit) continue;
         for (size_t e = 0; e < t->numel; e++)
-            host[t->offset + e] = param_init_value(
+            host[t->offset - m->param_first + e] = param_init_value(
                 t, seed,
                 tensor_parallel_global_index(&whole.tensors[i], tm->slice[i], tp->rank, tp->size, e));
     }
     if (precision == PRECISION_FP32) {
-        gpt_alloc_range(m, LAYER_EMBEDDING, cfg->layers); /* this rank's slices of every unit */
+        gpt_alloc_range(m, first_unit, last_unit); /* this rank's slices of the held units */
         copy_to_device(m->params, host, bytes);
     } else {
-        mixed_create_units(&tm->mixed, m, LAYER_EMBEDDING, cfg->layers, host, precision_format(precision));
+        mixed_create_units(&tm->mixed, m, first_unit, last_unit, host, precision_format(precision));
     }
     tp->matmuls = m; /* the parallel layers' matmuls: 16-bit inputs under mixed precision */
+    tm->m = m;
+    tm->mx = &tm->mixed;
     free(host);
     param_table_free(&whole);
 
-    /* activations: the embedding and head parts are whole (model.c); the
-     * blocks, carved here with local widths, sit in acts.block as usual */
-    activations_create_range(&tm->acts, cfg, B, T, cfg->layers, cfg->layers, 0);
-    size_t floats = carve_blocks(tm, NULL, B, T);
-    carve_blocks(tm, mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, floats * sizeof(float), "block activations"), B,
-                 T);
-    floats = carve_scratch(tm, NULL, B, T);
+    size_t floats = carve_scratch(tm, NULL, B, T);
     carve_scratch(tm, mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, floats * sizeof(float), "activation gradients"),
                   B, T);
 }
 
+void tp_model_move(TensorParallelModel *tm, GPT *model, MixedModel *mixed) {
+    *model = *tm->m;
+    *mixed = *tm->mx;
+    tm->m = model;
+    tm->tp->matmuls = model;
+    tm->mx = mixed;
+    if (mixed->params) { /* the 16-bit storage binds each unit's views into its model (mixed.h) */
+        mixed->model = model;
+        mixed->storage.context = mixed;
+        model->storage = &mixed->storage;
+    }
+}
+
+void tp_activations_create(const TensorParallelModel *tm, Activations *a, int B, int T) {
+    /* the embedding and head parts are whole (model.c: the head's only where it is held); the
+     * blocks, carved here with local widths, sit in a->block as usual */
+    int L = tm->model.cfg.layers;
+    activations_create_range(a, &tm->model.cfg, B, T, L, tm->last_unit == L ? L : L - 1, 0);
+    size_t floats = carve_blocks(tm, a, NULL, B, T);
+    carve_blocks(tm, a, mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, floats * sizeof(float), "block activations"),
+                 B, T);
+}
+
+void tp_activations_destroy(const TensorParallelModel *tm, Activations *a) {
+    mem_free(a->block[first_block(tm)].ln1); /* the blocks' memory starts there */
+    activations_destroy(a, &tm->model.cfg);
+}
+
+void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp, int B,
+                     int T, int recompute, Precision precision) {
+    tp_model_create_range(tm, cfg, seed, tp, LAYER_EMBEDDING, cfg->layers, B, T, recompute, precision);
+    tp_activations_create(tm, &tm->acts, B, T);
+}
+
 void tp_model_destroy(TensorParallelModel *tm) {
     mem_free(tm->scratch.branch);
-    mem_free(tm->acts.block[0].ln1); /* the blocks' memory starts there */
-    activations_destroy(&tm->acts, &tm->model.cfg);
+    if (tm->acts.block) tp_activations_destroy(tm, &tm->acts);
     free(tm->slice);
     free(tm->norm_spans);
-    precision_destroy(&tm->model, &tm->mixed);
+    free(tm->once_spans);
+    precision_destroy(tm->m, tm->mx);
     memset(tm, 0, sizeof *tm);
 }
 
@@ -261,8 +313,8 @@ void tp_model_destroy(TensorParallelModel *tm) {
 static void tp_block_forward_values(TensorParallelModel *tm, int l, const float *input, int B, int T) {
     const KernelOps *k = ops();
     int C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, N = B * T;
-    float **w = tm->model.w.block[l];
-    BlockActs *b = &tm->acts.block[l];
+    float **w = tm->m->w.block[l];
+    BlockActs *b = &tm->now->block[l];
     Scratch *s = &tm->scratch;
     /* attention half: each rank computes its heads, attproj sums them (all-reduce 1) */
     k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, input, w[BLOCK_LN1W], w[BLOCK_LN1B], N, C);
@@ -281,8 +333,8 @@ static void tp_block_forward(int l, const float *input, int B, int T, void *cont
     TensorParallelModel *tm = context;
     const KernelOps *k = ops();
     int C = tm->model.cfg.dmodel, Hl = tm->H_local, N = B * T;
-    float **w = tm->model.w.block[l];
-    BlockActs *b = &tm->acts.block[l];
+    float **w = tm->m->w.block[l];
+    BlockActs *b = &tm->now->block[l];
     Scratch *s = &tm->scratch;
     tp_block_forward_values(tm, l, input, B, T);
     /* the rest of the MLP half: fcproj sums the ranks' hidden units (all-reduce 2) */
@@ -299,8 +351,8 @@ static void tp_block_backward(int l, const float *input, const float *doutput, f
     const KernelOps *k = ops();
     int C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, N = B * T;
     size_t NC = (size_t)N * C;
-    float **w = tm->model.w.block[l], **g = tm->model.g.block[l];
-    BlockActs *b = &tm->acts.block[l];
+    float **w = tm->m->w.block[l], **g = tm->m->g.block[l];
+    BlockActs *b = &tm->now->block[l];
     Scratch *s = &tm->scratch;
     if (tm->recompute) tp_block_forward_values(tm, l, input, B, T); /* this block's values, again */
     /* MLP half */
@@ -333,37 +385,52 @@ static void tp_block_backward(int l, const float *input, const float *doutput, f
 }
 
 /* The loop over the units is model.c's; only the blocks are this file's. */
+UnitHooks tp_block_hooks(TensorParallelModel *tm) {
+    return (UnitHooks){.block_forward = tp_block_forward, .block_backward = tp_block_backward, .context = tm};
+}
+
 void tp_forward(TensorParallelModel *tm, int with_loss, int B, int T) {
-    UnitHooks sliced = {.block_forward = tp_block_forward, .context = tm};
+    UnitHooks sliced = tp_block_hooks(tm);
+    tm->now = &tm->acts;
     gpt_forward_range(&tm->model, &tm->acts, &tm->scratch, LAYER_EMBEDDING, tm->model.cfg.layers, with_loss,
                       &sliced, B, T);
 }
 
 void tp_backward(TensorParallelModel *tm, float dloss, int B, int T) {
-    UnitHooks sliced = {.block_backward = tp_block_backward, .context = tm};
+    UnitHooks sliced = tp_block_hooks(tm);
+    tm->now = &tm->acts;
     gpt_backward_range(&tm->model, &tm->acts, &tm->scratch, LAYER_EMBEDDING, tm->model.cfg.layers, dloss,
                        NULL, NULL, &sliced, B, T);
 }
 
 GradShards tp_grad_shards(const TensorParallelModel *tm) {
-    GradShards g = precision_grad_shards(&tm->model, &tm->mixed);
+    GradShards g = precision_grad_shards(tm->m, tm->mx);
     g.spans = tm->norm_spans;
-    g.num_spans = tm->model.num_tensors;
+    g.num_spans = tm->num_spans;
     g.agree = grad_norm_agree;
     g.sum_group = tm->tp->group;
+    return g;
+}
+
+GradShards tp_grad_shards_once(const TensorParallelModel *tm, CommGroup *model_group) {
+    GradShards g = tp_grad_shards(tm);
+    g.spans = tm->once_spans;
+    g.num_spans = tm->num_once_spans;
+    g.sum_group = model_group;
     return g;
 }
 
 /* ---- checkpoints ---- */
 
 void tp_checkpoint_layout(const TensorParallelModel *tm, const AdamW *opt, int replica, CkptLayout *l) {
-    const GPT *m = &tm->model;
+    const GPT *m = tm->m;
     float *buffers[CKPT_ARRAYS] = {m->params, opt->m, opt->v};
-    for (int a = 0; a < CKPT_ARRAYS; a++) ckpt_set_buffer(l, a, buffers[a], m->num_params, 0);
+    for (int a = 0; a < CKPT_ARRAYS; a++) ckpt_set_buffer(l, a, buffers[a], m->param_count, 0);
     ParamTable whole;
     param_table_build(&whole, &m->cfg);
     for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
         const ParamTensor *t = &m->tensors[i], *w = &whole.tensors[i];
+        if (t->layer < tm->first_unit || t->layer > tm->last_unit) continue; /* another stage's */
         /* replica 0 writes; a replicated tensor, its tp rank 0 only */
         int writes = replica == 0 && (tm->slice[i] != SLICE_NONE || tm->tp->rank == 0);
         int r = tm->tp->rank, tp = tm->tp->size;
@@ -372,7 +439,8 @@ void tp_checkpoint_layout(const TensorParallelModel *tm, const AdamW *opt, int r
             for (n = 1;
                  e + n < t->numel && tensor_parallel_global_index(w, tm->slice[i], r, tp, e + n) == g + n;)
                 n++;
-            for (int a = 0; a < CKPT_ARRAYS; a++) ckpt_hold(l, a, w->offset + g, n, t->offset + e, writes);
+            for (int a = 0; a < CKPT_ARRAYS; a++)
+                ckpt_hold(l, a, w->offset + g, n, t->offset - m->param_first + e, writes);
         }
     }
     param_table_free(&whole);

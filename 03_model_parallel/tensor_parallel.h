@@ -63,14 +63,20 @@ typedef struct {
     GPT model;                      /* the LOCAL table, params and grads (views as in model.h) */
     MixedModel mixed;               /* --precision bf16|fp16: model's slices in 16 bits (mixed.h);
                                        zeroed in fp32 */
+    GPT *m;                         /* where the model is: &model, or where tp_model_move put it */
+    MixedModel *mx;                 /* and its 16-bit storage: &mixed, or moved with it */
     SliceKind *slice;               /* per tensor of the table */
-    GradSpan *norm_spans;           /* per tensor: its elements, replicated or not (tp_grad_shards) */
-    size_t global_params;           /* parameters of the whole model */
-    int recompute;                  /* 1: the blocks keep only res3 and share one set of the rest */
-    Activations acts;               /* tokens, targets, embedding output and the head's values as in
-                                       model.c; acts.block[l] with local widths: qkv (B,T,3C/tp),
-                                       atty (B,T,C/tp), lse (B,NH/tp,T), fch (B,T,4C/tp); the rest (B,T,C) */
-    Scratch scratch;                /* the same local widths for dqkv, datty, dfch, dfch_gelu, gelu */
+    int first_unit, last_unit;      /* the units held: every unit, or a pipeline stage's (chapter 04) */
+    GradSpan *norm_spans;           /* per held tensor: its elements, replicated or not (tp_grad_shards) */
+    GradSpan *once_spans;           /* per held tensor, the replicated ones on tp rank 0 only */
+    int num_spans, num_once_spans;
+    size_t global_params; /* parameters of the whole model */
+    int recompute;        /* 1: the blocks keep only res3 and share one set of the rest */
+    Activations acts;     /* tokens, targets, embedding output and the head's values as in
+                             model.c; acts.block[l] with local widths: qkv (B,T,3C/tp),
+                             atty (B,T,C/tp), lse (B,NH/tp,T), fch (B,T,4C/tp); the rest (B,T,C) */
+    Activations *now;     /* the set the blocks read and write: &acts, or a pipeline's slot */
+    Scratch scratch;      /* the same local widths for dqkv, datty, dfch, dfch_gelu, gelu */
 } TensorParallelModel;
 
 /* NULL when cfg can be split over tp ranks, else a message for the user. */
@@ -85,6 +91,28 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp);
 void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp, int B,
                      int T, int recompute, Precision precision);
 void tp_model_destroy(TensorParallelModel *tm);
+
+/* ---- tensor parallelism inside a pipeline stage (chapter 04) ----
+ * The same, for units first_unit..last_unit only (a stage's: model.param_first
+ * is the range's first local element), and without activations: the stage
+ * makes one set per micro-batch in flight with tp_activations_create, and
+ * points tm->now at the set of the micro-batch it runs. */
+void tp_model_create_range(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp,
+                           int first_unit, int last_unit, int B, int T, int recompute, Precision precision);
+/* The model and its 16-bit storage move to *model and *mixed (a stage's own
+ * fields, which the pipeline passes to model.c): the blocks read the views
+ * that the storage binds there. */
+void tp_model_move(TensorParallelModel *tm, GPT *model, MixedModel *mixed);
+void tp_activations_create(const TensorParallelModel *tm, Activations *a, int B, int T);
+void tp_activations_destroy(const TensorParallelModel *tm, Activations *a);
+/* The hooks that make gpt_forward_range and gpt_backward_range (model.h) run
+ * this file's blocks on tm->now. */
+UnitHooks tp_block_hooks(TensorParallelModel *tm);
+/* The norm's shards when the group is one of several that hold the model
+ * (tp inside pipeline stages): every held tensor a sharded part, the
+ * replicated ones counted by tp rank 0 only, summed over model_group (every
+ * rank of one copy of the model: stages x tp). */
+GradShards tp_grad_shards_once(const TensorParallelModel *tm, CommGroup *model_group);
 
 /* Index in the whole tensor of element e of rank r's slice of it. */
 size_t tensor_parallel_global_index(const ParamTensor *whole, SliceKind kind, int rank, int tp, size_t e);

@@ -1,25 +1,23 @@
 /* 03_model_parallel/train.c: model parallelism, vertical and horizontal.
  *
  * Chapter 02's loop, but now the MODEL is split, not (only) the batch. A
- * model-parallel group of ranks holds one copy of the model between them:
+ * model-parallel group of ranks holds one copy of the model between them
+ * (model_parallel.h):
  *
- *   --mp layer   the layer split: stage s holds a contiguous run of blocks
- *                (stage 0 also the embedding, the last stage the head). The
- *                activations travel forward from stage to stage with
- *                point-to-point messages, their gradients travel back, one
- *                batch at a time: while one stage works, the others wait.
+ *   --mp layer   the layer split: stage s holds a contiguous run of blocks,
+ *                and the activations travel from stage to stage (messages)
  *   --mp tensor  tensor parallelism (Megatron-LM): every block's matrices are
- *                sliced over the tp ranks (tensor_parallel.c); all ranks work
- *                on every layer, and two all-reduces per block, forward and
- *                backward, put the slices' results together.
+ *                sliced over the ranks (tensor_parallel.h), two all-reduces
+ *                per block put the slices' results together
  *
  * --dp D makes D replicas of that group (world = D x model-parallel ranks):
  * replica d trains on its share of the global batch, and the ranks holding
- * the same part of the model sum their gradients, exactly as in chapter 02.
+ * the same part of the model sum their gradients with chapter 02's
+ * machinery, every --dp-mode but overlap (data_parallel.h).
  *
  *   for each micro-batch of this replica's share:
  *       forward (messages or all-reduces within the model-parallel group) -> backward
- *   all-reduce the gradients over the data-parallel group
+ *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat)
  *   gradient norm (partial sums combined over the model-parallel group) -> clip -> AdamW -> log
  *
  * Each rank updates only the parameters it holds. busy.csv records, per rank
@@ -35,16 +33,17 @@
  * on every rank. */
 #include "comm.h"
 #include "config.h"
+#include "data_parallel.h"
 #include "device.h"
+#include "evaluate.h"
 #include "grid.h"
 #include "harness.h"
-#include "evaluate.h"
-#include "layer_split.h"
+#include "kernels.h"
 #include "mixed.h"
 #include "model.h"
+#include "model_parallel.h"
 #include "optim.h"
 #include "optimizer_step.h"
-#include "tensor_parallel.h"
 #include "util.h"
 
 #include <math.h>
@@ -55,372 +54,85 @@
 
 #define PROGRAM "03_model_parallel/train"
 
-/* ---- this chapter's flags ---- */
+/* ---- the flags: chapter 02's, and this chapter's (model_parallel.h) ---- */
 typedef struct {
-    char mp[8];       /* layer, tensor */
-    char split[1024]; /* --split: blocks per stage, "" = balance the parameters */
-    int tp;           /* --tp: tensor-parallel ranks, 0 = world / dp */
-    int dp;           /* --dp: data-parallel replicas of the model-parallel group */
-    int ranks;        /* the world size, for the checks */
-} ModelParallelFlags;
-
-/* --help's section and one row per flag (config.h says how to add one) */
+    DataParallelFlags data;   /* --dp-mode, --allreduce, --bucket-mb, --check-replicas, ... */
+    ModelParallelFlags model; /* --mp, --split, --tp, --dp */
+} Flags;
 static const Flag mp_flags[] = {
-    {.type = FLAG_SECTION, .help = "model parallel (run with mpirun -np N; N = dp x model-parallel ranks)"},
-    {"--mp", FLAG_CHOICE, FIELD(ModelParallelFlags, mp), .choices = "layer|tensor", .noun = "split",
-     .def = "layer", .usage = "--mp layer|tensor",
-     .help = "layer: contiguous blocks of layers per rank, activations sent from rank to\n"
-             "rank; tensor: every block's matrices sliced over the ranks (default {default})"},
-    {"--split", FLAG_TEXT, FIELD(ModelParallelFlags, split), .usage = "--split A,B,...",
-     .help = "layer: blocks per stage, one number (>= 1) per stage, summing to --layers\n"
-             "(default: balance the parameters)"},
-    {"--tp", FLAG_INT, FIELD(ModelParallelFlags, tp), 1, 1024, .usage = "--tp N",
-     .help = "tensor: ranks per model copy; must divide --heads and 4 x --dmodel\n(default: world / --dp)"},
-    {"--dp", FLAG_INT, FIELD(ModelParallelFlags, dp), 1, 100000, .def = "1", .usage = "--dp D",
-     .help = "data-parallel replicas of the model-parallel group (default {default})"},
-    {0},
-};
-
-/* With --mp tensor, --tp left to its default is the world size / --dp: the
- * record holds that number, so that layouts written two ways agree. */
-static void effective_mp_flags(void *values) {
-    ModelParallelFlags *f = values;
-    if (strcmp(f->mp, "tensor") == 0 && !f->tp) f->tp = f->ranks / f->dp;
+    {.type = FLAG_ROWS, .offset = offsetof(Flags, data), .rows = data_parallel_flags},
+    {.type = FLAG_ROWS, .offset = offsetof(Flags, model), .rows = model_parallel_flags},
+    {0}};
+static void effective_mp_flags(const Config *cfg, void *values) {
+    (void)cfg;
+    model_parallel_effective_flags(&((Flags *)values)->model);
 }
 
-/* The layout: world = dp x model-parallel ranks, and a split that fits the model. */
+/* The model-parallel layout (model_parallel.h), and the data-parallel modes that fit it. */
 static void check_mp_layout(const Config *cfg, const void *values) {
-    const ModelParallelFlags *f = values;
-    int ranks = f->ranks, dp = f->dp, L = cfg->model.layers;
-    if (ranks % dp != 0)
-        fatal(EXIT_USAGE,
-              "a job of %d ranks cannot hold --dp %d replicas (valid: world = dp x model-parallel ranks)",
-              ranks, dp);
-    int mp_size = ranks / dp; /* ranks per copy of the model */
-    if (strcmp(f->mp, "tensor") == 0) {
-        if (f->split[0])
-            fatal(EXIT_USAGE, "--split is for --mp layer (tensor parallelism splits every layer)");
-        if (f->tp && f->tp * dp != ranks)
-            fatal(EXIT_USAGE, "--dp %d x --tp %d = %d ranks, but the job has %d (valid: mpirun -np %d)", dp,
-                  f->tp, dp * f->tp, ranks, dp * f->tp);
-        const char *problem = tensor_parallel_problem(&cfg->model, mp_size);
-        if (problem) fatal(EXIT_USAGE, "%s", problem);
-    } else {
-        if (f->tp) fatal(EXIT_USAGE, "--tp is for --mp tensor (the layer split has world / --dp stages)");
-        if (mp_size > L)
-            fatal(EXIT_USAGE,
-                  "%d stages but the model has %d layers (valid: at most --layers ranks per model copy)",
-                  mp_size, L);
-        if (f->split[0]) {
-            int blocks[MAX_LAYERS];
-            layer_split_parse(f->split, mp_size, L, blocks);
-        }
-    }
-    if (cfg->batch % (dp * cfg->micro) != 0)
-        fatal(EXIT_USAGE, "--batch %d is not divisible by --dp %d x --micro %d (valid: a multiple of %d)",
-              cfg->batch, dp, cfg->micro, dp * cfg->micro);
+    const Flags *f = values;
+    model_parallel_check_layout(cfg, &f->model);
+    data_parallel_refuse_overlap(&f->data, strcmp(f->model.mp, "tensor") == 0 ? "rank of --mp tensor"
+                                                                              : "rank of --mp layer");
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
- * flags, and one steps.csv column of its own, the fraction of the ranks'
- * time spent idle. */
+ * flags, and steps.csv columns of its own, the fraction of the ranks' time
+ * spent idle and comm_busy_ms. */
 static const RunColumn mp_columns[] = {{"idle_fraction", "%.4f"}, {0}};
 static const RunSpec spec = {
     .program = PROGRAM,
     .summary = "Train a GPT split over ranks: by layers (--mp layer) or inside every layer (--mp tensor).",
     .flags = {.flags = mp_flags, .effective = effective_mp_flags, .check = check_mp_layout, .multi_rank = 1},
-    .columns = mp_columns};
-
-/* ---- everything this rank holds and does, in either mode ---- */
-typedef struct {
-    int tensor;         /* --mp tensor (else the layer split) */
-    CommGroup *mp, *dp; /* the model-parallel group this rank belongs to; the data-parallel one */
-    double comm_ms;     /* this step's time in communication (this rank, waits included) */
-    /* layer split */
-    int stage, stages; /* this rank's stage (= its rank in mp) and their number */
-    int first_block, last_block;
-    GPT model;        /* this stage's parameters only */
-    MixedModel mixed; /* bf16, fp16: model in 16 bits (mixed.h) */
-    Activations acts; /* this stage's blocks (encoded: where the stage's input arrives) */
-    Scratch scratch;
-    /* tensor parallel */
-    TensorGroup tp;
-    TensorParallelModel tpm;
-    /* what this rank holds: parameters and gradients, param_count of each */
-    GPT *held;
-    MixedModel *held_mixed; /* its 16-bit storage (mixed.h); params NULL in fp32 */
-} ModelParallel;
-
-/* Communication time of this rank. Device work queued before a message
- * counts as compute: finish it first. */
-static double comm_clock(void) {
-    device_sync();
-    return wall_ms();
-}
-
-static void timed_send(ModelParallel *p, const float *buf, size_t count, int dest, int tag) {
-    double start = comm_clock();
-    comm_send(p->mp, buf, count, dest, tag);
-    p->comm_ms += wall_ms() - start;
-}
-
-static void timed_recv(ModelParallel *p, float *buf, size_t count, int source, int tag) {
-    double start = comm_clock();
-    comm_recv(p->mp, buf, count, source, tag);
-    p->comm_ms += wall_ms() - start;
-}
-
-/* Forward of one micro-batch through this stage's units. Returns the sum of
- * the token losses on the last stage (with_loss), 0 elsewhere. */
-static double stage_forward(ModelParallel *p, int with_loss, int B, int T) {
-    size_t BTC = (size_t)B * T * p->model.cfg.dmodel;
-    if (p->stage > 0)
-        timed_recv(p, p->acts.encoded, BTC, p->stage - 1, TAG_ACTIVATIONS); /* idle until stage-1 is done */
-    gpt_forward_range(&p->model, &p->acts, &p->scratch, p->model.first_unit, p->model.last_unit, with_loss,
-                      NULL, B, T);
-    if (p->stage < p->stages - 1) {
-        timed_send(p, gpt_layer_output(&p->model, &p->acts, p->last_block), BTC, p->stage + 1,
-                   TAG_ACTIVATIONS);
-        return 0.0;
-    }
-    return with_loss ? gpt_loss_sum(&p->acts, B, T) : 0.0;
-}
-
-/* Backward of one micro-batch through this stage's units, in the reverse order. */
-static void stage_backward(ModelParallel *p, float dloss, int B, int T) {
-    size_t BTC = (size_t)B * T * p->model.cfg.dmodel;
-    float *doutput = p->scratch.dresid[0]; /* the gradient of this stage's output (not on the last) */
-    if (p->stage < p->stages - 1)
-        timed_recv(p, doutput, BTC, p->stage + 1, TAG_GRADIENTS); /* idle until stage+1 is done */
-    const float *dinput = gpt_backward_range(&p->model, &p->acts, &p->scratch, p->model.first_unit,
-                                             p->model.last_unit, dloss, doutput, NULL, NULL, B, T);
-    if (p->stage > 0) timed_send(p, dinput, BTC, p->stage - 1, TAG_GRADIENTS);
-}
-
-/* ---- one micro-batch, either mode ---- */
-
-static int *tokens_of(ModelParallel *p) {
-    return p->tensor ? p->tpm.acts.tokens : p->acts.tokens;
-}
-static int *targets_of(ModelParallel *p) {
-    return p->tensor ? p->tpm.acts.targets : p->acts.targets;
-}
-
-/* Forward; returns this rank's share of the token-loss sum: the whole sum on
- * the one rank of the model-parallel group that reports it, 0 on the others,
- * so that summing over the world gives the global batch's loss sum. */
-static double forward(ModelParallel *p, int with_loss, int B, int T) {
-    if (!p->tensor) return stage_forward(p, with_loss, B, T);
-    p->tp.comm_ms = 0.0;
-    tp_forward(&p->tpm, with_loss, B, T);
-    p->comm_ms += p->tp.comm_ms;
-    /* every tp rank computed the (replicated) head; tp rank 0 reports it */
-    return with_loss && p->tp.rank == 0 ? gpt_loss_sum(&p->tpm.acts, B, T) : 0.0;
-}
-
-static void backward(ModelParallel *p, float dloss, int B, int T) {
-    if (!p->tensor) {
-        stage_backward(p, dloss, B, T);
-        return;
-    }
-    p->tp.comm_ms = 0.0;
-    tp_backward(&p->tpm, dloss, B, T);
-    p->comm_ms += p->tp.comm_ms;
-}
-
-/* The data-parallel all-reduce: the replicas of this part sum its gradients
- * (fp32, or 16 bits). */
-static void sum_over_replicas(ModelParallel *p, CommDtype type) {
-    double start = comm_clock();
-    comm_allreduce_typed(p->dp, precision_grads(p->held, p->held_mixed), p->held->param_count, type, COMM_SUM,
-                         NULL);
-    p->comm_ms += wall_ms() - start;
-}
-
-/* What this rank holds of the whole model's gradient (optimizer_step.h):
- * its stages' units, the parts added over the model-parallel group, or its
- * tensor slices and the replicated tensors, counted once. Every rank agrees
- * on the norm, and on an fp16 overflow anywhere, so that all of them skip
- * such a step. */
-static GradShards held_grads(ModelParallel *p, CommGroup *world) {
-    GradShards g = p->tensor ? tp_grad_shards(&p->tpm) : precision_grad_shards(&p->model, &p->mixed);
-    if (!p->tensor) g.sum_group = p->mp;
-    g.agree = grad_norm_agree;
-    g.agree_group = world;
-    return g;
-}
-
-/* Mean validation loss over cfg->eval_batches global batches, each replica
- * taking its share of every batch (forward only). */
-static double evaluate_split(ModelParallel *p, const Dataset *data, const Config *cfg, int dp_index, int B) {
-    int T = cfg->model.seq, per_replica = cfg->batch / comm_size(p->dp);
-    double loss_sum = 0.0, saved_comm_ms = p->comm_ms;
-    for (int e = 0; e < cfg->eval_batches; e++) {
-        for (int mb = 0; mb < per_replica / B; mb++) {
-            data_upload_batch(data, SPLIT_VAL, cfg->seed, e, dp_index * per_replica + mb * B, B, T,
-                              tokens_of(p), targets_of(p));
-            loss_sum += forward(p, 1, B, T);
-        }
-    }
-    p->comm_ms = saved_comm_ms;
-    return comm_allreduce_double(comm_world(), loss_sum, 0) / ((double)cfg->eval_batches * cfg->batch * T);
-}
-
-/* A text sample, as sample_text (common/evaluate.c) writes it, from the split
- * model: forward passes of one sequence; the logits are on the last stage
- * (layer split) or on every rank (tensor), and every stage needs each new
- * byte for the next context. */
-static void sample_split(ModelParallel *p, const Dataset *data, const Config *cfg, uint64_t *rng) {
-    int T = cfg->model.seq, V = cfg->model.vocab, n = cfg->sample;
-    const Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
-    int holds_logits = p->tensor || p->stage == p->stages - 1;
-    unsigned char *text = xmalloc((size_t)32 + n); /* the prompt is at most 32 bytes */
-    int prompt_len = sample_prompt(data, T, text);
-    int *context = xmalloc(T * sizeof(int));
-    float *logits = xmalloc(V * sizeof(float));
-    for (int i = 0; i < n; i++) {
-        int len = prompt_len + i, ctx = len < T ? len : T; /* the model sees the last (at most T) bytes */
-        for (int t = 0; t < ctx; t++) context[t] = text[len - ctx + t];
-        copy_to_device(tokens_of(p), context, ctx * sizeof(int));
-        forward(p, 0, 1, ctx);
-        int byte = 0;
-        if (holds_logits) {
-            copy_to_host(logits, a->logits + (size_t)(ctx - 1) * V, V * sizeof(float));
-            byte = sample_byte(logits, rng);
-        }
-        if (!p->tensor)
-            byte = (int)comm_allreduce_double(p->mp, holds_logits ? byte : 0, 0); /* from the last stage */
-        text[len] = (unsigned char)byte;
-    }
-    if (comm_rank(comm_world()) == 0) sample_print(text, prompt_len, n);
-    free(text);
-    free(context);
-    free(logits);
-}
-
-/* ---- building this rank's part, and letting it go ---- */
-
-/* This rank's part of the model (mp_index: its place in the model-parallel
- * group of mp_size ranks): its tensor slices, or its stage's blocks (--split,
- * else balanced by parameters); layout says which, for the header and the
- * checkpoint. */
-static void build_part(ModelParallel *p, const Config *cfg, const ModelParallelFlags *f,
-                       const ParamTable *table, int mp_index, int mp_size, int B, char *layout,
-                       size_t layout_size) {
-    int T = cfg->model.seq, L = cfg->model.layers;
-    if (p->tensor) {
-        p->tp = (TensorGroup){.group = p->mp, .rank = mp_index, .size = mp_size};
-        tp_model_create(&p->tpm, &cfg->model, cfg->seed, &p->tp, B, T, cfg->recompute, cfg->precision);
-        p->held = &p->tpm.model;
-        p->held_mixed = &p->tpm.mixed;
-        snprintf(layout, layout_size, "tensor parallel over %d ranks", mp_size);
-        return;
-    }
-    int blocks[MAX_LAYERS]; /* blocks per stage: at most one stage per layer */
-    p->stages = mp_size;
-    p->stage = mp_index;
-    if (f->split[0])
-        layer_split_parse(f->split, mp_size, L, blocks); /* --split 3,3 */
-    else
-        layer_split_balanced(table, mp_size, blocks); /* balance the parameters (common/layer_split.c) */
-    layer_split_range(blocks, p->stage, &p->first_block, &p->last_block);
-    int first_unit, last_unit; /* the embedding on stage 0, the head on the last (layer_split.h) */
-    layer_split_units(p->first_block, p->last_block, p->stage, p->stages, L, &first_unit, &last_unit);
-    precision_create_range(&p->model, &p->mixed, &cfg->model, cfg->seed, cfg->precision, first_unit,
-                           last_unit); /* fp32 or 16-bit */
-    activations_create_range(&p->acts, &cfg->model, B, T, first_unit, last_unit, cfg->recompute);
-    scratch_create(&p->scratch, &cfg->model, B, T, cfg->recompute);
-    p->held = &p->model;
-    p->held_mixed = &p->mixed;
-    int n = snprintf(layout, layout_size, "layer split, blocks per stage");
-    for (int s = 0; s < mp_size && n < (int)layout_size - 8; s++)
-        n += snprintf(layout + n, layout_size - n, "%s%d", s ? "," : " ", blocks[s]);
-}
-
-/* What this rank holds of a checkpoint: its slices, or its stage's units,
- * written by replica dp_index's share (checkpoint.h). */
-static void checkpoint_layout(ModelParallel *p, AdamW *opt, int dp_index, int dp, CkptLayout *ckpt) {
-    if (p->tensor)
-        tp_checkpoint_layout(&p->tpm, opt, dp_index, ckpt);
-    else
-        ckpt_layout_range(ckpt, &p->model, opt, dp_index, dp);
-}
-
-static void destroy_part(ModelParallel *p, const Config *cfg) {
-    if (p->tensor) {
-        tp_model_destroy(&p->tpm);
-        return;
-    }
-    scratch_destroy(&p->scratch);
-    activations_destroy(&p->acts, &cfg->model);
-    precision_destroy(&p->model, &p->mixed);
-}
-
-static OutFile *busy_csv_open(const Run *run) {
-    if (run->rank != 0) return NULL;
-    OutFile *f = out_open(run->cfg->out, "busy.csv", OUT_LINES, 0);
-    out_printf(f, "rank,step,busy_ms,step_ms\n");
-    return f;
-}
-
-/* busy.csv (rank 0): rank,step,busy_ms,step_ms, every rank's time computing
- * in the step (the rest it waited or communicated). Returns, on rank 0, the
- * step's idle fraction: 1 - the ranks' busy time over ranks x the slowest
- * rank's step (steps.csv's idle_fraction). */
-static double log_busy(OutFile *busy_csv, CommGroup *world, const RunStep *s, double comm_ms) {
-    int ranks = comm_size(world);
-    double busy[2] = {s->own_step_ms - comm_ms, s->own_step_ms};
-    double *busy_all = xcalloc(2 * (size_t)ranks, sizeof(double));
-    comm_gather_bytes(world, busy, sizeof busy, busy_all, 0);
-    double busy_sum = 0.0;
-    for (int r = 0; r < ranks && comm_rank(world) == 0; r++) {
-        out_printf(busy_csv, "%d,%d,%.4f,%.4f\n", r, s->step + 1, busy_all[2 * r], busy_all[2 * r + 1]);
-        busy_sum += busy_all[2 * r];
-    }
-    free(busy_all);
-    return 1.0 - busy_sum / (ranks * s->rec.step_ms);
-}
+    .columns = mp_columns,
+    .comm_busy = 1};
 
 int main(int argc, char **argv) {
     Config cfg;
-    ModelParallelFlags mpf = {0};
+    Flags flags = {0};
+    DataParallelFlags *dp = &flags.data;
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
-    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &mpf, &mpf.ranks);
-    ModelParallel par = {.tensor = strcmp(mpf.mp, "tensor") == 0};
-    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */
-    int ranks = run.ranks, dp = mpf.dp;
-    int mp_size = ranks / dp; /* ranks per copy of the model */
-
-    /* ---- the grid: --dp replicas of a model-parallel group, its ranks consecutive (grid.h) ---- */
-    ProcessGrid grid;
-    GridShape shape = {.dp = dp, .pp = par.tensor ? 1 : mp_size, .cp = 1, .tp = par.tensor ? mp_size : 1};
+    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.model.ranks);
+    int rank = run.rank, ranks = run.ranks;
+    ModelParallel par = {.tensor = strcmp(flags.model.mp, "tensor") == 0};
+    int mp_size = ranks / flags.model.dp;       /* ranks per copy of the model */
+    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
+    ProcessGrid grid; /* --dp replicas of a model-parallel group, its ranks consecutive (grid.h) */
+    GridShape shape = {
+        .dp = flags.model.dp, .pp = par.tensor ? 1 : mp_size, .cp = 1, .tp = par.tensor ? mp_size : 1};
     grid_create(&grid, run.world, shape);
-    int dp_index = grid.d, mp_index = par.tensor ? grid.t : grid.p;
+    int mp_index = par.tensor ? grid.t : grid.p;
     par.mp = par.tensor ? grid.tp_group : grid.pp_group; /* the ranks holding one copy of the model */
     par.dp = grid.dp_group;                              /* the ranks holding the same part of it */
 
-    /* ---- build: device, data, output files (the harness); this rank's part of the model, optimizer ---- */
+    /* ---- build: device, data, output files (the harness); model, optimizer, activations ---- */
     run_prepare(&run);
     OutFile *busy_csv = busy_csv_open(&run);
-    int per_replica = cfg.batch / dp; /* this replica's share of the global batch */
-    int B = per_replica / cfg.micro, T = cfg.model.seq;
+    int per_rank = cfg.batch / grid.dp; /* this replica's share of the global batch */
+    int B = per_rank / cfg.micro, T = cfg.model.seq;
     ParamTable table; /* the whole model's table: names, shapes, the stage split */
     param_table_build(&table, &cfg.model);
     char layout[64];
-    build_part(&par, &cfg, &mpf, &table, mp_index, mp_size, B, layout, sizeof layout);
+    model_parallel_build(&par, &cfg, &flags.model, &table, mp_index, mp_size, B, layout, sizeof layout);
     GPT *held = par.held;
     MixedModel *mixed = par.held_mixed;
     AdamW opt;
     adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
-    ckpt_layout_init(&run.ckpt, "%s: %s, dp %d", PROGRAM, layout, dp); /* this rank's part (checkpoint.h) */
-    checkpoint_layout(&par, &opt, dp_index, dp, &run.ckpt);
+    DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
+    data_parallel_create(&replicas, dp, grid.dp_group, held, mixed, cfg.precision);
+
+    ckpt_layout_init(&run.ckpt, "%s: %s, dp %d", PROGRAM, layout, grid.dp); /* replica d writes share d */
+    model_parallel_checkpoint_layout(&par, &opt, grid.d, grid.dp, &run.ckpt);
     if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(mixed); /* the checkpoint: fp32 */
+    data_parallel_broadcast_weights(&replicas, mixed);
 
     log_info(
-        "%s | %d ranks = %d data-parallel x %d model-parallel | %s | device %s | comm %s | %zu parameters | "
-        "batch %d = %d replicas x %d micro-batches x %d sequences | %s\n",
-        PROGRAM, ranks, dp, mp_size, layout, device_name(), comm_transport_name(), table.num_params,
-        cfg.batch, dp, cfg.micro, B, precision_name(cfg.precision));
+        "%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
+        "replicas x %d micro-batches x %d sequences | %s\n",
+        PROGRAM, ranks, device_name(), comm_transport_name(), dp->dp_mode, dp->allreduce, table.num_params,
+        cfg.batch, grid.dp, cfg.micro, B, precision_name(cfg.precision));
+    log_info("model parallel: %d ranks = %d data-parallel x %d model-parallel | %s\n", ranks, grid.dp,
+             mp_size, layout);
     log_resumed(&cfg, run.first_step);
 
     for (int step = run.first_step; step < run.last_step; step++) {
@@ -430,24 +142,24 @@ int main(int argc, char **argv) {
 
         /* ---- forward and backward over this replica's micro-batches ---- */
         precision_zero_grads(held, mixed);
+        data_parallel_begin_step(&replicas);
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
-            int first_sequence =
-                dp_index * per_replica + mb * B; /* where this piece sits in the global batch */
-            data_upload_batch(&run.data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, tokens_of(&par),
-                              targets_of(&par));
+            int first_sequence = grid.d * per_rank + mb * B; /* where this piece sits in the global batch */
+            data_upload_batch(&run.data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T,
+                              model_parallel_tokens(&par), model_parallel_targets(&par));
 
             timer_start(&timer);
-            loss_sum += forward(&par, 1, B, T);
+            loss_sum += model_parallel_forward(&par, 1, B, T);
             s.rec.fwd_ms += timer_stop_ms(&timer);
 
             timer_start(&timer);
-            backward(&par, run.dloss * s.loss_scale, B, T);
+            model_parallel_backward(&par, run.dloss * s.loss_scale, B, T);
             s.rec.bwd_ms += timer_stop_ms(&timer);
         }
 
         /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
-        sum_over_replicas(&par, comm_dtype_of(cfg.precision));
+        par.comm_ms += data_parallel_sum_gradients(&replicas, &s.comm_busy_ms);
         s.rec.comm_ms = par.comm_ms;
         s.rec.loss = comm_allreduce_double(run.world, loss_sum, 0) / run.tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
@@ -458,7 +170,7 @@ int main(int argc, char **argv) {
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         s.rec.lr = hyper.lr;
         mixed_fault_overflow(mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
-        GradShards held_part = held_grads(&par, run.world);
+        GradShards held_part = model_parallel_grad_shards(&par, run.world);
         s.skipped =
             optimizer_step(held, mixed, &opt, &run.scaler, &held_part, &hyper, step + 1, &s.rec.grad_norm);
         s.rec.opt_ms = timer_stop_ms(&timer);
@@ -466,19 +178,22 @@ int main(int argc, char **argv) {
         /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
         int evaluate = run_step_done(&run, &s);
         s.columns[0] = log_busy(busy_csv, run.world, &s, par.comm_ms); /* idle_fraction */
-        if (evaluate) s.rec.val_loss = evaluate_split(&par, &run.data, &cfg, dp_index, B);
+        if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
+            data_parallel_check_replicas(&replicas, half ? mixed->master : held->params, step + 1);
+        if (evaluate) s.rec.val_loss = model_parallel_evaluate(&par, &run.data, &cfg, grid.d, B);
         run_step_log(&run, &s);
     }
-    if (run.rank == 0) out_close(busy_csv);
-    if (cfg.sample > 0) sample_split(&par, &run.data, &cfg, &run.rng);
+    if (rank == 0) out_close(busy_csv);
+    if (cfg.sample > 0) model_parallel_sample(&par, &run.data, &cfg, &run.rng);
 
     /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
-    run_layout(&run, dp, par.tensor ? mp_size : 1, par.tensor ? 1 : mp_size, 0);
+    run_layout(&run, grid.dp, par.tensor ? mp_size : 1, par.tensor ? 1 : mp_size, 0);
     run_finish(&run, table.num_params, NULL, NULL, "%.1f MiB sent by rank 0 | CSVs in %s",
                comm_bytes_sent() / BYTES_PER_MIB, cfg.out);
 
+    data_parallel_destroy(&replicas);
     adamw_destroy(&opt);
-    destroy_part(&par, &cfg);
+    model_parallel_destroy(&par, &cfg);
     param_table_free(&table);
     grid_destroy(&grid);
     run_end(&run);

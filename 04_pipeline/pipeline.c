@@ -2,6 +2,7 @@
 #include "pipeline.h"
 
 #include "device.h"
+#include "evaluate.h"
 #include "kernels.h"
 #include "layer_split.h"
 #include "util.h"
@@ -131,6 +132,9 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     const StageLayout *l = &p->layout;
     const ModelConfig *m = &l->cfg->model;
     int V = chunks_of(l);
+    if (l->tensor && (V > 1 || extras))
+        fatal(EXIT_USAGE, "tensor parallelism inside a stage runs the gpipe and 1f1b schedules only, yet "
+                          "(valid: --tp 1 with --schedule interleaved or zb-h1)");
     if (V > 1) {
         if (l->caller_storage || l->cfg->precision != PRECISION_FP32 || l->cfg->recompute)
             fatal(EXIT_USAGE,
@@ -138,6 +142,13 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
                   "only, yet",
                   V);
         create_chunked_model(p, m, seed);
+    } else if (l->tensor) { /* the stage's slices; model, mixed and scratch are the tp model's */
+        tp_model_create_range(&p->tpm, m, seed, l->tensor, l->first_unit, l->last_unit, l->B, l->T,
+                              l->cfg->recompute, l->cfg->precision);
+        tp_model_move(&p->tpm, &p->model, &p->mixed);
+        p->scratch = p->tpm.scratch;
+        p->tensor_hooks = tp_block_hooks(&p->tpm);
+        p->hooks = &p->tensor_hooks;
     } else if (l->caller_storage) {
         ParamTable table;
         param_table_build(&table, m);
@@ -157,12 +168,16 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     p->slots = live_total;
     p->slot = xcalloc(p->slots, sizeof(Activations));
     for (int i = 0; i < p->slots; i++) {
+        if (l->tensor) {
+            tp_activations_create(&p->tpm, &p->slot[i], l->B, l->T); /* the blocks' values in local widths */
+            continue;
+        }
         int first_block, last_block, first_unit, last_unit;
         chunk_range(l, chunk_of_slot(p, i), &first_block, &last_block, &first_unit, &last_unit);
         activations_create_range(&p->slot[i], m, l->B, l->T, first_block, last_unit, l->cfg->recompute);
     }
     /* with --recompute the slots keep block inputs, and one block set here serves them all */
-    scratch_create(&p->scratch, m, l->B, l->T, l->cfg->recompute);
+    if (!l->tensor) scratch_create(&p->scratch, m, l->B, l->T, l->cfg->recompute);
     if (extras) {
         p->extras = xcalloc(p->slots, sizeof(SlotExtras));
         for (int i = 0; i < p->slots; i++) {
@@ -189,7 +204,6 @@ void pipeline_destroy(Pipeline *p) {
     timeline_free(&p->times.timeline);
     mem_free(p->grad_in);
     mem_free(p->grad_out);
-    scratch_destroy(&p->scratch);
     for (int i = 0; p->extras && i < p->slots; i++) {
         comm_wait_posted(p->layout.pp, p->extras[i].act_sent);
         comm_wait_posted(p->layout.pp, p->extras[i].grad_sent);
@@ -197,9 +211,18 @@ void pipeline_destroy(Pipeline *p) {
         mem_free(p->extras[i].grad_out);
     }
     free(p->extras);
-    for (int i = 0; i < p->slots; i++) activations_destroy(&p->slot[i], &p->layout.cfg->model);
+    for (int i = 0; i < p->slots; i++)
+        if (p->layout.tensor)
+            tp_activations_destroy(&p->tpm, &p->slot[i]);
+        else
+            activations_destroy(&p->slot[i], &p->layout.cfg->model);
     free(p->slot);
     schedule_free(&p->schedule);
+    if (p->layout.tensor) {
+        tp_model_destroy(&p->tpm); /* model, mixed and scratch with it */
+        return;
+    }
+    scratch_destroy(&p->scratch);
     precision_destroy(&p->model, &p->mixed);
 }
 
@@ -217,8 +240,10 @@ static void stage_forward_batch(Pipeline *p, Activations *a, int chunk, Split sp
     chunk_range(l, chunk, &first_block, &last_block, &first_unit, &last_unit);
     if (first || last)
         data_upload_batch(l->data, split, l->cfg->seed, batch, sequence, l->B, l->T, a->tokens, a->targets);
+    p->tpm.now = a; /* tensor parallel: the blocks' values of this micro-batch */
     gpt_forward_range(&p->model, a, &p->scratch, first_unit, last_unit, 1, p->hooks, l->B, l->T);
-    if (last) p->now.loss_sum += gpt_loss_sum(a, l->B, l->T);
+    /* every tp rank of the last stage computed the (replicated) loss; tp rank 0 reports it */
+    if (last && (!l->tensor || l->tensor->rank == 0)) p->now.loss_sum += gpt_loss_sum(a, l->B, l->T);
 }
 
 static SlotExtras *extras_of(Pipeline *p, int micro, int chunk) {
@@ -247,6 +272,7 @@ static void stage_backward(Pipeline *p, int m, int c) {
     const StageLayout *l = &p->layout;
     int first_block, last_block, first_unit, last_unit;
     chunk_range(l, c, &first_block, &last_block, &first_unit, &last_unit);
+    p->tpm.now = slot_of(p, m, c); /* tensor parallel: the blocks' values of micro-batch m */
     gpt_backward_range(&p->model, slot_of(p, m, c), &p->scratch, first_unit, last_unit, p->now.dloss,
                        p->grad_in, grad_out_of(p, m, c), p->hooks, l->B, l->T);
 }
@@ -387,4 +413,68 @@ double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence) {
     double total = comm_allreduce_double(world, p->now.loss_sum, 0);
     p->now.loss_sum = saved_loss;
     return total / ((double)cfg->eval_batches * cfg->batch * cfg->model.seq);
+}
+
+void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
+    const StageLayout *l = &p->layout;
+    int T = l->T, V = l->cfg->model.vocab, C = l->cfg->model.dmodel;
+    if (chunks_of(l) > 1) { /* every rank alike: the layout is the same everywhere */
+        log_info("note: no text sample (--sample) from stages of several chunks yet\n");
+        return;
+    }
+    int prev = prev_rank(l, 0), next = next_rank(l, 0);
+    Activations *a = slot_of(p, 0, 0);
+    unsigned char *text = xmalloc((size_t)32 + n); /* the prompt is at most 32 bytes */
+    int prompt_len = sample_prompt(l->data, T, text);
+    int *context = xmalloc(T * sizeof(int));
+    float *logits = xmalloc(V * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        int len = prompt_len + i, ctx = len < T ? len : T; /* the model sees the last (at most T) bytes */
+        for (int t = 0; t < ctx; t++) context[t] = text[len - ctx + t];
+        if (prev < 0) copy_to_device(a->tokens, context, ctx * sizeof(int));
+        if (prev >= 0) comm_recv(l->pp, a->encoded, (size_t)ctx * C, prev, TAG_ACTIVATIONS);
+        p->tpm.now = a; /* tensor parallel: the blocks' values */
+        gpt_forward_range(&p->model, a, &p->scratch, l->first_unit, l->last_unit, 0, p->hooks, 1, ctx);
+        int byte = 0;
+        if (next >= 0) {
+            comm_send(l->pp, stage_output(p, a, 0), (size_t)ctx * C, next, TAG_ACTIVATIONS);
+        } else {
+            copy_to_host(logits, a->logits + (size_t)(ctx - 1) * V, V * sizeof(float));
+            byte = sample_byte(logits, rng);
+        }
+        text[len] = (unsigned char)comm_allreduce_double(l->pp, byte, 0); /* from the last stage */
+    }
+    if (comm_rank(comm_world()) == 0) sample_print(text, prompt_len, n);
+    free(text);
+    free(context);
+    free(logits);
+}
+
+void pipeline_refuse_schedule(const Config *cfg, const char *schedule, int tp, int print_schedule) {
+    int interleaved = strcmp(schedule, "interleaved") == 0, zb = strcmp(schedule, "zb-h1") == 0;
+    if ((interleaved || zb) && tp > 1 && !print_schedule)
+        fatal(EXIT_USAGE,
+              "--schedule %s runs without tensor parallelism inside the stages, yet (valid: --tp 1; "
+              "gpipe and 1f1b take --tp)",
+              schedule);
+    if (interleaved && !print_schedule &&
+        (cfg->precision != PRECISION_FP32 || cfg->recompute || cfg->save[0] || cfg->resume[0]))
+        fatal(EXIT_USAGE,
+              "--schedule interleaved trains in fp32, without --recompute, --save or --resume only, "
+              "yet (a stage's chunks are not one range of the table)");
+    if (zb && (cfg->precision != PRECISION_FP32 || cfg->recompute))
+        fatal(EXIT_USAGE, "--schedule zb-h1 trains in fp32 without --recompute only, yet (its backward split "
+                          "into B and W keeps no 16-bit weights and recomputes nothing)");
+}
+
+void pipeline_log_stages(const int *blocks, int P, int V) {
+    for (int s = 0, first = 0; s < P * V; s++) {
+        if (V > 1)
+            log_info("stage %d chunk %d: blocks %d..%d%s%s\n", s % P, s / P, first, first + blocks[s] - 1,
+                     s == 0 ? " + embedding" : "", s == P * V - 1 ? " + head" : "");
+        else
+            log_info("stage %d: blocks %d..%d%s%s\n", s, first, first + blocks[s] - 1,
+                     s == 0 ? " + embedding" : "", s == P - 1 ? " + head" : "");
+        first += blocks[s];
+    }
 }

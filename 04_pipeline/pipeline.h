@@ -32,6 +32,7 @@
 #include "mixed.h"
 #include "model.h"
 #include "schedule.h"
+#include "tensor_parallel.h"
 #include "timeline.h"
 
 /* Chunks of layers one stage may hold (interleaved schedules, layer_split.h). */
@@ -48,9 +49,11 @@ typedef struct {
     int chunks;
     int chunk_first_block[MAX_STAGE_CHUNKS], chunk_last_block[MAX_STAGE_CHUNKS];
     int chunk_first_unit[MAX_STAGE_CHUNKS], chunk_last_unit[MAX_STAGE_CHUNKS];
-    int B, T;           /* a micro-batch: B sequences of T tokens */
-    int caller_storage; /* 1: the stage's units get no parameters or gradients here; the
-                           caller gives them storage (model.storage: chapter 06's offload) */
+    int B, T;            /* a micro-batch: B sequences of T tokens */
+    int caller_storage;  /* 1: the stage's units get no parameters or gradients here; the
+                            caller gives them storage (model.storage: chapter 06's offload) */
+    TensorGroup *tensor; /* tp > 1: the stage's blocks sliced over this tensor group, chapter 03's
+                            tensor parallelism inside the stage; NULL: the stage holds them whole */
     const Dataset *data;
     const Config *cfg;
 } StageLayout;
@@ -96,6 +99,8 @@ typedef struct {
     int chunk_slots[MAX_STAGE_CHUNKS]; /* chunk c's: the most micro-batches it holds at once */
     int chunk_slot0[MAX_STAGE_CHUNKS]; /* the index of chunk c's first slot */
     float *grad_in, *grad_out;         /* (B,T,C): from stage+1, to stage-1 (NULL where there is none) */
+    TensorParallelModel tpm; /* layout.tensor: the stage's slices (its model and mixed moved to these) */
+    UnitHooks tensor_hooks;  /* layout.tensor: the sliced blocks (tensor_parallel.h), in hooks */
     /* extension points (optional) */
     const UnitHooks *hooks;
     void (*last_backward)(void *context);
@@ -130,5 +135,20 @@ void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss);
  * micro-batches one after another through the stages. Collective over world
  * (every rank of every replica); replica `first_sequence` as in run_step. */
 double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence);
+
+/* A text sample of n bytes, as sample_text (evaluate.h) writes it, from the
+ * stages: forward passes of one sequence through them (messages as in
+ * training); the last stage's ranks sample each byte from its logits and
+ * every stage learns it, for the next context. Printed by world rank 0.
+ * Collective over the pipeline's ranks. */
+void pipeline_sample(Pipeline *p, int n, uint64_t *rng);
+
+/* What interleaved and zb-h1 cannot run with yet (tensor parallelism inside
+ * the stages, 16 bits, --recompute; interleaved: checkpoints), each refused
+ * in one line; nothing when only printing the schedule. */
+void pipeline_refuse_schedule(const Config *cfg, const char *schedule, int tp, int print_schedule);
+/* "stage s: blocks a..b + embedding", one line per stage (with V chunks per
+ * stage, one per piece: "stage s chunk c: ..."). */
+void pipeline_log_stages(const int *blocks, int P, int V);
 
 #endif

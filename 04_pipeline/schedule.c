@@ -579,3 +579,25 @@ void schedule_simulate_lists(const StageSchedule *s, int P, int V, int M, double
     free(clock);
     free(posted);
 }
+
+void schedule_print_all(const char *name, int P, int V, int M) {
+    if (V > 1)
+        printf("%s schedule, %d stages of %d chunks, %d micro-batches (F/B forward/backward of a "
+               "micro-batch; ra/rg receive activations/gradients, pa/pg post them; c1 on chunk 1)\n",
+               name, P, V, M);
+    else if (strcmp(name, "zb-h1") == 0)
+        printf("%s schedule, %d stages, %d micro-batches (F forward; B/W input/weight gradients; ra/rg "
+               "receive activations/gradients, pa/pg post them)\n",
+               name, P, M);
+    else
+        printf("%s schedule, %d stages, %d micro-batches (F/B forward/backward of a micro-batch; ra/sa "
+               "receive/"
+               "send activations, rg/sg gradients; x|y one exchange)\n",
+               name, P, M);
+    for (int s = 0; s < P; s++) {
+        StageSchedule sched;
+        schedule_build_chunks(name, P, V, M, s, &sched);
+        schedule_print(&sched, s);
+        schedule_free(&sched);
+    }
+}

@@ -173,4 +173,7 @@ int schedule_simulate_chunks(const char *name, int P, int V, int M, double tf, d
 void schedule_simulate_lists(const StageSchedule *stages, int P, int V, int M, double tf, double tb,
                              double tw, ScheduleReport *report);
 
+/* --print-schedule: a legend line, then every stage's list of actions (schedule_print). */
+void schedule_print_all(const char *name, int P, int V, int M);
+
 #endif

@@ -1,4 +1,4 @@
-/* 04_pipeline/train.c: pipeline parallelism, GPipe and 1F1B.
+/* 04_pipeline/train.c: pipeline parallelism, GPipe and 1F1B, in a 3D layout.
  *
  * Chapter 03's layer split, but the global batch no longer goes through the
  * stages in one piece: each replica's share is cut into M micro-batches that
@@ -10,13 +10,19 @@
  *   --schedule 1f1b    warm-up forwards, then one forward one backward, then
  *                      the remaining backwards (PipeDream-flush)
  *
- * and one interpreter (run_action) executes any such list. Gradients
- * accumulate over the micro-batches; one optimizer step per global batch,
- * exactly as in chapter 01.
+ * and one interpreter (run_action, pipeline.c) executes any such list.
+ * Gradients accumulate over the micro-batches; one optimizer step per global
+ * batch, exactly as in chapter 01.
+ *
+ * Everything of chapter 03 stays: --tp T slices each stage's blocks over T
+ * ranks (tensor_parallel.h), and the ranks holding the same part of the
+ * model are replicas whose gradients chapter 02's machinery sums
+ * (data_parallel.h). The world is pp x tp x dp (grid.h: tp fastest, then
+ * pp, then dp), as in Megatron and picotron; dp follows from the rank count.
  *
  *   for each action of this stage's schedule:  forward m | backward m | messages
- *   all-reduce the gradients over the data-parallel group (--dp D)
- *   gradient norm (summed over the stages) -> clip -> AdamW -> log
+ *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat)
+ *   gradient norm (summed over the stages and slices) -> clip -> AdamW -> log
  *
  * Every action is timed (timeline.csv, trace.json); the idle time of the
  * stages is the pipeline bubble, reported next to the formula (P-1)/(M+P-1).
@@ -28,156 +34,142 @@
  * overflow on any rank skips the step on every rank. */
 #include "comm.h"
 #include "config.h"
-#include "data.h"
+#include "data_parallel.h"
 #include "device.h"
+#include "evaluate.h"
 #include "grid.h"
 #include "harness.h"
 #include "layer_split.h"
+#include "kernels.h"
 #include "mixed.h"
 #include "model.h"
-#include "optim.h"
-#include "optimizer_step.h"
+#include "model_parallel.h"
 #include "pipeline.h"
 #include "schedule.h"
+#include "optim.h"
+#include "optimizer_step.h"
 #include "util.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define PROGRAM "04_pipeline/train"
 
-/* ---- this chapter's flags ---- */
+/* ---- the flags: chapter 02's, chapter 03's (model_parallel.h), and this chapter's ---- */
 typedef struct {
     char schedule[16];  /* gpipe, 1f1b, interleaved, zb-h1 */
     int virtual_chunks; /* --virtual: chunks of layers per stage (interleaved) */
-    int pp;             /* --pp: pipeline stages, 0 = world / dp */
-    int dp;             /* --dp: data-parallel replicas of the pipeline */
-    char split[1024];   /* --split: blocks per stage, "" = balance the parameters */
+    int pp;             /* --pp: pipeline stages, 0 = world / (tp x dp) */
     int print_schedule;
-    int ranks; /* the world size, for the checks */
 } PipelineFlags;
+
+typedef struct {
+    DataParallelFlags data;   /* --dp-mode, --allreduce, --bucket-mb, --check-replicas, ... */
+    ModelParallelFlags model; /* --mp, --split, --tp, --dp */
+    PipelineFlags pipe;       /* --schedule, --pp, --print-schedule */
+} Flags;
 
 /* --help's section and one row per flag (config.h says how to add one) */
 static const Flag pipeline_flags[] = {
+    {.type = FLAG_ROWS, .offset = offsetof(Flags, data), .rows = data_parallel_flags},
+    {.type = FLAG_ROWS, .offset = offsetof(Flags, model), .rows = model_parallel_flags},
     {.type = FLAG_SECTION,
-     .help = "pipeline parallel (run with mpirun -np P*D; --micro M cuts each replica's batch into M "
+     .help = "pipeline parallel (run with mpirun -np P*T*D; --micro M cuts each replica's batch into M "
              "micro-batches)"},
-    {"--schedule", FLAG_CHOICE, FIELD(PipelineFlags, schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
+    {"--schedule", FLAG_CHOICE, FIELD(Flags, pipe.schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
      .noun = "schedule", .def = "1f1b", .usage = "--schedule gpipe|1f1b|interleaved|zb-h1",
      .help = "all forwards then all backwards, one-forward-one-backward (default {default}), or zero "
              "bubble (backward split into B and W), or interleaved (--virtual V chunks per stage)"},
-    {"--virtual", FLAG_INT, FIELD(PipelineFlags, virtual_chunks), 1, 16, .def = "1", .usage = "--virtual V",
+    {"--virtual", FLAG_INT, FIELD(Flags, pipe.virtual_chunks), 1, 16, .def = "1", .usage = "--virtual V",
      .help = "chunks of layers per stage, for --schedule interleaved (default {default})"},
-    {"--pp", FLAG_INT, FIELD(PipelineFlags, pp), 1, 256, .usage = "--pp P",
-     .help = "pipeline stages, 1..layers (default: world size / dp)"},
-    {"--dp", FLAG_INT, FIELD(PipelineFlags, dp), 1, 4096, .def = "1", .usage = "--dp D",
-     .help = "data-parallel replicas of the pipeline (default {default})"},
-    {"--split", FLAG_TEXT, FIELD(PipelineFlags, split), .usage = "--split a,b,...",
-     .help = "blocks per stage (default: balance the parameters)"},
-    {"--print-schedule", FLAG_SWITCH, FIELD(PipelineFlags, print_schedule), .usage = "--print-schedule",
+    {"--pp", FLAG_INT, FIELD(Flags, pipe.pp), 1, 256, .usage = "--pp P",
+     .help = "pipeline stages, 1..layers (default: world size / (tp x dp)); with --pp,\n"
+             "--dp defaults to world size / (pp x tp)"},
+    {"--print-schedule", FLAG_SWITCH, FIELD(Flags, pipe.print_schedule), .usage = "--print-schedule",
      .help = "print every stage's list of actions and exit"},
     {0},
 };
 
-/* --pp left to its default is the world size / --dp: the record holds that
- * number, so that layouts written two ways agree. */
-static void effective_pipeline_flags(void *values) {
-    PipelineFlags *f = values;
-    if (!f->pp) f->pp = f->ranks / f->dp;
+/* The layout is pp x tp x dp. --mp tensor is chapter 03's tensor group: one
+ * stage, tp = world / dp. Else tp is --tp (default 1); with --pp given, dp
+ * is the rest of the world unless --dp says it, and without it pp is. The
+ * record holds the numbers, so that layouts written two ways agree. */
+static void effective_pipeline_flags(const Config *cfg, void *values) {
+    Flags *f = values;
+    ModelParallelFlags *m = &f->model;
+    if (strcmp(m->mp, "tensor") == 0) {
+        model_parallel_effective_flags(m);
+        if (!f->pipe.pp) f->pipe.pp = 1;
+        return;
+    }
+    if (!m->tp) m->tp = 1;
+    if (f->pipe.pp && !flag_given(cfg, "--dp") && m->ranks >= f->pipe.pp * m->tp)
+        m->dp = m->ranks / (f->pipe.pp * m->tp);
+    if (!f->pipe.pp) f->pipe.pp = m->ranks / (m->dp * m->tp);
 }
 
-/* The layout: world = stages x replicas, every stage a block, every
- * replica's share of the batch cut into whole micro-batches. */
+/* The layout: world = stages x tp x replicas, every stage a block, tp
+ * slicing whole heads, every replica's share of the batch cut into whole
+ * micro-batches; and the data-parallel modes that fit it. */
 static void check_pipeline_layout(const Config *cfg, const void *values) {
-    const PipelineFlags *f = values;
-    int P = f->pp, M = cfg->micro, L = cfg->model.layers;
-    if (P < 1 || P * f->dp != f->ranks)
-        fatal(EXIT_USAGE, "%d ranks cannot hold %d pipeline stages x --dp %d (valid: mpirun -np %d)",
-              f->ranks, P, f->dp, (P < 1 ? 1 : P) * f->dp);
+    const Flags *f = values;
+    int P = f->pipe.pp, T = f->model.tp, D = f->model.dp, M = cfg->micro, L = cfg->model.layers;
+    if (strcmp(f->model.mp, "tensor") == 0 && P > 1)
+        fatal(EXIT_USAGE, "--mp tensor slices every layer over all of a replica's ranks, so it has one stage "
+                          "(valid: --pp 1; for stages with tensor parallelism inside, --pp P --tp T)");
+    if (P < 1 || P * T * D != f->model.ranks)
+        fatal(
+            EXIT_USAGE,
+            "%d ranks cannot hold %d pipeline stages x --tp %d x --dp %d (valid: mpirun -np %d, world = pp x "
+            "tp x dp)",
+            f->model.ranks, P, T, D, (P < 1 ? 1 : P) * T * D);
     if (P > L)
         fatal(EXIT_USAGE, "--pp %d stages for a model of %d layers (valid: 1..%d, every stage needs a block)",
               P, L, L);
-    if (cfg->batch % f->dp != 0)
+    const char *problem = T > 1 ? tensor_parallel_problem(&cfg->model, T) : NULL;
+    if (problem) fatal(EXIT_USAGE, "%s", problem);
+    if (cfg->batch % D != 0)
         fatal(EXIT_USAGE, "--batch %d does not divide over --dp %d replicas (valid: a multiple of %d)",
-              cfg->batch, f->dp, f->dp);
-    if (cfg->batch % (f->dp * M) != 0)
+              cfg->batch, D, D);
+    if (cfg->batch % (D * M) != 0)
         fatal(EXIT_USAGE,
               "--micro %d does not divide the %d sequences of each of the %d replicas (valid: --batch a "
               "multiple of dp x micro = %d)",
-              M, cfg->batch / f->dp, f->dp, f->dp * M);
-    const char *refused = schedule_refusal(f->schedule, P, f->virtual_chunks, M);
+              M, cfg->batch / D, D, D * M);
+    int V = f->pipe.virtual_chunks;
+    const char *refused = schedule_refusal(f->pipe.schedule, P, V, M);
     if (refused) fatal(EXIT_USAGE, "%s", refused);
-    if (P * f->virtual_chunks > L)
+    if (P * V > L)
         fatal(EXIT_USAGE,
-              "--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)", P,
-              f->virtual_chunks, L);
-    if (f->split[0]) { /* one number per piece: per stage, or with --virtual V per chunk of a stage */
+              "--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)", P, V, L);
+    if (f->model.split[0]) { /* one number per piece: per stage, or with --virtual V per chunk of a stage */
         int blocks[MAX_LAYERS];
-        layer_split_parse(f->split, P * f->virtual_chunks, L, blocks);
+        layer_split_parse(f->model.split, P * V, L, blocks);
     }
-    if (strcmp(f->schedule, "interleaved") == 0 && !f->print_schedule &&
-        (cfg->precision != PRECISION_FP32 || cfg->recompute || cfg->save[0] || cfg->resume[0]))
-        fatal(EXIT_USAGE,
-              "--schedule interleaved trains in fp32, without --recompute, --save or --resume only, "
-              "yet (a stage's chunks are not one range of the table)");
-    if (strcmp(f->schedule, "zb-h1") == 0 && (cfg->precision != PRECISION_FP32 || cfg->recompute))
-        fatal(EXIT_USAGE, "--schedule zb-h1 trains in fp32 without --recompute only, yet (its backward split "
-                          "into B and W keeps no 16-bit weights and recomputes nothing)");
+    pipeline_refuse_schedule(cfg, f->pipe.schedule, T, f->pipe.print_schedule);
+    data_parallel_refuse_overlap(&f->data, "pipeline stage");
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
- * flags, one steps.csv column of its own, the measured bubble, and that
- * every rank starts each step together, the timeline's one time origin. */
-static const RunColumn pipeline_columns[] = {{"bubble", "%.4f"}, {0}};
+ * flags, steps.csv columns of its own, the fraction of the ranks' time spent
+ * idle, the measured bubble and comm_busy_ms, and that every rank starts
+ * each step together, the timeline's one time origin. */
+static const RunColumn pipeline_columns[] = {{"idle_fraction", "%.4f"}, {"bubble", "%.4f"}, {0}};
 static const RunSpec spec = {
     .program = PROGRAM,
     .summary =
-        "Train a GPT with pipeline parallelism: micro-batches flow through a layer split (GPipe, 1F1B).",
+        "Train a GPT with pipeline parallelism: micro-batches flow through a layer split (GPipe, 1F1B), "
+        "with tensor and data parallelism (pp x tp x dp).",
     .flags = {.flags = pipeline_flags,
               .effective = effective_pipeline_flags,
               .check = check_pipeline_layout,
               .multi_rank = 1},
     .columns = pipeline_columns,
+    .comm_busy = 1,
     .barrier_each_step = 1};
-
-/* --print-schedule: every stage's list of actions (rank 0). */
-static void print_schedules(const char *name, int P, int V, int M) {
-    if (V > 1)
-        printf("%s schedule, %d stages of %d chunks, %d micro-batches (F/B forward/backward of a "
-               "micro-batch; ra/rg receive activations/gradients, pa/pg post them; c1 on chunk 1)\n",
-               name, P, V, M);
-    else if (strcmp(name, "zb-h1") == 0)
-        printf("%s schedule, %d stages, %d micro-batches (F forward; B/W input/weight gradients; ra/rg "
-               "receive activations/gradients, pa/pg post them)\n",
-               name, P, M);
-    else
-        printf("%s schedule, %d stages, %d micro-batches (F/B forward/backward of a micro-batch; ra/sa "
-               "receive/"
-               "send activations, rg/sg gradients; x|y one exchange)\n",
-               name, P, M);
-    for (int s = 0; s < P; s++) {
-        StageSchedule sched;
-        schedule_build_chunks(name, P, V, M, s, &sched);
-        schedule_print(&sched, s);
-        schedule_free(&sched);
-    }
-}
-
-/* "stage s: blocks a..b + embedding", one line per stage (with V chunks
- * per stage, one per piece: "stage s chunk c: ..."). */
-static void log_stages(const int *blocks, int P, int V) {
-    for (int s = 0, first = 0; s < P * V; s++) {
-        if (V > 1)
-            log_info("stage %d chunk %d: blocks %d..%d%s%s\n", s % P, s / P, first, first + blocks[s] - 1,
-                     s == 0 ? " + embedding" : "", s == P * V - 1 ? " + head" : "");
-        else
-            log_info("stage %d: blocks %d..%d%s%s\n", s, first, first + blocks[s] - 1,
-                     s == 0 ? " + embedding" : "", s == P - 1 ? " + head" : "");
-        first += blocks[s];
-    }
-}
 
 /* The bubble of this step: the idle time of the stages while the pipeline
  * ran, measured on each replica's stage 0, averaged over the replicas. */
@@ -189,122 +181,143 @@ static double measure_bubble(const StageTimes *times, const ProcessGrid *grid, C
     comm_gather_bytes(grid->pp_group, &busy_ms, sizeof busy_ms, stage_busy_ms, 0);
     double bubble = stage == 0 ? bubble_measured(stage_busy_ms, P, span_ms) : 0.0;
     free(stage_busy_ms);
-    return comm_allreduce_double(world, bubble, 0) / grid->dp; /* mean over the replicas' stage 0 */
+    /* the mean over every replica's stage 0 (each of its tp ranks measured it) */
+    return comm_allreduce_double(world, bubble, 0) / (grid->dp * grid->tp);
 }
 
 int main(int argc, char **argv) {
     Config cfg;
-    PipelineFlags pf = {0};
+    Flags flags = {0};
+    DataParallelFlags *dp = &flags.data;
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
-    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &pf, &pf.ranks);
-    int P = pf.pp, M = cfg.micro;
-    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */
-
-    /* ---- the grid: --dp replicas of a pipeline of P stages (grid.h: stage = rank % P) ---- */
-    ProcessGrid grid;
-    grid_create(&grid, run.world, (GridShape){.dp = pf.dp, .pp = P, .cp = 1, .tp = 1});
-    int dp_index = grid.d, stage = grid.p;
+    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.model.ranks);
+    int rank = run.rank, ranks = run.ranks;
+    int P = flags.pipe.pp, V = flags.pipe.virtual_chunks, M = cfg.micro;
+    ProcessGrid grid; /* --dp replicas of P stages of --tp ranks (grid.h: tp fastest, then pp, then dp) */
+    grid_create(&grid, run.world, (GridShape){.dp = flags.model.dp, .pp = P, .cp = 1, .tp = flags.model.tp});
+    CommGroup *model_group = comm_split(run.world, grid.d, rank); /* one replica: its stages and slices */
+    TensorGroup tensor = {.group = grid.tp_group, .rank = grid.t, .size = grid.tp};
+    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
 
     /* ---- the split and the schedule ---- */
-    int V = pf.virtual_chunks; /* V > 1: blocks[] per piece, P x V of them */
-    int blocks[MAX_LAYERS];    /* blocks per piece: --split, or balanced by parameters (layer_split.h) */
-    StageLayout layout = {.pp = grid.pp_group, .stage = stage, .stages = P, .cfg = &cfg};
-    layer_split_stage(&cfg.model, pf.split, P * V, stage, blocks, &layout.first_block, &layout.last_block,
-                      &layout.first_unit, &layout.last_unit);
+    int blocks[MAX_LAYERS]; /* blocks per piece (V > 1: P x V pieces): --split, or balanced (layer_split.h) */
+    StageLayout layout = {.pp = grid.pp_group, .stage = grid.p, .stages = P, .cfg = &cfg};
+    layer_split_stage(&cfg.model, flags.model.split, P * V, grid.p, blocks, &layout.first_block,
+                      &layout.last_block, &layout.first_unit, &layout.last_unit);
     if (V > 1) pipeline_layout_chunks(&layout, blocks, V, cfg.model.layers); /* chunk c: piece c P + stage */
-    if (pf.print_schedule) {
-        if (run.rank == 0) print_schedules(pf.schedule, P, V, M);
+    if (flags.pipe.print_schedule) {
+        if (rank == 0) schedule_print_all(flags.pipe.schedule, P, V, M);
+        comm_group_free(model_group);
         grid_destroy(&grid);
         comm_finalize();
         return 0;
     }
     StageSchedule schedule;
-    schedule_build_chunks(pf.schedule, P, V, M, stage, &schedule);
+    schedule_build_chunks(flags.pipe.schedule, P, V, M, grid.p, &schedule);
 
-    /* ---- build: device, data, output files (the harness); this stage's model, optimizer ---- */
+    /* ---- build: device, data, output files (the harness); this stage's part of the model, optimizer ---- */
     run_prepare(&run);
-    int per_replica = cfg.batch / pf.dp; /* this replica's share of the global batch */
+    OutFile *busy_csv = busy_csv_open(&run);
+    int per_rank = cfg.batch / grid.dp; /* this replica's share of the global batch */
     layout.data = &run.data;
-    layout.B = per_replica / M; /* sequences per micro-batch */
+    layout.B = per_rank / M; /* sequences per micro-batch */
     layout.T = cfg.model.seq;
+    layout.tensor = grid.tp > 1 ? &tensor : NULL; /* tensor parallelism inside the stage */
     Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
     pipeline_create(&p, &layout, &schedule, cfg.seed);
+    GPT *held = &p.model;
+    MixedModel *mixed = &p.mixed;
+    size_t whole_params = layout.tensor ? p.tpm.global_params : held->num_params; /* the whole model's */
     AdamW opt;
-    adamw_create(&opt, p.model.param_count);
-    /* this stage's units, held alike by the --dp replicas (checkpoint.h) */
-    ckpt_layout_init(&run.ckpt, "%s: pp %d x dp %d, %s", PROGRAM, P, pf.dp, pf.schedule);
-    ckpt_layout_range(&run.ckpt, &p.model, &opt, dp_index, pf.dp);
-    if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(&p.mixed); /* the checkpoint: fp32 */
+    adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
+    DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
+    data_parallel_create(&replicas, dp, grid.dp_group, held, mixed, cfg.precision);
 
-    double bubble_theory =
-        schedule_bubble_formula(pf.schedule, P, V, M, 1.0, 1.0, 1.0); /* zb-h1: F = B = W */
-    const char *bubble_rule = strcmp(pf.schedule, "interleaved") == 0 ? "(P-1)/(VM+P-1)"
-                              : strcmp(pf.schedule, "zb-h1") == 0     ? "(P-1)/(3M+P-1), F = B = W,"
-                                                                      : "(P-1)/(M+P-1)";
-    log_info("%s | %d ranks = %d stages x %d replicas | device %s | comm %s | schedule %s | %d micro-batches "
-             "of %d "
-             "sequences | %zu parameters | %s | bubble formula %s = %.3f\n",
-             PROGRAM, run.ranks, P, pf.dp, device_name(), comm_transport_name(), pf.schedule, M, layout.B,
-             p.model.num_params, precision_name(cfg.precision), bubble_rule, bubble_theory);
-    log_stages(blocks, P, V);
-    if (cfg.sample > 0)
-        log_info("note: no text sample (--sample): chapter 04 never holds the whole model on one rank\n");
+    ckpt_layout_init(&run.ckpt, "%s: pp %d x tp %d x dp %d, %s", PROGRAM, P, grid.tp, grid.dp,
+                     flags.pipe.schedule); /* replica d writes share d */
+    if (layout.tensor)
+        tp_checkpoint_layout(&p.tpm, &opt, grid.d, &run.ckpt); /* this stage's slices */
+    else
+        ckpt_layout_range(&run.ckpt, held, &opt, grid.d, grid.dp);          /* this stage's units */
+    if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(mixed); /* the checkpoint: fp32 */
+    data_parallel_broadcast_weights(&replicas, mixed);
+
+    log_info(
+        "%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
+        "replicas x %d micro-batches x %d sequences | %s\n",
+        PROGRAM, ranks, device_name(), comm_transport_name(), dp->dp_mode, dp->allreduce, whole_params,
+        cfg.batch, grid.dp, cfg.micro, layout.B, precision_name(cfg.precision));
+    double bubble_theory = schedule_bubble_formula(flags.pipe.schedule, P, V, M, 1, 1, 1); /* zb-h1: F=B=W */
+    const char *bubble_rule = strcmp(flags.pipe.schedule, "interleaved") == 0 ? "(P-1)/(VM+P-1)"
+                              : strcmp(flags.pipe.schedule, "zb-h1") == 0     ? "(P-1)/(3M+P-1), F = B = W,"
+                                                                              : "(P-1)/(M+P-1)";
+    log_info(
+        "pipeline: %d ranks = %d stages x %d tensor-parallel x %d replicas | schedule %s | bubble formula "
+        "%s = %.3f\n",
+        ranks, P, grid.tp, grid.dp, flags.pipe.schedule, bubble_rule, bubble_theory);
+    pipeline_log_stages(blocks, P, V);
     log_resumed(&cfg, run.first_step);
 
     double *bubbles = xcalloc(run.last_step, sizeof(double));
     for (int step = run.first_step; step < run.last_step; step++) {
         RunStep s = run_step_begin(&run, step); /* all ranks together: one time origin for the timeline */
-        Timer timer = {0};
 
         /* ---- the schedule: every micro-batch's forward and backward, and the messages ---- */
-        pipeline_run_step(&p, step, dp_index * per_replica, run.dloss * s.loss_scale);
-        bubbles[step] = s.columns[0] = measure_bubble(&p.times, &grid, run.world); /* steps.csv's bubble */
+        data_parallel_begin_step(&replicas);
+        pipeline_run_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
+        bubbles[step] = s.columns[1] = measure_bubble(&p.times, &grid, run.world); /* steps.csv's bubble */
 
-        /* ---- communicate: sum each stage's gradients over the replicas ---- */
-        timer_start(&timer);
-        comm_allreduce_typed(grid.dp_group, precision_grads(&p.model, &p.mixed), p.model.param_count,
-                             comm_dtype_of(cfg.precision), COMM_SUM, NULL); /* fp32 or 16 bits */
-        double dp_ms = timer_stop_ms(&timer);
+        /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
+        double comm_ms = p.times.comm_ms + data_parallel_sum_gradients(&replicas, &s.comm_busy_ms);
+        s.rec.comm_ms = comm_ms;
         s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
 
-        /* ---- update: each stage its own parameters, with the global norm (fp16: unless the
-         * gradients overflowed on any rank; then every rank skips the step) ---- */
+        /* ---- update: each rank its own parameters, clipped by the WHOLE model's norm
+         * (fp16: unless the gradients overflowed on any rank) ---- */
+        Timer timer = {0};
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         s.rec.lr = hyper.lr;
-        mixed_fault_overflow(&p.mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
-        GradShards held = precision_grad_shards(&p.model, &p.mixed); /* this stage's units */
-        held.agree = grad_norm_agree;
-        held.sum_group = grid.pp_group; /* the stages together hold the model */
-        held.agree_group = run.world;
+        mixed_fault_overflow(mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
+        GradShards held_part = precision_grad_shards(held, mixed); /* this stage's units */
+        held_part.sum_group = grid.pp_group;                       /* the stages together hold the model */
+        if (layout.tensor) held_part = tp_grad_shards_once(&p.tpm, model_group); /* and their slices */
+        held_part.agree = grad_norm_agree;
+        held_part.agree_group = run.world;
         s.skipped =
-            optimizer_step(&p.model, &p.mixed, &opt, &run.scaler, &held, &hyper, step + 1, &s.rec.grad_norm);
+            optimizer_step(held, mixed, &opt, &run.scaler, &held_part, &hyper, step + 1, &s.rec.grad_norm);
         s.rec.opt_ms = timer_stop_ms(&timer);
 
-        /* ---- log: the slowest rank's times ---- */
+        /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
         s.rec.fwd_ms = p.times.fwd_ms;
         s.rec.bwd_ms = p.times.bwd_ms;
-        s.rec.comm_ms = p.times.comm_ms + dp_ms;
-        if (run_step_done(&run, &s))
-            s.rec.val_loss = pipeline_evaluate(&p, run.world, dp_index * per_replica);
+        int evaluate = run_step_done(&run, &s);
+        s.columns[0] = log_busy(busy_csv, run.world, &s, comm_ms); /* idle_fraction */
+        if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
+            data_parallel_check_replicas(&replicas, half ? mixed->master : held->params, step + 1);
+        if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
         run_step_log(&run, &s);
     }
+    if (rank == 0) out_close(busy_csv);
+    if (cfg.sample > 0) pipeline_sample(&p, cfg.sample, &run.rng);
 
-    /* ---- timeline, run summary and memory ---- */
+    /* ---- timeline, run summary and memory: every rank's peaks, gathered on rank 0 ---- */
     timeline_write(&p.times.timeline, run.world, cfg.out);
     double bubble =
         median_after_warmup(bubbles + run.first_step, run.last_step - run.first_step); /* as steps */
     char extra_values[96];
-    snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", pf.schedule, bubble, bubble_theory);
-    run_layout(&run, pf.dp, 1, P, 0);
-    run_finish(&run, p.model.num_params, ",schedule,bubble_measured,bubble_theory", extra_values,
+    snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", flags.pipe.schedule, bubble, bubble_theory);
+    run_layout(&run, grid.dp, grid.tp, P, 0);
+    run_finish(&run, whole_params, ",schedule,bubble_measured,bubble_theory", extra_values,
                "bubble %.3f measured, %.3f formula | CSVs, timeline.csv and trace.json in %s", bubble,
                bubble_theory, cfg.out);
 
     free(bubbles);
+    data_parallel_destroy(&replicas);
     adamw_destroy(&opt);
     pipeline_destroy(&p);
+    comm_group_free(model_group);
     grid_destroy(&grid);
     run_end(&run);
     return 0;

@@ -87,7 +87,8 @@ static const Flag offload_flags[] = {
 
 /* --dp left to its default is the world size / --pp: the record holds that
  * number, so that layouts written two ways agree. */
-static void effective_offload_flags(void *values) {
+static void effective_offload_flags(const Config *cfg, void *values) {
+    (void)cfg;
     OffloadFlags *f = values;
     if (!f->dp) f->dp = f->ranks / f->pp;
 }

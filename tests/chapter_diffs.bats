@@ -45,3 +45,36 @@ setup() {
     run python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --check
     assert_success
 }
+
+@test "--pairs limits the table and the check to the pairs named, and refuses one that is no pair" {
+    seq 1 40 | sed 's/^/gone /' >>"$FAKE/02_b/train.c" # 02 -> 03 removes 40 lines; 01 -> 02 stays within
+    run python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --check --pairs 01-02
+    assert_success
+    refute_line --partial "| 02 -> 03 |"
+    run python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --check --pairs 01-02,02-03
+    assert_failure
+    run --separate-stderr python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --pairs 01-03
+    assert_failure
+    [[ "$stderr" == *"--pairs names 01-03, not a neighbour pair (valid: 01-02, 02-03)"* ]]
+}
+
+@test "--write-course puts each pair's row between course.md's marks, and --check-course finds a stale one" {
+    printf '# Chapter 02\n\n<!-- chapter diff 02 -->\nold\n<!-- end chapter diff 02 -->\n\ntext\n' >"$FAKE/course.md"
+    run --separate-stderr python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --check-course
+    assert_failure
+    [[ "$stderr" == *"course.md's diff rows (chapters 02) are not the current ones"* ]]
+    python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --write-course
+    grep -qx '| 01 -> 02 | 3 / 9 | 0 / 3 | `sync.c`, `sync.h` |' "$FAKE/course.md"
+    ! grep -qx old "$FAKE/course.md"
+    run python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --check-course
+    assert_success
+}
+
+# The real chapters: the pairs made cumulative (issue 27: 02 -> 03, 03 -> 04) keep within
+# their budget (or the exception the table states), and course.md shows the current rows.
+@test "the cumulative chapters' train.c diffs keep within budget, and course.md shows the current table rows" {
+    run python3 "$REPO/common/python/chapter_diffs.py" --check --pairs 02-03,03-04
+    assert_success
+    run python3 "$REPO/common/python/chapter_diffs.py" --check-course
+    assert_success
+}

@@ -71,6 +71,30 @@ params_bytes() { awk -F, -v r="$2" '$1 == r && $2 == "device" && $3 == "params" 
     assert_equal "$(csv_column "$BATS_TEST_TMPDIR/dt/run.csv" tp)" "2"
 }
 
+@test "chapter 02's dp-modes and all-reduces sum the replicas of a layer split and of a tensor group" {
+    # 03 = 02 + model parallelism: naive and flat, the library's all-reduce and the ring, all kept
+    d="$BATS_TEST_TMPDIR"
+    run03 4 "$d/ln" --mp layer --dp 2 --dp-mode naive --allreduce ring --check-replicas 1
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$d/ln" 4
+    run03 4 "$d/tn" --mp tensor --dp 2 --dp-mode naive --check-replicas 2
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$d/tn" 4
+    run03 4 "$d/tr" --mp tensor --dp 2 --allreduce ring
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$d/tr" 4
+    csv_column "$d/tr/steps.csv" comm_busy_ms | awk '{ if ($1 < 0) bad = 1 } END { exit bad }'
+}
+
+@test "a replica of a model-parallel part that differs aborts the job naming its rank" {
+    run --separate-stderr bash -c "$(declare -f mpirun_np); COURSE_FAULT_REPLICA_RANK=3 mpirun_np 4 '$TRAIN03' $FLAGS --out '$BATS_TEST_TMPDIR/o' --dp 2 --check-replicas 1"
+    assert_failure
+    [[ "$stderr" == *"replica check at step 1: rank 3's parameters differ from rank 1's"* ]]
+}
+
+@test "--dp-mode overlap with a model split is refused, naming the rule" {
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN03' $FLAGS --dp-mode overlap"
+    assert_equal "$status" 2
+    [[ "$stderr" == *"--dp-mode overlap launches buckets from a whole model's backward pass (chapter 02), which no rank of --mp layer runs (valid: --dp-mode naive or flat)"* ]]
+}
+
 @test "--recompute gives bit-identical losses in the layer split and in tensor parallel" {
     d="$BATS_TEST_TMPDIR"
     for mp in layer tensor; do

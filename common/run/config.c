@@ -172,7 +172,29 @@ static const Flag common_flags[] = {
 #define OPTION_BASE 256
 
 static int is_row(const Flag *f) {
-    return f->name || f->help; /* the zero row ends a table */
+    return f->name || f->help || f->rows; /* the zero row ends a table */
+}
+
+/* A chapter's rows with its earlier chapters' tables (FLAG_ROWS) written out
+ * in their place, their fields moved to where that chapter's struct sits in
+ * this one's. One program has one table, so it is built once, here. */
+static Flag flat_rows[MAX_ROWS + 1];
+static int flatten(const Flag *rows, size_t base, int n) {
+    for (const Flag *f = rows; is_row(f); f++) {
+        if (f->type == FLAG_ROWS) {
+            n = flatten(f->rows, base + f->offset, n);
+            continue;
+        }
+        if (n == MAX_ROWS) fatal(EXIT_RUNTIME, "a table of flags has more than %d rows", MAX_ROWS);
+        flat_rows[n] = *f;
+        flat_rows[n++].offset += base;
+    }
+    flat_rows[n] = (Flag){0};
+    return n;
+}
+static const Flag *chapter_rows(const ChapterFlags *chapter) {
+    flatten(chapter->flags, 0, 0);
+    return flat_rows;
 }
 
 static int takes(const Flag *f, int multi_rank) {
@@ -267,6 +289,7 @@ static void parse_value(const Flag *f, const char *value, void *base) {
     }
     case FLAG_SECTION:
     case FLAG_HELP:
+    case FLAG_ROWS:
         break;
     }
 }
@@ -307,6 +330,7 @@ static void value_text(const Flag *f, const void *base, int exact, char *out, si
         break;
     case FLAG_SECTION:
     case FLAG_HELP:
+    case FLAG_ROWS:
         out[0] = '\0';
         break;
     }
@@ -318,9 +342,9 @@ static void set_defaults(Config *c, const char *program, const ChapterFlags *cha
     for (const Flag *f = common_flags; is_row(f); f++)
         if (f->def) parse_value(f, f->def, c);
     if (chapter) {
-        for (const Flag *f = chapter->flags; is_row(f); f++)
+        c->chapter_flags = chapter_rows(chapter);
+        for (const Flag *f = c->chapter_flags; is_row(f); f++)
             if (f->def) parse_value(f, f->def, chapter->values);
-        c->chapter_flags = chapter->flags;
     }
     model_preset(&c->model, c->model_preset);
     c->beta1 = 0.9f;
@@ -369,7 +393,7 @@ void config_print_help(const char *program, const char *summary, const ChapterFl
     int multi_rank = chapter && chapter->multi_rank;
     printf("usage: %s [flags]\n%s\n", program, summary);
     print_rows(common_flags, &defaults, multi_rank);
-    if (chapter) print_rows(chapter->flags, chapter->values, multi_rank);
+    if (chapter) print_rows(defaults.chapter_flags, chapter->values, multi_rank);
     printf("\nexit status: 0 done, 1 runtime failure, 2 bad input, 3 loss became NaN/Inf\n");
 }
 
@@ -423,7 +447,7 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
     memset(options, 0, sizeof options);
     int num_options = 0;
     add_options(options, &num_options, common_flags, 0, multi_rank);
-    if (chapter) add_options(options, &num_options, chapter->flags, 1, multi_rank);
+    if (chapter) add_options(options, &num_options, c->chapter_flags, 1, multi_rank);
 
     /* The preset is applied first, whatever the flag order, so that --layers
      * etc. override it. */
@@ -458,7 +482,7 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
             fatal(EXIT_USAGE, "unknown flag '%s' (see --help)", flag);
         }
         int table = (opt - OPTION_BASE) / MAX_ROWS, row = (opt - OPTION_BASE) % MAX_ROWS;
-        const Flag *f = table ? &chapter->flags[row] : &common_flags[row];
+        const Flag *f = table ? &c->chapter_flags[row] : &common_flags[row];
         if (f->type == FLAG_HELP) return 1;
         parse_value(f, optarg, table ? chapter->values : (void *)c);
         c->given[table] |= 1ull << row;
@@ -516,13 +540,13 @@ static void record_flags(Config *c, const ChapterFlags *chapter) {
 #endif
     int multi_rank = chapter && chapter->multi_rank;
     record_rows(r, common_flags, c, c, multi_rank);
-    if (chapter) record_rows(r, chapter->flags, chapter->values, c, multi_rank);
+    if (chapter) record_rows(r, c->chapter_flags, chapter->values, c, multi_rank);
     r->flag_items = r->count;
 }
 
 int config_read(Config *c, int argc, char **argv, const char *program, const ChapterFlags *chapter) {
     if (read_flags(c, argc, argv, program, chapter)) return 1;
-    if (chapter && chapter->effective) chapter->effective(chapter->values);
+    if (chapter && chapter->effective) chapter->effective(c, chapter->values);
     record_flags(c, chapter);
     return 0;
 }

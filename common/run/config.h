@@ -89,6 +89,8 @@ typedef enum {
     FLAG_SEED,    /* uint64_t, 0..2^64-1 */
     FLAG_SCALE,   /* float, "dynamic" (0) or a number in (0, hi] */
     FLAG_HELP,    /* --help: print the rows and exit */
+    FLAG_ROWS,    /* not a flag: an earlier chapter's rows (.rows), their values at .offset in this
+                     chapter's struct (a chapter keeps every flag of the one before it) */
 } FlagType;
 
 enum { FLAG_ALL = 0, FLAG_MULTI_RANK = 1 };                           /* Flag.only: which programs take it */
@@ -97,17 +99,20 @@ enum { FLAG_RECORDED = 0, FLAG_NOT_RECORDED, FLAG_RECORDED_IN_FP16 }; /* Flag.re
 typedef struct Flag {
     const char *name; /* "--steps": on the command line, in messages and in the record */
     FlagType type;
-    size_t offset, size; /* the value's field: FIELD(struct, member) */
-    double lo, hi;       /* FLAG_INT, FLAG_FLOAT, FLAG_DOUBLE: the valid range (FLAG_SCALE: hi) */
-    const char *choices; /* FLAG_CHOICE, FLAG_ENUM: "a|b|c" */
-    const char *noun;    /* FLAG_CHOICE, FLAG_ENUM: "unknown NOUN 'x'" */
-    const char *def;     /* the default, as it would be typed (NULL: zero, or set in code) */
-    const char *usage;   /* "--steps N", as --help shows it */
-    const char *help;    /* the text beside it in --help */
-    int only;            /* FLAG_ALL, or FLAG_MULTI_RANK: the programs run under mpirun */
-    int record;          /* FLAG_RECORDED (the ranks compare it), ... */
+    size_t offset, size;     /* the value's field: FIELD(struct, member) */
+    double lo, hi;           /* FLAG_INT, FLAG_FLOAT, FLAG_DOUBLE: the valid range (FLAG_SCALE: hi) */
+    const char *choices;     /* FLAG_CHOICE, FLAG_ENUM: "a|b|c" */
+    const char *noun;        /* FLAG_CHOICE, FLAG_ENUM: "unknown NOUN 'x'" */
+    const char *def;         /* the default, as it would be typed (NULL: zero, or set in code) */
+    const char *usage;       /* "--steps N", as --help shows it */
+    const char *help;        /* the text beside it in --help */
+    int only;                /* FLAG_ALL, or FLAG_MULTI_RANK: the programs run under mpirun */
+    int record;              /* FLAG_RECORDED (the ranks compare it), ... */
+    const struct Flag *rows; /* FLAG_ROWS: the earlier chapter's table (see below) */
 } Flag;
 #define FIELD(type, member) offsetof(type, member), sizeof(((type *)0)->member)
+/* A row that stands for an earlier chapter's table, its values in member `data` of this one's:
+ *     {.type = FLAG_ROWS, .offset = offsetof(Flags, data), .rows = data_parallel_flags}, */
 
 /* A chapter's own flags: its rows (the first a FLAG_SECTION, their --help
  * heading; ended by a zero row), the struct they point into, and two
@@ -118,7 +123,7 @@ typedef struct Flag {
 typedef struct {
     const Flag *flags;
     void *values;
-    void (*effective)(void *values);
+    void (*effective)(const Config *cfg, void *values); /* flag_given(cfg, ...) says what was typed */
     void (*check)(const Config *cfg, const void *values);
     int multi_rank; /* the program runs under mpirun: it takes --comm and --timeout too */
 } ChapterFlags;

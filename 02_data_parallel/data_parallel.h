@@ -1,0 +1,87 @@
+/* data_parallel.h: the data-parallel machinery of chapter 02, which every
+ * later chapter keeps (03 and 04 link it through the Makefile's NN_name_USES).
+ *
+ * The replicas of a part of the model (the whole model in chapter 02; a
+ * stage's units or a tensor-parallel rank's slices later) train on their
+ * shares of the global batch. Because the loss is the mean over every token
+ * of the global batch, their gradients only need to be SUMMED: one
+ * all-reduce over the data-parallel group, in one of three ways
+ * (--dp-mode):
+ *
+ *   naive    one all-reduce per named tensor, after the backward pass
+ *   flat     one all-reduce of the whole gradient buffer (it is contiguous)
+ *   overlap  buckets all-reduced during the backward pass (buckets.h)
+ *
+ * by the library (MPI, NCCL) or the course's own ring (--allreduce ring,
+ * ring.h). Under mixed precision the gradients, and so the all-reduce, are
+ * 16 bits: half the bytes. */
+#ifndef DATA_PARALLEL_H
+#define DATA_PARALLEL_H
+
+#include "buckets.h"
+#include "comm.h"
+#include "config.h"
+#include "mixed.h"
+#include "model.h"
+
+/* ---- the flags (a later chapter's table takes these rows: FLAG_ROWS, config.h) ---- */
+typedef struct {
+    char dp_mode[8];    /* naive, flat, overlap */
+    double bucket_mb;   /* overlap: bucket size */
+    char allreduce[8];  /* ring, library */
+    int check_replicas; /* every N steps, 0 = never */
+    int print_buckets;  /* overlap: print the buckets after the run */
+    int ranks;          /* the world size, for the checks */
+} DataParallelFlags;
+
+extern const Flag data_parallel_flags[];
+
+/* --dp-mode overlap launches its buckets from a whole model's backward pass
+ * (gpt_backward_hooked). Where no rank runs one (`who`: "rank of --mp layer",
+ * "pipeline stage"), the mode is refused with the rule. */
+void data_parallel_refuse_overlap(const DataParallelFlags *f, const char *who);
+
+/* ---- the gradients of the part a rank holds, and their sum over its replicas ---- */
+typedef struct {
+    const DataParallelFlags *flags;
+    CommGroup *group; /* the replicas of this rank's part */
+    GPT *part;        /* what this rank holds: its table, its units (param_first, param_count) */
+    char *grads;      /* part's gradients, of `type`: fp32, or mixed precision's 16 bits */
+    CommDtype type;
+    int overlap;        /* --dp-mode overlap: buckets launched from the backward pass */
+    BucketSync buckets; /* overlap */
+} DataParallel;
+
+/* The replicas of `part` (held by this rank as `mixed` says: fp32 or 16 bits)
+ * in `group`; overlap's buckets are made here. */
+void data_parallel_create(DataParallel *dp, const DataParallelFlags *flags, CommGroup *group, GPT *part,
+                          MixedModel *mixed, Precision precision);
+void data_parallel_destroy(DataParallel *dp);
+
+/* Start of a step (overlap: no bucket launched yet). */
+void data_parallel_begin_step(DataParallel *dp);
+/* The hook that launches overlap's buckets from the backward pass (a
+ * UnitHook for gpt_backward_hooked, its context the DataParallel), or NULL
+ * when buckets are not in use or this is not the step's last micro-batch. */
+UnitHook data_parallel_backward_hook(const DataParallel *dp, int last_micro);
+
+/* The gradients summed over the replicas: all-reduced now (naive, flat), or
+ * waited for (overlap). Returns how long this rank waited; *busy_ms: how
+ * long the all-reduces ran. */
+double data_parallel_sum_gradients(DataParallel *dp, double *busy_ms);
+
+/* Every replica must hold the same parameters (`params`, fp32: the model's
+ * or, in mixed precision, the master weights): compare a hash of their
+ * bytes, and end the job naming the first replica that differs. (For testing
+ * this check: COURSE_FAULT_REPLICA_RANK=r changes one weight on rank r first.) */
+void data_parallel_check_replicas(const DataParallel *dp, const float *params, int step);
+
+/* Identical initialisation already follows from (seed, name, index); the
+ * broadcast from the group's rank 0 makes "rank 0's weights" the rule, as
+ * real frameworks do. */
+void data_parallel_broadcast_weights(const DataParallel *dp, const MixedModel *mixed);
+
+/* After the run: --print-buckets (rank 0), with overlap. */
+void data_parallel_print(const DataParallel *dp);
+
+#endif

@@ -1,0 +1,285 @@
+/* model_parallel.c: see model_parallel.h. */
+#include "model_parallel.h"
+
+#include "device.h"
+#include "evaluate.h"
+#include "layer_split.h"
+#include "util.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --help's section and one row per flag (config.h says how to add one) */
+const Flag model_parallel_flags[] = {
+    {.type = FLAG_SECTION, .help = "model parallel (run with mpirun -np N; N = dp x model-parallel ranks)"},
+    {"--mp", FLAG_CHOICE, FIELD(ModelParallelFlags, mp), .choices = "layer|tensor", .noun = "split",
+     .def = "layer", .usage = "--mp layer|tensor",
+     .help = "layer: contiguous blocks of layers per rank, activations sent from rank to\n"
+             "rank; tensor: every block's matrices sliced over the ranks (default {default})"},
+    {"--split", FLAG_TEXT, FIELD(ModelParallelFlags, split), .usage = "--split A,B,...",
+     .help = "layer: blocks per stage, one number (>= 1) per stage, summing to --layers\n"
+             "(default: balance the parameters)"},
+    {"--tp", FLAG_INT, FIELD(ModelParallelFlags, tp), 1, 1024, .usage = "--tp N",
+     .help = "tensor: ranks per model copy (chapter 04: per stage); must divide --heads\n"
+             "and 4 x --dmodel (default: --mp tensor world / --dp; chapter 04's stages 1)"},
+    {"--dp", FLAG_INT, FIELD(ModelParallelFlags, dp), 1, 100000, .def = "1", .usage = "--dp D",
+     .help = "data-parallel replicas of the model-parallel group (default {default})"},
+    {0},
+};
+
+void model_parallel_effective_flags(ModelParallelFlags *f) {
+    if (strcmp(f->mp, "tensor") == 0 && !f->tp) f->tp = f->ranks / f->dp;
+}
+
+void model_parallel_check_layout(const Config *cfg, const ModelParallelFlags *f) {
+    int ranks = f->ranks, dp = f->dp, L = cfg->model.layers;
+    if (ranks % dp != 0)
+        fatal(EXIT_USAGE,
+              "a job of %d ranks cannot hold --dp %d replicas (valid: world = dp x model-parallel ranks)",
+              ranks, dp);
+    int mp_size = ranks / dp; /* ranks per copy of the model */
+    if (strcmp(f->mp, "tensor") == 0) {
+        if (f->split[0])
+            fatal(EXIT_USAGE, "--split is for --mp layer (tensor parallelism splits every layer)");
+        if (f->tp && f->tp * dp != ranks)
+            fatal(EXIT_USAGE, "--dp %d x --tp %d = %d ranks, but the job has %d (valid: mpirun -np %d)", dp,
+                  f->tp, dp * f->tp, ranks, dp * f->tp);
+        const char *problem = tensor_parallel_problem(&cfg->model, mp_size);
+        if (problem) fatal(EXIT_USAGE, "%s", problem);
+    } else {
+        if (f->tp) fatal(EXIT_USAGE, "--tp is for --mp tensor (the layer split has world / --dp stages)");
+        if (mp_size > L)
+            fatal(EXIT_USAGE,
+                  "%d stages but the model has %d layers (valid: at most --layers ranks per model copy)",
+                  mp_size, L);
+        if (f->split[0]) {
+            int blocks[MAX_LAYERS];
+            layer_split_parse(f->split, mp_size, L, blocks);
+        }
+    }
+    if (cfg->batch % (dp * cfg->micro) != 0)
+        fatal(EXIT_USAGE, "--batch %d is not divisible by --dp %d x --micro %d (valid: a multiple of %d)",
+              cfg->batch, dp, cfg->micro, dp * cfg->micro);
+}
+
+/* Communication time of this rank. Device work queued before a message
+ * counts as compute: finish it first. */
+static double comm_clock(void) {
+    device_sync();
+    return wall_ms();
+}
+
+static void timed_send(ModelParallel *p, const float *buf, size_t count, int dest, int tag) {
+    double start = comm_clock();
+    comm_send(p->mp, buf, count, dest, tag);
+    p->comm_ms += wall_ms() - start;
+}
+
+static void timed_recv(ModelParallel *p, float *buf, size_t count, int source, int tag) {
+    double start = comm_clock();
+    comm_recv(p->mp, buf, count, source, tag);
+    p->comm_ms += wall_ms() - start;
+}
+
+/* Forward of one micro-batch through this stage's units. Returns the sum of
+ * the token losses on the last stage (with_loss), 0 elsewhere. */
+static double stage_forward(ModelParallel *p, int with_loss, int B, int T) {
+    size_t BTC = (size_t)B * T * p->model.cfg.dmodel;
+    if (p->stage > 0)
+        timed_recv(p, p->acts.encoded, BTC, p->stage - 1, TAG_ACTIVATIONS); /* idle until stage-1 is done */
+    gpt_forward_range(&p->model, &p->acts, &p->scratch, p->model.first_unit, p->model.last_unit, with_loss,
+                      NULL, B, T);
+    if (p->stage < p->stages - 1) {
+        timed_send(p, gpt_layer_output(&p->model, &p->acts, p->last_block), BTC, p->stage + 1,
+                   TAG_ACTIVATIONS);
+        return 0.0;
+    }
+    return with_loss ? gpt_loss_sum(&p->acts, B, T) : 0.0;
+}
+
+/* Backward of one micro-batch through this stage's units, in the reverse order. */
+static void stage_backward(ModelParallel *p, float dloss, int B, int T) {
+    size_t BTC = (size_t)B * T * p->model.cfg.dmodel;
+    float *doutput = p->scratch.dresid[0]; /* the gradient of this stage's output (not on the last) */
+    if (p->stage < p->stages - 1)
+        timed_recv(p, doutput, BTC, p->stage + 1, TAG_GRADIENTS); /* idle until stage+1 is done */
+    const float *dinput = gpt_backward_range(&p->model, &p->acts, &p->scratch, p->model.first_unit,
+                                             p->model.last_unit, dloss, doutput, NULL, NULL, B, T);
+    if (p->stage > 0) timed_send(p, dinput, BTC, p->stage - 1, TAG_GRADIENTS);
+}
+
+int *model_parallel_tokens(ModelParallel *p) {
+    return p->tensor ? p->tpm.acts.tokens : p->acts.tokens;
+}
+int *model_parallel_targets(ModelParallel *p) {
+    return p->tensor ? p->tpm.acts.targets : p->acts.targets;
+}
+
+/* Forward; returns this rank's share of the token-loss sum: the whole sum on
+ * the one rank of the model-parallel group that reports it, 0 on the others,
+ * so that summing over the world gives the global batch's loss sum. */
+double model_parallel_forward(ModelParallel *p, int with_loss, int B, int T) {
+    if (!p->tensor) return stage_forward(p, with_loss, B, T);
+    p->tp.comm_ms = 0.0;
+    tp_forward(&p->tpm, with_loss, B, T);
+    p->comm_ms += p->tp.comm_ms;
+    /* every tp rank computed the (replicated) head; tp rank 0 reports it */
+    return with_loss && p->tp.rank == 0 ? gpt_loss_sum(&p->tpm.acts, B, T) : 0.0;
+}
+
+void model_parallel_backward(ModelParallel *p, float dloss, int B, int T) {
+    if (!p->tensor) {
+        stage_backward(p, dloss, B, T);
+        return;
+    }
+    p->tp.comm_ms = 0.0;
+    tp_backward(&p->tpm, dloss, B, T);
+    p->comm_ms += p->tp.comm_ms;
+}
+
+/* What this rank holds of the whole model's gradient (optimizer_step.h):
+ * its stages' units, the parts added over the model-parallel group, or its
+ * tensor slices and the replicated tensors, counted once. Every rank agrees
+ * on the norm, and on an fp16 overflow anywhere, so that all of them skip
+ * such a step. */
+GradShards model_parallel_grad_shards(ModelParallel *p, CommGroup *world) {
+    GradShards g = p->tensor ? tp_grad_shards(&p->tpm) : precision_grad_shards(&p->model, &p->mixed);
+    if (!p->tensor) g.sum_group = p->mp;
+    g.agree = grad_norm_agree;
+    g.agree_group = world;
+    return g;
+}
+
+/* Mean validation loss over cfg->eval_batches global batches, each replica
+ * taking its share of every batch (forward only). */
+double model_parallel_evaluate(ModelParallel *p, const Dataset *data, const Config *cfg, int dp_index,
+                               int B) {
+    int T = cfg->model.seq, per_replica = cfg->batch / comm_size(p->dp);
+    double loss_sum = 0.0, saved_comm_ms = p->comm_ms;
+    for (int e = 0; e < cfg->eval_batches; e++) {
+        for (int mb = 0; mb < per_replica / B; mb++) {
+            data_upload_batch(data, SPLIT_VAL, cfg->seed, e, dp_index * per_replica + mb * B, B, T,
+                              model_parallel_tokens(p), model_parallel_targets(p));
+            loss_sum += model_parallel_forward(p, 1, B, T);
+        }
+    }
+    p->comm_ms = saved_comm_ms;
+    return comm_allreduce_double(comm_world(), loss_sum, 0) / ((double)cfg->eval_batches * cfg->batch * T);
+}
+
+/* A text sample, as sample_text (common/evaluate.c) writes it, from the split
+ * model: forward passes of one sequence; the logits are on the last stage
+ * (layer split) or on every rank (tensor), and every stage needs each new
+ * byte for the next context. */
+void model_parallel_sample(ModelParallel *p, const Dataset *data, const Config *cfg, uint64_t *rng) {
+    int T = cfg->model.seq, V = cfg->model.vocab, n = cfg->sample;
+    const Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
+    int holds_logits = p->tensor || p->stage == p->stages - 1;
+    unsigned char *text = xmalloc((size_t)32 + n); /* the prompt is at most 32 bytes */
+    int prompt_len = sample_prompt(data, T, text);
+    int *context = xmalloc(T * sizeof(int));
+    float *logits = xmalloc(V * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        int len = prompt_len + i, ctx = len < T ? len : T; /* the model sees the last (at most T) bytes */
+        for (int t = 0; t < ctx; t++) context[t] = text[len - ctx + t];
+        copy_to_device(model_parallel_tokens(p), context, ctx * sizeof(int));
+        model_parallel_forward(p, 0, 1, ctx);
+        int byte = 0;
+        if (holds_logits) {
+            copy_to_host(logits, a->logits + (size_t)(ctx - 1) * V, V * sizeof(float));
+            byte = sample_byte(logits, rng);
+        }
+        if (!p->tensor)
+            byte = (int)comm_allreduce_double(p->mp, holds_logits ? byte : 0, 0); /* from the last stage */
+        text[len] = (unsigned char)byte;
+    }
+    if (comm_rank(comm_world()) == 0) sample_print(text, prompt_len, n);
+    free(text);
+    free(context);
+    free(logits);
+}
+
+/* ---- building this rank's part, and letting it go ---- */
+
+/* This rank's part of the model (mp_index: its place in the model-parallel
+ * group of mp_size ranks): its tensor slices, or its stage's blocks (--split,
+ * else balanced by parameters); layout says which, for the header and the
+ * checkpoint. */
+void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParallelFlags *f,
+                          const ParamTable *table, int mp_index, int mp_size, int B, char *layout,
+                          size_t layout_size) {
+    int T = cfg->model.seq, L = cfg->model.layers;
+    if (p->tensor) {
+        p->tp = (TensorGroup){.group = p->mp, .rank = mp_index, .size = mp_size};
+        tp_model_create(&p->tpm, &cfg->model, cfg->seed, &p->tp, B, T, cfg->recompute, cfg->precision);
+        p->held = &p->tpm.model;
+        p->held_mixed = &p->tpm.mixed;
+        snprintf(layout, layout_size, "tensor parallel over %d ranks", mp_size);
+        return;
+    }
+    int blocks[MAX_LAYERS]; /* blocks per stage: at most one stage per layer */
+    p->stages = mp_size;
+    p->stage = mp_index;
+    if (f->split[0])
+        layer_split_parse(f->split, mp_size, L, blocks); /* --split 3,3 */
+    else
+        layer_split_balanced(table, mp_size, blocks); /* balance the parameters (common/layer_split.c) */
+    layer_split_range(blocks, p->stage, &p->first_block, &p->last_block);
+    int first_unit, last_unit; /* the embedding on stage 0, the head on the last (layer_split.h) */
+    layer_split_units(p->first_block, p->last_block, p->stage, p->stages, L, &first_unit, &last_unit);
+    precision_create_range(&p->model, &p->mixed, &cfg->model, cfg->seed, cfg->precision, first_unit,
+                           last_unit); /* fp32 or 16-bit */
+    activations_create_range(&p->acts, &cfg->model, B, T, first_unit, last_unit, cfg->recompute);
+    scratch_create(&p->scratch, &cfg->model, B, T, cfg->recompute);
+    p->held = &p->model;
+    p->held_mixed = &p->mixed;
+    int n = snprintf(layout, layout_size, "layer split, blocks per stage");
+    for (int s = 0; s < mp_size && n < (int)layout_size - 8; s++)
+        n += snprintf(layout + n, layout_size - n, "%s%d", s ? "," : " ", blocks[s]);
+}
+
+/* What this rank holds of a checkpoint: its slices, or its stage's units,
+ * written by replica dp_index's share (checkpoint.h). */
+void model_parallel_checkpoint_layout(ModelParallel *p, AdamW *opt, int dp_index, int dp, CkptLayout *ckpt) {
+    if (p->tensor)
+        tp_checkpoint_layout(&p->tpm, opt, dp_index, ckpt);
+    else
+        ckpt_layout_range(ckpt, &p->model, opt, dp_index, dp);
+}
+
+void model_parallel_destroy(ModelParallel *p, const Config *cfg) {
+    if (p->tensor) {
+        tp_model_destroy(&p->tpm);
+        return;
+    }
+    scratch_destroy(&p->scratch);
+    activations_destroy(&p->acts, &cfg->model);
+    precision_destroy(&p->model, &p->mixed);
+}
+
+OutFile *busy_csv_open(const Run *run) {
+    if (run->rank != 0) return NULL;
+    OutFile *f = out_open(run->cfg->out, "busy.csv", OUT_LINES, 0);
+    out_printf(f, "rank,step,busy_ms,step_ms\n");
+    return f;
+}
+
+/* busy.csv (rank 0): rank,step,busy_ms,step_ms, every rank's time computing
+ * in the step (the rest it waited or communicated). Returns, on rank 0, the
+ * step's idle fraction: 1 - the ranks' busy time over ranks x the slowest
+ * rank's step (steps.csv's idle_fraction). */
+double log_busy(OutFile *busy_csv, CommGroup *world, const RunStep *s, double comm_ms) {
+    int ranks = comm_size(world);
+    double busy[2] = {s->own_step_ms - comm_ms, s->own_step_ms};
+    double *busy_all = xcalloc(2 * (size_t)ranks, sizeof(double));
+    comm_gather_bytes(world, busy, sizeof busy, busy_all, 0);
+    double busy_sum = 0.0;
+    for (int r = 0; r < ranks && comm_rank(world) == 0; r++) {
+        out_printf(busy_csv, "%d,%d,%.4f,%.4f\n", r, s->step + 1, busy_all[2 * r], busy_all[2 * r + 1]);
+        busy_sum += busy_all[2 * r];
+    }
+    free(busy_all);
+    return 1.0 - busy_sum / (ranks * s->rec.step_ms);
+}

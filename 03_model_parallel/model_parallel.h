@@ -1,0 +1,121 @@
+/* model_parallel.h: one copy of the model held by a group of ranks (chapter 03).
+ *
+ * A model-parallel group of ranks holds one copy of the model between them,
+ * in one of two ways (--mp):
+ *
+ *   layer   the layer split: stage s holds a contiguous run of blocks
+ *           (stage 0 also the embedding, the last stage the head). The
+ *           activations travel forward from stage to stage with
+ *           point-to-point messages, their gradients travel back, one batch
+ *           at a time: while one stage works, the others wait.
+ *   tensor  tensor parallelism (Megatron-LM): every block's matrices are
+ *           sliced over the tp ranks (tensor_parallel.h); all ranks work on
+ *           every layer, and two all-reduces per block, forward and
+ *           backward, put the slices' results together.
+ *
+ * This file holds what a rank of such a group does: build its part, run a
+ * micro-batch forward and backward through the group, say what it holds of
+ * the gradient (for the norm) and of a checkpoint, evaluate and sample with
+ * the split model, and time its communication (busy.csv). The training
+ * loop around it is 03_model_parallel/train.c's. */
+#ifndef MODEL_PARALLEL_H
+#define MODEL_PARALLEL_H
+
+#include "checkpoint.h"
+#include "comm.h"
+#include "config.h"
+#include "csvlog.h"
+#include "data.h"
+#include "harness.h"
+#include "mixed.h"
+#include "model.h"
+#include "optim.h"
+#include "optimizer_step.h"
+#include "param_table.h"
+#include "tensor_parallel.h"
+
+/* ---- the flags (a later chapter's table takes these rows: FLAG_ROWS, config.h) ---- */
+typedef struct {
+    char mp[8];       /* layer, tensor */
+    char split[1024]; /* --split: blocks per stage, "" = balance the parameters */
+    int tp;           /* --tp: tensor-parallel ranks, 0 = world / dp */
+    int dp;           /* --dp: data-parallel replicas of the model-parallel group */
+    int ranks;        /* the world size, for the checks */
+} ModelParallelFlags;
+
+extern const Flag model_parallel_flags[];
+
+/* With --mp tensor, --tp left to its default is the world size / --dp: the
+ * record holds that number, so that layouts written two ways agree. */
+void model_parallel_effective_flags(ModelParallelFlags *f);
+/* The layout: world = dp x model-parallel ranks, and a split that fits the
+ * model; errors end the program naming the rule. */
+void model_parallel_check_layout(const Config *cfg, const ModelParallelFlags *f);
+
+/* ---- everything this rank holds and does, in either mode ---- */
+typedef struct {
+    int tensor;         /* --mp tensor (else the layer split) */
+    CommGroup *mp, *dp; /* the model-parallel group this rank belongs to; the data-parallel one */
+    double comm_ms;     /* this step's time in communication (this rank, waits included) */
+    /* layer split */
+    int stage, stages; /* this rank's stage (= its rank in mp) and their number */
+    int first_block, last_block;
+    GPT model;        /* this stage's parameters only */
+    MixedModel mixed; /* bf16, fp16: model in 16 bits (mixed.h) */
+    Activations acts; /* this stage's blocks (encoded: where the stage's input arrives) */
+    Scratch scratch;
+    /* tensor parallel */
+    TensorGroup tp;
+    TensorParallelModel tpm;
+    /* what this rank holds: parameters and gradients, param_count of each */
+    GPT *held;
+    MixedModel *held_mixed; /* its 16-bit storage (mixed.h); params NULL in fp32 */
+} ModelParallel;
+
+/* This rank's part of the model (mp_index: its place in the model-parallel
+ * group p->mp of mp_size ranks): its tensor slices, or its stage's blocks
+ * (--split, else balanced by parameters); layout says which, for the header
+ * and the checkpoint. */
+void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParallelFlags *f,
+                          const ParamTable *table, int mp_index, int mp_size, int B, char *layout,
+                          size_t layout_size);
+void model_parallel_destroy(ModelParallel *p, const Config *cfg);
+
+/* Where a micro-batch's tokens and targets go on this rank. */
+int *model_parallel_tokens(ModelParallel *p);
+int *model_parallel_targets(ModelParallel *p);
+
+/* Forward of one micro-batch; returns this rank's share of the token-loss
+ * sum: the whole sum on the one rank of the model-parallel group that
+ * reports it, 0 on the others, so that summing over the world gives the
+ * global batch's loss sum. */
+double model_parallel_forward(ModelParallel *p, int with_loss, int B, int T);
+void model_parallel_backward(ModelParallel *p, float dloss, int B, int T);
+
+/* What this rank holds of the whole model's gradient (optimizer_step.h):
+ * its stage's units, the parts added over the model-parallel group, or its
+ * tensor slices and the replicated tensors, counted once. Every rank agrees
+ * on the norm, and on an fp16 overflow anywhere, so that all of them skip
+ * such a step. */
+GradShards model_parallel_grad_shards(ModelParallel *p, CommGroup *world);
+
+/* What this rank holds of a checkpoint: its slices, or its stage's units,
+ * written by replica dp_index's share (checkpoint.h). */
+void model_parallel_checkpoint_layout(ModelParallel *p, AdamW *opt, int dp_index, int dp, CkptLayout *ckpt);
+
+/* Mean validation loss over cfg->eval_batches global batches, each replica
+ * taking its share of every batch (forward only). */
+double model_parallel_evaluate(ModelParallel *p, const Dataset *data, const Config *cfg, int dp_index, int B);
+
+/* A text sample, as sample_text (evaluate.h) writes it, from the split model. */
+void model_parallel_sample(ModelParallel *p, const Dataset *data, const Config *cfg, uint64_t *rng);
+
+/* busy.csv (rank 0): rank,step,busy_ms,step_ms, every rank's time computing
+ * in the step (the rest it waited or communicated). busy_csv_open makes it
+ * (NULL off rank 0); log_busy returns, on rank 0, the step's idle fraction:
+ * 1 - the ranks' busy time over ranks x the slowest rank's step (steps.csv's
+ * idle_fraction). */
+OutFile *busy_csv_open(const Run *run);
+double log_busy(OutFile *busy_csv, CommGroup *world, const RunStep *s, double comm_ms);
+
+#endif

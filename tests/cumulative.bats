@@ -1,0 +1,122 @@
+#!/usr/bin/env bats
+# Cumulative chapters (issue 27): 04 is 03 plus micro-batch schedules, so it
+# keeps tensor parallelism inside each stage and chapter 02's data
+# parallelism around it: `04_pipeline/train --pp P --tp T` on P x T x D ranks
+# gives chapter 01's losses (fp32 within 1e-4, bf16 within 1e-2 of 01's bf16
+# run), and its checkpoints resume in 01's layout and back.
+
+load helpers
+
+TRAIN04="$REPO/04_pipeline/train"
+# Tiny model with 4 layers, 4 steps, a global batch of 8 (2 replicas x 2
+# micro-batches x 2 sequences); a private copy of the corpus.
+FLAGS="--device cpu --layers 4 --steps 4 --batch 8 --sample 0 --quiet --data $BATS_FILE_TMPDIR/corpus.txt"
+export OMP_NUM_THREADS=1
+
+setup_file() {
+    local d="$BATS_FILE_TMPDIR"
+    cp "$REPO/course.md" "$d/corpus.txt"
+    "$TRAIN01" $FLAGS --out "$d/ref" >/dev/null
+    "$TRAIN01" $FLAGS --precision bf16 --out "$d/ref_bf16" >/dev/null
+    "$TRAIN01" $FLAGS --dmodel 48 --heads 6 --out "$d/ref_h6" >/dev/null
+}
+
+# run04 NP OUT FLAGS...: chapter 04 on NP ranks.
+run04() {
+    local np="$1" out="$2"
+    shift 2
+    mpirun_np "$np" "$TRAIN04" $FLAGS --out "$out" "$@" >"$out.log"
+}
+
+@test "04 --pp 2 --tp 2 on 4 ranks matches single-device losses, 1F1B and GPipe" {
+    for schedule in 1f1b gpipe; do
+        run04 4 "$(scratch)/$schedule" --pp 2 --tp 2 --micro 2 --schedule $schedule
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/$schedule" 4
+    done
+    assert_equal "$(csv_column "$(scratch)/1f1b/run.csv" pp),$(csv_column "$(scratch)/1f1b/run.csv" tp)" "2,2"
+    grep -q "4 ranks = 2 stages x 2 tensor-parallel x 1 replicas" "$(scratch)/1f1b.log"
+}
+
+@test "04 --pp 2 --tp 2 on 8 ranks takes dp 2 from the rank count and matches single-device losses" {
+    run04 8 "$(scratch)/3d" --pp 2 --tp 2 --micro 2
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/3d" 4
+    assert_equal "$(csv_column "$(scratch)/3d/run.csv" dp)" "2"
+    assert_equal "$(csv_column "$(scratch)/3d/run.csv" world_size)" "8"
+}
+
+@test "odd sizes: 3 stages, and tp 3 inside 1 stage and inside 2 stages, match single-device losses" {
+    run04 3 "$(scratch)/pp3" --pp 3
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/pp3" 4
+    run04 3 "$(scratch)/tp3" --tp 3 --dmodel 48 --heads 6
+    assert_losses_match "$BATS_FILE_TMPDIR/ref_h6" "$(scratch)/tp3" 4
+    run04 6 "$(scratch)/pp2tp3" --pp 2 --tp 3 --dmodel 48 --heads 6 --micro 2 --recompute
+    assert_losses_match "$BATS_FILE_TMPDIR/ref_h6" "$(scratch)/pp2tp3" 4
+}
+
+# Peak device bytes of CATEGORY on rank R.
+device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 == c { print $4 }' "$1/memory.csv"; }
+
+@test "pp 2 x tp 2: each rank holds its stage's units, the block matrices 1/tp, the rest whole" {
+    run04 4 "$(scratch)/mem" --pp 2 --tp 2 --split 3,1
+    V=256 T=64 C=64 tp=2
+    sliced=$((12 * C * C + 7 * C)) # qkvw, qkvb, attprojw, fcw, fcb, fcprojw
+    replicated=$((6 * C))          # ln1, ln2 (weight and bias), attprojb, fcprojb
+    block=$((sliced / tp + replicated))
+    stage0=$(((V + T) * C + 3 * block)) stage1=$((block + 2 * C + V * C)) # rank = stage x tp + t
+    for r in 0 1; do assert_equal "$(device_bytes "$(scratch)/mem" $r params)" "$((4 * stage0))"; done
+    for r in 2 3; do assert_equal "$(device_bytes "$(scratch)/mem" $r params)" "$((4 * stage1))"; done
+    assert_equal "$(device_bytes "$(scratch)/mem" 3 optimizer)" "$((8 * stage1))" # Adam's m and v
+    assert_equal "$(csv_column "$(scratch)/mem/run.csv" params)" "$(((V + T) * C + 4 * (sliced + replicated) + 2 * C + V * C))"
+}
+
+@test "bf16: --pp 2 --tp 2 is within 1e-2 of chapter 01's bf16 run" {
+    run04 4 "$(scratch)/bf16" --pp 2 --tp 2 --micro 2 --precision bf16
+    assert_losses_within "$BATS_FILE_TMPDIR/ref_bf16" "$(scratch)/bf16" 4 1e-2
+}
+
+@test "chapter 02's and 03's flags stay: naive and ring all-reduces, the replica check, --mp tensor, --split" {
+    run04 4 "$(scratch)/naive" --pp 2 --dp-mode naive --allreduce ring --check-replicas 1 --split 3,1
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/naive" 4
+    grep -q "stage 0: blocks 0..2 + embedding" "$(scratch)/naive.log"
+    run04 2 "$(scratch)/tensor" --mp tensor
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/tensor" 4
+    assert_equal "$(csv_column "$(scratch)/tensor/run.csv" tp)" "2"
+    assert_equal "$(head -1 "$(scratch)/tensor/busy.csv")" "rank,step,busy_ms,step_ms"
+}
+
+@test "pp 2 x tp 2 writes chapter 01's validation loss and text sample, as chapter 03 does" {
+    local d="$(scratch)" f="--device cpu --layers 4 --steps 2 --batch 4 --sample 24 --quiet"
+    "$TRAIN01" $f --data "$BATS_FILE_TMPDIR/corpus.txt" --out "$d/ref" | grep '^sample:' >"$d/ref.txt"
+    mpirun_np 4 "$TRAIN04" $f --data "$BATS_FILE_TMPDIR/corpus.txt" --pp 2 --tp 2 --out "$d/3d" |
+        grep '^sample:' >"$d/3d.txt"
+    assert_equal "$(cat "$d/3d.txt")" "$(cat "$d/ref.txt")"
+    paste -d, <(csv_column "$d/ref/steps.csv" val_loss) <(csv_column "$d/3d/steps.csv" val_loss) | tail -1 |
+        awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; exit !($1 > 0 && r < 1e-4) }'
+}
+
+@test "a pp 2 x tp 2 checkpoint resumes in chapter 01's layout, and 01's in pp 2 x tp 2" {
+    local d="$(scratch)"
+    run04 4 "$d/first" --pp 2 --tp 2 --stop-after 2 --save "$d/ck3d"
+    "$TRAIN01" $FLAGS --resume "$d/ck3d" --out "$d/one" >/dev/null
+    "$TRAIN01" $FLAGS --stop-after 2 --save "$d/ck01" --out "$d/first01" >/dev/null
+    run04 4 "$d/back" --pp 2 --tp 2 --resume "$d/ck01"
+    mkdir "$d/ref" # steps 3-4 of the uninterrupted run
+    { echo loss; csv_column "$BATS_FILE_TMPDIR/ref/steps.csv" loss | tail -2; } >"$d/ref/steps.csv"
+    assert_losses_within "$d/ref" "$d/one" 2 1e-5
+    assert_losses_within "$d/ref" "$d/back" 2 1e-5
+}
+
+@test "layouts that do not fit are refused with the rule: the world, --mp tensor with stages, overlap, heads" {
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 4 '$TRAIN04' $FLAGS --pp 2 --tp 2 --dp 2"
+    assert_equal "$status" 2
+    [[ "$stderr" == *"4 ranks cannot hold 2 pipeline stages x --tp 2 x --dp 2 (valid: mpirun -np 8, world = pp x tp x dp)"* ]]
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --mp tensor --pp 2"
+    assert_equal "$status" 2
+    [[ "$stderr" == *"--mp tensor slices every layer over all of a replica's ranks, so it has one stage"* ]]
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --dp-mode overlap"
+    assert_equal "$status" 2
+    [[ "$stderr" == *"--dp-mode overlap launches buckets from a whole model's backward pass (chapter 02), which no pipeline stage runs"* ]]
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 3 '$TRAIN04' $FLAGS --tp 3"
+    assert_equal "$status" 2
+    [[ "$stderr" == *"--tp 3 does not divide --heads 4"* ]]
+}

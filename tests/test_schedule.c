@@ -8,6 +8,9 @@
  *   test_schedule --print-chunks NAME P V M             print any schedule with V chunks per stage
  *   test_schedule --simulate-times NAME P V M TF TB TW  simulate with forward TF, B TB, W TW
  *   test_schedule --broken P M        show the broken interleaved and zb-h1 lists rejected
+ *   test_schedule --live NAME P V M   per stage: the simulator's most micro-batches in flight, and the
+ *                                     activation slots each chunk needs (its own list's peak, as
+ *                                     04_pipeline/pipeline.c gives them: tests/pipeline.bats)
  *   test_schedule --only zb-h1        check zb-h1 alone (exercise 04.3's grader)
  *   test_schedule --except zb-h1      check all the others (exercise 04.2's grader: its copy may not
  *                                     have written zb-h1 yet, which 04.3 builds on 1F1B's order)
@@ -470,6 +473,35 @@ int main(int argc, char **argv) {
         printf("\n");
         return 0;
     }
+    if (argc == 6 && strcmp(argv[1], "--live") == 0) {
+        const char *name = argv[2];
+        int P = atoi(argv[3]), V = atoi(argv[4]), M = atoi(argv[5]);
+        if (P < 1 || P > 8 || V < 1 || M < 1) {
+            fprintf(stderr, "error: need 1 <= P <= 8, V >= 1 and M >= 1\n");
+            return 2;
+        }
+        ScheduleReport r;
+        if (schedule_simulate_chunks(name, P, V, M, 1.0, 1.0, 1.0, &r) != 0) {
+            fprintf(stderr, "error: %s\n", schedule_refusal(name, P, V, M));
+            return 2;
+        }
+        StageSchedule st[8];
+        build_all(st, name, P, V, M);
+        for (int s = 0; s < P; s++) {
+            printf("stage %d: in flight %d, slots per chunk", s, r.max_in_flight[s]);
+            StageSchedule chunk = {.actions = calloc(st[s].count + 1, sizeof(Action))};
+            for (int c = 0; c < V; c++) { /* the chunk's own actions, and their peak */
+                chunk.count = 0;
+                for (int i = 0; i < st[s].count; i++)
+                    if (st[s].actions[i].chunk == c) chunk.actions[chunk.count++] = st[s].actions[i];
+                printf(" %d", schedule_live_activations(&chunk));
+            }
+            printf("\n");
+            free(chunk.actions);
+        }
+        free_stages(st, P);
+        return 0;
+    }
     if (argc == 4 && strcmp(argv[1], "--broken") == 0) {
         int P = atoi(argv[2]), M = atoi(argv[3]);
         if (P < 2 || P > 8 || M < P || M % P) {
@@ -489,7 +521,7 @@ int main(int argc, char **argv) {
     } else if (argc != 1) {
         fprintf(stderr, "usage: test_schedule [--arithmetic | --print NAME P M | --simulate NAME P M | "
                         "--chunks P V M | --print-chunks NAME P V M | --simulate-times NAME P V M TF TB TW | "
-                        "--broken P M | --only zb-h1 | --except zb-h1]\n");
+                        "--broken P M | --live NAME P V M | --only zb-h1 | --except zb-h1]\n");
         return 2;
     }
     if (!others) {

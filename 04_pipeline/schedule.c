@@ -116,20 +116,20 @@ static void compute_posted(StageSchedule *s, int P, int V, int stage, OpKind kin
  * do those W's later, where 1F1B would idle. Micro-batch k stays in flight
  * until W(k). */
 static void build_zb_h1(StageSchedule *s, int P, int M, int stage) {
-    StageSchedule plain = {0};
-    build_1f1b(&plain, P, M, stage);
-    int lag = stage, weights_done = 0;
-    for (int k = 0; k < plain.count; k++) {
-        const Action *a = &plain.actions[k];
-        if (a->kind == OP_FORWARD) compute_posted(s, P, 1, stage, OP_FORWARD, a->micro, 0);
-        if (a->kind != OP_BACKWARD) continue;
-        compute_posted(s, P, 1, stage, OP_BACKWARD_INPUT, a->micro, 0);
-        for (; weights_done <= a->micro - lag; weights_done++)
-            compute_posted(s, P, 1, stage, OP_BACKWARD_WEIGHT, weights_done, 0);
+    /* EXERCISE 04.3 BEGIN: the ZB-H1 action list (course.md, exercise 04.3) */
+    StageSchedule order = {0}; /* 1F1B's order of forwards and backwards */
+    build_1f1b(&order, P, M, stage);
+    int lag = stage, next_w = 0; /* W(next_w) is the first weight gradient not yet done */
+    for (int k = 0; k < order.count; k++) {
+        int kind = order.actions[k].kind, micro = order.actions[k].micro;
+        if (kind == OP_FORWARD) compute_posted(s, P, 1, stage, OP_FORWARD, micro, 0);
+        if (kind != OP_BACKWARD) continue;
+        compute_posted(s, P, 1, stage, OP_BACKWARD_INPUT, micro, 0);
+        while (next_w <= micro - lag) compute_posted(s, P, 1, stage, OP_BACKWARD_WEIGHT, next_w++, 0);
     }
-    for (; weights_done < M; weights_done++)
-        compute_posted(s, P, 1, stage, OP_BACKWARD_WEIGHT, weights_done, 0);
-    free(plain.actions);
+    while (next_w < M) compute_posted(s, P, 1, stage, OP_BACKWARD_WEIGHT, next_w++, 0); /* the bubble's W's */
+    schedule_free(&order);
+    /* EXERCISE 04.3 END */
 }
 
 /* Megatron's interleaved 1F1B (megatron/core/pipeline_parallel/schedules.py,

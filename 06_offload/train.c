@@ -7,8 +7,9 @@
  * master weights, Adam's moments and the fp32 gradients sits in pinned host
  * memory, updated by the CPU (offload.h has the table and the streams). The
  * step runs through chapter 04's pipeline interpreter, so --pp P cuts the
- * model into P stages with the 1F1B schedule; --pp 1 (the default) is one
- * stage and the schedule is forward, backward per micro-batch.
+ * model into P stages with the 1F1B schedule (or --schedule gpipe; chapter
+ * 04's interleaved and zb-h1 are refused, saying why); --pp 1 (the default)
+ * is one stage and the schedule is forward, backward per micro-batch.
  *
  *   for each action of this stage's 1F1B schedule:  forward m | backward m | messages
  *       after each unit's backward: reduce-scatter over dp, copy the slice to the host
@@ -50,6 +51,7 @@ typedef struct {
     int dpu_warmup;    /* exact steps before the delayed update starts */
     int dpu_reference; /* the delayed update without a thread, for the tests */
     int pp, dp;        /* pipeline stages, data-parallel replicas (0: world / pp) */
+    char schedule[16]; /* --schedule: chapter 04's, those this trainer's pipeline can run */
     int ranks;         /* the world size, for the checks */
 } OffloadFlags;
 
@@ -78,8 +80,11 @@ static const Flag offload_flags[] = {
              "thousands, delayed after 40; needs --dpu)"},
     {"--dpu-reference", FLAG_SWITCH, FIELD(OffloadFlags, dpu_reference), .usage = "--dpu-reference",
      .help = "--dpu computed without a thread, one step late in sequence (for tests)"},
+    {"--schedule", FLAG_CHOICE, FIELD(OffloadFlags, schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
+     .noun = "schedule", .def = "1f1b", .usage = "--schedule gpipe|1f1b",
+     .help = "chapter 04's pipeline schedule (default {default}; interleaved and zb-h1 are refused)"},
     {"--pp", FLAG_INT, FIELD(OffloadFlags, pp), 1, 256, .def = "1", .usage = "--pp P",
-     .help = "pipeline stages (chapter 04's 1F1B), 1..layers (default {default})"},
+     .help = "pipeline stages (chapter 04's pipeline), 1..layers (default {default})"},
     {"--dp", FLAG_INT, FIELD(OffloadFlags, dp), 1, 4096, .usage = "--dp D",
      .help = "data-parallel replicas (default: world size / pp)"},
     {0},
@@ -121,6 +126,18 @@ static void check_offload_layout(const Config *cfg, const void *values) {
     if (cfg->batch % (dp * cfg->micro) != 0)
         fatal(EXIT_USAGE, "--batch %d does not split into %d replicas x --micro %d (valid: a multiple of %d)",
               cfg->batch, dp, cfg->micro, dp * cfg->micro);
+    /* the schedules whose stage is one range of units with a whole backward per micro-batch */
+    if (strcmp(f->schedule, "interleaved") == 0)
+        fatal(EXIT_USAGE,
+              "--schedule interleaved is refused by %s: the offloaded state is one range of "
+              "units per stage, and interleaved's chunks are not one range (valid: gpipe, 1f1b)",
+              PROGRAM);
+    if (strcmp(f->schedule, "zb-h1") == 0)
+        fatal(EXIT_USAGE,
+              "--schedule zb-h1 is refused by %s: its backward split into B and W does not run "
+              "under 06's per-unit weight hooks yet (a unit's weights would have to stay "
+              "converted until its W) (valid: gpipe, 1f1b)",
+              PROGRAM);
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
@@ -194,7 +211,7 @@ int main(int argc, char **argv) {
     layer_split_stage(&cfg.model, "", P, grid.p, blocks, &layout.first_block, &layout.last_block,
                       &layout.first_unit, &layout.last_unit);
     StageSchedule schedule;
-    schedule_build("1f1b", P, M, grid.p, &schedule);
+    schedule_build(of.schedule, P, M, grid.p, &schedule);
 
     /* ---- build: device, data, output files (the harness); this stage's model, its offloaded state ---- */
     run_prepare(&run);

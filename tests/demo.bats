@@ -175,6 +175,46 @@ runs/demo/01-small-recompute.r2"
     [ -s "$dir/plots/sweep.png" ]
 }
 
+@test "the bubbles plot draws each schedule's measured bubble against its formula, zb-h1's also at its measured F, B, W" {
+    python="$(plot_python)"
+    "$python" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"
+    dir="$(scratch)"
+    # schedule:bubble_measured:bubble_theory, P = 2, M = 8; two repeats each
+    for run in gpipe:0.15:0.1111 1f1b:0.14:0.1111 interleaved:0.07:0.0588 zb-h1:0.05:0.0400; do
+        IFS=: read -r schedule bubble theory <<<"$run"
+        for r in 1 2; do
+            d="$dir/04-schedule-$schedule.r$r"
+            mkdir -p "$d"
+            echo "step,loss" >"$d/steps.csv"
+            echo "rank,space,category,peak_bytes" >"$d/memory.csv"
+            printf 'pp,micro,schedule,bubble_measured,bubble_theory\n2,8,%s,%s,%s\n' "$schedule" \
+                "$(awk -v b="$bubble" -v r=$r 'BEGIN { print b + (r - 1) / 100 }')" "$theory" >"$d/run.csv"
+        done
+    done
+    # zb-h1's timeline: steps 1 (warm-up, left out) and 2; F 10, B 10, W 5 us on rank 0
+    printf 'rank,step,micro,op,start_us,end_us\n0,1,0,fwd,0,99\n0,2,0,fwd,0,10\n0,2,0,bwd_input,10,20\n0,2,0,bwd_weight,20,25\n1,2,0,fwd,0,50\n' \
+        >"$dir/04-schedule-zb-h1.r1/timeline.csv"
+    run "$python" "$REPO/common/python/plot.py" --bubbles "$dir"/04-schedule-*.r* --out "$dir/plots"
+    assert_success
+    assert_output --partial "bubbles 04-schedule-gpipe (gpipe, P=2, M=8): measured 0.155 (median of 2 repeats), formula 0.111"
+    assert_output --partial "bubbles 04-schedule-interleaved (interleaved, P=2, M=8): measured 0.075 (median of 2 repeats), formula 0.059"
+    # (P-1)(tf+tb-tw) / (M(tf+tb+tw) + (P-1)(tf+tb-tw)) = 15 / (8 x 25 + 15)
+    assert_output --partial "bubbles 04-schedule-zb-h1 (zb-h1, P=2, M=8): measured 0.055 (median of 2 repeats), formula 0.040, 0.070 at the measured F, B, W"
+    [ -s "$dir/plots/bubbles.png" ]
+}
+
+@test "the demo runs the four schedules on the CPU with M a multiple of P and a block per piece, and plots their bubbles" {
+    for cores in 2 4; do
+        p=$(plan $cores)
+        P=$(ranks_of "$p" 04_pipeline/train)
+        for schedule in gpipe 1f1b zb-h1; do
+            grep -q -- "--out runs/demo/04-schedule-$schedule.r1 .*--device cpu .*--micro $((4 * P)) --schedule $schedule --virtual 1\$" <<<"$p"
+        done
+        grep -q -- "--layers $((2 * P > 4 ? 2 * P : 4)) .*--micro $((4 * P)) --schedule interleaved --virtual 2\$" <<<"$p"
+        grep -q -- "plot.py --bubbles runs/demo/04-schedule-gpipe.r\* " <<<"$p"
+    done
+}
+
 @test "on a GPU the demo trains the medium preset, and says what ranks sharing a GPU show" {
     run env DEMO_DRY_RUN=1 DEMO_CORES=16 DEMO_DEVICE=cuda DEMO_GPUS=1 "$REPO/common/scripts/demo.sh"
     assert_success

@@ -134,7 +134,7 @@ setup_file() {
 }
 
 @test "with only 01.2 stubbed, the graders whose runs reach an AdamW say they depend on 01.2" {
-    # 02.2, 04.2, 05.2 and 05.3 grade whole training runs, whose optimizer step is 01.2's AdamW;
+    # 02.2, 04.2, 04.3, 05.2 and 05.3 grade whole training runs, whose optimizer step is 01.2's AdamW;
     # 06.1 compares with the host AdamW's scalar path and 06.2's trainer ends each chunk with it
     # (adamw_element, both): on a CPU without AVX2, 06.1's grader skips
     make -C "$REPO" --no-print-directory exercises DEST="$BATS_TEST_TMPDIR/adamw" ONLY=01.2 >/dev/null
@@ -148,7 +148,7 @@ setup_file() {
     "$COPIES/one/build/tests/test_cpu_adam" path | grep -q '^supported.* avx2' || avx2=
     lost=0
     for id in $(grader_ids); do
-        case " 02.2 04.2 05.2 05.3 $avx2 06.2 " in
+        case " 02.2 04.2 04.3 05.2 05.3 $avx2 06.2 " in
         *" $id "*)
             assert_output --regexp "${id/./\\.} .* FAIL \(depends on 01\.2, not implemented yet"
             lost=$((lost + $(points_of $id)))
@@ -229,6 +229,13 @@ grade_with_line_replaced() {
     assert_failure
 }
 
+@test "a plausible wrong answer fails its grader: 04.3's W's not held back, so its bubble is 1F1B's" {
+    grade_with_line_replaced 04.3 build/tests/test_schedule 04_pipeline/schedule.c \
+        'int lag = stage, next_w = 0;' 'int lag = 0, next_w = 0;'
+    assert_failure
+    assert_output --partial "bubble 0.250000, formula 0.142857"
+}
+
 @test "make exercises refuses an unknown exercise and a non-empty destination" {
     run make -C "$REPO" --no-print-directory exercises DEST="$BATS_TEST_TMPDIR/x" ONLY=09.9
     assert_failure
@@ -247,7 +254,7 @@ grade_with_line_replaced() {
     # prefixes, SIMD widths), looked for in every file of the copy
     run python3 "$REPO/tests/exercise_leaks.py" "$REPO" "$COPIES/all"
     assert_success
-    assert_output --regexp "exercise_leaks: 15 exercises, [0-9]+ answer statements, 0 found"
+    assert_output --regexp "exercise_leaks: 16 exercises, [0-9]+ answer statements, 0 found"
     # and the copy holds no file that only the full copy may hold
     [ ! -e "$COPIES/all/tests/exercises.bats" ]
 }

@@ -114,6 +114,21 @@ peak() { awk -F, -v s="$2" -v c="$3" '$1 == 0 && $2 == s && $3 == c { print $4 }
     assert_success
 }
 
+@test "the combined trainer takes chapter 04's --schedule: gpipe gives 1f1b's losses bit for bit; interleaved and zb-h1 are refused in one line" {
+    offload 4 $ODD --pp 2 --dp 2 --zero 2 --micro 3 --schedule 1f1b --out "$(scratch)/s1f1b"
+    offload 4 $ODD --pp 2 --dp 2 --zero 2 --micro 3 --schedule gpipe --out "$(scratch)/sgpipe"
+    # the same micro-batches' gradients summed in the same order: the same bits
+    run diff <(cut -d, -f2,4 "$(scratch)/s1f1b/steps.csv") <(cut -d, -f2,4 "$(scratch)/sgpipe/steps.csv")
+    assert_success
+    assert_equal "$(grep -c ',fwd,' "$(scratch)/sgpipe/timeline.csv")" "$(grep -c ',fwd,' "$(scratch)/s1f1b/timeline.csv")"
+    for schedule in interleaved zb-h1; do
+        run --separate-stderr bash -c "$(declare -f mpirun_np); OMP_NUM_THREADS=1 mpirun_np 2 '$TRAIN06' $FLAGS \
+            --offload --pp 2 --micro 2 --schedule $schedule"
+        assert_equal "$status" 2
+        [[ "$stderr" == *"--schedule $schedule is refused by 06_offload/train: "*"(valid: gpipe, 1f1b)"* ]]
+    done
+}
+
 @test "timeline.csv has the rows of an offloaded step: compute, gradient copies, CPU AdamW, weight copies; plot.py draws it" {
     offload 2 $ODD --steps 2 --out "$(scratch)/t"
     local ops

@@ -170,6 +170,37 @@ activations_of() { awk -F, -v r="$2" '$1 == r && $2 == "device" && $3 == "activa
     assert_equal "$(activations_of "$d/zb" 1)" "$((2 * ($(activations_of "$d/m1" 1) + kept1)))"   # P, not P - 1
 }
 
+# One micro-batch's slot on a piece of the tiny 4-layer model with micro-batches of 2 sequences, as
+# test_memory computes it with model.h's size functions: piece_bytes FIRST_BLOCK LAST_BLOCK PIECE PIECES
+# prints activation_bytes_range's bytes, kept_bytes the same piece's output gradients for W (kept_grads_bytes).
+piece_bytes() { "$BUILD/tests/test_memory" piece 4 64 4 256 64 2 "$@" | awk '{ print $2 }'; }
+kept_bytes() { "$BUILD/tests/test_memory" piece 4 64 4 256 64 2 "$@" | awk '{ print $4 }'; }
+
+@test "activations per stage follow each schedule's formula: GPipe M, 1F1B P - s, interleaved its chunks' in-flight slots, ZB-H1 P with W's gradients" {
+    d="$BATS_TEST_TMPDIR"
+    P=2 M=8
+    for schedule in gpipe 1f1b zb-h1; do
+        pipeline $P "$TRAIN04" $FLAGS --split 2,2 --batch 16 --micro $M --schedule $schedule --out "$d/$schedule" >/dev/null
+    done
+    pipeline $P "$TRAIN04" $FLAGS --split 1,1,1,1 --batch 16 --micro $M --schedule interleaved --virtual 2 \
+        --out "$d/interleaved" >/dev/null
+    # interleaved: the simulator's most chunk-micro-batches in flight on stage s, 2(P-1-s) + (V-1)P + 1, and
+    # the slots each chunk's own list needs, which the stage allocates (chunk by chunk, so their sum can pass it)
+    run "$BUILD/tests/test_schedule" --live interleaved $P 2 $M
+    assert_line "stage 0: in flight 5, slots per chunk 4 2"
+    assert_line "stage 1: in flight 3, slots per chunk 3 1"
+    for s in 0 1; do
+        one=$(piece_bytes $((2 * s)) $((2 * s + 1)) $s $P) kept=$(kept_bytes $((2 * s)) $((2 * s + 1)) $s $P)
+        assert_equal "$(activations_of "$d/gpipe" $s)" "$((M * one))"
+        assert_equal "$(activations_of "$d/1f1b" $s)" "$(((P - s) * one))"
+        assert_equal "$(activations_of "$d/zb-h1" $s)" "$((P * (one + kept)))"
+        read -r chunk0 chunk1 <<<"$(sed -n "s/^stage $s: .*slots per chunk //p" <<<"$output")"
+        # chunk c of stage s is piece cP + s, one block each
+        assert_equal "$(activations_of "$d/interleaved" $s)" \
+            "$((chunk0 * $(piece_bytes $s $s $s 4) + chunk1 * $(piece_bytes $((P + s)) $((P + s)) $((P + s)) 4)))"
+    done
+}
+
 @test "--print-schedule prints every stage's actions" {
     run "$TRAIN04" --layers 4 --pp 1 --micro 2 --print-schedule
     assert_success

@@ -2,6 +2,14 @@
  * layer's host memory, checked on the CPU backend.
  *
  *   build/tests/test_memory [activations|workspace|pinned|async_copy]   (all when none is named)
+ *   build/tests/test_memory piece L C NH V T B FIRST_BLOCK LAST_BLOCK PIECE PIECES
+ *     prints the bytes one micro-batch's slot of a pipeline piece holds
+ *     (blocks FIRST..LAST, piece PIECE of PIECES: a stage, or a chunk of an
+ *     interleaved stage), as 04_pipeline/pipeline.c allocates them:
+ *     "activations A kept K", A = activation_bytes_range from the piece's
+ *     first block to its last unit, K = kept_grads_bytes over its units (the
+ *     output gradients zb-h1's W reads). tests/pipeline.bats multiplies them
+ *     by each schedule's micro-batches in flight.
  *
  *   activations: activation_bytes() (common/model/model.c, exercise 01.3) predicts
  *     how many bytes the forward pass keeps for the backward pass. This
@@ -18,10 +26,12 @@
 #include "csvlog.h"
 #include "device.h"
 #include "kernels.h"
+#include "layer_split.h"
 #include "model.h"
 #include "util.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -169,7 +179,27 @@ static int check_async_copy(void) {
     return wrong != 0;
 }
 
+/* `piece`: one micro-batch's activation slot of a pipeline piece (see the top). */
+static int print_piece_bytes(char **arg) {
+    ModelConfig m = {
+        .layers = atoi(arg[0]), .dmodel = atoi(arg[1]), .heads = atoi(arg[2]), .vocab = atoi(arg[3])};
+    m.seq = atoi(arg[4]);
+    int B = atoi(arg[5]), first_block = atoi(arg[6]), last_block = atoi(arg[7]);
+    int piece = atoi(arg[8]), pieces = atoi(arg[9]), first_unit, last_unit;
+    if (m.layers < 1 || m.dmodel < 1 || m.heads < 1 || m.vocab < 1 || m.seq < 1 || B < 1 || first_block < 0 ||
+        last_block < first_block || last_block >= m.layers || piece < 0 || piece >= pieces) {
+        fprintf(stderr,
+                "test_memory piece: need positive sizes, 0 <= FIRST <= LAST < L, 0 <= PIECE < PIECES\n");
+        return EXIT_USAGE;
+    }
+    layer_split_units(first_block, last_block, piece, pieces, m.layers, &first_unit, &last_unit);
+    printf("activations %zu kept %zu\n", activation_bytes_range(&m, B, m.seq, first_block, last_unit, 0),
+           kept_grads_bytes(&m, B, m.seq, first_unit, last_unit));
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 12 && strcmp(argv[1], "piece") == 0) return print_piece_bytes(argv + 2);
     static const struct {
         const char *name;
         int (*run)(void);
@@ -187,7 +217,8 @@ int main(int argc, char **argv) {
             failures += checks[i].run();
         }
     if (!known || argc > 2) {
-        fprintf(stderr, "usage: test_memory [activations|workspace|pinned|async_copy]\n");
+        fprintf(stderr, "usage: test_memory [activations|workspace|pinned|async_copy] | "
+                        "piece L C NH V T B FIRST_BLOCK LAST_BLOCK PIECE PIECES\n");
         return EXIT_USAGE;
     }
     return failures ? 1 : 0;

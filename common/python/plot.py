@@ -5,6 +5,7 @@
     python3 common/python/plot.py --commbench CSV... [--out DIR]
     python3 common/python/plot.py --gantt RUN_DIR... [--step N] [--out DIR]
     python3 common/python/plot.py --sweep RUN_DIR... [--out DIR]
+    python3 common/python/plot.py --bubbles RUN_DIR... [--out DIR]
     python3 common/python/plot.py --zero RUN_DIR... [--out DIR]
     python3 common/python/plot.py --precision RUN_DIR... [--out DIR]
     python3 common/python/plot.py --offload RUN_DIR... [--step N] [--out DIR]
@@ -80,7 +81,16 @@ With --plan, from run directories that also hold common/plan's plan.csv
 (--csv) and plan-time.csv (--time-csv, on a machine file):
     plan.png        the measured median step time against the predicted one,
                     with the 0.1x-3x band of tests/plan_time.bats, and the
-                    measured peak device bytes of rank 0 against the planned
+                    measured peak device bytes of rank 0 against the planned ones
+With --bubbles, from pipeline runs' run.csv (columns schedule, pp, micro,
+bubble_measured, bubble_theory) and, for zb-h1, timeline.csv:
+    bubbles.png     one bar per configuration (the directory's label): the
+                    measured bubble (median over repeats, min-max bars,
+                    each repeat a dot) next to its schedule's formula
+                    (bubble_theory: zb-h1's with F = B = W); for zb-h1 also
+                    the formula at the forward, B and W times the run
+                    measured (timeline.csv's fwd, bwd_input, bwd_weight,
+                    medians over its steps after the first)
 """
 import argparse
 import csv
@@ -547,6 +557,71 @@ def plot_sweep(groups, out):
     plt.close(fig)
 
 
+def zb_h1_formula(P, M, tf, tb, tw):
+    """ZB-H1's idle fraction (schedule.h, schedule_bubble_formula) for a forward tf, B tb and W tw."""
+    idle = (P - 1) * (tf + tb - tw)
+    return idle / (M * (tf + tb + tw) + idle)
+
+
+def measured_op_times(run_dir):
+    """{op: median duration in us} over rank 0's records of every step but the first, or {} without a timeline."""
+    path = os.path.join(run_dir, "timeline.csv")
+    if not os.path.exists(path):
+        return {}
+    rows = [r for r in read_csv(path) if r["rank"] == "0"]
+    first = min((int(r["step"]) for r in rows), default=0)
+    durations = {}
+    for r in rows:
+        if int(r["step"]) > first:
+            durations.setdefault(r["op"], []).append(float(r["end_us"]) - float(r["start_us"]))
+    return {op: median(v) for op, v in durations.items()}
+
+
+def plot_bubbles(groups, out):
+    """The measured bubble of each configuration against its schedule's formula."""
+    labels, measured, formula, at_times = [], [], [], []
+    for label, runs in groups.items():
+        rows = [r["run"][0] for r in runs]
+        values = [float(r.get("bubble_measured") or "nan") for r in rows]
+        schedule, theory = rows[0].get("schedule", "?"), float(rows[0].get("bubble_theory") or "nan")
+        P, M = int(rows[0].get("pp", 1)), int(rows[0].get("micro", 1))
+        timed = None
+        if schedule == "zb-h1":
+            times = measured_op_times(runs[0]["dir"])
+            if all(op in times for op in ("fwd", "bwd_input", "bwd_weight")):
+                timed = zb_h1_formula(P, M, times["fwd"], times["bwd_input"], times["bwd_weight"])
+        labels.append(label)
+        measured.append(values)
+        formula.append(theory)
+        at_times.append(timed)
+        extra = f", {timed:.3f} at the measured F, B, W" if timed is not None else ""
+        print(f"plot.py: bubbles {label} ({schedule}, P={P}, M={M}): measured {median(values):.3f} "
+              f"(median of {len(values)} repeats), formula {theory:.3f}{extra}")
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(labels) + 2), 4.5))
+    xs = range(len(labels))
+    mids = [median(v) for v in measured]
+    errs = [[m - min(v) for m, v in zip(mids, measured)], [max(v) - m for m, v in zip(mids, measured)]]
+    ax.bar(xs, mids, width=0.6, color="#4c72b0", yerr=errs, capsize=4, label="measured (median; bars min-max)")
+    for x, v in zip(xs, measured):
+        ax.plot([x] * len(v), v, "k.", alpha=0.4)
+    ax.scatter(xs, formula, marker="_", s=900, color="#c44e52", linewidths=3, zorder=3,
+               label="formula (run.csv bubble_theory)")
+    timed = [(x, t) for x, t in zip(xs, at_times) if t is not None]
+    if timed:
+        ax.scatter(*zip(*timed), marker="x", s=80, color="#55a868", zorder=4,
+                   label="zb-h1's formula at the measured F, B, W")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, rotation=15)
+    ax.set_ylabel("bubble: idle fraction of the stages' time")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Measured bubble against each schedule's formula")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "bubbles.png"), dpi=120)
+    plt.close(fig)
+
+
 def zero_formula_bytes(stage, params, n, precision="fp32"):
     """Model-state bytes per rank as the ZeRO paper counts them: fp32 4 + 4 + 8 bytes a parameter,
     16-bit 2 + 2 + 12 (the fp32 master weights are optimizer state)."""
@@ -737,6 +812,7 @@ def main():
     parser.add_argument("--gantt", action="store_true", help="Gantt chart of each run's timeline.csv (chapters 04, 05)")
     parser.add_argument("--step", type=int, default=None, help="--gantt, --offload: which step (default: the last)")
     parser.add_argument("--sweep", action="store_true", help="step time against micro-batches, per schedule")
+    parser.add_argument("--bubbles", action="store_true", help="chapter 04: each schedule's measured bubble and formula")
     parser.add_argument("--zero", action="store_true", help="chapter 05: memory, bytes and time per ZeRO stage")
     parser.add_argument("--precision", action="store_true",
                         help="chapter 05: loss curves and memory by category of fp32, bf16 and fp16 runs")
@@ -770,6 +846,10 @@ def main():
     if args.offload_bench:
         plot_offload_bench(args.runs[0], args.out)
         print(f"plot.py: wrote offload.png to {args.out}")
+        return
+    if args.bubbles:
+        plot_bubbles(load_runs(args.runs), args.out)
+        print(f"plot.py: wrote bubbles.png to {args.out}")
         return
     if args.zero:
         plot_zero(load_runs(args.runs), args.out)

@@ -188,7 +188,7 @@ if [ -x 03_model_parallel/train ]; then
     plot "$runs"/01-"$preset".r* "$runs"/03-*.r* --out runs/plots/03
 fi
 
-# ---- chapter 04: pipeline stages; micro-batch sweep for GPipe and 1F1B ----
+# ---- chapter 04: pipeline stages; micro-batch sweep for GPipe and 1F1B; the four schedules' bubbles ----
 if [ -x 04_pipeline/train ]; then
     for schedule in gpipe 1f1b; do
         for micro in 1 2 4 8; do
@@ -197,9 +197,24 @@ if [ -x 04_pipeline/train ]; then
         done
     done
     compare $(( steps / 2 > 4 ? steps / 2 : 4 ))
-    plot --sweep "$runs"/04-*.r* --out runs/plots/04
+    plot --sweep "$runs"/04-gpipe-m*.r* "$runs"/04-1f1b-m*.r* --out runs/plots/04
     plot --gantt "$runs"/04-gpipe-m4.r1 "$runs"/04-1f1b-m4.r1 --out runs/plots/04
     plot "$runs"/04-gpipe-m8.r* "$runs"/04-1f1b-m8.r* --out runs/plots/04
+    # the four schedules' measured bubbles against their formulas, on the CPU, where every stage
+    # computes at the same pace: M = 4P micro-batches (interleaved needs a multiple of P) of
+    # 2 sequences, and 2P layers at least, so that V = 2 chunks per stage each get a block
+    bubble_micro=$(( 4 * pp_stages ))
+    bubble_layers=$(( 2 * pp_stages > 4 ? 2 * pp_stages : 4 ))
+    for schedule in gpipe 1f1b interleaved zb-h1; do
+        virtual=1
+        [ "$schedule" = interleaved ] && virtual=2
+        configure "04-schedule-$schedule" "$pp_stages" 04_pipeline/train --model small --layers "$bubble_layers" \
+            --device cpu --batch $(( 2 * bubble_micro )) --micro "$bubble_micro" --schedule "$schedule" --virtual "$virtual"
+    done
+    compare $(( steps / 2 > 4 ? steps / 2 : 4 ))
+    plot --bubbles "$runs"/04-schedule-gpipe.r* "$runs"/04-schedule-1f1b.r* "$runs"/04-schedule-interleaved.r* \
+        "$runs"/04-schedule-zb-h1.r* --out runs/plots/04
+    plot --gantt "$runs"/04-schedule-interleaved.r1 "$runs"/04-schedule-zb-h1.r1 --out runs/plots/04
 fi
 
 # ---- chapter 05 opens with mixed precision: chapter 01's first run again in bf16 and fp16 ----

@@ -8,11 +8,12 @@
 # idle exactly (P-1)/(M+P-1); (2) run by the real pipeline trainer for
 # P = 2, M = 4 and P = 3, M = 5, its losses must equal chapter 01's.
 # (The trainer reports the bubble with exercise 04.1: do that one first.)
+# The simulator checks every schedule but zb-h1, which is exercise 04.3.
 
 load ../helpers
 
 @test "the 1F1B schedule never deadlocks and keeps within its in-flight bound" {
-    run "$BUILD/tests/test_schedule"
+    run "$BUILD/tests/test_schedule" --except zb-h1
     assert_success
     assert_output --partial "PASS: 0 failures"
 }

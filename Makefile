@@ -162,7 +162,7 @@ program_libs = $(if $(filter 01_%,$(1)),$(LDLIBS),$(MPI_LIBS) $(LDLIBS))
 03_model_parallel_USES := 02_data_parallel/data_parallel.c 02_data_parallel/buckets.c 02_data_parallel/bucketed.c \
                           02_data_parallel/ring.c
 04_pipeline_USES := $(03_model_parallel_USES) 03_model_parallel/model_parallel.c 03_model_parallel/tensor_parallel.c
-05_zero_USES := 04_pipeline/timeline.c
+05_zero_USES := $(04_pipeline_USES) 04_pipeline/pipeline.c 04_pipeline/schedule.c 04_pipeline/timeline.c
 06_offload_USES := 04_pipeline/pipeline.c 04_pipeline/schedule.c 04_pipeline/timeline.c 03_model_parallel/tensor_parallel.c
 define PROGRAM_RULE
 $(1)/train: $(patsubst %.c,$(BUILD)/%.o,$(filter-out %bench.c,$(wildcard $(1)/*.c)) $($(1)_USES)) $(LIBCOMMON)
@@ -176,7 +176,7 @@ $(TOOLS): common/%: $(BUILD)/common/tools/%.o $(LIBCOMMON)
 common/plan: $(TOOL_MODULES:%.c=$(BUILD)/%.o)
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
 # 05 and 06 include 04's headers (the timeline, and 06 the pipeline interpreter they link)
-$(BUILD)/05_zero/%.o $(BUILD)/06_offload/%.o: CFLAGS += -I04_pipeline -I03_model_parallel
+$(BUILD)/05_zero/%.o $(BUILD)/06_offload/%.o: CFLAGS += -I04_pipeline -I03_model_parallel -I02_data_parallel
 # 03 on keep 02's data parallelism (data_parallel.h); 04 keeps 03's model parallelism, and its
 # stages hold tensor-parallel slices (pipeline.h includes tensor_parallel.h)
 $(BUILD)/03_model_parallel/%.o: CFLAGS += -I02_data_parallel

@@ -1,215 +1,500 @@
-/* 05_zero/train.c: data parallelism without redundancy (ZeRO stages 0-3).
+/* 05_zero/train.c: chapter 04's 3D trainer, with ZeRO over the data-parallel axis.
  *
- * Chapter 02's loop, with the model state cut across the N ranks instead of
- * copied onto each (zero.h has the table of what each stage keeps). Every
- * rank still trains on 1/N of the global batch and the gradients are still
- * summed over the ranks, so the losses are chapter 01's; what changes is
- * which collective moves which state, and how much memory each rank needs:
+ * Chapter 03's layer split, but the global batch no longer goes through the
+ * stages in one piece: each replica's share is cut into M micro-batches that
+ * flow through the P stages like an assembly line, so that stage s works on
+ * micro-batch m while stage s+1 works on micro-batch m-1. What each stage
+ * does, in which order, is an explicit list of actions (schedule.c):
  *
- *   for each micro-batch of this rank's share:
- *       data -> forward (stage 3: gather each unit, free it after)
- *            -> backward (stages 2-3: reduce-scatter each unit's gradient as it is done)
- *   stages 0-1: sum the gradients (0: all-reduce; 1: reduce-scatter)
- *   gradient norm from the slices -> clip -> AdamW on this rank's slices
- *   stages 1-2: all-gather the updated parameters -> log
+ *   --schedule gpipe   all forwards, then all backwards
+ *   --schedule 1f1b    warm-up forwards, then one forward one backward, then
+ *                      the remaining backwards (PipeDream-flush)
  *
- * With --precision bf16|fp16 the parameters, gradients and collectives are
- * 16 bits and the optimizer keeps fp32 master weights of its slices (zero.h);
- * fp16 scales the loss and skips a step that overflowed on any rank. */
+ * and one interpreter (run_action, pipeline.c) executes any such list.
+ * Gradients accumulate over the micro-batches; one optimizer step per global
+ * batch, exactly as in chapter 01.
+ *
+ * Everything of chapter 03 stays: --tp T slices each stage's blocks over T
+ * ranks (tensor_parallel.h), and the ranks holding the same part of the
+ * model are replicas whose gradients chapter 02's machinery sums
+ * (data_parallel.h). The world is pp x tp x dp (grid.h: tp fastest, then
+ * pp, then dp), as in Megatron and picotron; dp follows from the rank count.
+ *
+ *   for each action of this stage's schedule:  forward m | backward m | messages
+ *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat)
+ *   gradient norm (summed over the stages and slices) -> clip -> AdamW -> log
+ *
+ * Every action is timed (timeline.csv, trace.json); the idle time of the
+ * stages is the pipeline bubble, reported next to the formula (P-1)/(M+P-1).
+ *
+ * --precision bf16|fp16 (mixed.h): each stage keeps its units in 16 bits
+ * with fp32 master weights, and the replicas all-reduce 16-bit gradients.
+ * The messages between stages carry activations and their gradients, fp32
+ * in every precision (the residual stream is fp32: mixed.h). An fp16
+ * overflow on any rank skips the step on every rank.
+ *
+ * This chapter: ZeRO over the data-parallel axis (zero.h). --zero 1 shards
+ * the optimizer state over each stage's dp group, 2 the gradients too (each
+ * unit's reduce-scattered as its backward ends, for every micro-batch: why
+ * DeepSpeed's pipeline engine takes stage 1 only), 3 the parameters too
+ * (each unit gathered before its forward and its backward, freed after;
+ * --prefetch K, --print-schedule). One stage with tp 1 (dp = the world) runs
+ * ZeRO's own step at stages 0-3; more stages run 04's schedule with zero.c's
+ * hooks and update (--zero 0 is chapter 04 itself). Refused: stage 3 across
+ * stages (every stage would re-gather its parameters for every micro-batch,
+ * as DeepSpeed says), and, not written yet, ZeRO over tensor-parallel slices
+ * and, with stages, 16 bits, checkpoints and stage 2 under zb-h1. */
 #include "comm.h"
 #include "config.h"
+#include "data_parallel.h"
 #include "device.h"
 #include "evaluate.h"
 #include "grid.h"
 #include "harness.h"
+#include "layer_split.h"
+#include "kernels.h"
 #include "mixed.h"
 #include "model.h"
+#include "model_parallel.h"
+#include "pipeline.h"
+#include "schedule.h"
 #include "optim.h"
+#include "optimizer_step.h"
 #include "util.h"
 #include "zero.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define PROGRAM "05_zero/train"
 
-/* ---- this chapter's flags ---- */
+/* ---- the flags: chapter 02's, chapter 03's (model_parallel.h), chapter 04's, and this chapter's ---- */
 typedef struct {
-    int stage;          /* --zero 0..3 */
-    int prefetch;       /* --prefetch K: stage 3 gathers K units ahead */
-    int print_schedule; /* print stage 3's gather/free schedule */
-    int ranks;          /* the world size, for the checks */
-} ZeroFlags;
+    char schedule[16];  /* gpipe, 1f1b, interleaved, zb-h1 */
+    int virtual_chunks; /* --virtual: chunks of layers per stage (interleaved) */
+    int pp;             /* --pp: pipeline stages, 0 = world / (tp x dp) */
+    int print_schedule;
+} PipelineFlags;
+
+typedef struct {
+    DataParallelFlags data;   /* --dp-mode, --allreduce, --bucket-mb, --check-replicas, ... */
+    ModelParallelFlags model; /* --mp, --split, --tp, --dp */
+    PipelineFlags pipe;       /* --schedule, --pp, --print-schedule */
+    int zero;                 /* --zero 0..3 */
+    int prefetch;             /* --prefetch K: stage 3 gathers K units ahead */
+} Flags;
 
 /* --help's section and one row per flag (config.h says how to add one) */
-static const Flag zero_flags[] = {
+static const Flag pipeline_flags[] = {
+    {.type = FLAG_ROWS, .offset = offsetof(Flags, data), .rows = data_parallel_flags},
+    {.type = FLAG_ROWS, .offset = offsetof(Flags, model), .rows = model_parallel_flags},
     {.type = FLAG_SECTION,
-     .help = "ZeRO data parallel (run with mpirun -np N; the model state is sharded over the N ranks)"},
-    {"--zero", FLAG_INT, FIELD(ZeroFlags, stage), 0, 3, .def = "1", .usage = "--zero 0|1|2|3",
+     .help = "pipeline parallel (run with mpirun -np P*T*D; --micro M cuts each replica's batch into M "
+             "micro-batches)"},
+    {"--schedule", FLAG_CHOICE, FIELD(Flags, pipe.schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
+     .noun = "schedule", .def = "1f1b", .usage = "--schedule gpipe|1f1b|interleaved|zb-h1",
+     .help = "all forwards then all backwards, one-forward-one-backward (default {default}), or zero "
+             "bubble (backward split into B and W), or interleaved (--virtual V chunks per stage)"},
+    {"--virtual", FLAG_INT, FIELD(Flags, pipe.virtual_chunks), 1, 16, .def = "1", .usage = "--virtual V",
+     .help = "chunks of layers per stage, for --schedule interleaved (default {default})"},
+    {"--pp", FLAG_INT, FIELD(Flags, pipe.pp), 1, 256, .usage = "--pp P",
+     .help = "pipeline stages, 1..layers (default: 1, or world size / (tp x dp) with --dp); with --pp,\n"
+             "--dp defaults to world size / (pp x tp)"},
+    {"--print-schedule", FLAG_SWITCH, FIELD(Flags, pipe.print_schedule), .usage = "--print-schedule",
+     .help = "print every stage's list of actions and exit (with --zero 3: the gather/free\n"
+             "schedule of one micro-batch, then train)"},
+    {.type = FLAG_SECTION,
+     .help = "ZeRO (the model state sharded over the dp replicas; one stage, tp 1: dp = the world)"},
+    {"--zero", FLAG_INT, FIELD(Flags, zero), 0, 3, .def = "1", .usage = "--zero 0|1|2|3",
      .help = "0: every rank holds everything, gradients all-reduced (chapter 02's\n"
              "flat mode); 1: optimizer state sharded; 2: gradients too; 3: parameters\n"
              "too (default {default}). Any number of ranks: every unit is padded to a\n"
              "multiple of N (zeros nobody updates), so N may exceed a unit's size"},
-    {"--prefetch", FLAG_INT, FIELD(ZeroFlags, prefetch), 0, 64, .def = "1", .usage = "--prefetch K",
+    {"--prefetch", FLAG_INT, FIELD(Flags, prefetch), 0, 64, .def = "1", .usage = "--prefetch K",
      .help = "stage 3: gather the next K units (on a communication thread) while\n"
              "the current one computes, 0..64 (default {default}; needs --zero 3)"},
-    {"--print-schedule", FLAG_SWITCH, FIELD(ZeroFlags, print_schedule), .usage = "--print-schedule",
-     .help = "stage 3: print one micro-batch's gather/free schedule (needs --zero 3)"},
     {0},
 };
 
-/* Stage 3's flags mean nothing below it: refused, not ignored. Each rank
- * needs a whole number of micro-batches of at least one sequence. */
-static void check_zero_layout(const Config *cfg, const void *values) {
-    const ZeroFlags *f = values;
-    if (flag_given(cfg, "--prefetch") && f->stage != 3)
+/* The layout is pp x tp x dp. --mp tensor is chapter 03's tensor group: one
+ * stage, tp = world / dp. Else tp is --tp (default 1); with --pp given, dp
+ * is the rest of the world unless --dp says it, and without it pp is. The
+ * record holds the numbers, so that layouts written two ways agree. */
+static void effective_pipeline_flags(const Config *cfg, void *values) {
+    Flags *f = values;
+    ModelParallelFlags *m = &f->model;
+    if (strcmp(m->mp, "tensor") == 0) {
+        model_parallel_effective_flags(m);
+        if (!f->pipe.pp) f->pipe.pp = 1;
+        return;
+    }
+    if (!m->tp) m->tp = 1;
+    if (!f->pipe.pp && !flag_given(cfg, "--dp")) f->pipe.pp = 1; /* ZeRO's dp is the rest of the world */
+    if (f->pipe.pp && !flag_given(cfg, "--dp") && m->ranks >= f->pipe.pp * m->tp)
+        m->dp = m->ranks / (f->pipe.pp * m->tp);
+    if (!f->pipe.pp) f->pipe.pp = m->ranks / (m->dp * m->tp);
+}
+
+/* The layout: world = stages x tp x replicas, every stage a block, tp
+ * slicing whole heads, every replica's share of the batch cut into whole
+ * micro-batches; and the data-parallel modes that fit it. */
+static void check_pipeline_layout(const Config *cfg, const void *values) {
+    const Flags *f = values;
+    int P = f->pipe.pp, T = f->model.tp, D = f->model.dp, M = cfg->micro, L = cfg->model.layers;
+    const char *replica_flags[] = {"--dp-mode",       "--allreduce", "--bucket-mb", "--check-replicas",
+                                   "--print-buckets", "--virtual",   NULL}; /* 04's whole replicas, chunks */
+    for (const char **name = replica_flags; *name && (f->zero > 0 || (P == 1 && T == 1)); name++)
+        if (flag_given(cfg, *name))
+            fatal(EXIT_USAGE,
+                  "%s is chapter 04's, for whole replicas; ZeRO keeps them here (valid: --zero 0 "
+                  "with --pp > 1 or --tp > 1)",
+                  *name);
+    if (flag_given(cfg, "--prefetch") && f->zero != 3)
         fatal(EXIT_USAGE, "--prefetch needs --zero 3 (only stage 3 gathers parameters)");
-    if (f->print_schedule && f->stage != 3)
+    if (f->pipe.print_schedule && P == 1 && T == 1 && f->zero != 3)
         fatal(EXIT_USAGE, "--print-schedule needs --zero 3 (only stage 3 has a gather/free schedule)");
-    int sequences_per_micro = f->ranks * cfg->micro;
-    if (cfg->batch < sequences_per_micro || cfg->batch % sequences_per_micro)
+    if (f->zero == 3 && P > 1)
+        fatal(EXIT_USAGE,
+              "--zero 3 with --pp %d is refused: every stage would re-gather its parameters for every "
+              "micro-batch's forward and backward (DeepSpeed refuses it too; valid: --zero 0-2)",
+              P);
+    if (f->zero > 0 && T > 1)
+        fatal(EXIT_USAGE,
+              "--zero %d with --tp %d is not written yet: zero.c shards whole units, not "
+              "tensor-parallel slices (valid: --zero 0, or --tp 1)",
+              f->zero, T);
+    if (f->zero > 0 && P > 1 &&
+        (cfg->precision != PRECISION_FP32 || flag_given(cfg, "--save") || flag_given(cfg, "--resume") ||
+         (f->zero == 2 && strcmp(f->pipe.schedule, "zb-h1") == 0))) /* zb-h1's W runs without hooks */
+        fatal(EXIT_USAGE,
+              "--zero %d with --pp %d runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, "
+              "yet (valid: --zero 0, or --pp 1)",
+              f->zero, P);
+    if (strcmp(f->model.mp, "tensor") == 0 && P > 1)
+        fatal(EXIT_USAGE, "--mp tensor slices every layer over all of a replica's ranks, so it has one stage "
+                          "(valid: --pp 1; for stages with tensor parallelism inside, --pp P --tp T)");
+    if (P < 1 || P * T * D != f->model.ranks)
+        fatal(
+            EXIT_USAGE,
+            "%d ranks cannot hold %d pipeline stages x --tp %d x --dp %d (valid: mpirun -np %d, world = pp x "
+            "tp x dp)",
+            f->model.ranks, P, T, D, (P < 1 ? 1 : P) * T * D);
+    if (P > L)
+        fatal(EXIT_USAGE, "--pp %d stages for a model of %d layers (valid: 1..%d, every stage needs a block)",
+              P, L, L);
+    const char *problem = T > 1 ? tensor_parallel_problem(&cfg->model, T) : NULL;
+    if (problem) fatal(EXIT_USAGE, "%s", problem);
+    if (P == 1 && T == 1 && (cfg->batch < D * M || cfg->batch % (D * M))) /* ZeRO's step over the world */
         fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
-              cfg->batch, f->ranks, cfg->micro, sequences_per_micro);
+              cfg->batch, D, M, D * M);
+    if (cfg->batch % D != 0)
+        fatal(EXIT_USAGE, "--batch %d does not divide over --dp %d replicas (valid: a multiple of %d)",
+              cfg->batch, D, D);
+    if (cfg->batch % (D * M) != 0)
+        fatal(EXIT_USAGE,
+              "--micro %d does not divide the %d sequences of each of the %d replicas (valid: --batch a "
+              "multiple of dp x micro = %d)",
+              M, cfg->batch / D, D, D * M);
+    int V = f->pipe.virtual_chunks;
+    const char *refused = schedule_refusal(f->pipe.schedule, P, V, M);
+    if (refused) fatal(EXIT_USAGE, "%s", refused);
+    if (P * V > L)
+        fatal(EXIT_USAGE,
+              "--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)", P, V, L);
+    if (f->model.split[0]) { /* one number per piece: per stage, or with --virtual V per chunk of a stage */
+        int blocks[MAX_LAYERS];
+        layer_split_parse(f->model.split, P * V, L, blocks);
+    }
+    pipeline_refuse_schedule(cfg, f->pipe.schedule, T, f->pipe.print_schedule);
+    data_parallel_refuse_overlap(&f->data, "pipeline stage");
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
- * flags; steps.csv's bytes_sent and comm_busy_ms; every rank starts each
- * step together, the timeline's one time origin. */
+ * flags, steps.csv's bytes_sent and comm_busy_ms (ZeRO's, so no columns of
+ * chapter 04's own), and that every rank starts each step together, the
+ * timeline's one time origin. */
 static const RunSpec spec = {
     .program = PROGRAM,
-    .summary = "Train a GPT with ZeRO: data parallelism with the model state sharded over the ranks.",
-    .flags = {.flags = zero_flags, .check = check_zero_layout, .multi_rank = 1},
+    .summary = "Train a GPT with ZeRO: the model state sharded over the data-parallel ranks, in chapter 04's "
+               "pp x tp x dp trainer.",
+    .flags = {.flags = pipeline_flags,
+              .effective = effective_pipeline_flags,
+              .check = check_pipeline_layout,
+              .multi_rank = 1},
     .bytes_sent = 1,
     .comm_busy = 1,
     .barrier_each_step = 1};
 
-/* Validation loss and the sample need the whole model in fp32: stage 3
- * gathers it for them, 16-bit runs widen it (every rank takes part; rank 0
- * uses it). Its buffer is allocated before step 1 and kept, because every
- * run evaluates at its last step: a budget that cannot hold it is refused
- * at start-up, not after the whole run has trained. NULL when the model is
- * held whole in fp32 already (stages 0-2 in fp32). */
-static float *alloc_whole_model(const Zero *z) {
-    if (!zero_needs_whole(z)) return NULL;
-    return mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, z->model->num_params * sizeof(float),
-                     "the whole model in fp32 for evaluation");
+/* The bubble of this step: the idle time of the stages while the pipeline
+ * ran, measured on each replica's stage 0, averaged over the replicas. */
+static double measure_bubble(const StageTimes *times, const ProcessGrid *grid, CommGroup *world) {
+    int P = grid->pp, stage = grid->p;
+    double span_ms = comm_allreduce_double(grid->pp_group, times->end_ms, 1);
+    double busy_ms = times->fwd_ms + times->bwd_ms;
+    double *stage_busy_ms = xcalloc(P, sizeof(double));
+    comm_gather_bytes(grid->pp_group, &busy_ms, sizeof busy_ms, stage_busy_ms, 0);
+    double bubble = stage == 0 ? bubble_measured(stage_busy_ms, P, span_ms) : 0.0;
+    free(stage_busy_ms);
+    /* the mean over every replica's stage 0 (each of its tp ranks measured it) */
+    return comm_allreduce_double(world, bubble, 0) / (grid->dp * grid->tp);
 }
 
-static double evaluate_and_sample(Zero *z, float *whole, Activations *acts, Scratch *scratch,
-                                  const Dataset *data, const Config *cfg, int sample, uint64_t *rng) {
-    GPT *model = z->model;
-    if (whole) zero_bind_whole(z, whole);
-    double val_loss = NAN;
-    if (comm_rank(z->group) == 0) {
-        val_loss = evaluate_loss(model, acts, scratch, data, cfg);
-        if (sample > 0) sample_text(model, acts, scratch, data, sample, rng);
-    }
-    if (whole) zero_unbind_whole(z);
-    return val_loss;
-}
-
-int main(int argc, char **argv) {
-    Config cfg;
-    ZeroFlags zf = {0};
-    Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
-    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &zf, &zf.ranks);
-    int ranks = run.ranks;
-    ProcessGrid grid; /* every rank a replica, dp = world, sharing the model state (grid.h) */
-    grid_create(&grid, run.world, (GridShape){.dp = ranks, .pp = 1, .cp = 1, .tp = 1});
-
-    /* ---- build: device, data, output files (the harness); the sharded model and optimizer ---- */
-    run_prepare(&run);
+/* One stage, tp 1: ZeRO stage 0-3 over all the ranks, dp = the world (zero.h).
+ * Each micro-batch runs forward and backward through the whole model, the
+ * hooks gathering (stage 3) and reduce-scattering (stages 2-3) unit by unit. */
+static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *grid) {
+    int ranks = run->ranks, stage = f->zero;
+    run_prepare(run);
     GPT model;
     Zero zero;
-    zero_create_precision(&zero, &model, &cfg.model, cfg.seed, zf.stage, zf.prefetch, grid.dp_group,
-                          cfg.precision);
+    zero_create_precision(&zero, &model, &cfg->model, cfg->seed, stage, f->prefetch, grid->dp_group,
+                          cfg->precision);
     const UnitHooks *hooks = zero_hooks(&zero);
-    int per_rank = cfg.batch / ranks; /* this rank's share of the global batch */
-    int B = per_rank / cfg.micro, T = cfg.model.seq, L = cfg.model.layers;
+    int per_rank = cfg->batch / ranks; /* this rank's share of the global batch */
+    int B = per_rank / cfg->micro, T = cfg->model.seq, L = cfg->model.layers;
     Activations acts;
-    activations_create_model(&acts, &cfg.model, B, T, cfg.recompute);
+    activations_create_model(&acts, &cfg->model, B, T, cfg->recompute);
     Scratch scratch;
-    scratch_create(&scratch, &cfg.model, B, T, cfg.recompute);
-    float *whole = alloc_whole_model(&zero);
+    scratch_create(&scratch, &cfg->model, B, T, cfg->recompute);
+    float *whole = zero_alloc_whole(&zero);
     /* each rank writes and reads its own shards of the whole model's arrays */
-    ckpt_layout_init(&run.ckpt, "%s: %d ranks, zero %d", PROGRAM, ranks, zf.stage);
-    zero_checkpoint_layout(&zero, &run.ckpt);
-    if (run_resume(&run, &zero.opt.t)) zero_weights_from_master(&zero); /* 16 bits: from the fp32 weights */
+    ckpt_layout_init(&run->ckpt, "%s: %d ranks, zero %d", PROGRAM, ranks, stage);
+    zero_checkpoint_layout(&zero, &run->ckpt);
+    if (run_resume(run, &zero.opt.t)) zero_weights_from_master(&zero); /* 16 bits: from the fp32 weights */
 
     char prefetch[32] = ""; /* stage 3 only: the other stages gather nothing */
-    if (zf.stage == 3) snprintf(prefetch, sizeof prefetch, " | prefetch %d", zf.prefetch);
+    if (stage == 3) snprintf(prefetch, sizeof prefetch, " | prefetch %d", f->prefetch);
     log_info("%s | %d ranks | device %s | comm %s | zero %d%s | %zu parameters, %zu per shard | "
              "batch %d = %d ranks x %d micro-batches x %d sequences | %s\n",
-             PROGRAM, ranks, device_name(), comm_transport_name(), zf.stage, prefetch, model.num_params,
-             zero.shard_n, cfg.batch, ranks, cfg.micro, B, precision_name(cfg.precision));
-    log_resumed(&cfg, run.first_step);
-    if (zf.print_schedule) zero_print_schedule(zero.actions, zero.num_actions);
+             PROGRAM, ranks, device_name(), comm_transport_name(), stage, prefetch, model.num_params,
+             zero.shard_n, cfg->batch, ranks, cfg->micro, B, precision_name(cfg->precision));
+    log_resumed(cfg, run->first_step);
+    if (f->pipe.print_schedule) zero_print_schedule(zero.actions, zero.num_actions);
 
-    for (int step = run.first_step; step < run.last_step; step++) {
-        RunStep s = run_step_begin(&run, step); /* all ranks together: one time origin for the timeline */
+    for (int step = run->first_step; step < run->last_step; step++) {
+        RunStep s = run_step_begin(run, step);
         Timer timer = {0};
         zero_start_clock(&zero, step);
-
-        /* ---- forward and backward over this rank's micro-batches ---- */
         zero_begin_step(&zero);
         double loss_sum = 0.0;
-        for (int mb = 0; mb < cfg.micro; mb++) {
-            int first_sequence = run.rank * per_rank + mb * B; /* where this piece sits in the global batch */
-            data_upload_batch(&run.data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, acts.tokens,
+        for (int mb = 0; mb < cfg->micro; mb++) {
+            int first_sequence =
+                run->rank * per_rank + mb * B; /* where this piece sits in the global batch */
+            data_upload_batch(&run->data, SPLIT_TRAIN, cfg->seed, step, first_sequence, B, T, acts.tokens,
                               acts.targets);
             zero_begin_micro(&zero, mb);
-
             timer_start(&timer);
             gpt_forward_range(&model, &acts, &scratch, LAYER_EMBEDDING, L, 1, hooks, B, T);
             loss_sum += gpt_loss_sum(&acts, B, T);
             s.rec.fwd_ms += timer_stop_ms(&timer);
-
             timer_start(&timer);
-            gpt_backward_range(&model, &acts, &scratch, LAYER_EMBEDDING, L, run.dloss * s.loss_scale, NULL,
+            gpt_backward_range(&model, &acts, &scratch, LAYER_EMBEDDING, L, run->dloss * s.loss_scale, NULL,
                                NULL, hooks, B, T);
             s.rec.bwd_ms += timer_stop_ms(&timer);
         }
-
-        /* ---- communicate: sum the gradients (stages 2-3 did most of it during backward) ---- */
+        /* sum the gradients (stages 2-3 did most of it during backward); update this rank's slices */
         zero_sync_grads(&zero);
-        s.rec.loss = comm_allreduce_double(grid.dp_group, loss_sum, 0) / run.tokens_per_step;
+        s.rec.loss = comm_allreduce_double(grid->dp_group, loss_sum, 0) / run->tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
-
-        /* ---- update: this rank's slices, then (stages 1-2) all-gather the parameters ---- */
         timer_start(&timer);
-        OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
+        OptimHyper hyper = optim_hyper(cfg, step);
         s.rec.lr = hyper.lr;
-        s.skipped = zero_step_update(&zero, &run.scaler, &hyper, step + 1, &s.rec.grad_norm);
+        s.skipped = zero_step_update(&zero, &run->scaler, &hyper, step + 1, &s.rec.grad_norm);
         s.rec.opt_ms = timer_stop_ms(&timer);
         s.rec.comm_ms = zero.comm_ms;       /* waiting on communication, wherever in the step */
         s.comm_busy_ms = zero.comm_busy_ms; /* the collectives running, hidden or not */
-
-        /* ---- log: the slowest rank's times; the whole model gathered for the evaluation ---- */
-        if (run_step_done(&run, &s))
-            s.rec.val_loss = evaluate_and_sample(&zero, whole, &acts, &scratch, &run.data, &cfg, 0, &run.rng);
-        run_step_log(&run, &s);
+        if (run_step_done(run, &s))
+            s.rec.val_loss =
+                zero_evaluate_and_sample(&zero, whole, &acts, &scratch, &run->data, cfg, 0, &run->rng);
+        run_step_log(run, &s);
     }
-    if (cfg.sample > 0)
-        evaluate_and_sample(&zero, whole, &acts, &scratch, &run.data, &cfg, cfg.sample, &run.rng);
+    if (cfg->sample > 0)
+        zero_evaluate_and_sample(&zero, whole, &acts, &scratch, &run->data, cfg, cfg->sample, &run->rng);
 
-    /* ---- timeline, run summary and memory: every rank's, gathered on rank 0 ---- */
-    timeline_write(&zero.timeline, run.world, cfg.out);
-    int ran = run.last_step - run.first_step;
-    double bytes_per_step = ran ? run.bytes_sent / ran : 0.0; /* this rank's; the ranks send alike */
+    timeline_write(&zero.timeline, run->world, cfg->out);
+    int ran = run->last_step - run->first_step;
+    double bytes_per_step = ran ? run->bytes_sent / ran : 0.0; /* this rank's; the ranks send alike */
     char extra_values[64];
-    snprintf(extra_values, sizeof extra_values, ",%d,%.0f,%s", zf.prefetch, bytes_per_step,
-             precision_name(cfg.precision));
-    run_layout(&run, ranks, 1, 1, zf.stage);
-    run_finish(&run, model.num_params, ",prefetch,bytes_sent_per_step,precision", extra_values,
+    snprintf(extra_values, sizeof extra_values, ",%d,%.0f,%s", f->prefetch, bytes_per_step,
+             precision_name(cfg->precision));
+    run_layout(run, ranks, 1, 1, stage);
+    run_finish(run, model.num_params, ",prefetch,bytes_sent_per_step,precision", extra_values,
                "%.2f MiB sent per rank per step | CSVs, timeline.csv and trace.json in %s",
-               bytes_per_step / BYTES_PER_MIB, cfg.out);
-
+               bytes_per_step / BYTES_PER_MIB, cfg->out);
     mem_free(whole);
     scratch_destroy(&scratch);
-    activations_destroy(&acts, &cfg.model);
+    activations_destroy(&acts, &cfg->model);
     zero_destroy(&zero);
     gpt_destroy(&model);
+    grid_destroy(grid);
+    run_end(run);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    Config cfg;
+    Flags flags = {0};
+    DataParallelFlags *dp = &flags.data;
+    Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
+    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.model.ranks);
+    int rank = run.rank, ranks = run.ranks;
+    int P = flags.pipe.pp, V = flags.pipe.virtual_chunks, M = cfg.micro;
+    ProcessGrid grid; /* --dp replicas of P stages of --tp ranks (grid.h: tp fastest, then pp, then dp) */
+    grid_create(&grid, run.world, (GridShape){.dp = flags.model.dp, .pp = P, .cp = 1, .tp = flags.model.tp});
+    if (P == 1 && grid.tp == 1) return train_sharded(&run, &cfg, &flags, &grid); /* ZeRO over the world */
+    CommGroup *model_group = comm_split(run.world, grid.d, rank); /* one replica: its stages and slices */
+    TensorGroup tensor = {.group = grid.tp_group, .rank = grid.t, .size = grid.tp};
+    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
+
+    /* ---- the split and the schedule ---- */
+    int blocks[MAX_LAYERS]; /* blocks per piece (V > 1: P x V pieces): --split, or balanced (layer_split.h) */
+    StageLayout layout = {
+        .pp = grid.pp_group, .stage = grid.p, .stages = P, .cfg = &cfg, .caller_storage = flags.zero > 0};
+    layer_split_stage(&cfg.model, flags.model.split, P * V, grid.p, blocks, &layout.first_block,
+                      &layout.last_block, &layout.first_unit, &layout.last_unit);
+    if (V > 1) pipeline_layout_chunks(&layout, blocks, V, cfg.model.layers); /* chunk c: piece c P + stage */
+    if (flags.pipe.print_schedule) {
+        if (rank == 0) schedule_print_all(flags.pipe.schedule, P, V, M);
+        comm_group_free(model_group);
+        grid_destroy(&grid);
+        comm_finalize();
+        return 0;
+    }
+    StageSchedule schedule;
+    schedule_build_chunks(flags.pipe.schedule, P, V, M, grid.p, &schedule);
+
+    /* ---- build: device, data, output files (the harness); this stage's part of the model, optimizer ---- */
+    run_prepare(&run);
+    OutFile *busy_csv = busy_csv_open(&run);
+    int per_rank = cfg.batch / grid.dp; /* this replica's share of the global batch */
+    layout.data = &run.data;
+    layout.B = per_rank / M; /* sequences per micro-batch */
+    layout.T = cfg.model.seq;
+    layout.tensor = grid.tp > 1 ? &tensor : NULL; /* tensor parallelism inside the stage */
+    Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
+    pipeline_create(&p, &layout, &schedule, cfg.seed);
+    GPT *held = &p.model;
+    MixedModel *mixed = &p.mixed;
+    size_t whole_params = layout.tensor ? p.tpm.global_params : held->num_params; /* the whole model's */
+    AdamW opt = {0};
+    DataParallel replicas = {0}; /* the sum over the replicas of what this rank holds (data_parallel.h) */
+    Zero zero = {0};             /* --zero 1-2: this stage's units sharded over its dp group (zero.h) */
+    if (flags.zero) {            /* the norm's sums over the world: every stage's slices */
+        zero_create_stage(&zero, held, &cfg.model, cfg.seed, flags.zero, grid.dp_group, run.world);
+        p.hooks = zero_hooks(&zero);
+    } else {
+        adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
+        data_parallel_create(&replicas, dp, grid.dp_group, held, mixed, cfg.precision);
+    }
+
+    ckpt_layout_init(&run.ckpt, "%s: pp %d x tp %d x dp %d, %s", PROGRAM, P, grid.tp, grid.dp,
+                     flags.pipe.schedule); /* replica d writes share d */
+    if (layout.tensor)
+        tp_checkpoint_layout(&p.tpm, &opt, grid.d, &run.ckpt); /* this stage's slices */
+    else if (!flags.zero)
+        ckpt_layout_range(&run.ckpt, held, &opt, grid.d, grid.dp);          /* this stage's units */
+    if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(mixed); /* the checkpoint: fp32 */
+    if (!flags.zero) data_parallel_broadcast_weights(&replicas, mixed);
+
+    log_info(
+        "%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
+        "replicas x %d micro-batches x %d sequences | %s\n",
+        PROGRAM, ranks, device_name(), comm_transport_name(), dp->dp_mode, dp->allreduce, whole_params,
+        cfg.batch, grid.dp, cfg.micro, layout.B, precision_name(cfg.precision));
+    double bubble_theory = schedule_bubble_formula(flags.pipe.schedule, P, V, M, 1, 1, 1); /* zb-h1: F=B=W */
+    const char *bubble_rule = strcmp(flags.pipe.schedule, "interleaved") == 0 ? "(P-1)/(VM+P-1)"
+                              : strcmp(flags.pipe.schedule, "zb-h1") == 0     ? "(P-1)/(3M+P-1), F = B = W,"
+                                                                              : "(P-1)/(M+P-1)";
+    log_info(
+        "pipeline: %d ranks = %d stages x %d tensor-parallel x %d replicas | schedule %s | bubble formula "
+        "%s = %.3f\n",
+        ranks, P, grid.tp, grid.dp, flags.pipe.schedule, bubble_rule, bubble_theory);
+    pipeline_log_stages(blocks, P, V);
+    log_resumed(&cfg, run.first_step);
+
+    double *bubbles = xcalloc(run.last_step, sizeof(double));
+    for (int step = run.first_step; step < run.last_step; step++) {
+        RunStep s = run_step_begin(&run, step); /* all ranks together: one time origin for the timeline */
+
+        /* ---- the schedule: every micro-batch's forward and backward, and the messages ---- */
+        if (flags.zero) {
+            zero_start_clock(&zero, step);
+            zero_begin_step(&zero);
+        } else {
+            data_parallel_begin_step(&replicas);
+        }
+        pipeline_run_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
+        bubbles[step] = s.columns[1] = measure_bubble(&p.times, &grid, run.world); /* steps.csv's bubble */
+
+        /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
+        double comm_ms = p.times.comm_ms;
+        if (flags.zero) /* stage 1: reduce-scatter; 2: the last units' reduce-scatters */
+            zero_sync_grads(&zero);
+        else
+            comm_ms += data_parallel_sum_gradients(&replicas, &s.comm_busy_ms);
+        s.rec.comm_ms = comm_ms;
+        s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
+        check_loss_finite(s.rec.loss, step + 1);
+
+        /* ---- update: each rank its own parameters, clipped by the WHOLE model's norm
+         * (fp16: unless the gradients overflowed on any rank) ---- */
+        Timer timer = {0};
+        timer_start(&timer);
+        OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
+        s.rec.lr = hyper.lr;
+        mixed_fault_overflow(mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
+        GradShards held_part = precision_grad_shards(held, mixed); /* this stage's units */
+        held_part.sum_group = grid.pp_group;                       /* the stages together hold the model */
+        if (layout.tensor) held_part = tp_grad_shards_once(&p.tpm, model_group); /* and their slices */
+        held_part.agree = grad_norm_agree;
+        held_part.agree_group = run.world;
+        if (flags.zero) /* the norm from the slices; AdamW on this rank's; all-gather the stage's units */
+            s.skipped = zero_step_update(&zero, &run.scaler, &hyper, step + 1, &s.rec.grad_norm);
+        else
+            s.skipped = optimizer_step(held, mixed, &opt, &run.scaler, &held_part, &hyper, step + 1,
+                                       &s.rec.grad_norm);
+        s.rec.opt_ms = timer_stop_ms(&timer);
+        if (flags.zero) { /* its collectives, wherever in the step */
+            s.rec.comm_ms = comm_ms += zero.comm_ms;
+            s.comm_busy_ms = zero.comm_busy_ms;
+        }
+
+        /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
+        s.rec.fwd_ms = p.times.fwd_ms;
+        s.rec.bwd_ms = p.times.bwd_ms;
+        int evaluate = run_step_done(&run, &s);
+        s.columns[0] = log_busy(busy_csv, run.world, &s, comm_ms); /* idle_fraction */
+        if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
+            data_parallel_check_replicas(&replicas, half ? mixed->master : held->params, step + 1);
+        if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
+        run_step_log(&run, &s);
+    }
+    if (rank == 0) out_close(busy_csv);
+    if (cfg.sample > 0) pipeline_sample(&p, cfg.sample, &run.rng);
+
+    /* ---- timeline, run summary and memory: every rank's peaks, gathered on rank 0 ---- */
+    timeline_write(&p.times.timeline, run.world, cfg.out);
+    double bubble =
+        median_after_warmup(bubbles + run.first_step, run.last_step - run.first_step); /* as steps */
+    char extra_values[96];
+    snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", flags.pipe.schedule, bubble, bubble_theory);
+    run_layout(&run, grid.dp, grid.tp, P, 0);
+    run_finish(&run, whole_params, ",schedule,bubble_measured,bubble_theory", extra_values,
+               "bubble %.3f measured, %.3f formula | CSVs, timeline.csv and trace.json in %s", bubble,
+               bubble_theory, cfg.out);
+
+    free(bubbles);
+    if (flags.zero) {
+        zero_destroy(&zero);
+    } else {
+        data_parallel_destroy(&replicas);
+        adamw_destroy(&opt);
+    }
+    pipeline_destroy(&p);
+    comm_group_free(model_group);
     grid_destroy(&grid);
     run_end(&run);
     return 0;

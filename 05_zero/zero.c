@@ -2,11 +2,13 @@
 #include "zero.h"
 
 #include "device.h"
+#include "evaluate.h"
 #include "kernels.h"
 #include "util.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- where a unit's pieces are ---- */
 
@@ -16,14 +18,22 @@ static const ParamTable *table_of(const Zero *z) {
 static size_t slice_numel(const Zero *z, int unit) {
     return shard_slice_numel(table_of(z), unit, z->ranks);
 }
+/* Offsets within this rank's buffers: a shard starts at its first unit's slice,
+ * a whole buffer at the first unit's first element (0 for the whole model). */
 static size_t slice_offset(const Zero *z, int unit) {
-    return shard_unit_offset(table_of(z), unit, z->ranks);
+    return shard_unit_offset(table_of(z), unit, z->ranks) -
+           shard_unit_offset(table_of(z), z->first_unit, z->ranks);
 }
 static int last_unit(const Zero *z) {
-    return z->model->cfg.layers;
+    return z->last_unit;
 }
 static size_t unit_offset(const Zero *z, int unit) {
-    return table_unit(table_of(z), unit)->offset;
+    return table_unit(table_of(z), unit)->offset - z->param_first;
+}
+/* This rank's slice of unit in the whole buffers (first: from the buffer's start) */
+static void slice_elements(const Zero *z, int unit, size_t *first, size_t *count) {
+    shard_slice_elements(table_of(z), unit, z->rank, z->ranks, first, count);
+    *first -= z->param_first;
 }
 
 /* ---- the state in either precision: buffers of the collectives' type ---- */
@@ -74,8 +84,8 @@ static void wait_ticket(Zero *z, long ticket, const char *op, int micro) {
 }
 
 /* Bind every unit's parameters to a whole parameter buffer, no gradients. */
-static void bind_whole_params(GPT *model, float *params) {
-    gpt_bind_range(model, LAYER_EMBEDDING, model->cfg.layers, params, NULL);
+static void bind_whole_params(const Zero *z, float *params) {
+    gpt_bind_range(z->model, z->first_unit, z->last_unit, params, NULL);
 }
 
 /* ---- stage 3's schedule ---- */
@@ -163,9 +173,9 @@ static void take_grad_buffer(Zero *z, int unit) {
 static void reduce_scatter_whole_unit(Zero *z, int unit) {
     const ParamUnit *u = table_unit(table_of(z), unit);
     size_t S = slice_numel(z, unit), first, count;
-    shard_slice_elements(table_of(z), unit, z->rank, z->ranks, &first, &count);
+    slice_elements(z, unit, &first, &count);
     fill_zero_typed(z, z->gather_recv, z->ranks * S);
-    copy_on_device(z->gather_recv, at(z, grad_store(z), u->offset), u->numel * elem_bytes(z));
+    copy_on_device(z->gather_recv, at(z, grad_store(z), unit_offset(z, unit)), u->numel * elem_bytes(z));
     double start = wall_ms();
     comm_reduce_scatter_typed(z->group, z->gather_recv, z->gather_send, S, z->dtype, COMM_SUM, NULL);
     waited(z, "reduce_scatter", start);
@@ -177,13 +187,13 @@ static void reduce_scatter_whole_unit(Zero *z, int unit) {
 static void allgather_whole_unit(Zero *z, int unit) {
     const ParamUnit *u = table_unit(table_of(z), unit);
     size_t S = slice_numel(z, unit), first, count;
-    shard_slice_elements(table_of(z), unit, z->rank, z->ranks, &first, &count);
+    slice_elements(z, unit, &first, &count);
     fill_zero_typed(z, z->gather_send, S);
     if (count) copy_on_device(z->gather_send, at(z, param_store(z), first), count * elem_bytes(z));
     double start = wall_ms();
     comm_allgather_typed(z->group, z->gather_send, z->gather_recv, S, z->dtype, NULL);
     waited(z, "allgather", start);
-    copy_on_device(at(z, param_store(z), u->offset), z->gather_recv, u->numel * elem_bytes(z));
+    copy_on_device(at(z, param_store(z), unit_offset(z, unit)), z->gather_recv, u->numel * elem_bytes(z));
 }
 
 /* ---- stage 3: running the schedule from the hooks ---- */
@@ -268,6 +278,10 @@ static void after_forward(int unit, void *context) {
 
 static void before_backward(int unit, void *context) {
     Zero *z = context;
+    if (unit == z->last_unit) { /* a micro-batch's backward begins (a pipeline runs them in order) */
+        z->micro = z->backwards++;
+        z->accumulate = z->micro > 0;
+    }
     if (z->stage >= 2) take_grad_buffer(z, unit);
     void *weights = unit_weights(z, ZERO_BACKWARD, unit);
     if (z->half)
@@ -314,31 +328,43 @@ static void *upload_state(Zero *z, Category cat, const float *host, size_t n, co
     return dev;
 }
 
-void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage,
-                           int prefetch, CommGroup *g, Precision precision) {
-    *z = (Zero){.stage = stage, .prefetch = prefetch, .group = g, .model = model, .current = 1};
+/* The state of units first_unit..last_unit of model (the whole model, or a
+ * pipeline stage's units, whose table and range the caller has set). */
+static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, int prefetch,
+                         CommGroup *g, Precision precision, int first_unit, int last_unit) {
+    *z = (Zero){
+        .stage = stage, .prefetch = prefetch, .group = g, .sum_group = g, .model = model, .current = 1};
     z->rank = comm_rank(g);
     z->ranks = comm_size(g);
     z->half = precision != PRECISION_FP32;
+    int whole_model = first_unit == LAYER_EMBEDDING && last_unit == cfg->layers;
     if (z->half) {
         mixed_units_create(&z->mixed, model, cfg, precision_format(precision));
         z->dtype = precision == PRECISION_BF16 ? COMM_BF16 : COMM_F16;
     } else {
-        ParamTable table;
-        param_table_build(&table, cfg);
-        gpt_init(model, table);
+        if (whole_model) {
+            ParamTable table;
+            param_table_build(&table, cfg);
+            gpt_init(model, table);
+        }
         z->dtype = COMM_F32;
     }
-    size_t P = model->num_params;
-    size_t max_slice = shard_largest_slice(table_of(z), LAYER_EMBEDDING, last_unit(z), z->ranks);
-    z->shard_n = shard_numel(table_of(z), z->ranks);
+    z->first_unit = first_unit;
+    z->last_unit = last_unit;
+    z->param_first = whole_model ? 0 : model->param_first;
+    z->numel = whole_model ? model->num_params : model->param_count;
+    size_t P = z->numel;
+    size_t max_slice = shard_largest_slice(table_of(z), first_unit, last_unit, z->ranks);
+    z->shard_n = 0;
+    for (int u = first_unit; u <= last_unit; u++) z->shard_n += slice_numel(z, u);
+    if (whole_model) z->shard_n = shard_numel(table_of(z), z->ranks);
     z->max_unit = max_slice * z->ranks;
     if (stage == 1) { /* the norm: this rank's slice of each unit, in the whole gradient buffer */
-        z->num_norm_spans = last_unit(z) - LAYER_EMBEDDING + 1;
+        z->num_norm_spans = last_unit - first_unit + 1;
         z->norm_spans = xcalloc(z->num_norm_spans, sizeof(GradSpan));
-        for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) {
-            GradSpan *span = &z->norm_spans[u - LAYER_EMBEDDING];
-            shard_slice_elements(table_of(z), u, z->rank, z->ranks, &span->first, &span->count);
+        for (int u = z->first_unit; u <= z->last_unit; u++) {
+            GradSpan *span = &z->norm_spans[u - first_unit];
+            slice_elements(z, u, &span->first, &span->count);
         }
     }
 
@@ -346,11 +372,18 @@ void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t
     float *whole = NULL, *shard = NULL;
     if (stage < 3) {
         whole = xmalloc(P * sizeof(float));
-        param_init_range(table_of(z), seed, whole, 0, P);
+        param_init_range(table_of(z), seed, whole, z->param_first, P);
     }
-    if (stage > 0) {
+    if (stage > 0 && whole_model) {
         shard = xmalloc(z->shard_n * sizeof(float));
         shard_init(table_of(z), seed, z->rank, z->ranks, shard);
+    } else if (stage > 0) { /* a stage's units (stages 1-2): the slices of the values above */
+        shard = xcalloc(z->shard_n, sizeof(float));
+        for (int u = first_unit; u <= last_unit; u++) {
+            size_t first, count;
+            slice_elements(z, u, &first, &count);
+            memcpy(shard + slice_offset(z, u), whole + first, count * sizeof(float));
+        }
     }
     void *params = stage < 3 ? upload_state(z, CAT_PARAMS, whole, P, "parameters")
                              : upload_state(z, CAT_PARAMS, shard, z->shard_n, "parameter shard");
@@ -365,8 +398,8 @@ void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t
     } else {
         z->params = params;
         z->grads = grads;
-        if (stage < 2) gpt_bind_range(model, LAYER_EMBEDDING, last_unit(z), z->params, z->grads);
-        if (stage == 2) bind_whole_params(model, z->params);
+        if (stage < 2) gpt_bind_range(model, first_unit, last_unit, z->params, z->grads);
+        if (stage == 2) bind_whole_params(z, z->params);
     }
     free(whole);
     free(shard);
@@ -404,6 +437,20 @@ void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t
      * its forward's gathers. What is in flight is bounded anyway, by the pool
      * (gathers) and the two gradient buffers (reduce-scatters). */
     if (stage >= 2) z->worker = comm_worker_create(g, 3 * (model->cfg.layers + 2) + 2);
+}
+
+void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage,
+                           int prefetch, CommGroup *g, Precision precision) {
+    create_range(z, model, cfg, seed, stage, prefetch, g, precision, LAYER_EMBEDDING, cfg->layers);
+}
+
+void zero_create_stage(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, CommGroup *g,
+                       CommGroup *sum_group) {
+    if (stage < 1 || stage > 2 || model->first_unit > model->last_unit)
+        fatal(EXIT_RUNTIME, "zero_create_stage: stage %d of units %d..%d (valid: stages 1-2, a set range)",
+              stage, model->first_unit, model->last_unit);
+    create_range(z, model, cfg, seed, stage, 0, g, PRECISION_FP32, model->first_unit, model->last_unit);
+    z->sum_group = sum_group;
 }
 
 void zero_create(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, int prefetch,
@@ -456,7 +503,8 @@ void zero_start_clock(Zero *z, int step) {
 }
 
 void zero_begin_step(Zero *z) {
-    if (z->stage < 2) fill_zero_typed(z, grad_store(z), z->model->num_params);
+    if (z->stage < 2) fill_zero_typed(z, grad_store(z), z->numel);
+    z->micro = z->accumulate = z->backwards = 0;
 }
 
 void zero_begin_micro(Zero *z, int micro) {
@@ -468,11 +516,11 @@ void zero_begin_micro(Zero *z, int micro) {
 void zero_sync_grads(Zero *z) {
     if (z->stage == 0) {
         double start = wall_ms();
-        comm_allreduce_typed(z->group, grad_store(z), z->model->num_params, z->dtype, COMM_SUM, NULL);
+        comm_allreduce_typed(z->group, grad_store(z), z->numel, z->dtype, COMM_SUM, NULL);
         waited(z, "allreduce", start);
     }
     if (z->stage == 1)
-        for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) reduce_scatter_whole_unit(z, u);
+        for (int u = z->first_unit; u <= last_unit(z); u++) reduce_scatter_whole_unit(z, u);
     if (z->stage >= 2) { /* the last two units' reduce-scatters, older first */
         finish_reduce_scatter(z, &z->grad_buffers[1 - z->current]);
         finish_reduce_scatter(z, &z->grad_buffers[z->current]);
@@ -482,14 +530,14 @@ void zero_sync_grads(Zero *z) {
 
 GradShards zero_grad_shards(const Zero *z) {
     GradShards g = {.grads = z->grads, .grads16 = z->grads16, .format = z->mixed.format};
-    g.held = z->stage >= 2 ? z->shard_n : z->model->num_params; /* stages 2-3: the padding holds zeros */
+    g.held = z->stage >= 2 ? z->shard_n : z->numel; /* stages 2-3: the padding holds zeros */
     if (z->stage == 1) {
         g.spans = z->norm_spans;
         g.num_spans = z->num_norm_spans;
     }
     g.agree = grad_norm_agree;
-    if (z->stage >= 1) g.sum_group = z->group;
-    if (z->half) g.agree_group = z->group; /* fp16's overflow: stage 0 has no sum to carry it */
+    if (z->stage >= 1) g.sum_group = z->sum_group; /* the dp group, or with pipeline stages the world */
+    if (z->half) g.agree_group = z->group;         /* fp16's overflow: stage 0 has no sum to carry it */
     return g;
 }
 
@@ -519,12 +567,12 @@ void zero_update(Zero *z, float grad_scale, const OptimHyper *h) {
     /* Stages 1 and 2: this rank's slice of each unit, in place in the whole
      * parameter buffer, with the moments (and, stage 2, the gradients) of its shard. */
     z->opt.t++;
-    for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) {
+    for (int u = z->first_unit; u <= last_unit(z); u++) {
         size_t first, count, at = slice_offset(z, u);
-        shard_slice_elements(table_of(z), u, z->rank, z->ranks, &first, &count);
+        slice_elements(z, u, &first, &count);
         if (count) adamw_elements(z, first, z->stage == 1 ? first : at, at, count, grad_scale, h);
     }
-    for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) allgather_whole_unit(z, u);
+    for (int u = z->first_unit; u <= last_unit(z); u++) allgather_whole_unit(z, u);
 }
 
 int zero_step_update(Zero *z, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm) {
@@ -545,7 +593,7 @@ void zero_checkpoint_layout(const Zero *z, CkptLayout *l) {
     else if (z->stage == 0)
         ckpt_layout_zero(l, table_of(z), 0, z->master, o->m, o->v, z->rank, z->ranks, 0);
     else
-        ckpt_layout_shards(l, table_of(z), LAYER_EMBEDDING, last_unit(z), z->master, o->m, o->v, z->rank,
+        ckpt_layout_shards(l, table_of(z), z->first_unit, last_unit(z), z->master, o->m, o->v, z->rank,
                            z->ranks, 0);
 }
 
@@ -555,9 +603,9 @@ void zero_weights_from_master(Zero *z) {
         ops()->cast_to_half(z->params16, z->master, z->opt.n, z->mixed.format);
         return;
     }
-    for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) {
+    for (int u = z->first_unit; u <= last_unit(z); u++) {
         size_t first, count;
-        shard_slice_elements(table_of(z), u, z->rank, z->ranks, &first, &count);
+        slice_elements(z, u, &first, &count);
         if (count)
             ops()->cast_to_half(z->params16 + first, z->master + slice_offset(z, u), count, z->mixed.format);
         allgather_whole_unit(z, u);
@@ -572,9 +620,9 @@ int zero_needs_whole(const Zero *z) {
 
 void zero_bind_whole(Zero *z, float *whole) {
     /* between steps every buffer of the pool is free: gather through the first */
-    for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) {
+    for (int u = z->first_unit; u <= last_unit(z); u++) {
         const ParamUnit *unit = table_unit(table_of(z), u);
-        void *weights = at(z, param_store(z), unit->offset);
+        void *weights = at(z, param_store(z), unit_offset(z, u));
         if (z->stage == 3) {
             comm_allgather_typed(z->group, at(z, param_store(z), slice_offset(z, u)), z->pool[0],
                                  slice_numel(z, u), z->dtype, NULL);
@@ -585,10 +633,34 @@ void zero_bind_whole(Zero *z, float *whole) {
         else
             copy_on_device(whole + unit->offset, weights, unit->numel * sizeof(float));
     }
-    bind_whole_params(z->model, whole);
+    bind_whole_params(z, whole);
 }
 
 void zero_unbind_whole(Zero *z) {
-    for (int u = LAYER_EMBEDDING; u <= last_unit(z); u++) gpt_bind_unit(z->model, u, NULL, NULL);
+    for (int u = z->first_unit; u <= last_unit(z); u++) gpt_bind_unit(z->model, u, NULL, NULL);
     z->model->params = NULL;
+}
+
+/* Validation loss and the sample need the whole model in fp32: stage 3
+ * gathers it for them, 16-bit runs widen it (every rank takes part; rank 0
+ * uses it). Its buffer is allocated before step 1 and kept, because every
+ * run evaluates at its last step: a budget that cannot hold it is refused
+ * at start-up, not after the whole run has trained. NULL when the model is
+ * held whole in fp32 already (stages 0-2 in fp32). */
+float *zero_alloc_whole(const Zero *z) {
+    if (!zero_needs_whole(z)) return NULL;
+    return mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, z->model->num_params * sizeof(float),
+                     "the whole model in fp32 for evaluation");
+}
+
+double zero_evaluate_and_sample(Zero *z, float *whole, Activations *acts, Scratch *scratch,
+                                const Dataset *data, const Config *cfg, int sample, uint64_t *rng) {
+    if (whole) zero_bind_whole(z, whole);
+    double val_loss = NAN;
+    if (comm_rank(z->group) == 0) {
+        val_loss = evaluate_loss(z->model, acts, scratch, data, cfg);
+        if (sample > 0) sample_text(z->model, acts, scratch, data, sample, rng);
+    }
+    if (whole) zero_unbind_whole(z);
+    return val_loss;
 }

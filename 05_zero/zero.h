@@ -69,6 +69,7 @@
 #include "comm.h"
 #include "comm_worker.h"
 #include "config.h"
+#include "data.h"
 #include "mixed.h"
 #include "model.h"
 #include "optim.h"
@@ -100,9 +101,12 @@ typedef struct {
 
 typedef struct {
     int stage, prefetch;
-    CommGroup *group;
+    CommGroup *group;     /* the data-parallel ranks the state is sharded over */
+    CommGroup *sum_group; /* where the norm's sums are added: group, or with pipeline stages the world */
     int rank, ranks;
-    GPT *model; /* table and views; the storage below is bound to it */
+    GPT *model;                /* table and views; the storage below is bound to it */
+    int first_unit, last_unit; /* the units held: the whole model, or a pipeline stage's */
+    size_t param_first, numel; /* their elements in the table: [param_first, param_first + numel) */
 
     /* fp32: */
     float *params;  /* stages 0-2: whole (num_params); stage 3: this rank's shard (shard_numel), CAT_PARAMS */
@@ -146,6 +150,7 @@ typedef struct {
      * the worker or in the caller (comm_busy_ms), and what ran when
      * (timeline.csv) */
     int step, micro;
+    int backwards; /* the step's backward passes begun (a pipeline's micro-batches have no begin_micro) */
     double origin_ms, comm_ms, comm_busy_ms, compute_start_ms;
     Timeline timeline;
 } Zero;
@@ -157,6 +162,12 @@ void zero_create(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int
 /* The same in `precision` (fp32: zero_create). */
 void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage,
                            int prefetch, CommGroup *g, Precision precision);
+/* Stages 1-2 in fp32 for a pipeline stage's units (chapter 04's Pipeline
+ * with caller_storage: model holds the table and the stage's range), over
+ * its data-parallel group g; the norm's sums are added over sum_group (the
+ * world, where every replica's stages hold the model once per replica). */
+void zero_create_stage(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, CommGroup *g,
+                       CommGroup *sum_group);
 void zero_destroy(Zero *z);
 
 /* The hooks of this stage's forward and backward (NULL for stages 0 and 1 in fp32). */
@@ -188,6 +199,15 @@ int zero_step_update(Zero *z, LossScaler *ls, const OptimHyper *h, int step, dou
 int zero_needs_whole(const Zero *z);
 void zero_bind_whole(Zero *z, float *whole);
 void zero_unbind_whole(Zero *z);
+/* The buffer zero_bind_whole fills, allocated before step 1 and kept (every
+ * run evaluates at its last step, so a budget that cannot hold it is refused
+ * at start-up); NULL when the model is held whole in fp32 already. */
+float *zero_alloc_whole(const Zero *z);
+/* Validation loss (rank 0's; NAN elsewhere) and, with sample > 0, a sample,
+ * from the whole model (bound through `whole` when it is not held whole).
+ * Collective over z->group. */
+double zero_evaluate_and_sample(Zero *z, float *whole, Activations *acts, Scratch *scratch,
+                                const Dataset *data, const Config *cfg, int sample, uint64_t *rng);
 
 /* This rank's part of a checkpoint (checkpoint.h): the fp32 weights of
  * record, Adam's m and v. In fp32 the weights are the parameters (whole at

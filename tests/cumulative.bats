@@ -3,11 +3,14 @@
 # keeps tensor parallelism inside each stage and chapter 02's data
 # parallelism around it: `04_pipeline/train --pp P --tp T` on P x T x D ranks
 # gives chapter 01's losses (fp32 within 1e-4, bf16 within 1e-2 of 01's bf16
-# run), and its checkpoints resume in 01's layout and back.
+# run), and its checkpoints resume in 01's layout and back. 05 is 04 plus
+# ZeRO over the data-parallel axis: stages 1-2 inside each pipeline stage
+# give 01's losses too, and what is not written (or unsound) is refused.
 
 load helpers
 
 TRAIN04="$REPO/04_pipeline/train"
+TRAIN05="$REPO/05_zero/train"
 # Tiny model with 4 layers, 4 steps, a global batch of 8 (2 replicas x 2
 # micro-batches x 2 sequences); a private copy of the corpus.
 FLAGS="--device cpu --layers 4 --steps 4 --batch 8 --sample 0 --quiet --data $BATS_FILE_TMPDIR/corpus.txt"
@@ -26,6 +29,13 @@ run04() {
     local np="$1" out="$2"
     shift 2
     mpirun_np "$np" "$TRAIN04" $FLAGS --out "$out" "$@" >"$out.log"
+}
+
+# run05 NP OUT FLAGS...: chapter 05 on NP ranks.
+run05() {
+    local np="$1" out="$2"
+    shift 2
+    mpirun_np "$np" "$TRAIN05" $FLAGS --out "$out" "$@" >"$out.log"
 }
 
 @test "04 --pp 2 --tp 2 on 4 ranks matches single-device losses, 1F1B and GPipe" {
@@ -119,4 +129,56 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 3 '$TRAIN04' $FLAGS --tp 3"
     assert_equal "$status" 2
     [[ "$stderr" == *"--tp 3 does not divide --heads 4"* ]]
+}
+
+@test "05 --zero 1 and --zero 2 with --pp 2 on 4 ranks (dp 2 inside each stage) match single-device losses" {
+    for stage in 1 2; do
+        run05 4 "$(scratch)/z$stage" --zero $stage --pp 2 --micro 2
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/z$stage" 4
+        assert_equal "$(csv_column "$(scratch)/z$stage/run.csv" pp),$(csv_column "$(scratch)/z$stage/run.csv" dp)" "2,2"
+    done
+}
+
+@test "05 --zero 2 with 3 uneven stages x dp 2 on 6 ranks, GPipe and --recompute, matches single-device losses" {
+    run05 6 "$(scratch)/pp3" --zero 2 --pp 3 --split 2,1,1 --micro 2 --schedule gpipe --recompute
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/pp3" 4
+}
+
+@test "05 --zero 1 with --pp 2 shards each stage's optimizer state over its dp group" {
+    run05 4 "$(scratch)/mem" --zero 1 --pp 2 --split 3,1
+    V=256 T=64 C=64
+    block=$((12 * C * C + 13 * C))
+    stage0=$(((V + T) * C + 3 * block)) stage1=$((block + 2 * C + V * C)) # rank = d x pp + stage
+    for r in 0 2; do
+        assert_equal "$(device_bytes "$(scratch)/mem" $r params)" "$((4 * stage0))"
+        assert_equal "$(device_bytes "$(scratch)/mem" $r grads)" "$((4 * stage0))"
+        assert_equal "$(device_bytes "$(scratch)/mem" $r optimizer)" "$((8 * stage0 / 2))" # m, v: half the units
+    done
+    for r in 1 3; do
+        assert_equal "$(device_bytes "$(scratch)/mem" $r params)" "$((4 * stage1))"
+        assert_equal "$(device_bytes "$(scratch)/mem" $r optimizer)" "$((8 * stage1 / 2))"
+    done
+}
+
+@test "05 --zero 0 with --pp 2 --tp 2 is chapter 04's step, and matches single-device losses" {
+    run05 4 "$(scratch)/z0" --zero 0 --pp 2 --tp 2 --micro 2 --dp-mode naive
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/z0" 4
+}
+
+@test "05 refuses ZeRO-3 across pipeline stages with DeepSpeed's reason, and what is not written yet in one line" {
+    refused05() {
+        run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 4 '$TRAIN05' $FLAGS $*"
+        assert_equal "$status" 2
+        assert_equal "$(printf '%s\n' "$stderr" | grep -c '^error:')" 1
+    }
+    refused05 --zero 3 --pp 2
+    [[ "$stderr" == *"--zero 3 with --pp 2 is refused: every stage would re-gather its parameters for every micro-batch's forward and backward"* ]]
+    refused05 --zero 1 --tp 2
+    [[ "$stderr" == *"--zero 1 with --tp 2 is not written yet"* ]]
+    refused05 --zero 2 --pp 2 --precision bf16
+    [[ "$stderr" == *"--zero 2 with --pp 2 runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, yet"* ]]
+    refused05 --zero 2 --pp 2 --micro 2 --schedule zb-h1
+    [[ "$stderr" == *"--zero 2 with --pp 2 runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, yet"* ]]
+    refused05 --zero 1 --pp 2 --dp-mode naive
+    [[ "$stderr" == *"--dp-mode is chapter 04's, for whole replicas"* ]]
 }

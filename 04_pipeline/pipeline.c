@@ -478,3 +478,61 @@ void pipeline_log_stages(const int *blocks, int P, int V) {
         first += blocks[s];
     }
 }
+
+/* The bubble of this step: the idle time of the stages while the pipeline
+ * ran, measured on each replica's stage 0, averaged over the replicas. */
+double pipeline_measure_bubble(const StageTimes *times, const ProcessGrid *grid, CommGroup *world) {
+    int P = grid->pp, stage = grid->p;
+    double span_ms = comm_allreduce_double(grid->pp_group, times->end_ms, 1);
+    double busy_ms = times->fwd_ms + times->bwd_ms;
+    double *stage_busy_ms = xcalloc(P, sizeof(double));
+    comm_gather_bytes(grid->pp_group, &busy_ms, sizeof busy_ms, stage_busy_ms, 0);
+    double bubble = stage == 0 ? bubble_measured(stage_busy_ms, P, span_ms) : 0.0;
+    free(stage_busy_ms);
+    /* the mean over every replica's stage 0 (each of its tp ranks measured it) */
+    return comm_allreduce_double(world, bubble, 0) / (grid->dp * grid->tp);
+}
+
+double pipeline_log_layout(const Pipeline *p, const char *program, const ProcessGrid *grid,
+                           const char *dp_mode, const char *allreduce, size_t whole_params,
+                           const char *schedule, const int *blocks) {
+    const StageLayout *l = &p->layout;
+    const Config *cfg = l->cfg;
+    int P = grid->pp, V = chunks_of(l), M = cfg->micro, ranks = comm_size(comm_world());
+    log_info(
+        "%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
+        "replicas x %d micro-batches x %d sequences | %s\n",
+        program, ranks, device_name(), comm_transport_name(), dp_mode, allreduce, whole_params, cfg->batch,
+        grid->dp, M, l->B, precision_name(cfg->precision));
+    double bubble_theory = schedule_bubble_formula(schedule, P, V, M, 1, 1, 1); /* zb-h1: F = B = W */
+    const char *bubble_rule = strcmp(schedule, "interleaved") == 0 ? "(P-1)/(VM+P-1)"
+                              : strcmp(schedule, "zb-h1") == 0     ? "(P-1)/(3M+P-1), F = B = W,"
+                                                                   : "(P-1)/(M+P-1)";
+    log_info(
+        "pipeline: %d ranks = %d stages x %d tensor-parallel x %d replicas | schedule %s | bubble formula "
+        "%s = %.3f\n",
+        ranks, P, grid->tp, grid->dp, schedule, bubble_rule, bubble_theory);
+    pipeline_log_stages(blocks, P, V);
+    return bubble_theory;
+}
+
+GradShards pipeline_grad_shards(Pipeline *p, CommGroup *model_group, CommGroup *world) {
+    GradShards held = precision_grad_shards(&p->model, &p->mixed); /* this stage's units */
+    held.sum_group = p->layout.pp;                                 /* the stages together hold the model */
+    if (p->layout.tensor) held = tp_grad_shards_once(&p->tpm, model_group); /* and their slices */
+    held.agree = grad_norm_agree;
+    held.agree_group = world;
+    return held;
+}
+
+void pipeline_finish(Pipeline *p, Run *run, const ProcessGrid *grid, size_t whole_params,
+                     const char *schedule, double *bubbles, double bubble_theory, int zero) {
+    timeline_write(&p->times.timeline, run->world, run->cfg->out);
+    double bubble = median_after_warmup(bubbles + run->first_step, run->last_step - run->first_step);
+    char extra_values[96];
+    snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", schedule, bubble, bubble_theory);
+    run_layout(run, grid->dp, grid->tp, grid->pp, zero);
+    run_finish(run, whole_params, ",schedule,bubble_measured,bubble_theory", extra_values,
+               "bubble %.3f measured, %.3f formula | CSVs, timeline.csv and trace.json in %s", bubble,
+               bubble_theory, run->cfg->out);
+}

@@ -29,8 +29,11 @@
 #include "comm.h"
 #include "config.h"
 #include "data.h"
+#include "grid.h"
+#include "harness.h"
 #include "mixed.h"
 #include "model.h"
+#include "optimizer_step.h"
 #include "schedule.h"
 #include "tensor_parallel.h"
 #include "timeline.h"
@@ -150,5 +153,26 @@ void pipeline_refuse_schedule(const Config *cfg, const char *schedule, int tp, i
 /* "stage s: blocks a..b + embedding", one line per stage (with V chunks per
  * stage, one per piece: "stage s chunk c: ..."). */
 void pipeline_log_stages(const int *blocks, int P, int V);
+
+/* What chapters 04 and 05 do around the pipeline's step, written once. */
+/* The bubble of this step: the idle time of the stages while the pipeline
+ * ran, measured on each replica's stage 0, averaged over the replicas. */
+double pipeline_measure_bubble(const StageTimes *times, const ProcessGrid *grid, CommGroup *world);
+/* The run's header lines (the program, the layout pp x tp x dp, the
+ * schedule and its bubble formula) and every stage's blocks; returns the
+ * formula's bubble. */
+double pipeline_log_layout(const Pipeline *p, const char *program, const ProcessGrid *grid,
+                           const char *dp_mode, const char *allreduce, size_t whole_params,
+                           const char *schedule, const int *blocks);
+/* What this rank holds of the gradients, for the global norm: its stage's
+ * units (or with tensor parallelism their slices, counted once over
+ * model_group), summed over the stages and agreed over the world. */
+GradShards pipeline_grad_shards(Pipeline *p, CommGroup *model_group, CommGroup *world);
+/* After the last step (bubbles[] of every step, reordered here for the
+ * median): timeline.csv and trace.json, then run.csv with the
+ * schedule, the median measured bubble and the formula's, and memory.csv
+ * (run_finish, harness.h). */
+void pipeline_finish(Pipeline *p, Run *run, const ProcessGrid *grid, size_t whole_params,
+                     const char *schedule, double *bubbles, double bubble_theory, int zero);
 
 #endif

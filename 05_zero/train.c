@@ -228,20 +228,6 @@ static const RunSpec spec = {
     .comm_busy = 1,
     .barrier_each_step = 1};
 
-/* The bubble of this step: the idle time of the stages while the pipeline
- * ran, measured on each replica's stage 0, averaged over the replicas. */
-static double measure_bubble(const StageTimes *times, const ProcessGrid *grid, CommGroup *world) {
-    int P = grid->pp, stage = grid->p;
-    double span_ms = comm_allreduce_double(grid->pp_group, times->end_ms, 1);
-    double busy_ms = times->fwd_ms + times->bwd_ms;
-    double *stage_busy_ms = xcalloc(P, sizeof(double));
-    comm_gather_bytes(grid->pp_group, &busy_ms, sizeof busy_ms, stage_busy_ms, 0);
-    double bubble = stage == 0 ? bubble_measured(stage_busy_ms, P, span_ms) : 0.0;
-    free(stage_busy_ms);
-    /* the mean over every replica's stage 0 (each of its tp ranks measured it) */
-    return comm_allreduce_double(world, bubble, 0) / (grid->dp * grid->tp);
-}
-
 /* One stage, tp 1: ZeRO stage 0-3 over all the ranks, dp = the world (zero.h).
  * Each micro-batch runs forward and backward through the whole model, the
  * hooks gathering (stage 3) and reduce-scattering (stages 2-3) unit by unit. */
@@ -340,7 +326,7 @@ int main(int argc, char **argv) {
     DataParallelFlags *dp = &flags.data;
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
     run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.model.ranks);
-    int rank = run.rank, ranks = run.ranks;
+    int rank = run.rank;
     int P = flags.pipe.pp, V = flags.pipe.virtual_chunks, M = cfg.micro;
     ProcessGrid grid; /* --dp replicas of P stages of --tp ranks (grid.h: tp fastest, then pp, then dp) */
     grid_create(&grid, run.world, (GridShape){.dp = flags.model.dp, .pp = P, .cp = 1, .tp = flags.model.tp});
@@ -399,20 +385,8 @@ int main(int argc, char **argv) {
     if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(mixed); /* the checkpoint: fp32 */
     if (!flags.zero) data_parallel_broadcast_weights(&replicas, mixed);
 
-    log_info(
-        "%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
-        "replicas x %d micro-batches x %d sequences | %s\n",
-        PROGRAM, ranks, device_name(), comm_transport_name(), dp->dp_mode, dp->allreduce, whole_params,
-        cfg.batch, grid.dp, cfg.micro, layout.B, precision_name(cfg.precision));
-    double bubble_theory = schedule_bubble_formula(flags.pipe.schedule, P, V, M, 1, 1, 1); /* zb-h1: F=B=W */
-    const char *bubble_rule = strcmp(flags.pipe.schedule, "interleaved") == 0 ? "(P-1)/(VM+P-1)"
-                              : strcmp(flags.pipe.schedule, "zb-h1") == 0     ? "(P-1)/(3M+P-1), F = B = W,"
-                                                                              : "(P-1)/(M+P-1)";
-    log_info(
-        "pipeline: %d ranks = %d stages x %d tensor-parallel x %d replicas | schedule %s | bubble formula "
-        "%s = %.3f\n",
-        ranks, P, grid.tp, grid.dp, flags.pipe.schedule, bubble_rule, bubble_theory);
-    pipeline_log_stages(blocks, P, V);
+    double bubble_theory = pipeline_log_layout(&p, PROGRAM, &grid, dp->dp_mode, dp->allreduce, whole_params,
+                                               flags.pipe.schedule, blocks); /* and the formula's bubble */
     log_resumed(&cfg, run.first_step);
 
     double *bubbles = xcalloc(run.last_step, sizeof(double));
@@ -427,7 +401,8 @@ int main(int argc, char **argv) {
             data_parallel_begin_step(&replicas);
         }
         pipeline_run_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
-        bubbles[step] = s.columns[1] = measure_bubble(&p.times, &grid, run.world); /* steps.csv's bubble */
+        bubbles[step] = s.columns[1] =
+            pipeline_measure_bubble(&p.times, &grid, run.world); /* steps.csv's bubble */
 
         /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
         double comm_ms = p.times.comm_ms;
@@ -446,11 +421,7 @@ int main(int argc, char **argv) {
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         s.rec.lr = hyper.lr;
         mixed_fault_overflow(mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
-        GradShards held_part = precision_grad_shards(held, mixed); /* this stage's units */
-        held_part.sum_group = grid.pp_group;                       /* the stages together hold the model */
-        if (layout.tensor) held_part = tp_grad_shards_once(&p.tpm, model_group); /* and their slices */
-        held_part.agree = grad_norm_agree;
-        held_part.agree_group = run.world;
+        GradShards held_part = pipeline_grad_shards(&p, model_group, run.world); /* units, or their slices */
         if (flags.zero) /* the norm from the slices; AdamW on this rank's; all-gather the stage's units */
             s.skipped = zero_step_update(&zero, &run.scaler, &hyper, step + 1, &s.rec.grad_norm);
         else
@@ -476,15 +447,7 @@ int main(int argc, char **argv) {
     if (cfg.sample > 0) pipeline_sample(&p, cfg.sample, &run.rng);
 
     /* ---- timeline, run summary and memory: every rank's peaks, gathered on rank 0 ---- */
-    timeline_write(&p.times.timeline, run.world, cfg.out);
-    double bubble =
-        median_after_warmup(bubbles + run.first_step, run.last_step - run.first_step); /* as steps */
-    char extra_values[96];
-    snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", flags.pipe.schedule, bubble, bubble_theory);
-    run_layout(&run, grid.dp, grid.tp, P, 0);
-    run_finish(&run, whole_params, ",schedule,bubble_measured,bubble_theory", extra_values,
-               "bubble %.3f measured, %.3f formula | CSVs, timeline.csv and trace.json in %s", bubble,
-               bubble_theory, cfg.out);
+    pipeline_finish(&p, &run, &grid, whole_params, flags.pipe.schedule, bubbles, bubble_theory, flags.zero);
 
     free(bubbles);
     if (flags.zero) {

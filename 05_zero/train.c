@@ -57,6 +57,7 @@
 #include "model.h"
 #include "model_parallel.h"
 #include "pipeline.h"
+#include "pipeline_flags.h"
 #include "schedule.h"
 #include "optim.h"
 #include "optimizer_step.h"
@@ -72,13 +73,6 @@
 #define PROGRAM "05_zero/train"
 
 /* ---- the flags: chapter 02's, chapter 03's (model_parallel.h), chapter 04's, and this chapter's ---- */
-typedef struct {
-    char schedule[16];  /* gpipe, 1f1b, interleaved, zb-h1 */
-    int virtual_chunks; /* --virtual: chunks of layers per stage (interleaved) */
-    int pp;             /* --pp: pipeline stages, 0 = world / (tp x dp) */
-    int print_schedule;
-} PipelineFlags;
-
 typedef struct {
     DataParallelFlags data;   /* --dp-mode, --allreduce, --bucket-mb, --check-replicas, ... */
     ModelParallelFlags model; /* --mp, --split, --tp, --dp */
@@ -143,7 +137,7 @@ static void effective_pipeline_flags(const Config *cfg, void *values) {
  * micro-batches; and the data-parallel modes that fit it. */
 static void check_pipeline_layout(const Config *cfg, const void *values) {
     const Flags *f = values;
-    int P = f->pipe.pp, T = f->model.tp, D = f->model.dp, M = cfg->micro, L = cfg->model.layers;
+    int P = f->pipe.pp, T = f->model.tp, D = f->model.dp, M = cfg->micro;
     const char *replica_flags[] = {"--dp-mode",       "--allreduce", "--bucket-mb", "--check-replicas",
                                    "--print-buckets", "--virtual",   NULL}; /* 04's whole replicas, chunks */
     for (const char **name = replica_flags; *name && (f->zero > 0 || (P == 1 && T == 1)); name++)
@@ -173,43 +167,11 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
               "--zero %d with --pp %d runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, "
               "yet (valid: --zero 0, or --pp 1)",
               f->zero, P);
-    if (strcmp(f->model.mp, "tensor") == 0 && P > 1)
-        fatal(EXIT_USAGE, "--mp tensor slices every layer over all of a replica's ranks, so it has one stage "
-                          "(valid: --pp 1; for stages with tensor parallelism inside, --pp P --tp T)");
-    if (P < 1 || P * T * D != f->model.ranks)
-        fatal(
-            EXIT_USAGE,
-            "%d ranks cannot hold %d pipeline stages x --tp %d x --dp %d (valid: mpirun -np %d, world = pp x "
-            "tp x dp)",
-            f->model.ranks, P, T, D, (P < 1 ? 1 : P) * T * D);
-    if (P > L)
-        fatal(EXIT_USAGE, "--pp %d stages for a model of %d layers (valid: 1..%d, every stage needs a block)",
-              P, L, L);
-    const char *problem = T > 1 ? tensor_parallel_problem(&cfg->model, T) : NULL;
-    if (problem) fatal(EXIT_USAGE, "%s", problem);
+    pipeline_check_world(cfg, &f->pipe, &f->model);
     if (P == 1 && T == 1 && (cfg->batch < D * M || cfg->batch % (D * M))) /* ZeRO's step over the world */
         fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
               cfg->batch, D, M, D * M);
-    if (cfg->batch % D != 0)
-        fatal(EXIT_USAGE, "--batch %d does not divide over --dp %d replicas (valid: a multiple of %d)",
-              cfg->batch, D, D);
-    if (cfg->batch % (D * M) != 0)
-        fatal(EXIT_USAGE,
-              "--micro %d does not divide the %d sequences of each of the %d replicas (valid: --batch a "
-              "multiple of dp x micro = %d)",
-              M, cfg->batch / D, D, D * M);
-    int V = f->pipe.virtual_chunks;
-    const char *refused = schedule_refusal(f->pipe.schedule, P, V, M);
-    if (refused) fatal(EXIT_USAGE, "%s", refused);
-    if (P * V > L)
-        fatal(EXIT_USAGE,
-              "--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)", P, V, L);
-    if (f->model.split[0]) { /* one number per piece: per stage, or with --virtual V per chunk of a stage */
-        int blocks[MAX_LAYERS];
-        layer_split_parse(f->model.split, P * V, L, blocks);
-    }
-    pipeline_refuse_schedule(cfg, f->pipe.schedule, T, f->pipe.print_schedule);
-    data_parallel_refuse_overlap(&f->data, "pipeline stage");
+    pipeline_check_batch(cfg, &f->pipe, &f->model, &f->data);
 }
 
 /* What the run harness (harness.h) needs to know of this program: its

@@ -1,0 +1,53 @@
+/* pipeline_flags.c: see pipeline_flags.h. */
+#include "pipeline_flags.h"
+
+#include "layer_split.h"
+#include "pipeline.h"
+#include "schedule.h"
+#include "tensor_parallel.h"
+#include "util.h"
+
+#include <string.h>
+
+void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model) {
+    int P = pipe->pp, T = model->tp, D = model->dp, L = cfg->model.layers;
+    if (strcmp(model->mp, "tensor") == 0 && P > 1)
+        fatal(EXIT_USAGE, "--mp tensor slices every layer over all of a replica's ranks, so it has one stage "
+                          "(valid: --pp 1; for stages with tensor parallelism inside, --pp P --tp T)");
+    if (P < 1 || P * T * D != model->ranks)
+        fatal(
+            EXIT_USAGE,
+            "%d ranks cannot hold %d pipeline stages x --tp %d x --dp %d (valid: mpirun -np %d, world = pp x "
+            "tp x dp)",
+            model->ranks, P, T, D, (P < 1 ? 1 : P) * T * D);
+    if (P > L)
+        fatal(EXIT_USAGE, "--pp %d stages for a model of %d layers (valid: 1..%d, every stage needs a block)",
+              P, L, L);
+    const char *problem = T > 1 ? tensor_parallel_problem(&cfg->model, T) : NULL;
+    if (problem) fatal(EXIT_USAGE, "%s", problem);
+}
+
+void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model,
+                          const DataParallelFlags *data) {
+    int P = pipe->pp, T = model->tp, D = model->dp, M = cfg->micro, L = cfg->model.layers;
+    if (cfg->batch % D != 0)
+        fatal(EXIT_USAGE, "--batch %d does not divide over --dp %d replicas (valid: a multiple of %d)",
+              cfg->batch, D, D);
+    if (cfg->batch % (D * M) != 0)
+        fatal(EXIT_USAGE,
+              "--micro %d does not divide the %d sequences of each of the %d replicas (valid: --batch a "
+              "multiple of dp x micro = %d)",
+              M, cfg->batch / D, D, D * M);
+    int V = pipe->virtual_chunks;
+    const char *refused = schedule_refusal(pipe->schedule, P, V, M);
+    if (refused) fatal(EXIT_USAGE, "%s", refused);
+    if (P * V > L)
+        fatal(EXIT_USAGE,
+              "--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)", P, V, L);
+    if (model->split[0]) { /* one number per piece: per stage, or with --virtual V per chunk of a stage */
+        int blocks[MAX_LAYERS];
+        layer_split_parse(model->split, P * V, L, blocks);
+    }
+    pipeline_refuse_schedule(cfg, pipe->schedule, T, pipe->print_schedule);
+    data_parallel_refuse_overlap(data, "pipeline stage");
+}

@@ -1,0 +1,32 @@
+/* pipeline_flags.h: what chapter 04's flags hold and the layout checks
+ * that chapter 05, which is chapter 04 plus ZeRO, shares with it.
+ *
+ * The rows of --help stay in each chapter's train.c (05 describes --pp's
+ * default and --print-schedule differently, because with one stage it is
+ * ZeRO over the whole world); the struct they fill and the checks of the
+ * pp x tp x dp layout are written here once. */
+#ifndef PIPELINE_FLAGS_H
+#define PIPELINE_FLAGS_H
+
+#include "config.h"
+#include "data_parallel.h"
+#include "model_parallel.h"
+
+typedef struct {
+    char schedule[16];  /* gpipe, 1f1b, interleaved, zb-h1 */
+    int virtual_chunks; /* --virtual: chunks of layers per stage (interleaved) */
+    int pp;             /* --pp: pipeline stages, 0 = world / (tp x dp) */
+    int print_schedule;
+} PipelineFlags;
+
+/* The world is pp x tp x dp: --mp tensor has one stage, every stage needs a
+ * block, and tp slices whole heads. Each problem ends the program with one
+ * line (EXIT_USAGE). */
+void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model);
+/* Every replica's share of the batch cut into whole micro-batches; the
+ * schedule's own rules (schedule_refusal, pipeline_refuse_schedule); --split
+ * one number per piece; and the data-parallel modes that fit a stage. */
+void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model,
+                          const DataParallelFlags *data);
+
+#endif

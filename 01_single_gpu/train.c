@@ -19,7 +19,6 @@
 #include "model.h"
 #include "optim.h"
 #include "optimizer_step.h"
-#include "preflight.h"
 #include "util.h"
 
 #include <math.h>
@@ -36,30 +35,28 @@ int main(int argc, char **argv) {
     Config cfg;
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
     run_start(&run, &cfg, argc, argv, &spec);
+    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */
 
     /* ---- build: device, data, output files (the harness); model, optimizer, activations ---- */
     run_prepare(&run);
-    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */
     GPT model;
-    MixedModel mixed = {0};
-    if (half)
-        mixed_create(&mixed, &model, &cfg.model, cfg.seed, precision_format(cfg.precision));
-    else
-        gpt_create(&model, &cfg.model, cfg.seed);
-    AdamW opt;
-    adamw_create(&opt, model.num_params);
+    MixedModel mixed; /* bf16, fp16: the model in 16 bits (mixed.h) */
+    precision_create_range(&model, &mixed, &cfg.model, cfg.seed, cfg.precision, LAYER_EMBEDDING,
+                           cfg.model.layers);
     int B = cfg.batch / cfg.micro, T = cfg.model.seq; /* a micro-batch is B sequences of T tokens */
     Activations acts;
     activations_create_model(&acts, &cfg.model, B, T, cfg.recompute);
     Scratch scratch;
     scratch_create(&scratch, &cfg.model, B, T, cfg.recompute);
+    AdamW opt;
+    adamw_create(&opt, model.num_params);
 
     ckpt_layout_init(&run.ckpt, "%s: one device", PROGRAM); /* the whole model, as this device holds it */
     ckpt_layout_range(&run.ckpt, &model, &opt, 0, 1);
     if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(&mixed); /* the checkpoint: fp32 */
     log_info("%s | device %s | %zu parameters | %d layers, d %d, %d heads, seq %d | batch %d = %d "
-             "micro-batches x %d sequences | %s | data %s "
-             "(%zu bytes)\n",
+             "micro-batches x %d "
+             "sequences | %s | data %s (%zu bytes)\n",
              PROGRAM, device_name(), model.num_params, cfg.model.layers, cfg.model.dmodel, cfg.model.heads, T,
              cfg.batch, cfg.micro, B, precision_name(cfg.precision), cfg.data, run.data.size);
     log_resumed(&cfg, run.first_step);
@@ -93,7 +90,7 @@ int main(int argc, char **argv) {
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         s.rec.lr = hyper.lr;
         mixed_fault_overflow(&mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
-        GradShards held = precision_grad_shards(&model, &mixed); /* the whole gradient, on one process */
+        GradShards held = precision_grad_shards(&model, &mixed); /* this process holds the whole gradient */
         s.skipped =
             optimizer_step(&model, &mixed, &opt, &run.scaler, &held, &hyper, step + 1, &s.rec.grad_norm);
         s.rec.opt_ms = timer_stop_ms(&timer);
@@ -110,8 +107,7 @@ int main(int argc, char **argv) {
     scratch_destroy(&scratch);
     activations_destroy(&acts, &cfg.model);
     adamw_destroy(&opt);
-    if (half) mixed_destroy(&mixed);
-    gpt_destroy(&model);
+    precision_destroy(&model, &mixed);
     run_end(&run);
     return 0;
 }

@@ -5,17 +5,19 @@
  * [r*B/N, (r+1)*B/N) of it. Because the loss is the mean over every token of
  * the global batch, the ranks' gradients only need to be SUMMED to give
  * exactly the single-device gradient: one all-reduce, after which every rank
- * takes the same AdamW step and the replicas stay identical.
+ * takes the same AdamW step and the replicas stay identical. The times logged
+ * are the slowest rank's.
  *
- *   for each micro-batch of this rank's share:  data -> forward -> backward
+ *   for each micro-batch:  data -> forward -> backward (gradients accumulate)
  *   all-reduce the gradients (--dp-mode naive | flat | overlap)
- *   gradient norm -> clip -> AdamW update -> log (slowest rank's times)
+ *   gradient norm -> clip -> AdamW update -> log
  *
  * The all-reduce is the library's (MPI, NCCL) or the course's own ring
  * (--allreduce ring, ring.c); data_parallel.c holds the three modes, the
  * replica check and the broadcast, which every later chapter keeps. With
  * --precision bf16|fp16 (mixed.h) the gradients are 16 bits and so is their
- * all-reduce, either one: half the bytes. */
+ * all-reduce, either one: half the bytes; an fp16 overflow on any rank is in
+ * every replica's sum, so all of them skip that step together. */
 #include "comm.h"
 #include "config.h"
 #include "data_parallel.h"
@@ -106,7 +108,7 @@ int main(int argc, char **argv) {
         RunStep s = run_step_begin(&run, step);
         Timer timer = {0};
 
-        /* ---- forward and backward over this rank's micro-batches ---- */
+        /* ---- forward and backward over the micro-batches; gradients accumulate ---- */
         precision_zero_grads(&model, &mixed);
         data_parallel_begin_step(&replicas);
         double loss_sum = 0.0;
@@ -132,17 +134,17 @@ int main(int argc, char **argv) {
         s.rec.loss = comm_allreduce_double(grid.dp_group, loss_sum, 0) / run.tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
 
-        /* ---- update: the same on every replica (an fp16 overflow anywhere is in every sum) ---- */
+        /* ---- update: clip the global gradient norm, then AdamW (fp16: unless it overflowed) ---- */
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         s.rec.lr = hyper.lr;
         mixed_fault_overflow(&mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
-        GradShards held = precision_grad_shards(&model, &mixed); /* every replica: the whole sum */
+        GradShards held = precision_grad_shards(&model, &mixed); /* this process holds the whole gradient */
         s.skipped =
             optimizer_step(&model, &mixed, &opt, &run.scaler, &held, &hyper, step + 1, &s.rec.grad_norm);
         s.rec.opt_ms = timer_stop_ms(&timer);
 
-        /* ---- log: the slowest rank's times; rank 0 evaluates ---- */
+        /* ---- log: evaluation when due, the progress line, steps.csv, a due checkpoint ---- */
         int evaluate = run_step_done(&run, &s);
         if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
             data_parallel_check_replicas(&replicas, half ? mixed.master : model.params, step + 1);

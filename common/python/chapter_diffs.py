@@ -5,7 +5,7 @@
     python3 common/python/chapter_diffs.py --out DIR       also write DIR/NN-MM.diff for each neighbour pair
     python3 common/python/chapter_diffs.py --check         exit 1 when a train.c diff is over its budget
     python3 common/python/chapter_diffs.py --pairs 02-03,03-04 --check   only those pairs (the table too)
-    python3 common/python/chapter_diffs.py --write-course  put each pair's row into course.md
+    python3 common/python/chapter_diffs.py --write-course  put each pair's row and train.c diff into course.md
     python3 common/python/chapter_diffs.py --check-course  exit 1 if course.md's rows are not the current ones
     python3 common/python/chapter_diffs.py --repo DIR      another copy (the tests use a made-up one)
 
@@ -20,11 +20,12 @@ The budget, for train.c: at most 30 lines removed and 150 added (BUDGET). A
 technique that honestly needs more gets an entry in EXCEPTIONS, with the
 reason, which the table prints beside it.
 
-course.md opens each chapter with its row of the table, between
+course.md opens each chapter with its row of the table and, folded under it
+(a <details> block), the whole diff of train.c, between
     <!-- chapter diff NN -->  and  <!-- end chapter diff NN -->
-(NN the later chapter of the pair): --write-course writes it, --check-course
-says whether it is current, so that the numbers in the course are never
-copied by hand.
+(NN the later chapter of the pair): --write-course writes them, --check-course
+says whether they are current, so that neither the numbers nor the diff in
+the course is ever copied by hand.
 """
 import argparse
 import difflib
@@ -82,6 +83,7 @@ def pairs(repo):
     rows = []
     for a, b in zip(names, names[1:]):
         text, removed, added = diff(repo, a, b, "train.c", "train.c")
+        train_text = text
         own_removed = own_added = 0
         own_text = []
         for f in own_files(repo, b):
@@ -89,7 +91,8 @@ def pairs(repo):
             own_removed, own_added = own_removed + r, own_added + d
             own_text.append(t)
         rows.append({"from": a, "to": b, "removed": removed, "added": added, "own_removed": own_removed,
-                     "own_added": own_added, "own": own_files(repo, b), "text": text + "".join(own_text)})
+                     "own_added": own_added, "own": own_files(repo, b), "text": text + "".join(own_text),
+                     "train_text": train_text})
     return rows
 
 
@@ -114,8 +117,15 @@ def table(rows):
     return "\n".join(out) + "\n"
 
 
+def course_block(row):
+    """A pair's row of the table, then its train.c diff folded under a summary line."""
+    return (table([row]) + "\n<details><summary>The diff: <code>diff -u " + f"{row['from']}/train.c "
+            f"{row['to']}/train.c</code> ({row['removed']} lines removed, {row['added']} added)</summary>\n\n"
+            "```diff\n" + row["train_text"] + "```\n\n</details>\n")
+
+
 def course_blocks(rows, text):
-    """course.md's text with each marked block holding its pair's row; the numbers of the blocks found."""
+    """course.md's text with each marked block holding its pair's row and diff; the numbers of the blocks found."""
     by_chapter = {r["to"][:2]: r for r in rows}
     found = []
 
@@ -124,7 +134,7 @@ def course_blocks(rows, text):
         if nn not in by_chapter:
             sys.exit(f"chapter_diffs: course.md marks a diff for chapter {nn}, which has no earlier neighbour")
         found.append(nn)
-        return m.group(1) + table([by_chapter[nn]]) + m.group(4)
+        return m.group(1) + course_block(by_chapter[nn]) + m.group(4)
 
     return MARK.sub(fill, text), found
 
@@ -135,8 +145,8 @@ def main():
     ap.add_argument("--out", help="write each pair's diff into this directory as NN-MM.diff")
     ap.add_argument("--check", action="store_true", help="exit 1 when a train.c diff is over its budget")
     ap.add_argument("--pairs", help="only these neighbour pairs, e.g. 02-03,03-04 (default: all)")
-    ap.add_argument("--write-course", action="store_true", help="write each pair's row into course.md's marks")
-    ap.add_argument("--check-course", action="store_true", help="exit 1 if course.md's rows are not current")
+    ap.add_argument("--write-course", action="store_true", help="write each pair's row and diff into course.md's marks")
+    ap.add_argument("--check-course", action="store_true", help="exit 1 if course.md's rows or diffs are not current")
     args = ap.parse_args()
     rows = pairs(args.repo)
     if not rows:

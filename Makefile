@@ -164,7 +164,7 @@ program_libs = $(if $(filter 01_%,$(1)),$(LDLIBS),$(MPI_LIBS) $(LDLIBS))
 04_pipeline_USES := $(03_model_parallel_USES) 03_model_parallel/model_parallel.c 03_model_parallel/tensor_parallel.c
 05_zero_USES := $(04_pipeline_USES) 04_pipeline/pipeline.c 04_pipeline/pipeline_flags.c 04_pipeline/schedule.c \
                 04_pipeline/timeline.c
-06_offload_USES := 04_pipeline/pipeline.c 04_pipeline/schedule.c 04_pipeline/timeline.c 03_model_parallel/tensor_parallel.c
+06_offload_USES := $(05_zero_USES) 05_zero/zero.c 05_zero/zero_stage.c
 define PROGRAM_RULE
 $(1)/train: $(patsubst %.c,$(BUILD)/%.o,$(filter-out %bench.c,$(wildcard $(1)/*.c)) $($(1)_USES)) $(LIBCOMMON)
 	$$(CC) -o $$@ $$^ $$(call program_libs,$(1))
@@ -178,6 +178,7 @@ common/plan: $(TOOL_MODULES:%.c=$(BUILD)/%.o)
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
 # 05 and 06 include 04's headers (the timeline, and 06 the pipeline interpreter they link)
 $(BUILD)/05_zero/%.o $(BUILD)/06_offload/%.o: CFLAGS += -I04_pipeline -I03_model_parallel -I02_data_parallel
+$(BUILD)/06_offload/%.o: CFLAGS += -I05_zero
 # 03 on keep 02's data parallelism (data_parallel.h); 04 keeps 03's model parallelism, and its
 # stages hold tensor-parallel slices (pipeline.h includes tensor_parallel.h)
 $(BUILD)/03_model_parallel/%.o: CFLAGS += -I02_data_parallel

@@ -63,6 +63,7 @@
 #include "optimizer_step.h"
 #include "util.h"
 #include "zero.h"
+#include "zero_stage.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -295,7 +296,6 @@ int main(int argc, char **argv) {
     if (P == 1 && grid.tp == 1) return train_sharded(&run, &cfg, &flags, &grid); /* ZeRO over the world */
     CommGroup *model_group = comm_split(run.world, grid.d, rank); /* one replica: its stages and slices */
     TensorGroup tensor = {.group = grid.tp_group, .rank = grid.t, .size = grid.tp};
-    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
 
     /* ---- the split and the schedule ---- */
     int blocks[MAX_LAYERS]; /* blocks per piece (V > 1: P x V pieces): --split, or balanced (layer_split.h) */
@@ -324,28 +324,10 @@ int main(int argc, char **argv) {
     layout.tensor = grid.tp > 1 ? &tensor : NULL; /* tensor parallelism inside the stage */
     Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
     pipeline_create(&p, &layout, &schedule, cfg.seed);
-    GPT *held = &p.model;
-    MixedModel *mixed = &p.mixed;
-    size_t whole_params = layout.tensor ? p.tpm.global_params : held->num_params; /* the whole model's */
-    AdamW opt = {0};
-    DataParallel replicas = {0}; /* the sum over the replicas of what this rank holds (data_parallel.h) */
-    Zero zero = {0};             /* --zero 1-2: this stage's units sharded over its dp group (zero.h) */
-    if (flags.zero) {            /* the norm's sums over the world: every stage's slices */
-        zero_create_stage(&zero, held, &cfg.model, cfg.seed, flags.zero, grid.dp_group, run.world);
-        p.hooks = zero_hooks(&zero);
-    } else {
-        adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
-        data_parallel_create(&replicas, dp, grid.dp_group, held, mixed, cfg.precision);
-    }
-
-    ckpt_layout_init(&run.ckpt, "%s: pp %d x tp %d x dp %d, %s", PROGRAM, P, grid.tp, grid.dp,
-                     flags.pipe.schedule); /* replica d writes share d */
-    if (layout.tensor)
-        tp_checkpoint_layout(&p.tpm, &opt, grid.d, &run.ckpt); /* this stage's slices */
-    else if (!flags.zero)
-        ckpt_layout_range(&run.ckpt, held, &opt, grid.d, grid.dp);          /* this stage's units */
-    if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(mixed); /* the checkpoint: fp32 */
-    if (!flags.zero) data_parallel_broadcast_weights(&replicas, mixed);
+    size_t whole_params = layout.tensor ? p.tpm.global_params : p.model.num_params; /* the whole model's */
+    ZeroStage replicas; /* the stage's replicas: 04's all-reduce and AdamW, or ZeRO 1-2 (zero_stage.h) */
+    zero_stage_create(&replicas, &p, flags.zero, dp, &grid, model_group, run.world);
+    zero_stage_resume(&replicas, &run, PROGRAM, &grid, flags.pipe.schedule); /* and rank 0's weights */
 
     double bubble_theory = pipeline_log_layout(&p, PROGRAM, &grid, dp->dp_mode, dp->allreduce, whole_params,
                                                flags.pipe.schedule, blocks); /* and the formula's bubble */
@@ -356,52 +338,33 @@ int main(int argc, char **argv) {
         RunStep s = run_step_begin(&run, step); /* all ranks together: one time origin for the timeline */
 
         /* ---- the schedule: every micro-batch's forward and backward, and the messages ---- */
-        if (flags.zero) {
-            zero_start_clock(&zero, step);
-            zero_begin_step(&zero);
-        } else {
-            data_parallel_begin_step(&replicas);
-        }
+        zero_stage_begin_step(&replicas, step);
         pipeline_run_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
-        bubbles[step] = s.columns[1] =
-            pipeline_measure_bubble(&p.times, &grid, run.world); /* steps.csv's bubble */
+        bubbles[step] = pipeline_measure_bubble(&p.times, &grid, run.world);
 
         /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
-        double comm_ms = p.times.comm_ms;
-        if (flags.zero) /* stage 1: reduce-scatter; 2: the last units' reduce-scatters */
-            zero_sync_grads(&zero);
-        else
-            comm_ms += data_parallel_sum_gradients(&replicas, &s.comm_busy_ms);
-        s.rec.comm_ms = comm_ms;
+        double comm_ms = p.times.comm_ms + zero_stage_sum_gradients(&replicas, &s.comm_busy_ms);
         s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
 
-        /* ---- update: each rank its own parameters, clipped by the WHOLE model's norm
+        /* ---- update: each rank its own parameters (or slices), clipped by the WHOLE model's norm
          * (fp16: unless the gradients overflowed on any rank) ---- */
         Timer timer = {0};
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         s.rec.lr = hyper.lr;
-        mixed_fault_overflow(mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
-        GradShards held_part = pipeline_grad_shards(&p, model_group, run.world); /* units, or their slices */
-        if (flags.zero) /* the norm from the slices; AdamW on this rank's; all-gather the stage's units */
-            s.skipped = zero_step_update(&zero, &run.scaler, &hyper, step + 1, &s.rec.grad_norm);
-        else
-            s.skipped = optimizer_step(held, mixed, &opt, &run.scaler, &held_part, &hyper, step + 1,
-                                       &s.rec.grad_norm);
+        mixed_fault_overflow(&p.mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
+        s.skipped = zero_stage_update(&replicas, &run.scaler, &hyper, step + 1, &s.rec.grad_norm, &comm_ms,
+                                      &s.comm_busy_ms);
         s.rec.opt_ms = timer_stop_ms(&timer);
-        if (flags.zero) { /* its collectives, wherever in the step */
-            s.rec.comm_ms = comm_ms += zero.comm_ms;
-            s.comm_busy_ms = zero.comm_busy_ms;
-        }
+        s.rec.comm_ms = comm_ms;
 
         /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
         s.rec.fwd_ms = p.times.fwd_ms;
         s.rec.bwd_ms = p.times.bwd_ms;
         int evaluate = run_step_done(&run, &s);
-        s.columns[0] = log_busy(busy_csv, run.world, &s, comm_ms); /* idle_fraction */
-        if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
-            data_parallel_check_replicas(&replicas, half ? mixed->master : held->params, step + 1);
+        log_busy(busy_csv, run.world, &s, comm_ms); /* busy.csv */
+        zero_stage_check_replicas(&replicas, dp->check_replicas, step + 1);
         if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
         run_step_log(&run, &s);
     }
@@ -412,12 +375,7 @@ int main(int argc, char **argv) {
     pipeline_finish(&p, &run, &grid, whole_params, flags.pipe.schedule, bubbles, bubble_theory, flags.zero);
 
     free(bubbles);
-    if (flags.zero) {
-        zero_destroy(&zero);
-    } else {
-        data_parallel_destroy(&replicas);
-        adamw_destroy(&opt);
-    }
+    zero_stage_destroy(&replicas);
     pipeline_destroy(&p);
     comm_group_free(model_group);
     grid_destroy(&grid);

@@ -1,168 +1,315 @@
-/* 06_offload/train.c: ZeRO-Offload, and every technique of the course in one trainer.
+/* 06_offload/train.c: chapter 05's trainer, with ZeRO-Offload and the delayed update.
  *
- * Chapter 05's stage 2 (gradients reduce-scattered over the data-parallel
- * ranks unit by unit as backward produces them, each rank updating only its
- * shard), with the optimizer moved off the device: the device keeps the
- * 16-bit weights and unit-sized working buffers, and each rank's shard of the
- * master weights, Adam's moments and the fp32 gradients sits in pinned host
- * memory, updated by the CPU (offload.h has the table and the streams). The
- * step runs through chapter 04's pipeline interpreter, so --pp P cuts the
- * model into P stages with the 1F1B schedule (or --schedule gpipe; chapter
- * 04's interleaved and zb-h1 are refused, saying why); --pp 1 (the default)
- * is one stage and the schedule is forward, backward per micro-batch.
+ * Chapter 03's layer split, but the global batch no longer goes through the
+ * stages in one piece: each replica's share is cut into M micro-batches that
+ * flow through the P stages like an assembly line, so that stage s works on
+ * micro-batch m while stage s+1 works on micro-batch m-1. What each stage
+ * does, in which order, is an explicit list of actions (schedule.c):
  *
- *   for each action of this stage's 1F1B schedule:  forward m | backward m | messages
+ *   --schedule gpipe   all forwards, then all backwards
+ *   --schedule 1f1b    warm-up forwards, then one forward one backward, then
+ *                      the remaining backwards (PipeDream-flush)
+ *
+ * and one interpreter (run_action, pipeline.c) executes any such list.
+ * Gradients accumulate over the micro-batches; one optimizer step per global
+ * batch, exactly as in chapter 01.
+ *
+ * Everything of chapter 03 stays: --tp T slices each stage's blocks over T
+ * ranks (tensor_parallel.h), and the ranks holding the same part of the
+ * model are replicas whose gradients chapter 02's machinery sums
+ * (data_parallel.h). The world is pp x tp x dp (grid.h: tp fastest, then
+ * pp, then dp), as in Megatron and picotron; dp follows from the rank count.
+ *
+ *   for each action of this stage's schedule:  forward m | backward m | messages
+ *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat)
+ *   gradient norm (summed over the stages and slices) -> clip -> AdamW -> log
+ *
+ * Every action is timed (timeline.csv, trace.json); the idle time of the
+ * stages is the pipeline bubble, reported next to the formula (P-1)/(M+P-1).
+ *
+ * --precision bf16|fp16 (mixed.h): each stage keeps its units in 16 bits
+ * with fp32 master weights, and the replicas all-reduce 16-bit gradients.
+ * The messages between stages carry activations and their gradients, fp32
+ * in every precision (the residual stream is fp32: mixed.h). An fp16
+ * overflow on any rank skips the step on every rank.
+ *
+ * This chapter: ZeRO over the data-parallel axis (zero.h). --zero 1 shards
+ * the optimizer state over each stage's dp group, 2 the gradients too (each
+ * unit's reduce-scattered as its backward ends, for every micro-batch: why
+ * DeepSpeed's pipeline engine takes stage 1 only), 3 the parameters too
+ * (each unit gathered before its forward and its backward, freed after;
+ * --prefetch K, --print-schedule). One stage with tp 1 (dp = the world) runs
+ * ZeRO's own step at stages 0-3; more stages run 04's schedule with zero.c's
+ * hooks and update (--zero 0 is chapter 04 itself). Refused: stage 3 across
+ * stages (every stage would re-gather its parameters for every micro-batch,
+ * as DeepSpeed says), and, not written yet, ZeRO over tensor-parallel slices
+ * and, with stages, 16 bits, checkpoints and stage 2 under zb-h1.
+ *
+ * This chapter: ZeRO-Offload (offload.h). --offload keeps stage 2's
+ * partitioning (--zero 2, its default there) with the optimizer moved off
+ * the device: the device keeps the 16-bit weights and unit-sized working
+ * buffers; each rank's shard of the master weights, Adam's moments and the
+ * fp32 gradients sits in pinned host memory, updated by the CPU. Every
+ * layout runs 04's interpreter, one stage too (--pp 1: forward, backward
+ * per micro-batch), in any precision, with checkpoints:
+ *
+ *   for each action of this stage's schedule:  forward m | backward m | messages
  *       after each unit's backward: reduce-scatter over dp, copy the slice to the host
  *   gradient norm (the ranks' shards summed) -> loss scale -> clip
  *   AdamW on the host, unit by unit; copy up, all-gather over dp -> log
  *   --dpu: the host update runs during the next step's forward and backward
- *   --save: every rank writes its host shard into one checkpoint (checkpoint.h)
  *
  * Without the delayed update the losses are chapter 01's in the same
- * precision: the host computes the same AdamW on the same sums. */
+ * precision: the host computes the same AdamW on the same sums. Refused
+ * with --offload, saying why: --zero other than 2, --tp > 1, and the
+ * interleaved and zb-h1 schedules; without it this is chapter 05. */
 #include "comm.h"
 #include "config.h"
-#include "data.h"
+#include "data_parallel.h"
 #include "device.h"
+#include "evaluate.h"
 #include "grid.h"
 #include "harness.h"
 #include "layer_split.h"
+#include "kernels.h"
 #include "mixed.h"
 #include "model.h"
+#include "model_parallel.h"
 #include "offload.h"
+#include "offload_stage.h"
+#include "pipeline.h"
+#include "pipeline_flags.h"
+#include "schedule.h"
 #include "optim.h"
 #include "optimizer_step.h"
-#include "pipeline.h"
-#include "schedule.h"
 #include "util.h"
+#include "zero.h"
+#include "zero_stage.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define PROGRAM "06_offload/train"
 
-/* ---- this chapter's flags ---- */
+/* ---- the flags: chapter 02's, chapter 03's (model_parallel.h), chapter 04's, 05's, and this one's ---- */
 typedef struct {
-    int offload;       /* --offload */
-    int zero;          /* --zero: 2 is the stage offloaded */
-    int dpu;           /* --dpu: delayed parameter update */
-    int dpu_warmup;    /* exact steps before the delayed update starts */
-    int dpu_reference; /* the delayed update without a thread, for the tests */
-    int pp, dp;        /* pipeline stages, data-parallel replicas (0: world / pp) */
-    char schedule[16]; /* --schedule: chapter 04's, those this trainer's pipeline can run */
-    int ranks;         /* the world size, for the checks */
-} OffloadFlags;
+    DataParallelFlags data;   /* --dp-mode, --allreduce, --bucket-mb, --check-replicas, ... */
+    ModelParallelFlags model; /* --mp, --split, --tp, --dp */
+    PipelineFlags pipe;       /* --schedule, --pp, --print-schedule */
+    int zero;                 /* --zero 0..3 */
+    int prefetch;             /* --prefetch K: stage 3 gathers K units ahead */
+    OffloadFlags offload;     /* --offload, --dpu, --dpu-warmup, --dpu-reference */
+} Flags;
 
 /* --help's section and one row per flag (config.h says how to add one) */
-static const Flag offload_flags[] = {
+static const Flag pipeline_flags[] = {
+    {.type = FLAG_ROWS, .offset = offsetof(Flags, data), .rows = data_parallel_flags},
+    {.type = FLAG_ROWS, .offset = offsetof(Flags, model), .rows = model_parallel_flags},
     {.type = FLAG_SECTION,
-     .help = "ZeRO-Offload (run with mpirun -np P*D; the optimizer runs on the host, sharded over the D "
-             "replicas)"},
-    {"--offload", FLAG_SWITCH, FIELD(OffloadFlags, offload), .usage = "--offload",
-     .help = "16-bit (or fp32) weights on the device; fp32 master weights, Adam's\n"
-             "moments and gradients in pinned host memory, AdamW on the CPU (required)"},
-    {"--zero", FLAG_INT, FIELD(OffloadFlags, zero), 0, 3, .def = "2", .usage = "--zero 2",
-     .help = "the ZeRO stage whose partitioning is offloaded: gradients\n"
-             "reduce-scattered over the data-parallel ranks, each rank's host updating\n"
-             "its shard (only 2 is supported; default {default})"},
-    {"--dpu", FLAG_SWITCH, FIELD(OffloadFlags, dpu), .usage = "--dpu",
-     .help = "delayed parameter update: the host update of step t runs during the\n"
-             "forward and backward of step t+1, which use weights one step stale;\n"
-             "a checkpoint (--save) waits for the update in flight, so that it\n"
-             "holds every update through its step and the step after it computes\n"
-             "with fresh weights, as a run resumed from it does"},
-    {"--dpu-warmup", FLAG_INT, FIELD(OffloadFlags, dpu_warmup), 0, 1000000, .def = "1",
-     .usage = "--dpu-warmup N",
-     .help = "exact steps before the delayed update starts, 0..1000000 (default {default}:\n"
-             "the course's runs are tens of steps; the paper, on runs of many\n"
-             "thousands, delayed after 40; needs --dpu)"},
-    {"--dpu-reference", FLAG_SWITCH, FIELD(OffloadFlags, dpu_reference), .usage = "--dpu-reference",
-     .help = "--dpu computed without a thread, one step late in sequence (for tests)"},
-    {"--schedule", FLAG_CHOICE, FIELD(OffloadFlags, schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
-     .noun = "schedule", .def = "1f1b", .usage = "--schedule gpipe|1f1b",
-     .help = "chapter 04's pipeline schedule (default {default}; interleaved and zb-h1 are refused)"},
-    {"--pp", FLAG_INT, FIELD(OffloadFlags, pp), 1, 256, .def = "1", .usage = "--pp P",
-     .help = "pipeline stages (chapter 04's pipeline), 1..layers (default {default})"},
-    {"--dp", FLAG_INT, FIELD(OffloadFlags, dp), 1, 4096, .usage = "--dp D",
-     .help = "data-parallel replicas (default: world size / pp)"},
+     .help = "pipeline parallel (run with mpirun -np P*T*D; --micro M cuts each replica's batch into M "
+             "micro-batches)"},
+    {"--schedule", FLAG_CHOICE, FIELD(Flags, pipe.schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
+     .noun = "schedule", .def = "1f1b", .usage = "--schedule gpipe|1f1b|interleaved|zb-h1",
+     .help = "all forwards then all backwards, one-forward-one-backward (default {default}), or zero "
+             "bubble (backward split into B and W), or interleaved (--virtual V chunks per stage)"},
+    {"--virtual", FLAG_INT, FIELD(Flags, pipe.virtual_chunks), 1, 16, .def = "1", .usage = "--virtual V",
+     .help = "chunks of layers per stage, for --schedule interleaved (default {default})"},
+    {"--pp", FLAG_INT, FIELD(Flags, pipe.pp), 1, 256, .usage = "--pp P",
+     .help = "pipeline stages, 1..layers (default: 1, or world size / (tp x dp) with --dp); with --pp,\n"
+             "--dp defaults to world size / (pp x tp)"},
+    {"--print-schedule", FLAG_SWITCH, FIELD(Flags, pipe.print_schedule), .usage = "--print-schedule",
+     .help = "print every stage's list of actions and exit (with --zero 3: the gather/free\n"
+             "schedule of one micro-batch, then train)"},
+    {.type = FLAG_SECTION,
+     .help = "ZeRO (the model state sharded over the dp replicas; one stage, tp 1: dp = the world)"},
+    {"--zero", FLAG_INT, FIELD(Flags, zero), 0, 3, .def = "1", .usage = "--zero 0|1|2|3",
+     .help = "0: every rank holds everything, gradients all-reduced (chapter 02's\n"
+             "flat mode); 1: optimizer state sharded; 2: gradients too; 3: parameters\n"
+             "too (default {default}). Any number of ranks: every unit is padded to a\n"
+             "multiple of N (zeros nobody updates), so N may exceed a unit's size"},
+    {"--prefetch", FLAG_INT, FIELD(Flags, prefetch), 0, 64, .def = "1", .usage = "--prefetch K",
+     .help = "stage 3: gather the next K units (on a communication thread) while\n"
+             "the current one computes, 0..64 (default {default}; needs --zero 3)"},
+    {.type = FLAG_ROWS, .offset = offsetof(Flags, offload), .rows = offload_flags}, /* offload_stage.h */
     {0},
 };
 
-/* --dp left to its default is the world size / --pp: the record holds that
- * number, so that layouts written two ways agree. */
-static void effective_offload_flags(const Config *cfg, void *values) {
-    (void)cfg;
-    OffloadFlags *f = values;
-    if (!f->dp) f->dp = f->ranks / f->pp;
+/* The layout is pp x tp x dp. --mp tensor is chapter 03's tensor group: one
+ * stage, tp = world / dp. Else tp is --tp (default 1); with --pp given, dp
+ * is the rest of the world unless --dp says it, and without it pp is. The
+ * record holds the numbers, so that layouts written two ways agree. */
+static void effective_pipeline_flags(const Config *cfg, void *values) {
+    Flags *f = values;
+    ModelParallelFlags *m = &f->model;
+    if (f->offload.offload && !flag_given(cfg, "--zero")) f->zero = 2; /* the partitioning offloaded */
+    if (strcmp(m->mp, "tensor") == 0) {
+        model_parallel_effective_flags(m);
+        if (!f->pipe.pp) f->pipe.pp = 1;
+        return;
+    }
+    if (!m->tp) m->tp = 1;
+    if (!f->pipe.pp && !flag_given(cfg, "--dp")) f->pipe.pp = 1; /* ZeRO's dp is the rest of the world */
+    if (f->pipe.pp && !flag_given(cfg, "--dp") && m->ranks >= f->pipe.pp * m->tp)
+        m->dp = m->ranks / (f->pipe.pp * m->tp);
+    if (!f->pipe.pp) f->pipe.pp = m->ranks / (m->dp * m->tp);
 }
 
-static void check_offload_layout(const Config *cfg, const void *values) {
-    const OffloadFlags *f = values;
-    if (f->dpu && !f->offload)
+/* The layout: world = stages x tp x replicas, every stage a block, tp
+ * slicing whole heads, every replica's share of the batch cut into whole
+ * micro-batches; and the data-parallel modes that fit it. */
+static void check_pipeline_layout(const Config *cfg, const void *values) {
+    const Flags *f = values;
+    int P = f->pipe.pp, T = f->model.tp, D = f->model.dp, M = cfg->micro;
+    offload_check_flags(cfg, &f->offload, f->zero, T, f->pipe.schedule, PROGRAM); /* first: why, if at all */
+    const char *replica_flags[] = {"--dp-mode",       "--allreduce", "--bucket-mb", "--check-replicas",
+                                   "--print-buckets", "--virtual",   NULL}; /* 04's whole replicas, chunks */
+    for (const char **name = replica_flags; *name && (f->zero > 0 || (P == 1 && T == 1)); name++)
+        if (flag_given(cfg, *name))
+            fatal(EXIT_USAGE,
+                  "%s is chapter 04's, for whole replicas; ZeRO keeps them here (valid: --zero 0 "
+                  "with --pp > 1 or --tp > 1)",
+                  *name);
+    if (flag_given(cfg, "--prefetch") && f->zero != 3)
+        fatal(EXIT_USAGE, "--prefetch needs --zero 3 (only stage 3 gathers parameters)");
+    if (f->pipe.print_schedule && P == 1 && T == 1 && f->zero != 3)
+        fatal(EXIT_USAGE, "--print-schedule needs --zero 3 (only stage 3 has a gather/free schedule)");
+    if (f->zero == 3 && P > 1)
         fatal(EXIT_USAGE,
-              "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");
-    if (f->dpu_reference && !f->dpu) fatal(EXIT_USAGE, "--dpu-reference needs --dpu");
-    if (flag_given(cfg, "--dpu-warmup") && !f->dpu) fatal(EXIT_USAGE, "--dpu-warmup needs --dpu");
-    if (!f->offload)
+              "--zero 3 with --pp %d is refused: every stage would re-gather its parameters for every "
+              "micro-batch's forward and backward (DeepSpeed refuses it too; valid: --zero 0-2)",
+              P);
+    if (f->zero > 0 && T > 1)
         fatal(EXIT_USAGE,
-              "%s trains with --offload (valid: --offload; without it use 05_zero/train --zero 2)", PROGRAM);
-    if (f->zero == 3)
-        fatal(EXIT_USAGE, "--zero 3 with --offload is unsupported: chapter 06 offloads stage 2's optimizer "
-                          "and gradients, not the parameters (valid: --zero 2)");
-    if (f->zero != 2)
+              "--zero %d with --tp %d is not written yet: zero.c shards whole units, not "
+              "tensor-parallel slices (valid: --zero 0, or --tp 1)",
+              f->zero, T);
+    if (f->zero > 0 && P > 1 && !f->offload.offload &&
+        (cfg->precision != PRECISION_FP32 || flag_given(cfg, "--save") || flag_given(cfg, "--resume") ||
+         (f->zero == 2 && strcmp(f->pipe.schedule, "zb-h1") == 0))) /* zb-h1's W runs without hooks */
         fatal(EXIT_USAGE,
-              "--zero %d with --offload is unsupported: chapter 06 offloads the stage-2 partitioning "
-              "only (valid: --zero 2)",
-              f->zero);
-    int dp = f->dp, L = cfg->model.layers;
-    if (dp < 1 || f->pp * dp != f->ranks)
-        fatal(EXIT_USAGE, "%d ranks cannot hold --pp %d stages x --dp %d replicas (valid: mpirun -np %d)",
-              f->ranks, f->pp, dp, f->pp * (dp < 1 ? 1 : dp));
-    if (f->pp > L)
-        fatal(EXIT_USAGE, "--pp %d stages for a model of %d layers (valid: 1..%d, every stage needs a block)",
-              f->pp, L, L);
-    if (cfg->batch % (dp * cfg->micro) != 0)
-        fatal(EXIT_USAGE, "--batch %d does not split into %d replicas x --micro %d (valid: a multiple of %d)",
-              cfg->batch, dp, cfg->micro, dp * cfg->micro);
-    /* the schedules whose stage is one range of units with a whole backward per micro-batch */
-    if (strcmp(f->schedule, "interleaved") == 0)
-        fatal(EXIT_USAGE,
-              "--schedule interleaved is refused by %s: the offloaded state is one range of "
-              "units per stage, and interleaved's chunks are not one range (valid: gpipe, 1f1b)",
-              PROGRAM);
-    if (strcmp(f->schedule, "zb-h1") == 0)
-        fatal(EXIT_USAGE,
-              "--schedule zb-h1 is refused by %s: its backward split into B and W does not run "
-              "under 06's per-unit weight hooks yet (a unit's weights would have to stay "
-              "converted until its W) (valid: gpipe, 1f1b)",
-              PROGRAM);
+              "--zero %d with --pp %d runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, "
+              "yet (valid: --zero 0, or --pp 1)",
+              f->zero, P);
+    pipeline_check_world(cfg, &f->pipe, &f->model);
+    if (P == 1 && T == 1 && !f->offload.offload &&
+        (cfg->batch < D * M || cfg->batch % (D * M))) /* ZeRO's step over the world */
+        fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
+              cfg->batch, D, M, D * M);
+    pipeline_check_batch(cfg, &f->pipe, &f->model, &f->data);
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
- * flags; two steps.csv columns of its own, the bytes copied to and from the
- * host, then bytes_sent; every rank starts each step together, the
- * timeline's one time origin. */
+ * flags, steps.csv's columns: the bytes copied to and from the host (0
+ * without --offload), bytes_sent and comm_busy_ms, and that every rank
+ * starts each step together, the timeline's one time origin. */
 static const RunColumn offload_columns[] = {{"d2h_bytes", "%.0f"}, {"h2d_bytes", "%.0f"}, {0}};
 static const RunSpec spec = {
     .program = PROGRAM,
-    .summary = "Train a GPT with ZeRO-Offload: the optimizer on the host, pipeline and data parallel.",
-    .flags = {.flags = offload_flags,
-              .effective = effective_offload_flags,
-              .check = check_offload_layout,
+    .summary = "Train a GPT with ZeRO-Offload: the optimizer on the host, in chapter 05's pp x tp x dp "
+               "trainer with ZeRO.",
+    .flags = {.flags = pipeline_flags,
+              .effective = effective_pipeline_flags,
+              .check = check_pipeline_layout,
               .multi_rank = 1},
     .columns = offload_columns,
     .bytes_sent = 1,
+    .comm_busy = 1,
     .barrier_each_step = 1};
 
-/* The delayed update's state between steps: the update waiting for its turn
- * (--dpu-reference), which gradient shard holds its gradients. */
-typedef struct {
-    int waiting;
-    int grads;
-    OffloadUpdate update;
-} DelayedUpdate;
+/* One stage, tp 1: ZeRO stage 0-3 over all the ranks, dp = the world (zero.h).
+ * Each micro-batch runs forward and backward through the whole model, the
+ * hooks gathering (stage 3) and reduce-scattering (stages 2-3) unit by unit. */
+static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *grid) {
+    int ranks = run->ranks, stage = f->zero;
+    run_prepare(run);
+    GPT model;
+    Zero zero;
+    zero_create_precision(&zero, &model, &cfg->model, cfg->seed, stage, f->prefetch, grid->dp_group,
+                          cfg->precision);
+    const UnitHooks *hooks = zero_hooks(&zero);
+    int per_rank = cfg->batch / ranks; /* this rank's share of the global batch */
+    int B = per_rank / cfg->micro, T = cfg->model.seq, L = cfg->model.layers;
+    Activations acts;
+    activations_create_model(&acts, &cfg->model, B, T, cfg->recompute);
+    Scratch scratch;
+    scratch_create(&scratch, &cfg->model, B, T, cfg->recompute);
+    float *whole = zero_alloc_whole(&zero);
+    /* each rank writes and reads its own shards of the whole model's arrays */
+    ckpt_layout_init(&run->ckpt, "%s: %d ranks, zero %d", PROGRAM, ranks, stage);
+    zero_checkpoint_layout(&zero, &run->ckpt);
+    if (run_resume(run, &zero.opt.t)) zero_weights_from_master(&zero); /* 16 bits: from the fp32 weights */
+
+    char prefetch[32] = ""; /* stage 3 only: the other stages gather nothing */
+    if (stage == 3) snprintf(prefetch, sizeof prefetch, " | prefetch %d", f->prefetch);
+    log_info("%s | %d ranks | device %s | comm %s | zero %d%s | %zu parameters, %zu per shard | "
+             "batch %d = %d ranks x %d micro-batches x %d sequences | %s\n",
+             PROGRAM, ranks, device_name(), comm_transport_name(), stage, prefetch, model.num_params,
+             zero.shard_n, cfg->batch, ranks, cfg->micro, B, precision_name(cfg->precision));
+    log_resumed(cfg, run->first_step);
+    if (f->pipe.print_schedule) zero_print_schedule(zero.actions, zero.num_actions);
+
+    for (int step = run->first_step; step < run->last_step; step++) {
+        RunStep s = run_step_begin(run, step);
+        Timer timer = {0};
+        zero_start_clock(&zero, step);
+        zero_begin_step(&zero);
+        double loss_sum = 0.0;
+        for (int mb = 0; mb < cfg->micro; mb++) {
+            int first_sequence =
+                run->rank * per_rank + mb * B; /* where this piece sits in the global batch */
+            data_upload_batch(&run->data, SPLIT_TRAIN, cfg->seed, step, first_sequence, B, T, acts.tokens,
+                              acts.targets);
+            zero_begin_micro(&zero, mb);
+            timer_start(&timer);
+            gpt_forward_range(&model, &acts, &scratch, LAYER_EMBEDDING, L, 1, hooks, B, T);
+            loss_sum += gpt_loss_sum(&acts, B, T);
+            s.rec.fwd_ms += timer_stop_ms(&timer);
+            timer_start(&timer);
+            gpt_backward_range(&model, &acts, &scratch, LAYER_EMBEDDING, L, run->dloss * s.loss_scale, NULL,
+                               NULL, hooks, B, T);
+            s.rec.bwd_ms += timer_stop_ms(&timer);
+        }
+        /* sum the gradients (stages 2-3 did most of it during backward); update this rank's slices */
+        zero_sync_grads(&zero);
+        s.rec.loss = comm_allreduce_double(grid->dp_group, loss_sum, 0) / run->tokens_per_step;
+        check_loss_finite(s.rec.loss, step + 1);
+        timer_start(&timer);
+        OptimHyper hyper = optim_hyper(cfg, step);
+        s.rec.lr = hyper.lr;
+        s.skipped = zero_step_update(&zero, &run->scaler, &hyper, step + 1, &s.rec.grad_norm);
+        s.rec.opt_ms = timer_stop_ms(&timer);
+        s.rec.comm_ms = zero.comm_ms;       /* waiting on communication, wherever in the step */
+        s.comm_busy_ms = zero.comm_busy_ms; /* the collectives running, hidden or not */
+        if (run_step_done(run, &s))
+            s.rec.val_loss =
+                zero_evaluate_and_sample(&zero, whole, &acts, &scratch, &run->data, cfg, 0, &run->rng);
+        run_step_log(run, &s);
+    }
+    if (cfg->sample > 0)
+        zero_evaluate_and_sample(&zero, whole, &acts, &scratch, &run->data, cfg, cfg->sample, &run->rng);
+
+    timeline_write(&zero.timeline, run->world, cfg->out);
+    int ran = run->last_step - run->first_step;
+    double bytes_per_step = ran ? run->bytes_sent / ran : 0.0; /* this rank's; the ranks send alike */
+    char extra_values[64];
+    snprintf(extra_values, sizeof extra_values, ",%d,%.0f,%s", f->prefetch, bytes_per_step,
+             precision_name(cfg->precision));
+    run_layout(run, ranks, 1, 1, stage);
+    run_finish(run, model.num_params, ",prefetch,bytes_sent_per_step,precision", extra_values,
+               "%.2f MiB sent per rank per step | CSVs, timeline.csv and trace.json in %s",
+               bytes_per_step / BYTES_PER_MIB, cfg->out);
+    mem_free(whole);
+    scratch_destroy(&scratch);
+    activations_destroy(&acts, &cfg->model);
+    zero_destroy(&zero);
+    gpt_destroy(&model);
+    grid_destroy(grid);
+    run_end(run);
+    return 0;
+}
 
 /* Step `step`'s update (0-based; skipped: fp16 overflowed). Exact AdamW
  * without --dpu and during its warm-up; after it, the update of step t runs
@@ -186,112 +333,141 @@ static void update_weights(Offload *off, const OffloadFlags *of, DelayedUpdate *
     }
 }
 
-/* Before a checkpoint (--dpu): the update still pending is done now, so that
- * the checkpoint holds every step's update through its own, and the step
- * after it computes with fresh weights, as a run resumed from it does. */
-static void finish_delayed_update(Offload *off, DelayedUpdate *delayed) {
-    offload_update_wait(off);
-    if (delayed->waiting) offload_update_shard(off, delayed->grads, &delayed->update);
-    delayed->waiting = 0;
+/* The offloaded update of step `step` (0-based): the decision from the host
+ * shards (offload_stage.h), then update_weights. Returns 1 when skipped. */
+static int offload_step(Offload *off, Run *run, const OffloadFlags *of, DelayedUpdate *delayed,
+                        const OptimHyper *hyper, int step, double *grad_norm) {
+    OffloadUpdate update;
+    int skipped = offload_decide(off, run, hyper, step + 1, grad_norm, &update);
+    update_weights(off, of, delayed, step, step + 1 == run->last_step, &update, skipped);
+    return skipped;
 }
 
 int main(int argc, char **argv) {
     Config cfg;
-    OffloadFlags of = {0};
+    Flags flags = {0};
+    DataParallelFlags *dp = &flags.data;
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
-    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &of, &of.ranks);
-    int P = of.pp, D = of.dp, M = cfg.micro;
+    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.model.ranks);
+    int rank = run.rank;
+    int P = flags.pipe.pp, V = flags.pipe.virtual_chunks, M = cfg.micro, offload = flags.offload.offload;
+    ProcessGrid grid; /* --dp replicas of P stages of --tp ranks (grid.h: tp fastest, then pp, then dp) */
+    grid_create(&grid, run.world, (GridShape){.dp = flags.model.dp, .pp = P, .cp = 1, .tp = flags.model.tp});
+    if (P == 1 && grid.tp == 1 && !offload) return train_sharded(&run, &cfg, &flags, &grid); /* 05's */
+    CommGroup *model_group = comm_split(run.world, grid.d, rank); /* one replica: its stages and slices */
+    TensorGroup tensor = {.group = grid.tp_group, .rank = grid.t, .size = grid.tp};
 
-    /* ---- the grid: D replicas of a pipeline of P stages; the split; the schedule ---- */
-    ProcessGrid grid;
-    grid_create(&grid, run.world, (GridShape){.dp = D, .pp = P, .cp = 1, .tp = 1});
-    int blocks[MAX_LAYERS]; /* blocks per stage, balanced by parameters (layer_split.h) */
+    /* ---- the split and the schedule ---- */
+    int blocks[MAX_LAYERS]; /* blocks per piece (V > 1: P x V pieces): --split, or balanced (layer_split.h) */
     StageLayout layout = {
-        .pp = grid.pp_group, .stage = grid.p, .stages = P, .cfg = &cfg, .caller_storage = 1};
-    layer_split_stage(&cfg.model, "", P, grid.p, blocks, &layout.first_block, &layout.last_block,
-                      &layout.first_unit, &layout.last_unit);
+        .pp = grid.pp_group, .stage = grid.p, .stages = P, .cfg = &cfg, .caller_storage = flags.zero > 0};
+    layer_split_stage(&cfg.model, flags.model.split, P * V, grid.p, blocks, &layout.first_block,
+                      &layout.last_block, &layout.first_unit, &layout.last_unit);
+    if (V > 1) pipeline_layout_chunks(&layout, blocks, V, cfg.model.layers); /* chunk c: piece c P + stage */
+    if (flags.pipe.print_schedule) {
+        if (rank == 0) schedule_print_all(flags.pipe.schedule, P, V, M);
+        comm_group_free(model_group);
+        grid_destroy(&grid);
+        comm_finalize();
+        return 0;
+    }
     StageSchedule schedule;
-    schedule_build(of.schedule, P, M, grid.p, &schedule);
+    schedule_build_chunks(flags.pipe.schedule, P, V, M, grid.p, &schedule);
 
-    /* ---- build: device, data, output files (the harness); this stage's model, its offloaded state ---- */
+    /* ---- build: device, data, output files (the harness); this stage's part of the model, optimizer ---- */
     run_prepare(&run);
-    int per_replica = cfg.batch / D;
+    OutFile *busy_csv = busy_csv_open(&run);
+    int per_rank = cfg.batch / grid.dp; /* this replica's share of the global batch */
     layout.data = &run.data;
-    layout.B = per_replica / M;
+    layout.B = per_rank / M; /* sequences per micro-batch */
     layout.T = cfg.model.seq;
-    Pipeline p; /* this stage: units without storage, activation slots, the schedule (pipeline.h) */
+    layout.tensor = grid.tp > 1 ? &tensor : NULL; /* tensor parallelism inside the stage */
+    Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
     pipeline_create(&p, &layout, &schedule, cfg.seed);
-    Offload off; /* the stage's 16-bit weights on the device, its shard of the rest on the host */
-    offload_create(&off, &p.model, layout.first_unit, layout.last_unit, grid.dp_group, &cfg, of.dpu);
-    /* each rank's host shard of its stage's units (offload.h) */
-    ckpt_layout_init(&run.ckpt, "%s: pp %d x dp %d, offload%s", PROGRAM, P, D, of.dpu ? ", dpu" : "");
-    offload_checkpoint_layout(&off, &run.ckpt);
-    if (run_resume(&run, &off.t)) offload_weights_from_master(&off); /* the device's weights from the fp32 */
-    offload_attach_timeline(&off, &p.times.timeline, &p.times.origin_ms);
-    DelayedUpdate delayed = {0};
-
-    log_info(
-        "%s | %d ranks = %d stages x %d replicas | device %s | comm %s | %s | %zu parameters, %zu in this "
-        "rank's host shard | batch %d = %d replicas x %d micro-batches x %d sequences%s\n",
-        PROGRAM, run.ranks, P, D, device_name(), comm_transport_name(), precision_name(cfg.precision),
-        p.model.num_params, off.shard_n, cfg.batch, D, M, layout.B,
-        of.dpu ? (of.dpu_reference ? " | delayed update (reference)" : " | delayed update") : "");
+    size_t whole_params = layout.tensor ? p.tpm.global_params : p.model.num_params; /* the whole model's */
+    /* the stage's replicas: 04's all-reduce and AdamW, or ZeRO 1-2 (zero_stage.h); or with --offload
+     * (offload.h) its 16-bit weights on the device and this rank's shard of the rest on the host */
+    ZeroStage replicas = {0};
+    Offload off = {0};
+    DelayedUpdate delayed = {0}; /* --dpu */
+    double bubble_theory = 0.0, pcie_bytes = 0.0;
+    if (offload) {
+        offload_stage_create(&off, &p, &grid, &run, PROGRAM, &flags.offload); /* --resume, the header */
+    } else {
+        zero_stage_create(&replicas, &p, flags.zero, dp, &grid, model_group, run.world);
+        zero_stage_resume(&replicas, &run, PROGRAM, &grid, flags.pipe.schedule); /* and rank 0's weights */
+        bubble_theory = pipeline_log_layout(&p, PROGRAM, &grid, dp->dp_mode, dp->allreduce, whole_params,
+                                            flags.pipe.schedule, blocks); /* and the formula's bubble */
+    }
     log_resumed(&cfg, run.first_step);
 
-    double pcie_bytes = 0.0;
+    double *bubbles = xcalloc(run.last_step, sizeof(double));
     for (int step = run.first_step; step < run.last_step; step++) {
         RunStep s = run_step_begin(&run, step); /* all ranks together: one time origin for the timeline */
-        Timer timer = {0};
 
-        /* ---- forward and backward; each unit's gradient leaves for the host as it is done ---- */
-        offload_begin_step(&off, step + 1);
-        pipeline_run_step(&p, step, grid.d * per_replica, run.dloss * s.loss_scale);
-        offload_finish_grads(&off);
+        /* ---- the schedule: every micro-batch's forward and backward, and the messages ---- */
+        if (offload)
+            offload_begin_step(&off, step + 1); /* each unit's gradient leaves for the host as it is done */
+        else
+            zero_stage_begin_step(&replicas, step);
+        pipeline_run_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
+        if (!offload) bubbles[step] = pipeline_measure_bubble(&p.times, &grid, run.world); /* run.csv's */
+
+        /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
+        double comm_ms = p.times.comm_ms;
+        if (offload)
+            offload_finish_grads(&off); /* the copies in flight, added into the host's fp32 shard */
+        else
+            comm_ms += zero_stage_sum_gradients(&replicas, &s.comm_busy_ms);
         s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
 
-        /* ---- update on the host: the norm from every rank's shard, then AdamW ---- */
+        /* ---- update: each rank its own parameters (or slices), clipped by the WHOLE model's norm
+         * (fp16: unless the gradients overflowed on any rank) ---- */
+        Timer timer = {0};
         timer_start(&timer);
-        offload_fault_overflow(&off, step + 1);
-        GradShards held = offload_grad_shards(&off, run.world);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
-        StepDecision decision = optimizer_decide(&held, &run.scaler, hyper.clip, step + 1);
-        s.rec.grad_norm = decision.grad_norm;
         s.rec.lr = hyper.lr;
-        s.skipped = decision.skipped;
-        OffloadUpdate update = {hyper.lr, decision.grad_scale}; /* the host AdamW: offload.c */
-        update_weights(&off, &of, &delayed, step, step + 1 == run.last_step, &update, decision.skipped);
-        s.rec.opt_ms = timer_stop_ms(&timer);
+        mixed_fault_overflow(&p.mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
+        if (offload) /* the norm from the ranks' host shards; AdamW on the host (--dpu: next step) */
+            s.skipped = offload_step(&off, &run, &flags.offload, &delayed, &hyper, step, &s.rec.grad_norm);
+        else
+            s.skipped = zero_stage_update(&replicas, &run.scaler, &hyper, step + 1, &s.rec.grad_norm,
+                                          &comm_ms, &s.comm_busy_ms);
         pcie_bytes += off.bytes_d2h + off.bytes_h2d;
+        s.rec.opt_ms = timer_stop_ms(&timer);
+        s.rec.comm_ms = comm_ms;
 
-        /* ---- log: the slowest rank's times, the bytes over PCIe ---- */
+        /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
         s.rec.fwd_ms = p.times.fwd_ms;
         s.rec.bwd_ms = p.times.bwd_ms;
-        s.rec.comm_ms = p.times.comm_ms;
-        s.columns[0] = off.bytes_d2h;
+        s.columns[0] = off.bytes_d2h; /* the bytes over PCIe */
         s.columns[1] = off.bytes_h2d;
-        if (run_step_done(&run, &s)) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_replica);
-        if (of.dpu && run_save_due(&run, &s)) finish_delayed_update(&off, &delayed); /* saved with it */
+        int evaluate = run_step_done(&run, &s);
+        log_busy(busy_csv, run.world, &s, comm_ms); /* busy.csv */
+        zero_stage_check_replicas(&replicas, dp->check_replicas, step + 1);
+        if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
+        if (flags.offload.dpu && run_save_due(&run, &s))
+            offload_finish_delayed(&off, &delayed); /* saved with it */
         run_step_log(&run, &s);
     }
+    if (rank == 0) out_close(busy_csv);
+    if (cfg.sample > 0) pipeline_sample(&p, cfg.sample, &run.rng);
 
-    /* ---- timeline, run summary and memory ---- */
-    timeline_write(&p.times.timeline, run.world, cfg.out);
-    double peak_host = comm_allreduce_double(run.world, (double)mem_peak_total(SPACE_HOST), 1);
-    int ran = run.last_step - run.first_step;
-    char extra_values[256];
-    snprintf(extra_values, sizeof extra_values, ",%s,1,%d,%d,%.0f,%.0f,%.0f", precision_name(cfg.precision),
-             of.dpu, of.dpu ? of.dpu_warmup : 0, peak_host, pcie_bytes / ran, run.bytes_sent / ran);
-    run_layout(&run, D, 1, P, of.zero);
-    run_finish(&run, p.model.num_params,
-               ",precision,offload,dpu,dpu_warmup,peak_host_bytes,pcie_bytes_per_step,bytes_sent_per_step",
-               extra_values,
-               "peak host memory %.1f MiB | %.2f MiB over PCIe per rank per step | CSVs, timeline.csv and "
-               "trace.json in %s",
-               peak_host / BYTES_PER_MIB, pcie_bytes / ran / BYTES_PER_MIB, cfg.out);
+    /* ---- timeline, run summary and memory: every rank's peaks, gathered on rank 0 ---- */
+    if (offload)
+        offload_finish(&p, &run, &grid, flags.offload.dpu ? flags.offload.dpu_warmup : -1, pcie_bytes);
+    else
+        pipeline_finish(&p, &run, &grid, whole_params, flags.pipe.schedule, bubbles, bubble_theory,
+                        flags.zero);
 
-    offload_destroy(&off);
+    free(bubbles);
+    if (offload)
+        offload_destroy(&off);
+    else
+        zero_stage_destroy(&replicas);
     pipeline_destroy(&p);
+    comm_group_free(model_group);
     grid_destroy(&grid);
     run_end(&run);
     return 0;

@@ -130,7 +130,11 @@ assert_disagreement() {
     disagree 06_offload/train 4 "--pp 2" "--pp 2 --dp 2" --offload --steps 1 --batch 4
     assert_success
     assert_output --partial "06_offload/train | 4 ranks = 2 stages x 2 replicas"
+    # --pp 1 leaves every rank to dp (05's layout rule): the record's first difference is --dp
     disagree 06_offload/train 4 "--pp 2" "--pp 1" --offload --steps 1 --batch 4
+    assert_equal "$status" 2
+    [[ "$stderr" == *"error: the ranks disagree on --dp: '2' on rank 0, '4' on ranks 1-3"* ]]
+    disagree 06_offload/train 4 "--pp 2 --dp 2" "--pp 1 --dp 2" --offload --steps 1 --batch 4
     assert_equal "$status" 2
     [[ "$stderr" == *"error: the ranks disagree on --pp: '2' on rank 0, '1' on ranks 1-3"* ]]
 }

@@ -5,12 +5,16 @@
 # gives chapter 01's losses (fp32 within 1e-4, bf16 within 1e-2 of 01's bf16
 # run), and its checkpoints resume in 01's layout and back. 05 is 04 plus
 # ZeRO over the data-parallel axis: stages 1-2 inside each pipeline stage
-# give 01's losses too, and what is not written (or unsound) is refused.
+# give 01's losses too, and what is not written (or unsound) is refused. 06
+# is 05 plus ZeRO-Offload: without --offload it is 05 (every layout), and
+# --offload runs 05's pipeline layouts (uneven --split, any stage count)
+# with the optimizer on the host, equal to 01 too.
 
 load helpers
 
 TRAIN04="$REPO/04_pipeline/train"
 TRAIN05="$REPO/05_zero/train"
+TRAIN06="$REPO/06_offload/train"
 # Tiny model with 4 layers, 4 steps, a global batch of 8 (2 replicas x 2
 # micro-batches x 2 sequences); a private copy of the corpus.
 FLAGS="--device cpu --layers 4 --steps 4 --batch 8 --sample 0 --quiet --data $BATS_FILE_TMPDIR/corpus.txt"
@@ -36,6 +40,13 @@ run05() {
     local np="$1" out="$2"
     shift 2
     mpirun_np "$np" "$TRAIN05" $FLAGS --out "$out" "$@" >"$out.log"
+}
+
+# run06 NP OUT FLAGS...: chapter 06 on NP ranks.
+run06() {
+    local np="$1" out="$2"
+    shift 2
+    mpirun_np "$np" "$TRAIN06" $FLAGS --out "$out" "$@" >"$out.log"
 }
 
 @test "04 --pp 2 --tp 2 on 4 ranks matches single-device losses, 1F1B and GPipe" {
@@ -181,4 +192,22 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     [[ "$stderr" == *"--zero 2 with --pp 2 runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, yet"* ]]
     refused05 --zero 1 --pp 2 --dp-mode naive
     [[ "$stderr" == *"--dp-mode is chapter 04's, for whole replicas"* ]]
+}
+
+@test "06 without --offload is chapter 05: ZeRO-1 over 2 stages, pp 2 x tp 2, and interleaved stages match single-device losses" {
+    run06 4 "$(scratch)/z1" --zero 1 --pp 2 --micro 2
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/z1" 4
+    run06 4 "$(scratch)/tp" --zero 0 --pp 2 --tp 2 --micro 2 --dp-mode naive
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/tp" 4
+    assert_equal "$(csv_column "$(scratch)/tp/run.csv" tp),$(csv_column "$(scratch)/tp/run.csv" zero)" "2,0"
+    run06 2 "$(scratch)/v2" --zero 0 --pp 2 --schedule interleaved --virtual 2 --micro 2
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/v2" 4
+}
+
+@test "06 --offload takes 05's pipeline layouts: uneven --split 3,1 on 2 stages and 3 stages on 3 ranks match single-device losses" {
+    run06 2 "$(scratch)/split" --offload --pp 2 --split 3,1 --micro 2
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/split" 4
+    assert_equal "$(csv_column "$(scratch)/split/run.csv" offload),$(csv_column "$(scratch)/split/run.csv" pp)" "1,2"
+    run06 3 "$(scratch)/pp3" --offload --pp 3 --schedule gpipe --micro 2
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/pp3" 4
 }

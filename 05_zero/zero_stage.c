@@ -1,0 +1,78 @@
+/* zero_stage.c: see zero_stage.h. */
+#include "zero_stage.h"
+
+#include "mixed.h"
+#include "optimizer_step.h"
+#include "tensor_parallel.h"
+
+#include <string.h>
+
+void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFlags *dp,
+                       const ProcessGrid *grid, CommGroup *model_group, CommGroup *world) {
+    *s = (ZeroStage){.zero = zero, .p = p, .model_group = model_group, .world = world};
+    const Config *cfg = p->layout.cfg;
+    if (zero) { /* the norm's sums over the world: every stage's slices */
+        zero_create_stage(&s->z, &p->model, &cfg->model, cfg->seed, zero, grid->dp_group, world);
+        p->hooks = zero_hooks(&s->z);
+    } else {
+        adamw_create(&s->opt, p->model.param_count); /* only the parameters this rank holds */
+        data_parallel_create(&s->replicas, dp, grid->dp_group, &p->model, &p->mixed, cfg->precision);
+    }
+}
+
+void zero_stage_destroy(ZeroStage *s) {
+    if (s->zero) {
+        zero_destroy(&s->z);
+    } else {
+        data_parallel_destroy(&s->replicas);
+        adamw_destroy(&s->opt);
+    }
+}
+
+void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const ProcessGrid *grid,
+                       const char *schedule) {
+    Pipeline *p = s->p;
+    ckpt_layout_init(&run->ckpt, "%s: pp %d x tp %d x dp %d, %s", program, grid->pp, grid->tp, grid->dp,
+                     schedule); /* replica d writes share d */
+    if (p->layout.tensor)
+        tp_checkpoint_layout(&p->tpm, &s->opt, grid->d, &run->ckpt); /* this stage's slices */
+    else if (!s->zero)
+        ckpt_layout_range(&run->ckpt, &p->model, &s->opt, grid->d, grid->dp); /* this stage's units */
+    if (run_resume(run, &s->opt.t) && p->layout.cfg->precision != PRECISION_FP32)
+        mixed_weights_from_master(&p->mixed); /* the checkpoint: fp32 */
+    if (!s->zero) data_parallel_broadcast_weights(&s->replicas, &p->mixed);
+}
+
+void zero_stage_begin_step(ZeroStage *s, int step) {
+    if (s->zero) {
+        zero_start_clock(&s->z, step);
+        zero_begin_step(&s->z);
+    } else {
+        data_parallel_begin_step(&s->replicas);
+    }
+}
+
+double zero_stage_sum_gradients(ZeroStage *s, double *busy_ms) {
+    if (!s->zero) return data_parallel_sum_gradients(&s->replicas, busy_ms);
+    zero_sync_grads(&s->z); /* stage 1: reduce-scatter; 2: the last units' reduce-scatters */
+    return 0.0;             /* its waits count in zero_stage_update, with the rest of its collectives */
+}
+
+int zero_stage_update(ZeroStage *s, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm,
+                      double *comm_ms, double *busy_ms) {
+    if (!s->zero) { /* every rank its own parameters, clipped by the WHOLE model's norm */
+        GradShards held = pipeline_grad_shards(s->p, s->model_group, s->world); /* units, or their slices */
+        return optimizer_step(&s->p->model, &s->p->mixed, &s->opt, ls, &held, h, step, grad_norm);
+    }
+    /* the norm from the slices; AdamW on this rank's; all-gather the stage's units */
+    int skipped = zero_step_update(&s->z, ls, h, step, grad_norm);
+    *comm_ms += s->z.comm_ms; /* its collectives, wherever in the step */
+    *busy_ms = s->z.comm_busy_ms;
+    return skipped;
+}
+
+void zero_stage_check_replicas(const ZeroStage *s, int every, int step) {
+    int half = s->p->layout.cfg->precision != PRECISION_FP32; /* the master weights are the weights */
+    if (!s->zero && every && step % every == 0)
+        data_parallel_check_replicas(&s->replicas, half ? s->p->mixed.master : s->p->model.params, step);
+}

@@ -1,0 +1,67 @@
+/* zero_stage.h: what the ranks of one pipeline stage do with their gradients
+ * in chapter 05's pp x tp x dp trainer, with or without ZeRO.
+ *
+ * Chapter 04's pipeline leaves each stage's gradients in the stage's model
+ * (pipeline.h: "what to do with them is the caller's"). The caller here is
+ * one of two things, chosen by --zero and fixed for the run:
+ *
+ *   --zero 0    chapter 04 itself: the replicas all-reduce the gradients of
+ *               what their rank holds (data_parallel.h: --dp-mode naive or
+ *               flat), every rank runs AdamW on all of it (optimizer_step.h)
+ *   --zero 1-2  zero.c over the stage's data-parallel group: the stage's
+ *               units sharded, stage 2's reduce-scatter in the backward hooks
+ *               of every micro-batch, the norm summed over the world's ranks,
+ *               AdamW on this rank's slices, the units all-gathered again
+ *
+ * The step reads the same either way (05's train.c):
+ *   zero_stage_begin_step -> pipeline_run_step -> zero_stage_sum_gradients
+ *   -> zero_stage_update
+ * and what differs sits here, so that the story of the step stays in main. */
+#ifndef ZERO_STAGE_H
+#define ZERO_STAGE_H
+
+#include "data_parallel.h"
+#include "grid.h"
+#include "harness.h"
+#include "optim.h"
+#include "pipeline.h"
+#include "zero.h"
+
+typedef struct {
+    int zero;               /* 0, 1 or 2 */
+    Pipeline *p;            /* the stage whose gradients these are */
+    CommGroup *model_group; /* one replica's ranks: its stages and slices (the norm counts a slice once) */
+    CommGroup *world;
+    AdamW opt;             /* --zero 0: the parameters this rank holds */
+    DataParallel replicas; /* --zero 0: the sum over the replicas of what this rank holds */
+    Zero z;                /* --zero 1-2: the stage's units sharded over its dp group */
+} ZeroStage;
+
+/* The optimizer of stage p (built with caller_storage when zero > 0) over
+ * grid's dp group: --zero 0 with chapter 02's replicas (dp's flags), 1-2 with
+ * zero.c, whose hooks it gives the pipeline. */
+void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFlags *dp,
+                       const ProcessGrid *grid, CommGroup *model_group, CommGroup *world);
+void zero_stage_destroy(ZeroStage *s);
+/* What this rank holds of a checkpoint (--zero 0: its stage's units or their
+ * slices, replica d writing share d), --resume read into it, and every
+ * replica's weights made rank 0's. */
+void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const ProcessGrid *grid,
+                       const char *schedule);
+
+/* Before the step's schedule (step 0-based). */
+void zero_stage_begin_step(ZeroStage *s, int step);
+/* After it: the gradients summed over the replicas (--zero 0: all-reduced;
+ * 1: reduce-scattered; 2: the last units' reduce-scatters). Returns the
+ * milliseconds this rank waited; *busy_ms: how long the all-reduces ran. */
+double zero_stage_sum_gradients(ZeroStage *s, double *busy_ms);
+/* The update of step `step` (1-based): the WHOLE model's gradient norm from
+ * what each rank holds, clipping, AdamW on this rank's part; returns 1 when
+ * fp16 overflowed on any rank (skipped everywhere). With ZeRO, *comm_ms and
+ * *busy_ms gain its collectives' times, wherever in the step they ran. */
+int zero_stage_update(ZeroStage *s, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm,
+                      double *comm_ms, double *busy_ms);
+/* --check-replicas N (--zero 0): every N steps the replicas compare their weights. */
+void zero_stage_check_replicas(const ZeroStage *s, int every, int step);
+
+#endif

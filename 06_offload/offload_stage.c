@@ -1,0 +1,125 @@
+/* offload_stage.c: see offload_stage.h. */
+#include "offload_stage.h"
+
+#include "comm.h"
+#include "optimizer_step.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const Flag offload_flags[] = {
+    {.type = FLAG_SECTION,
+     .help = "ZeRO-Offload (run with mpirun -np P*D; the optimizer runs on the host, sharded over the D "
+             "replicas)"},
+    {"--offload", FLAG_SWITCH, FIELD(OffloadFlags, offload), .usage = "--offload",
+     .help = "16-bit (or fp32) weights on the device; fp32 master weights, Adam's\n"
+             "moments and gradients in pinned host memory, AdamW on the CPU, over\n"
+             "stage 2's partitioning (--zero 2, the default with --offload; without\n"
+             "--offload this is chapter 05)"},
+    {"--dpu", FLAG_SWITCH, FIELD(OffloadFlags, dpu), .usage = "--dpu",
+     .help = "delayed parameter update: the host update of step t runs during the\n"
+             "forward and backward of step t+1, which use weights one step stale;\n"
+             "a checkpoint (--save) waits for the update in flight, so that it\n"
+             "holds every update through its step and the step after it computes\n"
+             "with fresh weights, as a run resumed from it does"},
+    {"--dpu-warmup", FLAG_INT, FIELD(OffloadFlags, dpu_warmup), 0, 1000000, .def = "1",
+     .usage = "--dpu-warmup N",
+     .help = "exact steps before the delayed update starts, 0..1000000 (default {default}:\n"
+             "the course's runs are tens of steps; the paper, on runs of many\n"
+             "thousands, delayed after 40; needs --dpu)"},
+    {"--dpu-reference", FLAG_SWITCH, FIELD(OffloadFlags, dpu_reference), .usage = "--dpu-reference",
+     .help = "--dpu computed without a thread, one step late in sequence (for tests)"},
+    {0},
+};
+
+/* --offload offloads stage 2's partitioning of whole units, one range of
+ * them per stage, each unit's gradient leaving for the host as its backward
+ * ends: what the layout cannot give is refused, saying why. */
+void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, int tp, const char *schedule,
+                         const char *program) {
+    if (f->dpu && !f->offload)
+        fatal(EXIT_USAGE,
+              "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");
+    if (f->dpu_reference && !f->dpu) fatal(EXIT_USAGE, "--dpu-reference needs --dpu");
+    if (flag_given(cfg, "--dpu-warmup") && !f->dpu) fatal(EXIT_USAGE, "--dpu-warmup needs --dpu");
+    if (!f->offload) return;
+    if (zero == 3)
+        fatal(EXIT_USAGE, "--zero 3 with --offload is unsupported: chapter 06 offloads stage 2's optimizer "
+                          "and gradients, not the parameters (valid: --zero 2)");
+    if (zero != 2)
+        fatal(EXIT_USAGE,
+              "--zero %d with --offload is unsupported: chapter 06 offloads the stage-2 partitioning "
+              "only (valid: --zero 2)",
+              zero);
+    if (tp > 1)
+        fatal(EXIT_USAGE,
+              "--offload with --tp %d is not written yet: offload.c shards whole units, not "
+              "tensor-parallel slices (valid: --tp 1)",
+              tp);
+    if (strcmp(schedule, "interleaved") == 0)
+        fatal(EXIT_USAGE,
+              "--schedule interleaved is refused by %s: the offloaded state is one range of "
+              "units per stage, and interleaved's chunks are not one range (valid: gpipe, 1f1b)",
+              program);
+    if (strcmp(schedule, "zb-h1") == 0)
+        fatal(EXIT_USAGE,
+              "--schedule zb-h1 is refused by %s: its backward split into B and W does not run "
+              "under 06's per-unit weight hooks yet (a unit's weights would have to stay "
+              "converted until its W) (valid: gpipe, 1f1b)",
+              program);
+}
+
+void offload_finish_delayed(Offload *o, DelayedUpdate *delayed) {
+    offload_update_wait(o);
+    if (delayed->waiting) offload_update_shard(o, delayed->grads, &delayed->update);
+    delayed->waiting = 0;
+}
+
+void offload_stage_create(Offload *o, Pipeline *p, const ProcessGrid *grid, Run *run, const char *program,
+                          const OffloadFlags *f) {
+    const StageLayout *l = &p->layout;
+    const Config *cfg = l->cfg;
+    int dpu = f->dpu;
+    offload_create(o, &p->model, l->first_unit, l->last_unit, grid->dp_group, cfg, dpu);
+    offload_attach_timeline(o, &p->times.timeline, &p->times.origin_ms);
+    /* each rank's host shard of its stage's units (offload.h) */
+    ckpt_layout_init(&run->ckpt, "%s: pp %d x dp %d, offload%s", program, grid->pp, grid->dp,
+                     dpu ? ", dpu" : "");
+    offload_checkpoint_layout(o, &run->ckpt);
+    if (run_resume(run, &o->t)) offload_weights_from_master(o); /* the device's weights from the fp32 */
+    log_info(
+        "%s | %d ranks = %d stages x %d replicas | device %s | comm %s | %s | %zu parameters, %zu in this "
+        "rank's host shard | batch %d = %d replicas x %d micro-batches x %d sequences%s\n",
+        program, grid->pp * grid->dp, grid->pp, grid->dp, device_name(), comm_transport_name(),
+        precision_name(cfg->precision), p->model.num_params, o->shard_n, cfg->batch, grid->dp, cfg->micro,
+        p->layout.B, dpu ? (f->dpu_reference ? " | delayed update (reference)" : " | delayed update") : "");
+}
+
+int offload_decide(Offload *o, Run *run, const OptimHyper *h, int step, double *grad_norm,
+                   OffloadUpdate *update) {
+    offload_fault_overflow(o, step);
+    GradShards held = offload_grad_shards(o, run->world);
+    StepDecision decision = optimizer_decide(&held, &run->scaler, h->clip, step);
+    *grad_norm = decision.grad_norm;
+    *update = (OffloadUpdate){h->lr, decision.grad_scale}; /* the host AdamW: offload.c */
+    return decision.skipped;
+}
+
+void offload_finish(Pipeline *p, Run *run, const ProcessGrid *grid, int dpu_warmup, double pcie_bytes) {
+    const Config *cfg = run->cfg;
+    timeline_write(&p->times.timeline, run->world, cfg->out);
+    double peak_host = comm_allreduce_double(run->world, (double)mem_peak_total(SPACE_HOST), 1);
+    int ran = run->last_step - run->first_step;
+    char extra_values[256];
+    snprintf(extra_values, sizeof extra_values, ",%s,1,%d,%d,%.0f,%.0f,%.0f", precision_name(cfg->precision),
+             dpu_warmup >= 0, dpu_warmup >= 0 ? dpu_warmup : 0, peak_host, pcie_bytes / ran,
+             run->bytes_sent / ran);
+    run_layout(run, grid->dp, 1, grid->pp, 2);
+    run_finish(run, p->model.num_params,
+               ",precision,offload,dpu,dpu_warmup,peak_host_bytes,pcie_bytes_per_step,bytes_sent_per_step",
+               extra_values,
+               "peak host memory %.1f MiB | %.2f MiB over PCIe per rank per step | CSVs, timeline.csv and "
+               "trace.json in %s",
+               peak_host / BYTES_PER_MIB, pcie_bytes / ran / BYTES_PER_MIB, cfg->out);
+}

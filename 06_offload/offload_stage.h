@@ -1,0 +1,63 @@
+/* offload_stage.h: ZeRO-Offload (offload.h) for one stage of chapter 05's
+ * pipeline trainer, and what chapter 06's main does around its step.
+ *
+ * With --offload, a stage's units get their storage from the offload (the
+ * Pipeline is built with caller_storage, as for 05's ZeRO): 16-bit weights
+ * on the device, this rank's shard of the fp32 master weights, Adam's
+ * moments and gradients on the host, over the stage's data-parallel group.
+ * These functions are the offloaded counterparts of zero_stage.h's: build
+ * and resume, the run's header line, the step's decision, the summary. */
+#ifndef OFFLOAD_STAGE_H
+#define OFFLOAD_STAGE_H
+
+#include "config.h"
+#include "grid.h"
+#include "harness.h"
+#include "offload.h"
+#include "pipeline.h"
+
+/* ---- the flags (06's table takes these rows: FLAG_ROWS, config.h) ---- */
+typedef struct {
+    int offload;       /* --offload */
+    int dpu;           /* --dpu: delayed parameter update */
+    int dpu_warmup;    /* exact steps before the delayed update starts */
+    int dpu_reference; /* the delayed update without a thread, for the tests */
+} OffloadFlags;
+extern const Flag offload_flags[];
+/* --dpu and its options without what they need, and with --offload what its
+ * layout cannot give (--zero other than 2, --tp > 1, the interleaved and
+ * zb-h1 schedules), each refused in one line that says why (EXIT_USAGE). */
+void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, int tp, const char *schedule,
+                         const char *program);
+
+/* The delayed update's state between steps: the update waiting for its turn
+ * (--dpu-reference), which gradient shard holds its gradients. */
+typedef struct {
+    int waiting;
+    int grads;
+    OffloadUpdate update;
+} DelayedUpdate;
+/* Before a checkpoint (--dpu): the update still pending is done now, so that
+ * the checkpoint holds every step's update through its own, and the step
+ * after it computes with fresh weights, as a run resumed from it does. */
+void offload_finish_delayed(Offload *o, DelayedUpdate *delayed);
+
+/* The offload of stage p's units over grid's dp group (--dpu: a second
+ * gradient shard for the delayed update), its rows in the stage's timeline,
+ * what this rank holds of a checkpoint (its host shard), --resume read into
+ * it and the device's weights rounded from it; then the run's header line
+ * (the layout, the parameters in this rank's host shard, the batch). */
+void offload_stage_create(Offload *o, Pipeline *p, const ProcessGrid *grid, Run *run, const char *program,
+                          const OffloadFlags *f);
+/* The decision of step `step` (1-based): the gradient norm from every
+ * rank's host shard (world: every stage's), fp16's loss scale, clipping;
+ * *update gets the step's learning rate and gradient factor. Returns 1 when
+ * the step is skipped (an fp16 overflow on any rank). */
+int offload_decide(Offload *o, Run *run, const OptimHyper *h, int step, double *grad_norm,
+                   OffloadUpdate *update);
+/* After the last step: timeline.csv and trace.json, run.csv with the
+ * offload's columns (the peak host memory over the ranks, the bytes over
+ * PCIe and the network per step), memory.csv. dpu_warmup: -1 without --dpu. */
+void offload_finish(Pipeline *p, Run *run, const ProcessGrid *grid, int dpu_warmup, double pcie_bytes);
+
+#endif

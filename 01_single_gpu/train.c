@@ -43,13 +43,13 @@ int main(int argc, char **argv) {
     MixedModel mixed; /* bf16, fp16: the model in 16 bits (mixed.h) */
     precision_create_range(&model, &mixed, &cfg.model, cfg.seed, cfg.precision, LAYER_EMBEDDING,
                            cfg.model.layers);
+    AdamW opt;
+    adamw_create(&opt, model.num_params);
     int B = cfg.batch / cfg.micro, T = cfg.model.seq; /* a micro-batch is B sequences of T tokens */
     Activations acts;
     activations_create_model(&acts, &cfg.model, B, T, cfg.recompute);
     Scratch scratch;
     scratch_create(&scratch, &cfg.model, B, T, cfg.recompute);
-    AdamW opt;
-    adamw_create(&opt, model.num_params);
 
     ckpt_layout_init(&run.ckpt, "%s: one device", PROGRAM); /* the whole model, as this device holds it */
     ckpt_layout_range(&run.ckpt, &model, &opt, 0, 1);

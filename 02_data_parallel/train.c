@@ -78,14 +78,14 @@ int main(int argc, char **argv) {
     MixedModel mixed; /* bf16, fp16: the model in 16 bits (mixed.h) */
     precision_create_range(&model, &mixed, &cfg.model, cfg.seed, cfg.precision, LAYER_EMBEDDING,
                            cfg.model.layers);
+    AdamW opt;
+    adamw_create(&opt, model.num_params);
     int per_rank = cfg.batch / grid.dp; /* this replica's share of the global batch */
     int B = per_rank / cfg.micro, T = cfg.model.seq;
     Activations acts;
     activations_create_model(&acts, &cfg.model, B, T, cfg.recompute);
     Scratch scratch;
     scratch_create(&scratch, &cfg.model, B, T, cfg.recompute);
-    AdamW opt;
-    adamw_create(&opt, model.num_params);
     DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
     data_parallel_create(&replicas, dp, grid.dp_group, &model, &mixed, cfg.precision);
 

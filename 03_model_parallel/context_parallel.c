@@ -177,7 +177,7 @@ void context_parallel_select(ContextParallel *cp, int *tokens, int *targets, int
 }
 
 void context_parallel_create(ContextParallel *cp, CommGroup *group, const ModelConfig *m, int B, int T,
-                             int zigzag) {
+                             int zigzag, int tp) {
     const char *problem = context_parallel_problem(T, comm_size(group));
     if (problem) fatal(EXIT_USAGE, "%s", problem);
     if (!ops()->attention_block_forward)
@@ -192,7 +192,7 @@ void context_parallel_create(ContextParallel *cp, CommGroup *group, const ModelC
                             .C = m->dmodel,
                             .NH = m->heads};
     int held = T / cp->size;
-    size_t kv_bytes = (size_t)B * held * 2 * m->dmodel * sizeof(float);
+    size_t kv_bytes = (size_t)B * held * 2 * (m->dmodel / tp) * sizeof(float); /* this rank's heads */
     cp->tokens = mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, (size_t)B * T * sizeof(int), "cp tokens");
     cp->targets = mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, (size_t)B * T * sizeof(int), "cp targets");
     for (int i = 0; i < 2; i++) {
@@ -200,8 +200,8 @@ void context_parallel_create(ContextParallel *cp, CommGroup *group, const ModelC
         cp->dkv[i] = mem_alloc(SPACE_DEVICE, CAT_COMM, kv_bytes, "ring d(k|v)");
     }
     cp->block_out = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, kv_bytes / 2, "ring block out");
-    cp->block_lse =
-        mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, (size_t)B * m->heads * held * sizeof(float), "ring block lse");
+    cp->block_lse = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, (size_t)B * (m->heads / tp) * held * sizeof(float),
+                              "ring block lse");
     cp->wpe_rows = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, (size_t)held * m->dmodel * sizeof(float), "cp wpe");
     cp->dwpe_rows =
         mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, (size_t)held * m->dmodel * sizeof(float), "cp dwpe");

@@ -30,6 +30,10 @@
  * A chunk of queries against a chunk of keys is all (the keys come first),
  * none (they come after) or the causal triangle (the same chunk).
  *
+ * With tensor parallelism (--mp tensor) each tp rank holds NH/tp heads, and
+ * its ring (the cp ranks of the same tp rank) passes those heads' keys and
+ * values only: C below is then C/tp for the ring, still C for the embedding.
+ *
  * Bytes per layer and micro-batch, with S = B x (T/N) x 2C x 4 the k | v of
  * one rank: forward (N-1) S sent by each rank; backward (N-1) S for the
  * blocks and N S for their gradients. A rank keeps activations of T/N
@@ -70,8 +74,9 @@ typedef struct {
     SequenceSplit split;          /* what the model calls (model.h): this rank's embedding, attention */
 } ContextParallel;
 
+/* tp: the ranks of a tensor-parallel group each pass only their NH/tp heads' keys and values. */
 void context_parallel_create(ContextParallel *cp, CommGroup *group, const ModelConfig *m, int B, int T,
-                             int zigzag);
+                             int zigzag, int tp);
 void context_parallel_destroy(ContextParallel *cp);
 /* Copy this rank's positions of the whole sequences in cp->tokens, cp->targets
  * into tokens, targets (B, T/N). */

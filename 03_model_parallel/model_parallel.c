@@ -13,7 +13,7 @@
 
 /* --help's section and one row per flag (config.h says how to add one) */
 const Flag model_parallel_flags[] = {
-    {.type = FLAG_SECTION, .help = "model parallel (run with mpirun -np N; N = dp x model-parallel ranks)"},
+    {.type = FLAG_SECTION, .help = "model parallel (run with mpirun -np N; N = dp x cp x model-parallel ranks)"},
     {"--mp", FLAG_CHOICE, FIELD(ModelParallelFlags, mp), .choices = "layer|tensor", .noun = "split",
      .def = "layer", .usage = "--mp layer|tensor",
      .help = "layer: contiguous blocks of layers per rank, activations sent from rank to\n"
@@ -23,7 +23,7 @@ const Flag model_parallel_flags[] = {
              "(default: balance the parameters)"},
     {"--tp", FLAG_INT, FIELD(ModelParallelFlags, tp), 1, 1024, .usage = "--tp N",
      .help = "tensor: ranks per model copy (chapter 04: per stage); must divide --heads\n"
-             "and 4 x --dmodel (default: --mp tensor world / --dp; chapter 04's stages 1)"},
+             "and 4 x --dmodel (default: --mp tensor world / --dp / --cp; chapter 04's stages 1)"},
     {"--dp", FLAG_INT, FIELD(ModelParallelFlags, dp), 1, 100000, .def = "1", .usage = "--dp D",
      .help = "data-parallel replicas of the model-parallel group (default {default})"},
     {"--sp", FLAG_SWITCH, FIELD(ModelParallelFlags, sp), .usage = "--sp",
@@ -31,16 +31,16 @@ const Flag model_parallel_flags[] = {
              "rows per rank; reduce-scatter and all-gather instead of all-reduce"},
     {"--cp", FLAG_INT, FIELD(ModelParallelFlags, cp), 1, 1024, .def = "1", .usage = "--cp N",
      .help = "context parallel: each sequence split over N ranks, attention as a ring;\n"
-             "--seq a multiple of 2N; --mp layer (default {default})"},
+             "--seq a multiple of 2N (default {default})"},
     {"--cp-order", FLAG_CHOICE, FIELD(ModelParallelFlags, cp_order), .choices = "zigzag|contiguous",
-     .noun = "order", .def = "zigzag", .usage = "--cp-order zigzag|contiguous",
-     .help = "the chunks of 2N a cp rank holds: r and 2N-1-r (balanced under the causal\n"
-             "mask), or 2r and 2r+1 (default {default})"},
+     .noun = "order", .def = "zigzag", .usage = "--cp-order ORDER",
+     .help = "zigzag|contiguous: the chunks of 2N a cp rank holds: r and 2N-1-r (balanced\n"
+             "under the causal mask), or 2r and 2r+1 (default {default})"},
     {0},
 };
 
 void model_parallel_effective_flags(ModelParallelFlags *f) {
-    if (strcmp(f->mp, "tensor") == 0 && !f->tp) f->tp = f->ranks / f->dp;
+    if (strcmp(f->mp, "tensor") == 0 && !f->tp) f->tp = f->ranks / f->dp / (f->cp > 1 ? f->cp : 1);
 }
 
 void model_parallel_check_layout(const Config *cfg, const ModelParallelFlags *f) {
@@ -57,8 +57,7 @@ void model_parallel_check_layout(const Config *cfg, const ModelParallelFlags *f)
     if (cp > 1) {
         const char *problem = context_parallel_problem(cfg->model.seq, cp);
         if (problem) fatal(EXIT_USAGE, "%s", problem);
-        if (strcmp(f->mp, "tensor") == 0)
-            fatal(EXIT_USAGE, "--cp with --mp tensor is not written yet (valid: --cp with --mp layer)");
+        if (f->sp) fatal(EXIT_USAGE, "--sp with --cp is not written yet (valid: one of them)");
     }
     int mp_size = ranks / (dp * cp); /* ranks per copy of the model */
     if (f->sp) {
@@ -141,41 +140,47 @@ static void stage_backward(ModelParallel *p, float dloss, int B, int T) {
 }
 
 int *model_parallel_tokens(ModelParallel *p) {
-    return p->tensor ? p->tpm.acts.tokens : p->cp.size > 1 ? p->cp.tokens : p->acts.tokens;
+    return p->cp.size > 1 ? p->cp.tokens : p->tensor ? p->tpm.acts.tokens : p->acts.tokens;
 }
 int *model_parallel_targets(ModelParallel *p) {
-    return p->tensor ? p->tpm.acts.targets : p->cp.size > 1 ? p->cp.targets : p->acts.targets;
+    return p->cp.size > 1 ? p->cp.targets : p->tensor ? p->tpm.acts.targets : p->acts.targets;
 }
 
 /* Forward; returns this rank's share of the token-loss sum: the whole sum on
  * the one rank of the model-parallel group that reports it, 0 on the others,
  * so that summing over the world gives the global batch's loss sum. */
 double model_parallel_forward(ModelParallel *p, int with_loss, int B, int T) {
-    if (p->cp.size > 1) { /* this rank's positions of the sequences in cp.tokens */
-        context_parallel_select(&p->cp, p->acts.tokens, p->acts.targets, B);
-        p->cp.comm_ms = 0.0;
-        double loss_sum = stage_forward(p, with_loss, B, T / p->cp.size);
-        p->comm_ms += p->cp.comm_ms;
-        return loss_sum;
+    double loss_sum = 0.0;
+    p->cp.comm_ms = 0.0;
+    if (p->cp.size > 1) { /* --cp: this rank's positions of the sequences in cp.tokens */
+        Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
+        context_parallel_select(&p->cp, a->tokens, a->targets, B);
+        T /= p->cp.size;
     }
-    if (!p->tensor) return stage_forward(p, with_loss, B, T);
-    p->tp.comm_ms = 0.0;
-    tp_forward(&p->tpm, with_loss, B, T);
-    p->comm_ms += p->tp.comm_ms;
-    /* every tp rank computed the (replicated) head; tp rank 0 reports it */
-    return with_loss && p->tp.rank == 0 ? gpt_loss_sum(&p->tpm.acts, B, T) : 0.0;
+    if (p->tensor) {
+        p->tp.comm_ms = 0.0;
+        tp_forward(&p->tpm, with_loss, B, T);
+        p->comm_ms += p->tp.comm_ms;
+        /* every tp rank computed the (replicated) head; tp rank 0 reports it */
+        loss_sum = with_loss && p->tp.rank == 0 ? gpt_loss_sum(&p->tpm.acts, B, T) : 0.0;
+    } else {
+        loss_sum = stage_forward(p, with_loss, B, T);
+    }
+    p->comm_ms += p->cp.comm_ms;
+    return loss_sum;
 }
 
 void model_parallel_backward(ModelParallel *p, float dloss, int B, int T) {
-    if (!p->tensor) {
-        p->cp.comm_ms = 0.0;
-        stage_backward(p, dloss, B, T / (p->cp.size > 1 ? p->cp.size : 1));
-        p->comm_ms += p->cp.comm_ms;
-        return;
+    p->cp.comm_ms = 0.0;
+    if (p->cp.size > 1) T /= p->cp.size;
+    if (p->tensor) {
+        p->tp.comm_ms = 0.0;
+        tp_backward(&p->tpm, dloss, B, T);
+        p->comm_ms += p->tp.comm_ms;
+    } else {
+        stage_backward(p, dloss, B, T);
     }
-    p->tp.comm_ms = 0.0;
-    tp_backward(&p->tpm, dloss, B, T);
-    p->comm_ms += p->tp.comm_ms;
+    p->comm_ms += p->cp.comm_ms;
 }
 
 /* What this rank holds of the whole model's gradient (optimizer_step.h):
@@ -220,8 +225,11 @@ static int cp_sample_byte(ModelParallel *p, int ctx, int V, float *row, float *l
     for (int half = 0; half < 2; half++)
         if (context_parallel_chunk(p->cp.rank, p->cp.size, half, p->cp.zigzag) == chunk)
             local = half * rows + (ctx - 1) % rows;
-    if (local >= 0 && p->stage == p->stages - 1 && comm_rank(p->dp) == 0)
-        copy_on_device(row, p->acts.logits + (size_t)local * V, V * sizeof(float));
+    /* the logits: on the last stage, or on every tp rank (tp rank 0 gives them) */
+    int holds = p->tensor ? p->tp.rank == 0 : p->stage == p->stages - 1;
+    const Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
+    if (local >= 0 && holds && comm_rank(p->dp) == 0)
+        copy_on_device(row, a->logits + (size_t)local * V, V * sizeof(float));
     else
         ops()->fill_zero(row, V);
     comm_allreduce(comm_world(), row, V, COMM_SUM);
@@ -276,10 +284,10 @@ void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParall
     int T_held = f->cp > 1 ? T / f->cp : T; /* --cp N: this rank's T/N tokens of each sequence */
     if (p->tensor) {
         p->tp = (TensorGroup){.group = p->mp, .rank = mp_index, .size = mp_size};
-        tp_model_create_range(&p->tpm, &cfg->model, cfg->seed, &p->tp, LAYER_EMBEDDING, L, B, T,
+        tp_model_create_range(&p->tpm, &cfg->model, cfg->seed, &p->tp, LAYER_EMBEDDING, L, B, T_held,
                               cfg->recompute, cfg->precision);
         p->tpm.sp = f->sp; /* --sp: the layernorm and residual regions in rows (tensor_parallel.h) */
-        tp_activations_create(&p->tpm, &p->tpm.acts, B, T);
+        tp_activations_create(&p->tpm, &p->tpm.acts, B, T_held);
         p->held = &p->tpm.model;
         p->held_mixed = &p->tpm.mixed;
         snprintf(layout, layout_size, "tensor parallel over %d ranks%s", mp_size,
@@ -311,8 +319,8 @@ void model_parallel_split_sequences(ModelParallel *p, const Config *cfg, const M
                                     CommGroup *cp_group, int B, char *layout, size_t layout_size) {
     if (comm_size(cp_group) == 1) return;
     context_parallel_create(&p->cp, cp_group, &cfg->model, B, cfg->model.seq,
-                            strcmp(f->cp_order, "zigzag") == 0);
-    p->model.sequence = &p->cp.split;
+                            strcmp(f->cp_order, "zigzag") == 0, p->tensor ? p->tp.size : 1);
+    (p->tensor ? p->tpm.m : &p->model)->sequence = &p->cp.split; /* the model's embedding and attention */
     char split[4 * 2 * MAX_CP + 64];
     context_parallel_describe(split, sizeof split, p->cp.size, p->cp.zigzag);
     log_info("context parallel: %d ranks per sequence, %s | %s\n", p->cp.size, f->cp_order, split);

@@ -320,6 +320,25 @@ void tp_model_destroy(TensorParallelModel *tm) {
 
 /* ---- forward and backward ---- */
 
+/* Attention on this rank's heads: the fused kernel, or with a sequence split
+ * (context parallelism, model.h) the split's ring over the cp ranks. */
+static void heads_attention_forward(const TensorParallelModel *tm, BlockActs *b, int B, int T) {
+    const SequenceSplit *seq = tm->m->sequence;
+    if (seq)
+        seq->attention_forward(b->atty, b->lse, b->qkv, B, T, tm->C_local, tm->NH_local, seq->context);
+    else
+        ops()->attention_forward(b->atty, b->lse, b->qkv, B, T, tm->C_local, tm->NH_local);
+}
+static void heads_attention_backward(const TensorParallelModel *tm, BlockActs *b, Scratch *s, int B, int T) {
+    const SequenceSplit *seq = tm->m->sequence;
+    if (seq)
+        seq->attention_backward(s->dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, tm->C_local, tm->NH_local,
+                                seq->context);
+    else
+        ops()->attention_backward(s->dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, tm->C_local,
+                                  tm->NH_local);
+}
+
 /* One block up to fch, the last value its backward reads (what recompute
  * runs again, with its all-reduce), as block_forward_values in model.c. */
 static void tp_block_forward_values(TensorParallelModel *tm, int l, const float *input, int B, int T) {
@@ -331,7 +350,7 @@ static void tp_block_forward_values(TensorParallelModel *tm, int l, const float 
     /* attention half: each rank computes its heads, attproj sums them (all-reduce 1) */
     k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, input, w[BLOCK_LN1W], w[BLOCK_LN1B], N, C);
     column_parallel_forward(tm->tp, b->qkv, b->ln1, w[BLOCK_QKVW], w[BLOCK_QKVB], N, C, 3 * Cl);
-    k->attention_forward(b->atty, b->lse, b->qkv, B, T, Cl, tm->NH_local);
+    heads_attention_forward(tm, b, B, T);
     row_parallel_forward(tm->tp, s->branch, b->atty, w[BLOCK_ATTPROJW], w[BLOCK_ATTPROJB], N, Cl, C);
     k->residual_forward(b->res2, input, s->branch, (size_t)N * C);
     /* MLP half: each rank computes 4C/tp hidden units */
@@ -389,7 +408,7 @@ static void tp_block_backward(int l, const float *input, const float *doutput, f
     row_parallel_backward(tm->tp, s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], s->dbranch, b->atty,
                           w[BLOCK_ATTPROJW], N, Cl, C);
     k->fill_zero(s->dqkv, (size_t)N * 3 * Cl);
-    k->attention_backward(s->dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, Cl, tm->NH_local);
+    heads_attention_backward(tm, b, s, B, T);
     column_parallel_backward(tm->tp, s->dln, g[BLOCK_QKVW], g[BLOCK_QKVB], s->dqkv, b->ln1, w[BLOCK_QKVW], N,
                              C, 3 * Cl);
     k->layernorm_backward(dinput, g[BLOCK_LN1W], g[BLOCK_LN1B], s->dln, input, w[BLOCK_LN1W], b->ln1_mean,

@@ -51,12 +51,12 @@ mib_sent() { sed -n 's/.* | \([0-9.]*\) MiB sent by rank 0 .*/\1/p' "$1.log"; }
     done
 }
 
-@test "context parallelism with data parallelism, with the layer split and contiguous chunks matches (and samples)" {
+@test "context parallelism with data parallelism, with the layer split, and with tensor parallelism and contiguous chunks matches (and samples)" {
     run03 4 "$BATS_TEST_TMPDIR/cpdp" --cp 2 --dp 2
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$BATS_TEST_TMPDIR/cpdp" 4
     run03 4 "$BATS_TEST_TMPDIR/cppp" --cp 2 --mp layer
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$BATS_TEST_TMPDIR/cppp" 4
-    run03 2 "$BATS_TEST_TMPDIR/cpc" --cp 2 --cp-order contiguous --sample 40
+    run03 4 "$BATS_TEST_TMPDIR/cpc" --cp 2 --mp tensor --tp 2 --cp-order contiguous --sample 40
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$BATS_TEST_TMPDIR/cpc" 4
     run grep "^sample:" "$BATS_TEST_TMPDIR/cpc.log"
     [ -n "$output" ]
@@ -99,13 +99,13 @@ mib_sent() { sed -n 's/.* | \([0-9.]*\) MiB sent by rank 0 .*/\1/p' "$1.log"; }
     assert_equal "$(grep -c '^cp [124] seq 48: activations \([0-9]*\) bytes, formula \1$' <<<"$output")" 3
 }
 
-@test "context parallelism refuses a sequence not cut into 2N chunks, tensor parallelism, and a wrong world" {
+@test "context parallelism refuses a sequence not cut into 2N chunks, sequence parallelism beside it, and a wrong world" {
     run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN03' $FLAGS --cp 2 --seq 50 --out $BATS_TEST_TMPDIR/a"
     [ "$status" -ne 0 ]
     [[ "$output$stderr" == *"--seq 50 cannot be cut into 2 x --cp 2 = 4 equal chunks (valid: --seq a multiple of 2 x cp = 4)"* ]]
-    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN03' $FLAGS --cp 2 --mp tensor --out $BATS_TEST_TMPDIR/b"
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN03' $FLAGS --cp 2 --mp tensor --sp --out $BATS_TEST_TMPDIR/b"
     [ "$status" -ne 0 ]
-    [[ "$output$stderr" == *"--cp with --mp tensor is not written yet"* ]]
+    [[ "$output$stderr" == *"--sp with --cp is not written yet (valid: one of them)"* ]]
     run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 3 '$TRAIN03' $FLAGS --cp 2 --out $BATS_TEST_TMPDIR/c"
     [ "$status" -ne 0 ]
     [[ "$output$stderr" == *"cannot hold --dp 1 x --cp 2"* ]]

@@ -99,6 +99,15 @@ mib_sent() { sed -n 's/.* | \([0-9.]*\) MiB sent by rank 0 .*/\1/p' "$1.log"; }
     assert_equal "$(grep -c '^cp [124] seq 48: activations \([0-9]*\) bytes, formula \1$' <<<"$output")" 3
 }
 
+@test "a checkpoint saved with context parallelism resumes in chapter 01 on the uninterrupted losses" {
+    local d="$BATS_TEST_TMPDIR"
+    run03 2 "$d/cp" --cp 2 --stop-after 2 --save "$d/cp.ckpt"
+    OMP_NUM_THREADS=1 "$TRAIN01" $FLAGS --resume "$d/cp.ckpt" --out "$d/resumed" >/dev/null
+    run paste -d, <(csv_column "$BATS_FILE_TMPDIR/ref/steps.csv" loss | tail -2) <(csv_column "$d/resumed/steps.csv" loss)
+    assert_equal "$(grep -c '[0-9],[0-9]' <<<"$output")" 2
+    echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) { print; bad = 1 } } END { exit bad }'
+}
+
 @test "context parallelism refuses a sequence not cut into 2N chunks, sequence parallelism beside it, and a wrong world" {
     run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN03' $FLAGS --cp 2 --seq 50 --out $BATS_TEST_TMPDIR/a"
     [ "$status" -ne 0 ]

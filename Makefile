@@ -161,7 +161,8 @@ program_libs = $(if $(filter 01_%,$(1)),$(LDLIBS),$(MPI_LIBS) $(LDLIBS))
 # 04_pipeline/timeline.c (the pipeline interpreter), so a module is written once.
 03_model_parallel_USES := 02_data_parallel/data_parallel.c 02_data_parallel/buckets.c 02_data_parallel/bucketed.c \
                           02_data_parallel/ring.c
-04_pipeline_USES := $(03_model_parallel_USES) 03_model_parallel/model_parallel.c 03_model_parallel/tensor_parallel.c
+04_pipeline_USES := $(03_model_parallel_USES) 03_model_parallel/model_parallel.c 03_model_parallel/tensor_parallel.c \
+                    03_model_parallel/context_parallel.c
 05_zero_USES := $(04_pipeline_USES) 04_pipeline/pipeline.c 04_pipeline/pipeline_flags.c 04_pipeline/schedule.c \
                 04_pipeline/timeline.c
 06_offload_USES := $(05_zero_USES) 05_zero/zero.c 05_zero/zero_stage.c

@@ -13,7 +13,7 @@
 
 /* --help's section and one row per flag (config.h says how to add one) */
 const Flag model_parallel_flags[] = {
-    {.type = FLAG_SECTION, .help = "model parallel (run with mpirun -np N; N = dp x model-parallel ranks)"},
+    {.type = FLAG_SECTION, .help = "model parallel (run with mpirun -np N; N = dp x cp x model-parallel ranks)"},
     {"--mp", FLAG_CHOICE, FIELD(ModelParallelFlags, mp), .choices = "layer|tensor", .noun = "split",
      .def = "layer", .usage = "--mp layer|tensor",
      .help = "layer: contiguous blocks of layers per rank, activations sent from rank to\n"
@@ -23,27 +23,56 @@ const Flag model_parallel_flags[] = {
              "(default: balance the parameters)"},
     {"--tp", FLAG_INT, FIELD(ModelParallelFlags, tp), 1, 1024, .usage = "--tp N",
      .help = "tensor: ranks per model copy (chapter 04: per stage); must divide --heads\n"
-             "and 4 x --dmodel (default: --mp tensor world / --dp; chapter 04's stages 1)"},
+             "and 4 x --dmodel (default: --mp tensor world / --dp / --cp; chapter 04's stages 1)"},
     {"--dp", FLAG_INT, FIELD(ModelParallelFlags, dp), 1, 100000, .def = "1", .usage = "--dp D",
      .help = "data-parallel replicas of the model-parallel group (default {default})"},
+    {"--sp", FLAG_SWITCH, FIELD(ModelParallelFlags, sp), .usage = "--sp",
+     .help = "tensor: sequence parallelism, the layernorm and residual regions in T/tp\n"
+             "rows per rank; reduce-scatter and all-gather instead of all-reduce"},
+    {"--cp", FLAG_INT, FIELD(ModelParallelFlags, cp), 1, 1024, .def = "1", .usage = "--cp N",
+     .help = "context parallel: each sequence split over N ranks, attention as a ring;\n"
+             "--seq a multiple of 2N (default {default})"},
+    {"--cp-order", FLAG_CHOICE, FIELD(ModelParallelFlags, cp_order), .choices = "zigzag|contiguous",
+     .noun = "order", .def = "zigzag", .usage = "--cp-order ORDER",
+     .help = "zigzag|contiguous: the chunks of 2N a cp rank holds: r and 2N-1-r (balanced\n"
+             "under the causal mask), or 2r and 2r+1 (default {default})"},
     {0},
 };
 
 void model_parallel_effective_flags(ModelParallelFlags *f) {
-    if (strcmp(f->mp, "tensor") == 0 && !f->tp) f->tp = f->ranks / f->dp;
+    if (strcmp(f->mp, "tensor") == 0 && !f->tp) f->tp = f->ranks / f->dp / (f->cp > 1 ? f->cp : 1);
 }
 
 void model_parallel_check_layout(const Config *cfg, const ModelParallelFlags *f) {
-    int ranks = f->ranks, dp = f->dp, L = cfg->model.layers;
+    int ranks = f->ranks, dp = f->dp, cp = f->cp, L = cfg->model.layers;
     if (ranks % dp != 0)
         fatal(EXIT_USAGE,
               "a job of %d ranks cannot hold --dp %d replicas (valid: world = dp x model-parallel ranks)",
               ranks, dp);
-    int mp_size = ranks / dp; /* ranks per copy of the model */
+    if (ranks % (dp * cp) != 0)
+        fatal(
+            EXIT_USAGE,
+            "a job of %d ranks cannot hold --dp %d x --cp %d (valid: world = dp x cp x model-parallel ranks)",
+            ranks, dp, cp);
+    if (cp > 1) {
+        const char *problem = context_parallel_problem(cfg->model.seq, cp);
+        if (problem) fatal(EXIT_USAGE, "%s", problem);
+        if (f->sp) fatal(EXIT_USAGE, "--sp with --cp is not written yet (valid: one of them)");
+    }
+    int mp_size = ranks / (dp * cp); /* ranks per copy of the model */
+    if (f->sp) {
+        if (strcmp(f->mp, "tensor") != 0)
+            fatal(EXIT_USAGE,
+                  "--sp is sequence parallelism inside tensor parallelism (valid: with --mp tensor)");
+        if (cfg->recompute)
+            fatal(EXIT_USAGE, "--sp with --recompute is not written yet (valid: one of them)");
+        const char *problem = sequence_parallel_problem(cfg->batch, cfg->model.seq, mp_size);
+        if (problem) fatal(EXIT_USAGE, "%s", problem);
+    }
     if (strcmp(f->mp, "tensor") == 0) {
         if (f->split[0])
             fatal(EXIT_USAGE, "--split is for --mp layer (tensor parallelism splits every layer)");
-        if (f->tp && f->tp * dp != ranks)
+        if (f->tp && f->tp * dp * cp != ranks)
             fatal(EXIT_USAGE, "--dp %d x --tp %d = %d ranks, but the job has %d (valid: mpirun -np %d)", dp,
                   f->tp, dp * f->tp, ranks, dp * f->tp);
         const char *problem = tensor_parallel_problem(&cfg->model, mp_size);
@@ -111,32 +140,47 @@ static void stage_backward(ModelParallel *p, float dloss, int B, int T) {
 }
 
 int *model_parallel_tokens(ModelParallel *p) {
-    return p->tensor ? p->tpm.acts.tokens : p->acts.tokens;
+    return p->cp.size > 1 ? p->cp.tokens : p->tensor ? p->tpm.acts.tokens : p->acts.tokens;
 }
 int *model_parallel_targets(ModelParallel *p) {
-    return p->tensor ? p->tpm.acts.targets : p->acts.targets;
+    return p->cp.size > 1 ? p->cp.targets : p->tensor ? p->tpm.acts.targets : p->acts.targets;
 }
 
 /* Forward; returns this rank's share of the token-loss sum: the whole sum on
  * the one rank of the model-parallel group that reports it, 0 on the others,
  * so that summing over the world gives the global batch's loss sum. */
 double model_parallel_forward(ModelParallel *p, int with_loss, int B, int T) {
-    if (!p->tensor) return stage_forward(p, with_loss, B, T);
-    p->tp.comm_ms = 0.0;
-    tp_forward(&p->tpm, with_loss, B, T);
-    p->comm_ms += p->tp.comm_ms;
-    /* every tp rank computed the (replicated) head; tp rank 0 reports it */
-    return with_loss && p->tp.rank == 0 ? gpt_loss_sum(&p->tpm.acts, B, T) : 0.0;
+    double loss_sum = 0.0;
+    p->cp.comm_ms = 0.0;
+    if (p->cp.size > 1) { /* --cp: this rank's positions of the sequences in cp.tokens */
+        Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
+        context_parallel_select(&p->cp, a->tokens, a->targets, B);
+        T /= p->cp.size;
+    }
+    if (p->tensor) {
+        p->tp.comm_ms = 0.0;
+        tp_forward(&p->tpm, with_loss, B, T);
+        p->comm_ms += p->tp.comm_ms;
+        /* every tp rank computed the (replicated) head; tp rank 0 reports it */
+        loss_sum = with_loss && p->tp.rank == 0 ? gpt_loss_sum(&p->tpm.acts, B, T) : 0.0;
+    } else {
+        loss_sum = stage_forward(p, with_loss, B, T);
+    }
+    p->comm_ms += p->cp.comm_ms;
+    return loss_sum;
 }
 
 void model_parallel_backward(ModelParallel *p, float dloss, int B, int T) {
-    if (!p->tensor) {
+    p->cp.comm_ms = 0.0;
+    if (p->cp.size > 1) T /= p->cp.size;
+    if (p->tensor) {
+        p->tp.comm_ms = 0.0;
+        tp_backward(&p->tpm, dloss, B, T);
+        p->comm_ms += p->tp.comm_ms;
+    } else {
         stage_backward(p, dloss, B, T);
-        return;
     }
-    p->tp.comm_ms = 0.0;
-    tp_backward(&p->tpm, dloss, B, T);
-    p->comm_ms += p->tp.comm_ms;
+    p->comm_ms += p->cp.comm_ms;
 }
 
 /* What this rank holds of the whole model's gradient (optimizer_step.h):
@@ -173,29 +217,55 @@ double model_parallel_evaluate(ModelParallel *p, const Dataset *data, const Conf
  * model: forward passes of one sequence; the logits are on the last stage
  * (layer split) or on every rank (tensor), and every stage needs each new
  * byte for the next context. */
+/* --cp: the logits of position ctx-1 are on the cp rank that holds it (on
+ * the last stage, in replica 0); summed over the world from there into
+ * every rank, so that every rank draws the same byte. */
+static int cp_sample_byte(ModelParallel *p, int ctx, int V, float *row, float *logits, uint64_t *rng) {
+    int rows = p->cp.T / p->cp.size / 2, chunk = (ctx - 1) / rows, local = -1;
+    for (int half = 0; half < 2; half++)
+        if (context_parallel_chunk(p->cp.rank, p->cp.size, half, p->cp.zigzag) == chunk)
+            local = half * rows + (ctx - 1) % rows;
+    /* the logits: on the last stage, or on every tp rank (tp rank 0 gives them) */
+    int holds = p->tensor ? p->tp.rank == 0 : p->stage == p->stages - 1;
+    const Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
+    if (local >= 0 && holds && comm_rank(p->dp) == 0)
+        copy_on_device(row, a->logits + (size_t)local * V, V * sizeof(float));
+    else
+        ops()->fill_zero(row, V);
+    comm_allreduce(comm_world(), row, V, COMM_SUM);
+    copy_to_host(logits, row, V * sizeof(float));
+    return sample_byte(logits, rng);
+}
+
 void model_parallel_sample(ModelParallel *p, const Dataset *data, const Config *cfg, uint64_t *rng) {
-    int T = cfg->model.seq, V = cfg->model.vocab, n = cfg->sample;
+    int T = cfg->model.seq, V = cfg->model.vocab, n = cfg->sample, cp = p->cp.size > 1, sp = p->tpm.sp;
     const Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
     int holds_logits = p->tensor || p->stage == p->stages - 1;
     unsigned char *text = xmalloc((size_t)32 + n); /* the prompt is at most 32 bytes */
     int prompt_len = sample_prompt(data, T, text);
-    int *context = xmalloc(T * sizeof(int));
+    int *context = xcalloc(T, sizeof(int));
     float *logits = xmalloc(V * sizeof(float));
+    float *row = cp ? mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, V * sizeof(float), "sampled logits") : NULL;
     for (int i = 0; i < n; i++) {
         int len = prompt_len + i, ctx = len < T ? len : T; /* the model sees the last (at most T) bytes */
         for (int t = 0; t < ctx; t++) context[t] = text[len - ctx + t];
-        copy_to_device(model_parallel_tokens(p), context, ctx * sizeof(int));
-        model_parallel_forward(p, 0, 1, ctx);
+        /* --cp, --sp: always T tokens, cut into chunks or rows; the causal mask hides those after ctx */
+        int tokens = cp || sp ? T : ctx;
+        copy_to_device(model_parallel_tokens(p), context, tokens * sizeof(int));
+        model_parallel_forward(p, 0, 1, tokens);
         int byte = 0;
-        if (holds_logits) {
+        if (cp) {
+            byte = cp_sample_byte(p, ctx, V, row, logits, rng);
+        } else if (holds_logits) {
             copy_to_host(logits, a->logits + (size_t)(ctx - 1) * V, V * sizeof(float));
             byte = sample_byte(logits, rng);
         }
-        if (!p->tensor)
+        if (!p->tensor && !cp)
             byte = (int)comm_allreduce_double(p->mp, holds_logits ? byte : 0, 0); /* from the last stage */
         text[len] = (unsigned char)byte;
     }
     if (comm_rank(comm_world()) == 0) sample_print(text, prompt_len, n);
+    mem_free(row);
     free(text);
     free(context);
     free(logits);
@@ -211,12 +281,17 @@ void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParall
                           const ParamTable *table, int mp_index, int mp_size, int B, char *layout,
                           size_t layout_size) {
     int T = cfg->model.seq, L = cfg->model.layers;
+    int T_held = f->cp > 1 ? T / f->cp : T; /* --cp N: this rank's T/N tokens of each sequence */
     if (p->tensor) {
         p->tp = (TensorGroup){.group = p->mp, .rank = mp_index, .size = mp_size};
-        tp_model_create(&p->tpm, &cfg->model, cfg->seed, &p->tp, B, T, cfg->recompute, cfg->precision);
+        tp_model_create_range(&p->tpm, &cfg->model, cfg->seed, &p->tp, LAYER_EMBEDDING, L, B, T_held,
+                              cfg->recompute, cfg->precision);
+        p->tpm.sp = f->sp; /* --sp: the layernorm and residual regions in rows (tensor_parallel.h) */
+        tp_activations_create(&p->tpm, &p->tpm.acts, B, T_held);
         p->held = &p->tpm.model;
         p->held_mixed = &p->tpm.mixed;
-        snprintf(layout, layout_size, "tensor parallel over %d ranks", mp_size);
+        snprintf(layout, layout_size, "tensor parallel over %d ranks%s", mp_size,
+                 f->sp ? ", sequence parallel" : "");
         return;
     }
     int blocks[MAX_LAYERS]; /* blocks per stage: at most one stage per layer */
@@ -231,8 +306,8 @@ void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParall
     layer_split_units(p->first_block, p->last_block, p->stage, p->stages, L, &first_unit, &last_unit);
     precision_create_range(&p->model, &p->mixed, &cfg->model, cfg->seed, cfg->precision, first_unit,
                            last_unit); /* fp32 or 16-bit */
-    activations_create_range(&p->acts, &cfg->model, B, T, first_unit, last_unit, cfg->recompute);
-    scratch_create(&p->scratch, &cfg->model, B, T, cfg->recompute);
+    activations_create_range(&p->acts, &cfg->model, B, T_held, first_unit, last_unit, cfg->recompute);
+    scratch_create(&p->scratch, &cfg->model, B, T_held, cfg->recompute);
     p->held = &p->model;
     p->held_mixed = &p->mixed;
     int n = snprintf(layout, layout_size, "layer split, blocks per stage");
@@ -240,9 +315,26 @@ void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParall
         n += snprintf(layout + n, layout_size - n, "%s%d", s ? "," : " ", blocks[s]);
 }
 
+void model_parallel_split_sequences(ModelParallel *p, const Config *cfg, const ModelParallelFlags *f,
+                                    CommGroup *cp_group, int B, char *layout, size_t layout_size) {
+    if (comm_size(cp_group) == 1) return;
+    context_parallel_create(&p->cp, cp_group, &cfg->model, B, cfg->model.seq,
+                            strcmp(f->cp_order, "zigzag") == 0, p->tensor ? p->tp.size : 1);
+    (p->tensor ? p->tpm.m : &p->model)->sequence = &p->cp.split; /* the model's embedding and attention */
+    char split[4 * 2 * MAX_CP + 64];
+    context_parallel_describe(split, sizeof split, p->cp.size, p->cp.zigzag);
+    log_info("context parallel: %d ranks per sequence, %s | %s\n", p->cp.size, f->cp_order, split);
+    size_t n = strlen(layout);
+    snprintf(layout + n, layout_size - n, ", cp %d %s", p->cp.size, f->cp_order);
+}
+
 /* What this rank holds of a checkpoint: its slices, or its stage's units,
  * written by replica dp_index's share (checkpoint.h). */
 void model_parallel_checkpoint_layout(ModelParallel *p, AdamW *opt, int dp_index, int dp, CkptLayout *ckpt) {
+    if (p->cp.size > 1) { /* the cp ranks hold the same weights, as the replicas do: one share each */
+        dp_index = dp_index * p->cp.size + p->cp.rank;
+        dp *= p->cp.size;
+    }
     if (p->tensor)
         tp_checkpoint_layout(&p->tpm, opt, dp_index, ckpt);
     else
@@ -253,6 +345,10 @@ void model_parallel_destroy(ModelParallel *p, const Config *cfg) {
     if (p->tensor) {
         tp_model_destroy(&p->tpm);
         return;
+    }
+    if (p->cp.size > 1) { /* what the ring carried, against context_parallel.h's formula */
+        log_info("context parallel: %.0f bytes sent round the ring by rank 0\n", p->cp.bytes_sent);
+        context_parallel_destroy(&p->cp);
     }
     scratch_destroy(&p->scratch);
     activations_destroy(&p->acts, &cfg->model);

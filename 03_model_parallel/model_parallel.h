@@ -22,6 +22,7 @@
 #define MODEL_PARALLEL_H
 
 #include "checkpoint.h"
+#include "context_parallel.h"
 #include "comm.h"
 #include "config.h"
 #include "csvlog.h"
@@ -36,11 +37,14 @@
 
 /* ---- the flags (a later chapter's table takes these rows: FLAG_ROWS, config.h) ---- */
 typedef struct {
-    char mp[8];       /* layer, tensor */
-    char split[1024]; /* --split: blocks per stage, "" = balance the parameters */
-    int tp;           /* --tp: tensor-parallel ranks, 0 = world / dp */
-    int dp;           /* --dp: data-parallel replicas of the model-parallel group */
-    int ranks;        /* the world size, for the checks */
+    char mp[8];        /* layer, tensor */
+    char split[1024];  /* --split: blocks per stage, "" = balance the parameters */
+    int tp;            /* --tp: tensor-parallel ranks, 0 = world / dp */
+    int dp;            /* --dp: data-parallel replicas of the model-parallel group */
+    int sp;            /* --sp: sequence parallelism inside --mp tensor (tensor_parallel.h) */
+    int cp;            /* --cp: ranks sharing each sequence (context_parallel.h) */
+    char cp_order[12]; /* --cp-order zigzag|contiguous: which chunks a cp rank holds */
+    int ranks;         /* the world size, for the checks */
 } ModelParallelFlags;
 
 extern const Flag model_parallel_flags[];
@@ -48,8 +52,8 @@ extern const Flag model_parallel_flags[];
 /* With --mp tensor, --tp left to its default is the world size / --dp: the
  * record holds that number, so that layouts written two ways agree. */
 void model_parallel_effective_flags(ModelParallelFlags *f);
-/* The layout: world = dp x model-parallel ranks, and a split that fits the
- * model; errors end the program naming the rule. */
+/* The layout: world = dp x cp x model-parallel ranks, and a split that fits
+ * the model; errors end the program naming the rule. */
 void model_parallel_check_layout(const Config *cfg, const ModelParallelFlags *f);
 
 /* ---- everything this rank holds and does, in either mode ---- */
@@ -64,6 +68,8 @@ typedef struct {
     MixedModel mixed; /* bf16, fp16: model in 16 bits (mixed.h) */
     Activations acts; /* this stage's blocks (encoded: where the stage's input arrives) */
     Scratch scratch;
+    /* context parallel (--cp N > 1): acts, scratch hold T/N tokens of each sequence */
+    ContextParallel cp;
     /* tensor parallel */
     TensorGroup tp;
     TensorParallelModel tpm;
@@ -79,6 +85,10 @@ typedef struct {
 void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParallelFlags *f,
                           const ParamTable *table, int mp_index, int mp_size, int B, char *layout,
                           size_t layout_size);
+/* With --cp N > 1: each sequence split over the ranks of cp_group
+ * (context_parallel.h), and layout saying so; call after model_parallel_build. */
+void model_parallel_split_sequences(ModelParallel *p, const Config *cfg, const ModelParallelFlags *f,
+                                    CommGroup *cp_group, int B, char *layout, size_t layout_size);
 void model_parallel_destroy(ModelParallel *p, const Config *cfg);
 
 /* Where a micro-batch's tokens and targets go on this rank. */

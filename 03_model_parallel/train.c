@@ -10,8 +10,9 @@
  *                sliced over the ranks (tensor_parallel.h), two all-reduces
  *                per block put the slices' results together
  *
- * --dp D makes D replicas of that group (world = D x model-parallel ranks):
- * replica d trains on its share of the global batch, and the ranks holding
+ * --dp D makes D replicas of that group (world = D x model-parallel ranks;
+ * --cp N splits each sequence over N ranks, attention as a ring: x N),
+ * and replica d trains on its share of the global batch; the ranks holding
  * the same part of the model sum their gradients with chapter 02's
  * machinery, every --dp-mode but overlap (data_parallel.h).
  *
@@ -95,11 +96,11 @@ int main(int argc, char **argv) {
     run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.model.ranks);
     int rank = run.rank, ranks = run.ranks;
     ModelParallel par = {.tensor = strcmp(flags.model.mp, "tensor") == 0};
-    int mp_size = ranks / flags.model.dp;       /* ranks per copy of the model */
-    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
-    ProcessGrid grid; /* --dp replicas of a model-parallel group, its ranks consecutive (grid.h) */
-    GridShape shape = {
-        .dp = flags.model.dp, .pp = par.tensor ? 1 : mp_size, .cp = 1, .tp = par.tensor ? mp_size : 1};
+    int mp_size = ranks / (flags.model.dp * flags.model.cp); /* ranks per copy of the model */
+    int half = cfg.precision != PRECISION_FP32;              /* 16-bit storage and communication (mixed.h) */
+    ProcessGrid grid; /* --dp replicas of --cp x a model-parallel group, its ranks consecutive (grid.h) */
+    int pp = par.tensor ? 1 : mp_size, tp = par.tensor ? mp_size : 1;
+    GridShape shape = {.dp = flags.model.dp, .pp = pp, .cp = flags.model.cp, .tp = tp};
     grid_create(&grid, run.world, shape);
     int mp_index = par.tensor ? grid.t : grid.p;
     par.mp = par.tensor ? grid.tp_group : grid.pp_group; /* the ranks holding one copy of the model */
@@ -114,12 +115,13 @@ int main(int argc, char **argv) {
     param_table_build(&table, &cfg.model);
     char layout[64];
     model_parallel_build(&par, &cfg, &flags.model, &table, mp_index, mp_size, B, layout, sizeof layout);
+    model_parallel_split_sequences(&par, &cfg, &flags.model, grid.cp_group, B, layout, sizeof layout);
     GPT *held = par.held;
     MixedModel *mixed = par.held_mixed;
     AdamW opt;
     adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
     DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
-    data_parallel_create(&replicas, dp, grid.dp_group, held, mixed, cfg.precision);
+    data_parallel_create(&replicas, dp, grid.weight_group, held, mixed, cfg.precision); /* and over cp */
 
     ckpt_layout_init(&run.ckpt, "%s: %s, dp %d", PROGRAM, layout, grid.dp); /* replica d writes share d */
     model_parallel_checkpoint_layout(&par, &opt, grid.d, grid.dp, &run.ckpt);

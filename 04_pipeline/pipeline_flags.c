@@ -11,6 +11,12 @@
 
 void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model) {
     int P = pipe->pp, T = model->tp, D = model->dp, L = cfg->model.layers;
+    if (model->sp)
+        fatal(EXIT_USAGE, "sequence parallelism is taught in chapter 03; the pipeline does not split the "
+                          "sequence yet (valid: no --sp here; 03_model_parallel/train --mp tensor --sp)");
+    if (model->cp > 1)
+        fatal(EXIT_USAGE, "context parallelism is taught in chapter 03; the pipeline does not split the "
+                          "sequence yet (valid: --cp 1 here; 03_model_parallel/train --cp N)");
     if (strcmp(model->mp, "tensor") == 0 && P > 1)
         fatal(EXIT_USAGE, "--mp tensor slices every layer over all of a replica's ranks, so it has one stage "
                           "(valid: --pp 1; for stages with tensor parallelism inside, --pp P --tp T)");

@@ -65,7 +65,8 @@ check_plan() {
     [ "$(ranks_of "$p" 01_single_gpu/train)" = 1 ]
     [ "$(ranks_of "$p" 02_data_parallel/train)" = "$dp" ]
     [ "$(ranks_of "$p" 02_data_parallel/commbench)" = "$dp" ]
-    [ "$(ranks_of "$p" 03_model_parallel/train)" = 2 ]
+    [ "$(ranks_of "$p" "03_model_parallel/train .*--model (small|medium)")" = 2 ]
+    [ "$(ranks_of "$p" "03_model_parallel/train .*--model tiny")" = "$(printf '1\n2\n4')" ] # --cp 1, 2, 4
     [ "$(ranks_of "$p" 04_pipeline/train)" = "$pp" ]
     # ranks x threads never exceed the cores (or the ranks, when there are more ranks than cores)
     awk -v cores="$cores" '{ t = substr($1, 17); np = 1; for (i = 1; i < NF; i++) if ($i == "-np") np = $(i + 1)

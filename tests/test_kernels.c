@@ -598,6 +598,78 @@ static void check_attention(Verdict *v) {
     kernels_cpu.release_workspaces();
 }
 
+/* ---- ring attention's blocks and their merge ------------------------------
+ * Context parallelism (03_model_parallel/context_parallel.h) computes the
+ * causal attention of a sequence block by block: a chunk of queries against
+ * each chunk of keys at or before it (the same chunk causally), merged by the
+ * log-sum-exp rule (kernels.h, attention_merge: exercise 03.3). Checked
+ * against the fused attention of the whole sequence (itself checked against
+ * the double reference above): out and lse after the merges, in two orders
+ * of the blocks (the diagonal first, as the ring has it, and last), and
+ * the gradients of q, k and v summed over the blocks. The second shape's
+ * scores are in the hundreds: a merge that exponentiates lse without
+ * subtracting the larger one first overflows there. */
+static void check_ring_attention_shape(Verdict *v, int B, int T, int rows, int C, int NH, double q_range) {
+    const size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_lse = (size_t)B * NH * T;
+    const size_t n_kv = (size_t)B * T * 2 * C;
+    float *qkv = random_floats(n_qkv, -2, 2);
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        for (int c = 0; c < C; c++) qkv[r * 3 * C + c] *= (float)(q_range / 2.0); /* the queries' scale */
+    float *out = check_alloc(n_out * sizeof(float)), *lse = check_alloc(n_lse * sizeof(float));
+    kernels_cpu.attention_forward(out, lse, qkv, B, T, C, NH);
+    float *kv = check_alloc(n_kv * sizeof(float)); /* k | v of every position, as the ring passes them */
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        memcpy(kv + r * 2 * C, qkv + r * 3 * C + C, 2 * C * sizeof(float));
+
+    char name[64];
+    for (int diagonal_first = 0; diagonal_first < 2; diagonal_first++) {
+        float *ring_out = check_alloc(n_out * sizeof(float)), *ring_lse = check_alloc(n_lse * sizeof(float));
+        float *block_out = check_alloc(n_out * sizeof(float)),
+              *block_lse = check_alloc(n_lse * sizeof(float));
+        for (int i = 0; i < T / rows; i++) {
+            for (int n = 0; n <= i; n++) {
+                int j = diagonal_first ? (i - n) : n; /* the key chunk */
+                size_t q0 = (size_t)i * rows, k0 = (size_t)j * rows;
+                float *o = n ? block_out : ring_out, *l = n ? block_lse : ring_lse;
+                kernels_cpu.attention_block_forward(o + q0 * C, l + q0, qkv + q0 * 3 * C, kv + k0 * 2 * C, B,
+                                                    T, rows, C, NH, i == j);
+                if (n)
+                    kernels_cpu.attention_merge(ring_out + q0 * C, ring_lse + q0, o + q0 * C, l + q0, B, T,
+                                                rows, C, NH);
+            }
+        }
+        snprintf(name, sizeof name, "out (T=%d, chunks of %d%s)", T, rows,
+                 diagonal_first ? ", diagonal first" : "");
+        compare_forward(v, name, ring_out, to_double(out, n_out), n_out);
+        snprintf(name, sizeof name, "lse (T=%d, chunks of %d%s)", T, rows,
+                 diagonal_first ? ", diagonal first" : "");
+        compare_forward(v, name, ring_lse, to_double(lse, n_lse), n_lse);
+    }
+
+    /* backward: each block adds its part of dq and of d(k|v), from the whole attention's out and lse */
+    float *dout = random_floats(n_out, -1, 1);
+    float *dqkv = check_alloc(n_qkv * sizeof(float)), *ring_dqkv = check_alloc(n_qkv * sizeof(float));
+    float *ring_dkv = check_alloc(n_kv * sizeof(float));
+    kernels_cpu.attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+    for (int i = 0; i < T / rows; i++)
+        for (int j = 0; j <= i; j++) {
+            size_t q0 = (size_t)i * rows, k0 = (size_t)j * rows;
+            kernels_cpu.attention_block_backward(ring_dqkv + q0 * 3 * C, ring_dkv + k0 * 2 * C, dout + q0 * C,
+                                                 out + q0 * C, lse + q0, qkv + q0 * 3 * C, kv + k0 * 2 * C, B,
+                                                 T, rows, C, NH, i == j);
+        }
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        memcpy(ring_dqkv + r * 3 * C + C, ring_dkv + r * 2 * C, 2 * C * sizeof(float));
+    snprintf(name, sizeof name, "dqkv (T=%d, chunks of %d)", T, rows);
+    compare(v, name, to_double(ring_dqkv, n_qkv), to_double(dqkv, n_qkv), NULL, n_qkv, GRAD_RTOL);
+}
+
+static void check_ring_attention(Verdict *v) {
+    check_ring_attention_shape(v, 2, 24, 6, 48, 3, 2.0);    /* 4 chunks of 6: three merges for the last */
+    check_ring_attention_shape(v, 1, 130, 65, 32, 2, 60.0); /* tiles of 64 inside a chunk; scores ~ 100s */
+    kernels_cpu.release_workspaces();
+}
+
 /* ---- gelu ------------------------------------------------------------------ */
 
 typedef struct {
@@ -1065,6 +1137,7 @@ static const KernelCheck checks[] = {
     {"layernorm", check_layernorm},
     {"linear", check_linear},
     {"attention", check_attention},
+    {"ring_attention", check_ring_attention},
     {"gelu", check_gelu},
     {"residual", check_residual},
     {"crossentropy", check_crossentropy},

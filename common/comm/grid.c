@@ -77,9 +77,14 @@ void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape) {
     g->c = g->axis[GRID_CP].coord, g->t = g->axis[GRID_TP].coord;
     g->dp_group = g->axis[GRID_DP].group, g->pp_group = g->axis[GRID_PP].group;
     g->cp_group = g->axis[GRID_CP].group, g->tp_group = g->axis[GRID_TP].group;
+    /* the same weights: every (d, c) of this (p, t); color as above, with both coordinates 0 */
+    GridAxis *dp = &g->axis[GRID_DP], *cp = &g->axis[GRID_CP];
+    g->weight_group =
+        comm_split(world, w - dp->coord * dp->stride - cp->coord * cp->stride, g->d * g->cp + g->c);
 }
 
 void grid_destroy(ProcessGrid *g) {
+    comm_group_free(g->weight_group);
     for (int a = GRID_AXES - 1; a >= 0; a--) comm_group_free(g->axis[a].group);
     *g = (ProcessGrid){0};
 }

@@ -4,7 +4,8 @@
  * A job of world = dp x pp x cp x tp ranks is a grid with four axes:
  *   tp  tensor parallel: ranks that hold slices of the same layers (chapter 03)
  *   cp  context parallel: ranks that hold parts of the same sequences
- *       (planned: ring attention; every chapter has cp = 1 today)
+ *       (ring attention: 03_model_parallel/context_parallel.h, --cp; the
+ *       later chapters have cp = 1)
  *   pp  pipeline (or layer split): ranks that hold consecutive stages (03, 04)
  *   dp  data parallel: replicas of all of the above (02 on)
  * The axes are data: each is a GridAxis (name, size, this rank's coordinate,
@@ -61,6 +62,10 @@ typedef struct {
     CommGroup *pp_group; /* same (d, c, t), every p: this replica's stages */
     CommGroup *cp_group; /* same (d, p, t), every c: the ranks sharing these sequences */
     CommGroup *tp_group; /* same (d, p, c), every t: this stage's slices */
+    /* same (p, t), every (d, c): the ranks holding the same weights, whose
+     * gradients are summed (cp ranks see other tokens of the same sequences,
+     * as dp replicas see other sequences); rank d x cp + c. With cp 1, the dp group's ranks. */
+    CommGroup *weight_group;
 } ProcessGrid;
 
 /* Why `shape` cannot be laid over a world of world_size ranks, as one

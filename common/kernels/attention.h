@@ -22,6 +22,13 @@ void attention_forward_cpu(float *out, float *lse, const float *qkv, int B, int 
 void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *out,
                             const float *lse, int B, int T, int C, int NH);
 void attention_release_cpu(void);
+void attention_block_forward_cpu(float *out, float *lse, const float *q, const float *kv, int B, int T,
+                                 int rows, int C, int NH, int causal);
+void attention_block_backward_cpu(float *dq, float *dkv, const float *dout, const float *out,
+                                  const float *lse, const float *q, const float *kv, int B, int T, int rows,
+                                  int C, int NH, int causal);
+void attention_merge_cpu(float *out, float *lse, const float *block_out, const float *block_lse, int B, int T,
+                         int rows, int C, int NH);
 /* Bytes of the CPU attention's workspace once it has run on sequences of T
  * tokens with `threads` OpenMP threads (memory.csv: device, workspace). */
 size_t attention_workspace_bytes_cpu(int T, int threads);

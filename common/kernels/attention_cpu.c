@@ -41,6 +41,7 @@
 #include "attention.h"
 #include "device.h"
 #include "simd_cpu.h"
+#include "util.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -124,72 +125,137 @@ CPU_VECTOR_CLONES static void softmax_backward_row(float *p_row, float *ds_row, 
     for (int j = valid; j < keys; j++) p_row[j] = ds_row[j] = 0.0f;
 }
 
-void attention_forward_cpu(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+/* The queries of a block, `rows` of them per sequence at q (rows of qkv:
+ * stride 3C, T rows per sequence), against `rows` keys and values at kv
+ * (stride kv_stride: 3C inside qkv, 2C in ring attention's k | v buffers; v
+ * C floats after k). causal: query r sees keys 0..r; else all of them.
+ * Writes out and lse (laid out as (B,T,C) and (B,NH,T), at the block's
+ * first row). */
+static void forward_tiles(float *out, float *lse, const float *q, const float *kv, int kv_stride, int B,
+                          int T, int rows, int C, int NH, int causal) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-    float *blocks = workspace_for(T);
-    size_t per_thread = floats_per_thread(T);
+    float *blocks = workspace_for(rows);
+    size_t per_thread = floats_per_thread(rows);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            float *p = blocks + omp_get_thread_num() * per_thread; /* (rows, keys) */
-            const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            float *p = blocks + omp_get_thread_num() * per_thread; /* (tile, keys) */
+            const float *qh = q + (size_t)b * T * C3 + h * hs;
+            const float *k = kv + (size_t)b * T * kv_stride + h * hs, *v = k + C;
             float *o = out + (size_t)b * T * C + h * hs;
             float *row_lse = lse + ((size_t)b * NH + h) * T;
-            for (int t0 = 0; t0 < T; t0 += ATTENTION_TILE) {
-                int rows = tile_rows(t0, T), keys = t0 + rows;
-                /* x(rows,keys) = scale * q(rows,hs) @ k(keys,hs)^T: the tile's queries, keys 0..keys-1 */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hs, scale,
-                            q + (size_t)t0 * C3, C3, k, C3, 0.0f, p, keys);
-                for (int r = 0; r < rows; r++) {
-                    /* softmax over keys 0..t; the future gets probability 0 */
-                    int t = t0 + r;
-                    row_lse[t] = softmax_row(p + (size_t)r * keys, t + 1, keys);
-                }
-                /* out(rows,hs) = p(rows,keys) @ v(keys,hs), into head h's columns */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys, 1.0f, p, keys, v, C3,
-                            0.0f, o + (size_t)t0 * C, C);
+            for (int t0 = 0; t0 < rows; t0 += ATTENTION_TILE) {
+                int tile = tile_rows(t0, rows), keys = causal ? t0 + tile : rows;
+                /* x(tile,keys) = scale * q(tile,hs) @ k(keys,hs)^T: the tile's queries, keys 0..keys-1 */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, keys, hs, scale,
+                            qh + (size_t)t0 * C3, C3, k, kv_stride, 0.0f, p, keys);
+                /* softmax over the keys each query sees; the future gets probability 0 */
+                for (int r = 0; r < tile; r++)
+                    row_lse[t0 + r] = softmax_row(p + (size_t)r * keys, causal ? t0 + r + 1 : keys, keys);
+                /* out(tile,hs) = p(tile,keys) @ v(keys,hs), into head h's columns */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, hs, keys, 1.0f, p, keys, v,
+                            kv_stride, 0.0f, o + (size_t)t0 * C, C);
             }
         }
     }
 }
 
-void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *out,
-                            const float *lse, int B, int T, int C, int NH) {
+/* The backward of forward_tiles: dq (as q), dkv (as kv) += ..., from the
+ * whole attention's out and lse (dout, out, lse laid out as forward's). */
+static void backward_tiles(float *dq, float *dkv, const float *dout, const float *out, const float *lse,
+                           const float *q, const float *kv, int kv_stride, int B, int T, int rows, int C,
+                           int NH, int causal) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-    float *blocks = workspace_for(T);
-    size_t per_thread = floats_per_thread(T);
+    float *blocks = workspace_for(rows);
+    size_t per_thread = floats_per_thread(rows);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            float *p = blocks + omp_get_thread_num() * per_thread; /* (rows, keys) */
-            float *ds = p + (size_t)ATTENTION_TILE * T;            /* (rows, keys) */
-            const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-            float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+            float *p = blocks + omp_get_thread_num() * per_thread; /* (tile, keys) */
+            float *ds = p + (size_t)ATTENTION_TILE * rows;         /* (tile, keys) */
+            const float *qh = q + (size_t)b * T * C3 + h * hs;
+            const float *k = kv + (size_t)b * T * kv_stride + h * hs, *v = k + C;
+            float *dqh = dq + (size_t)b * T * C3 + h * hs;
+            float *dk = dkv + (size_t)b * T * kv_stride + h * hs, *dv = dk + C;
             const float *g = dout + (size_t)b * T * C + h * hs, *o = out + (size_t)b * T * C + h * hs;
             const float *row_lse = lse + ((size_t)b * NH + h) * T;
-            for (int t0 = 0; t0 < T; t0 += ATTENTION_TILE) {
-                int rows = tile_rows(t0, T), keys = t0 + rows;
-                const float *q_tile = q + (size_t)t0 * C3, *g_tile = g + (size_t)t0 * C;
-                /* the forward's scores again, and dp(rows,keys) = dout(rows,hs) @ v(keys,hs)^T */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hs, scale, q_tile, C3, k, C3,
-                            0.0f, p, keys);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hs, 1.0f, g_tile, C, v, C3,
-                            0.0f, ds, keys);
-                for (int r = 0; r < rows; r++) {
+            for (int t0 = 0; t0 < rows; t0 += ATTENTION_TILE) {
+                int tile = tile_rows(t0, rows), keys = causal ? t0 + tile : rows;
+                const float *q_tile = qh + (size_t)t0 * C3, *g_tile = g + (size_t)t0 * C;
+                /* the forward's scores again, and dp(tile,keys) = dout(tile,hs) @ v(keys,hs)^T */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, keys, hs, scale, q_tile, C3, k,
+                            kv_stride, 0.0f, p, keys);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, keys, hs, 1.0f, g_tile, C, v,
+                            kv_stride, 0.0f, ds, keys);
+                for (int r = 0; r < tile; r++) {
                     int t = t0 + r;
                     softmax_backward_row(p + (size_t)r * keys, ds + (size_t)r * keys, g + (size_t)t * C,
-                                         o + (size_t)t * C, hs, row_lse[t], scale, t + 1, keys);
+                                         o + (size_t)t * C, hs, row_lse[t], scale, causal ? t + 1 : keys,
+                                         keys);
                 }
-                /* x = scale q k^T:  dq(rows,hs) += ds @ k,  dk(keys,hs) += ds^T @ q */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, keys, 1.0f, ds, keys, k, C3,
-                            1.0f, dq + (size_t)t0 * C3, C3);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, hs, rows, 1.0f, ds, keys, q_tile,
-                            C3, 1.0f, dk, C3);
+                /* x = scale q k^T:  dq(tile,hs) += ds @ k,  dk(keys,hs) += ds^T @ q */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, hs, keys, 1.0f, ds, keys, k,
+                            kv_stride, 1.0f, dqh + (size_t)t0 * C3, C3);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, hs, tile, 1.0f, ds, keys, q_tile,
+                            C3, 1.0f, dk, kv_stride);
                 /* out = p v:  dv(keys,hs) += p^T @ dout */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, hs, rows, 1.0f, p, keys, g_tile, C,
-                            1.0f, dv, C3);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, keys, hs, tile, 1.0f, p, keys, g_tile, C,
+                            1.0f, dv, kv_stride);
+            }
+        }
+    }
+}
+
+/* The whole causal attention is one block: every query against every key of its sequence. */
+void attention_forward_cpu(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+    forward_tiles(out, lse, qkv, qkv + C, 3 * C, B, T, T, C, NH, 1);
+}
+
+void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *out,
+                            const float *lse, int B, int T, int C, int NH) {
+    backward_tiles(dqkv, dqkv + C, dout, out, lse, qkv, qkv + C, 3 * C, B, T, T, C, NH, 1);
+}
+
+/* ---- ring attention's pieces (context parallelism, kernels.h) ----
+ * The same tiles over one block of a longer sequence: `rows` queries of
+ * qkv against `rows` keys of a k | v buffer (stride 2C) that came round the
+ * ring. */
+void attention_block_forward_cpu(float *out, float *lse, const float *q, const float *kv, int B, int T,
+                                 int rows, int C, int NH, int causal) {
+    forward_tiles(out, lse, q, kv, 2 * C, B, T, rows, C, NH, causal);
+}
+
+void attention_block_backward_cpu(float *dq, float *dkv, const float *dout, const float *out,
+                                  const float *lse, const float *q, const float *kv, int B, int T, int rows,
+                                  int C, int NH, int causal) {
+    backward_tiles(dq, dkv, dout, out, lse, q, kv, 2 * C, B, T, rows, C, NH, causal);
+}
+
+/* One row of one head: (o, *l), a softmax over some keys, and (ob, lb),
+ * one over other keys, become (o, *l), the softmax over both (kernels.h,
+ * attention_merge, has the algebra). */
+static void merge_row(float *o, float *l, const float *ob, float lb, int hs) {
+    /* EXERCISE 03.3 BEGIN: merge two partial attention results (course.md, exercise 03.3) */
+    float top = *l > lb ? *l : lb; /* the larger of the two: no exp() above 1 */
+    float merged = top + logf(expf(*l - top) + expf(lb - top));
+    float keep = expf(*l - merged), add = expf(lb - merged);
+    for (int i = 0; i < hs; i++) o[i] = keep * o[i] + add * ob[i];
+    *l = merged;
+    /* EXERCISE 03.3 END */
+}
+
+void attention_merge_cpu(float *out, float *lse, const float *block_out, const float *block_lse, int B, int T,
+                         int rows, int C, int NH) {
+    int hs = C / NH;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int r = 0; r < rows; r++) {
+                size_t row = (size_t)b * T + r, head_row = ((size_t)b * NH + h) * T + r;
+                merge_row(out + row * C + h * hs, lse + head_row, block_out + row * C + h * hs,
+                          block_lse[head_row], hs);
             }
         }
     }

@@ -95,6 +95,33 @@ typedef struct KernelOps {
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out,
                                const float *lse, int B, int T, int C, int NH);
 
+    /* Ring attention's pieces (context parallelism, 03_model_parallel/
+     * context_parallel.h): a rank holds some chunks of each sequence, and
+     * attention runs block by block, a chunk of queries against a chunk of
+     * keys that came round the ring. Every chunk is `rows` positions; the
+     * buffers hold T rows per sequence and the pointers point at the chunk's
+     * first row: q into a qkv buffer (B,T,3C), kv into a k | v buffer
+     * (B,T,2C), dout, out (B,T,C), lse (B,NH,T). causal: the two chunks are
+     * the same positions (the mask of attention_forward); else every key
+     * precedes every query and all are seen. NULL in a backend that has no
+     * such kernel yet (then context parallelism refuses it).
+     *   block_forward: block_out, block_lse (laid out as out, lse): the
+     *     softmax over this block's keys only.
+     *   merge: (out, lse) and (block_out, block_lse), two softmaxes over
+     *     disjoint sets of keys, into one over both: with
+     *     lse = log(e^lse1 + e^lse2), out = e^(lse1-lse) out1 + e^(lse2-lse) out2
+     *     (each out is a weighted mean of its values, its weights summing to
+     *     1; e^lse is the sum it was normalised by).
+     *   block_backward: dq += ..., dkv += ... from the WHOLE attention's
+     *     out and lse (p = exp(x - lse) is then the true probability). */
+    void (*attention_block_forward)(float *block_out, float *block_lse, const float *q, const float *kv,
+                                    int B, int T, int rows, int C, int NH, int causal);
+    void (*attention_merge)(float *out, float *lse, const float *block_out, const float *block_lse, int B,
+                            int T, int rows, int C, int NH);
+    void (*attention_block_backward)(float *dq, float *dkv, const float *dout, const float *out,
+                                     const float *lse, const float *q, const float *kv, int B, int T,
+                                     int rows, int C, int NH, int causal);
+
     /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);

@@ -709,6 +709,10 @@ extern "C" const KernelOps kernels_cuda = {
     .linear_backward_weight_half = linear_backward_weight_half,
     .attention_forward = attention_forward_cuda,
     .attention_backward = attention_backward_cuda,
+    /* ring attention's blocks: not written for CUDA yet (context parallelism refuses this backend) */
+    .attention_block_forward = NULL,
+    .attention_merge = NULL,
+    .attention_block_backward = NULL,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
     .residual_forward = residual_forward,

@@ -275,7 +275,8 @@ void activations_create_model(Activations *a, const ModelConfig *c, int B, int T
     activations_create_range(a, c, B, T, LAYER_EMBEDDING, c->layers, 1);
 }
 
-size_t activation_bytes_range(const ModelConfig *c, int B, int T, int first_unit, int last_unit, int recompute) {
+size_t activation_bytes_range(const ModelConfig *c, int B, int T, int first_unit, int last_unit,
+                              int recompute) {
     Activations none = {0};
     none.block = xcalloc(c->layers > 0 ? c->layers : 1, sizeof(BlockActs));
     Carver count = {NULL, 0};
@@ -403,7 +404,11 @@ static void check_shape(const Activations *a, int B, int T) {
 
 void gpt_embedding_forward(const GPT *m, Activations *a, int B, int T) {
     check_shape(a, B, T);
-    ops()->embedding_forward(a->encoded, a->tokens, m->w.wte, m->w.wpe, B, T, m->cfg.dmodel);
+    const SequenceSplit *seq = m->sequence;
+    if (seq)
+        seq->embedding_forward(a->encoded, a->tokens, m->w.wte, m->w.wpe, B, T, m->cfg.dmodel, seq->context);
+    else
+        ops()->embedding_forward(a->encoded, a->tokens, m->w.wte, m->w.wpe, B, T, m->cfg.dmodel);
 }
 
 /* Where block l's forward values are: its own set, or with recompute the one
@@ -426,7 +431,10 @@ static void block_forward_values(const GPT *m, BlockActs *b, Scratch *s, int l, 
     /* attention half: res2 = input + attproj(attention(qkv(ln1(input)))) */
     k->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, input, w[BLOCK_LN1W], w[BLOCK_LN1B], N, C);
     gpt_linear_forward(m, b->qkv, b->ln1, w[BLOCK_QKVW], w[BLOCK_QKVB], N, C, 3 * C);
-    k->attention_forward(b->atty, b->lse, b->qkv, B, T, C, NH);
+    if (m->sequence)
+        m->sequence->attention_forward(b->atty, b->lse, b->qkv, B, T, C, NH, m->sequence->context);
+    else
+        k->attention_forward(b->atty, b->lse, b->qkv, B, T, C, NH);
     gpt_linear_forward(m, s->branch, b->atty, w[BLOCK_ATTPROJW], w[BLOCK_ATTPROJB], N, C, C);
     k->residual_forward(b->res2, input, s->branch, (size_t)N * C);
     /* MLP half, up to its hidden layer: fch = fc(ln2(res2)) */
@@ -520,7 +528,11 @@ static void block_backward(const GPT *m, Activations *a, Scratch *s, int l, cons
     linear_backward_or_input(m, split, s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], dmid, b->atty,
                              w[BLOCK_ATTPROJW], N, C, C);
     k->fill_zero(dqkv, 3 * NC);
-    k->attention_backward(dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, C, NH);
+    if (m->sequence)
+        m->sequence->attention_backward(dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, C, NH,
+                                        m->sequence->context);
+    else
+        k->attention_backward(dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, C, NH);
     k->fill_zero(s->dln, NC);
     linear_backward_or_input(m, split, s->dln, g[BLOCK_QKVW], g[BLOCK_QKVB], dqkv, b->ln1, w[BLOCK_QKVW], N,
                              C, 3 * C);
@@ -549,7 +561,12 @@ static void block_backward_weight(const GPT *m, Activations *a, Scratch *s, int 
 }
 
 void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded, int B, int T) {
-    ops()->embedding_backward(m->g.wte, m->g.wpe, dencoded, a->tokens, B, T, m->cfg.dmodel, m->cfg.vocab);
+    const SequenceSplit *seq = m->sequence;
+    if (seq)
+        seq->embedding_backward(m->g.wte, m->g.wpe, dencoded, a->tokens, B, T, m->cfg.dmodel, m->cfg.vocab,
+                                seq->context);
+    else
+        ops()->embedding_backward(m->g.wte, m->g.wpe, dencoded, a->tokens, B, T, m->cfg.dmodel, m->cfg.vocab);
 }
 
 /* ---- a range of units ---- */

@@ -40,6 +40,25 @@ typedef struct {
     float *lm_head;      /* (V, C) */
 } Weights;
 
+/* Optional: each sequence split over ranks (context parallelism,
+ * 03_model_parallel/context_parallel.h). The T tokens a rank computes are
+ * then some of the positions of longer sequences: the embedding must add
+ * those positions' rows of wpe, and attention must see the keys the other
+ * ranks hold. These calls, kernels.h's signatures plus a context, replace
+ * the kernels at those four places; everything else in a block works on one
+ * token at a time and needs no change. */
+typedef struct SequenceSplit {
+    void (*embedding_forward)(float *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
+                              int C, void *context);
+    void (*embedding_backward)(float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
+                               int C, int V, void *context);
+    void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+                              void *context);
+    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out,
+                               const float *lse, int B, int T, int C, int NH, void *context);
+    void *context;
+} SequenceSplit;
+
 typedef struct {
     ParamTable table; /* names, shapes, offsets and units of the whole model */
     /* The table's, repeated here because every chapter reads them. */
@@ -68,6 +87,8 @@ typedef struct {
      * matmul_format) and accumulate in fp32; 0 for fp32 matmuls. */
     int half_matmuls;
     HalfFormat matmul_format;
+    /* NULL: the tokens at hand are whole sequences (positions 0..T-1). */
+    const SequenceSplit *sequence;
 } GPT;
 
 /* Forward values kept for the backward pass: one set per micro-batch in flight.

@@ -32,6 +32,9 @@ Plots written to --out (default runs/plots):
                     waits in forward and backward) the bar says by how much
     idle.png        (runs with a busy.csv, chapter 03) per rank, the median time
                     per step spent computing and the rest: waiting or communicating
+With --cp, from chapter 03's --cp runs labelled 03-cpN-seqT:
+    cp_memory.png   rank 0's activation bytes against the sequence length, one
+                    line per cp, measured (memory.csv) and the formula (dashed)
 With --commbench, from 02_data_parallel/commbench CSVs:
     busbw.png       bus bandwidth against message size, one line per operation
 With --gantt, from timeline.csv (chapters 04 and 05):
@@ -759,6 +762,45 @@ def plot_precision(groups, out):
     plt.close(fig)
 
 
+def cp_formula_bytes(run, cp):
+    """Chapter 03 --cp: a rank's activations (course.md, "Long sequences"): 01's for B x T/N
+    tokens, per token L (12C + NH + 4) + 2C + 2V + 5 floats, plus the whole sequences'
+    tokens and targets (8 B T bytes) when the sequence is split."""
+    r = run["run"][0]
+    B, T, L, C, NH = (int(r[k]) for k in ("batch", "seq", "layers", "dmodel", "heads"))
+    V = 256
+    per_token = L * (12 * C + NH + 4) + 2 * C + 2 * V + 5
+    return 4 * B * T // cp * per_token + (8 * B * T if cp > 1 else 0)
+
+
+def plot_cp(groups, out):
+    """Chapter 03 --cp: rank 0's activation bytes against the sequence length, one line per cp
+    (labels 03-cpN-seqT), measured (memory.csv) and the formula (dashed)."""
+    lines = OrderedDict()  # cp -> [(seq, measured, formula)]
+    for label, runs in groups.items():
+        m = re.fullmatch(r"03-cp(\d+)-seq(\d+)", label)
+        if not m:
+            refuse(f"--cp takes runs labelled 03-cpN-seqT, not {label}")
+        cp, seq = int(m.group(1)), int(m.group(2))
+        measured = [int(row["peak_bytes"]) for row in runs[0]["memory"]
+                    if row["rank"] == "0" and row["space"] == "device" and row["category"] == "activations"]
+        lines.setdefault(cp, []).append((seq, measured[0], cp_formula_bytes(runs[0], cp)))
+        print(f"cp {cp} seq {seq}: activations {measured[0]} bytes, formula {cp_formula_bytes(runs[0], cp)}")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for cp, points in sorted(lines.items()):
+        points.sort()
+        seqs = [p[0] for p in points]
+        line, = ax.plot(seqs, [p[1] / 2**20 for p in points], "o-", label=f"cp {cp} measured")
+        ax.plot(seqs, [p[2] / 2**20 for p in points], "--", color=line.get_color(), label=f"cp {cp} formula")
+    ax.set(xlabel="sequence length T (tokens)", ylabel="activations per rank (MiB)",
+           title="Context parallelism: a rank keeps T/N tokens' activations")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "cp_memory.png"), dpi=120)
+    plt.close(fig)
+
+
 def plot_plan(groups, out):
     """plan.png: common/plan's predictions against the runs. Each run directory
     holds, besides the run's CSVs, plan.csv (the planner's --csv) and
@@ -820,6 +862,8 @@ def main():
     parser.add_argument("--capacity", action="store_true", help="06_offload/capacity.py's CSV: parameters per budget")
     parser.add_argument("--offload-bench", action="store_true",
                         help="06_offload/bench_offload.sh's offload_summary.csv: step time per configuration")
+    parser.add_argument("--cp", action="store_true",
+                        help="chapter 03 --cp runs (labels 03-cpN-seqT): activations per rank against T")
     parser.add_argument("--plan", action="store_true",
                         help="common/plan's predicted step time and memory against the runs' (plan.csv, plan-time.csv)")
     args = parser.parse_args()
@@ -827,6 +871,10 @@ def main():
     if args.plan:
         plot_plan(load_runs(args.runs), args.out)
         print(f"plot.py: wrote plan.png to {args.out}")
+        return
+    if args.cp:
+        plot_cp(load_runs(args.runs), args.out)
+        print(f"plot.py: wrote cp_memory.png to {args.out}")
         return
     if args.commbench:
         plot_commbench(args.runs, args.out)

@@ -185,7 +185,16 @@ if [ -x 03_model_parallel/train ]; then
     configure "03-tensor$mp_ranks" "$mp_ranks" 03_model_parallel/train --model "$preset" --device "$device_choice" --batch 8 --mp tensor \
         --eval-every 20
     compare "$steps"
-    plot "$runs"/01-"$preset".r* "$runs"/03-*.r* --out runs/plots/03
+    plot "$runs"/01-"$preset".r* "$runs"/03-layer*.r* "$runs"/03-tensor*.r* --out runs/plots/03
+    # context parallelism: activation memory per rank against the sequence length, cp 1, 2, 4 (tiny
+    # preset, 2 steps; on the CPU: ring attention has no CUDA kernels yet)
+    for cp in 1 2 4; do
+        for seq in 64 128 256; do
+            configure "03-cp$cp-seq$seq" "$cp" 03_model_parallel/train --model tiny --device cpu --batch 4 --cp "$cp" --seq "$seq"
+        done
+    done
+    compare 2
+    plot --cp "$runs"/03-cp*.r* --out runs/plots/03
 fi
 
 # ---- chapter 04: pipeline stages; micro-batch sweep for GPipe and 1F1B; the four schedules' bubbles ----

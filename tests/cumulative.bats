@@ -79,9 +79,37 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     assert_equal "$(csv_column "$(scratch)/mem/run.csv" params)" "$(((V + T) * C + 4 * (sliced + replicated) + 2 * C + V * C))"
 }
 
-@test "bf16: --pp 2 --tp 2 is within 1e-2 of chapter 01's bf16 run" {
-    run04 4 "$(scratch)/bf16" --pp 2 --tp 2 --micro 2 --precision bf16
-    assert_losses_within "$BATS_FILE_TMPDIR/ref_bf16" "$(scratch)/bf16" 4 1e-2
+@test "bf16: --pp 2 --tp 2 is within 1e-2 of chapter 01's bf16 run, 1F1B and zb-h1 (1F1B's bit for bit)" {
+    for schedule in 1f1b zb-h1; do
+        run04 4 "$(scratch)/bf16-$schedule" --pp 2 --tp 2 --micro 2 --precision bf16 --schedule $schedule
+        assert_losses_within "$BATS_FILE_TMPDIR/ref_bf16" "$(scratch)/bf16-$schedule" 4 1e-2
+    done
+    assert_equal "$(cut -d, -f2,4 "$(scratch)/bf16-zb-h1/steps.csv")" "$(cut -d, -f2,4 "$(scratch)/bf16-1f1b/steps.csv")"
+}
+
+# The schedules past 1F1B keep tensor parallelism inside the stages: zb-h1's
+# B of a sliced block has its two all-reduces and its W none; interleaved
+# holds each chunk's slices in one buffer.
+@test "04 --pp 2 --tp 2 with zb-h1 (1F1B's bit for bit) and interleaved --virtual 2 matches single-device losses" {
+    for schedule in 1f1b zb-h1 interleaved; do
+        run04 4 "$(scratch)/$schedule" --pp 2 --tp 2 --micro 2 --schedule $schedule \
+            $([ $schedule = interleaved ] && echo --virtual 2)
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/$schedule" 4
+    done
+    assert_equal "$(cut -d, -f2,4 "$(scratch)/zb-h1/steps.csv")" "$(cut -d, -f2,4 "$(scratch)/1f1b/steps.csv")"
+    # interleaved: stage 0 holds the embedding, blocks 0 and 2; stage 1 blocks 1 and 3 and the head
+    V=256 T=64 C=64 tp=2
+    block=$(((12 * C * C + 7 * C) / tp + 6 * C))
+    for r in 0 1; do assert_equal "$(device_bytes "$(scratch)/interleaved" $r params)" "$((4 * ((V + T) * C + 2 * block)))"; done
+    for r in 2 3; do assert_equal "$(device_bytes "$(scratch)/interleaved" $r params)" "$((4 * (2 * block + 2 * C + V * C)))"; done
+}
+
+@test "04 pp 2 x tp 2 x dp 2 on 8 ranks with zb-h1 and interleaved --virtual 2 matches single-device losses" {
+    run04 8 "$(scratch)/zb" --pp 2 --tp 2 --micro 2 --schedule zb-h1
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/zb" 4
+    run04 8 "$(scratch)/il" --pp 2 --tp 2 --micro 2 --schedule interleaved --virtual 2
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/il" 4
+    grep -q "8 ranks = 2 stages x 2 tensor-parallel x 2 replicas | schedule interleaved" "$(scratch)/il.log"
 }
 
 @test "chapter 02's and 03's flags stay: naive and ring all-reduces, the replica check, --mp tensor, --split" {

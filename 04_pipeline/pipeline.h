@@ -170,8 +170,10 @@ double pipeline_log_layout(const Pipeline *p, const char *program, const Process
 GradShards pipeline_grad_shards(Pipeline *p, CommGroup *model_group, CommGroup *world);
 /* After the last step (bubbles[] of every step, reordered here for the
  * median): timeline.csv and trace.json, then run.csv with the
- * schedule, the median measured bubble and the formula's, and memory.csv
- * (run_finish, harness.h). */
+ * schedule, the median measured bubble and the formula's, the bytes every
+ * rank together sent per step on each axis of the grid (bytes_dp_per_step,
+ * _pp_, _cp_, _tp_: run_axis_bytes_per_step), and memory.csv (run_finish,
+ * harness.h). */
 void pipeline_finish(Pipeline *p, Run *run, const ProcessGrid *grid, size_t whole_params,
                      const char *schedule, double *bubbles, double bubble_theory, int zero);
 

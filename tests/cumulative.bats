@@ -47,11 +47,30 @@ run05() {
     grep -q "4 ranks = 2 stages x 2 tensor-parallel x 1 replicas" "$(scratch)/1f1b.log"
 }
 
-@test "04 --pp 2 --tp 2 on 8 ranks takes dp 2 from the rank count and matches single-device losses" {
+# assert_axis_bytes RUN P V T D M: run.csv's bytes per step of each grid axis, summed over the ranks,
+# against the formulas for the tiny model with 4 layers, a batch of 8 and M micro-batches per replica
+# (N = 8 / (D M) x 64 tokens of C = 64 per micro-batch, fp32):
+#   tp  4 all-reduces per block and micro-batch (2 forward, 2 backward), each 2(T-1)/T x N C x 4 bytes
+#       per rank: D x T x 4 layers x M x 4 x 2(T-1)/T x 4NC
+#   pp  each micro-batch's activations and their gradient across the P V - 1 piece boundaries, sent
+#       by every tp rank: D x T x M x 2(PV-1) x 4NC
+#   dp  every rank's ring all-reduce of its gradients: 2(D-1)/D x its grads bytes (memory.csv)
+assert_axis_bytes() {
+    local run="$1" P="$2" V="$3" T="$4" D="$5" M="$6" NC4 grads
+    NC4=$((8 / (D * M) * 64 * 64 * 4))
+    grads=$(awk -F, '$2 == "device" && $3 == "grads" { s += $4 } END { print s }' "$run/memory.csv")
+    assert_equal "$(csv_column "$run/run.csv" bytes_tp_per_step)" "$((D * T * 4 * M * 4 * 2 * (T - 1) * NC4 / T))"
+    assert_equal "$(csv_column "$run/run.csv" bytes_pp_per_step)" "$((D * T * M * 2 * (P * V - 1) * NC4))"
+    assert_equal "$(csv_column "$run/run.csv" bytes_dp_per_step)" "$((2 * (D - 1) * grads / D))"
+    assert_equal "$(csv_column "$run/run.csv" bytes_cp_per_step)" "0"
+}
+
+@test "04 --pp 2 --tp 2 on 8 ranks takes dp 2 from the rank count, matches single-device losses and counts each axis's bytes" {
     run04 8 "$(scratch)/3d" --pp 2 --tp 2 --micro 2
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/3d" 4
     assert_equal "$(csv_column "$(scratch)/3d/run.csv" dp)" "2"
     assert_equal "$(csv_column "$(scratch)/3d/run.csv" world_size)" "8"
+    assert_axis_bytes "$(scratch)/3d" 2 1 2 2 2
 }
 
 @test "odd sizes: 3 stages, and tp 3 inside 1 stage and inside 2 stages, match single-device losses" {
@@ -109,6 +128,8 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/zb" 4
     run04 8 "$(scratch)/il" --pp 2 --tp 2 --micro 2 --schedule interleaved --virtual 2
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/il" 4
+    assert_axis_bytes "$(scratch)/zb" 2 1 2 2 2 # zb-h1: 1F1B's messages, posted
+    assert_axis_bytes "$(scratch)/il" 2 2 2 2 2 # interleaved: V times the messages between stages
     grep -q "8 ranks = 2 stages x 2 tensor-parallel x 2 replicas | schedule interleaved" "$(scratch)/il.log"
 }
 

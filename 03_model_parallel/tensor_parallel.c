@@ -478,12 +478,14 @@ static void tp_block_backward_input(int l, const float *input, const float *dout
 }
 
 /* W of a block (a BlockWeightFn): the four sliced layers' weight gradients
- * (and their biases'), each rank its own slices: no communication. */
-static void tp_block_backward_weight(int l, int B, int T, void *context) {
+ * (and their biases'), each rank its own slices: no communication, but for
+ * recompute's forward again (model.h says why W runs it once more). */
+static void tp_block_backward_weight(int l, const float *input, int B, int T, void *context) {
     TensorParallelModel *tm = context;
     int C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, N = B * T;
     float **g = tm->m->g.block[l];
     const BlockActs *b = &tm->now->block[l];
+    if (tm->recompute) tp_block_forward_values(tm, l, input, B, T); /* this block's values, once more */
     const BlockKeptGrads *kept = &tm->kept->block[l];
     float *gelu = tm->scratch.gelu;
     ops()->gelu_forward(gelu, b->fch, (size_t)N * Hl);

@@ -456,15 +456,12 @@ void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
 }
 
 void pipeline_refuse_schedule(const Config *cfg, const char *schedule, int print_schedule) {
-    int interleaved = strcmp(schedule, "interleaved") == 0, zb = strcmp(schedule, "zb-h1") == 0;
+    int interleaved = strcmp(schedule, "interleaved") == 0;
     if (interleaved && !print_schedule &&
         (cfg->precision != PRECISION_FP32 || cfg->recompute || cfg->save[0] || cfg->resume[0]))
         fatal(EXIT_USAGE,
               "--schedule interleaved trains in fp32, without --recompute, --save or --resume only, "
               "yet (a stage's chunks are not one range of the table)");
-    if (zb && cfg->recompute)
-        fatal(EXIT_USAGE, "--schedule zb-h1 trains without --recompute only, yet (W would need each block's "
-                          "values recomputed once more)");
 }
 
 void pipeline_log_stages(const int *blocks, int P, int V) {

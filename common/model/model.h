@@ -211,8 +211,9 @@ typedef void (*UnitHook)(int unit, void *context);
 typedef void (*BlockForwardFn)(int layer, const float *input, int B, int T, void *context);
 typedef void (*BlockBackwardFn)(int layer, const float *input, const float *doutput, float *dinput, int B,
                                 int T, void *context);
-/* W of a block computed by the caller (the backward split in two, below). */
-typedef void (*BlockWeightFn)(int layer, int B, int T, void *context);
+/* W of a block computed by the caller (the backward split in two, below);
+ * input: the block's input, from which recomputation runs its forward again. */
+typedef void (*BlockWeightFn)(int layer, const float *input, int B, int T, void *context);
 
 /* What a caller adds to the loop over the units; any field may be NULL.
  *   before_forward(u), after_forward(u)    around unit u's forward
@@ -298,8 +299,12 @@ void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded,
  * each adds the fp32 gradients of its half into the 16-bit ones, the other
  * half's elements adding zero, so each element is still rounded once per
  * micro-batch, as in the whole backward.
- * Not yet: activation recomputation (W would need the block's values once
- * more): gpt_backward_input_range refuses it. */
+ * With activation recomputation (model.h, --recompute) B runs each block's
+ * forward again from its kept input, as the whole backward does, and W runs
+ * it once more: W reads the linear layers' inputs, which the one recomputed
+ * set no longer holds by then. The same kernels on the same inputs give the
+ * same values, so the gradients stay bit for bit; the price is a third
+ * forward of the blocks per step. */
 
 /* The output gradients of one block's linear layers, kept by B for W. */
 typedef struct {

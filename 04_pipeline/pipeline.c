@@ -132,9 +132,8 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     const StageLayout *l = &p->layout;
     const ModelConfig *m = &l->cfg->model;
     int V = chunks_of(l);
-    if (V > 1 && (l->caller_storage || l->cfg->precision != PRECISION_FP32 || l->cfg->recompute))
-        fatal(EXIT_USAGE, "a stage of %d chunks runs in fp32, with its own storage and without --recompute only, yet",
-              V);
+    if (V > 1 && (l->caller_storage || l->cfg->precision != PRECISION_FP32))
+        fatal(EXIT_USAGE, "a stage of %d chunks runs in fp32 and with its own storage only, yet", V);
     if (l->tensor) { /* the stage's slices (of each chunk); model, mixed and scratch are the tp model's */
         int first_units[MAX_STAGE_CHUNKS], last_units[MAX_STAGE_CHUNKS];
         for (int c = 0; c < V; c++) {
@@ -457,11 +456,9 @@ void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
 
 void pipeline_refuse_schedule(const Config *cfg, const char *schedule, int print_schedule) {
     int interleaved = strcmp(schedule, "interleaved") == 0;
-    if (interleaved && !print_schedule &&
-        (cfg->precision != PRECISION_FP32 || cfg->recompute || cfg->save[0] || cfg->resume[0]))
-        fatal(EXIT_USAGE,
-              "--schedule interleaved trains in fp32, without --recompute, --save or --resume only, "
-              "yet (a stage's chunks are not one range of the table)");
+    if (interleaved && !print_schedule && (cfg->precision != PRECISION_FP32 || cfg->save[0] || cfg->resume[0]))
+        fatal(EXIT_USAGE, "--schedule interleaved trains in fp32, without --save or --resume only, yet (a stage's "
+                          "chunks are not one range of the table)");
 }
 
 void pipeline_log_stages(const int *blocks, int P, int V) {

@@ -109,7 +109,7 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
 # The schedules past 1F1B keep tensor parallelism inside the stages: zb-h1's
 # B of a sliced block has its two all-reduces and its W none; interleaved
 # holds each chunk's slices in one buffer.
-@test "04 --pp 2 --tp 2 with zb-h1 (1F1B's bit for bit, with --recompute too) and interleaved --virtual 2 matches single-device losses" {
+@test "04 --pp 2 --tp 2 with zb-h1 (1F1B's bit for bit) and interleaved --virtual 2 match single-device losses, with --recompute bit for bit" {
     for schedule in 1f1b zb-h1 interleaved; do
         run04 4 "$(scratch)/$schedule" --pp 2 --tp 2 --micro 2 --schedule $schedule \
             $([ $schedule = interleaved ] && echo --virtual 2)
@@ -118,6 +118,8 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     assert_equal "$(cut -d, -f2,4 "$(scratch)/zb-h1/steps.csv")" "$(cut -d, -f2,4 "$(scratch)/1f1b/steps.csv")"
     run04 4 "$(scratch)/zb-recompute" --pp 2 --tp 2 --micro 2 --schedule zb-h1 --recompute # B and W recompute
     assert_equal "$(cut -d, -f2,4 "$(scratch)/zb-recompute/steps.csv")" "$(cut -d, -f2,4 "$(scratch)/1f1b/steps.csv")"
+    run04 4 "$(scratch)/il-recompute" --pp 2 --tp 2 --micro 2 --schedule interleaved --virtual 2 --recompute
+    assert_equal "$(cut -d, -f2,4 "$(scratch)/il-recompute/steps.csv")" "$(cut -d, -f2,4 "$(scratch)/interleaved/steps.csv")"
     # interleaved: stage 0 holds the embedding, blocks 0 and 2; stage 1 blocks 1 and 3 and the head
     V=256 T=64 C=64 tp=2
     block=$(((12 * C * C + 7 * C) / tp + 6 * C))

@@ -249,8 +249,6 @@ void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uin
         }
     gpt_set_range(m, tm->first_unit, tm->last_unit); /* param_first: the held span's first element */
     m->param_count = held;                           /* of which the chunks' units are held */
-    if (chunks > 1 && precision != PRECISION_FP32)
-        fatal(EXIT_USAGE, "tensor parallelism over %d chunks of layers runs in fp32 only, yet", chunks);
 
     /* the norm's parts (tp_grad_shards, tp_grad_shards_once): the held tensors, offsets in the held buffer */
     tm->norm_spans = xcalloc(m->num_tensors, sizeof(GradSpan));
@@ -277,7 +275,7 @@ void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uin
                 tensor_parallel_global_index(&whole.tensors[i], tm->slice[i], tp->rank, tp->size, e));
     }
     if (precision != PRECISION_FP32) {
-        mixed_create_units(&tm->mixed, m, tm->first_unit, tm->last_unit, host, precision_format(precision));
+        mixed_create_chunks(&tm->mixed, m, first_units, last_units, chunks, host, precision_format(precision));
     } else {
         if (chunks == 1)
             gpt_alloc_range(m, tm->first_unit, tm->last_unit); /* this rank's slices of the held units */

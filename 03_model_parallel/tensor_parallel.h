@@ -105,7 +105,7 @@ void tp_model_create_range(TensorParallelModel *tm, const ModelConfig *cfg, uint
                            int first_unit, int last_unit, int B, int T, int recompute, Precision precision);
 /* The same for a stage of several chunks (interleaved schedules): runs
  * first_units[c]..last_units[c] of units, stored one after another in one
- * buffer (fp32 only, yet). */
+ * buffer (in 16 bits too: mixed_create_chunks). */
 void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp,
                             const int *first_units, const int *last_units, int chunks, int B, int T,
                             int recompute, Precision precision);

@@ -73,7 +73,8 @@ void pipeline_layout_chunks(StageLayout *l, const int *blocks, int chunks, int l
 
 /* A stage of several chunks: its units one chunk after another in one
  * buffer, each unit's views bound where it lies, with the whole model's
- * initial values of those elements (pipeline.h). fp32 only. */
+ * initial values of those elements (pipeline.h); in 16 bits the mixed
+ * model holds them in the same order (mixed_create_chunks). */
 static void create_chunked_model(Pipeline *p, const ModelConfig *m, uint64_t seed) {
     const StageLayout *l = &p->layout;
     ParamTable table;
@@ -84,17 +85,28 @@ static void create_chunked_model(Pipeline *p, const ModelConfig *m, uint64_t see
     for (int c = 0; c < l->chunks; c++)
         for (int u = l->chunk_first_unit[c]; u <= l->chunk_last_unit[c]; u++)
             total += table_unit(&model->table, u)->numel;
-    model->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, total * sizeof(float), "parameters");
-    model->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, total * sizeof(float), "gradients");
-    model->owns_storage = 1;
     float *host = xmalloc(total * sizeof(float));
     size_t at = 0;
     for (int c = 0; c < l->chunks; c++)
         for (int u = l->chunk_first_unit[c]; u <= l->chunk_last_unit[c]; u++) {
             const ParamUnit *unit = table_unit(&model->table, u);
             param_init_range(&model->table, seed, host + at, unit->offset, unit->numel);
-            gpt_bind_unit(model, u, model->params + at, model->grads + at);
             at += unit->numel;
+        }
+    if (l->cfg->precision != PRECISION_FP32) {
+        mixed_create_chunks(&p->mixed, model, l->chunk_first_unit, l->chunk_last_unit, l->chunks, host,
+                            precision_format(l->cfg->precision));
+        free(host);
+        return;
+    }
+    model->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, total * sizeof(float), "parameters");
+    model->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, total * sizeof(float), "gradients");
+    model->owns_storage = 1;
+    at = 0;
+    for (int c = 0; c < l->chunks; c++)
+        for (int u = l->chunk_first_unit[c]; u <= l->chunk_last_unit[c]; u++) {
+            gpt_bind_unit(model, u, model->params + at, model->grads + at);
+            at += table_unit(&model->table, u)->numel;
         }
     copy_to_device(model->params, host, total * sizeof(float));
     free(host);
@@ -132,8 +144,8 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     const StageLayout *l = &p->layout;
     const ModelConfig *m = &l->cfg->model;
     int V = chunks_of(l);
-    if (V > 1 && (l->caller_storage || l->cfg->precision != PRECISION_FP32))
-        fatal(EXIT_USAGE, "a stage of %d chunks runs in fp32 and with its own storage only, yet", V);
+    if (V > 1 && l->caller_storage)
+        fatal(EXIT_USAGE, "a stage of %d chunks runs with its own storage only, yet", V);
     if (l->tensor) { /* the stage's slices (of each chunk); model, mixed and scratch are the tp model's */
         int first_units[MAX_STAGE_CHUNKS], last_units[MAX_STAGE_CHUNKS];
         for (int c = 0; c < V; c++) {
@@ -456,9 +468,9 @@ void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
 
 void pipeline_refuse_schedule(const Config *cfg, const char *schedule, int print_schedule) {
     int interleaved = strcmp(schedule, "interleaved") == 0;
-    if (interleaved && !print_schedule && (cfg->precision != PRECISION_FP32 || cfg->save[0] || cfg->resume[0]))
-        fatal(EXIT_USAGE, "--schedule interleaved trains in fp32, without --save or --resume only, yet (a stage's "
-                          "chunks are not one range of the table)");
+    if (interleaved && !print_schedule && (cfg->save[0] || cfg->resume[0]))
+        fatal(EXIT_USAGE, "--schedule interleaved trains without --save or --resume only, yet (a stage's chunks "
+                          "are not one range of the table)");
 }
 
 void pipeline_log_stages(const int *blocks, int P, int V) {

@@ -146,8 +146,8 @@ double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence);
  * Collective over the pipeline's ranks. */
 void pipeline_sample(Pipeline *p, int n, uint64_t *rng);
 
-/* What interleaved cannot run with yet (16 bits, checkpoints), refused in
- * one line; nothing when only printing the schedule. */
+/* What interleaved cannot run with yet (checkpoints), refused in one line;
+ * nothing when only printing the schedule. */
 void pipeline_refuse_schedule(const Config *cfg, const char *schedule, int print_schedule);
 /* "stage s: blocks a..b + embedding", one line per stage (with V chunks per
  * stage, one per piece: "stage s chunk c: ..."). */

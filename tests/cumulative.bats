@@ -98,12 +98,17 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     assert_equal "$(csv_column "$(scratch)/mem/run.csv" params)" "$(((V + T) * C + 4 * (sliced + replicated) + 2 * C + V * C))"
 }
 
-@test "bf16: --pp 2 --tp 2 is within 1e-2 of chapter 01's bf16 run, 1F1B and zb-h1 (1F1B's bit for bit)" {
-    for schedule in 1f1b zb-h1; do
-        run04 4 "$(scratch)/bf16-$schedule" --pp 2 --tp 2 --micro 2 --precision bf16 --schedule $schedule
+@test "bf16: --pp 2 --tp 2 is within 1e-2 of chapter 01's bf16 run, 1F1B, zb-h1 and interleaved (1F1B's bit for bit)" {
+    for schedule in 1f1b zb-h1 interleaved; do
+        run04 4 "$(scratch)/bf16-$schedule" --pp 2 --tp 2 --micro 2 --precision bf16 --schedule $schedule \
+            --virtual $([ $schedule = interleaved ] && echo 2 || echo 1)
         assert_losses_within "$BATS_FILE_TMPDIR/ref_bf16" "$(scratch)/bf16-$schedule" 4 1e-2
     done
     assert_equal "$(cut -d, -f2,4 "$(scratch)/bf16-zb-h1/steps.csv")" "$(cut -d, -f2,4 "$(scratch)/bf16-1f1b/steps.csv")"
+    assert_equal "$(cut -d, -f2,4 "$(scratch)/bf16-interleaved/steps.csv")" "$(cut -d, -f2,4 "$(scratch)/bf16-1f1b/steps.csv")"
+    # interleaved's 16-bit storage: stage 0's chunks (embedding and block 0, block 2) in 2 bytes a parameter
+    V=256 T=64 C=64
+    assert_equal "$(device_bytes "$(scratch)/bf16-interleaved" 0 params)" "$((2 * ((V + T) * C + 2 * ((12 * C * C + 7 * C) / 2 + 6 * C))))"
 }
 
 # The schedules past 1F1B keep tensor parallelism inside the stages: zb-h1's

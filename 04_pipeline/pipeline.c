@@ -86,16 +86,20 @@ static void create_chunked_model(Pipeline *p, const ModelConfig *m, uint64_t see
         for (int u = l->chunk_first_unit[c]; u <= l->chunk_last_unit[c]; u++)
             total += table_unit(&model->table, u)->numel;
     float *host = xmalloc(total * sizeof(float));
+    p->unit_at = xmalloc((m->layers + 2) * sizeof(size_t)); /* for the checkpoint's layout */
+    for (int u = LAYER_EMBEDDING; u <= m->layers; u++) p->unit_at[u + 1] = SIZE_MAX;
     size_t at = 0;
     for (int c = 0; c < l->chunks; c++)
         for (int u = l->chunk_first_unit[c]; u <= l->chunk_last_unit[c]; u++) {
             const ParamUnit *unit = table_unit(&model->table, u);
             param_init_range(&model->table, seed, host + at, unit->offset, unit->numel);
+            p->unit_at[u + 1] = at;
             at += unit->numel;
         }
     if (l->cfg->precision != PRECISION_FP32) {
         mixed_create_chunks(&p->mixed, model, l->chunk_first_unit, l->chunk_last_unit, l->chunks, host,
                             precision_format(l->cfg->precision));
+        model->unit_at = p->unit_at; /* the master weights are held in the same order */
         free(host);
         return;
     }
@@ -114,6 +118,7 @@ static void create_chunked_model(Pipeline *p, const ModelConfig *m, uint64_t see
     model->last_unit = l->last_unit;
     model->param_first = table_unit(&model->table, l->first_unit)->offset;
     model->param_count = total;
+    model->unit_at = p->unit_at;
 }
 
 /* The most micro-batches chunk c holds at once, from the schedule's actions on it. */
@@ -229,6 +234,7 @@ void pipeline_destroy(Pipeline *p) {
         else
             activations_destroy(&p->slot[i], &p->layout.cfg->model);
     free(p->slot);
+    free(p->unit_at);
     schedule_free(&p->schedule);
     if (p->layout.tensor) {
         tp_model_destroy(&p->tpm); /* model, mixed and scratch with it */
@@ -464,13 +470,6 @@ void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
     free(text);
     free(context);
     free(logits);
-}
-
-void pipeline_refuse_schedule(const Config *cfg, const char *schedule, int print_schedule) {
-    int interleaved = strcmp(schedule, "interleaved") == 0;
-    if (interleaved && !print_schedule && (cfg->save[0] || cfg->resume[0]))
-        fatal(EXIT_USAGE, "--schedule interleaved trains without --save or --resume only, yet (a stage's chunks "
-                          "are not one range of the table)");
 }
 
 void pipeline_log_stages(const int *blocks, int P, int V) {

@@ -98,6 +98,7 @@ typedef struct {
     MixedModel mixed; /* --precision bf16|fp16: model's units in 16 bits (mixed.h); zeroed in fp32 */
     Scratch scratch;
     Activations *slot; /* one set of saved activations per micro-batch in flight, chunk by chunk */
+    size_t *unit_at;   /* several chunks without tp: model.unit_at, where each unit is held */
     int slots;         /* all of them */
     int chunk_slots[MAX_STAGE_CHUNKS]; /* chunk c's: the most micro-batches it holds at once */
     int chunk_slot0[MAX_STAGE_CHUNKS]; /* the index of chunk c's first slot */
@@ -146,9 +147,6 @@ double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence);
  * Collective over the pipeline's ranks. */
 void pipeline_sample(Pipeline *p, int n, uint64_t *rng);
 
-/* What interleaved cannot run with yet (checkpoints), refused in one line;
- * nothing when only printing the schedule. */
-void pipeline_refuse_schedule(const Config *cfg, const char *schedule, int print_schedule);
 /* "stage s: blocks a..b + embedding", one line per stage (with V chunks per
  * stage, one per piece: "stage s chunk c: ..."). */
 void pipeline_log_stages(const int *blocks, int P, int V);

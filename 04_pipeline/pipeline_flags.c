@@ -48,6 +48,5 @@ void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const Mo
         int blocks[MAX_LAYERS];
         layer_split_parse(model->split, P * V, L, blocks);
     }
-    pipeline_refuse_schedule(cfg, pipe->schedule, pipe->print_schedule);
     data_parallel_refuse_overlap(data, "pipeline stage");
 }

@@ -174,6 +174,19 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     assert_losses_within "$d/ref" "$d/back" 2 1e-5
 }
 
+# interleaved: a stage's chunks are several runs of the table (model.unit_at, tp_model_create_chunks)
+@test "an interleaved checkpoint (pp 2 x tp 2 x dp 2, V = 2) resumes in chapter 01's layout, and 01's in interleaved pp 2 x dp 2" {
+    local d="$(scratch)"
+    run04 8 "$d/first" --pp 2 --tp 2 --micro 2 --schedule interleaved --virtual 2 --stop-after 2 --save "$d/ck-il"
+    "$TRAIN01" $FLAGS --resume "$d/ck-il" --out "$d/one" >/dev/null
+    "$TRAIN01" $FLAGS --stop-after 2 --save "$d/ck01" --out "$d/first01" >/dev/null
+    run04 4 "$d/back" --pp 2 --micro 2 --schedule interleaved --virtual 2 --resume "$d/ck01"
+    mkdir "$d/ref" # steps 3-4 of the uninterrupted run
+    { echo loss; csv_column "$BATS_FILE_TMPDIR/ref/steps.csv" loss | tail -2; } >"$d/ref/steps.csv"
+    assert_losses_within "$d/ref" "$d/one" 2 1e-5
+    assert_losses_within "$d/ref" "$d/back" 2 1e-5
+}
+
 @test "layouts that do not fit are refused with the rule: the world, --mp tensor with stages, overlap, heads" {
     run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 4 '$TRAIN04' $FLAGS --pp 2 --tp 2 --dp 2"
     assert_equal "$status" 2

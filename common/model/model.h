@@ -57,6 +57,9 @@ typedef struct {
                          master weights (mixed.h, CAT_OPTIMIZER), which units never read */
     float *grads;     /* device (param_count), CAT_GRADS */
     int owns_storage; /* params and grads were allocated here, and gpt_destroy frees them */
+    const size_t *unit_at; /* NULL: the held units are one run of the table from param_first; else
+                              several runs (a pipeline stage's chunks): per unit u (at u + 1),
+                              where its elements start in params, SIZE_MAX where not held */
     Weights w;        /* views into params; NULL for tensors not held */
     Weights g;        /* views into grads */
     /* Optional: calls that give a unit its storage just before it is computed

@@ -157,15 +157,16 @@ static int last_block(const TensorParallelModel *tm) {
     return tm->last_unit < L ? tm->last_unit : L - 1;
 }
 
-/* With recompute (tm->recompute) the blocks share one set of values, as in
- * model.c, and keep only their outputs res3. */
-static size_t carve_blocks(const TensorParallelModel *tm, Activations *a, float *base, int B, int T) {
+/* Blocks first..last. With recompute (tm->recompute) the blocks share one
+ * set of values, as in model.c, and keep only their outputs res3. */
+static size_t carve_blocks(const TensorParallelModel *tm, Activations *a, float *base, int B, int T, int first,
+                           int last) {
     size_t BT = (size_t)B * T, C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, used = 0;
     size_t R = tm->sp ? BT / tm->tp->size : BT; /* rows of the layernorm and residual regions */
-    for (int l = first_block(tm); l <= last_block(tm); l++) {
+    for (int l = first; l <= last; l++) {
         BlockActs *b = &a->block[l];
-        if (tm->recompute && l > first_block(tm)) {
-            *b = a->block[first_block(tm)]; /* the shared set */
+        if (tm->recompute && l > first) {
+            *b = a->block[first]; /* the shared set */
             b->res3 = carve(base, &used, BT * C);
             continue;
         }
@@ -205,13 +206,32 @@ static size_t carve_scratch(TensorParallelModel *tm, float *base, int B, int T) 
     return used;
 }
 
-void tp_model_create_range(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp,
-                           int first_unit, int last_unit, int B, int T, int recompute, Precision precision) {
+/* Whether unit u is held, and where a held tensor's elements start in the
+ * held buffer (the held runs of units one after another). */
+static int holds(const TensorParallelModel *tm, int unit) {
+    return tm->held_at[unit + 1] != SIZE_MAX;
+}
+static size_t held_offset(const TensorParallelModel *tm, const ParamTensor *t) {
+    return tm->held_at[t->layer + 1] + t->offset - table_unit(&tm->model.table, t->layer)->offset;
+}
+
+/* Storage for several runs of units in one buffer (fp32), each unit bound where it lies. */
+static void alloc_runs(GPT *m, const TensorParallelModel *tm) {
+    m->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, m->param_count * sizeof(float), "parameters");
+    m->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, m->param_count * sizeof(float), "gradients");
+    m->owns_storage = 1;
+    for (int u = tm->first_unit; u <= tm->last_unit; u++)
+        if (holds(tm, u)) gpt_bind_unit(m, u, m->params + tm->held_at[u + 1], m->grads + tm->held_at[u + 1]);
+}
+
+void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp,
+                            const int *first_units, const int *last_units, int chunks, int B, int T,
+                            int recompute, Precision precision) {
     memset(tm, 0, sizeof *tm);
     tm->tp = tp;
     tm->recompute = recompute;
-    tm->first_unit = first_unit;
-    tm->last_unit = last_unit;
+    tm->first_unit = first_units[0];
+    tm->last_unit = last_units[chunks - 1];
     tm->C_local = cfg->dmodel / tp->size;
     tm->NH_local = cfg->heads / tp->size;
     tm->H_local = 4 * cfg->dmodel / tp->size;
@@ -220,16 +240,25 @@ void tp_model_create_range(TensorParallelModel *tm, const ModelConfig *cfg, uint
     tm->global_params = whole.num_params;
     build_local_table(tm, cfg, tp->size);
     GPT *m = &tm->model;
-    gpt_set_range(m, first_unit, last_unit); /* param_first, param_count of the held units */
+    tm->held_at = xmalloc((cfg->layers + 2) * sizeof(size_t));
+    for (int u = LAYER_EMBEDDING; u <= cfg->layers; u++) tm->held_at[u + 1] = SIZE_MAX;
+    size_t held = 0;
+    for (int c = 0; c < chunks; c++)
+        for (int u = first_units[c]; u <= last_units[c]; u++) {
+            tm->held_at[u + 1] = held;
+            held += table_unit(&m->table, u)->numel;
+        }
+    gpt_set_range(m, tm->first_unit, tm->last_unit); /* param_first: the held span's first element */
+    m->param_count = held;                           /* of which the chunks' units are held */
 
     /* the norm's parts (tp_grad_shards, tp_grad_shards_once): the held tensors, offsets in the held buffer */
     tm->norm_spans = xcalloc(m->num_tensors, sizeof(GradSpan));
     tm->once_spans = xcalloc(m->num_tensors, sizeof(GradSpan));
     for (int i = 0; i < m->num_tensors; i++) {
         const ParamTensor *t = &m->tensors[i];
-        if (t->layer < first_unit || t->layer > last_unit) continue;
+        if (!holds(tm, t->layer)) continue;
         int replicated = tm->slice[i] == SLICE_NONE;
-        GradSpan span = {t->offset - m->param_first, t->numel, replicated};
+        GradSpan span = {held_offset(tm, t), t->numel, replicated};
         tm->norm_spans[tm->num_spans++] = span;
         span.replicated = 0;
         if (!replicated || tp->rank == 0) tm->once_spans[tm->num_once_spans++] = span;
@@ -240,17 +269,20 @@ void tp_model_create_range(TensorParallelModel *tm, const ModelConfig *cfg, uint
     float *host = xmalloc(bytes);
     for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
         const ParamTensor *t = &m->tensors[i];
-        if (t->layer < first_unit || t->layer > last_unit) continue;
+        if (!holds(tm, t->layer)) continue;
         for (size_t e = 0; e < t->numel; e++)
-            host[t->offset - m->param_first + e] = param_init_value(
+            host[held_offset(tm, t) + e] = param_init_value(
                 t, seed,
                 tensor_parallel_global_index(&whole.tensors[i], tm->slice[i], tp->rank, tp->size, e));
     }
-    if (precision == PRECISION_FP32) {
-        gpt_alloc_range(m, first_unit, last_unit); /* this rank's slices of the held units */
-        copy_to_device(m->params, host, bytes);
+    if (precision != PRECISION_FP32) {
+        mixed_create_chunks(&tm->mixed, m, first_units, last_units, chunks, host, precision_format(precision));
     } else {
-        mixed_create_units(&tm->mixed, m, first_unit, last_unit, host, precision_format(precision));
+        if (chunks == 1)
+            gpt_alloc_range(m, tm->first_unit, tm->last_unit); /* this rank's slices of the held units */
+        else
+            alloc_runs(m, tm);
+        copy_to_device(m->params, host, bytes);
     }
     tp->matmuls = m; /* the parallel layers' matmuls: 16-bit inputs under mixed precision */
     tm->m = m;
@@ -261,6 +293,11 @@ void tp_model_create_range(TensorParallelModel *tm, const ModelConfig *cfg, uint
     size_t floats = carve_scratch(tm, NULL, B, T);
     carve_scratch(tm, mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, floats * sizeof(float), "activation gradients"),
                   B, T);
+}
+
+void tp_model_create_range(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp,
+                           int first_unit, int last_unit, int B, int T, int recompute, Precision precision) {
+    tp_model_create_chunks(tm, cfg, seed, tp, &first_unit, &last_unit, 1, B, T, recompute, precision);
 }
 
 void tp_model_move(TensorParallelModel *tm, GPT *model, MixedModel *mixed) {
@@ -276,14 +313,20 @@ void tp_model_move(TensorParallelModel *tm, GPT *model, MixedModel *mixed) {
     }
 }
 
-void tp_activations_create(const TensorParallelModel *tm, Activations *a, int B, int T) {
+void tp_activations_create_range(const TensorParallelModel *tm, Activations *a, int B, int T, int first_unit,
+                                 int last_unit) {
     /* the embedding and head parts are whole (model.c: the head's only where it is held); the
      * blocks, carved here with local widths, sit in a->block as usual */
     int L = tm->model.cfg.layers;
-    activations_create_range(a, &tm->model.cfg, B, T, L, tm->last_unit == L ? L : L - 1, 0);
-    size_t floats = carve_blocks(tm, a, NULL, B, T);
+    int first = first_unit > 0 ? first_unit : 0, last = last_unit < L ? last_unit : L - 1;
+    activations_create_range(a, &tm->model.cfg, B, T, L, last_unit == L ? L : L - 1, 0);
+    size_t floats = carve_blocks(tm, a, NULL, B, T, first, last);
     carve_blocks(tm, a, mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, floats * sizeof(float), "block activations"),
-                 B, T);
+                 B, T, first, last);
+}
+
+void tp_activations_create(const TensorParallelModel *tm, Activations *a, int B, int T) {
+    tp_activations_create_range(tm, a, B, T, tm->first_unit, tm->last_unit);
     if (tm->sp) {
         TensorParallelModel *w = (TensorParallelModel *)tm; /* its workspace, once per model */
         size_t BTC = (size_t)B * T * tm->model.cfg.dmodel;
@@ -295,10 +338,14 @@ void tp_activations_create(const TensorParallelModel *tm, Activations *a, int B,
 }
 
 void tp_activations_destroy(const TensorParallelModel *tm, Activations *a) {
-    mem_free(tm->sp_whole);
-    mem_free(tm->sp_rows);
-    mem_free(tm->sp_ln_grads);
-    mem_free(a->block[first_block(tm)].ln1); /* the blocks' memory starts there */
+    TensorParallelModel *w = (TensorParallelModel *)tm; /* the sp workspace (tp_activations_create) */
+    mem_free(w->sp_whole);
+    mem_free(w->sp_rows);
+    mem_free(w->sp_ln_grads);
+    w->sp_whole = w->sp_rows = w->sp_ln_grads = NULL;
+    int first = 0;
+    while (first < tm->model.cfg.layers - 1 && !a->block[first].ln1) first++;
+    mem_free(a->block[first].ln1); /* the blocks' memory starts at the first one carved */
     activations_destroy(a, &tm->model.cfg);
 }
 
@@ -312,6 +359,7 @@ void tp_model_destroy(TensorParallelModel *tm) {
     mem_free(tm->scratch.branch);
     if (tm->acts.block) tp_activations_destroy(tm, &tm->acts);
     free(tm->slice);
+    free(tm->held_at);
     free(tm->norm_spans);
     free(tm->once_spans);
     precision_destroy(tm->m, tm->mx);
@@ -329,14 +377,14 @@ static void heads_attention_forward(const TensorParallelModel *tm, BlockActs *b,
     else
         ops()->attention_forward(b->atty, b->lse, b->qkv, B, T, tm->C_local, tm->NH_local);
 }
-static void heads_attention_backward(const TensorParallelModel *tm, BlockActs *b, Scratch *s, int B, int T) {
+static void heads_attention_backward(const TensorParallelModel *tm, float *dqkv, BlockActs *b, Scratch *s, int B,
+                                     int T) {
     const SequenceSplit *seq = tm->m->sequence;
     if (seq)
-        seq->attention_backward(s->dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, tm->C_local, tm->NH_local,
+        seq->attention_backward(dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, tm->C_local, tm->NH_local,
                                 seq->context);
     else
-        ops()->attention_backward(s->dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, tm->C_local,
-                                  tm->NH_local);
+        ops()->attention_backward(dqkv, s->datty, b->qkv, b->atty, b->lse, B, T, tm->C_local, tm->NH_local);
 }
 
 /* One block up to fch, the last value its backward reads (what recompute
@@ -374,45 +422,137 @@ static void tp_block_forward(int l, const float *input, int B, int T, void *cont
     k->residual_forward(b->res3, b->res2, s->branch, (size_t)N * C);
 }
 
-/* One block, as gpt_block_backward: two all-reduces, inside
- * column_parallel_backward. A BlockBackwardFn. */
-static void tp_block_backward(int l, const float *input, const float *doutput, float *dinput, int B, int T,
-                              void *context) {
-    TensorParallelModel *tm = context;
+/* A row-parallel layer's backward, or in B of a split backward only its
+ * input's gradient (local: g's conjugate needs no communication). */
+static void tp_row_backward(TensorParallelModel *tm, int input_only, float *dinp_local, float *dweight_local,
+                            float *dbias, const float *dout, const float *inp_local, const float *weight_local,
+                            int N, int C_local, int OC) {
+    if (!input_only) {
+        row_parallel_backward(tm->tp, dinp_local, dweight_local, dbias, dout, inp_local, weight_local, N,
+                              C_local, OC);
+        return;
+    }
+    gpt_linear_backward_input(tm->m, dinp_local, dout, weight_local, N, C_local, OC);
+}
+
+/* A column-parallel layer's backward, or in B only its input's gradient:
+ * each rank's share of it, summed over the group (f's conjugate). */
+static void tp_column_backward(TensorParallelModel *tm, int input_only, float *din_whole, float *dweight_local,
+                               float *dbias_local, const float *dout_local, const float *inp,
+                               const float *weight_local, int N, int C, int OC_local) {
+    if (!input_only) {
+        column_parallel_backward(tm->tp, din_whole, dweight_local, dbias_local, dout_local, inp, weight_local,
+                                 N, C, OC_local);
+        return;
+    }
+    size_t whole = (size_t)N * C;
+    ops()->fill_zero(din_whole, whole);
+    gpt_linear_backward_input(tm->m, din_whole, dout_local, weight_local, N, C, OC_local);
+    tp_allreduce(tm->tp, din_whole, whole);
+}
+
+/* One block, as gpt_block_backward: two all-reduces, inside the
+ * column-parallel layers' backward. With kept (B of a split backward) the
+ * four weight gradients are left for W, and the linear layers' output
+ * gradients (local widths where the layer's output is sliced) are made in
+ * kept instead of the scratch. */
+static void tp_block_backward_or_input(TensorParallelModel *tm, int l, const float *input, const float *doutput,
+                                       float *dinput, BlockKeptGrads *kept, int B, int T) {
     const KernelOps *k = ops();
-    int C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, N = B * T;
+    int C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, N = B * T, split = kept != NULL;
     size_t NC = (size_t)N * C;
     float **w = tm->m->w.block[l], **g = tm->m->g.block[l];
     BlockActs *b = &tm->now->block[l];
     Scratch *s = &tm->scratch;
+    float *dfcproj = split ? kept->dout : s->dbranch, *dattproj = split ? kept->dmid : s->dbranch;
+    float *dfch = split ? kept->dfch : s->dfch, *dqkv = split ? kept->dqkv : s->dqkv;
     if (tm->recompute) tp_block_forward_values(tm, l, input, B, T); /* this block's values, again */
     /* MLP half */
     k->fill_zero(s->dmid, NC);
-    k->fill_zero(s->dbranch, NC);
-    k->residual_backward(s->dmid, s->dbranch, doutput, NC);
+    k->fill_zero(dfcproj, NC);
+    k->residual_backward(s->dmid, dfcproj, doutput, NC);
     k->gelu_forward(s->gelu, b->fch, (size_t)N * Hl); /* recomputed, as in model.c */
     k->fill_zero(s->dfch_gelu, (size_t)N * Hl);
-    row_parallel_backward(tm->tp, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], s->dbranch, s->gelu,
-                          w[BLOCK_FCPROJW], N, Hl, C);
-    k->fill_zero(s->dfch, (size_t)N * Hl);
-    k->gelu_backward(s->dfch, b->fch, s->dfch_gelu, (size_t)N * Hl);
-    column_parallel_backward(tm->tp, s->dln, g[BLOCK_FCW], g[BLOCK_FCB], s->dfch, b->ln2, w[BLOCK_FCW], N, C,
-                             Hl);
+    tp_row_backward(tm, split, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], dfcproj, s->gelu,
+                    w[BLOCK_FCPROJW], N, Hl, C);
+    k->fill_zero(dfch, (size_t)N * Hl);
+    k->gelu_backward(dfch, b->fch, s->dfch_gelu, (size_t)N * Hl);
+    tp_column_backward(tm, split, s->dln, g[BLOCK_FCW], g[BLOCK_FCB], dfch, b->ln2, w[BLOCK_FCW], N, C, Hl);
     k->layernorm_backward(s->dmid, g[BLOCK_LN2W], g[BLOCK_LN2B], s->dln, b->res2, w[BLOCK_LN2W], b->ln2_mean,
                           b->ln2_rstd, N, C);
     /* attention half */
     k->fill_zero(dinput, NC);
-    k->fill_zero(s->dbranch, NC);
-    k->residual_backward(dinput, s->dbranch, s->dmid, NC);
+    k->fill_zero(dattproj, NC);
+    k->residual_backward(dinput, dattproj, s->dmid, NC);
     k->fill_zero(s->datty, (size_t)N * Cl);
-    row_parallel_backward(tm->tp, s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], s->dbranch, b->atty,
-                          w[BLOCK_ATTPROJW], N, Cl, C);
-    k->fill_zero(s->dqkv, (size_t)N * 3 * Cl);
-    heads_attention_backward(tm, b, s, B, T);
-    column_parallel_backward(tm->tp, s->dln, g[BLOCK_QKVW], g[BLOCK_QKVB], s->dqkv, b->ln1, w[BLOCK_QKVW], N,
-                             C, 3 * Cl);
+    tp_row_backward(tm, split, s->datty, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], dattproj, b->atty,
+                    w[BLOCK_ATTPROJW], N, Cl, C);
+    k->fill_zero(dqkv, (size_t)N * 3 * Cl);
+    heads_attention_backward(tm, dqkv, b, s, B, T);
+    tp_column_backward(tm, split, s->dln, g[BLOCK_QKVW], g[BLOCK_QKVB], dqkv, b->ln1, w[BLOCK_QKVW], N, C,
+                       3 * Cl);
     k->layernorm_backward(dinput, g[BLOCK_LN1W], g[BLOCK_LN1B], s->dln, input, w[BLOCK_LN1W], b->ln1_mean,
                           b->ln1_rstd, N, C);
+}
+
+/* A BlockBackwardFn: the whole backward of a block. */
+static void tp_block_backward(int l, const float *input, const float *doutput, float *dinput, int B, int T,
+                              void *context) {
+    tp_block_backward_or_input(context, l, input, doutput, dinput, NULL, B, T);
+}
+
+/* B of a block (a BlockBackwardFn of the split backward): into tm->kept. */
+static void tp_block_backward_input(int l, const float *input, const float *doutput, float *dinput, int B,
+                                    int T, void *context) {
+    TensorParallelModel *tm = context;
+    tp_block_backward_or_input(tm, l, input, doutput, dinput, &tm->kept->block[l], B, T);
+}
+
+/* W of a block (a BlockWeightFn): the four sliced layers' weight gradients
+ * (and their biases'), each rank its own slices: no communication, but for
+ * recompute's forward again (model.h says why W runs it once more). */
+static void tp_block_backward_weight(int l, const float *input, int B, int T, void *context) {
+    TensorParallelModel *tm = context;
+    int C = tm->model.cfg.dmodel, Cl = tm->C_local, Hl = tm->H_local, N = B * T;
+    float **g = tm->m->g.block[l];
+    const BlockActs *b = &tm->now->block[l];
+    if (tm->recompute) tp_block_forward_values(tm, l, input, B, T); /* this block's values, once more */
+    const BlockKeptGrads *kept = &tm->kept->block[l];
+    float *gelu = tm->scratch.gelu;
+    ops()->gelu_forward(gelu, b->fch, (size_t)N * Hl);
+    gpt_linear_backward_weight(tm->m, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], kept->dout, gelu, N, Hl, C);
+    gpt_linear_backward_weight(tm->m, g[BLOCK_FCW], g[BLOCK_FCB], kept->dfch, b->ln2, N, C, Hl);
+    gpt_linear_backward_weight(tm->m, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], kept->dmid, b->atty, N, Cl, C);
+    gpt_linear_backward_weight(tm->m, g[BLOCK_QKVW], g[BLOCK_QKVB], kept->dqkv, b->ln1, N, C, 3 * Cl);
+}
+
+UnitHooks tp_split_hooks(TensorParallelModel *tm) {
+    return (UnitHooks){.block_forward = tp_block_forward,
+                       .block_backward = tp_block_backward_input,
+                       .block_backward_weight = tp_block_backward_weight,
+                       .context = tm};
+}
+
+/* Carve one micro-batch's kept gradients (or, with base NULL, count them). */
+static size_t carve_kept(const TensorParallelModel *tm, KeptGrads *kg, float *base, int B, int T) {
+    const ModelConfig *c = &tm->model.cfg;
+    size_t BT = (size_t)B * T, used = 0;
+    for (int l = first_block(tm); l <= last_block(tm); l++) {
+        BlockKeptGrads *k = &kg->block[l];
+        k->dout = carve(base, &used, BT * c->dmodel);
+        k->dfch = carve(base, &used, BT * tm->H_local);
+        k->dmid = carve(base, &used, BT * c->dmodel);
+        k->dqkv = carve(base, &used, BT * 3 * tm->C_local);
+    }
+    if (tm->last_unit == c->layers) kg->dlogits = carve(base, &used, BT * c->vocab);
+    return used;
+}
+
+void tp_kept_grads_create(const TensorParallelModel *tm, KeptGrads *kg, int B, int T) {
+    *kg = (KeptGrads){.B = B, .T = T, .block = xcalloc(tm->model.cfg.layers, sizeof(BlockKeptGrads))};
+    size_t floats = carve_kept(tm, kg, NULL, B, T);
+    kg->storage = mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, floats * sizeof(float), "output gradients kept for W");
+    carve_kept(tm, kg, kg->storage, B, T);
 }
 
 /* ---- sequence parallelism (tensor_parallel.h) ---- */
@@ -614,7 +754,7 @@ void tp_checkpoint_layout(const TensorParallelModel *tm, const AdamW *opt, int r
     param_table_build(&whole, &m->cfg);
     for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
         const ParamTensor *t = &m->tensors[i], *w = &whole.tensors[i];
-        if (t->layer < tm->first_unit || t->layer > tm->last_unit) continue; /* another stage's */
+        if (!holds(tm, t->layer)) continue; /* another stage's */
         /* replica 0 writes; a replicated tensor, its tp rank 0 only */
         int writes = replica == 0 && (tm->slice[i] != SLICE_NONE || tm->tp->rank == 0);
         int r = tm->tp->rank, tp = tm->tp->size;
@@ -624,7 +764,7 @@ void tp_checkpoint_layout(const TensorParallelModel *tm, const AdamW *opt, int r
                  e + n < t->numel && tensor_parallel_global_index(w, tm->slice[i], r, tp, e + n) == g + n;)
                 n++;
             for (int a = 0; a < CKPT_ARRAYS; a++)
-                ckpt_hold(l, a, w->offset + g, n, t->offset - m->param_first + e, writes);
+                ckpt_hold(l, a, w->offset + g, n, held_offset(tm, t) + e, writes);
         }
     }
     param_table_free(&whole);

@@ -66,7 +66,10 @@ typedef struct {
     GPT *m;                         /* where the model is: &model, or where tp_model_move put it */
     MixedModel *mx;                 /* and its 16-bit storage: &mixed, or moved with it */
     SliceKind *slice;               /* per tensor of the table */
-    int first_unit, last_unit;      /* the units held: every unit, or a pipeline stage's (chapter 04) */
+    int first_unit, last_unit;      /* the units held: every unit, or a pipeline stage's (chapter 04);
+                                       with chunks, the span from the first held to the last */
+    size_t *held_at;                /* per unit u (at u + 1): where its elements start in the held
+                                       buffer, SIZE_MAX where it is not held */
     GradSpan *norm_spans;           /* per held tensor: its elements, replicated or not (tp_grad_shards) */
     GradSpan *once_spans;           /* per held tensor, the replicated ones on tp rank 0 only */
     int num_spans, num_once_spans;
@@ -76,6 +79,7 @@ typedef struct {
                              model.c; acts.block[l] with local widths: qkv (B,T,3C/tp),
                              atty (B,T,C/tp), lse (B,NH/tp,T), fch (B,T,4C/tp); the rest (B,T,C) */
     Activations *now;     /* the set the blocks read and write: &acts, or a pipeline's slot */
+    KeptGrads *kept;      /* with tp_split_hooks: the output gradients B keeps for W (a pipeline's slot) */
     Scratch scratch;      /* the same local widths for dqkv, datty, dfch, dfch_gelu, gelu */
     /* --sp, sequence parallelism (set before tp_activations_create): the layernorm and residual
      * regions hold B x T / tp rows (below) */
@@ -105,15 +109,32 @@ void tp_model_destroy(TensorParallelModel *tm);
  * points tm->now at the set of the micro-batch it runs. */
 void tp_model_create_range(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp,
                            int first_unit, int last_unit, int B, int T, int recompute, Precision precision);
+/* The same for a stage of several chunks (interleaved schedules): runs
+ * first_units[c]..last_units[c] of units, stored one after another in one
+ * buffer (in 16 bits too: mixed_create_chunks). */
+void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp,
+                            const int *first_units, const int *last_units, int chunks, int B, int T,
+                            int recompute, Precision precision);
 /* The model and its 16-bit storage move to *model and *mixed (a stage's own
  * fields, which the pipeline passes to model.c): the blocks read the views
  * that the storage binds there. */
 void tp_model_move(TensorParallelModel *tm, GPT *model, MixedModel *mixed);
 void tp_activations_create(const TensorParallelModel *tm, Activations *a, int B, int T);
+/* One set for units first_unit..last_unit only (a chunk's). */
+void tp_activations_create_range(const TensorParallelModel *tm, Activations *a, int B, int T, int first_unit,
+                                 int last_unit);
 void tp_activations_destroy(const TensorParallelModel *tm, Activations *a);
 /* The hooks that make gpt_forward_range and gpt_backward_range (model.h) run
  * this file's blocks on tm->now. */
 UnitHooks tp_block_hooks(TensorParallelModel *tm);
+/* The same with the backward split in B and W (model.h, zero-bubble
+ * pipelines): B keeps the sliced layers' output gradients in tm->kept, the
+ * set of the micro-batch at hand (as tm->now), and W makes their weight
+ * gradients from them; B has the two all-reduces, W none. */
+UnitHooks tp_split_hooks(TensorParallelModel *tm);
+/* One micro-batch's kept gradients for the held blocks in local widths
+ * (dfch 4C/tp, dqkv 3C/tp; the LM head's whole); kept_grads_destroy frees it. */
+void tp_kept_grads_create(const TensorParallelModel *tm, KeptGrads *kept, int B, int T);
 /* The norm's shards when the group is one of several that hold the model
  * (tp inside pipeline stages): every held tensor a sharded part, the
  * replicated ones counted by tp rank 0 only, summed over model_group (every

@@ -73,7 +73,8 @@ void pipeline_layout_chunks(StageLayout *l, const int *blocks, int chunks, int l
 
 /* A stage of several chunks: its units one chunk after another in one
  * buffer, each unit's views bound where it lies, with the whole model's
- * initial values of those elements (pipeline.h). fp32 only. */
+ * initial values of those elements (pipeline.h); in 16 bits the mixed
+ * model holds them in the same order (mixed_create_chunks). */
 static void create_chunked_model(Pipeline *p, const ModelConfig *m, uint64_t seed) {
     const StageLayout *l = &p->layout;
     ParamTable table;
@@ -84,17 +85,32 @@ static void create_chunked_model(Pipeline *p, const ModelConfig *m, uint64_t see
     for (int c = 0; c < l->chunks; c++)
         for (int u = l->chunk_first_unit[c]; u <= l->chunk_last_unit[c]; u++)
             total += table_unit(&model->table, u)->numel;
-    model->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, total * sizeof(float), "parameters");
-    model->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, total * sizeof(float), "gradients");
-    model->owns_storage = 1;
     float *host = xmalloc(total * sizeof(float));
+    p->unit_at = xmalloc((m->layers + 2) * sizeof(size_t)); /* for the checkpoint's layout */
+    for (int u = LAYER_EMBEDDING; u <= m->layers; u++) p->unit_at[u + 1] = SIZE_MAX;
     size_t at = 0;
     for (int c = 0; c < l->chunks; c++)
         for (int u = l->chunk_first_unit[c]; u <= l->chunk_last_unit[c]; u++) {
             const ParamUnit *unit = table_unit(&model->table, u);
             param_init_range(&model->table, seed, host + at, unit->offset, unit->numel);
-            gpt_bind_unit(model, u, model->params + at, model->grads + at);
+            p->unit_at[u + 1] = at;
             at += unit->numel;
+        }
+    if (l->cfg->precision != PRECISION_FP32) {
+        mixed_create_chunks(&p->mixed, model, l->chunk_first_unit, l->chunk_last_unit, l->chunks, host,
+                            precision_format(l->cfg->precision));
+        model->unit_at = p->unit_at; /* the master weights are held in the same order */
+        free(host);
+        return;
+    }
+    model->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, total * sizeof(float), "parameters");
+    model->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, total * sizeof(float), "gradients");
+    model->owns_storage = 1;
+    at = 0;
+    for (int c = 0; c < l->chunks; c++)
+        for (int u = l->chunk_first_unit[c]; u <= l->chunk_last_unit[c]; u++) {
+            gpt_bind_unit(model, u, model->params + at, model->grads + at);
+            at += table_unit(&model->table, u)->numel;
         }
     copy_to_device(model->params, host, total * sizeof(float));
     free(host);
@@ -102,6 +118,7 @@ static void create_chunked_model(Pipeline *p, const ModelConfig *m, uint64_t see
     model->last_unit = l->last_unit;
     model->param_first = table_unit(&model->table, l->first_unit)->offset;
     model->param_count = total;
+    model->unit_at = p->unit_at;
 }
 
 /* The most micro-batches chunk c holds at once, from the schedule's actions on it. */
@@ -132,23 +149,22 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     const StageLayout *l = &p->layout;
     const ModelConfig *m = &l->cfg->model;
     int V = chunks_of(l);
-    if (l->tensor && (V > 1 || extras))
-        fatal(EXIT_USAGE, "tensor parallelism inside a stage runs the gpipe and 1f1b schedules only, yet "
-                          "(valid: --tp 1 with --schedule interleaved or zb-h1)");
-    if (V > 1) {
-        if (l->caller_storage || l->cfg->precision != PRECISION_FP32 || l->cfg->recompute)
-            fatal(EXIT_USAGE,
-                  "a stage of %d chunks runs in fp32, with its own storage and without --recompute "
-                  "only, yet",
-                  V);
-        create_chunked_model(p, m, seed);
-    } else if (l->tensor) { /* the stage's slices; model, mixed and scratch are the tp model's */
-        tp_model_create_range(&p->tpm, m, seed, l->tensor, l->first_unit, l->last_unit, l->B, l->T,
-                              l->cfg->recompute, l->cfg->precision);
+    if (V > 1 && l->caller_storage)
+        fatal(EXIT_USAGE, "a stage of %d chunks runs with its own storage only, yet", V);
+    if (l->tensor) { /* the stage's slices (of each chunk); model, mixed and scratch are the tp model's */
+        int first_units[MAX_STAGE_CHUNKS], last_units[MAX_STAGE_CHUNKS];
+        for (int c = 0; c < V; c++) {
+            int first_block, last_block;
+            chunk_range(l, c, &first_block, &last_block, &first_units[c], &last_units[c]);
+        }
+        tp_model_create_chunks(&p->tpm, m, seed, l->tensor, first_units, last_units, V, l->B, l->T,
+                               l->cfg->recompute, l->cfg->precision);
         tp_model_move(&p->tpm, &p->model, &p->mixed);
         p->scratch = p->tpm.scratch;
-        p->tensor_hooks = tp_block_hooks(&p->tpm);
+        p->tensor_hooks = p->split_backward ? tp_split_hooks(&p->tpm) : tp_block_hooks(&p->tpm);
         p->hooks = &p->tensor_hooks;
+    } else if (V > 1) {
+        create_chunked_model(p, m, seed);
     } else if (l->caller_storage) {
         ParamTable table;
         param_table_build(&table, m);
@@ -168,13 +184,12 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     p->slots = live_total;
     p->slot = xcalloc(p->slots, sizeof(Activations));
     for (int i = 0; i < p->slots; i++) {
-        if (l->tensor) {
-            tp_activations_create(&p->tpm, &p->slot[i], l->B, l->T); /* the blocks' values in local widths */
-            continue;
-        }
         int first_block, last_block, first_unit, last_unit;
         chunk_range(l, chunk_of_slot(p, i), &first_block, &last_block, &first_unit, &last_unit);
-        activations_create_range(&p->slot[i], m, l->B, l->T, first_block, last_unit, l->cfg->recompute);
+        if (l->tensor) /* the blocks' values in local widths */
+            tp_activations_create_range(&p->tpm, &p->slot[i], l->B, l->T, first_unit, last_unit);
+        else
+            activations_create_range(&p->slot[i], m, l->B, l->T, first_block, last_unit, l->cfg->recompute);
     }
     /* with --recompute the slots keep block inputs, and one block set here serves them all */
     if (!l->tensor) scratch_create(&p->scratch, m, l->B, l->T, l->cfg->recompute);
@@ -183,7 +198,9 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         for (int i = 0; i < p->slots; i++) {
             int c = chunk_of_slot(p, i), first_block, last_block, first_unit, last_unit;
             chunk_range(l, c, &first_block, &last_block, &first_unit, &last_unit);
-            if (p->split_backward)
+            if (p->split_backward && l->tensor) /* the sliced layers' in local widths */
+                tp_kept_grads_create(&p->tpm, &p->extras[i].kept, l->B, l->T);
+            else if (p->split_backward)
                 kept_grads_create_range(&p->extras[i].kept, m, l->B, l->T, first_unit, last_unit);
             if (prev_rank(l, c) >= 0)
                 p->extras[i].grad_out =
@@ -217,6 +234,7 @@ void pipeline_destroy(Pipeline *p) {
         else
             activations_destroy(&p->slot[i], &p->layout.cfg->model);
     free(p->slot);
+    free(p->unit_at);
     schedule_free(&p->schedule);
     if (p->layout.tensor) {
         tp_model_destroy(&p->tpm); /* model, mixed and scratch with it */
@@ -279,21 +297,25 @@ static void stage_backward(Pipeline *p, int m, int c) {
 
 /* B of micro-batch m (zb-h1, one chunk): the input gradient into
  * grad_out_of(m), the linear layers' output gradients kept in the slot for
- * W. Hooks (chapter 06's storage, ZeRO) are not run by the split backward
- * yet. */
+ * W (with tensor parallelism, the sliced blocks' B: tp_split_hooks). Calls
+ * around a unit (chapter 06's storage, ZeRO) are refused by model.c: a
+ * unit's gradients are final only after its W. */
 static void stage_backward_input(Pipeline *p, int m) {
     const StageLayout *l = &p->layout;
-    if (p->hooks) fatal(EXIT_USAGE, "the backward split into B and W runs without unit hooks yet");
+    p->tpm.now = slot_of(p, m, 0); /* tensor parallel: the blocks' values and kept gradients of m */
+    p->tpm.kept = &extras_of(p, m, 0)->kept;
     gpt_backward_input_range(&p->model, slot_of(p, m, 0), &p->scratch, &extras_of(p, m, 0)->kept,
                              l->first_unit, l->last_unit, p->now.dloss, p->grad_in, grad_out_of(p, m, 0),
-                             l->B, l->T);
+                             p->hooks, l->B, l->T);
 }
 
 /* W of micro-batch m: its weight gradients, from the slot and what B kept. */
 static void stage_backward_weight(Pipeline *p, int m) {
     const StageLayout *l = &p->layout;
+    p->tpm.now = slot_of(p, m, 0);
+    p->tpm.kept = &extras_of(p, m, 0)->kept;
     gpt_backward_weight_range(&p->model, slot_of(p, m, 0), &p->scratch, &extras_of(p, m, 0)->kept,
-                              l->first_unit, l->last_unit, l->B, l->T);
+                              l->first_unit, l->last_unit, p->hooks, l->B, l->T);
 }
 
 /* Before micro-batch m's forward writes its slot on chunk c: the send posted
@@ -450,23 +472,6 @@ void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
     free(logits);
 }
 
-void pipeline_refuse_schedule(const Config *cfg, const char *schedule, int tp, int print_schedule) {
-    int interleaved = strcmp(schedule, "interleaved") == 0, zb = strcmp(schedule, "zb-h1") == 0;
-    if ((interleaved || zb) && tp > 1 && !print_schedule)
-        fatal(EXIT_USAGE,
-              "--schedule %s runs without tensor parallelism inside the stages, yet (valid: --tp 1; "
-              "gpipe and 1f1b take --tp)",
-              schedule);
-    if (interleaved && !print_schedule &&
-        (cfg->precision != PRECISION_FP32 || cfg->recompute || cfg->save[0] || cfg->resume[0]))
-        fatal(EXIT_USAGE,
-              "--schedule interleaved trains in fp32, without --recompute, --save or --resume only, "
-              "yet (a stage's chunks are not one range of the table)");
-    if (zb && (cfg->precision != PRECISION_FP32 || cfg->recompute))
-        fatal(EXIT_USAGE, "--schedule zb-h1 trains in fp32 without --recompute only, yet (its backward split "
-                          "into B and W keeps no 16-bit weights and recomputes nothing)");
-}
-
 void pipeline_log_stages(const int *blocks, int P, int V) {
     for (int s = 0, first = 0; s < P * V; s++) {
         if (V > 1)
@@ -529,10 +534,17 @@ void pipeline_finish(Pipeline *p, Run *run, const ProcessGrid *grid, size_t whol
                      const char *schedule, double *bubbles, double bubble_theory, int zero) {
     timeline_write(&p->times.timeline, run->world, run->cfg->out);
     double bubble = median_after_warmup(bubbles + run->first_step, run->last_step - run->first_step);
-    char extra_values[96];
-    snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", schedule, bubble, bubble_theory);
+    char extra_header[256], extra_values[256];
+    int h = snprintf(extra_header, sizeof extra_header, ",schedule,bubble_measured,bubble_theory");
+    int v = snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", schedule, bubble, bubble_theory);
+    double axis_bytes[RUN_AXES]; /* every rank's bytes per step on each axis of the grid */
+    run_axis_bytes_per_step(run, axis_bytes);
+    for (int a = 0; a < GRID_AXES; a++) {
+        h += snprintf(extra_header + h, sizeof extra_header - h, ",bytes_%s_per_step", grid->axis[a].name);
+        v += snprintf(extra_values + v, sizeof extra_values - v, ",%.0f", axis_bytes[a]);
+    }
     run_layout(run, grid->dp, grid->tp, grid->pp, zero);
-    run_finish(run, whole_params, ",schedule,bubble_measured,bubble_theory", extra_values,
+    run_finish(run, whole_params, extra_header, extra_values,
                "bubble %.3f measured, %.3f formula | CSVs, timeline.csv and trace.json in %s", bubble,
                bubble_theory, run->cfg->out);
 }

@@ -98,6 +98,7 @@ typedef struct {
     MixedModel mixed; /* --precision bf16|fp16: model's units in 16 bits (mixed.h); zeroed in fp32 */
     Scratch scratch;
     Activations *slot; /* one set of saved activations per micro-batch in flight, chunk by chunk */
+    size_t *unit_at;   /* several chunks without tp: model.unit_at, where each unit is held */
     int slots;         /* all of them */
     int chunk_slots[MAX_STAGE_CHUNKS]; /* chunk c's: the most micro-batches it holds at once */
     int chunk_slot0[MAX_STAGE_CHUNKS]; /* the index of chunk c's first slot */
@@ -146,10 +147,6 @@ double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence);
  * Collective over the pipeline's ranks. */
 void pipeline_sample(Pipeline *p, int n, uint64_t *rng);
 
-/* What interleaved and zb-h1 cannot run with yet (tensor parallelism inside
- * the stages, 16 bits, --recompute; interleaved: checkpoints), each refused
- * in one line; nothing when only printing the schedule. */
-void pipeline_refuse_schedule(const Config *cfg, const char *schedule, int tp, int print_schedule);
 /* "stage s: blocks a..b + embedding", one line per stage (with V chunks per
  * stage, one per piece: "stage s chunk c: ..."). */
 void pipeline_log_stages(const int *blocks, int P, int V);
@@ -170,8 +167,10 @@ double pipeline_log_layout(const Pipeline *p, const char *program, const Process
 GradShards pipeline_grad_shards(Pipeline *p, CommGroup *model_group, CommGroup *world);
 /* After the last step (bubbles[] of every step, reordered here for the
  * median): timeline.csv and trace.json, then run.csv with the
- * schedule, the median measured bubble and the formula's, and memory.csv
- * (run_finish, harness.h). */
+ * schedule, the median measured bubble and the formula's, the bytes every
+ * rank together sent per step on each axis of the grid (bytes_dp_per_step,
+ * _pp_, _cp_, _tp_: run_axis_bytes_per_step), and memory.csv (run_finish,
+ * harness.h). */
 void pipeline_finish(Pipeline *p, Run *run, const ProcessGrid *grid, size_t whole_params,
                      const char *schedule, double *bubbles, double bubble_theory, int zero);
 

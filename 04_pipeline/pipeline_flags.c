@@ -35,7 +35,7 @@ void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const Mo
 
 void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model,
                           const DataParallelFlags *data) {
-    int P = pipe->pp, T = model->tp, D = model->dp, M = cfg->micro, L = cfg->model.layers;
+    int P = pipe->pp, D = model->dp, M = cfg->micro, L = cfg->model.layers;
     if (cfg->batch % D != 0)
         fatal(EXIT_USAGE, "--batch %d does not divide over --dp %d replicas (valid: a multiple of %d)",
               cfg->batch, D, D);
@@ -54,6 +54,5 @@ void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const Mo
         int blocks[MAX_LAYERS];
         layer_split_parse(model->split, P * V, L, blocks);
     }
-    pipeline_refuse_schedule(cfg, pipe->schedule, T, pipe->print_schedule);
     data_parallel_refuse_overlap(data, "pipeline stage");
 }

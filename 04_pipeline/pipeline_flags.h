@@ -24,7 +24,7 @@ typedef struct {
  * line (EXIT_USAGE). */
 void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model);
 /* Every replica's share of the batch cut into whole micro-batches; the
- * schedule's own rules (schedule_refusal, pipeline_refuse_schedule); --split
+ * schedule's own rules (schedule_refusal); --split
  * one number per piece; and the data-parallel modes that fit a stage. */
 void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model,
                           const DataParallelFlags *data);

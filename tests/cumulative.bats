@@ -58,11 +58,30 @@ run06() {
     grep -q "4 ranks = 2 stages x 2 tensor-parallel x 1 replicas" "$(scratch)/1f1b.log"
 }
 
-@test "04 --pp 2 --tp 2 on 8 ranks takes dp 2 from the rank count and matches single-device losses" {
+# assert_axis_bytes RUN P V T D M: run.csv's bytes per step of each grid axis, summed over the ranks,
+# against the formulas for the tiny model with 4 layers, a batch of 8 and M micro-batches per replica
+# (N = 8 / (D M) x 64 tokens of C = 64 per micro-batch, fp32):
+#   tp  4 all-reduces per block and micro-batch (2 forward, 2 backward), each 2(T-1)/T x N C x 4 bytes
+#       per rank: D x T x 4 layers x M x 4 x 2(T-1)/T x 4NC
+#   pp  each micro-batch's activations and their gradient across the P V - 1 piece boundaries, sent
+#       by every tp rank: D x T x M x 2(PV-1) x 4NC
+#   dp  every rank's ring all-reduce of its gradients: 2(D-1)/D x its grads bytes (memory.csv)
+assert_axis_bytes() {
+    local run="$1" P="$2" V="$3" T="$4" D="$5" M="$6" NC4 grads
+    NC4=$((8 / (D * M) * 64 * 64 * 4))
+    grads=$(awk -F, '$2 == "device" && $3 == "grads" { s += $4 } END { print s }' "$run/memory.csv")
+    assert_equal "$(csv_column "$run/run.csv" bytes_tp_per_step)" "$((D * T * 4 * M * 4 * 2 * (T - 1) * NC4 / T))"
+    assert_equal "$(csv_column "$run/run.csv" bytes_pp_per_step)" "$((D * T * M * 2 * (P * V - 1) * NC4))"
+    assert_equal "$(csv_column "$run/run.csv" bytes_dp_per_step)" "$((2 * (D - 1) * grads / D))"
+    assert_equal "$(csv_column "$run/run.csv" bytes_cp_per_step)" "0"
+}
+
+@test "04 --pp 2 --tp 2 on 8 ranks takes dp 2 from the rank count, matches single-device losses and counts each axis's bytes" {
     run04 8 "$(scratch)/3d" --pp 2 --tp 2 --micro 2
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/3d" 4
     assert_equal "$(csv_column "$(scratch)/3d/run.csv" dp)" "2"
     assert_equal "$(csv_column "$(scratch)/3d/run.csv" world_size)" "8"
+    assert_axis_bytes "$(scratch)/3d" 2 1 2 2 2
 }
 
 @test "odd sizes: 3 stages, and tp 3 inside 1 stage and inside 2 stages, match single-device losses" {
@@ -90,9 +109,48 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     assert_equal "$(csv_column "$(scratch)/mem/run.csv" params)" "$(((V + T) * C + 4 * (sliced + replicated) + 2 * C + V * C))"
 }
 
-@test "bf16: --pp 2 --tp 2 is within 1e-2 of chapter 01's bf16 run" {
-    run04 4 "$(scratch)/bf16" --pp 2 --tp 2 --micro 2 --precision bf16
-    assert_losses_within "$BATS_FILE_TMPDIR/ref_bf16" "$(scratch)/bf16" 4 1e-2
+@test "bf16: --pp 2 --tp 2 is within 1e-2 of chapter 01's bf16 run, 1F1B, zb-h1 and interleaved (1F1B's bit for bit)" {
+    for schedule in 1f1b zb-h1 interleaved; do
+        run04 4 "$(scratch)/bf16-$schedule" --pp 2 --tp 2 --micro 2 --precision bf16 --schedule $schedule \
+            --virtual $([ $schedule = interleaved ] && echo 2 || echo 1)
+        assert_losses_within "$BATS_FILE_TMPDIR/ref_bf16" "$(scratch)/bf16-$schedule" 4 1e-2
+    done
+    assert_equal "$(cut -d, -f2,4 "$(scratch)/bf16-zb-h1/steps.csv")" "$(cut -d, -f2,4 "$(scratch)/bf16-1f1b/steps.csv")"
+    assert_equal "$(cut -d, -f2,4 "$(scratch)/bf16-interleaved/steps.csv")" "$(cut -d, -f2,4 "$(scratch)/bf16-1f1b/steps.csv")"
+    # interleaved's 16-bit storage: stage 0's chunks (embedding and block 0, block 2) in 2 bytes a parameter
+    V=256 T=64 C=64
+    assert_equal "$(device_bytes "$(scratch)/bf16-interleaved" 0 params)" "$((2 * ((V + T) * C + 2 * ((12 * C * C + 7 * C) / 2 + 6 * C))))"
+}
+
+# The schedules past 1F1B keep tensor parallelism inside the stages: zb-h1's
+# B of a sliced block has its two all-reduces and its W none; interleaved
+# holds each chunk's slices in one buffer.
+@test "04 --pp 2 --tp 2 with zb-h1 (1F1B's bit for bit) and interleaved --virtual 2 match single-device losses, with --recompute bit for bit" {
+    for schedule in 1f1b zb-h1 interleaved; do
+        run04 4 "$(scratch)/$schedule" --pp 2 --tp 2 --micro 2 --schedule $schedule \
+            $([ $schedule = interleaved ] && echo --virtual 2)
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/$schedule" 4
+    done
+    assert_equal "$(cut -d, -f2,4 "$(scratch)/zb-h1/steps.csv")" "$(cut -d, -f2,4 "$(scratch)/1f1b/steps.csv")"
+    run04 4 "$(scratch)/zb-recompute" --pp 2 --tp 2 --micro 2 --schedule zb-h1 --recompute # B and W recompute
+    assert_equal "$(cut -d, -f2,4 "$(scratch)/zb-recompute/steps.csv")" "$(cut -d, -f2,4 "$(scratch)/1f1b/steps.csv")"
+    run04 4 "$(scratch)/il-recompute" --pp 2 --tp 2 --micro 2 --schedule interleaved --virtual 2 --recompute
+    assert_equal "$(cut -d, -f2,4 "$(scratch)/il-recompute/steps.csv")" "$(cut -d, -f2,4 "$(scratch)/interleaved/steps.csv")"
+    # interleaved: stage 0 holds the embedding, blocks 0 and 2; stage 1 blocks 1 and 3 and the head
+    V=256 T=64 C=64 tp=2
+    block=$(((12 * C * C + 7 * C) / tp + 6 * C))
+    for r in 0 1; do assert_equal "$(device_bytes "$(scratch)/interleaved" $r params)" "$((4 * ((V + T) * C + 2 * block)))"; done
+    for r in 2 3; do assert_equal "$(device_bytes "$(scratch)/interleaved" $r params)" "$((4 * (2 * block + 2 * C + V * C)))"; done
+}
+
+@test "04 pp 2 x tp 2 x dp 2 on 8 ranks with zb-h1 and interleaved --virtual 2 matches single-device losses" {
+    run04 8 "$(scratch)/zb" --pp 2 --tp 2 --micro 2 --schedule zb-h1
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/zb" 4
+    run04 8 "$(scratch)/il" --pp 2 --tp 2 --micro 2 --schedule interleaved --virtual 2
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/il" 4
+    assert_axis_bytes "$(scratch)/zb" 2 1 2 2 2 # zb-h1: 1F1B's messages, posted
+    assert_axis_bytes "$(scratch)/il" 2 2 2 2 2 # interleaved: V times the messages between stages
+    grep -q "8 ranks = 2 stages x 2 tensor-parallel x 2 replicas | schedule interleaved" "$(scratch)/il.log"
 }
 
 @test "chapter 02's and 03's flags stay: naive and ring all-reduces, the replica check, --mp tensor, --split" {
@@ -121,6 +179,19 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     "$TRAIN01" $FLAGS --resume "$d/ck3d" --out "$d/one" >/dev/null
     "$TRAIN01" $FLAGS --stop-after 2 --save "$d/ck01" --out "$d/first01" >/dev/null
     run04 4 "$d/back" --pp 2 --tp 2 --resume "$d/ck01"
+    mkdir "$d/ref" # steps 3-4 of the uninterrupted run
+    { echo loss; csv_column "$BATS_FILE_TMPDIR/ref/steps.csv" loss | tail -2; } >"$d/ref/steps.csv"
+    assert_losses_within "$d/ref" "$d/one" 2 1e-5
+    assert_losses_within "$d/ref" "$d/back" 2 1e-5
+}
+
+# interleaved: a stage's chunks are several runs of the table (model.unit_at, tp_model_create_chunks)
+@test "an interleaved checkpoint (pp 2 x tp 2 x dp 2, V = 2) resumes in chapter 01's layout, and 01's in interleaved pp 2 x dp 2" {
+    local d="$(scratch)"
+    run04 8 "$d/first" --pp 2 --tp 2 --micro 2 --schedule interleaved --virtual 2 --stop-after 2 --save "$d/ck-il"
+    "$TRAIN01" $FLAGS --resume "$d/ck-il" --out "$d/one" >/dev/null
+    "$TRAIN01" $FLAGS --stop-after 2 --save "$d/ck01" --out "$d/first01" >/dev/null
+    run04 4 "$d/back" --pp 2 --micro 2 --schedule interleaved --virtual 2 --resume "$d/ck01"
     mkdir "$d/ref" # steps 3-4 of the uninterrupted run
     { echo loss; csv_column "$BATS_FILE_TMPDIR/ref/steps.csv" loss | tail -2; } >"$d/ref/steps.csv"
     assert_losses_within "$d/ref" "$d/one" 2 1e-5

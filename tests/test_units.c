@@ -373,7 +373,7 @@ static void test_ranges(void) {
     gpt_backward(&whole, &a, &s, dloss, B, T);
 
     Trace tr = {""};
-    UnitHooks hooks = {before_forward, after_forward, before_backward, after_backward, NULL, NULL, &tr};
+    UnitHooks hooks = {before_forward, after_forward, before_backward, after_backward, NULL, NULL, NULL, &tr};
     size_t boundary = (size_t)N * cfg.dmodel * sizeof(float);
     gpt_forward_range(&first, &a0, &s, LAYER_EMBEDDING, cut, 1, &hooks, B, T);
     memcpy(a1.encoded, gpt_layer_output(&first, &a0, cut), boundary); /* "send" to the next stage */
@@ -457,12 +457,12 @@ static void bw_keep_dinput(BwRun *w, int k) {
 
 static void bw_input(BwRun *w, int k) {
     gpt_backward_input_range(&w->m, &w->a[k], &w->s, &w->kept[k], w->first, w->last, w->dloss,
-                             bw_doutput(w, k), bw_dinput(w), w->B, w->T);
+                             bw_doutput(w, k), bw_dinput(w), NULL, w->B, w->T);
     bw_keep_dinput(w, k);
 }
 
 static void bw_weight(BwRun *w, int k) {
-    gpt_backward_weight_range(&w->m, &w->a[k], &w->s, &w->kept[k], w->first, w->last, w->B, w->T);
+    gpt_backward_weight_range(&w->m, &w->a[k], &w->s, &w->kept[k], w->first, w->last, NULL, w->B, w->T);
 }
 
 /* The range's gradients and input gradients for three micro-batches: the

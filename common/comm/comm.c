@@ -45,6 +45,7 @@ struct CommGroup {
     size_t staging_bytes;
     WatchGroup *watch; /* its entries in the flight recorder (watchdog.h) */
     int nap_us;        /* > 0: an MPI collective waits by testing, sleeping this long between tests */
+    int counter;       /* comm_group_count_into's counter + 1; 0: none */
 #ifdef USE_NCCL
     ncclComm_t nccl;
 #endif
@@ -55,6 +56,7 @@ static int local_rank = 0;
 static int local_size = 1; /* ranks on this rank's machine */
 static CommTransport transport = COMM_MPI;
 static double bytes_sent = 0.0; /* under bytes_lock: several threads communicate */
+static double counter_bytes[COMM_COUNTERS]; /* the same, per counter (comm_group_count_into) */
 static pthread_mutex_t bytes_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define MPI_CHECK(call)                                                                                      \
@@ -425,9 +427,10 @@ static MPI_Op mpi_sum(CommDtype dtype) {
     return sum_ops[i];
 }
 
-static void count_sent(double bytes) {
+static void count_sent(const CommGroup *g, double bytes) {
     pthread_mutex_lock(&bytes_lock);
     bytes_sent += bytes;
+    if (g->counter) counter_bytes[g->counter - 1] += bytes;
     pthread_mutex_unlock(&bytes_lock);
 }
 
@@ -595,7 +598,7 @@ static void allreduce_run(CommGroup *g, void *buf, size_t count, CommDtype dtype
     check_dtype(dtype, "comm_allreduce");
     if (count == 0) return;
     size_t bytes = count * comm_dtype_bytes(dtype);
-    count_sent(2.0 * (g->size - 1) / g->size * bytes);
+    count_sent(g, 2.0 * (g->size - 1) / g->size * bytes);
     if (g->size == 1) return; /* the sum of one is itself, and so is its average */
     DeviceStream *comm = comm_stream_after(g, ready);
 #ifdef USE_NCCL
@@ -623,7 +626,7 @@ static void reduce_scatter_run(CommGroup *g, const void *send, void *recv, size_
                                ReduceOp op, DeviceEvent *ready) {
     check_dtype(dtype, "comm_reduce_scatter");
     size_t bytes = count * comm_dtype_bytes(dtype), total = (size_t)g->size * bytes;
-    count_sent((double)(g->size - 1) / g->size * total);
+    count_sent(g, (double)(g->size - 1) / g->size * total);
     DeviceStream *comm = comm_stream_after(g, ready);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
@@ -653,7 +656,7 @@ static void allgather_run(CommGroup *g, const void *send, void *recv, size_t cou
                           DeviceEvent *ready) {
     check_dtype(dtype, "comm_allgather");
     size_t bytes = count * comm_dtype_bytes(dtype), total = (size_t)g->size * bytes;
-    count_sent((double)(g->size - 1) * bytes);
+    count_sent(g, (double)(g->size - 1) * bytes);
     DeviceStream *comm = comm_stream_after(g, ready);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
@@ -681,7 +684,7 @@ static void broadcast_run(CommGroup *g, void *buf, size_t count, CommDtype dtype
                           DeviceEvent *ready) {
     check_dtype(dtype, "comm_broadcast");
     size_t bytes = count * comm_dtype_bytes(dtype);
-    if (g->rank == root) count_sent((double)(g->size - 1) * bytes);
+    if (g->rank == root) count_sent(g, (double)(g->size - 1) * bytes);
     DeviceStream *comm = comm_stream_after(g, ready);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
@@ -698,7 +701,7 @@ static void broadcast_run(CommGroup *g, void *buf, size_t count, CommDtype dtype
 
 static void send_run(CommGroup *g, const float *buf, size_t count, int dest, int tag) {
     size_t bytes = count * sizeof(float);
-    count_sent((double)bytes);
+    count_sent(g, (double)bytes);
     DeviceStream *comm = comm_stream_after(g, NULL);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
@@ -730,7 +733,7 @@ static void sendrecv_run(CommGroup *g, const void *send, size_t send_count, int 
                          size_t recv_count, int source, CommDtype dtype, int tag) {
     check_dtype(dtype, "comm_sendrecv_typed");
     size_t size = comm_dtype_bytes(dtype), send_bytes = send_count * size, recv_bytes = recv_count * size;
-    count_sent((double)send_bytes);
+    count_sent(g, (double)send_bytes);
     DeviceStream *comm = comm_stream_after(g, NULL);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
@@ -836,7 +839,7 @@ CommPosted *comm_post_send(CommGroup *g, const float *buf, size_t count, int des
     posted->request = MPI_REQUEST_NULL;
     int entry = op_begin(g, "post_send", dest, count * sizeof(float));
     if (entry == SKIP) return posted;
-    count_sent((double)(count * sizeof(float)));
+    count_sent(g, (double)(count * sizeof(float)));
     MPI_CHECK(MPI_Isend(buf, mpi_count(count), MPI_FLOAT, dest, tag, g->mpi, &posted->request));
     op_end(entry);
     return posted;
@@ -908,6 +911,26 @@ void comm_barrier(CommGroup *g) {
 double comm_bytes_sent(void) {
     pthread_mutex_lock(&bytes_lock);
     double sent = bytes_sent;
+    pthread_mutex_unlock(&bytes_lock);
+    return sent;
+}
+
+void comm_group_count_into(CommGroup *g, int counter) {
+    if (counter < -1 || counter >= COMM_COUNTERS)
+        fatal(EXIT_RUNTIME, "comm_group_count_into: counter %d (valid: -1 for none, 0..%d)", counter,
+              COMM_COUNTERS - 1);
+    g->counter = counter + 1;
+}
+
+int comm_group_counter(const CommGroup *g) {
+    return g->counter - 1;
+}
+
+double comm_bytes_sent_into(int counter) {
+    if (counter < 0 || counter >= COMM_COUNTERS)
+        fatal(EXIT_RUNTIME, "comm_bytes_sent_into: counter %d (valid: 0..%d)", counter, COMM_COUNTERS - 1);
+    pthread_mutex_lock(&bytes_lock);
+    double sent = counter_bytes[counter];
     pthread_mutex_unlock(&bytes_lock);
     return sent;
 }

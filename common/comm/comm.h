@@ -203,6 +203,16 @@ void comm_max_doubles(CommGroup *g, double *values, int count);
 /* Bytes this rank has sent through the collectives and point-to-point calls. */
 double comm_bytes_sent(void);
 
+/* The same, counted apart for some groups: a group marked with
+ * comm_group_count_into(g, c) adds what it sends to counter c too (the
+ * process grid marks each axis's group with the axis, grid.h, so that a run
+ * can say how many bytes each axis sent). -1: no counter (the default).
+ * comm_group_counter says a group's, for a duplicate made of it. */
+enum { COMM_COUNTERS = 4 };
+void comm_group_count_into(CommGroup *g, int counter);
+int comm_group_counter(const CommGroup *g);
+double comm_bytes_sent_into(int counter);
+
 #ifdef __cplusplus
 }
 #endif

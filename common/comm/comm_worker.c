@@ -97,6 +97,7 @@ CommWorker *comm_worker_create(CommGroup *g, int capacity) {
     w->jobs = xcalloc(capacity, sizeof(Job));
     for (int i = 0; i < capacity; i++) w->jobs[i].ready = device_event_create();
     w->group = comm_split(g, 0, comm_rank(g)); /* the same ranks, in the same order */
+    comm_group_count_into(w->group, comm_group_counter(g)); /* its bytes are g's */
     comm_group_nap_while_waiting(w->group, WORKER_NAP_US);
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->changed, NULL);

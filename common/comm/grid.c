@@ -71,6 +71,7 @@ void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape) {
     for (int a = 0; a < GRID_AXES; a++) {
         GridAxis *x = &g->axis[a];
         x->group = comm_split(world, w - x->coord * x->stride, x->coord);
+        comm_group_count_into(x->group, a); /* its bytes counted per axis too (grid_axis_bytes_sent) */
     }
     g->dp = size[GRID_DP], g->pp = size[GRID_PP], g->cp = size[GRID_CP], g->tp = size[GRID_TP];
     g->d = g->axis[GRID_DP].coord, g->p = g->axis[GRID_PP].coord;
@@ -81,6 +82,12 @@ void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape) {
     GridAxis *dp = &g->axis[GRID_DP], *cp = &g->axis[GRID_CP];
     g->weight_group =
         comm_split(world, w - dp->coord * dp->stride - cp->coord * cp->stride, g->d * g->cp + g->c);
+}
+
+_Static_assert((int)GRID_AXES <= (int)COMM_COUNTERS, "a counter of bytes per axis (comm.h)");
+
+void grid_axis_bytes_sent(double bytes[GRID_AXES]) {
+    for (int a = 0; a < GRID_AXES; a++) bytes[a] = comm_bytes_sent_into(a);
 }
 
 void grid_destroy(ProcessGrid *g) {

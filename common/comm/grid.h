@@ -74,6 +74,10 @@ const char *grid_problem(int world_size, GridShape shape);
 /* Build the grid over world (collective over world; call grid_problem first:
  * a shape it refuses ends the program). */
 void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape);
+/* Bytes this rank has sent on each axis's group so far (and on duplicates
+ * of them), in GridAxisId order: comm.h's counters, which grid_create
+ * marks the groups with. */
+void grid_axis_bytes_sent(double bytes[GRID_AXES]);
 /* Free the groups (collective over world, before comm_finalize). */
 void grid_destroy(ProcessGrid *g);
 /* World rank of coordinates coord[GRID_AXES], and back. */

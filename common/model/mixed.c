@@ -35,6 +35,7 @@ void mixed_unit_out(MixedModel *mm, int unit, uint16_t *grads) {
 
 /* Where unit u's elements start in the held buffers (a stage holds a run of units). */
 static size_t held_offset(const MixedModel *mm, int unit) {
+    if (mm->unit_at) return mm->unit_at[unit + 1];
     return table_unit(&mm->model->table, unit)->offset - mm->model->param_first;
 }
 
@@ -94,7 +95,22 @@ void mixed_units_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, Half
 
 void mixed_create_units(MixedModel *mm, GPT *model, int first_unit, int last_unit, const float *initial,
                         HalfFormat format) {
-    units_range(mm, model, first_unit, last_unit, format);
+    mixed_create_chunks(mm, model, &first_unit, &last_unit, 1, initial, format);
+}
+
+void mixed_create_chunks(MixedModel *mm, GPT *model, const int *first_units, const int *last_units, int chunks,
+                         const float *initial, HalfFormat format) {
+    units_range(mm, model, first_units[0], last_units[chunks - 1], format);
+    if (chunks > 1) { /* the runs one after another */
+        mm->unit_at = xmalloc((model->cfg.layers + 2) * sizeof(size_t));
+        size_t held = 0;
+        for (int c = 0; c < chunks; c++)
+            for (int u = first_units[c]; u <= last_units[c]; u++) {
+                mm->unit_at[u + 1] = held;
+                held += table_unit(&model->table, u)->numel;
+            }
+        model->param_count = held;
+    }
     size_t n = model->param_count;
     mm->n = n;
     mm->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, n * sizeof(uint16_t), "16-bit parameters");
@@ -136,6 +152,7 @@ void mixed_destroy(MixedModel *mm) {
     mem_free(mm->master);
     mem_free(mm->unit_params);
     mem_free(mm->unit_grads);
+    free(mm->unit_at);
     if (mm->model) mm->model->storage = NULL;
     memset(mm, 0, sizeof *mm);
 }

@@ -81,6 +81,8 @@ typedef struct {
     float *unit_params; /* (largest unit) device, CAT_WORKSPACE: the unit at hand in fp32 */
     float *unit_grads;  /* (largest unit) device, CAT_WORKSPACE: its gradients in fp32 */
     UnitHooks storage;  /* model->storage: convert and bind a unit, add its gradients back */
+    size_t *unit_at;    /* mixed_create_chunks: per unit u (at u + 1), where its elements start in
+                           the held buffers; NULL: one run of units from model->param_first */
 } MixedModel;
 
 /* The 16-bit format of a precision other than fp32. */
@@ -105,6 +107,11 @@ void mixed_create_range(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint
  * the range's first element). mixed_create_range is this with the whole model's values. */
 void mixed_create_units(MixedModel *mm, GPT *model, int first_unit, int last_unit, const float *initial,
                         HalfFormat format);
+/* The same for several runs of units, first_units[c]..last_units[c] (a
+ * stage of an interleaved pipeline's chunks), held one run after another:
+ * initial and the held buffers in that order, model->param_count their sum. */
+void mixed_create_chunks(MixedModel *mm, GPT *model, const int *first_units, const int *last_units, int chunks,
+                         const float *initial, HalfFormat format);
 void mixed_destroy(MixedModel *mm);
 
 /* After the master weights changed outside AdamW (a checkpoint was loaded

@@ -546,13 +546,15 @@ void gpt_block_backward(const GPT *m, Activations *a, Scratch *s, int l, const f
 }
 
 /* W of block l: the four weight gradients block_backward left, from the
- * forward's values (GELU(fch) recomputed, as the whole backward does) and
- * the output gradients B kept. */
-static void block_backward_weight(const GPT *m, Activations *a, Scratch *s, int l, const BlockKeptGrads *kept,
-                                  int B, int T) {
+ * forward's values (GELU(fch) recomputed, as the whole backward does; with
+ * recompute all of them, from the block's input) and the output gradients
+ * B kept. */
+static void block_backward_weight(const GPT *m, Activations *a, Scratch *s, int l, const float *input,
+                                  const BlockKeptGrads *kept, int B, int T) {
     int C = m->cfg.dmodel, N = B * T;
     float **g = m->g.block[l];
-    const BlockActs *b = &a->block[l];
+    BlockActs *b = block_values(a, s, l);
+    if (a->recompute) block_forward_values(m, b, s, l, input, B, T);
     ops()->gelu_forward(s->gelu, b->fch, (size_t)N * 4 * C);
     gpt_linear_backward_weight(m, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], kept->dout, s->gelu, N, 4 * C, C);
     gpt_linear_backward_weight(m, g[BLOCK_FCW], g[BLOCK_FCB], kept->dfch, b->ln2, N, C, 4 * C);
@@ -684,35 +686,39 @@ void kept_grads_destroy(KeptGrads *kg) {
     memset(kg, 0, sizeof *kg);
 }
 
-/* What the split backward cannot do yet (model.h says why). */
-static void check_split(const GPT *m, const Activations *a, const KeptGrads *kept, int B, int T) {
-    if (a->recompute)
-        fatal(EXIT_USAGE, "the backward split into B and W does not run with --recompute yet (W would need "
-                          "each block's values recomputed once more)");
-    if (m->storage)
-        fatal(EXIT_USAGE, "the backward split into B and W does not run under mixed precision yet (the "
-                          "unit's weights would have to stay converted until W)");
+/* What the split backward cannot do (yet): model.h says why. */
+static void check_split(const KeptGrads *kept, const UnitHooks *hooks, int B, int T) {
+    if (hooks && (hooks->before_backward || hooks->after_backward))
+        fatal(EXIT_USAGE, "the backward split into B and W takes no calls around a unit's backward (its "
+                          "gradients are final only after W)");
     if (B > kept->B || T > kept->T)
         fatal(EXIT_RUNTIME, "a backward of %d x %d tokens exceeds the kept gradients' capacity %d x %d", B, T,
               kept->B, kept->T);
 }
 
 const float *gpt_backward_input_range(const GPT *m, Activations *a, Scratch *s, KeptGrads *kept, int first,
-                                      int last, float dloss, const float *doutput, float *dinput, int B,
-                                      int T) {
-    check_split(m, a, kept, B, T);
-    return backward_range(m, a, s, kept, first, last, dloss, doutput, dinput, NULL, B, T);
+                                      int last, float dloss, const float *doutput, float *dinput,
+                                      const UnitHooks *hooks, int B, int T) {
+    check_split(kept, hooks, B, T);
+    return backward_range(m, a, s, kept, first, last, dloss, doutput, dinput, hooks, B, T);
 }
 
 void gpt_backward_weight_range(const GPT *m, Activations *a, Scratch *s, const KeptGrads *kept, int first,
-                               int last, int B, int T) {
-    check_split(m, a, kept, B, T);
+                               int last, const UnitHooks *hooks, int B, int T) {
+    const UnitHooks none = {0}, *h = hooks ? hooks : &none, *st = m->storage ? m->storage : &none;
+    check_split(kept, hooks, B, T);
     check_range(m, first, last);
     int C = m->cfg.dmodel, V = m->cfg.vocab, N = B * T;
-    if (last == m->cfg.layers)
-        gpt_linear_backward_weight(m, m->g.lm_head, NULL, kept->dlogits, a->lnf, N, C, V);
-    for (int l = last < m->cfg.layers ? last : m->cfg.layers - 1; l >= first && l >= 0; l--)
-        block_backward_weight(m, a, s, l, &kept->block[l], B, T);
+    for (int l = last; l >= first && l >= 0; l--) { /* the embedding's gradient came out of B */
+        if (st->before_backward) st->before_backward(l, st->context);
+        if (l == m->cfg.layers)
+            gpt_linear_backward_weight(m, m->g.lm_head, NULL, kept->dlogits, a->lnf, N, C, V);
+        else if (h->block_backward_weight)
+            h->block_backward_weight(l, unit_input(m, a, first, l), B, T, h->context);
+        else
+            block_backward_weight(m, a, s, l, unit_input(m, a, first, l), &kept->block[l], B, T);
+        if (st->after_backward) st->after_backward(l, st->context);
+    }
 }
 
 /* ---- the whole model ---- */

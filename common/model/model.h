@@ -76,6 +76,9 @@ typedef struct {
                          master weights (mixed.h, CAT_OPTIMIZER), which units never read */
     float *grads;     /* device (param_count), CAT_GRADS */
     int owns_storage; /* params and grads were allocated here, and gpt_destroy frees them */
+    const size_t *unit_at; /* NULL: the held units are one run of the table from param_first; else
+                              several runs (a pipeline stage's chunks): per unit u (at u + 1),
+                              where its elements start in params, SIZE_MAX where not held */
     Weights w;        /* views into params; NULL for tensors not held */
     Weights g;        /* views into grads */
     /* Optional: calls that give a unit its storage just before it is computed
@@ -232,6 +235,9 @@ typedef void (*UnitHook)(int unit, void *context);
 typedef void (*BlockForwardFn)(int layer, const float *input, int B, int T, void *context);
 typedef void (*BlockBackwardFn)(int layer, const float *input, const float *doutput, float *dinput, int B,
                                 int T, void *context);
+/* W of a block computed by the caller (the backward split in two, below);
+ * input: the block's input, from which recomputation runs its forward again. */
+typedef void (*BlockWeightFn)(int layer, const float *input, int B, int T, void *context);
 
 /* What a caller adds to the loop over the units; any field may be NULL.
  *   before_forward(u), after_forward(u)    around unit u's forward
@@ -241,12 +247,15 @@ typedef void (*BlockBackwardFn)(int layer, const float *input, const float *dout
  * frees them after; data parallelism sends a unit's gradients after its
  * backward. block_forward and block_backward replace gpt_block_forward and
  * gpt_block_backward: tensor parallelism computes every block with sliced
- * matrices and all-reduces, on the same buffers (a->block[l], the scratch). */
+ * matrices and all-reduces, on the same buffers (a->block[l], the scratch).
+ * In the split backward (below) block_backward is the caller's B of a block
+ * and block_backward_weight its W. */
 typedef struct UnitHooks {
     UnitHook before_forward, after_forward;
     UnitHook before_backward, after_backward;
     BlockForwardFn block_forward;
     BlockBackwardFn block_backward;
+    BlockWeightFn block_backward_weight;
     void *context; /* passed to each of them */
 } UnitHooks;
 
@@ -306,9 +315,20 @@ void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded,
  * the same kernels on the same values, so when the W's of a stage run in the
  * order of its micro-batches the gradients equal the ordinary backward's bit
  * for bit (tests/test_units.c, `split`).
- * Not yet: activation recomputation (W would need the block's values once
- * more), hooks and the storage calls of mixed precision (the unit's weights
- * would have to stay until W): gpt_backward_input_range refuses them. */
+ * Hooks: a caller's blocks (tensor parallelism) come as block_backward
+ * (their B, keeping what their W reads where the caller says) and
+ * block_backward_weight (their W); the calls before and after a unit are
+ * refused, since a unit's gradients are final only after its W. The storage
+ * calls of mixed precision run around each unit's B and again around its W:
+ * each adds the fp32 gradients of its half into the 16-bit ones, the other
+ * half's elements adding zero, so each element is still rounded once per
+ * micro-batch, as in the whole backward.
+ * With activation recomputation (model.h, --recompute) B runs each block's
+ * forward again from its kept input, as the whole backward does, and W runs
+ * it once more: W reads the linear layers' inputs, which the one recomputed
+ * set no longer holds by then. The same kernels on the same inputs give the
+ * same values, so the gradients stay bit for bit; the price is a third
+ * forward of the blocks per step. */
 
 /* The output gradients of one block's linear layers, kept by B for W. */
 typedef struct {
@@ -332,15 +352,17 @@ void kept_grads_create_range(KeptGrads *k, const ModelConfig *cfg, int B, int T,
 void kept_grads_destroy(KeptGrads *k);
 size_t kept_grads_bytes(const ModelConfig *cfg, int B, int T, int first_unit, int last_unit);
 
-/* B: gpt_backward_range without the linear layers' weight gradients (and
- * without hooks), keeping their output gradients in *kept. */
+/* B: gpt_backward_range without the linear layers' weight gradients,
+ * keeping their output gradients in *kept (or, for the caller's blocks,
+ * where hooks->block_backward keeps them). hooks may be NULL. */
 const float *gpt_backward_input_range(const GPT *m, Activations *a, Scratch *s, KeptGrads *kept, int first,
-                                      int last, float dloss, const float *doutput, float *dinput, int B,
-                                      int T);
+                                      int last, float dloss, const float *doutput, float *dinput,
+                                      const UnitHooks *hooks, int B, int T);
 /* W: the linear layers' weight gradients of units first..last, added into
- * m->grads, from a's activations and what B kept. */
+ * m->grads, from a's activations and what B kept (the caller's blocks:
+ * hooks->block_backward_weight). */
 void gpt_backward_weight_range(const GPT *m, Activations *a, Scratch *s, const KeptGrads *kept, int first,
-                               int last, int B, int T);
+                               int last, const UnitHooks *hooks, int B, int T);
 
 /* ---- the model's matmuls ----
  * A linear layer (kernels.h: linear_forward, linear_backward) as model m

@@ -12,6 +12,7 @@
     python3 common/python/plot.py --capacity CSV [--out DIR]
     python3 common/python/plot.py --offload-bench SUMMARY_CSV [--out DIR]
     python3 common/python/plot.py --plan RUN_DIR... [--out DIR]
+    python3 common/python/plot.py --grid RUN_DIR... [--out DIR]
 
 Reads only the CSVs that every chapter program writes, so a learner can plot
 their own runs next to the demo's. A run's label is its directory name;
@@ -85,6 +86,12 @@ With --plan, from run directories that also hold common/plan's plan.csv
     plan.png        the measured median step time against the predicted one,
                     with the 0.1x-3x band of tests/plan_time.bats, and the
                     measured peak device bytes of rank 0 against the planned ones
+With --grid, from a pipeline run of several axes (chapter 04's pp x tp x dp;
+run.csv's dp, tp, pp and bytes_AXIS_per_step; memory.csv):
+    grid-LABEL.png  every rank's peak device memory stacked by category,
+                    each bar named by the rank's place in the grid (stage,
+                    tp rank, replica), next to the bytes each axis of the
+                    grid sent per step, all ranks together; the first repeat
 With --bubbles, from pipeline runs' run.csv (columns schedule, pp, micro,
 bubble_measured, bubble_theory) and, for zb-h1, timeline.csv:
     bubbles.png     one bar per configuration (the directory's label): the
@@ -364,6 +371,62 @@ def timeline_step(run_dir, step):
     return step, rows, sorted({int(r["rank"]) for r in rows})
 
 
+def grid_place(run_row, rank):
+    """(stage, tp rank, replica) of a world rank: grid.h's order, tp fastest, then pp, then dp."""
+    tp, pp = int(run_row.get("tp") or 1), int(run_row.get("pp") or 1)
+    return rank // tp % pp, rank % tp, rank // (tp * pp)
+
+
+GRID_AXES = ("dp", "pp", "cp", "tp")
+
+
+def plot_grid(groups, out):
+    """Per configuration: memory per rank by category, and the bytes per step of each grid axis."""
+    names = []
+    for label, runs in groups.items():
+        run = runs[0]
+        row = run["run"][0]
+        missing = [a for a in GRID_AXES if f"bytes_{a}_per_step" not in row]
+        if missing:
+            refuse(f"{run['dir']}/run.csv has no bytes_{missing[0]}_per_step (valid: a run of chapter 04 or 05's pipeline)")
+        by_rank = OrderedDict()
+        for m in run["memory"]:
+            if m["space"] == "device":
+                by_rank.setdefault(int(m["rank"]), {})[m["category"]] = int(m["peak_bytes"]) / 2**20
+        fig, (ax_mem, ax_bytes) = plt.subplots(1, 2, figsize=(max(10, 1.0 * len(by_rank) + 5), 4.5),
+                                               gridspec_kw={"width_ratios": [max(2, len(by_rank)), 2]})
+        ranks = list(by_rank)
+        bottom = [0.0] * len(ranks)
+        for cat in CATEGORIES:
+            heights = [by_rank[r].get(cat, 0.0) for r in ranks]
+            if any(heights):
+                ax_mem.bar(range(len(ranks)), heights, bottom=bottom, label=cat, color=COLOURS[cat])
+                bottom = [b + h for b, h in zip(bottom, heights)]
+        ax_mem.set_xticks(range(len(ranks)))
+        ax_mem.set_xticklabels([f"rank {r}\ns{grid_place(row, r)[0]} t{grid_place(row, r)[1]} d{grid_place(row, r)[2]}"
+                                for r in ranks], fontsize=8)
+        ax_mem.set_ylabel("peak device memory (MiB)")
+        ax_mem.set_title(f"{label}: memory per rank (s stage, t tp rank, d replica)", fontsize=10)
+        ax_mem.grid(axis="y", alpha=0.3)
+        ax_mem.legend(fontsize=7)
+        sent = [float(row[f"bytes_{a}_per_step"]) / 2**20 for a in GRID_AXES]
+        bars = ax_bytes.bar(GRID_AXES, sent, color=["#55a868", "#4c72b0", "#8c8c8c", "#c44e52"])
+        for bar, value in zip(bars, sent):
+            ax_bytes.annotate(f"{value:.2f}", (bar.get_x() + bar.get_width() / 2, value), ha="center",
+                              va="bottom", fontsize=8)
+        ax_bytes.set_ylabel("MiB sent per step, all ranks")
+        ax_bytes.set_title(f"bytes per axis (dp {row['dp']}, pp {row['pp']}, tp {row['tp']})", fontsize=10)
+        ax_bytes.grid(axis="y", alpha=0.3)
+        fig.tight_layout()
+        name = f"grid-{label}.png"
+        fig.savefig(os.path.join(out, name), dpi=120)
+        plt.close(fig)
+        names.append(name)
+        print(f"plot.py: {label}: bytes per step " +
+              ", ".join(f"{a} {float(row[f'bytes_{a}_per_step']):.0f}" for a in GRID_AXES))
+    return names
+
+
 def plot_gantt(run_dir, step, out):
     """One step of timeline.csv. Pipeline runs (chapter 04): a row per stage,
     messages as thin grey bars. ZeRO runs (chapter 05, ops gather and
@@ -389,14 +452,20 @@ def plot_gantt(run_dir, step, out):
         title = f"blue forward, orange backward; {title}"
     else:
         ax.set_yticks(ranks)
-        ax.set_yticklabels([f"stage {k}" for k in ranks])
+        run_csv = os.path.join(run_dir, "run.csv")
+        row = read_csv(run_csv)[0] if os.path.exists(run_csv) else {}
+        if int(row.get("tp") or 1) * int(row.get("dp") or 1) > 1:  # ranks are not stages: say where each sits
+            ax.set_yticklabels([f"rank {k}: stage {grid_place(row, k)[0]}, tp {grid_place(row, k)[1]}, "
+                                f"replica {grid_place(row, k)[2]}" for k in ranks], fontsize=8)
+        else:
+            ax.set_yticklabels([f"stage {k}" for k in ranks])
         title = "blue forward, orange backward, grey messages; numbers: micro-batch"
         if any(r["op"] == "bwd_weight" for r in rows):
             title = "blue forward, orange B (input gradient), red W (weight gradients), grey messages; numbers: micro-batch"
     ax.invert_yaxis()
     ax.set_xlabel("time since the start of the step (ms)")
     label = os.path.basename(os.path.normpath(run_dir))
-    ax.set_title(f"{label}: step {step} ({title})")
+    ax.set_title(f"{label}: step {step} ({title})", fontsize=9 if len(ranks) > 4 else None)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     name = f"gantt-{label}.png"
@@ -864,6 +933,8 @@ def main():
                         help="06_offload/bench_offload.sh's offload_summary.csv: step time per configuration")
     parser.add_argument("--cp", action="store_true",
                         help="chapter 03 --cp runs (labels 03-cpN-seqT): activations per rank against T")
+    parser.add_argument("--grid", action="store_true",
+                        help="chapter 04: memory per rank and bytes per grid axis of pp x tp x dp runs")
     parser.add_argument("--plan", action="store_true",
                         help="common/plan's predicted step time and memory against the runs' (plan.csv, plan-time.csv)")
     args = parser.parse_args()
@@ -878,6 +949,10 @@ def main():
         return
     if args.commbench:
         plot_commbench(args.runs, args.out)
+        return
+    if args.grid:
+        names = plot_grid(load_runs(args.runs), args.out)
+        print(f"plot.py: wrote {', '.join(names)} to {args.out}")
         return
     if args.gantt:
         names = [plot_gantt(d, args.step, args.out) for d in args.runs]

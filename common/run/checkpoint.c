@@ -89,7 +89,19 @@ void ckpt_layout_range(CkptLayout *l, const GPT *model, const AdamW *opt, int re
     float *buffers[CKPT_ARRAYS] = {model->params, opt->m, opt->v};
     for (int a = 0; a < CKPT_ARRAYS; a++) {
         ckpt_set_buffer(l, a, buffers[a], n, 0);
-        hold_replicated(l, a, first, n, replica, replicas);
+        if (!model->unit_at) {
+            hold_replicated(l, a, first, n, replica, replicas);
+            continue;
+        }
+        for (int u = model->first_unit; u <= model->last_unit; u++) { /* several runs: unit by unit */
+            if (model->unit_at[u + 1] == SIZE_MAX) continue;           /* another stage's */
+            const ParamUnit *unit = table_unit(&model->table, u);
+            size_t at = model->unit_at[u + 1], count = unit->numel;
+            size_t begin = count * replica / replicas, end = count * (replica + 1) / replicas;
+            ckpt_hold(l, a, unit->offset, begin, at, 0);
+            ckpt_hold(l, a, unit->offset + begin, end - begin, at + begin, 1);
+            ckpt_hold(l, a, unit->offset + end, count - end, at + end, 0);
+        }
     }
 }
 

@@ -143,7 +143,9 @@ void ckpt_hold(CkptLayout *l, CkptArray a, size_t first, size_t count, size_t lo
 /* The common layouts, for all three arrays at once. */
 /* A contiguous range of the table (the whole model, or a pipeline stage's
  * units: model's params over [param_first, +param_count), opt over the same
- * elements), held alike by `replicas` ranks: replica r writes share r of it. */
+ * elements), or with model->unit_at several runs of units (a stage's chunks),
+ * held alike by `replicas` ranks: replica r writes share r of it (of each
+ * unit, with several runs). */
 void ckpt_layout_range(CkptLayout *l, const GPT *model, const AdamW *opt, int replica, int replicas);
 /* ZeRO over `ranks` ranks (param_table.h's shard layout): the optimizer state
  * is rank's shard (stage >= 1), and so are the parameters at stage 3; below

@@ -54,6 +54,8 @@
 #include <stdint.h>
 
 enum { RUN_MAX_COLUMNS = 8 };
+/* The axes of the process grid (grid.h: dp, pp, cp, tp), whose bytes the harness counts apart. */
+enum { RUN_AXES = 4 };
 
 /* One of a chapter's own steps.csv columns: its header and the printf
  * format of its value (e.g. {"bubble", "%.4f"}). */
@@ -87,6 +89,7 @@ typedef struct {
     int skipped;                     /* fp16: the step overflowed and was skipped */
     Timer clock;
     double bytes_at_start;
+    double axis_bytes_at_start[RUN_AXES];
 } RunStep;
 
 typedef struct Run Run;
@@ -96,6 +99,7 @@ typedef struct {
     void (*device_ready)(Run *run);              /* the transport, once the device is chosen */
     void (*barrier)(Run *run);                   /* every rank here before any goes on */
     double (*bytes_sent)(void);                  /* this rank's bytes sent so far */
+    void (*axis_bytes_sent)(double *bytes);      /* the same per grid axis (RUN_AXES); NULL: one process */
     void (*slowest_times)(Run *run, RunStep *s); /* max over the ranks (comm_busy_ms too) */
     void (*save)(Run *run, const CkptState *state);
     size_t (*peak_device)(Run *run);    /* the largest device peak of any rank (run.csv) */
@@ -121,6 +125,7 @@ struct Run {
     double *step_ms;           /* every step's time (the slowest rank's), for the median */
     double final_loss;
     double bytes_sent;    /* RunSpec.bytes_sent: this rank's bytes over the steps run */
+    double axis_bytes[RUN_AXES]; /* many ranks: this rank's bytes on each grid axis over the steps run */
     int dp, tp, pp, zero; /* the layout, for run.csv (run_layout) */
 };
 
@@ -156,6 +161,11 @@ void run_step_log(Run *run, RunStep *s);
 /* Is a checkpoint due after this step? (For work that must precede it.) */
 int run_save_due(const Run *run, const RunStep *s);
 
+/* Many ranks: the bytes sent per step on each axis of the process grid
+ * (grid.h's order: dp, pp, cp, tp), summed over every rank, the mean over
+ * the steps run: what run_step_begin..run_step_done saw (the evaluation's
+ * messages are not counted). Collective over the world. */
+void run_axis_bytes_per_step(Run *run, double per_step[RUN_AXES]);
 /* The layout run.csv reports (default: dp 1, tp 1, pp 1, zero 0). */
 void run_layout(Run *run, int dp, int tp, int pp, int zero);
 /* After the last step, every rank calls it. Rank 0 writes run.csv (the

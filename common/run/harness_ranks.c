@@ -3,6 +3,7 @@
  * from harness.c because it needs MPI, which chapter 01 builds without. */
 #include "checkpoint_sharded.h"
 #include "comm.h"
+#include "grid.h"
 #include "harness.h"
 #include "preflight.h"
 
@@ -34,11 +35,20 @@ static void ranks_write_memory_csv(Run *run) {
 static const RunRanks many_ranks = {.device_ready = ranks_device_ready,
                                     .barrier = ranks_barrier,
                                     .bytes_sent = comm_bytes_sent,
+                                    .axis_bytes_sent = grid_axis_bytes_sent,
                                     .slowest_times = ranks_slowest_times,
                                     .save = ranks_save,
                                     .peak_device = ranks_peak_device,
                                     .write_memory_csv = ranks_write_memory_csv,
                                     .end = comm_finalize};
+
+_Static_assert((int)RUN_AXES == (int)GRID_AXES, "the harness counts the bytes of each axis of the process grid");
+
+void run_axis_bytes_per_step(Run *run, double per_step[RUN_AXES]) {
+    int steps = run->last_step - run->first_step;
+    for (int a = 0; a < RUN_AXES; a++)
+        per_step[a] = comm_allreduce_double(run->world, run->axis_bytes[a], 0) / (steps > 0 ? steps : 1);
+}
 
 void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSpec *spec, void *flag_values,
                      int *world_size) {

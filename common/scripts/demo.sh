@@ -25,7 +25,8 @@
 # The work, not the machine, sets the ranks: chapter 02's ranks must divide
 # its global batch of 8 (2 or 4 ranks), chapter 03 splits the small preset
 # (4 layers, 4 heads) over 2 ranks, and chapter 04 can have no more stages
-# than the model has layers (2..4). Ranks stand in for GPUs, so there are at
+# than the model has layers (2..4); its 3D run is pp 2 x tp 2 x dp 2, 8 ranks
+# on any machine. Ranks stand in for GPUs, so there are at
 # least 2 even on one core; each rank gets cores / ranks OpenMP threads.
 #
 # Repeats are interleaved: repeat 1 of every configuration of a comparison,
@@ -80,6 +81,7 @@ dp_ranks=2        # the largest divisor of the batch not above the wish
 for n in 4 8; do (( n <= wanted && dp_batch % n == 0 )) && dp_ranks=$n; done
 mp_ranks=2        # chapter 03: tp 2 divides the heads (4 small, 6 medium); 2 stages of the layers
 pp_stages=$(( wanted < model_layers ? wanted : model_layers ))
+grid_ranks=8      # chapter 04's 3D run: pp 2 x tp 2 x dp 2, whatever the cores
 if [ -n "${DEMO_RANKS:-}" ] && { (( dp_ranks != DEMO_RANKS )) || (( pp_stages != DEMO_RANKS )); }; then
     echo "demo: DEMO_RANKS=$DEMO_RANKS: chapter 02 uses $dp_ranks ranks (they must divide its batch of $dp_batch)," \
         "chapter 04 $pp_stages stages (at most $model_layers layers)"
@@ -145,8 +147,8 @@ else
     echo "demo: chapter 02 on $dp_ranks ranks, 03 on $mp_ranks ranks, 04 on $pp_stages stages"
 fi
 echo "demo: the $preset preset on --device $device_choice"
-if [ "$device_choice" = cuda ] && (( dp_ranks > gpus || pp_stages > gpus )); then
-    echo "demo: note: up to $(( dp_ranks > pp_stages ? dp_ranks : pp_stages )) ranks share $gpus GPU(s): they take" \
+if [ "$device_choice" = cuda ] && (( grid_ranks > gpus )); then
+    echo "demo: note: up to $grid_ranks ranks share $gpus GPU(s): they take" \
         "turns on it, so chapters 02-04 show their losses, memory and bytes, not their speed-ups" \
         "(course.md, \"Reading GPU runs\")"
 fi
@@ -224,6 +226,14 @@ if [ -x 04_pipeline/train ]; then
     plot --bubbles "$runs"/04-schedule-gpipe.r* "$runs"/04-schedule-1f1b.r* "$runs"/04-schedule-interleaved.r* \
         "$runs"/04-schedule-zb-h1.r* --out runs/plots/04
     plot --gantt "$runs"/04-schedule-interleaved.r1 "$runs"/04-schedule-zb-h1.r1 --out runs/plots/04
+    # a 3D run: pp 2 x tp 2 x dp 2 on 8 ranks (tp 2 divides both presets' heads): its Gantt chart
+    # (every rank, named by its place in the grid), every rank's memory by category and the bytes
+    # each axis sent per step (run.csv's bytes_AXIS_per_step)
+    configure "04-3d-pp2-tp2-dp2" "$grid_ranks" 04_pipeline/train --model "$preset" --device "$device_choice" \
+        --batch 16 --micro 4 --pp 2 --tp 2
+    compare $(( steps / 2 > 4 ? steps / 2 : 4 ))
+    plot --grid "$runs"/04-3d-pp2-tp2-dp2.r* --out runs/plots/04
+    plot --gantt "$runs"/04-3d-pp2-tp2-dp2.r1 --out runs/plots/04
 fi
 
 # ---- chapter 05 opens with mixed precision: chapter 01's first run again in bf16 and fp16 ----

@@ -157,14 +157,13 @@ $(LIBCOMMON): $(COMMON_OBJ)
 
 program_libs = $(if $(filter 01_%,$(1)),$(LDLIBS),$(MPI_LIBS) $(LDLIBS))
 # A chapter links its own .c files and the earlier chapters' files named in
-# NN_name_USES, e.g. 06_offload_USES := 04_pipeline/pipeline.c 04_pipeline/schedule.c
-# 04_pipeline/timeline.c (the pipeline interpreter), so a module is written once.
+# NN_name_USES, e.g. 05_zero_USES := ... 04_pipeline/pipeline.c 04_pipeline/schedule.c
+# (the pipeline interpreter), so a module is written once.
 03_model_parallel_USES := 02_data_parallel/data_parallel.c 02_data_parallel/buckets.c 02_data_parallel/bucketed.c \
                           02_data_parallel/ring.c
 04_pipeline_USES := $(03_model_parallel_USES) 03_model_parallel/model_parallel.c 03_model_parallel/tensor_parallel.c \
                     03_model_parallel/context_parallel.c
-05_zero_USES := $(04_pipeline_USES) 04_pipeline/pipeline.c 04_pipeline/pipeline_flags.c 04_pipeline/schedule.c \
-                04_pipeline/timeline.c
+05_zero_USES := $(04_pipeline_USES) 04_pipeline/pipeline.c 04_pipeline/pipeline_flags.c 04_pipeline/schedule.c
 06_offload_USES := $(05_zero_USES) 05_zero/zero.c 05_zero/zero_stage.c
 define PROGRAM_RULE
 $(1)/train: $(patsubst %.c,$(BUILD)/%.o,$(filter-out %bench.c,$(wildcard $(1)/*.c)) $($(1)_USES)) $(LIBCOMMON)

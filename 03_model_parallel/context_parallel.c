@@ -57,19 +57,45 @@ static void pack_kv(float *kv, const float *qkv, int B, int T, int C) {
         copy_on_device(kv + row * 2 * C, qkv + row * 3 * C + C, 2 * (size_t)C * sizeof(float));
 }
 
+/* Milliseconds since the step began, the device's work done. */
+static double since_step_ms(const ContextParallel *cp) {
+    device_sync();
+    return wall_ms() - cp->origin_ms;
+}
+static void record(ContextParallel *cp, int hop, const char *op, double start_ms, double end_ms) {
+    if (cp->recording) timeline_add(&cp->timeline, cp->step + 1, hop, op, start_ms * 1e3, end_ms * 1e3);
+}
+
 /* The ring: post the block in hand to the next rank, compute (the caller),
- * then take the previous rank's. Time waiting counts as communication. */
-static CommPosted *ring_post(ContextParallel *cp, const float *buf, size_t count, int tag) {
+ * then take the previous rank's. Time waiting counts as communication; the
+ * timeline has the send in flight from its posting to its wait, and the wait. */
+static CommPosted *ring_post(ContextParallel *cp, const float *buf, size_t count, int tag,
+                             double *posted_ms) {
     device_sync(); /* the block must be complete before it leaves */
     cp->bytes_sent += (double)count * sizeof(float);
+    *posted_ms = since_step_ms(cp);
     return comm_post_send(cp->group, buf, count, (cp->rank + 1) % cp->size, tag);
 }
-static void ring_take(ContextParallel *cp, CommPosted *posted, float *buf, size_t count, int tag) {
+static void ring_take(ContextParallel *cp, CommPosted *posted, float *buf, size_t count, int tag, int hop,
+                      double posted_ms) {
     device_sync();
     double start = wall_ms();
     comm_recv(cp->group, buf, count, (cp->rank + cp->size - 1) % cp->size, tag);
     comm_wait_posted(cp->group, posted);
-    cp->comm_ms += wall_ms() - start;
+    double end = wall_ms();
+    cp->comm_ms += end - start;
+    int kv = tag == TAG_KV;
+    record(cp, hop, kv ? "kv_send" : "dkv_send", posted_ms, end - cp->origin_ms);
+    record(cp, hop, kv ? "kv_wait" : "dkv_wait", start - cp->origin_ms, end - cp->origin_ms);
+}
+
+void context_parallel_begin_step(ContextParallel *cp, int step) {
+    cp->recording = 1;
+    cp->step = step;
+    cp->origin_ms = wall_ms();
+}
+void context_parallel_pause(ContextParallel *cp) {
+    cp->recording = 0;
 }
 
 static void ring_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
@@ -82,7 +108,9 @@ static void ring_attention_forward(float *out, float *lse, const float *qkv, int
     for (int hop = 0; hop < N; hop++) {
         int from = (cp->rank - hop + N) % N; /* whose keys and values are in hand */
         float *kv = cp->kv[hop % 2];
-        CommPosted *posted = hop < N - 1 ? ring_post(cp, kv, count, TAG_KV) : NULL;
+        double posted_ms = 0.0;
+        CommPosted *posted = hop < N - 1 ? ring_post(cp, kv, count, TAG_KV, &posted_ms) : NULL;
+        double start_ms = since_step_ms(cp);
         for (int qh = 0; qh < 2; qh++) {
             for (int kh = 0; kh < 2; kh++) {
                 int rel = relation(cp, qh, from, kh);
@@ -97,7 +125,8 @@ static void ring_attention_forward(float *out, float *lse, const float *qkv, int
                 started[qh] = 1;
             }
         }
-        if (posted) ring_take(cp, posted, cp->kv[(hop + 1) % 2], count, TAG_KV);
+        record(cp, hop, "attn_fwd", start_ms, since_step_ms(cp));
+        if (posted) ring_take(cp, posted, cp->kv[(hop + 1) % 2], count, TAG_KV, hop, posted_ms);
     }
 }
 
@@ -111,7 +140,9 @@ static void ring_attention_backward(float *dqkv, const float *dout, const float 
     k->fill_zero(cp->dkv[0], count);
     for (int hop = 0; hop < N; hop++) {
         int from = (cp->rank - hop + N) % N, now = hop % 2, next = (hop + 1) % 2;
-        CommPosted *posted = hop < N - 1 ? ring_post(cp, cp->kv[now], count, TAG_KV) : NULL;
+        double posted_ms = 0.0, dkv_posted_ms = 0.0;
+        CommPosted *posted = hop < N - 1 ? ring_post(cp, cp->kv[now], count, TAG_KV, &posted_ms) : NULL;
+        double start_ms = since_step_ms(cp);
         for (int qh = 0; qh < 2; qh++) {
             for (int kh = 0; kh < 2; kh++) {
                 int rel = relation(cp, qh, from, kh);
@@ -122,9 +153,11 @@ static void ring_attention_backward(float *dqkv, const float *dout, const float 
                                             cp->kv[now] + k0 * 2 * C, B, T, rows, C, NH, rel == 2);
             }
         }
-        if (posted) ring_take(cp, posted, cp->kv[next], count, TAG_KV);
+        record(cp, hop, "attn_bwd", start_ms, since_step_ms(cp));
+        if (posted) ring_take(cp, posted, cp->kv[next], count, TAG_KV, hop, posted_ms);
         /* the gradient of the block's keys and values follows it; after N hops it is home */
-        ring_take(cp, ring_post(cp, cp->dkv[now], count, TAG_DKV), cp->dkv[next], count, TAG_DKV);
+        CommPosted *dkv_posted = ring_post(cp, cp->dkv[now], count, TAG_DKV, &dkv_posted_ms);
+        ring_take(cp, dkv_posted, cp->dkv[next], count, TAG_DKV, hop, dkv_posted_ms);
     }
     const float *home = cp->dkv[N % 2];
     for (size_t row = 0; row < (size_t)B * T; row++) {
@@ -223,4 +256,5 @@ void context_parallel_destroy(ContextParallel *cp) {
     mem_free(cp->block_lse);
     mem_free(cp->wpe_rows);
     mem_free(cp->dwpe_rows);
+    timeline_free(&cp->timeline);
 }

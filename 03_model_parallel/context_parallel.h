@@ -43,6 +43,7 @@
 
 #include "comm.h"
 #include "model.h"
+#include "timeline.h"
 
 #include <stddef.h>
 
@@ -72,12 +73,22 @@ typedef struct {
     double comm_ms;               /* time waiting for the ring (this rank) */
     double bytes_sent;            /* round the ring by this rank, over the run */
     SequenceSplit split;          /* what the model calls (model.h): this rank's embedding, attention */
+    /* timeline.csv: each hop's blocks (attn_fwd, attn_bwd), its sends in flight from posting to their
+     * wait (kv_send, dkv_send) and the time blocked taking the next block (kv_wait, dkv_wait), in
+     * training steps only (context_parallel_begin_step starts recording, _pause stops it) */
+    Timeline timeline;
+    int recording, step;
+    double origin_ms; /* the step's start (every rank starts a step together) */
 } ContextParallel;
 
 /* tp: the ranks of a tensor-parallel group each pass only their NH/tp heads' keys and values. */
 void context_parallel_create(ContextParallel *cp, CommGroup *group, const ModelConfig *m, int B, int T,
                              int zigzag, int tp);
 void context_parallel_destroy(ContextParallel *cp);
+/* Record the ring's work from now on as step `step` (0-based) of the timeline. */
+void context_parallel_begin_step(ContextParallel *cp, int step);
+/* Stop recording (evaluation and sampling are not the step's work). */
+void context_parallel_pause(ContextParallel *cp);
 /* Copy this rank's positions of the whole sequences in cp->tokens, cp->targets
  * into tokens, targets (B, T/N). */
 void context_parallel_select(ContextParallel *cp, int *tokens, int *targets, int B);

@@ -13,7 +13,8 @@
 
 /* --help's section and one row per flag (config.h says how to add one) */
 const Flag model_parallel_flags[] = {
-    {.type = FLAG_SECTION, .help = "model parallel (run with mpirun -np N; N = dp x cp x model-parallel ranks)"},
+    {.type = FLAG_SECTION,
+     .help = "model parallel (run with mpirun -np N; N = dp x cp x model-parallel ranks)"},
     {"--mp", FLAG_CHOICE, FIELD(ModelParallelFlags, mp), .choices = "layer|tensor", .noun = "split",
      .def = "layer", .usage = "--mp layer|tensor",
      .help = "layer: contiguous blocks of layers per rank, activations sent from rank to\n"
@@ -196,12 +197,18 @@ GradShards model_parallel_grad_shards(ModelParallel *p, CommGroup *world) {
     return g;
 }
 
+void model_parallel_begin_step(ModelParallel *p, int step) {
+    p->comm_ms = 0.0;
+    if (p->cp.size > 1) context_parallel_begin_step(&p->cp, step);
+}
+
 /* Mean validation loss over cfg->eval_batches global batches, each replica
  * taking its share of every batch (forward only). */
 double model_parallel_evaluate(ModelParallel *p, const Dataset *data, const Config *cfg, int dp_index,
                                int B) {
     int T = cfg->model.seq, per_replica = cfg->batch / comm_size(p->dp);
     double loss_sum = 0.0, saved_comm_ms = p->comm_ms;
+    context_parallel_pause(&p->cp); /* the ring's timeline is the training step's */
     for (int e = 0; e < cfg->eval_batches; e++) {
         for (int mb = 0; mb < per_replica / B; mb++) {
             data_upload_batch(data, SPLIT_VAL, cfg->seed, e, dp_index * per_replica + mb * B, B, T,
@@ -241,6 +248,7 @@ void model_parallel_sample(ModelParallel *p, const Dataset *data, const Config *
     int T = cfg->model.seq, V = cfg->model.vocab, n = cfg->sample, cp = p->cp.size > 1, sp = p->tpm.sp;
     const Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
     int holds_logits = p->tensor || p->stage == p->stages - 1;
+    context_parallel_pause(&p->cp);
     unsigned char *text = xmalloc((size_t)32 + n); /* the prompt is at most 32 bytes */
     int prompt_len = sample_prompt(data, T, text);
     int *context = xcalloc(T, sizeof(int));
@@ -342,13 +350,14 @@ void model_parallel_checkpoint_layout(ModelParallel *p, AdamW *opt, int dp_index
 }
 
 void model_parallel_destroy(ModelParallel *p, const Config *cfg) {
+    if (p->cp.size > 1) { /* what the ring carried, against context_parallel.h's formula; its timeline */
+        log_info("context parallel: %.0f bytes sent round the ring by rank 0\n", p->cp.bytes_sent);
+        timeline_write(&p->cp.timeline, comm_world(), cfg->out); /* every rank has cp > 1 */
+        context_parallel_destroy(&p->cp);
+    }
     if (p->tensor) {
         tp_model_destroy(&p->tpm);
         return;
-    }
-    if (p->cp.size > 1) { /* what the ring carried, against context_parallel.h's formula */
-        log_info("context parallel: %.0f bytes sent round the ring by rank 0\n", p->cp.bytes_sent);
-        context_parallel_destroy(&p->cp);
     }
     scratch_destroy(&p->scratch);
     activations_destroy(&p->acts, &cfg->model);

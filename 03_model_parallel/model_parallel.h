@@ -89,7 +89,10 @@ void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParall
  * (context_parallel.h), and layout saying so; call after model_parallel_build. */
 void model_parallel_split_sequences(ModelParallel *p, const Config *cfg, const ModelParallelFlags *f,
                                     CommGroup *cp_group, int B, char *layout, size_t layout_size);
+/* With --cp, the ring's timeline.csv (all ranks call it). */
 void model_parallel_destroy(ModelParallel *p, const Config *cfg);
+/* A training step begins: comm_ms from 0, the ring's timeline (--cp) from now, as step `step`. */
+void model_parallel_begin_step(ModelParallel *p, int step);
 
 /* Where a micro-batch's tokens and targets go on this rank. */
 int *model_parallel_tokens(ModelParallel *p);

@@ -86,7 +86,8 @@ static const RunSpec spec = {
     .summary = "Train a GPT split over ranks: by layers (--mp layer) or inside every layer (--mp tensor).",
     .flags = {.flags = mp_flags, .effective = effective_mp_flags, .check = check_mp_layout, .multi_rank = 1},
     .columns = mp_columns,
-    .comm_busy = 1};
+    .comm_busy = 1,
+    .barrier_each_step = 1}; /* every rank starts a step together: the ring's timeline has one origin */
 
 int main(int argc, char **argv) {
     Config cfg;
@@ -140,7 +141,7 @@ int main(int argc, char **argv) {
     for (int step = run.first_step; step < run.last_step; step++) {
         RunStep s = run_step_begin(&run, step);
         Timer timer = {0};
-        par.comm_ms = 0.0;
+        model_parallel_begin_step(&par, step); /* its comm_ms from 0; --cp: the ring's timeline */
 
         /* ---- forward and backward over this replica's micro-batches ---- */
         precision_zero_grads(held, mixed);

@@ -97,6 +97,45 @@ mib_sent() { sed -n 's/.* | \([0-9.]*\) MiB sent by rank 0 .*/\1/p' "$1.log"; }
     assert_equal "$(grep -c '^cp [124] seq 48: activations \([0-9]*\) bytes, formula \1$' <<<"$output")" 3
 }
 
+@test "the ring's timeline: every training step's blocks and sends on every rank, each send in flight under its block" {
+    # cp 3 (L 2): per rank and step, L x N blocks forward and backward, L x (N-1) k|v sends each way
+    # and L x N d(k|v) sends; the validation forwards are not the step's and are not there
+    python3 - "$BATS_FILE_TMPDIR/cp3/timeline.csv" <<'PY'
+import csv, sys
+from collections import Counter, defaultdict
+rows = list(csv.DictReader(open(sys.argv[1])))
+L, N, steps = 2, 3, 4
+count = Counter((r["rank"], r["step"], r["op"]) for r in rows)
+for rank in map(str, range(N)):
+    for step in map(str, range(1, steps + 1)):
+        want = {"attn_fwd": L * N, "attn_bwd": L * N, "kv_send": 2 * L * (N - 1), "kv_wait": 2 * L * (N - 1),
+                "dkv_send": L * N, "dkv_wait": L * N}
+        got = {op: count[(rank, step, op)] for op in want}
+        assert got == want, (rank, step, got, want)
+# in each rank's order: a block of hop h < N-1 runs while the k|v send posted before it is in flight
+by_rank = defaultdict(list)
+for r in rows:
+    by_rank[r["rank"]].append(r)
+pairs = 0
+for rank, rs in by_rank.items():
+    for i, r in enumerate(rs):
+        if r["op"] in ("attn_fwd", "attn_bwd") and int(r["micro"]) < N - 1:
+            send = next(x for x in rs[i + 1:] if x["op"] == "kv_send")
+            assert int(send["micro"]) == int(r["micro"]) and send["step"] == r["step"], (r, send)
+            assert float(send["start_us"]) <= float(r["start_us"]) and float(send["end_us"]) >= float(r["end_us"]), (r, send)
+            pairs += 1
+assert pairs == N * steps * 2 * L * (N - 1), pairs
+print("ok", pairs)
+PY
+    python="$(plot_python)"
+    "$python" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"
+    run "$python" "$REPO/common/python/plot.py" --gantt "$BATS_FILE_TMPDIR/cp3" --out "$BATS_TEST_TMPDIR/plots"
+    assert_success
+    [ -s "$BATS_TEST_TMPDIR/plots/gantt-cp3.png" ]
+    # and the demo draws one
+    (cd "$REPO" && DEMO_DRY_RUN=1 DEMO_CORES=2 common/scripts/demo.sh) | grep -q "plot.py --gantt .*03-cp4-seq256.r1"
+}
+
 @test "a checkpoint saved with context parallelism resumes in chapter 01 on the uninterrupted losses" {
     local d="$BATS_TEST_TMPDIR"
     run03 2 "$d/cp" --cp 2 --stop-after 2 --save "$d/cp.ckpt"

@@ -38,7 +38,7 @@ With --cp, from chapter 03's --cp runs labelled 03-cpN-seqT:
                     line per cp, measured (memory.csv) and the formula (dashed)
 With --commbench, from 02_data_parallel/commbench CSVs:
     busbw.png       bus bandwidth against message size, one line per operation
-With --gantt, from timeline.csv (chapters 04 and 05):
+With --gantt, from timeline.csv (chapters 04 and 05, and chapter 03's --cp ring):
     gantt-LABEL.png what each rank did during one step (default: the last):
                     pipeline runs: forward and backward boxes numbered by
                     micro-batch; ZeRO runs: per rank a row of computation
@@ -350,7 +350,11 @@ def plot_commbench(paths, out):
 
 
 GANTT_COLOURS = {"fwd": "#4c72b0", "bwd": "#dd8452", "bwd_input": "#dd8452", "bwd_weight": "#c44e52",
-                 "gather": "#55a868", "reduce_scatter": "#8172b3", "allreduce": "#8172b3", "allgather": "#55a868"}
+                 "gather": "#55a868", "reduce_scatter": "#8172b3", "allreduce": "#8172b3", "allgather": "#55a868",
+                 "attn_fwd": "#4c72b0", "attn_bwd": "#dd8452", "kv_wait": "#b0b0b0", "dkv_wait": "#b0b0b0",
+                 "kv_send": "#55a868", "dkv_send": "#8172b3"}
+# chapter 03's context-parallel ring (context_parallel.h): its blocks and waits, and its sends in flight
+RING_COMPUTE = ("attn_fwd", "attn_bwd", "kv_wait", "dkv_wait")
 # the computations of a timeline: forward, backward, or zero bubble's B and W (04_pipeline/schedule.h)
 GANTT_COMPUTE = ("fwd", "bwd", "bwd_input", "bwd_weight")
 
@@ -433,6 +437,8 @@ def plot_gantt(run_dir, step, out):
     reduce_scatter): two rows per rank, computation above and communication
     below, so that what overlaps is seen overlapping."""
     step, rows, ranks = timeline_step(run_dir, step)
+    if any(r["op"] == "attn_fwd" for r in rows):
+        return plot_ring_gantt(run_dir, step, rows, ranks, out)
     zero = any(r["op"] in ("gather", "reduce_scatter") for r in rows)
     lanes = 2 if zero else 1
     fig, ax = plt.subplots(figsize=(10, 0.8 * lanes * len(ranks) + 1.8))
@@ -462,16 +468,41 @@ def plot_gantt(run_dir, step, out):
         title = "blue forward, orange backward, grey messages; numbers: micro-batch"
         if any(r["op"] == "bwd_weight" for r in rows):
             title = "blue forward, orange B (input gradient), red W (weight gradients), grey messages; numbers: micro-batch"
+    return finish_timeline(fig, ax, run_dir, f"step {step} ({title})", "gantt", out,
+                           fontsize=9 if len(ranks) > 4 else None)
+
+
+def finish_timeline(fig, ax, run_dir, title, prefix, out, fontsize=9):
+    """The common ending of the timeline charts: axes, title, the file name/png; returns the name."""
     ax.invert_yaxis()
     ax.set_xlabel("time since the start of the step (ms)")
     label = os.path.basename(os.path.normpath(run_dir))
-    ax.set_title(f"{label}: step {step} ({title})", fontsize=9 if len(ranks) > 4 else None)
+    ax.set_title(f"{label}: {title}", fontsize=fontsize)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    name = f"gantt-{label}.png"
+    name = f"{prefix}-{label}.png"
     fig.savefig(os.path.join(out, name), dpi=120)
     plt.close(fig)
     return name
+
+
+def plot_ring_gantt(run_dir, step, rows, ranks, out):
+    """Chapter 03's --cp ring, one step: per rank a row of its attention blocks (grey: blocked
+    waiting for the next block) above a row of its sends in flight, from posting to their wait,
+    so that a send running under a block is seen running under it. Numbers: the hop."""
+    fig, ax = plt.subplots(figsize=(10, 1.2 * len(ranks) + 1.8))
+    for r in rows:
+        rank, start, end = int(r["rank"]), float(r["start_us"]) / 1e3, float(r["end_us"]) / 1e3
+        lane = 0 if r["op"] in RING_COMPUTE else 1
+        ax.barh(2 * rank + lane, end - start, left=start, height=0.6, color=GANTT_COLOURS.get(r["op"], "#b0b0b0"),
+                edgecolor="white", linewidth=0.5)
+        if r["op"].startswith("attn") and end - start > 0:
+            ax.text((start + end) / 2, 2 * rank, r["micro"], ha="center", va="center", fontsize=7, color="white")
+    ax.set_yticks([2 * k + lane for k in ranks for lane in (0, 1)])
+    ax.set_yticklabels([f"rank {k} {what}" for k in ranks for what in ("blocks", "sends")])
+    return finish_timeline(fig, ax, run_dir, f"step {step} of the context-parallel ring\nblue forward blocks, "
+                           "orange backward, grey waiting; green k|v and purple d(k|v) in flight; numbers: hop",
+                           "gantt", out)
 
 
 OFFLOAD_LANES = [("compute", ("fwd", "bwd")), ("grad D2H", ("grad_d2h",)), ("CPU AdamW", ("cpu_adam",)),
@@ -497,17 +528,8 @@ def plot_offload_timeline(run_dir, step, out):
                             edgecolor="white", linewidth=0.5)
     ax.set_yticks([y for y, _ in labels])
     ax.set_yticklabels([text for _, text in labels], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("time since the start of the step (ms)")
-    label = os.path.basename(os.path.normpath(run_dir))
-    ax.set_title(f"{label}: step {step} of an offloaded run (a copy per unit; with --dpu the CPU AdamW row "
-                 "is the previous step's update)", fontsize=9)
-    ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    name = f"offload-{label}.png"
-    fig.savefig(os.path.join(out, name), dpi=120)
-    plt.close(fig)
-    return name
+    return finish_timeline(fig, ax, run_dir, f"step {step} of an offloaded run (a copy per unit; with --dpu the "
+                           "CPU AdamW row is the previous step's update)", "offload", out)
 
 
 def plot_capacity(path, out):

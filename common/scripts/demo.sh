@@ -197,6 +197,7 @@ if [ -x 03_model_parallel/train ]; then
     done
     compare 2
     plot --cp "$runs"/03-cp*.r* --out runs/plots/03
+    plot --gantt "$runs"/03-cp4-seq256.r1 --out runs/plots/03 # the ring: blocks, sends in flight, waits
 fi
 
 # ---- chapter 04: pipeline stages; micro-batch sweep for GPipe and 1F1B; the four schedules' bubbles ----

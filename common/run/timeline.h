@@ -1,4 +1,4 @@
-/* timeline.h: what each rank did when, for chapter 04's Gantt charts.
+/* timeline.h: what each rank did when, for the Gantt charts of chapters 03-06.
  *
  * Every action of the schedule is recorded with its start and end, in
  * microseconds since the start of its step (all ranks start a step together,

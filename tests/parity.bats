@@ -64,6 +64,24 @@ load helpers
     assert_success
 }
 
+@test "ring attention's block forward (on and off the diagonal) on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" attention_block_forward
+    assert_success
+}
+
+@test "ring attention's log-sum-exp merge on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" attention_merge
+    assert_success
+}
+
+@test "ring attention's block backward (on and off the diagonal) on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" attention_block_backward
+    assert_success
+}
+
 @test "gelu forward on CUDA matches the CPU" {
     require_gpu
     run "$BUILD/tests/test_parity" gelu_forward

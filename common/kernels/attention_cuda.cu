@@ -38,7 +38,10 @@
  * shared memory is [row][d], d padded to HSP (16, 32, 64 or 128, zeros beyond
  * hs) with a row stride of HSP + 4 floats, which makes both ways the MMA
  * fragments read it free of bank conflicts. Head sizes above 128 take a
- * simple one-warp-per-row path (attention_rows_*), slow but the same math. */
+ * simple one-warp-per-row path (attention_rows_*), slow but the same math.
+ * Ring attention's three pieces (context parallelism) take that path's form
+ * too, for any head size (attention_block_*, attention_merge; written for
+ * correctness first, not yet tiled). */
 #include "cuda_common.cuh"
 
 #include "attention.h"

@@ -5,6 +5,7 @@
 #include "util.h"
 
 #include <stdio.h>
+#include <string.h>
 
 enum { TAG_KV = 11, TAG_DKV = 12 };
 
@@ -213,9 +214,15 @@ void context_parallel_create(ContextParallel *cp, CommGroup *group, const ModelC
                              int zigzag, int tp) {
     const char *problem = context_parallel_problem(T, comm_size(group));
     if (problem) fatal(EXIT_USAGE, "%s", problem);
-    if (!ops()->attention_block_forward)
-        fatal(EXIT_USAGE, "--cp: the %s backend has no ring-attention kernels yet (valid: --device cpu)",
-              ops()->name);
+    /* Both backends have the ring's kernels (kernels.h); but the ring posts
+     * its sends (comm_post_send), which only the CPU's plain mpi transport
+     * does yet: CUDA's staged and nccl transports refuse, so refuse here,
+     * before training, in one line. */
+    if (strcmp(comm_transport_name(), "mpi") != 0)
+        fatal(EXIT_USAGE,
+              "--cp: the ring posts its sends, which the %s transport cannot do yet (comm.h, "
+              "comm_post_send; valid: --device cpu)",
+              comm_transport_name());
     *cp = (ContextParallel){.group = group,
                             .rank = comm_rank(group),
                             .size = comm_size(group),

@@ -68,7 +68,7 @@ losses_csv() { # FILE N FACTOR [FIRST_STEP]
     for command in "REQUIRE_GPU=1 bats --tap tests/parity.bats" build/tests/test_parity build/tests/test_overlap \
         "--offload --pp 2 --dp 2" "--dpu-reference" "--device cpu" "--resume" "common/ckpt verify" \
         common/scripts/compare_losses.sh common/scripts/bench.sh 06_offload/bench_offload.sh "06_offload/capacity.py --device cuda" \
-        "test_cpu_adam parity"; do
+        "test_cpu_adam parity" "--comm mpi --cp 2"; do
         assert_output --partial "$command"
     done
     # each group's checks, named
@@ -161,9 +161,10 @@ losses_csv() { # FILE N FACTOR [FIRST_STEP]
         run "$CHECK"
     assert_failure 1
     assert_output --partial "FAIL chapters/02-flat-fp32: 4 steps, worst relative difference"
-    assert_output --partial "0 passed, 11 failed, 0 skipped"
+    assert_output --partial "FAIL chapters/03-cp2-fp32: 4 steps, worst relative difference"
+    assert_output --partial "0 passed, 12 failed, 0 skipped"
     run grep -c '| FAIL |' "$(ls "$(scratch)"/results/gpu-check-cpu-rehearsal-*.md)"
-    assert_output 11
+    assert_output 12
 }
 
 @test "a second half adds its section and rows to the same day's report" {

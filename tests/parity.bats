@@ -64,6 +64,34 @@ load helpers
     assert_success
 }
 
+@test "ring attention's block forward (on and off the diagonal) on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" attention_block_forward
+    assert_success
+}
+
+@test "ring attention's log-sum-exp merge on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" attention_merge
+    assert_success
+}
+
+@test "ring attention's block backward (on and off the diagonal) on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" attention_block_backward
+    assert_success
+}
+
+@test "context parallelism on CUDA refuses in one line before training: CUDA's transports cannot post the ring's sends" {
+    require_gpu
+    d=$(scratch)
+    run mpirun_np 2 "$REPO/03_model_parallel/train" --device cuda --comm mpi --cp 2 --steps 1 --sample 0 --quiet \
+        --out "$d/cp"
+    assert_failure
+    assert_output --partial "--cp: the ring posts its sends, which the mpi (host-staged) transport cannot do yet"
+    refute_output --partial "step "
+}
+
 @test "gelu forward on CUDA matches the CPU" {
     require_gpu
     run "$BUILD/tests/test_parity" gelu_forward

@@ -348,6 +348,142 @@ static void test_attention_backward(const Shape *s, Check *check) {
         attention_backward_on(&attention_shapes[i], check);
 }
 
+/* Ring attention's blocks (kernels.h; 03_model_parallel/context_parallel.h):
+ * buffers of T = 2 x rows rows per sequence, cut into two chunks of `rows`;
+ * the block is the queries of one chunk against the keys of another, so the
+ * pointers point inside the buffers and the rows outside the block must stay
+ * as they were (the whole buffers are compared). Each shape runs a block on
+ * the diagonal (chunk 1 against itself, causal) and one off it (chunk 1's
+ * queries against chunk 0's keys, all seen), with rows = the common shape's T
+ * (17, 259: not multiples of the CPU's 64-row tiles) and, with the first common
+ * shape, these: */
+typedef struct {
+    int B, rows, C, NH;
+} BlockShape;
+static const BlockShape block_shapes[] = {
+    {2, 1, 20, 4},    /* one row: the diagonal block is one query, one key; hs 5 */
+    {1, 64, 9, 3},    /* exactly one CPU tile; hs 3 */
+    {2, 67, 66, 2},   /* three rows past a tile; hs 33 */
+    {2, 100, 128, 2}, /* hs 64 */
+    {1, 70, 260, 2},  /* hs 130: lanes with several columns each */
+};
+#define BLOCK_SHAPE_COUNT (int)(sizeof block_shapes / sizeof block_shapes[0])
+
+/* One block: where its queries and keys start (chunk 0 or 1), and the mask. */
+typedef struct {
+    int B, T, rows, C, NH, q_chunk, k_chunk, causal;
+} Block;
+
+static void block_forward_on(const Block *k, Check *check) {
+    int B = k->B, T = k->T, C = k->C, NH = k->NH;
+    size_t qkv_n = (size_t)B * T * 3 * C, kv_n = (size_t)B * T * 2 * C, out_n = (size_t)B * T * C,
+           lse_n = (size_t)B * NH * T;
+    size_t q0 = (size_t)k->q_chunk * k->rows, k0 = (size_t)k->k_chunk * k->rows;
+    float *qkv = random_floats(qkv_n, -2, 2), *kv = random_floats(kv_n, -2, 2);
+    float *out = random_floats(out_n, -1, 1), *lse = random_floats(lse_n, -1, 1);
+    float *g_out = gpu_copy(out, out_n), *g_lse = gpu_copy(lse, lse_n);
+    float *g_qkv = gpu_copy(qkv, qkv_n), *g_kv = gpu_copy(kv, kv_n);
+    kernels_cpu.attention_block_forward(out + q0 * C, lse + q0, qkv + q0 * 3 * C, kv + k0 * 2 * C, B, T,
+                                        k->rows, C, NH, k->causal);
+    kernels_cuda.attention_block_forward(g_out + q0 * C, g_lse + q0, g_qkv + q0 * 3 * C, g_kv + k0 * 2 * C, B,
+                                         T, k->rows, C, NH, k->causal);
+    compare(check, k->causal ? "block lse (diagonal)" : "block lse (off the diagonal)", lse, g_lse, lse_n);
+    compare(check, k->causal ? "block out (diagonal)" : "block out (off the diagonal)", out, g_out, out_n);
+}
+
+/* Two partial results over disjoint keys, as the ring has them: the
+ * diagonal block's and the off-diagonal block's of chunk 1's queries, each
+ * from the CPU's block_forward (so that each out is a true weighted mean and
+ * each lse its sum), merged into chunk 1's rows. The ring merges in both
+ * orders, so both run: the off-diagonal block into the diagonal one (k is
+ * the diagonal block), and the diagonal into the off-diagonal one. */
+static void merge_on(const Block *k, Check *check) {
+    int B = k->B, T = k->T, C = k->C, NH = k->NH, rows = k->rows;
+    size_t qkv_n = (size_t)B * T * 3 * C, kv_n = (size_t)B * T * 2 * C, out_n = (size_t)B * T * C,
+           lse_n = (size_t)B * NH * T, q0 = (size_t)rows;
+    float *qkv = random_floats(qkv_n, -2, 2), *kv = random_floats(kv_n, -2, 2);
+    float *out = random_floats(out_n, -1, 1), *lse = random_floats(lse_n, -1, 1);
+    float *block_out = random_floats(out_n, -1, 1), *block_lse = random_floats(lse_n, -1, 1);
+    int first_causal = k->causal;
+    kernels_cpu.attention_block_forward(out + q0 * C, lse + q0, qkv + q0 * 3 * C,
+                                        kv + (first_causal ? q0 : 0) * 2 * C, B, T, rows, C, NH,
+                                        first_causal);
+    kernels_cpu.attention_block_forward(block_out + q0 * C, block_lse + q0, qkv + q0 * 3 * C,
+                                        kv + (first_causal ? 0 : q0) * 2 * C, B, T, rows, C, NH,
+                                        !first_causal);
+    float *g_out = gpu_copy(out, out_n), *g_lse = gpu_copy(lse, lse_n);
+    float *g_block_out = gpu_copy(block_out, out_n), *g_block_lse = gpu_copy(block_lse, lse_n);
+    kernels_cpu.attention_merge(out + q0 * C, lse + q0, block_out + q0 * C, block_lse + q0, B, T, rows, C,
+                                NH);
+    kernels_cuda.attention_merge(g_out + q0 * C, g_lse + q0, g_block_out + q0 * C, g_block_lse + q0, B, T,
+                                 rows, C, NH);
+    compare(check, "merged lse", lse, g_lse, lse_n);
+    compare(check, "merged out", out, g_out, out_n);
+    compare(check, "block out (read only)", block_out, g_block_out, out_n);
+    compare(check, "block lse (read only)", block_lse, g_block_lse, lse_n);
+}
+
+/* The saved out and lse both sides start from are the whole attention's of
+ * chunk 1's queries (its diagonal block merged with chunk 0's keys, on the
+ * CPU), so p = exp(x - lse) are the true probabilities of the longer
+ * sequence, as in the ring, and each block's p alone does not sum to 1. */
+static void block_backward_on(const Block *k, Check *check) {
+    int B = k->B, T = k->T, C = k->C, NH = k->NH, rows = k->rows;
+    size_t qkv_n = (size_t)B * T * 3 * C, kv_n = (size_t)B * T * 2 * C, out_n = (size_t)B * T * C,
+           lse_n = (size_t)B * NH * T;
+    size_t q0 = (size_t)k->q_chunk * rows, k0 = (size_t)k->k_chunk * rows, c1 = (size_t)rows;
+    float *qkv = random_floats(qkv_n, -2, 2), *kv = random_floats(kv_n, -2, 2);
+    float *out = random_floats(out_n, -1, 1), *lse = random_floats(lse_n, -1, 1);
+    float *block_out = host_alloc(out_n * sizeof(float)), *block_lse = host_alloc(lse_n * sizeof(float));
+    kernels_cpu.attention_block_forward(out + c1 * C, lse + c1, qkv + c1 * 3 * C, kv + c1 * 2 * C, B, T, rows,
+                                        C, NH, 1);
+    kernels_cpu.attention_block_forward(block_out + c1 * C, block_lse + c1, qkv + c1 * 3 * C, kv, B, T, rows,
+                                        C, NH, 0);
+    kernels_cpu.attention_merge(out + c1 * C, lse + c1, block_out + c1 * C, block_lse + c1, B, T, rows, C,
+                                NH);
+    float *dout = random_floats(out_n, -1, 1);
+    float *dqkv0 = random_grads(qkv_n), *dqkv = host_clone(dqkv0, qkv_n), *g_dqkv = gpu_copy(dqkv0, qkv_n);
+    float *dkv0 = random_grads(kv_n), *dkv = host_clone(dkv0, kv_n), *g_dkv = gpu_copy(dkv0, kv_n);
+    float *g_dout = gpu_copy(dout, out_n), *g_out = gpu_copy(out, out_n), *g_lse = gpu_copy(lse, lse_n);
+    float *g_qkv = gpu_copy(qkv, qkv_n), *g_kv = gpu_copy(kv, kv_n);
+    kernels_cpu.attention_block_backward(dqkv + q0 * 3 * C, dkv + k0 * 2 * C, dout + q0 * C, out + q0 * C,
+                                         lse + q0, qkv + q0 * 3 * C, kv + k0 * 2 * C, B, T, rows, C, NH,
+                                         k->causal);
+    kernels_cuda.attention_block_backward(g_dqkv + q0 * 3 * C, g_dkv + k0 * 2 * C, g_dout + q0 * C,
+                                          g_out + q0 * C, g_lse + q0, g_qkv + q0 * 3 * C, g_kv + k0 * 2 * C,
+                                          B, T, rows, C, NH, k->causal);
+    compare_added(check, k->causal ? "dq (diagonal)" : "dq (off the diagonal)", dqkv0, dqkv, g_dqkv, qkv_n);
+    compare_added(check, k->causal ? "dkv (diagonal)" : "dkv (off the diagonal)", dkv0, dkv, g_dkv, kv_n);
+}
+
+/* The diagonal block and the off-diagonal one of a shape, queries in chunk 1. */
+static void on_both_blocks(int B, int rows, int C, int NH, void (*on)(const Block *, Check *), Check *check) {
+    for (int causal = 1; causal >= 0; causal--) {
+        Block k = {B, 2 * rows, rows, C, NH, 1, causal ? 1 : 0, causal};
+        on(&k, check);
+    }
+}
+
+/* The common shape (rows = its T), then (with the first common shape only,
+ * so each runs once) every block shape. */
+static void on_block_shapes(const Shape *s, void (*on)(const Block *, Check *), Check *check) {
+    on_both_blocks(s->B, s->T, s->C, s->NH, on, check);
+    for (int i = 0; s == &shapes[0] && i < BLOCK_SHAPE_COUNT; i++) {
+        const BlockShape *b = &block_shapes[i];
+        on_both_blocks(b->B, b->rows, b->C, b->NH, on, check);
+    }
+}
+
+static void test_attention_block_forward(const Shape *s, Check *check) {
+    on_block_shapes(s, block_forward_on, check);
+}
+static void test_attention_merge(const Shape *s, Check *check) {
+    on_block_shapes(s, merge_on, check);
+}
+static void test_attention_block_backward(const Shape *s, Check *check) {
+    on_block_shapes(s, block_backward_on, check);
+}
+
 /* Elementwise kernels run on n = B*T*C + 3 elements: not a multiple of anything. */
 static size_t elementwise_count(const Shape *s) {
     return (size_t)s->B * s->T * s->C + 3;
@@ -623,6 +759,9 @@ static const ParityTest parity_tests[] = {
     {"linear_half", test_linear_half, TOLERANCE},
     {"attention_forward", test_attention_forward, TOLERANCE},
     {"attention_backward", test_attention_backward, TOLERANCE},
+    {"attention_block_forward", test_attention_block_forward, TOLERANCE},
+    {"attention_merge", test_attention_merge, TOLERANCE},
+    {"attention_block_backward", test_attention_block_backward, TOLERANCE},
     {"gelu_forward", test_gelu_forward, TOLERANCE},
     {"gelu_backward", test_gelu_backward, TOLERANCE},
     {"residual_forward", test_residual_forward, TOLERANCE},

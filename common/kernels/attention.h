@@ -1,8 +1,10 @@
 /* attention.h: causal self-attention, one file per backend.
  *
  * attention_cpu.c and attention_cuda.cu implement kernels.h's
- * attention_forward and attention_backward (same names but for the suffix,
- * same signatures, same semantics: see kernels.h), and release the workspace
+ * attention_forward and attention_backward, and ring attention's
+ * attention_block_forward, attention_merge and attention_block_backward
+ * (same names but for the suffix, same signatures, same semantics: see
+ * kernels.h), and release the workspace
  * they grow on demand. The backend tables (kernels_cpu.c, kernels_cuda.cu)
  * point at these functions; nothing else calls them directly (common/plan
  * reads attention_workspace_bytes_cpu, the size of the CPU's workspace). */
@@ -38,6 +40,13 @@ void attention_forward_cuda(float *out, float *lse, const float *qkv, int B, int
 void attention_backward_cuda(float *dqkv, const float *dout, const float *qkv, const float *out,
                              const float *lse, int B, int T, int C, int NH);
 void attention_release_cuda(void);
+void attention_block_forward_cuda(float *out, float *lse, const float *q, const float *kv, int B, int T,
+                                  int rows, int C, int NH, int causal);
+void attention_block_backward_cuda(float *dq, float *dkv, const float *dout, const float *out,
+                                   const float *lse, const float *q, const float *kv, int B, int T, int rows,
+                                   int C, int NH, int causal);
+void attention_merge_cuda(float *out, float *lse, const float *block_out, const float *block_lse, int B,
+                          int T, int rows, int C, int NH);
 #endif
 
 #ifdef __cplusplus

@@ -38,7 +38,10 @@
  * shared memory is [row][d], d padded to HSP (16, 32, 64 or 128, zeros beyond
  * hs) with a row stride of HSP + 4 floats, which makes both ways the MMA
  * fragments read it free of bank conflicts. Head sizes above 128 take a
- * simple one-warp-per-row path (attention_rows_*), slow but the same math. */
+ * simple one-warp-per-row path (attention_rows_*), slow but the same math.
+ * Ring attention's three pieces (context parallelism) take that path's form
+ * too, for any head size (attention_block_*, attention_merge; written for
+ * correctness first, not yet tiled). */
 #include "cuda_common.cuh"
 
 #include "attention.h"
@@ -534,6 +537,154 @@ static __global__ void attention_rows_backward_kernel(float *dqkv, const float *
             dk[d] += ds * qq[d];
         }
     }
+}
+
+/* ---------------------------------------------------------------------------
+ * Ring attention's pieces (kernels.h: attention_block_forward, _merge,
+ * _block_backward; 03_model_parallel/context_parallel.h). Written for
+ * correctness first, in the row path's style: one warp per (sequence, head,
+ * row of the block), plain fp32 FMAs, no atomics, any head size. A block is
+ * `rows` queries of a qkv buffer (row stride 3C) against `rows` keys of a
+ * k | v buffer (row stride 2C, v C floats after k); every buffer holds T rows
+ * per sequence and its pointer is at the block's first row, so row t of
+ * sequence b is at (b*T + t) * stride, and lse's (b, h, t) at (b*NH + h)*T + t.
+ * causal: query r sees keys 0..r (the two chunks are the same positions);
+ * else all `rows` keys.
+ * ------------------------------------------------------------------------- */
+
+/* The warp's (b, h, r) out of its index (b*NH + h)*rows + r. */
+struct BlockRow {
+    size_t b, h;
+    int r;
+};
+static __device__ BlockRow block_row(size_t index, int rows, int NH) {
+    size_t bh = index / rows;
+    return {bh / NH, bh % NH, (int)(index % rows)};
+}
+
+/* The softmax over this block's keys only: an online softmax over keys
+ * 0..last, the output accumulated in place in block_out (lane owns
+ * d = lane + 32j), as attention_rows_forward_kernel. */
+static __global__ void attention_block_forward_kernel(float *block_out, float *block_lse, const float *q,
+                                                      const float *kv, int T, int rows, int C, int NH,
+                                                      int causal, float scale, size_t warps) {
+    size_t index = (size_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    if (index >= warps) return;
+    BlockRow at = block_row(index, rows, NH);
+    int lane = threadIdx.x % 32, hs = C / NH, keys = causal ? at.r + 1 : rows;
+    const float *qr = q + (at.b * T + at.r) * 3 * (size_t)C + at.h * hs;
+    float *o = block_out + (at.b * T + at.r) * (size_t)C + at.h * hs;
+    for (int d = lane; d < hs; d += 32) o[d] = 0.0f;
+    float m = -INFINITY, sum = 0.0f;
+    for (int key = 0; key < keys; key++) {
+        const float *k = kv + (at.b * T + key) * 2 * (size_t)C + at.h * hs, *v = k + C;
+        float x = warp_dot(qr, k, hs) * scale;
+        float new_m = fmaxf(m, x), correction = expf(m - new_m), p = expf(x - new_m);
+        sum = sum * correction + p;
+        for (int d = lane; d < hs; d += 32) o[d] = o[d] * correction + p * v[d];
+        m = new_m;
+    }
+    for (int d = lane; d < hs; d += 32) o[d] /= sum;
+    if (lane == 0) block_lse[(at.b * NH + at.h) * T + at.r] = m + logf(sum);
+}
+
+/* (out, lse) and (block_out, block_lse) into the softmax over both key sets,
+ * with attention_cpu.c's merge_row's arithmetic: every lane reads both lse
+ * values, the lanes rescale the row's columns, then lane 0 writes the new lse. */
+static __global__ void attention_merge_kernel(float *out, float *lse, const float *block_out,
+                                              const float *block_lse, int T, int rows, int C, int NH,
+                                              size_t warps) {
+    size_t index = (size_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    if (index >= warps) return;
+    BlockRow at = block_row(index, rows, NH);
+    int lane = threadIdx.x % 32, hs = C / NH;
+    size_t row = at.b * T + at.r, head_row = (at.b * NH + at.h) * T + at.r;
+    float *o = out + row * C + at.h * hs;
+    const float *ob = block_out + row * C + at.h * hs;
+    float l = lse[head_row], lb = block_lse[head_row];
+    float top = fmaxf(l, lb); /* the larger of the two: no exp() above 1 */
+    float merged = top + logf(expf(l - top) + expf(lb - top));
+    float keep = expf(l - merged), add = expf(lb - merged);
+    for (int d = lane; d < hs; d += 32) o[d] = keep * o[d] + add * ob[d];
+    __syncwarp(); /* every lane has read lse[head_row] */
+    if (lane == 0) lse[head_row] = merged;
+}
+
+/* The block's row r as a query (dq over the keys it sees) and as a key (dk,
+ * dv over the queries that see it), from the whole attention's out and lse:
+ * p = exp(x - lse), D = dot(dout, out), ds = p (dp - D) scale, dp = dout.v.
+ * Each warp writes only its own rows of dq and dkv: no atomics, a fixed
+ * order. */
+static __global__ void attention_block_backward_kernel(float *dq, float *dkv, const float *dout,
+                                                       const float *out, const float *lse, const float *q,
+                                                       const float *kv, int T, int rows, int C, int NH,
+                                                       int causal, float scale, size_t warps) {
+    size_t index = (size_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    if (index >= warps) return;
+    BlockRow at = block_row(index, rows, NH);
+    int lane = threadIdx.x % 32, hs = C / NH, r = at.r;
+    size_t C3 = 3 * (size_t)C, C2 = 2 * (size_t)C, lse_row0 = (at.b * NH + at.h) * T;
+    /* row r as a query */
+    const float *qr = q + (at.b * T + r) * C3 + at.h * hs;
+    const float *g = dout + (at.b * T + r) * C + at.h * hs, *o = out + (at.b * T + r) * C + at.h * hs;
+    float *dqr = dq + (at.b * T + r) * C3 + at.h * hs;
+    float D = warp_dot(g, o, hs), row_lse = lse[lse_row0 + r];
+    int keys = causal ? r + 1 : rows;
+    for (int key = 0; key < keys; key++) {
+        const float *k = kv + (at.b * T + key) * C2 + at.h * hs, *v = k + C;
+        float p = expf(warp_dot(qr, k, hs) * scale - row_lse);
+        float ds = p * (warp_dot(g, v, hs) - D) * scale;
+        for (int d = lane; d < hs; d += 32) dqr[d] += ds * k[d];
+    }
+    /* row r as a key */
+    const float *k = kv + (at.b * T + r) * C2 + at.h * hs, *v = k + C;
+    float *dk = dkv + (at.b * T + r) * C2 + at.h * hs, *dv = dk + C;
+    for (int query = causal ? r : 0; query < rows; query++) {
+        const float *qq = q + (at.b * T + query) * C3 + at.h * hs;
+        const float *gq = dout + (at.b * T + query) * C + at.h * hs;
+        const float *oq = out + (at.b * T + query) * C + at.h * hs;
+        float p = expf(warp_dot(qq, k, hs) * scale - lse[lse_row0 + query]);
+        float ds = p * (warp_dot(gq, v, hs) - warp_dot(gq, oq, hs)) * scale;
+        for (int d = lane; d < hs; d += 32) {
+            dv[d] += p * gq[d];
+            dk[d] += ds * qq[d];
+        }
+    }
+}
+
+/* Warps of WARPS per thread block, one per (b, h, row of the block). */
+static unsigned block_grid(size_t warps) {
+    return (unsigned)((warps + WARPS - 1) / WARPS);
+}
+
+extern "C" void attention_block_forward_cuda(float *out, float *lse, const float *q, const float *kv, int B,
+                                             int T, int rows, int C, int NH, int causal) {
+    size_t warps = (size_t)B * NH * rows;
+    if (warps == 0 || C == 0) return;
+    float scale = 1.0f / sqrtf((float)(C / NH));
+    attention_block_forward_kernel<<<block_grid(warps), THREADS, 0, compute_stream>>>(
+        out, lse, q, kv, T, rows, C, NH, causal, scale, warps);
+    cuda_check(cudaGetLastError());
+}
+
+extern "C" void attention_merge_cuda(float *out, float *lse, const float *block_out, const float *block_lse,
+                                     int B, int T, int rows, int C, int NH) {
+    size_t warps = (size_t)B * NH * rows;
+    if (warps == 0 || C == 0) return;
+    attention_merge_kernel<<<block_grid(warps), THREADS, 0, compute_stream>>>(out, lse, block_out, block_lse,
+                                                                              T, rows, C, NH, warps);
+    cuda_check(cudaGetLastError());
+}
+
+extern "C" void attention_block_backward_cuda(float *dq, float *dkv, const float *dout, const float *out,
+                                              const float *lse, const float *q, const float *kv, int B, int T,
+                                              int rows, int C, int NH, int causal) {
+    size_t warps = (size_t)B * NH * rows;
+    if (warps == 0 || C == 0) return;
+    float scale = 1.0f / sqrtf((float)(C / NH));
+    attention_block_backward_kernel<<<block_grid(warps), THREADS, 0, compute_stream>>>(
+        dq, dkv, dout, out, lse, q, kv, T, rows, C, NH, causal, scale, warps);
+    cuda_check(cudaGetLastError());
 }
 
 /* ---------------------------------------------------------------------------

@@ -103,8 +103,7 @@ typedef struct KernelOps {
      * first row: q into a qkv buffer (B,T,3C), kv into a k | v buffer
      * (B,T,2C), dout, out (B,T,C), lse (B,NH,T). causal: the two chunks are
      * the same positions (the mask of attention_forward); else every key
-     * precedes every query and all are seen. NULL in a backend that has no
-     * such kernel yet (then context parallelism refuses it).
+     * precedes every query and all are seen.
      *   block_forward: block_out, block_lse (laid out as out, lse): the
      *     softmax over this block's keys only.
      *   merge: (out, lse) and (block_out, block_lse), two softmaxes over

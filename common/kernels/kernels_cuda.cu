@@ -6,7 +6,8 @@
  * tests/test_parity.c allows. What differs is how work is spread over threads:
  *   - elementwise kernels: one thread per element, size_t indices;
  *   - row kernels (layernorm): one warp per row, reduced with shuffles;
- *   - attention: fused tiles on tensor cores, in attention_cuda.cu;
+ *   - attention: fused tiles on tensor cores, in attention_cuda.cu (ring
+ *     attention's blocks there too: one warp per row, plain fp32);
  *   - column sums (dbias, layernorm dweight/dbias): blocks of 32 columns by
  *     256 rows, each thread sums a fixed subset of rows, then fixed-order
  *     sums of the partial results;
@@ -709,10 +710,9 @@ extern "C" const KernelOps kernels_cuda = {
     .linear_backward_weight_half = linear_backward_weight_half,
     .attention_forward = attention_forward_cuda,
     .attention_backward = attention_backward_cuda,
-    /* ring attention's blocks: not written for CUDA yet (context parallelism refuses this backend) */
-    .attention_block_forward = NULL,
-    .attention_merge = NULL,
-    .attention_block_backward = NULL,
+    .attention_block_forward = attention_block_forward_cuda,
+    .attention_merge = attention_merge_cuda,
+    .attention_block_backward = attention_block_backward_cuda,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
     .residual_forward = residual_forward,

@@ -75,14 +75,24 @@ static CommPosted *ring_post(ContextParallel *cp, const float *buf, size_t count
     device_sync(); /* the block must be complete before it leaves */
     cp->bytes_sent += (double)count * sizeof(float);
     *posted_ms = since_step_ms(cp);
+    if (!cp->posted) { /* blocking: it leaves with ring_take's exchange */
+        cp->unsent = buf;
+        return NULL;
+    }
     return comm_post_send(cp->group, buf, count, (cp->rank + 1) % cp->size, tag);
 }
 static void ring_take(ContextParallel *cp, CommPosted *posted, float *buf, size_t count, int tag, int hop,
                       double posted_ms) {
     device_sync();
     double start = wall_ms();
-    comm_recv(cp->group, buf, count, (cp->rank + cp->size - 1) % cp->size, tag);
-    comm_wait_posted(cp->group, posted);
+    int next = (cp->rank + 1) % cp->size, previous = (cp->rank + cp->size - 1) % cp->size;
+    if (cp->posted) {
+        comm_recv(cp->group, buf, count, previous, tag);
+        comm_wait_posted(cp->group, posted);
+    } else { /* the block leaves only now, after the computation: nothing overlaps */
+        comm_sendrecv(cp->group, cp->unsent, count, next, buf, count, previous, tag);
+        posted_ms = start - cp->origin_ms;
+    }
     double end = wall_ms();
     cp->comm_ms += end - start;
     int kv = tag == TAG_KV;
@@ -127,7 +137,7 @@ static void ring_attention_forward(float *out, float *lse, const float *qkv, int
             }
         }
         record(cp, hop, "attn_fwd", start_ms, since_step_ms(cp));
-        if (posted) ring_take(cp, posted, cp->kv[(hop + 1) % 2], count, TAG_KV, hop, posted_ms);
+        if (hop < N - 1) ring_take(cp, posted, cp->kv[(hop + 1) % 2], count, TAG_KV, hop, posted_ms);
     }
 }
 
@@ -155,7 +165,7 @@ static void ring_attention_backward(float *dqkv, const float *dout, const float 
             }
         }
         record(cp, hop, "attn_bwd", start_ms, since_step_ms(cp));
-        if (posted) ring_take(cp, posted, cp->kv[next], count, TAG_KV, hop, posted_ms);
+        if (hop < N - 1) ring_take(cp, posted, cp->kv[next], count, TAG_KV, hop, posted_ms);
         /* the gradient of the block's keys and values follows it; after N hops it is home */
         CommPosted *dkv_posted = ring_post(cp, cp->dkv[now], count, TAG_DKV, &dkv_posted_ms);
         ring_take(cp, dkv_posted, cp->dkv[next], count, TAG_DKV, hop, dkv_posted_ms);
@@ -211,17 +221,17 @@ void context_parallel_select(ContextParallel *cp, int *tokens, int *targets, int
 }
 
 void context_parallel_create(ContextParallel *cp, CommGroup *group, const ModelConfig *m, int B, int T,
-                             int zigzag, int tp) {
+                             int zigzag, int tp, const char *send) {
     const char *problem = context_parallel_problem(T, comm_size(group));
     if (problem) fatal(EXIT_USAGE, "%s", problem);
-    /* Both backends have the ring's kernels (kernels.h); but the ring posts
-     * its sends (comm_post_send), which only the CPU's plain mpi transport
-     * does yet: CUDA's staged and nccl transports refuse, so refuse here,
-     * before training, in one line. */
-    if (strcmp(comm_transport_name(), "mpi") != 0)
+    /* Posted sends (comm_post_send) are the plain mpi transport's only (CPU
+     * ranks); CUDA's staged and nccl transports exchange each block after its
+     * computation instead (comm_sendrecv), which auto chooses for them. */
+    int can_post = strcmp(comm_transport_name(), "mpi") == 0;
+    if (strcmp(send, "posted") == 0 && !can_post)
         fatal(EXIT_USAGE,
-              "--cp: the ring posts its sends, which the %s transport cannot do yet (comm.h, "
-              "comm_post_send; valid: --device cpu)",
+              "--cp-send posted: the %s transport cannot post sends yet (comm.h, comm_post_send; valid: "
+              "--cp-send blocking or auto, or --device cpu)",
               comm_transport_name());
     *cp = (ContextParallel){.group = group,
                             .rank = comm_rank(group),
@@ -230,7 +240,8 @@ void context_parallel_create(ContextParallel *cp, CommGroup *group, const ModelC
                             .B = B,
                             .T = T,
                             .C = m->dmodel,
-                            .NH = m->heads};
+                            .NH = m->heads,
+                            .posted = strcmp(send, "blocking") != 0 && can_post};
     int held = T / cp->size;
     size_t kv_bytes = (size_t)B * held * 2 * (m->dmodel / tp) * sizeof(float); /* this rank's heads */
     cp->tokens = mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, (size_t)B * T * sizeof(int), "cp tokens");

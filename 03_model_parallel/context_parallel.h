@@ -78,12 +78,17 @@ typedef struct {
      * training steps only (context_parallel_begin_step starts recording, _pause stops it) */
     Timeline timeline;
     int recording, step;
-    double origin_ms; /* the step's start (every rank starts a step together) */
+    int posted;          /* the sends posted (overlapped) or exchanged after the block (blocking) */
+    const float *unsent; /* blocking: the block ring_post was given, sent by ring_take */
+    double origin_ms;    /* the step's start (every rank starts a step together) */
 } ContextParallel;
 
 /* tp: the ranks of a tensor-parallel group each pass only their NH/tp heads' keys and values. */
+/* send: "posted" (comm_post_send before each block's computation, overlapped;
+ * the mpi transport only), "blocking" (comm_sendrecv after it; any transport)
+ * or "auto" (posted where the transport can). */
 void context_parallel_create(ContextParallel *cp, CommGroup *group, const ModelConfig *m, int B, int T,
-                             int zigzag, int tp);
+                             int zigzag, int tp, const char *send);
 void context_parallel_destroy(ContextParallel *cp);
 /* Record the ring's work from now on as step `step` (0-based) of the timeline. */
 void context_parallel_begin_step(ContextParallel *cp, int step);

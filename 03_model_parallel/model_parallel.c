@@ -37,6 +37,11 @@ const Flag model_parallel_flags[] = {
      .noun = "order", .def = "zigzag", .usage = "--cp-order ORDER",
      .help = "zigzag|contiguous: the chunks of 2N a cp rank holds: r and 2N-1-r (balanced\n"
              "under the causal mask), or 2r and 2r+1 (default {default})"},
+    {"--cp-send", FLAG_CHOICE, FIELD(ModelParallelFlags, cp_send), .choices = "auto|posted|blocking",
+     .noun = "way", .def = "auto", .usage = "--cp-send HOW",
+     .help = "auto|posted|blocking: the ring's sends posted before each block's computation\n"
+             "(overlapped; the mpi transport of CPU ranks only), or exchanged after it (any\n"
+             "transport); auto: posted where the transport can (default {default})"},
     {0},
 };
 
@@ -327,11 +332,12 @@ void model_parallel_split_sequences(ModelParallel *p, const Config *cfg, const M
                                     CommGroup *cp_group, int B, char *layout, size_t layout_size) {
     if (comm_size(cp_group) == 1) return;
     context_parallel_create(&p->cp, cp_group, &cfg->model, B, cfg->model.seq,
-                            strcmp(f->cp_order, "zigzag") == 0, p->tensor ? p->tp.size : 1);
+                            strcmp(f->cp_order, "zigzag") == 0, p->tensor ? p->tp.size : 1, f->cp_send);
     (p->tensor ? p->tpm.m : &p->model)->sequence = &p->cp.split; /* the model's embedding and attention */
     char split[4 * 2 * MAX_CP + 64];
     context_parallel_describe(split, sizeof split, p->cp.size, p->cp.zigzag);
-    log_info("context parallel: %d ranks per sequence, %s | %s\n", p->cp.size, f->cp_order, split);
+    log_info("context parallel: %d ranks per sequence, %s, sends %s | %s\n", p->cp.size, f->cp_order,
+             p->cp.posted ? "posted" : "blocking", split);
     size_t n = strlen(layout);
     snprintf(layout + n, layout_size - n, ", cp %d %s", p->cp.size, f->cp_order);
 }

@@ -44,6 +44,7 @@ typedef struct {
     int sp;            /* --sp: sequence parallelism inside --mp tensor (tensor_parallel.h) */
     int cp;            /* --cp: ranks sharing each sequence (context_parallel.h) */
     char cp_order[12]; /* --cp-order zigzag|contiguous: which chunks a cp rank holds */
+    char cp_send[12];  /* --cp-send auto|posted|blocking: how the ring's blocks travel */
     int ranks;         /* the world size, for the checks */
 } ModelParallelFlags;
 

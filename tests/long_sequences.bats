@@ -136,6 +136,26 @@ PY
     (cd "$REPO" && DEMO_DRY_RUN=1 DEMO_CORES=2 common/scripts/demo.sh) | grep -q "plot.py --gantt .*03-cp4-seq256.r1"
 }
 
+@test "--cp-send blocking exchanges each block after its computation: the same losses bit for bit, no send under a block" {
+    local d="$BATS_TEST_TMPDIR"
+    run03 2 "$d/blocking" --cp 2 --cp-send blocking
+    grep -q "sends blocking" "$d/blocking.log"
+    grep -q "sends posted" "$BATS_FILE_TMPDIR/cp2.log" # auto on CPU ranks: posted
+    cmp <(cut -d, -f1,2,4 "$BATS_FILE_TMPDIR/cp2/steps.csv") <(cut -d, -f1,2,4 "$d/blocking/steps.csv")
+    # every k|v send starts after the block before it ended
+    python3 - "$d/blocking/timeline.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+sends = 0
+for i, r in enumerate(rows):
+    if r["op"] == "kv_send":
+        block = next(x for x in reversed(rows[:i]) if x["rank"] == r["rank"] and x["op"].startswith("attn"))
+        assert float(r["start_us"]) >= float(block["end_us"]), (block, r)
+        sends += 1
+assert sends > 0
+PY
+}
+
 @test "a checkpoint saved with context parallelism resumes in chapter 01 on the uninterrupted losses" {
     local d="$BATS_TEST_TMPDIR"
     run03 2 "$d/cp" --cp 2 --stop-after 2 --save "$d/cp.ckpt"

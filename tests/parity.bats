@@ -82,13 +82,16 @@ load helpers
     assert_success
 }
 
-@test "context parallelism on CUDA refuses in one line before training: CUDA's transports cannot post the ring's sends" {
+@test "context parallelism on CUDA exchanges the ring's blocks (--cp-send auto), and refuses posted sends in one line" {
     require_gpu
     d=$(scratch)
     run mpirun_np 2 "$REPO/03_model_parallel/train" --device cuda --comm mpi --cp 2 --steps 1 --sample 0 --quiet \
         --out "$d/cp"
+    assert_success
+    run mpirun_np 2 "$REPO/03_model_parallel/train" --device cuda --comm mpi --cp 2 --cp-send posted --steps 1 \
+        --sample 0 --quiet --out "$d/posted"
     assert_failure
-    assert_output --partial "--cp: the ring posts its sends, which the mpi (host-staged) transport cannot do yet"
+    assert_output --partial "--cp-send posted: the mpi (host-staged) transport cannot post sends yet"
     refute_output --partial "step "
 }
 

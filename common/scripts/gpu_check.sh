@@ -470,13 +470,11 @@ group_chapters() {
     done
 }
 # 03 --cp 2 (ring attention: kernels.h's block forward, merge and block
-# backward on the device) against 01 on the device. The ring posts its sends
-# (comm_post_send), which CUDA's transports (staged, nccl) do not do yet: until
-# they do, 03 refuses in one line before training and the check is a SKIP
-# that quotes it (any other failure is a FAIL).
+# backward on the device) against 01 on the device. CUDA's transports (staged,
+# nccl) cannot post sends yet, so the ring exchanges each block after its
+# computation (--cp-send auto chooses blocking there).
 context_parallel_check() { # PRECISION
-    known_refusal="--cp: the ring posts its sends" \
-        layout_check 03-cp2 2 "$(comm_for 2)" 03_model_parallel "$1" --cp 2
+    layout_check 03-cp2 2 "$(comm_for 2)" 03_model_parallel "$1" --cp 2
 }
 chapter01_on_cpu() { # PRECISION
     begin "01-cpu-$1" "01 on the CPU against 01 on CUDA, $1"

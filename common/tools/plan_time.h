@@ -16,7 +16,7 @@
  *
  * The step, per rank, in parts (each printed and written by --time-csv):
  *
- *   compute         FLOPs per step / dp / flops, FLOPs per token 6P + 12LTC
+ *   compute         FLOPs per step / (dp x pp x tp) / flops, FLOPs per token 6P + 12LTC
  *                   (x 4/3 with --recompute: the forward, a third, runs twice)
  *   device update   the parameters this rank updates / device_adam_params_per_s
  *   communication   per collective: calls x ring steps x alpha_s + bytes sent / beta
@@ -30,7 +30,8 @@
  *                   whole compute) is exposed only past that window:
  *                   exposed = blocking + max(0, overlapped - window)
  *   bubble          pipeline stages idle: (pp - 1) / M x compute (GPipe and
- *                   1F1B); 0 while pp layouts are not planned
+ *                   1F1B), / V interleaved, / 3 ZB-H1 (tf = tb = tw); 03's layer
+ *                   split, one micro-batch at a time: (pp - 1) x compute
  *   offload copies  06: d2h bytes / d2h_bytes_per_s + h2d bytes / h2d_bytes_per_s
  *   cpu update      06: shard parameters / cpu_adam_params_per_s; with --dpu
  *                   it runs under the next step's compute: max(0, cpu - compute)
@@ -72,5 +73,8 @@ typedef struct {
 
 const char *part_name(int part);
 void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m, PlanTime *out);
+/* The slowest of a replica's pp x tp ranks, t[r] each rank's traffic: the step every rank waits for. */
+void plan_time_slowest(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
+                       PlanTime *out);
 
 #endif

@@ -20,8 +20,8 @@
 # row (4954628 planned, 4954624 measured); with stage 3's pool of gathered
 # units one buffer short (prefetch instead of prefetch + 1), both ZeRO tests
 # failed on device,gathered (199936 planned, 399872 measured). On a copy of
-# plan_stage.c with 1F1B warming up one micro-batch more (P - s instead of
-# P - 1 - s) and a tensor-parallel block's lse counted twice, the three
+# plan_stage.c with 1F1B running one forward more before its first backward
+# (P - s + 1 instead of P - s) and a tensor-parallel block's lse counted twice, the three
 # model-split tests failed (04 --split 3,1: 3677184 activations planned,
 # 2451456 measured; 03 --mp tensor: 1887744 against 1884672); with three
 # all-reduces per tensor-parallel block instead of four, the bytes-sent test

@@ -40,6 +40,7 @@
 #include "device.h"
 #include "model.h"
 #include "param_table.h"
+#include "plan_by_hand.h"
 #include "plan_layout.h"
 #include "plan_time.h"
 #include "util.h"
@@ -71,7 +72,7 @@ typedef struct {
     int threads;
     char csv[PATH_BYTES];
     char machine[PATH_BYTES], time_csv[PATH_BYTES], calibrate[PATH_BYTES];
-    int quick, search;
+    int quick, search, by_hand;
     int zero_table, offload_capacity;
     double params;
     int gpus;
@@ -145,6 +146,9 @@ static const Flag plan_flags[] = {
      .help = "every data-parallel layout of 01, 02, 05, 06 on --gpus ranks: those that fit\n"
              "--gpu-mem (default: the machine's device_mem_bytes) ranked by step time, the others\n"
              "with the reason"},
+    {"--by-hand", FLAG_SWITCH, FIELD(PlanFlags, by_hand), .usage = "--by-hand",
+     .help = "exercise 06.3: your plan of 05 --zero 1 --precision bf16 on 2 ranks (plan_by_hand.c)\n"
+             "next to the planner's, on the --machine FILE; exit 1 where they differ"},
     {.type = FLAG_SECTION, .help = "the papers' numbers, from the same formulas (no model built)"},
     {"--zero-table", FLAG_SWITCH, FIELD(PlanFlags, zero_table), .usage = "--zero-table",
      .help = "model state per device at ZeRO stages 0-3 for --params on --gpus, GB (1e9)"},
@@ -176,6 +180,8 @@ static int chapter_of(const Config *cfg, const PlanFlags *f) {
 static void check_plan(const Config *cfg, const void *values) {
     const PlanFlags *f = values;
     int chapter = chapter_of(cfg, f);
+    if (chapter == 6 && (f->pp > 1 || f->tp > 1))
+        fatal(EXIT_USAGE, "chapter 06 with --pp or --tp is not planned (valid: --pp 1 --tp 1)");
     int split = chapter == 3 || chapter == 4 || (chapter == 5 && (f->pp > 1 || f->tp > 1));
     if ((f->tp > 1 || f->pp > 1) && !split)
         fatal(EXIT_USAGE, "--%s %d: chapter %02d has no %s (valid: --chapter 03, 04 or 05)",
@@ -230,8 +236,6 @@ static void check_plan(const Config *cfg, const void *values) {
               "--allreduce ring: the ring's chunk buffer is not planned (valid: --allreduce library)");
     if (f->time_csv[0] && !f->machine[0])
         fatal(EXIT_USAGE, "--time-csv needs --machine FILE (the constants the time is computed from)");
-    if (chapter == 6 && (f->pp > 1 || f->tp > 1))
-        fatal(EXIT_USAGE, "chapter 06 with --pp or --tp is not planned (valid: --pp 1 --tp 1)");
     int pieces = f->dp * cfg->micro;
     if (cfg->batch < pieces || cfg->batch % pieces)
         fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
@@ -436,6 +440,59 @@ static void calibrate(const PlanFlags *f) {
            m.d2h_bytes_per_s, m.cpu_adam_params_per_s, m.device_adam_params_per_s, m.device_mem_bytes);
 }
 
+/* --by-hand: exercise 06.3's numbers (plan_by_hand.c) against the planner's for its layout,
+ * bytes to the byte and the step to 1e-6 of it. */
+static void by_hand(const Config *cfg, const PlanFlags *f) {
+    if (!f->machine[0]) fatal(EXIT_USAGE, "--by-hand needs --machine FILE (the constants of the step time)");
+    const ModelConfig *mc = &cfg->model;
+    if (mc->layers != 2 || mc->dmodel != 64 || mc->seq != 64 || mc->vocab != 256 || cfg->batch != 8 ||
+        cfg->micro != 1 || cfg->recompute)
+        fatal(EXIT_USAGE, "--by-hand plans exercise 06.3's layout, the tiny preset with --batch 8 --micro 1 "
+                          "(valid: no model or batch flags)");
+    Config mine = *cfg;
+    mine.precision = PRECISION_BF16;
+    PlanLayout l = {.chapter = 5,
+                    .dp = 2,
+                    .tp = 1,
+                    .pp = 1,
+                    .chunks = 1,
+                    .zero = 1,
+                    .dp_mode = DP_FLAT,
+                    .threads = f->threads ? f->threads : omp_get_max_threads()};
+    Machine mach;
+    machine_read(f->machine, &mach);
+    PlanMemory m;
+    PlanTraffic t;
+    PlanTime pt;
+    plan_memory(&mine, &l, 0, &m);
+    plan_traffic(&mine, &l, 0, &t);
+    plan_time(&mine, &l, &t, &mach, &pt);
+    ByHand h = {0};
+    plan_by_hand(&mach, &h);
+    struct {
+        const char *what;
+        double yours, planner, tolerance;
+    } rows[] = {{"device params bytes", h.params_bytes, m.bytes[SPACE_DEVICE][CAT_PARAMS], 0.5},
+                {"device grads bytes", h.grads_bytes, m.bytes[SPACE_DEVICE][CAT_GRADS], 0.5},
+                {"device optimizer bytes", h.optimizer_bytes, m.bytes[SPACE_DEVICE][CAT_OPTIMIZER], 0.5},
+                {"bytes sent per step", h.sent_bytes, t.allreduce + t.reduce_scatter + t.allgather, 0.5},
+                {"step ms", h.step_ms, pt.step_s * 1e3, 1e-6 * pt.step_s * 1e3}};
+    printf("exercise 06.3: mpirun -np 2 05_zero/train --model tiny --zero 1 --precision bf16, on %s\n",
+           mach.name);
+    printf("  %-24s %16s %16s  %s\n", "", "yours", "the planner's", "");
+    int wrong = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        double d = rows[i].yours - rows[i].planner;
+        int ok = d <= rows[i].tolerance && -d <= rows[i].tolerance;
+        wrong += !ok;
+        int digits = i < 4 ? 0 : 4; /* bytes whole, the step in ms */
+        printf("  %-24s %16.*f %16.*f  %s\n", rows[i].what, digits, rows[i].yours, digits, rows[i].planner,
+               ok ? "ok" : "WRONG");
+    }
+    printf("%s\n", wrong ? "some differ: see course.md, exercise 06.3" : "all agree");
+    exit(wrong ? 1 : 0);
+}
+
 /* --search: the layouts the planner covers on N ranks, with the model, batch and precision given. */
 typedef struct {
     const char *flags; /* as the chapter's command line adds them */
@@ -552,6 +609,7 @@ int main(int argc, char **argv) {
         search(&cfg, &f);
         return 0;
     }
+    if (f.by_hand) by_hand(&cfg, &f);
     check_plan(&cfg, &f);
     PlanLayout l = {.chapter = chapter_of(&cfg, &f),
                     .dp = f.dp,

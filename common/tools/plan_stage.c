@@ -20,18 +20,22 @@ static void give(SlotCount *s, int chunk) {
     s->live[chunk]--;
 }
 
-/* 1F1B's order of forwards and backwards on `stage` (schedule.c's build_1f1b):
- * warm-up forwards, then one forward and one backward, then the backwards.
- * ZB-H1 keeps the order, each backward its B; W(k) follows B(k + stage). */
+/* 1F1B's order of forwards and backwards on `stage` (schedule.h): the first
+ * backward comes after min(P - s, M) forwards, and each backward is followed
+ * by the next forward. ZB-H1 keeps that order, each backward its B, and a
+ * micro-batch's slot is free only after its W, which follows B(k + s). */
 static void one_f_one_b(SlotCount *s, int P, int M, int stage, int zero_bubble) {
-    int warmup = P - 1 - stage < M ? P - 1 - stage : M, steady = M - warmup, next_w = 0;
-    for (int m = 0; m < warmup; m++) take(s, 0);
-    for (int i = 0; i < M; i++) {
-        if (i < steady) take(s, 0); /* forward warmup + i, then backward i */
+    int ahead = P - stage < M ? P - stage : M, weights_done = 0;
+    for (int m = 0; m < ahead; m++) take(s, 0);
+    for (int b = 0; b < M; b++) {
         if (!zero_bubble) give(s, 0);
-        for (; zero_bubble && next_w <= i - stage; next_w++) give(s, 0); /* the W's B(i) lets through */
+        while (zero_bubble && weights_done + stage <= b) { /* W(weights_done) may run now */
+            give(s, 0);
+            weights_done++;
+        }
+        if (ahead + b < M) take(s, 0); /* forward ahead + b */
     }
-    for (; zero_bubble && next_w < M; next_w++) give(s, 0); /* the bubble's W's */
+    while (zero_bubble && weights_done++ < M) give(s, 0); /* the W's left for the end */
 }
 
 /* Megatron's interleaved order (schedule.c's build_interleaved): the k-th

@@ -19,10 +19,14 @@
  *   compute         FLOPs per step / (dp x pp x tp) / flops, FLOPs per token 6P + 12LTC
  *                   (x 4/3 with --recompute: the forward, a third, runs twice)
  *   device update   the parameters this rank updates / device_adam_params_per_s
+ *                   (a model split's rank: P / (pp x tp), / dp with 05's ZeRO)
  *   communication   per collective: calls x ring steps x alpha_s + bytes sent / beta
  *                   (ring steps: 2(N-1) for an all-reduce, N-1 for a
- *                   reduce-scatter or an all-gather; bytes sent as comm.h counts
- *                   them, plan_traffic's). The overlap rule: what a worker
+ *                   reduce-scatter or an all-gather, N the group's ranks: dp,
+ *                   or tp for a tensor group's all-reduces of activations; one
+ *                   for a message to a neighbouring stage; bytes sent as comm.h
+ *                   counts them, plan_traffic's). A model split's messages all
+ *                   count as waited for. The overlap rule: what a worker
  *                   thread runs under computation (02 --dp-mode overlap's
  *                   buckets and 05 stage 2's reduce-scatters under the
  *                   backward, two thirds of compute; stage 3's gathers, with

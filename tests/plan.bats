@@ -6,7 +6,7 @@
 #
 # Exceptions, none of which these layouts reach (plan_layout.h): the CUDA
 # backend's kernel workspaces and comm.c's host staging (the planner predicts
-# the CPU backend's); the ring all-reduce, context parallelism and 06 with
+# the CPU backend's, and says so under the plan unless --device cpu); the ring all-reduce, context parallelism and 06 with
 # --pp are refused. The model splits of 03-05 (stages, slices, schedules) are
 # planned per rank; their bytes sent are held to the formulas (plan_sent.py),
 # as those chapters count none per step. (Outside the suite, 03's closing

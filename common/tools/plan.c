@@ -377,6 +377,11 @@ static void print_plan(const Config *cfg, const PlanLayout *l, const PlanMemory 
         print_traffic(l, &t[r]);
     }
     free(same_as);
+    if (strcmp(cfg->device, "cpu") != 0) /* the one row that is not exact off the CPU */
+        printf("\nnote: --device %s: the workspace rows are the CPU backend's kernel workspaces; on CUDA,\n"
+               "cuBLAS and the CUDA kernels keep their own, and comm.c's host staging (no NCCL) is not "
+               "counted\n",
+               cfg->device);
 }
 
 static void write_csv(const char *path, const PlanLayout *l, const PlanMemory *m) {

@@ -108,7 +108,9 @@ check_plan() {
 }
 
 @test "the demo interleaves repeats: repeat 1 of every configuration of a comparison, then repeat 2" {
-    run bash -c "cd '$REPO' && DEMO_DRY_RUN=1 DEMO_REPEATS=2 DEMO_CORES=2 common/scripts/demo.sh | grep -o 'runs/demo/0[14]-[a-z0-9-]*\.r[0-9]'"
+    # the training commands only (each repeat 1 is also planned: common/plan ... --out the same directory)
+    run bash -c "cd '$REPO' && DEMO_DRY_RUN=1 DEMO_REPEATS=2 DEMO_CORES=2 common/scripts/demo.sh | grep '/train ' |
+        grep -o 'runs/demo/0[14]-[a-z0-9-]*\.r[0-9]'"
     assert_success
     expected="runs/demo/01-small.r1
 runs/demo/01-small-micro4.r1
@@ -296,4 +298,40 @@ runs/demo/01-small-recompute.r2"
     assert_output --partial "precision 01-fp32: bytes per parameter: params 4, grads 4, optimizer 8"
     assert_output --partial "precision 01-bf16: bytes per parameter: params 2, grads 2, optimizer 12"
     assert_output --partial "precision 01-fp16: bytes per parameter: params 2, grads 2, optimizer 12"
+}
+
+@test "the demo plans every layout it trains but the ring all-reduce and 06 with --pp, and plot.py --plan draws them" {
+    # every planned command of the plan for 2 cores runs; exactly the two layouts the planner refuses fail
+    local dir refused=() line words i
+    dir="$(scratch)"
+    while read -r line; do
+        [[ "$line" == common/plan* ]] || continue
+        read -ra words <<<"$line"
+        for i in "${!words[@]}"; do
+            case "${words[$i]}" in --out | --csv | --time-csv) words[i + 1]="$dir/${words[i + 1]##*/}" ;; esac
+        done
+        (cd "$REPO" && "${words[@]}" >/dev/null 2>"$dir/err") || refused+=("$(cat "$dir/err")")
+    done <<<"$(plan 2)"
+    assert_equal "${#refused[@]}" 2
+    [[ "${refused[0]}" == *"--allreduce ring: the ring's chunk buffer is not planned"* ]]
+    [[ "${refused[1]}" == *"chapter 06 with --pp or --tp is not planned"* ]]
+    # two tiny runs planned, one not: plan.png from the two, the third named
+    python="$(plot_python)"
+    "$python" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"
+    f="--device cpu --model tiny --steps 2 --sample 0 --quiet --eval-batches 1"
+    OMP_NUM_THREADS=1 "$TRAIN01" $f --out "$dir/01-tiny.r1" >/dev/null
+    OMP_NUM_THREADS=1 mpirun_np 2 "$REPO/04_pipeline/train" $f --micro 2 --out "$dir/04-tiny.r1" >/dev/null
+    cp -r "$dir/01-tiny.r1" "$dir/unplanned.r1"
+    machine="$REPO/common/machines/cpu-amd-epyc-2cores.machine"
+    for run in "01-tiny --chapter 01" "04-tiny --chapter 04 --pp 2 --micro 2"; do
+        set -- $run
+        out="$dir/$1.r1"
+        shift
+        OMP_NUM_THREADS=1 "$REPO/common/plan" $f "$@" --machine "$machine" --csv "$out/plan.csv" \
+            --time-csv "$out/plan-time.csv" >/dev/null
+    done
+    run "$python" "$REPO/common/python/plot.py" --plan "$dir"/*.r1 --out "$dir/plots"
+    assert_success
+    assert_output --partial "not planned, left out of plan.png: unplanned"
+    [ -s "$dir/plots/plan.png" ]
 }

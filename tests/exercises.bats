@@ -236,6 +236,12 @@ grade_with_line_replaced() {
     assert_output --partial "bubble 0.250000, formula 0.142857"
 }
 
+@test "a plausible wrong answer fails its grader: 06.3's optimizer state without the master weights" {
+    grade_with_line_replaced 06.3 common/plan common/tools/plan_by_hand.c 'mine \* (4 + 8);' 'mine * 8;'
+    assert_failure
+    assert_output --regexp "device optimizer bytes +547840 +821760  WRONG"
+}
+
 @test "make exercises refuses an unknown exercise and a non-empty destination" {
     run make -C "$REPO" --no-print-directory exercises DEST="$BATS_TEST_TMPDIR/x" ONLY=09.9
     assert_failure

@@ -6,14 +6,26 @@
 #
 # Exceptions, none of which these layouts reach (plan_layout.h): the CUDA
 # backend's kernel workspaces and comm.c's host staging (the planner predicts
-# the CPU backend's); 02's --allreduce ring and pp/tp layouts are refused.
+# the CPU backend's, and says so under the plan unless --device cpu); the ring all-reduce, context parallelism and 06 with
+# --pp are refused. The model splits of 03-05 (stages, slices, schedules) are
+# planned per rank; their bytes sent are held to the formulas (plan_sent.py),
+# as those chapters count none per step. (Outside the suite, 03's closing
+# line "MiB sent by rank 0" agreed: 10 more steps of --mp tensor on 2 ranks
+# sent 10.0 MiB, the plan's 1048576 bytes a step; of the layer split's stage
+# 0 on 3 ranks, --micro 2, 1.2 MiB against the plan's 1.25.)
 #
 # Shown to fail, each on a copy of plan_layout.c rebuilt: with the 16-bit
 # "unit weights (fp32)" of 01 and 02 four bytes too large (`* 4` made
 # `* 4 + 4`), the 01 and 02 tests failed on every rank's device,workspace
 # row (4954628 planned, 4954624 measured); with stage 3's pool of gathered
 # units one buffer short (prefetch instead of prefetch + 1), both ZeRO tests
-# failed on device,gathered (199936 planned, 399872 measured).
+# failed on device,gathered (199936 planned, 399872 measured). On a copy of
+# plan_stage.c with 1F1B running one forward more before its first backward
+# (P - s + 1 instead of P - s) and a tensor-parallel block's lse counted twice, the three
+# model-split tests failed (04 --split 3,1: 3677184 activations planned,
+# 2451456 measured; 03 --mp tensor: 1887744 against 1884672); with three
+# all-reduces per tensor-parallel block instead of four, the bytes-sent test
+# failed (stage 0 all-reduce: planned 873728, formula 1004800).
 
 load helpers
 
@@ -36,6 +48,24 @@ planned() {
         OMP_NUM_THREADS=1 mpirun_np "$np" "$REPO/$program" $FLAGS "$@" --out "$RUN" >/dev/null
     fi
     run env OMP_NUM_THREADS=1 "$PLAN" $FLAGS "$@" --chapter "$chapter" --dp "$np" --out "$RUN" --csv "$RUN/plan.csv"
+    assert_success
+    local plan_output="$output"
+    run diff "$RUN/plan.csv" "$RUN/memory.csv"
+    assert_success
+    output="$plan_output"
+}
+
+# planned_split NP PROGRAM "PLAN FLAGS" ARGS...: planned's check for a model
+# split (chapters 03-05 with stages or tensor slices), whose ranks differ: the
+# program runs on NP ranks with ARGS, the planner with ARGS and PLAN FLAGS
+# (03's stages as --pp: the program takes them from the rank count).
+planned_split() {
+    local np="$1" program="$2" plan_flags="$3" chapter
+    shift 3
+    chapter="${program%%_*}"
+    RUN="$(scratch)/$chapter-$np-$BATS_TEST_NUMBER-$RANDOM"
+    OMP_NUM_THREADS=1 mpirun_np "$np" "$REPO/$program" $FLAGS "$@" --out "$RUN" >/dev/null
+    run env OMP_NUM_THREADS=1 "$PLAN" $FLAGS "$@" $plan_flags --chapter "$chapter" --out "$RUN" --csv "$RUN/plan.csv"
     assert_success
     local plan_output="$output"
     run diff "$RUN/plan.csv" "$RUN/memory.csv"
@@ -97,6 +127,50 @@ sent_matches() {
     sent_matches
 }
 
+# Chapters 03-05's model splits, as their tests run them (model_parallel.bats,
+# pipeline.bats, cumulative.bats): every rank's stage, slots and slices.
+@test "03's layer split on 3 uneven stages in bf16, and tensor parallel tp 2 x dp 2 with recompute: the plan is memory.csv" {
+    planned_split 3 03_model_parallel/train "--pp 3" --mp layer --layers 4 --precision bf16 --micro 2
+    planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --dp 2 --batch 12 --recompute
+}
+
+@test "04's 1f1b with replicas, zb-h1, interleaved, and gpipe over pp 2 x tp 2 in bf16: the plan is memory.csv" {
+    planned_split 4 04_pipeline/train "" --layers 4 --pp 2 --dp 2 --batch 16 --micro 4 --split 3,1 --schedule 1f1b
+    planned_split 2 04_pipeline/train "" --layers 4 --pp 2 --micro 4 --schedule zb-h1
+    planned_split 2 04_pipeline/train "" --layers 4 --pp 2 --micro 4 --schedule interleaved --virtual 2
+    planned_split 4 04_pipeline/train "" --pp 2 --tp 2 --micro 2 --schedule gpipe --precision bf16
+}
+
+@test "05's ZeRO-1 and -2 inside pipeline stages (pp x dp, uneven, recompute): the plan is memory.csv" {
+    planned_split 4 05_zero/train "" --zero 2 --pp 2 --dp 2 --micro 2
+    planned_split 6 05_zero/train "" --zero 1 --pp 3 --dp 2 --layers 4 --split 2,1,1 --batch 12 --micro 2 \
+        --schedule gpipe --recompute
+}
+
+# The model splits' bytes sent per step. Chapters 03 and 04, and 05 with
+# --pp, count no bytes per step of their own (only 05 with one stage and 06
+# write bytes_sent_per_step), so each rank's plan is held to the formula,
+# written again here from the model's shape: a micro-batch of B sequences
+# sends B x T x C fp32 values to each neighbouring piece (activations ahead,
+# gradients back); a tensor group all-reduces B x T x C fp32 four times per
+# block (and a fifth with --recompute), 2(tp-1)/tp of it each; replicas
+# all-reduce what a rank holds once a step, 2(dp-1)/dp of it; 05's ZeRO-2
+# reduce-scatters each unit's (N-1) slices every micro-batch, ZeRO-1 once,
+# and all-gathers them once.
+@test "the model splits' bytes sent per step, rank by rank, are the formulas" {
+    split_sent() {
+        run env OMP_NUM_THREADS=1 "$PLAN" --model tiny "$@"
+        assert_success
+        python3 "$BATS_TEST_DIRNAME/plan_sent.py" "$@" <<<"$output"
+    }
+    split_sent --chapter 03 --pp 3 --layers 4 --split 2,1,1 --micro 2
+    split_sent --chapter 03 --mp tensor --tp 2 --dp 2 --split 2 --recompute
+    split_sent --pp 2 --layers 4 --split 1,1,1,1 --micro 4 --schedule interleaved --virtual 2
+    split_sent --pp 2 --tp 2 --dp 2 --split 1,1 --micro 2
+    split_sent --chapter 05 --zero 2 --pp 2 --dp 2 --split 1,1 --micro 2
+    split_sent --chapter 05 --zero 1 --pp 2 --dp 3 --split 1,1 --batch 12 --micro 2
+}
+
 @test "a layout the ranks cannot hold, or one not planned, is refused in one line with exit 2" {
     refused() {
         run --separate-stderr "$PLAN" "$@"
@@ -107,8 +181,12 @@ sent_matches() {
     [[ "$stderr" == *"--batch 8 does not split into 3 ranks x --micro 1 (valid: a multiple of 3)"* ]]
     refused --chapter 01 --dp 2
     refused --dp 2 --zero 3 --offload
-    refused --tp 2
-    [[ "$stderr" == *"not planned yet"* ]]
+    refused --chapter 02 --dp 2 --tp 2
+    [[ "$stderr" == *"chapter 02 has no tensor parallelism"* ]]
+    refused --offload --pp 2 --batch 8
+    refused --pp 2 --zero 3 --chapter 05
+    refused --mp tensor --tp 3
+    refused --pp 2 --schedule interleaved --micro 3 --batch 6
     refused --dp 2 --allreduce ring
     refused --zero 4
     refused --dpu

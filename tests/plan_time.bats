@@ -4,7 +4,8 @@
 # model's shape, the layout and a machine file of round numbers, exact to
 # rounding; and on this machine's file (common/machines/cpu-amd-epyc-2cores.machine)
 # the predicted step lies within a band of the measured median step_ms of
-# runs the suite already makes.
+# runs the suite already makes. A third holds the model splits' bubble to
+# each schedule's fraction of the compute.
 #
 # The band is 0.1x to 3x (predicted / measured), and it is what this shared
 # 2-core machine allows. The machine file describes the machine with nothing
@@ -225,4 +226,19 @@ within_band() {
     assert_line --partial "05 --zero 2            --batch 8 does not split into 3 ranks x --micro 1"
     run --separate-stderr "$PLAN" --search --gpus 2
     assert_equal "$status" 2
+}
+
+@test "the bubble of a model split: (pp-1)/M of the compute, / V interleaved, / 3 zb-h1, (pp-1) for 03's layer split" {
+    local dir="$(scratch)"
+    round_machine "$dir/m"
+    bubble() { # FLAGS... -> bubble / compute
+        "$PLAN" --model tiny --layers 4 "$@" --machine "$dir/m" --time-csv "$dir/t.csv" >/dev/null
+        awk -F, '$1 == "compute" { c = $2 } $1 == "bubble" { b = $2 } END { printf "%.6f\n", b / c }' "$dir/t.csv"
+    }
+    assert_equal "$(bubble --pp 2 --micro 4 --schedule gpipe)" "0.250000"
+    assert_equal "$(bubble --pp 2 --micro 4 --schedule 1f1b)" "0.250000"
+    assert_equal "$(bubble --pp 2 --micro 4 --schedule interleaved --virtual 2)" "0.125000"
+    assert_equal "$(bubble --pp 4 --micro 8 --schedule zb-h1)" "0.125000"
+    assert_equal "$(bubble --chapter 03 --pp 3)" "2.000000"
+    assert_equal "$(bubble --pp 1 --tp 2)" "0.000000"
 }

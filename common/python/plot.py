@@ -82,10 +82,12 @@ median_step_ms, bubble_measured, bubble_theory):
                     background load), and the measured bubble of that repeat
                     next to the formula (bubble_theory)
 With --plan, from run directories that also hold common/plan's plan.csv
-(--csv) and plan-time.csv (--time-csv, on a machine file):
+(--csv) and plan-time.csv (--time-csv, on a machine file); those without
+(a layout the planner refuses) are left out and named:
     plan.png        the measured median step time against the predicted one,
                     with the 0.1x-3x band of tests/plan_time.bats, and the
-                    measured peak device bytes of rank 0 against the planned ones
+                    measured peak device bytes of the fullest rank against the
+                    planned ones
 With --grid, from a pipeline run of several axes (chapter 04's pp x tp x dp;
 run.csv's dp, tp, pp and bytes_AXIS_per_step; memory.csv):
     grid-LABEL.png  every rank's peak device memory stacked by category,
@@ -893,41 +895,52 @@ def plot_cp(groups, out):
 
 
 def plot_plan(groups, out):
-    """plan.png: common/plan's predictions against the runs. Each run directory
-    holds, besides the run's CSVs, plan.csv (the planner's --csv) and
-    plan-time.csv (its --time-csv, on a machine file): left, the measured median
-    step time against the predicted step, with the line of equality and the
-    band tests/plan_time.bats allows (0.1x to 3x); right, the measured peak
-    device bytes of rank 0 against the planned ones (they are equal: the
-    points sit on the line)."""
-    fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=(12, 5))
+    """plan.png: common/plan's predictions against the runs. A run directory
+    planned holds, besides the run's CSVs, plan.csv (the planner's --csv) and
+    plan-time.csv (its --time-csv, on a machine file); the others (a layout the
+    planner refuses) are left out, named on stdout. Left, the measured median
+    step time (the median over repeats) against the predicted step, with the
+    line of equality and the band tests/plan_time.bats allows (0.1x to 3x);
+    right, the measured peak device bytes of the fullest rank against the
+    planned ones (on the CPU they are equal: the points sit on the line)."""
+    fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=(13, 6))
+    planned, skipped = 0, []
+    device = lambda rows: max(sum(int(r["peak_bytes"]) for r in rows if r["rank"] == rank and r["space"] == "device")
+                              for rank in {r["rank"] for r in rows})
     for label, runs in groups.items():
         run = runs[0]
-        for name in ("plan.csv", "plan-time.csv"):
-            if not os.path.exists(os.path.join(run["dir"], name)):
-                refuse(f"{run['dir']}/{name} is missing (write it with common/plan ... --csv / --time-csv)")
+        if not all(os.path.exists(os.path.join(run["dir"], n)) for n in ("plan.csv", "plan-time.csv")):
+            skipped.append(label)
+            continue
+        planned += 1
         time_rows = read_csv(os.path.join(run["dir"], "plan-time.csv"))
         predicted_ms = next(float(r["exposed_ms"]) for r in time_rows if r["part"] == "step")
         measured_ms = median([float(r["run"][0]["median_step_ms"]) for r in runs])
-        device = lambda rows: sum(int(r["peak_bytes"]) for r in rows if r["rank"] == "0" and r["space"] == "device")
         planned_bytes = device(read_csv(os.path.join(run["dir"], "plan.csv")))
         measured_bytes = device(run["memory"])
-        ax_time.scatter(predicted_ms, measured_ms)
-        ax_time.annotate(label, (predicted_ms, measured_ms), fontsize=8)
-        ax_mem.scatter(planned_bytes / 2**20, measured_bytes / 2**20)
-        ax_mem.annotate(label, (planned_bytes / 2**20, measured_bytes / 2**20), fontsize=8)
+        ax_time.scatter(predicted_ms, measured_ms, s=14)
+        ax_time.annotate(label, (predicted_ms, measured_ms), fontsize=6)
+        ax_mem.scatter(planned_bytes / 2**20, measured_bytes / 2**20, s=14)
+        ax_mem.annotate(label, (planned_bytes / 2**20, measured_bytes / 2**20), fontsize=6)
+    if not planned:
+        refuse("no run directory holds plan.csv and plan-time.csv (write them with common/plan ... --csv FILE "
+               "--time-csv FILE, as demo.sh does)")
+    if skipped:
+        print(f"plot.py: not planned, left out of plan.png: {', '.join(skipped)}")
     for ax in (ax_time, ax_mem):
-        lo, hi = ax.get_xlim()
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        lo = min(ax.get_xlim()[0], ax.get_ylim()[0])
+        hi = max(ax.get_xlim()[1], ax.get_ylim()[1])
         ax.plot([lo, hi], [lo, hi], color="gray", linewidth=1, label="measured = predicted")
     lo, hi = ax_time.get_xlim()
     ax_time.fill_between([lo, hi], [lo / 3, hi / 3], [lo / 0.1, hi / 0.1], color="gray", alpha=0.15,
                          label="the test's band: predicted / measured in 0.1x-3x")
-    ax_time.set_yscale("log")
     ax_time.set_xlabel("predicted step (ms, common/plan --machine)")
     ax_time.set_ylabel("measured median step (ms)")
-    ax_time.set_title("Step time: predicted against measured")
+    ax_time.set_title(f"Step time: predicted against measured ({planned} layouts)")
     ax_time.legend(fontsize=8)
-    ax_mem.set_xlabel("planned peak device memory, rank 0 (MiB)")
+    ax_mem.set_xlabel("planned peak device memory, fullest rank (MiB)")
     ax_mem.set_ylabel("measured (memory.csv, MiB)")
     ax_mem.set_title("Memory: planned against measured")
     ax_mem.legend(fontsize=8)

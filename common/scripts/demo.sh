@@ -21,6 +21,9 @@
 #                 short to show a GPU computing (course.md, "Reading GPU runs")
 #   DEMO_GPUS     GPUs to plan for on a GPU (default: nvidia-smi's count, else 1);
 #                 when ranks outnumber them, the demo says what that shows
+#   DEMO_MACHINE  the machine file common/plan predicts every run's step on (default:
+#                 common/machines/cpu-amd-epyc-2cores.machine, on a GPU h100-sxm.machine);
+#                 runs/plots/plan/plan.png draws the predictions against the runs
 #
 # The work, not the machine, sets the ranks: chapter 02's ranks must divide
 # its global batch of 8 (2 or 4 ranks), chapter 03 splits the small preset
@@ -102,6 +105,33 @@ launch() {
     fi
 }
 
+# plan_layout NP PROGRAM OUT FLAGS...: common/plan's prediction of that run on
+# the machine file (DEMO_MACHINE; default the shipped one of the device):
+# memory.csv's rows into OUT/plan.csv, the step's parts into OUT/plan-time.csv,
+# for plot.py --plan. The layout is the one the rank count gives the program
+# (02, 05, 06: dp; 03: its stages or its tensor group; 04: its stages); a
+# layout the planner refuses (the ring all-reduce, 06 with --pp) is named in
+# OUT/plan.err and left out of the plot.
+machine="${DEMO_MACHINE:-common/machines/cpu-amd-epyc-2cores.machine}"
+[ "$device_choice" = cpu ] || machine="${DEMO_MACHINE:-common/machines/h100-sxm.machine}"
+plan_layout() {
+    local np="$1" program="$2" out="$3"
+    shift 3
+    local chapter="${program%%_*}" layout=() threads=$(( cores / np > 0 ? cores / np : 1 ))
+    case "$chapter" in
+        02 | 05 | 06) [[ " $* " == *" --dp "* ]] || layout=(--dp "$np") ;;
+        03) if [[ " $* " == *" --mp tensor "* ]]; then layout=(--tp "$np"); else layout=(--pp "$np"); fi ;;
+        04) layout=(--pp "$np") ;;
+    esac
+    local command=(common/plan "$@" --chapter "$chapter" "${layout[@]}" --threads "$threads" --machine "$machine"
+        --out "$out" --csv "$out/plan.csv" --time-csv "$out/plan-time.csv")
+    if [ "$dry_run" = 1 ]; then
+        echo "plan: ${command[*]}"
+    elif ! "${command[@]}" >"$out/plan.txt" 2>"$out/plan.err"; then
+        rm -f "$out/plan.csv" "$out/plan-time.csv"
+    fi
+}
+
 # A comparison: `configure LABEL NP PROGRAM FLAGS...` queues one configuration
 # (flags contain no spaces), `compare STEPS` runs repeat 1 of every queued
 # configuration, then repeat 2, ..., with a progress line each, and empties
@@ -118,6 +148,7 @@ compare() {
             local command=(launch "$np" "$program" --steps "$run_steps" --sample 0 --quiet --out "$out" "${flags[@]}")
             if [ "$dry_run" = 1 ]; then
                 "${command[@]}"
+                [ "$r" != 1 ] || plan_layout "$np" "$program" "$out" --steps "$run_steps" "${flags[@]}"
                 continue
             fi
             printf 'demo: %-28s repeat %d/%d ... ' "$label" "$r" "$repeats"
@@ -126,6 +157,7 @@ compare() {
             awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
                      NR == 2 { printf "loss %.4f, median step %.1f ms, %.0f tok/s\n",
                                $col["final_loss"], $col["median_step_ms"], $col["tokens_per_s"] }' "$out/run.csv"
+            [ "$r" != 1 ] || plan_layout "$np" "$program" "$out" --steps "$run_steps" "${flags[@]}"
         done
     done
     queued=()
@@ -244,6 +276,8 @@ for precision in bf16 fp16; do
     if [ "$dry_run" = 1 ]; then
         launch 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 1 --eval-every 20 \
             --precision "$precision" --steps "$steps" --sample 0 --quiet --out "$runs/$label"
+        plan_layout 1 01_single_gpu/train "$runs/$label" --model "$preset" --device "$device_choice" --batch 8 \
+            --micro 1 --eval-every 20 --precision "$precision" --steps "$steps"
         continue
     fi
     printf 'demo: %-28s once ... ' "$label"
@@ -251,6 +285,8 @@ for precision in bf16 fp16; do
         --precision "$precision" --steps "$steps" --sample 0 --quiet --out "$runs/$label" >"$runs/logs/$label.log" 2>&1 ||
         { echo "failed"; cat "$runs/logs/$label.log" >&2; exit 1; }
     echo "loss $(awk -F, 'NR == 2 { print $16 }' "$runs/$label/run.csv")"
+    plan_layout 1 01_single_gpu/train "$runs/$label" --model "$preset" --device "$device_choice" --batch 8 --micro 1 \
+        --eval-every 20 --precision "$precision" --steps "$steps"
 done
 plot --precision "$runs/01-$preset.r1" "$runs/01-$preset-bf16" "$runs/01-$preset-fp16" --out runs/plots/05
 
@@ -303,6 +339,11 @@ if [ -x 06_offload/train ]; then
     fi
     plot --offload-bench "$runs/06-bench/offload_summary.csv" --out runs/plots/06
 fi
+
+# ---- the planner: every layout above, predicted (common/plan) against measured ----
+plot --plan "$runs"/*.r* "$runs/01-$preset-bf16" "$runs/01-$preset-fp16" --out runs/plots/plan
+[ "$dry_run" = 1 ] || echo "demo: planned against measured, every layout of the demo: runs/plots/plan/plan.png" \
+    "(not planned: $(grep -l . "$runs"/*.r1/plan.err 2>/dev/null | sed 's|.*/\(.*\)\.r1/plan.err|\1|' | paste -sd, -))"
 
 if [ "$dry_run" = 1 ]; then
     launch 1 ./01_single_gpu/train --model tiny --steps 300 --quiet --sample 200 --out "$runs/01-sample"

@@ -1,7 +1,7 @@
 /* common/plan: the planner. Memory and communication of a chapter's run,
  * predicted from its command line without running it; the papers' tables.
  *
- *   common/plan [the chapter's flags] [--chapter 01|02|05|06] [--dp D] [--csv FILE]
+ *   common/plan [the chapter's flags] [--chapter 01..06] [--dp D] [--tp T] [--pp P] [--csv FILE]
  *       what each rank of that run holds, by memory.csv's (space, category),
  *       and the bytes it sends per step by collective; --csv writes the
  *       memory as memory.csv's rows (rank,space,category,peak_bytes)
@@ -26,20 +26,27 @@
  *       (Ren et al., 2021, ZeRO-Offload)
  *
  * A run's command line pastes in: `mpirun -np 2 05_zero/train --zero 2
- * --precision bf16` is `common/plan --dp 2 --zero 2 --precision bf16`. The
- * chapter follows from the flags (--offload: 06; --zero: 05; --dp above 1:
- * 02; else 01) or --chapter. How the bytes are computed, and which buffers
- * the plan does not cover: plan_layout.h. Exit status 2 on bad input, with
- * one line naming the flag. */
+ * --precision bf16` is `common/plan --dp 2 --zero 2 --precision bf16`, and
+ * `mpirun -np 8 04_pipeline/train --pp 2 --tp 2` is `common/plan --pp 2 --tp
+ * 2 --dp 2`; chapter 03's layer split takes its stages from the rank count,
+ * so its plan names them: `mpirun -np 3 03_model_parallel/train` is
+ * `common/plan --chapter 03 --pp 3`. The chapter follows from the flags
+ * (--offload: 06; --zero: 05; --mp: 03; --pp or --tp above 1, --schedule,
+ * --virtual: 04; --dp above 1: 02; else 01) or --chapter. How the bytes are
+ * computed, and which buffers the plan does not cover: plan_layout.h; the
+ * stages, slots and slices: plan_stage.h. Context parallelism (--cp) is not
+ * planned. Exit status 2 on bad input, with one line naming the flag. */
 #include "config.h"
 #include "device.h"
 #include "model.h"
 #include "param_table.h"
+#include "plan_by_hand.h"
 #include "plan_layout.h"
 #include "plan_time.h"
 #include "util.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <libgen.h>
 #include <omp.h>
 #include <stdio.h>
@@ -51,8 +58,12 @@
 
 /* ---- the planner's flags: the chapters' own, with their names and ranges ---- */
 typedef struct {
-    char chapter[8]; /* auto, 01, 02, 05, 06 */
+    char chapter[8]; /* auto, 01 .. 06 */
     int dp, tp, pp;
+    char mp[8];         /* 03: layer, tensor */
+    int schedule;       /* 04-05: SCHED_GPIPE .. SCHED_ZB_H1 (plan_stage.h: the order of .choices) */
+    int virtual_chunks; /* 04: --virtual */
+    char split[1024];   /* 03-05: --split */
     int zero, prefetch;
     char dp_mode[8];
     double bucket_mb;
@@ -61,7 +72,7 @@ typedef struct {
     int threads;
     char csv[PATH_BYTES];
     char machine[PATH_BYTES], time_csv[PATH_BYTES], calibrate[PATH_BYTES];
-    int quick, search;
+    int quick, search, by_hand;
     int zero_table, offload_capacity;
     double params;
     int gpus;
@@ -70,16 +81,31 @@ typedef struct {
 } PlanFlags;
 
 static const Flag plan_flags[] = {
-    {.type = FLAG_SECTION, .help = "the layout (the chapters' own flags; mpirun's rank count is --dp)"},
-    {"--chapter", FLAG_CHOICE, FIELD(PlanFlags, chapter), .choices = "auto|01|02|05|06", .noun = "chapter",
-     .def = "auto", .usage = "--chapter 01|02|05|06",
-     .help = "the program to plan (default auto: --offload 06, --zero 05, --dp > 1 02, else 01)"},
+    {.type = FLAG_SECTION, .help = "the layout (the chapters' own flags; world = dp x pp x tp ranks)"},
+    {"--chapter", FLAG_CHOICE, FIELD(PlanFlags, chapter), .choices = "auto|01|02|03|04|05|06",
+     .noun = "chapter", .def = "auto", .usage = "--chapter 01..06",
+     .help = "the program to plan (default auto: --offload 06, --zero 05, --mp 03, --pp or --tp\n"
+             "above 1 or --schedule 04, --dp above 1 02, else 01)"},
     {"--dp", FLAG_INT, FIELD(PlanFlags, dp), 1, 4096, .def = "1", .usage = "--dp D",
-     .help = "data-parallel ranks: mpirun -np of 02 and 05, --dp of 06, 1..4096 (default {default})"},
+     .help = "data-parallel ranks: mpirun -np of 02 and of 05 with one stage, --dp of 03-06\n"
+             "(replicas of a model split), 1..4096 (default {default})"},
     {"--tp", FLAG_INT, FIELD(PlanFlags, tp), 1, 4096, .def = "1", .usage = "--tp T",
-     .help = "tensor-parallel ranks (planned once chapters 03-04 settle, issue 27; 1 today)"},
+     .help = "tensor-parallel ranks: 03's --mp tensor, 04-05's inside each stage (default {default})"},
     {"--pp", FLAG_INT, FIELD(PlanFlags, pp), 1, 256, .def = "1", .usage = "--pp P",
-     .help = "pipeline stages (planned once chapters 03-04 settle, issue 27; 1 today)"},
+     .help = "pipeline stages of 04-05, and of 03's layer split (its world / --dp)\n"
+             "(default {default})"},
+    {"--mp", FLAG_CHOICE, FIELD(PlanFlags, mp), .choices = "layer|tensor", .noun = "split", .def = "layer",
+     .usage = "--mp layer|tensor",
+     .help = "03: the layer split over --pp stages, or tensor parallelism over --tp"},
+    {"--schedule", FLAG_ENUM, FIELD(PlanFlags, schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
+     .noun = "schedule", .def = "1f1b", .usage = "--schedule gpipe|1f1b|interleaved|zb-h1",
+     .help = "04-05: which activation slots each stage keeps (default {default})"},
+    {"--virtual", FLAG_INT, FIELD(PlanFlags, virtual_chunks), 1, PLAN_MAX_CHUNKS, .def = "1",
+     .usage = "--virtual V",
+     .help = "04: chunks of layers per stage, for --schedule interleaved (default {default})"},
+    {"--split", FLAG_TEXT, FIELD(PlanFlags, split), .usage = "--split A,B,...",
+     .help = "03-05: blocks per stage (per chunk with --virtual), summing to --layers\n"
+             "(default: balanced)"},
     {"--zero", FLAG_INT, FIELD(PlanFlags, zero), 0, 3, .usage = "--zero 0|1|2|3",
      .help = "05: the ZeRO stage (default 1, as 05's); 06: 2"},
     {"--prefetch", FLAG_INT, FIELD(PlanFlags, prefetch), 0, 64, .def = "1", .usage = "--prefetch K",
@@ -117,8 +143,12 @@ static const Flag plan_flags[] = {
     {"--quick", FLAG_SWITCH, FIELD(PlanFlags, quick), .usage = "--quick",
      .help = "--calibrate with tiny sizes and few repeats (seconds; noisier constants)"},
     {"--search", FLAG_SWITCH, FIELD(PlanFlags, search), .usage = "--search",
-     .help = "every layout of 01, 02, 05, 06 on --gpus ranks: those that fit --gpu-mem (default:\n"
-             "the machine's device_mem_bytes) ranked by step time, the others with the reason"},
+     .help = "every data-parallel layout of 01, 02, 05, 06 on --gpus ranks: those that fit\n"
+             "--gpu-mem (default: the machine's device_mem_bytes) ranked by step time, the others\n"
+             "with the reason"},
+    {"--by-hand", FLAG_SWITCH, FIELD(PlanFlags, by_hand), .usage = "--by-hand",
+     .help = "exercise 06.3: your plan of 05 --zero 1 --precision bf16 on 2 ranks (plan_by_hand.c)\n"
+             "next to the planner's, on the --machine FILE; exit 1 where they differ"},
     {.type = FLAG_SECTION, .help = "the papers' numbers, from the same formulas (no model built)"},
     {"--zero-table", FLAG_SWITCH, FIELD(PlanFlags, zero_table), .usage = "--zero-table",
      .help = "model state per device at ZeRO stages 0-3 for --params on --gpus, GB (1e9)"},
@@ -141,6 +171,8 @@ static int chapter_of(const Config *cfg, const PlanFlags *f) {
     if (strcmp(f->chapter, "auto") != 0) return f->chapter[1] - '0';
     if (f->offload) return 6;
     if (flag_given(cfg, "--zero")) return 5;
+    if (flag_given(cfg, "--mp")) return 3;
+    if (f->pp > 1 || f->tp > 1 || flag_given(cfg, "--schedule") || flag_given(cfg, "--virtual")) return 4;
     return f->dp > 1 ? 2 : 1;
 }
 
@@ -148,11 +180,40 @@ static int chapter_of(const Config *cfg, const PlanFlags *f) {
 static void check_plan(const Config *cfg, const void *values) {
     const PlanFlags *f = values;
     int chapter = chapter_of(cfg, f);
-    if (f->tp > 1 || f->pp > 1)
+    if (chapter == 6 && (f->pp > 1 || f->tp > 1))
+        fatal(EXIT_USAGE, "chapter 06 with --pp or --tp is not planned (valid: --pp 1 --tp 1)");
+    int split = chapter == 3 || chapter == 4 || (chapter == 5 && (f->pp > 1 || f->tp > 1));
+    if ((f->tp > 1 || f->pp > 1) && !split)
+        fatal(EXIT_USAGE, "--%s %d: chapter %02d has no %s (valid: --chapter 03, 04 or 05)",
+              f->tp > 1 ? "tp" : "pp", f->tp > 1 ? f->tp : f->pp, chapter,
+              f->tp > 1 ? "tensor parallelism" : "pipeline stages");
+    if (chapter == 3 && strcmp(f->mp, "tensor") == 0 && f->pp > 1)
+        fatal(EXIT_USAGE, "--mp tensor has one stage (valid: --pp 1; stages with tp inside: --chapter 04)");
+    if (chapter == 3 && strcmp(f->mp, "layer") == 0 && f->tp > 1)
+        fatal(EXIT_USAGE, "--tp is for --mp tensor (the layer split has --pp stages)");
+    if (chapter == 5 && split && f->zero == 3)
+        fatal(EXIT_USAGE, "--zero 3 with --pp or --tp: chapter 05 refuses it (valid: --zero 0, 1 or 2)");
+    if (chapter == 5 && split && f->zero > 0 && (f->tp > 1 || cfg->precision != PRECISION_FP32))
+        fatal(EXIT_USAGE, "--zero %d inside pipeline stages runs in fp32 with --tp 1 only, as chapter 05's",
+              f->zero);
+    if (f->pp > cfg->model.layers || f->pp * f->virtual_chunks > cfg->model.layers)
         fatal(EXIT_USAGE,
-              "%s %d: tensor- and pipeline-parallel layouts are not planned yet (chapters 03-04 "
-              "are being rebuilt, issue 27; valid: --tp 1 --pp 1)",
-              f->tp > 1 ? "--tp" : "--pp", f->tp > 1 ? f->tp : f->pp);
+              "--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)", f->pp,
+              f->virtual_chunks, cfg->model.layers);
+    if (f->tp > 1 && (cfg->model.heads % f->tp || cfg->model.dmodel % f->tp))
+        fatal(EXIT_USAGE, "--tp %d does not divide --heads %d and --dmodel %d (valid: a divisor of both)",
+              f->tp, cfg->model.heads, cfg->model.dmodel);
+    if (f->virtual_chunks > 1 && f->schedule != SCHED_INTERLEAVED)
+        fatal(EXIT_USAGE, "--virtual %d is for --schedule interleaved", f->virtual_chunks);
+    if (f->schedule == SCHED_INTERLEAVED &&
+        (cfg->micro % f->pp || f->tp > 1 || cfg->recompute || cfg->precision != PRECISION_FP32))
+        fatal(EXIT_USAGE, "--schedule interleaved runs in fp32, --tp 1, without --recompute, --micro a "
+                          "multiple of --pp, as chapter 04's");
+    if (f->schedule == SCHED_ZB_H1 && (f->tp > 1 || cfg->recompute || cfg->precision != PRECISION_FP32))
+        fatal(EXIT_USAGE, "--schedule zb-h1 runs in fp32, --tp 1, without --recompute, as chapter 04's");
+    if (split && strcmp(f->dp_mode, "overlap") == 0)
+        fatal(EXIT_USAGE, "--dp-mode overlap with a model split is refused by chapters 03-05 "
+                          "(valid: --dp-mode naive or flat)");
     if (chapter == 1 && f->dp > 1)
         fatal(EXIT_USAGE, "--chapter 01 runs on one device, not --dp %d (valid: --dp 1)", f->dp);
     if (flag_given(cfg, "--zero") && chapter != 5 && chapter != 6)
@@ -175,15 +236,20 @@ static void check_plan(const Config *cfg, const void *values) {
               "--allreduce ring: the ring's chunk buffer is not planned (valid: --allreduce library)");
     if (f->time_csv[0] && !f->machine[0])
         fatal(EXIT_USAGE, "--time-csv needs --machine FILE (the constants the time is computed from)");
-    int split = f->dp * cfg->micro;
-    if (cfg->batch < split || cfg->batch % split)
+    int pieces = f->dp * cfg->micro;
+    if (cfg->batch < pieces || cfg->batch % pieces)
         fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
-              cfg->batch, f->dp, cfg->micro, split);
+              cfg->batch, f->dp, cfg->micro, pieces);
 }
 
 static const char *chapter_program(int chapter) {
-    static const char *names[] = {"", "01_single_gpu/train", "02_data_parallel/train", "",
-                                  "", "05_zero/train",       "06_offload/train"};
+    static const char *names[] = {"",
+                                  "01_single_gpu/train",
+                                  "02_data_parallel/train",
+                                  "03_model_parallel/train",
+                                  "04_pipeline/train",
+                                  "05_zero/train",
+                                  "06_offload/train"};
     return names[chapter];
 }
 
@@ -222,24 +288,7 @@ static void offload_capacity(const PlanFlags *f) {
 
 /* ---- the plan of a run ---- */
 
-static void print_plan(const Config *cfg, const PlanLayout *l, const PlanMemory *m, const PlanTraffic *t) {
-    const ModelConfig *mc = &cfg->model;
-    ParamTable table;
-    param_table_build(&table, mc);
-    double P = table.num_params, tied = P - (double)mc->vocab * mc->dmodel;
-    param_table_free(&table);
-    printf("%s | %s | %d rank%s, dp %d | %s | %d layers, d %d, %d heads, seq %d, vocab %d | batch %d = %d "
-           "ranks x %d micro-batches x %d sequences | %d thread%s per rank\n",
-           PROGRAM, chapter_program(l->chapter), l->dp, l->dp > 1 ? "s" : "", l->dp,
-           precision_name(cfg->precision), mc->layers, mc->dmodel, mc->heads, mc->seq, mc->vocab, cfg->batch,
-           l->dp, cfg->micro, cfg->batch / l->dp / cfg->micro, l->threads, l->threads > 1 ? "s" : "");
-    if (l->chapter == 5 && l->zero == 3) printf("zero 3 | prefetch %d\n", l->prefetch);
-    if (l->chapter == 5 && l->zero < 3) printf("zero %d\n", l->zero);
-    printf("parameters %.0f (%.0f with the LM head tied to the embedding, as GPT-2 and llm.c)\n", P, tied);
-    double L = mc->layers, T = mc->seq, C = mc->dmodel;
-    printf("FLOPs per token 6P + 12LTC = %.0f (llm.c's count, tied, 6P + 6LTC: %.0f); per step %.4g\n",
-           6 * P + 12 * L * T * C, 6 * tied + 6 * L * T * C, (6 * P + 12 * L * T * C) * cfg->batch * T);
-    printf("\nmemory of each rank (peak bytes, as memory.csv; the same on every rank)\n");
+static void print_memory(const PlanMemory *m) {
     for (int s = 0; s < SPACE_COUNT; s++) {
         size_t total = 0;
         for (int c = 0; c < CAT_COUNT; c++) {
@@ -251,23 +300,99 @@ static void print_plan(const Config *cfg, const PlanLayout *l, const PlanMemory 
         if (total)
             printf("  %-6s %-12s %14zu %10.2f MiB\n", space_name(s), "(sum)", total, total / 1048576.0);
     }
-    printf("\nbytes each rank sends per step (as comm.h counts them)\n");
+}
+
+static void print_traffic(const PlanLayout *l, const PlanTraffic *t) {
     printf("  %-16s %14.0f\n  %-16s %14.0f\n  %-16s %14.0f\n", "all-reduce", t->allreduce, "reduce-scatter",
            t->reduce_scatter, "all-gather", t->allgather);
-    printf("  %-16s %14.0f\n", "(sum)", t->allreduce + t->reduce_scatter + t->allgather);
+    if (t->send) printf("  %-16s %14.0f\n", "send", t->send);
+    printf("  %-16s %14.0f\n", "(sum)", t->allreduce + t->reduce_scatter + t->allgather + t->send);
+    if (t->tp_allreduce)
+        printf("  of the all-reduce, %.0f in the tensor group's %.0f calls (activations, B x T x C fp32)\n",
+               t->tp_allreduce, t->tp_allreduce_calls);
     if (l->chapter == 6)
         printf("  %-16s %14.0f\n  %-16s %14.0f\n", "device to host", t->to_host, "host to device",
                t->to_device);
+}
+
+/* The ranks of one replica (pp x tp of them; the replicas hold and send alike): same_as[r] is
+ * the first of them whose plan equals rank r's. */
+static int group_ranks(const PlanLayout *l, const PlanMemory *m, const PlanTraffic *t, int *same_as) {
+    int n = l->pp * l->tp, groups = 0;
+    for (int r = 0; r < n; r++) {
+        same_as[r] = r;
+        for (int q = 0; q < r; q++)
+            if (!memcmp(&m[q], &m[r], sizeof *m) && !memcmp(&t[q], &t[r], sizeof *t)) {
+                same_as[r] = q;
+                break;
+            }
+        groups += same_as[r] == r;
+    }
+    return groups;
+}
+
+static void print_plan(const Config *cfg, const PlanLayout *l, const PlanMemory *m, const PlanTraffic *t) {
+    const ModelConfig *mc = &cfg->model;
+    ParamTable table;
+    param_table_build(&table, mc);
+    double P = table.num_params, tied = P - (double)mc->vocab * mc->dmodel;
+    param_table_free(&table);
+    int world = plan_ranks(l), per_replica = l->pp * l->tp;
+    printf("%s | %s | %d rank%s, dp %d | %s | %d layers, d %d, %d heads, seq %d, vocab %d | batch %d = %d "
+           "ranks x %d micro-batches x %d sequences | %d thread%s per rank\n",
+           PROGRAM, chapter_program(l->chapter), world, world > 1 ? "s" : "", l->dp,
+           precision_name(cfg->precision), mc->layers, mc->dmodel, mc->heads, mc->seq, mc->vocab, cfg->batch,
+           l->dp, cfg->micro, cfg->batch / l->dp / cfg->micro, l->threads, l->threads > 1 ? "s" : "");
+    static const char *schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+    if (l->chapter == 3)
+        printf("%s over %d ranks (x dp %d)\n", l->tp > 1 ? "tensor parallel" : "layer split",
+               l->tp > 1 ? l->tp : l->pp, l->dp);
+    if (l->chapter == 4 || (l->chapter == 5 && per_replica > 1))
+        printf("pp %d x tp %d x dp %d | schedule %s, %d chunk%s per stage\n", l->pp, l->tp, l->dp,
+               schedules[l->schedule], l->chunks, l->chunks > 1 ? "s" : "");
+    if (l->chapter == 5 && l->zero == 3) printf("zero 3 | prefetch %d\n", l->prefetch);
+    if (l->chapter == 5 && l->zero < 3) printf("zero %d\n", l->zero);
+    printf("parameters %.0f (%.0f with the LM head tied to the embedding, as GPT-2 and llm.c)\n", P, tied);
+    double L = mc->layers, T = mc->seq, C = mc->dmodel;
+    printf("FLOPs per token 6P + 12LTC = %.0f (llm.c's count, tied, 6P + 6LTC: %.0f); per step %.4g\n",
+           6 * P + 12 * L * T * C, 6 * tied + 6 * L * T * C, (6 * P + 12 * L * T * C) * cfg->batch * T);
+    int *same_as = xcalloc(per_replica, sizeof(int)), groups = group_ranks(l, m, t, same_as);
+    if (groups == 1) {
+        printf("\nmemory of each rank (peak bytes, as memory.csv; the same on every rank)\n");
+        print_memory(&m[0]);
+        printf("\nbytes each rank sends per step (as comm.h counts them)\n");
+        print_traffic(l, &t[0]);
+    }
+    for (int r = 0; r < per_replica && groups > 1; r++) {
+        if (same_as[r] != r) continue;
+        int count = 0;
+        for (int q = r; q < per_replica; q++) count += same_as[q] == r;
+        printf("\nrank%s", count > 1 ? "s" : "");
+        for (int q = r; q < per_replica; q++)
+            if (same_as[q] == r) printf(" %d", q);
+        printf(" (stage %d%s): memory (peak bytes, as memory.csv)\n", r / l->tp,
+               l->dp > 1 ? ", and the same of every replica" : "");
+        print_memory(&m[r]);
+        printf("  bytes sent per step (as comm.h counts them)\n");
+        print_traffic(l, &t[r]);
+    }
+    free(same_as);
+    if (strcmp(cfg->device, "cpu") != 0) /* the one row that is not exact off the CPU */
+        printf("\nnote: --device %s: the workspace rows are the CPU backend's kernel workspaces; on CUDA,\n"
+               "cuBLAS and the CUDA kernels keep their own, and comm.c's host staging (no NCCL) is not "
+               "counted\n",
+               cfg->device);
 }
 
 static void write_csv(const char *path, const PlanLayout *l, const PlanMemory *m) {
     FILE *f = fopen(path, "w");
     if (!f) fatal(EXIT_USAGE, "--csv %s: cannot write it", path);
     fprintf(f, "rank,space,category,peak_bytes\n");
-    for (int r = 0; r < l->dp; r++)
+    for (int r = 0; r < plan_ranks(l); r++)
         for (int s = 0; s < SPACE_COUNT; s++)
             for (int c = 0; c < CAT_COUNT; c++)
-                fprintf(f, "%d,%s,%s,%zu\n", r, space_name(s), category_name(c), m->bytes[s][c]);
+                fprintf(f, "%d,%s,%s,%zu\n", r, space_name(s), category_name(c),
+                        m[r % (l->pp * l->tp)].bytes[s][c]);
     if (fclose(f) != 0) fatal(EXIT_USAGE, "--csv %s: cannot write it", path);
 }
 
@@ -279,8 +404,8 @@ static void print_time(const Config *cfg, const PlanLayout *l, const Machine *ma
     for (int p = 0; p < PART_COUNT; p++)
         printf("  %-16s %12.4f %12.4f\n", part_name(p), pt->busy_s[p] * 1e3, pt->exposed_s[p] * 1e3);
     printf("  %-16s %12s %12.4f\n", "step", "", pt->step_s * 1e3);
-    printf("  FLOPs per step %.4g over %d rank%s: %.4g tokens/s\n", pt->flops_per_step, l->dp,
-           l->dp > 1 ? "s" : "", (double)cfg->batch * cfg->model.seq / pt->step_s);
+    printf("  FLOPs per step %.4g over %d rank%s: %.4g tokens/s\n", pt->flops_per_step, plan_ranks(l),
+           plan_ranks(l) > 1 ? "s" : "", (double)cfg->batch * cfg->model.seq / pt->step_s);
 }
 
 static void write_time_csv(const char *path, const PlanTime *pt) {
@@ -318,6 +443,59 @@ static void calibrate(const PlanFlags *f) {
            "cpu_adam %.4g, device_adam %.4g params/s, device_mem %.4g bytes\n",
            PROGRAM, f->calibrate, m.name, m.flops, m.alpha_s, m.beta_bytes_per_s, m.h2d_bytes_per_s,
            m.d2h_bytes_per_s, m.cpu_adam_params_per_s, m.device_adam_params_per_s, m.device_mem_bytes);
+}
+
+/* --by-hand: exercise 06.3's numbers (plan_by_hand.c) against the planner's for its layout,
+ * bytes to the byte and the step to 1e-6 of it. */
+static void by_hand(const Config *cfg, const PlanFlags *f) {
+    if (!f->machine[0]) fatal(EXIT_USAGE, "--by-hand needs --machine FILE (the constants of the step time)");
+    const ModelConfig *mc = &cfg->model;
+    if (mc->layers != 2 || mc->dmodel != 64 || mc->seq != 64 || mc->vocab != 256 || cfg->batch != 8 ||
+        cfg->micro != 1 || cfg->recompute)
+        fatal(EXIT_USAGE, "--by-hand plans exercise 06.3's layout, the tiny preset with --batch 8 --micro 1 "
+                          "(valid: no model or batch flags)");
+    Config mine = *cfg;
+    mine.precision = PRECISION_BF16;
+    PlanLayout l = {.chapter = 5,
+                    .dp = 2,
+                    .tp = 1,
+                    .pp = 1,
+                    .chunks = 1,
+                    .zero = 1,
+                    .dp_mode = DP_FLAT,
+                    .threads = f->threads ? f->threads : omp_get_max_threads()};
+    Machine mach;
+    machine_read(f->machine, &mach);
+    PlanMemory m;
+    PlanTraffic t;
+    PlanTime pt;
+    plan_memory(&mine, &l, 0, &m);
+    plan_traffic(&mine, &l, 0, &t);
+    plan_time(&mine, &l, &t, &mach, &pt);
+    ByHand h = {0};
+    plan_by_hand(&mach, &h);
+    struct {
+        const char *what;
+        double yours, planner, tolerance;
+    } rows[] = {{"device params bytes", h.params_bytes, m.bytes[SPACE_DEVICE][CAT_PARAMS], 0.5},
+                {"device grads bytes", h.grads_bytes, m.bytes[SPACE_DEVICE][CAT_GRADS], 0.5},
+                {"device optimizer bytes", h.optimizer_bytes, m.bytes[SPACE_DEVICE][CAT_OPTIMIZER], 0.5},
+                {"bytes sent per step", h.sent_bytes, t.allreduce + t.reduce_scatter + t.allgather, 0.5},
+                {"step ms", h.step_ms, pt.step_s * 1e3, 1e-6 * pt.step_s * 1e3}};
+    printf("exercise 06.3: mpirun -np 2 05_zero/train --model tiny --zero 1 --precision bf16, on %s\n",
+           mach.name);
+    printf("  %-24s %16s %16s  %s\n", "", "yours", "the planner's", "");
+    int wrong = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        double d = rows[i].yours - rows[i].planner;
+        int ok = d <= rows[i].tolerance && -d <= rows[i].tolerance;
+        wrong += !ok;
+        int digits = i < 4 ? 0 : 4; /* bytes whole, the step in ms */
+        printf("  %-24s %16.*f %16.*f  %s\n", rows[i].what, digits, rows[i].yours, digits, rows[i].planner,
+               ok ? "ok" : "WRONG");
+    }
+    printf("%s\n", wrong ? "some differ: see course.md, exercise 06.3" : "all agree");
+    exit(wrong ? 1 : 0);
 }
 
 /* --search: the layouts the planner covers on N ranks, with the model, batch and precision given. */
@@ -367,6 +545,9 @@ static void search(const Config *cfg, const PlanFlags *f) {
         }
         PlanLayout l = {.chapter = cands[i].chapter,
                         .dp = f->gpus,
+                        .tp = 1,
+                        .pp = 1,
+                        .chunks = 1,
                         .zero = cands[i].zero,
                         .prefetch = f->prefetch,
                         .dpu = cands[i].dpu,
@@ -376,8 +557,8 @@ static void search(const Config *cfg, const PlanFlags *f) {
         PlanMemory m;
         PlanTraffic t;
         PlanTime pt;
-        plan_memory(cfg, &l, &m);
-        plan_traffic(cfg, &l, &t);
+        plan_memory(cfg, &l, 0, &m);
+        plan_traffic(cfg, &l, 0, &t);
         plan_time(cfg, &l, &t, &mach, &pt);
         int largest, host_largest;
         device[i] = space_sum(&m, SPACE_DEVICE, &largest);
@@ -433,9 +614,15 @@ int main(int argc, char **argv) {
         search(&cfg, &f);
         return 0;
     }
+    if (f.by_hand) by_hand(&cfg, &f);
     check_plan(&cfg, &f);
     PlanLayout l = {.chapter = chapter_of(&cfg, &f),
                     .dp = f.dp,
+                    .tp = f.tp,
+                    .pp = f.pp,
+                    .schedule = f.schedule,
+                    .chunks = f.virtual_chunks,
+                    .split = f.split,
                     .zero = f.zero,
                     .prefetch = f.prefetch,
                     .dpu = f.dpu,
@@ -446,19 +633,24 @@ int main(int argc, char **argv) {
                     .bucket_bytes = f.bucket_mb * 1048576.0};
     if (l.chapter == 5 && !flag_given(&cfg, "--zero")) l.zero = 1; /* 05's default */
     if (l.chapter == 6) l.zero = 2;
-    PlanMemory m;
-    PlanTraffic t;
-    plan_memory(&cfg, &l, &m);
-    plan_traffic(&cfg, &l, &t);
-    print_plan(&cfg, &l, &m, &t);
-    if (f.csv[0]) write_csv(f.csv, &l, &m);
+    int per_replica = l.pp * l.tp; /* the replicas' ranks hold and send alike */
+    PlanMemory *m = xcalloc(per_replica, sizeof *m);
+    PlanTraffic *t = xcalloc(per_replica, sizeof *t);
+    for (int r = 0; r < per_replica; r++) {
+        plan_memory(&cfg, &l, r, &m[r]);
+        plan_traffic(&cfg, &l, r, &t[r]);
+    }
+    print_plan(&cfg, &l, m, t);
+    if (f.csv[0]) write_csv(f.csv, &l, m);
     if (f.machine[0]) {
         Machine mach;
         PlanTime pt;
         machine_read(f.machine, &mach);
-        plan_time(&cfg, &l, &t, &mach, &pt);
+        plan_time_slowest(&cfg, &l, t, &mach, &pt);
         print_time(&cfg, &l, &mach, &pt);
         if (f.time_csv[0]) write_time_csv(f.time_csv, &pt);
     }
+    free(m);
+    free(t);
     return 0;
 }

@@ -6,6 +6,7 @@
 
 #include "attention.h"
 #include "kernels.h"
+#include "layer_split.h"
 #include "model.h"
 #include "param_table.h"
 
@@ -33,6 +34,19 @@ static int micro_sequences(const Config *cfg, const PlanLayout *l) {
     return cfg->batch / l->dp / cfg->micro;
 }
 
+/* The CPU kernels' workspaces a rank's step grows: the attention's, and in
+ * 16 bits the matmul operands of the linear layers it runs (its blocks, in
+ * local widths under tensor parallelism; the head where it holds it). */
+static void add_kernel_workspaces(PlanMemory *m, const Config *cfg, const PlanLayout *l, int tp, int head) {
+    add(m, SPACE_DEVICE, CAT_WORKSPACE, attention_workspace_bytes_cpu(cfg->model.seq, l->threads));
+    if (!half_of(cfg)) return;
+    LinearShape shapes[GPT_LINEAR_SHAPES];
+    int n = gpt_linear_shapes(&cfg->model, shapes), C = cfg->model.dmodel;
+    shapes[0].out = 3 * C / tp, shapes[1].in = C / tp, shapes[2].out = 4 * C / tp, shapes[3].in = 4 * C / tp;
+    int B = micro_sequences(cfg, l), T = cfg->model.seq;
+    add(m, SPACE_DEVICE, CAT_WORKSPACE, half_matmul_workspace_bytes_cpu(B * T, shapes, head ? n : n - 1));
+}
+
 /* What every chapter's step holds besides the model state: the activations
  * of one micro-batch (activations_create_model or a whole-model range),
  * the scratch (scratch_create), and the kernels' workspaces grown during
@@ -46,12 +60,7 @@ static void add_step_buffers(PlanMemory *m, const Config *cfg, const PlanLayout 
     add(m, SPACE_DEVICE, CAT_ACTIVATIONS, acts);                  /* "activations" */
     add(m, SPACE_DEVICE, CAT_WORKSPACE, scratch_bytes(mc, B, T)); /* "activation gradients" */
     if (cfg->recompute) add(m, SPACE_DEVICE, CAT_ACTIVATIONS, recompute_block_bytes(mc, B, T));
-    add(m, SPACE_DEVICE, CAT_WORKSPACE, attention_workspace_bytes_cpu(T, l->threads));
-    if (half_of(cfg)) {
-        LinearShape shapes[GPT_LINEAR_SHAPES];
-        int n = gpt_linear_shapes(mc, shapes);
-        add(m, SPACE_DEVICE, CAT_WORKSPACE, half_matmul_workspace_bytes_cpu(B * T, shapes, n));
-    }
+    add_kernel_workspaces(m, cfg, l, 1, 1);
 }
 
 /* 01 and 02: the whole model on every rank (gpt_create, or mixed_create's
@@ -119,11 +128,114 @@ static void offload_model(const Config *cfg, const PlanLayout *l, const ParamTab
         shard_n * eb * (half ? 2 : 1)); /* "gradient slices from the device", "16-bit weights" */
 }
 
-void plan_memory(const Config *cfg, const PlanLayout *l, PlanMemory *m) {
+/* Where `rank` sits in a model split: its stage and its tensor slice, and
+ * the stage's blocks and units, chunk by chunk (layer_split.h). */
+typedef struct {
+    int stage, slice, chunks;
+    int first_block[PLAN_MAX_CHUNKS], last_block[PLAN_MAX_CHUNKS];
+    int first_unit[PLAN_MAX_CHUNKS], last_unit[PLAN_MAX_CHUNKS];
+    int has_prev[PLAN_MAX_CHUNKS], has_next[PLAN_MAX_CHUNKS]; /* a piece before it, after it */
+} StageOf;
+
+static void stage_of(const Config *cfg, const PlanLayout *l, int rank, StageOf *st) {
+    int P = l->pp, V = l->chunks > 1 ? l->chunks : 1, L = cfg->model.layers, blocks[MAX_LAYERS];
+    *st = (StageOf){.stage = rank / l->tp % P, .slice = rank % l->tp, .chunks = V};
+    int fb, lb, fu, lu;
+    layer_split_stage(&cfg->model, l->split ? l->split : "", P * V, st->stage, blocks, &fb, &lb, &fu, &lu);
+    for (int c = 0; c < V; c++) {
+        StageChunk at = {st->stage, c};
+        layer_split_chunk_range(blocks, P, at, &st->first_block[c], &st->last_block[c]);
+        layer_split_units(st->first_block[c], st->last_block[c], layer_split_piece(at, P), P * V, L,
+                          &st->first_unit[c], &st->last_unit[c]);
+        st->has_prev[c] = layer_split_prev(at, P, V).stage >= 0;
+        st->has_next[c] = layer_split_next(at, P, V).stage >= 0;
+    }
+}
+
+/* 03 to 05 with a model split: a stage's units whole (--mp layer, --pp) or a
+ * tensor slice of them (--mp tensor, --tp), the activation slots its
+ * schedule keeps, its boundary buffers; AdamW over what it holds, or 05's
+ * ZeRO-1/2 over the stage's data-parallel group. */
+static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable *t, int rank,
+                        PlanMemory *m) {
+    const ModelConfig *mc = &cfg->model;
+    int half = half_of(cfg), tp = l->tp, L = mc->layers, B = micro_sequences(cfg, l), T = mc->seq;
+    int tensor = tp > 1, pipeline = l->chapter >= 4, zero = l->chapter == 5 ? l->zero : 0;
+    StageOf st;
+    stage_of(cfg, l, rank, &st);
+    int V = st.chunks, first_unit = st.first_unit[0], last_unit = st.last_unit[V - 1];
+    size_t held = 0, largest = 0; /* elements this rank holds; its largest unit */
+    for (int c = 0; c < V; c++)
+        for (int u = st.first_unit[c]; u <= st.last_unit[c]; u++) {
+            size_t n = tensor ? plan_tp_unit_numel(mc, u, tp) : table_unit(t, u)->numel;
+            held += n;
+            largest = n > largest ? n : largest;
+        }
+    if (zero) { /* 05: zero_create_stage over the stage's units, sharded over dp (fp32) */
+        size_t N = l->dp, S = shard_largest_slice(t, first_unit, last_unit, l->dp), shard_n = 0;
+        for (int u = first_unit; u <= last_unit; u++) shard_n += shard_slice_numel(t, u, l->dp);
+        add(m, SPACE_DEVICE, CAT_PARAMS, held * 4);                        /* "parameters" */
+        add(m, SPACE_DEVICE, CAT_GRADS, (zero == 1 ? held : shard_n) * 4); /* "gradients", "gradient shard" */
+        add(m, SPACE_DEVICE, CAT_OPTIMIZER, shard_n * 8);                  /* Adam's m and v of the shard */
+        if (zero == 2) add(m, SPACE_DEVICE, CAT_BUCKETS, 2 * (N * S + S) * 4); /* two ZeroGradBuffers */
+        add(m, SPACE_DEVICE, CAT_COMM, (S + N * S) * 4); /* "unit slice", "padded unit" */
+    } else {
+        double params, grads, optimizer;
+        plan_model_state(held, held, 0, half, &params, &grads, &optimizer);
+        add(m, SPACE_DEVICE, CAT_PARAMS, params);
+        add(m, SPACE_DEVICE, CAT_GRADS, grads);
+        add(m, SPACE_DEVICE, CAT_OPTIMIZER, optimizer);
+        if (half)
+            add(m, SPACE_DEVICE, CAT_WORKSPACE, 2 * largest * 4); /* "unit weights (fp32)", "... gradients" */
+    }
+    /* the activation slots: 03 one micro-batch; 04-05 what the schedule keeps in flight */
+    int slots[PLAN_MAX_CHUNKS] = {1};
+    if (pipeline) plan_stage_slots(l->schedule, l->pp, V, cfg->micro, st.stage, slots);
+    int posted = pipeline && (l->schedule == SCHED_INTERLEAVED || l->schedule == SCHED_ZB_H1);
+    size_t boundary = (size_t)B * T * mc->dmodel * sizeof(float);
+    for (int c = 0; c < V; c++) {
+        size_t slot;
+        if (tensor) /* tp_activations_create: the head's values whole, the blocks' in local widths */
+            slot = activation_bytes_range(mc, B, T, L, last_unit == L ? L : L - 1, 0) +
+                   plan_tp_block_activation_bytes(mc, tp, B, T, st.first_block[c], st.last_block[c],
+                                                  cfg->recompute);
+        else /* 03 names the slot's range from its first unit, 04 from its first block: the same bytes */
+            slot = activation_bytes_range(mc, B, T, st.first_block[c], st.last_unit[c], cfg->recompute);
+        add(m, SPACE_DEVICE, CAT_ACTIVATIONS, slots[c] * slot);
+        if (l->schedule == SCHED_ZB_H1 && pipeline) /* "output gradients kept for W", per slot */
+            add(m, SPACE_DEVICE, CAT_ACTIVATIONS,
+                slots[c] * kept_grads_bytes(mc, B, T, st.first_unit[c], st.last_unit[c]));
+        if (posted && st.has_prev[c]) /* "gradient posted to prev stage", per slot */
+            add(m, SPACE_DEVICE, CAT_WORKSPACE, slots[c] * boundary);
+    }
+    if (tensor) {
+        add(m, SPACE_DEVICE, CAT_WORKSPACE, plan_tp_scratch_bytes(mc, tp, B, T)); /* "activation gradients" */
+    } else {
+        add(m, SPACE_DEVICE, CAT_WORKSPACE, scratch_bytes(mc, B, T));
+        if (cfg->recompute) add(m, SPACE_DEVICE, CAT_ACTIVATIONS, recompute_block_bytes(mc, B, T));
+    }
+    if (pipeline) { /* "gradient from next stage", "gradient to prev stage" */
+        if (st.has_next[0] || st.has_next[V - 1]) add(m, SPACE_DEVICE, CAT_WORKSPACE, boundary);
+        if (st.has_prev[0] || st.has_prev[V - 1]) add(m, SPACE_DEVICE, CAT_WORKSPACE, boundary);
+    }
+    add_kernel_workspaces(m, cfg, l, tp, last_unit == L);
+}
+
+int plan_ranks(const PlanLayout *l) {
+    return l->dp * l->pp * l->tp;
+}
+
+static int is_split(const PlanLayout *l) {
+    return l->chapter == 3 || l->chapter == 4 || (l->chapter == 5 && (l->pp > 1 || l->tp > 1));
+}
+
+void plan_memory(const Config *cfg, const PlanLayout *l, int rank, PlanMemory *m) {
     *m = (PlanMemory){0};
     ParamTable t;
     param_table_build(&t, &cfg->model);
-    if (l->chapter == 5)
+    if (is_split(l))
+        split_model(cfg, l, &t, rank, m);
+    else if (l->chapter == 5)
         zero_model(cfg, l, &t, m);
     else if (l->chapter == 6)
         offload_model(cfg, l, &t, m);
@@ -132,10 +244,55 @@ void plan_memory(const Config *cfg, const PlanLayout *l, PlanMemory *m) {
     param_table_free(&t);
 }
 
-void plan_traffic(const Config *cfg, const PlanLayout *l, PlanTraffic *tr) {
+/* A model split's messages: each micro-batch's activations (B x T x C fp32)
+ * to the next piece and their gradient to the previous one; within a tensor
+ * group two all-reduces of B x T x C fp32 per block forward, two backward,
+ * one more with --recompute (the attention's, run again); then the gradients
+ * of what the rank holds summed over its replicas (chapter 02, once per
+ * step), or 05's ZeRO-1/2 over the stage's dp group. */
+static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTable *t, int rank,
+                          PlanTraffic *tr) {
+    const ModelConfig *mc = &cfg->model;
+    StageOf st;
+    stage_of(cfg, l, rank, &st);
+    double M = cfg->micro, eb = half_of(cfg) ? 2 : 4, N = l->dp, tp = l->tp;
+    double boundary = (double)micro_sequences(cfg, l) * mc->seq * mc->dmodel * 4, held = 0, shard = 0;
+    int V = st.chunks, units = 0, blocks = 0;
+    for (int c = 0; c < V; c++) {
+        tr->send += M * boundary * (st.has_next[c] + st.has_prev[c]);
+        tr->send_calls += M * (st.has_next[c] + st.has_prev[c]);
+        blocks += st.last_block[c] - st.first_block[c] + 1;
+        for (int u = st.first_unit[c]; u <= st.last_unit[c]; u++, units++) {
+            held += tp > 1 ? plan_tp_unit_numel(mc, u, l->tp) : table_unit(t, u)->numel;
+            shard += shard_slice_numel(t, u, l->dp);
+        }
+    }
+    if (tp > 1) {
+        tr->tp_allreduce_calls = M * blocks * (4 + (cfg->recompute ? 1 : 0));
+        tr->tp_allreduce = tr->tp_allreduce_calls * 2 * (tp - 1) / tp * boundary;
+    }
+    int zero = l->chapter == 5 ? l->zero : 0;
+    if (N > 1 &&
+        zero) { /* stage 1 reduce-scatters after the last backward, stage 2 each unit of every micro */
+        tr->reduce_scatter = (N - 1) * shard * 4 * (zero == 2 ? M : 1);
+        tr->reduce_scatter_calls = units * (zero == 2 ? M : 1);
+        tr->allgather = (N - 1) * shard * 4, tr->allgather_calls = units;
+    } else if (N > 1) {
+        tr->allreduce = 2 * (N - 1) / N * held * eb;
+        tr->allreduce_calls = 1;
+    }
+    tr->allreduce += tr->tp_allreduce, tr->allreduce_calls += tr->tp_allreduce_calls;
+}
+
+void plan_traffic(const Config *cfg, const PlanLayout *l, int rank, PlanTraffic *tr) {
     *tr = (PlanTraffic){0};
     ParamTable t;
     param_table_build(&t, &cfg->model);
+    if (is_split(l)) {
+        split_traffic(cfg, l, &t, rank, tr);
+        param_table_free(&t);
+        return;
+    }
     double N = l->dp, eb = half_of(cfg) ? 2 : 4, P = t.num_params, M = cfg->micro;
     double shard = shard_numel(&t, l->dp) * eb; /* one rank's slices of every unit */
     double units = t.num_units, tensors = t.num_tensors;

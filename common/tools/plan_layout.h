@@ -9,26 +9,34 @@
  * the order each chapter allocates: plan_layout.c mirrors, chapter by
  * chapter, which buffers a rank allocates and under which tag, and
  * tests/plan.bats checks every row against the programs' memory.csv.
- * Every rank of the layouts planned here holds the same bytes (units are
- * padded to a multiple of N), so one PlanMemory stands for all.
+ * The ranks of a data-parallel layout hold the same bytes (units are
+ * padded to a multiple of N); those of a model split (chapters 03-05's
+ * stages and tensor slices, plan_stage.h) differ by stage, so the plan is
+ * made per rank.
  *
  * Known limits, each named in --help and course.md: the CPU backend's
  * kernel workspaces (on CUDA, cuBLAS and the CUDA kernels keep others, and
- * comm.c's host staging appears without NCCL); chapter 02's --allreduce
- * ring (its chunk buffer) is refused; pipeline (pp) and tensor (tp) layouts
- * wait for chapters 03-04 of issue 27. */
+ * comm.c's host staging appears without NCCL); the ring all-reduce of
+ * chapters 02-05 (--allreduce ring: its chunk buffer) is refused; context
+ * parallelism (--cp) is not planned; chapter 06 with --pp is refused. */
 #ifndef PLAN_LAYOUT_H
 #define PLAN_LAYOUT_H
 
 #include "config.h"
 #include "device.h"
+#include "plan_stage.h"
 
 #include <stddef.h>
 
 /* The layout, as the chapter's own flags give it. */
 typedef struct {
-    int chapter;         /* 1, 2, 5 or 6 */
+    int chapter;         /* 1..6 */
     int dp;              /* data-parallel ranks (mpirun -np for 02 and 05) */
+    int tp, pp;          /* 03-05: tensor-parallel ranks, pipeline stages (03's layer split: its stages);
+                            world = dp x pp x tp, tp fastest, then pp, then dp (grid.h) */
+    int schedule;        /* 04-05: SCHED_GPIPE .. SCHED_ZB_H1 (plan_stage.h); 03: one micro-batch at a time */
+    int chunks;          /* --virtual: chunks of layers per stage (interleaved), else 1 */
+    const char *split;   /* --split: blocks per stage (per piece with chunks), "" = balanced */
     int zero;            /* 05: 0..3; 06: 2 */
     int prefetch;        /* 05, stage 3 */
     int dpu;             /* 06: the delayed update's second gradient shard */
@@ -49,9 +57,12 @@ typedef struct {
  * (N-1) b; and the host-device copies of chapter 06. */
 typedef struct {
     double allreduce, reduce_scatter, allgather;
+    double send; /* 03-05: activations to the next stage, their gradients to the previous (point to point) */
     double to_host, to_device; /* 06: gradient slices out, updated weights in */
     /* the calls behind those bytes, each of which pays the latency (plan_time.h) */
-    double allreduce_calls, reduce_scatter_calls, allgather_calls;
+    double allreduce_calls, reduce_scatter_calls, allgather_calls, send_calls;
+    /* the all-reduces among them that sum activations within a tensor-parallel group of tp ranks */
+    double tp_allreduce, tp_allreduce_calls;
 } PlanTraffic;
 
 /* The bytes of model state per rank for P parameters, shard_n of them in a
@@ -62,7 +73,9 @@ typedef struct {
 void plan_model_state(double P, double shard_n, int stage, int half, double *params, double *grads,
                       double *optimizer);
 
-void plan_memory(const Config *cfg, const PlanLayout *l, PlanMemory *m);
-void plan_traffic(const Config *cfg, const PlanLayout *l, PlanTraffic *t);
+/* The world's ranks, and what `rank` of them holds and sends. */
+int plan_ranks(const PlanLayout *l);
+void plan_memory(const Config *cfg, const PlanLayout *l, int rank, PlanMemory *m);
+void plan_traffic(const Config *cfg, const PlanLayout *l, int rank, PlanTraffic *t);
 
 #endif

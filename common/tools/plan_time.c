@@ -95,21 +95,27 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
     double P = table.num_params, shard_n = shard_numel(&table, l->dp);
     param_table_free(&table);
     double L = mc->layers, T = mc->seq, C = mc->dmodel, N = l->dp, M = cfg->micro;
+    double split = l->pp * l->tp; /* the ranks one copy of the model is split over */
 
     out->flops_per_step = (6 * P + 12 * L * T * C) * cfg->batch * T;
-    double compute = out->flops_per_step / N / m->flops * (cfg->recompute ? 4.0 / 3.0 : 1.0);
+    double compute = out->flops_per_step / N / split / m->flops * (cfg->recompute ? 4.0 / 3.0 : 1.0);
     out->busy_s[PART_COMPUTE] = out->exposed_s[PART_COMPUTE] = compute;
 
-    /* the parameters the device's AdamW updates: all (01, 02, 05 stage 0), a shard, none (06) */
+    /* the parameters the device's AdamW updates: all (01, 02, 05 stage 0), a shard, none (06); a
+     * model split's ranks about 1 / (pp x tp) of them each */
     double updated = l->chapter == 6 ? 0 : l->chapter == 5 && l->zero > 0 ? shard_n : P;
+    if (split > 1) updated = P / split / (l->chapter == 5 && l->zero > 0 ? N : 1);
     out->busy_s[PART_DEVICE_UPDATE] = out->exposed_s[PART_DEVICE_UPDATE] =
         updated / m->device_adam_params_per_s;
 
-    double allreduce = t->allreduce_calls * 2 * (N - 1) * m->alpha_s + t->allreduce / m->beta_bytes_per_s;
+    double allreduce = (t->allreduce_calls - t->tp_allreduce_calls) * 2 * (N - 1) * m->alpha_s +
+                       t->tp_allreduce_calls * 2 * (l->tp - 1) * m->alpha_s +
+                       t->allreduce / m->beta_bytes_per_s;
+    double send = t->send_calls * m->alpha_s + t->send / m->beta_bytes_per_s; /* 03-05: one step each */
     double reduce_scatter =
         t->reduce_scatter_calls * (N - 1) * m->alpha_s + t->reduce_scatter / m->beta_bytes_per_s;
     double allgather = t->allgather_calls * (N - 1) * m->alpha_s + t->allgather / m->beta_bytes_per_s;
-    double blocking = allreduce + reduce_scatter + allgather, overlapped = 0, window = 0;
+    double blocking = allreduce + reduce_scatter + allgather + send, overlapped = 0, window = 0;
     if (l->chapter == 2 && l->dp_mode == DP_OVERLAP) {
         overlapped = allreduce, window = compute * 2 / 3; /* the buckets, under the backward */
     } else if (l->chapter == 5 && l->zero == 2) {
@@ -121,9 +127,13 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
     out->busy_s[PART_COMMUNICATION] = blocking + overlapped;
     out->exposed_s[PART_COMMUNICATION] = blocking + (overlapped > window ? overlapped - window : 0);
 
-    /* GPipe and 1F1B: (pp - 1) / M of the ideal time; pp is 1 in every layout planned today */
-    int pp = 1;
-    out->busy_s[PART_BUBBLE] = out->exposed_s[PART_BUBBLE] = (pp - 1) / M * compute;
+    /* (pp - 1) / M of the ideal time (GPipe, 1F1B); interleaved / V; ZB-H1 a third (tf = tb = tw);
+     * 03's layer split runs one micro-batch at a time through every stage: (pp - 1) x compute */
+    double pp = l->pp, bubble = (pp - 1) / M * compute;
+    if (l->chapter == 3) bubble = (pp - 1) * compute;
+    if (l->chapter >= 4 && l->schedule == SCHED_INTERLEAVED) bubble /= l->chunks;
+    if (l->chapter >= 4 && l->schedule == SCHED_ZB_H1) bubble /= 3;
+    out->busy_s[PART_BUBBLE] = out->exposed_s[PART_BUBBLE] = bubble;
 
     out->busy_s[PART_OFFLOAD_COPIES] = out->exposed_s[PART_OFFLOAD_COPIES] =
         t->to_host / m->d2h_bytes_per_s + t->to_device / m->h2d_bytes_per_s;
@@ -133,4 +143,13 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
     out->exposed_s[PART_CPU_UPDATE] = l->dpu ? (cpu > compute ? cpu - compute : 0) : cpu;
 
     for (int p = 0; p < PART_COUNT; p++) out->step_s += out->exposed_s[p];
+}
+
+void plan_time_slowest(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
+                       PlanTime *out) {
+    for (int r = 0; r < l->pp * l->tp; r++) {
+        PlanTime mine;
+        plan_time(cfg, l, &t[r], m, &mine);
+        if (r == 0 || mine.step_s > out->step_s) *out = mine;
+    }
 }

@@ -16,13 +16,17 @@
  *
  * The step, per rank, in parts (each printed and written by --time-csv):
  *
- *   compute         FLOPs per step / dp / flops, FLOPs per token 6P + 12LTC
+ *   compute         FLOPs per step / (dp x pp x tp) / flops, FLOPs per token 6P + 12LTC
  *                   (x 4/3 with --recompute: the forward, a third, runs twice)
  *   device update   the parameters this rank updates / device_adam_params_per_s
+ *                   (a model split's rank: P / (pp x tp), / dp with 05's ZeRO)
  *   communication   per collective: calls x ring steps x alpha_s + bytes sent / beta
  *                   (ring steps: 2(N-1) for an all-reduce, N-1 for a
- *                   reduce-scatter or an all-gather; bytes sent as comm.h counts
- *                   them, plan_traffic's). The overlap rule: what a worker
+ *                   reduce-scatter or an all-gather, N the group's ranks: dp,
+ *                   or tp for a tensor group's all-reduces of activations; one
+ *                   for a message to a neighbouring stage; bytes sent as comm.h
+ *                   counts them, plan_traffic's). A model split's messages all
+ *                   count as waited for. The overlap rule: what a worker
  *                   thread runs under computation (02 --dp-mode overlap's
  *                   buckets and 05 stage 2's reduce-scatters under the
  *                   backward, two thirds of compute; stage 3's gathers, with
@@ -30,7 +34,8 @@
  *                   whole compute) is exposed only past that window:
  *                   exposed = blocking + max(0, overlapped - window)
  *   bubble          pipeline stages idle: (pp - 1) / M x compute (GPipe and
- *                   1F1B); 0 while pp layouts are not planned
+ *                   1F1B), / V interleaved, / 3 ZB-H1 (tf = tb = tw); 03's layer
+ *                   split, one micro-batch at a time: (pp - 1) x compute
  *   offload copies  06: d2h bytes / d2h_bytes_per_s + h2d bytes / h2d_bytes_per_s
  *   cpu update      06: shard parameters / cpu_adam_params_per_s; with --dpu
  *                   it runs under the next step's compute: max(0, cpu - compute)
@@ -72,5 +77,8 @@ typedef struct {
 
 const char *part_name(int part);
 void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m, PlanTime *out);
+/* The slowest of a replica's pp x tp ranks, t[r] each rank's traffic: the step every rank waits for. */
+void plan_time_slowest(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
+                       PlanTime *out);
 
 #endif

@@ -1,0 +1,28 @@
+/* plan_by_hand.h: exercise 06.3, one layout planned by hand (course.md,
+ * "Plan before you run", exercise 06.3).
+ *
+ * The layout: chapter 05 on 2 ranks, ZeRO-1, bf16, the tiny preset and its
+ * defaults (a global batch of 8 sequences, one micro-batch):
+ *
+ *     mpirun -np 2 05_zero/train --model tiny --zero 1 --precision bf16
+ *
+ * The learner writes plan_by_hand from the formulas of the course (ZeRO's
+ * model state, comm.h's bytes, plan_time.h's step), not by calling the
+ * planner; `common/plan --by-hand --machine FILE` prints their numbers next
+ * to the planner's and fails on any difference, and tests/grade/06.3.bats
+ * then runs the layout and compares with its memory.csv. */
+#ifndef PLAN_BY_HAND_H
+#define PLAN_BY_HAND_H
+
+#include "plan_time.h"
+
+typedef struct {
+    double params_bytes, grads_bytes,
+        optimizer_bytes; /* device memory of one rank, by memory.csv's category */
+    double sent_bytes;   /* what one rank sends in one step, as comm.h counts */
+    double step_ms;      /* the predicted step on machine m (plan_time.h) */
+} ByHand;
+
+void plan_by_hand(const Machine *m, ByHand *h);
+
+#endif

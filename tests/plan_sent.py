@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""plan_sent.py: common/plan's bytes sent per step for a model split, rank by rank,
+against the formulas (tests/plan.bats). Reads the planner's output on stdin; its
+arguments are the planner's flags (the tiny preset, --split given, so that the
+stages' blocks need no balancing here). Exit 1, naming each stage and
+collective, where the plan and the formula differ by more than a byte."""
+import math
+import re
+import sys
+
+args = sys.argv[1:]
+
+
+def flag(name, default):
+    return args[args.index(name) + 1] if name in args else default
+
+
+L, C, T, V = int(flag("--layers", 2)), 64, 64, 256
+dp, tp, pp, M = int(flag("--dp", 1)), int(flag("--tp", 1)), int(flag("--pp", 1)), int(flag("--micro", 1))
+chunks, zero = int(flag("--virtual", 1)), int(flag("--zero", 0))
+blocks = [int(b) for b in flag("--split", "").split(",")]  # per piece: chunk c of stage s is piece c*pp + s
+pieces_n = pp * chunks
+B = int(flag("--batch", 8)) // dp // M
+boundary = B * T * C * 4  # one micro-batch's activations (or their gradient), fp32
+block = 12 * C * C + 13 * C
+tp_block = (12 * C * C + 7 * C) // tp + 6 * C  # the four matrices sliced, layernorms and two biases whole
+
+
+def units(piece):
+    """The elements of each unit a piece holds."""
+    u = [block if tp == 1 else tp_block] * blocks[piece]
+    if piece == 0:
+        u = [(V + T) * C] + u
+    if piece == pieces_n - 1:
+        u = u + [2 * C + V * C]
+    return u
+
+
+want = {}
+for stage in range(pp):
+    pieces = [c * pp + stage for c in range(chunks)]
+    send = sum(M * boundary * ((p > 0) + (p < pieces_n - 1)) for p in pieces)
+    held = sum(sum(units(p)) for p in pieces)
+    tp_allreduce = M * sum(blocks[p] for p in pieces) * (4 + ("--recompute" in args)) * 2 * (tp - 1) / tp * boundary
+    reduce_scatter = allgather = 0
+    if zero:
+        shard = sum(math.ceil(n / dp) for p in pieces for n in units(p))
+        reduce_scatter = (dp - 1) * shard * 4 * (M if zero == 2 else 1)
+        allgather = (dp - 1) * shard * 4
+    allreduce = tp_allreduce + (0 if zero else 2 * (dp - 1) / dp * held * 4)
+    want[stage] = {"all-reduce": allreduce, "reduce-scatter": reduce_scatter, "all-gather": allgather, "send": send}
+
+got, stage = {}, 0
+for line in sys.stdin:
+    m = re.match(r"ranks? [\d ]+\(stage (\d+)", line)
+    if m:
+        stage = int(m.group(1))
+    m = re.match(r"  (all-reduce|reduce-scatter|all-gather|send) +(\d+)$", line)
+    if m:
+        got.setdefault(stage, {})[m.group(1)] = float(m.group(2))
+bad = 0
+for stage in range(pp):
+    for what, formula in want[stage].items():
+        planned = got.get(stage, {}).get(what, 0.0)
+        if abs(planned - formula) > 1:
+            print(f"stage {stage} {what}: planned {planned:.0f}, formula {formula:.0f}")
+            bad = 1
+sys.exit(bad)

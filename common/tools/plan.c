@@ -194,7 +194,9 @@ static void check_plan(const Config *cfg, const void *values) {
     if (chapter == 5 && split && f->zero == 3)
         fatal(EXIT_USAGE, "--zero 3 with --pp or --tp: chapter 05 refuses it (valid: --zero 0, 1 or 2)");
     if (chapter == 5 && split && f->zero > 0 && (f->tp > 1 || cfg->precision != PRECISION_FP32))
-        fatal(EXIT_USAGE, "--zero %d inside pipeline stages runs in fp32 with --tp 1 only, as chapter 05's",
+        fatal(EXIT_USAGE,
+              "--zero %d inside pipeline stages is planned in fp32 with --tp 1 only, not yet with "
+              "tensor slices or 16 bits (valid: --zero 0, or --tp 1 --precision fp32)",
               f->zero);
     if (f->pp > cfg->model.layers || f->pp * f->virtual_chunks > cfg->model.layers)
         fatal(EXIT_USAGE,
@@ -207,10 +209,12 @@ static void check_plan(const Config *cfg, const void *values) {
         fatal(EXIT_USAGE, "--virtual %d is for --schedule interleaved", f->virtual_chunks);
     if (f->schedule == SCHED_INTERLEAVED &&
         (cfg->micro % f->pp || f->tp > 1 || cfg->recompute || cfg->precision != PRECISION_FP32))
-        fatal(EXIT_USAGE, "--schedule interleaved runs in fp32, --tp 1, without --recompute, --micro a "
-                          "multiple of --pp, as chapter 04's");
+        fatal(EXIT_USAGE,
+              "--schedule interleaved is planned with --micro a multiple of --pp, in fp32, --tp 1, "
+              "without --recompute (chapter 04 runs more; the planner does not count it yet)");
     if (f->schedule == SCHED_ZB_H1 && (f->tp > 1 || cfg->recompute || cfg->precision != PRECISION_FP32))
-        fatal(EXIT_USAGE, "--schedule zb-h1 runs in fp32, --tp 1, without --recompute, as chapter 04's");
+        fatal(EXIT_USAGE, "--schedule zb-h1 is planned in fp32, --tp 1, without --recompute (chapter 04 runs "
+                          "more; the planner does not count it yet)");
     if (split && strcmp(f->dp_mode, "overlap") == 0)
         fatal(EXIT_USAGE, "--dp-mode overlap with a model split is refused by chapters 03-05 "
                           "(valid: --dp-mode naive or flat)");
@@ -220,7 +224,9 @@ static void check_plan(const Config *cfg, const void *values) {
         fatal(EXIT_USAGE, "--zero is a flag of chapters 05 and 06, not %02d", chapter);
     if (f->offload && chapter != 6) fatal(EXIT_USAGE, "--offload is a flag of chapter 06, not %02d", chapter);
     if (chapter == 6 && !f->offload)
-        fatal(EXIT_USAGE, "06_offload/train trains with --offload (valid: --offload)");
+        fatal(EXIT_USAGE,
+              "06_offload/train without --offload is chapter 05's program: plan it as --chapter 05 "
+              "(valid: --offload, or --chapter 05)");
     if (f->dpu && !f->offload)
         fatal(EXIT_USAGE,
               "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");

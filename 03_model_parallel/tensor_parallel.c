@@ -234,32 +234,41 @@ void tp_model_create_range(TensorParallelModel *tm, const ModelConfig *cfg, uint
         if (!replicated || tp->rank == 0) tm->once_spans[tm->num_once_spans++] = span;
     }
 
-    /* parameters: each local element starts from its whole tensor's value */
-    size_t bytes = m->param_count * sizeof(float);
-    float *host = xmalloc(bytes);
-    for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
-        const ParamTensor *t = &m->tensors[i];
-        if (t->layer < first_unit || t->layer > last_unit) continue;
-        for (size_t e = 0; e < t->numel; e++)
-            host[t->offset - m->param_first + e] = param_init_value(
-                t, seed,
-                tensor_parallel_global_index(&whole.tensors[i], tm->slice[i], tp->rank, tp->size, e));
-    }
-    if (precision == PRECISION_FP32) {
-        gpt_alloc_range(m, first_unit, last_unit); /* this rank's slices of the held units */
-        copy_to_device(m->params, host, bytes);
-    } else {
-        mixed_create_units(&tm->mixed, m, first_unit, last_unit, host, precision_format(precision));
-    }
     tp->matmuls = m; /* the parallel layers' matmuls: 16-bit inputs under mixed precision */
     tm->m = m;
     tm->mx = &tm->mixed;
-    free(host);
     param_table_free(&whole);
+    if (!tp->caller_storage) { /* parameters: each local element starts from its whole tensor's value */
+        size_t bytes = m->param_count * sizeof(float);
+        float *host = xmalloc(bytes);
+        tp_initial_values(tm, seed, host);
+        if (precision == PRECISION_FP32) {
+            gpt_alloc_range(m, first_unit, last_unit); /* this rank's slices of the held units */
+            copy_to_device(m->params, host, bytes);
+        } else {
+            mixed_create_units(&tm->mixed, m, first_unit, last_unit, host, precision_format(precision));
+        }
+        free(host);
+    }
 
     size_t floats = carve_scratch(tm, NULL, B, T);
     carve_scratch(tm, mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, floats * sizeof(float), "activation gradients"),
                   B, T);
+}
+
+void tp_initial_values(const TensorParallelModel *tm, uint64_t seed, float *host) {
+    const GPT *m = tm->m;
+    ParamTable whole;
+    param_table_build(&whole, &m->cfg);
+    for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
+        const ParamTensor *t = &m->tensors[i];
+        if (t->layer < tm->first_unit || t->layer > tm->last_unit) continue;
+        for (size_t e = 0; e < t->numel; e++)
+            host[t->offset - m->param_first + e] = param_init_value(
+                t, seed,
+                tensor_parallel_global_index(&whole.tensors[i], tm->slice[i], tm->tp->rank, tm->tp->size, e));
+    }
+    param_table_free(&whole);
 }
 
 void tp_model_move(TensorParallelModel *tm, GPT *model, MixedModel *mixed) {

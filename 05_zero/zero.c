@@ -328,16 +328,40 @@ static void *upload_state(Zero *z, Category cat, const float *host, size_t n, co
     return dev;
 }
 
+/* The norm's spans (zero_grad_shards): this rank's slice of each unit, within
+ * the held elements it counts (counted: tensor parallelism's tensors, the
+ * replicated ones on tp rank 0 only; NULL: all of them), in the gradient
+ * buffer's coordinates: the whole held buffer at stage 1, the shard at 2. */
+static void build_norm_spans(Zero *z, const GradSpan *counted, int num_counted) {
+    GradSpan all = {0, z->numel, 0};
+    if (!counted) counted = &all, num_counted = 1;
+    z->norm_spans = xcalloc((size_t)(z->last_unit - z->first_unit + 1) * num_counted, sizeof(GradSpan));
+    for (int u = z->first_unit; u <= z->last_unit; u++) {
+        size_t first, count;
+        slice_elements(z, u, &first, &count);
+        for (int c = 0; c < num_counted; c++) { /* the slice and a counted span overlap in [lo, hi) */
+            size_t lo = first > counted[c].first ? first : counted[c].first;
+            size_t end = counted[c].first + counted[c].count, hi = first + count < end ? first + count : end;
+            if (lo >= hi && counted != &all) continue;
+            size_t at = z->stage == 1 ? lo : slice_offset(z, u) + (lo - first);
+            z->norm_spans[z->num_norm_spans++] = (GradSpan){at, hi > lo ? hi - lo : 0, 0};
+        }
+    }
+}
+
 /* The state of units first_unit..last_unit of model (the whole model, or a
- * pipeline stage's units, whose table and range the caller has set). */
+ * pipeline stage's units, whose table and range the caller has set; init:
+ * their initial values, held elements in table order, or NULL: from seed),
+ * the norm counting what `counted` says (build_norm_spans). */
 static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, int prefetch,
-                         CommGroup *g, Precision precision, int first_unit, int last_unit) {
+                         CommGroup *g, Precision precision, int first_unit, int last_unit, const float *init,
+                         const GradSpan *counted, int num_counted) {
     *z = (Zero){
         .stage = stage, .prefetch = prefetch, .group = g, .sum_group = g, .model = model, .current = 1};
     z->rank = comm_rank(g);
     z->ranks = comm_size(g);
     z->half = precision != PRECISION_FP32;
-    int whole_model = first_unit == LAYER_EMBEDDING && last_unit == cfg->layers;
+    int whole_model = !init && first_unit == LAYER_EMBEDDING && last_unit == cfg->layers;
     if (z->half) {
         mixed_units_create(&z->mixed, model, cfg, precision_format(precision));
         z->dtype = precision == PRECISION_BF16 ? COMM_BF16 : COMM_F16;
@@ -359,20 +383,16 @@ static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t s
     for (int u = first_unit; u <= last_unit; u++) z->shard_n += slice_numel(z, u);
     if (whole_model) z->shard_n = shard_numel(table_of(z), z->ranks);
     z->max_unit = max_slice * z->ranks;
-    if (stage == 1) { /* the norm: this rank's slice of each unit, in the whole gradient buffer */
-        z->num_norm_spans = last_unit - first_unit + 1;
-        z->norm_spans = xcalloc(z->num_norm_spans, sizeof(GradSpan));
-        for (int u = z->first_unit; u <= z->last_unit; u++) {
-            GradSpan *span = &z->norm_spans[u - first_unit];
-            slice_elements(z, u, &span->first, &span->count);
-        }
-    }
+    if (stage == 1 || (stage == 2 && counted)) build_norm_spans(z, counted, num_counted);
 
     /* initial values: the whole model (stages 0-2) and this rank's shard (stages 1-3) */
     float *whole = NULL, *shard = NULL;
     if (stage < 3) {
         whole = xmalloc(P * sizeof(float));
-        param_init_range(table_of(z), seed, whole, z->param_first, P);
+        if (init)
+            memcpy(whole, init, P * sizeof(float));
+        else
+            param_init_range(table_of(z), seed, whole, z->param_first, P);
     }
     if (stage > 0 && whole_model) {
         shard = xmalloc(z->shard_n * sizeof(float));
@@ -441,7 +461,8 @@ static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t s
 
 void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage,
                            int prefetch, CommGroup *g, Precision precision) {
-    create_range(z, model, cfg, seed, stage, prefetch, g, precision, LAYER_EMBEDDING, cfg->layers);
+    create_range(z, model, cfg, seed, stage, prefetch, g, precision, LAYER_EMBEDDING, cfg->layers, NULL, NULL,
+                 0);
 }
 
 void zero_create_stage(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, CommGroup *g,
@@ -449,8 +470,22 @@ void zero_create_stage(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t see
     if (stage < 1 || stage > 2 || model->first_unit > model->last_unit)
         fatal(EXIT_RUNTIME, "zero_create_stage: stage %d of units %d..%d (valid: stages 1-2, a set range)",
               stage, model->first_unit, model->last_unit);
-    create_range(z, model, cfg, seed, stage, 0, g, PRECISION_FP32, model->first_unit, model->last_unit);
+    create_range(z, model, cfg, seed, stage, 0, g, PRECISION_FP32, model->first_unit, model->last_unit, NULL,
+                 NULL, 0);
     z->sum_group = sum_group;
+}
+
+void zero_create_slices(Zero *z, TensorParallelModel *tm, uint64_t seed, int stage, CommGroup *g,
+                        CommGroup *sum_group) {
+    GPT *model = tm->m;
+    if (stage < 1 || stage > 2 || model->params)
+        fatal(EXIT_RUNTIME, "zero_create_slices: stage %d (valid: 1-2, slices without storage)", stage);
+    float *init = xmalloc(model->param_count * sizeof(float));
+    tp_initial_values(tm, seed, init); /* this rank's slices of the whole model's values */
+    create_range(z, model, &model->cfg, seed, stage, 0, g, PRECISION_FP32, model->first_unit,
+                 model->last_unit, init, tm->once_spans, tm->num_once_spans);
+    z->sum_group = sum_group;
+    free(init);
 }
 
 void zero_create(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, int prefetch,
@@ -531,7 +566,7 @@ void zero_sync_grads(Zero *z) {
 GradShards zero_grad_shards(const Zero *z) {
     GradShards g = {.grads = z->grads, .grads16 = z->grads16, .format = z->mixed.format};
     g.held = z->stage >= 2 ? z->shard_n : z->numel; /* stages 2-3: the padding holds zeros */
-    if (z->stage == 1) {
+    if (z->norm_spans) {                            /* stage 1, or with tensor slices 2 */
         g.spans = z->norm_spans;
         g.num_spans = z->num_norm_spans;
     }

@@ -74,6 +74,7 @@
 #include "model.h"
 #include "optim.h"
 #include "optimizer_step.h"
+#include "tensor_parallel.h"
 #include "timeline.h"
 
 #include <stddef.h>
@@ -114,7 +115,8 @@ typedef struct {
     AdamW opt;      /* stage 0: every element; stages 1-3: the shard's */
     size_t shard_n; /* shard_numel of the table for N ranks */
     size_t max_unit;      /* the largest padded unit, N * S */
-    GradSpan *norm_spans; /* stage 1: this rank's slice of each unit in the whole gradient buffer */
+    GradSpan *norm_spans; /* stage 1: this rank's slice of each unit in the whole gradient buffer;
+                             with tensor slices, stage 2 too: in the shard (build_norm_spans) */
     int num_norm_spans;
 
     /* bf16/fp16 (half): params16 and grads16 laid out as params and grads
@@ -168,6 +170,13 @@ void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t
  * world, where every replica's stages hold the model once per replica). */
 void zero_create_stage(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, CommGroup *g,
                        CommGroup *sum_group);
+/* The same over a tensor-parallel rank's slices of a stage (tensor_parallel.h:
+ * tm built with tp->caller_storage): ZeRO shards what this rank holds, each
+ * unit's slices, over g; the norm counts the replicated tensors on tp rank 0
+ * only (tm's once_spans), so that the sum over sum_group counts every
+ * parameter of the model once. The initial values are tm's. */
+void zero_create_slices(Zero *z, TensorParallelModel *tm, uint64_t seed, int stage, CommGroup *g,
+                        CommGroup *sum_group);
 void zero_destroy(Zero *z);
 
 /* The hooks of this stage's forward and backward (NULL for stages 0 and 1 in fp32). */

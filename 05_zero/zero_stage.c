@@ -11,7 +11,10 @@ void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFl
                        const ProcessGrid *grid, CommGroup *model_group, CommGroup *world) {
     *s = (ZeroStage){.zero = zero, .p = p, .model_group = model_group, .world = world};
     const Config *cfg = p->layout.cfg;
-    if (zero) { /* the norm's sums over the world: every stage's slices */
+    if (zero && p->layout.tensor) { /* each unit's tp slices sharded; the norm counts each parameter once */
+        zero_create_slices(&s->z, &p->tpm, cfg->seed, zero, grid->dp_group, world);
+        p->model.storage = zero_hooks(&s->z); /* around each unit; the tp blocks stay p->hooks */
+    } else if (zero) {                        /* the norm's sums over the world: every stage's slices */
         zero_create_stage(&s->z, &p->model, &cfg->model, cfg->seed, zero, grid->dp_group, world);
         p->hooks = zero_hooks(&s->z);
     } else {
@@ -34,7 +37,8 @@ void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const Proces
     Pipeline *p = s->p;
     ckpt_layout_init(&run->ckpt, "%s: pp %d x tp %d x dp %d, %s", program, grid->pp, grid->tp, grid->dp,
                      schedule); /* replica d writes share d */
-    if (p->layout.tensor)
+    /* (ZeRO over stages or slices: no checkpoints yet, 05's train.c refuses them) */
+    if (!s->zero && p->layout.tensor)
         tp_checkpoint_layout(&p->tpm, &s->opt, grid->d, &run->ckpt); /* this stage's slices */
     else if (!s->zero)
         ckpt_layout_range(&run->ckpt, &p->model, &s->opt, grid->d, grid->dp); /* this stage's units */

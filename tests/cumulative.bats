@@ -5,8 +5,10 @@
 # gives chapter 01's losses (fp32 within 1e-4, bf16 within 1e-2 of 01's bf16
 # run), and its checkpoints resume in 01's layout and back. 05 is 04 plus
 # ZeRO over the data-parallel axis: stages 1-2 inside each pipeline stage
-# give 01's losses too, and what is not written (or unsound) is refused. 06
-# is 05 plus ZeRO-Offload: without --offload it is 05 (every layout), and
+# give 01's losses too (with --tp, each rank shards its tensor-parallel
+# slices over its dp group, as Megatron's distributed optimizer does, and the
+# gradient norm counts the tp-replicated tensors once), and what is not
+# written (or unsound) is refused. 06 is 05 plus ZeRO-Offload: without --offload it is 05 (every layout), and
 # --offload runs 05's pipeline layouts (uneven --split, any stage count)
 # with the optimizer on the host, equal to 01 too.
 
@@ -171,12 +173,52 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     done
 }
 
+# assert_norms_match REF RUN STEPS: the gradient norms agree within 1e-4 (a
+# norm that counted the tp-replicated tensors tp times moves the losses by
+# less than that in 4 steps, the norm by a third).
+assert_norms_match() {
+    run paste -d, <(csv_column "$1/steps.csv" grad_norm) <(csv_column "$2/steps.csv" grad_norm)
+    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" "$3"
+    echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) { print "step " NR ": " $0; bad = 1 } }
+                              END { exit bad }'
+}
+
+@test "05 --zero 1 and --zero 2 with --pp 2 --tp 2 x dp 2 on 8 ranks match single-device losses and norms" {
+    for stage in 1 2; do
+        run05 8 "$(scratch)/z$stage" --zero $stage --pp 2 --tp 2 --micro 2
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/z$stage" 4
+        assert_norms_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/z$stage" 4
+    done
+    assert_equal "$(csv_column "$(scratch)/z2/run.csv" tp),$(csv_column "$(scratch)/z2/run.csv" dp)" "2,2"
+    # stage 2: each rank holds its tp slices of its stage's units, and 1/dp of
+    # their gradients and optimizer state (rank = d x 4 + stage x 2 + t)
+    V=256 T=64 C=64
+    block=$((6 * C * C + 19 * C / 2)) # the matrices and column biases 1/tp, the rest whole
+    stage0=$(((V + T) * C + 2 * block)) stage1=$((2 * block + 2 * C + V * C))
+    for r in 0 1 4 5; do
+        assert_equal "$(device_bytes "$(scratch)/z2" $r params)" "$((4 * stage0))"
+        assert_equal "$(device_bytes "$(scratch)/z2" $r grads)" "$((4 * stage0 / 2))"
+        assert_equal "$(device_bytes "$(scratch)/z2" $r optimizer)" "$((8 * stage0 / 2))"
+    done
+    for r in 2 3 6 7; do
+        assert_equal "$(device_bytes "$(scratch)/z2" $r grads)" "$((4 * stage1 / 2))"
+        assert_equal "$(device_bytes "$(scratch)/z2" $r optimizer)" "$((8 * stage1 / 2))"
+    done
+}
+
+@test "05 --zero 2 --tp 2 on 4 ranks (one stage, dp 2) matches single-device losses and norms" {
+    run05 4 "$(scratch)/tp" --zero 2 --tp 2 --micro 2
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/tp" 4
+    assert_norms_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/tp" 4
+    assert_equal "$(csv_column "$(scratch)/tp/run.csv" pp),$(csv_column "$(scratch)/tp/run.csv" zero)" "1,2"
+}
+
 @test "05 --zero 0 with --pp 2 --tp 2 is chapter 04's step, and matches single-device losses" {
     run05 4 "$(scratch)/z0" --zero 0 --pp 2 --tp 2 --micro 2 --dp-mode naive
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/z0" 4
 }
 
-@test "05 refuses ZeRO-3 across pipeline stages with DeepSpeed's reason, and what is not written yet in one line" {
+@test "05 refuses ZeRO-3 across pipeline stages with DeepSpeed's reason, ZeRO-3 with tp, and what is not written yet in one line" {
     refused05() {
         run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 4 '$TRAIN05' $FLAGS $*"
         assert_equal "$status" 2
@@ -184,22 +226,26 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     }
     refused05 --zero 3 --pp 2
     [[ "$stderr" == *"--zero 3 with --pp 2 is refused: every stage would re-gather its parameters for every micro-batch's forward and backward"* ]]
-    refused05 --zero 1 --tp 2
-    [[ "$stderr" == *"--zero 1 with --tp 2 is not written yet"* ]]
+    refused05 --zero 3 --tp 2
+    [[ "$stderr" == *"--zero 3 with --tp 2 is not written: stage 3's gather/free schedule runs in ZeRO's one-stage trainer"* ]]
     refused05 --zero 2 --pp 2 --precision bf16
-    [[ "$stderr" == *"--zero 2 with --pp 2 runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, yet"* ]]
+    [[ "$stderr" == *"--zero 2 with --pp 2 --tp 1 runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, yet"* ]]
+    refused05 --zero 1 --tp 2 --save "$(scratch)/ckpt"
+    [[ "$stderr" == *"--zero 1 with --pp 1 --tp 2 runs in fp32 without --save and --resume"* ]]
     refused05 --zero 2 --pp 2 --micro 2 --schedule zb-h1
-    [[ "$stderr" == *"--zero 2 with --pp 2 runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, yet"* ]]
+    [[ "$stderr" == *"--zero 2 with --pp 2 --tp 1 runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, yet"* ]]
     refused05 --zero 1 --pp 2 --dp-mode naive
     [[ "$stderr" == *"--dp-mode is chapter 04's, for whole replicas"* ]]
 }
 
-@test "06 without --offload is chapter 05: ZeRO-1 over 2 stages, pp 2 x tp 2, and interleaved stages match single-device losses" {
+@test "06 without --offload is chapter 05: ZeRO-1 over 2 stages and over tp slices, pp 2 x tp 2, and interleaved stages match single-device losses" {
     run06 4 "$(scratch)/z1" --zero 1 --pp 2 --micro 2
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/z1" 4
     run06 4 "$(scratch)/tp" --zero 0 --pp 2 --tp 2 --micro 2 --dp-mode naive
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/tp" 4
     assert_equal "$(csv_column "$(scratch)/tp/run.csv" tp),$(csv_column "$(scratch)/tp/run.csv" zero)" "2,0"
+    run06 4 "$(scratch)/ztp" --zero 1 --tp 2 --micro 2 # ZeRO over the tp slices
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/ztp" 4
     run06 2 "$(scratch)/v2" --zero 0 --pp 2 --schedule interleaved --virtual 2 --micro 2
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/v2" 4
 }

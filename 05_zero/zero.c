@@ -632,6 +632,35 @@ void zero_checkpoint_layout(const Zero *z, CkptLayout *l) {
                            z->ranks, 0);
 }
 
+void zero_stage_checkpoint_layout(const Zero *z, const TensorParallelModel *tm, CkptLayout *l) {
+    const GPT *m = z->model;
+    ckpt_set_buffer(l, CKPT_PARAMS, z->params, z->numel, 0);
+    ckpt_set_buffer(l, CKPT_ADAM_M, z->opt.m, z->shard_n, 0);
+    ckpt_set_buffer(l, CKPT_ADAM_V, z->opt.v, z->shard_n, 0);
+    ParamTable whole;
+    param_table_build(&whole, &m->cfg);
+    int r = tm ? tm->tp->rank : 0, tp = tm ? tm->tp->size : 1;
+    for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
+        const ParamTensor *t = &m->tensors[i], *w = &whole.tensors[i];
+        if (t->layer < z->first_unit || t->layer > z->last_unit) continue; /* another stage's */
+        SliceKind kind = tm ? tm->slice[i] : SLICE_NONE;
+        int counted = kind != SLICE_NONE || r == 0; /* a replicated tensor: its tp rank 0 writes */
+        size_t first, count; /* this rank's dp slice of the tensor's unit, in the held elements */
+        slice_elements(z, t->layer, &first, &count);
+        for (size_t e = 0, n; e < t->numel; e += n) { /* runs contiguous in the slice and the whole tensor */
+            size_t g = tensor_parallel_global_index(w, kind, r, tp, e), at = t->offset - z->param_first + e;
+            for (n = 1; e + n < t->numel && tensor_parallel_global_index(w, kind, r, tp, e + n) == g + n;)
+                n++;
+            ckpt_hold(l, CKPT_PARAMS, w->offset + g, n, at, z->rank == 0 && counted); /* held whole */
+            size_t lo = at > first ? at : first, hi = at + n < first + count ? at + n : first + count;
+            for (int a = CKPT_ADAM_M; a <= CKPT_ADAM_V && lo < hi; a++) /* the moments: this rank's slice */
+                ckpt_hold(l, a, w->offset + g + (lo - at), hi - lo, slice_offset(z, t->layer) + (lo - first),
+                          counted);
+        }
+    }
+    param_table_free(&whole);
+}
+
 void zero_weights_from_master(Zero *z) {
     if (!z->half) return;
     if (z->stage == 0 || z->stage == 3) { /* the master weights are laid out as the parameters */

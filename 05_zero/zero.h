@@ -223,6 +223,12 @@ double zero_evaluate_and_sample(Zero *z, float *whole, Activations *acts, Scratc
  * stages 0-2, this rank's shard at 3); in 16 bits the master weights, which
  * sit where the moments do (whole at stage 0, this rank's shard above). */
 void zero_checkpoint_layout(const Zero *z, CkptLayout *l);
+/* The same for zero_create_stage's and zero_create_slices' state (fp32):
+ * the held units (tm: this rank's tensor slices of them, as
+ * tp_checkpoint_layout maps them; NULL: whole) are written by dp rank 0,
+ * Adam's m and v by the rank whose shard holds them; a tensor that every
+ * tp rank holds whole, by tp rank 0 only. Every rank reads what it holds. */
+void zero_stage_checkpoint_layout(const Zero *z, const TensorParallelModel *tm, CkptLayout *l);
 /* 16 bits, after a checkpoint was read into the master weights: round the
  * 16-bit parameters from them (stages 1-2: this rank's slices, then every
  * unit all-gathered, as after an update). Nothing to do in fp32. */

@@ -37,12 +37,13 @@ void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const Proces
     Pipeline *p = s->p;
     ckpt_layout_init(&run->ckpt, "%s: pp %d x tp %d x dp %d, %s", program, grid->pp, grid->tp, grid->dp,
                      schedule); /* replica d writes share d */
-    /* (ZeRO over stages or slices: no checkpoints yet, 05's train.c refuses them) */
-    if (!s->zero && p->layout.tensor)
+    if (s->zero)                /* the held units or slices; the moments of this rank's dp shard */
+        zero_stage_checkpoint_layout(&s->z, p->layout.tensor ? &p->tpm : NULL, &run->ckpt);
+    else if (p->layout.tensor)
         tp_checkpoint_layout(&p->tpm, &s->opt, grid->d, &run->ckpt); /* this stage's slices */
-    else if (!s->zero)
+    else
         ckpt_layout_range(&run->ckpt, &p->model, &s->opt, grid->d, grid->dp); /* this stage's units */
-    if (run_resume(run, &s->opt.t) && p->layout.cfg->precision != PRECISION_FP32)
+    if (run_resume(run, s->zero ? &s->z.opt.t : &s->opt.t) && p->layout.cfg->precision != PRECISION_FP32)
         mixed_weights_from_master(&p->mixed); /* the checkpoint: fp32 */
     if (!s->zero) data_parallel_broadcast_weights(&s->replicas, &p->mixed);
 }

@@ -45,7 +45,7 @@
  * (--zero 0 is chapter 04 itself). Refused: stage 3 across stages (every
  * stage would re-gather its parameters for every micro-batch, as DeepSpeed
  * says), and, not written yet, stage 3 with --tp and, with stages or --tp,
- * 16 bits, checkpoints and stage 2 under zb-h1.
+ * 16 bits and stage 2 under zb-h1.
  *
  * This chapter: ZeRO-Offload (offload.h). --offload keeps stage 2's
  * partitioning (--zero 2, its default there) with the optimizer moved off
@@ -190,11 +190,11 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
               "for the whole step (valid: --zero 0-2)",
               T);
     if (f->zero > 0 && (P > 1 || T > 1) && !f->offload.offload &&
-        (cfg->precision != PRECISION_FP32 || flag_given(cfg, "--save") || flag_given(cfg, "--resume") ||
+        (cfg->precision != PRECISION_FP32 ||
          (f->zero == 2 && strcmp(f->pipe.schedule, "zb-h1") == 0))) /* zb-h1's W runs without hooks */
         fatal(EXIT_USAGE,
-              "--zero %d with --pp %d --tp %d runs in fp32 without --save and --resume (stage 2: nor zb-h1) "
-              "only, yet (valid: --zero 0, or --pp 1 --tp 1)",
+              "--zero %d with --pp %d --tp %d runs in fp32 (stage 2: without zb-h1) only, yet (valid: "
+              "--zero 0, or --pp 1 --tp 1)",
               f->zero, P, T);
     pipeline_check_world(cfg, &f->pipe, &f->model);
     if (P == 1 && T == 1 && !f->offload.offload &&

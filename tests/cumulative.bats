@@ -5,10 +5,11 @@
 # gives chapter 01's losses (fp32 within 1e-4, bf16 within 1e-2 of 01's bf16
 # run), and its checkpoints resume in 01's layout and back. 05 is 04 plus
 # ZeRO over the data-parallel axis: stages 1-2 inside each pipeline stage
-# give 01's losses too (with --tp, each rank shards its tensor-parallel
-# slices over its dp group, as Megatron's distributed optimizer does, and the
-# gradient norm counts the tp-replicated tensors once), and what is not
-# written (or unsound) is refused. 06 is 05 plus ZeRO-Offload: without --offload it is 05 (every layout), and
+# give 01's losses too, and their checkpoints resume in 01's layout and back
+# (with --tp, each rank shards its tensor-parallel slices over its dp group,
+# as Megatron's distributed optimizer does, and the gradient norm counts the
+# tp-replicated tensors once); what is not written (or unsound) is refused.
+# 06 is 05 plus ZeRO-Offload: without --offload it is 05 (every layout), and
 # --offload runs 05's pipeline layouts (uneven --split, any stage count)
 # with the optimizer on the host, equal to 01 too.
 
@@ -213,6 +214,18 @@ assert_norms_match() {
     assert_equal "$(csv_column "$(scratch)/tp/run.csv" pp),$(csv_column "$(scratch)/tp/run.csv" zero)" "1,2"
 }
 
+@test "a ZeRO-2 checkpoint of pp 2 x tp 2 x dp 2 resumes in chapter 01's layout, and 01's in ZeRO-1 over tp 2 x dp 2" {
+    local d="$(scratch)"
+    run05 8 "$d/first" --zero 2 --pp 2 --tp 2 --micro 2 --stop-after 2 --save "$d/ckz"
+    "$TRAIN01" $FLAGS --resume "$d/ckz" --out "$d/one" >/dev/null
+    "$TRAIN01" $FLAGS --stop-after 2 --save "$d/ck01" --out "$d/first01" >/dev/null
+    run05 4 "$d/back" --zero 1 --tp 2 --micro 2 --resume "$d/ck01"
+    mkdir "$d/ref" # steps 3-4 of the uninterrupted run
+    { echo loss; csv_column "$BATS_FILE_TMPDIR/ref/steps.csv" loss | tail -2; } >"$d/ref/steps.csv"
+    assert_losses_within "$d/ref" "$d/one" 2 1e-5
+    assert_losses_within "$d/ref" "$d/back" 2 1e-5
+}
+
 @test "05 --zero 0 with --pp 2 --tp 2 is chapter 04's step, and matches single-device losses" {
     run05 4 "$(scratch)/z0" --zero 0 --pp 2 --tp 2 --micro 2 --dp-mode naive
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/z0" 4
@@ -229,11 +242,11 @@ assert_norms_match() {
     refused05 --zero 3 --tp 2
     [[ "$stderr" == *"--zero 3 with --tp 2 is not written: stage 3's gather/free schedule runs in ZeRO's one-stage trainer"* ]]
     refused05 --zero 2 --pp 2 --precision bf16
-    [[ "$stderr" == *"--zero 2 with --pp 2 --tp 1 runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, yet"* ]]
-    refused05 --zero 1 --tp 2 --save "$(scratch)/ckpt"
-    [[ "$stderr" == *"--zero 1 with --pp 1 --tp 2 runs in fp32 without --save and --resume"* ]]
+    [[ "$stderr" == *"--zero 2 with --pp 2 --tp 1 runs in fp32 (stage 2: without zb-h1) only, yet"* ]]
+    refused05 --zero 1 --tp 2 --precision fp16
+    [[ "$stderr" == *"--zero 1 with --pp 1 --tp 2 runs in fp32 (stage 2: without zb-h1) only, yet"* ]]
     refused05 --zero 2 --pp 2 --micro 2 --schedule zb-h1
-    [[ "$stderr" == *"--zero 2 with --pp 2 --tp 1 runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, yet"* ]]
+    [[ "$stderr" == *"--zero 2 with --pp 2 --tp 1 runs in fp32 (stage 2: without zb-h1) only, yet"* ]]
     refused05 --zero 1 --pp 2 --dp-mode naive
     [[ "$stderr" == *"--dp-mode is chapter 04's, for whole replicas"* ]]
 }

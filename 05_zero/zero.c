@@ -363,7 +363,10 @@ static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t s
     z->half = precision != PRECISION_FP32;
     int whole_model = !init && first_unit == LAYER_EMBEDDING && last_unit == cfg->layers;
     if (z->half) {
-        mixed_units_create(&z->mixed, model, cfg, precision_format(precision));
+        if (whole_model)
+            mixed_units_create(&z->mixed, model, cfg, precision_format(precision));
+        else /* the caller's table: a stage's units, or a tp rank's slices of them */
+            mixed_units_create_range(&z->mixed, model, first_unit, last_unit, precision_format(precision));
         z->dtype = precision == PRECISION_BF16 ? COMM_BF16 : COMM_F16;
     } else {
         if (whole_model) {
@@ -466,24 +469,24 @@ void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t
 }
 
 void zero_create_stage(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, CommGroup *g,
-                       CommGroup *sum_group) {
+                       CommGroup *sum_group, Precision precision) {
     if (stage < 1 || stage > 2 || model->first_unit > model->last_unit)
         fatal(EXIT_RUNTIME, "zero_create_stage: stage %d of units %d..%d (valid: stages 1-2, a set range)",
               stage, model->first_unit, model->last_unit);
-    create_range(z, model, cfg, seed, stage, 0, g, PRECISION_FP32, model->first_unit, model->last_unit, NULL,
-                 NULL, 0);
+    create_range(z, model, cfg, seed, stage, 0, g, precision, model->first_unit, model->last_unit, NULL, NULL,
+                 0);
     z->sum_group = sum_group;
 }
 
 void zero_create_slices(Zero *z, TensorParallelModel *tm, uint64_t seed, int stage, CommGroup *g,
-                        CommGroup *sum_group) {
+                        CommGroup *sum_group, Precision precision) {
     GPT *model = tm->m;
     if (stage < 1 || stage > 2 || model->params)
         fatal(EXIT_RUNTIME, "zero_create_slices: stage %d (valid: 1-2, slices without storage)", stage);
     float *init = xmalloc(model->param_count * sizeof(float));
     tp_initial_values(tm, seed, init); /* this rank's slices of the whole model's values */
-    create_range(z, model, &model->cfg, seed, stage, 0, g, PRECISION_FP32, model->first_unit,
-                 model->last_unit, init, tm->once_spans, tm->num_once_spans);
+    create_range(z, model, &model->cfg, seed, stage, 0, g, precision, model->first_unit, model->last_unit,
+                 init, tm->once_spans, tm->num_once_spans);
     z->sum_group = sum_group;
     free(init);
 }
@@ -634,7 +637,10 @@ void zero_checkpoint_layout(const Zero *z, CkptLayout *l) {
 
 void zero_stage_checkpoint_layout(const Zero *z, const TensorParallelModel *tm, CkptLayout *l) {
     const GPT *m = z->model;
-    ckpt_set_buffer(l, CKPT_PARAMS, z->params, z->numel, 0);
+    if (z->half) /* the weights of record: the fp32 master weights, laid out as the moments */
+        ckpt_set_buffer(l, CKPT_PARAMS, z->master, z->shard_n, 0);
+    else
+        ckpt_set_buffer(l, CKPT_PARAMS, z->params, z->numel, 0);
     ckpt_set_buffer(l, CKPT_ADAM_M, z->opt.m, z->shard_n, 0);
     ckpt_set_buffer(l, CKPT_ADAM_V, z->opt.v, z->shard_n, 0);
     ParamTable whole;
@@ -651,9 +657,11 @@ void zero_stage_checkpoint_layout(const Zero *z, const TensorParallelModel *tm, 
             size_t g = tensor_parallel_global_index(w, kind, r, tp, e), at = t->offset - z->param_first + e;
             for (n = 1; e + n < t->numel && tensor_parallel_global_index(w, kind, r, tp, e + n) == g + n;)
                 n++;
-            ckpt_hold(l, CKPT_PARAMS, w->offset + g, n, at, z->rank == 0 && counted); /* held whole */
+            if (!z->half)
+                ckpt_hold(l, CKPT_PARAMS, w->offset + g, n, at, z->rank == 0 && counted); /* whole */
             size_t lo = at > first ? at : first, hi = at + n < first + count ? at + n : first + count;
-            for (int a = CKPT_ADAM_M; a <= CKPT_ADAM_V && lo < hi; a++) /* the moments: this rank's slice */
+            for (int a = z->half ? CKPT_PARAMS : CKPT_ADAM_M; a <= CKPT_ADAM_V && lo < hi;
+                 a++) /* the shard's */
                 ckpt_hold(l, a, w->offset + g + (lo - at), hi - lo, slice_offset(z, t->layer) + (lo - first),
                           counted);
         }

@@ -169,14 +169,14 @@ void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t
  * its data-parallel group g; the norm's sums are added over sum_group (the
  * world, where every replica's stages hold the model once per replica). */
 void zero_create_stage(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, CommGroup *g,
-                       CommGroup *sum_group);
+                       CommGroup *sum_group, Precision precision);
 /* The same over a tensor-parallel rank's slices of a stage (tensor_parallel.h:
  * tm built with tp->caller_storage): ZeRO shards what this rank holds, each
  * unit's slices, over g; the norm counts the replicated tensors on tp rank 0
  * only (tm's once_spans), so that the sum over sum_group counts every
  * parameter of the model once. The initial values are tm's. */
 void zero_create_slices(Zero *z, TensorParallelModel *tm, uint64_t seed, int stage, CommGroup *g,
-                        CommGroup *sum_group);
+                        CommGroup *sum_group, Precision precision);
 void zero_destroy(Zero *z);
 
 /* The hooks of this stage's forward and backward (NULL for stages 0 and 1 in fp32). */

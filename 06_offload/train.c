@@ -44,8 +44,7 @@
  * slices, as Megatron's distributed optimizer does) over its dp group
  * (--zero 0 is chapter 04 itself). Refused: stage 3 across stages (every
  * stage would re-gather its parameters for every micro-batch, as DeepSpeed
- * says), and, not written yet, stage 3 with --tp and, with stages or --tp,
- * 16 bits and stage 2 under zb-h1.
+ * says), and, not written yet, stage 3 with --tp and stage 2 under zb-h1.
  *
  * This chapter: ZeRO-Offload (offload.h). --offload keeps stage 2's
  * partitioning (--zero 2, its default there) with the optimizer moved off
@@ -189,13 +188,10 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
               "one-stage trainer over whole units, and a tensor-parallel stage keeps its slices bound "
               "for the whole step (valid: --zero 0-2)",
               T);
-    if (f->zero > 0 && (P > 1 || T > 1) && !f->offload.offload &&
-        (cfg->precision != PRECISION_FP32 ||
-         (f->zero == 2 && strcmp(f->pipe.schedule, "zb-h1") == 0))) /* zb-h1's W runs without hooks */
+    if (f->zero == 2 && P > 1 && strcmp(f->pipe.schedule, "zb-h1") == 0 && !f->offload.offload)
         fatal(EXIT_USAGE,
-              "--zero %d with --pp %d --tp %d runs in fp32 (stage 2: without zb-h1) only, yet (valid: "
-              "--zero 0, or --pp 1 --tp 1)",
-              f->zero, P, T);
+              "--zero 2 with --schedule zb-h1 is not written yet: its backward split into B and W "
+              "runs without the hooks that reduce-scatter each unit (valid: --zero 1, or gpipe, 1f1b)");
     pipeline_check_world(cfg, &f->pipe, &f->model);
     if (P == 1 && T == 1 && !f->offload.offload &&
         (cfg->batch < D * M || cfg->batch % (D * M))) /* ZeRO's step over the world */

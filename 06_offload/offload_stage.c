@@ -123,3 +123,38 @@ void offload_finish(Pipeline *p, Run *run, const ProcessGrid *grid, int dpu_warm
                "trace.json in %s",
                peak_host / BYTES_PER_MIB, pcie_bytes / ran / BYTES_PER_MIB, cfg->out);
 }
+
+void offload_stage_begin_step(OffloadStage *s, int step) {
+    if (s->offload)
+        offload_begin_step(&s->off, step + 1);
+    else
+        zero_stage_begin_step(&s->replicas, step);
+}
+
+double offload_stage_sum_gradients(OffloadStage *s, double *busy_ms) {
+    if (!s->offload) return zero_stage_sum_gradients(&s->replicas, busy_ms);
+    offload_finish_grads(&s->off);
+    return 0.0;
+}
+
+void offload_stage_columns(OffloadStage *s, double *columns) {
+    columns[0] = s->off.bytes_d2h;
+    columns[1] = s->off.bytes_h2d;
+    s->pcie_bytes += s->off.bytes_d2h + s->off.bytes_h2d;
+}
+
+void offload_stage_finish(OffloadStage *s, Pipeline *p, Run *run, const ProcessGrid *grid,
+                          size_t whole_params, const char *schedule, double *bubbles, double bubble_theory,
+                          int zero, const OffloadFlags *f) {
+    if (s->offload)
+        offload_finish(p, run, grid, f->dpu ? f->dpu_warmup : -1, s->pcie_bytes);
+    else
+        pipeline_finish(p, run, grid, whole_params, schedule, bubbles, bubble_theory, zero);
+}
+
+void offload_stage_destroy(OffloadStage *s) {
+    if (s->offload)
+        offload_destroy(&s->off);
+    else
+        zero_stage_destroy(&s->replicas);
+}

@@ -334,11 +334,11 @@ static void update_weights(Offload *off, const OffloadFlags *of, DelayedUpdate *
 
 /* The offloaded update of step `step` (0-based): the decision from the host
  * shards (offload_stage.h), then update_weights. Returns 1 when skipped. */
-static int offload_step(Offload *off, Run *run, const OffloadFlags *of, DelayedUpdate *delayed,
-                        const OptimHyper *hyper, int step, double *grad_norm) {
+static int offload_step(OffloadStage *st, Run *run, const OffloadFlags *of, const OptimHyper *hyper, int step,
+                        double *grad_norm) {
     OffloadUpdate update;
-    int skipped = offload_decide(off, run, hyper, step + 1, grad_norm, &update);
-    update_weights(off, of, delayed, step, step + 1 == run->last_step, &update, skipped);
+    int skipped = offload_decide(&st->off, run, hyper, step + 1, grad_norm, &update);
+    update_weights(&st->off, of, &st->delayed, step, step + 1 == run->last_step, &update, skipped);
     return skipped;
 }
 
@@ -387,15 +387,13 @@ int main(int argc, char **argv) {
     size_t whole_params = layout.tensor ? p.tpm.global_params : p.model.num_params; /* the whole model's */
     /* the stage's replicas: 04's all-reduce and AdamW, or ZeRO 1-2 (zero_stage.h); or with --offload
      * (offload.h) its 16-bit weights on the device and this rank's shard of the rest on the host */
-    ZeroStage replicas = {0};
-    Offload off = {0};
-    DelayedUpdate delayed = {0}; /* --dpu */
-    double bubble_theory = 0.0, pcie_bytes = 0.0;
+    OffloadStage st = {.offload = offload};
+    double bubble_theory = 0.0;
     if (offload) {
-        offload_stage_create(&off, &p, &grid, &run, PROGRAM, &flags.offload); /* --resume, the header */
+        offload_stage_create(&st.off, &p, &grid, &run, PROGRAM, &flags.offload); /* --resume, the header */
     } else {
-        zero_stage_create(&replicas, &p, flags.zero, dp, &grid, model_group, run.world);
-        zero_stage_resume(&replicas, &run, PROGRAM, &grid, flags.pipe.schedule); /* and rank 0's weights */
+        zero_stage_create(&st.replicas, &p, flags.zero, dp, &grid, model_group, run.world);
+        zero_stage_resume(&st.replicas, &run, PROGRAM, &grid, flags.pipe.schedule); /* and rank 0's weights */
         bubble_theory = pipeline_log_layout(&p, PROGRAM, &grid, dp->dp_mode, dp->allreduce, whole_params,
                                             flags.pipe.schedule, blocks); /* and the formula's bubble */
     }
@@ -406,19 +404,13 @@ int main(int argc, char **argv) {
         RunStep s = run_step_begin(&run, step); /* all ranks together: one time origin for the timeline */
 
         /* ---- the schedule: every micro-batch's forward and backward, and the messages ---- */
-        if (offload)
-            offload_begin_step(&off, step + 1); /* each unit's gradient leaves for the host as it is done */
-        else
-            zero_stage_begin_step(&replicas, step);
+        offload_stage_begin_step(&st, step); /* --offload: each unit's gradient leaves for the host */
         pipeline_run_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
         if (!offload) bubbles[step] = pipeline_measure_bubble(&p.times, &grid, run.world); /* run.csv's */
 
         /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
-        double comm_ms = p.times.comm_ms;
-        if (offload)
-            offload_finish_grads(&off); /* the copies in flight, added into the host's fp32 shard */
-        else
-            comm_ms += zero_stage_sum_gradients(&replicas, &s.comm_busy_ms);
+        /* (--offload: the copies in flight, added into the host's fp32 shard) */
+        double comm_ms = p.times.comm_ms + offload_stage_sum_gradients(&st, &s.comm_busy_ms);
         s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
 
@@ -430,42 +422,34 @@ int main(int argc, char **argv) {
         s.rec.lr = hyper.lr;
         mixed_fault_overflow(&p.mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
         if (offload) /* the norm from the ranks' host shards; AdamW on the host (--dpu: next step) */
-            s.skipped = offload_step(&off, &run, &flags.offload, &delayed, &hyper, step, &s.rec.grad_norm);
+            s.skipped = offload_step(&st, &run, &flags.offload, &hyper, step, &s.rec.grad_norm);
         else
-            s.skipped = zero_stage_update(&replicas, &run.scaler, &hyper, step + 1, &s.rec.grad_norm,
+            s.skipped = zero_stage_update(&st.replicas, &run.scaler, &hyper, step + 1, &s.rec.grad_norm,
                                           &comm_ms, &s.comm_busy_ms);
-        pcie_bytes += off.bytes_d2h + off.bytes_h2d;
         s.rec.opt_ms = timer_stop_ms(&timer);
         s.rec.comm_ms = comm_ms;
 
         /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
         s.rec.fwd_ms = p.times.fwd_ms;
         s.rec.bwd_ms = p.times.bwd_ms;
-        s.columns[0] = off.bytes_d2h; /* the bytes over PCIe */
-        s.columns[1] = off.bytes_h2d;
+        offload_stage_columns(&st, s.columns); /* the bytes over PCIe */
         int evaluate = run_step_done(&run, &s);
         log_busy(busy_csv, run.world, &s, comm_ms); /* busy.csv */
-        zero_stage_check_replicas(&replicas, dp->check_replicas, step + 1);
+        zero_stage_check_replicas(&st.replicas, dp->check_replicas, step + 1);
         if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
         if (flags.offload.dpu && run_save_due(&run, &s))
-            offload_finish_delayed(&off, &delayed); /* saved with it */
+            offload_finish_delayed(&st.off, &st.delayed); /* saved with it */
         run_step_log(&run, &s);
     }
     if (rank == 0) out_close(busy_csv);
     if (cfg.sample > 0) pipeline_sample(&p, cfg.sample, &run.rng);
 
     /* ---- timeline, run summary and memory: every rank's peaks, gathered on rank 0 ---- */
-    if (offload)
-        offload_finish(&p, &run, &grid, flags.offload.dpu ? flags.offload.dpu_warmup : -1, pcie_bytes);
-    else
-        pipeline_finish(&p, &run, &grid, whole_params, flags.pipe.schedule, bubbles, bubble_theory,
-                        flags.zero);
+    offload_stage_finish(&st, &p, &run, &grid, whole_params, flags.pipe.schedule, bubbles, bubble_theory,
+                         flags.zero, &flags.offload); /* --offload: run.csv's offload columns */
 
     free(bubbles);
-    if (offload)
-        offload_destroy(&off);
-    else
-        zero_stage_destroy(&replicas);
+    offload_stage_destroy(&st);
     pipeline_destroy(&p);
     comm_group_free(model_group);
     grid_destroy(&grid);

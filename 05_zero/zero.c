@@ -328,31 +328,36 @@ static void *upload_state(Zero *z, Category cat, const float *host, size_t n, co
     return dev;
 }
 
-/* The norm's spans (zero_grad_shards): this rank's slice of each unit, within
- * the held elements it counts (counted: tensor parallelism's tensors, the
- * replicated ones on tp rank 0 only; NULL: all of them), in the gradient
- * buffer's coordinates: the whole held buffer at stage 1, the shard at 2. */
-static void build_norm_spans(Zero *z, const GradSpan *counted, int num_counted) {
-    GradSpan all = {0, z->numel, 0};
-    if (!counted) counted = &all, num_counted = 1;
-    z->norm_spans = xcalloc((size_t)(z->last_unit - z->first_unit + 1) * num_counted, sizeof(GradSpan));
-    for (int u = z->first_unit; u <= z->last_unit; u++) {
-        size_t first, count;
-        slice_elements(z, u, &first, &count);
+int shard_norm_spans(const ParamTable *t, int first_unit, int last_unit, size_t param_first, int rank,
+                     int ranks, const GradSpan *counted, int num_counted, int in_shard, GradSpan **spans) {
+    GradSpan all = {0, 0, 0};
+    if (!counted) { /* every held element: the range's */
+        const ParamUnit *last = table_unit(t, last_unit);
+        all.count = last->offset + last->numel - param_first;
+        counted = &all, num_counted = 1;
+    }
+    int n = 0;
+    *spans = xcalloc((size_t)(last_unit - first_unit + 1) * num_counted, sizeof(GradSpan));
+    for (int u = first_unit; u <= last_unit; u++) {
+        size_t first, count; /* this rank's slice of unit u, in the held elements */
+        shard_slice_elements(t, u, rank, ranks, &first, &count);
+        first -= param_first;
+        size_t at_shard = shard_unit_offset(t, u, ranks) - shard_unit_offset(t, first_unit, ranks);
         for (int c = 0; c < num_counted; c++) { /* the slice and a counted span overlap in [lo, hi) */
             size_t lo = first > counted[c].first ? first : counted[c].first;
             size_t end = counted[c].first + counted[c].count, hi = first + count < end ? first + count : end;
             if (lo >= hi && counted != &all) continue;
-            size_t at = z->stage == 1 ? lo : slice_offset(z, u) + (lo - first);
-            z->norm_spans[z->num_norm_spans++] = (GradSpan){at, hi > lo ? hi - lo : 0, 0};
+            size_t at = in_shard ? at_shard + (lo - first) : lo;
+            (*spans)[n++] = (GradSpan){at, hi > lo ? hi - lo : 0, 0};
         }
     }
+    return n;
 }
 
 /* The state of units first_unit..last_unit of model (the whole model, or a
  * pipeline stage's units, whose table and range the caller has set; init:
  * their initial values, held elements in table order, or NULL: from seed),
- * the norm counting what `counted` says (build_norm_spans). */
+ * the norm counting what `counted` says (shard_norm_spans). */
 static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, int prefetch,
                          CommGroup *g, Precision precision, int first_unit, int last_unit, const float *init,
                          const GradSpan *counted, int num_counted) {
@@ -386,7 +391,9 @@ static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t s
     for (int u = first_unit; u <= last_unit; u++) z->shard_n += slice_numel(z, u);
     if (whole_model) z->shard_n = shard_numel(table_of(z), z->ranks);
     z->max_unit = max_slice * z->ranks;
-    if (stage == 1 || (stage == 2 && counted)) build_norm_spans(z, counted, num_counted);
+    if (stage == 1 || (stage == 2 && counted)) /* stage 1: in the whole gradient buffer; 2: the shard */
+        z->num_norm_spans = shard_norm_spans(table_of(z), first_unit, last_unit, z->param_first, z->rank,
+                                             z->ranks, counted, num_counted, stage == 2, &z->norm_spans);
 
     /* initial values: the whole model (stages 0-2) and this rank's shard (stages 1-3) */
     float *whole = NULL, *shard = NULL;
@@ -635,38 +642,44 @@ void zero_checkpoint_layout(const Zero *z, CkptLayout *l) {
                            z->ranks, 0);
 }
 
-void zero_stage_checkpoint_layout(const Zero *z, const TensorParallelModel *tm, CkptLayout *l) {
-    const GPT *m = z->model;
-    if (z->half) /* the weights of record: the fp32 master weights, laid out as the moments */
-        ckpt_set_buffer(l, CKPT_PARAMS, z->master, z->shard_n, 0);
-    else
-        ckpt_set_buffer(l, CKPT_PARAMS, z->params, z->numel, 0);
-    ckpt_set_buffer(l, CKPT_ADAM_M, z->opt.m, z->shard_n, 0);
-    ckpt_set_buffer(l, CKPT_ADAM_V, z->opt.v, z->shard_n, 0);
+void shard_checkpoint_layout(CkptLayout *l, const GPT *m, int rank, int ranks, const TensorParallelModel *tm,
+                             float *params, float *shard_params, float *adam_m, float *adam_v, size_t shard_n,
+                             int on_host) {
+    const ParamTable *t = &m->table;
+    ckpt_set_buffer(l, CKPT_PARAMS, params ? params : shard_params, params ? m->param_count : shard_n,
+                    on_host);
+    ckpt_set_buffer(l, CKPT_ADAM_M, adam_m, shard_n, on_host);
+    ckpt_set_buffer(l, CKPT_ADAM_V, adam_v, shard_n, on_host);
     ParamTable whole;
     param_table_build(&whole, &m->cfg);
     int r = tm ? tm->tp->rank : 0, tp = tm ? tm->tp->size : 1;
     for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
-        const ParamTensor *t = &m->tensors[i], *w = &whole.tensors[i];
-        if (t->layer < z->first_unit || t->layer > z->last_unit) continue; /* another stage's */
+        const ParamTensor *x = &m->tensors[i], *w = &whole.tensors[i];
+        if (x->layer < m->first_unit || x->layer > m->last_unit) continue; /* another stage's */
         SliceKind kind = tm ? tm->slice[i] : SLICE_NONE;
         int counted = kind != SLICE_NONE || r == 0; /* a replicated tensor: its tp rank 0 writes */
         size_t first, count; /* this rank's dp slice of the tensor's unit, in the held elements */
-        slice_elements(z, t->layer, &first, &count);
-        for (size_t e = 0, n; e < t->numel; e += n) { /* runs contiguous in the slice and the whole tensor */
-            size_t g = tensor_parallel_global_index(w, kind, r, tp, e), at = t->offset - z->param_first + e;
-            for (n = 1; e + n < t->numel && tensor_parallel_global_index(w, kind, r, tp, e + n) == g + n;)
+        shard_slice_elements(t, x->layer, rank, ranks, &first, &count);
+        first -= m->param_first;
+        size_t slice_at = shard_unit_offset(t, x->layer, ranks) - shard_unit_offset(t, m->first_unit, ranks);
+        for (size_t e = 0, n; e < x->numel; e += n) { /* runs contiguous in the slice and the whole tensor */
+            size_t g = tensor_parallel_global_index(w, kind, r, tp, e), at = x->offset - m->param_first + e;
+            for (n = 1; e + n < x->numel && tensor_parallel_global_index(w, kind, r, tp, e + n) == g + n;)
                 n++;
-            if (!z->half)
-                ckpt_hold(l, CKPT_PARAMS, w->offset + g, n, at, z->rank == 0 && counted); /* whole */
+            if (params) ckpt_hold(l, CKPT_PARAMS, w->offset + g, n, at, rank == 0 && counted); /* whole */
             size_t lo = at > first ? at : first, hi = at + n < first + count ? at + n : first + count;
-            for (int a = z->half ? CKPT_PARAMS : CKPT_ADAM_M; a <= CKPT_ADAM_V && lo < hi;
+            for (int a = params ? CKPT_ADAM_M : CKPT_PARAMS; a <= CKPT_ADAM_V && lo < hi;
                  a++) /* the shard's */
-                ckpt_hold(l, a, w->offset + g + (lo - at), hi - lo, slice_offset(z, t->layer) + (lo - first),
-                          counted);
+                ckpt_hold(l, a, w->offset + g + (lo - at), hi - lo, slice_at + (lo - first), counted);
         }
     }
     param_table_free(&whole);
+}
+
+void zero_stage_checkpoint_layout(const Zero *z, const TensorParallelModel *tm, CkptLayout *l) {
+    /* in 16 bits the weights of record are the fp32 master weights, laid out as the moments */
+    shard_checkpoint_layout(l, z->model, z->rank, z->ranks, tm, z->half ? NULL : z->params,
+                            z->half ? z->master : NULL, z->opt.m, z->opt.v, z->shard_n, 0);
 }
 
 void zero_weights_from_master(Zero *z) {

@@ -4,7 +4,8 @@
  * With --offload, a stage's units get their storage from the offload (the
  * Pipeline is built with caller_storage, as for 05's ZeRO): 16-bit weights
  * on the device, this rank's shard of the fp32 master weights, Adam's
- * moments and gradients on the host, over the stage's data-parallel group.
+ * moments and gradients on the host, over the stage's data-parallel group
+ * (with --tp, the shard of its tensor slices of the stage's units).
  * These functions are the offloaded counterparts of zero_stage.h's: build
  * and resume, the run's header line, the step's decision, the summary. */
 #ifndef OFFLOAD_STAGE_H
@@ -26,9 +27,9 @@ typedef struct {
 } OffloadFlags;
 extern const Flag offload_flags[];
 /* --dpu and its options without what they need, and with --offload what its
- * layout cannot give (--zero other than 2, --tp > 1, the interleaved and
- * zb-h1 schedules), each refused in one line that says why (EXIT_USAGE). */
-void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, int tp, const char *schedule,
+ * layout cannot give (--zero other than 2, the interleaved and zb-h1
+ * schedules), each refused in one line that says why (EXIT_USAGE). */
+void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, const char *schedule,
                          const char *program);
 
 /* The delayed update's state between steps: the update waiting for its turn

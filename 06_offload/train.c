@@ -61,9 +61,10 @@
  *   --dpu: the host update runs during the next step's forward and backward
  *
  * Without the delayed update the losses are chapter 01's in the same
- * precision: the host computes the same AdamW on the same sums. Refused
- * with --offload, saying why: --zero other than 2, --tp > 1, and the
- * interleaved and zb-h1 schedules; without it this is chapter 05. */
+ * precision: the host computes the same AdamW on the same sums. With --tp
+ * each rank's host shard is of its tensor slices. Refused with --offload,
+ * saying why: --zero other than 2, and the interleaved and zb-h1
+ * schedules; without it this is chapter 05. */
 #include "comm.h"
 #include "config.h"
 #include "data_parallel.h"
@@ -164,7 +165,7 @@ static void effective_pipeline_flags(const Config *cfg, void *values) {
 static void check_pipeline_layout(const Config *cfg, const void *values) {
     const Flags *f = values;
     int P = f->pipe.pp, T = f->model.tp, D = f->model.dp, M = cfg->micro;
-    offload_check_flags(cfg, &f->offload, f->zero, T, f->pipe.schedule, PROGRAM); /* first: why, if at all */
+    offload_check_flags(cfg, &f->offload, f->zero, f->pipe.schedule, PROGRAM); /* first: why, if at all */
     const char *replica_flags[] = {"--dp-mode",       "--allreduce", "--bucket-mb", "--check-replicas",
                                    "--print-buckets", "--virtual",   NULL}; /* 04's whole replicas, chunks */
     for (const char **name = replica_flags; *name && (f->zero > 0 || (P == 1 && T == 1)); name++)

@@ -10,8 +10,8 @@
 # as Megatron's distributed optimizer does, and the gradient norm counts the
 # tp-replicated tensors once); what is not written (or unsound) is refused.
 # 06 is 05 plus ZeRO-Offload: without --offload it is 05 (every layout), and
-# --offload runs 05's pipeline layouts (uneven --split, any stage count)
-# with the optimizer on the host, equal to 01 too.
+# --offload runs 05's pipeline layouts (uneven --split, any stage count,
+# --tp) with the optimizer on the host, equal to 01 too.
 
 load helpers
 
@@ -269,6 +269,28 @@ assert_norms_match() {
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/ztp" 4
     run06 2 "$(scratch)/v2" --zero 0 --pp 2 --schedule interleaved --virtual 2 --micro 2
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/v2" 4
+}
+
+@test "06 --offload --tp 2 on 4 ranks: the host holds 1/dp of each rank's slices' state; 01's losses and norms, and its checkpoint resumes in 01" {
+    local d="$(scratch)"
+    run06 4 "$d/tp" --offload --tp 2 --micro 2 --stop-after 2 --save "$d/ck"
+    mkdir "$d/ref12" # steps 1-2 of the uninterrupted run
+    head -3 "$BATS_FILE_TMPDIR/ref/steps.csv" >"$d/ref12/steps.csv"
+    assert_losses_match "$d/ref12" "$d/tp" 2
+    assert_norms_match "$d/ref12" "$d/tp" 2
+    grep -q "4 ranks = 1 stages x 2 tensor-parallel x 2 replicas" "$d/tp.log"
+    "$TRAIN01" $FLAGS --resume "$d/ck" --out "$d/one" >/dev/null
+    mkdir "$d/ref" # steps 3-4 of the uninterrupted run
+    { echo loss; csv_column "$BATS_FILE_TMPDIR/ref/steps.csv" loss | tail -2; } >"$d/ref/steps.csv"
+    assert_losses_within "$d/ref" "$d/one" 2 1e-5
+    V=256 T=64 C=64
+    held=$(((V + T) * C + 4 * (6 * C * C + 19 * C / 2) + 2 * C + V * C)) # tp 2: each rank's slices
+    host_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "host" && $3 == c { print $4 }' "$1/memory.csv"; }
+    for r in 0 1 2 3; do
+        assert_equal "$(device_bytes "$d/tp" $r params)" "$((4 * held))"
+        assert_equal "$(host_bytes "$d/tp" $r grads)" "$((4 * held / 2))"
+        assert_equal "$(host_bytes "$d/tp" $r optimizer)" "$((12 * held / 2))" # master, m, v
+    done
 }
 
 @test "06 --offload takes 05's pipeline layouts: uneven --split 3,1 on 2 stages and 3 stages on 3 ranks match single-device losses" {

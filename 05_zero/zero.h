@@ -164,10 +164,11 @@ void zero_create(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int
 /* The same in `precision` (fp32: zero_create). */
 void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage,
                            int prefetch, CommGroup *g, Precision precision);
-/* Stages 1-2 in fp32 for a pipeline stage's units (chapter 04's Pipeline
- * with caller_storage: model holds the table and the stage's range), over
- * its data-parallel group g; the norm's sums are added over sum_group (the
- * world, where every replica's stages hold the model once per replica). */
+/* Stages 1-2 in `precision` for a pipeline stage's units (chapter 04's
+ * Pipeline with caller_storage: model holds the table and the stage's
+ * range), over its data-parallel group g; the norm's sums are added over
+ * sum_group (the world, where every replica's stages hold the model once
+ * per replica). */
 void zero_create_stage(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, CommGroup *g,
                        CommGroup *sum_group, Precision precision);
 /* The same over a tensor-parallel rank's slices of a stage (tensor_parallel.h:

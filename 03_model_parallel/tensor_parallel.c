@@ -264,31 +264,26 @@ void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uin
         if (!replicated || tp->rank == 0) tm->once_spans[tm->num_once_spans++] = span;
     }
 
-    /* parameters: each local element starts from its whole tensor's value */
-    size_t bytes = m->param_count * sizeof(float);
-    float *host = xmalloc(bytes);
-    for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
-        const ParamTensor *t = &m->tensors[i];
-        if (!holds(tm, t->layer)) continue;
-        for (size_t e = 0; e < t->numel; e++)
-            host[held_offset(tm, t) + e] = param_init_value(
-                t, seed,
-                tensor_parallel_global_index(&whole.tensors[i], tm->slice[i], tp->rank, tp->size, e));
-    }
-    if (precision != PRECISION_FP32) {
-        mixed_create_chunks(&tm->mixed, m, first_units, last_units, chunks, host, precision_format(precision));
-    } else {
-        if (chunks == 1)
-            gpt_alloc_range(m, tm->first_unit, tm->last_unit); /* this rank's slices of the held units */
-        else
-            alloc_runs(m, tm);
-        copy_to_device(m->params, host, bytes);
-    }
     tp->matmuls = m; /* the parallel layers' matmuls: 16-bit inputs under mixed precision */
     tm->m = m;
     tm->mx = &tm->mixed;
-    free(host);
     param_table_free(&whole);
+    if (!tp->caller_storage) { /* parameters: each local element starts from its whole tensor's value */
+        size_t bytes = m->param_count * sizeof(float);
+        float *host = xmalloc(bytes);
+        tp_initial_values(tm, seed, host);
+        if (precision != PRECISION_FP32) {
+            mixed_create_chunks(&tm->mixed, m, first_units, last_units, chunks, host,
+                                precision_format(precision));
+        } else {
+            if (chunks == 1)
+                gpt_alloc_range(m, tm->first_unit, tm->last_unit); /* this rank's slices of the held units */
+            else
+                alloc_runs(m, tm);
+            copy_to_device(m->params, host, bytes);
+        }
+        free(host);
+    }
 
     size_t floats = carve_scratch(tm, NULL, B, T);
     carve_scratch(tm, mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, floats * sizeof(float), "activation gradients"),
@@ -298,6 +293,21 @@ void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uin
 void tp_model_create_range(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp,
                            int first_unit, int last_unit, int B, int T, int recompute, Precision precision) {
     tp_model_create_chunks(tm, cfg, seed, tp, &first_unit, &last_unit, 1, B, T, recompute, precision);
+}
+
+void tp_initial_values(const TensorParallelModel *tm, uint64_t seed, float *host) {
+    const GPT *m = tm->m;
+    ParamTable whole;
+    param_table_build(&whole, &m->cfg);
+    for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
+        const ParamTensor *t = &m->tensors[i];
+        if (!holds(tm, t->layer)) continue;
+        for (size_t e = 0; e < t->numel; e++)
+            host[held_offset(tm, t) + e] = param_init_value(
+                t, seed,
+                tensor_parallel_global_index(&whole.tensors[i], tm->slice[i], tm->tp->rank, tm->tp->size, e));
+    }
+    param_table_free(&whole);
 }
 
 void tp_model_move(TensorParallelModel *tm, GPT *model, MixedModel *mixed) {

@@ -47,6 +47,8 @@ typedef struct {
     double comm_ms;     /* time spent in the group's all-reduces, accumulated (the caller resets it) */
     const GPT *matmuls; /* whose matmul precision the parallel layers follow (gpt_linear_forward:
                            16-bit inputs under mixed precision); NULL: fp32 */
+    int caller_storage; /* 1: tp_model_create_range builds the local table and range only, and
+                           the caller binds the slices' storage (chapter 05's ZeRO) */
 } TensorGroup;
 
 /* How a tensor of the table is divided over the group. */
@@ -115,6 +117,10 @@ void tp_model_create_range(TensorParallelModel *tm, const ModelConfig *cfg, uint
 void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp,
                             const int *first_units, const int *last_units, int chunks, int B, int T,
                             int recompute, Precision precision);
+/* The initial values of the held slices (model.param_count of them, in the
+ * local table's order) into host: what tp_model_create_range stores, for a
+ * caller that gives the slices its own storage (tp->caller_storage). */
+void tp_initial_values(const TensorParallelModel *tm, uint64_t seed, float *host);
 /* The model and its 16-bit storage move to *model and *mixed (a stage's own
  * fields, which the pipeline passes to model.c): the blocks read the views
  * that the storage binds there. */

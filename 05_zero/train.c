@@ -39,11 +39,12 @@
  * DeepSpeed's pipeline engine takes stage 1 only), 3 the parameters too
  * (each unit gathered before its forward and its backward, freed after;
  * --prefetch K, --print-schedule). One stage with tp 1 (dp = the world) runs
- * ZeRO's own step at stages 0-3; more stages run 04's schedule with zero.c's
- * hooks and update (--zero 0 is chapter 04 itself). Refused: stage 3 across
- * stages (every stage would re-gather its parameters for every micro-batch,
- * as DeepSpeed says), and, not written yet, ZeRO over tensor-parallel slices
- * and, with stages, 16 bits, checkpoints and stage 2 under zb-h1. */
+ * ZeRO's own step at stages 0-3; more stages, or --tp, run 04's schedule with
+ * zero.c's hooks and update, each rank sharding what it holds (with --tp its
+ * slices, as Megatron's distributed optimizer does) over its dp group
+ * (--zero 0 is chapter 04 itself). Refused: stage 3 across stages (every
+ * stage would re-gather its parameters for every micro-batch, as DeepSpeed
+ * says), and, not written yet, stage 3 with --tp and stage 2 under zb-h1. */
 #include "comm.h"
 #include "config.h"
 #include "data_parallel.h"
@@ -139,14 +140,18 @@ static void effective_pipeline_flags(const Config *cfg, void *values) {
 static void check_pipeline_layout(const Config *cfg, const void *values) {
     const Flags *f = values;
     int P = f->pipe.pp, T = f->model.tp, D = f->model.dp, M = cfg->micro;
-    const char *replica_flags[] = {"--dp-mode",       "--allreduce", "--bucket-mb", "--check-replicas",
-                                   "--print-buckets", "--virtual",   NULL}; /* 04's whole replicas, chunks */
+    const char *replica_flags[] = {"--dp-mode",        "--allreduce",     "--bucket-mb",
+                                   "--check-replicas", "--print-buckets", NULL}; /* 04's whole replicas */
     for (const char **name = replica_flags; *name && (f->zero > 0 || (P == 1 && T == 1)); name++)
         if (flag_given(cfg, *name))
             fatal(EXIT_USAGE,
                   "%s is chapter 04's, for whole replicas; ZeRO keeps them here (valid: --zero 0 "
                   "with --pp > 1 or --tp > 1)",
                   *name);
+    if (flag_given(cfg, "--virtual") && (f->zero > 0 || (P == 1 && T == 1)))
+        fatal(EXIT_USAGE,
+              "--virtual (interleaved chunks) with ZeRO is not written yet: a stage's shards are one "
+              "range of units, and its chunks are not (valid: --zero 0 with --pp > 1)");
     if (flag_given(cfg, "--prefetch") && f->zero != 3)
         fatal(EXIT_USAGE, "--prefetch needs --zero 3 (only stage 3 gathers parameters)");
     if (f->pipe.print_schedule && P == 1 && T == 1 && f->zero != 3)
@@ -156,18 +161,16 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
               "--zero 3 with --pp %d is refused: every stage would re-gather its parameters for every "
               "micro-batch's forward and backward (DeepSpeed refuses it too; valid: --zero 0-2)",
               P);
-    if (f->zero > 0 && T > 1)
+    if (f->zero == 3 && T > 1)
         fatal(EXIT_USAGE,
-              "--zero %d with --tp %d is not written yet: zero.c shards whole units, not "
-              "tensor-parallel slices (valid: --zero 0, or --tp 1)",
-              f->zero, T);
-    if (f->zero > 0 && P > 1 &&
-        (cfg->precision != PRECISION_FP32 || flag_given(cfg, "--save") || flag_given(cfg, "--resume") ||
-         (f->zero == 2 && strcmp(f->pipe.schedule, "zb-h1") == 0))) /* zb-h1's W runs without hooks */
+              "--zero 3 with --tp %d is not written: stage 3's gather/free schedule runs in ZeRO's "
+              "one-stage trainer over whole units, and a tensor-parallel stage keeps its slices bound "
+              "for the whole step (valid: --zero 0-2)",
+              T);
+    if (f->zero == 2 && P > 1 && strcmp(f->pipe.schedule, "zb-h1") == 0)
         fatal(EXIT_USAGE,
-              "--zero %d with --pp %d runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, "
-              "yet (valid: --zero 0, or --pp 1)",
-              f->zero, P);
+              "--zero 2 with --schedule zb-h1 is not written yet: its backward split into B and W "
+              "runs without the hooks that reduce-scatter each unit (valid: --zero 1, or gpipe, 1f1b)");
     pipeline_check_world(cfg, &f->pipe, &f->model);
     if (P == 1 && T == 1 && (cfg->batch < D * M || cfg->batch % (D * M))) /* ZeRO's step over the world */
         fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
@@ -321,7 +324,8 @@ int main(int argc, char **argv) {
     layout.data = &run.data;
     layout.B = per_rank / M; /* sequences per micro-batch */
     layout.T = cfg.model.seq;
-    layout.tensor = grid.tp > 1 ? &tensor : NULL; /* tensor parallelism inside the stage */
+    layout.tensor = grid.tp > 1 ? &tensor : NULL;  /* tensor parallelism inside the stage */
+    tensor.caller_storage = layout.caller_storage; /* ZeRO binds the slices' storage too */
     Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
     pipeline_create(&p, &layout, &schedule, cfg.seed);
     size_t whole_params = layout.tensor ? p.tpm.global_params : p.model.num_params; /* the whole model's */

@@ -328,18 +328,50 @@ static void *upload_state(Zero *z, Category cat, const float *host, size_t n, co
     return dev;
 }
 
+int shard_norm_spans(const ParamTable *t, int first_unit, int last_unit, size_t param_first, int rank,
+                     int ranks, const GradSpan *counted, int num_counted, int in_shard, GradSpan **spans) {
+    GradSpan all = {0, 0, 0};
+    if (!counted) { /* every held element: the range's */
+        const ParamUnit *last = table_unit(t, last_unit);
+        all.count = last->offset + last->numel - param_first;
+        counted = &all, num_counted = 1;
+    }
+    int n = 0;
+    *spans = xcalloc((size_t)(last_unit - first_unit + 1) * num_counted, sizeof(GradSpan));
+    for (int u = first_unit; u <= last_unit; u++) {
+        size_t first, count; /* this rank's slice of unit u, in the held elements */
+        shard_slice_elements(t, u, rank, ranks, &first, &count);
+        first -= param_first;
+        size_t at_shard = shard_unit_offset(t, u, ranks) - shard_unit_offset(t, first_unit, ranks);
+        for (int c = 0; c < num_counted; c++) { /* the slice and a counted span overlap in [lo, hi) */
+            size_t lo = first > counted[c].first ? first : counted[c].first;
+            size_t end = counted[c].first + counted[c].count, hi = first + count < end ? first + count : end;
+            if (lo >= hi && counted != &all) continue;
+            size_t at = in_shard ? at_shard + (lo - first) : lo;
+            (*spans)[n++] = (GradSpan){at, hi > lo ? hi - lo : 0, 0};
+        }
+    }
+    return n;
+}
+
 /* The state of units first_unit..last_unit of model (the whole model, or a
- * pipeline stage's units, whose table and range the caller has set). */
+ * pipeline stage's units, whose table and range the caller has set; init:
+ * their initial values, held elements in table order, or NULL: from seed),
+ * the norm counting what `counted` says (shard_norm_spans). */
 static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, int prefetch,
-                         CommGroup *g, Precision precision, int first_unit, int last_unit) {
+                         CommGroup *g, Precision precision, int first_unit, int last_unit, const float *init,
+                         const GradSpan *counted, int num_counted) {
     *z = (Zero){
         .stage = stage, .prefetch = prefetch, .group = g, .sum_group = g, .model = model, .current = 1};
     z->rank = comm_rank(g);
     z->ranks = comm_size(g);
     z->half = precision != PRECISION_FP32;
-    int whole_model = first_unit == LAYER_EMBEDDING && last_unit == cfg->layers;
+    int whole_model = !init && first_unit == LAYER_EMBEDDING && last_unit == cfg->layers;
     if (z->half) {
-        mixed_units_create(&z->mixed, model, cfg, precision_format(precision));
+        if (whole_model)
+            mixed_units_create(&z->mixed, model, cfg, precision_format(precision));
+        else /* the caller's table: a stage's units, or a tp rank's slices of them */
+            mixed_units_create_range(&z->mixed, model, first_unit, last_unit, precision_format(precision));
         z->dtype = precision == PRECISION_BF16 ? COMM_BF16 : COMM_F16;
     } else {
         if (whole_model) {
@@ -359,20 +391,18 @@ static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t s
     for (int u = first_unit; u <= last_unit; u++) z->shard_n += slice_numel(z, u);
     if (whole_model) z->shard_n = shard_numel(table_of(z), z->ranks);
     z->max_unit = max_slice * z->ranks;
-    if (stage == 1) { /* the norm: this rank's slice of each unit, in the whole gradient buffer */
-        z->num_norm_spans = last_unit - first_unit + 1;
-        z->norm_spans = xcalloc(z->num_norm_spans, sizeof(GradSpan));
-        for (int u = z->first_unit; u <= z->last_unit; u++) {
-            GradSpan *span = &z->norm_spans[u - first_unit];
-            slice_elements(z, u, &span->first, &span->count);
-        }
-    }
+    if (stage == 1 || (stage == 2 && counted)) /* stage 1: in the whole gradient buffer; 2: the shard */
+        z->num_norm_spans = shard_norm_spans(table_of(z), first_unit, last_unit, z->param_first, z->rank,
+                                             z->ranks, counted, num_counted, stage == 2, &z->norm_spans);
 
     /* initial values: the whole model (stages 0-2) and this rank's shard (stages 1-3) */
     float *whole = NULL, *shard = NULL;
     if (stage < 3) {
         whole = xmalloc(P * sizeof(float));
-        param_init_range(table_of(z), seed, whole, z->param_first, P);
+        if (init)
+            memcpy(whole, init, P * sizeof(float));
+        else
+            param_init_range(table_of(z), seed, whole, z->param_first, P);
     }
     if (stage > 0 && whole_model) {
         shard = xmalloc(z->shard_n * sizeof(float));
@@ -441,16 +471,31 @@ static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t s
 
 void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage,
                            int prefetch, CommGroup *g, Precision precision) {
-    create_range(z, model, cfg, seed, stage, prefetch, g, precision, LAYER_EMBEDDING, cfg->layers);
+    create_range(z, model, cfg, seed, stage, prefetch, g, precision, LAYER_EMBEDDING, cfg->layers, NULL, NULL,
+                 0);
 }
 
 void zero_create_stage(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, CommGroup *g,
-                       CommGroup *sum_group) {
+                       CommGroup *sum_group, Precision precision) {
     if (stage < 1 || stage > 2 || model->first_unit > model->last_unit)
         fatal(EXIT_RUNTIME, "zero_create_stage: stage %d of units %d..%d (valid: stages 1-2, a set range)",
               stage, model->first_unit, model->last_unit);
-    create_range(z, model, cfg, seed, stage, 0, g, PRECISION_FP32, model->first_unit, model->last_unit);
+    create_range(z, model, cfg, seed, stage, 0, g, precision, model->first_unit, model->last_unit, NULL, NULL,
+                 0);
     z->sum_group = sum_group;
+}
+
+void zero_create_slices(Zero *z, TensorParallelModel *tm, uint64_t seed, int stage, CommGroup *g,
+                        CommGroup *sum_group, Precision precision) {
+    GPT *model = tm->m;
+    if (stage < 1 || stage > 2 || model->params)
+        fatal(EXIT_RUNTIME, "zero_create_slices: stage %d (valid: 1-2, slices without storage)", stage);
+    float *init = xmalloc(model->param_count * sizeof(float));
+    tp_initial_values(tm, seed, init); /* this rank's slices of the whole model's values */
+    create_range(z, model, &model->cfg, seed, stage, 0, g, precision, model->first_unit, model->last_unit,
+                 init, tm->once_spans, tm->num_once_spans);
+    z->sum_group = sum_group;
+    free(init);
 }
 
 void zero_create(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, int prefetch,
@@ -531,7 +576,7 @@ void zero_sync_grads(Zero *z) {
 GradShards zero_grad_shards(const Zero *z) {
     GradShards g = {.grads = z->grads, .grads16 = z->grads16, .format = z->mixed.format};
     g.held = z->stage >= 2 ? z->shard_n : z->numel; /* stages 2-3: the padding holds zeros */
-    if (z->stage == 1) {
+    if (z->norm_spans) {                            /* stage 1, or with tensor slices 2 */
         g.spans = z->norm_spans;
         g.num_spans = z->num_norm_spans;
     }
@@ -595,6 +640,46 @@ void zero_checkpoint_layout(const Zero *z, CkptLayout *l) {
     else
         ckpt_layout_shards(l, table_of(z), z->first_unit, last_unit(z), z->master, o->m, o->v, z->rank,
                            z->ranks, 0);
+}
+
+void shard_checkpoint_layout(CkptLayout *l, const GPT *m, int rank, int ranks, const TensorParallelModel *tm,
+                             float *params, float *shard_params, float *adam_m, float *adam_v, size_t shard_n,
+                             int on_host) {
+    const ParamTable *t = &m->table;
+    ckpt_set_buffer(l, CKPT_PARAMS, params ? params : shard_params, params ? m->param_count : shard_n,
+                    on_host);
+    ckpt_set_buffer(l, CKPT_ADAM_M, adam_m, shard_n, on_host);
+    ckpt_set_buffer(l, CKPT_ADAM_V, adam_v, shard_n, on_host);
+    ParamTable whole;
+    param_table_build(&whole, &m->cfg);
+    int r = tm ? tm->tp->rank : 0, tp = tm ? tm->tp->size : 1;
+    for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
+        const ParamTensor *x = &m->tensors[i], *w = &whole.tensors[i];
+        if (x->layer < m->first_unit || x->layer > m->last_unit) continue; /* another stage's */
+        SliceKind kind = tm ? tm->slice[i] : SLICE_NONE;
+        int counted = kind != SLICE_NONE || r == 0; /* a replicated tensor: its tp rank 0 writes */
+        size_t first, count; /* this rank's dp slice of the tensor's unit, in the held elements */
+        shard_slice_elements(t, x->layer, rank, ranks, &first, &count);
+        first -= m->param_first;
+        size_t slice_at = shard_unit_offset(t, x->layer, ranks) - shard_unit_offset(t, m->first_unit, ranks);
+        for (size_t e = 0, n; e < x->numel; e += n) { /* runs contiguous in the slice and the whole tensor */
+            size_t g = tensor_parallel_global_index(w, kind, r, tp, e), at = x->offset - m->param_first + e;
+            for (n = 1; e + n < x->numel && tensor_parallel_global_index(w, kind, r, tp, e + n) == g + n;)
+                n++;
+            if (params) ckpt_hold(l, CKPT_PARAMS, w->offset + g, n, at, rank == 0 && counted); /* whole */
+            size_t lo = at > first ? at : first, hi = at + n < first + count ? at + n : first + count;
+            for (int a = params ? CKPT_ADAM_M : CKPT_PARAMS; a <= CKPT_ADAM_V && lo < hi;
+                 a++) /* the shard's */
+                ckpt_hold(l, a, w->offset + g + (lo - at), hi - lo, slice_at + (lo - first), counted);
+        }
+    }
+    param_table_free(&whole);
+}
+
+void zero_stage_checkpoint_layout(const Zero *z, const TensorParallelModel *tm, CkptLayout *l) {
+    /* in 16 bits the weights of record are the fp32 master weights, laid out as the moments */
+    shard_checkpoint_layout(l, z->model, z->rank, z->ranks, tm, z->half ? NULL : z->params,
+                            z->half ? z->master : NULL, z->opt.m, z->opt.v, z->shard_n, 0);
 }
 
 void zero_weights_from_master(Zero *z) {

@@ -74,6 +74,7 @@
 #include "model.h"
 #include "optim.h"
 #include "optimizer_step.h"
+#include "tensor_parallel.h"
 #include "timeline.h"
 
 #include <stddef.h>
@@ -114,7 +115,8 @@ typedef struct {
     AdamW opt;      /* stage 0: every element; stages 1-3: the shard's */
     size_t shard_n; /* shard_numel of the table for N ranks */
     size_t max_unit;      /* the largest padded unit, N * S */
-    GradSpan *norm_spans; /* stage 1: this rank's slice of each unit in the whole gradient buffer */
+    GradSpan *norm_spans; /* stage 1: this rank's slice of each unit in the whole gradient buffer;
+                             with tensor slices, stage 2 too: in the shard (shard_norm_spans) */
     int num_norm_spans;
 
     /* bf16/fp16 (half): params16 and grads16 laid out as params and grads
@@ -162,12 +164,20 @@ void zero_create(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int
 /* The same in `precision` (fp32: zero_create). */
 void zero_create_precision(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage,
                            int prefetch, CommGroup *g, Precision precision);
-/* Stages 1-2 in fp32 for a pipeline stage's units (chapter 04's Pipeline
- * with caller_storage: model holds the table and the stage's range), over
- * its data-parallel group g; the norm's sums are added over sum_group (the
- * world, where every replica's stages hold the model once per replica). */
+/* Stages 1-2 in `precision` for a pipeline stage's units (chapter 04's
+ * Pipeline with caller_storage: model holds the table and the stage's
+ * range), over its data-parallel group g; the norm's sums are added over
+ * sum_group (the world, where every replica's stages hold the model once
+ * per replica). */
 void zero_create_stage(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t seed, int stage, CommGroup *g,
-                       CommGroup *sum_group);
+                       CommGroup *sum_group, Precision precision);
+/* The same over a tensor-parallel rank's slices of a stage (tensor_parallel.h:
+ * tm built with tp->caller_storage): ZeRO shards what this rank holds, each
+ * unit's slices, over g; the norm counts the replicated tensors on tp rank 0
+ * only (tm's once_spans), so that the sum over sum_group counts every
+ * parameter of the model once. The initial values are tm's. */
+void zero_create_slices(Zero *z, TensorParallelModel *tm, uint64_t seed, int stage, CommGroup *g,
+                        CommGroup *sum_group, Precision precision);
 void zero_destroy(Zero *z);
 
 /* The hooks of this stage's forward and backward (NULL for stages 0 and 1 in fp32). */
@@ -214,10 +224,34 @@ double zero_evaluate_and_sample(Zero *z, float *whole, Activations *acts, Scratc
  * stages 0-2, this rank's shard at 3); in 16 bits the master weights, which
  * sit where the moments do (whole at stage 0, this rank's shard above). */
 void zero_checkpoint_layout(const Zero *z, CkptLayout *l);
+/* The same for zero_create_stage's and zero_create_slices' state (fp32):
+ * the held units (tm: this rank's tensor slices of them, as
+ * tp_checkpoint_layout maps them; NULL: whole) are written by dp rank 0,
+ * Adam's m and v by the rank whose shard holds them; a tensor that every
+ * tp rank holds whole, by tp rank 0 only. Every rank reads what it holds. */
+void zero_stage_checkpoint_layout(const Zero *z, const TensorParallelModel *tm, CkptLayout *l);
+/* What it uses, for any rank of a dp group that shards the held units of m
+ * (its range: a stage's; tm: this rank's tensor slices of them, or NULL):
+ * the weights held whole (params, written by dp rank 0) or in the shard
+ * (shard_params, written by their owner, as adam_m and adam_v are, each
+ * shard_n elements); on_host: the buffers are host memory (chapter 06). */
+void shard_checkpoint_layout(CkptLayout *l, const GPT *m, int rank, int ranks, const TensorParallelModel *tm,
+                             float *params, float *shard_params, float *adam_m, float *adam_v, size_t shard_n,
+                             int on_host);
 /* 16 bits, after a checkpoint was read into the master weights: round the
  * 16-bit parameters from them (stages 1-2: this rank's slices, then every
  * unit all-gathered, as after an update). Nothing to do in fp32. */
 void zero_weights_from_master(Zero *z);
+
+/* The norm's spans of a rank's shard (optimizer_step.h's GradSpan) over
+ * units first_unit..last_unit of table t, held from element param_first on:
+ * its slice of each unit, within the held elements it counts (counted:
+ * tensor parallelism's tensors, the replicated ones on tp rank 0 only,
+ * tp_grad_shards_once; NULL: all of them), in the held buffer's coordinates,
+ * or with in_shard in the shard's. Returns their number; *spans xcalloc'ed.
+ * ZeRO's stages and chapter 06's host shard use it. */
+int shard_norm_spans(const ParamTable *t, int first_unit, int last_unit, size_t param_first, int rank,
+                     int ranks, const GradSpan *counted, int num_counted, int in_shard, GradSpan **spans);
 
 /* Stage 3's schedule for units -1..L and prefetch K (xcalloc'ed). */
 int zero_schedule(int layers, int prefetch, ZeroAction **actions);

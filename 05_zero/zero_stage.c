@@ -11,8 +11,12 @@ void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFl
                        const ProcessGrid *grid, CommGroup *model_group, CommGroup *world) {
     *s = (ZeroStage){.zero = zero, .p = p, .model_group = model_group, .world = world};
     const Config *cfg = p->layout.cfg;
-    if (zero) { /* the norm's sums over the world: every stage's slices */
-        zero_create_stage(&s->z, &p->model, &cfg->model, cfg->seed, zero, grid->dp_group, world);
+    if (zero && p->layout.tensor) { /* each unit's tp slices sharded; the norm counts each parameter once */
+        zero_create_slices(&s->z, &p->tpm, cfg->seed, zero, grid->dp_group, world, cfg->precision);
+        p->model.storage = zero_hooks(&s->z); /* around each unit; the tp blocks stay p->hooks */
+    } else if (zero) {                        /* the norm's sums over the world: every stage's slices */
+        zero_create_stage(&s->z, &p->model, &cfg->model, cfg->seed, zero, grid->dp_group, world,
+                          cfg->precision);
         p->hooks = zero_hooks(&s->z);
     } else {
         adamw_create(&s->opt, p->model.param_count); /* only the parameters this rank holds */
@@ -34,12 +38,18 @@ void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const Proces
     Pipeline *p = s->p;
     ckpt_layout_init(&run->ckpt, "%s: pp %d x tp %d x dp %d, %s", program, grid->pp, grid->tp, grid->dp,
                      schedule); /* replica d writes share d */
-    if (p->layout.tensor)
+    if (s->zero)                /* the held units or slices; the moments of this rank's dp shard */
+        zero_stage_checkpoint_layout(&s->z, p->layout.tensor ? &p->tpm : NULL, &run->ckpt);
+    else if (p->layout.tensor)
         tp_checkpoint_layout(&p->tpm, &s->opt, grid->d, &run->ckpt); /* this stage's slices */
-    else if (!s->zero)
+    else
         ckpt_layout_range(&run->ckpt, &p->model, &s->opt, grid->d, grid->dp); /* this stage's units */
-    if (run_resume(run, &s->opt.t) && p->layout.cfg->precision != PRECISION_FP32)
-        mixed_weights_from_master(&p->mixed); /* the checkpoint: fp32 */
+    if (run_resume(run, s->zero ? &s->z.opt.t : &s->opt.t) && p->layout.cfg->precision != PRECISION_FP32) {
+        if (s->zero) /* the checkpoint: fp32; the 16-bit weights rounded from it */
+            zero_weights_from_master(&s->z);
+        else
+            mixed_weights_from_master(&p->mixed);
+    }
     if (!s->zero) data_parallel_broadcast_weights(&s->replicas, &p->mixed);
 }
 

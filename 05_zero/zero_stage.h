@@ -9,9 +9,12 @@
  *               what their rank holds (data_parallel.h: --dp-mode naive or
  *               flat), every rank runs AdamW on all of it (optimizer_step.h)
  *   --zero 1-2  zero.c over the stage's data-parallel group: the stage's
- *               units sharded, stage 2's reduce-scatter in the backward hooks
- *               of every micro-batch, the norm summed over the world's ranks,
- *               AdamW on this rank's slices, the units all-gathered again
+ *               units (with --tp, this rank's tensor slices of them: Megatron's
+ *               distributed optimizer) sharded, stage 2's reduce-scatter in
+ *               the backward hooks of every micro-batch, the norm summed over
+ *               the world's ranks (tensors every tp rank holds whole counted
+ *               on tp rank 0), AdamW on this rank's slices, the units
+ *               all-gathered again; fp32 or 16 bits, with checkpoints
  *
  * The step reads the same either way (05's train.c):
  *   zero_stage_begin_step -> pipeline_run_step -> zero_stage_sum_gradients
@@ -44,8 +47,9 @@ void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFl
                        const ProcessGrid *grid, CommGroup *model_group, CommGroup *world);
 void zero_stage_destroy(ZeroStage *s);
 /* What this rank holds of a checkpoint (--zero 0: its stage's units or their
- * slices, replica d writing share d), --resume read into it, and every
- * replica's weights made rank 0's. */
+ * slices, replica d writing share d; 1-2: zero_stage_checkpoint_layout),
+ * --resume read into it, and (--zero 0) every replica's weights made rank
+ * 0's. */
 void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const ProcessGrid *grid,
                        const char *schedule);
 

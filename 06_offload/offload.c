@@ -4,6 +4,7 @@
 #include "cpu_adam.h"
 #include "kernels.h"
 #include "util.h"
+#include "zero.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -168,6 +169,8 @@ GradShards offload_grad_shards(const Offload *o, CommGroup *world) {
     return (GradShards){.grads = o->grads[o->cur],
                         .held = o->shard_n,
                         .kernels = &kernels_cpu,
+                        .spans = o->norm_spans, /* --tp: the replicated tensors on tp rank 0 only */
+                        .num_spans = o->num_norm_spans,
                         .agree = grad_norm_agree,
                         .sum_group = world};
 }
@@ -290,8 +293,12 @@ void offload_update_shard(Offload *o, int grads, const OffloadUpdate *u) {
 /* ---- checkpoints ---- */
 
 void offload_checkpoint_layout(const Offload *o, CkptLayout *l) {
-    ckpt_layout_shards(l, table_of(o), o->first_unit, o->last_unit, o->master, o->m, o->v, o->rank, o->ranks,
-                       1);
+    if (o->slices) /* the shard's elements mapped to the whole tensors */
+        shard_checkpoint_layout(l, o->model, o->rank, o->ranks, o->slices, NULL, o->master, o->m, o->v,
+                                o->shard_n, 1);
+    else
+        ckpt_layout_shards(l, table_of(o), o->first_unit, o->last_unit, o->master, o->m, o->v, o->rank,
+                           o->ranks, 1);
 }
 
 void offload_weights_from_master(Offload *o) {
@@ -303,8 +310,10 @@ void offload_weights_from_master(Offload *o) {
 
 /* ---- building ---- */
 
-void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommGroup *group,
-                    const Config *cfg, int dpu) {
+/* offload_create, with the range's initial values (held elements in table
+ * order) given, or NULL: from cfg->seed. */
+static void create(Offload *o, GPT *model, int first_unit, int last_unit, CommGroup *group, const Config *cfg,
+                   int dpu, const float *initial) {
     memset(o, 0, sizeof *o);
     o->model = model;
     o->first_unit = first_unit;
@@ -354,7 +363,10 @@ void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommG
     /* initial values: the range's weights from (seed, name, index), this rank's
      * slices into the master weights, all of them (rounded) to the device */
     float *init = xmalloc(n * sizeof(float));
-    param_init_range(table_of(o), cfg->seed, init, model->param_first, n);
+    if (initial)
+        memcpy(init, initial, n * sizeof(float));
+    else
+        param_init_range(table_of(o), cfg->seed, init, model->param_first, n);
     for (int u = first_unit; u <= last_unit; u++) {
         size_t first, count;
         shard_slice_elements(table_of(o), u, o->rank, o->ranks, &first, &count);
@@ -383,6 +395,24 @@ void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommG
     model->matmul_format = o->format;
 }
 
+void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommGroup *group,
+                    const Config *cfg, int dpu) {
+    create(o, model, first_unit, last_unit, group, cfg, dpu, NULL);
+}
+
+void offload_create_slices(Offload *o, TensorParallelModel *tm, CommGroup *group, const Config *cfg,
+                           int dpu) {
+    GPT *model = tm->m;
+    float *init = xmalloc(model->param_count * sizeof(float));
+    tp_initial_values(tm, cfg->seed, init); /* this rank's slices of the whole model's values */
+    create(o, model, model->first_unit, model->last_unit, group, cfg, dpu, init);
+    free(init);
+    o->slices = tm;
+    o->num_norm_spans =
+        shard_norm_spans(table_of(o), o->first_unit, o->last_unit, model->param_first, o->rank, o->ranks,
+                         tm->once_spans, tm->num_once_spans, 1, &o->norm_spans);
+}
+
 void offload_attach_timeline(Offload *o, Timeline *timeline, const double *origin_ms) {
     o->timeline = timeline;
     o->origin_ms = origin_ms;
@@ -408,6 +438,7 @@ void offload_destroy(Offload *o) {
     mem_free(o->grads_landing);
     mem_free(o->params16);
     free(o->arrived);
+    free(o->norm_spans);
     if (o->model) o->model->storage = NULL;
     memset(o, 0, sizeof *o);
 }

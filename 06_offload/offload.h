@@ -55,6 +55,7 @@
 #include "half.h"
 #include "model.h"
 #include "optimizer_step.h"
+#include "tensor_parallel.h"
 #include "timeline.h"
 
 #include <pthread.h>
@@ -80,6 +81,9 @@ typedef struct {
     size_t shard_n;    /* elements of this rank's shard of the range (padding included) */
     size_t max_slice;  /* the largest slice S of a unit of the range */
     const Config *cfg;
+    const TensorParallelModel *slices; /* --tp: the units are this rank's tensor slices of them; else NULL */
+    GradSpan *norm_spans; /* --tp: what the norm counts of the shard (zero.h's shard_norm_spans) */
+    int num_norm_spans;
 
     /* ---- device ---- */
     void *params;       /* (param_count) the range's weights in 16 bits (or fp32), CAT_PARAMS */
@@ -128,6 +132,11 @@ typedef struct {
  * model->storage and the model's matmul precision. */
 void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommGroup *group,
                     const Config *cfg, int dpu);
+/* The same over a tensor-parallel rank's slices of a stage (tm built with
+ * tp->caller_storage, tensor_parallel.h): the host shard is this rank's dp
+ * slice of each unit's slices, the initial values are tm's, and the norm
+ * counts the tensors that every tp rank holds whole on tp rank 0 only. */
+void offload_create_slices(Offload *o, TensorParallelModel *tm, CommGroup *group, const Config *cfg, int dpu);
 void offload_destroy(Offload *o);
 /* Add rows to timeline (op "grad_d2h", "cpu_adam", "param_h2d"), in
  * microseconds since *origin_ms. */

@@ -36,7 +36,7 @@ const Flag offload_flags[] = {
 /* --offload offloads stage 2's partitioning of whole units, one range of
  * them per stage, each unit's gradient leaving for the host as its backward
  * ends: what the layout cannot give is refused, saying why. */
-void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, int tp, const char *schedule,
+void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, const char *schedule,
                          const char *program) {
     if (f->dpu && !f->offload)
         fatal(EXIT_USAGE,
@@ -52,11 +52,6 @@ void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, int
               "--zero %d with --offload is unsupported: chapter 06 offloads the stage-2 partitioning "
               "only (valid: --zero 2)",
               zero);
-    if (tp > 1)
-        fatal(EXIT_USAGE,
-              "--offload with --tp %d is not written yet: offload.c shards whole units, not "
-              "tensor-parallel slices (valid: --tp 1)",
-              tp);
     if (strcmp(schedule, "interleaved") == 0)
         fatal(EXIT_USAGE,
               "--schedule interleaved is refused by %s: the offloaded state is one range of "
@@ -70,6 +65,11 @@ void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, int
               program);
 }
 
+/* The whole model's parameters (with --tp the stage's model is a rank's slices). */
+static size_t offload_whole_params(const Pipeline *p) {
+    return p->layout.tensor ? p->tpm.global_params : p->model.num_params;
+}
+
 void offload_finish_delayed(Offload *o, DelayedUpdate *delayed) {
     offload_update_wait(o);
     if (delayed->waiting) offload_update_shard(o, delayed->grads, &delayed->update);
@@ -81,18 +81,23 @@ void offload_stage_create(Offload *o, Pipeline *p, const ProcessGrid *grid, Run 
     const StageLayout *l = &p->layout;
     const Config *cfg = l->cfg;
     int dpu = f->dpu;
-    offload_create(o, &p->model, l->first_unit, l->last_unit, grid->dp_group, cfg, dpu);
+    if (l->tensor) /* this rank's tensor slices of the stage's units, sharded over dp */
+        offload_create_slices(o, &p->tpm, grid->dp_group, cfg, dpu);
+    else
+        offload_create(o, &p->model, l->first_unit, l->last_unit, grid->dp_group, cfg, dpu);
     offload_attach_timeline(o, &p->times.timeline, &p->times.origin_ms);
     /* each rank's host shard of its stage's units (offload.h) */
     ckpt_layout_init(&run->ckpt, "%s: pp %d x dp %d, offload%s", program, grid->pp, grid->dp,
                      dpu ? ", dpu" : "");
     offload_checkpoint_layout(o, &run->ckpt);
     if (run_resume(run, &o->t)) offload_weights_from_master(o); /* the device's weights from the fp32 */
+    char tp[48] = ""; /* --tp: each rank's host shard is of its tensor slices */
+    if (grid->tp > 1) snprintf(tp, sizeof tp, " x %d tensor-parallel", grid->tp);
     log_info(
-        "%s | %d ranks = %d stages x %d replicas | device %s | comm %s | %s | %zu parameters, %zu in this "
+        "%s | %d ranks = %d stages%s x %d replicas | device %s | comm %s | %s | %zu parameters, %zu in this "
         "rank's host shard | batch %d = %d replicas x %d micro-batches x %d sequences%s\n",
-        program, grid->pp * grid->dp, grid->pp, grid->dp, device_name(), comm_transport_name(),
-        precision_name(cfg->precision), p->model.num_params, o->shard_n, cfg->batch, grid->dp, cfg->micro,
+        program, grid->pp * grid->tp * grid->dp, grid->pp, tp, grid->dp, device_name(), comm_transport_name(),
+        precision_name(cfg->precision), offload_whole_params(p), o->shard_n, cfg->batch, grid->dp, cfg->micro,
         p->layout.B, dpu ? (f->dpu_reference ? " | delayed update (reference)" : " | delayed update") : "");
 }
 
@@ -115,11 +120,46 @@ void offload_finish(Pipeline *p, Run *run, const ProcessGrid *grid, int dpu_warm
     snprintf(extra_values, sizeof extra_values, ",%s,1,%d,%d,%.0f,%.0f,%.0f", precision_name(cfg->precision),
              dpu_warmup >= 0, dpu_warmup >= 0 ? dpu_warmup : 0, peak_host, pcie_bytes / ran,
              run->bytes_sent / ran);
-    run_layout(run, grid->dp, 1, grid->pp, 2);
-    run_finish(run, p->model.num_params,
+    run_layout(run, grid->dp, grid->tp, grid->pp, 2);
+    run_finish(run, offload_whole_params(p),
                ",precision,offload,dpu,dpu_warmup,peak_host_bytes,pcie_bytes_per_step,bytes_sent_per_step",
                extra_values,
                "peak host memory %.1f MiB | %.2f MiB over PCIe per rank per step | CSVs, timeline.csv and "
                "trace.json in %s",
                peak_host / BYTES_PER_MIB, pcie_bytes / ran / BYTES_PER_MIB, cfg->out);
+}
+
+void offload_stage_begin_step(OffloadStage *s, int step) {
+    if (s->offload)
+        offload_begin_step(&s->off, step + 1);
+    else
+        zero_stage_begin_step(&s->replicas, step);
+}
+
+double offload_stage_sum_gradients(OffloadStage *s, double *busy_ms) {
+    if (!s->offload) return zero_stage_sum_gradients(&s->replicas, busy_ms);
+    offload_finish_grads(&s->off);
+    return 0.0;
+}
+
+void offload_stage_columns(OffloadStage *s, double *columns) {
+    columns[0] = s->off.bytes_d2h;
+    columns[1] = s->off.bytes_h2d;
+    s->pcie_bytes += s->off.bytes_d2h + s->off.bytes_h2d;
+}
+
+void offload_stage_finish(OffloadStage *s, Pipeline *p, Run *run, const ProcessGrid *grid,
+                          size_t whole_params, const char *schedule, double *bubbles, double bubble_theory,
+                          int zero, const OffloadFlags *f) {
+    if (s->offload)
+        offload_finish(p, run, grid, f->dpu ? f->dpu_warmup : -1, s->pcie_bytes);
+    else
+        pipeline_finish(p, run, grid, whole_params, schedule, bubbles, bubble_theory, zero);
+}
+
+void offload_stage_destroy(OffloadStage *s) {
+    if (s->offload)
+        offload_destroy(&s->off);
+    else
+        zero_stage_destroy(&s->replicas);
 }

@@ -4,7 +4,8 @@
  * With --offload, a stage's units get their storage from the offload (the
  * Pipeline is built with caller_storage, as for 05's ZeRO): 16-bit weights
  * on the device, this rank's shard of the fp32 master weights, Adam's
- * moments and gradients on the host, over the stage's data-parallel group.
+ * moments and gradients on the host, over the stage's data-parallel group
+ * (with --tp, the shard of its tensor slices of the stage's units).
  * These functions are the offloaded counterparts of zero_stage.h's: build
  * and resume, the run's header line, the step's decision, the summary. */
 #ifndef OFFLOAD_STAGE_H
@@ -15,6 +16,7 @@
 #include "harness.h"
 #include "offload.h"
 #include "pipeline.h"
+#include "zero_stage.h"
 
 /* ---- the flags (06's table takes these rows: FLAG_ROWS, config.h) ---- */
 typedef struct {
@@ -25,9 +27,9 @@ typedef struct {
 } OffloadFlags;
 extern const Flag offload_flags[];
 /* --dpu and its options without what they need, and with --offload what its
- * layout cannot give (--zero other than 2, --tp > 1, the interleaved and
- * zb-h1 schedules), each refused in one line that says why (EXIT_USAGE). */
-void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, int tp, const char *schedule,
+ * layout cannot give (--zero other than 2, the interleaved and zb-h1
+ * schedules), each refused in one line that says why (EXIT_USAGE). */
+void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, const char *schedule,
                          const char *program);
 
 /* The delayed update's state between steps: the update waiting for its turn
@@ -59,5 +61,32 @@ int offload_decide(Offload *o, Run *run, const OptimHyper *h, int step, double *
  * offload's columns (the peak host memory over the ranks, the bytes over
  * PCIe and the network per step), memory.csv. dpu_warmup: -1 without --dpu. */
 void offload_finish(Pipeline *p, Run *run, const ProcessGrid *grid, int dpu_warmup, double pcie_bytes);
+
+/* ---- 06's main: a stage's replicas are 05's or offloaded ----
+ * Chosen by --offload for the run, as zero_stage.h chooses between 04's
+ * all-reduce and ZeRO. The offload enters the step where main calls these
+ * (and its own offload_step, the update on the host). */
+typedef struct {
+    int offload;           /* --offload */
+    ZeroStage replicas;    /* without it: chapter 05's (zero_stage.h) */
+    Offload off;           /* with it (offload.h) */
+    DelayedUpdate delayed; /* --dpu: the update waiting for its turn */
+    double pcie_bytes;     /* this rank's bytes over PCIe, every step's */
+} OffloadStage;
+/* Before the step's schedule (step 0-based): with --offload, each unit's
+ * gradient leaves for the host as its backward ends (offload_begin_step). */
+void offload_stage_begin_step(OffloadStage *s, int step);
+/* After it: 05's sum over the replicas (zero_stage_sum_gradients: the
+ * milliseconds waited), or the copies in flight added into the host's fp32
+ * shard (offload_finish_grads). */
+double offload_stage_sum_gradients(OffloadStage *s, double *busy_ms);
+/* After the update: steps.csv's columns d2h_bytes and h2d_bytes, the step's
+ * bytes over PCIe (0 without --offload), counted into the run's. */
+void offload_stage_columns(OffloadStage *s, double *columns);
+/* After the last step: pipeline_finish's run.csv, or offload_finish's. */
+void offload_stage_finish(OffloadStage *s, Pipeline *p, Run *run, const ProcessGrid *grid,
+                          size_t whole_params, const char *schedule, double *bubbles, double bubble_theory,
+                          int zero, const OffloadFlags *f);
+void offload_stage_destroy(OffloadStage *s);
 
 #endif

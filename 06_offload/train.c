@@ -39,11 +39,12 @@
  * DeepSpeed's pipeline engine takes stage 1 only), 3 the parameters too
  * (each unit gathered before its forward and its backward, freed after;
  * --prefetch K, --print-schedule). One stage with tp 1 (dp = the world) runs
- * ZeRO's own step at stages 0-3; more stages run 04's schedule with zero.c's
- * hooks and update (--zero 0 is chapter 04 itself). Refused: stage 3 across
- * stages (every stage would re-gather its parameters for every micro-batch,
- * as DeepSpeed says), and, not written yet, ZeRO over tensor-parallel slices
- * and, with stages, 16 bits, checkpoints and stage 2 under zb-h1.
+ * ZeRO's own step at stages 0-3; more stages, or --tp, run 04's schedule with
+ * zero.c's hooks and update, each rank sharding what it holds (with --tp its
+ * slices, as Megatron's distributed optimizer does) over its dp group
+ * (--zero 0 is chapter 04 itself). Refused: stage 3 across stages (every
+ * stage would re-gather its parameters for every micro-batch, as DeepSpeed
+ * says), and, not written yet, stage 3 with --tp and stage 2 under zb-h1.
  *
  * This chapter: ZeRO-Offload (offload.h). --offload keeps stage 2's
  * partitioning (--zero 2, its default there) with the optimizer moved off
@@ -60,9 +61,10 @@
  *   --dpu: the host update runs during the next step's forward and backward
  *
  * Without the delayed update the losses are chapter 01's in the same
- * precision: the host computes the same AdamW on the same sums. Refused
- * with --offload, saying why: --zero other than 2, --tp > 1, and the
- * interleaved and zb-h1 schedules; without it this is chapter 05. */
+ * precision: the host computes the same AdamW on the same sums. With --tp
+ * each rank's host shard is of its tensor slices. Refused with --offload,
+ * saying why: --zero other than 2, and the interleaved and zb-h1
+ * schedules; without it this is chapter 05. */
 #include "comm.h"
 #include "config.h"
 #include "data_parallel.h"
@@ -163,15 +165,19 @@ static void effective_pipeline_flags(const Config *cfg, void *values) {
 static void check_pipeline_layout(const Config *cfg, const void *values) {
     const Flags *f = values;
     int P = f->pipe.pp, T = f->model.tp, D = f->model.dp, M = cfg->micro;
-    offload_check_flags(cfg, &f->offload, f->zero, T, f->pipe.schedule, PROGRAM); /* first: why, if at all */
-    const char *replica_flags[] = {"--dp-mode",       "--allreduce", "--bucket-mb", "--check-replicas",
-                                   "--print-buckets", "--virtual",   NULL}; /* 04's whole replicas, chunks */
+    offload_check_flags(cfg, &f->offload, f->zero, f->pipe.schedule, PROGRAM); /* first: why, if at all */
+    const char *replica_flags[] = {"--dp-mode",        "--allreduce",     "--bucket-mb",
+                                   "--check-replicas", "--print-buckets", NULL}; /* 04's whole replicas */
     for (const char **name = replica_flags; *name && (f->zero > 0 || (P == 1 && T == 1)); name++)
         if (flag_given(cfg, *name))
             fatal(EXIT_USAGE,
                   "%s is chapter 04's, for whole replicas; ZeRO keeps them here (valid: --zero 0 "
                   "with --pp > 1 or --tp > 1)",
                   *name);
+    if (flag_given(cfg, "--virtual") && (f->zero > 0 || (P == 1 && T == 1)))
+        fatal(EXIT_USAGE,
+              "--virtual (interleaved chunks) with ZeRO is not written yet: a stage's shards are one "
+              "range of units, and its chunks are not (valid: --zero 0 with --pp > 1)");
     if (flag_given(cfg, "--prefetch") && f->zero != 3)
         fatal(EXIT_USAGE, "--prefetch needs --zero 3 (only stage 3 gathers parameters)");
     if (f->pipe.print_schedule && P == 1 && T == 1 && f->zero != 3)
@@ -181,18 +187,16 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
               "--zero 3 with --pp %d is refused: every stage would re-gather its parameters for every "
               "micro-batch's forward and backward (DeepSpeed refuses it too; valid: --zero 0-2)",
               P);
-    if (f->zero > 0 && T > 1)
+    if (f->zero == 3 && T > 1)
         fatal(EXIT_USAGE,
-              "--zero %d with --tp %d is not written yet: zero.c shards whole units, not "
-              "tensor-parallel slices (valid: --zero 0, or --tp 1)",
-              f->zero, T);
-    if (f->zero > 0 && P > 1 && !f->offload.offload &&
-        (cfg->precision != PRECISION_FP32 || flag_given(cfg, "--save") || flag_given(cfg, "--resume") ||
-         (f->zero == 2 && strcmp(f->pipe.schedule, "zb-h1") == 0))) /* zb-h1's W runs without hooks */
+              "--zero 3 with --tp %d is not written: stage 3's gather/free schedule runs in ZeRO's "
+              "one-stage trainer over whole units, and a tensor-parallel stage keeps its slices bound "
+              "for the whole step (valid: --zero 0-2)",
+              T);
+    if (f->zero == 2 && P > 1 && strcmp(f->pipe.schedule, "zb-h1") == 0 && !f->offload.offload)
         fatal(EXIT_USAGE,
-              "--zero %d with --pp %d runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, "
-              "yet (valid: --zero 0, or --pp 1)",
-              f->zero, P);
+              "--zero 2 with --schedule zb-h1 is not written yet: its backward split into B and W "
+              "runs without the hooks that reduce-scatter each unit (valid: --zero 1, or gpipe, 1f1b)");
     pipeline_check_world(cfg, &f->pipe, &f->model);
     if (P == 1 && T == 1 && !f->offload.offload &&
         (cfg->batch < D * M || cfg->batch % (D * M))) /* ZeRO's step over the world */
@@ -335,11 +339,11 @@ static void update_weights(Offload *off, const OffloadFlags *of, DelayedUpdate *
 
 /* The offloaded update of step `step` (0-based): the decision from the host
  * shards (offload_stage.h), then update_weights. Returns 1 when skipped. */
-static int offload_step(Offload *off, Run *run, const OffloadFlags *of, DelayedUpdate *delayed,
-                        const OptimHyper *hyper, int step, double *grad_norm) {
+static int offload_step(OffloadStage *st, Run *run, const OffloadFlags *of, const OptimHyper *hyper, int step,
+                        double *grad_norm) {
     OffloadUpdate update;
-    int skipped = offload_decide(off, run, hyper, step + 1, grad_norm, &update);
-    update_weights(off, of, delayed, step, step + 1 == run->last_step, &update, skipped);
+    int skipped = offload_decide(&st->off, run, hyper, step + 1, grad_norm, &update);
+    update_weights(&st->off, of, &st->delayed, step, step + 1 == run->last_step, &update, skipped);
     return skipped;
 }
 
@@ -381,21 +385,20 @@ int main(int argc, char **argv) {
     layout.data = &run.data;
     layout.B = per_rank / M; /* sequences per micro-batch */
     layout.T = cfg.model.seq;
-    layout.tensor = grid.tp > 1 ? &tensor : NULL; /* tensor parallelism inside the stage */
+    layout.tensor = grid.tp > 1 ? &tensor : NULL;  /* tensor parallelism inside the stage */
+    tensor.caller_storage = layout.caller_storage; /* ZeRO binds the slices' storage too */
     Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
     pipeline_create(&p, &layout, &schedule, cfg.seed);
     size_t whole_params = layout.tensor ? p.tpm.global_params : p.model.num_params; /* the whole model's */
     /* the stage's replicas: 04's all-reduce and AdamW, or ZeRO 1-2 (zero_stage.h); or with --offload
      * (offload.h) its 16-bit weights on the device and this rank's shard of the rest on the host */
-    ZeroStage replicas = {0};
-    Offload off = {0};
-    DelayedUpdate delayed = {0}; /* --dpu */
-    double bubble_theory = 0.0, pcie_bytes = 0.0;
+    OffloadStage st = {.offload = offload};
+    double bubble_theory = 0.0;
     if (offload) {
-        offload_stage_create(&off, &p, &grid, &run, PROGRAM, &flags.offload); /* --resume, the header */
+        offload_stage_create(&st.off, &p, &grid, &run, PROGRAM, &flags.offload); /* --resume, the header */
     } else {
-        zero_stage_create(&replicas, &p, flags.zero, dp, &grid, model_group, run.world);
-        zero_stage_resume(&replicas, &run, PROGRAM, &grid, flags.pipe.schedule); /* and rank 0's weights */
+        zero_stage_create(&st.replicas, &p, flags.zero, dp, &grid, model_group, run.world);
+        zero_stage_resume(&st.replicas, &run, PROGRAM, &grid, flags.pipe.schedule); /* and rank 0's weights */
         bubble_theory = pipeline_log_layout(&p, PROGRAM, &grid, dp->dp_mode, dp->allreduce, whole_params,
                                             flags.pipe.schedule, blocks); /* and the formula's bubble */
     }
@@ -406,19 +409,13 @@ int main(int argc, char **argv) {
         RunStep s = run_step_begin(&run, step); /* all ranks together: one time origin for the timeline */
 
         /* ---- the schedule: every micro-batch's forward and backward, and the messages ---- */
-        if (offload)
-            offload_begin_step(&off, step + 1); /* each unit's gradient leaves for the host as it is done */
-        else
-            zero_stage_begin_step(&replicas, step);
+        offload_stage_begin_step(&st, step); /* --offload: each unit's gradient leaves for the host */
         pipeline_run_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
         if (!offload) bubbles[step] = pipeline_measure_bubble(&p.times, &grid, run.world); /* run.csv's */
 
         /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
-        double comm_ms = p.times.comm_ms;
-        if (offload)
-            offload_finish_grads(&off); /* the copies in flight, added into the host's fp32 shard */
-        else
-            comm_ms += zero_stage_sum_gradients(&replicas, &s.comm_busy_ms);
+        /* (--offload: the copies in flight, added into the host's fp32 shard) */
+        double comm_ms = p.times.comm_ms + offload_stage_sum_gradients(&st, &s.comm_busy_ms);
         s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
 
@@ -430,42 +427,34 @@ int main(int argc, char **argv) {
         s.rec.lr = hyper.lr;
         mixed_fault_overflow(&p.mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
         if (offload) /* the norm from the ranks' host shards; AdamW on the host (--dpu: next step) */
-            s.skipped = offload_step(&off, &run, &flags.offload, &delayed, &hyper, step, &s.rec.grad_norm);
+            s.skipped = offload_step(&st, &run, &flags.offload, &hyper, step, &s.rec.grad_norm);
         else
-            s.skipped = zero_stage_update(&replicas, &run.scaler, &hyper, step + 1, &s.rec.grad_norm,
+            s.skipped = zero_stage_update(&st.replicas, &run.scaler, &hyper, step + 1, &s.rec.grad_norm,
                                           &comm_ms, &s.comm_busy_ms);
-        pcie_bytes += off.bytes_d2h + off.bytes_h2d;
         s.rec.opt_ms = timer_stop_ms(&timer);
         s.rec.comm_ms = comm_ms;
 
         /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
         s.rec.fwd_ms = p.times.fwd_ms;
         s.rec.bwd_ms = p.times.bwd_ms;
-        s.columns[0] = off.bytes_d2h; /* the bytes over PCIe */
-        s.columns[1] = off.bytes_h2d;
+        offload_stage_columns(&st, s.columns); /* the bytes over PCIe */
         int evaluate = run_step_done(&run, &s);
         log_busy(busy_csv, run.world, &s, comm_ms); /* busy.csv */
-        zero_stage_check_replicas(&replicas, dp->check_replicas, step + 1);
+        zero_stage_check_replicas(&st.replicas, dp->check_replicas, step + 1);
         if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
         if (flags.offload.dpu && run_save_due(&run, &s))
-            offload_finish_delayed(&off, &delayed); /* saved with it */
+            offload_finish_delayed(&st.off, &st.delayed); /* saved with it */
         run_step_log(&run, &s);
     }
     if (rank == 0) out_close(busy_csv);
     if (cfg.sample > 0) pipeline_sample(&p, cfg.sample, &run.rng);
 
     /* ---- timeline, run summary and memory: every rank's peaks, gathered on rank 0 ---- */
-    if (offload)
-        offload_finish(&p, &run, &grid, flags.offload.dpu ? flags.offload.dpu_warmup : -1, pcie_bytes);
-    else
-        pipeline_finish(&p, &run, &grid, whole_params, flags.pipe.schedule, bubbles, bubble_theory,
-                        flags.zero);
+    offload_stage_finish(&st, &p, &run, &grid, whole_params, flags.pipe.schedule, bubbles, bubble_theory,
+                         flags.zero, &flags.offload); /* --offload: run.csv's offload columns */
 
     free(bubbles);
-    if (offload)
-        offload_destroy(&off);
-    else
-        zero_stage_destroy(&replicas);
+    offload_stage_destroy(&st);
     pipeline_destroy(&p);
     comm_group_free(model_group);
     grid_destroy(&grid);

@@ -332,8 +332,3 @@ bad06() {
     bad06 --offload --pp 2 --dp 1
     assert_refused "1 ranks cannot hold 2 pipeline stages x --tp 1 x --dp 1 (valid: mpirun -np 2, world = pp x tp x dp)"
 }
-
-@test "06: --offload with tensor parallelism is refused, saying why, before the world's size" {
-    bad06 --offload --tp 2
-    assert_refused "--offload with --tp 2 is not written yet: offload.c shards whole units, not tensor-parallel slices (valid: --tp 1)"
-}

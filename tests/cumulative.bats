@@ -5,10 +5,13 @@
 # gives chapter 01's losses (fp32 within 1e-4, bf16 within 1e-2 of 01's bf16
 # run), and its checkpoints resume in 01's layout and back. 05 is 04 plus
 # ZeRO over the data-parallel axis: stages 1-2 inside each pipeline stage
-# give 01's losses too, and what is not written (or unsound) is refused. 06
-# is 05 plus ZeRO-Offload: without --offload it is 05 (every layout), and
-# --offload runs 05's pipeline layouts (uneven --split, any stage count)
-# with the optimizer on the host, equal to 01 too.
+# give 01's losses too, and their checkpoints resume in 01's layout and back
+# (with --tp, each rank shards its tensor-parallel slices over its dp group,
+# as Megatron's distributed optimizer does, and the gradient norm counts the
+# tp-replicated tensors once); what is not written (or unsound) is refused.
+# 06 is 05 plus ZeRO-Offload: without --offload it is 05 (every layout), and
+# --offload runs 05's pipeline layouts (uneven --split, any stage count,
+# --tp) with the optimizer on the host, equal to 01 too.
 
 load helpers
 
@@ -242,12 +245,76 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     done
 }
 
+# assert_norms_match REF RUN STEPS: the gradient norms agree within 1e-4 (a
+# norm that counted the tp-replicated tensors tp times moves the losses by
+# less than that in 4 steps, the norm by a third).
+assert_norms_match() {
+    run paste -d, <(csv_column "$1/steps.csv" grad_norm) <(csv_column "$2/steps.csv" grad_norm)
+    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" "$3"
+    echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) { print "step " NR ": " $0; bad = 1 } }
+                              END { exit bad }'
+}
+
+@test "05 --zero 1 and --zero 2 with --pp 2 --tp 2 x dp 2 on 8 ranks match single-device losses and norms" {
+    for stage in 1 2; do
+        run05 8 "$(scratch)/z$stage" --zero $stage --pp 2 --tp 2 --micro 2
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/z$stage" 4
+        assert_norms_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/z$stage" 4
+    done
+    assert_equal "$(csv_column "$(scratch)/z2/run.csv" tp),$(csv_column "$(scratch)/z2/run.csv" dp)" "2,2"
+    # stage 2: each rank holds its tp slices of its stage's units, and 1/dp of
+    # their gradients and optimizer state (rank = d x 4 + stage x 2 + t)
+    V=256 T=64 C=64
+    block=$((6 * C * C + 19 * C / 2)) # the matrices and column biases 1/tp, the rest whole
+    stage0=$(((V + T) * C + 2 * block)) stage1=$((2 * block + 2 * C + V * C))
+    for r in 0 1 4 5; do
+        assert_equal "$(device_bytes "$(scratch)/z2" $r params)" "$((4 * stage0))"
+        assert_equal "$(device_bytes "$(scratch)/z2" $r grads)" "$((4 * stage0 / 2))"
+        assert_equal "$(device_bytes "$(scratch)/z2" $r optimizer)" "$((8 * stage0 / 2))"
+    done
+    for r in 2 3 6 7; do
+        assert_equal "$(device_bytes "$(scratch)/z2" $r grads)" "$((4 * stage1 / 2))"
+        assert_equal "$(device_bytes "$(scratch)/z2" $r optimizer)" "$((8 * stage1 / 2))"
+    done
+}
+
+@test "05 --zero 2 --tp 2 on 4 ranks (one stage, dp 2) matches single-device losses and norms" {
+    run05 4 "$(scratch)/tp" --zero 2 --tp 2 --micro 2
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/tp" 4
+    assert_norms_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/tp" 4
+    assert_equal "$(csv_column "$(scratch)/tp/run.csv" pp),$(csv_column "$(scratch)/tp/run.csv" zero)" "1,2"
+}
+
+@test "bf16: 05 --zero 2 --tp 2 on 4 ranks is within 1e-2 of chapter 01's bf16 run; 16-bit slices, 1/dp of their gradients and of the fp32 state" {
+    run05 4 "$(scratch)/bf16" --zero 2 --tp 2 --micro 2 --precision bf16
+    assert_losses_within "$BATS_FILE_TMPDIR/ref_bf16" "$(scratch)/bf16" 4 1e-2
+    V=256 T=64 C=64
+    held=$(((V + T) * C + 4 * (6 * C * C + 19 * C / 2) + 2 * C + V * C)) # tp 2: each rank's slices of the model
+    for r in 0 1 2 3; do
+        assert_equal "$(device_bytes "$(scratch)/bf16" $r params)" "$((2 * held))"
+        assert_equal "$(device_bytes "$(scratch)/bf16" $r grads)" "$((2 * held / 2))"
+        assert_equal "$(device_bytes "$(scratch)/bf16" $r optimizer)" "$((12 * held / 2))" # master, m, v
+    done
+}
+
+@test "a ZeRO-2 checkpoint of pp 2 x tp 2 x dp 2 resumes in chapter 01's layout, and 01's in ZeRO-1 over tp 2 x dp 2" {
+    local d="$(scratch)"
+    run05 8 "$d/first" --zero 2 --pp 2 --tp 2 --micro 2 --stop-after 2 --save "$d/ckz"
+    "$TRAIN01" $FLAGS --resume "$d/ckz" --out "$d/one" >/dev/null
+    "$TRAIN01" $FLAGS --stop-after 2 --save "$d/ck01" --out "$d/first01" >/dev/null
+    run05 4 "$d/back" --zero 1 --tp 2 --micro 2 --resume "$d/ck01"
+    mkdir "$d/ref" # steps 3-4 of the uninterrupted run
+    { echo loss; csv_column "$BATS_FILE_TMPDIR/ref/steps.csv" loss | tail -2; } >"$d/ref/steps.csv"
+    assert_losses_within "$d/ref" "$d/one" 2 1e-5
+    assert_losses_within "$d/ref" "$d/back" 2 1e-5
+}
+
 @test "05 --zero 0 with --pp 2 --tp 2 is chapter 04's step, and matches single-device losses" {
     run05 4 "$(scratch)/z0" --zero 0 --pp 2 --tp 2 --micro 2 --dp-mode naive
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/z0" 4
 }
 
-@test "05 refuses ZeRO-3 across pipeline stages with DeepSpeed's reason, and what is not written yet in one line" {
+@test "05 refuses ZeRO-3 across pipeline stages with DeepSpeed's reason, ZeRO-3 with tp, and what is not written yet in one line" {
     refused05() {
         run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 4 '$TRAIN05' $FLAGS $*"
         assert_equal "$status" 2
@@ -255,24 +322,48 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     }
     refused05 --zero 3 --pp 2
     [[ "$stderr" == *"--zero 3 with --pp 2 is refused: every stage would re-gather its parameters for every micro-batch's forward and backward"* ]]
-    refused05 --zero 1 --tp 2
-    [[ "$stderr" == *"--zero 1 with --tp 2 is not written yet"* ]]
-    refused05 --zero 2 --pp 2 --precision bf16
-    [[ "$stderr" == *"--zero 2 with --pp 2 runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, yet"* ]]
+    refused05 --zero 3 --tp 2
+    [[ "$stderr" == *"--zero 3 with --tp 2 is not written: stage 3's gather/free schedule runs in ZeRO's one-stage trainer"* ]]
     refused05 --zero 2 --pp 2 --micro 2 --schedule zb-h1
-    [[ "$stderr" == *"--zero 2 with --pp 2 runs in fp32 without --save and --resume (stage 2: nor zb-h1) only, yet"* ]]
+    [[ "$stderr" == *"--zero 2 with --schedule zb-h1 is not written yet: its backward split into B and W runs without the hooks"* ]]
     refused05 --zero 1 --pp 2 --dp-mode naive
     [[ "$stderr" == *"--dp-mode is chapter 04's, for whole replicas"* ]]
+    refused05 --zero 1 --pp 2 --micro 2 --schedule interleaved --virtual 2
+    [[ "$stderr" == *"--virtual (interleaved chunks) with ZeRO is not written yet: a stage's shards are one range of units"* ]]
 }
 
-@test "06 without --offload is chapter 05: ZeRO-1 over 2 stages, pp 2 x tp 2, and interleaved stages match single-device losses" {
+@test "06 without --offload is chapter 05: ZeRO-1 over 2 stages and over tp slices, pp 2 x tp 2, and interleaved stages match single-device losses" {
     run06 4 "$(scratch)/z1" --zero 1 --pp 2 --micro 2
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/z1" 4
     run06 4 "$(scratch)/tp" --zero 0 --pp 2 --tp 2 --micro 2 --dp-mode naive
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/tp" 4
     assert_equal "$(csv_column "$(scratch)/tp/run.csv" tp),$(csv_column "$(scratch)/tp/run.csv" zero)" "2,0"
+    run06 4 "$(scratch)/ztp" --zero 1 --tp 2 --micro 2 # ZeRO over the tp slices
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/ztp" 4
     run06 2 "$(scratch)/v2" --zero 0 --pp 2 --schedule interleaved --virtual 2 --micro 2
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/v2" 4
+}
+
+@test "06 --offload --tp 2 on 4 ranks: the host holds 1/dp of each rank's slices' state; 01's losses and norms, and its checkpoint resumes in 01" {
+    local d="$(scratch)"
+    run06 4 "$d/tp" --offload --tp 2 --micro 2 --stop-after 2 --save "$d/ck"
+    mkdir "$d/ref12" # steps 1-2 of the uninterrupted run
+    head -3 "$BATS_FILE_TMPDIR/ref/steps.csv" >"$d/ref12/steps.csv"
+    assert_losses_match "$d/ref12" "$d/tp" 2
+    assert_norms_match "$d/ref12" "$d/tp" 2
+    grep -q "4 ranks = 1 stages x 2 tensor-parallel x 2 replicas" "$d/tp.log"
+    "$TRAIN01" $FLAGS --resume "$d/ck" --out "$d/one" >/dev/null
+    mkdir "$d/ref" # steps 3-4 of the uninterrupted run
+    { echo loss; csv_column "$BATS_FILE_TMPDIR/ref/steps.csv" loss | tail -2; } >"$d/ref/steps.csv"
+    assert_losses_within "$d/ref" "$d/one" 2 1e-5
+    V=256 T=64 C=64
+    held=$(((V + T) * C + 4 * (6 * C * C + 19 * C / 2) + 2 * C + V * C)) # tp 2: each rank's slices
+    host_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "host" && $3 == c { print $4 }' "$1/memory.csv"; }
+    for r in 0 1 2 3; do
+        assert_equal "$(device_bytes "$d/tp" $r params)" "$((4 * held))"
+        assert_equal "$(host_bytes "$d/tp" $r grads)" "$((4 * held / 2))"
+        assert_equal "$(host_bytes "$d/tp" $r optimizer)" "$((12 * held / 2))" # master, m, v
+    done
 }
 
 @test "06 --offload takes 05's pipeline layouts: uneven --split 3,1 on 2 stages and 3 stages on 3 ranks match single-device losses" {

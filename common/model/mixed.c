@@ -93,6 +93,11 @@ void mixed_units_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, Half
     units_workspaces(mm);
 }
 
+void mixed_units_create_range(MixedModel *mm, GPT *model, int first_unit, int last_unit, HalfFormat format) {
+    units_range(mm, model, first_unit, last_unit, format);
+    units_workspaces(mm);
+}
+
 void mixed_create_units(MixedModel *mm, GPT *model, int first_unit, int last_unit, const float *initial,
                         HalfFormat format) {
     mixed_create_chunks(mm, model, &first_unit, &last_unit, 1, initial, format);

@@ -141,6 +141,9 @@ void half_fault_overflow(uint16_t *grads, HalfFormat format, int step);
 /* The table of cfg, the two fp32 workspaces and 16-bit matmuls; no 16-bit
  * buffers, no master weights, no storage hooks (model->params stays NULL). */
 void mixed_units_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, HalfFormat format);
+/* The same for units first_unit..last_unit of model, whose table is built
+ * (a pipeline stage's, or a tensor-parallel rank's local table). */
+void mixed_units_create_range(MixedModel *mm, GPT *model, int first_unit, int last_unit, HalfFormat format);
 /* Bind unit to the workspace holding `params` (the unit's 16-bit weights, in
  * table order) in fp32, and, with_grads, to the zeroed gradient workspace. */
 void mixed_unit_in(MixedModel *mm, int unit, const uint16_t *params, int with_grads);

@@ -21,7 +21,9 @@ technique that honestly needs more gets an entry in EXCEPTIONS, with the
 reason, which the table prints beside it.
 
 course.md opens each chapter with its row of the table and, folded under it
-(a <details> block), the whole diff of train.c, between
+(a <details> block), the whole diff of train.c as a student copy has it
+(exercises.py's stubs in place of the answers, which course.md must not
+show: tests/exercise_leaks.py), between
     <!-- chapter diff NN -->  and  <!-- end chapter diff NN -->
 (NN the later chapter of the pair): --write-course writes them, --check-course
 says whether they are current, so that neither the numbers nor the diff in
@@ -32,6 +34,8 @@ import difflib
 import os
 import re
 import sys
+
+from exercises import stub_regions
 
 BUDGET = {"removed": 30, "added": 150}
 # "NN_name": (removed, added, why): a chapter allowed more than BUDGET, and why.
@@ -67,10 +71,20 @@ def own_files(repo, chapter):
                   if f.endswith((".c", ".h")) and f != "train.c" and not f.endswith("bench.c"))
 
 
-def diff(repo, a, b, name_a, name_b):
-    """(unified diff text, lines removed, lines added) from a/name_a to b/name_b."""
+def student_view(lines, path):
+    """The lines as a student copy has them: every exercise's answer replaced by its stub
+    (exercises.py), so that the diff course.md shows gives no answer away."""
+    text, _ = stub_regions("".join(lines), path, None)
+    return text.splitlines(keepends=True)
+
+
+def diff(repo, a, b, name_a, name_b, student=False):
+    """(unified diff text, lines removed, lines added) from a/name_a to b/name_b; student:
+    of the files as a student copy has them (exercise answers stubbed)."""
     old = read_lines(os.path.join(repo, a, name_a)) if name_a else []
     new = read_lines(os.path.join(repo, b, name_b))
+    if student:
+        old, new = student_view(old, f"{a}/{name_a}"), student_view(new, f"{b}/{name_b}")
     lines = list(difflib.unified_diff(old, new, f"{a}/{name_a}" if name_a else "/dev/null", f"{b}/{name_b}", n=3))
     removed = sum(1 for l in lines if l.startswith("-") and not l.startswith("---"))
     added = sum(1 for l in lines if l.startswith("+") and not l.startswith("+++"))
@@ -85,6 +99,7 @@ def pairs(repo):
     for a, b in zip(names, names[1:]):
         text, removed, added = diff(repo, a, b, "train.c", "train.c")
         train_text = text
+        student_text, student_removed, student_added = diff(repo, a, b, "train.c", "train.c", student=True)
         own_removed = own_added = 0
         own_text = []
         for f in own_files(repo, b):
@@ -93,7 +108,7 @@ def pairs(repo):
             own_text.append(t)
         rows.append({"from": a, "to": b, "removed": removed, "added": added, "own_removed": own_removed,
                      "own_added": own_added, "own": own_files(repo, b), "text": text + "".join(own_text),
-                     "train_text": train_text})
+                     "train_text": train_text, "student": (student_text, student_removed, student_added)})
     return rows
 
 
@@ -119,10 +134,13 @@ def table(rows):
 
 
 def course_block(row):
-    """A pair's row of the table, then its train.c diff folded under a summary line."""
+    """A pair's row of the table, then its train.c diff folded under a summary line: the diff
+    as a student copy shows it, each exercise's answer replaced by its stub."""
+    text, removed, added = row["student"]
+    stubbed = " (as your student copy has them: exercise answers stubbed)" if text != row["train_text"] else ""
     return (table([row]) + "\n<details><summary>The diff: <code>diff -u " + f"{row['from']}/train.c "
-            f"{row['to']}/train.c</code> ({row['removed']} lines removed, {row['added']} added)</summary>\n\n"
-            "```diff\n" + row["train_text"] + "```\n\n</details>\n")
+            f"{row['to']}/train.c</code>{stubbed} ({removed} lines removed, {added} added)</summary>\n\n"
+            "```diff\n" + text + "```\n\n</details>\n")
 
 
 def course_blocks(rows, text):

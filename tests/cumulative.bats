@@ -278,11 +278,13 @@ assert_norms_match() {
     done
 }
 
-@test "05 --zero 2 --tp 2 on 4 ranks (one stage, dp 2) matches single-device losses and norms" {
+@test "05 --zero 2 --tp 2 on 4 ranks (one stage, dp 2) matches single-device losses and norms, and with zb-h1 bit for bit" {
     run05 4 "$(scratch)/tp" --zero 2 --tp 2 --micro 2
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/tp" 4
     assert_norms_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/tp" 4
     assert_equal "$(csv_column "$(scratch)/tp/run.csv" pp),$(csv_column "$(scratch)/tp/run.csv" zero)" "1,2"
+    run05 4 "$(scratch)/zb" --zero 2 --tp 2 --micro 2 --schedule zb-h1 # the sliced blocks' B and W, ZeRO around both
+    assert_equal "$(cut -d, -f2,4 "$(scratch)/zb/steps.csv")" "$(cut -d, -f2,4 "$(scratch)/tp/steps.csv")"
 }
 
 @test "bf16: 05 --zero 2 --tp 2 on 4 ranks is within 1e-2 of chapter 01's bf16 run; 16-bit slices, 1/dp of their gradients and of the fp32 state" {

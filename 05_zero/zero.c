@@ -278,7 +278,8 @@ static void after_forward(int unit, void *context) {
 
 static void before_backward(int unit, void *context) {
     Zero *z = context;
-    if (unit == z->last_unit) { /* a micro-batch's backward begins (a pipeline runs them in order) */
+    if (unit == z->last_unit) { /* a micro-batch's backward begins (a pipeline runs them in order;
+                                   a split backward's B and W count as two: zero.h, "zb-h1") */
         z->micro = z->backwards++;
         z->accumulate = z->micro > 0;
     }

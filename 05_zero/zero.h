@@ -60,6 +60,15 @@
  * is agreed by the ranks (each sees only its slices): a skipped step is
  * skipped by every rank.
  *
+ * zb-h1 (chapter 04's backward split into B, the input gradients, and W,
+ * the linear layers' weight gradients, later). The hooks are the units'
+ * storage calls (GPT.storage, model.h), which run around a unit's B and
+ * again around its W; each call's gradient holds what its half added, the
+ * other half's elements zeros. Stage 2 reduce-scatters after each call and
+ * adds the slice into the shard: the zeros add nothing, so the shard gets
+ * 1F1B's sums in 1F1B's order, bit for bit, for twice the reduce-scatters
+ * (B's carry the layernorms' and the embedding's gradients and zeros).
+ *
  * Units smaller than N elements, or not divisible by N, are padded (zeros
  * that every rank keeps and nobody updates): any N works. */
 #ifndef ZERO_H

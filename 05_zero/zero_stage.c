@@ -13,11 +13,16 @@ void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFl
     const Config *cfg = p->layout.cfg;
     if (zero && p->layout.tensor) { /* each unit's tp slices sharded; the norm counts each parameter once */
         zero_create_slices(&s->z, &p->tpm, cfg->seed, zero, grid->dp_group, world, cfg->precision);
-        p->model.storage = zero_hooks(&s->z); /* around each unit; the tp blocks stay p->hooks */
-    } else if (zero) {                        /* the norm's sums over the world: every stage's slices */
+    } else if (zero) { /* the norm's sums over the world: every stage's slices */
         zero_create_stage(&s->z, &p->model, &cfg->model, cfg->seed, zero, grid->dp_group, world,
                           cfg->precision);
-        p->hooks = zero_hooks(&s->z);
+    }
+    /* ZeRO's calls around each unit are the units' storage (model.h), not the
+     * pipeline's hooks (the tp blocks, if any): a split backward (zb-h1) runs
+     * them around B and again around W, and each reduce-scatters what its
+     * half added, the other half's elements zeros (zero_stage.h) */
+    if (zero) {
+        p->model.storage = zero_hooks(&s->z);
     } else {
         adamw_create(&s->opt, p->model.param_count); /* only the parameters this rank holds */
         data_parallel_create(&s->replicas, dp, grid->dp_group, &p->model, &p->mixed, cfg->precision);

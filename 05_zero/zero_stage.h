@@ -11,7 +11,8 @@
  *   --zero 1-2  zero.c over the stage's data-parallel group: the stage's
  *               units (with --tp, this rank's tensor slices of them: Megatron's
  *               distributed optimizer) sharded, stage 2's reduce-scatter in
- *               the backward hooks of every micro-batch, the norm summed over
+ *               the storage calls (model.h) around every micro-batch's backward
+ *               of a unit (zb-h1: after its B and after its W), the norm summed over
  *               the world's ranks (tensors every tp rank holds whole counted
  *               on tp rank 0), AdamW on this rank's slices, the units
  *               all-gathered again; fp32 or 16 bits, with checkpoints

@@ -31,6 +31,12 @@
  *   all-gather over dp           comm      every rank's updated slice into the 16-bit params,
  *                                          after the compute stream waited for the copy
  *
+ * Under zb-h1 (the backward split into B and W, chapter 04) the storage
+ * calls run around a unit's B and again around its W: each reduce-scatters
+ * and copies what its half added (the other half's elements zeros), so a
+ * unit's gradient crosses twice per micro-batch (the embedding, which has
+ * no W, once) and lands in the host's shard as 1F1B's would, bit for bit.
+ *
  * PCIe carries 2 bytes per parameter each way per step divided by N (the
  * reduce-scatter runs on the device first: ZeRO-2), and the CPU touches
  * 4 + 4 + 8 + 2 bytes per parameter of its shard per update.

@@ -35,7 +35,8 @@ const Flag offload_flags[] = {
 
 /* --offload offloads stage 2's partitioning of whole units, one range of
  * them per stage, each unit's gradient leaving for the host as its backward
- * ends: what the layout cannot give is refused, saying why. */
+ * ends (under zb-h1 after its B and again after its W, each with what its
+ * half added): what the layout cannot give is refused, saying why. */
 void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, const char *schedule,
                          const char *program) {
     if (f->dpu && !f->offload)
@@ -55,13 +56,7 @@ void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, con
     if (strcmp(schedule, "interleaved") == 0)
         fatal(EXIT_USAGE,
               "--schedule interleaved is refused by %s: the offloaded state is one range of "
-              "units per stage, and interleaved's chunks are not one range (valid: gpipe, 1f1b)",
-              program);
-    if (strcmp(schedule, "zb-h1") == 0)
-        fatal(EXIT_USAGE,
-              "--schedule zb-h1 is refused by %s: its backward split into B and W does not run "
-              "under 06's per-unit weight hooks yet (a unit's weights would have to stay "
-              "converted until its W) (valid: gpipe, 1f1b)",
+              "units per stage, and interleaved's chunks are not one range (valid: gpipe, 1f1b, zb-h1)",
               program);
 }
 

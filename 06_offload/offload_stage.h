@@ -27,8 +27,8 @@ typedef struct {
 } OffloadFlags;
 extern const Flag offload_flags[];
 /* --dpu and its options without what they need, and with --offload what its
- * layout cannot give (--zero other than 2, the interleaved and zb-h1
- * schedules), each refused in one line that says why (EXIT_USAGE). */
+ * layout cannot give (--zero other than 2, the interleaved schedule's
+ * chunks), each refused in one line that says why (EXIT_USAGE). */
 void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, const char *schedule,
                          const char *program);
 

@@ -44,7 +44,9 @@
  * slices, as Megatron's distributed optimizer does) over its dp group
  * (--zero 0 is chapter 04 itself). Refused: stage 3 across stages (every
  * stage would re-gather its parameters for every micro-batch, as DeepSpeed
- * says), and, not written yet, stage 3 with --tp and stage 2 under zb-h1.
+ * says), and, not written yet, stage 3 with --tp. Under zb-h1 ZeRO's calls
+ * around a unit run around its B and again around its W (stage 2: a
+ * reduce-scatter after each, the other half's elements zeros).
  *
  * This chapter: ZeRO-Offload (offload.h). --offload keeps stage 2's
  * partitioning (--zero 2, its default there) with the optimizer moved off
@@ -63,8 +65,9 @@
  * Without the delayed update the losses are chapter 01's in the same
  * precision: the host computes the same AdamW on the same sums. With --tp
  * each rank's host shard is of its tensor slices. Refused with --offload,
- * saying why: --zero other than 2, and the interleaved and zb-h1
- * schedules; without it this is chapter 05. */
+ * saying why: --zero other than 2, and the interleaved schedule (its
+ * chunks are not one range of units); zb-h1 copies each unit's gradient
+ * after its B and after its W. Without it this is chapter 05. */
 #include "comm.h"
 #include "config.h"
 #include "data_parallel.h"
@@ -131,7 +134,9 @@ static const Flag pipeline_flags[] = {
      .help = "0: every rank holds everything, gradients all-reduced (chapter 02's\n"
              "flat mode); 1: optimizer state sharded; 2: gradients too; 3: parameters\n"
              "too (default {default}). Any number of ranks: every unit is padded to a\n"
-             "multiple of N (zeros nobody updates), so N may exceed a unit's size"},
+             "multiple of N (zeros nobody updates), so N may exceed a unit's size.\n"
+             "With --pp or --tp, stages 1-2 under gpipe, 1f1b and zb-h1; interleaved\n"
+             "(--virtual) only with --zero 0"},
     {"--prefetch", FLAG_INT, FIELD(Flags, prefetch), 0, 64, .def = "1", .usage = "--prefetch K",
      .help = "stage 3: gather the next K units (on a communication thread) while\n"
              "the current one computes, 0..64 (default {default}; needs --zero 3)"},
@@ -193,10 +198,6 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
               "one-stage trainer over whole units, and a tensor-parallel stage keeps its slices bound "
               "for the whole step (valid: --zero 0-2)",
               T);
-    if (f->zero == 2 && P > 1 && strcmp(f->pipe.schedule, "zb-h1") == 0 && !f->offload.offload)
-        fatal(EXIT_USAGE,
-              "--zero 2 with --schedule zb-h1 is not written yet: its backward split into B and W "
-              "runs without the hooks that reduce-scatter each unit (valid: --zero 1, or gpipe, 1f1b)");
     pipeline_check_world(cfg, &f->pipe, &f->model);
     if (P == 1 && T == 1 && !f->offload.offload &&
         (cfg->batch < D * M || cfg->batch % (D * M))) /* ZeRO's step over the world */

@@ -114,19 +114,40 @@ peak() { awk -F, -v s="$2" -v c="$3" '$1 == 0 && $2 == s && $3 == c { print $4 }
     assert_success
 }
 
-@test "the combined trainer takes chapter 04's --schedule: gpipe gives 1f1b's losses bit for bit; interleaved and zb-h1 are refused in one line" {
+@test "the combined trainer takes chapter 04's --schedule: gpipe and zb-h1 give 1f1b's losses bit for bit (01's within 1e-4), zb-h1 copying each unit after its B and its W; interleaved is refused in one line" {
     offload 4 $ODD --pp 2 --dp 2 --zero 2 --micro 3 --schedule 1f1b --out "$(scratch)/s1f1b"
     offload 4 $ODD --pp 2 --dp 2 --zero 2 --micro 3 --schedule gpipe --out "$(scratch)/sgpipe"
-    # the same micro-batches' gradients summed in the same order: the same bits
-    run diff <(cut -d, -f2,4 "$(scratch)/s1f1b/steps.csv") <(cut -d, -f2,4 "$(scratch)/sgpipe/steps.csv")
-    assert_success
-    assert_equal "$(grep -c ',fwd,' "$(scratch)/sgpipe/timeline.csv")" "$(grep -c ',fwd,' "$(scratch)/s1f1b/timeline.csv")"
-    for schedule in interleaved zb-h1; do
-        run --separate-stderr bash -c "$(declare -f mpirun_np); OMP_NUM_THREADS=1 mpirun_np 2 '$TRAIN06' $FLAGS \
-            --offload --pp 2 --micro 2 --schedule $schedule"
-        assert_equal "$status" 2
-        [[ "$stderr" == *"--schedule $schedule is refused by 06_offload/train: "*"(valid: gpipe, 1f1b)"* ]]
+    offload 4 $ODD --pp 2 --dp 2 --zero 2 --micro 3 --schedule zb-h1 --out "$(scratch)/szb"
+    # the same micro-batches' gradients summed in the same order: the same bits (zb-h1: B's copy
+    # carries its half, W's the other; each adds zeros to what the other carries)
+    for schedule in gpipe zb; do
+        run diff <(cut -d, -f2,4 "$(scratch)/s1f1b/steps.csv") <(cut -d, -f2,4 "$(scratch)/s$schedule/steps.csv")
+        assert_success
     done
+    assert_losses_match "$BATS_FILE_TMPDIR/fp32" "$(scratch)/szb" 4
+    assert_equal "$(grep -c ',fwd,' "$(scratch)/sgpipe/timeline.csv")" "$(grep -c ',fwd,' "$(scratch)/s1f1b/timeline.csv")"
+    # zb-h1: per micro-batch a copy after each unit's B and after its W, the embedding's after its B
+    # only (it has no W): stage 0 (embedding + 1 block) 3 x 3, stage 1 (1 block + head) 3 x 4
+    local t="$(scratch)/szb/timeline.csv"
+    for r in 0 1 2 3; do
+        assert_equal "$(awk -F, -v r=$r '$1 == r && $2 == 2 && $4 == "grad_d2h"' "$t" | wc -l)" "$((r % 2 ? 12 : 9))"
+    done
+    # every copy starts while its B or W runs (the half it carries is done; the CPU copies at once)
+    run awk -F, 'NR > 1 && ($4 == "bwd_input" || $4 == "bwd_weight") { n[$1" "$2]++; s[$1" "$2, n[$1" "$2]] = $5; e[$1" "$2, n[$1" "$2]] = $6 }
+        NR > 1 && $4 == "grad_d2h" { copies[++c] = $1" "$2; at[c] = $5 }
+        END { for (i = 1; i <= c; i++) { k = copies[i]; ok = 0
+                  for (j = 1; j <= n[k]; j++) if (at[i] >= s[k, j] && at[i] <= e[k, j]) ok = 1
+                  if (!ok) { print "copy " i " of rank/step " k " at " at[i] " us is outside every B and W"; bad = 1 } }
+              exit bad }' "$t"
+    assert_success
+    run "$(plot_python)" "$REPO/common/python/plot.py" --offload "$(scratch)/szb" --out "$(scratch)/plots"
+    assert_success
+    if "$(plot_python)" -c 'import matplotlib' 2>/dev/null; then [ -s "$(scratch)/plots/offload-szb.png" ]; fi
+    run --separate-stderr bash -c "$(declare -f mpirun_np); OMP_NUM_THREADS=1 mpirun_np 2 '$TRAIN06' $FLAGS \
+        --offload --pp 2 --micro 2 --schedule interleaved --virtual 2"
+    assert_equal "$status" 2
+    assert_equal "$(printf '%s\n' "$stderr" | grep -c '^error:')" 1
+    [[ "$stderr" == *"--schedule interleaved is refused by 06_offload/train: the offloaded state is one range of units per stage, and interleaved's chunks are not one range (valid: gpipe, 1f1b, zb-h1)"* ]]
 }
 
 @test "timeline.csv has the rows of an offloaded step: compute, gradient copies, CPU AdamW, weight copies; plot.py draws it" {

@@ -507,15 +507,16 @@ def plot_ring_gantt(run_dir, step, rows, ranks, out):
                            "gantt", out)
 
 
-OFFLOAD_LANES = [("compute", ("fwd", "bwd")), ("grad D2H", ("grad_d2h",)), ("CPU AdamW", ("cpu_adam",)),
+OFFLOAD_LANES = [("compute", ("fwd", "bwd", "bwd_input", "bwd_weight")), ("grad D2H", ("grad_d2h",)),
+                 ("CPU AdamW", ("cpu_adam",)),
                  ("param H2D", ("param_h2d",))]
 
 
 def plot_offload_timeline(run_dir, step, out):
     step, rows, ranks = timeline_step(run_dir, step)
     lanes = len(OFFLOAD_LANES)
-    colours = {"fwd": "#4c72b0", "bwd": "#dd8452", "grad_d2h": "#55a868", "cpu_adam": "#c44e52",
-               "param_h2d": "#8172b3"}
+    colours = {"fwd": "#4c72b0", "bwd": "#dd8452", "bwd_input": "#dd8452", "bwd_weight": "#937860",
+               "grad_d2h": "#55a868", "cpu_adam": "#c44e52", "param_h2d": "#8172b3"}
     fig, ax = plt.subplots(figsize=(10, 0.5 * lanes * len(ranks) + 1.8))
     span = max(float(r["end_us"]) for r in rows) / 1e3
     labels = []
@@ -530,8 +531,8 @@ def plot_offload_timeline(run_dir, step, out):
                             edgecolor="white", linewidth=0.5)
     ax.set_yticks([y for y, _ in labels])
     ax.set_yticklabels([text for _, text in labels], fontsize=8)
-    return finish_timeline(fig, ax, run_dir, f"step {step} of an offloaded run (a copy per unit; with --dpu the "
-                           "CPU AdamW row is the previous step's update)", "offload", out)
+    return finish_timeline(fig, ax, run_dir, f"step {step} of an offloaded run (a copy per unit; zb-h1: after its B, "
+                           "orange, and its W, brown; with --dpu the CPU AdamW row is the previous step's update)", "offload", out)
 
 
 def plot_capacity(path, out):

@@ -147,6 +147,19 @@ sent_matches() {
         --schedule gpipe --recompute
 }
 
+@test "04's interleaved and zb-h1 over pp 2 x tp 2, in bf16 with recompute: the plan is memory.csv" {
+    planned_split 4 04_pipeline/train "" --layers 4 --pp 2 --tp 2 --micro 4 --schedule interleaved --virtual 2 \
+        --precision bf16 --recompute
+    planned_split 4 04_pipeline/train "" --layers 3 --pp 2 --tp 2 --micro 2 --schedule zb-h1 --precision bf16 \
+        --recompute
+}
+
+@test "05's ZeRO-1 and -2 over tensor slices and pp x tp x dp, in 16 bits: the plan is memory.csv" {
+    planned_split 4 05_zero/train "" --zero 1 --tp 2 --dp 2 --precision bf16
+    planned_split 8 05_zero/train "" --zero 2 --pp 2 --tp 2 --dp 2 --micro 2 --precision bf16
+    planned_split 6 05_zero/train "" --zero 1 --pp 2 --dp 3 --batch 12 --precision fp16 --recompute $ODD
+}
+
 # The model splits' bytes sent per step. Chapters 03 and 04, and 05 with
 # --pp, count no bytes per step of their own (only 05 with one stage and 06
 # write bytes_sent_per_step), so each rank's plan is held to the formula,
@@ -169,6 +182,8 @@ sent_matches() {
     split_sent --pp 2 --tp 2 --dp 2 --split 1,1 --micro 2
     split_sent --chapter 05 --zero 2 --pp 2 --dp 2 --split 1,1 --micro 2
     split_sent --chapter 05 --zero 1 --pp 2 --dp 3 --split 1,1 --batch 12 --micro 2
+    split_sent --chapter 05 --zero 2 --pp 2 --tp 2 --dp 2 --split 1,1 --micro 2 --precision bf16
+    split_sent --chapter 05 --zero 1 --tp 2 --dp 3 --split 2 --batch 12
 }
 
 @test "a layout the ranks cannot hold, or one not planned, is refused in one line with exit 2" {

@@ -22,6 +22,7 @@ blocks = [int(b) for b in flag("--split", "").split(",")]  # per piece: chunk c 
 pieces_n = pp * chunks
 B = int(flag("--batch", 8)) // dp // M
 boundary = B * T * C * 4  # one micro-batch's activations (or their gradient), fp32
+eb = 4 if flag("--precision", "fp32") == "fp32" else 2  # a parameter's and a gradient's bytes
 block = 12 * C * C + 13 * C
 tp_block = (12 * C * C + 7 * C) // tp + 6 * C  # the four matrices sliced, layernorms and two biases whole
 
@@ -45,9 +46,9 @@ for stage in range(pp):
     reduce_scatter = allgather = 0
     if zero:
         shard = sum(math.ceil(n / dp) for p in pieces for n in units(p))
-        reduce_scatter = (dp - 1) * shard * 4 * (M if zero == 2 else 1)
-        allgather = (dp - 1) * shard * 4
-    allreduce = tp_allreduce + (0 if zero else 2 * (dp - 1) / dp * held * 4)
+        reduce_scatter = (dp - 1) * shard * eb * (M if zero == 2 else 1)
+        allgather = (dp - 1) * shard * eb
+    allreduce = tp_allreduce + (0 if zero else 2 * (dp - 1) / dp * held * eb)
     want[stage] = {"all-reduce": allreduce, "reduce-scatter": reduce_scatter, "all-gather": allgather, "send": send}
 
 got, stage = {}, 0

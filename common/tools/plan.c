@@ -193,11 +193,6 @@ static void check_plan(const Config *cfg, const void *values) {
         fatal(EXIT_USAGE, "--tp is for --mp tensor (the layer split has --pp stages)");
     if (chapter == 5 && split && f->zero == 3)
         fatal(EXIT_USAGE, "--zero 3 with --pp or --tp: chapter 05 refuses it (valid: --zero 0, 1 or 2)");
-    if (chapter == 5 && split && f->zero > 0 && (f->tp > 1 || cfg->precision != PRECISION_FP32))
-        fatal(EXIT_USAGE,
-              "--zero %d inside pipeline stages is planned in fp32 with --tp 1 only, not yet with "
-              "tensor slices or 16 bits (valid: --zero 0, or --tp 1 --precision fp32)",
-              f->zero);
     if (f->pp > cfg->model.layers || f->pp * f->virtual_chunks > cfg->model.layers)
         fatal(EXIT_USAGE,
               "--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)", f->pp,
@@ -207,14 +202,9 @@ static void check_plan(const Config *cfg, const void *values) {
               f->tp, cfg->model.heads, cfg->model.dmodel);
     if (f->virtual_chunks > 1 && f->schedule != SCHED_INTERLEAVED)
         fatal(EXIT_USAGE, "--virtual %d is for --schedule interleaved", f->virtual_chunks);
-    if (f->schedule == SCHED_INTERLEAVED &&
-        (cfg->micro % f->pp || f->tp > 1 || cfg->recompute || cfg->precision != PRECISION_FP32))
-        fatal(EXIT_USAGE,
-              "--schedule interleaved is planned with --micro a multiple of --pp, in fp32, --tp 1, "
-              "without --recompute (chapter 04 runs more; the planner does not count it yet)");
-    if (f->schedule == SCHED_ZB_H1 && (f->tp > 1 || cfg->recompute || cfg->precision != PRECISION_FP32))
-        fatal(EXIT_USAGE, "--schedule zb-h1 is planned in fp32, --tp 1, without --recompute (chapter 04 runs "
-                          "more; the planner does not count it yet)");
+    if (f->schedule == SCHED_INTERLEAVED && cfg->micro % f->pp)
+        fatal(EXIT_USAGE, "--schedule interleaved needs --micro %d to be a multiple of --pp %d", cfg->micro,
+              f->pp);
     if (split && strcmp(f->dp_mode, "overlap") == 0)
         fatal(EXIT_USAGE, "--dp-mode overlap with a model split is refused by chapters 03-05 "
                           "(valid: --dp-mode naive or flat)");

@@ -171,14 +171,21 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
             held += n;
             largest = n > largest ? n : largest;
         }
-    if (zero) { /* 05: zero_create_stage over the stage's units, sharded over dp (fp32) */
-        size_t N = l->dp, S = shard_largest_slice(t, first_unit, last_unit, l->dp), shard_n = 0;
-        for (int u = first_unit; u <= last_unit; u++) shard_n += shard_slice_numel(t, u, l->dp);
-        add(m, SPACE_DEVICE, CAT_PARAMS, held * 4);                        /* "parameters" */
-        add(m, SPACE_DEVICE, CAT_GRADS, (zero == 1 ? held : shard_n) * 4); /* "gradients", "gradient shard" */
-        add(m, SPACE_DEVICE, CAT_OPTIMIZER, shard_n * 8);                  /* Adam's m and v of the shard */
-        if (zero == 2) add(m, SPACE_DEVICE, CAT_BUCKETS, 2 * (N * S + S) * 4); /* two ZeroGradBuffers */
-        add(m, SPACE_DEVICE, CAT_COMM, (S + N * S) * 4); /* "unit slice", "padded unit" */
+    if (zero) { /* 05: zero_create_stage (or zero_create_slices) over the stage's units, sharded over dp */
+        size_t N = l->dp, S = 0, shard_n = 0, eb = half ? 2 : 4; /* S: the largest slice */
+        for (int u = first_unit; u <= last_unit; u++) {
+            size_t n = tensor ? plan_tp_unit_numel(mc, u, tp) : table_unit(t, u)->numel, slice = (n + N - 1) / N;
+            shard_n += slice;
+            S = slice > S ? slice : S;
+        }
+        add(m, SPACE_DEVICE, CAT_PARAMS, held * eb);                        /* "parameters" */
+        add(m, SPACE_DEVICE, CAT_GRADS, (zero == 1 ? held : shard_n) * eb); /* "gradients", "gradient shard" */
+        add(m, SPACE_DEVICE, CAT_OPTIMIZER, shard_n * (half ? 12 : 8)); /* Adam's m and v; "master weights" */
+        if (half) /* mixed_units_create_range: "unit weights (fp32)", "unit gradients (fp32)" */
+            add(m, SPACE_DEVICE, CAT_WORKSPACE, 2 * largest * 4);
+        if (zero == 2) add(m, SPACE_DEVICE, CAT_BUCKETS, 2 * (N * S + S) * eb); /* two ZeroGradBuffers */
+        if (zero == 2 && half) add(m, SPACE_DEVICE, CAT_BUCKETS, S * 4);         /* "gradient slice (fp32)" */
+        add(m, SPACE_DEVICE, CAT_COMM, (S + N * S) * eb); /* "unit slice", "padded unit" */
     } else {
         double params, grads, optimizer;
         plan_model_state(held, held, 0, half, &params, &grads, &optimizer);
@@ -196,7 +203,7 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
     for (int c = 0; c < V; c++) {
         size_t slot;
         if (tensor) /* tp_activations_create: the head's values whole, the blocks' in local widths */
-            slot = activation_bytes_range(mc, B, T, L, last_unit == L ? L : L - 1, 0) +
+            slot = activation_bytes_range(mc, B, T, L, st.last_unit[c] == L ? L : L - 1, 0) +
                    plan_tp_block_activation_bytes(mc, tp, B, T, st.first_block[c], st.last_block[c],
                                                   cfg->recompute);
         else /* 03 names the slot's range from its first unit, 04 from its first block: the same bytes */
@@ -204,7 +211,9 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
         add(m, SPACE_DEVICE, CAT_ACTIVATIONS, slots[c] * slot);
         if (l->schedule == SCHED_ZB_H1 && pipeline) /* "output gradients kept for W", per slot */
             add(m, SPACE_DEVICE, CAT_ACTIVATIONS,
-                slots[c] * kept_grads_bytes(mc, B, T, st.first_unit[c], st.last_unit[c]));
+                slots[c] * (tensor ? plan_tp_kept_grads_bytes(mc, tp, B, T, st.first_block[0],
+                                                               st.last_block[V - 1], last_unit == L)
+                                   : kept_grads_bytes(mc, B, T, st.first_unit[c], st.last_unit[c])));
         if (posted && st.has_prev[c]) /* "gradient posted to prev stage", per slot */
             add(m, SPACE_DEVICE, CAT_WORKSPACE, slots[c] * boundary);
     }
@@ -263,8 +272,9 @@ static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTab
         tr->send_calls += M * (st.has_next[c] + st.has_prev[c]);
         blocks += st.last_block[c] - st.first_block[c] + 1;
         for (int u = st.first_unit[c]; u <= st.last_unit[c]; u++, units++) {
-            held += tp > 1 ? plan_tp_unit_numel(mc, u, l->tp) : table_unit(t, u)->numel;
-            shard += shard_slice_numel(t, u, l->dp);
+            double n = tp > 1 ? plan_tp_unit_numel(mc, u, l->tp) : table_unit(t, u)->numel;
+            held += n;
+            shard += ceil(n / N); /* the unit (or its tensor slice) padded to N slices */
         }
     }
     if (tp > 1) {
@@ -274,9 +284,9 @@ static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTab
     int zero = l->chapter == 5 ? l->zero : 0;
     if (N > 1 &&
         zero) { /* stage 1 reduce-scatters after the last backward, stage 2 each unit of every micro */
-        tr->reduce_scatter = (N - 1) * shard * 4 * (zero == 2 ? M : 1);
+        tr->reduce_scatter = (N - 1) * shard * eb * (zero == 2 ? M : 1);
         tr->reduce_scatter_calls = units * (zero == 2 ? M : 1);
-        tr->allgather = (N - 1) * shard * 4, tr->allgather_calls = units;
+        tr->allgather = (N - 1) * shard * eb, tr->allgather_calls = units;
     } else if (N > 1) {
         tr->allreduce = 2 * (N - 1) / N * held * eb;
         tr->allreduce_calls = 1;

@@ -90,3 +90,11 @@ size_t plan_tp_scratch_bytes(const ModelConfig *m, int tp, int B, int T) {
     /* branch, dresid x2, dmid, dbranch, dln; datty, dqkv; dfch, dfch_gelu, gelu; dlogits */
     return (6 * BT * C + BT * Cl + 3 * BT * Cl + 3 * BT * Hl + BT * m->vocab) * sizeof(float);
 }
+
+size_t plan_tp_kept_grads_bytes(const ModelConfig *m, int tp, int B, int T, int first_block, int last_block,
+                                int head) {
+    size_t BT = (size_t)B * T, C = m->dmodel, Cl = C / tp, Hl = 4 * C / tp;
+    /* dout, dfch, dmid, dqkv of each block; the head's dlogits */
+    size_t floats = (size_t)(last_block - first_block + 1) * BT * (C + Hl + C + 3 * Cl);
+    return (floats + (head ? BT * m->vocab : 0)) * sizeof(float);
+}

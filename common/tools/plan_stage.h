@@ -41,5 +41,11 @@ size_t plan_tp_unit_numel(const ModelConfig *m, int unit, int tp);
 size_t plan_tp_block_activation_bytes(const ModelConfig *m, int tp, int B, int T, int first_block,
                                       int last_block, int recompute);
 size_t plan_tp_scratch_bytes(const ModelConfig *m, int tp, int B, int T);
+/* ZB-H1's output gradients kept for W by a tensor-parallel rank, per slot
+ * (tp_kept_grads_create): every block of its stage, whichever chunk the
+ * slot is of, in local widths, and the logits' gradient where it holds the
+ * head. */
+size_t plan_tp_kept_grads_bytes(const ModelConfig *m, int tp, int B, int T, int first_block, int last_block,
+                                int head);
 
 #endif

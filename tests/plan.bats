@@ -73,16 +73,17 @@ planned_split() {
     output="$plan_output"
 }
 
-# sent_matches: the plan's bytes sent per step (its "(sum)" under "bytes each
-# rank sends") against run.csv's bytes_sent_per_step, within a byte (run.csv
-# prints whole bytes); 06 also its host-device copies against pcie_bytes_per_step.
+# sent_matches: the plan's bytes sent per step (its first "(sum)" of bytes
+# sent: rank 0's, whose count run.csv keeps) against run.csv's
+# bytes_sent_per_step, within a byte (run.csv prints whole bytes); 06 also
+# its host-device copies against pcie_bytes_per_step.
 sent_matches() {
     local predicted measured
-    predicted="$(awk '/^bytes each rank sends/ { on = 1 } on && $1 == "(sum)" { print $2; exit }' <<<"$output")"
+    predicted="$(awk '/^bytes each rank sends|bytes sent per step/ { on = 1 } on && $1 == "(sum)" { print $2; exit }' <<<"$output")"
     measured="$(csv_column "$RUN/run.csv" bytes_sent_per_step)"
     awk -v p="$predicted" -v m="$measured" 'BEGIN { d = p - m; if (d < 0) d = -d; if (d > 1) { print "sent: planned " p ", measured " m; exit 1 } }'
     if [ "$(csv_column "$RUN/run.csv" pcie_bytes_per_step)" != "" ]; then
-        predicted="$(awk '$1 == "device" && $2 == "to" { d = $4 } $1 == "host" && $2 == "to" { h = $4 } END { print d + h }' <<<"$output")"
+        predicted="$(awk '$1 == "device" && $2 == "to" && d == "" { d = $4 } $1 == "host" && $2 == "to" && h == "" { h = $4 } END { print d + h }' <<<"$output")"
         measured="$(csv_column "$RUN/run.csv" pcie_bytes_per_step)"
         [ "$predicted" = "$measured" ] || { echo "pcie: planned $predicted, measured $measured"; return 1; }
     fi
@@ -125,6 +126,15 @@ sent_matches() {
     sent_matches
     planned 3 06_offload/train --offload --dpu --batch 12 --micro 2 $ODD
     sent_matches
+}
+
+@test "06 --offload over tp slices and pp x tp x dp, and 06 without --offload (05's program): the plan is memory.csv" {
+    planned_split 4 06_offload/train "" --offload --tp 2 --dp 2 --dpu
+    sent_matches
+    planned_split 8 06_offload/train "" --offload --pp 2 --tp 2 --dp 2 --micro 2 --schedule gpipe --precision bf16
+    sent_matches
+    planned_split 4 06_offload/train "" --zero 1 --pp 2 --dp 2 --recompute
+    planned 2 06_offload/train --zero 2 --precision bf16
 }
 
 # Chapters 03-05's model splits, as their tests run them (model_parallel.bats,
@@ -198,7 +208,8 @@ sent_matches() {
     refused --dp 2 --zero 3 --offload
     refused --chapter 02 --dp 2 --tp 2
     [[ "$stderr" == *"chapter 02 has no tensor parallelism"* ]]
-    refused --offload --pp 2 --batch 8
+    refused --offload --pp 2 --schedule zb-h1
+    [[ "$stderr" == *"--schedule zb-h1 with --offload is refused by chapter 06 (valid: gpipe, 1f1b)"* ]]
     refused --pp 2 --zero 3 --chapter 05
     refused --mp tensor --tp 3
     refused --pp 2 --schedule interleaved --micro 3 --batch 6

@@ -180,9 +180,7 @@ static int chapter_of(const Config *cfg, const PlanFlags *f) {
 static void check_plan(const Config *cfg, const void *values) {
     const PlanFlags *f = values;
     int chapter = chapter_of(cfg, f);
-    if (chapter == 6 && (f->pp > 1 || f->tp > 1))
-        fatal(EXIT_USAGE, "chapter 06 with --pp or --tp is not planned (valid: --pp 1 --tp 1)");
-    int split = chapter == 3 || chapter == 4 || (chapter == 5 && (f->pp > 1 || f->tp > 1));
+    int split = chapter == 3 || chapter == 4 || (chapter >= 5 && (f->pp > 1 || f->tp > 1));
     if ((f->tp > 1 || f->pp > 1) && !split)
         fatal(EXIT_USAGE, "--%s %d: chapter %02d has no %s (valid: --chapter 03, 04 or 05)",
               f->tp > 1 ? "tp" : "pp", f->tp > 1 ? f->tp : f->pp, chapter,
@@ -191,8 +189,9 @@ static void check_plan(const Config *cfg, const void *values) {
         fatal(EXIT_USAGE, "--mp tensor has one stage (valid: --pp 1; stages with tp inside: --chapter 04)");
     if (chapter == 3 && strcmp(f->mp, "layer") == 0 && f->tp > 1)
         fatal(EXIT_USAGE, "--tp is for --mp tensor (the layer split has --pp stages)");
-    if (chapter == 5 && split && f->zero == 3)
-        fatal(EXIT_USAGE, "--zero 3 with --pp or --tp: chapter 05 refuses it (valid: --zero 0, 1 or 2)");
+    if (chapter >= 5 && split && f->zero == 3)
+        fatal(EXIT_USAGE, "--zero 3 with --pp or --tp: chapter %02d refuses it (valid: --zero 0, 1 or 2)",
+              chapter);
     if (f->pp > cfg->model.layers || f->pp * f->virtual_chunks > cfg->model.layers)
         fatal(EXIT_USAGE,
               "--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)", f->pp,
@@ -213,14 +212,13 @@ static void check_plan(const Config *cfg, const void *values) {
     if (flag_given(cfg, "--zero") && chapter != 5 && chapter != 6)
         fatal(EXIT_USAGE, "--zero is a flag of chapters 05 and 06, not %02d", chapter);
     if (f->offload && chapter != 6) fatal(EXIT_USAGE, "--offload is a flag of chapter 06, not %02d", chapter);
-    if (chapter == 6 && !f->offload)
-        fatal(EXIT_USAGE,
-              "06_offload/train without --offload is chapter 05's program: plan it as --chapter 05 "
-              "(valid: --offload, or --chapter 05)");
+    if (chapter == 6 && f->offload && (f->schedule == SCHED_INTERLEAVED || f->schedule == SCHED_ZB_H1))
+        fatal(EXIT_USAGE, "--schedule %s with --offload is refused by chapter 06 (valid: gpipe, 1f1b)",
+              f->schedule == SCHED_INTERLEAVED ? "interleaved" : "zb-h1");
     if (f->dpu && !f->offload)
         fatal(EXIT_USAGE,
               "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");
-    if (chapter == 6 && flag_given(cfg, "--zero") && f->zero != 2)
+    if (chapter == 6 && f->offload && flag_given(cfg, "--zero") && f->zero != 2)
         fatal(EXIT_USAGE,
               "--zero %d with --offload is unsupported: chapter 06 offloads the stage-2 partitioning "
               "only (valid: --zero 2)",
@@ -327,7 +325,8 @@ static int group_ranks(const PlanLayout *l, const PlanMemory *m, const PlanTraff
     return groups;
 }
 
-static void print_plan(const Config *cfg, const PlanLayout *l, const PlanMemory *m, const PlanTraffic *t) {
+static void print_plan(const Config *cfg, const PlanLayout *l, int program, const PlanMemory *m,
+                       const PlanTraffic *t) {
     const ModelConfig *mc = &cfg->model;
     ParamTable table;
     param_table_build(&table, mc);
@@ -336,14 +335,15 @@ static void print_plan(const Config *cfg, const PlanLayout *l, const PlanMemory 
     int world = plan_ranks(l), per_replica = l->pp * l->tp;
     printf("%s | %s | %d rank%s, dp %d | %s | %d layers, d %d, %d heads, seq %d, vocab %d | batch %d = %d "
            "ranks x %d micro-batches x %d sequences | %d thread%s per rank\n",
-           PROGRAM, chapter_program(l->chapter), world, world > 1 ? "s" : "", l->dp,
+           PROGRAM, chapter_program(program), world, world > 1 ? "s" : "", l->dp,
            precision_name(cfg->precision), mc->layers, mc->dmodel, mc->heads, mc->seq, mc->vocab, cfg->batch,
            l->dp, cfg->micro, cfg->batch / l->dp / cfg->micro, l->threads, l->threads > 1 ? "s" : "");
     static const char *schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
     if (l->chapter == 3)
         printf("%s over %d ranks (x dp %d)\n", l->tp > 1 ? "tensor parallel" : "layer split",
                l->tp > 1 ? l->tp : l->pp, l->dp);
-    if (l->chapter == 4 || (l->chapter == 5 && per_replica > 1))
+    if (program != l->chapter) printf("without --offload, chapter %02d's program\n", l->chapter);
+    if (l->chapter == 4 || (l->chapter >= 5 && per_replica > 1))
         printf("pp %d x tp %d x dp %d | schedule %s, %d chunk%s per stage\n", l->pp, l->tp, l->dp,
                schedules[l->schedule], l->chunks, l->chunks > 1 ? "s" : "");
     if (l->chapter == 5 && l->zero == 3) printf("zero 3 | prefetch %d\n", l->prefetch);
@@ -612,7 +612,8 @@ int main(int argc, char **argv) {
     }
     if (f.by_hand) by_hand(&cfg, &f);
     check_plan(&cfg, &f);
-    PlanLayout l = {.chapter = chapter_of(&cfg, &f),
+    int program = chapter_of(&cfg, &f); /* 06 without --offload is 05's program (its train.c) */
+    PlanLayout l = {.chapter = program == 6 && !f.offload ? 5 : program,
                     .dp = f.dp,
                     .tp = f.tp,
                     .pp = f.pp,
@@ -636,7 +637,7 @@ int main(int argc, char **argv) {
         plan_memory(&cfg, &l, r, &m[r]);
         plan_traffic(&cfg, &l, r, &t[r]);
     }
-    print_plan(&cfg, &l, m, t);
+    print_plan(&cfg, &l, program, m, t);
     if (f.csv[0]) write_csv(f.csv, &l, m);
     if (f.machine[0]) {
         Machine mach;

@@ -106,15 +106,15 @@ static void zero_model(const Config *cfg, const PlanLayout *l, const ParamTable 
         add(m, SPACE_DEVICE, CAT_WORKSPACE, P * 4); /* "the whole model in fp32 for evaluation" */
 }
 
-/* 06 with one stage (offload_create over every unit; the pipeline's one
- * activation slot from block 0, its scratch, no neighbours' gradients). */
-static void offload_model(const Config *cfg, const PlanLayout *l, const ParamTable *t, PlanMemory *m) {
-    int half = half_of(cfg), L = cfg->model.layers;
-    size_t N = l->dp, eb = half ? 2 : 4, n = t->num_params;
-    size_t S = shard_largest_slice(t, LAYER_EMBEDDING, L, l->dp), shard_n = shard_numel(t, l->dp);
-    add_step_buffers(m, cfg, l, 0);
+/* 06's offload_create (or offload_create_slices) over a range of units:
+ * n elements held on the device, its largest unit, and the shard of N
+ * replicas (S: its largest slice, shard_n: its elements). */
+static void add_offload_state(PlanMemory *m, const Config *cfg, const PlanLayout *l, size_t n, size_t largest,
+                              size_t S, size_t shard_n) {
+    int half = half_of(cfg);
+    size_t N = l->dp, eb = half ? 2 : 4;
     add(m, SPACE_DEVICE, CAT_PARAMS, n * eb);
-    if (half) add(m, SPACE_DEVICE, CAT_WORKSPACE, table_largest_unit(t, LAYER_EMBEDDING, L) * 4);
+    if (half) add(m, SPACE_DEVICE, CAT_WORKSPACE, largest * 4);       /* "unit weights (fp32)" */
     add(m, SPACE_DEVICE, CAT_BUCKETS, N * S * 4);                     /* "unit gradient" */
     if (half && N > 1) add(m, SPACE_DEVICE, CAT_BUCKETS, N * S * eb); /* "unit gradient (16-bit)" */
     add(m, SPACE_DEVICE, CAT_BUCKETS, S * eb);                        /* "gradient slice to copy out" */
@@ -126,6 +126,15 @@ static void offload_model(const Config *cfg, const PlanLayout *l, const ParamTab
         shard_n * 4 * (l->dpu ? 2 : 1)); /* "gradient shard (host)", --dpu: a second */
     add(m, SPACE_HOST, CAT_COMM,
         shard_n * eb * (half ? 2 : 1)); /* "gradient slices from the device", "16-bit weights" */
+}
+
+/* 06 with one stage (offload_create over every unit; the pipeline's one
+ * activation slot from block 0, its scratch, no neighbours' gradients). */
+static void offload_model(const Config *cfg, const PlanLayout *l, const ParamTable *t, PlanMemory *m) {
+    int L = cfg->model.layers;
+    add_step_buffers(m, cfg, l, 0);
+    add_offload_state(m, cfg, l, t->num_params, table_largest_unit(t, LAYER_EMBEDDING, L),
+                      shard_largest_slice(t, LAYER_EMBEDDING, L, l->dp), shard_numel(t, l->dp));
 }
 
 /* Where `rank` sits in a model split: its stage and its tensor slice, and
@@ -171,13 +180,16 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
             held += n;
             largest = n > largest ? n : largest;
         }
-    if (zero) { /* 05: zero_create_stage (or zero_create_slices) over the stage's units, sharded over dp */
-        size_t N = l->dp, S = 0, shard_n = 0, eb = half ? 2 : 4; /* S: the largest slice */
-        for (int u = first_unit; u <= last_unit; u++) {
-            size_t n = tensor ? plan_tp_unit_numel(mc, u, tp) : table_unit(t, u)->numel, slice = (n + N - 1) / N;
-            shard_n += slice;
-            S = slice > S ? slice : S;
-        }
+    size_t N = l->dp, S = 0, shard_n = 0; /* the stage's shard over dp: its largest slice, its elements */
+    for (int u = first_unit; u <= last_unit; u++) {
+        size_t n = tensor ? plan_tp_unit_numel(mc, u, tp) : table_unit(t, u)->numel, slice = (n + N - 1) / N;
+        shard_n += slice;
+        S = slice > S ? slice : S;
+    }
+    if (l->chapter == 6) { /* offload_create (offload_create_slices) over the stage's units */
+        add_offload_state(m, cfg, l, held, largest, S, shard_n);
+    } else if (zero) { /* 05: zero_create_stage (or zero_create_slices) over the stage's units */
+        size_t eb = half ? 2 : 4;
         add(m, SPACE_DEVICE, CAT_PARAMS, held * eb);                        /* "parameters" */
         add(m, SPACE_DEVICE, CAT_GRADS, (zero == 1 ? held : shard_n) * eb); /* "gradients", "gradient shard" */
         add(m, SPACE_DEVICE, CAT_OPTIMIZER, shard_n * (half ? 12 : 8)); /* Adam's m and v; "master weights" */
@@ -235,7 +247,7 @@ int plan_ranks(const PlanLayout *l) {
 }
 
 static int is_split(const PlanLayout *l) {
-    return l->chapter == 3 || l->chapter == 4 || (l->chapter == 5 && (l->pp > 1 || l->tp > 1));
+    return l->chapter == 3 || l->chapter == 4 || (l->chapter >= 5 && (l->pp > 1 || l->tp > 1));
 }
 
 void plan_memory(const Config *cfg, const PlanLayout *l, int rank, PlanMemory *m) {
@@ -281,7 +293,8 @@ static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTab
         tr->tp_allreduce_calls = M * blocks * (4 + (cfg->recompute ? 1 : 0));
         tr->tp_allreduce = tr->tp_allreduce_calls * 2 * (tp - 1) / tp * boundary;
     }
-    int zero = l->chapter == 5 ? l->zero : 0;
+    int zero = l->chapter >= 5 ? l->zero : 0; /* 06: stage 2's collectives, and the copies */
+    if (l->chapter == 6) tr->to_host = M * shard * eb, tr->to_device = shard * eb;
     if (N > 1 &&
         zero) { /* stage 1 reduce-scatters after the last backward, stage 2 each unit of every micro */
         tr->reduce_scatter = (N - 1) * shard * eb * (zero == 2 ? M : 1);

@@ -137,6 +137,13 @@ sent_matches() {
     planned 2 06_offload/train --zero 2 --precision bf16
 }
 
+@test "03 with --cp (the layer split, tp, replicas, 16 bits) and --mp tensor --sp: the plan is memory.csv" {
+    planned_split 6 03_model_parallel/train "--pp 3" --cp 2 --layers 3 --micro 2 --precision bf16
+    planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --cp 2 --recompute
+    planned_split 4 03_model_parallel/train "" --cp 2 --dp 2 --seq 48 --precision fp16
+    planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --dp 2 --sp --precision bf16
+}
+
 # Chapters 03-05's model splits, as their tests run them (model_parallel.bats,
 # pipeline.bats, cumulative.bats): every rank's stage, slots and slices.
 @test "03's layer split on 3 uneven stages in bf16, and tensor parallel tp 2 x dp 2 with recompute: the plan is memory.csv" {
@@ -194,6 +201,9 @@ sent_matches() {
     split_sent --chapter 05 --zero 1 --pp 2 --dp 3 --split 1,1 --batch 12 --micro 2
     split_sent --chapter 05 --zero 2 --pp 2 --tp 2 --dp 2 --split 1,1 --micro 2 --precision bf16
     split_sent --chapter 05 --zero 1 --tp 2 --dp 3 --split 2 --batch 12
+    split_sent --chapter 03 --cp 2 --pp 2 --dp 2 --split 1,1 --micro 2 --recompute
+    split_sent --chapter 03 --mp tensor --tp 2 --cp 4 --split 2
+    split_sent --chapter 03 --mp tensor --tp 2 --dp 2 --sp --split 2 --micro 2
 }
 
 @test "a layout the ranks cannot hold, or one not planned, is refused in one line with exit 2" {
@@ -214,6 +224,10 @@ sent_matches() {
     refused --mp tensor --tp 3
     refused --pp 2 --schedule interleaved --micro 3 --batch 6
     refused --dp 2 --allreduce ring
+    refused --chapter 03 --cp 3
+    [[ "$stderr" == *"--seq 64 cannot be cut into 2 x --cp 3 = 6 equal chunks"* ]]
+    refused --pp 2 --cp 2
+    refused --chapter 03 --mp tensor --tp 2 --sp --cp 2
     refused --zero 4
     refused --dpu
     run "$PLAN" --help

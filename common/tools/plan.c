@@ -34,8 +34,8 @@
  * (--offload: 06; --zero: 05; --mp: 03; --pp or --tp above 1, --schedule,
  * --virtual: 04; --dp above 1: 02; else 01) or --chapter. How the bytes are
  * computed, and which buffers the plan does not cover: plan_layout.h; the
- * stages, slots and slices: plan_stage.h. Context parallelism (--cp) is not
- * planned. Exit status 2 on bad input, with one line naming the flag. */
+ * stages, slots and slices: plan_stage.h. Exit status 2 on bad input, with
+ * one line naming the flag. */
 #include "config.h"
 #include "device.h"
 #include "model.h"
@@ -61,6 +61,8 @@ typedef struct {
     char chapter[8]; /* auto, 01 .. 06 */
     int dp, tp, pp;
     char mp[8];         /* 03: layer, tensor */
+    int cp, sp;         /* 03: --cp N, --sp */
+    char cp_order[16], cp_send[16];
     int schedule;       /* 04-05: SCHED_GPIPE .. SCHED_ZB_H1 (plan_stage.h: the order of .choices) */
     int virtual_chunks; /* 04: --virtual */
     char split[1024];   /* 03-05: --split */
@@ -97,6 +99,17 @@ static const Flag plan_flags[] = {
     {"--mp", FLAG_CHOICE, FIELD(PlanFlags, mp), .choices = "layer|tensor", .noun = "split", .def = "layer",
      .usage = "--mp layer|tensor",
      .help = "03: the layer split over --pp stages, or tensor parallelism over --tp"},
+    {"--cp", FLAG_INT, FIELD(PlanFlags, cp), 1, 1024, .def = "1", .usage = "--cp N",
+     .help = "03: context-parallel ranks per sequence (ring attention; world = dp x pp x cp x tp)\n"
+             "(default {default})"},
+    {"--cp-order", FLAG_CHOICE, FIELD(PlanFlags, cp_order), .choices = "zigzag|contiguous", .noun = "order",
+     .def = "zigzag", .usage = "--cp-order ORDER", .help = "03: accepted for pasting; changes no byte",
+     .record = FLAG_NOT_RECORDED},
+    {"--cp-send", FLAG_CHOICE, FIELD(PlanFlags, cp_send), .choices = "auto|posted|blocking", .noun = "way",
+     .def = "auto", .usage = "--cp-send HOW", .help = "03: accepted for pasting; changes no byte",
+     .record = FLAG_NOT_RECORDED},
+    {"--sp", FLAG_SWITCH, FIELD(PlanFlags, sp), .usage = "--sp",
+     .help = "03 --mp tensor: sequence parallelism (layernorm and residual regions in T/tp rows)"},
     {"--schedule", FLAG_ENUM, FIELD(PlanFlags, schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
      .noun = "schedule", .def = "1f1b", .usage = "--schedule gpipe|1f1b|interleaved|zb-h1",
      .help = "04-05: which activation slots each stage keeps (default {default})"},
@@ -124,7 +137,8 @@ static const Flag plan_flags[] = {
     {"--dpu", FLAG_SWITCH, FIELD(PlanFlags, dpu), .usage = "--dpu",
      .help = "06: the delayed parameter update (a second host gradient shard)"},
     {"--dpu-warmup", FLAG_INT, FIELD(PlanFlags, dpu_warmup), 0, 1000000, .def = "1",
-     .usage = "--dpu-warmup N", .help = "06: accepted for pasting; changes no byte"},
+     .usage = "--dpu-warmup N", .help = "06: accepted for pasting; changes no byte",
+     .record = FLAG_NOT_RECORDED},
     {"--threads", FLAG_INT, FIELD(PlanFlags, threads), 1, 4096, .usage = "--threads N",
      .help = "OpenMP threads per rank: the CPU attention workspace grows with them\n"
              "(default: OMP_NUM_THREADS, as the programs read it)"},
@@ -139,25 +153,30 @@ static const Flag plan_flags[] = {
      .help = "write the step time's parts: part,busy_ms,exposed_ms (needs --machine)"},
     {"--calibrate", FLAG_PATH, FIELD(PlanFlags, calibrate), .usage = "--calibrate FILE",
      .help = "measure this machine (01's step, commbench, adambench: common/scripts/calibrate.sh)\n"
-             "and write its machine file to FILE"},
+             "and write its machine file to FILE",
+     .record = FLAG_NOT_RECORDED},
     {"--quick", FLAG_SWITCH, FIELD(PlanFlags, quick), .usage = "--quick",
-     .help = "--calibrate with tiny sizes and few repeats (seconds; noisier constants)"},
+     .help = "--calibrate with tiny sizes and few repeats (seconds; noisier constants)",
+     .record = FLAG_NOT_RECORDED},
     {"--search", FLAG_SWITCH, FIELD(PlanFlags, search), .usage = "--search",
      .help = "every data-parallel layout of 01, 02, 05, 06 on --gpus ranks: those that fit\n"
              "--gpu-mem (default: the machine's device_mem_bytes) ranked by step time, the others\n"
              "with the reason"},
     {"--by-hand", FLAG_SWITCH, FIELD(PlanFlags, by_hand), .usage = "--by-hand",
      .help = "exercise 06.3: your plan of 05 --zero 1 --precision bf16 on 2 ranks (plan_by_hand.c)\n"
-             "next to the planner's, on the --machine FILE; exit 1 where they differ"},
+             "next to the planner's, on the --machine FILE; exit 1 where they differ",
+     .record = FLAG_NOT_RECORDED},
     {.type = FLAG_SECTION, .help = "the papers' numbers, from the same formulas (no model built)"},
     {"--zero-table", FLAG_SWITCH, FIELD(PlanFlags, zero_table), .usage = "--zero-table",
-     .help = "model state per device at ZeRO stages 0-3 for --params on --gpus, GB (1e9)"},
+     .help = "model state per device at ZeRO stages 0-3 for --params on --gpus, GB (1e9)",
+     .record = FLAG_NOT_RECORDED},
     {"--params", FLAG_DOUBLE, FIELD(PlanFlags, params), 1, 1e15, .def = "7.5e9", .usage = "--params P",
      .help = "parameters of --zero-table (default {default}, the ZeRO paper's)"},
     {"--gpus", FLAG_INT, FIELD(PlanFlags, gpus), 1, 1000000, .def = "64", .usage = "--gpus N",
      .help = "data-parallel devices of --zero-table (default {default})"},
     {"--offload-capacity", FLAG_SWITCH, FIELD(PlanFlags, offload_capacity), .usage = "--offload-capacity",
-     .help = "the largest model --gpu-mem trains in 16 bits with and without offload"},
+     .help = "the largest model --gpu-mem trains in 16 bits with and without offload",
+     .record = FLAG_NOT_RECORDED},
     {"--gpu-mem", FLAG_BYTES, FIELD(PlanFlags, gpu_mem), .def = "32G", .usage = "--gpu-mem BYTES",
      .help = "device memory of --offload-capacity (default {default}: a 32 GB V100), and of\n"
              "--search (default: the machine file's device_mem_bytes)"},
@@ -187,6 +206,18 @@ static void check_plan(const Config *cfg, const void *values) {
               f->tp > 1 ? "tensor parallelism" : "pipeline stages");
     if (chapter == 3 && strcmp(f->mp, "tensor") == 0 && f->pp > 1)
         fatal(EXIT_USAGE, "--mp tensor has one stage (valid: --pp 1; stages with tp inside: --chapter 04)");
+    if ((f->cp > 1 || f->sp) && chapter != 3)
+        fatal(EXIT_USAGE, "--%s is a flag of chapter 03, not %02d (valid: --chapter 03)", f->sp ? "sp" : "cp",
+              chapter);
+    if (f->cp > 1 && cfg->model.seq % (2 * f->cp))
+        fatal(EXIT_USAGE,
+              "--seq %d cannot be cut into 2 x --cp %d = %d equal chunks (valid: --seq a multiple of 2 x cp = %d)",
+              cfg->model.seq, f->cp, 2 * f->cp, 2 * f->cp);
+    if (f->sp && (strcmp(f->mp, "tensor") != 0 || f->cp > 1 || cfg->recompute))
+        fatal(EXIT_USAGE, "--sp is for --mp tensor, without --cp or --recompute (valid: as chapter 03 runs it)");
+    if (f->sp && cfg->model.seq % f->tp)
+        fatal(EXIT_USAGE, "--sp: --seq %d is not a multiple of --tp %d (valid: --seq a multiple of --tp)",
+              cfg->model.seq, f->tp);
     if (chapter == 3 && strcmp(f->mp, "layer") == 0 && f->tp > 1)
         fatal(EXIT_USAGE, "--tp is for --mp tensor (the layer split has --pp stages)");
     if (chapter >= 5 && split && f->zero == 3)
@@ -301,9 +332,15 @@ static void print_traffic(const PlanLayout *l, const PlanTraffic *t) {
            t->reduce_scatter, "all-gather", t->allgather);
     if (t->send) printf("  %-16s %14.0f\n", "send", t->send);
     printf("  %-16s %14.0f\n", "(sum)", t->allreduce + t->reduce_scatter + t->allgather + t->send);
-    if (t->tp_allreduce)
+    if (t->tp_allreduce && !l->sp)
         printf("  of the all-reduce, %.0f in the tensor group's %.0f calls (activations, B x T x C fp32)\n",
                t->tp_allreduce, t->tp_allreduce_calls);
+    if (t->tp_allreduce && l->sp)
+        printf("  of the all-reduce, %.0f in the tensor group's %.0f calls (the layernorms' gradients)\n",
+               t->tp_allreduce, t->tp_allreduce_calls);
+    if (t->cp_send)
+        printf("  of the send, %.0f round the context-parallel ring in %.0f calls\n", t->cp_send,
+               t->cp_send_calls);
     if (l->chapter == 6)
         printf("  %-16s %14.0f\n  %-16s %14.0f\n", "device to host", t->to_host, "host to device",
                t->to_device);
@@ -312,7 +349,7 @@ static void print_traffic(const PlanLayout *l, const PlanTraffic *t) {
 /* The ranks of one replica (pp x tp of them; the replicas hold and send alike): same_as[r] is
  * the first of them whose plan equals rank r's. */
 static int group_ranks(const PlanLayout *l, const PlanMemory *m, const PlanTraffic *t, int *same_as) {
-    int n = l->pp * l->tp, groups = 0;
+    int n = plan_replica_ranks(l), groups = 0;
     for (int r = 0; r < n; r++) {
         same_as[r] = r;
         for (int q = 0; q < r; q++)
@@ -332,7 +369,7 @@ static void print_plan(const Config *cfg, const PlanLayout *l, int program, cons
     param_table_build(&table, mc);
     double P = table.num_params, tied = P - (double)mc->vocab * mc->dmodel;
     param_table_free(&table);
-    int world = plan_ranks(l), per_replica = l->pp * l->tp;
+    int world = plan_ranks(l), per_replica = plan_replica_ranks(l);
     printf("%s | %s | %d rank%s, dp %d | %s | %d layers, d %d, %d heads, seq %d, vocab %d | batch %d = %d "
            "ranks x %d micro-batches x %d sequences | %d thread%s per rank\n",
            PROGRAM, chapter_program(program), world, world > 1 ? "s" : "", l->dp,
@@ -366,7 +403,7 @@ static void print_plan(const Config *cfg, const PlanLayout *l, int program, cons
         printf("\nrank%s", count > 1 ? "s" : "");
         for (int q = r; q < per_replica; q++)
             if (same_as[q] == r) printf(" %d", q);
-        printf(" (stage %d%s): memory (peak bytes, as memory.csv)\n", r / l->tp,
+        printf(" (stage %d%s): memory (peak bytes, as memory.csv)\n", r / l->tp / (l->cp > 1 ? l->cp : 1),
                l->dp > 1 ? ", and the same of every replica" : "");
         print_memory(&m[r]);
         printf("  bytes sent per step (as comm.h counts them)\n");
@@ -388,7 +425,7 @@ static void write_csv(const char *path, const PlanLayout *l, const PlanMemory *m
         for (int s = 0; s < SPACE_COUNT; s++)
             for (int c = 0; c < CAT_COUNT; c++)
                 fprintf(f, "%d,%s,%s,%zu\n", r, space_name(s), category_name(c),
-                        m[r % (l->pp * l->tp)].bytes[s][c]);
+                        m[r % plan_replica_ranks(l)].bytes[s][c]);
     if (fclose(f) != 0) fatal(EXIT_USAGE, "--csv %s: cannot write it", path);
 }
 
@@ -620,6 +657,8 @@ int main(int argc, char **argv) {
                     .schedule = f.schedule,
                     .chunks = f.virtual_chunks,
                     .split = f.split,
+                    .cp = f.cp,
+                    .sp = f.sp,
                     .zero = f.zero,
                     .prefetch = f.prefetch,
                     .dpu = f.dpu,
@@ -630,7 +669,7 @@ int main(int argc, char **argv) {
                     .bucket_bytes = f.bucket_mb * 1048576.0};
     if (l.chapter == 5 && !flag_given(&cfg, "--zero")) l.zero = 1; /* 05's default */
     if (l.chapter == 6) l.zero = 2;
-    int per_replica = l.pp * l.tp; /* the replicas' ranks hold and send alike */
+    int per_replica = plan_replica_ranks(&l); /* the replicas' ranks hold and send alike */
     PlanMemory *m = xcalloc(per_replica, sizeof *m);
     PlanTraffic *t = xcalloc(per_replica, sizeof *t);
     for (int r = 0; r < per_replica; r++) {

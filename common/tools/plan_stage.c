@@ -74,14 +74,15 @@ size_t plan_tp_unit_numel(const ModelConfig *m, int unit, int tp) {
 }
 
 size_t plan_tp_block_activation_bytes(const ModelConfig *m, int tp, int B, int T, int first_block,
-                                      int last_block, int recompute) {
+                                      int last_block, int recompute, int sp) {
     size_t BT = (size_t)B * T, C = m->dmodel, Cl = C / tp, Hl = 4 * C / tp, NHl = m->heads / tp;
-    /* ln1, its mean and rstd, qkv, atty, lse, res2, ln2, its mean and rstd, fch, res3 */
-    size_t full =
-        BT * C + 2 * BT + BT * 3 * Cl + BT * Cl + B * NHl * T + BT * C + BT * C + 2 * BT + BT * Hl + BT * C;
+    size_t R = sp ? BT / tp : BT; /* rows of the layernorm and residual regions */
+    /* ln1, its mean and rstd, qkv, atty, lse, res2, ln2, its mean and rstd, fch; res3 */
+    size_t full = R * C + 2 * R + BT * 3 * Cl + BT * Cl + B * NHl * T + R * C + R * C + 2 * R + BT * Hl;
     size_t floats = 0;
     for (int l = first_block; l <= last_block; l++)
-        floats += recompute && l > first_block ? BT * C : full; /* recompute: one set, then outputs */
+        floats += recompute && l > first_block ? BT * C /* recompute: one set, then outputs */
+                                               : full + (l == last_block ? BT : R) * C;
     return floats * sizeof(float);
 }
 

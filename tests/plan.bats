@@ -6,11 +6,17 @@
 #
 # Exceptions, none of which these layouts reach (plan_layout.h): the CUDA
 # backend's kernel workspaces and comm.c's host staging (the planner predicts
-# the CPU backend's, and says so under the plan unless --device cpu); the ring all-reduce, context parallelism and 06 with
-# --pp are refused. The model splits of 03-05 (stages, slices, schedules) are
-# planned per rank; their bytes sent are held to the formulas (plan_sent.py),
-# as those chapters count none per step. (Outside the suite, 03's closing
-# line "MiB sent by rank 0" agreed: 10 more steps of --mp tensor on 2 ranks
+# the CPU backend's, and says so under the plan unless --device cpu); the ring
+# all-reduce is refused. The model splits of 03-06 (stages, slices, schedules,
+# 03's context-parallel ring and sequence parallelism) are planned per rank;
+# their bytes sent are held to the formulas (plan_sent.py), as chapters 03-05
+# count none per step (06 does: its rank 0's are the run's). (Outside the
+# suite, 03's closing line agreed for --cp and --sp too: 2 steps of --cp 2
+# --micro 2 sent 2359296 bytes round the ring, 36 of the k|v blocks of 64 KiB,
+# 32 of them the plan's 1048576 a step (4 the final evaluation's); with
+# --recompute 2883584, 44; 20 more steps of --mp tensor --sp on 2 ranks sent
+# 27.6 MiB, 1.38 MiB a step against the plan's 1445888 bytes; and 03's closing
+# line "MiB sent by rank 0" agreed before: 10 more steps of --mp tensor on 2 ranks
 # sent 10.0 MiB, the plan's 1048576 bytes a step; of the layer split's stage
 # 0 on 3 ranks, --micro 2, 1.2 MiB against the plan's 1.25.)
 #

@@ -15,9 +15,11 @@
  *       commbench, adambench: common/scripts/calibrate.sh) and write them to
  *       FILE, which the planner then reads back and --machine takes
  *   common/plan [the model's and batch's flags] --search --gpus N [--gpu-mem BYTES] --machine FILE
- *       every layout of the planned chapters on N ranks, those whose device
+ *       every layout of the planned chapters on N ranks (one replica a rank;
+ *       dp x pp x tp splits; 03's dp x cp), those whose fullest rank's device
  *       memory fits ranked by predicted step time, each other with the reason
- *       it does not fit (--gpu-mem defaults to the machine's device_mem_bytes)
+ *       it does not fit or is not a layout (--gpu-mem defaults to the
+ *       machine's device_mem_bytes)
  *   common/plan --zero-table [--params P] [--gpus N] [--precision bf16|fp32]
  *       the ZeRO paper's model-state table (Rajbhandari et al., 2020, Figure 1):
  *       mixed-precision Adam unless --precision fp32 is given
@@ -30,7 +32,9 @@
  * `mpirun -np 8 04_pipeline/train --pp 2 --tp 2` is `common/plan --pp 2 --tp
  * 2 --dp 2`; chapter 03's layer split takes its stages from the rank count,
  * so its plan names them: `mpirun -np 3 03_model_parallel/train` is
- * `common/plan --chapter 03 --pp 3`. The chapter follows from the flags
+ * `common/plan --chapter 03 --pp 3`, and `mpirun -np 4
+ * 03_model_parallel/train --cp 2` is `common/plan --chapter 03 --pp 2 --cp
+ * 2`. 06 without --offload is chapter 05's program, and planned as it. The chapter follows from the flags
  * (--offload: 06; --zero: 05; --mp: 03; --pp or --tp above 1, --schedule,
  * --virtual: 04; --dp above 1: 02; else 01) or --chapter. How the bytes are
  * computed, and which buffers the plan does not cover: plan_layout.h; the
@@ -91,12 +95,12 @@ static const Flag plan_flags[] = {
      .help = "the program to plan (default auto: --offload 06, --zero 05, --mp 03, --pp or --tp\n"
              "above 1 or --schedule 04, --dp above 1 02, else 01)"},
     {"--dp", FLAG_INT, FIELD(PlanFlags, dp), 1, 4096, .def = "1", .usage = "--dp D",
-     .help = "data-parallel ranks: mpirun -np of 02 and of 05 with one stage, --dp of 03-06\n"
+     .help = "data-parallel ranks: mpirun -np of 02 and of 05-06 with one stage, --dp of 03-06\n"
              "(replicas of a model split), 1..4096 (default {default})"},
     {"--tp", FLAG_INT, FIELD(PlanFlags, tp), 1, 4096, .def = "1", .usage = "--tp T",
-     .help = "tensor-parallel ranks: 03's --mp tensor, 04-05's inside each stage (default {default})"},
+     .help = "tensor-parallel ranks: 03's --mp tensor, 04-06's inside each stage (default {default})"},
     {"--pp", FLAG_INT, FIELD(PlanFlags, pp), 1, 256, .def = "1", .usage = "--pp P",
-     .help = "pipeline stages of 04-05, and of 03's layer split (its world / --dp)\n"
+     .help = "pipeline stages of 04-06, and of 03's layer split (its world / --dp / --cp)\n"
              "(default {default})"},
     {"--mp", FLAG_CHOICE, FIELD(PlanFlags, mp), .choices = "layer|tensor", .noun = "split", .def = "layer",
      .usage = "--mp layer|tensor",
@@ -122,7 +126,7 @@ static const Flag plan_flags[] = {
      .help = "03-05: blocks per stage (per chunk with --virtual), summing to --layers\n"
              "(default: balanced)"},
     {"--zero", FLAG_INT, FIELD(PlanFlags, zero), 0, 3, .usage = "--zero 0|1|2|3",
-     .help = "05: the ZeRO stage (default 1, as 05's); 06: 2"},
+     .help = "05, and 06 without --offload: the ZeRO stage (default 1, as 05's); 06 --offload: 2"},
     {"--prefetch", FLAG_INT, FIELD(PlanFlags, prefetch), 0, 64, .def = "1", .usage = "--prefetch K",
      .help = "05, stage 3: units gathered ahead, 0..64 (default {default})"},
     {"--dp-mode", FLAG_CHOICE, FIELD(PlanFlags, dp_mode), .choices = "naive|flat|overlap", .noun = "mode",
@@ -161,9 +165,10 @@ static const Flag plan_flags[] = {
      .help = "--calibrate with tiny sizes and few repeats (seconds; noisier constants)",
      .record = FLAG_NOT_RECORDED},
     {"--search", FLAG_SWITCH, FIELD(PlanFlags, search), .usage = "--search",
-     .help = "every data-parallel layout of 01, 02, 05, 06 on --gpus ranks: those that fit\n"
-             "--gpu-mem (default: the machine's device_mem_bytes) ranked by step time, the others\n"
-             "with the reason"},
+     .help = "every layout on --gpus ranks: one replica a rank (01, 02, 05, 06), dp x pp x tp\n"
+             "(04's schedules, 05's ZeRO-1/2, 06 --offload) and 03's dp x cp; those that fit\n"
+             "--gpu-mem (default: the machine's device_mem_bytes) on their fullest rank ranked by\n"
+             "step time, the others with the reason"},
     {"--by-hand", FLAG_SWITCH, FIELD(PlanFlags, by_hand), .usage = "--by-hand",
      .help = "exercise 06.3: your plan of 05 --zero 1 --precision bf16 on 2 ranks (plan_by_hand.c)\n"
              "next to the planner's, on the --machine FILE; exit 1 where they differ",

@@ -108,13 +108,15 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
     out->busy_s[PART_DEVICE_UPDATE] = out->exposed_s[PART_DEVICE_UPDATE] =
         updated / m->device_adam_params_per_s;
 
-    double allreduce = (t->allreduce_calls - t->tp_allreduce_calls) * 2 * (N - 1) * m->alpha_s +
+    double W = N * (l->cp > 1 ? l->cp : 1); /* the ranks holding the same weights: dp x cp */
+    double G = l->sp ? l->tp : N;           /* --sp: the gathers and scatters are the tensor group's */
+    double allreduce = (t->allreduce_calls - t->tp_allreduce_calls) * 2 * (W - 1) * m->alpha_s +
                        t->tp_allreduce_calls * 2 * (l->tp - 1) * m->alpha_s +
                        t->allreduce / m->beta_bytes_per_s;
-    double send = t->send_calls * m->alpha_s + t->send / m->beta_bytes_per_s; /* 03-05: one step each */
+    double send = t->send_calls * m->alpha_s + t->send / m->beta_bytes_per_s; /* 03-06: one step each */
     double reduce_scatter =
-        t->reduce_scatter_calls * (N - 1) * m->alpha_s + t->reduce_scatter / m->beta_bytes_per_s;
-    double allgather = t->allgather_calls * (N - 1) * m->alpha_s + t->allgather / m->beta_bytes_per_s;
+        t->reduce_scatter_calls * (G - 1) * m->alpha_s + t->reduce_scatter / m->beta_bytes_per_s;
+    double allgather = t->allgather_calls * (G - 1) * m->alpha_s + t->allgather / m->beta_bytes_per_s;
     double blocking = allreduce + reduce_scatter + allgather + send, overlapped = 0, window = 0;
     if (l->chapter == 2 && l->dp_mode == DP_OVERLAP) {
         overlapped = allreduce, window = compute * 2 / 3; /* the buckets, under the backward */

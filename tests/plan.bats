@@ -234,6 +234,9 @@ sent_matches() {
     [[ "$stderr" == *"--seq 64 cannot be cut into 2 x --cp 3 = 6 equal chunks"* ]]
     refused --pp 2 --cp 2
     refused --chapter 03 --mp tensor --tp 2 --sp --cp 2
+    refused --chapter 05 --zero 2 --pp 2 --schedule zb-h1
+    refused --chapter 05 --pp 2 --layers 4 --micro 2 --schedule interleaved --virtual 2
+    [[ "$stderr" == *"--virtual (interleaved chunks) with ZeRO is not written yet in chapter 05"* ]]
     refused --zero 4
     refused --dpu
     run "$PLAN" --help

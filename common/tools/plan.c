@@ -236,6 +236,15 @@ static const char *layout_problem(const Config *cfg, const PlanFlags *f) {
               cfg->model.seq, f->tp);
     if (chapter == 3 && strcmp(f->mp, "layer") == 0 && f->tp > 1)
         return problem("--tp is for --mp tensor (the layer split has --pp stages)");
+    int zero = flag_given(cfg, "--zero") || f->zero_given ? f->zero : 1; /* 05's default: 1 */
+    if (chapter >= 5 && f->virtual_chunks > 1 && (zero > 0 || f->offload || !split))
+        return problem("--virtual (interleaved chunks) with ZeRO is not written yet in chapter %02d: a stage's "
+                       "shards are one range of units, and its chunks are not (valid: --zero 0 with --pp > 1)",
+                       chapter);
+    if (chapter >= 5 && !f->offload && zero == 2 && f->pp > 1 && f->schedule == SCHED_ZB_H1)
+        return problem("--zero 2 with --schedule zb-h1 is not written yet in chapter %02d (valid: --zero 1, or "
+                       "gpipe, 1f1b)",
+                       chapter);
     if (chapter >= 5 && split && f->zero == 3)
         return problem("--zero 3 with --pp or --tp: chapter %02d refuses it (valid: --zero 0, 1 or 2)",
               chapter);

@@ -6,11 +6,17 @@
 #
 # Exceptions, none of which these layouts reach (plan_layout.h): the CUDA
 # backend's kernel workspaces and comm.c's host staging (the planner predicts
-# the CPU backend's, and says so under the plan unless --device cpu); the ring all-reduce, context parallelism and 06 with
-# --pp are refused. The model splits of 03-05 (stages, slices, schedules) are
-# planned per rank; their bytes sent are held to the formulas (plan_sent.py),
-# as those chapters count none per step. (Outside the suite, 03's closing
-# line "MiB sent by rank 0" agreed: 10 more steps of --mp tensor on 2 ranks
+# the CPU backend's, and says so under the plan unless --device cpu); the ring
+# all-reduce is refused. The model splits of 03-06 (stages, slices, schedules,
+# 03's context-parallel ring and sequence parallelism) are planned per rank;
+# their bytes sent are held to the formulas (plan_sent.py), as chapters 03-05
+# count none per step (06 does: its rank 0's are the run's). (Outside the
+# suite, 03's closing line agreed for --cp and --sp too: 2 steps of --cp 2
+# --micro 2 sent 2359296 bytes round the ring, 36 of the k|v blocks of 64 KiB,
+# 32 of them the plan's 1048576 a step (4 the final evaluation's); with
+# --recompute 2883584, 44; 20 more steps of --mp tensor --sp on 2 ranks sent
+# 27.6 MiB, 1.38 MiB a step against the plan's 1445888 bytes; and 03's closing
+# line "MiB sent by rank 0" agreed before: 10 more steps of --mp tensor on 2 ranks
 # sent 10.0 MiB, the plan's 1048576 bytes a step; of the layer split's stage
 # 0 on 3 ranks, --micro 2, 1.2 MiB against the plan's 1.25.)
 #
@@ -73,16 +79,17 @@ planned_split() {
     output="$plan_output"
 }
 
-# sent_matches: the plan's bytes sent per step (its "(sum)" under "bytes each
-# rank sends") against run.csv's bytes_sent_per_step, within a byte (run.csv
-# prints whole bytes); 06 also its host-device copies against pcie_bytes_per_step.
+# sent_matches: the plan's bytes sent per step (its first "(sum)" of bytes
+# sent: rank 0's, whose count run.csv keeps) against run.csv's
+# bytes_sent_per_step, within a byte (run.csv prints whole bytes); 06 also
+# its host-device copies against pcie_bytes_per_step.
 sent_matches() {
     local predicted measured
-    predicted="$(awk '/^bytes each rank sends/ { on = 1 } on && $1 == "(sum)" { print $2; exit }' <<<"$output")"
+    predicted="$(awk '/^bytes each rank sends|bytes sent per step/ { on = 1 } on && $1 == "(sum)" { print $2; exit }' <<<"$output")"
     measured="$(csv_column "$RUN/run.csv" bytes_sent_per_step)"
     awk -v p="$predicted" -v m="$measured" 'BEGIN { d = p - m; if (d < 0) d = -d; if (d > 1) { print "sent: planned " p ", measured " m; exit 1 } }'
     if [ "$(csv_column "$RUN/run.csv" pcie_bytes_per_step)" != "" ]; then
-        predicted="$(awk '$1 == "device" && $2 == "to" { d = $4 } $1 == "host" && $2 == "to" { h = $4 } END { print d + h }' <<<"$output")"
+        predicted="$(awk '$1 == "device" && $2 == "to" && d == "" { d = $4 } $1 == "host" && $2 == "to" && h == "" { h = $4 } END { print d + h }' <<<"$output")"
         measured="$(csv_column "$RUN/run.csv" pcie_bytes_per_step)"
         [ "$predicted" = "$measured" ] || { echo "pcie: planned $predicted, measured $measured"; return 1; }
     fi
@@ -127,6 +134,22 @@ sent_matches() {
     sent_matches
 }
 
+@test "06 --offload over tp slices and pp x tp x dp, and 06 without --offload (05's program): the plan is memory.csv" {
+    planned_split 4 06_offload/train "" --offload --tp 2 --dp 2 --dpu
+    sent_matches
+    planned_split 8 06_offload/train "" --offload --pp 2 --tp 2 --dp 2 --micro 2 --schedule gpipe --precision bf16
+    sent_matches
+    planned_split 4 06_offload/train "" --zero 1 --pp 2 --dp 2 --recompute
+    planned 2 06_offload/train --zero 2 --precision bf16
+}
+
+@test "03 with --cp (the layer split, tp, replicas, 16 bits) and --mp tensor --sp: the plan is memory.csv" {
+    planned_split 6 03_model_parallel/train "--pp 3" --cp 2 --layers 3 --micro 2 --precision bf16
+    planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --cp 2 --recompute
+    planned_split 4 03_model_parallel/train "" --cp 2 --dp 2 --seq 48 --precision fp16
+    planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --dp 2 --sp --precision bf16
+}
+
 # Chapters 03-05's model splits, as their tests run them (model_parallel.bats,
 # pipeline.bats, cumulative.bats): every rank's stage, slots and slices.
 @test "03's layer split on 3 uneven stages in bf16, and tensor parallel tp 2 x dp 2 with recompute: the plan is memory.csv" {
@@ -145,6 +168,19 @@ sent_matches() {
     planned_split 4 05_zero/train "" --zero 2 --pp 2 --dp 2 --micro 2
     planned_split 6 05_zero/train "" --zero 1 --pp 3 --dp 2 --layers 4 --split 2,1,1 --batch 12 --micro 2 \
         --schedule gpipe --recompute
+}
+
+@test "04's interleaved and zb-h1 over pp 2 x tp 2, in bf16 with recompute: the plan is memory.csv" {
+    planned_split 4 04_pipeline/train "" --layers 4 --pp 2 --tp 2 --micro 4 --schedule interleaved --virtual 2 \
+        --precision bf16 --recompute
+    planned_split 4 04_pipeline/train "" --layers 3 --pp 2 --tp 2 --micro 2 --schedule zb-h1 --precision bf16 \
+        --recompute
+}
+
+@test "05's ZeRO-1 and -2 over tensor slices and pp x tp x dp, in 16 bits: the plan is memory.csv" {
+    planned_split 4 05_zero/train "" --zero 1 --tp 2 --dp 2 --precision bf16
+    planned_split 8 05_zero/train "" --zero 2 --pp 2 --tp 2 --dp 2 --micro 2 --precision bf16
+    planned_split 6 05_zero/train "" --zero 1 --pp 2 --dp 3 --batch 12 --precision fp16 --recompute $ODD
 }
 
 # The model splits' bytes sent per step. Chapters 03 and 04, and 05 with
@@ -169,6 +205,11 @@ sent_matches() {
     split_sent --pp 2 --tp 2 --dp 2 --split 1,1 --micro 2
     split_sent --chapter 05 --zero 2 --pp 2 --dp 2 --split 1,1 --micro 2
     split_sent --chapter 05 --zero 1 --pp 2 --dp 3 --split 1,1 --batch 12 --micro 2
+    split_sent --chapter 05 --zero 2 --pp 2 --tp 2 --dp 2 --split 1,1 --micro 2 --precision bf16
+    split_sent --chapter 05 --zero 1 --tp 2 --dp 3 --split 2 --batch 12
+    split_sent --chapter 03 --cp 2 --pp 2 --dp 2 --split 1,1 --micro 2 --recompute
+    split_sent --chapter 03 --mp tensor --tp 2 --cp 4 --split 2
+    split_sent --chapter 03 --mp tensor --tp 2 --dp 2 --sp --split 2 --micro 2
 }
 
 @test "a layout the ranks cannot hold, or one not planned, is refused in one line with exit 2" {
@@ -183,11 +224,19 @@ sent_matches() {
     refused --dp 2 --zero 3 --offload
     refused --chapter 02 --dp 2 --tp 2
     [[ "$stderr" == *"chapter 02 has no tensor parallelism"* ]]
-    refused --offload --pp 2 --batch 8
+    refused --offload --pp 2 --schedule zb-h1
+    [[ "$stderr" == *"--schedule zb-h1 with --offload is refused by chapter 06 (valid: gpipe, 1f1b)"* ]]
     refused --pp 2 --zero 3 --chapter 05
     refused --mp tensor --tp 3
     refused --pp 2 --schedule interleaved --micro 3 --batch 6
     refused --dp 2 --allreduce ring
+    refused --chapter 03 --cp 3
+    [[ "$stderr" == *"--seq 64 cannot be cut into 2 x --cp 3 = 6 equal chunks"* ]]
+    refused --pp 2 --cp 2
+    refused --chapter 03 --mp tensor --tp 2 --sp --cp 2
+    refused --chapter 05 --zero 2 --pp 2 --schedule zb-h1
+    refused --chapter 05 --pp 2 --layers 4 --micro 2 --schedule interleaved --virtual 2
+    [[ "$stderr" == *"--virtual (interleaved chunks) with ZeRO is not written yet in chapter 05"* ]]
     refused --zero 4
     refused --dpu
     run "$PLAN" --help

@@ -17,11 +17,14 @@ def flag(name, default):
 
 L, C, T, V = int(flag("--layers", 2)), 64, 64, 256
 dp, tp, pp, M = int(flag("--dp", 1)), int(flag("--tp", 1)), int(flag("--pp", 1)), int(flag("--micro", 1))
+cp, sp, recompute = int(flag("--cp", 1)), "--sp" in args, "--recompute" in args
+Th = T // cp  # --cp: each rank holds T / cp tokens of every sequence
 chunks, zero = int(flag("--virtual", 1)), int(flag("--zero", 0))
 blocks = [int(b) for b in flag("--split", "").split(",")]  # per piece: chunk c of stage s is piece c*pp + s
 pieces_n = pp * chunks
 B = int(flag("--batch", 8)) // dp // M
-boundary = B * T * C * 4  # one micro-batch's activations (or their gradient), fp32
+boundary = B * Th * C * 4  # one micro-batch's activations (or their gradient), fp32
+eb = 4 if flag("--precision", "fp32") == "fp32" else 2  # a parameter's and a gradient's bytes
 block = 12 * C * C + 13 * C
 tp_block = (12 * C * C + 7 * C) // tp + 6 * C  # the four matrices sliced, layernorms and two biases whole
 
@@ -41,13 +44,26 @@ for stage in range(pp):
     pieces = [c * pp + stage for c in range(chunks)]
     send = sum(M * boundary * ((p > 0) + (p < pieces_n - 1)) for p in pieces)
     held = sum(sum(units(p)) for p in pieces)
-    tp_allreduce = M * sum(blocks[p] for p in pieces) * (4 + ("--recompute" in args)) * 2 * (tp - 1) / tp * boundary
+    nblocks = sum(blocks[p] for p in pieces)
+    tp_allreduce = M * nblocks * (4 + recompute) * 2 * (tp - 1) / tp * boundary
     reduce_scatter = allgather = 0
+    if sp:  # the activation all-reduces become all-gathers and reduce-scatters of T/tp rows each
+        rows = boundary / tp
+        # forward: gather ln1 and ln2, scatter attproj's and fcproj's sums; backward: gather the
+        # output gradient and dmid, gather each column layer's input, scatter its input gradient
+        allgather = M * (nblocks * (2 + 4) + 2) * (tp - 1) * rows  # +2: the last output, the first input gradient
+        reduce_scatter = M * nblocks * 4 * (tp - 1) * rows
+        tp_allreduce = M * nblocks * 2 * 2 * (tp - 1) / tp * 2 * C * 4  # ln1's and ln2's (2C) gradients
+    if cp > 1:  # the ring: per block the k|v of T/cp tokens (2C/tp floats each) cp-1 times forward
+        kv = (B * Th * 2 * C // tp) * 4  # (again with --recompute), cp-1 times backward, d(k|v) cp times
+        send += M * nblocks * ((cp - 1) * (2 + recompute) + cp) * kv
     if zero:
+        reduce_scatter = allgather = 0
         shard = sum(math.ceil(n / dp) for p in pieces for n in units(p))
-        reduce_scatter = (dp - 1) * shard * 4 * (M if zero == 2 else 1)
-        allgather = (dp - 1) * shard * 4
-    allreduce = tp_allreduce + (0 if zero else 2 * (dp - 1) / dp * held * 4)
+        reduce_scatter = (dp - 1) * shard * eb * (M if zero == 2 else 1)
+        allgather = (dp - 1) * shard * eb
+    W = dp * cp  # the ranks holding the same weights
+    allreduce = tp_allreduce + (0 if zero else 2 * (W - 1) / W * held * eb)
     want[stage] = {"all-reduce": allreduce, "reduce-scatter": reduce_scatter, "all-gather": allgather, "send": send}
 
 got, stage = {}, 0

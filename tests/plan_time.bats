@@ -212,7 +212,10 @@ within_band() {
 @test "--search ranks the layouts that fit by predicted step and says why each other does not" {
     run env OMP_NUM_THREADS=1 "$PLAN" --model tiny --search --gpus 2 --gpu-mem 6M --machine "$CPU_MACHINE"
     assert_success
-    assert_line --regexp "^  05 --zero 3 +device memory 6.63e\+06 bytes > 6.291e\+06 \(the most: workspace, 2284544 bytes\)$"
+    assert_line --regexp "^  05 --zero 3 +device memory 6.63e\+06 bytes > 6.291e\+06 \(rank 0; the most: workspace, 2284544 bytes\)$"
+    # the model splits too, each rejected one with its reason: its fullest rank, or the chapter's refusal
+    assert_line --regexp "^  04 --dp 1 --pp 2 --schedule zb-h1 +device memory 9.381e\+06 bytes > 6.291e\+06 \(rank 1; the most: activations, 4614144 bytes\)$"
+    assert_line --regexp "^  04 --dp 1 --pp 2 --schedule interleaved --virtual 2 +--pp 2 x --virtual 2 pieces for a model of 2 layers"
     # seven fit, ranked by their step (the last column), fastest first
     local ranked="$(awk '/^does not fit/ { exit } $1 ~ /^[0-9]+$/ { print $NF }' <<<"$output")"
     assert_equal "$(wc -l <<<"$ranked")" 7
@@ -223,7 +226,18 @@ within_band() {
     planned="$(OMP_NUM_THREADS=1 "$PLAN" --model tiny --dp 2 --offload --dpu | awk '$1 == "device" && $2 == "(sum)" { print $3 }')"
     assert_equal "$listed" "$planned"
     run env OMP_NUM_THREADS=1 "$PLAN" --model tiny --search --gpus 3 --machine "$CPU_MACHINE"
-    assert_line --partial "05 --zero 2            --batch 8 does not split into 3 ranks x --micro 1"
+    assert_line --regexp "^  05 --zero 2 +--batch 8 does not split into 3 ranks x --micro 1"
+    assert_line --regexp "^  04 --dp 1 --tp 3 +--tp 3 does not divide --heads 4 and --dmodel 64"
+    # on 4 ranks splits are ranked among the replicas; a split's device bytes are its fullest rank's plan
+    run env OMP_NUM_THREADS=1 "$PLAN" --model tiny --search --gpus 4 --gpu-mem 6M --machine "$CPU_MACHINE"
+    assert_line --regexp "^ +[0-9]+  04 --dp 2 --pp 2 --schedule zb-h1 +5238784 +0 +[0-9.]+$"
+    assert_line --regexp "^ +[0-9]+  06 --dp 2 --tp 2 --offload +3635776 +873600 +[0-9.]+$"
+    planned="$(OMP_NUM_THREADS=1 "$PLAN" --model tiny --chapter 04 --dp 2 --pp 2 --schedule zb-h1 |
+        awk '$1 == "device" && $2 == "(sum)" && $3 > most { most = $3 } END { print most }')"
+    assert_equal "$planned" 5238784
+    planned="$(OMP_NUM_THREADS=1 "$PLAN" --model tiny --dp 2 --tp 2 --offload |
+        awk '$1 == "device" && $2 == "(sum)" && $3 > d { d = $3 } $1 == "host" && $2 == "(sum)" && $3 > h { h = $3 } END { print d, h }')"
+    assert_equal "$planned" "3635776 873600"
     run --separate-stderr "$PLAN" --search --gpus 2
     assert_equal "$status" 2
 }

@@ -109,8 +109,8 @@ launch() {
 # the machine file (DEMO_MACHINE; default the shipped one of the device):
 # memory.csv's rows into OUT/plan.csv, the step's parts into OUT/plan-time.csv,
 # for plot.py --plan. The layout is the one the rank count gives the program
-# (02, 05, 06: dp; 03: its stages or its tensor group; 04: its stages); a
-# layout the planner refuses (the ring all-reduce, 06 with --pp) is named in
+# (02, 05, 06: dp; 03: its stages or its tensor group, of np / cp ranks; 04:
+# its stages, or with --pp and --tp given its replicas); a layout the planner refuses (the ring all-reduce) is named in
 # OUT/plan.err and left out of the plot.
 machine="${DEMO_MACHINE:-common/machines/cpu-amd-epyc-2cores.machine}"
 [ "$device_choice" = cpu ] || machine="${DEMO_MACHINE:-common/machines/h100-sxm.machine}"
@@ -120,8 +120,14 @@ plan_layout() {
     local chapter="${program%%_*}" layout=() threads=$(( cores / np > 0 ? cores / np : 1 ))
     case "$chapter" in
         02 | 05 | 06) [[ " $* " == *" --dp "* ]] || layout=(--dp "$np") ;;
-        03) if [[ " $* " == *" --mp tensor "* ]]; then layout=(--tp "$np"); else layout=(--pp "$np"); fi ;;
-        04) layout=(--pp "$np") ;;
+        03) local cp=1 args=("$@") i # --cp N: the model-parallel group is np / N ranks
+            for ((i = 0; i + 1 < ${#args[@]}; i++)); do [ "${args[i]}" != --cp ] || cp="${args[i + 1]}"; done
+            if [[ " $* " == *" --mp tensor "* ]]; then layout=(--tp $((np / cp))); else layout=(--pp $((np / cp))); fi ;;
+        04) local pp=0 tp=1 args=("$@") i # --pp P --tp T given: the replicas are the rest
+            for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+                case "${args[i]}" in --pp) pp="${args[i + 1]}" ;; --tp) tp="${args[i + 1]}" ;; esac
+            done
+            if [ "$pp" = 0 ]; then layout=(--pp "$np"); else layout=(--dp $((np / pp / tp))); fi ;;
     esac
     local command=(common/plan "$@" --chapter "$chapter" "${layout[@]}" --threads "$threads" --machine "$machine"
         --out "$out" --csv "$out/plan.csv" --time-csv "$out/plan-time.csv")

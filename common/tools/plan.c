@@ -15,9 +15,11 @@
  *       commbench, adambench: common/scripts/calibrate.sh) and write them to
  *       FILE, which the planner then reads back and --machine takes
  *   common/plan [the model's and batch's flags] --search --gpus N [--gpu-mem BYTES] --machine FILE
- *       every layout of the planned chapters on N ranks, those whose device
+ *       every layout of the planned chapters on N ranks (one replica a rank;
+ *       dp x pp x tp splits; 03's dp x cp), those whose fullest rank's device
  *       memory fits ranked by predicted step time, each other with the reason
- *       it does not fit (--gpu-mem defaults to the machine's device_mem_bytes)
+ *       it does not fit or is not a layout (--gpu-mem defaults to the
+ *       machine's device_mem_bytes)
  *   common/plan --zero-table [--params P] [--gpus N] [--precision bf16|fp32]
  *       the ZeRO paper's model-state table (Rajbhandari et al., 2020, Figure 1):
  *       mixed-precision Adam unless --precision fp32 is given
@@ -30,12 +32,14 @@
  * `mpirun -np 8 04_pipeline/train --pp 2 --tp 2` is `common/plan --pp 2 --tp
  * 2 --dp 2`; chapter 03's layer split takes its stages from the rank count,
  * so its plan names them: `mpirun -np 3 03_model_parallel/train` is
- * `common/plan --chapter 03 --pp 3`. The chapter follows from the flags
+ * `common/plan --chapter 03 --pp 3`, and `mpirun -np 4
+ * 03_model_parallel/train --cp 2` is `common/plan --chapter 03 --pp 2 --cp
+ * 2`. 06 without --offload is chapter 05's program, and planned as it. The chapter follows from the flags
  * (--offload: 06; --zero: 05; --mp: 03; --pp or --tp above 1, --schedule,
  * --virtual: 04; --dp above 1: 02; else 01) or --chapter. How the bytes are
  * computed, and which buffers the plan does not cover: plan_layout.h; the
- * stages, slots and slices: plan_stage.h. Context parallelism (--cp) is not
- * planned. Exit status 2 on bad input, with one line naming the flag. */
+ * stages, slots and slices: plan_stage.h. Exit status 2 on bad input, with
+ * one line naming the flag. */
 #include "config.h"
 #include "device.h"
 #include "model.h"
@@ -46,6 +50,7 @@
 #include "util.h"
 
 #include <limits.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <libgen.h>
 #include <omp.h>
@@ -61,6 +66,8 @@ typedef struct {
     char chapter[8]; /* auto, 01 .. 06 */
     int dp, tp, pp;
     char mp[8];         /* 03: layer, tensor */
+    int cp, sp;         /* 03: --cp N, --sp */
+    char cp_order[16], cp_send[16];
     int schedule;       /* 04-05: SCHED_GPIPE .. SCHED_ZB_H1 (plan_stage.h: the order of .choices) */
     int virtual_chunks; /* 04: --virtual */
     char split[1024];   /* 03-05: --split */
@@ -77,7 +84,8 @@ typedef struct {
     double params;
     int gpus;
     size_t gpu_mem, reserve;
-    int ranks; /* unused: the planner runs as one process */
+    int ranks;      /* unused: the planner runs as one process */
+    int zero_given; /* --search: the candidate names its --zero */
 } PlanFlags;
 
 static const Flag plan_flags[] = {
@@ -87,16 +95,27 @@ static const Flag plan_flags[] = {
      .help = "the program to plan (default auto: --offload 06, --zero 05, --mp 03, --pp or --tp\n"
              "above 1 or --schedule 04, --dp above 1 02, else 01)"},
     {"--dp", FLAG_INT, FIELD(PlanFlags, dp), 1, 4096, .def = "1", .usage = "--dp D",
-     .help = "data-parallel ranks: mpirun -np of 02 and of 05 with one stage, --dp of 03-06\n"
+     .help = "data-parallel ranks: mpirun -np of 02 and of 05-06 with one stage, --dp of 03-06\n"
              "(replicas of a model split), 1..4096 (default {default})"},
     {"--tp", FLAG_INT, FIELD(PlanFlags, tp), 1, 4096, .def = "1", .usage = "--tp T",
-     .help = "tensor-parallel ranks: 03's --mp tensor, 04-05's inside each stage (default {default})"},
+     .help = "tensor-parallel ranks: 03's --mp tensor, 04-06's inside each stage (default {default})"},
     {"--pp", FLAG_INT, FIELD(PlanFlags, pp), 1, 256, .def = "1", .usage = "--pp P",
-     .help = "pipeline stages of 04-05, and of 03's layer split (its world / --dp)\n"
+     .help = "pipeline stages of 04-06, and of 03's layer split (its world / --dp / --cp)\n"
              "(default {default})"},
     {"--mp", FLAG_CHOICE, FIELD(PlanFlags, mp), .choices = "layer|tensor", .noun = "split", .def = "layer",
      .usage = "--mp layer|tensor",
      .help = "03: the layer split over --pp stages, or tensor parallelism over --tp"},
+    {"--cp", FLAG_INT, FIELD(PlanFlags, cp), 1, 1024, .def = "1", .usage = "--cp N",
+     .help = "03: context-parallel ranks per sequence (ring attention; world = dp x pp x cp x tp)\n"
+             "(default {default})"},
+    {"--cp-order", FLAG_CHOICE, FIELD(PlanFlags, cp_order), .choices = "zigzag|contiguous", .noun = "order",
+     .def = "zigzag", .usage = "--cp-order ORDER", .help = "03: accepted for pasting; changes no byte",
+     .record = FLAG_NOT_RECORDED},
+    {"--cp-send", FLAG_CHOICE, FIELD(PlanFlags, cp_send), .choices = "auto|posted|blocking", .noun = "way",
+     .def = "auto", .usage = "--cp-send HOW", .help = "03: accepted for pasting; changes no byte",
+     .record = FLAG_NOT_RECORDED},
+    {"--sp", FLAG_SWITCH, FIELD(PlanFlags, sp), .usage = "--sp",
+     .help = "03 --mp tensor: sequence parallelism (layernorm and residual regions in T/tp rows)"},
     {"--schedule", FLAG_ENUM, FIELD(PlanFlags, schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
      .noun = "schedule", .def = "1f1b", .usage = "--schedule gpipe|1f1b|interleaved|zb-h1",
      .help = "04-05: which activation slots each stage keeps (default {default})"},
@@ -107,7 +126,7 @@ static const Flag plan_flags[] = {
      .help = "03-05: blocks per stage (per chunk with --virtual), summing to --layers\n"
              "(default: balanced)"},
     {"--zero", FLAG_INT, FIELD(PlanFlags, zero), 0, 3, .usage = "--zero 0|1|2|3",
-     .help = "05: the ZeRO stage (default 1, as 05's); 06: 2"},
+     .help = "05, and 06 without --offload: the ZeRO stage (default 1, as 05's); 06 --offload: 2"},
     {"--prefetch", FLAG_INT, FIELD(PlanFlags, prefetch), 0, 64, .def = "1", .usage = "--prefetch K",
      .help = "05, stage 3: units gathered ahead, 0..64 (default {default})"},
     {"--dp-mode", FLAG_CHOICE, FIELD(PlanFlags, dp_mode), .choices = "naive|flat|overlap", .noun = "mode",
@@ -124,7 +143,8 @@ static const Flag plan_flags[] = {
     {"--dpu", FLAG_SWITCH, FIELD(PlanFlags, dpu), .usage = "--dpu",
      .help = "06: the delayed parameter update (a second host gradient shard)"},
     {"--dpu-warmup", FLAG_INT, FIELD(PlanFlags, dpu_warmup), 0, 1000000, .def = "1",
-     .usage = "--dpu-warmup N", .help = "06: accepted for pasting; changes no byte"},
+     .usage = "--dpu-warmup N", .help = "06: accepted for pasting; changes no byte",
+     .record = FLAG_NOT_RECORDED},
     {"--threads", FLAG_INT, FIELD(PlanFlags, threads), 1, 4096, .usage = "--threads N",
      .help = "OpenMP threads per rank: the CPU attention workspace grows with them\n"
              "(default: OMP_NUM_THREADS, as the programs read it)"},
@@ -139,25 +159,31 @@ static const Flag plan_flags[] = {
      .help = "write the step time's parts: part,busy_ms,exposed_ms (needs --machine)"},
     {"--calibrate", FLAG_PATH, FIELD(PlanFlags, calibrate), .usage = "--calibrate FILE",
      .help = "measure this machine (01's step, commbench, adambench: common/scripts/calibrate.sh)\n"
-             "and write its machine file to FILE"},
+             "and write its machine file to FILE",
+     .record = FLAG_NOT_RECORDED},
     {"--quick", FLAG_SWITCH, FIELD(PlanFlags, quick), .usage = "--quick",
-     .help = "--calibrate with tiny sizes and few repeats (seconds; noisier constants)"},
+     .help = "--calibrate with tiny sizes and few repeats (seconds; noisier constants)",
+     .record = FLAG_NOT_RECORDED},
     {"--search", FLAG_SWITCH, FIELD(PlanFlags, search), .usage = "--search",
-     .help = "every data-parallel layout of 01, 02, 05, 06 on --gpus ranks: those that fit\n"
-             "--gpu-mem (default: the machine's device_mem_bytes) ranked by step time, the others\n"
-             "with the reason"},
+     .help = "every layout on --gpus ranks: one replica a rank (01, 02, 05, 06), dp x pp x tp\n"
+             "(04's schedules, 05's ZeRO-1/2, 06 --offload) and 03's dp x cp; those that fit\n"
+             "--gpu-mem (default: the machine's device_mem_bytes) on their fullest rank ranked by\n"
+             "step time, the others with the reason"},
     {"--by-hand", FLAG_SWITCH, FIELD(PlanFlags, by_hand), .usage = "--by-hand",
      .help = "exercise 06.3: your plan of 05 --zero 1 --precision bf16 on 2 ranks (plan_by_hand.c)\n"
-             "next to the planner's, on the --machine FILE; exit 1 where they differ"},
+             "next to the planner's, on the --machine FILE; exit 1 where they differ",
+     .record = FLAG_NOT_RECORDED},
     {.type = FLAG_SECTION, .help = "the papers' numbers, from the same formulas (no model built)"},
     {"--zero-table", FLAG_SWITCH, FIELD(PlanFlags, zero_table), .usage = "--zero-table",
-     .help = "model state per device at ZeRO stages 0-3 for --params on --gpus, GB (1e9)"},
+     .help = "model state per device at ZeRO stages 0-3 for --params on --gpus, GB (1e9)",
+     .record = FLAG_NOT_RECORDED},
     {"--params", FLAG_DOUBLE, FIELD(PlanFlags, params), 1, 1e15, .def = "7.5e9", .usage = "--params P",
      .help = "parameters of --zero-table (default {default}, the ZeRO paper's)"},
     {"--gpus", FLAG_INT, FIELD(PlanFlags, gpus), 1, 1000000, .def = "64", .usage = "--gpus N",
      .help = "data-parallel devices of --zero-table (default {default})"},
     {"--offload-capacity", FLAG_SWITCH, FIELD(PlanFlags, offload_capacity), .usage = "--offload-capacity",
-     .help = "the largest model --gpu-mem trains in 16 bits with and without offload"},
+     .help = "the largest model --gpu-mem trains in 16 bits with and without offload",
+     .record = FLAG_NOT_RECORDED},
     {"--gpu-mem", FLAG_BYTES, FIELD(PlanFlags, gpu_mem), .def = "32G", .usage = "--gpu-mem BYTES",
      .help = "device memory of --offload-capacity (default {default}: a 32 GB V100), and of\n"
              "--search (default: the machine file's device_mem_bytes)"},
@@ -176,76 +202,125 @@ static int chapter_of(const Config *cfg, const PlanFlags *f) {
     return f->dp > 1 ? 2 : 1;
 }
 
-/* The checks the chapters make (the same messages), and what the plan does not cover yet. */
-static void check_plan(const Config *cfg, const void *values) {
-    const PlanFlags *f = values;
+/* A layout's problem, in one line: the checks the chapters make (the same
+ * messages), and what the plan does not cover yet; NULL when there is none. */
+static const char *problem(const char *format, ...) {
+    static char message[512];
+    va_list args;
+    va_start(args, format);
+    vsnprintf(message, sizeof message, format, args);
+    va_end(args);
+    return message;
+}
+
+static const char *layout_problem(const Config *cfg, const PlanFlags *f) {
     int chapter = chapter_of(cfg, f);
-    if (chapter == 6 && (f->pp > 1 || f->tp > 1))
-        fatal(EXIT_USAGE, "chapter 06 with --pp or --tp is not planned (valid: --pp 1 --tp 1)");
-    int split = chapter == 3 || chapter == 4 || (chapter == 5 && (f->pp > 1 || f->tp > 1));
+    int split = chapter == 3 || chapter == 4 || (chapter >= 5 && (f->pp > 1 || f->tp > 1));
     if ((f->tp > 1 || f->pp > 1) && !split)
-        fatal(EXIT_USAGE, "--%s %d: chapter %02d has no %s (valid: --chapter 03, 04 or 05)",
+        return problem("--%s %d: chapter %02d has no %s (valid: --chapter 03, 04 or 05)",
               f->tp > 1 ? "tp" : "pp", f->tp > 1 ? f->tp : f->pp, chapter,
               f->tp > 1 ? "tensor parallelism" : "pipeline stages");
     if (chapter == 3 && strcmp(f->mp, "tensor") == 0 && f->pp > 1)
-        fatal(EXIT_USAGE, "--mp tensor has one stage (valid: --pp 1; stages with tp inside: --chapter 04)");
+        return problem("--mp tensor has one stage (valid: --pp 1; stages with tp inside: --chapter 04)");
+    if ((f->cp > 1 || f->sp) && chapter != 3)
+        return problem("--%s is a flag of chapter 03, not %02d (valid: --chapter 03)", f->sp ? "sp" : "cp",
+              chapter);
+    if (f->cp > 1 && cfg->model.seq % (2 * f->cp))
+        return problem(
+              "--seq %d cannot be cut into 2 x --cp %d = %d equal chunks (valid: --seq a multiple of 2 x cp = %d)",
+              cfg->model.seq, f->cp, 2 * f->cp, 2 * f->cp);
+    if (f->sp && (strcmp(f->mp, "tensor") != 0 || f->cp > 1 || cfg->recompute))
+        return problem("--sp is for --mp tensor, without --cp or --recompute (valid: as chapter 03 runs it)");
+    if (f->sp && cfg->model.seq % f->tp)
+        return problem("--sp: --seq %d is not a multiple of --tp %d (valid: --seq a multiple of --tp)",
+              cfg->model.seq, f->tp);
     if (chapter == 3 && strcmp(f->mp, "layer") == 0 && f->tp > 1)
-        fatal(EXIT_USAGE, "--tp is for --mp tensor (the layer split has --pp stages)");
-    if (chapter == 5 && split && f->zero == 3)
-        fatal(EXIT_USAGE, "--zero 3 with --pp or --tp: chapter 05 refuses it (valid: --zero 0, 1 or 2)");
-    if (chapter == 5 && split && f->zero > 0 && (f->tp > 1 || cfg->precision != PRECISION_FP32))
-        fatal(EXIT_USAGE,
-              "--zero %d inside pipeline stages is planned in fp32 with --tp 1 only, not yet with "
-              "tensor slices or 16 bits (valid: --zero 0, or --tp 1 --precision fp32)",
-              f->zero);
+        return problem("--tp is for --mp tensor (the layer split has --pp stages)");
+    int zero = flag_given(cfg, "--zero") || f->zero_given ? f->zero : 1; /* 05's default: 1 */
+    if (chapter >= 5 && f->virtual_chunks > 1 && (zero > 0 || f->offload || !split))
+        return problem("--virtual (interleaved chunks) with ZeRO is not written yet in chapter %02d: a stage's "
+                       "shards are one range of units, and its chunks are not (valid: --zero 0 with --pp > 1)",
+                       chapter);
+    if (chapter >= 5 && !f->offload && zero == 2 && f->pp > 1 && f->schedule == SCHED_ZB_H1)
+        return problem("--zero 2 with --schedule zb-h1 is not written yet in chapter %02d (valid: --zero 1, or "
+                       "gpipe, 1f1b)",
+                       chapter);
+    if (chapter >= 5 && split && f->zero == 3)
+        return problem("--zero 3 with --pp or --tp: chapter %02d refuses it (valid: --zero 0, 1 or 2)",
+              chapter);
     if (f->pp > cfg->model.layers || f->pp * f->virtual_chunks > cfg->model.layers)
-        fatal(EXIT_USAGE,
+        return problem(
               "--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)", f->pp,
               f->virtual_chunks, cfg->model.layers);
     if (f->tp > 1 && (cfg->model.heads % f->tp || cfg->model.dmodel % f->tp))
-        fatal(EXIT_USAGE, "--tp %d does not divide --heads %d and --dmodel %d (valid: a divisor of both)",
+        return problem("--tp %d does not divide --heads %d and --dmodel %d (valid: a divisor of both)",
               f->tp, cfg->model.heads, cfg->model.dmodel);
     if (f->virtual_chunks > 1 && f->schedule != SCHED_INTERLEAVED)
-        fatal(EXIT_USAGE, "--virtual %d is for --schedule interleaved", f->virtual_chunks);
-    if (f->schedule == SCHED_INTERLEAVED &&
-        (cfg->micro % f->pp || f->tp > 1 || cfg->recompute || cfg->precision != PRECISION_FP32))
-        fatal(EXIT_USAGE,
-              "--schedule interleaved is planned with --micro a multiple of --pp, in fp32, --tp 1, "
-              "without --recompute (chapter 04 runs more; the planner does not count it yet)");
-    if (f->schedule == SCHED_ZB_H1 && (f->tp > 1 || cfg->recompute || cfg->precision != PRECISION_FP32))
-        fatal(EXIT_USAGE, "--schedule zb-h1 is planned in fp32, --tp 1, without --recompute (chapter 04 runs "
-                          "more; the planner does not count it yet)");
+        return problem("--virtual %d is for --schedule interleaved", f->virtual_chunks);
+    if (f->schedule == SCHED_INTERLEAVED && cfg->micro % f->pp)
+        return problem("--schedule interleaved needs --micro %d to be a multiple of --pp %d", cfg->micro,
+              f->pp);
     if (split && strcmp(f->dp_mode, "overlap") == 0)
-        fatal(EXIT_USAGE, "--dp-mode overlap with a model split is refused by chapters 03-05 "
+        return problem("--dp-mode overlap with a model split is refused by chapters 03-05 "
                           "(valid: --dp-mode naive or flat)");
     if (chapter == 1 && f->dp > 1)
-        fatal(EXIT_USAGE, "--chapter 01 runs on one device, not --dp %d (valid: --dp 1)", f->dp);
+        return problem("--chapter 01 runs on one device, not --dp %d (valid: --dp 1)", f->dp);
     if (flag_given(cfg, "--zero") && chapter != 5 && chapter != 6)
-        fatal(EXIT_USAGE, "--zero is a flag of chapters 05 and 06, not %02d", chapter);
-    if (f->offload && chapter != 6) fatal(EXIT_USAGE, "--offload is a flag of chapter 06, not %02d", chapter);
-    if (chapter == 6 && !f->offload)
-        fatal(EXIT_USAGE,
-              "06_offload/train without --offload is chapter 05's program: plan it as --chapter 05 "
-              "(valid: --offload, or --chapter 05)");
+        return problem("--zero is a flag of chapters 05 and 06, not %02d", chapter);
+    if (f->offload && chapter != 6) return problem("--offload is a flag of chapter 06, not %02d", chapter);
+    if (chapter == 6 && f->offload && (f->schedule == SCHED_INTERLEAVED || f->schedule == SCHED_ZB_H1))
+        return problem("--schedule %s with --offload is refused by chapter 06 (valid: gpipe, 1f1b)",
+              f->schedule == SCHED_INTERLEAVED ? "interleaved" : "zb-h1");
     if (f->dpu && !f->offload)
-        fatal(EXIT_USAGE,
+        return problem(
               "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");
-    if (chapter == 6 && flag_given(cfg, "--zero") && f->zero != 2)
-        fatal(EXIT_USAGE,
+    if (chapter == 6 && f->offload && flag_given(cfg, "--zero") && f->zero != 2)
+        return problem(
               "--zero %d with --offload is unsupported: chapter 06 offloads the stage-2 partitioning "
               "only (valid: --zero 2)",
               f->zero);
     if (flag_given(cfg, "--prefetch") && !(chapter == 5 && f->zero == 3))
-        fatal(EXIT_USAGE, "--prefetch needs --zero 3 (only stage 3 gathers parameters)");
+        return problem("--prefetch needs --zero 3 (only stage 3 gathers parameters)");
     if (strcmp(f->allreduce, "ring") == 0)
-        fatal(EXIT_USAGE,
+        return problem(
               "--allreduce ring: the ring's chunk buffer is not planned (valid: --allreduce library)");
     if (f->time_csv[0] && !f->machine[0])
-        fatal(EXIT_USAGE, "--time-csv needs --machine FILE (the constants the time is computed from)");
+        return problem("--time-csv needs --machine FILE (the constants the time is computed from)");
     int pieces = f->dp * cfg->micro;
     if (cfg->batch < pieces || cfg->batch % pieces)
-        fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
+        return problem("--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
               cfg->batch, f->dp, cfg->micro, pieces);
+    return NULL;
+}
+
+static void check_plan(const Config *cfg, const PlanFlags *f) {
+    const char *why = layout_problem(cfg, f);
+    if (why) fatal(EXIT_USAGE, "%s", why);
+}
+
+/* The layout the flags name (06 without --offload is 05's program). */
+static PlanLayout layout_of(const Config *cfg, const PlanFlags *f) {
+    int program = chapter_of(cfg, f);
+    PlanLayout l = {.chapter = program == 6 && !f->offload ? 5 : program,
+                    .dp = f->dp,
+                    .tp = f->tp,
+                    .pp = f->pp,
+                    .schedule = f->schedule,
+                    .chunks = f->virtual_chunks,
+                    .split = f->split,
+                    .cp = f->cp,
+                    .sp = f->sp,
+                    .zero = f->zero,
+                    .prefetch = f->prefetch,
+                    .dpu = f->dpu,
+                    .threads = f->threads ? f->threads : omp_get_max_threads(),
+                    .dp_mode = strcmp(f->dp_mode, "naive") == 0  ? DP_NAIVE
+                               : strcmp(f->dp_mode, "flat") == 0 ? DP_FLAT
+                                                                : DP_OVERLAP,
+                    .bucket_bytes = f->bucket_mb * 1048576.0};
+    if (l.chapter == 5 && !flag_given(cfg, "--zero") && !f->zero_given) l.zero = 1; /* 05's default */
+    if (l.chapter == 6) l.zero = 2;
+    return l;
 }
 
 static const char *chapter_program(int chapter) {
@@ -313,9 +388,15 @@ static void print_traffic(const PlanLayout *l, const PlanTraffic *t) {
            t->reduce_scatter, "all-gather", t->allgather);
     if (t->send) printf("  %-16s %14.0f\n", "send", t->send);
     printf("  %-16s %14.0f\n", "(sum)", t->allreduce + t->reduce_scatter + t->allgather + t->send);
-    if (t->tp_allreduce)
+    if (t->tp_allreduce && !l->sp)
         printf("  of the all-reduce, %.0f in the tensor group's %.0f calls (activations, B x T x C fp32)\n",
                t->tp_allreduce, t->tp_allreduce_calls);
+    if (t->tp_allreduce && l->sp)
+        printf("  of the all-reduce, %.0f in the tensor group's %.0f calls (the layernorms' gradients)\n",
+               t->tp_allreduce, t->tp_allreduce_calls);
+    if (t->cp_send)
+        printf("  of the send, %.0f round the context-parallel ring in %.0f calls\n", t->cp_send,
+               t->cp_send_calls);
     if (l->chapter == 6)
         printf("  %-16s %14.0f\n  %-16s %14.0f\n", "device to host", t->to_host, "host to device",
                t->to_device);
@@ -324,7 +405,7 @@ static void print_traffic(const PlanLayout *l, const PlanTraffic *t) {
 /* The ranks of one replica (pp x tp of them; the replicas hold and send alike): same_as[r] is
  * the first of them whose plan equals rank r's. */
 static int group_ranks(const PlanLayout *l, const PlanMemory *m, const PlanTraffic *t, int *same_as) {
-    int n = l->pp * l->tp, groups = 0;
+    int n = plan_replica_ranks(l), groups = 0;
     for (int r = 0; r < n; r++) {
         same_as[r] = r;
         for (int q = 0; q < r; q++)
@@ -337,23 +418,25 @@ static int group_ranks(const PlanLayout *l, const PlanMemory *m, const PlanTraff
     return groups;
 }
 
-static void print_plan(const Config *cfg, const PlanLayout *l, const PlanMemory *m, const PlanTraffic *t) {
+static void print_plan(const Config *cfg, const PlanLayout *l, int program, const PlanMemory *m,
+                       const PlanTraffic *t) {
     const ModelConfig *mc = &cfg->model;
     ParamTable table;
     param_table_build(&table, mc);
     double P = table.num_params, tied = P - (double)mc->vocab * mc->dmodel;
     param_table_free(&table);
-    int world = plan_ranks(l), per_replica = l->pp * l->tp;
+    int world = plan_ranks(l), per_replica = plan_replica_ranks(l);
     printf("%s | %s | %d rank%s, dp %d | %s | %d layers, d %d, %d heads, seq %d, vocab %d | batch %d = %d "
            "ranks x %d micro-batches x %d sequences | %d thread%s per rank\n",
-           PROGRAM, chapter_program(l->chapter), world, world > 1 ? "s" : "", l->dp,
+           PROGRAM, chapter_program(program), world, world > 1 ? "s" : "", l->dp,
            precision_name(cfg->precision), mc->layers, mc->dmodel, mc->heads, mc->seq, mc->vocab, cfg->batch,
            l->dp, cfg->micro, cfg->batch / l->dp / cfg->micro, l->threads, l->threads > 1 ? "s" : "");
     static const char *schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
     if (l->chapter == 3)
         printf("%s over %d ranks (x dp %d)\n", l->tp > 1 ? "tensor parallel" : "layer split",
                l->tp > 1 ? l->tp : l->pp, l->dp);
-    if (l->chapter == 4 || (l->chapter == 5 && per_replica > 1))
+    if (program != l->chapter) printf("without --offload, chapter %02d's program\n", l->chapter);
+    if (l->chapter == 4 || (l->chapter >= 5 && per_replica > 1))
         printf("pp %d x tp %d x dp %d | schedule %s, %d chunk%s per stage\n", l->pp, l->tp, l->dp,
                schedules[l->schedule], l->chunks, l->chunks > 1 ? "s" : "");
     if (l->chapter == 5 && l->zero == 3) printf("zero 3 | prefetch %d\n", l->prefetch);
@@ -376,7 +459,7 @@ static void print_plan(const Config *cfg, const PlanLayout *l, const PlanMemory 
         printf("\nrank%s", count > 1 ? "s" : "");
         for (int q = r; q < per_replica; q++)
             if (same_as[q] == r) printf(" %d", q);
-        printf(" (stage %d%s): memory (peak bytes, as memory.csv)\n", r / l->tp,
+        printf(" (stage %d%s): memory (peak bytes, as memory.csv)\n", r / l->tp / (l->cp > 1 ? l->cp : 1),
                l->dp > 1 ? ", and the same of every replica" : "");
         print_memory(&m[r]);
         printf("  bytes sent per step (as comm.h counts them)\n");
@@ -398,7 +481,7 @@ static void write_csv(const char *path, const PlanLayout *l, const PlanMemory *m
         for (int s = 0; s < SPACE_COUNT; s++)
             for (int c = 0; c < CAT_COUNT; c++)
                 fprintf(f, "%d,%s,%s,%zu\n", r, space_name(s), category_name(c),
-                        m[r % (l->pp * l->tp)].bytes[s][c]);
+                        m[r % plan_replica_ranks(l)].bytes[s][c]);
     if (fclose(f) != 0) fatal(EXIT_USAGE, "--csv %s: cannot write it", path);
 }
 
@@ -506,8 +589,10 @@ static void by_hand(const Config *cfg, const PlanFlags *f) {
 
 /* --search: the layouts the planner covers on N ranks, with the model, batch and precision given. */
 typedef struct {
-    const char *flags; /* as the chapter's command line adds them */
-    int chapter, zero, dp_mode, dpu;
+    char name[96]; /* as the chapter's command line adds them */
+    PlanFlags flags;
+    double step_s, device, host;
+    char why[512]; /* empty: it fits */
 } Candidate;
 
 static size_t space_sum(const PlanMemory *m, int space, int *largest) {
@@ -520,75 +605,148 @@ static size_t space_sum(const PlanMemory *m, int space, int *largest) {
     return sum;
 }
 
+/* One candidate: chapter ch on dp x pp x cp x tp ranks, with its own flags. */
+static Candidate *candidate(Candidate *list, int *n, const PlanFlags *base, const char *ch, int dp, int pp,
+                            int cp, int tp) {
+    Candidate *c = &list[(*n)++];
+    memset(c, 0, sizeof *c);
+    c->flags = *base;
+    PlanFlags *f = &c->flags;
+    snprintf(f->chapter, sizeof f->chapter, "%s", ch);
+    f->dp = dp, f->pp = pp, f->cp = cp, f->tp = tp;
+    f->schedule = SCHED_1F1B, f->virtual_chunks = 1, f->zero = 0, f->zero_given = 0;
+    f->offload = f->dpu = f->sp = 0;
+    snprintf(f->dp_mode, sizeof f->dp_mode, "flat");
+    snprintf(f->mp, sizeof f->mp, "%s", tp > 1 ? "tensor" : "layer");
+    int len = snprintf(c->name, sizeof c->name, "%s", ch);
+    if (strcmp(ch, "01") != 0 && (pp > 1 || tp > 1 || cp > 1))
+        len += snprintf(c->name + len, sizeof c->name - len, " --dp %d", dp);
+    if (pp > 1) len += snprintf(c->name + len, sizeof c->name - len, " --pp %d", pp);
+    if (tp > 1) len += snprintf(c->name + len, sizeof c->name - len, " --tp %d", tp);
+    if (cp > 1) snprintf(c->name + len, sizeof c->name - len, " --cp %d", cp);
+    return c;
+}
+
+/* The candidate's name and flags, with more of both. */
+static void also(Candidate *c, const char *words) {
+    size_t len = strlen(c->name);
+    snprintf(c->name + len, sizeof c->name - len, " %s", words);
+}
+
+/* Every layout of N ranks the planner covers: one replica per rank (01; 02's
+ * modes; 05's stages; 06 with and without the delayed update), and every
+ * split of N = dp x pp x tp with pp or tp above 1 (04's schedules; 05's
+ * ZeRO-1 and -2 inside it; 06 --offload), and 03's context parallelism over
+ * cp ranks of dp x cp. At most 64 x 9 + 8 candidates. */
+static int candidates(const PlanFlags *base, int N, Candidate *list) {
+    int n = 0;
+    Candidate *c;
+    if (N == 1) candidate(list, &n, base, "01", 1, 1, 1, 1);
+    if (N > 1) {
+        also(candidate(list, &n, base, "02", N, 1, 1, 1), "--dp-mode flat");
+        c = candidate(list, &n, base, "02", N, 1, 1, 1);
+        also(c, "--dp-mode overlap");
+        snprintf(c->flags.dp_mode, sizeof c->flags.dp_mode, "overlap");
+        for (int z = 0; z <= 3; z++) {
+            char words[16];
+            snprintf(words, sizeof words, "--zero %d", z);
+            c = candidate(list, &n, base, "05", N, 1, 1, 1);
+            also(c, words);
+            c->flags.zero = z, c->flags.zero_given = 1;
+        }
+    }
+    for (int dpu = 0; dpu <= 1; dpu++) {
+        c = candidate(list, &n, base, "06", N, 1, 1, 1);
+        also(c, dpu ? "--offload --dpu" : "--offload");
+        c->flags.offload = 1, c->flags.dpu = dpu;
+    }
+    for (int tp = 1; tp <= N; tp++)
+        for (int pp = 1; pp * tp <= N; pp++) {
+            if (N % (pp * tp) || pp * tp == 1 || n > 64 * 9) continue;
+            int dp = N / (pp * tp);
+            static const char *schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+            for (int s = 0; s < 4; s++) {
+                if (pp == 1 && s != SCHED_1F1B) continue; /* one stage: no schedule */
+                c = candidate(list, &n, base, "04", dp, pp, 1, tp);
+                char words[48];
+                snprintf(words, sizeof words, "--schedule %s%s", schedules[s],
+                         s == SCHED_INTERLEAVED ? " --virtual 2" : "");
+                if (pp > 1) also(c, words);
+                c->flags.schedule = s, c->flags.virtual_chunks = s == SCHED_INTERLEAVED ? 2 : 1;
+            }
+            for (int z = 1; z <= 2; z++) {
+                c = candidate(list, &n, base, "05", dp, pp, 1, tp);
+                also(c, z == 1 ? "--zero 1" : "--zero 2");
+                c->flags.zero = z, c->flags.zero_given = 1;
+            }
+            c = candidate(list, &n, base, "06", dp, pp, 1, tp);
+            also(c, "--offload");
+            c->flags.offload = 1;
+        }
+    for (int cp = 2; cp <= N && n < 64 * 9 + 8; cp++)
+        if (N % cp == 0) candidate(list, &n, base, "03", N / cp, 1, cp, 1);
+    return n;
+}
+
 static void search(const Config *cfg, const PlanFlags *f) {
     if (!flag_given(cfg, "--gpus") || !f->machine[0])
         fatal(EXIT_USAGE, "--search needs --gpus N (the ranks) and --machine FILE (the times to rank by)");
-    static const Candidate one[] = {{"01", 1, 0, DP_FLAT, 0},
-                                    {"06 --offload", 6, 2, DP_FLAT, 0},
-                                    {"06 --offload --dpu", 6, 2, DP_FLAT, 1}};
-    static const Candidate many[] = {
-        {"02 --dp-mode flat", 2, 0, DP_FLAT, 0}, {"02 --dp-mode overlap", 2, 0, DP_OVERLAP, 0},
-        {"05 --zero 0", 5, 0, DP_FLAT, 0},       {"05 --zero 1", 5, 1, DP_FLAT, 0},
-        {"05 --zero 2", 5, 2, DP_FLAT, 0},       {"05 --zero 3", 5, 3, DP_FLAT, 0},
-        {"06 --offload", 6, 2, DP_FLAT, 0},      {"06 --offload --dpu", 6, 2, DP_FLAT, 1}};
-    const Candidate *cands = f->gpus == 1 ? one : many;
-    int n = f->gpus == 1 ? 3 : 8;
     Machine mach;
     machine_read(f->machine, &mach);
     double budget = flag_given(cfg, "--gpu-mem") ? (double)f->gpu_mem : mach.device_mem_bytes;
     printf("layouts of %d rank%s, %.4g bytes of device memory each, ranked by the step predicted on %s\n",
            f->gpus, f->gpus > 1 ? "s" : "", budget, mach.name);
-    double step[8], device[8], host[8];
-    char why[8][256];
-    int order[8], fits = 0;
+    Candidate *list = xcalloc(64 * 9 + 16, sizeof *list);
+    int n = candidates(f, f->gpus, list), *order = xcalloc(n, sizeof(int)), fits = 0;
     for (int i = 0; i < n; i++) {
-        why[i][0] = 0;
-        int split = f->gpus * cfg->micro;
-        if (cfg->batch < split || cfg->batch % split) {
-            snprintf(why[i], sizeof why[i], "--batch %d does not split into %d ranks x --micro %d",
-                     cfg->batch, f->gpus, cfg->micro);
+        Candidate *c = &list[i];
+        const char *why = layout_problem(cfg, &c->flags);
+        if (why) {
+            snprintf(c->why, sizeof c->why, "%s", why);
             continue;
         }
-        PlanLayout l = {.chapter = cands[i].chapter,
-                        .dp = f->gpus,
-                        .tp = 1,
-                        .pp = 1,
-                        .chunks = 1,
-                        .zero = cands[i].zero,
-                        .prefetch = f->prefetch,
-                        .dpu = cands[i].dpu,
-                        .threads = f->threads ? f->threads : omp_get_max_threads(),
-                        .dp_mode = cands[i].dp_mode,
-                        .bucket_bytes = f->bucket_mb * 1048576.0};
-        PlanMemory m;
-        PlanTraffic t;
+        PlanLayout l = layout_of(cfg, &c->flags);
+        int ranks = plan_replica_ranks(&l), fullest = 0, largest = 0;
+        PlanMemory *m = xcalloc(ranks, sizeof *m);
+        PlanTraffic *t = xcalloc(ranks, sizeof *t);
+        for (int r = 0; r < ranks; r++) { /* the rank with the most device memory decides */
+            plan_memory(cfg, &l, r, &m[r]);
+            plan_traffic(cfg, &l, r, &t[r]);
+            int cat, host_cat;
+            double device = space_sum(&m[r], SPACE_DEVICE, &cat), host = space_sum(&m[r], SPACE_HOST, &host_cat);
+            if (device > c->device) c->device = device, fullest = r, largest = cat;
+            if (host > c->host) c->host = host;
+        }
         PlanTime pt;
-        plan_memory(cfg, &l, 0, &m);
-        plan_traffic(cfg, &l, 0, &t);
-        plan_time(cfg, &l, &t, &mach, &pt);
-        int largest, host_largest;
-        device[i] = space_sum(&m, SPACE_DEVICE, &largest);
-        host[i] = space_sum(&m, SPACE_HOST, &host_largest);
-        step[i] = pt.step_s;
-        if (device[i] > budget)
-            snprintf(why[i], sizeof why[i], "device memory %.4g bytes > %.4g (the most: %s, %zu bytes)",
-                     device[i], budget, category_name(largest), m.bytes[SPACE_DEVICE][largest]);
+        plan_time_slowest(cfg, &l, t, &mach, &pt);
+        c->step_s = pt.step_s;
+        if (c->device > budget)
+            snprintf(c->why, sizeof c->why, "device memory %.4g bytes > %.4g (rank %d; the most: %s, %zu bytes)",
+                     c->device, budget, fullest, category_name(largest), m[fullest].bytes[SPACE_DEVICE][largest]);
         else
             order[fits++] = i;
+        free(m);
+        free(t);
     }
     for (int a = 1; a < fits; a++) /* by predicted step, fastest first */
-        for (int b = a; b > 0 && step[order[b]] < step[order[b - 1]]; b--) {
+        for (int b = a; b > 0 && list[order[b]].step_s < list[order[b - 1]].step_s; b--) {
             int swap = order[b];
             order[b] = order[b - 1];
             order[b - 1] = swap;
         }
-    printf("  %4s  %-22s %14s %14s %12s\n", "rank", "layout", "device bytes", "host bytes", "step ms");
-    for (int r = 0; r < fits; r++)
-        printf("  %4d  %-22s %14.0f %14.0f %12.4f\n", r + 1, cands[order[r]].flags, device[order[r]],
-               host[order[r]], step[order[r]] * 1e3);
-    if (fits < n) printf("does not fit\n");
+    int width = 22; /* the longest name */
+    for (int i = 0; i < n; i++) width = (int)strlen(list[i].name) > width ? (int)strlen(list[i].name) : width;
+    printf("  %4s  %-*s %14s %14s %12s\n", "rank", width, "layout", "device bytes", "host bytes", "step ms");
+    for (int r = 0; r < fits; r++) {
+        const Candidate *c = &list[order[r]];
+        printf("  %4d  %-*s %14.0f %14.0f %12.4f\n", r + 1, width, c->name, c->device, c->host,
+               c->step_s * 1e3);
+    }
+    if (fits < n) printf("does not fit, or not a layout of these flags\n");
     for (int i = 0; i < n; i++)
-        if (why[i][0]) printf("  %-22s %s\n", cands[i].flags, why[i]);
+        if (list[i].why[0]) printf("  %-*s %s\n", width, list[i].name, list[i].why);
+    free(order);
+    free(list);
 }
 
 int main(int argc, char **argv) {
@@ -622,31 +780,15 @@ int main(int argc, char **argv) {
     }
     if (f.by_hand) by_hand(&cfg, &f);
     check_plan(&cfg, &f);
-    PlanLayout l = {.chapter = chapter_of(&cfg, &f),
-                    .dp = f.dp,
-                    .tp = f.tp,
-                    .pp = f.pp,
-                    .schedule = f.schedule,
-                    .chunks = f.virtual_chunks,
-                    .split = f.split,
-                    .zero = f.zero,
-                    .prefetch = f.prefetch,
-                    .dpu = f.dpu,
-                    .threads = f.threads ? f.threads : omp_get_max_threads(),
-                    .dp_mode = strcmp(f.dp_mode, "naive") == 0  ? DP_NAIVE
-                               : strcmp(f.dp_mode, "flat") == 0 ? DP_FLAT
-                                                                : DP_OVERLAP,
-                    .bucket_bytes = f.bucket_mb * 1048576.0};
-    if (l.chapter == 5 && !flag_given(&cfg, "--zero")) l.zero = 1; /* 05's default */
-    if (l.chapter == 6) l.zero = 2;
-    int per_replica = l.pp * l.tp; /* the replicas' ranks hold and send alike */
+    PlanLayout l = layout_of(&cfg, &f);
+    int per_replica = plan_replica_ranks(&l); /* the replicas' ranks hold and send alike */
     PlanMemory *m = xcalloc(per_replica, sizeof *m);
     PlanTraffic *t = xcalloc(per_replica, sizeof *t);
     for (int r = 0; r < per_replica; r++) {
         plan_memory(&cfg, &l, r, &m[r]);
         plan_traffic(&cfg, &l, r, &t[r]);
     }
-    print_plan(&cfg, &l, m, t);
+    print_plan(&cfg, &l, chapter_of(&cfg, &f), m, t);
     if (f.csv[0]) write_csv(f.csv, &l, m);
     if (f.machine[0]) {
         Machine mach;

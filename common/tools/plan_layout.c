@@ -37,13 +37,15 @@ static int micro_sequences(const Config *cfg, const PlanLayout *l) {
 /* The CPU kernels' workspaces a rank's step grows: the attention's, and in
  * 16 bits the matmul operands of the linear layers it runs (its blocks, in
  * local widths under tensor parallelism; the head where it holds it). */
-static void add_kernel_workspaces(PlanMemory *m, const Config *cfg, const PlanLayout *l, int tp, int head) {
-    add(m, SPACE_DEVICE, CAT_WORKSPACE, attention_workspace_bytes_cpu(cfg->model.seq, l->threads));
+static void add_kernel_workspaces(PlanMemory *m, const Config *cfg, const PlanLayout *l, int T, int tp,
+                                  int head) {
+    /* --cp: the fused attention runs on the diagonal's chunks of T / 2 tokens (context_parallel.h) */
+    add(m, SPACE_DEVICE, CAT_WORKSPACE, attention_workspace_bytes_cpu(l->cp > 1 ? T / 2 : T, l->threads));
     if (!half_of(cfg)) return;
     LinearShape shapes[GPT_LINEAR_SHAPES];
     int n = gpt_linear_shapes(&cfg->model, shapes), C = cfg->model.dmodel;
     shapes[0].out = 3 * C / tp, shapes[1].in = C / tp, shapes[2].out = 4 * C / tp, shapes[3].in = 4 * C / tp;
-    int B = micro_sequences(cfg, l), T = cfg->model.seq;
+    int B = micro_sequences(cfg, l);
     add(m, SPACE_DEVICE, CAT_WORKSPACE, half_matmul_workspace_bytes_cpu(B * T, shapes, head ? n : n - 1));
 }
 
@@ -60,7 +62,7 @@ static void add_step_buffers(PlanMemory *m, const Config *cfg, const PlanLayout 
     add(m, SPACE_DEVICE, CAT_ACTIVATIONS, acts);                  /* "activations" */
     add(m, SPACE_DEVICE, CAT_WORKSPACE, scratch_bytes(mc, B, T)); /* "activation gradients" */
     if (cfg->recompute) add(m, SPACE_DEVICE, CAT_ACTIVATIONS, recompute_block_bytes(mc, B, T));
-    add_kernel_workspaces(m, cfg, l, 1, 1);
+    add_kernel_workspaces(m, cfg, l, T, 1, 1);
 }
 
 /* 01 and 02: the whole model on every rank (gpt_create, or mixed_create's
@@ -106,15 +108,15 @@ static void zero_model(const Config *cfg, const PlanLayout *l, const ParamTable 
         add(m, SPACE_DEVICE, CAT_WORKSPACE, P * 4); /* "the whole model in fp32 for evaluation" */
 }
 
-/* 06 with one stage (offload_create over every unit; the pipeline's one
- * activation slot from block 0, its scratch, no neighbours' gradients). */
-static void offload_model(const Config *cfg, const PlanLayout *l, const ParamTable *t, PlanMemory *m) {
-    int half = half_of(cfg), L = cfg->model.layers;
-    size_t N = l->dp, eb = half ? 2 : 4, n = t->num_params;
-    size_t S = shard_largest_slice(t, LAYER_EMBEDDING, L, l->dp), shard_n = shard_numel(t, l->dp);
-    add_step_buffers(m, cfg, l, 0);
+/* 06's offload_create (or offload_create_slices) over a range of units:
+ * n elements held on the device, its largest unit, and the shard of N
+ * replicas (S: its largest slice, shard_n: its elements). */
+static void add_offload_state(PlanMemory *m, const Config *cfg, const PlanLayout *l, size_t n, size_t largest,
+                              size_t S, size_t shard_n) {
+    int half = half_of(cfg);
+    size_t N = l->dp, eb = half ? 2 : 4;
     add(m, SPACE_DEVICE, CAT_PARAMS, n * eb);
-    if (half) add(m, SPACE_DEVICE, CAT_WORKSPACE, table_largest_unit(t, LAYER_EMBEDDING, L) * 4);
+    if (half) add(m, SPACE_DEVICE, CAT_WORKSPACE, largest * 4);       /* "unit weights (fp32)" */
     add(m, SPACE_DEVICE, CAT_BUCKETS, N * S * 4);                     /* "unit gradient" */
     if (half && N > 1) add(m, SPACE_DEVICE, CAT_BUCKETS, N * S * eb); /* "unit gradient (16-bit)" */
     add(m, SPACE_DEVICE, CAT_BUCKETS, S * eb);                        /* "gradient slice to copy out" */
@@ -128,6 +130,15 @@ static void offload_model(const Config *cfg, const PlanLayout *l, const ParamTab
         shard_n * eb * (half ? 2 : 1)); /* "gradient slices from the device", "16-bit weights" */
 }
 
+/* 06 with one stage (offload_create over every unit; the pipeline's one
+ * activation slot from block 0, its scratch, no neighbours' gradients). */
+static void offload_model(const Config *cfg, const PlanLayout *l, const ParamTable *t, PlanMemory *m) {
+    int L = cfg->model.layers;
+    add_step_buffers(m, cfg, l, 0);
+    add_offload_state(m, cfg, l, t->num_params, table_largest_unit(t, LAYER_EMBEDDING, L),
+                      shard_largest_slice(t, LAYER_EMBEDDING, L, l->dp), shard_numel(t, l->dp));
+}
+
 /* Where `rank` sits in a model split: its stage and its tensor slice, and
  * the stage's blocks and units, chunk by chunk (layer_split.h). */
 typedef struct {
@@ -139,7 +150,8 @@ typedef struct {
 
 static void stage_of(const Config *cfg, const PlanLayout *l, int rank, StageOf *st) {
     int P = l->pp, V = l->chunks > 1 ? l->chunks : 1, L = cfg->model.layers, blocks[MAX_LAYERS];
-    *st = (StageOf){.stage = rank / l->tp % P, .slice = rank % l->tp, .chunks = V};
+    int cp = l->cp > 1 ? l->cp : 1; /* grid.h: tp fastest, then cp, then pp */
+    *st = (StageOf){.stage = rank / l->tp / cp % P, .slice = rank % l->tp, .chunks = V};
     int fb, lb, fu, lu;
     layer_split_stage(&cfg->model, l->split ? l->split : "", P * V, st->stage, blocks, &fb, &lb, &fu, &lu);
     for (int c = 0; c < V; c++) {
@@ -159,7 +171,8 @@ static void stage_of(const Config *cfg, const PlanLayout *l, int rank, StageOf *
 static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable *t, int rank,
                         PlanMemory *m) {
     const ModelConfig *mc = &cfg->model;
-    int half = half_of(cfg), tp = l->tp, L = mc->layers, B = micro_sequences(cfg, l), T = mc->seq;
+    int cp = l->cp > 1 ? l->cp : 1; /* --cp: T / cp tokens of each sequence */
+    int half = half_of(cfg), tp = l->tp, L = mc->layers, B = micro_sequences(cfg, l), T = mc->seq / cp;
     int tensor = tp > 1, pipeline = l->chapter >= 4, zero = l->chapter == 5 ? l->zero : 0;
     StageOf st;
     stage_of(cfg, l, rank, &st);
@@ -171,14 +184,24 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
             held += n;
             largest = n > largest ? n : largest;
         }
-    if (zero) { /* 05: zero_create_stage over the stage's units, sharded over dp (fp32) */
-        size_t N = l->dp, S = shard_largest_slice(t, first_unit, last_unit, l->dp), shard_n = 0;
-        for (int u = first_unit; u <= last_unit; u++) shard_n += shard_slice_numel(t, u, l->dp);
-        add(m, SPACE_DEVICE, CAT_PARAMS, held * 4);                        /* "parameters" */
-        add(m, SPACE_DEVICE, CAT_GRADS, (zero == 1 ? held : shard_n) * 4); /* "gradients", "gradient shard" */
-        add(m, SPACE_DEVICE, CAT_OPTIMIZER, shard_n * 8);                  /* Adam's m and v of the shard */
-        if (zero == 2) add(m, SPACE_DEVICE, CAT_BUCKETS, 2 * (N * S + S) * 4); /* two ZeroGradBuffers */
-        add(m, SPACE_DEVICE, CAT_COMM, (S + N * S) * 4); /* "unit slice", "padded unit" */
+    size_t N = l->dp, S = 0, shard_n = 0; /* the stage's shard over dp: its largest slice, its elements */
+    for (int u = first_unit; u <= last_unit; u++) {
+        size_t n = tensor ? plan_tp_unit_numel(mc, u, tp) : table_unit(t, u)->numel, slice = (n + N - 1) / N;
+        shard_n += slice;
+        S = slice > S ? slice : S;
+    }
+    if (l->chapter == 6) { /* offload_create (offload_create_slices) over the stage's units */
+        add_offload_state(m, cfg, l, held, largest, S, shard_n);
+    } else if (zero) { /* 05: zero_create_stage (or zero_create_slices) over the stage's units */
+        size_t eb = half ? 2 : 4;
+        add(m, SPACE_DEVICE, CAT_PARAMS, held * eb);                        /* "parameters" */
+        add(m, SPACE_DEVICE, CAT_GRADS, (zero == 1 ? held : shard_n) * eb); /* "gradients", "gradient shard" */
+        add(m, SPACE_DEVICE, CAT_OPTIMIZER, shard_n * (half ? 12 : 8)); /* Adam's m and v; "master weights" */
+        if (half) /* mixed_units_create_range: "unit weights (fp32)", "unit gradients (fp32)" */
+            add(m, SPACE_DEVICE, CAT_WORKSPACE, 2 * largest * 4);
+        if (zero == 2) add(m, SPACE_DEVICE, CAT_BUCKETS, 2 * (N * S + S) * eb); /* two ZeroGradBuffers */
+        if (zero == 2 && half) add(m, SPACE_DEVICE, CAT_BUCKETS, S * 4);         /* "gradient slice (fp32)" */
+        add(m, SPACE_DEVICE, CAT_COMM, (S + N * S) * eb); /* "unit slice", "padded unit" */
     } else {
         double params, grads, optimizer;
         plan_model_state(held, held, 0, half, &params, &grads, &optimizer);
@@ -196,20 +219,24 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
     for (int c = 0; c < V; c++) {
         size_t slot;
         if (tensor) /* tp_activations_create: the head's values whole, the blocks' in local widths */
-            slot = activation_bytes_range(mc, B, T, L, last_unit == L ? L : L - 1, 0) +
+            slot = activation_bytes_range(mc, B, T, L, st.last_unit[c] == L ? L : L - 1, 0) +
                    plan_tp_block_activation_bytes(mc, tp, B, T, st.first_block[c], st.last_block[c],
-                                                  cfg->recompute);
+                                                  cfg->recompute, l->sp);
         else /* 03 names the slot's range from its first unit, 04 from its first block: the same bytes */
             slot = activation_bytes_range(mc, B, T, st.first_block[c], st.last_unit[c], cfg->recompute);
         add(m, SPACE_DEVICE, CAT_ACTIVATIONS, slots[c] * slot);
         if (l->schedule == SCHED_ZB_H1 && pipeline) /* "output gradients kept for W", per slot */
             add(m, SPACE_DEVICE, CAT_ACTIVATIONS,
-                slots[c] * kept_grads_bytes(mc, B, T, st.first_unit[c], st.last_unit[c]));
+                slots[c] * (tensor ? plan_tp_kept_grads_bytes(mc, tp, B, T, st.first_block[0],
+                                                               st.last_block[V - 1], last_unit == L)
+                                   : kept_grads_bytes(mc, B, T, st.first_unit[c], st.last_unit[c])));
         if (posted && st.has_prev[c]) /* "gradient posted to prev stage", per slot */
             add(m, SPACE_DEVICE, CAT_WORKSPACE, slots[c] * boundary);
     }
     if (tensor) {
         add(m, SPACE_DEVICE, CAT_WORKSPACE, plan_tp_scratch_bytes(mc, tp, B, T)); /* "activation gradients" */
+        if (l->sp) /* "sp whole rows", "sp rows", "sp ln grads" */
+            add(m, SPACE_DEVICE, CAT_WORKSPACE, ((size_t)B * T * mc->dmodel * (tp + 1) / tp + 2 * mc->dmodel) * 4);
     } else {
         add(m, SPACE_DEVICE, CAT_WORKSPACE, scratch_bytes(mc, B, T));
         if (cfg->recompute) add(m, SPACE_DEVICE, CAT_ACTIVATIONS, recompute_block_bytes(mc, B, T));
@@ -218,15 +245,27 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
         if (st.has_next[0] || st.has_next[V - 1]) add(m, SPACE_DEVICE, CAT_WORKSPACE, boundary);
         if (st.has_prev[0] || st.has_prev[V - 1]) add(m, SPACE_DEVICE, CAT_WORKSPACE, boundary);
     }
-    add_kernel_workspaces(m, cfg, l, tp, last_unit == L);
+    if (cp > 1) { /* context_parallel_create: S = B x T/cp x 2C/tp floats, a rank's k | v */
+        size_t S = (size_t)B * T * 2 * (mc->dmodel / tp) * 4;
+        add(m, SPACE_DEVICE, CAT_ACTIVATIONS, 2 * (size_t)B * mc->seq * sizeof(int)); /* "cp tokens", "targets" */
+        add(m, SPACE_DEVICE, CAT_COMM, 4 * S);                                /* "ring k|v", "ring d(k|v)" x2 */
+        add(m, SPACE_DEVICE, CAT_WORKSPACE, S / 2 + (size_t)B * (mc->heads / tp) * T * 4 /* "ring block out", lse */
+                                                + 2 * (size_t)T * mc->dmodel * 4);      /* "cp wpe", "cp dwpe" */
+        if (cfg->sample) add(m, SPACE_DEVICE, CAT_WORKSPACE, mc->vocab * 4); /* "sampled logits" */
+    }
+    add_kernel_workspaces(m, cfg, l, T, tp, last_unit == L);
+}
+
+int plan_replica_ranks(const PlanLayout *l) {
+    return l->pp * (l->cp > 1 ? l->cp : 1) * l->tp;
 }
 
 int plan_ranks(const PlanLayout *l) {
-    return l->dp * l->pp * l->tp;
+    return l->dp * plan_replica_ranks(l);
 }
 
 static int is_split(const PlanLayout *l) {
-    return l->chapter == 3 || l->chapter == 4 || (l->chapter == 5 && (l->pp > 1 || l->tp > 1));
+    return l->chapter == 3 || l->chapter == 4 || (l->chapter >= 5 && (l->pp > 1 || l->tp > 1));
 }
 
 void plan_memory(const Config *cfg, const PlanLayout *l, int rank, PlanMemory *m) {
@@ -255,30 +294,46 @@ static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTab
     const ModelConfig *mc = &cfg->model;
     StageOf st;
     stage_of(cfg, l, rank, &st);
-    double M = cfg->micro, eb = half_of(cfg) ? 2 : 4, N = l->dp, tp = l->tp;
-    double boundary = (double)micro_sequences(cfg, l) * mc->seq * mc->dmodel * 4, held = 0, shard = 0;
+    double M = cfg->micro, eb = half_of(cfg) ? 2 : 4, N = l->dp, tp = l->tp, cp = l->cp > 1 ? l->cp : 1;
+    double B = micro_sequences(cfg, l), T = mc->seq / cp, C = mc->dmodel; /* --cp: T / cp tokens a rank */
+    double boundary = B * T * C * 4, held = 0, shard = 0;
     int V = st.chunks, units = 0, blocks = 0;
     for (int c = 0; c < V; c++) {
         tr->send += M * boundary * (st.has_next[c] + st.has_prev[c]);
         tr->send_calls += M * (st.has_next[c] + st.has_prev[c]);
         blocks += st.last_block[c] - st.first_block[c] + 1;
         for (int u = st.first_unit[c]; u <= st.last_unit[c]; u++, units++) {
-            held += tp > 1 ? plan_tp_unit_numel(mc, u, l->tp) : table_unit(t, u)->numel;
-            shard += shard_slice_numel(t, u, l->dp);
+            double n = tp > 1 ? plan_tp_unit_numel(mc, u, l->tp) : table_unit(t, u)->numel;
+            held += n;
+            shard += ceil(n / N); /* the unit (or its tensor slice) padded to N slices */
         }
     }
-    if (tp > 1) {
+    if (tp > 1 && l->sp) { /* per block: 6 all-gathers and 4 reduce-scatters of B x T/tp x C fp32 rows, */
+        double rows = boundary / tp; /* 2 all-reduces of the layernorms' 2C; the last block's output
+                                        gathered forward, the first's input gradient backward */
+        tr->allgather += (M * blocks * 6 + 2 * M) * (tp - 1) * rows, tr->allgather_calls += M * blocks * 6 + 2 * M;
+        tr->reduce_scatter += M * blocks * 4 * (tp - 1) * rows, tr->reduce_scatter_calls += M * blocks * 4;
+        tr->tp_allreduce_calls = M * blocks * 2;
+        tr->tp_allreduce = tr->tp_allreduce_calls * 2 * (tp - 1) / tp * 2 * C * 4;
+    } else if (tp > 1) {
         tr->tp_allreduce_calls = M * blocks * (4 + (cfg->recompute ? 1 : 0));
         tr->tp_allreduce = tr->tp_allreduce_calls * 2 * (tp - 1) / tp * boundary;
     }
-    int zero = l->chapter == 5 ? l->zero : 0;
+    if (cp > 1) { /* the ring, per block: (cp-1) k|v forward (again with --recompute), (cp-1) k|v and
+                     cp d(k|v) backward, each B x T/cp x 2C/tp fp32 (context_parallel.h) */
+        double hops = (cp - 1) * (2 + (cfg->recompute ? 1 : 0)) + cp;
+        tr->cp_send = M * blocks * hops * B * T * 2 * (C / tp) * 4, tr->cp_send_calls = M * blocks * hops;
+        tr->send += tr->cp_send, tr->send_calls += tr->cp_send_calls;
+    }
+    int zero = l->chapter >= 5 ? l->zero : 0; /* 06: stage 2's collectives, and the copies */
+    if (l->chapter == 6) tr->to_host = M * shard * eb, tr->to_device = shard * eb;
     if (N > 1 &&
         zero) { /* stage 1 reduce-scatters after the last backward, stage 2 each unit of every micro */
-        tr->reduce_scatter = (N - 1) * shard * 4 * (zero == 2 ? M : 1);
+        tr->reduce_scatter = (N - 1) * shard * eb * (zero == 2 ? M : 1);
         tr->reduce_scatter_calls = units * (zero == 2 ? M : 1);
-        tr->allgather = (N - 1) * shard * 4, tr->allgather_calls = units;
-    } else if (N > 1) {
-        tr->allreduce = 2 * (N - 1) / N * held * eb;
+        tr->allgather = (N - 1) * shard * eb, tr->allgather_calls = units;
+    } else if (N * cp > 1) { /* over the ranks holding the same weights: dp x cp */
+        tr->allreduce = 2 * (N * cp - 1) / (N * cp) * held * eb;
         tr->allreduce_calls = 1;
     }
     tr->allreduce += tr->tp_allreduce, tr->allreduce_calls += tr->tp_allreduce_calls;

@@ -17,8 +17,7 @@
  * Known limits, each named in --help and course.md: the CPU backend's
  * kernel workspaces (on CUDA, cuBLAS and the CUDA kernels keep others, and
  * comm.c's host staging appears without NCCL); the ring all-reduce of
- * chapters 02-05 (--allreduce ring: its chunk buffer) is refused; context
- * parallelism (--cp) is not planned; chapter 06 with --pp is refused. */
+ * chapters 02-05 (--allreduce ring: its chunk buffer) is refused. */
 #ifndef PLAN_LAYOUT_H
 #define PLAN_LAYOUT_H
 
@@ -40,6 +39,8 @@ typedef struct {
     int zero;            /* 05: 0..3; 06: 2 */
     int prefetch;        /* 05, stage 3 */
     int dpu;             /* 06: the delayed update's second gradient shard */
+    int cp;              /* 03: context-parallel ranks per sequence (--cp; 0 or 1: none); world = dp x pp x cp x tp */
+    int sp;              /* 03 --mp tensor: sequence parallelism (--sp) */
     int threads;         /* OpenMP threads of a rank: the CPU attention workspace */
     int dp_mode;         /* 02: DP_NAIVE, DP_FLAT or DP_OVERLAP (the same memory and bytes) */
     double bucket_bytes; /* 02, overlap: --bucket-mb */
@@ -63,6 +64,8 @@ typedef struct {
     double allreduce_calls, reduce_scatter_calls, allgather_calls, send_calls;
     /* the all-reduces among them that sum activations within a tensor-parallel group of tp ranks */
     double tp_allreduce, tp_allreduce_calls;
+    /* the sends among them round 03's context-parallel ring (keys and values, their gradients) */
+    double cp_send, cp_send_calls;
 } PlanTraffic;
 
 /* The bytes of model state per rank for P parameters, shard_n of them in a
@@ -73,8 +76,10 @@ typedef struct {
 void plan_model_state(double P, double shard_n, int stage, int half, double *params, double *grads,
                       double *optimizer);
 
-/* The world's ranks, and what `rank` of them holds and sends. */
+/* The world's ranks; the ranks of one replica (pp x cp x tp; the replicas
+ * hold and send alike); what `rank` of them holds and sends. */
 int plan_ranks(const PlanLayout *l);
+int plan_replica_ranks(const PlanLayout *l);
 void plan_memory(const Config *cfg, const PlanLayout *l, int rank, PlanMemory *m);
 void plan_traffic(const Config *cfg, const PlanLayout *l, int rank, PlanTraffic *t);
 

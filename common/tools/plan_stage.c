@@ -74,14 +74,15 @@ size_t plan_tp_unit_numel(const ModelConfig *m, int unit, int tp) {
 }
 
 size_t plan_tp_block_activation_bytes(const ModelConfig *m, int tp, int B, int T, int first_block,
-                                      int last_block, int recompute) {
+                                      int last_block, int recompute, int sp) {
     size_t BT = (size_t)B * T, C = m->dmodel, Cl = C / tp, Hl = 4 * C / tp, NHl = m->heads / tp;
-    /* ln1, its mean and rstd, qkv, atty, lse, res2, ln2, its mean and rstd, fch, res3 */
-    size_t full =
-        BT * C + 2 * BT + BT * 3 * Cl + BT * Cl + B * NHl * T + BT * C + BT * C + 2 * BT + BT * Hl + BT * C;
+    size_t R = sp ? BT / tp : BT; /* rows of the layernorm and residual regions */
+    /* ln1, its mean and rstd, qkv, atty, lse, res2, ln2, its mean and rstd, fch; res3 */
+    size_t full = R * C + 2 * R + BT * 3 * Cl + BT * Cl + B * NHl * T + R * C + R * C + 2 * R + BT * Hl;
     size_t floats = 0;
     for (int l = first_block; l <= last_block; l++)
-        floats += recompute && l > first_block ? BT * C : full; /* recompute: one set, then outputs */
+        floats += recompute && l > first_block ? BT * C /* recompute: one set, then outputs */
+                                               : full + (l == last_block ? BT : R) * C;
     return floats * sizeof(float);
 }
 
@@ -89,4 +90,12 @@ size_t plan_tp_scratch_bytes(const ModelConfig *m, int tp, int B, int T) {
     size_t BT = (size_t)B * T, C = m->dmodel, Cl = C / tp, Hl = 4 * C / tp;
     /* branch, dresid x2, dmid, dbranch, dln; datty, dqkv; dfch, dfch_gelu, gelu; dlogits */
     return (6 * BT * C + BT * Cl + 3 * BT * Cl + 3 * BT * Hl + BT * m->vocab) * sizeof(float);
+}
+
+size_t plan_tp_kept_grads_bytes(const ModelConfig *m, int tp, int B, int T, int first_block, int last_block,
+                                int head) {
+    size_t BT = (size_t)B * T, C = m->dmodel, Cl = C / tp, Hl = 4 * C / tp;
+    /* dout, dfch, dmid, dqkv of each block; the head's dlogits */
+    size_t floats = (size_t)(last_block - first_block + 1) * BT * (C + Hl + C + 3 * Cl);
+    return (floats + (head ? BT * m->vocab : 0)) * sizeof(float);
 }

@@ -35,11 +35,19 @@ void plan_stage_slots(int schedule, int P, int V, int M, int stage, int *slots);
 
 /* A tensor-parallel rank's share of tp ranks: elements of unit `unit`
  * (LAYER_EMBEDDING, a block, or the head L), the block activations one
- * micro-batch keeps (recompute: one full set, then each block's output) and
- * its scratch ("activation gradients"), for blocks first..last. */
+ * micro-batch keeps (recompute: one full set, then each block's output;
+ * sp: the layernorm and residual regions in B x T / tp rows, but the last
+ * block's output) and its scratch ("activation gradients"), for blocks
+ * first..last. */
 size_t plan_tp_unit_numel(const ModelConfig *m, int unit, int tp);
 size_t plan_tp_block_activation_bytes(const ModelConfig *m, int tp, int B, int T, int first_block,
-                                      int last_block, int recompute);
+                                      int last_block, int recompute, int sp);
 size_t plan_tp_scratch_bytes(const ModelConfig *m, int tp, int B, int T);
+/* ZB-H1's output gradients kept for W by a tensor-parallel rank, per slot
+ * (tp_kept_grads_create): every block of its stage, whichever chunk the
+ * slot is of, in local widths, and the logits' gradient where it holds the
+ * head. */
+size_t plan_tp_kept_grads_bytes(const ModelConfig *m, int tp, int B, int T, int first_block, int last_block,
+                                int head);
 
 #endif

@@ -95,7 +95,7 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
     double P = table.num_params, shard_n = shard_numel(&table, l->dp);
     param_table_free(&table);
     double L = mc->layers, T = mc->seq, C = mc->dmodel, N = l->dp, M = cfg->micro;
-    double split = l->pp * l->tp; /* the ranks one copy of the model is split over */
+    double split = plan_replica_ranks(l); /* the ranks one copy of the model is split over (and cp's) */
 
     out->flops_per_step = (6 * P + 12 * L * T * C) * cfg->batch * T;
     double compute = out->flops_per_step / N / split / m->flops * (cfg->recompute ? 4.0 / 3.0 : 1.0);
@@ -108,13 +108,15 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
     out->busy_s[PART_DEVICE_UPDATE] = out->exposed_s[PART_DEVICE_UPDATE] =
         updated / m->device_adam_params_per_s;
 
-    double allreduce = (t->allreduce_calls - t->tp_allreduce_calls) * 2 * (N - 1) * m->alpha_s +
+    double W = N * (l->cp > 1 ? l->cp : 1); /* the ranks holding the same weights: dp x cp */
+    double G = l->sp ? l->tp : N;           /* --sp: the gathers and scatters are the tensor group's */
+    double allreduce = (t->allreduce_calls - t->tp_allreduce_calls) * 2 * (W - 1) * m->alpha_s +
                        t->tp_allreduce_calls * 2 * (l->tp - 1) * m->alpha_s +
                        t->allreduce / m->beta_bytes_per_s;
-    double send = t->send_calls * m->alpha_s + t->send / m->beta_bytes_per_s; /* 03-05: one step each */
+    double send = t->send_calls * m->alpha_s + t->send / m->beta_bytes_per_s; /* 03-06: one step each */
     double reduce_scatter =
-        t->reduce_scatter_calls * (N - 1) * m->alpha_s + t->reduce_scatter / m->beta_bytes_per_s;
-    double allgather = t->allgather_calls * (N - 1) * m->alpha_s + t->allgather / m->beta_bytes_per_s;
+        t->reduce_scatter_calls * (G - 1) * m->alpha_s + t->reduce_scatter / m->beta_bytes_per_s;
+    double allgather = t->allgather_calls * (G - 1) * m->alpha_s + t->allgather / m->beta_bytes_per_s;
     double blocking = allreduce + reduce_scatter + allgather + send, overlapped = 0, window = 0;
     if (l->chapter == 2 && l->dp_mode == DP_OVERLAP) {
         overlapped = allreduce, window = compute * 2 / 3; /* the buckets, under the backward */
@@ -138,7 +140,7 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
     out->busy_s[PART_OFFLOAD_COPIES] = out->exposed_s[PART_OFFLOAD_COPIES] =
         t->to_host / m->d2h_bytes_per_s + t->to_device / m->h2d_bytes_per_s;
 
-    double cpu = l->chapter == 6 ? shard_n / m->cpu_adam_params_per_s : 0;
+    double cpu = l->chapter == 6 ? shard_n / (split > 1 ? split : 1) / m->cpu_adam_params_per_s : 0;
     out->busy_s[PART_CPU_UPDATE] = cpu;
     out->exposed_s[PART_CPU_UPDATE] = l->dpu ? (cpu > compute ? cpu - compute : 0) : cpu;
 
@@ -147,7 +149,7 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
 
 void plan_time_slowest(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
                        PlanTime *out) {
-    for (int r = 0; r < l->pp * l->tp; r++) {
+    for (int r = 0; r < plan_replica_ranks(l); r++) {
         PlanTime mine;
         plan_time(cfg, l, &t[r], m, &mine);
         if (r == 0 || mine.step_s > out->step_s) *out = mine;

@@ -16,15 +16,17 @@
  *
  * The step, per rank, in parts (each printed and written by --time-csv):
  *
- *   compute         FLOPs per step / (dp x pp x tp) / flops, FLOPs per token 6P + 12LTC
+ *   compute         FLOPs per step / (dp x pp x cp x tp) / flops, FLOPs per token 6P + 12LTC
  *                   (x 4/3 with --recompute: the forward, a third, runs twice)
  *   device update   the parameters this rank updates / device_adam_params_per_s
- *                   (a model split's rank: P / (pp x tp), / dp with 05's ZeRO)
+ *                   (a model split's rank: P / (pp x cp x tp), / dp with 05's ZeRO)
  *   communication   per collective: calls x ring steps x alpha_s + bytes sent / beta
  *                   (ring steps: 2(N-1) for an all-reduce, N-1 for a
- *                   reduce-scatter or an all-gather, N the group's ranks: dp,
- *                   or tp for a tensor group's all-reduces of activations; one
- *                   for a message to a neighbouring stage; bytes sent as comm.h
+ *                   reduce-scatter or an all-gather, N the group's ranks: dp
+ *                   (dp x cp for the weights' all-reduce), or tp for a tensor
+ *                   group's all-reduces of activations and, with --sp, its
+ *                   all-gathers and reduce-scatters; one for a message to a
+ *                   neighbouring stage or round 03's ring; bytes sent as comm.h
  *                   counts them, plan_traffic's). A model split's messages all
  *                   count as waited for. The overlap rule: what a worker
  *                   thread runs under computation (02 --dp-mode overlap's
@@ -37,7 +39,7 @@
  *                   1F1B), / V interleaved, / 3 ZB-H1 (tf = tb = tw); 03's layer
  *                   split, one micro-batch at a time: (pp - 1) x compute
  *   offload copies  06: d2h bytes / d2h_bytes_per_s + h2d bytes / h2d_bytes_per_s
- *   cpu update      06: shard parameters / cpu_adam_params_per_s; with --dpu
+ *   cpu update      06: shard parameters (a split's: / (pp x tp)) / cpu_adam_params_per_s; with --dpu
  *                   it runs under the next step's compute: max(0, cpu - compute)
  *
  *   step = compute + device update + exposed communication + bubble

@@ -134,11 +134,13 @@ sent_matches() {
     sent_matches
 }
 
-@test "06 --offload over tp slices and pp x tp x dp, and 06 without --offload (05's program): the plan is memory.csv" {
+@test "06 --offload over tp slices, pp x tp x dp and under zb-h1, and 06 without --offload (05's program): the plan is memory.csv" {
     planned_split 4 06_offload/train "" --offload --tp 2 --dp 2 --dpu
     sent_matches
     planned_split 8 06_offload/train "" --offload --pp 2 --tp 2 --dp 2 --micro 2 --schedule gpipe --precision bf16
     sent_matches
+    planned_split 4 06_offload/train "" --offload --pp 2 --dp 2 --layers 4 --micro 2 --schedule zb-h1
+    sent_matches # the gradient copies after B and after W
     planned_split 4 06_offload/train "" --zero 1 --pp 2 --dp 2 --recompute
     planned 2 06_offload/train --zero 2 --precision bf16
 }
@@ -168,6 +170,11 @@ sent_matches() {
     planned_split 4 05_zero/train "" --zero 2 --pp 2 --dp 2 --micro 2
     planned_split 6 05_zero/train "" --zero 1 --pp 3 --dp 2 --layers 4 --split 2,1,1 --batch 12 --micro 2 \
         --schedule gpipe --recompute
+    # zb-h1: B's and W's calls each reduce-scatter (zero.h); every rank's collectives over dp, both
+    # stages' plans times the 2 replicas, are run.csv's bytes_dp_per_step
+    planned_split 4 05_zero/train "" --zero 2 --pp 2 --dp 2 --layers 4 --micro 2 --schedule zb-h1
+    assert_equal "$(awk '$1 == "reduce-scatter" || $1 == "all-gather" { s += $2 } END { print 2 * s }' <<<"$output")" \
+        "$(csv_column "$RUN/run.csv" bytes_dp_per_step)"
 }
 
 @test "04's interleaved and zb-h1 over pp 2 x tp 2, in bf16 with recompute: the plan is memory.csv" {
@@ -224,8 +231,8 @@ sent_matches() {
     refused --dp 2 --zero 3 --offload
     refused --chapter 02 --dp 2 --tp 2
     [[ "$stderr" == *"chapter 02 has no tensor parallelism"* ]]
-    refused --offload --pp 2 --schedule zb-h1
-    [[ "$stderr" == *"--schedule zb-h1 with --offload is refused by chapter 06 (valid: gpipe, 1f1b)"* ]]
+    refused --offload --pp 2 --layers 4 --micro 2 --schedule interleaved --virtual 2
+    [[ "$stderr" == *"--schedule interleaved with --offload is refused by chapter 06: the offloaded state is one range of units per stage"* ]]
     refused --pp 2 --zero 3 --chapter 05
     refused --mp tensor --tp 3
     refused --pp 2 --schedule interleaved --micro 3 --batch 6
@@ -234,7 +241,6 @@ sent_matches() {
     [[ "$stderr" == *"--seq 64 cannot be cut into 2 x --cp 3 = 6 equal chunks"* ]]
     refused --pp 2 --cp 2
     refused --chapter 03 --mp tensor --tp 2 --sp --cp 2
-    refused --chapter 05 --zero 2 --pp 2 --schedule zb-h1
     refused --chapter 05 --pp 2 --layers 4 --micro 2 --schedule interleaved --virtual 2
     [[ "$stderr" == *"--virtual (interleaved chunks) with ZeRO is not written yet in chapter 05"* ]]
     refused --zero 4

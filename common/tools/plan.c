@@ -65,8 +65,8 @@
 typedef struct {
     char chapter[8]; /* auto, 01 .. 06 */
     int dp, tp, pp;
-    char mp[8];         /* 03: layer, tensor */
-    int cp, sp;         /* 03: --cp N, --sp */
+    char mp[8]; /* 03: layer, tensor */
+    int cp, sp; /* 03: --cp N, --sp */
     char cp_order[16], cp_send[16];
     int schedule;       /* 04-05: SCHED_GPIPE .. SCHED_ZB_H1 (plan_stage.h: the order of .choices) */
     int virtual_chunks; /* 04: --virtual */
@@ -218,78 +218,76 @@ static const char *layout_problem(const Config *cfg, const PlanFlags *f) {
     int split = chapter == 3 || chapter == 4 || (chapter >= 5 && (f->pp > 1 || f->tp > 1));
     if ((f->tp > 1 || f->pp > 1) && !split)
         return problem("--%s %d: chapter %02d has no %s (valid: --chapter 03, 04 or 05)",
-              f->tp > 1 ? "tp" : "pp", f->tp > 1 ? f->tp : f->pp, chapter,
-              f->tp > 1 ? "tensor parallelism" : "pipeline stages");
+                       f->tp > 1 ? "tp" : "pp", f->tp > 1 ? f->tp : f->pp, chapter,
+                       f->tp > 1 ? "tensor parallelism" : "pipeline stages");
     if (chapter == 3 && strcmp(f->mp, "tensor") == 0 && f->pp > 1)
         return problem("--mp tensor has one stage (valid: --pp 1; stages with tp inside: --chapter 04)");
     if ((f->cp > 1 || f->sp) && chapter != 3)
         return problem("--%s is a flag of chapter 03, not %02d (valid: --chapter 03)", f->sp ? "sp" : "cp",
-              chapter);
+                       chapter);
     if (f->cp > 1 && cfg->model.seq % (2 * f->cp))
-        return problem(
-              "--seq %d cannot be cut into 2 x --cp %d = %d equal chunks (valid: --seq a multiple of 2 x cp = %d)",
-              cfg->model.seq, f->cp, 2 * f->cp, 2 * f->cp);
+        return problem("--seq %d cannot be cut into 2 x --cp %d = %d equal chunks (valid: --seq a multiple "
+                       "of 2 x cp = %d)",
+                       cfg->model.seq, f->cp, 2 * f->cp, 2 * f->cp);
     if (f->sp && (strcmp(f->mp, "tensor") != 0 || f->cp > 1 || cfg->recompute))
         return problem("--sp is for --mp tensor, without --cp or --recompute (valid: as chapter 03 runs it)");
     if (f->sp && cfg->model.seq % f->tp)
         return problem("--sp: --seq %d is not a multiple of --tp %d (valid: --seq a multiple of --tp)",
-              cfg->model.seq, f->tp);
+                       cfg->model.seq, f->tp);
     if (chapter == 3 && strcmp(f->mp, "layer") == 0 && f->tp > 1)
         return problem("--tp is for --mp tensor (the layer split has --pp stages)");
     int zero = flag_given(cfg, "--zero") || f->zero_given ? f->zero : 1; /* 05's default: 1 */
+    if (chapter == 6 && f->offload && f->schedule == SCHED_INTERLEAVED)  /* 06's own check comes first */
+        return problem(
+            "--schedule interleaved with --offload is refused by chapter 06: the offloaded state is "
+            "one range of units per stage, and interleaved's chunks are not one range (valid: gpipe, "
+            "1f1b, zb-h1)");
     if (chapter >= 5 && f->virtual_chunks > 1 && (zero > 0 || f->offload || !split))
-        return problem("--virtual (interleaved chunks) with ZeRO is not written yet in chapter %02d: a stage's "
-                       "shards are one range of units, and its chunks are not (valid: --zero 0 with --pp > 1)",
-                       chapter);
-    if (chapter >= 5 && !f->offload && zero == 2 && f->pp > 1 && f->schedule == SCHED_ZB_H1)
-        return problem("--zero 2 with --schedule zb-h1 is not written yet in chapter %02d (valid: --zero 1, or "
-                       "gpipe, 1f1b)",
-                       chapter);
+        return problem(
+            "--virtual (interleaved chunks) with ZeRO is not written yet in chapter %02d: a stage's "
+            "shards are one range of units, and its chunks are not (valid: --zero 0 with --pp > 1)",
+            chapter);
     if (chapter >= 5 && split && f->zero == 3)
         return problem("--zero 3 with --pp or --tp: chapter %02d refuses it (valid: --zero 0, 1 or 2)",
-              chapter);
+                       chapter);
     if (f->pp > cfg->model.layers || f->pp * f->virtual_chunks > cfg->model.layers)
-        return problem(
-              "--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)", f->pp,
-              f->virtual_chunks, cfg->model.layers);
+        return problem("--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)",
+                       f->pp, f->virtual_chunks, cfg->model.layers);
     if (f->tp > 1 && (cfg->model.heads % f->tp || cfg->model.dmodel % f->tp))
-        return problem("--tp %d does not divide --heads %d and --dmodel %d (valid: a divisor of both)",
-              f->tp, cfg->model.heads, cfg->model.dmodel);
+        return problem("--tp %d does not divide --heads %d and --dmodel %d (valid: a divisor of both)", f->tp,
+                       cfg->model.heads, cfg->model.dmodel);
     if (f->virtual_chunks > 1 && f->schedule != SCHED_INTERLEAVED)
         return problem("--virtual %d is for --schedule interleaved", f->virtual_chunks);
     if (f->schedule == SCHED_INTERLEAVED && cfg->micro % f->pp)
         return problem("--schedule interleaved needs --micro %d to be a multiple of --pp %d", cfg->micro,
-              f->pp);
+                       f->pp);
     if (split && strcmp(f->dp_mode, "overlap") == 0)
         return problem("--dp-mode overlap with a model split is refused by chapters 03-05 "
-                          "(valid: --dp-mode naive or flat)");
+                       "(valid: --dp-mode naive or flat)");
     if (chapter == 1 && f->dp > 1)
         return problem("--chapter 01 runs on one device, not --dp %d (valid: --dp 1)", f->dp);
     if (flag_given(cfg, "--zero") && chapter != 5 && chapter != 6)
         return problem("--zero is a flag of chapters 05 and 06, not %02d", chapter);
     if (f->offload && chapter != 6) return problem("--offload is a flag of chapter 06, not %02d", chapter);
-    if (chapter == 6 && f->offload && (f->schedule == SCHED_INTERLEAVED || f->schedule == SCHED_ZB_H1))
-        return problem("--schedule %s with --offload is refused by chapter 06 (valid: gpipe, 1f1b)",
-              f->schedule == SCHED_INTERLEAVED ? "interleaved" : "zb-h1");
     if (f->dpu && !f->offload)
         return problem(
-              "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");
+            "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");
     if (chapter == 6 && f->offload && flag_given(cfg, "--zero") && f->zero != 2)
         return problem(
-              "--zero %d with --offload is unsupported: chapter 06 offloads the stage-2 partitioning "
-              "only (valid: --zero 2)",
-              f->zero);
+            "--zero %d with --offload is unsupported: chapter 06 offloads the stage-2 partitioning "
+            "only (valid: --zero 2)",
+            f->zero);
     if (flag_given(cfg, "--prefetch") && !(chapter == 5 && f->zero == 3))
         return problem("--prefetch needs --zero 3 (only stage 3 gathers parameters)");
     if (strcmp(f->allreduce, "ring") == 0)
         return problem(
-              "--allreduce ring: the ring's chunk buffer is not planned (valid: --allreduce library)");
+            "--allreduce ring: the ring's chunk buffer is not planned (valid: --allreduce library)");
     if (f->time_csv[0] && !f->machine[0])
         return problem("--time-csv needs --machine FILE (the constants the time is computed from)");
     int pieces = f->dp * cfg->micro;
     if (cfg->batch < pieces || cfg->batch % pieces)
         return problem("--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
-              cfg->batch, f->dp, cfg->micro, pieces);
+                       cfg->batch, f->dp, cfg->micro, pieces);
     return NULL;
 }
 
@@ -316,7 +314,7 @@ static PlanLayout layout_of(const Config *cfg, const PlanFlags *f) {
                     .threads = f->threads ? f->threads : omp_get_max_threads(),
                     .dp_mode = strcmp(f->dp_mode, "naive") == 0  ? DP_NAIVE
                                : strcmp(f->dp_mode, "flat") == 0 ? DP_FLAT
-                                                                : DP_OVERLAP,
+                                                                 : DP_OVERLAP,
                     .bucket_bytes = f->bucket_mb * 1048576.0};
     if (l.chapter == 5 && !flag_given(cfg, "--zero") && !f->zero_given) l.zero = 1; /* 05's default */
     if (l.chapter == 6) l.zero = 2;
@@ -713,7 +711,8 @@ static void search(const Config *cfg, const PlanFlags *f) {
             plan_memory(cfg, &l, r, &m[r]);
             plan_traffic(cfg, &l, r, &t[r]);
             int cat, host_cat;
-            double device = space_sum(&m[r], SPACE_DEVICE, &cat), host = space_sum(&m[r], SPACE_HOST, &host_cat);
+            double device = space_sum(&m[r], SPACE_DEVICE, &cat),
+                   host = space_sum(&m[r], SPACE_HOST, &host_cat);
             if (device > c->device) c->device = device, fullest = r, largest = cat;
             if (host > c->host) c->host = host;
         }
@@ -721,8 +720,9 @@ static void search(const Config *cfg, const PlanFlags *f) {
         plan_time_slowest(cfg, &l, t, &mach, &pt);
         c->step_s = pt.step_s;
         if (c->device > budget)
-            snprintf(c->why, sizeof c->why, "device memory %.4g bytes > %.4g (rank %d; the most: %s, %zu bytes)",
-                     c->device, budget, fullest, category_name(largest), m[fullest].bytes[SPACE_DEVICE][largest]);
+            snprintf(c->why, sizeof c->why,
+                     "device memory %.4g bytes > %.4g (rank %d; the most: %s, %zu bytes)", c->device, budget,
+                     fullest, category_name(largest), m[fullest].bytes[SPACE_DEVICE][largest]);
         else
             order[fits++] = i;
         free(m);

@@ -194,13 +194,14 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
         add_offload_state(m, cfg, l, held, largest, S, shard_n);
     } else if (zero) { /* 05: zero_create_stage (or zero_create_slices) over the stage's units */
         size_t eb = half ? 2 : 4;
-        add(m, SPACE_DEVICE, CAT_PARAMS, held * eb);                        /* "parameters" */
-        add(m, SPACE_DEVICE, CAT_GRADS, (zero == 1 ? held : shard_n) * eb); /* "gradients", "gradient shard" */
+        add(m, SPACE_DEVICE, CAT_PARAMS, held * eb); /* "parameters" */
+        add(m, SPACE_DEVICE, CAT_GRADS,
+            (zero == 1 ? held : shard_n) * eb);                         /* "gradients", "gradient shard" */
         add(m, SPACE_DEVICE, CAT_OPTIMIZER, shard_n * (half ? 12 : 8)); /* Adam's m and v; "master weights" */
         if (half) /* mixed_units_create_range: "unit weights (fp32)", "unit gradients (fp32)" */
             add(m, SPACE_DEVICE, CAT_WORKSPACE, 2 * largest * 4);
         if (zero == 2) add(m, SPACE_DEVICE, CAT_BUCKETS, 2 * (N * S + S) * eb); /* two ZeroGradBuffers */
-        if (zero == 2 && half) add(m, SPACE_DEVICE, CAT_BUCKETS, S * 4);         /* "gradient slice (fp32)" */
+        if (zero == 2 && half) add(m, SPACE_DEVICE, CAT_BUCKETS, S * 4);        /* "gradient slice (fp32)" */
         add(m, SPACE_DEVICE, CAT_COMM, (S + N * S) * eb); /* "unit slice", "padded unit" */
     } else {
         double params, grads, optimizer;
@@ -228,7 +229,7 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
         if (l->schedule == SCHED_ZB_H1 && pipeline) /* "output gradients kept for W", per slot */
             add(m, SPACE_DEVICE, CAT_ACTIVATIONS,
                 slots[c] * (tensor ? plan_tp_kept_grads_bytes(mc, tp, B, T, st.first_block[0],
-                                                               st.last_block[V - 1], last_unit == L)
+                                                              st.last_block[V - 1], last_unit == L)
                                    : kept_grads_bytes(mc, B, T, st.first_unit[c], st.last_unit[c])));
         if (posted && st.has_prev[c]) /* "gradient posted to prev stage", per slot */
             add(m, SPACE_DEVICE, CAT_WORKSPACE, slots[c] * boundary);
@@ -236,7 +237,8 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
     if (tensor) {
         add(m, SPACE_DEVICE, CAT_WORKSPACE, plan_tp_scratch_bytes(mc, tp, B, T)); /* "activation gradients" */
         if (l->sp) /* "sp whole rows", "sp rows", "sp ln grads" */
-            add(m, SPACE_DEVICE, CAT_WORKSPACE, ((size_t)B * T * mc->dmodel * (tp + 1) / tp + 2 * mc->dmodel) * 4);
+            add(m, SPACE_DEVICE, CAT_WORKSPACE,
+                ((size_t)B * T * mc->dmodel * (tp + 1) / tp + 2 * mc->dmodel) * 4);
     } else {
         add(m, SPACE_DEVICE, CAT_WORKSPACE, scratch_bytes(mc, B, T));
         if (cfg->recompute) add(m, SPACE_DEVICE, CAT_ACTIVATIONS, recompute_block_bytes(mc, B, T));
@@ -247,10 +249,12 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
     }
     if (cp > 1) { /* context_parallel_create: S = B x T/cp x 2C/tp floats, a rank's k | v */
         size_t S = (size_t)B * T * 2 * (mc->dmodel / tp) * 4;
-        add(m, SPACE_DEVICE, CAT_ACTIVATIONS, 2 * (size_t)B * mc->seq * sizeof(int)); /* "cp tokens", "targets" */
-        add(m, SPACE_DEVICE, CAT_COMM, 4 * S);                                /* "ring k|v", "ring d(k|v)" x2 */
-        add(m, SPACE_DEVICE, CAT_WORKSPACE, S / 2 + (size_t)B * (mc->heads / tp) * T * 4 /* "ring block out", lse */
-                                                + 2 * (size_t)T * mc->dmodel * 4);      /* "cp wpe", "cp dwpe" */
+        add(m, SPACE_DEVICE, CAT_ACTIVATIONS,
+            2 * (size_t)B * mc->seq * sizeof(int)); /* "cp tokens", "targets" */
+        add(m, SPACE_DEVICE, CAT_COMM, 4 * S);      /* "ring k|v", "ring d(k|v)" x2 */
+        add(m, SPACE_DEVICE, CAT_WORKSPACE,
+            S / 2 + (size_t)B * (mc->heads / tp) * T * 4                     /* "ring block out", lse */
+                + 2 * (size_t)T * mc->dmodel * 4);                           /* "cp wpe", "cp dwpe" */
         if (cfg->sample) add(m, SPACE_DEVICE, CAT_WORKSPACE, mc->vocab * 4); /* "sampled logits" */
     }
     add_kernel_workspaces(m, cfg, l, T, tp, last_unit == L);
@@ -296,8 +300,8 @@ static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTab
     stage_of(cfg, l, rank, &st);
     double M = cfg->micro, eb = half_of(cfg) ? 2 : 4, N = l->dp, tp = l->tp, cp = l->cp > 1 ? l->cp : 1;
     double B = micro_sequences(cfg, l), T = mc->seq / cp, C = mc->dmodel; /* --cp: T / cp tokens a rank */
-    double boundary = B * T * C * 4, held = 0, shard = 0;
-    int V = st.chunks, units = 0, blocks = 0;
+    double boundary = B * T * C * 4, held = 0, shard = 0, shard_w = 0;    /* shard_w: the units with a W */
+    int V = st.chunks, units = 0, blocks = 0, units_w = 0;
     for (int c = 0; c < V; c++) {
         tr->send += M * boundary * (st.has_next[c] + st.has_prev[c]);
         tr->send_calls += M * (st.has_next[c] + st.has_prev[c]);
@@ -306,12 +310,14 @@ static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTab
             double n = tp > 1 ? plan_tp_unit_numel(mc, u, l->tp) : table_unit(t, u)->numel;
             held += n;
             shard += ceil(n / N); /* the unit (or its tensor slice) padded to N slices */
+            if (u != LAYER_EMBEDDING) shard_w += ceil(n / N), units_w++; /* zb-h1: the embedding has no W */
         }
     }
     if (tp > 1 && l->sp) { /* per block: 6 all-gathers and 4 reduce-scatters of B x T/tp x C fp32 rows, */
         double rows = boundary / tp; /* 2 all-reduces of the layernorms' 2C; the last block's output
                                         gathered forward, the first's input gradient backward */
-        tr->allgather += (M * blocks * 6 + 2 * M) * (tp - 1) * rows, tr->allgather_calls += M * blocks * 6 + 2 * M;
+        tr->allgather += (M * blocks * 6 + 2 * M) * (tp - 1) * rows,
+            tr->allgather_calls += M * blocks * 6 + 2 * M;
         tr->reduce_scatter += M * blocks * 4 * (tp - 1) * rows, tr->reduce_scatter_calls += M * blocks * 4;
         tr->tp_allreduce_calls = M * blocks * 2;
         tr->tp_allreduce = tr->tp_allreduce_calls * 2 * (tp - 1) / tp * 2 * C * 4;
@@ -327,10 +333,15 @@ static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTab
     }
     int zero = l->chapter >= 5 ? l->zero : 0; /* 06: stage 2's collectives, and the copies */
     if (l->chapter == 6) tr->to_host = M * shard * eb, tr->to_device = shard * eb;
+    if (l->chapter == 6 && l->schedule == SCHED_ZB_H1) tr->to_host += M * shard_w * eb; /* after B and W */
     if (N > 1 &&
         zero) { /* stage 1 reduce-scatters after the last backward, stage 2 each unit of every micro */
         tr->reduce_scatter = (N - 1) * shard * eb * (zero == 2 ? M : 1);
         tr->reduce_scatter_calls = units * (zero == 2 ? M : 1);
+        if (zero == 2 && l->schedule == SCHED_ZB_H1) { /* B's and W's calls each reduce-scatter (zero.h) */
+            tr->reduce_scatter += M * (N - 1) * shard_w * eb;
+            tr->reduce_scatter_calls += M * units_w;
+        }
         tr->allgather = (N - 1) * shard * eb, tr->allgather_calls = units;
     } else if (N * cp > 1) { /* over the ranks holding the same weights: dp x cp */
         tr->allreduce = 2 * (N * cp - 1) / (N * cp) * held * eb;

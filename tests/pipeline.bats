@@ -258,6 +258,20 @@ kept_bytes() { "$BUILD/tests/test_memory" piece 4 64 4 256 64 2 "$@" | awk '{ pr
     [[ "$stderr" == *"1f1b holds one chunk of layers per stage (here 2); only interleaved holds more"* ]]
 }
 
+@test "bubble_bench.sh measures the four schedules against their formulas, and refuses bad settings" {
+    run env BUBBLE_STEPS=2 "$REPO/common/scripts/bubble_bench.sh"
+    assert_failure 2
+    assert_output "bubble_bench: BUBBLE_STEPS=2 (valid: 3 or more)"
+    local out="$BATS_TEST_TMPDIR/bubbles"
+    run env BUBBLE_REPEATS=1 BUBBLE_STEPS=3 BUBBLE_LAYERS=4 BUBBLE_OUT="$out" "$REPO/common/scripts/bubble_bench.sh"
+    assert_success
+    assert_equal "$(head -1 "$out/bubbles.csv")" "schedule,repeat,load,bubble_theory,bubble_measured,median_step_ms"
+    # the formulas for P 2, M 8: (P-1)/(M+P-1) = 1/9; interleaved V 2: (P-1)/(VM+P-1) = 1/17; zb-h1: 1/25
+    assert_equal "$(cut -d, -f1,2 "$out/bubbles_summary.csv" | tail -4 | tr '\n' ' ')" \
+        "gpipe,0.1111 1f1b,0.1111 interleaved,0.0588 zb-h1,0.0400 "
+    awk -F, 'NR > 1 { if (!($5 > 0 && $5 < 1 && $6 > 0)) { print "bad row: " $0; exit 1 } }' "$out/bubbles.csv"
+}
+
 @test "the measured bubble is within 25% of (P-1)/(M+P-1) on balanced stages (P=2, M=2, one thread per rank)" {
     # the issue's conditions: M >= P, no more ranks than cores, one OpenMP
     # thread per rank, MPI yielding its core while it waits

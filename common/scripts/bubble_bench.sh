@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# bubble_bench.sh: chapter 04's four schedules' measured bubble against their
+# formulas on this machine, as the demo runs them (course.md, chapter 04, "The
+# demo and its plots"), with the settings a quiet measurement needs.
+#
+#   common/scripts/bubble_bench.sh          (after make; BUBBLE_* settings below)
+#
+# P = 2 stages (one rank each, one OpenMP thread each, so two cores are enough),
+# the small preset with BUBBLE_LAYERS layers (8: 4 blocks a stage, so that the head,
+# on the last stage, weighs a smaller share of it; 2 blocks a piece of interleaved's V = 2),
+# M = 8 micro-batches of 2 sequences, BUBBLE_STEPS steps (run.csv's
+# bubble_measured is the median over the steps after the first), BUBBLE_REPEATS
+# repeats interleaved: repeat 1 of every schedule, then repeat 2, ...
+# Writes BUBBLE_OUT/bubbles.csv (runs/bubbles by default):
+#   schedule,repeat,load,bubble_theory,bubble_measured,median_step_ms
+# one row per run (load: the 1-minute load average when the run ended), and
+# BUBBLE_OUT/bubbles_summary.csv: schedule,bubble_theory,median,min,max,
+# relative (median / theory - 1), the medians over the repeats.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repeats="${BUBBLE_REPEATS:-3}" steps="${BUBBLE_STEPS:-20}" out="${BUBBLE_OUT:-runs/bubbles}" layers="${BUBBLE_LAYERS:-8}"
+[[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "bubble_bench: BUBBLE_REPEATS=$repeats (valid: a positive number)" >&2; exit 2; }
+[[ "$steps" =~ ^[1-9][0-9]*$ && "$steps" -ge 3 ]] || { echo "bubble_bench: BUBBLE_STEPS=$steps (valid: 3 or more)" >&2; exit 2; }
+[ -x 04_pipeline/train ] || { echo "bubble_bench: 04_pipeline/train is not built (run make)" >&2; exit 2; }
+mkdir -p "$out"
+echo "schedule,repeat,load,bubble_theory,bubble_measured,median_step_ms" >"$out/bubbles.csv"
+for r in $(seq 1 "$repeats"); do
+    for schedule in gpipe 1f1b interleaved zb-h1; do
+        virtual=1
+        [ "$schedule" = interleaved ] && virtual=2
+        dir="$out/$schedule.r$r"
+        echo "bubble_bench: repeat $r/$repeats, $schedule" >&2
+        OMP_NUM_THREADS=1 common/scripts/mpirun.sh -np 2 ./04_pipeline/train --device cpu --model small --layers "$layers" \
+            --batch 16 --micro 8 --schedule "$schedule" --virtual "$virtual" --steps "$steps" --sample 0 --quiet \
+            --overwrite --out "$dir" >/dev/null
+        python3 - "$dir/run.csv" "$schedule" "$r" "$(cut -d' ' -f1 /proc/loadavg)" >>"$out/bubbles.csv" <<'PY'
+import csv, sys
+row = next(csv.DictReader(open(sys.argv[1])))
+print(f"{sys.argv[2]},{sys.argv[3]},{sys.argv[4]},{row['bubble_theory']},{row['bubble_measured']},{row['median_step_ms']}")
+PY
+    done
+done
+python3 - "$out/bubbles.csv" >"$out/bubbles_summary.csv" <<'PY'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+print("schedule,bubble_theory,median,min,max,relative")
+for s in dict.fromkeys(r["schedule"] for r in rows):
+    m = [float(r["bubble_measured"]) for r in rows if r["schedule"] == s]
+    theory = float(next(r["bubble_theory"] for r in rows if r["schedule"] == s))
+    med = statistics.median(m)
+    print(f"{s},{theory:.4f},{med:.4f},{min(m):.4f},{max(m):.4f},{med / theory - 1:+.2f}")
+PY
+cat "$out/bubbles_summary.csv"

@@ -116,6 +116,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
+from pipeline_bubble import zb_h1_formula_measured  # noqa: E402
 
 CATEGORIES = ["params", "grads", "optimizer", "activations", "comm", "workspace", "gathered", "buckets"]
 COLOURS = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868",
@@ -654,26 +655,6 @@ def plot_sweep(groups, out):
     plt.close(fig)
 
 
-def zb_h1_formula(P, M, tf, tb, tw):
-    """ZB-H1's idle fraction (schedule.h, schedule_bubble_formula) for a forward tf, B tb and W tw."""
-    idle = (P - 1) * (tf + tb - tw)
-    return idle / (M * (tf + tb + tw) + idle)
-
-
-def measured_op_times(run_dir):
-    """{op: median duration in us} over rank 0's records of every step but the first, or {} without a timeline."""
-    path = os.path.join(run_dir, "timeline.csv")
-    if not os.path.exists(path):
-        return {}
-    rows = [r for r in read_csv(path) if r["rank"] == "0"]
-    first = min((int(r["step"]) for r in rows), default=0)
-    durations = {}
-    for r in rows:
-        if int(r["step"]) > first:
-            durations.setdefault(r["op"], []).append(float(r["end_us"]) - float(r["start_us"]))
-    return {op: median(v) for op, v in durations.items()}
-
-
 def plot_bubbles(groups, out):
     """The measured bubble of each configuration against its schedule's formula."""
     labels, measured, formula, at_times = [], [], [], []
@@ -682,11 +663,7 @@ def plot_bubbles(groups, out):
         values = [float(r.get("bubble_measured") or "nan") for r in rows]
         schedule, theory = rows[0].get("schedule", "?"), float(rows[0].get("bubble_theory") or "nan")
         P, M = int(rows[0].get("pp", 1)), int(rows[0].get("micro", 1))
-        timed = None
-        if schedule == "zb-h1":
-            times = measured_op_times(runs[0]["dir"])
-            if all(op in times for op in ("fwd", "bwd_input", "bwd_weight")):
-                timed = zb_h1_formula(P, M, times["fwd"], times["bwd_input"], times["bwd_weight"])
+        timed = zb_h1_formula_measured(runs[0]["dir"], P, M) if schedule == "zb-h1" else None
         labels.append(label)
         measured.append(values)
         formula.append(theory)

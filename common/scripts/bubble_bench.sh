@@ -6,8 +6,8 @@
 #   common/scripts/bubble_bench.sh          (after make; BUBBLE_* settings below)
 #
 # P = 2 stages (one rank each, one OpenMP thread each, so two cores are enough),
-# the small preset with BUBBLE_LAYERS layers (8: 4 blocks a stage, so that the head,
-# on the last stage, weighs a smaller share of it; 2 blocks a piece of interleaved's V = 2),
+# the small preset with BUBBLE_LAYERS layers (16: 8 blocks a stage, so that the head,
+# on the last stage, weighs a small share of it; 4 blocks a piece of interleaved's V = 2),
 # M = 8 micro-batches of 2 sequences, BUBBLE_STEPS steps (run.csv's
 # bubble_measured is the median over the steps after the first), BUBBLE_REPEATS
 # repeats interleaved: repeat 1 of every schedule, then repeat 2, ...
@@ -15,10 +15,12 @@
 #   schedule,repeat,load,bubble_theory,bubble_measured,median_step_ms
 # one row per run (load: the 1-minute load average when the run ended), and
 # BUBBLE_OUT/bubbles_summary.csv: schedule,bubble_theory,median,min,max,
-# relative (median / theory - 1), the medians over the repeats.
+# relative (median / theory - 1), the medians over the repeats, and for zb-h1
+# also theory_at_times, its formula at the F, B and W the runs' timelines
+# measured (common/python/pipeline_bubble.py), and relative_at_times.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-repeats="${BUBBLE_REPEATS:-3}" steps="${BUBBLE_STEPS:-20}" out="${BUBBLE_OUT:-runs/bubbles}" layers="${BUBBLE_LAYERS:-8}"
+repeats="${BUBBLE_REPEATS:-3}" steps="${BUBBLE_STEPS:-20}" out="${BUBBLE_OUT:-runs/bubbles}" layers="${BUBBLE_LAYERS:-16}"
 [[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "bubble_bench: BUBBLE_REPEATS=$repeats (valid: a positive number)" >&2; exit 2; }
 [[ "$steps" =~ ^[1-9][0-9]*$ && "$steps" -ge 3 ]] || { echo "bubble_bench: BUBBLE_STEPS=$steps (valid: 3 or more)" >&2; exit 2; }
 [ -x 04_pipeline/train ] || { echo "bubble_bench: 04_pipeline/train is not built (run make)" >&2; exit 2; }
@@ -40,14 +42,26 @@ print(f"{sys.argv[2]},{sys.argv[3]},{sys.argv[4]},{row['bubble_theory']},{row['b
 PY
     done
 done
-python3 - "$out/bubbles.csv" >"$out/bubbles_summary.csv" <<'PY'
-import csv, statistics, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-print("schedule,bubble_theory,median,min,max,relative")
+python3 - "$out" >"$out/bubbles_summary.csv" <<'PY'
+import csv, os, statistics, sys
+sys.path.insert(0, "common/python")
+from pipeline_bubble import zb_h1_formula_measured
+out = sys.argv[1]
+rows = list(csv.DictReader(open(os.path.join(out, "bubbles.csv"))))
+print("schedule,bubble_theory,median,min,max,relative,theory_at_times,relative_at_times")
 for s in dict.fromkeys(r["schedule"] for r in rows):
     m = [float(r["bubble_measured"]) for r in rows if r["schedule"] == s]
     theory = float(next(r["bubble_theory"] for r in rows if r["schedule"] == s))
     med = statistics.median(m)
-    print(f"{s},{theory:.4f},{med:.4f},{min(m):.4f},{max(m):.4f},{med / theory - 1:+.2f}")
+    line = f"{s},{theory:.4f},{med:.4f},{min(m):.4f},{max(m):.4f},{med / theory - 1:+.2f}"
+    timed = [zb_h1_formula_measured(os.path.join(out, f"{s}.r{r['repeat']}"), 2, 8) for r in rows
+             if r["schedule"] == s] if s == "zb-h1" else []
+    timed = [t for t in timed if t is not None]
+    if timed:
+        at = statistics.median(timed)
+        line += f",{at:.4f},{med / at - 1:+.2f}"
+    else:
+        line += ",,"
+    print(line)
 PY
 cat "$out/bubbles_summary.csv"

@@ -58,8 +58,10 @@ static void pack_kv(float *kv, const float *qkv, int B, int T, int C) {
         copy_on_device(kv + row * 2 * C, qkv + row * 3 * C + C, 2 * (size_t)C * sizeof(float));
 }
 
-/* Milliseconds since the step began, the device's work done. */
+/* Milliseconds since the step began, the device's work done; 0 without a
+ * sync when nothing is recorded (evaluation, sampling), which never reads it. */
 static double since_step_ms(const ContextParallel *cp) {
+    if (!cp->recording) return 0.0;
     device_sync();
     return wall_ms() - cp->origin_ms;
 }

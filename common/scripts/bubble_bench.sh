@@ -21,6 +21,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repeats="${BUBBLE_REPEATS:-3}" steps="${BUBBLE_STEPS:-20}" out="${BUBBLE_OUT:-runs/bubbles}" layers="${BUBBLE_LAYERS:-16}"
+stages=2 micro=8 # P and M: the runs' and the formulas'
+export stages micro
 [[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "bubble_bench: BUBBLE_REPEATS=$repeats (valid: a positive number)" >&2; exit 2; }
 [[ "$steps" =~ ^[1-9][0-9]*$ && "$steps" -ge 3 ]] || { echo "bubble_bench: BUBBLE_STEPS=$steps (valid: 3 or more)" >&2; exit 2; }
 [ -x 04_pipeline/train ] || { echo "bubble_bench: 04_pipeline/train is not built (run make)" >&2; exit 2; }
@@ -32,9 +34,9 @@ for r in $(seq 1 "$repeats"); do
         [ "$schedule" = interleaved ] && virtual=2
         dir="$out/$schedule.r$r"
         echo "bubble_bench: repeat $r/$repeats, $schedule" >&2
-        OMP_NUM_THREADS=1 common/scripts/mpirun.sh -np 2 ./04_pipeline/train --device cpu --model small --layers "$layers" \
-            --batch 16 --micro 8 --schedule "$schedule" --virtual "$virtual" --steps "$steps" --sample 0 --quiet \
-            --overwrite --out "$dir" >/dev/null
+        OMP_NUM_THREADS=1 common/scripts/mpirun.sh -np "$stages" ./04_pipeline/train --device cpu --model small \
+            --layers "$layers" --batch $((2 * micro)) --micro "$micro" --schedule "$schedule" --virtual "$virtual" \
+            --steps "$steps" --sample 0 --quiet --overwrite --out "$dir" >/dev/null
         python3 - "$dir/run.csv" "$schedule" "$r" "$(cut -d' ' -f1 /proc/loadavg)" >>"$out/bubbles.csv" <<'PY'
 import csv, sys
 row = next(csv.DictReader(open(sys.argv[1])))
@@ -54,7 +56,8 @@ for s in dict.fromkeys(r["schedule"] for r in rows):
     theory = float(next(r["bubble_theory"] for r in rows if r["schedule"] == s))
     med = statistics.median(m)
     line = f"{s},{theory:.4f},{med:.4f},{min(m):.4f},{max(m):.4f},{med / theory - 1:+.2f}"
-    timed = [zb_h1_formula_measured(os.path.join(out, f"{s}.r{r['repeat']}"), 2, 8) for r in rows
+    timed = [zb_h1_formula_measured(os.path.join(out, f"{s}.r{r['repeat']}"),
+                                    int(os.environ["stages"]), int(os.environ["micro"])) for r in rows
              if r["schedule"] == s] if s == "zb-h1" else []
     timed = [t for t in timed if t is not None]
     if timed:

@@ -183,6 +183,9 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
         fatal(EXIT_USAGE,
               "--virtual (interleaved chunks) with ZeRO is not written yet: a stage's shards are one "
               "range of units, and its chunks are not (valid: --zero 0 with --pp > 1)");
+    if (flag_given(cfg, "--schedule") && P == 1 && T == 1)
+        fatal(EXIT_USAGE, "--schedule orders pipeline stages; with --pp 1 --tp 1 ZeRO runs its own one-stage "
+                          "step (valid: --schedule with --pp > 1 or --tp > 1)");
     if (flag_given(cfg, "--prefetch") && f->zero != 3)
         fatal(EXIT_USAGE, "--prefetch needs --zero 3 (only stage 3 gathers parameters)");
     if (f->pipe.print_schedule && P == 1 && T == 1 && f->zero != 3)

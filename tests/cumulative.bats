@@ -348,6 +348,8 @@ assert_norms_match() {
     [[ "$stderr" == *"--dp-mode is chapter 04's, for whole replicas"* ]]
     refused05 --zero 1 --pp 2 --micro 2 --schedule interleaved --virtual 2
     [[ "$stderr" == *"--virtual (interleaved chunks) with ZeRO is not written yet: a stage's shards are one range of units"* ]]
+    refused05 --zero 2 --schedule gpipe # one stage: ZeRO's own step, no schedule to follow
+    [[ "$stderr" == *"--schedule orders pipeline stages; with --pp 1 --tp 1 ZeRO runs its own one-stage step"* ]]
 }
 
 @test "06 without --offload is chapter 05: ZeRO-1 over 2 stages and over tp slices, pp 2 x tp 2, and interleaved stages match single-device losses" {

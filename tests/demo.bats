@@ -179,7 +179,7 @@ runs/demo/01-small-recompute.r2"
     [ -s "$dir/plots/sweep.png" ]
 }
 
-@test "the bubbles plot draws each schedule's measured bubble against its formula, zb-h1's also at its measured F, B, W" {
+@test "the bubbles plot draws each schedule's measured bubble against its formula, zb-h1's at its measured F, B, W, and the replay" {
     python="$(plot_python)"
     "$python" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"
     dir="$(scratch)"
@@ -198,9 +198,17 @@ runs/demo/01-small-recompute.r2"
     # zb-h1's timeline: steps 1 (warm-up, left out) and 2; F 10, B 10, W 5 us on rank 0
     printf 'rank,step,micro,op,start_us,end_us\n0,1,0,fwd,0,99\n0,2,0,fwd,0,10\n0,2,0,bwd_input,10,20\n0,2,0,bwd_weight,20,25\n1,2,0,fwd,0,50\n' \
         >"$dir/04-schedule-zb-h1.r1/timeline.csv"
+    # gpipe's timelines (both repeats), M = 2 here: stage 0 F 1, B 2; stage 1 F 2, B 3 (us). Replayed,
+    # the span is the flow shop's sum(f) + max(f) + sum(b) + max(b) = 3 + 2 + 5 + 3 = 13, busy 2 x 8
+    for r in 1 2; do
+        printf 'rank,step,micro,op,start_us,end_us\n0,1,0,fwd,0,99\n%s\n' \
+            "$(printf '0,2,0,fwd,0,1 0,2,1,fwd,1,2 0,2,0,bwd,10,12 0,2,1,bwd,12,14 1,2,0,fwd,1,3 1,2,1,fwd,3,5 1,2,0,bwd,5,8 1,2,1,bwd,8,11' | tr ' ' '\n')" \
+            >"$dir/04-schedule-gpipe.r$r/timeline.csv"
+    done
     run "$python" "$REPO/common/python/plot.py" --bubbles "$dir"/04-schedule-*.r* --out "$dir/plots"
     assert_success
-    assert_output --partial "bubbles 04-schedule-gpipe (gpipe, P=2, M=8): measured 0.155 (median of 2 repeats), formula 0.111"
+    # 1 - 16 / (2 x 13) = 0.385, and the measured median 0.155 is 60% under it
+    assert_output --partial "bubbles 04-schedule-gpipe (gpipe, P=2, M=8): measured 0.155 (median of 2 repeats), formula 0.111, 0.385 replayed at the run's own times (-60%)"
     assert_output --partial "bubbles 04-schedule-interleaved (interleaved, P=2, M=8): measured 0.075 (median of 2 repeats), formula 0.059"
     # (P-1)(tf+tb-tw) / (M(tf+tb+tw) + (P-1)(tf+tb-tw)) = 15 / (8 x 25 + 15)
     assert_output --partial "bubbles 04-schedule-zb-h1 (zb-h1, P=2, M=8): measured 0.055 (median of 2 repeats), formula 0.040, 0.070 at the measured F, B, W"

@@ -270,9 +270,12 @@ kept_bytes() { "$BUILD/tests/test_memory" piece 4 64 4 256 64 2 "$@" | awk '{ pr
     assert_equal "$(cut -d, -f1,2 "$out/bubbles_summary.csv" | tail -4 | tr '\n' ' ')" \
         "gpipe,0.1111 1f1b,0.1111 interleaved,0.0588 zb-h1,0.0400 "
     awk -F, 'NR > 1 { if (!($5 > 0 && $5 < 1 && $6 > 0)) { print "bad row: " $0; exit 1 } }' "$out/bubbles.csv"
-    # zb-h1 also at the F, B, W its timeline measured (pipeline_bubble.py): a fraction, the others none
+    # zb-h1 also at the F, B, W its timeline measured (pipeline_bubble.py): a fraction, the others none;
+    # every schedule replayed at its timeline's times: a fraction, and the measured median's excess over it
     awk -F, '$1 == "zb-h1" { ok = $7 > 0 && $7 < 1 } $1 == "1f1b" { none = $7 == "" } END { exit !(ok && none) }' \
         "$out/bubbles_summary.csv"
+    awk -F, 'NR > 1 { n++; d = $3 / $9 - 1 - $10; if (!($9 > 0 && $9 < 1) || d > 0.006 || d < -0.006) { print "bad: " $0; exit 1 } }
+        END { exit n != 4 }' "$out/bubbles_summary.csv"
 }
 
 @test "the measured bubble is within 25% of (P-1)/(M+P-1) on balanced stages (P=2, M=2, one thread per rank)" {

@@ -103,3 +103,11 @@ load helpers
     assert_line "interleaved with blocking sends: DEADLOCK: stage 0 in sa2, stage 1 in sa1, stage 2 in sa0"
     assert_line "interleaved with the backwards' chunks swapped: INVALID: stage 2, B0: backward before its gradient arrives"
 }
+
+@test "a schedule replayed at its kinds' times is its formula; GPipe at unequal stages, the flow-shop span" {
+    # pipeline_bubble.replay_bubble, the theory bubble_bench.sh and plot.py --bubbles hold a
+    # run's measured bubble to, against the closed forms (tests/bubble_replay.py says which)
+    run python3 "$BATS_TEST_DIRNAME/bubble_replay.py" "$BUILD/tests/test_schedule"
+    assert_success
+    assert_output "bubble_replay: every replay equals its reference"
+}

@@ -102,7 +102,12 @@ bubble_measured, bubble_theory) and, for zb-h1, timeline.csv:
                     (bubble_theory: zb-h1's with F = B = W); for zb-h1 also
                     the formula at the forward, B and W times the run
                     measured (timeline.csv's fwd, bwd_input, bwd_weight,
-                    medians over its steps after the first)
+                    medians over its steps after the first); for every
+                    schedule with a timeline, the schedule replayed with
+                    each computation's own time and messages taking none
+                    (pipeline_bubble.timeline_replay, median over repeats):
+                    the theory at the run's own times, so that the bar's
+                    excess over it is what messages and waits add
 """
 import argparse
 import csv
@@ -116,7 +121,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
-from pipeline_bubble import zb_h1_formula_measured  # noqa: E402
+from pipeline_bubble import timeline_replay, zb_h1_formula_measured  # noqa: E402
 
 CATEGORIES = ["params", "grads", "optimizer", "activations", "comm", "workspace", "gathered", "buckets"]
 COLOURS = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868",
@@ -657,18 +662,23 @@ def plot_sweep(groups, out):
 
 def plot_bubbles(groups, out):
     """The measured bubble of each configuration against its schedule's formula."""
-    labels, measured, formula, at_times = [], [], [], []
+    labels, measured, formula, at_times, replays = [], [], [], [], []
     for label, runs in groups.items():
         rows = [r["run"][0] for r in runs]
         values = [float(r.get("bubble_measured") or "nan") for r in rows]
         schedule, theory = rows[0].get("schedule", "?"), float(rows[0].get("bubble_theory") or "nan")
-        P, M = int(rows[0].get("pp", 1)), int(rows[0].get("micro", 1))
+        P, M, tp = int(rows[0].get("pp", 1)), int(rows[0].get("micro", 1)), int(rows[0].get("tp") or 1)
         timed = zb_h1_formula_measured(runs[0]["dir"], P, M) if schedule == "zb-h1" else None
+        replayed = [t for t in (timeline_replay(r["dir"], P, tp) for r in runs) if t is not None]
+        replayed = median(replayed) if replayed else None
         labels.append(label)
         measured.append(values)
         formula.append(theory)
         at_times.append(timed)
+        replays.append(replayed)
         extra = f", {timed:.3f} at the measured F, B, W" if timed is not None else ""
+        if replayed is not None:
+            extra += f", {replayed:.3f} replayed at the run's own times ({median(values) / replayed - 1:+.0%})"
         print(f"plot.py: bubbles {label} ({schedule}, P={P}, M={M}): measured {median(values):.3f} "
               f"(median of {len(values)} repeats), formula {theory:.3f}{extra}")
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(labels) + 2), 4.5))
@@ -684,10 +694,15 @@ def plot_bubbles(groups, out):
     if timed:
         ax.scatter(*zip(*timed), marker="x", s=80, color="#55a868", zorder=4,
                    label="zb-h1's formula at the measured F, B, W")
+    replayed = [(x, t) for x, t in zip(xs, replays) if t is not None]
+    if replayed:
+        ax.scatter(*zip(*replayed), marker="D", s=40, facecolors="none", edgecolors="#dd8452", linewidths=2,
+                   zorder=4, label="the schedule replayed at the run's own times (no message costs)")
     ax.set_xticks(list(xs))
     ax.set_xticklabels(labels, rotation=15)
     ax.set_ylabel("bubble: idle fraction of the stages' time")
-    ax.set_ylim(bottom=0)
+    top = max(max(v) for v in measured) if all(v == v for m in measured for v in m) else None
+    ax.set_ylim(0, 1.5 * top if top else None)  # room for the legend above the bars
     ax.set_title("Measured bubble against each schedule's formula")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)

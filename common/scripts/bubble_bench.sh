@@ -15,9 +15,12 @@
 #   schedule,repeat,load,bubble_theory,bubble_measured,median_step_ms
 # one row per run (load: the 1-minute load average when the run ended), and
 # BUBBLE_OUT/bubbles_summary.csv: schedule,bubble_theory,median,min,max,
-# relative (median / theory - 1), the medians over the repeats, and for zb-h1
-# also theory_at_times, its formula at the F, B and W the runs' timelines
-# measured (common/python/pipeline_bubble.py), and relative_at_times.
+# relative (median / theory - 1), the medians over the repeats; for zb-h1
+# theory_at_times, its formula at the F, B and W the runs' timelines measured,
+# and relative_at_times; for every schedule replayed, the schedule replayed
+# with each computation's own time from the timelines and messages taking
+# none (the median over the repeats; common/python/pipeline_bubble.py), and
+# relative_replayed: what the messages and the waits add to that.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repeats="${BUBBLE_REPEATS:-3}" steps="${BUBBLE_STEPS:-20}" out="${BUBBLE_OUT:-runs/bubbles}" layers="${BUBBLE_LAYERS:-16}"
@@ -47,24 +50,20 @@ done
 python3 - "$out" >"$out/bubbles_summary.csv" <<'PY'
 import csv, os, statistics, sys
 sys.path.insert(0, "common/python")
-from pipeline_bubble import zb_h1_formula_measured
-out = sys.argv[1]
+from pipeline_bubble import timeline_replay, zb_h1_formula_measured
+out, P, M = sys.argv[1], int(os.environ["stages"]), int(os.environ["micro"])
 rows = list(csv.DictReader(open(os.path.join(out, "bubbles.csv"))))
-print("schedule,bubble_theory,median,min,max,relative,theory_at_times,relative_at_times")
+print("schedule,bubble_theory,median,min,max,relative,theory_at_times,relative_at_times,replayed,relative_replayed")
 for s in dict.fromkeys(r["schedule"] for r in rows):
     m = [float(r["bubble_measured"]) for r in rows if r["schedule"] == s]
     theory = float(next(r["bubble_theory"] for r in rows if r["schedule"] == s))
     med = statistics.median(m)
     line = f"{s},{theory:.4f},{med:.4f},{min(m):.4f},{max(m):.4f},{med / theory - 1:+.2f}"
-    timed = [zb_h1_formula_measured(os.path.join(out, f"{s}.r{r['repeat']}"),
-                                    int(os.environ["stages"]), int(os.environ["micro"])) for r in rows
-             if r["schedule"] == s] if s == "zb-h1" else []
-    timed = [t for t in timed if t is not None]
-    if timed:
-        at = statistics.median(timed)
-        line += f",{at:.4f},{med / at - 1:+.2f}"
-    else:
-        line += ",,"
+    dirs = [os.path.join(out, f"{s}.r{r['repeat']}") for r in rows if r["schedule"] == s]
+    for theory_of in ((lambda d: zb_h1_formula_measured(d, P, M)) if s == "zb-h1" else None,
+                      lambda d: timeline_replay(d, P)):
+        at = [t for t in (theory_of(d) for d in dirs) if t is not None] if theory_of else []
+        line += f",{statistics.median(at):.4f},{med / statistics.median(at) - 1:+.2f}" if at else ",,"
     print(line)
 PY
 cat "$out/bubbles_summary.csv"

@@ -64,6 +64,8 @@ setup() {
     assert_failure
     [[ "$stderr" == *"course.md's diff rows (chapters 02) are not the current ones"* ]]
     python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --write-course
+    run python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --check-course # current now
+    assert_success
     grep -qx '| 01 -> 02 | 3 / 9 | 0 / 3 | `sync.c`, `sync.h` |' "$FAKE/course.md"
     ! grep -qx old "$FAKE/course.md"
     # the diff folded under the row is train.c's whole diff: 01's train.c patched by it is 02's
@@ -79,6 +81,13 @@ setup() {
     python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --pairs 01-02 | grep -qF '| 01 -> 02 | 3 / 9 |'
     run python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --check-course
     assert_failure
+    # with two marked chapters, the message names the stale one only
+    printf '\n<!-- chapter diff 03 -->\n<!-- end chapter diff 03 -->\n' >>"$FAKE/course.md"
+    python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --write-course
+    echo 'tail 6' >>"$FAKE/03_c/train.c"
+    run --separate-stderr python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --check-course
+    assert_failure
+    [[ "$stderr" == *"course.md's diff rows (chapters 03) are not the current ones"* ]]
 }
 
 # The real chapters: the pairs made cumulative (issue 27: every pair, 01 -> 02 to 05 -> 06) keep within

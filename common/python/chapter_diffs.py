@@ -144,18 +144,21 @@ def course_block(row):
 
 
 def course_blocks(rows, text):
-    """course.md's text with each marked block holding its pair's row and diff; the numbers of the blocks found."""
+    """course.md's text with each marked block holding its pair's row and diff; the numbers of the
+    blocks that were not already so (the stale ones)."""
     by_chapter = {r["to"][:2]: r for r in rows}
-    found = []
+    stale = []
 
     def fill(m):
         nn = m.group(2)
         if nn not in by_chapter:
             sys.exit(f"chapter_diffs: course.md marks a diff for chapter {nn}, which has no earlier neighbour")
-        found.append(nn)
-        return m.group(1) + course_block(by_chapter[nn]) + m.group(4)
+        block = course_block(by_chapter[nn])
+        if block != m.group(3):
+            stale.append(nn)
+        return m.group(1) + block + m.group(4)
 
-    return MARK.sub(fill, text), found
+    return MARK.sub(fill, text), stale
 
 
 def main():
@@ -181,12 +184,12 @@ def main():
         course = os.path.join(args.repo, "course.md")
         with open(course, encoding="utf-8") as f:
             text = f.read()
-        new, found = course_blocks(rows, text)
+        new, stale = course_blocks(rows, text)
         if args.write_course and new != text:
             with open(course, "w", encoding="utf-8") as f:
                 f.write(new)
         if args.check_course and new != text:
-            print(f"chapter_diffs: course.md's diff rows (chapters {', '.join(found)}) are not the current ones; "
+            print(f"chapter_diffs: course.md's diff rows (chapters {', '.join(stale)}) are not the current ones; "
                   f"run python3 common/python/chapter_diffs.py --write-course", file=sys.stderr)
             return 1
         return 0

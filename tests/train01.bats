@@ -16,6 +16,14 @@ train01() { "$TRAIN01" --device cpu --sample 0 --quiet "$@"; }
     done
     assert_output --partial "(default 8)"      # --batch
     assert_output --partial "(default tiny)"   # --model
+    # a range in the help is the one the flag's check enforces ({range}: the row's own bounds)
+    local help="$output"
+    for flag in --vocab --layers --batch --steps --eval-batches; do
+        run --separate-stderr "$TRAIN01" "$flag" 99999999999
+        range="$(sed -n 's/.*(valid: \([0-9.]*\)).*/\1/p' <<<"$stderr")"
+        [ -n "$range" ] && grep -qF -- "$range" <<<"$(grep -F -- "  $flag " <<<"$help")" ||
+            { echo "$flag: help does not show its checked range '$range'"; return 1; }
+    done
 }
 
 @test "the tiny preset's loss falls well below ln(256) within 300 steps on the shipped corpus" {

@@ -70,15 +70,15 @@ static const Flag common_flags[] = {
      .help = "preset: tiny (2 layers, d 64, 4 heads, seq 64), small (4, 128, 4, 128),\n"
              "medium (6, 384, 6, 256), gpt2 (12, 768, 12, 1024) (default {default})"},
     {"--layers", FLAG_INT, FIELD(Config, model.layers), 1, MAX_LAYERS, .usage = "--layers N",
-     .help = "transformer blocks, 1..256 (default: from the preset)"},
+     .help = "transformer blocks, {range} (default: from the preset)"},
     {"--dmodel", FLAG_INT, FIELD(Config, model.dmodel), 1, 16384, .usage = "--dmodel N",
-     .help = "model width, a multiple of --heads, 1..16384 (default: preset)"},
+     .help = "model width, a multiple of --heads, {range} (default: preset)"},
     {"--heads", FLAG_INT, FIELD(Config, model.heads), 1, 1024, .usage = "--heads N",
-     .help = "attention heads, 1..1024 (default: preset)"},
+     .help = "attention heads, {range} (default: preset)"},
     {"--seq", FLAG_INT, FIELD(Config, model.seq), 1, 65536, .usage = "--seq N",
-     .help = "sequence length in tokens, 1..65536 (default: preset)"},
+     .help = "sequence length in tokens, {range} (default: preset)"},
     {"--vocab", FLAG_INT, FIELD(Config, model.vocab), 256, MAX_VOCAB, .usage = "--vocab N",
-     .help = "vocabulary size, 256..1048576 (default 256: bytes)"},
+     .help = "vocabulary size, {range} (default 256: bytes)"},
     {"--device-mem-limit", FLAG_BYTES, FIELD(Config, device_mem_limit), .usage = "--device-mem-limit BYTES",
      .help = "refuse device allocations past this budget; K/M/G suffixes (default: none)"},
     {"--recompute", FLAG_TOGGLE, FIELD(Config, recompute), .usage = "--recompute[=0|1]",
@@ -86,17 +86,17 @@ static const Flag common_flags[] = {
              "block's forward again just before its backward (default 0: keep all)"},
     {.type = FLAG_SECTION, .help = "training"},
     {"--batch", FLAG_INT, FIELD(Config, batch), 1, 1000000, .def = "8", .usage = "--batch B",
-     .help = "global batch: sequences per optimizer step, 1..1000000 (default {default})"},
+     .help = "global batch: sequences per optimizer step, {range} (default {default})"},
     {"--micro", FLAG_INT, FIELD(Config, micro), 1, 1000000, .def = "1", .usage = "--micro M",
      .help = "micro-batches per step (gradient accumulation); divides B (default {default})"},
     {"--steps", FLAG_INT, FIELD(Config, steps), 1, 10000000, .def = "50", .usage = "--steps N",
-     .help = "optimizer steps, 1..10000000 (default {default})"},
+     .help = "optimizer steps, {range} (default {default})"},
     {"--lr", FLAG_FLOAT, FIELD(Config, lr), 1e-12, 10.0, .def = "1e-3", .usage = "--lr X",
      .help = "peak learning rate, (0, 10] (default {default})"},
     {"--warmup", FLAG_INT, FIELD(Config, warmup), 0, 10000000, .def = "10", .usage = "--warmup N",
      .help = "linear warm-up steps, then cosine decay to lr/10 (default {default})"},
     {"--wd", FLAG_FLOAT, FIELD(Config, wd), 0.0, 10.0, .def = "0.1", .usage = "--wd X",
-     .help = "AdamW weight decay, 0..10 (default {default})"},
+     .help = "AdamW weight decay, {range} (default {default})"},
     {"--clip", FLAG_FLOAT, FIELD(Config, clip), 0.0, 1e6, .def = "1", .usage = "--clip X",
      .help = "clip the global gradient norm to X, 0 = off (default {default})"},
     {"--seed", FLAG_SEED, FIELD(Config, seed), .def = "1337", .usage = "--seed N",
@@ -127,7 +127,7 @@ static const Flag common_flags[] = {
     {"--eval-every", FLAG_INT, FIELD(Config, eval_every), 0, 10000000, .usage = "--eval-every N",
      .help = "validation loss every N steps; 0 = only at the end (default {default})"},
     {"--eval-batches", FLAG_INT, FIELD(Config, eval_batches), 1, 10000, .def = "4",
-     .usage = "--eval-batches N", .help = "global batches per validation, 1..10000 (default {default})"},
+     .usage = "--eval-batches N", .help = "global batches per validation, {range} (default {default})"},
     {"--sample", FLAG_INT, FIELD(Config, sample), 0, 1000000, .def = "128", .usage = "--sample N",
      .help = "bytes of text to generate at the end, 0 = none (default {default})"},
     {"--save", FLAG_PATH, FIELD(Config, save), .usage = "--save PATH",
@@ -136,7 +136,7 @@ static const Flag common_flags[] = {
              "PATH: a new name or an earlier checkpoint (not --data, not a file\n"
              "of --out); on several ranks, in a directory they all see"},
     {"--save-every", FLAG_INT, FIELD(Config, save_every), 1, 10000000, .usage = "--save-every K",
-     .help = "with --save: also every K steps, 1..10000000 (each save replaces\n"
+     .help = "with --save: also every K steps, {range} (each save replaces\n"
              "the last, atomically)"},
     {"--resume", FLAG_PATH, FIELD(Config, resume), .usage = "--resume PATH",
      .help = "continue from a checkpoint written by --save, in any chapter or\n"
@@ -377,6 +377,9 @@ static void print_rows(const Flag *rows, const void *defaults, int multi_rank) {
                 value_text(f, defaults, 0, text, sizeof text);
                 fputs(text, stdout);
                 h += 8;
+            } else if (strncmp(h, "{range}", 7) == 0) { /* the row's own bounds, as it checks them */
+                printf("%.15g..%.15g", f->lo, f->hi);
+                h += 6;
             } else if (*h == '\n') {
                 printf("\n%29s", "");
             } else {

@@ -49,9 +49,9 @@ planned() {
     chapter="${program%%_*}"
     RUN="$(scratch)/$chapter-$np-$BATS_TEST_NUMBER-$RANDOM"
     if [ "$np" = 1 ]; then
-        OMP_NUM_THREADS=1 "$REPO/$program" $FLAGS "$@" --out "$RUN" >/dev/null
+        OMP_NUM_THREADS=1 "$REPO/$program" $FLAGS "$@" --out "$RUN" >"$RUN.log"
     else
-        OMP_NUM_THREADS=1 mpirun_np "$np" "$REPO/$program" $FLAGS "$@" --out "$RUN" >/dev/null
+        OMP_NUM_THREADS=1 mpirun_np "$np" "$REPO/$program" $FLAGS "$@" --out "$RUN" >"$RUN.log"
     fi
     run env OMP_NUM_THREADS=1 "$PLAN" $FLAGS "$@" --chapter "$chapter" --dp "$np" --out "$RUN" --csv "$RUN/plan.csv"
     assert_success
@@ -95,6 +95,25 @@ sent_matches() {
     fi
 }
 
+# ring_sent_matches NP BYTES_PER_ELEMENT: after `planned` of 02 --allreduce
+# ring, the plan's bytes sent per step (rank 0's) against ring.c's chunk
+# sends written again: per all-reduce of c elements (the whole gradient, the
+# run's "N parameters"; with --print-buckets each bucket [lo, hi) it printed)
+# in NP balanced chunks (c/NP, one more for the first c%NP), rank 0 passes
+# on chunks -s (reduce-scatter) and 1-s (all-gather) mod NP at steps
+# s = 0..NP-2. 02 writes no bytes_sent_per_step; the closing line's MiB are too coarse.
+ring_sent_matches() {
+    local np="$1" eb="$2" predicted formula
+    predicted="$(awk '$1 == "(sum)" { print $2; exit }' <<<"$output")"
+    formula="$(awk -v n="$np" -v eb="$eb" '
+        function len(c, k) { k = (k % n + n) % n; return int(c / n) + (k < c % n ? 1 : 0) }
+        function sends(c, s, e) { e = 0; for (s = 0; s < n - 1; s++) e += len(c, -s) + len(c, 1 - s); return e }
+        / parameters \| / { for (i = 1; i < NF; i++) if ($(i + 1) == "parameters") whole = $i }
+        $1 ~ /^[0-9]+$/ && $2 == "[" { lo = $3; sub(",", "", lo); hi = $4; sub("\\)", "", hi); e += sends(hi - lo); buckets++ }
+        END { if (!buckets) e = sends(whole); printf "%.0f\n", e * eb }' "$RUN.log")"
+    [ "$predicted" = "$formula" ] || { echo "ring: planned $predicted, formula $formula"; return 1; }
+}
+
 @test "01 in fp32 and bf16, with recompute and micro-batches: the plan is memory.csv" {
     planned 1 01_single_gpu/train
     planned 1 01_single_gpu/train --precision bf16
@@ -106,6 +125,20 @@ sent_matches() {
     planned 2 02_data_parallel/train
     planned 3 02_data_parallel/train --batch 12 --precision bf16
     planned 3 02_data_parallel/train --batch 12 --dp-mode overlap $ODD
+}
+
+# 02_data_parallel/ring.c's "ring all-reduce chunk": count / n + 1 elements of
+# the largest all-reduce (16 bits: and as many floats), in the comm row.
+@test "02 --allreduce ring on 2 and 3 ranks, flat and overlap, fp32 and bf16: the plan is memory.csv, the bytes ring.c's chunks" {
+    planned 2 02_data_parallel/train --allreduce ring
+    ring_sent_matches 2 4
+    planned 3 02_data_parallel/train --allreduce ring --batch 12 --precision bf16
+    ring_sent_matches 3 2
+    planned 3 02_data_parallel/train --allreduce ring --batch 12 --dp-mode overlap --bucket-mb 0.05 --print-buckets
+    ring_sent_matches 3 4
+    planned 2 02_data_parallel/train --allreduce ring --dp-mode overlap --bucket-mb 0.03 --precision bf16 \
+        --print-buckets $ODD
+    ring_sent_matches 2 2
 }
 
 @test "05 at every ZeRO stage on 2 ranks, fp32: the plan is memory.csv, and the bytes sent are the run's" {
@@ -236,7 +269,8 @@ sent_matches() {
     refused --pp 2 --zero 3 --chapter 05
     refused --mp tensor --tp 3
     refused --pp 2 --schedule interleaved --micro 3 --batch 6
-    refused --dp 2 --allreduce ring
+    refused --pp 2 --allreduce ring
+    [[ "$stderr" == *"--allreduce ring is planned for chapter 02 only, not 04"* ]]
     refused --chapter 03 --cp 3
     [[ "$stderr" == *"--seq 64 cannot be cut into 2 x --cp 3 = 6 equal chunks"* ]]
     refused --pp 2 --cp 2

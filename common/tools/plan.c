@@ -75,6 +75,7 @@ typedef struct {
     char dp_mode[8];
     double bucket_mb;
     char allreduce[8];
+    int print_buckets; /* 02: accepted for pasting */
     int offload, dpu, dpu_warmup;
     int threads;
     char csv[PATH_BYTES];
@@ -137,7 +138,10 @@ static const Flag plan_flags[] = {
      .help = "02, overlap: bucket size in MiB (views of the gradients: no memory of its own)"},
     {"--allreduce", FLAG_CHOICE, FIELD(PlanFlags, allreduce), .choices = "ring|library", .noun = "all-reduce",
      .def = "library", .usage = "--allreduce ring|library",
-     .help = "02: library only (the ring's chunk buffer is not planned)"},
+     .help = "02: the library's or the course's ring (its chunk buffer in the comm row, its\n"
+             "chunks' bytes exactly, rank 0's; 03-06 plan the library's only) (default {default})"},
+    {"--print-buckets", FLAG_SWITCH, FIELD(PlanFlags, print_buckets), .usage = "--print-buckets",
+     .help = "02: accepted for pasting; changes no byte", .record = FLAG_NOT_RECORDED},
     {"--offload", FLAG_SWITCH, FIELD(PlanFlags, offload), .usage = "--offload",
      .help = "06: the optimizer state and gradients in host memory"},
     {"--dpu", FLAG_SWITCH, FIELD(PlanFlags, dpu), .usage = "--dpu",
@@ -279,9 +283,10 @@ static const char *layout_problem(const Config *cfg, const PlanFlags *f) {
             f->zero);
     if (flag_given(cfg, "--prefetch") && !(chapter == 5 && f->zero == 3))
         return problem("--prefetch needs --zero 3 (only stage 3 gathers parameters)");
-    if (strcmp(f->allreduce, "ring") == 0)
-        return problem(
-            "--allreduce ring: the ring's chunk buffer is not planned (valid: --allreduce library)");
+    if (strcmp(f->allreduce, "ring") == 0 && chapter != 2)
+        return problem("--allreduce ring is planned for chapter 02 only, not %02d: a model split's naive "
+                       "mode all-reduces tensor slices the plan does not list (valid: --allreduce library)",
+                       chapter);
     if (f->time_csv[0] && !f->machine[0])
         return problem("--time-csv needs --machine FILE (the constants the time is computed from)");
     int pieces = f->dp * cfg->micro;
@@ -315,7 +320,8 @@ static PlanLayout layout_of(const Config *cfg, const PlanFlags *f) {
                     .dp_mode = strcmp(f->dp_mode, "naive") == 0  ? DP_NAIVE
                                : strcmp(f->dp_mode, "flat") == 0 ? DP_FLAT
                                                                  : DP_OVERLAP,
-                    .bucket_bytes = f->bucket_mb * 1048576.0};
+                    .bucket_bytes = f->bucket_mb * 1048576.0,
+                    .ring = strcmp(f->allreduce, "ring") == 0};
     if (l.chapter == 5 && !flag_given(cfg, "--zero") && !f->zero_given) l.zero = 1; /* 05's default */
     if (l.chapter == 6) l.zero = 2;
     return l;
@@ -395,6 +401,9 @@ static void print_traffic(const PlanLayout *l, const PlanTraffic *t) {
     if (t->cp_send)
         printf("  of the send, %.0f round the context-parallel ring in %.0f calls\n", t->cp_send,
                t->cp_send_calls);
+    if (l->ring && l->dp > 1)
+        printf("  rank 0's bytes (%.0f ring all-reduce%s); another rank's chunks differ by an element at most\n",
+               t->allreduce_calls, t->allreduce_calls > 1 ? "s" : "");
     if (l->chapter == 6)
         printf("  %-16s %14.0f\n  %-16s %14.0f\n", "device to host", t->to_host, "host to device",
                t->to_device);

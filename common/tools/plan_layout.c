@@ -9,8 +9,10 @@
 #include "layer_split.h"
 #include "model.h"
 #include "param_table.h"
+#include "util.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 void plan_model_state(double P, double shard_n, int stage, int half, double *params, double *grads,
                       double *optimizer) {
@@ -65,6 +67,48 @@ static void add_step_buffers(PlanMemory *m, const Config *cfg, const PlanLayout 
     add_kernel_workspaces(m, cfg, l, T, 1, 1);
 }
 
+size_t plan_ring_chunk_bytes(size_t count, int n, int eb) {
+    if (n == 1 || count == 0) return 0; /* ring.c returns before it allocates */
+    size_t chunk = count / n + 1;
+    return chunk * eb + (eb == 4 ? 0 : chunk * sizeof(float));
+}
+
+/* Chunk c of n over count elements (ring.c's ring_chunk_begin, written again). */
+static size_t ring_chunk_numel(size_t count, int n, int c) {
+    c = ((c % n) + n) % n;
+    return count / n + ((size_t)c < count % n ? 1 : 0);
+}
+
+double plan_ring_sent_bytes(size_t count, int n, int r, int eb) {
+    double elements = 0;
+    for (int s = 0; s < n - 1; s++) /* reduce-scatter: chunk r-s; all-gather: chunk r+1-s */
+        elements += ring_chunk_numel(count, n, r - s) + ring_chunk_numel(count, n, r + 1 - s);
+    return elements * eb;
+}
+
+/* 02's all-reduces of one step, their element counts: flat the whole
+ * gradient, naive each tensor, overlap each bucket (buckets.c: tensors from
+ * the last, a bucket closed once it holds --bucket-mb). Returns how many. */
+static int dp_allreduce_counts(const ParamTable *t, const PlanLayout *l, int eb, size_t *counts) {
+    if (l->dp_mode == DP_FLAT) {
+        counts[0] = t->num_params;
+        return 1;
+    }
+    int n = 0;
+    size_t lo = 0, hi = 0, bucket_bytes = (size_t)l->bucket_bytes;
+    for (int k = t->num_tensors - 1; k >= 0; k--) {
+        const ParamTensor *x = &t->tensors[k];
+        if (l->dp_mode == DP_NAIVE) {
+            counts[n++] = x->numel;
+            continue;
+        }
+        if (hi == 0) hi = x->offset + x->numel; /* open a bucket */
+        lo = x->offset;
+        if ((hi - lo) * eb >= bucket_bytes || k == 0) counts[n++] = hi - lo, hi = 0;
+    }
+    return n;
+}
+
 /* 01 and 02: the whole model on every rank (gpt_create, or mixed_create's
  * 16-bit parameters, gradients, fp32 master weights and two unit-sized fp32
  * workspaces), AdamW over every element. */
@@ -78,6 +122,14 @@ static void whole_model(const Config *cfg, const PlanLayout *l, const ParamTable
         add(m, SPACE_DEVICE, CAT_WORKSPACE,
             2 * table_largest_unit(t, LAYER_EMBEDDING, cfg->model.layers) * 4);
     add_step_buffers(m, cfg, l, LAYER_EMBEDDING);
+    if (l->ring) { /* "ring all-reduce chunk": grown to the step's largest all-reduce, never shrunk */
+        int eb = half_of(cfg) ? 2 : 4, n = 0;
+        size_t *counts = xcalloc(t->num_tensors, sizeof(size_t)), largest = 0;
+        n = dp_allreduce_counts(t, l, eb, counts);
+        for (int i = 0; i < n; i++) largest = counts[i] > largest ? counts[i] : largest;
+        add(m, SPACE_DEVICE, CAT_COMM, plan_ring_chunk_bytes(largest, l->dp, eb));
+        free(counts);
+    }
 }
 
 /* 05 (zero_create_precision, then the step's buffers, then the whole model
@@ -361,14 +413,21 @@ void plan_traffic(const Config *cfg, const PlanLayout *l, int rank, PlanTraffic 
     }
     double N = l->dp, eb = half_of(cfg) ? 2 : 4, P = t.num_params, M = cfg->micro;
     double shard = shard_numel(&t, l->dp) * eb; /* one rank's slices of every unit */
-    double units = t.num_units, tensors = t.num_tensors;
+    double units = t.num_units, tensors = t.num_tensors, ring_sent = 0;
+    size_t *counts = xcalloc(t.num_tensors, sizeof(size_t)); /* 02 --allreduce ring: the calls */
+    int ring_calls = l->ring && l->dp > 1 ? dp_allreduce_counts(&t, l, (int)eb, counts) : 0;
+    for (int i = 0; i < ring_calls; i++) ring_sent += plan_ring_sent_bytes(counts[i], l->dp, rank, (int)eb);
+    free(counts);
     param_table_free(&t);
     if (l->chapter == 6) {
         tr->to_host = M * shard; /* this rank's gradient slices */
         tr->to_device = shard;   /* its updated slices */
     }
     if (l->dp == 1) return;
-    if (l->chapter == 2 || (l->chapter == 5 && l->zero == 0)) {
+    if (l->chapter == 2 && l->ring) { /* the chunks this rank passes on round the ring, call by call */
+        tr->allreduce = ring_sent;
+        tr->allreduce_calls = ring_calls;
+    } else if (l->chapter == 2 || (l->chapter == 5 && l->zero == 0)) {
         tr->allreduce = 2 * (N - 1) / N * P * eb; /* the gradients, once per step */
         /* naive: one call per tensor; overlap: one per bucket of about --bucket-mb */
         tr->allreduce_calls = l->chapter == 5 || l->dp_mode == DP_FLAT ? 1

@@ -9,8 +9,9 @@
 # the CPU backend's, and says so under the plan unless --device cpu); the ring
 # all-reduce is refused. The model splits of 03-06 (stages, slices, schedules,
 # 03's context-parallel ring and sequence parallelism) are planned per rank;
-# their bytes sent are held to the formulas (plan_sent.py), as chapters 03-05
-# count none per step (06 does: its rank 0's are the run's). (Outside the
+# their bytes sent are held rank by rank to the formulas (plan_sent.py), and
+# every rank's together on each grid axis to run.csv's bytes_{dp,pp,cp,tp}_per_step
+# (02-04, and 05-06 with stages, write them); 06 counts its rank 0's too. (Outside the
 # suite, 03's closing line agreed for --cp and --sp too: 2 steps of --cp 2
 # --micro 2 sent 2359296 bytes round the ring, 36 of the k|v blocks of 64 KiB,
 # 32 of them the plan's 1048576 a step (4 the final evaluation's); with
@@ -95,6 +96,20 @@ sent_matches() {
     fi
 }
 
+# axes_match: after `planned` or `planned_split`, the plan's bytes sent per
+# step on each grid axis, every rank's together ("axis dp N" ...), against
+# run.csv's bytes_{dp,pp,cp,tp}_per_step (harness.h's run_axis_columns,
+# which 02, 03 and 04 write), within a byte (run.csv prints whole bytes).
+axes_match() {
+    local axis planned measured
+    for axis in dp pp cp tp; do
+        planned="$(awk -v a="$axis" '$1 == "axis" && $2 == a { print $3 }' <<<"$output")"
+        measured="$(csv_column "$RUN/run.csv" "bytes_${axis}_per_step")"
+        awk -v p="$planned" -v m="$measured" -v a="$axis" 'BEGIN { d = p - m; if (d < 0) d = -d
+            if (p == "" || m == "" || d > 1) { print a ": planned " p ", measured " m; exit 1 } }'
+    done
+}
+
 # ring_sent_matches NP BYTES_PER_ELEMENT: after `planned` of 02 --allreduce
 # ring, the plan's bytes sent per step (rank 0's) against ring.c's chunk
 # sends written again: per all-reduce of c elements (the whole gradient, the
@@ -121,23 +136,30 @@ ring_sent_matches() {
     planned 1 01_single_gpu/train --precision fp16 --recompute $ODD
 }
 
-@test "02 on 2 and 3 ranks, fp32 and bf16, flat and overlap: the plan is memory.csv on every rank" {
+@test "02 on 2 and 3 ranks, fp32 and bf16, flat and overlap: the plan is memory.csv on every rank, its dp bytes run.csv's" {
     planned 2 02_data_parallel/train
+    axes_match
     planned 3 02_data_parallel/train --batch 12 --precision bf16
+    axes_match
     planned 3 02_data_parallel/train --batch 12 --dp-mode overlap $ODD
+    axes_match
 }
 
 # 02_data_parallel/ring.c's "ring all-reduce chunk": count / n + 1 elements of
 # the largest all-reduce (16 bits: and as many floats), in the comm row.
-@test "02 --allreduce ring on 2 and 3 ranks, flat and overlap, fp32 and bf16: the plan is memory.csv, the bytes ring.c's chunks" {
+@test "02 --allreduce ring on 2 and 3 ranks, flat and overlap, fp32 and bf16: the plan is memory.csv, the bytes ring.c's chunks and run.csv's" {
     planned 2 02_data_parallel/train --allreduce ring
+    axes_match
     ring_sent_matches 2 4
     planned 3 02_data_parallel/train --allreduce ring --batch 12 --precision bf16
+    axes_match
     ring_sent_matches 3 2
     planned 3 02_data_parallel/train --allreduce ring --batch 12 --dp-mode overlap --bucket-mb 0.05 --print-buckets
+    axes_match
     ring_sent_matches 3 4
     planned 2 02_data_parallel/train --allreduce ring --dp-mode overlap --bucket-mb 0.03 --precision bf16 \
         --print-buckets $ODD
+    axes_match
     ring_sent_matches 2 2
 }
 
@@ -145,6 +167,7 @@ ring_sent_matches() {
     for stage in 0 1 2 3; do
         planned 2 05_zero/train --zero $stage
         sent_matches
+        axes_match
     done
 }
 
@@ -159,6 +182,7 @@ ring_sent_matches() {
 @test "06 with --offload, with and without --dpu, fp32 and bf16: the plan is memory.csv, host rows too" {
     planned 2 06_offload/train --offload
     sent_matches
+    axes_match
     planned 2 06_offload/train --offload --dpu --precision bf16
     sent_matches
     planned 1 06_offload/train --offload --precision bf16 --micro 2
@@ -172,31 +196,42 @@ ring_sent_matches() {
     sent_matches
     planned_split 8 06_offload/train "" --offload --pp 2 --tp 2 --dp 2 --micro 2 --schedule gpipe --precision bf16
     sent_matches
+    axes_match
     planned_split 4 06_offload/train "" --offload --pp 2 --dp 2 --layers 4 --micro 2 --schedule zb-h1
     sent_matches # the gradient copies after B and after W
     planned_split 4 06_offload/train "" --zero 1 --pp 2 --dp 2 --recompute
     planned 2 06_offload/train --zero 2 --precision bf16
 }
 
-@test "03 with --cp (the layer split, tp, replicas, 16 bits) and --mp tensor --sp: the plan is memory.csv" {
+@test "03 with --cp (the layer split, tp, replicas, 16 bits) and --mp tensor --sp: the plan is memory.csv, its bytes per axis run.csv's" {
     planned_split 6 03_model_parallel/train "--pp 3" --cp 2 --layers 3 --micro 2 --precision bf16
+    axes_match
     planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --cp 2 --recompute
+    axes_match
     planned_split 4 03_model_parallel/train "" --cp 2 --dp 2 --seq 48 --precision fp16
+    axes_match
     planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --dp 2 --sp --precision bf16
+    axes_match
 }
 
 # Chapters 03-05's model splits, as their tests run them (model_parallel.bats,
 # pipeline.bats, cumulative.bats): every rank's stage, slots and slices.
-@test "03's layer split on 3 uneven stages in bf16, and tensor parallel tp 2 x dp 2 with recompute: the plan is memory.csv" {
+@test "03's layer split on 3 uneven stages in bf16, and tensor parallel tp 2 x dp 2 with recompute: the plan is memory.csv, its bytes per axis run.csv's" {
     planned_split 3 03_model_parallel/train "--pp 3" --mp layer --layers 4 --precision bf16 --micro 2
+    axes_match
     planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --dp 2 --batch 12 --recompute
+    axes_match
 }
 
-@test "04's 1f1b with replicas, zb-h1, interleaved, and gpipe over pp 2 x tp 2 in bf16: the plan is memory.csv" {
+@test "04's 1f1b with replicas, zb-h1, interleaved, and gpipe over pp 2 x tp 2 in bf16: the plan is memory.csv, its bytes per axis run.csv's" {
     planned_split 4 04_pipeline/train "" --layers 4 --pp 2 --dp 2 --batch 16 --micro 4 --split 3,1 --schedule 1f1b
+    axes_match
     planned_split 2 04_pipeline/train "" --layers 4 --pp 2 --micro 4 --schedule zb-h1
+    axes_match
     planned_split 2 04_pipeline/train "" --layers 4 --pp 2 --micro 4 --schedule interleaved --virtual 2
+    axes_match
     planned_split 4 04_pipeline/train "" --pp 2 --tp 2 --micro 2 --schedule gpipe --precision bf16
+    axes_match
 }
 
 @test "05's ZeRO-1 and -2 inside pipeline stages (pp x dp, uneven, recompute): the plan is memory.csv" {
@@ -208,28 +243,36 @@ ring_sent_matches() {
     planned_split 4 05_zero/train "" --zero 2 --pp 2 --dp 2 --layers 4 --micro 2 --schedule zb-h1
     assert_equal "$(awk '$1 == "reduce-scatter" || $1 == "all-gather" { s += $2 } END { print 2 * s }' <<<"$output")" \
         "$(csv_column "$RUN/run.csv" bytes_dp_per_step)"
+    axes_match
 }
 
-@test "04's interleaved and zb-h1 over pp 2 x tp 2, in bf16 with recompute: the plan is memory.csv" {
+@test "04's interleaved and zb-h1 over pp 2 x tp 2, in bf16 with recompute: the plan is memory.csv, its bytes per axis run.csv's" {
     planned_split 4 04_pipeline/train "" --layers 4 --pp 2 --tp 2 --micro 4 --schedule interleaved --virtual 2 \
         --precision bf16 --recompute
+    axes_match
     planned_split 4 04_pipeline/train "" --layers 3 --pp 2 --tp 2 --micro 2 --schedule zb-h1 --precision bf16 \
         --recompute
+    axes_match
 }
 
-@test "05's ZeRO-1 and -2 over tensor slices and pp x tp x dp, in 16 bits: the plan is memory.csv" {
+@test "05's ZeRO-1 and -2 over tensor slices and pp x tp x dp, in 16 bits: the plan is memory.csv, its bytes per axis run.csv's" {
     planned_split 4 05_zero/train "" --zero 1 --tp 2 --dp 2 --precision bf16
+    axes_match
     planned_split 8 05_zero/train "" --zero 2 --pp 2 --tp 2 --dp 2 --micro 2 --precision bf16
+    axes_match
     planned_split 6 05_zero/train "" --zero 1 --pp 2 --dp 3 --batch 12 --precision fp16 --recompute $ODD
+    axes_match
 }
 
-# The model splits' bytes sent per step. Chapters 03 and 04, and 05 with
-# --pp, count no bytes per step of their own (only 05 with one stage and 06
-# write bytes_sent_per_step), so each rank's plan is held to the formula,
-# written again here from the model's shape: a micro-batch of B sequences
+# The model splits' bytes sent per step. Rank by rank, chapters 03 and 04,
+# and 05 with --pp, count no bytes per step of their own (only 05 with one
+# stage and 06 write bytes_sent_per_step; 02-05 write each axis's, every
+# rank's together: axes_match above), so each rank's plan is also held to
+# the formula, written again here from the model's shape: a micro-batch of B sequences
 # sends B x T x C fp32 values to each neighbouring piece (activations ahead,
 # gradients back); a tensor group all-reduces B x T x C fp32 four times per
-# block (and a fifth with --recompute), 2(tp-1)/tp of it each; replicas
+# block (and a fifth with --recompute, a sixth under zb-h1, whose W recomputes
+# too), 2(tp-1)/tp of it each; replicas
 # all-reduce what a rank holds once a step, 2(dp-1)/dp of it; 05's ZeRO-2
 # reduce-scatters each unit's (N-1) slices every micro-batch, ZeRO-1 once,
 # and all-gathers them once.
@@ -243,6 +286,7 @@ ring_sent_matches() {
     split_sent --chapter 03 --mp tensor --tp 2 --dp 2 --split 2 --recompute
     split_sent --pp 2 --layers 4 --split 1,1,1,1 --micro 4 --schedule interleaved --virtual 2
     split_sent --pp 2 --tp 2 --dp 2 --split 1,1 --micro 2
+    split_sent --pp 2 --tp 2 --split 1,1 --micro 2 --schedule zb-h1 --recompute
     split_sent --chapter 05 --zero 2 --pp 2 --dp 2 --split 1,1 --micro 2
     split_sent --chapter 05 --zero 1 --pp 2 --dp 3 --split 1,1 --batch 12 --micro 2
     split_sent --chapter 05 --zero 2 --pp 2 --tp 2 --dp 2 --split 1,1 --micro 2 --precision bf16

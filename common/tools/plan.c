@@ -3,8 +3,10 @@
  *
  *   common/plan [the chapter's flags] [--chapter 01..06] [--dp D] [--tp T] [--pp P] [--csv FILE]
  *       what each rank of that run holds, by memory.csv's (space, category),
- *       and the bytes it sends per step by collective; --csv writes the
- *       memory as memory.csv's rows (rank,space,category,peak_bytes)
+ *       and the bytes it sends per step by collective, then every rank's
+ *       together on each grid axis ("axis dp N" ..., run.csv's
+ *       bytes_AXIS_per_step); --csv writes the memory as memory.csv's rows
+ *       (rank,space,category,peak_bytes)
  *   common/plan [the run's flags] --machine FILE [--time-csv FILE]
  *       the same, and the predicted step time with its parts (compute,
  *       device update, exposed communication, bubble, offload copies, CPU
@@ -425,6 +427,21 @@ static int group_ranks(const PlanLayout *l, const PlanMemory *m, const PlanTraff
     return groups;
 }
 
+/* Every rank's bytes per step on each axis of the grid, summed over the world: run.csv's
+ * bytes_{dp,pp,cp,tp}_per_step (02-04, and 05-06 with stages or slices), one axis a line. */
+static void print_axis_bytes(const Config *cfg, const PlanLayout *l) {
+    static const char *names[] = {"dp", "pp", "cp", "tp"};
+    double axis[4] = {0};
+    for (int r = 0; r < plan_ranks(l); r++) { /* every rank: the ring's chunks differ by rank */
+        PlanTraffic t;
+        plan_traffic(cfg, l, r, &t);
+        plan_axis_bytes(l, &t, axis);
+    }
+    printf("\nbytes sent per step on each grid axis, all %d rank%s together (run.csv's bytes_AXIS_per_step)\n",
+           plan_ranks(l), plan_ranks(l) > 1 ? "s" : "");
+    for (int a = 0; a < 4; a++) printf("  axis %s %16.0f\n", names[a], axis[a]);
+}
+
 static void print_plan(const Config *cfg, const PlanLayout *l, int program, const PlanMemory *m,
                        const PlanTraffic *t) {
     const ModelConfig *mc = &cfg->model;
@@ -473,6 +490,7 @@ static void print_plan(const Config *cfg, const PlanLayout *l, int program, cons
         print_traffic(l, &t[r]);
     }
     free(same_as);
+    if (l->chapter > 1) print_axis_bytes(cfg, l);
     if (strcmp(cfg->device, "cpu") != 0) /* the one row that is not exact off the CPU */
         printf("\nnote: --device %s: the workspace rows are the CPU backend's kernel workspaces; on CUDA,\n"
                "cuBLAS and the CUDA kernels keep their own, and comm.c's host staging (no NCCL) is not "
@@ -765,8 +783,9 @@ int main(int argc, char **argv) {
     if (config_read(&cfg, argc, argv, PROGRAM, &chapter)) {
         config_print_help(
             PROGRAM,
-            "Predict a run's memory (by memory.csv's space and category) and the bytes it sends,\n"
-            "from the chapter's own flags, without running it; or the papers' tables.",
+            "Predict a run's memory (by memory.csv's space and category) and the bytes it sends (by\n"
+            "collective, and on each grid axis as run.csv's bytes_AXIS_per_step), from the chapter's\n"
+            "own flags, without running it; or the papers' tables.",
             &chapter);
         return 0;
     }

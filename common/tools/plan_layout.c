@@ -342,9 +342,10 @@ void plan_memory(const Config *cfg, const PlanLayout *l, int rank, PlanMemory *m
 /* A model split's messages: each micro-batch's activations (B x T x C fp32)
  * to the next piece and their gradient to the previous one; within a tensor
  * group two all-reduces of B x T x C fp32 per block forward, two backward,
- * one more with --recompute (the attention's, run again); then the gradients
- * of what the rank holds summed over its replicas (chapter 02, once per
- * step), or 05's ZeRO-1/2 over the stage's dp group. */
+ * one more with --recompute (the attention's, run again; under zb-h1 W runs
+ * it once more); then the gradients of what the rank holds summed over its
+ * replicas (chapter 02, once per step), or 05's ZeRO-1/2 over the stage's
+ * dp group. */
 static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTable *t, int rank,
                           PlanTraffic *tr) {
     const ModelConfig *mc = &cfg->model;
@@ -373,8 +374,9 @@ static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTab
         tr->reduce_scatter += M * blocks * 4 * (tp - 1) * rows, tr->reduce_scatter_calls += M * blocks * 4;
         tr->tp_allreduce_calls = M * blocks * 2;
         tr->tp_allreduce = tr->tp_allreduce_calls * 2 * (tp - 1) / tp * 2 * C * 4;
-    } else if (tp > 1) {
-        tr->tp_allreduce_calls = M * blocks * (4 + (cfg->recompute ? 1 : 0));
+    } else if (tp > 1) { /* --recompute: the attention's again in B, and under zb-h1 once more in W */
+        int again = cfg->recompute ? (l->chapter >= 4 && l->schedule == SCHED_ZB_H1 ? 2 : 1) : 0;
+        tr->tp_allreduce_calls = M * blocks * (4 + again);
         tr->tp_allreduce = tr->tp_allreduce_calls * 2 * (tp - 1) / tp * boundary;
     }
     if (cp > 1) { /* the ring, per block: (cp-1) k|v forward (again with --recompute), (cp-1) k|v and
@@ -450,4 +452,12 @@ void plan_traffic(const Config *cfg, const PlanLayout *l, int rank, PlanTraffic 
         tr->allgather = (N - 1) * shard; /* the updated slices */
         tr->allgather_calls = units;
     }
+}
+
+void plan_axis_bytes(const PlanLayout *l, const PlanTraffic *t, double axis[4]) {
+    double tp_gathers = l->sp ? t->reduce_scatter + t->allgather : 0; /* --sp: the tensor group's rows */
+    axis[0] += t->allreduce - t->tp_allreduce + t->reduce_scatter + t->allgather - tp_gathers;
+    axis[1] += t->send - t->cp_send;
+    axis[2] += t->cp_send;
+    axis[3] += t->tp_allreduce + tp_gathers;
 }

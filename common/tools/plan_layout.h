@@ -91,5 +91,11 @@ double plan_ring_sent_bytes(size_t count, int n, int r, int eb);
 int plan_replica_ranks(const PlanLayout *l);
 void plan_memory(const Config *cfg, const PlanLayout *l, int rank, PlanMemory *m);
 void plan_traffic(const Config *cfg, const PlanLayout *l, int rank, PlanTraffic *t);
+/* Add what t sends to the grid axis each collective runs on, grid.h's order
+ * (dp, pp, cp, tp), as the programs count them (harness.h's
+ * run_axis_bytes_per_step): the replicas' gradient sum (over dp x cp in 03)
+ * and ZeRO's collectives on dp, the stages' sends on pp, the ring's on cp,
+ * the tensor group's all-reduces (and --sp's gathers and scatters) on tp. */
+void plan_axis_bytes(const PlanLayout *l, const PlanTraffic *t, double axis[4]);
 
 #endif

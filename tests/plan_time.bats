@@ -139,6 +139,23 @@ EOF
     assert_success
 }
 
+# The device's AdamW updates what a rank holds: the whole model on 03's --cp
+# ranks (each holds every weight, and sees T/cp of the tokens), half of it on
+# each of 2 stages or tensor slices. (A copy of plan_time.c that divided the
+# update by dp x pp x cp x tp, as it did before, planned half for --cp 2.)
+@test "the device update is the AdamW of what a rank holds: all of it under --cp, half over pp 2 or tp 2" {
+    local dir="$(scratch)"
+    round_machine "$dir/m"
+    update() { "$PLAN" --model tiny "$@" --machine "$dir/m" --time-csv "$dir/t.csv" >/dev/null; awk -F, '$1 == "device_update" { print $2 }' "$dir/t.csv"; }
+    local whole
+    whole="$(update)"
+    assert_equal "$(update --chapter 03 --cp 2)" "$whole"
+    assert_equal "$(update --chapter 03 --cp 2 --dp 2)" "$whole"
+    run awk -v w="$whole" -v a="$(update --chapter 03 --pp 2)" -v b="$(update --chapter 03 --mp tensor --tp 2 --cp 2)" \
+        'BEGIN { exit !(a == w / 2 && b == w / 2) }'
+    assert_success
+}
+
 # within_band NP PROGRAM ARGS...: run the program, plan it on this machine's
 # file, and hold the predicted step to 0.1x-3x of run.csv's median_step_ms.
 within_band() {

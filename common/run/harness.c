@@ -206,7 +206,7 @@ void run_finish(Run *run, size_t params, const char *extra_header, const char *e
     if (run->rank == 0) out_close(run->steps_csv);
     run->steps_csv = NULL;
     size_t peak_device = run->across->peak_device(run);
-    char header[512], values[512]; /* the chapter's columns, then (RunSpec.axis_bytes) each grid axis's bytes */
+    char header[512], values[512]; /* the chapter's columns, then (RunSpec.axis_bytes) each axis's bytes */
     snprintf(header, sizeof header, "%s", extra_header ? extra_header : "");
     snprintf(values, sizeof values, "%s", extra_values ? extra_values : "");
     if (run->spec->axis_bytes && run->across->axis_columns)

@@ -72,7 +72,7 @@ typedef struct {
     const RunColumn *columns; /* the chapter's steps.csv columns, ended by {0}; NULL for none */
     int bytes_sent;           /* steps.csv bytes_sent: this rank's bytes sent during the step */
     int comm_busy;            /* steps.csv comm_busy_ms: RunStep.comm_busy_ms, the max over ranks */
-    int axis_bytes;           /* run.csv bytes_{dp,pp,cp,tp}_per_step, after the chapter's (run_axis_columns) */
+    int axis_bytes;           /* run.csv bytes_{dp,pp,cp,tp}_per_step after its columns (run_axis_columns) */
     int barrier_each_step;    /* every rank starts a step together: one time origin for the timelines */
 } RunSpec;
 

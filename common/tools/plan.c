@@ -404,7 +404,7 @@ static void print_traffic(const PlanLayout *l, const PlanTraffic *t) {
         printf("  of the send, %.0f round the context-parallel ring in %.0f calls\n", t->cp_send,
                t->cp_send_calls);
     if (l->ring && l->dp > 1)
-        printf("  rank 0's bytes (%.0f ring all-reduce%s); another rank's chunks differ by an element at most\n",
+        printf("  rank 0's, in %.0f ring all-reduce%s (another rank's chunks: one element more or less)\n",
                t->allreduce_calls, t->allreduce_calls > 1 ? "s" : "");
     if (l->chapter == 6)
         printf("  %-16s %14.0f\n  %-16s %14.0f\n", "device to host", t->to_host, "host to device",
@@ -437,7 +437,7 @@ static void print_axis_bytes(const Config *cfg, const PlanLayout *l) {
         plan_traffic(cfg, l, r, &t);
         plan_axis_bytes(l, &t, axis);
     }
-    printf("\nbytes sent per step on each grid axis, all %d rank%s together (run.csv's bytes_AXIS_per_step)\n",
+    printf("\nbytes sent per step on each grid axis, all %d rank%s together (run.csv bytes_AXIS_per_step)\n",
            plan_ranks(l), plan_ranks(l) > 1 ? "s" : "");
     for (int a = 0; a < 4; a++) printf("  axis %s %16.0f\n", names[a], axis[a]);
 }

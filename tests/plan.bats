@@ -163,6 +163,21 @@ ring_sent_matches() {
     ring_sent_matches 2 2
 }
 
+# 03-05's replicas run the ring over the ranks holding the same weights (dp x
+# cp in 03), each rank at its own place in it: the chunks it passes on differ
+# by rank where the tensors do not divide (tiny's C = 64 over 3 or 6 ranks),
+# so every rank's bytes together are run.csv's only with every place right.
+@test "03-05 --allreduce ring over dp x cp, tp slices and stages, flat and naive: the plan is memory.csv, its bytes per axis run.csv's" {
+    planned_split 6 03_model_parallel/train "" --cp 2 --dp 3 --batch 12 --allreduce ring --dp-mode naive
+    axes_match
+    planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --dp 2 --allreduce ring --dp-mode naive --precision bf16
+    axes_match
+    planned_split 6 04_pipeline/train "" --pp 2 --dp 3 --batch 12 --micro 2 --allreduce ring --dp-mode naive
+    axes_match
+    planned_split 4 05_zero/train "" --zero 0 --pp 2 --dp 2 --allreduce ring --precision bf16
+    axes_match
+}
+
 @test "05 at every ZeRO stage on 2 ranks, fp32: the plan is memory.csv, and the bytes sent are the run's" {
     for stage in 0 1 2 3; do
         planned 2 05_zero/train --zero $stage
@@ -313,8 +328,8 @@ ring_sent_matches() {
     refused --pp 2 --zero 3 --chapter 05
     refused --mp tensor --tp 3
     refused --pp 2 --schedule interleaved --micro 3 --batch 6
-    refused --pp 2 --allreduce ring
-    [[ "$stderr" == *"--allreduce ring is planned for chapter 02 only, not 04"* ]]
+    refused --dp 2 --zero 1 --allreduce ring
+    [[ "$stderr" == *"--allreduce ring: chapter 05 all-reduces with the ring only with --zero 0 and --pp or --tp above 1"* ]]
     refused --chapter 03 --cp 3
     [[ "$stderr" == *"--seq 64 cannot be cut into 2 x --cp 3 = 6 equal chunks"* ]]
     refused --pp 2 --cp 2

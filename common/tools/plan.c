@@ -140,8 +140,8 @@ static const Flag plan_flags[] = {
      .help = "02, overlap: bucket size in MiB (views of the gradients: no memory of its own)"},
     {"--allreduce", FLAG_CHOICE, FIELD(PlanFlags, allreduce), .choices = "ring|library", .noun = "all-reduce",
      .def = "library", .usage = "--allreduce ring|library",
-     .help = "02: the library's or the course's ring (its chunk buffer in the comm row, its\n"
-             "chunks' bytes exactly, rank 0's; 03-06 plan the library's only) (default {default})"},
+     .help = "02-05: the library's or the course's ring (its chunk buffer in the comm row, the\n"
+             "chunks each rank passes on; 05 with --zero 0 and a split) (default {default})"},
     {"--print-buckets", FLAG_SWITCH, FIELD(PlanFlags, print_buckets), .usage = "--print-buckets",
      .help = "02: accepted for pasting; changes no byte", .record = FLAG_NOT_RECORDED},
     {"--offload", FLAG_SWITCH, FIELD(PlanFlags, offload), .usage = "--offload",
@@ -285,9 +285,9 @@ static const char *layout_problem(const Config *cfg, const PlanFlags *f) {
             f->zero);
     if (flag_given(cfg, "--prefetch") && !(chapter == 5 && f->zero == 3))
         return problem("--prefetch needs --zero 3 (only stage 3 gathers parameters)");
-    if (strcmp(f->allreduce, "ring") == 0 && chapter != 2)
-        return problem("--allreduce ring is planned for chapter 02 only, not %02d: a model split's naive "
-                       "mode all-reduces tensor slices the plan does not list (valid: --allreduce library)",
+    if (strcmp(f->allreduce, "ring") == 0 && (chapter >= 5 && (zero > 0 || !split)))
+        return problem("--allreduce ring: chapter %02d all-reduces with the ring only with --zero 0 and "
+                       "--pp or --tp above 1 (valid: --allreduce library)",
                        chapter);
     if (f->time_csv[0] && !f->machine[0])
         return problem("--time-csv needs --machine FILE (the constants the time is computed from)");
@@ -403,9 +403,11 @@ static void print_traffic(const PlanLayout *l, const PlanTraffic *t) {
     if (t->cp_send)
         printf("  of the send, %.0f round the context-parallel ring in %.0f calls\n", t->cp_send,
                t->cp_send_calls);
-    if (l->ring && l->dp > 1)
-        printf("  rank 0's, in %.0f ring all-reduce%s (another rank's chunks: one element more or less)\n",
-               t->allreduce_calls, t->allreduce_calls > 1 ? "s" : "");
+    double ring_calls = t->allreduce_calls - t->tp_allreduce_calls;
+    if (l->ring && ring_calls > 0) /* the ring's chunks differ by rank: this is replica 0's place */
+        printf("  of the all-reduce, %.0f in %.0f ring call%s, as replica 0 sends them (another: +-1 element "
+               "a chunk)\n",
+               t->allreduce - t->tp_allreduce, ring_calls, ring_calls > 1 ? "s" : "");
     if (l->chapter == 6)
         printf("  %-16s %14.0f\n  %-16s %14.0f\n", "device to host", t->to_host, "host to device",
                t->to_device);

@@ -216,6 +216,38 @@ static void stage_of(const Config *cfg, const PlanLayout *l, int rank, StageOf *
     }
 }
 
+/* A model split's all-reduces over the ranks holding the same weights
+ * (data_parallel.c on what the rank holds): flat one of every element it
+ * holds, naive one per tensor, a tensor-parallel rank's slices in local
+ * widths (qkv, attproj's weight, fc and fcproj's weight cut over tp). */
+static int split_allreduce_counts(const PlanLayout *l, const ParamTable *t, const StageOf *st, size_t *counts) {
+    int n = 0;
+    size_t held = 0;
+    for (int c = 0; c < st->chunks; c++)
+        for (int u = st->first_unit[c]; u <= st->last_unit[c]; u++) {
+            const ParamUnit *unit = table_unit(t, u);
+            for (int k = unit->first_tensor; k < unit->first_tensor + unit->num_tensors; k++) {
+                const ParamTensor *x = &t->tensors[k];
+                int sliced = l->tp > 1 && x->layer >= 0 && x->layer < t->cfg.layers &&
+                             (x->kind == BLOCK_QKVW || x->kind == BLOCK_QKVB || x->kind == BLOCK_ATTPROJW ||
+                              x->kind == BLOCK_FCW || x->kind == BLOCK_FCB || x->kind == BLOCK_FCPROJW);
+                size_t numel = sliced ? x->numel / l->tp : x->numel;
+                held += numel;
+                if (l->dp_mode == DP_NAIVE) counts[n++] = numel;
+            }
+        }
+    if (l->dp_mode != DP_NAIVE) counts[n++] = held;
+    return n;
+}
+
+/* The ring of the ranks holding rank's weights (grid.h's weight group: dp x cp, rank d x cp + c): its
+ * size, and rank's position in it. */
+static int weight_ring_position(const PlanLayout *l, int rank, int *size) {
+    int cp = l->cp > 1 ? l->cp : 1;
+    *size = l->dp * cp;
+    return rank / (l->tp * cp * l->pp) * cp + rank / l->tp % cp;
+}
+
 /* 03 to 05 with a model split: a stage's units whole (--mp layer, --pp) or a
  * tensor slice of them (--mp tensor, --tp), the activation slots its
  * schedule keeps, its boundary buffers; AdamW over what it holds, or 05's
@@ -263,6 +295,14 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
         add(m, SPACE_DEVICE, CAT_OPTIMIZER, optimizer);
         if (half)
             add(m, SPACE_DEVICE, CAT_WORKSPACE, 2 * largest * 4); /* "unit weights (fp32)", "... gradients" */
+        if (l->ring) { /* "ring all-reduce chunk", of the largest all-reduce over the weight group */
+            size_t *counts = xcalloc(t->num_tensors, sizeof(size_t)), most = 0;
+            int n = split_allreduce_counts(l, t, &st, counts), ring;
+            weight_ring_position(l, rank, &ring);
+            for (int i = 0; i < n; i++) most = counts[i] > most ? counts[i] : most;
+            add(m, SPACE_DEVICE, CAT_COMM, plan_ring_chunk_bytes(most, ring, half ? 2 : 4));
+            free(counts);
+        }
     }
     /* the activation slots: 03 one micro-batch; 04-05 what the schedule keeps in flight */
     int slots[PLAN_MAX_CHUNKS] = {1};
@@ -397,6 +437,12 @@ static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTab
             tr->reduce_scatter_calls += M * units_w;
         }
         tr->allgather = (N - 1) * shard * eb, tr->allgather_calls = units;
+    } else if (N * cp > 1 && l->ring) { /* the ring's chunks this rank passes on, call by call */
+        size_t *counts = xcalloc(t->num_tensors, sizeof(size_t));
+        int calls = split_allreduce_counts(l, t, &st, counts), ring, at = weight_ring_position(l, rank, &ring);
+        for (int i = 0; i < calls; i++) tr->allreduce += plan_ring_sent_bytes(counts[i], ring, at, (int)eb);
+        tr->allreduce_calls = calls;
+        free(counts);
     } else if (N * cp > 1) { /* over the ranks holding the same weights: dp x cp */
         tr->allreduce = 2 * (N * cp - 1) / (N * cp) * held * eb;
         tr->allreduce_calls = 1;

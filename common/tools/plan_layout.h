@@ -16,9 +16,9 @@
  *
  * Known limits, each named in --help and course.md: the CPU backend's
  * kernel workspaces (on CUDA, cuBLAS and the CUDA kernels keep others, and
- * comm.c's host staging appears without NCCL); the ring all-reduce
- * (--allreduce ring) is planned for chapter 02, and refused for the model
- * splits of 03-05, whose naive mode all-reduces tensor slices. */
+ * comm.c's host staging appears without NCCL). The ring all-reduce
+ * (--allreduce ring) is planned where the chapters run it: 02's replicas,
+ * and 03-05's over the ranks holding the same weights (dp x cp). */
 #ifndef PLAN_LAYOUT_H
 #define PLAN_LAYOUT_H
 
@@ -45,7 +45,7 @@ typedef struct {
     int threads;         /* OpenMP threads of a rank: the CPU attention workspace */
     int dp_mode;         /* 02: DP_NAIVE, DP_FLAT or DP_OVERLAP (the same memory and bytes) */
     double bucket_bytes; /* 02, overlap: --bucket-mb */
-    int ring;            /* 02: --allreduce ring (02_data_parallel/ring.c) */
+    int ring;            /* 02-05: --allreduce ring (02_data_parallel/ring.c) */
 } PlanLayout;
 
 enum { DP_NAIVE, DP_FLAT, DP_OVERLAP };
@@ -81,7 +81,7 @@ void plan_model_state(double P, double shard_n, int stage, int half, double *par
 /* The world's ranks; the ranks of one replica (pp x cp x tp; the replicas
  * hold and send alike); what `rank` of them holds and sends. */
 int plan_ranks(const PlanLayout *l);
-/* 02's ring all-reduce of `count` elements of eb bytes over n ranks: its
+/* The ring all-reduce (02's ring.c) of `count` elements of eb bytes over n ranks: its
  * chunk buffer (ring.c's "ring all-reduce chunk": count / n + 1 elements,
  * and in 16 bits as many floats more for the arriving chunk widened), and
  * what ring position r sends (the chunks it passes on in the reduce-scatter

@@ -174,6 +174,9 @@ ring_sent_matches() {
     axes_match
     planned_split 6 04_pipeline/train "" --pp 2 --dp 3 --batch 12 --micro 2 --allreduce ring --dp-mode naive
     axes_match
+    planned_split 4 04_pipeline/train "" --layers 4 --pp 2 --dp 2 --micro 2 --schedule interleaved --virtual 2 \
+        --allreduce ring --dp-mode naive
+    axes_match
     planned_split 4 05_zero/train "" --zero 0 --pp 2 --dp 2 --allreduce ring --precision bf16
     axes_match
 }

@@ -130,12 +130,17 @@ EOF
     formula --dp 1 --offload --dpu
 }
 
-@test "--recompute costs a third more compute: the forward runs twice" {
+@test "--recompute costs a third more compute (the forward runs twice), two thirds under zb-h1" {
     local dir="$(scratch)"
     round_machine "$dir/m"
     "$PLAN" --model tiny --machine "$dir/m" --time-csv "$dir/a.csv" >/dev/null
     "$PLAN" --model tiny --recompute --machine "$dir/m" --time-csv "$dir/b.csv" >/dev/null
     run awk -F, 'FNR == 1 { f++ } $1 == "compute" { c[f] = $2 } END { r = c[2] / c[1]; print r; exit (r < 1.3333333 || r > 1.3333334) }' "$dir/a.csv" "$dir/b.csv"
+    assert_success
+    # zb-h1's W runs the recomputed forward once more (model.h): two thirds more than without
+    "$PLAN" --model tiny --pp 2 --micro 2 --schedule zb-h1 --machine "$dir/m" --time-csv "$dir/c.csv" >/dev/null
+    "$PLAN" --model tiny --pp 2 --micro 2 --schedule zb-h1 --recompute --machine "$dir/m" --time-csv "$dir/d.csv" >/dev/null
+    run awk -F, 'FNR == 1 { f++ } $1 == "compute" { c[f] = $2 } END { r = c[2] / c[1]; print r; exit (r < 1.6666666 || r > 1.6666667) }' "$dir/c.csv" "$dir/d.csv"
     assert_success
 }
 

@@ -99,7 +99,11 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
     double model_split = l->pp * l->tp;   /* the ranks its weights are split over: cp ranks hold them all */
 
     out->flops_per_step = (6 * P + 12 * L * T * C) * cfg->batch * T;
-    double compute = out->flops_per_step / N / split / m->flops * (cfg->recompute ? 4.0 / 3.0 : 1.0);
+    /* the forward, a third of it, runs once; with --recompute again in B, and under a pipeline's
+     * zb-h1 once more in W (model.h) */
+    int pipeline = l->chapter == 4 || (l->chapter >= 5 && (l->pp > 1 || l->tp > 1));
+    double forwards = cfg->recompute ? (pipeline && l->schedule == SCHED_ZB_H1 ? 3 : 2) : 1;
+    double compute = out->flops_per_step / N / split / m->flops * (2 + forwards) / 3;
     out->busy_s[PART_COMPUTE] = out->exposed_s[PART_COMPUTE] = compute;
 
     /* the parameters the device's AdamW updates: all (01, 02, 05 stage 0), a shard, none (06); a

@@ -32,7 +32,14 @@
 # model-split tests failed (04 --split 3,1: 3677184 activations planned,
 # 2451456 measured; 03 --mp tensor: 1887744 against 1884672); with three
 # all-reduces per tensor-parallel block instead of four, the bytes-sent test
-# failed (stage 0 all-reduce: planned 873728, formula 1004800).
+# failed (stage 0 all-reduce: planned 873728, formula 1004800). On copies of
+# plan_layout.c: the ring's chunk one element short (count/n, not count/n +
+# 1), 02's ring test failed on device,comm (273920 planned, 273924
+# measured); rank 0 sending chunk 2-s instead of 1-s in the all-gather, on
+# its bytes (365226 planned, 365228 by ring.c's arithmetic); a rank's place
+# in 03's dp x cp ring without its cp coordinate, on the dp axis (5478200
+# planned, 5478400 measured); the cp ring's sends counted on pp, on pp
+# (3670016 planned, 524288 measured).
 
 load helpers
 

@@ -85,13 +85,19 @@ static void allreduce_sum(const DataParallel *dp, size_t first, size_t count) {
         comm_allreduce_typed(dp->group, buf, count, dp->type, COMM_SUM, NULL);
 }
 
-/* naive: one all-reduce per named tensor of the part, after the whole backward pass */
+/* naive: one all-reduce per named tensor of the part, after the whole backward pass (a
+ * pipeline stage's chunks are several runs of units: unit_at says where each starts) */
 static void sync_naive(const DataParallel *dp) {
     const GPT *m = dp->part;
     for (int k = 0; k < m->num_tensors; k++) {
         const ParamTensor *t = &m->tensors[k];
-        if (t->layer >= m->first_unit && t->layer <= m->last_unit)
+        if (t->layer < m->first_unit || t->layer > m->last_unit) continue;
+        if (!m->unit_at) {
             allreduce_sum(dp, t->offset - m->param_first, t->numel);
+        } else if (m->unit_at[t->layer + 1] != SIZE_MAX) { /* a unit of this stage's chunks */
+            allreduce_sum(dp, m->unit_at[t->layer + 1] + t->offset - table_unit(&m->table, t->layer)->offset,
+                          t->numel);
+        }
     }
 }
 

@@ -59,7 +59,8 @@ static const RunSpec spec = {
     .program = PROGRAM,
     .summary = "Train a GPT with data parallelism: N replicas, gradients all-reduced.",
     .flags = {.flags = data_parallel_flags, .check = check_dp_layout, .multi_rank = 1},
-    .comm_busy = 1};
+    .comm_busy = 1,
+    .axis_bytes = 1}; /* run.csv: every rank's bytes per step on each grid axis */
 
 int main(int argc, char **argv) {
     Config cfg;

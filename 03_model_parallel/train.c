@@ -87,6 +87,7 @@ static const RunSpec spec = {
     .flags = {.flags = mp_flags, .effective = effective_mp_flags, .check = check_mp_layout, .multi_rank = 1},
     .columns = mp_columns,
     .comm_busy = 1,
+    .axis_bytes = 1, /* run.csv: every rank's bytes per step on each grid axis */
     .barrier_each_step = 1}; /* every rank starts a step together: the ring's timeline has one origin */
 
 int main(int argc, char **argv) {

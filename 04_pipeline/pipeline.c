@@ -535,14 +535,8 @@ void pipeline_finish(Pipeline *p, Run *run, const ProcessGrid *grid, size_t whol
     timeline_write(&p->times.timeline, run->world, run->cfg->out);
     double bubble = median_after_warmup(bubbles + run->first_step, run->last_step - run->first_step);
     char extra_header[256], extra_values[256];
-    int h = snprintf(extra_header, sizeof extra_header, ",schedule,bubble_measured,bubble_theory");
-    int v = snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", schedule, bubble, bubble_theory);
-    double axis_bytes[RUN_AXES]; /* every rank's bytes per step on each axis of the grid */
-    run_axis_bytes_per_step(run, axis_bytes);
-    for (int a = 0; a < GRID_AXES; a++) {
-        h += snprintf(extra_header + h, sizeof extra_header - h, ",bytes_%s_per_step", grid->axis[a].name);
-        v += snprintf(extra_values + v, sizeof extra_values - v, ",%.0f", axis_bytes[a]);
-    }
+    snprintf(extra_header, sizeof extra_header, ",schedule,bubble_measured,bubble_theory");
+    snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", schedule, bubble, bubble_theory);
     run_layout(run, grid->dp, grid->tp, grid->pp, zero);
     run_finish(run, whole_params, extra_header, extra_values,
                "bubble %.3f measured, %.3f formula | CSVs, timeline.csv and trace.json in %s", bubble,

@@ -130,6 +130,7 @@ static const RunSpec spec = {
               .multi_rank = 1},
     .columns = pipeline_columns,
     .comm_busy = 1,
+    .axis_bytes = 1, /* run.csv: every rank's bytes per step on each grid axis */
     .barrier_each_step = 1};
 
 int main(int argc, char **argv) {

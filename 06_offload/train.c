@@ -225,6 +225,7 @@ static const RunSpec spec = {
     .columns = offload_columns,
     .bytes_sent = 1,
     .comm_busy = 1,
+    .axis_bytes = 1, /* run.csv: every rank's bytes per step on each grid axis */
     .barrier_each_step = 1};
 
 /* One stage, tp 1: ZeRO stage 0-3 over all the ranks, dp = the world (zero.h).

@@ -159,6 +159,9 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
 @test "chapter 02's and 03's flags stay: naive and ring all-reduces, the replica check, --mp tensor, --split" {
     run04 4 "$(scratch)/naive" --pp 2 --dp-mode naive --allreduce ring --check-replicas 1 --split 3,1
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/naive" 4
+    # interleaved's stage holds two runs of units: naive all-reduces each tensor where unit_at puts it
+    run04 4 "$(scratch)/naive-il" --pp 2 --micro 2 --schedule interleaved --virtual 2 --dp-mode naive
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/naive-il" 4
     grep -q "stage 0: blocks 0..2 + embedding" "$(scratch)/naive.log"
     run04 2 "$(scratch)/tensor" --mp tensor
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/tensor" 4

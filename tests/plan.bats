@@ -9,8 +9,9 @@
 # the CPU backend's, and says so under the plan unless --device cpu); the ring
 # all-reduce is refused. The model splits of 03-06 (stages, slices, schedules,
 # 03's context-parallel ring and sequence parallelism) are planned per rank;
-# their bytes sent are held to the formulas (plan_sent.py), as chapters 03-05
-# count none per step (06 does: its rank 0's are the run's). (Outside the
+# their bytes sent are held rank by rank to the formulas (plan_sent.py), and
+# every rank's together on each grid axis to run.csv's bytes_{dp,pp,cp,tp}_per_step
+# (02-04, and 05-06 with stages, write them); 06 counts its rank 0's too. (Outside the
 # suite, 03's closing line agreed for --cp and --sp too: 2 steps of --cp 2
 # --micro 2 sent 2359296 bytes round the ring, 36 of the k|v blocks of 64 KiB,
 # 32 of them the plan's 1048576 a step (4 the final evaluation's); with
@@ -31,7 +32,14 @@
 # model-split tests failed (04 --split 3,1: 3677184 activations planned,
 # 2451456 measured; 03 --mp tensor: 1887744 against 1884672); with three
 # all-reduces per tensor-parallel block instead of four, the bytes-sent test
-# failed (stage 0 all-reduce: planned 873728, formula 1004800).
+# failed (stage 0 all-reduce: planned 873728, formula 1004800). On copies of
+# plan_layout.c: the ring's chunk one element short (count/n, not count/n +
+# 1), 02's ring test failed on device,comm (273920 planned, 273924
+# measured); rank 0 sending chunk 2-s instead of 1-s in the all-gather, on
+# its bytes (365226 planned, 365228 by ring.c's arithmetic); a rank's place
+# in 03's dp x cp ring without its cp coordinate, on the dp axis (5478200
+# planned, 5478400 measured); the cp ring's sends counted on pp, on pp
+# (3670016 planned, 524288 measured).
 
 load helpers
 
@@ -49,9 +57,9 @@ planned() {
     chapter="${program%%_*}"
     RUN="$(scratch)/$chapter-$np-$BATS_TEST_NUMBER-$RANDOM"
     if [ "$np" = 1 ]; then
-        OMP_NUM_THREADS=1 "$REPO/$program" $FLAGS "$@" --out "$RUN" >/dev/null
+        OMP_NUM_THREADS=1 "$REPO/$program" $FLAGS "$@" --out "$RUN" >"$RUN.log"
     else
-        OMP_NUM_THREADS=1 mpirun_np "$np" "$REPO/$program" $FLAGS "$@" --out "$RUN" >/dev/null
+        OMP_NUM_THREADS=1 mpirun_np "$np" "$REPO/$program" $FLAGS "$@" --out "$RUN" >"$RUN.log"
     fi
     run env OMP_NUM_THREADS=1 "$PLAN" $FLAGS "$@" --chapter "$chapter" --dp "$np" --out "$RUN" --csv "$RUN/plan.csv"
     assert_success
@@ -95,6 +103,39 @@ sent_matches() {
     fi
 }
 
+# axes_match: after `planned` or `planned_split`, the plan's bytes sent per
+# step on each grid axis, every rank's together ("axis dp N" ...), against
+# run.csv's bytes_{dp,pp,cp,tp}_per_step (harness.h's run_axis_columns,
+# which 02, 03 and 04 write), within a byte (run.csv prints whole bytes).
+axes_match() {
+    local axis planned measured
+    for axis in dp pp cp tp; do
+        planned="$(awk -v a="$axis" '$1 == "axis" && $2 == a { print $3 }' <<<"$output")"
+        measured="$(csv_column "$RUN/run.csv" "bytes_${axis}_per_step")"
+        awk -v p="$planned" -v m="$measured" -v a="$axis" 'BEGIN { d = p - m; if (d < 0) d = -d
+            if (p == "" || m == "" || d > 1) { print a ": planned " p ", measured " m; exit 1 } }'
+    done
+}
+
+# ring_sent_matches NP BYTES_PER_ELEMENT: after `planned` of 02 --allreduce
+# ring, the plan's bytes sent per step (rank 0's) against ring.c's chunk
+# sends written again: per all-reduce of c elements (the whole gradient, the
+# run's "N parameters"; with --print-buckets each bucket [lo, hi) it printed)
+# in NP balanced chunks (c/NP, one more for the first c%NP), rank 0 passes
+# on chunks -s (reduce-scatter) and 1-s (all-gather) mod NP at steps
+# s = 0..NP-2. 02 writes no bytes_sent_per_step; the closing line's MiB are too coarse.
+ring_sent_matches() {
+    local np="$1" eb="$2" predicted formula
+    predicted="$(awk '$1 == "(sum)" { print $2; exit }' <<<"$output")"
+    formula="$(awk -v n="$np" -v eb="$eb" '
+        function len(c, k) { k = (k % n + n) % n; return int(c / n) + (k < c % n ? 1 : 0) }
+        function sends(c, s, e) { e = 0; for (s = 0; s < n - 1; s++) e += len(c, -s) + len(c, 1 - s); return e }
+        / parameters \| / { for (i = 1; i < NF; i++) if ($(i + 1) == "parameters") whole = $i }
+        $1 ~ /^[0-9]+$/ && $2 == "[" { lo = $3; sub(",", "", lo); hi = $4; sub("\\)", "", hi); e += sends(hi - lo); buckets++ }
+        END { if (!buckets) e = sends(whole); printf "%.0f\n", e * eb }' "$RUN.log")"
+    [ "$predicted" = "$formula" ] || { echo "ring: planned $predicted, formula $formula"; return 1; }
+}
+
 @test "01 in fp32 and bf16, with recompute and micro-batches: the plan is memory.csv" {
     planned 1 01_single_gpu/train
     planned 1 01_single_gpu/train --precision bf16
@@ -102,16 +143,56 @@ sent_matches() {
     planned 1 01_single_gpu/train --precision fp16 --recompute $ODD
 }
 
-@test "02 on 2 and 3 ranks, fp32 and bf16, flat and overlap: the plan is memory.csv on every rank" {
+@test "02 on 2 and 3 ranks, fp32 and bf16, flat and overlap: the plan is memory.csv on every rank, its dp bytes run.csv's" {
     planned 2 02_data_parallel/train
+    axes_match
     planned 3 02_data_parallel/train --batch 12 --precision bf16
+    axes_match
     planned 3 02_data_parallel/train --batch 12 --dp-mode overlap $ODD
+    axes_match
+}
+
+# 02_data_parallel/ring.c's "ring all-reduce chunk": count / n + 1 elements of
+# the largest all-reduce (16 bits: and as many floats), in the comm row.
+@test "02 --allreduce ring on 2 and 3 ranks, flat and overlap, fp32 and bf16: the plan is memory.csv, the bytes ring.c's chunks and run.csv's" {
+    planned 2 02_data_parallel/train --allreduce ring
+    axes_match
+    ring_sent_matches 2 4
+    planned 3 02_data_parallel/train --allreduce ring --batch 12 --precision bf16
+    axes_match
+    ring_sent_matches 3 2
+    planned 3 02_data_parallel/train --allreduce ring --batch 12 --dp-mode overlap --bucket-mb 0.05 --print-buckets
+    axes_match
+    ring_sent_matches 3 4
+    planned 2 02_data_parallel/train --allreduce ring --dp-mode overlap --bucket-mb 0.03 --precision bf16 \
+        --print-buckets $ODD
+    axes_match
+    ring_sent_matches 2 2
+}
+
+# 03-05's replicas run the ring over the ranks holding the same weights (dp x
+# cp in 03), each rank at its own place in it: the chunks it passes on differ
+# by rank where the tensors do not divide (tiny's C = 64 over 3 or 6 ranks),
+# so every rank's bytes together are run.csv's only with every place right.
+@test "03-05 --allreduce ring over dp x cp, tp slices and stages, flat and naive: the plan is memory.csv, its bytes per axis run.csv's" {
+    planned_split 6 03_model_parallel/train "" --cp 2 --dp 3 --batch 12 --allreduce ring --dp-mode naive
+    axes_match
+    planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --dp 2 --allreduce ring --dp-mode naive --precision bf16
+    axes_match
+    planned_split 6 04_pipeline/train "" --pp 2 --dp 3 --batch 12 --micro 2 --allreduce ring --dp-mode naive
+    axes_match
+    planned_split 4 04_pipeline/train "" --layers 4 --pp 2 --dp 2 --micro 2 --schedule interleaved --virtual 2 \
+        --allreduce ring --dp-mode naive
+    axes_match
+    planned_split 4 05_zero/train "" --zero 0 --pp 2 --dp 2 --allreduce ring --precision bf16
+    axes_match
 }
 
 @test "05 at every ZeRO stage on 2 ranks, fp32: the plan is memory.csv, and the bytes sent are the run's" {
     for stage in 0 1 2 3; do
         planned 2 05_zero/train --zero $stage
         sent_matches
+        axes_match
     done
 }
 
@@ -126,6 +207,7 @@ sent_matches() {
 @test "06 with --offload, with and without --dpu, fp32 and bf16: the plan is memory.csv, host rows too" {
     planned 2 06_offload/train --offload
     sent_matches
+    axes_match
     planned 2 06_offload/train --offload --dpu --precision bf16
     sent_matches
     planned 1 06_offload/train --offload --precision bf16 --micro 2
@@ -139,31 +221,42 @@ sent_matches() {
     sent_matches
     planned_split 8 06_offload/train "" --offload --pp 2 --tp 2 --dp 2 --micro 2 --schedule gpipe --precision bf16
     sent_matches
+    axes_match
     planned_split 4 06_offload/train "" --offload --pp 2 --dp 2 --layers 4 --micro 2 --schedule zb-h1
     sent_matches # the gradient copies after B and after W
     planned_split 4 06_offload/train "" --zero 1 --pp 2 --dp 2 --recompute
     planned 2 06_offload/train --zero 2 --precision bf16
 }
 
-@test "03 with --cp (the layer split, tp, replicas, 16 bits) and --mp tensor --sp: the plan is memory.csv" {
+@test "03 with --cp (the layer split, tp, replicas, 16 bits) and --mp tensor --sp: the plan is memory.csv, its bytes per axis run.csv's" {
     planned_split 6 03_model_parallel/train "--pp 3" --cp 2 --layers 3 --micro 2 --precision bf16
+    axes_match
     planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --cp 2 --recompute
+    axes_match
     planned_split 4 03_model_parallel/train "" --cp 2 --dp 2 --seq 48 --precision fp16
+    axes_match
     planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --dp 2 --sp --precision bf16
+    axes_match
 }
 
 # Chapters 03-05's model splits, as their tests run them (model_parallel.bats,
 # pipeline.bats, cumulative.bats): every rank's stage, slots and slices.
-@test "03's layer split on 3 uneven stages in bf16, and tensor parallel tp 2 x dp 2 with recompute: the plan is memory.csv" {
+@test "03's layer split on 3 uneven stages in bf16, and tensor parallel tp 2 x dp 2 with recompute: the plan is memory.csv, its bytes per axis run.csv's" {
     planned_split 3 03_model_parallel/train "--pp 3" --mp layer --layers 4 --precision bf16 --micro 2
+    axes_match
     planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --dp 2 --batch 12 --recompute
+    axes_match
 }
 
-@test "04's 1f1b with replicas, zb-h1, interleaved, and gpipe over pp 2 x tp 2 in bf16: the plan is memory.csv" {
+@test "04's 1f1b with replicas, zb-h1, interleaved, and gpipe over pp 2 x tp 2 in bf16: the plan is memory.csv, its bytes per axis run.csv's" {
     planned_split 4 04_pipeline/train "" --layers 4 --pp 2 --dp 2 --batch 16 --micro 4 --split 3,1 --schedule 1f1b
+    axes_match
     planned_split 2 04_pipeline/train "" --layers 4 --pp 2 --micro 4 --schedule zb-h1
+    axes_match
     planned_split 2 04_pipeline/train "" --layers 4 --pp 2 --micro 4 --schedule interleaved --virtual 2
+    axes_match
     planned_split 4 04_pipeline/train "" --pp 2 --tp 2 --micro 2 --schedule gpipe --precision bf16
+    axes_match
 }
 
 @test "05's ZeRO-1 and -2 inside pipeline stages (pp x dp, uneven, recompute): the plan is memory.csv" {
@@ -175,28 +268,36 @@ sent_matches() {
     planned_split 4 05_zero/train "" --zero 2 --pp 2 --dp 2 --layers 4 --micro 2 --schedule zb-h1
     assert_equal "$(awk '$1 == "reduce-scatter" || $1 == "all-gather" { s += $2 } END { print 2 * s }' <<<"$output")" \
         "$(csv_column "$RUN/run.csv" bytes_dp_per_step)"
+    axes_match
 }
 
-@test "04's interleaved and zb-h1 over pp 2 x tp 2, in bf16 with recompute: the plan is memory.csv" {
+@test "04's interleaved and zb-h1 over pp 2 x tp 2, in bf16 with recompute: the plan is memory.csv, its bytes per axis run.csv's" {
     planned_split 4 04_pipeline/train "" --layers 4 --pp 2 --tp 2 --micro 4 --schedule interleaved --virtual 2 \
         --precision bf16 --recompute
+    axes_match
     planned_split 4 04_pipeline/train "" --layers 3 --pp 2 --tp 2 --micro 2 --schedule zb-h1 --precision bf16 \
         --recompute
+    axes_match
 }
 
-@test "05's ZeRO-1 and -2 over tensor slices and pp x tp x dp, in 16 bits: the plan is memory.csv" {
+@test "05's ZeRO-1 and -2 over tensor slices and pp x tp x dp, in 16 bits: the plan is memory.csv, its bytes per axis run.csv's" {
     planned_split 4 05_zero/train "" --zero 1 --tp 2 --dp 2 --precision bf16
+    axes_match
     planned_split 8 05_zero/train "" --zero 2 --pp 2 --tp 2 --dp 2 --micro 2 --precision bf16
+    axes_match
     planned_split 6 05_zero/train "" --zero 1 --pp 2 --dp 3 --batch 12 --precision fp16 --recompute $ODD
+    axes_match
 }
 
-# The model splits' bytes sent per step. Chapters 03 and 04, and 05 with
-# --pp, count no bytes per step of their own (only 05 with one stage and 06
-# write bytes_sent_per_step), so each rank's plan is held to the formula,
-# written again here from the model's shape: a micro-batch of B sequences
+# The model splits' bytes sent per step. Rank by rank, chapters 03 and 04,
+# and 05 with --pp, count no bytes per step of their own (only 05 with one
+# stage and 06 write bytes_sent_per_step; 02-05 write each axis's, every
+# rank's together: axes_match above), so each rank's plan is also held to
+# the formula, written again here from the model's shape: a micro-batch of B sequences
 # sends B x T x C fp32 values to each neighbouring piece (activations ahead,
 # gradients back); a tensor group all-reduces B x T x C fp32 four times per
-# block (and a fifth with --recompute), 2(tp-1)/tp of it each; replicas
+# block (and a fifth with --recompute, a sixth under zb-h1, whose W recomputes
+# too), 2(tp-1)/tp of it each; replicas
 # all-reduce what a rank holds once a step, 2(dp-1)/dp of it; 05's ZeRO-2
 # reduce-scatters each unit's (N-1) slices every micro-batch, ZeRO-1 once,
 # and all-gathers them once.
@@ -210,6 +311,7 @@ sent_matches() {
     split_sent --chapter 03 --mp tensor --tp 2 --dp 2 --split 2 --recompute
     split_sent --pp 2 --layers 4 --split 1,1,1,1 --micro 4 --schedule interleaved --virtual 2
     split_sent --pp 2 --tp 2 --dp 2 --split 1,1 --micro 2
+    split_sent --pp 2 --tp 2 --split 1,1 --micro 2 --schedule zb-h1 --recompute
     split_sent --chapter 05 --zero 2 --pp 2 --dp 2 --split 1,1 --micro 2
     split_sent --chapter 05 --zero 1 --pp 2 --dp 3 --split 1,1 --batch 12 --micro 2
     split_sent --chapter 05 --zero 2 --pp 2 --tp 2 --dp 2 --split 1,1 --micro 2 --precision bf16
@@ -236,7 +338,8 @@ sent_matches() {
     refused --pp 2 --zero 3 --chapter 05
     refused --mp tensor --tp 3
     refused --pp 2 --schedule interleaved --micro 3 --batch 6
-    refused --dp 2 --allreduce ring
+    refused --dp 2 --zero 1 --allreduce ring
+    [[ "$stderr" == *"--allreduce ring: chapter 05 all-reduces with the ring only with --zero 0 and --pp or --tp above 1"* ]]
     refused --chapter 03 --cp 3
     [[ "$stderr" == *"--seq 64 cannot be cut into 2 x --cp 3 = 6 equal chunks"* ]]
     refused --pp 2 --cp 2

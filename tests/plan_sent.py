@@ -45,7 +45,9 @@ for stage in range(pp):
     send = sum(M * boundary * ((p > 0) + (p < pieces_n - 1)) for p in pieces)
     held = sum(sum(units(p)) for p in pieces)
     nblocks = sum(blocks[p] for p in pieces)
-    tp_allreduce = M * nblocks * (4 + recompute) * 2 * (tp - 1) / tp * boundary
+    zb_h1 = flag("--schedule", "1f1b") == "zb-h1" and flag("--chapter", "04") != "03"
+    again = recompute * (2 if zb_h1 else 1)
+    tp_allreduce = M * nblocks * (4 + again) * 2 * (tp - 1) / tp * boundary  # zb-h1's W recomputes too
     reduce_scatter = allgather = 0
     if sp:  # the activation all-reduces become all-gathers and reduce-scatters of T/tp rows each
         rows = boundary / tp

@@ -130,12 +130,34 @@ EOF
     formula --dp 1 --offload --dpu
 }
 
-@test "--recompute costs a third more compute: the forward runs twice" {
+@test "--recompute costs a third more compute (the forward runs twice), two thirds under zb-h1" {
     local dir="$(scratch)"
     round_machine "$dir/m"
     "$PLAN" --model tiny --machine "$dir/m" --time-csv "$dir/a.csv" >/dev/null
     "$PLAN" --model tiny --recompute --machine "$dir/m" --time-csv "$dir/b.csv" >/dev/null
     run awk -F, 'FNR == 1 { f++ } $1 == "compute" { c[f] = $2 } END { r = c[2] / c[1]; print r; exit (r < 1.3333333 || r > 1.3333334) }' "$dir/a.csv" "$dir/b.csv"
+    assert_success
+    # zb-h1's W runs the recomputed forward once more (model.h): two thirds more than without
+    "$PLAN" --model tiny --pp 2 --micro 2 --schedule zb-h1 --machine "$dir/m" --time-csv "$dir/c.csv" >/dev/null
+    "$PLAN" --model tiny --pp 2 --micro 2 --schedule zb-h1 --recompute --machine "$dir/m" --time-csv "$dir/d.csv" >/dev/null
+    run awk -F, 'FNR == 1 { f++ } $1 == "compute" { c[f] = $2 } END { r = c[2] / c[1]; print r; exit (r < 1.6666666 || r > 1.6666667) }' "$dir/c.csv" "$dir/d.csv"
+    assert_success
+}
+
+# The device's AdamW updates what a rank holds: the whole model on 03's --cp
+# ranks (each holds every weight, and sees T/cp of the tokens), half of it on
+# each of 2 stages or tensor slices. (A copy of plan_time.c that divided the
+# update by dp x pp x cp x tp, as it did before, planned half for --cp 2.)
+@test "the device update is the AdamW of what a rank holds: all of it under --cp, half over pp 2 or tp 2" {
+    local dir="$(scratch)"
+    round_machine "$dir/m"
+    update() { "$PLAN" --model tiny "$@" --machine "$dir/m" --time-csv "$dir/t.csv" >/dev/null; awk -F, '$1 == "device_update" { print $2 }' "$dir/t.csv"; }
+    local whole
+    whole="$(update)"
+    assert_equal "$(update --chapter 03 --cp 2)" "$whole"
+    assert_equal "$(update --chapter 03 --cp 2 --dp 2)" "$whole"
+    run awk -v w="$whole" -v a="$(update --chapter 03 --pp 2)" -v b="$(update --chapter 03 --mp tensor --tp 2 --cp 2)" \
+        'BEGIN { exit !(a == w / 2 && b == w / 2) }'
     assert_success
 }
 

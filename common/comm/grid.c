@@ -82,6 +82,11 @@ void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape) {
     GridAxis *dp = &g->axis[GRID_DP], *cp = &g->axis[GRID_CP];
     g->weight_group =
         comm_split(world, w - dp->coord * dp->stride - cp->coord * cp->stride, g->d * g->cp + g->c);
+    comm_group_count_into(g->weight_group, GRID_DP); /* the gradient sum over the replicas (and cp) */
+}
+
+const char *grid_axis_name(GridAxisId a) {
+    return axis_names[a];
 }
 
 _Static_assert((int)GRID_AXES <= (int)COMM_COUNTERS, "a counter of bytes per axis (comm.h)");

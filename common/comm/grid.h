@@ -64,7 +64,8 @@ typedef struct {
     CommGroup *tp_group; /* same (d, p, c), every t: this stage's slices */
     /* same (p, t), every (d, c): the ranks holding the same weights, whose
      * gradients are summed (cp ranks see other tokens of the same sequences,
-     * as dp replicas see other sequences); rank d x cp + c. With cp 1, the dp group's ranks. */
+     * as dp replicas see other sequences); rank d x cp + c. With cp 1, the dp group's ranks.
+     * Its bytes count as the dp axis's (grid_axis_bytes_sent): the replicas' gradient sum. */
     CommGroup *weight_group;
 } ProcessGrid;
 
@@ -74,6 +75,8 @@ const char *grid_problem(int world_size, GridShape shape);
 /* Build the grid over world (collective over world; call grid_problem first:
  * a shape it refuses ends the program). */
 void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape);
+/* An axis's name: "dp", "pp", "cp", "tp". */
+const char *grid_axis_name(GridAxisId a);
 /* Bytes this rank has sent on each axis's group so far (and on duplicates
  * of them), in GridAxisId order: comm.h's counters, which grid_create
  * marks the groups with. */

@@ -206,8 +206,13 @@ void run_finish(Run *run, size_t params, const char *extra_header, const char *e
     if (run->rank == 0) out_close(run->steps_csv);
     run->steps_csv = NULL;
     size_t peak_device = run->across->peak_device(run);
+    char header[512], values[512]; /* the chapter's columns, then (RunSpec.axis_bytes) each axis's bytes */
+    snprintf(header, sizeof header, "%s", extra_header ? extra_header : "");
+    snprintf(values, sizeof values, "%s", extra_values ? extra_values : "");
+    if (run->spec->axis_bytes && run->across->axis_columns)
+        run->across->axis_columns(run, header, values, sizeof header);
     RunSummary r;
-    if (run->rank == 0) write_run_csv(run, params, peak_device, extra_header, extra_values, &r);
+    if (run->rank == 0) write_run_csv(run, params, peak_device, header, values, &r);
     run->across->write_memory_csv(run);
     if (run->rank != 0) return;
     run_info_complete(run->cfg);

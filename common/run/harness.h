@@ -72,6 +72,7 @@ typedef struct {
     const RunColumn *columns; /* the chapter's steps.csv columns, ended by {0}; NULL for none */
     int bytes_sent;           /* steps.csv bytes_sent: this rank's bytes sent during the step */
     int comm_busy;            /* steps.csv comm_busy_ms: RunStep.comm_busy_ms, the max over ranks */
+    int axis_bytes;           /* run.csv bytes_{dp,pp,cp,tp}_per_step after its columns (run_axis_columns) */
     int barrier_each_step;    /* every rank starts a step together: one time origin for the timelines */
 } RunSpec;
 
@@ -100,6 +101,7 @@ typedef struct {
     void (*barrier)(Run *run);                   /* every rank here before any goes on */
     double (*bytes_sent)(void);                  /* this rank's bytes sent so far */
     void (*axis_bytes_sent)(double *bytes);      /* the same per grid axis (RUN_AXES); NULL: one process */
+    void (*axis_columns)(Run *run, char *header, char *values, size_t size); /* run_axis_columns; NULL: one */
     void (*slowest_times)(Run *run, RunStep *s); /* max over the ranks (comm_busy_ms too) */
     void (*save)(Run *run, const CkptState *state);
     size_t (*peak_device)(Run *run);    /* the largest device peak of any rank (run.csv) */
@@ -166,12 +168,18 @@ int run_save_due(const Run *run, const RunStep *s);
  * the steps run: what run_step_begin..run_step_done saw (the evaluation's
  * messages are not counted). Collective over the world. */
 void run_axis_bytes_per_step(Run *run, double per_step[RUN_AXES]);
+/* Those bytes as run.csv's columns bytes_dp_per_step, bytes_pp_per_step,
+ * bytes_cp_per_step, bytes_tp_per_step: ",bytes_dp_per_step,..." appended
+ * to header and ",N,..." to values (each a buffer of `size` bytes).
+ * run_finish adds them after the chapter's columns where RunSpec.axis_bytes
+ * asks (chapters 02-06). Collective over the world. */
+void run_axis_columns(Run *run, char *header, char *values, size_t size);
 /* The layout run.csv reports (default: dp 1, tp 1, pp 1, zero 0). */
 void run_layout(Run *run, int dp, int tp, int pp, int zero);
 /* After the last step, every rank calls it. Rank 0 writes run.csv (the
  * model of `params` parameters, the layout, the median step, the final
  * loss, the peak over the ranks, and the chapter's columns: extra_header
- * ",a,b" and extra_values ",1,2", or NULL); then memory.csv with every
+ * ",a,b" and extra_values ",1,2", or NULL; then RunSpec.axis_bytes's); then memory.csv with every
  * rank's peaks; only then run-info.txt's "complete", and the closing line
  * with the chapter's details (printf-style). */
 void run_finish(Run *run, size_t params, const char *extra_header, const char *extra_values,

@@ -6,6 +6,10 @@
 #include "grid.h"
 #include "harness.h"
 #include "preflight.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <string.h>
 
 static void ranks_device_ready(Run *run) {
     comm_select(run->cfg->comm);
@@ -36,6 +40,7 @@ static const RunRanks many_ranks = {.device_ready = ranks_device_ready,
                                     .barrier = ranks_barrier,
                                     .bytes_sent = comm_bytes_sent,
                                     .axis_bytes_sent = grid_axis_bytes_sent,
+                                    .axis_columns = run_axis_columns,
                                     .slowest_times = ranks_slowest_times,
                                     .save = ranks_save,
                                     .peak_device = ranks_peak_device,
@@ -48,6 +53,18 @@ void run_axis_bytes_per_step(Run *run, double per_step[RUN_AXES]) {
     int steps = run->last_step - run->first_step;
     for (int a = 0; a < RUN_AXES; a++)
         per_step[a] = comm_allreduce_double(run->world, run->axis_bytes[a], 0) / (steps > 0 ? steps : 1);
+}
+
+void run_axis_columns(Run *run, char *header, char *values, size_t size) {
+    double per_step[RUN_AXES];
+    run_axis_bytes_per_step(run, per_step);
+    size_t h = strlen(header), v = strlen(values);
+    for (int a = 0; a < RUN_AXES; a++) {
+        h += snprintf(header + h, h < size ? size - h : 0, ",bytes_%s_per_step", grid_axis_name(a));
+        v += snprintf(values + v, v < size ? size - v : 0, ",%.0f", per_step[a]);
+    }
+    if (h >= size || v >= size)
+        fatal(EXIT_RUNTIME, "run_axis_columns: %zu bytes are too few for the columns", size);
 }
 
 void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSpec *spec, void *flag_values,

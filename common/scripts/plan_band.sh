@@ -13,7 +13,8 @@
 #   01, 01 with --micro 2 --recompute; 02 on 2 ranks, flat and overlap; 03's
 #   layer split and tensor parallelism on 2; 04 on 2 stages with gpipe, 1f1b,
 #   zb-h1 and interleaved (--micro 4); 05 at stages 1, 2, 3 on 2; 06 --offload
-#   on 2. No layout has more ranks than the development machine has cores (2):
+#   on 2; 03 with --cp 2 and --mp tensor --sp on 2; 05 at stages 1 and 2 over
+#   --tp 2 (dp 1). No layout has more ranks than the development machine has cores (2):
 #   the time model gives each rank a device of its own, and ranks sharing a
 #   core take turns (04's pp 2 x tp 2 on 4 ranks measured 75 times its plan).
 # Writes, in BAND_OUT (runs/plan-band):
@@ -25,7 +26,9 @@
 #                     medians and extremes over the repeats, ratio of the medians;
 #                     a last row "all" with the lowest and highest ratio of the medians
 # Settings (environment): BAND_REPEATS (3), BAND_STEPS (10), BAND_MACHINE
-# (common/machines/cpu-amd-epyc-2cores.machine), BAND_OUT (runs/plan-band).
+# (common/machines/cpu-amd-epyc-2cores.machine), BAND_OUT (runs/plan-band),
+# BAND_ONLY (an extended regular expression: only the layouts whose label it
+# matches; default every layout).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repeats="${BAND_REPEATS:-3}" steps="${BAND_STEPS:-10}" out="${BAND_OUT:-runs/plan-band}"
@@ -49,6 +52,10 @@ layouts=(
     "05-zero2|2|05_zero/train|--zero 2|--chapter 05 --dp 2"
     "05-zero3|2|05_zero/train|--zero 3|--chapter 05 --dp 2"
     "06-offload|2|06_offload/train|--offload|--chapter 06 --dp 2"
+    "03-cp2|2|03_model_parallel/train|--cp 2|--chapter 03"
+    "03-tensor-sp|2|03_model_parallel/train|--mp tensor --sp|--chapter 03 --tp 2"
+    "05-zero1-tp2|2|05_zero/train|--zero 1 --tp 2|--chapter 05"
+    "05-zero2-tp2|2|05_zero/train|--zero 2 --tp 2|--chapter 05"
 )
 flags="--device cpu --model tiny --batch 8 --steps $steps --eval-batches 1 --sample 0 --quiet --overwrite"
 mkdir -p "$out"
@@ -56,6 +63,7 @@ echo "layout,ranks,repeat,load,predicted_ms,median_step_ms,ratio" >"$out/band.cs
 for r in $(seq 1 "$repeats"); do
     for entry in "${layouts[@]}"; do
         IFS='|' read -r label np program args layout <<<"$entry"
+        [[ "$label" =~ ${BAND_ONLY:-.} ]] || continue
         dir="$out/$label"
         # shellcheck disable=SC2086
         mpirun --oversubscribe -np "$np" "$program" $flags $args --out "$dir" >"$dir.log" 2>&1 ||

@@ -3,8 +3,10 @@
  *
  *   common/plan [the chapter's flags] [--chapter 01..06] [--dp D] [--tp T] [--pp P] [--csv FILE]
  *       what each rank of that run holds, by memory.csv's (space, category),
- *       and the bytes it sends per step by collective; --csv writes the
- *       memory as memory.csv's rows (rank,space,category,peak_bytes)
+ *       and the bytes it sends per step by collective, then every rank's
+ *       together on each grid axis ("axis dp N" ..., run.csv's
+ *       bytes_AXIS_per_step); --csv writes the memory as memory.csv's rows
+ *       (rank,space,category,peak_bytes)
  *   common/plan [the run's flags] --machine FILE [--time-csv FILE]
  *       the same, and the predicted step time with its parts (compute,
  *       device update, exposed communication, bubble, offload copies, CPU
@@ -75,6 +77,7 @@ typedef struct {
     char dp_mode[8];
     double bucket_mb;
     char allreduce[8];
+    int print_buckets; /* 02: accepted for pasting */
     int offload, dpu, dpu_warmup;
     int threads;
     char csv[PATH_BYTES];
@@ -137,7 +140,10 @@ static const Flag plan_flags[] = {
      .help = "02, overlap: bucket size in MiB (views of the gradients: no memory of its own)"},
     {"--allreduce", FLAG_CHOICE, FIELD(PlanFlags, allreduce), .choices = "ring|library", .noun = "all-reduce",
      .def = "library", .usage = "--allreduce ring|library",
-     .help = "02: library only (the ring's chunk buffer is not planned)"},
+     .help = "02-05: the library's or the course's ring (its chunk buffer in the comm row, the\n"
+             "chunks each rank passes on; 05 with --zero 0 and a split) (default {default})"},
+    {"--print-buckets", FLAG_SWITCH, FIELD(PlanFlags, print_buckets), .usage = "--print-buckets",
+     .help = "02: accepted for pasting; changes no byte", .record = FLAG_NOT_RECORDED},
     {"--offload", FLAG_SWITCH, FIELD(PlanFlags, offload), .usage = "--offload",
      .help = "06: the optimizer state and gradients in host memory"},
     {"--dpu", FLAG_SWITCH, FIELD(PlanFlags, dpu), .usage = "--dpu",
@@ -279,9 +285,10 @@ static const char *layout_problem(const Config *cfg, const PlanFlags *f) {
             f->zero);
     if (flag_given(cfg, "--prefetch") && !(chapter == 5 && f->zero == 3))
         return problem("--prefetch needs --zero 3 (only stage 3 gathers parameters)");
-    if (strcmp(f->allreduce, "ring") == 0)
-        return problem(
-            "--allreduce ring: the ring's chunk buffer is not planned (valid: --allreduce library)");
+    if (strcmp(f->allreduce, "ring") == 0 && (chapter >= 5 && (zero > 0 || !split)))
+        return problem("--allreduce ring: chapter %02d all-reduces with the ring only with --zero 0 and "
+                       "--pp or --tp above 1 (valid: --allreduce library)",
+                       chapter);
     if (f->time_csv[0] && !f->machine[0])
         return problem("--time-csv needs --machine FILE (the constants the time is computed from)");
     int pieces = f->dp * cfg->micro;
@@ -315,7 +322,8 @@ static PlanLayout layout_of(const Config *cfg, const PlanFlags *f) {
                     .dp_mode = strcmp(f->dp_mode, "naive") == 0  ? DP_NAIVE
                                : strcmp(f->dp_mode, "flat") == 0 ? DP_FLAT
                                                                  : DP_OVERLAP,
-                    .bucket_bytes = f->bucket_mb * 1048576.0};
+                    .bucket_bytes = f->bucket_mb * 1048576.0,
+                    .ring = strcmp(f->allreduce, "ring") == 0};
     if (l.chapter == 5 && !flag_given(cfg, "--zero") && !f->zero_given) l.zero = 1; /* 05's default */
     if (l.chapter == 6) l.zero = 2;
     return l;
@@ -395,6 +403,11 @@ static void print_traffic(const PlanLayout *l, const PlanTraffic *t) {
     if (t->cp_send)
         printf("  of the send, %.0f round the context-parallel ring in %.0f calls\n", t->cp_send,
                t->cp_send_calls);
+    double ring_calls = t->allreduce_calls - t->tp_allreduce_calls;
+    if (l->ring && ring_calls > 0) /* the ring's chunks differ by rank: this is replica 0's place */
+        printf("  of the all-reduce, %.0f in %.0f ring call%s, as replica 0 sends them (another: +-1 element "
+               "a chunk)\n",
+               t->allreduce - t->tp_allreduce, ring_calls, ring_calls > 1 ? "s" : "");
     if (l->chapter == 6)
         printf("  %-16s %14.0f\n  %-16s %14.0f\n", "device to host", t->to_host, "host to device",
                t->to_device);
@@ -414,6 +427,21 @@ static int group_ranks(const PlanLayout *l, const PlanMemory *m, const PlanTraff
         groups += same_as[r] == r;
     }
     return groups;
+}
+
+/* Every rank's bytes per step on each axis of the grid, summed over the world: run.csv's
+ * bytes_{dp,pp,cp,tp}_per_step (02-04, and 05-06 with stages or slices), one axis a line. */
+static void print_axis_bytes(const Config *cfg, const PlanLayout *l) {
+    static const char *names[] = {"dp", "pp", "cp", "tp"};
+    double axis[4] = {0};
+    for (int r = 0; r < plan_ranks(l); r++) { /* every rank: the ring's chunks differ by rank */
+        PlanTraffic t;
+        plan_traffic(cfg, l, r, &t);
+        plan_axis_bytes(l, &t, axis);
+    }
+    printf("\nbytes sent per step on each grid axis, all %d rank%s together (run.csv bytes_AXIS_per_step)\n",
+           plan_ranks(l), plan_ranks(l) > 1 ? "s" : "");
+    for (int a = 0; a < 4; a++) printf("  axis %s %16.0f\n", names[a], axis[a]);
 }
 
 static void print_plan(const Config *cfg, const PlanLayout *l, int program, const PlanMemory *m,
@@ -464,6 +492,7 @@ static void print_plan(const Config *cfg, const PlanLayout *l, int program, cons
         print_traffic(l, &t[r]);
     }
     free(same_as);
+    if (l->chapter > 1) print_axis_bytes(cfg, l);
     if (strcmp(cfg->device, "cpu") != 0) /* the one row that is not exact off the CPU */
         printf("\nnote: --device %s: the workspace rows are the CPU backend's kernel workspaces; on CUDA,\n"
                "cuBLAS and the CUDA kernels keep their own, and comm.c's host staging (no NCCL) is not "
@@ -756,8 +785,9 @@ int main(int argc, char **argv) {
     if (config_read(&cfg, argc, argv, PROGRAM, &chapter)) {
         config_print_help(
             PROGRAM,
-            "Predict a run's memory (by memory.csv's space and category) and the bytes it sends,\n"
-            "from the chapter's own flags, without running it; or the papers' tables.",
+            "Predict a run's memory (by memory.csv's space and category) and the bytes it sends (by\n"
+            "collective, and on each grid axis as run.csv's bytes_AXIS_per_step), from the chapter's\n"
+            "own flags, without running it; or the papers' tables.",
             &chapter);
         return 0;
     }

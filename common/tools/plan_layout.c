@@ -9,8 +9,10 @@
 #include "layer_split.h"
 #include "model.h"
 #include "param_table.h"
+#include "util.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 void plan_model_state(double P, double shard_n, int stage, int half, double *params, double *grads,
                       double *optimizer) {
@@ -65,6 +67,48 @@ static void add_step_buffers(PlanMemory *m, const Config *cfg, const PlanLayout 
     add_kernel_workspaces(m, cfg, l, T, 1, 1);
 }
 
+size_t plan_ring_chunk_bytes(size_t count, int n, int eb) {
+    if (n == 1 || count == 0) return 0; /* ring.c returns before it allocates */
+    size_t chunk = count / n + 1;
+    return chunk * eb + (eb == 4 ? 0 : chunk * sizeof(float));
+}
+
+/* Chunk c of n over count elements (ring.c's ring_chunk_begin, written again). */
+static size_t ring_chunk_numel(size_t count, int n, int c) {
+    c = ((c % n) + n) % n;
+    return count / n + ((size_t)c < count % n ? 1 : 0);
+}
+
+double plan_ring_sent_bytes(size_t count, int n, int r, int eb) {
+    double elements = 0;
+    for (int s = 0; s < n - 1; s++) /* reduce-scatter: chunk r-s; all-gather: chunk r+1-s */
+        elements += ring_chunk_numel(count, n, r - s) + ring_chunk_numel(count, n, r + 1 - s);
+    return elements * eb;
+}
+
+/* 02's all-reduces of one step, their element counts: flat the whole
+ * gradient, naive each tensor, overlap each bucket (buckets.c: tensors from
+ * the last, a bucket closed once it holds --bucket-mb). Returns how many. */
+static int dp_allreduce_counts(const ParamTable *t, const PlanLayout *l, int eb, size_t *counts) {
+    if (l->dp_mode == DP_FLAT) {
+        counts[0] = t->num_params;
+        return 1;
+    }
+    int n = 0;
+    size_t lo = 0, hi = 0, bucket_bytes = (size_t)l->bucket_bytes;
+    for (int k = t->num_tensors - 1; k >= 0; k--) {
+        const ParamTensor *x = &t->tensors[k];
+        if (l->dp_mode == DP_NAIVE) {
+            counts[n++] = x->numel;
+            continue;
+        }
+        if (hi == 0) hi = x->offset + x->numel; /* open a bucket */
+        lo = x->offset;
+        if ((hi - lo) * eb >= bucket_bytes || k == 0) counts[n++] = hi - lo, hi = 0;
+    }
+    return n;
+}
+
 /* 01 and 02: the whole model on every rank (gpt_create, or mixed_create's
  * 16-bit parameters, gradients, fp32 master weights and two unit-sized fp32
  * workspaces), AdamW over every element. */
@@ -78,6 +122,14 @@ static void whole_model(const Config *cfg, const PlanLayout *l, const ParamTable
         add(m, SPACE_DEVICE, CAT_WORKSPACE,
             2 * table_largest_unit(t, LAYER_EMBEDDING, cfg->model.layers) * 4);
     add_step_buffers(m, cfg, l, LAYER_EMBEDDING);
+    if (l->ring) { /* "ring all-reduce chunk": grown to the step's largest all-reduce, never shrunk */
+        int eb = half_of(cfg) ? 2 : 4, n = 0;
+        size_t *counts = xcalloc(t->num_tensors, sizeof(size_t)), largest = 0;
+        n = dp_allreduce_counts(t, l, eb, counts);
+        for (int i = 0; i < n; i++) largest = counts[i] > largest ? counts[i] : largest;
+        add(m, SPACE_DEVICE, CAT_COMM, plan_ring_chunk_bytes(largest, l->dp, eb));
+        free(counts);
+    }
 }
 
 /* 05 (zero_create_precision, then the step's buffers, then the whole model
@@ -164,6 +216,38 @@ static void stage_of(const Config *cfg, const PlanLayout *l, int rank, StageOf *
     }
 }
 
+/* A model split's all-reduces over the ranks holding the same weights
+ * (data_parallel.c on what the rank holds): flat one of every element it
+ * holds, naive one per tensor, a tensor-parallel rank's slices in local
+ * widths (qkv, attproj's weight, fc and fcproj's weight cut over tp). */
+static int split_allreduce_counts(const PlanLayout *l, const ParamTable *t, const StageOf *st, size_t *counts) {
+    int n = 0;
+    size_t held = 0;
+    for (int c = 0; c < st->chunks; c++)
+        for (int u = st->first_unit[c]; u <= st->last_unit[c]; u++) {
+            const ParamUnit *unit = table_unit(t, u);
+            for (int k = unit->first_tensor; k < unit->first_tensor + unit->num_tensors; k++) {
+                const ParamTensor *x = &t->tensors[k];
+                int sliced = l->tp > 1 && x->layer >= 0 && x->layer < t->cfg.layers &&
+                             (x->kind == BLOCK_QKVW || x->kind == BLOCK_QKVB || x->kind == BLOCK_ATTPROJW ||
+                              x->kind == BLOCK_FCW || x->kind == BLOCK_FCB || x->kind == BLOCK_FCPROJW);
+                size_t numel = sliced ? x->numel / l->tp : x->numel;
+                held += numel;
+                if (l->dp_mode == DP_NAIVE) counts[n++] = numel;
+            }
+        }
+    if (l->dp_mode != DP_NAIVE) counts[n++] = held;
+    return n;
+}
+
+/* The ring of the ranks holding rank's weights (grid.h's weight group: dp x cp, rank d x cp + c): its
+ * size, and rank's position in it. */
+static int weight_ring_position(const PlanLayout *l, int rank, int *size) {
+    int cp = l->cp > 1 ? l->cp : 1;
+    *size = l->dp * cp;
+    return rank / (l->tp * cp * l->pp) * cp + rank / l->tp % cp;
+}
+
 /* 03 to 05 with a model split: a stage's units whole (--mp layer, --pp) or a
  * tensor slice of them (--mp tensor, --tp), the activation slots its
  * schedule keeps, its boundary buffers; AdamW over what it holds, or 05's
@@ -211,6 +295,14 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
         add(m, SPACE_DEVICE, CAT_OPTIMIZER, optimizer);
         if (half)
             add(m, SPACE_DEVICE, CAT_WORKSPACE, 2 * largest * 4); /* "unit weights (fp32)", "... gradients" */
+        if (l->ring) { /* "ring all-reduce chunk", of the largest all-reduce over the weight group */
+            size_t *counts = xcalloc(t->num_tensors, sizeof(size_t)), most = 0;
+            int n = split_allreduce_counts(l, t, &st, counts), ring;
+            weight_ring_position(l, rank, &ring);
+            for (int i = 0; i < n; i++) most = counts[i] > most ? counts[i] : most;
+            add(m, SPACE_DEVICE, CAT_COMM, plan_ring_chunk_bytes(most, ring, half ? 2 : 4));
+            free(counts);
+        }
     }
     /* the activation slots: 03 one micro-batch; 04-05 what the schedule keeps in flight */
     int slots[PLAN_MAX_CHUNKS] = {1};
@@ -290,9 +382,10 @@ void plan_memory(const Config *cfg, const PlanLayout *l, int rank, PlanMemory *m
 /* A model split's messages: each micro-batch's activations (B x T x C fp32)
  * to the next piece and their gradient to the previous one; within a tensor
  * group two all-reduces of B x T x C fp32 per block forward, two backward,
- * one more with --recompute (the attention's, run again); then the gradients
- * of what the rank holds summed over its replicas (chapter 02, once per
- * step), or 05's ZeRO-1/2 over the stage's dp group. */
+ * one more with --recompute (the attention's, run again; under zb-h1 W runs
+ * it once more); then the gradients of what the rank holds summed over its
+ * replicas (chapter 02, once per step), or 05's ZeRO-1/2 over the stage's
+ * dp group. */
 static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTable *t, int rank,
                           PlanTraffic *tr) {
     const ModelConfig *mc = &cfg->model;
@@ -321,8 +414,9 @@ static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTab
         tr->reduce_scatter += M * blocks * 4 * (tp - 1) * rows, tr->reduce_scatter_calls += M * blocks * 4;
         tr->tp_allreduce_calls = M * blocks * 2;
         tr->tp_allreduce = tr->tp_allreduce_calls * 2 * (tp - 1) / tp * 2 * C * 4;
-    } else if (tp > 1) {
-        tr->tp_allreduce_calls = M * blocks * (4 + (cfg->recompute ? 1 : 0));
+    } else if (tp > 1) { /* --recompute: the attention's again in B, and under zb-h1 once more in W */
+        int again = cfg->recompute ? (l->chapter >= 4 && l->schedule == SCHED_ZB_H1 ? 2 : 1) : 0;
+        tr->tp_allreduce_calls = M * blocks * (4 + again);
         tr->tp_allreduce = tr->tp_allreduce_calls * 2 * (tp - 1) / tp * boundary;
     }
     if (cp > 1) { /* the ring, per block: (cp-1) k|v forward (again with --recompute), (cp-1) k|v and
@@ -343,6 +437,12 @@ static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTab
             tr->reduce_scatter_calls += M * units_w;
         }
         tr->allgather = (N - 1) * shard * eb, tr->allgather_calls = units;
+    } else if (N * cp > 1 && l->ring) { /* the ring's chunks this rank passes on, call by call */
+        size_t *counts = xcalloc(t->num_tensors, sizeof(size_t));
+        int calls = split_allreduce_counts(l, t, &st, counts), ring, at = weight_ring_position(l, rank, &ring);
+        for (int i = 0; i < calls; i++) tr->allreduce += plan_ring_sent_bytes(counts[i], ring, at, (int)eb);
+        tr->allreduce_calls = calls;
+        free(counts);
     } else if (N * cp > 1) { /* over the ranks holding the same weights: dp x cp */
         tr->allreduce = 2 * (N * cp - 1) / (N * cp) * held * eb;
         tr->allreduce_calls = 1;
@@ -361,14 +461,21 @@ void plan_traffic(const Config *cfg, const PlanLayout *l, int rank, PlanTraffic 
     }
     double N = l->dp, eb = half_of(cfg) ? 2 : 4, P = t.num_params, M = cfg->micro;
     double shard = shard_numel(&t, l->dp) * eb; /* one rank's slices of every unit */
-    double units = t.num_units, tensors = t.num_tensors;
+    double units = t.num_units, tensors = t.num_tensors, ring_sent = 0;
+    size_t *counts = xcalloc(t.num_tensors, sizeof(size_t)); /* 02 --allreduce ring: the calls */
+    int ring_calls = l->ring && l->dp > 1 ? dp_allreduce_counts(&t, l, (int)eb, counts) : 0;
+    for (int i = 0; i < ring_calls; i++) ring_sent += plan_ring_sent_bytes(counts[i], l->dp, rank, (int)eb);
+    free(counts);
     param_table_free(&t);
     if (l->chapter == 6) {
         tr->to_host = M * shard; /* this rank's gradient slices */
         tr->to_device = shard;   /* its updated slices */
     }
     if (l->dp == 1) return;
-    if (l->chapter == 2 || (l->chapter == 5 && l->zero == 0)) {
+    if (l->chapter == 2 && l->ring) { /* the chunks this rank passes on round the ring, call by call */
+        tr->allreduce = ring_sent;
+        tr->allreduce_calls = ring_calls;
+    } else if (l->chapter == 2 || (l->chapter == 5 && l->zero == 0)) {
         tr->allreduce = 2 * (N - 1) / N * P * eb; /* the gradients, once per step */
         /* naive: one call per tensor; overlap: one per bucket of about --bucket-mb */
         tr->allreduce_calls = l->chapter == 5 || l->dp_mode == DP_FLAT ? 1
@@ -391,4 +498,12 @@ void plan_traffic(const Config *cfg, const PlanLayout *l, int rank, PlanTraffic 
         tr->allgather = (N - 1) * shard; /* the updated slices */
         tr->allgather_calls = units;
     }
+}
+
+void plan_axis_bytes(const PlanLayout *l, const PlanTraffic *t, double axis[4]) {
+    double tp_gathers = l->sp ? t->reduce_scatter + t->allgather : 0; /* --sp: the tensor group's rows */
+    axis[0] += t->allreduce - t->tp_allreduce + t->reduce_scatter + t->allgather - tp_gathers;
+    axis[1] += t->send - t->cp_send;
+    axis[2] += t->cp_send;
+    axis[3] += t->tp_allreduce + tp_gathers;
 }

@@ -16,8 +16,9 @@
  *
  * Known limits, each named in --help and course.md: the CPU backend's
  * kernel workspaces (on CUDA, cuBLAS and the CUDA kernels keep others, and
- * comm.c's host staging appears without NCCL); the ring all-reduce of
- * chapters 02-05 (--allreduce ring: its chunk buffer) is refused. */
+ * comm.c's host staging appears without NCCL). The ring all-reduce
+ * (--allreduce ring) is planned where the chapters run it: 02's replicas,
+ * and 03-05's over the ranks holding the same weights (dp x cp). */
 #ifndef PLAN_LAYOUT_H
 #define PLAN_LAYOUT_H
 
@@ -44,6 +45,7 @@ typedef struct {
     int threads;         /* OpenMP threads of a rank: the CPU attention workspace */
     int dp_mode;         /* 02: DP_NAIVE, DP_FLAT or DP_OVERLAP (the same memory and bytes) */
     double bucket_bytes; /* 02, overlap: --bucket-mb */
+    int ring;            /* 02-05: --allreduce ring (02_data_parallel/ring.c) */
 } PlanLayout;
 
 enum { DP_NAIVE, DP_FLAT, DP_OVERLAP };
@@ -79,8 +81,21 @@ void plan_model_state(double P, double shard_n, int stage, int half, double *par
 /* The world's ranks; the ranks of one replica (pp x cp x tp; the replicas
  * hold and send alike); what `rank` of them holds and sends. */
 int plan_ranks(const PlanLayout *l);
+/* The ring all-reduce (02's ring.c) of `count` elements of eb bytes over n ranks: its
+ * chunk buffer (ring.c's "ring all-reduce chunk": count / n + 1 elements,
+ * and in 16 bits as many floats more for the arriving chunk widened), and
+ * what ring position r sends (the chunks it passes on in the reduce-scatter
+ * and the all-gather, balanced: they differ by at most one element). */
+size_t plan_ring_chunk_bytes(size_t count, int n, int eb);
+double plan_ring_sent_bytes(size_t count, int n, int r, int eb);
 int plan_replica_ranks(const PlanLayout *l);
 void plan_memory(const Config *cfg, const PlanLayout *l, int rank, PlanMemory *m);
 void plan_traffic(const Config *cfg, const PlanLayout *l, int rank, PlanTraffic *t);
+/* Add what t sends to the grid axis each collective runs on, grid.h's order
+ * (dp, pp, cp, tp), as the programs count them (harness.h's
+ * run_axis_bytes_per_step): the replicas' gradient sum (over dp x cp in 03)
+ * and ZeRO's collectives on dp, the stages' sends on pp, the ring's on cp,
+ * the tensor group's all-reduces (and --sp's gathers and scatters) on tp. */
+void plan_axis_bytes(const PlanLayout *l, const PlanTraffic *t, double axis[4]);
 
 #endif

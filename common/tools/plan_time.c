@@ -95,16 +95,21 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
     double P = table.num_params, shard_n = shard_numel(&table, l->dp);
     param_table_free(&table);
     double L = mc->layers, T = mc->seq, C = mc->dmodel, N = l->dp, M = cfg->micro;
-    double split = plan_replica_ranks(l); /* the ranks one copy of the model is split over (and cp's) */
+    double split = plan_replica_ranks(l); /* the ranks one replica's batch is split over (and cp's) */
+    double model_split = l->pp * l->tp;   /* the ranks its weights are split over: cp ranks hold them all */
 
     out->flops_per_step = (6 * P + 12 * L * T * C) * cfg->batch * T;
-    double compute = out->flops_per_step / N / split / m->flops * (cfg->recompute ? 4.0 / 3.0 : 1.0);
+    /* the forward, a third of it, runs once; with --recompute again in B, and under a pipeline's
+     * zb-h1 once more in W (model.h) */
+    int pipeline = l->chapter == 4 || (l->chapter >= 5 && (l->pp > 1 || l->tp > 1));
+    double forwards = cfg->recompute ? (pipeline && l->schedule == SCHED_ZB_H1 ? 3 : 2) : 1;
+    double compute = out->flops_per_step / N / split / m->flops * (2 + forwards) / 3;
     out->busy_s[PART_COMPUTE] = out->exposed_s[PART_COMPUTE] = compute;
 
     /* the parameters the device's AdamW updates: all (01, 02, 05 stage 0), a shard, none (06); a
-     * model split's ranks about 1 / (pp x tp) of them each */
+     * model split's ranks about 1 / (pp x tp) of them each (03's --cp ranks each the whole model's) */
     double updated = l->chapter == 6 ? 0 : l->chapter == 5 && l->zero > 0 ? shard_n : P;
-    if (split > 1) updated = P / split / (l->chapter == 5 && l->zero > 0 ? N : 1);
+    if (model_split > 1) updated = P / model_split / (l->chapter == 5 && l->zero > 0 ? N : 1);
     out->busy_s[PART_DEVICE_UPDATE] = out->exposed_s[PART_DEVICE_UPDATE] =
         updated / m->device_adam_params_per_s;
 
@@ -140,7 +145,7 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
     out->busy_s[PART_OFFLOAD_COPIES] = out->exposed_s[PART_OFFLOAD_COPIES] =
         t->to_host / m->d2h_bytes_per_s + t->to_device / m->h2d_bytes_per_s;
 
-    double cpu = l->chapter == 6 ? shard_n / (split > 1 ? split : 1) / m->cpu_adam_params_per_s : 0;
+    double cpu = l->chapter == 6 ? shard_n / model_split / m->cpu_adam_params_per_s : 0;
     out->busy_s[PART_CPU_UPDATE] = cpu;
     out->exposed_s[PART_CPU_UPDATE] = l->dpu ? (cpu > compute ? cpu - compute : 0) : cpu;
 

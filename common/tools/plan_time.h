@@ -17,9 +17,11 @@
  * The step, per rank, in parts (each printed and written by --time-csv):
  *
  *   compute         FLOPs per step / (dp x pp x cp x tp) / flops, FLOPs per token 6P + 12LTC
- *                   (x 4/3 with --recompute: the forward, a third, runs twice)
+ *                   (x 4/3 with --recompute: the forward, a third, runs twice; x 5/3 under
+ *                   zb-h1, whose W runs it once more)
  *   device update   the parameters this rank updates / device_adam_params_per_s
- *                   (a model split's rank: P / (pp x cp x tp), / dp with 05's ZeRO)
+ *                   (a model split's rank: P / (pp x tp), / dp with 05's ZeRO; 03's --cp ranks
+ *                   each hold all of it)
  *   communication   per collective: calls x ring steps x alpha_s + bytes sent / beta
  *                   (ring steps: 2(N-1) for an all-reduce, N-1 for a
  *                   reduce-scatter or an all-gather, N the group's ranks: dp

@@ -32,6 +32,16 @@ if compgen -G "$BUILD/.flavour-*-san" >/dev/null; then
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 fi
 
+# Every MPI process start (a rank under mpirun, or a trainer of 02-06 run
+# alone) has Open MPI load its PSM and PSM2 transports, for Omni-Path and
+# InfiniPath adapters, only to find no such adapter and close them again: a
+# quarter of a second, some hundreds of times in the suite. They belong to
+# the cm messaging layer, which is chosen only where such an adapter (or
+# libfabric's, ofi, which Debian's openmpi-mca-params.conf leaves out) is
+# present; the ranks here talk through ob1 and shared memory either way. So
+# the tests leave them out, unless told otherwise.
+export OMPI_MCA_mtl="${OMPI_MCA_mtl:-^ofi,psm,psm2}"
+
 # mpirun as root in containers needs explicit permission, and more ranks than
 # cores needs --oversubscribe.
 mpirun_np() {

@@ -132,7 +132,7 @@ help:
 	@echo "                (GPU_CHECK_ONLY=part1 or part2 for one half; common/scripts/gpu_check.sh --list shows them)"
 	@echo "make demo       install missing packages, build, run the chapters, draw plots in runs/plots"
 	@echo "make bench      benchmarks (and PyTorch comparison when importable) into runs/bench"
-	@echo "make grade      grade the exercises (tests/grade) and print a score table"
+	@echo "make grade [ONLY=01.2]   grade the exercises (tests/grade), or only those named, and print a score table"
 	@echo "make exercises DEST=dir [ONLY=01.2]   write a student copy with exercises stubbed out"
 	@echo "make deps       install missing packages only"
 	@echo "make clean      remove build outputs"
@@ -226,7 +226,7 @@ bench: deps
 
 grade: deps
 	@$(MAKE) --no-print-directory all
-	@common/scripts/grade.sh
+	@common/scripts/grade.sh $(subst $(comma), ,$(ONLY))
 
 exercises:
 	@test -n "$(DEST)" || { echo "usage: make exercises DEST=dir [ONLY=01.1,01.2]" >&2; exit 2; }

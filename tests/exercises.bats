@@ -180,8 +180,8 @@ setup_file() {
     sed -i 's|float mhat = mi / bias1, vhat = vi / bias2;|float mhat = mi, vhat = vi;|' \
         "$COPIES/one/common/kernels/kernel_math.h"
     grep -q "float mhat = mi, vhat = vi;" "$COPIES/one/common/kernels/kernel_math.h"
-    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 all >/dev/null 2>&1
-    run "$COPIES/one/common/scripts/grade.sh"
+    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 build/tests/test_kernels >/dev/null 2>&1
+    run "$COPIES/one/common/scripts/grade.sh" 01.2 # its grader alone: the others are not the point here
     cp "$REPO/common/kernels/kernel_math.h" "$COPIES/one/common/kernels/kernel_math.h"
     assert_failure
     assert_output --regexp '01\.2 .* FAIL'
@@ -191,8 +191,8 @@ setup_file() {
     # the first "clean_steps = 0" is the overflow branch's
     sed -i '0,/ls->clean_steps = 0;/{/ls->clean_steps = 0;/d}' "$COPIES/one/common/model/mixed.c"
     [ "$(grep -c 'ls->clean_steps = 0;' "$COPIES/one/common/model/mixed.c")" = 1 ]
-    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 all >/dev/null 2>&1
-    run "$COPIES/one/common/scripts/grade.sh"
+    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 build/tests/test_kernels >/dev/null 2>&1
+    run "$COPIES/one/common/scripts/grade.sh" 05.4
     assert_failure
     assert_output --regexp '05\.4 .* FAIL \(see'
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# grade.sh: run each exercise's grader (tests/grade/ID.bats) and print a
-# score table. Exit status 0 only at full marks. Called by `make grade`
-# after building; a grader's full output goes to runs/grade/ID.log.
+# grade.sh [ID...]: run each exercise's grader (tests/grade/ID.bats), or only
+# those of the exercises named, and print a score table. Exit status 0 only at
+# full marks. Called by `make grade [ONLY=01.2,05.4]` after building; a
+# grader's full output goes to runs/grade/ID.log.
 #
 # Some graders run whole programs, which reach other exercises' code (the
 # trainers of 02-06 need chapter 01's, for instance); which ones each grader
@@ -11,6 +12,13 @@
 # necessarily this one's.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+
+graders=()
+for id in "$@"; do
+    [ -f "tests/grade/$id.bats" ] || { echo "grade.sh: no exercise $id (tests/grade/$id.bats)" >&2; exit 2; }
+    graders+=("tests/grade/$id.bats")
+done
+[ $# -gt 0 ] || graders=(tests/grade/*.bats)
 
 mkdir -p runs/grade
 total=0 earned=0 blocked=0
@@ -23,7 +31,7 @@ stubs_hit_besides() { # log id
 
 printf '%-9s %-40s %6s  %s\n' exercise title points result
 printf '%-9s %-40s %6s  %s\n' -------- ---------------------------------------- ------ ------
-for grader in tests/grade/*.bats; do
+for grader in "${graders[@]}"; do
     id=$(basename "$grader" .bats)
     title=$(sed -n 's/^# title: *//p' "$grader")
     points=$(sed -n 's/^# points: *//p' "$grader")

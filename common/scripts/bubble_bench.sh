@@ -6,8 +6,8 @@
 #   common/scripts/bubble_bench.sh          (after make; BUBBLE_* settings below)
 #
 # P = 2 stages (one rank each, one OpenMP thread each, so two cores are enough),
-# the small preset with BUBBLE_LAYERS layers (16: 8 blocks a stage, so that the head,
-# on the last stage, weighs a small share of it; 4 blocks a piece of interleaved's V = 2),
+# the small preset with BUBBLE_LAYERS layers (32: 16 blocks a stage, so that the head,
+# on the last stage, weighs about a hundredth of it; 8 blocks a piece of interleaved's V = 2),
 # M = 8 micro-batches of 2 sequences, BUBBLE_STEPS steps (run.csv's
 # bubble_measured is the median over the steps after the first), BUBBLE_REPEATS
 # repeats interleaved: repeat 1 of every schedule, then repeat 2, ...
@@ -23,7 +23,7 @@
 # relative_replayed: what the messages and the waits add to that.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-repeats="${BUBBLE_REPEATS:-3}" steps="${BUBBLE_STEPS:-20}" out="${BUBBLE_OUT:-runs/bubbles}" layers="${BUBBLE_LAYERS:-16}"
+repeats="${BUBBLE_REPEATS:-3}" steps="${BUBBLE_STEPS:-20}" out="${BUBBLE_OUT:-runs/bubbles}" layers="${BUBBLE_LAYERS:-32}"
 stages=2 micro=8 # P and M: the runs' and the formulas'
 export stages micro
 [[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "bubble_bench: BUBBLE_REPEATS=$repeats (valid: a positive number)" >&2; exit 2; }

@@ -110,7 +110,7 @@ launch() {
 # memory.csv's rows into OUT/plan.csv, the step's parts into OUT/plan-time.csv,
 # for plot.py --plan. The layout is the one the rank count gives the program
 # (02, 05, 06: dp; 03: its stages or its tensor group, of np / cp ranks; 04:
-# its stages, or with --pp and --tp given its replicas); a layout the planner refuses (the ring all-reduce) is named in
+# its stages, or with --pp and --tp given its replicas); a layout the planner refuses (none today) is named in
 # OUT/plan.err and left out of the plot.
 machine="${DEMO_MACHINE:-common/machines/cpu-amd-epyc-2cores.machine}"
 [ "$device_choice" = cpu ] || machine="${DEMO_MACHINE:-common/machines/h100-sxm.machine}"

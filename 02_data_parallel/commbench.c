@@ -108,14 +108,11 @@ int main(int argc, char **argv) {
             case 'h':
                 help = 1;
                 break;
-            case ':':
-                fatal(EXIT_USAGE, "%s needs a value (see --help)", argv[optind - 1]);
-            default:
-                fatal(EXIT_USAGE, "unknown flag '%s' (see --help)", argv[optind - 1]);
+            default: /* ':' or '?' */
+                getopt_refuse(opt, argv);
             }
         }
-        if (optind < argc)
-            fatal(EXIT_USAGE, "unexpected argument '%s' (flags start with --; see --help)", argv[optind]);
+        getopt_no_operands(argc, argv);
         if (min_bytes < 4 || min_bytes > max_bytes || max_bytes > ((size_t)1 << 33))
             fatal(EXIT_USAGE, "--min-bytes %zu / --max-bytes %zu: need 4 <= min <= max <= 8G", min_bytes,
                   max_bytes);

@@ -139,14 +139,11 @@ static Settings parse(int argc, char **argv) {
         case 'h':
             print_help();
             exit(0);
-        case ':':
-            fatal(EXIT_USAGE, "%s needs a value (see --help)", argv[optind - 1]);
-        default:
-            fatal(EXIT_USAGE, "unknown flag '%s' (see --help)", argv[optind - 1]);
+        default: /* ':' or '?' */
+            getopt_refuse(opt, argv);
         }
     }
-    if (optind < argc)
-        fatal(EXIT_USAGE, "unexpected argument '%s' (flags start with --; see --help)", argv[optind]);
+    getopt_no_operands(argc, argv);
     return s;
 }
 

@@ -89,6 +89,7 @@ losses_csv() { # FILE N FACTOR [FIRST_STEP]
     assert_output --partial "[bench] "
     assert_output --partial "[offloadbench] "
     assert_output --partial "[capacity] "
+    assert_output --partial "[calibrate] "
     refute_output --partial "[parity] "
     refute_output --partial "[chapters] "
     GPU_CHECK_ONLY=part1 run "$CHECK" --list
@@ -165,6 +166,16 @@ losses_csv() { # FILE N FACTOR [FIRST_STEP]
     assert_output --partial "0 passed, 12 failed, 0 skipped"
     run grep -c '| FAIL |' "$(ls "$(scratch)"/results/gpu-check-cpu-rehearsal-*.md)"
     assert_output 12
+}
+
+@test "the calibrate check writes the machine file the planner reads beside the report (rehearsed on the CPU, --quick)" {
+    GPU_CHECK_DEVICE=cpu GPU_CHECK_ONLY=calibrate GPU_CHECK_RESULTS="$(scratch)/results" \
+        GPU_CHECK_WORK="$(scratch)/work" OMP_NUM_THREADS=1 run "$CHECK"
+    assert_success
+    assert_output --partial "PASS calibrate/machine: name = "
+    machine="$(ls "$(scratch)"/results/gpu-check-cpu-rehearsal-*.machine)"
+    run "$REPO/common/plan" --model tiny --machine "$machine"
+    assert_success
 }
 
 @test "a second half adds its section and rows to the same day's report" {

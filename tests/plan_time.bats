@@ -229,6 +229,40 @@ within_band() {
         "part compute device_update communication bubble offload_copies cpu_update step "
     run --separate-stderr "$PLAN" --quick
     assert_equal "$status" 2
+    # the device's copies and AdamW are devicebench's (on a GPU too), in the file as it printed them
+    grep -q "^# common/devicebench on cpu: copies of 4194304 bytes" "$dir/here.machine"
+    # --device reaches calibrate.sh: cuda where no GPU is visible is devicebench's one-line refusal
+    if ! "$BUILD/tests/gpu_probe" >/dev/null 2>&1; then
+        run --separate-stderr env OMP_NUM_THREADS=1 "$PLAN" --calibrate "$dir/gpu.machine" --quick --device cuda
+        assert_equal "$status" 1
+        [[ "$stderr" == *"error: --device cuda: no CUDA GPU is visible on this machine"* ]]
+        [ ! -e "$dir/gpu.machine" ]
+    fi
+}
+
+@test "devicebench prints the device's copy and AdamW rates in the machine file's words, and refuses bad flags" {
+    run env OMP_NUM_THREADS=1 "$REPO/common/devicebench" --device cpu --bytes 1M --n 256K --reps 3
+    assert_success
+    for key in h2d_bytes_per_s d2h_bytes_per_s device_adam_params_per_s; do
+        assert_line --regexp "^$key = [0-9.e+]+$"
+    done
+    # its AdamW is the kernel table's: the rate adambench's reference row (the same kernel, timed by
+    # another program) measures, within the noise of a shared machine (a factor of 4)
+    local ours ref
+    ours="$(awk '$1 == "device_adam_params_per_s" { print $3 }' <<<"$output")"
+    "$REPO/06_offload/adambench" --n 256K --threads 1 --reps 3 --half none --path scalar --out "$(scratch)" >/dev/null
+    ref="$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["kernel"] == "reference" { print $c["params_per_s"] }' \
+        "$(scratch)/adambench.csv")"
+    awk -v a="$ours" -v b="$ref" 'BEGIN { r = a / b; exit !(r > 0.25 && r < 4) }' ||
+        { echo "devicebench $ours params/s, adambench's reference $ref"; false; }
+    run --separate-stderr "$REPO/common/devicebench" --bytes 12
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: --bytes: '12' is not a size from 1K to 16G (e.g. 256M)"
+    run --separate-stderr "$REPO/common/devicebench" --device tpu
+    assert_equal "$status" 2
+    run "$REPO/common/devicebench" --help
+    assert_success
+    assert_output --partial "usage: common/devicebench"
 }
 
 @test "--search ranks the layouts that fit by predicted step and says why each other does not" {

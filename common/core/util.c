@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -453,4 +454,14 @@ void parse_choice_flag(const char *flag, const char *noun, const char *value, co
     if (!found || strlen(value) >= size)
         fatal(EXIT_USAGE, "%s: unknown %s '%s' (valid: %s)", flag, noun, value, listed);
     snprintf(dst, size, "%s", value);
+}
+
+void getopt_refuse(int opt, char **argv) {
+    if (opt == ':') fatal(EXIT_USAGE, "%s needs a value (see --help)", argv[optind - 1]);
+    fatal(EXIT_USAGE, "unknown flag '%s' (see --help)", argv[optind - 1]);
+}
+
+void getopt_no_operands(int argc, char **argv) {
+    if (optind < argc)
+        fatal(EXIT_USAGE, "unexpected argument '%s' (flags start with --; see --help)", argv[optind]);
 }

@@ -174,5 +174,11 @@ long parse_int_flag(const char *flag, const char *value, long lo, long hi);
 void parse_choice_flag(const char *flag, const char *noun, const char *value, const char *valid, char *dst,
                        size_t size);
 double parse_float_flag(const char *flag, const char *value, double lo, double hi);
+/* The endings every getopt_long loop of the course's tools shares: getopt's
+ * ':' (a flag without its value) and '?' (an unknown flag) end the program
+ * with one line naming the flag; after the loop, getopt_no_operands ends it
+ * on a word that is not a flag. */
+void getopt_refuse(int opt, char **argv) __attribute__((noreturn));
+void getopt_no_operands(int argc, char **argv);
 
 #endif

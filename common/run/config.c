@@ -472,7 +472,7 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
     int opt, index;
     while ((opt = getopt_long(argc, argv, ":", options, &index)) != -1) {
         const char *flag = argv[optind - 1];
-        if (opt == ':') fatal(EXIT_USAGE, "%s needs a value (see --help)", flag);
+        if (opt == ':') getopt_refuse(opt, argv);
         if (opt == '?') {
             /* getopt sets optopt to the option's value when a flag that takes
              * none was given one (--quiet=1), to the letter of an unknown
@@ -490,8 +490,7 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
         parse_value(f, optarg, table ? chapter->values : (void *)c);
         c->given[table] |= 1ull << row;
     }
-    if (optind < argc)
-        fatal(EXIT_USAGE, "unexpected argument '%s' (flags start with --; see --help)", argv[optind]);
+    getopt_no_operands(argc, argv);
 
     /* Checks across flags. */
     const char *problem = model_config_problem(&c->model);

@@ -4,7 +4,7 @@
 #
 #   make gpu-check                          all of it (about 10 minutes on an H100, estimated)
 #   make gpu-check GPU_CHECK_ONLY=part1     the correctness checks (parity .. hostadam), about 4
-#   make gpu-check GPU_CHECK_ONLY=part2     the measurements (capacity, bench, offloadbench), about 5
+#   make gpu-check GPU_CHECK_ONLY=part2     the measurements (capacity, bench, offloadbench, calibrate), about 6
 #   common/scripts/gpu_check.sh --list              print every check and its commands; runs nothing, needs no GPU
 #                                           (GPU_CHECK_DRY=1 does the same)
 #
@@ -22,7 +22,8 @@
 #                                    (every comparison of losses)
 #   and the CSVs of the measurements: .offload-timeline.csv (06's timeline on the GPU),
 #   .bench.runs.csv/.bench.compare.csv (common/scripts/bench.sh), .offload.runs.csv/.offload.summary.csv
-#   (06_offload/bench_offload.sh), .capacity.csv (06_offload/capacity.py, on the GPU and the CPU).
+#   (06_offload/bench_offload.sh), .capacity.csv (06_offload/capacity.py, on the GPU and the CPU),
+#   .machine (common/plan --calibrate).
 # A run with GPU_CHECK_ONLY adds its section (and rows) to the same day's report of the same
 # device, so two halves run in two calls make one report; a full run starts it afresh. The
 # report is written again after every check: a run cut short keeps the checks it finished.
@@ -77,6 +78,10 @@
 #                is not importable or cannot use the GPU.
 #   offloadbench 06_offload/bench_offload.sh on CUDA: 06's step time against 01, 04 and 05, with and
 #                without --dpu, and the PCIe bytes per step. Passes when every configuration ran.
+#   calibrate    common/plan --calibrate on CUDA: this machine's constants for the planner (01's
+#                gpt2 step, devicebench's pinned copies and device AdamW, adambench on the host,
+#                commbench where there are 2 GPUs), written as gpu-check-DEVICE-DATE.machine, the
+#                file that replaces common/machines/'s estimates. Passes when the planner reads it.
 #
 # Settings (environment): GPU_CHECK_ONLY (all; groups and/or part1, part2, comma-separated),
 # GPU_CHECK_DRY=1 (print, run nothing), GPU_CHECK_RESULTS (common/bench_results), GPU_CHECK_STEPS
@@ -94,7 +99,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 
 PART1="parity overlap chapters nccl offload checkpoints hostadam"
-PART2="capacity bench offloadbench"
+PART2="capacity bench offloadbench calibrate"
 
 usage() {
     echo "usage: common/scripts/gpu_check.sh [--list | --probe]   (settings in the environment: see its header)" >&2
@@ -650,6 +655,14 @@ group_offloadbench() {
     }
 }
 
+group_calibrate() {
+    begin machine "common/plan --calibrate on $DEVICE: the planner's constants of this machine"
+    local quick=()
+    [[ $DEVICE == cpu ]] && quick=(--quick) # the rehearsal: seconds, not a measurement
+    step_limit=300 step common/plan --calibrate "$work/calibrated.machine" --device "$DEVICE" "${quick[@]}" || return 0
+    dry || verdict PASS "$(grep -v '^#' "$work/calibrated.machine" | tr '\n' ' ')"
+}
+
 group_capacity() {
     begin budget "06_offload/capacity.py at $BUDGETS on $DEVICE: the budget holds, 06 fits more than 01"
     step_limit=240 step "$PYTHON" 06_offload/capacity.py --device "$DEVICE" --budgets "$BUDGETS" --out "$work/capacity-$DEVICE" ||
@@ -759,6 +772,7 @@ write_report() {
     for kind in offload-timeline bench.runs bench.compare offload.runs offload.summary capacity; do
         [[ -f $work/$kind.csv ]] && cp "$work/$kind.csv" "$stem.$kind.csv"
     done
+    [[ -f $work/calibrated.machine ]] && cp "$work/calibrated.machine" "$stem.machine"
     return 0
 }
 

@@ -12,10 +12,11 @@
  *       device update, exposed communication, bubble, offload copies, CPU
  *       update) on the machine FILE describes (plan_time.h: the format and
  *       every formula); --time-csv writes one row per part
- *   common/plan --calibrate FILE [--quick]
+ *   common/plan --calibrate FILE [--quick] [--device cpu|cuda]
  *       measure this machine's constants with the course's tools (01's step,
- *       commbench, adambench: common/scripts/calibrate.sh) and write them to
- *       FILE, which the planner then reads back and --machine takes
+ *       commbench, adambench, devicebench: common/scripts/calibrate.sh) on the
+ *       device --device names (auto: the GPU if one is visible) and write them
+ *       to FILE, which the planner then reads back and --machine takes
  *   common/plan [the model's and batch's flags] --search --gpus N [--gpu-mem BYTES] --machine FILE
  *       every layout of the planned chapters on N ranks (one replica a rank;
  *       dp x pp x tp splits; 03's dp x cp), those whose fullest rank's device
@@ -164,8 +165,8 @@ static const Flag plan_flags[] = {
     {"--time-csv", FLAG_PATH, FIELD(PlanFlags, time_csv), .usage = "--time-csv FILE",
      .help = "write the step time's parts: part,busy_ms,exposed_ms (needs --machine)"},
     {"--calibrate", FLAG_PATH, FIELD(PlanFlags, calibrate), .usage = "--calibrate FILE",
-     .help = "measure this machine (01's step, commbench, adambench: common/scripts/calibrate.sh)\n"
-             "and write its machine file to FILE",
+     .help = "measure this machine (01's step, commbench, adambench, devicebench:\n"
+             "common/scripts/calibrate.sh) on --device, and write its machine file to FILE",
      .record = FLAG_NOT_RECORDED},
     {"--quick", FLAG_SWITCH, FIELD(PlanFlags, quick), .usage = "--quick",
      .help = "--calibrate with tiny sizes and few repeats (seconds; noisier constants)",
@@ -536,13 +537,13 @@ static void write_time_csv(const char *path, const PlanTime *pt) {
 
 /* --calibrate: common/scripts/calibrate.sh, found next to this program (common/plan), writes
  * FILE; the planner reads it back, so a file it cannot read is an error here. */
-static void calibrate(const PlanFlags *f) {
+static void calibrate(const PlanFlags *f, const char *device) {
     char self[PATH_BYTES], script[JOINED_PATH_BYTES];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n < 0) fatal(EXIT_RUNTIME, "--calibrate: cannot find this program's path (/proc/self/exe)");
     self[n] = 0;
     snprintf(script, sizeof script, "%s/scripts/calibrate.sh", dirname(self));
-    char *args[] = {script, (char *)f->calibrate, f->quick ? "--quick" : NULL, NULL};
+    char *args[] = {script, (char *)f->calibrate, "--device", (char *)device, f->quick ? "--quick" : NULL, NULL};
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
@@ -792,7 +793,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (f.calibrate[0]) {
-        calibrate(&f);
+        calibrate(&f, cfg.device);
         return 0;
     }
     if (f.quick) fatal(EXIT_USAGE, "--quick is a flag of --calibrate FILE");

@@ -347,6 +347,11 @@ MD
     assert_equal "$(echo "$output" | sort -u)" "$want passive"
     run env OMP_NUM_THREADS=3 "$REPO/common/scripts/mpirun.sh" -np 2 bash -c 'echo "$OMP_NUM_THREADS"'
     assert_equal "$(echo "$output" | sort -u)" "3"
+    # Open MPI's Omni-Path/InfiniPath layers are left out unless the learner says otherwise
+    run env -u OMPI_MCA_mtl "$REPO/common/scripts/mpirun.sh" -np 2 bash -c 'echo "$OMPI_MCA_mtl"'
+    assert_equal "$(echo "$output" | sort -u)" "^ofi,psm,psm2"
+    run env OMPI_MCA_mtl=psm2 "$REPO/common/scripts/mpirun.sh" -np 2 bash -c 'echo "$OMPI_MCA_mtl"'
+    assert_equal "$(echo "$output" | sort -u)" "psm2"
     # a refused flag: the rank's one line and its status 2, no banner from mpirun
     run "$REPO/common/scripts/mpirun.sh" -np 2 "$REPO/02_data_parallel/train" --device cpu --batch 3 --steps 1 --out "$(scratch)/x"
     assert_equal "$status" 2

@@ -13,11 +13,15 @@
 #                          that take turns, and a run of seconds takes minutes
 #   OMP_WAIT_POLICY        passive when you have not set it: an idle OpenMP thread sleeps instead
 #                          of spinning on a core another rank needs
+#   OMPI_MCA_mtl           ^ofi,psm,psm2 when you have not set it: every rank would otherwise open
+#                          the Omni-Path and InfiniPath drivers (PSM, PSM2), find no such adapter
+#                          and close them, a quarter of a second a rank; on one machine the ranks
+#                          talk through shared memory either way
 #   -q                     no banner from mpirun when a rank fails: the course's programs end the
 #                          job with one line naming the rank and the cause, and the exit status is
 #                          the failing rank's (2 for a refused flag); a rank killed by a signal
 #                          gets one line from this script instead
-# Both variables are passed on to the ranks (-x). (Open MPI's mpi_yield_when_idle, which lets a
+# The OpenMP variables are passed on to the ranks (-x). (Open MPI's mpi_yield_when_idle, which lets a
 # waiting rank give its core away, the programs set themselves: common/comm/comm.h, "Cores".) Set them yourself to override, e.g.
 #   OMP_NUM_THREADS=2 common/scripts/mpirun.sh -np 2 ./02_data_parallel/train
 # With MPICH or another MPI than Open MPI, the flags Open MPI needs are left out. Across machines
@@ -41,6 +45,7 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 flags=()
 if mpirun --version 2>/dev/null | grep -q "Open MPI"; then
     flags+=(-q --oversubscribe -x OMP_NUM_THREADS -x OMP_WAIT_POLICY)
+    export OMPI_MCA_mtl="${OMPI_MCA_mtl:-^ofi,psm,psm2}"
     if [ "$(id -u)" = 0 ]; then
         export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     fi

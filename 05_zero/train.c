@@ -144,36 +144,7 @@ static void effective_pipeline_flags(const Config *cfg, void *values) {
 static void check_pipeline_layout(const Config *cfg, const void *values) {
     const Flags *f = values;
     int P = f->pipe.pp, T = f->model.tp, D = f->model.dp, M = cfg->micro;
-    const char *replica_flags[] = {"--dp-mode",        "--allreduce",     "--bucket-mb",
-                                   "--check-replicas", "--print-buckets", NULL}; /* 04's whole replicas */
-    for (const char **name = replica_flags; *name && (f->zero > 0 || (P == 1 && T == 1)); name++)
-        if (flag_given(cfg, *name))
-            fatal(EXIT_USAGE,
-                  "%s is chapter 04's, for whole replicas; ZeRO keeps them here (valid: --zero 0 "
-                  "with --pp > 1 or --tp > 1)",
-                  *name);
-    if (flag_given(cfg, "--virtual") && (f->zero > 0 || (P == 1 && T == 1)))
-        fatal(EXIT_USAGE,
-              "--virtual (interleaved chunks) with ZeRO is not written yet: a stage's shards are one "
-              "range of units, and its chunks are not (valid: --zero 0 with --pp > 1)");
-    if (flag_given(cfg, "--schedule") && P == 1 && T == 1)
-        fatal(EXIT_USAGE, "--schedule orders pipeline stages; with --pp 1 --tp 1 ZeRO runs its own one-stage "
-                          "step (valid: --schedule with --pp > 1 or --tp > 1)");
-    if (flag_given(cfg, "--prefetch") && f->zero != 3)
-        fatal(EXIT_USAGE, "--prefetch needs --zero 3 (only stage 3 gathers parameters)");
-    if (f->pipe.print_schedule && P == 1 && T == 1 && f->zero != 3)
-        fatal(EXIT_USAGE, "--print-schedule needs --zero 3 (only stage 3 has a gather/free schedule)");
-    if (f->zero == 3 && P > 1)
-        fatal(EXIT_USAGE,
-              "--zero 3 with --pp %d is refused: every stage would re-gather its parameters for every "
-              "micro-batch's forward and backward (DeepSpeed refuses it too; valid: --zero 0-2)",
-              P);
-    if (f->zero == 3 && T > 1)
-        fatal(EXIT_USAGE,
-              "--zero 3 with --tp %d is not written: stage 3's gather/free schedule runs in ZeRO's "
-              "one-stage trainer over whole units, and a tensor-parallel stage keeps its slices bound "
-              "for the whole step (valid: --zero 0-2)",
-              T);
+    zero_stage_check_flags(cfg, f->zero, P, T, f->pipe.print_schedule); /* what ZeRO does not combine with */
     pipeline_check_world(cfg, &f->pipe, &f->model);
     if (P == 1 && T == 1 && (cfg->batch < D * M || cfg->batch % (D * M))) /* ZeRO's step over the world */
         fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",

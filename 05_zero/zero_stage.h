@@ -47,6 +47,12 @@ typedef struct {
 void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFlags *dp,
                        const ProcessGrid *grid, CommGroup *model_group, CommGroup *world);
 void zero_stage_destroy(ZeroStage *s);
+/* The flags ZeRO does not combine with, refused in one line each (fatal),
+ * for --zero `zero` on P stages of T tensor ranks: chapter 04's replica flags
+ * under ZeRO or on one stage (ZeRO keeps the replicas), --virtual with ZeRO,
+ * --schedule on one stage, --prefetch below stage 3, --print-schedule below
+ * it on one stage, and stage 3 with stages or tensor slices. 05 and 06 both. */
+void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int print_schedule);
 /* What this rank holds of a checkpoint (--zero 0: its stage's units or their
  * slices, replica d writing share d; 1-2: zero_stage_checkpoint_layout),
  * --resume read into it, and (--zero 0) every replica's weights made rank

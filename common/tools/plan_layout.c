@@ -86,6 +86,12 @@ double plan_ring_sent_bytes(size_t count, int n, int r, int eb) {
     return elements * eb;
 }
 
+static size_t largest_of(const size_t *counts, int n) {
+    size_t largest = 0;
+    for (int i = 0; i < n; i++) largest = counts[i] > largest ? counts[i] : largest;
+    return largest;
+}
+
 /* 02's all-reduces of one step, their element counts: flat the whole
  * gradient, naive each tensor, overlap each bucket (buckets.c: tensors from
  * the last, a bucket closed once it holds --bucket-mb). Returns how many. */
@@ -123,10 +129,9 @@ static void whole_model(const Config *cfg, const PlanLayout *l, const ParamTable
             2 * table_largest_unit(t, LAYER_EMBEDDING, cfg->model.layers) * 4);
     add_step_buffers(m, cfg, l, LAYER_EMBEDDING);
     if (l->ring) { /* "ring all-reduce chunk": grown to the step's largest all-reduce, never shrunk */
-        int eb = half_of(cfg) ? 2 : 4, n = 0;
-        size_t *counts = xcalloc(t->num_tensors, sizeof(size_t)), largest = 0;
-        n = dp_allreduce_counts(t, l, eb, counts);
-        for (int i = 0; i < n; i++) largest = counts[i] > largest ? counts[i] : largest;
+        int eb = half_of(cfg) ? 2 : 4;
+        size_t *counts = xcalloc(t->num_tensors, sizeof(size_t));
+        size_t largest = largest_of(counts, dp_allreduce_counts(t, l, eb, counts));
         add(m, SPACE_DEVICE, CAT_COMM, plan_ring_chunk_bytes(largest, l->dp, eb));
         free(counts);
     }
@@ -228,10 +233,7 @@ static int split_allreduce_counts(const PlanLayout *l, const ParamTable *t, cons
             const ParamUnit *unit = table_unit(t, u);
             for (int k = unit->first_tensor; k < unit->first_tensor + unit->num_tensors; k++) {
                 const ParamTensor *x = &t->tensors[k];
-                int sliced = l->tp > 1 && x->layer >= 0 && x->layer < t->cfg.layers &&
-                             (x->kind == BLOCK_QKVW || x->kind == BLOCK_QKVB || x->kind == BLOCK_ATTPROJW ||
-                              x->kind == BLOCK_FCW || x->kind == BLOCK_FCB || x->kind == BLOCK_FCPROJW);
-                size_t numel = sliced ? x->numel / l->tp : x->numel;
+                size_t numel = plan_tp_tensor_numel(x, t->cfg.layers, l->tp);
                 held += numel;
                 if (l->dp_mode == DP_NAIVE) counts[n++] = numel;
             }
@@ -296,10 +298,10 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
         if (half)
             add(m, SPACE_DEVICE, CAT_WORKSPACE, 2 * largest * 4); /* "unit weights (fp32)", "... gradients" */
         if (l->ring) { /* "ring all-reduce chunk", of the largest all-reduce over the weight group */
-            size_t *counts = xcalloc(t->num_tensors, sizeof(size_t)), most = 0;
-            int n = split_allreduce_counts(l, t, &st, counts), ring;
+            size_t *counts = xcalloc(t->num_tensors, sizeof(size_t));
+            size_t most = largest_of(counts, split_allreduce_counts(l, t, &st, counts));
+            int ring;
             weight_ring_position(l, rank, &ring);
-            for (int i = 0; i < n; i++) most = counts[i] > most ? counts[i] : most;
             add(m, SPACE_DEVICE, CAT_COMM, plan_ring_chunk_bytes(most, ring, half ? 2 : 4));
             free(counts);
         }
@@ -354,6 +356,11 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
 
 int plan_replica_ranks(const PlanLayout *l) {
     return l->pp * (l->cp > 1 ? l->cp : 1) * l->tp;
+}
+
+int plan_forward_runs(const Config *cfg, const PlanLayout *l) {
+    int pipeline = l->chapter == 4 || (l->chapter >= 5 && (l->pp > 1 || l->tp > 1));
+    return cfg->recompute ? (pipeline && l->schedule == SCHED_ZB_H1 ? 3 : 2) : 1;
 }
 
 int plan_ranks(const PlanLayout *l) {
@@ -415,8 +422,7 @@ static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTab
         tr->tp_allreduce_calls = M * blocks * 2;
         tr->tp_allreduce = tr->tp_allreduce_calls * 2 * (tp - 1) / tp * 2 * C * 4;
     } else if (tp > 1) { /* --recompute: the attention's again in B, and under zb-h1 once more in W */
-        int again = cfg->recompute ? (l->chapter >= 4 && l->schedule == SCHED_ZB_H1 ? 2 : 1) : 0;
-        tr->tp_allreduce_calls = M * blocks * (4 + again);
+        tr->tp_allreduce_calls = M * blocks * (4 + plan_forward_runs(cfg, l) - 1);
         tr->tp_allreduce = tr->tp_allreduce_calls * 2 * (tp - 1) / tp * boundary;
     }
     if (cp > 1) { /* the ring, per block: (cp-1) k|v forward (again with --recompute), (cp-1) k|v and

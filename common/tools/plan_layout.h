@@ -89,6 +89,10 @@ int plan_ranks(const PlanLayout *l);
 size_t plan_ring_chunk_bytes(size_t count, int n, int eb);
 double plan_ring_sent_bytes(size_t count, int n, int r, int eb);
 int plan_replica_ranks(const PlanLayout *l);
+/* How often a block's forward runs in a step: once; with --recompute again
+ * in the backward (B), and under a pipeline's zb-h1 once more in W, which
+ * recomputes it too (model.h). */
+int plan_forward_runs(const Config *cfg, const PlanLayout *l);
 void plan_memory(const Config *cfg, const PlanLayout *l, int rank, PlanMemory *m);
 void plan_traffic(const Config *cfg, const PlanLayout *l, int rank, PlanTraffic *t);
 /* Add what t sends to the grid axis each collective runs on, grid.h's order

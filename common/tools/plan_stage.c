@@ -73,6 +73,13 @@ size_t plan_tp_unit_numel(const ModelConfig *m, int unit, int tp) {
     return (3 * C * C + 3 * C + C * C + 4 * C * C + 4 * C + 4 * C * C) / tp + 6 * C;
 }
 
+size_t plan_tp_tensor_numel(const ParamTensor *x, int layers, int tp) {
+    int sliced = tp > 1 && x->layer >= 0 && x->layer < layers &&
+                 (x->kind == BLOCK_QKVW || x->kind == BLOCK_QKVB || x->kind == BLOCK_ATTPROJW ||
+                  x->kind == BLOCK_FCW || x->kind == BLOCK_FCB || x->kind == BLOCK_FCPROJW);
+    return sliced ? x->numel / tp : x->numel;
+}
+
 size_t plan_tp_block_activation_bytes(const ModelConfig *m, int tp, int B, int T, int first_block,
                                       int last_block, int recompute, int sp) {
     size_t BT = (size_t)B * T, C = m->dmodel, Cl = C / tp, Hl = 4 * C / tp, NHl = m->heads / tp;

@@ -22,6 +22,7 @@
 #define PLAN_STAGE_H
 
 #include "model_config.h"
+#include "param_table.h"
 
 #include <stddef.h>
 
@@ -40,6 +41,10 @@ void plan_stage_slots(int schedule, int P, int V, int M, int stage, int *slots);
  * block's output) and its scratch ("activation gradients"), for blocks
  * first..last. */
 size_t plan_tp_unit_numel(const ModelConfig *m, int unit, int tp);
+/* The same for one tensor of the table (a model of `layers` blocks): its
+ * elements, or a 1/tp slice of them for qkv's, attproj's weight, fc's and
+ * fcproj's weight. */
+size_t plan_tp_tensor_numel(const ParamTensor *x, int layers, int tp);
 size_t plan_tp_block_activation_bytes(const ModelConfig *m, int tp, int B, int T, int first_block,
                                       int last_block, int recompute, int sp);
 size_t plan_tp_scratch_bytes(const ModelConfig *m, int tp, int B, int T);

@@ -101,9 +101,7 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
     out->flops_per_step = (6 * P + 12 * L * T * C) * cfg->batch * T;
     /* the forward, a third of it, runs once; with --recompute again in B, and under a pipeline's
      * zb-h1 once more in W (model.h) */
-    int pipeline = l->chapter == 4 || (l->chapter >= 5 && (l->pp > 1 || l->tp > 1));
-    double forwards = cfg->recompute ? (pipeline && l->schedule == SCHED_ZB_H1 ? 3 : 2) : 1;
-    double compute = out->flops_per_step / N / split / m->flops * (2 + forwards) / 3;
+    double compute = out->flops_per_step / N / split / m->flops * (2 + plan_forward_runs(cfg, l)) / 3;
     out->busy_s[PART_COMPUTE] = out->exposed_s[PART_COMPUTE] = compute;
 
     /* the parameters the device's AdamW updates: all (01, 02, 05 stage 0), a shard, none (06); a

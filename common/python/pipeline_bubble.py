@@ -5,6 +5,7 @@ Used by plot.py (--bubbles) and common/scripts/bubble_bench.sh; no plotting libr
 """
 import csv
 import os
+from functools import lru_cache
 from statistics import median
 
 
@@ -14,13 +15,20 @@ def zb_h1_formula(P, M, tf, tb, tw):
     return idle / (M * (tf + tb + tw) + idle)
 
 
-def measured_op_times(run_dir):
-    """{op: median duration in us} over rank 0's records of every step but the first, or {} without a timeline."""
+@lru_cache(maxsize=None)
+def timeline_rows(run_dir):
+    """A run's timeline.csv as a tuple of rows (dicts), read once however many of the functions
+    below ask; None without one."""
     path = os.path.join(run_dir, "timeline.csv")
     if not os.path.exists(path):
-        return {}
+        return None
     with open(path, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["rank"] == "0"]
+        return tuple(csv.DictReader(f))
+
+
+def measured_op_times(run_dir):
+    """{op: median duration in us} over rank 0's records of every step but the first, or {} without a timeline."""
+    rows = [r for r in timeline_rows(run_dir) or () if r["rank"] == "0"]
     first = min((int(r["step"]) for r in rows), default=0)
     durations = {}
     for r in rows:
@@ -95,18 +103,17 @@ def timeline_replay(run_dir, P, tp=1):
     tensor rank 0: stage s is world rank s x tp, grid.h), the median over those steps; V is how
     many forwards stage 0 ran of micro-batch 0. None without a timeline, with one step, or with
     steps that do not replay (a timeline of some ranks or actions only)."""
-    path = os.path.join(run_dir, "timeline.csv")
-    if not os.path.exists(path):
+    rows = timeline_rows(run_dir)
+    if rows is None:
         return None
     steps = {}
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            rank, kind = int(r["rank"]), COMPUTE_OPS.get(r["op"])
-            if kind is None or rank % tp or rank // tp >= P:
-                continue
-            start, end = float(r["start_us"]), float(r["end_us"])
-            steps.setdefault(int(r["step"]), [[] for _ in range(P)])[rank // tp].append(
-                (start, kind, int(r["micro"]), end - start))
+    for r in rows:
+        rank, kind = int(r["rank"]), COMPUTE_OPS.get(r["op"])
+        if kind is None or rank % tp or rank // tp >= P:
+            continue
+        start, end = float(r["start_us"]), float(r["end_us"])
+        steps.setdefault(int(r["step"]), [[] for _ in range(P)])[rank // tp].append(
+            (start, kind, int(r["micro"]), end - start))
     replayed = []
     for step in sorted(steps)[1:]:
         actions = [[a[1:] for a in sorted(stage)] for stage in steps[step]]

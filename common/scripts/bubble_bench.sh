@@ -53,6 +53,14 @@ sys.path.insert(0, "common/python")
 from pipeline_bubble import timeline_replay, zb_h1_formula_measured
 out, P, M = sys.argv[1], int(os.environ["stages"]), int(os.environ["micro"])
 rows = list(csv.DictReader(open(os.path.join(out, "bubbles.csv"))))
+
+
+def median_of(values):
+    """The median of the values that are there (a theory needs a timeline), or None."""
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
 print("schedule,bubble_theory,median,min,max,relative,theory_at_times,relative_at_times,replayed,relative_replayed")
 for s in dict.fromkeys(r["schedule"] for r in rows):
     m = [float(r["bubble_measured"]) for r in rows if r["schedule"] == s]
@@ -60,10 +68,9 @@ for s in dict.fromkeys(r["schedule"] for r in rows):
     med = statistics.median(m)
     line = f"{s},{theory:.4f},{med:.4f},{min(m):.4f},{max(m):.4f},{med / theory - 1:+.2f}"
     dirs = [os.path.join(out, f"{s}.r{r['repeat']}") for r in rows if r["schedule"] == s]
-    for theory_of in ((lambda d: zb_h1_formula_measured(d, P, M)) if s == "zb-h1" else None,
-                      lambda d: timeline_replay(d, P)):
-        at = [t for t in (theory_of(d) for d in dirs) if t is not None] if theory_of else []
-        line += f",{statistics.median(at):.4f},{med / statistics.median(at) - 1:+.2f}" if at else ",,"
+    timed = median_of(zb_h1_formula_measured(d, P, M) for d in dirs) if s == "zb-h1" else None
+    for at in (timed, median_of(timeline_replay(d, P) for d in dirs)):
+        line += f",{at:.4f},{med / at - 1:+.2f}" if at else ",,"
     print(line)
 PY
 cat "$out/bubbles_summary.csv"

@@ -207,8 +207,9 @@ void run_finish(Run *run, size_t params, const char *extra_header, const char *e
     run->steps_csv = NULL;
     size_t peak_device = run->across->peak_device(run);
     char header[512], values[512]; /* the chapter's columns, then (RunSpec.axis_bytes) each axis's bytes */
-    snprintf(header, sizeof header, "%s", extra_header ? extra_header : "");
-    snprintf(values, sizeof values, "%s", extra_values ? extra_values : "");
+    if ((size_t)snprintf(header, sizeof header, "%s", extra_header ? extra_header : "") >= sizeof header ||
+        (size_t)snprintf(values, sizeof values, "%s", extra_values ? extra_values : "") >= sizeof values)
+        fatal(EXIT_RUNTIME, "run_finish: run.csv's columns are longer than %zu bytes", sizeof header);
     if (run->spec->axis_bytes && run->across->axis_columns)
         run->across->axis_columns(run, header, values, sizeof header);
     RunSummary r;

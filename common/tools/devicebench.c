@@ -13,6 +13,7 @@
  * memcpy and the AdamW the CPU kernel's, so the same program checks itself on
  * any machine (tests/plan_time.bats); on a GPU the copies go through the copy
  * engines, as chapter 06's offload copies do. */
+#include "csvlog.h"
 #include "device.h"
 #include "kernels.h"
 #include "util.h"
@@ -76,11 +77,6 @@ static Settings parse(int argc, char **argv) {
     return s;
 }
 
-static int compare_doubles(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
 /* What one run of a measurement does; which says which. */
 typedef enum { RUN_H2D, RUN_D2H, RUN_ADAMW } Which;
 
@@ -109,10 +105,9 @@ static double median_seconds(const Buffers *b, Which which, int reps) {
         run_once(b, which, r + 2);
         s[r] = timer_stop_ms(&t) * 1e-3;
     }
-    qsort(s, (size_t)reps, sizeof(double), compare_doubles);
-    double median = reps % 2 ? s[reps / 2] : 0.5 * (s[reps / 2 - 1] + s[reps / 2]);
+    double m = median(s, reps);
     free(s);
-    return median;
+    return m;
 }
 
 int main(int argc, char **argv) {

@@ -86,14 +86,21 @@ static void after_forward(int unit, void *context) {
 /* ---- gradients: device -> host, a unit at a time ---- */
 
 /* The slice of `unit` has landed in the host's staging: add it into the
- * fp32 shard (the step's first micro-batch writes it). */
+ * fp32 shard (the step's first micro-batch writes it). In 16 bits the sum is
+ * rounded to the 16-bit format after every add, as chapter 01's 16-bit
+ * gradients and 05's 16-bit shard hold it (accumulate_half): the same sums,
+ * so an fp16 sum past 65504 is Inf here too and the step is skipped where
+ * theirs is. An fp32 sum would stay finite and update where they skip. */
 static void land_slice(Offload *o, int unit) {
     size_t at = slice_at(o, unit), S = slice_numel(o, unit);
     float *sum = o->grads[o->cur] + at;
     int first = !o->arrived[unit - o->first_unit];
     if (o->half) {
         const uint16_t *h = (const uint16_t *)o->grads_landing + at;
-        for (size_t i = 0; i < S; i++) sum[i] = (first ? 0.0f : sum[i]) + half_to_float(h[i], o->format);
+        HalfFormat f = o->format;
+        for (size_t i = 0; i < S; i++)
+            sum[i] = first ? half_to_float(h[i], f)
+                           : half_to_float(half_from_float(sum[i] + half_to_float(h[i], f), f), f);
     } else {
         const float *f = (const float *)o->grads_landing + at;
         if (first)

@@ -23,7 +23,8 @@
  *                                          compute (or the collective's return); the backward
  *                                          of unit u-1 runs meanwhile
  *   add it into the fp32 shard   host      when the copy of u is done, found before the outbox
- *                                          is reused by unit u-1 or at the end of backward
+ *                                          is reused by unit u-1 or at the end of backward;
+ *                                          (16 bits) the sum rounded to 16 bits, as 01's is
  *   gradient norm, loss scale    host      from the fp32 shard; summed over the ranks
  *   AdamW on unit u's slice      host      cpu_adamw: master, m, v, and the 16-bit rounding
  *   copy the slice H2D           copy      host staging -> inbox[u % 2]; AdamW of unit u+1
@@ -155,9 +156,10 @@ void offload_begin_step(Offload *o, int step);
  * them into the host's fp32 shard. */
 void offload_finish_grads(Offload *o);
 /* What this rank holds of the gradient, for the norm (optimizer_step.h):
- * its fp32 shard in host memory (Inf or NaN where an fp16 gradient
- * overflowed), read by the CPU kernels whichever backend computes; the
- * shards of every rank of `world` make the model. */
+ * its fp32 shard in host memory (Inf or NaN where an fp16 gradient or
+ * its sum over the micro-batches overflowed, as in chapter 01), read by
+ * the CPU kernels whichever backend computes; the shards of every rank of
+ * `world` make the model. */
 GradShards offload_grad_shards(const Offload *o, CommGroup *world);
 /* Tests of the fp16 skip: with COURSE_FAULT_OVERFLOW_STEP=k, step k's first
  * gradient element on data-parallel rank 0 becomes +Inf. */

@@ -521,6 +521,14 @@ double pipeline_log_layout(const Pipeline *p, const char *program, const Process
     return bubble_theory;
 }
 
+void pipeline_ckpt_layout_init(CkptLayout *l, const char *program, const ProcessGrid *grid,
+                               const char *schedule, const char *more) {
+    char cp[32] = "";
+    if (grid->cp > 1) snprintf(cp, sizeof cp, " x cp %d", grid->cp);
+    ckpt_layout_init(l, "%s: pp %d%s x tp %d x dp %d, %s%s%s", program, grid->pp, cp, grid->tp, grid->dp,
+                     schedule, more ? ", " : "", more ? more : "");
+}
+
 GradShards pipeline_grad_shards(Pipeline *p, CommGroup *model_group, CommGroup *world) {
     GradShards held = precision_grad_shards(&p->model, &p->mixed); /* this stage's units */
     held.sum_group = p->layout.pp;                                 /* the stages together hold the model */

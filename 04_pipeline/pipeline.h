@@ -161,6 +161,14 @@ double pipeline_measure_bubble(const StageTimes *times, const ProcessGrid *grid,
 double pipeline_log_layout(const Pipeline *p, const char *program, const ProcessGrid *grid,
                            const char *dp_mode, const char *allreduce, size_t whole_params,
                            const char *schedule, const int *blocks);
+/* An empty checkpoint layout (checkpoint.h: ckpt_layout_init) whose writer
+ * text names the layout as the grid lays out the ranks: "<program>: pp P x
+ * tp T x dp D, <schedule>" (cp C after pp where the grid has it), then
+ * `more` where the chapter adds to the layout (05: "zero 2"; 06:
+ * "offload"), or NULL. Chapters 04, 05 and 06 name their layouts here only,
+ * so that common/ckpt and a safetensors export repeat every axis. */
+void pipeline_ckpt_layout_init(CkptLayout *l, const char *program, const ProcessGrid *grid,
+                               const char *schedule, const char *more);
 /* What this rank holds of the gradients, for the global norm: its stage's
  * units (or with tensor parallelism their slices, counted once over
  * model_group), summed over the stages and agreed over the world. */

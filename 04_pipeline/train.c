@@ -181,8 +181,7 @@ int main(int argc, char **argv) {
     DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
     data_parallel_create(&replicas, dp, grid.dp_group, held, mixed, cfg.precision);
 
-    ckpt_layout_init(&run.ckpt, "%s: pp %d x tp %d x dp %d, %s", PROGRAM, P, grid.tp, grid.dp,
-                     flags.pipe.schedule); /* replica d writes share d */
+    pipeline_ckpt_layout_init(&run.ckpt, PROGRAM, &grid, flags.pipe.schedule, NULL); /* replica d: share d */
     if (layout.tensor)
         tp_checkpoint_layout(&p.tpm, &opt, grid.d, &run.ckpt); /* this stage's slices */
     else

@@ -74,9 +74,10 @@ void zero_stage_destroy(ZeroStage *s) {
 void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const ProcessGrid *grid,
                        const char *schedule) {
     Pipeline *p = s->p;
-    ckpt_layout_init(&run->ckpt, "%s: pp %d x tp %d x dp %d, %s", program, grid->pp, grid->tp, grid->dp,
-                     schedule); /* replica d writes share d */
-    if (s->zero)                /* the held units or slices; the moments of this rank's dp shard */
+    char zero[16];
+    snprintf(zero, sizeof zero, "zero %d", s->zero);
+    pipeline_ckpt_layout_init(&run->ckpt, program, grid, schedule, s->zero ? zero : NULL);
+    if (s->zero) /* the held units or slices; the moments of this rank's dp shard */
         zero_stage_checkpoint_layout(&s->z, p->layout.tensor ? &p->tpm : NULL, &run->ckpt);
     else if (p->layout.tensor)
         tp_checkpoint_layout(&p->tpm, &s->opt, grid->d, &run->ckpt); /* this stage's slices */

@@ -72,7 +72,7 @@ void offload_finish_delayed(Offload *o, DelayedUpdate *delayed) {
 }
 
 void offload_stage_create(Offload *o, Pipeline *p, const ProcessGrid *grid, Run *run, const char *program,
-                          const OffloadFlags *f) {
+                          const char *schedule, const OffloadFlags *f) {
     const StageLayout *l = &p->layout;
     const Config *cfg = l->cfg;
     int dpu = f->dpu;
@@ -82,8 +82,7 @@ void offload_stage_create(Offload *o, Pipeline *p, const ProcessGrid *grid, Run 
         offload_create(o, &p->model, l->first_unit, l->last_unit, grid->dp_group, cfg, dpu);
     offload_attach_timeline(o, &p->times.timeline, &p->times.origin_ms);
     /* each rank's host shard of its stage's units (offload.h) */
-    ckpt_layout_init(&run->ckpt, "%s: pp %d x dp %d, offload%s", program, grid->pp, grid->dp,
-                     dpu ? ", dpu" : "");
+    pipeline_ckpt_layout_init(&run->ckpt, program, grid, schedule, dpu ? "offload, dpu" : "offload");
     offload_checkpoint_layout(o, &run->ckpt);
     if (run_resume(run, &o->t)) offload_weights_from_master(o); /* the device's weights from the fp32 */
     char tp[48] = ""; /* --tp: each rank's host shard is of its tensor slices */

@@ -46,11 +46,12 @@ void offload_finish_delayed(Offload *o, DelayedUpdate *delayed);
 
 /* The offload of stage p's units over grid's dp group (--dpu: a second
  * gradient shard for the delayed update), its rows in the stage's timeline,
- * what this rank holds of a checkpoint (its host shard), --resume read into
- * it and the device's weights rounded from it; then the run's header line
+ * what this rank holds of a checkpoint (its host shard, the layout named
+ * with the schedule by pipeline_ckpt_layout_init), --resume read into it
+ * and the device's weights rounded from it; then the run's header line
  * (the layout, the parameters in this rank's host shard, the batch). */
 void offload_stage_create(Offload *o, Pipeline *p, const ProcessGrid *grid, Run *run, const char *program,
-                          const OffloadFlags *f);
+                          const char *schedule, const OffloadFlags *f);
 /* The decision of step `step` (1-based): the gradient norm from every
  * rank's host shard (world: every stage's), fp16's loss scale, clipping;
  * *update gets the step's learning rate and gradient factor. Returns 1 when

@@ -371,7 +371,8 @@ int main(int argc, char **argv) {
     OffloadStage st = {.offload = offload};
     double bubble_theory = 0.0;
     if (offload) {
-        offload_stage_create(&st.off, &p, &grid, &run, PROGRAM, &flags.offload); /* --resume, the header */
+        offload_stage_create(&st.off, &p, &grid, &run, PROGRAM, flags.pipe.schedule,
+                             &flags.offload); /* --resume, the header */
     } else {
         zero_stage_create(&st.replicas, &p, flags.zero, dp, &grid, model_group, run.world);
         zero_stage_resume(&st.replicas, &run, PROGRAM, &grid, flags.pipe.schedule); /* and rank 0's weights */

@@ -232,11 +232,30 @@ checksum_of() { "$CKPT" verify "$1" | awk '{ print $2 }'; }
     assert_output --partial "export PATH OUT"
 }
 
+@test "06 --offload --pp 2 --tp 2 names every axis of its layout in common/ckpt and a safetensors export; 05 its ZeRO stage" {
+    local d
+    d="$(scratch)"
+    mpirun_np 4 "$TRAIN06" $FLAGS --steps 1 --offload --pp 2 --tp 2 --save "$d/ck" --out "$d/six" >/dev/null
+    run "$CKPT" "$d/ck"
+    assert_success
+    assert_line "writer      06_offload/train: pp 2 x tp 2 x dp 1, 1f1b, offload"
+    "$CKPT" export "$d/ck" "$d/model.safetensors"
+    run python3 "$REPO/tests/safetensors_check.py" "$d/model.safetensors" "$d/ck" 2 64 256 64
+    assert_success
+    assert_line "writer 06_offload/train: pp 2 x tp 2 x dp 1, 1f1b, offload"
+    run "$CKPT" "$CK/ck06" # 2 stages x 2 replicas
+    assert_line "writer      06_offload/train: pp 2 x tp 1 x dp 2, 1f1b, offload"
+    mpirun_np 2 "$TRAIN05" $FLAGS --steps 1 --pp 2 --zero 1 --save "$d/ck05" --out "$d/five" >/dev/null
+    run "$CKPT" "$d/ck05"
+    assert_line "writer      05_zero/train: pp 2 x tp 1 x dp 1, 1f1b, zero 1"
+}
+
 @test "common/ckpt export writes safetensors that a parser of our own (or safetensors.torch) reads back" {
     run "$CKPT" export "$CK/ck04" "$(scratch)/model.safetensors"
     assert_success
     run python3 "$REPO/tests/safetensors_check.py" "$(scratch)/model.safetensors" "$CK/ck04" 2 64 256 64
     assert_success
+    assert_line "writer 04_pipeline/train: pp 2 x tp 1 x dp 1, 1f1b"
     assert_output --partial "ok 29 tensors"
     "$CKPT" export "$CK/ck04" "$(scratch)/all.safetensors" --optimizer
     python3 -c 'import json, struct, sys

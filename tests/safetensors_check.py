@@ -10,9 +10,11 @@ usage: safetensors_check.py EXPORT CHECKPOINT LAYERS DMODEL VOCAB SEQ
   F32 tensors whose data_offsets tile the data exactly;
 - every tensor's bytes equal the checkpoint's params array at that tensor's
   place (the checkpoint's header is parsed here with struct);
+- the metadata's writer is the checkpoint header's writer text (the program
+  and its layout), where that text is UTF-8;
 - with safetensors + torch importable, safetensors.torch.load_file reads it
   and gives the same values.
-Prints "ok N tensors" or exits 1 naming the first problem."""
+Prints "writer TEXT", then "ok N tensors", or exits 1 naming the first problem."""
 import json
 import struct
 import sys
@@ -40,7 +42,7 @@ def main():
     (n,) = struct.unpack_from("<Q", blob, 0)
     header = json.loads(blob[8:8 + n])
     data = blob[8 + n:]
-    header.pop("__metadata__", None)
+    metadata = header.pop("__metadata__", {})
     want = expected_tensors(L, C, V, T)
     if sorted(header) != sorted(name for name, _ in want):
         fail(f"tensors {sorted(header)} != {sorted(name for name, _ in want)}")
@@ -48,6 +50,13 @@ def main():
     ck = open(checkpoint, "rb").read()
     if ck[:8] != b"GPTCKPT\0":
         fail("the checkpoint has no magic")
+    try:  # 96 bytes at offset 136 (checkpoint.h), NUL-padded
+        writer = ck[136:136 + 96].split(b"\0")[0].decode("utf-8")
+    except UnicodeDecodeError:
+        writer = metadata.get("writer")  # escaped in the export: another test's business
+    if metadata.get("writer") != writer:
+        fail(f"the metadata's writer {metadata.get('writer')!r} is not the checkpoint's {writer!r}")
+    print(f"writer {writer}")
     num_params, data_offset = struct.unpack_from("<QQ", ck, 48)
     params = ck[data_offset:data_offset + 4 * num_params]
 

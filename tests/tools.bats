@@ -184,6 +184,33 @@ EOF
     done
 }
 
+@test "concepts.py draws over its own earlier drawings, and refuses a text file or a directory at a drawing's name" {
+    local dir="$(scratch)/concepts" text="$REPO/tests/fixtures/text.txt"
+    mkdir -p "$dir"
+    cp "$text" "$dir/formats.png"
+    run --separate-stderr "$(plot_python)" "$REPO/common/python/concepts.py" "$dir"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "concepts: OUT_DIR $dir/formats.png: exists and is not a PNG matplotlib wrote (valid: a new name or an earlier PNG matplotlib wrote)"
+    cmp "$dir/formats.png" "$text"
+    [ ! -e "$dir/ring-allreduce.png" ] # refused before any drawing
+    rm "$dir/formats.png"
+    mkdir "$dir/formats.png"
+    run --separate-stderr "$(plot_python)" "$REPO/common/python/concepts.py" "$dir"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "concepts: OUT_DIR $dir/formats.png: is a directory (valid: a file name)"
+    cp "$text" "$(scratch)/notes.txt"
+    run --separate-stderr "$(plot_python)" "$REPO/common/python/concepts.py" "$(scratch)/notes.txt"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "concepts: OUT_DIR $(scratch)/notes.txt: exists and is not a directory (valid: a new name or a directory)"
+    cmp "$(scratch)/notes.txt" "$text"
+    "$(plot_python)" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"
+    rmdir "$dir/formats.png"
+    for i in 1 2; do # new names, then over its own drawings
+        run "$(plot_python)" "$REPO/common/python/concepts.py" "$dir"
+        assert_success
+    done
+}
+
 @test "the formats drawing's numbers follow from the bit counts as half.h's table says" {
     run python3 -c "import sys; sys.path.insert(0, '$REPO/common/python'); import concepts
 for name, e, m in concepts.FORMATS: print(name, *('%.4g' % x for x in concepts.format_numbers(e, m)))"

@@ -1,5 +1,5 @@
-"""tool.py: the house rules of the course's Python tools (plot.py, chapter_diffs.py, 06_offload/capacity.py),
-written once.
+"""tool.py: the house rules of the course's Python tools (plot.py, chapter_diffs.py, concepts.py,
+kernel_breakdown.py, 06_offload/capacity.py), written once.
 
 - Bad input ends a tool with ONE line on stderr naming the problem and the valid form, and exit status 2:
   a tool raises Refusal, and run_tool(PREFIX, main) prints it. A file that cannot be opened, read or
@@ -8,11 +8,11 @@ written once.
 - read_csv reads a CSV the course's programs write, and refuses in one line what is not one: a missing
   file, a binary one, an empty one, a header without rows, a row cut short, and (asked for by a row) a
   column the file does not have.
-- The output-file rule, the same as the C programs' and the scripts': a tool writes a file only at a new
-  name or over its own earlier output, which it recognises by content (check_output_file); never over
-  a directory, a device or any other file. A tool whose --out is a directory of its files makes it
-  with make_output_dir (a new name or a directory) and checks each file it writes there with
-  check_output_file.
+- The output-file rule, the same as the C programs' and the scripts', with the same messages: a tool
+  writes a file only at a new name or over its own earlier output, which it recognises by content
+  (check_output_file); never over a directory, a device or any other file. A tool whose --out is a
+  directory of its files makes it with make_output_dir (a new name or a directory) and checks each
+  file it writes there with check_output_file.
 """
 import csv
 import io

@@ -19,11 +19,14 @@ The search stops at --max-layers: a program that fits the cap is reported
 as training "at least N layers (the --max-layers cap)" (at_cap 1 in the CSV),
 since more might fit. A budget that fits not even one layer is an answer
 ("fits no model", exit 0); a budget that is not a positive size, or an --out
-that cannot be written, is an error (one line; exit 2, or 1 for --out).
+that cannot be written, is an error (one line; exit 2).
 
 Writes capacity.csv (budget_bytes,program,precision,layers,dmodel,params,
-peak_device_bytes,peak_host_bytes,at_cap) into --out; `python3 common/python/plot.py
---capacity CSV` draws it.
+peak_device_bytes,peak_host_bytes,at_cap) into --out, a new directory or an
+existing one, at a new name or over an earlier capacity.csv (recognised by that
+header), never over another file (one line, exit 2, before any trial); the
+trials run in a directory of their own inside --out, removed at the end.
+`python3 common/python/plot.py --capacity CSV` draws it.
 """
 import argparse
 import csv
@@ -31,8 +34,12 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "common", "python"))
+from tool import Refusal, check_output_file, file_starts_with, make_output_dir, run_tool  # noqa: E402
+
 PROGRAMS = {
     "01": [os.path.join(REPO, "01_single_gpu", "train")],
     "06": [os.path.join(REPO, "06_offload", "train"), "--offload"],
@@ -42,10 +49,13 @@ PROGRAMS = {
 SIZE_FORM = "a positive number of bytes with an optional K, M or G suffix, e.g. 8M or 1.5G"
 
 
+COLUMNS = ["budget_bytes", "program", "precision", "layers", "dmodel", "params", "peak_device_bytes",
+           "peak_host_bytes", "at_cap"]
+
+
 def fail(message, status=2):
-    """One line on stderr and the exit status: 2 for bad input, 1 for what could not be written."""
-    print(f"capacity.py: error: {message}", file=sys.stderr)
-    sys.exit(status)
+    """One line on stderr and the exit status (tool.run_tool): 2 for bad input, 1 for what could not be written."""
+    raise Refusal(message, status)
 
 
 def parse_size(text):
@@ -119,18 +129,6 @@ def report(program, budget, best, capped, args):
         print(f"{where} trains {layers}, {params}")
 
 
-def make_out(path):
-    """Create --out before any trial, or end (exit 1) naming why it cannot be written."""
-    try:
-        os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, ".capacity-probe")
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
-    except OSError as e:
-        fail(f"--out {path}: cannot write there ({e.strerror or e}); give a directory this user can write", 1)
-
-
 def main():
     parser = argparse.ArgumentParser(description="Largest model per device budget: chapter 01 against 06.")
     parser.add_argument("--budgets", default="8M,16M,32M", help="device budgets, comma-separated (K/M/G)")
@@ -142,29 +140,35 @@ def main():
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-recompute", dest="recompute", action="store_false",
                         help="keep every block's activations (default: --recompute in both programs)")
-    parser.add_argument("--out", default="runs/capacity")
+    parser.add_argument("--out", default="runs/capacity",
+                        help="the directory of capacity.csv, new or existing: a capacity.csv there is replaced "
+                             "only if it is an earlier one (default runs/capacity)")
     args = parser.parse_args()
     budgets = parse_budgets(args.budgets)
     if args.max_layers < 1:
         fail(f"--max-layers: {args.max_layers} is below 1 (valid: a whole number of layers, at least 1)")
-    make_out(args.out)
-    rows = []
-    for budget in budgets:
-        for program in PROGRAMS:
-            best, capped = largest(program, budget, args, os.path.join(args.out, f"trial-{program}"))
-            report(program, budget, best, capped, args)
-            if best is None:
-                continue
-            rows.append({"budget_bytes": budget, "program": program, "precision": args.precision,
-                         "layers": best["layers"], "dmodel": best["dmodel"], "params": best["params"],
-                         "peak_device_bytes": best["peak_device_bytes"],
-                         "peak_host_bytes": best.get("peak_host_bytes", ""), "at_cap": int(capped)})
+    # --out and the file written there are checked before any trial (tool.py's output-file rule)
+    make_output_dir(args.out, "--out")
     path = os.path.join(args.out, "capacity.csv")
+    check_output_file(path, "--out", "capacity.csv of capacity.py",
+                      lambda p: file_starts_with(p, (",".join(COLUMNS) + "\n").encode()))
+    rows = []
+    # the trials' run directories: a fresh one inside --out, removed at the end, so that no
+    # directory already there is replaced by a trial's files
+    with tempfile.TemporaryDirectory(prefix=".capacity-trials-", dir=args.out) as trials:
+        for budget in budgets:
+            for program in PROGRAMS:
+                best, capped = largest(program, budget, args, os.path.join(trials, program))
+                report(program, budget, best, capped, args)
+                if best is None:
+                    continue
+                rows.append({"budget_bytes": budget, "program": program, "precision": args.precision,
+                             "layers": best["layers"], "dmodel": best["dmodel"], "params": best["params"],
+                             "peak_device_bytes": best["peak_device_bytes"],
+                             "peak_host_bytes": best.get("peak_host_bytes", ""), "at_cap": int(capped)})
     try:
         with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=["budget_bytes", "program", "precision", "layers", "dmodel",
-                                                   "params", "peak_device_bytes", "peak_host_bytes", "at_cap"],
-                                    lineterminator="\n")
+            writer = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
             writer.writeheader()
             writer.writerows(rows)
     except OSError as e:
@@ -173,4 +177,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_tool("capacity.py: error: ", main)

@@ -90,6 +90,49 @@ setup() {
     [[ "$stderr" == *"course.md's diff rows (chapters 03) are not the current ones"* ]]
 }
 
+@test "chapter_diffs.py refuses a --repo that is not a directory in one line, exit 2" {
+    run --separate-stderr python3 "$REPO/common/python/chapter_diffs.py" --repo /nonexistent
+    assert_equal "$status" 2
+    assert_equal "${#stderr_lines[@]}" 1
+    assert_equal "$stderr" "chapter_diffs: --repo /nonexistent: is not a directory (valid: a copy of the course, whose chapter folders NN_name hold train.c)"
+}
+
+@test "chapter_diffs.py refuses an --out it cannot create in one line, exit 2" {
+    run --separate-stderr python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --out /proc/x
+    assert_equal "$status" 2
+    assert_equal "${#stderr_lines[@]}" 1
+    assert_regex "$stderr" "^chapter_diffs: --out /proc/x: cannot write there \(.*\) \(valid: a directory this user can write\)$"
+}
+
+@test "chapter_diffs.py --out refuses a text file at a diff's name and a directory, and takes a new name and its own diffs" {
+    local out="$BATS_TEST_TMPDIR/d" text="$REPO/tests/fixtures/text.txt"
+    # a new name, then again over its own earlier diffs
+    run python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --out "$out"
+    assert_success
+    cp "$out/01-02.diff" "$BATS_TEST_TMPDIR/first.diff"
+    printf 'int w;\n' >>"$FAKE/02_b/sync.h"
+    run python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --out "$out"
+    assert_success
+    grep -q '^+int w;$' "$out/01-02.diff"
+    # a file that is not its diff, and a directory, are refused before any diff is written
+    cp "$text" "$out/02-03.diff"
+    run --separate-stderr python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --out "$out"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "chapter_diffs: --out $out/02-03.diff: exists and is not a diff chapter_diffs.py wrote (valid: a new name or an earlier diff chapter_diffs.py wrote)"
+    cmp "$out/02-03.diff" "$text"
+    rm "$out/02-03.diff"
+    mkdir "$out/02-03.diff"
+    run --separate-stderr python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --out "$out"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "chapter_diffs: --out $out/02-03.diff: is a directory (valid: a file name)"
+    # --out itself a text file
+    cp "$text" "$BATS_TEST_TMPDIR/notes.txt"
+    run --separate-stderr python3 "$REPO/common/python/chapter_diffs.py" --repo "$FAKE" --out "$BATS_TEST_TMPDIR/notes.txt"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "chapter_diffs: --out $BATS_TEST_TMPDIR/notes.txt: exists and is not a directory (valid: a new name or a directory)"
+    cmp "$BATS_TEST_TMPDIR/notes.txt" "$text"
+}
+
 # The real chapters: the pairs made cumulative (issue 27: every pair, 01 -> 02 to 05 -> 06) keep within
 # their budget (or the exception the table states), and course.md shows the current rows.
 @test "the cumulative chapters' train.c diffs keep within budget, and course.md shows the current table rows" {

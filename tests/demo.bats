@@ -159,6 +159,14 @@ runs/demo/01-small-recompute.r2"
     assert_success
 }
 
+@test "course.md's command for the ring's Gantt chart names the run directory the demo writes" {
+    local quoted dir
+    quoted="$(grep -o 'plot.py --gantt runs/[^` ]*-cp4-[^` ]*' "$REPO/course.md")"
+    dir="${quoted#plot.py --gantt }"
+    assert_regex "$dir" '^runs/.*-cp4-seq256\.r1$'
+    plan 2 | grep -q -- "03_model_parallel/train .*--out $dir "
+}
+
 @test "the pipeline sweep plot takes the fastest repeat and draws the measured bubble against the formula" {
     python="$(plot_python)"
     "$python" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"

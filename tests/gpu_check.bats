@@ -121,6 +121,28 @@ losses_csv() { # FILE N FACTOR [FIRST_STEP]
     assert_output --partial "step 2: loss 5.00025 against 5 (relative 5e-05)"
 }
 
+@test "compare_losses.sh refuses a tolerance or step count that is not a number in one line with exit 2" {
+    d="$(scratch)"
+    losses_csv "$d/ref.csv" 6 1
+    losses_csv "$d/far.csv" 6 1.5
+    # the difference is real: a valid tolerance catches it
+    run "$COMPARE" "$d/ref.csv" "$d/far.csv" 1e-4
+    assert_equal "$status" 1
+    assert_output --partial "step 1: loss 8.25 against 5.5 (relative 0.5)"
+    local tol
+    for tol in 1O-4 abc 1e-4x "" -1e-4 -1 1e 0x10 "1e-4 "; do
+        run --separate-stderr "$COMPARE" "$d/ref.csv" "$d/far.csv" "$tol"
+        assert_equal "$status" 2
+        assert_equal "$output" ""
+        assert_equal "$stderr" "compare_losses: TOLERANCE '$tol' is not a non-negative number (valid: a decimal number such as 1e-4 or 0.01)"
+    done
+    for steps in 0 abc 6x -6; do
+        run --separate-stderr "$COMPARE" "$d/ref.csv" "$d/ref.csv" 1e-4 "$steps"
+        assert_equal "$status" 2
+        assert_equal "$stderr" "compare_losses: STEPS '$steps' is not a count (valid: a whole number of steps from 1)"
+    done
+}
+
 @test "compare_losses.sh fails on a missing step, the wrong number of steps, a NaN or an empty run" {
     d="$(scratch)"
     losses_csv "$d/ref.csv" 6 1

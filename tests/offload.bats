@@ -223,11 +223,38 @@ skips_and_scales() { paste -d, <(csv_column "$1/steps.csv" skipped) <(csv_column
     [ ! -e "$(scratch)/c" ]
 }
 
-@test "capacity.py names an --out it cannot write in one line, exit 1" {
+@test "capacity.py names an --out it cannot write in one line, exit 2" {
     run --separate-stderr python3 "$REPO/06_offload/capacity.py" --budgets 8M --out /proc/x
-    assert_equal "$status" 1
+    assert_equal "$status" 2
     assert_equal "$stderr" \
-        "capacity.py: error: --out /proc/x: cannot write there (No such file or directory); give a directory this user can write"
+        "capacity.py: error: --out /proc/x: cannot write there (No such file or directory) (valid: a directory this user can write)"
+}
+
+@test "capacity.py writes capacity.csv at a new name or over its own, and refuses a text file or a directory there before any trial" {
+    local out="$(scratch)/c" text="$REPO/tests/fixtures/text.txt"
+    OMP_NUM_THREADS=1 run python3 "$REPO/06_offload/capacity.py" --budgets 64M --max-layers 1 --out "$out"
+    assert_success
+    OMP_NUM_THREADS=1 run python3 "$REPO/06_offload/capacity.py" --budgets 32M --max-layers 1 --out "$out"
+    assert_success
+    assert_equal "$(csv_column "$out/capacity.csv" budget_bytes | tr '\n' ' ')" "33554432 33554432 "
+    # the trials' run directories are gone: --out holds what capacity.py writes
+    assert_equal "$(ls -A "$out")" "capacity.csv"
+    cp "$text" "$out/capacity.csv"
+    run --separate-stderr python3 "$REPO/06_offload/capacity.py" --budgets 64M --max-layers 1 --out "$out"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "capacity.py: error: --out $out/capacity.csv: exists and is not a capacity.csv of capacity.py (valid: a new name or an earlier capacity.csv of capacity.py)"
+    assert_output ""
+    cmp "$out/capacity.csv" "$text"
+    rm "$out/capacity.csv"
+    mkdir "$out/capacity.csv"
+    run --separate-stderr python3 "$REPO/06_offload/capacity.py" --budgets 64M --max-layers 1 --out "$out"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "capacity.py: error: --out $out/capacity.csv: is a directory (valid: a file name)"
+    cp "$text" "$(scratch)/notes.txt"
+    run --separate-stderr python3 "$REPO/06_offload/capacity.py" --budgets 64M --max-layers 1 --out "$(scratch)/notes.txt"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "capacity.py: error: --out $(scratch)/notes.txt: exists and is not a directory (valid: a new name or a directory)"
+    cmp "$(scratch)/notes.txt" "$text"
 }
 
 @test "capacity.py tells a budget that fits no model from one that fits at least the --max-layers cap" {

@@ -58,6 +58,34 @@ EOF
     assert_output 4
 }
 
+@test "kernel_breakdown writes its CSV and PNG only at a new name or over its own, and refuses a text file or a directory" {
+    dir="$(scratch)" text="$REPO/tests/fixtures/text.txt"
+    printf '    60.00%%           600  [.] sgemm_kernel_ZEN  -  -\n' >"$dir/report.txt"
+    run python3 "$REPO/common/python/kernel_breakdown.py" perf "$dir/report.txt" 500 4 cpu "$dir/cpu.csv"
+    assert_success
+    run python3 "$REPO/common/python/kernel_breakdown.py" perf "$dir/report.txt" 500 2 cpu "$dir/cpu.csv"
+    assert_success
+    assert_equal "$(sed -n 2p "$dir/cpu.csv")" "cpu,matmul,sgemm_kernel_ZEN,600,600000.000"
+    cp "$text" "$dir/notes.txt"
+    run --separate-stderr python3 "$REPO/common/python/kernel_breakdown.py" perf "$dir/report.txt" 500 4 cpu "$dir/notes.txt"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "kernel_breakdown: OUT_CSV $dir/notes.txt: exists and is not a kernel_breakdown CSV (valid: a new name or an earlier kernel_breakdown CSV)"
+    cmp "$dir/notes.txt" "$text"
+    mkdir "$dir/d.csv"
+    run --separate-stderr python3 "$REPO/common/python/kernel_breakdown.py" perf "$dir/report.txt" 500 4 cpu "$dir/d.csv"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "kernel_breakdown: OUT_CSV $dir/d.csv: is a directory (valid: a file name)"
+    run --separate-stderr "$(plot_python)" "$REPO/common/python/kernel_breakdown.py" plot "$dir/notes.txt" "$dir/cpu.csv"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "kernel_breakdown: OUT_PNG $dir/notes.txt: exists and is not a PNG matplotlib wrote (valid: a new name or an earlier PNG matplotlib wrote)"
+    cmp "$dir/notes.txt" "$text"
+    "$(plot_python)" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"
+    for i in 1 2; do  # a new name, then over its own
+        run "$(plot_python)" "$REPO/common/python/kernel_breakdown.py" plot "$dir/b.png" "$dir/cpu.csv"
+        assert_success
+    done
+}
+
 @test "bench on the CPU measures bf16 mixed precision beside fp32 by default" {
     dir="$(scratch)"
     if python3 -c 'import torch' 2>/dev/null; then
@@ -153,6 +181,33 @@ EOF
     assert_success
     for png in ring-allreduce tensor-parallel pipeline-slots rank-grid formats; do
         [ -s "$dir/$png.png" ]
+    done
+}
+
+@test "concepts.py draws over its own earlier drawings, and refuses a text file or a directory at a drawing's name" {
+    local dir="$(scratch)/concepts" text="$REPO/tests/fixtures/text.txt"
+    mkdir -p "$dir"
+    cp "$text" "$dir/formats.png"
+    run --separate-stderr "$(plot_python)" "$REPO/common/python/concepts.py" "$dir"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "concepts: OUT_DIR $dir/formats.png: exists and is not a PNG matplotlib wrote (valid: a new name or an earlier PNG matplotlib wrote)"
+    cmp "$dir/formats.png" "$text"
+    [ ! -e "$dir/ring-allreduce.png" ] # refused before any drawing
+    rm "$dir/formats.png"
+    mkdir "$dir/formats.png"
+    run --separate-stderr "$(plot_python)" "$REPO/common/python/concepts.py" "$dir"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "concepts: OUT_DIR $dir/formats.png: is a directory (valid: a file name)"
+    cp "$text" "$(scratch)/notes.txt"
+    run --separate-stderr "$(plot_python)" "$REPO/common/python/concepts.py" "$(scratch)/notes.txt"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "concepts: OUT_DIR $(scratch)/notes.txt: exists and is not a directory (valid: a new name or a directory)"
+    cmp "$(scratch)/notes.txt" "$text"
+    "$(plot_python)" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"
+    rmdir "$dir/formats.png"
+    for i in 1 2; do # new names, then over its own drawings
+        run "$(plot_python)" "$REPO/common/python/concepts.py" "$dir"
+        assert_success
     done
 }
 

@@ -9,6 +9,10 @@
     python3 common/python/chapter_diffs.py --check-course  exit 1 if course.md's rows are not the current ones
     python3 common/python/chapter_diffs.py --repo DIR      another copy (the tests use a made-up one)
 
+--out is a new name or a directory; an NN-MM.diff there is replaced only if it
+is this tool's own earlier diff, never another file (common/python/tool.py).
+Bad input is refused in one line, exit status 2.
+
 Each chapter is the previous chapter plus one technique, so the lesson is the
 difference between neighbours. For each pair (01 -> 02, ..., 05 -> 06) this
 counts the lines a unified diff of train.c removes and adds, and the same for
@@ -36,6 +40,7 @@ import re
 import sys
 
 from exercises import stub_regions
+from tool import Refusal, check_output_file, make_output_dir, run_tool
 
 BUDGET = {"removed": 30, "added": 150}
 # "NN_name": (removed, added, why): a chapter allowed more than BUDGET, and why.
@@ -90,6 +95,18 @@ def diff(repo, a, b, name_a, name_b, student=False):
     added = sum(1 for l in lines if l.startswith("+") and not l.startswith("+++"))
     text = "".join(l if l.endswith("\n") else l + "\n\\ No newline at end of file\n" for l in lines)
     return text, removed, added
+
+
+# The first lines of a diff this tool writes (pairs' text): a chapter file against the earlier
+# chapter's (or against nothing, for a new file); empty where two chapters do not differ.
+CHAPTER_DIFF_HEAD = re.compile(rb"--- (/dev/null|0\d_[^/\n]+/[^\n]+)\n\+\+\+ 0\d_[^/\n]+/[^\n]+\n")
+
+
+def is_chapter_diff(path):
+    """An earlier NN-MM.diff of --out: empty, or opening as the diffs this tool writes."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    return head == b"" or CHAPTER_DIFF_HEAD.match(head) is not None
 
 
 def pairs(repo):
@@ -152,7 +169,7 @@ def course_blocks(rows, text):
     def fill(m):
         nn = m.group(2)
         if nn not in by_chapter:
-            sys.exit(f"chapter_diffs: course.md marks a diff for chapter {nn}, which has no earlier neighbour")
+            raise Refusal(f"course.md marks a diff for chapter {nn}, which has no earlier neighbour")
         block = course_block(by_chapter[nn])
         if block != m.group(3):
             stale.append(nn)
@@ -164,21 +181,26 @@ def course_blocks(rows, text):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repo", default=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    ap.add_argument("--out", help="write each pair's diff into this directory as NN-MM.diff")
+    ap.add_argument("--out", help="write each pair's diff into this directory as NN-MM.diff (new or "
+                                       "existing; a file there is replaced only if it is an earlier diff)")
     ap.add_argument("--check", action="store_true", help="exit 1 when a train.c diff is over its budget")
     ap.add_argument("--pairs", help="only these neighbour pairs, e.g. 02-03,03-04 (default: all)")
     ap.add_argument("--write-course", action="store_true", help="write each pair's row and diff into course.md's marks")
     ap.add_argument("--check-course", action="store_true", help="exit 1 if course.md's rows or diffs are not current")
     args = ap.parse_args()
+    if not os.path.isdir(args.repo):
+        raise Refusal(f"--repo {args.repo}: is not a directory (valid: a copy of the course, whose chapter "
+                      "folders NN_name hold train.c)")
     rows = pairs(args.repo)
     if not rows:
-        sys.exit(f"chapter_diffs: no two chapters with a train.c in {args.repo}")
+        raise Refusal(f"--repo {args.repo}: has no two chapters with a train.c (valid: a copy of the course, whose "
+                      "chapter folders NN_name hold train.c)")
     if args.pairs:
         wanted = set(args.pairs.split(","))
         known = {f"{r['from'][:2]}-{r['to'][:2]}" for r in rows}
         if wanted - known:
-            sys.exit(f"chapter_diffs: --pairs names {', '.join(sorted(wanted - known))}, not a neighbour pair "
-                     f"(valid: {', '.join(sorted(known))})")
+            raise Refusal(f"--pairs names {', '.join(sorted(wanted - known))}, not a neighbour pair "
+                          f"(valid: {', '.join(sorted(known))})")
         rows = [r for r in rows if f"{r['from'][:2]}-{r['to'][:2]}" in wanted]
     if args.write_course or args.check_course:
         course = os.path.join(args.repo, "course.md")
@@ -194,9 +216,12 @@ def main():
             return 1
         return 0
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        for r in rows:
-            with open(os.path.join(args.out, f"{r['from'][:2]}-{r['to'][:2]}.diff"), "w") as f:
+        make_output_dir(args.out, "--out")
+        paths = [(os.path.join(args.out, f"{r['from'][:2]}-{r['to'][:2]}.diff"), r) for r in rows]
+        for path, _ in paths:  # every file checked before any is written
+            check_output_file(path, "--out", "diff chapter_diffs.py wrote", is_chapter_diff)
+        for path, r in paths:
+            with open(path, "w") as f:
                 f.write(r["text"])
     sys.stdout.write(table(rows))
     if args.check:
@@ -210,4 +235,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool("chapter_diffs: ", main)

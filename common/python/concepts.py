@@ -26,12 +26,17 @@ Writes into OUT_DIR:
     formats.png          chapter 05: fp32, bf16 and fp16 bit by bit (sign,
                          exponent, mantissa), with the range and epsilon that
                          follow from the bit counts (common/core/half.h's table)
+OUT_DIR is a new name or a directory, and each drawing is written at a new
+name or over an earlier drawing (a PNG matplotlib wrote), never over another
+file: one line and exit status 2 (common/python/tool.py).
 """
 import argparse
 import os
 import re
 import subprocess
 import sys
+
+from tool import check_output_file, is_matplotlib_png, make_output_dir, run_tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FORWARD_SLOTS, BACKWARD_SLOTS = 1, 2
@@ -287,6 +292,9 @@ def draw_formats(out):
     plt.close(fig)
 
 
+DRAWINGS = ("ring-allreduce.png", "tensor-parallel.png", "pipeline-slots.png", "rank-grid.png", "formats.png")
+
+
 def main():
     ap = argparse.ArgumentParser(description="Draw the course's concept figures.")
     ap.add_argument("out", nargs="?", help="directory for the PNG files")
@@ -302,17 +310,19 @@ def main():
         return
     if not args.out:
         ap.error("give OUT_DIR (or --slots SCHEDULE P M)")
+    # OUT_DIR and each drawing's name there: new, or the drawings of an earlier run (tool.py's rule)
+    make_output_dir(args.out, "OUT_DIR")
+    for name in DRAWINGS:
+        check_output_file(os.path.join(args.out, name), "OUT_DIR", "PNG matplotlib wrote", is_matplotlib_png)
     import matplotlib
     matplotlib.use("Agg")
-    os.makedirs(args.out, exist_ok=True)
     draw_ring(args.out)
     draw_tensor_parallel(args.out)
     draw_pipelines(args.out)
     draw_rank_grid(args.out)
     draw_formats(args.out)
-    print(f"concepts: wrote ring-allreduce.png, tensor-parallel.png, pipeline-slots.png, rank-grid.png, "
-          f"formats.png in {args.out}")
+    print(f"concepts: wrote {', '.join(DRAWINGS)} in {args.out}")
 
 
 if __name__ == "__main__":
-    main()
+    run_tool("concepts: ", main)

@@ -17,7 +17,9 @@ there). Both write OUT_CSV with the columns
 
 one row per kernel name, time_us summed over the step. `plot` draws one
 horizontal stacked bar per label (in the order the files and rows come),
-split by category, into OUT_PNG.
+split by category, into OUT_PNG. OUT_CSV and OUT_PNG are new names or the
+tool's own earlier files (a CSV with that header, a PNG matplotlib wrote),
+never another file: one line and exit status 2 (common/python/tool.py).
 
 `perf` does the same for a CPU run from Linux perf's sampling profile: REPORT_TXT
 is what `perf report --no-children --sort symbol -n -g none --percent-limit 0`
@@ -40,6 +42,8 @@ import os
 import re
 import sys
 from collections import OrderedDict
+
+from tool import check_output_file, file_starts_with, is_matplotlib_png, run_tool
 
 CATEGORY_PATTERNS = [
     ("attention", r"attention|fmha|flash|causal_softmax|softmax_row|softmax_backward_row|split_qkv|split_heads|"
@@ -69,9 +73,17 @@ def category(kernel):
     return "other"
 
 
+HEADER = "label,category,kernel,calls,time_us\n"
+
+
+def check_out_csv(out_csv):
+    """OUT_CSV is a new name or an earlier breakdown (its header), never another file (tool.py's rule)."""
+    check_output_file(out_csv, "OUT_CSV", "kernel_breakdown CSV", lambda p: file_starts_with(p, HEADER.encode()))
+
+
 def write(out_csv, label, times, calls):
     with open(out_csv, "w") as f:
-        f.write("label,category,kernel,calls,time_us\n")
+        f.write(HEADER)
         for kernel, t in sorted(times.items(), key=lambda kv: -kv[1]):
             name = kernel.replace(",", ";").replace('"', "")[:160]
             f.write(f"{label},{category(kernel)},{name},{calls[kernel]},{t:.3f}\n")
@@ -196,17 +208,22 @@ def plot(out_png, paths):
 
 
 def main(argv):
+    """Each mode's output is checked before any work (tool.check_output_file)."""
     if len(argv) >= 4 and argv[0] == "ncu":
+        check_out_csv(argv[3])
         from_ncu(argv[1], argv[2], argv[3])
     elif len(argv) >= 4 and argv[0] == "torch":
+        check_out_csv(argv[3])
         from_torch(argv[1], argv[2], argv[3], "--compile" in argv[4:])
     elif len(argv) >= 6 and argv[0] == "perf":
+        check_out_csv(argv[5])
         from_perf(argv[1], float(argv[2]), int(argv[3]), argv[4], argv[5])
     elif len(argv) >= 3 and argv[0] == "plot":
+        check_output_file(argv[1], "OUT_PNG", "PNG matplotlib wrote", is_matplotlib_png)
         plot(argv[1], argv[2:])
     else:
         sys.exit(__doc__)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_tool("kernel_breakdown: ", lambda: main(sys.argv[1:]))

@@ -3,10 +3,11 @@ at the measured F, B and W, and any schedule replayed with each computation's ow
 
 Used by plot.py (--bubbles) and common/scripts/bubble_bench.sh; no plotting library needed.
 """
-import csv
 import os
 from functools import lru_cache
 from statistics import median
+
+from tool import read_csv
 
 
 def zb_h1_formula(P, M, tf, tb, tw):
@@ -18,12 +19,12 @@ def zb_h1_formula(P, M, tf, tb, tw):
 @lru_cache(maxsize=None)
 def timeline_rows(run_dir):
     """A run's timeline.csv as a tuple of rows (dicts), read once however many of the functions
-    below ask; None without one."""
+    below ask; None without one. One that is not a timeline (empty, cut short, binary) is refused
+    (tool.Refusal: one line, exit status 2 under tool.run_tool)."""
     path = os.path.join(run_dir, "timeline.csv")
     if not os.path.exists(path):
         return None
-    with open(path, newline="") as f:
-        return tuple(csv.DictReader(f))
+    return tuple(read_csv(path, "the timeline.csv of a pipeline run"))
 
 
 def measured_op_times(run_dir):

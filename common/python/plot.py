@@ -20,6 +20,12 @@ directories named LABEL.rN (N = 1, 2, ...) are repeats of one configuration:
 runtime bars show their median with min-max error bars, and loss curves use
 the first repeat.
 
+Anything it cannot draw (a file missing, empty, cut short or of another kind, a
+column the mode needs) is refused in one line naming the file and what the mode
+reads, exit status 2. --out is a new name or a directory; a PNG there is
+replaced only if it is plot.py's own earlier plot (a PNG matplotlib wrote),
+never another file (common/python/tool.py).
+
 Plots written to --out (default runs/plots):
     loss.png        loss curves overlaid (they must coincide across chapters)
     runtime.png     median step time per configuration, with error bars
@@ -110,18 +116,24 @@ bubble_measured, bubble_theory) and, for zb-h1, timeline.csv:
                     excess over it is what messages and waits add
 """
 import argparse
-import csv
 import os
 import re
 import sys
 from collections import OrderedDict
 
-import matplotlib
+from pipeline_bubble import timeline_replay, zb_h1_formula_measured
+from tool import Refusal, check_output_file, is_matplotlib_png, make_output_dir, read_csv, run_tool
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
-from pipeline_bubble import timeline_replay, zb_h1_formula_measured  # noqa: E402
+try:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+except ImportError as e:  # before any argument is read: the one thing every mode needs
+    print(f"plot.py: this python3 cannot import matplotlib ({e}) (valid: a python3 with matplotlib, "
+          "which common/scripts/install-deps.sh installs)", file=sys.stderr)
+    sys.exit(2)
 
 CATEGORIES = ["params", "grads", "optimizer", "activations", "comm", "workspace", "gathered", "buckets"]
 COLOURS = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868",
@@ -129,15 +141,31 @@ COLOURS = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868",
            "gathered": "#da8bc3", "buckets": "#8c8c8c"}
 
 
+# What each mode reads, for the "(valid: ...)" of a refusal (tool.read_csv)
+RUN_DIRECTORY = "a run directory written by a chapter program"
+TIMELINE_RUN = "a run of chapter 03 with --cp, or of chapter 04, 05 or 06: they write timeline.csv"
+MODE_INPUT = {"gantt": TIMELINE_RUN, "offload": "a run of chapter 06 (it writes timeline.csv)",
+              "sweep": "a pipeline run of chapter 04", "bubbles": "a pipeline run of chapter 04",
+              "zero": "a run of chapter 05", "cp": "a run of chapter 03 with --cp, labelled 03-cpN-seqT",
+              "grid": "a run of chapter 04 or 05's pipeline",
+              "commbench": "a CSV written by 02_data_parallel/commbench",
+              "capacity": "the capacity.csv of 06_offload/capacity.py",
+              "offload_bench": "the offload_summary.csv of 06_offload/bench_offload.sh"}
+PLAN_FILES = "common/plan's --csv and --time-csv of the run's layout"
+
+
 def refuse(message):
-    """A request the runs cannot answer (a step they do not have): one line and exit status 2."""
-    print(f"plot.py: {message}", file=sys.stderr)
-    sys.exit(2)
+    """A request the runs cannot answer (a step they do not have): one line and exit status 2 (run_tool)."""
+    raise Refusal(message)
 
 
-def read_csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+def save(fig, out, name):
+    """Write the figure as out/name, which must be a new name or a PNG matplotlib wrote (an earlier
+    plot; tool.check_output_file), and close it."""
+    path = os.path.join(out, name)
+    check_output_file(path, "--out", "PNG plot.py wrote", is_matplotlib_png)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def label_of(run_dir):
@@ -147,21 +175,31 @@ def label_of(run_dir):
     return (m.group(1), int(m.group(2))) if m else (name, 1)
 
 
-def load_runs(dirs):
-    """OrderedDict label -> list of runs (dicts with steps, memory, run rows)."""
+class Run(dict):
+    """A run directory: run["dir"], run["repeat"], and the rows of its steps.csv, memory.csv,
+    run.csv and busy.csv (None without one) as run["steps"], ... read when a plot first asks
+    for them, so that a mode needs only the files it draws. A file missing or not one a chapter
+    program writes is refused in one line naming valid, what the mode reads (tool.read_csv)."""
+
+    def __init__(self, run_dir, repeat, valid):
+        super().__init__(dir=run_dir, repeat=repeat)
+        self.valid = valid
+
+    def __missing__(self, name):
+        if name not in ("steps", "memory", "run", "busy"):
+            raise KeyError(name)
+        path = os.path.join(self["dir"], name + ".csv")
+        self[name] = None if name == "busy" and not os.path.exists(path) else read_csv(path, self.valid)
+        return self[name]
+
+
+def load_runs(dirs, valid=RUN_DIRECTORY):
+    """OrderedDict label -> list of runs (Run); valid: what the mode reads, named when a file is
+    missing or not one a chapter program writes."""
     groups = OrderedDict()
     for d in dirs:
-        run = {"dir": d}
-        for name in ("steps", "memory", "run"):
-            path = os.path.join(d, name + ".csv")
-            if not os.path.exists(path):
-                sys.exit(f"plot.py: {path} is missing (is {d} a run directory written by a chapter program?)")
-            run[name] = read_csv(path)
-        busy = os.path.join(d, "busy.csv")
-        run["busy"] = read_csv(busy) if os.path.exists(busy) else None
         label, repeat = label_of(d)
-        run["repeat"] = repeat
-        groups.setdefault(label, []).append(run)
+        groups.setdefault(label, []).append(Run(d, repeat, valid))
     for runs in groups.values():
         runs.sort(key=lambda r: r["repeat"])
     return groups
@@ -211,16 +249,14 @@ def plot_loss(groups, out):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "loss.png"), dpi=120)
-    plt.close(fig)
+    save(fig, out, "loss.png")
 
 
 def plot_bars(groups, out, column, ylabel, title, filename):
     fig, ax = plt.subplots(figsize=(8, 4.5))
     bars_with_spread(ax, groups, column, ylabel, title)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, filename), dpi=120)
-    plt.close(fig)
+    save(fig, out, filename)
 
 
 def plot_memory(groups, out):
@@ -249,8 +285,7 @@ def plot_memory(groups, out):
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "memory.png"), dpi=120)
-    plt.close(fig)
+    save(fig, out, "memory.png")
 
 
 def breakdown_parts(runs):
@@ -298,8 +333,7 @@ def plot_breakdown(groups, out):
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "breakdown.png"), dpi=120)
-    plt.close(fig)
+    save(fig, out, "breakdown.png")
 
 
 def plot_idle(groups, out):
@@ -332,15 +366,14 @@ def plot_idle(groups, out):
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "idle.png"), dpi=120)
-    plt.close(fig)
+    save(fig, out, "idle.png")
     return True
 
 
 def plot_commbench(paths, out):
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for path in paths:
-        rows = read_csv(path)
+        rows = read_csv(path, MODE_INPUT["commbench"])
         for op in OrderedDict((r["op"], None) for r in rows):
             pts = [(int(r["size_bytes"]), float(r["busbw_GBps"])) for r in rows if r["op"] == op]
             ranks = rows[0]["ranks"]
@@ -352,8 +385,7 @@ def plot_commbench(paths, out):
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "busbw.png"), dpi=120)
-    plt.close(fig)
+    save(fig, out, "busbw.png")
     print(f"plot.py: wrote busbw.png to {out}")
 
 
@@ -371,10 +403,8 @@ def timeline_step(run_dir, step):
     """(step, its rows of timeline.csv, the ranks in them); step None: the last. A step the run
     does not have ends the program with one line and exit status 2."""
     path = os.path.join(run_dir, "timeline.csv")
-    rows = read_csv(path)
+    rows = read_csv(path, TIMELINE_RUN)
     steps = sorted({int(r["step"]) for r in rows})
-    if not steps:
-        refuse(f"{path} holds no step (valid: a run that wrote its timeline)")
     if step is None:
         step = steps[-1]
     if step not in steps:
@@ -431,8 +461,7 @@ def plot_grid(groups, out):
         ax_bytes.grid(axis="y", alpha=0.3)
         fig.tight_layout()
         name = f"grid-{label}.png"
-        fig.savefig(os.path.join(out, name), dpi=120)
-        plt.close(fig)
+        save(fig, out, name)
         names.append(name)
         print(f"plot.py: {label}: bytes per step " +
               ", ".join(f"{a} {float(row[f'bytes_{a}_per_step']):.0f}" for a in GRID_AXES))
@@ -467,7 +496,7 @@ def plot_gantt(run_dir, step, out):
     else:
         ax.set_yticks(ranks)
         run_csv = os.path.join(run_dir, "run.csv")
-        row = read_csv(run_csv)[0] if os.path.exists(run_csv) else {}
+        row = read_csv(run_csv, TIMELINE_RUN)[0] if os.path.exists(run_csv) else {}
         if int(row.get("tp") or 1) * int(row.get("dp") or 1) > 1:  # ranks are not stages: say where each sits
             ax.set_yticklabels([f"rank {k}: stage {grid_place(row, k)[0]}, tp {grid_place(row, k)[1]}, "
                                 f"replica {grid_place(row, k)[2]}" for k in ranks], fontsize=8)
@@ -489,8 +518,7 @@ def finish_timeline(fig, ax, run_dir, title, prefix, out, fontsize=9):
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     name = f"{prefix}-{label}.png"
-    fig.savefig(os.path.join(out, name), dpi=120)
-    plt.close(fig)
+    save(fig, out, name)
     return name
 
 
@@ -542,7 +570,7 @@ def plot_offload_timeline(run_dir, step, out):
 
 
 def plot_capacity(path, out):
-    rows = read_csv(path)
+    rows = read_csv(path, MODE_INPUT["capacity"])
     fig, ax = plt.subplots(figsize=(7, 4.5))
     by_program = OrderedDict()
     for r in rows:
@@ -575,13 +603,12 @@ def plot_capacity(path, out):
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "capacity.png"), dpi=120)
-    plt.close(fig)
+    save(fig, out, "capacity.png")
 
 
 def plot_offload_bench(path, out):
     """06_offload/bench_offload.sh's summary: step time per configuration, grouped by ranks."""
-    rows = read_csv(path)
+    rows = read_csv(path, MODE_INPUT["offload_bench"])
     fig, ax = plt.subplots(figsize=(8, 4.5))
     x = list(range(len(rows)))
     medians = [float(r["median_step_ms"]) for r in rows]
@@ -606,8 +633,7 @@ def plot_offload_bench(path, out):
     ax.set_ylim(0, max(m + h for m, h in zip(medians, high)) * 1.25 if rows else 1)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "offload.png"), dpi=120)
-    plt.close(fig)
+    save(fig, out, "offload.png")
 
 
 def plot_sweep(groups, out):
@@ -656,8 +682,7 @@ def plot_sweep(groups, out):
     ax_bubble.set_ylim(bottom=0)
     ax_bubble.set_title("Measured bubble against the formula")
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "sweep.png"), dpi=120)
-    plt.close(fig)
+    save(fig, out, "sweep.png")
 
 
 def plot_bubbles(groups, out):
@@ -707,8 +732,7 @@ def plot_bubbles(groups, out):
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "bubbles.png"), dpi=120)
-    plt.close(fig)
+    save(fig, out, "bubbles.png")
 
 
 def zero_formula_bytes(stage, params, n, precision="fp32"):
@@ -777,8 +801,7 @@ def plot_zero(groups, out):
         print(f"zero {label}: model state {sum(cats.values()) / 2**20:.3f} MiB per rank (formula {f:.3f}), "
               f"sent {m:.3f} MiB per step (formula {a:.3f}), step {t:.1f} ms")
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "zero.png"), dpi=120)
-    plt.close(fig)
+    save(fig, out, "zero.png")
 
 
 def plot_precision(groups, out):
@@ -844,8 +867,7 @@ def plot_precision(groups, out):
     ax_mem.grid(axis="y", alpha=0.3)
     ax_mem.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "precision.png"), dpi=120)
-    plt.close(fig)
+    save(fig, out, "precision.png")
 
 
 def cp_formula_bytes(run, cp):
@@ -883,8 +905,7 @@ def plot_cp(groups, out):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "cp_memory.png"), dpi=120)
-    plt.close(fig)
+    save(fig, out, "cp_memory.png")
 
 
 def plot_plan(groups, out):
@@ -906,10 +927,10 @@ def plot_plan(groups, out):
             skipped.append(label)
             continue
         planned += 1
-        time_rows = read_csv(os.path.join(run["dir"], "plan-time.csv"))
+        time_rows = read_csv(os.path.join(run["dir"], "plan-time.csv"), PLAN_FILES)
         predicted_ms = next(float(r["exposed_ms"]) for r in time_rows if r["part"] == "step")
         measured_ms = median([float(r["run"][0]["median_step_ms"]) for r in runs])
-        planned_bytes = device(read_csv(os.path.join(run["dir"], "plan.csv")))
+        planned_bytes = device(read_csv(os.path.join(run["dir"], "plan.csv"), PLAN_FILES))
         measured_bytes = device(run["memory"])
         ax_time.scatter(predicted_ms, measured_ms, s=14)
         ax_time.annotate(label, (predicted_ms, measured_ms), fontsize=6)
@@ -938,15 +959,19 @@ def plot_plan(groups, out):
     ax_mem.set_title("Memory: planned against measured")
     ax_mem.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "plan.png"), dpi=120)
-    plt.close(fig)
+    save(fig, out, "plan.png")
+
+
+MODES = ("plan", "cp", "commbench", "grid", "gantt", "offload", "capacity", "offload_bench", "bubbles", "zero",
+         "precision", "sweep")
 
 
 def main():
     parser = argparse.ArgumentParser(description="Plot course runs from their CSVs.")
     parser.add_argument("runs", nargs="+", help="run directories (each with steps.csv, memory.csv, run.csv), "
                                                 "or commbench CSV files with --commbench")
-    parser.add_argument("--out", default="runs/plots", help="where to write the PNGs (default runs/plots)")
+    parser.add_argument("--out", default="runs/plots", help="the directory of the PNGs, new or existing: a PNG there is replaced only "
+                                                     "if it is an earlier plot (default runs/plots)")
     parser.add_argument("--commbench", action="store_true", help="the inputs are commbench CSVs: plot bus bandwidth")
     parser.add_argument("--gantt", action="store_true", help="Gantt chart of each run's timeline.csv (chapters 04, 05)")
     parser.add_argument("--step", type=int, default=None, help="--gantt, --offload: which step (default: the last)")
@@ -966,20 +991,22 @@ def main():
     parser.add_argument("--plan", action="store_true",
                         help="common/plan's predicted step time and memory against the runs' (plan.csv, plan-time.csv)")
     args = parser.parse_args()
-    os.makedirs(args.out, exist_ok=True)
+    mode = next((m for m in MODES if getattr(args, m)), None)
+    valid = MODE_INPUT.get(mode, RUN_DIRECTORY)  # what the mode reads, for a refusal's "(valid: ...)"
+    make_output_dir(args.out, "--out")
     if args.plan:
-        plot_plan(load_runs(args.runs), args.out)
+        plot_plan(load_runs(args.runs, valid), args.out)
         print(f"plot.py: wrote plan.png to {args.out}")
         return
     if args.cp:
-        plot_cp(load_runs(args.runs), args.out)
+        plot_cp(load_runs(args.runs, valid), args.out)
         print(f"plot.py: wrote cp_memory.png to {args.out}")
         return
     if args.commbench:
         plot_commbench(args.runs, args.out)
         return
     if args.grid:
-        names = plot_grid(load_runs(args.runs), args.out)
+        names = plot_grid(load_runs(args.runs, valid), args.out)
         print(f"plot.py: wrote {', '.join(names)} to {args.out}")
         return
     if args.gantt:
@@ -999,22 +1026,22 @@ def main():
         print(f"plot.py: wrote offload.png to {args.out}")
         return
     if args.bubbles:
-        plot_bubbles(load_runs(args.runs), args.out)
+        plot_bubbles(load_runs(args.runs, valid), args.out)
         print(f"plot.py: wrote bubbles.png to {args.out}")
         return
     if args.zero:
-        plot_zero(load_runs(args.runs), args.out)
+        plot_zero(load_runs(args.runs, valid), args.out)
         print(f"plot.py: wrote zero.png to {args.out}")
         return
     if args.precision:
-        plot_precision(load_runs(args.runs), args.out)
+        plot_precision(load_runs(args.runs, valid), args.out)
         print(f"plot.py: wrote precision.png to {args.out}")
         return
     if args.sweep:
-        plot_sweep(load_runs(args.runs), args.out)
+        plot_sweep(load_runs(args.runs, valid), args.out)
         print(f"plot.py: wrote sweep.png to {args.out}")
         return
-    groups = load_runs(args.runs)
+    groups = load_runs(args.runs, valid)
     plot_loss(groups, args.out)
     plot_bars(groups, args.out, "median_step_ms", "median step time (ms)",
               "Runtime per optimizer step (median; bars: min-max over repeats)", "runtime.png")
@@ -1028,4 +1055,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_tool("plot.py: ", main)

@@ -13,7 +13,9 @@
 #   "<n> steps, worst relative difference <x> at step <s> (tolerance <t>)". Exit 0 when every step is
 # within the tolerance; 1 when one is not, a step of the run is missing from
 # the reference, a loss is not a finite number, the run has no steps, or
-# (with STEPS) the run has not exactly STEPS steps; 2 on bad arguments.
+# (with STEPS) the run has not exactly STEPS steps; 2 on bad arguments (a
+# TOLERANCE that is not a non-negative decimal number, a STEPS that is not a
+# whole number from 1), with one line naming the valid form.
 set -euo pipefail
 
 if [[ $# -lt 3 || $# -gt 4 ]]; then
@@ -21,6 +23,16 @@ if [[ $# -lt 3 || $# -gt 4 ]]; then
     exit 2
 fi
 ref="$1" run="$2" tol="$3" want="${4:-}"
+# awk compares a value that does not look like a number as a string, so a
+# tolerance of "1O-4" (letter O) would pass any difference: check both here.
+if ! [[ "$tol" =~ ^([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]]; then
+    echo "compare_losses: TOLERANCE '$tol' is not a non-negative number (valid: a decimal number such as 1e-4 or 0.01)" >&2
+    exit 2
+fi
+if [[ -n "$want" && ! "$want" =~ ^[1-9][0-9]{0,8}$ ]]; then
+    echo "compare_losses: STEPS '$want' is not a count (valid: a whole number of steps from 1)" >&2
+    exit 2
+fi
 for file in "$ref" "$run"; do
     [[ -r "$file" ]] || { echo "compare_losses: cannot read $file" >&2; exit 1; }
 done

@@ -811,6 +811,8 @@ int main(int argc, char **argv) {
     }
     if (f.by_hand) by_hand(&cfg, &f);
     check_plan(&cfg, &f);
+    Machine mach;
+    if (f.machine[0]) machine_read(f.machine, &mach); /* a bad file refused before anything is printed */
     PlanLayout l = layout_of(&cfg, &f);
     int per_replica = plan_replica_ranks(&l); /* the replicas' ranks hold and send alike */
     PlanMemory *m = xcalloc(per_replica, sizeof *m);
@@ -822,9 +824,7 @@ int main(int argc, char **argv) {
     print_plan(&cfg, &l, chapter_of(&cfg, &f), m, t);
     if (f.csv[0]) write_csv(f.csv, &l, m);
     if (f.machine[0]) {
-        Machine mach;
         PlanTime pt;
-        machine_read(f.machine, &mach);
         plan_time_slowest(&cfg, &l, t, &mach, &pt);
         print_time(&cfg, &l, &mach, &pt);
         if (f.time_csv[0]) write_time_csv(f.time_csv, &pt);

@@ -330,7 +330,14 @@ bad06() {
 
 @test "06: --pp x --dp that is not the world size is refused" {
     bad06 --offload --pp 2 --dp 1
-    assert_refused "1 ranks cannot hold 2 pipeline stages x --tp 1 x --dp 1 (valid: mpirun -np 2, world = pp x tp x dp)"
+    assert_refused "1 rank cannot hold 2 pipeline stages x --tp 1 x --dp 1 (valid: mpirun -np 2, world = pp x tp x dp)"
+}
+
+@test "a refusal counts one rank as one rank: 03's replicas, 04's stages" {
+    run --separate-stderr timeout 5 "$REPO/03_model_parallel/train" --device cpu --dp 2 --out "$(scratch)/out"
+    assert_refused "a job of 1 rank cannot hold --dp 2 replicas (valid: world = dp x model-parallel ranks)"
+    run --separate-stderr timeout 5 "$REPO/04_pipeline/train" --device cpu --tp 2 --pp 1 --out "$(scratch)/out"
+    assert_refused "1 rank cannot hold 1 pipeline stage x --tp 2 x --dp 1 (valid: mpirun -np 2, world = pp x tp x dp)"
 }
 
 @test "grade.sh refuses an unknown exercise listing the valid ids, and an empty name in ONLY instead of grading all" {

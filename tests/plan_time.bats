@@ -302,7 +302,7 @@ within_band() {
     assert_line --regexp "^  05 --zero 3 +device memory 6.63e\+06 bytes > 6.291e\+06 \(rank 0; the most: workspace, 2284544 bytes\)$"
     # the model splits too, each rejected one with its reason: its fullest rank, or the chapter's refusal
     assert_line --regexp "^  04 --dp 1 --pp 2 --schedule zb-h1 +device memory 9.381e\+06 bytes > 6.291e\+06 \(rank 1; the most: activations, 4614144 bytes\)$"
-    assert_line --regexp "^  04 --dp 1 --pp 2 --schedule interleaved --virtual 2 +--pp 2 x --virtual 2 pieces for a model of 2 layers"
+    assert_line --regexp "^  04 --dp 1 --pp 2 --schedule interleaved --virtual 2 +--pp 2 x --virtual 2 = 4 pieces need at least 4 layers; the model has 2 \\(valid: --virtual 2 needs at least 4 layers with --pp 2; this model takes one chunk a stage\\)$"
     # seven fit, ranked by their step (the last column), fastest first
     local ranked="$(awk '/^does not fit/ { exit } $1 ~ /^[0-9]+$/ { print $NF }' <<<"$output")"
     assert_equal "$(wc -l <<<"$ranked")" 7
@@ -314,7 +314,7 @@ within_band() {
     assert_equal "$listed" "$planned"
     run env OMP_NUM_THREADS=1 "$PLAN" --model tiny --search --gpus 3 --machine "$CPU_MACHINE"
     assert_line --regexp "^  05 --zero 2 +--batch 8 does not split into 3 ranks x --micro 1"
-    assert_line --regexp "^  04 --dp 1 --tp 3 +--tp 3 does not divide --heads 4 and --dmodel 64"
+    assert_line --regexp "^  04 --dp 1 --tp 3 +--tp 3 does not divide --heads 4: tensor parallelism gives every rank whole heads"
     # on 4 ranks splits are ranked among the replicas; a split's device bytes are its fullest rank's plan
     run env OMP_NUM_THREADS=1 "$PLAN" --model tiny --search --gpus 4 --gpu-mem 6M --machine "$CPU_MACHINE"
     assert_line --regexp "^ +[0-9]+  04 --dp 2 --pp 2 --schedule zb-h1 +5238784 +0 +[0-9.]+$"

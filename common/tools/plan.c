@@ -45,6 +45,8 @@
  * one line naming the flag. */
 #include "config.h"
 #include "device.h"
+#include "layer_split.h"
+#include "layout_rules.h"
 #include "model.h"
 #include "param_table.h"
 #include "plan_by_hand.h"
@@ -243,28 +245,28 @@ static const char *layout_problem(const Config *cfg, const PlanFlags *f) {
                        cfg->model.seq, f->tp);
     if (chapter == 3 && strcmp(f->mp, "layer") == 0 && f->tp > 1)
         return problem("--tp is for --mp tensor (the layer split has --pp stages)");
-    int zero = flag_given(cfg, "--zero") || f->zero_given ? f->zero : 1; /* 05's default: 1 */
+    int zero = flag_given(cfg, "--zero") || f->zero_given ? f->zero : f->offload ? 2 : 1; /* 05's, 06's */
     if (chapter == 6 && f->offload && f->schedule == SCHED_INTERLEAVED)  /* 06's own check comes first */
         return problem(
             "--schedule interleaved with --offload is refused by chapter 06: the offloaded state is "
             "one range of units per stage, and interleaved's chunks are not one range (valid: gpipe, "
             "1f1b, zb-h1)");
-    if (chapter >= 5 && f->virtual_chunks > 1 && (zero > 0 || f->offload || !split))
+    if (chapter == 6 && f->offload && flag_given(cfg, "--zero") && f->zero != 2)
         return problem(
-            "--virtual (interleaved chunks) with ZeRO is not written yet in chapter %02d: a stage's "
-            "shards are one range of units, and its chunks are not (valid: --zero 0 with --pp > 1)",
-            chapter);
-    if (chapter >= 5 && split && f->zero == 3)
-        return problem("--zero 3 with --pp or --tp: chapter %02d refuses it (valid: --zero 0, 1 or 2)",
-                       chapter);
-    if (f->pp > cfg->model.layers || f->pp * f->virtual_chunks > cfg->model.layers)
-        return problem("--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)",
-                       f->pp, f->virtual_chunks, cfg->model.layers);
-    if (f->tp > 1 && (cfg->model.heads % f->tp || cfg->model.dmodel % f->tp))
-        return problem("--tp %d does not divide --heads %d and --dmodel %d (valid: a divisor of both)", f->tp,
-                       cfg->model.heads, cfg->model.dmodel);
+            "--zero %d with --offload is unsupported: chapter 06 offloads the stage-2 partitioning "
+            "only (valid: --zero 2)",
+            f->zero);
+    /* the programs' own rules, asked of the code 05 and 06 run (layout_rules.h, layer_split.h) */
+    const char *refused = chapter >= 5 ? zero_flags_problem(cfg, zero, f->pp, f->tp, 0) : NULL;
+    if (refused) return refused;
     if (f->virtual_chunks > 1 && f->schedule != SCHED_INTERLEAVED)
         return problem("--virtual %d is for --schedule interleaved", f->virtual_chunks);
+    if ((refused = layer_split_pieces_problem(f->pp, f->virtual_chunks, cfg->model.layers))) return refused;
+    if (f->tp > 1 && (refused = tensor_parallel_problem(&cfg->model, f->tp))) return refused;
+    if (f->split[0] && chapter >= 3 && !(chapter == 3 && f->tp > 1)) { /* one number a piece, or refused */
+        int blocks[MAX_LAYERS];
+        layer_split_parse_chunks(f->split, f->pp, f->virtual_chunks, cfg->model.layers, blocks);
+    }
     if (f->schedule == SCHED_INTERLEAVED && cfg->micro % f->pp)
         return problem("--schedule interleaved needs --micro %d to be a multiple of --pp %d", cfg->micro,
                        f->pp);
@@ -279,17 +281,8 @@ static const char *layout_problem(const Config *cfg, const PlanFlags *f) {
     if (f->dpu && !f->offload)
         return problem(
             "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");
-    if (chapter == 6 && f->offload && flag_given(cfg, "--zero") && f->zero != 2)
-        return problem(
-            "--zero %d with --offload is unsupported: chapter 06 offloads the stage-2 partitioning "
-            "only (valid: --zero 2)",
-            f->zero);
-    if (flag_given(cfg, "--prefetch") && !(chapter == 5 && f->zero == 3))
+    if (flag_given(cfg, "--prefetch") && chapter < 5) /* 05's and 06's: zero_flags_problem */
         return problem("--prefetch needs --zero 3 (only stage 3 gathers parameters)");
-    if (strcmp(f->allreduce, "ring") == 0 && (chapter >= 5 && (zero > 0 || !split)))
-        return problem("--allreduce ring: chapter %02d all-reduces with the ring only with --zero 0 and "
-                       "--pp or --tp above 1 (valid: --allreduce library)",
-                       chapter);
     if (f->time_csv[0] && !f->machine[0])
         return problem("--time-csv needs --machine FILE (the constants the time is computed from)");
     int pieces = f->dp * cfg->micro;
@@ -716,6 +709,17 @@ static int candidates(const PlanFlags *base, int N, Candidate *list) {
     return n;
 }
 
+/* The command line of a candidate, as the rules that ask which flags were typed see it: the
+ * flags the candidate's name adds, instead of the same flags on the planner's command line. */
+static Config candidate_typed(const Config *cfg, const PlanFlags *f) {
+    Config typed = *cfg;
+    flag_set_given(&typed, "--schedule", strcmp(f->chapter, "04") == 0 && f->pp > 1);
+    flag_set_given(&typed, "--virtual", f->virtual_chunks > 1);
+    flag_set_given(&typed, "--zero", f->zero_given);
+    flag_set_given(&typed, "--dp-mode", strcmp(f->chapter, "02") == 0);
+    return typed;
+}
+
 static void search(const Config *cfg, const PlanFlags *f) {
     if (!flag_given(cfg, "--gpus") || !f->machine[0])
         fatal(EXIT_USAGE, "--search needs --gpus N (the ranks) and --machine FILE (the times to rank by)");
@@ -728,7 +732,8 @@ static void search(const Config *cfg, const PlanFlags *f) {
     int n = candidates(f, f->gpus, list), *order = xcalloc(n, sizeof(int)), fits = 0;
     for (int i = 0; i < n; i++) {
         Candidate *c = &list[i];
-        const char *why = layout_problem(cfg, &c->flags);
+        Config typed = candidate_typed(cfg, &c->flags);
+        const char *why = layout_problem(&typed, &c->flags);
         if (why) {
             snprintf(c->why, sizeof c->why, "%s", why);
             continue;

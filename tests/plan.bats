@@ -399,6 +399,18 @@ same_refusal() {
     assert_equal "$stderr" "error: --pp 4 stages for a model of 2 layers (valid: 1..2, every stage needs a block)"
 }
 
+@test "--offload-capacity refuses a reserve that leaves no device memory, naming the valid range" {
+    run --separate-stderr "$PLAN" --offload-capacity --reserve 999G --gpu-mem 1G
+    assert_equal "$status" 2
+    assert_equal "$output" ""
+    assert_equal "$stderr" "error: --reserve 1072668082176 bytes is not below --gpu-mem 1073741824: it leaves no memory for the model state (valid: --reserve 1..1073741823 bytes with this --gpu-mem)"
+    run --separate-stderr "$PLAN" --offload-capacity --reserve 1G --gpu-mem 1G
+    assert_equal "$status" 2
+    run "$PLAN" --offload-capacity --reserve 1023M --gpu-mem 1G
+    assert_success
+    assert_line --partial "with offload (16-bit params on the device)        2      0.00B"
+}
+
 # The ZeRO paper (Rajbhandari et al., 2020), Figure 1: 7.5B parameters on 64
 # devices, mixed-precision Adam (K = 12): 120, 31.4, 16.6 and 1.9 GB a device.
 @test "the ZeRO paper's model-state table: 120, 31.4, 16.6, 1.9 GB for 7.5B parameters on 64 GPUs" {

@@ -28,7 +28,7 @@
  *       mixed-precision Adam unless --precision fp32 is given
  *   common/plan --offload-capacity [--gpu-mem BYTES] [--reserve BYTES]
  *       the largest model one device trains with and without offload
- *       (Ren et al., 2021, ZeRO-Offload)
+ *       (Ren et al., 2021, ZeRO-Offload); --reserve below --gpu-mem
  *
  * A run's command line pastes in: `mpirun -np 2 05_zero/train --zero 2
  * --precision bf16` is `common/plan --dp 2 --zero 2 --precision bf16`, and
@@ -353,6 +353,11 @@ static void zero_table(const PlanFlags *f, int half) {
  * device: 16 bytes (16 bits: 2 + 2 + 12) without offload, chapter 06's 2
  * with it; the device's memory less a reserve for what is not model state. */
 static void offload_capacity(const PlanFlags *f) {
+    if (f->reserve >= f->gpu_mem)
+        fatal(EXIT_USAGE,
+              "--reserve %zu bytes is not below --gpu-mem %zu: it leaves no memory for the model state "
+              "(valid: --reserve 1..%zu bytes with this --gpu-mem)",
+              f->reserve, f->gpu_mem, f->gpu_mem - 1); /* both at least 1: FLAG_BYTES */
     double p, g, o;
     plan_model_state(1, 1, 0, 1, &p, &g, &o);
     double usable = (double)f->gpu_mem - (double)f->reserve, on_device = p + g + o, offloaded = p;

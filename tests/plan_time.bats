@@ -303,10 +303,14 @@ within_band() {
     # the model splits too, each rejected one with its reason: its fullest rank, or the chapter's refusal
     assert_line --regexp "^  04 --dp 1 --pp 2 --schedule zb-h1 +device memory 9.381e\+06 bytes > 6.291e\+06 \(rank 1; the most: activations, 4614144 bytes\)$"
     assert_line --regexp "^  04 --dp 1 --pp 2 --schedule interleaved --virtual 2 +--pp 2 x --virtual 2 = 4 pieces need at least 4 layers; the model has 2 \\(valid: --virtual 2 needs at least 4 layers with --pp 2; this model takes one chunk a stage\\)$"
-    # seven fit, ranked by their step (the last column), fastest first
-    local ranked="$(awk '/^does not fit/ { exit } $1 ~ /^[0-9]+$/ { print $NF }' <<<"$output")"
-    assert_equal "$(wc -l <<<"$ranked")" 7
+    # six fit with 01's losses, ranked by their step (the last column), fastest first; the delayed
+    # update, whose losses are not 01's, ranked apart and marked on its row
+    local ranked="$(awk '/^ranked apart|^does not fit/ { exit } $1 ~ /^[0-9]+$/ { print $NF }' <<<"$output")"
+    assert_equal "$(wc -l <<<"$ranked")" 6
     sort -g -c <<<"$ranked"
+    assert_line "ranked apart, their losses not 01's (--dpu, the delayed parameter update: each gradient is taken at weights one step stale)"
+    assert_line --regexp "^     1  06 --offload --dpu +[0-9]+ +[0-9]+ +[0-9.]+  changes the losses: delayed update$"
+    assert_equal "$(grep -c "changes the losses" <<<"$output")" 1
     # a ranked layout's device bytes are its own plan's
     local listed planned
     listed="$(awk '$2 == "06" && $4 == "--dpu" { print $5 }' <<<"$output")"

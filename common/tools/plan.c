@@ -20,9 +20,10 @@
  *   common/plan [the model's and batch's flags] --search --gpus N [--gpu-mem BYTES] --machine FILE
  *       every layout of the planned chapters on N ranks (one replica a rank;
  *       dp x pp x tp splits; 03's dp x cp), those whose fullest rank's device
- *       memory fits ranked by predicted step time, each other with the reason
- *       it does not fit or is not a layout (--gpu-mem defaults to the
- *       machine's device_mem_bytes)
+ *       memory fits ranked by predicted step time (those whose losses are not
+ *       01's, 06 --dpu, ranked apart and marked "changes the losses"), each
+ *       other with the reason it does not fit or is not a layout (--gpu-mem
+ *       defaults to the machine's device_mem_bytes)
  *   common/plan --zero-table [--params P] [--gpus N] [--precision bf16|fp32]
  *       the ZeRO paper's model-state table (Rajbhandari et al., 2020, Figure 1):
  *       mixed-precision Adam unless --precision fp32 is given
@@ -177,7 +178,8 @@ static const Flag plan_flags[] = {
      .help = "every layout on --gpus ranks: one replica a rank (01, 02, 05, 06), dp x pp x tp\n"
              "(04's schedules, 05's ZeRO-1/2, 06 --offload) and 03's dp x cp; those that fit\n"
              "--gpu-mem (default: the machine's device_mem_bytes) on their fullest rank ranked by\n"
-             "step time, the others with the reason"},
+             "step time (06 --dpu, whose losses are not 01's, ranked apart and marked), the others\n"
+             "with the reason"},
     {"--by-hand", FLAG_SWITCH, FIELD(PlanFlags, by_hand), .usage = "--by-hand",
      .help = "exercise 06.3: your plan of 05 --zero 1 --precision bf16 on 2 ranks (plan_by_hand.c)\n"
              "next to the planner's, on the --machine FILE; exit 1 where they differ",
@@ -725,6 +727,11 @@ static Config candidate_typed(const Config *cfg, const PlanFlags *f) {
     return typed;
 }
 
+/* A layout whose losses are not 01's at the same step: 06's delayed parameter update. */
+static int changes_losses(const PlanFlags *f) {
+    return f->dpu;
+}
+
 static void search(const Config *cfg, const PlanFlags *f) {
     if (!flag_given(cfg, "--gpus") || !f->machine[0])
         fatal(EXIT_USAGE, "--search needs --gpus N (the ranks) and --machine FILE (the times to rank by)");
@@ -777,11 +784,16 @@ static void search(const Config *cfg, const PlanFlags *f) {
     int width = 22; /* the longest name */
     for (int i = 0; i < n; i++) width = (int)strlen(list[i].name) > width ? (int)strlen(list[i].name) : width;
     printf("  %4s  %-*s %14s %14s %12s\n", "rank", width, "layout", "device bytes", "host bytes", "step ms");
-    for (int r = 0; r < fits; r++) {
-        const Candidate *c = &list[order[r]];
-        printf("  %4d  %-*s %14.0f %14.0f %12.4f\n", r + 1, width, c->name, c->device, c->host,
-               c->step_s * 1e3);
-    }
+    for (int exact = 1, rank = 0; exact >= 0; exact--, rank = 0) /* the same losses as 01, then the others */
+        for (int r = 0; r < fits; r++) {
+            const Candidate *c = &list[order[r]];
+            if (changes_losses(&c->flags) == exact) continue;
+            if (!exact && !rank)
+                printf("ranked apart, their losses not 01's (--dpu, the delayed parameter update: each "
+                       "gradient is taken at weights one step stale)\n");
+            printf("  %4d  %-*s %14.0f %14.0f %12.4f%s\n", ++rank, width, c->name, c->device, c->host,
+                   c->step_s * 1e3, exact ? "" : "  changes the losses: delayed update");
+        }
     if (fits < n) printf("does not fit, or not a layout of these flags\n");
     for (int i = 0; i < n; i++)
         if (list[i].why[0]) printf("  %-*s %s\n", width, list[i].name, list[i].why);

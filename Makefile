@@ -226,7 +226,7 @@ bench: deps
 
 grade: deps
 	@$(MAKE) --no-print-directory all
-	@common/scripts/grade.sh $(subst $(comma), ,$(ONLY))
+	@common/scripts/grade.sh $(if $(filter undefined,$(origin ONLY)),,--only '$(ONLY)')
 
 exercises:
 	@test -n "$(DEST)" || { echo "usage: make exercises DEST=dir [ONLY=01.1,01.2]" >&2; exit 2; }

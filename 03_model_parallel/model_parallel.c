@@ -4,6 +4,7 @@
 #include "device.h"
 #include "evaluate.h"
 #include "layer_split.h"
+#include "layout_rules.h"
 #include "util.h"
 
 #include <stdint.h>
@@ -53,13 +54,13 @@ void model_parallel_check_layout(const Config *cfg, const ModelParallelFlags *f)
     int ranks = f->ranks, dp = f->dp, cp = f->cp, L = cfg->model.layers;
     if (ranks % dp != 0)
         fatal(EXIT_USAGE,
-              "a job of %d ranks cannot hold --dp %d replicas (valid: world = dp x model-parallel ranks)",
-              ranks, dp);
+              "a job of %d rank%s cannot hold --dp %d replicas (valid: world = dp x model-parallel ranks)",
+              ranks, ranks == 1 ? "" : "s", dp);
     if (ranks % (dp * cp) != 0)
-        fatal(
-            EXIT_USAGE,
-            "a job of %d ranks cannot hold --dp %d x --cp %d (valid: world = dp x cp x model-parallel ranks)",
-            ranks, dp, cp);
+        fatal(EXIT_USAGE,
+              "a job of %d rank%s cannot hold --dp %d x --cp %d (valid: world = dp x cp x model-parallel "
+              "ranks)",
+              ranks, ranks == 1 ? "" : "s", dp, cp);
     if (cp > 1) {
         const char *problem = context_parallel_problem(cfg->model.seq, cp);
         if (problem) fatal(EXIT_USAGE, "%s", problem);

@@ -9,22 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *tensor_parallel_problem(const ModelConfig *cfg, int tp) {
-    static char message[256];
-    if (cfg->heads % tp != 0)
-        snprintf(message, sizeof message,
-                 "--tp %d does not divide --heads %d: tensor parallelism gives every rank whole heads "
-                 "(valid: a divisor of the heads)",
-                 tp, cfg->heads);
-    else if (4 * cfg->dmodel % tp != 0)
-        snprintf(message, sizeof message,
-                 "--tp %d does not divide the MLP width 4 x --dmodel = %d (valid: a divisor of %d)", tp,
-                 4 * cfg->dmodel, 4 * cfg->dmodel);
-    else
-        return NULL;
-    return message;
-}
-
 /* The all-reduce of the group, timed (device work queued before it counts as compute). */
 static void tp_allreduce(TensorGroup *tp, float *buf, size_t count) {
     device_sync();

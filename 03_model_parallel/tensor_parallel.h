@@ -91,9 +91,6 @@ typedef struct {
     float *sp_ln_grads; /* (2C) a layernorm's weight and bias gradients from this rank's rows */
 } TensorParallelModel;
 
-/* NULL when cfg can be split over tp ranks, else a message for the user. */
-const char *tensor_parallel_problem(const ModelConfig *cfg, int tp);
-
 /* Local table, initial values and activations for micro-batches of B x T
  * (recompute: only the block inputs kept, as model.h describes), in
  * `precision`: fp32, or the slices stored in 16 bits with fp32 master

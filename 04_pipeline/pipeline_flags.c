@@ -2,6 +2,7 @@
 #include "pipeline_flags.h"
 
 #include "layer_split.h"
+#include "layout_rules.h"
 #include "pipeline.h"
 #include "schedule.h"
 #include "tensor_parallel.h"
@@ -21,14 +22,13 @@ void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const Mo
         fatal(EXIT_USAGE, "--mp tensor slices every layer over all of a replica's ranks, so it has one stage "
                           "(valid: --pp 1; for stages with tensor parallelism inside, --pp P --tp T)");
     if (P < 1 || P * T * D != model->ranks)
-        fatal(
-            EXIT_USAGE,
-            "%d ranks cannot hold %d pipeline stages x --tp %d x --dp %d (valid: mpirun -np %d, world = pp x "
-            "tp x dp)",
-            model->ranks, P, T, D, (P < 1 ? 1 : P) * T * D);
-    if (P > L)
-        fatal(EXIT_USAGE, "--pp %d stages for a model of %d layers (valid: 1..%d, every stage needs a block)",
-              P, L, L);
+        fatal(EXIT_USAGE,
+              "%d rank%s cannot hold %d pipeline stage%s x --tp %d x --dp %d (valid: mpirun -np %d, world = "
+              "pp x tp x dp)",
+              model->ranks, model->ranks == 1 ? "" : "s", P, P == 1 ? "" : "s", T, D,
+              (P < 1 ? 1 : P) * T * D);
+    const char *pieces = layer_split_pieces_problem(P, 1, L); /* every stage needs a block */
+    if (pieces) fatal(EXIT_USAGE, "%s", pieces);
     const char *problem = T > 1 ? tensor_parallel_problem(&cfg->model, T) : NULL;
     if (problem) fatal(EXIT_USAGE, "%s", problem);
 }
@@ -47,12 +47,11 @@ void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const Mo
     int V = pipe->virtual_chunks;
     const char *refused = schedule_refusal(pipe->schedule, P, V, M);
     if (refused) fatal(EXIT_USAGE, "%s", refused);
-    if (P * V > L)
-        fatal(EXIT_USAGE,
-              "--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)", P, V, L);
+    const char *pieces = layer_split_pieces_problem(P, V, L); /* every chunk needs a block */
+    if (pieces) fatal(EXIT_USAGE, "%s", pieces);
     if (model->split[0]) { /* one number per piece: per stage, or with --virtual V per chunk of a stage */
         int blocks[MAX_LAYERS];
-        layer_split_parse(model->split, P * V, L, blocks);
+        layer_split_parse_chunks(model->split, P, V, L, blocks);
     }
     data_parallel_refuse_overlap(data, "pipeline stage");
 }

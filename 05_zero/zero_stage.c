@@ -1,6 +1,7 @@
 /* zero_stage.c: see zero_stage.h. */
 #include "zero_stage.h"
 
+#include "layout_rules.h"
 #include "mixed.h"
 #include "optimizer_step.h"
 #include "tensor_parallel.h"
@@ -30,36 +31,8 @@ void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFl
 }
 
 void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int print_schedule) {
-    const char *replica_flags[] = {"--dp-mode",        "--allreduce",     "--bucket-mb",
-                                   "--check-replicas", "--print-buckets", NULL}; /* 04's whole replicas */
-    for (const char **name = replica_flags; *name && (zero > 0 || (P == 1 && T == 1)); name++)
-        if (flag_given(cfg, *name))
-            fatal(EXIT_USAGE,
-                  "%s is chapter 04's, for whole replicas; ZeRO keeps them here (valid: --zero 0 "
-                  "with --pp > 1 or --tp > 1)",
-                  *name);
-    if (flag_given(cfg, "--virtual") && (zero > 0 || (P == 1 && T == 1)))
-        fatal(EXIT_USAGE,
-              "--virtual (interleaved chunks) with ZeRO is not written yet: a stage's shards are one "
-              "range of units, and its chunks are not (valid: --zero 0 with --pp > 1)");
-    if (flag_given(cfg, "--schedule") && P == 1 && T == 1)
-        fatal(EXIT_USAGE, "--schedule orders pipeline stages; with --pp 1 --tp 1 ZeRO runs its own one-stage "
-                          "step (valid: --schedule with --pp > 1 or --tp > 1)");
-    if (flag_given(cfg, "--prefetch") && zero != 3)
-        fatal(EXIT_USAGE, "--prefetch needs --zero 3 (only stage 3 gathers parameters)");
-    if (print_schedule && P == 1 && T == 1 && zero != 3)
-        fatal(EXIT_USAGE, "--print-schedule needs --zero 3 (only stage 3 has a gather/free schedule)");
-    if (zero == 3 && P > 1)
-        fatal(EXIT_USAGE,
-              "--zero 3 with --pp %d is refused: every stage would re-gather its parameters for every "
-              "micro-batch's forward and backward (DeepSpeed refuses it too; valid: --zero 0-2)",
-              P);
-    if (zero == 3 && T > 1)
-        fatal(EXIT_USAGE,
-              "--zero 3 with --tp %d is not written: stage 3's gather/free schedule runs in ZeRO's "
-              "one-stage trainer over whole units, and a tensor-parallel stage keeps its slices bound "
-              "for the whole step (valid: --zero 0-2)",
-              T);
+    const char *problem = zero_flags_problem(cfg, zero, P, T, print_schedule); /* common/plan's rule too */
+    if (problem) fatal(EXIT_USAGE, "%s", problem);
 }
 
 void zero_stage_destroy(ZeroStage *s) {

@@ -330,5 +330,35 @@ bad06() {
 
 @test "06: --pp x --dp that is not the world size is refused" {
     bad06 --offload --pp 2 --dp 1
-    assert_refused "1 ranks cannot hold 2 pipeline stages x --tp 1 x --dp 1 (valid: mpirun -np 2, world = pp x tp x dp)"
+    assert_refused "1 rank cannot hold 2 pipeline stages x --tp 1 x --dp 1 (valid: mpirun -np 2, world = pp x tp x dp)"
+}
+
+@test "a refusal counts one rank as one rank: 03's replicas, 04's stages" {
+    run --separate-stderr timeout 5 "$REPO/03_model_parallel/train" --device cpu --dp 2 --out "$(scratch)/out"
+    assert_refused "a job of 1 rank cannot hold --dp 2 replicas (valid: world = dp x model-parallel ranks)"
+    run --separate-stderr timeout 5 "$REPO/04_pipeline/train" --device cpu --tp 2 --pp 1 --out "$(scratch)/out"
+    assert_refused "1 rank cannot hold 1 pipeline stage x --tp 2 x --dp 1 (valid: mpirun -np 2, world = pp x tp x dp)"
+}
+
+@test "grade.sh refuses an unknown exercise listing the valid ids, and an empty name in ONLY instead of grading all" {
+    local ids
+    ids="$(cd "$REPO/tests/grade" && ls *.bats | sed 's/\.bats$//' | paste -sd, - | sed 's/,/, /g')"
+    [[ "$ids" == "01.1, 01.2, "* ]]
+    run --separate-stderr timeout 5 "$REPO/common/scripts/grade.sh" bogus
+    assert_equal "$status" 2
+    assert_equal "$stderr" "grade.sh: no exercise 'bogus' (valid: $ids)"
+    for only in ",," "" "01.1,,01.2" "01.1,"; do
+        run --separate-stderr timeout 5 "$REPO/common/scripts/grade.sh" --only "$only"
+        assert_equal "$status" 2
+        assert_equal "$output" ""
+        assert_equal "$stderr" "grade.sh: ONLY='$only' has an empty exercise name (valid: comma-separated ids of $ids)"
+    done
+    run --separate-stderr timeout 5 "$REPO/common/scripts/grade.sh" --only "01.1, bogus"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "grade.sh: no exercise 'bogus' (valid: $ids)"
+    # make grade hands ONLY over as it was typed, empty names and all; without ONLY, every exercise
+    run timeout 10 make -s -n -C "$REPO" grade ONLY=,,
+    assert_line "common/scripts/grade.sh --only ',,'"
+    run timeout 10 make -s -n -C "$REPO" grade
+    assert_line --regexp "^common/scripts/grade.sh *$"
 }

@@ -244,7 +244,7 @@ kept_bytes() { "$BUILD/tests/test_memory" piece 4 64 4 256 64 2 "$@" | awk '{ pr
     run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --batch 8 --micro 4 \
         --schedule interleaved --virtual 3"
     assert_failure
-    [[ "$stderr" == *"error: --pp 2 x --virtual 3 pieces for a model of 4 layers (every piece needs a block)"* ]]
+    [[ "$stderr" == *"error: --pp 2 x --virtual 3 = 6 pieces need at least 6 layers; the model has 4 (valid: --virtual 2 with --pp 2 here, every piece needs a block)"* ]]
 }
 
 @test "interleaved refuses micro-batches that are not a multiple of the stages, and --virtual with another schedule" {

@@ -339,18 +339,76 @@ ring_sent_matches() {
     refused --mp tensor --tp 3
     refused --pp 2 --schedule interleaved --micro 3 --batch 6
     refused --dp 2 --zero 1 --allreduce ring
-    [[ "$stderr" == *"--allreduce ring: chapter 05 all-reduces with the ring only with --zero 0 and --pp or --tp above 1"* ]]
+    [[ "$stderr" == *"--allreduce is chapter 04's, for whole replicas; ZeRO keeps them here"* ]]
     refused --chapter 03 --cp 3
     [[ "$stderr" == *"--seq 64 cannot be cut into 2 x --cp 3 = 6 equal chunks"* ]]
     refused --pp 2 --cp 2
     refused --chapter 03 --mp tensor --tp 2 --sp --cp 2
     refused --chapter 05 --pp 2 --layers 4 --micro 2 --schedule interleaved --virtual 2
-    [[ "$stderr" == *"--virtual (interleaved chunks) with ZeRO is not written yet in chapter 05"* ]]
+    [[ "$stderr" == *"--virtual (interleaved chunks) with ZeRO is not written yet: a stage's shards are one range of units"* ]]
     refused --zero 4
     refused --dpu
     run "$PLAN" --help
     assert_success
     assert_output --partial "--csv FILE"
+}
+
+# The planner and the program refuse a layout in the same line: the rules are
+# one piece of code the planner calls (common/run/layout_rules.h,
+# common/model/layer_split.h), not a copy. same_refusal PROGRAM_ARGS -- PLAN_ARGS:
+# the program's stderr line (one rank, or mpirun -np N first) equals the plan's.
+same_refusal() {
+    local program=() plan=()
+    while [ "$1" != -- ]; do program+=("$1"); shift; done
+    shift
+    plan=("$@")
+    run --separate-stderr timeout 20 bash -c "$(declare -f mpirun_np); \"\$@\"" _ "${program[@]}" $FLAGS \
+        --out "$(scratch)/refused-$RANDOM"
+    assert_equal "$status" 2
+    local from_program="$(grep '^error:' <<<"$stderr" | sort -u)"
+    run --separate-stderr "$PLAN" --model tiny "${plan[@]}"
+    assert_equal "$status" 2
+    assert_equal "$(printf '%s\n' "$stderr" | grep -c .)" 1
+    assert_equal "$stderr" "$from_program"
+}
+
+@test "the planner refuses what 05 refuses in 05's own line: --schedule on ZeRO's one stage, --zero 3 over stages" {
+    same_refusal "$REPO/05_zero/train" --zero 2 --schedule zb-h1 -- --chapter 05 --zero 2 --dp 2 --schedule zb-h1
+    assert_equal "$stderr" "error: --schedule orders pipeline stages; with --pp 1 --tp 1 ZeRO runs its own one-stage step (valid: --schedule with --pp > 1 or --tp > 1)"
+    same_refusal mpirun_np 2 "$REPO/05_zero/train" --zero 3 --pp 2 -- --chapter 05 --zero 3 --pp 2
+    assert_equal "$stderr" "error: --zero 3 with --pp 2 is refused: every stage would re-gather its parameters for every micro-batch's forward and backward (DeepSpeed refuses it too; valid: --zero 0-2)"
+    # 06 without --offload runs 05's rules, and accepts --prefetch at stage 3 as 05 does
+    run "$PLAN" --model tiny --chapter 06 --dp 2 --zero 3 --prefetch 2
+    assert_success
+}
+
+@test "the planner states the programs' --tp rule (whole heads, the MLP's 4 x dmodel) in the programs' words" {
+    same_refusal mpirun_np 3 "$REPO/04_pipeline/train" --tp 3 -- --tp 3
+    assert_equal "$stderr" "error: --tp 3 does not divide --heads 4: tensor parallelism gives every rank whole heads (valid: a divisor of the heads)"
+}
+
+@test "more pieces than layers, and a --split that does not name every chunk, are refused with what is valid, by 04 and the planner" {
+    same_refusal mpirun_np 2 "$REPO/04_pipeline/train" --layers 6 --micro 2 --schedule interleaved --virtual 4 -- \
+        --pp 2 --layers 6 --micro 2 --schedule interleaved --virtual 4
+    assert_equal "$stderr" "error: --pp 2 x --virtual 4 = 8 pieces need at least 8 layers; the model has 6 (valid: --virtual 2..3 with --pp 2 here, every piece needs a block)"
+    same_refusal mpirun_np 2 "$REPO/04_pipeline/train" --layers 4 --micro 2 --schedule interleaved --virtual 2 --split 2,1 -- \
+        --pp 2 --layers 4 --micro 2 --schedule interleaved --virtual 2 --split 2,1
+    assert_equal "$stderr" "error: --split 2,1 names 2 pieces but --pp 2 x --virtual 2 = 4 chunks need one number each (valid: 4 numbers, chunk by chunk in the model's order: chunk 0 of stages 0..1, then chunk 1, ...)"
+    run --separate-stderr "$PLAN" --model tiny --pp 4
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: --pp 4 stages for a model of 2 layers (valid: 1..2, every stage needs a block)"
+}
+
+@test "--offload-capacity refuses a reserve that leaves no device memory, naming the valid range" {
+    run --separate-stderr "$PLAN" --offload-capacity --reserve 999G --gpu-mem 1G
+    assert_equal "$status" 2
+    assert_equal "$output" ""
+    assert_equal "$stderr" "error: --reserve 1072668082176 bytes is not below --gpu-mem 1073741824: it leaves no memory for the model state (valid: --reserve 1..1073741823 bytes with this --gpu-mem)"
+    run --separate-stderr "$PLAN" --offload-capacity --reserve 1G --gpu-mem 1G
+    assert_equal "$status" 2
+    run "$PLAN" --offload-capacity --reserve 1023M --gpu-mem 1G
+    assert_success
+    assert_line --partial "with offload (16-bit params on the device)        2      0.00B"
 }
 
 # The ZeRO paper (Rajbhandari et al., 2020), Figure 1: 7.5B parameters on 64

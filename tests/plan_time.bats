@@ -196,9 +196,9 @@ within_band() {
     }
     round_machine "$dir/good"
     sed 's/^flops = .*/flops = fast/' "$dir/good" >"$dir/nan"
-    refused "$dir/nan" "nan:2: flops = 'fast' is not a positive number"
+    refused "$dir/nan" "nan:2: flops = 'fast' is not a number from 1e+06 to 1e+18 (valid: FLOP/s in that range)"
     sed 's/^beta_bytes_per_s = .*/beta_bytes_per_s = 0/' "$dir/good" >"$dir/zero"
-    refused "$dir/zero" "beta_bytes_per_s = '0' is not a positive number"
+    refused "$dir/zero" "beta_bytes_per_s = '0' is not a number from 1000 to 1e+14 (valid: bytes/s in that range)"
     sed '/^alpha_s/d' "$dir/good" >"$dir/missing"
     refused "$dir/missing" "no 'alpha_s = ...' line"
     { cat "$dir/good"; echo "speed = 3"; } >"$dir/unknown"
@@ -212,6 +212,37 @@ within_band() {
     assert_equal "$status" 2
     [[ "$stderr" == *"--time-csv needs --machine"* ]]
     "$PLAN" --model tiny --machine "$REPO/common/machines/h100-sxm.machine" >/dev/null
+}
+
+@test "every number of a machine file is held to its range as it is read, naming the range; nothing is planned from it" {
+    local dir="$(scratch)"
+    out_of_range() { # KEY VALUE MESSAGE: the file with KEY = VALUE is refused before anything is printed
+        sed "s/^$1 = .*/$1 = $2/" "$dir/good" >"$dir/bad"
+        run --separate-stderr "$PLAN" --model tiny --machine "$dir/bad"
+        assert_equal "$status" 2
+        assert_equal "$output" ""
+        assert_equal "$stderr" "error: --machine $dir/bad:$(grep -n "^$1 = " "$dir/bad" | cut -d: -f1): $1 = '$2' $3"
+    }
+    round_machine "$dir/good"
+    for value in 1e-300 0 -1 inf nan 1e30; do
+        out_of_range flops "$value" "is not a number from 1e+06 to 1e+18 (valid: FLOP/s in that range)"
+    done
+    out_of_range alpha_s 5 "is not a number from 1e-09 to 1 (valid: seconds in that range)"
+    out_of_range beta_bytes_per_s 1e-300 "is not a number from 1000 to 1e+14 (valid: bytes/s in that range)"
+    out_of_range h2d_bytes_per_s 1e300 "is not a number from 1000 to 1e+14 (valid: bytes/s in that range)"
+    out_of_range d2h_bytes_per_s -4e8 "is not a number from 1000 to 1e+14 (valid: bytes/s in that range)"
+    out_of_range cpu_adam_params_per_s 1e-3 "is not a number from 1000 to 1e+14 (valid: parameters/s in that range)"
+    out_of_range device_adam_params_per_s 1e20 "is not a number from 1000 to 1e+14 (valid: parameters/s in that range)"
+    out_of_range device_mem_bytes 10 "is not a number from 1e+06 to 1e+15 (valid: bytes in that range)"
+    # --search ranks nothing by a NaN: the file is refused before a layout is ranked
+    sed "s/^flops = .*/flops = 1e-300/" "$dir/good" >"$dir/tiny-flops"
+    run --separate-stderr "$PLAN" --model tiny --search --gpus 2 --machine "$dir/tiny-flops"
+    assert_equal "$status" 2
+    [[ "$stderr" == *"flops = '1e-300' is not a number from 1e+06 to 1e+18"* ]]
+    refute_output --partial "nan"
+    # the shipped files are in range
+    "$PLAN" --model tiny --machine "$REPO/common/machines/h100-sxm.machine" >/dev/null
+    "$PLAN" --model tiny --machine "$CPU_MACHINE" >/dev/null
 }
 
 @test "--calibrate --quick measures this machine with the course's tools in seconds and writes a file --machine reads" {
@@ -271,11 +302,15 @@ within_band() {
     assert_line --regexp "^  05 --zero 3 +device memory 6.63e\+06 bytes > 6.291e\+06 \(rank 0; the most: workspace, 2284544 bytes\)$"
     # the model splits too, each rejected one with its reason: its fullest rank, or the chapter's refusal
     assert_line --regexp "^  04 --dp 1 --pp 2 --schedule zb-h1 +device memory 9.381e\+06 bytes > 6.291e\+06 \(rank 1; the most: activations, 4614144 bytes\)$"
-    assert_line --regexp "^  04 --dp 1 --pp 2 --schedule interleaved --virtual 2 +--pp 2 x --virtual 2 pieces for a model of 2 layers"
-    # seven fit, ranked by their step (the last column), fastest first
-    local ranked="$(awk '/^does not fit/ { exit } $1 ~ /^[0-9]+$/ { print $NF }' <<<"$output")"
-    assert_equal "$(wc -l <<<"$ranked")" 7
+    assert_line --regexp "^  04 --dp 1 --pp 2 --schedule interleaved --virtual 2 +--pp 2 x --virtual 2 = 4 pieces need at least 4 layers; the model has 2 \\(valid: --virtual 2 needs at least 4 layers with --pp 2; this model takes one chunk a stage\\)$"
+    # six fit with 01's losses, ranked by their step (the last column), fastest first; the delayed
+    # update, whose losses are not 01's, ranked apart and marked on its row
+    local ranked="$(awk '/^ranked apart|^does not fit/ { exit } $1 ~ /^[0-9]+$/ { print $NF }' <<<"$output")"
+    assert_equal "$(wc -l <<<"$ranked")" 6
     sort -g -c <<<"$ranked"
+    assert_line "ranked apart, their losses not 01's (--dpu, the delayed parameter update: each gradient is taken at weights one step stale)"
+    assert_line --regexp "^     1  06 --offload --dpu +[0-9]+ +[0-9]+ +[0-9.]+  changes the losses: delayed update$"
+    assert_equal "$(grep -c "changes the losses" <<<"$output")" 1
     # a ranked layout's device bytes are its own plan's
     local listed planned
     listed="$(awk '$2 == "06" && $4 == "--dpu" { print $5 }' <<<"$output")"
@@ -283,7 +318,7 @@ within_band() {
     assert_equal "$listed" "$planned"
     run env OMP_NUM_THREADS=1 "$PLAN" --model tiny --search --gpus 3 --machine "$CPU_MACHINE"
     assert_line --regexp "^  05 --zero 2 +--batch 8 does not split into 3 ranks x --micro 1"
-    assert_line --regexp "^  04 --dp 1 --tp 3 +--tp 3 does not divide --heads 4 and --dmodel 64"
+    assert_line --regexp "^  04 --dp 1 --tp 3 +--tp 3 does not divide --heads 4: tensor parallelism gives every rank whole heads"
     # on 4 ranks splits are ranked among the replicas; a split's device bytes are its fullest rank's plan
     run env OMP_NUM_THREADS=1 "$PLAN" --model tiny --search --gpus 4 --gpu-mem 6M --machine "$CPU_MACHINE"
     assert_line --regexp "^ +[0-9]+  04 --dp 2 --pp 2 --schedule zb-h1 +5238784 +0 +[0-9.]+$"

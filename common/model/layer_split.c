@@ -8,23 +8,61 @@
 #include <stdio.h>
 #include <string.h>
 
-void layer_split_parse(const char *text, int stages, int layers, int *blocks) {
+/* --split's numbers, one per piece of `stages` x `chunks` (chunks > 1: --virtual's). */
+static void parse_pieces(const char *text, int stages, int chunks, int layers, int *blocks) {
     char copy[1024];
     snprintf(copy, sizeof copy, "%s", text);
-    int count = 0, sum = 0;
+    int count = 0, sum = 0, pieces = stages * chunks;
     for (char *item = strtok(copy, ","); item; item = strtok(NULL, ",")) {
         int n = (int)parse_int_flag("--split", item, 1, MAX_LAYERS);
-        if (count < stages) blocks[count] = n;
+        if (count < pieces) blocks[count] = n;
         count++;
         sum += n;
     }
-    if (count != stages)
-        fatal(EXIT_USAGE, "--split %s names %d stages but the job has %d (valid: one number per stage)", text,
-              count, stages);
+    if (count != pieces && chunks == 1)
+        fatal(EXIT_USAGE, "--split %s names %d stage%s but the job has %d (valid: one number per stage)",
+              text, count, count == 1 ? "" : "s", stages);
+    if (count != pieces)
+        fatal(EXIT_USAGE,
+              "--split %s names %d piece%s but --pp %d x --virtual %d = %d chunks need one number each "
+              "(valid: %d numbers, chunk by chunk in the model's order: chunk 0 of stages 0..%d, then "
+              "chunk 1, ...)",
+              text, count, count == 1 ? "" : "s", stages, chunks, pieces, pieces, stages - 1);
     if (sum != layers)
         fatal(EXIT_USAGE,
               "--split %s holds %d layers but the model has %d (valid: numbers summing to --layers)", text,
               sum, layers);
+}
+
+void layer_split_parse(const char *text, int stages, int layers, int *blocks) {
+    parse_pieces(text, stages, 1, layers, blocks);
+}
+
+void layer_split_parse_chunks(const char *text, int stages, int chunks, int layers, int *blocks) {
+    parse_pieces(text, stages, chunks, layers, blocks);
+}
+
+const char *layer_split_pieces_problem(int stages, int chunks, int layers) {
+    static char message[320];
+    int most = layers / stages; /* chunks per stage the layers allow */
+    if (stages > layers)
+        snprintf(message, sizeof message,
+                 "--pp %d stages for a model of %d layers (valid: 1..%d, every stage needs a block)", stages,
+                 layers, layers);
+    else if (stages * chunks > layers && most >= 2)
+        snprintf(message, sizeof message,
+                 "--pp %d x --virtual %d = %d pieces need at least %d layers; the model has %d (valid: "
+                 "--virtual %s%d with --pp %d here, every piece needs a block)",
+                 stages, chunks, stages * chunks, stages * chunks, layers, most > 2 ? "2.." : "", most,
+                 stages);
+    else if (stages * chunks > layers)
+        snprintf(message, sizeof message,
+                 "--pp %d x --virtual %d = %d pieces need at least %d layers; the model has %d (valid: "
+                 "--virtual 2 needs at least %d layers with --pp %d; this model takes one chunk a stage)",
+                 stages, chunks, stages * chunks, stages * chunks, layers, 2 * stages, stages);
+    else
+        return NULL;
+    return message;
 }
 
 void layer_split_balanced(const ParamTable *table, int stages, int *blocks) {

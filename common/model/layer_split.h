@@ -40,6 +40,14 @@ void layer_split_balanced(const ParamTable *table, int stages, int *blocks);
 /* --split "3,3": one positive number per stage, summing to `layers`; a bad
  * text ends the program with EXIT_USAGE naming the problem. */
 void layer_split_parse(const char *text, int stages, int layers, int *blocks);
+/* The same for `chunks` chunks per stage (--virtual): one number per piece,
+ * stages x chunks of them in the model's order (above), the refusal saying so. */
+void layer_split_parse_chunks(const char *text, int stages, int chunks, int layers, int *blocks);
+/* NULL when `stages` stages of `chunks` chunks each can each hold a block of
+ * `layers`, else the refusal (--pp, --virtual) with the valid range; the
+ * programs of 04-06 and common/plan both ask it. Static text, valid until
+ * the next call. */
+const char *layer_split_pieces_problem(int stages, int chunks, int layers);
 
 /* First and last block of `stage` given blocks[]. */
 void layer_split_range(const int *blocks, int stage, int *first_block, int *last_block);

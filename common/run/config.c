@@ -400,12 +400,24 @@ void config_print_help(const char *program, const char *summary, const ChapterFl
     printf("\nexit status: 0 done, 1 runtime failure, 2 bad input, 3 loss became NaN/Inf\n");
 }
 
-int flag_given(const Config *c, const char *name) {
+/* Where the flag `name` is recorded in c->given: table *t, row *i; 0 when no table has it. */
+static int given_bit(const Config *c, const char *name, int *t, int *i) {
     const Flag *tables[2] = {common_flags, c->chapter_flags};
-    for (int t = 0; t < 2 && tables[t]; t++)
-        for (int i = 0; is_row(&tables[t][i]); i++)
-            if (tables[t][i].name && strcmp(tables[t][i].name, name) == 0) return (c->given[t] >> i) & 1;
+    for (*t = 0; *t < 2 && tables[*t]; (*t)++)
+        for (*i = 0; is_row(&tables[*t][*i]); (*i)++)
+            if (tables[*t][*i].name && strcmp(tables[*t][*i].name, name) == 0) return 1;
     return 0;
+}
+
+int flag_given(const Config *c, const char *name) {
+    int t, i;
+    return given_bit(c, name, &t, &i) ? (int)((c->given[t] >> i) & 1) : 0;
+}
+
+void flag_set_given(Config *c, const char *name, int given) {
+    int t, i;
+    if (!given_bit(c, name, &t, &i)) return;
+    c->given[t] = given ? c->given[t] | (uint64_t)1 << i : c->given[t] & ~((uint64_t)1 << i);
 }
 
 /* The loss scale is fp16's: bf16 has fp32's 8 exponent bits, so its gradients

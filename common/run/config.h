@@ -131,6 +131,9 @@ typedef struct {
 /* Whether the flag `name` (common or the chapter's) was on the command line:
  * for a default that is fine but a value given that is refused. */
 int flag_given(const Config *cfg, const char *name);
+/* As if `name` had (given 1) or had not (0) been typed: common/plan's --search
+ * asks the programs' rules (layout_rules.h) of layouts it writes itself. */
+void flag_set_given(Config *cfg, const char *name, int given);
 
 /* Fill cfg from argv and check every value and every combination of flags,
  * recording the flags in cfg->record; returns 1 when --help was asked for

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# grade.sh [ID...]: run each exercise's grader (tests/grade/ID.bats), or only
-# those of the exercises named, and print a score table. Exit status 0 only at
-# full marks. Called by `make grade [ONLY=01.2,05.4]` after building; a
-# grader's full output goes to runs/grade/ID.log.
+# grade.sh [ID...] | grade.sh --only ID,ID,...: run each exercise's grader
+# (tests/grade/ID.bats), or only those of the exercises named, and print a
+# score table. Exit status 0 only at full marks, 2 for a name that is no
+# exercise (or an empty one: `ONLY=,,` names none). Called by `make grade
+# [ONLY=01.2,05.4]` (as --only) after building; a grader's full output goes
+# to runs/grade/ID.log.
 #
 # Some graders run whole programs, which reach other exercises' code (the
 # trainers of 02-06 need chapter 01's, for instance); which ones each grader
@@ -13,9 +15,31 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
+# the exercises there are, as a refusal lists them: 01.1, 01.2, ...
+exercise_ids() {
+    local grader ids=()
+    for grader in tests/grade/*.bats; do ids+=("$(basename "$grader" .bats)"); done
+    local IFS=,
+    echo "${ids[*]}" | sed 's/,/, /g'
+}
+
+if [ "${1-}" = --only ]; then # make grade ONLY=LIST: the names between its commas, none of them empty
+    [ $# -eq 2 ] || { echo "grade.sh: --only takes one list, ID,ID,... (valid: $(exercise_ids))" >&2; exit 2; }
+    only="$2"
+    IFS=, read -ra names <<<"$only,"
+    set --
+    for id in "${names[@]}"; do
+        id="${id#"${id%%[![:space:]]*}"}" id="${id%"${id##*[![:space:]]}"}" # without the spaces around it
+        [ -n "$id" ] || {
+            echo "grade.sh: ONLY='$only' has an empty exercise name (valid: comma-separated ids of $(exercise_ids))" >&2
+            exit 2
+        }
+        set -- "$@" "$id"
+    done
+fi
 graders=()
 for id in "$@"; do
-    [ -f "tests/grade/$id.bats" ] || { echo "grade.sh: no exercise $id (tests/grade/$id.bats)" >&2; exit 2; }
+    [ -f "tests/grade/$id.bats" ] || { echo "grade.sh: no exercise '$id' (valid: $(exercise_ids))" >&2; exit 2; }
     graders+=("tests/grade/$id.bats")
 done
 [ $# -gt 0 ] || graders=(tests/grade/*.bats)

@@ -20,15 +20,16 @@
  *   common/plan [the model's and batch's flags] --search --gpus N [--gpu-mem BYTES] --machine FILE
  *       every layout of the planned chapters on N ranks (one replica a rank;
  *       dp x pp x tp splits; 03's dp x cp), those whose fullest rank's device
- *       memory fits ranked by predicted step time, each other with the reason
- *       it does not fit or is not a layout (--gpu-mem defaults to the
- *       machine's device_mem_bytes)
+ *       memory fits ranked by predicted step time (those whose losses are not
+ *       01's, 06 --dpu, ranked apart and marked "changes the losses"), each
+ *       other with the reason it does not fit or is not a layout (--gpu-mem
+ *       defaults to the machine's device_mem_bytes)
  *   common/plan --zero-table [--params P] [--gpus N] [--precision bf16|fp32]
  *       the ZeRO paper's model-state table (Rajbhandari et al., 2020, Figure 1):
  *       mixed-precision Adam unless --precision fp32 is given
  *   common/plan --offload-capacity [--gpu-mem BYTES] [--reserve BYTES]
  *       the largest model one device trains with and without offload
- *       (Ren et al., 2021, ZeRO-Offload)
+ *       (Ren et al., 2021, ZeRO-Offload); --reserve below --gpu-mem
  *
  * A run's command line pastes in: `mpirun -np 2 05_zero/train --zero 2
  * --precision bf16` is `common/plan --dp 2 --zero 2 --precision bf16`, and
@@ -45,6 +46,8 @@
  * one line naming the flag. */
 #include "config.h"
 #include "device.h"
+#include "layer_split.h"
+#include "layout_rules.h"
 #include "model.h"
 #include "param_table.h"
 #include "plan_by_hand.h"
@@ -175,7 +178,8 @@ static const Flag plan_flags[] = {
      .help = "every layout on --gpus ranks: one replica a rank (01, 02, 05, 06), dp x pp x tp\n"
              "(04's schedules, 05's ZeRO-1/2, 06 --offload) and 03's dp x cp; those that fit\n"
              "--gpu-mem (default: the machine's device_mem_bytes) on their fullest rank ranked by\n"
-             "step time, the others with the reason"},
+             "step time (06 --dpu, whose losses are not 01's, ranked apart and marked), the others\n"
+             "with the reason"},
     {"--by-hand", FLAG_SWITCH, FIELD(PlanFlags, by_hand), .usage = "--by-hand",
      .help = "exercise 06.3: your plan of 05 --zero 1 --precision bf16 on 2 ranks (plan_by_hand.c)\n"
              "next to the planner's, on the --machine FILE; exit 1 where they differ",
@@ -243,28 +247,28 @@ static const char *layout_problem(const Config *cfg, const PlanFlags *f) {
                        cfg->model.seq, f->tp);
     if (chapter == 3 && strcmp(f->mp, "layer") == 0 && f->tp > 1)
         return problem("--tp is for --mp tensor (the layer split has --pp stages)");
-    int zero = flag_given(cfg, "--zero") || f->zero_given ? f->zero : 1; /* 05's default: 1 */
+    int zero = flag_given(cfg, "--zero") || f->zero_given ? f->zero : f->offload ? 2 : 1; /* 05's, 06's */
     if (chapter == 6 && f->offload && f->schedule == SCHED_INTERLEAVED)  /* 06's own check comes first */
         return problem(
             "--schedule interleaved with --offload is refused by chapter 06: the offloaded state is "
             "one range of units per stage, and interleaved's chunks are not one range (valid: gpipe, "
             "1f1b, zb-h1)");
-    if (chapter >= 5 && f->virtual_chunks > 1 && (zero > 0 || f->offload || !split))
+    if (chapter == 6 && f->offload && flag_given(cfg, "--zero") && f->zero != 2)
         return problem(
-            "--virtual (interleaved chunks) with ZeRO is not written yet in chapter %02d: a stage's "
-            "shards are one range of units, and its chunks are not (valid: --zero 0 with --pp > 1)",
-            chapter);
-    if (chapter >= 5 && split && f->zero == 3)
-        return problem("--zero 3 with --pp or --tp: chapter %02d refuses it (valid: --zero 0, 1 or 2)",
-                       chapter);
-    if (f->pp > cfg->model.layers || f->pp * f->virtual_chunks > cfg->model.layers)
-        return problem("--pp %d x --virtual %d pieces for a model of %d layers (every piece needs a block)",
-                       f->pp, f->virtual_chunks, cfg->model.layers);
-    if (f->tp > 1 && (cfg->model.heads % f->tp || cfg->model.dmodel % f->tp))
-        return problem("--tp %d does not divide --heads %d and --dmodel %d (valid: a divisor of both)", f->tp,
-                       cfg->model.heads, cfg->model.dmodel);
+            "--zero %d with --offload is unsupported: chapter 06 offloads the stage-2 partitioning "
+            "only (valid: --zero 2)",
+            f->zero);
+    /* the programs' own rules, asked of the code 05 and 06 run (layout_rules.h, layer_split.h) */
+    const char *refused = chapter >= 5 ? zero_flags_problem(cfg, zero, f->pp, f->tp, 0) : NULL;
+    if (refused) return refused;
     if (f->virtual_chunks > 1 && f->schedule != SCHED_INTERLEAVED)
         return problem("--virtual %d is for --schedule interleaved", f->virtual_chunks);
+    if ((refused = layer_split_pieces_problem(f->pp, f->virtual_chunks, cfg->model.layers))) return refused;
+    if (f->tp > 1 && (refused = tensor_parallel_problem(&cfg->model, f->tp))) return refused;
+    if (f->split[0] && chapter >= 3 && !(chapter == 3 && f->tp > 1)) { /* one number a piece, or refused */
+        int blocks[MAX_LAYERS];
+        layer_split_parse_chunks(f->split, f->pp, f->virtual_chunks, cfg->model.layers, blocks);
+    }
     if (f->schedule == SCHED_INTERLEAVED && cfg->micro % f->pp)
         return problem("--schedule interleaved needs --micro %d to be a multiple of --pp %d", cfg->micro,
                        f->pp);
@@ -279,17 +283,8 @@ static const char *layout_problem(const Config *cfg, const PlanFlags *f) {
     if (f->dpu && !f->offload)
         return problem(
             "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");
-    if (chapter == 6 && f->offload && flag_given(cfg, "--zero") && f->zero != 2)
-        return problem(
-            "--zero %d with --offload is unsupported: chapter 06 offloads the stage-2 partitioning "
-            "only (valid: --zero 2)",
-            f->zero);
-    if (flag_given(cfg, "--prefetch") && !(chapter == 5 && f->zero == 3))
+    if (flag_given(cfg, "--prefetch") && chapter < 5) /* 05's and 06's: zero_flags_problem */
         return problem("--prefetch needs --zero 3 (only stage 3 gathers parameters)");
-    if (strcmp(f->allreduce, "ring") == 0 && (chapter >= 5 && (zero > 0 || !split)))
-        return problem("--allreduce ring: chapter %02d all-reduces with the ring only with --zero 0 and "
-                       "--pp or --tp above 1 (valid: --allreduce library)",
-                       chapter);
     if (f->time_csv[0] && !f->machine[0])
         return problem("--time-csv needs --machine FILE (the constants the time is computed from)");
     int pieces = f->dp * cfg->micro;
@@ -360,6 +355,11 @@ static void zero_table(const PlanFlags *f, int half) {
  * device: 16 bytes (16 bits: 2 + 2 + 12) without offload, chapter 06's 2
  * with it; the device's memory less a reserve for what is not model state. */
 static void offload_capacity(const PlanFlags *f) {
+    if (f->reserve >= f->gpu_mem)
+        fatal(EXIT_USAGE,
+              "--reserve %zu bytes is not below --gpu-mem %zu: it leaves no memory for the model state "
+              "(valid: --reserve 1..%zu bytes with this --gpu-mem)",
+              f->reserve, f->gpu_mem, f->gpu_mem - 1); /* both at least 1: FLAG_BYTES */
     double p, g, o;
     plan_model_state(1, 1, 0, 1, &p, &g, &o);
     double usable = (double)f->gpu_mem - (double)f->reserve, on_device = p + g + o, offloaded = p;
@@ -716,6 +716,22 @@ static int candidates(const PlanFlags *base, int N, Candidate *list) {
     return n;
 }
 
+/* The command line of a candidate, as the rules that ask which flags were typed see it: the
+ * flags the candidate's name adds, instead of the same flags on the planner's command line. */
+static Config candidate_typed(const Config *cfg, const PlanFlags *f) {
+    Config typed = *cfg;
+    flag_set_given(&typed, "--schedule", strcmp(f->chapter, "04") == 0 && f->pp > 1);
+    flag_set_given(&typed, "--virtual", f->virtual_chunks > 1);
+    flag_set_given(&typed, "--zero", f->zero_given);
+    flag_set_given(&typed, "--dp-mode", strcmp(f->chapter, "02") == 0);
+    return typed;
+}
+
+/* A layout whose losses are not 01's at the same step: 06's delayed parameter update. */
+static int changes_losses(const PlanFlags *f) {
+    return f->dpu;
+}
+
 static void search(const Config *cfg, const PlanFlags *f) {
     if (!flag_given(cfg, "--gpus") || !f->machine[0])
         fatal(EXIT_USAGE, "--search needs --gpus N (the ranks) and --machine FILE (the times to rank by)");
@@ -728,7 +744,8 @@ static void search(const Config *cfg, const PlanFlags *f) {
     int n = candidates(f, f->gpus, list), *order = xcalloc(n, sizeof(int)), fits = 0;
     for (int i = 0; i < n; i++) {
         Candidate *c = &list[i];
-        const char *why = layout_problem(cfg, &c->flags);
+        Config typed = candidate_typed(cfg, &c->flags);
+        const char *why = layout_problem(&typed, &c->flags);
         if (why) {
             snprintf(c->why, sizeof c->why, "%s", why);
             continue;
@@ -767,11 +784,16 @@ static void search(const Config *cfg, const PlanFlags *f) {
     int width = 22; /* the longest name */
     for (int i = 0; i < n; i++) width = (int)strlen(list[i].name) > width ? (int)strlen(list[i].name) : width;
     printf("  %4s  %-*s %14s %14s %12s\n", "rank", width, "layout", "device bytes", "host bytes", "step ms");
-    for (int r = 0; r < fits; r++) {
-        const Candidate *c = &list[order[r]];
-        printf("  %4d  %-*s %14.0f %14.0f %12.4f\n", r + 1, width, c->name, c->device, c->host,
-               c->step_s * 1e3);
-    }
+    for (int exact = 1, rank = 0; exact >= 0; exact--, rank = 0) /* the same losses as 01, then the others */
+        for (int r = 0; r < fits; r++) {
+            const Candidate *c = &list[order[r]];
+            if (changes_losses(&c->flags) == exact) continue;
+            if (!exact && !rank)
+                printf("ranked apart, their losses not 01's (--dpu, the delayed parameter update: each "
+                       "gradient is taken at weights one step stale)\n");
+            printf("  %4d  %-*s %14.0f %14.0f %12.4f%s\n", ++rank, width, c->name, c->device, c->host,
+                   c->step_s * 1e3, exact ? "" : "  changes the losses: delayed update");
+        }
     if (fits < n) printf("does not fit, or not a layout of these flags\n");
     for (int i = 0; i < n; i++)
         if (list[i].why[0]) printf("  %-*s %s\n", width, list[i].name, list[i].why);
@@ -811,6 +833,8 @@ int main(int argc, char **argv) {
     }
     if (f.by_hand) by_hand(&cfg, &f);
     check_plan(&cfg, &f);
+    Machine mach;
+    if (f.machine[0]) machine_read(f.machine, &mach); /* a bad file refused before anything is printed */
     PlanLayout l = layout_of(&cfg, &f);
     int per_replica = plan_replica_ranks(&l); /* the replicas' ranks hold and send alike */
     PlanMemory *m = xcalloc(per_replica, sizeof *m);
@@ -822,9 +846,7 @@ int main(int argc, char **argv) {
     print_plan(&cfg, &l, chapter_of(&cfg, &f), m, t);
     if (f.csv[0]) write_csv(f.csv, &l, m);
     if (f.machine[0]) {
-        Machine mach;
         PlanTime pt;
-        machine_read(f.machine, &mach);
         plan_time_slowest(&cfg, &l, t, &mach, &pt);
         print_time(&cfg, &l, &mach, &pt);
         if (f.time_csv[0]) write_time_csv(f.time_csv, &pt);

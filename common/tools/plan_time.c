@@ -13,18 +13,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Each number's key, place and valid range: wide enough for any machine from one slow CPU core
+ * (a loaded one, measured by --calibrate --quick) to a rack's accelerator, and narrow enough
+ * that every formula of plan_time.h stays a finite, positive time. */
 static const struct {
     const char *key;
     size_t field; /* offset of its double in Machine */
+    double min, max;
+    const char *unit;
 } machine_keys[] = {
-    {"flops", offsetof(Machine, flops)},
-    {"alpha_s", offsetof(Machine, alpha_s)},
-    {"beta_bytes_per_s", offsetof(Machine, beta_bytes_per_s)},
-    {"h2d_bytes_per_s", offsetof(Machine, h2d_bytes_per_s)},
-    {"d2h_bytes_per_s", offsetof(Machine, d2h_bytes_per_s)},
-    {"cpu_adam_params_per_s", offsetof(Machine, cpu_adam_params_per_s)},
-    {"device_adam_params_per_s", offsetof(Machine, device_adam_params_per_s)},
-    {"device_mem_bytes", offsetof(Machine, device_mem_bytes)},
+    {"flops", offsetof(Machine, flops), 1e6, 1e18, "FLOP/s"},
+    {"alpha_s", offsetof(Machine, alpha_s), 1e-9, 1, "seconds"},
+    {"beta_bytes_per_s", offsetof(Machine, beta_bytes_per_s), 1e3, 1e14, "bytes/s"},
+    {"h2d_bytes_per_s", offsetof(Machine, h2d_bytes_per_s), 1e3, 1e14, "bytes/s"},
+    {"d2h_bytes_per_s", offsetof(Machine, d2h_bytes_per_s), 1e3, 1e14, "bytes/s"},
+    {"cpu_adam_params_per_s", offsetof(Machine, cpu_adam_params_per_s), 1e3, 1e14, "parameters/s"},
+    {"device_adam_params_per_s", offsetof(Machine, device_adam_params_per_s), 1e3, 1e14, "parameters/s"},
+    {"device_mem_bytes", offsetof(Machine, device_mem_bytes), 1e6, 1e15, "bytes"},
 };
 enum { MACHINE_NUMBERS = sizeof machine_keys / sizeof machine_keys[0] };
 
@@ -33,6 +38,19 @@ static char *trim(char *s) {
     size_t n = strlen(s);
     while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
     return s;
+}
+
+/* The number of key k on line `number`, or the refusal naming its valid range. */
+static double machine_number(const char *path, int number, int k, const char *value) {
+    char *end;
+    errno = 0;
+    double x = strtod(value, &end);
+    if (!*value || *end || errno || !isfinite(x) || x < machine_keys[k].min || x > machine_keys[k].max)
+        fatal(EXIT_USAGE,
+              "--machine %s:%d: %s = '%s' is not a number from %g to %g (valid: %s in that range)", path,
+              number, machine_keys[k].key, value, machine_keys[k].min, machine_keys[k].max,
+              machine_keys[k].unit);
+    return x;
 }
 
 void machine_read(const char *path, Machine *m) {
@@ -66,13 +84,7 @@ void machine_read(const char *path, Machine *m) {
             strcpy(m->name, value);
             continue;
         }
-        char *end;
-        errno = 0;
-        double x = strtod(value, &end);
-        if (!*value || *end || errno || !isfinite(x) || x <= 0)
-            fatal(EXIT_USAGE, "--machine %s:%d: %s = '%s' is not a positive number", path, number, key,
-                  value);
-        *(double *)((char *)m + machine_keys[k].field) = x;
+        *(double *)((char *)m + machine_keys[k].field) = machine_number(path, number, k, value);
     }
     fclose(f);
     if (!seen[MACHINE_NUMBERS]) fatal(EXIT_USAGE, "--machine %s: no 'name = ...' line", path);

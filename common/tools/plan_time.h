@@ -5,14 +5,17 @@
  * `key = value` lines (# starts a comment; every key once, all required):
  *
  *   name                      a word naming the machine
- *   flops                     FLOP/s one rank sustains in the course's training step
- *   alpha_s                   latency of one message of a collective, s
- *   beta_bytes_per_s          bytes a rank sends per second in a collective
- *   h2d_bytes_per_s           host to device copies (06's updated slices)
- *   d2h_bytes_per_s           device to host copies (06's gradient slices)
- *   cpu_adam_params_per_s     06's host AdamW (06_offload/adambench's cpu_adamw)
- *   device_adam_params_per_s  the device's AdamW (the kernel table's adamw_update)
- *   device_mem_bytes          memory of one device
+ *   flops                     FLOP/s one rank sustains in the course's training step  1e6..1e18
+ *   alpha_s                   latency of one message of a collective, s               1e-9..1
+ *   beta_bytes_per_s          bytes a rank sends per second in a collective           1e3..1e14
+ *   h2d_bytes_per_s           host to device copies (06's updated slices)             1e3..1e14
+ *   d2h_bytes_per_s           device to host copies (06's gradient slices)            1e3..1e14
+ *   cpu_adam_params_per_s     06's host AdamW (06_offload/adambench's cpu_adamw)      1e3..1e14
+ *   device_adam_params_per_s  the device's AdamW (the kernel table's adamw_update)    1e3..1e14
+ *   device_mem_bytes          memory of one device                                    1e6..1e15
+ *
+ * A number outside its range (the last column: any machine from a loaded CPU
+ * core to an accelerator) is refused as it is read, naming the range.
  *
  * The step, per rank, in parts (each printed and written by --time-csv):
  *

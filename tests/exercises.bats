@@ -89,6 +89,14 @@ setup_file() {
     assert_success
 }
 
+@test "the first make grade after make compiles nothing: it grades the build make made" {
+    # make's intermediates (the test programs' objects) deleted after the first build were compiled again
+    run make -C "$COPIES/all" --no-print-directory -n CUDA=0 OPT=-O1 grade
+    assert_success
+    assert_output --partial "common/scripts/grade.sh"
+    refute_output --regexp "(^| )-(c|o) "
+}
+
 @test "a student copy is a git repository with one commit and nothing to commit, even after building" {
     run git -C "$COPIES/all" log --format=%s
     assert_success

@@ -84,8 +84,8 @@ setup_file() {
     nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
     [ -x "$nvcc" ] || skip "nvcc not found"
     # a build directory of its own, so the CPU-only build of the copy stays as it is
-    run make -C "$COPIES/all" --no-print-directory CUDA=1 NVCC_ARCHS=90 BUILD="$BATS_TEST_TMPDIR/cuda" \
-        "$BATS_TEST_TMPDIR/cuda/common/kernels/kernels_cuda.cu.o"
+    run make -C "$COPIES/all" --no-print-directory -j2 CUDA=1 NVCC_ARCHS=90 BUILD="$BATS_TEST_TMPDIR/cuda" \
+        "$BATS_TEST_TMPDIR/cuda/common/kernels/kernels_cuda.cu.o" "$BATS_TEST_TMPDIR/cuda/common/kernels/attention_cuda.cu.o"
     assert_success
 }
 
@@ -268,7 +268,7 @@ grade_with_line_replaced() {
     # prefixes, SIMD widths), looked for in every file of the copy
     run python3 "$REPO/tests/exercise_leaks.py" "$REPO" "$COPIES/all"
     assert_success
-    assert_output --regexp "exercise_leaks: $(python3 "$REPO/common/python/exercises.py" --list | wc -l) exercises, [0-9]+ answer statements, 0 found"
+    assert_output --regexp "exercise_leaks: $(python3 "$REPO/common/python/exercises.py" --list | wc -l) exercises, [0-9]+ answer statements, 0 found in [^;]*; [0-9]+ functions compute answers, 0 left"
     # and the copy holds no file that only the full copy may hold
     [ ! -e "$COPIES/all/tests/exercises.bats" ]
 }
@@ -285,6 +285,30 @@ grade_with_line_replaced() {
     assert_failure
     assert_output --partial 'exercise 05.4: tests/test_kernels.c holds the answer'
     assert_output --partial 'exercise 06.1: 06_offload/wide.c holds the answer'
+}
+
+@test "leak test: every function that computes an answer, the CUDA twins included, is stubbed or gone" {
+    # 03.3's CUDA twin writes merge_row's arithmetic in its own words (fmaxf, no pointer): the
+    # check goes by what the kernel tables say computes it, not by its spelling
+    copy="$BATS_TEST_TMPDIR/twin"
+    make -C "$REPO" --no-print-directory exercises DEST="$copy" >/dev/null
+    grep -q 'exercise_not_implemented("03\.3"' "$copy/common/kernels/attention_cuda.cu"
+    run grep -c "attention_merge_kernel" "$copy/common/kernels/attention_cuda.cu"
+    assert_output "0"
+    # the twin put back (the reference's CUDA file) is found, the CPU stub notwithstanding
+    cp "$REPO/common/kernels/attention_cuda.cu" "$copy/common/kernels/attention_cuda.cu"
+    run python3 "$REPO/tests/exercise_leaks.py" "$REPO" "$copy"
+    assert_failure
+    assert_output --partial "exercise 03.3: common/kernels/attention_cuda.cu's attention_merge_kernel computes the answer and is neither stubbed nor gone"
+    assert_output --partial "exercise 03.3: common/kernels/attention_cuda.cu's attention_merge_cuda computes the answer and is neither stubbed nor gone"
+    # and a twin of the kernel table that the grader does not declare is named
+    full="$BATS_TEST_TMPDIR/full"
+    mkdir -p "$full/tests/grade" "$full/common/kernels"
+    cp "$REPO"/common/kernels/*_cpu.c "$REPO"/common/kernels/*_cuda.cu "$full/common/kernels/"
+    grep -v '^# twins:' "$REPO/tests/grade/03.3.bats" >"$full/tests/grade/03.3.bats"
+    run python3 "$REPO/tests/exercise_leaks.py" "$full" "$BATS_TEST_TMPDIR/twin"
+    assert_failure
+    assert_output --partial "exercise 03.3: common/kernels/attention_cuda.cu's attention_merge_cuda computes the answer in the other backend (the kernel table's twin) and tests/grade/03.3.bats does not declare it"
 }
 
 @test "leak test: exercise 06.1's AVX-512 loop, renamed to AVX2 in its stub, does not pass the grader" {

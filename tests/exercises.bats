@@ -119,13 +119,33 @@ setup_file() {
     [[ "$stderr" == *"exercise 01.2 not implemented: see course.md, exercise 01.2"* ]]
 }
 
-@test "with every exercise stubbed, every grader fails and the score is 0" {
+@test "with every exercise stubbed, every grader fails at a stub and the score is 0" {
     run "$COPIES/all/common/scripts/grade.sh"
     assert_failure
+    # each row: its own stub ("not implemented"), or another's with every exercise it needs
+    # (course.md's dependency lines); no crash, no other failure
     for id in $(grader_ids); do
-        assert_output --regexp "${id/./\\.} .* FAIL"
+        needs=$(sed -n "s/^- ${id/./\\.}: do \(.*\) first (its grader.*/\1/p" "$REPO/course.md" |
+            grep -oE '[0-9]+\.[0-9]+' | paste -sd, - | sed 's/,/, /g')
+        if [ -n "$needs" ]; then
+            assert_output --regexp "${id/./\\.} .* FAIL \(depends on ${needs//./\\.}; stopped at [0-9., ]+, not implemented yet"
+        else
+            assert_output --regexp "${id/./\\.} .* not implemented \(see runs/grade/${id/./\\.}\.log\)"
+        fi
     done
+    refute_output --partial "FAIL (see"
     assert_output --regexp "total +0/$(total_points)"
+}
+
+@test "a stub reached by every thread of an OpenMP loop ends the program once, with its message" {
+    # 01.2's AdamW and 03.3's merge run in OpenMP loops: every thread reaches the stub together
+    for i in $(seq 20); do
+        for kernel in adamw ring_attention; do
+            run --separate-stderr env OMP_NUM_THREADS=16 "$COPIES/all/build/tests/test_kernels" "$kernel"
+            assert_equal "$status" 1
+            assert_equal "$(grep -c 'not implemented' <<<"$stderr")" 1
+        done
+    done
 }
 
 @test "with only 02.1 stubbed, exactly its grader fails" {
@@ -133,7 +153,7 @@ setup_file() {
     assert_failure
     for id in $(grader_ids); do
         if [ "$id" = 02.1 ]; then
-            assert_output --regexp '02\.1 .* FAIL'
+            assert_output --regexp '02\.1 .* not implemented \(see'
         else
             assert_output --regexp "${id/./\\.} .* pass"
         fi
@@ -158,12 +178,12 @@ setup_file() {
     for id in $(grader_ids); do
         case " 02.2 04.2 04.3 05.2 05.3 $avx2 06.2 " in
         *" $id "*)
-            assert_output --regexp "${id/./\\.} .* FAIL \(depends on 01\.2, not implemented yet"
+            assert_output --regexp "${id/./\\.} .* FAIL \(depends on [0-9., ]*01\.2[0-9., ]*; stopped at 01\.2, not implemented yet"
             lost=$((lost + $(points_of $id)))
             ;;
         *)
             if [ "$id" = 01.2 ]; then
-                assert_output --regexp '01\.2 .* FAIL \(see runs/grade/01\.2\.log\)'
+                assert_output --regexp '01\.2 .* not implemented \(see runs/grade/01\.2\.log\)'
                 lost=$((lost + $(points_of $id)))
             else
                 assert_output --regexp "${id/./\\.} .* pass"

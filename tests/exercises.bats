@@ -270,6 +270,46 @@ grade_with_line_replaced() {
     assert_output --regexp "device optimizer bytes +547840 +821760  WRONG"
 }
 
+@test "a plausible wrong answer fails its grader: 06.3's numbers copied from the planner for the course's layout" {
+    # what `common/plan --csv --time-csv` prints for the layout of the exercise, as constants
+    machine="$REPO/common/machines/cpu-amd-epyc-2cores.machine"
+    plan=$(OMP_NUM_THREADS=1 "$REPO/common/plan" --model tiny --zero 1 --precision bf16 --dp 2 --machine "$machine" \
+        --csv "$BATS_TEST_TMPDIR/memory.csv" --time-csv "$BATS_TEST_TMPDIR/time.csv")
+    device() { awk -F, -v c="$1" '$1 == 0 && $2 == "device" && $3 == c { print $4 }' "$BATS_TEST_TMPDIR/memory.csv"; }
+    sent=$(awk '$1 == "(sum)" { print $2 }' <<<"$plan")
+    step=$(awk -F, '$1 == "step" { print $2 }' "$BATS_TEST_TMPDIR/time.csv")
+    [ -n "$sent" ] && [ -n "$step" ] && [ -n "$(device optimizer)" ]
+    copied="    h->params_bytes = $(device params); h->grads_bytes = $(device grads);
+    h->optimizer_bytes = $(device optimizer); h->sent_bytes = $sent; h->step_ms = $step;
+    (void)layout; (void)m;"
+    file=common/tools/plan_by_hand.c
+    python3 - "$REPO/$file" "$COPIES/one/$file" "$copied" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+region = re.compile(r"(    /\* EXERCISE 06\.3 BEGIN[^\n]*\n).*?(    /\* EXERCISE 06\.3 END)", re.S)
+assert region.search(text), "no 06.3 region"
+open(sys.argv[2], "w").write(region.sub(lambda m: m.group(1) + sys.argv[3] + "\n" + m.group(2), text))
+PY
+    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 common/plan >/dev/null 2>&1
+    # they pass on the course's layout, so only the layouts drawn at grading time catch them
+    run env OMP_NUM_THREADS=1 "$COPIES/one/common/plan" --by-hand --machine "$machine"
+    assert_output --partial "all agree"
+    run bats "$COPIES/one/tests/grade/06.3.bats"
+    cp "$REPO/$file" "$COPIES/one/$file"
+    assert_failure
+    assert_output --partial "not ok 2 the numbers planned by hand are the planner's on layouts and machines drawn now"
+}
+
+@test "plan --by-hand refuses, in one line, a layout with padded shards or a batch the ranks cannot share" {
+    machine="$REPO/common/machines/cpu-amd-epyc-2cores.machine"
+    run --separate-stderr "$REPO/common/plan" --by-hand --machine "$machine" --dmodel 60 --heads 4 --dp 8
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: --by-hand plans shards without padding, and block 0 of this model has 43980 parameters, not a multiple of --dp 8 (valid: a --dmodel that is a multiple of 8)"
+    run --separate-stderr "$REPO/common/plan" --by-hand --machine "$machine" --dp 3
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: --by-hand: --batch 8 does not divide among --dp 3 ranks (valid: a multiple of 3)"
+}
+
 @test "make exercises refuses an unknown exercise and a non-empty destination" {
     run make -C "$REPO" --no-print-directory exercises DEST="$BATS_TEST_TMPDIR/x" ONLY=09.9
     assert_failure

@@ -194,7 +194,10 @@ $(BUILD)/tests/test_schedule: $(BUILD)/04_pipeline/schedule.o
 $(BUILD)/06_offload/cpu_adam.o: CFLAGS += -ffp-contract=off
 06_offload/adambench $(BUILD)/tests/test_cpu_adam: $(BUILD)/06_offload/cpu_adam.o
 
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBCOMMON)
+# A static pattern rule, so that the test objects are named targets: as an implicit
+# rule's intermediates, make deleted them after the first build, and the next make (the
+# first `make grade` or `make test`) compiled them again.
+$(TEST_PROGRAMS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBCOMMON)
 	$(CC) -o $@ $(filter %.o,$^) $(LIBCOMMON) $(if $(filter test_comm% test_tensor_parallel test_grid,$*),$(MPI_LIBS)) $(LDLIBS)
 
 deps:

@@ -84,9 +84,17 @@ setup_file() {
     nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
     [ -x "$nvcc" ] || skip "nvcc not found"
     # a build directory of its own, so the CPU-only build of the copy stays as it is
-    run make -C "$COPIES/all" --no-print-directory CUDA=1 NVCC_ARCHS=90 BUILD="$BATS_TEST_TMPDIR/cuda" \
-        "$BATS_TEST_TMPDIR/cuda/common/kernels/kernels_cuda.cu.o"
+    run make -C "$COPIES/all" --no-print-directory -j2 CUDA=1 NVCC_ARCHS=90 BUILD="$BATS_TEST_TMPDIR/cuda" \
+        "$BATS_TEST_TMPDIR/cuda/common/kernels/kernels_cuda.cu.o" "$BATS_TEST_TMPDIR/cuda/common/kernels/attention_cuda.cu.o"
     assert_success
+}
+
+@test "the first make grade after make compiles nothing: it grades the build make made" {
+    # make's intermediates (the test programs' objects) deleted after the first build were compiled again
+    run make -C "$COPIES/all" --no-print-directory -n CUDA=0 OPT=-O1 grade
+    assert_success
+    assert_output --partial "common/scripts/grade.sh"
+    refute_output --regexp "(^| )-(c|o) "
 }
 
 @test "a student copy is a git repository with one commit and nothing to commit, even after building" {
@@ -111,13 +119,33 @@ setup_file() {
     [[ "$stderr" == *"exercise 01.2 not implemented: see course.md, exercise 01.2"* ]]
 }
 
-@test "with every exercise stubbed, every grader fails and the score is 0" {
+@test "with every exercise stubbed, every grader fails at a stub and the score is 0" {
     run "$COPIES/all/common/scripts/grade.sh"
     assert_failure
+    # each row: its own stub ("not implemented"), or another's with every exercise it needs
+    # (course.md's dependency lines); no crash, no other failure
     for id in $(grader_ids); do
-        assert_output --regexp "${id/./\\.} .* FAIL"
+        needs=$(sed -n "s/^- ${id/./\\.}: do \(.*\) first (its grader.*/\1/p" "$REPO/course.md" |
+            grep -oE '[0-9]+\.[0-9]+' | paste -sd, - | sed 's/,/, /g')
+        if [ -n "$needs" ]; then
+            assert_output --regexp "${id/./\\.} .* FAIL \(depends on ${needs//./\\.}; stopped at [0-9., ]+, not implemented yet"
+        else
+            assert_output --regexp "${id/./\\.} .* not implemented \(see runs/grade/${id/./\\.}\.log\)"
+        fi
     done
+    refute_output --partial "FAIL (see"
     assert_output --regexp "total +0/$(total_points)"
+}
+
+@test "a stub reached by every thread of an OpenMP loop ends the program once, with its message" {
+    # 01.2's AdamW and 03.3's merge run in OpenMP loops: every thread reaches the stub together
+    for i in $(seq 20); do
+        for kernel in adamw ring_attention; do
+            run --separate-stderr env OMP_NUM_THREADS=16 "$COPIES/all/build/tests/test_kernels" "$kernel"
+            assert_equal "$status" 1
+            assert_equal "$(grep -c 'not implemented' <<<"$stderr")" 1
+        done
+    done
 }
 
 @test "with only 02.1 stubbed, exactly its grader fails" {
@@ -125,7 +153,7 @@ setup_file() {
     assert_failure
     for id in $(grader_ids); do
         if [ "$id" = 02.1 ]; then
-            assert_output --regexp '02\.1 .* FAIL'
+            assert_output --regexp '02\.1 .* not implemented \(see'
         else
             assert_output --regexp "${id/./\\.} .* pass"
         fi
@@ -150,12 +178,12 @@ setup_file() {
     for id in $(grader_ids); do
         case " 02.2 04.2 04.3 05.2 05.3 $avx2 06.2 " in
         *" $id "*)
-            assert_output --regexp "${id/./\\.} .* FAIL \(depends on 01\.2, not implemented yet"
+            assert_output --regexp "${id/./\\.} .* FAIL \(depends on [0-9., ]*01\.2[0-9., ]*; stopped at 01\.2, not implemented yet"
             lost=$((lost + $(points_of $id)))
             ;;
         *)
             if [ "$id" = 01.2 ]; then
-                assert_output --regexp '01\.2 .* FAIL \(see runs/grade/01\.2\.log\)'
+                assert_output --regexp '01\.2 .* not implemented \(see runs/grade/01\.2\.log\)'
                 lost=$((lost + $(points_of $id)))
             else
                 assert_output --regexp "${id/./\\.} .* pass"
@@ -242,6 +270,46 @@ grade_with_line_replaced() {
     assert_output --regexp "device optimizer bytes +547840 +821760  WRONG"
 }
 
+@test "a plausible wrong answer fails its grader: 06.3's numbers copied from the planner for the course's layout" {
+    # what `common/plan --csv --time-csv` prints for the layout of the exercise, as constants
+    machine="$REPO/common/machines/cpu-amd-epyc-2cores.machine"
+    plan=$(OMP_NUM_THREADS=1 "$REPO/common/plan" --model tiny --zero 1 --precision bf16 --dp 2 --machine "$machine" \
+        --csv "$BATS_TEST_TMPDIR/memory.csv" --time-csv "$BATS_TEST_TMPDIR/time.csv")
+    device() { awk -F, -v c="$1" '$1 == 0 && $2 == "device" && $3 == c { print $4 }' "$BATS_TEST_TMPDIR/memory.csv"; }
+    sent=$(awk '$1 == "(sum)" { print $2 }' <<<"$plan")
+    step=$(awk -F, '$1 == "step" { print $2 }' "$BATS_TEST_TMPDIR/time.csv")
+    [ -n "$sent" ] && [ -n "$step" ] && [ -n "$(device optimizer)" ]
+    copied="    h->params_bytes = $(device params); h->grads_bytes = $(device grads);
+    h->optimizer_bytes = $(device optimizer); h->sent_bytes = $sent; h->step_ms = $step;
+    (void)layout; (void)m;"
+    file=common/tools/plan_by_hand.c
+    python3 - "$REPO/$file" "$COPIES/one/$file" "$copied" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+region = re.compile(r"(    /\* EXERCISE 06\.3 BEGIN[^\n]*\n).*?(    /\* EXERCISE 06\.3 END)", re.S)
+assert region.search(text), "no 06.3 region"
+open(sys.argv[2], "w").write(region.sub(lambda m: m.group(1) + sys.argv[3] + "\n" + m.group(2), text))
+PY
+    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 common/plan >/dev/null 2>&1
+    # they pass on the course's layout, so only the layouts drawn at grading time catch them
+    run env OMP_NUM_THREADS=1 "$COPIES/one/common/plan" --by-hand --machine "$machine"
+    assert_output --partial "all agree"
+    run bats "$COPIES/one/tests/grade/06.3.bats"
+    cp "$REPO/$file" "$COPIES/one/$file"
+    assert_failure
+    assert_output --partial "not ok 2 the numbers planned by hand are the planner's on layouts and machines drawn now"
+}
+
+@test "plan --by-hand refuses, in one line, a layout with padded shards or a batch the ranks cannot share" {
+    machine="$REPO/common/machines/cpu-amd-epyc-2cores.machine"
+    run --separate-stderr "$REPO/common/plan" --by-hand --machine "$machine" --dmodel 60 --heads 4 --dp 8
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: --by-hand plans shards without padding, and block 0 of this model has 43980 parameters, not a multiple of --dp 8 (valid: a --dmodel that is a multiple of 8)"
+    run --separate-stderr "$REPO/common/plan" --by-hand --machine "$machine" --dp 3
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: --by-hand: --batch 8 does not divide among --dp 3 ranks (valid: a multiple of 3)"
+}
+
 @test "make exercises refuses an unknown exercise and a non-empty destination" {
     run make -C "$REPO" --no-print-directory exercises DEST="$BATS_TEST_TMPDIR/x" ONLY=09.9
     assert_failure
@@ -260,7 +328,7 @@ grade_with_line_replaced() {
     # prefixes, SIMD widths), looked for in every file of the copy
     run python3 "$REPO/tests/exercise_leaks.py" "$REPO" "$COPIES/all"
     assert_success
-    assert_output --regexp "exercise_leaks: $(python3 "$REPO/common/python/exercises.py" --list | wc -l) exercises, [0-9]+ answer statements, 0 found"
+    assert_output --regexp "exercise_leaks: $(python3 "$REPO/common/python/exercises.py" --list | wc -l) exercises, [0-9]+ answer statements, 0 found in [^;]*; [0-9]+ functions compute answers, 0 left"
     # and the copy holds no file that only the full copy may hold
     [ ! -e "$COPIES/all/tests/exercises.bats" ]
 }
@@ -277,6 +345,30 @@ grade_with_line_replaced() {
     assert_failure
     assert_output --partial 'exercise 05.4: tests/test_kernels.c holds the answer'
     assert_output --partial 'exercise 06.1: 06_offload/wide.c holds the answer'
+}
+
+@test "leak test: every function that computes an answer, the CUDA twins included, is stubbed or gone" {
+    # 03.3's CUDA twin writes merge_row's arithmetic in its own words (fmaxf, no pointer): the
+    # check goes by what the kernel tables say computes it, not by its spelling
+    copy="$BATS_TEST_TMPDIR/twin"
+    make -C "$REPO" --no-print-directory exercises DEST="$copy" >/dev/null
+    grep -q 'exercise_not_implemented("03\.3"' "$copy/common/kernels/attention_cuda.cu"
+    run grep -c "attention_merge_kernel" "$copy/common/kernels/attention_cuda.cu"
+    assert_output "0"
+    # the twin put back (the reference's CUDA file) is found, the CPU stub notwithstanding
+    cp "$REPO/common/kernels/attention_cuda.cu" "$copy/common/kernels/attention_cuda.cu"
+    run python3 "$REPO/tests/exercise_leaks.py" "$REPO" "$copy"
+    assert_failure
+    assert_output --partial "exercise 03.3: common/kernels/attention_cuda.cu's attention_merge_kernel computes the answer and is neither stubbed nor gone"
+    assert_output --partial "exercise 03.3: common/kernels/attention_cuda.cu's attention_merge_cuda computes the answer and is neither stubbed nor gone"
+    # and a twin of the kernel table that the grader does not declare is named
+    full="$BATS_TEST_TMPDIR/full"
+    mkdir -p "$full/tests/grade" "$full/common/kernels"
+    cp "$REPO"/common/kernels/*_cpu.c "$REPO"/common/kernels/*_cuda.cu "$full/common/kernels/"
+    grep -v '^# twins:' "$REPO/tests/grade/03.3.bats" >"$full/tests/grade/03.3.bats"
+    run python3 "$REPO/tests/exercise_leaks.py" "$full" "$BATS_TEST_TMPDIR/twin"
+    assert_failure
+    assert_output --partial "exercise 03.3: common/kernels/attention_cuda.cu's attention_merge_cuda computes the answer in the other backend (the kernel table's twin) and tests/grade/03.3.bats does not declare it"
 }
 
 @test "leak test: exercise 06.1's AVX-512 loop, renamed to AVX2 in its stub, does not pass the grader" {

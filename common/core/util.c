@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <omp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -144,6 +145,14 @@ void set_log_rank(int rank) {
     log_rank = rank;
 }
 
+/* The first thread to fail ends the process, once; any other that fails
+ * meanwhile (an OpenMP loop's threads reach the same exercise stub, or meet
+ * the same error, together) waits for it. Two threads in exit() at once
+ * print the message twice and run the exit handlers twice: a double free,
+ * or a segfault. */
+static int ending = 0;
+static __thread int ending_here = 0;
+
 void fatal(int exit_code, const char *fmt, ...) {
     char message[1024];
     va_list ap;
@@ -156,6 +165,11 @@ void fatal(int exit_code, const char *fmt, ...) {
         snprintf(trap->message, sizeof trap->message, "%s", message);
         longjmp(trap->where, 1);
     }
+    if (__atomic_exchange_n(&ending, 1, __ATOMIC_ACQ_REL)) {
+        if (ending_here) _exit(exit_code); /* fatal again, from an exit handler of this thread */
+        for (;;) pause();
+    }
+    ending_here = 1;
     for (int i = 0; i < MAX_TEMP_FILES; i++)
         if (temp_files[i][0]) unlink(temp_files[i]);
     failing = 1;
@@ -170,6 +184,9 @@ void fatal(int exit_code, const char *fmt, ...) {
         fprintf(stderr, "error: %s\n", message);
     fflush(stderr);
     if (abort_hook) abort_hook(exit_code);
+    /* Inside an OpenMP loop the team's other threads still run: exit's
+     * handlers (OpenBLAS's, the CUDA runtime's) would free what they use. */
+    if (omp_in_parallel()) _exit(exit_code);
     exit(exit_code);
 }
 

@@ -29,11 +29,14 @@ enum { PATH_BYTES = 4096, JOINED_PATH_BYTES = PATH_BYTES + 104 };
 /* Bytes in a mebibyte, for the MiB figures printed in summaries. */
 #define BYTES_PER_MIB 1048576.0
 
-/* Print "error: <message>" on stderr and end the job with exit_code. */
+/* Print "error: <message>" on stderr and end the job with exit_code, once:
+ * from several threads at once (an OpenMP loop), the first speaks and ends
+ * the process, the others wait for it. */
 void fatal(int exit_code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
 /* What a stubbed exercise calls in a student copy (see `make exercises`):
- * prints "exercise ID not implemented: see WHERE" and ends the program. */
+ * prints "exercise ID not implemented: see WHERE" and ends the program
+ * (fatal: once, however many of a loop's threads reach the stub). */
 void exercise_not_implemented(const char *id, const char *where) __attribute__((noreturn));
 
 /* What an exercise region calls first in a traced copy (exercises.py --trace,

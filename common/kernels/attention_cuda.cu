@@ -588,6 +588,7 @@ static __global__ void attention_block_forward_kernel(float *block_out, float *b
     if (lane == 0) block_lse[(at.b * NH + at.h) * T + at.r] = m + logf(sum);
 }
 
+/* EXERCISE 03.3 BEGIN: merge two partial attention results (course.md, exercise 03.3) */
 /* (out, lse) and (block_out, block_lse) into the softmax over both key sets,
  * with attention_cpu.c's merge_row's arithmetic: every lane reads both lse
  * values, the lanes rescale the row's columns, then lane 0 writes the new lse. */
@@ -609,6 +610,7 @@ static __global__ void attention_merge_kernel(float *out, float *lse, const floa
     __syncwarp(); /* every lane has read lse[head_row] */
     if (lane == 0) lse[head_row] = merged;
 }
+/* EXERCISE 03.3 END */
 
 /* The block's row r as a query (dq over the keys it sees) and as a key (dk,
  * dv over the queries that see it), from the whole attention's out and lse:
@@ -669,11 +671,13 @@ extern "C" void attention_block_forward_cuda(float *out, float *lse, const float
 
 extern "C" void attention_merge_cuda(float *out, float *lse, const float *block_out, const float *block_lse,
                                      int B, int T, int rows, int C, int NH) {
+    /* EXERCISE 03.3 BEGIN: merge two partial attention results (course.md, exercise 03.3) */
     size_t warps = (size_t)B * NH * rows;
     if (warps == 0 || C == 0) return;
     attention_merge_kernel<<<block_grid(warps), THREADS, 0, compute_stream>>>(out, lse, block_out, block_lse,
                                                                               T, rows, C, NH, warps);
     cuda_check(cudaGetLastError());
+    /* EXERCISE 03.3 END */
 }
 
 extern "C" void attention_block_backward_cuda(float *dq, float *dkv, const float *dout, const float *out,

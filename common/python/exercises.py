@@ -27,7 +27,11 @@ the host, not in a kernel), whose stub fails at run time.
 
 An exercise may have several regions (a forward and a backward function,
 say, or a CUDA kernel and the host function that launches it): each is
-stubbed, and the exercise is listed once.
+stubbed, and the exercise is listed once. Every place that computes the
+answer needs a region, its CUDA twin too, and a twin is declared in the
+exercise's grader (`# twins: FILE FUNCTION...` in tests/grade/ID.bats):
+tests/exercise_leaks.py checks that each is stubbed or gone in the copy, and
+finds the kernel tables' twins that are not declared.
 
 A traced copy (--trace) keeps every solution and puts a call to
 exercise_reached("ID") (util.h) at the top of each region in a function body,

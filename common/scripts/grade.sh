@@ -10,8 +10,9 @@
 # trainers of 02-06 need chapter 01's, for instance); which ones each grader
 # reaches is measured by common/python/exercise_deps.py and listed in course.md. When
 # a grader fails and its log shows another exercise's stub ("exercise 01.2
-# not implemented"), the table says so: the failure is that exercise's, not
-# necessarily this one's.
+# not implemented"), the table says so, with every exercise the grader needs
+# (course.md's list): the failure is that exercise's, not necessarily this
+# one's. A grader that stops at its own stub alone says "not implemented".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -47,11 +48,16 @@ done
 mkdir -p runs/grade
 total=0 earned=0 blocked=0
 
-# The other exercises whose stubs a grader's log shows, comma-separated.
-stubs_hit_besides() { # log id
-    grep -oE 'exercise [0-9]+\.[0-9]+ not implemented' "$1" | awk -v own="$2" '$2 != own { print $2 }' |
-        sort -u | paste -sd, - | sed 's/,/, /g'
+# The exercises whose stubs a grader's log shows, one a line.
+stubs_hit() { # log
+    grep -oE 'exercise [0-9]+\.[0-9]+ not implemented' "$1" | awk '{ print $2 }' | sort -u
 }
+# The exercises a grader's runs reach, from course.md's dependency lines
+# ("- 02.2: do 01.1, 01.2 and 01.3 first (its grader's runs reach them)."), one a line.
+needs_of() { # id
+    sed -n "s/^- ${1//./\\.}: do \(.*\) first (its grader.*/\1/p" course.md | grep -oE '[0-9]+\.[0-9]+'
+}
+commas() { paste -sd, - | sed 's/,/, /g'; }
 
 printf '%-9s %-40s %6s  %s\n' exercise title points result
 printf '%-9s %-40s %6s  %s\n' -------- ---------------------------------------- ------ ------
@@ -64,10 +70,13 @@ for grader in "${graders[@]}"; do
         result=pass
         earned=$((earned + points))
     else
-        needs=$(stubs_hit_besides "$log" "$id")
-        if [ -n "$needs" ]; then
-            result="FAIL (depends on $needs, not implemented yet; see $log)"
+        hit=$(stubs_hit "$log" | grep -vxF "$id" | commas)
+        if [ -n "$hit" ]; then
+            needs=$({ needs_of "$id"; stubs_hit "$log"; } | grep -vxF "$id" | sort -u | commas)
+            result="FAIL (depends on $needs; stopped at $hit, not implemented yet; see $log)"
             blocked=1
+        elif stubs_hit "$log" | grep -qxF "$id"; then
+            result="not implemented (see $log)"
         else
             result="FAIL (see $log)"
         fi

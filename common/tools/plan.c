@@ -181,8 +181,9 @@ static const Flag plan_flags[] = {
              "step time (06 --dpu, whose losses are not 01's, ranked apart and marked), the others\n"
              "with the reason"},
     {"--by-hand", FLAG_SWITCH, FIELD(PlanFlags, by_hand), .usage = "--by-hand",
-     .help = "exercise 06.3: your plan of 05 --zero 1 --precision bf16 on 2 ranks (plan_by_hand.c)\n"
-             "next to the planner's, on the --machine FILE; exit 1 where they differ",
+     .help = "exercise 06.3: your plan of 05 --zero 1 --precision bf16 on --dp ranks (default 2;\n"
+             "plan_by_hand.c), of the model flags' shape, next to the planner's, on the --machine\n"
+             "FILE; exit 1 where they differ",
      .record = FLAG_NOT_RECORDED},
     {.type = FLAG_SECTION, .help = "the papers' numbers, from the same formulas (no model built)"},
     {"--zero-table", FLAG_SWITCH, FIELD(PlanFlags, zero_table), .usage = "--zero-table",
@@ -562,19 +563,38 @@ static void calibrate(const PlanFlags *f, const char *device) {
            m.d2h_bytes_per_s, m.cpu_adam_params_per_s, m.device_adam_params_per_s, m.device_mem_bytes);
 }
 
-/* --by-hand: exercise 06.3's numbers (plan_by_hand.c) against the planner's for its layout,
- * bytes to the byte and the step to 1e-6 of it. */
+/* --by-hand: exercise 06.3's numbers (plan_by_hand.c) against the planner's for its layout
+ * (the model flags' shape on --dp ranks, 2 by default), bytes to the byte and the step to 1e-6 of it. */
 static void by_hand(const Config *cfg, const PlanFlags *f) {
     if (!f->machine[0]) fatal(EXIT_USAGE, "--by-hand needs --machine FILE (the constants of the step time)");
     const ModelConfig *mc = &cfg->model;
-    if (mc->layers != 2 || mc->dmodel != 64 || mc->seq != 64 || mc->vocab != 256 || cfg->batch != 8 ||
-        cfg->micro != 1 || cfg->recompute)
-        fatal(EXIT_USAGE, "--by-hand plans exercise 06.3's layout, the tiny preset with --batch 8 --micro 1 "
-                          "(valid: no model or batch flags)");
+    int ranks = flag_given(cfg, "--dp") ? f->dp : 2;
+    if (cfg->micro != 1 || cfg->recompute)
+        fatal(EXIT_USAGE,
+              "--by-hand plans one micro-batch without recomputation (valid: --micro 1, no --recompute)");
+    if (cfg->batch % ranks)
+        fatal(EXIT_USAGE,
+              "--by-hand: --batch %d does not divide among --dp %d ranks (valid: a multiple of %d)",
+              cfg->batch, ranks, ranks);
+    ParamTable table;
+    param_table_build(&table, mc);
+    for (int u = LAYER_EMBEDDING; u <= mc->layers; u++) {
+        char unit[32] = "the embedding";
+        if (u == mc->layers)
+            snprintf(unit, sizeof unit, "the head");
+        else if (u != LAYER_EMBEDDING)
+            snprintf(unit, sizeof unit, "block %d", u);
+        if (table_unit(&table, u)->numel % ranks)
+            fatal(EXIT_USAGE,
+                  "--by-hand plans shards without padding, and %s of this model has %zu parameters, not a "
+                  "multiple of --dp %d (valid: a --dmodel that is a multiple of %d)",
+                  unit, table_unit(&table, u)->numel, ranks, ranks);
+    }
+    param_table_free(&table);
     Config mine = *cfg;
     mine.precision = PRECISION_BF16;
     PlanLayout l = {.chapter = 5,
-                    .dp = 2,
+                    .dp = ranks,
                     .tp = 1,
                     .pp = 1,
                     .chunks = 1,
@@ -590,7 +610,8 @@ static void by_hand(const Config *cfg, const PlanFlags *f) {
     plan_traffic(&mine, &l, 0, &t);
     plan_time(&mine, &l, &t, &mach, &pt);
     ByHand h = {0};
-    plan_by_hand(&mach, &h);
+    ByHandLayout layout = {mc->vocab, mc->seq, mc->dmodel, mc->layers, ranks, cfg->batch};
+    plan_by_hand(&layout, &mach, &h);
     struct {
         const char *what;
         double yours, planner, tolerance;
@@ -599,8 +620,9 @@ static void by_hand(const Config *cfg, const PlanFlags *f) {
                 {"device optimizer bytes", h.optimizer_bytes, m.bytes[SPACE_DEVICE][CAT_OPTIMIZER], 0.5},
                 {"bytes sent per step", h.sent_bytes, t.allreduce + t.reduce_scatter + t.allgather, 0.5},
                 {"step ms", h.step_ms, pt.step_s * 1e3, 1e-6 * pt.step_s * 1e3}};
-    printf("exercise 06.3: mpirun -np 2 05_zero/train --model tiny --zero 1 --precision bf16, on %s\n",
-           mach.name);
+    printf("exercise 06.3: mpirun -np %d 05_zero/train --vocab %d --seq %d --dmodel %d --layers %d "
+           "--batch %d --zero 1 --precision bf16, on %s\n",
+           ranks, mc->vocab, mc->seq, mc->dmodel, mc->layers, cfg->batch, mach.name);
     printf("  %-24s %16s %16s  %s\n", "", "yours", "the planner's", "");
     int wrong = 0;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {

@@ -1,14 +1,14 @@
 /* plan_by_hand.c: see plan_by_hand.h. */
 #include "plan_by_hand.h"
 
-void plan_by_hand(const Machine *m, ByHand *h) {
-    /* the layout, given: the tiny preset, 2 ranks, the global batch */
-    const double V = 256, T = 64, C = 64, L = 2; /* vocabulary, sequence, width, blocks */
-    const double N = 2, B = 8;                   /* ranks; sequences per step, all ranks together */
+void plan_by_hand(const ByHandLayout *layout, const Machine *m, ByHand *h) {
+    /* the layout, given (the course's: 256, 64, 64, 2 blocks; 2 ranks; 8 sequences) */
+    const double V = layout->vocab, T = layout->seq, C = layout->dmodel, L = layout->layers;
+    const double N = layout->ranks, B = layout->batch; /* ranks; sequences per step, all ranks together */
     /* EXERCISE 06.3 BEGIN: a layout planned by hand (course.md, exercise 06.3) */
     double per_block = 4 * C + 3 * C * C + 3 * C + C * C + C + 4 * C * C + 4 * C + 4 * C * C + C;
     double P = V * C + T * C + L * per_block + 2 * C + V * C; /* wte, wpe, the blocks, ln_f, the head */
-    double mine = P / N;                  /* this rank's shard: tiny's units divide by 2, no padding */
+    double mine = P / N;                  /* this rank's shard: every unit divides by N, no padding */
     h->params_bytes = P * 2;              /* stage 1 keeps the 16-bit parameters whole */
     h->grads_bytes = P * 2;               /* and the 16-bit gradients */
     h->optimizer_bytes = mine * (4 + 8);  /* fp32 master weights, Adam's m and v: its shard only */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # title: layernorm backward
 # points: 3
+# twins: common/kernels/kernels_cuda.cu layernorm_backward layernorm_backward_dinp_kernel
 # Exercise 01.1 (common/kernels/kernels_cpu.c, layernorm_backward): graded against
 # central finite differences of a double-precision layernorm, on fresh
 # random inputs of odd sizes. Catches a missing mean term, a wrong rstd

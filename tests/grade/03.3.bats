@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # title: merging two partial attention results
 # points: 2
+# twins: common/kernels/attention_cuda.cu attention_merge_cuda attention_merge_kernel
 # Exercise 03.3 (common/kernels/attention_cpu.c, attention_merge_cpu): the
 # log-sum-exp rule that ring attention (03_model_parallel/context_parallel.c)
 # folds each block into its running output with, checked by

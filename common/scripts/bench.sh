@@ -73,6 +73,10 @@ out="${BENCH_OUT:-runs/bench}"
 probe="${BUILD:-build}/tests/gpu_probe"
 
 [[ -x "$TRAIN" ]] || { echo "bench: $TRAIN is missing; run make first" >&2; exit 1; }
+# BENCH_OUT is replaced whole below: a new name, an empty directory or an earlier bench's (its bench.csv)
+header="device,program,model,precision,variant,settings,batch,seq,params,repeat,median_step_ms,tokens_per_s,peak_device_bytes"
+. common/scripts/outputs.sh
+output_dir_check BENCH_OUT "$out" bench.sh bench.csv "$header"
 
 # ---- the device, and the configurations it runs: "model batch steps" ----
 if [[ -x "$probe" ]] && gpu_name="$("$probe" 2>/dev/null)"; then
@@ -111,8 +115,7 @@ fi
 
 rm -rf "$out"
 mkdir -p "$out/runs"
-echo "device,program,model,precision,variant,settings,batch,seq,params,repeat,median_step_ms,tokens_per_s,peak_device_bytes" \
-    >"$out/bench.csv"
+echo "$header" >"$out/bench.csv"
 echo "bench: device $device_label | precisions $precisions | $REPEATS repeats | OMP_NUM_THREADS=$OMP_NUM_THREADS |" \
     "results in $out"
 

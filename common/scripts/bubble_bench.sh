@@ -29,8 +29,12 @@ export stages micro
 [[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "bubble_bench: BUBBLE_REPEATS=$repeats (valid: a positive number)" >&2; exit 2; }
 [[ "$steps" =~ ^[1-9][0-9]*$ && "$steps" -ge 3 ]] || { echo "bubble_bench: BUBBLE_STEPS=$steps (valid: 3 or more)" >&2; exit 2; }
 [ -x 04_pipeline/train ] || { echo "bubble_bench: 04_pipeline/train is not built (run make)" >&2; exit 2; }
+# BUBBLE_OUT holds this script's runs (--overwrite) and logs: a new name, an empty directory or its own
+header="schedule,repeat,load,bubble_theory,bubble_measured,median_step_ms"
+. common/scripts/outputs.sh
+output_dir_check BUBBLE_OUT "$out" bubble_bench.sh bubbles.csv "$header"
 mkdir -p "$out"
-echo "schedule,repeat,load,bubble_theory,bubble_measured,median_step_ms" >"$out/bubbles.csv"
+echo "$header" >"$out/bubbles.csv"
 for r in $(seq 1 "$repeats"); do
     for schedule in gpipe 1f1b interleaved zb-h1; do
         virtual=1

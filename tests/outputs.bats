@@ -241,3 +241,31 @@ script_refuses() {
     script_refuses BAND_OUT "$REPO/common/scripts/plan_band.sh"
     script_refuses GPU_CHECK_WORK "$REPO/common/scripts/gpu_check.sh" GPU_CHECK_DEVICE=cpu
 }
+
+@test "profile_kernels.sh writes LABEL.kernels.csv and LABEL.ncu.csv only as new names or over an earlier profile" {
+    victims
+    local d="$BATS_TEST_TMPDIR" f
+    for f in notes.txt ck corpus.txt; do
+        mkdir -p "$d/p-$f"
+        cp "$d/$f" "$d/p-$f/step.kernels.csv"
+        cp "$d/$f" "$d/originals/step.kernels.csv"
+        refused "$d/p-$f/step.kernels.csv" ": exists and is not profile_kernels.sh's step.kernels.csv" \
+            "$REPO/common/scripts/profile_kernels.sh" step "$d/p-$f"
+        mkdir -p "$d/q-$f"
+        cp "$d/$f" "$d/q-$f/step.ncu.csv"
+        cp "$d/$f" "$d/originals/step.ncu.csv"
+        refused "$d/q-$f/step.ncu.csv" ": exists and is not an earlier profile's" \
+            "$REPO/common/scripts/profile_kernels.sh" step "$d/q-$f"
+    done
+    mkdir -p "$d/r/step.ncu.csv"
+    refused "$d/r/step.ncu.csv" ": is a directory" "$REPO/common/scripts/profile_kernels.sh" step "$d/r"
+    # an earlier profile's pair is accepted: the script goes on (here, without ncu, to its one-line stop)
+    mkdir -p "$d/mine"
+    echo "label,category,kernel,calls,time_us" >"$d/mine/step.kernels.csv"
+    echo "==PROF== ncu's own line" >"$d/mine/step.ncu.csv"
+    if ! command -v ncu >/dev/null; then
+        run --separate-stderr "$REPO/common/scripts/profile_kernels.sh" step "$d/mine"
+        assert_equal "$status" 1
+        assert_equal "$stderr" "profile_kernels: ncu (Nsight Compute) is not on PATH"
+    fi
+}

@@ -58,7 +58,8 @@
 # BENCH_COMPILE_REPEATS (1; 0 skips torch.compile), BENCH_VARIANTS (CPU 1, GPU 0),
 # BENCH_PRECISIONS (GPU: "fp32 tf32 bf16"; CPU: "fp32 bf16"), BENCH_MODELS (the presets
 # below; on the CPU, medium runs only when named here), BENCH_STEPS (steps per run;
-# default per preset), BENCH_OUT (runs/bench), OMP_NUM_THREADS (default: every core), TRAIN
+# default per preset), BENCH_OUT (runs/bench; replaced whole, so it must be new, empty or an
+# earlier bench's: anything else is refused, exit 2), OMP_NUM_THREADS (default: every core), TRAIN
 # (./01_single_gpu/train), BENCH_ZERO (1; 0 leaves out the prefetch and overlap row),
 # BENCH_ZERO_MODEL (small, or the first of BENCH_MODELS).
 set -euo pipefail

@@ -11,7 +11,8 @@
 # M = 8 micro-batches of 2 sequences, BUBBLE_STEPS steps (run.csv's
 # bubble_measured is the median over the steps after the first), BUBBLE_REPEATS
 # repeats interleaved: repeat 1 of every schedule, then repeat 2, ...
-# Writes BUBBLE_OUT/bubbles.csv (runs/bubbles by default):
+# Writes BUBBLE_OUT/bubbles.csv (runs/bubbles by default; BUBBLE_OUT must be new, empty or an
+# earlier bubble_bench's, else it is refused, exit 2):
 #   schedule,repeat,load,bubble_theory,bubble_measured,median_step_ms
 # one row per run (load: the 1-minute load average when the run ended), and
 # BUBBLE_OUT/bubbles_summary.csv: schedule,bubble_theory,median,min,max,

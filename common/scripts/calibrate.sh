@@ -2,7 +2,9 @@
 # calibrate.sh OUT [--quick] [--name NAME] [--device auto|cpu|cuda]: measure this
 # machine's constants with the course's own tools and write them as a machine
 # file (common/tools/plan_time.h has the format) that `common/plan --machine OUT`
-# reads. `common/plan --calibrate OUT` runs it and then reads OUT back.
+# reads. `common/plan --calibrate OUT` runs it and then reads OUT back. OUT is a
+# new name or a machine file this script wrote (its first line says so); anything
+# else, a directory included, is refused before anything runs (exit 2).
 #
 # The device: --device (auto: cuda if common/devicebench finds a GPU). On the
 # CPU backend one rank's device is what the course's CPU runs give it:

@@ -17,7 +17,7 @@
 #   --tp 2 (dp 1). No layout has more ranks than the development machine has cores (2):
 #   the time model gives each rank a device of its own, and ranks sharing a
 #   core take turns (04's pp 2 x tp 2 on 4 ranks measured 75 times its plan).
-# Writes, in BAND_OUT (runs/plan-band):
+# Writes, in BAND_OUT (runs/plan-band; new, empty or an earlier plan_band's, else refused, exit 2):
 #   band.csv          layout,ranks,repeat,load,predicted_ms,median_step_ms,ratio
 #                     one row per run: the load average when it ended, the
 #                     planner's step, run.csv's median step (warm-up left

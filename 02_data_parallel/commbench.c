@@ -121,7 +121,7 @@ int main(int argc, char **argv) {
             }
         }
         getopt_no_operands(argc, argv);
-        if (out[0]) output_file_check("--out", out, &commbench_output);
+        if (rank == 0 && out[0]) output_file_check("--out", out, &commbench_output); /* the writer */
         if (min_bytes < 4 || min_bytes > max_bytes || max_bytes > ((size_t)1 << 33))
             fatal(EXIT_USAGE, "--min-bytes %zu / --max-bytes %zu: need 4 <= min <= max <= 8G", min_bytes,
                   max_bytes);

@@ -60,6 +60,14 @@ static int compare(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
+/* --out FILE: a new name or an earlier table of commbench's, known by its header (util.h's
+ * output-file rule). */
+#define COMMBENCH_HEADER "op,ranks,transport,size_bytes,count,time_us,algbw_GBps,busbw_GBps"
+static const OutputKind commbench_output = {.what = "a table of commbench (header " COMMBENCH_HEADER ")",
+                                            .earlier = "table of commbench",
+                                            .signature = COMMBENCH_HEADER "\n",
+                                            .signature_bytes = sizeof COMMBENCH_HEADER};
+
 int main(int argc, char **argv) {
     comm_init(&argc, &argv);
     CommGroup *world = comm_world();
@@ -113,6 +121,7 @@ int main(int argc, char **argv) {
             }
         }
         getopt_no_operands(argc, argv);
+        if (rank == 0 && out[0]) output_file_check("--out", out, &commbench_output); /* the writer */
         if (min_bytes < 4 || min_bytes > max_bytes || max_bytes > ((size_t)1 << 33))
             fatal(EXIT_USAGE, "--min-bytes %zu / --max-bytes %zu: need 4 <= min <= max <= 8G", min_bytes,
                   max_bytes);
@@ -132,7 +141,8 @@ int main(int argc, char **argv) {
                  "  --max-bytes SIZE    largest message (default 256M)\n"
                  "  --step-factor F     multiply the size by F each time, 2..16 (default 4)\n"
                  "  --device auto|cpu|cuda, --comm auto|nccl|mpi   as for train\n"
-                 "  --out FILE          also write the table as CSV\n");
+                 "  --out FILE          also write the table as CSV (a new name or an earlier table of\n"
+                 "                      commbench, never another file)\n");
         comm_finalize();
         return 0;
     }
@@ -152,7 +162,7 @@ int main(int argc, char **argv) {
         if (slash) *slash = '\0';
         csv = out_open(slash ? (dir[0] ? dir : "/") : ".", name, OUT_WHOLE,
                        0); /* written whole, or not at all */
-        out_printf(csv, "op,ranks,transport,size_bytes,count,time_us,algbw_GBps,busbw_GBps\n");
+        out_printf(csv, COMMBENCH_HEADER "\n");
     }
     log_info("commbench | %d ranks | device %s | comm %s\n", n, device_name(), comm_transport_name());
     log_info("%-15s %12s %11s %11s %11s %11s\n", "op", "size_bytes", "count", "time_us", "algbw_GBps",

@@ -77,8 +77,29 @@ static void print_help(void) {
            "  --clock C      wall (default), or cpu: the process's CPU time / threads, which on a machine\n"
            "                 shared with other jobs leaves out the time they hold the cores (use\n"
            "                 with OMP_WAIT_POLICY=passive, so that waiting threads do not spin)\n"
-           "  --out DIR      also write DIR/adambench.csv (columns: see the top of adambench.c)\n"
+           "  --out DIR      also write DIR/adambench.csv (columns: see the top of adambench.c): a new\n"
+           "                 name or an earlier adambench.csv, never another file\n"
            "  --help         this text\n");
+}
+
+/* --out DIR writes DIR/adambench.csv: DIR is new or a directory, and the file in it a new name or
+ * an earlier adambench.csv, known by its header (util.h's output-file rule). */
+#define ADAMBENCH_HEADER                                                                                   \
+    "kernel,path,half,threads,n,reps,clock,bytes_per_param,median_ms,params_per_s,GBps,copy_GBps,pct_of_" \
+    "copy,x_scalar,cpu"
+static const OutputKind adambench_output = {.what = "a table of adambench (its header kernel,path,half,...)",
+                                            .earlier = "adambench.csv",
+                                            .signature = ADAMBENCH_HEADER "\n",
+                                            .signature_bytes = sizeof ADAMBENCH_HEADER};
+
+static void check_out(const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) != 0) return; /* a new directory: created when the table is written */
+    if (!S_ISDIR(st.st_mode))
+        fatal(EXIT_USAGE, "--out %s: exists and is not a directory (valid: a new or existing directory)", dir);
+    char path[JOINED_PATH_BYTES];
+    snprintf(path, sizeof path, "%s/adambench.csv", dir);
+    output_file_check("--out", path, &adambench_output);
 }
 
 static Settings parse(int argc, char **argv) {
@@ -144,6 +165,7 @@ static Settings parse(int argc, char **argv) {
         }
     }
     getopt_no_operands(argc, argv);
+    if (s.out[0]) check_out(s.out);
     return s;
 }
 
@@ -317,10 +339,7 @@ int main(int argc, char **argv) {
     if (set.out[0]) {
         out_make_directories(set.out);
         csv = out_open(set.out, "adambench.csv", OUT_WHOLE, 0);
-        out_printf(csv,
-                   "kernel,path,half,threads,n,reps,clock,bytes_per_param,median_ms,params_per_s,GBps,copy_"
-                   "GBps,pct_of_copy,"
-                   "x_scalar,cpu\n");
+        out_printf(csv, ADAMBENCH_HEADER "\n");
     }
     char cpu[256], supported[64] = "";
     cpu_model(cpu, sizeof cpu);

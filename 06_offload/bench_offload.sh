@@ -68,11 +68,16 @@ for program in 01_single_gpu/train 04_pipeline/train 05_zero/train 06_offload/tr
     [[ -x "$program" ]] || { echo "bench_offload: $program is missing; run make first" >&2; exit 1; }
 done
 
+# BENCH_OUT: a new name or a directory; its offload.csv and offload_summary.csv new names or this script's own
+header="machine,device,precision,model,batch,micro,steps,threads,config,ranks,repeat,median_step_ms,median_opt_ms,peak_device_bytes,peak_host_bytes,pcie_bytes_per_step,bytes_sent_per_step"
+summary_header="machine,device,precision,model,batch,micro,threads,config,ranks,median_step_ms,min_step_ms,max_step_ms,relative,peak_device_bytes,peak_host_bytes,pcie_bytes_per_step"
+. common/scripts/outputs.sh
+output_files_check BENCH_OUT "$out" bench_offload.sh offload.csv "$header" offload_summary.csv "$summary_header"
 mkdir -p "$out"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 csv="$out/offload.csv"
-echo "machine,device,precision,model,batch,micro,steps,threads,config,ranks,repeat,median_step_ms,median_opt_ms,peak_device_bytes,peak_host_bytes,pcie_bytes_per_step,bytes_sent_per_step" >"$csv"
+echo "$header" >"$csv"
 
 # column NAME of a CSV (header skipped); empty when the CSV has no such column
 column() { awk -F, -v name="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c = i; next } c { print $c }' "$1"; }
@@ -113,7 +118,7 @@ for repeat in $(seq 1 "$repeats"); do
     done
 done
 
-python3 - "$csv" "$out/offload_summary.csv" <<'EOF'
+python3 - "$csv" "$out/offload_summary.csv" "$summary_header" <<'EOF'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 order, groups = [], {}
@@ -125,8 +130,7 @@ baseline = {"1": "01", "4": "04_pp2_dp2"}
 med = {c: statistics.median(float(r["median_step_ms"]) for r in groups[c]) for c in order}
 keys = "machine,device,precision,model,batch,micro,threads".split(",")
 with open(sys.argv[2], "w") as f:
-    f.write(",".join(keys) + ",config,ranks,median_step_ms,min_step_ms,max_step_ms,relative,"
-            "peak_device_bytes,peak_host_bytes,pcie_bytes_per_step\n")
+    f.write(sys.argv[3] + "\n")
     for c in order:
         g = groups[c]
         times = [float(r["median_step_ms"]) for r in g]

@@ -351,3 +351,58 @@ runs/demo/01-small-recompute.r2"
     assert_output --partial "not planned, left out of plan.png: unplanned"
     [ -s "$dir/plots/plan.png" ]
 }
+
+# fake_tree: a copy of the demo script in a tree of its own ($BATS_TEST_TMPDIR/tree: the planner and
+# the machine files linked, no training program), so that a check that failed to refuse could never
+# run or remove anything of the repository's; prints the tree's path.
+fake_tree() {
+    local t="$BATS_TEST_TMPDIR/tree"
+    mkdir -p "$t/common/scripts" "$t/runs/demo"
+    cp "$REPO/common/scripts/demo.sh" "$REPO/common/scripts/outputs.sh" "$t/common/scripts/"
+    ln -s "$REPO/common/plan" "$t/common/plan"
+    ln -s "$REPO/common/machines" "$t/common/machines"
+    echo "$t"
+}
+
+@test "every DEMO_* value is checked before anything runs: one line with its range, exit 2, runs/demo kept" {
+    local t bad
+    t="$(fake_tree)"
+    echo "# written by common/scripts/demo.sh (make demo): removed and written again by the next demo" \
+        >"$t/runs/demo/demo-info.txt"
+    echo "an earlier demo's run" >"$t/runs/demo/kept"
+    printf 'not a machine\n' >"$BATS_TEST_TMPDIR/notes.txt"
+    for bad in DEMO_REPEATS=0 DEMO_REPEATS=-1 DEMO_REPEATS=abc DEMO_STEPS=0 DEMO_STEPS=1e3 \
+        DEMO_CORES=7766279631452241919 DEMO_CORES=0 DEMO_RANKS=two DEMO_GPUS=0 DEMO_DRY_RUN=yes DEMO_DRY_RUN=2 \
+        DEMO_DEVICE=tpu DEMO_MACHINE=/nonexistent DEMO_MACHINE="$BATS_TEST_TMPDIR/notes.txt" \
+        DEMO_MACHINE="$BATS_TEST_TMPDIR"; do
+        run --separate-stderr timeout 20 env "$bad" "$t/common/scripts/demo.sh"
+        [ "$status" = 2 ] || { echo "$bad: status $status, stderr: $stderr, stdout: $output"; false; }
+        assert_equal "$output" ""
+        assert_equal "$(grep -c . <<<"$stderr")" 1
+        [[ "$stderr" == "demo: $bad"*"(valid: "* ]] || { echo "$bad: $stderr"; false; }
+        assert_equal "$(ls "$t/runs/demo" | tr '\n' ' ')" "demo-info.txt kept "
+    done
+    # the ranges are said: a huge core count is refused with them, not turned into a thread count
+    run --separate-stderr env DEMO_CORES=7766279631452241919 "$t/common/scripts/demo.sh"
+    assert_equal "$stderr" "demo: DEMO_CORES=7766279631452241919 (valid: a whole number 1..4096)"
+    run --separate-stderr env DEMO_MACHINE="$BATS_TEST_TMPDIR" "$t/common/scripts/demo.sh"
+    assert_equal "$stderr" "demo: DEMO_MACHINE=$BATS_TEST_TMPDIR: --machine $BATS_TEST_TMPDIR: is a directory (valid: a machine file)"
+}
+
+@test "the demo replaces runs/demo only when it is new, empty or an earlier demo's" {
+    local t
+    t="$(fake_tree)"
+    echo "a learner's notes" >"$t/runs/demo/notes.txt"
+    run --separate-stderr timeout 20 "$t/common/scripts/demo.sh"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "demo: runs/demo: exists and is not demo.sh's output (no demo-info.txt of its own; valid: a new name, an empty directory or an earlier output of demo.sh)"
+    assert_equal "$(ls "$t/runs/demo")" "notes.txt"
+    # an earlier demo's directory is accepted: removed and begun again (this tree has no programs to
+    # run, so the demo stops at its first)
+    rm "$t/runs/demo/notes.txt"
+    echo "# written by common/scripts/demo.sh (make demo): removed and written again by the next demo" \
+        >"$t/runs/demo/demo-info.txt"
+    echo "an earlier demo's run" >"$t/runs/demo/old"
+    run -127 --separate-stderr timeout 20 "$t/common/scripts/demo.sh" # ./01_single_gpu/train: not found
+    [ ! -e "$t/runs/demo/old" ] && [ -d "$t/runs/demo/logs" ] && [ -f "$t/runs/demo/demo-info.txt" ]
+}

@@ -245,6 +245,29 @@ within_band() {
     "$PLAN" --model tiny --machine "$CPU_MACHINE" >/dev/null
 }
 
+@test "a machine file may open with a byte order mark and hold long comments; a binary file or a directory is named, never echoed" {
+    local d="$(scratch)"
+    round_machine "$d/good"
+    "$PLAN" --model tiny --machine "$d/good" --time-csv "$d/good.csv" >/dev/null
+    # a comment of 1,100 characters, and a UTF-8 byte order mark (editors write one): the same prediction
+    { printf '# %s\n' "$(printf 'x%.0s' $(seq 1100))"; cat "$d/good"; } >"$d/long"
+    "$PLAN" --model tiny --machine "$d/long" --time-csv "$d/long.csv" >/dev/null
+    cmp "$d/good.csv" "$d/long.csv"
+    { printf '\xef\xbb\xbf'; cat "$d/good"; } >"$d/bom"
+    "$PLAN" --model tiny --machine "$d/bom" --time-csv "$d/bom.csv" >/dev/null
+    cmp "$d/good.csv" "$d/bom.csv"
+    # a binary file: one line that names the byte, none of the file's control bytes on the terminal
+    { printf 'name = x\033]0;title\a\033[2J\n\0\0'; cat "$d/good"; } >"$d/binary"
+    run bash -c '"$0" --model tiny --machine "$1" >/dev/null 2>"$2"' "$PLAN" "$d/binary" "$d/err"
+    assert_equal "$status" 2
+    assert_equal "$(cat "$d/err")" "error: --machine $d/binary:1: a binary byte 0x1b, not text (valid: a machine file of 'key = value' lines)"
+    assert_equal "$(tr -d '\n' <"$d/err" | LC_ALL=C tr -d '[:print:]' | wc -c)" 0
+    # a directory is one, not a file without a name line
+    run --separate-stderr "$PLAN" --model tiny --machine "$d"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: --machine $d: is a directory (valid: a machine file)"
+}
+
 @test "--calibrate --quick measures this machine with the course's tools in seconds and writes a file --machine reads" {
     local dir="$(scratch)"
     run timeout 120 env OMP_NUM_THREADS=1 "$PLAN" --calibrate "$dir/here.machine" --quick

@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <omp.h>
@@ -44,6 +45,42 @@ void directory_of(const char *path, char dir[PATH_BYTES]) {
 int same_file(const char *a, const char *b) {
     struct stat sa, sb;
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+int output_file_is_own(const char *path, const OutputKind *kind) {
+    char *head = xmalloc(kind->signature_bytes);
+    int fd = open(path, O_RDONLY | O_NONBLOCK), is = 0;
+    if (fd >= 0) {
+        is = pread(fd, head, kind->signature_bytes, (off_t)kind->signature_offset) ==
+                 (ssize_t)kind->signature_bytes &&
+             memcmp(head, kind->signature, kind->signature_bytes) == 0;
+        close(fd);
+    }
+    free(head);
+    return is;
+}
+
+void output_file_check(const char *flag, const char *path, const OutputKind *kind) {
+    struct stat st;
+    if (!path[0]) fatal(EXIT_USAGE, "%s: an empty name (valid: a file name)", flag);
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) fatal(EXIT_USAGE, "%s %s: is a directory (valid: a file name)", flag, path);
+        if (!S_ISREG(st.st_mode))
+            fatal(EXIT_USAGE, "%s %s: not a regular file (valid: a new name or an earlier %s)", flag, path,
+                  kind->earlier);
+        if (!output_file_is_own(path, kind))
+            fatal(EXIT_USAGE, "%s %s: exists and is not %s (valid: a new name or an earlier %s)", flag, path,
+                  kind->what, kind->earlier);
+        return;
+    }
+    if (lstat(path, &st) == 0) /* a link to nothing: writing would create a file elsewhere */
+        fatal(EXIT_USAGE, "%s %s: not a regular file (valid: a new name or an earlier %s)", flag, path,
+              kind->earlier);
+    char dir[PATH_BYTES];
+    directory_of(path, dir);
+    if (stat(dir, &st) != 0)
+        fatal(EXIT_USAGE, "%s %s: the directory %s does not exist", flag, path, dir);
+    if (!S_ISDIR(st.st_mode)) fatal(EXIT_USAGE, "%s %s: %s is not a directory", flag, path, dir);
 }
 
 uint64_t unique_id(void) {

@@ -74,6 +74,28 @@ void directory_of(const char *path, char dir[PATH_BYTES]);
 /* Do a and b name the same file (device and inode), whatever the spelling
  * (links, "..", symlinks)? 0 when either does not exist. */
 int same_file(const char *a, const char *b);
+/* The output-file rule, one for every program and tool that writes a file
+ * the user names (--save, common/ckpt export, common/plan --csv, ...): it
+ * writes PATH only if PATH is a new name, or an existing regular file it
+ * recognises BY CONTENT as its own earlier output: OutputKind's signature,
+ * the bytes its output holds at signature_offset (the exact CSV header it
+ * writes, a checkpoint's magic, ...). Anything else, a directory, a device
+ * or FIFO, the --data file, a checkpoint, any other file, ends the program
+ * with EXIT_USAGE and one line:
+ *   "FLAG PATH: is a directory (valid: a file name)"
+ *   "FLAG PATH: not a regular file (valid: a new name or an earlier EARLIER)"
+ *   "FLAG PATH: exists and is not WHAT (valid: a new name or an earlier EARLIER)"
+ *   "FLAG PATH: the directory DIR does not exist"
+ * It reads PATH and writes nothing. common/scripts/outputs.sh states the same
+ * rule for the shell scripts, common/python for the Python tools. */
+typedef struct {
+    const char *what;      /* "a checkpoint of this course" */
+    const char *earlier;   /* "checkpoint": what "an earlier ..." names */
+    const char *signature; /* the bytes its own output holds at signature_offset */
+    size_t signature_bytes, signature_offset;
+} OutputKind;
+int output_file_is_own(const char *path, const OutputKind *kind);
+void output_file_check(const char *flag, const char *path, const OutputKind *kind);
 /* A value no other call, process or machine is likely to return (the time,
  * the process, a counter, hashed): names a save and a start-up token. */
 uint64_t unique_id(void);

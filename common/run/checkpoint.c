@@ -440,16 +440,11 @@ uint64_t checkpoint_save(const Config *cfg, const CkptLayout *l, const CkptState
     return checksum;
 }
 
-int ckpt_file_is_checkpoint(const char *path) {
-    char magic[sizeof CKPT_MAGIC];
-    int fd = open(path, O_RDONLY | O_NONBLOCK), is = 0;
-    if (fd >= 0) {
-        is = pread(fd, magic, sizeof magic, 0) == (ssize_t)sizeof magic &&
-             memcmp(magic, CKPT_MAGIC, sizeof magic) == 0;
-        close(fd);
-    }
-    return is;
-}
+/* What --save writes: a file that opens with the magic (util.h's output-file rule). */
+static const OutputKind checkpoint_output = {.what = "a checkpoint of this course",
+                                             .earlier = "checkpoint",
+                                             .signature = CKPT_MAGIC,
+                                             .signature_bytes = sizeof CKPT_MAGIC};
 
 /* A save replaces PATH (and PATH.tmp), so neither may be the training text,
  * nor one of the files the run itself writes into --out (compared as files,
@@ -479,22 +474,9 @@ static void check_save_is_no_run_file(const Config *c) {
 void checkpoint_check_save_path(const Config *c) {
     const char *path = c->save;
     check_save_is_no_run_file(c);
-    struct stat st;
-    if (stat(path, &st) == 0) {
-        if (S_ISDIR(st.st_mode)) fatal(EXIT_USAGE, "--save %s: is a directory (valid: a file name)", path);
-        if (!S_ISREG(st.st_mode))
-            fatal(EXIT_USAGE, "--save %s: not a regular file (valid: a new name or an earlier checkpoint)",
-                  path);
-        if (!ckpt_file_is_checkpoint(path))
-            fatal(EXIT_USAGE,
-                  "--save %s: exists and is not a checkpoint of this course (valid: a new name or an earlier "
-                  "checkpoint)",
-                  path);
-    }
+    output_file_check("--save", path, &checkpoint_output);
     char dir[PATH_BYTES];
     directory_of(path, dir);
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        fatal(EXIT_USAGE, "--save %s: the directory %s does not exist", path, dir);
     /* access() says yes to root on a read-only file system: create a file there to be sure */
     char probe[JOINED_PATH_BYTES];
     snprintf(probe, sizeof probe, "%s.probe%d", path, (int)getpid());

@@ -182,12 +182,11 @@ CkptState ckpt_state(int step, int adam_t, uint64_t rng, const LossScaler *ls);
  * checksum, the model shape, and that cfg has steps left after it); returns
  * its step and checksum, the checkpoint's identity. */
 void checkpoint_check(const char *path, const Config *cfg, int *step, uint64_t *checksum);
-/* Can a checkpoint be saved at cfg->save? A new name or an earlier checkpoint
- * (its magic says so), in a directory where a file can be created; never the
- * --data file or one of the run's own files in --out, however spelled. */
+/* Can a checkpoint be saved at cfg->save? util.h's output-file rule: a new
+ * name or an earlier checkpoint (its magic says so), in a directory where a
+ * file can be created; never the --data file or one of the run's own files
+ * in --out, however spelled. */
 void checkpoint_check_save_path(const Config *cfg);
-/* Does path hold a checkpoint of this course (its magic bytes)? */
-int ckpt_file_is_checkpoint(const char *path);
 
 /* ---- saving and resuming ---- */
 /* Is a checkpoint due after `step` steps? At every --save-every K-th step and

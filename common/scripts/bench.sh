@@ -58,7 +58,8 @@
 # BENCH_COMPILE_REPEATS (1; 0 skips torch.compile), BENCH_VARIANTS (CPU 1, GPU 0),
 # BENCH_PRECISIONS (GPU: "fp32 tf32 bf16"; CPU: "fp32 bf16"), BENCH_MODELS (the presets
 # below; on the CPU, medium runs only when named here), BENCH_STEPS (steps per run;
-# default per preset), BENCH_OUT (runs/bench), OMP_NUM_THREADS (default: every core), TRAIN
+# default per preset), BENCH_OUT (runs/bench; replaced whole, so it must be new, empty or an
+# earlier bench's: anything else is refused, exit 2), OMP_NUM_THREADS (default: every core), TRAIN
 # (./01_single_gpu/train), BENCH_ZERO (1; 0 leaves out the prefetch and overlap row),
 # BENCH_ZERO_MODEL (small, or the first of BENCH_MODELS).
 set -euo pipefail
@@ -73,6 +74,10 @@ out="${BENCH_OUT:-runs/bench}"
 probe="${BUILD:-build}/tests/gpu_probe"
 
 [[ -x "$TRAIN" ]] || { echo "bench: $TRAIN is missing; run make first" >&2; exit 1; }
+# BENCH_OUT is replaced whole below: a new name, an empty directory or an earlier bench's (its bench.csv)
+header="device,program,model,precision,variant,settings,batch,seq,params,repeat,median_step_ms,tokens_per_s,peak_device_bytes"
+. common/scripts/outputs.sh
+output_dir_check BENCH_OUT "$out" bench.sh bench.csv "$header"
 
 # ---- the device, and the configurations it runs: "model batch steps" ----
 if [[ -x "$probe" ]] && gpu_name="$("$probe" 2>/dev/null)"; then
@@ -111,8 +116,7 @@ fi
 
 rm -rf "$out"
 mkdir -p "$out/runs"
-echo "device,program,model,precision,variant,settings,batch,seq,params,repeat,median_step_ms,tokens_per_s,peak_device_bytes" \
-    >"$out/bench.csv"
+echo "$header" >"$out/bench.csv"
 echo "bench: device $device_label | precisions $precisions | $REPEATS repeats | OMP_NUM_THREADS=$OMP_NUM_THREADS |" \
     "results in $out"
 

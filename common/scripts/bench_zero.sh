@@ -64,11 +64,16 @@ for program in ./05_zero/train ./02_data_parallel/train; do
     [[ -x "$program" ]] || { echo "bench_zero: $program is missing; run make first" >&2; exit 1; }
 done
 
+# BENCH_OUT: a new name or a directory; its zero.csv and zero_summary.csv new names or this script's own
+header="device,precision,model,ranks,settings,config,repeat,median_step_ms,median_comm_ms,median_comm_busy_ms,bytes_sent_per_step"
+summary_header="device,precision,model,ranks,settings,config,median_step_ms,min_step_ms,max_step_ms,relative_to_stage0,gain,gain_min,gain_max"
+. common/scripts/outputs.sh
+output_files_check BENCH_OUT "$out" bench_zero.sh zero.csv "$header" zero_summary.csv "$summary_header"
 mkdir -p "$out"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 csv="$out/zero.csv"
-echo "device,precision,model,ranks,settings,config,repeat,median_step_ms,median_comm_ms,median_comm_busy_ms,bytes_sent_per_step" >"$csv"
+echo "$header" >"$csv"
 
 # column NAME of a CSV (header skipped)
 column() { awk -F, -v name="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c = i; next } c { print $c }' "$1"; }
@@ -119,7 +124,7 @@ for ranks in $ranks_list; do
     done
 done
 
-python3 - "$csv" "$out/zero_summary.csv" <<'EOF'
+python3 - "$csv" "$out/zero_summary.csv" "$summary_header" <<'EOF'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 groups = {}
@@ -129,8 +134,7 @@ for r in rows:
 # the configuration whose time over this one's is this one's gain
 BASELINE = {"zero3": "zero3_prefetch0", "dp_overlap": "dp_flat"}
 with open(sys.argv[2], "w") as f:
-    f.write("device,precision,model,ranks,settings,config,median_step_ms,min_step_ms,max_step_ms,"
-            "relative_to_stage0,gain,gain_min,gain_max\n")
+    f.write(sys.argv[3] + "\n")
     for (device, precision, model, ranks, settings), configs in groups.items():
         stage0 = statistics.median(configs["zero0"].values()) if "zero0" in configs else None
         for config, by_repeat in configs.items():

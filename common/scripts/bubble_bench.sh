@@ -11,7 +11,8 @@
 # M = 8 micro-batches of 2 sequences, BUBBLE_STEPS steps (run.csv's
 # bubble_measured is the median over the steps after the first), BUBBLE_REPEATS
 # repeats interleaved: repeat 1 of every schedule, then repeat 2, ...
-# Writes BUBBLE_OUT/bubbles.csv (runs/bubbles by default):
+# Writes BUBBLE_OUT/bubbles.csv (runs/bubbles by default; BUBBLE_OUT must be new, empty or an
+# earlier bubble_bench's, else it is refused, exit 2):
 #   schedule,repeat,load,bubble_theory,bubble_measured,median_step_ms
 # one row per run (load: the 1-minute load average when the run ended), and
 # BUBBLE_OUT/bubbles_summary.csv: schedule,bubble_theory,median,min,max,
@@ -29,8 +30,12 @@ export stages micro
 [[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "bubble_bench: BUBBLE_REPEATS=$repeats (valid: a positive number)" >&2; exit 2; }
 [[ "$steps" =~ ^[1-9][0-9]*$ && "$steps" -ge 3 ]] || { echo "bubble_bench: BUBBLE_STEPS=$steps (valid: 3 or more)" >&2; exit 2; }
 [ -x 04_pipeline/train ] || { echo "bubble_bench: 04_pipeline/train is not built (run make)" >&2; exit 2; }
+# BUBBLE_OUT holds this script's runs (--overwrite) and logs: a new name, an empty directory or its own
+header="schedule,repeat,load,bubble_theory,bubble_measured,median_step_ms"
+. common/scripts/outputs.sh
+output_dir_check BUBBLE_OUT "$out" bubble_bench.sh bubbles.csv "$header"
 mkdir -p "$out"
-echo "schedule,repeat,load,bubble_theory,bubble_measured,median_step_ms" >"$out/bubbles.csv"
+echo "$header" >"$out/bubbles.csv"
 for r in $(seq 1 "$repeats"); do
     for schedule in gpipe 1f1b interleaved zb-h1; do
         virtual=1

@@ -2,7 +2,9 @@
 # calibrate.sh OUT [--quick] [--name NAME] [--device auto|cpu|cuda]: measure this
 # machine's constants with the course's own tools and write them as a machine
 # file (common/tools/plan_time.h has the format) that `common/plan --machine OUT`
-# reads. `common/plan --calibrate OUT` runs it and then reads OUT back.
+# reads. `common/plan --calibrate OUT` runs it and then reads OUT back. OUT is a
+# new name or a machine file this script wrote (its first line says so); anything
+# else, a directory included, is refused before anything runs (exit 2).
 #
 # The device: --device (auto: cuda if common/devicebench finds a GPU). On the
 # CPU backend one rank's device is what the course's CPU runs give it:
@@ -45,6 +47,10 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ -n "$out" ] || { echo "usage: common/scripts/calibrate.sh OUT [--quick] [--name NAME] [--device auto|cpu|cuda]" >&2; exit 2; }
+# OUT: a new name or a machine file this script wrote (its first line), before anything runs
+. "$REPO/common/scripts/outputs.sh"
+output_file_check calibrate.sh "$out" "a machine file of common/plan --calibrate" "--calibrate file" \
+    "# written by common/scripts/calibrate.sh *"
 case "$device" in auto | cpu | cuda) ;; *) echo "calibrate.sh: --device '$device' (valid: auto, cpu, cuda)" >&2; exit 2 ;; esac
 threads_given="${OMP_NUM_THREADS:-}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"

@@ -5,25 +5,28 @@
 # Called by `make demo` after building.
 #
 # Environment:
-#   DEMO_STEPS    optimizer steps per run, 1 or more (default 40; the pipeline sweep runs half,
+#   DEMO_STEPS    optimizer steps per run, 1..100000 (default 40; the pipeline sweep runs half,
 #                 at least 4; the offload timeline plots step 10, or the last of shorter runs)
-#   DEMO_REPEATS  repeats of every timed configuration (default 3)
-#   DEMO_CORES    the cores to plan for (default: this machine's, from nproc
+#   DEMO_REPEATS  repeats of every timed configuration, 1..100 (default 3)
+#   DEMO_CORES    the cores to plan for, 1..4096 (default: this machine's, from nproc
 #                 without OMP_NUM_THREADS, which GNU nproc would obey)
-#   DEMO_RANKS    ranks for chapter 02 and pipeline stages for chapter 04
+#   DEMO_RANKS    ranks for chapter 02 and pipeline stages for chapter 04, 1..1024
 #                 (default: one per core, at most 4); each chapter then takes
 #                 the nearest value its configuration allows (below)
 #   DEMO_DRY_RUN  1: print every command the demo would run ("plan: ...") and
-#                 run none of them
+#                 run none of them; 0 (the default): run them
 #   DEMO_DEVICE   cpu or cuda (default: cuda when build/tests/gpu_probe finds a
 #                 GPU, else cpu). On a GPU the demo trains the medium preset
 #                 instead of the small one: the small preset's kernels are too
 #                 short to show a GPU computing (course.md, "Reading GPU runs")
-#   DEMO_GPUS     GPUs to plan for on a GPU (default: nvidia-smi's count, else 1);
+#   DEMO_GPUS     GPUs to plan for on a GPU, 1..1024 (default: nvidia-smi's count, else 1);
 #                 when ranks outnumber them, the demo says what that shows
 #   DEMO_MACHINE  the machine file common/plan predicts every run's step on (default:
 #                 common/machines/cpu-amd-epyc-2cores.machine, on a GPU h100-sxm.machine);
 #                 runs/plots/plan/plan.png draws the predictions against the runs
+# Each value is checked before anything runs: one that is out of range ends the demo
+# with one line naming it and its range, exit status 2. runs/demo is removed and
+# written again only when it is new, empty or an earlier demo's (its demo-info.txt).
 #
 # The work, not the machine, sets the ranks: chapter 02's ranks must divide
 # its global batch of 8 (2 or 4 ranks), chapter 03 splits the small preset
@@ -38,13 +41,44 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-cores="${DEMO_CORES:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}"
-[[ "$cores" =~ ^[1-9][0-9]*$ ]] || { echo "demo: DEMO_CORES=$cores is not a positive number" >&2; exit 2; }
-dry_run="${DEMO_DRY_RUN:-0}"
-steps="${DEMO_STEPS:-40}"
-[[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "demo: DEMO_STEPS=$steps is not a positive number" >&2; exit 2; }
-repeats="${DEMO_REPEATS:-3}"
 runs=runs/demo
+# ---- every DEMO_* setting, checked before anything runs or is removed: one line and exit 2 ----
+demo_refuse() {
+    echo "demo: $1" >&2
+    exit 2
+}
+# demo_count NAME VALUE LO HI: VALUE is a whole number from LO to HI
+demo_count() {
+    [[ "$2" =~ ^[1-9][0-9]{0,8}$ ]] && (($2 >= $3 && $2 <= $4)) || demo_refuse "$1=$2 (valid: a whole number $3..$4)"
+}
+cores="${DEMO_CORES:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}"
+demo_count DEMO_CORES "$cores" 1 4096
+steps="${DEMO_STEPS:-40}"
+demo_count DEMO_STEPS "$steps" 1 100000
+repeats="${DEMO_REPEATS:-3}"
+demo_count DEMO_REPEATS "$repeats" 1 100
+[ -z "${DEMO_RANKS:-}" ] || demo_count DEMO_RANKS "$DEMO_RANKS" 1 1024
+[ -z "${DEMO_GPUS:-}" ] || demo_count DEMO_GPUS "$DEMO_GPUS" 1 1024
+dry_run="${DEMO_DRY_RUN:-0}"
+case "$dry_run" in 0 | 1) ;; *) demo_refuse "DEMO_DRY_RUN=$dry_run (valid: 0 or 1)" ;; esac
+device_choice="${DEMO_DEVICE:-}"
+case "$device_choice" in "" | cpu | cuda) ;; *) demo_refuse "DEMO_DEVICE=$device_choice (valid: cpu, cuda)" ;; esac
+if [ -z "$device_choice" ]; then
+    device_choice=cpu
+    if [ -x build/tests/gpu_probe ] && build/tests/gpu_probe >/dev/null 2>&1; then device_choice=cuda; fi
+fi
+machine="${DEMO_MACHINE:-common/machines/cpu-amd-epyc-2cores.machine}"
+[ "$device_choice" = cpu ] || machine="${DEMO_MACHINE:-common/machines/h100-sxm.machine}"
+[ -x common/plan ] || { echo "demo: common/plan is not built (run make)" >&2; exit 1; }
+if ! problem="$(common/plan --model tiny --machine "$machine" 2>&1 >/dev/null)"; then
+    problem="${problem#error: }"
+    [[ "$problem" == *"(valid: "* ]] || problem="$problem (valid: a machine file, as common/machines/ ships)"
+    demo_refuse "DEMO_MACHINE=$machine: $problem"
+fi
+# runs/demo is removed and written again: only when it is new, empty or an earlier demo's
+demo_marker="# written by common/scripts/demo.sh (make demo): removed and written again by the next demo"
+. common/scripts/outputs.sh
+[ "$dry_run" = 1 ] || output_dir_check demo: "$runs" demo.sh demo-info.txt "$demo_marker"
 # OpenMP threads that spin while waiting steal the cores other ranks need.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -62,22 +96,15 @@ if [ -z "$python" ]; then
 fi
 
 # ---- the device and the preset ----
-device_choice="${DEMO_DEVICE:-}"
-if [ -z "$device_choice" ]; then
-    device_choice=cpu
-    if [ -x build/tests/gpu_probe ] && build/tests/gpu_probe >/dev/null 2>&1; then device_choice=cuda; fi
-fi
 case "$device_choice" in
     cpu) preset=small model_layers=4 ;;
     cuda) preset=medium model_layers=6 ;; # 6 heads: tp 2 divides them too
-    *) echo "demo: DEMO_DEVICE=$device_choice (valid: cpu, cuda)" >&2; exit 2 ;;
 esac
 gpus="${DEMO_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}"
 [[ "$gpus" =~ ^[1-9][0-9]*$ ]] || gpus=1
 
 # ---- ranks per chapter, chosen from the work ----
 wanted="${DEMO_RANKS:-$(( cores < 4 ? cores : 4 ))}"
-[[ "$wanted" =~ ^[1-9][0-9]*$ ]] || { echo "demo: DEMO_RANKS=$wanted is not a positive number" >&2; exit 2; }
 (( wanted >= 2 )) || wanted=2
 dp_batch=8        # chapter 02's global batch: the ranks must divide it
 dp_ranks=2        # the largest divisor of the batch not above the wish
@@ -112,8 +139,6 @@ launch() {
 # (02, 05, 06: dp; 03: its stages or its tensor group, of np / cp ranks; 04:
 # its stages, or with --pp and --tp given its replicas); a layout the planner refuses (none today) is named in
 # OUT/plan.err and left out of the plot.
-machine="${DEMO_MACHINE:-common/machines/cpu-amd-epyc-2cores.machine}"
-[ "$device_choice" = cpu ] || machine="${DEMO_MACHINE:-common/machines/h100-sxm.machine}"
 plan_layout() {
     local np="$1" program="$2" out="$3"
     shift 3
@@ -178,6 +203,7 @@ if [ "$dry_run" = 1 ]; then
 else
     rm -rf "$runs"
     mkdir -p "$runs/logs"
+    echo "$demo_marker" >"$runs/demo-info.txt"
     device=$(./01_single_gpu/train --steps 1 --sample 0 --quiet --out "$runs/probe" |
         sed -n 's/.*| device \([^|]*\) |.*/\1/p')
     rm -rf "$runs/probe"

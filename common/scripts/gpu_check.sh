@@ -213,11 +213,15 @@ report="$stem.md"
 # ---- bookkeeping: one check at a time ----
 check_name="" check_group="" check_start=0 check_cmds=() rows=()
 sections="$work/sections.md"
+# GPU_CHECK_WORK is replaced whole: a new name, an empty directory or an earlier check's (its losses.csv)
+losses_header="check,program,ranks,comm,precision,steps,tolerance,worst_rel_diff,verdict"
+. common/scripts/outputs.sh
 if ! dry; then
+    output_dir_check GPU_CHECK_WORK "$work" gpu_check.sh losses.csv "$losses_header"
     rm -rf "$work"
     mkdir -p "$work/logs" || fail_usage "cannot create $work"
     : >"$sections"
-    echo "check,program,ranks,comm,precision,steps,tolerance,worst_rel_diff,verdict" >"$work/losses.csv"
+    echo "$losses_header" >"$work/losses.csv"
 fi
 
 # The command as one shell line a reader can paste.

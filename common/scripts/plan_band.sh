@@ -17,7 +17,7 @@
 #   --tp 2 (dp 1). No layout has more ranks than the development machine has cores (2):
 #   the time model gives each rank a device of its own, and ranks sharing a
 #   core take turns (04's pp 2 x tp 2 on 4 ranks measured 75 times its plan).
-# Writes, in BAND_OUT (runs/plan-band):
+# Writes, in BAND_OUT (runs/plan-band; new, empty or an earlier plan_band's, else refused, exit 2):
 #   band.csv          layout,ranks,repeat,load,predicted_ms,median_step_ms,ratio
 #                     one row per run: the load average when it ended, the
 #                     planner's step, run.csv's median step (warm-up left
@@ -58,8 +58,12 @@ layouts=(
     "05-zero2-tp2|2|05_zero/train|--zero 2 --tp 2|--chapter 05"
 )
 flags="--device cpu --model tiny --batch 8 --steps $steps --eval-batches 1 --sample 0 --quiet --overwrite"
+# BAND_OUT holds this script's runs (--overwrite) and logs: a new name, an empty directory or its own
+header="layout,ranks,repeat,load,predicted_ms,median_step_ms,ratio"
+. common/scripts/outputs.sh
+output_dir_check BAND_OUT "$out" plan_band.sh band.csv "$header"
 mkdir -p "$out"
-echo "layout,ranks,repeat,load,predicted_ms,median_step_ms,ratio" >"$out/band.csv"
+echo "$header" >"$out/band.csv"
 for r in $(seq 1 "$repeats"); do
     for entry in "${layouts[@]}"; do
         IFS='|' read -r label np program args layout <<<"$entry"

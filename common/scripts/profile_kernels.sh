@@ -21,6 +21,15 @@ shift 2
 flags=("$@")
 [[ ${#flags[@]} -gt 0 ]] || flags=(--model gpt2 --batch 8)
 TRAIN="${TRAIN:-./01_single_gpu/train}"
+# OUT_DIR's LABEL.kernels.csv: a new name or an earlier profile's (its header). LABEL.ncu.csv holds
+# ncu's and the program's lines, no header of its own: replaced only beside that earlier profile's table.
+. common/scripts/outputs.sh
+output_files_check OUT_DIR "$out" profile_kernels.sh "$label.kernels.csv" "label,category,kernel,calls,time_us"
+if [ -d "$out" ]; then
+    output_file_check OUT_DIR "$out/$label.ncu.csv" "" "profile's" "*" # a directory, a device: refused
+    [ ! -e "$out/$label.ncu.csv" ] || [ -f "$out/$label.kernels.csv" ] ||
+        output_refuse "OUT_DIR $out/$label.ncu.csv: exists and is not an earlier profile's (no $label.kernels.csv beside it; valid: a new name or an earlier profile's)"
+fi
 command -v ncu >/dev/null || { echo "profile_kernels: ncu (Nsight Compute) is not on PATH" >&2; exit 1; }
 mkdir -p "$out"
 COURSE_PROFILE_STEP=3 ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \

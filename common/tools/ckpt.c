@@ -42,7 +42,8 @@ static const char usage[] =
     "       common/ckpt export PATH OUT [--optimizer]\n"
     "                                               write the weights (and with --optimizer Adam's m and v)\n"
     "                                               to OUT in the safetensors format; OUT is a new name\n"
-    "                                               or an earlier export (never a checkpoint or a device)\n"
+    "                                               or an earlier export (never a checkpoint, a device or\n"
+    "                                               any other file)\n"
     "       common/ckpt --help\n"
     "Checkpoints come from any chapter's --save PATH; exit status 2 when a file is not a sound checkpoint.\n";
 
@@ -183,23 +184,23 @@ static void write_all(int fd, const void *data, size_t bytes, const char *out) {
     }
 }
 
-/* OUT is a new name or an earlier export: never the checkpoint read (under
- * any name), another checkpoint, a directory or a device (/dev/null stays
- * one: the export is renamed over OUT, which would replace it by a file). */
+/* An export opens with the header's length (8 bytes) and then these bytes,
+ * whatever the checkpoint: what tells an earlier export from any other file. */
+#define EXPORT_HEAD "{\"__metadata__\":{\"format\":\"pt\",\"step\":\""
+static const OutputKind export_output = {.what = "a safetensors export of common/ckpt",
+                                         .earlier = "export",
+                                         .signature = EXPORT_HEAD,
+                                         .signature_bytes = sizeof EXPORT_HEAD - 1,
+                                         .signature_offset = sizeof(uint64_t)};
+
+/* OUT is a new name or an earlier export (util.h's output-file rule, as
+ * --save's): never the checkpoint read (under any name), a checkpoint, a
+ * directory, a device (/dev/null stays one: the export is renamed over OUT,
+ * which would replace it by a file) or any other file. */
 static void check_export_target(const char *path, const char *out) {
-    struct stat st;
-    if (stat(out, &st) != 0) return; /* a new name (a missing directory is named when writing) */
     if (same_file(path, out))
         fatal(EXIT_USAGE, "export %s: is the checkpoint being exported (valid: a new file name)", out);
-    if (S_ISDIR(st.st_mode)) fatal(EXIT_USAGE, "export %s: is a directory (valid: a file name)", out);
-    if (!S_ISREG(st.st_mode))
-        fatal(EXIT_USAGE,
-              "export %s: exists and is not a regular file (valid: a new name or an earlier export)", out);
-    if (ckpt_file_is_checkpoint(out))
-        fatal(EXIT_USAGE,
-              "export %s: is a checkpoint of this course; it is not replaced by an export "
-              "(valid: a new name or an earlier export)",
-              out);
+    output_file_check("export", out, &export_output);
 }
 
 /* A new temporary file beside OUT (the same directory, so the final rename
@@ -222,7 +223,7 @@ static void export_safetensors(const char *path, const char *out, int with_optim
     static const char *const prefix[CKPT_ARRAYS] = {"", "adam_m.", "adam_v."};
 
     Text json = {0};
-    text_add(&json, "{\"__metadata__\":{\"format\":\"pt\",\"step\":\"%d\",\"writer\":", h->step);
+    text_add(&json, EXPORT_HEAD "%d\",\"writer\":", h->step);
     text_add_json_string(&json, h->writer, sizeof h->writer);
     text_add(&json, ",\"model\":\"layers %d, dmodel %d, heads %d, seq %d, vocab %d\"}", h->layers, h->dmodel,
              h->heads, h->seq, h->vocab);

@@ -160,16 +160,19 @@ static const Flag plan_flags[] = {
              "(default: OMP_NUM_THREADS, as the programs read it)"},
     {.type = FLAG_SECTION, .help = "output"},
     {"--csv", FLAG_PATH, FIELD(PlanFlags, csv), .usage = "--csv FILE",
-     .help = "write the memory as memory.csv's rows: rank,space,category,peak_bytes"},
+     .help = "write the memory as memory.csv's rows: rank,space,category,peak_bytes\n"
+             "(FILE: a new name or an earlier --csv file)"},
     {.type = FLAG_SECTION, .help = "step time"},
     {"--machine", FLAG_PATH, FIELD(PlanFlags, machine), .usage = "--machine FILE",
      .help = "predict the step time on the machine FILE describes (key = value lines;\n"
              "common/machines/ has the shipped ones, plan_time.h the format)"},
     {"--time-csv", FLAG_PATH, FIELD(PlanFlags, time_csv), .usage = "--time-csv FILE",
-     .help = "write the step time's parts: part,busy_ms,exposed_ms (needs --machine)"},
+     .help = "write the step time's parts: part,busy_ms,exposed_ms (needs --machine;\n"
+             "FILE: a new name or an earlier --time-csv file)"},
     {"--calibrate", FLAG_PATH, FIELD(PlanFlags, calibrate), .usage = "--calibrate FILE",
      .help = "measure this machine (01's step, commbench, adambench, devicebench:\n"
-             "common/scripts/calibrate.sh) on --device, and write its machine file to FILE",
+             "common/scripts/calibrate.sh) on --device, and write its machine file to FILE\n"
+             "(a new name or a machine file --calibrate wrote)",
      .record = FLAG_NOT_RECORDED},
     {"--quick", FLAG_SWITCH, FIELD(PlanFlags, quick), .usage = "--quick",
      .help = "--calibrate with tiny sizes and few repeats (seconds; noisier constants)",
@@ -502,10 +505,28 @@ static void print_plan(const Config *cfg, const PlanLayout *l, int program, cons
                cfg->device);
 }
 
+/* What --csv, --time-csv and --calibrate write, known by their first bytes (util.h's output-file
+ * rule): each may replace only a new name or its own earlier output, checked before anything runs. */
+#define MEMORY_CSV_HEADER "rank,space,category,peak_bytes"
+#define TIME_CSV_HEADER "part,busy_ms,exposed_ms"
+#define MACHINE_FILE_HEAD "# written by common/scripts/calibrate.sh"
+static const OutputKind memory_csv_output = {.what = "a CSV of common/plan --csv (header " MEMORY_CSV_HEADER ")",
+                                             .earlier = "--csv file",
+                                             .signature = MEMORY_CSV_HEADER "\n",
+                                             .signature_bytes = sizeof MEMORY_CSV_HEADER};
+static const OutputKind time_csv_output = {.what = "a CSV of common/plan --time-csv (header " TIME_CSV_HEADER ")",
+                                           .earlier = "--time-csv file",
+                                           .signature = TIME_CSV_HEADER "\n",
+                                           .signature_bytes = sizeof TIME_CSV_HEADER};
+static const OutputKind machine_file_output = {.what = "a machine file of common/plan --calibrate",
+                                               .earlier = "--calibrate file",
+                                               .signature = MACHINE_FILE_HEAD,
+                                               .signature_bytes = sizeof MACHINE_FILE_HEAD - 1};
+
 static void write_csv(const char *path, const PlanLayout *l, const PlanMemory *m) {
     FILE *f = fopen(path, "w");
     if (!f) fatal(EXIT_USAGE, "--csv %s: cannot write it", path);
-    fprintf(f, "rank,space,category,peak_bytes\n");
+    fprintf(f, MEMORY_CSV_HEADER "\n");
     for (int r = 0; r < plan_ranks(l); r++)
         for (int s = 0; s < SPACE_COUNT; s++)
             for (int c = 0; c < CAT_COUNT; c++)
@@ -529,7 +550,7 @@ static void print_time(const Config *cfg, const PlanLayout *l, const Machine *ma
 static void write_time_csv(const char *path, const PlanTime *pt) {
     FILE *f = fopen(path, "w");
     if (!f) fatal(EXIT_USAGE, "--time-csv %s: cannot write it", path);
-    fprintf(f, "part,busy_ms,exposed_ms\n");
+    fprintf(f, TIME_CSV_HEADER "\n");
     for (int p = 0; p < PART_COUNT; p++)
         fprintf(f, "%s,%.9g,%.9g\n", part_name(p), pt->busy_s[p] * 1e3, pt->exposed_s[p] * 1e3);
     fprintf(f, "step,%.9g,%.9g\n", pt->step_s * 1e3, pt->step_s * 1e3);
@@ -539,6 +560,7 @@ static void write_time_csv(const char *path, const PlanTime *pt) {
 /* --calibrate: common/scripts/calibrate.sh, found next to this program (common/plan), writes
  * FILE; the planner reads it back, so a file it cannot read is an error here. */
 static void calibrate(const PlanFlags *f, const char *device) {
+    output_file_check("--calibrate", f->calibrate, &machine_file_output);
     char self[PATH_BYTES], script[JOINED_PATH_BYTES];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n < 0) fatal(EXIT_RUNTIME, "--calibrate: cannot find this program's path (/proc/self/exe)");
@@ -836,6 +858,8 @@ int main(int argc, char **argv) {
             &chapter);
         return 0;
     }
+    if (f.csv[0]) output_file_check("--csv", f.csv, &memory_csv_output);
+    if (f.time_csv[0]) output_file_check("--time-csv", f.time_csv, &time_csv_output);
     if (f.calibrate[0]) {
         calibrate(&f, cfg.device);
         return 0;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Each number's key, place and valid range: wide enough for any machine from one slow CPU core
  * (a loaded one, measured by --calibrate --quick) to a rack's accelerator, and narrow enough
@@ -53,13 +54,50 @@ static double machine_number(const char *path, int number, int k, const char *va
     return x;
 }
 
+/* A machine file is a few hundred bytes of text; more than this is not one (and is not read whole). */
+enum { MACHINE_FILE_MAX_BYTES = 1 << 20 };
+
+/* Is the file at path something to read as text at all? Ends the program when it is a directory, a
+ * device or FIFO (which could block), or far too large to be a machine file. */
+static void machine_check_file(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) fatal(EXIT_USAGE, "--machine %s: cannot read it (%s)", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) fatal(EXIT_USAGE, "--machine %s: is a directory (valid: a machine file)", path);
+    if (!S_ISREG(st.st_mode))
+        fatal(EXIT_USAGE, "--machine %s: not a regular file (valid: a machine file)", path);
+    if (st.st_size > MACHINE_FILE_MAX_BYTES)
+        fatal(EXIT_USAGE, "--machine %s: %lld bytes (valid: a machine file, a few hundred bytes of text)", path,
+              (long long)st.st_size);
+}
+
+/* The first byte of line[0..length) that a text line does not hold (a control character other than a
+ * tab or a carriage return, NUL included), or -1: a binary file is named, never echoed. */
+static int machine_line_binary_byte(const char *line, size_t length) {
+    for (size_t i = 0; i < length; i++) {
+        unsigned char c = (unsigned char)line[i];
+        if ((c < 0x20 && c != '\t' && c != '\r' && c != '\n') || c == 0x7f) return c;
+    }
+    return -1;
+}
+
 void machine_read(const char *path, Machine *m) {
+    machine_check_file(path);
     FILE *f = fopen(path, "r");
     if (!f) fatal(EXIT_USAGE, "--machine %s: cannot read it (%s)", path, strerror(errno));
     *m = (Machine){0};
     int seen[MACHINE_NUMBERS + 1] = {0}; /* the numbers, then name */
-    char line[1024];
-    for (int number = 1; fgets(line, sizeof line, f); number++) {
+    char *line = NULL; /* any length: a comment may be long */
+    size_t capacity = 0;
+    ssize_t length;
+    for (int number = 1; (length = getline(&line, &capacity, f)) >= 0; number++) {
+        int binary = machine_line_binary_byte(line, (size_t)length);
+        if (binary >= 0)
+            fatal(EXIT_USAGE,
+                  "--machine %s:%d: a binary byte 0x%02x, not text (valid: a machine file of 'key = value' "
+                  "lines)",
+                  path, number, binary);
+        /* a UTF-8 byte order mark, which some editors write first, is not part of the text */
+        if (number == 1 && strncmp(line, "\xef\xbb\xbf", 3) == 0) memmove(line, line + 3, (size_t)length - 2);
         char *hash = strchr(line, '#');
         if (hash) *hash = 0;
         char *text = trim(line);
@@ -86,6 +124,7 @@ void machine_read(const char *path, Machine *m) {
         }
         *(double *)((char *)m + machine_keys[k].field) = machine_number(path, number, k, value);
     }
+    free(line);
     fclose(f);
     if (!seen[MACHINE_NUMBERS]) fatal(EXIT_USAGE, "--machine %s: no 'name = ...' line", path);
     for (int k = 0; k < MACHINE_NUMBERS; k++)

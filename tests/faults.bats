@@ -318,11 +318,19 @@ kill_each() {
 # test waits for the first), a 5 s --timeout.
 LONG="--device cpu --batch 12 --sample 0 --data $BATS_FILE_TMPDIR/corpus.txt --steps 2000 --timeout 5"
 
-# start_job NP PROGRAM ARGS...: mpirun_np in the background, stdout and stderr
+# The launcher of start_job: mpirun_np (plain mpirun), or mpirun_sh.
+launcher=mpirun_np
+mpirun_sh() {
+    local np="$1"
+    shift
+    "$REPO/common/scripts/mpirun.sh" -np "$np" "$@"
+}
+
+# start_job NP PROGRAM ARGS...: $launcher in the background, stdout and stderr
 # in $BATS_TEST_TMPDIR/job.log; sets job_pid; returns when step 1 is logged.
 start_job() {
     local log="$BATS_TEST_TMPDIR/job.log" i
-    mpirun_np "$@" >"$log" 2>&1 &
+    "$launcher" "$@" >"$log" 2>&1 &
     job_pid=$!
     for i in $(seq 600); do
         grep -q '^step ' "$log" && return 0
@@ -344,14 +352,17 @@ descendants() {
 # rank_pid RANK: the process id of that rank of the job (under mpirun, which
 # gives each rank OMPI_COMM_WORLD_RANK).
 rank_pid() {
-    local pid
-    for pid in $(descendants "$job_pid"); do
-        if tr '\0' '\n' <"/proc/$pid/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
-            echo "$pid"
-            return
-        fi
+    local pid try
+    for try in $(seq 50); do # a loaded machine may show the process tree late
+        for pid in $(descendants "$job_pid"); do
+            if tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+                echo "$pid"
+                return
+            fi
+        done
+        sleep 0.1
     done
-    fail "no rank $1 under mpirun $job_pid"
+    fail "no rank $1 under mpirun $job_pid: $(ps -o pid,ppid,args --ppid "$job_pid" 2>&1)"
 }
 
 # wait_job LIMIT: wait up to LIMIT seconds for the job to end; sets status,
@@ -377,11 +388,13 @@ teardown() {
 }
 
 # freeze_check RANK NP PROGRAM ARGS...: SIGSTOP that rank after step 1; the
-# job ends within --timeout + 10 s, naming the rank as never arrived, and the
-# other ranks leave flight files listing their calls.
+# job ends within --timeout + 10 s, naming the rank as never arrived (and no
+# other rank), and the other ranks leave flight files listing their calls.
+# Sets verdict: the watchdog's error line.
 freeze_check() {
     local rank="$1" np="$2" out="$BATS_TEST_TMPDIR/out"
     shift 2
+    rm -rf "$out"
     start_job "$np" "$@" $LONG --out "$out"
     stopped_pid=$(rank_pid "$rank") || return 1
     kill -STOP "$stopped_pid"
@@ -389,6 +402,12 @@ freeze_check() {
     assert_failure
     awk -v s="$seconds" 'BEGIN { exit !(s < 15) }' || fail "the frozen job took ${seconds}s to end (--timeout 5)"
     assert_output --regexp "error: \[rank [0-9]+\] watchdog: .* has waited [0-9]+ s \(--timeout 5\): .*rank $rank never arrived"
+    verdict="$(grep '^error: \[rank [0-9]*\] watchdog:' <<<"$output")"
+    if grep -o 'rank [0-9]* never arrived' <<<"$verdict" | grep -vqx "rank $rank never arrived"; then
+        fail "the watchdog blames a rank that runs: $verdict"
+    fi
+    kill -KILL "$stopped_pid" 2>/dev/null || true
+    stopped_pid=""
     assert_output --partial "flight recorder written to $out/flight-"
     local other=$(( rank == 0 ? 1 : 0 ))
     [ -f "$out/flight-$other.txt" ] || fail "no flight file of rank $other"
@@ -408,6 +427,30 @@ freeze_check() {
 
 @test "a frozen ZeRO-3 rank (prefetching) is named by the watchdog within --timeout + 10 s" {
     freeze_check 0 2 "$TRAIN05" --zero 3 --prefetch 1
+}
+
+@test "a frozen rank of a blocking context-parallel ring (--cp 4) is named, under mpirun and mpirun.sh, not the ranks that wait for it" {
+    for launcher in mpirun_np mpirun_sh; do
+        freeze_check 3 4 "$TRAIN03" --cp 4 --cp-send blocking
+        # rank 0's flight file: its ring's send-receives name both ranks, to 1 and from 3
+        assert_output --regexp "sendrecv +[0-9]+ g[0-9]+ \(ranks 0-3\) +1>3 "
+    done
+}
+
+@test "a frozen ZB-H1 stage (--pp 3) is named, under mpirun and mpirun.sh, though the stage that times out waits for another" {
+    for launcher in mpirun_np mpirun_sh; do
+        freeze_check 2 3 "$TRAIN04" --layers 3 --pp 3 --micro 3 --schedule zb-h1
+    done
+}
+
+@test "a rank killed under common/scripts/mpirun.sh is named by its rank, as plain mpirun names it" {
+    run env COURSE_FAULT_KILL=allreduce:1 timeout 20 "$REPO/common/scripts/mpirun.sh" -np 2 "$TRAIN02" $FLAGS --steps 3 \
+        --out "$BATS_TEST_TMPDIR/killed"
+    assert_equal "$status" 137
+    assert_output --partial "common/scripts/mpirun.sh: rank 1 of $TRAIN02 was killed by signal 9 (Killed)"
+    # and Open MPI's own notices stay out of the way, as before
+    refute_output --partial "-----"
+    refute_output --partial "mpirun noticed"
 }
 
 @test "a rank that skips an all-reduce is named: the ranks called different collectives at one number" {

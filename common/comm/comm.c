@@ -767,7 +767,7 @@ static int op_begin_message(CommGroup *g, const char *point, const char *op, int
                             size_t bytes) {
     fault_point(point);
     if (fault_skip(point)) return SKIP;
-    return watchdog_begin(g->watch, op, dest >= 0 ? dest : source, bytes);
+    return watchdog_begin(g->watch, op, dest, source, bytes);
 }
 static int op_begin(CommGroup *g, const char *name, size_t bytes) { /* a collective */
     return op_begin_message(g, name, name, -1, -1, bytes);

@@ -89,7 +89,6 @@ int main(int argc, char **argv) {
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         s.rec.lr = hyper.lr;
-        mixed_fault_overflow(&mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
         GradShards held = precision_grad_shards(&model, &mixed); /* this process holds the whole gradient */
         s.skipped =
             optimizer_step(&model, &mixed, &opt, &run.scaler, &held, &hyper, step + 1, &s.rec.grad_norm);

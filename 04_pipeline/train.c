@@ -215,7 +215,6 @@ int main(int argc, char **argv) {
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         s.rec.lr = hyper.lr;
-        mixed_fault_overflow(mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
         GradShards held_part = pipeline_grad_shards(&p, model_group, run.world); /* units, or their slices */
         s.skipped =
             optimizer_step(held, mixed, &opt, &run.scaler, &held_part, &hyper, step + 1, &s.rec.grad_norm);

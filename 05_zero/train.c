@@ -332,7 +332,6 @@ int main(int argc, char **argv) {
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         s.rec.lr = hyper.lr;
-        mixed_fault_overflow(&p.mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
         s.skipped = zero_stage_update(&replicas, &run.scaler, &hyper, step + 1, &s.rec.grad_norm, &comm_ms,
                                       &s.comm_busy_ms);
         s.rec.opt_ms = timer_stop_ms(&timer);

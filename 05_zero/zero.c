@@ -622,8 +622,6 @@ void zero_update(Zero *z, float grad_scale, const OptimHyper *h) {
 }
 
 int zero_step_update(Zero *z, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm) {
-    /* the fault on the last rank only: rank 0, which logs, must learn of it from the others */
-    if (z->half && z->rank == z->ranks - 1) half_fault_overflow(z->grads16, z->mixed.format, step);
     GradShards held = zero_grad_shards(z);
     StepDecision d = optimizer_decide(&held, ls, h->clip, step);
     *grad_norm = d.grad_norm;

@@ -182,10 +182,6 @@ GradShards offload_grad_shards(const Offload *o, CommGroup *world) {
                         .sum_group = world};
 }
 
-void offload_fault_overflow(Offload *o, int step) {
-    if (o->rank == 0 && fault_overflow_step() == step) o->grads[o->cur][0] = INFINITY; /* util.h */
-}
-
 /* ---- the update: host AdamW, weights back to the device ---- */
 
 static CpuAdamArgs adam_args(const Offload *o, const OffloadUpdate *u, int t) {

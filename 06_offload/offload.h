@@ -161,9 +161,6 @@ void offload_finish_grads(Offload *o);
  * the CPU kernels whichever backend computes; the shards of every rank of
  * `world` make the model. */
 GradShards offload_grad_shards(const Offload *o, CommGroup *world);
-/* Tests of the fp16 skip: with COURSE_FAULT_OVERFLOW_STEP=k, step k's first
- * gradient element on data-parallel rank 0 becomes +Inf. */
-void offload_fault_overflow(Offload *o, int step);
 
 /* The update of this step's gradients, done before returning: AdamW on the
  * host unit by unit, each unit's new weights copied up while the CPU updates

@@ -97,7 +97,6 @@ void offload_stage_create(Offload *o, Pipeline *p, const ProcessGrid *grid, Run 
 
 int offload_decide(Offload *o, Run *run, const OptimHyper *h, int step, double *grad_norm,
                    OffloadUpdate *update) {
-    offload_fault_overflow(o, step);
     GradShards held = offload_grad_shards(o, run->world);
     StepDecision decision = optimizer_decide(&held, &run->scaler, h->clip, step);
     *grad_norm = decision.grad_norm;

@@ -402,7 +402,6 @@ int main(int argc, char **argv) {
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         s.rec.lr = hyper.lr;
-        mixed_fault_overflow(&p.mixed, step + 1); /* tests: an overflow where COURSE_FAULT_OVERFLOW_* say */
         if (offload) /* the norm from the ranks' host shards; AdamW on the host (--dpu: next step) */
             s.skipped = offload_step(&st, &run, &flags.offload, &hyper, step, &s.rec.grad_norm);
         else

@@ -138,6 +138,69 @@ assert_same_losses() {
     kill_check allgather:3:2 3 4 "$TRAIN06" $FLAGS --steps 3 --batch 8 --layers 4 --pp 2 --dp 2 --zero 2 --offload
 }
 
+@test "a context-parallel rank killed at its 5th send (the ring's posted sends) ends the --cp 4 job, naming it" {
+    kill_check send:0:5 0 4 "$TRAIN03" $FLAGS --steps 3 --batch 8 --cp 4 --cp-send posted
+}
+
+# Tiny runs for the hooks under ZeRO over tensor or pipeline parallelism.
+SMALL="--layers 2 --dmodel 32 --heads 2 --seq 16 --batch 8 --steps 2"
+
+# kill_each RANK POINTS -- PROGRAM ARGS...: one run without a fault for the
+# time bound, then for each point of the space-separated POINTS a run with
+# RANK killed at it: each ends within 5 s of the kill, naming RANK.
+kill_each() {
+    local rank="$1" points="$2" point clean
+    shift 3
+    job "" 4 "$@" --out "$BATS_TEST_TMPDIR/clean"
+    assert_success
+    clean="$seconds"
+    for point in $points; do
+        job "$point:$rank" 4 "$@" --out "$BATS_TEST_TMPDIR/$point"
+        assert_killed "$rank" "$clean"
+        [ ! -e "$BATS_TEST_TMPDIR/$point/run.csv" ] || fail "killed at $point, the job wrote run.csv as if it had finished"
+    done
+}
+
+@test "ZeRO-1 over --pp 2 --dp 2 (1F1B): a rank killed in send, recv, sendrecv, reduce_scatter or allgather ends the job, naming it" {
+    kill_each 1 "send recv sendrecv reduce_scatter allgather" -- "$TRAIN05" $FLAGS $SMALL --zero 1 --pp 2 --dp 2 \
+        --micro 2 --schedule 1f1b
+}
+
+@test "ZeRO-2 over --tp 2 --dp 2: a rank killed in allreduce, reduce_scatter or allgather ends the job, naming it" {
+    kill_each 2 "allreduce reduce_scatter allgather" -- "$TRAIN05" $FLAGS $SMALL --zero 2 --tp 2 --dp 2
+}
+
+@test "05 without ZeRO over --tp 2 --dp 2 (ZeRO 1-2 broadcast nothing): a rank killed in the weights' broadcast ends the job, naming it" {
+    kill_each 3 broadcast -- "$TRAIN05" $FLAGS $SMALL --zero 0 --tp 2 --dp 2
+}
+
+@test "COURSE_FAULT_OVERFLOW_STEP skips 01's step on every rank under ZeRO 1 and 2 over --dp 4, --tp 2 --dp 2 and --pp 2 --dp 2" {
+    local d="$BATS_TEST_TMPDIR" f="$FLAGS $SMALL --steps 3 --precision fp16 --eval-batches 1" z layout name
+    COURSE_FAULT_OVERFLOW_STEP=2 run "$TRAIN01" $f --out "$d/ref"
+    assert_success
+    local skipped
+    skipped="$(csv_column "$d/ref/steps.csv" skipped | tr '\n' ' ')"
+    assert_equal "$skipped" "0 1 0 "
+    for z in 1 2; do
+        for layout in "--dp 4" "--tp 2 --dp 2" "--pp 2 --dp 2"; do
+            name="z$z${layout//[ -]/}"
+            # every rank overflows at ZeRO 1; at ZeRO 2 the last rank only, whose
+            # decision rank 0 (which writes steps.csv) and the others must share
+            if [ "$z" = 1 ]; then
+                COURSE_FAULT_OVERFLOW_STEP=2 job "" 4 "$TRAIN05" $f --zero $z $layout --out "$d/$name"
+            else
+                COURSE_FAULT_OVERFLOW_STEP=2 COURSE_FAULT_OVERFLOW_RANK=3 job "" 4 "$TRAIN05" $f --zero $z $layout \
+                    --out "$d/$name"
+            fi
+            assert_success
+            assert_equal "--zero $z $layout: $(csv_column "$d/$name/steps.csv" skipped | tr '\n' ' ')" \
+                "--zero $z $layout: $skipped"
+            # a rank that updated at step 2 would move step 3's loss off 01's (by 2e-3 if all did)
+            assert_losses_within "$d/ref" "$d/$name" 3 1e-4
+        done
+    done
+}
+
 @test "a rank killed while writing its shard of a checkpoint leaves the previous one intact, and another layout resumes it" {
     local d="$BATS_TEST_TMPDIR" f="$FLAGS --steps 6" z="--zero 3 --stop-after 4 --save-every 2"
     job "" 2 "$TRAIN02" $f --out "$d/full"
@@ -207,6 +270,41 @@ assert_same_losses() {
     done
 }
 
+@test "an unknown fault point, a point with no call to skip, and a rank the job does not have are refused in one line naming the valid ones" {
+    local out="$BATS_TEST_TMPDIR/bad"
+    COURSE_FAULT_KILL=bogusname:0 run --separate-stderr "$TRAIN01" $FLAGS --steps 1 --out "$out"
+    assert_equal "$status" 2
+    assert_equal "${#stderr_lines[@]}" 1
+    assert_equal "${stderr_lines[0]}" "error: COURSE_FAULT_KILL=bogusname:0: unknown point 'bogusname' (valid: allreduce, reduce_scatter, allgather, broadcast, send, recv, sendrecv, wait_posted, host_allreduce, host_gather, barrier, worker, ring, save)"
+    COURSE_FAULT_SKIP=save:0 run --separate-stderr "$TRAIN01" $FLAGS --steps 1 --out "$out"
+    assert_equal "$status" 2
+    assert_equal "${stderr_lines[0]}" "error: COURSE_FAULT_SKIP=save:0: no call to skip at point 'save' (valid: allreduce, reduce_scatter, allgather, broadcast, send, recv, sendrecv, wait_posted, host_allreduce, host_gather, barrier)"
+    COURSE_FAULT_OVERFLOW_RANK=1 run --separate-stderr "$TRAIN01" $FLAGS --steps 1 --out "$out"
+    assert_equal "$status" 2
+    assert_equal "${stderr_lines[0]}" "error: COURSE_FAULT_OVERFLOW_RANK=1: rank 1 is not in this job (valid: 0..0, a job of 1 rank)"
+    [ ! -e "$out/steps.csv" ] || fail "a refused fault started the run"
+    # on 2 ranks: every rank refuses it alike, the job says it once
+    local variable
+    for variable in COURSE_FAULT_KILL=send:2 COURSE_FAULT_SKIP=allreduce:2:3; do
+        run --separate-stderr env "$variable" bash -c 'mpirun_np 2 "$@"' job "$TRAIN02" $FLAGS --steps 1 --out "$out"
+        assert_equal "$status" 2
+        assert_equal "${stderr_lines[0]}" "error: $variable: rank 2 is not in this job (valid: 0..1, a job of 2 ranks)"
+        assert_equal "$(grep -c '^error:' <<<"$stderr")" 1
+    done
+}
+
+@test "README.md lists the fault points of util.c's table, no more and no fewer" {
+    COURSE_FAULT_KILL=bogusname:0 run --separate-stderr "$TRAIN01" $FLAGS --steps 1 --out "$BATS_TEST_TMPDIR/bad"
+    local table="${stderr_lines[0]#*(valid: }"
+    table="$(tr -d ')' <<<"$table" | tr ',' '\n' | tr -d ' ' | sort)"
+    [ "$(wc -l <<<"$table")" -ge 14 ] || fail "the refusal lists $(wc -l <<<"$table") points: $table"
+    # README's paragraph on fault injection, up to the sentence naming the table
+    local readme
+    readme="$(sed -n '/^- Fault injection:/,/The points are one table/p' "$REPO/README.md" |
+        grep -o '`[a-z_]*`' | tr -d '`' | sort -u)"
+    assert_equal "$readme" "$table"
+}
+
 @test "a malformed COURSE_FAULT_SKIP on a multi-rank job is refused once, before training" {
     COURSE_FAULT_SKIP=allreduce:one run --separate-stderr bash -c 'mpirun_np 2 "$@"' job "$TRAIN05" $FLAGS --steps 1 --zero 1 --out "$BATS_TEST_TMPDIR/bad"
     assert_equal "$status" 2
@@ -220,11 +318,19 @@ assert_same_losses() {
 # test waits for the first), a 5 s --timeout.
 LONG="--device cpu --batch 12 --sample 0 --data $BATS_FILE_TMPDIR/corpus.txt --steps 2000 --timeout 5"
 
-# start_job NP PROGRAM ARGS...: mpirun_np in the background, stdout and stderr
+# The launcher of start_job: mpirun_np (plain mpirun), or mpirun_sh.
+launcher=mpirun_np
+mpirun_sh() {
+    local np="$1"
+    shift
+    "$REPO/common/scripts/mpirun.sh" -np "$np" "$@"
+}
+
+# start_job NP PROGRAM ARGS...: $launcher in the background, stdout and stderr
 # in $BATS_TEST_TMPDIR/job.log; sets job_pid; returns when step 1 is logged.
 start_job() {
     local log="$BATS_TEST_TMPDIR/job.log" i
-    mpirun_np "$@" >"$log" 2>&1 &
+    "$launcher" "$@" >"$log" 2>&1 &
     job_pid=$!
     for i in $(seq 600); do
         grep -q '^step ' "$log" && return 0
@@ -246,14 +352,17 @@ descendants() {
 # rank_pid RANK: the process id of that rank of the job (under mpirun, which
 # gives each rank OMPI_COMM_WORLD_RANK).
 rank_pid() {
-    local pid
-    for pid in $(descendants "$job_pid"); do
-        if tr '\0' '\n' <"/proc/$pid/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
-            echo "$pid"
-            return
-        fi
+    local pid try
+    for try in $(seq 50); do # a loaded machine may show the process tree late
+        for pid in $(descendants "$job_pid"); do
+            if tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+                echo "$pid"
+                return
+            fi
+        done
+        sleep 0.1
     done
-    fail "no rank $1 under mpirun $job_pid"
+    fail "no rank $1 under mpirun $job_pid: $(ps -o pid,ppid,args --ppid "$job_pid" 2>&1)"
 }
 
 # wait_job LIMIT: wait up to LIMIT seconds for the job to end; sets status,
@@ -279,11 +388,13 @@ teardown() {
 }
 
 # freeze_check RANK NP PROGRAM ARGS...: SIGSTOP that rank after step 1; the
-# job ends within --timeout + 10 s, naming the rank as never arrived, and the
-# other ranks leave flight files listing their calls.
+# job ends within --timeout + 10 s, naming the rank as never arrived (and no
+# other rank), and the other ranks leave flight files listing their calls.
+# Sets verdict: the watchdog's error line.
 freeze_check() {
     local rank="$1" np="$2" out="$BATS_TEST_TMPDIR/out"
     shift 2
+    rm -rf "$out"
     start_job "$np" "$@" $LONG --out "$out"
     stopped_pid=$(rank_pid "$rank") || return 1
     kill -STOP "$stopped_pid"
@@ -291,6 +402,12 @@ freeze_check() {
     assert_failure
     awk -v s="$seconds" 'BEGIN { exit !(s < 15) }' || fail "the frozen job took ${seconds}s to end (--timeout 5)"
     assert_output --regexp "error: \[rank [0-9]+\] watchdog: .* has waited [0-9]+ s \(--timeout 5\): .*rank $rank never arrived"
+    verdict="$(grep '^error: \[rank [0-9]*\] watchdog:' <<<"$output")"
+    if grep -o 'rank [0-9]* never arrived' <<<"$verdict" | grep -vqx "rank $rank never arrived"; then
+        fail "the watchdog blames a rank that runs: $verdict"
+    fi
+    kill -KILL "$stopped_pid" 2>/dev/null || true
+    stopped_pid=""
     assert_output --partial "flight recorder written to $out/flight-"
     local other=$(( rank == 0 ? 1 : 0 ))
     [ -f "$out/flight-$other.txt" ] || fail "no flight file of rank $other"
@@ -310,6 +427,30 @@ freeze_check() {
 
 @test "a frozen ZeRO-3 rank (prefetching) is named by the watchdog within --timeout + 10 s" {
     freeze_check 0 2 "$TRAIN05" --zero 3 --prefetch 1
+}
+
+@test "a frozen rank of a blocking context-parallel ring (--cp 4) is named, under mpirun and mpirun.sh, not the ranks that wait for it" {
+    for launcher in mpirun_np mpirun_sh; do
+        freeze_check 3 4 "$TRAIN03" --cp 4 --cp-send blocking
+        # rank 0's flight file: its ring's send-receives name both ranks, to 1 and from 3
+        assert_output --regexp "sendrecv +[0-9]+ g[0-9]+ \(ranks 0-3\) +1>3 "
+    done
+}
+
+@test "a frozen ZB-H1 stage (--pp 3) is named, under mpirun and mpirun.sh, though the stage that times out waits for another" {
+    for launcher in mpirun_np mpirun_sh; do
+        freeze_check 2 3 "$TRAIN04" --layers 3 --pp 3 --micro 3 --schedule zb-h1
+    done
+}
+
+@test "a rank killed under common/scripts/mpirun.sh is named by its rank, as plain mpirun names it" {
+    run env COURSE_FAULT_KILL=allreduce:1 timeout 20 "$REPO/common/scripts/mpirun.sh" -np 2 "$TRAIN02" $FLAGS --steps 3 \
+        --out "$BATS_TEST_TMPDIR/killed"
+    assert_equal "$status" 137
+    assert_output --partial "common/scripts/mpirun.sh: rank 1 of $TRAIN02 was killed by signal 9 (Killed)"
+    # and Open MPI's own notices stay out of the way, as before
+    refute_output --partial "-----"
+    refute_output --partial "mpirun noticed"
 }
 
 @test "a rank that skips an all-reduce is named: the ranks called different collectives at one number" {

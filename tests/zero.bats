@@ -211,10 +211,10 @@ check_formulas() {
 }
 
 @test "an fp16 overflow on one rank's slices skips that step on every rank, weights unchanged, at stages 0 and 3" {
-    # the fault hits the last rank's gradients only (zero.c); rank 0 writes steps.csv
+    # the fault hits the last rank's check only (COURSE_FAULT_OVERFLOW_RANK); rank 0 writes steps.csv
     for stage in 0 3; do
         local d="$BATS_TEST_TMPDIR/o$stage"
-        COURSE_FAULT_OVERFLOW_STEP=3 zero 2 --steps 5 --eval-every 1 --precision fp16 --zero $stage --out "$d"
+        COURSE_FAULT_OVERFLOW_STEP=3 COURSE_FAULT_OVERFLOW_RANK=1 zero 2 --steps 5 --eval-every 1 --precision fp16 --zero $stage --out "$d"
         assert_equal "$(csv_column "$d/steps.csv" skipped | tr '\n' ' ')" "0 0 1 0 0 "
         assert_equal "$(csv_column "$d/steps.csv" loss_scale | tr '\n' ' ')" "65536 65536 65536 32768 32768 "
         local val

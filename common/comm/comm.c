@@ -55,7 +55,7 @@ static CommGroup world_group;
 static int local_rank = 0;
 static int local_size = 1; /* ranks on this rank's machine */
 static CommTransport transport = COMM_MPI;
-static double bytes_sent = 0.0; /* under bytes_lock: several threads communicate */
+static double bytes_sent = 0.0;             /* under bytes_lock: several threads communicate */
 static double counter_bytes[COMM_COUNTERS]; /* the same, per counter (comm_group_count_into) */
 static pthread_mutex_t bytes_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -121,7 +121,7 @@ void comm_init(int *argc, char ***argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world_group.size);
     set_abort_hook(abort_job);
     if (world_group.size > 1) set_error_rank(world_group.rank);
-    set_log_rank(world_group.rank);
+    set_log_rank(world_group.rank, world_group.size);
     world_group.watch = watch_group(MPI_COMM_WORLD);
     MPI_Comm node;
     MPI_CHECK(
@@ -757,15 +757,20 @@ static void sendrecv_run(CommGroup *g, const void *send, size_t send_count, int 
 /* ---- the calls of comm.h: each one a fault point, then an entry of the
  * flight recorder around the work ---- */
 
-/* Every call on a group starts here: the tests' fault points (util.h:
- * COURSE_FAULT_KILL kills this rank at NAME; COURSE_FAULT_SKIP makes it
- * skip the call, returning SKIP), then its entry in the flight recorder
- * (a collective: peer -1), which op_end closes. */
+/* Every call on a group starts here: the tests' fault point `point` (util.h:
+ * COURSE_FAULT_KILL kills this rank there; COURSE_FAULT_SKIP makes it skip
+ * the call, returning SKIP), then its entry `op` in the flight recorder
+ * with the group ranks it sends to and receives from (-1: none; both -1: a
+ * collective), which op_end closes. */
 enum { SKIP = -1 };
-static int op_begin(CommGroup *g, const char *name, int peer, size_t bytes) {
-    fault_point(name);
-    if (fault_skip(name)) return SKIP;
-    return watchdog_begin(g->watch, name, peer, bytes);
+static int op_begin_message(CommGroup *g, const char *point, const char *op, int dest, int source,
+                            size_t bytes) {
+    fault_point(point);
+    if (fault_skip(point)) return SKIP;
+    return watchdog_begin(g->watch, op, dest, source, bytes);
+}
+static int op_begin(CommGroup *g, const char *name, size_t bytes) { /* a collective */
+    return op_begin_message(g, name, name, -1, -1, bytes);
 }
 static void op_end(int entry) {
     watchdog_end(entry);
@@ -773,7 +778,7 @@ static void op_end(int entry) {
 
 void comm_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype, ReduceOp op,
                           DeviceEvent *ready) {
-    int entry = op_begin(g, "allreduce", -1, count * comm_dtype_bytes(dtype));
+    int entry = op_begin(g, "allreduce", count * comm_dtype_bytes(dtype));
     if (entry == SKIP) return;
     allreduce_run(g, buf, count, dtype, op, ready);
     op_end(entry);
@@ -781,7 +786,7 @@ void comm_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype
 
 void comm_reduce_scatter_typed(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
                                ReduceOp op, DeviceEvent *ready) {
-    int entry = op_begin(g, "reduce_scatter", -1, g->size * count * comm_dtype_bytes(dtype));
+    int entry = op_begin(g, "reduce_scatter", g->size * count * comm_dtype_bytes(dtype));
     if (entry == SKIP) return;
     reduce_scatter_run(g, send, recv, count, dtype, op, ready);
     op_end(entry);
@@ -789,7 +794,7 @@ void comm_reduce_scatter_typed(CommGroup *g, const void *send, void *recv, size_
 
 void comm_allgather_typed(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
                           DeviceEvent *ready) {
-    int entry = op_begin(g, "allgather", -1, g->size * count * comm_dtype_bytes(dtype));
+    int entry = op_begin(g, "allgather", g->size * count * comm_dtype_bytes(dtype));
     if (entry == SKIP) return;
     allgather_run(g, send, recv, count, dtype, ready);
     op_end(entry);
@@ -797,21 +802,21 @@ void comm_allgather_typed(CommGroup *g, const void *send, void *recv, size_t cou
 
 void comm_broadcast_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype, int root,
                           DeviceEvent *ready) {
-    int entry = op_begin(g, "broadcast", -1, count * comm_dtype_bytes(dtype));
+    int entry = op_begin(g, "broadcast", count * comm_dtype_bytes(dtype));
     if (entry == SKIP) return;
     broadcast_run(g, buf, count, dtype, root, ready);
     op_end(entry);
 }
 
 void comm_send(CommGroup *g, const float *buf, size_t count, int dest, int tag) {
-    int entry = op_begin(g, "send", dest, count * sizeof(float));
+    int entry = op_begin_message(g, "send", "send", dest, -1, count * sizeof(float));
     if (entry == SKIP) return;
     send_run(g, buf, count, dest, tag);
     op_end(entry);
 }
 
 void comm_recv(CommGroup *g, float *buf, size_t count, int source, int tag) {
-    int entry = op_begin(g, "recv", source, count * sizeof(float));
+    int entry = op_begin_message(g, "recv", "recv", -1, source, count * sizeof(float));
     if (entry == SKIP) return;
     recv_run(g, buf, count, source, tag);
     op_end(entry);
@@ -819,7 +824,8 @@ void comm_recv(CommGroup *g, float *buf, size_t count, int source, int tag) {
 
 void comm_sendrecv_typed(CommGroup *g, const void *send, size_t send_count, int dest, void *recv,
                          size_t recv_count, int source, CommDtype dtype, int tag) {
-    int entry = op_begin(g, "sendrecv", dest, send_count * comm_dtype_bytes(dtype));
+    int entry =
+        op_begin_message(g, "sendrecv", "sendrecv", dest, source, send_count * comm_dtype_bytes(dtype));
     if (entry == SKIP) return;
     sendrecv_run(g, send, send_count, dest, recv, recv_count, source, dtype, tag);
     op_end(entry);
@@ -827,6 +833,7 @@ void comm_sendrecv_typed(CommGroup *g, const void *send, size_t send_count, int 
 
 struct CommPosted {
     MPI_Request request;
+    int dest; /* group rank it goes to */
 };
 
 CommPosted *comm_post_send(CommGroup *g, const float *buf, size_t count, int dest, int tag) {
@@ -837,7 +844,9 @@ CommPosted *comm_post_send(CommGroup *g, const float *buf, size_t count, int des
               comm_transport_name());
     CommPosted *posted = xcalloc(1, sizeof *posted);
     posted->request = MPI_REQUEST_NULL;
-    int entry = op_begin(g, "post_send", dest, count * sizeof(float));
+    posted->dest = dest;
+    /* a send, for the tests' faults; posted, for the flight recorder */
+    int entry = op_begin_message(g, "send", "post_send", dest, -1, count * sizeof(float));
     if (entry == SKIP) return posted;
     count_sent(g, (double)(count * sizeof(float)));
     MPI_CHECK(MPI_Isend(buf, mpi_count(count), MPI_FLOAT, dest, tag, g->mpi, &posted->request));
@@ -847,7 +856,7 @@ CommPosted *comm_post_send(CommGroup *g, const float *buf, size_t count, int des
 
 void comm_wait_posted(CommGroup *g, CommPosted *posted) {
     if (!posted) return;
-    int entry = op_begin(g, "wait_posted", -1, 0);
+    int entry = op_begin_message(g, "wait_posted", "wait_posted", posted->dest, -1, 0);
     if (entry != SKIP) {
         MPI_CHECK(MPI_Wait(&posted->request, MPI_STATUS_IGNORE));
         op_end(entry);
@@ -878,7 +887,7 @@ void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest,
 
 int comm_all(CommGroup *g, int flag) {
     int all = flag != 0, mine = all;
-    int entry = op_begin(g, "host_allreduce", -1, sizeof mine);
+    int entry = op_begin(g, "host_allreduce", sizeof mine);
     if (entry == SKIP) return all;
     MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, g->mpi));
     op_end(entry);
@@ -887,7 +896,7 @@ int comm_all(CommGroup *g, int flag) {
 
 double comm_allreduce_double(CommGroup *g, double value, int op_max) {
     double result = value;
-    int entry = op_begin(g, "host_allreduce", -1, sizeof value);
+    int entry = op_begin(g, "host_allreduce", sizeof value);
     if (entry == SKIP) return result;
     MPI_CHECK(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, op_max ? MPI_MAX : MPI_SUM, g->mpi));
     op_end(entry);
@@ -895,14 +904,14 @@ double comm_allreduce_double(CommGroup *g, double value, int op_max) {
 }
 
 void comm_gather_bytes(CommGroup *g, const void *send, size_t bytes, void *recv, int root) {
-    int entry = op_begin(g, "host_gather", -1, bytes);
+    int entry = op_begin(g, "host_gather", bytes);
     if (entry == SKIP) return;
     MPI_CHECK(MPI_Gather(send, mpi_count(bytes), MPI_BYTE, recv, mpi_count(bytes), MPI_BYTE, root, g->mpi));
     op_end(entry);
 }
 
 void comm_barrier(CommGroup *g) {
-    int entry = op_begin(g, "barrier", -1, 0);
+    int entry = op_begin(g, "barrier", 0);
     if (entry == SKIP) return;
     MPI_CHECK(MPI_Barrier(g->mpi));
     op_end(entry);
@@ -936,7 +945,7 @@ double comm_bytes_sent_into(int counter) {
 }
 
 void comm_max_doubles(CommGroup *g, double *values, int count) {
-    int entry = op_begin(g, "host_allreduce", -1, (size_t)count * sizeof *values);
+    int entry = op_begin(g, "host_allreduce", (size_t)count * sizeof *values);
     if (entry == SKIP) return;
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_MAX, g->mpi));
     op_end(entry);

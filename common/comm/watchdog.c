@@ -39,7 +39,7 @@ typedef struct {
     WatchGroup *group; /* NULL once the group is freed (label kept) */
     uint64_t group_id;
     char group_label[64];
-    int peer; /* world rank of the peer of a message; -1: a collective */
+    int to, from; /* world ranks a message goes to, comes from (-1: none; both: a collective) */
     size_t bytes;
     long seq; /* #seq of the group's collectives (or messages, with a peer) */
     int step;
@@ -50,12 +50,14 @@ typedef struct {
 typedef struct {
     uint64_t group_id;
 } Question;
+#define AWAITS_MAX 64 /* ranks an answer names as awaited */
 typedef struct {
     int known;        /* the answering rank is a member of the group */
     char last_op[24]; /* its latest collective there ("" none) */
     long last_seq;
     int last_done;
-    char waiting[200]; /* what it waits in now ("" nothing) */
+    char waiting[200];                  /* what it waits in now ("" nothing) */
+    int awaits[AWAITS_MAX], num_awaits; /* the world ranks that wait waits for */
 } Answer;
 
 enum { TAG_QUESTION = 1, TAG_ANSWER = 2 };
@@ -131,7 +133,16 @@ void watchdog_group_free(WatchGroup *g) {
 
 /* ---- the recorder ---- */
 
-int watchdog_begin(WatchGroup *g, const char *op, int peer, size_t bytes) {
+/* The world rank of group rank r of g; -1 for none. */
+static int world_rank_of(const WatchGroup *g, int r) {
+    return r >= 0 && r < g->size ? g->world_ranks[r] : -1;
+}
+
+static int is_message(const Entry *e) {
+    return e->to >= 0 || e->from >= 0;
+}
+
+int watchdog_begin(WatchGroup *g, const char *op, int dest, int source, size_t bytes) {
     pthread_mutex_lock(&W.lock);
     int slot = W.next;
     for (int tries = 1; tries < WATCHDOG_RING && W.ring[slot].used && !W.ring[slot].done; tries++)
@@ -140,8 +151,9 @@ int watchdog_begin(WatchGroup *g, const char *op, int peer, size_t bytes) {
     Entry *e = &W.ring[slot];
     *e = (Entry){.used = 1, .op = op, .group = g, .group_id = g->id, .bytes = bytes, .step = W.step};
     snprintf(e->group_label, sizeof e->group_label, "%s", g->label);
-    e->peer = peer >= 0 && peer < g->size ? g->world_ranks[peer] : -1;
-    if (peer >= 0) {
+    e->to = world_rank_of(g, dest);
+    e->from = world_rank_of(g, source);
+    if (e->to >= 0 || e->from >= 0) {
         e->seq = ++g->messages;
     } else {
         e->seq = ++g->collectives;
@@ -160,7 +172,7 @@ void watchdog_end(int slot) {
     Entry *e = &W.ring[slot];
     e->done = 1;
     e->end_ms = wall_ms();
-    if (e->peer < 0 && e->group && e->group->last_seq == e->seq) e->group->last_done = 1;
+    if (!is_message(e) && e->group && e->group->last_seq == e->seq) e->group->last_done = 1;
     pthread_mutex_unlock(&W.lock);
     current_slot = -1;
 }
@@ -171,14 +183,17 @@ void watchdog_set_step(int step) {
     pthread_mutex_unlock(&W.lock);
 }
 
-/* "allreduce #8 on g0 (ranks 0-1)" or "send #3 to rank 1 on g2 (ranks 0-3)". */
+/* "allreduce #8 on g0 (ranks 0-1)", "send #3 to rank 1 on g2 (ranks 0-3)",
+ * "sendrecv #5 to rank 3 and from rank 1 on g2 (ranks 0-3)". */
 static void describe(const Entry *e, char *out, size_t size) {
-    if (e->peer >= 0)
-        snprintf(out, size, "%s #%ld %s rank %d on %s", e->op, e->seq,
-                 strcmp(e->op, "send") == 0   ? "to"
-                 : strcmp(e->op, "recv") == 0 ? "from"
-                                              : "with",
-                 e->peer, e->group_label);
+    if (e->to >= 0 && e->from >= 0 && e->to != e->from)
+        snprintf(out, size, "%s #%ld to rank %d and from rank %d on %s", e->op, e->seq, e->to, e->from,
+                 e->group_label);
+    else if (e->to >= 0 && e->from >= 0)
+        snprintf(out, size, "%s #%ld with rank %d on %s", e->op, e->seq, e->to, e->group_label);
+    else if (is_message(e))
+        snprintf(out, size, "%s #%ld %s rank %d on %s", e->op, e->seq, e->to >= 0 ? "to" : "from",
+                 e->to >= 0 ? e->to : e->from, e->group_label);
     else
         snprintf(out, size, "%s #%ld on %s", e->op, e->seq, e->group_label);
 }
@@ -219,21 +234,27 @@ static void write_ring(FILE *f, const char *why) {
     fprintf(
         f, "# flight recorder of rank %d (pid %d) at %s, %s: its last %d communication calls, oldest first\n",
         W.rank, (int)getpid(), now, why, WATCHDOG_RING);
-    fprintf(f, "# times in seconds since the watchdog started; peer is a world rank; seq counts the group's\n"
-               "# collectives (messages apart), the same number for the same collective on every member\n");
-    fprintf(f, "%-15s %6s %-22s %5s %12s %6s %9s %9s  %s\n", "op", "seq", "group", "peer", "bytes", "step",
+    fprintf(
+        f,
+        "# times in seconds since the watchdog started; peer is a world rank (TO>FROM for a send-receive);\n"
+        "# seq counts the group's collectives (messages apart), the same number for the same collective\n"
+        "# on every member\n");
+    fprintf(f, "%-15s %6s %-22s %9s %12s %6s %9s %9s  %s\n", "op", "seq", "group", "peer", "bytes", "step",
             "start_s", "end_s", "state");
     double now_ms = wall_ms();
     for (int k = 0; k < WATCHDOG_RING; k++) {
         const Entry *e = &ring[(next + k) % WATCHDOG_RING];
         if (!e->used) continue;
-        char peer[12] = "-", end[16] = "-", state[40] = "done";
-        if (e->peer >= 0) snprintf(peer, sizeof peer, "%d", e->peer);
+        char peer[24] = "-", end[16] = "-", state[40] = "done";
+        if (e->to >= 0 && e->from >= 0 && e->to != e->from)
+            snprintf(peer, sizeof peer, "%d>%d", e->to, e->from);
+        else if (is_message(e))
+            snprintf(peer, sizeof peer, "%d", e->to >= 0 ? e->to : e->from);
         if (e->done)
             snprintf(end, sizeof end, "%.3f", (e->end_ms - W.start_ms) / 1000.0);
         else
             snprintf(state, sizeof state, "WAITING %.1f s", (now_ms - e->start_ms) / 1000.0);
-        fprintf(f, "%-15s %6ld %-22s %5s %12zu %6d %9.3f %9s  %s\n", e->op, e->seq, e->group_label, peer,
+        fprintf(f, "%-15s %6ld %-22s %9s %12zu %6d %9.3f %9s  %s\n", e->op, e->seq, e->group_label, peer,
                 e->bytes, e->step, (e->start_ms - W.start_ms) / 1000.0, end, state);
     }
     fflush(f);
@@ -255,6 +276,27 @@ static void write_flight_file(const char *why, char *path, size_t size) {
 
 /* ---- questions and answers between watchdogs ---- */
 
+/* The world ranks e waits for (at most max): the ranks of a message, or the
+ * other members of a collective's group. */
+static int awaited_ranks(const Entry *e, int *ranks, int max) {
+    int n = 0;
+    if (is_message(e)) {
+        if (e->from >= 0) ranks[n++] = e->from; /* a send-receive waits above all for what it receives */
+        if (e->to >= 0 && e->to != e->from && n < max) ranks[n++] = e->to;
+        return n;
+    }
+    pthread_mutex_lock(&W.lock);
+    for (int i = 0; i < MAX_GROUPS; i++) {
+        const WatchGroup *g = W.groups[i];
+        if (!g || g->id != e->group_id) continue;
+        for (int m = 0; m < g->size && n < max; m++)
+            if (g->world_ranks[m] != W.rank) ranks[n++] = g->world_ranks[m];
+        break;
+    }
+    pthread_mutex_unlock(&W.lock);
+    return n;
+}
+
 static Answer answer_for(uint64_t group_id) {
     Answer a = {0};
     pthread_mutex_lock(&W.lock);
@@ -272,6 +314,7 @@ static Answer answer_for(uint64_t group_id) {
         char what[160];
         describe(&open, what, sizeof what);
         snprintf(a.waiting, sizeof a.waiting, "%s for %.1f s", what, (wall_ms() - open.start_ms) / 1000.0);
+        a.num_awaits = awaited_ranks(&open, a.awaits, AWAITS_MAX);
     }
     return a;
 }
@@ -342,7 +385,7 @@ static void judge_peer(const Entry *e, int peer, const Answer *a, int answered, 
         return;
     }
     const char *where = a->waiting[0] ? a->waiting : "no communication";
-    if (e->peer >= 0) { /* a message: what is the peer doing instead? */
+    if (is_message(e)) { /* a message: what is the peer doing instead? */
         snprintf(out, size, "rank %d waits in %s", peer, where);
         return;
     }
@@ -362,42 +405,56 @@ static void judge_peer(const Entry *e, int peer, const Answer *a, int answered, 
     }
 }
 
-/* The ranks e waits for: its peer, or the other members of its group. */
-static int awaited_ranks(const Entry *e, int *ranks) {
-    if (e->peer >= 0) {
-        ranks[0] = e->peer;
-        return 1;
-    }
-    int n = 0;
-    pthread_mutex_lock(&W.lock);
-    for (int i = 0; i < MAX_GROUPS; i++) {
-        const WatchGroup *g = W.groups[i];
-        if (!g || g->id != e->group_id) continue;
-        for (int m = 0; m < g->size && n < 1024; m++)
-            if (g->world_ranks[m] != W.rank) ranks[n++] = g->world_ranks[m];
-        break;
-    }
-    pthread_mutex_unlock(&W.lock);
-    return n;
-}
-
-/* Ask the ranks e waits for where they are, and say who is missing. */
+/* Ask the ranks e waits for where they are, and say who is missing. A rank
+ * that answers may wait itself, for a rank e does not name (a ring of
+ * messages, a pipeline: rank 0 waits for 1, which waits for the stopped 2):
+ * the ranks it waits for are asked in turn, until every rank reached has
+ * answered or not. Those that never did come first in the verdict. */
 static void find_missing(const Entry *e, char *verdict, size_t size) {
     int *ranks = xcalloc(W.size, sizeof(int)), *answered = xcalloc(W.size, sizeof(int));
+    int *asked = xcalloc(W.size, sizeof(int)), *asker = xcalloc(W.size, sizeof(int));
     Answer *answers = xcalloc(W.size, sizeof(Answer));
-    int n = awaited_ranks(e, ranks);
-    ask(ranks, n, e->group_id, answers, answered);
+    int direct = awaited_ranks(e, ranks, W.size), n = direct; /* ranks[0..direct): e's own */
+    asked[W.rank] = 1;
+    for (int i = 0; i < n; i++) {
+        asked[ranks[i]] = 1;
+        asker[i] = W.rank;
+    }
+    for (int first = 0; first < n;) { /* ask the ranks found last round */
+        int last = n;
+        ask(ranks + first, last - first, e->group_id, answers + first, answered + first);
+        for (int i = first; i < last; i++)
+            for (int k = 0; answered[i] && k < answers[i].num_awaits && n < W.size; k++) {
+                int r = answers[i].awaits[k];
+                if (r < 0 || r >= W.size || asked[r]) continue;
+                asked[r] = 1;
+                asker[n] = ranks[i];
+                ranks[n++] = r;
+            }
+        first = last;
+    }
     verdict[0] = '\0';
     char one[400];
-    for (int i = 0; i < n; i++) {
-        judge_peer(e, ranks[i], &answers[i], answered[i], one, sizeof one);
-        if (!one[0]) continue;
-        size_t used = strlen(verdict);
-        snprintf(verdict + used, size - used, "%s%s", used ? "; " : "", one);
-    }
+    for (int pass = 0; pass < 2; pass++) /* the ranks that never answered, then the others' places */
+        for (int i = 0; i < n; i++) {
+            if (answered[i] != pass) continue;
+            if (i < direct)
+                judge_peer(e, ranks[i], &answers[i], answered[i], one, sizeof one);
+            else if (!answered[i])
+                snprintf(one, sizeof one,
+                         "rank %d never arrived (no answer in %d s, and rank %d waits for it)", ranks[i],
+                         WATCHDOG_ASK_SECONDS, asker[i]);
+            else
+                one[0] = '\0'; /* a rank further on that answered: its wait is its own */
+            if (!one[0]) continue;
+            size_t used = strlen(verdict);
+            snprintf(verdict + used, size - used, "%s%s", used ? "; " : "", one);
+        }
     if (!verdict[0]) snprintf(verdict, size, "every awaited rank answered and waits in it too");
     free(ranks);
     free(answered);
+    free(asked);
+    free(asker);
     free(answers);
 }
 

@@ -21,9 +21,13 @@
  * entries. When one has waited longer than --timeout seconds, the rank
  *   1. prints which operation it waits in and since when,
  *   2. writes its ring to OUT/flight-RANK.txt (OUT is --out),
- *   3. asks the ranks it waits for, over its own duplicate of the world
- *      communicator that only watchdog threads use, for their latest
- *      operation in that group (the ranks asked write their flight files too),
+ *   3. asks the ranks it waits for (a collective's group; a message's
+ *      destination and source, both of a send-receive), over its own
+ *      duplicate of the world communicator that only watchdog threads use,
+ *      for their latest operation in that group (the ranks asked write
+ *      their flight files too); a rank that answers that it waits itself,
+ *      for others, has those asked in turn (in a ring or a pipeline the
+ *      stopped rank is often not the one this rank waits for),
  *   4. ends the job (fatal, so MPI_Abort) naming who never arrived: a rank
  *      that does not answer within WATCHDOG_ASK_SECONDS (stopped, or stuck
  *      outside communication: in a loop, a kernel, a debugger), or one that
@@ -53,10 +57,11 @@ typedef struct WatchGroup WatchGroup;
 WatchGroup *watchdog_group_create(const int *world_ranks, int size);
 void watchdog_group_free(WatchGroup *g);
 
-/* Open an entry for a call of `bytes` on g: a collective (peer -1) or a
- * message to or from group rank `peer`. Returns the entry's slot for
- * watchdog_end. Thread-safe (the communication worker records too). */
-int watchdog_begin(WatchGroup *g, const char *op, int peer, size_t bytes);
+/* Open an entry for a call of `bytes` on g: a message to group rank dest
+ * and/or from group rank source (a send-receive has both), or a collective
+ * (both -1). Returns the entry's slot for watchdog_end. Thread-safe (the
+ * communication worker records too). */
+int watchdog_begin(WatchGroup *g, const char *op, int dest, int source, size_t bytes);
 void watchdog_end(int slot);
 
 /* The training step in progress, shown in entries (comm.c sets it as each

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 static int error_rank = -1;
-static int log_rank = 0;
+static int log_rank = 0, log_ranks = 1;
 static void (*abort_hook)(int) = NULL;
 static UsageTrap *usage_trap = NULL;
 #define MAX_TEMP_FILES 8
@@ -178,8 +178,9 @@ int process_rank(void) {
     return log_rank;
 }
 
-void set_log_rank(int rank) {
+void set_log_rank(int rank, int ranks) {
     log_rank = rank;
+    log_ranks = ranks;
 }
 
 /* The first thread to fail ends the process, once; any other that fails
@@ -329,6 +330,47 @@ double wall_ms(void) {
 
 /* ---- fault injection: every COURSE_FAULT_* variable, read here once ---- */
 
+/* The fault points: the one list of them, each with the call that reaches
+ * it. fault_check_environment refuses a name not here, listing these;
+ * util.h and README.md name this table, and tests/faults.bats checks that
+ * README's list is this one. `skippable`: a call COURSE_FAULT_SKIP can skip
+ * (comm.c's, through op_begin); the others can only be killed. */
+static const struct {
+    const char *name;
+    int skippable;
+} fault_points[] = {
+    {"allreduce", 1},      /* comm.c: comm_allreduce and comm_allreduce_typed */
+    {"reduce_scatter", 1}, /* comm.c: comm_reduce_scatter and its _typed form */
+    {"allgather", 1},      /* comm.c: comm_allgather and its _typed form */
+    {"broadcast", 1},      /* comm.c: comm_broadcast and its _typed form */
+    {"send",
+     1}, /* comm.c: comm_send, and comm_post_send (a posted send: context parallelism's ring, ZB-H1) */
+    {"recv", 1}, /* comm.c: comm_recv */
+    {"sendrecv",
+     1}, /* comm.c: comm_sendrecv and its _typed form (02's ring, 03's blocking context-parallel ring) */
+    {"wait_posted", 1}, /* comm.c: comm_wait_posted, waiting for a posted send to leave */
+    {"host_allreduce",
+     1},                /* comm.c: comm_allreduce_double, comm_all, comm_max_doubles (step_times_slowest) */
+    {"host_gather", 1}, /* comm.c: comm_gather_bytes */
+    {"barrier", 1},     /* comm.c: comm_barrier */
+    {"worker",
+     0}, /* comm_worker.c: the communication thread starting a queued collective, before its own point */
+    {"ring", 0}, /* 02's ring.c: after each step of the ring's reduce-scatter */
+    {"save", 0}, /* checkpoint.c: once per save on every rank, after its parameters, before its m and v */
+};
+enum { FAULT_POINTS = sizeof fault_points / sizeof fault_points[0] };
+
+/* "allreduce, reduce_scatter, ...": the names of the points (skippable ones
+ * only, if asked). */
+static void fault_point_names(int skippable_only, char *out, size_t size) {
+    out[0] = '\0';
+    for (int i = 0; i < FAULT_POINTS; i++) {
+        if (skippable_only && !fault_points[i].skippable) continue;
+        size_t used = strlen(out);
+        snprintf(out + used, size - used, "%s%s", used ? ", " : "", fault_points[i].name);
+    }
+}
+
 /* NAME:RANK[:N]: a named point, the rank it fires on, at its N-th hit. */
 typedef struct {
     char name[64];
@@ -340,7 +382,7 @@ typedef struct {
     char disk_full_name[256]; /* COURSE_FAULT_DISK_FULL=NAME[:BYTES] ("": unset) */
     double disk_full_bytes, disk_written;
     int nan_step, overflow_step, overflow_rank, replica_rank; /* -1: unset */
-    int save_dir_rank;        /* COURSE_FAULT_SAVE_DIR=RANK:DIR (rank -1: unset) */
+    int save_dir_rank; /* COURSE_FAULT_SAVE_DIR=RANK:DIR (rank -1: unset) */
     char save_dir[PATH_BYTES];
 } Faults;
 
@@ -353,7 +395,14 @@ static const char *fault_env(const char *variable) {
     return value && value[0] ? value : NULL;
 }
 
-static void parse_fault_at(const char *variable, FaultAt *f) {
+/* A rank named by a variable must be one of the job's (set_log_rank). */
+static void check_fault_rank(const char *variable, const char *spec, int rank) {
+    if (rank >= log_ranks)
+        fatal(EXIT_USAGE, "%s=%s: rank %d is not in this job (valid: 0..%d, a job of %d rank%s)", variable,
+              spec, rank, log_ranks - 1, log_ranks, log_ranks == 1 ? "" : "s");
+}
+
+static void parse_fault_at(const char *variable, FaultAt *f, int skip) {
     f->rank = -1;
     f->at = 1;
     const char *spec = fault_env(variable);
@@ -362,6 +411,16 @@ static void parse_fault_at(const char *variable, FaultAt *f) {
     int fields = sscanf(spec, "%63[^:]:%d%n:%d%n", f->name, &f->rank, &used, &f->at, &used);
     if (fields < 2 || spec[used] != '\0' || f->rank < 0 || f->at < 1)
         fatal(EXIT_USAGE, "%s=%s: expected NAME:RANK or NAME:RANK:N", variable, spec);
+    int known = -1;
+    for (int i = 0; i < FAULT_POINTS; i++)
+        if (strcmp(f->name, fault_points[i].name) == 0) known = i;
+    if (known < 0 || (skip && !fault_points[known].skippable)) {
+        char names[400];
+        fault_point_names(skip, names, sizeof names);
+        fatal(EXIT_USAGE, "%s=%s: %s '%s' (valid: %s)", variable, spec,
+              known < 0 ? "unknown point" : "no call to skip at point", f->name, names);
+    }
+    check_fault_rank(variable, spec, f->rank);
 }
 
 /* A whole number >= lo, or -1 when the variable is unset. */
@@ -373,6 +432,7 @@ static int parse_fault_number(const char *variable, int lo, const char *meaning)
     long v = strtol(text, &end, 10);
     if (end == text || *end != '\0' || errno || v < lo || v > 2147483647L)
         fatal(EXIT_USAGE, "%s=%s: expected %s, a whole number >= %d", variable, text, meaning, lo);
+    if (strcmp(meaning, "a rank") == 0) check_fault_rank(variable, text, (int)v);
     return (int)v;
 }
 
@@ -399,6 +459,7 @@ static void parse_save_dir(Faults *f) {
     if (sscanf(spec, "%d:%n", &f->save_dir_rank, &used) != 1 || used == 0 || f->save_dir_rank < 0 ||
         !spec[used] || strlen(spec + used) >= sizeof f->save_dir)
         fatal(EXIT_USAGE, "COURSE_FAULT_SAVE_DIR=%s: expected RANK:DIR", spec);
+    check_fault_rank("COURSE_FAULT_SAVE_DIR", spec, f->save_dir_rank);
     snprintf(f->save_dir, sizeof f->save_dir, "%s", spec + used);
 }
 
@@ -406,8 +467,8 @@ static const Faults *faults(void) {
     if (!faults_parsed) {
         faults_parsed = 1;
         Faults *f = &faults_read;
-        parse_fault_at("COURSE_FAULT_KILL", &f->kill);
-        parse_fault_at("COURSE_FAULT_SKIP", &f->skip);
+        parse_fault_at("COURSE_FAULT_KILL", &f->kill, 0);
+        parse_fault_at("COURSE_FAULT_SKIP", &f->skip, 1);
         parse_disk_full(f);
         f->nan_step = parse_fault_number("COURSE_FAULT_NAN_STEP", 1, "a step");
         f->overflow_step = parse_fault_number("COURSE_FAULT_OVERFLOW_STEP", 1, "a step");
@@ -454,12 +515,9 @@ int fault_nan_step(void) {
     return faults()->nan_step;
 }
 
-int fault_overflow_step(void) {
-    return faults()->overflow_step;
-}
-
-int fault_overflow_rank(void) {
-    return faults()->overflow_rank;
+int fault_overflow_at(int step, int any_rank) {
+    const Faults *f = faults();
+    return f->overflow_step == step && (any_rank || f->overflow_rank < 0 || f->overflow_rank == log_rank);
 }
 
 const char *fault_save_directory(const char *dir) {

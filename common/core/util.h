@@ -116,8 +116,9 @@ void interrupt_note_checkpoint(int step, const char *path);
 void set_error_rank(int rank);
 void set_abort_hook(void (*hook)(int exit_code));
 
-/* printf on stdout from rank 0 only (set_log_rank sets who we are), flushed at once. */
-void set_log_rank(int rank);
+/* printf on stdout from rank 0 only (set_log_rank sets who we are, of how
+ * many ranks), flushed at once. */
+void set_log_rank(int rank, int ranks);
 /* The rank set_log_rank registered (0 without mpirun): for fault injection on one rank. */
 int process_rank(void);
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -149,28 +150,32 @@ double wall_ms(void);
  *
  * COURSE_FAULT_KILL=NAME:RANK[:N]: rank RANK raises SIGKILL on itself the N-th
  *   time (default 1) it reaches fault_point(NAME): a crashed machine, with no
- *   cleanup and no message. Points, in comm.c (every collective and
- *   point-to-point call): "allreduce", "reduce_scatter", "allgather",
- *   "broadcast" (their *_typed forms too), "send", "recv", "sendrecv", and
- *   the small host ones "host_allreduce" (comm_allreduce_double, comm_all,
- *   step_times_slowest), "host_gather", "barrier"; "worker" (comm_worker.c,
- *   as the worker thread starts a queued collective, before the collective's
- *   own point); "ring" (ring.c, after each step of the
- *   reduce-scatter); "save" (checkpoint.c, once per save on every rank: after
- *   its parameters, before its m and v).
+ *   cleanup and no message. The points are one table, fault_points in
+ *   util.c, each beside the call that reaches it: every collective and
+ *   point-to-point call of comm.c (posted sends count as "send"), the
+ *   communication thread ("worker"), 02's ring ("ring") and the checkpoint
+ *   writer ("save"). A name not in the table, or a RANK the job does not
+ *   have, is refused at start-up in one line that lists the valid ones.
  * COURSE_FAULT_SKIP=NAME:RANK[:N]: fault_skip(NAME) is 1 on rank RANK the N-th
  *   time: the call returns without communicating, a rank-divergent
- *   collective for the watchdog to name (watchdog.h). Points: the names above
- *   of comm.c's collectives.
+ *   collective for the watchdog to name (watchdog.h). Points: the table's
+ *   calls of comm.c.
  * COURSE_FAULT_DISK_FULL=NAME[:BYTES]: writing to the output file or
  *   checkpoint called NAME fails as if the disk were full once BYTES (default
  *   0) have been written to it (mounting a small filesystem is not allowed in
  *   tests): fault_disk_full returns 1 and sets errno to ENOSPC. Writers call
  *   it before each write of `bytes`.
  * COURSE_FAULT_NAN_STEP=K: the loss of step K becomes NaN (optim.h).
- * COURSE_FAULT_OVERFLOW_STEP=K [COURSE_FAULT_OVERFLOW_RANK=R]: a 16-bit
- *   gradient of step K overflows, on rank R only if given (mixed.h, offload.h).
+ * COURSE_FAULT_OVERFLOW_STEP=K [COURSE_FAULT_OVERFLOW_RANK=R]: fp16's
+ *   gradients of step K overflow on every rank, or on rank R only if given:
+ *   the rank's sum of squares in the optimizer step's overflow check is
+ *   +Inf, as an overflowed gradient makes it (optimizer_step.h), where every
+ *   layout checks, whatever part of the gradient the rank holds. A rank
+ *   that holds the whole summed gradient and decides alone (01; 02's
+ *   replicas, after their all-reduce) overflows whatever R is: an overflow
+ *   on any rank reaches every rank's sum.
  * COURSE_FAULT_REPLICA_RANK=R: rank R's replica differs (chapter 02's check).
+ * Every RANK and R must be a rank of the job (0..ranks-1).
  * COURSE_FAULT_SAVE_DIR=RANK:DIR: for the test of ranks that do not share
  *   --save's directory (one machine cannot have two disks at one path): rank
  *   RANK looks for the start-up token that proves the directory is shared
@@ -180,10 +185,9 @@ void fault_check_environment(void);
 void fault_point(const char *name);
 int fault_skip(const char *name);
 int fault_disk_full(const char *name, size_t bytes);
-int fault_nan_step(void);      /* K, or -1 */
-int fault_overflow_step(void); /* K, or -1 */
-int fault_overflow_rank(void); /* R, or -1 */
-int fault_replica_rank(void);  /* R, or -1 */
+int fault_nan_step(void);                      /* K, or -1 */
+int fault_overflow_at(int step, int any_rank); /* 1: step K, on this rank (or any_rank: on R's) */
+int fault_replica_rank(void);                  /* R, or -1 */
 const char *fault_save_directory(const char *dir);
 
 #ifdef __cplusplus

@@ -172,17 +172,6 @@ void mixed_adamw_step(MixedModel *mm, AdamW *opt, float grad_scale, const OptimH
                              h->beta2, h->eps, h->weight_decay, grad_scale, opt->t, mm->format);
 }
 
-void mixed_fault_overflow(MixedModel *mm, int step) {
-    if (mm->params) half_fault_overflow(mm->grads, mm->format, step); /* 16-bit models only */
-}
-
-void half_fault_overflow(uint16_t *grads, HalfFormat format, int step) {
-    if (fault_overflow_step() != step) return; /* COURSE_FAULT_OVERFLOW_* (util.h) */
-    if (fault_overflow_rank() >= 0 && fault_overflow_rank() != process_rank()) return;
-    uint16_t inf = half_from_float(INFINITY, format);
-    copy_to_device(grads, &inf, sizeof inf);
-}
-
 /* ---- loss scaling ---- */
 
 void loss_scaler_start(LossScaler *ls, Precision precision, float fixed_scale, int window) {

@@ -123,15 +123,6 @@ void mixed_weights_from_master(MixedModel *mm);
  * then the 16-bit weights rounded from them. */
 void mixed_adamw_step(MixedModel *mm, AdamW *opt, float grad_scale, const OptimHyper *h);
 
-/* For testing the skip: with COURSE_FAULT_OVERFLOW_STEP=k in the environment,
- * step k's (1-based) first gradient becomes +Inf, as an overflow would make it
- * (half_fault_overflow: the first element of any 16-bit gradient buffer);
- * with COURSE_FAULT_OVERFLOW_RANK=r too, only on rank r (util.h:
- * process_rank), so a test can check that every rank skips that step.
- * mixed_fault_overflow does nothing to an fp32 model (mm->params NULL). */
-void mixed_fault_overflow(MixedModel *mm, int step);
-void half_fault_overflow(uint16_t *grads, HalfFormat format, int step);
-
 /* ---- a unit at a time, from 16-bit storage kept elsewhere ----
  * ZeRO (chapter 05) keeps the 16-bit weights and gradients in shards and
  * gathered units rather than in one whole buffer: it builds only the fp32

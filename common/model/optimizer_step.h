@@ -99,8 +99,11 @@ GradShards precision_grad_shards(const GPT *model, const MixedModel *mm);
 void grad_shards_local_squares(const GradShards *g, double *sharded, double *replicated);
 /* Stages 1 and 2: the squared norm of the whole gradient, the same on every
  * rank of the sum; not finite on every rank of the sum and of agree_group
- * when any rank's part is not (an fp16 overflow). */
-double grad_shards_sum_squares(const GradShards *g);
+ * when any rank's part is not (an fp16 overflow), or `overflowed` says this
+ * rank's part overflowed (the tests' COURSE_FAULT_OVERFLOW_STEP, util.h: an
+ * overflow seen by the check itself, whatever part of the gradient, slice or
+ * shard this rank holds). */
+double grad_shards_sum_squares(const GradShards *g, int overflowed);
 /* Stages 1 to 4: the norm, the loss scale's update (ls, every rank alike) and
  * the factor for AdamW. `step` is 1-based, for the message of a skipped step. */
 StepDecision optimizer_decide(const GradShards *g, LossScaler *ls, float clip, int step);

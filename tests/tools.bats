@@ -372,6 +372,25 @@ MD
     assert_output --partial "--out runs/t-a without --overwrite: the block fails when run again"
 }
 
+@test "course.md places the axes by one rule, and its numbers are the measured bytes it quotes" {
+    # issue 36 item 16: "Choosing the axes" and "Beyond one machine" say the same order (tp innermost
+    # on the fastest links, then cp and pp, dp outermost on the slowest), against the quoted run.csv
+    row=$(grep -A1 '^world_size,dp,tp,pp,bytes_dp_per_step,bytes_pp_per_step,bytes_cp_per_step,bytes_tp_per_step$' \
+        "$REPO/course.md" | sed -n 2p)
+    IFS=, read -r world dp tp pp bytes_dp bytes_pp bytes_cp bytes_tp <<<"$row"
+    [ "$world" = 8 ] && [ "$bytes_cp" = 0 ]
+    (( bytes_tp > bytes_dp && bytes_dp > bytes_pp )) # tp most; dp more than pp, yet outermost
+    comma() { sed ':a; s/\B[0-9]\{3\}\>/,&/; ta' <<<"$1"; }
+    text=$(tr '\n' ' ' <"$REPO/course.md" | tr -s ' ')
+    [[ "$text" == *"dp sends about $(( (bytes_dp + bytes_pp / 2) / bytes_pp )) times pp's bytes ($(comma "$bytes_dp") against $(comma "$bytes_pp"))"* ]]
+    [[ "$text" == *"pp sends 4L(T-1) / (T(PV-1)) times less ($(( bytes_tp / bytes_pp ))x here)"* ]]
+    # the rule, said the same way in both places; nothing puts dp on the fastest links
+    [[ "$text" == *"tp varies fastest, then cp, then pp, then dp"* ]]
+    [[ "$text" == *"and data parallelism, which waits only at the optimizer step and hides under the backward pass, outermost, over the slowest links."* ]]
+    [[ "$text" != *"then the data-parallel all-reduce) on the fastest"* ]]
+    [[ "$text" != *"the pipeline is the split that goes over the slowest links"* ]]
+}
+
 @test "demo_tables prints medians over the steps of every repeat, the warm-up step left out" {
     dir="$(scratch)/demo"
     header="step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss,comm_busy_ms"

@@ -173,7 +173,7 @@ def train_out(words):
     k = 0
     while k < len(words) and ENV_WORD.match(words[k]):
         k += 1
-    if k < len(words) and words[k] in ("env",):
+    if k < len(words) and words[k] == "env":
         k += 1
     if k < len(words) and os.path.basename(words[k]) in ("mpirun", "mpirun.sh"):
         k += 1
@@ -200,7 +200,7 @@ def course_rules(lines, path):
     for at, language, body in blocks:
         if language in ("diff", "c"):  # generated from the code, or code: not commands
             continue
-        written = {}  # --out -> the block's line that wrote it first
+        written = set()  # the --out directories of the block's commands so far
         for line in logical_lines(body):
             for command in re.split(r"\s*(?:;|&&|\|\|)\s*", line):
                 try:
@@ -215,7 +215,7 @@ def course_rules(lines, path):
                     problems.append(f"{path}:{at + 1}: two commands of this block write --out {out} and the later "
                                     "has no --overwrite: it fails with \"holds another run's files\" (valid: an --out "
                                     "of its own, or --overwrite)")
-                written.setdefault(out, line)
+                written.add(out)
             if PLAIN_MPIRUN.search(line) and not re.search(r"--host(file)?\s", line):
                 problems.append(f"{path}:{at + 1}: plain mpirun: on one machine the course starts ranks with "
                                 "common/scripts/mpirun.sh (plain mpirun only with --hostfile or --host)")

@@ -149,7 +149,8 @@ runs/demo/01-small-recompute.r2"
     run grep -E '0[12356]_[a-z_]+/(train|commbench)|capacity.py|bench_offload' <<<"$p"
     assert_failure
     grep -q -- "-np 8 04_pipeline/train .*--out runs/demo/04-3d-pp2-tp2-dp2.r1 " <<<"$p"
-    grep -q -- "plot.py --plan runs/demo/\*\.r\* --out runs/plots/plan\$" <<<"$p"
+    # (a dry run's globs expand where runs/demo holds an earlier demo: the checks read around them)
+    grep -- "plot.py --plan .* --out runs/plots/plan\$" <<<"$p" | grep -vq -- "-bf16\|-fp16"
     p=$(plan 2 DEMO_ONLY=04 DEMO_3D=0)
     run grep -q -- "-np 8 \|04-3d-" <<<"$p"
     assert_failure
@@ -162,11 +163,11 @@ runs/demo/01-small-recompute.r2"
     assert_failure
     grep -q -- "01_single_gpu/train .*--precision fp32 .*--out runs/demo/01-small-fp32\$" <<<"$p"
     grep -q -- "plot.py --precision runs/demo/01-small-fp32 runs/demo/01-small-bf16 runs/demo/01-small-fp16 " <<<"$p"
-    grep -q -- "plot.py runs/demo/02-dp\*\.r\* --out runs/plots/02\$" <<<"$p"
+    grep -- "plot.py runs/demo/02-dp.* --out runs/plots/02\$" <<<"$p" | grep -vq -- "01-small"
     # with 01: the plots compare with its runs, and 05 takes 01's fp32 run
     p=$(plan 2 DEMO_ONLY=01,05)
     grep -q -- "plot.py --precision runs/demo/01-small.r1 runs/demo/01-small-bf16 " <<<"$p"
-    grep -q -- "plot.py runs/demo/01-small.r\* runs/demo/05-\*\.r\* --out runs/plots/05\$" <<<"$p"
+    grep -q -- "plot.py runs/demo/01-small\.r.* runs/demo/05-.* --out runs/plots/05\$" <<<"$p"
     run grep -q -- "01-small-fp32" <<<"$p"
     assert_failure
     # the default is every chapter: the plan of today's demo, unchanged

@@ -355,11 +355,12 @@ MD
     refute_output --partial "history.md:6"
 }
 
-@test "chapter 02's Running it block runs twice in a row in a fresh clone, and a pasted block that fails again is caught" {
-    # the cheapest of course.md's `sh run` blocks (all of them: check_quotes.py --pasted, minutes): issue 36 item 15
-    run python3 "$REPO/common/python/check_quotes.py" --pasted --only "./02_data_parallel/train --model small --steps 40"
+@test "course.md's cheapest pasted blocks (02's Running it, 01's resume, 05's move) run twice in a fresh clone; a block that fails again is caught" {
+    # the cheapest of course.md's `sh run` blocks, about 25 s (all of them: check_quotes.py --pasted, minutes): issue 36 item 15
+    run python3 "$REPO/common/python/check_quotes.py" --pasted --only "./02_data_parallel/train --model small --steps 40" \
+        --only "--save runs/01-first.ck" --only "--save runs/05-move.ck"
     assert_success
-    assert_output --partial "check_quotes: 1 of 1 pasted blocks ran twice"
+    assert_output --partial "check_quotes: 3 of 3 pasted blocks ran twice"
     dir="$(scratch)"
     printf '```sh run\nmkdir runs/t-once\n```\n' >"$dir/once.md"
     run python3 "$REPO/common/python/check_quotes.py" --file "$dir/once.md" --pasted

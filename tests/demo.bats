@@ -142,6 +142,57 @@ runs/demo/01-small-recompute.r2"
     done
 }
 
+@test "DEMO_ONLY runs only the chapters it names, and DEMO_3D=0 leaves out the 8-rank run" {
+    # issue 36 item 18: one chapter's demo; the plots compare with chapter 01 only when it ran
+    p=$(plan 2 DEMO_ONLY=04)
+    [ -n "$(ranks_of "$p" 04_pipeline/train)" ]
+    run grep -E '0[12356]_[a-z_]+/(train|commbench)|capacity.py|bench_offload' <<<"$p"
+    assert_failure
+    grep -q -- "-np 8 04_pipeline/train .*--out runs/demo/04-3d-pp2-tp2-dp2.r1 " <<<"$p"
+    # (a dry run's globs expand where runs/demo holds an earlier demo: the checks read around them)
+    grep -- "plot.py --plan .* --out runs/plots/plan\$" <<<"$p" | grep -vq -- "/01-small-bf16 \|/01-small-fp16 "
+    p=$(plan 2 DEMO_ONLY=04 DEMO_3D=0)
+    [ -z "$(grep -v "plot.py --plan" <<<"$p" | grep -- "-np 8 \|04-3d-")" ]
+    grep -q -- "--schedule zb-h1" <<<"$p"
+    # 02 and 05 without 01: no chapter 01 runs in their plots; 05's precision plot trains its own fp32 run
+    p=$(plan 2 DEMO_ONLY=02,05)
+    grep -q -- "02_data_parallel/train " <<<"$p"
+    grep -q -- "05_zero/train " <<<"$p"
+    [ -z "$(grep -v "plot.py --plan" <<<"$p" | grep -E '0[346]_[a-z_]+/train|runs/demo/01-small\.r')" ]
+    grep -q -- "01_single_gpu/train .*--precision fp32 .*--out runs/demo/01-small-fp32\$" <<<"$p"
+    grep -q -- "plot.py --precision runs/demo/01-small-fp32 runs/demo/01-small-bf16 runs/demo/01-small-fp16 " <<<"$p"
+    grep -- "plot.py runs/demo/02-dp.* --out runs/plots/02\$" <<<"$p" | grep -vq -- "01-small"
+    # with 01: the plots compare with its runs, and 05 takes 01's fp32 run
+    p=$(plan 2 DEMO_ONLY=01,05)
+    grep -q -- "plot.py --precision runs/demo/01-small.r1 runs/demo/01-small-bf16 " <<<"$p"
+    grep -q -- "plot.py runs/demo/01-small\.r.* runs/demo/05-.* --out runs/plots/05\$" <<<"$p"
+    run grep -q -- "01-small-fp32" <<<"$p"
+    assert_failure
+    # the default is every chapter: the plan of today's demo, unchanged
+    [ "$(plan 2)" = "$(plan 2 DEMO_ONLY=01,02,03,04,05,06 DEMO_3D=1)" ]
+}
+
+@test "DEMO_ONLY and DEMO_3D refuse what is not a chapter list or a switch, in one line, before anything runs" {
+    for only in 07 4 00 abc ",," "02,,03" "01," "02 03" "02,03,"; do
+        run env DEMO_DRY_RUN=1 DEMO_ONLY="$only" "$REPO/common/scripts/demo.sh"
+        assert_failure 2
+        assert_output "demo: DEMO_ONLY=$only is not a list of chapters (valid: NN[,NN...] of 01 to 06, e.g. 04 or 02,05)"
+    done
+    for value in 2 yes -1 ""x; do
+        run env DEMO_DRY_RUN=1 DEMO_3D="$value" "$REPO/common/scripts/demo.sh"
+        assert_failure 2
+        assert_output "demo: DEMO_3D=$value (valid: 1 runs chapter 04's 8-rank run, 0 leaves it out)"
+    done
+    # not a dry run: the refusal comes before the demo empties runs/demo
+    mkdir -p "$REPO/runs/demo"
+    touch "$REPO/runs/demo/.demo_only_test_marker"
+    run env DEMO_ONLY=07 "$REPO/common/scripts/demo.sh"
+    assert_failure 2
+    [ -e "$REPO/runs/demo/.demo_only_test_marker" ]
+    rm -f "$REPO/runs/demo/.demo_only_test_marker"
+    rmdir "$REPO/runs/demo" 2>/dev/null || true
+}
+
 @test "plot.py asked for a step a run does not have says so in one line, exit status 2" {
     python="$(plot_python)"
     "$python" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"
@@ -160,11 +211,13 @@ runs/demo/01-small-recompute.r2"
 }
 
 @test "course.md's command for the ring's Gantt chart names the run directory the demo writes" {
-    local quoted dir
-    quoted="$(grep -o 'plot.py --gantt runs/[^` ]*-cp4-[^` ]*' "$REPO/course.md")"
-    dir="${quoted#plot.py --gantt }"
-    assert_regex "$dir" '^runs/.*-cp4-seq256\.r1$'
-    plan 2 | grep -q -- "03_model_parallel/train .*--out $dir "
+    local dirs dir
+    dirs="$(grep -o '`runs/[^` ]*-cp4-[^` ]*`' "$REPO/course.md" | tr -d '`' | sort -u)"
+    [ -n "$dirs" ]
+    for dir in $dirs; do
+        assert_regex "$dir" '^runs/.*-cp4-seq256\.r1$'
+        plan 2 | grep -q -- "03_model_parallel/train .*--out $dir "
+    done
 }
 
 @test "the pipeline sweep plot takes the fastest repeat and draws the measured bubble against the formula" {

@@ -364,6 +364,89 @@ MD
     assert_output --partial "must be followed by the fenced block of its output"
 }
 
+@test "every block of course.md runs as pasted, again: no two commands share an --out, the launcher, no history" {
+    # the rules alone (--list runs nothing): issue 36 items 15 and 18
+    run python3 "$REPO/common/python/check_quotes.py" --list
+    assert_success
+    dir="$(scratch)"
+    # a "Running it" block whose two runs take the default --out runs/02_data_parallel
+    printf '```\n%s\n%s\n```\n' \
+        'common/scripts/mpirun.sh -np 2 ./02_data_parallel/train --model small --steps 40' \
+        'common/scripts/mpirun.sh -np 4 ./02_data_parallel/train --model small --steps 40 --dp-mode overlap' >"$dir/default.md"
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/default.md" --list
+    assert_failure
+    assert_output --partial "default.md:1: two commands of this block write --out runs/02_data_parallel and the later has no --overwrite"
+    # one --out given twice, once with --overwrite: only the run without it is refused
+    printf '```sh\n%s\n%s\n%s\n```\n' './04_pipeline/train --out runs/t-x' './04_pipeline/train --steps 3 --out runs/t-x --overwrite' \
+        './04_pipeline/train --print-schedule' >"$dir/overwrite.md"
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/overwrite.md" --list
+    assert_success
+    printf '```\n%s\n%s\n```\n' './03_model_parallel/train --out runs/t-x' './03_model_parallel/train --steps 3 --out=runs/t-x' >"$dir/same.md"
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/same.md" --list
+    assert_failure
+    assert_output --partial "write --out runs/t-x and the later has no --overwrite"
+    # plain mpirun: in a block, and as `code` in the prose (even wrapped); across machines it stays
+    printf '```\nmpirun -np 2 ./02_data_parallel/train\n```\n' >"$dir/mpirun-block.md"
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/mpirun-block.md" --list
+    assert_failure
+    assert_output --partial "mpirun-block.md:1: plain mpirun"
+    printf 'Run it (`mpirun -np 2\n./05_zero/train --zero 3`) now.\n' >"$dir/mpirun-prose.md"
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/mpirun-prose.md" --list
+    assert_failure
+    assert_output --partial "mpirun-prose.md:1: plain mpirun in \`mpirun -np 2 ./05_zero/train --zero 3\`"
+    printf '```\n%s\n```\nThe error reads `(valid: mpirun -np 2)`; `common/scripts/mpirun.sh -np 2 ./02_data_parallel/train`.\n' \
+        'mpirun -np 8 --hostfile hosts ./04_pipeline/train --out runs/two' >"$dir/mpirun-ok.md"
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/mpirun-ok.md" --list
+    assert_success
+    # development history in the prose
+    printf 'The issue'"'"'s configuration, before (d228adb).\n\nSee issue 36 and commit 74b00f8.\n\n```\n(d228adb) in an output\n```\n' \
+        >"$dir/history.md"
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/history.md" --list
+    assert_failure
+    assert_output --partial "history.md:1: development history ('The issue')"
+    assert_output --partial "history.md:1: development history ('(d228adb)')"
+    assert_output --partial "history.md:3: development history ('issue 36')"
+    assert_output --partial "history.md:3: development history ('commit 74b00f8')"
+    refute_output --partial "history.md:6"
+}
+
+@test "course.md's cheapest pasted blocks (02's Running it, 01's resume, 05's move) run twice in a fresh clone; a block that fails again is caught" {
+    # the cheapest of course.md's `sh run` blocks, about 25 s (all of them: check_quotes.py --pasted, minutes): issue 36 item 15
+    run python3 "$REPO/common/python/check_quotes.py" --pasted --only "./02_data_parallel/train --model small --steps 40" \
+        --only "--save runs/01-first.ck" --only "--save runs/05-move.ck"
+    assert_success
+    assert_output --partial "check_quotes: 3 of 3 pasted blocks ran twice"
+    dir="$(scratch)"
+    printf '```sh run\nmkdir runs/t-once\n```\n' >"$dir/once.md"
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/once.md" --pasted
+    assert_failure
+    assert_output --partial "the second run exited with status 1"
+    assert_output --partial "check_quotes: 0 of 1 pasted blocks ran twice"
+    printf '```sh run\n./01_single_gpu/train --steps 1 --out runs/t-a\n```\n' >"$dir/again.md"
+    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/again.md" --pasted
+    assert_failure
+    assert_output --partial "--out runs/t-a without --overwrite: the block fails when run again"
+}
+
+@test "course.md places the axes by one rule, and its numbers are the measured bytes it quotes" {
+    # issue 36 item 16: "Choosing the axes" and "Beyond one machine" say the same order (tp innermost
+    # on the fastest links, then cp and pp, dp outermost on the slowest), against the quoted run.csv
+    row=$(grep -A1 '^world_size,dp,tp,pp,bytes_dp_per_step,bytes_pp_per_step,bytes_cp_per_step,bytes_tp_per_step$' \
+        "$REPO/course.md" | sed -n 2p)
+    IFS=, read -r world dp tp pp bytes_dp bytes_pp bytes_cp bytes_tp <<<"$row"
+    [ "$world" = 8 ] && [ "$bytes_cp" = 0 ]
+    (( bytes_tp > bytes_dp && bytes_dp > bytes_pp )) # tp most; dp more than pp, yet outermost
+    comma() { sed ':a; s/\B[0-9]\{3\}\>/,&/; ta' <<<"$1"; }
+    text=$(tr '\n' ' ' <"$REPO/course.md" | tr -s ' ')
+    [[ "$text" == *"dp sends about $(( (bytes_dp + bytes_pp / 2) / bytes_pp )) times pp's bytes ($(comma "$bytes_dp") against $(comma "$bytes_pp"))"* ]]
+    [[ "$text" == *"pp sends 4L(T-1) / (T(PV-1)) times less ($(( bytes_tp / bytes_pp ))x here)"* ]]
+    # the rule, said the same way in both places; nothing puts dp on the fastest links
+    [[ "$text" == *"tp varies fastest, then cp, then pp, then dp"* ]]
+    [[ "$text" == *"and data parallelism, which waits only at the optimizer step and hides under the backward pass, outermost, over the slowest links."* ]]
+    [[ "$text" != *"then the data-parallel all-reduce) on the fastest"* ]]
+    [[ "$text" != *"the pipeline is the split that goes over the slowest links"* ]]
+}
+
 @test "demo_tables prints medians over the steps of every repeat, the warm-up step left out" {
     dir="$(scratch)/demo"
     header="step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss,comm_busy_ms"

@@ -51,11 +51,10 @@ EXCEPTIONS = {
     "04_pipeline": (120, 260, "the micro-batch loop becomes the schedule's interpreter, and the chapter adds its flag "
                      "rows, the pp x tp x dp layout with its refusals, and the schedule's reports (--print-schedule, "
                      "the stages, the bubble)"),
-    "05_zero": (50, 210, "one stage with tp 1 keeps ZeRO's own step over the whole model (stage 3 gathers each "
-                "unit inside forward and backward), beside 04's schedule, which more stages run with zero.c's "
-                "hooks and update; folding it into the interpreter would change the memory and timeline that "
-                "the planner and the tests pin. 04's optimizer and all-reduce calls in main become "
-                "zero_stage.h's, which choose between them and ZeRO, so that main stays within about 100 lines"),
+    "05_zero": (50, 210, "with one stage and tp 1, ZeRO runs its own step over the whole model (stage 3 gathers "
+                "each unit inside forward and backward); more stages run 04's schedule with zero.c's hooks and "
+                "update. 04's optimizer and all-reduce calls in main become zero_stage.h's, which choose between "
+                "them and ZeRO"),
 }
 MARK = re.compile(r"(<!-- chapter diff (\d\d) -->\n)(.*?)(<!-- end chapter diff \2 -->)", re.S)
 
@@ -145,7 +144,7 @@ def table(rows):
     for r in rows:
         why = EXCEPTIONS.get(r["to"], (0, 0, ""))[2]
         out.append(f"| {r['from'][:2]} -> {r['to'][:2]} | {r['removed']} / {r['added']}"
-                   f"{' (allowed: ' + why + ')' if why else ''} | {r['own_removed']} / {r['own_added']} | "
+                   f"{' (over the budget: ' + why + ')' if why else ''} | {r['own_removed']} / {r['own_added']} | "
                    f"{', '.join('`' + f + '`' for f in r['own']) or '(none)'} |")
     return "\n".join(out) + "\n"
 

@@ -40,7 +40,29 @@ errors and schedules.
 A measurement that no rerun reproduces (a benchmark's table) stands under a plain `sh` block:
 its commands are in sight, and the checker leaves it alone.
 
---only TEXT runs only the blocks whose commands contain TEXT (repeatable). --update rewrites the
+A block the reader is told to paste and run, with no output quoted after it, is marked `sh run`:
+
+    ```sh run
+    common/scripts/mpirun.sh -np 2 ./02_data_parallel/train --model small --steps 40 --overwrite --out runs/02-dp2
+    ```
+
+It follows the rules above (its own --out and --save names under runs/, --overwrite with every
+--out), and --pasted runs these blocks, each twice in a row, in the scratch clone (with --only,
+those whose commands contain TEXT): each run must exit with status 0. They are not run otherwise
+(some train for minutes).
+
+Every other block and the prose are read for three more rules:
+- two commands of one block that write one --out (a chapter's `train` writes runs/<its folder>
+  when --out is not given), the later one without --overwrite: the later one fails with "holds
+  another run's files", so the block cannot run as written;
+- `mpirun` written as a command (in a block, or in `code` in the prose) for a run on one machine:
+  the course starts ranks with common/scripts/mpirun.sh; plain mpirun is for runs across machines
+  (a command with --hostfile or --host);
+- development history in the prose: "the issue", "issue N", a commit hash in brackets or after
+  "commit". The text speaks to a learner of the code as it is.
+
+--only TEXT runs only the blocks whose commands contain TEXT (repeatable). --pasted runs the `sh run`
+blocks (twice each) instead of the quoted outputs' blocks. --update rewrites the
 quoted outputs that differ with what the commands print now (never those of a block whose
 commands failed). --list prints each checked block's line and first command and runs nothing.
 
@@ -58,6 +80,7 @@ import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 COMMANDS = re.compile(r"^```sh\s+(check|check-shape)\s*$")
+PASTED = re.compile(r"^```sh\s+run\s*$")
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 OUTPUT_FLAGS = ("--out", "--save")
 
@@ -107,6 +130,107 @@ def quoted_blocks(lines, path):
         end = fenced_end(lines, out, path)
         yield Block(i, lines[i + 1:close], m.group(1) == "check-shape", out + 1, end)
         i = end + 1
+
+
+def pasted_blocks(lines, path):
+    """The `sh run` blocks: commands a reader pastes, with no quoted output to compare."""
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("```"):
+            close = fenced_end(lines, i, path)
+            if PASTED.match(lines[i].rstrip()):
+                yield Block(i, lines[i + 1:close], False, None, None)
+            i = close
+        i += 1
+
+
+def fenced_spans(lines, path):
+    """(fence line index, language word, body lines) of every fenced block, and the prose lines' indices."""
+    blocks, prose, i = [], [], 0
+    while i < len(lines):
+        if lines[i].startswith("```"):
+            close = fenced_end(lines, i, path)
+            words = lines[i][3:].split()
+            blocks.append((i, words[0] if words else "", lines[i + 1:close]))
+            i = close + 1
+            continue
+        prose.append(i)
+        i += 1
+    return blocks, prose
+
+
+# A command: optional VAR=value words, an optional launcher (common/scripts/mpirun.sh or mpirun, with
+# their flags), then a chapter's program: `./04_pipeline/train` or `04_pipeline/train`.
+ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+CHAPTER_TRAIN = re.compile(r"^(?:\./)?(0\d_[a-z_]+)/train$")
+PLAIN_MPIRUN = re.compile(r"(?:^|[;&|(]\s*|\$\s)(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*mpirun\s")
+HISTORY = re.compile(r"\b(?:the issue|issue \d+)\b|\((?:[0-9a-f]{7,40})\)|\bcommit [0-9a-f]{7,40}\b", re.I)
+
+
+def train_out(words):
+    """The --out a chapter's train command writes (its default when none is given) and whether it
+    passes --overwrite, or None when the words run no chapter's train."""
+    k = 0
+    while k < len(words) and ENV_WORD.match(words[k]):
+        k += 1
+    if k < len(words) and words[k] == "env":
+        k += 1
+    if k < len(words) and os.path.basename(words[k]) in ("mpirun", "mpirun.sh"):
+        k += 1
+        while k < len(words) and words[k].startswith("-"):  # the launcher's flags and their values
+            k += 2 if words[k] in ("-np", "-n", "--hostfile", "--host", "-x", "--map-by", "--bind-to") else 1
+    if k >= len(words):
+        return None
+    m = CHAPTER_TRAIN.match(words[k])
+    if not m or any(w in ("--help", "--print-schedule") for w in words):  # these print and write nothing
+        return None
+    out = f"runs/{m.group(1)}"
+    for j, w in enumerate(words):
+        if w == "--out" and j + 1 < len(words):
+            out = words[j + 1]
+        elif w.startswith("--out="):
+            out = w[len("--out="):]
+    return out, "--overwrite" in words
+
+
+def course_rules(lines, path):
+    """The rules every block and the prose keep, checked or not (see the top of this file)."""
+    problems = []
+    blocks, prose = fenced_spans(lines, path)
+    for at, language, body in blocks:
+        if language in ("diff", "c"):  # generated from the code, or code: not commands
+            continue
+        written = set()  # the --out directories of the block's commands so far
+        for line in logical_lines(body):
+            for command in re.split(r"\s*(?:;|&&|\|\|)\s*", line):
+                try:
+                    words = shlex.split(command, comments=True)
+                except ValueError:
+                    words = command.split()
+                found = train_out(words)
+                if not found:
+                    continue
+                out, overwrite = found
+                if out in written and not overwrite:
+                    problems.append(f"{path}:{at + 1}: two commands of this block write --out {out} and the later "
+                                    "has no --overwrite: it fails with \"holds another run's files\" (valid: an --out "
+                                    "of its own, or --overwrite)")
+                written.add(out)
+            if PLAIN_MPIRUN.search(line) and not re.search(r"--host(file)?\s", line):
+                problems.append(f"{path}:{at + 1}: plain mpirun: on one machine the course starts ranks with "
+                                "common/scripts/mpirun.sh (plain mpirun only with --hostfile or --host)")
+    in_prose = set(prose)
+    text = "\n".join(lines[i] if i in in_prose else "" for i in range(len(lines)))
+    for m in re.finditer(r"`([^`\n]+(?:\n[^`\n]+)*)`", text):  # `code`, which may wrap but not cross a blank line
+        span = " ".join(m.group(1).split())
+        if PLAIN_MPIRUN.match(span) and not re.search(r"--host(file)?\s", span):
+            problems.append(f"{path}:{text.count(chr(10), 0, m.start()) + 1}: plain mpirun in `{span[:60]}`: "
+                            "write common/scripts/mpirun.sh, the course's launcher")
+    for i in prose:
+        for m in HISTORY.finditer(lines[i]):
+            problems.append(f"{path}:{i + 1}: development history ({m.group(0)!r}): the text speaks to a learner "
+                            "of the code as it is")
+    return problems
 
 
 def logical_lines(commands):
@@ -180,6 +304,27 @@ def run(block, cwd):
     return status, [line.rstrip() for line in text.rstrip("\n").split("\n")]
 
 
+def run_pasted(blocks):
+    """Run every `sh run` block twice in a row in one scratch clone; 1 if any run failed."""
+    failed = 0
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with tempfile.TemporaryDirectory(prefix="check_quotes.") as tmp:
+        cwd = os.path.realpath(tmp)
+        scratch_clone(cwd)
+        for b in blocks:
+            for attempt in ("first", "second"):
+                status, got = run(b, cwd)
+                if status != 0:
+                    failed += 1
+                    print(f"FAIL {b.title()}\n    the {attempt} run exited with status {status}; it printed:")
+                    print("\n".join("    | " + line for line in got[-20:]))
+                    break
+            else:
+                print(f"PASS {b.title()} (twice)")
+    print(f"check_quotes: {len(blocks) - failed} of {len(blocks)} pasted blocks ran twice")
+    return 1 if failed else 0
+
+
 def shape_of(lines):
     """A line with every number replaced by # and runs of blanks by one."""
     return [" ".join(NUMBER.sub("#", line).split()) for line in lines]
@@ -192,24 +337,33 @@ def main():
                     help="run only the blocks whose commands contain TEXT (repeatable)")
     ap.add_argument("--update", action="store_true", help="rewrite the quoted outputs that differ")
     ap.add_argument("--list", action="store_true", help="list the checked blocks, run nothing")
+    ap.add_argument("--pasted", action="store_true", help="run the `sh run` blocks, each twice, instead")
     args = ap.parse_args()
     with open(args.file) as f:
         lines = f.read().split("\n")
     blocks = list(quoted_blocks(lines, args.file))
-    problems = lint(blocks, args.file)
+    pasted = list(pasted_blocks(lines, args.file))
+    problems = lint(sorted(blocks + pasted, key=lambda b: b.at), args.file) + course_rules(lines, args.file)
     problems += [f"{args.file}:{i + 1}: a command hidden in a comment: show it in a `sh check` block instead"
                  for i, line in enumerate(lines) if re.match(r"\s*<!--\s*check", line)]
     if problems:
         print("\n".join(problems))
         sys.exit(f"check_quotes: {len(problems)} block rule(s) broken (see the top of common/python/check_quotes.py)")
+    kind = "pasted" if args.pasted else "checked"
+    if args.pasted:
+        if args.update:
+            sys.exit("check_quotes: --pasted blocks quote no output: --update has nothing to rewrite")
+        blocks = pasted
     if args.only:
         blocks = [b for b in blocks if any(t in "\n".join(b.commands) for t in args.only)]
         if not blocks:
-            sys.exit(f"check_quotes: no checked block's commands contain {' or '.join(args.only)}")
+            sys.exit(f"check_quotes: no {kind} block's commands contain {' or '.join(args.only)}")
     if args.list:
         for b in blocks:
             print(b.title())
         return
+    if args.pasted:
+        sys.exit(run_pasted(blocks))
     failures, errors, replacements = 0, 0, []
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory(prefix="check_quotes.") as tmp:

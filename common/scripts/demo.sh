@@ -24,6 +24,11 @@
 #   DEMO_MACHINE  the machine file common/plan predicts every run's step on (default:
 #                 common/machines/cpu-amd-epyc-2cores.machine, on a GPU h100-sxm.machine);
 #                 runs/plots/plan/plan.png draws the predictions against the runs
+#   DEMO_ONLY     the chapters to run, NN[,NN...] of 01..06 (default: all of them), e.g. 04 or
+#                 02,05. A chapter's plots compare with chapter 01's run only when 01 is among them
+#                 (05's precision plot then trains its own fp32 run); the plan plot at the end
+#                 draws the chapters that ran
+#   DEMO_3D       0 leaves out chapter 04's 3D run, the one of 8 ranks on any machine (default 1)
 # Each value is checked before anything runs: one that is out of range ends the demo
 # with one line naming it and its range, exit status 2. runs/demo is removed and
 # written again only when it is new, empty or an earlier demo's (its demo-info.txt).
@@ -75,6 +80,14 @@ if ! problem="$(common/plan --model tiny --machine "$machine" 2>&1 >/dev/null)";
     [[ "$problem" == *"(valid: "* ]] || problem="$problem (valid: a machine file, as common/machines/ ships)"
     demo_refuse "DEMO_MACHINE=$machine: $problem"
 fi
+# DEMO_ONLY and DEMO_3D: which chapters run, and chapter 04's 8-rank run.
+only="${DEMO_ONLY:-01,02,03,04,05,06}"
+[[ "$only" =~ ^0[1-6](,0[1-6])*$ ]] ||
+    demo_refuse "DEMO_ONLY=$only is not a list of chapters (valid: NN[,NN...] of 01 to 06, e.g. 04 or 02,05)"
+run_3d="${DEMO_3D:-1}"
+[[ "$run_3d" =~ ^[01]$ ]] || demo_refuse "DEMO_3D=$run_3d (valid: 1 runs chapter 04's 8-rank run, 0 leaves it out)"
+# chosen NN: whether DEMO_ONLY names chapter NN.
+chosen() { [[ ",$only," == *",$1,"* ]]; }
 # runs/demo is removed and written again: only when it is new, empty or an earlier demo's
 demo_marker="# written by common/scripts/demo.sh (make demo): removed and written again by the next demo"
 . common/scripts/outputs.sh
@@ -217,15 +230,20 @@ if [ "$device_choice" = cuda ] && (( grid_ranks > gpus )); then
         "(course.md, \"Reading GPU runs\")"
 fi
 
+# chapter_01_runs: chapter 01's runs, which the later chapters' plots compare with, when DEMO_ONLY has 01.
+chapter_01_runs() { if chosen 01; then printf '%s\n' "$runs"/01-"$preset".r*; fi; }
+
 # ---- chapter 01: one device; gradient accumulation and recomputation trade time for activation memory ----
-configure "01-$preset" 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 1 --eval-every 20
-configure "01-$preset-micro4" 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 4 --eval-every 20
-configure "01-$preset-recompute" 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 1 --eval-every 20 --recompute
-compare "$steps"
-plot "$runs"/01-"$preset".r* "$runs"/01-"$preset"-micro4.r* "$runs"/01-"$preset"-recompute.r* --out runs/plots/01
+if chosen 01; then
+    configure "01-$preset" 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 1 --eval-every 20
+    configure "01-$preset-micro4" 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 4 --eval-every 20
+    configure "01-$preset-recompute" 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 1 --eval-every 20 --recompute
+    compare "$steps"
+    plot "$runs"/01-"$preset".r* "$runs"/01-"$preset"-micro4.r* "$runs"/01-"$preset"-recompute.r* --out runs/plots/01
+fi
 
 # ---- chapter 02: data parallelism; naive, flat and overlapped all-reduce ----
-if [ -x 02_data_parallel/train ]; then
+if chosen 02 && [ -x 02_data_parallel/train ]; then
     for mode in naive flat overlap; do
         configure "02-dp$dp_ranks-$mode" "$dp_ranks" 02_data_parallel/train --model "$preset" --device "$device_choice" \
             --batch "$dp_batch" --dp-mode "$mode" --bucket-mb 0.5 --eval-every 20
@@ -233,7 +251,7 @@ if [ -x 02_data_parallel/train ]; then
     configure "02-dp$dp_ranks-flat-ring" "$dp_ranks" 02_data_parallel/train --model "$preset" --device "$device_choice" \
         --batch "$dp_batch" --dp-mode flat --allreduce ring --eval-every 20
     compare "$steps"
-    plot "$runs"/01-"$preset".r* "$runs"/02-dp*.r* --out runs/plots/02
+    plot $(chapter_01_runs) "$runs"/02-dp*.r* --out runs/plots/02
     [ "$dry_run" = 1 ] || echo "demo: commbench on $dp_ranks ranks, 1 KiB to 64 MiB"
     if [ "$dry_run" = 1 ]; then
         launch "$dp_ranks" 02_data_parallel/commbench --max-bytes 64M --out "$runs/commbench-$dp_ranks.csv"
@@ -245,13 +263,13 @@ if [ -x 02_data_parallel/train ]; then
 fi
 
 # ---- chapter 03: the model split over 2 ranks, by layers and inside the layers ----
-if [ -x 03_model_parallel/train ]; then
+if chosen 03 && [ -x 03_model_parallel/train ]; then
     configure "03-layer$mp_ranks" "$mp_ranks" 03_model_parallel/train --model "$preset" --device "$device_choice" --batch 8 --mp layer \
         --eval-every 20
     configure "03-tensor$mp_ranks" "$mp_ranks" 03_model_parallel/train --model "$preset" --device "$device_choice" --batch 8 --mp tensor \
         --eval-every 20
     compare "$steps"
-    plot "$runs"/01-"$preset".r* "$runs"/03-layer*.r* "$runs"/03-tensor*.r* --out runs/plots/03
+    plot $(chapter_01_runs) "$runs"/03-layer*.r* "$runs"/03-tensor*.r* --out runs/plots/03
     # context parallelism: activation memory per rank against the sequence length, cp 1, 2, 4 (tiny
     # preset, 2 steps; on the CPU: ring attention has no CUDA kernels yet)
     for cp in 1 2 4; do
@@ -265,7 +283,7 @@ if [ -x 03_model_parallel/train ]; then
 fi
 
 # ---- chapter 04: pipeline stages; micro-batch sweep for GPipe and 1F1B; the four schedules' bubbles ----
-if [ -x 04_pipeline/train ]; then
+if chosen 04 && [ -x 04_pipeline/train ]; then
     for schedule in gpipe 1f1b; do
         for micro in 1 2 4 8; do
             configure "04-$schedule-m$micro" "$pp_stages" 04_pipeline/train --model "$preset" --device "$device_choice" --batch 16 \
@@ -294,36 +312,46 @@ if [ -x 04_pipeline/train ]; then
     # a 3D run: pp 2 x tp 2 x dp 2 on 8 ranks (tp 2 divides both presets' heads): its Gantt chart
     # (every rank, named by its place in the grid), every rank's memory by category and the bytes
     # each axis sent per step (run.csv's bytes_AXIS_per_step)
-    configure "04-3d-pp2-tp2-dp2" "$grid_ranks" 04_pipeline/train --model "$preset" --device "$device_choice" \
-        --batch 16 --micro 4 --pp 2 --tp 2
-    compare $(( steps / 2 > 4 ? steps / 2 : 4 ))
-    plot --grid "$runs"/04-3d-pp2-tp2-dp2.r* --out runs/plots/04
-    plot --gantt "$runs"/04-3d-pp2-tp2-dp2.r1 --out runs/plots/04
+    # (DEMO_3D=0 leaves it out)
+    if [ "$run_3d" = 1 ]; then
+        configure "04-3d-pp2-tp2-dp2" "$grid_ranks" 04_pipeline/train --model "$preset" --device "$device_choice" \
+            --batch 16 --micro 4 --pp 2 --tp 2
+        compare $(( steps / 2 > 4 ? steps / 2 : 4 ))
+        plot --grid "$runs"/04-3d-pp2-tp2-dp2.r* --out runs/plots/04
+        plot --gantt "$runs"/04-3d-pp2-tp2-dp2.r1 --out runs/plots/04
+    fi
 fi
 
 # ---- chapter 05 opens with mixed precision: chapter 01's first run again in bf16 and fp16 ----
 # once each (their losses and memory, not their speed), next to that run's first repeat in fp32
-for precision in bf16 fp16; do
-    label="01-$preset-$precision"
-    if [ "$dry_run" = 1 ]; then
+# (without chapter 01 in DEMO_ONLY, an fp32 run once too)
+precision_runs=()
+if chosen 05; then
+    precisions="bf16 fp16" reference="$runs/01-$preset.r1"
+    chosen 01 || { precisions="fp32 bf16 fp16"; reference="$runs/01-$preset-fp32"; }
+    for precision in $precisions; do
+        label="01-$preset-$precision"
+        precision_runs+=("$runs/$label")
+        if [ "$dry_run" = 1 ]; then
+            launch 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 1 --eval-every 20 \
+                --precision "$precision" --steps "$steps" --sample 0 --quiet --out "$runs/$label"
+            plan_layout 1 01_single_gpu/train "$runs/$label" --model "$preset" --device "$device_choice" --batch 8 \
+                --micro 1 --eval-every 20 --precision "$precision" --steps "$steps"
+            continue
+        fi
+        printf 'demo: %-28s once ... ' "$label"
         launch 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 1 --eval-every 20 \
-            --precision "$precision" --steps "$steps" --sample 0 --quiet --out "$runs/$label"
-        plan_layout 1 01_single_gpu/train "$runs/$label" --model "$preset" --device "$device_choice" --batch 8 \
-            --micro 1 --eval-every 20 --precision "$precision" --steps "$steps"
-        continue
-    fi
-    printf 'demo: %-28s once ... ' "$label"
-    launch 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 1 --eval-every 20 \
-        --precision "$precision" --steps "$steps" --sample 0 --quiet --out "$runs/$label" >"$runs/logs/$label.log" 2>&1 ||
-        { echo "failed"; cat "$runs/logs/$label.log" >&2; exit 1; }
-    echo "loss $(awk -F, 'NR == 2 { print $16 }' "$runs/$label/run.csv")"
-    plan_layout 1 01_single_gpu/train "$runs/$label" --model "$preset" --device "$device_choice" --batch 8 --micro 1 \
-        --eval-every 20 --precision "$precision" --steps "$steps"
-done
-plot --precision "$runs/01-$preset.r1" "$runs/01-$preset-bf16" "$runs/01-$preset-fp16" --out runs/plots/05
+            --precision "$precision" --steps "$steps" --sample 0 --quiet --out "$runs/$label" >"$runs/logs/$label.log" 2>&1 ||
+            { echo "failed"; cat "$runs/logs/$label.log" >&2; exit 1; }
+        echo "loss $(awk -F, 'NR == 2 { print $16 }' "$runs/$label/run.csv")"
+        plan_layout 1 01_single_gpu/train "$runs/$label" --model "$preset" --device "$device_choice" --batch 8 --micro 1 \
+            --eval-every 20 --precision "$precision" --steps "$steps"
+    done
+    plot --precision "$reference" "$runs/01-$preset-bf16" "$runs/01-$preset-fp16" --out runs/plots/05
+fi
 
 # ---- chapter 05: ZeRO stages 0-3 on the data-parallel ranks; stage 3 with and without prefetch ----
-if [ -x 05_zero/train ]; then
+if chosen 05 && [ -x 05_zero/train ]; then
     for stage in 0 1 2 3; do
         configure "05-dp$dp_ranks-zero$stage" "$dp_ranks" 05_zero/train --model "$preset" --device "$device_choice" \
             --batch "$dp_batch" --zero "$stage" --eval-every 20
@@ -331,14 +359,14 @@ if [ -x 05_zero/train ]; then
     configure "05-dp$dp_ranks-zero3-prefetch0" "$dp_ranks" 05_zero/train --model "$preset" --device "$device_choice" \
         --batch "$dp_batch" --zero 3 --prefetch 0 --eval-every 20
     compare "$steps"
-    plot "$runs"/01-"$preset".r* "$runs"/05-*.r* --out runs/plots/05
+    plot $(chapter_01_runs) "$runs"/05-*.r* --out runs/plots/05
     plot --zero "$runs"/05-*.r* --out runs/plots/05
     plot --gantt "$runs/05-dp$dp_ranks-zero3.r1" "$runs/05-dp$dp_ranks-zero3-prefetch0.r1" --out runs/plots/05
 fi
 
 # ---- chapter 06: ZeRO-Offload in bf16 on the data-parallel ranks, with the delayed update, and
 # combined with a 2-stage pipeline; the capacity of a device budget, 01 against 06 ----
-if [ -x 06_offload/train ]; then
+if chosen 06 && [ -x 06_offload/train ]; then
     configure "06-01-bf16" 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --precision bf16 \
         --eval-every 20
     configure "06-dp$dp_ranks-offload" "$dp_ranks" 06_offload/train --model "$preset" --device "$device_choice" \
@@ -373,14 +401,17 @@ if [ -x 06_offload/train ]; then
 fi
 
 # ---- the planner: every layout above, predicted (common/plan) against measured ----
-plot --plan "$runs"/*.r* "$runs/01-$preset-bf16" "$runs/01-$preset-fp16" --out runs/plots/plan
+plot --plan "$runs"/*.r* "${precision_runs[@]}" --out runs/plots/plan
 [ "$dry_run" = 1 ] || echo "demo: planned against measured, every layout of the demo: runs/plots/plan/plan.png" \
     "(not planned: $(grep -l . "$runs"/*.r1/plan.err 2>/dev/null | sed 's|.*/\(.*\)\.r1/plan.err|\1|' | paste -sd, -))"
 
-if [ "$dry_run" = 1 ]; then
-    launch 1 ./01_single_gpu/train --model tiny --steps 300 --quiet --sample 200 --out "$runs/01-sample"
-    exit 0
+if chosen 01; then
+    if [ "$dry_run" = 1 ]; then
+        launch 1 ./01_single_gpu/train --model tiny --steps 300 --quiet --sample 200 --out "$runs/01-sample"
+    else
+        echo "demo: a text sample from the tiny model after 300 steps (prompt|generated):"
+        launch 1 ./01_single_gpu/train --model tiny --steps 300 --quiet --sample 200 --out "$runs/01-sample" | grep '^sample:'
+    fi
 fi
-echo "demo: a text sample from the tiny model after 300 steps (prompt|generated):"
-launch 1 ./01_single_gpu/train --model tiny --steps 300 --quiet --sample 200 --out "$runs/01-sample" | grep '^sample:'
+[ "$dry_run" != 1 ] || exit 0
 echo "demo: done. CSVs in $runs/, plots in runs/plots/01 .. runs/plots/06 (see course.md for what to look for)"

@@ -90,6 +90,12 @@ refuses_all() {
     assert_success
     assert_equal "$(head -1 "$d/memory.csv")" "rank,space,category,peak_bytes"
     assert_equal "$(cut -d, -f1 "$d/memory.csv" | sort -u | tr '\n' ' ')" "0 1 rank " # rewritten for 2 ranks
+    # a run's memory.csv has the same header, but it is the run's, beside its run-info.txt
+    cp -r "$BATS_FILE_TMPDIR/run" "$d/run"
+    cp "$d/run/memory.csv" "$d/originals/memory.csv"
+    refused "$d/run/memory.csv" "is a run's memory.csv in its --out directory $d/run" \
+        "$PLAN" --model tiny --csv "$d/run/memory.csv"
+    "$PLAN" --model tiny --csv "$d/run/plan.csv" >/dev/null # another name beside the run is the plan's
 }
 
 @test "common/plan --time-csv replaces only a new name or its own earlier CSV" {

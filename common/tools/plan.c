@@ -45,6 +45,7 @@
  * stages, slots and slices: plan_stage.h. Exit status 2 on bad input, with
  * one line naming the flag. */
 #include "config.h"
+#include "csvlog.h"
 #include "device.h"
 #include "layer_split.h"
 #include "layout_rules.h"
@@ -518,6 +519,20 @@ static const OutputKind time_csv_output = {.what = "a CSV of common/plan --time-
                                            .earlier = "--time-csv file",
                                            .signature = TIME_CSV_HEADER "\n",
                                            .signature_bytes = sizeof TIME_CSV_HEADER};
+
+/* A run's memory.csv has the planner's header, but it is the run's: a file named as one of a run's
+ * files, beside the run-info.txt that marks its --out directory, is never replaced. */
+static void output_file_check_not_run(const char *flag, const char *path, const OutputKind *kind) {
+    output_file_check(flag, path, kind);
+    char dir[PATH_BYTES], info[JOINED_PATH_BYTES];
+    directory_of(path, dir);
+    snprintf(info, sizeof info, "%s/run-info.txt", dir);
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (out_is_run_file(name) && access(info, F_OK) == 0)
+        fatal(EXIT_USAGE, "%s %s: is a run's %s in its --out directory %s (valid: a name that is not one of the "
+              "run's files)", flag, path, name, dir);
+}
+
 static const OutputKind machine_file_output = {.what = "a machine file of common/plan --calibrate",
                                                .earlier = "--calibrate file",
                                                .signature = MACHINE_FILE_HEAD,
@@ -858,8 +873,8 @@ int main(int argc, char **argv) {
             &chapter);
         return 0;
     }
-    if (f.csv[0]) output_file_check("--csv", f.csv, &memory_csv_output);
-    if (f.time_csv[0]) output_file_check("--time-csv", f.time_csv, &time_csv_output);
+    if (f.csv[0]) output_file_check_not_run("--csv", f.csv, &memory_csv_output);
+    if (f.time_csv[0]) output_file_check_not_run("--time-csv", f.time_csv, &time_csv_output);
     if (f.calibrate[0]) {
         calibrate(&f, cfg.device);
         return 0;

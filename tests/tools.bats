@@ -5,6 +5,13 @@
 
 load helpers
 
+# quotes_refuse FILE WORDS: check_quotes.py's rules (--list runs nothing) refuse FILE, saying WORDS.
+quotes_refuse() {
+    run python3 "$REPO/common/python/check_quotes.py" --file "$1" --list
+    assert_failure
+    assert_output --partial "$2"
+}
+
 @test "kernel_breakdown sums an ncu report per kernel and sorts kernels into kinds" {
     dir="$(scratch)"
     # Nsight Compute's --csv layout: its own log lines, then one quoted row per (launch, metric).
@@ -343,25 +350,15 @@ MD
     dir="$(scratch)"
     block() { printf '```sh check\n%s\n```\n```\n```\n\n' "$@"; }
     block './01_single_gpu/train --out runs/t-a' >"$dir/again.md"
-    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/again.md" --list
-    assert_failure
-    assert_output --partial "--out runs/t-a without --overwrite: the block fails when run again"
+    quotes_refuse "$dir/again.md" "--out runs/t-a without --overwrite: the block fails when run again"
     { block './01_single_gpu/train --overwrite --out runs/t-a'; block './05_zero/train --save runs/t-a --overwrite --out runs/t-b'; } >"$dir/twice.md"
-    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/twice.md" --list
-    assert_failure
-    assert_output --partial "--save runs/t-a is already written by the block at line 1"
+    quotes_refuse "$dir/twice.md" "--save runs/t-a is already written by the block at line 1"
     block './01_single_gpu/train --overwrite --out $TMP/x' >"$dir/tmp.md"
-    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/tmp.md" --list
-    assert_failure
-    assert_output --partial "--out \$TMP/x: write under runs/"
+    quotes_refuse "$dir/tmp.md" "--out \$TMP/x: write under runs/"
     printf '<!-- check: echo hi -->\n```\nhi\n```\n' >"$dir/hidden.md"
-    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/hidden.md" --list
-    assert_failure
-    assert_output --partial "hidden.md:1: a command hidden in a comment"
+    quotes_refuse "$dir/hidden.md" "hidden.md:1: a command hidden in a comment"
     printf '```sh check\necho hi\n```\nprose\n```\nhi\n```\n' >"$dir/lost.md"
-    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/lost.md" --list
-    assert_failure
-    assert_output --partial "must be followed by the fenced block of its output"
+    quotes_refuse "$dir/lost.md" "must be followed by the fenced block of its output"
 }
 
 @test "every block of course.md runs as pasted, again: no two commands share an --out, the launcher, no history" {
@@ -373,27 +370,19 @@ MD
     printf '```\n%s\n%s\n```\n' \
         'common/scripts/mpirun.sh -np 2 ./02_data_parallel/train --model small --steps 40' \
         'common/scripts/mpirun.sh -np 4 ./02_data_parallel/train --model small --steps 40 --dp-mode overlap' >"$dir/default.md"
-    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/default.md" --list
-    assert_failure
-    assert_output --partial "default.md:1: two commands of this block write --out runs/02_data_parallel and the later has no --overwrite"
+    quotes_refuse "$dir/default.md" "default.md:1: two commands of this block write --out runs/02_data_parallel and the later has no --overwrite"
     # one --out given twice, once with --overwrite: only the run without it is refused
     printf '```sh\n%s\n%s\n%s\n```\n' './04_pipeline/train --out runs/t-x' './04_pipeline/train --steps 3 --out runs/t-x --overwrite' \
         './04_pipeline/train --print-schedule' >"$dir/overwrite.md"
     run python3 "$REPO/common/python/check_quotes.py" --file "$dir/overwrite.md" --list
     assert_success
     printf '```\n%s\n%s\n```\n' './03_model_parallel/train --out runs/t-x' './03_model_parallel/train --steps 3 --out=runs/t-x' >"$dir/same.md"
-    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/same.md" --list
-    assert_failure
-    assert_output --partial "write --out runs/t-x and the later has no --overwrite"
+    quotes_refuse "$dir/same.md" "write --out runs/t-x and the later has no --overwrite"
     # plain mpirun: in a block, and as `code` in the prose (even wrapped); across machines it stays
     printf '```\nmpirun -np 2 ./02_data_parallel/train\n```\n' >"$dir/mpirun-block.md"
-    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/mpirun-block.md" --list
-    assert_failure
-    assert_output --partial "mpirun-block.md:1: plain mpirun"
+    quotes_refuse "$dir/mpirun-block.md" "mpirun-block.md:1: plain mpirun"
     printf 'Run it (`mpirun -np 2\n./05_zero/train --zero 3`) now.\n' >"$dir/mpirun-prose.md"
-    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/mpirun-prose.md" --list
-    assert_failure
-    assert_output --partial "mpirun-prose.md:1: plain mpirun in \`mpirun -np 2 ./05_zero/train --zero 3\`"
+    quotes_refuse "$dir/mpirun-prose.md" "mpirun-prose.md:1: plain mpirun in \`mpirun -np 2 ./05_zero/train --zero 3\`"
     printf '```\n%s\n```\nThe error reads `(valid: mpirun -np 2)`; `common/scripts/mpirun.sh -np 2 ./02_data_parallel/train`.\n' \
         'mpirun -np 8 --hostfile hosts ./04_pipeline/train --out runs/two' >"$dir/mpirun-ok.md"
     run python3 "$REPO/common/python/check_quotes.py" --file "$dir/mpirun-ok.md" --list
@@ -401,9 +390,7 @@ MD
     # development history in the prose
     printf 'The issue'"'"'s configuration, before (d228adb).\n\nSee issue 36 and commit 74b00f8.\n\n```\n(d228adb) in an output\n```\n' \
         >"$dir/history.md"
-    run python3 "$REPO/common/python/check_quotes.py" --file "$dir/history.md" --list
-    assert_failure
-    assert_output --partial "history.md:1: development history ('The issue')"
+    quotes_refuse "$dir/history.md" "history.md:1: development history ('The issue')"
     assert_output --partial "history.md:1: development history ('(d228adb)')"
     assert_output --partial "history.md:3: development history ('issue 36')"
     assert_output --partial "history.md:3: development history ('commit 74b00f8')"

@@ -339,24 +339,34 @@ static const struct {
     const char *name;
     int skippable;
 } fault_points[] = {
-    {"allreduce", 1},      /* comm.c: comm_allreduce and comm_allreduce_typed */
-    {"reduce_scatter", 1}, /* comm.c: comm_reduce_scatter and its _typed form */
-    {"allgather", 1},      /* comm.c: comm_allgather and its _typed form */
-    {"broadcast", 1},      /* comm.c: comm_broadcast and its _typed form */
-    {"send",
-     1}, /* comm.c: comm_send, and comm_post_send (a posted send: context parallelism's ring, ZB-H1) */
-    {"recv", 1}, /* comm.c: comm_recv */
-    {"sendrecv",
-     1}, /* comm.c: comm_sendrecv and its _typed form (02's ring, 03's blocking context-parallel ring) */
-    {"wait_posted", 1}, /* comm.c: comm_wait_posted, waiting for a posted send to leave */
-    {"host_allreduce",
-     1},                /* comm.c: comm_allreduce_double, comm_all, comm_max_doubles (step_times_slowest) */
-    {"host_gather", 1}, /* comm.c: comm_gather_bytes */
-    {"barrier", 1},     /* comm.c: comm_barrier */
-    {"worker",
-     0}, /* comm_worker.c: the communication thread starting a queued collective, before its own point */
-    {"ring", 0}, /* 02's ring.c: after each step of the ring's reduce-scatter */
-    {"save", 0}, /* checkpoint.c: once per save on every rank, after its parameters, before its m and v */
+    /* comm.c: comm_allreduce and comm_allreduce_typed */
+    {"allreduce", 1},
+    /* comm.c: comm_reduce_scatter and its _typed form */
+    {"reduce_scatter", 1},
+    /* comm.c: comm_allgather and its _typed form */
+    {"allgather", 1},
+    /* comm.c: comm_broadcast and its _typed form */
+    {"broadcast", 1},
+    /* comm.c: comm_send, and comm_post_send (a posted send: context parallelism's ring, ZB-H1) */
+    {"send", 1},
+    /* comm.c: comm_recv */
+    {"recv", 1},
+    /* comm.c: comm_sendrecv and its _typed form (02's ring, 03's blocking context-parallel ring) */
+    {"sendrecv", 1},
+    /* comm.c: comm_wait_posted, waiting for a posted send to leave */
+    {"wait_posted", 1},
+    /* comm.c: comm_allreduce_double, comm_all, comm_max_doubles (step_times_slowest) */
+    {"host_allreduce", 1},
+    /* comm.c: comm_gather_bytes */
+    {"host_gather", 1},
+    /* comm.c: comm_barrier */
+    {"barrier", 1},
+    /* comm_worker.c: the communication thread starting a queued collective, before its own point */
+    {"worker", 0},
+    /* 02's ring.c: after each step of the ring's reduce-scatter */
+    {"ring", 0},
+    /* checkpoint.c: once per save on every rank, after its parameters, before its m and v */
+    {"save", 0},
 };
 enum { FAULT_POINTS = sizeof fault_points / sizeof fault_points[0] };
 

@@ -459,3 +459,16 @@ fake_tree() {
     run -127 --separate-stderr timeout 20 "$t/common/scripts/demo.sh" # ./01_single_gpu/train: not found
     [ ! -e "$t/runs/demo/old" ] && [ -d "$t/runs/demo/logs" ] && [ -f "$t/runs/demo/demo-info.txt" ]
 }
+
+@test "a dry run prints the demo's plan as written, whatever an earlier demo left in runs/demo" {
+    local t
+    t="$(fake_tree)"
+    for chapter in "$REPO"/0[1-6]_*; do ln -s "$chapter" "$t/$(basename "$chapter")"; done # the demo plans what is built
+    mkdir -p "$t/runs/demo/04-schedule-gpipe.r1" "$t/runs/demo/04-3d-pp2-tp2-dp2.r1" "$t/runs/demo/06-01-bf16.r1"
+    run --separate-stderr env DEMO_DRY_RUN=1 DEMO_CORES=2 "$t/common/scripts/demo.sh"
+    assert_success
+    assert_output --partial "plot.py --bubbles runs/demo/04-schedule-gpipe.r* "
+    assert_output --partial "plot.py --grid runs/demo/04-3d-pp2-tp2-dp2.r* "
+    refute_output --partial "plot.py --bubbles runs/demo/04-schedule-gpipe.r1"
+    refute_output --partial "plot.py --plan runs/demo/04-3d-pp2-tp2-dp2.r1"
+}

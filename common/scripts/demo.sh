@@ -92,6 +92,9 @@ chosen() { [[ ",$only," == *",$1,"* ]]; }
 demo_marker="# written by common/scripts/demo.sh (make demo): removed and written again by the next demo"
 . common/scripts/outputs.sh
 [ "$dry_run" = 1 ] || output_dir_check demo: "$runs" demo.sh demo-info.txt "$demo_marker"
+# A dry run prints the plot commands as the demo would type them, runs/demo/04-3d-*.r* and all: an
+# earlier demo's runs must not expand into the plan.
+[ "$dry_run" = 0 ] || set -f
 # OpenMP threads that spin while waiting steal the cores other ranks need.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -4,6 +4,7 @@
 #include "layer_split.h"
 #include "util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -325,7 +326,9 @@ double bubble_measured(const double *busy_ms, int stages, double span_ms) {
 double schedule_bubble_formula(const char *name, int P, int V, int M, double tf, double tb, double tw) {
     if (strcmp(name, "interleaved") == 0) return (double)(P - 1) / (V * M + P - 1);
     if (strcmp(name, "zb-h1") == 0) {
-        double idle = (P - 1) * (tf + tb - tw); /* per stage */
+        /* per stage: W fills the cooldown's idle, F + B - W a piece, but never the last stage's wait
+         * for its first forward, (P - 1) F, which comes before any W exists */
+        double idle = (P - 1) * fmax(tf, tf + tb - tw);
         return idle / (M * (tf + tb + tw) + idle);
     }
     return bubble_formula(P, M);

@@ -133,10 +133,12 @@ double bubble_measured(const double *busy_ms, int stages, double span_ms);
  * a W of tw on each chunk (gpipe and 1f1b: a backward of tb + tw):
  *   gpipe, 1f1b   (P-1)/(M+P-1)                   bubble_formula
  *   interleaved   (P-1)/(V M + P-1)               the bubble is (P-1)/(V M) of the ideal time
- *   zb-h1         (P-1)(tf+tb-tw) / (M(tf+tb+tw) + (P-1)(tf+tb-tw))
+ *   zb-h1         I / (M(tf+tb+tw) + I), I = (P-1) max(tf, tf+tb-tw)
  * zb-h1's holds for M >= P and tw <= tb (then there are enough W's, and
- * they fit in the bubble they fill); with M < P the simulator gives less
- * than 1F1B's bubble but more than this. */
+ * they fit in the bubble they fill), and for tb <= tf with any tw (a W
+ * longer than tf + tb fills all but the last stage's wait for its first
+ * forward, (P-1) tf, which no W can fill); with M < P the simulator gives
+ * less than 1F1B's bubble but more than this. */
 double schedule_bubble_formula(const char *name, int P, int V, int M, double tf, double tb, double tw);
 
 typedef struct {

@@ -11,8 +11,9 @@ from tool import read_csv
 
 
 def zb_h1_formula(P, M, tf, tb, tw):
-    """ZB-H1's idle fraction (schedule.h, schedule_bubble_formula) for a forward tf, B tb and W tw."""
-    idle = (P - 1) * (tf + tb - tw)
+    """ZB-H1's idle fraction (schedule.h, schedule_bubble_formula) for a forward tf, B tb and W tw:
+    W fills F + B - W of each piece's idle, but never the last stage's (P - 1) tf before its first F."""
+    idle = (P - 1) * max(tf, tf + tb - tw)
     return idle / (M * (tf + tb + tw) + idle)
 
 

@@ -61,6 +61,14 @@ spoilt_run() {
     refused "^plot.py: $run_dir/steps.csv line 2: 3 fields where the header has [0-9]+, a file cut short"
 }
 
+@test "plot.py refuses a field that is not a number in one line naming its file, line and column, exit 2" {
+    run_dir="$(spoilt_run number)"
+    # the first row's loss spoilt: 1,abc,...
+    sed -i '2s/^\([^,]*\),[^,]*/\1,abc/' "$run_dir/steps.csv"
+    run --separate-stderr "$python" "$PLOT" "$run_dir" --out "$(scratch)/plots"
+    refused "^plot.py: $run_dir/steps.csv line 2: loss = 'abc' is not a number \(valid: .*\)$"
+}
+
 @test "plot.py refuses a binary file in one line, exit 2" {
     run_dir="$(spoilt_run binary)"
     printf '\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\1\0' >"$run_dir/run.csv"

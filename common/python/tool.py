@@ -6,8 +6,8 @@ kernel_breakdown.py, 06_offload/capacity.py), written once.
   written (OSError) is reported the same way. Any other exception is a bug in the tool and keeps its
   traceback.
 - read_csv reads a CSV the course's programs write, and refuses in one line what is not one: a missing
-  file, a binary one, an empty one, a header without rows, a row cut short, and (asked for by a row) a
-  column the file does not have.
+  file, a binary one, an empty one, a header without rows, a row cut short, (asked for by a row) a
+  column the file does not have, and (taken as a number) a field that is not one.
 - The output-file rule, the same as the C programs' and the scripts', with the same messages: a tool
   writes a file only at a new name or over its own earlier output, which it recognises by content
   (check_output_file); never over a directory, a device or any other file. A tool whose --out is a
@@ -45,6 +45,29 @@ def run_tool(prefix, main):
         print(f"{prefix}{where}{e.strerror or e}", file=sys.stderr)
         sys.exit(2)
     sys.exit(status or 0)
+
+
+class Field(str):
+    """A CSV field: its text, and where it stands. float() and int() of one that is not a number
+    are refused (Refusal) with the file, line and column, where a plain str would raise ValueError."""
+
+    def __new__(cls, text, path, line, column, valid):
+        field = super().__new__(cls, text)
+        field.where = (path, line, column, valid)
+        return field
+
+    def _number(self, kind):
+        try:
+            return kind(str(self))
+        except ValueError:
+            path, line, column, valid = self.where
+            raise Refusal(f"{path} line {line}: {column} = '{self}' is not a number (valid: {valid})") from None
+
+    def __float__(self):
+        return self._number(float)
+
+    def __int__(self):
+        return self._number(int)
 
 
 class CsvRow(dict):
@@ -85,7 +108,7 @@ def read_csv(path, valid):
         if len(fields) != len(header):
             raise Refusal(f"{path} line {number}: {len(fields)} fields where the header has {len(header)}, "
                           f"a file cut short or not this kind of CSV (valid: {valid})")
-        row = CsvRow(zip(header, fields))
+        row = CsvRow((name, Field(text, path, number, name, valid)) for name, text in zip(header, fields))
         row.path, row.valid = path, valid
         rows.append(row)
     if not rows:

@@ -1,0 +1,190 @@
+/* common/tokenize: GPT-2's BPE tokenizer (common/model/bpe.h) on the command line.
+ *
+ *   common/tokenize encode FILE                 FILE's tokens on stdout, one id a line
+ *   common/tokenize encode FILE --shard OUT     ... as an llm.c token shard (token_shard.h)
+ *   common/tokenize decode FILE                 the text of FILE's tokens (ids as encode prints
+ *                                               them, or a token shard) on stdout, byte for byte
+ *
+ * The vocabulary is GPT-2's encoder.json and vocab.bpe, which
+ * common/scripts/get-gpt2-vocab.sh fetches and verifies into vocab/gpt2. */
+#include "bpe.h"
+#include "token_shard.h"
+#include "util.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "usage: common/tokenize encode FILE [--shard OUT] [--vocab-dir DIR]\n"
+    "                                   GPT-2's tokens of the bytes of FILE: one id a line on stdout, or\n"
+    "                                   with --shard an llm.c token shard OUT (magic 20240520, version 1,\n"
+    "                                   uint16 tokens; OUT is a new name or an earlier shard)\n"
+    "       common/tokenize decode FILE [--vocab-dir DIR]\n"
+    "                                   the bytes of FILE's tokens on stdout; FILE holds ids as encode\n"
+    "                                   prints them (any white space between) or is a token shard\n"
+    "       common/tokenize --help\n"
+    "--vocab-dir DIR: GPT-2's encoder.json and vocab.bpe (default: vocab/gpt2 in the course's folder,\n"
+    "where common/scripts/get-gpt2-vocab.sh stores them after checking their SHA-256 sums).\n"
+    "Text is encoded as bytes: any file, invalid UTF-8 included, decodes back to itself. <|endoftext|>\n"
+    "in the text is ordinary text (tiktoken's encode_ordinary); its id, 50256, decodes to it.\n";
+
+/* vocab/gpt2 beside common/, found from this program's own path (common/tokenize). */
+static void default_vocab_dir(char dir[PATH_BYTES]) {
+    char exe[PATH_BYTES];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        snprintf(dir, PATH_BYTES, "vocab/gpt2");
+        return;
+    }
+    exe[n] = 0;
+    char common[PATH_BYTES], repo[PATH_BYTES];
+    directory_of(exe, common);
+    directory_of(common, repo);
+    snprintf(dir, PATH_BYTES, "%.4000s/vocab/gpt2", repo);
+}
+
+static unsigned char *read_input(const char *path, size_t *size) {
+    struct stat st;
+    if (stat(path, &st) != 0) fatal(EXIT_USAGE, "%s: cannot open (%s)", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) fatal(EXIT_USAGE, "%s: not a regular file (valid: a text file)", path);
+    FILE *f = fopen(path, "rb");
+    if (!f) fatal(EXIT_USAGE, "%s: cannot open (%s)", path, strerror(errno));
+    unsigned char *buf = xmalloc((size_t)st.st_size + 1);
+    if (fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size)
+        fatal(EXIT_USAGE, "%s: read failed (%s)", path, ferror(f) ? strerror(errno) : "file shrank");
+    fclose(f);
+    buf[st.st_size] = 0;
+    *size = (size_t)st.st_size;
+    return buf;
+}
+
+static void stdout_check(void) {
+    if (fflush(stdout) != 0 || ferror(stdout))
+        fatal(EXIT_RUNTIME, "stdout: write failed (%s)", strerror(errno));
+}
+
+static void encode(Bpe *b, const char *path, const char *shard) {
+    if (shard) {
+        if (same_file(path, shard))
+            fatal(EXIT_USAGE, "--shard %s: is the file being encoded (valid: a new name)", shard);
+        output_file_check("--shard", shard, &shard_output);
+        if (b->vocab_size > UINT16_MAX + 1)
+            fatal(EXIT_USAGE, "--shard %s: a vocabulary of %d tokens does not fit a shard's 16-bit ids",
+                  shard, b->vocab_size);
+    }
+    size_t size;
+    unsigned char *text = read_input(path, &size);
+    BpeTokens t = {0};
+    bpe_encode(b, text, size, &t);
+    if (shard) {
+        shard_write("--shard", shard, t.ids, t.count);
+    } else {
+        for (size_t i = 0; i < t.count; i++) printf("%d\n", t.ids[i]);
+        stdout_check();
+    }
+    bpe_tokens_free(&t);
+    free(text);
+}
+
+/* Every id is checked before the first byte is written: a refusal leaves no partial text. */
+static void decode(const Bpe *b, const char *path) {
+    BpeTokens t = {0};
+    if (shard_has_magic(path)) {
+        size_t count;
+        uint16_t *tokens = shard_read("decode", path, &count);
+        t.ids = xmalloc((count + 1) * sizeof *t.ids);
+        for (size_t i = 0; i < count; i++) t.ids[i] = tokens[i];
+        t.count = count;
+        free(tokens);
+    } else {
+        size_t size;
+        char *text = (char *)read_input(path, &size);
+        t.capacity = size / 2 + 1; /* an id and a separator are at least two bytes */
+        t.ids = xmalloc(t.capacity * sizeof *t.ids);
+        for (size_t i = 0; i < size;) {
+            if (text[i] == ' ' || (text[i] >= '\t' && text[i] <= '\r')) {
+                i++;
+                continue;
+            }
+            size_t j = i;
+            long id = 0;
+            while (j < size && text[j] >= '0' && text[j] <= '9' && id <= INT_MAX)
+                id = id * 10 + (text[j++] - '0');
+            int ends = j == size || text[j] == ' ' || (text[j] >= '\t' && text[j] <= '\r');
+            if (j == i || !ends)
+                fatal(EXIT_USAGE,
+                      "%s: byte %zu starts no token id (valid: decimal ids 0..%d separated by white "
+                      "space, or a token shard)",
+                      path, i, b->vocab_size - 1);
+            if (id >= b->vocab_size)
+                fatal(EXIT_USAGE, "%s: token id %ld is out of range (valid: 0..%d)", path, id,
+                      b->vocab_size - 1);
+            t.ids[t.count++] = (int)id;
+            i = j;
+        }
+        free(text);
+    }
+    for (size_t i = 0; i < t.count; i++)
+        if (t.ids[i] >= b->vocab_size)
+            fatal(EXIT_USAGE, "%s: token %zu is id %d, out of range (valid: 0..%d)", path, i, t.ids[i],
+                  b->vocab_size - 1);
+    for (size_t i = 0; i < t.count; i++) {
+        const unsigned char *bytes;
+        size_t n = bpe_token(b, t.ids[i], &bytes);
+        fwrite(bytes, 1, n, stdout);
+    }
+    stdout_check();
+    bpe_tokens_free(&t);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || (strcmp(argv[1], "encode") != 0 && strcmp(argv[1], "decode") != 0)) {
+        if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (argc < 2) fatal(EXIT_USAGE, "no command (valid: encode, decode; see --help)");
+        fatal(EXIT_USAGE, "unknown command '%s' (valid: encode, decode; see --help)", argv[1]);
+    }
+    const char *command = argv[1], *shard = NULL, *vocab_dir = NULL;
+    static const struct option options[] = {{"shard", required_argument, 0, 's'},
+                                            {"vocab-dir", required_argument, 0, 'v'},
+                                            {"help", no_argument, 0, 'h'},
+                                            {0, 0, 0, 0}};
+    optind = 2;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
+        if (opt == 's')
+            shard = optarg;
+        else if (opt == 'v')
+            vocab_dir = optarg;
+        else if (opt == 'h') {
+            fputs(usage, stdout);
+            return 0;
+        } else
+            getopt_refuse(opt, argv);
+    }
+    if (optind >= argc) fatal(EXIT_USAGE, "%s needs a FILE (see --help)", command);
+    const char *path = argv[optind++];
+    getopt_no_operands(argc, argv);
+    if (shard && strcmp(command, "encode") != 0) fatal(EXIT_USAGE, "--shard is for encode (see --help)");
+    char dir[PATH_BYTES];
+    if (vocab_dir)
+        snprintf(dir, sizeof dir, "%s", vocab_dir);
+    else
+        default_vocab_dir(dir);
+    Bpe b;
+    bpe_load(&b, dir, "--vocab-dir");
+    if (strcmp(command, "encode") == 0)
+        encode(&b, path, shard);
+    else
+        decode(&b, path);
+    bpe_free(&b);
+    return 0;
+}

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- the byte-to-unicode table ---- */
 
@@ -133,6 +134,29 @@ size_t bpe_piece_end(const unsigned char *s, size_t n, size_t i) {
 }
 
 /* ---- files ---- */
+
+void bpe_default_dir(char dir[PATH_BYTES]) {
+    char exe[PATH_BYTES];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        snprintf(dir, PATH_BYTES, "vocab/gpt2");
+        return;
+    }
+    exe[n] = 0;
+    char folder[PATH_BYTES], repo[PATH_BYTES];
+    directory_of(exe, folder);
+    directory_of(folder, repo);
+    snprintf(dir, PATH_BYTES, "%.4000s/vocab/gpt2", repo);
+}
+
+int bpe_files_present(const char *dir) {
+    char path[JOINED_PATH_BYTES];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/encoder.json", dir);
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    snprintf(path, sizeof path, "%s/vocab.bpe", dir);
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
 
 static unsigned char *read_whole(const char *flag, const char *dir, const char *name, size_t *size) {
     char path[JOINED_PATH_BYTES];

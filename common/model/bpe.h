@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util.h"
+
 enum { BPE_CACHE_PIECE_BYTES = 64 };
 
 typedef struct {
@@ -62,6 +64,13 @@ void bpe_tokens_free(BpeTokens *t);
 
 /* The bytes of token id (0 <= id < vocab_size): *bytes points into b, length returned. */
 size_t bpe_token(const Bpe *b, int id, const unsigned char **bytes);
+
+/* vocab/gpt2 in the course's folder, found from the running program's path
+ * (common/tokenize, NN_name/train: one folder below it), where
+ * common/scripts/get-gpt2-vocab.sh stores the vocabulary; and whether dir
+ * holds both files. */
+void bpe_default_dir(char dir[PATH_BYTES]);
+int bpe_files_present(const char *dir);
 
 /* Pre-tokenisation: where the piece that starts at text[i] ends (i < bytes). */
 size_t bpe_piece_end(const unsigned char *text, size_t bytes, size_t i);

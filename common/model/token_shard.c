@@ -26,6 +26,19 @@ int shard_has_magic(const char *path) {
     return ok;
 }
 
+int shard_other_magic(const char *path, int32_t *magic) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    int32_t header[3] = {0};
+    int read = fread(header, sizeof header, 1, f) == 1;
+    fclose(f);
+    *magic = header[0];
+    return read && header[0] != SHARD_MAGIC && header[1] == SHARD_VERSION && header[2] >= 0 &&
+           (size_t)st.st_size == SHARD_HEADER_INTS * sizeof(int32_t) + 2 * (size_t)header[2];
+}
+
 uint16_t *shard_read(const char *flag, const char *path, size_t *count) {
     struct stat st;
     if (stat(path, &st) != 0) fatal(EXIT_USAGE, "%s %s: cannot open (%s)", flag, path, strerror(errno));

@@ -17,6 +17,10 @@ enum { SHARD_MAGIC = 20240520, SHARD_VERSION = 1, SHARD_HEADER_INTS = 256 };
 
 /* Does the file at path open with the shard magic? (0 when it cannot be read.) */
 int shard_has_magic(const char *path);
+/* Is it laid out as a shard (version 1, a token count that matches its size)
+ * under another magic? Its magic then, in *magic: a damaged shard, which
+ * --data refuses instead of reading it as text. */
+int shard_other_magic(const char *path, int32_t *magic);
 
 /* The tokens of the shard at path, malloc'ed, their number in *count. A file that is not
  * a sound shard (too short for the header, another magic or version, a token count that

@@ -34,21 +34,6 @@ static const char usage[] =
     "Text is encoded as bytes: any file, invalid UTF-8 included, decodes back to itself. <|endoftext|>\n"
     "in the text is ordinary text (tiktoken's encode_ordinary); its id, 50256, decodes to it.\n";
 
-/* vocab/gpt2 beside common/, found from this program's own path (common/tokenize). */
-static void default_vocab_dir(char dir[PATH_BYTES]) {
-    char exe[PATH_BYTES];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) {
-        snprintf(dir, PATH_BYTES, "vocab/gpt2");
-        return;
-    }
-    exe[n] = 0;
-    char common[PATH_BYTES], repo[PATH_BYTES];
-    directory_of(exe, common);
-    directory_of(common, repo);
-    snprintf(dir, PATH_BYTES, "%.4000s/vocab/gpt2", repo);
-}
-
 static unsigned char *read_input(const char *path, size_t *size) {
     struct stat st;
     if (stat(path, &st) != 0) fatal(EXIT_USAGE, "%s: cannot open (%s)", path, strerror(errno));
@@ -178,7 +163,7 @@ int main(int argc, char **argv) {
     if (vocab_dir)
         snprintf(dir, sizeof dir, "%s", vocab_dir);
     else
-        default_vocab_dir(dir);
+        bpe_default_dir(dir);
     Bpe b;
     bpe_load(&b, dir, "--vocab-dir");
     if (strcmp(command, "encode") == 0)

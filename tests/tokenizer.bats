@@ -22,7 +22,7 @@ need_vocab() {
 @test "common/tokenize --help names encode, decode, token shards and the vocabulary" {
     run "$TOKENIZE" --help
     assert_success
-    assert_output --partial "common/tokenize encode FILE [--shard OUT] [--vocab-dir DIR]"
+    assert_output --partial "common/tokenize encode FILE [--shard OUT [--val-shard VAL [--val-tokens N]]] [--vocab-dir DIR]"
     assert_output --partial "common/tokenize decode FILE [--vocab-dir DIR]"
     assert_output --partial "common/scripts/get-gpt2-vocab.sh"
 }
@@ -37,7 +37,9 @@ need_vocab() {
     run -2 "$TOKENIZE" decode a b
     assert_output "error: unexpected argument 'b' (flags start with --; see --help)"
     run -2 "$TOKENIZE" decode a --shard b
-    assert_output "error: --shard is for encode (see --help)"
+    assert_output "error: --shard, --val-shard and --val-tokens are for encode (see --help)"
+    run -2 "$TOKENIZE" encode a --val-shard b
+    assert_output "error: --val-shard needs --shard for the training tokens (see --help)"
 }
 
 @test "common/tokenize without the vocabulary says where to get it in one line" {
@@ -113,6 +115,40 @@ PY
     assert_output "error: --shard $dir/ids: exists and is not a token shard (magic 20240520) (valid: a new name or an earlier token shard)"
     run -2 "$TOKENIZE" encode "$dir/t" --shard "$dir/t"
     assert_output "error: --shard $dir/t: is the file being encoded (valid: a new name)"
+}
+
+@test "encode --val-shard splits as llm.c's data scripts: <|endoftext|> before every blank-line document, the first N tokens for validation" {
+    need_vocab
+    local dir python=python3
+    dir="$(scratch)"
+    head -c 30000 "$REPO/course.md" >"$dir/t"
+    run "$TOKENIZE" encode "$dir/t" --shard "$dir/train" --val-shard "$dir/val" --val-tokens 1000
+    assert_success
+    "$TOKENIZE" decode "$dir/val" >"$dir/val.txt"
+    "$TOKENIZE" decode "$dir/train" >"$dir/train.txt"
+    [ -x "$REPO/build/venv-tiktoken/bin/python" ] && python="$REPO/build/venv-tiktoken/bin/python"
+    TIKTOKEN_CHECK="$REPO/tests/tiktoken_check.py" run "$python" - "$dir" "$VOCAB" <<'PY'
+import os, struct, sys
+d, vocab = sys.argv[1], sys.argv[2]
+text = open(d + "/t", "rb").read()
+marked = b"<|endoftext|>" + text.replace(b"\n\n", b"\n\n<|endoftext|>")
+count = lambda f: struct.unpack("<3i", open(f, "rb").read(12))[2]
+print("val", count(d + "/val"), "decoded", open(d + "/val.txt", "rb").read() + open(d + "/train.txt", "rb").read() == marked)
+try:  # llm.c's own recipe, where tiktoken imports
+    sys.path.insert(0, os.path.dirname(os.environ["TIKTOKEN_CHECK"]))
+    from tiktoken_check import reference_encoding
+    enc = reference_encoding(vocab)
+    ids = lambda f: list(struct.unpack("<%dH" % count(f), open(f, "rb").read()[1024:]))
+    same = ids(d + "/val") + ids(d + "/train") == enc.encode(marked.decode(), allowed_special={"<|endoftext|>"})
+    print("tiktoken", same)
+except ImportError:
+    print("tiktoken not importable: llm.c's recipe not compared")
+PY
+    assert_success
+    assert_line --index 0 "val 1000 decoded True"
+    assert_line --index 1 --regexp "^(tiktoken True|tiktoken not importable: llm.c's recipe not compared)$"
+    run -2 "$TOKENIZE" encode "$dir/t" --shard "$dir/train" --val-shard "$dir/val" --val-tokens 100000
+    assert_output --regexp "^error: --val-tokens 100000: $dir/t has only [0-9]+ tokens \(valid: --val-tokens below [0-9]+\)$"
 }
 
 @test "decode refuses an id out of range, a word that is no id, and unsound shards in one line" {

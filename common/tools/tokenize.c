@@ -2,11 +2,15 @@
  *
  *   common/tokenize encode FILE                 FILE's tokens on stdout, one id a line
  *   common/tokenize encode FILE --shard OUT     ... as an llm.c token shard (token_shard.h)
+ *   common/tokenize encode FILE --shard OUT --val-shard VAL
+ *                                               llm.c's documents and train/val split, as its
+ *                                               dev/data/tinyshakespeare.py makes them
  *   common/tokenize decode FILE                 the text of FILE's tokens (ids as encode prints
  *                                               them, or a token shard) on stdout, byte for byte
  *
  * The vocabulary is GPT-2's encoder.json and vocab.bpe, which
  * common/scripts/get-gpt2-vocab.sh fetches and verifies into vocab/gpt2. */
+#define _GNU_SOURCE /* memmem */
 #include "bpe.h"
 #include "token_shard.h"
 #include "util.h"
@@ -21,10 +25,14 @@
 #include <unistd.h>
 
 static const char usage[] =
-    "usage: common/tokenize encode FILE [--shard OUT] [--vocab-dir DIR]\n"
+    "usage: common/tokenize encode FILE [--shard OUT [--val-shard VAL [--val-tokens N]]] [--vocab-dir DIR]\n"
     "                                   GPT-2's tokens of the bytes of FILE: one id a line on stdout, or\n"
     "                                   with --shard an llm.c token shard OUT (magic 20240520, version 1,\n"
-    "                                   uint16 tokens; OUT is a new name or an earlier shard)\n"
+    "                                   uint16 tokens; OUT is a new name or an earlier shard); with\n"
+    "                                   --val-shard, llm.c's train/val split (dev/data/tinyshakespeare.py):\n"
+    "                                   <|endoftext|> (50256) before the text and after every blank line\n"
+    "                                   (\"\\n\\n\"), the first N tokens (default 32768) into VAL, the rest\n"
+    "                                   into OUT\n"
     "       common/tokenize decode FILE [--vocab-dir DIR]\n"
     "                                   the bytes of FILE's tokens on stdout; FILE holds ids as encode\n"
     "                                   prints them (any white space between) or is a token shard\n"
@@ -54,20 +62,56 @@ static void stdout_check(void) {
         fatal(EXIT_RUNTIME, "stdout: write failed (%s)", strerror(errno));
 }
 
-static void encode(Bpe *b, const char *path, const char *shard) {
-    if (shard) {
-        if (same_file(path, shard))
-            fatal(EXIT_USAGE, "--shard %s: is the file being encoded (valid: a new name)", shard);
-        output_file_check("--shard", shard, &shard_output);
-        if (b->vocab_size > UINT16_MAX + 1)
-            fatal(EXIT_USAGE, "--shard %s: a vocabulary of %d tokens does not fit a shard's 16-bit ids",
-                  shard, b->vocab_size);
+enum { EOT = 50256, LLMC_VAL_TOKENS = 32768 };
+
+/* llm.c's documents: <|endoftext|> first and after every blank line, each piece
+ * between encoded on its own (as tiktoken encodes around a special token). */
+static void encode_documents(Bpe *b, const unsigned char *text, size_t size, BpeTokens *t) {
+    size_t at = 0;
+    for (;;) {
+        if (t->count == t->capacity) {
+            t->capacity = 2 * t->capacity + 1024;
+            t->ids = realloc(t->ids, t->capacity * sizeof *t->ids);
+            if (!t->ids) fatal(EXIT_RUNTIME, "out of memory: %zu tokens", t->count);
+        }
+        t->ids[t->count++] = EOT;
+        const unsigned char *blank = at < size ? memmem(text + at, size - at, "\n\n", 2) : NULL;
+        size_t end = blank ? (size_t)(blank - text) + 2 : size;
+        bpe_encode(b, text + at, end - at, t);
+        if (!blank) break;
+        at = end;
     }
+}
+
+static void encode(Bpe *b, const char *path, const char *shard, const char *val_shard, long val_tokens) {
+    const char *outputs[2] = {shard, val_shard}, *flags[2] = {"--shard", "--val-shard"};
+    for (int k = 0; k < 2; k++) {
+        if (!outputs[k]) continue;
+        if (same_file(path, outputs[k]))
+            fatal(EXIT_USAGE, "%s %s: is the file being encoded (valid: a new name)", flags[k], outputs[k]);
+        output_file_check(flags[k], outputs[k], &shard_output);
+    }
+    if (val_shard && (strcmp(shard, val_shard) == 0 || same_file(shard, val_shard)))
+        fatal(EXIT_USAGE, "--val-shard %s: is --shard's file too (valid: another name)", val_shard);
+    if (shard && b->vocab_size > UINT16_MAX + 1)
+        fatal(EXIT_USAGE, "--shard %s: a vocabulary of %d tokens does not fit a shard's 16-bit ids", shard,
+              b->vocab_size);
+    if (val_shard && b->vocab_size <= EOT)
+        fatal(EXIT_USAGE, "--val-shard: the vocabulary has no <|endoftext|> (id %d)", EOT);
     size_t size;
     unsigned char *text = read_input(path, &size);
     BpeTokens t = {0};
-    bpe_encode(b, text, size, &t);
-    if (shard) {
+    if (val_shard)
+        encode_documents(b, text, size, &t);
+    else
+        bpe_encode(b, text, size, &t);
+    if (val_shard) {
+        if (t.count <= (size_t)val_tokens)
+            fatal(EXIT_USAGE, "--val-tokens %ld: %s has only %zu tokens (valid: --val-tokens below %zu)",
+                  val_tokens, path, t.count, t.count);
+        shard_write("--val-shard", val_shard, t.ids, (size_t)val_tokens);
+        shard_write("--shard", shard, t.ids + val_tokens, t.count - (size_t)val_tokens);
+    } else if (shard) {
         shard_write("--shard", shard, t.ids, t.count);
     } else {
         for (size_t i = 0; i < t.count; i++) printf("%d\n", t.ids[i]);
@@ -137,8 +181,11 @@ int main(int argc, char **argv) {
         if (argc < 2) fatal(EXIT_USAGE, "no command (valid: encode, decode; see --help)");
         fatal(EXIT_USAGE, "unknown command '%s' (valid: encode, decode; see --help)", argv[1]);
     }
-    const char *command = argv[1], *shard = NULL, *vocab_dir = NULL;
+    const char *command = argv[1], *shard = NULL, *val_shard = NULL, *vocab_dir = NULL;
+    long val_tokens = -1;
     static const struct option options[] = {{"shard", required_argument, 0, 's'},
+                                            {"val-shard", required_argument, 0, 'V'},
+                                            {"val-tokens", required_argument, 0, 'n'},
                                             {"vocab-dir", required_argument, 0, 'v'},
                                             {"help", no_argument, 0, 'h'},
                                             {0, 0, 0, 0}};
@@ -147,6 +194,10 @@ int main(int argc, char **argv) {
     while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
         if (opt == 's')
             shard = optarg;
+        else if (opt == 'V')
+            val_shard = optarg;
+        else if (opt == 'n')
+            val_tokens = parse_int_flag("--val-tokens", optarg, 1, INT32_MAX);
         else if (opt == 'v')
             vocab_dir = optarg;
         else if (opt == 'h') {
@@ -158,7 +209,12 @@ int main(int argc, char **argv) {
     if (optind >= argc) fatal(EXIT_USAGE, "%s needs a FILE (see --help)", command);
     const char *path = argv[optind++];
     getopt_no_operands(argc, argv);
-    if (shard && strcmp(command, "encode") != 0) fatal(EXIT_USAGE, "--shard is for encode (see --help)");
+    if ((shard || val_shard || val_tokens >= 0) && strcmp(command, "encode") != 0)
+        fatal(EXIT_USAGE, "--shard, --val-shard and --val-tokens are for encode (see --help)");
+    if (val_shard && !shard)
+        fatal(EXIT_USAGE, "--val-shard needs --shard for the training tokens (see --help)");
+    if (val_tokens >= 0 && !val_shard) fatal(EXIT_USAGE, "--val-tokens needs --val-shard (see --help)");
+    if (val_tokens < 0) val_tokens = LLMC_VAL_TOKENS;
     char dir[PATH_BYTES];
     if (vocab_dir)
         snprintf(dir, sizeof dir, "%s", vocab_dir);
@@ -167,7 +223,7 @@ int main(int argc, char **argv) {
     Bpe b;
     bpe_load(&b, dir, "--vocab-dir");
     if (strcmp(command, "encode") == 0)
-        encode(&b, path, shard);
+        encode(&b, path, shard, val_shard, val_tokens);
     else
         decode(&b, path);
     bpe_free(&b);

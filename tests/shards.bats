@@ -21,13 +21,15 @@ open(path, "wb").write(struct.pack("<256i", magic, version, count, *[0] * 253) +
 PY
 }
 
-@test "a token shard trains in 01 and in 02 on 2 ranks with the same losses" {
+@test "a token shard trains in 01, in 02 on 2 ranks and in 04 on 2 stages with the same losses" {
     local dir
     dir="$(scratch)"
     shard "$dir/s.bin" 20240520 1 20000 20000
     "$TRAIN01" $FLAGS --data "$dir/s.bin" --out "$dir/ref" >/dev/null
     OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN02" $FLAGS --data "$dir/s.bin" --out "$dir/dp2" >/dev/null
     assert_losses_match "$dir/ref" "$dir/dp2" 4
+    OMP_NUM_THREADS=1 mpirun_np 2 "$REPO/04_pipeline/train" $FLAGS --pp 2 --data "$dir/s.bin" --out "$dir/pp2" >/dev/null
+    assert_losses_match "$dir/ref" "$dir/pp2" 4
     # and the data are the shard's tokens: the same run on another shard gives other losses
     SEED=40 shard "$dir/t.bin" 20240520 1 20000 20000
     "$TRAIN01" $FLAGS --data "$dir/t.bin" --out "$dir/other" >/dev/null

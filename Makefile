@@ -109,7 +109,7 @@ BENCH_SOURCES := $(filter $(CHAPTER_DIRS:%=%%bench.c),$(wildcard 0[1-6]_*/*bench
 # Chapter 06's CPU AdamW benchmark needs neither MPI nor the chapter's trainer.
 BENCH_SOURCES := $(sort $(BENCH_SOURCES) $(wildcard 06_offload/adambench.c))
 # Tools: common/NAME from common/tools/NAME.c (no MPI): common/ckpt inspects and exports checkpoints,
-# common/plan predicts a run's memory; common/tools/NAME_*.c are the modules of tool NAME.
+# common/plan predicts a run's memory, common/tokenize is GPT-2's tokenizer; common/tools/NAME_*.c are the modules of tool NAME.
 TOOL_MODULES := $(wildcard common/tools/plan_*.c)
 TOOLS := $(patsubst common/tools/%.c,common/%,$(filter-out $(TOOL_MODULES),$(wildcard common/tools/*.c)))
 PROGRAMS := $(CHAPTER_DIRS:%/=%/train) $(BENCH_SOURCES:%.c=%) $(TOOLS)
@@ -121,7 +121,7 @@ TEST_PROGRAMS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SOURCES))
 # The build flavour (CUDA or not, sanitized or not) is part of the objects: rebuild when it changes.
 FLAVOUR := $(BUILD)/.flavour-$(if $(USE_CUDA),cuda,cpu)$(if $(SANITIZE_FLAGS),-san)
 
-.PHONY: all help deps test test-gpu gpu-check demo bench grade exercises clean
+.PHONY: all help deps test test-gpu gpu-check tokenizer-check demo bench grade exercises clean
 all: $(PROGRAMS) $(TEST_PROGRAMS)
 
 help:
@@ -131,6 +131,8 @@ help:
 	@echo "make gpu-check  every check only a GPU can do, with a dated report in common/bench_results"
 	@echo "                (GPU_CHECK_ONLY=part1 or part2 for one half; common/scripts/gpu_check.sh --list shows them)"
 	@echo "make demo       install missing packages, build, run the chapters, draw plots in runs/plots"
+	@echo "make tokenizer-check   common/tokenize against tiktoken's gpt2 on 1.2 MB of varied text (fetches"
+	@echo "                GPT-2's vocabulary, verified, and tiktoken into build/venv-tiktoken)"
 	@echo "make bench      benchmarks (and PyTorch comparison when importable) into runs/bench"
 	@echo "make grade [ONLY=01.2]   grade the exercises (tests/grade), or only those named, and print a score table"
 	@echo "make exercises DEST=dir [ONLY=01.2]   write a student copy with exercises stubbed out"
@@ -218,6 +220,17 @@ gpu-check:
 	@common/scripts/gpu_check.sh --probe
 	@$(MAKE) --no-print-directory all
 	@common/scripts/gpu_check.sh
+
+# common/tokenize token for token against tiktoken: GPT-2's vocabulary fetched and verified
+# (get-gpt2-vocab.sh), tiktoken installed into a virtual environment that tests/tokenizer.bats
+# uses too when it is there.
+TIKTOKEN_VENV := $(BUILD)/venv-tiktoken
+tokenizer-check:
+	@$(MAKE) --no-print-directory common/tokenize
+	@common/scripts/get-gpt2-vocab.sh
+	@test -x $(TIKTOKEN_VENV)/bin/python || python3 -m venv $(TIKTOKEN_VENV)
+	@$(TIKTOKEN_VENV)/bin/python -c 'import tiktoken' 2>/dev/null || $(TIKTOKEN_VENV)/bin/pip install --quiet tiktoken
+	@$(TIKTOKEN_VENV)/bin/python tests/tiktoken_check.py vocab/gpt2
 
 demo: deps
 	@$(MAKE) --no-print-directory all

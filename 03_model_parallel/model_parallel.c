@@ -233,7 +233,8 @@ double model_parallel_evaluate(ModelParallel *p, const Dataset *data, const Conf
 /* --cp: the logits of position ctx-1 are on the cp rank that holds it (on
  * the last stage, in replica 0); summed over the world from there into
  * every rank, so that every rank draws the same byte. */
-static int cp_sample_byte(ModelParallel *p, int ctx, int V, float *row, float *logits, uint64_t *rng) {
+static int cp_sample_token(ModelParallel *p, int ctx, int V, int vocab_rows, float *row, float *logits,
+                           uint64_t *rng) {
     int rows = p->cp.T / p->cp.size / 2, chunk = (ctx - 1) / rows, local = -1;
     for (int half = 0; half < 2; half++)
         if (context_parallel_chunk(p->cp.rank, p->cp.size, half, p->cp.zigzag) == chunk)
@@ -247,7 +248,7 @@ static int cp_sample_byte(ModelParallel *p, int ctx, int V, float *row, float *l
         ops()->fill_zero(row, V);
     comm_allreduce(comm_world(), row, V, COMM_SUM);
     copy_to_host(logits, row, V * sizeof(float));
-    return sample_byte(logits, rng);
+    return sample_token(logits, vocab_rows, rng);
 }
 
 void model_parallel_sample(ModelParallel *p, const Dataset *data, const Config *cfg, uint64_t *rng) {
@@ -255,13 +256,13 @@ void model_parallel_sample(ModelParallel *p, const Dataset *data, const Config *
     const Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
     int holds_logits = p->tensor || p->stage == p->stages - 1;
     context_parallel_pause(&p->cp);
-    unsigned char *text = xmalloc((size_t)32 + n); /* the prompt is at most 32 bytes */
-    int prompt_len = sample_prompt(data, T, text);
+    int *text = xmalloc(((size_t)32 + n) * sizeof(int)); /* the prompt is at most 32 tokens */
+    int prompt_len = sample_prompt(data, T, text), rows = sample_rows(data, V);
     int *context = xcalloc(T, sizeof(int));
     float *logits = xmalloc(V * sizeof(float));
     float *row = cp ? mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, V * sizeof(float), "sampled logits") : NULL;
     for (int i = 0; i < n; i++) {
-        int len = prompt_len + i, ctx = len < T ? len : T; /* the model sees the last (at most T) bytes */
+        int len = prompt_len + i, ctx = len < T ? len : T; /* the model sees the last (at most T) tokens */
         for (int t = 0; t < ctx; t++) context[t] = text[len - ctx + t];
         /* --cp, --sp: always T tokens, cut into chunks or rows; the causal mask hides those after ctx */
         int tokens = cp || sp ? T : ctx;
@@ -269,16 +270,16 @@ void model_parallel_sample(ModelParallel *p, const Dataset *data, const Config *
         model_parallel_forward(p, 0, 1, tokens);
         int byte = 0;
         if (cp) {
-            byte = cp_sample_byte(p, ctx, V, row, logits, rng);
+            byte = cp_sample_token(p, ctx, V, rows, row, logits, rng);
         } else if (holds_logits) {
             copy_to_host(logits, a->logits + (size_t)(ctx - 1) * V, V * sizeof(float));
-            byte = sample_byte(logits, rng);
+            byte = sample_token(logits, rows, rng);
         }
         if (!p->tensor && !cp)
             byte = (int)comm_allreduce_double(p->mp, holds_logits ? byte : 0, 0); /* from the last stage */
-        text[len] = (unsigned char)byte;
+        text[len] = byte;
     }
-    if (comm_rank(comm_world()) == 0) sample_print(text, prompt_len, n);
+    if (comm_rank(comm_world()) == 0) sample_print(data, text, prompt_len, n);
     mem_free(row);
     free(text);
     free(context);

@@ -446,12 +446,12 @@ void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
     }
     int prev = prev_rank(l, 0), next = next_rank(l, 0);
     Activations *a = slot_of(p, 0, 0);
-    unsigned char *text = xmalloc((size_t)32 + n); /* the prompt is at most 32 bytes */
-    int prompt_len = sample_prompt(l->data, T, text);
+    int *text = xmalloc(((size_t)32 + n) * sizeof(int)); /* the prompt is at most 32 tokens */
+    int prompt_len = sample_prompt(l->data, T, text), rows = sample_rows(l->data, V);
     int *context = xmalloc(T * sizeof(int));
     float *logits = xmalloc(V * sizeof(float));
     for (int i = 0; i < n; i++) {
-        int len = prompt_len + i, ctx = len < T ? len : T; /* the model sees the last (at most T) bytes */
+        int len = prompt_len + i, ctx = len < T ? len : T; /* the model sees the last (at most T) tokens */
         for (int t = 0; t < ctx; t++) context[t] = text[len - ctx + t];
         if (prev < 0) copy_to_device(a->tokens, context, ctx * sizeof(int));
         if (prev >= 0) comm_recv(l->pp, a->encoded, (size_t)ctx * C, prev, TAG_ACTIVATIONS);
@@ -462,11 +462,11 @@ void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
             comm_send(l->pp, stage_output(p, a, 0), (size_t)ctx * C, next, TAG_ACTIVATIONS);
         } else {
             copy_to_host(logits, a->logits + (size_t)(ctx - 1) * V, V * sizeof(float));
-            byte = sample_byte(logits, rng);
+            byte = sample_token(logits, rows, rng);
         }
-        text[len] = (unsigned char)comm_allreduce_double(l->pp, byte, 0); /* from the last stage */
+        text[len] = (int)comm_allreduce_double(l->pp, byte, 0); /* from the last stage */
     }
-    if (comm_rank(comm_world()) == 0) sample_print(text, prompt_len, n);
+    if (comm_rank(comm_world()) == 0) sample_print(l->data, text, prompt_len, n);
     free(text);
     free(context);
     free(logits);

@@ -43,12 +43,14 @@
  * Usage: test_units table|views|padding|shards|ranges|norm|split|bw. Prints a line per
  * check and "PASS" or "FAIL: N failures"; exit 0 when every check passes. */
 #include "config.h"
+#include "data.h"
 #include "device.h"
 #include "kernels.h"
 #include "layer_split.h"
 #include "mixed.h"
 #include "model.h"
 #include "optimizer_step.h"
+#include "token_shard.h"
 #include "util.h"
 
 #include <math.h>
@@ -56,6 +58,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int failures = 0;
 
@@ -750,6 +753,28 @@ static void test_split(void) {
           splits);
 }
 
+/* A token shard written by shard_write is read back by data_load token for
+ * token, ids past 255 and GPT-2's last (50256) among them, and split as text is. */
+static void test_shard(void) {
+    char path[] = "/tmp/test_units_shard_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    enum { N = 5000 };
+    int tokens[N];
+    for (int i = 0; i < N; i++) tokens[i] = (int)(hash64((uint64_t)i) % 50257);
+    tokens[7] = 50256;
+    shard_write("shard", path, tokens, N);
+    Dataset d;
+    data_load(&d, path, 64);
+    int same = d.is_shard && d.size == N;
+    for (int i = 0; same && i < N; i++) same = d.tokens[i] == tokens[i];
+    check(same, "shard: %d tokens written by shard_write, read back by data_load %s", N,
+          same ? "equal" : "DIFFERENT (or not taken for a shard)");
+    check(d.split_at == N - N / 10, "shard: validation split at %zu (its last tenth)", d.split_at);
+    data_free(&d);
+    unlink(path);
+}
+
 int main(int argc, char **argv) {
     const char *what = argc == 2 ? argv[1] : "";
     device_init("cpu", 0);
@@ -771,8 +796,10 @@ int main(int argc, char **argv) {
         test_split();
     } else if (strcmp(what, "bw") == 0) {
         test_bw();
+    } else if (strcmp(what, "shard") == 0) {
+        test_shard();
     } else {
-        fatal(EXIT_USAGE, "usage: test_units table|views|padding|shards|ranges|norm|split|bw");
+        fatal(EXIT_USAGE, "usage: test_units table|views|padding|shards|ranges|norm|split|bw|shard");
     }
     if (failures)
         printf("FAIL: %d failures\n", failures);

@@ -61,3 +61,10 @@ load helpers
     assert_output --partial "layers 3, units -1..3: without W1 the gradients differ"
     assert_output --partial "PASS"
 }
+
+@test "a token shard written by shard_write is read back by --data's loader token for token" {
+    run "$BUILD/tests/test_units" shard
+    assert_success
+    assert_output --partial "shard: 5000 tokens written by shard_write, read back by data_load equal"
+    assert_output --partial "PASS"
+}

@@ -2,6 +2,7 @@
 #include "data.h"
 
 #include "device.h"
+#include "token_shard.h"
 #include "util.h"
 
 #include <errno.h>
@@ -48,17 +49,61 @@ static void read_data_file(FILE *f, const char *path, unsigned char *dst, size_t
     fclose(f);
 }
 
+/* A shard's tokens, with the same refusals as a text file's: at least one
+ * sequence and its next token in each split. */
+static uint16_t *read_shard(const char *path, int T, size_t *count) {
+    uint16_t *tokens = shard_read("--data", path, count);
+    size_t need = 2 * ((size_t)T + 1);
+    if (*count < need)
+        fatal(EXIT_USAGE,
+              "--seq %d is longer than the data allows: %s has %zu tokens, training and validation need %zu "
+              "(valid: --seq up to %zu for this shard)",
+              T, path, *count, need, *count >= 4 ? *count / 2 - 1 : 0);
+    return tokens;
+}
+
+/* Is path a token shard? A file laid out as one under another magic is
+ * refused, not read as text. */
+static int is_shard(const char *path) {
+    int32_t magic;
+    if (shard_other_magic(path, &magic))
+        fatal(EXIT_USAGE, "--data %s: laid out as a token shard but its magic is %d (valid: %d)", path, magic,
+              SHARD_MAGIC);
+    return shard_has_magic(path);
+}
+
 void data_load(Dataset *d, const char *path, int T) {
     memset(d, 0, sizeof *d);
-    FILE *f = open_data_file(path, T, &d->size);
-    d->bytes = xmalloc(d->size);
-    read_data_file(f, path, d->bytes, d->size);
+    if (is_shard(path)) {
+        d->tokens = read_shard(path, T, &d->size);
+        d->is_shard = 1;
+    } else {
+        FILE *f = open_data_file(path, T, &d->size);
+        unsigned char *bytes = xmalloc(d->size);
+        read_data_file(f, path, bytes, d->size);
+        d->tokens = xmalloc(d->size * sizeof *d->tokens);
+        for (size_t i = 0; i < d->size; i++) d->tokens[i] = bytes[i];
+        free(bytes);
+    }
     size_t need = (size_t)T + 1;
     size_t val = d->size / 10 > need ? d->size / 10 : need;
     d->split_at = d->size - val;
 }
 
-void data_identify(const char *path, int T, size_t *bytes, uint64_t *checksum) {
+void data_identify(const char *path, int T, int V, size_t *bytes, uint64_t *checksum) {
+    if (is_shard(path)) {
+        size_t count;
+        uint16_t *tokens = read_shard(path, T, &count);
+        int largest = 0;
+        for (size_t i = 0; i < count; i++) largest = tokens[i] > largest ? tokens[i] : largest;
+        if (largest >= V)
+            fatal(EXIT_USAGE, "--data %s: holds token id %d, past --vocab %d (valid: --vocab %d or more)",
+                  path, largest, V, largest + 1);
+        *bytes = count * sizeof *tokens;
+        *checksum = hash_bytes(tokens, *bytes);
+        free(tokens);
+        return;
+    }
     FILE *f = open_data_file(path, T, bytes);
     unsigned char *all = xmalloc(*bytes);
     read_data_file(f, path, all, *bytes);
@@ -78,7 +123,7 @@ void data_upload_batch(const Dataset *d, Split split, uint64_t seed, int index, 
 }
 
 void data_free(Dataset *d) {
-    free(d->bytes);
+    free(d->tokens);
     memset(d, 0, sizeof *d);
 }
 
@@ -86,15 +131,15 @@ void data_batch(const Dataset *d, Split split, uint64_t seed, int index, int fir
                 int *tokens, int *targets) {
     size_t begin = split == SPLIT_TRAIN ? 0 : d->split_at;
     size_t end = split == SPLIT_TRAIN ? d->split_at : d->size;
-    size_t positions = end - begin - T; /* valid starts: a sequence and one more byte fit */
+    size_t positions = end - begin - T; /* valid starts: a sequence and one more token fit */
     for (int j = 0; j < count; j++) {
         int seq = first + j;
         /* the split is part of the hash so training and validation draws differ */
         uint64_t h = hash64(seed ^ hash64(((uint64_t)split << 62) ^ ((uint64_t)index << 24) ^ (uint64_t)seq));
         size_t start = begin + h % positions;
         for (int t = 0; t < T; t++) {
-            tokens[j * T + t] = d->bytes[start + t];
-            targets[j * T + t] = d->bytes[start + t + 1];
+            tokens[j * T + t] = d->tokens[start + t];
+            targets[j * T + t] = d->tokens[start + t + 1];
         }
     }
 }

@@ -58,7 +58,7 @@ static void check_files(Config *c, const char *program) {
     ConfigRecord *r = &c->record;
     size_t data_bytes;
     uint64_t data_checksum;
-    data_identify(c->data, c->model.seq, &data_bytes, &data_checksum);
+    data_identify(c->data, c->model.seq, c->model.vocab, &data_bytes, &data_checksum);
     config_record_add(r, "data", "%zu bytes, checksum %016llx", data_bytes,
                       (unsigned long long)data_checksum);
     if (c->resume[0]) {

@@ -110,7 +110,7 @@ BENCH_SOURCES := $(filter $(CHAPTER_DIRS:%=%%bench.c),$(wildcard 0[1-6]_*/*bench
 BENCH_SOURCES := $(sort $(BENCH_SOURCES) $(wildcard 06_offload/adambench.c))
 # Tools: common/NAME from common/tools/NAME.c (no MPI): common/ckpt inspects and exports checkpoints,
 # common/plan predicts a run's memory, common/tokenize is GPT-2's tokenizer; common/tools/NAME_*.c are the modules of tool NAME.
-TOOL_MODULES := $(wildcard common/tools/plan_*.c)
+TOOL_MODULES := $(wildcard common/tools/plan_*.c common/tools/ckpt_*.c)
 TOOLS := $(patsubst common/tools/%.c,common/%,$(filter-out $(TOOL_MODULES),$(wildcard common/tools/*.c)))
 PROGRAMS := $(CHAPTER_DIRS:%/=%/train) $(BENCH_SOURCES:%.c=%) $(TOOLS)
 # Test programs that need MPI: the collectives, and chapter 03's parallel layers.
@@ -121,7 +121,7 @@ TEST_PROGRAMS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SOURCES))
 # The build flavour (CUDA or not, sanitized or not) is part of the objects: rebuild when it changes.
 FLAVOUR := $(BUILD)/.flavour-$(if $(USE_CUDA),cuda,cpu)$(if $(SANITIZE_FLAGS),-san)
 
-.PHONY: all help deps test test-gpu gpu-check tokenizer-check demo bench grade exercises clean
+.PHONY: all help deps test test-gpu gpu-check tokenizer-check interop demo bench grade exercises clean
 all: $(PROGRAMS) $(TEST_PROGRAMS)
 
 help:
@@ -133,6 +133,8 @@ help:
 	@echo "make demo       install missing packages, build, run the chapters, draw plots in runs/plots"
 	@echo "make tokenizer-check   common/tokenize against tiktoken's gpt2 on 1.2 MB of varied text (fetches"
 	@echo "                GPT-2's vocabulary, verified, and tiktoken into build/venv-tiktoken)"
+	@echo "make interop    common/ckpt's Hugging Face export and import against transformers' GPT2LMHeadModel"
+	@echo "                (installs torch and transformers from PyPI into build/venv-interop)"
 	@echo "make bench      benchmarks (and PyTorch comparison when importable) into runs/bench"
 	@echo "make grade [ONLY=01.2]   grade the exercises (tests/grade), or only those named, and print a score table"
 	@echo "make exercises DEST=dir [ONLY=01.2]   write a student copy with exercises stubbed out"
@@ -176,7 +178,8 @@ $(BENCH_SOURCES:%.c=%): %: $(BUILD)/%.o $(LIBCOMMON)
 	$(CC) -o $@ $(filter %.o,$^) $(LIBCOMMON) $(call program_libs,$@)
 $(TOOLS): common/%: $(BUILD)/common/tools/%.o $(LIBCOMMON)
 	$(CC) -o $@ $(filter %.o,$^) $(LIBCOMMON) $(LDLIBS)
-common/plan: $(TOOL_MODULES:%.c=$(BUILD)/%.o)
+common/plan: $(patsubst %.c,$(BUILD)/%.o,$(wildcard common/tools/plan_*.c))
+common/ckpt: $(patsubst %.c,$(BUILD)/%.o,$(wildcard common/tools/ckpt_*.c))
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
 # 05 and 06 include 04's headers (the timeline, and 06 the pipeline interpreter they link)
 $(BUILD)/05_zero/%.o $(BUILD)/06_offload/%.o: CFLAGS += -I04_pipeline -I03_model_parallel -I02_data_parallel
@@ -231,6 +234,17 @@ tokenizer-check:
 	@test -x $(TIKTOKEN_VENV)/bin/python || python3 -m venv $(TIKTOKEN_VENV)
 	@$(TIKTOKEN_VENV)/bin/python -c 'import tiktoken' 2>/dev/null || $(TIKTOKEN_VENV)/bin/pip install --quiet tiktoken
 	@$(TIKTOKEN_VENV)/bin/python tests/tiktoken_check.py vocab/gpt2
+
+# common/ckpt export --format hf and import-hf against transformers itself (tests/interop.bats:
+# the same logits both ways, an imported save_pretrained model trains in 01 and 04): torch and
+# transformers installed into a virtual environment, which tests/interop.bats uses too when it is there.
+INTEROP_VENV := $(BUILD)/venv-interop
+interop:
+	@$(MAKE) --no-print-directory all
+	@test -x $(INTEROP_VENV)/bin/python || python3 -m venv $(INTEROP_VENV)
+	@$(INTEROP_VENV)/bin/python -c 'import torch, transformers' 2>/dev/null || \
+		$(INTEROP_VENV)/bin/pip install --quiet torch transformers
+	@bats tests/interop.bats
 
 demo: deps
 	@$(MAKE) --no-print-directory all

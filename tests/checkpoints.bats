@@ -509,7 +509,7 @@ print(ascii(json.loads(blob[8:8 + n].decode("utf-8"))["__metadata__"]["writer"])
     [[ "$stderr" != *"cannot open"* ]]
     run --separate-stderr "$CKPT" export # not a checkpoint called "export"
     assert_equal "$status" 2
-    assert_equal "$stderr" "error: expected PATH, verify PATH or export PATH OUT [--optimizer] (see common/ckpt --help)"
+    assert_equal "$stderr" "error: expected PATH, verify PATH, export PATH OUT [--optimizer | --format hf] or import-hf DIR OUT (see common/ckpt --help)"
     printf 'not a checkpoint\n' >"$(scratch)/bad"
     run --separate-stderr "$CKPT" verify "$CK/ck01" "$(scratch)/bad" "$CK/ck02" "$(scratch)/missing"
     assert_equal "$status" 2

@@ -425,7 +425,7 @@ int checkpoint_due(const Config *cfg, int step, int last_step) {
     return step == last_step || (cfg->save_every && step % cfg->save_every == 0);
 }
 
-uint64_t checkpoint_save(const Config *cfg, const CkptLayout *l, const CkptState *s) {
+uint64_t checkpoint_write(const Config *cfg, const CkptLayout *l, const CkptState *s) {
     CkptWriter w;
     ckpt_writer_init(&w, cfg, l, s);
     ckpt_writer_create(&w);
@@ -435,16 +435,20 @@ uint64_t checkpoint_save(const Config *cfg, const CkptLayout *l, const CkptState
     for (int a = 0; a < CKPT_ARRAYS; a++) written[a] = (double)w.written[a];
     uint64_t checksum = ckpt_writer_commit(&w, chunks, written);
     ckpt_writer_free(&w);
+    return checksum;
+}
+
+uint64_t checkpoint_save(const Config *cfg, const CkptLayout *l, const CkptState *s) {
+    uint64_t checksum = checkpoint_write(cfg, l, s);
     run_info_checkpoint(cfg, cfg->save, s->step, checksum);
     log_info("saved checkpoint %s at step %d\n", cfg->save, s->step);
     return checksum;
 }
 
-/* What --save writes: a file that opens with the magic (util.h's output-file rule). */
-static const OutputKind checkpoint_output = {.what = "a checkpoint of this course",
-                                             .earlier = "checkpoint",
-                                             .signature = CKPT_MAGIC,
-                                             .signature_bytes = sizeof CKPT_MAGIC};
+const OutputKind checkpoint_output = {.what = "a checkpoint of this course",
+                                      .earlier = "checkpoint",
+                                      .signature = CKPT_MAGIC,
+                                      .signature_bytes = sizeof CKPT_MAGIC};
 
 /* A save replaces PATH (and PATH.tmp), so neither may be the training text,
  * nor one of the files the run itself writes into --out (compared as files,

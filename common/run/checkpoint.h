@@ -187,6 +187,8 @@ void checkpoint_check(const char *path, const Config *cfg, int *step, uint64_t *
  * file can be created; never the --data file or one of the run's own files
  * in --out, however spelled. */
 void checkpoint_check_save_path(const Config *cfg);
+/* What --save writes: a file that opens with the magic (util.h's output-file rule). */
+extern const OutputKind checkpoint_output;
 
 /* ---- saving and resuming ---- */
 /* Is a checkpoint due after `step` steps? At every --save-every K-th step and
@@ -196,6 +198,9 @@ int checkpoint_due(const Config *cfg, int step, int last_step);
  * run-info.txt, say so. Returns the checksum. Multi-rank programs call
  * checkpoint_save_sharded (checkpoint_sharded.h) on every rank instead. */
 uint64_t checkpoint_save(const Config *cfg, const CkptLayout *l, const CkptState *s);
+/* Only the write of checkpoint_save (cfg->save from l, atomically), without
+ * run-info.txt or a word: for a tool (common/ckpt import-hf). */
+uint64_t checkpoint_write(const Config *cfg, const CkptLayout *l, const CkptState *s);
 /* Every rank, after building its layout: read its segments of cfg->resume
  * into its buffers, and the state into *adam_t (AdamW.t, or Offload.t),
  * *rng and ls (may be NULL). Returns the step reached. 16-bit runs then

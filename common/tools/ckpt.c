@@ -1,4 +1,4 @@
-/* common/ckpt: inspect, verify and export the course's checkpoints.
+/* common/ckpt: inspect, verify, export and import the course's checkpoints.
  *
  *   common/ckpt PATH                       what the checkpoint holds, checksum verified
  *   common/ckpt verify PATH...             the checksums only: "ok <checksum> step <n> PATH" for
@@ -7,6 +7,11 @@
  *   common/ckpt export PATH OUT [--optimizer]
  *                                          the weights as safetensors (OUT: a new name or an earlier
  *                                          export), for PyTorch et al.
+ *   common/ckpt export PATH DIR --format hf
+ *                                          the weights as a Hugging Face transformers GPT-2
+ *                                          (DIR/model.safetensors, DIR/config.json; ckpt_hf.c)
+ *   common/ckpt import-hf DIR OUT          a GPT-2 in Hugging Face's layout as a checkpoint at
+ *                                          step 0 that every chapter resumes (ckpt_hf.c)
  *
  * A checkpoint (common/run/checkpoint.h) is layout-independent: whoever wrote it,
  * its arrays are the whole model's, in table order. Exporting is therefore
@@ -23,6 +28,8 @@
  * documents how they map onto a PyTorch GPT. With --optimizer, Adam's
  * moments follow as adam_m.NAME and adam_v.NAME. */
 #include "checkpoint.h"
+#include "ckpt_hf.h"
+#include "ckpt_tool.h"
 #include "util.h"
 
 #include <errno.h>
@@ -44,18 +51,21 @@ static const char usage[] =
     "                                               to OUT in the safetensors format; OUT is a new name\n"
     "                                               or an earlier export (never a checkpoint, a device or\n"
     "                                               any other file)\n"
+    "       common/ckpt export PATH DIR --format hf\n"
+    "                                               write the weights as a Hugging Face transformers\n"
+    "                                               GPT2LMHeadModel: DIR/model.safetensors (GPT-2's names,\n"
+    "                                               Conv1D matrices transposed) and DIR/config.json, for\n"
+    "                                               GPT2LMHeadModel.from_pretrained(DIR); DIR is a new\n"
+    "                                               directory or an earlier such export\n"
+    "       common/ckpt import-hf DIR OUT           a GPT-2 in Hugging Face's layout (DIR/config.json,\n"
+    "                                               DIR/model.safetensors: F32, F16 or BF16; untied, "
+    "gelu_new,\n"
+    "                                               layer_norm_epsilon 1e-05) as checkpoint OUT at step 0\n"
+    "                                               with fresh Adam state: resume it in any chapter with\n"
+    "                                               the shape it prints; OUT is a new name or an earlier\n"
+    "                                               checkpoint\n"
     "       common/ckpt --help\n"
     "Checkpoints come from any chapter's --save PATH; exit status 2 when a file is not a sound checkpoint.\n";
-
-/* Open path and verify the checksum; ends the program when it does not match. */
-static uint64_t open_verified(CkptFile *f, const char *path) {
-    ckpt_file_open(f, path, path);
-    uint64_t sum = ckpt_file_checksum(f, path, path);
-    if (sum != f->header.checksum)
-        fatal(EXIT_USAGE, "%s: corrupt checkpoint: checksum %016llx, its contents give %016llx", path,
-              (unsigned long long)f->header.checksum, (unsigned long long)sum);
-    return sum;
-}
 
 /* verify one of the files named: prints its "ok" line and returns 1, or
  * prints its "error:" line and returns 0, so that the next one is checked
@@ -65,7 +75,7 @@ static int verify_one(const char *path) {
     UsageTrap trap;
     usage_trap_arm(&trap);
     if (setjmp(trap.where) == 0) {
-        uint64_t sum = open_verified(&f, path);
+        uint64_t sum = ckpt_open_verified(&f, path);
         usage_trap_disarm();
         printf("ok %016llx step %d %s\n", (unsigned long long)sum, f.header.step, path);
         ckpt_file_close(&f);
@@ -80,7 +90,7 @@ static int verify_one(const char *path) {
 
 static void print_info(const char *path) {
     CkptFile f;
-    uint64_t sum = open_verified(&f, path);
+    uint64_t sum = ckpt_open_verified(&f, path);
     const CheckpointHeader *h = &f.header;
     printf("checkpoint  %s (%lld bytes)\n", path, f.file_bytes);
     printf("format      version %u, checksum %016llx (verified)\n", h->version, (unsigned long long)sum);
@@ -113,86 +123,6 @@ static void print_info(const char *path) {
 
 /* ---- export ---- */
 
-/* Append to a growing string. */
-typedef struct {
-    char *s;
-    size_t len, cap;
-} Text;
-
-static void text_add(Text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_add(Text *t, const char *fmt, ...) {
-    for (;;) {
-        va_list args;
-        va_start(args, fmt);
-        int n = vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, args);
-        va_end(args);
-        if (t->s && t->len + n < t->cap) {
-            t->len += n;
-            return;
-        }
-        t->cap = 2 * (t->cap + n + 64);
-        char *grown = realloc(t->s, t->cap);
-        if (!grown) fatal(EXIT_RUNTIME, "out of memory");
-        t->s = grown;
-    }
-}
-
-/* The length of the valid UTF-8 sequence that starts at s (1 to 4 bytes, at
- * most max), or 0 when none does: a stray continuation byte, a cut
- * sequence, an overlong form, a surrogate or a code point past U+10FFFF. */
-static size_t utf8_length(const unsigned char *s, size_t max) {
-    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000}; /* below: an overlong form */
-    size_t n = 0; /* the first byte's leading 1 bits: 0 for ASCII, else the sequence's length */
-    while (n < 5 && (s[0] << n & 0x80)) n++;
-    if (n == 0) return 1;
-    if (n < 2 || n > 4 || n > max) return 0;
-    uint32_t code = s[0] & (0x7f >> n);
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        code = code << 6 | (s[i] & 0x3f);
-    }
-    return code < least[n] || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff) ? 0 : n;
-}
-
-/* A JSON string value of s (at most max bytes), valid UTF-8 whatever the
- * bytes: the writer text is ours, but a damaged or edited header may hold
- * anything, so a byte that is not part of valid UTF-8 is written as the
- * character of its Latin-1 meaning (\u00XX), as are control characters. */
-static void text_add_json_string(Text *t, const char *s, size_t max) {
-    const unsigned char *u = (const unsigned char *)s;
-    text_add(t, "\"");
-    for (size_t i = 0; i < max && u[i];) {
-        size_t n = utf8_length(u + i, max - i);
-        if (u[i] == '"' || u[i] == '\\')
-            text_add(t, "\\%c", u[i]);
-        else if (n == 0 || u[i] < 0x20)
-            text_add(t, "\\u%04x", u[i]);
-        else
-            text_add(t, "%.*s", (int)n, (const char *)u + i);
-        i += n ? n : 1;
-    }
-    text_add(t, "\"");
-}
-
-static void write_all(int fd, const void *data, size_t bytes, const char *out) {
-    const char *p = data;
-    while (bytes > 0) {
-        ssize_t n = write(fd, p, bytes);
-        if (n <= 0) fatal(EXIT_RUNTIME, "%s: write failed (%s)", out, strerror(n < 0 ? errno : EIO));
-        p += n;
-        bytes -= (size_t)n;
-    }
-}
-
-/* An export opens with the header's length (8 bytes) and then these bytes,
- * whatever the checkpoint: what tells an earlier export from any other file. */
-#define EXPORT_HEAD "{\"__metadata__\":{\"format\":\"pt\",\"step\":\""
-static const OutputKind export_output = {.what = "a safetensors export of common/ckpt",
-                                         .earlier = "export",
-                                         .signature = EXPORT_HEAD,
-                                         .signature_bytes = sizeof EXPORT_HEAD - 1,
-                                         .signature_offset = sizeof(uint64_t)};
-
 /* OUT is a new name or an earlier export (util.h's output-file rule, as
  * --save's): never the checkpoint read (under any name), a checkpoint, a
  * directory, a device (/dev/null stays one: the export is renamed over OUT,
@@ -203,21 +133,10 @@ static void check_export_target(const char *path, const char *out) {
     output_file_check("export", out, &export_output);
 }
 
-/* A new temporary file beside OUT (the same directory, so the final rename
- * never crosses file systems), of a name no other file has. */
-static int create_beside(const char *out, char tmp[JOINED_PATH_BYTES]) {
-    snprintf(tmp, 4200, "%s.tmp-XXXXXX", out);
-    int fd = mkstemp(tmp);
-    if (fd < 0) fatal(EXIT_USAGE, "%s: cannot write (%s)", out, strerror(errno));
-    temp_file_register(tmp);
-    if (fchmod(fd, 0644) != 0) fatal(EXIT_RUNTIME, "%s: cannot write (%s)", out, strerror(errno));
-    return fd;
-}
-
 static void export_safetensors(const char *path, const char *out, int with_optimizer) {
     check_export_target(path, out);
     CkptFile f;
-    open_verified(&f, path);
+    ckpt_open_verified(&f, path);
     const CheckpointHeader *h = &f.header;
     int arrays = with_optimizer ? CKPT_ARRAYS : 1;
     static const char *const prefix[CKPT_ARRAYS] = {"", "adam_m.", "adam_v."};
@@ -261,12 +180,9 @@ static void export_safetensors(const char *path, const char *out, int with_optim
         }
     free(buf);
     free(json.s);
-    if (fsync(fd) != 0 || close(fd) != 0) fatal(EXIT_RUNTIME, "%s: write failed (%s)", out, strerror(errno));
-    if (rename(tmp, out) != 0)
-        fatal(EXIT_RUNTIME, "export %s: cannot put the finished export in its place (%s)%s", out,
-              strerror(errno),
-              errno == EXDEV || errno == EBUSY ? " (valid: a name that is not a mount point)" : "");
-    temp_file_forget(tmp);
+    char what[JOINED_PATH_BYTES];
+    snprintf(what, sizeof what, "export %s", out);
+    finish_beside(fd, tmp, out, what);
     printf("exported %d tensors (%llu parameters%s) of %s, step %d, to %s\n", h->num_tensors * arrays,
            (unsigned long long)h->num_params, with_optimizer ? ", with Adam's m and v" : "", path, h->step,
            out);
@@ -291,17 +207,50 @@ int main(int argc, char **argv) {
         for (int i = 2; i < argc; i++) bad += !verify_one(argv[i]);
         return bad ? EXIT_USAGE : 0;
     }
-    /* a checkpoint called "verify" or "export" is ./verify, ./export */
-    if (argc == 2 && argv[1][0] != '-' && strcmp(argv[1], "export") != 0) {
+    /* a checkpoint called "verify", "export" or "import-hf" is ./verify, ... */
+    if (argc == 2 && argv[1][0] != '-' && strcmp(argv[1], "export") != 0 &&
+        strcmp(argv[1], "import-hf") != 0) {
         print_info(argv[1]);
         return 0;
     }
-    if ((argc == 4 || argc == 5) && strcmp(argv[1], "export") == 0) {
-        int with_optimizer = argc == 5 && strcmp(argv[4], "--optimizer") == 0;
-        if (argc == 5 && !with_optimizer)
-            fatal(EXIT_USAGE, "export: unknown option '%s' (valid: --optimizer)", argv[4]);
-        export_safetensors(argv[2], argv[3], with_optimizer);
+    if (argc >= 2 && strcmp(argv[1], "export") == 0) {
+        const char *operand[2] = {NULL, NULL}, *format = "safetensors";
+        int with_optimizer = 0, operands = 0;
+        for (int i = 2; i < argc; i++) {
+            if (strcmp(argv[i], "--optimizer") == 0)
+                with_optimizer = 1;
+            else if (strcmp(argv[i], "--format") == 0 && i + 1 < argc)
+                format = argv[++i];
+            else if (strncmp(argv[i], "--format=", 9) == 0)
+                format = argv[i] + 9;
+            else if (argv[i][0] == '-')
+                fatal(EXIT_USAGE, "export: unknown option '%s' (valid: --optimizer, --format safetensors|hf)",
+                      argv[i]);
+            else if (operands < 2)
+                operand[operands++] = argv[i];
+            else
+                fatal(EXIT_USAGE, "export: one PATH and one OUT (got '%s' too)", argv[i]);
+        }
+        int hf = strcmp(format, "hf") == 0;
+        if (!hf && strcmp(format, "safetensors") != 0)
+            fatal(EXIT_USAGE, "export: --format '%s' (valid: safetensors or hf)", format);
+        if (hf && with_optimizer)
+            fatal(EXIT_USAGE,
+                  "export: --optimizer with --format hf (valid: --format safetensors: a Hugging Face "
+                  "model holds the weights only)");
+        if (operands == 2) {
+            if (hf)
+                hf_export(operand[0], operand[1]);
+            else
+                export_safetensors(operand[0], operand[1], with_optimizer);
+            return 0;
+        }
+    }
+    if (argc == 4 && strcmp(argv[1], "import-hf") == 0) {
+        hf_import(argv[2], argv[3]);
         return 0;
     }
-    fatal(EXIT_USAGE, "expected PATH, verify PATH or export PATH OUT [--optimizer] (see common/ckpt --help)");
+    fatal(EXIT_USAGE,
+          "expected PATH, verify PATH, export PATH OUT [--optimizer | --format hf] or import-hf DIR OUT "
+          "(see common/ckpt --help)");
 }

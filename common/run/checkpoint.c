@@ -94,7 +94,7 @@ void ckpt_layout_range(CkptLayout *l, const GPT *model, const AdamW *opt, int re
             continue;
         }
         for (int u = model->first_unit; u <= model->last_unit; u++) { /* several runs: unit by unit */
-            if (model->unit_at[u + 1] == SIZE_MAX) continue;           /* another stage's */
+            if (model->unit_at[u + 1] == SIZE_MAX) continue;          /* another stage's */
             const ParamUnit *unit = table_unit(&model->table, u);
             size_t at = model->unit_at[u + 1], count = unit->numel;
             size_t begin = count * replica / replicas, end = count * (replica + 1) / replicas;
@@ -692,7 +692,9 @@ int checkpoint_resume(const Config *cfg, const CkptLayout *l, int *adam_t, uint6
         fatal(EXIT_USAGE,
               "--resume %s: the checkpoint changed after the run started (checksum %016llx, was %016llx)",
               cfg->resume, (unsigned long long)h->checksum, (unsigned long long)cfg->resume_checksum);
-    if (h->seed != cfg->seed || h->batch != cfg->batch || h->steps != cfg->steps || h->lr != cfg->lr)
+    /* at step 0 (common/ckpt import-hf's checkpoints) there is no curve yet to differ from */
+    if (h->step > 0 &&
+        (h->seed != cfg->seed || h->batch != cfg->batch || h->steps != cfg->steps || h->lr != cfg->lr))
         log_info("note: resuming with different training flags than the checkpoint's (seed %llu, batch %d, "
                  "steps %d, lr %g); the loss curve will differ from an uninterrupted run\n",
                  (unsigned long long)h->seed, h->batch, h->steps, h->lr);

@@ -143,6 +143,18 @@ static const Flag common_flags[] = {
              "layout, at any precision"},
     {"--quiet", FLAG_SWITCH, FIELD(Config, quiet), .usage = "--quiet", .help = "no per-step progress lines"},
     {"--help", FLAG_HELP, .usage = "--help", .help = "this text", .record = FLAG_NOT_RECORDED},
+    {.type = FLAG_SECTION, .help = "dry run: what one rank of a job allocates and sends, without running it"},
+    {"--dry-run", FLAG_SWITCH, FIELD(Config, dry_run), .usage = "--dry-run",
+     .help = "one rank's start-up and one step with this program's own code, on a\n"
+             "device that records every allocation and computes nothing, and a\n"
+             "transport that counts every byte and sends nothing (no mpirun): writes\n"
+             "that rank's memory.csv rows and run.csv (its share of the bytes per axis;\n"
+             "times 0) to --out. Runs no evaluation, sampling or checkpoint",
+     .record = FLAG_NOT_RECORDED},
+    {"--world", FLAG_INT, FIELD(Config, dry_world), 1, 1048576, .def = "1", .usage = "--world N",
+     .help = "with --dry-run: the job's ranks, {range} (default {default})", .record = FLAG_NOT_RECORDED},
+    {"--rank", FLAG_INT, FIELD(Config, dry_rank), 0, 1048575, .def = "0", .usage = "--rank R",
+     .help = "with --dry-run: the rank to run, 0..N-1 (default {default})", .record = FLAG_NOT_RECORDED},
     {.type = FLAG_SECTION, .help = "communication (run with mpirun -np N)", .only = FLAG_MULTI_RANK},
     {"--comm", FLAG_CHOICE, FIELD(Config, comm), .choices = "auto|nccl|mpi", .noun = "transport",
      .def = "auto", .usage = "--comm auto|nccl|mpi",
@@ -440,6 +452,52 @@ static void check_precision_flags(const Config *c) {
               c->loss_scale);
 }
 
+/* --dry-run and its --world and --rank (device.h, comm.h: "The dry run"). */
+static void check_dry_run_flags(Config *c, int multi_rank) {
+    if (!c->dry_run) {
+        if (flag_given(c, "--world") || flag_given(c, "--rank"))
+            fatal(EXIT_USAGE, "--%s applies to --dry-run only (a job's ranks are mpirun -np N)",
+                  flag_given(c, "--world") ? "world" : "rank");
+        return;
+    }
+    if (c->dry_rank >= c->dry_world)
+        fatal(EXIT_USAGE, "--rank %d is not a rank of --world %d (valid: 0..%d)", c->dry_rank, c->dry_world,
+              c->dry_world - 1);
+    if (!multi_rank && c->dry_world != 1)
+        fatal(EXIT_USAGE, "--world %d: this program runs on one process (valid: 1)", c->dry_world);
+    if (strcmp(c->device, "cuda") == 0)
+        fatal(EXIT_USAGE, "--dry-run plans the CPU backend's buffers (valid: --device auto or cpu)");
+    if (strcmp(c->comm, "nccl") == 0)
+        fatal(EXIT_USAGE, "--dry-run plans the mpi transport (valid: --comm auto or mpi)");
+    if (c->save[0] || c->resume[0])
+        fatal(EXIT_USAGE, "--dry-run writes and reads no checkpoint (valid: without --%s)",
+              c->save[0] ? "save" : "resume");
+    c->sample = 0; /* nothing to sample from: the weights are never written */
+}
+
+int dry_run_requested(int argc, char **argv, int *world, int *rank) {
+    int dry = 0;
+    *world = 1, *rank = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *names[2] = {"--world", "--rank"};
+        int *values[2] = {world, rank};
+        if (strcmp(argv[i], "--dry-run") == 0) dry = 1;
+        for (int k = 0; k < 2; k++) {
+            size_t n = strlen(names[k]);
+            const char *text = strncmp(argv[i], names[k], n) != 0   ? NULL
+                               : argv[i][n] == '='                  ? argv[i] + n + 1
+                               : argv[i][n] == '\0' && i + 1 < argc ? argv[i + 1]
+                                                                    : NULL;
+            if (!text) continue;
+            char *end;
+            long v = strtol(text, &end, 10);
+            if (end != text && !*end && v >= (k == 0 ? 1 : 0) && v <= 1048576) *values[k] = (int)v;
+        }
+    }
+    if (*rank >= *world) *world = *rank + 1; /* config_read's check names the mistake */
+    return dry;
+}
+
 /* The getopt_long options of one table's rows. */
 static void add_options(struct option *options, int *n, const Flag *rows, int table, int multi_rank) {
     for (int i = 0; is_row(&rows[i]); i++) {
@@ -511,6 +569,7 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
         fatal(EXIT_USAGE, "--micro %d does not divide --batch %d (valid: a divisor of the batch)", c->micro,
               c->batch);
     check_precision_flags(c);
+    check_dry_run_flags(c, multi_rank);
     if (c->save_every && !c->save[0])
         fatal(EXIT_USAGE, "--save-every %d needs --save PATH (where to write the checkpoints)",
               c->save_every);

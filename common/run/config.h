@@ -50,6 +50,8 @@ typedef struct {
     int timeout;             /* multi-rank programs: --timeout seconds a wait may last (0: no limit) */
     Precision precision;     /* --precision fp32|bf16|fp16 */
     float loss_scale;        /* fp16: --loss-scale S, a fixed scale; 0 = dynamic (the default) */
+    int dry_run;             /* --dry-run: one rank's start-up and step, on a device that computes nothing */
+    int dry_world, dry_rank; /* --world N --rank R: the job and the rank a dry run stands for */
     int loss_scale_window;   /* fp16, dynamic: clean steps after which the scale doubles */
     /* found by the checks, not set by a flag */
     OutMode out_mode; /* what to do with --out's existing files */
@@ -140,6 +142,11 @@ void flag_set_given(Config *cfg, const char *name, int given);
  * (nothing else is read then). Errors go through fatal(EXIT_USAGE). The
  * files and the machine are checked after this, by preflight.h. */
 int config_read(Config *cfg, int argc, char **argv, const char *program, const ChapterFlags *chapter);
+/* Before MPI starts (harness.h): whether argv asks for a dry run, and its
+ * --world and --rank (1 and 0 where absent or not a number: config_read's
+ * rows then check them and say what is wrong). Flags must be written in full. */
+int dry_run_requested(int argc, char **argv, int *world, int *rank);
+
 /* --help, from the rows; resets the chapter's values to their defaults. */
 void config_print_help(const char *program, const char *summary, const ChapterFlags *chapter);
 

@@ -69,7 +69,13 @@ void run_axis_columns(Run *run, char *header, char *values, size_t size) {
 
 void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSpec *spec, void *flag_values,
                      int *world_size) {
-    comm_init(argc, argv);
+    int dry_world, dry_rank;
+    if (dry_run_requested(*argc, *argv, &dry_world, &dry_rank)) {
+        dry_run_refuse_mpirun();
+        comm_init_dry(dry_world, dry_rank); /* comm.h: no MPI, every byte counted */
+    } else {
+        comm_init(argc, argv);
+    }
     run_init_fields(run, cfg, spec);
     run->across = &many_ranks;
     run->world = comm_world();

@@ -143,18 +143,23 @@ static const Flag common_flags[] = {
              "layout, at any precision"},
     {"--quiet", FLAG_SWITCH, FIELD(Config, quiet), .usage = "--quiet", .help = "no per-step progress lines"},
     {"--help", FLAG_HELP, .usage = "--help", .help = "this text", .record = FLAG_NOT_RECORDED},
-    {.type = FLAG_SECTION, .help = "dry run: what one rank of a job allocates and sends, without running it"},
+    {.type = FLAG_SECTION,
+     .help = "dry run: what one rank of a job allocates and sends, without running it",
+     .only = FLAG_HARNESS},
     {"--dry-run", FLAG_SWITCH, FIELD(Config, dry_run), .usage = "--dry-run",
-     .help = "one rank's start-up and one step with this program's own code, on a\n"
-             "device that records every allocation and computes nothing, and a\n"
-             "transport that counts every byte and sends nothing (no mpirun): writes\n"
-             "that rank's memory.csv rows and run.csv (its share of the bytes per axis;\n"
-             "times 0) to --out. Runs no evaluation, sampling or checkpoint",
-     .record = FLAG_NOT_RECORDED},
+     .help = "be rank R of a job of N ranks, alone (no mpirun): the start-up and\n"
+             "steps (--steps 1 for one) with this program's own code, on a device\n"
+             "that records every allocation and computes nothing, and a transport\n"
+             "that counts every byte and sends none; writes that rank's memory.csv\n"
+             "rows and run.csv (its share of the bytes per axis; times 0) to --out.\n"
+             "No evaluation, sampling or checkpoint",
+     .only = FLAG_HARNESS, .record = FLAG_NOT_RECORDED},
     {"--world", FLAG_INT, FIELD(Config, dry_world), 1, 1048576, .def = "1", .usage = "--world N",
-     .help = "with --dry-run: the job's ranks, {range} (default {default})", .record = FLAG_NOT_RECORDED},
+     .help = "with --dry-run: the job's ranks, {range} (default {default})", .only = FLAG_HARNESS,
+     .record = FLAG_NOT_RECORDED},
     {"--rank", FLAG_INT, FIELD(Config, dry_rank), 0, 1048575, .def = "0", .usage = "--rank R",
-     .help = "with --dry-run: the rank to run, 0..N-1 (default {default})", .record = FLAG_NOT_RECORDED},
+     .help = "with --dry-run: the rank to run, 0..N-1 (default {default})", .only = FLAG_HARNESS,
+     .record = FLAG_NOT_RECORDED},
     {.type = FLAG_SECTION, .help = "communication (run with mpirun -np N)", .only = FLAG_MULTI_RANK},
     {"--comm", FLAG_CHOICE, FIELD(Config, comm), .choices = "auto|nccl|mpi", .noun = "transport",
      .def = "auto", .usage = "--comm auto|nccl|mpi",
@@ -209,8 +214,14 @@ static const Flag *chapter_rows(const ChapterFlags *chapter) {
     return flat_rows;
 }
 
-static int takes(const Flag *f, int multi_rank) {
-    return f->only == FLAG_ALL || multi_rank;
+/* Which rows a program takes: FLAG_MULTI_RANK and FLAG_HARNESS bits (config.h). */
+static int program_kind(const ChapterFlags *chapter) {
+    if (!chapter) return FLAG_HARNESS; /* chapter 01: the harness's one process */
+    return (chapter->multi_rank ? FLAG_MULTI_RANK : 0) | (chapter->harness ? FLAG_HARNESS : 0);
+}
+
+static int takes(const Flag *f, int kind) {
+    return f->only == FLAG_ALL || (f->only & kind);
 }
 
 /* The item of "a|b|c" at index i, or "?". */
@@ -372,9 +383,9 @@ static void set_defaults(Config *c, const char *program, const ChapterFlags *cha
 
 /* One table's part of --help: headings, and each flag's usage in a column
  * of 27, its text beside it (continuation lines under the text). */
-static void print_rows(const Flag *rows, const void *defaults, int multi_rank) {
+static void print_rows(const Flag *rows, const void *defaults, int kind) {
     for (const Flag *f = rows; is_row(f); f++) {
-        if (!takes(f, multi_rank)) continue;
+        if (!takes(f, kind)) continue;
         if (f->type == FLAG_SECTION) {
             printf("\n%s\n", f->help);
             continue;
@@ -405,10 +416,10 @@ static void print_rows(const Flag *rows, const void *defaults, int multi_rank) {
 void config_print_help(const char *program, const char *summary, const ChapterFlags *chapter) {
     Config defaults;
     set_defaults(&defaults, program, chapter); /* the chapter's values too */
-    int multi_rank = chapter && chapter->multi_rank;
+    int kind = program_kind(chapter);
     printf("usage: %s [flags]\n%s\n", program, summary);
-    print_rows(common_flags, &defaults, multi_rank);
-    if (chapter) print_rows(defaults.chapter_flags, chapter->values, multi_rank);
+    print_rows(common_flags, &defaults, kind);
+    if (chapter) print_rows(defaults.chapter_flags, chapter->values, kind);
     printf("\nexit status: 0 done, 1 runtime failure, 2 bad input, 3 loss became NaN/Inf\n");
 }
 
@@ -499,11 +510,11 @@ int dry_run_requested(int argc, char **argv, int *world, int *rank) {
 }
 
 /* The getopt_long options of one table's rows. */
-static void add_options(struct option *options, int *n, const Flag *rows, int table, int multi_rank) {
+static void add_options(struct option *options, int *n, const Flag *rows, int table, int kind) {
     for (int i = 0; is_row(&rows[i]); i++) {
         const Flag *f = &rows[i];
         if (i == MAX_ROWS) fatal(EXIT_RUNTIME, "a table of flags has more than %d rows", MAX_ROWS);
-        if (!f->name || !takes(f, multi_rank)) continue;
+        if (!f->name || !takes(f, kind)) continue;
         int has_arg = f->type == FLAG_SWITCH || f->type == FLAG_HELP ? no_argument
                       : f->type == FLAG_TOGGLE                       ? optional_argument
                                                                      : required_argument;
@@ -514,13 +525,13 @@ static void add_options(struct option *options, int *n, const Flag *rows, int ta
 /* Read argv into c; returns 1 at --help (then nothing else is read). */
 static int read_flags(Config *c, int argc, char **argv, const char *program, const ChapterFlags *chapter) {
     set_defaults(c, program, chapter);
-    int multi_rank = chapter && chapter->multi_rank;
+    int kind = program_kind(chapter);
     /* on the stack: a usage error longjmps out of here (UsageTrap), and must leak nothing */
     struct option options[2 * MAX_ROWS + 1];
     memset(options, 0, sizeof options);
     int num_options = 0;
-    add_options(options, &num_options, common_flags, 0, multi_rank);
-    if (chapter) add_options(options, &num_options, c->chapter_flags, 1, multi_rank);
+    add_options(options, &num_options, common_flags, 0, kind);
+    if (chapter) add_options(options, &num_options, c->chapter_flags, 1, kind);
 
     /* The preset is applied first, whatever the flag order, so that --layers
      * etc. override it. */
@@ -569,7 +580,7 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
         fatal(EXIT_USAGE, "--micro %d does not divide --batch %d (valid: a divisor of the batch)", c->micro,
               c->batch);
     check_precision_flags(c);
-    check_dry_run_flags(c, multi_rank);
+    check_dry_run_flags(c, kind & FLAG_MULTI_RANK);
     if (c->save_every && !c->save[0])
         fatal(EXIT_USAGE, "--save-every %d needs --save PATH (where to write the checkpoints)",
               c->save_every);
@@ -592,10 +603,9 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
 }
 
 /* The record: the build, then every flag a program takes, in the rows' order. */
-static void record_rows(ConfigRecord *r, const Flag *rows, const void *base, const Config *c,
-                        int multi_rank) {
+static void record_rows(ConfigRecord *r, const Flag *rows, const void *base, const Config *c, int kind) {
     for (const Flag *f = rows; is_row(f); f++) {
-        if (!f->name || !takes(f, multi_rank) || f->record == FLAG_NOT_RECORDED) continue;
+        if (!f->name || !takes(f, kind) || f->record == FLAG_NOT_RECORDED) continue;
         if (f->record == FLAG_RECORDED_IN_FP16 && c->precision != PRECISION_FP16) continue;
         char text[JOINED_PATH_BYTES];
         value_text(f, base, 1, text, sizeof text);
@@ -611,9 +621,9 @@ static void record_flags(Config *c, const ChapterFlags *chapter) {
 #else
     config_record_add(r, "build", "cpu, gcc %s", __VERSION__);
 #endif
-    int multi_rank = chapter && chapter->multi_rank;
-    record_rows(r, common_flags, c, c, multi_rank);
-    if (chapter) record_rows(r, c->chapter_flags, chapter->values, c, multi_rank);
+    int kind = program_kind(chapter);
+    record_rows(r, common_flags, c, c, kind);
+    if (chapter) record_rows(r, c->chapter_flags, chapter->values, c, kind);
     r->flag_items = r->count;
 }
 

@@ -95,7 +95,9 @@ typedef enum {
                      chapter's struct (a chapter keeps every flag of the one before it) */
 } FlagType;
 
-enum { FLAG_ALL = 0, FLAG_MULTI_RANK = 1 };                           /* Flag.only: which programs take it */
+/* Flag.only: which programs take it: all, those run under mpirun, those the
+ * run harness starts (the chapters' trainers, not the tools: --dry-run) */
+enum { FLAG_ALL = 0, FLAG_MULTI_RANK = 1, FLAG_HARNESS = 2 };
 enum { FLAG_RECORDED = 0, FLAG_NOT_RECORDED, FLAG_RECORDED_IN_FP16 }; /* Flag.record */
 
 typedef struct Flag {
@@ -128,6 +130,7 @@ typedef struct {
     void (*effective)(const Config *cfg, void *values); /* flag_given(cfg, ...) says what was typed */
     void (*check)(const Config *cfg, const void *values);
     int multi_rank; /* the program runs under mpirun: it takes --comm and --timeout too */
+    int harness;    /* set by the run harness (harness.h): a chapter's trainer, which takes --dry-run */
 } ChapterFlags;
 
 /* Whether the flag `name` (common or the chapter's) was on the command line:

@@ -84,6 +84,7 @@ void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSp
     *world_size = run->ranks;
     ChapterFlags flags = spec->flags;
     flags.values = flag_values;
+    flags.harness = 1; /* --dry-run and its --world and --rank */
     config_parse_ranks(cfg, *argc, *argv, spec->program, spec->summary, &flags);
     checkpoint_check_shared_directory(run->world, cfg);
     run->local_rank = comm_local_rank();

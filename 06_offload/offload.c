@@ -91,8 +91,18 @@ static void after_forward(int unit, void *context) {
  * gradients and 05's 16-bit shard hold it (accumulate_half): the same sums,
  * so an fp16 sum past 65504 is Inf here too and the step is skipped where
  * theirs is. An fp32 sum would stay finite and update where they skip. */
+/* The CPU backend's kernels, on host memory whichever backend computes; a
+ * dry run's no-ops (device.h, "The dry run"), host compute being compute. */
+static const KernelOps *host_kernels(void) {
+    return device_dry() ? &kernels_dry : &kernels_cpu;
+}
+
 static void land_slice(Offload *o, int unit) {
     size_t at = slice_at(o, unit), S = slice_numel(o, unit);
+    if (device_dry()) { /* nothing to add: the sums are zeros */
+        o->arrived[unit - o->first_unit] = 1;
+        return;
+    }
     float *sum = o->grads[o->cur] + at;
     int first = !o->arrived[unit - o->first_unit];
     if (o->half) {
@@ -175,7 +185,7 @@ GradShards offload_grad_shards(const Offload *o, CommGroup *world) {
      * same chunked double sum as chapter 01's norm */
     return (GradShards){.grads = o->grads[o->cur],
                         .held = o->shard_n,
-                        .kernels = &kernels_cpu,
+                        .kernels = host_kernels(),
                         .spans = o->norm_spans, /* --tp: the replicated tensors on tp rank 0 only */
                         .num_spans = o->num_norm_spans,
                         .agree = grad_norm_agree,
@@ -198,6 +208,7 @@ static CpuAdamArgs adam_args(const Offload *o, const OffloadUpdate *u, int t) {
 /* AdamW on elements [at, at + n) of the shard, from gradient shard `grads`;
  * in 16 bits the new weights are rounded into params16 in the same pass. */
 static void adam_on_host(Offload *o, int grads, size_t at, size_t n, const CpuAdamArgs *a) {
+    if (device_dry()) return; /* a dry run skips the host's compute too */
     cpu_adamw(o->master + at, o->grads[grads] + at, o->m + at, o->v + at, n, a,
               o->half ? o->params16 + at : NULL, o->half ? o->format : HALF_BF16);
 }
@@ -307,11 +318,38 @@ void offload_checkpoint_layout(const Offload *o, CkptLayout *l) {
 void offload_weights_from_master(Offload *o) {
     if (o->worker_running) fatal(EXIT_RUNTIME, "offload: weights replaced while a delayed update runs");
     if (o->half) /* as cpu_adamw rounds them after an update; host memory, so the CPU kernel */
-        kernels_cpu.cast_to_half(o->params16, o->master, o->shard_n, o->format);
+        host_kernels()->cast_to_half(o->params16, o->master, o->shard_n, o->format);
     upload_all(o);
 }
 
 /* ---- building ---- */
+
+/* The range's n weights from (seed, name, index) or `initial`, this rank's
+ * slices into the master weights, all of them (rounded) to the device. */
+static void initial_values(Offload *o, GPT *model, const float *initial, size_t n) {
+    int first_unit = o->first_unit, last_unit = o->last_unit;
+    const Config *cfg = o->cfg;
+    float *init = xmalloc(n * sizeof(float));
+    if (initial)
+        memcpy(init, initial, n * sizeof(float));
+    else
+        param_init_range(table_of(o), cfg->seed, init, model->param_first, n);
+    for (int u = first_unit; u <= last_unit; u++) {
+        size_t first, count;
+        shard_slice_elements(table_of(o), u, o->rank, o->ranks, &first, &count);
+        if (count)
+            memcpy(o->master + slice_at(o, u), init + (first - model->param_first), count * sizeof(float));
+    }
+    if (o->half) {
+        uint16_t *init16 = xmalloc(n * sizeof(uint16_t));
+        kernels_cpu.cast_to_half(init16, init, n, o->format);
+        copy_to_device(o->params, init16, n * sizeof(uint16_t));
+        free(init16);
+    } else {
+        copy_to_device(o->params, init, n * sizeof(float));
+    }
+    free(init);
+}
 
 /* offload_create, with the range's initial values (held elements in table
  * order) given, or NULL: from cfg->seed. */
@@ -363,28 +401,8 @@ static void create(Offload *o, GPT *model, int first_unit, int last_unit, CommGr
     if (o->half) o->params16 = mem_alloc_pinned(CAT_COMM, o->shard_n * eb, "16-bit weights to the device");
     o->arrived = xcalloc((size_t)(last_unit - first_unit + 1), 1);
 
-    /* initial values: the range's weights from (seed, name, index), this rank's
-     * slices into the master weights, all of them (rounded) to the device */
-    float *init = xmalloc(n * sizeof(float));
-    if (initial)
-        memcpy(init, initial, n * sizeof(float));
-    else
-        param_init_range(table_of(o), cfg->seed, init, model->param_first, n);
-    for (int u = first_unit; u <= last_unit; u++) {
-        size_t first, count;
-        shard_slice_elements(table_of(o), u, o->rank, o->ranks, &first, &count);
-        if (count)
-            memcpy(o->master + slice_at(o, u), init + (first - model->param_first), count * sizeof(float));
-    }
-    if (o->half) {
-        uint16_t *init16 = xmalloc(n * sizeof(uint16_t));
-        kernels_cpu.cast_to_half(init16, init, n, o->format);
-        copy_to_device(o->params, init16, n * sizeof(uint16_t));
-        free(init16);
-    } else {
-        copy_to_device(o->params, init, n * sizeof(float));
-    }
-    free(init);
+    /* initial values (a dry run writes none: its buffers' zeros stand for them, device.h) */
+    if (!device_dry()) initial_values(o, model, initial, n);
 
     model->params = NULL; /* no whole fp32 copy anywhere: the master weights are the host's shards */
     model->grads = NULL;

@@ -55,6 +55,7 @@ static CommGroup world_group;
 static int local_rank = 0;
 static int local_size = 1; /* ranks on this rank's machine */
 static CommTransport transport = COMM_MPI;
+static int dry = 0; /* comm_init_dry: the world is a number; nothing is sent, every byte is counted */
 static double bytes_sent = 0.0;             /* under bytes_lock: several threads communicate */
 static double counter_bytes[COMM_COUNTERS]; /* the same, per counter (comm_group_count_into) */
 static pthread_mutex_t bytes_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -135,10 +136,34 @@ void comm_init(int *argc, char ***argv) {
             "note: this MPI does not support MPI_THREAD_MULTIPLE; overlap runs communication serially\n");
 }
 
+static void dry_abort(int exit_code) {
+    exit(exit_code);
+}
+
+void comm_init_dry(int world_size, int rank) {
+    if (world_size < 1 || rank < 0 || rank >= world_size)
+        fatal(EXIT_USAGE, "--rank %d of --world %d (valid: 0..%d)", rank, world_size, world_size - 1);
+    dry = 1;
+    world_group.mpi = MPI_COMM_NULL;
+    world_group.rank = rank;
+    world_group.size = world_size;
+    set_abort_hook(dry_abort);
+    if (world_size > 1) set_error_rank(rank);
+    set_log_rank(0, world_size); /* this process speaks as rank 0 would: it is the whole job here */
+    local_rank = 0;
+    local_size = world_size; /* threads as for a job of world_size ranks on this machine */
+    default_thread_count();
+}
+
+int comm_dry(void) {
+    return dry;
+}
+
 static void release_group(CommGroup *g);
 static void free_sum_ops(void);
 
 void comm_finalize(void) {
+    if (dry) return;
     watchdog_stop();
     release_group(&world_group);
     free_sum_ops();
@@ -251,6 +276,11 @@ static int judge(const RankVerdict *all, int n, char *message, size_t size) {
 }
 
 int comm_agree(int status, const char *message, const ConfigRecord *record) {
+    if (dry) { /* one rank: its own verdict */
+        if (status != 2) return status == 1;
+        fprintf(stderr, "error: %s\n", message);
+        exit(EXIT_USAGE);
+    }
     RankVerdict *mine = xcalloc(1, sizeof *mine);
     mine->status = status;
     snprintf(mine->message, sizeof mine->message, "%s", message ? message : "");
@@ -277,10 +307,21 @@ int comm_agree(int status, const char *message, const ConfigRecord *record) {
 CommGroup *comm_world(void) {
     return &world_group;
 }
+/* A dry run's group made by a plain comm_split: its members are not known
+ * (only comm_split_by says who the other ranks are). */
+static void require_members(const CommGroup *g, const char *call) {
+    if (g->size < 0)
+        fatal(EXIT_RUNTIME,
+              "dry run: %s on a group made by comm_split, whose members a dry run cannot know "
+              "(make it with comm_split_by)",
+              call);
+}
 int comm_rank(const CommGroup *g) {
+    require_members(g, "comm_rank");
     return g->rank;
 }
 int comm_size(const CommGroup *g) {
+    require_members(g, "comm_size");
     return g->size;
 }
 int comm_local_rank(void) {
@@ -289,6 +330,11 @@ int comm_local_rank(void) {
 
 CommGroup *comm_split(CommGroup *parent, int color, int key) {
     CommGroup *g = xcalloc(1, sizeof *g);
+    if (dry) { /* members unknown: fine for the host values it may carry, refused for the rest */
+        g->mpi = MPI_COMM_NULL;
+        g->rank = g->size = -1;
+        return g;
+    }
     MPI_CHECK(MPI_Comm_split(parent->mpi, color, key, &g->mpi));
     MPI_Comm_set_errhandler(g->mpi, MPI_ERRORS_RETURN);
     MPI_Comm_rank(g->mpi, &g->rank);
@@ -297,8 +343,29 @@ CommGroup *comm_split(CommGroup *parent, int color, int key) {
     return g;
 }
 
+CommGroup *comm_split_by(CommGroup *parent, int (*color_of)(const void *ctx, int parent_rank, int *key),
+                         const void *ctx) {
+    require_members(parent, "comm_split_by");
+    int key, color = color_of(ctx, parent->rank, &key);
+    if (!dry) return comm_split(parent, color, key);
+    /* MPI_Comm_split's order: by key, then by the rank in the parent */
+    CommGroup *g = xcalloc(1, sizeof *g);
+    g->mpi = MPI_COMM_NULL;
+    for (int r = 0; r < parent->size; r++) {
+        int other_key, other = color_of(ctx, r, &other_key);
+        if (other != color) continue;
+        g->size++;
+        if (other_key < key || (other_key == key && r < parent->rank)) g->rank++;
+    }
+    return g;
+}
+
 void comm_group_free(CommGroup *g) {
     if (!g || g == &world_group) return;
+    if (dry) {
+        free(g);
+        return;
+    }
     release_group(g);
     watchdog_group_free(g->watch);
     MPI_CHECK(MPI_Comm_free(&g->mpi));
@@ -324,6 +391,10 @@ static void warn_if_sharing_gpus(void) {
 
 CommTransport comm_select(const char *choice) {
     int cuda = device_backend() == BACKEND_CUDA;
+    if (dry) { /* the CPU backend's transport (config.c refuses --device cuda and --comm nccl) */
+        transport = COMM_MPI;
+        return transport;
+    }
     if (strcmp(choice, "mpi") == 0) {
         transport = cuda ? COMM_STAGED : COMM_MPI;
     } else if (strcmp(choice, "nccl") == 0) {
@@ -428,6 +499,7 @@ static MPI_Op mpi_sum(CommDtype dtype) {
 }
 
 static void count_sent(const CommGroup *g, double bytes) {
+    require_members(g, "a collective");
     pthread_mutex_lock(&bytes_lock);
     bytes_sent += bytes;
     if (g->counter) counter_bytes[g->counter - 1] += bytes;
@@ -599,7 +671,7 @@ static void allreduce_run(CommGroup *g, void *buf, size_t count, CommDtype dtype
     if (count == 0) return;
     size_t bytes = count * comm_dtype_bytes(dtype);
     count_sent(g, 2.0 * (g->size - 1) / g->size * bytes);
-    if (g->size == 1) return; /* the sum of one is itself, and so is its average */
+    if (g->size == 1 || dry) return; /* the sum of one is itself, and so is its average */
     DeviceStream *comm = comm_stream_after(g, ready);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
@@ -627,6 +699,7 @@ static void reduce_scatter_run(CommGroup *g, const void *send, void *recv, size_
     check_dtype(dtype, "comm_reduce_scatter");
     size_t bytes = count * comm_dtype_bytes(dtype), total = (size_t)g->size * bytes;
     count_sent(g, (double)(g->size - 1) / g->size * total);
+    if (dry) return;
     DeviceStream *comm = comm_stream_after(g, ready);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
@@ -657,6 +730,7 @@ static void allgather_run(CommGroup *g, const void *send, void *recv, size_t cou
     check_dtype(dtype, "comm_allgather");
     size_t bytes = count * comm_dtype_bytes(dtype), total = (size_t)g->size * bytes;
     count_sent(g, (double)(g->size - 1) * bytes);
+    if (dry) return;
     DeviceStream *comm = comm_stream_after(g, ready);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
@@ -685,6 +759,7 @@ static void broadcast_run(CommGroup *g, void *buf, size_t count, CommDtype dtype
     check_dtype(dtype, "comm_broadcast");
     size_t bytes = count * comm_dtype_bytes(dtype);
     if (g->rank == root) count_sent(g, (double)(g->size - 1) * bytes);
+    if (dry) return;
     DeviceStream *comm = comm_stream_after(g, ready);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
@@ -702,6 +777,7 @@ static void broadcast_run(CommGroup *g, void *buf, size_t count, CommDtype dtype
 static void send_run(CommGroup *g, const float *buf, size_t count, int dest, int tag) {
     size_t bytes = count * sizeof(float);
     count_sent(g, (double)bytes);
+    if (dry) return;
     DeviceStream *comm = comm_stream_after(g, NULL);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
@@ -716,6 +792,7 @@ static void send_run(CommGroup *g, const float *buf, size_t count, int dest, int
 
 static void recv_run(CommGroup *g, float *buf, size_t count, int source, int tag) {
     size_t bytes = count * sizeof(float);
+    if (dry) return;                                 /* the buffer keeps its zeros */
     DeviceStream *comm = comm_stream_after(g, NULL); /* the buffer's last readers first */
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
@@ -734,6 +811,7 @@ static void sendrecv_run(CommGroup *g, const void *send, size_t send_count, int 
     check_dtype(dtype, "comm_sendrecv_typed");
     size_t size = comm_dtype_bytes(dtype), send_bytes = send_count * size, recv_bytes = recv_count * size;
     count_sent(g, (double)send_bytes);
+    if (dry) return;
     DeviceStream *comm = comm_stream_after(g, NULL);
 #ifdef USE_NCCL
     if (transport == COMM_NCCL) {
@@ -767,13 +845,14 @@ static int op_begin_message(CommGroup *g, const char *point, const char *op, int
                             size_t bytes) {
     fault_point(point);
     if (fault_skip(point)) return SKIP;
+    if (dry) return 0; /* no flight recorder: nothing waits */
     return watchdog_begin(g->watch, op, dest, source, bytes);
 }
 static int op_begin(CommGroup *g, const char *name, size_t bytes) { /* a collective */
     return op_begin_message(g, name, name, -1, -1, bytes);
 }
 static void op_end(int entry) {
-    watchdog_end(entry);
+    if (!dry) watchdog_end(entry);
 }
 
 void comm_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype, ReduceOp op,
@@ -837,7 +916,7 @@ struct CommPosted {
 };
 
 CommPosted *comm_post_send(CommGroup *g, const float *buf, size_t count, int dest, int tag) {
-    if (transport != COMM_MPI)
+    if (transport != COMM_MPI && !dry)
         fatal(EXIT_USAGE,
               "a posted send (a zero-bubble or interleaved pipeline schedule) runs on the mpi "
               "transport only yet (CPU ranks); this run uses %s",
@@ -849,7 +928,7 @@ CommPosted *comm_post_send(CommGroup *g, const float *buf, size_t count, int des
     int entry = op_begin_message(g, "send", "post_send", dest, -1, count * sizeof(float));
     if (entry == SKIP) return posted;
     count_sent(g, (double)(count * sizeof(float)));
-    MPI_CHECK(MPI_Isend(buf, mpi_count(count), MPI_FLOAT, dest, tag, g->mpi, &posted->request));
+    if (!dry) MPI_CHECK(MPI_Isend(buf, mpi_count(count), MPI_FLOAT, dest, tag, g->mpi, &posted->request));
     op_end(entry);
     return posted;
 }
@@ -857,7 +936,7 @@ CommPosted *comm_post_send(CommGroup *g, const float *buf, size_t count, int des
 void comm_wait_posted(CommGroup *g, CommPosted *posted) {
     if (!posted) return;
     int entry = op_begin_message(g, "wait_posted", "wait_posted", posted->dest, -1, 0);
-    if (entry != SKIP) {
+    if (entry != SKIP && !dry) {
         MPI_CHECK(MPI_Wait(&posted->request, MPI_STATUS_IGNORE));
         op_end(entry);
     }
@@ -888,7 +967,7 @@ void comm_sendrecv(CommGroup *g, const float *send, size_t send_count, int dest,
 int comm_all(CommGroup *g, int flag) {
     int all = flag != 0, mine = all;
     int entry = op_begin(g, "host_allreduce", sizeof mine);
-    if (entry == SKIP) return all;
+    if (entry == SKIP || dry) return all; /* dry: every rank as healthy as this one */
     MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, g->mpi));
     op_end(entry);
     return all;
@@ -897,7 +976,7 @@ int comm_all(CommGroup *g, int flag) {
 double comm_allreduce_double(CommGroup *g, double value, int op_max) {
     double result = value;
     int entry = op_begin(g, "host_allreduce", sizeof value);
-    if (entry == SKIP) return result;
+    if (entry == SKIP || dry) return result; /* dry: this rank's own value (run.csv: its share) */
     MPI_CHECK(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, op_max ? MPI_MAX : MPI_SUM, g->mpi));
     op_end(entry);
     return result;
@@ -906,13 +985,18 @@ double comm_allreduce_double(CommGroup *g, double value, int op_max) {
 void comm_gather_bytes(CommGroup *g, const void *send, size_t bytes, void *recv, int root) {
     int entry = op_begin(g, "host_gather", bytes);
     if (entry == SKIP) return;
+    if (dry) { /* every rank sent what this one did */
+        if (comm_rank(g) == root)
+            for (int r = 0; r < g->size; r++) memcpy((char *)recv + (size_t)r * bytes, send, bytes);
+        return;
+    }
     MPI_CHECK(MPI_Gather(send, mpi_count(bytes), MPI_BYTE, recv, mpi_count(bytes), MPI_BYTE, root, g->mpi));
     op_end(entry);
 }
 
 void comm_barrier(CommGroup *g) {
     int entry = op_begin(g, "barrier", 0);
-    if (entry == SKIP) return;
+    if (entry == SKIP || dry) return;
     MPI_CHECK(MPI_Barrier(g->mpi));
     op_end(entry);
 }
@@ -946,7 +1030,7 @@ double comm_bytes_sent_into(int counter) {
 
 void comm_max_doubles(CommGroup *g, double *values, int count) {
     int entry = op_begin(g, "host_allreduce", (size_t)count * sizeof *values);
-    if (entry == SKIP) return;
+    if (entry == SKIP || dry) return;
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_MAX, g->mpi));
     op_end(entry);
 }

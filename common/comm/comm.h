@@ -104,6 +104,21 @@ CommDtype comm_dtype_of(Precision precision);
  * error and logging helpers of util.h and MPI_Abort as the abort hook. */
 void comm_init(int *argc, char ***argv);
 void comm_finalize(void);
+/* The dry run (--dry-run --world N --rank R, harness.h): instead of
+ * comm_init, a world of world_size ranks of which this process is `rank`,
+ * without MPI. Every collective and point-to-point call then returns at once
+ * (buffers keep what they hold) after counting its bytes exactly as the real
+ * call does, into the same counters (per group and grid axis); host values
+ * come back as this rank's own (a sum over the ranks is this rank's share,
+ * an agreement is this rank's verdict, a gather sees this rank's value from
+ * every rank). Groups must come from comm_split_by, whose color function
+ * tells a dry run the other ranks' colors; a plain comm_split's group has
+ * unknown members and may carry only host values (its comm_rank and
+ * comm_size, and any collective of bytes on it, end the run naming the call).
+ * Without OMP_NUM_THREADS a dry rank gets the threads of a rank of a
+ * world_size-rank job on this machine ("Cores"). */
+void comm_init_dry(int world_size, int rank);
+int comm_dry(void); /* 1 after comm_init_dry */
 
 /* The ranks' agreement before any collective of training (config_parse_ranks,
  * preflight.h, and commbench with its own command line): every rank says how
@@ -128,6 +143,12 @@ int comm_size(const CommGroup *g);
 int comm_local_rank(void);
 /* Split parent into groups of equal color, ordered by key (collective over parent). */
 CommGroup *comm_split(CommGroup *parent, int color, int key);
+/* comm_split with the color and key of every rank of the parent written as a
+ * function: color_of(ctx, r, &key) returns parent rank r's color and sets its
+ * key. A real run calls it for this rank only; a dry run for every rank, to
+ * know the group's size and this rank's place in it without asking them. */
+CommGroup *comm_split_by(CommGroup *parent, int (*color_of)(const void *ctx, int parent_rank, int *key),
+                         const void *ctx);
 /* Free a group from comm_split (collective over the group), before comm_finalize. */
 void comm_group_free(CommGroup *g);
 /* From now on g's MPI all-gathers (and, on 2 ranks, its all-reduces and

@@ -89,6 +89,13 @@ static void *work(void *arg) {
     return NULL;
 }
 
+/* every rank one color, in its own order: a duplicate of the group */
+static int same_group(const void *ctx, int rank, int *key) {
+    (void)ctx;
+    *key = rank;
+    return 0;
+}
+
 CommWorker *comm_worker_create(CommGroup *g, int capacity) {
     if (capacity < 1)
         fatal(EXIT_RUNTIME, "comm_worker_create: room for %d collectives (valid: >= 1)", capacity);
@@ -96,7 +103,7 @@ CommWorker *comm_worker_create(CommGroup *g, int capacity) {
     w->capacity = capacity;
     w->jobs = xcalloc(capacity, sizeof(Job));
     for (int i = 0; i < capacity; i++) w->jobs[i].ready = device_event_create();
-    w->group = comm_split(g, 0, comm_rank(g)); /* the same ranks, in the same order */
+    w->group = comm_split_by(g, same_group, NULL); /* the same ranks, in the same order */
     comm_group_count_into(w->group, comm_group_counter(g)); /* its bytes are g's */
     comm_group_nap_while_waiting(w->group, WORKER_NAP_US);
     pthread_mutex_init(&w->lock, NULL);

@@ -53,6 +53,31 @@ int grid_axis_peer(const GridAxis *axis, int offset) {
     return ((axis->coord + offset) % n + n) % n;
 }
 
+/* The splits below as functions of any world rank (comm_split_by): the
+ * color is the world rank with the axis's coordinate (or, for the weight
+ * group, the dp and cp coordinates) set to 0, the key that coordinate. */
+typedef struct {
+    const ProcessGrid *grid;
+    int axis; /* GRID_AXES: the weight group */
+} GridSplit;
+
+static int coord_at(const ProcessGrid *g, int a, int world_rank) {
+    return world_rank / g->axis[a].stride % g->axis[a].size;
+}
+
+static int grid_color(const void *ctx, int w, int *key) {
+    const GridSplit *split = ctx;
+    const ProcessGrid *g = split->grid;
+    if (split->axis < GRID_AXES) {
+        int coord = coord_at(g, split->axis, w);
+        *key = coord;
+        return w - coord * g->axis[split->axis].stride;
+    }
+    int d = coord_at(g, GRID_DP, w), c = coord_at(g, GRID_CP, w);
+    *key = d * g->axis[GRID_CP].size + c;
+    return w - d * g->axis[GRID_DP].stride - c * g->axis[GRID_CP].stride;
+}
+
 void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape) {
     const char *problem = grid_problem(comm_size(world), shape);
     if (problem) fatal(EXIT_USAGE, "%s", problem);
@@ -65,12 +90,12 @@ void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape) {
         g->axis[a].coord = w / stride % size[a];
         stride *= size[a];
     }
-    /* comm_split(parent, color, key): one group per color, ordered by key.
-     * The color is the world rank with this axis's coordinate set to 0,
-     * which the members of one group share and no other group has. */
+    /* comm_split_by: one group per color, ordered by key (grid_color). The
+     * color is the world rank with this axis's coordinate set to 0, which
+     * the members of one group share and no other group has. */
     for (int a = 0; a < GRID_AXES; a++) {
         GridAxis *x = &g->axis[a];
-        x->group = comm_split(world, w - x->coord * x->stride, x->coord);
+        x->group = comm_split_by(world, grid_color, &(GridSplit){g, a});
         comm_group_count_into(x->group, a); /* its bytes counted per axis too (grid_axis_bytes_sent) */
     }
     g->dp = size[GRID_DP], g->pp = size[GRID_PP], g->cp = size[GRID_CP], g->tp = size[GRID_TP];
@@ -79,9 +104,7 @@ void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape) {
     g->dp_group = g->axis[GRID_DP].group, g->pp_group = g->axis[GRID_PP].group;
     g->cp_group = g->axis[GRID_CP].group, g->tp_group = g->axis[GRID_TP].group;
     /* the same weights: every (d, c) of this (p, t); color as above, with both coordinates 0 */
-    GridAxis *dp = &g->axis[GRID_DP], *cp = &g->axis[GRID_CP];
-    g->weight_group =
-        comm_split(world, w - dp->coord * dp->stride - cp->coord * cp->stride, g->d * g->cp + g->c);
+    g->weight_group = comm_split_by(world, grid_color, &(GridSplit){g, GRID_AXES});
     comm_group_count_into(g->weight_group, GRID_DP); /* the gradient sum over the replicas (and cp) */
 }
 

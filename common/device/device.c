@@ -35,13 +35,14 @@ static int active_gpu = 0; /* this rank's GPU */
 #endif
 static char active_name[160] = "cpu";
 static size_t limit_bytes = 0;
+static int dry_run = 0; /* device_set_dry: record allocations, compute and copy nothing */
 static size_t current[SPACE_COUNT][CAT_COUNT];
 static size_t peak[SPACE_COUNT][CAT_COUNT];
 static size_t current_total[SPACE_COUNT];
 static size_t peak_total[SPACE_COUNT];
 
 /* Which allocator a buffer came from, so mem_free gives it back to that one. */
-typedef enum { FROM_CALLOC, FROM_CUDA_MALLOC, FROM_CUDA_HOST_ALLOC, FROM_ALIGNED } Allocator;
+typedef enum { FROM_CALLOC, FROM_CUDA_MALLOC, FROM_CUDA_HOST_ALLOC, FROM_ALIGNED, FROM_DRY } Allocator;
 
 typedef struct {
     void *ptr;
@@ -84,6 +85,14 @@ int device_cuda_available(void) {
 #endif
 }
 
+void device_set_dry(int dry) {
+    dry_run = dry;
+}
+
+int device_dry(void) {
+    return dry_run;
+}
+
 Backend device_init(const char *choice, int local_rank) {
     int want_cuda;
     if (strcmp(choice, "auto") == 0)
@@ -95,9 +104,9 @@ Backend device_init(const char *choice, int local_rank) {
     else
         fatal(EXIT_USAGE, "--device: unknown device '%s' (valid: auto, cpu, cuda)", choice);
 
-    if (!want_cuda) {
+    if (!want_cuda || dry_run) {
         active_backend = BACKEND_CPU;
-        snprintf(active_name, sizeof active_name, "cpu");
+        snprintf(active_name, sizeof active_name, dry_run ? "dry:cpu" : "cpu");
         return active_backend;
     }
 #ifdef USE_CUDA
@@ -218,6 +227,7 @@ static size_t physical_memory_bytes(void) {
 static void check_fits(Space space, Category cat, size_t bytes, const char *what) {
     if (space == SPACE_DEVICE && limit_bytes && current_total[space] + bytes > limit_bytes)
         out_of_memory(space, cat, bytes, what, "budget");
+    if (dry_run) return; /* address space only: the machine's memory is not the question */
     int on_host = space == SPACE_HOST || active_backend == BACKEND_CPU;
     size_t host_in_use =
         current_total[SPACE_HOST] + (active_backend == BACKEND_CPU ? current_total[SPACE_DEVICE] : 0);
@@ -240,11 +250,26 @@ static void counted(void *ptr, size_t bytes, Space space, Category cat, Allocato
     if (current_total[space] > peak_total[space]) peak_total[space] = current_total[space];
 }
 
+/* A dry run's buffer: address space that reads as zeros and is never
+ * written, so it costs no memory (device.h, "The dry run"). */
+static void *dry_alloc(Space space, Category cat, size_t bytes, const char *what) {
+    void *ptr = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (ptr == MAP_FAILED) out_of_memory(space, cat, bytes, what, "mmap of address space for a dry run");
+    return ptr;
+}
+
 void *mem_alloc(Space space, Category cat, size_t bytes, const char *what) {
     pthread_mutex_lock(&allocation_lock);
     check_fits(space, cat, bytes, what);
     void *ptr = NULL;
     Allocator from = FROM_CALLOC;
+    if (dry_run) {
+        counted(dry_alloc(space, cat, bytes, what), bytes, space, cat, FROM_DRY);
+        void *dry = allocations[allocation_count - 1].ptr;
+        pthread_mutex_unlock(&allocation_lock);
+        return dry;
+    }
 #ifdef USE_CUDA
     if (space == SPACE_DEVICE && active_backend == BACKEND_CUDA) {
         ptr = cuda_alloc_zeroed(bytes ? bytes : 1);
@@ -266,6 +291,12 @@ void *mem_alloc_pinned(Category cat, size_t bytes, const char *what) {
     check_fits(SPACE_HOST, cat, bytes, what);
     void *ptr = NULL;
     Allocator from = FROM_ALIGNED;
+    if (dry_run) {
+        counted(dry_alloc(SPACE_HOST, cat, bytes, what), bytes, SPACE_HOST, cat, FROM_DRY);
+        void *dry = allocations[allocation_count - 1].ptr;
+        pthread_mutex_unlock(&allocation_lock);
+        return dry;
+    }
 #ifdef USE_CUDA
     if (active_backend == BACKEND_CUDA) {
         ptr = cuda_host_alloc_zeroed(bytes ? bytes : 1);
@@ -309,6 +340,9 @@ void mem_free(void *ptr) {
     current_total[a.space] -= a.bytes;
     pthread_mutex_unlock(&allocation_lock);
     switch (a.from) {
+    case FROM_DRY:
+        munmap(ptr, a.bytes ? a.bytes : 1);
+        break;
 #ifdef USE_CUDA
     case FROM_CUDA_MALLOC:
         cuda_release(ptr);
@@ -332,7 +366,23 @@ size_t mem_peak_total(Space space) {
     return peak_total[space];
 }
 
+/* A dry run's copy into host memory: nothing where the destination is a dry
+ * buffer (it reads as zeros, as every dry device buffer does); zeros into
+ * any other memory (a host variable), so what the host reads is always the same. */
+static void dry_copy_to_host(void *dst_host, size_t bytes) {
+    pthread_mutex_lock(&allocation_lock);
+    int inside = 0;
+    for (int i = 0; i < allocation_count && !inside; i++) {
+        char *base = allocations[i].ptr;
+        inside = allocations[i].from == FROM_DRY && (char *)dst_host >= base &&
+                 (char *)dst_host + bytes <= base + allocations[i].bytes;
+    }
+    pthread_mutex_unlock(&allocation_lock);
+    if (!inside) memset(dst_host, 0, bytes);
+}
+
 void copy_to_device(void *dst_device, const void *src_host, size_t bytes) {
+    if (dry_run) return;
 #ifdef USE_CUDA
     if (active_backend == BACKEND_CUDA) {
         cuda_copy_h2d(dst_device, src_host, bytes);
@@ -343,6 +393,10 @@ void copy_to_device(void *dst_device, const void *src_host, size_t bytes) {
 }
 
 void copy_to_host(void *dst_host, const void *src_device, size_t bytes) {
+    if (dry_run) {
+        dry_copy_to_host(dst_host, bytes);
+        return;
+    }
 #ifdef USE_CUDA
     if (active_backend == BACKEND_CUDA) {
         cuda_copy_d2h(dst_host, src_device, bytes);
@@ -353,6 +407,7 @@ void copy_to_host(void *dst_host, const void *src_device, size_t bytes) {
 }
 
 void copy_on_device(void *dst_device, const void *src_device, size_t bytes) {
+    if (dry_run) return;
 #ifdef USE_CUDA
     if (active_backend == BACKEND_CUDA) {
         cuda_copy_d2d(dst_device, src_device, bytes);
@@ -363,6 +418,7 @@ void copy_on_device(void *dst_device, const void *src_device, size_t bytes) {
 }
 
 void copy_to_device_async(void *dst_device, const void *src_host, size_t bytes, DeviceStream *stream) {
+    if (dry_run) return;
 #ifdef USE_CUDA
     if (active_backend == BACKEND_CUDA) {
         cuda_copy_h2d_async(dst_device, src_host, bytes, stream->native);
@@ -374,6 +430,10 @@ void copy_to_device_async(void *dst_device, const void *src_host, size_t bytes, 
 }
 
 void copy_to_host_async(void *dst_host, const void *src_device, size_t bytes, DeviceStream *stream) {
+    if (dry_run) {
+        dry_copy_to_host(dst_host, bytes);
+        return;
+    }
 #ifdef USE_CUDA
     if (active_backend == BACKEND_CUDA) {
         cuda_copy_d2h_async(dst_host, src_device, bytes, stream->native);
@@ -471,6 +531,7 @@ void timer_start(Timer *t) {
 }
 
 double timer_stop_ms(Timer *t) {
+    if (dry_run) return 0.0; /* nothing ran: a dry run's times are 0 */
 #ifdef USE_CUDA
     if (active_backend == BACKEND_CUDA) return cuda_timer_stop_ms(t->events);
 #endif

@@ -66,6 +66,21 @@ void device_bind_thread(void);
 const char *device_name(void);   /* "cpu" or e.g. "cuda:NVIDIA H100 80GB HBM3" */
 int device_cuda_available(void); /* built with CUDA and a GPU is visible */
 
+/* The dry run (--dry-run, harness.h): switched on before device_init, it
+ * makes the CPU backend a device that records and computes nothing.
+ * mem_alloc and mem_alloc_pinned count every buffer exactly as before (tag,
+ * bytes, peak; --device-mem-limit still refuses) but reserve address space
+ * only (mmap with MAP_NORESERVE, never written: it reads as zeros and costs
+ * no memory until touched, so a model of any size is "allocated" on a
+ * laptop); copies do nothing (a copy into host memory the program did not
+ * allocate here fills it with zeros, the value every dry buffer holds, so
+ * what the host reads back is always the same); kernels.h's ops() is a
+ * table of no-ops that grow the CPU backend's workspaces as it would
+ * (kernels_dry.c); timers read 0. Code that writes big host buffers itself
+ * (initial weights, chapter 06's CPU AdamW) asks device_dry() and skips. */
+void device_set_dry(int dry);
+int device_dry(void);
+
 /* Budget for SPACE_DEVICE in bytes; 0 means unlimited. */
 void device_set_limit(size_t bytes);
 

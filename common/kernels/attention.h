@@ -24,6 +24,9 @@ void attention_forward_cpu(float *out, float *lse, const float *qkv, int B, int 
 void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *out,
                             const float *lse, int B, int T, int C, int NH);
 void attention_release_cpu(void);
+/* The dry run (kernels_dry.c): grow the workspace as a forward or backward over
+ * `rows` query rows would (T for the whole attention), computing nothing. */
+void attention_workspace_grow_cpu(int rows);
 void attention_block_forward_cpu(float *out, float *lse, const float *q, const float *kv, int B, int T,
                                  int rows, int C, int NH, int causal);
 void attention_block_backward_cpu(float *dq, float *dkv, const float *dout, const float *out,

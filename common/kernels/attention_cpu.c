@@ -78,6 +78,10 @@ static float *workspace_for(int T) {
     return workspace;
 }
 
+void attention_workspace_grow_cpu(int rows) {
+    workspace_for(rows);
+}
+
 void attention_release_cpu(void) {
     mem_free(workspace);
     workspace = NULL;

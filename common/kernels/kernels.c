@@ -11,6 +11,7 @@
 #include <pthread.h>
 
 static const KernelOps *active_table(void) {
+    if (device_dry()) return &kernels_dry; /* a dry run computes nothing (device.h) */
 #ifdef USE_CUDA
     if (device_backend() == BACKEND_CUDA) return &kernels_cuda;
 #endif

@@ -200,6 +200,16 @@ typedef struct {
  * weight, output gradient), each the largest of its kind. common/plan
  * predicts memory.csv with it. */
 size_t half_matmul_workspace_bytes_cpu(int N, const LinearShape *shapes, int count);
+/* The dry run (device.h; kernels_dry.c): grow the CPU backend's 16-bit matmul
+ * workspaces as linear_forward_half, linear_backward_input_half or
+ * linear_backward_weight_half of an (N, C) x (OC, C) matmul would, computing nothing. */
+typedef enum { HALF_MATMUL_FORWARD, HALF_MATMUL_BACKWARD_INPUT, HALF_MATMUL_BACKWARD_WEIGHT } HalfMatmul;
+void half_matmul_grow_cpu(HalfMatmul which, int N, int C, int OC);
+
+/* The table of the dry run: every operation does nothing but grow the CPU
+ * backend's workspaces as the CPU's own would; sums of squares are 0 (a
+ * healthy, finite gradient). ops() returns it when device_dry(). */
+extern const KernelOps kernels_dry;
 
 #ifdef __cplusplus
 }

@@ -220,14 +220,28 @@ size_t half_matmul_workspace_bytes_cpu(int N, const LinearShape *shapes, int cou
     return bytes;
 }
 
-static const float *half_operand_of(int slot, const float *a, size_t count, HalfFormat format) {
+/* Workspace `slot`, grown to at least `count` floats. */
+static float *half_operand_grown(int slot, size_t count) {
     if (count > half_operand_floats[slot]) {
         mem_free(half_operand[slot]);
         half_operand[slot] =
             mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, count * sizeof(float), "16-bit matmul operand");
         half_operand_floats[slot] = count;
     }
-    float *values = half_operand[slot];
+    return half_operand[slot];
+}
+
+void half_matmul_grow_cpu(HalfMatmul which, int N, int C, int OC) {
+    /* each call's two operands, in the order the functions below round them */
+    static const int operands[3][2] = {[HALF_MATMUL_FORWARD] = {OPERAND_INP, OPERAND_WEIGHT},
+                                       [HALF_MATMUL_BACKWARD_INPUT] = {OPERAND_DOUT, OPERAND_WEIGHT},
+                                       [HALF_MATMUL_BACKWARD_WEIGHT] = {OPERAND_DOUT, OPERAND_INP}};
+    for (int k = 0; k < 2; k++)
+        half_operand_grown(operands[which][k], operand_floats(operands[which][k], N, C, OC));
+}
+
+static const float *half_operand_of(int slot, const float *a, size_t count, HalfFormat format) {
+    float *values = half_operand_grown(slot, count);
 #pragma omp parallel for
     for (size_t i = 0; i < count; i++) values[i] = half_to_float(half_from_float(a[i], format), format);
     return values;

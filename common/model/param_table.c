@@ -1,6 +1,8 @@
 /* param_table.c: see param_table.h. */
 #include "param_table.h"
 
+#include "device.h"
+
 #include "util.h"
 
 #include <math.h>
@@ -122,6 +124,7 @@ float param_init_value(const ParamTensor *t, uint64_t seed, size_t i) {
 }
 
 void param_init_range(const ParamTable *t, uint64_t seed, float *dst, size_t first, size_t count) {
+    if (device_dry()) return; /* a dry run writes no initial values (device.h) */
     for (int k = 0; k < t->num_tensors; k++) {
         const ParamTensor *p = &t->tensors[k];
         size_t lo = p->offset > first ? p->offset : first;
@@ -187,6 +190,7 @@ void shard_slice_elements(const ParamTable *t, int unit, int rank, int ranks, si
 }
 
 void shard_from_whole(const ParamTable *t, int rank, int ranks, const float *whole, float *shard) {
+    if (device_dry()) return; /* zeros from zeros */
     for (int u = LAYER_EMBEDDING; u <= t->cfg.layers; u++) {
         float *slice = shard + shard_unit_offset(t, u, ranks);
         size_t first, count;
@@ -197,6 +201,7 @@ void shard_from_whole(const ParamTable *t, int rank, int ranks, const float *who
 }
 
 void shard_to_whole(const ParamTable *t, int rank, int ranks, const float *shard, float *whole) {
+    if (device_dry()) return;
     for (int u = LAYER_EMBEDDING; u <= t->cfg.layers; u++) {
         size_t first, count;
         slice_elements(t, u, rank, ranks, &first, &count);
@@ -205,6 +210,7 @@ void shard_to_whole(const ParamTable *t, int rank, int ranks, const float *shard
 }
 
 void shard_init(const ParamTable *t, uint64_t seed, int rank, int ranks, float *shard) {
+    if (device_dry()) return; /* initial values and padding: a dry buffer's zeros stand for both */
     for (int u = LAYER_EMBEDDING; u <= t->cfg.layers; u++) {
         float *slice = shard + shard_unit_offset(t, u, ranks);
         size_t first, count;

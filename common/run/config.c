@@ -143,6 +143,23 @@ static const Flag common_flags[] = {
              "layout, at any precision"},
     {"--quiet", FLAG_SWITCH, FIELD(Config, quiet), .usage = "--quiet", .help = "no per-step progress lines"},
     {"--help", FLAG_HELP, .usage = "--help", .help = "this text", .record = FLAG_NOT_RECORDED},
+    {.type = FLAG_SECTION,
+     .help = "dry run: what one rank of a job allocates and sends, without running it",
+     .only = FLAG_HARNESS},
+    {"--dry-run", FLAG_SWITCH, FIELD(Config, dry_run), .usage = "--dry-run",
+     .help = "be rank R of a job of N ranks, alone (no mpirun): the start-up and\n"
+             "steps (--steps 1 for one) with this program's own code, on a device\n"
+             "that records every allocation and computes nothing, and a transport\n"
+             "that counts every byte and sends none; writes that rank's memory.csv\n"
+             "rows and run.csv (its share of the bytes per axis; times 0) to --out.\n"
+             "No evaluation, sampling or checkpoint",
+     .only = FLAG_HARNESS, .record = FLAG_NOT_RECORDED},
+    {"--world", FLAG_INT, FIELD(Config, dry_world), 1, 1048576, .def = "1", .usage = "--world N",
+     .help = "with --dry-run: the job's ranks, {range} (default {default})", .only = FLAG_HARNESS,
+     .record = FLAG_NOT_RECORDED},
+    {"--rank", FLAG_INT, FIELD(Config, dry_rank), 0, 1048575, .def = "0", .usage = "--rank R",
+     .help = "with --dry-run: the rank to run, 0..N-1 (default {default})", .only = FLAG_HARNESS,
+     .record = FLAG_NOT_RECORDED},
     {.type = FLAG_SECTION, .help = "communication (run with mpirun -np N)", .only = FLAG_MULTI_RANK},
     {"--comm", FLAG_CHOICE, FIELD(Config, comm), .choices = "auto|nccl|mpi", .noun = "transport",
      .def = "auto", .usage = "--comm auto|nccl|mpi",
@@ -197,8 +214,14 @@ static const Flag *chapter_rows(const ChapterFlags *chapter) {
     return flat_rows;
 }
 
-static int takes(const Flag *f, int multi_rank) {
-    return f->only == FLAG_ALL || multi_rank;
+/* Which rows a program takes: FLAG_MULTI_RANK and FLAG_HARNESS bits (config.h). */
+static int program_kind(const ChapterFlags *chapter) {
+    if (!chapter) return FLAG_HARNESS; /* chapter 01: the harness's one process */
+    return (chapter->multi_rank ? FLAG_MULTI_RANK : 0) | (chapter->harness ? FLAG_HARNESS : 0);
+}
+
+static int takes(const Flag *f, int kind) {
+    return f->only == FLAG_ALL || (f->only & kind);
 }
 
 /* The item of "a|b|c" at index i, or "?". */
@@ -360,9 +383,9 @@ static void set_defaults(Config *c, const char *program, const ChapterFlags *cha
 
 /* One table's part of --help: headings, and each flag's usage in a column
  * of 27, its text beside it (continuation lines under the text). */
-static void print_rows(const Flag *rows, const void *defaults, int multi_rank) {
+static void print_rows(const Flag *rows, const void *defaults, int kind) {
     for (const Flag *f = rows; is_row(f); f++) {
-        if (!takes(f, multi_rank)) continue;
+        if (!takes(f, kind)) continue;
         if (f->type == FLAG_SECTION) {
             printf("\n%s\n", f->help);
             continue;
@@ -393,10 +416,10 @@ static void print_rows(const Flag *rows, const void *defaults, int multi_rank) {
 void config_print_help(const char *program, const char *summary, const ChapterFlags *chapter) {
     Config defaults;
     set_defaults(&defaults, program, chapter); /* the chapter's values too */
-    int multi_rank = chapter && chapter->multi_rank;
+    int kind = program_kind(chapter);
     printf("usage: %s [flags]\n%s\n", program, summary);
-    print_rows(common_flags, &defaults, multi_rank);
-    if (chapter) print_rows(defaults.chapter_flags, chapter->values, multi_rank);
+    print_rows(common_flags, &defaults, kind);
+    if (chapter) print_rows(defaults.chapter_flags, chapter->values, kind);
     printf("\nexit status: 0 done, 1 runtime failure, 2 bad input, 3 loss became NaN/Inf\n");
 }
 
@@ -440,12 +463,58 @@ static void check_precision_flags(const Config *c) {
               c->loss_scale);
 }
 
+/* --dry-run and its --world and --rank (device.h, comm.h: "The dry run"). */
+static void check_dry_run_flags(Config *c, int multi_rank) {
+    if (!c->dry_run) {
+        if (flag_given(c, "--world") || flag_given(c, "--rank"))
+            fatal(EXIT_USAGE, "--%s applies to --dry-run only (a job's ranks are mpirun -np N)",
+                  flag_given(c, "--world") ? "world" : "rank");
+        return;
+    }
+    if (c->dry_rank >= c->dry_world)
+        fatal(EXIT_USAGE, "--rank %d is not a rank of --world %d (valid: 0..%d)", c->dry_rank, c->dry_world,
+              c->dry_world - 1);
+    if (!multi_rank && c->dry_world != 1)
+        fatal(EXIT_USAGE, "--world %d: this program runs on one process (valid: 1)", c->dry_world);
+    if (strcmp(c->device, "cuda") == 0)
+        fatal(EXIT_USAGE, "--dry-run plans the CPU backend's buffers (valid: --device auto or cpu)");
+    if (strcmp(c->comm, "nccl") == 0)
+        fatal(EXIT_USAGE, "--dry-run plans the mpi transport (valid: --comm auto or mpi)");
+    if (c->save[0] || c->resume[0])
+        fatal(EXIT_USAGE, "--dry-run writes and reads no checkpoint (valid: without --%s)",
+              c->save[0] ? "save" : "resume");
+    c->sample = 0; /* nothing to sample from: the weights are never written */
+}
+
+int dry_run_requested(int argc, char **argv, int *world, int *rank) {
+    int dry = 0;
+    *world = 1, *rank = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *names[2] = {"--world", "--rank"};
+        int *values[2] = {world, rank};
+        if (strcmp(argv[i], "--dry-run") == 0) dry = 1;
+        for (int k = 0; k < 2; k++) {
+            size_t n = strlen(names[k]);
+            const char *text = strncmp(argv[i], names[k], n) != 0   ? NULL
+                               : argv[i][n] == '='                  ? argv[i] + n + 1
+                               : argv[i][n] == '\0' && i + 1 < argc ? argv[i + 1]
+                                                                    : NULL;
+            if (!text) continue;
+            char *end;
+            long v = strtol(text, &end, 10);
+            if (end != text && !*end && v >= (k == 0 ? 1 : 0) && v <= 1048576) *values[k] = (int)v;
+        }
+    }
+    if (*rank >= *world) *world = *rank + 1; /* config_read's check names the mistake */
+    return dry;
+}
+
 /* The getopt_long options of one table's rows. */
-static void add_options(struct option *options, int *n, const Flag *rows, int table, int multi_rank) {
+static void add_options(struct option *options, int *n, const Flag *rows, int table, int kind) {
     for (int i = 0; is_row(&rows[i]); i++) {
         const Flag *f = &rows[i];
         if (i == MAX_ROWS) fatal(EXIT_RUNTIME, "a table of flags has more than %d rows", MAX_ROWS);
-        if (!f->name || !takes(f, multi_rank)) continue;
+        if (!f->name || !takes(f, kind)) continue;
         int has_arg = f->type == FLAG_SWITCH || f->type == FLAG_HELP ? no_argument
                       : f->type == FLAG_TOGGLE                       ? optional_argument
                                                                      : required_argument;
@@ -456,13 +525,13 @@ static void add_options(struct option *options, int *n, const Flag *rows, int ta
 /* Read argv into c; returns 1 at --help (then nothing else is read). */
 static int read_flags(Config *c, int argc, char **argv, const char *program, const ChapterFlags *chapter) {
     set_defaults(c, program, chapter);
-    int multi_rank = chapter && chapter->multi_rank;
+    int kind = program_kind(chapter);
     /* on the stack: a usage error longjmps out of here (UsageTrap), and must leak nothing */
     struct option options[2 * MAX_ROWS + 1];
     memset(options, 0, sizeof options);
     int num_options = 0;
-    add_options(options, &num_options, common_flags, 0, multi_rank);
-    if (chapter) add_options(options, &num_options, c->chapter_flags, 1, multi_rank);
+    add_options(options, &num_options, common_flags, 0, kind);
+    if (chapter) add_options(options, &num_options, c->chapter_flags, 1, kind);
 
     /* The preset is applied first, whatever the flag order, so that --layers
      * etc. override it. */
@@ -511,6 +580,7 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
         fatal(EXIT_USAGE, "--micro %d does not divide --batch %d (valid: a divisor of the batch)", c->micro,
               c->batch);
     check_precision_flags(c);
+    check_dry_run_flags(c, kind & FLAG_MULTI_RANK);
     if (c->save_every && !c->save[0])
         fatal(EXIT_USAGE, "--save-every %d needs --save PATH (where to write the checkpoints)",
               c->save_every);
@@ -533,10 +603,9 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
 }
 
 /* The record: the build, then every flag a program takes, in the rows' order. */
-static void record_rows(ConfigRecord *r, const Flag *rows, const void *base, const Config *c,
-                        int multi_rank) {
+static void record_rows(ConfigRecord *r, const Flag *rows, const void *base, const Config *c, int kind) {
     for (const Flag *f = rows; is_row(f); f++) {
-        if (!f->name || !takes(f, multi_rank) || f->record == FLAG_NOT_RECORDED) continue;
+        if (!f->name || !takes(f, kind) || f->record == FLAG_NOT_RECORDED) continue;
         if (f->record == FLAG_RECORDED_IN_FP16 && c->precision != PRECISION_FP16) continue;
         char text[JOINED_PATH_BYTES];
         value_text(f, base, 1, text, sizeof text);
@@ -552,9 +621,9 @@ static void record_flags(Config *c, const ChapterFlags *chapter) {
 #else
     config_record_add(r, "build", "cpu, gcc %s", __VERSION__);
 #endif
-    int multi_rank = chapter && chapter->multi_rank;
-    record_rows(r, common_flags, c, c, multi_rank);
-    if (chapter) record_rows(r, c->chapter_flags, chapter->values, c, multi_rank);
+    int kind = program_kind(chapter);
+    record_rows(r, common_flags, c, c, kind);
+    if (chapter) record_rows(r, c->chapter_flags, chapter->values, c, kind);
     r->flag_items = r->count;
 }
 

@@ -50,6 +50,8 @@ typedef struct {
     int timeout;             /* multi-rank programs: --timeout seconds a wait may last (0: no limit) */
     Precision precision;     /* --precision fp32|bf16|fp16 */
     float loss_scale;        /* fp16: --loss-scale S, a fixed scale; 0 = dynamic (the default) */
+    int dry_run;             /* --dry-run: one rank's start-up and step, on a device that computes nothing */
+    int dry_world, dry_rank; /* --world N --rank R: the job and the rank a dry run stands for */
     int loss_scale_window;   /* fp16, dynamic: clean steps after which the scale doubles */
     /* found by the checks, not set by a flag */
     OutMode out_mode; /* what to do with --out's existing files */
@@ -93,7 +95,9 @@ typedef enum {
                      chapter's struct (a chapter keeps every flag of the one before it) */
 } FlagType;
 
-enum { FLAG_ALL = 0, FLAG_MULTI_RANK = 1 };                           /* Flag.only: which programs take it */
+/* Flag.only: which programs take it: all, those run under mpirun, those the
+ * run harness starts (the chapters' trainers, not the tools: --dry-run) */
+enum { FLAG_ALL = 0, FLAG_MULTI_RANK = 1, FLAG_HARNESS = 2 };
 enum { FLAG_RECORDED = 0, FLAG_NOT_RECORDED, FLAG_RECORDED_IN_FP16 }; /* Flag.record */
 
 typedef struct Flag {
@@ -126,6 +130,7 @@ typedef struct {
     void (*effective)(const Config *cfg, void *values); /* flag_given(cfg, ...) says what was typed */
     void (*check)(const Config *cfg, const void *values);
     int multi_rank; /* the program runs under mpirun: it takes --comm and --timeout too */
+    int harness;    /* set by the run harness (harness.h): a chapter's trainer, which takes --dry-run */
 } ChapterFlags;
 
 /* Whether the flag `name` (common or the chapter's) was on the command line:
@@ -140,6 +145,11 @@ void flag_set_given(Config *cfg, const char *name, int given);
  * (nothing else is read then). Errors go through fatal(EXIT_USAGE). The
  * files and the machine are checked after this, by preflight.h. */
 int config_read(Config *cfg, int argc, char **argv, const char *program, const ChapterFlags *chapter);
+/* Before MPI starts (harness.h): whether argv asks for a dry run, and its
+ * --world and --rank (1 and 0 where absent or not a number: config_read's
+ * rows then check them and say what is wrong). Flags must be written in full. */
+int dry_run_requested(int argc, char **argv, int *world, int *rank);
+
 /* --help, from the rows; resets the chapter's values to their defaults. */
 void config_print_help(const char *program, const char *summary, const ChapterFlags *chapter);
 

@@ -360,13 +360,17 @@ void memory_peaks_local(size_t *peaks) {
 }
 
 void memory_csv_write(const char *dir, int nranks, const size_t *peaks) {
+    memory_csv_write_from(dir, 0, nranks, peaks);
+}
+
+void memory_csv_write_from(const char *dir, int first_rank, int nranks, const size_t *peaks) {
     OutFile *f = out_open(dir, "memory.csv", OUT_WHOLE, 0);
     out_printf(f, "rank,space,category,peak_bytes\n");
     for (int r = 0; r < nranks; r++)
         for (int s = 0; s < SPACE_COUNT; s++)
             for (int c = 0; c < CAT_COUNT; c++)
-                out_printf(f, "%d,%s,%s,%zu\n", r, space_name((Space)s), category_name((Category)c),
-                           peaks[((size_t)r * SPACE_COUNT + s) * CAT_COUNT + c]);
+                out_printf(f, "%d,%s,%s,%zu\n", first_rank + r, space_name((Space)s),
+                           category_name((Category)c), peaks[((size_t)r * SPACE_COUNT + s) * CAT_COUNT + c]);
     out_close(f);
 }
 

@@ -89,6 +89,8 @@ void steps_csv_write(OutFile *f, const StepRecord *r, const char *extra_values);
 
 /* memory.csv from peaks[rank][space][category] of nranks ranks. */
 void memory_csv_write(const char *dir, int nranks, const size_t *peaks);
+/* The same for ranks first_rank.. (a dry run's one rank, harness.h). */
+void memory_csv_write_from(const char *dir, int first_rank, int nranks, const size_t *peaks);
 /* This process's peaks in the layout memory_csv_write expects (SPACE_COUNT*CAT_COUNT). */
 void memory_peaks_local(size_t *peaks);
 

@@ -11,6 +11,10 @@
 size_t memory_csv_write_ranks(CommGroup *world, const char *dir) {
     size_t peaks[SPACE_COUNT * CAT_COUNT];
     memory_peaks_local(peaks);
+    if (comm_dry()) { /* a dry run's one rank: its own rows (harness.h) */
+        memory_csv_write_from(dir, comm_rank(world), 1, peaks);
+        return mem_peak_total(SPACE_DEVICE);
+    }
     size_t *all_peaks = xcalloc((size_t)comm_size(world) * SPACE_COUNT * CAT_COUNT, sizeof(size_t));
     comm_gather_bytes(world, peaks, sizeof peaks, all_peaks, 0);
     if (comm_rank(world) == 0) memory_csv_write(dir, comm_size(world), all_peaks);

@@ -64,7 +64,26 @@ void run_init_fields(Run *run, Config *cfg, const RunSpec *spec) {
 
 void run_start(Run *run, Config *cfg, int argc, char **argv, const RunSpec *spec) {
     run_init_fields(run, cfg, spec);
+    int world, rank;
+    if (dry_run_requested(argc, argv, &world, &rank)) dry_run_refuse_mpirun();
     config_parse(cfg, argc, argv, spec->program, spec->summary, NULL);
+}
+
+void dry_run_refuse_mpirun(void) {
+    const char *names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+    for (int i = 0; i < 3; i++) {
+        const char *size = getenv(names[i]);
+        if (size && atoi(size) > 1)
+            fatal(EXIT_USAGE,
+                  "--dry-run runs one rank as one process, not under mpirun (this job has %s processes; "
+                  "valid: run it alone, with --world N --rank R)",
+                  size);
+    }
+}
+
+/* Who writes the run's files: rank 0, or the one rank of a dry run. */
+static int run_writes_files(const Run *run) {
+    return run->rank == 0 || run->cfg->dry_run;
 }
 
 /* steps.csv's header after the shared columns: the chapter's, the shared
@@ -85,11 +104,12 @@ static void chapter_header(const Run *run, char *header, size_t size) {
 
 void run_prepare(Run *run) {
     Config *cfg = run->cfg;
-    device_init(cfg->device, run->local_rank);
+    device_set_dry(cfg->dry_run); /* device.h: "The dry run" */
+    device_init(cfg->device, run->local_rank); /* a dry run: the CPU backend, whatever the choice */
     device_set_limit(cfg->device_mem_limit);
     run->across->device_ready(run);
     data_load(&run->data, cfg->data, cfg->model.seq);
-    if (run->rank == 0) {
+    if (run_writes_files(run)) {
         out_dir_prepare(cfg, run->spec->program);
         char header[256];
         chapter_header(run, header, sizeof header);
@@ -137,10 +157,12 @@ int run_step_done(Run *run, RunStep *s) {
         for (int a = 0; a < RUN_AXES; a++) run->axis_bytes[a] += now[a] - s->axis_bytes_at_start[a];
     }
     run->across->slowest_times(run, s);
-    s->rec.tokens_per_s = run->tokens_per_step / (s->rec.step_ms / 1e3);
+    s->rec.tokens_per_s =
+        s->rec.step_ms > 0 ? run->tokens_per_step / (s->rec.step_ms / 1e3) : 0.0; /* dry: 0 */
     run->step_ms[s->step] = s->rec.step_ms;
     run->final_loss = s->rec.loss;
     int eval_every = run->cfg->eval_every;
+    if (run->cfg->dry_run) return 0; /* no evaluation: the weights hold nothing to measure */
     return s->step + 1 == run->last_step || (eval_every && (s->step + 1) % eval_every == 0);
 }
 
@@ -165,7 +187,7 @@ int run_save_due(const Run *run, const RunStep *s) {
 
 void run_step_log(Run *run, RunStep *s) {
     const Config *cfg = run->cfg;
-    if (run->rank == 0) {
+    if (run_writes_files(run)) {
         if (!cfg->quiet || s->step + 1 == run->last_step) log_step(&s->rec, cfg->steps);
         char values[256];
         chapter_values(run, s, values, sizeof values);
@@ -203,7 +225,7 @@ static void write_run_csv(const Run *run, size_t params, size_t peak_device, con
 
 void run_finish(Run *run, size_t params, const char *extra_header, const char *extra_values,
                 const char *details_fmt, ...) {
-    if (run->rank == 0) out_close(run->steps_csv);
+    if (run_writes_files(run)) out_close(run->steps_csv);
     run->steps_csv = NULL;
     size_t peak_device = run->across->peak_device(run);
     char header[512], values[512]; /* the chapter's columns, then (RunSpec.axis_bytes) each axis's bytes */
@@ -213,9 +235,9 @@ void run_finish(Run *run, size_t params, const char *extra_header, const char *e
     if (run->spec->axis_bytes && run->across->axis_columns)
         run->across->axis_columns(run, header, values, sizeof header);
     RunSummary r;
-    if (run->rank == 0) write_run_csv(run, params, peak_device, header, values, &r);
+    if (run_writes_files(run)) write_run_csv(run, params, peak_device, header, values, &r);
     run->across->write_memory_csv(run);
-    if (run->rank != 0) return;
+    if (!run_writes_files(run)) return;
     run_info_complete(run->cfg);
     char details[1024];
     va_list args;

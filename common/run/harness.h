@@ -139,6 +139,18 @@ struct Run {
 void run_start(Run *run, Config *cfg, int argc, char **argv, const RunSpec *spec);
 void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSpec *spec, void *flag_values,
                      int *world_size);
+/* The dry run: `--dry-run --world N --rank R` (config.h's rows, shared by
+ * every chapter) makes the program rank R of a job of N, alone and without
+ * MPI (comm_init_dry), on the dry device (device_set_dry): its whole
+ * start-up and its steps (--steps 1 for one) with the code a real run uses,
+ * computing and sending nothing, but allocating (as address space) and
+ * counting every byte. The files rank 0 writes, rank R writes: steps.csv and
+ * run.csv with times and losses 0, run.csv's bytes_{dp,pp,cp,tp}_per_step
+ * this rank's share (a real run's are the sum over its ranks), and
+ * memory.csv with this rank's rows only (labelled R). No evaluation,
+ * sampling or checkpoint. Under mpirun with more than one process it ends
+ * the program with one line (dry_run_refuse_mpirun). */
+void dry_run_refuse_mpirun(void);
 
 /* The device (this rank's GPU) and its budget, the transport, the data, and
  * on rank 0 the output directory and steps.csv's header. */

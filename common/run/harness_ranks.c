@@ -69,7 +69,13 @@ void run_axis_columns(Run *run, char *header, char *values, size_t size) {
 
 void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSpec *spec, void *flag_values,
                      int *world_size) {
-    comm_init(argc, argv);
+    int dry_world, dry_rank;
+    if (dry_run_requested(*argc, *argv, &dry_world, &dry_rank)) {
+        dry_run_refuse_mpirun();
+        comm_init_dry(dry_world, dry_rank); /* comm.h: no MPI, every byte counted */
+    } else {
+        comm_init(argc, argv);
+    }
     run_init_fields(run, cfg, spec);
     run->across = &many_ranks;
     run->world = comm_world();
@@ -78,6 +84,7 @@ void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSp
     *world_size = run->ranks;
     ChapterFlags flags = spec->flags;
     flags.values = flag_values;
+    flags.harness = 1; /* --dry-run and its --world and --rank */
     config_parse_ranks(cfg, *argc, *argv, spec->program, spec->summary, &flags);
     checkpoint_check_shared_directory(run->world, cfg);
     run->local_rank = comm_local_rank();

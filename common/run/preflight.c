@@ -77,7 +77,7 @@ int config_parse_and_check(Config *c, int argc, char **argv, const char *program
     fault_check_environment();    /* the tests' COURSE_FAULT_* variables (util.h) */
     interrupt_handlers_install(); /* Ctrl-C: a message, no temporary files left (util.h) */
     if (chapter && chapter->check) chapter->check(c, chapter->values);
-    check_memory(c);
+    if (!c->dry_run) check_memory(c); /* a dry run touches no memory: plan any size */
     check_files(c, program);
     return 0;
 }

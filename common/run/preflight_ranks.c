@@ -23,5 +23,6 @@ void config_parse_ranks(Config *cfg, int argc, char **argv, const char *program,
         comm_finalize();
         exit(0);
     }
-    watchdog_start(cfg->timeout, cfg->out, cfg->resume_step + 1); /* --timeout (watchdog.h) */
+    if (!comm_dry())
+        watchdog_start(cfg->timeout, cfg->out, cfg->resume_step + 1); /* --timeout (watchdog.h) */
 }

@@ -279,7 +279,7 @@ skips_and_scales() { paste -d, <(csv_column "$1/steps.csv" skipped) <(csv_column
     assert_equal "$(csv_column "$(scratch)/b/offload_summary.csv" relative | tr '\n' ' ')" \
         "$(csv_column "$(scratch)/b/offload_summary.csv" relative | awk 'NR == 1 || NR == 4 { $0 = "1.000" } 1' | tr '\n' ' ')"
     # the host holds state and PCIe carries bytes only in 06's rows
-    csv_column "$(scratch)/b/offload.csv" pcie_bytes_per_step | awk 'NR == 1 || NR == 4 || NR == 5 { if ($1 != 0) exit 1; next } { if ($1 <= 0) exit 1 }'
-    csv_column "$(scratch)/b/offload.csv" peak_host_bytes | awk 'NR == 1 || NR == 4 || NR == 5 { if ($1 != 0) exit 1; next } { if ($1 <= 0) exit 1 }'
+    csv_column "$(scratch)/b/offload.csv" pcie_bytes_per_step | awk 'NR == 1 || NR == 4 || NR == 5 { if ($1 != 0) exit 1; next } { if ($1 <= 0) exit 1 } END { exit NR < 7 }'
+    csv_column "$(scratch)/b/offload.csv" peak_host_bytes | awk 'NR == 1 || NR == 4 || NR == 5 { if ($1 != 0) exit 1; next } { if ($1 <= 0) exit 1 } END { exit NR < 7 }'
     if "$(plot_python)" -c 'import matplotlib' 2>/dev/null; then [ -s "$(scratch)/b/offload.png" ]; fi
 }

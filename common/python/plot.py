@@ -124,7 +124,7 @@ import sys
 from collections import OrderedDict
 
 from pipeline_bubble import timeline_replay, zb_h1_formula_measured
-from tool import Refusal, check_output_file, is_matplotlib_png, make_output_dir, read_csv, run_tool
+from tool import Refusal, check_output_file, is_matplotlib_png, make_output_dir, median, read_csv, run_tool
 
 try:
     import matplotlib
@@ -205,12 +205,6 @@ def load_runs(dirs, valid=RUN_DIRECTORY):
     for runs in groups.values():
         runs.sort(key=lambda r: r["repeat"])
     return groups
-
-
-def median(values):
-    v = sorted(values)
-    n = len(v)
-    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
 def bars_with_spread(ax, groups, column, ylabel, title):

@@ -75,7 +75,7 @@ With --offload, from chapter 06 runs' timeline.csv:
 With --capacity, from 06_offload/capacity.py's capacity.csv:
     capacity.png    the most parameters each program trains against the
                     device budget, with the ratio 06 / 01 at each budget
-With --offload-bench, from 06_offload/bench_offload.sh's offload_summary.csv:
+With --offload-bench, from common/scripts/bench_offload.sh's offload_summary.csv:
     offload.png     the median step time of each configuration (1 rank: 01,
                     06 --offload with and without --dpu; 4 ranks: 04, 05's
                     stage 2, the combined 06 with and without --dpu), with
@@ -152,7 +152,7 @@ MODE_INPUT = {"gantt": TIMELINE_RUN, "offload": "a run of chapter 06 (it writes 
               "grid": "a run of chapter 04 or 05's pipeline",
               "commbench": "a CSV written by 02_data_parallel/commbench",
               "capacity": "the capacity.csv of 06_offload/capacity.py",
-              "offload_bench": "the offload_summary.csv of 06_offload/bench_offload.sh"}
+              "offload_bench": "the offload_summary.csv of common/scripts/bench_offload.sh"}
 PLAN_FILES = "common/plan's --csv and --time-csv of the run's layout"
 
 
@@ -603,7 +603,7 @@ def plot_capacity(path, out):
 
 
 def plot_offload_bench(path, out):
-    """06_offload/bench_offload.sh's summary: step time per configuration, grouped by ranks."""
+    """common/scripts/bench_offload.sh's summary: step time per configuration, grouped by ranks."""
     rows = read_csv(path, MODE_INPUT["offload_bench"])
     fig, ax = plt.subplots(figsize=(8, 4.5))
     x = list(range(len(rows)))
@@ -980,7 +980,7 @@ def main():
     parser.add_argument("--offload", action="store_true", help="chapter 06: one step's compute, copies and CPU AdamW")
     parser.add_argument("--capacity", action="store_true", help="06_offload/capacity.py's CSV: parameters per budget")
     parser.add_argument("--offload-bench", action="store_true",
-                        help="06_offload/bench_offload.sh's offload_summary.csv: step time per configuration")
+                        help="common/scripts/bench_offload.sh's offload_summary.csv: step time per configuration")
     parser.add_argument("--cp", action="store_true",
                         help="chapter 03 --cp runs (labels 03-cpN-seqT): activations per rank against T")
     parser.add_argument("--grid", action="store_true",

@@ -74,12 +74,10 @@ mpirun_np() {
         mpirun --oversubscribe -np "$np" "$@"
 }
 
-# Print column NAME of a CSV file, one value per line (header skipped).
-csv_column() {
-    local file="$1" name="$2"
-    awk -F, -v name="$name" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) col = i; next }
-                             col { print $col }' "$file"
-}
+# csv_column FILE NAME: column NAME of a CSV file, one value per line (header
+# skipped): the scripts' own reader, common/scripts/lib.sh's column (and median).
+. "$REPO/common/scripts/lib.sh"
+csv_column() { column "$@"; }
 
 # assert_losses_match REF_DIR RUN_DIR STEPS: the run's steps.csv has STEPS
 # losses, each within 1e-4 (relative) of the reference run's: the central

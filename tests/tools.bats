@@ -450,6 +450,16 @@ MD
     assert_line "| 02-dp2-flat | 30.0 ms | 4.0 | 5.0 | 6.0 | 1.0 | 0.5 |"
 }
 
+@test "lib.sh's column reads a column by name (nothing for a missing one) and median takes the middle" {
+    printf 'a,b,c\n1,x,30\n2,y,10\n3,z,20\n' >"$(scratch)/t.csv"
+    assert_equal "$(column "$(scratch)/t.csv" b | tr '\n' ' ')" "x y z "
+    assert_equal "$(column "$(scratch)/t.csv" d)" ""
+    assert_equal "$(column "$(scratch)/t.csv" c | median)" "20"
+    assert_equal "$(column "$(scratch)/t.csv" c | tail -n +2 | median)" "15"
+    assert_equal "$(printf '9\n100\n10\n' | median)" "10"   # numerically, not as text
+    assert_equal "$(printf '' | median)" ""
+}
+
 @test "demo_tables.py and overlap.py refuse a CSV cut short or without rows in one line, exit 2" {
     dir="$(scratch)"
     mkdir -p "$dir/demo/02-dp2-flat.r1" "$dir/run"

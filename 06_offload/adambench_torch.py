@@ -23,9 +23,11 @@ import argparse
 import csv
 import os
 import re
-import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "common", "python"))
+from tool import median, read_csv, run_tool  # noqa: E402
 
 
 class Parser(argparse.ArgumentParser):
@@ -69,10 +71,9 @@ def best_cpu_adamw(out, n, threads):
     path = os.path.join(out, "adambench.csv")
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        rates = [float(r["params_per_s"]) for r in csv.DictReader(f)
-                 if r["kernel"] == "cpu_adamw" and r["half"] == "none" and int(r["n"]) == n
-                 and int(r["threads"]) == threads]
+    rates = [float(r["params_per_s"]) for r in read_csv(path, "the adambench.csv of 06_offload/adambench --out DIR")
+             if r["kernel"] == "cpu_adamw" and r["half"] == "none" and int(r["n"]) == n
+             and int(r["threads"]) == threads]
     return max(rates) if rates else None
 
 
@@ -125,7 +126,7 @@ def main():
             opt.step()
             steps.append((time.perf_counter() - start) * 1e3)
             copies.append(copy_ms())
-        ms, cms = statistics.median(steps), statistics.median(copies)
+        ms, cms = median(steps), median(copies)
         rate = n / (ms * 1e-3)
         gbps, copy_gbps = rate * 28 / 1e9, 32.0 * n / (cms * 1e-3) / 1e9
         rows.append(dict(kernel="torch.optim.AdamW", path=mode, half="none", threads=threads, n=n, reps=args.reps,
@@ -159,4 +160,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool("error: adambench_torch.py: ", main)

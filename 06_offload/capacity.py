@@ -38,7 +38,7 @@ import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "common", "python"))
-from tool import Refusal, check_output_file, file_starts_with, make_output_dir, run_tool  # noqa: E402
+from tool import Refusal, check_output_file, file_starts_with, make_output_dir, read_csv, run_tool  # noqa: E402
 
 PROGRAMS = {
     "01": [os.path.join(REPO, "01_single_gpu", "train")],
@@ -93,8 +93,7 @@ def trial(program, layers, budget, args, out_dir):
         return False, None
     if done.returncode != 0:
         sys.exit(f"capacity.py: {' '.join(cmd)} failed unexpectedly ({done.returncode}): {done.stderr.strip()}")
-    with open(os.path.join(out_dir, "run.csv"), newline="") as f:
-        return True, next(csv.DictReader(f))
+    return True, read_csv(os.path.join(out_dir, "run.csv"), "the run.csv of the trial run")[0]
 
 
 def largest(program, budget, args, out_dir):

@@ -44,8 +44,9 @@ assert_resumed() {
     assert_equal "$(csv_column "$run/steps.csv" step | tr '\n' ' ')" "$steps "
     join -t, <(paste -d, <(csv_column "$CK/full/steps.csv" step) <(csv_column "$CK/full/steps.csv" loss)) \
         <(paste -d, <(csv_column "$run/steps.csv" step) <(csv_column "$run/steps.csv" loss)) |
-        awk -F, '{ r = ($2 - $3) / $2; if (r < 0) r = -r; if (r > 1e-5) { print "step " $1 ": " $2 " against " $3; bad = 1 } }
-                 END { exit bad }'
+        awk -F, -v want="$(wc -w <<<"$steps")" '{ n++; r = ($2 - $3) / $2; if (r < 0) r = -r
+                                                  if (r > 1e-5) { print "step " $1 ": " $2 " against " $3; bad = 1 } }
+                 END { if (n != want) print n " steps against the uninterrupted run, " want " expected"; exit bad || n != want }'
 }
 
 # The checksum common/ckpt verifies.

@@ -67,7 +67,7 @@ losses_csv() { # FILE N FACTOR [FIRST_STEP]
     done
     for command in "REQUIRE_GPU=1 bats --tap tests/parity.bats" build/tests/test_parity build/tests/test_overlap \
         "--offload --pp 2 --dp 2" "--dpu-reference" "--device cpu" "--resume" "common/ckpt verify" \
-        common/scripts/compare_losses.sh common/scripts/bench.sh 06_offload/bench_offload.sh "06_offload/capacity.py --device cuda" \
+        common/scripts/compare_losses.sh common/scripts/bench.sh common/scripts/bench_offload.sh "06_offload/capacity.py --device cuda" \
         "test_cpu_adam parity" "--comm mpi --cp 2"; do
         assert_output --partial "$command"
     done

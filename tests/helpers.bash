@@ -74,19 +74,22 @@ mpirun_np() {
         mpirun --oversubscribe -np "$np" "$@"
 }
 
-# Print column NAME of a CSV file, one value per line (header skipped).
-csv_column() {
-    local file="$1" name="$2"
-    awk -F, -v name="$name" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) col = i; next }
-                             col { print $col }' "$file"
-}
+# csv_column FILE NAME: column NAME of a CSV file, one value per line (header
+# skipped): the scripts' own reader, common/scripts/lib.sh's column (and median).
+. "$REPO/common/scripts/lib.sh"
+csv_column() { column "$@"; }
 
 # assert_losses_match REF_DIR RUN_DIR STEPS: the run's steps.csv has STEPS
 # losses, each within 1e-4 (relative) of the reference run's: the central
 # invariant, as the chapters' tests check it.
-assert_losses_match() {
-    local ref="$1" run="$2" steps="$3"
-    run paste -d, <(csv_column "$ref/steps.csv" loss) <(csv_column "$run/steps.csv" loss)
+assert_losses_match() { assert_column_match loss "$@"; }
+
+# assert_column_match COLUMN REF_DIR RUN_DIR STEPS: the same for any column of
+# steps.csv (grad_norm: the gradients agree too). STEPS rows, each a pair of
+# numbers, or it fails: an empty or missing file is a failure, not a pass.
+assert_column_match() {
+    local column="$1" ref="$2" run="$3" steps="$4"
+    run paste -d, <(csv_column "$ref/steps.csv" "$column") <(csv_column "$run/steps.csv" "$column")
     assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" "$steps"
     echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) { print "step " NR ": " $0; bad = 1 } }
                               END { exit bad }'

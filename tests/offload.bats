@@ -270,7 +270,7 @@ skips_and_scales() { paste -d, <(csv_column "$1/steps.csv" skipped) <(csv_column
 
 @test "bench_offload.sh runs every configuration on the tiny preset and writes its CSVs with their columns" {
     BENCH_MODEL=tiny BENCH_BATCH=4 BENCH_STEPS=2 BENCH_REPEATS=1 BENCH_MACHINE=test BENCH_OUT="$(scratch)/b" \
-        run "$REPO/06_offload/bench_offload.sh"
+        run "$REPO/common/scripts/bench_offload.sh"
     assert_success
     assert_equal "$(head -1 "$(scratch)/b/offload.csv")" \
         "machine,device,precision,model,batch,micro,steps,threads,config,ranks,repeat,median_step_ms,median_opt_ms,peak_device_bytes,peak_host_bytes,pcie_bytes_per_step,bytes_sent_per_step"
@@ -279,7 +279,7 @@ skips_and_scales() { paste -d, <(csv_column "$1/steps.csv" skipped) <(csv_column
     assert_equal "$(csv_column "$(scratch)/b/offload_summary.csv" relative | tr '\n' ' ')" \
         "$(csv_column "$(scratch)/b/offload_summary.csv" relative | awk 'NR == 1 || NR == 4 { $0 = "1.000" } 1' | tr '\n' ' ')"
     # the host holds state and PCIe carries bytes only in 06's rows
-    csv_column "$(scratch)/b/offload.csv" pcie_bytes_per_step | awk 'NR == 1 || NR == 4 || NR == 5 { if ($1 != 0) exit 1; next } { if ($1 <= 0) exit 1 }'
-    csv_column "$(scratch)/b/offload.csv" peak_host_bytes | awk 'NR == 1 || NR == 4 || NR == 5 { if ($1 != 0) exit 1; next } { if ($1 <= 0) exit 1 }'
+    csv_column "$(scratch)/b/offload.csv" pcie_bytes_per_step | awk 'NR == 1 || NR == 4 || NR == 5 { if ($1 != 0) exit 1; next } { if ($1 <= 0) exit 1 } END { exit NR < 7 }'
+    csv_column "$(scratch)/b/offload.csv" peak_host_bytes | awk 'NR == 1 || NR == 4 || NR == 5 { if ($1 != 0) exit 1; next } { if ($1 <= 0) exit 1 } END { exit NR < 7 }'
     if "$(plot_python)" -c 'import matplotlib' 2>/dev/null; then [ -s "$(scratch)/b/offload.png" ]; fi
 }

@@ -229,7 +229,7 @@ script_refuses() {
         refused "$d/z-$f/zero.csv" ": exists and is not bench_zero.sh's zero.csv" \
             env BENCH_OUT="$d/z-$f" "$REPO/common/scripts/bench_zero.sh"
         refused "$d/o-$f/offload_summary.csv" ": exists and is not bench_offload.sh's offload_summary.csv" \
-            env BENCH_OUT="$d/o-$f" "$REPO/06_offload/bench_offload.sh"
+            env BENCH_OUT="$d/o-$f" "$REPO/common/scripts/bench_offload.sh"
     done
     mkdir -p "$d/zdir/zero.csv"
     refused "$d/zdir/zero.csv" ": is a directory" env BENCH_OUT="$d/zdir" "$REPO/common/scripts/bench_zero.sh"

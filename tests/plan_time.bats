@@ -7,18 +7,23 @@
 # runs the suite already makes. A third holds the model splits' bubble to
 # each schedule's fraction of the compute.
 #
-# The band is 0.1x to 3x (predicted / measured), and it is what this shared
-# 2-core machine allows. The machine file describes the machine with nothing
-# else running; other jobs only slow a run. At load 2.3 (this machine's usual)
-# the five layouts below gave 1.03 (01), 0.59 (02), 0.73 (05 --zero 1), 0.62
-# (05 --zero 3), 0.77 (06 --offload); at load 6, while other engineers' tests
-# ran, 01 took twice and 02 on 2 ranks three to five times its quiet time
-# (ratios 0.47-0.51 and 0.16-0.23: one rank descheduled stalls both at every
-# collective), hence the lower bound 0.1. The upper bound is the constants'
-# own error: a run faster than three times the prediction means a wrong
-# machine file or formula. A narrower band needs a quiet machine and
-# `common/plan --calibrate` on it. Each layout's ratio, with the load
-# average, is printed as a TAP comment.
+# The band: predicted / measured median_step_ms at most 1.5, predicted /
+# fastest step (after the warm-up) at least 0.1. Other jobs on a shared
+# machine only slow a run, so the upper bound holds at any load: the machine
+# file describes this machine idle, where these five layouts gave at most
+# 1.12 (common/bench_results/plan-band-cpu-amd-epyc-2cores-load1.summary.csv,
+# ratio_max: the fastest of three interleaved repeats' medians), and 1.5
+# leaves a third for a faster CPU of the same kind. The median, not the
+# fastest step, because a single step of 01 sometimes runs in 5 ms of a 6.6 ms
+# median. A prediction 1.5x too high fails it: with the machine file's flops
+# halved (every compute term doubled) 05 --zero 3 gave 1.97 and 2.09 at load
+# 6 (01 gave 1.07 there; at load 1 it would give about 2.2). The lower bound
+# is what load allows: at load 6 the 2-rank runs took four to six times
+# their quiet time (a rank descheduled stalls both at every collective;
+# median ratios 0.16-0.19, one 0.08 at load 3.6, hence the fastest step for
+# this bound, 0.19-0.26 at load 6). A narrower band needs a quiet machine and
+# `common/plan --calibrate` on it. Each layout's ratios, with the load
+# average, are printed as a TAP comment.
 #
 # Shown to fail, each on a copy of plan_time.c rebuilt: with 05 stage 2's
 # overlap window the whole compute instead of the backward's two thirds
@@ -162,9 +167,10 @@ EOF
 }
 
 # within_band NP PROGRAM ARGS...: run the program, plan it on this machine's
-# file, and hold the predicted step to 0.1x-3x of run.csv's median_step_ms.
+# file, and hold the predicted step to at most 1.5x run.csv's median_step_ms
+# and at least 0.1x the fastest step after the warm-up (steps.csv's step_ms).
 within_band() {
-    local np="$1" program="$2" chapter run_dir predicted measured
+    local np="$1" program="$2" chapter run_dir predicted median fastest
     shift 2
     chapter="${program%%_*}"
     run_dir="$(scratch)/$chapter-$np-$RANDOM"
@@ -172,13 +178,16 @@ within_band() {
     OMP_NUM_THREADS=1 "$PLAN" $FLAGS "$@" --chapter "$chapter" --dp "$np" --out "$run_dir" \
         --machine "$CPU_MACHINE" --time-csv "$run_dir/time.csv" >/dev/null
     predicted="$(awk -F, '$1 == "step" { print $3 }' "$run_dir/time.csv")"
-    measured="$(csv_column "$run_dir/run.csv" median_step_ms)"
-    awk -v p="$predicted" -v m="$measured" -v what="$chapter $* on $np" -v load="$(cut -d' ' -f1 /proc/loadavg)" \
-        'BEGIN { r = p / m; printf "# %s: predicted %.2f ms, measured %.2f ms, ratio %.2f (load %s)\n", what, p, m, r, load
-                 exit (r < 0.1 || r > 3) }' >&3
+    median="$(csv_column "$run_dir/run.csv" median_step_ms)"
+    fastest="$(csv_column "$run_dir/steps.csv" step_ms | tail -n +2 | sort -g | head -1)"
+    awk -v p="$predicted" -v m="$median" -v f="$fastest" -v what="$chapter $* on $np" \
+        -v load="$(cut -d' ' -f1 /proc/loadavg)" \
+        'BEGIN { printf "# %s: predicted %.2f ms, measured median %.2f ms (ratio %.2f), fastest %.2f ms (ratio %.2f), load %s\n",
+                        what, p, m, p / m, f, p / f, load
+                 exit !(p > 0 && m > 0 && f > 0 && p / m <= 1.5 && p / f >= 0.1) }' >&3
 }
 
-@test "on this machine's file the predicted step is within 0.1x-3x of the measured median (01, 02, 05, 06)" {
+@test "on this machine's file the predicted step is at most 1.5x the measured median and at least 0.1x the fastest step (01, 02, 05, 06)" {
     within_band 1 01_single_gpu/train
     within_band 2 02_data_parallel/train
     within_band 2 05_zero/train --zero 1

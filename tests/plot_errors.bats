@@ -93,7 +93,7 @@ spoilt_run() {
     run --separate-stderr "$python" "$PLOT" --capacity "$steps" --out "$(scratch)/plots"
     refused "^plot.py: $steps: has no column 'program' \(valid: the capacity.csv of 06_offload/capacity.py\)$"
     run --separate-stderr "$python" "$PLOT" --offload-bench "$steps" --out "$(scratch)/plots"
-    refused "^plot.py: $steps: has no column '[a-z_]+' \(valid: the offload_summary.csv of 06_offload/bench_offload.sh\)$"
+    refused "^plot.py: $steps: has no column '[a-z_]+' \(valid: the offload_summary.csv of common/scripts/bench_offload.sh\)$"
     for png in busbw capacity offload; do [ ! -e "$(scratch)/plots/$png.png" ]; done
 }
 

@@ -14,7 +14,8 @@ while [ $# -gt 0 ]; do
     esac
 done
 mkdir -p "$into"
-# the CPU they were recorded on: there the test asks for the same bits
+# the CPU they were recorded on: there the test asks for the same bits (add a
+# line by hand for another CPU where every fixture reproduces exactly)
 grep -m5 -E '^(vendor_id|cpu family|model|model name|flags)' /proc/cpuinfo | md5sum | cut -c1-16 >"$into/cpu.txt"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 common=(--device cpu --data tests/fixtures/text.txt --steps 6 --batch 12 --sample 0 --quiet --overwrite)
@@ -27,6 +28,10 @@ layouts=(
     "03-tensor-2|2|03_model_parallel/train|--mp tensor"
     "04-1f1b-2|2|04_pipeline/train|--schedule 1f1b --micro 4"
     "04-gpipe-3|3|04_pipeline/train|--schedule gpipe --micro 2 --layers 3"
+    "05-zero1-2|2|05_zero/train|--zero 1"
+    "05-zero3-3|3|05_zero/train|--zero 3 --micro 2"
+    "06-offload-2|2|06_offload/train|--offload"
+    "06-offload-dpu-2|2|06_offload/train|--offload --dpu"
 )
 for layout in "${layouts[@]}"; do
     IFS='|' read -r name np program flags <<<"$layout"

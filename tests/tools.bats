@@ -450,6 +450,29 @@ MD
     assert_line "| 02-dp2-flat | 30.0 ms | 4.0 | 5.0 | 6.0 | 1.0 | 0.5 |"
 }
 
+@test "lib.sh's column reads a column by name (nothing for a missing one) and median takes the middle" {
+    printf 'a,b,c\n1,x,30\n2,y,10\n3,z,20\n' >"$(scratch)/t.csv"
+    assert_equal "$(column "$(scratch)/t.csv" b | tr '\n' ' ')" "x y z "
+    assert_equal "$(column "$(scratch)/t.csv" d)" ""
+    assert_equal "$(column "$(scratch)/t.csv" c | median)" "20"
+    assert_equal "$(column "$(scratch)/t.csv" c | tail -n +2 | median)" "15"
+    assert_equal "$(printf '9\n100\n10\n' | median)" "10"   # numerically, not as text
+    assert_equal "$(printf '' | median)" ""
+}
+
+@test "demo_tables.py and overlap.py refuse a CSV cut short or without rows in one line, exit 2" {
+    dir="$(scratch)"
+    mkdir -p "$dir/demo/02-dp2-flat.r1" "$dir/run"
+    printf 'step,loss,step_ms\n1,5,10\n2,5\n' >"$dir/demo/02-dp2-flat.r1/steps.csv"
+    run --separate-stderr python3 "$REPO/common/python/demo_tables.py" "$dir/demo"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "demo_tables.py: $dir/demo/02-dp2-flat.r1/steps.csv line 3: 2 fields where the header has 3, a file cut short or not this kind of CSV (valid: the steps.csv of a make demo run)"
+    echo "rank,step,micro,op,start_us,end_us" >"$dir/run/timeline.csv"
+    run --separate-stderr python3 "$REPO/common/python/overlap.py" "$dir/run"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "overlap.py: $dir/run/timeline.csv: has a header and no rows (valid: the timeline.csv of a chapter 04-06 run)"
+}
+
 @test "a shape check ignores the numbers of a quoted run but not its words" {
     dir="$(scratch)"
     # other losses and timings: still the same shape

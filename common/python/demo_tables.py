@@ -10,23 +10,25 @@ configuration, the first (warm-up) step of each run left out; bubbles and
 memory from run.csv and memory.csv (stage 0). Sections whose runs are missing
 are skipped.
 """
-import csv
 import glob
 import os
-import statistics
 import sys
+
+from tool import median, read_csv, run_tool
+
+STEPS, RUN = "the steps.csv of a make demo run", "the run.csv of a make demo run"
 
 
 def steps(runs, label):
     rows = []
     for run in sorted(glob.glob(os.path.join(runs, label + ".r*"))):
-        rows += list(csv.DictReader(open(os.path.join(run, "steps.csv"))))[1:]
+        rows += read_csv(os.path.join(run, "steps.csv"), STEPS)[1:]
     return rows
 
 
-def median(rows, key):
+def median_of(rows, key):
     values = [float(r[key]) for r in rows if r.get(key) not in (None, "")]
-    return statistics.median(values) if values else None
+    return median(values) if values else None
 
 
 def fmt(x, spec=".1f", missing="-"):
@@ -45,9 +47,9 @@ def chapter02(runs):
         rows = steps(runs, label)
         if not rows:
             continue
-        print(f"| {name or label} | {fmt(median(rows, 'step_ms'))} ms | {fmt(median(rows, 'fwd_ms'))} | "
-              f"{fmt(median(rows, 'bwd_ms'))} | {fmt(median(rows, 'opt_ms'))} | {fmt(median(rows, 'comm_ms'))} | "
-              f"{fmt(median(rows, 'comm_busy_ms'))} |")
+        print(f"| {name or label} | {fmt(median_of(rows, 'step_ms'))} ms | {fmt(median_of(rows, 'fwd_ms'))} | "
+              f"{fmt(median_of(rows, 'bwd_ms'))} | {fmt(median_of(rows, 'opt_ms'))} | {fmt(median_of(rows, 'comm_ms'))} | "
+              f"{fmt(median_of(rows, 'comm_busy_ms'))} |")
     print()
 
 
@@ -64,12 +66,12 @@ def chapter03(runs):
             path = os.path.join(run, "busy.csv")
             if not os.path.exists(path):
                 continue
-            for r in csv.DictReader(open(path)):
+            for r in read_csv(path, "the busy.csv of a make demo run of chapter 03"):
                 if int(r["step"]) > 1:
                     idle.setdefault(r["rank"], []).append(1 - float(r["busy_ms"]) / float(r["step_ms"]))
-        ranks = [f"{100 * statistics.median(idle[r]):.0f}%" if r in idle else "-" for r in ("0", "1")]
-        print(f"| {label} | {fmt(median(rows, 'step_ms'))} ms | {fmt(median(rows, 'fwd_ms'))} | "
-              f"{fmt(median(rows, 'bwd_ms'))} | {fmt(median(rows, 'comm_ms'))} | {ranks[0]} | {ranks[1]} |")
+        ranks = [f"{100 * median(idle[r]):.0f}%" if r in idle else "-" for r in ("0", "1")]
+        print(f"| {label} | {fmt(median_of(rows, 'step_ms'))} ms | {fmt(median_of(rows, 'fwd_ms'))} | "
+              f"{fmt(median_of(rows, 'bwd_ms'))} | {fmt(median_of(rows, 'comm_ms'))} | {ranks[0]} | {ranks[1]} |")
     print()
 
 
@@ -81,12 +83,12 @@ def chapter04(runs):
 
     def of(schedule, m):
         label = f"04-{schedule}-m{m}"
-        runs_csv = [list(csv.DictReader(open(os.path.join(d, "run.csv"))))[0]
+        runs_csv = [read_csv(os.path.join(d, "run.csv"), RUN)[0]
                     for d in sorted(glob.glob(os.path.join(runs, label + ".r*")))]
-        memory = [r for r in csv.DictReader(open(os.path.join(runs, label + ".r1", "memory.csv")))
+        memory = [r for r in read_csv(os.path.join(runs, label + ".r1", "memory.csv"), "the memory.csv of a make demo run")
                   if r["rank"] == "0" and r["space"] == "device" and r["category"] == "activations"]
-        return (statistics.median(float(r["median_step_ms"]) for r in runs_csv),
-                statistics.median(float(r["bubble_measured"]) for r in runs_csv),
+        return (median(float(r["median_step_ms"]) for r in runs_csv),
+                median(float(r["bubble_measured"]) for r in runs_csv),
                 float(runs_csv[0]["bubble_theory"]), float(memory[0]["peak_bytes"]) / 1e6)
 
     print("| M | GPipe step | 1F1B step | bubble GPipe | bubble 1F1B | formula | stage-0 activations GPipe | 1F1B |")
@@ -108,4 +110,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_tool("demo_tables.py: ", main)

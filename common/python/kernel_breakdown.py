@@ -37,13 +37,12 @@ column sums, fills, copies), optimizer (AdamW, gradient norm), loss (cross-entro
 and other. The names differ between the course and PyTorch, so the patterns
 list both.
 """
-import csv
 import os
 import re
 import sys
 from collections import OrderedDict
 
-from tool import check_output_file, file_starts_with, is_matplotlib_png, run_tool
+from tool import check_output_file, file_starts_with, is_matplotlib_png, read_csv, run_tool
 
 CATEGORY_PATTERNS = [
     ("attention", r"attention|fmha|flash|causal_softmax|softmax_row|softmax_backward_row|split_qkv|split_heads|"
@@ -95,9 +94,9 @@ def from_ncu(ncu_csv, label, out_csv):
     """Nsight Compute's --csv output: one row per (kernel launch, metric)."""
     with open(ncu_csv, newline="") as f:
         lines = [line for line in f if line.startswith('"')]  # ncu's own log lines are not quoted
-    rows = list(csv.DictReader(lines))
-    if not rows:
+    if len(lines) < 2:
         sys.exit(f"kernel_breakdown: no kernel rows in {ncu_csv} (did ncu profile anything?)")
+    rows = read_csv(ncu_csv, "Nsight Compute's --csv output", text="".join(lines))
     scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
     times, calls = OrderedDict(), {}
     for r in rows:
@@ -175,10 +174,9 @@ def plot(out_png, paths):
 
     totals = OrderedDict()  # label -> {category: ms}
     for path in paths:
-        with open(path, newline="") as f:
-            for r in csv.DictReader(f):
-                by_cat = totals.setdefault(r["label"], {c: 0.0 for c in CATEGORIES})
-                by_cat[r["category"]] += float(r["time_us"]) / 1e3
+        for r in read_csv(path, "a kernel_breakdown CSV"):
+            by_cat = totals.setdefault(r["label"], {c: 0.0 for c in CATEGORIES})
+            by_cat[r["category"]] += float(r["time_us"]) / 1e3
     labels = list(totals)
     fig, ax = plt.subplots(figsize=(9, 0.7 * len(labels) + 1.6))
     for i, label in enumerate(labels):

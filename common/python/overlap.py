@@ -20,17 +20,17 @@ computation i, runs before computation i's reduce-scatter, so that no
 computation waits for its weights behind a gradient that could be sent
 while it runs. It prints every violation and exits 1 if there is one."""
 import argparse
-import csv
 import os
 import sys
 from collections import defaultdict
+
+from tool import read_csv, run_tool
 
 COMPUTE = ("fwd", "bwd")
 
 
 def read_timeline(run_dir):
-    with open(os.path.join(run_dir, "timeline.csv")) as f:
-        rows = list(csv.DictReader(f))
+    rows = read_csv(os.path.join(run_dir, "timeline.csv"), "the timeline.csv of a chapter 04-06 run")
     for r in rows:
         r["start"], r["end"] = float(r["start_us"]), float(r["end_us"])
     steps = sorted({int(r["step"]) for r in rows})
@@ -64,8 +64,7 @@ def overlap_by_op(rows):
 
 
 def read_prefetch(run_dir):
-    with open(os.path.join(run_dir, "run.csv")) as f:
-        return int(next(csv.DictReader(f))["prefetch"])
+    return int(read_csv(os.path.join(run_dir, "run.csv"), "the run.csv of a chapter 05 run")[0]["prefetch"])
 
 
 def order_violations(rows, prefetch):
@@ -111,4 +110,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_tool("overlap.py: ", main)

@@ -5,9 +5,8 @@ Used by plot.py (--bubbles) and common/scripts/bubble_bench.sh; no plotting libr
 """
 import os
 from functools import lru_cache
-from statistics import median
 
-from tool import read_csv
+from tool import median, read_csv
 
 
 def zb_h1_formula(P, M, tf, tb, tw):

@@ -35,7 +35,6 @@ usage: python3 common/python/pytorch_gpt.py --model small --batch 8 --steps 30 [
 import argparse
 import math
 import os
-import statistics
 import struct
 import sys
 import time
@@ -43,6 +42,8 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from tool import median
 
 # layers, dmodel, heads, seq (as common/run/config.c); vocabulary is 256 for all
 PRESETS = {
@@ -276,7 +277,7 @@ def main():
                   f"{ms:8.1f} ms | {B * T / (ms / 1e3):9.0f} tok/s", flush=True)
 
     # The median over every step, as run.csv's median_step_ms: robust to the slow first steps.
-    median_ms = statistics.median(step_ms)
+    median_ms = median(step_ms)
     tokens_per_s = B * T / (median_ms / 1e3)
     # Peak of the memory PyTorch's allocator handed out (the course's peak_device_bytes counts the
     # same thing: its own allocations, not the CUDA context nor cuBLAS's workspace).

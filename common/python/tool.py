@@ -7,7 +7,9 @@ kernel_breakdown.py, 06_offload/capacity.py), written once.
   traceback.
 - read_csv reads a CSV the course's programs write, and refuses in one line what is not one: a missing
   file, a binary one, an empty one, a header without rows, a row cut short, (asked for by a row) a
-  column the file does not have, and (taken as a number) a field that is not one.
+  column the file does not have, and (taken as a number) a field that is not one. Every CSV the
+  tools, 06_offload's scripts and the benchmarks' summaries read goes through it.
+- median: the one median of the tools and scripts (the mean of the middle two of an even count).
 - The output-file rule, the same as the C programs' and the scripts', with the same messages: a tool
   writes a file only at a new name or over its own earlier output, which it recognises by content
   (check_output_file); never over a directory, a device or any other file. A tool whose --out is a
@@ -80,14 +82,18 @@ class CsvRow(dict):
         raise Refusal(f"{self.path}: has no column '{column}' (valid: {self.valid})")
 
 
-def read_csv(path, valid):
+def read_csv(path, valid, text=None):
     """The rows (CsvRow) of the CSV at path, which must have a header and at least one row, every
     row with the header's number of fields. Anything else is refused in one line that ends with
     "(valid: VALID)", VALID saying what the file should be (e.g. "a steps.csv written by a chapter
-    program")."""
+    program"). text, when given, is the CSV's text, read from path by the caller (e.g. the CSV
+    lines of a tool's log), and path only names it."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        if text is not None:
+            data = text.encode("utf-8")
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
     except FileNotFoundError:
         raise Refusal(f"{path}: no such file (valid: {valid})") from None
     except IsADirectoryError:
@@ -114,6 +120,16 @@ def read_csv(path, valid):
     if not rows:
         raise Refusal(f"{path}: has a header and no rows (valid: {valid})")
     return rows
+
+
+def median(values):
+    """The median of the numbers in values (an iterable, not empty): the middle one, or the mean of
+    the middle two."""
+    v = sorted(values)
+    n = len(v)
+    if not n:
+        raise ValueError("the median of no values")
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
 def check_output_dir(path, flag):

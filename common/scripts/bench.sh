@@ -77,6 +77,7 @@ probe="${BUILD:-build}/tests/gpu_probe"
 # BENCH_OUT is replaced whole below: a new name, an empty directory or an earlier bench's (its bench.csv)
 header="device,program,model,precision,variant,settings,batch,seq,params,repeat,median_step_ms,tokens_per_s,peak_device_bytes"
 . common/scripts/outputs.sh
+. common/scripts/lib.sh
 output_dir_check BENCH_OUT "$out" bench.sh bench.csv "$header"
 
 # ---- the device, and the configurations it runs: "model batch steps" ----
@@ -120,12 +121,6 @@ echo "$header" >"$out/bench.csv"
 echo "bench: device $device_label | precisions $precisions | $REPEATS repeats | OMP_NUM_THREADS=$OMP_NUM_THREADS |" \
     "results in $out"
 
-# One column of a one-row CSV with a header, by name.
-csv_field() {
-    awk -F, -v name="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) col = i }
-                          NR == 2 { print $col }' "$1"
-}
-
 # The --precision of a BENCH_PRECISIONS entry: tf32 is fp32 storage with TF32 matmuls.
 mixed_precision() { [[ $1 == tf32 ]] && echo fp32 || echo "$1"; }
 
@@ -161,9 +156,9 @@ course_run() { # precision model batch steps repeat variant wait_policy
             --overwrite --out "$run_dir"
     ) >"$run_dir.log" 2>&1 || { cat "$run_dir.log" >&2; echo "bench: $TRAIN failed" >&2; exit 1; }
     local run="$run_dir/run.csv" ms tps
-    ms="$(csv_field "$run" median_step_ms)" tps="$(csv_field "$run" tokens_per_s)"
-    T="$(csv_field "$run" seq)" params="$(csv_field "$run" params)"
-    echo "$device_label,01_single_gpu,$model,$precision,$variant,OMP_NUM_THREADS=$OMP_NUM_THREADS OMP_WAIT_POLICY=$wait,$batch,$T,$params,$r,$ms,$tps,$(csv_field "$run" peak_device_bytes)" \
+    ms="$(column "$run" median_step_ms)" tps="$(column "$run" tokens_per_s)"
+    T="$(column "$run" seq)" params="$(column "$run" params)"
+    echo "$device_label,01_single_gpu,$model,$precision,$variant,OMP_NUM_THREADS=$OMP_NUM_THREADS OMP_WAIT_POLICY=$wait,$batch,$T,$params,$r,$ms,$tps,$(column "$run" peak_device_bytes)" \
         >>"$out/bench.csv"
     printf 'bench: %-6s %-4s repeat %d  %-15s %-11s %9.1f ms/step %10.0f tokens/s\n' "$model" "$precision" "$r" \
         course "$variant" "$ms" "$tps"
@@ -192,7 +187,9 @@ rm -f "$out/pytorch-row.csv"
 
 # ---- compare.csv: medians and spreads over the repeats, course / PyTorch, and MFU ----
 "$PYTHON" - "$out" <<'EOF'
-import csv, statistics, sys
+import sys
+sys.path.insert(0, "common/python")
+from tool import median, read_csv
 out = sys.argv[1]
 # Dense peak FLOP/s by device name (substring) and precision, from the vendors'
 # data sheets: H100 SXM5 67 TFLOPS fp32, 494.7 TF32 (989.4 is with sparsity),
@@ -202,8 +199,7 @@ PEAKS = [("H100 80GB HBM3", {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12
          ("H100 PCIe", {"fp32": 51.2e12, "tf32": 378e12, "bf16": 756e12, "fp16": 756e12}),
          ("A100", {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12})]
 PRESETS = {"tiny": (2, 64, 64), "small": (4, 128, 128), "medium": (6, 384, 256), "gpt2": (12, 768, 1024)}
-with open(f"{out}/bench.csv") as f:
-    rows = list(csv.DictReader(f))
+rows = read_csv(f"{out}/bench.csv", "bench.sh's bench.csv")
 def values(program, model, precision, variant, column):
     return [float(r[column]) for r in rows if r["program"] == program and r["model"] == model
             and r["precision"] == precision and r["variant"] == variant]
@@ -227,7 +223,7 @@ with open(f"{out}/compare.csv", "w") as f:
         c = values("01_single_gpu", model, precision, variant, "tokens_per_s")
         e = values("pytorch_eager", model, precision, variant, "tokens_per_s")
         k = values("pytorch_compile", model, precision, variant, "tokens_per_s")
-        course, eager, compiled = stat(statistics.median, c), stat(statistics.median, e), stat(statistics.median, k)
+        course, eager, compiled = stat(median, c), stat(median, e), stat(median, k)
         low = ratio(stat(min, c), stat(max, e))
         high = ratio(stat(max, c), stat(min, e))
         verdict = "" if low is None else "faster" if low > 1 else "slower" if high < 1 else "within noise"
@@ -241,8 +237,8 @@ with open(f"{out}/compare.csv", "w") as f:
                 f"{fmt(stat(max, c), '.1f')},{fmt(eager, '.1f')},{fmt(stat(min, e), '.1f')},{fmt(stat(max, e), '.1f')},"
                 f"{fmt(ratio(course, eager), '.3f')},{fmt(low, '.3f')},{fmt(high, '.3f')},{verdict},"
                 f"{fmt(compiled, '.1f')},{fmt(ratio(course, compiled), '.3f')},"
-                f"{fmt(stat(statistics.median, values('01_single_gpu', model, precision, variant, 'peak_device_bytes')), '.0f')},"
-                f"{fmt(stat(statistics.median, values('pytorch_eager', model, precision, variant, 'peak_device_bytes')), '.0f')},"
+                f"{fmt(stat(median, values('01_single_gpu', model, precision, variant, 'peak_device_bytes')), '.0f')},"
+                f"{fmt(stat(median, values('pytorch_eager', model, precision, variant, 'peak_device_bytes')), '.0f')},"
                 f"{flop_per_token * batch_tokens / 1e12:.4f},{fmt(mfu(course), '.4f')},{fmt(mfu(eager), '.4f')},"
                 f"{fmt(mfu(compiled), '.4f')}\n")
         text = f"bench: {model:6s} {precision:4s} {variant:11s} course {course:10.0f} tokens/s"

@@ -68,6 +68,7 @@ done
 header="device,precision,model,ranks,settings,config,repeat,median_step_ms,median_comm_ms,median_comm_busy_ms,bytes_sent_per_step"
 summary_header="device,precision,model,ranks,settings,config,median_step_ms,min_step_ms,max_step_ms,relative_to_stage0,gain,gain_min,gain_max"
 . common/scripts/outputs.sh
+. common/scripts/lib.sh
 output_files_check BENCH_OUT "$out" bench_zero.sh zero.csv "$header" zero_summary.csv "$summary_header"
 mkdir -p "$out"
 work="$(mktemp -d)"
@@ -75,13 +76,8 @@ trap 'rm -rf "$work"' EXIT
 csv="$out/zero.csv"
 echo "$header" >"$csv"
 
-# column NAME of a CSV (header skipped)
-column() { awk -F, -v name="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c = i; next } c { print $c }' "$1"; }
 # the median of a column of steps.csv over every step but the first
-median_after_first() {
-    column "$1" "$2" | tail -n +2 | sort -g |
-        awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
+median_after_first() { column "$1" "$2" | tail -n +2 | median; }
 
 # the program and flags of a configuration
 flags_of() {
@@ -125,8 +121,10 @@ for ranks in $ranks_list; do
 done
 
 python3 - "$csv" "$out/zero_summary.csv" "$summary_header" <<'EOF'
-import csv, statistics, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
+import sys
+sys.path.insert(0, "common/python")
+from tool import median, read_csv
+rows = read_csv(sys.argv[1], "bench_zero.sh's zero.csv")
 groups = {}
 for r in rows:
     key = (r["device"], r["precision"], r["model"], int(r["ranks"]), r["settings"])
@@ -136,16 +134,16 @@ BASELINE = {"zero3": "zero3_prefetch0", "dp_overlap": "dp_flat"}
 with open(sys.argv[2], "w") as f:
     f.write(sys.argv[3] + "\n")
     for (device, precision, model, ranks, settings), configs in groups.items():
-        stage0 = statistics.median(configs["zero0"].values()) if "zero0" in configs else None
+        stage0 = median(configs["zero0"].values()) if "zero0" in configs else None
         for config, by_repeat in configs.items():
             times = list(by_repeat.values())
-            m = statistics.median(times)
+            m = median(times)
             relative = f"{m / stage0:.3f}" if stage0 else ""
             gain = ("", "", "")
             base = configs.get(BASELINE.get(config), {})
             ratios = [base[rep] / t for rep, t in by_repeat.items() if rep in base]
             if ratios:
-                gain = (f"{statistics.median(ratios):.3f}", f"{min(ratios):.3f}", f"{max(ratios):.3f}")
+                gain = (f"{median(ratios):.3f}", f"{min(ratios):.3f}", f"{max(ratios):.3f}")
             f.write(f"{device},{precision},{model},{ranks},{settings},{config},{m:.2f},{min(times):.2f},"
                     f"{max(times):.2f},{relative},{','.join(gain)}\n")
             text = f"bench_zero: {ranks} ranks {settings:11s} {config:16s} {m:8.1f} ms ({min(times):.1f}..{max(times):.1f})"

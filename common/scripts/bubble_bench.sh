@@ -46,31 +46,34 @@ for r in $(seq 1 "$repeats"); do
             --layers "$layers" --batch $((2 * micro)) --micro "$micro" --schedule "$schedule" --virtual "$virtual" \
             --steps "$steps" --sample 0 --quiet --overwrite --out "$dir" >/dev/null
         python3 - "$dir/run.csv" "$schedule" "$r" "$(cut -d' ' -f1 /proc/loadavg)" >>"$out/bubbles.csv" <<'PY'
-import csv, sys
-row = next(csv.DictReader(open(sys.argv[1])))
+import sys
+sys.path.insert(0, "common/python")
+from tool import read_csv
+row = read_csv(sys.argv[1], "the run.csv of a chapter 04 run")[0]
 print(f"{sys.argv[2]},{sys.argv[3]},{sys.argv[4]},{row['bubble_theory']},{row['bubble_measured']},{row['median_step_ms']}")
 PY
     done
 done
 python3 - "$out" >"$out/bubbles_summary.csv" <<'PY'
-import csv, os, statistics, sys
+import os, sys
 sys.path.insert(0, "common/python")
 from pipeline_bubble import timeline_replay, zb_h1_formula_measured
+from tool import median, read_csv
 out, P, M = sys.argv[1], int(os.environ["stages"]), int(os.environ["micro"])
-rows = list(csv.DictReader(open(os.path.join(out, "bubbles.csv"))))
+rows = read_csv(os.path.join(out, "bubbles.csv"), "bubble_bench.sh's bubbles.csv")
 
 
 def median_of(values):
     """The median of the values that are there (a theory needs a timeline), or None."""
     values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
+    return median(values) if values else None
 
 
 print("schedule,bubble_theory,median,min,max,relative,theory_at_times,relative_at_times,replayed,relative_replayed")
 for s in dict.fromkeys(r["schedule"] for r in rows):
     m = [float(r["bubble_measured"]) for r in rows if r["schedule"] == s]
     theory = float(next(r["bubble_theory"] for r in rows if r["schedule"] == s))
-    med = statistics.median(m)
+    med = median(m)
     line = f"{s},{theory:.4f},{med:.4f},{min(m):.4f},{max(m):.4f},{med / theory - 1:+.2f}"
     dirs = [os.path.join(out, f"{s}.r{r['repeat']}") for r in rows if r["schedule"] == s]
     timed = median_of(zb_h1_formula_measured(d, P, M) for d in dirs) if s == "zb-h1" else None

@@ -49,6 +49,7 @@ done
 [ -n "$out" ] || { echo "usage: common/scripts/calibrate.sh OUT [--quick] [--name NAME] [--device auto|cpu|cuda]" >&2; exit 2; }
 # OUT: a new name or a machine file this script wrote (its first line), before anything runs
 . "$REPO/common/scripts/outputs.sh"
+. "$REPO/common/scripts/lib.sh"
 output_file_check calibrate.sh "$out" "a machine file of common/plan --calibrate" "--calibrate file" \
     "# written by common/scripts/calibrate.sh *"
 case "$device" in auto | cpu | cuda) ;; *) echo "calibrate.sh: --device '$device' (valid: auto, cpu, cuda)" >&2; exit 2 ;; esac
@@ -71,9 +72,6 @@ if grep -q '^# common/devicebench on cuda' "$work/device.txt"; then
     [ "$quick" = 1 ] && model=small || model=gpt2
     [ -n "$threads_given" ] || export OMP_NUM_THREADS=$(($(nproc) / (gpus > 0 ? gpus : 1)))
 fi
-
-# a column of a one-row (or the last row of a) CSV
-column() { awk -F, -v name="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c = i; next } c { v = $c } END { print v }' "$1"; }
 
 # the matmul probe: chapter 01's own step
 "$REPO/01_single_gpu/train" --device $backend --model $model --steps $steps --eval-batches 1 --sample 0 --quiet \

@@ -393,7 +393,7 @@ if chosen 06 && [ -x 06_offload/train ]; then
     plot --capacity "$runs/06-capacity/capacity.csv" --out runs/plots/06
     # the step time of offload, with and without the delayed update, next to 01, 04 and 05 (about 40 s on 2 cores)
     bench=(env BENCH_REPEATS="$repeats" BENCH_MODEL="$preset" BENCH_DEVICE="$device_choice" BENCH_OUT="$runs/06-bench"
-        06_offload/bench_offload.sh)
+        common/scripts/bench_offload.sh)
     if [ "$dry_run" = 1 ]; then
         echo "plan: ${bench[*]}"
     else

@@ -22,7 +22,7 @@
 #                                    (every comparison of losses)
 #   and the CSVs of the measurements: .offload-timeline.csv (06's timeline on the GPU),
 #   .bench.runs.csv/.bench.compare.csv (common/scripts/bench.sh), .offload.runs.csv/.offload.summary.csv
-#   (06_offload/bench_offload.sh), .capacity.csv (06_offload/capacity.py, on the GPU and the CPU),
+#   (common/scripts/bench_offload.sh), .capacity.csv (06_offload/capacity.py, on the GPU and the CPU),
 #   .machine (common/plan --calibrate).
 # A run with GPU_CHECK_ONLY adds its section (and rows) to the same day's report of the same
 # device, so two halves run in two calls make one report; a full run starts it afresh. The
@@ -76,7 +76,7 @@
 #                memory and MFU. Passes when both sides ran the same model and every ratio was
 #                measured (the ratio itself is reported, not judged); skipped when PyTorch (PYTHON)
 #                is not importable or cannot use the GPU.
-#   offloadbench 06_offload/bench_offload.sh on CUDA: 06's step time against 01, 04 and 05, with and
+#   offloadbench common/scripts/bench_offload.sh on CUDA: 06's step time against 01, 04 and 05, with and
 #                without --dpu, and the PCIe bytes per step. Passes when every configuration ran.
 #   calibrate    common/plan --calibrate on CUDA: this machine's constants for the planner (01's
 #                gpt2 step, devicebench's pinned copies and device AdamW, adambench on the host,
@@ -216,6 +216,7 @@ sections="$work/sections.md"
 # GPU_CHECK_WORK is replaced whole: a new name, an empty directory or an earlier check's (its losses.csv)
 losses_header="check,program,ranks,comm,precision,steps,tolerance,worst_rel_diff,verdict"
 . common/scripts/outputs.sh
+. common/scripts/lib.sh
 if ! dry; then
     output_dir_check GPU_CHECK_WORK "$work" gpu_check.sh losses.csv "$losses_header"
     rm -rf "$work"
@@ -295,11 +296,6 @@ verdict() {
 # The last line a command printed into the check's log.
 last_line() { tail -n 1 "$work/logs/$check_name.log"; }
 
-# A column of a one-row CSV (run.csv), by name.
-csv_field() {
-    awk -F, -v name="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c = i } NR == 2 && c { print $c }' "$1"
-}
-
 # ---- the training runs ----
 # Every chapter run: the tiny preset with 4 layers (so that 4 pipeline stages
 # fit), a global batch of 8 (2 sequences a rank on 4 ranks).
@@ -330,7 +326,7 @@ train() {
 # ran_on DIR: the run's run.csv says it ran on the checked device.
 ran_on() {
     local device
-    device="$(csv_field "$1/run.csv" device)"
+    device="$(column "$1/run.csv" device)"
     [[ $device == "$DEVICE"* ]] || {
         verdict FAIL "$1/run.csv says device '$device', not $DEVICE"
         return 1
@@ -643,9 +639,9 @@ group_bench() {
 }
 
 group_offloadbench() {
-    begin steps "06_offload/bench_offload.sh on $DEVICE: 06 (with and without --dpu) against 01, 04 and 05"
+    begin steps "common/scripts/bench_offload.sh on $DEVICE: 06 (with and without --dpu) against 01, 04 and 05"
     step_limit=300 step env BENCH_DEVICE="$DEVICE" BENCH_REPEATS=3 BENCH_MACHINE="$slug" BENCH_OUT="$work/offloadbench" \
-        06_offload/bench_offload.sh || return 0
+        common/scripts/bench_offload.sh || return 0
     dry || {
         local summary="$work/offloadbench/offload_summary.csv" configs
         cp "$work/offloadbench/offload.csv" "$work/offload.runs.csv" && cp "$summary" "$work/offload.summary.csv"

@@ -61,6 +61,7 @@ flags="--device cpu --model tiny --batch 8 --steps $steps --eval-batches 1 --sam
 # BAND_OUT holds this script's runs (--overwrite) and logs: a new name, an empty directory or its own
 header="layout,ranks,repeat,load,predicted_ms,median_step_ms,ratio"
 . common/scripts/outputs.sh
+. common/scripts/lib.sh
 output_dir_check BAND_OUT "$out" plan_band.sh band.csv "$header"
 mkdir -p "$out"
 echo "$header" >"$out/band.csv"
@@ -75,7 +76,7 @@ for r in $(seq 1 "$repeats"); do
         # shellcheck disable=SC2086
         common/plan $flags $args $layout --threads 1 --machine "$machine" --time-csv "$dir/plan-time.csv" >/dev/null
         predicted=$(awk -F, '$1 == "step" { print $3 }' "$dir/plan-time.csv")
-        measured=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i } NR == 2 { print $c["median_step_ms"] }' "$dir/run.csv")
+        measured=$(column "$dir/run.csv" median_step_ms)
         load=$(cut -d' ' -f1 /proc/loadavg)
         ratio=$(awk -v p="$predicted" -v m="$measured" 'BEGIN { printf "%.4f", p / m }')
         echo "$label,$np,$r,$load,$predicted,$measured,$ratio" >>"$out/band.csv"
@@ -84,9 +85,11 @@ for r in $(seq 1 "$repeats"); do
     done
 done
 python3 - "$out" <<'PY'
-import csv, os, statistics, sys
+import os, sys
+sys.path.insert(0, "common/python")
+from tool import median, read_csv
 out = sys.argv[1]
-rows = list(csv.DictReader(open(os.path.join(out, "band.csv"))))
+rows = read_csv(os.path.join(out, "band.csv"), "plan_band.sh's band.csv")
 labels = list(dict.fromkeys(r["layout"] for r in rows))
 with open(os.path.join(out, "band_summary.csv"), "w") as f:
     f.write("layout,ranks,predicted_ms,median_ms,min_ms,max_ms,ratio,ratio_min,ratio_max\n")
@@ -95,11 +98,11 @@ with open(os.path.join(out, "band_summary.csv"), "w") as f:
         mine = [r for r in rows if r["layout"] == label]
         measured = [float(r["median_step_ms"]) for r in mine]
         predicted = float(mine[0]["predicted_ms"])
-        median = statistics.median(measured)
-        ratios.append(predicted / median)
-        f.write(f"{label},{mine[0]['ranks']},{predicted:.4f},{median:.4f},{min(measured):.4f},{max(measured):.4f},"
-                f"{predicted / median:.4f},{predicted / max(measured):.4f},{predicted / min(measured):.4f}\n")
-    f.write(f"all,,,,,,{statistics.median(ratios):.4f},{min(ratios):.4f},{max(ratios):.4f}\n")
+        middle = median(measured)
+        ratios.append(predicted / middle)
+        f.write(f"{label},{mine[0]['ranks']},{predicted:.4f},{middle:.4f},{min(measured):.4f},{max(measured):.4f},"
+                f"{predicted / middle:.4f},{predicted / max(measured):.4f},{predicted / min(measured):.4f}\n")
+    f.write(f"all,,,,,,{median(ratios):.4f},{min(ratios):.4f},{max(ratios):.4f}\n")
 print(f"plan_band: {len(labels)} layouts, {len(rows)} runs: predicted / measured, the medians' ratio "
-      f"{min(ratios):.2f} to {max(ratios):.2f} (median {statistics.median(ratios):.2f}); {out}/band_summary.csv")
+      f"{min(ratios):.2f} to {max(ratios):.2f} (median {median(ratios):.2f}); {out}/band_summary.csv")
 PY

@@ -4,7 +4,7 @@
 # combined trainer against chapters 04 and 05 on the same ranks, for one
 # model, one global batch and one precision.
 #
-#   06_offload/bench_offload.sh        (after make; BENCH_* settings below)
+#   common/scripts/bench_offload.sh    (after make; BENCH_* settings below)
 #
 # The configurations, run one after another within each of BENCH_REPEATS
 # repeats, so that every one sees the same machine load:
@@ -50,7 +50,7 @@
 # configurations within one file, and look at min..max before believing a
 # difference.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 repeats="${BENCH_REPEATS:-3}"
 model="${BENCH_MODEL:-small}"
@@ -72,17 +72,13 @@ done
 header="machine,device,precision,model,batch,micro,steps,threads,config,ranks,repeat,median_step_ms,median_opt_ms,peak_device_bytes,peak_host_bytes,pcie_bytes_per_step,bytes_sent_per_step"
 summary_header="machine,device,precision,model,batch,micro,threads,config,ranks,median_step_ms,min_step_ms,max_step_ms,relative,peak_device_bytes,peak_host_bytes,pcie_bytes_per_step"
 . common/scripts/outputs.sh
+. common/scripts/lib.sh
 output_files_check BENCH_OUT "$out" bench_offload.sh offload.csv "$header" offload_summary.csv "$summary_header"
 mkdir -p "$out"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 csv="$out/offload.csv"
 echo "$header" >"$csv"
-
-# column NAME of a CSV (header skipped); empty when the CSV has no such column
-column() { awk -F, -v name="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c = i; next } c { print $c }' "$1"; }
-# the median of the numbers on stdin
-median() { sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # CONFIG RANKS PROGRAM FLAGS... (the order of the table above)
 configs=(
@@ -119,15 +115,17 @@ for repeat in $(seq 1 "$repeats"); do
 done
 
 python3 - "$csv" "$out/offload_summary.csv" "$summary_header" <<'EOF'
-import csv, statistics, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
+import sys
+sys.path.insert(0, "common/python")
+from tool import median, read_csv
+rows = read_csv(sys.argv[1], "bench_offload.sh's offload.csv")
 order, groups = [], {}
 for r in rows:
     if r["config"] not in groups:
         order.append(r["config"])
     groups.setdefault(r["config"], []).append(r)
 baseline = {"1": "01", "4": "04_pp2_dp2"}
-med = {c: statistics.median(float(r["median_step_ms"]) for r in groups[c]) for c in order}
+med = {c: median(float(r["median_step_ms"]) for r in groups[c]) for c in order}
 keys = "machine,device,precision,model,batch,micro,threads".split(",")
 with open(sys.argv[2], "w") as f:
     f.write(sys.argv[3] + "\n")
@@ -136,7 +134,7 @@ with open(sys.argv[2], "w") as f:
         times = [float(r["median_step_ms"]) for r in g]
         base = baseline.get(g[0]["ranks"])
         rel = f"{med[c] / med[base]:.3f}" if base in med else ""
-        mem = [statistics.median(float(r[k]) for r in g) for k in ("peak_device_bytes", "peak_host_bytes",
+        mem = [median(float(r[k]) for r in g) for k in ("peak_device_bytes", "peak_host_bytes",
                                                                     "pcie_bytes_per_step")]
         f.write(",".join(g[0][k] for k in keys) + f",{c},{g[0]['ranks']},{med[c]:.2f},{min(times):.2f},"
                 f"{max(times):.2f},{rel},{mem[0]:.0f},{mem[1]:.0f},{mem[2]:.0f}\n")

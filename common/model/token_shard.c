@@ -18,6 +18,8 @@ const OutputKind shard_output = {.what = "a token shard (magic 20240520)",
                                  .signature_offset = 0};
 
 int shard_has_magic(const char *path) {
+    struct stat st; /* a FIFO or a device is not opened here: a read could block (data.c refuses it) */
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
     int32_t magic = 0;

@@ -186,7 +186,7 @@ static size_t carve_scratch(TensorParallelModel *tm, float *base, int B, int T) 
     s->dfch = carve(base, &used, BT * Hl);
     s->dfch_gelu = carve(base, &used, BT * Hl);
     s->gelu = carve(base, &used, BT * Hl);
-    s->dlogits = carve(base, &used, BT * tm->model.cfg.vocab);
+    s->dlogits = carve(base, &used, BT * vocab_padded(tm->model.cfg.vocab));
     return used;
 }
 
@@ -538,7 +538,7 @@ static size_t carve_kept(const TensorParallelModel *tm, KeptGrads *kg, float *ba
         k->dmid = carve(base, &used, BT * c->dmodel);
         k->dqkv = carve(base, &used, BT * 3 * tm->C_local);
     }
-    if (tm->last_unit == c->layers) kg->dlogits = carve(base, &used, BT * c->vocab);
+    if (tm->last_unit == c->layers) kg->dlogits = carve(base, &used, BT * vocab_padded(c->vocab));
     return used;
 }
 

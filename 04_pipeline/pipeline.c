@@ -439,7 +439,7 @@ double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence) {
 
 void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
     const StageLayout *l = &p->layout;
-    int T = l->T, V = l->cfg->model.vocab, C = l->cfg->model.dmodel;
+    int T = l->T, V = vocab_padded(l->cfg->model.vocab), C = l->cfg->model.dmodel; /* V: a row of logits */
     if (chunks_of(l) > 1) { /* every rank alike: the layout is the same everywhere */
         log_info("note: no text sample (--sample) from stages of several chunks yet\n");
         return;
@@ -447,7 +447,7 @@ void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
     int prev = prev_rank(l, 0), next = next_rank(l, 0);
     Activations *a = slot_of(p, 0, 0);
     int *text = xmalloc(((size_t)32 + n) * sizeof(int)); /* the prompt is at most 32 tokens */
-    int prompt_len = sample_prompt(l->data, T, text), rows = sample_rows(l->data, V);
+    int prompt_len = sample_prompt(l->data, T, text), rows = sample_rows(l->data, l->cfg->model.vocab);
     int *context = xmalloc(T * sizeof(int));
     float *logits = xmalloc(V * sizeof(float));
     for (int i = 0; i < n; i++) {

@@ -23,4 +23,12 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp);
  * stage 3 with stages or tensor slices. Which flags were typed: flag_given. */
 const char *zero_flags_problem(const Config *cfg, int zero, int P, int T, int print_schedule);
 
+/* --tie-embeddings (model_config.h: the head reads wte) where the rank that
+ * computes the head holds wte, bound for the whole step: fp32 (mixed
+ * precision converts one unit's 16-bit weights at a time), one stage (with
+ * `stages` > 1 the last stage would need its own copy of wte and the first
+ * and last stages would sum its gradient each step: not written yet), ZeRO
+ * below stage 2 and no --offload (both bind one unit's storage at a time). */
+const char *tied_embeddings_problem(const Config *cfg, int stages, int zero, int offload);
+
 #endif

@@ -349,7 +349,7 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
         add(m, SPACE_DEVICE, CAT_WORKSPACE,
             S / 2 + (size_t)B * (mc->heads / tp) * T * 4                     /* "ring block out", lse */
                 + 2 * (size_t)T * mc->dmodel * 4);                           /* "cp wpe", "cp dwpe" */
-        if (cfg->sample) add(m, SPACE_DEVICE, CAT_WORKSPACE, mc->vocab * 4); /* "sampled logits" */
+        if (cfg->sample) add(m, SPACE_DEVICE, CAT_WORKSPACE, vocab_padded(mc->vocab) * 4); /* "sampled logits" */
     }
     add_kernel_workspaces(m, cfg, l, T, tp, last_unit == L);
 }

@@ -18,9 +18,10 @@
  *
  * The file (little-endian), self-describing:
  *
- *   CheckpointHeader        240 bytes: magic "GPTCKPT\0", version 3, model shape,
+ *   CheckpointHeader        240 bytes: magic "GPTCKPT\0", version 4, model shape,
  *                           configuration, state, the directory's sizes, the
- *                           writer (program and layout, for people), checksum
+ *                           writer (program and layout, for people), whether
+ *                           the embeddings are tied, checksum
  *   CkptTensorEntry  x num_tensors  64 bytes each: name, unit, shape, offset, numel
  *   CkptArrayEntry   x num_arrays   40 bytes each: name, dtype (0 = f32), numel, file offset
  *   zeros up to data_offset (a multiple of 4096)

@@ -48,7 +48,8 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--tie-embeddings") == 0)
             cfg.tied = 1;
         else
-            fatal(EXIT_USAGE, "test_model_grad: unknown argument %s (valid: --seed S, --vocab V, --tie-embeddings)",
+            fatal(EXIT_USAGE,
+                  "test_model_grad: unknown argument %s (valid: --seed S, --vocab V, --tie-embeddings)",
                   argv[i]);
     }
     printf("seed %llu\n", (unsigned long long)seed);
@@ -91,8 +92,7 @@ int main(int argc, char **argv) {
     printf("%s vocab %d padded to %d: loss %.9f, unpadded cross-entropy %.9f; padded rows' gradient %g\n",
            padding_ok ? "PASS" : "FAIL", V, Vp, loss, reference, padded_grad);
     padding_ok &= !cfg.tied || (m.w.lm_head == m.w.wte && m.g.lm_head == m.g.wte);
-    printf("%s the head %s\n", padding_ok ? "PASS" : "FAIL",
-           cfg.tied ? "reads wte (tied)" : "is lm_head");
+    printf("%s the head %s\n", padding_ok ? "PASS" : "FAIL", cfg.tied ? "reads wte (tied)" : "is lm_head");
 
     int failures = 0;
     for (int k = 0; k < m.num_tensors; k++) {

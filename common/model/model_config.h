@@ -32,7 +32,9 @@ typedef struct {
  * V = 256 (bytes) needs no padding. The model, the planner and the memory
  * accounting all call this one function. */
 enum { VOCAB_PAD_ROWS = 128 };
-static inline int vocab_padded(int V) { return (V + VOCAB_PAD_ROWS - 1) / VOCAB_PAD_ROWS * VOCAB_PAD_ROWS; }
+static inline int vocab_padded(int V) {
+    return (V + VOCAB_PAD_ROWS - 1) / VOCAB_PAD_ROWS * VOCAB_PAD_ROWS;
+}
 
 /* --precision: what the parameters and gradients are stored in. fp32 is the
  * course's reference; bf16 and fp16 are mixed precision (mixed.h): 16-bit

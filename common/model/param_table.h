@@ -74,7 +74,8 @@ typedef enum {
     BLOCK_FCPROJB, /* (C, 4C), (C) */
     BLOCK_TENSORS
 } BlockTensor;
-typedef enum { HEAD_LNFW, HEAD_LNFB, HEAD_LM_HEAD, HEAD_TENSORS } HeadTensor; /* (C), (C), (Vp, C); lm_head absent when tied */
+/* (C), (C), (Vp, C); lm_head absent when tied */
+typedef enum { HEAD_LNFW, HEAD_LNFB, HEAD_LM_HEAD, HEAD_TENSORS } HeadTensor;
 
 typedef enum { INIT_NORMAL, INIT_ZEROS, INIT_ONES } InitKind;
 

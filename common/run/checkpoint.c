@@ -94,10 +94,15 @@ void ckpt_layout_range(CkptLayout *l, const GPT *model, const AdamW *opt, int re
             hold_replicated(l, a, first, n, replica, replicas);
             continue;
         }
-        for (int u = model->first_unit; u <= model->last_unit; u++) { /* several runs: unit by unit */
-            if (model->unit_at[u + 1] == SIZE_MAX) continue;           /* another stage's */
+        for (int u = LAYER_EMBEDDING; u <= model->cfg.layers; u++) { /* several runs: unit by unit */
+            if (model->unit_at[u + 1] == SIZE_MAX) continue;         /* another stage's */
             const ParamUnit *unit = table_unit(&model->table, u);
             size_t at = model->unit_at[u + 1], count = unit->numel;
+            if (u < model->first_unit ||
+                u > model->last_unit) { /* a copy (the tied wte): read, not written */
+                ckpt_hold(l, a, unit->offset, count, at, 0);
+                continue;
+            }
             size_t begin = count * replica / replicas, end = count * (replica + 1) / replicas;
             ckpt_hold(l, a, unit->offset, begin, at, 0);
             ckpt_hold(l, a, unit->offset + begin, end - begin, at + begin, 1);
@@ -499,12 +504,20 @@ static void check_field(const char *what, const char *name, double value, double
               hi);
 }
 
+/* The model shape a header describes. */
+static ModelConfig header_model(const CheckpointHeader *h) {
+    return (ModelConfig){.layers = h->layers,
+                         .dmodel = h->dmodel,
+                         .heads = h->heads,
+                         .seq = h->seq,
+                         .vocab = h->vocab,
+                         .tied = h->tied_embeddings};
+}
+
 static void check_header(const char *what, const CheckpointHeader *h) {
     check_field(what, "header_bytes", h->header_bytes, sizeof *h, sizeof *h);
     /* the model shape as --layers, --dmodel, ... would be checked: whole heads included */
-    ModelConfig m = {
-        .layers = h->layers, .dmodel = h->dmodel, .heads = h->heads, .seq = h->seq, .vocab = h->vocab,
-        .tied = h->tied_embeddings};
+    ModelConfig m = header_model(h);
     const char *problem = model_config_problem(&m);
     if (problem)
         fatal(EXIT_USAGE, "%s: corrupt checkpoint: its model shape is not one this course builds: %s", what,
@@ -531,9 +544,7 @@ static void check_header(const char *what, const CheckpointHeader *h) {
 /* The directory must describe exactly the table of the header's model shape. */
 static void check_directory(const char *what, const CkptFile *f) {
     const CheckpointHeader *h = &f->header;
-    ModelConfig m = {
-        .layers = h->layers, .dmodel = h->dmodel, .heads = h->heads, .seq = h->seq, .vocab = h->vocab,
-        .tied = h->tied_embeddings};
+    ModelConfig m = header_model(h);
     ParamTable table;
     param_table_build(&table, &m);
     if ((uint64_t)table.num_params != h->num_params || table.num_tensors != h->num_tensors)
@@ -635,7 +646,9 @@ static void open_for_run(CkptFile *f, const char *path, const Config *cfg, uint6
               what, h->layers, h->dmodel, h->heads, h->seq, h->vocab, m->layers, m->dmodel, m->heads, m->seq,
               m->vocab);
     if (h->tied_embeddings != m->tied)
-        fatal(EXIT_USAGE, "%s: written %s tied embeddings; this run %s --tie-embeddings (valid: the same as the run that wrote it)",
+        fatal(EXIT_USAGE,
+              "%s: written %s tied embeddings; this run %s --tie-embeddings (valid: the same as the run that "
+              "wrote it)",
               what, h->tied_embeddings ? "with" : "without", m->tied ? "has" : "lacks");
     uint64_t sum = ckpt_file_checksum(f, path, what);
     if (sum != h->checksum)

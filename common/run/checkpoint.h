@@ -93,7 +93,7 @@ typedef struct {
     uint64_t rng_state;
     float loss_scale;
     int32_t loss_scale_clean_steps;
-    char writer[88]; /* "05_zero/train: 4 ranks, zero 3": for people, outside the checksum */
+    char writer[88];         /* "05_zero/train: 4 ranks, zero 3": for people, outside the checksum */
     int32_t tied_embeddings; /* 1: --tie-embeddings: the head reads wte, there is no lm_head tensor */
     int32_t reserved;        /* 0 */
     uint64_t checksum;

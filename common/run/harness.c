@@ -87,7 +87,7 @@ static void chapter_header(const Run *run, char *header, size_t size) {
 void run_prepare(Run *run) {
     Config *cfg = run->cfg;
     /* every layout's rule; a chapter with stages, ZeRO or offload asks it of its layout first */
-    const char *untied = tied_embeddings_problem(cfg, 1, 0, 0);
+    const char *untied = tied_embeddings_problem(cfg, 1, 0, 0, 0);
     if (untied) fatal(EXIT_USAGE, "%s", untied);
     device_init(cfg->device, run->local_rank);
     device_set_limit(cfg->device_mem_limit);

@@ -25,10 +25,11 @@ const char *zero_flags_problem(const Config *cfg, int zero, int P, int T, int pr
 
 /* --tie-embeddings (model_config.h: the head reads wte) where the rank that
  * computes the head holds wte, bound for the whole step: fp32 (mixed
- * precision converts one unit's 16-bit weights at a time), one stage (with
- * `stages` > 1 the last stage would need its own copy of wte and the first
- * and last stages would sum its gradient each step: not written yet), ZeRO
- * below stage 2 and no --offload (both bind one unit's storage at a time). */
-const char *tied_embeddings_problem(const Config *cfg, int stages, int zero, int offload);
+ * precision converts one unit's 16-bit weights at a time); on `stages` > 1
+ * only where the last stage keeps a copy of the embedding unit and sums its
+ * gradient with the first stage's (stage_copy: 04's pipeline with --tp 1 and
+ * one chunk per stage, pipeline.h) and without ZeRO; ZeRO below stage 2 and
+ * no --offload on one stage (both bind one unit's storage at a time). */
+const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_copy, int zero, int offload);
 
 #endif

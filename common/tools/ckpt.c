@@ -87,8 +87,7 @@ static void print_info(const char *path) {
     printf("writer      %.88s\n", h->writer);
     printf("model       layers %d, dmodel %d, heads %d, seq %d, vocab %d%s: %llu parameters in %d tensors\n",
            h->layers, h->dmodel, h->heads, h->seq, h->vocab, h->tied_embeddings ? ", tied embeddings" : "",
-           (unsigned long long)h->num_params,
-           h->num_tensors);
+           (unsigned long long)h->num_params, h->num_tensors);
     printf("step        %d of %d (Adam updates %d); the next batch is step %d's, from (seed, step)\n",
            h->step, h->steps, h->adam_t, h->step + 1);
     printf("config      seed %llu, batch %d, micro %d, lr %g, warmup %d, wd %g, clip %g, beta1 %g, beta2 %g, "

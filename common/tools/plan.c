@@ -267,7 +267,9 @@ static const char *layout_problem(const Config *cfg, const PlanFlags *f) {
     const char *refused = chapter >= 5 ? zero_flags_problem(cfg, zero, f->pp, f->tp, 0) : NULL;
     if (refused) return refused;
     int stages = chapter == 3 && f->tp > 1 ? 1 : f->pp; /* 03's tensor split is one stage */
-    if ((refused = tied_embeddings_problem(cfg, stages, chapter >= 5 ? zero : 0, chapter == 6 && f->offload)))
+    int stage_copy = chapter >= 4 && f->tp == 1 && f->virtual_chunks <= 1; /* 04's pipeline.h */
+    if ((refused = tied_embeddings_problem(cfg, stages, stage_copy, chapter >= 5 ? zero : 0,
+                                           chapter == 6 && f->offload)))
         return refused;
     if (f->virtual_chunks > 1 && f->schedule != SCHED_INTERLEAVED)
         return problem("--virtual %d is for --schedule interleaved", f->virtual_chunks);
@@ -479,7 +481,8 @@ static void print_plan(const Config *cfg, const PlanLayout *l, int program, cons
     if (mc->tied)
         printf("parameters %.0f (the LM head tied to the embedding, as GPT-2 and llm.c)\n", P);
     else
-        printf("parameters %.0f (%.0f with the LM head tied to the embedding, as GPT-2 and llm.c)\n", P, tied);
+        printf("parameters %.0f (%.0f with the LM head tied to the embedding, as GPT-2 and llm.c)\n", P,
+               tied);
     double L = mc->layers, T = mc->seq, C = mc->dmodel;
     printf("FLOPs per token 6P + 12LTC = %.0f (llm.c's count, tied, 6P + 6LTC: %.0f); per step %.4g\n",
            6 * P + 12 * L * T * C, 6 * tied + 6 * L * T * C, (6 * P + 12 * L * T * C) * cfg->batch * T);

@@ -67,8 +67,8 @@ void plan_stage_slots(int schedule, int P, int V, int M, int stage, int *slots) 
 
 size_t plan_tp_unit_numel(const ModelConfig *m, int unit, int tp) {
     size_t C = m->dmodel, V = vocab_padded(m->vocab), T = m->seq;
-    if (unit == LAYER_EMBEDDING) return (V + T) * C;                 /* wte, wpe: whole */
-    if (unit == m->layers) return 2 * C + (m->tied ? 0 : V * C);     /* ln_f, the head (tied: wte's): whole */
+    if (unit == LAYER_EMBEDDING) return (V + T) * C;             /* wte, wpe: whole */
+    if (unit == m->layers) return 2 * C + (m->tied ? 0 : V * C); /* ln_f, the head (tied: wte's): whole */
     /* sliced: qkvw, qkvb, attprojw, fcw, fcb, fcprojw; whole: ln1, ln2, attprojb, fcprojb */
     return (3 * C * C + 3 * C + C * C + 4 * C * C + 4 * C + 4 * C * C) / tp + 6 * C;
 }

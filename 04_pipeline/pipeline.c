@@ -171,13 +171,19 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     if (V > 1 && l->caller_storage)
         fatal(EXIT_USAGE, "a stage of %d chunks runs with its own storage only, yet", V);
     if (l->tensor) { /* the stage's slices (of each chunk); model, mixed and scratch are the tp model's */
-        int first_units[MAX_STAGE_CHUNKS], last_units[MAX_STAGE_CHUNKS];
+        int first_units[MAX_STAGE_CHUNKS + 1], last_units[MAX_STAGE_CHUNKS + 1], runs = V;
         for (int c = 0; c < V; c++) {
             int first_block, last_block;
             chunk_range(l, c, &first_block, &last_block, &first_units[c], &last_units[c]);
         }
-        tp_model_create_chunks(&p->tpm, m, seed, l->tensor, first_units, last_units, V, l->B, l->T,
+        if (holds_tied_copy(l))
+            first_units[runs] = last_units[runs] = LAYER_EMBEDDING, runs++; /* pipeline.h */
+        tp_model_create_chunks(&p->tpm, m, seed, l->tensor, first_units, last_units, runs, l->B, l->T,
                                l->cfg->recompute, l->cfg->precision);
+        if (holds_tied_copy(l)) { /* the norm leaves it out already (tp_grad_shards_once) */
+            p->tied_copy_count = table_unit(&p->tpm.model.table, LAYER_EMBEDDING)->numel;
+            p->tied_copy_at = p->tpm.held_at[0];
+        }
         tp_model_move(&p->tpm, &p->model, &p->mixed);
         p->scratch = p->tpm.scratch;
         p->tensor_hooks = p->split_backward ? tp_split_hooks(&p->tpm) : tp_block_hooks(&p->tpm);

@@ -6,7 +6,7 @@
 # losses (fp32 within 1e-4), and so do 04's stages, where the last stage keeps
 # a copy of the embedding unit and sums its gradient with the first stage's
 # (pipeline.h), the gradient norm counting it once; the layouts not written
-# yet (03's layer split, stages with --tp, --virtual or ZeRO, ZeRO 2-3,
+# yet (03's layer split, stages with --virtual or ZeRO, ZeRO 2-3,
 # --offload, mixed precision) refuse the flag in one line. Checkpoints record
 # whether the weights are tied; a run that differs is refused.
 
@@ -86,6 +86,16 @@ assert_norms_match() {
     assert_norms_match "$REF" "$(scratch)/pp2dp2"
 }
 
+@test "tied embeddings: 04 on 2 stages x tp 2 (1F1B, ZB-H1) and on pp 2 x tp 2 x dp 2 gives 01's losses and norms" {
+    for schedule in 1f1b zb-h1; do
+        mpirun_np 4 "$TRAIN04" $FLAGS --pp 2 --tp 2 --micro 2 --schedule $schedule --out "$(scratch)/$schedule" >/dev/null
+        assert_losses_match "$REF" "$(scratch)/$schedule" 4
+        assert_norms_match "$REF" "$(scratch)/$schedule"
+    done
+    mpirun_np 8 "$TRAIN04" $FLAGS --pp 2 --tp 2 --out "$(scratch)/3d" >/dev/null
+    assert_losses_match "$REF" "$(scratch)/3d" 4
+}
+
 @test "tied embeddings: 05 and 06 on 2 stages without ZeRO (04's pipeline) give 01's losses" {
     mpirun_np 2 "$TRAIN05" $FLAGS --pp 2 --zero 0 --out "$(scratch)/z0" >/dev/null
     assert_losses_match "$REF" "$(scratch)/z0" 4
@@ -107,7 +117,7 @@ refused() {
 @test "tied embeddings where the head's rank would not hold wte are refused in one line: 03's stages, stages with tp or ZeRO, ZeRO 2-3, offload, 16 bits" {
     refused "$TRAIN03" 2 --mp layer
     [[ "$stderr" == *"on 2 stages"* ]]
-    refused "$TRAIN04" 4 --pp 2 --tp 2
+    refused "$TRAIN04" 2 --pp 2 --virtual 2 --schedule interleaved --micro 2
     refused "$TRAIN05" 2 --pp 2 --zero 1
     [[ "$stderr" == *"ZeRO on 2 stages"* ]]
     refused "$TRAIN05" 2 --zero 2
@@ -119,14 +129,17 @@ refused() {
     assert_equal "$stderr" "error: --tie-embeddings with --precision bf16 is not written yet: mixed precision converts one unit's 16-bit weights at a time, and the head's unit would need the embedding's wte bound (valid: --precision fp32)"
 }
 
-@test "a tied checkpoint of 04's 2 stages resumes in 01, and 01's in 04's 2 stages, with 01's losses" {
+@test "a tied checkpoint of 04's 2 stages (tp 1 and 2) resumes in 01, and 01's in 04's 2 stages, with 01's losses" {
     local d
     d="$(scratch)"
     mpirun_np 2 "$TRAIN04" $FLAGS --pp 2 --stop-after 2 --save "$d/ck04" --out "$d/first04" >/dev/null
     "$TRAIN01" $FLAGS --resume "$d/ck04" --out "$d/one" >/dev/null
+    mpirun_np 4 "$TRAIN04" $FLAGS --pp 2 --tp 2 --stop-after 2 --save "$d/ck04tp" --out "$d/first04tp" >/dev/null
+    "$TRAIN01" $FLAGS --resume "$d/ck04tp" --out "$d/one_tp" >/dev/null
     "$TRAIN01" $FLAGS --stop-after 2 --save "$d/ck01" --out "$d/first01" >/dev/null
     mpirun_np 2 "$TRAIN04" $FLAGS --pp 2 --resume "$d/ck01" --out "$d/two" >/dev/null
-    for run_dir in "$d/one" "$d/two"; do
+    mpirun_np 4 "$TRAIN04" $FLAGS --pp 2 --tp 2 --resume "$d/ck01" --out "$d/two_tp" >/dev/null
+    for run_dir in "$d/one" "$d/one_tp" "$d/two" "$d/two_tp"; do
         run paste -d, <(csv_column "$REF/steps.csv" loss | tail -2) <(csv_column "$run_dir/steps.csv" loss)
         assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" 2
         echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-5) { print; exit 1 } }'

@@ -27,8 +27,8 @@ const char *zero_flags_problem(const Config *cfg, int zero, int P, int T, int pr
  * computes the head holds wte, bound for the whole step: fp32 (mixed
  * precision converts one unit's 16-bit weights at a time); on `stages` > 1
  * only where the last stage keeps a copy of the embedding unit and sums its
- * gradient with the first stage's (stage_copy: 04's pipeline with --tp 1 and
- * one chunk per stage, pipeline.h) and without ZeRO; ZeRO below stage 2 and
+ * gradient with the first stage's (stage_copy: 04's pipeline of one chunk
+ * per stage, any --tp, pipeline.h) and without ZeRO; ZeRO below stage 2 and
  * no --offload on one stage (both bind one unit's storage at a time). */
 const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_copy, int zero, int offload);
 

@@ -266,8 +266,8 @@ static const char *layout_problem(const Config *cfg, const PlanFlags *f) {
     /* the programs' own rules, asked of the code 05 and 06 run (layout_rules.h, layer_split.h) */
     const char *refused = chapter >= 5 ? zero_flags_problem(cfg, zero, f->pp, f->tp, 0) : NULL;
     if (refused) return refused;
-    int stages = chapter == 3 && f->tp > 1 ? 1 : f->pp; /* 03's tensor split is one stage */
-    int stage_copy = chapter >= 4 && f->tp == 1 && f->virtual_chunks <= 1; /* 04's pipeline.h */
+    int stages = chapter == 3 && f->tp > 1 ? 1 : f->pp;      /* 03's tensor split is one stage */
+    int stage_copy = chapter >= 4 && f->virtual_chunks <= 1; /* 04's pipeline.h */
     if ((refused = tied_embeddings_problem(cfg, stages, stage_copy, chapter >= 5 ? zero : 0,
                                            chapter == 6 && f->offload)))
         return refused;

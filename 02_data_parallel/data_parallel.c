@@ -91,7 +91,7 @@ static void sync_naive(const DataParallel *dp) {
     const GPT *m = dp->part;
     for (int k = 0; k < m->num_tensors; k++) {
         const ParamTensor *t = &m->tensors[k];
-        if (t->layer < m->first_unit || t->layer > m->last_unit) continue;
+        if (!m->unit_at && (t->layer < m->first_unit || t->layer > m->last_unit)) continue;
         if (!m->unit_at) {
             allreduce_sum(dp, t->offset - m->param_first, t->numel);
         } else if (m->unit_at[t->layer + 1] != SIZE_MAX) { /* a unit of this stage's chunks */

@@ -95,6 +95,8 @@ void model_parallel_check_layout(const Config *cfg, const ModelParallelFlags *f)
             layer_split_parse(f->split, mp_size, L, blocks);
         }
     }
+    const char *untied = tied_embeddings_problem(cfg, strcmp(f->mp, "tensor") == 0 ? 1 : mp_size, 0, 0, 0);
+    if (untied) fatal(EXIT_USAGE, "%s", untied);
     if (cfg->batch % (dp * cfg->micro) != 0)
         fatal(EXIT_USAGE, "--batch %d is not divisible by --dp %d x --micro %d (valid: a multiple of %d)",
               cfg->batch, dp, cfg->micro, dp * cfg->micro);
@@ -252,12 +254,14 @@ static int cp_sample_token(ModelParallel *p, int ctx, int V, int vocab_rows, flo
 }
 
 void model_parallel_sample(ModelParallel *p, const Dataset *data, const Config *cfg, uint64_t *rng) {
-    int T = cfg->model.seq, V = cfg->model.vocab, n = cfg->sample, cp = p->cp.size > 1, sp = p->tpm.sp;
+    int T = cfg->model.seq, V = vocab_padded(cfg->model.vocab), n = cfg->sample, cp = p->cp.size > 1,
+        sp = p->tpm.sp;
     const Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
     int holds_logits = p->tensor || p->stage == p->stages - 1;
     context_parallel_pause(&p->cp);
     int *text = xmalloc(((size_t)32 + n) * sizeof(int)); /* the prompt is at most 32 tokens */
-    int prompt_len = sample_prompt(data, T, text), rows = sample_rows(data, V);
+    int prompt_len = sample_prompt(data, T, text),
+        rows = sample_rows(data, cfg->model.vocab); /* V: a row of logits */
     int *context = xcalloc(T, sizeof(int));
     float *logits = xmalloc(V * sizeof(float));
     float *row = cp ? mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, V * sizeof(float), "sampled logits") : NULL;

@@ -186,7 +186,7 @@ static size_t carve_scratch(TensorParallelModel *tm, float *base, int B, int T) 
     s->dfch = carve(base, &used, BT * Hl);
     s->dfch_gelu = carve(base, &used, BT * Hl);
     s->gelu = carve(base, &used, BT * Hl);
-    s->dlogits = carve(base, &used, BT * tm->model.cfg.vocab);
+    s->dlogits = carve(base, &used, BT * vocab_padded(tm->model.cfg.vocab));
     return used;
 }
 
@@ -204,7 +204,7 @@ static void alloc_runs(GPT *m, const TensorParallelModel *tm) {
     m->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, m->param_count * sizeof(float), "parameters");
     m->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, m->param_count * sizeof(float), "gradients");
     m->owns_storage = 1;
-    for (int u = tm->first_unit; u <= tm->last_unit; u++)
+    for (int u = LAYER_EMBEDDING; u <= m->cfg.layers; u++) /* a pipeline's tied copy too */
         if (holds(tm, u)) gpt_bind_unit(m, u, m->params + tm->held_at[u + 1], m->grads + tm->held_at[u + 1]);
 }
 
@@ -214,8 +214,12 @@ void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uin
     memset(tm, 0, sizeof *tm);
     tm->tp = tp;
     tm->recompute = recompute;
+    /* the range: the first run's first unit to the last unit of any run (a last run of units
+     * before the range is a copy: 04's tied embedding on the last stage, pipeline.h) */
     tm->first_unit = first_units[0];
     tm->last_unit = last_units[chunks - 1];
+    for (int c = 0; c < chunks; c++)
+        tm->last_unit = last_units[c] > tm->last_unit ? last_units[c] : tm->last_unit;
     tm->C_local = cfg->dmodel / tp->size;
     tm->NH_local = cfg->heads / tp->size;
     tm->H_local = 4 * cfg->dmodel / tp->size;
@@ -240,7 +244,7 @@ void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uin
     tm->once_spans = xcalloc(m->num_tensors, sizeof(GradSpan));
     for (int i = 0; i < m->num_tensors; i++) {
         const ParamTensor *t = &m->tensors[i];
-        if (!holds(tm, t->layer)) continue;
+        if (!holds(tm, t->layer) || t->layer < tm->first_unit) continue; /* not a copy: counted once */
         int replicated = tm->slice[i] == SLICE_NONE;
         GradSpan span = {held_offset(tm, t), t->numel, replicated};
         tm->norm_spans[tm->num_spans++] = span;
@@ -538,7 +542,7 @@ static size_t carve_kept(const TensorParallelModel *tm, KeptGrads *kg, float *ba
         k->dmid = carve(base, &used, BT * c->dmodel);
         k->dqkv = carve(base, &used, BT * 3 * tm->C_local);
     }
-    if (tm->last_unit == c->layers) kg->dlogits = carve(base, &used, BT * c->vocab);
+    if (tm->last_unit == c->layers) kg->dlogits = carve(base, &used, BT * vocab_padded(c->vocab));
     return used;
 }
 
@@ -750,7 +754,8 @@ void tp_checkpoint_layout(const TensorParallelModel *tm, const AdamW *opt, int r
         const ParamTensor *t = &m->tensors[i], *w = &whole.tensors[i];
         if (!holds(tm, t->layer)) continue; /* another stage's */
         /* replica 0 writes; a replicated tensor, its tp rank 0 only */
-        int writes = replica == 0 && (tm->slice[i] != SLICE_NONE || tm->tp->rank == 0);
+        int writes = replica == 0 && (tm->slice[i] != SLICE_NONE || tm->tp->rank == 0) &&
+                     t->layer >= tm->first_unit; /* a copy (the tied wte) is read, not written */
         int r = tm->tp->rank, tp = tm->tp->size;
         for (size_t e = 0, n; e < t->numel; e += n) { /* runs contiguous in the slice and the whole tensor */
             size_t g = tensor_parallel_global_index(w, tm->slice[i], r, tp, e);

@@ -71,31 +71,50 @@ void pipeline_layout_chunks(StageLayout *l, const int *blocks, int chunks, int l
     l->first_unit = l->chunk_first_unit[0], l->last_unit = l->chunk_last_unit[chunks - 1];
 }
 
+/* Whether this stage holds a copy of the embedding unit for its tied head:
+ * the head is here and the embedding on the first stage (pipeline.h). */
+static int holds_tied_copy(const StageLayout *l) {
+    return l->cfg->model.tied && l->last_unit == l->cfg->model.layers && l->first_unit > LAYER_EMBEDDING;
+}
+
 /* A stage of several chunks: its units one chunk after another in one
  * buffer, each unit's views bound where it lies, with the whole model's
  * initial values of those elements (pipeline.h); in 16 bits the mixed
- * model holds them in the same order (mixed_create_chunks). */
+ * model holds them in the same order (mixed_create_chunks). A stage of one
+ * chunk that holds the tied copy is built here too: its units, then the
+ * embedding unit (a run of its own, with the first stage's initial values). */
 static void create_chunked_model(Pipeline *p, const ModelConfig *m, uint64_t seed) {
     const StageLayout *l = &p->layout;
     ParamTable table;
     param_table_build(&table, m);
     gpt_init(&p->model, table);
     GPT *model = &p->model;
+    int runs = chunks_of(l), tied_copy = holds_tied_copy(l);
+    int first_units[MAX_STAGE_CHUNKS + 1], last_units[MAX_STAGE_CHUNKS + 1];
+    for (int c = 0; c < runs; c++) {
+        int first_block, last_block;
+        chunk_range(l, c, &first_block, &last_block, &first_units[c], &last_units[c]);
+    }
+    if (tied_copy) first_units[runs] = last_units[runs] = LAYER_EMBEDDING, runs++;
     size_t total = 0;
-    for (int c = 0; c < l->chunks; c++)
-        for (int u = l->chunk_first_unit[c]; u <= l->chunk_last_unit[c]; u++)
-            total += table_unit(&model->table, u)->numel;
+    for (int c = 0; c < runs; c++)
+        for (int u = first_units[c]; u <= last_units[c]; u++) total += table_unit(&model->table, u)->numel;
     float *host = xmalloc(total * sizeof(float));
     p->unit_at = xmalloc((m->layers + 2) * sizeof(size_t)); /* for the checkpoint's layout */
     for (int u = LAYER_EMBEDDING; u <= m->layers; u++) p->unit_at[u + 1] = SIZE_MAX;
     size_t at = 0;
-    for (int c = 0; c < l->chunks; c++)
-        for (int u = l->chunk_first_unit[c]; u <= l->chunk_last_unit[c]; u++) {
+    for (int c = 0; c < runs; c++)
+        for (int u = first_units[c]; u <= last_units[c]; u++) {
             const ParamUnit *unit = table_unit(&model->table, u);
             param_init_range(&model->table, seed, host + at, unit->offset, unit->numel);
             p->unit_at[u + 1] = at;
             at += unit->numel;
         }
+    if (tied_copy) {
+        p->tied_copy_count = table_unit(&model->table, LAYER_EMBEDDING)->numel;
+        p->tied_copy_at = total - p->tied_copy_count;
+        p->own_span = (GradSpan){0, p->tied_copy_at, 0};
+    }
     if (l->cfg->precision != PRECISION_FP32) {
         mixed_create_chunks(&p->mixed, model, l->chunk_first_unit, l->chunk_last_unit, l->chunks, host,
                             precision_format(l->cfg->precision));
@@ -107,8 +126,8 @@ static void create_chunked_model(Pipeline *p, const ModelConfig *m, uint64_t see
     model->grads = mem_alloc(SPACE_DEVICE, CAT_GRADS, total * sizeof(float), "gradients");
     model->owns_storage = 1;
     at = 0;
-    for (int c = 0; c < l->chunks; c++)
-        for (int u = l->chunk_first_unit[c]; u <= l->chunk_last_unit[c]; u++) {
+    for (int c = 0; c < runs; c++)
+        for (int u = first_units[c]; u <= last_units[c]; u++) {
             gpt_bind_unit(model, u, model->params + at, model->grads + at);
             at += table_unit(&model->table, u)->numel;
         }
@@ -152,18 +171,24 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     if (V > 1 && l->caller_storage)
         fatal(EXIT_USAGE, "a stage of %d chunks runs with its own storage only, yet", V);
     if (l->tensor) { /* the stage's slices (of each chunk); model, mixed and scratch are the tp model's */
-        int first_units[MAX_STAGE_CHUNKS], last_units[MAX_STAGE_CHUNKS];
+        int first_units[MAX_STAGE_CHUNKS + 1], last_units[MAX_STAGE_CHUNKS + 1], runs = V;
         for (int c = 0; c < V; c++) {
             int first_block, last_block;
             chunk_range(l, c, &first_block, &last_block, &first_units[c], &last_units[c]);
         }
-        tp_model_create_chunks(&p->tpm, m, seed, l->tensor, first_units, last_units, V, l->B, l->T,
+        if (holds_tied_copy(l))
+            first_units[runs] = last_units[runs] = LAYER_EMBEDDING, runs++; /* pipeline.h */
+        tp_model_create_chunks(&p->tpm, m, seed, l->tensor, first_units, last_units, runs, l->B, l->T,
                                l->cfg->recompute, l->cfg->precision);
+        if (holds_tied_copy(l)) { /* the norm leaves it out already (tp_grad_shards_once) */
+            p->tied_copy_count = table_unit(&p->tpm.model.table, LAYER_EMBEDDING)->numel;
+            p->tied_copy_at = p->tpm.held_at[0];
+        }
         tp_model_move(&p->tpm, &p->model, &p->mixed);
         p->scratch = p->tpm.scratch;
         p->tensor_hooks = p->split_backward ? tp_split_hooks(&p->tpm) : tp_block_hooks(&p->tpm);
         p->hooks = &p->tensor_hooks;
-    } else if (V > 1) {
+    } else if (V > 1 || holds_tied_copy(l)) {
         create_chunked_model(p, m, seed);
     } else if (l->caller_storage) {
         ParamTable table;
@@ -215,12 +240,32 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         p->grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient from next stage");
     if (prev_rank(l, 0) >= 0 || prev_rank(l, V - 1) >= 0)
         p->grad_out = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient to prev stage");
+    if (m->tied && l->stages > 1 && (l->stage == 0 || l->stage == l->stages - 1)) { /* the embedding group */
+        if (!p->tied_copy_count) p->tied_copy_count = table_unit(&p->model.table, LAYER_EMBEDDING)->numel;
+        p->tied_grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, p->tied_copy_count * sizeof(float),
+                                    "tied embedding gradient from the other end");
+    }
+}
+
+/* --tie-embeddings on several stages: the first stage's embedding unit and
+ * the last stage's copy exchange their gradients and each adds the other's
+ * (an all-reduce over the two ranks, on the pp axis), so both hold the sum
+ * of the embedding's and the head's gradient and make the same update. */
+static void sum_tied_embedding(Pipeline *p) {
+    const StageLayout *l = &p->layout;
+    if (!p->tied_grad_in) return;
+    int other = l->stage == 0 ? l->stages - 1 : 0;
+    float *grads = p->model.grads + (l->stage == 0 ? 0 : p->tied_copy_at); /* the embedding unit's */
+    comm_sendrecv(l->pp, grads, p->tied_copy_count, other, p->tied_grad_in, p->tied_copy_count, other,
+                  TAG_EXCHANGE);
+    ops()->residual_forward(grads, grads, p->tied_grad_in, p->tied_copy_count);
 }
 
 void pipeline_destroy(Pipeline *p) {
     timeline_free(&p->times.timeline);
     mem_free(p->grad_in);
     mem_free(p->grad_out);
+    mem_free(p->tied_grad_in);
     for (int i = 0; p->extras && i < p->slots; i++) {
         comm_wait_posted(p->layout.pp, p->extras[i].act_sent);
         comm_wait_posted(p->layout.pp, p->extras[i].grad_sent);
@@ -412,6 +457,7 @@ void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss) {
         comm_wait_posted(p->layout.pp, p->extras[i].grad_sent);
         p->extras[i].act_sent = p->extras[i].grad_sent = NULL;
     }
+    sum_tied_embedding(p);
 }
 
 double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence) {
@@ -439,7 +485,7 @@ double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence) {
 
 void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
     const StageLayout *l = &p->layout;
-    int T = l->T, V = l->cfg->model.vocab, C = l->cfg->model.dmodel;
+    int T = l->T, V = vocab_padded(l->cfg->model.vocab), C = l->cfg->model.dmodel; /* V: a row of logits */
     if (chunks_of(l) > 1) { /* every rank alike: the layout is the same everywhere */
         log_info("note: no text sample (--sample) from stages of several chunks yet\n");
         return;
@@ -447,7 +493,7 @@ void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
     int prev = prev_rank(l, 0), next = next_rank(l, 0);
     Activations *a = slot_of(p, 0, 0);
     int *text = xmalloc(((size_t)32 + n) * sizeof(int)); /* the prompt is at most 32 tokens */
-    int prompt_len = sample_prompt(l->data, T, text), rows = sample_rows(l->data, V);
+    int prompt_len = sample_prompt(l->data, T, text), rows = sample_rows(l->data, l->cfg->model.vocab);
     int *context = xmalloc(T * sizeof(int));
     float *logits = xmalloc(V * sizeof(float));
     for (int i = 0; i < n; i++) {
@@ -531,6 +577,7 @@ void pipeline_ckpt_layout_init(CkptLayout *l, const char *program, const Process
 
 GradShards pipeline_grad_shards(Pipeline *p, CommGroup *model_group, CommGroup *world) {
     GradShards held = precision_grad_shards(&p->model, &p->mixed); /* this stage's units */
+    if (p->own_span.count) held.spans = &p->own_span, held.num_spans = 1; /* not the tied copy */
     held.sum_group = p->layout.pp;                                 /* the stages together hold the model */
     if (p->layout.tensor) held = tp_grad_shards_once(&p->tpm, model_group); /* and their slices */
     held.agree = grad_norm_agree;

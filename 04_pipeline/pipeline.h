@@ -98,7 +98,17 @@ typedef struct {
     MixedModel mixed; /* --precision bf16|fp16: model's units in 16 bits (mixed.h); zeroed in fp32 */
     Scratch scratch;
     Activations *slot; /* one set of saved activations per micro-batch in flight, chunk by chunk */
-    size_t *unit_at;   /* several chunks without tp: model.unit_at, where each unit is held */
+    size_t *unit_at;   /* several chunks or the tied copy, no tp: model.unit_at, where units are held */
+    /* --tie-embeddings on several stages (Megatron's embedding group): the
+     * last stage also holds the embedding unit, after its own units, for its
+     * head to read wte; the first and last stage sum the unit's gradient at
+     * the end of every step (pipeline_run_step) and both apply the same
+     * update. Its elements are left out of this stage's part of the gradient
+     * norm (the first stage counts them) and out of what it writes to a
+     * checkpoint (it reads them). tied_copy_count 0: no copy here. */
+    size_t tied_copy_at, tied_copy_count;
+    float *tied_grad_in; /* (tied_copy_count) the other end's gradient, on the first and last stage */
+    GradSpan own_span;   /* the norm's part on the stage with the copy: its own units */
     int slots;         /* all of them */
     int chunk_slots[MAX_STAGE_CHUNKS]; /* chunk c's: the most micro-batches it holds at once */
     int chunk_slot0[MAX_STAGE_CHUNKS]; /* the index of chunk c's first slot */

@@ -32,6 +32,7 @@ void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFl
 
 void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int print_schedule) {
     const char *problem = zero_flags_problem(cfg, zero, P, T, print_schedule); /* common/plan's rule too */
+    if (!problem) problem = tied_embeddings_problem(cfg, P, 1, zero, 0);       /* 04's check: tp, chunks */
     if (problem) fatal(EXIT_USAGE, "%s", problem);
 }
 

@@ -2,6 +2,7 @@
 #include "offload_stage.h"
 
 #include "comm.h"
+#include "layout_rules.h"
 #include "optimizer_step.h"
 #include "util.h"
 
@@ -58,6 +59,8 @@ void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, con
               "--schedule interleaved is refused by %s: the offloaded state is one range of "
               "units per stage, and interleaved's chunks are not one range (valid: gpipe, 1f1b, zb-h1)",
               program);
+    const char *untied = tied_embeddings_problem(cfg, 1, 0, 0, 1);
+    if (untied) fatal(EXIT_USAGE, "%s", untied);
 }
 
 /* The whole model's parameters (with --tp the stage's model is a rank's slices). */

@@ -223,7 +223,7 @@ checksum_of() { "$CKPT" verify "$1" | awk '{ print $2 }'; }
 @test "common/ckpt prints the header, the writer's layout, the step and every tensor" {
     run "$CKPT" "$CK/ck05"
     assert_success
-    assert_line --regexp "^format      version 3, checksum [0-9a-f]{16} \(verified\)$"
+    assert_line --regexp "^format      version 4, checksum [0-9a-f]{16} \(verified\)$"
     assert_line "writer      05_zero/train: 2 ranks, zero 3"
     assert_line --partial "step        3 of 6 (Adam updates 3)"
     assert_line --regexp "^h1.fcprojw +1 +64 x 256 +[0-9]+$"
@@ -350,7 +350,7 @@ data = bytearray(open(path, "rb").read()); data[offset] ^= bits; open(path, "wb"
     cp "$CK/ck01" "$(scratch)/ck"
     patch "$(scratch)/ck" 8 I 2
     resume --resume "$(scratch)/ck"
-    assert_refused_checkpoint "checkpoint format version 2, this program reads version 3"
+    assert_refused_checkpoint "checkpoint format version 2, this program reads version 4"
 }
 
 @test "resuming with nothing left to do, or --stop-after before the checkpoint, is refused and saves nothing" {

@@ -37,8 +37,8 @@ def fail(message):
 def read_checkpoint(path):
     blob = open(path, "rb").read()
     magic, version, _, L, C, NH, T, V = HEADER.unpack_from(blob, 0)
-    if magic != b"GPTCKPT\0" or version != 3:
-        fail(f"{path}: not a version-3 checkpoint")
+    if magic != b"GPTCKPT\0" or version != 4:
+        fail(f"{path}: not a version-4 checkpoint")
     num_params, data_offset = struct.unpack_from("<QQ", blob, 48)
     step, adam_t = struct.unpack_from("<ii", blob, 112)
     arrays = [blob[data_offset + 4 * num_params * a:data_offset + 4 * num_params * (a + 1)] for a in range(3)]

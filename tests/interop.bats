@@ -22,6 +22,19 @@ setup_file() {
 }
 A="$BATS_FILE_TMPDIR/a.ckpt"
 
+@test "export --format hf of a tied checkpoint says tie_word_embeddings and writes no lm_head.weight" {
+    local d="$(scratch)"
+    "$TRAIN01" $FLAGS --steps 1 --tie-embeddings --out "$d/run" --save "$d/t.ckpt" >/dev/null
+    run "$CKPT" export "$d/t.ckpt" "$d/hf" --format hf
+    assert_success
+    grep -q '"tie_word_embeddings": *true' "$d/hf/config.json"
+    grep -aq 'transformer.wte.weight' "$d/hf/model.safetensors"
+    ! grep -aq 'lm_head.weight' "$d/hf/model.safetensors"
+    "$CKPT" export "$A" "$d/hf-untied" --format hf >/dev/null
+    grep -q '"tie_word_embeddings": *false' "$d/hf-untied/config.json"
+    grep -aq 'lm_head.weight' "$d/hf-untied/model.safetensors"
+}
+
 @test "export --format hf: GPT-2's names and shapes, Conv1D's matrices transposed, the checkpoint's values, config.json's shape and choices" {
     run "$CKPT" export "$A" "$(scratch)/hf" --format hf
     assert_success

@@ -143,6 +143,30 @@ ring_sent_matches() {
     planned 1 01_single_gpu/train --precision fp16 --recompute $ODD
 }
 
+@test "GPT-2's vocabulary padded and tied, in 01, 02 on 2 ranks, 03 tensor parallel and 05 --zero 1: the plan is memory.csv" {
+    local gpt2="--vocab 50257 --tie-embeddings --batch 4"
+    planned 1 01_single_gpu/train $gpt2
+    planned 2 02_data_parallel/train $gpt2 --dp-mode overlap
+    axes_match
+    planned_split 2 03_model_parallel/train "--tp 2" --mp tensor $gpt2
+    planned 2 05_zero/train --zero 1 $gpt2
+}
+
+# The last stage's copy of the embedding unit (04's pipeline.h) in params,
+# grads and AdamW's state, the first and last stages' buffer for the other
+# end's gradient, and the exchange of that gradient on the pp axis.
+@test "tied embeddings over 04's stages (2 and 3, with replicas, naive and flat, with tp): the plan is memory.csv, its pp bytes run.csv's" {
+    local tied="--vocab 300 --tie-embeddings --batch 8 --micro 2"
+    planned_split 2 04_pipeline/train "--pp 2" --pp 2 $tied
+    axes_match
+    planned_split 3 04_pipeline/train "--pp 3" --pp 3 --layers 3 --schedule zb-h1 $tied
+    axes_match
+    planned_split 4 04_pipeline/train "--pp 2 --dp 2" --pp 2 --dp-mode naive $tied
+    axes_match
+    planned_split 4 04_pipeline/train "--pp 2 --tp 2" --pp 2 --tp 2 $tied
+    axes_match
+}
+
 @test "02 on 2 and 3 ranks, fp32 and bf16, flat and overlap: the plan is memory.csv on every rank, its dp bytes run.csv's" {
     planned 2 02_data_parallel/train
     axes_match
@@ -434,13 +458,18 @@ same_refusal() {
 
 # GPT-2 124M: 124,439,808 parameters with GPT-2's vocabulary of 50257 and the
 # LM head tied to the embedding; llm.c pads the vocabulary to 50304 and
-# prints num_parameters 124,475,904 (47 x 768 more rows of wte). The course's
-# GPT keeps its own LM head (V x 768 more). FLOPs per token: the course's
-# 6P + 12LTC, and llm.c's count (gpt2_estimate_mfu: 6N + 6LCT, N tied).
-@test "GPT-2 124M: 124,439,808 parameters tied at vocab 50257, llm.c's 124,475,904 at 50304, and its FLOPs per token" {
+# prints num_parameters 124,475,904 (47 x 768 more rows of wte), and so does
+# the course (model_config.h: vocab_padded), the same at 50257 and 50304.
+# Untied, the course's GPT keeps its own LM head (V x 768 more). FLOPs per
+# token: the course's 6P + 12LTC, and llm.c's count (gpt2_estimate_mfu: 6N +
+# 6LCT, N tied).
+@test "GPT-2 124M: llm.c's 124,475,904 parameters tied at vocab 50257 padded to 50304, and its FLOPs per token" {
+    run "$PLAN" --model gpt2 --vocab 50257 --batch 1 --tie-embeddings
+    assert_success
+    assert_line "parameters 124475904 (the LM head tied to the embedding, as GPT-2 and llm.c)"
     run "$PLAN" --model gpt2 --vocab 50257 --batch 1
     assert_success
-    assert_line "parameters 163037184 (124439808 with the LM head tied to the embedding, as GPT-2 and llm.c)"
+    assert_line "parameters 163109376 (124475904 with the LM head tied to the embedding, as GPT-2 and llm.c)"
     run "$PLAN" --model gpt2 --vocab 50304 --batch 1
     assert_success
     assert_line "parameters 163109376 (124475904 with the LM head tied to the embedding, as GPT-2 and llm.c)"

@@ -50,8 +50,8 @@ def main():
     ck = open(checkpoint, "rb").read()
     if ck[:8] != b"GPTCKPT\0":
         fail("the checkpoint has no magic")
-    try:  # 96 bytes at offset 136 (checkpoint.h), NUL-padded
-        writer = ck[136:136 + 96].split(b"\0")[0].decode("utf-8")
+    try:  # 88 bytes at offset 136 (checkpoint.h), NUL-padded
+        writer = ck[136:136 + 88].split(b"\0")[0].decode("utf-8")
     except UnicodeDecodeError:
         writer = metadata.get("writer")  # escaped in the export: another test's business
     if metadata.get("writer") != writer:

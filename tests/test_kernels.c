@@ -765,7 +765,7 @@ static void check_crossentropy(Verdict *v) {
     float *logits = random_floats(n, -4, 4);
     float *losses = check_alloc(N * sizeof(float)), *probs = check_alloc(n * sizeof(float));
 
-    kernels_cpu.crossentropy_forward(losses, probs, logits, targets, N, V);
+    kernels_cpu.crossentropy_forward(losses, probs, logits, targets, N, V, V);
     CrossentropyLoss loss = {
         .targets = targets, .logits = to_double(logits, n), .losses = doubles(N), .probs = doubles(n)};
     ref_crossentropy(loss.losses, loss.probs, loss.logits, targets, N, V);

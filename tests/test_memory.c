@@ -38,7 +38,7 @@
 /* Saved forward values for a micro-batch of B sequences of T tokens, in floats
  * (token ids are 4-byte ints, counted the same). */
 static size_t expected_floats(const ModelConfig *m, size_t B, size_t T) {
-    size_t C = m->dmodel, NH = m->heads, V = m->vocab, L = m->layers;
+    size_t C = m->dmodel, NH = m->heads, V = vocab_padded(m->vocab), L = m->layers; /* padded logits */
     size_t tokens = B * T;
     size_t per_block = tokens * C         /* ln1 */
                        + 2 * tokens       /* ln1 mean, rstd */
@@ -64,10 +64,12 @@ static int check_activations(void) {
         ModelConfig m;
         int B, T;
     } cases[] = {
-        {{2, 64, 4, 64, 256}, 8, 64},                                  /* tiny */
-        {{4, 128, 4, 128, 256}, 8, 128},                               /* small */
-        {{3, 48, 3, 17, 300}, 3, 17},                                  /* odd sizes */
-        {{1, 30, 5, 9, 256}, 1, 9},      {{2, 64, 4, 64, 256}, 2, 40}, /* shorter than the model's seq */
+        {{2, 64, 4, 64, 256, 0}, 8, 64},    /* tiny */
+        {{4, 128, 4, 128, 256, 0}, 8, 128}, /* small */
+        {{3, 48, 3, 17, 300, 0}, 3, 17},    /* odd sizes: V padded to 384 */
+        {{1, 30, 5, 9, 50257, 1}, 1, 9},    /* GPT-2's V, tied */
+        {{1, 30, 5, 9, 256, 0}, 1, 9},
+        {{2, 64, 4, 64, 256, 0}, 2, 40}, /* shorter than the model's seq */
     };
     int failures = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

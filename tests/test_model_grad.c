@@ -8,7 +8,14 @@
  * where L is the mean token loss, summed in double. A wiring mistake (a
  * missing accumulation, a wrong buffer) gives errors of order 1, far above
  * the float noise this tolerates.
- * Usage: test_model_grad [--seed S]   exit 0 when every tensor passes. */
+ *
+ * --vocab V (not a multiple of 128) pads the vocabulary (model_config.h:
+ * vocab_padded): the loss must then equal the cross-entropy over the first V
+ * logits computed here in double, to 1e-6, and the padded rows of wte (and
+ * lm_head) must get no gradient. --tie-embeddings checks the tied head: wte's
+ * gradient, from the head and the embedding, against finite differences.
+ * Usage: test_model_grad [--seed S] [--vocab V] [--tie-embeddings]
+ * exit 0 when every check passes. */
 #include "config.h"
 #include "device.h"
 #include "kernels.h"
@@ -31,12 +38,23 @@ static double mean_loss(const GPT *m, Activations *a, Scratch *s, int B, int T) 
 
 int main(int argc, char **argv) {
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
-    if (argc == 3 && strcmp(argv[1], "--seed") == 0) seed = strtoull(argv[2], NULL, 10);
-    printf("seed %llu\n", (unsigned long long)seed);
-    device_init("cpu", 0);
-
     ModelConfig cfg;
     model_preset(&cfg, "tiny");
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
+            seed = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--vocab") == 0 && i + 1 < argc)
+            cfg.vocab = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--tie-embeddings") == 0)
+            cfg.tied = 1;
+        else
+            fatal(EXIT_USAGE,
+                  "test_model_grad: unknown argument %s (valid: --seed S, --vocab V, --tie-embeddings)",
+                  argv[i]);
+    }
+    printf("seed %llu\n", (unsigned long long)seed);
+    device_init("cpu", 0);
+    int V = cfg.vocab, Vp = vocab_padded(V);
     cfg.seq = 13; /* odd on purpose */
     int B = 3, T = cfg.seq, N = B * T;
     GPT m;
@@ -46,15 +64,35 @@ int main(int argc, char **argv) {
     Scratch s;
     scratch_create(&s, &cfg, B, T, 0);
     for (int i = 0; i < N; i++) {
-        a.tokens[i] = (int)(hash64(seed + 2 * i) % 256);
-        a.targets[i] = (int)(hash64(seed + 2 * i + 1) % 256);
+        a.tokens[i] = (int)(hash64(seed + 2 * i) % V);
+        a.targets[i] = (int)(hash64(seed + 2 * i + 1) % V);
     }
     /* Larger-than-init weights in the LN gains/biases so their gradients are not trivial. */
     for (size_t i = 0; i < m.num_params; i++) m.params[i] += 0.05f * (float)hash_normal(seed, 7, i);
 
     ops()->fill_zero(m.grads, m.num_params);
-    mean_loss(&m, &a, &s, B, T);
+    double loss = mean_loss(&m, &a, &s, B, T);
     gpt_backward(&m, &a, &s, 1.0f / N, B, T);
+
+    /* The padded vocabulary: the loss is the unpadded cross-entropy of the
+     * first V logits, and the padded rows learn nothing. */
+    double reference = 0.0;
+    for (int n = 0; n < N; n++) {
+        const float *z = a.logits + (size_t)n * Vp;
+        double max = -INFINITY, sum = 0.0;
+        for (int v = 0; v < V; v++) max = fmax(max, z[v]);
+        for (int v = 0; v < V; v++) sum += exp((double)z[v] - max);
+        reference += log(sum) - ((double)z[a.targets[n]] - max);
+    }
+    reference /= N;
+    double padded_grad = 0.0;
+    for (size_t i = (size_t)V * cfg.dmodel; i < (size_t)Vp * cfg.dmodel; i++)
+        padded_grad += fabs(m.g.wte[i]) + fabs(m.g.lm_head[i]);
+    int padding_ok = fabs(loss - reference) <= 1e-6 * fabs(reference) && padded_grad == 0.0;
+    printf("%s vocab %d padded to %d: loss %.9f, unpadded cross-entropy %.9f; padded rows' gradient %g\n",
+           padding_ok ? "PASS" : "FAIL", V, Vp, loss, reference, padded_grad);
+    padding_ok &= !cfg.tied || (m.w.lm_head == m.w.wte && m.g.lm_head == m.g.wte);
+    printf("%s the head %s\n", padding_ok ? "PASS" : "FAIL", cfg.tied ? "reads wte (tied)" : "is lm_head");
 
     int failures = 0;
     for (int k = 0; k < m.num_tensors; k++) {
@@ -130,5 +168,5 @@ int main(int argc, char **argv) {
     activations_destroy(&a, &cfg);
     gpt_destroy(&m);
     device_shutdown();
-    return failures || !same ? 1 : 0;
+    return failures || !same || !padding_ok ? 1 : 0;
 }

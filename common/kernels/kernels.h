@@ -130,13 +130,16 @@ typedef struct KernelOps {
     /* da += dout;  db += dout */
     void (*residual_backward)(float *da, float *db, const float *dout, size_t n);
 
-    /* Softmax cross-entropy over V classes per row. losses(N) = -log softmax(logits)[target];
-     * probs(N,V) = softmax(logits), saved for backward. targets (N) must be in 0..V-1
-     * (there is no ignore index: every token counts). */
+    /* Softmax cross-entropy over V classes per row of Vp >= V logits (the padded
+     * vocabulary, model_config.h: vocab_padded). losses(N) = -log softmax(logits[:V])[target];
+     * probs(N,Vp) = softmax(logits[:V]), saved for backward, and 0 in the Vp - V padded
+     * columns, whose logits are never read: padded rows are never predicted. targets (N)
+     * must be in 0..V-1 (there is no ignore index: every token counts). */
     void (*crossentropy_forward)(float *losses, float *probs, const float *logits, const int *targets, int N,
-                                 int V);
+                                 int V, int Vp);
     /* dlogits += (probs - onehot(target)) * dloss, where dloss is d(total loss)/d(each row's loss),
-     * e.g. 1/(tokens in the global batch) for a mean. */
+     * e.g. 1/(tokens in the global batch) for a mean. Rows of V columns: called with Vp, the
+     * padded columns get (0 - 0) * dloss, nothing. */
     void (*crossentropy_backward)(float *dlogits, const float *probs, const int *targets, float dloss, int N,
                                   int V);
 

@@ -348,10 +348,13 @@ CPU_VECTOR_CLONES static float crossentropy_row(float *p, const float *z, int ta
 }
 
 static void crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets, int N,
-                                 int V) {
+                                 int V, int Vp) {
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        losses[n] = crossentropy_row(probs + (size_t)n * V, logits + (size_t)n * V, targets[n], V);
+    for (int n = 0; n < N; n++) {
+        float *p = probs + (size_t)n * Vp;
+        losses[n] = crossentropy_row(p, logits + (size_t)n * Vp, targets[n], V);
+        for (int v = V; v < Vp; v++) p[v] = 0.0f; /* padded rows: never predicted */
+    }
 }
 
 static void crossentropy_backward(float *dlogits, const float *probs, const int *targets, float dloss, int N,

@@ -308,10 +308,11 @@ static __global__ void residual_backward_kernel(float *da, float *db, const floa
 
 /* One block per row n: max, exp and sum (in double), normalise, loss. */
 static __global__ void crossentropy_forward_kernel(float *losses, float *probs, const float *logits,
-                                                   const int *targets, int V) {
+                                                   const int *targets, int V, int Vp) {
     size_t n = blockIdx.x;
-    const float *z = logits + n * V;
-    float *p = probs + n * V;
+    const float *z = logits + n * Vp;
+    float *p = probs + n * Vp;
+    for (int v = V + threadIdx.x; v < Vp; v += blockDim.x) p[v] = 0.0f; /* padded rows: never predicted */
     float maxval = -INFINITY;
     for (int v = threadIdx.x; v < V; v += blockDim.x) maxval = fmaxf(maxval, z[v]);
     maxval = block_max(maxval);
@@ -582,9 +583,9 @@ static void residual_backward(float *da, float *db, const float *dout, size_t n)
 }
 
 static void crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets, int N,
-                                 int V) {
+                                 int V, int Vp) {
     if (N == 0) return;
-    crossentropy_forward_kernel<<<N, BLOCK_SIZE, 0, compute_stream>>>(losses, probs, logits, targets, V);
+    crossentropy_forward_kernel<<<N, BLOCK_SIZE, 0, compute_stream>>>(losses, probs, logits, targets, V, Vp);
     cuda_check(cudaGetLastError());
 }
 

@@ -101,8 +101,8 @@ static void residual_backward(float *da, float *db, const float *dout, size_t n)
     (void)da, (void)db, (void)dout, (void)n;
 }
 static void crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets, int N,
-                                 int V) {
-    (void)losses, (void)probs, (void)logits, (void)targets, (void)N, (void)V;
+                                 int V, int Vp) {
+    (void)losses, (void)probs, (void)logits, (void)targets, (void)N, (void)V, (void)Vp;
 }
 static void crossentropy_backward(float *dlogits, const float *probs, const int *targets, float dloss, int N,
                                   int V) {

@@ -78,6 +78,10 @@ void gpt_bind_unit(GPT *m, int unit, float *params, float *grads) {
         size_t at = t->offset - u->offset;
         *view_slot(&m->w, t, m->cfg.layers) = params ? params + at : NULL;
         *view_slot(&m->g, t, m->cfg.layers) = grads ? grads + at : NULL;
+        if (m->cfg.tied && t->layer == LAYER_EMBEDDING && t->kind == EMBEDDING_WTE) { /* the head reads wte */
+            m->w.lm_head = m->w.wte;
+            m->g.lm_head = m->g.wte;
+        }
     }
 }
 
@@ -147,7 +151,7 @@ void gpt_destroy(GPT *m) {
 
 size_t activation_bytes(const ModelConfig *c, int B, int T) {
     /* EXERCISE 01.3 BEGIN: count the bytes the forward pass saves (course.md, exercise 01.3) */
-    size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab, L = c->layers;
+    size_t BT = (size_t)B * T, C = c->dmodel, V = vocab_padded(c->vocab), L = c->layers;
     size_t lse = (size_t)B * c->heads * T;
     /* per block: ln1, atty, res2, ln2, res3 (C each), qkv (3C), fch (4C) =
      * 12C per token, 4 layernorm statistics, and the attention's lse (one per
@@ -187,7 +191,7 @@ size_t activation_bytes_recompute(const ModelConfig *c, int B, int T) {
 }
 
 size_t scratch_bytes(const ModelConfig *c, int B, int T) {
-    size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
+    size_t BT = (size_t)B * T, C = c->dmodel, V = vocab_padded(c->vocab);
     size_t floats = BT * C * 7    /* branch, dresid x2, dmid, dbranch, dln, datty */
                     + BT * 3 * C  /* dqkv */
                     + BT * 12 * C /* dfch, dfch_gelu, gelu */
@@ -237,7 +241,7 @@ static void carve_block_values(BlockActs *b, const ModelConfig *c, int B, int T,
 /* Carve the activations of layers first..last (see activations_create_range). */
 static void carve_activations(Activations *a, const ModelConfig *c, int B, int T, int first, int last,
                               int recompute, Carver *k) {
-    size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
+    size_t BT = (size_t)B * T, C = c->dmodel, V = vocab_padded(c->vocab);
     a->tokens = (int *)carve(k, BT);
     a->targets = (int *)carve(k, BT);
     a->encoded = carve(k, BT * C);
@@ -310,7 +314,7 @@ void scratch_create(Scratch *s, const ModelConfig *c, int B, int T, int recomput
     memset(s, 0, sizeof *s);
     s->B = B;
     s->T = T;
-    size_t BT = (size_t)B * T, C = c->dmodel, V = c->vocab;
+    size_t BT = (size_t)B * T, C = c->dmodel, V = vocab_padded(c->vocab);
     size_t bytes = scratch_bytes(c, B, T);
     Carver k = {mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "activation gradients"), 0};
     s->branch = carve(&k, BT * C);
@@ -349,7 +353,7 @@ int gpt_linear_shapes(const ModelConfig *cfg, LinearShape shapes[GPT_LINEAR_SHAP
     shapes[1] = (LinearShape){C, C};          /* attproj */
     shapes[2] = (LinearShape){C, 4 * C};      /* fc */
     shapes[3] = (LinearShape){4 * C, C};      /* fcproj */
-    shapes[4] = (LinearShape){C, cfg->vocab}; /* lm_head */
+    shapes[4] = (LinearShape){C, vocab_padded(cfg->vocab)}; /* lm_head */
     return GPT_LINEAR_SHAPES;
 }
 
@@ -456,10 +460,12 @@ void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int l, const fl
 
 void gpt_head_forward(const GPT *m, Activations *a, const float *input, int with_loss, int B, int T) {
     const KernelOps *k = ops();
-    int C = m->cfg.dmodel, V = m->cfg.vocab, N = B * T;
+    int C = m->cfg.dmodel, V = vocab_padded(m->cfg.vocab), N = B * T;
+    if (!m->w.lm_head)
+        fatal(EXIT_RUNTIME, "model: the head's weights (wte, tied) are not bound on this rank");
     k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, input, m->w.lnfw, m->w.lnfb, N, C);
     gpt_linear_forward(m, a->logits, a->lnf, m->w.lm_head, NULL, N, C, V);
-    if (with_loss) k->crossentropy_forward(a->losses, a->probs, a->logits, a->targets, N, V);
+    if (with_loss) k->crossentropy_forward(a->losses, a->probs, a->logits, a->targets, N, m->cfg.vocab, V);
 }
 
 float *gpt_layer_output(const GPT *m, Activations *a, int layer) {
@@ -474,7 +480,7 @@ float *gpt_layer_output(const GPT *m, Activations *a, int layer) {
 static void head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput,
                           float dloss, float *kept_dlogits, int B, int T) {
     const KernelOps *k = ops();
-    int C = m->cfg.dmodel, V = m->cfg.vocab, N = B * T;
+    int C = m->cfg.dmodel, V = vocab_padded(m->cfg.vocab), N = B * T;
     float *dlogits = kept_dlogits ? kept_dlogits : s->dlogits;
     k->fill_zero(dlogits, (size_t)N * V);
     k->crossentropy_backward(dlogits, a->probs, a->targets, dloss, N, V);
@@ -658,7 +664,7 @@ static void carve_kept(KeptGrads *kg, const ModelConfig *c, int B, int T, int fi
         b->dmid = carve(k, BT * C);
         b->dqkv = carve(k, BT * 3 * C);
     }
-    if (last == c->layers) kg->dlogits = carve(k, BT * c->vocab);
+    if (last == c->layers) kg->dlogits = carve(k, BT * vocab_padded(c->vocab));
 }
 
 size_t kept_grads_bytes(const ModelConfig *c, int B, int T, int first_unit, int last_unit) {
@@ -708,7 +714,7 @@ void gpt_backward_weight_range(const GPT *m, Activations *a, Scratch *s, const K
     const UnitHooks none = {0}, *h = hooks ? hooks : &none, *st = m->storage ? m->storage : &none;
     check_split(kept, hooks, B, T);
     check_range(m, first, last);
-    int C = m->cfg.dmodel, V = m->cfg.vocab, N = B * T;
+    int C = m->cfg.dmodel, V = vocab_padded(m->cfg.vocab), N = B * T;
     for (int l = last; l >= first && l >= 0; l--) { /* the embedding's gradient came out of B */
         if (st->before_backward) st->before_backward(l, st->context);
         if (l == m->cfg.layers)

@@ -2,8 +2,12 @@
  *
  * A GPT-2-style decoder: token + position embedding, L pre-LN blocks
  * (layernorm -> causal self-attention -> residual, layernorm -> MLP with a 4C
- * hidden layer and GELU -> residual), a final layernorm and an untied LM head
- * over a byte vocabulary.
+ * hidden layer and GELU -> residual), a final layernorm and an LM head over
+ * a vocabulary of V tokens (256 bytes by default, 50257 for GPT-2's), padded
+ * to vocab_padded(V) rows (model_config.h). The head is its own lm_head
+ * matrix, or with --tie-embeddings (cfg.tied) wte itself, as in GPT-2: the
+ * logits are lnf(x) @ wte^T and the head's gradient adds into wte's, which
+ * the embedding's backward adds to as well.
  *
  * The parameters are described by a table of named tensors (param_table.h),
  * laid out unit by unit: the embedding, each block, the head. A GPT is that
@@ -32,12 +36,12 @@ typedef float *BlockWeights[BLOCK_TENSORS];
 /* Pointers into a parameter-shaped buffer (the parameters or their
  * gradients); NULL for the tensors of a unit with no storage bound. */
 typedef struct {
-    float *wte;          /* (V, C) */
+    float *wte;          /* (Vp, C): Vp = vocab_padded(V) (model_config.h) */
     float *wpe;          /* (T, C) */
     BlockWeights *block; /* block[l][BlockTensor], L of them */
     float *lnfw;         /* (C) */
     float *lnfb;         /* (C) */
-    float *lm_head;      /* (V, C) */
+    float *lm_head;      /* (Vp, C); tied: the same pointer as wte, NULL where wte is not bound */
 } Weights;
 
 /* Optional: each sequence split over ranks (context parallelism,
@@ -116,8 +120,8 @@ typedef struct {
     float *encoded;                   /* (B,T,C) embedding output = input of block 0 */
     BlockActs *block;                 /* L of them */
     float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
-    float *logits;                    /* (B,T,V) */
-    float *probs;                     /* (B,T,V) */
+    float *logits;                    /* (B,T,Vp) columns past V: padding, never read */
+    float *probs;                     /* (B,T,Vp) 0 in the padded columns */
     float *losses;                    /* (B,T) */
 } Activations;
 
@@ -150,7 +154,7 @@ typedef struct {
     float *gelu;      /* (B,T,4C) GELU(fch) of the block at hand: fcproj's input in forward,
                          recomputed in backward for fcproj's weight gradient instead of being
                          kept per block (a GELU costs less than 4C floats per token per block) */
-    float *dlogits;   /* (B,T,V) */
+    float *dlogits;   /* (B,T,Vp) */
 
     int recompute;        /* 1: `recomputed` below is allocated */
     BlockActs recomputed; /* with recompute: the values of the block at hand (res3 NULL: the
@@ -341,7 +345,7 @@ typedef struct {
 typedef struct {
     int B, T;              /* capacity */
     BlockKeptGrads *block; /* L of them; NULL pointers outside the range */
-    float *dlogits;        /* (B,T,V) the LM head's output gradient, with the head in the range */
+    float *dlogits;        /* (B,T,Vp) the LM head's output gradient, with the head in the range */
     float *storage;        /* the one device allocation the tensors above are carved from */
 } KeptGrads;
 

@@ -18,8 +18,23 @@ typedef struct {
     int dmodel; /* C */
     int heads;  /* NH */
     int seq;    /* T: maximum sequence length (wpe rows) and training length */
-    int vocab;  /* V: 256 for bytes; more is allowed (unused rows) */
+    int vocab;  /* V: 256 for bytes, 50257 for GPT-2's tokens; the kernels see vocab_padded(V) rows */
+    int tied;   /* --tie-embeddings: the head reads wte, there is no lm_head (GPT-2's choice) */
 } ModelConfig;
+
+/* The vocabulary rows the kernels see: V rounded up to a multiple of
+ * VOCAB_PAD_ROWS, as llm.c pads GPT-2's 50257 tokens to 50304. wte and
+ * lm_head have this many rows and the logits this many columns; the rows past
+ * V are no token: their logits are left out of the softmax (probability 0),
+ * so they are never predicted, never in the loss, and their gradients stay 0.
+ * 128, llm.c's choice, rather than 64: the padded matmul's row count is then a
+ * multiple of the GPU's 128-wide tiles, and 50304 is the same either way.
+ * V = 256 (bytes) needs no padding. The model, the planner and the memory
+ * accounting all call this one function. */
+enum { VOCAB_PAD_ROWS = 128 };
+static inline int vocab_padded(int V) {
+    return (V + VOCAB_PAD_ROWS - 1) / VOCAB_PAD_ROWS * VOCAB_PAD_ROWS;
+}
 
 /* --precision: what the parameters and gradients are stored in. fp32 is the
  * course's reference; bf16 and fp16 are mixed precision (mixed.h): 16-bit

@@ -34,7 +34,7 @@ static void add_tensor(ParamTable *t, const char *name, int layer, int kind, int
 void param_table_build(ParamTable *t, const ModelConfig *cfg) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
-    int L = cfg->layers, C = cfg->dmodel, V = cfg->vocab, T = cfg->seq;
+    int L = cfg->layers, C = cfg->dmodel, V = vocab_padded(cfg->vocab), T = cfg->seq;
     t->tensors = xcalloc(EMBEDDING_TENSORS + (size_t)L * BLOCK_TENSORS + HEAD_TENSORS, sizeof(ParamTensor));
     /* GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled
      * by 1/sqrt(2L) so the residual stream's variance does not grow with depth. */
@@ -62,7 +62,8 @@ void param_table_build(ParamTable *t, const ModelConfig *cfg) {
     }
     add_tensor(t, "lnf.w", L, HEAD_LNFW, 1, C, INIT_ONES, 0);
     add_tensor(t, "lnf.b", L, HEAD_LNFB, 1, C, INIT_ZEROS, 0);
-    add_tensor(t, "lm_head", L, HEAD_LM_HEAD, V, C, INIT_NORMAL, std);
+    /* tied (--tie-embeddings): the head reads wte, and there is no lm_head */
+    if (!cfg->tied) add_tensor(t, "lm_head", L, HEAD_LM_HEAD, V, C, INIT_NORMAL, std);
     param_table_layout(t);
 }
 

@@ -11,7 +11,9 @@
  *
  *     unit -1 (LAYER_EMBEDDING)   wte, wpe
  *     unit l, 0 <= l < L          block l: h{l}.ln1w ... h{l}.fcprojb (12 tensors)
- *     unit L                      the head: lnf.w, lnf.b, lm_head
+ *     unit L                      the head: lnf.w, lnf.b, lm_head (none when tied: the
+ *                                 head reads wte, model_config.h)
+ * wte and lm_head have vocab_padded(V) rows (model_config.h).
  *
  *     elements  | wte wpe | h0.ln1w .. h0.fcprojb | h1.* | .. | h{L-1}.* | lnf.w lnf.b lm_head |
  *     unit      |   -1    |           0           |  1   | .. |   L-1    |          L          |
@@ -72,7 +74,8 @@ typedef enum {
     BLOCK_FCPROJB, /* (C, 4C), (C) */
     BLOCK_TENSORS
 } BlockTensor;
-typedef enum { HEAD_LNFW, HEAD_LNFB, HEAD_LM_HEAD, HEAD_TENSORS } HeadTensor; /* (C), (C), (V, C) */
+/* (C), (C), (Vp, C); lm_head absent when tied */
+typedef enum { HEAD_LNFW, HEAD_LNFB, HEAD_LM_HEAD, HEAD_TENSORS } HeadTensor;
 
 typedef enum { INIT_NORMAL, INIT_ZEROS, INIT_ONES } InitKind;
 

@@ -22,7 +22,8 @@
 _Static_assert(sizeof(CheckpointHeader) == 240, "the header is 240 bytes (tests and common/ckpt parse it)");
 _Static_assert(offsetof(CheckpointHeader, num_params) == 48 &&
                    offsetof(CheckpointHeader, data_offset) == 56 && offsetof(CheckpointHeader, step) == 112 &&
-                   offsetof(CheckpointHeader, writer) == 136,
+                   offsetof(CheckpointHeader, writer) == 136 &&
+                   offsetof(CheckpointHeader, tied_embeddings) == 224,
                "header offsets as documented");
 _Static_assert(sizeof(CkptTensorEntry) == 64 && sizeof(CkptArrayEntry) == 40, "directory entries");
 
@@ -93,10 +94,15 @@ void ckpt_layout_range(CkptLayout *l, const GPT *model, const AdamW *opt, int re
             hold_replicated(l, a, first, n, replica, replicas);
             continue;
         }
-        for (int u = model->first_unit; u <= model->last_unit; u++) { /* several runs: unit by unit */
-            if (model->unit_at[u + 1] == SIZE_MAX) continue;          /* another stage's */
+        for (int u = LAYER_EMBEDDING; u <= model->cfg.layers; u++) { /* several runs: unit by unit */
+            if (model->unit_at[u + 1] == SIZE_MAX) continue;         /* another stage's */
             const ParamUnit *unit = table_unit(&model->table, u);
             size_t at = model->unit_at[u + 1], count = unit->numel;
+            if (u < model->first_unit ||
+                u > model->last_unit) { /* a copy (the tied wte): read, not written */
+                ckpt_hold(l, a, unit->offset, count, at, 0);
+                continue;
+            }
             size_t begin = count * replica / replicas, end = count * (replica + 1) / replicas;
             ckpt_hold(l, a, unit->offset, begin, at, 0);
             ckpt_hold(l, a, unit->offset + begin, end - begin, at + begin, 1);
@@ -236,6 +242,7 @@ void ckpt_writer_init(CkptWriter *w, const Config *cfg, const CkptLayout *l, con
     h->num_tensors = table.num_tensors;
     h->num_arrays = CKPT_ARRAYS;
     h->precision = cfg->precision;
+    h->tied_embeddings = cfg->model.tied;
     h->num_params = table.num_params;
     h->seed = cfg->seed;
     h->batch = cfg->batch;
@@ -501,15 +508,25 @@ static void check_field(const char *what, const char *name, double value, double
               hi);
 }
 
+/* The model shape a header describes. */
+static ModelConfig header_model(const CheckpointHeader *h) {
+    return (ModelConfig){.layers = h->layers,
+                         .dmodel = h->dmodel,
+                         .heads = h->heads,
+                         .seq = h->seq,
+                         .vocab = h->vocab,
+                         .tied = h->tied_embeddings};
+}
+
 static void check_header(const char *what, const CheckpointHeader *h) {
     check_field(what, "header_bytes", h->header_bytes, sizeof *h, sizeof *h);
     /* the model shape as --layers, --dmodel, ... would be checked: whole heads included */
-    ModelConfig m = {
-        .layers = h->layers, .dmodel = h->dmodel, .heads = h->heads, .seq = h->seq, .vocab = h->vocab};
+    ModelConfig m = header_model(h);
     const char *problem = model_config_problem(&m);
     if (problem)
         fatal(EXIT_USAGE, "%s: corrupt checkpoint: its model shape is not one this course builds: %s", what,
               problem);
+    check_field(what, "tied_embeddings", h->tied_embeddings, 0, 1);
     check_field(what, "num_arrays", h->num_arrays, CKPT_ARRAYS, CKPT_ARRAYS);
     check_field(what, "precision", h->precision, PRECISION_FP32, PRECISION_FP16);
     check_field(what, "batch", h->batch, 1, 1000000);
@@ -531,8 +548,7 @@ static void check_header(const char *what, const CheckpointHeader *h) {
 /* The directory must describe exactly the table of the header's model shape. */
 static void check_directory(const char *what, const CkptFile *f) {
     const CheckpointHeader *h = &f->header;
-    ModelConfig m = {
-        .layers = h->layers, .dmodel = h->dmodel, .heads = h->heads, .seq = h->seq, .vocab = h->vocab};
+    ModelConfig m = header_model(h);
     ParamTable table;
     param_table_build(&table, &m);
     if ((uint64_t)table.num_params != h->num_params || table.num_tensors != h->num_tensors)
@@ -633,6 +649,11 @@ static void open_for_run(CkptFile *f, const char *path, const Config *cfg, uint6
               "this run has layers %d, dmodel %d, heads %d, seq %d, vocab %d",
               what, h->layers, h->dmodel, h->heads, h->seq, h->vocab, m->layers, m->dmodel, m->heads, m->seq,
               m->vocab);
+    if (h->tied_embeddings != m->tied)
+        fatal(EXIT_USAGE,
+              "%s: written %s tied embeddings; this run %s --tie-embeddings (valid: the same as the run that "
+              "wrote it)",
+              what, h->tied_embeddings ? "with" : "without", m->tied ? "has" : "lacks");
     uint64_t sum = ckpt_file_checksum(f, path, what);
     if (sum != h->checksum)
         fatal(EXIT_USAGE,

@@ -18,9 +18,10 @@
  *
  * The file (little-endian), self-describing:
  *
- *   CheckpointHeader        240 bytes: magic "GPTCKPT\0", version 3, model shape,
+ *   CheckpointHeader        240 bytes: magic "GPTCKPT\0", version 4, model shape,
  *                           configuration, state, the directory's sizes, the
- *                           writer (program and layout, for people), checksum
+ *                           writer (program and layout, for people), whether
+ *                           the embeddings are tied, checksum
  *   CkptTensorEntry  x num_tensors  64 bytes each: name, unit, shape, offset, numel
  *   CkptArrayEntry   x num_arrays   40 bytes each: name, dtype (0 = f32), numel, file offset
  *   zeros up to data_offset (a multiple of 4096)
@@ -70,7 +71,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CKPT_VERSION 3u
+#define CKPT_VERSION 4u
 #define CKPT_CHUNK_BYTES (1u << 20)
 
 /* ---- the file ---- */
@@ -92,7 +93,9 @@ typedef struct {
     uint64_t rng_state;
     float loss_scale;
     int32_t loss_scale_clean_steps;
-    char writer[96]; /* "05_zero/train: 4 ranks, zero 3": for people, outside the checksum */
+    char writer[88];         /* "05_zero/train: 4 ranks, zero 3": for people, outside the checksum */
+    int32_t tied_embeddings; /* 1: --tie-embeddings: the head reads wte, there is no lm_head tensor */
+    int32_t reserved;        /* 0 */
     uint64_t checksum;
 } CheckpointHeader;
 
@@ -128,7 +131,7 @@ typedef struct {
 
 typedef struct {
     CkptHolding array[CKPT_ARRAYS];
-    char writer[96];
+    char writer[88];
 } CkptLayout;
 
 /* An empty layout; writer: the program and its layout, for the header. */

@@ -21,10 +21,10 @@ int model_preset(ModelConfig *m, const char *name) {
         const char *name;
         ModelConfig m;
     } presets[] = {
-        {"tiny", {2, 64, 4, 64, 256}},
-        {"small", {4, 128, 4, 128, 256}},
-        {"medium", {6, 384, 6, 256, 256}},
-        {"gpt2", {12, 768, 12, 1024, 256}},
+        {"tiny", {2, 64, 4, 64, 256, 0}},
+        {"small", {4, 128, 4, 128, 256, 0}},
+        {"medium", {6, 384, 6, 256, 256, 0}},
+        {"gpt2", {12, 768, 12, 1024, 256, 0}},
     };
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         if (strcmp(name, presets[i].name) == 0) {
@@ -78,7 +78,10 @@ static const Flag common_flags[] = {
     {"--seq", FLAG_INT, FIELD(Config, model.seq), 1, 65536, .usage = "--seq N",
      .help = "sequence length in tokens, {range} (default: preset)"},
     {"--vocab", FLAG_INT, FIELD(Config, model.vocab), 256, MAX_VOCAB, .usage = "--vocab N",
-     .help = "vocabulary size, {range} (default 256: bytes)"},
+     .help = "vocabulary size, {range} (default 256: bytes; GPT-2's tokens: 50257);\n"
+             "the kernels see it padded to a multiple of 128 rows (50257: 50304)"},
+    {"--tie-embeddings", FLAG_SWITCH, FIELD(Config, model.tied), .usage = "--tie-embeddings",
+     .help = "the head reads wte, as GPT-2's does: no separate lm_head matrix"},
     {"--device-mem-limit", FLAG_BYTES, FIELD(Config, device_mem_limit), .usage = "--device-mem-limit BYTES",
      .help = "refuse device allocations past this budget; K/M/G suffixes (default: none)"},
     {"--recompute", FLAG_TOGGLE, FIELD(Config, recompute), .usage = "--recompute[=0|1]",
@@ -590,9 +593,9 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
     /* Keep every single tensor below 2^31 elements: kernels index with int
      * in places, and anything larger would not fit a machine here anyway. */
     double BT = (double)(c->batch / c->micro) * c->model.seq, C = c->model.dmodel;
-    double largest = fmax(fmax(BT * 4 * C, BT * c->model.vocab),
+    double largest = fmax(fmax(BT * 4 * C, BT * vocab_padded(c->model.vocab)),
                           fmax((double)(c->batch / c->micro) * c->model.heads * c->model.seq * c->model.seq,
-                               fmax(4 * C * C, (double)c->model.vocab * C)));
+                               fmax(4 * C * C, (double)vocab_padded(c->model.vocab) * C)));
     if (largest >= 2147483647.0)
         fatal(EXIT_USAGE,
               "the model or micro-batch is too large: one tensor would hold %.3g elements "

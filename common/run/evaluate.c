@@ -102,7 +102,7 @@ void sample_print(const Dataset *data, const int *text, int prompt_len, int n) {
 
 void sample_text(const GPT *model, Activations *acts, Scratch *scratch, const Dataset *data, int n,
                  uint64_t *rng) {
-    int T = acts->T, V = model->cfg.vocab;
+    int T = acts->T, V = vocab_padded(model->cfg.vocab); /* a row of logits; sampled: the real tokens */
     int *text = xmalloc(((size_t)32 + n) * sizeof(int)); /* the prompt is at most 32 tokens */
     int prompt_len = sample_prompt(data, T, text);
     int *context = xmalloc(T * sizeof(int));
@@ -115,7 +115,7 @@ void sample_text(const GPT *model, Activations *acts, Scratch *scratch, const Da
         /* every unit, with_loss 0: the logits, no targets */
         gpt_forward_range(model, acts, scratch, LAYER_EMBEDDING, model->cfg.layers, 0, NULL, 1, ctx);
         copy_to_host(logits, acts->logits + (size_t)(ctx - 1) * V, V * sizeof(float));
-        text[len] = sample_token(logits, sample_rows(data, V), rng);
+        text[len] = sample_token(logits, sample_rows(data, model->cfg.vocab), rng);
     }
     sample_print(data, text, prompt_len, n);
     free(text);

@@ -21,6 +21,40 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp) {
     return message;
 }
 
+const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_copy, int zero, int offload) {
+    if (!cfg->model.tied) return NULL;
+    const char *why = "the head's unit would need the embedding's wte bound";
+    if (cfg->precision != PRECISION_FP32)
+        snprintf(message, sizeof message,
+                 "--tie-embeddings with --precision %s is not written yet: mixed precision converts one "
+                 "unit's 16-bit weights at a time, and %s (valid: --precision fp32)",
+                 precision_name(cfg->precision), why);
+    else if (stages > 1 && !stage_copy)
+        snprintf(message, sizeof message,
+                 "--tie-embeddings on %d stages is not written yet for this layout: only 04's pipeline of "
+                 "one chunk per stage keeps a copy of wte on the last stage and sums its gradient with the "
+                 "first's (valid: one stage, or --pp without --virtual)",
+                 stages);
+    else if (stages > 1 && (zero > 0 || offload))
+        snprintf(message, sizeof message,
+                 "--tie-embeddings with %s on %d stages is not written yet: the last stage's copy of wte "
+                 "would be sharded apart from the first stage's (valid: --zero 0, or one stage)",
+                 offload ? "--offload" : "ZeRO", stages);
+    else if (zero >= 2)
+        snprintf(message, sizeof message,
+                 "--tie-embeddings with --zero %d is not written yet: stages 2-3 bind one unit's storage at "
+                 "a time, and %s (valid: --zero 0-1)",
+                 zero, why);
+    else if (offload)
+        snprintf(message, sizeof message,
+                 "--tie-embeddings with --offload is not written yet: the offloaded step binds one unit's "
+                 "storage at a time, and %s (valid: without --offload)",
+                 why);
+    else
+        return NULL;
+    return message;
+}
+
 const char *zero_flags_problem(const Config *cfg, int zero, int P, int T, int print_schedule) {
     const char *replica_flags[] = {"--dp-mode",        "--allreduce",     "--bucket-mb",
                                    "--check-replicas", "--print-buckets", NULL}; /* 04's whole replicas */

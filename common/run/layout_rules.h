@@ -23,4 +23,13 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp);
  * stage 3 with stages or tensor slices. Which flags were typed: flag_given. */
 const char *zero_flags_problem(const Config *cfg, int zero, int P, int T, int print_schedule);
 
+/* --tie-embeddings (model_config.h: the head reads wte) where the rank that
+ * computes the head holds wte, bound for the whole step: fp32 (mixed
+ * precision converts one unit's 16-bit weights at a time); on `stages` > 1
+ * only where the last stage keeps a copy of the embedding unit and sums its
+ * gradient with the first stage's (stage_copy: 04's pipeline of one chunk
+ * per stage, any --tp, pipeline.h) and without ZeRO; ZeRO below stage 2 and
+ * no --offload on one stage (both bind one unit's storage at a time). */
+const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_copy, int zero, int offload);
+
 #endif

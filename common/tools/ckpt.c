@@ -94,10 +94,10 @@ static void print_info(const char *path) {
     const CheckpointHeader *h = &f.header;
     printf("checkpoint  %s (%lld bytes)\n", path, f.file_bytes);
     printf("format      version %u, checksum %016llx (verified)\n", h->version, (unsigned long long)sum);
-    printf("writer      %.96s\n", h->writer);
-    printf("model       layers %d, dmodel %d, heads %d, seq %d, vocab %d: %llu parameters in %d tensors\n",
-           h->layers, h->dmodel, h->heads, h->seq, h->vocab, (unsigned long long)h->num_params,
-           h->num_tensors);
+    printf("writer      %.88s\n", h->writer);
+    printf("model       layers %d, dmodel %d, heads %d, seq %d, vocab %d%s: %llu parameters in %d tensors\n",
+           h->layers, h->dmodel, h->heads, h->seq, h->vocab, h->tied_embeddings ? ", tied embeddings" : "",
+           (unsigned long long)h->num_params, h->num_tensors);
     printf("step        %d of %d (Adam updates %d); the next batch is step %d's, from (seed, step)\n",
            h->step, h->steps, h->adam_t, h->step + 1);
     printf("config      seed %llu, batch %d, micro %d, lr %g, warmup %d, wd %g, clip %g, beta1 %g, beta2 %g, "

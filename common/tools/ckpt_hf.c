@@ -21,8 +21,9 @@
  *
  * Tied weights: GPT-2 itself reads its head from wte (tie_word_embeddings,
  * true unless the config says false), and its model.safetensors then has no
- * lm_head.weight. A course checkpoint records no tying yet: hf_tied() answers
- * for it, and an import of tied weights is refused with the reason. */
+ * lm_head.weight. hf_tied() answers from the checkpoint's header (a tied one
+ * exports no lm_head.weight); an import of tied weights is still refused with
+ * the reason. */
 #include "ckpt_hf.h"
 
 #include "checkpoint.h"
@@ -94,8 +95,7 @@ static int hf_name(const char *course, int layer, char hf[96]) {
 /* Does the checkpoint's head read wte (--tie-embeddings)? Not a field of the
  * header yet: never. */
 static int hf_tied(const CheckpointHeader *h) {
-    (void)h;
-    return 0;
+    return h->tied_embeddings;
 }
 
 /* The rows of a tensor in transformers' model: the vocabulary's (wte,

@@ -266,6 +266,11 @@ static const char *layout_problem(const Config *cfg, const PlanFlags *f) {
     /* the programs' own rules, asked of the code 05 and 06 run (layout_rules.h, layer_split.h) */
     const char *refused = chapter >= 5 ? zero_flags_problem(cfg, zero, f->pp, f->tp, 0) : NULL;
     if (refused) return refused;
+    int stages = chapter == 3 && f->tp > 1 ? 1 : f->pp;      /* 03's tensor split is one stage */
+    int stage_copy = chapter >= 4 && f->virtual_chunks <= 1; /* 04's pipeline.h */
+    if ((refused = tied_embeddings_problem(cfg, stages, stage_copy, chapter >= 5 ? zero : 0,
+                                           chapter == 6 && f->offload)))
+        return refused;
     if (f->virtual_chunks > 1 && f->schedule != SCHED_INTERLEAVED)
         return problem("--virtual %d is for --schedule interleaved", f->virtual_chunks);
     if ((refused = layer_split_pieces_problem(f->pp, f->virtual_chunks, cfg->model.layers))) return refused;
@@ -455,7 +460,7 @@ static void print_plan(const Config *cfg, const PlanLayout *l, int program, cons
     const ModelConfig *mc = &cfg->model;
     ParamTable table;
     param_table_build(&table, mc);
-    double P = table.num_params, tied = P - (double)mc->vocab * mc->dmodel;
+    double P = table.num_params, tied = mc->tied ? P : P - (double)vocab_padded(mc->vocab) * mc->dmodel;
     param_table_free(&table);
     int world = plan_ranks(l), per_replica = plan_replica_ranks(l);
     printf("%s | %s | %d rank%s, dp %d | %s | %d layers, d %d, %d heads, seq %d, vocab %d | batch %d = %d "
@@ -473,7 +478,11 @@ static void print_plan(const Config *cfg, const PlanLayout *l, int program, cons
                schedules[l->schedule], l->chunks, l->chunks > 1 ? "s" : "");
     if (l->chapter == 5 && l->zero == 3) printf("zero 3 | prefetch %d\n", l->prefetch);
     if (l->chapter == 5 && l->zero < 3) printf("zero %d\n", l->zero);
-    printf("parameters %.0f (%.0f with the LM head tied to the embedding, as GPT-2 and llm.c)\n", P, tied);
+    if (mc->tied)
+        printf("parameters %.0f (the LM head tied to the embedding, as GPT-2 and llm.c)\n", P);
+    else
+        printf("parameters %.0f (%.0f with the LM head tied to the embedding, as GPT-2 and llm.c)\n", P,
+               tied);
     double L = mc->layers, T = mc->seq, C = mc->dmodel;
     printf("FLOPs per token 6P + 12LTC = %.0f (llm.c's count, tied, 6P + 6LTC: %.0f); per step %.4g\n",
            6 * P + 12 * L * T * C, 6 * tied + 6 * L * T * C, (6 * P + 12 * L * T * C) * cfg->batch * T);

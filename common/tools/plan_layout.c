@@ -221,6 +221,17 @@ static void stage_of(const Config *cfg, const PlanLayout *l, int rank, StageOf *
     }
 }
 
+/* --tie-embeddings on 04's stages (pipeline.h): the last stage holds a copy
+ * of the embedding unit (tied_copy: its elements), and it and the first stage
+ * exchange that unit's gradient each step (in_group: the stage is one of the two). */
+static size_t tied_copy(const ModelConfig *mc, const PlanLayout *l, const ParamTable *t, const StageOf *st,
+                        int *in_group) {
+    int head = st->last_unit[st->chunks - 1] == mc->layers, embedding = st->first_unit[0] == LAYER_EMBEDDING;
+    int tied = mc->tied && l->chapter >= 4 && !(head && embedding);
+    if (in_group) *in_group = tied && (head || embedding);
+    return tied && head ? table_unit(t, LAYER_EMBEDDING)->numel : 0;
+}
+
 /* A model split's all-reduces over the ranks holding the same weights
  * (data_parallel.c on what the rank holds): flat one of every element it
  * holds, naive one per tensor, a tensor-parallel rank's slices in local
@@ -238,6 +249,13 @@ static int split_allreduce_counts(const PlanLayout *l, const ParamTable *t, cons
                 if (l->dp_mode == DP_NAIVE) counts[n++] = numel;
             }
         }
+    if (tied_copy(&t->cfg, l, t, st, NULL)) { /* the tied copy's wte and wpe, summed like the rest */
+        const ParamUnit *unit = table_unit(t, LAYER_EMBEDDING);
+        for (int k = unit->first_tensor; k < unit->first_tensor + unit->num_tensors; k++) {
+            held += t->tensors[k].numel;
+            if (l->dp_mode == DP_NAIVE) counts[n++] = t->tensors[k].numel;
+        }
+    }
     if (l->dp_mode != DP_NAIVE) counts[n++] = held;
     return n;
 }
@@ -270,6 +288,11 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
             held += n;
             largest = n > largest ? n : largest;
         }
+    int tied_group;
+    size_t copy = tied_copy(mc, l, t, &st, &tied_group);
+    held += copy; /* the tied copy of the embedding unit, after the stage's units */
+    if (tied_group) add(m, SPACE_DEVICE, CAT_WORKSPACE, table_unit(t, LAYER_EMBEDDING)->numel * 4);
+    /* "tied embedding gradient from the other end" */
     size_t N = l->dp, S = 0, shard_n = 0; /* the stage's shard over dp: its largest slice, its elements */
     for (int u = first_unit; u <= last_unit; u++) {
         size_t n = tensor ? plan_tp_unit_numel(mc, u, tp) : table_unit(t, u)->numel, slice = (n + N - 1) / N;
@@ -349,7 +372,8 @@ static void split_model(const Config *cfg, const PlanLayout *l, const ParamTable
         add(m, SPACE_DEVICE, CAT_WORKSPACE,
             S / 2 + (size_t)B * (mc->heads / tp) * T * 4                     /* "ring block out", lse */
                 + 2 * (size_t)T * mc->dmodel * 4);                           /* "cp wpe", "cp dwpe" */
-        if (cfg->sample) add(m, SPACE_DEVICE, CAT_WORKSPACE, mc->vocab * 4); /* "sampled logits" */
+        if (cfg->sample)
+            add(m, SPACE_DEVICE, CAT_WORKSPACE, vocab_padded(mc->vocab) * 4); /* "sampled logits" */
     }
     add_kernel_workspaces(m, cfg, l, T, tp, last_unit == L);
 }
@@ -412,6 +436,12 @@ static void split_traffic(const Config *cfg, const PlanLayout *l, const ParamTab
             shard += ceil(n / N); /* the unit (or its tensor slice) padded to N slices */
             if (u != LAYER_EMBEDDING) shard_w += ceil(n / N), units_w++; /* zb-h1: the embedding has no W */
         }
+    }
+    int tied_group;
+    held += tied_copy(mc, l, t, &st, &tied_group);
+    if (tied_group) { /* the embedding unit's gradient to the other end of the pipeline, fp32 */
+        tr->send += table_unit(t, LAYER_EMBEDDING)->numel * 4.0;
+        tr->send_calls += 1;
     }
     if (tp > 1 && l->sp) { /* per block: 6 all-gathers and 4 reduce-scatters of B x T/tp x C fp32 rows, */
         double rows = boundary / tp; /* 2 all-reduces of the layernorms' 2C; the last block's output

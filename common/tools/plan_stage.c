@@ -66,9 +66,9 @@ void plan_stage_slots(int schedule, int P, int V, int M, int stage, int *slots) 
 /* ---- a tensor-parallel rank's sizes ---- */
 
 size_t plan_tp_unit_numel(const ModelConfig *m, int unit, int tp) {
-    size_t C = m->dmodel, V = m->vocab, T = m->seq;
-    if (unit == LAYER_EMBEDDING) return (V + T) * C; /* wte, wpe: whole */
-    if (unit == m->layers) return 2 * C + V * C;     /* ln_f, the head: whole */
+    size_t C = m->dmodel, V = vocab_padded(m->vocab), T = m->seq;
+    if (unit == LAYER_EMBEDDING) return (V + T) * C;             /* wte, wpe: whole */
+    if (unit == m->layers) return 2 * C + (m->tied ? 0 : V * C); /* ln_f, the head (tied: wte's): whole */
     /* sliced: qkvw, qkvb, attprojw, fcw, fcb, fcprojw; whole: ln1, ln2, attprojb, fcprojb */
     return (3 * C * C + 3 * C + C * C + 4 * C * C + 4 * C + 4 * C * C) / tp + 6 * C;
 }
@@ -96,7 +96,7 @@ size_t plan_tp_block_activation_bytes(const ModelConfig *m, int tp, int B, int T
 size_t plan_tp_scratch_bytes(const ModelConfig *m, int tp, int B, int T) {
     size_t BT = (size_t)B * T, C = m->dmodel, Cl = C / tp, Hl = 4 * C / tp;
     /* branch, dresid x2, dmid, dbranch, dln; datty, dqkv; dfch, dfch_gelu, gelu; dlogits */
-    return (6 * BT * C + BT * Cl + 3 * BT * Cl + 3 * BT * Hl + BT * m->vocab) * sizeof(float);
+    return (6 * BT * C + BT * Cl + 3 * BT * Cl + 3 * BT * Hl + BT * vocab_padded(m->vocab)) * sizeof(float);
 }
 
 size_t plan_tp_kept_grads_bytes(const ModelConfig *m, int tp, int B, int T, int first_block, int last_block,
@@ -104,5 +104,5 @@ size_t plan_tp_kept_grads_bytes(const ModelConfig *m, int tp, int B, int T, int 
     size_t BT = (size_t)B * T, C = m->dmodel, Cl = C / tp, Hl = 4 * C / tp;
     /* dout, dfch, dmid, dqkv of each block; the head's dlogits */
     size_t floats = (size_t)(last_block - first_block + 1) * BT * (C + Hl + C + 3 * Cl);
-    return (floats + (head ? BT * m->vocab : 0)) * sizeof(float);
+    return (floats + (head ? BT * vocab_padded(m->vocab) : 0)) * sizeof(float);
 }

@@ -9,7 +9,7 @@
 
 load ../helpers
 
-@test "activation_bytes counts every saved tensor for five shapes" {
+@test "activation_bytes counts every saved tensor for six shapes" {
     run "$BUILD/tests/test_memory"
     assert_success
     refute_output --partial "FAIL"

@@ -1,9 +1,12 @@
 /* plan_by_hand.c: see plan_by_hand.h. */
 #include "plan_by_hand.h"
 
+#include "model_config.h"
+
 void plan_by_hand(const ByHandLayout *layout, const Machine *m, ByHand *h) {
     /* the layout, given (the course's: 256, 64, 64, 2 blocks; 2 ranks; 8 sequences) */
-    const double V = layout->vocab, T = layout->seq, C = layout->dmodel, L = layout->layers;
+    /* V: the vocabulary's rows as the model holds them, padded for the kernels (model_config.h) */
+    const double V = vocab_padded(layout->vocab), T = layout->seq, C = layout->dmodel, L = layout->layers;
     const double N = layout->ranks, B = layout->batch; /* ranks; sequences per step, all ranks together */
     /* EXERCISE 06.3 BEGIN: a layout planned by hand (course.md, exercise 06.3) */
     double per_block = 4 * C + 3 * C * C + 3 * C + C * C + C + 4 * C * C + 4 * C + 4 * C * C + C;

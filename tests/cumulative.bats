@@ -15,9 +15,6 @@
 
 load helpers
 
-TRAIN04="$REPO/04_pipeline/train"
-TRAIN05="$REPO/05_zero/train"
-TRAIN06="$REPO/06_offload/train"
 # Tiny model with 4 layers, 4 steps, a global batch of 8 (2 replicas x 2
 # micro-batches x 2 sequences); a private copy of the corpus.
 FLAGS="--device cpu --layers 4 --steps 4 --batch 8 --sample 0 --quiet --data $BATS_FILE_TMPDIR/corpus.txt"

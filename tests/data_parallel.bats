@@ -4,7 +4,6 @@
 
 load helpers
 
-TRAIN02="$REPO/02_data_parallel/train"
 COMMBENCH="$REPO/02_data_parallel/commbench"
 
 # Tiny model, 5 steps, a global batch of 12 (divisible by 1, 2, 3, 4 ranks); a

@@ -11,11 +11,6 @@
 
 load helpers
 
-TRAIN02="$REPO/02_data_parallel/train"
-TRAIN03="$REPO/03_model_parallel/train"
-TRAIN04="$REPO/04_pipeline/train"
-TRAIN05="$REPO/05_zero/train"
-TRAIN06="$REPO/06_offload/train"
 
 # Tiny model, a global batch of 12 (divisible by 2, 3, 4 ranks); a private copy
 # of the corpus, so that editing course.md meanwhile changes nothing.

@@ -38,6 +38,11 @@ REPO="$(cd "$BATS_TEST_DIRNAME" && pwd)"
 while [ ! -f "$REPO/Makefile" ] && [ "$REPO" != / ]; do REPO="$(dirname "$REPO")"; done
 BUILD="$REPO/build"
 TRAIN01="$REPO/01_single_gpu/train"
+TRAIN02="$REPO/02_data_parallel/train"
+TRAIN03="$REPO/03_model_parallel/train"
+TRAIN04="$REPO/04_pipeline/train"
+TRAIN05="$REPO/05_zero/train"
+TRAIN06="$REPO/06_offload/train"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 # spinning OpenMP threads steal the cores that other ranks (and other tests) need
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"

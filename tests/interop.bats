@@ -10,7 +10,6 @@
 load helpers
 
 CKPT="$REPO/common/ckpt"
-TRAIN04="$REPO/04_pipeline/train"
 CHECK="$REPO/tests/hf_check.py"
 FLAGS="--device cpu --model tiny --batch 4 --sample 0 --quiet --data $BATS_FILE_TMPDIR/corpus.txt"
 export OMP_NUM_THREADS=1

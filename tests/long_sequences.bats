@@ -8,7 +8,6 @@
 
 load helpers
 
-TRAIN03="$REPO/03_model_parallel/train"
 
 # Tiny model (L 2, C 64, 4 heads) at --seq 48 (2N chunks for N = 2, 3, 4; rows for tp 2, 4),
 # 4 steps, a global batch of 12.

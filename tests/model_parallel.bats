@@ -5,7 +5,6 @@
 
 load helpers
 
-TRAIN03="$REPO/03_model_parallel/train"
 
 # Tiny model, 4 steps, a global batch of 12 (divisible by dp 1, 2); a private
 # copy of the corpus, so that editing course.md meanwhile changes nothing.

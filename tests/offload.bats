@@ -6,7 +6,6 @@
 
 load helpers
 
-TRAIN06="$REPO/06_offload/train"
 
 # Tiny model with units that do not divide by 2 or 3 ranks (d 48, vocab 259:
 # zero.bats' shape), 4 steps, a global batch of 12; a private corpus.

@@ -4,7 +4,6 @@
 
 load helpers
 
-TRAIN04="$REPO/04_pipeline/train"
 # tiny preset with 4 layers (so 4 stages fit), 4 steps; a private copy of the
 # corpus, so that editing course.md during the run cannot change the data
 FLAGS="--device cpu --layers 4 --steps 4 --sample 0 --quiet --data $BATS_FILE_TMPDIR/corpus.txt"

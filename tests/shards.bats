@@ -6,7 +6,6 @@
 
 load helpers
 
-TRAIN02="$REPO/02_data_parallel/train"
 FLAGS="--device cpu --steps 4 --batch 4 --sample 0 --quiet --vocab 2048"
 
 # shard FILE MAGIC VERSION COUNT TOKENS: a shard with that header and TOKENS tokens of

@@ -12,11 +12,6 @@
 
 load helpers
 
-TRAIN02="$REPO/02_data_parallel/train"
-TRAIN03="$REPO/03_model_parallel/train"
-TRAIN04="$REPO/04_pipeline/train"
-TRAIN05="$REPO/05_zero/train"
-TRAIN06="$REPO/06_offload/train"
 # Tiny model with 4 layers, 4 steps, a global batch of 8; a private copy of the corpus.
 FLAGS="--device cpu --layers 4 --steps 4 --batch 8 --sample 0 --quiet --data $BATS_FILE_TMPDIR/corpus.txt --tie-embeddings"
 export OMP_NUM_THREADS=1

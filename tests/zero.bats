@@ -5,7 +5,6 @@
 
 load helpers
 
-TRAIN05="$REPO/05_zero/train"
 
 # Tiny model, 4 steps, a global batch of 12 (divisible by 2, 3, 4 ranks and by
 # 2 or 3 ranks x 2 micro-batches); a private copy of the corpus.

@@ -56,10 +56,13 @@ void data_parallel_create(DataParallel *dp, const DataParallelFlags *flags, Comm
     if (dp->overlap)
         buckets_create(&dp->buckets, part, dp->grads, dp->type, (size_t)(flags->bucket_mb * BYTES_PER_MIB),
                        group, use_ring(dp));
+    if ((dp->planted_count = (size_t)fault_plant_bytes() / sizeof(float)))
+        dp->planted = mem_alloc(SPACE_DEVICE, CAT_COMM, dp->planted_count * sizeof(float), "planted by a test");
 }
 
 void data_parallel_destroy(DataParallel *dp) {
     if (dp->overlap) buckets_destroy(&dp->buckets);
+    mem_free(dp->planted);
 }
 
 void data_parallel_begin_step(DataParallel *dp) {
@@ -107,6 +110,7 @@ static void sync_flat(const DataParallel *dp) {
 }
 
 double data_parallel_sum_gradients(DataParallel *dp, double *busy_ms) {
+    if (dp->planted) comm_allreduce(dp->group, dp->planted, dp->planted_count, COMM_SUM);
     if (dp->overlap) { /* waited: what the worker had left after the backward pass */
         double waited_ms = buckets_wait(&dp->buckets);
         *busy_ms = dp->buckets.busy_ms;

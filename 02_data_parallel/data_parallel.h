@@ -50,6 +50,8 @@ typedef struct {
     CommDtype type;
     int overlap;        /* --dp-mode overlap: buckets launched from the backward pass */
     BucketSync buckets; /* overlap */
+    float *planted;     /* tests only (util.h's COURSE_FAULT_PLANT): a buffer all-reduced once a step */
+    size_t planted_count;
 } DataParallel;
 
 /* The replicas of `part` (held by this rank as `mixed` says: fp32 or 16 bits)

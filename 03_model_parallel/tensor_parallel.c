@@ -258,8 +258,8 @@ void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uin
     param_table_free(&whole);
     if (!tp->caller_storage) { /* parameters: each local element starts from its whole tensor's value */
         size_t bytes = m->param_count * sizeof(float);
-        float *host = xmalloc(bytes);
-        tp_initial_values(tm, seed, host);
+        float *host = device_dry() ? xcalloc(1, bytes) : xmalloc(bytes); /* a dry run writes no weights */
+        if (!device_dry()) tp_initial_values(tm, seed, host);
         if (precision != PRECISION_FP32) {
             mixed_create_chunks(&tm->mixed, m, first_units, last_units, chunks, host,
                                 precision_format(precision));
@@ -748,6 +748,7 @@ void tp_checkpoint_layout(const TensorParallelModel *tm, const AdamW *opt, int r
     const GPT *m = tm->m;
     float *buffers[CKPT_ARRAYS] = {m->params, opt->m, opt->v};
     for (int a = 0; a < CKPT_ARRAYS; a++) ckpt_set_buffer(l, a, buffers[a], m->param_count, 0);
+    if (device_dry()) return; /* a dry run writes no checkpoint: its runs, element by element, unbuilt */
     ParamTable whole;
     param_table_build(&whole, &m->cfg);
     for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */

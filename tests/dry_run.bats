@@ -156,10 +156,10 @@ assert_dry_runs_match() {
     run --separate-stderr "$train" --dry-run --device cuda --out "$out"
     assert_equal "$status" 2
     assert_equal "$stderr" "error: --dry-run plans the CPU backend's buffers (valid: --device auto or cpu)"
-    # a trainer's flag: the tools do not take it (item 2 makes common/plan drive dry runs)
+    # a trainer's flag: the planner drives the dry runs, and does not take it
     run --separate-stderr "$REPO/common/plan" --model tiny --dry-run
     assert_equal "$status" 2
-    assert_equal "$stderr" "error: unknown flag '--dry-run' (see --help)"
+    assert_equal "$stderr" "error: --dry-run: the planner runs the dry runs itself, one per distinct rank (valid: the run's flags, with --dp and --pp for its ranks)"
     run mpirun_np 2 "$train" --dry-run --world 2 --out "$out"
     assert_failure
     assert_output --partial "--dry-run runs one rank as one process, not under mpirun (this job has 2 processes"

@@ -1,45 +1,22 @@
 #!/usr/bin/env bats
-# common/plan predicts a run's memory.csv without running it: for each layout
-# below the planner's --csv equals the program's memory.csv line for line
-# (every rank, space and category, exact), and its bytes sent per step equal
-# what the run counted. The papers' numbers come out of its formula mode.
+# common/plan predicts a run's memory.csv without running it, by dry runs of
+# the chapter's own program (plan_dry.h: `NN/train --dry-run --world N --rank
+# R`, one per distinct rank): for each layout below the planner's --csv equals
+# the program's memory.csv line for line (every rank, space and category,
+# exact), its bytes sent per step equal what the run counted, and every
+# rank's together on each grid axis run.csv's bytes_{dp,pp,cp,tp}_per_step.
+# The model splits' bytes are also held rank by rank to the formulas, written
+# again from the model's shape (plan_sent.py), and a planted allocation and
+# message (COURSE_FAULT_PLANT) show that the plan follows the program with no
+# change to the planner. The papers' numbers come out of its formula mode.
 #
-# Exceptions, none of which these layouts reach (plan_layout.h): the CUDA
-# backend's kernel workspaces and comm.c's host staging (the planner predicts
-# the CPU backend's, and says so under the plan unless --device cpu); the ring
-# all-reduce is refused. The model splits of 03-06 (stages, slices, schedules,
-# 03's context-parallel ring and sequence parallelism) are planned per rank;
-# their bytes sent are held rank by rank to the formulas (plan_sent.py), and
-# every rank's together on each grid axis to run.csv's bytes_{dp,pp,cp,tp}_per_step
-# (02-04, and 05-06 with stages, write them); 06 counts its rank 0's too. (Outside the
-# suite, 03's closing line agreed for --cp and --sp too: 2 steps of --cp 2
-# --micro 2 sent 2359296 bytes round the ring, 36 of the k|v blocks of 64 KiB,
-# 32 of them the plan's 1048576 a step (4 the final evaluation's); with
-# --recompute 2883584, 44; 20 more steps of --mp tensor --sp on 2 ranks sent
-# 27.6 MiB, 1.38 MiB a step against the plan's 1445888 bytes; and 03's closing
-# line "MiB sent by rank 0" agreed before: 10 more steps of --mp tensor on 2 ranks
-# sent 10.0 MiB, the plan's 1048576 bytes a step; of the layer split's stage
-# 0 on 3 ranks, --micro 2, 1.2 MiB against the plan's 1.25.)
-#
-# Shown to fail, each on a copy of plan_layout.c rebuilt: with the 16-bit
-# "unit weights (fp32)" of 01 and 02 four bytes too large (`* 4` made
-# `* 4 + 4`), the 01 and 02 tests failed on every rank's device,workspace
-# row (4954628 planned, 4954624 measured); with stage 3's pool of gathered
-# units one buffer short (prefetch instead of prefetch + 1), both ZeRO tests
-# failed on device,gathered (199936 planned, 399872 measured). On a copy of
-# plan_stage.c with 1F1B running one forward more before its first backward
-# (P - s + 1 instead of P - s) and a tensor-parallel block's lse counted twice, the three
-# model-split tests failed (04 --split 3,1: 3677184 activations planned,
-# 2451456 measured; 03 --mp tensor: 1887744 against 1884672); with three
-# all-reduces per tensor-parallel block instead of four, the bytes-sent test
-# failed (stage 0 all-reduce: planned 873728, formula 1004800). On copies of
-# plan_layout.c: the ring's chunk one element short (count/n, not count/n +
-# 1), 02's ring test failed on device,comm (273920 planned, 273924
-# measured); rank 0 sending chunk 2-s instead of 1-s in the all-gather, on
-# its bytes (365226 planned, 365228 by ring.c's arithmetic); a rank's place
-# in 03's dp x cp ring without its cp coordinate, on the dp axis (5478200
-# planned, 5478400 measured); the cp ring's sends counted on pp, on pp
-# (3670016 planned, 524288 measured).
+# Shown to fail: with the dry ranks started without the planted variable
+# (unsetenv in plan_dry.c), the planted test failed on device,comm (0 planned,
+# 4096 measured); with steps.csv's empty val_loss field skipped when reading
+# 06's copies (strtok), both 06 tests failed on the PCIe bytes (821760
+# planned, 547840 measured); with the dry run's closing sample not run, the
+# --cp tests failed on device,workspace (911360 planned, 912384 measured: the
+# sample's forward grows the attention workspace).
 
 load helpers
 
@@ -332,7 +309,7 @@ ring_sent_matches() {
         python3 "$BATS_TEST_DIRNAME/plan_sent.py" "$@" <<<"$output"
     }
     split_sent --chapter 03 --pp 3 --layers 4 --split 2,1,1 --micro 2
-    split_sent --chapter 03 --mp tensor --tp 2 --dp 2 --split 2 --recompute
+    split_sent --chapter 03 --mp tensor --tp 2 --dp 2 --recompute
     split_sent --pp 2 --layers 4 --split 1,1,1,1 --micro 4 --schedule interleaved --virtual 2
     split_sent --pp 2 --tp 2 --dp 2 --split 1,1 --micro 2
     split_sent --pp 2 --tp 2 --split 1,1 --micro 2 --schedule zb-h1 --recompute
@@ -341,8 +318,33 @@ ring_sent_matches() {
     split_sent --chapter 05 --zero 2 --pp 2 --tp 2 --dp 2 --split 1,1 --micro 2 --precision bf16
     split_sent --chapter 05 --zero 1 --tp 2 --dp 3 --split 2 --batch 12
     split_sent --chapter 03 --cp 2 --pp 2 --dp 2 --split 1,1 --micro 2 --recompute
-    split_sent --chapter 03 --mp tensor --tp 2 --cp 4 --split 2
-    split_sent --chapter 03 --mp tensor --tp 2 --dp 2 --sp --split 2 --micro 2
+    split_sent --chapter 03 --mp tensor --tp 2 --cp 4
+    split_sent --chapter 03 --mp tensor --tp 2 --dp 2 --sp --micro 2
+}
+
+# The plan is the program's own accounting: an allocation and a message
+# planted in chapter 02's module through a test-only hook (util.h's
+# COURSE_FAULT_PLANT: 4096 bytes of device comm memory, all-reduced over the
+# replicas once a step) appear in the plan as in the run, the planner
+# unchanged; without the hook the plan is the unplanted run's, not this one's.
+@test "an allocation and a message planted in a chapter module are in the plan, with no change to the planner" {
+    planned 2 02_data_parallel/train
+    local comm_before="$(awk -F, '$1 == 0 && $3 == "comm" && $2 == "device" { print $4 }' "$RUN/memory.csv")"
+    local dp_before="$(csv_column "$RUN/run.csv" bytes_dp_per_step)" unplanted_run="$RUN"
+    export COURSE_FAULT_PLANT=4096
+    planned 2 02_data_parallel/train
+    unset COURSE_FAULT_PLANT
+    axes_match
+    assert_equal "$(awk -F, '$1 == 0 && $3 == "comm" && $2 == "device" { print $4 }' "$RUN/memory.csv")" \
+        "$((comm_before + 4096))"
+    assert_equal "$(csv_column "$RUN/run.csv" bytes_dp_per_step)" "$((dp_before + 2 * 4096))"
+    # the same planner without the hook plans the run without it
+    run env OMP_NUM_THREADS=1 "$PLAN" $FLAGS --chapter 02 --dp 2 --csv "$RUN/unplanted.csv"
+    assert_success
+    run diff "$RUN/unplanted.csv" "$RUN/memory.csv"
+    assert_failure
+    run diff "$RUN/unplanted.csv" "$unplanted_run/memory.csv"
+    assert_success
 }
 
 @test "a layout the ranks cannot hold, or one not planned, is refused in one line with exit 2" {
@@ -352,13 +354,13 @@ ring_sent_matches() {
         assert_equal "$(printf '%s\n' "$stderr" | grep -c .)" 1
     }
     refused --dp 3
-    [[ "$stderr" == *"--batch 8 does not split into 3 ranks x --micro 1 (valid: a multiple of 3)"* ]]
+    [[ "$stderr" == *"--batch 8 is not divisible by 3 ranks x --micro 1 (valid: a multiple of 3)"* ]]
     refused --chapter 01 --dp 2
     refused --dp 2 --zero 3 --offload
     refused --chapter 02 --dp 2 --tp 2
-    [[ "$stderr" == *"chapter 02 has no tensor parallelism"* ]]
+    [[ "$stderr" == *"--tp is not a flag of 02_data_parallel/train (valid: the flags of its --help, or another --chapter)"* ]]
     refused --offload --pp 2 --layers 4 --micro 2 --schedule interleaved --virtual 2
-    [[ "$stderr" == *"--schedule interleaved with --offload is refused by chapter 06: the offloaded state is one range of units per stage"* ]]
+    [[ "$stderr" == *"--schedule interleaved is refused by 06_offload/train: the offloaded state is one range of units per stage"* ]]
     refused --pp 2 --zero 3 --chapter 05
     refused --mp tensor --tp 3
     refused --pp 2 --schedule interleaved --micro 3 --batch 6

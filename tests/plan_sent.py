@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """plan_sent.py: common/plan's bytes sent per step for a model split, rank by rank,
 against the formulas (tests/plan.bats). Reads the planner's output on stdin; its
-arguments are the planner's flags (the tiny preset, --split given, so that the
-stages' blocks need no balancing here). Exit 1, naming each stage and
+arguments are the planner's flags (the tiny preset, --split given for stages, so
+that their blocks need no balancing here). Exit 1, naming each stage and
 collective, where the plan and the formula differ by more than a byte."""
 import math
 import re
@@ -20,8 +20,9 @@ dp, tp, pp, M = int(flag("--dp", 1)), int(flag("--tp", 1)), int(flag("--pp", 1))
 cp, sp, recompute = int(flag("--cp", 1)), "--sp" in args, "--recompute" in args
 Th = T // cp  # --cp: each rank holds T / cp tokens of every sequence
 chunks, zero = int(flag("--virtual", 1)), int(flag("--zero", 0))
-blocks = [int(b) for b in flag("--split", "").split(",")]  # per piece: chunk c of stage s is piece c*pp + s
 pieces_n = pp * chunks
+# per piece: chunk c of stage s is piece c*pp + s; without --split (tensor parallelism's one stage) all L
+blocks = [int(b) for b in flag("--split", str(L)).split(",")]
 B = int(flag("--batch", 8)) // dp // M
 boundary = B * Th * C * 4  # one micro-batch's activations (or their gradient), fp32
 eb = 4 if flag("--precision", "fp32") == "fp32" else 2  # a parameter's and a gradient's bytes

@@ -58,6 +58,7 @@ static CommTransport transport = COMM_MPI;
 static int dry = 0; /* comm_init_dry: the world is a number; nothing is sent, every byte is counted */
 static double bytes_sent = 0.0;             /* under bytes_lock: several threads communicate */
 static double counter_bytes[COMM_COUNTERS]; /* the same, per counter (comm_group_count_into) */
+static CommLedger ledger;                    /* the same, per kind of call and counter (comm_ledger) */
 static pthread_mutex_t bytes_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define MPI_CHECK(call)                                                                                      \
@@ -498,11 +499,14 @@ static MPI_Op mpi_sum(CommDtype dtype) {
     return sum_ops[i];
 }
 
-static void count_sent(const CommGroup *g, double bytes) {
+static void count_sent(const CommGroup *g, CommKind kind, double bytes) {
     require_members(g, "a collective");
     pthread_mutex_lock(&bytes_lock);
     bytes_sent += bytes;
     if (g->counter) counter_bytes[g->counter - 1] += bytes;
+    int column = g->counter ? g->counter - 1 : COMM_COUNTERS;
+    ledger.bytes[kind][column] += bytes;
+    ledger.calls[kind][column] += 1;
     pthread_mutex_unlock(&bytes_lock);
 }
 
@@ -670,7 +674,7 @@ static void allreduce_run(CommGroup *g, void *buf, size_t count, CommDtype dtype
     check_dtype(dtype, "comm_allreduce");
     if (count == 0) return;
     size_t bytes = count * comm_dtype_bytes(dtype);
-    count_sent(g, 2.0 * (g->size - 1) / g->size * bytes);
+    count_sent(g, COMM_KIND_ALLREDUCE, 2.0 * (g->size - 1) / g->size * bytes);
     if (g->size == 1 || dry) return; /* the sum of one is itself, and so is its average */
     DeviceStream *comm = comm_stream_after(g, ready);
 #ifdef USE_NCCL
@@ -698,7 +702,7 @@ static void reduce_scatter_run(CommGroup *g, const void *send, void *recv, size_
                                ReduceOp op, DeviceEvent *ready) {
     check_dtype(dtype, "comm_reduce_scatter");
     size_t bytes = count * comm_dtype_bytes(dtype), total = (size_t)g->size * bytes;
-    count_sent(g, (double)(g->size - 1) / g->size * total);
+    count_sent(g, COMM_KIND_REDUCE_SCATTER, (double)(g->size - 1) / g->size * total);
     if (dry) return;
     DeviceStream *comm = comm_stream_after(g, ready);
 #ifdef USE_NCCL
@@ -729,7 +733,7 @@ static void allgather_run(CommGroup *g, const void *send, void *recv, size_t cou
                           DeviceEvent *ready) {
     check_dtype(dtype, "comm_allgather");
     size_t bytes = count * comm_dtype_bytes(dtype), total = (size_t)g->size * bytes;
-    count_sent(g, (double)(g->size - 1) * bytes);
+    count_sent(g, COMM_KIND_ALLGATHER, (double)(g->size - 1) * bytes);
     if (dry) return;
     DeviceStream *comm = comm_stream_after(g, ready);
 #ifdef USE_NCCL
@@ -758,7 +762,7 @@ static void broadcast_run(CommGroup *g, void *buf, size_t count, CommDtype dtype
                           DeviceEvent *ready) {
     check_dtype(dtype, "comm_broadcast");
     size_t bytes = count * comm_dtype_bytes(dtype);
-    if (g->rank == root) count_sent(g, (double)(g->size - 1) * bytes);
+    if (g->rank == root) count_sent(g, COMM_KIND_BROADCAST, (double)(g->size - 1) * bytes);
     if (dry) return;
     DeviceStream *comm = comm_stream_after(g, ready);
 #ifdef USE_NCCL
@@ -776,7 +780,7 @@ static void broadcast_run(CommGroup *g, void *buf, size_t count, CommDtype dtype
 
 static void send_run(CommGroup *g, const float *buf, size_t count, int dest, int tag) {
     size_t bytes = count * sizeof(float);
-    count_sent(g, (double)bytes);
+    count_sent(g, COMM_KIND_SEND, (double)bytes);
     if (dry) return;
     DeviceStream *comm = comm_stream_after(g, NULL);
 #ifdef USE_NCCL
@@ -810,7 +814,7 @@ static void sendrecv_run(CommGroup *g, const void *send, size_t send_count, int 
                          size_t recv_count, int source, CommDtype dtype, int tag) {
     check_dtype(dtype, "comm_sendrecv_typed");
     size_t size = comm_dtype_bytes(dtype), send_bytes = send_count * size, recv_bytes = recv_count * size;
-    count_sent(g, (double)send_bytes);
+    count_sent(g, COMM_KIND_SEND, (double)send_bytes);
     if (dry) return;
     DeviceStream *comm = comm_stream_after(g, NULL);
 #ifdef USE_NCCL
@@ -927,7 +931,7 @@ CommPosted *comm_post_send(CommGroup *g, const float *buf, size_t count, int des
     /* a send, for the tests' faults; posted, for the flight recorder */
     int entry = op_begin_message(g, "send", "post_send", dest, -1, count * sizeof(float));
     if (entry == SKIP) return posted;
-    count_sent(g, (double)(count * sizeof(float)));
+    count_sent(g, COMM_KIND_SEND, (double)(count * sizeof(float)));
     if (!dry) MPI_CHECK(MPI_Isend(buf, mpi_count(count), MPI_FLOAT, dest, tag, g->mpi, &posted->request));
     op_end(entry);
     return posted;
@@ -1026,6 +1030,12 @@ double comm_bytes_sent_into(int counter) {
     double sent = counter_bytes[counter];
     pthread_mutex_unlock(&bytes_lock);
     return sent;
+}
+
+void comm_ledger(CommLedger *out) {
+    pthread_mutex_lock(&bytes_lock);
+    *out = ledger;
+    pthread_mutex_unlock(&bytes_lock);
 }
 
 void comm_max_doubles(CommGroup *g, double *values, int count) {

@@ -234,6 +234,31 @@ void comm_group_count_into(CommGroup *g, int counter);
 int comm_group_counter(const CommGroup *g);
 double comm_bytes_sent_into(int counter);
 
+/* The same bytes once more, by the kind of call that sent them and the
+ * counter of its group (column COMM_COUNTERS: groups without one), with the
+ * number of calls: what a dry run writes as dry-comm.csv (harness.h) for the
+ * planner's bytes per collective and the latency of each call. A send is
+ * comm_send, comm_sendrecv's send and a posted send; a broadcast counts at
+ * its root. */
+typedef enum {
+    COMM_KIND_ALLREDUCE,
+    COMM_KIND_REDUCE_SCATTER,
+    COMM_KIND_ALLGATHER,
+    COMM_KIND_BROADCAST,
+    COMM_KIND_SEND,
+    COMM_KINDS
+} CommKind;
+typedef struct {
+    double bytes[COMM_KINDS][COMM_COUNTERS + 1];
+    double calls[COMM_KINDS][COMM_COUNTERS + 1];
+} CommLedger;
+void comm_ledger(CommLedger *out);
+/* "all-reduce", ... as dry-comm.csv and the planner say them (inline: the planner links no MPI) */
+static inline const char *comm_kind_name(CommKind kind) {
+    static const char *const names[COMM_KINDS] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast", "send"};
+    return kind >= 0 && kind < COMM_KINDS ? names[kind] : "?";
+}
+
 #ifdef __cplusplus
 }
 #endif

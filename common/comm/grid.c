@@ -108,10 +108,6 @@ void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape) {
     comm_group_count_into(g->weight_group, GRID_DP); /* the gradient sum over the replicas (and cp) */
 }
 
-const char *grid_axis_name(GridAxisId a) {
-    return axis_names[a];
-}
-
 _Static_assert((int)GRID_AXES <= (int)COMM_COUNTERS, "a counter of bytes per axis (comm.h)");
 
 void grid_axis_bytes_sent(double bytes[GRID_AXES]) {

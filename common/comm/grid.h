@@ -38,6 +38,12 @@
 
 /* The axes, slowest-varying first (see the rank order above). */
 typedef enum { GRID_DP, GRID_PP, GRID_CP, GRID_TP, GRID_AXES } GridAxisId;
+/* The axes' names ("dp", ...), as run.csv's columns and dry-comm.csv say them; inline, so that
+ * the planner, which links no MPI, reads them from here too. */
+static inline const char *grid_axis_name(GridAxisId a) {
+    static const char *const names[GRID_AXES] = {"dp", "pp", "cp", "tp"};
+    return a >= 0 && a < GRID_AXES ? names[a] : "?";
+}
 
 typedef struct {
     const char *name; /* "dp", "pp", "cp", "tp" */
@@ -76,7 +82,6 @@ const char *grid_problem(int world_size, GridShape shape);
  * a shape it refuses ends the program). */
 void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape);
 /* An axis's name: "dp", "pp", "cp", "tp". */
-const char *grid_axis_name(GridAxisId a);
 /* Bytes this rank has sent on each axis's group so far (and on duplicates
  * of them), in GridAxisId order: comm.h's counters, which grid_create
  * marks the groups with. */

@@ -392,6 +392,7 @@ typedef struct {
     char disk_full_name[256]; /* COURSE_FAULT_DISK_FULL=NAME[:BYTES] ("": unset) */
     double disk_full_bytes, disk_written;
     int nan_step, overflow_step, overflow_rank, replica_rank; /* -1: unset */
+    int plant_bytes;                                          /* COURSE_FAULT_PLANT (-1: unset) */
     int save_dir_rank; /* COURSE_FAULT_SAVE_DIR=RANK:DIR (rank -1: unset) */
     char save_dir[PATH_BYTES];
 } Faults;
@@ -484,9 +485,15 @@ static const Faults *faults(void) {
         f->overflow_step = parse_fault_number("COURSE_FAULT_OVERFLOW_STEP", 1, "a step");
         f->overflow_rank = parse_fault_number("COURSE_FAULT_OVERFLOW_RANK", 0, "a rank");
         f->replica_rank = parse_fault_number("COURSE_FAULT_REPLICA_RANK", 0, "a rank");
+        f->plant_bytes = parse_fault_number("COURSE_FAULT_PLANT", 4, "bytes");
         parse_save_dir(f);
     }
     return &faults_read;
+}
+
+int fault_plant_bytes(void) {
+    int bytes = faults()->plant_bytes;
+    return bytes > 0 ? bytes / 4 * 4 : 0;
 }
 
 void fault_check_environment(void) {

@@ -175,6 +175,11 @@ double wall_ms(void);
  *   replicas, after their all-reduce) overflows whatever R is: an overflow
  *   on any rank reaches every rank's sum.
  * COURSE_FAULT_REPLICA_RANK=R: rank R's replica differs (chapter 02's check).
+ * COURSE_FAULT_PLANT=BYTES: chapter 02's data parallelism (data_parallel.c)
+ *   holds BYTES (a multiple of 4, at least 4) of device memory more, in the
+ *   comm category, and all-reduces them over the replicas once a step: an
+ *   allocation and a message the planner was never told of, for the test
+ *   that the plan follows the program (tests/plan.bats).
  * Every RANK and R must be a rank of the job (0..ranks-1).
  * COURSE_FAULT_SAVE_DIR=RANK:DIR: for the test of ranks that do not share
  *   --save's directory (one machine cannot have two disks at one path): rank
@@ -188,6 +193,7 @@ int fault_disk_full(const char *name, size_t bytes);
 int fault_nan_step(void);                      /* K, or -1 */
 int fault_overflow_at(int step, int any_rank); /* 1: step K, on this rank (or any_rank: on R's) */
 int fault_replica_rank(void);                  /* R, or -1 */
+int fault_plant_bytes(void);                   /* BYTES rounded down to floats, or 0 */
 const char *fault_save_directory(const char *dir);
 
 #ifdef __cplusplus

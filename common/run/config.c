@@ -154,8 +154,9 @@ static const Flag common_flags[] = {
              "steps (--steps 1 for one) with this program's own code, on a device\n"
              "that records every allocation and computes nothing, and a transport\n"
              "that counts every byte and sends none; writes that rank's memory.csv\n"
-             "rows and run.csv (its share of the bytes per axis; times 0) to --out.\n"
-             "No evaluation, sampling or checkpoint",
+             "rows, run.csv (its share of the bytes per axis; times 0) and\n"
+             "dry-comm.csv (its bytes per collective and axis) to --out. The sample\n"
+             "runs on zeros; no evaluation or checkpoint",
      .only = FLAG_HARNESS, .record = FLAG_NOT_RECORDED},
     {"--world", FLAG_INT, FIELD(Config, dry_world), 1, 1048576, .def = "1", .usage = "--world N",
      .help = "with --dry-run: the job's ranks, {range} (default {default})", .only = FLAG_HARNESS,
@@ -421,7 +422,7 @@ void config_print_help(const char *program, const char *summary, const ChapterFl
     set_defaults(&defaults, program, chapter); /* the chapter's values too */
     int kind = program_kind(chapter);
     printf("usage: %s [flags]\n%s\n", program, summary);
-    print_rows(common_flags, &defaults, kind);
+    if (!chapter || !chapter->rows_only) print_rows(common_flags, &defaults, kind);
     if (chapter) print_rows(defaults.chapter_flags, chapter->values, kind);
     printf("\nexit status: 0 done, 1 runtime failure, 2 bad input, 3 loss became NaN/Inf\n");
 }
@@ -486,7 +487,6 @@ static void check_dry_run_flags(Config *c, int multi_rank) {
     if (c->save[0] || c->resume[0])
         fatal(EXIT_USAGE, "--dry-run writes and reads no checkpoint (valid: without --%s)",
               c->save[0] ? "save" : "resume");
-    c->sample = 0; /* nothing to sample from: the weights are never written */
 }
 
 int dry_run_requested(int argc, char **argv, int *world, int *rank) {
@@ -513,11 +513,11 @@ int dry_run_requested(int argc, char **argv, int *world, int *rank) {
 }
 
 /* The getopt_long options of one table's rows. */
-static void add_options(struct option *options, int *n, const Flag *rows, int table, int kind) {
+static void add_options(struct option *options, int *n, const Flag *rows, int table, int kind, int help_only) {
     for (int i = 0; is_row(&rows[i]); i++) {
         const Flag *f = &rows[i];
         if (i == MAX_ROWS) fatal(EXIT_RUNTIME, "a table of flags has more than %d rows", MAX_ROWS);
-        if (!f->name || !takes(f, kind)) continue;
+        if (!f->name || !takes(f, kind) || (help_only && f->type != FLAG_HELP)) continue;
         int has_arg = f->type == FLAG_SWITCH || f->type == FLAG_HELP ? no_argument
                       : f->type == FLAG_TOGGLE                       ? optional_argument
                                                                      : required_argument;
@@ -533,8 +533,8 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
     struct option options[2 * MAX_ROWS + 1];
     memset(options, 0, sizeof options);
     int num_options = 0;
-    add_options(options, &num_options, common_flags, 0, kind);
-    if (chapter) add_options(options, &num_options, c->chapter_flags, 1, kind);
+    add_options(options, &num_options, common_flags, 0, kind, chapter && chapter->rows_only); /* --help at least */
+    if (chapter) add_options(options, &num_options, c->chapter_flags, 1, kind, 0);
 
     /* The preset is applied first, whatever the flag order, so that --layers
      * etc. override it. */
@@ -625,7 +625,7 @@ static void record_flags(Config *c, const ChapterFlags *chapter) {
     config_record_add(r, "build", "cpu, gcc %s", __VERSION__);
 #endif
     int kind = program_kind(chapter);
-    record_rows(r, common_flags, c, c, kind);
+    if (!chapter || !chapter->rows_only) record_rows(r, common_flags, c, c, kind);
     if (chapter) record_rows(r, c->chapter_flags, chapter->values, c, kind);
     r->flag_items = r->count;
 }

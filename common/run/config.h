@@ -131,6 +131,8 @@ typedef struct {
     void (*check)(const Config *cfg, const void *values);
     int multi_rank; /* the program runs under mpirun: it takes --comm and --timeout too */
     int harness;    /* set by the run harness (harness.h): a chapter's trainer, which takes --dry-run */
+    int rows_only;  /* a tool whose command line is these rows alone, without the shared ones
+                       (common/plan, which hands every other flag to the chapter it plans) */
 } ChapterFlags;
 
 /* Whether the flag `name` (common or the chapter's) was on the command line:

@@ -142,6 +142,7 @@ RunStep run_step_begin(Run *run, int step) {
     RunStep s = {.step = step, .rec = {.step = step + 1, .val_loss = NAN}, .loss_scale = run->scaler.scale};
     s.bytes_at_start = run->across->bytes_sent();
     if (run->across->axis_bytes_sent) run->across->axis_bytes_sent(s.axis_bytes_at_start);
+    if (run->across->ledger) run->across->ledger(&s.ledger_at_start);
     if (run->spec->barrier_each_step) run->across->barrier(run);
     profile_step_begin(step + 1);
     timer_start(&s.clock);
@@ -159,6 +160,15 @@ int run_step_done(Run *run, RunStep *s) {
         double now[RUN_AXES];
         run->across->axis_bytes_sent(now);
         for (int a = 0; a < RUN_AXES; a++) run->axis_bytes[a] += now[a] - s->axis_bytes_at_start[a];
+    }
+    if (run->across->ledger) {
+        CommLedger now;
+        run->across->ledger(&now);
+        for (int k = 0; k < COMM_KINDS; k++)
+            for (int c = 0; c <= COMM_COUNTERS; c++) {
+                run->ledger.bytes[k][c] += now.bytes[k][c] - s->ledger_at_start.bytes[k][c];
+                run->ledger.calls[k][c] += now.calls[k][c] - s->ledger_at_start.calls[k][c];
+            }
     }
     run->across->slowest_times(run, s);
     s->rec.tokens_per_s =

@@ -91,6 +91,7 @@ typedef struct {
     Timer clock;
     double bytes_at_start;
     double axis_bytes_at_start[RUN_AXES];
+    CommLedger ledger_at_start; /* many ranks: comm.h's ledger when the step began */
 } RunStep;
 
 typedef struct Run Run;
@@ -101,6 +102,7 @@ typedef struct {
     void (*barrier)(Run *run);                   /* every rank here before any goes on */
     double (*bytes_sent)(void);                  /* this rank's bytes sent so far */
     void (*axis_bytes_sent)(double *bytes);      /* the same per grid axis (RUN_AXES); NULL: one process */
+    void (*ledger)(CommLedger *out);             /* the same per kind of call (comm_ledger); NULL: one */
     void (*axis_columns)(Run *run, char *header, char *values, size_t size); /* run_axis_columns; NULL: one */
     void (*slowest_times)(Run *run, RunStep *s); /* max over the ranks (comm_busy_ms too) */
     void (*save)(Run *run, const CkptState *state);
@@ -128,6 +130,7 @@ struct Run {
     double final_loss;
     double bytes_sent;    /* RunSpec.bytes_sent: this rank's bytes over the steps run */
     double axis_bytes[RUN_AXES]; /* many ranks: this rank's bytes on each grid axis over the steps run */
+    CommLedger ledger;           /* many ranks: the same per kind of call and axis (dry-comm.csv) */
     int dp, tp, pp, zero; /* the layout, for run.csv (run_layout) */
 };
 
@@ -147,8 +150,11 @@ void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSp
  * counting every byte. The files rank 0 writes, rank R writes: steps.csv and
  * run.csv with times and losses 0, run.csv's bytes_{dp,pp,cp,tp}_per_step
  * this rank's share (a real run's are the sum over its ranks), and
- * memory.csv with this rank's rows only (labelled R). No evaluation,
- * sampling or checkpoint. Under mpirun with more than one process it ends
+ * memory.csv with this rank's rows only (labelled R), and dry-comm.csv:
+ * this rank's calls and bytes per step by kind of call and grid axis
+ * (comm.h's ledger), for the planner (common/plan). The sample at the end
+ * runs too (on zeros: its text is noise), for the buffers it grows; no
+ * evaluation or checkpoint. Under mpirun with more than one process it ends
  * the program with one line (dry_run_refuse_mpirun). */
 void dry_run_refuse_mpirun(void);
 

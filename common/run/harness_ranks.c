@@ -32,14 +32,32 @@ static size_t ranks_peak_device(Run *run) {
     return (size_t)comm_allreduce_double(run->world, (double)mem_peak_total(SPACE_DEVICE), 1);
 }
 
+/* A dry run's dry-comm.csv (harness.h): this rank's bytes and calls per step by kind of call
+ * and grid axis, for common/plan. */
+static void write_dry_comm_csv(const Run *run) {
+    int steps = run->last_step - run->first_step;
+    OutFile *f = out_open(run->cfg->out, "dry-comm.csv", OUT_WHOLE, 0);
+    out_printf(f, "collective,axis,calls_per_step,bytes_per_step\n");
+    for (int k = 0; k < COMM_KINDS; k++)
+        for (int c = 0; c <= COMM_COUNTERS; c++)
+            if (run->ledger.calls[k][c] > 0)
+                out_printf(f, "%s,%s,%.9g,%.0f\n", comm_kind_name((CommKind)k),
+                           c < RUN_AXES ? grid_axis_name((GridAxisId)c) : "none",
+                           run->ledger.calls[k][c] / (steps > 0 ? steps : 1),
+                           run->ledger.bytes[k][c] / (steps > 0 ? steps : 1));
+    out_close(f);
+}
+
 static void ranks_write_memory_csv(Run *run) {
     memory_csv_write_ranks(run->world, run->cfg->out);
+    if (run->cfg->dry_run) write_dry_comm_csv(run);
 }
 
 static const RunRanks many_ranks = {.device_ready = ranks_device_ready,
                                     .barrier = ranks_barrier,
                                     .bytes_sent = comm_bytes_sent,
                                     .axis_bytes_sent = grid_axis_bytes_sent,
+                                    .ledger = comm_ledger,
                                     .axis_columns = run_axis_columns,
                                     .slowest_times = ranks_slowest_times,
                                     .save = ranks_save,

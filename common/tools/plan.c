@@ -1,7 +1,8 @@
-/* common/plan: the planner. Memory and communication of a chapter's run,
- * predicted from its command line without running it; the papers' tables.
+/* common/plan: the planner. Memory, communication and step time of a
+ * chapter's run, predicted without running it, by the chapter's own program
+ * (plan_dry.h: one dry run per distinct rank); the papers' tables.
  *
- *   common/plan [the chapter's flags] [--chapter 01..06] [--dp D] [--tp T] [--pp P] [--csv FILE]
+ *   common/plan [the chapter's flags] [--chapter 01..06] [--dp D] [--pp P] [--csv FILE]
  *       what each rank of that run holds, by memory.csv's (space, category),
  *       and the bytes it sends per step by collective, then every rank's
  *       together on each grid axis ("axis dp N" ..., run.csv's
@@ -18,11 +19,11 @@
  *       device --device names (auto: the GPU if one is visible) and write them
  *       to FILE, which the planner then reads back and --machine takes
  *   common/plan [the model's and batch's flags] --search --gpus N [--gpu-mem BYTES] --machine FILE
- *       every layout of the planned chapters on N ranks (one replica a rank;
- *       dp x pp x tp splits; 03's dp x cp), those whose fullest rank's device
- *       memory fits ranked by predicted step time (those whose losses are not
- *       01's, 06 --dpu, ranked apart and marked "changes the losses"), each
- *       other with the reason it does not fit or is not a layout (--gpu-mem
+ *       every layout of the chapters on N ranks (one replica a rank; dp x pp x
+ *       tp splits; 03's dp x cp), those whose fullest rank's device memory
+ *       fits ranked by predicted step time (those whose losses are not 01's,
+ *       06 --dpu, ranked apart and marked "changes the losses"), each other
+ *       with the reason it does not fit or the chapter's refusal (--gpu-mem
  *       defaults to the machine's device_mem_bytes)
  *   common/plan --zero-table [--params P] [--gpus N] [--precision bf16|fp32]
  *       the ZeRO paper's model-state table (Rajbhandari et al., 2020, Figure 1):
@@ -31,59 +32,46 @@
  *       the largest model one device trains with and without offload
  *       (Ren et al., 2021, ZeRO-Offload); --reserve below --gpu-mem
  *
+ * The planner declares only its own flags (the table below). Every other
+ * flag is the chapter's: it is handed to the chapter's program, which reads
+ * and checks it with its own table, so a plan takes exactly the flags the
+ * program takes, with the program's ranges and refusals in its own words.
  * A run's command line pastes in: `mpirun -np 2 05_zero/train --zero 2
  * --precision bf16` is `common/plan --dp 2 --zero 2 --precision bf16`, and
  * `mpirun -np 8 04_pipeline/train --pp 2 --tp 2` is `common/plan --pp 2 --tp
- * 2 --dp 2`; chapter 03's layer split takes its stages from the rank count,
- * so its plan names them: `mpirun -np 3 03_model_parallel/train` is
- * `common/plan --chapter 03 --pp 3`, and `mpirun -np 4
- * 03_model_parallel/train --cp 2` is `common/plan --chapter 03 --pp 2 --cp
- * 2`. 06 without --offload is chapter 05's program, and planned as it. The chapter follows from the flags
+ * 2 --dp 2`: the world is dp x pp x cp x tp, --dp and --pp handed on where
+ * the program takes them (02 and 05's one stage take their replicas, 03's
+ * layer split its stages, from the world). The chapter follows from the flags
  * (--offload: 06; --zero: 05; --mp: 03; --pp or --tp above 1, --schedule,
- * --virtual: 04; --dp above 1: 02; else 01) or --chapter. How the bytes are
- * computed, and which buffers the plan does not cover: plan_layout.h; the
- * stages, slots and slices: plan_stage.h. Exit status 2 on bad input, with
- * one line naming the flag. */
+ * --virtual: 04; --dp above 1: 02; else 01) or --chapter. Exit status 2 on
+ * bad input, with one line naming the flag. */
 #include "config.h"
 #include "csvlog.h"
 #include "device.h"
-#include "layer_split.h"
-#include "layout_rules.h"
 #include "model.h"
 #include "param_table.h"
 #include "plan_by_hand.h"
+#include "plan_dry.h"
 #include "plan_layout.h"
 #include "plan_time.h"
+#include "grid.h"
 #include "util.h"
 
-#include <limits.h>
-#include <stdarg.h>
-#include <stdlib.h>
 #include <libgen.h>
-#include <omp.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define PROGRAM "common/plan"
 
-/* ---- the planner's flags: the chapters' own, with their names and ranges ---- */
+/* ---- the planner's own flags (the chapter's pass through to its program) ---- */
 typedef struct {
     char chapter[8]; /* auto, 01 .. 06 */
-    int dp, tp, pp;
-    char mp[8]; /* 03: layer, tensor */
-    int cp, sp; /* 03: --cp N, --sp */
-    char cp_order[16], cp_send[16];
-    int schedule;       /* 04-05: SCHED_GPIPE .. SCHED_ZB_H1 (plan_stage.h: the order of .choices) */
-    int virtual_chunks; /* 04: --virtual */
-    char split[1024];   /* 03-05: --split */
-    int zero, prefetch;
-    char dp_mode[8];
-    double bucket_mb;
-    char allreduce[8];
-    int print_buckets; /* 02: accepted for pasting */
-    int offload, dpu, dpu_warmup;
     int threads;
     char csv[PATH_BYTES];
     char machine[PATH_BYTES], time_csv[PATH_BYTES], calibrate[PATH_BYTES];
@@ -92,70 +80,16 @@ typedef struct {
     double params;
     int gpus;
     size_t gpu_mem, reserve;
-    int ranks;      /* unused: the planner runs as one process */
-    int zero_given; /* --search: the candidate names its --zero */
 } PlanFlags;
 
 static const Flag plan_flags[] = {
-    {.type = FLAG_SECTION, .help = "the layout (the chapters' own flags; world = dp x pp x tp ranks)"},
+    {.type = FLAG_SECTION, .help = "the layout (with the chapter's own flags, handed to its program: NN/train --help)"},
     {"--chapter", FLAG_CHOICE, FIELD(PlanFlags, chapter), .choices = "auto|01|02|03|04|05|06",
      .noun = "chapter", .def = "auto", .usage = "--chapter 01..06",
      .help = "the program to plan (default auto: --offload 06, --zero 05, --mp 03, --pp or --tp\n"
-             "above 1 or --schedule 04, --dp above 1 02, else 01)"},
-    {"--dp", FLAG_INT, FIELD(PlanFlags, dp), 1, 4096, .def = "1", .usage = "--dp D",
-     .help = "data-parallel ranks: mpirun -np of 02 and of 05-06 with one stage, --dp of 03-06\n"
-             "(replicas of a model split), 1..4096 (default {default})"},
-    {"--tp", FLAG_INT, FIELD(PlanFlags, tp), 1, 4096, .def = "1", .usage = "--tp T",
-     .help = "tensor-parallel ranks: 03's --mp tensor, 04-06's inside each stage (default {default})"},
-    {"--pp", FLAG_INT, FIELD(PlanFlags, pp), 1, 256, .def = "1", .usage = "--pp P",
-     .help = "pipeline stages of 04-06, and of 03's layer split (its world / --dp / --cp)\n"
-             "(default {default})"},
-    {"--mp", FLAG_CHOICE, FIELD(PlanFlags, mp), .choices = "layer|tensor", .noun = "split", .def = "layer",
-     .usage = "--mp layer|tensor",
-     .help = "03: the layer split over --pp stages, or tensor parallelism over --tp"},
-    {"--cp", FLAG_INT, FIELD(PlanFlags, cp), 1, 1024, .def = "1", .usage = "--cp N",
-     .help = "03: context-parallel ranks per sequence (ring attention; world = dp x pp x cp x tp)\n"
-             "(default {default})"},
-    {"--cp-order", FLAG_CHOICE, FIELD(PlanFlags, cp_order), .choices = "zigzag|contiguous", .noun = "order",
-     .def = "zigzag", .usage = "--cp-order ORDER", .help = "03: accepted for pasting; changes no byte",
-     .record = FLAG_NOT_RECORDED},
-    {"--cp-send", FLAG_CHOICE, FIELD(PlanFlags, cp_send), .choices = "auto|posted|blocking", .noun = "way",
-     .def = "auto", .usage = "--cp-send HOW", .help = "03: accepted for pasting; changes no byte",
-     .record = FLAG_NOT_RECORDED},
-    {"--sp", FLAG_SWITCH, FIELD(PlanFlags, sp), .usage = "--sp",
-     .help = "03 --mp tensor: sequence parallelism (layernorm and residual regions in T/tp rows)"},
-    {"--schedule", FLAG_ENUM, FIELD(PlanFlags, schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
-     .noun = "schedule", .def = "1f1b", .usage = "--schedule gpipe|1f1b|interleaved|zb-h1",
-     .help = "04-05: which activation slots each stage keeps (default {default})"},
-    {"--virtual", FLAG_INT, FIELD(PlanFlags, virtual_chunks), 1, PLAN_MAX_CHUNKS, .def = "1",
-     .usage = "--virtual V",
-     .help = "04: chunks of layers per stage, for --schedule interleaved (default {default})"},
-    {"--split", FLAG_TEXT, FIELD(PlanFlags, split), .usage = "--split A,B,...",
-     .help = "03-05: blocks per stage (per chunk with --virtual), summing to --layers\n"
-             "(default: balanced)"},
-    {"--zero", FLAG_INT, FIELD(PlanFlags, zero), 0, 3, .usage = "--zero 0|1|2|3",
-     .help = "05, and 06 without --offload: the ZeRO stage (default 1, as 05's); 06 --offload: 2"},
-    {"--prefetch", FLAG_INT, FIELD(PlanFlags, prefetch), 0, 64, .def = "1", .usage = "--prefetch K",
-     .help = "05, stage 3: units gathered ahead, 0..64 (default {default})"},
-    {"--dp-mode", FLAG_CHOICE, FIELD(PlanFlags, dp_mode), .choices = "naive|flat|overlap", .noun = "mode",
-     .def = "flat", .usage = "--dp-mode naive|flat|overlap",
-     .help = "02: how the gradients are all-reduced (the same memory and bytes; default {default})"},
-    {"--bucket-mb", FLAG_DOUBLE, FIELD(PlanFlags, bucket_mb), 1e-6, 4096, .def = "1",
-     .usage = "--bucket-mb X",
-     .help = "02, overlap: bucket size in MiB (views of the gradients: no memory of its own)"},
-    {"--allreduce", FLAG_CHOICE, FIELD(PlanFlags, allreduce), .choices = "ring|library", .noun = "all-reduce",
-     .def = "library", .usage = "--allreduce ring|library",
-     .help = "02-05: the library's or the course's ring (its chunk buffer in the comm row, the\n"
-             "chunks each rank passes on; 05 with --zero 0 and a split) (default {default})"},
-    {"--print-buckets", FLAG_SWITCH, FIELD(PlanFlags, print_buckets), .usage = "--print-buckets",
-     .help = "02: accepted for pasting; changes no byte", .record = FLAG_NOT_RECORDED},
-    {"--offload", FLAG_SWITCH, FIELD(PlanFlags, offload), .usage = "--offload",
-     .help = "06: the optimizer state and gradients in host memory"},
-    {"--dpu", FLAG_SWITCH, FIELD(PlanFlags, dpu), .usage = "--dpu",
-     .help = "06: the delayed parameter update (a second host gradient shard)"},
-    {"--dpu-warmup", FLAG_INT, FIELD(PlanFlags, dpu_warmup), 0, 1000000, .def = "1",
-     .usage = "--dpu-warmup N", .help = "06: accepted for pasting; changes no byte",
-     .record = FLAG_NOT_RECORDED},
+             "above 1 or --schedule 04, --dp above 1 02, else 01); the world is --dp x --pp x\n"
+             "--cp x --tp ranks (--dp: mpirun -np of 02 and of 05-06 with one stage; --pp: 03's\n"
+             "layer split's stages)"},
     {"--threads", FLAG_INT, FIELD(PlanFlags, threads), 1, 4096, .usage = "--threads N",
      .help = "OpenMP threads per rank: the CPU attention workspace grows with them\n"
              "(default: OMP_NUM_THREADS, as the programs read it)"},
@@ -196,7 +130,7 @@ static const Flag plan_flags[] = {
     {"--params", FLAG_DOUBLE, FIELD(PlanFlags, params), 1, 1e15, .def = "7.5e9", .usage = "--params P",
      .help = "parameters of --zero-table (default {default}, the ZeRO paper's)"},
     {"--gpus", FLAG_INT, FIELD(PlanFlags, gpus), 1, 1000000, .def = "64", .usage = "--gpus N",
-     .help = "data-parallel devices of --zero-table (default {default})"},
+     .help = "data-parallel devices of --zero-table, ranks of --search (default {default})"},
     {"--offload-capacity", FLAG_SWITCH, FIELD(PlanFlags, offload_capacity), .usage = "--offload-capacity",
      .help = "the largest model --gpu-mem trains in 16 bits with and without offload",
      .record = FLAG_NOT_RECORDED},
@@ -209,133 +143,77 @@ static const Flag plan_flags[] = {
     {0},
 };
 
-static int chapter_of(const Config *cfg, const PlanFlags *f) {
-    if (strcmp(f->chapter, "auto") != 0) return f->chapter[1] - '0';
-    if (f->offload) return 6;
-    if (flag_given(cfg, "--zero")) return 5;
-    if (flag_given(cfg, "--mp")) return 3;
-    if (f->pp > 1 || f->tp > 1 || flag_given(cfg, "--schedule") || flag_given(cfg, "--virtual")) return 4;
-    return f->dp > 1 ? 2 : 1;
+static int own_flag_given(const Config *cfg, const char *name) {
+    return flag_given(cfg, name);
 }
 
-/* A layout's problem, in one line: the checks the chapters make (the same
- * messages), and what the plan does not cover yet; NULL when there is none. */
-static const char *problem(const char *format, ...) {
-    static char message[512];
-    va_list args;
-    va_start(args, format);
-    vsnprintf(message, sizeof message, format, args);
-    va_end(args);
-    return message;
+/* ---- the command line: the planner's flags, and the chapter's ---- */
+
+typedef struct {
+    char **args; /* the chapter's flags, in order */
+    int n;
+} Args;
+
+static void args_add(Args *a, const char *text) {
+    a->args = realloc(a->args, (size_t)(a->n + 2) * sizeof *a->args);
+    if (!a->args) fatal(EXIT_RUNTIME, "out of memory");
+    a->args[a->n++] = strdup(text);
+    if (!a->args[a->n - 1]) fatal(EXIT_RUNTIME, "out of memory");
+    a->args[a->n] = NULL;
 }
 
-static const char *layout_problem(const Config *cfg, const PlanFlags *f) {
-    int chapter = chapter_of(cfg, f);
-    int split = chapter == 3 || chapter == 4 || (chapter >= 5 && (f->pp > 1 || f->tp > 1));
-    if ((f->tp > 1 || f->pp > 1) && !split)
-        return problem("--%s %d: chapter %02d has no %s (valid: --chapter 03, 04 or 05)",
-                       f->tp > 1 ? "tp" : "pp", f->tp > 1 ? f->tp : f->pp, chapter,
-                       f->tp > 1 ? "tensor parallelism" : "pipeline stages");
-    if (chapter == 3 && strcmp(f->mp, "tensor") == 0 && f->pp > 1)
-        return problem("--mp tensor has one stage (valid: --pp 1; stages with tp inside: --chapter 04)");
-    if ((f->cp > 1 || f->sp) && chapter != 3)
-        return problem("--%s is a flag of chapter 03, not %02d (valid: --chapter 03)", f->sp ? "sp" : "cp",
-                       chapter);
-    if (f->cp > 1 && cfg->model.seq % (2 * f->cp))
-        return problem("--seq %d cannot be cut into 2 x --cp %d = %d equal chunks (valid: --seq a multiple "
-                       "of 2 x cp = %d)",
-                       cfg->model.seq, f->cp, 2 * f->cp, 2 * f->cp);
-    if (f->sp && (strcmp(f->mp, "tensor") != 0 || f->cp > 1 || cfg->recompute))
-        return problem("--sp is for --mp tensor, without --cp or --recompute (valid: as chapter 03 runs it)");
-    if (f->sp && cfg->model.seq % f->tp)
-        return problem("--sp: --seq %d is not a multiple of --tp %d (valid: --seq a multiple of --tp)",
-                       cfg->model.seq, f->tp);
-    if (chapter == 3 && strcmp(f->mp, "layer") == 0 && f->tp > 1)
-        return problem("--tp is for --mp tensor (the layer split has --pp stages)");
-    int zero = flag_given(cfg, "--zero") || f->zero_given ? f->zero : f->offload ? 2 : 1; /* 05's, 06's */
-    if (chapter == 6 && f->offload && f->schedule == SCHED_INTERLEAVED)  /* 06's own check comes first */
-        return problem(
-            "--schedule interleaved with --offload is refused by chapter 06: the offloaded state is "
-            "one range of units per stage, and interleaved's chunks are not one range (valid: gpipe, "
-            "1f1b, zb-h1)");
-    if (chapter == 6 && f->offload && flag_given(cfg, "--zero") && f->zero != 2)
-        return problem(
-            "--zero %d with --offload is unsupported: chapter 06 offloads the stage-2 partitioning "
-            "only (valid: --zero 2)",
-            f->zero);
-    /* the programs' own rules, asked of the code 05 and 06 run (layout_rules.h, layer_split.h) */
-    const char *refused = chapter >= 5 ? zero_flags_problem(cfg, zero, f->pp, f->tp, 0) : NULL;
-    if (refused) return refused;
-    int stages = chapter == 3 && f->tp > 1 ? 1 : f->pp;      /* 03's tensor split is one stage */
-    int stage_copy = chapter >= 4 && f->virtual_chunks <= 1; /* 04's pipeline.h */
-    if ((refused = tied_embeddings_problem(cfg, stages, stage_copy, chapter >= 5 ? zero : 0,
-                                           chapter == 6 && f->offload)))
-        return refused;
-    if (f->virtual_chunks > 1 && f->schedule != SCHED_INTERLEAVED)
-        return problem("--virtual %d is for --schedule interleaved", f->virtual_chunks);
-    if ((refused = layer_split_pieces_problem(f->pp, f->virtual_chunks, cfg->model.layers))) return refused;
-    if (f->tp > 1 && (refused = tensor_parallel_problem(&cfg->model, f->tp))) return refused;
-    if (f->split[0] && chapter >= 3 && !(chapter == 3 && f->tp > 1)) { /* one number a piece, or refused */
-        int blocks[MAX_LAYERS];
-        layer_split_parse_chunks(f->split, f->pp, f->virtual_chunks, cfg->model.layers, blocks);
+static void args_free(Args *a) {
+    for (int i = 0; i < a->n; i++) free(a->args[i]);
+    free(a->args);
+    *a = (Args){0};
+}
+
+/* The row of the planner's table named by `arg` ("--csv" or "--csv=..."), or NULL. */
+static const Flag *own_row(const char *arg) {
+    for (const Flag *f = plan_flags; f->name || f->help; f++) { /* a section has help, the end neither */
+        if (!f->name) continue;
+        size_t n = strlen(f->name);
+        if (strncmp(arg, f->name, n) == 0 && (arg[n] == '\0' || arg[n] == '=')) return f;
     }
-    if (f->schedule == SCHED_INTERLEAVED && cfg->micro % f->pp)
-        return problem("--schedule interleaved needs --micro %d to be a multiple of --pp %d", cfg->micro,
-                       f->pp);
-    if (split && strcmp(f->dp_mode, "overlap") == 0)
-        return problem("--dp-mode overlap with a model split is refused by chapters 03-05 "
-                       "(valid: --dp-mode naive or flat)");
-    if (chapter == 1 && f->dp > 1)
-        return problem("--chapter 01 runs on one device, not --dp %d (valid: --dp 1)", f->dp);
-    if (flag_given(cfg, "--zero") && chapter != 5 && chapter != 6)
-        return problem("--zero is a flag of chapters 05 and 06, not %02d", chapter);
-    if (f->offload && chapter != 6) return problem("--offload is a flag of chapter 06, not %02d", chapter);
-    if (f->dpu && !f->offload)
-        return problem(
-            "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");
-    if (flag_given(cfg, "--prefetch") && chapter < 5) /* 05's and 06's: zero_flags_problem */
-        return problem("--prefetch needs --zero 3 (only stage 3 gathers parameters)");
-    if (f->time_csv[0] && !f->machine[0])
-        return problem("--time-csv needs --machine FILE (the constants the time is computed from)");
-    int pieces = f->dp * cfg->micro;
-    if (cfg->batch < pieces || cfg->batch % pieces)
-        return problem("--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
-                       cfg->batch, f->dp, cfg->micro, pieces);
+    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return &plan_flags[0];
     return NULL;
 }
 
-static void check_plan(const Config *cfg, const PlanFlags *f) {
-    const char *why = layout_problem(cfg, f);
-    if (why) fatal(EXIT_USAGE, "%s", why);
+/* argv into the planner's own flags (*own, argv[0] first) and the chapter's (*chapter). */
+static void split_argv(int argc, char **argv, Args *own, Args *chapter) {
+    args_add(own, argv[0]);
+    for (int i = 1; i < argc; i++) {
+        const Flag *f = own_row(argv[i]);
+        Args *to = f ? own : chapter;
+        args_add(to, argv[i]);
+        int takes_value = f && f->type != FLAG_SWITCH && f->type != FLAG_SECTION && !strchr(argv[i], '=');
+        if (takes_value && i + 1 < argc) args_add(to, argv[++i]);
+    }
 }
 
-/* The layout the flags name (06 without --offload is 05's program). */
-static PlanLayout layout_of(const Config *cfg, const PlanFlags *f) {
-    int program = chapter_of(cfg, f);
-    PlanLayout l = {.chapter = program == 6 && !f->offload ? 5 : program,
-                    .dp = f->dp,
-                    .tp = f->tp,
-                    .pp = f->pp,
-                    .schedule = f->schedule,
-                    .chunks = f->virtual_chunks,
-                    .split = f->split,
-                    .cp = f->cp,
-                    .sp = f->sp,
-                    .zero = f->zero,
-                    .prefetch = f->prefetch,
-                    .dpu = f->dpu,
-                    .threads = f->threads ? f->threads : omp_get_max_threads(),
-                    .dp_mode = strcmp(f->dp_mode, "naive") == 0  ? DP_NAIVE
-                               : strcmp(f->dp_mode, "flat") == 0 ? DP_FLAT
-                                                                 : DP_OVERLAP,
-                    .bucket_bytes = f->bucket_mb * 1048576.0,
-                    .ring = strcmp(f->allreduce, "ring") == 0};
-    if (l.chapter == 5 && !flag_given(cfg, "--zero") && !f->zero_given) l.zero = 1; /* 05's default */
-    if (l.chapter == 6) l.zero = 2;
-    return l;
+/* An axis's ranks as the chapter's flags give them (--dp 2): a whole number of at least 1. */
+static int axis_of(const Args *a, const char *name) {
+    const char *v = plan_arg_value(a->args, a->n, name);
+    if (!v) return 1;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end || n < 1 || n > 1048576)
+        fatal(EXIT_USAGE, "%s %s: not a number of ranks (valid: 1..1048576)", name, v);
+    return (int)n;
 }
 
-static const char *chapter_program(int chapter) {
+static int chapter_of(const PlanFlags *f, const Args *a) {
+    if (strcmp(f->chapter, "auto") != 0) return f->chapter[1] - '0';
+    if (plan_arg_given(a->args, a->n, "--offload")) return 6;
+    if (plan_arg_given(a->args, a->n, "--zero")) return 5;
+    if (plan_arg_given(a->args, a->n, "--mp")) return 3;
+    if (axis_of(a, "--pp") > 1 || axis_of(a, "--tp") > 1 || plan_arg_given(a->args, a->n, "--schedule") ||
+        plan_arg_given(a->args, a->n, "--virtual"))
+        return 4;
+    return axis_of(a, "--dp") > 1 ? 2 : 1;
+}
+
+static const char *chapter_name(int chapter) {
     static const char *names[] = {"",
                                   "01_single_gpu/train",
                                   "02_data_parallel/train",
@@ -344,6 +222,132 @@ static const char *chapter_program(int chapter) {
                                   "05_zero/train",
                                   "06_offload/train"};
     return names[chapter];
+}
+
+/* The chapter's program, beside this one: common/plan's folder's parent holds NN_name/train. */
+static const char *program_path(int chapter) {
+    static char paths[7][PATH_BYTES];
+    if (!paths[chapter][0]) {
+        char self[PATH_BYTES];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n < 0) fatal(EXIT_RUNTIME, "cannot find this program's path (/proc/self/exe)");
+        self[n] = 0;
+        char *common = dirname(self);
+        char *repo = dirname(common);
+        if ((size_t)snprintf(paths[chapter], PATH_BYTES, "%s/%s", repo, chapter_name(chapter)) >= PATH_BYTES)
+            fatal(EXIT_RUNTIME, "the path of %s is too long", chapter_name(chapter));
+        if (access(paths[chapter], X_OK) != 0)
+            fatal(EXIT_RUNTIME, "%s is not built (make)", paths[chapter]);
+    }
+    return paths[chapter];
+}
+
+/* The flags a chapter's program is handed: the user's, less the planner's --dp and --pp where the
+ * program takes its replicas or stages from the world, and less what a dry run cannot do
+ * (--save, --resume: no checkpoint is written or read; --device cuda: the CPU backend's buffers). */
+static void chapter_args(int chapter, const Args *user, Args *out, int *cuda) {
+    const char *program = program_path(chapter);
+    int takes_dp = plan_program_takes(program, "--dp"), takes_pp = plan_program_takes(program, "--pp");
+    static const char *dropped[] = {"--save",  "--resume",     "--save-every", "--out",
+                                    "--steps", "--stop-after", "--overwrite",  NULL};
+    for (int i = 0; i < user->n; i++) {
+        const char *arg = user->args[i];
+        int with_value = !strchr(arg, '=') && i + 1 < user->n;
+        int drop = (!takes_dp && !strncmp(arg, "--dp", 4) && (arg[4] == '\0' || arg[4] == '=')) ||
+                   (!takes_pp && !strncmp(arg, "--pp", 4) && (arg[4] == '\0' || arg[4] == '='));
+        for (int k = 0; dropped[k] && !drop; k++) {
+            size_t n = strlen(dropped[k]);
+            drop = !strncmp(arg, dropped[k], n) && (arg[n] == '\0' || arg[n] == '=');
+            if (drop && !strcmp(dropped[k], "--overwrite")) with_value = 0; /* a switch */
+        }
+        if (!strncmp(arg, "--device", 8) && (arg[8] == '\0' || arg[8] == '=')) {
+            const char *v = arg[8] == '=' ? arg + 9 : i + 1 < user->n ? user->args[i + 1] : "";
+            if (!strcmp(v, "cuda")) {
+                *cuda = 1;
+                args_add(out, "--device=cpu");
+                i += arg[8] == '\0';
+                continue;
+            }
+        }
+        if (drop) {
+            i += with_value;
+            continue;
+        }
+        args_add(out, arg);
+    }
+}
+
+/* The layout the flags name: the program, its flags, the world's axes. */
+typedef struct {
+    PlanDryLayout dry;
+    Args args;
+    int cuda; /* --device cuda was asked for: the CPU backend's buffers are planned */
+} Layout;
+
+static void layout_make(Layout *l, int chapter, const Args *user, int threads) {
+    memset(l, 0, sizeof *l);
+    chapter_args(chapter, user, &l->args, &l->cuda);
+    int dp = axis_of(user, "--dp"), pp = axis_of(user, "--pp"), tp = axis_of(user, "--tp"),
+        cp = axis_of(user, "--cp");
+    double world = (double)dp * pp * tp * cp;
+    if (world > 1048576) fatal(EXIT_USAGE, "--dp x --pp x --tp x --cp = %.0f ranks (valid: 1..1048576)", world);
+    l->dry = (PlanDryLayout){.chapter = chapter,
+                             .program = program_path(chapter),
+                             .args = l->args.args,
+                             .nargs = l->args.n,
+                             .world = (int)world,
+                             .dp = dp,
+                             .pp = pp,
+                             .cp = cp,
+                             .tp = tp,
+                             .threads = threads};
+}
+
+static void layout_free(Layout *l) {
+    args_free(&l->args);
+}
+
+/* plan_time.h's description of the layout, from what the program read (run-info.txt). */
+static PlanLayout time_layout(const Layout *l, const PlanDry *d) {
+    const char *item;
+    PlanLayout t = {.chapter = l->dry.chapter, .dp = l->dry.dp, .tp = l->dry.tp, .pp = l->dry.pp,
+                    .cp = l->dry.cp, .chunks = 1, .schedule = SCHED_1F1B, .dp_mode = DP_FLAT};
+    static const char *schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+    if ((item = plan_dry_item(d, "--schedule")))
+        for (int s = 0; s < 4; s++)
+            if (!strcmp(item, schedules[s])) t.schedule = s;
+    if ((item = plan_dry_item(d, "--virtual"))) t.chunks = atoi(item) > 0 ? atoi(item) : 1;
+    if ((item = plan_dry_item(d, "--zero"))) t.zero = atoi(item);
+    if ((item = plan_dry_item(d, "--prefetch"))) t.prefetch = atoi(item);
+    if ((item = plan_dry_item(d, "--dpu"))) t.dpu = atoi(item);
+    if ((item = plan_dry_item(d, "--sp"))) t.sp = atoi(item);
+    if ((item = plan_dry_item(d, "--bucket-mb"))) t.bucket_bytes = atof(item) * 1048576.0;
+    if ((item = plan_dry_item(d, "--allreduce"))) t.ring = !strcmp(item, "ring");
+    if ((item = plan_dry_item(d, "--dp-mode")))
+        t.dp_mode = !strcmp(item, "naive") ? DP_NAIVE : !strcmp(item, "overlap") ? DP_OVERLAP : DP_FLAT;
+    int offload = (item = plan_dry_item(d, "--offload")) && atoi(item);
+    if (t.chapter == 6 && !offload) t.chapter = 5; /* 06 without --offload runs 05's step */
+    if (t.chapter == 6) t.zero = 2;
+    if (t.chapter == 3 && t.tp > 1) t.pp = 1;
+    return t;
+}
+
+/* comm.h's ledger of one rank, as the time model's traffic. */
+static PlanTraffic traffic_of(const PlanDryRank *r) {
+    PlanTraffic t = {0};
+    const CommLedger *g = &r->ledger;
+    for (int a = 0; a <= COMM_COUNTERS; a++) {
+        t.allreduce += g->bytes[COMM_KIND_ALLREDUCE][a], t.allreduce_calls += g->calls[COMM_KIND_ALLREDUCE][a];
+        t.reduce_scatter += g->bytes[COMM_KIND_REDUCE_SCATTER][a];
+        t.reduce_scatter_calls += g->calls[COMM_KIND_REDUCE_SCATTER][a];
+        t.allgather += g->bytes[COMM_KIND_ALLGATHER][a], t.allgather_calls += g->calls[COMM_KIND_ALLGATHER][a];
+        t.send += g->bytes[COMM_KIND_SEND][a] + g->bytes[COMM_KIND_BROADCAST][a];
+        t.send_calls += g->calls[COMM_KIND_SEND][a] + g->calls[COMM_KIND_BROADCAST][a];
+    }
+    t.tp_allreduce = g->bytes[COMM_KIND_ALLREDUCE][GRID_TP], t.tp_allreduce_calls = g->calls[COMM_KIND_ALLREDUCE][GRID_TP];
+    t.cp_send = g->bytes[COMM_KIND_SEND][GRID_CP], t.cp_send_calls = g->calls[COMM_KIND_SEND][GRID_CP];
+    t.to_host = r->to_host, t.to_device = r->to_device;
+    return t;
 }
 
 /* ---- the papers' numbers ---- */
@@ -384,137 +388,6 @@ static void offload_capacity(const PlanFlags *f) {
            usable / offloaded / 1e9);
 }
 
-/* ---- the plan of a run ---- */
-
-static void print_memory(const PlanMemory *m) {
-    for (int s = 0; s < SPACE_COUNT; s++) {
-        size_t total = 0;
-        for (int c = 0; c < CAT_COUNT; c++) {
-            if (!m->bytes[s][c]) continue;
-            printf("  %-6s %-12s %14zu %10.2f MiB\n", space_name(s), category_name(c), m->bytes[s][c],
-                   m->bytes[s][c] / 1048576.0);
-            total += m->bytes[s][c];
-        }
-        if (total)
-            printf("  %-6s %-12s %14zu %10.2f MiB\n", space_name(s), "(sum)", total, total / 1048576.0);
-    }
-}
-
-static void print_traffic(const PlanLayout *l, const PlanTraffic *t) {
-    printf("  %-16s %14.0f\n  %-16s %14.0f\n  %-16s %14.0f\n", "all-reduce", t->allreduce, "reduce-scatter",
-           t->reduce_scatter, "all-gather", t->allgather);
-    if (t->send) printf("  %-16s %14.0f\n", "send", t->send);
-    printf("  %-16s %14.0f\n", "(sum)", t->allreduce + t->reduce_scatter + t->allgather + t->send);
-    if (t->tp_allreduce && !l->sp)
-        printf("  of the all-reduce, %.0f in the tensor group's %.0f calls (activations, B x T x C fp32)\n",
-               t->tp_allreduce, t->tp_allreduce_calls);
-    if (t->tp_allreduce && l->sp)
-        printf("  of the all-reduce, %.0f in the tensor group's %.0f calls (the layernorms' gradients)\n",
-               t->tp_allreduce, t->tp_allreduce_calls);
-    if (t->cp_send)
-        printf("  of the send, %.0f round the context-parallel ring in %.0f calls\n", t->cp_send,
-               t->cp_send_calls);
-    double ring_calls = t->allreduce_calls - t->tp_allreduce_calls;
-    if (l->ring && ring_calls > 0) /* the ring's chunks differ by rank: this is replica 0's place */
-        printf("  of the all-reduce, %.0f in %.0f ring call%s, as replica 0 sends them (another: +-1 element "
-               "a chunk)\n",
-               t->allreduce - t->tp_allreduce, ring_calls, ring_calls > 1 ? "s" : "");
-    if (l->chapter == 6)
-        printf("  %-16s %14.0f\n  %-16s %14.0f\n", "device to host", t->to_host, "host to device",
-               t->to_device);
-}
-
-/* The ranks of one replica (pp x tp of them; the replicas hold and send alike): same_as[r] is
- * the first of them whose plan equals rank r's. */
-static int group_ranks(const PlanLayout *l, const PlanMemory *m, const PlanTraffic *t, int *same_as) {
-    int n = plan_replica_ranks(l), groups = 0;
-    for (int r = 0; r < n; r++) {
-        same_as[r] = r;
-        for (int q = 0; q < r; q++)
-            if (!memcmp(&m[q], &m[r], sizeof *m) && !memcmp(&t[q], &t[r], sizeof *t)) {
-                same_as[r] = q;
-                break;
-            }
-        groups += same_as[r] == r;
-    }
-    return groups;
-}
-
-/* Every rank's bytes per step on each axis of the grid, summed over the world: run.csv's
- * bytes_{dp,pp,cp,tp}_per_step (02-04, and 05-06 with stages or slices), one axis a line. */
-static void print_axis_bytes(const Config *cfg, const PlanLayout *l) {
-    static const char *names[] = {"dp", "pp", "cp", "tp"};
-    double axis[4] = {0};
-    for (int r = 0; r < plan_ranks(l); r++) { /* every rank: the ring's chunks differ by rank */
-        PlanTraffic t;
-        plan_traffic(cfg, l, r, &t);
-        plan_axis_bytes(l, &t, axis);
-    }
-    printf("\nbytes sent per step on each grid axis, all %d rank%s together (run.csv bytes_AXIS_per_step)\n",
-           plan_ranks(l), plan_ranks(l) > 1 ? "s" : "");
-    for (int a = 0; a < 4; a++) printf("  axis %s %16.0f\n", names[a], axis[a]);
-}
-
-static void print_plan(const Config *cfg, const PlanLayout *l, int program, const PlanMemory *m,
-                       const PlanTraffic *t) {
-    const ModelConfig *mc = &cfg->model;
-    ParamTable table;
-    param_table_build(&table, mc);
-    double P = table.num_params, tied = mc->tied ? P : P - (double)vocab_padded(mc->vocab) * mc->dmodel;
-    param_table_free(&table);
-    int world = plan_ranks(l), per_replica = plan_replica_ranks(l);
-    printf("%s | %s | %d rank%s, dp %d | %s | %d layers, d %d, %d heads, seq %d, vocab %d | batch %d = %d "
-           "ranks x %d micro-batches x %d sequences | %d thread%s per rank\n",
-           PROGRAM, chapter_program(program), world, world > 1 ? "s" : "", l->dp,
-           precision_name(cfg->precision), mc->layers, mc->dmodel, mc->heads, mc->seq, mc->vocab, cfg->batch,
-           l->dp, cfg->micro, cfg->batch / l->dp / cfg->micro, l->threads, l->threads > 1 ? "s" : "");
-    static const char *schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
-    if (l->chapter == 3)
-        printf("%s over %d ranks (x dp %d)\n", l->tp > 1 ? "tensor parallel" : "layer split",
-               l->tp > 1 ? l->tp : l->pp, l->dp);
-    if (program != l->chapter) printf("without --offload, chapter %02d's program\n", l->chapter);
-    if (l->chapter == 4 || (l->chapter >= 5 && per_replica > 1))
-        printf("pp %d x tp %d x dp %d | schedule %s, %d chunk%s per stage\n", l->pp, l->tp, l->dp,
-               schedules[l->schedule], l->chunks, l->chunks > 1 ? "s" : "");
-    if (l->chapter == 5 && l->zero == 3) printf("zero 3 | prefetch %d\n", l->prefetch);
-    if (l->chapter == 5 && l->zero < 3) printf("zero %d\n", l->zero);
-    if (mc->tied)
-        printf("parameters %.0f (the LM head tied to the embedding, as GPT-2 and llm.c)\n", P);
-    else
-        printf("parameters %.0f (%.0f with the LM head tied to the embedding, as GPT-2 and llm.c)\n", P,
-               tied);
-    double L = mc->layers, T = mc->seq, C = mc->dmodel;
-    printf("FLOPs per token 6P + 12LTC = %.0f (llm.c's count, tied, 6P + 6LTC: %.0f); per step %.4g\n",
-           6 * P + 12 * L * T * C, 6 * tied + 6 * L * T * C, (6 * P + 12 * L * T * C) * cfg->batch * T);
-    int *same_as = xcalloc(per_replica, sizeof(int)), groups = group_ranks(l, m, t, same_as);
-    if (groups == 1) {
-        printf("\nmemory of each rank (peak bytes, as memory.csv; the same on every rank)\n");
-        print_memory(&m[0]);
-        printf("\nbytes each rank sends per step (as comm.h counts them)\n");
-        print_traffic(l, &t[0]);
-    }
-    for (int r = 0; r < per_replica && groups > 1; r++) {
-        if (same_as[r] != r) continue;
-        int count = 0;
-        for (int q = r; q < per_replica; q++) count += same_as[q] == r;
-        printf("\nrank%s", count > 1 ? "s" : "");
-        for (int q = r; q < per_replica; q++)
-            if (same_as[q] == r) printf(" %d", q);
-        printf(" (stage %d%s): memory (peak bytes, as memory.csv)\n", r / l->tp / (l->cp > 1 ? l->cp : 1),
-               l->dp > 1 ? ", and the same of every replica" : "");
-        print_memory(&m[r]);
-        printf("  bytes sent per step (as comm.h counts them)\n");
-        print_traffic(l, &t[r]);
-    }
-    free(same_as);
-    if (l->chapter > 1) print_axis_bytes(cfg, l);
-    if (strcmp(cfg->device, "cpu") != 0) /* the one row that is not exact off the CPU */
-        printf("\nnote: --device %s: the workspace rows are the CPU backend's kernel workspaces; on CUDA,\n"
-               "cuBLAS and the CUDA kernels keep their own, and comm.c's host staging (no NCCL) is not "
-               "counted\n",
-               cfg->device);
-}
-
 /* What --csv, --time-csv and --calibrate write, known by their first bytes (util.h's output-file
  * rule): each may replace only a new name or its own earlier output, checked before anything runs. */
 #define MEMORY_CSV_HEADER "rank,space,category,peak_bytes"
@@ -547,16 +420,150 @@ static const OutputKind machine_file_output = {.what = "a machine file of common
                                                .signature = MACHINE_FILE_HEAD,
                                                .signature_bytes = sizeof MACHINE_FILE_HEAD - 1};
 
-static void write_csv(const char *path, const PlanLayout *l, const PlanMemory *m) {
+
+/* ---- the plan of a run ---- */
+
+static void print_memory(const size_t bytes[SPACE_COUNT][CAT_COUNT]) {
+    for (int s = 0; s < SPACE_COUNT; s++) {
+        size_t total = 0;
+        for (int c = 0; c < CAT_COUNT; c++) {
+            if (!bytes[s][c]) continue;
+            printf("  %-6s %-12s %14zu %10.2f MiB\n", space_name(s), category_name(c), bytes[s][c],
+                   bytes[s][c] / 1048576.0);
+            total += bytes[s][c];
+        }
+        if (total) printf("  %-6s %-12s %14zu %10.2f MiB\n", space_name(s), "(sum)", total, total / 1048576.0);
+    }
+}
+
+/* One rank's bytes per step by collective (comm.h's ledger: every kind on every axis), and what
+ * of them runs where; 06's host-device copies. */
+static void print_traffic(const PlanDryRank *r, int offload) {
+    const CommLedger *g = &r->ledger;
+    double kind[COMM_KINDS] = {0}, sum = 0;
+    for (int k = 0; k < COMM_KINDS; k++)
+        for (int a = 0; a <= COMM_COUNTERS; a++) kind[k] += g->bytes[k][a];
+    for (int k = 0; k < COMM_KINDS; k++) {
+        if (k <= COMM_KIND_ALLGATHER || kind[k] > 0) printf("  %-16s %14.0f\n", comm_kind_name((CommKind)k), kind[k]);
+        sum += kind[k];
+    }
+    printf("  %-16s %14.0f\n", "(sum)", sum);
+    for (int k = 0; k < COMM_KINDS; k++)
+        for (int a = 0; a < COMM_COUNTERS; a++) {
+            double calls = g->calls[k][a], bytes = g->bytes[k][a];
+            if (bytes <= 0 || bytes == kind[k]) continue; /* all of it on one axis: said below the axes */
+            printf("  of the %s, %.0f on the %s axis in %.0f call%s\n", comm_kind_name((CommKind)k), bytes,
+                   grid_axis_name((GridAxisId)a), calls, calls == 1 ? "" : "s");
+        }
+    if (offload)
+        printf("  %-16s %14.0f\n  %-16s %14.0f\n", "device to host", r->to_host, "host to device", r->to_device);
+}
+
+static int same_rank(const PlanDryRank *a, const PlanDryRank *b) {
+    return !memcmp(a->bytes, b->bytes, sizeof a->bytes) && !memcmp(&a->ledger, &b->ledger, sizeof a->ledger) &&
+           a->to_host == b->to_host && a->to_device == b->to_device;
+}
+
+/* Every rank's bytes per step on each axis of the grid, summed over the world: run.csv's
+ * bytes_{dp,pp,cp,tp}_per_step, one axis a line. */
+static void print_axis_bytes(const Layout *l, const PlanDry *d) {
+    double axis[COMM_COUNTERS] = {0}, times = plan_dry_multiplicity(&l->dry, d);
+    for (int i = 0; i < d->nranks; i++)
+        for (int k = 0; k < COMM_KINDS; k++)
+            for (int a = 0; a < COMM_COUNTERS; a++) axis[a] += d->ranks[i].ledger.bytes[k][a] * times;
+    printf("\nbytes sent per step on each grid axis, all %d rank%s together (run.csv bytes_AXIS_per_step)\n",
+           l->dry.world, l->dry.world > 1 ? "s" : "");
+    for (int a = 0; a < COMM_COUNTERS; a++) printf("  axis %s %16.0f\n", grid_axis_name((GridAxisId)a), axis[a]);
+}
+
+static void print_plan(const Layout *l, const PlanDry *d) {
+    const Config *cfg = &d->cfg;
+    const ModelConfig *mc = &cfg->model;
+    ParamTable table;
+    param_table_build(&table, mc);
+    double P = table.num_params, tied = mc->tied ? P : P - (double)vocab_padded(mc->vocab) * mc->dmodel;
+    param_table_free(&table);
+    int world = l->dry.world;
+    printf("%s | %s | %d rank%s = dp %d x pp %d x cp %d x tp %d | %s | %d layers, d %d, %d heads, seq %d, "
+           "vocab %d | batch %d, %d micro-batches\n",
+           PROGRAM, chapter_name(l->dry.chapter), world, world > 1 ? "s" : "", l->dry.dp, l->dry.pp, l->dry.cp,
+           l->dry.tp, precision_name(cfg->precision), mc->layers, mc->dmodel, mc->heads, mc->seq, mc->vocab,
+           cfg->batch, cfg->micro);
+    printf("the program's own start-up (a dry run of rank %d):\n", d->ranks[0].rank);
+    for (const char *line = d->startup; *line;) {
+        size_t n = strcspn(line, "\n");
+        printf("  %.*s\n", (int)n, line);
+        line += n + (line[n] == '\n');
+    }
+    if (mc->tied)
+        printf("parameters %.0f (the LM head tied to the embedding, as GPT-2 and llm.c)\n", P);
+    else
+        printf("parameters %.0f (%.0f with the LM head tied to the embedding, as GPT-2 and llm.c)\n", P, tied);
+    double L = mc->layers, T = mc->seq, C = mc->dmodel;
+    printf("FLOPs per token 6P + 12LTC = %.0f (llm.c's count, tied, 6P + 6LTC: %.0f); per step %.4g\n",
+           6 * P + 12 * L * T * C, 6 * tied + 6 * L * T * C, (6 * P + 12 * L * T * C) * cfg->batch * T);
+    int offload = l->dry.chapter == 6 && plan_arg_given(l->dry.args, l->dry.nargs, "--offload");
+    int *same_as = xcalloc(d->nranks, sizeof(int)), groups = 0;
+    for (int i = 0; i < d->nranks; i++) {
+        same_as[i] = i;
+        for (int j = 0; j < i; j++)
+            if (same_rank(&d->ranks[i], &d->ranks[j])) {
+                same_as[i] = j;
+                break;
+            }
+        groups += same_as[i] == i;
+    }
+    const char *of_all = d->per_stage ? " (each stage's first rank ran; the stage's other ranks hold and send alike)" : "";
+    if (groups == 1) {
+        printf("\nmemory of each rank (peak bytes, as memory.csv; the same on every rank)%s\n", of_all);
+        print_memory(d->ranks[0].bytes);
+        printf("\nbytes each rank sends per step (as comm.h counts them)\n");
+        print_traffic(&d->ranks[0], offload);
+    }
+    int per_stage = world / l->dry.dp / (l->dry.chapter == 3 && l->dry.tp > 1 ? 1 : l->dry.pp);
+    for (int i = 0; i < d->nranks && groups > 1; i++) {
+        if (same_as[i] != i) continue;
+        int count = 0;
+        for (int j = i; j < d->nranks; j++) count += same_as[j] == i;
+        printf("\nrank%s", count > 1 ? "s" : "");
+        for (int j = i; j < d->nranks; j++)
+            if (same_as[j] == i) printf(" %d", d->ranks[j].rank);
+        printf(" (stage %d%s): memory (peak bytes, as memory.csv)%s\n", (d->ranks[i].rank % (world / l->dry.dp)) / per_stage,
+               d->replica_only && l->dry.dp > 1 ? ", and the same of every replica" : "", of_all);
+        print_memory(d->ranks[i].bytes);
+        printf("  bytes sent per step (as comm.h counts them)\n");
+        print_traffic(&d->ranks[i], offload);
+    }
+    free(same_as);
+    if (l->dry.chapter > 1) print_axis_bytes(l, d);
+    if (l->cuda) /* the one row that is not exact off the CPU */
+        printf("\nnote: --device cuda: the workspace rows are the CPU backend's kernel workspaces; on CUDA,\n"
+               "cuBLAS and the CUDA kernels keep their own, and comm.c's host staging (no NCCL) is not "
+               "counted\n");
+}
+
+static void write_csv(const char *path, const Layout *l, const PlanDry *d) {
     FILE *f = fopen(path, "w");
     if (!f) fatal(EXIT_USAGE, "--csv %s: cannot write it", path);
     fprintf(f, MEMORY_CSV_HEADER "\n");
-    for (int r = 0; r < plan_ranks(l); r++)
+    for (int r = 0; r < l->dry.world; r++) {
+        const PlanDryRank *x = plan_dry_rank_of(&l->dry, d, r);
         for (int s = 0; s < SPACE_COUNT; s++)
             for (int c = 0; c < CAT_COUNT; c++)
-                fprintf(f, "%d,%s,%s,%zu\n", r, space_name(s), category_name(c),
-                        m[r % plan_replica_ranks(l)].bytes[s][c]);
+                fprintf(f, "%d,%s,%s,%zu\n", r, space_name(s), category_name(c), x->bytes[s][c]);
+    }
     if (fclose(f) != 0) fatal(EXIT_USAGE, "--csv %s: cannot write it", path);
+}
+
+/* The step every rank waits for: the slowest rank's (plan_time.h). */
+static void time_of(const Layout *l, const PlanDry *d, const Machine *mach, PlanTime *out) {
+    PlanLayout t = time_layout(l, d);
+    for (int i = 0; i < d->nranks; i++) {
+        PlanTraffic traffic = traffic_of(&d->ranks[i]);
+        PlanTime mine;
+        plan_time(&d->cfg, &t, &traffic, mach, &mine);
+        if (i == 0 || mine.step_s > out->step_s) *out = mine;
+    }
 }
 
 /* The step time's parts: what each activity takes, and what of it the step waits for. */
@@ -611,17 +618,34 @@ static void calibrate(const PlanFlags *f, const char *device) {
 
 /* --by-hand: exercise 06.3's numbers (plan_by_hand.c) against the planner's for its layout
  * (the model flags' shape on --dp ranks, 2 by default), bytes to the byte and the step to 1e-6 of it. */
-static void by_hand(const Config *cfg, const PlanFlags *f) {
+static void by_hand(const PlanFlags *f, const Args *user) {
     if (!f->machine[0]) fatal(EXIT_USAGE, "--by-hand needs --machine FILE (the constants of the step time)");
+    Args mine = {0};
+    for (int i = 0; i < user->n; i++) args_add(&mine, user->args[i]);
+    if (!plan_arg_given(user->args, user->n, "--dp")) args_add(&mine, "--dp=2");
+    args_add(&mine, "--zero=1");
+    args_add(&mine, "--precision=bf16");
+    int ranks = axis_of(&mine, "--dp");
+    Layout l;
+    layout_make(&l, 5, &mine, f->threads);
+    l.dry.quiet_errors = 1;
+    PlanDry d;
+    plan_dry_run(&l.dry, &d);
+    if (d.status) { /* the rules of the exercise first, in its words; then the program's */
+        const char *batch = plan_arg_value(user->args, user->n, "--batch");
+        if (batch && atoi(batch) % ranks)
+            fatal(EXIT_USAGE, "--by-hand: --batch %d does not divide among --dp %d ranks (valid: a multiple of %d)",
+                  atoi(batch), ranks, ranks);
+        if (!batch && 8 % ranks)
+            fatal(EXIT_USAGE, "--by-hand: --batch 8 does not divide among --dp %d ranks (valid: a multiple of %d)",
+                  ranks, ranks);
+        fatal(d.status == EXIT_USAGE ? EXIT_USAGE : EXIT_RUNTIME, "%s", d.error);
+    }
+    const Config *cfg = &d.cfg;
     const ModelConfig *mc = &cfg->model;
-    int ranks = flag_given(cfg, "--dp") ? f->dp : 2;
     if (cfg->micro != 1 || cfg->recompute)
         fatal(EXIT_USAGE,
               "--by-hand plans one micro-batch without recomputation (valid: --micro 1, no --recompute)");
-    if (cfg->batch % ranks)
-        fatal(EXIT_USAGE,
-              "--by-hand: --batch %d does not divide among --dp %d ranks (valid: a multiple of %d)",
-              cfg->batch, ranks, ranks);
     ParamTable table;
     param_table_build(&table, mc);
     for (int u = LAYER_EMBEDDING; u <= mc->layers; u++) {
@@ -637,34 +661,22 @@ static void by_hand(const Config *cfg, const PlanFlags *f) {
                   unit, table_unit(&table, u)->numel, ranks, ranks);
     }
     param_table_free(&table);
-    Config mine = *cfg;
-    mine.precision = PRECISION_BF16;
-    PlanLayout l = {.chapter = 5,
-                    .dp = ranks,
-                    .tp = 1,
-                    .pp = 1,
-                    .chunks = 1,
-                    .zero = 1,
-                    .dp_mode = DP_FLAT,
-                    .threads = f->threads ? f->threads : omp_get_max_threads()};
     Machine mach;
     machine_read(f->machine, &mach);
-    PlanMemory m;
-    PlanTraffic t;
     PlanTime pt;
-    plan_memory(&mine, &l, 0, &m);
-    plan_traffic(&mine, &l, 0, &t);
-    plan_time(&mine, &l, &t, &mach, &pt);
+    time_of(&l, &d, &mach, &pt);
+    const PlanDryRank *r = &d.ranks[0];
+    PlanTraffic t = traffic_of(r);
     ByHand h = {0};
     ByHandLayout layout = {mc->vocab, mc->seq, mc->dmodel, mc->layers, ranks, cfg->batch};
     plan_by_hand(&layout, &mach, &h);
     struct {
         const char *what;
         double yours, planner, tolerance;
-    } rows[] = {{"device params bytes", h.params_bytes, m.bytes[SPACE_DEVICE][CAT_PARAMS], 0.5},
-                {"device grads bytes", h.grads_bytes, m.bytes[SPACE_DEVICE][CAT_GRADS], 0.5},
-                {"device optimizer bytes", h.optimizer_bytes, m.bytes[SPACE_DEVICE][CAT_OPTIMIZER], 0.5},
-                {"bytes sent per step", h.sent_bytes, t.allreduce + t.reduce_scatter + t.allgather, 0.5},
+    } rows[] = {{"device params bytes", h.params_bytes, r->bytes[SPACE_DEVICE][CAT_PARAMS], 0.5},
+                {"device grads bytes", h.grads_bytes, r->bytes[SPACE_DEVICE][CAT_GRADS], 0.5},
+                {"device optimizer bytes", h.optimizer_bytes, r->bytes[SPACE_DEVICE][CAT_OPTIMIZER], 0.5},
+                {"bytes sent per step", h.sent_bytes, t.allreduce + t.reduce_scatter + t.allgather + t.send, 0.5},
                 {"step ms", h.step_ms, pt.step_s * 1e3, 1e-6 * pt.step_s * 1e3}};
     printf("exercise 06.3: mpirun -np %d 05_zero/train --vocab %d --seq %d --dmodel %d --layers %d "
            "--batch %d --zero 1 --precision bf16, on %s\n",
@@ -672,8 +684,8 @@ static void by_hand(const Config *cfg, const PlanFlags *f) {
     printf("  %-24s %16s %16s  %s\n", "", "yours", "the planner's", "");
     int wrong = 0;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        double d = rows[i].yours - rows[i].planner;
-        int ok = d <= rows[i].tolerance && -d <= rows[i].tolerance;
+        double diff = rows[i].yours - rows[i].planner;
+        int ok = diff <= rows[i].tolerance && -diff <= rows[i].tolerance;
         wrong += !ok;
         int digits = i < 4 ? 0 : 4; /* bytes whole, the step in ms */
         printf("  %-24s %16.*f %16.*f  %s\n", rows[i].what, digits, rows[i].yours, digits, rows[i].planner,
@@ -683,165 +695,125 @@ static void by_hand(const Config *cfg, const PlanFlags *f) {
     exit(wrong ? 1 : 0);
 }
 
-/* --search: the layouts the planner covers on N ranks, with the model, batch and precision given. */
+/* ---- --search: the layouts of N ranks, each planned by its program's dry runs ---- */
 typedef struct {
-    char name[96]; /* as the chapter's command line adds them */
-    PlanFlags flags;
+    char name[128]; /* as the chapter's command line adds them */
+    int chapter, dp, pp, cp, tp;
+    char words[96]; /* the chapter's flags of this candidate */
+    int dpu;        /* 06 --dpu: the losses are not 01's */
     double step_s, device, host;
-    char why[512]; /* empty: it fits */
+    char why[1024]; /* empty: it fits */
 } Candidate;
 
-static size_t space_sum(const PlanMemory *m, int space, int *largest) {
-    size_t sum = 0;
-    *largest = 0;
-    for (int c = 0; c < CAT_COUNT; c++) {
-        sum += m->bytes[space][c];
-        if (m->bytes[space][c] > m->bytes[space][*largest]) *largest = c;
-    }
-    return sum;
-}
-
-/* One candidate: chapter ch on dp x pp x cp x tp ranks, with its own flags. */
-static Candidate *candidate(Candidate *list, int *n, const PlanFlags *base, const char *ch, int dp, int pp,
-                            int cp, int tp) {
+static Candidate *candidate(Candidate *list, int *n, int chapter, int dp, int pp, int cp, int tp, const char *words) {
     Candidate *c = &list[(*n)++];
     memset(c, 0, sizeof *c);
-    c->flags = *base;
-    PlanFlags *f = &c->flags;
-    snprintf(f->chapter, sizeof f->chapter, "%s", ch);
-    f->dp = dp, f->pp = pp, f->cp = cp, f->tp = tp;
-    f->schedule = SCHED_1F1B, f->virtual_chunks = 1, f->zero = 0, f->zero_given = 0;
-    f->offload = f->dpu = f->sp = 0;
-    snprintf(f->dp_mode, sizeof f->dp_mode, "flat");
-    snprintf(f->mp, sizeof f->mp, "%s", tp > 1 ? "tensor" : "layer");
-    int len = snprintf(c->name, sizeof c->name, "%s", ch);
-    if (strcmp(ch, "01") != 0 && (pp > 1 || tp > 1 || cp > 1))
-        len += snprintf(c->name + len, sizeof c->name - len, " --dp %d", dp);
+    c->chapter = chapter, c->dp = dp, c->pp = pp, c->cp = cp, c->tp = tp;
+    snprintf(c->words, sizeof c->words, "%s", words);
+    int len = snprintf(c->name, sizeof c->name, "%02d", chapter);
+    if (chapter != 1 && (pp > 1 || tp > 1 || cp > 1)) len += snprintf(c->name + len, sizeof c->name - len, " --dp %d", dp);
     if (pp > 1) len += snprintf(c->name + len, sizeof c->name - len, " --pp %d", pp);
     if (tp > 1) len += snprintf(c->name + len, sizeof c->name - len, " --tp %d", tp);
-    if (cp > 1) snprintf(c->name + len, sizeof c->name - len, " --cp %d", cp);
+    if (cp > 1) len += snprintf(c->name + len, sizeof c->name - len, " --cp %d", cp);
+    if (words[0]) snprintf(c->name + len, sizeof c->name - len, " %s", words);
+    c->dpu = strstr(words, "--dpu") != NULL;
     return c;
 }
 
-/* The candidate's name and flags, with more of both. */
-static void also(Candidate *c, const char *words) {
-    size_t len = strlen(c->name);
-    snprintf(c->name + len, sizeof c->name - len, " %s", words);
-}
-
-/* Every layout of N ranks the planner covers: one replica per rank (01; 02's
- * modes; 05's stages; 06 with and without the delayed update), and every
- * split of N = dp x pp x tp with pp or tp above 1 (04's schedules; 05's
- * ZeRO-1 and -2 inside it; 06 --offload), and 03's context parallelism over
- * cp ranks of dp x cp. At most 64 x 9 + 8 candidates. */
-static int candidates(const PlanFlags *base, int N, Candidate *list) {
+/* Every layout of N ranks: one replica per rank (01; 02's modes; 05's stages; 06 with and
+ * without the delayed update), every split of N = dp x pp x tp with pp or tp above 1 (04's
+ * schedules; 05's ZeRO-1 and -2 inside it; 06 --offload), and 03's dp x cp. */
+static int candidates(int N, Candidate *list) {
     int n = 0;
-    Candidate *c;
-    if (N == 1) candidate(list, &n, base, "01", 1, 1, 1, 1);
+    if (N == 1) candidate(list, &n, 1, 1, 1, 1, 1, "");
     if (N > 1) {
-        also(candidate(list, &n, base, "02", N, 1, 1, 1), "--dp-mode flat");
-        c = candidate(list, &n, base, "02", N, 1, 1, 1);
-        also(c, "--dp-mode overlap");
-        snprintf(c->flags.dp_mode, sizeof c->flags.dp_mode, "overlap");
+        candidate(list, &n, 2, N, 1, 1, 1, "--dp-mode flat");
+        candidate(list, &n, 2, N, 1, 1, 1, "--dp-mode overlap");
         for (int z = 0; z <= 3; z++) {
             char words[16];
             snprintf(words, sizeof words, "--zero %d", z);
-            c = candidate(list, &n, base, "05", N, 1, 1, 1);
-            also(c, words);
-            c->flags.zero = z, c->flags.zero_given = 1;
+            candidate(list, &n, 5, N, 1, 1, 1, words);
         }
     }
-    for (int dpu = 0; dpu <= 1; dpu++) {
-        c = candidate(list, &n, base, "06", N, 1, 1, 1);
-        also(c, dpu ? "--offload --dpu" : "--offload");
-        c->flags.offload = 1, c->flags.dpu = dpu;
-    }
+    candidate(list, &n, 6, N, 1, 1, 1, "--offload");
+    candidate(list, &n, 6, N, 1, 1, 1, "--offload --dpu");
     for (int tp = 1; tp <= N; tp++)
         for (int pp = 1; pp * tp <= N; pp++) {
             if (N % (pp * tp) || pp * tp == 1 || n > 64 * 9) continue;
             int dp = N / (pp * tp);
-            static const char *schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
-            for (int s = 0; s < 4; s++) {
-                if (pp == 1 && s != SCHED_1F1B) continue; /* one stage: no schedule */
-                c = candidate(list, &n, base, "04", dp, pp, 1, tp);
-                char words[48];
-                snprintf(words, sizeof words, "--schedule %s%s", schedules[s],
-                         s == SCHED_INTERLEAVED ? " --virtual 2" : "");
-                if (pp > 1) also(c, words);
-                c->flags.schedule = s, c->flags.virtual_chunks = s == SCHED_INTERLEAVED ? 2 : 1;
-            }
-            for (int z = 1; z <= 2; z++) {
-                c = candidate(list, &n, base, "05", dp, pp, 1, tp);
-                also(c, z == 1 ? "--zero 1" : "--zero 2");
-                c->flags.zero = z, c->flags.zero_given = 1;
-            }
-            c = candidate(list, &n, base, "06", dp, pp, 1, tp);
-            also(c, "--offload");
-            c->flags.offload = 1;
+            static const char *schedules[] = {"--schedule gpipe", "--schedule 1f1b",
+                                              "--schedule interleaved --virtual 2", "--schedule zb-h1"};
+            for (int s = 0; s < 4; s++)
+                if (pp > 1 || s == 1) candidate(list, &n, 4, dp, pp, 1, tp, pp > 1 ? schedules[s] : "");
+            candidate(list, &n, 5, dp, pp, 1, tp, "--zero 1");
+            candidate(list, &n, 5, dp, pp, 1, tp, "--zero 2");
+            candidate(list, &n, 6, dp, pp, 1, tp, "--offload");
         }
     for (int cp = 2; cp <= N && n < 64 * 9 + 8; cp++)
-        if (N % cp == 0) candidate(list, &n, base, "03", N / cp, 1, cp, 1);
+        if (N % cp == 0) candidate(list, &n, 3, N / cp, 1, cp, 1, "");
     return n;
 }
 
-/* The command line of a candidate, as the rules that ask which flags were typed see it: the
- * flags the candidate's name adds, instead of the same flags on the planner's command line. */
-static Config candidate_typed(const Config *cfg, const PlanFlags *f) {
-    Config typed = *cfg;
-    flag_set_given(&typed, "--schedule", strcmp(f->chapter, "04") == 0 && f->pp > 1);
-    flag_set_given(&typed, "--virtual", f->virtual_chunks > 1);
-    flag_set_given(&typed, "--zero", f->zero_given);
-    flag_set_given(&typed, "--dp-mode", strcmp(f->chapter, "02") == 0);
-    return typed;
+/* A candidate's flags: the user's (the model, the batch, the precision), then its own. */
+static void candidate_args(const Candidate *c, const Args *user, Args *out) {
+    for (int i = 0; i < user->n; i++) args_add(out, user->args[i]);
+    char axis[32]; /* --dp and --pp: the world's (handed on where the program takes them) */
+    snprintf(axis, sizeof axis, "--dp=%d", c->dp), args_add(out, axis);
+    snprintf(axis, sizeof axis, "--pp=%d", c->pp), args_add(out, axis);
+    if (c->tp > 1) snprintf(axis, sizeof axis, "--tp=%d", c->tp), args_add(out, axis);
+    if (c->cp > 1) snprintf(axis, sizeof axis, "--cp=%d", c->cp), args_add(out, axis);
+    char words[96];
+    snprintf(words, sizeof words, "%s", c->words);
+    for (char *save, *w = strtok_r(words, " ", &save); w; w = strtok_r(NULL, " ", &save)) args_add(out, w);
 }
 
-/* A layout whose losses are not 01's at the same step: 06's delayed parameter update. */
-static int changes_losses(const PlanFlags *f) {
-    return f->dpu;
-}
-
-static void search(const Config *cfg, const PlanFlags *f) {
-    if (!flag_given(cfg, "--gpus") || !f->machine[0])
+static void search(const PlanFlags *f, const Config *cfg, const Args *user) {
+    if (!own_flag_given(cfg, "--gpus") || !f->machine[0])
         fatal(EXIT_USAGE, "--search needs --gpus N (the ranks) and --machine FILE (the times to rank by)");
     Machine mach;
     machine_read(f->machine, &mach);
-    double budget = flag_given(cfg, "--gpu-mem") ? (double)f->gpu_mem : mach.device_mem_bytes;
+    double budget = own_flag_given(cfg, "--gpu-mem") ? (double)f->gpu_mem : mach.device_mem_bytes;
     printf("layouts of %d rank%s, %.4g bytes of device memory each, ranked by the step predicted on %s\n",
            f->gpus, f->gpus > 1 ? "s" : "", budget, mach.name);
     Candidate *list = xcalloc(64 * 9 + 16, sizeof *list);
-    int n = candidates(f, f->gpus, list), *order = xcalloc(n, sizeof(int)), fits = 0;
+    int n = candidates(f->gpus, list), *order = xcalloc(n, sizeof(int)), fits = 0;
     for (int i = 0; i < n; i++) {
         Candidate *c = &list[i];
-        Config typed = candidate_typed(cfg, &c->flags);
-        const char *why = layout_problem(&typed, &c->flags);
-        if (why) {
-            snprintf(c->why, sizeof c->why, "%s", why);
+        Args args = {0};
+        candidate_args(c, user, &args);
+        Layout l;
+        layout_make(&l, c->chapter, &args, f->threads);
+        args_free(&args);
+        l.dry.quiet_errors = 1;
+        PlanDry d;
+        plan_dry_run(&l.dry, &d);
+        if (d.status) {
+            snprintf(c->why, sizeof c->why, "%s", d.error);
+            layout_free(&l);
             continue;
         }
-        PlanLayout l = layout_of(cfg, &c->flags);
-        int ranks = plan_replica_ranks(&l), fullest = 0, largest = 0;
-        PlanMemory *m = xcalloc(ranks, sizeof *m);
-        PlanTraffic *t = xcalloc(ranks, sizeof *t);
-        for (int r = 0; r < ranks; r++) { /* the rank with the most device memory decides */
-            plan_memory(cfg, &l, r, &m[r]);
-            plan_traffic(cfg, &l, r, &t[r]);
-            int cat, host_cat;
-            double device = space_sum(&m[r], SPACE_DEVICE, &cat),
-                   host = space_sum(&m[r], SPACE_HOST, &host_cat);
+        int fullest = 0, largest = 0;
+        for (int r = 0; r < d.nranks; r++) { /* the rank with the most device memory decides */
+            double device = 0, host = 0;
+            int cat = 0;
+            for (int k = 0; k < CAT_COUNT; k++) {
+                device += d.ranks[r].bytes[SPACE_DEVICE][k], host += d.ranks[r].bytes[SPACE_HOST][k];
+                if (d.ranks[r].bytes[SPACE_DEVICE][k] > d.ranks[r].bytes[SPACE_DEVICE][cat]) cat = k;
+            }
             if (device > c->device) c->device = device, fullest = r, largest = cat;
             if (host > c->host) c->host = host;
         }
         PlanTime pt;
-        plan_time_slowest(cfg, &l, t, &mach, &pt);
+        time_of(&l, &d, &mach, &pt);
         c->step_s = pt.step_s;
         if (c->device > budget)
-            snprintf(c->why, sizeof c->why,
-                     "device memory %.4g bytes > %.4g (rank %d; the most: %s, %zu bytes)", c->device, budget,
-                     fullest, category_name(largest), m[fullest].bytes[SPACE_DEVICE][largest]);
+            snprintf(c->why, sizeof c->why, "device memory %.4g bytes > %.4g (rank %d; the most: %s, %zu bytes)",
+                     c->device, budget, d.ranks[fullest].rank, category_name(largest),
+                     d.ranks[fullest].bytes[SPACE_DEVICE][largest]);
         else
             order[fits++] = i;
-        free(m);
-        free(t);
+        plan_dry_free(&d);
+        layout_free(&l);
     }
     for (int a = 1; a < fits; a++) /* by predicted step, fastest first */
         for (int b = a; b > 0 && list[order[b]].step_s < list[order[b - 1]].step_s; b--) {
@@ -855,7 +827,7 @@ static void search(const Config *cfg, const PlanFlags *f) {
     for (int exact = 1, rank = 0; exact >= 0; exact--, rank = 0) /* the same losses as 01, then the others */
         for (int r = 0; r < fits; r++) {
             const Candidate *c = &list[order[r]];
-            if (changes_losses(&c->flags) == exact) continue;
+            if (c->dpu == exact) continue;
             if (!exact && !rank)
                 printf("ranked apart, their losses not 01's (--dpu, the delayed parameter update: each "
                        "gradient is taken at weights one step stale)\n");
@@ -870,58 +842,70 @@ static void search(const Config *cfg, const PlanFlags *f) {
 }
 
 int main(int argc, char **argv) {
+    Args own = {0}, user = {0};
+    split_argv(argc, argv, &own, &user);
     Config cfg;
     PlanFlags f = {0};
-    ChapterFlags chapter = {.flags = plan_flags, .values = &f, .multi_rank = 1};
-    if (config_read(&cfg, argc, argv, PROGRAM, &chapter)) {
+    ChapterFlags chapter = {.flags = plan_flags, .values = &f, .multi_rank = 1, .rows_only = 1};
+    if (config_read(&cfg, own.n, own.args, PROGRAM, &chapter)) {
         config_print_help(
             PROGRAM,
-            "Predict a run's memory (by memory.csv's space and category) and the bytes it sends (by\n"
-            "collective, and on each grid axis as run.csv's bytes_AXIS_per_step), from the chapter's\n"
-            "own flags, without running it; or the papers' tables.",
+            "Predict a run's memory (by memory.csv's space and category), the bytes it sends (by\n"
+            "collective, and on each grid axis as run.csv's bytes_AXIS_per_step) and its step time, by\n"
+            "dry runs of the chapter's own program (NN/train --dry-run: one rank's start-up and step on a\n"
+            "device that computes nothing); or the papers' tables. Every flag not listed here is the\n"
+            "chapter's, handed to its program with the program's own ranges (NN/train --help).",
             &chapter);
         return 0;
     }
     if (f.csv[0]) output_file_check_not_run("--csv", f.csv, &memory_csv_output);
     if (f.time_csv[0]) output_file_check_not_run("--time-csv", f.time_csv, &time_csv_output);
     if (f.calibrate[0]) {
-        calibrate(&f, cfg.device);
+        const char *device = plan_arg_value(user.args, user.n, "--device");
+        calibrate(&f, device ? device : "auto");
         return 0;
     }
     if (f.quick) fatal(EXIT_USAGE, "--quick is a flag of --calibrate FILE");
     if (f.zero_table) {
-        zero_table(&f, !flag_given(&cfg, "--precision") || cfg.precision != PRECISION_FP32);
+        const char *precision = plan_arg_value(user.args, user.n, "--precision");
+        zero_table(&f, !precision || strcmp(precision, "fp32") != 0);
         return 0;
     }
     if (f.offload_capacity) {
         offload_capacity(&f);
         return 0;
     }
+    for (const char *const *own_run = (const char *const[]){"--dry-run", "--world", "--rank", NULL}; *own_run; own_run++)
+        if (plan_arg_given(user.args, user.n, *own_run))
+            fatal(EXIT_USAGE, "%s: the planner runs the dry runs itself, one per distinct rank (valid: the "
+                  "run's flags, with --dp and --pp for its ranks)", *own_run);
+    if (f.time_csv[0] && !f.machine[0])
+        fatal(EXIT_USAGE, "--time-csv needs --machine FILE (the constants the time is computed from)");
+    Machine mach;
+    if (f.machine[0]) machine_read(f.machine, &mach); /* a bad file refused before anything is planned */
     if (f.search) {
-        search(&cfg, &f);
+        search(&f, &cfg, &user);
         return 0;
     }
-    if (f.by_hand) by_hand(&cfg, &f);
-    check_plan(&cfg, &f);
-    Machine mach;
-    if (f.machine[0]) machine_read(f.machine, &mach); /* a bad file refused before anything is printed */
-    PlanLayout l = layout_of(&cfg, &f);
-    int per_replica = plan_replica_ranks(&l); /* the replicas' ranks hold and send alike */
-    PlanMemory *m = xcalloc(per_replica, sizeof *m);
-    PlanTraffic *t = xcalloc(per_replica, sizeof *t);
-    for (int r = 0; r < per_replica; r++) {
-        plan_memory(&cfg, &l, r, &m[r]);
-        plan_traffic(&cfg, &l, r, &t[r]);
-    }
-    print_plan(&cfg, &l, chapter_of(&cfg, &f), m, t);
-    if (f.csv[0]) write_csv(f.csv, &l, m);
+    if (f.by_hand) by_hand(&f, &user);
+    Layout l;
+    layout_make(&l, chapter_of(&f, &user), &user, f.threads);
+    if (l.dry.chapter == 1 && l.dry.world > 1)
+        fatal(EXIT_USAGE, "--chapter 01 runs on one device, not %d ranks (valid: --dp 1)", l.dry.world);
+    PlanDry d;
+    plan_dry_run(&l.dry, &d);
+    print_plan(&l, &d);
+    if (f.csv[0]) write_csv(f.csv, &l, &d);
     if (f.machine[0]) {
         PlanTime pt;
-        plan_time_slowest(&cfg, &l, t, &mach, &pt);
-        print_time(&cfg, &l, &mach, &pt);
+        time_of(&l, &d, &mach, &pt);
+        PlanLayout t = time_layout(&l, &d);
+        print_time(&d.cfg, &t, &mach, &pt);
         if (f.time_csv[0]) write_time_csv(f.time_csv, &pt);
     }
-    free(m);
-    free(t);
+    plan_dry_free(&d);
+    layout_free(&l);
+    args_free(&own);
+    args_free(&user);
     return 0;
 }

@@ -2,9 +2,11 @@
  * one-process backend (chapter 01, built without MPI). */
 #include "harness.h"
 
+#include "dry_work.h"
 #include "layout_rules.h"
 #include "preflight.h"
 #include "util.h"
+#include "work_ledger.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -143,6 +145,7 @@ RunStep run_step_begin(Run *run, int step) {
     s.bytes_at_start = run->across->bytes_sent();
     if (run->across->axis_bytes_sent) run->across->axis_bytes_sent(s.axis_bytes_at_start);
     if (run->spec->barrier_each_step) run->across->barrier(run);
+    work_reset(); /* a dry run's dry-work.csv holds the last step's work (work_ledger.h) */
     profile_step_begin(step + 1);
     timer_start(&s.clock);
     return s;
@@ -241,6 +244,7 @@ void run_finish(Run *run, size_t params, const char *extra_header, const char *e
     RunSummary r;
     if (run_writes_files(run)) write_run_csv(run, params, peak_device, header, values, &r);
     run->across->write_memory_csv(run);
+    if (run->cfg->dry_run) dry_work_csv_write(run->cfg->out); /* dry_work.h */
     if (!run_writes_files(run)) return;
     run_info_complete(run->cfg);
     char details[1024];

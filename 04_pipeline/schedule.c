@@ -249,13 +249,6 @@ int schedule_live_activations(const StageSchedule *s) {
     return peak;
 }
 
-const char *schedule_op_name(OpKind kind) {
-    static const char *names[] = {"fwd",       "bwd",        "recv_act",           "send_act",
-                                  "recv_grad", "send_grad",  "send_act_recv_grad", "send_grad_recv_act",
-                                  "bwd_input", "bwd_weight", "post_act",           "post_grad"};
-    return names[kind];
-}
-
 double bubble_formula(int P, int M) {
     /* EXERCISE 04.1 BEGIN: the bubble arithmetic (course.md, exercise 04.1) */
     /* A micro-batch's forward and backward take (M + P - 1) slots end to end:

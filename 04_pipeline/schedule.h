@@ -93,8 +93,6 @@ void schedule_print(const StageSchedule *s, int stage);
  * activation buffers the stage needs. With V chunks: chunk-micro-batches,
  * each 1/V of the stage's activations for a micro-batch. */
 int schedule_live_activations(const StageSchedule *s);
-/* A short name for an action kind, as in timeline.csv: fwd, bwd, recv_act, ... */
-const char *schedule_op_name(OpKind kind);
 
 /* The bubble: the fraction of the stages' time spent idle in a step.
  * bubble_formula: (P-1)/(M+P-1), for P equal stages and M micro-batches.

@@ -8,11 +8,15 @@ load helpers
 FLAGS="--device cpu --steps 1 --sample 0 --quiet"
 
 # Each rank's dry-work.csv of DIR as "F0 F1 B0 ... W3c1": F a forward, B a backward (zb-h1: its input
-# half), W a weight half, the micro-batch, c<chunk> past chunk 0: schedule_print's names.
+# half), W a weight half, the micro-batch, c<chunk> past chunk 0: schedule_print's names. With a
+# second argument, the messages too (ra0, sa1|rg0, pg2c1, ...), the stage's whole list.
 pieces_as_actions() {
-    awk -F, 'NR > 1 && $2 ~ /^(fwd|bwd|bwd_input|bwd_weight)$/ {
-        k = $2 == "fwd" ? "F" : $2 == "bwd_weight" ? "W" : "B"
-        printf "%s%s%s%s", sep, k, $3, ($4 > 0 ? "c" $4 : ""); sep = " " }
+    awk -F, -v all="${2:-}" 'BEGIN { split("fwd F bwd B bwd_input B bwd_weight W recv_act ra send_act sa recv_grad rg " \
+                                   "send_grad sg post_act pa post_grad pg send_act_recv_grad sa send_grad_recv_act sg", w, " ")
+                             for (i = 1; i < 24; i += 2) name[w[i]] = w[i + 1]
+                             second["send_act_recv_grad"] = "|rg"; second["send_grad_recv_act"] = "|ra" }
+        NR > 1 && ($2 in name) && (all || $2 ~ /^(fwd|bwd|bwd_input|bwd_weight)$/) {
+            printf "%s%s%s%s%s", sep, name[$2], $3, ($2 in second ? second[$2] $4 : ""), ($5 > 0 ? "c" $5 : ""); sep = " " }
         END { print "" }' "$1/dry-work.csv"
 }
 
@@ -35,17 +39,18 @@ pieces_as_actions() {
         attention = L * B * NH * 2 * 2 * T * T * hs
         printf "fwd %.0f bwd %.0f\n", linear + attention, 2 * linear + attention * 5 / 2 }')"
     local counted
-    counted="$(awk -F, 'NR > 1 && $3 == 0 && ($2 == "fwd" || $2 == "bwd") { printf "%s%s %s", sep, $2, $6; sep = " " }
+    counted="$(awk -F, 'NR > 1 && $3 == 0 && ($2 == "fwd" || $2 == "bwd") { printf "%s%s %s", sep, $2, $7; sep = " " }
         END { print "" }' "$out/dry-work.csv")"
     assert_equal "$counted" "$expected"
-    # both micro-batches, in the step's order, then the update of every parameter
+    # both micro-batches, in the step's order, then the update of every parameter (order,action,micro,micro2,
+    # chunk,flops,matmul_flops,bytes,adam_params)
     run awk -F, 'NR > 1 { printf "%s%s%s", sep, $2, $3; sep = " " } END { print "" }' "$out/dry-work.csv"
     assert_output "other0 fwd0 bwd0 fwd1 bwd1 update0"
-    assert_equal "$(awk -F, '$2 == "update" { print $8 }' "$out/dry-work.csv")" \
+    assert_equal "$(awk -F, '$2 == "update" { print $9 }' "$out/dry-work.csv")" \
         "$(csv_column "$out/run.csv" params)"
 }
 
-@test "dry runs of 04's stages count one piece per computing action, in the schedule's order" {
+@test "dry runs of 04's stages count one piece per action, in the schedule's order" {
     local out="$(scratch)"
     # 1F1B on 2 stages, 4 micro-batches: stage 0 warms up with one forward, stage 1 with none
     local expected=("F0 F1 B0 F2 B1 F3 B2 B3" "F0 B0 F1 B1 F2 B2 F3 B3") s
@@ -55,19 +60,19 @@ pieces_as_actions() {
         assert_success
         assert_equal "$(pieces_as_actions "$out/1f1b-$s")" "${expected[$s]}"
     done
-    # every schedule: the computing actions --print-schedule lists for the stage
+    # every schedule: the list of actions --print-schedule gives the stage
     local schedule flags
-    for schedule in gpipe zb-h1 "interleaved --virtual 2 --layers 4"; do
+    for schedule in 1f1b gpipe zb-h1 "interleaved --virtual 2 --layers 4"; do
         flags="--model tiny --pp 2 --schedule $schedule --batch 4 --micro 4 --dry-run --world 2"
         for s in 0 1; do
-            run "$TRAIN04" $FLAGS $flags --rank $s --out "$out/${schedule%% *}-$s"
+            run "$TRAIN04" $FLAGS $flags --rank $s --out "$out/list-${schedule%% *}-$s"
             assert_success
             local listed
             listed="$("$TRAIN04" $FLAGS $flags --rank 0 --print-schedule |
-                awk -v s="stage $s:" 'index($0, s) == 1 { for (i = 3; i <= NF; i++) if ($i ~ /^[FBW][0-9]/) {
-                    printf "%s%s", sep, $i; sep = " " } print "" }')"
+                awk -v s="stage $s:" 'index($0, s) == 1 { $1 = $2 = ""; sub(/^ +/, ""); print }')"
             [ -n "$listed" ]
-            assert_equal "${schedule%% *} $s: $(pieces_as_actions "$out/${schedule%% *}-$s")" \
+            # the whole list as the stage ran it, its messages too
+            assert_equal "${schedule%% *} $s: $(pieces_as_actions "$out/list-${schedule%% *}-$s" all)" \
                 "${schedule%% *} $s: $listed"
         done
     done
@@ -79,10 +84,10 @@ pieces_as_actions() {
     assert_success
     local params host
     params="$(csv_column "$out/run.csv" params)"
-    host="$(awk -F, '$2 == "host_update" { print $8 }' "$out/dry-work.csv")"
+    host="$(awk -F, '$2 == "host_update" { print $9 }' "$out/dry-work.csv")"
     [ -n "$host" ]
     # rank 1's shard: half of the padded units, at least half the parameters, less than all
     awk -v h="$host" -v p="$params" 'BEGIN { exit !(h >= p / 2 && h < p) }'
     # nothing of it on the device: every device AdamW element is the host's
-    assert_equal "$(awk -F, 'NR > 1 && $2 != "host_update" { s += $8 } END { print s + 0 }' "$out/dry-work.csv")" 0
+    assert_equal "$(awk -F, 'NR > 1 && $2 != "host_update" { s += $9 } END { print s + 0 }' "$out/dry-work.csv")" 0
 }

@@ -17,14 +17,14 @@ static int count, capacity;
 static int depth; /* pieces open: only the outermost has a row */
 static int open_row = -1, host_row = -1;
 
-static int add_row(const char *action, int micro, int chunk) {
+static int add_row(const char *action, int micro, int micro2, int chunk) {
     if (count == capacity) {
         capacity = capacity ? 2 * capacity : 64;
         pieces = realloc(pieces, (size_t)capacity * sizeof *pieces);
         if (!pieces) fatal(EXIT_RUNTIME, "work ledger: out of host memory for %d pieces", capacity);
     }
     WorkPiece *w = &pieces[count];
-    *w = (WorkPiece){.micro = micro, .chunk = chunk};
+    *w = (WorkPiece){.micro = micro, .micro2 = micro2, .chunk = chunk};
     snprintf(w->action, sizeof w->action, "%s", action);
     if (micro < 0) { /* the k-th row of this action in the step */
         w->micro = 0;
@@ -33,11 +33,15 @@ static int add_row(const char *action, int micro, int chunk) {
     return count++;
 }
 
-void work_begin(const char *action, int micro, int chunk) {
+void work_begin_action(const char *action, int micro, int micro2, int chunk) {
     if (!device_dry()) return;
     pthread_mutex_lock(&ledger_lock);
-    if (depth++ == 0) open_row = add_row(action, micro, chunk);
+    if (depth++ == 0) open_row = add_row(action, micro, micro2, chunk);
     pthread_mutex_unlock(&ledger_lock);
+}
+
+void work_begin(const char *action, int micro, int chunk) {
+    work_begin_action(action, micro, -1, chunk);
 }
 
 void work_end(void) {
@@ -51,7 +55,7 @@ void work_end(void) {
 /* The row work goes to now: the open piece, else an `other` row (the last row if it is one). */
 static WorkPiece *current(void) {
     if (open_row < 0 && (count == 0 || strcmp(pieces[count - 1].action, "other") != 0 || count - 1 == host_row))
-        add_row("other", -1, 0);
+        add_row("other", -1, -1, 0);
     return &pieces[open_row >= 0 ? open_row : count - 1];
 }
 
@@ -77,7 +81,7 @@ void work_add_adam(double params, double bytes) {
 void work_add_host_adam(double params, double bytes) {
     if (!device_dry()) return;
     pthread_mutex_lock(&ledger_lock);
-    if (host_row < 0) host_row = add_row("host_update", 0, 0);
+    if (host_row < 0) host_row = add_row("host_update", 0, -1, 0);
     pieces[host_row].adam_params += params;
     pieces[host_row].bytes += bytes;
     pthread_mutex_unlock(&ledger_lock);

@@ -10,7 +10,8 @@
  * step opens the pieces: the pipeline interpreter one per schedule action
  * (its op name, micro-batch and chunk), the model's ranges fwd, bwd (or a
  * split backward's bwd_input and bwd_weight), the optimizer's step update,
- * chapter 06's host AdamW host_update. Pieces nest: only the outermost opens
+ * chapter 06's host AdamW host_update; the interpreter's messages too, as
+ * pieces of no work (recv_act, post_grad, ...). Pieces nest: only the outermost opens
  * a row (a pipeline's fwd of micro-batch 2 holds the model's forward it
  * runs), so each row is one piece the step issues, in order. Work outside
  * every piece goes to a row `other` (a ring all-reduce's additions, a ZeRO
@@ -29,6 +30,7 @@ enum { WORK_ACTION_CHARS = 24 };
 typedef struct {
     char action[WORK_ACTION_CHARS]; /* fwd, bwd, bwd_input, bwd_weight, update, host_update, other */
     int micro, chunk;               /* the micro-batch and the stage's chunk of layers (0 with one) */
+    int micro2;                     /* a pipeline's exchange: the micro-batch received; else -1 */
     double flops;                   /* every counted operation but AdamW's */
     double matmul_flops;            /* of which the matrix products: 2 M N K each */
     double bytes;                   /* read and written by those operations */
@@ -37,6 +39,9 @@ typedef struct {
 
 /* Open a piece (nested: counted into the one already open). */
 void work_begin(const char *action, int micro, int chunk);
+/* The same for a pipeline's action, its messages too (schedule_sim.h's names and fields): the
+ * stage's list of actions as it ran, which common/plan replays. */
+void work_begin_action(const char *action, int micro, int micro2, int chunk);
 void work_end(void);
 /* What one operation does, into the open piece (or `other`). */
 void work_add(double flops, double matmul_flops, double bytes);

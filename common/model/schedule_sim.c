@@ -8,6 +8,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const char *const op_names[] = {"fwd",       "bwd",        "recv_act",           "send_act",
+                                       "recv_grad", "send_grad",  "send_act_recv_grad", "send_grad_recv_act",
+                                       "bwd_input", "bwd_weight", "post_act",           "post_grad"};
+
+const char *schedule_op_name(OpKind kind) {
+    return op_names[kind];
+}
+
+int schedule_op_parse(const char *name) {
+    for (int k = 0; k < (int)(sizeof op_names / sizeof op_names[0]); k++)
+        if (strcmp(name, op_names[k]) == 0) return k;
+    return -1;
+}
+
 /* The kind and micro-batches of an action: F3, sa3|rg1, ... */
 static void format_kind_micro(const Action *a, char *buf, size_t len) {
     switch (a->kind) {

@@ -78,6 +78,10 @@ void schedule_simulate_lists(const StageSchedule *stages, int P, int V, int M, d
 void schedule_replay_lists(const StageSchedule *stages, int P, int V, int M, const double *const *action_s,
                            ScheduleReport *report);
 
+/* A short name for an action kind, as in timeline.csv and dry-work.csv: fwd, bwd, recv_act, ...;
+ * and the kind of such a name, or -1. */
+const char *schedule_op_name(OpKind kind);
+int schedule_op_parse(const char *name);
 /* The action as schedule_print prints it: F3, sa3|rg1, B2c1 (c<chunk> past chunk 0). */
 void schedule_format_action(const Action *a, char *buf, size_t len);
 

@@ -120,3 +120,24 @@ close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(
     assert_failure 2
     [[ "$stderr" == *"stage1/dry-work.csv:1: header"* ]]
 }
+
+@test "--calibrate prices 01's step with the FLOPs its dry run counts, less its AdamW's time" {
+    local dir="$(scratch)"
+    run timeout 120 env OMP_NUM_THREADS=1 "$REPO/common/plan" --calibrate "$dir/here.machine" --quick
+    assert_success
+    # the same command's dry run (calibrate.sh --quick: the tiny preset's defaults)
+    run "$TRAIN01" --device cpu --model tiny --steps 1 --sample 0 --quiet --dry-run --world 1 --rank 0 --out "$dir/dry"
+    assert_success
+    local counted adam
+    counted="$(awk -F, 'NR > 1 { f += $6 } END { printf "%.6g", f }' "$dir/dry/dry-work.csv")"
+    adam="$(awk -F, 'NR > 1 { a += $9 } END { print a }' "$dir/dry/dry-work.csv")"
+    # the file's comment: "...: N FLOPs a step (its dry run counted them) in T ms (median), S s of it besides AdamW"
+    run awk -v counted="$counted" -v adam="$adam" '
+        / FLOPs a step \(its dry run counted them\)/ { for (i = 1; i <= NF; i++) { if ($(i + 1) == "FLOPs") n = $i
+                                                           if ($(i + 1) == "ms") ms = $i; if ($(i + 1) == "s") s = $i } }
+        $1 == "flops" { flops = $3 } $1 == "device_adam_params_per_s" { rate = $3 }
+        END { besides = ms * 1e-3 - adam / rate; if (!(besides >= ms * 1e-3 / 2)) besides = ms * 1e-3
+              d = flops * s / counted - 1; e = s / besides - 1
+              exit !(n == counted && d < 1e-4 && d > -1e-4 && e < 1e-3 && e > -1e-3) }' "$dir/here.machine"
+    assert_success
+}

@@ -52,8 +52,11 @@ void plan_time_work(const Config *cfg, const PlanLayout *l, const PlanTraffic *t
      * zb-h1 once more in W (model.h) */
     double compute = out->flops_per_step / N / split / m->flops * (2 + plan_forward_runs(cfg, l)) / 3;
     double backward = compute * 2 / 3; /* the window the backward's collectives hide under */
-    if (work) { /* what the dry runs counted: this rank's pieces, every rank of the world alike */
-        out->flops_per_step = wt.flops * plan_ranks(l);
+    if (work) { /* what the dry runs counted: each stage's ranks alike (without stages, every rank) */
+        PlanPipeline pipe = pipeline_of(cfg, l);
+        double stage_flops = 0;
+        for (int st = 0; st < pipe.stages; st++) stage_flops += pipe.stages > 1 ? plan_work_flops(&stages[st]) : 0;
+        out->flops_per_step = (pipe.stages > 1 ? stage_flops : wt.flops) * plan_ranks(l) / pipe.stages;
         compute = wt.compute_s, backward = wt.backward_s;
     }
     out->busy_s[PART_COMPUTE] = out->exposed_s[PART_COMPUTE] = compute;

@@ -57,6 +57,12 @@ void plan_work_free(PlanWork *w) {
     *w = (PlanWork){0};
 }
 
+double plan_work_flops(const PlanWork *w) {
+    double flops = 0;
+    for (int i = 0; i < w->count; i++) flops += w->rows[i].flops;
+    return flops;
+}
+
 /* The schedule's kind of a piece (schedule_sim.h's names), or -1 for the others (other, update, ...). */
 static int piece_kind(const WorkPiece *p) {
     return schedule_op_parse(p->action);

@@ -45,6 +45,8 @@ typedef struct {
  * wrong (exit 2). */
 void plan_work_read(const char *path, PlanWork *w);
 void plan_work_free(PlanWork *w);
+/* Every piece's counted FLOPs, summed. */
+double plan_work_flops(const PlanWork *w);
 
 /* The pipeline around a rank: stages (1: none), chunks per stage (interleaved's V, else 1),
  * micro-batches per step, and whether it is 03's layer split (one micro-batch at a time) rather

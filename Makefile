@@ -194,6 +194,9 @@ $(BUILD)/tests/test_tensor_parallel: $(BUILD)/03_model_parallel/tensor_parallel.
 02_data_parallel/commbench $(BUILD)/tests/test_comm: $(BUILD)/02_data_parallel/ring.o $(BUILD)/02_data_parallel/bucketed.o
 $(BUILD)/tests/test_comm.o: CFLAGS += -I02_data_parallel
 $(BUILD)/tests/test_schedule: $(BUILD)/04_pipeline/schedule.o
+# common/plan's time from dry runs' dry-work.csv, on files (tests/plan_work.bats)
+$(BUILD)/tests/test_plan_work: $(BUILD)/common/tools/plan_work.o $(BUILD)/common/tools/plan_machine.o
+$(BUILD)/tests/test_plan_work.o: CFLAGS += -Icommon/tools
 # Chapter 06's CPU AdamW: its vector paths equal the kernel table's AdamW bit for bit only
 # if no multiply and add are fused into an FMA (cpu_adam.c says why).
 $(BUILD)/06_offload/cpu_adam.o: CFLAGS += -ffp-contract=off

@@ -65,33 +65,7 @@
 #ifndef SCHEDULE_H
 #define SCHEDULE_H
 
-typedef enum {
-    OP_FORWARD,            /* forward of micro-batch `micro` */
-    OP_BACKWARD,           /* backward of micro-batch `micro` */
-    OP_RECV_ACT,           /* receive micro's activations from the previous piece (stage s-1) */
-    OP_SEND_ACT,           /* send micro's activations to the next piece (stage s+1) */
-    OP_RECV_GRAD,          /* receive the gradient of micro's output from the next piece */
-    OP_SEND_GRAD,          /* send the gradient of micro's input to the previous piece */
-    OP_SEND_ACT_RECV_GRAD, /* one exchange with the next piece: send act(micro), receive grad(micro2) */
-    OP_SEND_GRAD_RECV_ACT, /* one exchange with the previous piece: send grad(micro), receive act(micro2) */
-    OP_BACKWARD_INPUT,     /* zero bubble's B: the gradient of micro's input only, keeping what W needs */
-    OP_BACKWARD_WEIGHT,    /* zero bubble's W: the weight gradients of micro, after its B */
-    OP_POST_ACT,           /* post micro's activations to the next piece; does not wait (see above) */
-    OP_POST_GRAD,          /* post the gradient of micro's input to the previous piece; does not wait */
-} OpKind;
-
-typedef struct {
-    OpKind kind;
-    int micro;  /* the micro-batch (for exchanges: the one sent) */
-    int micro2; /* exchanges: the micro-batch received; else -1 */
-    int chunk;  /* the stage's chunk of layers that computes, sends or receives
-                   (an exchange: both halves); 0 with one chunk per stage */
-} Action;
-
-typedef struct {
-    Action *actions;
-    int count, capacity;
-} StageSchedule;
+#include "schedule_sim.h" /* the actions (OpKind, Action, StageSchedule) and the simulator */
 
 /* Valid names: "gpipe", "1f1b", "1f1b-naive", "zb-h1" (one chunk per stage).
  * Returns -1 for an unknown name, or a schedule that needs V > 1 chunks. */
@@ -119,8 +93,6 @@ void schedule_print(const StageSchedule *s, int stage);
  * activation buffers the stage needs. With V chunks: chunk-micro-batches,
  * each 1/V of the stage's activations for a micro-batch. */
 int schedule_live_activations(const StageSchedule *s);
-/* A short name for an action kind, as in timeline.csv: fwd, bwd, recv_act, ... */
-const char *schedule_op_name(OpKind kind);
 
 /* The bubble: the fraction of the stages' time spent idle in a step.
  * bubble_formula: (P-1)/(M+P-1), for P equal stages and M micro-batches.
@@ -141,15 +113,6 @@ double bubble_measured(const double *busy_ms, int stages, double span_ms);
  * less than 1F1B's bubble but more than this. */
 double schedule_bubble_formula(const char *name, int P, int V, int M, double tf, double tb, double tw);
 
-typedef struct {
-    int deadlock;          /* 1 if the stages got stuck */
-    int invalid;           /* 1 if a list breaks the once-each or dependency rule (see below) */
-    char where[160];       /* what each stuck stage was waiting on, or what is invalid */
-    int max_in_flight[64]; /* per stage (first 64): most (micro-batch, chunk) pairs forwarded whose
-                              backward (its W, where split) has not run */
-    double makespan;       /* simulated time of the whole step */
-    double bubble;         /* idle fraction of the stages: 1 - busy / (P * makespan) */
-} ScheduleReport;
 
 /* Run the P stages' schedules against each other with blocking messages;
  * forward takes time tf, backward tb, messages take no time. */
@@ -159,21 +122,6 @@ void schedule_simulate(const char *name, int P, int M, double tf, double tb, Sch
  * backward (OP_BACKWARD) tb + tw. Returns -1 where schedule_refusal refuses. */
 int schedule_simulate_chunks(const char *name, int P, int V, int M, double tf, double tb, double tw,
                              ScheduleReport *report);
-/* The same for any P lists of actions (stages[p] is stage p's), whose stages
- * hold V chunks each and run M micro-batches: a message goes to the piece after or before the
- * sender's (stage, chunk) and completes when that piece's stage is at the
- * matching action for that chunk (a posted message: when the receiver gets
- * to its receive). Times as in schedule_simulate_chunks.
- *
- * It also checks each list (report->invalid, with the first problem in
- * `where`): on every chunk, every micro-batch's forward runs exactly once,
- * then its backward once, either whole or as B then W; a piece that is not
- * the model's first receives a micro-batch's activations before its forward,
- * one that is not the last receives its gradient before its B; and a send
- * follows the computation that makes what it sends. With deadlock and
- * invalid both 0, the lists are a correct schedule. */
-void schedule_simulate_lists(const StageSchedule *stages, int P, int V, int M, double tf, double tb,
-                             double tw, ScheduleReport *report);
 
 /* --print-schedule: a legend line, then every stage's list of actions (schedule_print). */
 void schedule_print_all(const char *name, int P, int V, int M);

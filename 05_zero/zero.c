@@ -5,6 +5,7 @@
 #include "evaluate.h"
 #include "kernels.h"
 #include "util.h"
+#include "work_ledger.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -623,11 +624,12 @@ void zero_update(Zero *z, float grad_scale, const OptimHyper *h) {
 
 int zero_step_update(Zero *z, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm) {
     GradShards held = zero_grad_shards(z);
+    work_begin("update", 0, 0); /* a dry run counts the work (work_ledger.h) */
     StepDecision d = optimizer_decide(&held, ls, h->clip, step);
     *grad_norm = d.grad_norm;
-    if (d.skipped) return 1;
-    zero_update(z, d.grad_scale, h);
-    return 0;
+    if (!d.skipped) zero_update(z, d.grad_scale, h);
+    work_end();
+    return d.skipped;
 }
 
 void zero_checkpoint_layout(const Zero *z, CkptLayout *l) {

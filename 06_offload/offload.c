@@ -4,6 +4,7 @@
 #include "cpu_adam.h"
 #include "kernels.h"
 #include "util.h"
+#include "work_ledger.h"
 #include "zero.h"
 
 #include <math.h>
@@ -208,7 +209,10 @@ static CpuAdamArgs adam_args(const Offload *o, const OffloadUpdate *u, int t) {
 /* AdamW on elements [at, at + n) of the shard, from gradient shard `grads`;
  * in 16 bits the new weights are rounded into params16 in the same pass. */
 static void adam_on_host(Offload *o, int grads, size_t at, size_t n, const CpuAdamArgs *a) {
-    if (device_dry()) return; /* a dry run skips the host's compute too */
+    if (device_dry()) { /* a dry run skips the host's compute too, and counts it (work_ledger.h) */
+        work_add_host_adam((double)n, 7.0 * n * sizeof(float) + (o->half ? 2.0 * n : 0.0));
+        return;
+    }
     cpu_adamw(o->master + at, o->grads[grads] + at, o->m + at, o->v + at, n, a,
               o->half ? o->params16 + at : NULL, o->half ? o->format : HALF_BF16);
 }

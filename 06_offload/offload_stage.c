@@ -5,6 +5,7 @@
 #include "layout_rules.h"
 #include "optimizer_step.h"
 #include "util.h"
+#include "work_ledger.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -101,7 +102,9 @@ void offload_stage_create(Offload *o, Pipeline *p, const ProcessGrid *grid, Run 
 int offload_decide(Offload *o, Run *run, const OptimHyper *h, int step, double *grad_norm,
                    OffloadUpdate *update) {
     GradShards held = offload_grad_shards(o, run->world);
+    work_begin("update", 0, 0); /* the norm and clipping (a dry run counts the work: work_ledger.h) */
     StepDecision decision = optimizer_decide(&held, &run->scaler, h->clip, step);
+    work_end();
     *grad_norm = decision.grad_norm;
     *update = (OffloadUpdate){h->lr, decision.grad_scale}; /* the host AdamW: offload.c */
     return decision.skipped;

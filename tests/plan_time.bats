@@ -65,9 +65,24 @@ formula() {
     round_machine "$machine"
     run "$PLAN" --model tiny "$@" --machine "$machine" --time-csv "$dir/time.csv"
     assert_success
-    run python3 - "$dir/time.csv" "$@" <<'EOF'
+    # the work the step does, as rank 0's dry run of the chapter counts it (dry-work.csv, held to
+    # the shapes by dry_work.bats); everything else below is recomputed here from the formulas
+    local program=01_single_gpu args=("$@") np=1 i
+    [[ " $* " == *" --dp "* ]] && for ((i = 0; i < ${#args[@]}; i++)); do [ "${args[i]}" = --dp ] && np="${args[i + 1]}"; done
+    [ "$np" -gt 1 ] && program=02_data_parallel
+    [[ " $* " == *" --zero "* ]] && program=05_zero
+    [[ " $* " == *" --offload"* ]] && program=06_offload
+    local flags=() skip=0
+    for ((i = 0; i < ${#args[@]}; i++)); do # --dp is the world (02 takes it from mpirun)
+        if [ "${args[i]}" = --dp ]; then i=$((i + 1)); continue; fi
+        flags+=("${args[i]}")
+    done
+    OMP_NUM_THREADS=1 "$REPO/$program/train" --model tiny --device cpu "${flags[@]}" --steps 1 --sample 0 --quiet \
+        --dry-run --world "$np" --rank 0 --out "$dir/dry" >/dev/null
+    run python3 - "$dir/time.csv" "$dir/dry/dry-work.csv" "$@" <<'EOF'
 import csv, math, sys
-path, args = sys.argv[1], sys.argv[2:]
+path, work, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+pieces = list(csv.DictReader(open(work)))
 flag = lambda name, default: args[args.index(name) + 1] if name in args else default
 L, C, T, V, B = 2, 64, 64, 256, int(flag("--batch", 8))
 N, M, zero = int(flag("--dp", 1)), int(flag("--micro", 1)), int(flag("--zero", -1))
@@ -79,8 +94,12 @@ zero = 2 if chapter == 6 else max(zero, 0)
 P = V * C + T * C + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C) + 2 * C + V * C
 flops, alpha, beta, h2d, d2h, cpu_adam, dev_adam = 1e9, 1e-5, 1e6, 2e8, 4e8, 5e7, 1e8
 eb, units, shard = (2 if half else 4), L + 2, P / N
-compute = (6 * P + 12 * L * T * C) * B * T / N / flops
-update = 0 if chapter == 6 else shard / dev_adam if chapter == 5 and zero > 0 else P / dev_adam
+sums = lambda actions, col: sum(float(p[col]) for p in pieces if p["action"] in actions)
+computing = ("fwd", "bwd", "bwd_input", "bwd_weight", "other")
+compute = sums(computing, "flops") / flops
+backward = sums(("bwd", "bwd_input", "bwd_weight"), "flops") / flops  # what buckets hide under
+update = sums(("update",), "flops") / flops + sums(("update",), "adam_params") / dev_adam
+host_update = sums(("host_update",), "adam_params") / cpu_adam
 ar = rs = ag = 0.0
 if N > 1 and (chapter == 2 or (chapter == 5 and zero == 0)):
     # overlap: the buckets 02_data_parallel/buckets.c closes walking the tensors from the last, once one
@@ -101,16 +120,16 @@ elif N > 1:
     ag = ag_calls * (N - 1) * alpha + ag_calls / units * (N - 1) * shard * eb / beta
 comm = ar + rs + ag
 if chapter == 2 and mode == "overlap":
-    exposed = max(0, ar - compute * 2 / 3)
+    exposed = max(0, ar - backward)
 elif chapter == 5 and zero == 2:
-    exposed = ag + max(0, rs - compute * 2 / 3)
+    exposed = ag + max(0, rs - backward)
 elif chapter == 5 and zero == 3:
     hidden = rs + (ag if prefetch > 0 else 0)
     exposed = comm - hidden + max(0, hidden - compute)
 else:
     exposed = comm
 copies = (M * shard * eb / d2h + shard * eb / h2d) if chapter == 6 else 0
-cpu = shard / cpu_adam if chapter == 6 else 0
+cpu = host_update if chapter == 6 else 0
 want = {
     "compute": (compute, compute), "device_update": (update, update), "communication": (comm, exposed),
     "bubble": (0, 0), "offload_copies": (copies, copies),
@@ -144,25 +163,33 @@ EOF
     formula --dp 1 --offload --dpu
 }
 
-@test "--recompute costs a third more compute (the forward runs twice), two thirds under zb-h1" {
+# Recomputation runs the blocks' forward again in the backward (model.h), and
+# under zb-h1 once more in W: what the dry runs count. The head and the loss
+# are not recomputed, so 01 costs less than a third more; the 2-block model's
+# extra is twice that of a pipeline stage of one block, and zb-h1's stage pays
+# it twice.
+@test "--recompute adds the blocks' forward once (less than a third more), twice under zb-h1" {
     local dir="$(scratch)"
     round_machine "$dir/m"
-    "$PLAN" --model tiny --machine "$dir/m" --time-csv "$dir/a.csv" >/dev/null
-    "$PLAN" --model tiny --recompute --machine "$dir/m" --time-csv "$dir/b.csv" >/dev/null
-    run awk -F, 'FNR == 1 { f++ } $1 == "compute" { c[f] = $2 } END { r = c[2] / c[1]; print r; exit (r < 1.3333333 || r > 1.3333334) }' "$dir/a.csv" "$dir/b.csv"
-    assert_success
-    # zb-h1's W runs the recomputed forward once more (model.h): two thirds more than without
-    "$PLAN" --model tiny --pp 2 --micro 2 --schedule zb-h1 --machine "$dir/m" --time-csv "$dir/c.csv" >/dev/null
-    "$PLAN" --model tiny --pp 2 --micro 2 --schedule zb-h1 --recompute --machine "$dir/m" --time-csv "$dir/d.csv" >/dev/null
-    run awk -F, 'FNR == 1 { f++ } $1 == "compute" { c[f] = $2 } END { r = c[2] / c[1]; print r; exit (r < 1.6666666 || r > 1.6666667) }' "$dir/c.csv" "$dir/d.csv"
+    compute() { "$PLAN" --model tiny "$@" --machine "$dir/m" --time-csv "$dir/t.csv" >/dev/null; awk -F, '$1 == "compute" { print $2 }' "$dir/t.csv"; }
+    local a b c d e f
+    a="$(compute)" b="$(compute --recompute)"
+    c="$(compute --pp 2 --micro 2 --schedule 1f1b)" d="$(compute --pp 2 --micro 2 --schedule 1f1b --recompute)"
+    e="$(compute --pp 2 --micro 2 --schedule zb-h1)" f="$(compute --pp 2 --micro 2 --schedule zb-h1 --recompute)"
+    run awk -v a="$a" -v b="$b" -v c="$c" -v d="$d" -v e="$e" -v f="$f" 'BEGIN {
+        near = 1e-6 * b
+        print b / a, (b - a) / (d - c), (f - e) / (d - c)
+        exit !(b > a && b / a < 4 / 3 && (b - a) - 2 * (d - c) < near && 2 * (d - c) - (b - a) < near &&
+               (f - e) - 2 * (d - c) < near && 2 * (d - c) - (f - e) < near) }'
     assert_success
 }
 
 # The device's AdamW updates what a rank holds: the whole model on 03's --cp
-# ranks (each holds every weight, and sees T/cp of the tokens), half of it on
-# each of 2 stages or tensor slices. (A copy of plan_time.c that divided the
-# update by dp x pp x cp x tp, as it did before, planned half for --cp 2.)
-@test "the device update is the AdamW of what a rank holds: all of it under --cp, half over pp 2 or tp 2" {
+# ranks (each holds every weight, and sees T/cp of the tokens), about half of
+# it (the fuller of the two) on each of 2 stages or tensor slices. (A copy of
+# plan_time.c that divided the update by dp x pp x cp x tp planned half for
+# --cp 2.)
+@test "the device update is the AdamW of what a rank holds: all of it under --cp, half or a little more over pp 2 or tp 2" {
     local dir="$(scratch)"
     round_machine "$dir/m"
     update() { "$PLAN" --model tiny "$@" --machine "$dir/m" --time-csv "$dir/t.csv" >/dev/null; awk -F, '$1 == "device_update" { print $2 }' "$dir/t.csv"; }
@@ -171,7 +198,7 @@ EOF
     assert_equal "$(update --chapter 03 --cp 2)" "$whole"
     assert_equal "$(update --chapter 03 --cp 2 --dp 2)" "$whole"
     run awk -v w="$whole" -v a="$(update --chapter 03 --pp 2)" -v b="$(update --chapter 03 --mp tensor --tp 2 --cp 2)" \
-        'BEGIN { exit !(a == w / 2 && b == w / 2) }'
+        'BEGIN { exit !(a >= w / 2 && a < 0.7 * w && b >= w / 2 && b < 0.7 * w) }'
     assert_success
 }
 
@@ -374,17 +401,28 @@ within_band() {
     assert_equal "$status" 2
 }
 
-@test "the bubble of a model split: (pp-1)/M of the compute, / V interleaved, / 3 zb-h1, (pp-1) for 03's layer split" {
+# The bubble is the replayed pipeline's span less the rank's own compute
+# (plan_work.h; plan_work.bats holds the replay to a flow shop's span): GPipe
+# and 1F1B idle alike, interleaving and ZB-H1 less; near (pp-1)/M of the
+# compute, more where the head's stage is the slower; 03's layer split waits
+# for every other stage.
+@test "the bubble of a model split: GPipe's = 1F1B's, interleaved's and ZB-H1's less, near (pp-1)/M; 03's layer split the other stages'" {
     local dir="$(scratch)"
     round_machine "$dir/m"
     bubble() { # FLAGS... -> bubble / compute
         "$PLAN" --model tiny --layers 4 "$@" --machine "$dir/m" --time-csv "$dir/t.csv" >/dev/null
         awk -F, '$1 == "compute" { c = $2 } $1 == "bubble" { b = $2 } END { printf "%.6f\n", b / c }' "$dir/t.csv"
     }
-    assert_equal "$(bubble --pp 2 --micro 4 --schedule gpipe)" "0.250000"
-    assert_equal "$(bubble --pp 2 --micro 4 --schedule 1f1b)" "0.250000"
-    assert_equal "$(bubble --pp 2 --micro 4 --schedule interleaved --virtual 2)" "0.125000"
-    assert_equal "$(bubble --pp 4 --micro 8 --schedule zb-h1)" "0.125000"
-    assert_equal "$(bubble --chapter 03 --pp 3)" "2.000000"
+    local gpipe one interleaved zb one4
+    gpipe="$(bubble --pp 2 --micro 4 --schedule gpipe)" one="$(bubble --pp 2 --micro 4 --schedule 1f1b)"
+    interleaved="$(bubble --pp 2 --micro 4 --schedule interleaved --virtual 2)"
+    zb="$(bubble --pp 4 --micro 8 --schedule zb-h1)" one4="$(bubble --pp 4 --micro 8 --schedule 1f1b)"
+    assert_equal "$gpipe" "$one"
+    run awk -v o="$one" -v i="$interleaved" -v z="$zb" -v o4="$one4" \
+        'BEGIN { exit !(o >= 0.25 && o < 0.5 && i < o && o4 >= 3 / 8 && z < o4) }'
+    assert_success
+    # 03's layer split, one micro-batch at a time: the fullest rank waits for the others' compute
+    run awk -v b="$(bubble --chapter 03 --pp 3)" 'BEGIN { exit !(b > 1 && b < 2) }'
+    assert_success
     assert_equal "$(bubble --pp 1 --tp 2)" "0.000000"
 }

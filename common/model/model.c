@@ -5,6 +5,7 @@
 #include "device.h"
 #include "kernels.h"
 #include "util.h"
+#include "work_ledger.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -597,6 +598,7 @@ void gpt_forward_range(const GPT *m, Activations *a, Scratch *s, int first, int 
     const UnitHooks none = {0}, *h = hooks ? hooks : &none, *st = m->storage ? m->storage : &none;
     check_range(m, first, last);
     check_shape(a, B, T);
+    work_begin("fwd", -1, 0); /* a dry run counts the work (work_ledger.h) */
     for (int l = first; l <= last; l++) {
         if (st->before_forward) st->before_forward(l, st->context);
         if (h->before_forward) h->before_forward(l, h->context);
@@ -611,6 +613,7 @@ void gpt_forward_range(const GPT *m, Activations *a, Scratch *s, int first, int 
         if (h->after_forward) h->after_forward(l, h->context);
         if (st->after_forward) st->after_forward(l, st->context);
     }
+    work_end();
 }
 
 /* gpt_backward_range, or with kept its B half (gpt_backward_input_range). */
@@ -649,7 +652,10 @@ static const float *backward_range(const GPT *m, Activations *a, Scratch *s, Kep
 
 const float *gpt_backward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, float dloss,
                                 const float *doutput, float *dinput, const UnitHooks *hooks, int B, int T) {
-    return backward_range(m, a, s, NULL, first, last, dloss, doutput, dinput, hooks, B, T);
+    work_begin("bwd", -1, 0);
+    const float *dinput_made = backward_range(m, a, s, NULL, first, last, dloss, doutput, dinput, hooks, B, T);
+    work_end();
+    return dinput_made;
 }
 
 /* ---- the backward in two halves ---- */
@@ -706,7 +712,10 @@ const float *gpt_backward_input_range(const GPT *m, Activations *a, Scratch *s, 
                                       int last, float dloss, const float *doutput, float *dinput,
                                       const UnitHooks *hooks, int B, int T) {
     check_split(kept, hooks, B, T);
-    return backward_range(m, a, s, kept, first, last, dloss, doutput, dinput, hooks, B, T);
+    work_begin("bwd_input", -1, 0);
+    const float *dinput_made = backward_range(m, a, s, kept, first, last, dloss, doutput, dinput, hooks, B, T);
+    work_end();
+    return dinput_made;
 }
 
 void gpt_backward_weight_range(const GPT *m, Activations *a, Scratch *s, const KeptGrads *kept, int first,
@@ -715,6 +724,7 @@ void gpt_backward_weight_range(const GPT *m, Activations *a, Scratch *s, const K
     check_split(kept, hooks, B, T);
     check_range(m, first, last);
     int C = m->cfg.dmodel, V = vocab_padded(m->cfg.vocab), N = B * T;
+    work_begin("bwd_weight", -1, 0);
     for (int l = last; l >= first && l >= 0; l--) { /* the embedding's gradient came out of B */
         if (st->before_backward) st->before_backward(l, st->context);
         if (l == m->cfg.layers)
@@ -725,6 +735,7 @@ void gpt_backward_weight_range(const GPT *m, Activations *a, Scratch *s, const K
             block_backward_weight(m, a, s, l, unit_input(m, a, first, l), &kept->block[l], B, T);
         if (st->after_backward) st->after_backward(l, st->context);
     }
+    work_end();
 }
 
 /* ---- the whole model ---- */

@@ -2,6 +2,7 @@
 #include "optimizer_step.h"
 
 #include "util.h"
+#include "work_ledger.h"
 
 #include <math.h>
 
@@ -63,12 +64,15 @@ StepDecision optimizer_decide(const GradShards *g, LossScaler *ls, float clip, i
 
 int optimizer_step(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, const GradShards *g,
                    const OptimHyper *h, int step, double *grad_norm) {
+    work_begin("update", 0, 0); /* a dry run counts the work (work_ledger.h) */
     StepDecision d = optimizer_decide(g, ls, h->clip, step);
     *grad_norm = d.grad_norm;
-    if (d.skipped) return 1;
-    if (mm->params)
-        mixed_adamw_step(mm, opt, d.grad_scale, h);
-    else
-        adamw_step(opt, model->params, model->grads, d.grad_scale, h);
-    return 0;
+    if (!d.skipped) {
+        if (mm->params)
+            mixed_adamw_step(mm, opt, d.grad_scale, h);
+        else
+            adamw_step(opt, model->params, model->grads, d.grad_scale, h);
+    }
+    work_end();
+    return d.skipped;
 }

@@ -106,8 +106,8 @@ void out_publish(const char *dir, const char *name) {
 
 /* The files a run of the course writes into --out: replacing a run removes
  * exactly these (and their .tmp), never anything else in the directory. */
-static const char *const run_files[] = {"run-info.txt", "steps.csv",    "run.csv",    "memory.csv",
-                                        "busy.csv",     "timeline.csv", "trace.json", "dry-comm.csv"};
+static const char *const run_files[] = {"run-info.txt", "steps.csv",    "run.csv",      "memory.csv",  "busy.csv",
+                                        "timeline.csv", "trace.json",   "dry-comm.csv", "dry-work.csv"};
 #define NUM_RUN_FILES (int)(sizeof run_files / sizeof run_files[0])
 
 /* The watchdog's flight recorders, OUT/flight-RANK.txt (watchdog.h), are the

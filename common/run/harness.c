@@ -2,9 +2,11 @@
  * one-process backend (chapter 01, built without MPI). */
 #include "harness.h"
 
+#include "dry_work.h"
 #include "layout_rules.h"
 #include "preflight.h"
 #include "util.h"
+#include "work_ledger.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -144,6 +146,7 @@ RunStep run_step_begin(Run *run, int step) {
     if (run->across->axis_bytes_sent) run->across->axis_bytes_sent(s.axis_bytes_at_start);
     if (run->across->ledger) run->across->ledger(&s.ledger_at_start);
     if (run->spec->barrier_each_step) run->across->barrier(run);
+    work_reset(); /* a dry run's dry-work.csv holds the last step's work (work_ledger.h) */
     profile_step_begin(step + 1);
     timer_start(&s.clock);
     return s;
@@ -151,6 +154,7 @@ RunStep run_step_begin(Run *run, int step) {
 
 int run_step_done(Run *run, RunStep *s) {
     s->rec.step_ms = s->own_step_ms = timer_stop_ms(&s->clock);
+    work_step_end(); /* dry-work.csv: what comes after (the sample) is not the step's */
     profile_step_end(s->step + 1);
     if (run->spec->bytes_sent) {
         s->bytes_sent = run->across->bytes_sent() - s->bytes_at_start;
@@ -251,6 +255,7 @@ void run_finish(Run *run, size_t params, const char *extra_header, const char *e
     RunSummary r;
     if (run_writes_files(run)) write_run_csv(run, params, peak_device, header, values, &r);
     run->across->write_memory_csv(run);
+    if (run->cfg->dry_run) dry_work_csv_write(run->cfg->out); /* dry_work.h */
     if (!run_writes_files(run)) return;
     run_info_complete(run->cfg);
     char details[1024];

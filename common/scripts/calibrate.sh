@@ -12,9 +12,12 @@
 # CPU AdamW are its cores per GPU (unless OMP_NUM_THREADS is set). Each constant,
 # and the tool:
 #   flops                     01_single_gpu/train on the device (the small preset,
-#                             gpt2 on a GPU; --quick: tiny, small), FLOPs per step
-#                             (common/plan's 6P + 12LTC x tokens) over run.csv's
-#                             median_step_ms
+#                             gpt2 on a GPU; --quick: tiny, small): the FLOPs its
+#                             dry run of the same command counts (dry-work.csv, every
+#                             piece; common/tools/plan_work.h) over run.csv's
+#                             median_step_ms less the AdamW's time (its counted
+#                             elements / device_adam_params_per_s below), as
+#                             common/plan's time model adds them back
 #   alpha_s                   02_data_parallel/commbench on 2 ranks: the smallest
 #                             all-reduce's time (8 bytes) / 2(N-1)
 #   beta_bytes_per_s          the same table: the bytes a rank sends in an
@@ -77,9 +80,13 @@ fi
 "$REPO/01_single_gpu/train" --device $backend --model $model --steps $steps --eval-batches 1 --sample 0 --quiet \
     --out "$work/01" >/dev/null
 step_ms="$(column "$work/01/run.csv" median_step_ms)"
-flops_per_step="$("$REPO/common/plan" --model $model --threads "$OMP_NUM_THREADS" |
-    awk '/^FLOPs per token/ { f = $8 } /batch [0-9]+ = / { for (i = 1; i <= NF; i++) { if ($i == "batch") b = $(i + 1); if ($i == "seq") t = $(i + 1) } }
-         END { gsub(",", "", t); printf "%.9g", f * b * t }')"
+# the same step's work as its dry run counts it (the dry device is the CPU's; the counts are the shapes')
+"$REPO/01_single_gpu/train" --device cpu --model $model --steps 1 --sample 0 --quiet --dry-run --world 1 --rank 0 \
+    --out "$work/01-dry" >/dev/null
+flops_per_step="$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    { f += $c["flops"] } END { printf "%.9g", f }' "$work/01-dry/dry-work.csv")"
+adam_params="$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    { a += $c["adam_params"] } END { printf "%.9g", a }' "$work/01-dry/dry-work.csv")"
 
 # the links: commbench on 2 ranks (2 GPUs on a GPU machine; with one, no link to measure)
 if [ $backend = cpu ] || [ "$gpus" -ge 2 ]; then
@@ -102,7 +109,7 @@ fi
 # a value of devicebench's lines (key = value)
 rate() { awk -v key="$1" '$1 == key { print $3 }' "$work/device.txt"; }
 
-awk -F, -v step_ms="$step_ms" -v fps="$flops_per_step" -v name="$name" -v model="$model" \
+awk -F, -v step_ms="$step_ms" -v fps="$flops_per_step" -v adam_params="$adam_params" -v name="$name" -v model="$model" \
     -v threads="$OMP_NUM_THREADS" -v mem_bytes="$mem_bytes" -v backend="$backend" \
     -v h2d="$(rate h2d_bytes_per_s)" -v d2h="$(rate d2h_bytes_per_s)" -v device_adam="$(rate device_adam_params_per_s)" \
     -v devicebench="$(head -1 "$work/device.txt" | sed 's/^# //')" '
@@ -119,8 +126,11 @@ awk -F, -v step_ms="$step_ms" -v fps="$flops_per_step" -v name="$name" -v model=
     END {
         printf "# written by common/scripts/calibrate.sh (common/plan --calibrate) on %s, %s threads a rank\n", backend, threads
         printf "name = %s\n", name
-        printf "# 01_single_gpu/train --device %s --model %s: %.6g FLOPs a step in %s ms (median)\n", backend, model, fps, step_ms
-        printf "flops = %.6g\n", fps / (step_ms * 1e-3)
+        # the step less its AdamW (timed by device_adam_params_per_s), unless noise leaves under half of it
+        compute_s = step_ms * 1e-3 - adam_params / device_adam
+        if (!(compute_s >= step_ms * 1e-3 / 2)) compute_s = step_ms * 1e-3
+        printf "# 01_single_gpu/train --device %s --model %s: %.6g FLOPs a step (its dry run counted them) in %s ms (median), %.4g s of it besides AdamW\n", backend, model, fps, step_ms, compute_s
+        printf "flops = %.6g\n", fps / compute_s
         if (k >= 2) {
             alpha = t_small / (2 * (N - 1))
             beta = 2 * (N - 1) / N * (sizes[k] - sizes[k - 1]) / (times[k] - times[k - 1])

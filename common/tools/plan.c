@@ -555,15 +555,21 @@ static void write_csv(const char *path, const Layout *l, const PlanDry *d) {
     if (fclose(f) != 0) fatal(EXIT_USAGE, "--csv %s: cannot write it", path);
 }
 
-/* The step every rank waits for: the slowest rank's (plan_time.h). */
+/* The step every rank waits for: the slowest rank's (plan_time.h), each rank's from its dry run's
+ * counted work and the work of the rank at each stage of its pipeline with its tp and cp place. */
 static void time_of(const Layout *l, const PlanDry *d, const Machine *mach, PlanTime *out) {
     PlanLayout t = time_layout(l, d);
+    int stages = t.pp, per_stage = l->dry.world / l->dry.dp / stages;
+    PlanWork *line = xcalloc(stages, sizeof *line);
     for (int i = 0; i < d->nranks; i++) {
+        int r = d->ranks[i].rank % (l->dry.world / l->dry.dp), place = r % per_stage;
+        for (int s = 0; s < stages; s++) line[s] = plan_dry_rank_of(&l->dry, d, s * per_stage + place)->work;
         PlanTraffic traffic = traffic_of(&d->ranks[i]);
         PlanTime mine;
-        plan_time(&d->cfg, &t, &traffic, mach, &mine);
+        plan_time_work(&d->cfg, &t, &traffic, mach, &d->ranks[i].work, stages > 1 ? line : NULL, &mine);
         if (i == 0 || mine.step_s > out->step_s) *out = mine;
     }
+    free(line);
 }
 
 /* The step time's parts: what each activity takes, and what of it the step waits for. */

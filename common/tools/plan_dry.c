@@ -286,6 +286,9 @@ void plan_dry_run(const PlanDryLayout *l, PlanDry *d) {
         r->rank = ranks[i];
         read_memory(dir, r);
         read_ledger(dir, r, l->chapter == 1);
+        char work[JOINED_PATH_BYTES + 64];
+        snprintf(work, sizeof work, "%s/r%d/dry-work.csv", dir, r->rank);
+        plan_work_read(work, &r->work);
         if (l->chapter == 6 && plan_arg_given(l->args, l->nargs, "--offload")) {
             r->to_host = csv_value(dir, r->rank, "steps.csv", "d2h_bytes");
             r->to_device = csv_value(dir, r->rank, "steps.csv", "h2d_bytes");
@@ -299,6 +302,7 @@ void plan_dry_run(const PlanDryLayout *l, PlanDry *d) {
 }
 
 void plan_dry_free(PlanDry *d) {
+    for (int i = 0; i < d->nranks; i++) plan_work_free(&d->ranks[i].work);
     free(d->ranks);
     d->ranks = NULL;
 }

@@ -9,6 +9,7 @@
  *
  *   memory.csv    the rank's peak bytes by (space, category), as a real run's row of that rank
  *   dry-comm.csv  the rank's calls and bytes per step by kind of call and grid axis (comm.h's ledger)
+ *   dry-work.csv  the rank's step piece by piece, each with its counted FLOPs (plan_work.h)
  *   steps.csv     06: the host-device copies (d2h_bytes, h2d_bytes)
  *   run.csv       the parameters
  *   run-info.txt  the configuration the program read from its flags (every flag, defaults included)
@@ -27,6 +28,7 @@
 #include "comm.h"
 #include "config.h"
 #include "device.h"
+#include "plan_work.h"
 
 #include <stddef.h>
 
@@ -50,6 +52,7 @@ typedef struct {
     size_t bytes[SPACE_COUNT][CAT_COUNT]; /* memory.csv: peak bytes */
     CommLedger ledger;                    /* dry-comm.csv: per step */
     double to_host, to_device;            /* 06's steps.csv: d2h_bytes, h2d_bytes a step */
+    PlanWork work;                        /* dry-work.csv: the step's pieces of work, in order */
 } PlanDryRank;
 
 typedef struct {

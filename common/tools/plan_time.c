@@ -1,135 +1,15 @@
-/* plan_time.c: see plan_time.h. The machine file's reader, then the step's
- * parts, each one formula of the header. */
+/* plan_time.c: see plan_time.h. The step's parts, each one formula of the
+ * header: from the dry runs' counted work (plan_work.h) where given, else
+ * from 6P + 12LTC. */
 #include "plan_time.h"
 
 #include "param_table.h"
 #include "util.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <math.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-
-/* Each number's key, place and valid range: wide enough for any machine from one slow CPU core
- * (a loaded one, measured by --calibrate --quick) to a rack's accelerator, and narrow enough
- * that every formula of plan_time.h stays a finite, positive time. */
-static const struct {
-    const char *key;
-    size_t field; /* offset of its double in Machine */
-    double min, max;
-    const char *unit;
-} machine_keys[] = {
-    {"flops", offsetof(Machine, flops), 1e6, 1e18, "FLOP/s"},
-    {"alpha_s", offsetof(Machine, alpha_s), 1e-9, 1, "seconds"},
-    {"beta_bytes_per_s", offsetof(Machine, beta_bytes_per_s), 1e3, 1e14, "bytes/s"},
-    {"h2d_bytes_per_s", offsetof(Machine, h2d_bytes_per_s), 1e3, 1e14, "bytes/s"},
-    {"d2h_bytes_per_s", offsetof(Machine, d2h_bytes_per_s), 1e3, 1e14, "bytes/s"},
-    {"cpu_adam_params_per_s", offsetof(Machine, cpu_adam_params_per_s), 1e3, 1e14, "parameters/s"},
-    {"device_adam_params_per_s", offsetof(Machine, device_adam_params_per_s), 1e3, 1e14, "parameters/s"},
-    {"device_mem_bytes", offsetof(Machine, device_mem_bytes), 1e6, 1e15, "bytes"},
-};
-enum { MACHINE_NUMBERS = sizeof machine_keys / sizeof machine_keys[0] };
-
-static char *trim(char *s) {
-    while (isspace((unsigned char)*s)) s++;
-    size_t n = strlen(s);
-    while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
-    return s;
-}
-
-/* The number of key k on line `number`, or the refusal naming its valid range. */
-static double machine_number(const char *path, int number, int k, const char *value) {
-    char *end;
-    errno = 0;
-    double x = strtod(value, &end);
-    if (!*value || *end || errno || !isfinite(x) || x < machine_keys[k].min || x > machine_keys[k].max)
-        fatal(EXIT_USAGE,
-              "--machine %s:%d: %s = '%s' is not a number from %g to %g (valid: %s in that range)", path,
-              number, machine_keys[k].key, value, machine_keys[k].min, machine_keys[k].max,
-              machine_keys[k].unit);
-    return x;
-}
-
-/* A machine file is a few hundred bytes of text; more than this is not one (and is not read whole). */
-enum { MACHINE_FILE_MAX_BYTES = 1 << 20 };
-
-/* Is the file at path something to read as text at all? Ends the program when it is a directory, a
- * device or FIFO (which could block), or far too large to be a machine file. */
-static void machine_check_file(const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0) fatal(EXIT_USAGE, "--machine %s: cannot read it (%s)", path, strerror(errno));
-    if (S_ISDIR(st.st_mode)) fatal(EXIT_USAGE, "--machine %s: is a directory (valid: a machine file)", path);
-    if (!S_ISREG(st.st_mode))
-        fatal(EXIT_USAGE, "--machine %s: not a regular file (valid: a machine file)", path);
-    if (st.st_size > MACHINE_FILE_MAX_BYTES)
-        fatal(EXIT_USAGE, "--machine %s: %lld bytes (valid: a machine file, a few hundred bytes of text)", path,
-              (long long)st.st_size);
-}
-
-/* The first byte of line[0..length) that a text line does not hold (a control character other than a
- * tab or a carriage return, NUL included), or -1: a binary file is named, never echoed. */
-static int machine_line_binary_byte(const char *line, size_t length) {
-    for (size_t i = 0; i < length; i++) {
-        unsigned char c = (unsigned char)line[i];
-        if ((c < 0x20 && c != '\t' && c != '\r' && c != '\n') || c == 0x7f) return c;
-    }
-    return -1;
-}
-
-void machine_read(const char *path, Machine *m) {
-    machine_check_file(path);
-    FILE *f = fopen(path, "r");
-    if (!f) fatal(EXIT_USAGE, "--machine %s: cannot read it (%s)", path, strerror(errno));
-    *m = (Machine){0};
-    int seen[MACHINE_NUMBERS + 1] = {0}; /* the numbers, then name */
-    char *line = NULL; /* any length: a comment may be long */
-    size_t capacity = 0;
-    ssize_t length;
-    for (int number = 1; (length = getline(&line, &capacity, f)) >= 0; number++) {
-        int binary = machine_line_binary_byte(line, (size_t)length);
-        if (binary >= 0)
-            fatal(EXIT_USAGE,
-                  "--machine %s:%d: a binary byte 0x%02x, not text (valid: a machine file of 'key = value' "
-                  "lines)",
-                  path, number, binary);
-        /* a UTF-8 byte order mark, which some editors write first, is not part of the text */
-        if (number == 1 && strncmp(line, "\xef\xbb\xbf", 3) == 0) memmove(line, line + 3, (size_t)length - 2);
-        char *hash = strchr(line, '#');
-        if (hash) *hash = 0;
-        char *text = trim(line);
-        if (!*text) continue;
-        char *eq = strchr(text, '=');
-        if (!eq) fatal(EXIT_USAGE, "--machine %s:%d: expected 'key = value', got '%s'", path, number, text);
-        *eq = 0;
-        char *key = trim(text), *value = trim(eq + 1);
-        int k = 0;
-        while (k < MACHINE_NUMBERS && strcmp(key, machine_keys[k].key) != 0) k++;
-        if (k == MACHINE_NUMBERS && strcmp(key, "name") != 0)
-            fatal(EXIT_USAGE,
-                  "--machine %s:%d: unknown key '%s' (valid: name, flops, alpha_s, beta_bytes_per_s, "
-                  "h2d_bytes_per_s, d2h_bytes_per_s, cpu_adam_params_per_s, device_adam_params_per_s, "
-                  "device_mem_bytes)",
-                  path, number, key);
-        if (seen[k]++) fatal(EXIT_USAGE, "--machine %s:%d: '%s' given twice", path, number, key);
-        if (k == MACHINE_NUMBERS) {
-            if (!*value || strlen(value) >= sizeof m->name || strpbrk(value, " \t,"))
-                fatal(EXIT_USAGE, "--machine %s:%d: name '%s' is not one word of 1..%zu characters", path,
-                      number, value, sizeof m->name - 1);
-            strcpy(m->name, value);
-            continue;
-        }
-        *(double *)((char *)m + machine_keys[k].field) = machine_number(path, number, k, value);
-    }
-    free(line);
-    fclose(f);
-    if (!seen[MACHINE_NUMBERS]) fatal(EXIT_USAGE, "--machine %s: no 'name = ...' line", path);
-    for (int k = 0; k < MACHINE_NUMBERS; k++)
-        if (!seen[k]) fatal(EXIT_USAGE, "--machine %s: no '%s = ...' line", path, machine_keys[k].key);
-}
 
 const char *part_name(int part) {
     static const char *names[PART_COUNT] = {"compute", "device_update",  "communication",
@@ -139,7 +19,25 @@ const char *part_name(int part) {
 
 void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
                PlanTime *out) {
+    plan_time_work(cfg, l, t, m, NULL, NULL, out);
+}
+
+/* The pipeline around a rank of layout l: 04-06's stages and schedule, 03's layer split. */
+static PlanPipeline pipeline_of(const Config *cfg, const PlanLayout *l) {
+    return (PlanPipeline){.stages = l->pp > 1 ? l->pp : 1,
+                          .chunks = l->chunks > 1 ? l->chunks : 1,
+                          .micro = cfg->micro,
+                          .layer_split = l->chapter == 3};
+}
+
+void plan_time_work(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
+                    const PlanWork *work, const PlanWork *stages, PlanTime *out) {
     *out = (PlanTime){0};
+    WorkTime wt = {0};
+    if (work) {
+        PlanPipeline pipe = pipeline_of(cfg, l);
+        plan_work_time(work, pipe.stages > 1 ? stages : NULL, &pipe, m, &wt);
+    }
     const ModelConfig *mc = &cfg->model;
     ParamTable table;
     param_table_build(&table, mc);
@@ -153,6 +51,14 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
     /* the forward, a third of it, runs once; with --recompute again in B, and under a pipeline's
      * zb-h1 once more in W (model.h) */
     double compute = out->flops_per_step / N / split / m->flops * (2 + plan_forward_runs(cfg, l)) / 3;
+    double backward = compute * 2 / 3; /* the window the backward's collectives hide under */
+    if (work) { /* what the dry runs counted: each stage's ranks alike (without stages, every rank) */
+        PlanPipeline pipe = pipeline_of(cfg, l);
+        double stage_flops = 0;
+        for (int st = 0; st < pipe.stages; st++) stage_flops += pipe.stages > 1 ? plan_work_flops(&stages[st]) : 0;
+        out->flops_per_step = (pipe.stages > 1 ? stage_flops : wt.flops) * plan_ranks(l) / pipe.stages;
+        compute = wt.compute_s, backward = wt.backward_s;
+    }
     out->busy_s[PART_COMPUTE] = out->exposed_s[PART_COMPUTE] = compute;
 
     /* the parameters the device's AdamW updates: all (01, 02, 05 stage 0), a shard, none (06); a
@@ -160,7 +66,7 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
     double updated = l->chapter == 6 ? 0 : l->chapter == 5 && l->zero > 0 ? shard_n : P;
     if (model_split > 1) updated = P / model_split / (l->chapter == 5 && l->zero > 0 ? N : 1);
     out->busy_s[PART_DEVICE_UPDATE] = out->exposed_s[PART_DEVICE_UPDATE] =
-        updated / m->device_adam_params_per_s;
+        work ? wt.update_s : updated / m->device_adam_params_per_s;
 
     double W = N * (l->cp > 1 ? l->cp : 1); /* the ranks holding the same weights: dp x cp */
     double G = l->sp ? l->tp : N;           /* --sp: the gathers and scatters are the tensor group's */
@@ -173,9 +79,9 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
     double allgather = t->allgather_calls * (G - 1) * m->alpha_s + t->allgather / m->beta_bytes_per_s;
     double blocking = allreduce + reduce_scatter + allgather + send, overlapped = 0, window = 0;
     if (l->chapter == 2 && l->dp_mode == DP_OVERLAP) {
-        overlapped = allreduce, window = compute * 2 / 3; /* the buckets, under the backward */
+        overlapped = allreduce, window = backward; /* the buckets, under the backward */
     } else if (l->chapter == 5 && l->zero == 2) {
-        overlapped = reduce_scatter, window = compute * 2 / 3; /* each unit's, under the backward */
+        overlapped = reduce_scatter, window = backward; /* each unit's, under the backward */
     } else if (l->chapter == 5 && l->zero == 3) {
         overlapped = reduce_scatter + (l->prefetch > 0 ? allgather : 0), window = compute;
     }
@@ -189,12 +95,14 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
     if (l->chapter == 3) bubble = (pp - 1) * compute;
     if (l->chapter >= 4 && l->schedule == SCHED_INTERLEAVED) bubble /= l->chunks;
     if (l->chapter >= 4 && l->schedule == SCHED_ZB_H1) bubble /= 3;
+    if (work) bubble = wt.bubble_s; /* the stages' own lists replayed */
     out->busy_s[PART_BUBBLE] = out->exposed_s[PART_BUBBLE] = bubble;
 
     out->busy_s[PART_OFFLOAD_COPIES] = out->exposed_s[PART_OFFLOAD_COPIES] =
         t->to_host / m->d2h_bytes_per_s + t->to_device / m->h2d_bytes_per_s;
 
     double cpu = l->chapter == 6 ? shard_n / model_split / m->cpu_adam_params_per_s : 0;
+    if (work) cpu = wt.host_update_s;
     out->busy_s[PART_CPU_UPDATE] = cpu;
     out->exposed_s[PART_CPU_UPDATE] = l->dpu ? (cpu > compute ? cpu - compute : 0) : cpu;
 
@@ -203,9 +111,19 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
 
 void plan_time_slowest(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
                        PlanTime *out) {
-    for (int r = 0; r < plan_replica_ranks(l); r++) {
+    plan_time_slowest_work(cfg, l, t, m, NULL, out);
+}
+
+void plan_time_slowest_work(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
+                            const PlanWork *work, PlanTime *out) {
+    int ranks = plan_replica_ranks(l), pp = l->pp > 1 ? l->pp : 1, per_stage = ranks / pp;
+    PlanWork *stages = xcalloc(pp, sizeof *stages);
+    for (int r = 0; r < ranks; r++) {
+        /* grid.h's order: tp fastest, then cp, then pp; the stages of rank r hold its tp and cp place */
+        for (int s = 0; work && s < pp; s++) stages[s] = work[s * per_stage + r % per_stage];
         PlanTime mine;
-        plan_time(cfg, l, &t[r], m, &mine);
+        plan_time_work(cfg, l, &t[r], m, work ? &work[r] : NULL, work ? stages : NULL, &mine);
         if (r == 0 || mine.step_s > out->step_s) *out = mine;
     }
+    free(stages);
 }

@@ -1,11 +1,14 @@
 /* plan_time.h: a run's step time, predicted from a machine's constants and
- * the plan's FLOPs and bytes (common/plan --machine FILE).
+ * the plan's FLOPs and bytes (common/plan --machine FILE): the work each
+ * rank's dry run counted (plan_work.h: dry-work.csv) where the planner has
+ * it, else the formulas marked "formula" below.
  *
  * The machine: one rank's device and its links, read from a text file of
  * `key = value` lines (# starts a comment; every key once, all required):
  *
  *   name                      a word naming the machine
  *   flops                     FLOP/s one rank sustains in the course's training step  1e6..1e18
+ *                             (calibrate.sh: 01's counted FLOPs over its measured step)
  *   alpha_s                   latency of one message of a collective, s               1e-9..1
  *   beta_bytes_per_s          bytes a rank sends per second in a collective           1e3..1e14
  *   h2d_bytes_per_s           host to device copies (06's updated slices)             1e3..1e14
@@ -19,10 +22,15 @@
  *
  * The step, per rank, in parts (each printed and written by --time-csv):
  *
- *   compute         FLOPs per step / (dp x pp x cp x tp) / flops, FLOPs per token 6P + 12LTC
- *                   (x 4/3 with --recompute: the forward, a third, runs twice; x 5/3 under
- *                   zb-h1, whose W runs it once more)
- *   device update   the parameters this rank updates / device_adam_params_per_s
+ *   compute         counted: the rank's pieces' FLOPs (fwd, bwd, bwd_input, bwd_weight, other:
+ *                   every kernel its dry run called, a recomputed forward, a ring's additions
+ *                   included) / flops.
+ *                   formula: FLOPs per step / (dp x pp x cp x tp) / flops, FLOPs per token
+ *                   6P + 12LTC (x 4/3 with --recompute: the forward, a third, runs twice; x 5/3
+ *                   under zb-h1, whose W runs it once more)
+ *   device update   counted: the update pieces' FLOPs (norm, clipping) / flops + the AdamW
+ *                   elements the device updated / device_adam_params_per_s.
+ *                   formula: the parameters this rank updates / device_adam_params_per_s
  *                   (a model split's rank: P / (pp x tp), / dp with 05's ZeRO; 03's --cp ranks
  *                   each hold all of it)
  *   communication   per collective: calls x ring steps x alpha_s + bytes sent / beta
@@ -32,19 +40,25 @@
  *                   group's all-reduces of activations and, with --sp, its
  *                   all-gathers and reduce-scatters; one for a message to a
  *                   neighbouring stage or round 03's ring; bytes sent as comm.h
- *                   counts them, plan_traffic's). A model split's messages all
+ *                   counts them: the dry run's dry-comm.csv). A model split's messages all
  *                   count as waited for. The overlap rule: what a worker
  *                   thread runs under computation (02 --dp-mode overlap's
  *                   buckets and 05 stage 2's reduce-scatters under the
- *                   backward, two thirds of compute; stage 3's gathers, with
+ *                   backward: counted, the bwd pieces' time; formula, two thirds of
+ *                   compute; stage 3's gathers, with
  *                   --prefetch 1 or more, and its reduce-scatters under the
  *                   whole compute) is exposed only past that window:
  *                   exposed = blocking + max(0, overlapped - window)
- *   bubble          pipeline stages idle: (pp - 1) / M x compute (GPipe and
+ *   bubble          counted: the stages' own lists of actions, as their dry runs
+ *                   ran them, replayed with each action's counted time
+ *                   (schedule_replay_lists), less this rank's computing pieces;
+ *                   03's layer split, the other stages' computing pieces
+ *                   (plan_work.h). formula: (pp - 1) / M x compute (GPipe and
  *                   1F1B), / V interleaved, / 3 ZB-H1 (tf = tb = tw); 03's layer
  *                   split, one micro-batch at a time: (pp - 1) x compute
  *   offload copies  06: d2h bytes / d2h_bytes_per_s + h2d bytes / h2d_bytes_per_s
- *   cpu update      06: shard parameters (a split's: / (pp x tp)) / cpu_adam_params_per_s; with --dpu
+ *   cpu update      06: counted, the host_update piece's AdamW elements; formula, shard
+ *                   parameters (a split's: / (pp x tp)); / cpu_adam_params_per_s; with --dpu
  *                   it runs under the next step's compute: max(0, cpu - compute)
  *
  *   step = compute + device update + exposed communication + bubble
@@ -54,16 +68,9 @@
 
 #include "config.h"
 #include "plan_layout.h"
+#include "plan_machine.h" /* Machine, machine_read */
+#include "plan_work.h"    /* PlanWork: a rank's dry-work.csv */
 
-typedef struct {
-    char name[64];
-    double flops, alpha_s, beta_bytes_per_s, h2d_bytes_per_s, d2h_bytes_per_s;
-    double cpu_adam_params_per_s, device_adam_params_per_s, device_mem_bytes;
-} Machine;
-
-/* Reads a machine file; a bad one ends the program with one line naming the
- * file, the line and what is wrong (exit 2). */
-void machine_read(const char *path, Machine *m);
 
 enum {
     PART_COMPUTE,
@@ -83,9 +90,19 @@ typedef struct {
 } PlanTime;
 
 const char *part_name(int part);
+/* The formulas alone (no dry-work.csv): plan_time_work(cfg, l, t, m, NULL, NULL, out). */
 void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m, PlanTime *out);
-/* The slowest of a replica's pp x tp ranks, t[r] each rank's traffic: the step every rank waits for. */
+/* One rank's step: work its dry run's pieces (plan_work_read of its dry-work.csv) and stages
+ * the pieces of the rank at each of its pipeline's l->pp stages with its own tp and cp place
+ * (NULL without stages), or work NULL for the formulas. */
+void plan_time_work(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
+                    const PlanWork *work, const PlanWork *stages, PlanTime *out);
+/* The slowest of a replica's pp x cp x tp ranks, t[r] each rank's traffic: the step every rank waits for. */
 void plan_time_slowest(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
                        PlanTime *out);
+/* The same from the dry runs: work[r] the pieces of replica rank r (grid.h's order, as t: tp
+ * fastest, then cp, then pp), or NULL for the formulas. */
+void plan_time_slowest_work(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
+                            const PlanWork *work, PlanTime *out);
 
 #endif

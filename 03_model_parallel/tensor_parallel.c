@@ -258,7 +258,7 @@ void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uin
     param_table_free(&whole);
     if (!tp->caller_storage) { /* parameters: each local element starts from its whole tensor's value */
         size_t bytes = m->param_count * sizeof(float);
-        float *host = device_dry() ? xcalloc(1, bytes) : xmalloc(bytes); /* a dry run writes no weights */
+        float *host = host_scratch(bytes); /* a dry run: address space only, and no weights written */
         if (!device_dry()) tp_initial_values(tm, seed, host);
         if (precision != PRECISION_FP32) {
             mixed_create_chunks(&tm->mixed, m, first_units, last_units, chunks, host,
@@ -270,7 +270,7 @@ void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uin
                 alloc_runs(m, tm);
             copy_to_device(m->params, host, bytes);
         }
-        free(host);
+        host_scratch_free(host, bytes);
     }
 
     size_t floats = carve_scratch(tm, NULL, B, T);

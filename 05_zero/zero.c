@@ -323,6 +323,7 @@ static void *upload_state(Zero *z, Category cat, const float *host, size_t n, co
         copy_to_device(dev, host, n * sizeof(float));
         return dev;
     }
+    if (device_dry()) return dev; /* nothing to round: a dry run's values are never written */
     uint16_t *rounded = xmalloc(n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) rounded[i] = half_from_float(host[i], z->mixed.format);
     copy_to_device(dev, rounded, n * sizeof(uint16_t));
@@ -400,7 +401,7 @@ static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t s
     /* initial values: the whole model (stages 0-2) and this rank's shard (stages 1-3) */
     float *whole = NULL, *shard = NULL;
     if (stage < 3) {
-        whole = xmalloc(P * sizeof(float));
+        whole = host_scratch(P * sizeof(float)); /* a dry run: address space only */
         if (init)
             memcpy(whole, init, P * sizeof(float));
         else
@@ -433,7 +434,7 @@ static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t s
         if (stage < 2) gpt_bind_range(model, first_unit, last_unit, z->params, z->grads);
         if (stage == 2) bind_whole_params(z, z->params);
     }
-    free(whole);
+    host_scratch_free(whole, stage < 3 ? P * sizeof(float) : 0);
     free(shard);
     adamw_create(&z->opt, optimizer_n);
 

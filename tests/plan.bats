@@ -445,6 +445,34 @@ same_refusal() {
     assert_equal "$(awk '$2 ~ /^[0-3]$/ { printf "%s ", $NF }' <<<"$output")" "120.0 31.4 16.6 1.9 "
 }
 
+# The same figure from chapter 05's own accounting: a 7.46B-parameter GPT (35
+# blocks of d 4096, GPT-2's padded vocabulary, untied) on 64 ranks in bf16,
+# one dry run of rank 0 per stage: memory.csv's params, grads and optimizer
+# rows (the fp32 master weights are the optimizer's) are the paper's formula
+# for its P exactly (every unit divides by 64), and within 2% of the paper's
+# 7.5B figures (0.5% fewer parameters). A 175B GPT-3-shaped model (96
+# layers, d 12288, 96 heads, seq 2048) plans on 1,024 ranks (pp 32 x tp 32)
+# in seconds: one dry run per stage.
+@test "the ZeRO paper's Figure 1 from 05's own dry runs (7.46B on 64 ranks), and GPT-3 175B on 1,024 ranks, in seconds" {
+    local start=$SECONDS
+    run "$PLAN" --zero-table --gpus 64 --layers 35 --dmodel 4096 --heads 32 --seq 512 --vocab 50257 --batch 64
+    assert_success
+    assert_line --partial "7462490112 parameters on 64 devices, mixed-precision Adam"
+    assert_equal "$(awk '$2 ~ /^[0-3]$/ { printf "%s ", $(NF - 1) }' <<<"$output")" "119.40 31.25 16.56 1.87 "
+    run awk '$2 ~ /^[0-3]$/ { split("120 31.4 16.6 1.9", paper, " "); p = paper[$2 + 1]
+        if ($(NF - 1) != $NF || $(NF - 1) / p < 0.98 || $(NF - 1) / p > 1.02) { print "stage " $2 ": " $0; bad = 1 } }
+        END { exit bad }' <<<"$output"
+    assert_success
+    run "$PLAN" --chapter 04 --layers 96 --dmodel 12288 --heads 96 --seq 2048 --vocab 50257 --pp 32 --tp 32 \
+        --batch 32 --micro 32
+    assert_success
+    assert_line --partial "1024 ranks = dp 1 x pp 32 x cp 1 x tp 32"
+    assert_line --partial "175222972416 parameters"
+    assert_line --partial "each stage's first rank ran"
+    [ "$(grep -c '^rank [0-9]* (stage' <<<"$output")" = 32 ]
+    [ $((SECONDS - start)) -lt 60 ]
+}
+
 # ZeRO-Offload (Ren et al., 2021): 13B parameters on one 32 GB V100 with
 # offload, about 1.4B without. Assumed: 8 GiB of the 32 GiB hold what is not
 # model state (activations, working buffers, fragmentation); without offload

@@ -259,6 +259,22 @@ static void *dry_alloc(Space space, Category cat, size_t bytes, const char *what
     return ptr;
 }
 
+void *host_scratch(size_t bytes) {
+    if (!dry_run) return xcalloc(1, bytes ? bytes : 1);
+    void *ptr = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                     -1, 0);
+    if (ptr == MAP_FAILED) fatal(EXIT_RUNTIME, "out of address space for %zu bytes of a dry run's host scratch", bytes);
+    return ptr;
+}
+
+void host_scratch_free(void *ptr, size_t bytes) {
+    if (!ptr) return;
+    if (dry_run)
+        munmap(ptr, bytes ? bytes : 1);
+    else
+        free(ptr);
+}
+
 void *mem_alloc(Space space, Category cat, size_t bytes, const char *what) {
     pthread_mutex_lock(&allocation_lock);
     check_fits(space, cat, bytes, what);

@@ -80,6 +80,12 @@ int device_cuda_available(void); /* built with CUDA and a GPU is visible */
  * (initial weights, chapter 06's CPU AdamW) asks device_dry() and skips. */
 void device_set_dry(int dry);
 int device_dry(void);
+/* A host buffer of `bytes` zeros that is no tensor of the run (not in
+ * memory.csv): the initial values a program builds before it uploads them.
+ * In a dry run, address space only (it reads as zeros; its writers skip), so
+ * a model of any size is planned on a laptop. Freed with host_scratch_free. */
+void *host_scratch(size_t bytes);
+void host_scratch_free(void *ptr, size_t bytes);
 
 /* Budget for SPACE_DEVICE in bytes; 0 means unlimited. */
 void device_set_limit(size_t bytes);

@@ -141,10 +141,10 @@ void mixed_create_range(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint
     size_t first = table_unit(&model->table, first_unit)->offset;
     const ParamUnit *last = table_unit(&model->table, last_unit);
     size_t n = last->offset + last->numel - first;
-    float *host = xmalloc(n * sizeof(float));
+    float *host = host_scratch(n * sizeof(float)); /* a dry run: address space only */
     param_init_range(&model->table, seed, host, first, n); /* the whole model's values for these elements */
     mixed_create_units(mm, model, first_unit, last_unit, host, format);
-    free(host);
+    host_scratch_free(host, n * sizeof(float));
 }
 
 void mixed_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, uint64_t seed, HalfFormat format) {

@@ -25,9 +25,10 @@
  *       06 --dpu, ranked apart and marked "changes the losses"), each other
  *       with the reason it does not fit or the chapter's refusal (--gpu-mem
  *       defaults to the machine's device_mem_bytes)
- *   common/plan --zero-table [--params P] [--gpus N] [--precision bf16|fp32]
+ *   common/plan --zero-table [--params P | the model's flags] [--gpus N] [--precision bf16|fp32]
  *       the ZeRO paper's model-state table (Rajbhandari et al., 2020, Figure 1):
- *       mixed-precision Adam unless --precision fp32 is given
+ *       mixed-precision Adam unless --precision fp32 is given; with a model's
+ *       flags, from chapter 05's dry runs at each stage beside the formula
  *   common/plan --offload-capacity [--gpu-mem BYTES] [--reserve BYTES]
  *       the largest model one device trains with and without offload
  *       (Ren et al., 2021, ZeRO-Offload); --reserve below --gpu-mem
@@ -125,7 +126,9 @@ static const Flag plan_flags[] = {
      .record = FLAG_NOT_RECORDED},
     {.type = FLAG_SECTION, .help = "the papers' numbers, from the same formulas (no model built)"},
     {"--zero-table", FLAG_SWITCH, FIELD(PlanFlags, zero_table), .usage = "--zero-table",
-     .help = "model state per device at ZeRO stages 0-3 for --params on --gpus, GB (1e9)",
+     .help = "model state per device at ZeRO stages 0-3 on --gpus, GB (1e9): with a model's flags,\n"
+             "chapter 05's dry runs at each stage (memory.csv's params, grads, optimizer) beside the\n"
+             "formula; without, the formula for --params",
      .record = FLAG_NOT_RECORDED},
     {"--params", FLAG_DOUBLE, FIELD(PlanFlags, params), 1, 1e15, .def = "7.5e9", .usage = "--params P",
      .help = "parameters of --zero-table (default {default}, the ZeRO paper's)"},
@@ -622,6 +625,43 @@ static void calibrate(const PlanFlags *f, const char *device) {
            m.d2h_bytes_per_s, m.cpu_adam_params_per_s, m.device_adam_params_per_s, m.device_mem_bytes);
 }
 
+/* --zero-table with a model's flags: the ZeRO paper's Figure 1 from chapter 05's own accounting,
+ * a dry run of its rank 0 at each stage on --gpus ranks (memory.csv's params, grads and optimizer
+ * rows: the master weights are the optimizer's), next to the formula for the model's P. */
+static void zero_table_of_model(const PlanFlags *f, const Args *user) {
+    static const char *names[] = {"baseline", "P_os", "P_os+g", "P_os+g+p"};
+    const char *precision = plan_arg_value(user->args, user->n, "--precision");
+    int half = !precision || strcmp(precision, "fp32") != 0;
+    for (int stage = 0; stage <= 3; stage++) {
+        Args args = {0};
+        for (int i = 0; i < user->n; i++) args_add(&args, user->args[i]);
+        char words[32];
+        snprintf(words, sizeof words, "--zero=%d", stage), args_add(&args, words);
+        snprintf(words, sizeof words, "--dp=%d", f->gpus), args_add(&args, words);
+        if (!precision) args_add(&args, "--precision=bf16");
+        Layout l;
+        layout_make(&l, 5, &args, f->threads);
+        args_free(&args);
+        PlanDry d;
+        plan_dry_run(&l.dry, &d);
+        const size_t *dev = d.ranks[0].bytes[SPACE_DEVICE];
+        double p = dev[CAT_PARAMS], g = dev[CAT_GRADS], o = dev[CAT_OPTIMIZER], fp, fg, fo;
+        plan_model_state(d.params, d.params / f->gpus, stage, half, &fp, &fg, &fo);
+        if (stage == 0) {
+            printf("model state per device of 05_zero/train, %.0f parameters on %d devices, %s Adam\n"
+                   "(its dry runs' memory.csv on rank 0: params, grads, optimizer; GB = 1e9 bytes), and the\n"
+                   "paper's formula for the same parameters\n",
+                   d.params, f->gpus, half ? "mixed-precision" : "fp32");
+            printf("  %-9s %5s %12s %12s %12s %10s %10s\n", "stage", "zero", "params", "grads", "optimizer",
+                   "total GB", "formula GB");
+        }
+        printf("  %-9s %5d %12.0f %12.0f %12.0f %10.2f %10.2f\n", names[stage], stage, p, g, o,
+               (p + g + o) / 1e9, (fp + fg + fo) / 1e9);
+        plan_dry_free(&d);
+        layout_free(&l);
+    }
+}
+
 /* --by-hand: exercise 06.3's numbers (plan_by_hand.c) against the planner's for its layout
  * (the model flags' shape on --dp ranks, 2 by default), bytes to the byte and the step to 1e-6 of it. */
 static void by_hand(const PlanFlags *f, const Args *user) {
@@ -874,7 +914,10 @@ int main(int argc, char **argv) {
     if (f.quick) fatal(EXIT_USAGE, "--quick is a flag of --calibrate FILE");
     if (f.zero_table) {
         const char *precision = plan_arg_value(user.args, user.n, "--precision");
-        zero_table(&f, !precision || strcmp(precision, "fp32") != 0);
+        if (user.n > (precision ? 2 : 0)) /* a model given: the figure from chapter 05's own accounting */
+            zero_table_of_model(&f, &user);
+        else
+            zero_table(&f, !precision || strcmp(precision, "fp32") != 0);
         return 0;
     }
     if (f.offload_capacity) {

@@ -119,13 +119,18 @@ elif N > 1:
     rs = rs_calls * (N - 1) * alpha + rs_calls / units * (N - 1) * shard * eb / beta
     ag = ag_calls * (N - 1) * alpha + ag_calls / units * (N - 1) * shard * eb / beta
 comm = ar + rs + ag
+# what hides under computation shows past its window, and never less than the call that
+# cannot hide: the last bucket, the last unit's reduce-scatter, ZeRO-3's first gather and last
+# reduce-scatter (a call's average)
 if chapter == 2 and mode == "overlap":
-    exposed = max(0, ar - backward)
+    exposed = max(ar / calls, ar - backward)
 elif chapter == 5 and zero == 2:
-    exposed = ag + max(0, rs - backward)
+    exposed = ag + max(rs / rs_calls, rs - backward)
 elif chapter == 5 and zero == 3:
-    hidden = rs + (ag if prefetch > 0 else 0)
-    exposed = comm - hidden + max(0, hidden - compute)
+    gathers = ag if prefetch > 0 else 0
+    forward = compute - backward
+    past = max(0, gathers / 2 - forward) + max(0, gathers / 2 + rs - backward)
+    exposed = comm - rs - gathers + max(ag / ag_calls + rs / rs_calls, past)
 else:
     exposed = comm
 copies = (M * shard * eb / d2h + shard * eb / h2d) if chapter == 6 else 0
@@ -364,18 +369,26 @@ within_band() {
     assert_output --partial "usage: common/devicebench"
 }
 
-@test "--search ranks the layouts that fit by predicted step and says why each other does not" {
+@test "--search ranks the layouts that fit by predicted step, says what it held fixed, and why each other does not" {
     run env OMP_NUM_THREADS=1 "$PLAN" --model tiny --search --gpus 2 --gpu-mem 6M --machine "$CPU_MACHINE"
     assert_success
+    assert_line "held fixed: 2 layers, d 64, 4 heads, seq 64, vocab 256, batch 8, fp32, recompute off; micro-batches 1"
     assert_line --regexp "^  05 --zero 3 +device memory 6.63e\+06 bytes > 6.291e\+06 \(rank 0; the most: workspace, 2284544 bytes\)$"
-    # the model splits too, each rejected one with its reason: its fullest rank, or the chapter's refusal
-    assert_line --regexp "^  04 --dp 1 --pp 2 --schedule zb-h1 +device memory 9.381e\+06 bytes > 6.291e\+06 \(rank 1; the most: activations, 4614144 bytes\)$"
-    assert_line --regexp "^  04 --dp 1 --pp 2 --schedule interleaved --virtual 2 +interleaved needs the micro-batches M = 1 to be a multiple of the stages P = 2, as Megatron's interleaved schedule does$"
-    # six fit with 01's losses, ranked by their step (the last column), fastest first; the delayed
-    # update, whose losses are not 01's, ranked apart and marked on its row
+    # the model splits too, at pp, 2pp and 4pp micro-batches, each rejected one with its reason: its
+    # fullest rank, or the chapter's refusal
+    assert_line --regexp "^  04 --dp 1 --pp 2 --schedule zb-h1 --micro 2 +device memory 7.611e\+06 bytes > 6.291e\+06 \(rank 1; the most: activations, 4614144 bytes\)$"
+    assert_line --regexp "^  04 --dp 1 --pp 2 --schedule interleaved --virtual 2 --micro 8 +--pp 2 x --virtual 2 = 4 pieces need at least 4 layers; the model has 2 \\(valid: --virtual 2 needs at least 4 layers with --pp 2; this model takes one chunk a stage\\)$"
+    # those that fit with 01's losses, ranked by their step (the last column), fastest first; more
+    # micro-batches shrink a pipeline's bubble and its activations; the delayed update, whose losses
+    # are not 01's, ranked apart and marked on its row
     local ranked="$(awk '/^ranked apart|^does not fit/ { exit } $1 ~ /^[0-9]+$/ { print $NF }' <<<"$output")"
-    assert_equal "$(wc -l <<<"$ranked")" 6
+    assert_equal "$(wc -l <<<"$ranked")" 26
     sort -g -c <<<"$ranked"
+    local m2 m8
+    m2="$(awk '$2 == "04" && $8 == "1f1b" && $10 == 2 { print $(NF - 2), $NF }' <<<"$output")"
+    m8="$(awk '$2 == "04" && $8 == "1f1b" && $10 == 8 { print $(NF - 2), $NF }' <<<"$output")"
+    awk -v a="$m2" -v b="$m8" 'BEGIN { split(a, x, " "); split(b, y, " "); exit !(y[1] < x[1] && y[2] < x[2]) }' ||
+        fail "1F1B at 8 micro-batches ($m8) is not smaller and faster than at 2 ($m2)"
     assert_line "ranked apart, their losses not 01's (--dpu, the delayed parameter update: each gradient is taken at weights one step stale)"
     assert_line --regexp "^     1  06 --offload --dpu +[0-9]+ +[0-9]+ +[0-9.]+  changes the losses: delayed update$"
     assert_equal "$(grep -c "changes the losses" <<<"$output")" 1
@@ -389,11 +402,11 @@ within_band() {
     assert_line --regexp "^  04 --dp 1 --tp 3 +--tp 3 does not divide --heads 4: tensor parallelism gives every rank whole heads"
     # on 4 ranks splits are ranked among the replicas; a split's device bytes are its fullest rank's plan
     run env OMP_NUM_THREADS=1 "$PLAN" --model tiny --search --gpus 4 --gpu-mem 6M --machine "$CPU_MACHINE"
-    assert_line --regexp "^ +[0-9]+  04 --dp 2 --pp 2 --schedule zb-h1 +5238784 +0 +[0-9.]+$"
+    assert_line --regexp "^ +[0-9]+  04 --dp 2 --pp 2 --schedule zb-h1 --micro 4 +2725376 +0 +[0-9.]+$"
     assert_line --regexp "^ +[0-9]+  06 --dp 2 --tp 2 --offload +3635776 +873600 +[0-9.]+$"
-    planned="$(OMP_NUM_THREADS=1 "$PLAN" --model tiny --chapter 04 --dp 2 --pp 2 --schedule zb-h1 |
+    planned="$(OMP_NUM_THREADS=1 "$PLAN" --model tiny --chapter 04 --dp 2 --pp 2 --schedule zb-h1 --micro 4 |
         awk '$1 == "device" && $2 == "(sum)" && $3 > most { most = $3 } END { print most }')"
-    assert_equal "$planned" 5238784
+    assert_equal "$planned" 2725376
     planned="$(OMP_NUM_THREADS=1 "$PLAN" --model tiny --dp 2 --tp 2 --offload |
         awk '$1 == "device" && $2 == "(sum)" && $3 > d { d = $3 } $1 == "host" && $2 == "(sum)" && $3 > h { h = $3 } END { print d, h }')"
     assert_equal "$planned" "3635776 873600"

@@ -766,17 +766,24 @@ static Candidate *candidate(Candidate *list, int *n, int chapter, int dp, int pp
     return c;
 }
 
-/* Every layout of N ranks: one replica per rank (01; 02's modes; 05's stages; 06 with and
- * without the delayed update), every split of N = dp x pp x tp with pp or tp above 1 (04's
- * schedules; 05's ZeRO-1 and -2 inside it; 06 --offload), and 03's dp x cp. */
-static int candidates(int N, Candidate *list) {
+/* Every layout of N ranks: one replica per rank (01; 02's modes, overlap at several bucket sizes;
+ * 05's stages; 06 with and without the delayed update), every split of N = dp x pp x tp with pp or
+ * tp above 1 (04's schedules; 05's ZeRO-1 and -2 inside it; 06 --offload), each pipeline at several
+ * micro-batch counts (pp, 2pp, 4pp where the replica's batch divides), and 03's dp x cp.
+ * `batch` is the global batch the runs keep. */
+static const double search_buckets_mb[] = {1, 4, 25, 100}; /* 25: PyTorch DDP's default */
+
+static int candidates(int N, int batch, Candidate *list, int capacity) {
     int n = 0;
+    char words[96];
     if (N == 1) candidate(list, &n, 1, 1, 1, 1, 1, "");
     if (N > 1) {
         candidate(list, &n, 2, N, 1, 1, 1, "--dp-mode flat");
-        candidate(list, &n, 2, N, 1, 1, 1, "--dp-mode overlap");
+        for (size_t b = 0; b < sizeof search_buckets_mb / sizeof search_buckets_mb[0]; b++) {
+            snprintf(words, sizeof words, "--dp-mode overlap --bucket-mb %g", search_buckets_mb[b]);
+            candidate(list, &n, 2, N, 1, 1, 1, words);
+        }
         for (int z = 0; z <= 3; z++) {
-            char words[16];
             snprintf(words, sizeof words, "--zero %d", z);
             candidate(list, &n, 5, N, 1, 1, 1, words);
         }
@@ -785,17 +792,29 @@ static int candidates(int N, Candidate *list) {
     candidate(list, &n, 6, N, 1, 1, 1, "--offload --dpu");
     for (int tp = 1; tp <= N; tp++)
         for (int pp = 1; pp * tp <= N; pp++) {
-            if (N % (pp * tp) || pp * tp == 1 || n > 64 * 9) continue;
+            if (N % (pp * tp) || pp * tp == 1) continue;
             int dp = N / (pp * tp);
-            static const char *schedules[] = {"--schedule gpipe", "--schedule 1f1b",
-                                              "--schedule interleaved --virtual 2", "--schedule zb-h1"};
-            for (int s = 0; s < 4; s++)
-                if (pp > 1 || s == 1) candidate(list, &n, 4, dp, pp, 1, tp, pp > 1 ? schedules[s] : "");
-            candidate(list, &n, 5, dp, pp, 1, tp, "--zero 1");
-            candidate(list, &n, 5, dp, pp, 1, tp, "--zero 2");
-            candidate(list, &n, 6, dp, pp, 1, tp, "--offload");
+            for (int times = 1; times <= (pp > 1 ? 4 : 1); times *= 2) {
+                int M = pp > 1 ? pp * times : 1;
+                if (pp > 1 && (batch % dp || (batch / dp) % M)) continue; /* the replica's batch in M */
+                char micro[24] = "";
+                if (pp > 1) snprintf(micro, sizeof micro, " --micro %d", M);
+                static const char *schedules[] = {"--schedule gpipe", "--schedule 1f1b",
+                                                  "--schedule interleaved --virtual 2", "--schedule zb-h1"};
+                for (int s = 0; s < 4 && n + 8 < capacity; s++)
+                    if (pp > 1 || s == 1) {
+                        snprintf(words, sizeof words, "%s%s", pp > 1 ? schedules[s] : "", micro);
+                        candidate(list, &n, 4, dp, pp, 1, tp, words);
+                    }
+                for (int z = 1; z <= 2 && n + 8 < capacity; z++) {
+                    snprintf(words, sizeof words, "--zero %d%s", z, micro);
+                    candidate(list, &n, 5, dp, pp, 1, tp, words);
+                }
+                snprintf(words, sizeof words, "--offload%s", micro);
+                if (n + 8 < capacity) candidate(list, &n, 6, dp, pp, 1, tp, words);
+            }
         }
-    for (int cp = 2; cp <= N && n < 64 * 9 + 8; cp++)
+    for (int cp = 2; cp <= N && n + 1 < capacity; cp++)
         if (N % cp == 0) candidate(list, &n, 3, N / cp, 1, cp, 1, "");
     return n;
 }
@@ -821,8 +840,23 @@ static void search(const PlanFlags *f, const Config *cfg, const Args *user) {
     double budget = own_flag_given(cfg, "--gpu-mem") ? (double)f->gpu_mem : mach.device_mem_bytes;
     printf("layouts of %d rank%s, %.4g bytes of device memory each, ranked by the step predicted on %s\n",
            f->gpus, f->gpus > 1 ? "s" : "", budget, mach.name);
-    Candidate *list = xcalloc(64 * 9 + 16, sizeof *list);
-    int n = candidates(f->gpus, list), *order = xcalloc(n, sizeof(int)), fits = 0;
+    /* what the search keeps as given: the model, the batch, the precision (one dry run of 01 reads them) */
+    Layout base;
+    layout_make(&base, 1, user, f->threads);
+    base.dry.world = base.dry.dp = base.dry.pp = base.dry.tp = base.dry.cp = 1;
+    PlanDry given;
+    plan_dry_run(&base.dry, &given);
+    const Config *g = &given.cfg;
+    printf("held fixed: %d layers, d %d, %d heads, seq %d, vocab %d%s, batch %d, %s, recompute %s; micro-batches %d\n"
+           "where there is no pipeline, ZeRO-3's --prefetch and 03's ring as the chapters default; searched: the\n"
+           "axes, 04's schedules, a pipeline's micro-batches (pp, 2pp, 4pp), 02's buckets (1, 4, 25, 100 MiB)\n",
+           g->model.layers, g->model.dmodel, g->model.heads, g->model.seq, g->model.vocab,
+           g->model.tied ? " tied" : "", g->batch, precision_name(g->precision), g->recompute ? "on" : "off", g->micro);
+    int capacity = 4096;
+    Candidate *list = xcalloc(capacity, sizeof *list);
+    int n = candidates(f->gpus, g->batch, list, capacity), *order = xcalloc(n, sizeof(int)), fits = 0;
+    plan_dry_free(&given);
+    layout_free(&base);
     for (int i = 0; i < n; i++) {
         Candidate *c = &list[i];
         Args args = {0};
@@ -830,7 +864,7 @@ static void search(const PlanFlags *f, const Config *cfg, const Args *user) {
         Layout l;
         layout_make(&l, c->chapter, &args, f->threads);
         args_free(&args);
-        l.dry.quiet_errors = 1;
+        l.dry.quiet_errors = 1, l.dry.stage_firsts = 1; /* a stage's tp and cp ranks hold and send alike */
         PlanDry d;
         plan_dry_run(&l.dry, &d);
         if (d.status) {

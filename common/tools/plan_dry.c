@@ -66,7 +66,7 @@ static int ranks_to_run(const PlanDryLayout *l, PlanDry *d, int *ranks) {
                strcmp(plan_arg_value(l->args, l->nargs, "--allreduce"), "ring") == 0;
     int replica = l->world / l->dp, n = 0;
     int all = ring ? l->world : replica;
-    if (all <= PLAN_DRY_MAX_RUN) {
+    if (all <= PLAN_DRY_MAX_RUN && !l->stage_firsts) {
         for (int r = 0; r < all; r++) ranks[n++] = r;
         d->replica_only = !ring && l->dp > 1;
         return n;

@@ -44,6 +44,7 @@ typedef struct {
     int world, dp, pp, cp, tp;
     int threads;      /* OMP_NUM_THREADS of every dry rank; 0: the environment's */
     int quiet_errors; /* --search: a refusal is a candidate's reason, not the planner's error */
+    int stage_firsts; /* --search: each stage's first rank only, whatever the world */
 } PlanDryLayout;
 
 /* What one dry rank wrote. */

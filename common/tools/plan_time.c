@@ -77,17 +77,29 @@ void plan_time_work(const Config *cfg, const PlanLayout *l, const PlanTraffic *t
     double reduce_scatter =
         t->reduce_scatter_calls * (G - 1) * m->alpha_s + t->reduce_scatter / m->beta_bytes_per_s;
     double allgather = t->allgather_calls * (G - 1) * m->alpha_s + t->allgather / m->beta_bytes_per_s;
-    double blocking = allreduce + reduce_scatter + allgather + send, overlapped = 0, window = 0;
+    double blocking = allreduce + reduce_scatter + allgather + send, overlapped = 0, window = 0, tail = 0;
+    double dp_calls = t->allreduce_calls - t->tp_allreduce_calls;
     if (l->chapter == 2 && l->dp_mode == DP_OVERLAP) {
         overlapped = allreduce, window = backward; /* the buckets, under the backward */
+        tail = dp_calls > 0 ? allreduce / dp_calls : 0; /* the last bucket: ready as the backward ends */
     } else if (l->chapter == 5 && l->zero == 2) {
         overlapped = reduce_scatter, window = backward; /* each unit's, under the backward */
+        tail = t->reduce_scatter_calls > 0 ? reduce_scatter / t->reduce_scatter_calls : 0; /* the last unit's */
     } else if (l->chapter == 5 && l->zero == 3) {
-        overlapped = reduce_scatter + (l->prefetch > 0 ? allgather : 0), window = compute;
+        /* the forward's gathers (half of them) under the forward, the backward's and the
+         * reduce-scatters under the backward; the first gather comes before any computation and
+         * the last reduce-scatter after it (a call's average each) */
+        double forward = compute - backward, gathers = l->prefetch > 0 ? allgather : 0;
+        double ahead = gathers / 2 > forward ? gathers / 2 - forward : 0;
+        double behind = gathers / 2 + reduce_scatter > backward ? gathers / 2 + reduce_scatter - backward : 0;
+        overlapped = reduce_scatter + gathers, window = overlapped - ahead - behind;
+        tail = (t->allgather_calls > 0 ? allgather / t->allgather_calls : 0) +
+               (t->reduce_scatter_calls > 0 ? reduce_scatter / t->reduce_scatter_calls : 0);
     }
     blocking -= overlapped;
+    double hidden_past = overlapped > window ? overlapped - window : 0;
     out->busy_s[PART_COMMUNICATION] = blocking + overlapped;
-    out->exposed_s[PART_COMMUNICATION] = blocking + (overlapped > window ? overlapped - window : 0);
+    out->exposed_s[PART_COMMUNICATION] = blocking + (overlapped > 0 && hidden_past < tail ? tail : hidden_past);
 
     /* (pp - 1) / M of the ideal time (GPipe, 1F1B); interleaved / V; ZB-H1 a third (tf = tb = tw);
      * 03's layer split runs one micro-batch at a time through every stage: (pp - 1) x compute */

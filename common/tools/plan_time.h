@@ -45,10 +45,13 @@
  *                   thread runs under computation (02 --dp-mode overlap's
  *                   buckets and 05 stage 2's reduce-scatters under the
  *                   backward: counted, the bwd pieces' time; formula, two thirds of
- *                   compute; stage 3's gathers, with
- *                   --prefetch 1 or more, and its reduce-scatters under the
- *                   whole compute) is exposed only past that window:
- *                   exposed = blocking + max(0, overlapped - window)
+ *                   compute; stage 3's gathers, with --prefetch 1 or more, half
+ *                   under the forward, the other half and its reduce-scatters
+ *                   under the backward) is exposed only past its window, and
+ *                   never less than the call that cannot hide (a call's
+ *                   average: 02's last bucket, stage 2's last unit's
+ *                   reduce-scatter, stage 3's first gather and last
+ *                   reduce-scatter): exposed = blocking + max(tail, past)
  *   bubble          counted: the stages' own lists of actions, as their dry runs
  *                   ran them, replayed with each action's counted time
  *                   (schedule_replay_lists), less this rank's computing pieces;

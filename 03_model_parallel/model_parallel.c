@@ -21,8 +21,9 @@ const Flag model_parallel_flags[] = {
      .help = "layer: contiguous blocks of layers per rank, activations sent from rank to\n"
              "rank; tensor: every block's matrices sliced over the ranks (default {default})"},
     {"--split", FLAG_TEXT, FIELD(ModelParallelFlags, split), .usage = "--split A,B,...",
-     .help = "layer: blocks per stage, one number (>= 1) per stage, summing to --layers\n"
-             "(default: balance the parameters)"},
+     .help = "layer: blocks per stage, one number (>= 1) per stage, summing to --layers, or\n"
+             "flops: balance the forward FLOPs (the head's matmul and the attention counted, the\n"
+             "embedding's lookup free) (default: balance the parameters)"},
     {"--tp", FLAG_INT, FIELD(ModelParallelFlags, tp), 1, 1024, .usage = "--tp N",
      .help = "tensor: ranks per model copy (chapter 04: per stage); must divide --heads\n"
              "and 4 x --dmodel (default: --mp tensor world / --dp / --cp; chapter 04's stages 1)"},
@@ -90,7 +91,7 @@ void model_parallel_check_layout(const Config *cfg, const ModelParallelFlags *f)
             fatal(EXIT_USAGE,
                   "%d stages but the model has %d layers (valid: at most --layers ranks per model copy)",
                   mp_size, L);
-        if (f->split[0]) {
+        if (f->split[0] && !layer_split_by_flops(f->split)) {
             int blocks[MAX_LAYERS];
             layer_split_parse(f->split, mp_size, L, blocks);
         }
@@ -316,7 +317,9 @@ void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParall
     int blocks[MAX_LAYERS]; /* blocks per stage: at most one stage per layer */
     p->stages = mp_size;
     p->stage = mp_index;
-    if (f->split[0])
+    if (layer_split_by_flops(f->split))
+        layer_split_balanced_flops(&cfg->model, mp_size, blocks); /* --split flops: balance the compute */
+    else if (f->split[0])
         layer_split_parse(f->split, mp_size, L, blocks); /* --split 3,3 */
     else
         layer_split_balanced(table, mp_size, blocks); /* balance the parameters (common/layer_split.c) */

@@ -50,7 +50,7 @@ void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const Mo
     if (refused) fatal(EXIT_USAGE, "%s", refused);
     const char *pieces = layer_split_pieces_problem(P, V, L); /* every chunk needs a block */
     if (pieces) fatal(EXIT_USAGE, "%s", pieces);
-    if (model->split[0]) { /* one number per piece: per stage, or with --virtual V per chunk of a stage */
+    if (model->split[0] && !layer_split_by_flops(model->split)) { /* a number a piece (a stage, or a chunk) */
         int blocks[MAX_LAYERS];
         layer_split_parse_chunks(model->split, P, V, L, blocks);
     }

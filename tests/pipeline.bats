@@ -92,6 +92,32 @@ check_stages() {
     assert_matches_01 8 "$BATS_TEST_TMPDIR/split"
 }
 
+# --split flops balances the forward FLOPs a token (layer_split.h): at d 256,
+# seq 64 and a vocabulary of 8192 a block is 24C^2 + 4TC = 1.64M and the head
+# 2CV = 4.19M, 2.6 blocks' work; 8 blocks on 2 stages split 5 | 3 + head
+# (8.2M against 9.1M; 4 | 4 + head is 6.6M against 10.8M, 6 | 2 + head 9.8M
+# against 7.5M), where the parameters, the embedding weighing as much as the
+# head, split 4 | 4. The planner's bubble (the stages' counted work
+# replayed) halves; the losses stay 01's.
+@test "--split flops balances the stages' compute: 5 | 3 + head where the parameters split 4 | 4, a smaller planned bubble, 01's losses" {
+    local shape="--device cpu --layers 8 --dmodel 256 --heads 4 --seq 64 --vocab 8192 --pp 2 --micro 4 --batch 8"
+    bubble_of() { awk '$1 == "bubble" { print $2 }' <<<"$1"; }
+    run env OMP_NUM_THREADS=1 "$REPO/common/plan" --chapter 04 $shape --machine "$REPO/common/machines/cpu-amd-epyc-2cores.machine"
+    assert_success
+    assert_line "  stage 0: blocks 0..3 + embedding"
+    local params_bubble="$(bubble_of "$output")"
+    run env OMP_NUM_THREADS=1 "$REPO/common/plan" --chapter 04 $shape --split flops --machine "$REPO/common/machines/cpu-amd-epyc-2cores.machine"
+    assert_success
+    assert_line "  stage 0: blocks 0..4 + embedding"
+    assert_line "  stage 1: blocks 5..7 + head"
+    awk -v a="$params_bubble" -v b="$(bubble_of "$output")" 'BEGIN { exit !(b < a / 1.5) }' ||
+        fail "planned bubble $(bubble_of "$output") ms with --split flops, $params_bubble ms without"
+    pipeline 2 "$TRAIN04" $FLAGS --batch 8 --micro 4 --split flops --out "$BATS_TEST_TMPDIR/flops" >/dev/null
+    assert_matches_01 8 "$BATS_TEST_TMPDIR/flops"
+    run "$TRAIN04" $FLAGS --split flop --out "$BATS_TEST_TMPDIR/bad"
+    assert_equal "$status" 2
+}
+
 @test "--recompute on 2 stages gives bit-identical losses, GPipe, 1F1B, zb-h1 (whose W recomputes too) and interleaved" {
     for schedule in gpipe 1f1b zb-h1 interleaved; do
         for r in 0 1; do

@@ -65,16 +65,12 @@ const char *layer_split_pieces_problem(int stages, int chunks, int layers) {
     return message;
 }
 
-void layer_split_balanced(const ParamTable *table, int stages, int *blocks) {
-    int L = table->cfg.layers;
+/* blocks[] for `stages` contiguous runs of the L blocks whose largest sum of weight[] is as small
+ * as possible (weight[l]: block l, with the embedding or head it travels with). */
+static void partition(const double *weight, int L, int stages, int *blocks) {
     if (stages < 1 || stages > L || L > MAX_LAYERS)
         fatal(EXIT_USAGE, "%d stages for %d layers (valid: 1 <= stages <= layers <= %d)", stages, L,
               MAX_LAYERS);
-    double weight[MAX_LAYERS] = {0}; /* parameters of block l, plus the embedding or head it travels with */
-    for (int u = LAYER_EMBEDDING; u <= L; u++) {
-        int l = u < 0 ? 0 : u >= L ? L - 1 : u;
-        weight[l] += (double)table_unit(table, u)->numel;
-    }
     /* best[s][i]: the smallest possible largest stage when stages 0..s hold
      * blocks 0..i-1 (linear partition by dynamic programming) */
     static double best[MAX_LAYERS][MAX_LAYERS + 1];
@@ -101,6 +97,37 @@ void layer_split_balanced(const ParamTable *table, int stages, int *blocks) {
         blocks[s] = i - j;
         i = j;
     }
+}
+
+void layer_split_balanced(const ParamTable *table, int stages, int *blocks) {
+    int L = table->cfg.layers;
+    double weight[MAX_LAYERS] = {0}; /* parameters of block l, plus the embedding or head it travels with */
+    for (int u = LAYER_EMBEDDING; u <= L && L <= MAX_LAYERS; u++) {
+        int l = u < 0 ? 0 : u >= L ? L - 1 : u;
+        weight[l] += (double)table_unit(table, u)->numel;
+    }
+    partition(weight, L, stages, blocks);
+}
+
+double layer_split_unit_flops(const ModelConfig *m, int unit) {
+    double C = m->dmodel, T = m->seq;
+    if (unit == LAYER_EMBEDDING) return 0;                       /* a lookup */
+    if (unit == m->layers) return 2 * C * vocab_padded(m->vocab); /* the head's matmul */
+    return 24 * C * C + 4 * T * C;                               /* qkv, attproj, fc, fcproj; QK^T and AV */
+}
+
+void layer_split_balanced_flops(const ModelConfig *m, int stages, int *blocks) {
+    int L = m->layers;
+    double weight[MAX_LAYERS] = {0}; /* forward FLOPs a token of block l, with the head on the last */
+    for (int u = LAYER_EMBEDDING; u <= L && L <= MAX_LAYERS; u++) {
+        int l = u < 0 ? 0 : u >= L ? L - 1 : u;
+        weight[l] += layer_split_unit_flops(m, u);
+    }
+    partition(weight, L, stages, blocks);
+}
+
+int layer_split_by_flops(const char *split) {
+    return strcmp(split, "flops") == 0;
 }
 
 void layer_split_range(const int *blocks, int stage, int *first_block, int *last_block) {
@@ -143,7 +170,9 @@ StageChunk layer_split_prev(StageChunk at, int stages, int chunks) {
 
 void layer_split_stage(const ModelConfig *m, const char *split, int stages, int stage, int *blocks,
                        int *first_block, int *last_block, int *first_unit, int *last_unit) {
-    if (split[0]) {
+    if (layer_split_by_flops(split)) {
+        layer_split_balanced_flops(m, stages, blocks);
+    } else if (split[0]) {
         layer_split_parse(split, stages, m->layers, blocks);
     } else {
         ParamTable table;

@@ -36,6 +36,15 @@ enum { TAG_ACTIVATIONS = 1, TAG_GRADIENTS = 2, TAG_EXCHANGE = 3 };
  * last) is as small as possible. blocks[s] = blocks of stage s. Needs
  * 1 <= stages <= layers <= MAX_LAYERS. */
 void layer_split_balanced(const ParamTable *table, int stages, int *blocks);
+/* --split flops: the same partition of the forward FLOPs a token instead, the cost a stage's
+ * time follows (layer_split_unit_flops: a block's matmuls 24C^2 and attention 4TC, the head's
+ * matmul 2CV over the padded vocabulary, the embedding's lookup none; the backward is twice the
+ * forward everywhere, so it splits alike). The parameters weigh the embedding as much as the
+ * head and the attention not at all: with GPT-2's vocabulary the last stage, holding the head,
+ * is the slow one (Megatron's option to count the embedding and head as layers answers the same). */
+double layer_split_unit_flops(const ModelConfig *m, int unit);
+void layer_split_balanced_flops(const ModelConfig *m, int stages, int *blocks);
+int layer_split_by_flops(const char *split); /* --split flops */
 
 /* --split "3,3": one positive number per stage, summing to `layers`; a bad
  * text ends the program with EXIT_USAGE naming the problem. */

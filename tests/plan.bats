@@ -205,6 +205,15 @@ ring_sent_matches() {
     planned 3 05_zero/train --zero 3 --prefetch 0 --batch 12 $ODD
 }
 
+# Five ranks, the odd shape (d 48: no unit divides by 5) and fp16: 02's replicas and ZeRO-3's
+# padded shards, every rank's rows and the dp axis's bytes.
+@test "5 ranks in fp16 at d 48: 02 and 05's ZeRO-3, the plan is memory.csv on every rank, its dp bytes run.csv's" {
+    planned 5 02_data_parallel/train --batch 10 --precision fp16 $ODD
+    axes_match
+    planned 5 05_zero/train --zero 3 --batch 10 --precision fp16 $ODD
+    sent_matches
+}
+
 @test "06 with --offload, with and without --dpu, fp32 and bf16: the plan is memory.csv, host rows too" {
     planned 2 06_offload/train --offload
     sent_matches

@@ -21,9 +21,11 @@ setup_file() {
 
 REF="$BATS_FILE_TMPDIR/ref"
 
-# peak BYTES of memory.csv's row for device CATEGORY of rank 0 in DIR
-peak() {
-    awk -F, -v c="$2" '$1 == 0 && $2 == "device" && $3 == c { print $4 }' "$1/memory.csv"
+# peak DIR CATEGORY: memory.csv's peak bytes of the device CATEGORY on rank 0 in DIR;
+# peak_of DIR RANK CATEGORY: the same on RANK
+peak() { peak_of "$1" 0 "$2"; }
+peak_of() {
+    awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 == c { print $4 }' "$1/memory.csv"
 }
 
 @test "--loss-chunks 4 gives 01's losses to 1e-6 in 01, 02 on 2 ranks, and 04 on 2 stages (1F1B and ZB-H1)" {
@@ -54,5 +56,53 @@ peak() {
     run --separate-stderr "$TRAIN01" $FLAGS --loss-chunks 3 --out "$(scratch)/o"
     assert_failure 2
     assert_equal "$stderr" "error: --loss-chunks 3 does not divide --seq 64: the head runs on equal pieces of every micro-batch's tokens (valid: a divisor of 64, 1..64)"
+    [ ! -e "$(scratch)/o/steps.csv" ]
+}
+
+# GPT-2's vocabulary on a small model: 2 blocks, 3 steps of 4 sequences.
+GPT2="--device cpu --layers 2 --steps 3 --batch 4 --sample 0 --quiet --data $BATS_FILE_TMPDIR/corpus.txt --vocab 50257"
+
+@test "vocabulary split over tp ranks: 03 --mp tensor on 2 ranks and 04 --pp 2 --tp 2 (1F1B, ZB-H1) give 01's losses at --vocab 50257, tied and untied" {
+    for tied in --tie-embeddings ""; do
+        local d="$(scratch)/v${tied:+tied}"
+        mkdir -p "$d"
+        "$TRAIN01" $GPT2 $tied --out "$d/01" >/dev/null
+        mpirun_np 2 "$TRAIN03" $GPT2 $tied --mp tensor --out "$d/03" >/dev/null
+        assert_losses_match "$d/01" "$d/03" 3
+        for schedule in 1f1b zb-h1; do
+            mpirun_np 4 "$TRAIN04" $GPT2 $tied --pp 2 --tp 2 --micro 2 --schedule $schedule --out "$d/04-$schedule" >/dev/null
+            assert_losses_match "$d/01" "$d/04-$schedule" 3
+        done
+    done
+}
+
+@test "vocabulary split: each of tp ranks holds Vp/tp rows of wte and the head and 1/tp of the logits, probabilities and their gradient, a K-th of that with --loss-chunks K (memory.csv)" {
+    local d="$(scratch)" flags="$GPT2 --steps 1 --tie-embeddings"
+    for tp in 2 4; do
+        mpirun_np $tp "$TRAIN03" $flags --mp tensor --out "$d/tp$tp" >/dev/null
+        mpirun_np $tp "$TRAIN03" $flags --mp tensor --loss-chunks 4 --out "$d/tp$tp-k4" >/dev/null
+        mpirun_np $tp "$TRAIN03" ${flags/--vocab 50257/--vocab 256} --mp tensor --out "$d/tp$tp-bytes" >/dev/null
+        # against the byte vocabulary (256 rows, the same model otherwise): N = 4 x 64 tokens,
+        # 50304 - 256 more columns, 1/tp of them on each rank, 4 bytes
+        local N=256 extra=$(((50304 - 256) / tp * 4))
+        for r in $(seq 0 $((tp - 1))); do
+            assert_equal "$(($(peak_of "$d/tp$tp" $r activations) - $(peak_of "$d/tp$tp-bytes" $r activations)))" \
+                "$((2 * N * extra))"
+            assert_equal "$(($(peak_of "$d/tp$tp" $r workspace) - $(peak_of "$d/tp$tp-bytes" $r workspace)))" \
+                "$((N * extra))"
+            # --loss-chunks 4 keeps a quarter of them, and of the tp + 3 loss statistics per token
+            assert_equal "$(($(peak_of "$d/tp$tp" $r activations) - $(peak_of "$d/tp$tp-k4" $r activations)))" \
+                "$(((2 * N * 50304 / tp * 4 + (tp + 3) * N * 4) * 3 / 4))"
+            # wte (tied: the head reads it): 50304 / tp rows of 64
+            assert_equal "$(($(peak_of "$d/tp$tp" $r params) - $(peak_of "$d/tp$tp-bytes" $r params)))" \
+                "$((extra * 64))"
+        done
+    done
+}
+
+@test "--tp that does not divide the padded vocabulary is refused in one line naming the rule" {
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 3 '$TRAIN03' $FLAGS --mp tensor --heads 3 --dmodel 48 --out '$(scratch)/o'"
+    assert_failure 2
+    [[ "$stderr" == *"error: --tp 3 does not divide the padded vocabulary of --vocab 256 = 256 rows: every rank holds an equal share of wte and the head (valid: a --tp dividing 256, or a --vocab whose multiple of 128 it divides)"* ]]
     [ ! -e "$(scratch)/o/steps.csv" ]
 }

@@ -265,8 +265,11 @@ void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uin
     }
 
     if (tp->size > 1) { /* wte and the head by vocabulary rows: this rank's share, and how to sum */
+        size_t stats = (size_t)(tp->size + 3) * head_piece_tokens(&m->cfg, B * T);
         tm->vocab = (VocabSplit){.parts = tp->size,
                                  .first_row = tp->rank * vocab_rows_held(&m->cfg),
+                                 .stats = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, stats * sizeof(float),
+                                                    "loss statistics"),
                                  .allreduce_sum = vocab_allreduce_sum,
                                  .allgather = vocab_allgather,
                                  .context = tp};
@@ -376,6 +379,7 @@ void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t s
 
 void tp_model_destroy(TensorParallelModel *tm) {
     mem_free(tm->scratch.branch);
+    mem_free(tm->vocab.stats);
     if (tm->acts.block) tp_activations_destroy(tm, &tm->acts);
     free(tm->slice);
     free(tm->held_at);

@@ -53,17 +53,14 @@ static size_t expected_floats(const ModelConfig *m, size_t B, size_t T) {
     size_t embedding = 2 * tokens         /* token ids, targets */
                        + tokens * C;      /* encoded */
     /* --loss-chunks K: the head's logits and probabilities for tokens / K at a
-     * time; a vocabulary split over P ranks: V / P columns of them, and per
-     * token of a piece its maximum, the P ranks' maxima, the sum of
-     * exponentials and the target's logit */
+     * time; a vocabulary split over P ranks: V / P columns of them */
     size_t piece = tokens / (m->loss_chunks > 1 ? m->loss_chunks : 1);
     size_t parts = m->vocab_parts > 1 ? m->vocab_parts : 1;
     V /= parts;
     size_t head = tokens * C + 2 * tokens /* lnf, mean, rstd */
                   + piece * V             /* logits */
                   + piece * V             /* probs */
-                  + tokens                /* losses */
-                  + (parts > 1 ? (parts + 3) * piece : 0);
+                  + tokens;               /* losses */
     return embedding + L * per_block + head;
 }
 

@@ -154,18 +154,13 @@ void gpt_destroy(GPT *m) {
 
 /* ---- activation memory: one block per kind, carved into named tensors ---- */
 
-/* With a vocabulary split, the head's statistics per token of a piece of P:
- * its maximum, every part's maxima, the sums of exponentials and the target's
- * logit (model.h, Activations.loss_stats); none without. */
-static size_t loss_stats_floats(const ModelConfig *c, size_t P) {
-    return c->vocab_parts > 1 ? ((size_t)c->vocab_parts + 3) * P : 0;
-}
-
 size_t activation_bytes(const ModelConfig *c, int B, int T) {
     /* EXERCISE 01.3 BEGIN: count the bytes the forward pass saves (course.md, exercise 01.3) */
     size_t BT = (size_t)B * T, C = c->dmodel, V = vocab_rows_held(c), L = c->layers;
     size_t lse = (size_t)B * c->heads * T;
-    size_t P = head_piece_tokens(c, B * T); /* the tokens the head computes at a time: all of them */
+    /* the head's logits and probabilities: for P tokens at a time (all of them, or a
+     * K-th with --loss-chunks K), V columns (vocab_padded, or a tp rank's share) */
+    size_t P = head_piece_tokens(c, B * T);
     /* per block: ln1, atty, res2, ln2, res3 (C each), qkv (3C), fch (4C) =
      * 12C per token, 4 layernorm statistics, and the attention's lse (one per
      * head per token); GELU's output is recomputed in backward, not kept */
@@ -175,7 +170,7 @@ size_t activation_bytes(const ModelConfig *c, int B, int T) {
                     + L * per_block    /* blocks */
                     + BT * C + 2 * BT  /* lnf, mean, rstd */
                     + 2 * P * V + BT;  /* logits, probs (of one piece), losses */
-    return (floats + loss_stats_floats(c, P)) * sizeof(float);
+    return floats * sizeof(float);
     /* EXERCISE 01.3 END */
 }
 
@@ -272,8 +267,6 @@ static void carve_activations(Activations *a, const ModelConfig *c, int B, int T
     a->logits = carve(k, P * V);
     a->probs = carve(k, P * V);
     a->losses = carve(k, BT);
-    size_t stats = loss_stats_floats(c, P);
-    if (stats) a->loss_stats = carve(k, stats);
 }
 
 void activations_create(Activations *a, const ModelConfig *c, int B, int T) {
@@ -496,7 +489,7 @@ static void head_loss(const GPT *m, Activations *a, int r0, int rows) {
         return;
     }
     int first = vs->first_row, cols = V - first < 0 ? 0 : V - first < Vh ? V - first : Vh;
-    float *row_max = a->loss_stats, *maxes = row_max + rows, *sums = maxes + (size_t)vs->parts * rows;
+    float *row_max = vs->stats, *maxes = row_max + rows, *sums = maxes + (size_t)vs->parts * rows;
     k->crossentropy_slice_max(row_max, a->logits, rows, cols, Vh);
     vs->allgather(row_max, maxes, rows, vs->context);
     k->crossentropy_slice_sums(sums, row_max, maxes, vs->parts, a->logits, a->targets + r0, rows, cols, Vh,

@@ -78,6 +78,8 @@ typedef struct SequenceSplit {
  * B x T x V logits are never gathered. */
 typedef struct VocabSplit {
     int parts, first_row;
+    float *stats; /* (parts + 3, tokens of a piece of the head): the rows' maxima, every part's
+                     maxima, the sums of exponentials and the target logits (the owner's workspace) */
     void (*allreduce_sum)(float *buf, size_t count, void *context); /* in place, over the parts */
     void (*allgather)(const float *mine, float *all, size_t count, void *context); /* (parts, count) */
     void *context;
@@ -149,8 +151,6 @@ typedef struct {
     float *logits;                    /* (head_rows,Vh) columns past V: padding, never read */
     float *probs;                     /* (head_rows,Vh) 0 in the padded columns */
     float *losses;                    /* (B,T) */
-    float *loss_stats;                /* with a VocabSplit: (parts + 3, head_rows) row maxima, every
-                                         part's maxima, sums of exponentials, target logits */
 } Activations;
 
 /* The head in pieces (--loss-chunks K, cfg.loss_chunks). The logits, their

@@ -52,6 +52,22 @@ peak_of() {
         "$((buffer * 7 / 8))"
 }
 
+@test "--loss-chunks 8 samples the text of the whole head, where a piece other than the last holds the row (03 --sp, 03 --tp 2 --cp 2, and 01)" {
+    local flags="${FLAGS/--sample 0/--sample 12} --batch 2 --steps 2"
+    for layout in "2 --mp tensor --sp" "4 --mp tensor --tp 2 --cp 2"; do
+        local np="${layout%% *}" name="${layout// /}"
+        mpirun_np $np "$TRAIN03" $flags ${layout#* } --out "$(scratch)/$name" | grep '^sample:' >"$(scratch)/$name.txt"
+        mpirun_np $np "$TRAIN03" $flags ${layout#* } --loss-chunks 8 --out "$(scratch)/$name-k8" |
+            grep '^sample:' >"$(scratch)/$name-k8.txt"
+        [ -s "$(scratch)/$name.txt" ]
+        assert_equal "$(cat "$(scratch)/$name-k8.txt")" "$(cat "$(scratch)/$name.txt")"
+    done
+    "$TRAIN01" $flags --batch 1 --out "$(scratch)/01" | grep '^sample:' >"$(scratch)/01.txt"
+    "$TRAIN01" $flags --batch 1 --loss-chunks 8 --out "$(scratch)/01-k8" | grep '^sample:' >"$(scratch)/01-k8.txt"
+    [ -s "$(scratch)/01.txt" ]
+    assert_equal "$(cat "$(scratch)/01-k8.txt")" "$(cat "$(scratch)/01.txt")"
+}
+
 @test "--loss-chunks that does not divide --seq is refused in one line naming the valid divisors" {
     run --separate-stderr "$TRAIN01" $FLAGS --loss-chunks 3 --out "$(scratch)/o"
     assert_failure 2

@@ -517,11 +517,11 @@ void gpt_head_forward(const GPT *m, Activations *a, const float *input, int with
 
 void gpt_logits_row(const GPT *m, Activations *a, int row, float *host) {
     int Vh = vocab_rows_held(&m->cfg), local = row - a->logits_row0;
-    if (local < 0 || local >= a->head_rows)
-        fatal(EXIT_RUNTIME,
-              "the logits of token %d are not held: the head computed tokens %d..%d last (--loss-chunks "
-              "keeps one piece; sample with fewer pieces)",
-              row, a->logits_row0, a->logits_row0 + a->head_rows - 1);
+    if (local < 0 || local >= a->head_rows) { /* --loss-chunks: its piece again, from lnf, up to it */
+        int r0 = row / a->head_rows * a->head_rows;
+        head_piece_forward(m, a, r0, row - r0 + 1, 0);
+        local = row - r0;
+    }
     const float *mine = a->logits + (size_t)local * Vh;
     if (!m->vocab) {
         copy_to_host(host, mine, (size_t)Vh * sizeof(float));

@@ -427,8 +427,8 @@ void gpt_linear_backward_weight(const GPT *m, float *dweight, float *dbias, cons
                                 const float *inp, int N, int C, int OC);
 
 /* Row `row` of the B x T tokens' logits from the last forward (with the head
- * in pieces, the row must be in the last piece computed), whole
- * (vocab_padded(V) floats) into host memory. Under a VocabSplit every rank
+ * in pieces, a row of another piece than the last is computed again from
+ * a->lnf), whole (vocab_padded(V) floats) into host memory. Under a VocabSplit every rank
  * of the split calls it: the slices are gathered (into a->probs, unused
  * after a forward without the loss). */
 void gpt_logits_row(const GPT *m, Activations *a, int row, float *host);

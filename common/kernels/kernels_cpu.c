@@ -416,6 +416,7 @@ static void crossentropy_slice_max(float *row_max, const float *logits, int N, i
 static void crossentropy_slice_sums(float *sums, float *row_max, const float *maxes, int parts,
                                     const float *logits, const int *targets, int N, int cols, int Vl,
                                     int first) {
+    /* EXERCISE 03.4 BEGIN: the vocabulary-parallel cross-entropy (course.md, exercise 03.4) */
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *z = logits + (size_t)n * Vl;
@@ -428,10 +429,12 @@ static void crossentropy_slice_sums(float *sums, float *row_max, const float *ma
         int target = targets[n] - first;
         sums[N + n] = target >= 0 && target < cols ? z[target] - maxval : 0.0f;
     }
+    /* EXERCISE 03.4 END */
 }
 
 static void crossentropy_slice_finish(float *losses, float *probs, const float *logits, const float *row_max,
                                       const float *sums, int N, int cols, int Vl) {
+    /* EXERCISE 03.4 BEGIN: the vocabulary-parallel cross-entropy (course.md, exercise 03.4) */
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *z = logits + (size_t)n * Vl;
@@ -442,10 +445,12 @@ static void crossentropy_slice_finish(float *losses, float *probs, const float *
         for (int v = cols; v < Vl; v++) p[v] = 0.0f; /* padded rows: never predicted */
         losses[n] = (float)(log(sum) - sums[N + n]);
     }
+    /* EXERCISE 03.4 END */
 }
 
 static void crossentropy_backward_rows(float *dlogits, const float *probs, const int *targets, float dloss,
                                        int N, int Vl, int first) {
+    /* EXERCISE 03.4 BEGIN: the vocabulary-parallel cross-entropy (course.md, exercise 03.4) */
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *p = probs + (size_t)n * Vl;
@@ -453,6 +458,7 @@ static void crossentropy_backward_rows(float *dlogits, const float *probs, const
         int target = targets[n] - first;
         for (int v = 0; v < Vl; v++) d[v] += (p[v] - (v == target ? 1.0f : 0.0f)) * dloss;
     }
+    /* EXERCISE 03.4 END */
 }
 
 /* Fixed chunking: the order of additions depends only on n, not on threads. */

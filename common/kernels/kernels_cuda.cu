@@ -358,6 +358,7 @@ static __global__ void crossentropy_slice_max_kernel(float *row_max, const float
     if (threadIdx.x == 0) row_max[n] = maxval;
 }
 
+/* EXERCISE 03.4 BEGIN: the vocabulary-parallel cross-entropy (course.md, exercise 03.4) */
 static __global__ void crossentropy_slice_sums_kernel(float *sums, float *row_max, const float *maxes,
                                                       int parts, const float *logits, const int *targets,
                                                       int N, int cols, int Vl, int first) {
@@ -396,6 +397,7 @@ static __global__ void crossentropy_backward_rows_kernel(float *dlogits, const f
     int v = (int)(i % Vl);
     dlogits[i] += (probs[i] - (v + first == targets[n] ? 1.0f : 0.0f)) * dloss;
 }
+/* EXERCISE 03.4 END */
 
 /* Pass 1: SUM_BLOCKS blocks stride over x, each leaving one partial sum. */
 /* Of x when given, else of the 16-bit h. */
@@ -679,27 +681,33 @@ static void crossentropy_slice_max(float *row_max, const float *logits, int N, i
 static void crossentropy_slice_sums(float *sums, float *row_max, const float *maxes, int parts,
                                     const float *logits, const int *targets, int N, int cols, int Vl,
                                     int first) {
+    /* EXERCISE 03.4 BEGIN: the vocabulary-parallel cross-entropy (course.md, exercise 03.4) */
     if (N == 0) return;
     crossentropy_slice_sums_kernel<<<N, BLOCK_SIZE, 0, compute_stream>>>(sums, row_max, maxes, parts, logits,
                                                                           targets, N, cols, Vl, first);
     cuda_check(cudaGetLastError());
+    /* EXERCISE 03.4 END */
 }
 
 static void crossentropy_slice_finish(float *losses, float *probs, const float *logits, const float *row_max,
                                       const float *sums, int N, int cols, int Vl) {
+    /* EXERCISE 03.4 BEGIN: the vocabulary-parallel cross-entropy (course.md, exercise 03.4) */
     if (N == 0) return;
     crossentropy_slice_finish_kernel<<<N, BLOCK_SIZE, 0, compute_stream>>>(losses, probs, logits, row_max,
                                                                             sums, N, cols, Vl);
     cuda_check(cudaGetLastError());
+    /* EXERCISE 03.4 END */
 }
 
 static void crossentropy_backward_rows(float *dlogits, const float *probs, const int *targets, float dloss,
                                        int N, int Vl, int first) {
+    /* EXERCISE 03.4 BEGIN: the vocabulary-parallel cross-entropy (course.md, exercise 03.4) */
     size_t total = (size_t)N * Vl;
     if (total == 0) return;
     crossentropy_backward_rows_kernel<<<blocks_for(total, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(
         dlogits, probs, targets, dloss, Vl, first, total);
     cuda_check(cudaGetLastError());
+    /* EXERCISE 03.4 END */
 }
 
 static void crossentropy_backward(float *dlogits, const float *probs, const int *targets, float dloss, int N,

@@ -187,21 +187,21 @@ static void chunk_rows(ContextParallel *cp, int half, int T, size_t *held, size_
 }
 
 static void split_embedding_forward(float *out, const int *tokens, const float *wte, const float *wpe, int B,
-                                    int T, int C, void *context) {
+                                    int T, int C, int first, int rows, void *context) {
     ContextParallel *cp = context;
     for (int half = 0; half < 2; half++) {
         size_t held, whole;
         chunk_rows(cp, half, T, &held, &whole);
         copy_on_device(cp->wpe_rows + held, wpe + whole, (size_t)T / 2 * C * sizeof(float));
     }
-    ops()->embedding_forward(out, tokens, wte, cp->wpe_rows, B, T, C);
+    ops()->embedding_forward_rows(out, tokens, wte, cp->wpe_rows, B, T, C, first, rows);
 }
 
 static void split_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
-                                     int T, int C, int V, void *context) {
+                                     int T, int C, int first, int rows, void *context) {
     ContextParallel *cp = context;
     ops()->fill_zero(cp->dwpe_rows, (size_t)T * C);
-    ops()->embedding_backward(dwte, cp->dwpe_rows, dout, tokens, B, T, C, V);
+    ops()->embedding_backward_rows(dwte, cp->dwpe_rows, dout, tokens, B, T, C, first, rows);
     for (int half = 0; half < 2; half++) {
         size_t held, whole;
         chunk_rows(cp, half, T, &held, &whole);

@@ -242,13 +242,16 @@ static int cp_sample_token(ModelParallel *p, int ctx, int V, int vocab_rows, flo
     for (int half = 0; half < 2; half++)
         if (context_parallel_chunk(p->cp.rank, p->cp.size, half, p->cp.zigzag) == chunk)
             local = half * rows + (ctx - 1) % rows;
-    /* the logits: on the last stage, or on every tp rank (tp rank 0 gives them) */
-    int holds = p->tensor ? p->tp.rank == 0 : p->stage == p->stages - 1;
-    const Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
-    if (local >= 0 && holds && comm_rank(p->dp) == 0)
-        copy_on_device(row, a->logits + (size_t)local * V, V * sizeof(float));
-    else
+    /* the logits: on the last stage, or sliced over the tp ranks (tp rank 0 gives them) */
+    int holds = p->tensor || p->stage == p->stages - 1;
+    Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
+    if (local >= 0 && holds && comm_rank(p->dp) == 0) {
+        gpt_logits_row(p->tensor ? p->tpm.m : &p->model, a, local, logits); /* every tp rank takes part */
+        if (p->tensor && p->tp.rank != 0) memset(logits, 0, V * sizeof(float));
+        copy_to_device(row, logits, V * sizeof(float));
+    } else {
         ops()->fill_zero(row, V);
+    }
     comm_allreduce(comm_world(), row, V, COMM_SUM);
     copy_to_host(logits, row, V * sizeof(float));
     return sample_token(logits, vocab_rows, rng);
@@ -257,7 +260,7 @@ static int cp_sample_token(ModelParallel *p, int ctx, int V, int vocab_rows, flo
 void model_parallel_sample(ModelParallel *p, const Dataset *data, const Config *cfg, uint64_t *rng) {
     int T = cfg->model.seq, V = vocab_padded(cfg->model.vocab), n = cfg->sample, cp = p->cp.size > 1,
         sp = p->tpm.sp;
-    const Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
+    Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
     int holds_logits = p->tensor || p->stage == p->stages - 1;
     context_parallel_pause(&p->cp);
     int *text = xmalloc(((size_t)32 + n) * sizeof(int)); /* the prompt is at most 32 tokens */
@@ -277,7 +280,7 @@ void model_parallel_sample(ModelParallel *p, const Dataset *data, const Config *
         if (cp) {
             byte = cp_sample_token(p, ctx, V, rows, row, logits, rng);
         } else if (holds_logits) {
-            copy_to_host(logits, a->logits + (size_t)(ctx - 1) * V, V * sizeof(float));
+            gpt_logits_row(p->tensor ? p->tpm.m : &p->model, a, ctx - 1, logits); /* --tp: gathered */
             byte = sample_token(logits, rows, rng);
         }
         if (!p->tensor && !cp)

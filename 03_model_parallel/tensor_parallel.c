@@ -63,10 +63,11 @@ void row_parallel_backward(TensorGroup *tp, float *dinp_local, float *dweight_lo
 
 /* ---- the local parameter table ---- */
 
-/* How tensor t of a model of L blocks is divided: only the blocks' four matrices (and the
- * biases of the column-parallel ones) are sliced. */
+/* How tensor t of a model of L blocks is divided: the blocks' four matrices (and the
+ * biases of the column-parallel ones), and wte and the head by vocabulary rows. */
 static SliceKind slice_of(const ParamTensor *t, int L) {
-    if (t->layer == LAYER_EMBEDDING || t->layer == L) return SLICE_NONE;
+    if (t->layer == LAYER_EMBEDDING) return t->kind == EMBEDDING_WTE ? SLICE_ROWS : SLICE_NONE;
+    if (t->layer == L) return t->kind == HEAD_LM_HEAD ? SLICE_ROWS : SLICE_NONE;
     switch ((BlockTensor)t->kind) {
     case BLOCK_QKVW:
     case BLOCK_QKVB:
@@ -122,6 +123,7 @@ static void build_local_table(TensorParallelModel *tm, const ModelConfig *cfg, i
             t->rows /= tp;
     }
     param_table_layout(&local); /* offsets of the smaller tensors */
+    local.cfg.vocab_parts = tp; /* the logits of this rank's rows of the head (model.h) */
     gpt_init(&tm->model, local);
 }
 
@@ -186,7 +188,8 @@ static size_t carve_scratch(TensorParallelModel *tm, float *base, int B, int T) 
     s->dfch = carve(base, &used, BT * Hl);
     s->dfch_gelu = carve(base, &used, BT * Hl);
     s->gelu = carve(base, &used, BT * Hl);
-    s->dlogits = carve(base, &used, BT * vocab_padded(tm->model.cfg.vocab));
+    s->dlogits = carve(base, &used,
+                       (size_t)head_piece_tokens(&tm->model.cfg, B * T) * vocab_rows_held(&tm->model.cfg));
     return used;
 }
 
@@ -197,6 +200,15 @@ static int holds(const TensorParallelModel *tm, int unit) {
 }
 static size_t held_offset(const TensorParallelModel *tm, const ParamTensor *t) {
     return tm->held_at[t->layer + 1] + t->offset - table_unit(&tm->model.table, t->layer)->offset;
+}
+
+/* The vocabulary split's collectives (model.h, VocabSplit): over the group, timed. */
+static void tp_allgather(TensorGroup *tp, const float *send, float *recv, size_t count);
+static void vocab_allreduce_sum(float *buf, size_t count, void *context) {
+    tp_allreduce(context, buf, count);
+}
+static void vocab_allgather(const float *mine, float *all, size_t count, void *context) {
+    tp_allgather(context, mine, all, count);
 }
 
 /* Storage for several runs of units in one buffer (fp32), each unit bound where it lies. */
@@ -252,6 +264,17 @@ void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uin
         if (!replicated || tp->rank == 0) tm->once_spans[tm->num_once_spans++] = span;
     }
 
+    if (tp->size > 1) { /* wte and the head by vocabulary rows: this rank's share, and how to sum */
+        size_t stats = (size_t)(tp->size + 3) * head_piece_tokens(&m->cfg, B * T);
+        tm->vocab = (VocabSplit){.parts = tp->size,
+                                 .first_row = tp->rank * vocab_rows_held(&m->cfg),
+                                 .stats = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, stats * sizeof(float),
+                                                    "loss statistics"),
+                                 .allreduce_sum = vocab_allreduce_sum,
+                                 .allgather = vocab_allgather,
+                                 .context = tp};
+        m->vocab = &tm->vocab;
+    }
     tp->matmuls = m; /* the parallel layers' matmuls: 16-bit inputs under mixed precision */
     tm->m = m;
     tm->mx = &tm->mixed;
@@ -313,8 +336,9 @@ void tp_model_move(TensorParallelModel *tm, GPT *model, MixedModel *mixed) {
 
 void tp_activations_create_range(const TensorParallelModel *tm, Activations *a, int B, int T, int first_unit,
                                  int last_unit) {
-    /* the embedding and head parts are whole (model.c: the head's only where it is held); the
-     * blocks, carved here with local widths, sit in a->block as usual */
+    /* the embedding and head parts are model.c's (the head's only where it is held; its logits
+     * this rank's vocabulary columns: the local cfg's vocab_parts); the blocks, carved here with
+     * local widths, sit in a->block as usual */
     int L = tm->model.cfg.layers;
     int first = first_unit > 0 ? first_unit : 0, last = last_unit < L ? last_unit : L - 1;
     activations_create_range(a, &tm->model.cfg, B, T, L, last_unit == L ? L : L - 1, 0);
@@ -355,6 +379,7 @@ void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t s
 
 void tp_model_destroy(TensorParallelModel *tm) {
     mem_free(tm->scratch.branch);
+    mem_free(tm->vocab.stats);
     if (tm->acts.block) tp_activations_destroy(tm, &tm->acts);
     free(tm->slice);
     free(tm->held_at);
@@ -542,7 +567,8 @@ static size_t carve_kept(const TensorParallelModel *tm, KeptGrads *kg, float *ba
         k->dmid = carve(base, &used, BT * c->dmodel);
         k->dqkv = carve(base, &used, BT * 3 * tm->C_local);
     }
-    if (tm->last_unit == c->layers) kg->dlogits = carve(base, &used, BT * vocab_padded(c->vocab));
+    if (tm->last_unit == c->layers && c->loss_chunks <= 1)
+        kg->dlogits = carve(base, &used, BT * vocab_rows_held(c));
     return used;
 }
 

@@ -18,10 +18,22 @@
  * each column-parallel layer's input (every rank holds only its share of it)
  * before the replicated layernorm's backward: again two per block.
  *
- * Layernorms, embeddings, the final layernorm, the LM head and the biases of
- * the row-parallel layers are replicated: every rank holds them whole,
- * computes the same values from the same (all-reduced) inputs, and so gets
- * the same gradients for them.
+ * The vocabulary is split too (Megatron's vocab-parallel embedding and
+ * cross-entropy): rank r holds rows [r*Vp/tp, (r+1)*Vp/tp) of wte and of the
+ * LM head (Vp = vocab_padded(V); tp must divide it). The embedding looks up
+ * the tokens whose rows it holds, 0 for the others, and an ALL-REDUCE sums
+ * the ranks' outputs; the head makes this rank's Vp/tp columns of the
+ * logits, and the loss needs only per-token numbers from the others: each
+ * row's maximum (all-gathered: tp x B x T floats), the sum of exponentials
+ * and the target's logit (ALL-REDUCE: 2 x B x T floats). The B x T x Vp
+ * logits are never gathered: each rank holds 1/tp of them (model.h,
+ * VocabSplit). Backward: the head's input gradient is a partial sum over
+ * the slices (ALL-REDUCE), the embedding's rows need nothing.
+ *
+ * Layernorms, wpe, the final layernorm and the biases of the row-parallel
+ * layers are replicated: every rank holds them whole, computes the same
+ * values from the same (all-reduced) inputs, and so gets the same gradients
+ * for them.
  *
  * The local parameter table has the names and order of the whole model's
  * (model.h) with local shapes. Element e of a local tensor is element
@@ -55,7 +67,7 @@ typedef struct {
 typedef enum {
     SLICE_NONE,     /* replicated */
     SLICE_QKV_ROWS, /* qkvw, qkvb: this rank's heads' rows in each of the q, k and v thirds */
-    SLICE_ROWS,     /* fcw, fcb: a contiguous block of rows (output units) */
+    SLICE_ROWS,     /* fcw, fcb, wte, lm_head: a contiguous block of rows (output units, tokens) */
     SLICE_COLS,     /* attprojw, fcprojw: a contiguous block of columns (input units) */
 } SliceKind;
 
@@ -68,6 +80,7 @@ typedef struct {
     GPT *m;                         /* where the model is: &model, or where tp_model_move put it */
     MixedModel *mx;                 /* and its 16-bit storage: &mixed, or moved with it */
     SliceKind *slice;               /* per tensor of the table */
+    VocabSplit vocab;               /* wte and the head by vocabulary rows (model.h), with tp > 1 */
     int first_unit, last_unit;      /* the units held: every unit, or a pipeline stage's (chapter 04);
                                        with chunks, the span from the first held to the last */
     size_t *held_at;                /* per unit u (at u + 1): where its elements start in the held
@@ -169,7 +182,8 @@ const char *sequence_parallel_problem(int B, int T, int tp);
  * and backward (adds into tm->model.grads). Every rank of the group takes part.
  * They are model.c's gpt_forward_range and gpt_backward_range over every unit,
  * with this file's blocks in place of model.c's (UnitHooks.block_forward and
- * block_backward); the embedding and the head are model.c's, replicated. */
+ * block_backward); the embedding and the head are model.c's, on this rank's
+ * vocabulary rows (tm->vocab, the VocabSplit of model.h). */
 void tp_forward(TensorParallelModel *tm, int with_loss, int B, int T);
 void tp_backward(TensorParallelModel *tm, float dloss, int B, int T);
 

@@ -511,7 +511,7 @@ void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
         if (next >= 0) {
             comm_send(l->pp, stage_output(p, a, 0), (size_t)ctx * C, next, TAG_ACTIVATIONS);
         } else {
-            copy_to_host(logits, a->logits + (size_t)(ctx - 1) * V, V * sizeof(float));
+            gpt_logits_row(&p->model, a, ctx - 1, logits); /* --tp: gathered from the tp ranks */
             byte = sample_token(logits, rows, rng);
         }
         text[len] = (int)comm_allreduce_double(l->pp, byte, 0); /* from the last stage */

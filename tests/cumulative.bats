@@ -25,7 +25,8 @@ setup_file() {
     cp "$REPO/course.md" "$d/corpus.txt"
     "$TRAIN01" $FLAGS --out "$d/ref" >/dev/null
     "$TRAIN01" $FLAGS --precision bf16 --out "$d/ref_bf16" >/dev/null
-    "$TRAIN01" $FLAGS --dmodel 48 --heads 6 --out "$d/ref_h6" >/dev/null
+    # 6 heads for tp 3, and a vocabulary of 384 rows, which 3 divides (256 does not)
+    "$TRAIN01" $FLAGS --dmodel 48 --heads 6 --vocab 384 --out "$d/ref_h6" >/dev/null
 }
 
 # run04 NP OUT FLAGS...: chapter 04 on NP ranks.
@@ -62,15 +63,19 @@ run06() {
 # against the formulas for the tiny model with 4 layers, a batch of 8 and M micro-batches per replica
 # (N = 8 / (D M) x 64 tokens of C = 64 per micro-batch, fp32):
 #   tp  4 all-reduces per block and micro-batch (2 forward, 2 backward), each 2(T-1)/T x N C x 4 bytes
-#       per rank: D x T x 4 layers x M x 4 x 2(T-1)/T x 4NC
+#       per rank: D x T x 4 layers x M x 4 x 2(T-1)/T x 4NC; and the vocabulary split's: the
+#       embedding's output and the head's input gradient all-reduced (N C each, on the first and the
+#       last stage), each row's maximum all-gathered ((T-1) x 4N sent) and its sum of exponentials
+#       and target logit all-reduced (2N): D x T x M x (2 x 2(T-1)/T x 4NC + (T-1) 4N + 2(T-1)/T x 8N)
 #   pp  each micro-batch's activations and their gradient across the P V - 1 piece boundaries, sent
 #       by every tp rank: D x T x M x 2(PV-1) x 4NC
 #   dp  every rank's ring all-reduce of its gradients: 2(D-1)/D x its grads bytes (memory.csv)
 assert_axis_bytes() {
-    local run="$1" P="$2" V="$3" T="$4" D="$5" M="$6" NC4 grads
-    NC4=$((8 / (D * M) * 64 * 64 * 4))
+    local run="$1" P="$2" V="$3" T="$4" D="$5" M="$6" NC4 N4 grads
+    NC4=$((8 / (D * M) * 64 * 64 * 4)) N4=$((8 / (D * M) * 64 * 4))
     grads=$(awk -F, '$2 == "device" && $3 == "grads" { s += $4 } END { print s }' "$run/memory.csv")
-    assert_equal "$(csv_column "$run/run.csv" bytes_tp_per_step)" "$((D * T * 4 * M * 4 * 2 * (T - 1) * NC4 / T))"
+    local vocab=$((D * T * M * (2 * 2 * (T - 1) * NC4 / T + (T - 1) * N4 + 2 * (T - 1) * 2 * N4 / T)))
+    assert_equal "$(csv_column "$run/run.csv" bytes_tp_per_step)" "$((D * T * 4 * M * 4 * 2 * (T - 1) * NC4 / T + vocab))"
     assert_equal "$(csv_column "$run/run.csv" bytes_pp_per_step)" "$((D * T * M * 2 * (P * V - 1) * NC4))"
     assert_equal "$(csv_column "$run/run.csv" bytes_dp_per_step)" "$((2 * (D - 1) * grads / D))"
     assert_equal "$(csv_column "$run/run.csv" bytes_cp_per_step)" "0"
@@ -87,22 +92,23 @@ assert_axis_bytes() {
 @test "odd sizes: 3 stages, and tp 3 inside 1 stage and inside 2 stages, match single-device losses" {
     run04 3 "$(scratch)/pp3" --pp 3
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/pp3" 4
-    run04 3 "$(scratch)/tp3" --tp 3 --dmodel 48 --heads 6
+    run04 3 "$(scratch)/tp3" --tp 3 --dmodel 48 --heads 6 --vocab 384
     assert_losses_match "$BATS_FILE_TMPDIR/ref_h6" "$(scratch)/tp3" 4
-    run04 6 "$(scratch)/pp2tp3" --pp 2 --tp 3 --dmodel 48 --heads 6 --micro 2 --recompute
+    run04 6 "$(scratch)/pp2tp3" --pp 2 --tp 3 --dmodel 48 --heads 6 --vocab 384 --micro 2 --recompute
     assert_losses_match "$BATS_FILE_TMPDIR/ref_h6" "$(scratch)/pp2tp3" 4
 }
 
 # Peak device bytes of CATEGORY on rank R.
 device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 == c { print $4 }' "$1/memory.csv"; }
 
-@test "pp 2 x tp 2: each rank holds its stage's units, the block matrices 1/tp, the rest whole" {
+@test "pp 2 x tp 2: each rank holds its stage's units, the block matrices and the vocabulary's rows 1/tp, the rest whole" {
     run04 4 "$(scratch)/mem" --pp 2 --tp 2 --split 3,1
     V=256 T=64 C=64 tp=2
     sliced=$((12 * C * C + 7 * C)) # qkvw, qkvb, attprojw, fcw, fcb, fcprojw
     replicated=$((6 * C))          # ln1, ln2 (weight and bias), attprojb, fcprojb
     block=$((sliced / tp + replicated))
-    stage0=$(((V + T) * C + 3 * block)) stage1=$((block + 2 * C + V * C)) # rank = stage x tp + t
+    # wte and the head: V / tp rows each (vocab-parallel); wpe and ln_f whole
+    stage0=$(((V / tp + T) * C + 3 * block)) stage1=$((block + 2 * C + V / tp * C)) # rank = stage x tp + t
     for r in 0 1; do assert_equal "$(device_bytes "$(scratch)/mem" $r params)" "$((4 * stage0))"; done
     for r in 2 3; do assert_equal "$(device_bytes "$(scratch)/mem" $r params)" "$((4 * stage1))"; done
     assert_equal "$(device_bytes "$(scratch)/mem" 3 optimizer)" "$((8 * stage1))" # Adam's m and v
@@ -119,7 +125,7 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     assert_equal "$(cut -d, -f2,4 "$(scratch)/bf16-interleaved/steps.csv")" "$(cut -d, -f2,4 "$(scratch)/bf16-1f1b/steps.csv")"
     # interleaved's 16-bit storage: stage 0's chunks (embedding and block 0, block 2) in 2 bytes a parameter
     V=256 T=64 C=64
-    assert_equal "$(device_bytes "$(scratch)/bf16-interleaved" 0 params)" "$((2 * ((V + T) * C + 2 * ((12 * C * C + 7 * C) / 2 + 6 * C))))"
+    assert_equal "$(device_bytes "$(scratch)/bf16-interleaved" 0 params)" "$((2 * ((V / 2 + T) * C + 2 * ((12 * C * C + 7 * C) / 2 + 6 * C))))"
 }
 
 # The schedules past 1F1B keep tensor parallelism inside the stages: zb-h1's
@@ -139,8 +145,8 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     # interleaved: stage 0 holds the embedding, blocks 0 and 2; stage 1 blocks 1 and 3 and the head
     V=256 T=64 C=64 tp=2
     block=$(((12 * C * C + 7 * C) / tp + 6 * C))
-    for r in 0 1; do assert_equal "$(device_bytes "$(scratch)/interleaved" $r params)" "$((4 * ((V + T) * C + 2 * block)))"; done
-    for r in 2 3; do assert_equal "$(device_bytes "$(scratch)/interleaved" $r params)" "$((4 * (2 * block + 2 * C + V * C)))"; done
+    for r in 0 1; do assert_equal "$(device_bytes "$(scratch)/interleaved" $r params)" "$((4 * ((V / tp + T) * C + 2 * block)))"; done
+    for r in 2 3; do assert_equal "$(device_bytes "$(scratch)/interleaved" $r params)" "$((4 * (2 * block + 2 * C + V / tp * C)))"; done
 }
 
 @test "04 pp 2 x tp 2 x dp 2 on 8 ranks with zb-h1 and interleaved --virtual 2 matches single-device losses" {
@@ -261,7 +267,7 @@ assert_norms_match() { assert_column_match grad_norm "$@"; }
     # their gradients and optimizer state (rank = d x 4 + stage x 2 + t)
     V=256 T=64 C=64
     block=$((6 * C * C + 19 * C / 2)) # the matrices and column biases 1/tp, the rest whole
-    stage0=$(((V + T) * C + 2 * block)) stage1=$((2 * block + 2 * C + V * C))
+    stage0=$(((V / 2 + T) * C + 2 * block)) stage1=$((2 * block + 2 * C + V / 2 * C)) # wte, lm_head: V/tp rows
     for r in 0 1 4 5; do
         assert_equal "$(device_bytes "$(scratch)/z2" $r params)" "$((4 * stage0))"
         assert_equal "$(device_bytes "$(scratch)/z2" $r grads)" "$((4 * stage0 / 2))"
@@ -286,7 +292,7 @@ assert_norms_match() { assert_column_match grad_norm "$@"; }
     run05 4 "$(scratch)/bf16" --zero 2 --tp 2 --micro 2 --precision bf16
     assert_losses_within "$BATS_FILE_TMPDIR/ref_bf16" "$(scratch)/bf16" 4 1e-2
     V=256 T=64 C=64
-    held=$(((V + T) * C + 4 * (6 * C * C + 19 * C / 2) + 2 * C + V * C)) # tp 2: each rank's slices of the model
+    held=$(((V / 2 + T) * C + 4 * (6 * C * C + 19 * C / 2) + 2 * C + V / 2 * C)) # tp 2: each rank's slices of the model
     for r in 0 1 2 3; do
         assert_equal "$(device_bytes "$(scratch)/bf16" $r params)" "$((2 * held))"
         assert_equal "$(device_bytes "$(scratch)/bf16" $r grads)" "$((2 * held / 2))"
@@ -372,7 +378,7 @@ assert_norms_match() { assert_column_match grad_norm "$@"; }
     { echo loss; csv_column "$BATS_FILE_TMPDIR/ref/steps.csv" loss | tail -2; } >"$d/ref/steps.csv"
     assert_losses_within "$d/ref" "$d/one" 2 1e-5
     V=256 T=64 C=64
-    held=$(((V + T) * C + 4 * (6 * C * C + 19 * C / 2) + 2 * C + V * C)) # tp 2: each rank's slices
+    held=$(((V / 2 + T) * C + 4 * (6 * C * C + 19 * C / 2) + 2 * C + V / 2 * C)) # tp 2: each rank's slices
     host_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "host" && $3 == c { print $4 }' "$1/memory.csv"; }
     for r in 0 1 2 3; do
         assert_equal "$(device_bytes "$d/tp" $r params)" "$((4 * held))"

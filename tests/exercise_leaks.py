@@ -72,6 +72,19 @@ COMMON = {
     "intlane=x%W,hs=C/NH",
     "size_twarps=(size_t)B*NH*rows",
     "if(warps==0||C==0)return",
+    # every softmax row of the cross-entropies, whole and sliced, and crossentropy_slice_max beside
+    # 03.4's kernels (given): the row loop, the row's logits, the running maximum, the normalisation
+    "#pragmaompparallelforschedule(static)for(intn=0",
+    "constfloat*z=logits+(size_t)n*Vl",
+    "constfloat*z=logits+n*Vl",
+    "floatmaxval=-INFINITY",
+    "row_max[n]=maxval",
+    "floatinv=(float)(1.0/sum)",
+    "sum=block_sum(sum)",
+    # every element-wise CUDA kernel and its launch
+    "size_ti=(size_t)x*x+x",
+    "if(i>=total)return",
+    "if(total==0)return",
 }
 SKIP_DIRS = {".git", "build", "runs", "__pycache__"}
 

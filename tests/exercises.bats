@@ -215,6 +215,18 @@ setup_file() {
     assert_output --regexp '01\.2 .* FAIL'
 }
 
+@test "a plausible wrong answer fails its grader: 03.4's target logit not shifted by the row's maximum" {
+    sed -i 's|sums\[N + n\] = target >= 0 \&\& target < cols ? z\[target\] - maxval : 0.0f;|sums[N + n] = target >= 0 \&\& target < cols ? z[target] : 0.0f;|' \
+        "$COPIES/one/common/kernels/kernels_cpu.c"
+    grep -q "target < cols ? z\[target\] : 0.0f;" "$COPIES/one/common/kernels/kernels_cpu.c"
+    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 build/tests/test_kernels >/dev/null 2>&1
+    run "$COPIES/one/common/scripts/grade.sh" 03.4
+    cp "$REPO/common/kernels/kernels_cpu.c" "$COPIES/one/common/kernels/kernels_cpu.c"
+    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 build/tests/test_kernels >/dev/null 2>&1
+    assert_failure
+    assert_output --regexp '03\.4 .* FAIL'
+}
+
 @test "a plausible wrong answer fails its grader: a loss-scale count that an overflow does not restart" {
     # the first "clean_steps = 0" is the overflow branch's
     sed -i '0,/ls->clean_steps = 0;/{/ls->clean_steps = 0;/d}' "$COPIES/one/common/model/mixed.c"

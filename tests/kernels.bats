@@ -51,6 +51,12 @@ load helpers
     assert_output --partial "PASS crossentropy"
 }
 
+@test "the vocabulary split: the cross-entropy from 3 slices of the logits is the whole softmax's, its gradient finite differences', the embedding's slices sum to the lookup" {
+    run "$BUILD/tests/test_kernels" vocab_split
+    assert_success
+    assert_output --partial "PASS vocab_split"
+}
+
 @test "adamw update matches its formula in double over three steps" {
     run "$BUILD/tests/test_kernels" adamw
     assert_success

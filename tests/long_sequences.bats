@@ -211,9 +211,13 @@ PY
     # Per block and forward, 2 all-reduces (tp) or 2 + 2 halves (sp); per backward 2 all-reduces, or
     # 6 halves (the layernorm outputs gathered again); sp adds one gather after the last block's
     # forward and one before the embedding's backward. 4 steps, 4 validation batches, L = 2.
-    assert_equal "$(mib_sent "$BATS_FILE_TMPDIR/tp2")" "$(awk 'BEGIN { printf "%.1f", 0.140625 * (4 * 2 * 4 + 4 * 2 * 2) }')"
+    # Both add the vocabulary split's (tensor_parallel.h), the same with or without sp: per step the
+    # embedding's output and the head's input gradient all-reduced (S each), each token's maximum
+    # all-gathered and its two sums all-reduced (S/64 + S/32 at C = 64); per validation the forward's.
+    local vocab="4 * (2 + 3 / 64) + 4 * (1 + 3 / 64)"
+    assert_equal "$(mib_sent "$BATS_FILE_TMPDIR/tp2")" "$(awk "BEGIN { printf \"%.1f\", 0.140625 * (4 * 2 * 4 + 4 * 2 * 2 + $vocab) }")"
     assert_equal "$(mib_sent "$BATS_FILE_TMPDIR/sp2")" \
-        "$(awk 'BEGIN { printf "%.1f", 0.140625 * (4 * (2 * 5 + 1) + 4 * (2 * 2 + 0.5)) }')"
+        "$(awk "BEGIN { printf \"%.1f\", 0.140625 * (4 * (2 * 5 + 1) + 4 * (2 * 2 + 0.5) + $vocab) }")"
 }
 
 @test "sequence parallelism is refused without tensor parallelism, with recompute, in the pipeline chapters" {
@@ -223,7 +227,7 @@ PY
     run --separate-stderr timeout 10 "$TRAIN03" $FLAGS --mp tensor --sp --recompute --out "$BATS_TEST_TMPDIR/b"
     [ "$status" -ne 0 ]
     [[ "$stderr" == *"--sp with --recompute is not written yet"* ]]
-    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 3 '$TRAIN03' $FLAGS --mp tensor --heads 3 --dmodel 48 --seq 64 --sp --out $BATS_TEST_TMPDIR/c"
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 3 '$TRAIN03' $FLAGS --mp tensor --heads 3 --dmodel 48 --vocab 384 --seq 64 --sp --out $BATS_TEST_TMPDIR/c"
     [ "$status" -ne 0 ]
     [[ "$output$stderr" == *"--seq 64 is not a multiple of 3 (valid: --seq a multiple of --tp)"* ]]
     run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$REPO/04_pipeline/train' $FLAGS --mp tensor --sp --out $BATS_TEST_TMPDIR/d"

@@ -131,6 +131,18 @@ load helpers
     assert_success
 }
 
+@test "the vocabulary split's embedding rows, forward and backward, on CUDA match the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" vocab_split_embedding
+    assert_success
+}
+
+@test "the vocabulary split's cross-entropy from a slice of the logits, forward and backward, on CUDA matches the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" vocab_split_crossentropy
+    assert_success
+}
+
 @test "sum of squares on CUDA matches the CPU" {
     require_gpu
     run "$BUILD/tests/test_parity" sum_squares

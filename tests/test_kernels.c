@@ -782,6 +782,119 @@ static void check_crossentropy(Verdict *v) {
     check_gradient(v, "dlogits", dlogits, dlogits_fill, loss.logits, &some, crossentropy_loss, &loss);
 }
 
+/* ---- the vocabulary split over ranks (kernels.h) ---------------------------
+ * The V = TEST_V columns padded to 3 x 24 = 72 and split over 3 "ranks" of
+ * Vl = 24 columns, the last holding 19 tokens and 5 padding columns; the
+ * collectives between the steps written out here (the maxima gathered, the
+ * sums added). The losses and probabilities must be the whole softmax's (in
+ * double), the gradient a finite difference's, the padding never predicted;
+ * the embedding's slices must sum to the whole lookup bit for bit. */
+enum { SPLIT_PARTS = 3, SPLIT_VL = 24 };
+
+static void check_vocab_split(Verdict *v) {
+    const int N = TEST_N, V = TEST_V, P = SPLIT_PARTS, Vl = SPLIT_VL, Vp = P * Vl;
+    int *targets = check_alloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) targets[i] = random_int(V);
+    targets[0] = 0;
+    targets[1] = Vl;        /* the first column of the second part */
+    targets[N - 1] = V - 1; /* the last token, in the part with padding */
+    float *slices[SPLIT_PARTS], *probs[SPLIT_PARTS], *losses[SPLIT_PARTS];
+    float *maxes = check_alloc((size_t)P * N * sizeof(float)), *row_max = check_alloc(N * sizeof(float));
+    float *sums = check_alloc(2 * (size_t)N * sizeof(float)),
+          *part = check_alloc(2 * (size_t)N * sizeof(float));
+    float *logits = random_floats((size_t)N * V, -4, 4);
+    for (int p = 0; p < P; p++) { /* this part's columns; the padding's logits are garbage, never read */
+        slices[p] = random_floats((size_t)N * Vl, -50, 50);
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < Vl && p * Vl + c < V; c++) slices[p][n * Vl + c] = logits[n * V + p * Vl + c];
+        probs[p] = check_alloc((size_t)N * Vl * sizeof(float));
+        losses[p] = check_alloc(N * sizeof(float));
+    }
+    int cols[SPLIT_PARTS];
+    for (int p = 0; p < P; p++) {
+        cols[p] = V - p * Vl < Vl ? V - p * Vl : Vl;
+        kernels_cpu.crossentropy_slice_max(maxes + (size_t)p * N, slices[p], N, cols[p], Vl);
+    }
+    memset(sums, 0, 2 * (size_t)N * sizeof(float));
+    for (int p = 0; p < P; p++) { /* the all-reduce: every part's sums added */
+        kernels_cpu.crossentropy_slice_sums(part, row_max, maxes, P, slices[p], targets, N, cols[p], Vl,
+                                            p * Vl);
+        for (int i = 0; i < 2 * N; i++) sums[i] += part[i];
+    }
+    for (int p = 0; p < P; p++)
+        kernels_cpu.crossentropy_slice_finish(losses[p], probs[p], slices[p], row_max, sums, N, cols[p], Vl);
+
+    CrossentropyLoss loss = {.targets = targets,
+                             .logits = to_double(logits, (size_t)N * V),
+                             .losses = doubles(N),
+                             .probs = doubles((size_t)N * V)};
+    ref_crossentropy(loss.losses, loss.probs, loss.logits, targets, N, V);
+    float *whole_probs = check_alloc((size_t)N * V * sizeof(float));
+    for (int p = 0; p < P; p++) {
+        compare_forward(v, "losses", losses[p], loss.losses, N); /* every part has the whole loss */
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < Vl; c++) {
+                float pr = probs[p][n * Vl + c];
+                if (c < cols[p])
+                    whole_probs[n * V + p * Vl + c] = pr;
+                else if (pr != 0.0f)
+                    fail(v, "probs: padding column %d of part %d has probability %g (want 0)", p * Vl + c, p,
+                         pr);
+            }
+    }
+    compare_forward(v, "probs", whole_probs, loss.probs, (size_t)N * V);
+
+    float dloss = (float)(uniform(0.2, 1.0) * (random_int(2) ? 1 : -1));
+    loss.dloss = dloss;
+    float *fill = random_floats((size_t)N * Vp, -1, 1), *dlogits = check_alloc((size_t)N * V * sizeof(float));
+    float *fill_real = check_alloc((size_t)N * V * sizeof(float));
+    for (int p = 0; p < P; p++) {
+        float *d = copy_floats(fill + (size_t)p * N * Vl, (size_t)N * Vl);
+        kernels_cpu.crossentropy_backward_rows(d, probs[p], targets, dloss, N, Vl, p * Vl);
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < Vl; c++) {
+                float want_fill = fill[(size_t)p * N * Vl + n * Vl + c];
+                if (c < cols[p]) {
+                    dlogits[n * V + p * Vl + c] = d[n * Vl + c];
+                    fill_real[n * V + p * Vl + c] = want_fill;
+                } else if (d[n * Vl + c] != want_fill) {
+                    fail(v, "dlogits: padding column %d of part %d changed", p * Vl + c, p);
+                }
+            }
+    }
+    Sample some = sample_some((size_t)N * V, FD_SAMPLES, N);
+    for (int r = 0; r < N; r++) sample_add(&some, (size_t)r * V + targets[r]);
+    check_gradient(v, "dlogits", dlogits, fill_real, loss.logits, &some, crossentropy_loss, &loss);
+
+    /* the embedding: each part's rows (0 for the others' tokens) add up to the lookup */
+    const int B = TEST_B, T = TEST_T, C = TEST_C;
+    const size_t n_out = (size_t)N * C, n_wte = (size_t)Vp * C, n_wpe = (size_t)TEST_MAXT * C;
+    float *wte = random_floats(n_wte, -1, 1), *wpe = random_floats(n_wpe, -1, 1);
+    float *want = check_alloc(n_out * sizeof(float)), *got = check_alloc(n_out * sizeof(float));
+    float *mine = check_alloc(n_out * sizeof(float));
+    kernels_cpu.embedding_forward(want, targets, wte, wpe, B, T, C);
+    memset(got, 0, n_out * sizeof(float));
+    for (int p = 0; p < P; p++) {
+        kernels_cpu.embedding_forward_rows(mine, targets, wte + (size_t)p * Vl * C, wpe, B, T, C, p * Vl, Vl);
+        for (size_t i = 0; i < n_out; i++) got[i] += mine[i];
+    }
+    if (memcmp(got, want, n_out * sizeof(float)) != 0)
+        fail(v, "embedding_forward_rows: the parts' sum is not the lookup");
+    float *dout = random_floats(n_out, -1, 1);
+    float *dwte_want = random_floats(n_wte, -1, 1), *dwte = copy_floats(dwte_want, n_wte);
+    float *dwpe_fill = random_floats(n_wpe, -1, 1), *dwpe_want = copy_floats(dwpe_fill, n_wpe);
+    kernels_cpu.embedding_backward(dwte_want, dwpe_want, dout, targets, B, T, C, V);
+    for (int p = 0; p < P; p++) { /* wpe is whole on every part: each makes its whole gradient */
+        float *dwpe = copy_floats(dwpe_fill, n_wpe);
+        kernels_cpu.embedding_backward_rows(dwte + (size_t)p * Vl * C, dwpe, dout, targets, B, T, C, p * Vl,
+                                            Vl);
+        if (memcmp(dwpe, dwpe_want, n_wpe * sizeof(float)) != 0)
+            fail(v, "embedding_backward_rows: part %d's dwpe is not the whole one", p);
+    }
+    if (memcmp(dwte, dwte_want, n_wte * sizeof(float)) != 0)
+        fail(v, "embedding_backward_rows: the parts' dwte rows are not the whole one");
+}
+
 /* ---- adamw ----------------------------------------------------------------- */
 
 static void check_adamw(Verdict *v) {
@@ -1141,6 +1254,7 @@ static const KernelCheck checks[] = {
     {"gelu", check_gelu},
     {"residual", check_residual},
     {"crossentropy", check_crossentropy},
+    {"vocab_split", check_vocab_split},
     {"adamw", check_adamw},
     {"sum_squares", check_sum_squares},
     {"casts", check_casts},

@@ -558,6 +558,66 @@ static void test_crossentropy_backward(const Shape *s, Check *check) {
     compare_added(check, "dlogits", dlogits0, dlogits, g_dlogits, NV);
 }
 
+/* The vocabulary split (kernels.h): the second of two parts of V rows,
+ * rows V/2 .. V-1, the last 3 of them padding. */
+static void test_vocab_split_embedding(const Shape *s, Check *check) {
+    size_t N = (size_t)s->B * s->T, C = s->C, TC = (size_t)s->T * C;
+    int first = s->V / 2, rows = s->V - first;
+    size_t RC = (size_t)rows * C;
+    int *tokens = random_tokens(N, s->V);
+    float *wte = random_floats(RC, -1, 1), *wpe = random_floats(TC, -1, 1);
+    float *out = random_floats(N * C, -9, 9), *g_out = gpu_copy(out, N * C);
+    kernels_cpu.embedding_forward_rows(out, tokens, wte, wpe, s->B, s->T, s->C, first, rows);
+    kernels_cuda.embedding_forward_rows(g_out, gpu_copy_ints(tokens, N), gpu_copy(wte, RC), gpu_copy(wpe, TC),
+                                        s->B, s->T, s->C, first, rows);
+    compare(check, "out", out, g_out, N * C);
+    float *dout = random_floats(N * C, -1, 1);
+    float *dwte0 = random_grads(RC), *dwpe0 = random_grads(TC);
+    float *dwte = host_clone(dwte0, RC), *dwpe = host_clone(dwpe0, TC);
+    float *g_dwte = gpu_copy(dwte0, RC), *g_dwpe = gpu_copy(dwpe0, TC);
+    kernels_cpu.embedding_backward_rows(dwte, dwpe, dout, tokens, s->B, s->T, s->C, first, rows);
+    kernels_cuda.embedding_backward_rows(g_dwte, g_dwpe, gpu_copy(dout, N * C), gpu_copy_ints(tokens, N), s->B,
+                                         s->T, s->C, first, rows);
+    compare_added(check, "dwte", dwte0, dwte, g_dwte, RC);
+    compare_added(check, "dwpe", dwpe0, dwpe, g_dwpe, TC);
+}
+
+static void test_vocab_split_crossentropy(const Shape *s, Check *check) {
+    int N = s->B * s->T, first = s->V / 2, Vl = s->V - first, cols = Vl > 3 ? Vl - 3 : Vl, parts = 2;
+    size_t NV = (size_t)N * Vl;
+    float *logits = random_floats(NV, -6, 6);
+    int *targets = random_tokens(N, first + cols);
+    float *row_max = random_floats(N, -9, 9), *g_row_max = gpu_copy(row_max, N);
+    kernels_cpu.crossentropy_slice_max(row_max, logits, N, cols, Vl);
+    float *g_logits = gpu_copy(logits, NV);
+    kernels_cuda.crossentropy_slice_max(g_row_max, g_logits, N, cols, Vl);
+    compare(check, "row_max", row_max, g_row_max, N);
+    /* the other part's maxima, as an all-gather would bring them */
+    float *maxes = random_floats((size_t)parts * N, -6, 6);
+    for (int n = 0; n < N; n++) maxes[N + n] = row_max[n];
+    float *g_maxes = gpu_copy(maxes, (size_t)parts * N);
+    float *sums = random_floats(2 * (size_t)N, -9, 9), *g_sums = gpu_copy(sums, 2 * (size_t)N);
+    int *g_targets = gpu_copy_ints(targets, N);
+    kernels_cpu.crossentropy_slice_sums(sums, row_max, maxes, parts, logits, targets, N, cols, Vl, first);
+    kernels_cuda.crossentropy_slice_sums(g_sums, g_row_max, g_maxes, parts, g_logits, g_targets, N, cols, Vl,
+                                         first);
+    compare(check, "row_max (of the parts)", row_max, g_row_max, N);
+    compare(check, "sums", sums, g_sums, 2 * (size_t)N);
+    for (int n = 0; n < N; n++) sums[n] += 1.0f; /* the other part's sum of exponentials, as an all-reduce */
+    float *losses = random_floats(N, -9, 9), *probs = random_floats(NV, -9, 9);
+    float *g_losses = gpu_copy(losses, N), *g_probs = gpu_copy(probs, NV);
+    kernels_cpu.crossentropy_slice_finish(losses, probs, logits, row_max, sums, N, cols, Vl);
+    kernels_cuda.crossentropy_slice_finish(g_losses, g_probs, g_logits, gpu_copy(row_max, N),
+                                           gpu_copy(sums, 2 * (size_t)N), N, cols, Vl);
+    compare(check, "losses", losses, g_losses, N);
+    compare(check, "probs", probs, g_probs, NV);
+    float dloss = 1.0f / N;
+    float *dlogits0 = random_grads(NV), *dlogits = host_clone(dlogits0, NV), *g_dlogits = gpu_copy(dlogits0, NV);
+    kernels_cpu.crossentropy_backward_rows(dlogits, probs, targets, dloss, N, Vl, first);
+    kernels_cuda.crossentropy_backward_rows(g_dlogits, gpu_copy(probs, NV), g_targets, dloss, N, Vl, first);
+    compare_added(check, "dlogits", dlogits0, dlogits, g_dlogits, NV);
+}
+
 static void test_sum_squares(const Shape *s, Check *check) {
     /* 7 * B*T*C + 1: a few thousand elements, then more than the 256 x 256
      * threads of the CUDA version, so its strided loop runs several rounds. */
@@ -769,6 +829,8 @@ static const ParityTest parity_tests[] = {
     {"residual_backward", test_residual_backward, TOLERANCE},
     {"crossentropy_forward", test_crossentropy_forward, TOLERANCE},
     {"crossentropy_backward", test_crossentropy_backward, TOLERANCE},
+    {"vocab_split_embedding", test_vocab_split_embedding, TOLERANCE},
+    {"vocab_split_crossentropy", test_vocab_split_crossentropy, TOLERANCE},
     {"sum_squares", test_sum_squares, SUM_SQUARES_TOLERANCE},
     {"adamw_update", test_adamw_update, TOLERANCE},
     {"fill_zero", test_fill_zero, TOLERANCE},

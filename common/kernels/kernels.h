@@ -143,6 +143,45 @@ typedef struct KernelOps {
     void (*crossentropy_backward)(float *dlogits, const float *probs, const int *targets, float dloss, int N,
                                   int V);
 
+    /* ---- the vocabulary split over ranks (tensor parallelism, Megatron's
+     * vocab-parallel embedding and cross-entropy; 03_model_parallel/
+     * tensor_parallel.h) ----
+     * A rank holds `rows` rows of wte (and of the head), global rows first ..
+     * first + rows - 1, as wte (rows, C). With first 0 and rows the whole
+     * padded vocabulary these are the operations above.
+     * embedding_forward_rows: out(B,T,C) = wte[token - first] + wpe[t] where
+     *   this rank holds the token's row, else 0: summed over the ranks, every
+     *   token's row is counted once, with the bits of embedding_forward.
+     * embedding_backward_rows: dwte[token - first] += dout for the tokens held;
+     *   dwpe[t] += sum_b dout[b,t] for every token (wpe is whole everywhere). */
+    void (*embedding_forward_rows)(float *out, const int *tokens, const float *wte, const float *wpe, int B,
+                                   int T, int C, int first, int rows);
+    void (*embedding_backward_rows)(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
+                                    int T, int C, int first, int rows);
+    /* The cross-entropy from a slice of each row's logits: logits (N,Vl), this
+     * rank's Vl columns, global columns first .. first + Vl - 1, of which the
+     * first `cols` are tokens (the rest padding: never predicted). Three steps
+     * with communication between them (model.c, head_loss_slice):
+     *   slice_max:    row_max(N) = the max of the row's cols logits (-Inf if none)
+     *      -> the ranks' maxima gathered: maxes (parts, N)
+     *   slice_sums:   row_max(N) = the max over the parts of maxes;
+     *                 sums(2,N): sums[n] = sum of exp(z - row_max) over the cols
+     *                 (accumulated in double), sums[N + n] = z[target] - row_max
+     *                 where this rank holds the target's column, else 0
+     *      -> sums all-reduced over the ranks
+     *   slice_finish: probs(N,Vl) = exp(z - row_max) / sums[n], 0 past cols;
+     *                 losses(N) = log(sums[n]) - sums[N + n]
+     * crossentropy_backward_rows: dlogits(N,Vl) += (probs - onehot(target -
+     *   first)) * dloss: crossentropy_backward on a slice. */
+    void (*crossentropy_slice_max)(float *row_max, const float *logits, int N, int cols, int Vl);
+    void (*crossentropy_slice_sums)(float *sums, float *row_max, const float *maxes, int parts,
+                                    const float *logits, const int *targets, int N, int cols, int Vl,
+                                    int first);
+    void (*crossentropy_slice_finish)(float *losses, float *probs, const float *logits, const float *row_max,
+                                      const float *sums, int N, int cols, int Vl);
+    void (*crossentropy_backward_rows)(float *dlogits, const float *probs, const int *targets, float dloss,
+                                       int N, int Vl, int first);
+
     /* Sum of squares of x(n), accumulated in double: the building block of the
      * global gradient norm (a shard's partial sum can be all-reduced). */
     double (*sum_squares)(const float *x, size_t n);

@@ -367,6 +367,100 @@ static void crossentropy_backward(float *dlogits, const float *probs, const int 
     }
 }
 
+/* ---- the vocabulary split over ranks (kernels.h) ---- */
+
+static void embedding_forward_rows(float *out, const int *tokens, const float *wte, const float *wpe, int B,
+                                   int T, int C, int first, int rows) {
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            float *o = out + ((size_t)b * T + t) * C;
+            int row = tokens[b * T + t] - first;
+            if (row < 0 || row >= rows) { /* another rank's row: it adds the token */
+                memset(o, 0, (size_t)C * sizeof(float));
+                continue;
+            }
+            const float *tok_row = wte + (size_t)row * C;
+            const float *pos_row = wpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) o[c] = tok_row[c] + pos_row[c];
+        }
+    }
+}
+
+static void embedding_backward_rows(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
+                                    int T, int C, int first, int rows) {
+    /* as embedding_backward: threads own channels, the order of additions is fixed */
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        for (int b = 0; b < B; b++) {
+            for (int t = 0; t < T; t++) {
+                float g = dout[((size_t)b * T + t) * C + c];
+                int row = tokens[b * T + t] - first;
+                if (row >= 0 && row < rows) dwte[(size_t)row * C + c] += g;
+                dwpe[(size_t)t * C + c] += g;
+            }
+        }
+    }
+}
+
+static void crossentropy_slice_max(float *row_max, const float *logits, int N, int cols, int Vl) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *z = logits + (size_t)n * Vl;
+        float maxval = -INFINITY;
+        for (int v = 0; v < cols; v++) maxval = z[v] > maxval ? z[v] : maxval;
+        row_max[n] = maxval;
+    }
+}
+
+static void crossentropy_slice_sums(float *sums, float *row_max, const float *maxes, int parts,
+                                    const float *logits, const int *targets, int N, int cols, int Vl,
+                                    int first) {
+    /* EXERCISE 03.4 BEGIN: the vocabulary-parallel cross-entropy (course.md, exercise 03.4) */
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *z = logits + (size_t)n * Vl;
+        float maxval = -INFINITY;
+        for (int p = 0; p < parts; p++) maxval = maxes[(size_t)p * N + n] > maxval ? maxes[(size_t)p * N + n] : maxval;
+        row_max[n] = maxval;
+        double sum = 0.0;
+        for (int v = 0; v < cols; v++) sum += vexpf(z[v] - maxval);
+        sums[n] = (float)sum;
+        int target = targets[n] - first;
+        sums[N + n] = target >= 0 && target < cols ? z[target] - maxval : 0.0f;
+    }
+    /* EXERCISE 03.4 END */
+}
+
+static void crossentropy_slice_finish(float *losses, float *probs, const float *logits, const float *row_max,
+                                      const float *sums, int N, int cols, int Vl) {
+    /* EXERCISE 03.4 BEGIN: the vocabulary-parallel cross-entropy (course.md, exercise 03.4) */
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *z = logits + (size_t)n * Vl;
+        float *p = probs + (size_t)n * Vl;
+        double sum = sums[n];
+        float inv = (float)(1.0 / sum);
+        for (int v = 0; v < cols; v++) p[v] = vexpf(z[v] - row_max[n]) * inv;
+        for (int v = cols; v < Vl; v++) p[v] = 0.0f; /* padded rows: never predicted */
+        losses[n] = (float)(log(sum) - sums[N + n]);
+    }
+    /* EXERCISE 03.4 END */
+}
+
+static void crossentropy_backward_rows(float *dlogits, const float *probs, const int *targets, float dloss,
+                                       int N, int Vl, int first) {
+    /* EXERCISE 03.4 BEGIN: the vocabulary-parallel cross-entropy (course.md, exercise 03.4) */
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *p = probs + (size_t)n * Vl;
+        float *d = dlogits + (size_t)n * Vl;
+        int target = targets[n] - first;
+        for (int v = 0; v < Vl; v++) d[v] += (p[v] - (v == target ? 1.0f : 0.0f)) * dloss;
+    }
+    /* EXERCISE 03.4 END */
+}
+
 /* Fixed chunking: the order of additions depends only on n, not on threads. */
 #define SUM_CHUNKS 64
 /* Of x(n) when given, else of the 16-bit h(n). */
@@ -469,6 +563,12 @@ const KernelOps kernels_cpu = {
     .residual_backward = residual_backward,
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
+    .embedding_forward_rows = embedding_forward_rows,
+    .embedding_backward_rows = embedding_backward_rows,
+    .crossentropy_slice_max = crossentropy_slice_max,
+    .crossentropy_slice_sums = crossentropy_slice_sums,
+    .crossentropy_slice_finish = crossentropy_slice_finish,
+    .crossentropy_backward_rows = crossentropy_backward_rows,
     .sum_squares = sum_squares,
     .sum_squares_half = sum_squares_half,
     .adamw_update = adamw_update,

@@ -117,6 +117,17 @@ static __global__ void embedding_forward_kernel(float *out, const int *tokens, c
     out[i] = wte[(size_t)tokens[n] * C + c] + wpe[(size_t)t * C + c];
 }
 
+/* embedding_forward on a slice of wte's rows: 0 where another rank holds the token's row */
+static __global__ void embedding_forward_rows_kernel(float *out, const int *tokens, const float *wte,
+                                                     const float *wpe, int T, int C, int first, int rows,
+                                                     size_t total) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    size_t n = i / C;
+    int c = (int)(i % C), t = (int)(n % T), row = tokens[n] - first;
+    out[i] = row >= 0 && row < rows ? wte[(size_t)row * C + c] + wpe[(size_t)t * C + c] : 0.0f;
+}
+
 /* dwpe[t,c] += dout[b,t,c] for b = 0..B-1 in order, one thread per (t,c) */
 static __global__ void embedding_backward_wpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -136,7 +147,7 @@ static __global__ void embedding_backward_wpe_kernel(float *dwpe, const float *d
  * (the space is about one token in six). A thread adds its channel in a
  * register and writes the row once. */
 static __global__ void embedding_backward_wte_kernel(float *dwte, const float *dout, const int *tokens, int N,
-                                                     int C) {
+                                                     int C, int first) {
     __shared__ int matches[BLOCK_SIZE];
     __shared__ int warp_counts[BLOCK_SIZE / WARP_SIZE];
     int v = blockIdx.x, lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
@@ -146,7 +157,7 @@ static __global__ void embedding_backward_wte_kernel(float *dwte, const float *d
         float sum = 0.0f;
         for (int start = 0; start < N; start += BLOCK_SIZE) {
             int n = start + threadIdx.x;
-            bool match = n < N && tokens[n] == v;
+            bool match = n < N && tokens[n] == v + first; /* row v of a slice starting at first */
             unsigned int ballot = __ballot_sync(0xffffffffu, match);
             if (lane == 0) warp_counts[warp] = __popc(ballot);
             __syncthreads();
@@ -337,6 +348,57 @@ static __global__ void crossentropy_backward_kernel(float *dlogits, const float 
     dlogits[i] += (probs[i] - (v == targets[n] ? 1.0f : 0.0f)) * dloss;
 }
 
+/* The cross-entropy from a slice of the logits (kernels.h), one block per row. */
+static __global__ void crossentropy_slice_max_kernel(float *row_max, const float *logits, int cols, int Vl) {
+    size_t n = blockIdx.x;
+    const float *z = logits + n * Vl;
+    float maxval = -INFINITY;
+    for (int v = threadIdx.x; v < cols; v += blockDim.x) maxval = fmaxf(maxval, z[v]);
+    maxval = block_max(maxval);
+    if (threadIdx.x == 0) row_max[n] = maxval;
+}
+
+/* EXERCISE 03.4 BEGIN: the vocabulary-parallel cross-entropy (course.md, exercise 03.4) */
+static __global__ void crossentropy_slice_sums_kernel(float *sums, float *row_max, const float *maxes,
+                                                      int parts, const float *logits, const int *targets,
+                                                      int N, int cols, int Vl, int first) {
+    size_t n = blockIdx.x;
+    const float *z = logits + n * Vl;
+    float maxval = -INFINITY;
+    for (int p = 0; p < parts; p++) maxval = fmaxf(maxval, maxes[(size_t)p * N + n]);
+    double sum = 0.0;
+    for (int v = threadIdx.x; v < cols; v += blockDim.x) sum += expf(z[v] - maxval);
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) {
+        int target = targets[n] - first;
+        row_max[n] = maxval;
+        sums[n] = (float)sum;
+        sums[N + n] = target >= 0 && target < cols ? z[target] - maxval : 0.0f;
+    }
+}
+
+static __global__ void crossentropy_slice_finish_kernel(float *losses, float *probs, const float *logits,
+                                                        const float *row_max, const float *sums, int N,
+                                                        int cols, int Vl) {
+    size_t n = blockIdx.x;
+    const float *z = logits + n * Vl;
+    float *p = probs + n * Vl;
+    double sum = sums[n];
+    float inv = (float)(1.0 / sum), maxval = row_max[n];
+    for (int v = threadIdx.x; v < Vl; v += blockDim.x) p[v] = v < cols ? expf(z[v] - maxval) * inv : 0.0f;
+    if (threadIdx.x == 0) losses[n] = (float)(log(sum) - sums[N + n]);
+}
+
+static __global__ void crossentropy_backward_rows_kernel(float *dlogits, const float *probs, const int *targets,
+                                                         float dloss, int Vl, int first, size_t total) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    size_t n = i / Vl;
+    int v = (int)(i % Vl);
+    dlogits[i] += (probs[i] - (v + first == targets[n] ? 1.0f : 0.0f)) * dloss;
+}
+/* EXERCISE 03.4 END */
+
 /* Pass 1: SUM_BLOCKS blocks stride over x, each leaving one partial sum. */
 /* Of x when given, else of the 16-bit h. */
 static __global__ void sum_squares_partial_kernel(double *partial, const float *x, const uint16_t *h,
@@ -417,7 +479,28 @@ static void embedding_backward(float *dwte, float *dwpe, const float *dout, cons
         dwpe, dout, B, T, C);
     cuda_check(cudaGetLastError());
     if (V == 0) return;
-    embedding_backward_wte_kernel<<<V, BLOCK_SIZE, 0, compute_stream>>>(dwte, dout, tokens, B * T, C);
+    embedding_backward_wte_kernel<<<V, BLOCK_SIZE, 0, compute_stream>>>(dwte, dout, tokens, B * T, C, 0);
+    cuda_check(cudaGetLastError());
+}
+
+static void embedding_forward_rows(float *out, const int *tokens, const float *wte, const float *wpe, int B,
+                                   int T, int C, int first, int rows) {
+    size_t total = (size_t)B * T * C;
+    if (total == 0) return;
+    embedding_forward_rows_kernel<<<blocks_for(total, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(
+        out, tokens, wte, wpe, T, C, first, rows, total);
+    cuda_check(cudaGetLastError());
+}
+
+static void embedding_backward_rows(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
+                                    int T, int C, int first, int rows) {
+    if ((size_t)B * T * C == 0) return;
+    embedding_backward_wpe_kernel<<<blocks_for((size_t)T * C, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(
+        dwpe, dout, B, T, C);
+    cuda_check(cudaGetLastError());
+    if (rows == 0) return;
+    embedding_backward_wte_kernel<<<rows, BLOCK_SIZE, 0, compute_stream>>>(dwte, dout, tokens, B * T, C,
+                                                                            first);
     cuda_check(cudaGetLastError());
 }
 
@@ -589,6 +672,44 @@ static void crossentropy_forward(float *losses, float *probs, const float *logit
     cuda_check(cudaGetLastError());
 }
 
+static void crossentropy_slice_max(float *row_max, const float *logits, int N, int cols, int Vl) {
+    if (N == 0) return;
+    crossentropy_slice_max_kernel<<<N, BLOCK_SIZE, 0, compute_stream>>>(row_max, logits, cols, Vl);
+    cuda_check(cudaGetLastError());
+}
+
+static void crossentropy_slice_sums(float *sums, float *row_max, const float *maxes, int parts,
+                                    const float *logits, const int *targets, int N, int cols, int Vl,
+                                    int first) {
+    /* EXERCISE 03.4 BEGIN: the vocabulary-parallel cross-entropy (course.md, exercise 03.4) */
+    if (N == 0) return;
+    crossentropy_slice_sums_kernel<<<N, BLOCK_SIZE, 0, compute_stream>>>(sums, row_max, maxes, parts, logits,
+                                                                          targets, N, cols, Vl, first);
+    cuda_check(cudaGetLastError());
+    /* EXERCISE 03.4 END */
+}
+
+static void crossentropy_slice_finish(float *losses, float *probs, const float *logits, const float *row_max,
+                                      const float *sums, int N, int cols, int Vl) {
+    /* EXERCISE 03.4 BEGIN: the vocabulary-parallel cross-entropy (course.md, exercise 03.4) */
+    if (N == 0) return;
+    crossentropy_slice_finish_kernel<<<N, BLOCK_SIZE, 0, compute_stream>>>(losses, probs, logits, row_max,
+                                                                            sums, N, cols, Vl);
+    cuda_check(cudaGetLastError());
+    /* EXERCISE 03.4 END */
+}
+
+static void crossentropy_backward_rows(float *dlogits, const float *probs, const int *targets, float dloss,
+                                       int N, int Vl, int first) {
+    /* EXERCISE 03.4 BEGIN: the vocabulary-parallel cross-entropy (course.md, exercise 03.4) */
+    size_t total = (size_t)N * Vl;
+    if (total == 0) return;
+    crossentropy_backward_rows_kernel<<<blocks_for(total, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(
+        dlogits, probs, targets, dloss, Vl, first, total);
+    cuda_check(cudaGetLastError());
+    /* EXERCISE 03.4 END */
+}
+
 static void crossentropy_backward(float *dlogits, const float *probs, const int *targets, float dloss, int N,
                                   int V) {
     size_t total = (size_t)N * V;
@@ -720,6 +841,12 @@ extern "C" const KernelOps kernels_cuda = {
     .residual_backward = residual_backward,
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
+    .embedding_forward_rows = embedding_forward_rows,
+    .embedding_backward_rows = embedding_backward_rows,
+    .crossentropy_slice_max = crossentropy_slice_max,
+    .crossentropy_slice_sums = crossentropy_slice_sums,
+    .crossentropy_slice_finish = crossentropy_slice_finish,
+    .crossentropy_backward_rows = crossentropy_backward_rows,
     .sum_squares = sum_squares,
     .sum_squares_half = sum_squares_half,
     .adamw_update = adamw_update,

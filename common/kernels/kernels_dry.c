@@ -196,6 +196,31 @@ static void crossentropy_backward(float *dlogits, const float *probs, const int 
     (void)dlogits, (void)probs, (void)targets, (void)dloss;
     count_elementwise((double)N * V, 2, 3, F32);
 }
+static void embedding_forward_rows(float *out, const int *tokens, const float *wte, const float *wpe, int B,
+                                   int T, int C, int first, int rows) {
+    (void)out, (void)tokens, (void)wte, (void)wpe, (void)B, (void)T, (void)C, (void)first, (void)rows;
+}
+static void embedding_backward_rows(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
+                                    int T, int C, int first, int rows) {
+    (void)dwte, (void)dwpe, (void)dout, (void)tokens, (void)B, (void)T, (void)C, (void)first, (void)rows;
+}
+static void crossentropy_slice_max(float *row_max, const float *logits, int N, int cols, int Vl) {
+    (void)row_max, (void)logits, (void)N, (void)cols, (void)Vl;
+}
+static void crossentropy_slice_sums(float *sums, float *row_max, const float *maxes, int parts,
+                                    const float *logits, const int *targets, int N, int cols, int Vl,
+                                    int first) {
+    (void)sums, (void)row_max, (void)maxes, (void)parts, (void)logits, (void)targets, (void)N, (void)cols;
+    (void)Vl, (void)first;
+}
+static void crossentropy_slice_finish(float *losses, float *probs, const float *logits, const float *row_max,
+                                      const float *sums, int N, int cols, int Vl) {
+    (void)losses, (void)probs, (void)logits, (void)row_max, (void)sums, (void)N, (void)cols, (void)Vl;
+}
+static void crossentropy_backward_rows(float *dlogits, const float *probs, const int *targets, float dloss,
+                                       int N, int Vl, int first) {
+    (void)dlogits, (void)probs, (void)targets, (void)dloss, (void)N, (void)Vl, (void)first;
+}
 static double sum_squares(const float *x, size_t n) {
     (void)x;
     count_elementwise((double)n, 2, 1, F32);
@@ -272,6 +297,12 @@ const KernelOps kernels_dry = {
     .residual_backward = residual_backward,
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
+    .embedding_forward_rows = embedding_forward_rows,
+    .embedding_backward_rows = embedding_backward_rows,
+    .crossentropy_slice_max = crossentropy_slice_max,
+    .crossentropy_slice_sums = crossentropy_slice_sums,
+    .crossentropy_slice_finish = crossentropy_slice_finish,
+    .crossentropy_backward_rows = crossentropy_backward_rows,
     .sum_squares = sum_squares,
     .sum_squares_half = sum_squares_half,
     .adamw_update = adamw_update,

@@ -30,6 +30,11 @@ const char *model_config_problem(const ModelConfig *m) {
     else if (m->vocab < 256 || m->vocab > MAX_VOCAB)
         snprintf(message, sizeof message, "--vocab %d is out of range (valid: 256..%d; the data are bytes)",
                  m->vocab, MAX_VOCAB);
+    else if (m->loss_chunks < 0 || m->loss_chunks > m->seq || (m->loss_chunks > 0 && m->seq % m->loss_chunks))
+        snprintf(message, sizeof message,
+                 "--loss-chunks %d does not divide --seq %d: the head runs on equal pieces of every "
+                 "micro-batch's tokens (valid: a divisor of %d, 1..%d)",
+                 m->loss_chunks, m->seq, m->seq, m->seq);
     else
         return NULL;
     return message;
@@ -152,8 +157,11 @@ void gpt_destroy(GPT *m) {
 
 size_t activation_bytes(const ModelConfig *c, int B, int T) {
     /* EXERCISE 01.3 BEGIN: count the bytes the forward pass saves (course.md, exercise 01.3) */
-    size_t BT = (size_t)B * T, C = c->dmodel, V = vocab_padded(c->vocab), L = c->layers;
+    size_t BT = (size_t)B * T, C = c->dmodel, V = vocab_rows_held(c), L = c->layers;
     size_t lse = (size_t)B * c->heads * T;
+    /* the head's logits and probabilities: for P tokens at a time (all of them, or a
+     * K-th with --loss-chunks K), V columns (vocab_padded, or a tp rank's share) */
+    size_t P = head_piece_tokens(c, B * T);
     /* per block: ln1, atty, res2, ln2, res3 (C each), qkv (3C), fch (4C) =
      * 12C per token, 4 layernorm statistics, and the attention's lse (one per
      * head per token); GELU's output is recomputed in backward, not kept */
@@ -162,7 +170,7 @@ size_t activation_bytes(const ModelConfig *c, int B, int T) {
                     + BT * C           /* encoded */
                     + L * per_block    /* blocks */
                     + BT * C + 2 * BT  /* lnf, mean, rstd */
-                    + 2 * BT * V + BT; /* logits, probs, losses */
+                    + 2 * P * V + BT;  /* logits, probs (of one piece), losses */
     return floats * sizeof(float);
     /* EXERCISE 01.3 END */
 }
@@ -192,11 +200,11 @@ size_t activation_bytes_recompute(const ModelConfig *c, int B, int T) {
 }
 
 size_t scratch_bytes(const ModelConfig *c, int B, int T) {
-    size_t BT = (size_t)B * T, C = c->dmodel, V = vocab_padded(c->vocab);
+    size_t BT = (size_t)B * T, C = c->dmodel, V = vocab_rows_held(c);
     size_t floats = BT * C * 7    /* branch, dresid x2, dmid, dbranch, dln, datty */
                     + BT * 3 * C  /* dqkv */
                     + BT * 12 * C /* dfch, dfch_gelu, gelu */
-                    + BT * V;     /* dlogits */
+                    + (size_t)head_piece_tokens(c, B * T) * V; /* dlogits of one piece of the head */
     return floats * sizeof(float);
 }
 
@@ -242,7 +250,7 @@ static void carve_block_values(BlockActs *b, const ModelConfig *c, int B, int T,
 /* Carve the activations of layers first..last (see activations_create_range). */
 static void carve_activations(Activations *a, const ModelConfig *c, int B, int T, int first, int last,
                               int recompute, Carver *k) {
-    size_t BT = (size_t)B * T, C = c->dmodel, V = vocab_padded(c->vocab);
+    size_t BT = (size_t)B * T, C = c->dmodel, V = vocab_rows_held(c), P = head_piece_tokens(c, B * T);
     a->tokens = (int *)carve(k, BT);
     a->targets = (int *)carve(k, BT);
     a->encoded = carve(k, BT * C);
@@ -256,8 +264,9 @@ static void carve_activations(Activations *a, const ModelConfig *c, int B, int T
     a->lnf = carve(k, BT * C);
     a->lnf_mean = carve(k, BT);
     a->lnf_rstd = carve(k, BT);
-    a->logits = carve(k, BT * V);
-    a->probs = carve(k, BT * V);
+    a->head_rows = (int)P;
+    a->logits = carve(k, P * V);
+    a->probs = carve(k, P * V);
     a->losses = carve(k, BT);
 }
 
@@ -315,7 +324,7 @@ void scratch_create(Scratch *s, const ModelConfig *c, int B, int T, int recomput
     memset(s, 0, sizeof *s);
     s->B = B;
     s->T = T;
-    size_t BT = (size_t)B * T, C = c->dmodel, V = vocab_padded(c->vocab);
+    size_t BT = (size_t)B * T, C = c->dmodel, V = vocab_rows_held(c);
     size_t bytes = scratch_bytes(c, B, T);
     Carver k = {mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "activation gradients"), 0};
     s->branch = carve(&k, BT * C);
@@ -329,7 +338,7 @@ void scratch_create(Scratch *s, const ModelConfig *c, int B, int T, int recomput
     s->dfch = carve(&k, BT * 4 * C);
     s->dfch_gelu = carve(&k, BT * 4 * C);
     s->gelu = carve(&k, BT * 4 * C);
-    s->dlogits = carve(&k, BT * V);
+    s->dlogits = carve(&k, (size_t)head_piece_tokens(c, B * T) * V);
     check_carved(&k, bytes, "activation gradients");
     s->recompute = recompute;
     if (!recompute) return;
@@ -354,7 +363,7 @@ int gpt_linear_shapes(const ModelConfig *cfg, LinearShape shapes[GPT_LINEAR_SHAP
     shapes[1] = (LinearShape){C, C};          /* attproj */
     shapes[2] = (LinearShape){C, 4 * C};      /* fc */
     shapes[3] = (LinearShape){4 * C, C};      /* fcproj */
-    shapes[4] = (LinearShape){C, vocab_padded(cfg->vocab)}; /* lm_head */
+    shapes[4] = (LinearShape){C, vocab_rows_held(cfg)}; /* lm_head (this model's rows of it) */
     return GPT_LINEAR_SHAPES;
 }
 
@@ -410,10 +419,16 @@ static void check_shape(const Activations *a, int B, int T) {
 void gpt_embedding_forward(const GPT *m, Activations *a, int B, int T) {
     check_shape(a, B, T);
     const SequenceSplit *seq = m->sequence;
+    const VocabSplit *vs = m->vocab;
+    int C = m->cfg.dmodel, first = vs ? vs->first_row : 0, rows = vocab_rows_held(&m->cfg);
     if (seq)
-        seq->embedding_forward(a->encoded, a->tokens, m->w.wte, m->w.wpe, B, T, m->cfg.dmodel, seq->context);
+        seq->embedding_forward(a->encoded, a->tokens, m->w.wte, m->w.wpe, B, T, C, first, rows, seq->context);
+    else if (vs)
+        ops()->embedding_forward_rows(a->encoded, a->tokens, m->w.wte, m->w.wpe, B, T, C, first, rows);
     else
-        ops()->embedding_forward(a->encoded, a->tokens, m->w.wte, m->w.wpe, B, T, m->cfg.dmodel);
+        ops()->embedding_forward(a->encoded, a->tokens, m->w.wte, m->w.wpe, B, T, C);
+    /* each token's row is on one rank, the others gave 0: the sum is the lookup */
+    if (vs) vs->allreduce_sum(a->encoded, (size_t)B * T * C, vs->context);
 }
 
 /* Where block l's forward values are: its own set, or with recompute the one
@@ -459,14 +474,68 @@ void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int l, const fl
     k->residual_forward(a->block[l].res3, b->res2, s->branch, (size_t)N * C);
 }
 
-void gpt_head_forward(const GPT *m, Activations *a, const float *input, int with_loss, int B, int T) {
+/* The losses of tokens r0 .. r0 + rows - 1 from their logits (a->logits,
+ * rows of Vh), leaving their probabilities in a->probs. Under a vocabulary
+ * split each rank holds Vh columns of every row: the softmax needs the
+ * row's maximum and sum of exponentials over all of them, and the loss the
+ * target's logit, which one rank holds. So: the slices' maxima all-gathered
+ * (parts x rows floats), then the sums and target logits, shifted by the
+ * maximum, all-reduced (2 x rows floats). */
+static void head_loss(const GPT *m, Activations *a, int r0, int rows) {
     const KernelOps *k = ops();
-    int C = m->cfg.dmodel, V = vocab_padded(m->cfg.vocab), N = B * T;
+    const VocabSplit *vs = m->vocab;
+    int V = m->cfg.vocab, Vh = vocab_rows_held(&m->cfg);
+    if (!vs) {
+        k->crossentropy_forward(a->losses + r0, a->probs, a->logits, a->targets + r0, rows, V, Vh);
+        return;
+    }
+    int first = vs->first_row, cols = V - first < 0 ? 0 : V - first < Vh ? V - first : Vh;
+    float *row_max = vs->stats, *maxes = row_max + rows, *sums = maxes + (size_t)vs->parts * rows;
+    k->crossentropy_slice_max(row_max, a->logits, rows, cols, Vh);
+    vs->allgather(row_max, maxes, rows, vs->context);
+    k->crossentropy_slice_sums(sums, row_max, maxes, vs->parts, a->logits, a->targets + r0, rows, cols, Vh,
+                               first);
+    vs->allreduce_sum(sums, 2 * (size_t)rows, vs->context);
+    k->crossentropy_slice_finish(a->losses + r0, a->probs, a->logits, row_max, sums, rows, cols, Vh);
+}
+
+/* The logits of tokens r0 .. r0 + rows - 1 (one piece of the head), and with_loss their losses. */
+static void head_piece_forward(const GPT *m, Activations *a, int r0, int rows, int with_loss) {
+    int C = m->cfg.dmodel, Vh = vocab_rows_held(&m->cfg);
+    gpt_linear_forward(m, a->logits, a->lnf + (size_t)r0 * C, m->w.lm_head, NULL, rows, C, Vh);
+    a->logits_row0 = r0;
+    if (with_loss) head_loss(m, a, r0, rows);
+}
+
+void gpt_head_forward(const GPT *m, Activations *a, const float *input, int with_loss, int B, int T) {
+    int C = m->cfg.dmodel, N = B * T;
     if (!m->w.lm_head)
         fatal(EXIT_RUNTIME, "model: the head's weights (wte, tied) are not bound on this rank");
-    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, input, m->w.lnfw, m->w.lnfb, N, C);
-    gpt_linear_forward(m, a->logits, a->lnf, m->w.lm_head, NULL, N, C, V);
-    if (with_loss) k->crossentropy_forward(a->losses, a->probs, a->logits, a->targets, N, m->cfg.vocab, V);
+    ops()->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, input, m->w.lnfw, m->w.lnfb, N, C);
+    for (int r0 = 0; r0 < N; r0 += a->head_rows) /* one piece: every token, unless --loss-chunks */
+        head_piece_forward(m, a, r0, N - r0 < a->head_rows ? N - r0 : a->head_rows, with_loss);
+}
+
+void gpt_logits_row(const GPT *m, Activations *a, int row, float *host) {
+    int Vh = vocab_rows_held(&m->cfg), local = row - a->logits_row0;
+    if (local < 0 || local >= a->head_rows) { /* --loss-chunks: its piece again, from lnf, up to it */
+        int r0 = row / a->head_rows * a->head_rows;
+        head_piece_forward(m, a, r0, row - r0 + 1, 0);
+        local = row - r0;
+    }
+    const float *mine = a->logits + (size_t)local * Vh;
+    if (!m->vocab) {
+        copy_to_host(host, mine, (size_t)Vh * sizeof(float));
+        return;
+    }
+    /* the slices, in rank order, are the row: gathered into the probabilities'
+     * buffer, which a forward without the loss leaves free */
+    size_t whole = (size_t)Vh * m->vocab->parts;
+    if (whole > (size_t)a->head_rows * Vh)
+        fatal(EXIT_RUNTIME, "a row of %zu logits does not fit the head's buffer of %d x %d", whole, a->head_rows,
+              Vh);
+    m->vocab->allgather(mine, a->probs, Vh, m->vocab->context);
+    copy_to_host(host, a->probs, whole * sizeof(float));
 }
 
 float *gpt_layer_output(const GPT *m, Activations *a, int layer) {
@@ -476,18 +545,41 @@ float *gpt_layer_output(const GPT *m, Activations *a, int layer) {
 
 /* ---- backward ---- */
 
+/* dlogits(rows, Vh) = the gradient of the losses of tokens r0 .. r0 + rows - 1
+ * from their probabilities in a->probs. */
+static void head_dlogits(const GPT *m, Activations *a, float *dlogits, float dloss, int r0, int rows) {
+    int Vh = vocab_rows_held(&m->cfg);
+    ops()->fill_zero(dlogits, (size_t)rows * Vh);
+    if (m->vocab)
+        ops()->crossentropy_backward_rows(dlogits, a->probs, a->targets + r0, dloss, rows, Vh,
+                                          m->vocab->first_row);
+    else
+        ops()->crossentropy_backward(dlogits, a->probs, a->targets + r0, dloss, rows, Vh);
+}
+
 /* The head's backward; with kept_dlogits (B of a split backward) the LM
  * head's weight gradient is left for W and its output gradient kept there. */
 static void head_backward(const GPT *m, Activations *a, Scratch *s, const float *input, float *dinput,
                           float dloss, float *kept_dlogits, int B, int T) {
     const KernelOps *k = ops();
-    int C = m->cfg.dmodel, V = vocab_padded(m->cfg.vocab), N = B * T;
-    float *dlogits = kept_dlogits ? kept_dlogits : s->dlogits;
-    k->fill_zero(dlogits, (size_t)N * V);
-    k->crossentropy_backward(dlogits, a->probs, a->targets, dloss, N, V);
+    int C = m->cfg.dmodel, Vh = vocab_rows_held(&m->cfg), N = B * T;
     k->fill_zero(s->dln, (size_t)N * C);
-    linear_backward_or_input(m, kept_dlogits != NULL, s->dln, m->g.lm_head, NULL, dlogits, a->lnf,
-                             m->w.lm_head, N, C, V);
+    if (N <= a->head_rows) { /* one piece: the forward's probabilities are at hand */
+        float *dlogits = kept_dlogits ? kept_dlogits : s->dlogits;
+        head_dlogits(m, a, dlogits, dloss, 0, N);
+        linear_backward_or_input(m, kept_dlogits != NULL, s->dln, m->g.lm_head, NULL, dlogits, a->lnf,
+                                 m->w.lm_head, N, C, Vh);
+    } else { /* --loss-chunks: each piece's logits again, its gradient, its share of the weight's */
+        for (int r0 = 0; r0 < N; r0 += a->head_rows) {
+            int rows = N - r0 < a->head_rows ? N - r0 : a->head_rows;
+            head_piece_forward(m, a, r0, rows, 1);
+            head_dlogits(m, a, s->dlogits, dloss, r0, rows);
+            gpt_linear_backward(m, s->dln + (size_t)r0 * C, m->g.lm_head, NULL, s->dlogits,
+                                a->lnf + (size_t)r0 * C, m->w.lm_head, rows, C, Vh);
+        }
+    }
+    /* a vocabulary split: each rank's slice gave a share of the input's gradient */
+    if (m->vocab) m->vocab->allreduce_sum(s->dln, (size_t)N * C, m->vocab->context);
     k->fill_zero(dinput, (size_t)N * C);
     k->layernorm_backward(dinput, m->g.lnfw, m->g.lnfb, s->dln, input, m->w.lnfw, a->lnf_mean, a->lnf_rstd, N,
                           C);
@@ -571,11 +663,14 @@ static void block_backward_weight(const GPT *m, Activations *a, Scratch *s, int 
 
 void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded, int B, int T) {
     const SequenceSplit *seq = m->sequence;
+    const VocabSplit *vs = m->vocab;
+    int C = m->cfg.dmodel, first = vs ? vs->first_row : 0, rows = vocab_rows_held(&m->cfg);
     if (seq)
-        seq->embedding_backward(m->g.wte, m->g.wpe, dencoded, a->tokens, B, T, m->cfg.dmodel, m->cfg.vocab,
-                                seq->context);
+        seq->embedding_backward(m->g.wte, m->g.wpe, dencoded, a->tokens, B, T, C, first, rows, seq->context);
+    else if (vs) /* the rows this rank holds; wpe's whole gradient, as every rank */
+        ops()->embedding_backward_rows(m->g.wte, m->g.wpe, dencoded, a->tokens, B, T, C, first, rows);
     else
-        ops()->embedding_backward(m->g.wte, m->g.wpe, dencoded, a->tokens, B, T, m->cfg.dmodel, m->cfg.vocab);
+        ops()->embedding_backward(m->g.wte, m->g.wpe, dencoded, a->tokens, B, T, C, m->cfg.vocab);
 }
 
 /* ---- a range of units ---- */
@@ -670,7 +765,7 @@ static void carve_kept(KeptGrads *kg, const ModelConfig *c, int B, int T, int fi
         b->dmid = carve(k, BT * C);
         b->dqkv = carve(k, BT * 3 * C);
     }
-    if (last == c->layers) kg->dlogits = carve(k, BT * vocab_padded(c->vocab));
+    if (last == c->layers && c->loss_chunks <= 1) kg->dlogits = carve(k, BT * vocab_rows_held(c));
 }
 
 size_t kept_grads_bytes(const ModelConfig *c, int B, int T, int first_unit, int last_unit) {
@@ -723,12 +818,14 @@ void gpt_backward_weight_range(const GPT *m, Activations *a, Scratch *s, const K
     const UnitHooks none = {0}, *h = hooks ? hooks : &none, *st = m->storage ? m->storage : &none;
     check_split(kept, hooks, B, T);
     check_range(m, first, last);
-    int C = m->cfg.dmodel, V = vocab_padded(m->cfg.vocab), N = B * T;
+    int C = m->cfg.dmodel, V = vocab_rows_held(&m->cfg), N = B * T;
     work_begin("bwd_weight", -1, 0);
     for (int l = last; l >= first && l >= 0; l--) { /* the embedding's gradient came out of B */
         if (st->before_backward) st->before_backward(l, st->context);
-        if (l == m->cfg.layers)
-            gpt_linear_backward_weight(m, m->g.lm_head, NULL, kept->dlogits, a->lnf, N, C, V);
+        if (l == m->cfg.layers) {
+            if (kept->dlogits) /* else (--loss-chunks) B made it, piece by piece */
+                gpt_linear_backward_weight(m, m->g.lm_head, NULL, kept->dlogits, a->lnf, N, C, V);
+        }
         else if (h->block_backward_weight)
             h->block_backward_weight(l, unit_input(m, a, first, l), B, T, h->context);
         else

@@ -52,16 +52,38 @@ typedef struct {
  * the kernels at those four places; everything else in a block works on one
  * token at a time and needs no change. */
 typedef struct SequenceSplit {
+    /* kernels.h's embedding_forward_rows and _backward_rows: wte's rows
+     * first .. first + rows - 1 (all of them without a VocabSplit) */
     void (*embedding_forward)(float *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
-                              int C, void *context);
+                              int C, int first, int rows, void *context);
     void (*embedding_backward)(float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
-                               int C, int V, void *context);
+                               int C, int first, int rows, void *context);
     void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
                               void *context);
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out,
                                const float *lse, int B, int T, int C, int NH, void *context);
     void *context;
 } SequenceSplit;
+
+/* Optional: wte and the head split by vocabulary rows over `parts` ranks
+ * (tensor parallelism, 03_model_parallel/tensor_parallel.h: Megatron's
+ * vocab-parallel embedding and cross-entropy; cfg.vocab_parts is parts).
+ * This model holds rows first_row .. first_row + vocab_rows_held(cfg) - 1
+ * of wte and the head, and so that many columns of the logits. The
+ * embedding looks up the rows it holds (0 for the others' tokens) and the
+ * ranks sum the outputs; the loss comes from the logit slices with an
+ * all-gather of each row's maximum and an all-reduce of the sums of
+ * exponentials and the target's logit (head_loss in model.c); the head's
+ * input gradient, a partial sum over the slices, is all-reduced. The
+ * B x T x V logits are never gathered. */
+typedef struct VocabSplit {
+    int parts, first_row;
+    float *stats; /* (parts + 3, tokens of a piece of the head): the rows' maxima, every part's
+                     maxima, the sums of exponentials and the target logits (the owner's workspace) */
+    void (*allreduce_sum)(float *buf, size_t count, void *context); /* in place, over the parts */
+    void (*allgather)(const float *mine, float *all, size_t count, void *context); /* (parts, count) */
+    void *context;
+} VocabSplit;
 
 typedef struct {
     ParamTable table; /* names, shapes, offsets and units of the whole model */
@@ -96,6 +118,8 @@ typedef struct {
     HalfFormat matmul_format;
     /* NULL: the tokens at hand are whole sequences (positions 0..T-1). */
     const SequenceSplit *sequence;
+    /* NULL: this model holds every vocabulary row of wte and the head. */
+    const VocabSplit *vocab;
 } GPT;
 
 /* Forward values kept for the backward pass: one set per micro-batch in flight.
@@ -120,10 +144,27 @@ typedef struct {
     float *encoded;                   /* (B,T,C) embedding output = input of block 0 */
     BlockActs *block;                 /* L of them */
     float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
-    float *logits;                    /* (B,T,Vp) columns past V: padding, never read */
-    float *probs;                     /* (B,T,Vp) 0 in the padded columns */
+    /* The head's values, for one piece of head_rows tokens (below): Vh =
+     * vocab_rows_held(cfg), Vp = vocab_padded(V) or a vocabulary split's share */
+    int head_rows;                    /* B*T, or with --loss-chunks K: B*T / K */
+    int logits_row0;                  /* the first token whose logits `logits` holds */
+    float *logits;                    /* (head_rows,Vh) columns past V: padding, never read */
+    float *probs;                     /* (head_rows,Vh) 0 in the padded columns */
     float *losses;                    /* (B,T) */
 } Activations;
+
+/* The head in pieces (--loss-chunks K, cfg.loss_chunks). The logits, their
+ * probabilities and their gradient are B x T x Vp floats each, the largest
+ * buffers of a step at GPT-2's vocabulary. With K pieces the head computes
+ * the logits and loss of B*T/K tokens at a time into buffers of that size.
+ * Nothing of the head but lnf and the losses is kept: the backward computes
+ * each piece's logits again (one more head matmul per step), its gradient,
+ * and adds the piece's share of the head's weight gradient. Each token's
+ * logits and loss come from the same operations as without pieces (the loss
+ * of a step is the same, bit for bit, where the matmul's arithmetic per row
+ * does not depend on the rows beside it); the weight gradient is a sum of K
+ * matmuls instead of one, so later steps agree to rounding. With K > 1 the
+ * split backward (B and W) computes the head's weight gradient in B. */
 
 /* Activation recomputation (--recompute). By default the forward pass keeps
  * every block's BlockActs for the backward pass: L sets of about 12C floats per
@@ -154,7 +195,7 @@ typedef struct {
     float *gelu;      /* (B,T,4C) GELU(fch) of the block at hand: fcproj's input in forward,
                          recomputed in backward for fcproj's weight gradient instead of being
                          kept per block (a GELU costs less than 4C floats per token per block) */
-    float *dlogits;   /* (B,T,Vp) */
+    float *dlogits;   /* (head_rows,Vh) as Activations.logits */
 
     int recompute;        /* 1: `recomputed` below is allocated */
     BlockActs recomputed; /* with recompute: the values of the block at hand (res3 NULL: the
@@ -345,7 +386,8 @@ typedef struct {
 typedef struct {
     int B, T;              /* capacity */
     BlockKeptGrads *block; /* L of them; NULL pointers outside the range */
-    float *dlogits;        /* (B,T,Vp) the LM head's output gradient, with the head in the range */
+    float *dlogits;        /* (B,T,Vh) the LM head's output gradient, with the head in the range
+                              (NULL with --loss-chunks: B computes the head's weight gradient) */
     float *storage;        /* the one device allocation the tensors above are carved from */
 } KeptGrads;
 
@@ -383,6 +425,13 @@ void gpt_linear_backward_input(const GPT *m, float *dinp, const float *dout, con
                                int C, int OC);
 void gpt_linear_backward_weight(const GPT *m, float *dweight, float *dbias, const float *dout,
                                 const float *inp, int N, int C, int OC);
+
+/* Row `row` of the B x T tokens' logits from the last forward (with the head
+ * in pieces, a row of another piece than the last is computed again from
+ * a->lnf), whole (vocab_padded(V) floats) into host memory. Under a VocabSplit every rank
+ * of the split calls it: the slices are gathered (into a->probs, unused
+ * after a forward without the loss). */
+void gpt_logits_row(const GPT *m, Activations *a, int row, float *host);
 
 /* Sum of a->losses over B*T tokens (copied to the host, summed in double). */
 double gpt_loss_sum(const Activations *a, int B, int T);

@@ -20,6 +20,11 @@ typedef struct {
     int seq;    /* T: maximum sequence length (wpe rows) and training length */
     int vocab;  /* V: 256 for bytes, 50257 for GPT-2's tokens; the kernels see vocab_padded(V) rows */
     int tied;   /* --tie-embeddings: the head reads wte, there is no lm_head (GPT-2's choice) */
+    int loss_chunks; /* --loss-chunks: the head and the loss run on this many pieces of a
+                        micro-batch's tokens, one at a time (0 or 1: all at once; model.h) */
+    int vocab_parts; /* not a flag: the ranks wte and the head are split over by vocabulary rows
+                        (tensor parallelism's local model); each holds vocab_padded(V) / parts
+                        rows. 0 or 1: whole */
 } ModelConfig;
 
 /* The vocabulary rows the kernels see: V rounded up to a multiple of
@@ -34,6 +39,18 @@ typedef struct {
 enum { VOCAB_PAD_ROWS = 128 };
 static inline int vocab_padded(int V) {
     return (V + VOCAB_PAD_ROWS - 1) / VOCAB_PAD_ROWS * VOCAB_PAD_ROWS;
+}
+
+/* The vocabulary rows this model holds of wte and the head: all of them, or
+ * its share under a vocabulary split (vocab_parts). */
+static inline int vocab_rows_held(const ModelConfig *m) {
+    return vocab_padded(m->vocab) / (m->vocab_parts > 1 ? m->vocab_parts : 1);
+}
+/* The tokens of one piece of the head for a micro-batch of `tokens` (B x T):
+ * all of them, or with --loss-chunks K a K-th (model.h, "The head in pieces"). */
+static inline int head_piece_tokens(const ModelConfig *m, int tokens) {
+    int k = m->loss_chunks > 1 ? m->loss_chunks : 1;
+    return (tokens + k - 1) / k;
 }
 
 /* --precision: what the parameters and gradients are stored in. fp32 is the

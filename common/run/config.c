@@ -21,10 +21,10 @@ int model_preset(ModelConfig *m, const char *name) {
         const char *name;
         ModelConfig m;
     } presets[] = {
-        {"tiny", {2, 64, 4, 64, 256, 0}},
-        {"small", {4, 128, 4, 128, 256, 0}},
-        {"medium", {6, 384, 6, 256, 256, 0}},
-        {"gpt2", {12, 768, 12, 1024, 256, 0}},
+        {"tiny", {2, 64, 4, 64, 256, 0, 0, 0}},
+        {"small", {4, 128, 4, 128, 256, 0, 0, 0}},
+        {"medium", {6, 384, 6, 256, 256, 0, 0, 0}},
+        {"gpt2", {12, 768, 12, 1024, 256, 0, 0, 0}},
     };
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         if (strcmp(name, presets[i].name) == 0) {
@@ -87,6 +87,9 @@ static const Flag common_flags[] = {
     {"--recompute", FLAG_TOGGLE, FIELD(Config, recompute), .usage = "--recompute[=0|1]",
      .help = "activation recomputation: keep only each block's input, run the\n"
              "block's forward again just before its backward (default 0: keep all)"},
+    {"--loss-chunks", FLAG_INT, FIELD(Config, model.loss_chunks), 1, 65536, .usage = "--loss-chunks K",
+     .help = "compute the head and the loss on K pieces of each micro-batch's tokens,\n"
+             "one at a time: the logits held are a K-th; a divisor of --seq (default 1)"},
     {.type = FLAG_SECTION, .help = "training"},
     {"--batch", FLAG_INT, FIELD(Config, batch), 1, 1000000, .def = "8", .usage = "--batch B",
      .help = "global batch: sequences per optimizer step, {range} (default {default})"},

@@ -114,7 +114,7 @@ void sample_text(const GPT *model, Activations *acts, Scratch *scratch, const Da
         copy_to_device(acts->tokens, context, ctx * sizeof(int));
         /* every unit, with_loss 0: the logits, no targets */
         gpt_forward_range(model, acts, scratch, LAYER_EMBEDDING, model->cfg.layers, 0, NULL, 1, ctx);
-        copy_to_host(logits, acts->logits + (size_t)(ctx - 1) * V, V * sizeof(float));
+        gpt_logits_row(model, acts, ctx - 1, logits);
         text[len] = sample_token(logits, sample_rows(data, model->cfg.vocab), rng);
     }
     sample_print(data, text, prompt_len, n);

@@ -16,6 +16,12 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp) {
         snprintf(message, sizeof message,
                  "--tp %d does not divide the MLP width 4 x --dmodel = %d (valid: a divisor of %d)", tp,
                  4 * cfg->dmodel, 4 * cfg->dmodel);
+    else if (vocab_padded(cfg->vocab) % tp != 0)
+        snprintf(message, sizeof message,
+                 "--tp %d does not divide the padded vocabulary of --vocab %d = %d rows: every rank holds "
+                 "an equal share of wte and the head (valid: a --tp dividing %d, or a --vocab whose "
+                 "multiple of 128 it divides)",
+                 tp, cfg->vocab, vocab_padded(cfg->vocab), vocab_padded(cfg->vocab));
     else
         return NULL;
     return message;

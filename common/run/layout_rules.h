@@ -12,8 +12,9 @@
 #include "config.h"
 
 /* Tensor parallelism over tp ranks (03's --mp tensor, 04-06's --tp): every
- * rank holds whole attention heads, and a slice of the MLP's 4 x dmodel
- * columns, so tp divides --heads and 4 x --dmodel. */
+ * rank holds whole attention heads, a slice of the MLP's 4 x dmodel
+ * columns and an equal share of the vocabulary's rows (wte and the head),
+ * so tp divides --heads, 4 x --dmodel and vocab_padded(--vocab). */
 const char *tensor_parallel_problem(const ModelConfig *cfg, int tp);
 
 /* What ZeRO does not combine with, for --zero `zero` on P stages of T tensor

@@ -9,7 +9,7 @@
 
 load ../helpers
 
-@test "activation_bytes counts every saved tensor for six shapes" {
+@test "activation_bytes counts every saved tensor for nine shapes (pieces of the head and a split vocabulary among them)" {
     run "$BUILD/tests/test_memory"
     assert_success
     refute_output --partial "FAIL"

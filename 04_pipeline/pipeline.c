@@ -154,6 +154,7 @@ static int chunk_live_activations(const StageSchedule *s, int chunk) {
 void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *schedule, uint64_t seed) {
     *p = (Pipeline){.layout = *layout, .schedule = *schedule, .last_backward_action = -1};
     *schedule = (StageSchedule){0};
+    for (int c = 0; c < MAX_STAGE_CHUNKS; c++) p->chunk_last_backward[c] = -1;
     int extras = 0;
     for (int i = 0; i < p->schedule.count; i++) {
         const Action *a = &p->schedule.actions[i];
@@ -161,7 +162,8 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
             fatal(EXIT_USAGE,
                   "stage %d's schedule has an action on chunk %d, but the stage holds %d chunk(s) of layers",
                   layout->stage, a->chunk, chunks_of(layout));
-        if (a->kind == OP_BACKWARD || a->kind == OP_BACKWARD_WEIGHT) p->last_backward_action = i;
+        if (a->kind == OP_BACKWARD || a->kind == OP_BACKWARD_WEIGHT)
+            p->last_backward_action = p->chunk_last_backward[a->chunk] = i;
         if (a->kind == OP_BACKWARD_INPUT) p->split_backward = 1;
         if (a->kind == OP_POST_ACT || a->kind == OP_POST_GRAD || a->kind == OP_BACKWARD_INPUT) extras = 1;
     }
@@ -442,6 +444,16 @@ static void run_action(Pipeline *p, const Action *a) {
     timeline_add(&t->timeline, p->now.step + 1, a->micro, schedule_op_name(a->kind), start * 1e3, end * 1e3);
 }
 
+/* Chunk c's last backward of the step has run: its units' gradients are
+ * final, the highest first (a tied embedding's only once the two ends have
+ * summed it, after the schedule). */
+static void chunk_final(Pipeline *p, int c) {
+    int first_block, last_block, first_unit, last_unit;
+    chunk_range(&p->layout, c, &first_block, &last_block, &first_unit, &last_unit);
+    for (int u = last_unit; u >= first_unit; u--)
+        if (u != LAYER_EMBEDDING || !p->tied_grad_in) p->unit_final(u, p->unit_final_context);
+}
+
 void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss) {
     p->now = (StepState){.step = step, .first_sequence = first_sequence, .dloss = dloss};
     StageTimes *t = &p->times;
@@ -451,6 +463,8 @@ void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss) {
     for (int i = 0; i < p->schedule.count; i++) {
         run_action(p, &p->schedule.actions[i]);
         if (i == p->last_backward_action && p->last_backward) p->last_backward(p->last_backward_context);
+        if (p->unit_final && i == p->chunk_last_backward[p->schedule.actions[i].chunk])
+            chunk_final(p, p->schedule.actions[i].chunk);
     }
     for (int i = 0; p->extras && i < p->slots; i++) { /* every posted send has left before the step ends */
         comm_wait_posted(p->layout.pp, p->extras[i].act_sent);
@@ -458,6 +472,7 @@ void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss) {
         p->extras[i].act_sent = p->extras[i].grad_sent = NULL;
     }
     sum_tied_embedding(p);
+    if (p->unit_final && p->tied_grad_in) p->unit_final(LAYER_EMBEDDING, p->unit_final_context);
 }
 
 double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence) {

@@ -20,9 +20,10 @@
  * slot is reused only once what it posted has left.
  *
  * Hooks let another chapter act around each unit (UnitHooks, model.h: a
- * ZeRO-3 gather before a unit, an offload of its gradients after it), and
+ * ZeRO-3 gather before a unit, an offload of its gradients after it),
  * last_backward runs right after the stage's last backward of the step (the
- * moment its gradients are complete), found from the action list. */
+ * moment its gradients are complete), found from the action list, and
+ * unit_final as each unit's gradients become final (chunk by chunk). */
 #ifndef PIPELINE_H
 #define PIPELINE_H
 
@@ -119,6 +120,12 @@ typedef struct {
     const UnitHooks *hooks;
     void (*last_backward)(void *context);
     void *last_backward_context;
+    /* unit_final(u, context): unit u's gradients are final for the step; called for each unit of
+     * a chunk, the highest first, right after the chunk's last backward (zb-h1: its last W), and
+     * for a tied embedding after the two ends summed it (chapter 02's overlapped buckets) */
+    UnitHook unit_final;
+    void *unit_final_context;
+    int chunk_last_backward[MAX_STAGE_CHUNKS]; /* the action after which chunk c's gradients are final */
     StepState now;
     StageTimes times;
 } Pipeline;

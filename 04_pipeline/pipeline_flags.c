@@ -34,8 +34,7 @@ void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const Mo
     if (problem) fatal(EXIT_USAGE, "%s", problem);
 }
 
-void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model,
-                          const DataParallelFlags *data) {
+void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model) {
     int P = pipe->pp, D = model->dp, M = cfg->micro, L = cfg->model.layers;
     if (cfg->batch % D != 0)
         fatal(EXIT_USAGE, "--batch %d does not divide over --dp %d replicas (valid: a multiple of %d)",
@@ -54,5 +53,4 @@ void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const Mo
         int blocks[MAX_LAYERS];
         layer_split_parse_chunks(model->split, P, V, L, blocks);
     }
-    data_parallel_refuse_overlap(data, "pipeline stage");
 }

@@ -24,9 +24,9 @@ typedef struct {
  * line (EXIT_USAGE). */
 void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model);
 /* Every replica's share of the batch cut into whole micro-batches; the
- * schedule's own rules (schedule_refusal); --split
- * one number per piece; and the data-parallel modes that fit a stage. */
-void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model,
-                          const DataParallelFlags *data);
+ * schedule's own rules (schedule_refusal); --split one number per piece.
+ * Every --dp-mode fits a stage (overlap: its buckets launch as the stage's
+ * units' gradients become final, Pipeline.unit_final). */
+void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model);
 
 #endif

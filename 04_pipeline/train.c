@@ -21,7 +21,8 @@
  * pp, then dp), as in Megatron and picotron; dp follows from the rank count.
  *
  *   for each action of this stage's schedule:  forward m | backward m | messages
- *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat)
+ *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat;
+ *       overlap: each bucket as soon as its units' last backward of the step is done)
  *   gradient norm (summed over the stages and slices) -> clip -> AdamW -> log
  *
  * Every action is timed (timeline.csv, trace.json); the idle time of the
@@ -107,11 +108,11 @@ static void effective_pipeline_flags(const Config *cfg, void *values) {
 
 /* The layout: world = stages x tp x replicas, every stage a block, tp
  * slicing whole heads, every replica's share of the batch cut into whole
- * micro-batches; and the data-parallel modes that fit it. */
+ * micro-batches. */
 static void check_pipeline_layout(const Config *cfg, const void *values) {
     const Flags *f = values;
     pipeline_check_world(cfg, &f->pipe, &f->model);
-    pipeline_check_batch(cfg, &f->pipe, &f->model, &f->data);
+    pipeline_check_batch(cfg, &f->pipe, &f->model);
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
@@ -180,6 +181,8 @@ int main(int argc, char **argv) {
     adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
     DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
     data_parallel_create(&replicas, dp, grid.dp_group, held, mixed, cfg.precision);
+    p.unit_final = data_parallel_backward_hook(&replicas, 1); /* overlap: a bucket goes once its units are final */
+    p.unit_final_context = &replicas;
 
     pipeline_ckpt_layout_init(&run.ckpt, PROGRAM, &grid, flags.pipe.schedule, NULL); /* replica d: share d */
     if (layout.tensor)
@@ -231,6 +234,7 @@ int main(int argc, char **argv) {
         run_step_log(&run, &s);
     }
     if (rank == 0) out_close(busy_csv);
+    data_parallel_print(&replicas);
     if (cfg.sample > 0) pipeline_sample(&p, cfg.sample, &run.rng);
 
     /* ---- timeline, run summary and memory: every rank's peaks, gathered on rank 0 ---- */

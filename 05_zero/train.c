@@ -21,7 +21,8 @@
  * pp, then dp), as in Megatron and picotron; dp follows from the rank count.
  *
  *   for each action of this stage's schedule:  forward m | backward m | messages
- *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat)
+ *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat;
+ *       overlap: each bucket as soon as its units' last backward of the step is done)
  *   gradient norm (summed over the stages and slices) -> clip -> AdamW -> log
  *
  * Every action is timed (timeline.csv, trace.json); the idle time of the
@@ -140,7 +141,7 @@ static void effective_pipeline_flags(const Config *cfg, void *values) {
 
 /* The layout: world = stages x tp x replicas, every stage a block, tp
  * slicing whole heads, every replica's share of the batch cut into whole
- * micro-batches; and the data-parallel modes that fit it. */
+ * micro-batches. */
 static void check_pipeline_layout(const Config *cfg, const void *values) {
     const Flags *f = values;
     int P = f->pipe.pp, T = f->model.tp, D = f->model.dp, M = cfg->micro;
@@ -149,7 +150,7 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
     if (P == 1 && T == 1 && (cfg->batch < D * M || cfg->batch % (D * M))) /* ZeRO's step over the world */
         fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
               cfg->batch, D, M, D * M);
-    pipeline_check_batch(cfg, &f->pipe, &f->model, &f->data);
+    pipeline_check_batch(cfg, &f->pipe, &f->model);
 }
 
 /* What the run harness (harness.h) needs to know of this program: its

@@ -27,6 +27,8 @@ void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFl
     } else {
         adamw_create(&s->opt, p->model.param_count); /* only the parameters this rank holds */
         data_parallel_create(&s->replicas, dp, grid->dp_group, &p->model, &p->mixed, cfg->precision);
+        p->unit_final = data_parallel_backward_hook(&s->replicas, 1); /* 04's overlapped buckets */
+        p->unit_final_context = &s->replicas;
     }
 }
 
@@ -40,6 +42,7 @@ void zero_stage_destroy(ZeroStage *s) {
     if (s->zero) {
         zero_destroy(&s->z);
     } else {
+        data_parallel_print(&s->replicas); /* --print-buckets */
         data_parallel_destroy(&s->replicas);
         adamw_destroy(&s->opt);
     }

@@ -154,9 +154,10 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
- * flags, steps.csv's bytes_sent and comm_busy_ms (ZeRO's, so no columns of
- * chapter 04's own), and that every rank starts each step together, the
- * timeline's one time origin. */
+ * flags, steps.csv's columns (chapter 04's idle fraction and bubble, then
+ * bytes_sent and comm_busy_ms, ZeRO's), and that every rank starts each
+ * step together, the timeline's one time origin. */
+static const RunColumn pipeline_columns[] = {{"idle_fraction", "%.4f"}, {"bubble", "%.4f"}, {0}};
 static const RunSpec spec = {
     .program = PROGRAM,
     .summary = "Train a GPT with ZeRO: the model state sharded over the data-parallel ranks, in chapter 04's "
@@ -165,6 +166,7 @@ static const RunSpec spec = {
               .effective = effective_pipeline_flags,
               .check = check_pipeline_layout,
               .multi_rank = 1},
+    .columns = pipeline_columns,
     .bytes_sent = 1,
     .comm_busy = 1,
     .axis_bytes = 1, /* run.csv: every rank's bytes per step on each grid axis */
@@ -176,6 +178,7 @@ static const RunSpec spec = {
 static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *grid) {
     int ranks = run->ranks, stage = f->zero;
     run_prepare(run);
+    OutFile *busy_csv = busy_csv_open(run); /* 04's busy.csv and idle_fraction; one stage: no bubble */
     GPT model;
     Zero zero;
     zero_create_precision(&zero, &model, &cfg->model, cfg->seed, stage, f->prefetch, grid->dp_group,
@@ -234,11 +237,14 @@ static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *gri
         s.rec.opt_ms = timer_stop_ms(&timer);
         s.rec.comm_ms = zero.comm_ms;       /* waiting on communication, wherever in the step */
         s.comm_busy_ms = zero.comm_busy_ms; /* the collectives running, hidden or not */
-        if (run_step_done(run, &s))
+        int evaluate = run_step_done(run, &s);
+        s.columns[0] = log_busy(busy_csv, run->world, &s, zero.comm_ms); /* idle_fraction */
+        if (evaluate)
             s.rec.val_loss =
                 zero_evaluate_and_sample(&zero, whole, &acts, &scratch, &run->data, cfg, 0, &run->rng);
         run_step_log(run, &s);
     }
+    if (run->rank == 0) out_close(busy_csv);
     if (cfg->sample > 0)
         zero_evaluate_and_sample(&zero, whole, &acts, &scratch, &run->data, cfg, cfg->sample, &run->rng);
 
@@ -320,7 +326,8 @@ int main(int argc, char **argv) {
         /* ---- the schedule: every micro-batch's forward and backward, and the messages ---- */
         zero_stage_begin_step(&replicas, step);
         pipeline_run_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
-        bubbles[step] = pipeline_measure_bubble(&p.times, &grid, run.world);
+        bubbles[step] = s.columns[1] =
+            pipeline_measure_bubble(&p.times, &grid, run.world); /* steps.csv's bubble */
 
         /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
         double comm_ms = p.times.comm_ms + zero_stage_sum_gradients(&replicas, &s.comm_busy_ms);
@@ -342,7 +349,7 @@ int main(int argc, char **argv) {
         s.rec.fwd_ms = p.times.fwd_ms;
         s.rec.bwd_ms = p.times.bwd_ms;
         int evaluate = run_step_done(&run, &s);
-        log_busy(busy_csv, run.world, &s, comm_ms); /* busy.csv */
+        s.columns[0] = log_busy(busy_csv, run.world, &s, comm_ms); /* idle_fraction */
         zero_stage_check_replicas(&replicas, dp->check_replicas, step + 1);
         if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
         run_step_log(&run, &s);

@@ -182,10 +182,12 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
- * flags, steps.csv's columns: the bytes copied to and from the host (0
- * without --offload), bytes_sent and comm_busy_ms, and that every rank
- * starts each step together, the timeline's one time origin. */
-static const RunColumn offload_columns[] = {{"d2h_bytes", "%.0f"}, {"h2d_bytes", "%.0f"}, {0}};
+ * flags, steps.csv's columns (chapter 04's idle fraction and bubble, then
+ * the bytes copied to and from the host, 0 without --offload; bytes_sent
+ * and comm_busy_ms), and that every rank starts each step together, the
+ * timeline's one time origin. */
+static const RunColumn offload_columns[] = {
+    {"idle_fraction", "%.4f"}, {"bubble", "%.4f"}, {"d2h_bytes", "%.0f"}, {"h2d_bytes", "%.0f"}, {0}};
 static const RunSpec spec = {
     .program = PROGRAM,
     .summary = "Train a GPT with ZeRO-Offload: the optimizer on the host, in chapter 05's pp x tp x dp "
@@ -206,6 +208,7 @@ static const RunSpec spec = {
 static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *grid) {
     int ranks = run->ranks, stage = f->zero;
     run_prepare(run);
+    OutFile *busy_csv = busy_csv_open(run); /* 04's busy.csv and idle_fraction; one stage: no bubble */
     GPT model;
     Zero zero;
     zero_create_precision(&zero, &model, &cfg->model, cfg->seed, stage, f->prefetch, grid->dp_group,
@@ -264,11 +267,14 @@ static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *gri
         s.rec.opt_ms = timer_stop_ms(&timer);
         s.rec.comm_ms = zero.comm_ms;       /* waiting on communication, wherever in the step */
         s.comm_busy_ms = zero.comm_busy_ms; /* the collectives running, hidden or not */
-        if (run_step_done(run, &s))
+        int evaluate = run_step_done(run, &s);
+        s.columns[0] = log_busy(busy_csv, run->world, &s, zero.comm_ms); /* idle_fraction */
+        if (evaluate)
             s.rec.val_loss =
                 zero_evaluate_and_sample(&zero, whole, &acts, &scratch, &run->data, cfg, 0, &run->rng);
         run_step_log(run, &s);
     }
+    if (run->rank == 0) out_close(busy_csv);
     if (cfg->sample > 0)
         zero_evaluate_and_sample(&zero, whole, &acts, &scratch, &run->data, cfg, cfg->sample, &run->rng);
 
@@ -389,7 +395,8 @@ int main(int argc, char **argv) {
         /* ---- the schedule: every micro-batch's forward and backward, and the messages ---- */
         offload_stage_begin_step(&st, step); /* --offload: each unit's gradient leaves for the host */
         pipeline_run_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
-        if (!offload) bubbles[step] = pipeline_measure_bubble(&p.times, &grid, run.world); /* run.csv's */
+        bubbles[step] = s.columns[1] =
+            pipeline_measure_bubble(&p.times, &grid, run.world); /* steps.csv's bubble */
 
         /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
         /* (--offload: the copies in flight, added into the host's fp32 shard) */
@@ -414,9 +421,9 @@ int main(int argc, char **argv) {
         /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
         s.rec.fwd_ms = p.times.fwd_ms;
         s.rec.bwd_ms = p.times.bwd_ms;
-        offload_stage_columns(&st, s.columns); /* the bytes over PCIe */
+        offload_stage_columns(&st, s.columns + 2); /* the bytes over PCIe */
         int evaluate = run_step_done(&run, &s);
-        log_busy(busy_csv, run.world, &s, comm_ms); /* busy.csv */
+        s.columns[0] = log_busy(busy_csv, run.world, &s, comm_ms); /* idle_fraction */
         zero_stage_check_replicas(&st.replicas, dp->check_replicas, step + 1);
         if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
         if (flags.offload.dpu && run_save_due(&run, &s))

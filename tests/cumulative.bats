@@ -351,6 +351,25 @@ assert_norms_match() { assert_column_match grad_norm "$@"; }
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/z0" 4
 }
 
+# 05 and 06 keep chapter 04's steps.csv columns: the ranks' idle fraction
+# and the stages' bubble (0 with one stage), before their own.
+@test "05 and 06 keep chapter 04's idle_fraction and bubble columns, with stages and with one" {
+    local d="$(scratch)"
+    run05 4 "$d/z1pp" --zero 1 --pp 2 --micro 2
+    run05 2 "$d/z2" --zero 2
+    run06 2 "$d/off" --offload --pp 2 --micro 2
+    for run in z1pp z2 off; do
+        head -1 "$d/$run/steps.csv" | grep -q ',idle_fraction,bubble,' || { head -1 "$d/$run/steps.csv"; false; }
+        csv_column "$d/$run/steps.csv" idle_fraction |
+            awk '{ n++; if ($1 < 0 || $1 >= 1) bad = 1 } END { exit bad || n != 4 }'
+        assert_equal "$(tail -n +2 "$d/$run/busy.csv" | wc -l)" "$(($(csv_column "$d/$run/run.csv" world_size) * 4))"
+    done
+    for run in z1pp off; do # 2 stages, 2 micro-batches: the stages wait
+        csv_column "$d/$run/steps.csv" bubble | awk '{ n++; if ($1 <= 0 || $1 >= 1) bad = 1 } END { exit bad || n != 4 }'
+    done
+    assert_equal "$(csv_column "$d/z2/steps.csv" bubble | sort -u)" "0.0000" # one stage: no bubble
+}
+
 @test "05 refuses ZeRO-3 across pipeline stages with DeepSpeed's reason, ZeRO-3 with tp, and what is not written yet (interleaved chunks) in one line" {
     refused05() {
         run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 4 '$TRAIN05' $FLAGS $*"

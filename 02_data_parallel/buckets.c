@@ -31,7 +31,8 @@ void buckets_create(BucketSync *bs, const GPT *model, void *grads, CommDtype dty
         const ParamTensor *t = NULL;
         for (int k = 0; k < model->num_tensors && !t; k++) {
             size_t at = held_at(model, &model->tensors[k]);
-            if (at != SIZE_MAX && model->tensors[k].numel && at + model->tensors[k].numel == end) t = &model->tensors[k];
+            if (at != SIZE_MAX && model->tensors[k].numel && at + model->tensors[k].numel == end)
+                t = &model->tensors[k];
         }
         if (!t) fatal(EXIT_RUNTIME, "gradient buckets: no held tensor ends at element %zu", end);
         end = held_at(model, t);

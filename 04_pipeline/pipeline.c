@@ -8,6 +8,7 @@
 #include "util.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static size_t boundary_floats(const Pipeline *p) {
     return (size_t)p->layout.B * p->layout.T * p->model.cfg.dmodel;
@@ -167,9 +168,14 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         if (a->kind == OP_BACKWARD_INPUT) p->split_backward = 1;
         if (a->kind == OP_POST_ACT || a->kind == OP_POST_GRAD || a->kind == OP_BACKWARD_INPUT) extras = 1;
     }
-    const StageLayout *l = &p->layout;
+    StageLayout *l = &p->layout;
     const ModelConfig *m = &l->cfg->model;
     int V = chunks_of(l);
+    if (l->cp) { /* the ring over whole sequences; from here on the stage computes T/cp positions */
+        context_parallel_create(&p->context, l->cp, m, l->B, l->T, strcmp(l->cp_order, "zigzag") == 0,
+                                l->tensor ? l->tensor->size : 1, l->cp_send);
+        l->T /= p->context.size;
+    }
     if (V > 1 && l->caller_storage)
         fatal(EXIT_USAGE, "a stage of %d chunks runs with its own storage only, yet", V);
     if (l->tensor) { /* the stage's slices (of each chunk); model, mixed and scratch are the tp model's */
@@ -201,6 +207,7 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         precision_create_range(&p->model, &p->mixed, m, seed, l->cfg->precision, l->first_unit,
                                l->last_unit); /* fp32 or 16-bit */
     }
+    if (l->cp) p->model.sequence = &p->context.split; /* the embedding's positions, ring attention */
     int live_total = 0;
     for (int c = 0; c < V; c++) {
         int live = V == 1 ? schedule_live_activations(&p->schedule) : chunk_live_activations(&p->schedule, c);
@@ -283,6 +290,7 @@ void pipeline_destroy(Pipeline *p) {
     free(p->slot);
     free(p->unit_at);
     schedule_free(&p->schedule);
+    if (p->layout.cp) context_parallel_destroy(&p->context);
     if (p->layout.tensor) {
         tp_model_destroy(&p->tpm); /* model, mixed and scratch with it */
         return;
@@ -303,8 +311,13 @@ static void stage_forward_batch(Pipeline *p, Activations *a, int chunk, Split sp
         last = next_rank(l, chunk) < 0; /* the model's first and last pieces */
     int first_block, last_block, first_unit, last_unit;
     chunk_range(l, chunk, &first_block, &last_block, &first_unit, &last_unit);
-    if (first || last)
+    if ((first || last) && l->cp) { /* the whole sequences, then this rank's positions of them */
+        data_upload_batch(l->data, split, l->cfg->seed, batch, sequence, l->B, p->context.T,
+                          p->context.tokens, p->context.targets);
+        context_parallel_select(&p->context, a->tokens, a->targets, l->B);
+    } else if (first || last) {
         data_upload_batch(l->data, split, l->cfg->seed, batch, sequence, l->B, l->T, a->tokens, a->targets);
+    }
     p->tpm.now = a; /* tensor parallel: the blocks' values of this micro-batch */
     gpt_forward_range(&p->model, a, &p->scratch, first_unit, last_unit, 1, p->hooks, l->B, l->T);
     /* every tp rank of the last stage computed the (replicated) loss; tp rank 0 reports it */
@@ -501,8 +514,8 @@ double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence) {
 void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
     const StageLayout *l = &p->layout;
     int T = l->T, V = vocab_padded(l->cfg->model.vocab), C = l->cfg->model.dmodel; /* V: a row of logits */
-    if (chunks_of(l) > 1) { /* every rank alike: the layout is the same everywhere */
-        log_info("note: no text sample (--sample) from stages of several chunks yet\n");
+    if (chunks_of(l) > 1 || l->cp) { /* every rank alike: the layout is the same everywhere */
+        log_info("note: no text sample (--sample) from stages of several chunks or of --cp yet\n");
         return;
     }
     int prev = prev_rank(l, 0), next = next_rank(l, 0);
@@ -574,10 +587,12 @@ double pipeline_log_layout(const Pipeline *p, const char *program, const Process
     const char *bubble_rule = strcmp(schedule, "interleaved") == 0 ? "(P-1)/(VM+P-1)"
                               : strcmp(schedule, "zb-h1") == 0     ? "(P-1)/(3M+P-1), F = B = W,"
                                                                    : "(P-1)/(M+P-1)";
+    char cp[64] = ""; /* context parallelism inside the stages, where the grid has it */
+    if (grid->cp > 1) snprintf(cp, sizeof cp, " x %d context-parallel (%s)", grid->cp, l->cp_order);
     log_info(
-        "pipeline: %d ranks = %d stages x %d tensor-parallel x %d replicas | schedule %s | bubble formula "
+        "pipeline: %d ranks = %d stages%s x %d tensor-parallel x %d replicas | schedule %s | bubble formula "
         "%s = %.3f\n",
-        ranks, P, grid->tp, grid->dp, schedule, bubble_rule, bubble_theory);
+        ranks, P, cp, grid->tp, grid->dp, schedule, bubble_rule, bubble_theory);
     pipeline_log_stages(blocks, P, V);
     return bubble_theory;
 }

@@ -29,6 +29,7 @@
 
 #include "comm.h"
 #include "config.h"
+#include "context_parallel.h"
 #include "data.h"
 #include "grid.h"
 #include "harness.h"
@@ -58,8 +59,13 @@ typedef struct {
                             caller gives them storage (model.storage: chapter 06's offload) */
     TensorGroup *tensor; /* tp > 1: the stage's blocks sliced over this tensor group, chapter 03's
                             tensor parallelism inside the stage; NULL: the stage holds them whole */
+    CommGroup *cp;       /* cp > 1: each sequence split over these ranks, attention a ring, chapter
+                            03's context parallelism inside the stage (B, T: the whole sequences; the
+                            stage holds T/cp positions of each); NULL: whole sequences */
     const Dataset *data;
     const Config *cfg;
+    /* with cp: --cp-order and --cp-send (context_parallel.h) */
+    const char *cp_order, *cp_send;
 } StageLayout;
 
 /* What one step is about; set by pipeline_run_step. */
@@ -116,6 +122,7 @@ typedef struct {
     float *grad_in, *grad_out;         /* (B,T,C): from stage+1, to stage-1 (NULL where there is none) */
     TensorParallelModel tpm; /* layout.tensor: the stage's slices (its model and mixed moved to these) */
     UnitHooks tensor_hooks;  /* layout.tensor: the sliced blocks (tensor_parallel.h), in hooks */
+    ContextParallel context; /* layout.cp: the ring (its size 0 without; layout.T is then T/cp) */
     /* extension points (optional) */
     const UnitHooks *hooks;
     void (*last_backward)(void *context);

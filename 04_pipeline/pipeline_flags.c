@@ -1,6 +1,7 @@
 /* pipeline_flags.c: see pipeline_flags.h. */
 #include "pipeline_flags.h"
 
+#include "context_parallel.h"
 #include "layer_split.h"
 #include "layout_rules.h"
 #include "pipeline.h"
@@ -8,25 +9,29 @@
 #include "tensor_parallel.h"
 #include "util.h"
 
+#include <stdio.h>
 #include <string.h>
 
 void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model) {
-    int P = pipe->pp, T = model->tp, D = model->dp, L = cfg->model.layers;
+    int P = pipe->pp, T = model->tp, D = model->dp, L = cfg->model.layers, C = model->cp;
     if (model->sp)
-        fatal(EXIT_USAGE, "sequence parallelism is taught in chapter 03; the pipeline does not split the "
-                          "sequence yet (valid: no --sp here; 03_model_parallel/train --mp tensor --sp)");
-    if (model->cp > 1)
-        fatal(EXIT_USAGE, "context parallelism is taught in chapter 03; the pipeline does not split the "
-                          "sequence yet (valid: --cp 1 here; 03_model_parallel/train --cp N)");
+        fatal(EXIT_USAGE,
+              "sequence parallelism inside the pipeline's stages is not written yet (valid: no "
+              "--sp here, --cp N splits the sequences; 03_model_parallel/train --mp tensor --sp)");
     if (strcmp(model->mp, "tensor") == 0 && P > 1)
         fatal(EXIT_USAGE, "--mp tensor slices every layer over all of a replica's ranks, so it has one stage "
                           "(valid: --pp 1; for stages with tensor parallelism inside, --pp P --tp T)");
-    if (P < 1 || P * T * D != model->ranks)
-        fatal(EXIT_USAGE,
-              "%d rank%s cannot hold %d pipeline stage%s x --tp %d x --dp %d (valid: mpirun -np %d, world = "
-              "pp x tp x dp)",
-              model->ranks, model->ranks == 1 ? "" : "s", P, P == 1 ? "" : "s", T, D,
-              (P < 1 ? 1 : P) * T * D);
+    char cp[32] = ""; /* --cp C, where the layout has it */
+    if (C > 1) snprintf(cp, sizeof cp, " x --cp %d", C);
+    if (P < 1 || P * C * T * D != model->ranks)
+        fatal(
+            EXIT_USAGE,
+            "%d rank%s cannot hold %d pipeline stage%s%s x --tp %d x --dp %d (valid: mpirun -np %d, world = "
+            "pp x %stp x dp)",
+            model->ranks, model->ranks == 1 ? "" : "s", P, P == 1 ? "" : "s", cp, T, D,
+            (P < 1 ? 1 : P) * C * T * D, C > 1 ? "cp x " : "");
+    const char *split = C > 1 ? context_parallel_problem(cfg->model.seq, C) : NULL;
+    if (split) fatal(EXIT_USAGE, "%s", split);
     const char *pieces = layer_split_pieces_problem(P, 1, L); /* every stage needs a block */
     if (pieces) fatal(EXIT_USAGE, "%s", pieces);
     const char *problem = T > 1 ? tensor_parallel_problem(&cfg->model, T) : NULL;

@@ -15,10 +15,11 @@
  * batch, exactly as in chapter 01.
  *
  * Everything of chapter 03 stays: --tp T slices each stage's blocks over T
- * ranks (tensor_parallel.h), and the ranks holding the same part of the
+ * ranks (tensor_parallel.h), --cp N splits each sequence over N ranks of the
+ * stage (context_parallel.h), and the ranks holding the same part of the
  * model are replicas whose gradients chapter 02's machinery sums
- * (data_parallel.h). The world is pp x tp x dp (grid.h: tp fastest, then
- * pp, then dp), as in Megatron and picotron; dp follows from the rank count.
+ * (data_parallel.h). The world is pp x cp x tp x dp (grid.h: tp fastest,
+ * then cp, pp, dp), as in Megatron; dp follows from the rank count.
  *
  *   for each action of this stage's schedule:  forward m | backward m | messages
  *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat;
@@ -101,9 +102,10 @@ static void effective_pipeline_flags(const Config *cfg, void *values) {
         return;
     }
     if (!m->tp) m->tp = 1;
-    if (f->pipe.pp && !flag_given(cfg, "--dp") && m->ranks >= f->pipe.pp * m->tp)
-        m->dp = m->ranks / (f->pipe.pp * m->tp);
-    if (!f->pipe.pp) f->pipe.pp = m->ranks / (m->dp * m->tp);
+    int cp_tp = m->cp * m->tp; /* the ranks of one stage */
+    if (f->pipe.pp && !flag_given(cfg, "--dp") && m->ranks >= f->pipe.pp * cp_tp)
+        m->dp = m->ranks / (f->pipe.pp * cp_tp);
+    if (!f->pipe.pp) f->pipe.pp = m->ranks / (m->dp * cp_tp);
 }
 
 /* The layout: world = stages x tp x replicas, every stage a block, tp
@@ -143,8 +145,10 @@ int main(int argc, char **argv) {
     int rank = run.rank;
     int P = flags.pipe.pp, V = flags.pipe.virtual_chunks, M = cfg.micro;
     ProcessGrid grid; /* --dp replicas of P stages of --tp ranks (grid.h: tp fastest, then pp, then dp) */
-    grid_create(&grid, run.world, (GridShape){.dp = flags.model.dp, .pp = P, .cp = 1, .tp = flags.model.tp});
-    CommGroup *model_group = comm_split(run.world, grid.d, rank); /* one replica: its stages and slices */
+    grid_create(&grid, run.world,
+                (GridShape){.dp = flags.model.dp, .pp = P, .cp = flags.model.cp, .tp = flags.model.tp});
+    /* one replica's stages and slices (of one cp rank's positions) */
+    CommGroup *model_group = comm_split(run.world, grid.d * grid.cp + grid.c, rank);
     TensorGroup tensor = {.group = grid.tp_group, .rank = grid.t, .size = grid.tp};
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
 
@@ -171,7 +175,9 @@ int main(int argc, char **argv) {
     layout.data = &run.data;
     layout.B = per_rank / M; /* sequences per micro-batch */
     layout.T = cfg.model.seq;
-    layout.tensor = grid.tp > 1 ? &tensor : NULL; /* tensor parallelism inside the stage */
+    layout.tensor = grid.tp > 1 ? &tensor : NULL;   /* tensor parallelism inside the stage */
+    layout.cp = grid.cp > 1 ? grid.cp_group : NULL; /* and context parallelism: each sequence over cp ranks */
+    layout.cp_order = flags.model.cp_order, layout.cp_send = flags.model.cp_send;
     Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
     pipeline_create(&p, &layout, &schedule, cfg.seed);
     GPT *held = &p.model;
@@ -180,8 +186,9 @@ int main(int argc, char **argv) {
     AdamW opt;
     adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
     DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
-    data_parallel_create(&replicas, dp, grid.dp_group, held, mixed, cfg.precision);
-    p.unit_final = data_parallel_backward_hook(&replicas, 1); /* overlap: a bucket goes once its units are final */
+    data_parallel_create(&replicas, dp, grid.weight_group, held, mixed, cfg.precision); /* and over cp */
+    p.unit_final =
+        data_parallel_backward_hook(&replicas, 1); /* overlap: a bucket goes once its units are final */
     p.unit_final_context = &replicas;
 
     pipeline_ckpt_layout_init(&run.ckpt, PROGRAM, &grid, flags.pipe.schedule, NULL); /* replica d: share d */

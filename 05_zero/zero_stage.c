@@ -32,7 +32,13 @@ void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFl
     }
 }
 
-void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int print_schedule) {
+void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int cp, int print_schedule) {
+    if (cp > 1)
+        fatal(EXIT_USAGE,
+              "--cp %d in chapter 05 is not written yet: ZeRO's shards (and --zero 0's replicas) "
+              "are summed over the dp group, which the cp ranks would join (valid: --cp 1 here; "
+              "04_pipeline/train --cp N)",
+              cp);
     const char *problem = zero_flags_problem(cfg, zero, P, T, print_schedule); /* common/plan's rule too */
     if (!problem) problem = tied_embeddings_problem(cfg, P, 1, zero, 0);       /* 04's check: tp, chunks */
     if (problem) fatal(EXIT_USAGE, "%s", problem);

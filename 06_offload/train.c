@@ -160,9 +160,10 @@ static void effective_pipeline_flags(const Config *cfg, void *values) {
     }
     if (!m->tp) m->tp = 1;
     if (!f->pipe.pp && !flag_given(cfg, "--dp")) f->pipe.pp = 1; /* ZeRO's dp is the rest of the world */
-    if (f->pipe.pp && !flag_given(cfg, "--dp") && m->ranks >= f->pipe.pp * m->tp)
-        m->dp = m->ranks / (f->pipe.pp * m->tp);
-    if (!f->pipe.pp) f->pipe.pp = m->ranks / (m->dp * m->tp);
+    int cp_tp = m->cp * m->tp;                                   /* the ranks of one stage */
+    if (f->pipe.pp && !flag_given(cfg, "--dp") && m->ranks >= f->pipe.pp * cp_tp)
+        m->dp = m->ranks / (f->pipe.pp * cp_tp);
+    if (!f->pipe.pp) f->pipe.pp = m->ranks / (m->dp * cp_tp);
 }
 
 /* The layout: world = stages x tp x replicas, every stage a block, tp
@@ -172,7 +173,8 @@ static void check_pipeline_layout(const Config *cfg, const void *values) {
     const Flags *f = values;
     int P = f->pipe.pp, T = f->model.tp, D = f->model.dp, M = cfg->micro;
     offload_check_flags(cfg, &f->offload, f->zero, f->pipe.schedule, PROGRAM); /* first: why, if at all */
-    zero_stage_check_flags(cfg, f->zero, P, T, f->pipe.print_schedule); /* what ZeRO does not combine with */
+    /* what ZeRO does not combine with */
+    zero_stage_check_flags(cfg, f->zero, P, T, f->model.cp, f->pipe.print_schedule);
     pipeline_check_world(cfg, &f->pipe, &f->model);
     if (P == 1 && T == 1 && !f->offload.offload &&
         (cfg->batch < D * M || cfg->batch % (D * M))) /* ZeRO's step over the world */
@@ -339,9 +341,11 @@ int main(int argc, char **argv) {
     int rank = run.rank;
     int P = flags.pipe.pp, V = flags.pipe.virtual_chunks, M = cfg.micro, offload = flags.offload.offload;
     ProcessGrid grid; /* --dp replicas of P stages of --tp ranks (grid.h: tp fastest, then pp, then dp) */
-    grid_create(&grid, run.world, (GridShape){.dp = flags.model.dp, .pp = P, .cp = 1, .tp = flags.model.tp});
+    grid_create(&grid, run.world,
+                (GridShape){.dp = flags.model.dp, .pp = P, .cp = flags.model.cp, .tp = flags.model.tp});
     if (P == 1 && grid.tp == 1 && !offload) return train_sharded(&run, &cfg, &flags, &grid); /* 05's */
-    CommGroup *model_group = comm_split(run.world, grid.d, rank); /* one replica: its stages and slices */
+    /* one replica's stages and slices (of one cp rank's positions) */
+    CommGroup *model_group = comm_split(run.world, grid.d * grid.cp + grid.c, rank);
     TensorGroup tensor = {.group = grid.tp_group, .rank = grid.t, .size = grid.tp};
 
     /* ---- the split and the schedule ---- */

@@ -108,9 +108,11 @@ NOT_YET_REFUSED="
 05_zero | --pp 2 --schedule interleaved --virtual 2 | with ZeRO is not written yet
 06_offload | --pp 2 --schedule interleaved --virtual 2 | with ZeRO is not written yet
 $(for c in 04_pipeline 05_zero 06_offload; do
-    echo "$c | --mp tensor --sp | the pipeline does not split the sequence yet"
+    echo "$c | --mp tensor --sp | sequence parallelism inside the pipeline's stages is not written yet"
+done
+for c in 05_zero 06_offload; do
     for s in "--cp 2" "--mp tensor --tp 2 --cp 2" "--cp 2 --cp-order contiguous" "--cp 2 --cp-send blocking"; do
-        echo "$c | $s | the pipeline does not split the sequence yet"
+        echo "$c | $s | --cp 2 in chapter 05 is not written yet"
     done
 done)"
 # Where chapter N refuses a layout of chapter N-1, the one error line must
@@ -127,7 +129,8 @@ $NOT_YET_REFUSED"
 NOT_YET_LISTED="
 03_model_parallel --bucket-mb
 03_model_parallel --print-buckets
-$(for c in 04_pipeline 05_zero 06_offload; do for f in --sp --cp --cp-order --cp-send; do echo "$c $f"; done; done)"
+04_pipeline --sp
+$(for c in 05_zero 06_offload; do for f in --sp --cp --cp-order --cp-send; do echo "$c $f"; done; done)"
 
 setup_file() {
     local d="$BATS_FILE_TMPDIR"

@@ -178,6 +178,30 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$d/z0" 4
 }
 
+# Chapter 03's context parallelism inside the stages (Megatron runs cp under
+# pp): each stage's cp ranks hold T/cp positions of every sequence and pass
+# keys and values round a ring in every attention; the stages exchange the
+# activations of those positions only. The grid is pp x cp x tp x dp.
+@test "04 --cp 2 inside 2 stages (1F1B, zb-h1, interleaved, --recompute; with tp 2, dp 2, overlap) matches single-device losses" {
+    local d="$(scratch)"
+    for layout in "4 --pp 2 --cp 2 --micro 2" "4 --pp 2 --cp 2 --micro 2 --schedule zb-h1" \
+        "4 --pp 2 --cp 2 --micro 2 --schedule interleaved --virtual 2" "4 --pp 2 --cp 2 --micro 2 --recompute" \
+        "8 --pp 2 --cp 2 --tp 2 --micro 2" "8 --pp 2 --cp 2 --micro 2 --dp-mode overlap --cp-order contiguous"; do
+        local name="${layout// /}"
+        run04 ${layout%% *} "$d/$name" ${layout#* }
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$d/$name" 4
+    done
+    grep -q "8 ranks = 2 stages x 2 context-parallel (zigzag) x 2 tensor-parallel x 1 replicas" "$d/8--pp2--cp2--tp2--micro2.log"
+    # run.csv, summed over the ranks, for pp 2 x cp 2 x tp 2 (N = 2 cp ranks, T = 2 tp ranks, D = 1,
+    # M = 2 micro-batches of B = 4 sequences, 4 layers, seq 64, C = 64, fp32; context_parallel.h):
+    #   cp  every rank, every layer and micro-batch: (N-1) S forward, (N-1) S + N S backward, with
+    #       S = B x (seq/N) x 2 (C/T) x 4 its heads' keys and values: D T N x 4 x M x (3N-2) S
+    #   pp  the activations of T/N positions and their gradient, by each cp and tp rank: D T N M x 2 x B (seq/N) C x 4
+    local run="$d/8--pp2--cp2--tp2--micro2" S=$((4 * 32 * 2 * 32 * 4))
+    assert_equal "$(csv_column "$run/run.csv" bytes_cp_per_step)" "$((2 * 2 * 4 * 2 * 4 * S))"
+    assert_equal "$(csv_column "$run/run.csv" bytes_pp_per_step)" "$((2 * 2 * 2 * 2 * 4 * 32 * 64 * 4))"
+}
+
 @test "chapter 02's and 03's flags stay: naive and ring all-reduces, the replica check, --mp tensor, --split" {
     run04 4 "$(scratch)/naive" --pp 2 --dp-mode naive --allreduce ring --check-replicas 1 --split 3,1
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/naive" 4

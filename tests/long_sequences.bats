@@ -174,10 +174,15 @@ PY
     [[ "$output$stderr" == *"cannot hold --dp 1 x --cp 2"* ]]
 }
 
-@test "the pipeline chapters refuse --cp with the reason (04 and 05 share the check: pipeline_flags.c)" {
-    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$REPO/04_pipeline/train' $FLAGS --cp 2 --out $BATS_TEST_TMPDIR/04"
-    [ "$status" -ne 0 ]
-    [[ "$output$stderr" == *"context parallelism is taught in chapter 03; the pipeline does not split the sequence yet"* ]]
+@test "05 and 06 refuse --cp, not written yet, with the reason; 04 a sequence not cut into 2N chunks" {
+    for chapter in 05_zero 06_offload; do
+        run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$REPO/$chapter/train' $FLAGS --cp 2 --out $BATS_TEST_TMPDIR/$chapter"
+        assert_equal "$status" 2
+        [[ "$stderr" == *"--cp 2 in chapter 05 is not written yet: ZeRO's shards (and --zero 0's replicas) are summed over the dp group"* ]]
+    done
+    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 4 '$REPO/04_pipeline/train' $FLAGS --pp 2 --cp 2 --seq 50 --out $BATS_TEST_TMPDIR/04"
+    assert_equal "$status" 2
+    [[ "$stderr" == *"--seq 50 cannot be cut into 2 x --cp 2 = 4 equal chunks"* ]]
 }
 
 @test "sequence parallelism on 2 and 4 tensor-parallel ranks matches single-device losses, norms and sample" {
@@ -228,5 +233,5 @@ PY
     [[ "$output$stderr" == *"--seq 64 is not a multiple of 3 (valid: --seq a multiple of --tp)"* ]]
     run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$REPO/04_pipeline/train' $FLAGS --mp tensor --sp --out $BATS_TEST_TMPDIR/d"
     [ "$status" -ne 0 ]
-    [[ "$output$stderr" == *"sequence parallelism is taught in chapter 03; the pipeline does not split the sequence yet"* ]]
+    [[ "$output$stderr" == *"sequence parallelism inside the pipeline's stages is not written yet"* ]]
 }

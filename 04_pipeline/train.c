@@ -192,10 +192,11 @@ int main(int argc, char **argv) {
     p.unit_final_context = &replicas;
 
     pipeline_ckpt_layout_init(&run.ckpt, PROGRAM, &grid, flags.pipe.schedule, NULL); /* replica d: share d */
+    int replica = comm_rank(grid.weight_group); /* d x cp + c: the ranks holding the same weights */
     if (layout.tensor)
-        tp_checkpoint_layout(&p.tpm, &opt, grid.d, &run.ckpt); /* this stage's slices */
+        tp_checkpoint_layout(&p.tpm, &opt, replica, &run.ckpt); /* this stage's slices */
     else
-        ckpt_layout_range(&run.ckpt, held, &opt, grid.d, grid.dp);          /* this stage's units */
+        ckpt_layout_range(&run.ckpt, held, &opt, replica, comm_size(grid.weight_group)); /* its units */
     if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(mixed); /* the checkpoint: fp32 */
     data_parallel_broadcast_weights(&replicas, mixed);
 

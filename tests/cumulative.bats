@@ -202,6 +202,20 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     assert_equal "$(csv_column "$run/run.csv" bytes_pp_per_step)" "$((2 * 2 * 2 * 2 * 4 * 32 * 64 * 4))"
 }
 
+# The cp ranks of a stage hold the same weights, as replicas do: they share
+# the writing of the stage's part (checkpoint.h), each element written once.
+@test "a pp 2 x cp 2 checkpoint resumes in chapter 01's layout, and 01's in pp 2 x cp 2 x tp 2" {
+    local d="$(scratch)"
+    run04 4 "$d/first" --pp 2 --cp 2 --micro 2 --stop-after 2 --save "$d/ckcp"
+    "$TRAIN01" $FLAGS --resume "$d/ckcp" --out "$d/one" >/dev/null
+    "$TRAIN01" $FLAGS --stop-after 2 --save "$d/ck01" --out "$d/first01" >/dev/null
+    run04 8 "$d/back" --pp 2 --cp 2 --tp 2 --micro 2 --resume "$d/ck01"
+    mkdir "$d/ref" # steps 3-4 of the uninterrupted run
+    { echo loss; csv_column "$BATS_FILE_TMPDIR/ref/steps.csv" loss | tail -2; } >"$d/ref/steps.csv"
+    assert_losses_within "$d/ref" "$d/one" 2 1e-5
+    assert_losses_within "$d/ref" "$d/back" 2 1e-5
+}
+
 @test "chapter 02's and 03's flags stay: naive and ring all-reduces, the replica check, --mp tensor, --split" {
     run04 4 "$(scratch)/naive" --pp 2 --dp-mode naive --allreduce ring --check-replicas 1 --split 3,1
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/naive" 4

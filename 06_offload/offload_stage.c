@@ -80,9 +80,9 @@ void offload_stage_create(Offload *o, Pipeline *p, const ProcessGrid *grid, Run 
     const Config *cfg = l->cfg;
     int dpu = f->dpu;
     if (l->tensor) /* this rank's tensor slices of the stage's units, sharded over dp */
-        offload_create_slices(o, &p->tpm, grid->dp_group, cfg, dpu);
+        offload_create_slices(o, &p->tpm, grid->weight_group, cfg, dpu);
     else
-        offload_create(o, &p->model, l->first_unit, l->last_unit, grid->dp_group, cfg, dpu);
+        offload_create(o, &p->model, l->first_unit, l->last_unit, grid->weight_group, cfg, dpu);
     offload_attach_timeline(o, &p->times.timeline, &p->times.origin_ms);
     /* each rank's host shard of its stage's units (offload.h) */
     pipeline_ckpt_layout_init(&run->ckpt, program, grid, schedule, dpu ? "offload, dpu" : "offload");

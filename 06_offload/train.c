@@ -343,7 +343,8 @@ int main(int argc, char **argv) {
     ProcessGrid grid; /* --dp replicas of P stages of --tp ranks (grid.h: tp fastest, then pp, then dp) */
     grid_create(&grid, run.world,
                 (GridShape){.dp = flags.model.dp, .pp = P, .cp = flags.model.cp, .tp = flags.model.tp});
-    if (P == 1 && grid.tp == 1 && !offload) return train_sharded(&run, &cfg, &flags, &grid); /* 05's */
+    if (P == 1 && grid.tp == 1 && grid.cp == 1 && !offload)
+        return train_sharded(&run, &cfg, &flags, &grid); /* 05's */
     /* one replica's stages and slices (of one cp rank's positions) */
     CommGroup *model_group = comm_split(run.world, grid.d * grid.cp + grid.c, rank);
     TensorGroup tensor = {.group = grid.tp_group, .rank = grid.t, .size = grid.tp};
@@ -372,7 +373,9 @@ int main(int argc, char **argv) {
     layout.data = &run.data;
     layout.B = per_rank / M; /* sequences per micro-batch */
     layout.T = cfg.model.seq;
-    layout.tensor = grid.tp > 1 ? &tensor : NULL;  /* tensor parallelism inside the stage */
+    layout.tensor = grid.tp > 1 ? &tensor : NULL;   /* tensor parallelism inside the stage */
+    layout.cp = grid.cp > 1 ? grid.cp_group : NULL; /* and context parallelism: each sequence over cp ranks */
+    layout.cp_order = flags.model.cp_order, layout.cp_send = flags.model.cp_send;
     tensor.caller_storage = layout.caller_storage; /* ZeRO binds the slices' storage too */
     Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
     pipeline_create(&p, &layout, &schedule, cfg.seed);

@@ -408,6 +408,27 @@ assert_norms_match() { assert_column_match grad_norm "$@"; }
     assert_equal "$(csv_column "$d/z2/steps.csv" bubble | sort -u)" "0.0000" # one stage: no bubble
 }
 
+# 05 and 06 keep 04's context parallelism: the cp ranks of a stage hold the
+# same weights, so ZeRO shards them (and 06 offloads them) over the dp x cp
+# ranks, as Megatron's distributed optimizer does; one stage with --cp runs
+# 04's schedule, not ZeRO's own step.
+@test "05 --zero 1/2 and 06 --offload with --cp 2 (one stage, 2 stages, tp 2) match single-device losses and norms, and resume in 01" {
+    local d="$(scratch)"
+    run05 4 "$d/z1" --zero 1 --cp 2
+    run05 8 "$d/z2pp" --zero 2 --pp 2 --cp 2 --micro 2 --stop-after 2 --save "$d/ck"
+    run05 8 "$d/z2tp" --zero 2 --tp 2 --cp 2 --micro 2
+    run06 4 "$d/off" --offload --cp 2
+    run06 8 "$d/offpp" --offload --pp 2 --cp 2 --micro 2
+    for run in z1 z2tp off offpp; do
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$d/$run" 4
+        assert_norms_match "$BATS_FILE_TMPDIR/ref" "$d/$run" 4
+    done
+    "$TRAIN01" $FLAGS --resume "$d/ck" --out "$d/one" >/dev/null
+    mkdir "$d/ref" # steps 3-4 of the uninterrupted run
+    { echo loss; csv_column "$BATS_FILE_TMPDIR/ref/steps.csv" loss | tail -2; } >"$d/ref/steps.csv"
+    assert_losses_within "$d/ref" "$d/one" 2 1e-5
+}
+
 @test "05 refuses ZeRO-3 across pipeline stages with DeepSpeed's reason, ZeRO-3 with tp, and what is not written yet (interleaved chunks) in one line" {
     refused05() {
         run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 4 '$TRAIN05' $FLAGS $*"

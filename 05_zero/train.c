@@ -15,10 +15,11 @@
  * batch, exactly as in chapter 01.
  *
  * Everything of chapter 03 stays: --tp T slices each stage's blocks over T
- * ranks (tensor_parallel.h), and the ranks holding the same part of the
+ * ranks (tensor_parallel.h), --cp N splits each sequence over N ranks of the
+ * stage (context_parallel.h), and the ranks holding the same part of the
  * model are replicas whose gradients chapter 02's machinery sums
- * (data_parallel.h). The world is pp x tp x dp (grid.h: tp fastest, then
- * pp, then dp), as in Megatron and picotron; dp follows from the rank count.
+ * (data_parallel.h). The world is pp x cp x tp x dp (grid.h: tp fastest,
+ * then cp, pp, dp), as in Megatron; dp follows from the rank count.
  *
  *   for each action of this stage's schedule:  forward m | backward m | messages
  *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat;

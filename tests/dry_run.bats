@@ -32,6 +32,7 @@ LAYOUTS="01 1 01_single_gpu
 05-zero3 2 05_zero --zero 3
 05-zero1-pp 4 05_zero --zero 1 --pp 2 --batch 4 --micro 2
 05-zero2-bf16 3 05_zero --zero 2 --precision bf16 --batch 6
+05-zero1-cp 4 05_zero --zero 1 --cp 2 --batch 4
 06-offload 2 06_offload --offload
 06-offload-pp 4 06_offload --offload --pp 2 --batch 4 --micro 2"
 
@@ -97,6 +98,7 @@ assert_dry_runs_match() {
 @test "dry runs of 05's ZeRO-3 give its memory and bytes" { assert_dry_runs_match 05-zero3; }
 @test "dry runs of 05's ZeRO-1 with 2 pipeline stages give its memory and bytes" { assert_dry_runs_match 05-zero1-pp; }
 @test "dry runs of 05's ZeRO-2 in bf16 on 3 ranks give its memory and bytes" { assert_dry_runs_match 05-zero2-bf16; }
+@test "dry runs of 05's ZeRO-1 over dp 2 x cp 2 give its memory and bytes" { assert_dry_runs_match 05-zero1-cp; }
 @test "dry runs of 06's offload on 2 ranks give its memory and bytes" { assert_dry_runs_match 06-offload; }
 @test "dry runs of 06's offload with 2 pipeline stages give its memory and bytes" { assert_dry_runs_match 06-offload-pp; }
 

@@ -188,6 +188,7 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
             first_units[runs] = last_units[runs] = LAYER_EMBEDDING, runs++; /* pipeline.h */
         tp_model_create_chunks(&p->tpm, m, seed, l->tensor, first_units, last_units, runs, l->B, l->T,
                                l->cfg->recompute, l->cfg->precision);
+        p->tpm.sp = l->sp;        /* before the activations: the blocks' rows */
         if (holds_tied_copy(l)) { /* the norm leaves it out already (tp_grad_shards_once) */
             p->tied_copy_count = table_unit(&p->tpm.model.table, LAYER_EMBEDDING)->numel;
             p->tied_copy_at = p->tpm.held_at[0];
@@ -220,7 +221,9 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     for (int i = 0; i < p->slots; i++) {
         int first_block, last_block, first_unit, last_unit;
         chunk_range(l, chunk_of_slot(p, i), &first_block, &last_block, &first_unit, &last_unit);
-        if (l->tensor) /* the blocks' values in local widths */
+        if (l->tensor && l->sp && i == 0) /* and, once, sequence parallelism's workspace */
+            tp_activations_create(&p->tpm, &p->slot[i], l->B, l->T);
+        else if (l->tensor) /* the blocks' values in local widths */
             tp_activations_create_range(&p->tpm, &p->slot[i], l->B, l->T, first_unit, last_unit);
         else
             activations_create_range(&p->slot[i], m, l->B, l->T, first_block, last_unit, l->cfg->recompute);

@@ -66,6 +66,7 @@ typedef struct {
     const Config *cfg;
     /* with cp: --cp-order and --cp-send (context_parallel.h) */
     const char *cp_order, *cp_send;
+    int sp; /* with tensor: --sp, sequence parallelism in the stage's blocks (tensor_parallel.h) */
 } StageLayout;
 
 /* What one step is about; set by pipeline_run_step. */

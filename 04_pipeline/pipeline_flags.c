@@ -12,12 +12,27 @@
 #include <stdio.h>
 #include <string.h>
 
+/* --sp inside the stages: chapter 03's rows, in each stage's tensor group.
+ * Its blocks take their rows of the stage's whole input and gather their
+ * output whole for the next stage (tensor_parallel.h), which needs the
+ * stage's blocks to be one run; the split backward, recomputation and the
+ * ring have no rows version yet. */
+static const char *sequence_parallel_stage_problem(const Config *cfg, const PipelineFlags *pipe,
+                                                   const ModelParallelFlags *model) {
+    int T = model->tp, D = model->dp, M = cfg->micro;
+    if (T < 2)
+        return "--sp splits the layernorm and residual rows over tensor-parallel ranks (valid: with --tp > 1 "
+               "or --mp tensor)";
+    if (pipe->virtual_chunks > 1 || strcmp(pipe->schedule, "zb-h1") == 0 || cfg->recompute || model->cp > 1)
+        return "--sp with --virtual, --schedule zb-h1, --recompute or --cp is not written yet: sequence "
+               "parallelism's blocks have no rows version of those (valid: --sp with gpipe or 1f1b)";
+    return cfg->batch % (D * M) ? NULL : sequence_parallel_problem(cfg->batch / (D * M), cfg->model.seq, T);
+}
+
 void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model) {
     int P = pipe->pp, T = model->tp, D = model->dp, L = cfg->model.layers, C = model->cp;
-    if (model->sp)
-        fatal(EXIT_USAGE,
-              "sequence parallelism inside the pipeline's stages is not written yet (valid: no "
-              "--sp here, --cp N splits the sequences; 03_model_parallel/train --mp tensor --sp)");
+    const char *rows = model->sp ? sequence_parallel_stage_problem(cfg, pipe, model) : NULL;
+    if (rows) fatal(EXIT_USAGE, "%s", rows);
     if (strcmp(model->mp, "tensor") == 0 && P > 1)
         fatal(EXIT_USAGE, "--mp tensor slices every layer over all of a replica's ranks, so it has one stage "
                           "(valid: --pp 1; for stages with tensor parallelism inside, --pp P --tp T)");

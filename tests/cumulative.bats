@@ -202,6 +202,24 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     assert_equal "$(csv_column "$run/run.csv" bytes_pp_per_step)" "$((2 * 2 * 2 * 2 * 4 * 32 * 64 * 4))"
 }
 
+# Chapter 03's sequence parallelism inside the stages' tensor groups: each
+# stage's first block takes its rows of the stage's whole input, its last
+# gathers the output whole for the next stage (tensor_parallel.h).
+@test "04 --sp inside 2 stages (1F1B, GPipe with dp 2), 05 --zero 2 and 06 --offload with it match single-device losses and norms" {
+    local d="$(scratch)"
+    run04 4 "$d/sp" --pp 2 --tp 2 --sp --micro 2
+    run04 8 "$d/sp-gpipe" --pp 2 --tp 2 --sp --micro 2 --schedule gpipe
+    run05 8 "$d/z2" --zero 2 --pp 2 --tp 2 --sp --micro 2
+    run06 4 "$d/off" --offload --pp 2 --tp 2 --sp --micro 2
+    for run in sp sp-gpipe z2 off; do
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$d/$run" 4
+        assert_norms_match "$BATS_FILE_TMPDIR/ref" "$d/$run" 4
+    done
+    # the layernorm and residual regions in rows: fewer activation bytes than tp alone
+    run04 4 "$d/tp" --pp 2 --tp 2 --micro 2
+    [ "$(device_bytes "$d/sp" 0 activations)" -lt "$(device_bytes "$d/tp" 0 activations)" ]
+}
+
 # The cp ranks of a stage hold the same weights, as replicas do: they share
 # the writing of the stage's part (checkpoint.h), each element written once.
 @test "a pp 2 x cp 2 checkpoint resumes in chapter 01's layout, and 01's in pp 2 x cp 2 x tp 2" {

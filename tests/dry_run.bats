@@ -26,6 +26,7 @@ LAYOUTS="01 1 01_single_gpu
 04-interleaved 2 04_pipeline --pp 2 --schedule interleaved --virtual 2 --layers 4 --batch 4 --micro 2
 04-3d 8 04_pipeline --pp 2 --tp 2 --dp 2 --layers 4 --batch 8 --micro 2
 04-cp 4 04_pipeline --pp 2 --cp 2 --layers 4 --batch 4 --micro 2
+04-sp 4 04_pipeline --pp 2 --tp 2 --sp --layers 4 --batch 4 --micro 2
 04-overlap 4 04_pipeline --pp 2 --dp-mode overlap --bucket-mb 0.02 --layers 4 --batch 4 --micro 2
 05-zero1 2 05_zero --zero 1
 05-zero2 2 05_zero --zero 2
@@ -92,6 +93,7 @@ assert_dry_runs_match() {
 @test "dry runs of 04's interleaved schedule give its memory and bytes" { assert_dry_runs_match 04-interleaved; }
 @test "dry runs of 04's pp 2 x tp 2 x dp 2 on 8 ranks give its memory and bytes" { assert_dry_runs_match 04-3d; }
 @test "dry runs of 04's context parallelism inside 2 stages give its memory and bytes" { assert_dry_runs_match 04-cp; }
+@test "dry runs of 04's sequence parallelism inside 2 stages give its memory and bytes" { assert_dry_runs_match 04-sp; }
 @test "dry runs of 04's overlapped buckets across 2 replicas of 2 stages give its memory and bytes" { assert_dry_runs_match 04-overlap; }
 @test "dry runs of 05's ZeRO-1 give its memory and bytes" { assert_dry_runs_match 05-zero1; }
 @test "dry runs of 05's ZeRO-2 give its memory and bytes" { assert_dry_runs_match 05-zero2; }

@@ -98,8 +98,8 @@ SAMPLES='
 --dpu-reference   --offload --dpu --dpu-reference
 '
 
-# Not written yet (not unsound): each refusal says so, and --help still
-# lists the flag, which these chapters honour in no layout yet.
+# Not written yet (not unsound), and each refusal says so; the flag runs in
+# other layouts of the chapter (the --help check below).
 NOT_YET_REFUSED="
 03_model_parallel | --tie-embeddings | --tie-embeddings on 4 stages is not written yet for this layout
 05_zero | --pp 2 --schedule interleaved --virtual 2 | with ZeRO is not written yet
@@ -115,9 +115,6 @@ REFUSALS="$(for c in 05_zero 06_offload; do
     done
 done)
 $NOT_YET_REFUSED"
-
-NOT_YET_LISTED="
-"
 
 setup_file() {
     local d="$BATS_FILE_TMPDIR"
@@ -201,7 +198,6 @@ walk_chapter() {
     walk "$chapter" $NP "$d/flags.$previous" || bad=1
     walk "$chapter" $NP "$d/flags.$chapter" "$d/flags.$previous" || bad=1
     while IFS= read -r flag; do
-        echo "$NOT_YET_LISTED" | grep -qxF -- "$chapter $flag" && continue
         grep -qxF -- "$flag" "$d/ran.$chapter" 2>/dev/null ||
             { echo "$chapter --help lists $flag, which no sample ran"; bad=1; }
     done <"$d/flags.$chapter"

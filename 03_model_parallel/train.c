@@ -14,13 +14,12 @@
  * --cp N splits each sequence over N ranks, attention as a ring: x N),
  * and replica d trains on its share of the global batch; the ranks holding
  * the same part of the model sum their gradients with chapter 02's
- * machinery, every --dp-mode (data_parallel.h; overlap launches a bucket
- * once the backward has passed its units).
+ * machinery, every --dp-mode (data_parallel.h).
  *
  *   for each micro-batch of this replica's share:
  *       forward (messages or all-reduces within the model-parallel group) -> backward
  *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat;
- *       overlap: each bucket during the last micro-batch's backward, once its units are done)
+ *       overlap: each bucket as soon as its units' last backward of the step is done)
  *   gradient norm (partial sums combined over the model-parallel group) -> clip -> AdamW -> log
  *
  * Each rank updates only the parameters it holds. busy.csv records, per rank

@@ -180,7 +180,7 @@ void pipeline_log_stages(const int *blocks, int P, int V);
 /* The bubble of this step: the idle time of the stages while the pipeline
  * ran, measured on each replica's stage 0, averaged over the replicas. */
 double pipeline_measure_bubble(const StageTimes *times, const ProcessGrid *grid, CommGroup *world);
-/* The run's header lines (the program, the layout pp x tp x dp, the
+/* The run's header lines (the program, the layout pp x cp x tp x dp, the
  * schedule and its bubble formula) and every stage's blocks; returns the
  * formula's bubble. */
 double pipeline_log_layout(const Pipeline *p, const char *program, const ProcessGrid *grid,

@@ -89,10 +89,10 @@ static const Flag pipeline_flags[] = {
     {0},
 };
 
-/* The layout is pp x tp x dp. --mp tensor is chapter 03's tensor group: one
- * stage, tp = world / dp. Else tp is --tp (default 1); with --pp given, dp
- * is the rest of the world unless --dp says it, and without it pp is. The
- * record holds the numbers, so that layouts written two ways agree. */
+/* The layout is pp x cp x tp x dp. --mp tensor is chapter 03's tensor group:
+ * one stage, tp = world / dp / cp. Else tp is --tp (default 1); with --pp
+ * given, dp is the rest of the world unless --dp says it, and without it pp
+ * is. The record holds the numbers, so that layouts written two ways agree. */
 static void effective_pipeline_flags(const Config *cfg, void *values) {
     Flags *f = values;
     ModelParallelFlags *m = &f->model;

@@ -4,23 +4,44 @@
 #include "ring.h"
 #include "util.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+
+/* Where tensor t's elements start in the part's gradient buffer (the
+ * model's table from param_first, or a pipeline stage's runs of units:
+ * unit_at), or SIZE_MAX where the part does not hold it. */
+static size_t held_at(const GPT *part, const ParamTensor *t) {
+    if (part->unit_at)
+        return part->unit_at[t->layer + 1] == SIZE_MAX
+                   ? SIZE_MAX
+                   : part->unit_at[t->layer + 1] + t->offset - table_unit(&part->table, t->layer)->offset;
+    if (t->layer < part->first_unit || t->layer > part->last_unit) return SIZE_MAX;
+    return t->offset - part->param_first;
+}
 
 void buckets_create(BucketSync *bs, const GPT *model, void *grads, CommDtype dtype, size_t bucket_bytes,
                     CommGroup *group, int use_ring) {
     *bs = (BucketSync){0};
     bs->buckets = xcalloc(model->num_tensors, sizeof(Bucket));
-    /* Walk the tensors from the last to the first, closing a bucket once it
-     * holds at least bucket_bytes. */
+    /* Walk the held tensors from the buffer's end to its start, closing a
+     * bucket once it holds at least bucket_bytes. */
     Bucket *open = NULL;
-    for (int k = model->num_tensors - 1; k >= 0; k--) {
-        const ParamTensor *t = &model->tensors[k];
+    size_t end = model->param_count; /* where the next tensor down must end */
+    while (end > 0) {
+        const ParamTensor *t = NULL;
+        for (int k = 0; k < model->num_tensors && !t; k++) {
+            size_t at = held_at(model, &model->tensors[k]);
+            if (at != SIZE_MAX && model->tensors[k].numel && at + model->tensors[k].numel == end)
+                t = &model->tensors[k];
+        }
+        if (!t) fatal(EXIT_RUNTIME, "gradient buckets: no held tensor ends at element %zu", end);
+        end = held_at(model, t);
         if (!open) {
             open = &bs->buckets[bs->count++];
-            open->hi = t->offset + t->numel;
+            open->hi = end + t->numel;
             open->lowest_layer = t->layer;
         }
-        open->lo = t->offset;
+        open->lo = end;
         if (t->layer < open->lowest_layer) open->lowest_layer = t->layer;
         if ((open->hi - open->lo) * comm_dtype_bytes(dtype) >= bucket_bytes) open = NULL;
     }

@@ -32,15 +32,6 @@ const Flag data_parallel_flags[] = {
     {0},
 };
 
-void data_parallel_refuse_overlap(const DataParallelFlags *f, const char *who) {
-    if (strcmp(f->dp_mode, "overlap") == 0)
-        fatal(
-            EXIT_USAGE,
-            "--dp-mode overlap launches buckets from a whole model's backward pass (chapter 02), which no %s "
-            "runs (valid: --dp-mode naive or flat)",
-            who);
-}
-
 static int use_ring(const DataParallel *dp) {
     return strcmp(dp->flags->allreduce, "ring") == 0;
 }

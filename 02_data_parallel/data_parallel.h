@@ -36,10 +36,6 @@ typedef struct {
 
 extern const Flag data_parallel_flags[];
 
-/* --dp-mode overlap launches its buckets from a whole model's backward pass
- * (gpt_backward_hooked). Where no rank runs one (`who`: "rank of --mp layer",
- * "pipeline stage"), the mode is refused with the rule. */
-void data_parallel_refuse_overlap(const DataParallelFlags *f, const char *who);
 
 /* ---- the gradients of the part a rank holds, and their sum over its replicas ---- */
 typedef struct {

@@ -144,8 +144,9 @@ static void stage_backward(ModelParallel *p, float dloss, int B, int T) {
     float *doutput = p->scratch.dresid[0]; /* the gradient of this stage's output (not on the last) */
     if (p->stage < p->stages - 1)
         timed_recv(p, doutput, BTC, p->stage + 1, TAG_GRADIENTS); /* idle until stage+1 is done */
+    UnitHooks final = {.after_backward = p->unit_final, .context = p->unit_final_context};
     const float *dinput = gpt_backward_range(&p->model, &p->acts, &p->scratch, p->model.first_unit,
-                                             p->model.last_unit, dloss, doutput, NULL, NULL, B, T);
+                                             p->model.last_unit, dloss, doutput, NULL, &final, B, T);
     if (p->stage > 0) timed_send(p, dinput, BTC, p->stage - 1, TAG_GRADIENTS);
 }
 
@@ -187,6 +188,8 @@ void model_parallel_backward(ModelParallel *p, float dloss, int B, int T) {
         p->tp.comm_ms = 0.0;
         tp_backward(&p->tpm, dloss, B, T);
         p->comm_ms += p->tp.comm_ms;
+        for (int u = p->held->last_unit; p->unit_final && u >= p->held->first_unit; u--)
+            p->unit_final(u, p->unit_final_context); /* every slice's gradient is final now */
     } else {
         stage_backward(p, dloss, B, T);
     }

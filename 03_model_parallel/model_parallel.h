@@ -77,6 +77,11 @@ typedef struct {
     /* what this rank holds: parameters and gradients, param_count of each */
     GPT *held;
     MixedModel *held_mixed; /* its 16-bit storage (mixed.h); params NULL in fp32 */
+    /* optional: unit_final(u, context) once unit u's gradients are final in a backward, the
+     * highest unit first (a stage's units as its backward passes them; tensor parallel: all,
+     * after it), where chapter 02's overlapped buckets are launched */
+    UnitHook unit_final;
+    void *unit_final_context;
 } ModelParallel;
 
 /* This rank's part of the model (mp_index: its place in the model-parallel

@@ -14,11 +14,12 @@
  * --cp N splits each sequence over N ranks, attention as a ring: x N),
  * and replica d trains on its share of the global batch; the ranks holding
  * the same part of the model sum their gradients with chapter 02's
- * machinery, every --dp-mode but overlap (data_parallel.h).
+ * machinery, every --dp-mode (data_parallel.h).
  *
  *   for each micro-batch of this replica's share:
  *       forward (messages or all-reduces within the model-parallel group) -> backward
- *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat)
+ *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat;
+ *       overlap: each bucket as soon as its units' last backward of the step is done)
  *   gradient norm (partial sums combined over the model-parallel group) -> clip -> AdamW -> log
  *
  * Each rank updates only the parameters it holds. busy.csv records, per rank
@@ -69,12 +70,10 @@ static void effective_mp_flags(const Config *cfg, void *values) {
     model_parallel_effective_flags(&((Flags *)values)->model);
 }
 
-/* The model-parallel layout (model_parallel.h), and the data-parallel modes that fit it. */
+/* The model-parallel layout (model_parallel.h). */
 static void check_mp_layout(const Config *cfg, const void *values) {
     const Flags *f = values;
     model_parallel_check_layout(cfg, &f->model);
-    data_parallel_refuse_overlap(&f->data, strcmp(f->model.mp, "tensor") == 0 ? "rank of --mp tensor"
-                                                                              : "rank of --mp layer");
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
@@ -87,7 +86,7 @@ static const RunSpec spec = {
     .flags = {.flags = mp_flags, .effective = effective_mp_flags, .check = check_mp_layout, .multi_rank = 1},
     .columns = mp_columns,
     .comm_busy = 1,
-    .axis_bytes = 1, /* run.csv: every rank's bytes per step on each grid axis */
+    .axis_bytes = 1,         /* run.csv: every rank's bytes per step on each grid axis */
     .barrier_each_step = 1}; /* every rank starts a step together: the ring's timeline has one origin */
 
 int main(int argc, char **argv) {
@@ -124,6 +123,7 @@ int main(int argc, char **argv) {
     adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
     DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
     data_parallel_create(&replicas, dp, grid.weight_group, held, mixed, cfg.precision); /* and over cp */
+    par.unit_final_context = &replicas; /* overlap: a bucket goes once its units' gradients are final */
 
     ckpt_layout_init(&run.ckpt, "%s: %s, dp %d", PROGRAM, layout, grid.dp); /* replica d writes share d */
     model_parallel_checkpoint_layout(&par, &opt, grid.d, grid.dp, &run.ckpt);
@@ -158,6 +158,7 @@ int main(int argc, char **argv) {
             s.rec.fwd_ms += timer_stop_ms(&timer);
 
             timer_start(&timer);
+            par.unit_final = data_parallel_backward_hook(&replicas, mb == cfg.micro - 1);
             model_parallel_backward(&par, run.dloss * s.loss_scale, B, T);
             s.rec.bwd_ms += timer_stop_ms(&timer);
         }
@@ -187,6 +188,7 @@ int main(int argc, char **argv) {
         run_step_log(&run, &s);
     }
     if (rank == 0) out_close(busy_csv);
+    data_parallel_print(&replicas);
     if (cfg.sample > 0) model_parallel_sample(&par, &run.data, &cfg, &run.rng);
 
     /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */

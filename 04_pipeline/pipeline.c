@@ -9,6 +9,7 @@
 #include "work_ledger.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static size_t boundary_floats(const Pipeline *p) {
     return (size_t)p->layout.B * p->layout.T * p->model.cfg.dmodel;
@@ -155,6 +156,7 @@ static int chunk_live_activations(const StageSchedule *s, int chunk) {
 void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *schedule, uint64_t seed) {
     *p = (Pipeline){.layout = *layout, .schedule = *schedule, .last_backward_action = -1};
     *schedule = (StageSchedule){0};
+    for (int c = 0; c < MAX_STAGE_CHUNKS; c++) p->chunk_last_backward[c] = -1;
     int extras = 0;
     for (int i = 0; i < p->schedule.count; i++) {
         const Action *a = &p->schedule.actions[i];
@@ -162,13 +164,19 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
             fatal(EXIT_USAGE,
                   "stage %d's schedule has an action on chunk %d, but the stage holds %d chunk(s) of layers",
                   layout->stage, a->chunk, chunks_of(layout));
-        if (a->kind == OP_BACKWARD || a->kind == OP_BACKWARD_WEIGHT) p->last_backward_action = i;
+        if (a->kind == OP_BACKWARD || a->kind == OP_BACKWARD_WEIGHT)
+            p->last_backward_action = p->chunk_last_backward[a->chunk] = i;
         if (a->kind == OP_BACKWARD_INPUT) p->split_backward = 1;
         if (a->kind == OP_POST_ACT || a->kind == OP_POST_GRAD || a->kind == OP_BACKWARD_INPUT) extras = 1;
     }
-    const StageLayout *l = &p->layout;
+    StageLayout *l = &p->layout;
     const ModelConfig *m = &l->cfg->model;
     int V = chunks_of(l);
+    if (l->cp) { /* the ring over whole sequences; from here on the stage computes T/cp positions */
+        context_parallel_create(&p->context, l->cp, m, l->B, l->T, strcmp(l->cp_order, "zigzag") == 0,
+                                l->tensor ? l->tensor->size : 1, l->cp_send);
+        l->T /= p->context.size;
+    }
     if (V > 1 && l->caller_storage)
         fatal(EXIT_USAGE, "a stage of %d chunks runs with its own storage only, yet", V);
     if (l->tensor) { /* the stage's slices (of each chunk); model, mixed and scratch are the tp model's */
@@ -181,6 +189,7 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
             first_units[runs] = last_units[runs] = LAYER_EMBEDDING, runs++; /* pipeline.h */
         tp_model_create_chunks(&p->tpm, m, seed, l->tensor, first_units, last_units, runs, l->B, l->T,
                                l->cfg->recompute, l->cfg->precision);
+        p->tpm.sp = l->sp;        /* before the activations: the blocks' rows */
         if (holds_tied_copy(l)) { /* the norm leaves it out already (tp_grad_shards_once) */
             p->tied_copy_count = table_unit(&p->tpm.model.table, LAYER_EMBEDDING)->numel;
             p->tied_copy_at = p->tpm.held_at[0];
@@ -200,6 +209,7 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         precision_create_range(&p->model, &p->mixed, m, seed, l->cfg->precision, l->first_unit,
                                l->last_unit); /* fp32 or 16-bit */
     }
+    if (l->cp) p->model.sequence = &p->context.split; /* the embedding's positions, ring attention */
     int live_total = 0;
     for (int c = 0; c < V; c++) {
         int live = V == 1 ? schedule_live_activations(&p->schedule) : chunk_live_activations(&p->schedule, c);
@@ -212,7 +222,9 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     for (int i = 0; i < p->slots; i++) {
         int first_block, last_block, first_unit, last_unit;
         chunk_range(l, chunk_of_slot(p, i), &first_block, &last_block, &first_unit, &last_unit);
-        if (l->tensor) /* the blocks' values in local widths */
+        if (l->tensor && l->sp && i == 0) /* and, once, sequence parallelism's workspace */
+            tp_activations_create(&p->tpm, &p->slot[i], l->B, l->T);
+        else if (l->tensor) /* the blocks' values in local widths */
             tp_activations_create_range(&p->tpm, &p->slot[i], l->B, l->T, first_unit, last_unit);
         else
             activations_create_range(&p->slot[i], m, l->B, l->T, first_block, last_unit, l->cfg->recompute);
@@ -282,6 +294,7 @@ void pipeline_destroy(Pipeline *p) {
     free(p->slot);
     free(p->unit_at);
     schedule_free(&p->schedule);
+    if (p->layout.cp) context_parallel_destroy(&p->context);
     if (p->layout.tensor) {
         tp_model_destroy(&p->tpm); /* model, mixed and scratch with it */
         return;
@@ -302,8 +315,13 @@ static void stage_forward_batch(Pipeline *p, Activations *a, int chunk, Split sp
         last = next_rank(l, chunk) < 0; /* the model's first and last pieces */
     int first_block, last_block, first_unit, last_unit;
     chunk_range(l, chunk, &first_block, &last_block, &first_unit, &last_unit);
-    if (first || last)
+    if ((first || last) && l->cp) { /* the whole sequences, then this rank's positions of them */
+        data_upload_batch(l->data, split, l->cfg->seed, batch, sequence, l->B, p->context.T,
+                          p->context.tokens, p->context.targets);
+        context_parallel_select(&p->context, a->tokens, a->targets, l->B);
+    } else if (first || last) {
         data_upload_batch(l->data, split, l->cfg->seed, batch, sequence, l->B, l->T, a->tokens, a->targets);
+    }
     p->tpm.now = a; /* tensor parallel: the blocks' values of this micro-batch */
     gpt_forward_range(&p->model, a, &p->scratch, first_unit, last_unit, 1, p->hooks, l->B, l->T);
     /* every tp rank of the last stage computed the (replicated) loss; tp rank 0 reports it */
@@ -446,6 +464,16 @@ static void run_action(Pipeline *p, const Action *a) {
     timeline_add(&t->timeline, p->now.step + 1, a->micro, schedule_op_name(a->kind), start * 1e3, end * 1e3);
 }
 
+/* Chunk c's last backward of the step has run: its units' gradients are
+ * final, the highest first (a tied embedding's only once the two ends have
+ * summed it, after the schedule). */
+static void chunk_final(Pipeline *p, int c) {
+    int first_block, last_block, first_unit, last_unit;
+    chunk_range(&p->layout, c, &first_block, &last_block, &first_unit, &last_unit);
+    for (int u = last_unit; u >= first_unit; u--)
+        if (u != LAYER_EMBEDDING || !p->tied_grad_in) p->unit_final(u, p->unit_final_context);
+}
+
 void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss) {
     p->now = (StepState){.step = step, .first_sequence = first_sequence, .dloss = dloss};
     StageTimes *t = &p->times;
@@ -455,6 +483,8 @@ void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss) {
     for (int i = 0; i < p->schedule.count; i++) {
         run_action(p, &p->schedule.actions[i]);
         if (i == p->last_backward_action && p->last_backward) p->last_backward(p->last_backward_context);
+        if (p->unit_final && i == p->chunk_last_backward[p->schedule.actions[i].chunk])
+            chunk_final(p, p->schedule.actions[i].chunk);
     }
     for (int i = 0; p->extras && i < p->slots; i++) { /* every posted send has left before the step ends */
         comm_wait_posted(p->layout.pp, p->extras[i].act_sent);
@@ -462,6 +492,7 @@ void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss) {
         p->extras[i].act_sent = p->extras[i].grad_sent = NULL;
     }
     sum_tied_embedding(p);
+    if (p->unit_final && p->tied_grad_in) p->unit_final(LAYER_EMBEDDING, p->unit_final_context);
 }
 
 double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence) {
@@ -490,8 +521,8 @@ double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence) {
 void pipeline_sample(Pipeline *p, int n, uint64_t *rng) {
     const StageLayout *l = &p->layout;
     int T = l->T, V = vocab_padded(l->cfg->model.vocab), C = l->cfg->model.dmodel; /* V: a row of logits */
-    if (chunks_of(l) > 1) { /* every rank alike: the layout is the same everywhere */
-        log_info("note: no text sample (--sample) from stages of several chunks yet\n");
+    if (chunks_of(l) > 1 || l->cp) { /* every rank alike: the layout is the same everywhere */
+        log_info("note: no text sample (--sample) from stages of several chunks or of --cp yet\n");
         return;
     }
     int prev = prev_rank(l, 0), next = next_rank(l, 0);
@@ -563,10 +594,12 @@ double pipeline_log_layout(const Pipeline *p, const char *program, const Process
     const char *bubble_rule = strcmp(schedule, "interleaved") == 0 ? "(P-1)/(VM+P-1)"
                               : strcmp(schedule, "zb-h1") == 0     ? "(P-1)/(3M+P-1), F = B = W,"
                                                                    : "(P-1)/(M+P-1)";
+    char cp[64] = ""; /* context parallelism inside the stages, where the grid has it */
+    if (grid->cp > 1) snprintf(cp, sizeof cp, " x %d context-parallel (%s)", grid->cp, l->cp_order);
     log_info(
-        "pipeline: %d ranks = %d stages x %d tensor-parallel x %d replicas | schedule %s | bubble formula "
+        "pipeline: %d ranks = %d stages%s x %d tensor-parallel x %d replicas | schedule %s | bubble formula "
         "%s = %.3f\n",
-        ranks, P, grid->tp, grid->dp, schedule, bubble_rule, bubble_theory);
+        ranks, P, cp, grid->tp, grid->dp, schedule, bubble_rule, bubble_theory);
     pipeline_log_stages(blocks, P, V);
     return bubble_theory;
 }

@@ -20,14 +20,16 @@
  * slot is reused only once what it posted has left.
  *
  * Hooks let another chapter act around each unit (UnitHooks, model.h: a
- * ZeRO-3 gather before a unit, an offload of its gradients after it), and
+ * ZeRO-3 gather before a unit, an offload of its gradients after it),
  * last_backward runs right after the stage's last backward of the step (the
- * moment its gradients are complete), found from the action list. */
+ * moment its gradients are complete), found from the action list, and
+ * unit_final as each unit's gradients become final (chunk by chunk). */
 #ifndef PIPELINE_H
 #define PIPELINE_H
 
 #include "comm.h"
 #include "config.h"
+#include "context_parallel.h"
 #include "data.h"
 #include "grid.h"
 #include "harness.h"
@@ -57,8 +59,14 @@ typedef struct {
                             caller gives them storage (model.storage: chapter 06's offload) */
     TensorGroup *tensor; /* tp > 1: the stage's blocks sliced over this tensor group, chapter 03's
                             tensor parallelism inside the stage; NULL: the stage holds them whole */
+    CommGroup *cp;       /* cp > 1: each sequence split over these ranks, attention a ring, chapter
+                            03's context parallelism inside the stage (B, T: the whole sequences; the
+                            stage holds T/cp positions of each); NULL: whole sequences */
     const Dataset *data;
     const Config *cfg;
+    /* with cp: --cp-order and --cp-send (context_parallel.h) */
+    const char *cp_order, *cp_send;
+    int sp; /* with tensor: --sp, sequence parallelism in the stage's blocks (tensor_parallel.h) */
 } StageLayout;
 
 /* What one step is about; set by pipeline_run_step. */
@@ -115,10 +123,17 @@ typedef struct {
     float *grad_in, *grad_out;         /* (B,T,C): from stage+1, to stage-1 (NULL where there is none) */
     TensorParallelModel tpm; /* layout.tensor: the stage's slices (its model and mixed moved to these) */
     UnitHooks tensor_hooks;  /* layout.tensor: the sliced blocks (tensor_parallel.h), in hooks */
+    ContextParallel context; /* layout.cp: the ring (its size 0 without; layout.T is then T/cp) */
     /* extension points (optional) */
     const UnitHooks *hooks;
     void (*last_backward)(void *context);
     void *last_backward_context;
+    /* unit_final(u, context): unit u's gradients are final for the step; called for each unit of
+     * a chunk, the highest first, right after the chunk's last backward (zb-h1: its last W), and
+     * for a tied embedding after the two ends summed it (chapter 02's overlapped buckets) */
+    UnitHook unit_final;
+    void *unit_final_context;
+    int chunk_last_backward[MAX_STAGE_CHUNKS]; /* the action after which chunk c's gradients are final */
     StepState now;
     StageTimes times;
 } Pipeline;
@@ -165,7 +180,7 @@ void pipeline_log_stages(const int *blocks, int P, int V);
 /* The bubble of this step: the idle time of the stages while the pipeline
  * ran, measured on each replica's stage 0, averaged over the replicas. */
 double pipeline_measure_bubble(const StageTimes *times, const ProcessGrid *grid, CommGroup *world);
-/* The run's header lines (the program, the layout pp x tp x dp, the
+/* The run's header lines (the program, the layout pp x cp x tp x dp, the
  * schedule and its bubble formula) and every stage's blocks; returns the
  * formula's bubble. */
 double pipeline_log_layout(const Pipeline *p, const char *program, const ProcessGrid *grid,

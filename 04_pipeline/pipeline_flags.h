@@ -4,7 +4,7 @@
  * The rows of --help stay in each chapter's train.c (05 describes --pp's
  * default and --print-schedule differently, because with one stage it is
  * ZeRO over the whole world); the struct they fill and the checks of the
- * pp x tp x dp layout are written here once. */
+ * pp x cp x tp x dp layout are written here once. */
 #ifndef PIPELINE_FLAGS_H
 #define PIPELINE_FLAGS_H
 
@@ -19,14 +19,15 @@ typedef struct {
     int print_schedule;
 } PipelineFlags;
 
-/* The world is pp x tp x dp: --mp tensor has one stage, every stage needs a
- * block, and tp slices whole heads. Each problem ends the program with one
- * line (EXIT_USAGE). */
+/* The world is pp x cp x tp x dp: --mp tensor has one stage, every stage
+ * needs a block, tp slices whole heads, cp cuts each sequence into 2 x cp
+ * chunks, and --sp needs tp and 1F1B or GPipe. Each problem ends the
+ * program with one line (EXIT_USAGE). */
 void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model);
 /* Every replica's share of the batch cut into whole micro-batches; the
- * schedule's own rules (schedule_refusal); --split
- * one number per piece; and the data-parallel modes that fit a stage. */
-void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model,
-                          const DataParallelFlags *data);
+ * schedule's own rules (schedule_refusal); --split one number per piece.
+ * Every --dp-mode fits a stage (overlap: its buckets launch as the stage's
+ * units' gradients become final, Pipeline.unit_final). */
+void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model);
 
 #endif

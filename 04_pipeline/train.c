@@ -15,13 +15,15 @@
  * batch, exactly as in chapter 01.
  *
  * Everything of chapter 03 stays: --tp T slices each stage's blocks over T
- * ranks (tensor_parallel.h), and the ranks holding the same part of the
+ * ranks (tensor_parallel.h), --cp N splits each sequence over N ranks of the
+ * stage (context_parallel.h), and the ranks holding the same part of the
  * model are replicas whose gradients chapter 02's machinery sums
- * (data_parallel.h). The world is pp x tp x dp (grid.h: tp fastest, then
- * pp, then dp), as in Megatron and picotron; dp follows from the rank count.
+ * (data_parallel.h). The world is pp x cp x tp x dp (grid.h: tp fastest,
+ * then cp, pp, dp), as in Megatron; dp follows from the rank count.
  *
  *   for each action of this stage's schedule:  forward m | backward m | messages
- *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat)
+ *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat;
+ *       overlap: each bucket as soon as its units' last backward of the step is done)
  *   gradient norm (summed over the stages and slices) -> clip -> AdamW -> log
  *
  * Every action is timed (timeline.csv, trace.json); the idle time of the
@@ -87,10 +89,10 @@ static const Flag pipeline_flags[] = {
     {0},
 };
 
-/* The layout is pp x tp x dp. --mp tensor is chapter 03's tensor group: one
- * stage, tp = world / dp. Else tp is --tp (default 1); with --pp given, dp
- * is the rest of the world unless --dp says it, and without it pp is. The
- * record holds the numbers, so that layouts written two ways agree. */
+/* The layout is pp x cp x tp x dp. --mp tensor is chapter 03's tensor group:
+ * one stage, tp = world / dp / cp. Else tp is --tp (default 1); with --pp
+ * given, dp is the rest of the world unless --dp says it, and without it pp
+ * is. The record holds the numbers, so that layouts written two ways agree. */
 static void effective_pipeline_flags(const Config *cfg, void *values) {
     Flags *f = values;
     ModelParallelFlags *m = &f->model;
@@ -100,18 +102,19 @@ static void effective_pipeline_flags(const Config *cfg, void *values) {
         return;
     }
     if (!m->tp) m->tp = 1;
-    if (f->pipe.pp && !flag_given(cfg, "--dp") && m->ranks >= f->pipe.pp * m->tp)
-        m->dp = m->ranks / (f->pipe.pp * m->tp);
-    if (!f->pipe.pp) f->pipe.pp = m->ranks / (m->dp * m->tp);
+    int cp_tp = m->cp * m->tp; /* the ranks of one stage */
+    if (f->pipe.pp && !flag_given(cfg, "--dp") && m->ranks >= f->pipe.pp * cp_tp)
+        m->dp = m->ranks / (f->pipe.pp * cp_tp);
+    if (!f->pipe.pp) f->pipe.pp = m->ranks / (m->dp * cp_tp);
 }
 
 /* The layout: world = stages x tp x replicas, every stage a block, tp
  * slicing whole heads, every replica's share of the batch cut into whole
- * micro-batches; and the data-parallel modes that fit it. */
+ * micro-batches. */
 static void check_pipeline_layout(const Config *cfg, const void *values) {
     const Flags *f = values;
     pipeline_check_world(cfg, &f->pipe, &f->model);
-    pipeline_check_batch(cfg, &f->pipe, &f->model, &f->data);
+    pipeline_check_batch(cfg, &f->pipe, &f->model);
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
@@ -142,8 +145,10 @@ int main(int argc, char **argv) {
     int rank = run.rank;
     int P = flags.pipe.pp, V = flags.pipe.virtual_chunks, M = cfg.micro;
     ProcessGrid grid; /* --dp replicas of P stages of --tp ranks (grid.h: tp fastest, then pp, then dp) */
-    grid_create(&grid, run.world, (GridShape){.dp = flags.model.dp, .pp = P, .cp = 1, .tp = flags.model.tp});
-    CommGroup *model_group = comm_split(run.world, grid.d, rank); /* one replica: its stages and slices */
+    grid_create(&grid, run.world,
+                (GridShape){.dp = flags.model.dp, .pp = P, .cp = flags.model.cp, .tp = flags.model.tp});
+    /* one replica's stages and slices (of one cp rank's positions) */
+    CommGroup *model_group = comm_split(run.world, grid.d * grid.cp + grid.c, rank);
     TensorGroup tensor = {.group = grid.tp_group, .rank = grid.t, .size = grid.tp};
     int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
 
@@ -170,7 +175,9 @@ int main(int argc, char **argv) {
     layout.data = &run.data;
     layout.B = per_rank / M; /* sequences per micro-batch */
     layout.T = cfg.model.seq;
-    layout.tensor = grid.tp > 1 ? &tensor : NULL; /* tensor parallelism inside the stage */
+    layout.tensor = grid.tp > 1 ? &tensor : NULL;   /* tensor parallelism inside the stage */
+    layout.cp = grid.cp > 1 ? grid.cp_group : NULL; /* and context parallelism: each sequence over cp ranks */
+    layout.cp_order = flags.model.cp_order, layout.cp_send = flags.model.cp_send, layout.sp = flags.model.sp;
     Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
     pipeline_create(&p, &layout, &schedule, cfg.seed);
     GPT *held = &p.model;
@@ -179,13 +186,17 @@ int main(int argc, char **argv) {
     AdamW opt;
     adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
     DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
-    data_parallel_create(&replicas, dp, grid.dp_group, held, mixed, cfg.precision);
+    data_parallel_create(&replicas, dp, grid.weight_group, held, mixed, cfg.precision); /* and over cp */
+    p.unit_final =
+        data_parallel_backward_hook(&replicas, 1); /* overlap: a bucket goes once its units are final */
+    p.unit_final_context = &replicas;
 
     pipeline_ckpt_layout_init(&run.ckpt, PROGRAM, &grid, flags.pipe.schedule, NULL); /* replica d: share d */
+    int replica = comm_rank(grid.weight_group); /* d x cp + c: the ranks holding the same weights */
     if (layout.tensor)
-        tp_checkpoint_layout(&p.tpm, &opt, grid.d, &run.ckpt); /* this stage's slices */
+        tp_checkpoint_layout(&p.tpm, &opt, replica, &run.ckpt); /* this stage's slices */
     else
-        ckpt_layout_range(&run.ckpt, held, &opt, grid.d, grid.dp);          /* this stage's units */
+        ckpt_layout_range(&run.ckpt, held, &opt, replica, comm_size(grid.weight_group)); /* its units */
     if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(mixed); /* the checkpoint: fp32 */
     data_parallel_broadcast_weights(&replicas, mixed);
 
@@ -231,6 +242,7 @@ int main(int argc, char **argv) {
         run_step_log(&run, &s);
     }
     if (rank == 0) out_close(busy_csv);
+    data_parallel_print(&replicas);
     if (cfg.sample > 0) pipeline_sample(&p, cfg.sample, &run.rng);
 
     /* ---- timeline, run summary and memory: every rank's peaks, gathered on rank 0 ---- */

@@ -13,9 +13,9 @@ void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFl
     *s = (ZeroStage){.zero = zero, .p = p, .model_group = model_group, .world = world};
     const Config *cfg = p->layout.cfg;
     if (zero && p->layout.tensor) { /* each unit's tp slices sharded; the norm counts each parameter once */
-        zero_create_slices(&s->z, &p->tpm, cfg->seed, zero, grid->dp_group, world, cfg->precision);
+        zero_create_slices(&s->z, &p->tpm, cfg->seed, zero, grid->weight_group, world, cfg->precision);
     } else if (zero) { /* the norm's sums over the world: every stage's slices */
-        zero_create_stage(&s->z, &p->model, &cfg->model, cfg->seed, zero, grid->dp_group, world,
+        zero_create_stage(&s->z, &p->model, &cfg->model, cfg->seed, zero, grid->weight_group, world,
                           cfg->precision);
     }
     /* ZeRO's calls around each unit are the units' storage (model.h), not the
@@ -24,15 +24,25 @@ void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFl
      * half added, the other half's elements zeros (zero_stage.h) */
     if (zero) {
         p->model.storage = zero_hooks(&s->z);
+        if (p->layout.cp) p->model.sequence = &p->context.split; /* a whole model is built afresh above */
     } else {
         adamw_create(&s->opt, p->model.param_count); /* only the parameters this rank holds */
-        data_parallel_create(&s->replicas, dp, grid->dp_group, &p->model, &p->mixed, cfg->precision);
+        data_parallel_create(&s->replicas, dp, grid->weight_group, &p->model, &p->mixed, cfg->precision);
+        p->unit_final = data_parallel_backward_hook(&s->replicas, 1); /* 04's overlapped buckets */
+        p->unit_final_context = &s->replicas;
     }
 }
 
-void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int print_schedule) {
-    const char *problem = zero_flags_problem(cfg, zero, P, T, print_schedule); /* common/plan's rule too */
-    if (!problem) problem = tied_embeddings_problem(cfg, P, 1, zero, 0);       /* 04's check: tp, chunks */
+void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int cp, int print_schedule) {
+    if (cp > 1 && zero == 3)
+        fatal(EXIT_USAGE,
+              "--zero 3 with --cp %d is not written: stage 3's gather/free schedule runs in ZeRO's one-stage "
+              "trainer over whole sequences (valid: --zero 0-2 with --cp)",
+              cp);
+    /* a stage of cp x tp ranks runs 04's schedule; one of one rank, ZeRO's own step */
+    const char *problem =
+        zero_flags_problem(cfg, zero, P, T * cp, print_schedule);        /* common/plan's rule too */
+    if (!problem) problem = tied_embeddings_problem(cfg, P, 1, zero, 0); /* 04's check: tp, chunks */
     if (problem) fatal(EXIT_USAGE, "%s", problem);
 }
 
@@ -40,6 +50,7 @@ void zero_stage_destroy(ZeroStage *s) {
     if (s->zero) {
         zero_destroy(&s->z);
     } else {
+        data_parallel_print(&s->replicas); /* --print-buckets */
         data_parallel_destroy(&s->replicas);
         adamw_destroy(&s->opt);
     }
@@ -53,10 +64,11 @@ void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const Proces
     pipeline_ckpt_layout_init(&run->ckpt, program, grid, schedule, s->zero ? zero : NULL);
     if (s->zero) /* the held units or slices; the moments of this rank's dp shard */
         zero_stage_checkpoint_layout(&s->z, p->layout.tensor ? &p->tpm : NULL, &run->ckpt);
-    else if (p->layout.tensor)
-        tp_checkpoint_layout(&p->tpm, &s->opt, grid->d, &run->ckpt); /* this stage's slices */
+    else if (p->layout.tensor) /* replica d x cp + c of the ranks holding the same weights: */
+        tp_checkpoint_layout(&p->tpm, &s->opt, comm_rank(grid->weight_group), &run->ckpt); /* its slices */
     else
-        ckpt_layout_range(&run->ckpt, &p->model, &s->opt, grid->d, grid->dp); /* this stage's units */
+        ckpt_layout_range(&run->ckpt, &p->model, &s->opt, comm_rank(grid->weight_group),
+                          comm_size(grid->weight_group)); /* its units */
     if (run_resume(run, s->zero ? &s->z.opt.t : &s->opt.t) && p->layout.cfg->precision != PRECISION_FP32) {
         if (s->zero) /* the checkpoint: fp32; the 16-bit weights rounded from it */
             zero_weights_from_master(&s->z);

@@ -51,9 +51,10 @@ void zero_stage_destroy(ZeroStage *s);
  * for --zero `zero` on P stages of T tensor ranks: chapter 04's replica flags
  * under ZeRO or on one stage (ZeRO keeps the replicas), --virtual with ZeRO,
  * --schedule on one stage, --prefetch below stage 3, --print-schedule below
- * it on one stage, and stage 3 with stages or tensor slices. 05 and 06 both;
+ * it on one stage, and stage 3 with stages, tensor slices or --cp (a stage
+ * of cp ranks shards over the dp x cp ranks holding its weights). 05 and 06 both;
  * the rules are zero_flags_problem's (layout_rules.h), which common/plan applies too. */
-void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int print_schedule);
+void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int cp, int print_schedule);
 /* What this rank holds of a checkpoint (--zero 0: its stage's units or their
  * slices, replica d writing share d; 1-2: zero_stage_checkpoint_layout),
  * --resume read into it, and (--zero 0) every replica's weights made rank

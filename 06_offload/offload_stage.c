@@ -81,22 +81,24 @@ void offload_stage_create(Offload *o, Pipeline *p, const ProcessGrid *grid, Run 
     const Config *cfg = l->cfg;
     int dpu = f->dpu;
     if (l->tensor) /* this rank's tensor slices of the stage's units, sharded over dp */
-        offload_create_slices(o, &p->tpm, grid->dp_group, cfg, dpu);
+        offload_create_slices(o, &p->tpm, grid->weight_group, cfg, dpu);
     else
-        offload_create(o, &p->model, l->first_unit, l->last_unit, grid->dp_group, cfg, dpu);
+        offload_create(o, &p->model, l->first_unit, l->last_unit, grid->weight_group, cfg, dpu);
     offload_attach_timeline(o, &p->times.timeline, &p->times.origin_ms);
     /* each rank's host shard of its stage's units (offload.h) */
     pipeline_ckpt_layout_init(&run->ckpt, program, grid, schedule, dpu ? "offload, dpu" : "offload");
     offload_checkpoint_layout(o, &run->ckpt);
     if (run_resume(run, &o->t)) offload_weights_from_master(o); /* the device's weights from the fp32 */
-    char tp[48] = ""; /* --tp: each rank's host shard is of its tensor slices */
-    if (grid->tp > 1) snprintf(tp, sizeof tp, " x %d tensor-parallel", grid->tp);
+    char tp[96] = ""; /* --tp: each rank's host shard is of its tensor slices; --cp: over dp x cp */
+    if (grid->cp > 1) snprintf(tp, sizeof tp, " x %d context-parallel", grid->cp);
+    if (grid->tp > 1) snprintf(tp + strlen(tp), sizeof tp - strlen(tp), " x %d tensor-parallel", grid->tp);
     log_info(
         "%s | %d ranks = %d stages%s x %d replicas | device %s | comm %s | %s | %zu parameters, %zu in this "
         "rank's host shard | batch %d = %d replicas x %d micro-batches x %d sequences%s\n",
-        program, grid->pp * grid->tp * grid->dp, grid->pp, tp, grid->dp, device_name(), comm_transport_name(),
-        precision_name(cfg->precision), offload_whole_params(p), o->shard_n, cfg->batch, grid->dp, cfg->micro,
-        p->layout.B, dpu ? (f->dpu_reference ? " | delayed update (reference)" : " | delayed update") : "");
+        program, grid->pp * grid->cp * grid->tp * grid->dp, grid->pp, tp, grid->dp, device_name(),
+        comm_transport_name(), precision_name(cfg->precision), offload_whole_params(p), o->shard_n,
+        cfg->batch, grid->dp, cfg->micro, p->layout.B,
+        dpu ? (f->dpu_reference ? " | delayed update (reference)" : " | delayed update") : "");
 }
 
 int offload_decide(Offload *o, Run *run, const OptimHyper *h, int step, double *grad_norm,

@@ -15,13 +15,15 @@
  * batch, exactly as in chapter 01.
  *
  * Everything of chapter 03 stays: --tp T slices each stage's blocks over T
- * ranks (tensor_parallel.h), and the ranks holding the same part of the
+ * ranks (tensor_parallel.h), --cp N splits each sequence over N ranks of the
+ * stage (context_parallel.h), and the ranks holding the same part of the
  * model are replicas whose gradients chapter 02's machinery sums
- * (data_parallel.h). The world is pp x tp x dp (grid.h: tp fastest, then
- * pp, then dp), as in Megatron and picotron; dp follows from the rank count.
+ * (data_parallel.h). The world is pp x cp x tp x dp (grid.h: tp fastest,
+ * then cp, pp, dp), as in Megatron; dp follows from the rank count.
  *
  *   for each action of this stage's schedule:  forward m | backward m | messages
- *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat)
+ *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat;
+ *       overlap: each bucket as soon as its units' last backward of the step is done)
  *   gradient norm (summed over the stages and slices) -> clip -> AdamW -> log
  *
  * Every action is timed (timeline.csv, trace.json); the idle time of the
@@ -144,10 +146,10 @@ static const Flag pipeline_flags[] = {
     {0},
 };
 
-/* The layout is pp x tp x dp. --mp tensor is chapter 03's tensor group: one
- * stage, tp = world / dp. Else tp is --tp (default 1); with --pp given, dp
- * is the rest of the world unless --dp says it, and without it pp is. The
- * record holds the numbers, so that layouts written two ways agree. */
+/* The layout is pp x cp x tp x dp. --mp tensor is chapter 03's tensor group:
+ * one stage, tp = world / dp / cp. Else tp is --tp (default 1); with --pp
+ * given, dp is the rest of the world unless --dp says it, and without it pp
+ * is. The record holds the numbers, so that layouts written two ways agree. */
 static void effective_pipeline_flags(const Config *cfg, void *values) {
     Flags *f = values;
     ModelParallelFlags *m = &f->model;
@@ -159,32 +161,36 @@ static void effective_pipeline_flags(const Config *cfg, void *values) {
     }
     if (!m->tp) m->tp = 1;
     if (!f->pipe.pp && !flag_given(cfg, "--dp")) f->pipe.pp = 1; /* ZeRO's dp is the rest of the world */
-    if (f->pipe.pp && !flag_given(cfg, "--dp") && m->ranks >= f->pipe.pp * m->tp)
-        m->dp = m->ranks / (f->pipe.pp * m->tp);
-    if (!f->pipe.pp) f->pipe.pp = m->ranks / (m->dp * m->tp);
+    int cp_tp = m->cp * m->tp;                                   /* the ranks of one stage */
+    if (f->pipe.pp && !flag_given(cfg, "--dp") && m->ranks >= f->pipe.pp * cp_tp)
+        m->dp = m->ranks / (f->pipe.pp * cp_tp);
+    if (!f->pipe.pp) f->pipe.pp = m->ranks / (m->dp * cp_tp);
 }
 
 /* The layout: world = stages x tp x replicas, every stage a block, tp
  * slicing whole heads, every replica's share of the batch cut into whole
- * micro-batches; and the data-parallel modes that fit it. */
+ * micro-batches. */
 static void check_pipeline_layout(const Config *cfg, const void *values) {
     const Flags *f = values;
     int P = f->pipe.pp, T = f->model.tp, D = f->model.dp, M = cfg->micro;
     offload_check_flags(cfg, &f->offload, f->zero, f->pipe.schedule, PROGRAM); /* first: why, if at all */
-    zero_stage_check_flags(cfg, f->zero, P, T, f->pipe.print_schedule); /* what ZeRO does not combine with */
+    /* what ZeRO does not combine with */
+    zero_stage_check_flags(cfg, f->zero, P, T, f->model.cp, f->pipe.print_schedule);
     pipeline_check_world(cfg, &f->pipe, &f->model);
     if (P == 1 && T == 1 && !f->offload.offload &&
         (cfg->batch < D * M || cfg->batch % (D * M))) /* ZeRO's step over the world */
         fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
               cfg->batch, D, M, D * M);
-    pipeline_check_batch(cfg, &f->pipe, &f->model, &f->data);
+    pipeline_check_batch(cfg, &f->pipe, &f->model);
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
- * flags, steps.csv's columns: the bytes copied to and from the host (0
- * without --offload), bytes_sent and comm_busy_ms, and that every rank
- * starts each step together, the timeline's one time origin. */
-static const RunColumn offload_columns[] = {{"d2h_bytes", "%.0f"}, {"h2d_bytes", "%.0f"}, {0}};
+ * flags, steps.csv's columns (chapter 04's idle fraction and bubble, then
+ * the bytes copied to and from the host, 0 without --offload; bytes_sent
+ * and comm_busy_ms), and that every rank starts each step together, the
+ * timeline's one time origin. */
+static const RunColumn offload_columns[] = {
+    {"idle_fraction", "%.4f"}, {"bubble", "%.4f"}, {"d2h_bytes", "%.0f"}, {"h2d_bytes", "%.0f"}, {0}};
 static const RunSpec spec = {
     .program = PROGRAM,
     .summary = "Train a GPT with ZeRO-Offload: the optimizer on the host, in chapter 05's pp x tp x dp "
@@ -205,6 +211,7 @@ static const RunSpec spec = {
 static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *grid) {
     int ranks = run->ranks, stage = f->zero;
     run_prepare(run);
+    OutFile *busy_csv = busy_csv_open(run); /* 04's busy.csv and idle_fraction; one stage: no bubble */
     GPT model;
     Zero zero;
     zero_create_precision(&zero, &model, &cfg->model, cfg->seed, stage, f->prefetch, grid->dp_group,
@@ -263,11 +270,14 @@ static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *gri
         s.rec.opt_ms = timer_stop_ms(&timer);
         s.rec.comm_ms = zero.comm_ms;       /* waiting on communication, wherever in the step */
         s.comm_busy_ms = zero.comm_busy_ms; /* the collectives running, hidden or not */
-        if (run_step_done(run, &s))
+        int evaluate = run_step_done(run, &s);
+        s.columns[0] = log_busy(busy_csv, run->world, &s, zero.comm_ms); /* idle_fraction */
+        if (evaluate)
             s.rec.val_loss =
                 zero_evaluate_and_sample(&zero, whole, &acts, &scratch, &run->data, cfg, 0, &run->rng);
         run_step_log(run, &s);
     }
+    if (run->rank == 0) out_close(busy_csv);
     if (cfg->sample > 0)
         zero_evaluate_and_sample(&zero, whole, &acts, &scratch, &run->data, cfg, cfg->sample, &run->rng);
 
@@ -332,9 +342,12 @@ int main(int argc, char **argv) {
     int rank = run.rank;
     int P = flags.pipe.pp, V = flags.pipe.virtual_chunks, M = cfg.micro, offload = flags.offload.offload;
     ProcessGrid grid; /* --dp replicas of P stages of --tp ranks (grid.h: tp fastest, then pp, then dp) */
-    grid_create(&grid, run.world, (GridShape){.dp = flags.model.dp, .pp = P, .cp = 1, .tp = flags.model.tp});
-    if (P == 1 && grid.tp == 1 && !offload) return train_sharded(&run, &cfg, &flags, &grid); /* 05's */
-    CommGroup *model_group = comm_split(run.world, grid.d, rank); /* one replica: its stages and slices */
+    grid_create(&grid, run.world,
+                (GridShape){.dp = flags.model.dp, .pp = P, .cp = flags.model.cp, .tp = flags.model.tp});
+    if (P == 1 && grid.tp == 1 && grid.cp == 1 && !offload)
+        return train_sharded(&run, &cfg, &flags, &grid); /* 05's */
+    /* one replica's stages and slices (of one cp rank's positions) */
+    CommGroup *model_group = comm_split(run.world, grid.d * grid.cp + grid.c, rank);
     TensorGroup tensor = {.group = grid.tp_group, .rank = grid.t, .size = grid.tp};
 
     /* ---- the split and the schedule ---- */
@@ -361,7 +374,9 @@ int main(int argc, char **argv) {
     layout.data = &run.data;
     layout.B = per_rank / M; /* sequences per micro-batch */
     layout.T = cfg.model.seq;
-    layout.tensor = grid.tp > 1 ? &tensor : NULL;  /* tensor parallelism inside the stage */
+    layout.tensor = grid.tp > 1 ? &tensor : NULL;   /* tensor parallelism inside the stage */
+    layout.cp = grid.cp > 1 ? grid.cp_group : NULL; /* and context parallelism: each sequence over cp ranks */
+    layout.cp_order = flags.model.cp_order, layout.cp_send = flags.model.cp_send, layout.sp = flags.model.sp;
     tensor.caller_storage = layout.caller_storage; /* ZeRO binds the slices' storage too */
     Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
     pipeline_create(&p, &layout, &schedule, cfg.seed);
@@ -388,7 +403,8 @@ int main(int argc, char **argv) {
         /* ---- the schedule: every micro-batch's forward and backward, and the messages ---- */
         offload_stage_begin_step(&st, step); /* --offload: each unit's gradient leaves for the host */
         pipeline_run_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
-        if (!offload) bubbles[step] = pipeline_measure_bubble(&p.times, &grid, run.world); /* run.csv's */
+        bubbles[step] = s.columns[1] =
+            pipeline_measure_bubble(&p.times, &grid, run.world); /* steps.csv's bubble */
 
         /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
         /* (--offload: the copies in flight, added into the host's fp32 shard) */
@@ -413,9 +429,9 @@ int main(int argc, char **argv) {
         /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
         s.rec.fwd_ms = p.times.fwd_ms;
         s.rec.bwd_ms = p.times.bwd_ms;
-        offload_stage_columns(&st, s.columns); /* the bytes over PCIe */
+        offload_stage_columns(&st, s.columns + 2); /* the bytes over PCIe */
         int evaluate = run_step_done(&run, &s);
-        log_busy(busy_csv, run.world, &s, comm_ms); /* busy.csv */
+        s.columns[0] = log_busy(busy_csv, run.world, &s, comm_ms); /* idle_fraction */
         zero_stage_check_replicas(&st.replicas, dp->check_replicas, step + 1);
         if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
         if (flags.offload.dpu && run_save_due(&run, &s))

@@ -159,6 +159,87 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     grep -q "8 ranks = 2 stages x 2 tensor-parallel x 2 replicas | schedule interleaved" "$(scratch)/il.log"
 }
 
+# Chapter 02's overlap inside the stages: each bucket of a stage's gradients
+# is all-reduced once its units' last backward of the step has run (zb-h1:
+# W; interleaved: chunk by chunk; a tied embedding after the two ends summed
+# it). Small buckets, so that every stage has several.
+@test "04 --dp-mode overlap across replicas of a pipeline matches single-device losses, and flat's bit for bit" {
+    local d="$(scratch)" o="--dp-mode overlap --bucket-mb 0.05"
+    for layout in "4 --pp 2 --micro 2" "4 --pp 2 --micro 2 --schedule zb-h1" \
+        "4 --pp 2 --micro 2 --schedule interleaved --virtual 2" "8 --pp 2 --tp 2 --micro 2"; do
+        local name="${layout// /}"
+        run04 ${layout%% *} "$d/flat$name" ${layout#* }
+        run04 ${layout%% *} "$d/overlap$name" ${layout#* } $o
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$d/overlap$name" 4
+        assert_equal "$(cut -d, -f2,4 "$d/overlap$name/steps.csv")" "$(cut -d, -f2,4 "$d/flat$name/steps.csv")"
+    done
+    run04 4 "$d/buckets" --pp 2 --micro 2 $o --print-buckets
+    [ "$(grep -c '^ *[0-9]*  \[' "$d/buckets.log")" -gt 2 ] # stage 0's buckets, several
+    run04 4 "$d/tied-flat" --pp 2 --micro 2 --tie-embeddings
+    run04 4 "$d/tied" --pp 2 --micro 2 --tie-embeddings $o
+    assert_equal "$(cut -d, -f2,4 "$d/tied/steps.csv")" "$(cut -d, -f2,4 "$d/tied-flat/steps.csv")"
+    run04 4 "$d/bf16" --pp 2 --micro 2 --precision bf16 $o
+    assert_losses_within "$BATS_FILE_TMPDIR/ref_bf16" "$d/bf16" 4 1e-2
+    run05 4 "$d/z0" --zero 0 --pp 2 --micro 2 $o # chapter 05's --zero 0 is chapter 04
+    assert_losses_match "$BATS_FILE_TMPDIR/ref" "$d/z0" 4
+}
+
+# Chapter 03's context parallelism inside the stages (Megatron runs cp under
+# pp): each stage's cp ranks hold T/cp positions of every sequence and pass
+# keys and values round a ring in every attention; the stages exchange the
+# activations of those positions only. The grid is pp x cp x tp x dp.
+@test "04 --cp 2 inside 2 stages (1F1B, zb-h1, interleaved, --recompute; with tp 2, dp 2, overlap) matches single-device losses" {
+    local d="$(scratch)"
+    for layout in "4 --pp 2 --cp 2 --micro 2" "4 --pp 2 --cp 2 --micro 2 --schedule zb-h1" \
+        "4 --pp 2 --cp 2 --micro 2 --schedule interleaved --virtual 2" "4 --pp 2 --cp 2 --micro 2 --recompute" \
+        "8 --pp 2 --cp 2 --tp 2 --micro 2" "8 --pp 2 --cp 2 --micro 2 --dp-mode overlap --cp-order contiguous"; do
+        local name="${layout// /}"
+        run04 ${layout%% *} "$d/$name" ${layout#* }
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$d/$name" 4
+    done
+    grep -q "8 ranks = 2 stages x 2 context-parallel (zigzag) x 2 tensor-parallel x 1 replicas" "$d/8--pp2--cp2--tp2--micro2.log"
+    # run.csv, summed over the ranks, for pp 2 x cp 2 x tp 2 (N = 2 cp ranks, T = 2 tp ranks, D = 1,
+    # M = 2 micro-batches of B = 4 sequences, 4 layers, seq 64, C = 64, fp32; context_parallel.h):
+    #   cp  every rank, every layer and micro-batch: (N-1) S forward, (N-1) S + N S backward, with
+    #       S = B x (seq/N) x 2 (C/T) x 4 its heads' keys and values: D T N x 4 x M x (3N-2) S
+    #   pp  the activations of T/N positions and their gradient, by each cp and tp rank: D T N M x 2 x B (seq/N) C x 4
+    local run="$d/8--pp2--cp2--tp2--micro2" S=$((4 * 32 * 2 * 32 * 4))
+    assert_equal "$(csv_column "$run/run.csv" bytes_cp_per_step)" "$((2 * 2 * 4 * 2 * 4 * S))"
+    assert_equal "$(csv_column "$run/run.csv" bytes_pp_per_step)" "$((2 * 2 * 2 * 2 * 4 * 32 * 64 * 4))"
+}
+
+# Chapter 03's sequence parallelism inside the stages' tensor groups: each
+# stage's first block takes its rows of the stage's whole input, its last
+# gathers the output whole for the next stage (tensor_parallel.h).
+@test "04 --sp inside 2 stages (1F1B, GPipe with dp 2), 05 --zero 2 and 06 --offload with it match single-device losses and norms" {
+    local d="$(scratch)"
+    run04 4 "$d/sp" --pp 2 --tp 2 --sp --micro 2
+    run04 8 "$d/sp-gpipe" --pp 2 --tp 2 --sp --micro 2 --schedule gpipe
+    run05 8 "$d/z2" --zero 2 --pp 2 --tp 2 --sp --micro 2
+    run06 4 "$d/off" --offload --pp 2 --tp 2 --sp --micro 2
+    for run in sp sp-gpipe z2 off; do
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$d/$run" 4
+        assert_norms_match "$BATS_FILE_TMPDIR/ref" "$d/$run" 4
+    done
+    # the layernorm and residual regions in rows: fewer activation bytes than tp alone
+    run04 4 "$d/tp" --pp 2 --tp 2 --micro 2
+    [ "$(device_bytes "$d/sp" 0 activations)" -lt "$(device_bytes "$d/tp" 0 activations)" ]
+}
+
+# The cp ranks of a stage hold the same weights, as replicas do: they share
+# the writing of the stage's part (checkpoint.h), each element written once.
+@test "a pp 2 x cp 2 checkpoint resumes in chapter 01's layout, and 01's in pp 2 x cp 2 x tp 2" {
+    local d="$(scratch)"
+    run04 4 "$d/first" --pp 2 --cp 2 --micro 2 --stop-after 2 --save "$d/ckcp"
+    "$TRAIN01" $FLAGS --resume "$d/ckcp" --out "$d/one" >/dev/null
+    "$TRAIN01" $FLAGS --stop-after 2 --save "$d/ck01" --out "$d/first01" >/dev/null
+    run04 8 "$d/back" --pp 2 --cp 2 --tp 2 --micro 2 --resume "$d/ck01"
+    mkdir "$d/ref" # steps 3-4 of the uninterrupted run
+    { echo loss; csv_column "$BATS_FILE_TMPDIR/ref/steps.csv" loss | tail -2; } >"$d/ref/steps.csv"
+    assert_losses_within "$d/ref" "$d/one" 2 1e-5
+    assert_losses_within "$d/ref" "$d/back" 2 1e-5
+}
+
 @test "chapter 02's and 03's flags stay: naive and ring all-reduces, the replica check, --mp tensor, --split" {
     run04 4 "$(scratch)/naive" --pp 2 --dp-mode naive --allreduce ring --check-replicas 1 --split 3,1
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/naive" 4
@@ -207,16 +288,13 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     assert_losses_within "$d/ref" "$d/back" 2 1e-5
 }
 
-@test "layouts that do not fit are refused with the rule: the world, --mp tensor with stages, overlap, heads" {
+@test "layouts that do not fit are refused with the rule: the world, --mp tensor with stages, heads" {
     run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 4 '$TRAIN04' $FLAGS --pp 2 --tp 2 --dp 2"
     assert_equal "$status" 2
     [[ "$stderr" == *"4 ranks cannot hold 2 pipeline stages x --tp 2 x --dp 2 (valid: mpirun -np 8, world = pp x tp x dp)"* ]]
     run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --mp tensor --pp 2"
     assert_equal "$status" 2
     [[ "$stderr" == *"--mp tensor slices every layer over all of a replica's ranks, so it has one stage"* ]]
-    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN04' $FLAGS --dp-mode overlap"
-    assert_equal "$status" 2
-    [[ "$stderr" == *"--dp-mode overlap launches buckets from a whole model's backward pass (chapter 02), which no pipeline stage runs"* ]]
     run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 3 '$TRAIN04' $FLAGS --tp 3"
     assert_equal "$status" 2
     [[ "$stderr" == *"--tp 3 does not divide --heads 4"* ]]
@@ -333,6 +411,46 @@ assert_norms_match() { assert_column_match grad_norm "$@"; }
 @test "05 --zero 0 with --pp 2 --tp 2 is chapter 04's step, and matches single-device losses" {
     run05 4 "$(scratch)/z0" --zero 0 --pp 2 --tp 2 --micro 2 --dp-mode naive
     assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/z0" 4
+}
+
+# 05 and 06 keep chapter 04's steps.csv columns: the ranks' idle fraction
+# and the stages' bubble (0 with one stage), before their own.
+@test "05 and 06 keep chapter 04's idle_fraction and bubble columns, with stages and with one" {
+    local d="$(scratch)"
+    run05 4 "$d/z1pp" --zero 1 --pp 2 --micro 2
+    run05 2 "$d/z2" --zero 2
+    run06 2 "$d/off" --offload --pp 2 --micro 2
+    for run in z1pp z2 off; do
+        head -1 "$d/$run/steps.csv" | grep -q ',idle_fraction,bubble,' || { head -1 "$d/$run/steps.csv"; false; }
+        csv_column "$d/$run/steps.csv" idle_fraction |
+            awk '{ n++; if ($1 < 0 || $1 >= 1) bad = 1 } END { exit bad || n != 4 }'
+        assert_equal "$(tail -n +2 "$d/$run/busy.csv" | wc -l)" "$(($(csv_column "$d/$run/run.csv" world_size) * 4))"
+    done
+    for run in z1pp off; do # 2 stages, 2 micro-batches: the stages wait
+        csv_column "$d/$run/steps.csv" bubble | awk '{ n++; if ($1 <= 0 || $1 >= 1) bad = 1 } END { exit bad || n != 4 }'
+    done
+    assert_equal "$(csv_column "$d/z2/steps.csv" bubble | sort -u)" "0.0000" # one stage: no bubble
+}
+
+# 05 and 06 keep 04's context parallelism: the cp ranks of a stage hold the
+# same weights, so ZeRO shards them (and 06 offloads them) over the dp x cp
+# ranks, as Megatron's distributed optimizer does; one stage with --cp runs
+# 04's schedule, not ZeRO's own step.
+@test "05 --zero 1/2 and 06 --offload with --cp 2 (one stage, 2 stages, tp 2) match single-device losses and norms, and resume in 01" {
+    local d="$(scratch)"
+    run05 4 "$d/z1" --zero 1 --cp 2
+    run05 8 "$d/z2pp" --zero 2 --pp 2 --cp 2 --micro 2 --stop-after 2 --save "$d/ck"
+    run05 8 "$d/z2tp" --zero 2 --tp 2 --cp 2 --micro 2
+    run06 4 "$d/off" --offload --cp 2
+    run06 8 "$d/offpp" --offload --pp 2 --cp 2 --micro 2
+    for run in z1 z2tp off offpp; do
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$d/$run" 4
+        assert_norms_match "$BATS_FILE_TMPDIR/ref" "$d/$run" 4
+    done
+    "$TRAIN01" $FLAGS --resume "$d/ck" --out "$d/one" >/dev/null
+    mkdir "$d/ref" # steps 3-4 of the uninterrupted run
+    { echo loss; csv_column "$BATS_FILE_TMPDIR/ref/steps.csv" loss | tail -2; } >"$d/ref/steps.csv"
+    assert_losses_within "$d/ref" "$d/one" 2 1e-5
 }
 
 @test "05 refuses ZeRO-3 across pipeline stages with DeepSpeed's reason, ZeRO-3 with tp, and what is not written yet (interleaved chunks) in one line" {

@@ -25,11 +25,15 @@ LAYOUTS="01 1 01_single_gpu
 04-zb-h1 2 04_pipeline --pp 2 --schedule zb-h1 --batch 4 --micro 2
 04-interleaved 2 04_pipeline --pp 2 --schedule interleaved --virtual 2 --layers 4 --batch 4 --micro 2
 04-3d 8 04_pipeline --pp 2 --tp 2 --dp 2 --layers 4 --batch 8 --micro 2
+04-cp 4 04_pipeline --pp 2 --cp 2 --layers 4 --batch 4 --micro 2
+04-sp 4 04_pipeline --pp 2 --tp 2 --sp --layers 4 --batch 4 --micro 2
+04-overlap 4 04_pipeline --pp 2 --dp-mode overlap --bucket-mb 0.02 --layers 4 --batch 4 --micro 2
 05-zero1 2 05_zero --zero 1
 05-zero2 2 05_zero --zero 2
 05-zero3 2 05_zero --zero 3
 05-zero1-pp 4 05_zero --zero 1 --pp 2 --batch 4 --micro 2
 05-zero2-bf16 3 05_zero --zero 2 --precision bf16 --batch 6
+05-zero1-cp 4 05_zero --zero 1 --cp 2 --batch 4
 06-offload 2 06_offload --offload
 06-offload-pp 4 06_offload --offload --pp 2 --batch 4 --micro 2"
 
@@ -88,11 +92,15 @@ assert_dry_runs_match() {
 @test "dry runs of 04's ZB-H1 give its memory and bytes" { assert_dry_runs_match 04-zb-h1; }
 @test "dry runs of 04's interleaved schedule give its memory and bytes" { assert_dry_runs_match 04-interleaved; }
 @test "dry runs of 04's pp 2 x tp 2 x dp 2 on 8 ranks give its memory and bytes" { assert_dry_runs_match 04-3d; }
+@test "dry runs of 04's context parallelism inside 2 stages give its memory and bytes" { assert_dry_runs_match 04-cp; }
+@test "dry runs of 04's sequence parallelism inside 2 stages give its memory and bytes" { assert_dry_runs_match 04-sp; }
+@test "dry runs of 04's overlapped buckets across 2 replicas of 2 stages give its memory and bytes" { assert_dry_runs_match 04-overlap; }
 @test "dry runs of 05's ZeRO-1 give its memory and bytes" { assert_dry_runs_match 05-zero1; }
 @test "dry runs of 05's ZeRO-2 give its memory and bytes" { assert_dry_runs_match 05-zero2; }
 @test "dry runs of 05's ZeRO-3 give its memory and bytes" { assert_dry_runs_match 05-zero3; }
 @test "dry runs of 05's ZeRO-1 with 2 pipeline stages give its memory and bytes" { assert_dry_runs_match 05-zero1-pp; }
 @test "dry runs of 05's ZeRO-2 in bf16 on 3 ranks give its memory and bytes" { assert_dry_runs_match 05-zero2-bf16; }
+@test "dry runs of 05's ZeRO-1 over dp 2 x cp 2 give its memory and bytes" { assert_dry_runs_match 05-zero1-cp; }
 @test "dry runs of 06's offload on 2 ranks give its memory and bytes" { assert_dry_runs_match 06-offload; }
 @test "dry runs of 06's offload with 2 pipeline stages give its memory and bytes" { assert_dry_runs_match 06-offload-pp; }
 

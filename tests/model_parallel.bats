@@ -89,10 +89,17 @@ params_bytes() { awk -F, -v r="$2" '$1 == r && $2 == "device" && $3 == "params" 
     [[ "$stderr" == *"replica check at step 1: rank 3's parameters differ from rank 1's"* ]]
 }
 
-@test "--dp-mode overlap with a model split is refused, naming the rule" {
-    run --separate-stderr bash -c "$(declare -f mpirun_np); mpirun_np 2 '$TRAIN03' $FLAGS --dp-mode overlap"
-    assert_equal "$status" 2
-    [[ "$stderr" == *"--dp-mode overlap launches buckets from a whole model's backward pass (chapter 02), which no rank of --mp layer runs (valid: --dp-mode naive or flat)"* ]]
+# Chapter 02's overlap on a part of the model: a bucket of the part's
+# gradients is all-reduced as soon as the last micro-batch's backward has
+# passed its units (a stage's as it goes; tensor slices' after it).
+@test "--dp-mode overlap over replicas of a layer split and of tensor slices matches single-device losses, and flat's bit for bit" {
+    local d="$BATS_TEST_TMPDIR"
+    for mp in layer tensor; do
+        run03 4 "$d/flat-$mp" --layers 4 --mp $mp --dp 2 --micro 2
+        run03 4 "$d/overlap-$mp" --layers 4 --mp $mp --dp 2 --micro 2 --dp-mode overlap --bucket-mb 0.05
+        assert_losses_match "$BATS_FILE_TMPDIR/ref_l4" "$d/overlap-$mp" 4
+        assert_equal "$(cut -d, -f2,4 "$d/overlap-$mp/steps.csv")" "$(cut -d, -f2,4 "$d/flat-$mp/steps.csv")"
+    done
 }
 
 @test "--recompute gives bit-identical losses in the layer split and in tensor parallel" {

@@ -247,6 +247,12 @@ ring_sent_matches() {
     axes_match
     planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --dp 2 --sp --precision bf16
     axes_match
+    # chapter 04 runs 03's ring inside its stages, and overlaps 02's buckets across its replicas:
+    # the planner, unchanged, plans them as the program runs them
+    planned_split 4 04_pipeline/train "" --pp 2 --cp 2 --micro 2
+    axes_match
+    planned_split 4 04_pipeline/train "" --pp 2 --dp 2 --micro 2 --dp-mode overlap --bucket-mb 0.1
+    axes_match
 }
 
 # Chapters 03-05's model splits, as their tests run them (model_parallel.bats,
@@ -377,7 +383,6 @@ ring_sent_matches() {
     [[ "$stderr" == *"--allreduce is chapter 04's, for whole replicas; ZeRO keeps them here"* ]]
     refused --chapter 03 --cp 3
     [[ "$stderr" == *"--seq 64 cannot be cut into 2 x --cp 3 = 6 equal chunks"* ]]
-    refused --pp 2 --cp 2
     refused --chapter 03 --mp tensor --tp 2 --sp --cp 2
     refused --chapter 05 --pp 2 --layers 4 --micro 2 --schedule interleaved --virtual 2
     [[ "$stderr" == *"--virtual (interleaved chunks) with ZeRO is not written yet: a stage's shards are one range of units"* ]]

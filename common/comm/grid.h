@@ -4,8 +4,8 @@
  * A job of world = dp x pp x cp x tp ranks is a grid with four axes:
  *   tp  tensor parallel: ranks that hold slices of the same layers (chapter 03)
  *   cp  context parallel: ranks that hold parts of the same sequences
- *       (ring attention: 03_model_parallel/context_parallel.h, --cp; the
- *       later chapters have cp = 1)
+ *       (ring attention: 03_model_parallel/context_parallel.h, --cp;
+ *       chapters 03-06)
  *   pp  pipeline (or layer split): ranks that hold consecutive stages (03, 04)
  *   dp  data parallel: replicas of all of the above (02 on)
  * The axes are data: each is a GridAxis (name, size, this rank's coordinate,

@@ -27,6 +27,8 @@ SAMPLES='
 --tie-embeddings  --mp tensor --tie-embeddings
 --device-mem-limit --device-mem-limit 1G
 --recompute       --recompute
+--loss-chunks     --loss-chunks 2
+--loss-chunks     --mp tensor --loss-chunks 2
 --batch           --batch 16
 --micro           --micro 1
 --steps           --steps 1

@@ -301,7 +301,7 @@ runs/demo/01-small-recompute.r2"
         --micro 2 --pp 2 --tp 2 --steps 2 --sample 0 --quiet --out "$dir/3d.r1" >/dev/null)
     run "$python" "$REPO/common/python/plot.py" --grid "$dir/3d.r1" --out "$dir/plots"
     assert_success
-    assert_output --partial "plot.py: 3d: bytes per step dp 2203648, pp 524288, cp 0, tp 4194304"
+    assert_output --partial "plot.py: 3d: bytes per step dp 1941504, pp 524288, cp 0, tp 4730880"
     [ -s "$dir/plots/grid-3d.png" ]
     run "$python" "$REPO/common/python/plot.py" --gantt "$dir/3d.r1" --out "$dir/plots"
     assert_success

@@ -709,10 +709,13 @@ static void by_hand(const PlanFlags *f, const Args *user) {
     param_table_free(&table);
     Machine mach;
     machine_read(f->machine, &mach);
-    PlanTime pt;
-    time_of(&l, &d, &mach, &pt);
+    /* the step by plan_time.h's formulas (6P + 12LTC a token, ...), the arithmetic the exercise
+     * teaches, over the bytes the dry run counted; a plan prices the counted work instead */
     const PlanDryRank *r = &d.ranks[0];
     PlanTraffic t = traffic_of(r);
+    PlanLayout timed = time_layout(&l, &d);
+    PlanTime pt;
+    plan_time(&d.cfg, &timed, &t, &mach, &pt);
     ByHand h = {0};
     ByHandLayout layout = {mc->vocab, mc->seq, mc->dmodel, mc->layers, ranks, cfg->batch};
     plan_by_hand(&layout, &mach, &h);

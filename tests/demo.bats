@@ -296,6 +296,7 @@ runs/demo/01-small-recompute.r2"
     python="$(plot_python)"
     "$python" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"
     # the plots of a real 3D run: the tiny model, 2 steps; its bytes per axis are cumulative.bats's formulas
+    # (tp's with the vocabulary split's, dp's of gradients with wte and lm_head split over tp)
     dir="$(scratch)"
     (cd "$REPO" && OMP_NUM_THREADS=1 mpirun_np 8 04_pipeline/train --device cpu --model tiny --layers 4 --batch 8 \
         --micro 2 --pp 2 --tp 2 --steps 2 --sample 0 --quiet --out "$dir/3d.r1" >/dev/null)

@@ -426,7 +426,8 @@ MD
     comma() { sed ':a; s/\B[0-9]\{3\}\>/,&/; ta' <<<"$1"; }
     text=$(tr '\n' ' ' <"$REPO/course.md" | tr -s ' ')
     [[ "$text" == *"dp sends about $(( (bytes_dp + bytes_pp / 2) / bytes_pp )) times pp's bytes ($(comma "$bytes_dp") against $(comma "$bytes_pp"))"* ]]
-    [[ "$text" == *"pp sends 4L(T-1) / (T(PV-1)) times less ($(( bytes_tp / bytes_pp ))x here)"* ]]
+    # the blocks' 4L(T-1)/(T(PV-1)), 8 here, and the vocabulary split's bytes on top: over it
+    [[ "$text" == *"pp sends over 4L(T-1) / (T(PV-1)) times less ($(( bytes_tp / bytes_pp ))x here: 8x the blocks' alone,"* ]]
     # the rule, said the same way in both places; nothing puts dp on the fastest links
     [[ "$text" == *"tp varies fastest, then cp, then pp, then dp"* ]]
     [[ "$text" == *"and data parallelism, which waits only at the optimizer step and hides under the backward pass, outermost, over the slowest links."* ]]

@@ -49,7 +49,7 @@ EXCEPTIONS = {
                     "(model_parallel.h), so every call of the step that took them changes, and so does the "
                     "header's account of the chapter"),
     "04_pipeline": (120, 260, "the micro-batch loop becomes the schedule's interpreter, and the chapter adds its flag "
-                     "rows, the pp x tp x dp layout with its refusals, and the schedule's reports (--print-schedule, "
+                     "rows, the pp x cp x tp x dp layout with its refusals, and the schedule's reports (--print-schedule, "
                      "the stages, the bubble)"),
     "05_zero": (50, 210, "with one stage and tp 1, ZeRO runs its own step over the whole model (stage 3 gathers "
                 "each unit inside forward and backward); more stages run 04's schedule with zero.c's hooks and "

@@ -198,28 +198,35 @@ static void crossentropy_backward(float *dlogits, const float *probs, const int 
 }
 static void embedding_forward_rows(float *out, const int *tokens, const float *wte, const float *wpe, int B,
                                    int T, int C, int first, int rows) {
-    (void)out, (void)tokens, (void)wte, (void)wpe, (void)B, (void)T, (void)C, (void)first, (void)rows;
+    (void)out, (void)tokens, (void)wte, (void)wpe, (void)first, (void)rows;
+    double n = (double)B * T * C; /* as embedding_forward: at most a row of wte (this rank's) and of wpe */
+    work_add(n, 0.0, 3 * n * F32 + (double)B * T * F32);
 }
 static void embedding_backward_rows(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
                                     int T, int C, int first, int rows) {
-    (void)dwte, (void)dwpe, (void)dout, (void)tokens, (void)B, (void)T, (void)C, (void)first, (void)rows;
+    (void)dwte, (void)dwpe, (void)dout, (void)tokens, (void)first, (void)rows;
+    double n = (double)B * T * C; /* as embedding_backward */
+    work_add(2 * n, 0.0, 5 * n * F32 + (double)B * T * F32);
 }
 static void crossentropy_slice_max(float *row_max, const float *logits, int N, int cols, int Vl) {
-    (void)row_max, (void)logits, (void)N, (void)cols, (void)Vl;
+    (void)row_max, (void)logits, (void)Vl;
+    count_elementwise((double)N * cols, 1, 1, F32); /* a compare a logit */
 }
 static void crossentropy_slice_sums(float *sums, float *row_max, const float *maxes, int parts,
                                     const float *logits, const int *targets, int N, int cols, int Vl,
                                     int first) {
-    (void)sums, (void)row_max, (void)maxes, (void)parts, (void)logits, (void)targets, (void)N, (void)cols;
-    (void)Vl, (void)first;
+    (void)sums, (void)row_max, (void)maxes, (void)parts, (void)logits, (void)targets, (void)Vl, (void)first;
+    count_elementwise((double)N * cols, 2, 1, F32); /* exp(logit - max), added */
 }
 static void crossentropy_slice_finish(float *losses, float *probs, const float *logits, const float *row_max,
                                       const float *sums, int N, int cols, int Vl) {
-    (void)losses, (void)probs, (void)logits, (void)row_max, (void)sums, (void)N, (void)cols, (void)Vl;
+    (void)losses, (void)probs, (void)logits, (void)row_max, (void)sums, (void)Vl;
+    count_elementwise((double)N * cols, 2, 2, F32); /* probs written from the logits */
 }
 static void crossentropy_backward_rows(float *dlogits, const float *probs, const int *targets, float dloss,
                                        int N, int Vl, int first) {
-    (void)dlogits, (void)probs, (void)targets, (void)dloss, (void)N, (void)Vl, (void)first;
+    (void)dlogits, (void)probs, (void)targets, (void)dloss, (void)first;
+    count_elementwise((double)N * Vl, 2, 3, F32); /* as crossentropy_backward, on this rank's columns */
 }
 static double sum_squares(const float *x, size_t n) {
     (void)x;

@@ -30,13 +30,17 @@ block = 12 * C * C + 13 * C
 tp_block = (12 * C * C + 7 * C) // tp + 6 * C  # the four matrices sliced, layernorms and two biases whole
 
 
+Vp = (V + 127) // 128 * 128  # the padded vocabulary (model_config.h)
+
+
 def units(piece):
-    """The elements of each unit a piece holds."""
+    """The elements of each unit a piece holds: under tensor parallelism wte and the head split by
+    vocabulary rows (Vp / tp each), wpe and the final layernorm whole."""
     u = [block if tp == 1 else tp_block] * blocks[piece]
     if piece == 0:
-        u = [(V + T) * C] + u
+        u = [(Vp // tp + T) * C] + u
     if piece == pieces_n - 1:
-        u = u + [2 * C + V * C]
+        u = u + [2 * C + Vp // tp * C]
     return u
 
 
@@ -49,6 +53,11 @@ for stage in range(pp):
     zb_h1 = flag("--schedule", "1f1b") == "zb-h1" and flag("--chapter", "04") != "03"
     again = recompute * (2 if zb_h1 else 1)
     tp_allreduce = M * nblocks * (4 + again) * 2 * (tp - 1) / tp * boundary  # zb-h1's W recomputes too
+    # the vocabulary split: the embedding's looked-up rows summed (forward); at the head its input
+    # gradient summed, each row's exponentials' sum and target logit summed, its maxima gathered
+    vocab_split = (0 in pieces) * M * 2 * (tp - 1) / tp * boundary
+    vocab_split += (pieces_n - 1 in pieces) * M * 2 * (tp - 1) / tp * (boundary + 2 * B * Th * 4)
+    vocab_gather = (pieces_n - 1 in pieces) * M * (tp - 1) * B * Th * 4
     reduce_scatter = allgather = 0
     if sp:  # the activation all-reduces become all-gathers and reduce-scatters of T/tp rows each
         rows = boundary / tp
@@ -66,7 +75,8 @@ for stage in range(pp):
         reduce_scatter = (dp - 1) * shard * eb * (M if zero == 2 else 1)
         allgather = (dp - 1) * shard * eb
     W = dp * cp  # the ranks holding the same weights
-    allreduce = tp_allreduce + (0 if zero else 2 * (W - 1) / W * held * eb)
+    allgather += vocab_gather
+    allreduce = tp_allreduce + vocab_split + (0 if zero else 2 * (W - 1) / W * held * eb)
     want[stage] = {"all-reduce": allreduce, "reduce-scatter": reduce_scatter, "all-gather": allgather, "send": send}
 
 got, stage = {}, 0

@@ -56,9 +56,7 @@ static int local_rank = 0;
 static int local_size = 1; /* ranks on this rank's machine */
 static CommTransport transport = COMM_MPI;
 static int dry = 0; /* comm_init_dry: the world is a number; nothing is sent, every byte is counted */
-static double bytes_sent = 0.0;             /* under bytes_lock: several threads communicate */
-static double counter_bytes[COMM_COUNTERS]; /* the same, per counter (comm_group_count_into) */
-static CommLedger ledger;                    /* the same, per kind of call and counter (comm_ledger) */
+static CommLedger ledger; /* bytes and calls per kind of call and counter, under bytes_lock (comm_ledger) */
 static pthread_mutex_t bytes_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define MPI_CHECK(call)                                                                                      \
@@ -502,8 +500,6 @@ static MPI_Op mpi_sum(CommDtype dtype) {
 static void count_sent(const CommGroup *g, CommKind kind, double bytes) {
     require_members(g, "a collective");
     pthread_mutex_lock(&bytes_lock);
-    bytes_sent += bytes;
-    if (g->counter) counter_bytes[g->counter - 1] += bytes;
     int column = g->counter ? g->counter - 1 : COMM_COUNTERS;
     ledger.bytes[kind][column] += bytes;
     ledger.calls[kind][column] += 1;
@@ -1006,9 +1002,11 @@ void comm_barrier(CommGroup *g) {
 }
 
 double comm_bytes_sent(void) {
-    pthread_mutex_lock(&bytes_lock);
-    double sent = bytes_sent;
-    pthread_mutex_unlock(&bytes_lock);
+    CommLedger now;
+    comm_ledger(&now);
+    double sent = 0.0;
+    for (int k = 0; k < COMM_KINDS; k++)
+        for (int c = 0; c <= COMM_COUNTERS; c++) sent += now.bytes[k][c];
     return sent;
 }
 
@@ -1021,15 +1019,6 @@ void comm_group_count_into(CommGroup *g, int counter) {
 
 int comm_group_counter(const CommGroup *g) {
     return g->counter - 1;
-}
-
-double comm_bytes_sent_into(int counter) {
-    if (counter < 0 || counter >= COMM_COUNTERS)
-        fatal(EXIT_RUNTIME, "comm_bytes_sent_into: counter %d (valid: 0..%d)", counter, COMM_COUNTERS - 1);
-    pthread_mutex_lock(&bytes_lock);
-    double sent = counter_bytes[counter];
-    pthread_mutex_unlock(&bytes_lock);
-    return sent;
 }
 
 void comm_ledger(CommLedger *out) {

@@ -224,22 +224,21 @@ void comm_max_doubles(CommGroup *g, double *values, int count);
 /* Bytes this rank has sent through the collectives and point-to-point calls. */
 double comm_bytes_sent(void);
 
-/* The same, counted apart for some groups: a group marked with
- * comm_group_count_into(g, c) adds what it sends to counter c too (the
- * process grid marks each axis's group with the axis, grid.h, so that a run
- * can say how many bytes each axis sent). -1: no counter (the default).
- * comm_group_counter says a group's, for a duplicate made of it. */
+/* Counted apart for some groups: a group marked with comm_group_count_into(g,
+ * c) counts what it sends under counter c (the process grid marks each
+ * axis's group with the axis, grid.h, so that a run can say how many bytes
+ * each axis sent). -1: no counter (the default). comm_group_counter says a
+ * group's, for a duplicate made of it. */
 enum { COMM_COUNTERS = 4 };
 void comm_group_count_into(CommGroup *g, int counter);
 int comm_group_counter(const CommGroup *g);
-double comm_bytes_sent_into(int counter);
 
-/* The same bytes once more, by the kind of call that sent them and the
- * counter of its group (column COMM_COUNTERS: groups without one), with the
- * number of calls: what a dry run writes as dry-comm.csv (harness.h) for the
- * planner's bytes per collective and the latency of each call. A send is
- * comm_send, comm_sendrecv's send and a posted send; a broadcast counts at
- * its root. */
+/* Every byte sent, by the kind of call that sent it and the counter of its
+ * group (column COMM_COUNTERS: groups without one), with the number of calls:
+ * comm_bytes_sent is its sum, a run's bytes per grid axis its columns
+ * (harness.h), and a dry run writes it as dry-comm.csv for the planner's
+ * bytes per collective and the latency of each call. A send is comm_send,
+ * comm_sendrecv's send and a posted send; a broadcast counts at its root. */
 typedef enum {
     COMM_KIND_ALLREDUCE,
     COMM_KIND_REDUCE_SCATTER,

@@ -96,7 +96,7 @@ void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape) {
     for (int a = 0; a < GRID_AXES; a++) {
         GridAxis *x = &g->axis[a];
         x->group = comm_split_by(world, grid_color, &(GridSplit){g, a});
-        comm_group_count_into(x->group, a); /* its bytes counted per axis too (grid_axis_bytes_sent) */
+        comm_group_count_into(x->group, a); /* its bytes counted per axis too (comm.h's ledger) */
     }
     g->dp = size[GRID_DP], g->pp = size[GRID_PP], g->cp = size[GRID_CP], g->tp = size[GRID_TP];
     g->d = g->axis[GRID_DP].coord, g->p = g->axis[GRID_PP].coord;
@@ -109,10 +109,6 @@ void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape) {
 }
 
 _Static_assert((int)GRID_AXES <= (int)COMM_COUNTERS, "a counter of bytes per axis (comm.h)");
-
-void grid_axis_bytes_sent(double bytes[GRID_AXES]) {
-    for (int a = 0; a < GRID_AXES; a++) bytes[a] = comm_bytes_sent_into(a);
-}
 
 void grid_destroy(ProcessGrid *g) {
     comm_group_free(g->weight_group);

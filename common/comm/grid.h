@@ -71,7 +71,7 @@ typedef struct {
     /* same (p, t), every (d, c): the ranks holding the same weights, whose
      * gradients are summed (cp ranks see other tokens of the same sequences,
      * as dp replicas see other sequences); rank d x cp + c. With cp 1, the dp group's ranks.
-     * Its bytes count as the dp axis's (grid_axis_bytes_sent): the replicas' gradient sum. */
+     * Its bytes count as the dp axis's (comm.h's ledger): the replicas' gradient sum. */
     CommGroup *weight_group;
 } ProcessGrid;
 
@@ -82,10 +82,6 @@ const char *grid_problem(int world_size, GridShape shape);
  * a shape it refuses ends the program). */
 void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape);
 /* An axis's name: "dp", "pp", "cp", "tp". */
-/* Bytes this rank has sent on each axis's group so far (and on duplicates
- * of them), in GridAxisId order: comm.h's counters, which grid_create
- * marks the groups with. */
-void grid_axis_bytes_sent(double bytes[GRID_AXES]);
 /* Free the groups (collective over world, before comm_finalize). */
 void grid_destroy(ProcessGrid *g);
 /* World rank of coordinates coord[GRID_AXES], and back. */

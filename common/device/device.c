@@ -250,19 +250,23 @@ static void counted(void *ptr, size_t bytes, Space space, Category cat, Allocato
     if (current_total[space] > peak_total[space]) peak_total[space] = current_total[space];
 }
 
-/* A dry run's buffer: address space that reads as zeros and is never
- * written, so it costs no memory (device.h, "The dry run"). */
+/* Address space that reads as zeros and is never written, so it costs no
+ * memory (device.h, "The dry run"); MAP_FAILED when there is none. */
+static void *address_space(size_t bytes) {
+    return mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+                0);
+}
+
+/* A dry run's buffer. */
 static void *dry_alloc(Space space, Category cat, size_t bytes, const char *what) {
-    void *ptr = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *ptr = address_space(bytes);
     if (ptr == MAP_FAILED) out_of_memory(space, cat, bytes, what, "mmap of address space for a dry run");
     return ptr;
 }
 
 void *host_scratch(size_t bytes) {
     if (!dry_run) return xcalloc(1, bytes ? bytes : 1);
-    void *ptr = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                     -1, 0);
+    void *ptr = address_space(bytes);
     if (ptr == MAP_FAILED) fatal(EXIT_RUNTIME, "out of address space for %zu bytes of a dry run's host scratch", bytes);
     return ptr;
 }

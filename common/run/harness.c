@@ -143,7 +143,6 @@ int run_resume(Run *run, int *adam_t) {
 RunStep run_step_begin(Run *run, int step) {
     RunStep s = {.step = step, .rec = {.step = step + 1, .val_loss = NAN}, .loss_scale = run->scaler.scale};
     s.bytes_at_start = run->across->bytes_sent();
-    if (run->across->axis_bytes_sent) run->across->axis_bytes_sent(s.axis_bytes_at_start);
     if (run->across->ledger) run->across->ledger(&s.ledger_at_start);
     if (run->spec->barrier_each_step) run->across->barrier(run);
     work_reset(); /* a dry run's dry-work.csv holds the last step's work (work_ledger.h) */
@@ -159,11 +158,6 @@ int run_step_done(Run *run, RunStep *s) {
     if (run->spec->bytes_sent) {
         s->bytes_sent = run->across->bytes_sent() - s->bytes_at_start;
         run->bytes_sent += s->bytes_sent;
-    }
-    if (run->across->axis_bytes_sent) {
-        double now[RUN_AXES];
-        run->across->axis_bytes_sent(now);
-        for (int a = 0; a < RUN_AXES; a++) run->axis_bytes[a] += now[a] - s->axis_bytes_at_start[a];
     }
     if (run->across->ledger) {
         CommLedger now;

@@ -90,7 +90,6 @@ typedef struct {
     int skipped;                     /* fp16: the step overflowed and was skipped */
     Timer clock;
     double bytes_at_start;
-    double axis_bytes_at_start[RUN_AXES];
     CommLedger ledger_at_start; /* many ranks: comm.h's ledger when the step began */
 } RunStep;
 
@@ -101,8 +100,7 @@ typedef struct {
     void (*device_ready)(Run *run);              /* the transport, once the device is chosen */
     void (*barrier)(Run *run);                   /* every rank here before any goes on */
     double (*bytes_sent)(void);                  /* this rank's bytes sent so far */
-    void (*axis_bytes_sent)(double *bytes);      /* the same per grid axis (RUN_AXES); NULL: one process */
-    void (*ledger)(CommLedger *out);             /* the same per kind of call (comm_ledger); NULL: one */
+    void (*ledger)(CommLedger *out);             /* the same per kind of call and axis (comm_ledger); NULL: one */
     void (*axis_columns)(Run *run, char *header, char *values, size_t size); /* run_axis_columns; NULL: one */
     void (*slowest_times)(Run *run, RunStep *s); /* max over the ranks (comm_busy_ms too) */
     void (*save)(Run *run, const CkptState *state);
@@ -129,8 +127,7 @@ struct Run {
     double *step_ms;           /* every step's time (the slowest rank's), for the median */
     double final_loss;
     double bytes_sent;    /* RunSpec.bytes_sent: this rank's bytes over the steps run */
-    double axis_bytes[RUN_AXES]; /* many ranks: this rank's bytes on each grid axis over the steps run */
-    CommLedger ledger;           /* many ranks: the same per kind of call and axis (dry-comm.csv) */
+    CommLedger ledger; /* many ranks: this rank's bytes over the steps run, by kind of call and grid axis */
     int dp, tp, pp, zero; /* the layout, for run.csv (run_layout) */
 };
 

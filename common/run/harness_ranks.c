@@ -56,7 +56,6 @@ static void ranks_write_memory_csv(Run *run) {
 static const RunRanks many_ranks = {.device_ready = ranks_device_ready,
                                     .barrier = ranks_barrier,
                                     .bytes_sent = comm_bytes_sent,
-                                    .axis_bytes_sent = grid_axis_bytes_sent,
                                     .ledger = comm_ledger,
                                     .axis_columns = run_axis_columns,
                                     .slowest_times = ranks_slowest_times,
@@ -69,8 +68,11 @@ _Static_assert((int)RUN_AXES == (int)GRID_AXES, "the harness counts the bytes of
 
 void run_axis_bytes_per_step(Run *run, double per_step[RUN_AXES]) {
     int steps = run->last_step - run->first_step;
-    for (int a = 0; a < RUN_AXES; a++)
-        per_step[a] = comm_allreduce_double(run->world, run->axis_bytes[a], 0) / (steps > 0 ? steps : 1);
+    for (int a = 0; a < RUN_AXES; a++) {
+        double sent = 0.0; /* the axis's column of the ledger, every kind of call */
+        for (int k = 0; k < COMM_KINDS; k++) sent += run->ledger.bytes[k][a];
+        per_step[a] = comm_allreduce_double(run->world, sent, 0) / (steps > 0 ? steps : 1);
+    }
 }
 
 void run_axis_columns(Run *run, char *header, char *values, size_t size) {

@@ -146,10 +146,6 @@ static const Flag plan_flags[] = {
     {0},
 };
 
-static int own_flag_given(const Config *cfg, const char *name) {
-    return flag_given(cfg, name);
-}
-
 /* ---- the command line: the planner's flags, and the chapter's ---- */
 
 typedef struct {
@@ -836,11 +832,11 @@ static void candidate_args(const Candidate *c, const Args *user, Args *out) {
 }
 
 static void search(const PlanFlags *f, const Config *cfg, const Args *user) {
-    if (!own_flag_given(cfg, "--gpus") || !f->machine[0])
+    if (!flag_given(cfg, "--gpus") || !f->machine[0])
         fatal(EXIT_USAGE, "--search needs --gpus N (the ranks) and --machine FILE (the times to rank by)");
     Machine mach;
     machine_read(f->machine, &mach);
-    double budget = own_flag_given(cfg, "--gpu-mem") ? (double)f->gpu_mem : mach.device_mem_bytes;
+    double budget = flag_given(cfg, "--gpu-mem") ? (double)f->gpu_mem : mach.device_mem_bytes;
     printf("layouts of %d rank%s, %.4g bytes of device memory each, ranked by the step predicted on %s\n",
            f->gpus, f->gpus > 1 ? "s" : "", budget, mach.name);
     /* what the search keeps as given: the model, the batch, the precision (one dry run of 01 reads them) */

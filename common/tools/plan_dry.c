@@ -35,15 +35,21 @@ int plan_arg_given(char **args, int nargs, const char *name) {
 }
 
 int plan_program_takes(const char *program, const char *name) {
-    static char cached_program[PATH_BYTES], help[65536];
-    if (strcmp(cached_program, program) != 0) {
+    /* each program's --help, read once (--search asks the six programs in turn, many times) */
+    static struct {
+        char program[PATH_BYTES], help[65536];
+    } cache[8];
+    int slot = 0;
+    while (slot < 7 && cache[slot].program[0] && strcmp(cache[slot].program, program) != 0) slot++;
+    char *help = cache[slot].help;
+    if (strcmp(cache[slot].program, program) != 0) {
         char command[JOINED_PATH_BYTES];
         snprintf(command, sizeof command, "'%s' --help 2>/dev/null", program);
         FILE *p = popen(command, "r");
-        size_t n = p ? fread(help, 1, sizeof help - 1, p) : 0;
+        size_t n = p ? fread(help, 1, sizeof cache[slot].help - 1, p) : 0;
         help[n] = '\0';
         if (!p || pclose(p) != 0 || n == 0) fatal(EXIT_RUNTIME, "cannot run %s --help (is it built? make)", program);
-        snprintf(cached_program, sizeof cached_program, "%s", program);
+        snprintf(cache[slot].program, sizeof cache[slot].program, "%s", program);
     }
     char row[64]; /* a row of --help: two spaces, the flag, a space or its end */
     for (const char *at = help; (at = strstr(at, name)); at++) {
@@ -179,11 +185,13 @@ static void read_ledger(const char *dir, PlanDryRank *r, int one_process) {
     fclose(f);
 }
 
-/* Column `name` of a CSV's first data row, or NAN (fields may be empty: val_loss). */
-static double csv_value(const char *dir, int rank, const char *file, const char *name) {
+/* Columns names[0..n) of a CSV's first data row into values[], NAN where absent (fields may be
+ * empty: val_loss). */
+static void csv_values(const char *dir, int rank, const char *file, const char *const *names, double *values,
+                       int n) {
     FILE *f = open_in(dir, rank, file);
     char header[4096], row[4096];
-    double value = NAN;
+    for (int i = 0; i < n; i++) values[i] = NAN;
     if (fgets(header, sizeof header, f) && fgets(row, sizeof row, f)) {
         header[strcspn(header, "\n")] = row[strcspn(row, "\n")] = '\0';
         char *h = header, *v = row;
@@ -191,12 +199,12 @@ static double csv_value(const char *dir, int rank, const char *file, const char 
             char *h_end = strchr(h, ','), *v_end = strchr(v, ',');
             if (h_end) *h_end = '\0';
             if (v_end) *v_end = '\0';
-            if (!strcmp(h, name)) value = strtod(v, NULL);
+            for (int i = 0; i < n; i++)
+                if (!strcmp(h, names[i])) values[i] = strtod(v, NULL);
             h = h_end ? h_end + 1 : NULL, v = v_end ? v_end + 1 : NULL;
         }
     }
     fclose(f);
-    return value;
 }
 
 const char *plan_dry_item(const PlanDry *d, const char *flag) {
@@ -290,11 +298,13 @@ void plan_dry_run(const PlanDryLayout *l, PlanDry *d) {
         snprintf(work, sizeof work, "%s/r%d/dry-work.csv", dir, r->rank);
         plan_work_read(work, &r->work);
         if (l->chapter == 6 && plan_arg_given(l->args, l->nargs, "--offload")) {
-            r->to_host = csv_value(dir, r->rank, "steps.csv", "d2h_bytes");
-            r->to_device = csv_value(dir, r->rank, "steps.csv", "h2d_bytes");
+            static const char *const copies[] = {"d2h_bytes", "h2d_bytes"};
+            double bytes[2];
+            csv_values(dir, r->rank, "steps.csv", copies, bytes, 2);
+            r->to_host = bytes[0], r->to_device = bytes[1];
         }
     }
-    d->params = csv_value(dir, ranks[0], "run.csv", "params");
+    csv_values(dir, ranks[0], "run.csv", (const char *const[]){"params"}, &d->params, 1);
     read_info(dir, d);
     read_startup(dir, d);
     nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);

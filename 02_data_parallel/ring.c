@@ -8,7 +8,8 @@
 #define RING_TAG 7001
 
 /* One chunk arriving from the left, in the buffer's type, then (16-bit
- * types) room for it widened to fp32: device, CAT_COMM, grown on demand. */
+ * types) room for it widened to fp32 (ring_scratch_bytes): device,
+ * CAT_COMM, grown on demand. */
 static char *incoming = NULL;
 static size_t incoming_bytes = 0;
 
@@ -24,6 +25,12 @@ static char *incoming_buffer(size_t bytes) {
 size_t ring_chunk_begin(size_t count, int n, int c) {
     /* balanced: chunk sizes differ by at most one element */
     return count / n * c + (count % n < (size_t)c ? count % n : (size_t)c);
+}
+
+size_t ring_scratch_bytes(size_t chunk, CommDtype type, size_t *widened_at) {
+    size_t arriving = chunk * comm_dtype_bytes(type);
+    *widened_at = (arriving + 15) / 16 * 16;
+    return type == COMM_F32 ? arriving : *widened_at + chunk * sizeof(float);
 }
 
 static int mod(int a, int n) {
@@ -55,10 +62,9 @@ void ring_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype type,
     int n = comm_size(g), r = comm_rank(g);
     if (n == 1 || count == 0) return;
     int right = mod(r + 1, n), left = mod(r - 1, n);
-    size_t chunk = count / n + 1, size = comm_dtype_bytes(type);
-    size_t bytes = chunk * size + (type == COMM_F32 ? 0 : chunk * sizeof(float));
-    char *chunk_in = incoming_buffer(bytes);
-    float *widened = (float *)(chunk_in + chunk * size); /* 16-bit: the arriving chunk in fp32 */
+    size_t chunk = count / n + 1, widened_at;
+    char *chunk_in = incoming_buffer(ring_scratch_bytes(chunk, type, &widened_at));
+    float *widened = (float *)(chunk_in + widened_at); /* 16-bit: the arriving chunk in fp32 */
     /* EXERCISE 02.1 BEGIN: the ring all-reduce (course.md, exercise 02.1) */
     /* Reduce-scatter. At step s, rank r sends chunk r-s (holding s+1
      * contributions) and adds the arriving chunk r-s-1 into its own copy. */

@@ -32,6 +32,13 @@ void ring_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype type,
 /* The same on floats. */
 void ring_allreduce(CommGroup *g, float *buf, size_t count, ReduceOp op);
 
+/* The scratch one hop needs for chunks of up to `chunk` elements of `type`:
+ * the arriving chunk, then (16-bit types) room for it widened to fp32, which
+ * starts *widened_at bytes in, a multiple of 16 (a GPU faults on a float read
+ * at a 2-byte boundary, which an odd chunk of bf16 would give). Returns the
+ * bytes. */
+size_t ring_scratch_bytes(size_t chunk, CommDtype type, size_t *widened_at);
+
 /* Chunk c of n over count elements: [chunk_begin(c), chunk_begin(c+1)). */
 size_t ring_chunk_begin(size_t count, int n, int c);
 

@@ -289,6 +289,16 @@ static void check_16bit(CommDtype dtype) {
                ring_sent_f32);
         failures++;
     }
+    /* the widened chunk of the ring's scratch is read as floats: on a GPU a
+     * float at a 2-byte boundary faults (odd chunks of 16-bit elements) */
+    for (size_t chunk = 1; chunk <= 9; chunk++) {
+        size_t widened_at, bytes = ring_scratch_bytes(chunk, dtype, &widened_at);
+        if (widened_at % 16 || widened_at < chunk * 2 || bytes < widened_at + chunk * sizeof(float)) {
+            printf("FAIL %s ring scratch for %zu elements: widened at byte %zu of %zu\n", comm_dtype_name(dtype),
+                   chunk, widened_at, bytes);
+            failures++;
+        }
+    }
     if (n <= 8) {
         comm_allgather_typed(w, mine, gathered, COUNT, dtype, NULL);
         for (int q = 0; q < n; q++)

@@ -132,6 +132,10 @@ Backend device_backend(void) {
     return active_backend;
 }
 
+Space cpu_kernel_space(void) {
+    return active_backend == BACKEND_CPU ? SPACE_DEVICE : SPACE_HOST;
+}
+
 #ifdef USE_CUDA
 static int profile_step(void) {
     const char *text = getenv("COURSE_PROFILE_STEP");

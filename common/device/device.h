@@ -50,6 +50,11 @@ const char *category_name(Category c);
  * local_rank picks the GPU (local_rank % device count) when several are visible. */
 Backend device_init(const char *choice, int local_rank);
 Backend device_backend(void);
+/* Where the CPU kernels keep their workspaces: the CPU backend's "device" is
+ * host memory, counted as the device's; when those kernels run beside the
+ * CUDA backend (the parity tests), device memory is the GPU's, which the CPU
+ * cannot touch, so they get host memory then. */
+Space cpu_kernel_space(void);
 /* At the end of a run, after the program freed its own buffers: free the
  * backend's on-demand workspaces and the cuBLAS handle, so that a leak check
  * (compute-sanitizer --leak-check full) finds nothing left. */

@@ -68,11 +68,7 @@ static float *workspace_for(int T) {
     size_t need = attention_workspace_bytes_cpu(T, omp_get_max_threads()) / sizeof(float);
     if (need > workspace_floats) {
         mem_free(workspace);
-        /* The CPU backend's "device" is host memory; when these kernels run
-         * beside the CUDA backend (the parity tests), device memory would be
-         * the GPU's, which the CPU cannot touch: ask for host memory then. */
-        Space space = device_backend() == BACKEND_CPU ? SPACE_DEVICE : SPACE_HOST;
-        workspace = mem_alloc(space, CAT_WORKSPACE, need * sizeof(float), "attention workspace");
+        workspace = mem_alloc(cpu_kernel_space(), CAT_WORKSPACE, need * sizeof(float), "attention workspace");
         workspace_floats = need;
     }
     return workspace;

@@ -225,7 +225,7 @@ static float *half_operand_grown(int slot, size_t count) {
     if (count > half_operand_floats[slot]) {
         mem_free(half_operand[slot]);
         half_operand[slot] =
-            mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, count * sizeof(float), "16-bit matmul operand");
+            mem_alloc(cpu_kernel_space(), CAT_WORKSPACE, count * sizeof(float), "16-bit matmul operand");
         half_operand_floats[slot] = count;
     }
     return half_operand[slot];

@@ -61,7 +61,8 @@
 # default per preset), BENCH_OUT (runs/bench; replaced whole, so it must be new, empty or an
 # earlier bench's: anything else is refused, exit 2), OMP_NUM_THREADS (default: every core), TRAIN
 # (./01_single_gpu/train), BENCH_ZERO (1; 0 leaves out the prefetch and overlap row),
-# BENCH_ZERO_MODEL (small, or the first of BENCH_MODELS).
+# BENCH_ZERO_MODEL (small, or the first of BENCH_MODELS when that is tiny or small: the row runs
+# on CPU ranks).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -194,8 +195,9 @@ out = sys.argv[1]
 # Dense peak FLOP/s by device name (substring) and precision, from the vendors'
 # data sheets: H100 SXM5 67 TFLOPS fp32, 494.7 TF32 (989.4 is with sparsity),
 # 989.4 bf16 and fp16 (1979 with sparsity); H100 PCIe 51.2 / 378 / 756;
-# A100 19.5 / 156 / 312.
+# A100 19.5 / 156 / 312. The H200 has the H100 SXM5's compute (and more, faster memory).
 PEAKS = [("H100 80GB HBM3", {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12}),
+         ("H200", {"fp32": 66.9e12, "tf32": 494.7e12, "bf16": 989.4e12, "fp16": 989.4e12}),
          ("H100 PCIe", {"fp32": 51.2e12, "tf32": 378e12, "bf16": 756e12, "fp16": 756e12}),
          ("A100", {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12})]
 PRESETS = {"tiny": (2, 64, 64), "small": (4, 128, 128), "medium": (6, 384, 256), "gpt2": (12, 768, 1024)}
@@ -256,7 +258,11 @@ EOF
 # (dp_overlap). BENCH_ZERO=0 leaves it out.
 if [[ ${BENCH_ZERO:-1} == 1 ]]; then
     zero_model="${BENCH_ZERO_MODEL:-small}"
-    [[ -n "${BENCH_MODELS:-}" && -z "${BENCH_ZERO_MODEL:-}" ]] && zero_model="${configs[0]%% *}"
+    # the first of BENCH_MODELS when the CPU ranks run it in seconds (tiny, small): never a GPU
+    # preset (medium, gpt2) on 2 CPU ranks unless BENCH_ZERO_MODEL asks for it
+    first="${configs[0]%% *}"
+    [[ -n "${BENCH_MODELS:-}" && -z "${BENCH_ZERO_MODEL:-}" && ($first == tiny || $first == small) ]] &&
+        zero_model="$first"
     BENCH_RANKS=2 BENCH_REPEATS="$REPEATS" BENCH_MODEL="$zero_model" BENCH_DEVICE=cpu BENCH_OUT="$out" \
         BENCH_CONFIGS="zero3 zero3_prefetch0 dp_flat dp_overlap" common/scripts/bench_zero.sh | grep -v '^bench_zero: 2 ranks,'
 fi

@@ -2,9 +2,11 @@
 # gpu_check.sh: `make gpu-check`: every check of the course that only a GPU can
 # do, in one command, with a dated report of verdicts and evidence.
 #
-#   make gpu-check                          all of it (about 10 minutes on an H100, estimated)
-#   make gpu-check GPU_CHECK_ONLY=part1     the correctness checks (parity .. hostadam), about 4
-#   make gpu-check GPU_CHECK_ONLY=part2     the measurements (capacity, bench, offloadbench, calibrate), about 6
+#   make gpu-check                          all of it
+#   make gpu-check GPU_CHECK_ONLY=part1     the correctness checks (parity .. hostadam), 2.5 minutes on an H200
+#   make gpu-check GPU_CHECK_ONLY=part2     the measurements (capacity, bench, offloadbench, calibrate): bench
+#                                           in 3 precisions of gpt2 takes about 3 minutes; the rest has not
+#                                           run to the end on a GPU yet
 #   common/scripts/gpu_check.sh --list              print every check and its commands; runs nothing, needs no GPU
 #                                           (GPU_CHECK_DRY=1 does the same)
 #
@@ -46,8 +48,8 @@
 #                on 1 rank and 2 stages x 2 replicas: "06 = 01 on CUDA"). Several ranks share one GPU,
 #                which NCCL refuses, so they use --comm mpi (host-staged), or NCCL when there is a GPU
 #                per rank. Proves the mixed precision, the staged transport and every layout on CUDA.
-#                Also 03 --cp 2 (ring attention's CUDA block kernels) against 01 on CUDA: a SKIP quoting
-#                03's one-line refusal while CUDA's transports cannot post sends (comm.h).
+#                Also 03 --cp 2 (ring attention's CUDA block kernels) against 01 on CUDA, each block
+#                exchanged after its computation (CUDA's transports cannot post sends yet, comm.h).
 #   nccl         --comm nccl at world size 1 (NCCL allows one rank per GPU): 05 stage 2 and stage 3
 #                with prefetch, whose reduce-scatters and all-gathers go through NCCL on the
 #                communication stream (stage 3's from the communication thread) in fp32, bf16
@@ -86,7 +88,7 @@
 # Settings (environment): GPU_CHECK_ONLY (all; groups and/or part1, part2, comma-separated),
 # GPU_CHECK_DRY=1 (print, run nothing), GPU_CHECK_RESULTS (common/bench_results), GPU_CHECK_STEPS
 # (10, the chapters' steps), GPU_CHECK_PRECISIONS ("fp32 bf16 fp16"), GPU_CHECK_BENCH_PRECISIONS
-# (bf16), GPU_CHECK_BENCH_MODELS ("medium gpt2"), GPU_CHECK_BENCH_COMPILE (0; 1 adds a
+# (bf16; also tf32, fp32, fp16), GPU_CHECK_BENCH_MODELS ("medium gpt2"), GPU_CHECK_BENCH_COMPILE (0; 1 adds a
 # torch.compile run per preset, a minute or more each), GPU_CHECK_BUDGETS (16M,64M, capacity.py), PYTHON
 # (python3, for bench.sh).
 # For testing the script itself: GPU_CHECK_DEVICE=cpu rehearses every check that can run on the
@@ -135,8 +137,12 @@ fail_usage() {
 }
 [[ $DEVICE == cuda || $DEVICE == cpu ]] || fail_usage "GPU_CHECK_DEVICE=$DEVICE: expected cuda (or cpu, a rehearsal)"
 [[ $STEPS =~ ^[0-9]+$ && $STEPS -ge 4 ]] || fail_usage "GPU_CHECK_STEPS=$STEPS: expected a whole number >= 4"
-for p in $PRECISIONS $BENCH_PRECISIONS; do
+for p in $PRECISIONS; do
     [[ $p == fp32 || $p == bf16 || $p == fp16 ]] || fail_usage "precision '$p': expected fp32, bf16 or fp16"
+done
+for p in $BENCH_PRECISIONS; do # bench.sh's: tf32 is fp32 storage with TF32 matmuls on both sides
+    [[ $p == fp32 || $p == tf32 || $p == bf16 || $p == fp16 ]] ||
+        fail_usage "GPU_CHECK_BENCH_PRECISIONS: '$p': expected fp32, tf32, bf16 or fp16"
 done
 
 # ---- the groups to run: GPU_CHECK_ONLY, with part1 and part2 standing for their groups ----
@@ -621,7 +627,8 @@ group_bench() {
             return
         fi
     fi
-    step_limit=480 step env BENCH_PRECISIONS="$BENCH_PRECISIONS" BENCH_MODELS="$BENCH_MODELS" BENCH_STEPS=12 \
+    # BENCH_ZERO=0: bench.sh's prefetch and overlap row runs on CPU ranks, not a GPU check
+    step_limit=480 step env BENCH_PRECISIONS="$BENCH_PRECISIONS" BENCH_MODELS="$BENCH_MODELS" BENCH_STEPS=12 BENCH_ZERO=0 \
         BENCH_REPEATS=3 BENCH_COMPILE_REPEATS="$BENCH_COMPILE" BENCH_OUT="$work/bench" PYTHON="$PYTHON" \
         common/scripts/bench.sh || return 0
     dry || {

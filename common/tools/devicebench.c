@@ -100,7 +100,7 @@ static double median_seconds(const Buffers *b, Which which, int reps) {
     double *s = xcalloc((size_t)reps, sizeof(double));
     run_once(b, which, 1);
     for (int r = 0; r < reps; r++) {
-        Timer t;
+        Timer t = {0}; /* device.h: a timer starts zeroed (on CUDA, its events are created on first use) */
         timer_start(&t);
         run_once(b, which, r + 2);
         s[r] = timer_stop_ms(&t) * 1e-3;

@@ -14,9 +14,10 @@
  *                 reduce-scatter, all-gather       (n-1)/n
  *               busbw is comparable across ranks counts and with the
  *               hardware's link speed; algbw is not. */
+#include "agreement.h"
 #include "comm.h"
 #include "config.h"
-#include "csvlog.h"
+#include "run_dir.h"
 #include "device.h"
 #include "kernels.h"
 #include "ring.h"
@@ -85,7 +86,7 @@ int main(int argc, char **argv) {
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    /* Every rank reads its flags; the ranks then agree (comm_agree): a bad
+    /* Every rank reads its flags; the ranks then agree (ranks_agree, agreement.h): a bad
      * flag is printed once, and ranks given different flags never start. */
     opterr = 0;
     int opt, help = 0;
@@ -135,7 +136,7 @@ int main(int argc, char **argv) {
     config_record_add(&record, "--comm", "%s", transport);
     config_record_add(&record, "--out", "%s", out);
     record.flag_items = record.count;
-    if (comm_agree(trap.message[0] ? 2 : help, trap.message, &record)) {
+    if (ranks_agree(trap.message[0] ? 2 : help, trap.message, &record)) {
         log_info("usage: mpirun -np N 02_data_parallel/commbench [flags]\n"
                  "  --min-bytes SIZE    smallest message (default 1K)\n"
                  "  --max-bytes SIZE    largest message (default 256M)\n"

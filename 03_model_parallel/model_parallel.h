@@ -25,7 +25,7 @@
 #include "context_parallel.h"
 #include "comm.h"
 #include "config.h"
-#include "csvlog.h"
+#include "run_dir.h"
 #include "data.h"
 #include "harness.h"
 #include "mixed.h"

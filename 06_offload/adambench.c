@@ -37,7 +37,7 @@
  * threads, when PyTorch is importable, and compares. */
 #include "cpu_adam.h"
 #include "config.h"
-#include "csvlog.h"
+#include "run_dir.h"
 #include "device.h"
 #include "kernels.h"
 #include "util.h"

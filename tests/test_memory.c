@@ -23,7 +23,7 @@
  *   async_copy: host -> device on the copy stream, a kernel on the compute
  *     stream after an event, device -> host after another: the right bytes.
  * One line per check, PASS or FAIL; exit 0 when every check passes. */
-#include "csvlog.h"
+#include "run_csv.h"
 #include "device.h"
 #include "kernels.h"
 #include "layer_split.h"

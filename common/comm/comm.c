@@ -169,140 +169,6 @@ void comm_finalize(void) {
     MPI_Finalize();
 }
 
-/* ---- agreeing on the configuration ---- */
-
-/* What each rank tells rank 0 after checking its command line. */
-typedef struct {
-    int status; /* 0 ready, 1 --help, 2 a usage error */
-    char message[1024];
-    ConfigRecord record;
-} RankVerdict;
-
-/* Records are compared by name, not by position: a rank whose record has
- * an item the others lack (fp16 adds --loss-scale, a resumed run adds its
- * checkpoint) still gets the first flag that differs named, with the values.
- * Section FLAGS is items [0, flag_items), FILES the rest. */
-enum { FLAGS, FILES };
-
-/* Rank v's value of the item called `name` in a section, or "(none)". */
-static const char *item_value(const RankVerdict *v, int section, const char *name) {
-    const ConfigRecord *r = &v->record;
-    int from = section == FLAGS ? 0 : r->flag_items, to = section == FLAGS ? r->flag_items : r->count;
-    for (int i = from; i < to; i++)
-        if (strcmp(r->items[i].name, name) == 0) return r->items[i].value;
-    return "(none)";
-}
-
-/* "0", "1,3", "1-3": the ranks whose value of `name` is `value`. */
-static void ranks_with_value(const RankVerdict *all, int n, int section, const char *name, const char *value,
-                             char *out, size_t size) {
-    out[0] = '\0';
-    int run_start = -1;
-    for (int r = 0; r <= n; r++) {
-        int same = r < n && strcmp(item_value(&all[r], section, name), value) == 0;
-        if (same && run_start < 0) run_start = r;
-        if (!same && run_start >= 0) {
-            size_t used = strlen(out);
-            if (r - 1 == run_start)
-                snprintf(out + used, size - used, "%s%d", used ? "," : "", run_start);
-            else
-                snprintf(out + used, size - used, "%s%d-%d", used ? "," : "", run_start, r - 1);
-            run_start = -1;
-        }
-    }
-}
-
-/* The first item of a section (in rank 0's order, then the others') whose
- * value differs between ranks, as a message naming it, two of its values
- * and the ranks holding each; 0 when they all agree. */
-static int describe_difference(const RankVerdict *all, int n, int section, char *message, size_t size) {
-    for (int holder = 0; holder < n; holder++) {
-        const ConfigRecord *r = &all[holder].record;
-        int from = section == FLAGS ? 0 : r->flag_items, to = section == FLAGS ? r->flag_items : r->count;
-        for (int i = from; i < to; i++) {
-            const char *name = r->items[i].name, *value0 = item_value(&all[0], section, name);
-            int other = -1;
-            for (int k = 1; k < n && other < 0; k++)
-                if (strcmp(item_value(&all[k], section, name), value0) != 0) other = k;
-            if (other < 0) continue;
-            const char *value1 = item_value(&all[other], section, name);
-            char ranks0[128], ranks1[128];
-            ranks_with_value(all, n, section, name, value0, ranks0, sizeof ranks0);
-            ranks_with_value(all, n, section, name, value1, ranks1, sizeof ranks1);
-            snprintf(message, size,
-                     "the ranks disagree on %s: '%s' on rank%s %s, '%s' on rank%s %s (valid: the same flags "
-                     "and files on every rank)",
-                     name, value0, strpbrk(ranks0, ",-") ? "s" : "", ranks0, value1,
-                     strpbrk(ranks1, ",-") ? "s" : "", ranks1);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* Rank 0's verdict for the job: 0 run, else the exit code (message to print). */
-static int judge(const RankVerdict *all, int n, char *message, size_t size) {
-    int helps = 0, errors = 0, first_error = -1, same_error = 1;
-    for (int r = 0; r < n; r++) {
-        helps += all[r].status == 1;
-        if (all[r].status == 2) {
-            errors++;
-            if (first_error < 0) first_error = r;
-            same_error &= strcmp(all[r].message, all[first_error].message) == 0;
-        }
-    }
-    if (helps == n) return -1; /* print the help */
-    if (helps > 0) {
-        snprintf(message, size,
-                 "--help was given to %d of the %d ranks (valid: the same flags on every rank)", helps, n);
-        return EXIT_USAGE;
-    }
-    /* Flags first: an error that follows from a flag only some ranks got
-     * (a checkpoint with nothing left to do at --steps 3) is that flag's. */
-    int all_read = 1;
-    for (int r = 0; r < n; r++) all_read &= all[r].record.flag_items > 0;
-    if (all_read && describe_difference(all, n, FLAGS, message, size)) return EXIT_USAGE;
-    if (errors == n && same_error) {
-        snprintf(message, size, "%s", all[first_error].message);
-        return EXIT_USAGE;
-    }
-    if (errors) {
-        snprintf(message, size, "[rank %d] %.990s", first_error, all[first_error].message);
-        return EXIT_USAGE;
-    }
-    if (describe_difference(all, n, FILES, message, size)) return EXIT_USAGE;
-    return 0;
-}
-
-int comm_agree(int status, const char *message, const ConfigRecord *record) {
-    if (dry) { /* one rank: its own verdict */
-        if (status != 2) return status == 1;
-        fprintf(stderr, "error: %s\n", message);
-        exit(EXIT_USAGE);
-    }
-    RankVerdict *mine = xcalloc(1, sizeof *mine);
-    mine->status = status;
-    snprintf(mine->message, sizeof mine->message, "%s", message ? message : "");
-    if (record) mine->record = *record;
-    int n = world_group.size, rank = world_group.rank;
-    RankVerdict *all = rank == 0 ? xcalloc(n, sizeof *all) : NULL;
-    MPI_CHECK(MPI_Gather(mine, sizeof *mine, MPI_BYTE, all, sizeof *mine, MPI_BYTE, 0, MPI_COMM_WORLD));
-    struct {
-        int code;
-        char message[1024];
-    } verdict = {0, ""};
-    if (rank == 0) verdict.code = judge(all, n, verdict.message, sizeof verdict.message);
-    MPI_CHECK(MPI_Bcast(&verdict, sizeof verdict, MPI_BYTE, 0, MPI_COMM_WORLD));
-    free(all);
-    free(mine);
-    if (verdict.code <= 0) return verdict.code < 0;
-    if (rank == 0) fprintf(stderr, "error: %s\n", verdict.message);
-    fflush(stdout);
-    fflush(stderr);
-    MPI_Finalize();
-    exit(verdict.code);
-}
-
 CommGroup *comm_world(void) {
     return &world_group;
 }
@@ -980,6 +846,21 @@ double comm_allreduce_double(CommGroup *g, double value, int op_max) {
     MPI_CHECK(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, op_max ? MPI_MAX : MPI_SUM, g->mpi));
     op_end(entry);
     return result;
+}
+
+/* ---- start-up messages ---- */
+
+void comm_startup_gather(const void *mine, size_t bytes, void *all) {
+    if (dry) { /* a world of one voice: this rank's own */
+        memcpy(all, mine, bytes);
+        return;
+    }
+    MPI_CHECK(MPI_Gather(mine, mpi_count(bytes), MPI_BYTE, all, mpi_count(bytes), MPI_BYTE, 0, MPI_COMM_WORLD));
+}
+
+void comm_startup_broadcast(void *buf, size_t bytes) {
+    if (dry) return;
+    MPI_CHECK(MPI_Bcast(buf, mpi_count(bytes), MPI_BYTE, 0, MPI_COMM_WORLD));
 }
 
 void comm_gather_bytes(CommGroup *g, const void *send, size_t bytes, void *recv, int root) {

@@ -66,7 +66,6 @@
 #define COMM_H
 
 #include "model_config.h"
-#include "record.h"
 #include "device.h"
 
 #include <stddef.h>
@@ -120,21 +119,14 @@ void comm_finalize(void);
 void comm_init_dry(int world_size, int rank);
 int comm_dry(void); /* 1 after comm_init_dry */
 
-/* The ranks' agreement before any collective of training (config_parse_ranks,
- * preflight.h, and commbench with its own command line): every rank says how
- * its checks went and sends its configuration record (record.h) to rank 0.
- * When they all pass and the records are equal, the run goes on. Otherwise
- * rank 0 prints one message and every rank leaves through MPI_Finalize:
- * --help (exit 0), the same error on every rank (exit 2, printed once), an
- * error on some ranks (exit 2, the first such rank named), or records that
- * differ (exit 2, naming the first flag or file that differs, its values and
- * which ranks have them). Items are matched by name, so a flag only some
- * ranks record (fp16's --loss-scale) is named like any other, as "(none)"
- * where absent.
- * status 0 ready, 1 --help, 2 a usage error (message); record may be NULL.
- * Returns 1 when every rank asked for --help (rank 0 prints it, then all call
- * comm_finalize), 0 to go on; any disagreement or error ends the job as above. */
-int comm_agree(int status, const char *message, const ConfigRecord *record);
+/* Start-up messages on the world, before any training traffic (the ranks'
+ * agreement on their configuration, agreement.h): plain MPI, outside the byte
+ * ledger and the flight recorder. Gather `bytes` from every rank into `all`
+ * (world size x bytes) on rank 0; broadcast rank 0's `buf` to every rank. In
+ * a dry run the world has one voice, this rank's: the gather copies its own,
+ * the broadcast keeps what it holds. */
+void comm_startup_gather(const void *mine, size_t bytes, void *all);
+void comm_startup_broadcast(void *buf, size_t bytes);
 
 CommGroup *comm_world(void);
 int comm_rank(const CommGroup *g);
@@ -218,7 +210,7 @@ void comm_gather_bytes(CommGroup *g, const void *send, size_t bytes, void *recv,
 void comm_barrier(CommGroup *g);
 
 /* values[0..count) := their maximum over g's ranks (host memory): the
- * slowest rank's times of a step (step_times_slowest, csvlog.h). */
+ * slowest rank's times of a step (step_times_slowest, run_csv.h). */
 void comm_max_doubles(CommGroup *g, double *values, int count);
 
 /* Bytes this rank has sent through the collectives and point-to-point calls. */

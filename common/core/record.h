@@ -2,7 +2,7 @@
  *
  * A run's configuration record (config.h fills it) lists every flag with its
  * value, the identity of every file the run reads and the build. Ranks compare
- * theirs before any collective of training (comm.h's comm_agree), a run
+ * theirs before any collective of training (agreement.h's ranks_agree), a run
  * directory records the one that wrote it (run-info.txt), and a checkpoint's
  * resume is checked against it. Here it is only a list, so the layers that
  * compare or store it need nothing of the command line. */

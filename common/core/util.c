@@ -548,6 +548,45 @@ int fault_replica_rank(void) {
 
 /* ---- parsing a flag's value ---- */
 
+int parse_bytes(const char *text, size_t *out) {
+    errno = 0;
+    char *end;
+    double value = strtod(text, &end);
+    if (end == text || errno || value < 0) return -1;
+    double mult = 1.0;
+    switch (*end) {
+    case 'k':
+    case 'K':
+        mult = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mult = 1024.0 * 1024.0;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mult = 1024.0 * 1024.0 * 1024.0;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mult = 1024.0 * 1024.0 * 1024.0 * 1024.0;
+        end++;
+        break;
+    default:
+        break;
+    }
+    if (*end == 'i' || *end == 'I') end++; /* accept KiB-style too */
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end != '\0') return -1;
+    double bytes = value * mult;
+    if (bytes > 9.0e18) return -1;
+    *out = (size_t)bytes;
+    return 0;
+}
+
 long parse_int_flag(const char *flag, const char *value, long lo, long hi) {
     errno = 0;
     char *end;

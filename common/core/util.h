@@ -200,6 +200,10 @@ const char *fault_save_directory(const char *dir);
 }
 #endif
 
+/* Parse sizes such as "512", "64K", "1.5G" (binary multiples). Returns 0 on
+ * success, -1 when the text is not a size. */
+int parse_bytes(const char *text, size_t *out);
+
 /* Parsing a flag's value (config.c's rows, a chapter's own text flags such as
  * --split): the value, or the end of the program with a message naming the
  * flag and its valid range. */

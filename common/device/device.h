@@ -202,10 +202,6 @@ double timer_stop_ms(Timer *t); /* waits for the device; returns elapsed ms */
 void profile_step_begin(int step);
 void profile_step_end(int step);
 
-/* Parse sizes such as "512", "64K", "1.5G" (binary multiples). Returns 0 on
- * success, -1 when the text is not a size. */
-int parse_bytes(const char *text, size_t *out);
-
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,7 @@
 /* checkpoint.c: see checkpoint.h. */
 #include "checkpoint.h"
 
-#include "csvlog.h"
+#include "run_dir.h"
 #include "device.h"
 #include "util.h"
 

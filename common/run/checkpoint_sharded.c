@@ -1,7 +1,7 @@
 /* checkpoint_sharded.c: see checkpoint_sharded.h. */
 #include "checkpoint_sharded.h"
 
-#include "csvlog.h"
+#include "run_dir.h"
 #include "util.h"
 
 #include <errno.h>

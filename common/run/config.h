@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* What a run does with --out when it already holds files (see csvlog.h). */
+/* What a run does with --out when it already holds files (see run_dir.h). */
 typedef enum { OUT_NEW, OUT_REPLACE, OUT_APPEND } OutMode;
 
 typedef struct {

@@ -1,7 +1,7 @@
 /* dry_work.c: see dry_work.h. */
 #include "dry_work.h"
 
-#include "csvlog.h"
+#include "run_dir.h"
 #include "work_ledger.h"
 
 void dry_work_csv_write(const char *dir) {

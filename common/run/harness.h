@@ -22,7 +22,7 @@
  *                   "complete", the closing line
  *   run_end         teardown: the data, the device, MPI
  *
- * steps.csv's columns: the shared ones (csvlog.h), then the chapter's own
+ * steps.csv's columns: the shared ones (run_csv.h), then the chapter's own
  * (RunSpec.columns, values in RunStep.columns), then bytes_sent and
  * comm_busy_ms for the chapters that report them, then loss_scale,skipped in
  * 16-bit runs. Every chapter writes the same rows the same way.
@@ -45,7 +45,8 @@
 #include "checkpoint.h"
 #include "comm.h"
 #include "config.h"
-#include "csvlog.h"
+#include "progress.h"
+#include "run_csv.h"
 #include "data.h"
 #include "device.h"
 #include "mixed.h"

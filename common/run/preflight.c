@@ -2,7 +2,7 @@
 #include "preflight.h"
 
 #include "checkpoint.h"
-#include "csvlog.h"
+#include "run_dir.h"
 #include "data.h"
 #include "model.h"
 #include "param_table.h"

@@ -25,10 +25,10 @@ void config_parse(Config *cfg, int argc, char **argv, const char *program, const
 int config_parse_and_check(Config *cfg, int argc, char **argv, const char *program,
                            const ChapterFlags *chapter);
 /* config_parse for a job of many ranks: every rank reads and checks its own
- * command line and files, then the ranks agree (comm_agree, comm.h) before
+ * command line and files, then the ranks agree (ranks_agree, agreement.h) before
  * any collective of training. When they all pass and their configuration
  * records are equal, the run goes on and the watchdog starts (--timeout);
- * otherwise comm_agree ends the job with one message. (preflight_ranks.c,
+ * otherwise ranks_agree ends the job with one message. (preflight_ranks.c,
  * linked by the programs that use MPI.) */
 void config_parse_ranks(Config *cfg, int argc, char **argv, const char *program, const char *summary,
                         const ChapterFlags *chapter);

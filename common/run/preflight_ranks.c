@@ -1,5 +1,6 @@
 /* preflight_ranks.c: config_parse_ranks (preflight.h), the pre-flight of a
  * job of many ranks: each rank's own checks, then their agreement. */
+#include "agreement.h"
 #include "comm.h"
 #include "preflight.h"
 #include "util.h"
@@ -18,7 +19,7 @@ void config_parse_ranks(Config *cfg, int argc, char **argv, const char *program,
     else
         status = 2;
     usage_trap_disarm();
-    if (comm_agree(status, trap.message, &cfg->record)) {
+    if (ranks_agree(status, trap.message, &cfg->record)) {
         if (comm_rank(comm_world()) == 0) config_print_help(program, summary, chapter);
         comm_finalize();
         exit(0);

@@ -1,7 +1,7 @@
 /* timeline.c: see timeline.h. */
 #include "timeline.h"
 
-#include "csvlog.h"
+#include "run_dir.h"
 #include "util.h"
 
 #include <errno.h>

@@ -13,7 +13,7 @@
  * memcpy and the AdamW the CPU kernel's, so the same program checks itself on
  * any machine (tests/plan_time.bats); on a GPU the copies go through the copy
  * engines, as chapter 06's offload copies do. */
-#include "csvlog.h"
+#include "stats.h"
 #include "device.h"
 #include "kernels.h"
 #include "util.h"

@@ -47,7 +47,7 @@
  * --virtual: 04; --dp above 1: 02; else 01) or --chapter. Exit status 2 on
  * bad input, with one line naming the flag. */
 #include "config.h"
-#include "csvlog.h"
+#include "run_csv.h"
 #include "device.h"
 #include "model.h"
 #include "param_table.h"

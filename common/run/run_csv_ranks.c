@@ -1,7 +1,7 @@
-/* csvlog_ranks.c: the logs of a job of many ranks (csvlog.h): the slowest
+/* run_csv_ranks.c: the CSVs of a job of many ranks (run_csv.h): the slowest
  * rank's times of a step, and memory.csv with every rank's peaks. */
 #include "comm.h"
-#include "csvlog.h"
+#include "run_csv.h"
 #include "device.h"
 #include "util.h"
 #include "watchdog.h"

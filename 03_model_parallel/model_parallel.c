@@ -5,6 +5,7 @@
 #include "evaluate.h"
 #include "layer_split.h"
 #include "layout_rules.h"
+#include "optimizer_agree.h"
 #include "util.h"
 
 #include <stdint.h>

@@ -3,6 +3,7 @@
 
 #include "device.h"
 #include "kernels.h"
+#include "optimizer_agree.h"
 #include "util.h"
 
 #include <stdio.h>

@@ -5,6 +5,7 @@
 #include "evaluate.h"
 #include "kernels.h"
 #include "layer_split.h"
+#include "optimizer_agree.h"
 #include "util.h"
 #include "work_ledger.h"
 

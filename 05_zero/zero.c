@@ -4,6 +4,7 @@
 #include "device.h"
 #include "evaluate.h"
 #include "kernels.h"
+#include "optimizer_agree.h"
 #include "util.h"
 #include "work_ledger.h"
 

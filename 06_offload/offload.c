@@ -3,6 +3,7 @@
 
 #include "cpu_adam.h"
 #include "kernels.h"
+#include "optimizer_agree.h"
 #include "util.h"
 #include "work_ledger.h"
 #include "zero.h"

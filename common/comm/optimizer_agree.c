@@ -1,7 +1,5 @@
-/* optimizer_agree.c: the agreement of the gradient norm across ranks
- * (optimizer_step.h, stage 2). Apart from optimizer_step.c because it needs
- * MPI, which chapter 01 does not link. */
-#include "optimizer_step.h"
+/* optimizer_agree.c: see optimizer_agree.h. */
+#include "optimizer_agree.h"
 
 #include "comm.h"
 

@@ -44,8 +44,9 @@
  * the agreed sharded sum; a single whole buffer is one sum_squares call.
  *
  * The sum over ranks needs MPI, which chapter 01 does not link: it lives in
- * optimizer_agree.c (an MPI source), reached through GradShards.agree, which
- * is NULL where one process holds everything. */
+ * the comm layer (optimizer_agree.h, an MPI source), reached through
+ * GradShards.agree, which is NULL where one process holds everything: the
+ * model layer calls no communication itself. */
 #ifndef OPTIMIZER_STEP_H
 #define OPTIMIZER_STEP_H
 
@@ -67,8 +68,8 @@ typedef struct {
 } GradSpan;
 
 typedef struct GradShards GradShards;
-/* How the ranks agree on the squared norm: optimizer_agree.c's
- * grad_norm_agree, or NULL on one process (the sum is sharded + replicated). */
+/* How the ranks agree on the squared norm: the comm layer's grad_norm_agree
+ * (optimizer_agree.h), or NULL on one process (the sum is sharded + replicated). */
 typedef double (*GradNormAgree)(const GradShards *g, double sharded, double replicated);
 
 struct GradShards {
@@ -116,10 +117,5 @@ StepDecision optimizer_decide(const GradShards *g, LossScaler *ls, float clip, i
  * update (06_offload) take optimizer_decide's decision to their own apply. */
 int optimizer_step(GPT *model, MixedModel *mm, AdamW *opt, LossScaler *ls, const GradShards *g,
                    const OptimHyper *h, int step, double *grad_norm);
-
-/* optimizer_agree.c (MPI): the sharded sums added over g->sum_group, plus
- * the replicated sum; then, if any rank of g->agree_group (or of the sum)
- * has a sum that is not finite, INFINITY on every one. */
-double grad_norm_agree(const GradShards *g, double sharded, double replicated);
 
 #endif

@@ -124,7 +124,8 @@ static const Flag common_flags[] = {
      .record = FLAG_RECORDED_IN_FP16},
     {.type = FLAG_SECTION, .help = "data and output"},
     {"--data", FLAG_PATH, FIELD(Config, data), .usage = "--data FILE",
-     .help = "training text, read as bytes (default: course.md, shipped)"},
+     .help = "training text, read as bytes, or an llm.c token shard (common/tokenize) (default: course.md, "
+             "shipped)"},
     {"--out", FLAG_PATH, FIELD(Config, out), .usage = "--out DIR", /* default: runs/<chapter folder> */
      .help = "where steps.csv, memory.csv and run.csv go (default {default}); a directory\n"
              "holding another run's files is refused unless --overwrite"},

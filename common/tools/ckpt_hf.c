@@ -17,13 +17,13 @@
  * config.json says the shape (n_layer, n_embd, n_head, n_positions,
  * vocab_size) and the function's choices; an import refuses, in one line,
  * any choice the course's GPT does not make (another activation or epsilon,
- * a hidden width other than 4C, attention scaled otherwise, tied weights).
+ * a hidden width other than 4C, attention scaled otherwise).
  *
  * Tied weights: GPT-2 itself reads its head from wte (tie_word_embeddings,
  * true unless the config says false), and its model.safetensors then has no
  * lm_head.weight. hf_tied() answers from the checkpoint's header (a tied one
- * exports no lm_head.weight); an import of tied weights is still refused with
- * the reason. */
+ * exports no lm_head.weight); a tied import is a tied checkpoint (trained
+ * with --tie-embeddings), reading no lm_head.weight even where a file has one. */
 #include "ckpt_hf.h"
 
 #include "checkpoint.h"
@@ -537,14 +537,12 @@ static void check_hf_config(const HfConfig *c, const char *path) {
     if (c->cross_attention)
         fatal(EXIT_USAGE, "import-hf: %s: add_cross_attention true: the course's GPT has none (valid: false)",
               path);
-    if (c->tied)
-        fatal(EXIT_USAGE,
-              "import-hf: %s: tied weights (tie_word_embeddings %s): the head reads wte, and the course's "
-              "checkpoints hold an untied lm_head only (valid: tie_word_embeddings false, with its own "
-              "lm_head.weight)",
-              path, "true, GPT2Config's default when absent");
-    ModelConfig m = {
-        .layers = c->layers, .dmodel = c->dmodel, .heads = c->heads, .seq = c->positions, .vocab = c->vocab};
+    ModelConfig m = {.layers = c->layers,
+                     .dmodel = c->dmodel,
+                     .heads = c->heads,
+                     .seq = c->positions,
+                     .vocab = c->vocab,
+                     .tied = c->tied};
     const char *problem = model_config_problem(&m);
     if (problem) fatal(EXIT_USAGE, "import-hf: %s: a model the course cannot build: %s", path, problem);
 }
@@ -711,10 +709,11 @@ void hf_import(const char *dir, const char *out) {
     snprintf(num[0], 16, "%d", c.layers), snprintf(num[1], 16, "%d", c.dmodel),
         snprintf(num[2], 16, "%d", c.heads);
     snprintf(num[3], 16, "%d", c.positions), snprintf(num[4], 16, "%d", c.vocab);
-    char *argv[] = {"common/ckpt", "--layers", num[0],    "--dmodel", num[1],   "--heads",   num[2],
-                    "--seq",       num[3],     "--vocab", num[4],     "--save", (char *)out, NULL};
+    char *argv[] = {"common/ckpt", "--layers", num[0],      "--dmodel",          num[1], "--heads",
+                    num[2],        "--seq",    num[3],      "--vocab",           num[4], "--save",
+                    (char *)out,   c.tied ? "--tie-embeddings" : NULL, NULL};
     static Config cfg; /* large */
-    config_read(&cfg, COUNT(argv) - 1, argv, "common/ckpt", NULL);
+    config_read(&cfg, c.tied ? COUNT(argv) - 1 : COUNT(argv) - 2, argv, "common/ckpt", NULL);
     checkpoint_check_save_path(&cfg);
 
     int fd = open(model_path, O_RDONLY);
@@ -748,6 +747,10 @@ void hf_import(const char *dir, const char *out) {
         found->used = 1;
         import_tensor(t, found, fd, data_at, c.vocab, arrays[CKPT_PARAMS], model_path);
     }
+    /* Tied: the head is wte. A file may still hold lm_head.weight (transformers ties it to wte
+     * after loading, whatever it holds), so it is not read, as transformers does not read it. */
+    for (int k = 0; k < count; k++)
+        if (c.tied && strcmp(entries[k].name, "lm_head.weight") == 0) entries[k].used = 1;
     for (int k = 0; k < count; k++)
         if (!entries[k].used && !is_mask_buffer(entries[k].name))
             fatal(EXIT_USAGE,
@@ -765,9 +768,9 @@ void hf_import(const char *dir, const char *out) {
     CkptState state = ckpt_state(0, 0, cfg.seed, NULL);
     uint64_t checksum = checkpoint_write(&cfg, &layout, &state);
     printf("imported %d tensors (%zu parameters) of %s into %s (step 0, checksum %016llx); train it with "
-           "--layers %d --dmodel %d --heads %d --seq %d --vocab %d --resume %s\n",
+           "--layers %d --dmodel %d --heads %d --seq %d --vocab %d%s --resume %s\n",
            table.num_tensors, table.num_params, dir, out, (unsigned long long)checksum, c.layers, c.dmodel,
-           c.heads, c.positions, c.vocab, out);
+           c.heads, c.positions, c.vocab, c.tied ? " --tie-embeddings" : "", out);
     ckpt_layout_free(&layout);
     param_table_free(&table);
     for (int a = 0; a < CKPT_ARRAYS; a++) free(arrays[a]);

@@ -39,24 +39,67 @@ static size_t held_offset(const MixedModel *mm, int unit) {
     return table_unit(&mm->model->table, unit)->offset - mm->model->param_first;
 }
 
+/* ---- tied embeddings (MixedModel.tied_wte) ---- */
+
+/* wte: the tensor, and where it starts in its unit (the embedding). */
+static const ParamTensor *wte_of(const GPT *m, size_t *in_unit) {
+    for (int i = 0; i < m->table.num_tensors; i++) {
+        const ParamTensor *t = &m->table.tensors[i];
+        if (t->layer == LAYER_EMBEDDING && t->kind == EMBEDDING_WTE) {
+            *in_unit = t->offset - table_unit(&m->table, LAYER_EMBEDDING)->offset;
+            return t;
+        }
+    }
+    fatal(EXIT_RUNTIME, "mixed: the table has no wte");
+}
+
+static int is_head(const MixedModel *mm, int unit) {
+    return mm->tied_wte && unit == mm->model->cfg.layers;
+}
+
+/* The head's unit is in: bind wte, converted from the embedding's 16-bit
+ * weights, as the head's matrix (and its gradient, from zero, for a backward). */
+static void tied_head_in(MixedModel *mm, int with_grads) {
+    size_t at;
+    const ParamTensor *t = wte_of(mm->model, &at);
+    ops()->cast_from_half(mm->tied_wte, mm->params + held_offset(mm, LAYER_EMBEDDING) + at, t->numel, mm->format);
+    if (with_grads) ops()->fill_zero(mm->tied_dwte, t->numel);
+    mm->model->w.lm_head = mm->tied_wte;
+    mm->model->g.lm_head = with_grads ? mm->tied_dwte : NULL;
+}
+
+static void tied_head_out(MixedModel *mm) {
+    mm->model->w.lm_head = NULL;
+    mm->model->g.lm_head = NULL;
+}
+
 static void before_forward(int unit, void *context) {
     MixedModel *mm = context;
     mixed_unit_in(mm, unit, mm->params + held_offset(mm, unit), 0);
+    if (is_head(mm, unit)) tied_head_in(mm, 0);
 }
 
 static void before_backward(int unit, void *context) {
     MixedModel *mm = context;
     mixed_unit_in(mm, unit, mm->params + held_offset(mm, unit), 1);
+    if (is_head(mm, unit)) tied_head_in(mm, 1);
+    if (mm->tied_wte && unit == LAYER_EMBEDDING) { /* the head's gradient of wte, before the lookups' */
+        size_t at;
+        const ParamTensor *t = wte_of(mm->model, &at);
+        ops()->residual_forward(mm->unit_grads + at, mm->unit_grads + at, mm->tied_dwte, t->numel);
+    }
 }
 
 /* Unbound between its calls: a unit read without its conversion fails loudly. */
 static void after_forward(int unit, void *context) {
     mixed_unit_out(context, unit, NULL);
+    if (is_head(context, unit)) tied_head_out(context);
 }
 
 static void after_backward(int unit, void *context) {
     MixedModel *mm = context;
     mixed_unit_out(mm, unit, mm->grads + held_offset(mm, unit));
+    if (is_head(mm, unit)) tied_head_out(mm);
 }
 
 /* model (its table built, no storage bound) as units first_unit..last_unit,
@@ -86,6 +129,11 @@ static void units_workspaces(MixedModel *mm) {
     size_t largest = table_largest_unit(&model->table, model->first_unit, model->last_unit);
     mm->unit_params = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit weights (fp32)");
     mm->unit_grads = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit gradients (fp32)");
+    if (model->cfg.tied && model->first_unit == LAYER_EMBEDDING && model->last_unit == model->cfg.layers) {
+        size_t at, numel = wte_of(model, &at)->numel;
+        mm->tied_wte = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, numel * sizeof(float), "tied head's wte (fp32)");
+        mm->tied_dwte = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, numel * sizeof(float), "tied head's dwte (fp32)");
+    }
 }
 
 void mixed_units_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, HalfFormat format) {
@@ -157,6 +205,8 @@ void mixed_destroy(MixedModel *mm) {
     mem_free(mm->master);
     mem_free(mm->unit_params);
     mem_free(mm->unit_grads);
+    mem_free(mm->tied_wte);
+    mem_free(mm->tied_dwte);
     free(mm->unit_at);
     if (mm->model) mm->model->storage = NULL;
     memset(mm, 0, sizeof *mm);

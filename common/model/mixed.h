@@ -83,6 +83,13 @@ typedef struct {
     UnitHooks storage;  /* model->storage: convert and bind a unit, add its gradients back */
     size_t *unit_at;    /* mixed_create_chunks: per unit u (at u + 1), where its elements start in
                            the held buffers; NULL: one run of units from model->param_first */
+    /* --tie-embeddings with the embedding and the head in one range: the head
+     * reads wte, the embedding unit's, which is not bound while the head's unit
+     * is. The head gets wte in fp32 of its own (tied_wte), and its gradient of
+     * wte (tied_dwte) waits for the embedding's backward, which starts from it:
+     * the head's contribution first, then the lookups', as in fp32. NULL when
+     * the weights are not tied. Device, CAT_WORKSPACE, wte's size each. */
+    float *tied_wte, *tied_dwte;
 } MixedModel;
 
 /* The 16-bit format of a precision other than fp32. */

@@ -138,10 +138,11 @@ samples_of() {
                   if (in_known && !in_old) print }'
 }
 
-# try CHAPTER NP SAMPLE: runs the chapter's train with FLAGS and SAMPLE on
-# NP ranks (a dry run or --help alone); sets status, and stderr's error lines.
+# try CHAPTER NP SAMPLE RESULT: runs the chapter's train with FLAGS and SAMPLE
+# on NP ranks (a dry run or --help alone); writes its exit status to
+# RESULT.status and its stderr to RESULT.stderr.
 try() {
-    local chapter="$1" np="$2" sample="$3" out
+    local chapter="$1" np="$2" sample="$3" result="$4" out status
     out="$(mktemp -d "$BATS_TEST_TMPDIR/run.XXXXXX")"
     sample="${sample//@CK@/$BATS_FILE_TMPDIR/ck}"
     sample="${sample//@CORPUS@/$BATS_FILE_TMPDIR/corpus.txt}"
@@ -149,12 +150,39 @@ try() {
     sample="${sample//@NP@/$np}"
     local cmd=("$REPO/$chapter/train" $FLAGS --data "$BATS_FILE_TMPDIR/corpus.txt" --out "$out/run" $sample)
     if [ "$np" = 1 ] || [[ " $sample " == *" --dry-run "* || " $sample " == *" --help "* ]]; then
-        timeout 120 "${cmd[@]}" </dev/null >/dev/null 2>"$out/stderr" && status=0 || status=$?
+        timeout 120 "${cmd[@]}" </dev/null >/dev/null 2>"$result.stderr" && status=0 || status=$?
     else
         timeout 120 bash -c "$(declare -f mpirun_np); mpirun_np $np \"\$@\"" _ "${cmd[@]}" </dev/null \
-            >/dev/null 2>"$out/stderr" && status=0 || status=$?
+            >/dev/null 2>"$result.stderr" && status=0 || status=$?
     fi
-    errors="$(grep "^error:" "$out/stderr" || true)"
+    echo "$status" >"$result.status"
+}
+
+# try_all CHAPTER NP: runs each distinct sample of $BATS_TEST_TMPDIR/samples
+# (one a line) once, RUNS at a time, into $BATS_TEST_TMPDIR/result.N for the
+# sample on line N. Most of a run's time is its start-up (mpirun, MPI_Init,
+# the ranks meeting), which waits more than it computes: two runs at a time
+# take about two thirds of the time of one after the other, on two cores.
+RUNS=2
+try_all() {
+    local chapter="$1" np="$2" sample n=0 running=0 first
+    declare -A first_line=()
+    while IFS= read -r sample; do
+        n=$((n + 1))
+        if [ -n "${first_line[$sample]:-}" ]; then continue; fi
+        first_line[$sample]=$n
+        try "$chapter" "$np" "$sample" "$BATS_TEST_TMPDIR/result.$n" &
+        running=$((running + 1))
+        if [ "$running" -ge "$RUNS" ]; then wait -n || true; running=$((running - 1)); fi
+    done <"$BATS_TEST_TMPDIR/samples"
+    wait
+    n=0 # a sample met again has the result of its first run
+    while IFS= read -r sample; do
+        n=$((n + 1))
+        first="${first_line[$sample]}"
+        [ "$first" = "$n" ] || for f in status stderr; do
+            cp "$BATS_TEST_TMPDIR/result.$first.$f" "$BATS_TEST_TMPDIR/result.$n.$f"; done
+    done <"$BATS_TEST_TMPDIR/samples"
 }
 
 # walk CHAPTER NP KNOWN [OLD]: every sample (samples_of KNOWN OLD) of every
@@ -163,7 +191,10 @@ try() {
 # where REFUSALS says so, with the reason REFUSALS names. Prints every other
 # outcome, and a flag without a sample, and fails after the whole walk.
 walk() {
-    local chapter="$1" np="$2" known="$3" old="${4:-}" flag sample expected bad=0 walked=0 flags=0
+    local chapter="$1" np="$2" known="$3" old="${4:-}" flag sample expected bad=0 walked=0 flags=0 n=0
+    local d="$BATS_TEST_TMPDIR"
+    : >"$d/samples"
+    : >"$d/sample_flags"
     while IFS= read -r flag; do
         flags=$((flags + 1))
         if ! echo "$SAMPLES" | awk -v f="$flag" '$1 == f { found = 1 } END { exit !found }'; then
@@ -171,19 +202,26 @@ walk() {
             bad=1
         fi
         while IFS= read -r sample; do
-            walked=$((walked + 1))
-            try "$chapter" "$np" "$sample"
-            expected="$(echo "$REFUSALS" | awk -F' [|] ' -v c="$chapter" -v s="$sample" '$1 == c && $2 == s { print $3 }')"
-            if [ -z "$expected" ] && [ "$status" = 0 ]; then
-                echo "$flag" >>"$BATS_TEST_TMPDIR/ran.$chapter"
-                continue
-            fi
-            if [ -n "$expected" ] && [ "$status" = 2 ] && [ "$(echo "$errors" | grep -c .)" = 1 ] &&
-                [[ "$errors" == *"$expected"* ]]; then continue; fi
-            echo "$chapter $sample: status $status, expected ${expected:+refusal \"$expected\"}${expected:-a run}: $errors"
-            bad=1
+            echo "$sample" >>"$d/samples"
+            echo "$flag" >>"$d/sample_flags"
         done < <(samples_of "$flag" "$known" "$old")
     done <"$known"
+    try_all "$chapter" "$np"
+    while IFS= read -r sample && IFS= read -r flag <&4; do
+        walked=$((walked + 1))
+        status="$(cat "$d/result.$walked.status")"
+        errors="$(grep "^error:" "$d/result.$walked.stderr" || true)"
+        expected="$(echo "$REFUSALS" | awk -F' [|] ' -v c="$chapter" -v s="$sample" '$1 == c && $2 == s { print $3 }')"
+        if [ -z "$expected" ] && [ "$status" = 0 ]; then
+            echo "$flag" >>"$d/ran.$chapter"
+            continue
+        fi
+        if [ -n "$expected" ] && [ "$status" = 2 ] && [ "$(echo "$errors" | grep -c .)" = 1 ] &&
+            [[ "$errors" == *"$expected"* ]]; then continue; fi
+        echo "$chapter $sample: status $status, expected ${expected:+refusal \"$expected\"}${expected:-a run}: $errors"
+        bad=1
+    done <"$d/samples" 4<"$d/sample_flags"
+    rm -f "$d"/result.*
     [ "$walked" -gt 0 ] && [ "$flags" = "$(grep -c . "$known")" ] || { echo "walked $walked samples of $flags flags"; bad=1; }
     return $bad
 }

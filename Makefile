@@ -15,7 +15,7 @@ OPT ?= -O3 -march=x86-64-v2
 # loops that call sqrtf (AdamW); neither changes a result.
 # common/ is layered (common/README.md): core < device < kernels < model < comm < run. Every
 # layer's folder is on the include path, so a file names a header by its name alone;
-# tests/layers.bats keeps each include pointing down the layers.
+# tests/library/layers.bats keeps each include pointing down the layers.
 COMMON_LAYERS := core device kernels model comm run
 COMMON_INCLUDES := $(COMMON_LAYERS:%=-Icommon/%)
 CFLAGS := $(OPT) -g -std=gnu11 -fopenmp -fno-trapping-math -fno-math-errno -Wall -Wextra -Werror $(COMMON_INCLUDES) -MMD -MP
@@ -194,7 +194,7 @@ $(BUILD)/tests/test_tensor_parallel: $(BUILD)/03_model_parallel/tensor_parallel.
 02_data_parallel/commbench $(BUILD)/tests/test_comm: $(BUILD)/02_data_parallel/ring.o $(BUILD)/02_data_parallel/bucketed.o
 $(BUILD)/tests/test_comm.o: CFLAGS += -I02_data_parallel
 $(BUILD)/tests/test_schedule: $(BUILD)/04_pipeline/schedule.o
-# common/plan's time from dry runs' dry-work.csv, on files (tests/plan_work.bats)
+# common/plan's time from dry runs' dry-work.csv, on files (tests/tools/plan_work.bats)
 $(BUILD)/tests/test_plan_work: $(BUILD)/common/tools/plan_work.o $(BUILD)/common/tools/plan_machine.o
 $(BUILD)/tests/test_plan_work.o: CFLAGS += -Icommon/tools
 # Chapter 06's CPU AdamW: its vector paths equal the kernel table's AdamW bit for bit only
@@ -211,13 +211,16 @@ $(TEST_PROGRAMS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBCOMMON)
 deps:
 	@common/scripts/install-deps.sh
 
+# The suite, by what each folder holds up (README.md, "Tests and benchmarks"); tests/grade
+# holds the exercises' graders, which `make grade` runs.
+TEST_GROUPS := tests/library tests/chapters tests/robustness tests/tools
 test: deps
 	@$(MAKE) --no-print-directory all
-	@bats tests
+	@bats $(TEST_GROUPS)
 
 test-gpu: deps
 	@$(MAKE) --no-print-directory all
-	@REQUIRE_GPU=1 bats tests/parity.bats
+	@REQUIRE_GPU=1 bats tests/library/parity.bats
 
 # Everything only a GPU can check (common/scripts/gpu_check.sh says what and why), without
 # install-deps.sh: it runs offline on a lent GPU machine. Refuses at once, before
@@ -228,7 +231,7 @@ gpu-check:
 	@common/scripts/gpu_check.sh
 
 # common/tokenize token for token against tiktoken: GPT-2's vocabulary fetched and verified
-# (get-gpt2-vocab.sh), tiktoken installed into a virtual environment that tests/tokenizer.bats
+# (get-gpt2-vocab.sh), tiktoken installed into a virtual environment that tests/tools/tokenizer.bats
 # uses too when it is there.
 TIKTOKEN_VENV := $(BUILD)/venv-tiktoken
 tokenizer-check:
@@ -238,16 +241,16 @@ tokenizer-check:
 	@$(TIKTOKEN_VENV)/bin/python -c 'import tiktoken' 2>/dev/null || $(TIKTOKEN_VENV)/bin/pip install --quiet tiktoken
 	@$(TIKTOKEN_VENV)/bin/python tests/tiktoken_check.py vocab/gpt2
 
-# common/ckpt export --format hf and import-hf against transformers itself (tests/interop.bats:
+# common/ckpt export --format hf and import-hf against transformers itself (tests/tools/interop.bats:
 # the same logits both ways, an imported save_pretrained model trains in 01 and 04): torch and
-# transformers installed into a virtual environment, which tests/interop.bats uses too when it is there.
+# transformers installed into a virtual environment, which tests/tools/interop.bats uses too when it is there.
 INTEROP_VENV := $(BUILD)/venv-interop
 interop:
 	@$(MAKE) --no-print-directory all
 	@test -x $(INTEROP_VENV)/bin/python || python3 -m venv $(INTEROP_VENV)
 	@$(INTEROP_VENV)/bin/python -c 'import torch, transformers' 2>/dev/null || \
 		$(INTEROP_VENV)/bin/pip install --quiet torch transformers
-	@bats tests/interop.bats
+	@bats tests/tools/interop.bats
 
 demo: deps
 	@$(MAKE) --no-print-directory all

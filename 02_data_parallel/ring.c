@@ -75,7 +75,7 @@ void ring_allreduce_typed(CommGroup *g, void *buf, size_t count, CommDtype type,
         comm_sendrecv_typed(g, element(buf, send_lo, type), send_hi - send_lo, right, chunk_in,
                             recv_hi - recv_lo, left, type, RING_TAG);
         add_chunk(element(buf, recv_lo, type), chunk_in, widened, recv_hi - recv_lo, type);
-        fault_point("ring"); /* tests/faults.bats can kill a rank here, mid-ring (util.h) */
+        fault_point("ring"); /* tests/robustness/faults.bats can kill a rank here, mid-ring (util.h) */
     }
     /* Rank r now holds the complete sum of chunk r+1. All-gather: at step s,
      * send chunk r+1-s (complete) and receive chunk r-s in place. */

@@ -25,7 +25,7 @@
  * (the file is compiled with -ffp-contract=off: an FMA rounds once where
  * the reference rounds twice). The 16-bit write-back rounds as half.h does
  * (to nearest even, NaN quiet, Inf past the range), so it equals the kernel
- * table's adamw_update_half given the same gradients. tests/cpu_adam.bats
+ * table's adamw_update_half given the same gradients. tests/chapters/cpu_adam.bats
  * checks every path this CPU supports, bit for bit. (This holds with the
  * Makefile's flags, which give the kernel table no FMA either; built with
  * OPT=-march=native, gcc may fuse the kernel table's own loop, and the two

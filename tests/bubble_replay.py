@@ -1,5 +1,5 @@
 """bubble_replay.py: pipeline_bubble.replay_bubble, the bubble of a schedule replayed at given
-times, against independent references (tests/pipeline_schedule.bats runs it):
+times, against independent references (tests/chapters/pipeline_schedule.bats runs it):
 
   python3 tests/bubble_replay.py TEST_SCHEDULE   (build/tests/test_schedule, for its --print-chunks)
 

@@ -34,7 +34,7 @@ operation of the CPU table (`.op = function`) whose function reaches it has a
 CUDA function in the CUDA table, and it and the kernels it launches compute
 the same answer; they must be declared. In STUDENT, each of those places must
 be gone or hold the exercise's stub (exercise_not_implemented("ID", ...)).
-That the stubs fail is the graders' part (tests/exercises.bats: every grader
+That the stubs fail is the graders' part (tests/tools/exercises.bats: every grader
 fails on a copy with every exercise stubbed).
 
 Prints each statement found and each place left, with the exercise and the

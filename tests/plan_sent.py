@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """plan_sent.py: common/plan's bytes sent per step for a model split, rank by rank,
-against the formulas (tests/plan.bats). Reads the planner's output on stdin; its
+against the formulas (tests/tools/plan.bats). Reads the planner's output on stdin; its
 arguments are the planner's flags (the tiny preset, --split given for stages, so
 that their blocks need no balancing here). Exit 1, naming each stage and
 collective, where the plan and the formula differ by more than a byte."""

@@ -2,7 +2,7 @@
 # record_losses.sh [--only NAME] [--into DIR]: run each chapter in a few
 # layouts on the CPU, on the frozen text tests/fixtures/text.txt, and write
 # each run's step,loss as DIR/NAME.csv (default DIR: tests/fixtures/losses).
-# tests/losses.bats compares a fresh run against the recorded files.
+# tests/chapters/losses.bats compares a fresh run against the recorded files.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 into=tests/fixtures/losses only=""

@@ -8,7 +8,7 @@
  *     interleaved stage), as 04_pipeline/pipeline.c allocates them:
  *     "activations A kept K", A = activation_bytes_range from the piece's
  *     first block to its last unit, K = kept_grads_bytes over its units (the
- *     output gradients zb-h1's W reads). tests/pipeline.bats multiplies them
+ *     output gradients zb-h1's W reads). tests/chapters/pipeline.bats multiplies them
  *     by each schedule's micro-batches in flight.
  *
  *   activations: activation_bytes() (common/model/model.c, exercise 01.3) predicts

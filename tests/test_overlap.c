@@ -18,7 +18,7 @@
  * Copies use the GPU's copy engines and kernels its SMs, so they should
  * overlap almost fully; both take memory bandwidth, so not always entirely.
  * Exit 0 when the overlap reaches R, 1 when not, 2 for bad arguments, 77
- * without a GPU (tests/parity.bats then skips). */
+ * without a GPU (tests/library/parity.bats then skips). */
 #include "device.h"
 #include "kernels.h"
 #include "util.h"

@@ -23,7 +23,7 @@
  * Output: one line per kernel, "PASS name maxrel=... (worst: tensor)" or
  * "FAIL ...". Exit status: 0 all pass, 1 any failure, 2 bad arguments,
  * 77 when no GPU is usable (a build without CUDA, or no device visible),
- * which tests/parity.bats turns into a skip. */
+ * which tests/library/parity.bats turns into a skip. */
 #include "device.h"
 #include "kernels.h"
 #include "util.h"

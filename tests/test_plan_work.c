@@ -7,7 +7,7 @@
  * for 03's layer split, 0 for a schedule. Prints, for each DIR as "the rank",
  * its parts in seconds on MACHINE, one line each:
  *   rank R compute_s X backward_s X update_s X host_update_s X pipeline_s X bubble_s X flops X
- * tests/plan_work.bats checks them against the files and the measured steps. */
+ * tests/tools/plan_work.bats checks them against the files and the measured steps. */
 #include "plan_machine.h"
 #include "plan_work.h"
 #include "util.h"

@@ -10,7 +10,7 @@
  *   test_schedule --broken P M        show the broken interleaved and zb-h1 lists rejected
  *   test_schedule --live NAME P V M   per stage: the simulator's most micro-batches in flight, and the
  *                                     activation slots each chunk needs (its own list's peak, as
- *                                     04_pipeline/pipeline.c gives them: tests/pipeline.bats)
+ *                                     04_pipeline/pipeline.c gives them: tests/chapters/pipeline.bats)
  *   test_schedule --only zb-h1        check zb-h1 alone (exercise 04.3's grader)
  *   test_schedule --except zb-h1      check all the others (exercise 04.2's grader: its copy may not
  *                                     have written zb-h1 yet, which 04.3 builds on 1F1B's order)

@@ -51,7 +51,7 @@ struct CommWorker {
 };
 
 static void run_job(CommWorker *w, Job *j) {
-    fault_point("worker"); /* tests/faults.bats: COURSE_FAULT_KILL (util.h) */
+    fault_point("worker"); /* tests/robustness/faults.bats: COURSE_FAULT_KILL (util.h) */
     switch (j->kind) {
     case JOB_ALLGATHER:
         comm_allgather_typed(w->group, j->send, j->recv, j->count, j->dtype, j->ready);

@@ -332,7 +332,7 @@ double wall_ms(void) {
 
 /* The fault points: the one list of them, each with the call that reaches
  * it. fault_check_environment refuses a name not here, listing these;
- * util.h and README.md name this table, and tests/faults.bats checks that
+ * util.h and README.md name this table, and tests/robustness/faults.bats checks that
  * README's list is this one. `skippable`: a call COURSE_FAULT_SKIP can skip
  * (comm.c's, through op_begin); the others can only be killed. */
 static const struct {

@@ -179,7 +179,7 @@ double wall_ms(void);
  *   holds BYTES (a multiple of 4, at least 4) of device memory more, in the
  *   comm category, and all-reduces them over the replicas once a step: an
  *   allocation and a message the planner was never told of, for the test
- *   that the plan follows the program (tests/plan.bats).
+ *   that the plan follows the program (tests/tools/plan.bats).
  * Every RANK and R must be a rank of the job (0..ranks-1).
  * COURSE_FAULT_SAVE_DIR=RANK:DIR: for the test of ranks that do not share
  *   --save's directory (one machine cannot have two disks at one path): rank

@@ -39,7 +39,7 @@
  *                over the world
  *
  * The order of the additions is part of the contract: for the same layout
- * the sum is the same bits it always was (tests/losses.bats). Spans are
+ * the sum is the same bits it always was (tests/chapters/losses.bats). Spans are
  * added in the order given, starting from 0; the replicated sum is added to
  * the agreed sharded sum; a single whole buffer is one sum_squares call.
  *

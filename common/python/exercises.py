@@ -59,10 +59,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BEGIN = re.compile(r"^(\s*)/\* EXERCISE (\d+\.\d+) BEGIN: (.+?) \((course\.md[^)]*)\) \*/\s*$")
 END = re.compile(r"^\s*/\* EXERCISE (\d+\.\d+) END \*/\s*$")
 SOURCE_SUFFIXES = (".c", ".h", ".cu", ".cuh")
-# tests/exercises.bats needs the reference solutions (it checks that they get
+# tests/tools/exercises.bats needs the reference solutions (it checks that they get
 # full marks) and spells out lines of them to break: in a student copy it
 # could only fail, and would hand out answers.
-FULL_COPY_ONLY = {"tests/exercises.bats"}
+FULL_COPY_ONLY = {"tests/tools/exercises.bats"}
 
 
 def tracked_files():

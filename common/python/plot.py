@@ -91,7 +91,7 @@ With --plan, from run directories that also hold common/plan's plan.csv
 (--csv) and plan-time.csv (--time-csv, on a machine file); those without
 (a layout the planner refuses) are left out and named:
     plan.png        the measured median step time against the predicted one,
-                    with the band of tests/plan_time.bats (predicted at most
+                    with the band of tests/tools/plan_time.bats (predicted at most
                     1.5x the measured median; at least 0.1x, which the test
                     holds against the fastest step), and the
                     measured peak device bytes of the fullest rank against the
@@ -910,7 +910,7 @@ def plot_plan(groups, out):
     plan-time.csv (its --time-csv, on a machine file); the others (a layout the
     planner refuses) are left out, named on stdout. Left, the measured median
     step time (the median over repeats) against the predicted step, with the
-    line of equality and the band tests/plan_time.bats allows (predicted /
+    line of equality and the band tests/tools/plan_time.bats allows (predicted /
     measured at most 1.5; at least 0.1, which the test takes of the fastest step);
     right, the measured peak device bytes of the fullest rank against the
     planned ones (on the CPU they are equal: the points sit on the line)."""

@@ -379,7 +379,7 @@ void ckpt_writer_write(CkptWriter *w) {
         free(staged);
         if (a == CKPT_PARAMS)
             fault_point(
-                "save"); /* tests/faults.bats: a crash here leaves PATH.tmp half written, PATH intact */
+                "save"); /* tests/robustness/faults.bats: a crash here leaves PATH.tmp half written, PATH intact */
     }
     sync_or_die(w, fd);
     close(fd);

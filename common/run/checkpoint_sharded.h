@@ -15,7 +15,7 @@
  *   -- barrier --
  *
  * Until the rename PATH is untouched, so a job killed during a save
- * (tests/faults.bats) leaves the previous checkpoint as it was. The ranks must
+ * (tests/robustness/faults.bats) leaves the previous checkpoint as it was. The ranks must
  * see one file system (one machine, or a shared one): before training,
  * checkpoint_check_shared_directory proves it, so that a job whose ranks
  * write to disks of their own ends at start-up, not after training. */

@@ -37,7 +37,7 @@
 # in the same precision):
 #   parity       test_parity: every kernel of kernels.h and every cast (bf16, fp16), CUDA against
 #                the CPU on the same inputs, each within 1e-4 (casts bit for bit): the two backends
-#                compute the same function. bats: REQUIRE_GPU=1 bats tests/parity.bats, the same per
+#                compute the same function. bats: REQUIRE_GPU=1 bats tests/library/parity.bats, the same per
 #                kernel plus an async copy ordered by events, CUDA's memory accounting equal to the
 #                CPU's, and 2-rank runs sharing the GPU (host-staged MPI).
 #   overlap      test_overlap: a pinned host<->device copy on the copy stream runs while matmuls run on
@@ -434,8 +434,8 @@ parity_kernels() {
     fi
 }
 parity_bats() {
-    begin bats "REQUIRE_GPU=1 bats tests/parity.bats (kernels, async copies, memory accounting, 2 ranks on one GPU)"
-    step_limit=240 step env REQUIRE_GPU=1 bats --tap tests/parity.bats || return 0
+    begin bats "REQUIRE_GPU=1 bats tests/library/parity.bats (kernels, async copies, memory accounting, 2 ranks on one GPU)"
+    step_limit=240 step env REQUIRE_GPU=1 bats --tap tests/library/parity.bats || return 0
     dry || verdict PASS "$(grep -c '^ok' "$work/logs/bats.log") tests ok ($(grep -c '# skip' "$work/logs/bats.log") of them skipped), none failed"
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # plan_band.sh: how close common/plan's predicted step is to the measured one,
 # over many layouts of every chapter, on this machine (course.md, "Plan before
-# you run"; tests/plan_time.bats checks five of them against a fixed band).
+# you run"; tests/tools/plan_time.bats checks five of them against a fixed band).
 #
 #   common/scripts/plan_band.sh          (after make; BAND_* settings below)
 #

@@ -11,7 +11,7 @@
  * Each is the median of --reps timed runs after one untimed one, the timer
  * waiting for the device (timer_stop_ms). On the CPU backend a copy is a
  * memcpy and the AdamW the CPU kernel's, so the same program checks itself on
- * any machine (tests/plan_time.bats); on a GPU the copies go through the copy
+ * any machine (tests/tools/plan_time.bats); on a GPU the copies go through the copy
  * engines, as chapter 06's offload copies do. */
 #include "stats.h"
 #include "device.h"

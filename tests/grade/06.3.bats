@@ -8,7 +8,7 @@
 # it); then of layouts and machine files drawn at grading time, which the
 # learner has not seen, so numbers copied from `common/plan --time-csv`
 # fail. The planner's numbers for such a layout are the run's memory.csv and
-# bytes_sent_per_step (tests/plan.bats holds them to each other), so the
+# bytes_sent_per_step (tests/tools/plan.bats holds them to each other), so the
 # grader does not run it; the learner does (course.md). Catches the 16-bit
 # parameters counted as fp32, the optimizer state not sharded (12P instead
 # of 12P/N), the master weights forgotten (8 bytes instead of 12), an

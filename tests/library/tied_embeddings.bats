@@ -1,0 +1,200 @@
+#!/usr/bin/env bats
+# GPT-2's vocabulary in every chapter (model_config.h): --vocab 50257 padded to
+# 50304 rows for the kernels, and --tie-embeddings (the head reads wte, its
+# gradient adds into wte's). With tied embeddings every layout that keeps the
+# embedding and the head bound on one rank for the whole step gives 01's
+# losses (fp32 within 1e-4), and so do 04's stages, where the last stage keeps
+# a copy of the embedding unit and sums its gradient with the first stage's
+# (pipeline.h), the gradient norm counting it once; the layouts not written
+# yet (03's layer split, stages with --virtual or ZeRO, ZeRO 2-3,
+# --offload, mixed precision on stages or with ZeRO) refuse the flag in one
+# line; mixed precision on one stage follows fp32 within 16 bits' tolerance. Checkpoints record
+# whether the weights are tied; a run that differs is refused.
+
+load ../helpers
+
+# Tiny model with 4 layers, 4 steps, a global batch of 8; a private copy of the corpus.
+FLAGS="--device cpu --layers 4 --steps 4 --batch 8 --sample 0 --quiet --data $BATS_FILE_TMPDIR/corpus.txt --tie-embeddings"
+export OMP_NUM_THREADS=1
+
+setup_file() {
+    local d="$BATS_FILE_TMPDIR"
+    cp "$REPO/course.md" "$d/corpus.txt"
+    "$TRAIN01" $FLAGS --out "$d/ref" >/dev/null
+}
+
+REF="$BATS_FILE_TMPDIR/ref"
+
+@test "tied embeddings change the model: 01 tied has no lm_head and other losses than untied" {
+    run "$TRAIN01" ${FLAGS/--tie-embeddings/} --out "$(scratch)/untied"
+    assert_success
+    [ "$(csv_column "$REF/steps.csv" loss | head -1)" != "$(csv_column "$(scratch)/untied/steps.csv" loss | head -1)" ]
+    # the parameter count drops by the head's V x C = 256 x 64
+    local tied untied
+    tied="$(csv_column "$REF/run.csv" params)"
+    untied="$(csv_column "$(scratch)/untied/run.csv" params)"
+    assert_equal "$((untied - tied))" 16384
+}
+
+@test "tied embeddings: 02 on 2 ranks gives 01's losses" {
+    mpirun_np 2 "$TRAIN02" $FLAGS --out "$(scratch)/dp2" >/dev/null
+    assert_losses_match "$REF" "$(scratch)/dp2" 4
+}
+
+@test "tied embeddings: 03 tensor parallel on 2 ranks gives 01's losses" {
+    mpirun_np 2 "$TRAIN03" $FLAGS --mp tensor --out "$(scratch)/tp2" >/dev/null
+    assert_losses_match "$REF" "$(scratch)/tp2" 4
+}
+
+@test "tied embeddings: 04 one stage with --tp 2 gives 01's losses" {
+    mpirun_np 2 "$TRAIN04" $FLAGS --pp 1 --tp 2 --out "$(scratch)/tp2" >/dev/null
+    assert_losses_match "$REF" "$(scratch)/tp2" 4
+}
+
+@test "tied embeddings: 05 --zero 1 on 2 ranks and 06 --zero 1 without --offload give 01's losses" {
+    mpirun_np 2 "$TRAIN05" $FLAGS --zero 1 --out "$(scratch)/z1" >/dev/null
+    assert_losses_match "$REF" "$(scratch)/z1" 4
+    mpirun_np 2 "$TRAIN06" $FLAGS --zero 1 --out "$(scratch)/z1_06" >/dev/null
+    assert_losses_match "$REF" "$(scratch)/z1_06" 4
+}
+
+# assert_norms_match REF_DIR RUN_DIR: steps.csv's grad_norm within 1e-4 (relative) of the reference's
+assert_norms_match() {
+    run paste -d, <(csv_column "$1/steps.csv" grad_norm) <(csv_column "$2/steps.csv" grad_norm)
+    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" 4
+    echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) { print "step " NR ": " $0; bad = 1 } }
+                              END { exit bad }'
+}
+
+@test "tied embeddings: 04 on 2 stages, 1F1B and ZB-H1, gives 01's losses and gradient norms" {
+    for schedule in 1f1b zb-h1; do
+        mpirun_np 2 "$TRAIN04" $FLAGS --pp 2 --micro 2 --schedule $schedule --out "$(scratch)/$schedule" >/dev/null
+        assert_losses_match "$REF" "$(scratch)/$schedule" 4
+        assert_norms_match "$REF" "$(scratch)/$schedule"
+    done
+}
+
+@test "tied embeddings: 04 on 3 stages, and on 2 stages x 2 replicas (naive all-reduce), give 01's losses" {
+    mpirun_np 3 "$TRAIN04" $FLAGS --pp 3 --micro 2 --out "$(scratch)/pp3" >/dev/null
+    assert_losses_match "$REF" "$(scratch)/pp3" 4
+    mpirun_np 4 "$TRAIN04" $FLAGS --pp 2 --dp-mode naive --out "$(scratch)/pp2dp2" >/dev/null
+    assert_losses_match "$REF" "$(scratch)/pp2dp2" 4
+    assert_norms_match "$REF" "$(scratch)/pp2dp2"
+}
+
+@test "tied embeddings: 04 on 2 stages x tp 2 (1F1B, ZB-H1) and on pp 2 x tp 2 x dp 2 gives 01's losses and norms" {
+    for schedule in 1f1b zb-h1; do
+        mpirun_np 4 "$TRAIN04" $FLAGS --pp 2 --tp 2 --micro 2 --schedule $schedule --out "$(scratch)/$schedule" >/dev/null
+        assert_losses_match "$REF" "$(scratch)/$schedule" 4
+        assert_norms_match "$REF" "$(scratch)/$schedule"
+    done
+    mpirun_np 8 "$TRAIN04" $FLAGS --pp 2 --tp 2 --out "$(scratch)/3d" >/dev/null
+    assert_losses_match "$REF" "$(scratch)/3d" 4
+}
+
+@test "tied embeddings: 05 and 06 on 2 stages without ZeRO (04's pipeline) give 01's losses" {
+    mpirun_np 2 "$TRAIN05" $FLAGS --pp 2 --zero 0 --out "$(scratch)/z0" >/dev/null
+    assert_losses_match "$REF" "$(scratch)/z0" 4
+    mpirun_np 2 "$TRAIN06" $FLAGS --pp 2 --zero 0 --out "$(scratch)/z0_06" >/dev/null
+    assert_losses_match "$REF" "$(scratch)/z0_06" 4
+}
+
+# refused PROGRAM NP FLAGS...: the run ends with exit 2 and one line on stderr naming --tie-embeddings
+refused() {
+    local program="$1" np="$2"
+    shift 2
+    run --separate-stderr mpirun_np "$np" "$program" $FLAGS --out "$(scratch)/o" "$@"
+    echo "status $status; stderr: $stderr"
+    [ "$status" -ne 0 ]
+    [[ "$stderr" == *"error: --tie-embeddings "*"not written yet"* ]]
+    [ ! -e "$(scratch)/o/steps.csv" ]
+}
+
+@test "tied embeddings where the head's rank would not hold wte are refused in one line: 03's stages, stages with tp or ZeRO, ZeRO 2-3, offload, 16 bits on stages or with ZeRO" {
+    refused "$TRAIN03" 2 --mp layer
+    [[ "$stderr" == *"on 2 stages"* ]]
+    refused "$TRAIN04" 2 --pp 2 --virtual 2 --schedule interleaved --micro 2
+    refused "$TRAIN05" 2 --pp 2 --zero 1
+    [[ "$stderr" == *"ZeRO on 2 stages"* ]]
+    refused "$TRAIN05" 2 --zero 2
+    [[ "$stderr" == *"--zero 2"* ]]
+    refused "$TRAIN06" 2 --offload
+    [[ "$stderr" == *"--offload"* ]]
+    refused "$TRAIN04" 2 --pp 2 --precision bf16
+    [[ "$stderr" == *"--precision bf16 on several stages"* ]]
+    refused "$TRAIN05" 2 --zero 1 --precision fp16
+    [[ "$stderr" == *"error: --tie-embeddings with --precision fp16 with ZeRO is not written yet: mixed precision converts one unit's 16-bit weights at a time, and ZeRO binds the units itself, without the head's wte (valid: --precision fp32, or one stage without ZeRO)"* ]]
+}
+
+# The head's gradient of wte (mixed.h: tied_dwte) is a large part of the
+# whole gradient: without it the norm of step 1 is far from fp32's.
+@test "tied embeddings in 16 bits: 01 bf16 and fp16 follow 01 fp32 (losses and norms within 1e-2), and 02 on 2 ranks and 03/04 tensor parallel give 01's in the same precision" {
+    local d="$(scratch)" p
+    for p in bf16 fp16; do
+        "$TRAIN01" $FLAGS --precision $p --out "$d/01-$p" >/dev/null
+        assert_losses_within "$REF" "$d/01-$p" 4 1e-2
+        paste -d, <(csv_column "$REF/steps.csv" grad_norm) <(csv_column "$d/01-$p/steps.csv" grad_norm) |
+            awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-2) { print "norm, step " NR ": " $0; bad = 1 } }
+                     END { exit bad || NR != 4 }'
+    done
+    mpirun_np 2 "$TRAIN02" $FLAGS --precision fp16 --out "$d/02" >/dev/null
+    assert_losses_within "$d/01-fp16" "$d/02" 4 1e-2
+    mpirun_np 2 "$TRAIN03" $FLAGS --mp tensor --precision bf16 --out "$d/03" >/dev/null
+    assert_losses_within "$d/01-bf16" "$d/03" 4 1e-2
+    mpirun_np 2 "$TRAIN04" $FLAGS --pp 1 --tp 2 --precision bf16 --out "$d/04" >/dev/null
+    assert_losses_within "$d/01-bf16" "$d/04" 4 1e-2
+}
+
+@test "a tied checkpoint of 04's 2 stages (tp 1 and 2) resumes in 01, and 01's in 04's 2 stages, with 01's losses" {
+    local d
+    d="$(scratch)"
+    mpirun_np 2 "$TRAIN04" $FLAGS --pp 2 --stop-after 2 --save "$d/ck04" --out "$d/first04" >/dev/null
+    "$TRAIN01" $FLAGS --resume "$d/ck04" --out "$d/one" >/dev/null
+    mpirun_np 4 "$TRAIN04" $FLAGS --pp 2 --tp 2 --stop-after 2 --save "$d/ck04tp" --out "$d/first04tp" >/dev/null
+    "$TRAIN01" $FLAGS --resume "$d/ck04tp" --out "$d/one_tp" >/dev/null
+    "$TRAIN01" $FLAGS --stop-after 2 --save "$d/ck01" --out "$d/first01" >/dev/null
+    mpirun_np 2 "$TRAIN04" $FLAGS --pp 2 --resume "$d/ck01" --out "$d/two" >/dev/null
+    mpirun_np 4 "$TRAIN04" $FLAGS --pp 2 --tp 2 --resume "$d/ck01" --out "$d/two_tp" >/dev/null
+    for run_dir in "$d/one" "$d/one_tp" "$d/two" "$d/two_tp"; do
+        run paste -d, <(csv_column "$REF/steps.csv" loss | tail -2) <(csv_column "$run_dir/steps.csv" loss)
+        assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" 2
+        echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-5) { print; exit 1 } }'
+    done
+}
+
+@test "a tied checkpoint resumes in 02 with 01's losses, and is refused by an untied run, and an untied one by a tied run" {
+    local d
+    d="$(scratch)"
+    "$TRAIN01" $FLAGS --stop-after 2 --save "$d/tied" --out "$d/first" >/dev/null
+    run "$REPO/common/ckpt" "$d/tied"
+    assert_line --regexp "^model       layers 4, dmodel 64, heads 4, seq 64, vocab 256, tied embeddings: "
+    mpirun_np 2 "$TRAIN02" $FLAGS --resume "$d/tied" --out "$d/resumed" >/dev/null
+    run paste -d, <(csv_column "$REF/steps.csv" loss | tail -2) <(csv_column "$d/resumed/steps.csv" loss)
+    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" 2
+    echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-5) exit 1 }'
+    run --separate-stderr "$TRAIN01" ${FLAGS/--tie-embeddings/} --resume "$d/tied" --out "$d/o"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: --resume $d/tied: written with tied embeddings; this run lacks --tie-embeddings (valid: the same as the run that wrote it)"
+    "$TRAIN01" ${FLAGS/--tie-embeddings/} --stop-after 2 --save "$d/untied" --out "$d/first_untied" >/dev/null
+    run --separate-stderr "$TRAIN01" $FLAGS --resume "$d/untied" --out "$d/o"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "error: --resume $d/untied: written without tied embeddings; this run has --tie-embeddings (valid: the same as the run that wrote it)"
+}
+
+@test "GPT-2's vocabulary, 50257 padded to 50304, tied, on a token shard: 02 on 2 ranks and 04 on 2 stages give 01's losses" {
+    local d
+    d="$(scratch)"
+    # llm.c's shard format: ids over the whole vocabulary, the last one (50256, <|endoftext|>) too
+    python3 -c 'import random, struct, sys
+r = random.Random(39); n = 20000
+t = [r.randrange(50257) for _ in range(n - 1)] + [50256]
+open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, n, *[0] * 253) + struct.pack("<%dH" % n, *t))' "$d/s.bin"
+    local gpt2="--device cpu --layers 2 --steps 3 --batch 4 --seq 32 --sample 0 --quiet --vocab 50257 --tie-embeddings --data $d/s.bin"
+    "$TRAIN01" $gpt2 --out "$d/ref" >/dev/null
+    mpirun_np 2 "$TRAIN02" $gpt2 --out "$d/dp2" >/dev/null
+    assert_losses_match "$d/ref" "$d/dp2" 3
+    mpirun_np 2 "$TRAIN04" $gpt2 --pp 2 --out "$d/pp2" >/dev/null
+    assert_losses_match "$d/ref" "$d/pp2" 3
+    # the head's 50304 x 64 rows are wte's: parameters = (50304 + 32) x 64 + 2 blocks + ln_f
+    assert_equal "$(csv_column "$d/ref/run.csv" params)" $(((50304 + 32) * 64 + 2 * 49984 + 128))
+}

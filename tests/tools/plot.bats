@@ -1,0 +1,143 @@
+#!/usr/bin/env bats
+# plot.bats: common/python/plot.py on input it cannot draw, and its --out.
+# Every case ends in one line on stderr naming the file and what was expected,
+# exit status 2, never a Python traceback; plot.py writes only new PNGs or
+# over its own earlier ones (common/python/tool.py's output-file rule).
+
+load ../helpers
+
+PLOT="$REPO/common/python/plot.py"
+
+# A real run of chapter 01 (tiny, 2 steps) and of chapter 04 (2 stages), made once.
+setup_file() {
+    local d="$BATS_FILE_TMPDIR"
+    OMP_NUM_THREADS=1 "$TRAIN01" --model tiny --batch 4 --steps 2 --sample 0 --quiet --eval-batches 1 \
+        --out "$d/01" >/dev/null
+    (cd "$REPO" && OMP_NUM_THREADS=1 mpirun_np 2 04_pipeline/train --model tiny --batch 4 --micro 2 --pp 2 \
+        --steps 2 --sample 0 --quiet --eval-batches 1 --out "$d/04" >/dev/null)
+}
+
+setup() {
+    python="$(plot_python)"
+    "$python" -c "import matplotlib" 2>/dev/null || skip "no python3 with matplotlib"
+}
+
+# refused MESSAGE_REGEX: the last `run --separate-stderr` ended with exit 2 and one line on
+# stderr matching MESSAGE_REGEX, no traceback.
+refused() {
+    assert_equal "$status" 2
+    assert_equal "${#stderr_lines[@]}" 1
+    if [[ "$stderr" == *Traceback* ]]; then fail "a traceback: $stderr"; fi
+    assert_regex "$stderr" "$1"
+}
+
+# a copy of the 01 run, to spoil one of its files
+spoilt_run() {
+    rm -rf "$(scratch)/$1"
+    cp -r "$BATS_FILE_TMPDIR/01" "$(scratch)/$1"
+    echo "$(scratch)/$1"
+}
+
+@test "plot.py refuses an empty CSV in one line, exit 2" {
+    run_dir="$(spoilt_run empty)"
+    : >"$run_dir/steps.csv"
+    run --separate-stderr "$python" "$PLOT" "$run_dir" --out "$(scratch)/plots"
+    refused "^plot.py: $run_dir/steps.csv: is empty \(valid: a run directory written by a chapter program\)$"
+}
+
+@test "plot.py refuses a CSV with a header and no rows in one line, exit 2" {
+    run_dir="$(spoilt_run header)"
+    head -1 "$BATS_FILE_TMPDIR/01/memory.csv" >"$run_dir/memory.csv"
+    run --separate-stderr "$python" "$PLOT" "$run_dir" --out "$(scratch)/plots"
+    refused "^plot.py: $run_dir/memory.csv: has a header and no rows \(valid: .*\)$"
+}
+
+@test "plot.py refuses a CSV cut short in one line, exit 2" {
+    run_dir="$(spoilt_run cut)"
+    # the header and the first row cut after its third field
+    { head -1 "$BATS_FILE_TMPDIR/01/steps.csv"; sed -n 2p "$BATS_FILE_TMPDIR/01/steps.csv" | cut -d, -f1-3; } \
+        >"$run_dir/steps.csv"
+    run --separate-stderr "$python" "$PLOT" "$run_dir" --out "$(scratch)/plots"
+    refused "^plot.py: $run_dir/steps.csv line 2: 3 fields where the header has [0-9]+, a file cut short"
+}
+
+@test "plot.py refuses a field that is not a number in one line naming its file, line and column, exit 2" {
+    run_dir="$(spoilt_run number)"
+    # the first row's loss spoilt: 1,abc,...
+    sed -i '2s/^\([^,]*\),[^,]*/\1,abc/' "$run_dir/steps.csv"
+    run --separate-stderr "$python" "$PLOT" "$run_dir" --out "$(scratch)/plots"
+    refused "^plot.py: $run_dir/steps.csv line 2: loss = 'abc' is not a number \(valid: .*\)$"
+}
+
+@test "plot.py refuses a binary file in one line, exit 2" {
+    run_dir="$(spoilt_run binary)"
+    printf '\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\1\0' >"$run_dir/run.csv"
+    run --separate-stderr "$python" "$PLOT" "$run_dir" --out "$(scratch)/plots"
+    refused "^plot.py: $run_dir/run.csv: is not a text CSV \(valid: .*\)$"
+}
+
+@test "plot.py --gantt refuses a run without timeline.csv in one line, exit 2" {
+    run --separate-stderr "$python" "$PLOT" --gantt "$BATS_FILE_TMPDIR/01" --out "$(scratch)/plots"
+    refused "^plot.py: $BATS_FILE_TMPDIR/01/timeline.csv: no such file \(valid: a run of chapter 03 with --cp, or of chapter 04, 05 or 06: they write timeline.csv\)$"
+}
+
+@test "plot.py --zero refuses a chapter 04 run in one line, exit 2" {
+    run --separate-stderr "$python" "$PLOT" --zero "$BATS_FILE_TMPDIR/04" --out "$(scratch)/plots"
+    refused "^plot.py: $BATS_FILE_TMPDIR/04/run.csv: has no column '[a-z_]+' \(valid: a run of chapter 05\)$"
+}
+
+@test "plot.py --commbench, --capacity and --offload-bench refuse a steps.csv in one line, exit 2" {
+    local steps="$BATS_FILE_TMPDIR/01/steps.csv"
+    run --separate-stderr "$python" "$PLOT" --commbench "$steps" --out "$(scratch)/plots"
+    refused "^plot.py: $steps: has no column 'op' \(valid: a CSV written by 02_data_parallel/commbench\)$"
+    run --separate-stderr "$python" "$PLOT" --capacity "$steps" --out "$(scratch)/plots"
+    refused "^plot.py: $steps: has no column 'program' \(valid: the capacity.csv of 06_offload/capacity.py\)$"
+    run --separate-stderr "$python" "$PLOT" --offload-bench "$steps" --out "$(scratch)/plots"
+    refused "^plot.py: $steps: has no column '[a-z_]+' \(valid: the offload_summary.csv of common/scripts/bench_offload.sh\)$"
+    for png in busbw capacity offload; do [ ! -e "$(scratch)/plots/$png.png" ]; done
+}
+
+@test "plot.py without matplotlib says so in one line, exit 2" {
+    mkdir -p "$(scratch)/no-mpl/matplotlib"
+    echo 'raise ImportError("no matplotlib here (a test)")' >"$(scratch)/no-mpl/matplotlib/__init__.py"
+    PYTHONPATH="$(scratch)/no-mpl" run --separate-stderr "$python" "$PLOT" "$BATS_FILE_TMPDIR/01" --out "$(scratch)/plots"
+    refused "^plot.py: this python3 cannot import matplotlib \(no matplotlib here \(a test\)\) \(valid: a python3 with matplotlib, "
+    [ ! -e "$(scratch)/plots" ]
+}
+
+@test "plot.py --out refuses a file that is not a directory, and a PNG name held by a text file or a directory" {
+    local out="$(scratch)/plots"
+    cp "$REPO/tests/fixtures/text.txt" "$(scratch)/notes.txt"
+    run --separate-stderr "$python" "$PLOT" "$BATS_FILE_TMPDIR/01" --out "$(scratch)/notes.txt"
+    refused "^plot.py: --out $(scratch)/notes.txt: exists and is not a directory \(valid: a new name or a directory\)$"
+    cmp "$(scratch)/notes.txt" "$REPO/tests/fixtures/text.txt"
+    mkdir -p "$out"
+    cp "$REPO/tests/fixtures/text.txt" "$out/loss.png"
+    run --separate-stderr "$python" "$PLOT" "$BATS_FILE_TMPDIR/01" --out "$out"
+    refused "^plot.py: --out $out/loss.png: exists and is not a PNG plot.py wrote \(valid: a new name or an earlier PNG plot.py wrote\)$"
+    cmp "$out/loss.png" "$REPO/tests/fixtures/text.txt"
+    rm "$out/loss.png"
+    mkdir "$out/loss.png"
+    run --separate-stderr "$python" "$PLOT" "$BATS_FILE_TMPDIR/01" --out "$out"
+    refused "^plot.py: --out $out/loss.png: is a directory \(valid: a file name\)$"
+    # a PNG that matplotlib did not write is not plot.py's either
+    rmdir "$out/loss.png"
+    printf '\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\1\0\0\0\1\x08\x06\0\0\0\x1f\x15\xc4\x89\0\0\0\0IEND\xaeB`\x82' >"$out/loss.png"
+    cp "$out/loss.png" "$(scratch)/other.png"
+    run --separate-stderr "$python" "$PLOT" "$BATS_FILE_TMPDIR/01" --out "$out"
+    refused "^plot.py: --out $out/loss.png: exists and is not a PNG plot.py wrote"
+    cmp "$out/loss.png" "$(scratch)/other.png"
+}
+
+@test "plot.py --out takes a new name, and again the same directory over its own earlier plots" {
+    local out="$(scratch)/new/plots"
+    run "$python" "$PLOT" "$BATS_FILE_TMPDIR/01" --out "$out"
+    assert_success
+    cp "$out/loss.png" "$(scratch)/first-loss.png"
+    run "$python" "$PLOT" "$BATS_FILE_TMPDIR/01" "$BATS_FILE_TMPDIR/04" --out "$out"
+    assert_success
+    assert_output "plot.py: wrote loss.png, runtime.png, throughput.png, memory.png, breakdown.png, idle.png to $out"
+    # replaced: the second plot has two curves
+    run cmp -s "$out/loss.png" "$(scratch)/first-loss.png"
+    assert_failure
+}

@@ -192,7 +192,9 @@ $(BUILD)/tests/test_comm.o $(BUILD)/tests/test_tensor_parallel.o $(BUILD)/tests/
 $(BUILD)/tests/test_tensor_parallel: $(BUILD)/03_model_parallel/tensor_parallel.o
 # Chapter 02's own collectives (the ring all-reduce, the bucketed worker) serve its benchmark and test_comm.
 02_data_parallel/commbench $(BUILD)/tests/test_comm: $(BUILD)/02_data_parallel/ring.o $(BUILD)/02_data_parallel/bucketed.o
-$(BUILD)/tests/test_comm.o: CFLAGS += -I02_data_parallel
+# and chapter 03's pairwise all-to-all (alltoall.h)
+$(BUILD)/tests/test_comm: $(BUILD)/03_model_parallel/alltoall.o
+$(BUILD)/tests/test_comm.o: CFLAGS += -I02_data_parallel -I03_model_parallel
 $(BUILD)/tests/test_schedule: $(BUILD)/04_pipeline/schedule.o
 # common/plan's time from dry runs' dry-work.csv, on files (tests/tools/plan_work.bats)
 $(BUILD)/tests/test_plan_work: $(BUILD)/common/tools/plan_work.o $(BUILD)/common/tools/plan_machine.o

@@ -6,9 +6,10 @@
  * a small integer depending on (rank, i), so every sum is exact in float and
  * the expected result is known without any communication (and does not
  * depend on the order of the additions).
- * Usage: test_comm [ring|allreduce|reduce_scatter|allgather|broadcast|sendrecv|split|bucketed]
+ * Usage: test_comm [ring|allreduce|reduce_scatter|allgather|broadcast|sendrecv|split|bucketed|alltoall]
  *        test_comm 16bit    (bf16 and fp16 all-reduce, average, all-gather, reduce-scatter)
  * Exit 0 when every check passes on every rank. */
+#include "alltoall.h"
 #include "bucketed.h"
 #include "comm.h"
 #include "half.h"
@@ -232,6 +233,69 @@ static void check_bucketed(void) {
  * element i, values whose sums bf16 and fp16 hold exactly, so every
  * reduction order gives the same bits; an average rounds (sum / n) once; the
  * bytes counted are 2 per element. */
+/* The all-to-all, the library's and the course's pairwise one, in every type:
+ * element i of the block rank r sends to rank j is a small integer of (r, j, i),
+ * exact in 16 bits, so rank j's block q must hold (q, j, i); each rank counts
+ * (size - 1) blocks sent, under all-to-all for the library and send for the pairs. */
+static float block_value(int from, int to, size_t i) {
+    return (float)(from * 7 + to * 3 + (int)(i % 5));
+}
+
+static void check_alltoall(CommDtype dtype) {
+    CommGroup *w = comm_world();
+    int n = comm_size(w), r = comm_rank(w);
+    const size_t count = 37; /* odd: 16-bit blocks end at 2-byte boundaries */
+    size_t size = comm_dtype_bytes(dtype), total = (size_t)n * count;
+    HalfFormat format = dtype == COMM_BF16 ? HALF_BF16 : HALF_F16;
+    char *host = xcalloc(total, size), *got = xcalloc(total, size);
+    for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < count; i++) {
+            float v = block_value(r, j, i);
+            size_t at = (size_t)j * count + i;
+            if (dtype == COMM_F32)
+                ((float *)host)[at] = v;
+            else
+                ((uint16_t *)host)[at] = half_from_float(v, format);
+        }
+    void *send = mem_alloc(SPACE_DEVICE, CAT_COMM, total * size, "test send"),
+         *recv = mem_alloc(SPACE_DEVICE, CAT_COMM, total * size, "test recv");
+    copy_to_device(send, host, total * size);
+    for (int pairwise = 0; pairwise <= 1; pairwise++) {
+        CommLedger before, after;
+        comm_ledger(&before);
+        if (pairwise)
+            pairwise_alltoall_typed(w, send, recv, count, dtype);
+        else
+            comm_alltoall_typed(w, send, recv, count, dtype, NULL);
+        comm_ledger(&after);
+        copy_to_host(got, recv, total * size);
+        for (int q = 0; q < n; q++)
+            for (size_t i = 0; i < count; i++) {
+                size_t at = (size_t)q * count + i;
+                float v = dtype == COMM_F32 ? ((float *)got)[at] : half_to_float(((uint16_t *)got)[at], format);
+                if (v != block_value(q, r, i)) {
+                    printf("FAIL %s %s all-to-all [rank %d]: block %d element %zu is %g, expected %g\n",
+                           comm_dtype_name(dtype), pairwise ? "pairwise" : "library", r, q, i, v,
+                           block_value(q, r, i));
+                    failures++;
+                    q = n;
+                    break;
+                }
+            }
+        CommKind kind = pairwise ? COMM_KIND_SEND : COMM_KIND_ALLTOALL;
+        double sent = after.bytes[kind][COMM_COUNTERS] - before.bytes[kind][COMM_COUNTERS];
+        if (sent != (double)(n - 1) * count * size) {
+            printf("FAIL %s %s all-to-all counted %g bytes, expected %g\n", comm_dtype_name(dtype),
+                   pairwise ? "pairwise" : "library", sent, (double)(n - 1) * count * size);
+            failures++;
+        }
+    }
+    mem_free(send);
+    mem_free(recv);
+    free(host);
+    free(got);
+}
+
 static void check_16bit(CommDtype dtype) {
     CommGroup *w = comm_world();
     int n = comm_size(w), r = comm_rank(w);
@@ -342,6 +406,11 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, "broadcast") || !strcmp(only, "sendrecv")) check_broadcast_sendrecv();
     if (!only || !strcmp(only, "split")) check_split();
     if (!only || !strcmp(only, "bucketed")) check_bucketed();
+    if (!only || !strcmp(only, "alltoall")) {
+        check_alltoall(COMM_F32);
+        check_alltoall(COMM_BF16);
+        check_alltoall(COMM_F16);
+    }
     if (!only || !strcmp(only, "16bit")) {
         check_16bit(COMM_BF16);
         check_16bit(COMM_F16);

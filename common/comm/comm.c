@@ -620,6 +620,34 @@ static void allgather_run(CommGroup *g, const void *send, void *recv, size_t cou
     to_device(g, comm, recv, hr, total);
 }
 
+static void alltoall_run(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
+                         DeviceEvent *ready) {
+    check_dtype(dtype, "comm_alltoall");
+    size_t bytes = count * comm_dtype_bytes(dtype), total = (size_t)g->size * bytes;
+    count_sent(g, COMM_KIND_ALLTOALL, (double)(g->size - 1) * bytes);
+    if (dry) return;
+    DeviceStream *comm = comm_stream_after(g, ready);
+#ifdef USE_NCCL
+    if (transport == COMM_NCCL) { /* NCCL has no all-to-all: a group of sends and receives, one pair a rank */
+        NCCL_CHECK(ncclGroupStart());
+        for (int j = 0; j < g->size; j++) {
+            NCCL_CHECK(ncclSend((const char *)send + (size_t)j * bytes, count, nccl_type(dtype), j, nccl_of(g),
+                                nccl_stream(comm)));
+            NCCL_CHECK(ncclRecv((char *)recv + (size_t)j * bytes, count, nccl_type(dtype), j, nccl_of(g),
+                                nccl_stream(comm)));
+        }
+        NCCL_CHECK(ncclGroupEnd());
+        comm_stream_finish(g, comm);
+        return;
+    }
+#endif
+    /* staged: [ send (size * count) | recv (size * count) ] in the staging buffer */
+    void *hs = to_host(g, comm, host_side(g, (void *)send, 0, 2 * total), send, total);
+    void *hr = host_side(g, recv, total, 2 * total);
+    MPI_CHECK(MPI_Alltoall(hs, mpi_count(count), mpi_type(dtype), hr, mpi_count(count), mpi_type(dtype), g->mpi));
+    to_device(g, comm, recv, hr, total);
+}
+
 static void broadcast_run(CommGroup *g, void *buf, size_t count, CommDtype dtype, int root,
                           DeviceEvent *ready) {
     check_dtype(dtype, "comm_broadcast");
@@ -742,6 +770,14 @@ void comm_allgather_typed(CommGroup *g, const void *send, void *recv, size_t cou
     int entry = op_begin(g, "allgather", g->size * count * comm_dtype_bytes(dtype));
     if (entry == SKIP) return;
     allgather_run(g, send, recv, count, dtype, ready);
+    op_end(entry);
+}
+
+void comm_alltoall_typed(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
+                         DeviceEvent *ready) {
+    int entry = op_begin(g, "alltoall", g->size * count * comm_dtype_bytes(dtype));
+    if (entry == SKIP) return;
+    alltoall_run(g, send, recv, count, dtype, ready);
     op_end(entry);
 }
 

@@ -170,6 +170,15 @@ void comm_allgather_typed(CommGroup *g, const void *send, void *recv, size_t cou
                           DeviceEvent *ready);
 void comm_broadcast_typed(CommGroup *g, void *buf, size_t count, CommDtype dtype, int root,
                           DeviceEvent *ready);
+/* send (size * count) -> recv (size * count): block j of this rank's send goes
+ * to rank j, and arrives there as block r (this rank's) of its recv; each rank
+ * sends (size - 1) * count elements, its own block staying (counted under
+ * COMM_KIND_ALLTOALL). The library's: MPI_Alltoall, or NCCL's grouped sends
+ * and receives. Expert parallelism's dispatch and combine and Ulysses'
+ * sequence-to-heads exchange are this call; 03_model_parallel/alltoall.h
+ * writes it by hand on point-to-point messages. */
+void comm_alltoall_typed(CommGroup *g, const void *send, void *recv, size_t count, CommDtype dtype,
+                         DeviceEvent *ready);
 
 /* ---- collectives on device buffers of floats: the typed ones with COMM_F32, ready = NULL ---- */
 void comm_allreduce(CommGroup *g, float *buf, size_t count, ReduceOp op);
@@ -230,13 +239,15 @@ int comm_group_counter(const CommGroup *g);
  * comm_bytes_sent is its sum, a run's bytes per grid axis its columns
  * (harness.h), and a dry run writes it as dry-comm.csv for the planner's
  * bytes per collective and the latency of each call. A send is comm_send,
- * comm_sendrecv's send and a posted send; a broadcast counts at its root. */
+ * comm_sendrecv's send and a posted send; a broadcast counts at its root; an
+ * all-to-all counts the blocks that leave the rank. */
 typedef enum {
     COMM_KIND_ALLREDUCE,
     COMM_KIND_REDUCE_SCATTER,
     COMM_KIND_ALLGATHER,
     COMM_KIND_BROADCAST,
     COMM_KIND_SEND,
+    COMM_KIND_ALLTOALL,
     COMM_KINDS
 } CommKind;
 typedef struct {
@@ -246,7 +257,8 @@ typedef struct {
 void comm_ledger(CommLedger *out);
 /* "all-reduce", ... as dry-comm.csv and the planner say them (inline: the planner links no MPI) */
 static inline const char *comm_kind_name(CommKind kind) {
-    static const char *const names[COMM_KINDS] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast", "send"};
+    static const char *const names[COMM_KINDS] = {"all-reduce", "reduce-scatter", "all-gather",
+                                                  "broadcast",  "send",           "all-to-all"};
     return kind >= 0 && kind < COMM_KINDS ? names[kind] : "?";
 }
 

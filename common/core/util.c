@@ -347,6 +347,8 @@ static const struct {
     {"allgather", 1},
     /* comm.c: comm_broadcast and its _typed form */
     {"broadcast", 1},
+    /* comm.c: comm_alltoall_typed (the library's all-to-all) */
+    {"alltoall", 1},
     /* comm.c: comm_send, and comm_post_send (a posted send: context parallelism's ring, ZB-H1) */
     {"send", 1},
     /* comm.c: comm_recv */

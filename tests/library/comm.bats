@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
-# comm.bats: the bucketed collective (02_data_parallel/bucketed.c) and the element
-# types of common/comm/comm.h (build/tests/test_comm). The plain collectives and
+# comm.bats: the bucketed collective (02_data_parallel/bucketed.c), the element
+# types of common/comm/comm.h and the all-to-all (comm.h's and
+# 03_model_parallel/alltoall.c's) (build/tests/test_comm). The plain collectives and
 # the ring are checked in data_parallel.bats.
 
 load ../helpers
@@ -20,6 +21,10 @@ passes_on_2_and_3_ranks() {
 
 @test "bf16 and fp16 collectives sum, average, gather and scatter on 2 and 3 ranks, counting 2 bytes an element" {
     passes_on_2_and_3_ranks 16bit
+}
+
+@test "the all-to-all, the library's and chapter 03's pairwise one, delivers every block to its rank on 2 and 3 ranks, in fp32, bf16 and fp16, counting (size - 1) blocks sent" {
+    passes_on_2_and_3_ranks alltoall
 }
 
 # comm.h, "Cores": without OMP_NUM_THREADS a rank gets cores / ranks on the

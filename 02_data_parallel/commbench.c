@@ -5,13 +5,14 @@
  * For each operation and message size: the median time over several
  * iterations, and the two bandwidths nccl-tests reports.
  *   size_bytes  the whole buffer (for reduce-scatter: the input of every rank,
- *               for all-gather: the output; as in nccl-tests)
+ *               for all-gather: the output, for all-to-all: each rank's send; as in nccl-tests)
  *   count       floats in that buffer
  *   time_us     median over iterations, each started together (barrier)
  *   algbw_GBps  size_bytes / time
  *   busbw_GBps  algbw * factor, the bytes each rank's link really carries:
  *                 all-reduce (library and ring)   2(n-1)/n
  *                 reduce-scatter, all-gather       (n-1)/n
+ *                 all-to-all                       (n-1)/n (every block but its own leaves a rank)
  *               busbw is comparable across ranks counts and with the
  *               hardware's link speed; algbw is not. */
 #include "agreement.h"
@@ -29,8 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { OP_ALLREDUCE, OP_RING, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_COUNT } Op;
-static const char *op_names[OP_COUNT] = {"allreduce", "ring_allreduce", "reduce_scatter", "allgather"};
+typedef enum { OP_ALLREDUCE, OP_RING, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_ALLTOALL, OP_COUNT } Op;
+static const char *op_names[OP_COUNT] = {"allreduce", "ring_allreduce", "reduce_scatter", "allgather", "alltoall"};
 
 static double bus_factor(Op op, int n) {
     return op == OP_ALLREDUCE || op == OP_RING ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
@@ -50,6 +51,9 @@ static void run_op(Op op, CommGroup *g, float *a, float *b, size_t count) {
         break;
     case OP_ALLGATHER:
         comm_allgather(g, b, a, count / n);
+        break;
+    case OP_ALLTOALL: /* a's n blocks to the n ranks, into b (as large as a) */
+        comm_alltoall_typed(g, a, b, count / n, COMM_F32, NULL);
         break;
     default:
         break;

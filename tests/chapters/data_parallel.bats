@@ -106,7 +106,7 @@ check_world() {
         --min-bytes 4K --max-bytes 64K --out '$out'"
     assert_success
     assert_equal "$(head -1 "$out")" "op,ranks,transport,size_bytes,count,time_us,algbw_GBps,busbw_GBps"
-    for op in allreduce ring_allreduce reduce_scatter allgather; do
+    for op in allreduce ring_allreduce reduce_scatter allgather alltoall; do
         [ "$(grep -c "^$op,3," "$out")" -eq 3 ]   # 4K, 16K, 64K
     done
     # busbw = algbw * 2(n-1)/n for an all-reduce, (n-1)/n for the others

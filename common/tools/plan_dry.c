@@ -44,11 +44,22 @@ int plan_program_takes(const char *program, const char *name) {
     char *help = cache[slot].help;
     if (strcmp(cache[slot].program, program) != 0) {
         char command[JOINED_PATH_BYTES];
-        snprintf(command, sizeof command, "'%s' --help 2>/dev/null", program);
-        FILE *p = popen(command, "r");
-        size_t n = p ? fread(help, 1, sizeof cache[slot].help - 1, p) : 0;
-        help[n] = '\0';
-        if (!p || pclose(p) != 0 || n == 0) fatal(EXIT_RUNTIME, "cannot run %s --help (is it built? make)", program);
+        snprintf(command, sizeof command, "'%s' --help 2>&1", program);
+        /* Three tries: on a machine under heavy load a program's MPI start-up without mpirun
+         * (a singleton) has been seen to fail once and then run. */
+        int ok = 0;
+        for (int attempt = 0; attempt < 3 && !ok; attempt++) {
+            if (attempt) sleep(1);
+            FILE *p = popen(command, "r");
+            size_t n = p ? fread(help, 1, sizeof cache[slot].help - 1, p) : 0;
+            help[n] = '\0';
+            ok = p && pclose(p) == 0 && n > 0;
+        }
+        if (!ok) {
+            help[strcspn(help, "\n")] = '\0'; /* its first line says why, if it said anything */
+            fatal(EXIT_RUNTIME, "cannot run %s --help (is it built? make)%s%s", program, help[0] ? ": " : "",
+                  help);
+        }
         snprintf(cache[slot].program, sizeof cache[slot].program, "%s", program);
     }
     char row[64]; /* a row of --help: two spaces, the flag, a space or its end */

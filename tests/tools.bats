@@ -459,6 +459,10 @@ MD
     assert_equal "$(column "$(scratch)/t.csv" c | tail -n +2 | median)" "15"
     assert_equal "$(printf '9\n100\n10\n' | median)" "10"   # numerically, not as text
     assert_equal "$(printf '' | median)" ""
+    # a name written twice is its first column, for column and csv_awk alike (calibrate.sh's own reader took the last)
+    printf 'a,b,a\n1,x,3\n2,y,4\n' >"$(scratch)/twice.csv"
+    assert_equal "$(column "$(scratch)/twice.csv" a | tr '\n' ' ')" "1 2 "
+    assert_equal "$(csv_awk '{ print col("a") col("d") has("b") has("d") }' "$(scratch)/twice.csv" | tr '\n' ' ')" "110 210 "
 }
 
 @test "demo_tables.py and overlap.py refuse a CSV cut short or without rows in one line, exit 2" {

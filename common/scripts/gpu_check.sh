@@ -634,11 +634,10 @@ group_bench() {
     dry || {
         local compare="$work/bench/compare.csv" said status
         cp "$work/bench/bench.csv" "$work/bench.runs.csv" && cp "$compare" "$work/bench.compare.csv"
-        said="$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-                         { n++; if ($c["ratio_eager"] == "") missing++
-                           printf "%s%s %s: course/eager %s (%s..%s), MFU %s vs %s", (n > 1 ? "; " : ""), $c["model"],
-                                  $c["precision"], $c["ratio_eager"], $c["ratio_eager_low"], $c["ratio_eager_high"],
-                                  $c["course_mfu"], $c["eager_mfu"] }
+        said="$(csv_awk '{ n++; if (col("ratio_eager") == "") missing++
+                           printf "%s%s %s: course/eager %s (%s..%s), MFU %s vs %s", (n > 1 ? "; " : ""), col("model"),
+                                  col("precision"), col("ratio_eager"), col("ratio_eager_low"), col("ratio_eager_high"),
+                                  col("course_mfu"), col("eager_mfu") }
                          END { exit missing || n == 0 }' "$compare")"
         status=$?
         if [[ $status -eq 0 ]]; then verdict PASS "$said"; else verdict FAIL "a ratio is missing: $said"; fi
@@ -654,8 +653,8 @@ group_offloadbench() {
         cp "$work/offloadbench/offload.csv" "$work/offload.runs.csv" && cp "$summary" "$work/offload.summary.csv"
         configs="$(awk -F, 'NR > 1' "$summary" | wc -l)"
         if [[ $configs -eq 7 ]]; then
-            verdict PASS "$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-                { printf "%s%s %s ms (x%s)", (NR > 2 ? "; " : ""), $c["config"], $c["median_step_ms"], $c["relative"] }' "$summary")"
+            verdict PASS "$(csv_awk '{ printf "%s%s %s ms (x%s)", (NR > 2 ? "; " : ""), col("config"), col("median_step_ms"),
+                col("relative") }' "$summary")"
         else
             verdict FAIL "$configs configurations in $summary, expected 7"
         fi
@@ -681,10 +680,9 @@ group_capacity() {
         { head -1 "$csv" | sed 's/^/device,/'; for d in "$DEVICE" cpu; do
             [[ -f $work/capacity-$d/capacity.csv ]] && tail -n +2 "$work/capacity-$d/capacity.csv" | sed "s/^/$d,/"
         done | sort -u; } >"$work/capacity.csv"
-        said="$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-            { b = $c["budget_bytes"]; layers[b, $c["program"]] = $c["layers"]; params[b, $c["program"]] = $c["params"]
-              budgets[b] = 1
-              if ($c["layers"] > 0 && $c["peak_device_bytes"] > b) { print "over budget: " $0; bad = 1 } }
+        said="$(csv_awk '{ b = col("budget_bytes") + 0; layers[b, col("program")] = col("layers") + 0
+              params[b, col("program")] = col("params") + 0; budgets[b] = 1
+              if (col("layers") + 0 > 0 && col("peak_device_bytes") + 0 > b) { print "over budget: " $0; bad = 1 } }
             END { for (b in budgets) {
                       if (layers[b, "06"] <= layers[b, "01"]) bad = 1
                       printf "budget %d MiB: 01 %d layers, 06 %d layers (%.1fx the parameters); ", b / 1048576,

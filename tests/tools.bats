@@ -248,7 +248,7 @@ for name, e, m in concepts.FORMATS: print(name, *('%.4g' % x for x in concepts.f
     run "$(plot_python)" - "$REPO/common/python" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1])
-import plot
+import plot_runs as plot  # the figures of plot.py's default mode
 def step(fwd, bwd, opt, comm, total):
     return {"fwd_ms": fwd, "bwd_ms": bwd, "opt_ms": opt, "comm_ms": comm, "step_ms": total}
 # the warm-up step is left out; the medians of 3 steps are 10, 20, 2, 1 and 40 ms

@@ -1,5 +1,5 @@
 """rundir.py: a run directory as the chapter programs write it (--out DIR), read the one way every
-tool does: plot.py and its figures, demo_tables.py, overlap.py, pipeline_bubble.py.
+tool does: plot.py and its figures, demo_tables.py, overlap.py, pipeline_bubble.py, 06_offload/capacity.py.
 
 A run directory holds steps.csv, memory.csv and run.csv (every chapter), busy.csv (chapter 03 on)
 and timeline.csv (chapter 03's --cp ring, 04-06); ROADMAP.md gives their columns. Each file is read
@@ -8,7 +8,7 @@ ONE line naming the file and what the tool reads there (valid), exit status 2 un
 
 Directories named LABEL.rN (N = 1, 2, ...) are repeats of one configuration (label_of, load_runs).
 The one timing rule of the course: medians over steps leave out the first (warm-up) step
-(after_warmup, median_of).
+(after_warmup; median_of for a column of the rows left).
 """
 import glob
 import os
@@ -29,7 +29,9 @@ def read(run_dir, name, valid=RUN_DIRECTORY, required=None):
     if name not in FILES:
         raise KeyError(name)
     path = os.path.join(run_dir, name + ".csv")
-    if not (name not in OPTIONAL if required is None else required) and not os.path.exists(path):
+    if required is None:
+        required = name not in OPTIONAL
+    if not required and not os.path.exists(path):
         return None
     return read_csv(path, valid)
 

@@ -346,7 +346,7 @@ if chosen 05; then
         launch 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 1 --eval-every 20 \
             --precision "$precision" --steps "$steps" --sample 0 --quiet --out "$runs/$label" >"$runs/logs/$label.log" 2>&1 ||
             { echo "failed"; cat "$runs/logs/$label.log" >&2; exit 1; }
-        echo "loss $(awk -F, 'NR == 2 { print $16 }' "$runs/$label/run.csv")"
+        echo "loss $(column "$runs/$label/run.csv" final_loss)"
         plan_layout 1 01_single_gpu/train "$runs/$label" --model "$preset" --device "$device_choice" --batch 8 --micro 1 \
             --eval-every 20 --precision "$precision" --steps "$steps"
     done

@@ -529,8 +529,9 @@ offload_timeline() {
     # Per step after the first: the grad_d2h rows, how many lie inside the
     # step's bwd row, and the share of their time inside it.
     local said status
-    said="$(awk -F, 'NR > 1 && $2 > 1 { n++; s[n] = $2; op[n] = $4; a[n] = $5; b[n] = $6
-                                        if ($4 == "bwd") { bs[$2] = $5; be[$2] = $6 } }
+    said="$(csv_awk 'col("step") + 0 > 1 { n++; s[n] = col("step"); op[n] = col("op"); a[n] = col("start_us") + 0
+                                      b[n] = col("end_us") + 0
+                                      if (op[n] == "bwd") { bs[s[n]] = a[n]; be[s[n]] = b[n] } }
         END { for (i = 1; i <= n; i++) if (op[i] == "grad_d2h") {
                   copies++; t = s[i]; total += b[i] - a[i]
                   lo = a[i] > bs[t] ? a[i] : bs[t]; hi = b[i] < be[t] ? b[i] : be[t]
@@ -690,7 +691,7 @@ group_capacity() {
                   exit bad }' "$csv")"
         local status=$?
         said="${said%; }"
-        [[ $DEVICE == cpu ]] || said="$said CPU: $(awk -F, 'NR > 1 { printf "%s %s %s layers; ", $1 / 1048576 "M", $2, $4 }' \
+        [[ $DEVICE == cpu ]] || said="$said CPU: $(csv_awk '{ printf "%s %s %s layers; ", col("budget_bytes") / 1048576 "M", col("program"), col("layers") }' \
             "$work/capacity-cpu/capacity.csv")"
         if [[ $status -eq 0 ]]; then verdict PASS "$said"; else verdict FAIL "$said"; fi
     }

@@ -38,7 +38,8 @@ import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "common", "python"))
-from tool import Refusal, check_output_file, file_starts_with, make_output_dir, read_csv, run_tool  # noqa: E402
+from rundir import run_row  # noqa: E402
+from tool import Refusal, check_output_file, file_starts_with, make_output_dir, run_tool  # noqa: E402
 
 PROGRAMS = {
     "01": [os.path.join(REPO, "01_single_gpu", "train")],
@@ -93,7 +94,7 @@ def trial(program, layers, budget, args, out_dir):
         return False, None
     if done.returncode != 0:
         sys.exit(f"capacity.py: {' '.join(cmd)} failed unexpectedly ({done.returncode}): {done.stderr.strip()}")
-    return True, read_csv(os.path.join(out_dir, "run.csv"), "the run.csv of the trial run")[0]
+    return True, run_row(out_dir, "the run.csv of the trial run")
 
 
 def largest(program, budget, args, out_dir):

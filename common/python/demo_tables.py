@@ -14,21 +14,18 @@ import glob
 import os
 import sys
 
-from tool import median, read_csv, run_tool
+from rundir import after_warmup, median_of, read, repeats, run_row
+from tool import median, run_tool
 
 STEPS, RUN = "the steps.csv of a make demo run", "the run.csv of a make demo run"
 
 
 def steps(runs, label):
+    """The steps.csv rows of every repeat of label, each run's warm-up step left out."""
     rows = []
-    for run in sorted(glob.glob(os.path.join(runs, label + ".r*"))):
-        rows += read_csv(os.path.join(run, "steps.csv"), STEPS)[1:]
+    for run in repeats(runs, label):
+        rows += after_warmup(read(run, "steps", STEPS))
     return rows
-
-
-def median_of(rows, key):
-    values = [float(r[key]) for r in rows if r.get(key) not in (None, "")]
-    return median(values) if values else None
 
 
 def fmt(x, spec=".1f", missing="-"):
@@ -62,11 +59,8 @@ def chapter03(runs):
     for label in ["01-small"] + labels:
         rows = steps(runs, label)
         idle = {}
-        for run in sorted(glob.glob(os.path.join(runs, label + ".r*"))):
-            path = os.path.join(run, "busy.csv")
-            if not os.path.exists(path):
-                continue
-            for r in read_csv(path, "the busy.csv of a make demo run of chapter 03"):
+        for run in repeats(runs, label):
+            for r in read(run, "busy", "the busy.csv of a make demo run of chapter 03") or []:
                 if int(r["step"]) > 1:
                     idle.setdefault(r["rank"], []).append(1 - float(r["busy_ms"]) / float(r["step_ms"]))
         ranks = [f"{100 * median(idle[r]):.0f}%" if r in idle else "-" for r in ("0", "1")]
@@ -83,9 +77,8 @@ def chapter04(runs):
 
     def of(schedule, m):
         label = f"04-{schedule}-m{m}"
-        runs_csv = [read_csv(os.path.join(d, "run.csv"), RUN)[0]
-                    for d in sorted(glob.glob(os.path.join(runs, label + ".r*")))]
-        memory = [r for r in read_csv(os.path.join(runs, label + ".r1", "memory.csv"), "the memory.csv of a make demo run")
+        runs_csv = [run_row(d, RUN) for d in repeats(runs, label)]
+        memory = [r for r in read(os.path.join(runs, label + ".r1"), "memory", "the memory.csv of a make demo run")
                   if r["rank"] == "0" and r["space"] == "device" and r["category"] == "activations"]
         return (median(float(r["median_step_ms"]) for r in runs_csv),
                 median(float(r["bubble_measured"]) for r in runs_csv),

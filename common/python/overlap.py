@@ -24,13 +24,14 @@ import os
 import sys
 from collections import defaultdict
 
-from tool import read_csv, run_tool
+from rundir import read, run_row
+from tool import run_tool
 
 COMPUTE = ("fwd", "bwd")
 
 
 def read_timeline(run_dir):
-    rows = read_csv(os.path.join(run_dir, "timeline.csv"), "the timeline.csv of a chapter 04-06 run")
+    rows = read(run_dir, "timeline", "the timeline.csv of a chapter 04-06 run", required=True)
     for r in rows:
         r["start"], r["end"] = float(r["start_us"]), float(r["end_us"])
     steps = sorted({int(r["step"]) for r in rows})
@@ -64,7 +65,7 @@ def overlap_by_op(rows):
 
 
 def read_prefetch(run_dir):
-    return int(read_csv(os.path.join(run_dir, "run.csv"), "the run.csv of a chapter 05 run")[0]["prefetch"])
+    return int(run_row(run_dir, "the run.csv of a chapter 05 run")["prefetch"])
 
 
 def order_violations(rows, prefetch):

@@ -3,10 +3,10 @@ at the measured F, B and W, and any schedule replayed with each computation's ow
 
 Used by plot.py (--bubbles) and common/scripts/bubble_bench.sh; no plotting library needed.
 """
-import os
 from functools import lru_cache
 
-from tool import median, read_csv
+from rundir import read
+from tool import median
 
 
 def zb_h1_formula(P, M, tf, tb, tw):
@@ -21,10 +21,8 @@ def timeline_rows(run_dir):
     """A run's timeline.csv as a tuple of rows (dicts), read once however many of the functions
     below ask; None without one. One that is not a timeline (empty, cut short, binary) is refused
     (tool.Refusal: one line, exit status 2 under tool.run_tool)."""
-    path = os.path.join(run_dir, "timeline.csv")
-    if not os.path.exists(path):
-        return None
-    return tuple(read_csv(path, "the timeline.csv of a pipeline run"))
+    rows = read(run_dir, "timeline", "the timeline.csv of a pipeline run")
+    return None if rows is None else tuple(rows)
 
 
 def measured_op_times(run_dir):

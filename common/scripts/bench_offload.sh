@@ -106,7 +106,7 @@ for repeat in $(seq 1 "$repeats"); do
         opt_ms="$(column "$dir/steps.csv" opt_ms | tail -n +2 | median)"
         device_bytes="$(column "$dir/run.csv" peak_device_bytes)"
         host_bytes="$(column "$dir/run.csv" peak_host_bytes)"
-        [[ -n "$host_bytes" ]] || host_bytes="$(awk -F, '$2 == "host" { s[$1] += $4 } END { m = 0; for (r in s) if (s[r] > m) m = s[r]; print m }' "$dir/memory.csv")"
+        [[ -n "$host_bytes" ]] || host_bytes="$(csv_awk 'col("space") == "host" { s[col("rank")] += col("peak_bytes") } END { m = 0; for (r in s) if (s[r] > m) m = s[r]; print m }' "$dir/memory.csv")"
         pcie="$(column "$dir/run.csv" pcie_bytes_per_step)"
         sent="$(column "$dir/run.csv" bytes_sent_per_step)"
         echo "$machine,$device,$precision,$model,$batch,$micro,$steps,$OMP_NUM_THREADS,$config,$ranks,$repeat,$step_ms,$opt_ms,$device_bytes,$host_bytes,${pcie:-0},$sent" >>"$csv"

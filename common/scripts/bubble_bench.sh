@@ -33,6 +33,7 @@ export stages micro
 # BUBBLE_OUT holds this script's runs (--overwrite) and logs: a new name, an empty directory or its own
 header="schedule,repeat,load,bubble_theory,bubble_measured,median_step_ms"
 . common/scripts/outputs.sh
+. common/scripts/lib.sh
 output_dir_check BUBBLE_OUT "$out" bubble_bench.sh bubbles.csv "$header"
 mkdir -p "$out"
 echo "$header" >"$out/bubbles.csv"
@@ -45,13 +46,8 @@ for r in $(seq 1 "$repeats"); do
         OMP_NUM_THREADS=1 common/scripts/mpirun.sh -np "$stages" ./04_pipeline/train --device cpu --model small \
             --layers "$layers" --batch $((2 * micro)) --micro "$micro" --schedule "$schedule" --virtual "$virtual" \
             --steps "$steps" --sample 0 --quiet --overwrite --out "$dir" >/dev/null
-        python3 - "$dir/run.csv" "$schedule" "$r" "$(cut -d' ' -f1 /proc/loadavg)" >>"$out/bubbles.csv" <<'PY'
-import sys
-sys.path.insert(0, "common/python")
-from tool import read_csv
-row = read_csv(sys.argv[1], "the run.csv of a chapter 04 run")[0]
-print(f"{sys.argv[2]},{sys.argv[3]},{sys.argv[4]},{row['bubble_theory']},{row['bubble_measured']},{row['median_step_ms']}")
-PY
+        printf '%s,%s,%s,%s,%s,%s\n' "$schedule" "$r" "$(cut -d' ' -f1 /proc/loadavg)" "$(column "$dir/run.csv" bubble_theory)" \
+            "$(column "$dir/run.csv" bubble_measured)" "$(column "$dir/run.csv" median_step_ms)" >>"$out/bubbles.csv"
     done
 done
 python3 - "$out" >"$out/bubbles_summary.csv" <<'PY'

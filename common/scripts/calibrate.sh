@@ -83,10 +83,8 @@ step_ms="$(column "$work/01/run.csv" median_step_ms)"
 # the same step's work as its dry run counts it (the dry device is the CPU's; the counts are the shapes')
 "$REPO/01_single_gpu/train" --device cpu --model $model --steps 1 --sample 0 --quiet --dry-run --world 1 --rank 0 \
     --out "$work/01-dry" >/dev/null
-flops_per_step="$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-    { f += $c["flops"] } END { printf "%.9g", f }' "$work/01-dry/dry-work.csv")"
-adam_params="$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-    { a += $c["adam_params"] } END { printf "%.9g", a }' "$work/01-dry/dry-work.csv")"
+flops_per_step="$(column "$work/01-dry/dry-work.csv" flops | awk '{ f += $1 } END { printf "%.9g", f }')"
+adam_params="$(column "$work/01-dry/dry-work.csv" adam_params | awk '{ a += $1 } END { printf "%.9g", a }')"
 
 # the links: commbench on 2 ranks (2 GPUs on a GPU machine; with one, no link to measure)
 if [ $backend = cpu ] || [ "$gpus" -ge 2 ]; then
@@ -109,18 +107,17 @@ fi
 # a value of devicebench's lines (key = value)
 rate() { awk -v key="$1" '$1 == key { print $3 }' "$work/device.txt"; }
 
-awk -F, -v step_ms="$step_ms" -v fps="$flops_per_step" -v adam_params="$adam_params" -v name="$name" -v model="$model" \
+csv_awk -v step_ms="$step_ms" -v fps="$flops_per_step" -v adam_params="$adam_params" -v name="$name" -v model="$model" \
     -v threads="$OMP_NUM_THREADS" -v mem_bytes="$mem_bytes" -v backend="$backend" \
     -v h2d="$(rate h2d_bytes_per_s)" -v d2h="$(rate d2h_bytes_per_s)" -v device_adam="$(rate device_adam_params_per_s)" \
     -v devicebench="$(head -1 "$work/device.txt" | sed 's/^# //')" '
-    FNR == 1 { for (i = 1; i <= NF; i++) col[FILENAME, $i] = i; next }
-    FILENAME ~ /comm.csv$/ && $col[FILENAME, "op"] == "allreduce" {
-        n = $col[FILENAME, "size_bytes"]; t = $col[FILENAME, "time_us"] * 1e-6; N = $col[FILENAME, "ranks"]
+    FILENAME ~ /comm.csv$/ && col("op") == "allreduce" {
+        n = col("size_bytes") + 0; t = col("time_us") * 1e-6; N = col("ranks") + 0
         if (!smallest || n < smallest) { smallest = n; t_small = t }
         sizes[++k] = n; times[k] = t
     }
     FILENAME ~ /adambench.csv$/ {
-        kernel = $col[FILENAME, "kernel"]; rate = $col[FILENAME, "params_per_s"]
+        kernel = col("kernel"); rate = col("params_per_s") + 0
         if (kernel == "cpu_adamw" && rate > cpu_adam) cpu_adam = rate
     }
     END {

@@ -37,23 +37,22 @@ for file in "$ref" "$run"; do
     [[ -r "$file" ]] || { echo "compare_losses: cannot read $file" >&2; exit 1; }
 done
 
-awk -F, -v tol="$tol" -v want="$want" '
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+csv_awk -v tol="$tol" -v want="$want" '
     function finite(x) { return x ~ /^-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$/ }
-    FNR == 1 { s = l = 0
-               for (i = 1; i <= NF; i++) { if ($i == "step") s = i; if ($i == "loss") l = i }
-               if (!s || !l) { print FILENAME ": no step and loss columns"; nohead = 1; exit 1 }
-               next }
-    NR == FNR { ref[$s] = $l; next }
+    !has("step") || !has("loss") { print FILENAME ": no step and loss columns"; nohead = 1; exit 1 }
+    { s = col("step"); l = col("loss") }
+    NR == FNR { ref[s] = l; next }
     { n++
-      if (!($s in ref)) { print "step " $s ": not in the reference run"; bad = 1; next }
-      if (!finite($l) || !finite(ref[$s]) || ref[$s] == 0) {
-          print "step " $s ": loss " $l " against " ref[$s]; bad = 1; next }
-      r = ($l - ref[$s]) / ref[$s]; if (r < 0) r = -r
-      if (!c++ || r > worst) { worst = r; at = $s }
-      if (r > tol) { print "step " $s ": loss " $l " against " ref[$s] " (relative " r ")"; bad = 1 } }
+      if (!(s in ref)) { print "step " s ": not in the reference run"; bad = 1; next }
+      if (!finite(l) || !finite(ref[s]) || ref[s] + 0 == 0) {
+          print "step " s ": loss " l " against " ref[s]; bad = 1; next }
+      r = (l - ref[s]) / ref[s]; if (r < 0) r = -r
+      if (!k++ || r > worst) { worst = r; at = s }
+      if (r > tol) { print "step " s ": loss " l " against " ref[s] " (relative " r ")"; bad = 1 } }
     END { if (nohead) exit 1
           if (n == 0) { print "the run has no steps"; exit 1 }
-          if (c) printf "%d steps, worst relative difference %.3g at step %s (tolerance %s)\n", n, worst, at, tol
+          if (k) printf "%d steps, worst relative difference %.3g at step %s (tolerance %s)\n", n, worst, at, tol
           else printf "%d steps, none comparable\n", n
           if (want != "" && n != want) { print "expected " want " steps"; bad = 1 }
           exit bad }' "$ref" "$run"

@@ -91,6 +91,7 @@ chosen() { [[ ",$only," == *",$1,"* ]]; }
 # runs/demo is removed and written again: only when it is new, empty or an earlier demo's
 demo_marker="# written by common/scripts/demo.sh (make demo): removed and written again by the next demo"
 . common/scripts/outputs.sh
+. common/scripts/lib.sh
 [ "$dry_run" = 1 ] || output_dir_check demo: "$runs" demo.sh demo-info.txt "$demo_marker"
 # A dry run prints the plot commands as the demo would type them, runs/demo/04-3d-*.r* and all: an
 # earlier demo's runs must not expand into the plan.
@@ -201,9 +202,8 @@ compare() {
             printf 'demo: %-28s repeat %d/%d ... ' "$label" "$r" "$repeats"
             "${command[@]}" >"$runs/logs/$label.r$r.log" 2>&1 ||
                 { echo "failed"; cat "$runs/logs/$label.r$r.log" >&2; exit 1; }
-            awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-                     NR == 2 { printf "loss %.4f, median step %.1f ms, %.0f tok/s\n",
-                               $col["final_loss"], $col["median_step_ms"], $col["tokens_per_s"] }' "$out/run.csv"
+            csv_awk 'NR == 2 { printf "loss %.4f, median step %.1f ms, %.0f tok/s\n",
+                               col("final_loss"), col("median_step_ms"), col("tokens_per_s") }' "$out/run.csv"
             [ "$r" != 1 ] || plan_layout "$np" "$program" "$out" --steps "$run_steps" "${flags[@]}"
         done
     done
@@ -346,7 +346,7 @@ if chosen 05; then
         launch 1 01_single_gpu/train --model "$preset" --device "$device_choice" --batch 8 --micro 1 --eval-every 20 \
             --precision "$precision" --steps "$steps" --sample 0 --quiet --out "$runs/$label" >"$runs/logs/$label.log" 2>&1 ||
             { echo "failed"; cat "$runs/logs/$label.log" >&2; exit 1; }
-        echo "loss $(awk -F, 'NR == 2 { print $16 }' "$runs/$label/run.csv")"
+        echo "loss $(column "$runs/$label/run.csv" final_loss)"
         plan_layout 1 01_single_gpu/train "$runs/$label" --model "$preset" --device "$device_choice" --batch 8 --micro 1 \
             --eval-every 20 --precision "$precision" --steps "$steps"
     done

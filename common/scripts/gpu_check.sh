@@ -529,8 +529,9 @@ offload_timeline() {
     # Per step after the first: the grad_d2h rows, how many lie inside the
     # step's bwd row, and the share of their time inside it.
     local said status
-    said="$(awk -F, 'NR > 1 && $2 > 1 { n++; s[n] = $2; op[n] = $4; a[n] = $5; b[n] = $6
-                                        if ($4 == "bwd") { bs[$2] = $5; be[$2] = $6 } }
+    said="$(csv_awk 'col("step") + 0 > 1 { n++; s[n] = col("step"); op[n] = col("op"); a[n] = col("start_us") + 0
+                                      b[n] = col("end_us") + 0
+                                      if (op[n] == "bwd") { bs[s[n]] = a[n]; be[s[n]] = b[n] } }
         END { for (i = 1; i <= n; i++) if (op[i] == "grad_d2h") {
                   copies++; t = s[i]; total += b[i] - a[i]
                   lo = a[i] > bs[t] ? a[i] : bs[t]; hi = b[i] < be[t] ? b[i] : be[t]
@@ -634,11 +635,10 @@ group_bench() {
     dry || {
         local compare="$work/bench/compare.csv" said status
         cp "$work/bench/bench.csv" "$work/bench.runs.csv" && cp "$compare" "$work/bench.compare.csv"
-        said="$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-                         { n++; if ($c["ratio_eager"] == "") missing++
-                           printf "%s%s %s: course/eager %s (%s..%s), MFU %s vs %s", (n > 1 ? "; " : ""), $c["model"],
-                                  $c["precision"], $c["ratio_eager"], $c["ratio_eager_low"], $c["ratio_eager_high"],
-                                  $c["course_mfu"], $c["eager_mfu"] }
+        said="$(csv_awk '{ n++; if (col("ratio_eager") == "") missing++
+                           printf "%s%s %s: course/eager %s (%s..%s), MFU %s vs %s", (n > 1 ? "; " : ""), col("model"),
+                                  col("precision"), col("ratio_eager"), col("ratio_eager_low"), col("ratio_eager_high"),
+                                  col("course_mfu"), col("eager_mfu") }
                          END { exit missing || n == 0 }' "$compare")"
         status=$?
         if [[ $status -eq 0 ]]; then verdict PASS "$said"; else verdict FAIL "a ratio is missing: $said"; fi
@@ -654,8 +654,8 @@ group_offloadbench() {
         cp "$work/offloadbench/offload.csv" "$work/offload.runs.csv" && cp "$summary" "$work/offload.summary.csv"
         configs="$(awk -F, 'NR > 1' "$summary" | wc -l)"
         if [[ $configs -eq 7 ]]; then
-            verdict PASS "$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-                { printf "%s%s %s ms (x%s)", (NR > 2 ? "; " : ""), $c["config"], $c["median_step_ms"], $c["relative"] }' "$summary")"
+            verdict PASS "$(csv_awk '{ printf "%s%s %s ms (x%s)", (NR > 2 ? "; " : ""), col("config"), col("median_step_ms"),
+                col("relative") }' "$summary")"
         else
             verdict FAIL "$configs configurations in $summary, expected 7"
         fi
@@ -681,10 +681,9 @@ group_capacity() {
         { head -1 "$csv" | sed 's/^/device,/'; for d in "$DEVICE" cpu; do
             [[ -f $work/capacity-$d/capacity.csv ]] && tail -n +2 "$work/capacity-$d/capacity.csv" | sed "s/^/$d,/"
         done | sort -u; } >"$work/capacity.csv"
-        said="$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-            { b = $c["budget_bytes"]; layers[b, $c["program"]] = $c["layers"]; params[b, $c["program"]] = $c["params"]
-              budgets[b] = 1
-              if ($c["layers"] > 0 && $c["peak_device_bytes"] > b) { print "over budget: " $0; bad = 1 } }
+        said="$(csv_awk '{ b = col("budget_bytes") + 0; layers[b, col("program")] = col("layers") + 0
+              params[b, col("program")] = col("params") + 0; budgets[b] = 1
+              if (col("layers") + 0 > 0 && col("peak_device_bytes") + 0 > b) { print "over budget: " $0; bad = 1 } }
             END { for (b in budgets) {
                       if (layers[b, "06"] <= layers[b, "01"]) bad = 1
                       printf "budget %d MiB: 01 %d layers, 06 %d layers (%.1fx the parameters); ", b / 1048576,
@@ -692,7 +691,7 @@ group_capacity() {
                   exit bad }' "$csv")"
         local status=$?
         said="${said%; }"
-        [[ $DEVICE == cpu ]] || said="$said CPU: $(awk -F, 'NR > 1 { printf "%s %s %s layers; ", $1 / 1048576 "M", $2, $4 }' \
+        [[ $DEVICE == cpu ]] || said="$said CPU: $(csv_awk '{ printf "%s %s %s layers; ", col("budget_bytes") / 1048576 "M", col("program"), col("layers") }' \
             "$work/capacity-cpu/capacity.csv")"
         if [[ $status -eq 0 ]]; then verdict PASS "$said"; else verdict FAIL "$said"; fi
     }

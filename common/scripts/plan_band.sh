@@ -75,7 +75,7 @@ for r in $(seq 1 "$repeats"); do
             { echo "plan_band: $label failed:" >&2; cat "$dir.log" >&2; exit 1; }
         # shellcheck disable=SC2086
         common/plan $flags $args $layout --threads 1 --machine "$machine" --time-csv "$dir/plan-time.csv" >/dev/null
-        predicted=$(awk -F, '$1 == "step" { print $3 }' "$dir/plan-time.csv")
+        predicted=$(csv_awk 'col("part") == "step" { print col("exposed_ms") }' "$dir/plan-time.csv")
         measured=$(column "$dir/run.csv" median_step_ms)
         load=$(cut -d' ' -f1 /proc/loadavg)
         ratio=$(awk -v p="$predicted" -v m="$measured" 'BEGIN { printf "%.4f", p / m }')

@@ -248,7 +248,7 @@ for name, e, m in concepts.FORMATS: print(name, *('%.4g' % x for x in concepts.f
     run "$(plot_python)" - "$REPO/common/python" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1])
-import plot
+import plot_runs as plot  # the figures of plot.py's default mode
 def step(fwd, bwd, opt, comm, total):
     return {"fwd_ms": fwd, "bwd_ms": bwd, "opt_ms": opt, "comm_ms": comm, "step_ms": total}
 # the warm-up step is left out; the medians of 3 steps are 10, 20, 2, 1 and 40 ms
@@ -459,6 +459,10 @@ MD
     assert_equal "$(column "$(scratch)/t.csv" c | tail -n +2 | median)" "15"
     assert_equal "$(printf '9\n100\n10\n' | median)" "10"   # numerically, not as text
     assert_equal "$(printf '' | median)" ""
+    # a name written twice is its first column, for column and csv_awk alike (calibrate.sh's own reader took the last)
+    printf 'a,b,a\n1,x,3\n2,y,4\n' >"$(scratch)/twice.csv"
+    assert_equal "$(column "$(scratch)/twice.csv" a | tr '\n' ' ')" "1 2 "
+    assert_equal "$(csv_awk '{ print col("a") col("d") has("b") has("d") }' "$(scratch)/twice.csv" | tr '\n' ' ')" "110 210 "
 }
 
 @test "demo_tables.py and overlap.py refuse a CSV cut short or without rows in one line, exit 2" {

@@ -412,7 +412,7 @@ runs/demo/01-small-recompute.r2"
 fake_tree() {
     local t="$BATS_TEST_TMPDIR/tree"
     mkdir -p "$t/common/scripts" "$t/runs/demo"
-    cp "$REPO/common/scripts/demo.sh" "$REPO/common/scripts/outputs.sh" "$t/common/scripts/"
+    cp "$REPO/common/scripts/demo.sh" "$REPO/common/scripts/outputs.sh" "$REPO/common/scripts/lib.sh" "$t/common/scripts/"
     ln -s "$REPO/common/plan" "$t/common/plan"
     ln -s "$REPO/common/machines" "$t/common/machines"
     echo "$t"

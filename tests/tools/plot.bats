@@ -86,6 +86,24 @@ spoilt_run() {
     refused "^plot.py: $BATS_FILE_TMPDIR/04/run.csv: has no column '[a-z_]+' \(valid: a run of chapter 05\)$"
 }
 
+@test "plot.py --zero marks the planner's formula, and says so in one line, exit 2, where the planner is missing" {
+    # the 01 run as one ZeRO stage-0 rank: plot.py's formula is common/plan --zero-table's, to its 4 digits
+    local z="$(spoilt_run zero0)"
+    awk -F, -v OFS=, '{ print $0, NR == 1 ? "bytes_sent_per_step" : 0 }' "$BATS_FILE_TMPDIR/01/run.csv" >"$z/run.csv"
+    params="$(csv_column "$z/run.csv" params)"
+    planned="$("$REPO/common/plan" --zero-table --params "$params" --gpus 1 --precision fp32 |
+        awk '$1 == "baseline" { printf "%.3f", ($3 + $4 + $5) / 1048576 }')"
+    [ -n "$planned" ]
+    run "$python" "$PLOT" --zero "$z" --out "$(scratch)/plots"
+    assert_success
+    assert_line --regexp "^zero zero0: model state [0-9.]+ MiB per rank \(formula $planned\), "
+    # a copy of common/python with no common/plan beside it
+    mkdir -p "$(scratch)/copy/common" && cp -r "$REPO/common/python" "$(scratch)/copy/common/"
+    run --separate-stderr "$python" "$(scratch)/copy/common/python/plot.py" --zero "$z" --out "$(scratch)/plots2"
+    refused "^plot.py: --zero: cannot run $(scratch)/copy/common/plan for the ZeRO formula \(No such file or directory\) \(valid: the planner, built by make\)$"
+    [ ! -e "$(scratch)/plots2/zero.png" ]
+}
+
 @test "plot.py --commbench, --capacity and --offload-bench refuse a steps.csv in one line, exit 2" {
     local steps="$BATS_FILE_TMPDIR/01/steps.csv"
     run --separate-stderr "$python" "$PLOT" --commbench "$steps" --out "$(scratch)/plots"

@@ -384,28 +384,3 @@ void model_parallel_destroy(ModelParallel *p, const Config *cfg) {
     activations_destroy(&p->acts, &cfg->model);
     precision_destroy(&p->model, &p->mixed);
 }
-
-OutFile *busy_csv_open(const Run *run) {
-    if (run->rank != 0) return NULL;
-    OutFile *f = out_open(run->cfg->out, "busy.csv", OUT_LINES, 0);
-    out_printf(f, "rank,step,busy_ms,step_ms\n");
-    return f;
-}
-
-/* busy.csv (rank 0): rank,step,busy_ms,step_ms, every rank's time computing
- * in the step (the rest it waited or communicated). Returns, on rank 0, the
- * step's idle fraction: 1 - the ranks' busy time over ranks x the slowest
- * rank's step (steps.csv's idle_fraction). */
-double log_busy(OutFile *busy_csv, CommGroup *world, const RunStep *s, double comm_ms) {
-    int ranks = comm_size(world);
-    double busy[2] = {s->own_step_ms - comm_ms, s->own_step_ms};
-    double *busy_all = xcalloc(2 * (size_t)ranks, sizeof(double));
-    comm_gather_bytes(world, busy, sizeof busy, busy_all, 0);
-    double busy_sum = 0.0;
-    for (int r = 0; r < ranks && comm_rank(world) == 0; r++) {
-        out_printf(busy_csv, "%d,%d,%.4f,%.4f\n", r, s->step + 1, busy_all[2 * r], busy_all[2 * r + 1]);
-        busy_sum += busy_all[2 * r];
-    }
-    free(busy_all);
-    return 1.0 - busy_sum / (ranks * s->rec.step_ms);
-}

@@ -87,7 +87,8 @@ static const RunSpec spec = {
     .columns = mp_columns,
     .comm_busy = 1,
     .axis_bytes = 1,         /* run.csv: every rank's bytes per step on each grid axis */
-    .barrier_each_step = 1}; /* every rank starts a step together: the ring's timeline has one origin */
+    .barrier_each_step = 1, /* every rank starts a step together: the ring's timeline has one origin */
+    .busy_csv = 1};         /* every rank's busy time (idle_fraction) */
 
 int main(int argc, char **argv) {
     Config cfg;
@@ -95,7 +96,7 @@ int main(int argc, char **argv) {
     DataParallelFlags *dp = &flags.data;
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
     run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.model.ranks);
-    int rank = run.rank, ranks = run.ranks;
+    int ranks = run.ranks;
     ModelParallel par = {.tensor = strcmp(flags.model.mp, "tensor") == 0};
     int mp_size = ranks / (flags.model.dp * flags.model.cp); /* ranks per copy of the model */
     int half = cfg.precision != PRECISION_FP32;              /* 16-bit storage and communication (mixed.h) */
@@ -109,7 +110,6 @@ int main(int argc, char **argv) {
 
     /* ---- build: device, data, output files (the harness); model, optimizer, activations ---- */
     run_prepare(&run);
-    OutFile *busy_csv = busy_csv_open(&run);
     int per_rank = cfg.batch / grid.dp; /* this replica's share of the global batch */
     int B = per_rank / cfg.micro, T = cfg.model.seq;
     ParamTable table; /* the whole model's table: names, shapes, the stage split */
@@ -181,13 +181,12 @@ int main(int argc, char **argv) {
 
         /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
         int evaluate = run_step_done(&run, &s);
-        s.columns[0] = log_busy(busy_csv, run.world, &s, par.comm_ms); /* idle_fraction */
+        s.columns[0] = run_log_busy(&run, &s, par.comm_ms); /* idle_fraction */
         if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
             data_parallel_check_replicas(&replicas, half ? mixed->master : held->params, step + 1);
         if (evaluate) s.rec.val_loss = model_parallel_evaluate(&par, &run.data, &cfg, grid.d, B);
         run_step_log(&run, &s);
     }
-    if (rank == 0) out_close(busy_csv);
     data_parallel_print(&replicas);
     if (cfg.sample > 0) model_parallel_sample(&par, &run.data, &cfg, &run.rng);
 

@@ -134,7 +134,8 @@ static const RunSpec spec = {
     .columns = pipeline_columns,
     .comm_busy = 1,
     .axis_bytes = 1, /* run.csv: every rank's bytes per step on each grid axis */
-    .barrier_each_step = 1};
+    .barrier_each_step = 1,
+    .busy_csv = 1}; /* every rank's busy time (idle_fraction) */
 
 int main(int argc, char **argv) {
     Config cfg;
@@ -170,7 +171,6 @@ int main(int argc, char **argv) {
 
     /* ---- build: device, data, output files (the harness); this stage's part of the model, optimizer ---- */
     run_prepare(&run);
-    OutFile *busy_csv = busy_csv_open(&run);
     int per_rank = cfg.batch / grid.dp; /* this replica's share of the global batch */
     layout.data = &run.data;
     layout.B = per_rank / M; /* sequences per micro-batch */
@@ -235,13 +235,12 @@ int main(int argc, char **argv) {
         s.rec.fwd_ms = p.times.fwd_ms;
         s.rec.bwd_ms = p.times.bwd_ms;
         int evaluate = run_step_done(&run, &s);
-        s.columns[0] = log_busy(busy_csv, run.world, &s, comm_ms); /* idle_fraction */
+        s.columns[0] = run_log_busy(&run, &s, comm_ms); /* idle_fraction */
         if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
             data_parallel_check_replicas(&replicas, half ? mixed->master : held->params, step + 1);
         if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
         run_step_log(&run, &s);
     }
-    if (rank == 0) out_close(busy_csv);
     data_parallel_print(&replicas);
     if (cfg.sample > 0) pipeline_sample(&p, cfg.sample, &run.rng);
 

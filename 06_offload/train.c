@@ -203,7 +203,8 @@ static const RunSpec spec = {
     .bytes_sent = 1,
     .comm_busy = 1,
     .axis_bytes = 1, /* run.csv: every rank's bytes per step on each grid axis */
-    .barrier_each_step = 1};
+    .barrier_each_step = 1,
+    .busy_csv = 1}; /* every rank's busy time (idle_fraction) */
 
 /* One stage, tp 1: ZeRO stage 0-3 over all the ranks, dp = the world (zero.h).
  * Each micro-batch runs forward and backward through the whole model, the
@@ -211,7 +212,6 @@ static const RunSpec spec = {
 static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *grid) {
     int ranks = run->ranks, stage = f->zero;
     run_prepare(run);
-    OutFile *busy_csv = busy_csv_open(run); /* 04's busy.csv and idle_fraction; one stage: no bubble */
     GPT model;
     Zero zero;
     zero_create_precision(&zero, &model, &cfg->model, cfg->seed, stage, f->prefetch, grid->dp_group,
@@ -271,13 +271,12 @@ static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *gri
         s.rec.comm_ms = zero.comm_ms;       /* waiting on communication, wherever in the step */
         s.comm_busy_ms = zero.comm_busy_ms; /* the collectives running, hidden or not */
         int evaluate = run_step_done(run, &s);
-        s.columns[0] = log_busy(busy_csv, run->world, &s, zero.comm_ms); /* idle_fraction */
+        s.columns[0] = run_log_busy(run, &s, zero.comm_ms); /* idle_fraction */
         if (evaluate)
             s.rec.val_loss =
                 zero_evaluate_and_sample(&zero, whole, &acts, &scratch, &run->data, cfg, 0, &run->rng);
         run_step_log(run, &s);
     }
-    if (run->rank == 0) out_close(busy_csv);
     if (cfg->sample > 0)
         zero_evaluate_and_sample(&zero, whole, &acts, &scratch, &run->data, cfg, cfg->sample, &run->rng);
 
@@ -369,7 +368,6 @@ int main(int argc, char **argv) {
 
     /* ---- build: device, data, output files (the harness); this stage's part of the model, optimizer ---- */
     run_prepare(&run);
-    OutFile *busy_csv = busy_csv_open(&run);
     int per_rank = cfg.batch / grid.dp; /* this replica's share of the global batch */
     layout.data = &run.data;
     layout.B = per_rank / M; /* sequences per micro-batch */
@@ -431,14 +429,13 @@ int main(int argc, char **argv) {
         s.rec.bwd_ms = p.times.bwd_ms;
         offload_stage_columns(&st, s.columns + 2); /* the bytes over PCIe */
         int evaluate = run_step_done(&run, &s);
-        s.columns[0] = log_busy(busy_csv, run.world, &s, comm_ms); /* idle_fraction */
+        s.columns[0] = run_log_busy(&run, &s, comm_ms); /* idle_fraction */
         zero_stage_check_replicas(&st.replicas, dp->check_replicas, step + 1);
         if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
         if (flags.offload.dpu && run_save_due(&run, &s))
             offload_finish_delayed(&st.off, &st.delayed); /* saved with it */
         run_step_log(&run, &s);
     }
-    if (rank == 0) out_close(busy_csv);
     if (cfg.sample > 0) pipeline_sample(&p, cfg.sample, &run.rng);
 
     /* ---- timeline, run summary and memory: every rank's peaks, gathered on rank 0 ---- */

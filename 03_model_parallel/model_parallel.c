@@ -5,6 +5,7 @@
 #include "evaluate.h"
 #include "layer_split.h"
 #include "layout_rules.h"
+#include "sequence_parallel.h"
 #include "util.h"
 
 #include <stdint.h>
@@ -47,11 +48,12 @@ const Flag model_parallel_flags[] = {
     {0},
 };
 
-void model_parallel_effective_flags(ModelParallelFlags *f) {
+void model_parallel_effective_flags(const Config *cfg, ModelParallelFlags *f) {
+    (void)cfg;
     if (strcmp(f->mp, "tensor") == 0 && !f->tp) f->tp = f->ranks / f->dp / (f->cp > 1 ? f->cp : 1);
 }
 
-void model_parallel_check_layout(const Config *cfg, const ModelParallelFlags *f) {
+void model_parallel_check_flags(const Config *cfg, const ModelParallelFlags *f) {
     int ranks = f->ranks, dp = f->dp, cp = f->cp, L = cfg->model.layers;
     if (ranks % dp != 0)
         fatal(EXIT_USAGE,

@@ -41,7 +41,7 @@ typedef struct {
     char split[1024];  /* --split: blocks per stage, "" = balance the parameters */
     int tp;            /* --tp: tensor-parallel ranks, 0 = world / dp */
     int dp;            /* --dp: data-parallel replicas of the model-parallel group */
-    int sp;            /* --sp: sequence parallelism inside --mp tensor (tensor_parallel.h) */
+    int sp;            /* --sp: sequence parallelism inside --mp tensor (sequence_parallel.h) */
     int cp;            /* --cp: ranks sharing each sequence (context_parallel.h) */
     char cp_order[12]; /* --cp-order zigzag|contiguous: which chunks a cp rank holds */
     char cp_send[12];  /* --cp-send auto|posted|blocking: how the ring's blocks travel */
@@ -52,10 +52,10 @@ extern const Flag model_parallel_flags[];
 
 /* With --mp tensor, --tp left to its default is the world size / --dp: the
  * record holds that number, so that layouts written two ways agree. */
-void model_parallel_effective_flags(ModelParallelFlags *f);
+void model_parallel_effective_flags(const Config *cfg, ModelParallelFlags *f);
 /* The layout: world = dp x cp x model-parallel ranks, and a split that fits
  * the model; errors end the program naming the rule. */
-void model_parallel_check_layout(const Config *cfg, const ModelParallelFlags *f);
+void model_parallel_check_flags(const Config *cfg, const ModelParallelFlags *f);
 
 /* ---- everything this rank holds and does, in either mode ---- */
 typedef struct {

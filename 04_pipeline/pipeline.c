@@ -474,18 +474,22 @@ static void chunk_final(Pipeline *p, int c) {
         if (u != LAYER_EMBEDDING || !p->tied_grad_in) p->unit_final(u, p->unit_final_context);
 }
 
-void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss) {
+void pipeline_begin_step(Pipeline *p, int step, int first_sequence, float dloss) {
     p->now = (StepState){.step = step, .first_sequence = first_sequence, .dloss = dloss};
     StageTimes *t = &p->times;
     t->fwd_ms = t->bwd_ms = t->comm_ms = t->end_ms = 0.0;
     t->origin_ms = wall_ms();
     if (!p->layout.caller_storage) precision_zero_grads(&p->model, &p->mixed);
-    for (int i = 0; i < p->schedule.count; i++) {
-        run_action(p, &p->schedule.actions[i]);
-        if (i == p->last_backward_action && p->last_backward) p->last_backward(p->last_backward_context);
-        if (p->unit_final && i == p->chunk_last_backward[p->schedule.actions[i].chunk])
-            chunk_final(p, p->schedule.actions[i].chunk);
-    }
+}
+
+void pipeline_run_action(Pipeline *p, int i) {
+    run_action(p, &p->schedule.actions[i]);
+    if (i == p->last_backward_action && p->last_backward) p->last_backward(p->last_backward_context);
+    if (p->unit_final && i == p->chunk_last_backward[p->schedule.actions[i].chunk])
+        chunk_final(p, p->schedule.actions[i].chunk);
+}
+
+void pipeline_end_step(Pipeline *p) {
     for (int i = 0; p->extras && i < p->slots; i++) { /* every posted send has left before the step ends */
         comm_wait_posted(p->layout.pp, p->extras[i].act_sent);
         comm_wait_posted(p->layout.pp, p->extras[i].grad_sent);

@@ -33,6 +33,47 @@ void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFl
     }
 }
 
+/* --help's section and one row per flag (config.h says how to add one) */
+const Flag zero_flags[] = {
+    {.type = FLAG_SECTION,
+     .help = "ZeRO (the model state sharded over the dp replicas; one stage, tp 1: dp = the world)"},
+    {"--zero", FLAG_INT, FIELD(ZeroFlags, zero), 0, 3, .def = "1", .usage = "--zero 0|1|2|3",
+     .help = "0: every rank holds everything, gradients all-reduced (chapter 02's\n"
+             "flat mode); 1: optimizer state sharded; 2: gradients too; 3: parameters\n"
+             "too (default {default}). Any number of ranks: every unit is padded to a\n"
+             "multiple of N (zeros nobody updates), so N may exceed a unit's size.\n"
+             "With --pp or --tp, stages 1-2 under gpipe, 1f1b and zb-h1; interleaved\n"
+             "(--virtual) only with --zero 0"},
+    {"--prefetch", FLAG_INT, FIELD(ZeroFlags, prefetch), 0, 64, .def = "1", .usage = "--prefetch K",
+     .help = "stage 3: gather the next K units (on a communication thread) while\n"
+             "the current one computes, 0..64 (default {default}; needs --zero 3)"},
+    {"--pp", FLAG_RETELL,
+     .help = "pipeline stages, 1..layers (default: 1, or world size / (tp x dp) with --dp); with --pp,\n"
+             "--dp defaults to world size / (pp x tp)"},
+    {"--print-schedule", FLAG_RETELL,
+     .help = "print every stage's list of actions and exit (with --zero 3: the gather/free\n"
+             "schedule of one micro-batch, then train)"},
+    {0},
+};
+
+void zero_effective_flags(const Config *cfg, ZeroFlags *z, PipelineFlags *pipe, ModelParallelFlags *model) {
+    (void)z;
+    if (strcmp(model->mp, "tensor") != 0 && !pipe->pp && !flag_given(cfg, "--dp"))
+        pipe->pp = 1; /* ZeRO's dp is the rest of the world */
+    pipeline_effective_flags(cfg, pipe, model);
+}
+
+void zero_check_flags(const Config *cfg, const ZeroFlags *z, const PipelineFlags *pipe,
+                      const ModelParallelFlags *model, int own_step) {
+    int P = pipe->pp, T = model->tp, D = model->dp, M = cfg->micro;
+    zero_stage_check_flags(cfg, z->zero, P, T, model->cp, pipe->print_schedule);
+    pipeline_check_world(cfg, pipe, model);
+    if (own_step && P == 1 && T == 1 && (cfg->batch < D * M || cfg->batch % (D * M))) /* over the world */
+        fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
+              cfg->batch, D, M, D * M);
+    pipeline_check_batch(cfg, pipe, model);
+}
+
 void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int cp, int print_schedule) {
     if (cp > 1 && zero == 3)
         fatal(EXIT_USAGE,

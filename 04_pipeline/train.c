@@ -24,6 +24,7 @@
 #include "pipeline.h"
 #include "pipeline_flags.h"
 #include "schedule.h"
+#include "stage_replicas.h"
 #include "optim.h"
 #include "optimizer_step.h"
 #include "util.h"
@@ -92,7 +93,6 @@ int main(int argc, char **argv) {
     /* one replica's stages and slices (of one cp rank's positions) */
     CommGroup *model_group = comm_split(run.world, grid.d * grid.cp + grid.c, rank);
     TensorGroup tensor = {.group = grid.tp_group, .rank = grid.t, .size = grid.tp};
-    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
 
     /* ---- the split and the schedule ---- */
     int blocks[MAX_LAYERS]; /* blocks per piece (V > 1: P x V pieces): --split, or balanced (layer_split.h) */
@@ -121,25 +121,10 @@ int main(int argc, char **argv) {
     layout.cp_order = flags.model.cp_order, layout.cp_send = flags.model.cp_send, layout.sp = flags.model.sp;
     Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
     pipeline_create(&p, &layout, &schedule, cfg.seed);
-    GPT *held = &p.model;
-    MixedModel *mixed = &p.mixed;
-    size_t whole_params = layout.tensor ? p.tpm.global_params : held->num_params; /* the whole model's */
-    AdamW opt;
-    adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
-    DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
-    data_parallel_create(&replicas, dp, grid.weight_group, held, mixed, cfg.precision); /* and over cp */
-    p.unit_final =
-        data_parallel_backward_hook(&replicas, 1); /* overlap: a bucket goes once its units are final */
-    p.unit_final_context = &replicas;
-
-    pipeline_ckpt_layout_init(&run.ckpt, PROGRAM, &grid, flags.pipe.schedule, NULL); /* replica d: share d */
-    int replica = comm_rank(grid.weight_group); /* d x cp + c: the ranks holding the same weights */
-    if (layout.tensor)
-        tp_checkpoint_layout(&p.tpm, &opt, replica, &run.ckpt); /* this stage's slices */
-    else
-        ckpt_layout_range(&run.ckpt, held, &opt, replica, comm_size(grid.weight_group)); /* its units */
-    if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(mixed); /* the checkpoint: fp32 */
-    data_parallel_broadcast_weights(&replicas, mixed);
+    size_t whole_params = layout.tensor ? p.tpm.global_params : p.model.num_params; /* the whole model's */
+    StageReplicas replicas; /* the stage's replicas: chapter 02's all-reduce, and AdamW (stage_replicas.h) */
+    stage_replicas_create(&replicas, &p, dp, &grid, model_group, run.world);
+    stage_replicas_resume(&replicas, &run, PROGRAM, &grid, flags.pipe.schedule); /* and rank 0's weights */
 
     double bubble_theory = pipeline_log_layout(&p, PROGRAM, &grid, dp->dp_mode, dp->allreduce, whole_params,
                                                flags.pipe.schedule, blocks); /* and the formula's bubble */
@@ -150,7 +135,7 @@ int main(int argc, char **argv) {
         RunStep s = run_step_begin(&run, step); /* all ranks together: one time origin for the timeline */
 
         /* ---- the schedule: this stage's actions in order, forward m | backward m | a message ---- */
-        data_parallel_begin_step(&replicas);
+        stage_replicas_begin_step(&replicas);
         pipeline_begin_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
         for (int i = 0; i < p.schedule.count; i++) pipeline_run_action(&p, i);
         pipeline_end_step(&p);
@@ -158,8 +143,7 @@ int main(int argc, char **argv) {
             pipeline_measure_bubble(&p.times, &grid, run.world); /* steps.csv's bubble */
 
         /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
-        double comm_ms = p.times.comm_ms + data_parallel_sum_gradients(&replicas, &s.comm_busy_ms);
-        s.rec.comm_ms = comm_ms;
+        double comm_ms = p.times.comm_ms + stage_replicas_sum_gradients(&replicas, &s.comm_busy_ms);
         s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
 
@@ -169,30 +153,27 @@ int main(int argc, char **argv) {
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         s.rec.lr = hyper.lr;
-        GradShards held_part = pipeline_grad_shards(&p, model_group, run.world); /* units, or their slices */
-        s.skipped =
-            optimizer_step(held, mixed, &opt, &run.scaler, &held_part, &hyper, step + 1, &s.rec.grad_norm);
+        s.skipped = stage_replicas_update(&replicas, &run.scaler, &hyper, step + 1, &s.rec.grad_norm);
         s.rec.opt_ms = timer_stop_ms(&timer);
+        s.rec.comm_ms = comm_ms;
 
         /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
         s.rec.fwd_ms = p.times.fwd_ms;
         s.rec.bwd_ms = p.times.bwd_ms;
         int evaluate = run_step_done(&run, &s);
         s.columns[0] = run_log_busy(&run, &s, comm_ms); /* idle_fraction */
-        if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
-            data_parallel_check_replicas(&replicas, half ? mixed->master : held->params, step + 1);
+        stage_replicas_check(&replicas, dp->check_replicas, step + 1);
         if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
         run_step_log(&run, &s);
     }
-    data_parallel_print(&replicas);
+    stage_replicas_print(&replicas);
     if (cfg.sample > 0) pipeline_sample(&p, cfg.sample, &run.rng);
 
     /* ---- timeline, run summary and memory: every rank's peaks, gathered on rank 0 ---- */
     pipeline_finish(&p, &run, &grid, whole_params, flags.pipe.schedule, bubbles, bubble_theory, 0);
 
     free(bubbles);
-    data_parallel_destroy(&replicas);
-    adamw_destroy(&opt);
+    stage_replicas_destroy(&replicas);
     pipeline_destroy(&p);
     comm_group_free(model_group);
     grid_destroy(&grid);

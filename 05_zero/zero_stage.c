@@ -26,10 +26,7 @@ void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFl
         p->model.storage = zero_hooks(&s->z);
         if (p->layout.cp) p->model.sequence = &p->context.split; /* a whole model is built afresh above */
     } else {
-        adamw_create(&s->opt, p->model.param_count); /* only the parameters this rank holds */
-        data_parallel_create(&s->replicas, dp, grid->weight_group, &p->model, &p->mixed, cfg->precision);
-        p->unit_final = data_parallel_backward_hook(&s->replicas, 1); /* 04's overlapped buckets */
-        p->unit_final_context = &s->replicas;
+        stage_replicas_create(&s->replicas, p, dp, grid, model_group, world); /* chapter 04's */
     }
 }
 
@@ -91,32 +88,25 @@ void zero_stage_destroy(ZeroStage *s) {
     if (s->zero) {
         zero_destroy(&s->z);
     } else {
-        data_parallel_print(&s->replicas); /* --print-buckets */
-        data_parallel_destroy(&s->replicas);
-        adamw_destroy(&s->opt);
+        stage_replicas_print(&s->replicas); /* --print-buckets */
+        stage_replicas_destroy(&s->replicas);
     }
 }
 
 void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const ProcessGrid *grid,
                        const char *schedule) {
+    if (!s->zero) {
+        stage_replicas_resume(&s->replicas, run, program, grid, schedule); /* chapter 04's */
+        return;
+    }
     Pipeline *p = s->p;
     char zero[16];
     snprintf(zero, sizeof zero, "zero %d", s->zero);
-    pipeline_ckpt_layout_init(&run->ckpt, program, grid, schedule, s->zero ? zero : NULL);
-    if (s->zero) /* the held units or slices; the moments of this rank's dp shard */
-        zero_stage_checkpoint_layout(&s->z, p->layout.tensor ? &p->tpm : NULL, &run->ckpt);
-    else if (p->layout.tensor) /* replica d x cp + c of the ranks holding the same weights: */
-        tp_checkpoint_layout(&p->tpm, &s->opt, comm_rank(grid->weight_group), &run->ckpt); /* its slices */
-    else
-        ckpt_layout_range(&run->ckpt, &p->model, &s->opt, comm_rank(grid->weight_group),
-                          comm_size(grid->weight_group)); /* its units */
-    if (run_resume(run, s->zero ? &s->z.opt.t : &s->opt.t) && p->layout.cfg->precision != PRECISION_FP32) {
-        if (s->zero) /* the checkpoint: fp32; the 16-bit weights rounded from it */
-            zero_weights_from_master(&s->z);
-        else
-            mixed_weights_from_master(&p->mixed);
-    }
-    if (!s->zero) data_parallel_broadcast_weights(&s->replicas, &p->mixed);
+    pipeline_ckpt_layout_init(&run->ckpt, program, grid, schedule, zero);
+    /* the held units or slices; the moments of this rank's dp shard */
+    zero_stage_checkpoint_layout(&s->z, p->layout.tensor ? &p->tpm : NULL, &run->ckpt);
+    if (run_resume(run, &s->z.opt.t) && p->layout.cfg->precision != PRECISION_FP32)
+        zero_weights_from_master(&s->z); /* the checkpoint: fp32; the 16-bit weights rounded from it */
 }
 
 void zero_stage_begin_step(ZeroStage *s, int step) {
@@ -124,22 +114,19 @@ void zero_stage_begin_step(ZeroStage *s, int step) {
         zero_start_clock(&s->z, step);
         zero_begin_step(&s->z);
     } else {
-        data_parallel_begin_step(&s->replicas);
+        stage_replicas_begin_step(&s->replicas);
     }
 }
 
 double zero_stage_sum_gradients(ZeroStage *s, double *busy_ms) {
-    if (!s->zero) return data_parallel_sum_gradients(&s->replicas, busy_ms);
+    if (!s->zero) return stage_replicas_sum_gradients(&s->replicas, busy_ms);
     zero_sync_grads(&s->z); /* stage 1: reduce-scatter; 2: the last units' reduce-scatters */
     return 0.0;             /* its waits count in zero_stage_update, with the rest of its collectives */
 }
 
 int zero_stage_update(ZeroStage *s, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm,
                       double *comm_ms, double *busy_ms) {
-    if (!s->zero) { /* every rank its own parameters, clipped by the WHOLE model's norm */
-        GradShards held = pipeline_grad_shards(s->p, s->model_group, s->world); /* units, or their slices */
-        return optimizer_step(&s->p->model, &s->p->mixed, &s->opt, ls, &held, h, step, grad_norm);
-    }
+    if (!s->zero) return stage_replicas_update(&s->replicas, ls, h, step, grad_norm); /* chapter 04's */
     /* the norm from the slices; AdamW on this rank's; all-gather the stage's units */
     int skipped = zero_step_update(&s->z, ls, h, step, grad_norm);
     *comm_ms += s->z.comm_ms; /* its collectives, wherever in the step */
@@ -148,7 +135,5 @@ int zero_stage_update(ZeroStage *s, LossScaler *ls, const OptimHyper *h, int ste
 }
 
 void zero_stage_check_replicas(const ZeroStage *s, int every, int step) {
-    int half = s->p->layout.cfg->precision != PRECISION_FP32; /* the master weights are the weights */
-    if (!s->zero && every && step % every == 0)
-        data_parallel_check_replicas(&s->replicas, half ? s->p->mixed.master : s->p->model.params, step);
+    if (!s->zero) stage_replicas_check(&s->replicas, every, step);
 }

@@ -30,6 +30,7 @@
 #include "optim.h"
 #include "pipeline.h"
 #include "pipeline_flags.h"
+#include "stage_replicas.h"
 #include "zero.h"
 
 /* ---- the flags (a train.c takes these rows: FLAG_ROWS, config.h), after chapter 04's ---- */
@@ -55,8 +56,7 @@ typedef struct {
     Pipeline *p;            /* the stage whose gradients these are */
     CommGroup *model_group; /* one replica's ranks: its stages and slices (the norm counts a slice once) */
     CommGroup *world;
-    AdamW opt;             /* --zero 0: the parameters this rank holds */
-    DataParallel replicas; /* --zero 0: the sum over the replicas of what this rank holds */
+    StageReplicas replicas; /* --zero 0: chapter 04's replicas and AdamW (stage_replicas.h) */
     Zero z;                /* --zero 1-2: the stage's units sharded over its dp group */
 } ZeroStage;
 

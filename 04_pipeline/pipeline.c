@@ -362,8 +362,9 @@ static void stage_backward(Pipeline *p, int m, int c) {
 /* B of micro-batch m (zb-h1, one chunk): the input gradient into
  * grad_out_of(m), the linear layers' output gradients kept in the slot for
  * W (with tensor parallelism, the sliced blocks' B: tp_split_hooks). The
- * model's storage calls (mixed precision, 05's ZeRO, 06's offload) run
- * around each unit's B and again around its W (model.h). */
+ * model's storage calls (mixed precision's, or those of a caller that owns
+ * the storage: StageLayout.caller_storage) run around each unit's B and
+ * again around its W (model.h). */
 static void stage_backward_input(Pipeline *p, int m) {
     const StageLayout *l = &p->layout;
     p->tpm.now = slot_of(p, m, 0); /* tensor parallel: the blocks' values and kept gradients of m */

@@ -199,9 +199,9 @@ double pipeline_log_layout(const Pipeline *p, const char *program, const Process
 /* An empty checkpoint layout (checkpoint.h: ckpt_layout_init) whose writer
  * text names the layout as the grid lays out the ranks: "<program>: pp P x
  * tp T x dp D, <schedule>" (cp C after pp where the grid has it), then
- * `more` where the chapter adds to the layout (05: "zero 2"; 06:
- * "offload"), or NULL. Chapters 04, 05 and 06 name their layouts here only,
- * so that common/ckpt and a safetensors export repeat every axis. */
+ * `more` where the program adds to the layout (its sharding, say: "zero
+ * 2"), or NULL. The programs with stages name their layouts here only, so
+ * that common/ckpt and a safetensors export repeat every axis. */
 void pipeline_ckpt_layout_init(CkptLayout *l, const char *program, const ProcessGrid *grid,
                                const char *schedule, const char *more);
 /* What this rank holds of the gradients, for the global norm: its stage's

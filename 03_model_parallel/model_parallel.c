@@ -314,7 +314,7 @@ void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParall
         p->tp = (TensorGroup){.group = p->mp, .rank = mp_index, .size = mp_size};
         tp_model_create_range(&p->tpm, &cfg->model, cfg->seed, &p->tp, LAYER_EMBEDDING, L, B, T_held,
                               cfg->recompute, cfg->precision);
-        p->tpm.sp = f->sp; /* --sp: the layernorm and residual regions in rows (tensor_parallel.h) */
+        sequence_parallel_enable(&p->tpm, f->sp); /* --sp: the layernorm and residual regions in rows */
         tp_activations_create(&p->tpm, &p->tpm.acts, B, T_held);
         p->held = &p->tpm.model;
         p->held_mixed = &p->tpm.mixed;

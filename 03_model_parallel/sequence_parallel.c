@@ -71,7 +71,7 @@ static void sp_layernorm_backward(TensorParallelModel *tm, float *dinp, float *d
 /* tp_block_forward with the layernorm and residual regions in rows. The
  * first block takes its rows of the whole embedding output; the last
  * gathers its output whole for the head. */
-void sp_block_forward(int l, const float *input, int B, int T, void *context) {
+static void sp_block_forward(int l, const float *input, int B, int T, void *context) {
     TensorParallelModel *tm = context;
     const KernelOps *k = ops();
     TensorGroup *tp = tm->tp;
@@ -107,7 +107,7 @@ void sp_block_forward(int l, const float *input, int B, int T, void *context) {
  * more), and each column-parallel layer's input gradient reduce-scattered.
  * The last block takes its rows of the head's whole gradient; the first
  * gathers its input gradient whole for the embedding. */
-void sp_block_backward(int l, const float *input, const float *doutput, float *dinput, int B, int T,
+static void sp_block_backward(int l, const float *input, const float *doutput, float *dinput, int B, int T,
                               void *context) {
     TensorParallelModel *tm = context;
     const KernelOps *k = ops();
@@ -147,4 +147,9 @@ void sp_block_backward(int l, const float *input, const float *doutput, float *d
     sp_layernorm_backward(tm, din, g[BLOCK_LN1W], g[BLOCK_LN1B], s->dbranch, x, w[BLOCK_LN1W], b->ln1_mean,
                           b->ln1_rstd, R, C);
     if (first) tp_allgather(tp, din, dinput, RC); /* the embedding's backward reads every row */
+}
+
+void sequence_parallel_enable(TensorParallelModel *tm, int sp) {
+    tm->sp = sp;
+    if (sp) tm->sp_blocks = (UnitHooks){.block_forward = sp_block_forward, .block_backward = sp_block_backward, .context = tm};
 }

@@ -23,11 +23,10 @@
 /* NULL when micro-batches of B x T tokens can be split over tp ranks. */
 const char *sequence_parallel_problem(int B, int T, int tp);
 
-/* tp_block_forward and tp_block_backward (tensor_parallel.c) in rows: the
- * blocks tp_block_hooks gives with tm->sp (UnitHooks, context the
- * TensorParallelModel). */
-void sp_block_forward(int l, const float *input, int B, int T, void *context);
-void sp_block_backward(int l, const float *input, const float *doutput, float *dinput, int B, int T,
-                       void *context);
+/* With sp, sequence parallelism in tm's blocks: tm->sp set (before
+ * tp_activations_create, which carves the rows) and this file's blocks,
+ * tp_block_forward and tp_block_backward in rows, installed as the blocks
+ * tp_block_hooks gives (tm->sp_blocks); without, tm's blocks stay whole. */
+void sequence_parallel_enable(TensorParallelModel *tm, int sp);
 
 #endif

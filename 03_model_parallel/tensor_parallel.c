@@ -3,7 +3,6 @@
 
 #include "device.h"
 #include "kernels.h"
-#include "sequence_parallel.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -585,9 +584,7 @@ void tp_kept_grads_create(const TensorParallelModel *tm, KeptGrads *kg, int B, i
 
 /* The loop over the units is model.c's; only the blocks are this file's. */
 UnitHooks tp_block_hooks(TensorParallelModel *tm) {
-    if (tm->sp)
-        return (UnitHooks){
-            .block_forward = sp_block_forward, .block_backward = sp_block_backward, .context = tm};
+    if (tm->sp) return tm->sp_blocks; /* the blocks in rows (sequence_parallel_enable) */
     return (UnitHooks){.block_forward = tp_block_forward, .block_backward = tp_block_backward, .context = tm};
 }
 

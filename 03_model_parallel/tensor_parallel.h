@@ -100,6 +100,7 @@ typedef struct {
     /* --sp, sequence parallelism (set before tp_activations_create): the layernorm and residual
      * regions hold B x T / tp rows (sequence_parallel.h) */
     int sp;
+    UnitHooks sp_blocks; /* with sp: the blocks in rows, which sequence_parallel_enable installs */
     float *sp_whole;    /* (B,T,C) an all-gathered input or output gradient, or a partial sum */
     float *sp_rows;     /* (B x T/tp, C) the first block's input gradient before its all-gather */
     float *sp_ln_grads; /* (2C) a layernorm's weight and bias gradients from this rank's rows */
@@ -142,7 +143,7 @@ void tp_activations_create_range(const TensorParallelModel *tm, Activations *a, 
                                  int last_unit);
 void tp_activations_destroy(const TensorParallelModel *tm, Activations *a);
 /* The hooks that make gpt_forward_range and gpt_backward_range (model.h) run
- * this file's blocks on tm->now. */
+ * this file's blocks on tm->now (with tm->sp, tm->sp_blocks: sequence_parallel.h). */
 UnitHooks tp_block_hooks(TensorParallelModel *tm);
 /* The same with the backward split in B and W (model.h, zero-bubble
  * pipelines): B keeps the sliced layers' output gradients in tm->kept, the

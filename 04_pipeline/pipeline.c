@@ -5,6 +5,7 @@
 #include "evaluate.h"
 #include "kernels.h"
 #include "layer_split.h"
+#include "sequence_parallel.h"
 #include "util.h"
 #include "work_ledger.h"
 
@@ -189,7 +190,7 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
             first_units[runs] = last_units[runs] = LAYER_EMBEDDING, runs++; /* pipeline.h */
         tp_model_create_chunks(&p->tpm, m, seed, l->tensor, first_units, last_units, runs, l->B, l->T,
                                l->cfg->recompute, l->cfg->precision);
-        p->tpm.sp = l->sp;        /* before the activations: the blocks' rows */
+        sequence_parallel_enable(&p->tpm, l->sp); /* before the activations: the blocks' rows */
         if (holds_tied_copy(l)) { /* the norm leaves it out already (tp_grad_shards_once) */
             p->tied_copy_count = table_unit(&p->tpm.model.table, LAYER_EMBEDDING)->numel;
             p->tied_copy_at = p->tpm.held_at[0];

@@ -166,8 +166,10 @@ program_libs = $(if $(filter 01_%,$(1)),$(LDLIBS),$(MPI_LIBS) $(LDLIBS))
 03_model_parallel_USES := 02_data_parallel/data_parallel.c 02_data_parallel/buckets.c 02_data_parallel/bucketed.c \
                           02_data_parallel/ring.c
 04_pipeline_USES := $(03_model_parallel_USES) 03_model_parallel/model_parallel.c 03_model_parallel/tensor_parallel.c \
+                    03_model_parallel/sequence_parallel.c \
                     03_model_parallel/context_parallel.c
-05_zero_USES := $(04_pipeline_USES) 04_pipeline/pipeline.c 04_pipeline/pipeline_flags.c 04_pipeline/schedule.c
+05_zero_USES := $(04_pipeline_USES) 04_pipeline/pipeline.c 04_pipeline/pipeline_flags.c 04_pipeline/schedule.c \
+                04_pipeline/stage_replicas.c
 06_offload_USES := $(05_zero_USES) 05_zero/zero.c 05_zero/zero_stage.c
 define PROGRAM_RULE
 $(1)/train: $(patsubst %.c,$(BUILD)/%.o,$(filter-out %bench.c,$(wildcard $(1)/*.c)) $($(1)_USES)) $(LIBCOMMON)
@@ -189,7 +191,7 @@ $(BUILD)/06_offload/%.o: CFLAGS += -I05_zero
 $(BUILD)/03_model_parallel/%.o: CFLAGS += -I02_data_parallel
 $(BUILD)/04_pipeline/%.o: CFLAGS += -I02_data_parallel -I03_model_parallel
 $(BUILD)/tests/test_comm.o $(BUILD)/tests/test_tensor_parallel.o $(BUILD)/tests/test_grid.o: CFLAGS += $(MPI_CFLAGS)
-$(BUILD)/tests/test_tensor_parallel: $(BUILD)/03_model_parallel/tensor_parallel.o
+$(BUILD)/tests/test_tensor_parallel: $(BUILD)/03_model_parallel/tensor_parallel.o $(BUILD)/03_model_parallel/sequence_parallel.o
 # Chapter 02's own collectives (the ring all-reduce, the bucketed worker) serve its benchmark and test_comm.
 02_data_parallel/commbench $(BUILD)/tests/test_comm: $(BUILD)/02_data_parallel/ring.o $(BUILD)/02_data_parallel/bucketed.o
 # and chapter 03's pairwise all-to-all (alltoall.h)

@@ -9,6 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+void data_parallel_check_flags(const Config *cfg, const DataParallelFlags *f) {
+    if (f->ranks > cfg->batch)
+        fatal(EXIT_USAGE,
+              "%d ranks but a global batch of %d sequences: every rank needs at least one "
+              "(valid: --batch >= ranks)",
+              f->ranks, cfg->batch);
+    if (cfg->batch % (f->ranks * cfg->micro) != 0)
+        fatal(EXIT_USAGE, "--batch %d is not divisible by %d ranks x --micro %d (valid: a multiple of %d)",
+              cfg->batch, f->ranks, cfg->micro, f->ranks * cfg->micro);
+}
+
 /* --help's section and one row per flag (config.h says how to add one) */
 const Flag data_parallel_flags[] = {
     {.type = FLAG_SECTION,

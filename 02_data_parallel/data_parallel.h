@@ -35,6 +35,9 @@ typedef struct {
 } DataParallelFlags;
 
 extern const Flag data_parallel_flags[];
+/* The batch split evenly over the ranks and their micro-batches; else one
+ * line naming the rule (EXIT_USAGE). */
+void data_parallel_check_flags(const Config *cfg, const DataParallelFlags *f);
 
 
 /* ---- the gradients of the part a rank holds, and their sum over its replicas ---- */

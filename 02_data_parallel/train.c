@@ -40,34 +40,36 @@
 
 #define PROGRAM "02_data_parallel/train"
 
-/* The batch must split evenly over the ranks and their micro-batches. */
-static void check_dp_layout(const Config *cfg, const void *values) {
-    const DataParallelFlags *f = values;
-    if (f->ranks > cfg->batch)
-        fatal(EXIT_USAGE,
-              "%d ranks but a global batch of %d sequences: every rank needs at least one "
-              "(valid: --batch >= ranks)",
-              f->ranks, cfg->batch);
-    if (cfg->batch % (f->ranks * cfg->micro) != 0)
-        fatal(EXIT_USAGE, "--batch %d is not divisible by %d ranks x --micro %d (valid: a multiple of %d)",
-              cfg->batch, f->ranks, cfg->micro, f->ranks * cfg->micro);
+/* ---- the flags: the row sets this program takes, each with its technique's checks (config.h) ---- */
+typedef struct {
+    DataParallelFlags data;   /* --dp-mode, --allreduce, --bucket-mb, ... (data_parallel.h) */
+} Flags;
+static const Flag flag_rows[] = {
+    FLAG_ROWS_AT(Flags, data, data_parallel_flags),
+    {0},
+};
+static void check_flags(const Config *cfg, const void *values) {
+    const Flags *f = values;
+    data_parallel_check_flags(cfg, &f->data);
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
- * flags (data_parallel.h's rows), and one steps.csv column of its own, comm_busy_ms. */
+ * flags, its steps.csv columns (a chapter keeps the columns of the one
+ * before it and adds its own), and what else it reports. */
 static const RunSpec spec = {
     .program = PROGRAM,
     .summary = "Train a GPT with data parallelism: N replicas, gradients all-reduced.",
-    .flags = {.flags = data_parallel_flags, .check = check_dp_layout, .multi_rank = 1},
+    .flags = {.flags = flag_rows, .check = check_flags, .multi_rank = 1},
     .comm_busy = 1,
-    .axis_bytes = 1}; /* run.csv: every rank's bytes per step on each grid axis */
+    .axis_bytes = 1,
+};
 
 int main(int argc, char **argv) {
     Config cfg;
-    DataParallelFlags flags = {0};
-    DataParallelFlags *dp = &flags;
+    Flags flags = {0};
+    DataParallelFlags *dp = &flags.data;
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
-    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.ranks);
+    run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.data.ranks);
     int rank = run.rank, ranks = run.ranks;
     ProcessGrid grid; /* every rank a replica: dp = world (grid.h); grid.d is this replica */
     grid_create(&grid, run.world, (GridShape){.dp = ranks, .pp = 1, .cp = 1, .tp = 1});

@@ -6,6 +6,7 @@
 #include "layer_split.h"
 #include "layout_rules.h"
 #include "optimizer_agree.h"
+#include "sequence_parallel.h"
 #include "util.h"
 
 #include <stdint.h>
@@ -48,11 +49,12 @@ const Flag model_parallel_flags[] = {
     {0},
 };
 
-void model_parallel_effective_flags(ModelParallelFlags *f) {
+void model_parallel_effective_flags(const Config *cfg, ModelParallelFlags *f) {
+    (void)cfg;
     if (strcmp(f->mp, "tensor") == 0 && !f->tp) f->tp = f->ranks / f->dp / (f->cp > 1 ? f->cp : 1);
 }
 
-void model_parallel_check_layout(const Config *cfg, const ModelParallelFlags *f) {
+void model_parallel_check_flags(const Config *cfg, const ModelParallelFlags *f) {
     int ranks = f->ranks, dp = f->dp, cp = f->cp, L = cfg->model.layers;
     if (ranks % dp != 0)
         fatal(EXIT_USAGE,
@@ -313,7 +315,7 @@ void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParall
         p->tp = (TensorGroup){.group = p->mp, .rank = mp_index, .size = mp_size};
         tp_model_create_range(&p->tpm, &cfg->model, cfg->seed, &p->tp, LAYER_EMBEDDING, L, B, T_held,
                               cfg->recompute, cfg->precision);
-        p->tpm.sp = f->sp; /* --sp: the layernorm and residual regions in rows (tensor_parallel.h) */
+        sequence_parallel_enable(&p->tpm, f->sp); /* --sp: the layernorm and residual regions in rows */
         tp_activations_create(&p->tpm, &p->tpm.acts, B, T_held);
         p->held = &p->tpm.model;
         p->held_mixed = &p->tpm.mixed;
@@ -384,29 +386,4 @@ void model_parallel_destroy(ModelParallel *p, const Config *cfg) {
     scratch_destroy(&p->scratch);
     activations_destroy(&p->acts, &cfg->model);
     precision_destroy(&p->model, &p->mixed);
-}
-
-OutFile *busy_csv_open(const Run *run) {
-    if (run->rank != 0) return NULL;
-    OutFile *f = out_open(run->cfg->out, "busy.csv", OUT_LINES, 0);
-    out_printf(f, "rank,step,busy_ms,step_ms\n");
-    return f;
-}
-
-/* busy.csv (rank 0): rank,step,busy_ms,step_ms, every rank's time computing
- * in the step (the rest it waited or communicated). Returns, on rank 0, the
- * step's idle fraction: 1 - the ranks' busy time over ranks x the slowest
- * rank's step (steps.csv's idle_fraction). */
-double log_busy(OutFile *busy_csv, CommGroup *world, const RunStep *s, double comm_ms) {
-    int ranks = comm_size(world);
-    double busy[2] = {s->own_step_ms - comm_ms, s->own_step_ms};
-    double *busy_all = xcalloc(2 * (size_t)ranks, sizeof(double));
-    comm_gather_bytes(world, busy, sizeof busy, busy_all, 0);
-    double busy_sum = 0.0;
-    for (int r = 0; r < ranks && comm_rank(world) == 0; r++) {
-        out_printf(busy_csv, "%d,%d,%.4f,%.4f\n", r, s->step + 1, busy_all[2 * r], busy_all[2 * r + 1]);
-        busy_sum += busy_all[2 * r];
-    }
-    free(busy_all);
-    return 1.0 - busy_sum / (ranks * s->rec.step_ms);
 }

@@ -16,7 +16,7 @@
  * This file holds what a rank of such a group does: build its part, run a
  * micro-batch forward and backward through the group, say what it holds of
  * the gradient (for the norm) and of a checkpoint, evaluate and sample with
- * the split model, and time its communication (busy.csv). The training
+ * the split model, and time its communication (the harness's busy.csv). The training
  * loop around it is 03_model_parallel/train.c's. */
 #ifndef MODEL_PARALLEL_H
 #define MODEL_PARALLEL_H
@@ -41,7 +41,7 @@ typedef struct {
     char split[1024];  /* --split: blocks per stage, "" = balance the parameters */
     int tp;            /* --tp: tensor-parallel ranks, 0 = world / dp */
     int dp;            /* --dp: data-parallel replicas of the model-parallel group */
-    int sp;            /* --sp: sequence parallelism inside --mp tensor (tensor_parallel.h) */
+    int sp;            /* --sp: sequence parallelism inside --mp tensor (sequence_parallel.h) */
     int cp;            /* --cp: ranks sharing each sequence (context_parallel.h) */
     char cp_order[12]; /* --cp-order zigzag|contiguous: which chunks a cp rank holds */
     char cp_send[12];  /* --cp-send auto|posted|blocking: how the ring's blocks travel */
@@ -52,10 +52,10 @@ extern const Flag model_parallel_flags[];
 
 /* With --mp tensor, --tp left to its default is the world size / --dp: the
  * record holds that number, so that layouts written two ways agree. */
-void model_parallel_effective_flags(ModelParallelFlags *f);
+void model_parallel_effective_flags(const Config *cfg, ModelParallelFlags *f);
 /* The layout: world = dp x cp x model-parallel ranks, and a split that fits
  * the model; errors end the program naming the rule. */
-void model_parallel_check_layout(const Config *cfg, const ModelParallelFlags *f);
+void model_parallel_check_flags(const Config *cfg, const ModelParallelFlags *f);
 
 /* ---- everything this rank holds and does, in either mode ---- */
 typedef struct {
@@ -128,13 +128,5 @@ double model_parallel_evaluate(ModelParallel *p, const Dataset *data, const Conf
 
 /* A text sample, as sample_text (evaluate.h) writes it, from the split model. */
 void model_parallel_sample(ModelParallel *p, const Dataset *data, const Config *cfg, uint64_t *rng);
-
-/* busy.csv (rank 0): rank,step,busy_ms,step_ms, every rank's time computing
- * in the step (the rest it waited or communicated). busy_csv_open makes it
- * (NULL off rank 0); log_busy returns, on rank 0, the step's idle fraction:
- * 1 - the ranks' busy time over ranks x the slowest rank's step (steps.csv's
- * idle_fraction). */
-OutFile *busy_csv_open(const Run *run);
-double log_busy(OutFile *busy_csv, CommGroup *world, const RunStep *s, double comm_ms);
 
 #endif

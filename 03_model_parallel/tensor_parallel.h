@@ -59,8 +59,9 @@ typedef struct {
     double comm_ms;     /* time spent in the group's all-reduces, accumulated (the caller resets it) */
     const GPT *matmuls; /* whose matmul precision the parallel layers follow (gpt_linear_forward:
                            16-bit inputs under mixed precision); NULL: fp32 */
-    int caller_storage; /* 1: tp_model_create_range builds the local table and range only, and
-                           the caller binds the slices' storage (chapter 05's ZeRO) */
+    int caller_storage; /* who owns the slices' storage. 0: tp_model_create_range allocates and
+                           initialises it; 1: it builds the local table and range only, and the
+                           caller binds storage of its own (model.h's storage hooks) */
 } TensorGroup;
 
 /* How a tensor of the table is divided over the group. */
@@ -97,8 +98,9 @@ typedef struct {
     KeptGrads *kept;      /* with tp_split_hooks: the output gradients B keeps for W (a pipeline's slot) */
     Scratch scratch;      /* the same local widths for dqkv, datty, dfch, dfch_gelu, gelu */
     /* --sp, sequence parallelism (set before tp_activations_create): the layernorm and residual
-     * regions hold B x T / tp rows (below) */
+     * regions hold B x T / tp rows (sequence_parallel.h) */
     int sp;
+    UnitHooks sp_blocks; /* with sp: the blocks in rows, which sequence_parallel_enable installs */
     float *sp_whole;    /* (B,T,C) an all-gathered input or output gradient, or a partial sum */
     float *sp_rows;     /* (B x T/tp, C) the first block's input gradient before its all-gather */
     float *sp_ln_grads; /* (2C) a layernorm's weight and bias gradients from this rank's rows */
@@ -141,7 +143,7 @@ void tp_activations_create_range(const TensorParallelModel *tm, Activations *a, 
                                  int last_unit);
 void tp_activations_destroy(const TensorParallelModel *tm, Activations *a);
 /* The hooks that make gpt_forward_range and gpt_backward_range (model.h) run
- * this file's blocks on tm->now. */
+ * this file's blocks on tm->now (with tm->sp, tm->sp_blocks: sequence_parallel.h). */
 UnitHooks tp_block_hooks(TensorParallelModel *tm);
 /* The same with the backward split in B and W (model.h, zero-bubble
  * pipelines): B keeps the sliced layers' output gradients in tm->kept, the
@@ -160,23 +162,13 @@ GradShards tp_grad_shards_once(const TensorParallelModel *tm, CommGroup *model_g
 /* Index in the whole tensor of element e of rank r's slice of it. */
 size_t tensor_parallel_global_index(const ParamTensor *whole, SliceKind kind, int rank, int tp, size_t e);
 
-/* ---- sequence parallelism (Megatron-LM, Korthikanti et al. 2022) ----
- * Between the parallel layers, every tp rank above holds the same (B,T,C)
- * values: both layernorms' inputs and outputs and the residual stream. With
- * tm->sp each rank holds only its B x T / tp rows of them (the rows of the
- * (B,T) tokens in order, rank r the r-th part): the layernorms and
- * residual adds work on those rows. Before a column-parallel layer an
- * all-gather makes its input whole; after a row-parallel layer a
- * reduce-scatter gives each rank its rows of the sum instead of an
- * all-reduce giving everyone all of it (the same bytes: an all-reduce is a
- * reduce-scatter and an all-gather). Backward mirrors it, and gathers each
- * layernorm output again for the weight gradient of the layer it feeds
- * (kept in rows, not whole). The layernorms' weight gradients, partial sums
- * over each rank's rows, are summed over the group. The embedding's output
- * and the head stay whole (the first block takes its rows, the last gathers
- * its output). Needs B x T divisible by tp; not with recompute yet. */
-/* NULL when micro-batches of B x T tokens can be split over tp ranks. */
-const char *sequence_parallel_problem(int B, int T, int tp);
+/* The group's collectives, timed into tp->comm_ms (device work queued
+ * before them counts as compute), and the blocks tm holds: what
+ * sequence_parallel.c shares with this file. */
+void tp_allreduce(TensorGroup *tp, float *buf, size_t count);
+void tp_allgather(TensorGroup *tp, const float *send, float *recv, size_t count);
+int tp_first_block(const TensorParallelModel *tm);
+int tp_last_block(const TensorParallelModel *tm);
 
 /* Forward of the whole model on tm->acts.tokens / targets (losses in tm->acts.losses),
  * and backward (adds into tm->model.grads). Every rank of the group takes part.

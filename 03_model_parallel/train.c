@@ -1,38 +1,16 @@
 /* 03_model_parallel/train.c: model parallelism, vertical and horizontal.
  *
- * Chapter 02's loop, but now the MODEL is split, not (only) the batch. A
- * model-parallel group of ranks holds one copy of the model between them
- * (model_parallel.h):
- *
- *   --mp layer   the layer split: stage s holds a contiguous run of blocks,
- *                and the activations travel from stage to stage (messages)
- *   --mp tensor  tensor parallelism (Megatron-LM): every block's matrices are
- *                sliced over the ranks (tensor_parallel.h), two all-reduces
- *                per block put the slices' results together
- *
- * --dp D makes D replicas of that group (world = D x model-parallel ranks;
- * --cp N splits each sequence over N ranks, attention as a ring: x N),
- * and replica d trains on its share of the global batch; the ranks holding
- * the same part of the model sum their gradients with chapter 02's
- * machinery, every --dp-mode (data_parallel.h).
- *
- *   for each micro-batch of this replica's share:
- *       forward (messages or all-reduces within the model-parallel group) -> backward
- *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat;
- *       overlap: each bucket as soon as its units' last backward of the step is done)
- *   gradient norm (partial sums combined over the model-parallel group) -> clip -> AdamW -> log
- *
- * Each rank updates only the parameters it holds. busy.csv records, per rank
- * and step, the time spent computing; the rest of the step it waited or
- * communicated.
- *
- * --precision bf16|fp16 (mixed.h): each rank keeps the parameters it holds
- * (a stage's units, or a tensor-parallel rank's slices) in 16 bits with fp32
- * master weights; the data-parallel all-reduce sums 16-bit gradients. What
- * crosses between stages, and in tensor parallelism's all-reduces, are
- * activations and their gradients: fp32, as the activations are in every
- * precision (4 bytes a value). An fp16 overflow on any rank skips the step
- * on every rank. */
+ * Chapter 02's loop, but now the MODEL is split, not (only) the batch: a
+ * model-parallel group of ranks holds one copy of it between them
+ * (model_parallel.h), by layers (--mp layer: each stage a run of blocks,
+ * the activations sent from stage to stage) or inside every layer (--mp
+ * tensor: Megatron-LM's slices, tensor_parallel.h; --sp, sequence_parallel.h).
+ * --cp N splits each sequence over N ranks, attention as a ring
+ * (context_parallel.h). --dp D replicas of the group sum their gradients
+ * with chapter 02's machinery. Each rank updates only the parameters it
+ * holds, clipped by the whole model's norm; what crosses between ranks
+ * inside the group is activations and their gradients, fp32 in every
+ * precision. */
 #include "comm.h"
 #include "config.h"
 #include "data_parallel.h"
@@ -56,38 +34,42 @@
 
 #define PROGRAM "03_model_parallel/train"
 
-/* ---- the flags: chapter 02's, and this chapter's (model_parallel.h) ---- */
+/* ---- the flags: the row sets this program takes, each with its technique's checks (config.h) ---- */
 typedef struct {
-    DataParallelFlags data;   /* --dp-mode, --allreduce, --bucket-mb, --check-replicas, ... */
-    ModelParallelFlags model; /* --mp, --split, --tp, --dp */
+    DataParallelFlags data;   /* --dp-mode, --allreduce, --bucket-mb, ... (data_parallel.h) */
+    ModelParallelFlags model; /* --mp, --split, --tp, --dp, --sp, --cp, ... (model_parallel.h) */
 } Flags;
-static const Flag mp_flags[] = {
-    {.type = FLAG_ROWS, .offset = offsetof(Flags, data), .rows = data_parallel_flags},
-    {.type = FLAG_ROWS, .offset = offsetof(Flags, model), .rows = model_parallel_flags},
-    {0}};
-static void effective_mp_flags(const Config *cfg, void *values) {
-    (void)cfg;
-    model_parallel_effective_flags(&((Flags *)values)->model);
+static const Flag flag_rows[] = {
+    FLAG_ROWS_AT(Flags, data, data_parallel_flags),
+    FLAG_ROWS_AT(Flags, model, model_parallel_flags),
+    {0},
+};
+static void effective_flags(const Config *cfg, void *values) {
+    Flags *f = values;
+    model_parallel_effective_flags(cfg, &f->model);
 }
-
-/* The model-parallel layout (model_parallel.h). */
-static void check_mp_layout(const Config *cfg, const void *values) {
+static void check_flags(const Config *cfg, const void *values) {
     const Flags *f = values;
-    model_parallel_check_layout(cfg, &f->model);
+    model_parallel_check_flags(cfg, &f->model);
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
- * flags, and steps.csv columns of its own, the fraction of the ranks' time
- * spent idle and comm_busy_ms. */
-static const RunColumn mp_columns[] = {{"idle_fraction", "%.4f"}, {0}};
+ * flags, its steps.csv columns (a chapter keeps the columns of the one
+ * before it and adds its own), and what else it reports. */
+static const RunColumn columns[] = {
+    {"idle_fraction", "%.4f"}, /* 1 - the ranks' busy time over ranks x the step (busy.csv) */
+    {0},
+};
 static const RunSpec spec = {
     .program = PROGRAM,
     .summary = "Train a GPT split over ranks: by layers (--mp layer) or inside every layer (--mp tensor).",
-    .flags = {.flags = mp_flags, .effective = effective_mp_flags, .check = check_mp_layout, .multi_rank = 1},
-    .columns = mp_columns,
+    .flags = {.flags = flag_rows, .effective = effective_flags, .check = check_flags, .multi_rank = 1},
+    .columns = columns,
     .comm_busy = 1,
-    .axis_bytes = 1,         /* run.csv: every rank's bytes per step on each grid axis */
-    .barrier_each_step = 1}; /* every rank starts a step together: the ring's timeline has one origin */
+    .axis_bytes = 1,
+    .barrier_each_step = 1,
+    .busy_csv = 1,
+};
 
 int main(int argc, char **argv) {
     Config cfg;
@@ -95,7 +77,7 @@ int main(int argc, char **argv) {
     DataParallelFlags *dp = &flags.data;
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
     run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.model.ranks);
-    int rank = run.rank, ranks = run.ranks;
+    int ranks = run.ranks;
     ModelParallel par = {.tensor = strcmp(flags.model.mp, "tensor") == 0};
     int mp_size = ranks / (flags.model.dp * flags.model.cp); /* ranks per copy of the model */
     int half = cfg.precision != PRECISION_FP32;              /* 16-bit storage and communication (mixed.h) */
@@ -109,7 +91,6 @@ int main(int argc, char **argv) {
 
     /* ---- build: device, data, output files (the harness); model, optimizer, activations ---- */
     run_prepare(&run);
-    OutFile *busy_csv = busy_csv_open(&run);
     int per_rank = cfg.batch / grid.dp; /* this replica's share of the global batch */
     int B = per_rank / cfg.micro, T = cfg.model.seq;
     ParamTable table; /* the whole model's table: names, shapes, the stage split */
@@ -181,13 +162,12 @@ int main(int argc, char **argv) {
 
         /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
         int evaluate = run_step_done(&run, &s);
-        s.columns[0] = log_busy(busy_csv, run.world, &s, par.comm_ms); /* idle_fraction */
+        s.columns[0] = run_log_busy(&run, &s, par.comm_ms); /* idle_fraction */
         if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
             data_parallel_check_replicas(&replicas, half ? mixed->master : held->params, step + 1);
         if (evaluate) s.rec.val_loss = model_parallel_evaluate(&par, &run.data, &cfg, grid.d, B);
         run_step_log(&run, &s);
     }
-    if (rank == 0) out_close(busy_csv);
     data_parallel_print(&replicas);
     if (cfg.sample > 0) model_parallel_sample(&par, &run.data, &cfg, &run.rng);
 

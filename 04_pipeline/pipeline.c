@@ -6,6 +6,7 @@
 #include "kernels.h"
 #include "layer_split.h"
 #include "optimizer_agree.h"
+#include "sequence_parallel.h"
 #include "util.h"
 #include "work_ledger.h"
 
@@ -190,7 +191,7 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
             first_units[runs] = last_units[runs] = LAYER_EMBEDDING, runs++; /* pipeline.h */
         tp_model_create_chunks(&p->tpm, m, seed, l->tensor, first_units, last_units, runs, l->B, l->T,
                                l->cfg->recompute, l->cfg->precision);
-        p->tpm.sp = l->sp;        /* before the activations: the blocks' rows */
+        sequence_parallel_enable(&p->tpm, l->sp); /* before the activations: the blocks' rows */
         if (holds_tied_copy(l)) { /* the norm leaves it out already (tp_grad_shards_once) */
             p->tied_copy_count = table_unit(&p->tpm.model.table, LAYER_EMBEDDING)->numel;
             p->tied_copy_at = p->tpm.held_at[0];
@@ -363,8 +364,9 @@ static void stage_backward(Pipeline *p, int m, int c) {
 /* B of micro-batch m (zb-h1, one chunk): the input gradient into
  * grad_out_of(m), the linear layers' output gradients kept in the slot for
  * W (with tensor parallelism, the sliced blocks' B: tp_split_hooks). The
- * model's storage calls (mixed precision, 05's ZeRO, 06's offload) run
- * around each unit's B and again around its W (model.h). */
+ * model's storage calls (mixed precision's, or those of a caller that owns
+ * the storage: StageLayout.caller_storage) run around each unit's B and
+ * again around its W (model.h). */
 static void stage_backward_input(Pipeline *p, int m) {
     const StageLayout *l = &p->layout;
     p->tpm.now = slot_of(p, m, 0); /* tensor parallel: the blocks' values and kept gradients of m */
@@ -475,18 +477,22 @@ static void chunk_final(Pipeline *p, int c) {
         if (u != LAYER_EMBEDDING || !p->tied_grad_in) p->unit_final(u, p->unit_final_context);
 }
 
-void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss) {
+void pipeline_begin_step(Pipeline *p, int step, int first_sequence, float dloss) {
     p->now = (StepState){.step = step, .first_sequence = first_sequence, .dloss = dloss};
     StageTimes *t = &p->times;
     t->fwd_ms = t->bwd_ms = t->comm_ms = t->end_ms = 0.0;
     t->origin_ms = wall_ms();
     if (!p->layout.caller_storage) precision_zero_grads(&p->model, &p->mixed);
-    for (int i = 0; i < p->schedule.count; i++) {
-        run_action(p, &p->schedule.actions[i]);
-        if (i == p->last_backward_action && p->last_backward) p->last_backward(p->last_backward_context);
-        if (p->unit_final && i == p->chunk_last_backward[p->schedule.actions[i].chunk])
-            chunk_final(p, p->schedule.actions[i].chunk);
-    }
+}
+
+void pipeline_run_action(Pipeline *p, int i) {
+    run_action(p, &p->schedule.actions[i]);
+    if (i == p->last_backward_action && p->last_backward) p->last_backward(p->last_backward_context);
+    if (p->unit_final && i == p->chunk_last_backward[p->schedule.actions[i].chunk])
+        chunk_final(p, p->schedule.actions[i].chunk);
+}
+
+void pipeline_end_step(Pipeline *p) {
     for (int i = 0; p->extras && i < p->slots; i++) { /* every posted send has left before the step ends */
         comm_wait_posted(p->layout.pp, p->extras[i].act_sent);
         comm_wait_posted(p->layout.pp, p->extras[i].grad_sent);

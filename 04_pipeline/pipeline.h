@@ -1,11 +1,11 @@
 /* pipeline.h: one stage of a pipeline, and the interpreter that runs its
- * schedule (chapter 04; chapter 06 links it too).
+ * schedule (chapter 04; the later chapters link it).
  *
  * A rank of a pipeline holds a contiguous run of the model's units (stage 0
  * the embedding too, the last stage the head), one set of saved activations
  * per micro-batch in flight, and the two boundary buffers through which
  * gradients arrive from the next stage and leave for the previous one. Each
- * step, pipeline_run_step executes the stage's list of actions (schedule.h):
+ * step, pipeline_run_action executes the stage's list of actions (schedule.h):
  * forward or backward of micro-batch m, or a message to a neighbour. The
  * gradients of every micro-batch accumulate in model.grads; what to do with
  * them (all-reduce over replicas, clip, AdamW) is the caller's.
@@ -19,8 +19,8 @@
  * each slot keeps its own gradient buffer for the previous stage, and a
  * slot is reused only once what it posted has left.
  *
- * Hooks let another chapter act around each unit (UnitHooks, model.h: a
- * ZeRO-3 gather before a unit, an offload of its gradients after it),
+ * Extension points let the caller act around each unit (UnitHooks, model.h:
+ * fetch a unit's parameters before it runs, move its gradients after it),
  * last_backward runs right after the stage's last backward of the step (the
  * moment its gradients are complete), found from the action list, and
  * unit_final as each unit's gradients become final (chunk by chunk). */
@@ -55,8 +55,9 @@ typedef struct {
     int chunk_first_block[MAX_STAGE_CHUNKS], chunk_last_block[MAX_STAGE_CHUNKS];
     int chunk_first_unit[MAX_STAGE_CHUNKS], chunk_last_unit[MAX_STAGE_CHUNKS];
     int B, T;            /* a micro-batch: B sequences of T tokens */
-    int caller_storage;  /* 1: the stage's units get no parameters or gradients here; the
-                            caller gives them storage (model.storage: chapter 06's offload) */
+    int caller_storage;  /* who owns the units' storage. 0: the stage allocates parameters and
+                            gradients; 1: it gets none here, and its caller gives the units
+                            storage of its own (model.h's storage hooks, model.storage) */
     TensorGroup *tensor; /* tp > 1: the stage's blocks sliced over this tensor group, chapter 03's
                             tensor parallelism inside the stage; NULL: the stage holds them whole */
     CommGroup *cp;       /* cp > 1: each sequence split over these ranks, attention a ring, chapter
@@ -69,7 +70,7 @@ typedef struct {
     int sp; /* with tensor: --sp, sequence parallelism in the stage's blocks (tensor_parallel.h) */
 } StageLayout;
 
-/* What one step is about; set by pipeline_run_step. */
+/* What one step is about; set by pipeline_begin_step. */
 typedef struct {
     int step;           /* 0-based optimizer step */
     int first_sequence; /* this replica's first sequence of the global batch */
@@ -110,7 +111,7 @@ typedef struct {
     /* --tie-embeddings on several stages (Megatron's embedding group): the
      * last stage also holds the embedding unit, after its own units, for its
      * head to read wte; the first and last stage sum the unit's gradient at
-     * the end of every step (pipeline_run_step) and both apply the same
+     * the end of every step (pipeline_end_step) and both apply the same
      * update. Its elements are left out of this stage's part of the gradient
      * norm (the first stage counts them) and out of what it writes to a
      * checkpoint (it reads them). tied_copy_count 0: no copy here. */
@@ -155,10 +156,19 @@ void pipeline_layout_chunks(StageLayout *layout, const int *blocks, int chunks, 
 void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *schedule, uint64_t seed);
 void pipeline_destroy(Pipeline *p);
 
-/* Run one step's schedule: every micro-batch's forward and backward on this
- * stage, and the messages. Gradients are zeroed first, then accumulate (in
- * 16 bits under mixed precision). dloss carries fp16's loss scale. */
-void pipeline_run_step(Pipeline *p, int step, int first_sequence, float dloss);
+/* One step's schedule, a loop the chapter writes out:
+ *     pipeline_begin_step(p, step, first_sequence, dloss);
+ *     for (int i = 0; i < p->schedule.count; i++) pipeline_run_action(p, i);
+ *     pipeline_end_step(p);
+ * begin zeroes the gradients (they then accumulate, in 16 bits under mixed
+ * precision) and starts the step's clock (dloss carries fp16's loss scale);
+ * run_action runs action i of this stage's list, forward or backward of a
+ * micro-batch or a message, then the extension points it completes
+ * (last_backward, unit_final); end waits for every posted send and sums a
+ * tied embedding's two copies. */
+void pipeline_begin_step(Pipeline *p, int step, int first_sequence, float dloss);
+void pipeline_run_action(Pipeline *p, int i);
+void pipeline_end_step(Pipeline *p);
 
 /* Mean validation loss over eval_batches global batches: forward only, the
  * micro-batches one after another through the stages. Collective over world
@@ -189,9 +199,9 @@ double pipeline_log_layout(const Pipeline *p, const char *program, const Process
 /* An empty checkpoint layout (checkpoint.h: ckpt_layout_init) whose writer
  * text names the layout as the grid lays out the ranks: "<program>: pp P x
  * tp T x dp D, <schedule>" (cp C after pp where the grid has it), then
- * `more` where the chapter adds to the layout (05: "zero 2"; 06:
- * "offload"), or NULL. Chapters 04, 05 and 06 name their layouts here only,
- * so that common/ckpt and a safetensors export repeat every axis. */
+ * `more` where the program adds to the layout (its sharding, say: "zero
+ * 2"), or NULL. The programs with stages name their layouts here only, so
+ * that common/ckpt and a safetensors export repeat every axis. */
 void pipeline_ckpt_layout_init(CkptLayout *l, const char *program, const ProcessGrid *grid,
                                const char *schedule, const char *more);
 /* What this rank holds of the gradients, for the global norm: its stage's

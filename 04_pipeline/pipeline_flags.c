@@ -6,6 +6,7 @@
 #include "layout_rules.h"
 #include "pipeline.h"
 #include "schedule.h"
+#include "sequence_parallel.h"
 #include "tensor_parallel.h"
 #include "util.h"
 
@@ -27,6 +28,43 @@ static const char *sequence_parallel_stage_problem(const Config *cfg, const Pipe
         return "--sp with --virtual, --schedule zb-h1, --recompute or --cp is not written yet: sequence "
                "parallelism's blocks have no rows version of those (valid: --sp with gpipe or 1f1b)";
     return cfg->batch % (D * M) ? NULL : sequence_parallel_problem(cfg->batch / (D * M), cfg->model.seq, T);
+}
+
+/* --help's section and one row per flag (config.h says how to add one) */
+const Flag pipeline_flags[] = {
+    {.type = FLAG_SECTION,
+     .help = "pipeline parallel (run with mpirun -np P*T*D; --micro M cuts each replica's batch into M "
+             "micro-batches)"},
+    {"--schedule", FLAG_CHOICE, FIELD(PipelineFlags, schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
+     .noun = "schedule", .def = "1f1b", .usage = "--schedule gpipe|1f1b|interleaved|zb-h1",
+     .help = "all forwards then all backwards, one-forward-one-backward (default {default}), or zero "
+             "bubble (backward split into B and W), or interleaved (--virtual V chunks per stage)"},
+    {"--virtual", FLAG_INT, FIELD(PipelineFlags, virtual_chunks), 1, 16, .def = "1", .usage = "--virtual V",
+     .help = "chunks of layers per stage, for --schedule interleaved (default {default})"},
+    {"--pp", FLAG_INT, FIELD(PipelineFlags, pp), 1, 256, .usage = "--pp P",
+     .help = "pipeline stages, 1..layers (default: world size / (tp x dp)); with --pp,\n"
+             "--dp defaults to world size / (pp x tp)"},
+    {"--print-schedule", FLAG_SWITCH, FIELD(PipelineFlags, print_schedule), .usage = "--print-schedule",
+     .help = "print every stage's list of actions and exit"},
+    {0},
+};
+
+void pipeline_effective_flags(const Config *cfg, PipelineFlags *pipe, ModelParallelFlags *m) {
+    if (strcmp(m->mp, "tensor") == 0) {
+        model_parallel_effective_flags(cfg, m);
+        if (!pipe->pp) pipe->pp = 1;
+        return;
+    }
+    if (!m->tp) m->tp = 1;
+    int cp_tp = m->cp * m->tp; /* the ranks of one stage */
+    if (pipe->pp && !flag_given(cfg, "--dp") && m->ranks >= pipe->pp * cp_tp)
+        m->dp = m->ranks / (pipe->pp * cp_tp);
+    if (!pipe->pp) pipe->pp = m->ranks / (m->dp * cp_tp);
+}
+
+void pipeline_check_flags(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model) {
+    pipeline_check_world(cfg, pipe, model);
+    pipeline_check_batch(cfg, pipe, model);
 }
 
 void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model) {

@@ -1,10 +1,7 @@
-/* pipeline_flags.h: what chapter 04's flags hold and the layout checks
- * that chapter 05, which is chapter 04 plus ZeRO, shares with it.
- *
- * The rows of --help stay in each chapter's train.c (05 describes --pp's
- * default and --print-schedule differently, because with one stage it is
- * ZeRO over the whole world); the struct they fill and the checks of the
- * pp x cp x tp x dp layout are written here once. */
+/* pipeline_flags.h: chapter 04's flags: their rows, what they hold, their
+ * defaults and the checks of the pp x cp x tp x dp layout, written once for
+ * every program that takes them (a train.c lists the row sets it takes:
+ * FLAG_ROWS, config.h; a later technique may retell a row, FLAG_RETELL). */
 #ifndef PIPELINE_FLAGS_H
 #define PIPELINE_FLAGS_H
 
@@ -18,6 +15,15 @@ typedef struct {
     int pp;             /* --pp: pipeline stages, 0 = world / (tp x dp) */
     int print_schedule;
 } PipelineFlags;
+extern const Flag pipeline_flags[];
+
+/* The layout is pp x cp x tp x dp. --mp tensor is chapter 03's tensor group:
+ * one stage, tp = world / dp / cp. Else tp is --tp (default 1); with --pp
+ * given, dp is the rest of the world unless --dp says it, and without it pp
+ * is. The record holds the numbers, so that layouts written two ways agree. */
+void pipeline_effective_flags(const Config *cfg, PipelineFlags *pipe, ModelParallelFlags *model);
+/* pipeline_check_world, then pipeline_check_batch. */
+void pipeline_check_flags(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model);
 
 /* The world is pp x cp x tp x dp: --mp tensor has one stage, every stage
  * needs a block, tp slices whole heads, cp cuts each sequence into 2 x cp

@@ -1,54 +1,14 @@
-/* 05_zero/train.c: chapter 04's 3D trainer, with ZeRO over the data-parallel axis.
+/* 05_zero/train.c: ZeRO, the model state sharded over the data-parallel ranks.
  *
- * Chapter 03's layer split, but the global batch no longer goes through the
- * stages in one piece: each replica's share is cut into M micro-batches that
- * flow through the P stages like an assembly line, so that stage s works on
- * micro-batch m while stage s+1 works on micro-batch m-1. What each stage
- * does, in which order, is an explicit list of actions (schedule.c):
- *
- *   --schedule gpipe   all forwards, then all backwards
- *   --schedule 1f1b    warm-up forwards, then one forward one backward, then
- *                      the remaining backwards (PipeDream-flush)
- *
- * and one interpreter (run_action, pipeline.c) executes any such list.
- * Gradients accumulate over the micro-batches; one optimizer step per global
- * batch, exactly as in chapter 01.
- *
- * Everything of chapter 03 stays: --tp T slices each stage's blocks over T
- * ranks (tensor_parallel.h), --cp N splits each sequence over N ranks of the
- * stage (context_parallel.h), and the ranks holding the same part of the
- * model are replicas whose gradients chapter 02's machinery sums
- * (data_parallel.h). The world is pp x cp x tp x dp (grid.h: tp fastest,
- * then cp, pp, dp), as in Megatron; dp follows from the rank count.
- *
- *   for each action of this stage's schedule:  forward m | backward m | messages
- *   all-reduce the gradients over the data-parallel group (--dp-mode naive | flat;
- *       overlap: each bucket as soon as its units' last backward of the step is done)
- *   gradient norm (summed over the stages and slices) -> clip -> AdamW -> log
- *
- * Every action is timed (timeline.csv, trace.json); the idle time of the
- * stages is the pipeline bubble, reported next to the formula (P-1)/(M+P-1).
- *
- * --precision bf16|fp16 (mixed.h): each stage keeps its units in 16 bits
- * with fp32 master weights, and the replicas all-reduce 16-bit gradients.
- * The messages between stages carry activations and their gradients, fp32
- * in every precision (the residual stream is fp32: mixed.h). An fp16
- * overflow on any rank skips the step on every rank.
- *
- * This chapter: ZeRO over the data-parallel axis (zero.h). --zero 1 shards
- * the optimizer state over each stage's dp group, 2 the gradients too (each
- * unit's reduce-scattered as its backward ends, for every micro-batch: why
- * DeepSpeed's pipeline engine takes stage 1 only), 3 the parameters too
- * (each unit gathered before its forward and its backward, freed after;
- * --prefetch K, --print-schedule). One stage with tp 1 (dp = the world) runs
- * ZeRO's own step at stages 0-3; more stages, or --tp, run 04's schedule with
- * zero.c's hooks and update, each rank sharding what it holds (with --tp its
- * slices, as Megatron's distributed optimizer does) over its dp group
- * (--zero 0 is chapter 04 itself). Refused: stage 3 across stages (every
- * stage would re-gather its parameters for every micro-batch, as DeepSpeed
- * says), and, not written yet, stage 3 with --tp. Under zb-h1 ZeRO's calls
- * around a unit run around its B and again around its W (stage 2: a
- * reduce-scatter after each, the other half's elements zeros). */
+ * Chapter 04's trainer, with --zero (zero.h): 1 shards the optimizer state
+ * over the data-parallel group, 2 the gradients too (reduce-scattered as
+ * each unit's backward ends), 3 the parameters too (each unit gathered
+ * before its forward and its backward, freed after; --prefetch K). One
+ * stage with tp 1 (dp = the world) runs ZeRO's own step at stages 0-3;
+ * more stages, or --tp, run 04's schedule with zero_stage.h's update, each
+ * rank sharding what it holds over its dp group (--zero 0 is chapter 04).
+ * Refused, saying why: stage 3 across stages (every stage would re-gather
+ * its parameters for every micro-batch) and, not written yet, with --tp. */
 #include "comm.h"
 #include "config.h"
 #include "data_parallel.h"
@@ -78,113 +38,59 @@
 
 #define PROGRAM "05_zero/train"
 
-/* ---- the flags: chapter 02's, chapter 03's (model_parallel.h), chapter 04's, and this chapter's ---- */
+/* ---- the flags: the row sets this program takes, each with its technique's checks (config.h) ---- */
 typedef struct {
-    DataParallelFlags data;   /* --dp-mode, --allreduce, --bucket-mb, --check-replicas, ... */
-    ModelParallelFlags model; /* --mp, --split, --tp, --dp */
-    PipelineFlags pipe;       /* --schedule, --pp, --print-schedule */
-    int zero;                 /* --zero 0..3 */
-    int prefetch;             /* --prefetch K: stage 3 gathers K units ahead */
+    DataParallelFlags data;   /* --dp-mode, --allreduce, --bucket-mb, ... (data_parallel.h) */
+    ModelParallelFlags model; /* --mp, --split, --tp, --dp, --sp, --cp, ... (model_parallel.h) */
+    PipelineFlags pipe;       /* --schedule, --virtual, --pp, --print-schedule (pipeline_flags.h) */
+    ZeroFlags zero;           /* --zero, --prefetch (zero_stage.h) */
 } Flags;
-
-/* --help's section and one row per flag (config.h says how to add one) */
-static const Flag pipeline_flags[] = {
-    {.type = FLAG_ROWS, .offset = offsetof(Flags, data), .rows = data_parallel_flags},
-    {.type = FLAG_ROWS, .offset = offsetof(Flags, model), .rows = model_parallel_flags},
-    {.type = FLAG_SECTION,
-     .help = "pipeline parallel (run with mpirun -np P*T*D; --micro M cuts each replica's batch into M "
-             "micro-batches)"},
-    {"--schedule", FLAG_CHOICE, FIELD(Flags, pipe.schedule), .choices = "gpipe|1f1b|interleaved|zb-h1",
-     .noun = "schedule", .def = "1f1b", .usage = "--schedule gpipe|1f1b|interleaved|zb-h1",
-     .help = "all forwards then all backwards, one-forward-one-backward (default {default}), or zero "
-             "bubble (backward split into B and W), or interleaved (--virtual V chunks per stage)"},
-    {"--virtual", FLAG_INT, FIELD(Flags, pipe.virtual_chunks), 1, 16, .def = "1", .usage = "--virtual V",
-     .help = "chunks of layers per stage, for --schedule interleaved (default {default})"},
-    {"--pp", FLAG_INT, FIELD(Flags, pipe.pp), 1, 256, .usage = "--pp P",
-     .help = "pipeline stages, 1..layers (default: 1, or world size / (tp x dp) with --dp); with --pp,\n"
-             "--dp defaults to world size / (pp x tp)"},
-    {"--print-schedule", FLAG_SWITCH, FIELD(Flags, pipe.print_schedule), .usage = "--print-schedule",
-     .help = "print every stage's list of actions and exit (with --zero 3: the gather/free\n"
-             "schedule of one micro-batch, then train)"},
-    {.type = FLAG_SECTION,
-     .help = "ZeRO (the model state sharded over the dp replicas; one stage, tp 1: dp = the world)"},
-    {"--zero", FLAG_INT, FIELD(Flags, zero), 0, 3, .def = "1", .usage = "--zero 0|1|2|3",
-     .help = "0: every rank holds everything, gradients all-reduced (chapter 02's\n"
-             "flat mode); 1: optimizer state sharded; 2: gradients too; 3: parameters\n"
-             "too (default {default}). Any number of ranks: every unit is padded to a\n"
-             "multiple of N (zeros nobody updates), so N may exceed a unit's size.\n"
-             "With --pp or --tp, stages 1-2 under gpipe, 1f1b and zb-h1; interleaved\n"
-             "(--virtual) only with --zero 0"},
-    {"--prefetch", FLAG_INT, FIELD(Flags, prefetch), 0, 64, .def = "1", .usage = "--prefetch K",
-     .help = "stage 3: gather the next K units (on a communication thread) while\n"
-             "the current one computes, 0..64 (default {default}; needs --zero 3)"},
+static const Flag flag_rows[] = {
+    FLAG_ROWS_AT(Flags, data, data_parallel_flags),
+    FLAG_ROWS_AT(Flags, model, model_parallel_flags),
+    FLAG_ROWS_AT(Flags, pipe, pipeline_flags),
+    FLAG_ROWS_AT(Flags, zero, zero_flags),
     {0},
 };
-
-/* The layout is pp x cp x tp x dp. --mp tensor is chapter 03's tensor group:
- * one stage, tp = world / dp / cp. Else tp is --tp (default 1); with --pp
- * given, dp is the rest of the world unless --dp says it, and without it pp
- * is. The record holds the numbers, so that layouts written two ways agree. */
-static void effective_pipeline_flags(const Config *cfg, void *values) {
+static void effective_flags(const Config *cfg, void *values) {
     Flags *f = values;
-    ModelParallelFlags *m = &f->model;
-    if (strcmp(m->mp, "tensor") == 0) {
-        model_parallel_effective_flags(m);
-        if (!f->pipe.pp) f->pipe.pp = 1;
-        return;
-    }
-    if (!m->tp) m->tp = 1;
-    if (!f->pipe.pp && !flag_given(cfg, "--dp")) f->pipe.pp = 1; /* ZeRO's dp is the rest of the world */
-    int cp_tp = m->cp * m->tp;                                   /* the ranks of one stage */
-    if (f->pipe.pp && !flag_given(cfg, "--dp") && m->ranks >= f->pipe.pp * cp_tp)
-        m->dp = m->ranks / (f->pipe.pp * cp_tp);
-    if (!f->pipe.pp) f->pipe.pp = m->ranks / (m->dp * cp_tp);
+    zero_effective_flags(cfg, &f->zero, &f->pipe, &f->model);
 }
-
-/* The layout: world = stages x tp x replicas, every stage a block, tp
- * slicing whole heads, every replica's share of the batch cut into whole
- * micro-batches. */
-static void check_pipeline_layout(const Config *cfg, const void *values) {
+static void check_flags(const Config *cfg, const void *values) {
     const Flags *f = values;
-    int P = f->pipe.pp, T = f->model.tp, D = f->model.dp, M = cfg->micro;
-    /* what ZeRO does not combine with */
-    zero_stage_check_flags(cfg, f->zero, P, T, f->model.cp, f->pipe.print_schedule);
-    pipeline_check_world(cfg, &f->pipe, &f->model);
-    if (P == 1 && T == 1 && (cfg->batch < D * M || cfg->batch % (D * M))) /* ZeRO's step over the world */
-        fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
-              cfg->batch, D, M, D * M);
-    pipeline_check_batch(cfg, &f->pipe, &f->model);
+    zero_check_flags(cfg, &f->zero, &f->pipe, &f->model, 1); /* 1: ZeRO's own step on one stage */
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
- * flags, steps.csv's columns (chapter 04's idle fraction and bubble, then
- * bytes_sent and comm_busy_ms, ZeRO's), and that every rank starts each
- * step together, the timeline's one time origin. */
-static const RunColumn pipeline_columns[] = {{"idle_fraction", "%.4f"}, {"bubble", "%.4f"}, {0}};
+ * flags, its steps.csv columns (a chapter keeps the columns of the one
+ * before it and adds its own), and what else it reports. */
+static const RunColumn columns[] = {
+    {"idle_fraction", "%.4f"}, /* 1 - the ranks' busy time over ranks x the step (busy.csv) */
+    {"bubble", "%.4f"},        /* the stages' idle time while the pipeline ran */
+    {0},
+};
 static const RunSpec spec = {
     .program = PROGRAM,
     .summary = "Train a GPT with ZeRO: the model state sharded over the data-parallel ranks, in chapter 04's "
                "pp x tp x dp trainer.",
-    .flags = {.flags = pipeline_flags,
-              .effective = effective_pipeline_flags,
-              .check = check_pipeline_layout,
-              .multi_rank = 1},
-    .columns = pipeline_columns,
+    .flags = {.flags = flag_rows, .effective = effective_flags, .check = check_flags, .multi_rank = 1},
+    .columns = columns,
     .bytes_sent = 1,
     .comm_busy = 1,
-    .axis_bytes = 1, /* run.csv: every rank's bytes per step on each grid axis */
-    .barrier_each_step = 1};
+    .axis_bytes = 1,
+    .barrier_each_step = 1,
+    .busy_csv = 1,
+};
 
 /* One stage, tp 1: ZeRO stage 0-3 over all the ranks, dp = the world (zero.h).
  * Each micro-batch runs forward and backward through the whole model, the
  * hooks gathering (stage 3) and reduce-scattering (stages 2-3) unit by unit. */
 static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *grid) {
-    int ranks = run->ranks, stage = f->zero;
+    int ranks = run->ranks, stage = f->zero.zero;
     run_prepare(run);
-    OutFile *busy_csv = busy_csv_open(run); /* 04's busy.csv and idle_fraction; one stage: no bubble */
     GPT model;
     Zero zero;
-    zero_create_precision(&zero, &model, &cfg->model, cfg->seed, stage, f->prefetch, grid->dp_group,
+    zero_create_precision(&zero, &model, &cfg->model, cfg->seed, stage, f->zero.prefetch, grid->dp_group,
                           cfg->precision);
     const UnitHooks *hooks = zero_hooks(&zero);
     int per_rank = cfg->batch / ranks; /* this rank's share of the global batch */
@@ -200,7 +106,7 @@ static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *gri
     if (run_resume(run, &zero.opt.t)) zero_weights_from_master(&zero); /* 16 bits: from the fp32 weights */
 
     char prefetch[32] = ""; /* stage 3 only: the other stages gather nothing */
-    if (stage == 3) snprintf(prefetch, sizeof prefetch, " | prefetch %d", f->prefetch);
+    if (stage == 3) snprintf(prefetch, sizeof prefetch, " | prefetch %d", f->zero.prefetch);
     log_info("%s | %d ranks | device %s | comm %s | zero %d%s | %zu parameters, %zu per shard | "
              "batch %d = %d ranks x %d micro-batches x %d sequences | %s\n",
              PROGRAM, ranks, device_name(), comm_transport_name(), stage, prefetch, model.num_params,
@@ -241,13 +147,12 @@ static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *gri
         s.rec.comm_ms = zero.comm_ms;       /* waiting on communication, wherever in the step */
         s.comm_busy_ms = zero.comm_busy_ms; /* the collectives running, hidden or not */
         int evaluate = run_step_done(run, &s);
-        s.columns[0] = log_busy(busy_csv, run->world, &s, zero.comm_ms); /* idle_fraction */
+        s.columns[0] = run_log_busy(run, &s, zero.comm_ms); /* idle_fraction */
         if (evaluate)
             s.rec.val_loss =
                 zero_evaluate_and_sample(&zero, whole, &acts, &scratch, &run->data, cfg, 0, &run->rng);
         run_step_log(run, &s);
     }
-    if (run->rank == 0) out_close(busy_csv);
     if (cfg->sample > 0)
         zero_evaluate_and_sample(&zero, whole, &acts, &scratch, &run->data, cfg, cfg->sample, &run->rng);
 
@@ -255,7 +160,7 @@ static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *gri
     int ran = run->last_step - run->first_step;
     double bytes_per_step = ran ? run->bytes_sent / ran : 0.0; /* this rank's; the ranks send alike */
     char extra_values[64];
-    snprintf(extra_values, sizeof extra_values, ",%d,%.0f,%s", f->prefetch, bytes_per_step,
+    snprintf(extra_values, sizeof extra_values, ",%d,%.0f,%s", f->zero.prefetch, bytes_per_step,
              precision_name(cfg->precision));
     run_layout(run, ranks, 1, 1, stage);
     run_finish(run, model.num_params, ",prefetch,bytes_sent_per_step,precision", extra_values,
@@ -291,7 +196,7 @@ int main(int argc, char **argv) {
     /* ---- the split and the schedule ---- */
     int blocks[MAX_LAYERS]; /* blocks per piece (V > 1: P x V pieces): --split, or balanced (layer_split.h) */
     StageLayout layout = {
-        .pp = grid.pp_group, .stage = grid.p, .stages = P, .cfg = &cfg, .caller_storage = flags.zero > 0};
+        .pp = grid.pp_group, .stage = grid.p, .stages = P, .cfg = &cfg, .caller_storage = flags.zero.zero > 0};
     layer_split_stage(&cfg.model, flags.model.split, P * V, grid.p, blocks, &layout.first_block,
                       &layout.last_block, &layout.first_unit, &layout.last_unit);
     if (V > 1) pipeline_layout_chunks(&layout, blocks, V, cfg.model.layers); /* chunk c: piece c P + stage */
@@ -307,7 +212,6 @@ int main(int argc, char **argv) {
 
     /* ---- build: device, data, output files (the harness); this stage's part of the model, optimizer ---- */
     run_prepare(&run);
-    OutFile *busy_csv = busy_csv_open(&run);
     int per_rank = cfg.batch / grid.dp; /* this replica's share of the global batch */
     layout.data = &run.data;
     layout.B = per_rank / M; /* sequences per micro-batch */
@@ -320,7 +224,7 @@ int main(int argc, char **argv) {
     pipeline_create(&p, &layout, &schedule, cfg.seed);
     size_t whole_params = layout.tensor ? p.tpm.global_params : p.model.num_params; /* the whole model's */
     ZeroStage replicas; /* the stage's replicas: 04's all-reduce and AdamW, or ZeRO 1-2 (zero_stage.h) */
-    zero_stage_create(&replicas, &p, flags.zero, dp, &grid, model_group, run.world);
+    zero_stage_create(&replicas, &p, flags.zero.zero, dp, &grid, model_group, run.world);
     zero_stage_resume(&replicas, &run, PROGRAM, &grid, flags.pipe.schedule); /* and rank 0's weights */
 
     double bubble_theory = pipeline_log_layout(&p, PROGRAM, &grid, dp->dp_mode, dp->allreduce, whole_params,
@@ -331,9 +235,11 @@ int main(int argc, char **argv) {
     for (int step = run.first_step; step < run.last_step; step++) {
         RunStep s = run_step_begin(&run, step); /* all ranks together: one time origin for the timeline */
 
-        /* ---- the schedule: every micro-batch's forward and backward, and the messages ---- */
+        /* ---- the schedule: this stage's actions in order, forward m | backward m | a message ---- */
         zero_stage_begin_step(&replicas, step);
-        pipeline_run_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
+        pipeline_begin_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
+        for (int i = 0; i < p.schedule.count; i++) pipeline_run_action(&p, i);
+        pipeline_end_step(&p);
         bubbles[step] = s.columns[1] =
             pipeline_measure_bubble(&p.times, &grid, run.world); /* steps.csv's bubble */
 
@@ -357,16 +263,16 @@ int main(int argc, char **argv) {
         s.rec.fwd_ms = p.times.fwd_ms;
         s.rec.bwd_ms = p.times.bwd_ms;
         int evaluate = run_step_done(&run, &s);
-        s.columns[0] = log_busy(busy_csv, run.world, &s, comm_ms); /* idle_fraction */
+        s.columns[0] = run_log_busy(&run, &s, comm_ms); /* idle_fraction */
         zero_stage_check_replicas(&replicas, dp->check_replicas, step + 1);
         if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
         run_step_log(&run, &s);
     }
-    if (rank == 0) out_close(busy_csv);
     if (cfg.sample > 0) pipeline_sample(&p, cfg.sample, &run.rng);
 
     /* ---- timeline, run summary and memory: every rank's peaks, gathered on rank 0 ---- */
-    pipeline_finish(&p, &run, &grid, whole_params, flags.pipe.schedule, bubbles, bubble_theory, flags.zero);
+    pipeline_finish(&p, &run, &grid, whole_params, flags.pipe.schedule, bubbles, bubble_theory,
+                    flags.zero.zero);
 
     free(bubbles);
     zero_stage_destroy(&replicas);

@@ -26,11 +26,49 @@ void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFl
         p->model.storage = zero_hooks(&s->z);
         if (p->layout.cp) p->model.sequence = &p->context.split; /* a whole model is built afresh above */
     } else {
-        adamw_create(&s->opt, p->model.param_count); /* only the parameters this rank holds */
-        data_parallel_create(&s->replicas, dp, grid->weight_group, &p->model, &p->mixed, cfg->precision);
-        p->unit_final = data_parallel_backward_hook(&s->replicas, 1); /* 04's overlapped buckets */
-        p->unit_final_context = &s->replicas;
+        stage_replicas_create(&s->replicas, p, dp, grid, model_group, world); /* chapter 04's */
     }
+}
+
+/* --help's section and one row per flag (config.h says how to add one) */
+const Flag zero_flags[] = {
+    {.type = FLAG_SECTION,
+     .help = "ZeRO (the model state sharded over the dp replicas; one stage, tp 1: dp = the world)"},
+    {"--zero", FLAG_INT, FIELD(ZeroFlags, zero), 0, 3, .def = "1", .usage = "--zero 0|1|2|3",
+     .help = "0: every rank holds everything, gradients all-reduced (chapter 02's\n"
+             "flat mode); 1: optimizer state sharded; 2: gradients too; 3: parameters\n"
+             "too (default {default}). Any number of ranks: every unit is padded to a\n"
+             "multiple of N (zeros nobody updates), so N may exceed a unit's size.\n"
+             "With --pp or --tp, stages 1-2 under gpipe, 1f1b and zb-h1; interleaved\n"
+             "(--virtual) only with --zero 0"},
+    {"--prefetch", FLAG_INT, FIELD(ZeroFlags, prefetch), 0, 64, .def = "1", .usage = "--prefetch K",
+     .help = "stage 3: gather the next K units (on a communication thread) while\n"
+             "the current one computes, 0..64 (default {default}; needs --zero 3)"},
+    {"--pp", FLAG_RETELL,
+     .help = "pipeline stages, 1..layers (default: 1, or world size / (tp x dp) with --dp); with --pp,\n"
+             "--dp defaults to world size / (pp x tp)"},
+    {"--print-schedule", FLAG_RETELL,
+     .help = "print every stage's list of actions and exit (with --zero 3: the gather/free\n"
+             "schedule of one micro-batch, then train)"},
+    {0},
+};
+
+void zero_effective_flags(const Config *cfg, ZeroFlags *z, PipelineFlags *pipe, ModelParallelFlags *model) {
+    (void)z;
+    if (strcmp(model->mp, "tensor") != 0 && !pipe->pp && !flag_given(cfg, "--dp"))
+        pipe->pp = 1; /* ZeRO's dp is the rest of the world */
+    pipeline_effective_flags(cfg, pipe, model);
+}
+
+void zero_check_flags(const Config *cfg, const ZeroFlags *z, const PipelineFlags *pipe,
+                      const ModelParallelFlags *model, int own_step) {
+    int P = pipe->pp, T = model->tp, D = model->dp, M = cfg->micro;
+    zero_stage_check_flags(cfg, z->zero, P, T, model->cp, pipe->print_schedule);
+    pipeline_check_world(cfg, pipe, model);
+    if (own_step && P == 1 && T == 1 && (cfg->batch < D * M || cfg->batch % (D * M))) /* over the world */
+        fatal(EXIT_USAGE, "--batch %d does not split into %d ranks x --micro %d (valid: a multiple of %d)",
+              cfg->batch, D, M, D * M);
+    pipeline_check_batch(cfg, pipe, model);
 }
 
 void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int cp, int print_schedule) {
@@ -50,32 +88,25 @@ void zero_stage_destroy(ZeroStage *s) {
     if (s->zero) {
         zero_destroy(&s->z);
     } else {
-        data_parallel_print(&s->replicas); /* --print-buckets */
-        data_parallel_destroy(&s->replicas);
-        adamw_destroy(&s->opt);
+        stage_replicas_print(&s->replicas); /* --print-buckets */
+        stage_replicas_destroy(&s->replicas);
     }
 }
 
 void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const ProcessGrid *grid,
                        const char *schedule) {
+    if (!s->zero) {
+        stage_replicas_resume(&s->replicas, run, program, grid, schedule); /* chapter 04's */
+        return;
+    }
     Pipeline *p = s->p;
     char zero[16];
     snprintf(zero, sizeof zero, "zero %d", s->zero);
-    pipeline_ckpt_layout_init(&run->ckpt, program, grid, schedule, s->zero ? zero : NULL);
-    if (s->zero) /* the held units or slices; the moments of this rank's dp shard */
-        zero_stage_checkpoint_layout(&s->z, p->layout.tensor ? &p->tpm : NULL, &run->ckpt);
-    else if (p->layout.tensor) /* replica d x cp + c of the ranks holding the same weights: */
-        tp_checkpoint_layout(&p->tpm, &s->opt, comm_rank(grid->weight_group), &run->ckpt); /* its slices */
-    else
-        ckpt_layout_range(&run->ckpt, &p->model, &s->opt, comm_rank(grid->weight_group),
-                          comm_size(grid->weight_group)); /* its units */
-    if (run_resume(run, s->zero ? &s->z.opt.t : &s->opt.t) && p->layout.cfg->precision != PRECISION_FP32) {
-        if (s->zero) /* the checkpoint: fp32; the 16-bit weights rounded from it */
-            zero_weights_from_master(&s->z);
-        else
-            mixed_weights_from_master(&p->mixed);
-    }
-    if (!s->zero) data_parallel_broadcast_weights(&s->replicas, &p->mixed);
+    pipeline_ckpt_layout_init(&run->ckpt, program, grid, schedule, zero);
+    /* the held units or slices; the moments of this rank's dp shard */
+    zero_stage_checkpoint_layout(&s->z, p->layout.tensor ? &p->tpm : NULL, &run->ckpt);
+    if (run_resume(run, &s->z.opt.t) && p->layout.cfg->precision != PRECISION_FP32)
+        zero_weights_from_master(&s->z); /* the checkpoint: fp32; the 16-bit weights rounded from it */
 }
 
 void zero_stage_begin_step(ZeroStage *s, int step) {
@@ -83,22 +114,19 @@ void zero_stage_begin_step(ZeroStage *s, int step) {
         zero_start_clock(&s->z, step);
         zero_begin_step(&s->z);
     } else {
-        data_parallel_begin_step(&s->replicas);
+        stage_replicas_begin_step(&s->replicas);
     }
 }
 
 double zero_stage_sum_gradients(ZeroStage *s, double *busy_ms) {
-    if (!s->zero) return data_parallel_sum_gradients(&s->replicas, busy_ms);
+    if (!s->zero) return stage_replicas_sum_gradients(&s->replicas, busy_ms);
     zero_sync_grads(&s->z); /* stage 1: reduce-scatter; 2: the last units' reduce-scatters */
     return 0.0;             /* its waits count in zero_stage_update, with the rest of its collectives */
 }
 
 int zero_stage_update(ZeroStage *s, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm,
                       double *comm_ms, double *busy_ms) {
-    if (!s->zero) { /* every rank its own parameters, clipped by the WHOLE model's norm */
-        GradShards held = pipeline_grad_shards(s->p, s->model_group, s->world); /* units, or their slices */
-        return optimizer_step(&s->p->model, &s->p->mixed, &s->opt, ls, &held, h, step, grad_norm);
-    }
+    if (!s->zero) return stage_replicas_update(&s->replicas, ls, h, step, grad_norm); /* chapter 04's */
     /* the norm from the slices; AdamW on this rank's; all-gather the stage's units */
     int skipped = zero_step_update(&s->z, ls, h, step, grad_norm);
     *comm_ms += s->z.comm_ms; /* its collectives, wherever in the step */
@@ -107,7 +135,5 @@ int zero_stage_update(ZeroStage *s, LossScaler *ls, const OptimHyper *h, int ste
 }
 
 void zero_stage_check_replicas(const ZeroStage *s, int every, int step) {
-    int half = s->p->layout.cfg->precision != PRECISION_FP32; /* the master weights are the weights */
-    if (!s->zero && every && step % every == 0)
-        data_parallel_check_replicas(&s->replicas, half ? s->p->mixed.master : s->p->model.params, step);
+    if (!s->zero) stage_replicas_check(&s->replicas, every, step);
 }

@@ -18,7 +18,7 @@
  *               all-gathered again; fp32 or 16 bits, with checkpoints
  *
  * The step reads the same either way (05's train.c):
- *   zero_stage_begin_step -> pipeline_run_step -> zero_stage_sum_gradients
+ *   zero_stage_begin_step -> the schedule (pipeline.h) -> zero_stage_sum_gradients
  *   -> zero_stage_update
  * and what differs sits here, so that the story of the step stays in main. */
 #ifndef ZERO_STAGE_H
@@ -29,15 +29,34 @@
 #include "harness.h"
 #include "optim.h"
 #include "pipeline.h"
+#include "pipeline_flags.h"
+#include "stage_replicas.h"
 #include "zero.h"
+
+/* ---- the flags (a train.c takes these rows: FLAG_ROWS, config.h), after chapter 04's ---- */
+typedef struct {
+    int zero;     /* --zero 0..3 */
+    int prefetch; /* --prefetch K: stage 3 gathers K units ahead */
+} ZeroFlags;
+/* --zero and --prefetch, and chapter 04's --pp and --print-schedule retold
+ * (FLAG_RETELL): one stage is the default here, ZeRO over the world */
+extern const Flag zero_flags[];
+/* --pp defaults to 1 (dp: the rest of the world) unless --dp is given;
+ * then chapter 04's defaults (pipeline_effective_flags). */
+void zero_effective_flags(const Config *cfg, ZeroFlags *z, PipelineFlags *pipe, ModelParallelFlags *model);
+/* What ZeRO does not combine with (zero_stage_check_flags), chapter 04's
+ * layout (pipeline_check_world, _batch), and with own_step (the program
+ * runs ZeRO's own step over the world on one stage with tp 1: zero.h) that
+ * the batch splits into the world's ranks x --micro. */
+void zero_check_flags(const Config *cfg, const ZeroFlags *z, const PipelineFlags *pipe,
+                      const ModelParallelFlags *model, int own_step);
 
 typedef struct {
     int zero;               /* 0, 1 or 2 */
     Pipeline *p;            /* the stage whose gradients these are */
     CommGroup *model_group; /* one replica's ranks: its stages and slices (the norm counts a slice once) */
     CommGroup *world;
-    AdamW opt;             /* --zero 0: the parameters this rank holds */
-    DataParallel replicas; /* --zero 0: the sum over the replicas of what this rank holds */
+    StageReplicas replicas; /* --zero 0: chapter 04's replicas and AdamW (stage_replicas.h) */
     Zero z;                /* --zero 1-2: the stage's units sharded over its dp group */
 } ZeroStage;
 

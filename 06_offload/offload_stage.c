@@ -39,8 +39,15 @@ const Flag offload_flags[] = {
  * them per stage, each unit's gradient leaving for the host as its backward
  * ends (under zb-h1 after its B and again after its W, each with what its
  * half added): what the layout cannot give is refused, saying why. */
-void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, const char *schedule,
-                         const char *program) {
+void offload_effective_flags(const Config *cfg, OffloadFlags *f, ZeroFlags *z, PipelineFlags *pipe,
+                             ModelParallelFlags *model) {
+    if (f->offload && !flag_given(cfg, "--zero")) z->zero = 2; /* the partitioning offloaded */
+    zero_effective_flags(cfg, z, pipe, model);
+}
+
+/* What --offload's layout cannot give; its --dpu options without it. */
+static void offload_check_own_flags(const Config *cfg, const OffloadFlags *f, int zero, const char *schedule,
+                                    const char *program) {
     if (f->dpu && !f->offload)
         fatal(EXIT_USAGE,
               "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");
@@ -62,6 +69,12 @@ void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, con
               program);
     const char *untied = tied_embeddings_problem(cfg, 1, 0, 0, 1);
     if (untied) fatal(EXIT_USAGE, "%s", untied);
+}
+
+void offload_check_flags(const Config *cfg, const OffloadFlags *f, const ZeroFlags *z, const PipelineFlags *pipe,
+                         const ModelParallelFlags *model, const char *program) {
+    offload_check_own_flags(cfg, f, z->zero, pipe->schedule, program); /* first: why, if at all */
+    zero_check_flags(cfg, z, pipe, model, !f->offload);
 }
 
 /* The whole model's parameters (with --tp the stage's model is a rank's slices). */

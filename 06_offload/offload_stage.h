@@ -18,7 +18,7 @@
 #include "pipeline.h"
 #include "zero_stage.h"
 
-/* ---- the flags (06's table takes these rows: FLAG_ROWS, config.h) ---- */
+/* ---- the flags (a train.c takes these rows: FLAG_ROWS, config.h), after chapter 05's ---- */
 typedef struct {
     int offload;       /* --offload */
     int dpu;           /* --dpu: delayed parameter update */
@@ -26,11 +26,17 @@ typedef struct {
     int dpu_reference; /* the delayed update without a thread, for the tests */
 } OffloadFlags;
 extern const Flag offload_flags[];
+/* --offload makes --zero 2 the default (the partitioning it offloads); then
+ * chapter 05's defaults (zero_effective_flags). */
+void offload_effective_flags(const Config *cfg, OffloadFlags *f, ZeroFlags *z, PipelineFlags *pipe,
+                             ModelParallelFlags *model);
 /* --dpu and its options without what they need, and with --offload what its
  * layout cannot give (--zero other than 2, the interleaved schedule's
- * chunks), each refused in one line that says why (EXIT_USAGE). */
-void offload_check_flags(const Config *cfg, const OffloadFlags *f, int zero, const char *schedule,
-                         const char *program);
+ * chunks), each refused in one line that says why (EXIT_USAGE), first;
+ * then chapter 05's checks (zero_check_flags; with --offload one stage runs
+ * the pipeline's step, not ZeRO's own). */
+void offload_check_flags(const Config *cfg, const OffloadFlags *f, const ZeroFlags *z, const PipelineFlags *pipe,
+                         const ModelParallelFlags *model, const char *program);
 
 /* The delayed update's state between steps: the update waiting for its turn
  * (--dpu-reference), which gradient shard holds its gradients. */

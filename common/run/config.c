@@ -210,6 +210,14 @@ static int flatten(const Flag *rows, size_t base, int n) {
             n = flatten(f->rows, base + f->offset, n);
             continue;
         }
+        if (f->type == FLAG_RETELL) { /* the earlier row, as this program tells it */
+            int i = 0;
+            while (i < n && !(flat_rows[i].name && strcmp(flat_rows[i].name, f->name) == 0)) i++;
+            if (i == n) fatal(EXIT_RUNTIME, "a table retells %s, which no earlier row has", f->name);
+            if (f->usage) flat_rows[i].usage = f->usage;
+            flat_rows[i].help = f->help;
+            continue;
+        }
         if (n == MAX_ROWS) fatal(EXIT_RUNTIME, "a table of flags has more than %d rows", MAX_ROWS);
         flat_rows[n] = *f;
         flat_rows[n++].offset += base;
@@ -321,6 +329,7 @@ static void parse_value(const Flag *f, const char *value, void *base) {
     case FLAG_SECTION:
     case FLAG_HELP:
     case FLAG_ROWS:
+    case FLAG_RETELL:
         break;
     }
 }
@@ -362,6 +371,7 @@ static void value_text(const Flag *f, const void *base, int exact, char *out, si
     case FLAG_SECTION:
     case FLAG_HELP:
     case FLAG_ROWS:
+    case FLAG_RETELL:
         out[0] = '\0';
         break;
     }

@@ -93,6 +93,9 @@ typedef enum {
     FLAG_HELP,    /* --help: print the rows and exit */
     FLAG_ROWS,    /* not a flag: an earlier chapter's rows (.rows), their values at .offset in this
                      chapter's struct (a chapter keeps every flag of the one before it) */
+    FLAG_RETELL,  /* not a flag: what the earlier row .name means in this program (.usage where
+                     given, .help), where a later technique changes it (a default); the row keeps
+                     its place, its field and its range */
 } FlagType;
 
 /* Flag.only: which programs take it: all, those run under mpirun, those the
@@ -115,8 +118,9 @@ typedef struct Flag {
     const struct Flag *rows; /* FLAG_ROWS: the earlier chapter's table (see below) */
 } Flag;
 #define FIELD(type, member) offsetof(type, member), sizeof(((type *)0)->member)
-/* A row that stands for an earlier chapter's table, its values in member `data` of this one's:
- *     {.type = FLAG_ROWS, .offset = offsetof(Flags, data), .rows = data_parallel_flags}, */
+/* A row that stands for a technique's table (the module's rows), its values in member `data` of
+ * the program's struct:  FLAG_ROWS_AT(Flags, data, data_parallel_flags), */
+#define FLAG_ROWS_AT(values, member, table) {.type = FLAG_ROWS, .offset = offsetof(values, member), .rows = table}
 
 /* A chapter's own flags: its rows (the first a FLAG_SECTION, their --help
  * heading; ended by a zero row), the struct they point into, and two

@@ -121,6 +121,10 @@ void run_prepare(Run *run) {
         chapter_header(run, header, sizeof header);
         run->steps_csv = steps_csv_open(cfg, header);
     }
+    if (run->spec->busy_csv && run->rank == 0) {
+        run->busy_csv = out_open(cfg->out, "busy.csv", OUT_LINES, 0);
+        out_printf(run->busy_csv, "rank,step,busy_ms,step_ms\n");
+    }
     run->across->barrier(run); /* the output directory exists before any rank writes into it */
     loss_scaler_init(&run->scaler, cfg);
     run->rng = cfg->seed; /* for the text sampler */
@@ -239,6 +243,8 @@ void run_finish(Run *run, size_t params, const char *extra_header, const char *e
                 const char *details_fmt, ...) {
     if (run_writes_files(run)) out_close(run->steps_csv);
     run->steps_csv = NULL;
+    if (run->busy_csv) out_close(run->busy_csv);
+    run->busy_csv = NULL;
     size_t peak_device = run->across->peak_device(run);
     char header[512], values[512]; /* the chapter's columns, then (RunSpec.axis_bytes) each axis's bytes */
     if ((size_t)snprintf(header, sizeof header, "%s", extra_header ? extra_header : "") >= sizeof header ||

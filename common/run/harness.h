@@ -75,6 +75,7 @@ typedef struct {
     int comm_busy;            /* steps.csv comm_busy_ms: RunStep.comm_busy_ms, the max over ranks */
     int axis_bytes;           /* run.csv bytes_{dp,pp,cp,tp}_per_step after its columns (run_axis_columns) */
     int barrier_each_step;    /* every rank starts a step together: one time origin for the timelines */
+    int busy_csv;             /* busy.csv (rank 0): every rank's time computing, each step (run_log_busy) */
 } RunSpec;
 
 /* One step, from run_step_begin to run_step_log. The chapter fills rec's
@@ -118,6 +119,7 @@ struct Run {
     int rank, ranks, local_rank;
     Dataset data;
     OutFile *steps_csv;        /* rank 0 */
+    OutFile *busy_csv;         /* rank 0, with RunSpec.busy_csv */
     LossScaler scaler;         /* fp16's loss scale (mixed.h), kept in checkpoints */
     uint64_t rng;              /* the text sampler's generator, kept in checkpoints */
     CkptLayout ckpt;           /* what this rank holds of a checkpoint: the chapter fills it (checkpoint.h) */
@@ -178,6 +180,14 @@ int run_step_done(Run *run, RunStep *s);
 void run_step_log(Run *run, RunStep *s);
 /* Is a checkpoint due after this step? (For work that must precede it.) */
 int run_save_due(const Run *run, const RunStep *s);
+
+/* RunSpec.busy_csv (many ranks): busy.csv's rows rank,step,busy_ms,step_ms,
+ * every rank's time computing in the step (its step less comm_ms, the time
+ * it waited or communicated). Collective over the world; returns, on rank 0,
+ * the step's idle fraction: 1 - the ranks' busy time over ranks x the
+ * slowest rank's step (a chapter's steps.csv column idle_fraction). Call
+ * after run_step_done. */
+double run_log_busy(Run *run, const RunStep *s, double comm_ms);
 
 /* Many ranks: the bytes sent per step on each axis of the process grid
  * (grid.h's order: dp, pp, cp, tp), summed over every rank, the mean over

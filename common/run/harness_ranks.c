@@ -9,6 +9,7 @@
 #include "util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void ranks_device_ready(Run *run) {
@@ -65,6 +66,20 @@ static const RunRanks many_ranks = {.device_ready = ranks_device_ready,
                                     .end = comm_finalize};
 
 _Static_assert((int)RUN_AXES == (int)GRID_AXES, "the harness counts the bytes of each axis of the process grid");
+
+double run_log_busy(Run *run, const RunStep *s, double comm_ms) {
+    int ranks = run->ranks;
+    double busy[2] = {s->own_step_ms - comm_ms, s->own_step_ms};
+    double *busy_all = xcalloc(2 * (size_t)ranks, sizeof(double));
+    comm_gather_bytes(run->world, busy, sizeof busy, busy_all, 0);
+    double busy_sum = 0.0;
+    for (int r = 0; r < ranks && run->rank == 0; r++) {
+        out_printf(run->busy_csv, "%d,%d,%.4f,%.4f\n", r, s->step + 1, busy_all[2 * r], busy_all[2 * r + 1]);
+        busy_sum += busy_all[2 * r];
+    }
+    free(busy_all);
+    return 1.0 - busy_sum / (ranks * s->rec.step_ms);
+}
 
 void run_axis_bytes_per_step(Run *run, double per_step[RUN_AXES]) {
     int steps = run->last_step - run->first_step;

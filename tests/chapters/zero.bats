@@ -254,6 +254,27 @@ refused() {
     [ ! -e "$(scratch)/out/steps.csv" ]
 }
 
+# ZeRO changes what chapter 04's --pp defaults to (one stage: dp is the
+# world) and what --print-schedule prints at stage 3: zero_flags retells
+# those rows (FLAG_RETELL), which keep chapter 04's place in --help.
+@test "05's --help retells chapter 04's --pp and --print-schedule in their place; 04's tells its own" {
+    run "$TRAIN05" --help
+    assert_success
+    assert_output --partial "  --pp P                     pipeline stages, 1..layers (default: 1, or world size / (tp x dp) with --dp)"
+    assert_output --partial "print every stage's list of actions and exit (with --zero 3: the gather/free"
+    refute_output --partial "(default: world size / (tp x dp)); with --pp"
+    local pp print zero
+    pp=$(grep -n -- "^  --pp P " <<<"$output" | cut -d: -f1)
+    print=$(grep -n -- "^  --print-schedule " <<<"$output" | cut -d: -f1)
+    zero=$(grep -n -- "^  --zero " <<<"$output" | cut -d: -f1)
+    [ -n "$pp" ] && [ -n "$print" ] && [ -n "$zero" ] && [ "$pp" -lt "$print" ] && [ "$print" -lt "$zero" ]
+    assert_equal "$(grep -c -- "^  --pp P " <<<"$output")" "1"
+    run "$TRAIN04" --help
+    assert_success
+    assert_output --partial "pipeline stages, 1..layers (default: world size / (tp x dp)); with --pp"
+    refute_output --partial "gather/free"
+}
+
 @test "the default prefetch passes at stage 1; the header names prefetch at stage 3 only; the closing line gives the peak device memory" {
     run env OMP_NUM_THREADS=1 "$TRAIN05" $FLAGS --steps 1 --zero 1 --out "$(scratch)/one"
     assert_success

@@ -1,0 +1,58 @@
+/* stage_replicas.h: the replicas of a pipeline stage (chapter 04): the ranks
+ * that hold the same units (or slices) of the model, each in its own
+ * replica of the pipeline, sum their gradients with chapter 02's machinery
+ * (data_parallel.h: --dp-mode naive, flat or overlap, --allreduce,
+ * --check-replicas) and each runs AdamW on what it holds, clipped by the
+ * WHOLE model's norm (optimizer_step.h).
+ *
+ * The pipeline (pipeline.h) leaves each stage's gradients in its model;
+ * this is what 04's step does with them:
+ *   stage_replicas_begin_step -> the schedule -> stage_replicas_sum_gradients
+ *   -> stage_replicas_update
+ * A later chapter that replaces the update (sharding it, moving it off the
+ * device) offers the same calls. */
+#ifndef STAGE_REPLICAS_H
+#define STAGE_REPLICAS_H
+
+#include "data_parallel.h"
+#include "grid.h"
+#include "harness.h"
+#include "optim.h"
+#include "pipeline.h"
+
+typedef struct {
+    Pipeline *p;            /* the stage whose gradients these are */
+    CommGroup *model_group; /* one replica's ranks: its stages and slices (the norm counts a slice once) */
+    CommGroup *world;
+    AdamW opt;             /* the parameters this rank holds */
+    DataParallel replicas; /* the sum over the replicas of what this rank holds (and over cp) */
+} StageReplicas;
+
+/* The optimizer of stage p and its replicas over grid's weight group (dp x
+ * cp: the ranks holding the same weights), dp's flags; overlap's buckets
+ * launch as the stage's units become final (Pipeline.unit_final). */
+void stage_replicas_create(StageReplicas *r, Pipeline *p, const DataParallelFlags *dp,
+                           const ProcessGrid *grid, CommGroup *model_group, CommGroup *world);
+/* --print-buckets' table (data_parallel_print), then everything freed. */
+void stage_replicas_print(const StageReplicas *r);
+void stage_replicas_destroy(StageReplicas *r);
+/* What this rank holds of a checkpoint (its stage's units or their slices,
+ * replica d x cp + c writing its share; the layout named as the grid lays
+ * out the ranks: pipeline_ckpt_layout_init), --resume read into it, and
+ * every replica's weights made rank 0's. */
+void stage_replicas_resume(StageReplicas *r, Run *run, const char *program, const ProcessGrid *grid,
+                           const char *schedule);
+
+/* Before the step's schedule. */
+void stage_replicas_begin_step(StageReplicas *r);
+/* After it: the gradients all-reduced over the replicas. Returns the
+ * milliseconds this rank waited; *busy_ms: how long the all-reduces ran. */
+double stage_replicas_sum_gradients(StageReplicas *r, double *busy_ms);
+/* The update of step `step` (1-based): the whole model's gradient norm from
+ * what each rank holds, clipping, AdamW on this rank's part; returns 1 when
+ * fp16 overflowed on any rank (skipped everywhere). */
+int stage_replicas_update(StageReplicas *r, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm);
+/* --check-replicas N: every N steps the replicas compare their weights. */
+void stage_replicas_check(const StageReplicas *r, int every, int step);
+
+#endif

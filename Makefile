@@ -13,11 +13,12 @@ CC ?= gcc
 OPT ?= -O3 -march=x86-64-v2
 # -fno-trapping-math lets gcc vectorise float->int conversions (the GELU's exp), -fno-math-errno
 # loops that call sqrtf (AdamW); neither changes a result.
-# common/ is layered (common/README.md): core < device < kernels < model < comm < run. Every
-# layer's folder is on the include path, so a file names a header by its name alone;
-# tests/library/layers.bats keeps each include pointing down the layers.
+# common/ is layered (common/README.md): core < device < kernels < model < comm < run. The
+# repository root is the one include path: a file names a header by its path from the root
+# ("common/run/harness.h", "03_model_parallel/tensor_parallel.h"), so every include says where
+# it comes from; tests/library/layers.bats keeps each include pointing down the layers.
 COMMON_LAYERS := core device kernels model comm run
-COMMON_INCLUDES := $(COMMON_LAYERS:%=-Icommon/%)
+COMMON_INCLUDES := -I.
 CFLAGS := $(OPT) -g -std=gnu11 -fopenmp -fno-trapping-math -fno-math-errno -Wall -Wextra -Werror $(COMMON_INCLUDES) -MMD -MP
 # Prefer Debian's OpenMP build of OpenBLAS: it shares our OpenMP thread pool,
 # where the default pthread build fights it for the cores.
@@ -183,24 +184,15 @@ $(TOOLS): common/%: $(BUILD)/common/tools/%.o $(LIBCOMMON)
 common/plan: $(patsubst %.c,$(BUILD)/%.o,$(wildcard common/tools/plan_*.c))
 common/ckpt: $(patsubst %.c,$(BUILD)/%.o,$(wildcard common/tools/ckpt_*.c))
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard 0[2-6]_*/*.c)): CFLAGS += $(MPI_CFLAGS)
-# 05 and 06 include 04's headers (the timeline, and 06 the pipeline interpreter they link)
-$(BUILD)/05_zero/%.o $(BUILD)/06_offload/%.o: CFLAGS += -I04_pipeline -I03_model_parallel -I02_data_parallel
-$(BUILD)/06_offload/%.o: CFLAGS += -I05_zero
-# 03 on keep 02's data parallelism (data_parallel.h); 04 keeps 03's model parallelism, and its
-# stages hold tensor-parallel slices (pipeline.h includes tensor_parallel.h)
-$(BUILD)/03_model_parallel/%.o: CFLAGS += -I02_data_parallel
-$(BUILD)/04_pipeline/%.o: CFLAGS += -I02_data_parallel -I03_model_parallel
 $(BUILD)/tests/test_comm.o $(BUILD)/tests/test_tensor_parallel.o $(BUILD)/tests/test_grid.o: CFLAGS += $(MPI_CFLAGS)
 $(BUILD)/tests/test_tensor_parallel: $(BUILD)/03_model_parallel/tensor_parallel.o $(BUILD)/03_model_parallel/sequence_parallel.o
 # Chapter 02's own collectives (the ring all-reduce, the bucketed worker) serve its benchmark and test_comm.
 02_data_parallel/commbench $(BUILD)/tests/test_comm: $(BUILD)/02_data_parallel/ring.o $(BUILD)/02_data_parallel/bucketed.o
 # and chapter 03's pairwise all-to-all (alltoall.h)
 $(BUILD)/tests/test_comm: $(BUILD)/03_model_parallel/alltoall.o
-$(BUILD)/tests/test_comm.o: CFLAGS += -I02_data_parallel -I03_model_parallel
 $(BUILD)/tests/test_schedule: $(BUILD)/04_pipeline/schedule.o
 # common/plan's time from dry runs' dry-work.csv, on files (tests/tools/plan_work.bats)
 $(BUILD)/tests/test_plan_work: $(BUILD)/common/tools/plan_work.o $(BUILD)/common/tools/plan_machine.o
-$(BUILD)/tests/test_plan_work.o: CFLAGS += -Icommon/tools
 # Chapter 06's CPU AdamW: its vector paths equal the kernel table's AdamW bit for bit only
 # if no multiply and add are fused into an FMA (cpu_adam.c says why).
 $(BUILD)/06_offload/cpu_adam.o: CFLAGS += -ffp-contract=off

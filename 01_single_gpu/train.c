@@ -11,15 +11,15 @@
  * grow with batch and sequence length. With --precision bf16 or fp16 the
  * parameters and gradients are 2 bytes each and fp32 master weights join the
  * optimizer state (mixed.h; course.md teaches it with chapter 05). */
-#include "config.h"
-#include "device.h"
-#include "evaluate.h"
-#include "harness.h"
-#include "mixed.h"
-#include "model.h"
-#include "optim.h"
-#include "optimizer_step.h"
-#include "util.h"
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/run/evaluate.h" /* validation loss and sampling */
+#include "common/run/harness.h" /* the run around the training loop */
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/model/optim.h" /* AdamW and the learning-rate schedule */
+#include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stdio.h>

@@ -4,10 +4,10 @@
  * bucket's collective on it and keeps the ticket; the waits wait for
  * tickets. What is left here is the layout: the ranges, their checks, and
  * which slice of the shard each bucket's collective reads or writes. */
-#include "bucketed.h"
+#include "02_data_parallel/bucketed.h" /* 02: a collective run bucket by bucket */
 
-#include "comm_worker.h"
-#include "util.h"
+#include "common/comm/comm_worker.h" /* collectives run while the caller computes */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdlib.h>
 

@@ -45,7 +45,7 @@
 #ifndef BUCKETED_H
 #define BUCKETED_H
 
-#include "comm.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
 
 #include <stddef.h>
 

@@ -1,8 +1,8 @@
 /* buckets.c: see buckets.h. */
-#include "buckets.h"
+#include "02_data_parallel/buckets.h" /* 02: gradient buckets during the backward */
 
-#include "ring.h"
-#include "util.h"
+#include "02_data_parallel/ring.h" /* 02: the ring all-reduce */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdint.h>
 #include <stdlib.h>

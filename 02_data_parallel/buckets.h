@@ -15,9 +15,9 @@
 #ifndef BUCKETS_H
 #define BUCKETS_H
 
-#include "bucketed.h"
-#include "comm.h"
-#include "model.h"
+#include "02_data_parallel/bucketed.h" /* 02: a collective run bucket by bucket */
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/model/model.h" /* GPT, its forward and backward */
 
 #include <stddef.h>
 

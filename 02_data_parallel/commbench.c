@@ -15,14 +15,14 @@
  *                 all-to-all                       (n-1)/n (every block but its own leaves a rank)
  *               busbw is comparable across ranks counts and with the
  *               hardware's link speed; algbw is not. */
-#include "agreement.h"
-#include "comm.h"
-#include "config.h"
-#include "run_dir.h"
-#include "device.h"
-#include "kernels.h"
-#include "ring.h"
-#include "util.h"
+#include "common/run/agreement.h" /* ranks_agree on the command line */
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/run/run_dir.h" /* the --out directory and its files */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "02_data_parallel/ring.h" /* 02: the ring all-reduce */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <getopt.h>
 #include <setjmp.h>

@@ -1,9 +1,9 @@
 /* data_parallel.c: see data_parallel.h. */
-#include "data_parallel.h"
+#include "02_data_parallel/data_parallel.h" /* 02: data parallelism */
 
-#include "device.h"
-#include "ring.h"
-#include "util.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "02_data_parallel/ring.h" /* 02: the ring all-reduce */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -18,11 +18,11 @@
 #ifndef DATA_PARALLEL_H
 #define DATA_PARALLEL_H
 
-#include "buckets.h"
-#include "comm.h"
-#include "config.h"
-#include "mixed.h"
-#include "model.h"
+#include "02_data_parallel/buckets.h" /* 02: gradient buckets during the backward */
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/model/model.h" /* GPT, its forward and backward */
 
 /* ---- the flags (a later chapter's table takes these rows: FLAG_ROWS, config.h) ---- */
 typedef struct {

@@ -1,9 +1,9 @@
 /* ring.c: the ring all-reduce (see ring.h), over comm_sendrecv_typed. */
-#include "ring.h"
+#include "02_data_parallel/ring.h" /* 02: the ring all-reduce */
 
-#include "device.h"
-#include "kernels.h"
-#include "util.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #define RING_TAG 7001
 

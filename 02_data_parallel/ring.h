@@ -21,7 +21,7 @@
 #ifndef RING_H
 #define RING_H
 
-#include "comm.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
 
 #include <stddef.h>
 

@@ -1,7 +1,7 @@
 /* alltoall.c: the pairwise all-to-all (see alltoall.h), over comm_sendrecv_typed. */
-#include "alltoall.h"
+#include "03_model_parallel/alltoall.h" /* 03: the pairwise all-to-all */
 
-#include "device.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
 
 #define ALLTOALL_TAG 7301
 

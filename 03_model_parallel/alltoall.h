@@ -16,7 +16,7 @@
 #ifndef ALLTOALL_H
 #define ALLTOALL_H
 
-#include "comm.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
 
 #include <stddef.h>
 

@@ -1,8 +1,8 @@
 /* context_parallel.c: see context_parallel.h. */
-#include "context_parallel.h"
+#include "03_model_parallel/context_parallel.h" /* 03: ring attention (--cp) */
 
-#include "device.h"
-#include "util.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdio.h>
 #include <string.h>

@@ -41,9 +41,9 @@
 #ifndef CONTEXT_PARALLEL_H
 #define CONTEXT_PARALLEL_H
 
-#include "comm.h"
-#include "model.h"
-#include "timeline.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/run/timeline.h" /* timeline.csv for the Gantt charts */
 
 #include <stddef.h>
 

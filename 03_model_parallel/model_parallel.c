@@ -1,13 +1,13 @@
 /* model_parallel.c: see model_parallel.h. */
-#include "model_parallel.h"
+#include "03_model_parallel/model_parallel.h" /* 03: one model held by a group of ranks */
 
-#include "device.h"
-#include "evaluate.h"
-#include "layer_split.h"
-#include "layout_rules.h"
-#include "optimizer_agree.h"
-#include "sequence_parallel.h"
-#include "util.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/run/evaluate.h" /* validation loss and sampling */
+#include "common/model/layer_split.h" /* which blocks each stage runs */
+#include "common/run/layout_rules.h" /* shared refusals of a layout */
+#include "common/comm/optimizer_agree.h" /* grad_norm_agree across ranks */
+#include "03_model_parallel/sequence_parallel.h" /* 03: sequence parallelism (--sp) */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdint.h>
 #include <stdio.h>

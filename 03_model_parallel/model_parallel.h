@@ -21,19 +21,19 @@
 #ifndef MODEL_PARALLEL_H
 #define MODEL_PARALLEL_H
 
-#include "checkpoint.h"
-#include "context_parallel.h"
-#include "comm.h"
-#include "config.h"
-#include "run_dir.h"
-#include "data.h"
-#include "harness.h"
-#include "mixed.h"
-#include "model.h"
-#include "optim.h"
-#include "optimizer_step.h"
-#include "param_table.h"
-#include "tensor_parallel.h"
+#include "common/run/checkpoint.h" /* save and resume */
+#include "03_model_parallel/context_parallel.h" /* 03: ring attention (--cp) */
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/run/run_dir.h" /* the --out directory and its files */
+#include "common/model/data.h" /* the training data and its batches */
+#include "common/run/harness.h" /* the run around the training loop */
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/model/optim.h" /* AdamW and the learning-rate schedule */
+#include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
+#include "common/model/param_table.h" /* the parameter table and its units */
+#include "03_model_parallel/tensor_parallel.h" /* 03: tensor parallelism */
 
 /* ---- the flags (a later chapter's table takes these rows: FLAG_ROWS, config.h) ---- */
 typedef struct {

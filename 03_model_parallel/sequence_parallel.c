@@ -1,9 +1,9 @@
 /* sequence_parallel.c: see sequence_parallel.h. */
-#include "sequence_parallel.h"
+#include "03_model_parallel/sequence_parallel.h" /* 03: sequence parallelism (--sp) */
 
-#include "device.h"
-#include "kernels.h"
-#include "util.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdio.h>
 

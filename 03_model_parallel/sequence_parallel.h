@@ -18,7 +18,7 @@
 #ifndef SEQUENCE_PARALLEL_H
 #define SEQUENCE_PARALLEL_H
 
-#include "tensor_parallel.h"
+#include "03_model_parallel/tensor_parallel.h" /* 03: tensor parallelism */
 
 /* NULL when micro-batches of B x T tokens can be split over tp ranks. */
 const char *sequence_parallel_problem(int B, int T, int tp);

@@ -1,10 +1,10 @@
 /* tensor_parallel.c: see tensor_parallel.h. */
-#include "tensor_parallel.h"
+#include "03_model_parallel/tensor_parallel.h" /* 03: tensor parallelism */
 
-#include "device.h"
-#include "kernels.h"
-#include "optimizer_agree.h"
-#include "util.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/comm/optimizer_agree.h" /* grad_norm_agree across ranks */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -43,11 +43,11 @@
 #ifndef TENSOR_PARALLEL_H
 #define TENSOR_PARALLEL_H
 
-#include "checkpoint.h"
-#include "comm.h"
-#include "mixed.h"
-#include "model.h"
-#include "optimizer_step.h"
+#include "common/run/checkpoint.h" /* save and resume */
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
 
 #include <stddef.h>
 #include <stdint.h>

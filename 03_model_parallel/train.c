@@ -11,20 +11,20 @@
  * holds, clipped by the whole model's norm; what crosses between ranks
  * inside the group is activations and their gradients, fp32 in every
  * precision. */
-#include "comm.h"
-#include "config.h"
-#include "data_parallel.h"
-#include "device.h"
-#include "evaluate.h"
-#include "grid.h"
-#include "harness.h"
-#include "kernels.h"
-#include "mixed.h"
-#include "model.h"
-#include "model_parallel.h"
-#include "optim.h"
-#include "optimizer_step.h"
-#include "util.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/run/config.h" /* Config and the flag tables */
+#include "02_data_parallel/data_parallel.h" /* 02: data parallelism */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/run/evaluate.h" /* validation loss and sampling */
+#include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
+#include "common/run/harness.h" /* the run around the training loop */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "03_model_parallel/model_parallel.h" /* 03: one model held by a group of ranks */
+#include "common/model/optim.h" /* AdamW and the learning-rate schedule */
+#include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stdint.h>

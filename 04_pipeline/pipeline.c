@@ -1,14 +1,14 @@
 /* pipeline.c: see pipeline.h. */
-#include "pipeline.h"
+#include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its interpreter */
 
-#include "device.h"
-#include "evaluate.h"
-#include "kernels.h"
-#include "layer_split.h"
-#include "optimizer_agree.h"
-#include "sequence_parallel.h"
-#include "util.h"
-#include "work_ledger.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/run/evaluate.h" /* validation loss and sampling */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/model/layer_split.h" /* which blocks each stage runs */
+#include "common/comm/optimizer_agree.h" /* grad_norm_agree across ranks */
+#include "03_model_parallel/sequence_parallel.h" /* 03: sequence parallelism (--sp) */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
+#include "common/kernels/work_ledger.h" /* a dry run's counted work */
 
 #include <stdlib.h>
 #include <string.h>

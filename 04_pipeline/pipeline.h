@@ -27,18 +27,18 @@
 #ifndef PIPELINE_H
 #define PIPELINE_H
 
-#include "comm.h"
-#include "config.h"
-#include "context_parallel.h"
-#include "data.h"
-#include "grid.h"
-#include "harness.h"
-#include "mixed.h"
-#include "model.h"
-#include "optimizer_step.h"
-#include "schedule.h"
-#include "tensor_parallel.h"
-#include "timeline.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/run/config.h" /* Config and the flag tables */
+#include "03_model_parallel/context_parallel.h" /* 03: ring attention (--cp) */
+#include "common/model/data.h" /* the training data and its batches */
+#include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
+#include "common/run/harness.h" /* the run around the training loop */
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
+#include "04_pipeline/schedule.h" /* 04: schedules as lists of actions */
+#include "03_model_parallel/tensor_parallel.h" /* 03: tensor parallelism */
+#include "common/run/timeline.h" /* timeline.csv for the Gantt charts */
 
 /* Chunks of layers one stage may hold (interleaved schedules, layer_split.h). */
 enum { MAX_STAGE_CHUNKS = 16 };

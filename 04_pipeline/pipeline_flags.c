@@ -1,14 +1,14 @@
 /* pipeline_flags.c: see pipeline_flags.h. */
-#include "pipeline_flags.h"
+#include "04_pipeline/pipeline_flags.h" /* 04: the pipeline's flags and checks */
 
-#include "context_parallel.h"
-#include "layer_split.h"
-#include "layout_rules.h"
-#include "pipeline.h"
-#include "schedule.h"
-#include "sequence_parallel.h"
-#include "tensor_parallel.h"
-#include "util.h"
+#include "03_model_parallel/context_parallel.h" /* 03: ring attention (--cp) */
+#include "common/model/layer_split.h" /* which blocks each stage runs */
+#include "common/run/layout_rules.h" /* shared refusals of a layout */
+#include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its interpreter */
+#include "04_pipeline/schedule.h" /* 04: schedules as lists of actions */
+#include "03_model_parallel/sequence_parallel.h" /* 03: sequence parallelism (--sp) */
+#include "03_model_parallel/tensor_parallel.h" /* 03: tensor parallelism */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdio.h>
 #include <string.h>

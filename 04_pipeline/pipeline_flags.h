@@ -5,9 +5,9 @@
 #ifndef PIPELINE_FLAGS_H
 #define PIPELINE_FLAGS_H
 
-#include "config.h"
-#include "data_parallel.h"
-#include "model_parallel.h"
+#include "common/run/config.h" /* Config and the flag tables */
+#include "02_data_parallel/data_parallel.h" /* 02: data parallelism */
+#include "03_model_parallel/model_parallel.h" /* 03: one model held by a group of ranks */
 
 typedef struct {
     char schedule[16];  /* gpipe, 1f1b, interleaved, zb-h1 */

@@ -1,8 +1,8 @@
 /* schedule.c: building, printing and simulating pipeline schedules (see schedule.h). */
-#include "schedule.h"
+#include "04_pipeline/schedule.h" /* 04: schedules as lists of actions */
 
-#include "layer_split.h"
-#include "util.h"
+#include "common/model/layer_split.h" /* which blocks each stage runs */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stdio.h>

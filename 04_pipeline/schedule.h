@@ -65,7 +65,7 @@
 #ifndef SCHEDULE_H
 #define SCHEDULE_H
 
-#include "schedule_sim.h" /* the actions (OpKind, Action, StageSchedule) and the simulator */
+#include "common/model/schedule_sim.h" /* a pipeline schedule replayed in time */
 
 /* Valid names: "gpipe", "1f1b", "1f1b-naive", "zb-h1" (one chunk per stage).
  * Returns -1 for an unknown name, or a schedule that needs V > 1 chunks. */

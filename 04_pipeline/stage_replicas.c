@@ -1,10 +1,10 @@
 /* stage_replicas.c: see stage_replicas.h. */
-#include "stage_replicas.h"
+#include "04_pipeline/stage_replicas.h" /* 04: a stage's replicas */
 
-#include "checkpoint.h"
-#include "mixed.h"
-#include "optimizer_step.h"
-#include "tensor_parallel.h"
+#include "common/run/checkpoint.h" /* save and resume */
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
+#include "03_model_parallel/tensor_parallel.h" /* 03: tensor parallelism */
 
 void stage_replicas_create(StageReplicas *r, Pipeline *p, const DataParallelFlags *dp,
                            const ProcessGrid *grid, CommGroup *model_group, CommGroup *world) {

@@ -14,11 +14,11 @@
 #ifndef STAGE_REPLICAS_H
 #define STAGE_REPLICAS_H
 
-#include "data_parallel.h"
-#include "grid.h"
-#include "harness.h"
-#include "optim.h"
-#include "pipeline.h"
+#include "02_data_parallel/data_parallel.h" /* 02: data parallelism */
+#include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
+#include "common/run/harness.h" /* the run around the training loop */
+#include "common/model/optim.h" /* AdamW and the learning-rate schedule */
+#include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its interpreter */
 
 typedef struct {
     Pipeline *p;            /* the stage whose gradients these are */

@@ -9,26 +9,26 @@
  * rank sharding what it holds over its dp group (--zero 0 is chapter 04).
  * Refused, saying why: stage 3 across stages (every stage would re-gather
  * its parameters for every micro-batch) and, not written yet, with --tp. */
-#include "comm.h"
-#include "config.h"
-#include "data_parallel.h"
-#include "device.h"
-#include "evaluate.h"
-#include "grid.h"
-#include "harness.h"
-#include "layer_split.h"
-#include "kernels.h"
-#include "mixed.h"
-#include "model.h"
-#include "model_parallel.h"
-#include "pipeline.h"
-#include "pipeline_flags.h"
-#include "schedule.h"
-#include "optim.h"
-#include "optimizer_step.h"
-#include "util.h"
-#include "zero.h"
-#include "zero_stage.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/run/config.h" /* Config and the flag tables */
+#include "02_data_parallel/data_parallel.h" /* 02: data parallelism */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/run/evaluate.h" /* validation loss and sampling */
+#include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
+#include "common/run/harness.h" /* the run around the training loop */
+#include "common/model/layer_split.h" /* which blocks each stage runs */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "03_model_parallel/model_parallel.h" /* 03: one model held by a group of ranks */
+#include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its interpreter */
+#include "04_pipeline/pipeline_flags.h" /* 04: the pipeline's flags and checks */
+#include "04_pipeline/schedule.h" /* 04: schedules as lists of actions */
+#include "common/model/optim.h" /* AdamW and the learning-rate schedule */
+#include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
+#include "05_zero/zero.h" /* 05: ZeRO's shards */
+#include "05_zero/zero_stage.h" /* 05: a stage's gradients under ZeRO */
 
 #include <math.h>
 #include <stdint.h>

@@ -1,12 +1,12 @@
 /* zero.c: see zero.h. */
-#include "zero.h"
+#include "05_zero/zero.h" /* 05: ZeRO's shards */
 
-#include "device.h"
-#include "evaluate.h"
-#include "kernels.h"
-#include "optimizer_agree.h"
-#include "util.h"
-#include "work_ledger.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/run/evaluate.h" /* validation loss and sampling */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/comm/optimizer_agree.h" /* grad_norm_agree across ranks */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
+#include "common/kernels/work_ledger.h" /* a dry run's counted work */
 
 #include <math.h>
 #include <stdlib.h>

@@ -74,17 +74,17 @@
 #ifndef ZERO_H
 #define ZERO_H
 
-#include "checkpoint.h"
-#include "comm.h"
-#include "comm_worker.h"
-#include "config.h"
-#include "data.h"
-#include "mixed.h"
-#include "model.h"
-#include "optim.h"
-#include "optimizer_step.h"
-#include "tensor_parallel.h"
-#include "timeline.h"
+#include "common/run/checkpoint.h" /* save and resume */
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/comm/comm_worker.h" /* collectives run while the caller computes */
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/model/data.h" /* the training data and its batches */
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/model/optim.h" /* AdamW and the learning-rate schedule */
+#include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
+#include "03_model_parallel/tensor_parallel.h" /* 03: tensor parallelism */
+#include "common/run/timeline.h" /* timeline.csv for the Gantt charts */
 
 #include <stddef.h>
 

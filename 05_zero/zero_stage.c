@@ -1,10 +1,10 @@
 /* zero_stage.c: see zero_stage.h. */
-#include "zero_stage.h"
+#include "05_zero/zero_stage.h" /* 05: a stage's gradients under ZeRO */
 
-#include "layout_rules.h"
-#include "mixed.h"
-#include "optimizer_step.h"
-#include "tensor_parallel.h"
+#include "common/run/layout_rules.h" /* shared refusals of a layout */
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
+#include "03_model_parallel/tensor_parallel.h" /* 03: tensor parallelism */
 
 #include <string.h>
 

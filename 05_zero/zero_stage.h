@@ -24,14 +24,14 @@
 #ifndef ZERO_STAGE_H
 #define ZERO_STAGE_H
 
-#include "data_parallel.h"
-#include "grid.h"
-#include "harness.h"
-#include "optim.h"
-#include "pipeline.h"
-#include "pipeline_flags.h"
-#include "stage_replicas.h"
-#include "zero.h"
+#include "02_data_parallel/data_parallel.h" /* 02: data parallelism */
+#include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
+#include "common/run/harness.h" /* the run around the training loop */
+#include "common/model/optim.h" /* AdamW and the learning-rate schedule */
+#include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its interpreter */
+#include "04_pipeline/pipeline_flags.h" /* 04: the pipeline's flags and checks */
+#include "04_pipeline/stage_replicas.h" /* 04: a stage's replicas */
+#include "05_zero/zero.h" /* 05: ZeRO's shards */
 
 /* ---- the flags (a train.c takes these rows: FLAG_ROWS, config.h), after chapter 04's ---- */
 typedef struct {

@@ -35,12 +35,12 @@
  *
  * 06_offload/adambench_torch.py times torch.optim.AdamW on the same sizes and
  * threads, when PyTorch is importable, and compares. */
-#include "cpu_adam.h"
-#include "config.h"
-#include "run_dir.h"
-#include "device.h"
-#include "kernels.h"
-#include "util.h"
+#include "06_offload/cpu_adam.h" /* 06: the host AdamW */
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/run/run_dir.h" /* the --out directory and its files */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <errno.h>
 #include <getopt.h>

@@ -11,10 +11,10 @@
  * FMA available (the AVX-512 target implies it), gcc would otherwise fuse
  * `a * b + c` into one FMA, even between intrinsics, and the result would
  * differ from the kernel table's in the last bit. */
-#include "cpu_adam.h"
+#include "06_offload/cpu_adam.h" /* 06: the host AdamW */
 
-#include "kernel_math.h"
-#include "util.h"
+#include "common/kernels/kernel_math.h" /* per-element formulas of both backends */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stdio.h>

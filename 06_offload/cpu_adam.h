@@ -38,7 +38,7 @@
 #ifndef CPU_ADAM_H
 #define CPU_ADAM_H
 
-#include "half.h" /* HalfFormat */
+#include "common/core/half.h" /* bf16 and fp16 conversions */
 
 #include <stddef.h>
 #include <stdint.h>

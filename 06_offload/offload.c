@@ -1,12 +1,12 @@
 /* offload.c: see offload.h. */
-#include "offload.h"
+#include "06_offload/offload.h" /* 06: ZeRO-Offload */
 
-#include "cpu_adam.h"
-#include "kernels.h"
-#include "optimizer_agree.h"
-#include "util.h"
-#include "work_ledger.h"
-#include "zero.h"
+#include "06_offload/cpu_adam.h" /* 06: the host AdamW */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/comm/optimizer_agree.h" /* grad_norm_agree across ranks */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
+#include "common/kernels/work_ledger.h" /* a dry run's counted work */
+#include "05_zero/zero.h" /* 05: ZeRO's shards */
 
 #include <math.h>
 #include <stdlib.h>

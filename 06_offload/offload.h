@@ -55,15 +55,15 @@
 #ifndef OFFLOAD_H
 #define OFFLOAD_H
 
-#include "checkpoint.h"
-#include "comm.h"
-#include "config.h"
-#include "device.h"
-#include "half.h"
-#include "model.h"
-#include "optimizer_step.h"
-#include "tensor_parallel.h"
-#include "timeline.h"
+#include "common/run/checkpoint.h" /* save and resume */
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/core/half.h" /* bf16 and fp16 conversions */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
+#include "03_model_parallel/tensor_parallel.h" /* 03: tensor parallelism */
+#include "common/run/timeline.h" /* timeline.csv for the Gantt charts */
 
 #include <pthread.h>
 #include <stddef.h>

@@ -1,11 +1,11 @@
 /* offload_stage.c: see offload_stage.h. */
-#include "offload_stage.h"
+#include "06_offload/offload_stage.h" /* 06: offload for one pipeline stage */
 
-#include "comm.h"
-#include "layout_rules.h"
-#include "optimizer_step.h"
-#include "util.h"
-#include "work_ledger.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/run/layout_rules.h" /* shared refusals of a layout */
+#include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
+#include "common/kernels/work_ledger.h" /* a dry run's counted work */
 
 #include <stdio.h>
 #include <string.h>

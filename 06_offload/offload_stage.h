@@ -11,12 +11,12 @@
 #ifndef OFFLOAD_STAGE_H
 #define OFFLOAD_STAGE_H
 
-#include "config.h"
-#include "grid.h"
-#include "harness.h"
-#include "offload.h"
-#include "pipeline.h"
-#include "zero_stage.h"
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
+#include "common/run/harness.h" /* the run around the training loop */
+#include "06_offload/offload.h" /* 06: ZeRO-Offload */
+#include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its interpreter */
+#include "05_zero/zero_stage.h" /* 05: a stage's gradients under ZeRO */
 
 /* ---- the flags (a train.c takes these rows: FLAG_ROWS, config.h), after chapter 05's ---- */
 typedef struct {

@@ -1,6 +1,6 @@
 /* gpu_probe.c: exits 0 when this build has CUDA and a GPU is visible, 1 otherwise.
  * The parity tests use it to decide between running and skipping. */
-#include "device.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
 
 #include <stdio.h>
 

@@ -6,11 +6,11 @@
  *           row's last target (the targets are the inputs shifted by one)
  *   OUT     written: B x T x V float32 logits (chapter 01's forward, fp32, CPU)
  * Prints "loss X", the mean cross-entropy over the B x T targets. */
-#include "checkpoint.h"
-#include "config.h"
-#include "device.h"
-#include "model.h"
-#include "util.h"
+#include "common/run/checkpoint.h" /* save and resume */
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdio.h>
 #include <stdlib.h>

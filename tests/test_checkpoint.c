@@ -14,10 +14,10 @@
  *   build/tests/test_checkpoint DIR        round trip (prints PASS)
  *   build/tests/test_checkpoint DIR gap    exits 1 naming the missing elements
  *   build/tests/test_checkpoint DIR stale  exits 1 naming the stale DIR/elsewhere/ck.tmp */
-#include "checkpoint.h"
-#include "device.h"
-#include "param_table.h"
-#include "util.h"
+#include "common/run/checkpoint.h" /* save and resume */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/model/param_table.h" /* the parameter table and its units */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <errno.h>
 #include <stdio.h>

@@ -9,13 +9,13 @@
  * Usage: test_comm [ring|allreduce|reduce_scatter|allgather|broadcast|sendrecv|split|bucketed|alltoall]
  *        test_comm 16bit    (bf16 and fp16 all-reduce, average, all-gather, reduce-scatter)
  * Exit 0 when every check passes on every rank. */
-#include "alltoall.h"
-#include "bucketed.h"
-#include "comm.h"
-#include "half.h"
-#include "device.h"
-#include "ring.h"
-#include "util.h"
+#include "03_model_parallel/alltoall.h" /* 03: the pairwise all-to-all */
+#include "02_data_parallel/bucketed.h" /* 02: a collective run bucket by bucket */
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/core/half.h" /* bf16 and fp16 conversions */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "02_data_parallel/ring.h" /* 02: the ring all-reduce */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <omp.h>

@@ -23,9 +23,9 @@
  *
  * Output: "PASS name ..." or "FAIL name <first difference>" per check; exit 0
  * when all pass, 1 when one fails, 2 on bad arguments. */
-#include "../06_offload/cpu_adam.h"
-#include "kernels.h"
-#include "util.h"
+#include "06_offload/cpu_adam.h" /* 06: the host AdamW */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <omp.h>

@@ -13,9 +13,9 @@
  * coordinate set to i (gathered through the group); and grid_axis_peer's
  * next and previous ranks wrap round the axis. Exit 0 when every check
  * passes on every rank. */
-#include "comm.h"
-#include "grid.h"
-#include "util.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdio.h>
 #include <stdlib.h>

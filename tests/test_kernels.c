@@ -30,9 +30,9 @@
  * Output: one line per kernel, "PASS name max_err=.. tol=.. (worst: ..)" or
  * "FAIL name <element> ...". Exit status 0 when all pass, 1 when one fails,
  * 2 on bad arguments. --verbose also prints every compared tensor's error. */
-#include "kernels.h"
-#include "mixed.h"
-#include "util.h"
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <float.h>
 #include <math.h>

@@ -23,12 +23,12 @@
  *   async_copy: host -> device on the copy stream, a kernel on the compute
  *     stream after an event, device -> host after another: the right bytes.
  * One line per check, PASS or FAIL; exit 0 when every check passes. */
-#include "run_csv.h"
-#include "device.h"
-#include "kernels.h"
-#include "layer_split.h"
-#include "model.h"
-#include "util.h"
+#include "common/run/run_csv.h" /* steps.csv, memory.csv, run.csv */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/model/layer_split.h" /* which blocks each stage runs */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdint.h>
 #include <stdlib.h>

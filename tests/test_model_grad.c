@@ -16,11 +16,11 @@
  * gradient, from the head and the embedding, against finite differences.
  * Usage: test_model_grad [--seed S] [--vocab V] [--tie-embeddings]
  * exit 0 when every check passes. */
-#include "config.h"
-#include "device.h"
-#include "kernels.h"
-#include "model.h"
-#include "util.h"
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stdio.h>

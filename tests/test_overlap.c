@@ -19,9 +19,9 @@
  * overlap almost fully; both take memory bandwidth, so not always entirely.
  * Exit 0 when the overlap reaches R, 1 when not, 2 for bad arguments, 77
  * without a GPU (tests/library/parity.bats then skips). */
-#include "device.h"
-#include "kernels.h"
-#include "util.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -24,9 +24,9 @@
  * "FAIL ...". Exit status: 0 all pass, 1 any failure, 2 bad arguments,
  * 77 when no GPU is usable (a build without CUDA, or no device visible),
  * which tests/library/parity.bats turns into a skip. */
-#include "device.h"
-#include "kernels.h"
-#include "util.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdio.h>
 

@@ -8,9 +8,9 @@
  * its parts in seconds on MACHINE, one line each:
  *   rank R compute_s X backward_s X update_s X host_update_s X pipeline_s X bubble_s X flops X
  * tests/tools/plan_work.bats checks them against the files and the measured steps. */
-#include "plan_machine.h"
-#include "plan_work.h"
-#include "util.h"
+#include "common/tools/plan_machine.h" /* machine files */
+#include "common/tools/plan_work.h" /* the step time from counted work */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -48,7 +48,7 @@
  *
  * Graded (--only zb-h1, exercise 04.3), zb-h1 need not hold exactly P on
  * every stage, only no more than 1F1B's peak, min(P, M): the paper's promise. */
-#include "../04_pipeline/schedule.h"
+#include "04_pipeline/schedule.h" /* 04: schedules as lists of actions */
 
 #include <math.h>
 #include <stdio.h>

@@ -10,11 +10,11 @@
  *   row:    out = out (whole), dinp_local = dinp[:, cols r], dW_local = dW[:, cols r], db = db
  * The gradients start from 0.5 (not 0): they must be ADDED to.
  * Usage: test_tensor_parallel column|row. Exit 0 when every check passes on every rank. */
-#include "../03_model_parallel/tensor_parallel.h"
-#include "comm.h"
-#include "device.h"
-#include "kernels.h"
-#include "util.h"
+#include "03_model_parallel/tensor_parallel.h" /* 03: tensor parallelism */
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stdio.h>

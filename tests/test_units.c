@@ -42,16 +42,16 @@
  *
  * Usage: test_units table|views|padding|shards|ranges|norm|split|bw. Prints a line per
  * check and "PASS" or "FAIL: N failures"; exit 0 when every check passes. */
-#include "config.h"
-#include "data.h"
-#include "device.h"
-#include "kernels.h"
-#include "layer_split.h"
-#include "mixed.h"
-#include "model.h"
-#include "optimizer_step.h"
-#include "token_shard.h"
-#include "util.h"
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/model/data.h" /* the training data and its batches */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/model/layer_split.h" /* which blocks each stage runs */
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
+#include "common/model/token_shard.h" /* llm.c's token shards */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stdarg.h>

@@ -9,15 +9,15 @@
  * then either NCCL on that stream, or MPI on a host view of the buffer (the
  * buffer itself on the CPU, the group's staging copy on the staged
  * transport), and wait until the result is in place. */
-#include "comm.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
 
-#include "device.h"
-#include "half.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/core/half.h" /* bf16 and fp16 conversions */
 #ifdef USE_CUDA
-#include "cuda_runtime_glue.h"
+#include "common/device/cuda_runtime_glue.h" /* the CUDA runtime behind C calls */
 #endif
-#include "util.h"
-#include "watchdog.h"
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
+#include "common/comm/watchdog.h" /* the flight recorder and --timeout */
 
 #include <mpi.h>
 #include <omp.h>

@@ -65,8 +65,8 @@
 #ifndef COMM_H
 #define COMM_H
 
-#include "model_config.h"
-#include "device.h"
+#include "common/model/model_config.h" /* ModelConfig */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
 
 #include <stddef.h>
 

@@ -4,10 +4,10 @@
  * (ticket % capacity) and bumps `queued`; the worker takes tickets in order,
  * runs each without the lock, and bumps `finished`, announcing it on a
  * condition variable. Ticket t is done when finished > t. */
-#include "comm_worker.h"
+#include "common/comm/comm_worker.h" /* collectives run while the caller computes */
 
-#include "device.h"
-#include "util.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <pthread.h>
 #include <sys/prctl.h>

@@ -41,7 +41,7 @@
 #ifndef COMM_WORKER_H
 #define COMM_WORKER_H
 
-#include "comm.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
 
 #include <stddef.h>
 

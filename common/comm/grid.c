@@ -1,7 +1,7 @@
 /* grid.c: see grid.h. */
-#include "grid.h"
+#include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
 
-#include "util.h"
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdio.h>
 

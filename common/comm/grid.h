@@ -34,7 +34,7 @@
 #ifndef GRID_H
 #define GRID_H
 
-#include "comm.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
 
 /* The axes, slowest-varying first (see the rank order above). */
 typedef enum { GRID_DP, GRID_PP, GRID_CP, GRID_TP, GRID_AXES } GridAxisId;

@@ -1,7 +1,7 @@
 /* optimizer_agree.c: see optimizer_agree.h. */
-#include "optimizer_agree.h"
+#include "common/comm/optimizer_agree.h" /* grad_norm_agree across ranks */
 
-#include "comm.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
 
 #include <math.h>
 

@@ -4,7 +4,7 @@
 #ifndef OPTIMIZER_AGREE_H
 #define OPTIMIZER_AGREE_H
 
-#include "optimizer_step.h"
+#include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
 
 /* The sharded sums added over g->sum_group, plus the replicated sum; then,
  * if any rank of g->agree_group (or of the sum) has a sum that is not

@@ -7,9 +7,9 @@
  * timeout. Questions and answers are small messages on `ask_comm`, a
  * duplicate of the world communicator that only watchdog threads use, so
  * they never mix with training traffic. */
-#include "watchdog.h"
+#include "common/comm/watchdog.h" /* the flight recorder and --timeout */
 
-#include "util.h"
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <errno.h>
 #include <mpi.h>

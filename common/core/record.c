@@ -1,7 +1,7 @@
 /* record.c: see record.h. */
-#include "record.h"
+#include "common/core/record.h" /* the configuration record */
 
-#include "util.h"
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* stats.c: see stats.h. */
-#include "stats.h"
+#include "common/core/stats.h" /* median */
 
 #include <stdlib.h>
 

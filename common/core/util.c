@@ -1,5 +1,5 @@
 /* util.c: see util.h. */
-#include "util.h"
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <errno.h>
 #include <fcntl.h>

@@ -21,7 +21,7 @@
 #include <cuda_runtime.h>
 
 /* util.h is a C header without extern "C" guards of its own. */
-#include "util.h"
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 static inline void cuda_check_at(cudaError_t err, const char *file, int line) {
     if (err != cudaSuccess)

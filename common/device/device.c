@@ -11,9 +11,9 @@
  * Streams and events are thin wrappers: on CUDA around cudaStream_t and
  * cudaEvent_t (device_cuda.cu), on the CPU placeholders whose calls do
  * nothing, because every CPU operation is finished when its call returns. */
-#include "device.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
 
-#include "util.h"
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <errno.h>
 #include <pthread.h>
@@ -26,7 +26,7 @@
 #define HUGE_PAGE ((size_t)2 << 20)
 
 #ifdef USE_CUDA
-#include "cuda_runtime_glue.h"
+#include "common/device/cuda_runtime_glue.h" /* the CUDA runtime behind C calls */
 #endif
 
 static Backend active_backend = BACKEND_CPU;

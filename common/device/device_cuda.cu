@@ -5,10 +5,10 @@
  * the streams and the cuBLAS handle, allocate, copy, order, synchronise and
  * time. Every call is checked and a failure ends the program naming the file
  * and line. */
-#include "cuda_common.cuh"
+#include "common/device/cuda_common.cuh" /* cuda_check, blocks_for, the streams */
 
-#include "cuda_runtime_glue.h"
-#include "device.h"
+#include "common/device/cuda_runtime_glue.h" /* the CUDA runtime behind C calls */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
 
 #include <cuda_profiler_api.h>
 

@@ -38,10 +38,10 @@
  * single-threaded inside the parallel loop (OpenBLAS's OpenMP build does so
  * in a parallel region). Every sum therefore has an order fixed by the
  * shapes, and results do not depend on the number of threads. */
-#include "attention.h"
-#include "device.h"
-#include "simd_cpu.h"
-#include "util.h"
+#include "common/kernels/attention.h" /* attention's kernels and workspace */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/simd_cpu.h" /* the CPU kernels' vector helpers */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <cblas.h>
 #include <math.h>

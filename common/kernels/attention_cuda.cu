@@ -42,10 +42,10 @@
  * Ring attention's three pieces (context parallelism) take that path's form
  * too, for any head size (attention_block_*, attention_merge; written for
  * correctness first, not yet tiled). */
-#include "cuda_common.cuh"
+#include "common/device/cuda_common.cuh" /* cuda_check, blocks_for, the streams */
 
-#include "attention.h"
-#include "device.h"
+#include "common/kernels/attention.h" /* attention's kernels and workspace */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
 
 #include <math.h>
 #include <stdint.h>

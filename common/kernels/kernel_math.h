@@ -8,8 +8,8 @@
 #ifndef KERNEL_MATH_H
 #define KERNEL_MATH_H
 
-#include "half.h"
-#include "util.h"
+#include "common/core/half.h" /* bf16 and fp16 conversions */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stddef.h>

@@ -4,9 +4,9 @@
  * first call also registers the release of the backend's on-demand
  * workspaces with device_shutdown, which cannot name the kernels itself:
  * the device layer sits below this one. */
-#include "kernels.h"
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
 
-#include "device.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
 
 #include <pthread.h>
 

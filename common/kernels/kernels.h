@@ -24,7 +24,7 @@
 #ifndef KERNELS_H
 #define KERNELS_H
 
-#include "half.h"
+#include "common/core/half.h" /* bf16 and fp16 conversions */
 
 #include <stddef.h>
 #include <stdint.h>

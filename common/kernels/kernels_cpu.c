@@ -6,12 +6,12 @@
  * does not depend on the number of threads, so a run gives bit-identical
  * results each time on the same machine, which the determinism and
  * checkpoint-resume tests rely on. */
-#include "attention.h"
-#include "device.h"
-#include "kernel_math.h"
-#include "kernels.h"
-#include "simd_cpu.h"
-#include "util.h"
+#include "common/kernels/attention.h" /* attention's kernels and workspace */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernel_math.h" /* per-element formulas of both backends */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/kernels/simd_cpu.h" /* the CPU kernels' vector helpers */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <cblas.h>
 #include <math.h>

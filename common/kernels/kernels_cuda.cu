@@ -16,12 +16,12 @@
  * default settings), which the determinism and resume tests rely on.
  * All work (launches, cuBLAS, memsets, the one copy back in sum_squares) is
  * issued on compute_stream (cuda_common.cuh), so it runs in program order. */
-#include "cuda_common.cuh"
+#include "common/device/cuda_common.cuh" /* cuda_check, blocks_for, the streams */
 
-#include "attention.h"
-#include "device.h"
-#include "kernel_math.h"
-#include "kernels.h"
+#include "common/kernels/attention.h" /* attention's kernels and workspace */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernel_math.h" /* per-element formulas of both backends */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
 
 #include <limits.h>
 #include <math.h>

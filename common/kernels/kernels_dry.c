@@ -28,9 +28,9 @@
  *   sum_squares 2, scale 1, casts 1, accumulate_half 2 per element; fill_zero 0
  *   AdamW           counted as parameters updated (adam_params) and its bytes:
  *                   params, grads, m, v read; params, m, v written */
-#include "attention.h"
-#include "kernels.h"
-#include "work_ledger.h"
+#include "common/kernels/attention.h" /* attention's kernels and workspace */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/kernels/work_ledger.h" /* a dry run's counted work */
 
 enum { F32 = 4, F16 = 2 }; /* bytes per value */
 

@@ -1,10 +1,10 @@
 /* work_ledger.c: see work_ledger.h. One table of rows, grown as pieces open;
  * a lock, because a communication worker's kernels (a ring's additions) may
  * count while the main thread's piece is open. */
-#include "work_ledger.h"
+#include "common/kernels/work_ledger.h" /* a dry run's counted work */
 
-#include "device.h"
-#include "util.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <pthread.h>
 #include <stdio.h>

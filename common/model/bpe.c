@@ -1,8 +1,8 @@
 /* bpe.c: see bpe.h. */
-#include "bpe.h"
+#include "common/model/bpe.h" /* GPT-2's BPE tokenizer */
 
-#include "bpe_unicode.h"
-#include "util.h"
+#include "common/model/bpe_unicode.h" /* Unicode's letter and number ranges */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <errno.h>
 #include <stdio.h>

@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "util.h"
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 enum { BPE_CACHE_PIECE_BYTES = 64 };
 

@@ -1,9 +1,9 @@
 /* data.c: see data.h. */
-#include "data.h"
+#include "common/model/data.h" /* the training data and its batches */
 
-#include "device.h"
-#include "token_shard.h"
-#include "util.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/model/token_shard.h" /* llm.c's token shards */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <errno.h>
 #include <stdio.h>

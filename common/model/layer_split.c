@@ -1,8 +1,8 @@
 /* layer_split.c: see layer_split.h. */
-#include "layer_split.h"
+#include "common/model/layer_split.h" /* which blocks each stage runs */
 
-#include "model_config.h"
-#include "util.h"
+#include "common/model/model_config.h" /* ModelConfig */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stdio.h>

@@ -24,7 +24,7 @@
 #ifndef LAYER_SPLIT_H
 #define LAYER_SPLIT_H
 
-#include "param_table.h"
+#include "common/model/param_table.h" /* the parameter table and its units */
 
 /* Tags of the messages between neighbouring stages: activations go forward,
  * their gradients back; an exchange is a forward and a backward message in one

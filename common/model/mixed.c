@@ -1,9 +1,9 @@
 /* mixed.c: see mixed.h. */
-#include "mixed.h"
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
 
-#include "device.h"
-#include "kernels.h"
-#include "util.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stdlib.h>

@@ -62,10 +62,10 @@
 #ifndef MIXED_H
 #define MIXED_H
 
-#include "half.h"
-#include "model.h"
-#include "model_config.h"
-#include "optim.h"
+#include "common/core/half.h" /* bf16 and fp16 conversions */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/model/model_config.h" /* ModelConfig */
+#include "common/model/optim.h" /* AdamW and the learning-rate schedule */
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,11 +1,11 @@
 /* model.c: the GPT model (see model.h): its parameter table, initialisation,
  * activation memory, and forward/backward composed from kernels.h operations. */
-#include "model.h"
+#include "common/model/model.h" /* GPT, its forward and backward */
 
-#include "device.h"
-#include "kernels.h"
-#include "util.h"
-#include "work_ledger.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
+#include "common/kernels/work_ledger.h" /* a dry run's counted work */
 
 #include <math.h>
 #include <stdio.h>

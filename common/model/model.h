@@ -22,10 +22,10 @@
 #ifndef MODEL_H
 #define MODEL_H
 
-#include "half.h"
-#include "kernels.h"
-#include "model_config.h"
-#include "param_table.h"
+#include "common/core/half.h" /* bf16 and fp16 conversions */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/model/model_config.h" /* ModelConfig */
+#include "common/model/param_table.h" /* the parameter table and its units */
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,10 +1,10 @@
 /* optim.c: see optim.h. */
-#include "optim.h"
+#include "common/model/optim.h" /* AdamW and the learning-rate schedule */
 
-#include "device.h"
-#include "kernels.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
 
-#include "util.h"
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /* optimizer_step.c: see optimizer_step.h. */
-#include "optimizer_step.h"
+#include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
 
-#include "util.h"
-#include "work_ledger.h"
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
+#include "common/kernels/work_ledger.h" /* a dry run's counted work */
 
 #include <math.h>
 

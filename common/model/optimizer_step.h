@@ -50,11 +50,11 @@
 #ifndef OPTIMIZER_STEP_H
 #define OPTIMIZER_STEP_H
 
-#include "half.h"
-#include "kernels.h"
-#include "mixed.h"
-#include "model.h"
-#include "optim.h"
+#include "common/core/half.h" /* bf16 and fp16 conversions */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/model/optim.h" /* AdamW and the learning-rate schedule */
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,9 +1,9 @@
 /* param_table.c: see param_table.h. */
-#include "param_table.h"
+#include "common/model/param_table.h" /* the parameter table and its units */
 
-#include "device.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
 
-#include "util.h"
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stdio.h>

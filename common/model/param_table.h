@@ -49,7 +49,7 @@
 #ifndef PARAM_TABLE_H
 #define PARAM_TABLE_H
 
-#include "model_config.h"
+#include "common/model/model_config.h" /* ModelConfig */
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,8 +1,8 @@
 /* schedule_sim.c: see schedule_sim.h. Checking a list, then the simulation. */
-#include "schedule_sim.h"
+#include "common/model/schedule_sim.h" /* a pipeline schedule replayed in time */
 
-#include "layer_split.h"
-#include "util.h"
+#include "common/model/layer_split.h" /* which blocks each stage runs */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdio.h>
 #include <stdlib.h>

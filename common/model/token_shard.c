@@ -1,5 +1,5 @@
 /* token_shard.c: see token_shard.h. */
-#include "token_shard.h"
+#include "common/model/token_shard.h" /* llm.c's token shards */
 
 #include <errno.h>
 #include <stdio.h>

@@ -16,8 +16,12 @@ that implement it (X.h with X.c, X_cpu.c, X_cuda.cu). Two problems are reported:
   * an include that goes up: a file including a header of a later layer or chapter;
   * a cycle between modules (a.c includes b.h while b.c includes a.h), even within
     one folder: following the includes from any module must never come back to it.
-System headers (<...>) and headers found nowhere in the tree (cuda_runtime.h, mpi.h)
-are not part of the graph.
+Every include of a project header names it from the repository root, the one
+include path (`#include "common/run/harness.h"`, `#include "03_model_parallel/tensor_parallel.h"`),
+so a reader sees where it comes from, and says in a comment what it brings
+(`/* the run around the training loop */`): a bare name or an include without its
+comment is reported too. System headers (<...>) and headers found nowhere in the tree
+(cuda_runtime.h, mpi.h) are not part of the graph.
 """
 import argparse
 import os
@@ -26,7 +30,8 @@ import sys
 
 LAYERS = ["core", "device", "kernels", "model", "comm", "run"]
 SOURCE_ENDINGS = (".c", ".h", ".cu", ".cuh")
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"(.*)$', re.M)
+COMMENTED = re.compile(r'^\s*/\*\s*\S.*\*/\s*$')
 
 
 def layer_of(path):
@@ -63,19 +68,26 @@ def build(repo):
     """Files, their layers, and the include edges (file -> header path)."""
     files = [f for f in sources(repo) if layer_of(f) is not None]
     problems = []
-    headers = {}
-    for f in files:
-        if f.endswith((".h", ".cuh")):
-            name = os.path.basename(f)
-            if name in headers:
-                problems.append(f"two headers named {name}: {headers[name]} and {f} (every header name is unique)")
-            headers[name] = f
+    headers = {f for f in files if f.endswith((".h", ".cuh"))}
+    by_name = {}
+    for h in sorted(headers):
+        by_name.setdefault(os.path.basename(h), []).append(h)
     edges = []
     for f in files:
         with open(os.path.join(repo, f), encoding="utf-8", errors="replace") as fh:
-            for name in INCLUDE.findall(fh.read()):
-                target = headers.get(os.path.basename(name))
-                if target is not None and target != f:
+            for name, rest in INCLUDE.findall(fh.read()):
+                if name in headers:
+                    target = name
+                elif os.path.basename(name) in by_name:
+                    choices = " or ".join(by_name[os.path.basename(name)])
+                    problems.append(f'{f} includes "{name}": name it from the repository root ({choices})')
+                    target = by_name[os.path.basename(name)][0]
+                else:
+                    continue  # not the course's (a header of the system or a library)
+                if not COMMENTED.match(rest):
+                    problems.append(f'{f} includes "{name}" without a comment saying what it brings '
+                                    f'(#include "{name}" /* ... */)')
+                if target != f:
                     edges.append((f, target))
     return files, edges, problems
 

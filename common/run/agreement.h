@@ -3,7 +3,7 @@
 #ifndef AGREEMENT_H
 #define AGREEMENT_H
 
-#include "record.h"
+#include "common/core/record.h" /* the configuration record */
 
 /* The ranks' agreement before any collective of training (config_parse_ranks,
  * preflight.h, and commbench with its own command line): every rank says how

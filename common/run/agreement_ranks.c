@@ -1,9 +1,9 @@
 /* agreement_ranks.c: see agreement.h. The verdicts travel as start-up
  * messages (comm.h), before the watchdog and the byte ledger start. */
-#include "agreement.h"
+#include "common/run/agreement.h" /* ranks_agree on the command line */
 
-#include "comm.h"
-#include "util.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
 /* checkpoint.c: see checkpoint.h. */
-#include "checkpoint.h"
+#include "common/run/checkpoint.h" /* save and resume */
 
-#include "run_dir.h"
-#include "device.h"
-#include "util.h"
+#include "common/run/run_dir.h" /* the --out directory and its files */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <errno.h>
 #include <fcntl.h>

@@ -61,12 +61,12 @@
 #ifndef CHECKPOINT_H
 #define CHECKPOINT_H
 
-#include "config.h"
-#include "mixed.h"
-#include "model.h"
-#include "optim.h"
-#include "param_table.h"
-#include "util.h"
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/model/optim.h" /* AdamW and the learning-rate schedule */
+#include "common/model/param_table.h" /* the parameter table and its units */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stddef.h>
 #include <stdint.h>

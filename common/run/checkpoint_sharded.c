@@ -1,8 +1,8 @@
 /* checkpoint_sharded.c: see checkpoint_sharded.h. */
-#include "checkpoint_sharded.h"
+#include "common/run/checkpoint_sharded.h" /* each rank's part of one checkpoint */
 
-#include "run_dir.h"
-#include "util.h"
+#include "common/run/run_dir.h" /* the --out directory and its files */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <errno.h>
 #include <fcntl.h>

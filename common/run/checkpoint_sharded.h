@@ -22,8 +22,8 @@
 #ifndef CHECKPOINT_SHARDED_H
 #define CHECKPOINT_SHARDED_H
 
-#include "checkpoint.h"
-#include "comm.h"
+#include "common/run/checkpoint.h" /* save and resume */
+#include "common/comm/comm.h" /* collectives and messages between ranks */
 
 /* Every rank of g, before training, when --save is given: rank 0 writes a
  * token file of a unique name into --save's directory, every rank must read

@@ -1,10 +1,10 @@
 /* config.c: the shared command line (see config.h). */
-#include "config.h"
+#include "common/run/config.h" /* Config and the flag tables */
 
-#include "data.h"
-#include "device.h"
-#include "model.h"
-#include "util.h"
+#include "common/model/data.h" /* the training data and its batches */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <ctype.h>
 #include <errno.h>

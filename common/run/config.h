@@ -7,11 +7,11 @@
 #ifndef CONFIG_H
 #define CONFIG_H
 
-#include "mixed.h"
-#include "model_config.h"
-#include "optim.h"
-#include "record.h"
-#include "util.h"
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/model/model_config.h" /* ModelConfig */
+#include "common/model/optim.h" /* AdamW and the learning-rate schedule */
+#include "common/core/record.h" /* the configuration record */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <getopt.h>
 #include <stddef.h>

@@ -1,8 +1,8 @@
 /* dry_work.c: see dry_work.h. */
-#include "dry_work.h"
+#include "common/run/dry_work.h" /* dry-work.csv */
 
-#include "run_dir.h"
-#include "work_ledger.h"
+#include "common/run/run_dir.h" /* the --out directory and its files */
+#include "common/kernels/work_ledger.h" /* a dry run's counted work */
 
 void dry_work_csv_write(const char *dir) {
     int count;

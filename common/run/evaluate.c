@@ -1,9 +1,9 @@
 /* evaluate.c: see evaluate.h. */
-#include "evaluate.h"
+#include "common/run/evaluate.h" /* validation loss and sampling */
 
-#include "bpe.h"
-#include "device.h"
-#include "util.h"
+#include "common/model/bpe.h" /* GPT-2's BPE tokenizer */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stdio.h>

@@ -3,9 +3,9 @@
 #ifndef EVALUATE_H
 #define EVALUATE_H
 
-#include "config.h"
-#include "data.h"
-#include "model.h"
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/model/data.h" /* the training data and its batches */
+#include "common/model/model.h" /* GPT, its forward and backward */
 
 #include <stdint.h>
 

@@ -1,12 +1,12 @@
 /* harness.c: see harness.h. What one process and many ranks share, and the
  * one-process backend (chapter 01, built without MPI). */
-#include "harness.h"
+#include "common/run/harness.h" /* the run around the training loop */
 
-#include "dry_work.h"
-#include "layout_rules.h"
-#include "preflight.h"
-#include "util.h"
-#include "work_ledger.h"
+#include "common/run/dry_work.h" /* dry-work.csv */
+#include "common/run/layout_rules.h" /* shared refusals of a layout */
+#include "common/run/preflight.h" /* checks before anything is built */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
+#include "common/kernels/work_ledger.h" /* a dry run's counted work */
 
 #include <math.h>
 #include <stdarg.h>

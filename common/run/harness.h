@@ -42,14 +42,14 @@
 #ifndef HARNESS_H
 #define HARNESS_H
 
-#include "checkpoint.h"
-#include "comm.h"
-#include "config.h"
-#include "progress.h"
-#include "run_csv.h"
-#include "data.h"
-#include "device.h"
-#include "mixed.h"
+#include "common/run/checkpoint.h" /* save and resume */
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/run/progress.h" /* the progress and done lines */
+#include "common/run/run_csv.h" /* steps.csv, memory.csv, run.csv */
+#include "common/model/data.h" /* the training data and its batches */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,12 +1,12 @@
 /* harness_ranks.c: the harness (harness.h) for programs of many ranks,
  * chapters 02-06: what differs from one process goes through comm.h. Apart
  * from harness.c because it needs MPI, which chapter 01 builds without. */
-#include "checkpoint_sharded.h"
-#include "comm.h"
-#include "grid.h"
-#include "harness.h"
-#include "preflight.h"
-#include "util.h"
+#include "common/run/checkpoint_sharded.h" /* each rank's part of one checkpoint */
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
+#include "common/run/harness.h" /* the run around the training loop */
+#include "common/run/preflight.h" /* checks before anything is built */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdio.h>
 #include <stdlib.h>

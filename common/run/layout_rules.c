@@ -1,5 +1,5 @@
 /* layout_rules.c: see layout_rules.h. */
-#include "layout_rules.h"
+#include "common/run/layout_rules.h" /* shared refusals of a layout */
 
 #include <stdio.h>
 

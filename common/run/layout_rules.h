@@ -9,7 +9,7 @@
 #ifndef LAYOUT_RULES_H
 #define LAYOUT_RULES_H
 
-#include "config.h"
+#include "common/run/config.h" /* Config and the flag tables */
 
 /* Tensor parallelism over tp ranks (03's --mp tensor, 04-06's --tp): every
  * rank holds whole attention heads, a slice of the MLP's 4 x dmodel

@@ -1,12 +1,12 @@
 /* preflight.c: see preflight.h. */
-#include "preflight.h"
+#include "common/run/preflight.h" /* checks before anything is built */
 
-#include "checkpoint.h"
-#include "run_dir.h"
-#include "data.h"
-#include "model.h"
-#include "param_table.h"
-#include "util.h"
+#include "common/run/checkpoint.h" /* save and resume */
+#include "common/run/run_dir.h" /* the --out directory and its files */
+#include "common/model/data.h" /* the training data and its batches */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/model/param_table.h" /* the parameter table and its units */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <errno.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
 #ifndef PREFLIGHT_H
 #define PREFLIGHT_H
 
-#include "config.h"
+#include "common/run/config.h" /* Config and the flag tables */
 
 /* Everything a run checks before it builds anything, in one call: fill cfg
  * from argv, check every value and every combination, and check the files

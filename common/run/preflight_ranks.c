@@ -1,10 +1,10 @@
 /* preflight_ranks.c: config_parse_ranks (preflight.h), the pre-flight of a
  * job of many ranks: each rank's own checks, then their agreement. */
-#include "agreement.h"
-#include "comm.h"
-#include "preflight.h"
-#include "util.h"
-#include "watchdog.h"
+#include "common/run/agreement.h" /* ranks_agree on the command line */
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/run/preflight.h" /* checks before anything is built */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
+#include "common/comm/watchdog.h" /* the flight recorder and --timeout */
 
 #include <setjmp.h>
 #include <stdlib.h>

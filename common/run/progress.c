@@ -1,7 +1,7 @@
 /* progress.c: see progress.h. */
-#include "progress.h"
+#include "common/run/progress.h" /* the progress and done lines */
 
-#include "util.h"
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stdarg.h>

@@ -2,8 +2,8 @@
 #ifndef PROGRESS_H
 #define PROGRESS_H
 
-#include "config.h"
-#include "run_csv.h"
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/run/run_csv.h" /* steps.csv, memory.csv, run.csv */
 
 /* The progress line: step, loss, lr, grad norm, ms, tokens/s. */
 void log_step(const StepRecord *r, int total_steps);

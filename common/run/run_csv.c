@@ -1,9 +1,9 @@
 /* run_csv.c: see run_csv.h. */
-#include "run_csv.h"
+#include "common/run/run_csv.h" /* steps.csv, memory.csv, run.csv */
 
-#include "device.h"
-#include "stats.h"
-#include "util.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/core/stats.h" /* median */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stdio.h>

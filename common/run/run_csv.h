@@ -12,8 +12,8 @@
 #ifndef RUN_CSV_H
 #define RUN_CSV_H
 
-#include "config.h"
-#include "run_dir.h"
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/run/run_dir.h" /* the --out directory and its files */
 
 #include <stddef.h>
 

@@ -1,10 +1,10 @@
 /* run_csv_ranks.c: the CSVs of a job of many ranks (run_csv.h): the slowest
  * rank's times of a step, and memory.csv with every rank's peaks. */
-#include "comm.h"
-#include "run_csv.h"
-#include "device.h"
-#include "util.h"
-#include "watchdog.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/run/run_csv.h" /* steps.csv, memory.csv, run.csv */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
+#include "common/comm/watchdog.h" /* the flight recorder and --timeout */
 
 #include <stdlib.h>
 

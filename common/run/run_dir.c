@@ -1,8 +1,8 @@
 /* run_dir.c: see run_dir.h. */
-#include "run_dir.h"
+#include "common/run/run_dir.h" /* the --out directory and its files */
 
-#include "device.h"
-#include "util.h"
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <dirent.h>
 #include <errno.h>

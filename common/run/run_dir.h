@@ -14,7 +14,7 @@
 #ifndef RUN_DIR_H
 #define RUN_DIR_H
 
-#include "config.h"
+#include "common/run/config.h" /* Config and the flag tables */
 
 #include <stdint.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
 #ifndef TIMELINE_H
 #define TIMELINE_H
 
-#include "comm.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
 
 typedef struct {
     int step, micro;

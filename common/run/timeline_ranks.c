@@ -1,8 +1,8 @@
 /* timeline.c: see timeline.h. */
-#include "timeline.h"
+#include "common/run/timeline.h" /* timeline.csv for the Gantt charts */
 
-#include "run_dir.h"
-#include "util.h"
+#include "common/run/run_dir.h" /* the --out directory and its files */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <errno.h>
 #include <stdio.h>

@@ -27,10 +27,10 @@
  * h0.ln1w .. h0.fcprojb, .., lnf.w, lnf.b, lm_head); common/python/pytorch_gpt.py
  * documents how they map onto a PyTorch GPT. With --optimizer, Adam's
  * moments follow as adam_m.NAME and adam_v.NAME. */
-#include "checkpoint.h"
-#include "ckpt_hf.h"
-#include "ckpt_tool.h"
-#include "util.h"
+#include "common/run/checkpoint.h" /* save and resume */
+#include "common/tools/ckpt_hf.h" /* Hugging Face import and export */
+#include "common/tools/ckpt_tool.h" /* common/ckpt's shared helpers */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <errno.h>
 #include <fcntl.h>

@@ -24,15 +24,15 @@
  * lm_head.weight. hf_tied() answers from the checkpoint's header (a tied one
  * exports no lm_head.weight); a tied import is a tied checkpoint (trained
  * with --tie-embeddings), reading no lm_head.weight even where a file has one. */
-#include "ckpt_hf.h"
+#include "common/tools/ckpt_hf.h" /* Hugging Face import and export */
 
-#include "checkpoint.h"
-#include "ckpt_tool.h"
-#include "config.h"
-#include "half.h"
-#include "model.h"
-#include "param_table.h"
-#include "util.h"
+#include "common/run/checkpoint.h" /* save and resume */
+#include "common/tools/ckpt_tool.h" /* common/ckpt's shared helpers */
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/core/half.h" /* bf16 and fp16 conversions */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/model/param_table.h" /* the parameter table and its units */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* ckpt_tool.c: see ckpt_tool.h. */
-#include "ckpt_tool.h"
+#include "common/tools/ckpt_tool.h" /* common/ckpt's shared helpers */
 
 #include <errno.h>
 #include <fcntl.h>

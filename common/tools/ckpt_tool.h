@@ -5,8 +5,8 @@
 #ifndef CKPT_TOOL_H
 #define CKPT_TOOL_H
 
-#include "checkpoint.h"
-#include "util.h"
+#include "common/run/checkpoint.h" /* save and resume */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stddef.h>
 

@@ -13,10 +13,10 @@
  * memcpy and the AdamW the CPU kernel's, so the same program checks itself on
  * any machine (tests/tools/plan_time.bats); on a GPU the copies go through the copy
  * engines, as chapter 06's offload copies do. */
-#include "stats.h"
-#include "device.h"
-#include "kernels.h"
-#include "util.h"
+#include "common/core/stats.h" /* median */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <getopt.h>
 #include <stdio.h>

@@ -46,17 +46,17 @@
  * (--offload: 06; --zero: 05; --mp: 03; --pp or --tp above 1, --schedule,
  * --virtual: 04; --dp above 1: 02; else 01) or --chapter. Exit status 2 on
  * bad input, with one line naming the flag. */
-#include "config.h"
-#include "run_csv.h"
-#include "device.h"
-#include "model.h"
-#include "param_table.h"
-#include "plan_by_hand.h"
-#include "plan_dry.h"
-#include "plan_layout.h"
-#include "plan_time.h"
-#include "grid.h"
-#include "util.h"
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/run/run_csv.h" /* steps.csv, memory.csv, run.csv */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/model/param_table.h" /* the parameter table and its units */
+#include "common/tools/plan_by_hand.h" /* exercise 06.3's plan by hand */
+#include "common/tools/plan_dry.h" /* the planner's dry runs */
+#include "common/tools/plan_layout.h" /* a layout for the time model */
+#include "common/tools/plan_time.h" /* the step time from a machine's constants */
+#include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <libgen.h>
 #include <limits.h>

@@ -1,7 +1,7 @@
 /* plan_by_hand.c: see plan_by_hand.h. */
-#include "plan_by_hand.h"
+#include "common/tools/plan_by_hand.h" /* exercise 06.3's plan by hand */
 
-#include "model_config.h"
+#include "common/model/model_config.h" /* ModelConfig */
 
 void plan_by_hand(const ByHandLayout *layout, const Machine *m, ByHand *h) {
     /* the layout, given (the course's: 256, 64, 64, 2 blocks; 2 ranks; 8 sequences) */

@@ -16,7 +16,7 @@
 #ifndef PLAN_BY_HAND_H
 #define PLAN_BY_HAND_H
 
-#include "plan_time.h"
+#include "common/tools/plan_time.h" /* the step time from a machine's constants */
 
 typedef struct {
     double params_bytes, grads_bytes,

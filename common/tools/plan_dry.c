@@ -1,8 +1,8 @@
 /* plan_dry.c: see plan_dry.h. */
 #define _GNU_SOURCE
-#include "plan_dry.h"
+#include "common/tools/plan_dry.h" /* the planner's dry runs */
 
-#include "util.h"
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <errno.h>
 #include <ftw.h>

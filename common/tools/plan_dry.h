@@ -25,10 +25,10 @@
 #ifndef PLAN_DRY_H
 #define PLAN_DRY_H
 
-#include "comm.h"
-#include "config.h"
-#include "device.h"
-#include "plan_work.h"
+#include "common/comm/comm.h" /* collectives and messages between ranks */
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/device/device.h" /* mem_alloc, copies, streams, timers */
+#include "common/tools/plan_work.h" /* the step time from counted work */
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /* plan_layout.c: see plan_layout.h. */
-#include "plan_layout.h"
+#include "common/tools/plan_layout.h" /* a layout for the time model */
 
 
 void plan_model_state(double P, double shard_n, int stage, int half, double *params, double *grads,

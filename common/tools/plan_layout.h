@@ -9,7 +9,7 @@
 #ifndef PLAN_LAYOUT_H
 #define PLAN_LAYOUT_H
 
-#include "config.h"
+#include "common/run/config.h" /* Config and the flag tables */
 
 #include <stddef.h>
 

@@ -1,7 +1,7 @@
 /* plan_machine.c: see plan_machine.h. */
-#include "plan_machine.h"
+#include "common/tools/plan_machine.h" /* machine files */
 
-#include "util.h"
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,10 +1,10 @@
 /* plan_time.c: see plan_time.h. The step's parts, each one formula of the
  * header: from the dry runs' counted work (plan_work.h) where given, else
  * from 6P + 12LTC. */
-#include "plan_time.h"
+#include "common/tools/plan_time.h" /* the step time from a machine's constants */
 
-#include "param_table.h"
-#include "util.h"
+#include "common/model/param_table.h" /* the parameter table and its units */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <math.h>
 #include <stdio.h>

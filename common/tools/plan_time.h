@@ -69,10 +69,10 @@
 #ifndef PLAN_TIME_H
 #define PLAN_TIME_H
 
-#include "config.h"
-#include "plan_layout.h"
-#include "plan_machine.h" /* Machine, machine_read */
-#include "plan_work.h"    /* PlanWork: a rank's dry-work.csv */
+#include "common/run/config.h" /* Config and the flag tables */
+#include "common/tools/plan_layout.h" /* a layout for the time model */
+#include "common/tools/plan_machine.h" /* machine files */
+#include "common/tools/plan_work.h" /* the step time from counted work */
 
 
 enum {

@@ -1,8 +1,8 @@
 /* plan_work.c: see plan_work.h. The reader of dry-work.csv, then the parts. */
-#include "plan_work.h"
+#include "common/tools/plan_work.h" /* the step time from counted work */
 
-#include "schedule_sim.h"
-#include "util.h"
+#include "common/model/schedule_sim.h" /* a pipeline schedule replayed in time */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <errno.h>
 #include <stdio.h>

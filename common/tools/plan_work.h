@@ -32,8 +32,8 @@
 #ifndef PLAN_WORK_H
 #define PLAN_WORK_H
 
-#include "plan_machine.h"
-#include "work_ledger.h"
+#include "common/tools/plan_machine.h" /* machine files */
+#include "common/kernels/work_ledger.h" /* a dry run's counted work */
 
 typedef struct {
     WorkPiece *rows;

@@ -11,9 +11,9 @@
  * The vocabulary is GPT-2's encoder.json and vocab.bpe, which
  * common/scripts/get-gpt2-vocab.sh fetches and verifies into vocab/gpt2. */
 #define _GNU_SOURCE /* memmem */
-#include "bpe.h"
-#include "token_shard.h"
-#include "util.h"
+#include "common/model/bpe.h" /* GPT-2's BPE tokenizer */
+#include "common/model/token_shard.h" /* llm.c's token shards */
+#include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <errno.h>
 #include <getopt.h>

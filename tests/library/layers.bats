@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # layers.bats: common/ is layered (core < device < kernels < model < comm < run),
-# chapters use common/ and earlier chapters only, and no include goes round in a
-# cycle (common/python/include_graph.py). The planted faults run on a scratch
+# chapters use common/ and earlier chapters only, no include goes round in a
+# cycle, and every include names its header from the repository root with a
+# comment saying what it brings (common/python/include_graph.py). The planted faults run on a scratch
 # copy of the sources, so the check is shown to fail where it should.
 
 load ../helpers
@@ -24,14 +25,15 @@ graph() {
 }
 
 @test "a header of a later layer included by an earlier one is refused, naming both" {
-    sed -i 's/#include "half.h"/#include "half.h"\n#include "comm.h"/' "$COPY/common/model/model.h"
+    sed -i 's|^#include "common/core/half.h".*|&\n#include "common/comm/comm.h" /* collectives */|' "$COPY/common/model/model.h"
     run graph --repo "$COPY"
     assert_failure
     assert_output --partial "common/model/model.h includes comm.h of common/comm: common/model may use only earlier layers"
 }
 
 @test "a chapter including a later chapter's header is refused" {
-    sed -i 's/#include "data_parallel.h"/#include "data_parallel.h"\n#include "schedule.h"/' "$COPY/02_data_parallel/train.c"
+    sed -i 's|^#include "02_data_parallel/data_parallel.h".*|&\n#include "04_pipeline/schedule.h" /* schedules */|' \
+        "$COPY/02_data_parallel/train.c"
     run graph --repo "$COPY"
     assert_failure
     assert_output --partial "02_data_parallel/train.c includes schedule.h of 04_pipeline"
@@ -39,17 +41,20 @@ graph() {
 
 @test "a cycle within one folder is found and printed module by module" {
     # optim.h below mixed.h: mixed.h includes optim.h, so optim including mixed closes a loop
-    sed -i '0,/#include "util.h"/s//#include "mixed.h"\n#include "util.h"/' "$COPY/common/model/optim.c"
+    sed -i '0,/^#include "common\/core\/util.h"/s//#include "common\/model\/mixed.h" \/* mixed precision *\/\n&/' \
+        "$COPY/common/model/optim.c"
     run graph --repo "$COPY"
     assert_failure
     assert_output --partial "include cycle: common/model/mixed -> common/model/optim -> common/model/mixed"
 }
 
-@test "two headers of the same name are refused (the include path holds every layer)" {
-    cp "$COPY/common/core/half.h" "$COPY/common/run/half.h"
+@test "an include by a bare name, or without its comment, is refused, naming the path to use" {
+    sed -i 's|^#include "common/core/half.h".*|#include "half.h" /* bf16 and fp16 */|' "$COPY/common/model/model.h"
+    sed -i 's|^\(#include "common/core/util.h"\).*|\1|' "$COPY/common/model/optim.c"
     run graph --repo "$COPY"
     assert_failure
-    assert_output --partial "two headers named half.h"
+    assert_output --partial 'common/model/model.h includes "half.h": name it from the repository root (common/core/half.h)'
+    assert_output --partial 'common/model/optim.c includes "common/core/util.h" without a comment saying what it brings'
 }
 
 @test "the map of common/ names every file of its folders" {

@@ -427,6 +427,8 @@ static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t s
     if (z->half) {
         z->params16 = params;
         z->grads16 = grads;
+        if (z->mixed.tied_wte && stage < 2) /* tied: the head reads wte from the whole 16-bit weights */
+            mixed_tied_source(&z->mixed, at(z, z->params16, unit_offset(z, LAYER_EMBEDDING)));
         z->master = mem_alloc(SPACE_DEVICE, CAT_OPTIMIZER, optimizer_n * sizeof(float), "master weights");
         copy_to_device(z->master, stage == 0 ? whole : shard, optimizer_n * sizeof(float));
     } else {

@@ -18,27 +18,6 @@ HalfFormat precision_format(Precision p) {
 
 /* ---- one unit at a time in fp32 ---- */
 
-void mixed_unit_in(MixedModel *mm, int unit, const uint16_t *params, int with_grads) {
-    const ParamUnit *u = table_unit(&mm->model->table, unit);
-    ops()->cast_from_half(mm->unit_params, params, u->numel, mm->format);
-    if (with_grads) ops()->fill_zero(mm->unit_grads, u->numel);
-    gpt_bind_unit(mm->model, unit, mm->unit_params, mm->unit_grads);
-}
-
-void mixed_unit_out(MixedModel *mm, int unit, uint16_t *grads) {
-    if (grads)
-        ops()->accumulate_half(grads, mm->unit_grads, table_unit(&mm->model->table, unit)->numel, mm->format);
-    gpt_bind_unit(mm->model, unit, NULL, NULL);
-}
-
-/* ---- the storage hooks of a 16-bit model (its whole table or a range of units) ---- */
-
-/* Where unit u's elements start in the held buffers (a stage holds a run of units). */
-static size_t held_offset(const MixedModel *mm, int unit) {
-    if (mm->unit_at) return mm->unit_at[unit + 1];
-    return table_unit(&mm->model->table, unit)->offset - mm->model->param_first;
-}
-
 /* ---- tied embeddings (MixedModel.tied_wte) ---- */
 
 /* wte: the tensor, and where it starts in its unit (the embedding). */
@@ -62,7 +41,8 @@ static int is_head(const MixedModel *mm, int unit) {
 static void tied_head_in(MixedModel *mm, int with_grads) {
     size_t at;
     const ParamTensor *t = wte_of(mm->model, &at);
-    ops()->cast_from_half(mm->tied_wte, mm->params + held_offset(mm, LAYER_EMBEDDING) + at, t->numel, mm->format);
+    if (!mm->tied_source) fatal(EXIT_RUNTIME, "mixed: tied weights without the embedding's 16-bit weights");
+    ops()->cast_from_half(mm->tied_wte, mm->tied_source + at, t->numel, mm->format);
     if (with_grads) ops()->fill_zero(mm->tied_dwte, t->numel);
     mm->model->w.lm_head = mm->tied_wte;
     mm->model->g.lm_head = with_grads ? mm->tied_dwte : NULL;
@@ -73,33 +53,56 @@ static void tied_head_out(MixedModel *mm) {
     mm->model->g.lm_head = NULL;
 }
 
-static void before_forward(int unit, void *context) {
-    MixedModel *mm = context;
-    mixed_unit_in(mm, unit, mm->params + held_offset(mm, unit), 0);
-    if (is_head(mm, unit)) tied_head_in(mm, 0);
+void mixed_tied_source(MixedModel *mm, const uint16_t *embedding_unit_params) {
+    mm->tied_source = embedding_unit_params;
 }
 
-static void before_backward(int unit, void *context) {
-    MixedModel *mm = context;
-    mixed_unit_in(mm, unit, mm->params + held_offset(mm, unit), 1);
-    if (is_head(mm, unit)) tied_head_in(mm, 1);
-    if (mm->tied_wte && unit == LAYER_EMBEDDING) { /* the head's gradient of wte, before the lookups' */
+void mixed_unit_in(MixedModel *mm, int unit, const uint16_t *params, int with_grads) {
+    const ParamUnit *u = table_unit(&mm->model->table, unit);
+    ops()->cast_from_half(mm->unit_params, params, u->numel, mm->format);
+    if (with_grads) ops()->fill_zero(mm->unit_grads, u->numel);
+    gpt_bind_unit(mm->model, unit, mm->unit_params, mm->unit_grads);
+    if (is_head(mm, unit)) tied_head_in(mm, with_grads);
+    if (mm->tied_wte && unit == LAYER_EMBEDDING && with_grads) { /* the head's gradient of wte, before the lookups' */
         size_t at;
         const ParamTensor *t = wte_of(mm->model, &at);
         ops()->residual_forward(mm->unit_grads + at, mm->unit_grads + at, mm->tied_dwte, t->numel);
     }
 }
 
+void mixed_unit_out(MixedModel *mm, int unit, uint16_t *grads) {
+    if (grads)
+        ops()->accumulate_half(grads, mm->unit_grads, table_unit(&mm->model->table, unit)->numel, mm->format);
+    gpt_bind_unit(mm->model, unit, NULL, NULL);
+    if (is_head(mm, unit)) tied_head_out(mm);
+}
+
+/* ---- the storage hooks of a 16-bit model (its whole table or a range of units) ---- */
+
+/* Where unit u's elements start in the held buffers (a stage holds a run of units). */
+static size_t held_offset(const MixedModel *mm, int unit) {
+    if (mm->unit_at) return mm->unit_at[unit + 1];
+    return table_unit(&mm->model->table, unit)->offset - mm->model->param_first;
+}
+
+static void before_forward(int unit, void *context) {
+    MixedModel *mm = context;
+    mixed_unit_in(mm, unit, mm->params + held_offset(mm, unit), 0);
+}
+
+static void before_backward(int unit, void *context) {
+    MixedModel *mm = context;
+    mixed_unit_in(mm, unit, mm->params + held_offset(mm, unit), 1);
+}
+
 /* Unbound between its calls: a unit read without its conversion fails loudly. */
 static void after_forward(int unit, void *context) {
     mixed_unit_out(context, unit, NULL);
-    if (is_head(context, unit)) tied_head_out(context);
 }
 
 static void after_backward(int unit, void *context) {
     MixedModel *mm = context;
     mixed_unit_out(mm, unit, mm->grads + held_offset(mm, unit));
-    if (is_head(mm, unit)) tied_head_out(mm);
 }
 
 /* model (its table built, no storage bound) as units first_unit..last_unit,
@@ -172,6 +175,7 @@ void mixed_create_chunks(MixedModel *mm, GPT *model, const int *first_units, con
     units_workspaces(mm);
     copy_to_device(mm->master, initial, n * sizeof(float));
     ops()->cast_to_half(mm->params, mm->master, n, format);
+    if (mm->tied_wte) mixed_tied_source(mm, mm->params + held_offset(mm, LAYER_EMBEDDING));
     mm->storage = (UnitHooks){.before_forward = before_forward,
                               .after_forward = after_forward,
                               .before_backward = before_backward,

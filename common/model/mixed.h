@@ -90,6 +90,8 @@ typedef struct {
      * the head's contribution first, then the lookups', as in fp32. NULL when
      * the weights are not tied. Device, CAT_WORKSPACE, wte's size each. */
     float *tied_wte, *tied_dwte;
+    const uint16_t *tied_source; /* the embedding unit's 16-bit weights, where the head's wte is read
+                                    from (mixed_tied_source; mixed_create_* set it themselves) */
 } MixedModel;
 
 /* The 16-bit format of a precision other than fp32. */
@@ -142,6 +144,10 @@ void mixed_units_create(MixedModel *mm, GPT *model, const ModelConfig *cfg, Half
 /* The same for units first_unit..last_unit of model, whose table is built
  * (a pipeline stage's, or a tensor-parallel rank's local table). */
 void mixed_units_create_range(MixedModel *mm, GPT *model, int first_unit, int last_unit, HalfFormat format);
+/* Tied weights (tied_wte above), for a caller that keeps the 16-bit weights
+ * itself (mixed_units_create): where the embedding unit's 16-bit weights stay
+ * for the whole step, which the head's unit reads its wte from. */
+void mixed_tied_source(MixedModel *mm, const uint16_t *embedding_unit_params);
 /* Bind unit to the workspace holding `params` (the unit's 16-bit weights, in
  * table order) in fp32, and, with_grads, to the zeroed gradient workspace. */
 void mixed_unit_in(MixedModel *mm, int unit, const uint16_t *params, int with_grads);

@@ -30,14 +30,12 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp) {
 const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_copy, int zero, int offload) {
     if (!cfg->model.tied) return NULL;
     const char *why = "the head's unit would need the embedding's wte bound";
-    if (cfg->precision != PRECISION_FP32 && (stages > 1 || zero > 0))
+    if (cfg->precision != PRECISION_FP32 && stages > 1)
         snprintf(message, sizeof message,
-                 "--tie-embeddings with --precision %s %s is not written yet: mixed precision converts one "
-                 "unit's 16-bit weights at a time, and %s (valid: --precision fp32, or one stage without "
-                 "ZeRO)",
-                 precision_name(cfg->precision), stages > 1 ? "on several stages" : "with ZeRO",
-                 stages > 1 ? "the last stage's copy of wte has no 16-bit storage"
-                            : "ZeRO binds the units itself, without the head's wte");
+                 "--tie-embeddings with --precision %s on several stages is not written yet: mixed precision "
+                 "converts one unit's 16-bit weights at a time, and the last stage's copy of wte has no "
+                 "16-bit storage (valid: --precision fp32, or one stage)",
+                 precision_name(cfg->precision));
     else if (stages > 1 && !stage_copy)
         snprintf(message, sizeof message,
                  "--tie-embeddings on %d stages is not written yet for this layout: only 04's pipeline of "

@@ -271,10 +271,10 @@ kill_each() {
     COURSE_FAULT_KILL=bogusname:0 run --separate-stderr "$TRAIN01" $FLAGS --steps 1 --out "$out"
     assert_equal "$status" 2
     assert_equal "${#stderr_lines[@]}" 1
-    assert_equal "${stderr_lines[0]}" "error: COURSE_FAULT_KILL=bogusname:0: unknown point 'bogusname' (valid: allreduce, reduce_scatter, allgather, broadcast, send, recv, sendrecv, wait_posted, host_allreduce, host_gather, barrier, worker, ring, save)"
+    assert_equal "${stderr_lines[0]}" "error: COURSE_FAULT_KILL=bogusname:0: unknown point 'bogusname' (valid: allreduce, reduce_scatter, allgather, broadcast, alltoall, send, recv, sendrecv, wait_posted, host_allreduce, host_gather, barrier, worker, ring, save)"
     COURSE_FAULT_SKIP=save:0 run --separate-stderr "$TRAIN01" $FLAGS --steps 1 --out "$out"
     assert_equal "$status" 2
-    assert_equal "${stderr_lines[0]}" "error: COURSE_FAULT_SKIP=save:0: no call to skip at point 'save' (valid: allreduce, reduce_scatter, allgather, broadcast, send, recv, sendrecv, wait_posted, host_allreduce, host_gather, barrier)"
+    assert_equal "${stderr_lines[0]}" "error: COURSE_FAULT_SKIP=save:0: no call to skip at point 'save' (valid: allreduce, reduce_scatter, allgather, broadcast, alltoall, send, recv, sendrecv, wait_posted, host_allreduce, host_gather, barrier)"
     COURSE_FAULT_OVERFLOW_RANK=1 run --separate-stderr "$TRAIN01" $FLAGS --steps 1 --out "$out"
     assert_equal "$status" 2
     assert_equal "${stderr_lines[0]}" "error: COURSE_FAULT_OVERFLOW_RANK=1: rank 1 is not in this job (valid: 0..0, a job of 1 rank)"

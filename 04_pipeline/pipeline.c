@@ -228,6 +228,8 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
             tp_activations_create(&p->tpm, &p->slot[i], l->B, l->T);
         else if (l->tensor) /* the blocks' values in local widths */
             tp_activations_create_range(&p->tpm, &p->slot[i], l->B, l->T, first_unit, last_unit);
+        else if (l->checkpoints) /* the blocks' outputs where the caller keeps them */
+            activations_create_stored(&p->slot[i], m, l->B, l->T, first_block, last_unit, l->checkpoints, i);
         else
             activations_create_range(&p->slot[i], m, l->B, l->T, first_block, last_unit, l->cfg->recompute);
     }

@@ -58,6 +58,9 @@ typedef struct {
     int caller_storage;  /* who owns the units' storage. 0: the stage allocates parameters and
                             gradients; 1: it gets none here, and its caller gives the units
                             storage of its own (model.h's storage hooks, model.storage) */
+    const CheckpointStore *checkpoints; /* with --recompute, one stage, tp 1: NULL, the slots keep
+                            their blocks' outputs; else the caller keeps them (model.h's
+                            CheckpointStore), slot i as the store's set i */
     TensorGroup *tensor; /* tp > 1: the stage's blocks sliced over this tensor group, chapter 03's
                             tensor parallelism inside the stage; NULL: the stage holds them whole */
     CommGroup *cp;       /* cp > 1: each sequence split over these ranks, attention a ring, chapter

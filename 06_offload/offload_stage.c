@@ -32,6 +32,11 @@ const Flag offload_flags[] = {
              "thousands, delayed after 40; needs --dpu)"},
     {"--dpu-reference", FLAG_SWITCH, FIELD(OffloadFlags, dpu_reference), .usage = "--dpu-reference",
      .help = "--dpu computed without a thread, one step late in sequence (for tests)"},
+    {"--offload-activations", FLAG_SWITCH, FIELD(OffloadFlags, activations), .usage = "--offload-activations",
+     .help = "with --offload --recompute, one stage, tp 1: the block inputs that\n"
+             "--recompute keeps wait in pinned host memory, copied out during the\n"
+             "forward and back before each block's recomputation on the copy\n"
+             "stream; the device holds two of them (activation_offload.h)"},
     {0},
 };
 
@@ -53,6 +58,11 @@ static void offload_check_own_flags(const Config *cfg, const OffloadFlags *f, in
               "--dpu needs --offload (the delayed update overlaps the host's AdamW with the device)");
     if (f->dpu_reference && !f->dpu) fatal(EXIT_USAGE, "--dpu-reference needs --dpu");
     if (flag_given(cfg, "--dpu-warmup") && !f->dpu) fatal(EXIT_USAGE, "--dpu-warmup needs --dpu");
+    if (f->activations && !f->offload)
+        fatal(EXIT_USAGE, "--offload-activations needs --offload (it offloads a stage of 06's trainer)");
+    if (f->activations && !cfg->recompute)
+        fatal(EXIT_USAGE, "--offload-activations needs --recompute (it offloads the block inputs that "
+                          "--recompute keeps)");
     if (!f->offload) return;
     if (zero == 3)
         fatal(EXIT_USAGE, "--zero 3 with --offload is unsupported: chapter 06 offloads stage 2's optimizer "
@@ -71,9 +81,23 @@ static void offload_check_own_flags(const Config *cfg, const OffloadFlags *f, in
     if (untied) fatal(EXIT_USAGE, "%s", untied);
 }
 
+/* --offload-activations keeps one stage's checkpoints of whole blocks. */
+static void offload_activations_check(const OffloadFlags *f, const PipelineFlags *pipe,
+                                      const ModelParallelFlags *model) {
+    if (!f->activations) return;
+    const char *not_written = pipe->pp > 1 ? "--pp" : model->tp > 1 ? "--tp" : model->cp > 1 ? "--cp" : NULL;
+    int value = pipe->pp > 1 ? pipe->pp : model->tp > 1 ? model->tp : model->cp;
+    if (not_written)
+        fatal(EXIT_USAGE,
+              "--offload-activations with %s %d is not written: it offloads one stage's checkpoints of whole "
+              "blocks (valid: %s 1)",
+              not_written, value, not_written);
+}
+
 void offload_check_flags(const Config *cfg, const OffloadFlags *f, const ZeroFlags *z, const PipelineFlags *pipe,
                          const ModelParallelFlags *model, const char *program) {
     offload_check_own_flags(cfg, f, z->zero, pipe->schedule, program); /* first: why, if at all */
+    offload_activations_check(f, pipe, model);
     zero_check_flags(cfg, z, pipe, model, !f->offload);
 }
 
@@ -143,7 +167,20 @@ void offload_finish(Pipeline *p, Run *run, const ProcessGrid *grid, int dpu_warm
                peak_host / BYTES_PER_MIB, pcie_bytes / ran / BYTES_PER_MIB, cfg->out);
 }
 
+const CheckpointStore *offload_stage_checkpoints(OffloadStage *s, const OffloadFlags *f) {
+    s->offload_activations = f->activations;
+    return f->activations ? activation_offload_store(&s->acts) : NULL;
+}
+
+void offload_stage_create_checkpoints(OffloadStage *s, Pipeline *p) {
+    if (!s->offload_activations) return;
+    const StageLayout *l = &p->layout;
+    activation_offload_create(&s->acts, p->slots, l->cfg->model.layers, l->B, l->T, l->cfg->model.dmodel);
+    activation_offload_attach_timeline(&s->acts, &p->times.timeline, &p->times.origin_ms);
+}
+
 void offload_stage_begin_step(OffloadStage *s, int step) {
+    if (s->offload_activations) activation_offload_begin_step(&s->acts, step + 1);
     if (s->offload)
         offload_begin_step(&s->off, step + 1);
     else
@@ -151,15 +188,16 @@ void offload_stage_begin_step(OffloadStage *s, int step) {
 }
 
 double offload_stage_sum_gradients(OffloadStage *s, double *busy_ms) {
+    if (s->offload_activations) activation_offload_end_step(&s->acts);
     if (!s->offload) return zero_stage_sum_gradients(&s->replicas, busy_ms);
     offload_finish_grads(&s->off);
     return 0.0;
 }
 
 void offload_stage_columns(OffloadStage *s, double *columns) {
-    columns[0] = s->off.bytes_d2h;
-    columns[1] = s->off.bytes_h2d;
-    s->pcie_bytes += s->off.bytes_d2h + s->off.bytes_h2d;
+    columns[0] = s->off.bytes_d2h + s->acts.bytes_d2h;
+    columns[1] = s->off.bytes_h2d + s->acts.bytes_h2d;
+    s->pcie_bytes += columns[0] + columns[1];
 }
 
 void offload_stage_finish(OffloadStage *s, Pipeline *p, Run *run, const ProcessGrid *grid,
@@ -172,6 +210,7 @@ void offload_stage_finish(OffloadStage *s, Pipeline *p, Run *run, const ProcessG
 }
 
 void offload_stage_destroy(OffloadStage *s) {
+    activation_offload_destroy(&s->acts);
     if (s->offload)
         offload_destroy(&s->off);
     else

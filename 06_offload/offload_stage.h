@@ -14,6 +14,7 @@
 #include "common/run/config.h" /* Config and the flag tables */
 #include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
 #include "common/run/harness.h" /* the run around the training loop */
+#include "06_offload/activation_offload.h" /* 06: activation checkpoints in host memory */
 #include "06_offload/offload.h" /* 06: ZeRO-Offload */
 #include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its interpreter */
 #include "05_zero/zero_stage.h" /* 05: a stage's gradients under ZeRO */
@@ -24,6 +25,7 @@ typedef struct {
     int dpu;           /* --dpu: delayed parameter update */
     int dpu_warmup;    /* exact steps before the delayed update starts */
     int dpu_reference; /* the delayed update without a thread, for the tests */
+    int activations;   /* --offload-activations: --recompute's checkpoints in host memory */
 } OffloadFlags;
 extern const Flag offload_flags[];
 /* --offload makes --zero 2 the default (the partitioning it offloads); then
@@ -32,7 +34,9 @@ void offload_effective_flags(const Config *cfg, OffloadFlags *f, ZeroFlags *z, P
                              ModelParallelFlags *model);
 /* --dpu and its options without what they need, and with --offload what its
  * layout cannot give (--zero other than 2, the interleaved schedule's
- * chunks), each refused in one line that says why (EXIT_USAGE), first;
+ * chunks), --offload-activations without --offload and --recompute or with
+ * --pp, --tp or --cp above 1, each refused in one line that says why
+ * (EXIT_USAGE), first;
  * then chapter 05's checks (zero_check_flags; with --offload one stage runs
  * the pipeline's step, not ZeRO's own). */
 void offload_check_flags(const Config *cfg, const OffloadFlags *f, const ZeroFlags *z, const PipelineFlags *pipe,
@@ -79,16 +83,25 @@ typedef struct {
     Offload off;           /* with it (offload.h) */
     DelayedUpdate delayed; /* --dpu: the update waiting for its turn */
     double pcie_bytes;     /* this rank's bytes over PCIe, every step's */
+    ActivationOffload acts; /* --offload-activations (activation_offload.h) */
+    int offload_activations;
 } OffloadStage;
+/* --offload-activations: the store the pipeline's slots keep their
+ * checkpoints in (StageLayout.checkpoints), before the pipeline is built;
+ * NULL without the flag. */
+const CheckpointStore *offload_stage_checkpoints(OffloadStage *s, const OffloadFlags *f);
+/* Once the pipeline is built: host memory for its slots' checkpoints. */
+void offload_stage_create_checkpoints(OffloadStage *s, Pipeline *p);
 /* Before the step's schedule (step 0-based): with --offload, each unit's
  * gradient leaves for the host as its backward ends (offload_begin_step). */
 void offload_stage_begin_step(OffloadStage *s, int step);
 /* After it: 05's sum over the replicas (zero_stage_sum_gradients: the
  * milliseconds waited), or the copies in flight added into the host's fp32
- * shard (offload_finish_grads). */
+ * shard (offload_finish_grads), and the checkpoints' copies done. */
 double offload_stage_sum_gradients(OffloadStage *s, double *busy_ms);
 /* After the update: steps.csv's columns d2h_bytes and h2d_bytes, the step's
- * bytes over PCIe (0 without --offload), counted into the run's. */
+ * bytes over PCIe (0 without --offload; the checkpoints' included), counted
+ * into the run's. */
 void offload_stage_columns(OffloadStage *s, double *columns);
 /* After the last step: pipeline_finish's run.csv, or offload_finish's. */
 void offload_stage_finish(OffloadStage *s, Pipeline *p, Run *run, const ProcessGrid *grid,

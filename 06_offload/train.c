@@ -46,7 +46,7 @@ typedef struct {
     ModelParallelFlags model; /* --mp, --split, --tp, --dp, --sp, --cp, ... (model_parallel.h) */
     PipelineFlags pipe;       /* --schedule, --virtual, --pp, --print-schedule (pipeline_flags.h) */
     ZeroFlags zero;           /* --zero, --prefetch (zero_stage.h) */
-    OffloadFlags offload;     /* --offload, --dpu, --dpu-warmup, --dpu-reference (offload_stage.h) */
+    OffloadFlags offload;     /* --offload, --dpu, ..., --offload-activations (offload_stage.h) */
 } Flags;
 static const Flag flag_rows[] = {
     FLAG_ROWS_AT(Flags, data, data_parallel_flags),
@@ -259,12 +259,14 @@ int main(int argc, char **argv) {
     layout.cp = grid.cp > 1 ? grid.cp_group : NULL; /* and context parallelism: each sequence over cp ranks */
     layout.cp_order = flags.model.cp_order, layout.cp_send = flags.model.cp_send, layout.sp = flags.model.sp;
     tensor.caller_storage = layout.caller_storage; /* ZeRO binds the slices' storage too */
+    OffloadStage st = {.offload = offload};
+    layout.checkpoints = offload_stage_checkpoints(&st, &flags.offload); /* --offload-activations */
     Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
     pipeline_create(&p, &layout, &schedule, cfg.seed);
+    offload_stage_create_checkpoints(&st, &p); /* their host memory, a set per slot */
     size_t whole_params = layout.tensor ? p.tpm.global_params : p.model.num_params; /* the whole model's */
     /* the stage's replicas: 04's all-reduce and AdamW, or ZeRO 1-2 (zero_stage.h); or with --offload
      * (offload.h) its 16-bit weights on the device and this rank's shard of the rest on the host */
-    OffloadStage st = {.offload = offload};
     double bubble_theory = 0.0;
     if (offload) {
         offload_stage_create(&st.off, &p, &grid, &run, PROGRAM, flags.pipe.schedule,

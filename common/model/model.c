@@ -249,7 +249,7 @@ static void carve_block_values(BlockActs *b, const ModelConfig *c, int B, int T,
 
 /* Carve the activations of layers first..last (see activations_create_range). */
 static void carve_activations(Activations *a, const ModelConfig *c, int B, int T, int first, int last,
-                              int recompute, Carver *k) {
+                              int recompute, int keep_outputs, Carver *k) {
     size_t BT = (size_t)B * T, C = c->dmodel, V = vocab_rows_held(c), P = head_piece_tokens(c, B * T);
     a->tokens = (int *)carve(k, BT);
     a->targets = (int *)carve(k, BT);
@@ -258,7 +258,7 @@ static void carve_activations(Activations *a, const ModelConfig *c, int B, int T
         BlockActs *b = &a->block[l];
         if (l < first || l > last) continue;
         if (!recompute) carve_block_values(b, c, B, T, k);
-        b->res3 = carve(k, BT * C);
+        if (keep_outputs) b->res3 = carve(k, BT * C); /* else a CheckpointStore keeps it */
     }
     if (last < c->layers) return;
     a->lnf = carve(k, BT * C);
@@ -277,7 +277,7 @@ void activations_create(Activations *a, const ModelConfig *c, int B, int T) {
     a->block = xcalloc(c->layers, sizeof(BlockActs));
     size_t bytes = activation_bytes(c, B, T);
     Carver k = {mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, bytes, "activations"), 0};
-    carve_activations(a, c, B, T, LAYER_EMBEDDING, c->layers, 0, &k);
+    carve_activations(a, c, B, T, LAYER_EMBEDDING, c->layers, 0, 1, &k);
     check_carved(&k, bytes, "activations");
 }
 
@@ -294,23 +294,40 @@ size_t activation_bytes_range(const ModelConfig *c, int B, int T, int first_unit
     Activations none = {0};
     none.block = xcalloc(c->layers > 0 ? c->layers : 1, sizeof(BlockActs));
     Carver count = {NULL, 0};
-    carve_activations(&none, c, B, T, first_unit, last_unit, recompute, &count);
+    carve_activations(&none, c, B, T, first_unit, last_unit, recompute, 1, &count);
     free(none.block);
     return count.used * sizeof(float);
 }
 
-void activations_create_range(Activations *a, const ModelConfig *c, int B, int T, int first_unit,
-                              int last_unit, int recompute) {
+/* activations_create_range, or with a store activations_create_stored. */
+static void create_range(Activations *a, const ModelConfig *c, int B, int T, int first_unit, int last_unit,
+                         int recompute, const CheckpointStore *store, int slot) {
     memset(a, 0, sizeof *a);
     a->B = B;
     a->T = T;
     a->recompute = recompute;
+    a->store = store;
+    a->store_slot = slot;
     a->block = xcalloc(c->layers, sizeof(BlockActs));
-    size_t bytes = activation_bytes_range(c, B, T, first_unit, last_unit, recompute);
+    Carver count = {NULL, 0};
+    carve_activations(a, c, B, T, first_unit, last_unit, recompute, !store, &count);
+    size_t bytes = count.used * sizeof(float);
     Carver k = {mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, bytes, "activations"), 0};
-    carve_activations(a, c, B, T, first_unit, last_unit, recompute, &k);
-    if (recompute && first_unit == LAYER_EMBEDDING && last_unit == c->layers)
+    carve_activations(a, c, B, T, first_unit, last_unit, recompute, !store, &k);
+    if (!store && bytes != activation_bytes_range(c, B, T, first_unit, last_unit, recompute))
+        fatal(EXIT_RUNTIME, "activations: carving and activation_bytes_range disagree");
+    if (!store && recompute && first_unit == LAYER_EMBEDDING && last_unit == c->layers)
         check_carved(&k, activation_bytes_recompute(c, B, T), "activations (recompute)");
+}
+
+void activations_create_range(Activations *a, const ModelConfig *c, int B, int T, int first_unit,
+                              int last_unit, int recompute) {
+    create_range(a, c, B, T, first_unit, last_unit, recompute, NULL, 0);
+}
+
+void activations_create_stored(Activations *a, const ModelConfig *c, int B, int T, int first_unit,
+                               int last_unit, const CheckpointStore *store, int slot) {
+    create_range(a, c, B, T, first_unit, last_unit, 1, store, slot);
 }
 
 void activations_destroy(Activations *a, const ModelConfig *c) {
@@ -688,6 +705,22 @@ static const float *unit_input(const GPT *m, Activations *a, int first, int l) {
     return l == first ? a->encoded : gpt_layer_output(m, a, l - 1);
 }
 
+/* With a CheckpointStore: before block l's forward, the buffer its output
+ * goes to; after it, the output is written. */
+static void place_output(Activations *a, int l, int L) {
+    if (a->store && l >= 0 && l < L) a->block[l].res3 = a->store->place(a->store_slot, l, a->store->context);
+}
+static void output_written(Activations *a, int l, int L, int B, int T, int C) {
+    if (a->store && l >= 0 && l < L)
+        a->store->written(a->store_slot, l, (size_t)B * T * C, a->store->context);
+}
+/* Before unit l's backward (or W): its input, block l-1's output, on the
+ * device again (the range's first unit reads `encoded`, which stays). */
+static void fetch_input(Activations *a, int first, int l, int B, int T, int C) {
+    if (a->store && l != first && l - 1 >= 0)
+        a->block[l - 1].res3 = a->store->fetch(a->store_slot, l - 1, (size_t)B * T * C, a->store->context);
+}
+
 void gpt_forward_range(const GPT *m, Activations *a, Scratch *s, int first, int last, int with_loss,
                        const UnitHooks *hooks, int B, int T) {
     const UnitHooks none = {0}, *h = hooks ? hooks : &none, *st = m->storage ? m->storage : &none;
@@ -697,6 +730,7 @@ void gpt_forward_range(const GPT *m, Activations *a, Scratch *s, int first, int 
     for (int l = first; l <= last; l++) {
         if (st->before_forward) st->before_forward(l, st->context);
         if (h->before_forward) h->before_forward(l, h->context);
+        place_output(a, l, m->cfg.layers);
         if (l == LAYER_EMBEDDING)
             gpt_embedding_forward(m, a, B, T);
         else if (l == m->cfg.layers)
@@ -705,6 +739,7 @@ void gpt_forward_range(const GPT *m, Activations *a, Scratch *s, int first, int 
             h->block_forward(l, unit_input(m, a, first, l), B, T, h->context);
         else
             gpt_block_forward(m, a, s, l, unit_input(m, a, first, l), B, T);
+        output_written(a, l, m->cfg.layers, B, T, m->cfg.dmodel);
         if (h->after_forward) h->after_forward(l, h->context);
         if (st->after_forward) st->after_forward(l, st->context);
     }
@@ -728,6 +763,7 @@ static const float *backward_range(const GPT *m, Activations *a, Scratch *s, Kep
             gpt_embedding_backward(m, a, dout, B, T);
         } else {
             float *din = l == first && dinput ? dinput : dout == s->dresid[0] ? s->dresid[1] : s->dresid[0];
+            fetch_input(a, first, l, B, T, m->cfg.dmodel);
             const float *input = unit_input(m, a, first, l);
             if (l == m->cfg.layers)
                 head_backward(m, a, s, input, din, dloss, kept ? kept->dlogits : NULL, B, T);
@@ -822,6 +858,7 @@ void gpt_backward_weight_range(const GPT *m, Activations *a, Scratch *s, const K
     work_begin("bwd_weight", -1, 0);
     for (int l = last; l >= first && l >= 0; l--) { /* the embedding's gradient came out of B */
         if (st->before_backward) st->before_backward(l, st->context);
+        fetch_input(a, first, l, B, T, C);
         if (l == m->cfg.layers) {
             if (kept->dlogits) /* else (--loss-chunks) B made it, piece by piece */
                 gpt_linear_backward_weight(m, m->g.lm_head, NULL, kept->dlogits, a->lnf, N, C, V);

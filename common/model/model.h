@@ -136,9 +136,29 @@ typedef struct {
     float *res3;                      /* (B,T,C) block output */
 } BlockActs;
 
+/* Optional, with recompute: where the blocks' kept outputs (each the next
+ * unit's input, the activation checkpoints) wait between a micro-batch's
+ * forward and its backward, given by the caller as UnitHooks give a unit's
+ * weights. Without one they sit in the Activations, one per block. With
+ * one, the Activations hold none: before block l's forward the store names
+ * the device buffer its output goes to (place), and is told when it is
+ * written (written: the store may move it away); before the backward of a
+ * unit that reads block l's output the store brings it back (fetch: a
+ * device buffer holding it). `slot` is Activations.store_slot (which
+ * micro-batch's set), `floats` the output's size. Chapter 06 keeps them in
+ * host memory (--offload-activations). */
+typedef struct CheckpointStore {
+    float *(*place)(int slot, int layer, void *context);
+    void (*written)(int slot, int layer, size_t floats, void *context);
+    float *(*fetch)(int slot, int layer, size_t floats, void *context);
+    void *context;
+} CheckpointStore;
+
 typedef struct {
     int B, T;                         /* capacity */
     int recompute;                    /* 1: only block inputs are kept (see below) */
+    const CheckpointStore *store;     /* recompute: NULL, or where the block outputs wait (above) */
+    int store_slot;                   /* the store's name for this set */
     int *tokens;                      /* (B,T) device */
     int *targets;                     /* (B,T) device */
     float *encoded;                   /* (B,T,C) embedding output = input of block 0 */
@@ -264,6 +284,10 @@ void activations_create_model(Activations *acts, const ModelConfig *cfg, int B, 
  * when last_unit is L. */
 void activations_create_range(Activations *acts, const ModelConfig *cfg, int B, int T, int first_unit,
                               int last_unit, int recompute);
+/* The same with recompute, the blocks' outputs kept by `store` (CheckpointStore
+ * above) as set `slot`: the device holds none of them here. */
+void activations_create_stored(Activations *acts, const ModelConfig *cfg, int B, int T, int first_unit,
+                               int last_unit, const CheckpointStore *store, int slot);
 void activations_destroy(Activations *acts, const ModelConfig *cfg);
 /* recompute 1 adds the one block set that every block's forward writes and
  * every block's backward recomputes into (shared by all micro-batches). */

@@ -102,16 +102,18 @@ def plot_ring_gantt(run_dir, step, rows, ranks, out):
                            "gantt", out)
 
 
-OFFLOAD_LANES = [("compute", ("fwd", "bwd", "bwd_input", "bwd_weight")), ("grad D2H", ("grad_d2h",)),
+# --offload-activations adds its checkpoints' copies (act_d2h, act_h2d) to the copy lanes
+OFFLOAD_LANES = [("compute", ("fwd", "bwd", "bwd_input", "bwd_weight")), ("D2H", ("grad_d2h", "act_d2h")),
                  ("CPU AdamW", ("cpu_adam",)),
-                 ("param H2D", ("param_h2d",))]
+                 ("H2D", ("param_h2d", "act_h2d"))]
 
 
 def plot_offload_timeline(run_dir, step, out):
     step, rows, ranks = timeline_step(run_dir, step)
     lanes = len(OFFLOAD_LANES)
     colours = {"fwd": "#4c72b0", "bwd": "#dd8452", "bwd_input": "#dd8452", "bwd_weight": "#937860",
-               "grad_d2h": "#55a868", "cpu_adam": "#c44e52", "param_h2d": "#8172b3"}
+               "grad_d2h": "#55a868", "cpu_adam": "#c44e52", "param_h2d": "#8172b3",
+               "act_d2h": "#64b5cd", "act_h2d": "#da8bc3"}
     fig, ax = plt.subplots(figsize=(10, 0.5 * lanes * len(ranks) + 1.8))
     span = max(float(r["end_us"]) for r in rows) / 1e3
     labels = []
@@ -127,4 +129,5 @@ def plot_offload_timeline(run_dir, step, out):
     ax.set_yticks([y for y, _ in labels])
     ax.set_yticklabels([text for _, text in labels], fontsize=8)
     return finish_timeline(fig, ax, run_dir, f"step {step} of an offloaded run (a copy per unit; zb-h1: after its B, "
-                           "orange, and its W, brown; with --dpu the CPU AdamW row is the previous step's update)", "offload", out)
+                           "orange, and its W, brown; with --dpu the CPU AdamW row is the previous step's update;\n"
+                           "light blue and pink: --offload-activations' checkpoints)", "offload", out)

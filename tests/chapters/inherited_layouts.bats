@@ -98,6 +98,7 @@ SAMPLES='
 --dpu             --offload --dpu
 --dpu-warmup      --offload --dpu --dpu-warmup 2
 --dpu-reference   --offload --dpu --dpu-reference
+--offload-activations --offload --recompute --offload-activations
 '
 
 # Not written yet (not unsound), and each refusal says so; the flag runs in

@@ -2,7 +2,17 @@
 # 06_offload: ZeRO-Offload gives chapter 01's losses in the same precision on
 # 1, 2 and 3 ranks and as the combined pipeline + ZeRO-2 + offload trainer;
 # the memory sits where offload.h says; the delayed update equals its
-# one-step-stale reference; the timeline has its rows.
+# one-step-stale reference; the timeline has its rows; --offload-activations
+# keeps --recompute's losses, moves its checkpoints to the host and counts
+# their copies.
+#
+# Shown to fail (--offload-activations): with the fetch never copying a
+# checkpoint back, the losses test failed (5.55169624 for 5.54878172 at step
+# 2) and so did the bytes test; with the slots still carving the outputs the
+# store keeps, the memory assertion (5790720 for 4611072); with the
+# checkpoints' bytes left out of d2h_bytes, the bytes test; with the
+# --recompute refusal removed, the refusal test; with --resume ignored under
+# the flag, the resume test (4 steps for 2).
 
 load ../helpers
 
@@ -180,6 +190,89 @@ skips_and_scales() { paste -d, <(csv_column "$1/steps.csv" skipped) <(csv_column
     assert_equal "$status" 2
     assert_equal "$(printf '%s\n' "$stderr" | grep -c '^error:')" 1
     [[ "$stderr" == *"--schedule interleaved is refused by 06_offload/train: the offloaded state is one range of units per stage, and interleaved's chunks are not one range (valid: gpipe, 1f1b, zb-h1)"* ]]
+}
+
+# --offload-activations (activation_offload.h): --recompute's block inputs
+# wait in pinned host memory. ckpt_bytes DIR B: one checkpoint, B x T x C
+# fp32 bytes, for B sequences of the run in DIR (T, C from its run.csv).
+ckpt_bytes() { echo $(($2 * $(csv_column "$1/run.csv" seq) * $(csv_column "$1/run.csv" dmodel) * 4)); }
+
+@test "--offload-activations keeps --recompute's losses bit for bit in fp32 and bf16; at 8 layers the device holds 2 of the 8 checkpoints, the host all 8" {
+    local d L=8 ckpt keep held
+    d="$(scratch)"
+    offload 1 $ODD --layers $L --recompute --out "$d/keep"
+    offload 1 $ODD --layers $L --recompute --offload-activations --out "$d/host"
+    assert_equal "$(csv_column "$d/host/steps.csv" loss | wc -l)" 4
+    run diff <(csv_column "$d/keep/steps.csv" loss) <(csv_column "$d/host/steps.csv" loss)
+    assert_success
+    run diff <(csv_column "$d/keep/steps.csv" grad_norm) <(csv_column "$d/host/steps.csv" grad_norm)
+    assert_success
+    offload 2 $ODD --layers $L --recompute --precision bf16 --micro 2 --out "$d/keep16"
+    offload 2 $ODD --layers $L --recompute --precision bf16 --micro 2 --offload-activations --out "$d/host16"
+    assert_equal "$(csv_column "$d/host16/steps.csv" loss | wc -l)" 4
+    run diff <(csv_column "$d/keep16/steps.csv" loss) <(csv_column "$d/host16/steps.csv" loss)
+    assert_success
+    # one rank, one micro-batch of 12 sequences: L checkpoints become 2 on the device (the
+    # rest of the activations, the recomputed block and the head, stay), all L on the host
+    ckpt="$(ckpt_bytes "$d/host" 12)"
+    keep="$(peak "$d/keep" device activations)"
+    held="$(peak "$d/host" device activations)"
+    assert_equal "$held" "$((keep - (L - 2) * ckpt))"
+    assert_equal "$(peak "$d/keep" host activations)" 0
+    assert_equal "$(peak "$d/host" host activations)" "$((L * ckpt))"
+    # at this shape (the head's 259-column logits and the recomputed block stay): 0.84 of it
+    # remains, under 0.85
+    [ "$((100 * held))" -lt "$((85 * keep))" ]
+}
+
+@test "--offload-activations copies each checkpoint out and back: steps.csv's d2h and h2d bytes and timeline.csv's rows count them" {
+    local d L=6 M=3 ckpt
+    d="$(scratch)"
+    offload 1 $ODD --layers $L --recompute --micro $M --out "$d/keep"
+    offload 1 $ODD --layers $L --recompute --micro $M --offload-activations --out "$d/host"
+    ckpt="$(ckpt_bytes "$d/host" $((12 / M)))"
+    # per micro-batch: L out; back, all but the last two (still on the device when the backward starts)
+    assert_equal "$(csv_column "$d/host/steps.csv" d2h_bytes | wc -l)" 4
+    run diff <(csv_column "$d/keep/steps.csv" d2h_bytes | awk -v b=$((M * L * ckpt)) '{ print $1 + b }') \
+        <(csv_column "$d/host/steps.csv" d2h_bytes)
+    assert_success
+    run diff <(csv_column "$d/keep/steps.csv" h2d_bytes | awk -v b=$((M * (L - 2) * ckpt)) '{ print $1 + b }') \
+        <(csv_column "$d/host/steps.csv" h2d_bytes)
+    assert_success
+    assert_equal "$(csv_column "$d/host/run.csv" pcie_bytes_per_step)" \
+        "$(($(csv_column "$d/keep/run.csv" pcie_bytes_per_step) + M * (2 * L - 2) * ckpt))"
+    assert_equal "$(awk -F, '$1 == 0 && $2 == 2 && $4 == "act_d2h"' "$d/host/timeline.csv" | wc -l)" $((M * L))
+    assert_equal "$(awk -F, '$1 == 0 && $2 == 2 && $4 == "act_h2d"' "$d/host/timeline.csv" | wc -l)" $((M * (L - 2)))
+}
+
+@test "a checkpoint saved without --offload-activations resumes with it, with the uninterrupted run's losses" {
+    local d
+    d="$(scratch)"
+    offload 1 $ODD --recompute --out "$d/whole"
+    offload 1 $ODD --recompute --stop-after 2 --save "$d/ck" --out "$d/first"
+    offload 1 $ODD --recompute --offload-activations --resume "$d/ck" --out "$d/second"
+    assert_equal "$(csv_column "$d/second/steps.csv" loss | wc -l)" 2
+    run diff <(csv_column "$d/whole/steps.csv" loss | tail -n 2) <(csv_column "$d/second/steps.csv" loss)
+    assert_success
+}
+
+@test "--offload-activations without --offload or --recompute, or with --pp, --tp or --cp above 1, is refused in one line" {
+    local bad expected checked=0
+    while IFS='|' read -r bad expected; do
+        run --separate-stderr bash -c "$(declare -f mpirun_np); OMP_NUM_THREADS=1 mpirun_np 2 '$TRAIN06' $FLAGS $bad" \
+            </dev/null # mpirun would read the rest of the list
+        checked=$((checked + 1))
+        assert_equal "$status" 2
+        assert_equal "$(printf '%s\n' "$stderr" | grep -c '^error:')" 1
+        [[ "$stderr" == *"$expected"* ]] || { echo "$bad: $stderr"; return 1; }
+    done <<'EOF'
+--recompute --offload-activations|--offload-activations needs --offload
+--offload --offload-activations|--offload-activations needs --recompute (it offloads the block inputs that --recompute keeps)
+--offload --recompute --offload-activations --pp 2|--offload-activations with --pp 2 is not written: it offloads one stage's checkpoints of whole blocks (valid: --pp 1)
+--offload --recompute --offload-activations --tp 2|--offload-activations with --tp 2 is not written
+--offload --recompute --offload-activations --cp 2|--offload-activations with --cp 2 is not written
+EOF
+    assert_equal "$checked" 5
 }
 
 @test "timeline.csv has the rows of an offloaded step: compute, gradient copies, CPU AdamW, weight copies; plot.py draws it" {

@@ -186,9 +186,9 @@ PY
     [[ "$stderr" == *"--seq 50 cannot be cut into 2 x --cp 2 = 4 equal chunks"* ]]
 }
 
-@test "Ulysses on 2 and 4 ranks (4 heads; both all-to-alls, zig-zag and contiguous, with replicas) matches single-device losses and norms" {
+@test "Ulysses on 2 and 4 ranks (4 heads; both all-to-alls, zig-zag and contiguous, with replicas) matches single-device losses, norms and sample" {
     local d="$BATS_TEST_TMPDIR"
-    run03 2 "$d/u2" --cp 2 --cp-mode ulysses
+    run03 2 "$d/u2" --cp 2 --cp-mode ulysses --sample 40
     run03 4 "$d/u4" --cp 4 --cp-mode ulysses --alltoall pairwise
     run03 4 "$d/u2dp" --cp 2 --dp 2 --cp-mode ulysses --cp-order contiguous --alltoall pairwise
     for u in u2 u4 u2dp; do
@@ -196,6 +196,9 @@ PY
         assert_column_match grad_norm "$BATS_FILE_TMPDIR/ref" "$d/$u" 4
     done
     grep -q "cp 4 zigzag ulysses" "$d/u4.log"
+    run grep "^sample:" "$d/u2.log" # sampling runs the split forward on whole sequences too
+    [ -n "$output" ]
+    assert_equal "$output" "$(grep "^sample:" "$BATS_FILE_TMPDIR/ref.log")"
 }
 
 @test "04, 05 and 06 run Ulysses inside their stages (--pp 2, --zero 1 with replicas, --offload): single-device losses" {

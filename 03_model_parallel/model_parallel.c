@@ -83,7 +83,7 @@ void model_parallel_check_flags(const Config *cfg, const ModelParallelFlags *f) 
     }
     int mp_size = ranks / (dp * cp); /* ranks per copy of the model */
     ulysses_check_flags(&cfg->model, cp, strcmp(f->mp, "tensor") == 0 ? mp_size : 1, f->cp_mode,
-                        flag_given(cfg, "--alltoall"));
+                        flag_given(cfg, "--alltoall"), flag_given(cfg, "--cp-send"));
     if (f->sp) {
         if (strcmp(f->mp, "tensor") != 0)
             fatal(EXIT_USAGE,

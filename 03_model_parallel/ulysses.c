@@ -18,7 +18,8 @@ const char *ulysses_problem(int heads, int N) {
     return message;
 }
 
-void ulysses_check_flags(const ModelConfig *m, int cp, int tp, const char *mode, int alltoall_given) {
+void ulysses_check_flags(const ModelConfig *m, int cp, int tp, const char *mode, int alltoall_given,
+                         int send_given) {
     int ulysses = cp > 1 && strcmp(mode, "ulysses") == 0;
     if (alltoall_given && !ulysses)
         fatal(EXIT_USAGE, "--alltoall is Ulysses' all-to-all (valid: with --cp N --cp-mode ulysses)");
@@ -28,6 +29,9 @@ void ulysses_check_flags(const ModelConfig *m, int cp, int tp, const char *mode,
     if (tp > 1)
         fatal(EXIT_USAGE,
               "--cp-mode ulysses with tensor parallelism is not written yet (valid: --cp-mode ring)");
+    if (send_given)
+        fatal(EXIT_USAGE, "--cp-send is how the ring's blocks travel; Ulysses sends all-to-alls (valid: "
+                          "--cp-send with --cp-mode ring, --alltoall with ulysses)");
 }
 
 /* The all-to-all of `count` floats per rank, timed as the cp's communication. */

@@ -42,8 +42,10 @@
 const char *ulysses_problem(int heads, int N);
 /* The flags' refusals, in one line each (chapters 03-06): mode "ulysses"
  * with heads N does not divide or with tp > 1 tensor-parallel ranks (not
- * written); --alltoall given (alltoall_given) without it. */
-void ulysses_check_flags(const ModelConfig *m, int cp, int tp, const char *mode, int alltoall_given);
+ * written), or with --cp-send given (send_given: the ring's); --alltoall
+ * given (alltoall_given) without it. */
+void ulysses_check_flags(const ModelConfig *m, int cp, int tp, const char *mode, int alltoall_given,
+                         int send_given);
 /* Ulysses' buffers (B sequences of T tokens, model m) and its attention
  * hooks in cp->split, after context_parallel_create(..., ring 0);
  * context_parallel_destroy frees them. pairwise: the course's all-to-all

@@ -248,13 +248,15 @@ refused() {
     [[ "$stderr" == *"$message"* ]] || { echo "stderr: $stderr"; return 1; }
 }
 
-@test "Ulysses refuses heads that do not divide by N, tensor and sequence parallelism beside it (03 and 04), --alltoall without it" {
+@test "Ulysses refuses heads that do not divide by N, tensor and sequence parallelism beside it (03 and 04), --alltoall without it, --cp-send with it" {
     refused 3 "$TRAIN03" "--cp-mode ulysses: --heads 4 cannot be split over --cp 3 ranks (valid: --cp dividing the heads)" \
         --cp 3 --cp-mode ulysses
     refused 4 "$TRAIN03" "--cp-mode ulysses with tensor parallelism is not written yet (valid: --cp-mode ring)" \
         --cp 2 --mp tensor --cp-mode ulysses
     refused 4 "$TRAIN03" "--sp with --cp is not written yet (valid: one of them)" --cp 2 --mp tensor --sp --cp-mode ulysses
     refused 2 "$TRAIN03" "--alltoall is Ulysses' all-to-all (valid: with --cp N --cp-mode ulysses)" --cp 2 --alltoall pairwise
+    refused 2 "$TRAIN03" "--cp-send is how the ring's blocks travel; Ulysses sends all-to-alls" \
+        --cp 2 --cp-mode ulysses --cp-send blocking
     refused 4 "$REPO/04_pipeline/train" "--cp-mode ulysses with tensor parallelism is not written yet (valid: --cp-mode ring)" \
         --cp 2 --tp 2 --cp-mode ulysses
     refused 4 "$REPO/05_zero/train" "--alltoall is Ulysses' all-to-all (valid: with --cp N --cp-mode ulysses)" \

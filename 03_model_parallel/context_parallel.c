@@ -223,7 +223,7 @@ void context_parallel_select(ContextParallel *cp, int *tokens, int *targets, int
 }
 
 void context_parallel_create(ContextParallel *cp, CommGroup *group, const ModelConfig *m, int B, int T,
-                             int zigzag, int tp, const char *send) {
+                             int zigzag, int tp, const char *send, int ring) {
     const char *problem = context_parallel_problem(T, comm_size(group));
     if (problem) fatal(EXIT_USAGE, "%s", problem);
     /* Posted sends (comm_post_send) are the plain mpi transport's only (CPU
@@ -245,16 +245,8 @@ void context_parallel_create(ContextParallel *cp, CommGroup *group, const ModelC
                             .NH = m->heads,
                             .posted = strcmp(send, "blocking") != 0 && can_post};
     int held = T / cp->size;
-    size_t kv_bytes = (size_t)B * held * 2 * (m->dmodel / tp) * sizeof(float); /* this rank's heads */
     cp->tokens = mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, (size_t)B * T * sizeof(int), "cp tokens");
     cp->targets = mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, (size_t)B * T * sizeof(int), "cp targets");
-    for (int i = 0; i < 2; i++) {
-        cp->kv[i] = mem_alloc(SPACE_DEVICE, CAT_COMM, kv_bytes, "ring k|v");
-        cp->dkv[i] = mem_alloc(SPACE_DEVICE, CAT_COMM, kv_bytes, "ring d(k|v)");
-    }
-    cp->block_out = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, kv_bytes / 2, "ring block out");
-    cp->block_lse = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, (size_t)B * (m->heads / tp) * held * sizeof(float),
-                              "ring block lse");
     cp->wpe_rows = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, (size_t)held * m->dmodel * sizeof(float), "cp wpe");
     cp->dwpe_rows =
         mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, (size_t)held * m->dmodel * sizeof(float), "cp dwpe");
@@ -263,6 +255,15 @@ void context_parallel_create(ContextParallel *cp, CommGroup *group, const ModelC
                                 .attention_forward = ring_attention_forward,
                                 .attention_backward = ring_attention_backward,
                                 .context = cp};
+    if (!ring) return; /* Ulysses: ulysses_create adds its buffers and attention (ulysses.h) */
+    size_t kv_bytes = (size_t)B * held * 2 * (m->dmodel / tp) * sizeof(float); /* this rank's heads */
+    for (int i = 0; i < 2; i++) {
+        cp->kv[i] = mem_alloc(SPACE_DEVICE, CAT_COMM, kv_bytes, "ring k|v");
+        cp->dkv[i] = mem_alloc(SPACE_DEVICE, CAT_COMM, kv_bytes, "ring d(k|v)");
+    }
+    cp->block_out = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, kv_bytes / 2, "ring block out");
+    cp->block_lse = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, (size_t)B * (m->heads / tp) * held * sizeof(float),
+                              "ring block lse");
 }
 
 void context_parallel_destroy(ContextParallel *cp) {
@@ -276,5 +277,11 @@ void context_parallel_destroy(ContextParallel *cp) {
     mem_free(cp->block_lse);
     mem_free(cp->wpe_rows);
     mem_free(cp->dwpe_rows);
+    mem_free(cp->a2a_send); /* Ulysses' (ulysses.h), NULL with the ring */
+    mem_free(cp->a2a_recv);
+    mem_free(cp->heads_qkv);
+    mem_free(cp->heads_dqkv);
+    mem_free(cp->heads_out);
+    mem_free(cp->heads_dout);
     timeline_free(&cp->timeline);
 }

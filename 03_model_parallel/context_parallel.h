@@ -37,7 +37,10 @@
  * Bytes per layer and micro-batch, with S = B x (T/N) x 2C x 4 the k | v of
  * one rank: forward (N-1) S sent by each rank; backward (N-1) S for the
  * blocks and N S for their gradients. A rank keeps activations of T/N
- * tokens, plus four S-sized ring buffers. */
+ * tokens, plus four S-sized ring buffers.
+ *
+ * --cp-mode ulysses keeps this split of the sequence (and of the embedding)
+ * but runs attention on a head split instead of the ring (ulysses.h). */
 #ifndef CONTEXT_PARALLEL_H
 #define CONTEXT_PARALLEL_H
 
@@ -81,15 +84,22 @@ typedef struct {
     int posted;          /* the sends posted (overlapped) or exchanged after the block (blocking) */
     const float *unsent; /* blocking: the block ring_post was given, sent by ring_take */
     double origin_ms;    /* the step's start (every rank starts a step together) */
+    /* --cp-mode ulysses (ulysses.h): attention on NH/N heads of the whole sequences; no ring buffers */
+    int ulysses;
+    int pairwise;                  /* the course's all-to-all (alltoall.h), else the library's */
+    float *a2a_send, *a2a_recv;    /* (B,T/N,3C) one all-to-all's blocks, out and in */
+    float *heads_qkv, *heads_dqkv; /* (B,T,3C/N) every position, this rank's heads */
+    float *heads_out, *heads_dout; /* (B,T,C/N) */
 } ContextParallel;
 
 /* tp: the ranks of a tensor-parallel group each pass only their NH/tp heads' keys and values. */
 /* send: "posted" (comm_post_send before each block's computation, overlapped;
  * the mpi transport only), "blocking" (comm_sendrecv after it; any transport)
- * or "auto" (posted where the transport can). */
+ * or "auto" (posted where the transport can). ring 0: the split without
+ * the ring's buffers and attention, which ulysses_create adds (ulysses.h). */
 void context_parallel_create(ContextParallel *cp, CommGroup *group, const ModelConfig *m, int B, int T,
-                             int zigzag, int tp, const char *send);
-void context_parallel_destroy(ContextParallel *cp);
+                             int zigzag, int tp, const char *send, int ring);
+void context_parallel_destroy(ContextParallel *cp); /* the ring's buffers or Ulysses' */
 /* Record the ring's work from now on as step `step` (0-based) of the timeline. */
 void context_parallel_begin_step(ContextParallel *cp, int step);
 /* Stop recording (evaluation and sampling are not the step's work). */

@@ -7,6 +7,7 @@
 #include "common/run/layout_rules.h" /* shared refusals of a layout */
 #include "common/comm/optimizer_agree.h" /* grad_norm_agree across ranks */
 #include "03_model_parallel/sequence_parallel.h" /* 03: sequence parallelism (--sp) */
+#include "03_model_parallel/ulysses.h" /* 03: Ulysses (--cp-mode ulysses) */
 #include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdint.h>
@@ -35,8 +36,8 @@ const Flag model_parallel_flags[] = {
      .help = "tensor: sequence parallelism, the layernorm and residual regions in T/tp\n"
              "rows per rank; reduce-scatter and all-gather instead of all-reduce"},
     {"--cp", FLAG_INT, FIELD(ModelParallelFlags, cp), 1, 1024, .def = "1", .usage = "--cp N",
-     .help = "context parallel: each sequence split over N ranks, attention as a ring;\n"
-             "--seq a multiple of 2N (default {default})"},
+     .help = "context parallel: each sequence split over N ranks, attention as a ring or\n"
+             "on a head split (--cp-mode); --seq a multiple of 2N (default {default})"},
     {"--cp-order", FLAG_CHOICE, FIELD(ModelParallelFlags, cp_order), .choices = "zigzag|contiguous",
      .noun = "order", .def = "zigzag", .usage = "--cp-order ORDER",
      .help = "zigzag|contiguous: the chunks of 2N a cp rank holds: r and 2N-1-r (balanced\n"
@@ -46,6 +47,16 @@ const Flag model_parallel_flags[] = {
      .help = "auto|posted|blocking: the ring's sends posted before each block's computation\n"
              "(overlapped; the mpi transport of CPU ranks only), or exchanged after it (any\n"
              "transport); auto: posted where the transport can (default {default})"},
+    {"--cp-mode", FLAG_CHOICE, FIELD(ModelParallelFlags, cp_mode), .choices = "ring|ulysses", .noun = "mode",
+     .def = "ring", .usage = "--cp-mode ring|ulysses",
+     .help = "ring: attention round a ring of cp ranks; ulysses: an all-to-all turns the\n"
+             "sequence split into a head split, attention runs on NH/N heads of the whole\n"
+             "sequence, and back (--heads a multiple of N; not with tensor parallelism)\n"
+             "(default {default})"},
+    {"--alltoall", FLAG_CHOICE, FIELD(ModelParallelFlags, alltoall), .choices = "library|pairwise",
+     .noun = "all-to-all", .def = "library", .usage = "--alltoall library|pairwise",
+     .help = "ulysses: the library's all-to-all or the course's own, pairwise on\n"
+             "point-to-point messages (default {default})"},
     {0},
 };
 
@@ -71,6 +82,8 @@ void model_parallel_check_flags(const Config *cfg, const ModelParallelFlags *f) 
         if (f->sp) fatal(EXIT_USAGE, "--sp with --cp is not written yet (valid: one of them)");
     }
     int mp_size = ranks / (dp * cp); /* ranks per copy of the model */
+    ulysses_check_flags(&cfg->model, cp, strcmp(f->mp, "tensor") == 0 ? mp_size : 1, f->cp_mode,
+                        flag_given(cfg, "--alltoall"), flag_given(cfg, "--cp-send"));
     if (f->sp) {
         if (strcmp(f->mp, "tensor") != 0)
             fatal(EXIT_USAGE,
@@ -350,13 +363,23 @@ void model_parallel_split_sequences(ModelParallel *p, const Config *cfg, const M
                                     CommGroup *cp_group, int B, char *layout, size_t layout_size) {
     if (comm_size(cp_group) == 1) return;
     context_parallel_create(&p->cp, cp_group, &cfg->model, B, cfg->model.seq,
-                            strcmp(f->cp_order, "zigzag") == 0, p->tensor ? p->tp.size : 1, f->cp_send);
+                            strcmp(f->cp_order, "zigzag") == 0, p->tensor ? p->tp.size : 1, f->cp_send,
+                            strcmp(f->cp_mode, "ring") == 0);
+    if (strcmp(f->cp_mode, "ulysses") == 0) /* attention on a head split instead (ulysses.h) */
+        ulysses_create(&p->cp, &cfg->model, B, cfg->model.seq, strcmp(f->alltoall, "pairwise") == 0);
     (p->tensor ? p->tpm.m : &p->model)->sequence = &p->cp.split; /* the model's embedding and attention */
+    size_t n = strlen(layout);
+    if (p->cp.ulysses) { /* every rank attends over whole sequences: the order balances nothing here */
+        log_info("context parallel: %d ranks per sequence, %s, Ulysses: attention on %d of %d heads, %s "
+                 "all-to-all\n",
+                 p->cp.size, f->cp_order, cfg->model.heads / p->cp.size, cfg->model.heads, f->alltoall);
+        snprintf(layout + n, layout_size - n, ", cp %d %s ulysses", p->cp.size, f->cp_order);
+        return;
+    }
     char split[4 * 2 * MAX_CP + 64];
     context_parallel_describe(split, sizeof split, p->cp.size, p->cp.zigzag);
     log_info("context parallel: %d ranks per sequence, %s, sends %s | %s\n", p->cp.size, f->cp_order,
              p->cp.posted ? "posted" : "blocking", split);
-    size_t n = strlen(layout);
     snprintf(layout + n, layout_size - n, ", cp %d %s", p->cp.size, f->cp_order);
 }
 
@@ -375,7 +398,8 @@ void model_parallel_checkpoint_layout(ModelParallel *p, AdamW *opt, int dp_index
 
 void model_parallel_destroy(ModelParallel *p, const Config *cfg) {
     if (p->cp.size > 1) { /* what the ring carried, against context_parallel.h's formula; its timeline */
-        log_info("context parallel: %.0f bytes sent round the ring by rank 0\n", p->cp.bytes_sent);
+        log_info("context parallel: %.0f bytes sent %s by rank 0\n", p->cp.bytes_sent,
+                 p->cp.ulysses ? "in Ulysses' all-to-alls" : "round the ring");
         timeline_write(&p->cp.timeline, comm_world(), cfg->out); /* every rank has cp > 1 */
         context_parallel_destroy(&p->cp);
     }

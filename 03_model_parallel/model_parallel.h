@@ -45,6 +45,8 @@ typedef struct {
     int cp;            /* --cp: ranks sharing each sequence (context_parallel.h) */
     char cp_order[12]; /* --cp-order zigzag|contiguous: which chunks a cp rank holds */
     char cp_send[12];  /* --cp-send auto|posted|blocking: how the ring's blocks travel */
+    char cp_mode[12];  /* --cp-mode ring|ulysses: attention round a ring, or on a head split (ulysses.h) */
+    char alltoall[12]; /* --alltoall library|pairwise: Ulysses' all-to-all (comm.h's, or alltoall.h's) */
     int ranks;         /* the world size, for the checks */
 } ModelParallelFlags;
 

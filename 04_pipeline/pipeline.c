@@ -7,6 +7,7 @@
 #include "common/model/layer_split.h" /* which blocks each stage runs */
 #include "common/comm/optimizer_agree.h" /* grad_norm_agree across ranks */
 #include "03_model_parallel/sequence_parallel.h" /* 03: sequence parallelism (--sp) */
+#include "03_model_parallel/ulysses.h" /* 03: Ulysses (--cp-mode ulysses) */
 #include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 #include "common/kernels/work_ledger.h" /* a dry run's counted work */
 
@@ -174,9 +175,11 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
     StageLayout *l = &p->layout;
     const ModelConfig *m = &l->cfg->model;
     int V = chunks_of(l);
-    if (l->cp) { /* the ring over whole sequences; from here on the stage computes T/cp positions */
+    if (l->cp) { /* the ring or Ulysses over whole sequences; from here on the stage computes T/N positions */
         context_parallel_create(&p->context, l->cp, m, l->B, l->T, strcmp(l->cp_order, "zigzag") == 0,
-                                l->tensor ? l->tensor->size : 1, l->cp_send);
+                                l->tensor ? l->tensor->size : 1, l->cp_send, strcmp(l->cp_mode, "ring") == 0);
+        if (strcmp(l->cp_mode, "ulysses") == 0) /* attention on a head split instead (ulysses.h) */
+            ulysses_create(&p->context, m, l->B, l->T, strcmp(l->alltoall, "pairwise") == 0);
         l->T /= p->context.size;
     }
     if (V > 1 && l->caller_storage)
@@ -604,7 +607,9 @@ double pipeline_log_layout(const Pipeline *p, const char *program, const Process
                               : strcmp(schedule, "zb-h1") == 0     ? "(P-1)/(3M+P-1), F = B = W,"
                                                                    : "(P-1)/(M+P-1)";
     char cp[64] = ""; /* context parallelism inside the stages, where the grid has it */
-    if (grid->cp > 1) snprintf(cp, sizeof cp, " x %d context-parallel (%s)", grid->cp, l->cp_order);
+    if (grid->cp > 1)
+        snprintf(cp, sizeof cp, " x %d context-parallel (%s%s)", grid->cp, l->cp_order,
+                 strcmp(l->cp_mode, "ulysses") == 0 ? ", ulysses" : "");
     log_info(
         "pipeline: %d ranks = %d stages%s x %d tensor-parallel x %d replicas | schedule %s | bubble formula "
         "%s = %.3f\n",

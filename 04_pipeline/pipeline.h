@@ -70,6 +70,7 @@ typedef struct {
     const Config *cfg;
     /* with cp: --cp-order and --cp-send (context_parallel.h) */
     const char *cp_order, *cp_send;
+    const char *cp_mode, *alltoall; /* --cp-mode ring|ulysses, --alltoall library|pairwise (03) */
     int sp; /* with tensor: --sp, sequence parallelism in the stage's blocks (tensor_parallel.h) */
 } StageLayout;
 

@@ -8,6 +8,7 @@
 #include "04_pipeline/schedule.h" /* 04: schedules as lists of actions */
 #include "03_model_parallel/sequence_parallel.h" /* 03: sequence parallelism (--sp) */
 #include "03_model_parallel/tensor_parallel.h" /* 03: tensor parallelism */
+#include "03_model_parallel/ulysses.h" /* 03: Ulysses (--cp-mode ulysses) */
 #include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <stdio.h>
@@ -85,6 +86,8 @@ void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const Mo
             (P < 1 ? 1 : P) * C * T * D, C > 1 ? "cp x " : "");
     const char *split = C > 1 ? context_parallel_problem(cfg->model.seq, C) : NULL;
     if (split) fatal(EXIT_USAGE, "%s", split);
+    ulysses_check_flags(&cfg->model, C, T, model->cp_mode, flag_given(cfg, "--alltoall"),
+                        flag_given(cfg, "--cp-send"));
     const char *pieces = layer_split_pieces_problem(P, 1, L); /* every stage needs a block */
     if (pieces) fatal(EXIT_USAGE, "%s", pieces);
     const char *problem = T > 1 ? tensor_parallel_problem(&cfg->model, T) : NULL;

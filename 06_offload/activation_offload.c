@@ -1,5 +1,5 @@
 /* activation_offload.c: see activation_offload.h. */
-#include "06_offload/activation_offload.h" /* 06: activation checkpoints in host memory */
+#include "06_offload/activation_offload.h" /* 06: --offload-activations */
 
 #include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 

@@ -14,7 +14,7 @@
 #include "common/run/config.h" /* Config and the flag tables */
 #include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
 #include "common/run/harness.h" /* the run around the training loop */
-#include "06_offload/activation_offload.h" /* 06: activation checkpoints in host memory */
+#include "06_offload/activation_offload.h" /* 06: --offload-activations */
 #include "06_offload/offload.h" /* 06: ZeRO-Offload */
 #include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its interpreter */
 #include "05_zero/zero_stage.h" /* 05: a stage's gradients under ZeRO */

@@ -34,6 +34,8 @@ void cuda_host_release(void *ptr);
 void cuda_copy_h2d(void *dst, const void *src, size_t bytes);
 void cuda_copy_d2h(void *dst, const void *src, size_t bytes);
 void cuda_copy_d2d(void *dst, const void *src, size_t bytes);
+void cuda_copy_d2d_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+                      size_t rows);
 /* Queued on `stream` (a cudaStream_t); return at once. */
 void cuda_copy_h2d_async(void *dst, const void *src, size_t bytes, void *stream);
 void cuda_copy_d2h_async(void *dst, const void *src, size_t bytes, void *stream);

@@ -441,6 +441,19 @@ void copy_on_device(void *dst_device, const void *src_device, size_t bytes) {
     memcpy(dst_device, src_device, bytes);
 }
 
+void copy_on_device_2d(void *dst_device, size_t dst_pitch, const void *src_device, size_t src_pitch,
+                       size_t width_bytes, size_t rows) {
+    if (dry_run || rows == 0 || width_bytes == 0) return;
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) {
+        cuda_copy_d2d_2d(dst_device, dst_pitch, src_device, src_pitch, width_bytes, rows);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < rows; i++)
+        memcpy((char *)dst_device + i * dst_pitch, (const char *)src_device + i * src_pitch, width_bytes);
+}
+
 void copy_to_device_async(void *dst_device, const void *src_host, size_t bytes, DeviceStream *stream) {
     if (dry_run) return;
 #ifdef USE_CUDA

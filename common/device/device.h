@@ -168,6 +168,12 @@ void device_stream_sync(DeviceStream *stream);
 void copy_to_device(void *dst_device, const void *src_host, size_t bytes);
 void copy_to_host(void *dst_host, const void *src_device, size_t bytes);
 void copy_on_device(void *dst_device, const void *src_device, size_t bytes);
+/* `rows` rows of width_bytes each, row i from src + i x src_pitch to dst + i x
+ * dst_pitch (pitches in bytes, at least width_bytes): a strided block, queued
+ * like copy_on_device (cudaMemcpy2DAsync on a GPU, a loop of memcpy on the
+ * CPU). Ulysses' permutations between token rows and head blocks use it. */
+void copy_on_device_2d(void *dst_device, size_t dst_pitch, const void *src_device, size_t src_pitch,
+                       size_t width_bytes, size_t rows);
 
 /* Asynchronous copies: queued on `stream` (normally STREAM_COPY) and returned
  * from at once on a GPU; the bytes have arrived once the stream has passed

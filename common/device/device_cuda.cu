@@ -137,6 +137,12 @@ extern "C" void cuda_copy_d2d(void *dst, const void *src, size_t bytes) {
     cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_stream));
 }
 
+extern "C" void cuda_copy_d2d_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width,
+                                 size_t rows) {
+    cuda_check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice,
+                                 compute_stream));
+}
+
 extern "C" void cuda_copy_h2d_async(void *dst, const void *src, size_t bytes, void *stream) {
     cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream));
 }

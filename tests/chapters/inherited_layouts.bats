@@ -81,6 +81,8 @@ SAMPLES='
 --cp              --mp tensor --tp 2 --cp 2
 --cp-order        --cp 2 --cp-order contiguous
 --cp-send         --cp 2 --cp-send blocking
+--cp-mode         --cp 2 --cp-mode ulysses
+--alltoall        --cp 2 --cp-mode ulysses --alltoall pairwise
 --schedule        --pp 2 --schedule gpipe
 --schedule        --pp 2 --schedule zb-h1
 --schedule        --pp 2 --schedule interleaved --virtual 2

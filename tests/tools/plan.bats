@@ -248,7 +248,7 @@ ring_sent_matches() {
     planned 2 06_offload/train --zero 2 --precision bf16
 }
 
-@test "03 with --cp (the layer split, tp, replicas, 16 bits) and --mp tensor --sp: the plan is memory.csv, its bytes per axis run.csv's" {
+@test "03 with --cp (the ring: the layer split, tp, replicas, 16 bits; Ulysses) and --mp tensor --sp: the plan is memory.csv, its bytes per axis run.csv's" {
     planned_split 6 03_model_parallel/train "--pp 3" --cp 2 --layers 3 --micro 2 --precision bf16
     axes_match
     planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --cp 2 --recompute
@@ -257,9 +257,16 @@ ring_sent_matches() {
     axes_match
     planned_split 4 03_model_parallel/train "" --mp tensor --tp 2 --dp 2 --sp --precision bf16
     axes_match
+    # Ulysses' all-to-alls (the library's and the course's own) and its head-split buffers
+    planned_split 4 03_model_parallel/train "" --cp 2 --dp 2 --seq 48 --cp-mode ulysses --alltoall pairwise
+    axes_match
+    planned_split 4 03_model_parallel/train "" --cp 4 --cp-mode ulysses --precision bf16
+    axes_match
     # chapter 04 runs 03's ring inside its stages, and overlaps 02's buckets across its replicas:
     # the planner, unchanged, plans them as the program runs them
     planned_split 4 04_pipeline/train "" --pp 2 --cp 2 --micro 2
+    axes_match
+    planned_split 4 04_pipeline/train "" --pp 2 --cp 2 --micro 2 --cp-mode ulysses
     axes_match
     planned_split 4 04_pipeline/train "" --pp 2 --dp 2 --micro 2 --dp-mode overlap --bucket-mb 0.1
     axes_match

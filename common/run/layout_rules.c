@@ -47,11 +47,6 @@ const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_cop
                  "--tie-embeddings with %s on %d stages is not written yet: the last stage's copy of wte "
                  "would be sharded apart from the first stage's (valid: --zero 0, or one stage)",
                  offload ? "--offload" : "ZeRO", stages);
-    else if (zero >= 2)
-        snprintf(message, sizeof message,
-                 "--tie-embeddings with --zero %d is not written yet: stages 2-3 bind one unit's storage at "
-                 "a time, and %s (valid: --zero 0-1)",
-                 zero, why);
     else if (offload)
         snprintf(message, sizeof message,
                  "--tie-embeddings with --offload is not written yet: the offloaded step binds one unit's "

@@ -5,9 +5,11 @@
 # embedding and the head bound on one rank for the whole step gives 01's
 # losses (fp32 within 1e-4), and so do 04's stages, where the last stage keeps
 # a copy of the embedding unit and sums its gradient with the first stage's
-# (pipeline.h), the gradient norm counting it once; the layouts not written
-# yet (03's layer split, stages with --virtual or ZeRO, ZeRO 2-3,
-# --offload, mixed precision on several stages) refuse the flag in one line;
+# (pipeline.h), the gradient norm counting it once, and ZeRO 2-3 on one
+# stage, where the head's gradient of wte waits for the embedding unit's
+# (zero.h); the layouts not written yet (03's layer split, stages with
+# --virtual or ZeRO, --offload, mixed precision on several stages) refuse
+# the flag in one line;
 # mixed precision on one stage follows fp32 within 16 bits' tolerance. Checkpoints record
 # whether the weights are tied; a run that differs is refused.
 
@@ -66,6 +68,21 @@ assert_norms_match() {
                               END { exit bad }'
 }
 
+# ZeRO-2 and 3 keep the embedding unit's gradient only while it back-propagates:
+# the head's gradient of wte waits for it (zero.h: tied_dwte); stage 3 gathers
+# the embedding unit for the head too (tied_gathered).
+@test "tied embeddings: ZeRO-2 and ZeRO-3 on one stage (05 with micro-batches and prefetch, 06 without --offload, 05 --tp 2 --zero 2) give 01's losses and gradient norms" {
+    local d="$(scratch)" run_dir
+    mpirun_np 2 "$TRAIN05" $FLAGS --zero 2 --out "$d/z2" >/dev/null
+    mpirun_np 2 "$TRAIN05" $FLAGS --zero 3 --micro 2 --prefetch 1 --out "$d/z3" >/dev/null
+    mpirun_np 2 "$TRAIN06" $FLAGS --zero 3 --out "$d/z3_06" >/dev/null
+    mpirun_np 2 "$TRAIN05" $FLAGS --zero 2 --pp 1 --tp 2 --out "$d/z2tp" >/dev/null
+    for run_dir in "$d/z2" "$d/z3" "$d/z3_06" "$d/z2tp"; do
+        assert_losses_match "$REF" "$run_dir" 4
+        assert_norms_match "$REF" "$run_dir"
+    done
+}
+
 @test "tied embeddings: 04 on 2 stages, 1F1B and ZB-H1, gives 01's losses and gradient norms" {
     for schedule in 1f1b zb-h1; do
         mpirun_np 2 "$TRAIN04" $FLAGS --pp 2 --micro 2 --schedule $schedule --out "$(scratch)/$schedule" >/dev/null
@@ -110,14 +127,12 @@ refused() {
     [ ! -e "$(scratch)/o/steps.csv" ]
 }
 
-@test "tied embeddings where the head's rank would not hold wte are refused in one line: 03's stages, stages with tp or ZeRO, ZeRO 2-3, offload, 16 bits on stages" {
+@test "tied embeddings where the head's rank would not hold wte are refused in one line: 03's stages, stages with --virtual or ZeRO, offload, 16 bits on stages" {
     refused "$TRAIN03" 2 --mp layer
     [[ "$stderr" == *"on 2 stages"* ]]
     refused "$TRAIN04" 2 --pp 2 --virtual 2 --schedule interleaved --micro 2
     refused "$TRAIN05" 2 --pp 2 --zero 1
     [[ "$stderr" == *"ZeRO on 2 stages"* ]]
-    refused "$TRAIN05" 2 --zero 2
-    [[ "$stderr" == *"--zero 2"* ]]
     refused "$TRAIN06" 2 --offload
     [[ "$stderr" == *"--offload"* ]]
     refused "$TRAIN04" 2 --pp 2 --precision bf16
@@ -126,7 +141,7 @@ refused() {
 
 # The head's gradient of wte (mixed.h: tied_dwte) is a large part of the
 # whole gradient: without it the norm of step 1 is far from fp32's.
-@test "tied embeddings in 16 bits: 01 bf16 and fp16 follow 01 fp32 (losses and norms within 1e-2), and 02 on 2 ranks, 03/04 tensor parallel and ZeRO-1 in 05 and 06 give 01's in the same precision" {
+@test "tied embeddings in 16 bits: 01 bf16 and fp16 follow 01 fp32 (losses and norms within 1e-2), and 02 on 2 ranks, 03/04 tensor parallel, ZeRO-1 in 05 and 06 and ZeRO-2 and 3 in 05 give 01's in the same precision" {
     local d="$(scratch)" p
     for p in bf16 fp16; do
         "$TRAIN01" $FLAGS --precision $p --out "$d/01-$p" >/dev/null
@@ -145,6 +160,28 @@ refused() {
     assert_losses_within "$d/01-fp16" "$d/05" 4 1e-2
     mpirun_np 2 "$TRAIN06" $FLAGS --zero 1 --precision bf16 --out "$d/06" >/dev/null
     assert_losses_within "$d/01-bf16" "$d/06" 4 1e-2
+    mpirun_np 2 "$TRAIN05" $FLAGS --zero 2 --precision bf16 --out "$d/05z2" >/dev/null
+    mpirun_np 2 "$TRAIN05" $FLAGS --zero 3 --precision fp16 --out "$d/05z3" >/dev/null
+    local run_dir
+    for run_dir in "$d/01-bf16,$d/05z2" "$d/01-fp16,$d/05z3"; do
+        assert_losses_within "${run_dir%,*}" "${run_dir#*,}" 4 1e-2
+        paste -d, <(csv_column "${run_dir%,*}/steps.csv" grad_norm) <(csv_column "${run_dir#*,}/steps.csv" grad_norm) |
+            awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-2) { print "norm, step " NR ": " $0; bad = 1 } }
+                     END { exit bad || NR != 4 }'
+    done
+}
+
+@test "a tied checkpoint of 05 --zero 3 and of 06 --zero 2 resumes in 01 with 01's losses" {
+    local d="$(scratch)" run_dir
+    mpirun_np 2 "$TRAIN05" $FLAGS --zero 3 --stop-after 2 --save "$d/ck3" --out "$d/first3" >/dev/null
+    "$TRAIN01" $FLAGS --resume "$d/ck3" --out "$d/one3" >/dev/null
+    mpirun_np 2 "$TRAIN06" $FLAGS --zero 2 --stop-after 2 --save "$d/ck2" --out "$d/first2" >/dev/null
+    "$TRAIN01" $FLAGS --resume "$d/ck2" --out "$d/one2" >/dev/null
+    for run_dir in "$d/one3" "$d/one2"; do
+        run paste -d, <(csv_column "$REF/steps.csv" loss | tail -2) <(csv_column "$run_dir/steps.csv" loss)
+        assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" 2
+        echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-5) { print; exit 1 } }'
+    done
 }
 
 @test "a tied checkpoint of 04's 2 stages (tp 1 and 2) resumes in 01, and 01's in 04's 2 stages, with 01's losses" {

@@ -120,13 +120,17 @@ ring_sent_matches() {
     planned 1 01_single_gpu/train --precision fp16 --recompute $ODD
 }
 
-@test "GPT-2's vocabulary padded and tied, in 01, 02 on 2 ranks, 03 tensor parallel and 05 --zero 1: the plan is memory.csv" {
+@test "GPT-2's vocabulary padded and tied, in 01, 02 on 2 ranks, 03 tensor parallel and 05 --zero 1, 2 and 3: the plan is memory.csv" {
     local gpt2="--vocab 50257 --tie-embeddings --batch 4"
     planned 1 01_single_gpu/train $gpt2
     planned 2 02_data_parallel/train $gpt2 --dp-mode overlap
     axes_match
     planned_split 2 03_model_parallel/train "--tp 2" --mp tensor $gpt2
     planned 2 05_zero/train --zero 1 $gpt2
+    planned 2 05_zero/train --zero 2 $gpt2
+    axes_match
+    planned 2 05_zero/train --zero 3 $gpt2
+    axes_match
 }
 
 # The last stage's copy of the embedding unit (04's pipeline.h) in params,

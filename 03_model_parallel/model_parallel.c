@@ -99,7 +99,7 @@ void model_parallel_check_flags(const Config *cfg, const ModelParallelFlags *f) 
             layer_split_parse(f->split, mp_size, L, blocks);
         }
     }
-    const char *untied = tied_embeddings_problem(cfg, strcmp(f->mp, "tensor") == 0 ? 1 : mp_size, 0, 0, 0);
+    const char *untied = tied_embeddings_problem(cfg, strcmp(f->mp, "tensor") == 0 ? 1 : mp_size, 0, 0);
     if (untied) fatal(EXIT_USAGE, "%s", untied);
     if (cfg->batch % (dp * cfg->micro) != 0)
         fatal(EXIT_USAGE, "--batch %d is not divisible by --dp %d x --micro %d (valid: a multiple of %d)",

@@ -109,7 +109,7 @@ void run_prepare(Run *run) {
     Config *cfg = run->cfg;
     device_set_dry(cfg->dry_run); /* device.h: "The dry run" */
     /* every layout's rule; a chapter with stages, ZeRO or offload asks it of its layout first */
-    const char *untied = tied_embeddings_problem(cfg, 1, 0, 0, 0);
+    const char *untied = tied_embeddings_problem(cfg, 1, 0, 0);
     if (untied) fatal(EXIT_USAGE, "%s", untied);
     device_init(cfg->device, run->local_rank); /* a dry run: the CPU backend, whatever the choice */
     device_set_limit(cfg->device_mem_limit);

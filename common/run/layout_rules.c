@@ -27,9 +27,8 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp) {
     return message;
 }
 
-const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_copy, int zero, int offload) {
+const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_copy, int zero) {
     if (!cfg->model.tied) return NULL;
-    const char *why = "the head's unit would need the embedding's wte bound";
     if (cfg->precision != PRECISION_FP32 && stages > 1)
         snprintf(message, sizeof message,
                  "--tie-embeddings with --precision %s on several stages is not written yet: mixed precision "
@@ -42,16 +41,12 @@ const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_cop
                  "one chunk per stage keeps a copy of wte on the last stage and sums its gradient with the "
                  "first's (valid: one stage, or --pp without --virtual)",
                  stages);
-    else if (stages > 1 && (zero > 0 || offload))
+    else if (stages > 1 && zero > 0)
         snprintf(message, sizeof message,
-                 "--tie-embeddings with %s on %d stages is not written yet: the last stage's copy of wte "
-                 "would be sharded apart from the first stage's (valid: --zero 0, or one stage)",
-                 offload ? "--offload" : "ZeRO", stages);
-    else if (offload)
-        snprintf(message, sizeof message,
-                 "--tie-embeddings with --offload is not written yet: the offloaded step binds one unit's "
-                 "storage at a time, and %s (valid: without --offload)",
-                 why);
+                 "--tie-embeddings with ZeRO (or --offload) on %d stages is not written yet: the last "
+                 "stage's copy of wte would be sharded apart from the first stage's (valid: --zero 0, or "
+                 "one stage)",
+                 stages);
     else
         return NULL;
     return message;

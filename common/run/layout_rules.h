@@ -29,9 +29,9 @@ const char *zero_flags_problem(const Config *cfg, int zero, int P, int T, int pr
  * precision converts one unit's 16-bit weights at a time); on `stages` > 1
  * only where the last stage keeps a copy of the embedding unit and sums its
  * gradient with the first stage's (stage_copy: 04's pipeline of one chunk
- * per stage, any --tp, pipeline.h) and without ZeRO; any ZeRO stage on one
- * stage (zero.h: tied_dwte); no --offload (it binds one unit's storage at a
- * time). */
-const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_copy, int zero, int offload);
+ * per stage, any --tp, pipeline.h) and without ZeRO (`zero`, 06's --offload
+ * being ZeRO-2); any ZeRO stage, and --offload, on one stage (zero.h and
+ * offload.h: tied_dwte). */
+const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_copy, int zero);
 
 #endif

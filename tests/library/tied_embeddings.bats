@@ -7,9 +7,9 @@
 # a copy of the embedding unit and sums its gradient with the first stage's
 # (pipeline.h), the gradient norm counting it once, and ZeRO 2-3 on one
 # stage, where the head's gradient of wte waits for the embedding unit's
-# (zero.h); the layouts not written yet (03's layer split, stages with
-# --virtual or ZeRO, --offload, mixed precision on several stages) refuse
-# the flag in one line;
+# (zero.h), and --offload on one stage (offload.h); the layouts not written
+# yet (03's layer split, stages with --virtual, ZeRO or --offload, mixed
+# precision on several stages) refuse the flag in one line;
 # mixed precision on one stage follows fp32 within 16 bits' tolerance. Checkpoints record
 # whether the weights are tied; a run that differs is refused.
 
@@ -83,6 +83,19 @@ assert_norms_match() {
     done
 }
 
+# The offloaded step binds a unit at a time too (offload.h: tied_dwte): the
+# head's gradient of wte crosses to the host with the embedding's.
+@test "tied embeddings: 06 --offload on 1 and 2 ranks, with --tp 2, gives 01's losses and gradient norms" {
+    local d="$(scratch)" run_dir
+    "$TRAIN06" $FLAGS --offload --out "$d/off1" >/dev/null
+    mpirun_np 2 "$TRAIN06" $FLAGS --offload --out "$d/off2" >/dev/null
+    mpirun_np 2 "$TRAIN06" $FLAGS --offload --pp 1 --tp 2 --out "$d/offtp" >/dev/null
+    for run_dir in "$d/off1" "$d/off2" "$d/offtp"; do
+        assert_losses_match "$REF" "$run_dir" 4
+        assert_norms_match "$REF" "$run_dir"
+    done
+}
+
 @test "tied embeddings: 04 on 2 stages, 1F1B and ZB-H1, gives 01's losses and gradient norms" {
     for schedule in 1f1b zb-h1; do
         mpirun_np 2 "$TRAIN04" $FLAGS --pp 2 --micro 2 --schedule $schedule --out "$(scratch)/$schedule" >/dev/null
@@ -127,21 +140,21 @@ refused() {
     [ ! -e "$(scratch)/o/steps.csv" ]
 }
 
-@test "tied embeddings where the head's rank would not hold wte are refused in one line: 03's stages, stages with --virtual or ZeRO, offload, 16 bits on stages" {
+@test "tied embeddings where the head's rank would not hold wte are refused in one line: 03's stages, stages with --virtual, ZeRO or offload, 16 bits on stages" {
     refused "$TRAIN03" 2 --mp layer
     [[ "$stderr" == *"on 2 stages"* ]]
     refused "$TRAIN04" 2 --pp 2 --virtual 2 --schedule interleaved --micro 2
     refused "$TRAIN05" 2 --pp 2 --zero 1
-    [[ "$stderr" == *"ZeRO on 2 stages"* ]]
-    refused "$TRAIN06" 2 --offload
-    [[ "$stderr" == *"--offload"* ]]
+    [[ "$stderr" == *"ZeRO (or --offload) on 2 stages"* ]]
+    refused "$TRAIN06" 2 --pp 2 --offload
+    [[ "$stderr" == *"--offload) on 2 stages"* ]]
     refused "$TRAIN04" 2 --pp 2 --precision bf16
     [[ "$stderr" == *"--precision bf16 on several stages"* ]]
 }
 
 # The head's gradient of wte (mixed.h: tied_dwte) is a large part of the
 # whole gradient: without it the norm of step 1 is far from fp32's.
-@test "tied embeddings in 16 bits: 01 bf16 and fp16 follow 01 fp32 (losses and norms within 1e-2), and 02 on 2 ranks, 03/04 tensor parallel, ZeRO-1 in 05 and 06 and ZeRO-2 and 3 in 05 give 01's in the same precision" {
+@test "tied embeddings in 16 bits: 01 bf16 and fp16 follow 01 fp32 (losses and norms within 1e-2), and 02 on 2 ranks, 03/04 tensor parallel, ZeRO-1 in 05 and 06, ZeRO-2 and 3 in 05 and 06 --offload give 01's in the same precision" {
     local d="$(scratch)" p
     for p in bf16 fp16; do
         "$TRAIN01" $FLAGS --precision $p --out "$d/01-$p" >/dev/null
@@ -162,8 +175,9 @@ refused() {
     assert_losses_within "$d/01-bf16" "$d/06" 4 1e-2
     mpirun_np 2 "$TRAIN05" $FLAGS --zero 2 --precision bf16 --out "$d/05z2" >/dev/null
     mpirun_np 2 "$TRAIN05" $FLAGS --zero 3 --precision fp16 --out "$d/05z3" >/dev/null
+    mpirun_np 2 "$TRAIN06" $FLAGS --offload --precision bf16 --out "$d/06off" >/dev/null
     local run_dir
-    for run_dir in "$d/01-bf16,$d/05z2" "$d/01-fp16,$d/05z3"; do
+    for run_dir in "$d/01-bf16,$d/05z2" "$d/01-fp16,$d/05z3" "$d/01-bf16,$d/06off"; do
         assert_losses_within "${run_dir%,*}" "${run_dir#*,}" 4 1e-2
         paste -d, <(csv_column "${run_dir%,*}/steps.csv" grad_norm) <(csv_column "${run_dir#*,}/steps.csv" grad_norm) |
             awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-2) { print "norm, step " NR ": " $0; bad = 1 } }
@@ -171,13 +185,15 @@ refused() {
     done
 }
 
-@test "a tied checkpoint of 05 --zero 3 and of 06 --zero 2 resumes in 01 with 01's losses" {
+@test "a tied checkpoint of 05 --zero 3, of 06 --zero 2 and of 06 --offload resumes in 01 with 01's losses" {
     local d="$(scratch)" run_dir
     mpirun_np 2 "$TRAIN05" $FLAGS --zero 3 --stop-after 2 --save "$d/ck3" --out "$d/first3" >/dev/null
     "$TRAIN01" $FLAGS --resume "$d/ck3" --out "$d/one3" >/dev/null
     mpirun_np 2 "$TRAIN06" $FLAGS --zero 2 --stop-after 2 --save "$d/ck2" --out "$d/first2" >/dev/null
     "$TRAIN01" $FLAGS --resume "$d/ck2" --out "$d/one2" >/dev/null
-    for run_dir in "$d/one3" "$d/one2"; do
+    mpirun_np 2 "$TRAIN06" $FLAGS --offload --stop-after 2 --save "$d/ckoff" --out "$d/firstoff" >/dev/null
+    "$TRAIN01" $FLAGS --resume "$d/ckoff" --out "$d/oneoff" >/dev/null
+    for run_dir in "$d/one3" "$d/one2" "$d/oneoff"; do
         run paste -d, <(csv_column "$REF/steps.csv" loss | tail -2) <(csv_column "$run_dir/steps.csv" loss)
         assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" 2
         echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-5) { print; exit 1 } }'

@@ -120,7 +120,7 @@ ring_sent_matches() {
     planned 1 01_single_gpu/train --precision fp16 --recompute $ODD
 }
 
-@test "GPT-2's vocabulary padded and tied, in 01, 02 on 2 ranks, 03 tensor parallel and 05 --zero 1, 2 and 3: the plan is memory.csv" {
+@test "GPT-2's vocabulary padded and tied, in 01, 02 on 2 ranks, 03 tensor parallel, 05 --zero 1, 2 and 3 and 06 --offload: the plan is memory.csv" {
     local gpt2="--vocab 50257 --tie-embeddings --batch 4"
     planned 1 01_single_gpu/train $gpt2
     planned 2 02_data_parallel/train $gpt2 --dp-mode overlap
@@ -130,6 +130,8 @@ ring_sent_matches() {
     planned 2 05_zero/train --zero 2 $gpt2
     axes_match
     planned 2 05_zero/train --zero 3 $gpt2
+    axes_match
+    planned 2 06_offload/train --offload --precision bf16 $gpt2
     axes_match
 }
 

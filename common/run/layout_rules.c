@@ -29,13 +29,7 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp) {
 
 const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_copy, int zero) {
     if (!cfg->model.tied) return NULL;
-    if (cfg->precision != PRECISION_FP32 && stages > 1)
-        snprintf(message, sizeof message,
-                 "--tie-embeddings with --precision %s on several stages is not written yet: mixed precision "
-                 "converts one unit's 16-bit weights at a time, and the last stage's copy of wte has no "
-                 "16-bit storage (valid: --precision fp32, or one stage)",
-                 precision_name(cfg->precision));
-    else if (stages > 1 && !stage_copy)
+    if (stages > 1 && !stage_copy)
         snprintf(message, sizeof message,
                  "--tie-embeddings on %d stages is not written yet for this layout: only 04's pipeline of "
                  "one chunk per stage keeps a copy of wte on the last stage and sums its gradient with the "

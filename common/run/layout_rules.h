@@ -25,8 +25,8 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp);
 const char *zero_flags_problem(const Config *cfg, int zero, int P, int T, int print_schedule);
 
 /* --tie-embeddings (model_config.h: the head reads wte) where the rank that
- * computes the head holds wte, bound for the whole step: fp32 (mixed
- * precision converts one unit's 16-bit weights at a time); on `stages` > 1
+ * computes the head holds wte, bound for the whole step, or waits for it
+ * (mixed.h, zero.h, offload.h: tied_dwte); on `stages` > 1
  * only where the last stage keeps a copy of the embedding unit and sums its
  * gradient with the first stage's (stage_copy: 04's pipeline of one chunk
  * per stage, any --tp, pipeline.h) and without ZeRO (`zero`, 06's --offload

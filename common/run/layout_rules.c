@@ -31,9 +31,9 @@ const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_cop
     if (!cfg->model.tied) return NULL;
     if (stages > 1 && !stage_copy)
         snprintf(message, sizeof message,
-                 "--tie-embeddings on %d stages is not written yet for this layout: only 04's pipeline of "
-                 "one chunk per stage keeps a copy of wte on the last stage and sums its gradient with the "
-                 "first's (valid: one stage, or --pp without --virtual)",
+                 "--tie-embeddings on %d stages is not written yet for this layout: only 04's pipeline "
+                 "keeps a copy of wte on the last stage and sums its gradient with the first's (valid: "
+                 "one stage, or 04's --pp)",
                  stages);
     else if (stages > 1 && zero > 0)
         snprintf(message, sizeof message,

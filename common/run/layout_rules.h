@@ -28,8 +28,8 @@ const char *zero_flags_problem(const Config *cfg, int zero, int P, int T, int pr
  * computes the head holds wte, bound for the whole step, or waits for it
  * (mixed.h, zero.h, offload.h: tied_dwte); on `stages` > 1
  * only where the last stage keeps a copy of the embedding unit and sums its
- * gradient with the first stage's (stage_copy: 04's pipeline of one chunk
- * per stage, any --tp, pipeline.h) and without ZeRO (`zero`, 06's --offload
+ * gradient with the first stage's (stage_copy: 04's pipeline, any --tp or
+ * --virtual, pipeline.h) and without ZeRO (`zero`, 06's --offload
  * being ZeRO-2); any ZeRO stage, and --offload, on one stage (zero.h and
  * offload.h: tied_dwte). */
 const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_copy, int zero);

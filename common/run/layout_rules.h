@@ -24,14 +24,12 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp);
  * stage 3 with stages or tensor slices. Which flags were typed: flag_given. */
 const char *zero_flags_problem(const Config *cfg, int zero, int P, int T, int print_schedule);
 
-/* --tie-embeddings (model_config.h: the head reads wte) where the rank that
- * computes the head holds wte, bound for the whole step, or waits for it
- * (mixed.h, zero.h, offload.h: tied_dwte); on `stages` > 1
- * only where the last stage keeps a copy of the embedding unit and sums its
- * gradient with the first stage's (stage_copy: 04's pipeline, any --tp or
- * --virtual, pipeline.h) and without ZeRO (`zero`, 06's --offload
- * being ZeRO-2); any ZeRO stage, and --offload, on one stage (zero.h and
- * offload.h: tied_dwte). */
-const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_copy, int zero);
+/* --tie-embeddings (model_config.h: the head reads wte) where the head's rank
+ * holds wte or is sent it, and its gradient of wte waits for the embedding's
+ * or is sent back (mixed.h, zero.h, offload.h: tied_dwte; pipeline.h: the
+ * last stage's copy; model_parallel.h: 03's layer split, in fp32 only), on
+ * `stages` stages (layer_split: 03's), with ZeRO stage `zero` (06's --offload
+ * being ZeRO-2) on one stage only. */
+const char *tied_embeddings_problem(const Config *cfg, int stages, int layer_split, int zero);
 
 #endif

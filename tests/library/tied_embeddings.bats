@@ -7,9 +7,10 @@
 # a copy of the embedding unit and sums its gradient with the first stage's
 # (pipeline.h), the gradient norm counting it once, and ZeRO 2-3 on one
 # stage, where the head's gradient of wte waits for the embedding unit's
-# (zero.h), and --offload on one stage (offload.h); the layouts not written
-# yet (03's layer split, stages with ZeRO or --offload) refuse
-# the flag in one line; mixed precision follows fp32 within 16 bits'
+# (zero.h), --offload on one stage (offload.h) and 03's layer split, which
+# sends wte and its gradient between the ends (model_parallel.h); the
+# layouts not written yet (03's layer split in 16 bits, stages with ZeRO or
+# --offload) refuse the flag in one line; mixed precision follows fp32 within 16 bits'
 # tolerance, and 01 in the same precision more closely. Checkpoints record
 # whether the weights are tied; a run that differs is refused.
 
@@ -105,6 +106,25 @@ assert_norms_match() {
     done
 }
 
+# 03's layer split sends wte to the last stage before a forward and the head's
+# gradient of wte back after each backward (model_parallel.h: tied_wte).
+@test "tied embeddings: 03's layer split on 2 and 3 stages, with 2 replicas (overlap) and with --cp 2, gives 01's losses and norms; its checkpoint resumes in 01" {
+    local d="$(scratch)" run_dir
+    mpirun_np 2 "$TRAIN03" $FLAGS --mp layer --out "$d/l2" >/dev/null
+    mpirun_np 3 "$TRAIN03" $FLAGS --mp layer --micro 2 --out "$d/l3" >/dev/null
+    mpirun_np 4 "$TRAIN03" $FLAGS --mp layer --dp 2 --dp-mode overlap --out "$d/ldp" >/dev/null
+    mpirun_np 4 "$TRAIN03" $FLAGS --mp layer --cp 2 --out "$d/lcp" >/dev/null
+    for run_dir in "$d/l2" "$d/l3" "$d/ldp" "$d/lcp"; do
+        assert_losses_match "$REF" "$run_dir" 4
+        assert_norms_match "$REF" "$run_dir"
+    done
+    mpirun_np 2 "$TRAIN03" $FLAGS --mp layer --stop-after 2 --save "$d/ck" --out "$d/first" >/dev/null
+    "$TRAIN01" $FLAGS --resume "$d/ck" --out "$d/one" >/dev/null
+    run paste -d, <(csv_column "$REF/steps.csv" loss | tail -2) <(csv_column "$d/one/steps.csv" loss)
+    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" 2
+    echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-5) { print; exit 1 } }'
+}
+
 # Interleaved stages hold several chunks; the last stage's copy of the
 # embedding unit is one more run after them (pipeline.c's create_chunked_model).
 @test "tied embeddings: 04 interleaved (--virtual 2) on 2 stages, with tp 2, with 2 replicas, and in bf16, gives 01's losses and norms; its checkpoint resumes in 01" {
@@ -164,9 +184,9 @@ refused() {
     [ ! -e "$(scratch)/o/steps.csv" ]
 }
 
-@test "tied embeddings where the head's rank would not hold wte are refused in one line: 03's stages, stages with ZeRO or offload" {
-    refused "$TRAIN03" 2 --mp layer
-    [[ "$stderr" == *"on 2 stages"* ]]
+@test "tied embeddings where the head's rank would not hold wte are refused in one line: 03's stages in 16 bits, stages with ZeRO or offload" {
+    refused "$TRAIN03" 2 --mp layer --precision bf16
+    [[ "$stderr" == *"--precision bf16 on 03's layer split"* ]]
     refused "$TRAIN05" 2 --pp 2 --zero 1
     [[ "$stderr" == *"ZeRO (or --offload) on 2 stages"* ]]
     refused "$TRAIN06" 2 --pp 2 --offload

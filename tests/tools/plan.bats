@@ -138,7 +138,7 @@ ring_sent_matches() {
 # The last stage's copy of the embedding unit (04's pipeline.h) in params,
 # grads and AdamW's state, the first and last stages' buffer for the other
 # end's gradient, and the exchange of that gradient on the pp axis.
-@test "tied embeddings over 04's stages (2 and 3, with replicas, naive and flat, with tp, in bf16, interleaved): the plan is memory.csv, its pp bytes run.csv's" {
+@test "tied embeddings over 04's stages (2 and 3, with replicas, naive and flat, with tp, in bf16, interleaved) and 03's layer split: the plan is memory.csv, its pp bytes run.csv's" {
     local tied="--vocab 300 --tie-embeddings --batch 8 --micro 2"
     planned_split 2 04_pipeline/train "--pp 2" --pp 2 $tied
     axes_match
@@ -151,6 +151,8 @@ ring_sent_matches() {
     planned_split 2 04_pipeline/train "--pp 2" --pp 2 --precision bf16 $tied
     axes_match
     planned_split 2 04_pipeline/train "--pp 2" --pp 2 --layers 4 --virtual 2 --schedule interleaved $tied
+    axes_match
+    planned_split 2 03_model_parallel/train "--pp 2" --mp layer $tied
     axes_match
 }
 

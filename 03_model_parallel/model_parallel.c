@@ -100,8 +100,6 @@ void model_parallel_check_flags(const Config *cfg, const ModelParallelFlags *f) 
             layer_split_parse(f->split, mp_size, L, blocks);
         }
     }
-    const char *untied = tied_embeddings_problem(cfg, strcmp(f->mp, "tensor") == 0 ? 1 : mp_size, 1, 0);
-    if (untied) fatal(EXIT_USAGE, "%s", untied);
     if (cfg->batch % (dp * cfg->micro) != 0)
         fatal(EXIT_USAGE, "--batch %d is not divisible by --dp %d x --micro %d (valid: a multiple of %d)",
               cfg->batch, dp, cfg->micro, dp * cfg->micro);
@@ -132,6 +130,11 @@ static int tied_end(const ModelParallel *p) {
     return p->model.cfg.tied && p->stages > 1 && (p->stage == 0 || p->stage == p->stages - 1);
 }
 
+/* The first stage's wte in 16 bits: where it starts in the held 16-bit buffers (the stage's first unit). */
+static size_t wte_at16(const ModelParallel *p) {
+    return table_tensor(&p->model.table, LAYER_EMBEDDING, EMBEDDING_WTE)->offset - p->model.param_first;
+}
+
 static void tied_create(ModelParallel *p) {
     if (!tied_end(p)) return;
     p->tied_numel = table_tensor(&p->model.table, LAYER_EMBEDDING, EMBEDDING_WTE)->numel;
@@ -146,10 +149,14 @@ static void tied_create(ModelParallel *p) {
 /* Before a forward: the weights of the last update, first stage to last. */
 static void tied_send_weights(ModelParallel *p) {
     if (!tied_end(p) || p->tied_fresh) return;
-    if (p->stage == 0)
+    if (p->stage == 0 && p->mixed.params) { /* 16 bits: wte as the 16-bit weights hold it, widened */
+        ops()->cast_from_half(p->tied_wte, p->mixed.params + wte_at16(p), p->tied_numel, p->mixed.format);
+        timed_send(p, p->tied_wte, p->tied_numel, p->stages - 1, TAG_EXCHANGE);
+    } else if (p->stage == 0) {
         timed_send(p, p->model.w.wte, p->tied_numel, p->stages - 1, TAG_EXCHANGE);
-    else
+    } else {
         timed_recv(p, p->tied_wte, p->tied_numel, 0, TAG_EXCHANGE);
+    }
     p->tied_fresh = 1;
 }
 
@@ -178,7 +185,10 @@ static void stage_backward(ModelParallel *p, float dloss, int B, int T) {
         timed_recv(p, doutput, BTC, p->stage + 1, TAG_GRADIENTS); /* idle until stage+1 is done */
     if (tied_end(p) && p->stage == 0) { /* the head's gradient of wte, before the lookups' */
         timed_recv(p, p->tied_wte, p->tied_numel, p->stages - 1, TAG_EXCHANGE);
-        ops()->residual_forward(p->model.g.wte, p->model.g.wte, p->tied_wte, p->tied_numel);
+        if (p->mixed.params) /* 16 bits: wte's gradient is bound only in its unit's backward */
+            ops()->accumulate_half(p->mixed.grads + wte_at16(p), p->tied_wte, p->tied_numel, p->mixed.format);
+        else
+            ops()->residual_forward(p->model.g.wte, p->model.g.wte, p->tied_wte, p->tied_numel);
     }
     if (tied_end(p) && p->stage > 0) ops()->fill_zero(p->tied_dwte, p->tied_numel);
     UnitHooks final = {.after_backward = p->unit_final, .context = p->unit_final_context};

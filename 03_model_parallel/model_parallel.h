@@ -82,9 +82,11 @@ typedef struct {
      * before the first forward after an update (tied_fresh 0: the step's first,
      * evaluation's, sampling's), and after each backward the last stage sends
      * the head's gradient of wte back, which the first adds into wte's before
-     * its own backward (the head's part first, as in chapter 01). On the last
-     * stage the head is bound to them; tied_wte is the first stage's receive
-     * buffer for that gradient. (wte's elements) each; NULL elsewhere. */
+     * its own backward (the head's part first, as in chapter 01; in 16 bits
+     * into the 16-bit gradient, the 16-bit wte widened to be sent). On the
+     * last stage the head is bound to them; tied_wte is the first stage's
+     * buffer for what it sends and receives. (wte's elements, fp32) each;
+     * NULL elsewhere. */
     float *tied_wte, *tied_dwte;
     size_t tied_numel;
     int tied_fresh;

@@ -27,14 +27,9 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp) {
     return message;
 }
 
-const char *tied_embeddings_problem(const Config *cfg, int stages, int layer_split, int zero) {
+const char *tied_embeddings_problem(const Config *cfg, int stages, int zero) {
     if (!cfg->model.tied) return NULL;
-    if (stages > 1 && layer_split && cfg->precision != PRECISION_FP32)
-        snprintf(message, sizeof message,
-                 "--tie-embeddings with --precision %s on 03's layer split is not written yet: the last "
-                 "stage reads the first stage's wte in fp32 (valid: --precision fp32, or --mp tensor)",
-                 precision_name(cfg->precision));
-    else if (stages > 1 && zero > 0)
+    if (stages > 1 && zero > 0)
         snprintf(message, sizeof message,
                  "--tie-embeddings with ZeRO (or --offload) on %d stages is not written yet: the last "
                  "stage's copy of wte would be sharded apart from the first stage's (valid: --zero 0, or "

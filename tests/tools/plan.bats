@@ -154,6 +154,7 @@ ring_sent_matches() {
     axes_match
     planned_split 2 03_model_parallel/train "--pp 2" --mp layer $tied
     axes_match
+    planned_split 2 03_model_parallel/train "--pp 2" --mp layer --precision bf16 $tied
 }
 
 @test "02 on 2 and 3 ranks, fp32 and bf16, flat and overlap: the plan is memory.csv on every rank, its dp bytes run.csv's" {

@@ -3,6 +3,7 @@
 
 #include "common/device/device.h" /* mem_alloc, copies, streams, timers */
 #include "common/run/evaluate.h" /* validation loss and sampling */
+#include "common/kernels/kernels.h" /* ops(): the kernel table */
 #include "common/model/layer_split.h" /* which blocks each stage runs */
 #include "common/run/layout_rules.h" /* shared refusals of a layout */
 #include "common/comm/optimizer_agree.h" /* grad_norm_agree across ranks */
@@ -112,8 +113,6 @@ void model_parallel_check_flags(const Config *cfg, const ModelParallelFlags *f) 
             layer_split_parse(f->split, mp_size, L, blocks);
         }
     }
-    const char *untied = tied_embeddings_problem(cfg, strcmp(f->mp, "tensor") == 0 ? 1 : mp_size, 0, 0, 0);
-    if (untied) fatal(EXIT_USAGE, "%s", untied);
     if (cfg->batch % (dp * cfg->micro) != 0)
         fatal(EXIT_USAGE, "--batch %d is not divisible by --dp %d x --micro %d (valid: a multiple of %d)",
               cfg->batch, dp, cfg->micro, dp * cfg->micro);
@@ -138,10 +137,47 @@ static void timed_recv(ModelParallel *p, float *buf, size_t count, int source, i
     p->comm_ms += wall_ms() - start;
 }
 
+/* --tie-embeddings (model_parallel.h: tied_wte): the first and last stage of
+ * several hold the embedding and the head. */
+static int tied_end(const ModelParallel *p) {
+    return p->model.cfg.tied && p->stages > 1 && (p->stage == 0 || p->stage == p->stages - 1);
+}
+
+/* The first stage's wte in 16 bits: where it starts in the held 16-bit buffers (the stage's first unit). */
+static size_t wte_at16(const ModelParallel *p) {
+    return table_tensor(&p->model.table, LAYER_EMBEDDING, EMBEDDING_WTE)->offset - p->model.param_first;
+}
+
+static void tied_create(ModelParallel *p) {
+    if (!tied_end(p)) return;
+    p->tied_numel = table_tensor(&p->model.table, LAYER_EMBEDDING, EMBEDDING_WTE)->numel;
+    p->tied_wte = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, p->tied_numel * sizeof(float),
+                            p->stage == 0 ? "tied head's dwte from the last stage" : "tied head's wte");
+    if (p->stage == 0) return;
+    p->tied_dwte = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, p->tied_numel * sizeof(float), "tied head's dwte");
+    p->model.w.lm_head = p->tied_wte;
+    p->model.g.lm_head = p->tied_dwte;
+}
+
+/* Before a forward: the weights of the last update, first stage to last. */
+static void tied_send_weights(ModelParallel *p) {
+    if (!tied_end(p) || p->tied_fresh) return;
+    if (p->stage == 0 && p->mixed.params) { /* 16 bits: wte as the 16-bit weights hold it, widened */
+        ops()->cast_from_half(p->tied_wte, p->mixed.params + wte_at16(p), p->tied_numel, p->mixed.format);
+        timed_send(p, p->tied_wte, p->tied_numel, p->stages - 1, TAG_EXCHANGE);
+    } else if (p->stage == 0) {
+        timed_send(p, p->model.w.wte, p->tied_numel, p->stages - 1, TAG_EXCHANGE);
+    } else {
+        timed_recv(p, p->tied_wte, p->tied_numel, 0, TAG_EXCHANGE);
+    }
+    p->tied_fresh = 1;
+}
+
 /* Forward of one micro-batch through this stage's units. Returns the sum of
  * the token losses on the last stage (with_loss), 0 elsewhere. */
 static double stage_forward(ModelParallel *p, int with_loss, int B, int T) {
     size_t BTC = (size_t)B * T * p->model.cfg.dmodel;
+    tied_send_weights(p);
     if (p->stage > 0)
         timed_recv(p, p->acts.encoded, BTC, p->stage - 1, TAG_ACTIVATIONS); /* idle until stage-1 is done */
     gpt_forward_range(&p->model, &p->acts, &p->scratch, p->model.first_unit, p->model.last_unit, with_loss,
@@ -160,10 +196,19 @@ static void stage_backward(ModelParallel *p, float dloss, int B, int T) {
     float *doutput = p->scratch.dresid[0]; /* the gradient of this stage's output (not on the last) */
     if (p->stage < p->stages - 1)
         timed_recv(p, doutput, BTC, p->stage + 1, TAG_GRADIENTS); /* idle until stage+1 is done */
+    if (tied_end(p) && p->stage == 0) { /* the head's gradient of wte, before the lookups' */
+        timed_recv(p, p->tied_wte, p->tied_numel, p->stages - 1, TAG_EXCHANGE);
+        if (p->mixed.params) /* 16 bits: wte's gradient is bound only in its unit's backward */
+            ops()->accumulate_half(p->mixed.grads + wte_at16(p), p->tied_wte, p->tied_numel, p->mixed.format);
+        else
+            ops()->residual_forward(p->model.g.wte, p->model.g.wte, p->tied_wte, p->tied_numel);
+    }
+    if (tied_end(p) && p->stage > 0) ops()->fill_zero(p->tied_dwte, p->tied_numel);
     UnitHooks final = {.after_backward = p->unit_final, .context = p->unit_final_context};
     const float *dinput = gpt_backward_range(&p->model, &p->acts, &p->scratch, p->model.first_unit,
                                              p->model.last_unit, dloss, doutput, NULL, &final, B, T);
     if (p->stage > 0) timed_send(p, dinput, BTC, p->stage - 1, TAG_GRADIENTS);
+    if (tied_end(p) && p->stage > 0) timed_send(p, p->tied_dwte, p->tied_numel, 0, TAG_EXCHANGE);
 }
 
 int *model_parallel_tokens(ModelParallel *p) {
@@ -227,6 +272,7 @@ GradShards model_parallel_grad_shards(ModelParallel *p, CommGroup *world) {
 
 void model_parallel_begin_step(ModelParallel *p, int step) {
     p->comm_ms = 0.0;
+    p->tied_fresh = 0; /* updated since the last send */
     if (p->cp.size > 1) context_parallel_begin_step(&p->cp, step);
 }
 
@@ -237,6 +283,7 @@ double model_parallel_evaluate(ModelParallel *p, const Dataset *data, const Conf
     int T = cfg->model.seq, per_replica = cfg->batch / comm_size(p->dp);
     double loss_sum = 0.0, saved_comm_ms = p->comm_ms;
     context_parallel_pause(&p->cp); /* the ring's timeline is the training step's */
+    p->tied_fresh = 0;              /* wte was updated after the step's forward */
     for (int e = 0; e < cfg->eval_batches; e++) {
         for (int mb = 0; mb < per_replica / B; mb++) {
             data_upload_batch(data, SPLIT_VAL, cfg->seed, e, dp_index * per_replica + mb * B, B, T,
@@ -277,6 +324,7 @@ static int cp_sample_token(ModelParallel *p, int ctx, int V, int vocab_rows, flo
 }
 
 void model_parallel_sample(ModelParallel *p, const Dataset *data, const Config *cfg, uint64_t *rng) {
+    p->tied_fresh = 0; /* after the last update */
     int T = cfg->model.seq, V = vocab_padded(cfg->model.vocab), n = cfg->sample, cp = p->cp.size > 1,
         sp = p->tpm.sp;
     Activations *a = p->tensor ? &p->tpm.acts : &p->acts;
@@ -350,6 +398,7 @@ void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParall
     layer_split_units(p->first_block, p->last_block, p->stage, p->stages, L, &first_unit, &last_unit);
     precision_create_range(&p->model, &p->mixed, &cfg->model, cfg->seed, cfg->precision, first_unit,
                            last_unit); /* fp32 or 16-bit */
+    tied_create(p);
     activations_create_range(&p->acts, &cfg->model, B, T_held, first_unit, last_unit, cfg->recompute);
     scratch_create(&p->scratch, &cfg->model, B, T_held, cfg->recompute);
     p->held = &p->model;
@@ -409,5 +458,7 @@ void model_parallel_destroy(ModelParallel *p, const Config *cfg) {
     }
     scratch_destroy(&p->scratch);
     activations_destroy(&p->acts, &cfg->model);
+    mem_free(p->tied_wte);
+    mem_free(p->tied_dwte);
     precision_destroy(&p->model, &p->mixed);
 }

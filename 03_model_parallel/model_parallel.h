@@ -79,6 +79,19 @@ typedef struct {
     /* what this rank holds: parameters and gradients, param_count of each */
     GPT *held;
     MixedModel *held_mixed; /* its 16-bit storage (mixed.h); params NULL in fp32 */
+    /* --tie-embeddings on the layer split: the head, on the last stage, reads
+     * wte, which the first stage holds. The first stage sends wte to the last
+     * before the first forward after an update (tied_fresh 0: the step's first,
+     * evaluation's, sampling's), and after each backward the last stage sends
+     * the head's gradient of wte back, which the first adds into wte's before
+     * its own backward (the head's part first, as in chapter 01; in 16 bits
+     * into the 16-bit gradient, the 16-bit wte widened to be sent). On the
+     * last stage the head is bound to them; tied_wte is the first stage's
+     * buffer for what it sends and receives. (wte's elements, fp32) each;
+     * NULL elsewhere. */
+    float *tied_wte, *tied_dwte;
+    size_t tied_numel;
+    int tied_fresh;
     /* optional: unit_final(u, context) once unit u's gradients are final in a backward, the
      * highest unit first (a stage's units as its backward passes them; tensor parallel: all,
      * after it), where chapter 02's overlapped buckets are launched */

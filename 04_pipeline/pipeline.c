@@ -121,7 +121,7 @@ static void create_chunked_model(Pipeline *p, const ModelConfig *m, uint64_t see
         p->own_span = (GradSpan){0, p->tied_copy_at, 0};
     }
     if (l->cfg->precision != PRECISION_FP32) {
-        mixed_create_chunks(&p->mixed, model, l->chunk_first_unit, l->chunk_last_unit, l->chunks, host,
+        mixed_create_chunks(&p->mixed, model, first_units, last_units, runs, host, /* the copy's run too */
                             precision_format(l->cfg->precision));
         model->unit_at = p->unit_at; /* the master weights are held in the same order */
         free(host);
@@ -264,6 +264,9 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         if (!p->tied_copy_count) p->tied_copy_count = table_unit(&p->model.table, LAYER_EMBEDDING)->numel;
         p->tied_grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, p->tied_copy_count * sizeof(float),
                                     "tied embedding gradient from the other end");
+        if (p->mixed.params) /* 16 bits: it arrives so, and is widened into tied_grad_in */
+            p->tied_grad_in16 = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, p->tied_copy_count * sizeof(uint16_t),
+                                          "tied embedding gradient from the other end (16-bit)");
     }
 }
 
@@ -275,7 +278,16 @@ static void sum_tied_embedding(Pipeline *p) {
     const StageLayout *l = &p->layout;
     if (!p->tied_grad_in) return;
     int other = l->stage == 0 ? l->stages - 1 : 0;
-    float *grads = p->model.grads + (l->stage == 0 ? 0 : p->tied_copy_at); /* the embedding unit's */
+    size_t first = l->stage == 0 ? 0 : p->tied_copy_at, n = p->tied_copy_count; /* the embedding unit's */
+    if (p->mixed.params) { /* 16 bits: the sum rounded, the same on both ends */
+        HalfFormat f = p->mixed.format;
+        comm_sendrecv_typed(l->pp, p->mixed.grads + first, n, other, p->tied_grad_in16, n, other,
+                            f == HALF_BF16 ? COMM_BF16 : COMM_F16, TAG_EXCHANGE);
+        ops()->cast_from_half(p->tied_grad_in, p->tied_grad_in16, n, f);
+        ops()->accumulate_half(p->mixed.grads + first, p->tied_grad_in, n, f);
+        return;
+    }
+    float *grads = p->model.grads + first;
     comm_sendrecv(l->pp, grads, p->tied_copy_count, other, p->tied_grad_in, p->tied_copy_count, other,
                   TAG_EXCHANGE);
     ops()->residual_forward(grads, grads, p->tied_grad_in, p->tied_copy_count);
@@ -286,6 +298,7 @@ void pipeline_destroy(Pipeline *p) {
     mem_free(p->grad_in);
     mem_free(p->grad_out);
     mem_free(p->tied_grad_in);
+    mem_free(p->tied_grad_in16);
     for (int i = 0; p->extras && i < p->slots; i++) {
         comm_wait_posted(p->layout.pp, p->extras[i].act_sent);
         comm_wait_posted(p->layout.pp, p->extras[i].grad_sent);

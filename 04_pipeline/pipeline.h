@@ -121,6 +121,8 @@ typedef struct {
      * checkpoint (it reads them). tied_copy_count 0: no copy here. */
     size_t tied_copy_at, tied_copy_count;
     float *tied_grad_in; /* (tied_copy_count) the other end's gradient, on the first and last stage */
+    /* (tied_copy_count) 16 bits: the other end's gradient as it arrives */
+    uint16_t *tied_grad_in16;
     GradSpan own_span;   /* the norm's part on the stage with the copy: its own units */
     int slots;         /* all of them */
     int chunk_slots[MAX_STAGE_CHUNKS]; /* chunk c's: the most micro-batches it holds at once */

@@ -91,7 +91,6 @@ void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const Mo
     const char *pieces = layer_split_pieces_problem(P, 1, L); /* every stage needs a block */
     if (pieces) fatal(EXIT_USAGE, "%s", pieces);
     const char *problem = T > 1 ? tensor_parallel_problem(&cfg->model, T) : NULL;
-    if (!problem) problem = tied_embeddings_problem(cfg, P, pipe->virtual_chunks <= 1, 0, 0);
     if (problem) fatal(EXIT_USAGE, "%s", problem);
 }
 

@@ -254,6 +254,50 @@ static void run_frees_and_gathers(Zero *z) {
         run_action(z, &z->actions[z->cursor++]);
 }
 
+/* ---- tied embeddings at stages 2-3 (zero.h: tied_gathered, tied_dwte) ---- */
+
+/* wte: where it starts in the embedding unit, and its elements. */
+static size_t wte_in_unit(const Zero *z, size_t *numel) {
+    const ParamTensor *wte = table_tensor(table_of(z), LAYER_EMBEDDING, EMBEDDING_WTE);
+    *numel = wte->numel;
+    return wte->offset - table_unit(table_of(z), LAYER_EMBEDDING)->offset;
+}
+
+static int is_tied_head(const Zero *z, int unit) {
+    return z->model->cfg.tied && z->stage >= 2 && unit == z->model->cfg.layers;
+}
+
+/* Stage 3, before the head's forward: the embedding unit gathered for it and
+ * for the head's backward, which follows (zero_schedule), queued on the worker
+ * after the gathers queued so far (every rank queues it there). */
+static void gather_tied_embedding(Zero *z) {
+    long ticket = comm_worker_allgather(z->worker, at(z, param_store(z), slice_offset(z, LAYER_EMBEDDING)),
+                                        z->tied_gathered, slice_numel(z, LAYER_EMBEDDING), z->dtype);
+    wait_ticket(z, ticket, "gather", z->micro);
+}
+
+/* fp32, the head's unit is bound: its matrix is wte (stage 2: bound whole
+ * already; stage 3: the gathered embedding's), its gradient tied_dwte from zero. */
+static void tied_head_in(Zero *z, int with_grads) {
+    size_t numel, wte_at = wte_in_unit(z, &numel);
+    if (z->stage == 3) z->model->w.lm_head = (float *)z->tied_gathered + wte_at;
+    if (with_grads) ops()->fill_zero(z->tied_dwte, numel);
+    z->model->g.lm_head = with_grads ? z->tied_dwte : NULL;
+}
+
+static void tied_head_out(Zero *z) {
+    if (z->stage == 3) z->model->w.lm_head = NULL;
+    z->model->g.lm_head = NULL;
+}
+
+/* fp32, the embedding unit's backward begins: the head's gradient of wte
+ * first, then the lookups' (01's order: the head back-propagates first). */
+static void tied_embedding_grads_in(Zero *z) {
+    size_t numel;
+    float *dwte = z->unit_grads + wte_in_unit(z, &numel);
+    ops()->residual_forward(dwte, dwte, z->tied_dwte, numel);
+}
+
 /* ---- the hooks: a unit's weights (and gradients) for each computation ---- */
 
 /* Where unit's weights are for a computation: gathered (stage 3) or in the whole buffer. */
@@ -264,10 +308,12 @@ static void *unit_weights(Zero *z, ZeroOp op, int unit) {
 static void before_forward(int unit, void *context) {
     Zero *z = context;
     void *weights = unit_weights(z, ZERO_FORWARD, unit);
+    if (is_tied_head(z, unit) && z->stage == 3) gather_tied_embedding(z);
     if (z->half)
         mixed_unit_in(&z->mixed, unit, weights, 0);
     else if (z->stage == 3)
         gpt_bind_unit(z->model, unit, weights, NULL);
+    if (is_tied_head(z, unit) && !z->half) tied_head_in(z, 0);
     z->compute_start_ms = wall_ms();
 }
 
@@ -275,6 +321,7 @@ static void after_forward(int unit, void *context) {
     Zero *z = context;
     record(z, "fwd", z->micro, z->compute_start_ms, wall_ms());
     if (z->half) mixed_unit_out(&z->mixed, unit, NULL);
+    if (is_tied_head(z, unit) && !z->half) tied_head_out(z);
     if (z->stage == 3) run_frees_and_gathers(z);
 }
 
@@ -291,6 +338,8 @@ static void before_backward(int unit, void *context) {
         mixed_unit_in(&z->mixed, unit, weights, 1);
     else
         gpt_bind_unit(z->model, unit, weights, z->unit_grads); /* stages 2-3 (0-1 in fp32 have no hooks) */
+    if (is_tied_head(z, unit) && !z->half) tied_head_in(z, 1);
+    if (z->tied_dwte && unit == LAYER_EMBEDDING) tied_embedding_grads_in(z);
     z->compute_start_ms = wall_ms();
 }
 
@@ -301,6 +350,7 @@ static void after_backward(int unit, void *context) {
         mixed_unit_out(&z->mixed, unit, at(z, z->grads16, unit_offset(z, unit)));
         return;
     }
+    if (is_tied_head(z, unit) && !z->half) tied_head_out(z);
     if (z->half)
         mixed_unit_out(&z->mixed, unit, z->grad_buffers[z->current].data); /* zeroed: rounds into it */
     else if (z->stage == 2)
@@ -427,7 +477,7 @@ static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t s
     if (z->half) {
         z->params16 = params;
         z->grads16 = grads;
-        if (z->mixed.tied_wte && stage < 2) /* tied: the head reads wte from the whole 16-bit weights */
+        if (z->mixed.tied_wte && stage < 3) /* tied: the head reads wte from the whole 16-bit weights */
             mixed_tied_source(&z->mixed, at(z, z->params16, unit_offset(z, LAYER_EMBEDDING)));
         z->master = mem_alloc(SPACE_DEVICE, CAT_OPTIMIZER, optimizer_n * sizeof(float), "master weights");
         copy_to_device(z->master, stage == 0 ? whole : shard, optimizer_n * sizeof(float));
@@ -455,6 +505,16 @@ static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t s
         z->gather_recv = alloc_typed(z, CAT_COMM, z->max_unit, "padded unit");
     }
 
+    if (stage == 3 && cfg->tied) {
+        z->tied_gathered = alloc_typed(z, CAT_GATHERED, z->ranks * slice_numel(z, LAYER_EMBEDDING),
+                                       "embedding unit gathered for the tied head");
+        if (z->half) mixed_tied_source(&z->mixed, z->tied_gathered);
+    }
+    if (stage >= 2 && cfg->tied && !z->half) {
+        size_t numel;
+        wte_in_unit(z, &numel);
+        z->tied_dwte = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, numel * sizeof(float), "tied head's dwte");
+    }
     if (stage == 3) {
         z->num_actions = zero_schedule(model->cfg.layers, prefetch, &z->actions);
         int uses = 2 * (model->cfg.layers + 2);
@@ -528,6 +588,8 @@ void zero_destroy(Zero *z) {
         mem_free(z->grad_buffers[b].slice);
     }
     mem_free(z->slice_f32);
+    mem_free(z->tied_gathered);
+    mem_free(z->tied_dwte);
     mem_free(z->grads);
     mem_free(z->params);
     mem_free(z->grads16);

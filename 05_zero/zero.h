@@ -147,6 +147,16 @@ typedef struct {
     void *gather_send, *gather_recv;
     CommWorker *worker; /* stages 2-3: the gathers and reduce-scatters that overlap computing */
 
+    /* --tie-embeddings at stages 2-3: the head reads wte, the embedding unit's,
+     * which these stages do not keep bound. Stage 3 gathers the embedding unit
+     * for the head's forward into tied_gathered (the unit padded, z->dtype,
+     * CAT_GATHERED), kept for the head's backward, which follows it. The
+     * head's gradient of wte waits in tied_dwte (fp32, wte's elements; 16 bits:
+     * mixed.h's own) for the embedding unit's backward, which starts from it, so
+     * that it is reduce-scattered once, with the embedding's. NULL: untied. */
+    void *tied_gathered;
+    float *tied_dwte;
+
     /* stage 3: the schedule, its cursor, and the pool of gathered units */
     ZeroAction *actions;
     int num_actions, cursor;

@@ -80,7 +80,7 @@ void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int cp, i
     /* a stage of cp x tp ranks runs 04's schedule; one of one rank, ZeRO's own step */
     const char *problem =
         zero_flags_problem(cfg, zero, P, T * cp, print_schedule);        /* common/plan's rule too */
-    if (!problem) problem = tied_embeddings_problem(cfg, P, 1, zero, 0); /* 04's check: tp, chunks */
+    if (!problem) problem = tied_embeddings_problem(cfg, P, zero); /* 04's check: tp, chunks */
     if (problem) fatal(EXIT_USAGE, "%s", problem);
 }
 

@@ -70,19 +70,48 @@ static void bind_unit(Offload *o, int unit, float *grads) {
     gpt_bind_unit(o->model, unit, weights, grads);
 }
 
+static int is_tied_head(const Offload *o, int unit) {
+    return o->tied_dwte && unit == o->model->cfg.layers;
+}
+
+/* The head's unit is bound: its matrix is wte (16 bits: widened into
+ * tied_wte), its gradient tied_dwte from zero (offload.h). */
+static void tied_head_in(Offload *o, int with_grads) {
+    size_t wte = unit_at(o, LAYER_EMBEDDING) + o->wte_at;
+    float *weights = (float *)o->params + wte;
+    if (o->half) {
+        ops()->cast_from_half(o->tied_wte, (const uint16_t *)o->params + wte, o->wte_numel, o->format);
+        weights = o->tied_wte;
+    }
+    if (with_grads) ops()->fill_zero(o->tied_dwte, o->wte_numel);
+    o->model->w.lm_head = weights;
+    o->model->g.lm_head = with_grads ? o->tied_dwte : NULL;
+}
+
+static void unbind_unit(Offload *o, int unit) {
+    gpt_bind_unit(o->model, unit, NULL, NULL);
+    if (is_tied_head(o, unit)) o->model->w.lm_head = o->model->g.lm_head = NULL;
+}
+
 static void before_forward(int unit, void *context) {
-    bind_unit(context, unit, NULL);
+    Offload *o = context;
+    bind_unit(o, unit, NULL);
+    if (is_tied_head(o, unit)) tied_head_in(o, 0);
 }
 
 static void before_backward(int unit, void *context) {
     Offload *o = context;
     ops()->fill_zero(o->unit_grads, o->ranks * slice_numel(o, unit)); /* the padding too */
     bind_unit(o, unit, o->unit_grads);
+    if (is_tied_head(o, unit)) tied_head_in(o, 1);
+    if (o->tied_dwte && unit == LAYER_EMBEDDING) { /* the head's gradient of wte, before the lookups' */
+        float *dwte = o->unit_grads + o->wte_at;
+        ops()->residual_forward(dwte, dwte, o->tied_dwte, o->wte_numel);
+    }
 }
 
 static void after_forward(int unit, void *context) {
-    Offload *o = context;
-    gpt_bind_unit(o->model, unit, NULL, NULL);
+    unbind_unit(context, unit);
 }
 
 /* ---- gradients: device -> host, a unit at a time ---- */
@@ -153,7 +182,7 @@ static void after_backward(int unit, void *context) {
     } else {
         copy_on_device(out, o->unit_grads, S * sizeof(float));
     }
-    gpt_bind_unit(o->model, unit, NULL, NULL);
+    unbind_unit(o, unit);
 
     /* the copy waits for what produced the slice (a collective returns with it in place) */
     DeviceStream *copy = device_stream(STREAM_COPY);
@@ -394,6 +423,15 @@ static void create(Offload *o, GPT *model, int first_unit, int last_unit, CommGr
     }
     if (N > 1) o->gathered = mem_alloc(SPACE_DEVICE, CAT_COMM, N * S * eb, "gathered unit");
     o->compute_done = device_event_create();
+    if (model->cfg.tied && first_unit == LAYER_EMBEDDING && last_unit == model->cfg.layers) {
+        const ParamTensor *wte = table_tensor(table_of(o), LAYER_EMBEDDING, EMBEDDING_WTE);
+        o->wte_at = wte->offset - table_unit(table_of(o), LAYER_EMBEDDING)->offset;
+        o->wte_numel = wte->numel;
+        if (o->half)
+            o->tied_wte =
+                mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, wte->numel * sizeof(float), "tied head's wte (fp32)");
+        o->tied_dwte = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, wte->numel * sizeof(float), "tied head's dwte");
+    }
 
     /* host, pinned: the optimizer, the gradient shard, the staging of what crosses PCIe */
     o->master = mem_alloc_pinned(CAT_OPTIMIZER, o->shard_n * sizeof(float), "master weights (host)");
@@ -458,6 +496,8 @@ void offload_destroy(Offload *o) {
         device_event_destroy(o->copied_in[i]);
     }
     mem_free(o->gathered);
+    mem_free(o->tied_wte);
+    mem_free(o->tied_dwte);
     device_event_destroy(o->compute_done);
     mem_free(o->master);
     mem_free(o->m);

@@ -101,6 +101,15 @@ typedef struct {
     void *inbox[2];     /* N > 1: (max_slice) an updated slice arrived from the host, CAT_COMM */
     void *gathered;     /* N > 1: (N * max_slice) a unit all-gathered, CAT_COMM */
     DeviceEvent *compute_done, *copied_out, *copied_in[2];
+    /* --tie-embeddings, the range from the embedding to the head: the head
+     * reads wte, the embedding unit's, which is not bound while the head's
+     * unit is. 16 bits: tied_wte is wte widened for the head (fp32: the head
+     * reads params' wte). The head's gradient of wte waits in tied_dwte for
+     * the embedding unit's backward, which starts from it, so that it crosses
+     * PCIe once, with the embedding's. CAT_WORKSPACE, wte's elements (wte_numel,
+     * from wte_at in the embedding unit) each; tied_dwte NULL: untied. */
+    float *tied_wte, *tied_dwte;
+    size_t wte_at, wte_numel;
 
     /* ---- host, pinned ---- */
     void *grads_landing; /* (shard_n) the slices as they cross PCIe (16 bits or fp32), CAT_COMM */

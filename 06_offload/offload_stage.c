@@ -2,7 +2,6 @@
 #include "06_offload/offload_stage.h" /* 06: offload for one pipeline stage */
 
 #include "common/comm/comm.h" /* collectives and messages between ranks */
-#include "common/run/layout_rules.h" /* shared refusals of a layout */
 #include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
 #include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 #include "common/kernels/work_ledger.h" /* a dry run's counted work */
@@ -77,8 +76,6 @@ static void offload_check_own_flags(const Config *cfg, const OffloadFlags *f, in
               "--schedule interleaved is refused by %s: the offloaded state is one range of "
               "units per stage, and interleaved's chunks are not one range (valid: gpipe, 1f1b, zb-h1)",
               program);
-    const char *untied = tied_embeddings_problem(cfg, 1, 0, 0, 1);
-    if (untied) fatal(EXIT_USAGE, "%s", untied);
 }
 
 /* --offload-activations keeps one stage's checkpoints of whole blocks. */

@@ -36,6 +36,12 @@ static int is_head(const MixedModel *mm, int unit) {
     return mm->tied_wte && unit == mm->model->cfg.layers;
 }
 
+/* A pipeline's last stage, which holds a copy of the embedding unit for its
+ * head (mixed_create_chunks' run of it after the stage's own units). */
+static int holds_embedding_copy(const MixedModel *mm) {
+    return mm->model->first_unit > LAYER_EMBEDDING && mm->unit_at && mm->unit_at[0] != SIZE_MAX;
+}
+
 /* The head's unit is in: bind wte, converted from the embedding's 16-bit
  * weights, as the head's matrix (and its gradient, from zero, for a backward). */
 static void tied_head_in(MixedModel *mm, int with_grads) {
@@ -75,6 +81,13 @@ void mixed_unit_out(MixedModel *mm, int unit, uint16_t *grads) {
         ops()->accumulate_half(grads, mm->unit_grads, table_unit(&mm->model->table, unit)->numel, mm->format);
     gpt_bind_unit(mm->model, unit, NULL, NULL);
     if (is_head(mm, unit)) tied_head_out(mm);
+    /* a last stage's copy of the embedding unit has no backward to wait for:
+     * the head's gradient of wte goes into the copy's now */
+    if (is_head(mm, unit) && grads && holds_embedding_copy(mm)) {
+        size_t at;
+        const ParamTensor *t = wte_of(mm->model, &at);
+        ops()->accumulate_half(mm->grads + mm->unit_at[0] + at, mm->tied_dwte, t->numel, mm->format);
+    }
 }
 
 /* ---- the storage hooks of a 16-bit model (its whole table or a range of units) ---- */
@@ -132,7 +145,8 @@ static void units_workspaces(MixedModel *mm) {
     size_t largest = table_largest_unit(&model->table, model->first_unit, model->last_unit);
     mm->unit_params = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit weights (fp32)");
     mm->unit_grads = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit gradients (fp32)");
-    if (model->cfg.tied && model->first_unit == LAYER_EMBEDDING && model->last_unit == model->cfg.layers) {
+    if (model->cfg.tied && model->last_unit == model->cfg.layers &&
+        (model->first_unit == LAYER_EMBEDDING || holds_embedding_copy(mm))) {
         size_t at, numel = wte_of(model, &at)->numel;
         mm->tied_wte = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, numel * sizeof(float), "tied head's wte (fp32)");
         mm->tied_dwte = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, numel * sizeof(float), "tied head's dwte (fp32)");
@@ -156,9 +170,12 @@ void mixed_create_units(MixedModel *mm, GPT *model, int first_unit, int last_uni
 
 void mixed_create_chunks(MixedModel *mm, GPT *model, const int *first_units, const int *last_units, int chunks,
                          const float *initial, HalfFormat format) {
-    units_range(mm, model, first_units[0], last_units[chunks - 1], format);
+    int last_unit = last_units[0]; /* the last of the runs, or one before a last stage's embedding copy */
+    for (int c = 1; c < chunks; c++) last_unit = last_units[c] > last_unit ? last_units[c] : last_unit;
+    units_range(mm, model, first_units[0], last_unit, format);
     if (chunks > 1) { /* the runs one after another */
         mm->unit_at = xmalloc((model->cfg.layers + 2) * sizeof(size_t));
+        for (int u = LAYER_EMBEDDING; u <= model->cfg.layers; u++) mm->unit_at[u + 1] = SIZE_MAX;
         size_t held = 0;
         for (int c = 0; c < chunks; c++)
             for (int u = first_units[c]; u <= last_units[c]; u++) {

@@ -87,8 +87,11 @@ typedef struct {
      * reads wte, the embedding unit's, which is not bound while the head's unit
      * is. The head gets wte in fp32 of its own (tied_wte), and its gradient of
      * wte (tied_dwte) waits for the embedding's backward, which starts from it:
-     * the head's contribution first, then the lookups', as in fp32. NULL when
-     * the weights are not tied. Device, CAT_WORKSPACE, wte's size each. */
+     * the head's contribution first, then the lookups', as in fp32. On a
+     * pipeline's last stage, which holds a copy of the embedding unit after its
+     * own units (mixed_create_chunks), the head reads the copy's wte and its
+     * gradient is added into the copy's at once. NULL when the weights are not
+     * tied. Device, CAT_WORKSPACE, wte's size each. */
     float *tied_wte, *tied_dwte;
     const uint16_t *tied_source; /* the embedding unit's 16-bit weights, where the head's wte is read
                                     from (mixed_tied_source; mixed_create_* set it themselves) */

@@ -3,7 +3,6 @@
 #include "common/run/harness.h" /* the run around the training loop */
 
 #include "common/run/dry_work.h" /* dry-work.csv */
-#include "common/run/layout_rules.h" /* shared refusals of a layout */
 #include "common/run/preflight.h" /* checks before anything is built */
 #include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 #include "common/kernels/work_ledger.h" /* a dry run's counted work */
@@ -108,9 +107,6 @@ static void chapter_header(const Run *run, char *header, size_t size) {
 void run_prepare(Run *run) {
     Config *cfg = run->cfg;
     device_set_dry(cfg->dry_run); /* device.h: "The dry run" */
-    /* every layout's rule; a chapter with stages, ZeRO or offload asks it of its layout first */
-    const char *untied = tied_embeddings_problem(cfg, 1, 0, 0, 0);
-    if (untied) fatal(EXIT_USAGE, "%s", untied);
     device_init(cfg->device, run->local_rank); /* a dry run: the CPU backend, whatever the choice */
     device_set_limit(cfg->device_mem_limit);
     run->across->device_ready(run);

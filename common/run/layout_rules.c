@@ -27,36 +27,14 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp) {
     return message;
 }
 
-const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_copy, int zero, int offload) {
+const char *tied_embeddings_problem(const Config *cfg, int stages, int zero) {
     if (!cfg->model.tied) return NULL;
-    const char *why = "the head's unit would need the embedding's wte bound";
-    if (cfg->precision != PRECISION_FP32 && stages > 1)
+    if (stages > 1 && zero > 0)
         snprintf(message, sizeof message,
-                 "--tie-embeddings with --precision %s on several stages is not written yet: mixed precision "
-                 "converts one unit's 16-bit weights at a time, and the last stage's copy of wte has no "
-                 "16-bit storage (valid: --precision fp32, or one stage)",
-                 precision_name(cfg->precision));
-    else if (stages > 1 && !stage_copy)
-        snprintf(message, sizeof message,
-                 "--tie-embeddings on %d stages is not written yet for this layout: only 04's pipeline of "
-                 "one chunk per stage keeps a copy of wte on the last stage and sums its gradient with the "
-                 "first's (valid: one stage, or --pp without --virtual)",
+                 "--tie-embeddings with ZeRO (or --offload) on %d stages is not written yet: the last "
+                 "stage's copy of wte would be sharded apart from the first stage's (valid: --zero 0, or "
+                 "one stage)",
                  stages);
-    else if (stages > 1 && (zero > 0 || offload))
-        snprintf(message, sizeof message,
-                 "--tie-embeddings with %s on %d stages is not written yet: the last stage's copy of wte "
-                 "would be sharded apart from the first stage's (valid: --zero 0, or one stage)",
-                 offload ? "--offload" : "ZeRO", stages);
-    else if (zero >= 2)
-        snprintf(message, sizeof message,
-                 "--tie-embeddings with --zero %d is not written yet: stages 2-3 bind one unit's storage at "
-                 "a time, and %s (valid: --zero 0-1)",
-                 zero, why);
-    else if (offload)
-        snprintf(message, sizeof message,
-                 "--tie-embeddings with --offload is not written yet: the offloaded step binds one unit's "
-                 "storage at a time, and %s (valid: without --offload)",
-                 why);
     else
         return NULL;
     return message;

@@ -24,13 +24,11 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp);
  * stage 3 with stages or tensor slices. Which flags were typed: flag_given. */
 const char *zero_flags_problem(const Config *cfg, int zero, int P, int T, int print_schedule);
 
-/* --tie-embeddings (model_config.h: the head reads wte) where the rank that
- * computes the head holds wte, bound for the whole step: fp32 (mixed
- * precision converts one unit's 16-bit weights at a time); on `stages` > 1
- * only where the last stage keeps a copy of the embedding unit and sums its
- * gradient with the first stage's (stage_copy: 04's pipeline of one chunk
- * per stage, any --tp, pipeline.h) and without ZeRO; ZeRO below stage 2 and
- * no --offload on one stage (both bind one unit's storage at a time). */
-const char *tied_embeddings_problem(const Config *cfg, int stages, int stage_copy, int zero, int offload);
+/* --tie-embeddings (model_config.h: the head reads wte) where the head's rank
+ * holds wte or is sent it, and its gradient of wte waits for the embedding's
+ * or is sent back (mixed.h, zero.h, offload.h: tied_dwte; pipeline.h: the
+ * last stage's copy; model_parallel.h: 03's layer split): every layout but
+ * ZeRO stage `zero` > 0 (06's --offload being ZeRO-2) on `stages` > 1. */
+const char *tied_embeddings_problem(const Config *cfg, int stages, int zero);
 
 #endif

@@ -106,7 +106,6 @@ SAMPLES='
 # Not written yet (not unsound), and each refusal says so; the flag runs in
 # other layouts of the chapter (the --help check below).
 NOT_YET_REFUSED="
-03_model_parallel | --tie-embeddings | --tie-embeddings on 4 stages is not written yet for this layout
 05_zero | --pp 2 --schedule interleaved --virtual 2 | with ZeRO is not written yet
 06_offload | --pp 2 --schedule interleaved --virtual 2 | with ZeRO is not written yet
 "

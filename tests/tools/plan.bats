@@ -122,19 +122,25 @@ ring_sent_matches() {
     planned 1 01_single_gpu/train --precision fp16 --recompute $ODD
 }
 
-@test "GPT-2's vocabulary padded and tied, in 01, 02 on 2 ranks, 03 tensor parallel and 05 --zero 1: the plan is memory.csv" {
+@test "GPT-2's vocabulary padded and tied, in 01, 02 on 2 ranks, 03 tensor parallel, 05 --zero 1, 2 and 3 and 06 --offload: the plan is memory.csv" {
     local gpt2="--vocab 50257 --tie-embeddings --batch 4"
     planned 1 01_single_gpu/train $gpt2
     planned 2 02_data_parallel/train $gpt2 --dp-mode overlap
     axes_match
     planned_split 2 03_model_parallel/train "--tp 2" --mp tensor $gpt2
     planned 2 05_zero/train --zero 1 $gpt2
+    planned 2 05_zero/train --zero 2 $gpt2
+    axes_match
+    planned 2 05_zero/train --zero 3 $gpt2
+    axes_match
+    planned 2 06_offload/train --offload --precision bf16 $gpt2
+    axes_match
 }
 
 # The last stage's copy of the embedding unit (04's pipeline.h) in params,
 # grads and AdamW's state, the first and last stages' buffer for the other
 # end's gradient, and the exchange of that gradient on the pp axis.
-@test "tied embeddings over 04's stages (2 and 3, with replicas, naive and flat, with tp): the plan is memory.csv, its pp bytes run.csv's" {
+@test "tied embeddings over 04's stages (2 and 3, with replicas, naive and flat, with tp, in bf16, interleaved) and 03's layer split: the plan is memory.csv, its pp bytes run.csv's" {
     local tied="--vocab 300 --tie-embeddings --batch 8 --micro 2"
     planned_split 2 04_pipeline/train "--pp 2" --pp 2 $tied
     axes_match
@@ -144,6 +150,13 @@ ring_sent_matches() {
     axes_match
     planned_split 4 04_pipeline/train "--pp 2 --tp 2" --pp 2 --tp 2 $tied
     axes_match
+    planned_split 2 04_pipeline/train "--pp 2" --pp 2 --precision bf16 $tied
+    axes_match
+    planned_split 2 04_pipeline/train "--pp 2" --pp 2 --layers 4 --virtual 2 --schedule interleaved $tied
+    axes_match
+    planned_split 2 03_model_parallel/train "--pp 2" --mp layer $tied
+    axes_match
+    planned_split 2 03_model_parallel/train "--pp 2" --mp layer --precision bf16 $tied
 }
 
 @test "02 on 2 and 3 ranks, fp32 and bf16, flat and overlap: the plan is memory.csv on every rank, its dp bytes run.csv's" {

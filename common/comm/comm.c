@@ -886,16 +886,18 @@ double comm_allreduce_double(CommGroup *g, double value, int op_max) {
 
 /* ---- start-up messages ---- */
 
+/* A dry run has no other rank to hear from: its caller answers for itself (agreement.h). */
+static void startup_needs_mpi(const char *call) {
+    if (dry) fatal(EXIT_RUNTIME, "%s: a dry run has no other ranks (no MPI)", call);
+}
+
 void comm_startup_gather(const void *mine, size_t bytes, void *all) {
-    if (dry) { /* a world of one voice: this rank's own */
-        memcpy(all, mine, bytes);
-        return;
-    }
+    startup_needs_mpi("comm_startup_gather");
     MPI_CHECK(MPI_Gather(mine, mpi_count(bytes), MPI_BYTE, all, mpi_count(bytes), MPI_BYTE, 0, MPI_COMM_WORLD));
 }
 
 void comm_startup_broadcast(void *buf, size_t bytes) {
-    if (dry) return;
+    startup_needs_mpi("comm_startup_broadcast");
     MPI_CHECK(MPI_Bcast(buf, mpi_count(bytes), MPI_BYTE, 0, MPI_COMM_WORLD));
 }
 

@@ -122,9 +122,9 @@ int comm_dry(void); /* 1 after comm_init_dry */
 /* Start-up messages on the world, before any training traffic (the ranks'
  * agreement on their configuration, agreement.h): plain MPI, outside the byte
  * ledger and the flight recorder. Gather `bytes` from every rank into `all`
- * (world size x bytes) on rank 0; broadcast rank 0's `buf` to every rank. In
- * a dry run the world has one voice, this rank's: the gather copies its own,
- * the broadcast keeps what it holds. */
+ * (world size x bytes) on rank 0; broadcast rank 0's `buf` to every rank.
+ * Not in a dry run, which has no other rank: ranks_agree answers for its own
+ * there without them. */
 void comm_startup_gather(const void *mine, size_t bytes, void *all);
 void comm_startup_broadcast(void *buf, size_t bytes);
 

@@ -16,20 +16,13 @@ HalfFormat precision_format(Precision p) {
     return p == PRECISION_BF16 ? HALF_BF16 : HALF_F16;
 }
 
-/* ---- one unit at a time in fp32 ---- */
-
 /* ---- tied embeddings (MixedModel.tied_wte) ---- */
 
 /* wte: the tensor, and where it starts in its unit (the embedding). */
 static const ParamTensor *wte_of(const GPT *m, size_t *in_unit) {
-    for (int i = 0; i < m->table.num_tensors; i++) {
-        const ParamTensor *t = &m->table.tensors[i];
-        if (t->layer == LAYER_EMBEDDING && t->kind == EMBEDDING_WTE) {
-            *in_unit = t->offset - table_unit(&m->table, LAYER_EMBEDDING)->offset;
-            return t;
-        }
-    }
-    fatal(EXIT_RUNTIME, "mixed: the table has no wte");
+    const ParamTensor *t = table_tensor(&m->table, LAYER_EMBEDDING, EMBEDDING_WTE);
+    *in_unit = t->offset - table_unit(&m->table, LAYER_EMBEDDING)->offset;
+    return t;
 }
 
 static int is_head(const MixedModel *mm, int unit) {
@@ -62,6 +55,8 @@ static void tied_head_out(MixedModel *mm) {
 void mixed_tied_source(MixedModel *mm, const uint16_t *embedding_unit_params) {
     mm->tied_source = embedding_unit_params;
 }
+
+/* ---- one unit at a time in fp32 ---- */
 
 void mixed_unit_in(MixedModel *mm, int unit, const uint16_t *params, int with_grads) {
     const ParamUnit *u = table_unit(&mm->model->table, unit);

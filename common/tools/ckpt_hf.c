@@ -709,11 +709,13 @@ void hf_import(const char *dir, const char *out) {
     snprintf(num[0], 16, "%d", c.layers), snprintf(num[1], 16, "%d", c.dmodel),
         snprintf(num[2], 16, "%d", c.heads);
     snprintf(num[3], 16, "%d", c.positions), snprintf(num[4], 16, "%d", c.vocab);
-    char *argv[] = {"common/ckpt", "--layers", num[0],      "--dmodel",          num[1], "--heads",
-                    num[2],        "--seq",    num[3],      "--vocab",           num[4], "--save",
-                    (char *)out,   c.tied ? "--tie-embeddings" : NULL, NULL};
+    char *argv[] = {"common/ckpt", "--layers", num[0], "--dmodel", num[1],      "--heads",
+                    num[2],        "--seq",    num[3], "--vocab",  num[4],      "--save",
+                    (char *)out,   c.tied ? "--tie-embeddings" : NULL, NULL}; /* untied: ends at --save's */
+    int argc = 0;
+    while (argv[argc]) argc++;
     static Config cfg; /* large */
-    config_read(&cfg, c.tied ? COUNT(argv) - 1 : COUNT(argv) - 2, argv, "common/ckpt", NULL);
+    config_read(&cfg, argc, argv, "common/ckpt", NULL);
     checkpoint_check_save_path(&cfg);
 
     int fd = open(model_path, O_RDONLY);

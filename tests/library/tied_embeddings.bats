@@ -70,6 +70,14 @@ assert_norms_match() {
                               END { exit bad }'
 }
 
+# assert_resumed_match REF_DIR RUN_DIR TOLERANCE: a run resumed at step 2 of 4 has two
+# losses, each within TOLERANCE (relative) of the reference's steps 3 and 4
+assert_resumed_match() {
+    run paste -d, <(csv_column "$1/steps.csv" loss | tail -2) <(csv_column "$2/steps.csv" loss)
+    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" 2
+    echo "$output" | awk -F, -v tol="$3" '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > tol) { print; exit 1 } }'
+}
+
 # ZeRO-2 and 3 keep the embedding unit's gradient only while it back-propagates:
 # the head's gradient of wte waits for it (zero.h: tied_dwte); stage 3 gathers
 # the embedding unit for the head too (tied_gathered).
@@ -120,9 +128,7 @@ assert_norms_match() {
     done
     mpirun_np 2 "$TRAIN03" $FLAGS --mp layer --stop-after 2 --save "$d/ck" --out "$d/first" >/dev/null
     "$TRAIN01" $FLAGS --resume "$d/ck" --out "$d/one" >/dev/null
-    run paste -d, <(csv_column "$REF/steps.csv" loss | tail -2) <(csv_column "$d/one/steps.csv" loss)
-    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" 2
-    echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-5) { print; exit 1 } }'
+    assert_resumed_match "$REF" "$d/one" 1e-5
 }
 
 # Interleaved stages hold several chunks; the last stage's copy of the
@@ -143,9 +149,7 @@ assert_norms_match() {
     assert_norms_match "$d/01-bf16" "$d/vbf16" 1e-3
     mpirun_np 2 "$TRAIN04" $FLAGS $v --stop-after 2 --save "$d/ck" --out "$d/first" >/dev/null
     "$TRAIN01" $FLAGS --resume "$d/ck" --out "$d/one" >/dev/null
-    run paste -d, <(csv_column "$REF/steps.csv" loss | tail -2) <(csv_column "$d/one/steps.csv" loss)
-    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" 2
-    echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-5) { print; exit 1 } }'
+    assert_resumed_match "$REF" "$d/one" 1e-5
 }
 
 @test "tied embeddings: 04 on 3 stages, and on 2 stages x 2 replicas (naive all-reduce), give 01's losses" {
@@ -198,9 +202,7 @@ refused() {
     for p in bf16 fp16; do
         "$TRAIN01" $FLAGS --precision $p --out "$d/01-$p" >/dev/null
         assert_losses_within "$REF" "$d/01-$p" 4 1e-2
-        paste -d, <(csv_column "$REF/steps.csv" grad_norm) <(csv_column "$d/01-$p/steps.csv" grad_norm) |
-            awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-2) { print "norm, step " NR ": " $0; bad = 1 } }
-                     END { exit bad || NR != 4 }'
+        assert_norms_match "$REF" "$d/01-$p" 1e-2
     done
     mpirun_np 2 "$TRAIN02" $FLAGS --precision fp16 --out "$d/02" >/dev/null
     assert_losses_within "$d/01-fp16" "$d/02" 4 1e-2
@@ -218,9 +220,7 @@ refused() {
     local run_dir
     for run_dir in "$d/01-bf16,$d/05z2" "$d/01-fp16,$d/05z3" "$d/01-bf16,$d/06off"; do
         assert_losses_within "${run_dir%,*}" "${run_dir#*,}" 4 1e-2
-        paste -d, <(csv_column "${run_dir%,*}/steps.csv" grad_norm) <(csv_column "${run_dir#*,}/steps.csv" grad_norm) |
-            awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-2) { print "norm, step " NR ": " $0; bad = 1 } }
-                     END { exit bad || NR != 4 }'
+        assert_norms_match "${run_dir%,*}" "${run_dir#*,}" 1e-2
     done
 }
 
@@ -233,9 +233,7 @@ refused() {
     mpirun_np 2 "$TRAIN06" $FLAGS --offload --stop-after 2 --save "$d/ckoff" --out "$d/firstoff" >/dev/null
     "$TRAIN01" $FLAGS --resume "$d/ckoff" --out "$d/oneoff" >/dev/null
     for run_dir in "$d/one3" "$d/one2" "$d/oneoff"; do
-        run paste -d, <(csv_column "$REF/steps.csv" loss | tail -2) <(csv_column "$run_dir/steps.csv" loss)
-        assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" 2
-        echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-5) { print; exit 1 } }'
+        assert_resumed_match "$REF" "$run_dir" 1e-5
     done
 }
 
@@ -259,9 +257,7 @@ refused() {
     # a checkpoint of the 2 stages in bf16 resumes in 01 with its losses
     mpirun_np 2 "$TRAIN04" $FLAGS --pp 2 --precision bf16 --stop-after 2 --save "$d/ck" --out "$d/first" >/dev/null
     "$TRAIN01" $FLAGS --precision bf16 --resume "$d/ck" --out "$d/one" >/dev/null
-    run paste -d, <(csv_column "$d/01-bf16/steps.csv" loss | tail -2) <(csv_column "$d/one/steps.csv" loss)
-    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" 2
-    echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) { print; exit 1 } }'
+    assert_resumed_match "$d/01-bf16" "$d/one" 1e-4
 }
 
 @test "a tied checkpoint of 04's 2 stages (tp 1 and 2) resumes in 01, and 01's in 04's 2 stages, with 01's losses" {
@@ -275,9 +271,7 @@ refused() {
     mpirun_np 2 "$TRAIN04" $FLAGS --pp 2 --resume "$d/ck01" --out "$d/two" >/dev/null
     mpirun_np 4 "$TRAIN04" $FLAGS --pp 2 --tp 2 --resume "$d/ck01" --out "$d/two_tp" >/dev/null
     for run_dir in "$d/one" "$d/one_tp" "$d/two" "$d/two_tp"; do
-        run paste -d, <(csv_column "$REF/steps.csv" loss | tail -2) <(csv_column "$run_dir/steps.csv" loss)
-        assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" 2
-        echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-5) { print; exit 1 } }'
+        assert_resumed_match "$REF" "$run_dir" 1e-5
     done
 }
 
@@ -288,9 +282,7 @@ refused() {
     run "$REPO/common/ckpt" "$d/tied"
     assert_line --regexp "^model       layers 4, dmodel 64, heads 4, seq 64, vocab 256, tied embeddings: "
     mpirun_np 2 "$TRAIN02" $FLAGS --resume "$d/tied" --out "$d/resumed" >/dev/null
-    run paste -d, <(csv_column "$REF/steps.csv" loss | tail -2) <(csv_column "$d/resumed/steps.csv" loss)
-    assert_equal "$(echo "$output" | grep -c '[0-9],[0-9]')" 2
-    echo "$output" | awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-5) exit 1 }'
+    assert_resumed_match "$REF" "$d/resumed" 1e-5
     run --separate-stderr "$TRAIN01" ${FLAGS/--tie-embeddings/} --resume "$d/tied" --out "$d/o"
     assert_equal "$status" 2
     assert_equal "$stderr" "error: --resume $d/tied: written with tied embeddings; this run lacks --tie-embeddings (valid: the same as the run that wrote it)"

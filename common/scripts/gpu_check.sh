@@ -49,7 +49,12 @@
 #                which NCCL refuses, so they use --comm mpi (host-staged), or NCCL when there is a GPU
 #                per rank. Proves the mixed precision, the staged transport and every layout on CUDA.
 #                Also 03 --cp 2 (ring attention's CUDA block kernels) against 01 on CUDA, each block
-#                exchanged after its computation (CUDA's transports cannot post sends yet, comm.h).
+#                exchanged after its computation (CUDA's transports cannot post sends yet, comm.h),
+#                03 --cp 2 --cp-mode ulysses (the all-to-all and its strided device copies), and 06
+#                --offload-activations (block inputs to pinned host memory and back on the copy stream).
+#   tied         --tie-embeddings (the head reads wte): 01 tied on CUDA against 01 tied on the CPU, then
+#                04 (the first and last stages sum the tied gradient), 05 ZeRO-3 and 06 offload, tied,
+#                against 01 tied on CUDA, in each precision.
 #   nccl         --comm nccl at world size 1 (NCCL allows one rank per GPU): 05 stage 2 and stage 3
 #                with prefetch, whose reduce-scatters and all-gathers go through NCCL on the
 #                communication stream (stage 3's from the communication thread) in fp32, bf16
@@ -100,7 +105,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 
-PART1="parity overlap chapters nccl offload checkpoints hostadam"
+PART1="parity overlap chapters tied nccl offload checkpoints hostadam"
 PART2="capacity bench offloadbench calibrate"
 
 usage() {
@@ -361,22 +366,27 @@ compare() {
     verdict "$result" "$(echo "$said" | tail -1)$([[ $result == FAIL ]] && echo "; $(echo "$said" | head -1)")"
 }
 
-# reference PRECISION: 01's run on the device in PRECISION (made once): the
-# losses every chapter of that precision is compared with. Sets ref.
+# reference PRECISION: 01's run on the device in PRECISION (made once), with
+# ref_flags (a model flag such as --tie-embeddings, empty for most checks): the
+# losses every chapter of that precision and model is compared with. Sets ref
+# and ref_key.
 declare -A made_reference=()
+ref_flags=()
 reference() {
-    ref="$work/ref/01-$DEVICE-$1"
-    [[ -n ${made_reference[$1]:-} ]] && return 0
-    made_reference[$1]=1
+    ref_key="$1$(printf '%s' "${ref_flags[@]}" | tr -c 'a-z0-9' '-')"
+    ref="$work/ref/01-$DEVICE-$ref_key"
+    [[ -n ${made_reference[$ref_key]:-} ]] && return 0
+    made_reference[$ref_key]=1
     # shellcheck disable=SC2086 # REF_EXTRA: several words
-    train 1 01_single_gpu --device "$DEVICE" "${MODEL[@]}" --steps "$STEPS" --precision "$1" $REF_EXTRA --out "$ref"
+    train 1 01_single_gpu --device "$DEVICE" "${MODEL[@]}" --steps "$STEPS" --precision "$1" "${ref_flags[@]}" $REF_EXTRA \
+        --out "$ref"
     if dry; then
         echo "    (reference) \$ $(show "${cmd[@]}")"
         return 0
     fi
     mkdir -p "$(dirname "$ref")"
     timeout --kill-after=10 "$step_limit" "${cmd[@]}" >"$ref.log" 2>&1 || {
-        made_reference[$1]=failed
+        made_reference[$ref_key]=failed
         echo "gpu-check: the reference run failed: $(show "${cmd[@]}"); see $ref.log" >&2
     }
 }
@@ -387,13 +397,13 @@ layout_check() {
     shift 5
     begin "$name-$precision" "$program on $ranks rank(s), --comm $comm, $precision, against 01 on $DEVICE"
     reference "$precision"
-    if ! dry && [[ ${made_reference[$precision]} == failed ]]; then
+    if ! dry && [[ ${made_reference[$ref_key]} == failed ]]; then
         verdict FAIL "01's reference run in $precision failed: $(tail -n 1 "$ref.log" | cut -c1-200) (all of it in $ref.log)"
         return
     fi
     local out="$work/$check_group/$name-$precision"
     train "$ranks" "$program" --device "$DEVICE" "${MODEL[@]}" --steps "$STEPS" --precision "$precision" \
-        --comm "$comm" "$@" --out "$out"
+        "${ref_flags[@]}" --comm "$comm" "$@" --out "$out"
     step "${cmd[@]}" || return 0
     if [[ $check_group == nccl ]] && ! dry && ! grep -q "comm nccl" "$work/logs/$check_name.log"; then
         verdict FAIL "the run's first line does not say 'comm nccl'"
@@ -466,18 +476,26 @@ LAYOUTS=(
     "05-zero3-prefetch 4 05_zero --zero 3 --prefetch 1"
     "06-offload 1 06_offload --offload"
     "06-offload-pp2-dp2 4 06_offload --offload --pp 2 --dp 2 --micro 2"
+    "06-offload-activations 1 06_offload --offload --recompute --offload-activations"
 )
 
 group_chapters() {
-    local precision line name ranks program flags
+    local precision
     for precision in $PRECISIONS; do
-        [[ $DEVICE == cuda ]] && chapter01_on_cpu "$precision"
-        for line in "${LAYOUTS[@]}"; do
-            read -r name ranks program flags <<<"$line"
-            # shellcheck disable=SC2086 # flags: several words
-            layout_check "$name" "$ranks" "$(comm_for "$ranks")" "$program" "$precision" $flags
-        done
+        layouts_against_01 "$precision" "${LAYOUTS[@]}"
         context_parallel_check "$precision"
+    done
+}
+# layouts_against_01 PRECISION LINE...: 01 on the CPU against the device (on a
+# GPU), then each line's layout ("name ranks program flags") against 01.
+layouts_against_01() {
+    local precision="$1" line name ranks program flags
+    shift
+    [[ $DEVICE == cuda ]] && chapter01_on_cpu "$precision"
+    for line in "$@"; do
+        read -r name ranks program flags <<<"$line"
+        # shellcheck disable=SC2086 # flags: several words
+        layout_check "$name" "$ranks" "$(comm_for "$ranks")" "$program" "$precision" $flags
     done
 }
 # 03 --cp 2 (ring attention: kernels.h's block forward, merge and block
@@ -486,14 +504,33 @@ group_chapters() {
 # computation (--cp-send auto chooses blocking there).
 context_parallel_check() { # PRECISION
     layout_check 03-cp2 2 "$(comm_for 2)" 03_model_parallel "$1" --cp 2
+    layout_check 03-ulysses-cp2 2 "$(comm_for 2)" 03_model_parallel "$1" --cp 2 --cp-mode ulysses
 }
 chapter01_on_cpu() { # PRECISION
-    begin "01-cpu-$1" "01 on the CPU against 01 on CUDA, $1"
+    begin "01-cpu-$1" "01 on the CPU against 01 on CUDA, $1 ${ref_flags[*]}"
     reference "$1"
-    local out="$work/chapters/01-cpu-$1"
-    train 1 01_single_gpu --device cpu "${MODEL[@]}" --steps "$STEPS" --precision "$1" --out "$out"
+    local out="$work/$check_group/01-cpu-$1"
+    train 1 01_single_gpu --device cpu "${MODEL[@]}" --steps "$STEPS" --precision "$1" "${ref_flags[@]}" --out "$out"
     step "${cmd[@]}" || return 0
     compare "01-cpu" 01_single_gpu 1 - "$1" "$ref" "$out" "$(tolerance "$1")" "$STEPS"
+}
+
+# The tied embedding (--tie-embeddings: the head reads wte): 01 tied on CUDA
+# against 01 tied on the CPU, then the layouts that share or shard the tied
+# matrix against 01 tied on CUDA: the first and last pipeline stages summing its
+# gradient (04), ZeRO counting it once (05), the offloaded optimizer (06).
+TIED_LAYOUTS=(
+    "04-tied-1f1b-pp2-dp2 4 04_pipeline --schedule 1f1b --pp 2 --dp 2 --micro 2"
+    "05-tied-zero3 4 05_zero --zero 3 --prefetch 1"
+    "06-tied-offload 1 06_offload --offload"
+)
+group_tied() {
+    local precision
+    ref_flags=(--tie-embeddings)
+    for precision in $PRECISIONS; do
+        layouts_against_01 "$precision" "${TIED_LAYOUTS[@]}"
+    done
+    ref_flags=()
 }
 
 group_nccl() {

@@ -178,6 +178,19 @@ losses_csv() { # FILE N FACTOR [FIRST_STEP]
     assert_equal "$(tail -n +2 "${report%.md}.losses.csv" | wc -l)" 3
 }
 
+@test "the tied group compares each tied layout with 01 tied, not with the untied reference (rehearsed on the CPU)" {
+    GPU_CHECK_DEVICE=cpu GPU_CHECK_ONLY=chapters,tied GPU_CHECK_PRECISIONS=fp32 GPU_CHECK_STEPS=4 \
+        GPU_CHECK_RESULTS="$(scratch)/results" GPU_CHECK_WORK="$(scratch)/work" run "$CHECK"
+    assert_success
+    assert_output --partial "PASS tied/04-tied-1f1b-pp2-dp2-fp32: 4 steps"
+    assert_output --partial "PASS tied/06-tied-offload-fp32: 4 steps"
+    assert_output --partial "17 passed, 0 failed, 0 skipped"
+    # two references: 01 untied for the chapters, 01 tied for the tied group
+    run ls "$(scratch)/work/ref"
+    assert_line "01-cpu-fp32"
+    assert_line "01-cpu-fp32--tie-embeddings"
+}
+
 @test "a rehearsal whose reference losses differ (01 on another seed) fails those checks, exit 1, FAIL in the report" {
     GPU_CHECK_DEVICE=cpu GPU_CHECK_ONLY=chapters GPU_CHECK_PRECISIONS=fp32 GPU_CHECK_STEPS=4 \
         GPU_CHECK_REF_EXTRA="--seed 7" GPU_CHECK_RESULTS="$(scratch)/results" GPU_CHECK_WORK="$(scratch)/work" \
@@ -185,9 +198,10 @@ losses_csv() { # FILE N FACTOR [FIRST_STEP]
     assert_failure 1
     assert_output --partial "FAIL chapters/02-flat-fp32: 4 steps, worst relative difference"
     assert_output --partial "FAIL chapters/03-cp2-fp32: 4 steps, worst relative difference"
-    assert_output --partial "0 passed, 12 failed, 0 skipped"
+    assert_output --partial "FAIL chapters/03-ulysses-cp2-fp32: 4 steps, worst relative difference"
+    assert_output --partial "0 passed, 14 failed, 0 skipped"
     run grep -c '| FAIL |' "$(ls "$(scratch)"/results/gpu-check-cpu-rehearsal-*.md)"
-    assert_output 12
+    assert_output 14
 }
 
 @test "the calibrate check writes the machine file the planner reads beside the report (rehearsed on the CPU, --quick)" {

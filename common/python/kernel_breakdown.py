@@ -32,7 +32,8 @@ evaluation are included, so use enough steps). Kernel-mode symbols count as
 
 Categories, from the kernel's name: matmul (cuBLAS/CUTLASS GEMMs), attention
 (fused attention, or the softmax and head copies of the unfused one), norm
-(layernorm forward and backward), elementwise (GELU, residual, bias and its gradient's
+(layernorm forward and backward), cast (the course's conversions between fp32
+and bf16/fp16 around its 16-bit matmuls), elementwise (GELU, residual, bias and its gradient's
 column sums, fills, copies), optimizer (AdamW, gradient norm), loss (cross-entropy), embedding,
 and other. The names differ between the course and PyTorch, so the patterns
 list both.
@@ -47,7 +48,8 @@ from tool import check_output_file, file_starts_with, is_matplotlib_png, read_cs
 CATEGORY_PATTERNS = [
     ("attention", r"attention|fmha|flash|causal_softmax|softmax_row|softmax_backward_row|split_qkv|split_heads|"
                   r"merge_heads|merge_qkv"),
-    ("matmul", r"gemm|xmma|cutlass|splitkreduce|cublas"),
+    ("matmul", r"gemm|xmma|cutlass|splitkreduce|cublas|nvjet"),  # nvjet_*: cuBLAS's own kernels on Hopper
+    ("cast", r"cast_to_half|cast_from_half"),  # the course's fp32 <-> bf16/fp16 conversions
     ("norm", r"layernorm|layer_norm|gammabeta"),
     ("optimizer", r"adam|sum_squares|multi_tensor_apply|lpnorm"),
     ("loss", r"crossentropy|cross_entropy|log_softmax|softmax_warp|nll_loss"),
@@ -58,7 +60,7 @@ CATEGORY_PATTERNS = [
                     r"elementwise|copy|cat|add|mul|reduce_kernel"),
 ]
 CATEGORIES = [c for c, _ in CATEGORY_PATTERNS] + ["other"]
-COLOURS = {"matmul": "#4c72b0", "attention": "#c44e52", "norm": "#55a868", "elementwise": "#dd8452",
+COLOURS = {"matmul": "#4c72b0", "cast": "#64b5cd", "attention": "#c44e52", "norm": "#55a868", "elementwise": "#dd8452",
            "optimizer": "#8172b3", "loss": "#937860", "embedding": "#da8bc3", "other": "#8c8c8c"}
 
 

@@ -22,15 +22,17 @@ quotes_refuse() {
 "1","1","train","h","void attention_dkdv_kernel<64, 1>(float *, int)","1","7","(128, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","2500"
 "2","1","train","h","sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8","1","7","(128, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","us","499.5"
 "3","1","train","h","layernorm_forward_kernel(float *, int)","1","7","(256, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ms","0.25"
+"5","1","train","h","nvjet_sm90_tss_192x128_64x5_1x2_h_badd_coopB_NNT","1","7","(384, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","us","4"
+"6","1","train","h","cast_to_half_kernel(unsigned short *, const float *, unsigned long, HalfFormat)","1","7","(256, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","us","5"
 "4","1","train","h","mystery_kernel(int)","1","7","(256, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","us","3"
 EOF
     run python3 "$REPO/common/python/kernel_breakdown.py" ncu "$dir/ncu.csv" after "$dir/after.csv"
     assert_success
-    assert_output --partial "1.76 ms of kernels in one step" # 1000.5 + 2.5 + 499.5 + 250 + 3 us
+    assert_output --partial "1.76 ms of kernels in one step" # 1000.5 + 2.5 + 499.5 + 250 + 3 + 4 + 5 us
     assert_equal "$(head -1 "$dir/after.csv")" "label,category,kernel,calls,time_us"
     # the two GEMM launches are one row: 2 calls, 1000.5 + 499.5 us
     run grep -c "" "$dir/after.csv"
-    assert_output 5
+    assert_output 7
     assert_equal "$(sed -n 2p "$dir/after.csv")" \
         "after,matmul,sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8,2,1500.000"
     run grep -E '^after,attention,void attention_dkdv_kernel<64; 1>\(float \*; int\),1,2.500$' "$dir/after.csv"
@@ -38,6 +40,11 @@ EOF
     run grep -E '^after,norm,layernorm_forward_kernel\(float \*; int\),1,250.000$' "$dir/after.csv"
     assert_success
     run grep -E '^after,other,mystery_kernel\(int\),1,3.000$' "$dir/after.csv"
+    assert_success
+    # Hopper's cuBLAS names its GEMMs nvjet_*; the course's precision casts are a kind of their own
+    run grep -E '^after,matmul,nvjet_sm90_tss_192x128_64x5_1x2_h_badd_coopB_NNT,1,4.000$' "$dir/after.csv"
+    assert_success
+    run grep -E '^after,cast,cast_to_half_kernel\(unsigned short \*; const float \*; unsigned long; HalfFormat\),1,5.000$' "$dir/after.csv"
     assert_success
 
     run "$(plot_python)" "$REPO/common/python/kernel_breakdown.py" plot "$dir/breakdown.png" "$dir/after.csv" "$dir/after.csv"

@@ -334,6 +334,43 @@ static void attention_backward_on(const Shape *s, Check *check) {
     compare_added(check, "dqkv", dqkv0, dqkv, g_dqkv, qkv_n);
 }
 
+/* A 16-bit run (device_set_mixed_precision): CUDA's attention multiplies
+ * with one TF32 product, against the CPU's fp32 within TF32's rounding
+ * (MIXED_ATTENTION_TOLERANCE). That it took the TF32 path, not strict fp32's,
+ * shows in its bits: they differ from the strict run's on the same inputs. */
+#define MIXED_ATTENTION_TOLERANCE 1e-2
+static void attention_mixed_on(const Shape *s, Check *check, int backward) {
+    device_set_mixed_precision(1);
+    if (backward)
+        attention_backward_on(s, check);
+    else
+        attention_forward_on(s, check);
+    device_set_mixed_precision(0);
+}
+static void test_attention_mixed(const Shape *s, Check *check) {
+    attention_mixed_on(s, check, 0);
+    attention_mixed_on(s, check, 1);
+    if (s != &shapes[0]) return;
+    const Shape *big = &attention_shapes[4]; /* hs 64, four tiles */
+    int B = big->B, T = big->T, C = big->C, NH = big->NH;
+    size_t qkv_n = (size_t)B * T * 3 * C, out_n = (size_t)B * T * C, lse_n = (size_t)B * NH * T;
+    float *g_qkv = gpu_copy(random_floats(qkv_n, -2, 2), qkv_n);
+    float *g_out[2], *g_lse = gpu_copy(random_floats(lse_n, -9, 9), lse_n);
+    float *out[2];
+    for (int mixed = 0; mixed < 2; mixed++) {
+        g_out[mixed] = gpu_copy(random_floats(out_n, -9, 9), out_n);
+        device_set_mixed_precision(mixed);
+        kernels_cuda.attention_forward(g_out[mixed], g_lse, g_qkv, B, T, C, NH);
+        out[mixed] = host_alloc(out_n * sizeof(float));
+        copy_to_host(out[mixed], g_out[mixed], out_n * sizeof(float));
+    }
+    device_set_mixed_precision(0);
+    if (memcmp(out[0], out[1], out_n * sizeof(float)) == 0) {
+        check->worst = INFINITY; /* fails: the 16-bit run computed strict fp32's bits */
+        check->where = "out equal to strict fp32's (the TF32 path was not taken)";
+    }
+}
+
 /* The common shape, then (with the first common shape only, so each runs
  * once) every attention shape. */
 static void test_attention_forward(const Shape *s, Check *check) {
@@ -820,6 +857,7 @@ static const ParityTest parity_tests[] = {
     {"linear_half", test_linear_half, TOLERANCE},
     {"attention_forward", test_attention_forward, TOLERANCE},
     {"attention_backward", test_attention_backward, TOLERANCE},
+    {"attention_mixed", test_attention_mixed, MIXED_ATTENTION_TOLERANCE},
     {"attention_block_forward", test_attention_block_forward, TOLERANCE},
     {"attention_merge", test_attention_merge, TOLERANCE},
     {"attention_block_backward", test_attention_block_backward, TOLERANCE},

@@ -11,6 +11,7 @@
  *     execute in the order they are issued; other streams (communication,
  *     copies) are ordered against it by events only;
  *   - cuda_tf32_enabled(): whether COURSE_TF32=1 allowed TF32 matmuls.
+ *   - cuda_attention_tf32(): whether the fused attention uses one TF32 product.
  * Nothing is launched on the legacy default stream: the three streams are
  * non-blocking, and a launch without a stream (<<<grid, block>>>) would run
  * unordered with respect to them. */
@@ -45,5 +46,8 @@ extern cudaStream_t compute_stream;
  * TF32 (cuBLAS's TF32 math mode, and one TF32 product in attention instead
  * of the fp32-accurate three). */
 bool cuda_tf32_enabled(void);
+/* Whether the fused attention multiplies with one TF32 product: COURSE_TF32=1,
+ * or a 16-bit run (device_set_mixed_precision) unless COURSE_TF32=0. */
+bool cuda_attention_tf32(void);
 
 #endif

@@ -22,6 +22,8 @@ void cuda_profiler(int on);
 /* Destroy the cuBLAS handle (and its workspace), at the end of a run. The
  * streams live as long as the process, as the CUDA context does. */
 void cuda_shutdown(void);
+/* device_set_mixed_precision (device.h): TF32 attention in 16-bit runs. */
+void cuda_set_mixed_precision(int mixed);
 /* Make `device` current for the calling thread (no cuBLAS handle). */
 void cuda_bind_thread(int device);
 /* cudaMalloc + zero fill (finished on return); NULL when the GPU is out of memory. */

@@ -186,6 +186,13 @@ void device_bind_thread(void) {
     if (active_backend == BACKEND_CUDA) cuda_bind_thread(active_gpu);
 #endif
 }
+void device_set_mixed_precision(int mixed) {
+#ifdef USE_CUDA
+    if (active_backend == BACKEND_CUDA) cuda_set_mixed_precision(mixed);
+#else
+    (void)mixed;
+#endif
+}
 const char *device_name(void) {
     return active_name;
 }

@@ -68,6 +68,13 @@ void device_on_shutdown(void (*release)(void));
  * current device per host thread); a thread that touches device buffers
  * calls this first. No-op on the CPU. */
 void device_bind_thread(void);
+/* The run keeps 16-bit matmul inputs (--precision bf16/fp16; the harness says
+ * so after device_init). On CUDA the fused attention then multiplies with one
+ * TF32 product (10 mantissa bits, more than bf16's 7 that its inputs already
+ * carry) instead of strict fp32's three, as PyTorch's autocast runs attention
+ * in 16 bits; COURSE_TF32=0 keeps it strict. No-op on the CPU, whose kernels
+ * compute in fp32 either way. */
+void device_set_mixed_precision(int mixed);
 const char *device_name(void);   /* "cpu" or e.g. "cuda:NVIDIA H100 80GB HBM3" */
 int device_cuda_available(void); /* built with CUDA and a GPU is visible */
 

@@ -21,9 +21,17 @@ cudaStream_t compute_stream = NULL;
 /* STREAM_COMPUTE, STREAM_COMM, STREAM_COPY (device.h); [0] is compute_stream. */
 static cudaStream_t streams[STREAM_COUNT];
 static bool tf32_enabled = false;
+static bool tf32_refused = false; /* COURSE_TF32=0: strict fp32 everywhere */
+static bool mixed_precision = false;
 
 bool cuda_tf32_enabled(void) {
     return tf32_enabled;
+}
+bool cuda_attention_tf32(void) {
+    return tf32_enabled || (mixed_precision && !tf32_refused);
+}
+extern "C" void cuda_set_mixed_precision(int mixed) {
+    mixed_precision = mixed != 0;
 }
 
 extern "C" int cuda_device_count(void) {
@@ -63,6 +71,7 @@ extern "C" void cuda_select_device(int device, char *name, size_t name_len) {
      * with COURSE_TF32=1 when speed matters more than parity. */
     const char *tf32 = getenv("COURSE_TF32");
     tf32_enabled = tf32 && strcmp(tf32, "1") == 0;
+    tf32_refused = tf32 && strcmp(tf32, "0") == 0;
     cublas_check(
         cublasSetMathMode(cublas_handle, tf32_enabled ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 }

@@ -31,7 +31,9 @@
  * a*b ~ big(a)*big(b) + big(a)*small(b) + small(a)*big(b), where big(x) is x
  * rounded to TF32 and small(x) = x - big(x) (the "3xTF32" split; the dropped
  * small*small term is ~2^-22 relative). With COURSE_TF32=1, as for cuBLAS,
- * one plain TF32 product is used.
+ * and in a 16-bit run (--precision bf16/fp16, whose matmul inputs carry 7 or
+ * 10 mantissa bits anyway; COURSE_TF32=0 refuses), one plain TF32 product is
+ * used: cuda_attention_tf32().
  *
  * Layout. q, k and v are read in place from qkv (B,T,3C) (row stride 3C) and
  * out, dqkv written in place: no transposes, no (B,NH,T,hs) copies. A tile in
@@ -759,10 +761,11 @@ static void backward_tiled(float *dqkv, const float *dout, const float *qkv, con
     cuda_check(cudaGetLastError());
 }
 
-/* Strict fp32 (3xTF32) unless COURSE_TF32=1 allows plain TF32, as for cuBLAS. */
+/* Strict fp32 (3xTF32) unless COURSE_TF32=1 allows plain TF32, as for cuBLAS,
+ * or the run is a 16-bit one (cuda_attention_tf32). */
 template <int HSP>
 static void forward_at(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, float scale) {
-    if (cuda_tf32_enabled())
+    if (cuda_attention_tf32())
         forward_tiled<HSP, false>(out, lse, qkv, B, T, C, NH, scale);
     else
         forward_tiled<HSP, true>(out, lse, qkv, B, T, C, NH, scale);
@@ -770,7 +773,7 @@ static void forward_at(float *out, float *lse, const float *qkv, int B, int T, i
 template <int HSP>
 static void backward_at(float *dqkv, const float *dout, const float *qkv, const float *lse,
                         const float *delta, int B, int T, int C, int NH, float scale) {
-    if (cuda_tf32_enabled())
+    if (cuda_attention_tf32())
         backward_tiled<HSP, false>(dqkv, dout, qkv, lse, delta, B, T, C, NH, scale);
     else
         backward_tiled<HSP, true>(dqkv, dout, qkv, lse, delta, B, T, C, NH, scale);

@@ -109,6 +109,7 @@ void run_prepare(Run *run) {
     device_set_dry(cfg->dry_run); /* device.h: "The dry run" */
     device_init(cfg->device, run->local_rank); /* a dry run: the CPU backend, whatever the choice */
     device_set_limit(cfg->device_mem_limit);
+    device_set_mixed_precision(cfg->precision != PRECISION_FP32); /* CUDA: TF32 attention in 16 bits */
     run->across->device_ready(run);
     data_load(&run->data, cfg->data, cfg->model.seq);
     if (run_writes_files(run)) {

@@ -64,6 +64,12 @@ load ../helpers
     assert_success
 }
 
+@test "attention in a 16-bit run on CUDA (one TF32 product) matches the CPU within 1e-2, and is not strict fp32's" {
+    require_gpu
+    run "$BUILD/tests/test_parity" attention_mixed
+    assert_success
+}
+
 @test "ring attention's block forward (on and off the diagonal) on CUDA matches the CPU" {
     require_gpu
     run "$BUILD/tests/test_parity" attention_block_forward

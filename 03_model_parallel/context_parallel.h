@@ -46,6 +46,7 @@
 
 #include "common/comm/comm.h" /* collectives and messages between ranks */
 #include "common/model/model.h" /* GPT, its forward and backward */
+#include "common/run/config.h" /* Config and the flag tables */
 #include "common/run/timeline.h" /* timeline.csv for the Gantt charts */
 
 #include <stddef.h>
@@ -62,6 +63,9 @@ int context_parallel_chunk(int rank, int N, int half, int zigzag);
 void context_parallel_describe(char *text, size_t size, int N, int zigzag);
 /* Why sequences of T tokens cannot be split over N ranks; NULL when they can. */
 const char *context_parallel_problem(int T, int N);
+/* Refuses (exit 2, one line) a flag that shapes context parallelism (--cp-order,
+ * --cp-send, --cp-mode, --alltoall) given with --cp 1, where it would do nothing. */
+void context_parallel_check_given(const Config *cfg, int cp);
 
 typedef struct {
     CommGroup *group; /* the cp ranks sharing these sequences (grid.h) */

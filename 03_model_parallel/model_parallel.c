@@ -77,6 +77,7 @@ void model_parallel_check_flags(const Config *cfg, const ModelParallelFlags *f) 
               "a job of %d rank%s cannot hold --dp %d x --cp %d (valid: world = dp x cp x model-parallel "
               "ranks)",
               ranks, ranks == 1 ? "" : "s", dp, cp);
+    context_parallel_check_given(cfg, cp);
     if (cp > 1) {
         const char *problem = context_parallel_problem(cfg->model.seq, cp);
         if (problem) fatal(EXIT_USAGE, "%s", problem);

@@ -84,6 +84,7 @@ void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const Mo
             "pp x %stp x dp)",
             model->ranks, model->ranks == 1 ? "" : "s", P, P == 1 ? "" : "s", cp, T, D,
             (P < 1 ? 1 : P) * C * T * D, C > 1 ? "cp x " : "");
+    context_parallel_check_given(cfg, C);
     const char *split = C > 1 ? context_parallel_problem(cfg->model.seq, C) : NULL;
     if (split) fatal(EXIT_USAGE, "%s", split);
     ulysses_check_flags(&cfg->model, C, T, model->cp_mode, flag_given(cfg, "--alltoall"),

@@ -263,6 +263,16 @@ refused() {
         --cp 2 --dp 2 --alltoall library
 }
 
+@test "the flags that shape context parallelism are refused with --cp 1, where they would do nothing (03-06)" {
+    refused 1 "$TRAIN03" "--cp-mode shapes context parallelism, which --cp 1 does not use (valid: with --cp 2 or more)" \
+        --cp-mode ulysses
+    refused 2 "$TRAIN03" "--cp-order shapes context parallelism, which --cp 1 does not use" --dp 2 --cp-order contiguous
+    refused 1 "$REPO/04_pipeline/train" "--cp-send shapes context parallelism, which --cp 1 does not use" --cp-send blocking
+    refused 1 "$REPO/05_zero/train" "--alltoall shapes context parallelism, which --cp 1 does not use" --alltoall pairwise
+    refused 1 "$REPO/06_offload/train" "--cp-order shapes context parallelism, which --cp 1 does not use" \
+        --offload --cp-order zigzag
+}
+
 @test "sequence parallelism on 2 and 4 tensor-parallel ranks matches single-device losses, norms and sample" {
     for tp in 2 4; do
         assert_losses_match "$BATS_FILE_TMPDIR/ref" "$BATS_FILE_TMPDIR/sp$tp" 4

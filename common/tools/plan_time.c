@@ -120,22 +120,3 @@ void plan_time_work(const Config *cfg, const PlanLayout *l, const PlanTraffic *t
 
     for (int p = 0; p < PART_COUNT; p++) out->step_s += out->exposed_s[p];
 }
-
-void plan_time_slowest(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
-                       PlanTime *out) {
-    plan_time_slowest_work(cfg, l, t, m, NULL, out);
-}
-
-void plan_time_slowest_work(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
-                            const PlanWork *work, PlanTime *out) {
-    int ranks = plan_replica_ranks(l), pp = l->pp > 1 ? l->pp : 1, per_stage = ranks / pp;
-    PlanWork *stages = xcalloc(pp, sizeof *stages);
-    for (int r = 0; r < ranks; r++) {
-        /* grid.h's order: tp fastest, then cp, then pp; the stages of rank r hold its tp and cp place */
-        for (int s = 0; work && s < pp; s++) stages[s] = work[s * per_stage + r % per_stage];
-        PlanTime mine;
-        plan_time_work(cfg, l, &t[r], m, work ? &work[r] : NULL, work ? stages : NULL, &mine);
-        if (r == 0 || mine.step_s > out->step_s) *out = mine;
-    }
-    free(stages);
-}

@@ -100,12 +100,5 @@ void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, con
  * (NULL without stages), or work NULL for the formulas. */
 void plan_time_work(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
                     const PlanWork *work, const PlanWork *stages, PlanTime *out);
-/* The slowest of a replica's pp x cp x tp ranks, t[r] each rank's traffic: the step every rank waits for. */
-void plan_time_slowest(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
-                       PlanTime *out);
-/* The same from the dry runs: work[r] the pieces of replica rank r (grid.h's order, as t: tp
- * fastest, then cp, then pp), or NULL for the formulas. */
-void plan_time_slowest_work(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
-                            const PlanWork *work, PlanTime *out);
 
 #endif

@@ -12,6 +12,16 @@ from tool import Refusal, median
 GRID_AXES = ("dp", "pp", "cp", "tp")
 
 
+def pipeline_runs_only(groups):
+    """Refuses (one line) a run whose run.csv has no measured bubble: --sweep and --bubbles read a
+    pipeline's schedule, micro-batches and bubble, which another chapter's run does not have."""
+    for runs in groups.values():
+        for run in runs:
+            if not run["run"][0].get("schedule") or not run["run"][0].get("bubble_measured"):
+                raise Refusal(f"{run['dir']}/run.csv has no schedule and bubble_measured: not a pipeline run "
+                              "(valid: runs of chapter 04, or 05-06 with --pp)")
+
+
 def plot_grid(groups, out):
     """Per configuration: memory per rank by category, and the bytes per step of each grid axis."""
     names = []
@@ -50,6 +60,7 @@ def plot_sweep(groups, out):
     by their fastest repeat: background load only ever adds time, so the
     minimum over repeats is the least disturbed estimate (every repeat is drawn
     as a dot, so the noise stays visible)."""
+    pipeline_runs_only(groups)
     lines = OrderedDict()  # schedule -> {micro: [(median_step_ms, bubble_measured, bubble_theory) per repeat]}
     for runs in groups.values():
         for run in runs:
@@ -94,6 +105,7 @@ def plot_sweep(groups, out):
 
 def plot_bubbles(groups, out):
     """The measured bubble of each configuration against its schedule's formula."""
+    pipeline_runs_only(groups)
     labels, measured, formula, at_times, replays = [], [], [], [], []
     for label, runs in groups.items():
         rows = [r["run"][0] for r in runs]
@@ -109,8 +121,9 @@ def plot_bubbles(groups, out):
         at_times.append(timed)
         replays.append(replayed)
         extra = f", {timed:.3f} at the measured F, B, W" if timed is not None else ""
-        if replayed is not None:
-            extra += f", {replayed:.3f} replayed at the run's own times ({median(values) / replayed - 1:+.0%})"
+        if replayed is not None:  # (one stage replays to no bubble: no ratio to it)
+            ratio = f" ({median(values) / replayed - 1:+.0%})" if replayed > 0 else ""
+            extra += f", {replayed:.3f} replayed at the run's own times{ratio}"
         print(f"plot.py: bubbles {label} ({schedule}, P={P}, M={M}): measured {median(values):.3f} "
               f"(median of {len(values)} repeats), formula {theory:.3f}{extra}")
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(labels) + 2), 4.5))

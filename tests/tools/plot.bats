@@ -81,6 +81,22 @@ spoilt_run() {
     refused "^plot.py: $BATS_FILE_TMPDIR/01/timeline.csv: no such file \(valid: a run of chapter 03 with --cp, or of chapter 04, 05 or 06: they write timeline.csv\)$"
 }
 
+@test "plot.py --bubbles and --sweep refuse a run that is not a pipeline's in one line, exit 2, and draw 04's" {
+    for mode in --bubbles --sweep; do
+        run --separate-stderr "$python" "$PLOT" $mode "$BATS_FILE_TMPDIR/01" --out "$(scratch)/plots"
+        refused "^plot.py: $BATS_FILE_TMPDIR/01/run.csv has no schedule and bubble_measured: not a pipeline run \(valid: runs of chapter 04, or 05-06 with --pp\)$"
+    done
+    run --separate-stderr "$python" "$PLOT" --bubbles "$BATS_FILE_TMPDIR/04" --out "$(scratch)/plots"
+    assert_success
+    [ -s "$(scratch)/plots/bubbles.png" ]
+    # one stage: no bubble, and none replayed (nothing to divide by)
+    OMP_NUM_THREADS=1 "$REPO/04_pipeline/train" --model tiny --batch 4 --steps 2 --sample 0 --quiet --eval-batches 1 \
+        --out "$(scratch)/04-pp1" >/dev/null
+    run --separate-stderr "$python" "$PLOT" --bubbles "$(scratch)/04-pp1" --out "$(scratch)/plots"
+    assert_success
+    assert_output --partial "formula 0.000, 0.000 replayed at the run's own times"$'\n'
+}
+
 @test "plot.py --zero refuses a chapter 04 run in one line, exit 2" {
     run --separate-stderr "$python" "$PLOT" --zero "$BATS_FILE_TMPDIR/04" --out "$(scratch)/plots"
     refused "^plot.py: $BATS_FILE_TMPDIR/04/run.csv: has no column '[a-z_]+' \(valid: a run of chapter 05\)$"

@@ -27,14 +27,14 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp) {
     return message;
 }
 
-const char *tied_embeddings_problem(const Config *cfg, int stages, int zero) {
+const char *tied_embeddings_problem(const Config *cfg, int stages, int tp, int zero) {
     if (!cfg->model.tied) return NULL;
-    if (stages > 1 && zero > 0)
+    if (stages > 1 && tp > 1 && zero > 0)
         snprintf(message, sizeof message,
-                 "--tie-embeddings with ZeRO (or --offload) on %d stages is not written yet: the last "
-                 "stage's copy of wte would be sharded apart from the first stage's (valid: --zero 0, or "
-                 "one stage)",
-                 stages);
+                 "--tie-embeddings with ZeRO (or --offload) on %d stages of --tp %d is not written yet: the "
+                 "last stage's copy of wte is a whole matrix, not tensor slices (valid: --zero 0, --tp 1 "
+                 "or one stage)",
+                 stages, tp);
     else
         return NULL;
     return message;

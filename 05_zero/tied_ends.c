@@ -57,8 +57,8 @@ void tied_ends_create(TiedEnds *t, GPT *model, int stage, int stages, CommGroup 
     t->wte_numel = wte->numel;
     int rank = comm_rank(dp), ranks = comm_size(dp);
     t->slice_n = shard_slice_numel(table, LAYER_EMBEDDING, ranks);
-    shard_slice_elements(table, LAYER_EMBEDDING, rank, ranks, &t->slice_first, &t->slice_count);
-    t->slice_first -= unit->offset;
+    size_t first;
+    shard_slice_elements(table, LAYER_EMBEDDING, rank, ranks, &first, &t->slice_count);
     t->slice = mem_alloc(SPACE_DEVICE, CAT_COMM, t->slice_n * sizeof(float), "tied wte's gradient slice");
     if (t->end == TIED_OWNER) {
         if (host_slice)

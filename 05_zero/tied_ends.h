@@ -31,6 +31,9 @@
  *
  * The dp groups of the two ends have the same size and the table is the
  * same, so slice r of the embedding unit is the same elements on both.
+ * With --tp the stage's model is a tensor rank's slices (tensor_parallel.h):
+ * wte is that rank's rows of it (the vocabulary split), and the same tensor
+ * rank of the first stage owns them.
  * Memory: the last stage holds 2 x 4 bytes per element of wte (CAT_PARAMS
  * and CAT_GRADS: a copy, no optimizer state) and the padded unit for its
  * reduce-scatter (CAT_BUCKETS); in 16 bits the first stage widens wte
@@ -52,8 +55,7 @@ typedef struct {
     GPT *model;                 /* the stage's model: its table, and the head's views */
     size_t wte_at, wte_numel;   /* wte within the embedding unit */
     size_t slice_n;             /* S: a dp rank's slice of the padded embedding unit */
-    size_t slice_first;         /* this rank's slice: its first element within the unit... */
-    size_t slice_count;         /* ...and its elements that are not padding */
+    size_t slice_count;         /* this rank's elements of it that are not padding */
     float *slice;               /* (S) the reduced slice of the head's gradient: sent, or received */
     float *host_slice;          /* (S) pinned: the slice on the host (the owner's shard is there: 06) */
     CommGroup *dp;              /* the ranks the embedding unit is sharded over */

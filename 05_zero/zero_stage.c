@@ -44,8 +44,7 @@ const Flag zero_flags[] = {
              "multiple of N (zeros nobody updates), so N may exceed a unit's size.\n"
              "With --pp or --tp, stages 1-2 under gpipe, 1f1b and zb-h1; interleaved\n"
              "(--virtual) only with --zero 0. --tie-embeddings on stages: the first\n"
-             "stage's shards own wte, the last stage's head reads a copy of it (not\n"
-             "yet with --tp)"},
+             "stage's shards own wte, the last stage's head reads a copy of it"},
     {"--prefetch", FLAG_INT, FIELD(ZeroFlags, prefetch), 0, 64, .def = "1", .usage = "--prefetch K",
      .help = "stage 3: gather the next K units (on a communication thread) while\n"
              "the current one computes, 0..64 (default {default}; needs --zero 3)"},
@@ -85,7 +84,6 @@ void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int cp, i
     /* a stage of cp x tp ranks runs 04's schedule; one of one rank, ZeRO's own step */
     const char *problem =
         zero_flags_problem(cfg, zero, P, T * cp, print_schedule);        /* common/plan's rule too */
-    if (!problem) problem = tied_embeddings_problem(cfg, P, T, zero); /* 04's check: tp, chunks */
     if (problem) fatal(EXIT_USAGE, "%s", problem);
 }
 

@@ -10,8 +10,7 @@
 # (zero.h), --offload on one stage (offload.h) and 03's layer split, which
 # sends wte and its gradient between the ends (model_parallel.h), and ZeRO
 # 1-2 and --offload on stages, where the first stage's shards own wte and
-# the last stage's head reads a copy (tied_ends.h); the layout not written
-# yet (those on stages of tensor slices) refuses the flag in one line;
+# the last stage's head reads a copy (tied_ends.h), with --tp its rows;
 # mixed precision follows fp32 within 16 bits'
 # tolerance, and 01 in the same precision more closely. Checkpoints record
 # whether the weights are tied; a run that differs is refused.
@@ -179,24 +178,6 @@ assert_resumed_match() {
     assert_losses_match "$REF" "$(scratch)/z0_06" 4
 }
 
-# refused PROGRAM NP FLAGS...: the run ends with exit 2 and one line on stderr naming --tie-embeddings
-refused() {
-    local program="$1" np="$2"
-    shift 2
-    run --separate-stderr mpirun_np "$np" "$program" $FLAGS --out "$(scratch)/o" "$@"
-    echo "status $status; stderr: $stderr"
-    [ "$status" -ne 0 ]
-    [[ "$stderr" == *"error: --tie-embeddings "*"not written yet"* ]]
-    [ ! -e "$(scratch)/o/steps.csv" ]
-}
-
-@test "tied embeddings where the last stage's copy would be tensor slices are refused in one line: stages of tp 2 with ZeRO or offload" {
-    refused "$TRAIN05" 4 --pp 2 --tp 2 --zero 1
-    [[ "$stderr" == *"ZeRO (or --offload) on 2 stages of --tp 2"* ]]
-    refused "$TRAIN06" 4 --pp 2 --tp 2 --offload
-    [[ "$stderr" == *"--offload) on 2 stages of --tp 2"* ]]
-}
-
 # ZeRO and the offload on stages (tied_ends.h): the first stage's shards own
 # wte; the last stage's head reads a copy, refreshed after every update, and
 # its gradient of wte, reduce-scattered over the last stage's replicas, is
@@ -247,6 +228,28 @@ refused() {
     "$TRAIN01" $FLAGS --stop-after 2 --save "$d/ck01" --out "$d/first01" >/dev/null
     mpirun_np 2 "$TRAIN06" $FLAGS --pp 2 --offload --resume "$d/ck01" --out "$d/two" >/dev/null
     assert_resumed_match "$REF" "$d/two" 1e-5
+}
+
+# With --tp each tensor rank of the last stage keeps its rows of wte (the
+# vocabulary split) and exchanges them with its counterpart on the first
+# stage, whose shards are of the same slices.
+@test "tied embeddings: ZeRO 1 and 2 and --offload on 2 stages of --tp 2 (ZB-H1 x 2 replicas, --sp, bf16) give 01's losses and norms; a checkpoint resumes in 01" {
+    local d="$(scratch)" run_dir
+    mpirun_np 4 "$TRAIN05" $FLAGS --pp 2 --tp 2 --zero 1 --out "$d/z1" >/dev/null
+    mpirun_np 8 "$TRAIN05" $FLAGS --pp 2 --tp 2 --zero 2 --micro 2 --schedule zb-h1 --out "$d/z2" >/dev/null
+    mpirun_np 4 "$TRAIN05" $FLAGS --pp 2 --tp 2 --sp --zero 2 --out "$d/sp" >/dev/null
+    mpirun_np 4 "$TRAIN06" $FLAGS --pp 2 --tp 2 --offload --out "$d/off" >/dev/null
+    for run_dir in "$d/z1" "$d/z2" "$d/sp" "$d/off"; do
+        assert_losses_match "$REF" "$run_dir" 4
+        assert_norms_match "$REF" "$run_dir"
+    done
+    "$TRAIN01" $FLAGS --precision bf16 --out "$d/01-bf16" >/dev/null
+    mpirun_np 4 "$TRAIN06" $FLAGS --pp 2 --tp 2 --offload --precision bf16 --out "$d/offbf16" >/dev/null
+    assert_losses_within "$d/01-bf16" "$d/offbf16" 4 1e-4
+    assert_norms_match "$d/01-bf16" "$d/offbf16" 1e-3
+    mpirun_np 4 "$TRAIN05" $FLAGS --pp 2 --tp 2 --zero 2 --stop-after 2 --save "$d/ck" --out "$d/first" >/dev/null
+    "$TRAIN01" $FLAGS --resume "$d/ck" --out "$d/one" >/dev/null
+    assert_resumed_match "$REF" "$d/one" 1e-5
 }
 
 @test "tied embeddings in 16 bits on ZeRO's and the offload's stages: 05 ZeRO 1 (bf16, 2 replicas) and 2 (fp16, micro-batches), 06 --offload (bf16, 2 replicas) on 2 stages give 01's in the same precision; a bf16 checkpoint resumes in 01" {

@@ -77,9 +77,11 @@ void pipeline_layout_chunks(StageLayout *l, const int *blocks, int chunks, int l
 }
 
 /* Whether this stage holds a copy of the embedding unit for its tied head:
- * the head is here and the embedding on the first stage (pipeline.h). */
+ * the head is here and the embedding on the first stage (pipeline.h). A
+ * caller that owns the storage keeps what its head reads itself. */
 static int holds_tied_copy(const StageLayout *l) {
-    return l->cfg->model.tied && l->last_unit == l->cfg->model.layers && l->first_unit > LAYER_EMBEDDING;
+    return l->cfg->model.tied && l->last_unit == l->cfg->model.layers && l->first_unit > LAYER_EMBEDDING &&
+           !l->caller_storage;
 }
 
 /* A stage of several chunks: its units one chunk after another in one
@@ -260,7 +262,8 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         p->grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient from next stage");
     if (prev_rank(l, 0) >= 0 || prev_rank(l, V - 1) >= 0)
         p->grad_out = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, bytes, "gradient to prev stage");
-    if (m->tied && l->stages > 1 && (l->stage == 0 || l->stage == l->stages - 1)) { /* the embedding group */
+    if (m->tied && l->stages > 1 && !l->caller_storage && (l->stage == 0 || l->stage == l->stages - 1)) {
+        /* the embedding group (a caller that owns the storage sums the ends' gradients itself) */
         if (!p->tied_copy_count) p->tied_copy_count = table_unit(&p->model.table, LAYER_EMBEDDING)->numel;
         p->tied_grad_in = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, p->tied_copy_count * sizeof(float),
                                     "tied embedding gradient from the other end");

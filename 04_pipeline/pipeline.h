@@ -118,7 +118,9 @@ typedef struct {
      * the end of every step (pipeline_end_step) and both apply the same
      * update. Its elements are left out of this stage's part of the gradient
      * norm (the first stage counts them) and out of what it writes to a
-     * checkpoint (it reads them). tied_copy_count 0: no copy here. */
+     * checkpoint (it reads them). tied_copy_count 0: no copy here. With
+     * caller_storage there is none: the caller keeps what the head reads
+     * (chapter 05's tied_ends.h: the first stage's shards own wte). */
     size_t tied_copy_at, tied_copy_count;
     float *tied_grad_in; /* (tied_copy_count) the other end's gradient, on the first and last stage */
     /* (tied_copy_count) 16 bits: the other end's gradient as it arrives */

@@ -263,8 +263,11 @@ static size_t wte_in_unit(const Zero *z, size_t *numel) {
     return wte->offset - table_unit(table_of(z), LAYER_EMBEDDING)->offset;
 }
 
+/* The head's unit, tied, where the embedding unit is held too (one stage;
+ * a pipeline's last stage: tied_ends.h). */
 static int is_tied_head(const Zero *z, int unit) {
-    return z->model->cfg.tied && z->stage >= 2 && unit == z->model->cfg.layers;
+    return z->model->cfg.tied && z->stage >= 2 && unit == z->model->cfg.layers &&
+           z->first_unit == LAYER_EMBEDDING;
 }
 
 /* Stage 3, before the head's forward: the embedding unit gathered for it and
@@ -505,12 +508,13 @@ static void create_range(Zero *z, GPT *model, const ModelConfig *cfg, uint64_t s
         z->gather_recv = alloc_typed(z, CAT_COMM, z->max_unit, "padded unit");
     }
 
+    int both_ends = first_unit == LAYER_EMBEDDING && last_unit == cfg->layers; /* else tied_ends.h */
     if (stage == 3 && cfg->tied) {
         z->tied_gathered = alloc_typed(z, CAT_GATHERED, z->ranks * slice_numel(z, LAYER_EMBEDDING),
                                        "embedding unit gathered for the tied head");
         if (z->half) mixed_tied_source(&z->mixed, z->tied_gathered);
     }
-    if (stage >= 2 && cfg->tied && !z->half) {
+    if (stage >= 2 && cfg->tied && both_ends && !z->half) {
         size_t numel;
         wte_in_unit(z, &numel);
         z->tied_dwte = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, numel * sizeof(float), "tied head's dwte");
@@ -686,6 +690,22 @@ void zero_update(Zero *z, float grad_scale, const OptimHyper *h) {
         if (count) adamw_elements(z, first, z->stage == 1 ? first : at, at, count, grad_scale, h);
     }
     for (int u = z->first_unit; u <= last_unit(z); u++) allgather_whole_unit(z, u);
+}
+
+void zero_add_slice(Zero *z, int unit, const float *slice) {
+    size_t first, count;
+    slice_elements(z, unit, &first, &count);
+    if (!count) return;
+    void *mine = at(z, grad_store(z), z->stage >= 2 ? slice_offset(z, unit) : first);
+    if (z->half)
+        ops()->accumulate_half(mine, slice, count, z->mixed.format);
+    else
+        ops()->residual_forward(mine, mine, slice, count); /* mine += slice */
+}
+
+const void *zero_unit_params(const Zero *z, int unit) {
+    if (z->stage == 3) fatal(EXIT_RUNTIME, "zero_unit_params: stage 3 holds no unit whole");
+    return at(z, param_store(z), unit_offset(z, unit));
 }
 
 int zero_step_update(Zero *z, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm) {

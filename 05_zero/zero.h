@@ -153,7 +153,8 @@ typedef struct {
      * CAT_GATHERED), kept for the head's backward, which follows it. The
      * head's gradient of wte waits in tied_dwte (fp32, wte's elements; 16 bits:
      * mixed.h's own) for the embedding unit's backward, which starts from it, so
-     * that it is reduce-scattered once, with the embedding's. NULL: untied. */
+     * that it is reduce-scattered once, with the embedding's. NULL: untied, or
+     * a pipeline stage's units, which hold one end at most (tied_ends.h). */
     void *tied_gathered;
     float *tied_dwte;
 
@@ -214,6 +215,14 @@ void zero_sync_grads(Zero *z);
  * stage 0 all of it; stage 1 its slice of every unit (norm_spans); stages 2-3
  * its shard, padding zeros included; from stage 1 on the ranks add their sums. */
 GradShards zero_grad_shards(const Zero *z);
+/* Stages 1-2, after zero_sync_grads: add `slice` (fp32, this rank's slice of
+ * unit's elements, the padding left out) into this rank's slice of the
+ * unit's summed gradient (stage 1: in the whole buffer; 2: in the shard;
+ * 16 bits: rounded, as every sum is). Where a gradient of the unit was
+ * summed elsewhere: a tied head's on the last stage (tied_ends.h). */
+void zero_add_slice(Zero *z, int unit, const float *slice);
+/* Stages 0-2: unit's weights as the computation reads them (z->dtype). */
+const void *zero_unit_params(const Zero *z, int unit);
 /* AdamW on this rank's part, then (stages 1-2) all-gather the parameters. */
 void zero_update(Zero *z, float grad_scale, const OptimHyper *h);
 /* The whole update of step `step` (1-based) in either precision:

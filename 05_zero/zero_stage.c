@@ -25,6 +25,9 @@ void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFl
     if (zero) {
         p->model.storage = zero_hooks(&s->z);
         if (p->layout.cp) p->model.sequence = &p->context.split; /* a whole model is built afresh above */
+        /* tied: the first stage's shards own wte; the last stage's head reads a copy */
+        tied_ends_create(&s->tied, &p->model, p->layout.stage, p->layout.stages, p->layout.pp,
+                         grid->weight_group, cfg->precision, 0);
     } else {
         stage_replicas_create(&s->replicas, p, dp, grid, model_group, world); /* chapter 04's */
     }
@@ -40,7 +43,8 @@ const Flag zero_flags[] = {
              "too (default {default}). Any number of ranks: every unit is padded to a\n"
              "multiple of N (zeros nobody updates), so N may exceed a unit's size.\n"
              "With --pp or --tp, stages 1-2 under gpipe, 1f1b and zb-h1; interleaved\n"
-             "(--virtual) only with --zero 0"},
+             "(--virtual) only with --zero 0. --tie-embeddings on stages: the first\n"
+             "stage's shards own wte, the last stage's head reads a copy of it"},
     {"--prefetch", FLAG_INT, FIELD(ZeroFlags, prefetch), 0, 64, .def = "1", .usage = "--prefetch K",
      .help = "stage 3: gather the next K units (on a communication thread) while\n"
              "the current one computes, 0..64 (default {default}; needs --zero 3)"},
@@ -80,17 +84,22 @@ void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int cp, i
     /* a stage of cp x tp ranks runs 04's schedule; one of one rank, ZeRO's own step */
     const char *problem =
         zero_flags_problem(cfg, zero, P, T * cp, print_schedule);        /* common/plan's rule too */
-    if (!problem) problem = tied_embeddings_problem(cfg, P, zero); /* 04's check: tp, chunks */
     if (problem) fatal(EXIT_USAGE, "%s", problem);
 }
 
 void zero_stage_destroy(ZeroStage *s) {
     if (s->zero) {
+        tied_ends_destroy(&s->tied);
         zero_destroy(&s->z);
     } else {
         stage_replicas_print(&s->replicas); /* --print-buckets */
         stage_replicas_destroy(&s->replicas);
     }
+}
+
+/* Tied on several stages: the last stage's copy of wte from the first stage's weights. */
+static void refresh_tied_copy(ZeroStage *s) {
+    tied_ends_refresh(&s->tied, s->tied.end == TIED_OWNER ? zero_unit_params(&s->z, LAYER_EMBEDDING) : NULL);
 }
 
 void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const ProcessGrid *grid,
@@ -107,12 +116,14 @@ void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const Proces
     zero_stage_checkpoint_layout(&s->z, p->layout.tensor ? &p->tpm : NULL, &run->ckpt);
     if (run_resume(run, &s->z.opt.t) && p->layout.cfg->precision != PRECISION_FP32)
         zero_weights_from_master(&s->z); /* the checkpoint: fp32; the 16-bit weights rounded from it */
+    refresh_tied_copy(s);                /* initial or resumed: the last stage's copy of wte from them */
 }
 
 void zero_stage_begin_step(ZeroStage *s, int step) {
     if (s->zero) {
         zero_start_clock(&s->z, step);
         zero_begin_step(&s->z);
+        tied_ends_begin_step(&s->tied);
     } else {
         stage_replicas_begin_step(&s->replicas);
     }
@@ -121,7 +132,12 @@ void zero_stage_begin_step(ZeroStage *s, int step) {
 double zero_stage_sum_gradients(ZeroStage *s, double *busy_ms) {
     if (!s->zero) return stage_replicas_sum_gradients(&s->replicas, busy_ms);
     zero_sync_grads(&s->z); /* stage 1: reduce-scatter; 2: the last units' reduce-scatters */
-    return 0.0;             /* its waits count in zero_stage_update, with the rest of its collectives */
+    /* tied on several stages: the head's gradient of wte, summed over the last stage's replicas,
+     * into the first stage's slice of the embedding unit's (tied_ends.h) */
+    double start = wall_ms();
+    const float *head_slice = tied_ends_sum_gradient(&s->tied);
+    if (head_slice) zero_add_slice(&s->z, LAYER_EMBEDDING, head_slice);
+    return s->tied.end != TIED_NONE ? wall_ms() - start : 0.0; /* ZeRO's own waits count in the update */
 }
 
 int zero_stage_update(ZeroStage *s, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm,
@@ -129,7 +145,9 @@ int zero_stage_update(ZeroStage *s, LossScaler *ls, const OptimHyper *h, int ste
     if (!s->zero) return stage_replicas_update(&s->replicas, ls, h, step, grad_norm); /* chapter 04's */
     /* the norm from the slices; AdamW on this rank's; all-gather the stage's units */
     int skipped = zero_step_update(&s->z, ls, h, step, grad_norm);
-    *comm_ms += s->z.comm_ms; /* its collectives, wherever in the step */
+    double start = wall_ms();
+    refresh_tied_copy(s); /* tied: the updated wte to the last stage's copy */
+    *comm_ms += s->z.comm_ms + (s->tied.end != TIED_NONE ? wall_ms() - start : 0.0); /* its collectives, wherever in the step */
     *busy_ms = s->z.comm_busy_ms;
     return skipped;
 }

@@ -31,6 +31,7 @@
 #include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its interpreter */
 #include "04_pipeline/pipeline_flags.h" /* 04: the pipeline's flags and checks */
 #include "04_pipeline/stage_replicas.h" /* 04: a stage's replicas */
+#include "05_zero/tied_ends.h" /* 05: a tied wte on two stages, owned by the first */
 #include "05_zero/zero.h" /* 05: ZeRO's shards */
 
 /* ---- the flags (a train.c takes these rows: FLAG_ROWS, config.h), after chapter 04's ---- */
@@ -58,6 +59,8 @@ typedef struct {
     CommGroup *world;
     StageReplicas replicas; /* --zero 0: chapter 04's replicas and AdamW (stage_replicas.h) */
     Zero z;                /* --zero 1-2: the stage's units sharded over its dp group */
+    TiedEnds tied;         /* --zero 1-2, --tie-embeddings on several stages: the first stage's
+                              shards own wte, the last stage's head reads a copy (tied_ends.h) */
 } ZeroStage;
 
 /* The optimizer of stage p (built with caller_storage when zero > 0) over
@@ -84,11 +87,13 @@ void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const Proces
 /* Before the step's schedule (step 0-based). */
 void zero_stage_begin_step(ZeroStage *s, int step);
 /* After it: the gradients summed over the replicas (--zero 0: all-reduced;
- * 1: reduce-scattered; 2: the last units' reduce-scatters). Returns the
+ * 1: reduce-scattered; 2: the last units' reduce-scatters; a tied head's
+ * gradient of wte then added into the first stage's shards). Returns the
  * milliseconds this rank waited; *busy_ms: how long the all-reduces ran. */
 double zero_stage_sum_gradients(ZeroStage *s, double *busy_ms);
 /* The update of step `step` (1-based): the WHOLE model's gradient norm from
- * what each rank holds, clipping, AdamW on this rank's part; returns 1 when
+ * what each rank holds, clipping, AdamW on this rank's part (with ZeRO and
+ * tied embeddings, the last stage's copy of wte refreshed); returns 1 when
  * fp16 overflowed on any rank (skipped everywhere). With ZeRO, *comm_ms and
  * *busy_ms gain its collectives' times, wherever in the step they ran. */
 int zero_stage_update(ZeroStage *s, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm,

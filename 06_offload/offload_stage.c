@@ -103,14 +103,42 @@ static size_t offload_whole_params(const Pipeline *p) {
     return p->layout.tensor ? p->tpm.global_params : p->model.num_params;
 }
 
-void offload_finish_delayed(Offload *o, DelayedUpdate *delayed) {
-    offload_update_wait(o);
-    if (delayed->waiting) offload_update_shard(o, delayed->grads, &delayed->update);
-    delayed->waiting = 0;
+void offload_finish_delayed(OffloadStage *s) {
+    offload_update_wait(&s->off);
+    if (s->delayed.waiting) offload_update_shard(&s->off, s->delayed.grads, &s->delayed.update);
+    s->delayed.waiting = 0;
+    offload_stage_weights_changed(s);
 }
 
-void offload_stage_create(Offload *o, Pipeline *p, const ProcessGrid *grid, Run *run, const char *program,
+void offload_stage_weights_changed(OffloadStage *s) {
+    const Offload *o = &s->off;
+    if (s->tied.end != TIED_OWNER) { /* the last stage receives, the others take no part */
+        tied_ends_refresh(&s->tied, NULL);
+        return;
+    }
+    size_t at = table_unit(&o->model->table, LAYER_EMBEDDING)->offset - o->model->param_first;
+    tied_ends_refresh(&s->tied, (const char *)o->params + at * o->elem_bytes); /* the device's weights */
+}
+
+/* Tied on several stages, the first stage: the head's gradient of wte,
+ * summed over the last stage's replicas (its slice, on the host), added into
+ * this rank's slice of the embedding unit in the host's fp32 shard, rounded
+ * to 16 bits in 16-bit runs as every sum of it is (land_slice, offload.c). */
+static void add_tied_slice(OffloadStage *s, const float *slice) {
+    Offload *o = &s->off;
+    o->bytes_d2h += (double)s->tied.slice_count * sizeof(float); /* it crossed PCIe */
+    if (device_dry()) return;                                     /* nothing to add: zeros */
+    const ParamTable *t = &o->model->table;
+    float *sum = o->grads[o->cur] + shard_unit_offset(t, LAYER_EMBEDDING, o->ranks) -
+                 shard_unit_offset(t, o->first_unit, o->ranks);
+    for (size_t i = 0; i < s->tied.slice_count; i++)
+        sum[i] = o->half ? half_to_float(half_from_float(sum[i] + slice[i], o->format), o->format)
+                         : sum[i] + slice[i];
+}
+
+void offload_stage_create(OffloadStage *s, Pipeline *p, const ProcessGrid *grid, Run *run, const char *program,
                           const char *schedule, const OffloadFlags *f) {
+    Offload *o = &s->off;
     const StageLayout *l = &p->layout;
     const Config *cfg = l->cfg;
     int dpu = f->dpu;
@@ -123,6 +151,9 @@ void offload_stage_create(Offload *o, Pipeline *p, const ProcessGrid *grid, Run 
     pipeline_ckpt_layout_init(&run->ckpt, program, grid, schedule, dpu ? "offload, dpu" : "offload");
     offload_checkpoint_layout(o, &run->ckpt);
     if (run_resume(run, &o->t)) offload_weights_from_master(o); /* the device's weights from the fp32 */
+    /* tied: the first stage's host shard owns wte; the last stage's head reads a copy of it */
+    tied_ends_create(&s->tied, o->model, l->stage, l->stages, l->pp, grid->weight_group, cfg->precision, 1);
+    offload_stage_weights_changed(s);
     char tp[96] = ""; /* --tp: each rank's host shard is of its tensor slices; --cp: over dp x cp */
     if (grid->cp > 1) snprintf(tp, sizeof tp, " x %d context-parallel", grid->cp);
     if (grid->tp > 1) snprintf(tp + strlen(tp), sizeof tp - strlen(tp), " x %d tensor-parallel", grid->tp);
@@ -178,9 +209,10 @@ void offload_stage_create_checkpoints(OffloadStage *s, Pipeline *p) {
 
 void offload_stage_begin_step(OffloadStage *s, int step) {
     if (s->offload_activations) activation_offload_begin_step(&s->acts, step + 1);
-    if (s->offload)
+    if (s->offload) {
         offload_begin_step(&s->off, step + 1);
-    else
+        tied_ends_begin_step(&s->tied);
+    } else
         zero_stage_begin_step(&s->replicas, step);
 }
 
@@ -188,7 +220,10 @@ double offload_stage_sum_gradients(OffloadStage *s, double *busy_ms) {
     if (s->offload_activations) activation_offload_end_step(&s->acts);
     if (!s->offload) return zero_stage_sum_gradients(&s->replicas, busy_ms);
     offload_finish_grads(&s->off);
-    return 0.0;
+    double start = wall_ms();
+    const float *head_slice = tied_ends_sum_gradient(&s->tied); /* tied on several stages */
+    if (head_slice) add_tied_slice(s, head_slice);
+    return s->tied.end != TIED_NONE ? wall_ms() - start : 0.0;
 }
 
 void offload_stage_columns(OffloadStage *s, double *columns) {
@@ -208,6 +243,7 @@ void offload_stage_finish(OffloadStage *s, Pipeline *p, Run *run, const ProcessG
 
 void offload_stage_destroy(OffloadStage *s) {
     activation_offload_destroy(&s->acts);
+    tied_ends_destroy(&s->tied);
     if (s->offload)
         offload_destroy(&s->off);
     else

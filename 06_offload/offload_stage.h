@@ -49,10 +49,12 @@ typedef struct {
     int grads;
     OffloadUpdate update;
 } DelayedUpdate;
+typedef struct OffloadStage OffloadStage; /* 06's main's stage (below) */
 /* Before a checkpoint (--dpu): the update still pending is done now, so that
  * the checkpoint holds every step's update through its own, and the step
- * after it computes with fresh weights, as a run resumed from it does. */
-void offload_finish_delayed(Offload *o, DelayedUpdate *delayed);
+ * after it computes with fresh weights, as a run resumed from it does
+ * (then offload_stage_weights_changed). */
+void offload_finish_delayed(OffloadStage *s);
 
 /* The offload of stage p's units over grid's dp group (--dpu: a second
  * gradient shard for the delayed update), its rows in the stage's timeline,
@@ -60,8 +62,12 @@ void offload_finish_delayed(Offload *o, DelayedUpdate *delayed);
  * with the schedule by pipeline_ckpt_layout_init), --resume read into it
  * and the device's weights rounded from it; then the run's header line
  * (the layout, the parameters in this rank's host shard, the batch). */
-void offload_stage_create(Offload *o, Pipeline *p, const ProcessGrid *grid, Run *run, const char *program,
+void offload_stage_create(OffloadStage *s, Pipeline *p, const ProcessGrid *grid, Run *run, const char *program,
                           const char *schedule, const OffloadFlags *f);
+/* After the device's weights changed (an update installed, or a delayed one
+ * finished): with tied embeddings on several stages, the last stage's copy
+ * of wte refreshed from the first stage's (tied_ends.h); else nothing. */
+void offload_stage_weights_changed(OffloadStage *s);
 /* The decision of step `step` (1-based): the gradient norm from every
  * rank's host shard (world: every stage's), fp16's loss scale, clipping;
  * *update gets the step's learning rate and gradient factor. Returns 1 when
@@ -77,7 +83,7 @@ void offload_finish(Pipeline *p, Run *run, const ProcessGrid *grid, int dpu_warm
  * Chosen by --offload for the run, as zero_stage.h chooses between 04's
  * all-reduce and ZeRO. The offload enters the step where main calls these
  * (and its own offload_step, the update on the host). */
-typedef struct {
+struct OffloadStage {
     int offload;           /* --offload */
     ZeroStage replicas;    /* without it: chapter 05's (zero_stage.h) */
     Offload off;           /* with it (offload.h) */
@@ -85,7 +91,9 @@ typedef struct {
     double pcie_bytes;     /* this rank's bytes over PCIe, every step's */
     ActivationOffload acts; /* --offload-activations (activation_offload.h) */
     int offload_activations;
-} OffloadStage;
+    TiedEnds tied; /* --offload, tied on several stages: the first stage's host shard owns wte, the
+                      last stage's head reads a copy (tied_ends.h) */
+};
 /* --offload-activations: the store the pipeline's slots keep their
  * checkpoints in (StageLayout.checkpoints), before the pipeline is built;
  * NULL without the flag. */

@@ -211,6 +211,7 @@ static int offload_step(OffloadStage *st, Run *run, const OffloadFlags *of, cons
     OffloadUpdate update;
     int skipped = offload_decide(&st->off, run, hyper, step + 1, grad_norm, &update);
     update_weights(&st->off, of, &st->delayed, step, step + 1 == run->last_step, &update, skipped);
+    offload_stage_weights_changed(st); /* tied on several stages: the last stage's copy of wte */
     return skipped;
 }
 
@@ -270,7 +271,7 @@ int main(int argc, char **argv) {
      * (offload.h) its 16-bit weights on the device and this rank's shard of the rest on the host */
     double bubble_theory = 0.0;
     if (offload) {
-        offload_stage_create(&st.off, &p, &grid, &run, PROGRAM, flags.pipe.schedule,
+        offload_stage_create(&st, &p, &grid, &run, PROGRAM, flags.pipe.schedule,
                              &flags.offload); /* --resume, the header */
     } else {
         zero_stage_create(&st.replicas, &p, flags.zero.zero, dp, &grid, model_group, run.world);
@@ -321,7 +322,7 @@ int main(int argc, char **argv) {
         zero_stage_check_replicas(&st.replicas, dp->check_replicas, step + 1);
         if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
         if (flags.offload.dpu && run_save_due(&run, &s))
-            offload_finish_delayed(&st.off, &st.delayed); /* saved with it */
+            offload_finish_delayed(&st); /* saved with it */
         run_step_log(&run, &s);
     }
     if (cfg.sample > 0) pipeline_sample(&p, cfg.sample, &run.rng);

@@ -27,19 +27,6 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp) {
     return message;
 }
 
-const char *tied_embeddings_problem(const Config *cfg, int stages, int zero) {
-    if (!cfg->model.tied) return NULL;
-    if (stages > 1 && zero > 0)
-        snprintf(message, sizeof message,
-                 "--tie-embeddings with ZeRO (or --offload) on %d stages is not written yet: the last "
-                 "stage's copy of wte would be sharded apart from the first stage's (valid: --zero 0, or "
-                 "one stage)",
-                 stages);
-    else
-        return NULL;
-    return message;
-}
-
 const char *zero_flags_problem(const Config *cfg, int zero, int P, int T, int print_schedule) {
     const char *replica_flags[] = {"--dp-mode",        "--allreduce",     "--bucket-mb",
                                    "--check-replicas", "--print-buckets", NULL}; /* 04's whole replicas */

@@ -24,11 +24,4 @@ const char *tensor_parallel_problem(const ModelConfig *cfg, int tp);
  * stage 3 with stages or tensor slices. Which flags were typed: flag_given. */
 const char *zero_flags_problem(const Config *cfg, int zero, int P, int T, int print_schedule);
 
-/* --tie-embeddings (model_config.h: the head reads wte) where the head's rank
- * holds wte or is sent it, and its gradient of wte waits for the embedding's
- * or is sent back (mixed.h, zero.h, offload.h: tied_dwte; pipeline.h: the
- * last stage's copy; model_parallel.h: 03's layer split): every layout but
- * ZeRO stage `zero` > 0 (06's --offload being ZeRO-2) on `stages` > 1. */
-const char *tied_embeddings_problem(const Config *cfg, int stages, int zero);
-
 #endif

@@ -8,9 +8,10 @@
 # (pipeline.h), the gradient norm counting it once, and ZeRO 2-3 on one
 # stage, where the head's gradient of wte waits for the embedding unit's
 # (zero.h), --offload on one stage (offload.h) and 03's layer split, which
-# sends wte and its gradient between the ends (model_parallel.h); the
-# layouts not written yet (stages with ZeRO or --offload) refuse the flag in
-# one line; mixed precision follows fp32 within 16 bits'
+# sends wte and its gradient between the ends (model_parallel.h), and ZeRO
+# 1-2 and --offload on stages, where the first stage's shards own wte and
+# the last stage's head reads a copy (tied_ends.h), with --tp its rows;
+# mixed precision follows fp32 within 16 bits'
 # tolerance, and 01 in the same precision more closely. Checkpoints record
 # whether the weights are tied; a run that differs is refused.
 
@@ -177,22 +178,93 @@ assert_resumed_match() {
     assert_losses_match "$REF" "$(scratch)/z0_06" 4
 }
 
-# refused PROGRAM NP FLAGS...: the run ends with exit 2 and one line on stderr naming --tie-embeddings
-refused() {
-    local program="$1" np="$2"
-    shift 2
-    run --separate-stderr mpirun_np "$np" "$program" $FLAGS --out "$(scratch)/o" "$@"
-    echo "status $status; stderr: $stderr"
-    [ "$status" -ne 0 ]
-    [[ "$stderr" == *"error: --tie-embeddings "*"not written yet"* ]]
-    [ ! -e "$(scratch)/o/steps.csv" ]
+# ZeRO and the offload on stages (tied_ends.h): the first stage's shards own
+# wte; the last stage's head reads a copy, refreshed after every update, and
+# its gradient of wte, reduce-scattered over the last stage's replicas, is
+# added into the first stage's slices before the norm. Without that sum the
+# norm of step 1 is far from 01's; without the refresh the losses part from
+# step 2 on.
+@test "tied embeddings: 05 ZeRO 1 and 2 on stages (2, 3, ZB-H1 with micro-batches, 2 replicas, 3 replicas with padding, --cp 2) give 01's losses and norms; a checkpoint resumes in 01, and 01's in them" {
+    local d="$(scratch)" run_dir
+    mpirun_np 2 "$TRAIN05" $FLAGS --pp 2 --zero 1 --out "$d/z1" >/dev/null
+    mpirun_np 2 "$TRAIN05" $FLAGS --pp 2 --zero 2 --out "$d/z2" >/dev/null
+    mpirun_np 3 "$TRAIN05" $FLAGS --pp 3 --zero 1 --micro 2 --out "$d/pp3" >/dev/null
+    mpirun_np 4 "$TRAIN05" $FLAGS --pp 2 --zero 2 --micro 2 --schedule zb-h1 --out "$d/zb" >/dev/null
+    mpirun_np 4 "$TRAIN05" $FLAGS --pp 2 --cp 2 --zero 2 --out "$d/cp" >/dev/null
+    for run_dir in "$d/z1" "$d/z2" "$d/pp3" "$d/zb" "$d/cp"; do
+        assert_losses_match "$REF" "$run_dir" 4
+        assert_norms_match "$REF" "$run_dir"
+    done
+    # 3 replicas: the embedding unit padded to a multiple of 3 on both ends
+    "$TRAIN01" $FLAGS --batch 6 --out "$d/ref6" >/dev/null
+    mpirun_np 6 "$TRAIN05" $FLAGS --batch 6 --pp 2 --dp 3 --zero 2 --out "$d/dp3" >/dev/null
+    assert_losses_match "$d/ref6" "$d/dp3" 4
+    assert_norms_match "$d/ref6" "$d/dp3"
+    mpirun_np 4 "$TRAIN05" $FLAGS --pp 2 --zero 2 --stop-after 2 --save "$d/ck" --out "$d/first" >/dev/null
+    "$TRAIN01" $FLAGS --resume "$d/ck" --out "$d/one" >/dev/null
+    assert_resumed_match "$REF" "$d/one" 1e-5
+    "$TRAIN01" $FLAGS --stop-after 2 --save "$d/ck01" --out "$d/first01" >/dev/null
+    mpirun_np 2 "$TRAIN05" $FLAGS --pp 2 --zero 1 --resume "$d/ck01" --out "$d/two" >/dev/null
+    assert_resumed_match "$REF" "$d/two" 1e-5
 }
 
-@test "tied embeddings where the head's rank would not hold wte are refused in one line: stages with ZeRO or offload" {
-    refused "$TRAIN05" 2 --pp 2 --zero 1
-    [[ "$stderr" == *"ZeRO (or --offload) on 2 stages"* ]]
-    refused "$TRAIN06" 2 --pp 2 --offload
-    [[ "$stderr" == *"--offload) on 2 stages"* ]]
+@test "tied embeddings: 06 --offload on 2 stages (1F1B, ZB-H1 x 2 replicas) and 06 --zero 2 on 2 stages give 01's losses and norms, --dpu one stage's; an offloaded checkpoint resumes in 01, and 01's in the offload" {
+    local d="$(scratch)" run_dir
+    mpirun_np 2 "$TRAIN06" $FLAGS --pp 2 --offload --out "$d/off" >/dev/null
+    mpirun_np 4 "$TRAIN06" $FLAGS --pp 2 --offload --micro 2 --schedule zb-h1 --out "$d/offzb" >/dev/null
+    mpirun_np 4 "$TRAIN06" $FLAGS --pp 2 --zero 2 --out "$d/z2" >/dev/null
+    for run_dir in "$d/off" "$d/offzb" "$d/z2"; do
+        assert_losses_match "$REF" "$run_dir" 4
+        assert_norms_match "$REF" "$run_dir"
+    done
+    # the delayed update installs wte a step late, and the copy follows it (and a save's finished update)
+    "$TRAIN06" $FLAGS --offload --dpu --save "$d/ck1" --save-every 2 --out "$d/dpu1" >/dev/null
+    mpirun_np 2 "$TRAIN06" $FLAGS --pp 2 --offload --dpu --save "$d/ck2" --save-every 2 --out "$d/dpu2" >/dev/null
+    assert_losses_match "$d/dpu1" "$d/dpu2" 4
+    assert_norms_match "$d/dpu1" "$d/dpu2"
+    mpirun_np 4 "$TRAIN06" $FLAGS --pp 2 --offload --stop-after 2 --save "$d/ck" --out "$d/first" >/dev/null
+    "$TRAIN01" $FLAGS --resume "$d/ck" --out "$d/one" >/dev/null
+    assert_resumed_match "$REF" "$d/one" 1e-5
+    "$TRAIN01" $FLAGS --stop-after 2 --save "$d/ck01" --out "$d/first01" >/dev/null
+    mpirun_np 2 "$TRAIN06" $FLAGS --pp 2 --offload --resume "$d/ck01" --out "$d/two" >/dev/null
+    assert_resumed_match "$REF" "$d/two" 1e-5
+}
+
+# With --tp each tensor rank of the last stage keeps its rows of wte (the
+# vocabulary split) and exchanges them with its counterpart on the first
+# stage, whose shards are of the same slices.
+@test "tied embeddings: ZeRO 1 and 2 and --offload on 2 stages of --tp 2 (ZB-H1 x 2 replicas, --sp, bf16) give 01's losses and norms; a checkpoint resumes in 01" {
+    local d="$(scratch)" run_dir
+    mpirun_np 4 "$TRAIN05" $FLAGS --pp 2 --tp 2 --zero 1 --out "$d/z1" >/dev/null
+    mpirun_np 8 "$TRAIN05" $FLAGS --pp 2 --tp 2 --zero 2 --micro 2 --schedule zb-h1 --out "$d/z2" >/dev/null
+    mpirun_np 4 "$TRAIN05" $FLAGS --pp 2 --tp 2 --sp --zero 2 --out "$d/sp" >/dev/null
+    mpirun_np 4 "$TRAIN06" $FLAGS --pp 2 --tp 2 --offload --out "$d/off" >/dev/null
+    for run_dir in "$d/z1" "$d/z2" "$d/sp" "$d/off"; do
+        assert_losses_match "$REF" "$run_dir" 4
+        assert_norms_match "$REF" "$run_dir"
+    done
+    "$TRAIN01" $FLAGS --precision bf16 --out "$d/01-bf16" >/dev/null
+    mpirun_np 4 "$TRAIN06" $FLAGS --pp 2 --tp 2 --offload --precision bf16 --out "$d/offbf16" >/dev/null
+    assert_losses_within "$d/01-bf16" "$d/offbf16" 4 1e-4
+    assert_norms_match "$d/01-bf16" "$d/offbf16" 1e-3
+    mpirun_np 4 "$TRAIN05" $FLAGS --pp 2 --tp 2 --zero 2 --stop-after 2 --save "$d/ck" --out "$d/first" >/dev/null
+    "$TRAIN01" $FLAGS --resume "$d/ck" --out "$d/one" >/dev/null
+    assert_resumed_match "$REF" "$d/one" 1e-5
+}
+
+@test "tied embeddings in 16 bits on ZeRO's and the offload's stages: 05 ZeRO 1 (bf16, 2 replicas) and 2 (fp16, micro-batches), 06 --offload (bf16, 2 replicas) on 2 stages give 01's in the same precision; a bf16 checkpoint resumes in 01" {
+    local d="$(scratch)" p run_dir
+    for p in bf16 fp16; do "$TRAIN01" $FLAGS --precision $p --out "$d/01-$p" >/dev/null; done
+    mpirun_np 4 "$TRAIN05" $FLAGS --pp 2 --zero 1 --precision bf16 --out "$d/z1" >/dev/null
+    mpirun_np 2 "$TRAIN05" $FLAGS --pp 2 --zero 2 --precision fp16 --micro 2 --out "$d/z2" >/dev/null
+    mpirun_np 4 "$TRAIN06" $FLAGS --pp 2 --offload --precision bf16 --out "$d/off" >/dev/null
+    for run_dir in "bf16,$d/z1" "fp16,$d/z2" "bf16,$d/off"; do
+        assert_losses_within "$d/01-${run_dir%%,*}" "${run_dir#*,}" 4 1e-4
+        assert_norms_match "$d/01-${run_dir%%,*}" "${run_dir#*,}" 1e-3
+    done
+    mpirun_np 2 "$TRAIN06" $FLAGS --pp 2 --offload --precision bf16 --stop-after 2 --save "$d/ck" --out "$d/first" >/dev/null
+    "$TRAIN01" $FLAGS --precision bf16 --resume "$d/ck" --out "$d/one" >/dev/null
+    assert_resumed_match "$d/01-bf16" "$d/one" 1e-4
 }
 
 # The head's gradient of wte (mixed.h: tied_dwte) is a large part of the

@@ -159,6 +159,24 @@ ring_sent_matches() {
     planned_split 2 03_model_parallel/train "--pp 2" --mp layer --precision bf16 $tied
 }
 
+# ZeRO's and the offload's stages (tied_ends.h): the first stage's shards own
+# wte; the last stage holds a copy, the head's gradient of wte and the padded
+# unit it is reduce-scattered in; a slice and wte cross the pp axis each step.
+@test "tied embeddings over 05's and 06's stages (ZeRO 1 and 2, bf16, with replicas, with tp; --offload, 16 bits, --dpu): the plan is memory.csv, its pp bytes run.csv's" {
+    local tied="--vocab 300 --tie-embeddings --batch 8 --micro 2"
+    planned_split 2 05_zero/train "" --zero 1 --pp 2 $tied
+    axes_match
+    planned_split 4 05_zero/train "" --zero 2 --pp 2 --dp 2 --precision bf16 $tied
+    axes_match
+    planned_split 4 06_offload/train "" --offload --pp 2 --dp 2 --precision bf16 $tied
+    axes_match
+    sent_matches
+    planned_split 2 06_offload/train "" --offload --pp 2 --dpu $tied
+    axes_match
+    planned_split 8 05_zero/train "" --zero 2 --pp 2 --tp 2 --dp 2 $tied
+    axes_match
+}
+
 @test "02 on 2 and 3 ranks, fp32 and bf16, flat and overlap: the plan is memory.csv on every rank, its dp bytes run.csv's" {
     planned 2 02_data_parallel/train
     axes_match

@@ -264,13 +264,15 @@ refused() {
 }
 
 @test "the flags that shape context parallelism are refused with --cp 1, where they would do nothing (03-06)" {
-    refused 1 "$TRAIN03" "--cp-mode shapes context parallelism, which --cp 1 does not use (valid: with --cp 2 or more)" \
-        --cp-mode ulysses
-    refused 2 "$TRAIN03" "--cp-order shapes context parallelism, which --cp 1 does not use" --dp 2 --cp-order contiguous
-    refused 1 "$REPO/04_pipeline/train" "--cp-send shapes context parallelism, which --cp 1 does not use" --cp-send blocking
-    refused 1 "$REPO/05_zero/train" "--alltoall shapes context parallelism, which --cp 1 does not use" --alltoall pairwise
-    refused 1 "$REPO/06_offload/train" "--cp-order shapes context parallelism, which --cp 1 does not use" \
-        --offload --cp-order zigzag
+    # one rank, no mpirun: the flags are checked before anything starts
+    local message="shapes context parallelism, which --cp 1 does not use (valid: with --cp 2 or more)"
+    for case in "03_model_parallel --cp-mode ulysses" "03_model_parallel --cp-order contiguous" \
+        "04_pipeline --cp-send blocking" "05_zero --alltoall pairwise" "06_offload --cp-order zigzag --offload"; do
+        read -r program flags <<<"$case"
+        run --separate-stderr "$REPO/$program/train" $FLAGS $flags --out "$BATS_TEST_TMPDIR/refused"
+        assert_equal "$status" 2
+        [[ "$stderr" == "error: ${flags%% *} $message" ]] || { echo "$case: $stderr"; return 1; }
+    done
 }
 
 @test "sequence parallelism on 2 and 4 tensor-parallel ranks matches single-device losses, norms and sample" {

@@ -99,17 +99,27 @@ static int unit_of_use(int layers, int c) {
 }
 
 int zero_schedule(int layers, int prefetch, ZeroAction **actions) {
-    int uses = 2 * (layers + 2), n = 0;
-    ZeroAction *a = xcalloc((size_t)3 * uses, sizeof(ZeroAction)); /* a gather, a computation, a free each */
+    int n = 2 * (layers + 2);
+    ZeroUse *uses = xcalloc((size_t)n, sizeof(ZeroUse));
+    for (int c = 0; c < n; c++)
+        uses[c] = (ZeroUse){c < layers + 2 ? ZERO_FORWARD : ZERO_BACKWARD, unit_of_use(layers, c)};
+    int count = zero_schedule_uses(uses, n, prefetch, actions);
+    free(uses);
+    return count;
+}
+
+int zero_schedule_uses(const ZeroUse *uses, int count, int prefetch, ZeroAction **actions) {
+    int n = 0;
+    ZeroAction *a = xcalloc((size_t)3 * count, sizeof(ZeroAction)); /* a gather, a computation, a free each */
     /* EXERCISE 05.3 BEGIN: the stage-3 gather/free schedule (course.md, exercise 05.3) */
     int next_gather = 0;
-    for (int c = 0; c < uses; c++) {
+    for (int c = 0; c < count; c++) {
         /* gather this computation's unit and those of the next `prefetch`, each once */
-        int last_needed = c + prefetch < uses ? c + prefetch : uses - 1;
+        int last_needed = c + prefetch < count ? c + prefetch : count - 1;
         for (; next_gather <= last_needed; next_gather++)
-            a[n++] = (ZeroAction){ZERO_GATHER, unit_of_use(layers, next_gather), next_gather};
-        a[n++] = (ZeroAction){c < layers + 2 ? ZERO_FORWARD : ZERO_BACKWARD, unit_of_use(layers, c), c};
-        a[n++] = (ZeroAction){ZERO_FREE, unit_of_use(layers, c), c};
+            a[n++] = (ZeroAction){ZERO_GATHER, uses[next_gather].unit, next_gather};
+        a[n++] = (ZeroAction){uses[c].op, uses[c].unit, c};
+        a[n++] = (ZeroAction){ZERO_FREE, uses[c].unit, c};
     }
     /* EXERCISE 05.3 END */
     *actions = a;

@@ -281,8 +281,19 @@ void zero_weights_from_master(Zero *z);
 int shard_norm_spans(const ParamTable *t, int first_unit, int last_unit, size_t param_first, int rank,
                      int ranks, const GradSpan *counted, int num_counted, int in_shard, GradSpan **spans);
 
-/* Stage 3's schedule for units -1..L and prefetch K (xcalloc'ed). */
+/* Stage 3's schedule for units -1..L and prefetch K (xcalloc'ed): the
+ * schedule of one micro-batch's computations (zero_schedule_uses). */
 int zero_schedule(int layers, int prefetch, ZeroAction **actions);
+/* The schedule of any list of computations (each a forward or a backward of
+ * a unit, in the order they run): uses[c]'s unit gathered by the time
+ * computation c starts together with those of the next K, each into its own
+ * buffer, freed right after its computation. Chapter 06's --offload-params
+ * runs it over a pipeline stage's step, its "gathers" copies over PCIe. */
+typedef struct {
+    ZeroOp op; /* ZERO_FORWARD or ZERO_BACKWARD */
+    int unit;
+} ZeroUse;
+int zero_schedule_uses(const ZeroUse *uses, int count, int prefetch, ZeroAction **actions);
 void zero_print_schedule(const ZeroAction *actions, int n);
 
 #endif

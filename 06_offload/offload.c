@@ -55,17 +55,100 @@ static void add_copy_row(Offload *o, int unit, const char *op, const double when
     add_row(o, unit, op, when_ms[0], end);
 }
 
+/* ---- --offload-params: a unit's weights copied in from the host (offload.h) ---- */
+
+/* Where unit's weights of record are on the host: in the precision computed
+ * with (one rank: the shard is the units). */
+static const void *host_unit(const Offload *o, int unit) {
+    return bytes_at(o->half ? (void *)o->params16 : (void *)o->master, slice_at(o, unit), o->elem_bytes);
+}
+
+/* Unit's weights host -> device into slot s, on the copy stream, once the
+ * computation that read the slot before is done. */
+static void copy_unit_in(Offload *o, int unit, UnitSlot *s) {
+    size_t bytes = table_unit(table_of(o), unit)->numel * o->elem_bytes;
+    DeviceStream *copy = device_stream(STREAM_COPY);
+    device_stream_wait(copy, s->released);
+    s->copy_ms[0] = wall_ms();
+    copy_to_device_async(s->data, host_unit(o, unit), bytes, copy);
+    device_event_record(s->copied, copy);
+    s->copy_ms[1] = wall_ms();
+    o->bytes_h2d += (double)bytes;
+}
+
+static UnitSlot *slot_of_use(Offload *o, int use) {
+    for (int i = 0; i < o->num_slots; i++)
+        if (o->slots[i].use == use) return &o->slots[i];
+    return NULL;
+}
+
+/* One action of the step's schedule other than a computation: a copy into
+ * a free slot, or a slot released. A schedule that breaks zero.h's rules
+ * ends the job naming the rule. */
+static void run_fetch(Offload *o, const ZeroAction *a) {
+    if (a->op == ZERO_GATHER) {
+        UnitSlot *s = slot_of_use(o, -1);
+        if (!s)
+            fatal(EXIT_RUNTIME, "offload: copies unit %d in while all %d device slots are in use", a->unit,
+                  o->num_slots);
+        s->use = a->use;
+        copy_unit_in(o, a->unit, s);
+    } else if (a->op == ZERO_FREE) {
+        UnitSlot *s = slot_of_use(o, a->use);
+        if (!s) fatal(EXIT_RUNTIME, "offload: releases unit %d, which is not copied in for that computation", a->unit);
+        device_event_record(s->released, device_stream(STREAM_COMPUTE));
+        s->use = -1;
+    }
+}
+
+/* Before unit's forward or backward: the schedule run up to that
+ * computation, which must come next; the compute stream waits for the unit's
+ * copy. Outside a step, the unit is copied into the first slot now. Returns
+ * the unit's weights on the device. */
+static const void *fetch_unit(Offload *o, ZeroOp op, int unit) {
+    UnitSlot *s = &o->slots[0];
+    const char *what = op == ZERO_FORWARD ? "forward" : "backward";
+    if (!o->fetching) {
+        if (s->use != -1) fatal(EXIT_RUNTIME, "offload: unit %d's %s while a unit is held", unit, what);
+        s->use = o->uses; /* no computation of the schedule */
+        copy_unit_in(o, unit, s);
+    } else {
+        while (o->cursor < o->num_fetches && o->fetches[o->cursor].op == ZERO_GATHER)
+            run_fetch(o, &o->fetches[o->cursor++]);
+        const ZeroAction *a = o->cursor < o->num_fetches ? &o->fetches[o->cursor] : NULL;
+        if (!a || a->op != op || a->unit != unit)
+            fatal(EXIT_RUNTIME, "offload: unit %d's %s is not the next computation of the step's schedule",
+                  unit, what);
+        s = slot_of_use(o, a->use);
+        if (!s) fatal(EXIT_RUNTIME, "offload: unit %d's %s comes before its copy in", unit, what);
+        o->cursor++;
+    }
+    add_copy_row(o, unit, "param_h2d", s->copy_ms, s->copied);
+    device_stream_wait(device_stream(STREAM_COMPUTE), s->copied);
+    return s->data;
+}
+
+/* After the computation: its slot released, and the copies the schedule has
+ * before the next computation queued now, ahead of this unit's gradient. */
+static void release_unit(Offload *o) {
+    if (!o->fetching) {
+        run_fetch(o, &(ZeroAction){ZERO_FREE, 0, o->uses});
+        return;
+    }
+    while (o->cursor < o->num_fetches &&
+           (o->fetches[o->cursor].op == ZERO_FREE || o->fetches[o->cursor].op == ZERO_GATHER))
+        run_fetch(o, &o->fetches[o->cursor++]);
+}
+
 /* ---- the storage hooks: a unit gets its weights before it is computed ---- */
 
-static void bind_unit(Offload *o, int unit, float *grads) {
+static void bind_unit(Offload *o, int unit, ZeroOp op, float *grads) {
     const ParamUnit *u = table_unit(table_of(o), unit);
-    float *weights;
+    const void *stored = o->host_params ? fetch_unit(o, op, unit) : bytes_at(o->params, unit_at(o, unit), o->elem_bytes);
+    float *weights = (float *)stored;
     if (o->half) {
-        ops()->cast_from_half(o->unit_params, (const uint16_t *)o->params + unit_at(o, unit), u->numel,
-                              o->format);
+        ops()->cast_from_half(o->unit_params, stored, u->numel, o->format);
         weights = o->unit_params;
-    } else {
-        weights = (float *)o->params + unit_at(o, unit);
     }
     gpt_bind_unit(o->model, unit, weights, grads);
 }
@@ -95,14 +178,14 @@ static void unbind_unit(Offload *o, int unit) {
 
 static void before_forward(int unit, void *context) {
     Offload *o = context;
-    bind_unit(o, unit, NULL);
+    bind_unit(o, unit, ZERO_FORWARD, NULL);
     if (is_tied_head(o, unit)) tied_head_in(o, 0);
 }
 
 static void before_backward(int unit, void *context) {
     Offload *o = context;
     ops()->fill_zero(o->unit_grads, o->ranks * slice_numel(o, unit)); /* the padding too */
-    bind_unit(o, unit, o->unit_grads);
+    bind_unit(o, unit, ZERO_BACKWARD, o->unit_grads);
     if (is_tied_head(o, unit)) tied_head_in(o, 1);
     if (o->tied_dwte && unit == LAYER_EMBEDDING) { /* the head's gradient of wte, before the lookups' */
         float *dwte = o->unit_grads + o->wte_at;
@@ -111,7 +194,9 @@ static void before_backward(int unit, void *context) {
 }
 
 static void after_forward(int unit, void *context) {
-    unbind_unit(context, unit);
+    Offload *o = context;
+    unbind_unit(o, unit);
+    if (o->host_params) release_unit(o);
 }
 
 /* ---- gradients: device -> host, a unit at a time ---- */
@@ -183,6 +268,7 @@ static void after_backward(int unit, void *context) {
         copy_on_device(out, o->unit_grads, S * sizeof(float));
     }
     unbind_unit(o, unit);
+    if (o->host_params) release_unit(o); /* the next unit's copy in, ahead of this gradient's out */
 
     /* the copy waits for what produced the slice (a collective returns with it in place) */
     DeviceStream *copy = device_stream(STREAM_COPY);
@@ -202,10 +288,16 @@ void offload_begin_step(Offload *o, int step) {
     if (o->grads[1]) o->cur = 1 - o->cur; /* --dpu: the other shard may still be read by the update */
     memset(o->arrived, 0, (size_t)(o->last_unit - o->first_unit + 1));
     o->bytes_d2h = o->bytes_h2d = 0.0;
+    o->cursor = 0;
+    o->fetching = o->host_params; /* the step's schedule runs */
 }
 
 void offload_finish_grads(Offload *o) {
     drain_outbox(o); /* the last unit's copy */
+    if (o->fetching && o->cursor != o->num_fetches)
+        fatal(EXIT_RUNTIME, "offload: the step ran %d of the %d actions of its schedule of copies", o->cursor,
+              o->num_fetches);
+    o->fetching = 0;
     for (int u = o->first_unit; u <= o->last_unit; u++)
         if (!o->arrived[u - o->first_unit])
             fatal(EXIT_RUNTIME, "offload: no gradient of unit %d arrived this step", u);
@@ -283,14 +375,17 @@ void offload_update(Offload *o, const OffloadUpdate *u) {
         double start = wall_ms();
         adam_on_host(o, o->cur, slice_at(o, unit), slice_numel(o, unit), &a);
         add_row(o, unit, "cpu_adam", start, wall_ms());
+        if (o->host_params) continue; /* the weights of record are the host's: nothing crosses */
         upload_unit(o, unit, slot);
         if (unit > o->first_unit) install_unit(o, unit - 1, 1 - slot);
     }
-    install_unit(o, o->last_unit, (o->last_unit - o->first_unit) % 2);
+    if (!o->host_params) install_unit(o, o->last_unit, (o->last_unit - o->first_unit) % 2);
 }
 
-/* Every unit's new weights to the device, after a whole-shard host update. */
+/* Every unit's new weights to the device, after a whole-shard host update
+ * (--offload-params: the host's are the weights of record already). */
 static void upload_all(Offload *o) {
+    if (o->host_params) return;
     for (int unit = o->first_unit; unit <= o->last_unit; unit++) {
         int slot = (unit - o->first_unit) % 2;
         upload_unit(o, unit, slot);
@@ -374,7 +469,11 @@ static void initial_values(Offload *o, GPT *model, const float *initial, size_t 
         if (count)
             memcpy(o->master + slice_at(o, u), init + (first - model->param_first), count * sizeof(float));
     }
-    if (o->half) {
+    if (o->host_params && o->half) { /* the weights of record: the master's, rounded (one rank) */
+        kernels_cpu.cast_to_half(o->params16, o->master, o->shard_n, o->format);
+    } else if (o->host_params) {
+        /* fp32: the master weights are the parameters */
+    } else if (o->half) {
         uint16_t *init16 = xmalloc(n * sizeof(uint16_t));
         kernels_cpu.cast_to_half(init16, init, n, o->format);
         copy_to_device(o->params, init16, n * sizeof(uint16_t));
@@ -388,7 +487,7 @@ static void initial_values(Offload *o, GPT *model, const float *initial, size_t 
 /* offload_create, with the range's initial values (held elements in table
  * order) given, or NULL: from cfg->seed. */
 static void create(Offload *o, GPT *model, int first_unit, int last_unit, CommGroup *group, const Config *cfg,
-                   int dpu, const float *initial) {
+                   int dpu, int host_params, const float *initial) {
     memset(o, 0, sizeof *o);
     o->model = model;
     o->first_unit = first_unit;
@@ -397,6 +496,10 @@ static void create(Offload *o, GPT *model, int first_unit, int last_unit, CommGr
     o->rank = comm_rank(group);
     o->ranks = comm_size(group);
     o->cfg = cfg;
+    o->host_params = host_params;
+    if (host_params && (o->ranks > 1 || dpu || (model->cfg.tied && first_unit == LAYER_EMBEDDING)))
+        fatal(EXIT_RUNTIME, "offload: the weights on the host are written for one rank, without --dpu and "
+                            "untied weights");
     o->half = cfg->precision != PRECISION_FP32;
     o->format = o->half ? (cfg->precision == PRECISION_BF16 ? HALF_BF16 : HALF_F16) : HALF_BF16;
     o->dtype = !o->half ? COMM_F32 : o->format == HALF_BF16 ? COMM_BF16 : COMM_F16;
@@ -407,7 +510,8 @@ static void create(Offload *o, GPT *model, int first_unit, int last_unit, CommGr
     size_t N = o->ranks, n = model->param_count, eb = o->elem_bytes, S = o->max_slice;
 
     /* device: the weights forward and backward read, and unit-sized working buffers */
-    o->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, n * eb, o->half ? "16-bit parameters" : "parameters");
+    if (!host_params) /* else: a unit at a time, offload_schedule_fetches's slots */
+        o->params = mem_alloc(SPACE_DEVICE, CAT_PARAMS, n * eb, o->half ? "16-bit parameters" : "parameters");
     if (o->half)
         o->unit_params =
             mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, largest * sizeof(float), "unit weights (fp32)");
@@ -441,7 +545,10 @@ static void create(Offload *o, GPT *model, int first_unit, int last_unit, CommGr
     if (dpu)
         o->grads[1] = mem_alloc_pinned(CAT_GRADS, o->shard_n * sizeof(float), "second gradient shard (host)");
     o->grads_landing = mem_alloc_pinned(CAT_COMM, o->shard_n * eb, "gradient slices from the device");
-    if (o->half) o->params16 = mem_alloc_pinned(CAT_COMM, o->shard_n * eb, "16-bit weights to the device");
+    if (o->half && host_params)
+        o->params16 = mem_alloc_pinned(CAT_PARAMS, o->shard_n * eb, "16-bit parameters (host)");
+    else if (o->half)
+        o->params16 = mem_alloc_pinned(CAT_COMM, o->shard_n * eb, "16-bit weights to the device");
     o->arrived = xcalloc((size_t)(last_unit - first_unit + 1), 1);
 
     /* initial values (a dry run writes none: its buffers' zeros stand for them, device.h) */
@@ -460,8 +567,26 @@ static void create(Offload *o, GPT *model, int first_unit, int last_unit, CommGr
 }
 
 void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommGroup *group,
-                    const Config *cfg, int dpu) {
-    create(o, model, first_unit, last_unit, group, cfg, dpu, NULL);
+                    const Config *cfg, int dpu, int host_params) {
+    create(o, model, first_unit, last_unit, group, cfg, dpu, host_params, NULL);
+}
+
+void offload_schedule_fetches(Offload *o, const ZeroUse *uses, int count, int prefetch) {
+    if (!o->host_params) fatal(EXIT_RUNTIME, "offload: a schedule of copies for weights held on the device");
+    o->uses = count;
+    o->num_fetches = zero_schedule_uses(uses, count, prefetch, &o->fetches);
+    o->num_slots = prefetch + 1 < count ? prefetch + 1 : count;
+    if (o->num_slots < 1) o->num_slots = 1; /* evaluation's copies use the first */
+    size_t largest = table_largest_unit(table_of(o), o->first_unit, o->last_unit);
+    o->slots = xcalloc((size_t)o->num_slots, sizeof(UnitSlot));
+    for (int i = 0; i < o->num_slots; i++) {
+        UnitSlot *s = &o->slots[i];
+        s->data = mem_alloc(SPACE_DEVICE, CAT_PARAMS, largest * o->elem_bytes, "unit's weights copied in");
+        s->use = -1;
+        s->copied = device_event_create();
+        s->released = device_event_create();
+        device_event_record(s->released, device_stream(STREAM_COMPUTE)); /* free from the start */
+    }
 }
 
 void offload_create_slices(Offload *o, TensorParallelModel *tm, CommGroup *group, const Config *cfg,
@@ -469,7 +594,7 @@ void offload_create_slices(Offload *o, TensorParallelModel *tm, CommGroup *group
     GPT *model = tm->m;
     float *init = xmalloc(model->param_count * sizeof(float));
     tp_initial_values(tm, cfg->seed, init); /* this rank's slices of the whole model's values */
-    create(o, model, model->first_unit, model->last_unit, group, cfg, dpu, init);
+    create(o, model, model->first_unit, model->last_unit, group, cfg, dpu, 0, init);
     free(init);
     o->slices = tm;
     o->num_norm_spans =
@@ -505,6 +630,13 @@ void offload_destroy(Offload *o) {
     mem_free(o->params16);
     free(o->arrived);
     free(o->norm_spans);
+    for (int i = 0; i < o->num_slots; i++) {
+        mem_free(o->slots[i].data);
+        device_event_destroy(o->slots[i].copied);
+        device_event_destroy(o->slots[i].released);
+    }
+    free(o->slots);
+    free(o->fetches);
     if (o->model) o->model->storage = NULL;
     memset(o, 0, sizeof *o);
 }

@@ -50,6 +50,24 @@
  * update older than AdamW's. The fp32 gradient shard is double: the step
  * computing fills one while the thread reads the other.
  *
+ * Parameter offload (--offload-params, one rank): the weights leave the
+ * device too. Their copy of record in the precision computed with is the
+ * host's (params16, 16 bits; in fp32 the master weights themselves), and a
+ * unit crosses PCIe into one of K + 1 device slots (K = 1: double buffering)
+ * just before each forward and each backward that reads it, by chapter
+ * 05's gather/free schedule (zero.h: zero_schedule_uses) over the step's
+ * computations, a copy where ZeRO-3 gathers: the copy of the next unit runs
+ * on the copy stream while this one computes, and a slot is free again once
+ * its computation is done. Per parameter:
+ *
+ *   device                         host (pinned)
+ *   a slot: 2 (4) per parameter    params, 16 bits       2 (fp32: the master's)
+ *   of the largest unit, K + 1     master, m, v, grads   16
+ *
+ * and PCIe carries 2 (4) bytes per parameter up per forward and per
+ * backward of each micro-batch (zb-h1's W reads the weights a third time),
+ * the gradients' 2 (4) down as before; the update's weights no longer cross.
+ *
  * On the CPU backend the device buffers are host memory too: the same calls
  * move the same bytes (memcpy), the same accounting says where they sit. */
 #ifndef OFFLOAD_H
@@ -63,6 +81,7 @@
 #include "common/model/model.h" /* GPT, its forward and backward */
 #include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
 #include "03_model_parallel/tensor_parallel.h" /* 03: tensor parallelism */
+#include "05_zero/zero.h" /* 05: ZeRO's shards and its gather/free schedule */
 #include "common/run/timeline.h" /* timeline.csv for the Gantt charts */
 
 #include <pthread.h>
@@ -74,6 +93,15 @@
 typedef struct {
     float lr, grad_scale;
 } OffloadUpdate;
+
+/* --offload-params: a device buffer a unit's weights are copied into. */
+typedef struct {
+    void *data;            /* (the largest unit) its weights, elem_bytes each, device, CAT_PARAMS */
+    int use;               /* the computation it is held for, or -1: free */
+    DeviceEvent *copied;   /* its copy from the host done (copy stream) */
+    DeviceEvent *released; /* the last computation that read it done (compute stream) */
+    double copy_ms[2];     /* its copy: when queued, when the call returned */
+} UnitSlot;
 
 typedef struct {
     /* ---- layout: units first_unit..last_unit of model, sharded over group ---- */
@@ -93,7 +121,8 @@ typedef struct {
     int num_norm_spans;
 
     /* ---- device ---- */
-    void *params;       /* (param_count) the range's weights in 16 bits (or fp32), CAT_PARAMS */
+    void *params;       /* (param_count) the range's weights in 16 bits (or fp32), CAT_PARAMS;
+                           NULL with host_params */
     float *unit_params; /* 16 bits: (largest unit) the unit at hand in fp32, CAT_WORKSPACE */
     float *unit_grads;  /* (N * max_slice) the unit's gradient in backward, fp32, CAT_BUCKETS */
     void *unit_grads16; /* 16 bits and N > 1: (N * max_slice) it, rounded for the reduce-scatter */
@@ -117,7 +146,8 @@ typedef struct {
     int cur;             /* the one this step's backward fills */
     float *master;       /* (shard_n) fp32 weights of record, CAT_OPTIMIZER */
     float *m, *v;        /* (shard_n) Adam's moments, CAT_OPTIMIZER */
-    uint16_t *params16;  /* 16 bits: (shard_n) updated weights rounded, to cross back, CAT_COMM */
+    uint16_t *params16;  /* 16 bits: (shard_n) updated weights rounded, to cross back, CAT_COMM;
+                            with host_params the weights of record, CAT_PARAMS */
     int t;               /* updates applied so far */
 
     /* ---- the step ---- */
@@ -138,21 +168,39 @@ typedef struct {
     OffloadUpdate worker_update;
     double worker_start_ms, worker_end_ms;
 
+    /* ---- --offload-params: the weights on the host, each unit copied in for its computation ---- */
+    int host_params;
+    UnitSlot *slots;       /* num_slots = prefetch + 1 (fewer if the step computes fewer) */
+    int num_slots;
+    ZeroAction *fetches;   /* the step's copies, computations and releases (zero.h's schedule) */
+    int num_fetches, uses; /* actions, computations */
+    int cursor;            /* the next action; fetching: the step's schedule runs */
+    int fetching;
+
     UnitHooks storage; /* model->storage: bind a unit before it is computed, offload its gradient after */
 } Offload;
 
 /* Units first_unit..last_unit of model (a table with no storage bound: a
  * GPT from gpt_init, or a Pipeline with caller_storage), sharded over group:
  * the device parameters and the host state, initial values from cfg->seed.
- * dpu: keep a second gradient shard for the delayed update. Takes over
- * model->storage and the model's matmul precision. */
+ * dpu: keep a second gradient shard for the delayed update. host_params
+ * (--offload-params; one rank, no dpu): no device parameters, the units
+ * come from the host by the schedule offload_schedule_fetches sets. Takes
+ * over model->storage and the model's matmul precision. */
 void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommGroup *group,
-                    const Config *cfg, int dpu);
+                    const Config *cfg, int dpu, int host_params);
 /* The same over a tensor-parallel rank's slices of a stage (tm built with
  * tp->caller_storage, tensor_parallel.h): the host shard is this rank's dp
  * slice of each unit's slices, the initial values are tm's, and the norm
  * counts the tensors that every tp rank holds whole on tp rank 0 only. */
 void offload_create_slices(Offload *o, TensorParallelModel *tm, CommGroup *group, const Config *cfg, int dpu);
+/* host_params: the computations of one step in the order they run (every
+ * forward and backward of every micro-batch, each of a unit), and how many
+ * units ahead of the one computing are copied in (prefetch K: K + 1 device
+ * slots). Each step's storage calls must follow it (a call out of order
+ * ends the job, naming it); outside a step (evaluation, sampling) a unit is
+ * copied in when it is needed. */
+void offload_schedule_fetches(Offload *o, const ZeroUse *uses, int count, int prefetch);
 void offload_destroy(Offload *o);
 /* Add rows to timeline (op "grad_d2h", "cpu_adam", "param_h2d"), in
  * microseconds since *origin_ms. */

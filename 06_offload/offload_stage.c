@@ -7,6 +7,7 @@
 #include "common/kernels/work_ledger.h" /* a dry run's counted work */
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const Flag offload_flags[] = {
@@ -36,6 +37,12 @@ const Flag offload_flags[] = {
              "--recompute keeps wait in pinned host memory, copied out during the\n"
              "forward and back before each block's recomputation on the copy\n"
              "stream; the device holds two of them (activation_offload.h)"},
+    {"--offload-params", FLAG_SWITCH, FIELD(OffloadFlags, params), .usage = "--offload-params",
+     .help = "with --offload, one rank: the 16-bit (or fp32) weights stay in pinned\n"
+             "host memory; each unit is copied to the device just before its forward\n"
+             "and again before its backward, the next one copied while this one\n"
+             "computes (05's gather/free schedule over PCIe): the device holds two\n"
+             "units' weights instead of all (offload.h)"},
     {0},
 };
 
@@ -78,6 +85,33 @@ static void offload_check_own_flags(const Config *cfg, const OffloadFlags *f, in
               program);
 }
 
+/* --offload-params is written for one rank: its own flags, and what it cannot
+ * give. */
+static void offload_params_check(const Config *cfg, const OffloadFlags *f, const PipelineFlags *pipe,
+                                 const ModelParallelFlags *model) {
+    if (!f->params) return;
+    if (!f->offload)
+        fatal(EXIT_USAGE, "--offload-params needs --offload (it moves the weights that --offload keeps on the "
+                          "device)");
+    if (f->dpu)
+        fatal(EXIT_USAGE, "--offload-params with --dpu is not written: the delayed update would write the "
+                          "host's weights while the step copies them in (valid: without --dpu)");
+    if (cfg->model.tied)
+        fatal(EXIT_USAGE, "--offload-params with --tie-embeddings is not written: the head reads the "
+                          "embedding unit's wte, which is not on the device then (valid: untied weights)");
+    const char *not_written = pipe->pp > 1     ? "--pp"
+                              : model->tp > 1  ? "--tp"
+                              : model->cp > 1  ? "--cp"
+                              : model->dp > 1  ? "--dp"
+                                               : NULL;
+    int value = pipe->pp > 1 ? pipe->pp : model->tp > 1 ? model->tp : model->cp > 1 ? model->cp : model->dp;
+    if (not_written)
+        fatal(EXIT_USAGE,
+              "--offload-params with %s %d is not written: it copies one rank's whole units in (valid: %s 1, "
+              "one rank)",
+              not_written, value, not_written);
+}
+
 /* --offload-activations keeps one stage's checkpoints of whole blocks. */
 static void offload_activations_check(const OffloadFlags *f, const PipelineFlags *pipe,
                                       const ModelParallelFlags *model) {
@@ -95,6 +129,7 @@ void offload_check_flags(const Config *cfg, const OffloadFlags *f, const ZeroFla
                          const ModelParallelFlags *model, const char *program) {
     offload_check_own_flags(cfg, f, z->zero, pipe->schedule, program); /* first: why, if at all */
     offload_activations_check(f, pipe, model);
+    offload_params_check(cfg, f, pipe, model);
     zero_check_flags(cfg, z, pipe, model, !f->offload);
 }
 
@@ -136,6 +171,25 @@ static void add_tied_slice(OffloadStage *s, const float *slice) {
                          : sum[i] + slice[i];
 }
 
+/* --offload-params: the computations of the stage's step, from its
+ * schedule (schedule.h): each forward runs the stage's units in order, each
+ * backward (or zb-h1's B) in reverse, each W the units but the embedding
+ * (model.h), in the order of the stage's actions. */
+static void offload_stage_schedule_fetches(Offload *o, const Pipeline *p) {
+    int first = p->layout.first_unit, last = p->layout.last_unit, units = last - first + 1, n = 0;
+    ZeroUse *uses = xcalloc((size_t)p->schedule.count * units, sizeof(ZeroUse));
+    for (int i = 0; i < p->schedule.count; i++) {
+        OpKind kind = p->schedule.actions[i].kind;
+        if (kind == OP_FORWARD)
+            for (int u = first; u <= last; u++) uses[n++] = (ZeroUse){ZERO_FORWARD, u};
+        else if (kind == OP_BACKWARD || kind == OP_BACKWARD_INPUT || kind == OP_BACKWARD_WEIGHT)
+            for (int u = last; u >= first && (kind != OP_BACKWARD_WEIGHT || u >= 0); u--)
+                uses[n++] = (ZeroUse){ZERO_BACKWARD, u};
+    }
+    offload_schedule_fetches(o, uses, n, 1); /* double buffering: the next unit copied while one computes */
+    free(uses);
+}
+
 void offload_stage_create(OffloadStage *s, Pipeline *p, const ProcessGrid *grid, Run *run, const char *program,
                           const char *schedule, const OffloadFlags *f) {
     Offload *o = &s->off;
@@ -145,7 +199,8 @@ void offload_stage_create(OffloadStage *s, Pipeline *p, const ProcessGrid *grid,
     if (l->tensor) /* this rank's tensor slices of the stage's units, sharded over dp */
         offload_create_slices(o, &p->tpm, grid->weight_group, cfg, dpu);
     else
-        offload_create(o, &p->model, l->first_unit, l->last_unit, grid->weight_group, cfg, dpu);
+        offload_create(o, &p->model, l->first_unit, l->last_unit, grid->weight_group, cfg, dpu, f->params);
+    if (f->params) offload_stage_schedule_fetches(o, p);
     offload_attach_timeline(o, &p->times.timeline, &p->times.origin_ms);
     /* each rank's host shard of its stage's units (offload.h) */
     pipeline_ckpt_layout_init(&run->ckpt, program, grid, schedule, dpu ? "offload, dpu" : "offload");
@@ -163,7 +218,8 @@ void offload_stage_create(OffloadStage *s, Pipeline *p, const ProcessGrid *grid,
         program, grid->pp * grid->cp * grid->tp * grid->dp, grid->pp, tp, grid->dp, device_name(),
         comm_transport_name(), precision_name(cfg->precision), offload_whole_params(p), o->shard_n,
         cfg->batch, grid->dp, cfg->micro, p->layout.B,
-        dpu ? (f->dpu_reference ? " | delayed update (reference)" : " | delayed update") : "");
+        dpu ? (f->dpu_reference ? " | delayed update (reference)" : " | delayed update")
+            : f->params ? " | weights on the host, two units on the device" : "");
 }
 
 int offload_decide(Offload *o, Run *run, const OptimHyper *h, int step, double *grad_norm,

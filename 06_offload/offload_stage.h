@@ -26,6 +26,7 @@ typedef struct {
     int dpu_warmup;    /* exact steps before the delayed update starts */
     int dpu_reference; /* the delayed update without a thread, for the tests */
     int activations;   /* --offload-activations: --recompute's checkpoints in host memory */
+    int params;        /* --offload-params: the 16-bit weights in host memory, a unit at a time on the device */
 } OffloadFlags;
 extern const Flag offload_flags[];
 /* --offload makes --zero 2 the default (the partitioning it offloads); then
@@ -35,8 +36,9 @@ void offload_effective_flags(const Config *cfg, OffloadFlags *f, ZeroFlags *z, P
 /* --dpu and its options without what they need, and with --offload what its
  * layout cannot give (--zero other than 2, the interleaved schedule's
  * chunks), --offload-activations without --offload and --recompute or with
- * --pp, --tp or --cp above 1, each refused in one line that says why
- * (EXIT_USAGE), first;
+ * --pp, --tp or --cp above 1, --offload-params without --offload, with
+ * --dpu, --tie-embeddings or more than one rank, each refused in one line
+ * that says why (EXIT_USAGE), first;
  * then chapter 05's checks (zero_check_flags; with --offload one stage runs
  * the pipeline's step, not ZeRO's own). */
 void offload_check_flags(const Config *cfg, const OffloadFlags *f, const ZeroFlags *z, const PipelineFlags *pipe,
@@ -57,7 +59,9 @@ typedef struct OffloadStage OffloadStage; /* 06's main's stage (below) */
 void offload_finish_delayed(OffloadStage *s);
 
 /* The offload of stage p's units over grid's dp group (--dpu: a second
- * gradient shard for the delayed update), its rows in the stage's timeline,
+ * gradient shard for the delayed update; --offload-params: the weights on
+ * the host, copied in by the schedule of the stage's step, offload.h), its
+ * rows in the stage's timeline,
  * what this rank holds of a checkpoint (its host shard, the layout named
  * with the schedule by pipeline_ckpt_layout_init), --resume read into it
  * and the device's weights rounded from it; then the run's header line

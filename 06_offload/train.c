@@ -6,7 +6,9 @@
  * weights, Adam's moments and gradients sits in pinned host memory, each
  * unit's gradient copied there as its backward ends, and the CPU runs
  * AdamW on it. --dpu delays that update by one step, to run during the
- * next step's forward and backward. Every layout runs 04's schedule, one
+ * next step's forward and backward; --offload-params (one rank) keeps the
+ * weights on the host too, each unit copied in for its forward and its
+ * backward. Every layout runs 04's schedule, one
  * stage too. Refused with --offload, saying why: --zero other than 2 and
  * the interleaved schedule. Without --offload this is chapter 05. */
 #include "common/comm/comm.h" /* collectives and messages between ranks */
@@ -46,7 +48,7 @@ typedef struct {
     ModelParallelFlags model; /* --mp, --split, --tp, --dp, --sp, --cp, ... (model_parallel.h) */
     PipelineFlags pipe;       /* --schedule, --virtual, --pp, --print-schedule (pipeline_flags.h) */
     ZeroFlags zero;           /* --zero, --prefetch (zero_stage.h) */
-    OffloadFlags offload;     /* --offload, --dpu, ..., --offload-activations (offload_stage.h) */
+    OffloadFlags offload;     /* --offload, --dpu, ..., --offload-params (offload_stage.h) */
 } Flags;
 static const Flag flag_rows[] = {
     FLAG_ROWS_AT(Flags, data, data_parallel_flags),

@@ -79,6 +79,22 @@ mpirun_np() {
         mpirun --oversubscribe -np "$np" "$@"
 }
 
+# assert_refusals NP PROGRAM FLAGS: each line of stdin, "ARGS|TEXT", run as
+# PROGRAM FLAGS ARGS on NP ranks, exits 2 with one line on stderr starting
+# "error:" and holding TEXT; refusals_checked counts the lines run.
+assert_refusals() {
+    local np="$1" program="$2" flags="$3" bad expected
+    refusals_checked=0
+    while IFS='|' read -r bad expected; do
+        run --separate-stderr bash -c "$(declare -f mpirun_np); OMP_NUM_THREADS=1 mpirun_np $np '$program' $flags $bad" \
+            </dev/null # mpirun would read the rest of the list
+        refusals_checked=$((refusals_checked + 1))
+        assert_equal "$status" 2
+        assert_equal "$(printf '%s\n' "$stderr" | grep -c '^error:')" 1
+        [[ "$stderr" == *"$expected"* ]] || { echo "$bad: $stderr"; return 1; }
+    done
+}
+
 # csv_column FILE NAME: column NAME of a CSV file, one value per line (header
 # skipped): the scripts' own reader, common/scripts/lib.sh's column (and median).
 . "$REPO/common/scripts/lib.sh"

@@ -257,22 +257,14 @@ ckpt_bytes() { echo $(($2 * $(csv_column "$1/run.csv" seq) * $(csv_column "$1/ru
 }
 
 @test "--offload-activations without --offload or --recompute, or with --pp, --tp or --cp above 1, is refused in one line" {
-    local bad expected checked=0
-    while IFS='|' read -r bad expected; do
-        run --separate-stderr bash -c "$(declare -f mpirun_np); OMP_NUM_THREADS=1 mpirun_np 2 '$TRAIN06' $FLAGS $bad" \
-            </dev/null # mpirun would read the rest of the list
-        checked=$((checked + 1))
-        assert_equal "$status" 2
-        assert_equal "$(printf '%s\n' "$stderr" | grep -c '^error:')" 1
-        [[ "$stderr" == *"$expected"* ]] || { echo "$bad: $stderr"; return 1; }
-    done <<'EOF'
+    assert_refusals 2 "$TRAIN06" "$FLAGS" <<'EOF'
 --recompute --offload-activations|--offload-activations needs --offload
 --offload --offload-activations|--offload-activations needs --recompute (it offloads the block inputs that --recompute keeps)
 --offload --recompute --offload-activations --pp 2|--offload-activations with --pp 2 is not written: it offloads one stage's checkpoints of whole blocks (valid: --pp 1)
 --offload --recompute --offload-activations --tp 2|--offload-activations with --tp 2 is not written
 --offload --recompute --offload-activations --cp 2|--offload-activations with --cp 2 is not written
 EOF
-    assert_equal "$checked" 5
+    assert_equal "$refusals_checked" 5
 }
 
 @test "timeline.csv has the rows of an offloaded step: compute, gradient copies, CPU AdamW, weight copies; plot.py draws it" {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # title: the stage-3 gather/free schedule
 # points: 4
-# Exercise 05.3 (05_zero/zero.c, zero_schedule): stage 3's schedule of one
+# Exercise 05.3 (05_zero/zero.c, zero_schedule_uses): stage 3's schedule of one
 # micro-batch as data. Graded by (1) the schedule that --print-schedule
 # prints, for 2 and 3 layers and --prefetch 0, 1, 2 and 7: the forwards of
 # units -1..L then the backwards of L..-1, each once; the gathers in the

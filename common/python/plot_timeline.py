@@ -130,4 +130,5 @@ def plot_offload_timeline(run_dir, step, out):
     ax.set_yticklabels([text for _, text in labels], fontsize=8)
     return finish_timeline(fig, ax, run_dir, f"step {step} of an offloaded run (a copy per unit; zb-h1: after its B, "
                            "orange, and its W, brown; with --dpu the CPU AdamW row is the previous step's update;\n"
-                           "light blue and pink: --offload-activations' checkpoints)", "offload", out)
+                           "light blue and pink: --offload-activations' checkpoints; purple: the weights in, per unit with --offload-params)",
+                           "offload", out)

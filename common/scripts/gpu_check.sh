@@ -84,7 +84,9 @@
 #                measured (the ratio itself is reported, not judged); skipped when PyTorch (PYTHON)
 #                is not importable or cannot use the GPU.
 #   offloadbench common/scripts/bench_offload.sh on CUDA: 06's step time against 01, 04 and 05, with and
-#                without --dpu, and the PCIe bytes per step. Passes when every configuration ran.
+#                without --dpu, each offload level (--offload-activations, --offload-params) against
+#                --offload alone, the PCIe bytes per step each way and the copies' time against the
+#                computation's (timeline.csv). Passes when every configuration ran.
 #   calibrate    common/plan --calibrate on CUDA: this machine's constants for the planner (01's
 #                gpt2 step, devicebench's pinned copies and device AdamW, adambench on the host,
 #                commbench where there are 2 GPUs), written as gpu-check-DEVICE-DATE.machine, the
@@ -683,18 +685,18 @@ group_bench() {
 }
 
 group_offloadbench() {
-    begin steps "common/scripts/bench_offload.sh on $DEVICE: 06 (with and without --dpu) against 01, 04 and 05"
+    begin steps "common/scripts/bench_offload.sh on $DEVICE: 06 (with and without --dpu) against 01, 04 and 05, and each offload level (activations, parameters) against --offload alone"
     step_limit=300 step env BENCH_DEVICE="$DEVICE" BENCH_REPEATS=3 BENCH_MACHINE="$slug" BENCH_OUT="$work/offloadbench" \
         common/scripts/bench_offload.sh || return 0
     dry || {
         local summary="$work/offloadbench/offload_summary.csv" configs
         cp "$work/offloadbench/offload.csv" "$work/offload.runs.csv" && cp "$summary" "$work/offload.summary.csv"
         configs="$(awk -F, 'NR > 1' "$summary" | wc -l)"
-        if [[ $configs -eq 7 ]]; then
-            verdict PASS "$(csv_awk '{ printf "%s%s %s ms (x%s)", (NR > 2 ? "; " : ""), col("config"), col("median_step_ms"),
-                col("relative") }' "$summary")"
+        if [[ $configs -eq 11 ]]; then
+            verdict PASS "$(csv_awk '{ printf "%s%s %s ms (x%s%s)", (NR > 2 ? "; " : ""), col("config"), col("median_step_ms"),
+                col("relative"), col("relative_offload") == "" ? "" : ", x" col("relative_offload") " of --offload" }' "$summary")"
         else
-            verdict FAIL "$configs configurations in $summary, expected 7"
+            verdict FAIL "$configs configurations in $summary, expected 11"
         fi
     }
 }

@@ -355,17 +355,31 @@ EOF
 }
 
 @test "bench_offload.sh runs every configuration on the tiny preset and writes its CSVs with their columns" {
-    BENCH_MODEL=tiny BENCH_BATCH=4 BENCH_STEPS=2 BENCH_REPEATS=1 BENCH_MACHINE=test BENCH_OUT="$(scratch)/b" \
+    BENCH_MODEL=tiny BENCH_BATCH=4 BENCH_STEPS=3 BENCH_REPEATS=1 BENCH_MACHINE=test BENCH_OUT="$(scratch)/b" \
         run "$REPO/common/scripts/bench_offload.sh"
     assert_success
     assert_equal "$(head -1 "$(scratch)/b/offload.csv")" \
-        "machine,device,precision,model,batch,micro,steps,threads,config,ranks,repeat,median_step_ms,median_opt_ms,peak_device_bytes,peak_host_bytes,pcie_bytes_per_step,bytes_sent_per_step"
-    assert_equal "$(csv_column "$(scratch)/b/offload_summary.csv" config | tr '\n' ' ')" \
-        "01 06_offload 06_offload_dpu 04_pp2_dp2 05_zero2 06_pp2_dp2 06_pp2_dp2_dpu "
-    assert_equal "$(csv_column "$(scratch)/b/offload_summary.csv" relative | tr '\n' ' ')" \
-        "$(csv_column "$(scratch)/b/offload_summary.csv" relative | awk 'NR == 1 || NR == 4 { $0 = "1.000" } 1' | tr '\n' ' ')"
+        "machine,device,precision,model,batch,micro,steps,threads,config,ranks,repeat,median_step_ms,median_opt_ms,peak_device_bytes,peak_host_bytes,pcie_bytes_per_step,bytes_sent_per_step,d2h_bytes_per_step,h2d_bytes_per_step,copy_ms,compute_ms"
+    local summary="$(scratch)/b/offload_summary.csv"
+    assert_equal "$(csv_column "$summary" config | tr '\n' ' ')" \
+        "01 06_offload 06_offload_dpu 04_pp2_dp2 05_zero2 06_pp2_dp2 06_pp2_dp2_dpu 06_offload_recompute 06_offload_act 06_offload_params 06_offload_params_act "
+    assert_equal "$(csv_column "$summary" relative | tr '\n' ' ')" \
+        "$(csv_column "$summary" relative | awk 'NR == 1 || NR == 4 { $0 = "1.000" } 1' | tr '\n' ' ')"
+    # against --offload alone: 06's one-rank rows only, 06_offload itself 1
+    csv_column "$summary" relative_offload | awk 'NR == 2 { if ($1 != "1.000") exit 1; next }
+        NR == 3 || NR >= 8 { if ($1 <= 0) exit 1; next } { if ($1 != "") exit 1 } END { exit NR != 11 }'
     # the host holds state and PCIe carries bytes only in 06's rows
-    csv_column "$(scratch)/b/offload.csv" pcie_bytes_per_step | awk 'NR == 1 || NR == 4 || NR == 5 { if ($1 != 0) exit 1; next } { if ($1 <= 0) exit 1 } END { exit NR < 7 }'
-    csv_column "$(scratch)/b/offload.csv" peak_host_bytes | awk 'NR == 1 || NR == 4 || NR == 5 { if ($1 != 0) exit 1; next } { if ($1 <= 0) exit 1 } END { exit NR < 7 }'
+    csv_column "$(scratch)/b/offload.csv" pcie_bytes_per_step | awk 'NR == 1 || NR == 4 || NR == 5 { if ($1 != 0) exit 1; next } { if ($1 <= 0) exit 1 } END { exit NR != 11 }'
+    csv_column "$(scratch)/b/offload.csv" peak_host_bytes | awk 'NR == 1 || NR == 4 || NR == 5 { if ($1 != 0) exit 1; next } { if ($1 <= 0) exit 1 } END { exit NR != 11 }'
+    # each way: the activations add to the bytes out, the parameters to the bytes in (both ways once
+    # each unit's weights come in for the forward and again for the backward), and the two
+    # directions add up to pcie_bytes_per_step
+    csv_awk '{ print col("config"), col("d2h_bytes_per_step"), col("h2d_bytes_per_step"), col("pcie_bytes_per_step") }' "$summary" >"$(scratch)/link"
+    awk '$2 + $3 != $4 { print "not the sum: " $0; bad = 1 } $1 == "06_offload" { d = $2; h = $3 }
+         $1 == "06_offload_act" && !($2 > d && $3 == h) { print "activations: " $0; bad = 1 }
+         $1 == "06_offload_params" && !($2 == d && $3 == 2 * h) { print "parameters: " $0; bad = 1 } END { exit bad }' "$(scratch)/link"
+    # copies and computation from rank 0's timeline.csv: none for 01 (no timeline), some for 06
+    csv_column "$summary" copy_ms | awk 'NR == 1 { if ($1 != "") exit 1; next } NR == 2 || NR >= 8 { if ($1 <= 0) exit 1 }'
+    csv_column "$summary" compute_ms | awk 'NR >= 2 { if ($1 <= 0) exit 1 }'
     if "$(plot_python)" -c 'import matplotlib' 2>/dev/null; then [ -s "$(scratch)/b/offload.png" ]; fi
 }

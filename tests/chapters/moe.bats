@@ -98,6 +98,29 @@ loss_falls() {
     [ "$(csv_column "$(scratch)/ref/steps.csv" dropped | paste -sd+ | bc)" -gt 0 ]
 }
 
+@test "02 on 3 ranks with 2 micro-batches and overlapped buckets gives 01's losses and routing (5 experts, top-1)" {
+    local moe="--experts 5 --top-k 1 --capacity-factor 1.5 --aux-loss-coef 0.1 --steps 4 --batch 6 --micro 2"
+    "$TRAIN01" $FLAGS $moe --out "$(scratch)/ref" >/dev/null
+    OMP_NUM_THREADS=1 mpirun_np 3 "$TRAIN02" $FLAGS $moe --dp-mode overlap --bucket-mb 0.05 --out "$(scratch)/dp" >/dev/null
+    assert_losses_match "$(scratch)/ref" "$(scratch)/dp" 4
+    assert_column_match grad_norm "$(scratch)/ref" "$(scratch)/dp" 4
+    for column in aux_loss dropped tokens_e0 tokens_e4; do
+        assert_equal "$column $(csv_column "$(scratch)/dp/steps.csv" $column | tr '\n' ' ')" \
+            "$column $(csv_column "$(scratch)/ref/steps.csv" $column | tr '\n' ' ')"
+    done
+}
+
+@test "bf16 and fp16 MoE runs are 16-bit runs that follow fp32's losses within 1e-3" {
+    local moe="--experts 3 --top-k 2 --capacity-factor 1.25"
+    "$TRAIN01" $FLAGS $moe --out "$(scratch)/fp32" >/dev/null
+    for precision in bf16 fp16; do
+        "$TRAIN01" $FLAGS $moe --precision $precision --out "$(scratch)/$precision" >/dev/null
+        assert_losses_within "$(scratch)/fp32" "$(scratch)/$precision" 8 1e-3
+        # and not fp32's bits: the matmuls did see 16-bit values
+        [ "$(csv_column "$(scratch)/fp32/steps.csv" loss | tail -1)" != "$(csv_column "$(scratch)/$precision/steps.csv" loss | tail -1)" ]
+    done
+}
+
 @test "an MoE run resumed from its checkpoint continues the uninterrupted run's losses" {
     local moe="--experts 3 --top-k 2 --capacity-factor 1.25"
     "$TRAIN01" $FLAGS $moe --out "$(scratch)/whole" >/dev/null

@@ -238,8 +238,10 @@ static void check_carved(const Carver *k, size_t bytes, const char *what) {
               bytes);
 }
 
-/* Carve what a block's backward reads from its forward, all but the output res3. */
-static void carve_block_values(BlockActs *b, const ModelConfig *c, int B, int T, Carver *k) {
+/* Carve what a block's backward reads from its forward, all but the output res3;
+ * an MoE block's (dense_mlp 0) without fch: its hidden layers are the experts'
+ * (moe.h, MoeLayerActs). */
+static void carve_block_values(BlockActs *b, const ModelConfig *c, int B, int T, int dense_mlp, Carver *k) {
     size_t BT = (size_t)B * T, C = c->dmodel;
     b->ln1 = carve(k, BT * C);
     b->ln1_mean = carve(k, BT);
@@ -251,7 +253,7 @@ static void carve_block_values(BlockActs *b, const ModelConfig *c, int B, int T,
     b->ln2 = carve(k, BT * C);
     b->ln2_mean = carve(k, BT);
     b->ln2_rstd = carve(k, BT);
-    b->fch = carve(k, BT * 4 * C);
+    b->fch = dense_mlp ? carve(k, BT * 4 * C) : NULL;
 }
 
 /* Carve the activations of layers first..last (see activations_create_range). */
@@ -264,7 +266,7 @@ static void carve_activations(Activations *a, const ModelConfig *c, int B, int T
     for (int l = 0; l < c->layers; l++) {
         BlockActs *b = &a->block[l];
         if (l < first || l > last) continue;
-        if (!recompute) carve_block_values(b, c, B, T, k);
+        if (!recompute) carve_block_values(b, c, B, T, !moe_layer(c, l), k);
         if (keep_outputs) b->res3 = carve(k, BT * C); /* else a CheckpointStore keeps it */
     }
     if (last < c->layers) return;
@@ -277,12 +279,20 @@ static void carve_activations(Activations *a, const ModelConfig *c, int B, int T
     a->losses = carve(k, BT);
 }
 
+/* What activation_bytes counts (a dense model's) that an MoE model does not
+ * carve: the dense fch of each MoE block, whose experts keep their own. */
+static size_t moe_dense_hidden_bytes(const ModelConfig *c, int B, int T) {
+    size_t blocks = 0;
+    for (int l = 0; l < c->layers; l++) blocks += moe_layer(c, l);
+    return blocks * B * T * 4 * c->dmodel * sizeof(float);
+}
+
 void activations_create(Activations *a, const ModelConfig *c, int B, int T) {
     memset(a, 0, sizeof *a);
     a->B = B;
     a->T = T;
     a->block = xcalloc(c->layers, sizeof(BlockActs));
-    size_t bytes = activation_bytes(c, B, T);
+    size_t bytes = activation_bytes(c, B, T) - moe_dense_hidden_bytes(c, B, T);
     Carver k = {mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, bytes, "activations"), 0};
     carve_activations(a, c, B, T, LAYER_EMBEDDING, c->layers, 0, 1, &k);
     check_carved(&k, bytes, "activations");
@@ -376,7 +386,7 @@ void scratch_create(Scratch *s, const ModelConfig *c, int B, int T, int recomput
     /* Forward values, so tagged as activations: the one set of them that remains. */
     bytes = recompute_block_bytes(c, B, T);
     Carver r = {mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, bytes, "recomputed block"), 0};
-    carve_block_values(&s->recomputed, c, B, T, &r);
+    carve_block_values(&s->recomputed, c, B, T, 1, &r); /* --recompute: dense blocks only */
     check_carved(&r, bytes, "recomputed block");
 }
 
@@ -498,7 +508,7 @@ static void block_forward_values(const GPT *m, BlockActs *b, Scratch *s, int l, 
  * In place of fc, GELU and fcproj: out(B,T,C) from ln2 = ln2(res2), the
  * routing added to a->moe.stats; the backward adds dL/d(ln2) into dln and the
  * router's and experts' gradients into m->grads, the balancing loss's scaled
- * by a->moe.dloss. An MoE block leaves the dense fch of its values unused. */
+ * by a->moe.dloss. An MoE block's values have no fch: the experts keep theirs. */
 
 /* Expert e's slices of the block's four MLP tensors (param_table.h, BLOCK_ROUTERW). */
 typedef struct {

@@ -153,6 +153,26 @@ loss_falls() {
     [ ! -e "$(scratch)/hf" ]
 }
 
+# peak FILE SPACE CATEGORY: memory.csv's peak bytes of rank 0 in SPACE and CATEGORY
+peak() { awk -F, -v s="$2" -v c="$3" '$1 == 0 && $2 == s && $3 == c { print $4 }' "$1"; }
+
+@test "memory.csv holds the experts' activations in place of the dense hidden layer, and the routing on the host" {
+    "$TRAIN01" $FLAGS --steps 1 --out "$(scratch)/dense" >/dev/null
+    "$TRAIN01" $FLAGS --steps 1 --experts 3 --top-k 2 --out "$(scratch)/moe" >/dev/null
+    # tiny: L = 2 MoE blocks, C = 64; N = 4 x 64 tokens, K = 2: N K = 512 choices per block
+    local N=256 NK=512 C=64 E=3 B=4 f=4
+    # each block: less the dense fch (N x 4C), plus the experts' inputs, hidden layers and
+    # outputs (N K x (C + 4C + C)) and the rows' token, slot row and weight (N K x 3)
+    local device=$(( 2 * (NK * 6 * C * f + NK * 3 * f - N * 4 * C * f) ))
+    assert_equal "device activations $(( $(peak "$(scratch)/moe/memory.csv" device activations) - $(peak "$(scratch)/dense/memory.csv" device activations) ))" \
+        "device activations $device"
+    # the host's routing per block: probabilities (N x E), four ints or floats per choice, the
+    # sequences' counts (B x E) and the experts' rows (E), each piece 64-byte aligned
+    local align='function a(x) { return int((x + 63) / 64) * 64 }'
+    local host=$(awk "$align"' BEGIN { print 2 * (a('$N' * '$E' * 4) + 4 * a('$NK' * 4) + a('$B' * '$E' * 4) + a('$E' * 4)) }')
+    assert_equal "host activations $(peak "$(scratch)/moe/memory.csv" host activations)" "host activations $host"
+}
+
 @test "the planner's memory of an MoE run of 01 and of 02 on 2 ranks equals their memory.csv" {
     local moe="--experts 3 --top-k 2 --capacity-factor 1 --steps 2"
     OMP_NUM_THREADS=1 "$TRAIN01" $FLAGS $moe --out "$(scratch)/one" >/dev/null

@@ -512,7 +512,7 @@ static void block_forward_values(const GPT *m, BlockActs *b, Scratch *s, int l, 
 
 /* Expert e's slices of the block's four MLP tensors (param_table.h, BLOCK_ROUTERW). */
 typedef struct {
-    const float *fcw, *fcb, *fcprojw, *fcprojb;
+    float *fcw, *fcb, *fcprojw, *fcprojb;
 } Expert;
 static Expert expert_of(float *const *w, int e, int C) {
     size_t C4 = 4 * (size_t)C;
@@ -528,7 +528,8 @@ static void moe_forward(const GPT *m, Activations *a, Scratch *s, int l, const f
     MoeLayerActs *la = &a->moe.layer[l];
     MoeScratch *ms = &s->moe;
     float **w = m->w.block[l];
-    if (!la->xin) fatal(EXIT_RUNTIME, "block %d is an MoE block but its activations hold no expert buffers", l);
+    if (!la->xin)
+        fatal(EXIT_RUNTIME, "block %d is an MoE block but its activations hold no expert buffers", l);
     /* the router, and the routing on the host */
     gpt_linear_forward(m, ms->logits, ln2, w[BLOCK_ROUTERW], NULL, N, C, E);
     copy_to_host(ms->logits_h, ms->logits, (size_t)N * E * sizeof(float));
@@ -576,17 +577,16 @@ static void moe_backward(const GPT *m, Activations *a, Scratch *s, int l, const 
     for (int e = 0, row = 0; e < E; row += la->count_h[e++]) {
         if (!la->count_h[e]) continue;
         Expert x = expert_of(w, e, C), dx = expert_of(g, e, C);
-        gpt_linear_backward(m, ms->dgelu + (size_t)row * 4 * C, (float *)dx.fcprojw, (float *)dx.fcprojb,
-                            ms->dy + (size_t)row * C, ms->gelu + (size_t)row * 4 * C, x.fcprojw, la->count_h[e],
-                            4 * C, C);
+        gpt_linear_backward(m, ms->dgelu + (size_t)row * 4 * C, dx.fcprojw, dx.fcprojb,
+                            ms->dy + (size_t)row * C, ms->gelu + (size_t)row * 4 * C, x.fcprojw,
+                            la->count_h[e], 4 * C, C);
     }
     k->gelu_backward(ms->dfch, la->fch, ms->dgelu, R * 4 * C);
     for (int e = 0, row = 0; e < E; row += la->count_h[e++]) {
         if (!la->count_h[e]) continue;
         Expert x = expert_of(w, e, C), dx = expert_of(g, e, C);
-        gpt_linear_backward(m, ms->dxin + (size_t)row * C, (float *)dx.fcw, (float *)dx.fcb,
-                            ms->dfch + (size_t)row * 4 * C, la->xin + (size_t)row * C, x.fcw, la->count_h[e], C,
-                            4 * C);
+        gpt_linear_backward(m, ms->dxin + (size_t)row * C, dx.fcw, dx.fcb, ms->dfch + (size_t)row * 4 * C,
+                            la->xin + (size_t)row * C, x.fcw, la->count_h[e], C, 4 * C);
     }
     /* dispatch's backward: each token's rows summed back */
     k->moe_scatter_add(dln, ms->dxin, la->pos, N, K, C);

@@ -123,7 +123,8 @@ void moe_route(const MoeConfig *moe, const float *logits, int B, int T, MoeLayer
             for (int e = 0; e < E; e++) {
                 int taken = 0;
                 for (int j = 0; j < k; j++) taken |= chosen[j] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e; /* strictly larger: the lower index wins a tie */
+                /* strictly larger: the lower index wins a tie */
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
             }
             chosen[k] = best;
             kept += p[best];

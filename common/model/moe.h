@@ -54,20 +54,20 @@ typedef struct {
  * slots each (slot n*K + k). Device buffers for the kernels, their host
  * copies where the routing is decided. */
 typedef struct {
-    int rows;          /* R: the choices kept, the rows dispatched (<= N*K) */
-    float *xin;        /* (N*K, C) device: ln2 of each row's token, rows grouped by expert */
-    float *fch;        /* (N*K, 4C) device: the experts' hidden layer, before GELU */
-    float *y;          /* (N*K, C) device: the experts' outputs */
-    int *src;          /* (N*K) device: the token of row i */
-    int *pos;          /* (N*K) device: the row of slot (n,k), -1 when dropped */
-    float *gate;       /* (N*K) device: the slot's renormalised weight */
-    float *probs_h;    /* (N, E) host: the router's softmax */
-    int *expert_h;     /* (N*K) host: the expert of slot (n,k) */
-    float *gate_h;     /* (N*K) host */
-    int *pos_h;        /* (N*K) host */
-    int *src_h;        /* (N*K) host */
-    float *choices_h;  /* (B, E) host: each sequence's choices of each expert, before capacity */
-    int *count_h;      /* (E) host: rows of each expert (after capacity) */
+    int rows;         /* R: the choices kept, the rows dispatched (<= N*K) */
+    float *xin;       /* (N*K, C) device: ln2 of each row's token, rows grouped by expert */
+    float *fch;       /* (N*K, 4C) device: the experts' hidden layer, before GELU */
+    float *y;         /* (N*K, C) device: the experts' outputs */
+    int *src;         /* (N*K) device: the token of row i */
+    int *pos;         /* (N*K) device: the row of slot (n,k), -1 when dropped */
+    float *gate;      /* (N*K) device: the slot's renormalised weight */
+    float *probs_h;   /* (N, E) host: the router's softmax */
+    int *expert_h;    /* (N*K) host: the expert of slot (n,k) */
+    float *gate_h;    /* (N*K) host */
+    int *pos_h;       /* (N*K) host */
+    int *src_h;       /* (N*K) host */
+    float *choices_h; /* (B, E) host: each sequence's choices of each expert, before capacity */
+    int *count_h;     /* (E) host: rows of each expert (after capacity) */
 } MoeLayerActs;
 
 typedef struct {
@@ -79,11 +79,11 @@ typedef struct {
 
 /* Gradients and transient values of the MoE block at hand (shared by all). */
 typedef struct {
-    float *logits, *dlogits; /* (N, E) device */
-    float *dgate;            /* (N*K) device */
-    float *gelu, *dgelu;     /* (N*K, 4C) device: GELU(fch), and its gradient */
-    float *dfch;             /* (N*K, 4C) device */
-    float *dxin, *dy;        /* (N*K, C) device */
+    float *logits, *dlogits;               /* (N, E) device */
+    float *dgate;                          /* (N*K) device */
+    float *gelu, *dgelu;                   /* (N*K, 4C) device: GELU(fch), and its gradient */
+    float *dfch;                           /* (N*K, 4C) device */
+    float *dxin, *dy;                      /* (N*K, C) device */
     float *logits_h, *dlogits_h, *dgate_h; /* host copies */
     void *device, *host;
 } MoeScratch;

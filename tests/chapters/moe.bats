@@ -128,6 +128,11 @@ loss_falls() {
     run "$TRAIN01" $FLAGS $moe --resume "$(scratch)/moe.ckpt" --out "$(scratch)/part"
     assert_success
     assert_losses_match "$(scratch)/whole" "$(scratch)/part" 8
+    # any chapter resumes it: 02 on 2 ranks continues with steps 5-8 of the whole run
+    OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN02" $FLAGS $moe --resume "$(scratch)/moe.ckpt" --out "$(scratch)/dp" >/dev/null
+    run paste -d, <(csv_column "$(scratch)/whole/steps.csv" loss | tail -n 4) <(csv_column "$(scratch)/dp/steps.csv" loss)
+    assert_equal "$(grep -c '^[0-9.]*,[0-9.]*$' <<<"$output")" 4
+    awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) { print "step " NR + 4 ": " $0; bad = 1 } } END { exit bad }' <<<"$output"
 }
 
 @test "resuming a checkpoint with other --experts (or a dense one with experts) is refused in one line" {

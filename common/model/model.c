@@ -538,6 +538,17 @@ static void moe_forward(const GPT *m, Activations *a, Scratch *s, int l, const f
     copy_to_device(la->src, la->src_h, (size_t)la->rows * sizeof(int));
     copy_to_device(la->pos, la->pos_h, NK * sizeof(int));
     copy_to_device(la->gate, la->gate_h, NK * sizeof(float));
+    /* The CPU's 16-bit matmuls round their operands into workspaces grown on
+     * demand (kernels_cpu.c): grown here for the most rows an expert can get,
+     * their size (memory.csv) does not depend on the routing, which a dry run
+     * (common/plan) cannot know. */
+    if (m->half_matmuls && (device_dry() || strcmp(k->name, "cpu") == 0)) {
+        int most = moe_expert_rows_max(moe, B, T);
+        for (int which = HALF_MATMUL_FORWARD; which <= HALF_MATMUL_BACKWARD_WEIGHT; which++) {
+            half_matmul_grow_cpu((HalfMatmul)which, most, C, 4 * C);
+            half_matmul_grow_cpu((HalfMatmul)which, most, 4 * C, C);
+        }
+    }
     /* dispatch, each expert on its rows, combine */
     k->moe_gather(la->xin, ln2, la->src, la->rows, C);
     for (int e = 0, row = 0; e < E; row += la->count_h[e++]) {

@@ -106,6 +106,11 @@ static int capacity(const MoeConfig *moe, int T) {
     return (int)ceil((double)moe->capacity_factor * T * moe->top_k / moe->experts);
 }
 
+int moe_expert_rows_max(const MoeConfig *moe, int B, int T) {
+    int cap = capacity(moe, T);
+    return B * (cap < T ? cap : T);
+}
+
 void moe_route(const MoeConfig *moe, const float *logits, int B, int T, MoeLayerActs *la, MoeStats *stats) {
     int E = moe->experts, K = moe->top_k, N = B * T, cap = capacity(moe, T);
     /* the softmax, then the K largest probabilities (ties to the lower expert), renormalised */

@@ -95,6 +95,10 @@ void moe_acts_destroy(MoeActs *a);
 void moe_scratch_create(MoeScratch *s, const ModelConfig *cfg, int B, int T);
 void moe_scratch_destroy(MoeScratch *s);
 
+/* The most rows one expert can get in a micro-batch of B sequences of T
+ * tokens: a choice per token, at most its capacity per sequence. */
+int moe_expert_rows_max(const MoeConfig *moe, int B, int T);
+
 /* The routing of one MoE block (above), on the host: from logits (B*T, E),
  * la's host arrays (probs, experts, gates, capacity, rows) and la->rows;
  * stats added to. */

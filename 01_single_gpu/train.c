@@ -67,6 +67,7 @@ int main(int argc, char **argv) {
 
         /* ---- forward and backward over the micro-batches; gradients accumulate ---- */
         precision_zero_grads(&model, &mixed);
+        acts.moe.stats = (MoeStats){0}; /* --experts: what this step's forwards route (moe.h) */
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
             data_upload_batch(&run.data, SPLIT_TRAIN, cfg.seed, step, mb * B, B, T, acts.tokens,
@@ -83,6 +84,7 @@ int main(int argc, char **argv) {
             s.rec.bwd_ms += timer_stop_ms(&timer);
         }
         s.rec.loss = loss_sum / run.tokens_per_step;
+        s.moe = acts.moe.stats;
         check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update: clip the global gradient norm, then AdamW (fp16: unless it overflowed) ---- */

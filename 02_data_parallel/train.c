@@ -62,6 +62,7 @@ static const RunSpec spec = {
     .flags = {.flags = flag_rows, .check = check_flags, .multi_rank = 1},
     .comm_busy = 1,
     .axis_bytes = 1,
+    .experts = 1,
 };
 
 int main(int argc, char **argv) {
@@ -114,6 +115,7 @@ int main(int argc, char **argv) {
         /* ---- forward and backward over the micro-batches; gradients accumulate ---- */
         precision_zero_grads(&model, &mixed);
         data_parallel_begin_step(&replicas);
+        acts.moe.stats = (MoeStats){0}; /* --experts: what this step's forwards route (moe.h) */
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
             int first_sequence = grid.d * per_rank + mb * B; /* where this piece sits in the global batch */
@@ -135,6 +137,7 @@ int main(int argc, char **argv) {
         /* ---- communicate: sum the gradients (and the loss) over the replicas ---- */
         s.rec.comm_ms = data_parallel_sum_gradients(&replicas, &s.comm_busy_ms);
         s.rec.loss = comm_allreduce_double(grid.dp_group, loss_sum, 0) / run.tokens_per_step;
+        s.moe = acts.moe.stats;
         check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update: clip the global gradient norm, then AdamW (fp16: unless it overflowed) ---- */

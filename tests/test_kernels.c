@@ -32,6 +32,7 @@
  * 2 on bad arguments. --verbose also prints every compared tensor's error. */
 #include "common/kernels/kernels.h" /* ops(): the kernel table */
 #include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
+#include "common/model/moe.h" /* MoE buffers and routing */
 #include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
 
 #include <float.h>
@@ -736,6 +737,144 @@ static void check_residual(Verdict *v) {
     check_gradient(v, "db", db, db_fill, loss.b, &all, residual_loss, &loss);
 }
 
+/* ---- the mixture of experts: moving tokens, and the routing's gradient -------- */
+
+/* TEST_B sequences of TEST_T tokens, K = 2 of E = 3 experts each, capacity
+ * factor 0.5: some choices dropped. The routing (moe.h's moe_route, on random
+ * logits) gives the rows: gather, combine and their backwards are checked on
+ * it; then moe_route_backward against central differences of the routing's
+ * objective in double with the choices held fixed (they are a step function:
+ * its slope is that of the weights and of the balancing loss):
+ *   L(z) = sum over slots of c * gate + T dloss * coef * E * sum over sequences
+ *          and experts of f_e * mean_t p[e],   gate = p[e_k] / sum_j p[e_j]
+ * (the objective adds coef times the balancing loss's mean over the sequences:
+ * 1 / sequences = T dloss, with dloss = 1 / (sequences T) per token loss). */
+enum { MOE_E = 3, MOE_K = 2 };
+
+typedef struct {
+    const MoeLayerActs *la;
+    double *z, *c, dloss, coef; /* the logits (N, E), the gates' weights (N K) */
+    double *x, *y, *gate, *w, *out; /* gather / combine: inputs, weights of the projection, output */
+    int rows;
+} MoeLoss;
+
+static void ref_softmax(double *p, const double *z, int E) {
+    double max = z[0], sum = 0.0;
+    for (int e = 1; e < E; e++) max = fmax(max, z[e]);
+    for (int e = 0; e < E; e++) sum += exp(z[e] - max);
+    for (int e = 0; e < E; e++) p[e] = exp(z[e] - max) / sum;
+}
+
+static double routing_loss(void *ctx) {
+    const MoeLoss *l = ctx;
+    const int N = TEST_N, T = TEST_T, E = MOE_E, K = MOE_K;
+    double loss = 0.0, p[MOE_E], mean[TEST_B][MOE_E] = {{0}};
+    for (int n = 0; n < N; n++) {
+        ref_softmax(p, l->z + (size_t)n * E, E);
+        const int *chosen = l->la->expert_h + (size_t)n * K;
+        double S = 0.0;
+        for (int k = 0; k < K; k++) S += p[chosen[k]];
+        for (int k = 0; k < K; k++) loss += l->c[n * K + k] * p[chosen[k]] / S;
+        for (int e = 0; e < E; e++) mean[n / T][e] += p[e] / T;
+    }
+    for (int b = 0; b < TEST_B; b++)
+        for (int e = 0; e < E; e++)
+            loss += T * l->dloss * l->coef * E * (l->la->choices_h[b * E + e] / ((double)T * K)) * mean[b][e];
+    return loss;
+}
+
+static double gather_loss(void *ctx) {
+    const MoeLoss *l = ctx;
+    double loss = 0.0;
+    for (int i = 0; i < l->rows; i++)
+        for (int c = 0; c < TEST_C; c++)
+            loss += l->x[(size_t)l->la->src_h[i] * TEST_C + c] * l->w[(size_t)i * TEST_C + c];
+    return loss;
+}
+
+static void ref_combine(double *out, const MoeLoss *l) {
+    for (int n = 0; n < TEST_N; n++)
+        for (int c = 0; c < TEST_C; c++) {
+            double sum = 0.0;
+            for (int k = 0; k < MOE_K; k++) {
+                int row = l->la->pos_h[n * MOE_K + k];
+                if (row >= 0) sum += l->gate[n * MOE_K + k] * l->y[(size_t)row * TEST_C + c];
+            }
+            out[(size_t)n * TEST_C + c] = sum;
+        }
+}
+
+static double combine_loss(void *ctx) {
+    MoeLoss *l = ctx;
+    ref_combine(l->out, l);
+    return dot(l->out, l->w, (size_t)TEST_N * TEST_C);
+}
+
+static void check_moe(Verdict *v) {
+    const int N = TEST_N, C = TEST_C, E = MOE_E, K = MOE_K, NK = N * K;
+    MoeConfig moe = {.experts = E, .top_k = K, .every = 1, .capacity_factor = 0.5f, .aux_coef = 0.3f};
+    MoeLayerActs la = {.probs_h = check_alloc((size_t)N * E * sizeof(float)),
+                       .expert_h = check_alloc(NK * sizeof(int)),
+                       .gate_h = check_alloc(NK * sizeof(float)),
+                       .pos_h = check_alloc(NK * sizeof(int)),
+                       .src_h = check_alloc(NK * sizeof(int)),
+                       .choices_h = check_alloc((size_t)TEST_B * E * sizeof(float)),
+                       .count_h = check_alloc(E * sizeof(int))};
+    float *logits = random_floats((size_t)N * E, -2, 2);
+    MoeStats stats = {0};
+    moe_route(&moe, logits, TEST_B, TEST_T, &la, &stats);
+    int R = la.rows;
+    if (stats.dropped <= 0 || R + stats.dropped != NK)
+        fail(v, "routing: %d rows and %.0f dropped of %d choices (expected some dropped, the rest rows)", R,
+             stats.dropped, NK);
+    MoeLoss loss = {.la = &la, .rows = R};
+
+    /* gather: out(R,C) row i = inp row src[i]; its backward, the scatter-add by pos */
+    float *inp = random_floats((size_t)N * C, -1, 1), *gathered = check_alloc((size_t)R * C * sizeof(float));
+    kernels_cpu.moe_gather(gathered, inp, la.src_h, R, C);
+    loss.x = to_double(inp, (size_t)N * C);
+    double *ref_gathered = doubles((size_t)R * C);
+    for (int i = 0; i < R; i++)
+        for (int c = 0; c < C; c++) ref_gathered[(size_t)i * C + c] = loss.x[(size_t)la.src_h[i] * C + c];
+    compare_forward(v, "gathered", gathered, ref_gathered, (size_t)R * C);
+    float *w_rows = random_floats((size_t)R * C, -1, 1);
+    loss.w = to_double(w_rows, (size_t)R * C);
+    float *dinp_fill = random_floats((size_t)N * C, -1, 1), *dinp = copy_floats(dinp_fill, (size_t)N * C);
+    kernels_cpu.moe_scatter_add(dinp, w_rows, la.pos_h, N, K, C);
+    Sample all_inp = sample_all((size_t)N * C);
+    check_gradient(v, "dinp (scatter_add)", dinp, dinp_fill, loss.x, &all_inp, gather_loss, &loss);
+
+    /* combine: out(N,C) = sum_k gate * y row pos; its backward, dy and dgate */
+    float *y = random_floats((size_t)R * C, -1, 1), *gate = random_floats(NK, 0, 1);
+    float *combined = check_alloc((size_t)N * C * sizeof(float));
+    kernels_cpu.moe_combine(combined, y, la.pos_h, gate, N, K, C);
+    loss.y = to_double(y, (size_t)R * C);
+    loss.gate = to_double(gate, NK);
+    loss.out = doubles((size_t)N * C);
+    ref_combine(loss.out, &loss);
+    compare_forward(v, "combined", combined, loss.out, (size_t)N * C);
+    float *w_tokens = random_floats((size_t)N * C, -1, 1);
+    loss.w = to_double(w_tokens, (size_t)N * C);
+    float *dy_fill = random_floats((size_t)R * C, -1, 1), *dgate_fill = random_floats(NK, -1, 1);
+    float *dy = copy_floats(dy_fill, (size_t)R * C), *dgate = copy_floats(dgate_fill, NK);
+    kernels_cpu.moe_combine_backward(dy, dgate, w_tokens, y, la.pos_h, gate, N, K, C);
+    Sample all_y = sample_all((size_t)R * C), all_gate = sample_all(NK);
+    check_gradient(v, "dy", dy, dy_fill, loss.y, &all_y, combine_loss, &loss);
+    check_gradient(v, "dgate", dgate, dgate_fill, loss.gate, &all_gate, combine_loss, &loss);
+
+    /* the routing: the router's logit gradient from the gates' and the balancing loss's */
+    float *c = random_floats(NK, -1, 1), *dlogits = check_alloc((size_t)N * E * sizeof(float));
+    for (int slot = 0; slot < NK; slot++) /* a dropped slot adds nothing: its gate's gradient is 0 */
+        if (la.pos_h[slot] < 0) c[slot] = 0.0f;
+    loss.z = to_double(logits, (size_t)N * E);
+    loss.c = to_double(c, NK);
+    loss.dloss = 0.7;
+    loss.coef = moe.aux_coef;
+    moe_route_backward(&moe, &la, c, (float)loss.dloss, TEST_B, TEST_T, dlogits);
+    Sample all_z = sample_all((size_t)N * E);
+    check_gradient(v, "dlogits (routing)", dlogits, NULL, loss.z, &all_z, routing_loss, &loss);
+}
+
 /* ---- crossentropy ---------------------------------------------------------- */
 
 /* The backward takes one dloss for every row (d total / d row loss), so the
@@ -1255,6 +1394,7 @@ static const KernelCheck checks[] = {
     {"residual", check_residual},
     {"crossentropy", check_crossentropy},
     {"vocab_split", check_vocab_split},
+    {"moe", check_moe},
     {"adamw", check_adamw},
     {"sum_squares", check_sum_squares},
     {"casts", check_casts},

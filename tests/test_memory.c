@@ -69,15 +69,15 @@ static int check_activations(void) {
         ModelConfig m;
         int B, T;
     } cases[] = {
-        {{2, 64, 4, 64, 256, 0, 0, 0}, 8, 64},    /* tiny */
-        {{4, 128, 4, 128, 256, 0, 0, 0}, 8, 128}, /* small */
-        {{3, 48, 3, 17, 300, 0, 0, 0}, 3, 17},    /* odd sizes: V padded to 384 */
-        {{1, 30, 5, 9, 50257, 1, 0, 0}, 1, 9},    /* GPT-2's V, tied */
-        {{1, 30, 5, 9, 256, 0, 0, 0}, 1, 9},
-        {{2, 64, 4, 64, 256, 0, 0, 0}, 2, 40},    /* shorter than the model's seq */
-        {{2, 64, 4, 64, 50257, 1, 8, 0}, 8, 64},  /* --loss-chunks 8: an eighth of the logits */
-        {{2, 64, 4, 64, 50257, 0, 0, 2}, 8, 64},  /* the vocabulary split over 2 ranks */
-        {{2, 64, 4, 64, 50257, 0, 4, 4}, 8, 64},  /* both */
+        {{2, 64, 4, 64, 256, 0, 0, 0, {0}}, 8, 64},    /* tiny */
+        {{4, 128, 4, 128, 256, 0, 0, 0, {0}}, 8, 128}, /* small */
+        {{3, 48, 3, 17, 300, 0, 0, 0, {0}}, 3, 17},    /* odd sizes: V padded to 384 */
+        {{1, 30, 5, 9, 50257, 1, 0, 0, {0}}, 1, 9},    /* GPT-2's V, tied */
+        {{1, 30, 5, 9, 256, 0, 0, 0, {0}}, 1, 9},
+        {{2, 64, 4, 64, 256, 0, 0, 0, {0}}, 2, 40},    /* shorter than the model's seq */
+        {{2, 64, 4, 64, 50257, 1, 8, 0, {0}}, 8, 64},  /* --loss-chunks 8: an eighth of the logits */
+        {{2, 64, 4, 64, 50257, 0, 0, 2, {0}}, 8, 64},  /* the vocabulary split over 2 ranks */
+        {{2, 64, 4, 64, 50257, 0, 4, 4, {0}}, 8, 64},  /* both */
     };
     int failures = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -564,6 +564,42 @@ static void test_residual_backward(const Shape *s, Check *check) {
     compare_added(check, "db", db0, db, g_db, n);
 }
 
+/* The mixture of experts' moves (kernels.h): N tokens with K = 2 slots, a
+ * fifth of the slots dropped (pos -1), the kept ones in rows of slot order. */
+static void test_moe(const Shape *s, Check *check) {
+    int N = s->B * s->T, K = 2, C = s->C, R = 0;
+    int *pos = host_alloc((size_t)N * K * sizeof(int)), *src = host_alloc((size_t)N * K * sizeof(int));
+    for (int slot = 0; slot < N * K; slot++) {
+        pos[slot] = rng_next_u32(&rng_state) % 5 == 0 ? -1 : R;
+        if (pos[slot] >= 0) src[R++] = slot / K;
+    }
+    size_t NC = (size_t)N * C, RC = (size_t)R * C;
+    float *inp = random_floats(NC, -1, 1), *y = random_floats(RC, -1, 1), *dout = random_floats(NC, -1, 1);
+    float *gate = random_floats((size_t)N * K, 0, 1);
+    int *g_pos = gpu_copy_ints(pos, (size_t)N * K), *g_src = gpu_copy_ints(src, R);
+    float *g_gate = gpu_copy(gate, (size_t)N * K), *g_y = gpu_copy(y, RC), *g_dout = gpu_copy(dout, NC);
+    /* gather and combine write their outputs */
+    float *gathered = random_floats(RC, -9, 9), *combined = random_floats(NC, -9, 9);
+    float *g_gathered = gpu_copy(gathered, RC), *g_combined = gpu_copy(combined, NC);
+    kernels_cpu.moe_gather(gathered, inp, src, R, C);
+    kernels_cuda.moe_gather(g_gathered, gpu_copy(inp, NC), g_src, R, C);
+    compare(check, "moe_gather out", gathered, g_gathered, RC);
+    kernels_cpu.moe_combine(combined, y, pos, gate, N, K, C);
+    kernels_cuda.moe_combine(g_combined, g_y, g_pos, g_gate, N, K, C);
+    compare(check, "moe_combine out", combined, g_combined, NC);
+    /* the backwards add */
+    float *dinp0 = random_grads(NC), *dy0 = random_grads(RC), *dgate0 = random_grads((size_t)N * K);
+    float *dinp = host_clone(dinp0, NC), *dy = host_clone(dy0, RC), *dgate = host_clone(dgate0, (size_t)N * K);
+    float *g_dinp = gpu_copy(dinp0, NC), *g_dy = gpu_copy(dy0, RC), *g_dgate = gpu_copy(dgate0, (size_t)N * K);
+    kernels_cpu.moe_scatter_add(dinp, y, pos, N, K, C);
+    kernels_cuda.moe_scatter_add(g_dinp, g_y, g_pos, N, K, C);
+    compare_added(check, "moe_scatter_add dinp", dinp0, dinp, g_dinp, NC);
+    kernels_cpu.moe_combine_backward(dy, dgate, dout, y, pos, gate, N, K, C);
+    kernels_cuda.moe_combine_backward(g_dy, g_dgate, g_dout, g_y, g_pos, g_gate, N, K, C);
+    compare_added(check, "moe_combine_backward dy", dy0, dy, g_dy, RC);
+    compare_added(check, "moe_combine_backward dgate", dgate0, dgate, g_dgate, (size_t)N * K);
+}
+
 static void test_crossentropy_forward(const Shape *s, Check *check) {
     /* rows of V logits, the last 3 of them padding (model_config.h: vocab_padded) */
     int N = s->B * s->T, V = s->V, tokens = V > 3 ? V - 3 : V;
@@ -869,6 +905,7 @@ static const ParityTest parity_tests[] = {
     {"crossentropy_backward", test_crossentropy_backward, TOLERANCE},
     {"vocab_split_embedding", test_vocab_split_embedding, TOLERANCE},
     {"vocab_split_crossentropy", test_vocab_split_crossentropy, TOLERANCE},
+    {"moe", test_moe, TOLERANCE},
     {"sum_squares", test_sum_squares, SUM_SQUARES_TOLERANCE},
     {"adamw_update", test_adamw_update, TOLERANCE},
     {"fill_zero", test_fill_zero, TOLERANCE},

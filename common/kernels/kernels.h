@@ -182,6 +182,25 @@ typedef struct KernelOps {
     void (*crossentropy_backward_rows)(float *dlogits, const float *probs, const int *targets, float dloss,
                                        int N, int Vl, int first);
 
+    /* ---- a mixture of experts (common/model/moe.h): tokens to their experts and back ----
+     * Each of N tokens has K slots (one per chosen expert); slot (n,k) is
+     * index n*K + k of pos and gate. The R dispatched rows are grouped by
+     * expert; pos[n*K+k] is the row of slot (n,k), or -1 where the slot was
+     * dropped (past its expert's capacity); src[i] is the token of row i.
+     *   moe_gather:      out(R,C) row i = inp(N,C) row src[i]
+     *   moe_scatter_add: dinp(N,C) row n += sum over k of dout(R,C) row pos[n*K+k]
+     *                    (gather's backward, summed per token in k order: the same bits
+     *                    on every backend, no atomics)
+     *   moe_combine:     out(N,C) row n = sum over k of gate[n*K+k] * y(R,C) row
+     *                    pos[n*K+k] (written, not added; 0 where every slot was dropped)
+     *   moe_combine_backward: dy row pos[n*K+k] += gate[n*K+k] * dout(N,C) row n;
+     *                    dgate[n*K+k] += dout row n . y row pos[n*K+k] (dropped slots: nothing) */
+    void (*moe_gather)(float *out, const float *inp, const int *src, int R, int C);
+    void (*moe_scatter_add)(float *dinp, const float *dout, const int *pos, int N, int K, int C);
+    void (*moe_combine)(float *out, const float *y, const int *pos, const float *gate, int N, int K, int C);
+    void (*moe_combine_backward)(float *dy, float *dgate, const float *dout, const float *y, const int *pos,
+                                 const float *gate, int N, int K, int C);
+
     /* Sum of squares of x(n), accumulated in double: the building block of the
      * global gradient norm (a shard's partial sum can be all-reduced). */
     double (*sum_squares)(const float *x, size_t n);

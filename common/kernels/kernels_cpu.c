@@ -329,6 +329,59 @@ static void residual_backward(float *da, float *db, const float *dout, size_t n)
     }
 }
 
+/* ---- a mixture of experts: moving rows (kernels.h) ---- */
+
+static void moe_gather(float *out, const float *inp, const int *src, int R, int C) {
+#pragma omp parallel for
+    for (int i = 0; i < R; i++) memcpy(out + (size_t)i * C, inp + (size_t)src[i] * C, (size_t)C * sizeof(float));
+}
+
+static void moe_scatter_add(float *dinp, const float *dout, const int *pos, int N, int K, int C) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) {
+            int row = pos[(size_t)n * K + k];
+            if (row < 0) continue;
+            float *d = dinp + (size_t)n * C;
+            const float *g = dout + (size_t)row * C;
+            for (int c = 0; c < C; c++) d[c] += g[c];
+        }
+}
+
+static void moe_combine(float *out, const float *y, const int *pos, const float *gate, int N, int K, int C) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        float *o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) o[c] = 0.0f;
+        for (int k = 0; k < K; k++) {
+            int row = pos[(size_t)n * K + k];
+            if (row < 0) continue;
+            float w = gate[(size_t)n * K + k];
+            const float *v = y + (size_t)row * C;
+            for (int c = 0; c < C; c++) o[c] += w * v[c];
+        }
+    }
+}
+
+static void moe_combine_backward(float *dy, float *dgate, const float *dout, const float *y, const int *pos,
+                                 const float *gate, int N, int K, int C) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) {
+            int row = pos[(size_t)n * K + k];
+            if (row < 0) continue;
+            float w = gate[(size_t)n * K + k];
+            double dot = 0.0; /* in double, rounded once, as the CUDA backend's */
+            const float *d = dout + (size_t)n * C, *v = y + (size_t)row * C;
+            float *dv = dy + (size_t)row * C;
+            for (int c = 0; c < C; c++) {
+                dv[c] += w * d[c];
+                dot += (double)d[c] * v[c];
+            }
+            dgate[(size_t)n * K + k] += (float)dot;
+        }
+}
+
 /* One row of crossentropy forward: the softmax of z (V logits) into p, and
  * the row's loss -log p[target], computed from the logits (log of the sum
  * minus the target's shifted logit) to keep its precision for tiny p. */
@@ -569,6 +622,10 @@ const KernelOps kernels_cpu = {
     .crossentropy_slice_sums = crossentropy_slice_sums,
     .crossentropy_slice_finish = crossentropy_slice_finish,
     .crossentropy_backward_rows = crossentropy_backward_rows,
+    .moe_gather = moe_gather,
+    .moe_scatter_add = moe_scatter_add,
+    .moe_combine = moe_combine,
+    .moe_combine_backward = moe_combine_backward,
     .sum_squares = sum_squares,
     .sum_squares_half = sum_squares_half,
     .adamw_update = adamw_update,

@@ -317,6 +317,65 @@ static __global__ void residual_backward_kernel(float *da, float *db, const floa
     db[i] += dout[i];
 }
 
+/* ---- a mixture of experts: one thread per element of a token's row (kernels.h) ---- */
+
+static __global__ void moe_gather_kernel(float *out, const float *inp, const int *src, int R, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)R * C) return;
+    size_t row = i / C, c = i % C;
+    out[i] = inp[(size_t)src[row] * C + c];
+}
+
+/* Each output element sums its token's slots in k order: no atomics, the CPU's bits. */
+static __global__ void moe_scatter_add_kernel(float *dinp, const float *dout, const int *pos, int N, int K,
+                                              int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    size_t n = i / C, c = i % C;
+    float acc = dinp[i];
+    for (int k = 0; k < K; k++) {
+        int row = pos[n * K + k];
+        if (row >= 0) acc += dout[(size_t)row * C + c];
+    }
+    dinp[i] = acc;
+}
+
+static __global__ void moe_combine_kernel(float *out, const float *y, const int *pos, const float *gate, int N,
+                                          int K, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    size_t n = i / C, c = i % C;
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++) {
+        int row = pos[n * K + k];
+        if (row >= 0) acc += gate[n * K + k] * y[(size_t)row * C + c];
+    }
+    out[i] = acc;
+}
+
+/* dy: one thread per element of a slot's row (each row is one slot's: no two threads
+ * write the same element). */
+static __global__ void moe_combine_dy_kernel(float *dy, const float *dout, const int *pos, const float *gate,
+                                             int N, int K, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * K * C) return;
+    size_t slot = i / C, c = i % C, n = slot / K;
+    int row = pos[slot];
+    if (row >= 0) dy[(size_t)row * C + c] += gate[slot] * dout[n * C + c];
+}
+
+/* dgate: one block per slot, a dot product of C elements (in double, then rounded once). */
+static __global__ void moe_combine_dgate_kernel(float *dgate, const float *dout, const float *y, const int *pos,
+                                                int K, int C) {
+    size_t slot = blockIdx.x, n = slot / K;
+    int row = pos[slot];
+    if (row < 0) return; /* the whole block leaves together */
+    double dot = 0.0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dot += (double)dout[n * C + c] * y[(size_t)row * C + c];
+    dot = block_sum(dot);
+    if (threadIdx.x == 0) dgate[slot] += (float)dot;
+}
+
 /* One block per row n: max, exp and sum (in double), normalise, loss. */
 static __global__ void crossentropy_forward_kernel(float *losses, float *probs, const float *logits,
                                                    const int *targets, int V, int Vp) {
@@ -665,6 +724,41 @@ static void residual_backward(float *da, float *db, const float *dout, size_t n)
     cuda_check(cudaGetLastError());
 }
 
+static void moe_gather(float *out, const float *inp, const int *src, int R, int C) {
+    size_t n = (size_t)R * C;
+    if (n == 0) return;
+    moe_gather_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(out, inp, src, R, C);
+    cuda_check(cudaGetLastError());
+}
+
+static void moe_scatter_add(float *dinp, const float *dout, const int *pos, int N, int K, int C) {
+    size_t n = (size_t)N * C;
+    if (n == 0) return;
+    moe_scatter_add_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(dinp, dout, pos, N, K,
+                                                                                          C);
+    cuda_check(cudaGetLastError());
+}
+
+static void moe_combine(float *out, const float *y, const int *pos, const float *gate, int N, int K, int C) {
+    size_t n = (size_t)N * C;
+    if (n == 0) return;
+    moe_combine_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(out, y, pos, gate, N, K,
+                                                                                      C);
+    cuda_check(cudaGetLastError());
+}
+
+static void moe_combine_backward(float *dy, float *dgate, const float *dout, const float *y, const int *pos,
+                                 const float *gate, int N, int K, int C) {
+    size_t n = (size_t)N * K * C;
+    if (n == 0) return;
+    moe_combine_dy_kernel<<<blocks_for(n, BLOCK_SIZE), BLOCK_SIZE, 0, compute_stream>>>(dy, dout, pos, gate, N,
+                                                                                         K, C);
+    cuda_check(cudaGetLastError());
+    moe_combine_dgate_kernel<<<(unsigned)((size_t)N * K), BLOCK_SIZE, 0, compute_stream>>>(dgate, dout, y, pos,
+                                                                                           K, C);
+    cuda_check(cudaGetLastError());
+}
+
 static void crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets, int N,
                                  int V, int Vp) {
     if (N == 0) return;
@@ -847,6 +941,10 @@ extern "C" const KernelOps kernels_cuda = {
     .crossentropy_slice_sums = crossentropy_slice_sums,
     .crossentropy_slice_finish = crossentropy_slice_finish,
     .crossentropy_backward_rows = crossentropy_backward_rows,
+    .moe_gather = moe_gather,
+    .moe_scatter_add = moe_scatter_add,
+    .moe_combine = moe_combine,
+    .moe_combine_backward = moe_combine_backward,
     .sum_squares = sum_squares,
     .sum_squares_half = sum_squares_half,
     .adamw_update = adamw_update,

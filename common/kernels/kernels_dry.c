@@ -25,6 +25,8 @@
  *   gelu            forward 8, backward 16 per element
  *   residual        forward 1, backward 2 per element
  *   cross-entropy   forward 4, backward 2 per logit
+ *   moe             gather 0, scatter_add 1, combine 2, combine_backward 4 per
+ *                   element of a slot's row (N K C)
  *   sum_squares 2, scale 1, casts 1, accumulate_half 2 per element; fill_zero 0
  *   AdamW           counted as parameters updated (adam_params) and its bytes:
  *                   params, grads, m, v read; params, m, v written */
@@ -186,6 +188,23 @@ static void residual_backward(float *da, float *db, const float *dout, size_t n)
     (void)da, (void)db, (void)dout;
     count_elementwise((double)n, 2, 5, F32);
 }
+static void moe_gather(float *out, const float *inp, const int *src, int R, int C) {
+    (void)out, (void)inp, (void)src;
+    count_elementwise((double)R * C, 0, 2, F32);
+}
+static void moe_scatter_add(float *dinp, const float *dout, const int *pos, int N, int K, int C) {
+    (void)dinp, (void)dout, (void)pos;
+    count_elementwise((double)N * K * C, 1, 3, F32);
+}
+static void moe_combine(float *out, const float *y, const int *pos, const float *gate, int N, int K, int C) {
+    (void)out, (void)y, (void)pos, (void)gate;
+    count_elementwise((double)N * K * C, 2, 2, F32);
+}
+static void moe_combine_backward(float *dy, float *dgate, const float *dout, const float *y, const int *pos,
+                                 const float *gate, int N, int K, int C) {
+    (void)dy, (void)dgate, (void)dout, (void)y, (void)pos, (void)gate;
+    count_elementwise((double)N * K * C, 4, 5, F32);
+}
 static void crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets, int N,
                                  int V, int Vp) {
     (void)losses, (void)probs, (void)logits, (void)targets, (void)Vp;
@@ -308,6 +327,10 @@ const KernelOps kernels_dry = {
     .crossentropy_slice_sums = crossentropy_slice_sums,
     .crossentropy_slice_finish = crossentropy_slice_finish,
     .crossentropy_backward_rows = crossentropy_backward_rows,
+    .moe_gather = moe_gather,
+    .moe_scatter_add = moe_scatter_add,
+    .moe_combine = moe_combine,
+    .moe_combine_backward = moe_combine_backward,
     .sum_squares = sum_squares,
     .sum_squares_half = sum_squares_half,
     .adamw_update = adamw_update,

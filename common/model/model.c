@@ -35,6 +35,13 @@ const char *model_config_problem(const ModelConfig *m) {
                  "--loss-chunks %d does not divide --seq %d: the head runs on equal pieces of every "
                  "micro-batch's tokens (valid: a divisor of %d, 1..%d)",
                  m->loss_chunks, m->seq, m->seq, m->seq);
+    else if (m->moe.experts && m->moe.top_k > m->moe.experts)
+        snprintf(message, sizeof message, "--top-k %d exceeds --experts %d (valid: 1..%d)", m->moe.top_k,
+                 m->moe.experts, m->moe.experts);
+    else if (m->moe.experts && (m->moe.every < 1 || m->moe.every > m->layers))
+        snprintf(message, sizeof message,
+                 "--moe-every %d exceeds --layers %d: no block would hold the experts (valid: 1..%d)",
+                 m->moe.every, m->layers, m->layers);
     else
         return NULL;
     return message;
@@ -231,8 +238,10 @@ static void check_carved(const Carver *k, size_t bytes, const char *what) {
               bytes);
 }
 
-/* Carve what a block's backward reads from its forward, all but the output res3. */
-static void carve_block_values(BlockActs *b, const ModelConfig *c, int B, int T, Carver *k) {
+/* Carve what a block's backward reads from its forward, all but the output res3;
+ * an MoE block's (dense_mlp 0) without fch: its hidden layers are the experts'
+ * (moe.h, MoeLayerActs). */
+static void carve_block_values(BlockActs *b, const ModelConfig *c, int B, int T, int dense_mlp, Carver *k) {
     size_t BT = (size_t)B * T, C = c->dmodel;
     b->ln1 = carve(k, BT * C);
     b->ln1_mean = carve(k, BT);
@@ -244,7 +253,7 @@ static void carve_block_values(BlockActs *b, const ModelConfig *c, int B, int T,
     b->ln2 = carve(k, BT * C);
     b->ln2_mean = carve(k, BT);
     b->ln2_rstd = carve(k, BT);
-    b->fch = carve(k, BT * 4 * C);
+    b->fch = dense_mlp ? carve(k, BT * 4 * C) : NULL;
 }
 
 /* Carve the activations of layers first..last (see activations_create_range). */
@@ -257,7 +266,7 @@ static void carve_activations(Activations *a, const ModelConfig *c, int B, int T
     for (int l = 0; l < c->layers; l++) {
         BlockActs *b = &a->block[l];
         if (l < first || l > last) continue;
-        if (!recompute) carve_block_values(b, c, B, T, k);
+        if (!recompute) carve_block_values(b, c, B, T, !moe_layer(c, l), k);
         if (keep_outputs) b->res3 = carve(k, BT * C); /* else a CheckpointStore keeps it */
     }
     if (last < c->layers) return;
@@ -270,15 +279,24 @@ static void carve_activations(Activations *a, const ModelConfig *c, int B, int T
     a->losses = carve(k, BT);
 }
 
+/* What activation_bytes counts (a dense model's) that an MoE model does not
+ * carve: the dense fch of each MoE block, whose experts keep their own. */
+static size_t moe_dense_hidden_bytes(const ModelConfig *c, int B, int T) {
+    size_t blocks = 0;
+    for (int l = 0; l < c->layers; l++) blocks += moe_layer(c, l);
+    return blocks * B * T * 4 * c->dmodel * sizeof(float);
+}
+
 void activations_create(Activations *a, const ModelConfig *c, int B, int T) {
     memset(a, 0, sizeof *a);
     a->B = B;
     a->T = T;
     a->block = xcalloc(c->layers, sizeof(BlockActs));
-    size_t bytes = activation_bytes(c, B, T);
+    size_t bytes = activation_bytes(c, B, T) - moe_dense_hidden_bytes(c, B, T);
     Carver k = {mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, bytes, "activations"), 0};
     carve_activations(a, c, B, T, LAYER_EMBEDDING, c->layers, 0, 1, &k);
     check_carved(&k, bytes, "activations");
+    moe_acts_create(&a->moe, c, B, T, LAYER_EMBEDDING, c->layers);
 }
 
 void activations_create_model(Activations *a, const ModelConfig *c, int B, int T, int recompute) {
@@ -318,6 +336,10 @@ static void create_range(Activations *a, const ModelConfig *c, int B, int T, int
         fatal(EXIT_RUNTIME, "activations: carving and activation_bytes_range disagree");
     if (!store && recompute && first_unit == LAYER_EMBEDDING && last_unit == c->layers)
         check_carved(&k, activation_bytes_recompute(c, B, T), "activations (recompute)");
+    if (c->moe.experts && recompute)
+        fatal(EXIT_USAGE, "--recompute with --experts is not written yet: the experts' values are not "
+                          "recomputed (valid: one of them)");
+    moe_acts_create(&a->moe, c, B, T, first_unit, last_unit);
 }
 
 void activations_create_range(Activations *a, const ModelConfig *c, int B, int T, int first_unit,
@@ -333,6 +355,7 @@ void activations_create_stored(Activations *a, const ModelConfig *c, int B, int 
 void activations_destroy(Activations *a, const ModelConfig *c) {
     (void)c;
     mem_free(a->tokens); /* the block starts at tokens */
+    moe_acts_destroy(&a->moe);
     free(a->block);
     memset(a, 0, sizeof *a);
 }
@@ -357,17 +380,19 @@ void scratch_create(Scratch *s, const ModelConfig *c, int B, int T, int recomput
     s->gelu = carve(&k, BT * 4 * C);
     s->dlogits = carve(&k, (size_t)head_piece_tokens(c, B * T) * V);
     check_carved(&k, bytes, "activation gradients");
+    moe_scratch_create(&s->moe, c, B, T);
     s->recompute = recompute;
     if (!recompute) return;
     /* Forward values, so tagged as activations: the one set of them that remains. */
     bytes = recompute_block_bytes(c, B, T);
     Carver r = {mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, bytes, "recomputed block"), 0};
-    carve_block_values(&s->recomputed, c, B, T, &r);
+    carve_block_values(&s->recomputed, c, B, T, 1, &r); /* --recompute: dense blocks only */
     check_carved(&r, bytes, "recomputed block");
 }
 
 void scratch_destroy(Scratch *s) {
     mem_free(s->branch);
+    moe_scratch_destroy(&s->moe);
     if (s->recompute) mem_free(s->recomputed.ln1); /* the set starts at ln1 */
     memset(s, 0, sizeof *s);
 }
@@ -474,9 +499,113 @@ static void block_forward_values(const GPT *m, BlockActs *b, Scratch *s, int l, 
         k->attention_forward(b->atty, b->lse, b->qkv, B, T, C, NH);
     gpt_linear_forward(m, s->branch, b->atty, w[BLOCK_ATTPROJW], w[BLOCK_ATTPROJB], N, C, C);
     k->residual_forward(b->res2, input, s->branch, (size_t)N * C);
-    /* MLP half, up to its hidden layer: fch = fc(ln2(res2)) */
+    /* MLP half, up to its hidden layer: fch = fc(ln2(res2)); an MoE block's experts follow ln2 */
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, w[BLOCK_LN2W], w[BLOCK_LN2B], N, C);
-    gpt_linear_forward(m, b->fch, b->ln2, w[BLOCK_FCW], w[BLOCK_FCB], N, C, 4 * C);
+    if (!moe_layer(&m->cfg, l)) gpt_linear_forward(m, b->fch, b->ln2, w[BLOCK_FCW], w[BLOCK_FCB], N, C, 4 * C);
+}
+
+/* ---- an MoE block's MLP half (moe.h) ----
+ * In place of fc, GELU and fcproj: out(B,T,C) from ln2 = ln2(res2), the
+ * routing added to a->moe.stats; the backward adds dL/d(ln2) into dln and the
+ * router's and experts' gradients into m->grads, the balancing loss's scaled
+ * by a->moe.dloss. An MoE block's values have no fch: the experts keep theirs. */
+
+/* Expert e's slices of the block's four MLP tensors (param_table.h, BLOCK_ROUTERW). */
+typedef struct {
+    float *fcw, *fcb, *fcprojw, *fcprojb;
+} Expert;
+static Expert expert_of(float *const *w, int e, int C) {
+    size_t C4 = 4 * (size_t)C;
+    return (Expert){w[BLOCK_FCW] + e * C4 * C, w[BLOCK_FCB] + e * C4, w[BLOCK_FCPROJW] + e * (size_t)C * C4,
+                    w[BLOCK_FCPROJB] + e * (size_t)C};
+}
+
+static void moe_forward(const GPT *m, Activations *a, Scratch *s, int l, const float *ln2, float *out, int B,
+                        int T) {
+    const KernelOps *k = ops();
+    const MoeConfig *moe = &m->cfg.moe;
+    int C = m->cfg.dmodel, E = moe->experts, K = moe->top_k, N = B * T;
+    MoeLayerActs *la = &a->moe.layer[l];
+    MoeScratch *ms = &s->moe;
+    float **w = m->w.block[l];
+    if (!la->xin)
+        fatal(EXIT_RUNTIME, "block %d is an MoE block but its activations hold no expert buffers", l);
+    /* the router, and the routing on the host */
+    gpt_linear_forward(m, ms->logits, ln2, w[BLOCK_ROUTERW], NULL, N, C, E);
+    copy_to_host(ms->logits_h, ms->logits, (size_t)N * E * sizeof(float));
+    moe_route(moe, ms->logits_h, B, T, la, &a->moe.stats);
+    size_t NK = (size_t)N * K;
+    copy_to_device(la->src, la->src_h, (size_t)la->rows * sizeof(int));
+    copy_to_device(la->pos, la->pos_h, NK * sizeof(int));
+    copy_to_device(la->gate, la->gate_h, NK * sizeof(float));
+    /* The CPU's 16-bit matmuls round their operands into workspaces grown on
+     * demand (kernels_cpu.c): grown here for the most rows an expert can get,
+     * their size (memory.csv) does not depend on the routing, which a dry run
+     * (common/plan) cannot know. */
+    if (m->half_matmuls && (device_dry() || strcmp(k->name, "cpu") == 0)) {
+        int most = moe_expert_rows_max(moe, B, T);
+        for (int which = HALF_MATMUL_FORWARD; which <= HALF_MATMUL_BACKWARD_WEIGHT; which++) {
+            half_matmul_grow_cpu((HalfMatmul)which, most, C, 4 * C);
+            half_matmul_grow_cpu((HalfMatmul)which, most, 4 * C, C);
+        }
+    }
+    /* dispatch, each expert on its rows, combine */
+    k->moe_gather(la->xin, ln2, la->src, la->rows, C);
+    for (int e = 0, row = 0; e < E; row += la->count_h[e++]) {
+        if (!la->count_h[e]) continue;
+        Expert x = expert_of(w, e, C);
+        gpt_linear_forward(m, la->fch + (size_t)row * 4 * C, la->xin + (size_t)row * C, x.fcw, x.fcb,
+                           la->count_h[e], C, 4 * C);
+    }
+    k->gelu_forward(ms->gelu, la->fch, (size_t)la->rows * 4 * C);
+    for (int e = 0, row = 0; e < E; row += la->count_h[e++]) {
+        if (!la->count_h[e]) continue;
+        Expert x = expert_of(w, e, C);
+        gpt_linear_forward(m, la->y + (size_t)row * C, ms->gelu + (size_t)row * 4 * C, x.fcprojw, x.fcprojb,
+                           la->count_h[e], 4 * C, C);
+    }
+    k->moe_combine(out, la->y, la->pos, la->gate, N, K, C);
+}
+
+static void moe_backward(const GPT *m, Activations *a, Scratch *s, int l, const float *ln2, const float *dout,
+                         float *dln, int B, int T) {
+    const KernelOps *k = ops();
+    const MoeConfig *moe = &m->cfg.moe;
+    int C = m->cfg.dmodel, E = moe->experts, K = moe->top_k, N = B * T;
+    const MoeLayerActs *la = &a->moe.layer[l];
+    MoeScratch *ms = &s->moe;
+    float **w = m->w.block[l], **g = m->g.block[l];
+    size_t NK = (size_t)N * K, R = (size_t)la->rows;
+    /* combine: the experts' outputs and the gates */
+    k->fill_zero(ms->dy, R * C);
+    k->fill_zero(ms->dgate, NK);
+    k->moe_combine_backward(ms->dy, ms->dgate, dout, la->y, la->pos, la->gate, N, K, C);
+    /* each expert's two layers (GELU recomputed, as the dense backward does) */
+    k->gelu_forward(ms->gelu, la->fch, R * 4 * C);
+    k->fill_zero(ms->dgelu, R * 4 * C);
+    k->fill_zero(ms->dfch, R * 4 * C);
+    k->fill_zero(ms->dxin, R * C);
+    for (int e = 0, row = 0; e < E; row += la->count_h[e++]) {
+        if (!la->count_h[e]) continue;
+        Expert x = expert_of(w, e, C), dx = expert_of(g, e, C);
+        gpt_linear_backward(m, ms->dgelu + (size_t)row * 4 * C, dx.fcprojw, dx.fcprojb,
+                            ms->dy + (size_t)row * C, ms->gelu + (size_t)row * 4 * C, x.fcprojw,
+                            la->count_h[e], 4 * C, C);
+    }
+    k->gelu_backward(ms->dfch, la->fch, ms->dgelu, R * 4 * C);
+    for (int e = 0, row = 0; e < E; row += la->count_h[e++]) {
+        if (!la->count_h[e]) continue;
+        Expert x = expert_of(w, e, C), dx = expert_of(g, e, C);
+        gpt_linear_backward(m, ms->dxin + (size_t)row * C, dx.fcw, dx.fcb, ms->dfch + (size_t)row * 4 * C,
+                            la->xin + (size_t)row * C, x.fcw, la->count_h[e], C, 4 * C);
+    }
+    /* dispatch's backward: each token's rows summed back */
+    k->moe_scatter_add(dln, ms->dxin, la->pos, N, K, C);
+    /* the router, through the routing's gradient on the host */
+    copy_to_host(ms->dgate_h, ms->dgate, NK * sizeof(float));
+    moe_route_backward(moe, la, ms->dgate_h, a->moe.dloss, B, T, ms->dlogits_h);
+    copy_to_device(ms->dlogits, ms->dlogits_h, (size_t)N * E * sizeof(float));
+    gpt_linear_backward(m, dln, g[BLOCK_ROUTERW], NULL, ms->dlogits, ln2, w[BLOCK_ROUTERW], N, C, E);
 }
 
 void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int l, const float *input, int B, int T) {
@@ -485,9 +614,13 @@ void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int l, const fl
     float **w = m->w.block[l];
     BlockActs *b = block_values(a, s, l);
     block_forward_values(m, b, s, l, input, B, T);
-    /* the rest of the MLP half: res3 = res2 + fcproj(gelu(fch)); res3 is always kept */
-    k->gelu_forward(s->gelu, b->fch, (size_t)N * 4 * C);
-    gpt_linear_forward(m, s->branch, s->gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, 4 * C, C);
+    /* the rest of the MLP half: res3 = res2 + fcproj(gelu(fch)), or the experts'; res3 is always kept */
+    if (moe_layer(&m->cfg, l)) {
+        moe_forward(m, a, s, l, b->ln2, s->branch, B, T);
+    } else {
+        k->gelu_forward(s->gelu, b->fch, (size_t)N * 4 * C);
+        gpt_linear_forward(m, s->branch, s->gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, 4 * C, C);
+    }
     k->residual_forward(a->block[l].res3, b->res2, s->branch, (size_t)N * C);
 }
 
@@ -627,15 +760,24 @@ static void block_backward(const GPT *m, Activations *a, Scratch *s, int l, cons
      * copies residual_backward would make into zeroed buffers, without the
      * zeroing and the second copy). */
     copy_on_device(dmid, doutput, NC * sizeof(float));
-    if (!split) k->gelu_forward(s->gelu, b->fch, 4 * NC); /* recomputed: cheaper than keeping it per block */
-    k->fill_zero(s->dfch_gelu, 4 * NC);
-    linear_backward_or_input(m, split, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], doutput, s->gelu,
-                             w[BLOCK_FCPROJW], N, 4 * C, C);
-    k->fill_zero(dfch, 4 * NC);
-    k->gelu_backward(dfch, b->fch, s->dfch_gelu, 4 * NC);
-    k->fill_zero(s->dln, NC);
-    linear_backward_or_input(m, split, s->dln, g[BLOCK_FCW], g[BLOCK_FCB], dfch, b->ln2, w[BLOCK_FCW], N, C,
-                             4 * C);
+    if (moe_layer(&m->cfg, l)) {
+        if (split)
+            fatal(EXIT_USAGE, "the backward split into B and W (zero-bubble schedules) is not written for "
+                              "--experts (valid: another schedule, or the dense model)");
+        k->fill_zero(s->dln, NC);
+        moe_backward(m, a, s, l, b->ln2, doutput, s->dln, B, T);
+    } else {
+        if (!split) /* recomputed: cheaper than keeping it per block */
+            k->gelu_forward(s->gelu, b->fch, 4 * NC);
+        k->fill_zero(s->dfch_gelu, 4 * NC);
+        linear_backward_or_input(m, split, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], doutput,
+                                 s->gelu, w[BLOCK_FCPROJW], N, 4 * C, C);
+        k->fill_zero(dfch, 4 * NC);
+        k->gelu_backward(dfch, b->fch, s->dfch_gelu, 4 * NC);
+        k->fill_zero(s->dln, NC);
+        linear_backward_or_input(m, split, s->dln, g[BLOCK_FCW], g[BLOCK_FCB], dfch, b->ln2, w[BLOCK_FCW], N,
+                                 C, 4 * C);
+    }
     k->layernorm_backward(dmid, g[BLOCK_LN2W], g[BLOCK_LN2B], s->dln, b->res2, w[BLOCK_LN2W], b->ln2_mean,
                           b->ln2_rstd, N, C);
     /* Attention half. res2 = input + branch: the same again with dmid. */
@@ -756,6 +898,7 @@ static const float *backward_range(const GPT *m, Activations *a, Scratch *s, Kep
      * din: the other of the scratch's two buffers, or dinput for the range's
      * first unit */
     const float *dout = doutput;
+    a->moe.dloss = dloss; /* the MoE blocks' balancing loss is scaled as the token losses are */
     for (int l = last; l >= first; l--) {
         if (st->before_backward) st->before_backward(l, st->context);
         if (h->before_backward) h->before_backward(l, h->context);

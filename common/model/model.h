@@ -25,6 +25,7 @@
 #include "common/core/half.h" /* bf16 and fp16 conversions */
 #include "common/kernels/kernels.h" /* ops(): the kernel table */
 #include "common/model/model_config.h" /* ModelConfig */
+#include "common/model/moe.h" /* MoE buffers and routing */
 #include "common/model/param_table.h" /* the parameter table and its units */
 
 #include <stddef.h>
@@ -171,6 +172,7 @@ typedef struct {
     float *logits;                    /* (head_rows,Vh) columns past V: padding, never read */
     float *probs;                     /* (head_rows,Vh) 0 in the padded columns */
     float *losses;                    /* (B,T) */
+    MoeActs moe;                      /* the MoE blocks' routing and values (moe.h); empty when dense */
 } Activations;
 
 /* The head in pieces (--loss-chunks K, cfg.loss_chunks). The logits, their
@@ -220,6 +222,7 @@ typedef struct {
     int recompute;        /* 1: `recomputed` below is allocated */
     BlockActs recomputed; /* with recompute: the values of the block at hand (res3 NULL: the
                              output goes to the kept a->block[l].res3), CAT_ACTIVATIONS */
+    MoeScratch moe;       /* the MoE block at hand's gradients (moe.h); empty when dense */
 } Scratch;
 
 /* Check a model shape; returns NULL if valid, else a message for the user. */

@@ -11,6 +11,20 @@
 /* The largest --layers (fixed-size per-stage arrays such as blocks[] rely on
  * it) and the largest --vocab. */
 enum { MAX_LAYERS = 256, MAX_VOCAB = 1048576 };
+/* The largest --experts (steps.csv has a column per expert). */
+enum { MAX_EXPERTS = 64 };
+
+/* A mixture of experts (--experts E, moe.h): the MLP of every `every`-th
+ * block replaced by a router and E expert MLPs, each token sent to K of them.
+ * experts 0: the dense model. */
+typedef struct {
+    int experts;           /* E: 0 (dense) or 1..MAX_EXPERTS */
+    int top_k;             /* K: experts per token, 1..E */
+    int every;             /* blocks every-1, 2*every-1, ... are MoE blocks (1: all of them) */
+    float capacity_factor; /* each expert takes at most ceil(factor * T * K / E) tokens of a
+                              sequence, the rest dropped; 0: dropless */
+    float aux_coef;        /* the load-balancing loss's weight (Switch/GShard: E sum_e f_e P_e) */
+} MoeConfig;
 
 /* Model shape: everything needed to build the same GPT anywhere. */
 typedef struct {
@@ -25,7 +39,13 @@ typedef struct {
     int vocab_parts; /* not a flag: the ranks wte and the head are split over by vocabulary rows
                         (tensor parallelism's local model); each holds vocab_padded(V) / parts
                         rows. 0 or 1: whole */
+    MoeConfig moe;   /* --experts ...: experts instead of some blocks' MLPs (moe.h) */
 } ModelConfig;
+
+/* Whether block l's MLP is a mixture of experts. */
+static inline int moe_layer(const ModelConfig *m, int l) {
+    return m->moe.experts > 0 && (l + 1) % m->moe.every == 0;
+}
 
 /* The vocabulary rows the kernels see: V rounded up to a multiple of
  * VOCAB_PAD_ROWS, as llm.c pads GPT-2's 50257 tokens to 50304. wte and

@@ -54,6 +54,15 @@ void param_table_build(ParamTable *t, const ModelConfig *cfg) {
         BLOCK(BLOCK_ATTPROJB, "attprojb", 1, C, INIT_ZEROS, 0);
         BLOCK(BLOCK_LN2W, "ln2w", 1, C, INIT_ONES, 0);
         BLOCK(BLOCK_LN2B, "ln2b", 1, C, INIT_ZEROS, 0);
+        if (moe_layer(cfg, l)) { /* E experts of the dense MLP's shapes, one after the other, and the router */
+            int E = cfg->moe.experts;
+            BLOCK(BLOCK_FCW, "moe_fcw", E * 4 * C, C, INIT_NORMAL, std);
+            BLOCK(BLOCK_FCB, "moe_fcb", 1, E * 4 * C, INIT_ZEROS, 0);
+            BLOCK(BLOCK_FCPROJW, "moe_fcprojw", E * C, 4 * C, INIT_NORMAL, resid_std);
+            BLOCK(BLOCK_FCPROJB, "moe_fcprojb", 1, E * C, INIT_ZEROS, 0);
+            BLOCK(BLOCK_ROUTERW, "routerw", E, C, INIT_NORMAL, std);
+            continue;
+        }
         BLOCK(BLOCK_FCW, "fcw", 4 * C, C, INIT_NORMAL, std);
         BLOCK(BLOCK_FCB, "fcb", 1, 4 * C, INIT_ZEROS, 0);
         BLOCK(BLOCK_FCPROJW, "fcprojw", C, 4 * C, INIT_NORMAL, resid_std);

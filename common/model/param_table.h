@@ -10,7 +10,8 @@
  * Units. The tensors are laid out unit by unit, and a unit is a layer:
  *
  *     unit -1 (LAYER_EMBEDDING)   wte, wpe
- *     unit l, 0 <= l < L          block l: h{l}.ln1w ... h{l}.fcprojb (12 tensors)
+ *     unit l, 0 <= l < L          block l: h{l}.ln1w ... h{l}.fcprojb (12 tensors; an MoE
+ *                                 block's MLP tensors hold E experts, then h{l}.routerw)
  *     unit L                      the head: lnf.w, lnf.b, lm_head (none when tied: the
  *                                 head reads wte, model_config.h)
  * wte and lm_head have vocab_padded(V) rows (model_config.h).
@@ -72,6 +73,8 @@ typedef enum {
     BLOCK_FCB, /* (4C, C), (4C) */
     BLOCK_FCPROJW,
     BLOCK_FCPROJB, /* (C, 4C), (C) */
+    BLOCK_ROUTERW, /* (E, C): MoE blocks only (moe.h), where fcw .. fcprojb hold E experts:
+                      (E*4C, C), (E*4C), (E*C, 4C), (E*C), expert e's rows at e times a dense one's */
     BLOCK_TENSORS
 } BlockTensor;
 /* (C), (C), (Vp, C); lm_head absent when tied */

@@ -13,6 +13,7 @@
     python3 common/python/plot.py --offload-bench SUMMARY_CSV [--out DIR]
     python3 common/python/plot.py --plan RUN_DIR... [--out DIR]
     python3 common/python/plot.py --grid RUN_DIR... [--out DIR]
+    python3 common/python/plot.py --experts RUN_DIR... [--out DIR]
 
 Reads only the CSVs that every chapter program writes, so a learner can plot
 their own runs next to the demo's. A run's label is its directory name;
@@ -108,6 +109,13 @@ run.csv's dp, tp, pp and bytes_AXIS_per_step; memory.csv):
                     each bar named by the rank's place in the grid (stage,
                     tp rank, replica), next to the bytes each axis of the
                     grid sent per step, all ranks together; the first repeat
+With --experts, from runs with --experts (chapters 01 and 02; steps.csv's
+tokens_e0.., dropped, aux_loss):
+    experts.png     per configuration, each expert's share of the step's choices
+                    (tokens_eN over every choice, dropped included) against the
+                    balanced 1/E, and the share dropped past the capacity; one
+                    line per run printed: the last step's shares, dropped share
+                    and balancing term
 With --bubbles, from pipeline runs' run.csv (columns schedule, pp, micro,
 bubble_measured, bubble_theory) and, for zb-h1, timeline.csv:
     bubbles.png     one bar per configuration (the directory's label): the
@@ -129,7 +137,7 @@ from plot_comm import plot_commbench, plot_cp
 from plot_offload import plot_capacity, plot_offload_bench
 from plot_pipeline import plot_bubbles, plot_grid, plot_sweep
 from plot_plan import plot_plan
-from plot_runs import plot_runs
+from plot_runs import plot_experts, plot_runs
 from plot_timeline import plot_gantt, plot_offload_timeline
 from plot_zero import plot_precision, plot_zero
 from rundir import RUN_DIRECTORY, load_runs
@@ -141,13 +149,14 @@ PIPELINE_RUN = "a pipeline run of chapter 04"
 RUN_MODES = {"plan": (RUN_DIRECTORY, plot_plan), "cp": ("a run of chapter 03 with --cp, labelled 03-cpN-seqT", plot_cp),
              "grid": ("a run of chapter 04 or 05's pipeline", plot_grid), "bubbles": (PIPELINE_RUN, plot_bubbles),
              "zero": ("a run of chapter 05", plot_zero), "precision": (RUN_DIRECTORY, plot_precision),
-             "sweep": (PIPELINE_RUN, plot_sweep)}
+             "sweep": (PIPELINE_RUN, plot_sweep),
+             "experts": ("a run of chapter 01 or 02 with --experts", plot_experts)}
 # The modes that draw one step of each run's timeline.csv (--step), and those that draw a tool's CSV
 TIMELINE_MODES = {"gantt": plot_gantt, "offload": plot_offload_timeline}
 CSV_MODES = {"capacity": plot_capacity, "offload_bench": plot_offload_bench}
 # The order in which a mode given wins over another given with it
 MODES = ("plan", "cp", "commbench", "grid", "gantt", "offload", "capacity", "offload_bench", "bubbles", "zero",
-         "precision", "sweep")
+         "precision", "sweep", "experts")
 
 
 def main():
@@ -168,6 +177,8 @@ def main():
     parser.add_argument("--capacity", action="store_true", help="06_offload/capacity.py's CSV: parameters per budget")
     parser.add_argument("--offload-bench", action="store_true",
                         help="common/scripts/bench_offload.sh's offload_summary.csv: step time per configuration")
+    parser.add_argument("--experts", action="store_true",
+                        help="runs with --experts: each expert's share of the choices and the dropped share per step")
     parser.add_argument("--cp", action="store_true",
                         help="chapter 03 --cp runs (labels 03-cpN-seqT): activations per rank against T")
     parser.add_argument("--grid", action="store_true",

@@ -1,6 +1,6 @@
 """plot_runs.py: plot.py's figures of any chapter's runs (plot.py RUN_DIR...): loss curves, step time
-and throughput per configuration, memory by category, the step's breakdown, and (chapter 03 on,
-busy.csv) busy and idle time per rank."""
+and throughput per configuration, memory by category, the step's breakdown, (chapter 03 on,
+busy.csv) busy and idle time per rank, and (--experts) a mixture of experts' routing per step."""
 from collections import OrderedDict
 
 from figure import MaxNLocator, finish, plt, stack_categories, style
@@ -158,3 +158,31 @@ def plot_runs(groups, out):
                        "Training throughput (median; bars: min-max over repeats)", "throughput.png"),
              plot_memory(groups, out), plot_breakdown(groups, out), plot_idle(groups, out)]
     return [n for n in names if n]
+
+
+def plot_experts(groups, out):
+    """--experts: per configuration (its first repeat), each expert's share of the step's choices
+    (steps.csv's tokens_e0.., chapters 01 and 02 with --experts) and the share dropped past the
+    capacity; prints each run's last step."""
+    fig, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 4.5), squeeze=False)
+    for ax, (label, runs) in zip(axes[0], groups.items()):
+        steps = runs[0]["steps"]
+        experts = sorted((c for c in steps[0] if c.startswith("tokens_e")), key=lambda c: int(c[8:]))
+        if not experts:
+            steps[0]["tokens_e0"]  # refused in one line: no such column (valid: ...)
+        x = [int(s["step"]) for s in steps]
+        choices = [sum(float(s[c]) for c in experts) + float(s["dropped"]) for s in steps]
+        for c in experts:
+            ax.plot(x, [float(s[c]) / n for s, n in zip(steps, choices)], label=f"expert {c[8:]}", linewidth=1.2)
+        ax.plot(x, [float(s["dropped"]) / n for s, n in zip(steps, choices)], "k--", label="dropped")
+        ax.axhline(1 / len(experts), color="grey", linewidth=0.8, linestyle=":")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        style(ax, "optimizer step", "share of the step's choices",
+              f"{label}: {len(experts)} experts (balanced: 1/{len(experts)}, dotted)", grid="both")
+        last = steps[-1]
+        shares = "/".join(f"{float(last[c]) / choices[-1]:.3f}" for c in experts)
+        dropped = float(last["dropped"]) / choices[-1]
+        print(f"experts {label}: step {last['step']}: shares {shares}, dropped {dropped:.3f}, "
+              f"aux_loss {float(last['aux_loss']):.6g}")
+    return [finish(fig, out, "experts.png")]
+

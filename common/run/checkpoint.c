@@ -243,6 +243,8 @@ void ckpt_writer_init(CkptWriter *w, const Config *cfg, const CkptLayout *l, con
     h->num_arrays = CKPT_ARRAYS;
     h->precision = cfg->precision;
     h->tied_embeddings = cfg->model.tied;
+    h->experts = (int16_t)cfg->model.moe.experts;
+    h->moe_every = (int16_t)(cfg->model.moe.experts ? cfg->model.moe.every : 0);
     h->num_params = table.num_params;
     h->seed = cfg->seed;
     h->batch = cfg->batch;
@@ -515,7 +517,8 @@ static ModelConfig header_model(const CheckpointHeader *h) {
                          .heads = h->heads,
                          .seq = h->seq,
                          .vocab = h->vocab,
-                         .tied = h->tied_embeddings};
+                         .tied = h->tied_embeddings,
+                         .moe = {.experts = h->experts, .every = h->moe_every, .top_k = 1}};
 }
 
 static void check_header(const char *what, const CheckpointHeader *h) {
@@ -527,6 +530,8 @@ static void check_header(const char *what, const CheckpointHeader *h) {
         fatal(EXIT_USAGE, "%s: corrupt checkpoint: its model shape is not one this course builds: %s", what,
               problem);
     check_field(what, "tied_embeddings", h->tied_embeddings, 0, 1);
+    check_field(what, "experts", h->experts, 0, MAX_EXPERTS);
+    check_field(what, "moe_every", h->moe_every, h->experts ? 1 : 0, h->experts ? h->layers : 0);
     check_field(what, "num_arrays", h->num_arrays, CKPT_ARRAYS, CKPT_ARRAYS);
     check_field(what, "precision", h->precision, PRECISION_FP32, PRECISION_FP16);
     check_field(what, "batch", h->batch, 1, 1000000);
@@ -599,7 +604,7 @@ void ckpt_file_open(CkptFile *f, const char *path, const char *what) {
               CKPT_VERSION);
     if (got < (ssize_t)sizeof *h) fatal(EXIT_USAGE, "%s: the file is truncated (no complete header)", what);
     check_header(what, h);
-    check_field(what, "num_tensors", h->num_tensors, 1, 3 + 12 * 256);
+    check_field(what, "num_tensors", h->num_tensors, 1, 3 + BLOCK_TENSORS * MAX_LAYERS);
     size_t directory_bytes = h->num_tensors * sizeof(CkptTensorEntry) + CKPT_ARRAYS * sizeof(CkptArrayEntry);
     uint64_t data_offset = round_up(sizeof *h + directory_bytes, CKPT_ALIGN);
     if (h->data_offset != data_offset)
@@ -654,6 +659,12 @@ static void open_for_run(CkptFile *f, const char *path, const Config *cfg, uint6
               "%s: written %s tied embeddings; this run %s --tie-embeddings (valid: the same as the run that "
               "wrote it)",
               what, h->tied_embeddings ? "with" : "without", m->tied ? "has" : "lacks");
+    int every = m->moe.experts ? m->moe.every : 0;
+    if (h->experts != m->moe.experts || h->moe_every != every)
+        fatal(EXIT_USAGE,
+              "%s: written with --experts %d --moe-every %d; this run has --experts %d --moe-every %d (valid: "
+              "the same as the run that wrote it; 0 experts: the dense model)",
+              what, h->experts, h->moe_every, m->moe.experts, every);
     uint64_t sum = ckpt_file_checksum(f, path, what);
     if (sum != h->checksum)
         fatal(EXIT_USAGE,

@@ -95,7 +95,8 @@ typedef struct {
     int32_t loss_scale_clean_steps;
     char writer[88];         /* "05_zero/train: 4 ranks, zero 3": for people, outside the checksum */
     int32_t tied_embeddings; /* 1: --tie-embeddings: the head reads wte, there is no lm_head tensor */
-    int32_t reserved;        /* 0 */
+    int16_t experts;         /* --experts E (moe.h): 0 for the dense model */
+    int16_t moe_every;       /* --moe-every: which blocks hold the experts (0 when dense) */
     uint64_t checksum;
 } CheckpointHeader;
 

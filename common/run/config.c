@@ -21,10 +21,10 @@ int model_preset(ModelConfig *m, const char *name) {
         const char *name;
         ModelConfig m;
     } presets[] = {
-        {"tiny", {2, 64, 4, 64, 256, 0, 0, 0}},
-        {"small", {4, 128, 4, 128, 256, 0, 0, 0}},
-        {"medium", {6, 384, 6, 256, 256, 0, 0, 0}},
-        {"gpt2", {12, 768, 12, 1024, 256, 0, 0, 0}},
+        {"tiny", {2, 64, 4, 64, 256, 0, 0, 0, {0}}},
+        {"small", {4, 128, 4, 128, 256, 0, 0, 0, {0}}},
+        {"medium", {6, 384, 6, 256, 256, 0, 0, 0, {0}}},
+        {"gpt2", {12, 768, 12, 1024, 256, 0, 0, 0, {0}}},
     };
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         if (strcmp(name, presets[i].name) == 0) {
@@ -90,6 +90,29 @@ static const Flag common_flags[] = {
     {"--loss-chunks", FLAG_INT, FIELD(Config, model.loss_chunks), 1, 65536, .usage = "--loss-chunks K",
      .help = "compute the head and the loss on K pieces of each micro-batch's tokens,\n"
              "one at a time: the logits held are a K-th; a divisor of --seq (default 1)"},
+    {"--experts", FLAG_INT, FIELD(Config, model.moe.experts), 1, MAX_EXPERTS, .usage = "--experts E",
+     .help = "mixture of experts: each MoE block's MLP becomes a router and E\n"
+             "expert MLPs, {range} (default: none, the dense model)",
+     .record = FLAG_RECORDED_WITH_EXPERTS},
+    {"--top-k", FLAG_INT, FIELD(Config, model.moe.top_k), 1, MAX_EXPERTS, .def = "1", .usage = "--top-k K",
+     .help = "with --experts: experts per token, 1..E, their router weights\n"
+             "renormalised to sum to 1 (default {default})",
+     .record = FLAG_RECORDED_WITH_EXPERTS},
+    {"--moe-every", FLAG_INT, FIELD(Config, model.moe.every), 1, MAX_LAYERS, .def = "1",
+     .usage = "--moe-every N",
+     .help = "with --experts: blocks N-1, 2N-1, ... are MoE blocks, 1..layers\n"
+             "(default {default}: every block)",
+     .record = FLAG_RECORDED_WITH_EXPERTS},
+    {"--aux-loss-coef", FLAG_FLOAT, FIELD(Config, model.moe.aux_coef), 0.0, 10.0, .def = "0.01",
+     .usage = "--aux-loss-coef X",
+     .help = "with --experts: weight of the load-balancing loss E sum_e f_e P_e,\n"
+             "{range} (default {default})",
+     .record = FLAG_RECORDED_WITH_EXPERTS},
+    {"--capacity-factor", FLAG_FLOAT, FIELD(Config, model.moe.capacity_factor), 0.0, 64.0, .def = "0",
+     .usage = "--capacity-factor F",
+     .help = "with --experts: an expert takes at most ceil(F T K / E) tokens of a\n"
+             "sequence, the rest are dropped; {range}, 0 = dropless (default {default})",
+     .record = FLAG_RECORDED_WITH_EXPERTS},
     {.type = FLAG_SECTION, .help = "training"},
     {"--batch", FLAG_INT, FIELD(Config, batch), 1, 1000000, .def = "8", .usage = "--batch B",
      .help = "global batch: sequences per optimizer step, {range} (default {default})"},
@@ -387,7 +410,9 @@ static void set_defaults(Config *c, const char *program, const ChapterFlags *cha
         for (const Flag *f = c->chapter_flags; is_row(f); f++)
             if (f->def) parse_value(f, f->def, chapter->values);
     }
+    MoeConfig moe = c->model.moe; /* the experts' defaults: flags of their own, not the preset's */
     model_preset(&c->model, c->model_preset);
+    c->model.moe = moe;
     c->beta1 = 0.9f;
     c->beta2 = 0.95f;
     c->eps = 1e-8f;
@@ -459,6 +484,24 @@ void flag_set_given(Config *c, const char *name, int given) {
     int t, i;
     if (!given_bit(c, name, &t, &i)) return;
     c->given[t] = given ? c->given[t] | (uint64_t)1 << i : c->given[t] & ~((uint64_t)1 << i);
+}
+
+/* The mixture of experts (moe.h): trained by the programs that say so (chapter
+ * 01, without a table, and ChapterFlags.experts); its other flags need
+ * --experts; --recompute does not recompute the experts' values yet. */
+static void check_expert_flags(const Config *c, const char *program, const ChapterFlags *chapter) {
+    if (c->model.moe.experts && chapter && !chapter->experts)
+        fatal(EXIT_USAGE, "%s: --experts is not written for this chapter yet (valid: 01_single_gpu and "
+                          "02_data_parallel train the mixture of experts)",
+              program);
+    static const char *const moe_flags[] = {"--top-k", "--moe-every", "--aux-loss-coef", "--capacity-factor"};
+    for (size_t i = 0; i < sizeof moe_flags / sizeof moe_flags[0]; i++)
+        if (!c->model.moe.experts && flag_given(c, moe_flags[i]))
+            fatal(EXIT_USAGE, "%s needs --experts E (it shapes the mixture of experts; without it the model is "
+                              "dense)", moe_flags[i]);
+    if (c->model.moe.experts && c->recompute)
+        fatal(EXIT_USAGE, "--recompute with --experts is not written yet: the experts' values are not "
+                          "recomputed (valid: one of them)");
 }
 
 /* The loss scale is fp16's: bf16 has fp32's 8 exponent bits, so its gradients
@@ -561,7 +604,9 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
             value = argv[i] + 8;
         if (value) {
             parse_value(model_row, value, c);
+            MoeConfig moe = c->model.moe; /* the experts' defaults: flags of their own, not the preset's */
             model_preset(&c->model, c->model_preset);
+            c->model.moe = moe;
         }
     }
 
@@ -593,6 +638,7 @@ static int read_flags(Config *c, int argc, char **argv, const char *program, con
     /* Checks across flags. */
     const char *problem = model_config_problem(&c->model);
     if (problem) fatal(EXIT_USAGE, "%s", problem);
+    check_expert_flags(c, program, chapter);
     if (c->batch % c->micro != 0)
         fatal(EXIT_USAGE, "--micro %d does not divide --batch %d (valid: a divisor of the batch)", c->micro,
               c->batch);
@@ -624,6 +670,7 @@ static void record_rows(ConfigRecord *r, const Flag *rows, const void *base, con
     for (const Flag *f = rows; is_row(f); f++) {
         if (!f->name || !takes(f, kind) || f->record == FLAG_NOT_RECORDED) continue;
         if (f->record == FLAG_RECORDED_IN_FP16 && c->precision != PRECISION_FP16) continue;
+        if (f->record == FLAG_RECORDED_WITH_EXPERTS && !c->model.moe.experts) continue;
         char text[JOINED_PATH_BYTES];
         value_text(f, base, 1, text, sizeof text);
         config_record_add(r, f->name, "%s", text);

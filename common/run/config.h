@@ -101,7 +101,8 @@ typedef enum {
 /* Flag.only: which programs take it: all, those run under mpirun, those the
  * run harness starts (the chapters' trainers, not the tools: --dry-run) */
 enum { FLAG_ALL = 0, FLAG_MULTI_RANK = 1, FLAG_HARNESS = 2 };
-enum { FLAG_RECORDED = 0, FLAG_NOT_RECORDED, FLAG_RECORDED_IN_FP16 }; /* Flag.record */
+/* Flag.record; FLAG_RECORDED_WITH_EXPERTS: only when --experts is given (a dense run's record is as before) */
+enum { FLAG_RECORDED = 0, FLAG_NOT_RECORDED, FLAG_RECORDED_IN_FP16, FLAG_RECORDED_WITH_EXPERTS };
 
 typedef struct Flag {
     const char *name; /* "--steps": on the command line, in messages and in the record */
@@ -137,6 +138,8 @@ typedef struct {
     int harness;    /* set by the run harness (harness.h): a chapter's trainer, which takes --dry-run */
     int rows_only;  /* a tool whose command line is these rows alone, without the shared ones
                        (common/plan, which hands every other flag to the chapter it plans) */
+    int experts;    /* set by the run harness: the program trains --experts (harness.h,
+                       RunSpec.experts); other programs with a table refuse the flag */
 } ChapterFlags;
 
 /* Whether the flag `name` (common or the chapter's) was on the command line:

@@ -101,7 +101,12 @@ static void chapter_header(const Run *run, char *header, size_t size) {
     }
     if (spec->bytes_sent) n += snprintf(header + n, size - n, ",bytes_sent");
     if (spec->comm_busy) n += snprintf(header + n, size - n, ",comm_busy_ms");
-    if (run->cfg->precision != PRECISION_FP32) snprintf(header + n, size - n, ",loss_scale,skipped");
+    if (run->cfg->precision != PRECISION_FP32) n += snprintf(header + n, size - n, ",loss_scale,skipped");
+    if (run->cfg->model.moe.experts) {
+        n += snprintf(header + n, size - n, ",aux_loss,dropped");
+        for (int e = 0; e < run->cfg->model.moe.experts; e++)
+            n += snprintf(header + n, size - n, ",tokens_e%d", e);
+    }
 }
 
 void run_prepare(Run *run) {
@@ -114,7 +119,7 @@ void run_prepare(Run *run) {
     data_load(&run->data, cfg->data, cfg->model.seq);
     if (run_writes_files(run)) {
         out_dir_prepare(cfg, run->spec->program);
-        char header[256];
+        char header[1536]; /* 64 experts' columns fit */
         chapter_header(run, header, sizeof header);
         run->steps_csv = steps_csv_open(cfg, header);
     }
@@ -191,7 +196,12 @@ static void chapter_values(const Run *run, const RunStep *s, char *values, size_
     if (spec->bytes_sent) n += snprintf(values + n, size - n, ",%.0f", s->bytes_sent);
     if (spec->comm_busy) n += snprintf(values + n, size - n, ",%.4f", s->comm_busy_ms);
     if (run->cfg->precision != PRECISION_FP32)
-        snprintf(values + n, size - n, ",%g,%d", s->loss_scale, s->skipped);
+        n += snprintf(values + n, size - n, ",%g,%d", s->loss_scale, s->skipped);
+    if (run->cfg->model.moe.experts) { /* aux_sum is over sequences: their mean is the objective's term */
+        n += snprintf(values + n, size - n, ",%.6f,%.0f", s->moe.aux_sum / run->cfg->batch, s->moe.dropped);
+        for (int e = 0; e < run->cfg->model.moe.experts; e++)
+            n += snprintf(values + n, size - n, ",%.0f", s->moe.tokens[e]);
+    }
 }
 
 int run_save_due(const Run *run, const RunStep *s) {
@@ -202,7 +212,7 @@ void run_step_log(Run *run, RunStep *s) {
     const Config *cfg = run->cfg;
     if (run_writes_files(run)) {
         if (!cfg->quiet || s->step + 1 == run->last_step) log_step(&s->rec, cfg->steps);
-        char values[256];
+        char values[1536];
         chapter_values(run, s, values, sizeof values);
         steps_csv_write(run->steps_csv, &s->rec, values);
     }

@@ -25,7 +25,10 @@
  * steps.csv's columns: the shared ones (run_csv.h), then the chapter's own
  * (RunSpec.columns, values in RunStep.columns), then bytes_sent and
  * comm_busy_ms for the chapters that report them, then loss_scale,skipped in
- * 16-bit runs. Every chapter writes the same rows the same way.
+ * 16-bit runs, then with --experts E aux_loss (the balancing loss's term of
+ * the objective, not in `loss`), dropped and tokens_e0..tokens_e{E-1} (the
+ * step's choices, summed over the MoE blocks: tokens_e* sum to tokens x K x
+ * MoE blocks less dropped). Every chapter writes the same rows the same way.
  *
  * Profiling: with COURSE_PROFILE_STEP=N (device.h) every chapter switches
  * the CUDA profiler on for step N only, between run_step_begin and
@@ -76,6 +79,8 @@ typedef struct {
     int axis_bytes;           /* run.csv bytes_{dp,pp,cp,tp}_per_step after its columns (run_axis_columns) */
     int barrier_each_step;    /* every rank starts a step together: one time origin for the timelines */
     int busy_csv;             /* busy.csv (rank 0): every rank's time computing, each step (run_log_busy) */
+    int experts;              /* 02-06: trains --experts (moe.h), which the others refuse (chapter 01
+                                 always trains it); steps.csv then reports the routing (above) */
 } RunSpec;
 
 /* One step, from run_step_begin to run_step_log. The chapter fills rec's
@@ -87,6 +92,8 @@ typedef struct {
     double own_step_ms;              /* this rank's step time (rec.step_ms is the slowest's) */
     double columns[RUN_MAX_COLUMNS]; /* the chapter's columns, in RunSpec.columns' order */
     double comm_busy_ms;             /* RunSpec.comm_busy: the collectives running, hidden or not */
+    MoeStats moe;                    /* --experts: the step's routing (the micro-batches' forwards);
+                                        after run_step_done summed over the ranks */
     double bytes_sent;               /* RunSpec.bytes_sent: set by run_step_done */
     float loss_scale;                /* fp16: the scale of this step's backward (1 otherwise) */
     int skipped;                     /* fp16: the step overflowed and was skipped */

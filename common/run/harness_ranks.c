@@ -23,6 +23,12 @@ static void ranks_barrier(Run *run) {
 static void ranks_slowest_times(Run *run, RunStep *s) {
     step_times_slowest(run->world, &s->rec);
     if (run->spec->comm_busy) s->comm_busy_ms = comm_allreduce_double(run->world, s->comm_busy_ms, 1);
+    if (run->cfg->model.moe.experts) { /* the routing of every rank's share of the batch */
+        for (int e = 0; e < run->cfg->model.moe.experts; e++)
+            s->moe.tokens[e] = comm_allreduce_double(run->world, s->moe.tokens[e], 0);
+        s->moe.dropped = comm_allreduce_double(run->world, s->moe.dropped, 0);
+        s->moe.aux_sum = comm_allreduce_double(run->world, s->moe.aux_sum, 0);
+    }
 }
 
 static void ranks_save(Run *run, const CkptState *state) {
@@ -120,6 +126,7 @@ void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSp
     ChapterFlags flags = spec->flags;
     flags.values = flag_values;
     flags.harness = 1; /* --dry-run and its --world and --rank */
+    flags.experts = spec->experts; /* --experts, or its refusal */
     config_parse_ranks(cfg, *argc, *argv, spec->program, spec->summary, &flags);
     checkpoint_check_shared_directory(run->world, cfg);
     run->local_rank = comm_local_rank();

@@ -55,6 +55,10 @@
 #   tied         --tie-embeddings (the head reads wte): 01 tied on CUDA against 01 tied on the CPU, then
 #                04 (the first and last stages sum the tied gradient), 05 ZeRO-3 and 06 offload, tied,
 #                against 01 tied on CUDA, in each precision.
+#   experts      the mixture of experts (--experts 3 --top-k 2 --capacity-factor 1.25: odd E, drops):
+#                01 on CUDA against 01 on the CPU (the routing decided on the host from the device's
+#                logits; the gather, combine and scatter kernels), then 02 on 2 ranks against 01 on
+#                CUDA, in each precision. The kernels' parity is the parity group's (test_parity moe).
 #   nccl         --comm nccl at world size 1 (NCCL allows one rank per GPU): 05 stage 2 and stage 3
 #                with prefetch, whose reduce-scatters and all-gathers go through NCCL on the
 #                communication stream (stage 3's from the communication thread) in fp32, bf16
@@ -107,7 +111,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 
-PART1="parity overlap chapters tied nccl offload checkpoints hostadam"
+PART1="parity overlap chapters tied experts nccl offload checkpoints hostadam"
 PART2="capacity bench offloadbench calibrate"
 
 usage() {
@@ -531,6 +535,21 @@ group_tied() {
     ref_flags=(--tie-embeddings)
     for precision in $PRECISIONS; do
         layouts_against_01 "$precision" "${TIED_LAYOUTS[@]}"
+    done
+    ref_flags=()
+}
+
+# The mixture of experts (common/model/moe.h), with drops: 01 with experts on
+# CUDA against 01 with experts on the CPU, then 02's replicas against it.
+EXPERTS_FLAGS=(--experts 3 --top-k 2 --capacity-factor 1.25)
+EXPERTS_LAYOUTS=(
+    "02-experts-flat-dp2 2 02_data_parallel --dp-mode flat"
+)
+group_experts() {
+    local precision
+    ref_flags=("${EXPERTS_FLAGS[@]}")
+    for precision in $PRECISIONS; do
+        layouts_against_01 "$precision" "${EXPERTS_LAYOUTS[@]}"
     done
     ref_flags=()
 }

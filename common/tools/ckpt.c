@@ -95,9 +95,11 @@ static void print_info(const char *path) {
     printf("checkpoint  %s (%lld bytes)\n", path, f.file_bytes);
     printf("format      version %u, checksum %016llx (verified)\n", h->version, (unsigned long long)sum);
     printf("writer      %.88s\n", h->writer);
-    printf("model       layers %d, dmodel %d, heads %d, seq %d, vocab %d%s: %llu parameters in %d tensors\n",
+    char experts[64] = "";
+    if (h->experts) snprintf(experts, sizeof experts, ", %d experts every %d blocks", h->experts, h->moe_every);
+    printf("model       layers %d, dmodel %d, heads %d, seq %d, vocab %d%s%s: %llu parameters in %d tensors\n",
            h->layers, h->dmodel, h->heads, h->seq, h->vocab, h->tied_embeddings ? ", tied embeddings" : "",
-           (unsigned long long)h->num_params, h->num_tensors);
+           experts, (unsigned long long)h->num_params, h->num_tensors);
     printf("step        %d of %d (Adam updates %d); the next batch is step %d's, from (seed, step)\n",
            h->step, h->steps, h->adam_t, h->step + 1);
     printf("config      seed %llu, batch %d, micro %d, lr %g, warmup %d, wd %g, clip %g, beta1 %g, beta2 %g, "

@@ -249,6 +249,11 @@ void hf_export(const char *path, const char *dir) {
     int create = check_hf_dir(dir);
     CkptFile f;
     ckpt_open_verified(&f, path);
+    if (f.header.experts)
+        fatal(EXIT_USAGE,
+              "export --format hf %s: a mixture of experts (%d experts) has no GPT2LMHeadModel form (valid: a "
+              "dense checkpoint)",
+              path, f.header.experts);
     if (create && mkdir(dir, 0755) != 0)
         fatal(EXIT_USAGE, "export --format hf %s: cannot create the directory (%s)", dir, strerror(errno));
     char model[JOINED_PATH_BYTES], config[JOINED_PATH_BYTES];

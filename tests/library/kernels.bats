@@ -57,6 +57,12 @@ load ../helpers
     assert_output --partial "PASS vocab_split"
 }
 
+@test "the mixture of experts: gather, combine and their backwards, and the routing's logit gradient (gates and balancing loss, with drops) match double-precision finite differences" {
+    run "$BUILD/tests/test_kernels" moe
+    assert_success
+    assert_output --partial "PASS moe"
+}
+
 @test "adamw update matches its formula in double over three steps" {
     run "$BUILD/tests/test_kernels" adamw
     assert_success

@@ -149,6 +149,12 @@ load ../helpers
     assert_success
 }
 
+@test "the mixture of experts' gather, scatter-add, combine and its backward on CUDA match the CPU" {
+    require_gpu
+    run "$BUILD/tests/test_parity" moe
+    assert_success
+}
+
 @test "sum of squares on CUDA matches the CPU" {
     require_gpu
     run "$BUILD/tests/test_parity" sum_squares

@@ -191,6 +191,20 @@ losses_csv() { # FILE N FACTOR [FIRST_STEP]
     assert_line "01-cpu-fp32--tie-embeddings"
 }
 
+@test "the experts group compares 02 with experts with 01 with experts, not with the dense reference (rehearsed on the CPU)" {
+    GPU_CHECK_DEVICE=cpu GPU_CHECK_ONLY=experts GPU_CHECK_PRECISIONS=fp32 GPU_CHECK_STEPS=4 \
+        GPU_CHECK_RESULTS="$(scratch)/results" GPU_CHECK_WORK="$(scratch)/work" run "$CHECK"
+    assert_success
+    assert_output --partial "PASS experts/02-experts-flat-dp2-fp32: 4 steps"
+    assert_output --partial "1 passed, 0 failed, 0 skipped"
+    run ls "$(scratch)/work/ref"
+    assert_line "01-cpu-fp32--experts3--top-k2--capacity-factor1-25"
+    refute_line "01-cpu-fp32"
+    # the run and its reference had the experts: steps.csv's routing columns
+    run head -n 1 "$(scratch)/work/experts/02-experts-flat-dp2-fp32/steps.csv"
+    assert_output --partial ",dropped,tokens_e0,tokens_e1,tokens_e2"
+}
+
 @test "a rehearsal whose reference losses differ (01 on another seed) fails those checks, exit 1, FAIL in the report" {
     GPU_CHECK_DEVICE=cpu GPU_CHECK_ONLY=chapters GPU_CHECK_PRECISIONS=fp32 GPU_CHECK_STEPS=4 \
         GPU_CHECK_REF_EXTRA="--seed 7" GPU_CHECK_RESULTS="$(scratch)/results" GPU_CHECK_WORK="$(scratch)/work" \

@@ -175,3 +175,24 @@ spoilt_run() {
     run cmp -s "$out/loss.png" "$(scratch)/first-loss.png"
     assert_failure
 }
+
+@test "plot.py --experts draws an MoE run's routing and prints its last step's shares from steps.csv" {
+    local d="$(scratch)/moe"
+    OMP_NUM_THREADS=1 "$TRAIN01" --model tiny --batch 4 --steps 3 --sample 0 --quiet --eval-batches 1 \
+        --experts 3 --top-k 2 --capacity-factor 1 --out "$d" >/dev/null
+    # the last step's shares, each expert's choices over all of them (dropped included)
+    shares="$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) { if ($i ~ /^tokens_e/) e[++n] = i; if ($i == "dropped") d = i } next }
+                       { last = $0 } END { split(last, v, ","); total = v[d]; for (k = 1; k <= n; k++) total += v[e[k]]
+                         for (k = 1; k <= n; k++) printf "%s%.3f", (k > 1 ? "/" : ""), v[e[k]] / total
+                         printf " %.3f", v[d] / total }' "$d/steps.csv")"
+    run "$python" "$PLOT" --experts "$d" --out "$(scratch)/plots"
+    assert_success
+    assert_line "experts moe: step 3: shares ${shares% *}, dropped ${shares#* }, aux_loss $(csv_column "$d/steps.csv" aux_loss | tail -1 | sed 's/0*$//')"
+    [ -s "$(scratch)/plots/experts.png" ]
+}
+
+@test "plot.py --experts refuses a dense run in one line, exit 2" {
+    run --separate-stderr "$python" "$PLOT" --experts "$BATS_FILE_TMPDIR/01" --out "$(scratch)/plots"
+    refused "^plot.py: $BATS_FILE_TMPDIR/01/steps.csv: has no column 'tokens_e0' \(valid: a run of chapter 01 or 02 with --experts\)$"
+    [ ! -e "$(scratch)/plots/experts.png" ]
+}

@@ -21,8 +21,9 @@
 #   fp32  strict fp32 matmuls on both sides (PyTorch's default)
 #   tf32  COURSE_TF32=1: TF32 tensor-core matmuls on both sides (the course's
 #         attention then also uses one TF32 product instead of three); GPU only
-#   bf16  --precision bf16 (mixed precision, common/model/mixed.h) against PyTorch
-#         under torch.autocast(bfloat16) with fp32 weights and AdamW
+#   bf16  --precision bf16 (mixed precision, common/model/mixed.h; its attention one TF32
+#         product, as in every 16-bit run: device.h) against PyTorch under
+#         torch.autocast(bfloat16) with fp32 weights and AdamW
 #   fp16  --precision fp16 against autocast(float16) with a GradScaler
 # Writes, in runs/bench/:
 #
@@ -125,15 +126,22 @@ echo "bench: device $device_label | precisions $precisions | $REPEATS repeats | 
 # The --precision of a BENCH_PRECISIONS entry: tf32 is fp32 storage with TF32 matmuls.
 mixed_precision() { [[ $1 == tf32 ]] && echo fp32 || echo "$1"; }
 
+# tf32_setting PRECISION: sets tf32, env's arguments for a run: COURSE_TF32=1 for tf32, else the
+# variable unset (COURSE_TF32=0 would hold a 16-bit run's attention to strict fp32: device.h).
+tf32_setting() {
+    if [[ $1 == tf32 ]]; then tf32=(COURSE_TF32=1); else tf32=(-u COURSE_TF32); fi
+}
+
 # One PyTorch run (eager, or compiled with --compile); its row goes into bench.csv.
 pytorch_run() { # precision model batch steps repeat variant wait_policy log [--compile]
     local precision="$1" model="$2" batch="$3" steps="$4" r="$5" variant="$6" wait="$7" log="$8"
-    local tmp="$out/pytorch-row.csv"
+    local tmp="$out/pytorch-row.csv" tf32
+    tf32_setting "$precision"
     shift 8
     rm -f "$tmp"
     (
         [[ $wait == default ]] || export OMP_WAIT_POLICY="$wait"
-        COURSE_TF32=$([[ $precision == tf32 ]] && echo 1 || echo 0) "$PYTHON" common/python/pytorch_gpt.py \
+        env "${tf32[@]}" "$PYTHON" common/python/pytorch_gpt.py \
             --device "$device" --model "$model" --batch "$batch" --steps "$steps" --threads "$OMP_NUM_THREADS" \
             --quiet --csv "$tmp" --device-label "$device_label" --repeat "$r" \
             --precision "$(mixed_precision "$precision")" "$@"
@@ -149,10 +157,11 @@ pytorch_run() { # precision model batch steps repeat variant wait_policy log [--
 # One run of the course's program; its row goes into bench.csv.
 course_run() { # precision model batch steps repeat variant wait_policy
     local precision="$1" model="$2" batch="$3" steps="$4" r="$5" variant="$6" wait="$7"
-    local run_dir="$out/runs/$model-$precision-$variant-r$r"
+    local run_dir="$out/runs/$model-$precision-$variant-r$r" tf32
+    tf32_setting "$precision"
     (
         [[ $wait == default ]] || export OMP_WAIT_POLICY="$wait"
-        COURSE_TF32=$([[ $precision == tf32 ]] && echo 1 || echo 0) "$TRAIN" --device "$device" --model "$model" \
+        env "${tf32[@]}" "$TRAIN" --device "$device" --model "$model" \
             --batch "$batch" --steps "$steps" --precision "$(mixed_precision "$precision")" --sample 0 --quiet \
             --overwrite --out "$run_dir"
     ) >"$run_dir.log" 2>&1 || { cat "$run_dir.log" >&2; echo "bench: $TRAIN failed" >&2; exit 1; }

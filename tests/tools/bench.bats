@@ -113,6 +113,21 @@ EOF
     grep -q -- '--precision=bf16' "$dir/bench/runs/tiny-bf16-headline-r1/run-info.txt"
 }
 
+@test "bench leaves COURSE_TF32 unset for fp32 and bf16 runs (0 would hold a 16-bit run's attention to strict fp32)" {
+    dir="$(scratch)"
+    if python3 -c 'import torch' 2>/dev/null; then
+        skip "PyTorch is importable here: this test is about the course-only path"
+    fi
+    # the course's program behind a wrapper that notes what it was given
+    printf '#!/bin/bash\necho "${COURSE_TF32-unset}" >>"%s/tf32.txt"\nexec "%s/01_single_gpu/train" "$@"\n' \
+        "$dir" "$REPO" >"$dir/train"
+    chmod +x "$dir/train"
+    run env COURSE_TF32=0 TRAIN="$dir/train" BENCH_MODELS=tiny BENCH_REPEATS=1 BENCH_STEPS=3 BENCH_VARIANTS=0 \
+        BENCH_OUT="$dir/bench" "$REPO/common/scripts/bench.sh"
+    assert_success
+    assert_equal "$(tr '\n' ' ' <"$dir/tf32.txt")" "unset unset "
+}
+
 @test "bench on the CPU writes the documented columns, each run's settings and the median over repeats" {
     dir="$(scratch)"
     # Without PyTorch, the course's rows alone, and empty PyTorch columns.

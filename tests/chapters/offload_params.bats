@@ -12,7 +12,9 @@
 # parameter buffer still allocated, the memory test (645504 for 113088);
 # with the copies in not counted, the bytes test; with the 16-bit weights not
 # rounded again after --resume, the resume test; with the --dpu refusal
-# removed, the refusal test (exit 1, the offload's own check, for 2).
+# removed, the refusal test (exit 1, the offload's own check, for 2); with
+# capacity.py's 06p run without --offload-params, the capacity test (06p's
+# parameters 9.1x chapter 01's, under 10x).
 
 load ../helpers
 
@@ -50,14 +52,14 @@ same_columns() {
     done
 }
 
-@test "--offload-params gives --offload's losses, norms and validation losses bit for bit in fp32 and bf16, with micro-batches and offloaded checkpoints" {
+@test "--offload-params gives --offload's losses, norms and validation losses bit for bit in fp32 and bf16, with micro-batches, the head in pieces and offloaded checkpoints" {
     local d
     d="$(scratch)"
     offload $ODD --layers 3 --micro 2 --out "$d/keep"
     offload $ODD --layers 3 --micro 2 --offload-params --out "$d/host"
     same_columns "$d/keep" "$d/host" loss grad_norm val_loss
-    offload $ODD --precision bf16 --micro 3 --out "$d/keep16"
-    offload $ODD --precision bf16 --micro 3 --offload-params --out "$d/host16"
+    offload $ODD --precision bf16 --micro 3 --loss-chunks 4 --out "$d/keep16"
+    offload $ODD --precision bf16 --micro 3 --loss-chunks 4 --offload-params --out "$d/host16"
     same_columns "$d/keep16" "$d/host16" loss grad_norm val_loss
     offload $ODD --layers 4 --recompute --offload-activations --precision bf16 --out "$d/keepr"
     offload $ODD --layers 4 --recompute --offload-activations --precision bf16 --offload-params --out "$d/hostr"
@@ -137,4 +139,19 @@ same_columns() {
 --offload --offload-params --cp 2|--offload-params with --cp 2 is not written
 EOF
     assert_equal "$refusals_checked" 7
+}
+
+@test "capacity.py at 8 MiB, both with --recompute: 06 --offload-params trains at least 10x chapter 01's parameters, --offload alone less" {
+    local c="$(scratch)/c"
+    OMP_NUM_THREADS=1 run python3 "$REPO/06_offload/capacity.py" --budgets 8M --max-layers 16 --out "$c"
+    assert_success
+    # program -> params, from capacity.csv
+    params() { awk -F, -v p="$1" 'NR > 1 && $2 == p { print $6 }' "$c/capacity.csv"; }
+    [ "$(params 01)" -gt 0 ]
+    [ "$(params 06p)" -ge "$((10 * $(params 01)))" ]
+    [ "$(params 06)" -lt "$((10 * $(params 01)))" ]
+    assert_line --regexp "^capacity.py: budget 8.0 MiB: 06p trains (at least )?[0-9]+ layers.*, [0-9.]+x 01's$"
+    run --separate-stderr python3 "$REPO/06_offload/capacity.py" --budgets 8M --programs 01,07 --out "$c"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "capacity.py: error: --programs: '07' is not a program (valid: 01, 06, 06p, comma-separated)"
 }

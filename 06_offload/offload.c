@@ -58,7 +58,7 @@ static void add_copy_row(Offload *o, int unit, const char *op, const double when
 /* ---- --offload-params: a unit's weights copied in from the host (offload.h) ---- */
 
 /* Where unit's weights of record are on the host: in the precision computed
- * with (one rank: the shard is the units). */
+ * with (a group of one rank: the shard is the units). */
 static const void *host_unit(const Offload *o, int unit) {
     return bytes_at(o->half ? (void *)o->params16 : (void *)o->master, slice_at(o, unit), o->elem_bytes);
 }
@@ -498,8 +498,9 @@ static void create(Offload *o, GPT *model, int first_unit, int last_unit, CommGr
     o->cfg = cfg;
     o->host_params = host_params;
     if (host_params && (o->ranks > 1 || dpu || (model->cfg.tied && first_unit == LAYER_EMBEDDING)))
-        fatal(EXIT_RUNTIME, "offload: the weights on the host are written for one rank, without --dpu and "
-                            "untied weights");
+        fatal(EXIT_RUNTIME,
+              "offload: the weights on the host are written for a group of one rank, without --dpu and "
+              "untied weights");
     o->half = cfg->precision != PRECISION_FP32;
     o->format = o->half ? (cfg->precision == PRECISION_BF16 ? HALF_BF16 : HALF_F16) : HALF_BF16;
     o->dtype = !o->half ? COMM_F32 : o->format == HALF_BF16 ? COMM_BF16 : COMM_F16;
@@ -589,12 +590,12 @@ void offload_schedule_fetches(Offload *o, const ZeroUse *uses, int count, int pr
     }
 }
 
-void offload_create_slices(Offload *o, TensorParallelModel *tm, CommGroup *group, const Config *cfg,
-                           int dpu) {
+void offload_create_slices(Offload *o, TensorParallelModel *tm, CommGroup *group, const Config *cfg, int dpu,
+                           int host_params) {
     GPT *model = tm->m;
     float *init = xmalloc(model->param_count * sizeof(float));
     tp_initial_values(tm, cfg->seed, init); /* this rank's slices of the whole model's values */
-    create(o, model, model->first_unit, model->last_unit, group, cfg, dpu, 0, init);
+    create(o, model, model->first_unit, model->last_unit, group, cfg, dpu, host_params, init);
     free(init);
     o->slices = tm;
     o->num_norm_spans =

@@ -50,7 +50,8 @@
  * update older than AdamW's. The fp32 gradient shard is double: the step
  * computing fills one while the thread reads the other.
  *
- * Parameter offload (--offload-params, one rank): the weights leave the
+ * Parameter offload (--offload-params; a stage's units, or its tensor slices,
+ * held by one rank: no data-parallel replicas): the weights leave the
  * device too. Their copy of record in the precision computed with is the
  * host's (params16, 16 bits; in fp32 the master weights themselves), and a
  * unit crosses PCIe into one of K + 1 device slots (K = 1: double buffering)
@@ -184,7 +185,7 @@ typedef struct {
  * GPT from gpt_init, or a Pipeline with caller_storage), sharded over group:
  * the device parameters and the host state, initial values from cfg->seed.
  * dpu: keep a second gradient shard for the delayed update. host_params
- * (--offload-params; one rank, no dpu): no device parameters, the units
+ * (--offload-params; group of one rank, no dpu): no device parameters, the units
  * come from the host by the schedule offload_schedule_fetches sets. Takes
  * over model->storage and the model's matmul precision. */
 void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommGroup *group,
@@ -193,7 +194,8 @@ void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommG
  * tp->caller_storage, tensor_parallel.h): the host shard is this rank's dp
  * slice of each unit's slices, the initial values are tm's, and the norm
  * counts the tensors that every tp rank holds whole on tp rank 0 only. */
-void offload_create_slices(Offload *o, TensorParallelModel *tm, CommGroup *group, const Config *cfg, int dpu);
+void offload_create_slices(Offload *o, TensorParallelModel *tm, CommGroup *group, const Config *cfg, int dpu,
+                           int host_params);
 /* host_params: the computations of one step in the order they run (every
  * forward and backward of every micro-batch, each of a unit), and how many
  * units ahead of the one computing are copied in (prefetch K: K + 1 device

@@ -14,7 +14,9 @@
 # rounded again after --resume, the resume test; with the --dpu refusal
 # removed, the refusal test (exit 1, the offload's own check, for 2); with
 # capacity.py's 06p run without --offload-params, the capacity test (06p's
-# parameters 9.1x chapter 01's, under 10x).
+# parameters 9.1x chapter 01's, under 10x); with zb-h1's W listed with the
+# embedding's backward, which it does not run, the stages test (the step's
+# computation out of its schedule, named in one line).
 
 load ../helpers
 
@@ -127,18 +129,34 @@ same_columns() {
     done
 }
 
-@test "--offload-params without --offload, with --dpu or --tie-embeddings, or on more than one rank, is refused in one line" {
+@test "--offload-params on 2 stages under gpipe and zb-h1, and over 2 stages x 2 tensor slices, gives --offload's losses bit for bit" {
+    local d np layout checked=0
+    d="$(scratch)"
+    while read -r np layout; do # mpirun reads its stdin: the list's lines are not for it
+        OMP_NUM_THREADS=1 mpirun_np $np "$TRAIN06" $FLAGS $ODD --offload $layout --out "$d/keep" </dev/null >/dev/null
+        OMP_NUM_THREADS=1 mpirun_np $np "$TRAIN06" $FLAGS $ODD --offload $layout --offload-params --out "$d/host" \
+            </dev/null >/dev/null
+        same_columns "$d/keep" "$d/host" loss grad_norm val_loss
+        rm -r "$d/keep" "$d/host"
+        checked=$((checked + 1))
+    done <<'EOF'
+2 --pp 2 --micro 3 --schedule gpipe
+2 --pp 2 --micro 2 --schedule zb-h1 --precision bf16
+4 --pp 2 --tp 2 --micro 2 --layers 3
+EOF
+    assert_equal "$checked" 3
+}
+
+@test "--offload-params without --offload, with --dpu or --tie-embeddings, or over replicas or --cp, is refused in one line" {
     # two ranks: each refusal comes before the one of --dp 2
     assert_refusals 2 "$TRAIN06" "$FLAGS" <<'EOF'
 --offload-params|--offload-params needs --offload (it moves the weights that --offload keeps on the device)
 --offload --offload-params --dpu|--offload-params with --dpu is not written: the delayed update would write the host's weights while the step copies them in (valid: without --dpu)
 --offload --offload-params --tie-embeddings|--offload-params with --tie-embeddings is not written
---offload --offload-params|--offload-params with --dp 2 is not written: it copies one rank's whole units in (valid: --dp 1, one rank)
---offload --offload-params --pp 2|--offload-params with --pp 2 is not written
---offload --offload-params --tp 2|--offload-params with --tp 2 is not written
+--offload --offload-params|--offload-params with --dp 2 is not written: it copies in the units a rank holds whole, not shards of them (valid: --dp 1)
 --offload --offload-params --cp 2|--offload-params with --cp 2 is not written
 EOF
-    assert_equal "$refusals_checked" 7
+    assert_equal "$refusals_checked" 5
 }
 
 @test "capacity.py at 8 MiB, both with --recompute: 06 --offload-params trains at least 10x chapter 01's parameters, --offload alone less" {

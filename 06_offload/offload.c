@@ -57,23 +57,28 @@ static void add_copy_row(Offload *o, int unit, const char *op, const double when
 
 /* ---- --offload-params: a unit's weights copied in from the host (offload.h) ---- */
 
-/* Where unit's weights of record are on the host: in the precision computed
- * with (a group of one rank: the shard is the units). */
-static const void *host_unit(const Offload *o, int unit) {
+/* Where this rank's slice of unit's weights of record is on the host: in
+ * the precision computed with (one rank: the slice is the unit). */
+static const void *host_slice(const Offload *o, int unit) {
     return bytes_at(o->half ? (void *)o->params16 : (void *)o->master, slice_at(o, unit), o->elem_bytes);
 }
 
-/* Unit's weights host -> device into slot s, on the copy stream, once the
- * computation that read the slot before is done. */
+/* Unit's weights into slot s: this rank's slice host -> device on the copy
+ * stream, once the computation that read the slot before is done; with N
+ * ranks the slices then all-gathered into the slot (ZeRO-3's gather, the
+ * padding kept at the end), after the compute stream waited for the copy. */
 static void copy_unit_in(Offload *o, int unit, UnitSlot *s) {
-    size_t bytes = table_unit(table_of(o), unit)->numel * o->elem_bytes;
+    size_t S = o->ranks > 1 ? slice_numel(o, unit) : table_unit(table_of(o), unit)->numel;
     DeviceStream *copy = device_stream(STREAM_COPY);
     device_stream_wait(copy, s->released);
     s->copy_ms[0] = wall_ms();
-    copy_to_device_async(s->data, host_unit(o, unit), bytes, copy);
+    copy_to_device_async(o->ranks > 1 ? s->slice : s->data, host_slice(o, unit), S * o->elem_bytes, copy);
     device_event_record(s->copied, copy);
     s->copy_ms[1] = wall_ms();
-    o->bytes_h2d += (double)bytes;
+    o->bytes_h2d += (double)S * o->elem_bytes;
+    if (o->ranks == 1) return;
+    device_stream_wait(device_stream(STREAM_COMPUTE), s->copied);
+    comm_allgather_typed(o->group, s->slice, s->data, S, o->dtype, NULL);
 }
 
 static UnitSlot *slot_of_use(Offload *o, int use) {
@@ -469,7 +474,7 @@ static void initial_values(Offload *o, GPT *model, const float *initial, size_t 
         if (count)
             memcpy(o->master + slice_at(o, u), init + (first - model->param_first), count * sizeof(float));
     }
-    if (o->host_params && o->half) { /* the weights of record: the master's, rounded (one rank) */
+    if (o->host_params && o->half) { /* the weights of record: this rank's master slices, rounded */
         kernels_cpu.cast_to_half(o->params16, o->master, o->shard_n, o->format);
     } else if (o->host_params) {
         /* fp32: the master weights are the parameters */
@@ -497,10 +502,8 @@ static void create(Offload *o, GPT *model, int first_unit, int last_unit, CommGr
     o->ranks = comm_size(group);
     o->cfg = cfg;
     o->host_params = host_params;
-    if (host_params && (o->ranks > 1 || dpu || (model->cfg.tied && first_unit == LAYER_EMBEDDING)))
-        fatal(EXIT_RUNTIME,
-              "offload: the weights on the host are written for a group of one rank, without --dpu and "
-              "untied weights");
+    if (host_params && (dpu || (model->cfg.tied && first_unit == LAYER_EMBEDDING)))
+        fatal(EXIT_RUNTIME, "offload: the weights on the host are written without --dpu, for untied weights");
     o->half = cfg->precision != PRECISION_FP32;
     o->format = o->half ? (cfg->precision == PRECISION_BF16 ? HALF_BF16 : HALF_F16) : HALF_BF16;
     o->dtype = !o->half ? COMM_F32 : o->format == HALF_BF16 ? COMM_BF16 : COMM_F16;
@@ -578,11 +581,13 @@ void offload_schedule_fetches(Offload *o, const ZeroUse *uses, int count, int pr
     o->num_fetches = zero_schedule_uses(uses, count, prefetch, &o->fetches);
     o->num_slots = prefetch + 1 < count ? prefetch + 1 : count;
     if (o->num_slots < 1) o->num_slots = 1; /* evaluation's copies use the first */
-    size_t largest = table_largest_unit(table_of(o), o->first_unit, o->last_unit);
+    size_t padded = o->ranks * o->max_slice; /* the largest unit (N ranks: padded to N slices) */
     o->slots = xcalloc((size_t)o->num_slots, sizeof(UnitSlot));
     for (int i = 0; i < o->num_slots; i++) {
         UnitSlot *s = &o->slots[i];
-        s->data = mem_alloc(SPACE_DEVICE, CAT_PARAMS, largest * o->elem_bytes, "unit's weights copied in");
+        s->data = mem_alloc(SPACE_DEVICE, CAT_PARAMS, padded * o->elem_bytes, "unit's weights copied in");
+        if (o->ranks > 1)
+            s->slice = mem_alloc(SPACE_DEVICE, CAT_COMM, o->max_slice * o->elem_bytes, "slice copied in");
         s->use = -1;
         s->copied = device_event_create();
         s->released = device_event_create();
@@ -633,6 +638,7 @@ void offload_destroy(Offload *o) {
     free(o->norm_spans);
     for (int i = 0; i < o->num_slots; i++) {
         mem_free(o->slots[i].data);
+        mem_free(o->slots[i].slice);
         device_event_destroy(o->slots[i].copied);
         device_event_destroy(o->slots[i].released);
     }

@@ -50,11 +50,12 @@
  * update older than AdamW's. The fp32 gradient shard is double: the step
  * computing fills one while the thread reads the other.
  *
- * Parameter offload (--offload-params; a stage's units, or its tensor slices,
- * held by one rank: no data-parallel replicas): the weights leave the
- * device too. Their copy of record in the precision computed with is the
- * host's (params16, 16 bits; in fp32 the master weights themselves), and a
- * unit crosses PCIe into one of K + 1 device slots (K = 1: double buffering)
+ * Parameter offload (--offload-params): the weights leave the device too.
+ * Their copy of record in the precision computed with is the host's
+ * (params16, 16 bits; in fp32 the master weights themselves; with N ranks
+ * each rank's shard of them, ZeRO-3's partitioning on the host), and a unit
+ * (N ranks: this rank's slice of it, then all-gathered over the group on
+ * the device) crosses PCIe into one of K + 1 device slots (K = 1: double buffering)
  * just before each forward and each backward that reads it, by chapter
  * 05's gather/free schedule (zero.h: zero_schedule_uses) over the step's
  * computations, a copy where ZeRO-3 gathers: the copy of the next unit runs
@@ -67,7 +68,9 @@
  *
  * and PCIe carries 2 (4) bytes per parameter up per forward and per
  * backward of each micro-batch (zb-h1's W reads the weights a third time),
- * the gradients' 2 (4) down as before; the update's weights no longer cross.
+ * divided by N, the gradients' 2 (4) / N down as before; the update's
+ * weights no longer cross. The network carries each unit's all-gather per
+ * use, ZeRO-3's 3 x 2 bytes a parameter instead of stage 2's 2 x 2.
  *
  * On the CPU backend the device buffers are host memory too: the same calls
  * move the same bytes (memcpy), the same accounting says where they sit. */
@@ -97,7 +100,9 @@ typedef struct {
 
 /* --offload-params: a device buffer a unit's weights are copied into. */
 typedef struct {
-    void *data;            /* (the largest unit) its weights, elem_bytes each, device, CAT_PARAMS */
+    void *data;            /* (the largest unit; N ranks: N * S, padded) its weights, elem_bytes each,
+                              device, CAT_PARAMS */
+    void *slice;           /* N ranks: (S) this rank's slice as it arrives from the host, CAT_COMM */
     int use;               /* the computation it is held for, or -1: free */
     DeviceEvent *copied;   /* its copy from the host done (copy stream) */
     DeviceEvent *released; /* the last computation that read it done (compute stream) */
@@ -185,7 +190,7 @@ typedef struct {
  * GPT from gpt_init, or a Pipeline with caller_storage), sharded over group:
  * the device parameters and the host state, initial values from cfg->seed.
  * dpu: keep a second gradient shard for the delayed update. host_params
- * (--offload-params; group of one rank, no dpu): no device parameters, the units
+ * (--offload-params; no dpu, untied weights): no device parameters, the units
  * come from the host by the schedule offload_schedule_fetches sets. Takes
  * over model->storage and the model's matmul precision. */
 void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommGroup *group,

@@ -38,11 +38,12 @@ const Flag offload_flags[] = {
              "forward and back before each block's recomputation on the copy\n"
              "stream; the device holds two of them (activation_offload.h)"},
     {"--offload-params", FLAG_SWITCH, FIELD(OffloadFlags, params), .usage = "--offload-params",
-     .help = "with --offload, --dp 1, --cp 1: the 16-bit (or fp32) weights stay in pinned\n"
-             "host memory; each unit is copied to the device just before its forward\n"
-             "and again before its backward, the next one copied while this one\n"
-             "computes (05's gather/free schedule over PCIe): the device holds two\n"
-             "units' weights instead of all (offload.h)"},
+     .help = "with --offload (not --cp): the 16-bit (or fp32) weights stay in pinned\n"
+             "host memory (with --dp, each rank's shard: ZeRO-3 on the host); each\n"
+             "unit is copied to the device (and all-gathered) just before its\n"
+             "forward and again before its backward, the next one copied while this\n"
+             "one computes (05's gather/free schedule over PCIe): the device holds\n"
+             "two units' weights instead of all (offload.h)"},
     {0},
 };
 
@@ -85,8 +86,7 @@ static void offload_check_own_flags(const Config *cfg, const OffloadFlags *f, in
               program);
 }
 
-/* --offload-params is written for a stage's units or tensor slices held by
- * one rank (dp 1, cp 1): its own flags, and what it cannot give. */
+/* --offload-params: its own flags, and what it cannot give. */
 static void offload_params_check(const Config *cfg, const OffloadFlags *f, const ModelParallelFlags *model) {
     if (!f->params) return;
     if (!f->offload)
@@ -98,13 +98,11 @@ static void offload_params_check(const Config *cfg, const OffloadFlags *f, const
     if (cfg->model.tied)
         fatal(EXIT_USAGE, "--offload-params with --tie-embeddings is not written: the head reads the "
                           "embedding unit's wte, which is not on the device then (valid: untied weights)");
-    const char *not_written = model->cp > 1 ? "--cp" : model->dp > 1 ? "--dp" : NULL;
-    int value = model->cp > 1 ? model->cp : model->dp;
-    if (not_written)
+    if (model->cp > 1)
         fatal(EXIT_USAGE,
-              "--offload-params with %s %d is not written: it copies in the units a rank holds whole, not "
-              "shards of them (valid: %s 1)",
-              not_written, value, not_written);
+              "--offload-params with --cp %d is not written: the context-parallel ranks would gather "
+              "each unit with the replicas (valid: --cp 1)",
+              model->cp);
 }
 
 /* --offload-activations keeps one stage's checkpoints of whole blocks. */

@@ -3,9 +3,11 @@
 # stay in pinned host memory and each unit is copied to the device before
 # its forward and its backward, by chapter 05's gather/free schedule. The
 # losses are --offload's bit for bit (the same weights reach the same
-# kernels); the device holds two units' weights instead of all of them; the
-# copies are counted in steps.csv and timeline.csv; checkpoints resume
-# across the flag; what is not written is refused in one line.
+# kernels), on stages, tensor slices and replicas (each rank's shard on the
+# host, each unit all-gathered: ZeRO-3); the device holds two units' weights
+# instead of all of them; the copies are counted in steps.csv and
+# timeline.csv; checkpoints resume across the flag; what is not written is
+# refused in one line.
 #
 # Shown to fail: with the host's 16-bit weights not rounded from the master
 # weights at the start, the losses test (bf16); with the device's whole
@@ -16,7 +18,9 @@
 # capacity.py's 06p run without --offload-params, the capacity test (06p's
 # parameters 9.1x chapter 01's, under 10x); with zb-h1's W listed with the
 # embedding's backward, which it does not run, the stages test (the step's
-# computation out of its schedule, named in one line).
+# computation out of its schedule, named in one line); with each rank's slice
+# copied in but not all-gathered over the replicas, the stages test again (its
+# replicas' losses).
 
 load ../helpers
 
@@ -110,7 +114,7 @@ same_columns() {
     assert_equal "$(awk -F, '$1 == 0 && $2 == 2 && $4 == "param_h2d"' "$d/keep/timeline.csv" | wc -l)" $units
 }
 
-@test "checkpoints resume across --offload-params both ways, fp32 and bf16, with the uninterrupted run's losses" {
+@test "checkpoints resume across --offload-params both ways, fp32 and bf16, and on 2 replicas, with the uninterrupted run's losses" {
     local d precision
     d="$(scratch)"
     for precision in fp32 bf16; do
@@ -127,9 +131,17 @@ same_columns() {
             assert_success
         done
     done
+    # 2 replicas: each rank's host shard read from the checkpoint, the 16-bit shard rounded from it
+    local dp2="mpirun_np 2 $TRAIN06 $FLAGS $ODD --offload --precision bf16"
+    OMP_NUM_THREADS=1 $dp2 --out "$d/dp2-whole" >/dev/null
+    OMP_NUM_THREADS=1 $dp2 --stop-after 2 --save "$d/ck-dp2" --out "$d/dp2-a" >/dev/null
+    OMP_NUM_THREADS=1 $dp2 --offload-params --resume "$d/ck-dp2" --out "$d/dp2-b" >/dev/null
+    assert_equal "$(csv_column "$d/dp2-b/steps.csv" loss | wc -l)" 2
+    run diff <(csv_column "$d/dp2-whole/steps.csv" loss | tail -n 2) <(csv_column "$d/dp2-b/steps.csv" loss)
+    assert_success
 }
 
-@test "--offload-params on 2 stages under gpipe and zb-h1, and over 2 stages x 2 tensor slices, gives --offload's losses bit for bit" {
+@test "--offload-params on 2 stages under gpipe and zb-h1, over 2 stages x 2 tensor slices, and over 3 replicas and 2 stages x 2 replicas (ZeRO-3 on the host), gives --offload's losses bit for bit" {
     local d np layout checked=0
     d="$(scratch)"
     while read -r np layout; do # mpirun reads its stdin: the list's lines are not for it
@@ -143,20 +155,20 @@ same_columns() {
 2 --pp 2 --micro 3 --schedule gpipe
 2 --pp 2 --micro 2 --schedule zb-h1 --precision bf16
 4 --pp 2 --tp 2 --micro 2 --layers 3
+3 --precision bf16 --micro 2
+4 --pp 2 --dp 2 --micro 2 --schedule zb-h1
 EOF
-    assert_equal "$checked" 3
+    assert_equal "$checked" 5
 }
 
-@test "--offload-params without --offload, with --dpu or --tie-embeddings, or over replicas or --cp, is refused in one line" {
-    # two ranks: each refusal comes before the one of --dp 2
+@test "--offload-params without --offload, with --dpu, --tie-embeddings or --cp, is refused in one line" {
     assert_refusals 2 "$TRAIN06" "$FLAGS" <<'EOF'
 --offload-params|--offload-params needs --offload (it moves the weights that --offload keeps on the device)
 --offload --offload-params --dpu|--offload-params with --dpu is not written: the delayed update would write the host's weights while the step copies them in (valid: without --dpu)
 --offload --offload-params --tie-embeddings|--offload-params with --tie-embeddings is not written
---offload --offload-params|--offload-params with --dp 2 is not written: it copies in the units a rank holds whole, not shards of them (valid: --dp 1)
---offload --offload-params --cp 2|--offload-params with --cp 2 is not written
+--offload --offload-params --cp 2|--offload-params with --cp 2 is not written: the context-parallel ranks would gather each unit with the replicas (valid: --cp 1)
 EOF
-    assert_equal "$refusals_checked" 5
+    assert_equal "$refusals_checked" 4
 }
 
 @test "capacity.py at 8 MiB, both with --recompute: 06 --offload-params trains at least 10x chapter 01's parameters, --offload alone less" {

@@ -128,7 +128,7 @@ static const void *fetch_unit(Offload *o, ZeroOp op, int unit) {
         if (!s) fatal(EXIT_RUNTIME, "offload: unit %d's %s comes before its copy in", unit, what);
         o->cursor++;
     }
-    add_copy_row(o, unit, "param_h2d", s->copy_ms, s->copied);
+    if (o->fetching) add_copy_row(o, unit, "param_h2d", s->copy_ms, s->copied); /* the step's rows only */
     device_stream_wait(device_stream(STREAM_COMPUTE), s->copied);
     return s->data;
 }

@@ -109,8 +109,10 @@ same_columns() {
     same_columns "$d/keep" "$d/host" d2h_bytes
     assert_equal "$(csv_column "$d/host/run.csv" pcie_bytes_per_step)" \
         "$((M * 2 * 4 * params + $(csv_column "$d/keep/steps.csv" d2h_bytes | tail -1)))"
-    # one copy per unit per forward and per backward, of each micro-batch
+    # one copy per unit per forward and per backward, of each micro-batch; the last step's too (the
+    # validation's forwards after it copy units in as well, and are not the step's)
     assert_equal "$(awk -F, '$1 == 0 && $2 == 2 && $4 == "param_h2d"' "$d/host/timeline.csv" | wc -l)" $((M * 2 * units))
+    assert_equal "$(awk -F, '$1 == 0 && $2 == 4 && $4 == "param_h2d"' "$d/host/timeline.csv" | wc -l)" $((M * 2 * units))
     assert_equal "$(awk -F, '$1 == 0 && $2 == 2 && $4 == "param_h2d"' "$d/keep/timeline.csv" | wc -l)" $units
 }
 

@@ -162,13 +162,26 @@ static int is_tied_head(const Offload *o, int unit) {
     return o->tied_dwte && unit == o->model->cfg.layers;
 }
 
+/* --offload-params: the embedding unit copied in (and all-gathered) into a
+ * slot of its own for the tied head, which reads its wte; released after the
+ * head's computation (unbind_unit). */
+static const void *tied_embedding_in(Offload *o) {
+    UnitSlot *s = &o->tied_slot;
+    copy_unit_in(o, LAYER_EMBEDDING, s);
+    if (o->fetching) add_copy_row(o, LAYER_EMBEDDING, "param_h2d", s->copy_ms, s->copied);
+    device_stream_wait(device_stream(STREAM_COMPUTE), s->copied);
+    return s->data;
+}
+
 /* The head's unit is bound: its matrix is wte (16 bits: widened into
  * tied_wte), its gradient tied_dwte from zero (offload.h). */
 static void tied_head_in(Offload *o, int with_grads) {
-    size_t wte = unit_at(o, LAYER_EMBEDDING) + o->wte_at;
-    float *weights = (float *)o->params + wte;
+    const void *embedding = o->host_params ? tied_embedding_in(o)
+                                           : bytes_at(o->params, unit_at(o, LAYER_EMBEDDING), o->elem_bytes);
+    const void *wte = bytes_at((void *)embedding, o->wte_at, o->elem_bytes);
+    float *weights = (float *)wte;
     if (o->half) {
-        ops()->cast_from_half(o->tied_wte, (const uint16_t *)o->params + wte, o->wte_numel, o->format);
+        ops()->cast_from_half(o->tied_wte, wte, o->wte_numel, o->format);
         weights = o->tied_wte;
     }
     if (with_grads) ops()->fill_zero(o->tied_dwte, o->wte_numel);
@@ -178,7 +191,9 @@ static void tied_head_in(Offload *o, int with_grads) {
 
 static void unbind_unit(Offload *o, int unit) {
     gpt_bind_unit(o->model, unit, NULL, NULL);
-    if (is_tied_head(o, unit)) o->model->w.lm_head = o->model->g.lm_head = NULL;
+    if (!is_tied_head(o, unit)) return;
+    o->model->w.lm_head = o->model->g.lm_head = NULL;
+    if (o->host_params) device_event_record(o->tied_slot.released, device_stream(STREAM_COMPUTE));
 }
 
 static void before_forward(int unit, void *context) {
@@ -502,8 +517,7 @@ static void create(Offload *o, GPT *model, int first_unit, int last_unit, CommGr
     o->ranks = comm_size(group);
     o->cfg = cfg;
     o->host_params = host_params;
-    if (host_params && (dpu || (model->cfg.tied && first_unit == LAYER_EMBEDDING)))
-        fatal(EXIT_RUNTIME, "offload: the weights on the host are written without --dpu, for untied weights");
+    if (host_params && dpu) fatal(EXIT_RUNTIME, "offload: the weights on the host are written without --dpu");
     o->half = cfg->precision != PRECISION_FP32;
     o->format = o->half ? (cfg->precision == PRECISION_BF16 ? HALF_BF16 : HALF_F16) : HALF_BF16;
     o->dtype = !o->half ? COMM_F32 : o->format == HALF_BF16 ? COMM_BF16 : COMM_F16;
@@ -575,24 +589,36 @@ void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommG
     create(o, model, first_unit, last_unit, group, cfg, dpu, host_params, NULL);
 }
 
+/* A device slot for a unit of slices of S elements (N ranks: N slices, and one
+ * to land the copy in), free. */
+static void create_slot(Offload *o, UnitSlot *s, size_t S, const char *what) {
+    s->data = mem_alloc(SPACE_DEVICE, CAT_PARAMS, o->ranks * S * o->elem_bytes, what);
+    if (o->ranks > 1) s->slice = mem_alloc(SPACE_DEVICE, CAT_COMM, S * o->elem_bytes, "slice copied in");
+    s->use = -1;
+    s->copied = device_event_create();
+    s->released = device_event_create();
+    device_event_record(s->released, device_stream(STREAM_COMPUTE)); /* free from the start */
+}
+
+static void destroy_slot(UnitSlot *s) {
+    mem_free(s->data);
+    mem_free(s->slice);
+    device_event_destroy(s->copied);
+    device_event_destroy(s->released);
+}
+
 void offload_schedule_fetches(Offload *o, const ZeroUse *uses, int count, int prefetch) {
     if (!o->host_params) fatal(EXIT_RUNTIME, "offload: a schedule of copies for weights held on the device");
     o->uses = count;
     o->num_fetches = zero_schedule_uses(uses, count, prefetch, &o->fetches);
     o->num_slots = prefetch + 1 < count ? prefetch + 1 : count;
     if (o->num_slots < 1) o->num_slots = 1; /* evaluation's copies use the first */
-    size_t padded = o->ranks * o->max_slice; /* the largest unit (N ranks: padded to N slices) */
     o->slots = xcalloc((size_t)o->num_slots, sizeof(UnitSlot));
-    for (int i = 0; i < o->num_slots; i++) {
-        UnitSlot *s = &o->slots[i];
-        s->data = mem_alloc(SPACE_DEVICE, CAT_PARAMS, padded * o->elem_bytes, "unit's weights copied in");
-        if (o->ranks > 1)
-            s->slice = mem_alloc(SPACE_DEVICE, CAT_COMM, o->max_slice * o->elem_bytes, "slice copied in");
-        s->use = -1;
-        s->copied = device_event_create();
-        s->released = device_event_create();
-        device_event_record(s->released, device_stream(STREAM_COMPUTE)); /* free from the start */
-    }
+    for (int i = 0; i < o->num_slots; i++) /* the largest unit (N ranks: padded to N slices) */
+        create_slot(o, &o->slots[i], o->max_slice, "unit's weights copied in");
+    if (o->tied_dwte) /* the tied head's copy of the embedding unit */
+        create_slot(o, &o->tied_slot, slice_numel(o, LAYER_EMBEDDING),
+                    "embedding copied in for the tied head");
 }
 
 void offload_create_slices(Offload *o, TensorParallelModel *tm, CommGroup *group, const Config *cfg, int dpu,
@@ -636,12 +662,8 @@ void offload_destroy(Offload *o) {
     mem_free(o->params16);
     free(o->arrived);
     free(o->norm_spans);
-    for (int i = 0; i < o->num_slots; i++) {
-        mem_free(o->slots[i].data);
-        mem_free(o->slots[i].slice);
-        device_event_destroy(o->slots[i].copied);
-        device_event_destroy(o->slots[i].released);
-    }
+    for (int i = 0; i < o->num_slots; i++) destroy_slot(&o->slots[i]);
+    destroy_slot(&o->tied_slot);
     free(o->slots);
     free(o->fetches);
     if (o->model) o->model->storage = NULL;

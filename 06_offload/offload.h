@@ -60,7 +60,9 @@
  * 05's gather/free schedule (zero.h: zero_schedule_uses) over the step's
  * computations, a copy where ZeRO-3 gathers: the copy of the next unit runs
  * on the copy stream while this one computes, and a slot is free again once
- * its computation is done. Per parameter:
+ * its computation is done. With --tie-embeddings the head reads the
+ * embedding unit's wte: the embedding is copied in for it too, into a slot
+ * of its own (tied_slot). Per parameter:
  *
  *   device                         host (pinned)
  *   a slot: 2 (4) per parameter    params, 16 bits       2 (fp32: the master's)
@@ -177,6 +179,7 @@ typedef struct {
     /* ---- --offload-params: the weights on the host, each unit copied in for its computation ---- */
     int host_params;
     UnitSlot *slots;       /* num_slots = prefetch + 1 (fewer if the step computes fewer) */
+    UnitSlot tied_slot;    /* --tie-embeddings: the embedding unit for the head, which reads its wte */
     int num_slots;
     ZeroAction *fetches;   /* the step's copies, computations and releases (zero.h's schedule) */
     int num_fetches, uses; /* actions, computations */
@@ -190,7 +193,7 @@ typedef struct {
  * GPT from gpt_init, or a Pipeline with caller_storage), sharded over group:
  * the device parameters and the host state, initial values from cfg->seed.
  * dpu: keep a second gradient shard for the delayed update. host_params
- * (--offload-params; no dpu, untied weights): no device parameters, the units
+ * (--offload-params; no dpu): no device parameters, the units
  * come from the host by the schedule offload_schedule_fetches sets. Takes
  * over model->storage and the model's matmul precision. */
 void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommGroup *group,

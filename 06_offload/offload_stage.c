@@ -87,7 +87,7 @@ static void offload_check_own_flags(const Config *cfg, const OffloadFlags *f, in
 }
 
 /* --offload-params: its own flags, and what it cannot give. */
-static void offload_params_check(const Config *cfg, const OffloadFlags *f, const ModelParallelFlags *model) {
+static void offload_params_check(const OffloadFlags *f, const ModelParallelFlags *model) {
     if (!f->params) return;
     if (!f->offload)
         fatal(EXIT_USAGE, "--offload-params needs --offload (it moves the weights that --offload keeps on the "
@@ -95,9 +95,6 @@ static void offload_params_check(const Config *cfg, const OffloadFlags *f, const
     if (f->dpu)
         fatal(EXIT_USAGE, "--offload-params with --dpu is not written: the delayed update would write the "
                           "host's weights while the step copies them in (valid: without --dpu)");
-    if (cfg->model.tied)
-        fatal(EXIT_USAGE, "--offload-params with --tie-embeddings is not written: the head reads the "
-                          "embedding unit's wte, which is not on the device then (valid: untied weights)");
     if (model->cp > 1)
         fatal(EXIT_USAGE,
               "--offload-params with --cp %d is not written: the context-parallel ranks would gather "
@@ -122,7 +119,7 @@ void offload_check_flags(const Config *cfg, const OffloadFlags *f, const ZeroFla
                          const ModelParallelFlags *model, const char *program) {
     offload_check_own_flags(cfg, f, z->zero, pipe->schedule, program); /* first: why, if at all */
     offload_activations_check(f, pipe, model);
-    offload_params_check(cfg, f, model);
+    offload_params_check(f, model);
     zero_check_flags(cfg, z, pipe, model, !f->offload);
 }
 

@@ -4,7 +4,8 @@
 # its forward and its backward, by chapter 05's gather/free schedule. The
 # losses are --offload's bit for bit (the same weights reach the same
 # kernels), on stages, tensor slices and replicas (each rank's shard on the
-# host, each unit all-gathered: ZeRO-3); the device holds two units' weights
+# host, each unit all-gathered: ZeRO-3) and with tied embeddings (the head's
+# embedding copied in too); the device holds two units' weights
 # instead of all of them; the copies are counted in steps.csv and
 # timeline.csv; checkpoints resume across the flag; what is not written is
 # refused in one line.
@@ -20,7 +21,8 @@
 # embedding's backward, which it does not run, the stages test (the step's
 # computation out of its schedule, named in one line); with each rank's slice
 # copied in but not all-gathered over the replicas, the stages test again (its
-# replicas' losses).
+# replicas' losses); with the tied head's embedding not copied in during the
+# step, the stages test (its tied layouts).
 
 load ../helpers
 
@@ -143,7 +145,7 @@ same_columns() {
     assert_success
 }
 
-@test "--offload-params on 2 stages under gpipe and zb-h1, over 2 stages x 2 tensor slices, and over 3 replicas and 2 stages x 2 replicas (ZeRO-3 on the host), gives --offload's losses bit for bit" {
+@test "--offload-params on 2 stages under gpipe and zb-h1, over 2 stages x 2 tensor slices, over 3 replicas and 2 stages x 2 replicas (ZeRO-3 on the host), and tied, gives --offload's losses bit for bit" {
     local d np layout checked=0
     d="$(scratch)"
     while read -r np layout; do # mpirun reads its stdin: the list's lines are not for it
@@ -159,18 +161,19 @@ same_columns() {
 4 --pp 2 --tp 2 --micro 2 --layers 3
 3 --precision bf16 --micro 2
 4 --pp 2 --dp 2 --micro 2 --schedule zb-h1
+1 --tie-embeddings --precision bf16 --micro 2
+2 --tie-embeddings
 EOF
-    assert_equal "$checked" 5
+    assert_equal "$checked" 7
 }
 
-@test "--offload-params without --offload, with --dpu, --tie-embeddings or --cp, is refused in one line" {
+@test "--offload-params without --offload, with --dpu or with --cp, is refused in one line" {
     assert_refusals 2 "$TRAIN06" "$FLAGS" <<'EOF'
 --offload-params|--offload-params needs --offload (it moves the weights that --offload keeps on the device)
 --offload --offload-params --dpu|--offload-params with --dpu is not written: the delayed update would write the host's weights while the step copies them in (valid: without --dpu)
---offload --offload-params --tie-embeddings|--offload-params with --tie-embeddings is not written
 --offload --offload-params --cp 2|--offload-params with --cp 2 is not written: the context-parallel ranks would gather each unit with the replicas (valid: --cp 1)
 EOF
-    assert_equal "$refusals_checked" 4
+    assert_equal "$refusals_checked" 3
 }
 
 @test "capacity.py at 8 MiB, both with --recompute: 06 --offload-params trains at least 10x chapter 01's parameters, --offload alone less" {

@@ -60,7 +60,7 @@ static void add_copy_row(Offload *o, int unit, const char *op, const double when
 /* Where this rank's slice of unit's weights of record is on the host: in
  * the precision computed with (one rank: the slice is the unit). */
 static const void *host_slice(const Offload *o, int unit) {
-    return bytes_at(o->half ? (void *)o->params16 : (void *)o->master, slice_at(o, unit), o->elem_bytes);
+    return bytes_at(o->host_weights, slice_at(o, unit), o->elem_bytes);
 }
 
 /* Unit's weights into slot s: this rank's slice host -> device on the copy
@@ -387,6 +387,16 @@ static void install_unit(Offload *o, int unit, int slot) {
                    table_unit(table_of(o), unit)->numel * o->elem_bytes);
 }
 
+/* --offload-params with --dpu: the update's new weights (params16, or the
+ * master weights in fp32) become the ones the steps copy in, which the
+ * delayed update's thread does not write (host_weights); without --dpu they
+ * are the same buffer. */
+static void install_host_weights(Offload *o) {
+    const void *updated = o->half ? (const void *)o->params16 : (const void *)o->master;
+    if (o->host_weights != updated && !device_dry())
+        memcpy(o->host_weights, updated, o->shard_n * o->elem_bytes);
+}
+
 void offload_update(Offload *o, const OffloadUpdate *u) {
     CpuAdamArgs a = adam_args(o, u, ++o->t);
     /* unit u's copy up overlaps the CPU's update of unit u+1 */
@@ -399,13 +409,19 @@ void offload_update(Offload *o, const OffloadUpdate *u) {
         upload_unit(o, unit, slot);
         if (unit > o->first_unit) install_unit(o, unit - 1, 1 - slot);
     }
-    if (!o->host_params) install_unit(o, o->last_unit, (o->last_unit - o->first_unit) % 2);
+    if (o->host_params)
+        install_host_weights(o);
+    else
+        install_unit(o, o->last_unit, (o->last_unit - o->first_unit) % 2);
 }
 
 /* Every unit's new weights to the device, after a whole-shard host update
  * (--offload-params: the host's are the weights of record already). */
 static void upload_all(Offload *o) {
-    if (o->host_params) return;
+    if (o->host_params) {
+        install_host_weights(o);
+        return;
+    }
     for (int unit = o->first_unit; unit <= o->last_unit; unit++) {
         int slot = (unit - o->first_unit) % 2;
         upload_unit(o, unit, slot);
@@ -489,10 +505,9 @@ static void initial_values(Offload *o, GPT *model, const float *initial, size_t 
         if (count)
             memcpy(o->master + slice_at(o, u), init + (first - model->param_first), count * sizeof(float));
     }
-    if (o->host_params && o->half) { /* the weights of record: this rank's master slices, rounded */
-        kernels_cpu.cast_to_half(o->params16, o->master, o->shard_n, o->format);
-    } else if (o->host_params) {
-        /* fp32: the master weights are the parameters */
+    if (o->host_params) { /* the weights of record: this rank's master slices (16 bits: rounded) */
+        if (o->half) kernels_cpu.cast_to_half(o->params16, o->master, o->shard_n, o->format);
+        install_host_weights(o);
     } else if (o->half) {
         uint16_t *init16 = xmalloc(n * sizeof(uint16_t));
         kernels_cpu.cast_to_half(init16, init, n, o->format);
@@ -517,7 +532,6 @@ static void create(Offload *o, GPT *model, int first_unit, int last_unit, CommGr
     o->ranks = comm_size(group);
     o->cfg = cfg;
     o->host_params = host_params;
-    if (host_params && dpu) fatal(EXIT_RUNTIME, "offload: the weights on the host are written without --dpu");
     o->half = cfg->precision != PRECISION_FP32;
     o->format = o->half ? (cfg->precision == PRECISION_BF16 ? HALF_BF16 : HALF_F16) : HALF_BF16;
     o->dtype = !o->half ? COMM_F32 : o->format == HALF_BF16 ? COMM_BF16 : COMM_F16;
@@ -563,10 +577,14 @@ static void create(Offload *o, GPT *model, int first_unit, int last_unit, CommGr
     if (dpu)
         o->grads[1] = mem_alloc_pinned(CAT_GRADS, o->shard_n * sizeof(float), "second gradient shard (host)");
     o->grads_landing = mem_alloc_pinned(CAT_COMM, o->shard_n * eb, "gradient slices from the device");
-    if (o->half && host_params)
+    if (o->half && host_params && !dpu)
         o->params16 = mem_alloc_pinned(CAT_PARAMS, o->shard_n * eb, "16-bit parameters (host)");
     else if (o->half)
         o->params16 = mem_alloc_pinned(CAT_COMM, o->shard_n * eb, "16-bit weights to the device");
+    if (host_params && dpu) /* the delayed update writes params16 and master during the step */
+        o->host_weights = mem_alloc_pinned(CAT_PARAMS, o->shard_n * eb, "parameters the steps read (host)");
+    else if (host_params)
+        o->host_weights = o->half ? (void *)o->params16 : (void *)o->master;
     o->arrived = xcalloc((size_t)(last_unit - first_unit + 1), 1);
 
     /* initial values (a dry run writes none: its buffers' zeros stand for them, device.h) */
@@ -659,6 +677,7 @@ void offload_destroy(Offload *o) {
     mem_free(o->master);
     mem_free(o->m);
     mem_free(o->grads_landing);
+    if (o->host_weights != o->params16 && o->host_weights != o->master) mem_free(o->host_weights);
     mem_free(o->params16);
     free(o->arrived);
     free(o->norm_spans);

@@ -62,7 +62,9 @@
  * on the copy stream while this one computes, and a slot is free again once
  * its computation is done. With --tie-embeddings the head reads the
  * embedding unit's wte: the embedding is copied in for it too, into a slot
- * of its own (tied_slot). Per parameter:
+ * of its own (tied_slot). With --dpu the steps copy in a copy of the
+ * weights of their own (host_weights), which the update's thread does not
+ * write, installed when it is joined. Per parameter:
  *
  *   device                         host (pinned)
  *   a slot: 2 (4) per parameter    params, 16 bits       2 (fp32: the master's)
@@ -178,6 +180,8 @@ typedef struct {
 
     /* ---- --offload-params: the weights on the host, each unit copied in for its computation ---- */
     int host_params;
+    void *host_weights;    /* (shard_n) what the steps copy in: params16 (16 bits) or master (fp32), or
+                              with --dpu a copy of them, installed after each update, CAT_PARAMS */
     UnitSlot *slots;       /* num_slots = prefetch + 1 (fewer if the step computes fewer) */
     UnitSlot tied_slot;    /* --tie-embeddings: the embedding unit for the head, which reads its wte */
     int num_slots;
@@ -193,7 +197,7 @@ typedef struct {
  * GPT from gpt_init, or a Pipeline with caller_storage), sharded over group:
  * the device parameters and the host state, initial values from cfg->seed.
  * dpu: keep a second gradient shard for the delayed update. host_params
- * (--offload-params; no dpu): no device parameters, the units
+ * (--offload-params): no device parameters, the units
  * come from the host by the schedule offload_schedule_fetches sets. Takes
  * over model->storage and the model's matmul precision. */
 void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommGroup *group,

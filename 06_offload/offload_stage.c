@@ -90,11 +90,9 @@ static void offload_check_own_flags(const Config *cfg, const OffloadFlags *f, in
 static void offload_params_check(const OffloadFlags *f, const ModelParallelFlags *model) {
     if (!f->params) return;
     if (!f->offload)
-        fatal(EXIT_USAGE, "--offload-params needs --offload (it moves the weights that --offload keeps on the "
-                          "device)");
-    if (f->dpu)
-        fatal(EXIT_USAGE, "--offload-params with --dpu is not written: the delayed update would write the "
-                          "host's weights while the step copies them in (valid: without --dpu)");
+        fatal(EXIT_USAGE,
+              "--offload-params needs --offload (it moves the weights that --offload keeps on the "
+              "device)");
     if (model->cp > 1)
         fatal(EXIT_USAGE,
               "--offload-params with --cp %d is not written: the context-parallel ranks would gather "

@@ -37,7 +37,7 @@ void offload_effective_flags(const Config *cfg, OffloadFlags *f, ZeroFlags *z, P
  * layout cannot give (--zero other than 2, the interleaved schedule's
  * chunks), --offload-activations without --offload and --recompute or with
  * --pp, --tp or --cp above 1, --offload-params without --offload, with
- * --dpu or --cp above 1, each refused in one line
+ * --cp above 1, each refused in one line
  * that says why (EXIT_USAGE), first;
  * then chapter 05's checks (zero_check_flags; with --offload one stage runs
  * the pipeline's step, not ZeRO's own). */

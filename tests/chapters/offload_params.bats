@@ -5,7 +5,8 @@
 # losses are --offload's bit for bit (the same weights reach the same
 # kernels), on stages, tensor slices and replicas (each rank's shard on the
 # host, each unit all-gathered: ZeRO-3) and with tied embeddings (the head's
-# embedding copied in too); the device holds two units' weights
+# embedding copied in too) and the delayed update (the steps reading a copy
+# of the weights the thread does not write); the device holds two units' weights
 # instead of all of them; the copies are counted in steps.csv and
 # timeline.csv; checkpoints resume across the flag; what is not written is
 # refused in one line.
@@ -22,7 +23,9 @@
 # computation out of its schedule, named in one line); with each rank's slice
 # copied in but not all-gathered over the replicas, the stages test again (its
 # replicas' losses); with the tied head's embedding not copied in during the
-# step, the stages test (its tied layouts).
+# step, the stages test (its tied layouts); with --dpu's copies read from the
+# weights the thread updates (no copy of their own), the stages test (--dpu's
+# losses one step fresher than --offload's).
 
 load ../helpers
 
@@ -145,7 +148,7 @@ same_columns() {
     assert_success
 }
 
-@test "--offload-params on 2 stages under gpipe and zb-h1, over 2 stages x 2 tensor slices, over 3 replicas and 2 stages x 2 replicas (ZeRO-3 on the host), and tied, gives --offload's losses bit for bit" {
+@test "--offload-params on 2 stages under gpipe and zb-h1, over 2 stages x 2 tensor slices, over 3 replicas and 2 stages x 2 replicas (ZeRO-3 on the host), tied, and with the delayed update, gives --offload's losses bit for bit" {
     local d np layout checked=0
     d="$(scratch)"
     while read -r np layout; do # mpirun reads its stdin: the list's lines are not for it
@@ -163,17 +166,18 @@ same_columns() {
 4 --pp 2 --dp 2 --micro 2 --schedule zb-h1
 1 --tie-embeddings --precision bf16 --micro 2
 2 --tie-embeddings
+1 --dpu --precision bf16 --micro 2
+2 --dpu --dpu-reference
 EOF
-    assert_equal "$checked" 7
+    assert_equal "$checked" 9
 }
 
-@test "--offload-params without --offload, with --dpu or with --cp, is refused in one line" {
+@test "--offload-params without --offload or with --cp is refused in one line" {
     assert_refusals 2 "$TRAIN06" "$FLAGS" <<'EOF'
 --offload-params|--offload-params needs --offload (it moves the weights that --offload keeps on the device)
---offload --offload-params --dpu|--offload-params with --dpu is not written: the delayed update would write the host's weights while the step copies them in (valid: without --dpu)
 --offload --offload-params --cp 2|--offload-params with --cp 2 is not written: the context-parallel ranks would gather each unit with the replicas (valid: --cp 1)
 EOF
-    assert_equal "$refusals_checked" 3
+    assert_equal "$refusals_checked" 2
 }
 
 @test "capacity.py at 8 MiB, both with --recompute: 06 --offload-params trains at least 10x chapter 01's parameters, --offload alone less" {

@@ -38,7 +38,7 @@ const Flag offload_flags[] = {
              "forward and back before each block's recomputation on the copy\n"
              "stream; the device holds two of them (activation_offload.h)"},
     {"--offload-params", FLAG_SWITCH, FIELD(OffloadFlags, params), .usage = "--offload-params",
-     .help = "with --offload (not --cp): the 16-bit (or fp32) weights stay in pinned\n"
+     .help = "with --offload: the 16-bit (or fp32) weights stay in pinned\n"
              "host memory (with --dp, each rank's shard: ZeRO-3 on the host); each\n"
              "unit is copied to the device (and all-gathered) just before its\n"
              "forward and again before its backward, the next one copied while this\n"
@@ -86,18 +86,12 @@ static void offload_check_own_flags(const Config *cfg, const OffloadFlags *f, in
               program);
 }
 
-/* --offload-params: its own flags, and what it cannot give. */
-static void offload_params_check(const OffloadFlags *f, const ModelParallelFlags *model) {
-    if (!f->params) return;
-    if (!f->offload)
+/* --offload-params offloads what --offload keeps on the device. */
+static void offload_params_check(const OffloadFlags *f) {
+    if (f->params && !f->offload)
         fatal(EXIT_USAGE,
               "--offload-params needs --offload (it moves the weights that --offload keeps on the "
               "device)");
-    if (model->cp > 1)
-        fatal(EXIT_USAGE,
-              "--offload-params with --cp %d is not written: the context-parallel ranks would gather "
-              "each unit with the replicas (valid: --cp 1)",
-              model->cp);
 }
 
 /* --offload-activations keeps one stage's checkpoints of whole blocks. */
@@ -117,7 +111,7 @@ void offload_check_flags(const Config *cfg, const OffloadFlags *f, const ZeroFla
                          const ModelParallelFlags *model, const char *program) {
     offload_check_own_flags(cfg, f, z->zero, pipe->schedule, program); /* first: why, if at all */
     offload_activations_check(f, pipe, model);
-    offload_params_check(f, model);
+    offload_params_check(f);
     zero_check_flags(cfg, z, pipe, model, !f->offload);
 }
 

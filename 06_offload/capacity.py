@@ -1,19 +1,25 @@
 #!/usr/bin/env python3
 """capacity.py: the largest model chapter 01 and chapter 06 train under a device budget.
 
-    python3 06_offload/capacity.py [--budgets 8M,16M,32M] [--dmodel 128] [--out runs/capacity]
+    python3 06_offload/capacity.py [--budgets 8M,16M,32M] [--dmodel 128] [--programs 01,06,06p]
+                                   [--out runs/capacity]
 
 For each budget (--device-mem-limit) and each program, a bisection over
 --layers (at a fixed --dmodel, --heads, --seq and a batch of one sequence)
-finds the most layers whose run of one step fits (both programs with
---recompute, so that the activations, which offloading does not move, weigh
+finds the most layers whose run of one step fits (every program with
+--recompute, so that the activations, which --offload does not move, weigh
 little next to the model state): the program refuses a
 model past the budget with exit status 2 as soon as an allocation would cross
 it, so a trial that does not fit ends before it computes anything. Chapter
 01 keeps 16 bytes per parameter on the device (parameters, gradients, Adam's
 moments in fp32; in bf16 2 + 2 + 12); chapter 06 with --offload in bf16
 keeps 2 and a few unit-sized buffers, so the ratio tends to 8 as the units
-get small against the model.
+get small against the model; 06p, chapter 06 with --offload-params too, keeps
+no byte per parameter on the device, only two units' weights, the working
+buffers of one unit and the activations (with --recompute, one block input
+per layer), so its capacity is bounded by those and by the host's memory
+(20 bytes a parameter), and at these budgets by the --max-layers cap. Each
+line printed gives the ratio of parameters to chapter 01's at that budget.
 
 The search stops at --max-layers: a program that fits the cap is reported
 as training "at least N layers (the --max-layers cap)" (at_cap 1 in the CSV),
@@ -44,6 +50,7 @@ from tool import Refusal, check_output_file, file_starts_with, make_output_dir, 
 PROGRAMS = {
     "01": [os.path.join(REPO, "01_single_gpu", "train")],
     "06": [os.path.join(REPO, "06_offload", "train"), "--offload"],
+    "06p": [os.path.join(REPO, "06_offload", "train"), "--offload", "--offload-params"],
 }
 
 
@@ -114,8 +121,18 @@ def largest(program, budget, args, out_dir):
     return best, lo == args.max_layers
 
 
-def report(program, budget, best, capped, args):
-    """The answer for one budget and program: no model fits, at least the cap fits, or the capacity."""
+def parse_programs(text):
+    """The --programs list, in PROGRAMS' order; an unknown name ends the program (exit 2)."""
+    names = text.split(",")
+    for name in names:
+        if name not in PROGRAMS:
+            fail(f"--programs: '{name}' is not a program (valid: {', '.join(PROGRAMS)}, comma-separated)")
+    return [name for name in PROGRAMS if name in names]
+
+
+def report(program, budget, best, capped, args, base=None):
+    """The answer for one budget and program: no model fits, at least the cap fits, or the capacity;
+    with base (chapter 01's row at that budget) the ratio of their parameters."""
     size = f"{budget / 1048576:.1f} MiB" if budget >= 1048576 else f"{budget} bytes"
     where = f"capacity.py: budget {size}: {program}"
     if best is None:
@@ -123,6 +140,8 @@ def report(program, budget, best, capped, args):
         return
     layers = f"{best['layers']} layer{'' if best['layers'] == '1' else 's'}"
     params = f"{int(best['params']) / 1e6:.2f} M parameters"
+    if base is not None and program != "01":
+        params += f", {int(best['params']) / int(base['params']):.1f}x 01's"
     if capped:
         print(f"{where} trains at least {layers} (the --max-layers cap), {params}")
     else:
@@ -138,6 +157,9 @@ def main():
     parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
     parser.add_argument("--max-layers", type=int, default=256, help="the bisection's upper end")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--programs", default=",".join(PROGRAMS),
+                        help="which to search, comma-separated: 01, 06 (--offload), 06p (--offload "
+                             "--offload-params); default all")
     parser.add_argument("--no-recompute", dest="recompute", action="store_false",
                         help="keep every block's activations (default: --recompute in both programs)")
     parser.add_argument("--out", default="runs/capacity",
@@ -145,6 +167,7 @@ def main():
                              "only if it is an earlier one (default runs/capacity)")
     args = parser.parse_args()
     budgets = parse_budgets(args.budgets)
+    programs = parse_programs(args.programs)
     if args.max_layers < 1:
         fail(f"--max-layers: {args.max_layers} is below 1 (valid: a whole number of layers, at least 1)")
     # --out and the file written there are checked before any trial (tool.py's output-file rule)
@@ -157,9 +180,12 @@ def main():
     # directory already there is replaced by a trial's files
     with tempfile.TemporaryDirectory(prefix=".capacity-trials-", dir=args.out) as trials:
         for budget in budgets:
-            for program in PROGRAMS:
+            base = None  # chapter 01's answer at this budget, for the ratios
+            for program in programs:
                 best, capped = largest(program, budget, args, os.path.join(trials, program))
-                report(program, budget, best, capped, args)
+                report(program, budget, best, capped, args, base)
+                if program == "01":
+                    base = best
                 if best is None:
                     continue
                 rows.append({"budget_bytes": budget, "program": program, "precision": args.precision,

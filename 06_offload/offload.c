@@ -57,23 +57,28 @@ static void add_copy_row(Offload *o, int unit, const char *op, const double when
 
 /* ---- --offload-params: a unit's weights copied in from the host (offload.h) ---- */
 
-/* Where unit's weights of record are on the host: in the precision computed
- * with (one rank: the shard is the units). */
-static const void *host_unit(const Offload *o, int unit) {
-    return bytes_at(o->half ? (void *)o->params16 : (void *)o->master, slice_at(o, unit), o->elem_bytes);
+/* Where this rank's slice of unit's weights of record is on the host: in
+ * the precision computed with (one rank: the slice is the unit). */
+static const void *host_slice(const Offload *o, int unit) {
+    return bytes_at(o->host_weights, slice_at(o, unit), o->elem_bytes);
 }
 
-/* Unit's weights host -> device into slot s, on the copy stream, once the
- * computation that read the slot before is done. */
+/* Unit's weights into slot s: this rank's slice host -> device on the copy
+ * stream, once the computation that read the slot before is done; with N
+ * ranks the slices then all-gathered into the slot (ZeRO-3's gather, the
+ * padding kept at the end), after the compute stream waited for the copy. */
 static void copy_unit_in(Offload *o, int unit, UnitSlot *s) {
-    size_t bytes = table_unit(table_of(o), unit)->numel * o->elem_bytes;
+    size_t S = o->ranks > 1 ? slice_numel(o, unit) : table_unit(table_of(o), unit)->numel;
     DeviceStream *copy = device_stream(STREAM_COPY);
     device_stream_wait(copy, s->released);
     s->copy_ms[0] = wall_ms();
-    copy_to_device_async(s->data, host_unit(o, unit), bytes, copy);
+    copy_to_device_async(o->ranks > 1 ? s->slice : s->data, host_slice(o, unit), S * o->elem_bytes, copy);
     device_event_record(s->copied, copy);
     s->copy_ms[1] = wall_ms();
-    o->bytes_h2d += (double)bytes;
+    o->bytes_h2d += (double)S * o->elem_bytes;
+    if (o->ranks == 1) return;
+    device_stream_wait(device_stream(STREAM_COMPUTE), s->copied);
+    comm_allgather_typed(o->group, s->slice, s->data, S, o->dtype, NULL);
 }
 
 static UnitSlot *slot_of_use(Offload *o, int use) {
@@ -123,7 +128,7 @@ static const void *fetch_unit(Offload *o, ZeroOp op, int unit) {
         if (!s) fatal(EXIT_RUNTIME, "offload: unit %d's %s comes before its copy in", unit, what);
         o->cursor++;
     }
-    add_copy_row(o, unit, "param_h2d", s->copy_ms, s->copied);
+    if (o->fetching) add_copy_row(o, unit, "param_h2d", s->copy_ms, s->copied); /* the step's rows only */
     device_stream_wait(device_stream(STREAM_COMPUTE), s->copied);
     return s->data;
 }
@@ -157,13 +162,26 @@ static int is_tied_head(const Offload *o, int unit) {
     return o->tied_dwte && unit == o->model->cfg.layers;
 }
 
+/* --offload-params: the embedding unit copied in (and all-gathered) into a
+ * slot of its own for the tied head, which reads its wte; released after the
+ * head's computation (unbind_unit). */
+static const void *tied_embedding_in(Offload *o) {
+    UnitSlot *s = &o->tied_slot;
+    copy_unit_in(o, LAYER_EMBEDDING, s);
+    if (o->fetching) add_copy_row(o, LAYER_EMBEDDING, "param_h2d", s->copy_ms, s->copied);
+    device_stream_wait(device_stream(STREAM_COMPUTE), s->copied);
+    return s->data;
+}
+
 /* The head's unit is bound: its matrix is wte (16 bits: widened into
  * tied_wte), its gradient tied_dwte from zero (offload.h). */
 static void tied_head_in(Offload *o, int with_grads) {
-    size_t wte = unit_at(o, LAYER_EMBEDDING) + o->wte_at;
-    float *weights = (float *)o->params + wte;
+    const void *embedding = o->host_params ? tied_embedding_in(o)
+                                           : bytes_at(o->params, unit_at(o, LAYER_EMBEDDING), o->elem_bytes);
+    const void *wte = bytes_at((void *)embedding, o->wte_at, o->elem_bytes);
+    float *weights = (float *)wte;
     if (o->half) {
-        ops()->cast_from_half(o->tied_wte, (const uint16_t *)o->params + wte, o->wte_numel, o->format);
+        ops()->cast_from_half(o->tied_wte, wte, o->wte_numel, o->format);
         weights = o->tied_wte;
     }
     if (with_grads) ops()->fill_zero(o->tied_dwte, o->wte_numel);
@@ -173,7 +191,9 @@ static void tied_head_in(Offload *o, int with_grads) {
 
 static void unbind_unit(Offload *o, int unit) {
     gpt_bind_unit(o->model, unit, NULL, NULL);
-    if (is_tied_head(o, unit)) o->model->w.lm_head = o->model->g.lm_head = NULL;
+    if (!is_tied_head(o, unit)) return;
+    o->model->w.lm_head = o->model->g.lm_head = NULL;
+    if (o->host_params) device_event_record(o->tied_slot.released, device_stream(STREAM_COMPUTE));
 }
 
 static void before_forward(int unit, void *context) {
@@ -367,6 +387,16 @@ static void install_unit(Offload *o, int unit, int slot) {
                    table_unit(table_of(o), unit)->numel * o->elem_bytes);
 }
 
+/* --offload-params with --dpu: the update's new weights (params16, or the
+ * master weights in fp32) become the ones the steps copy in, which the
+ * delayed update's thread does not write (host_weights); without --dpu they
+ * are the same buffer. */
+static void install_host_weights(Offload *o) {
+    const void *updated = o->half ? (const void *)o->params16 : (const void *)o->master;
+    if (o->host_weights != updated && !device_dry())
+        memcpy(o->host_weights, updated, o->shard_n * o->elem_bytes);
+}
+
 void offload_update(Offload *o, const OffloadUpdate *u) {
     CpuAdamArgs a = adam_args(o, u, ++o->t);
     /* unit u's copy up overlaps the CPU's update of unit u+1 */
@@ -379,13 +409,19 @@ void offload_update(Offload *o, const OffloadUpdate *u) {
         upload_unit(o, unit, slot);
         if (unit > o->first_unit) install_unit(o, unit - 1, 1 - slot);
     }
-    if (!o->host_params) install_unit(o, o->last_unit, (o->last_unit - o->first_unit) % 2);
+    if (o->host_params)
+        install_host_weights(o);
+    else
+        install_unit(o, o->last_unit, (o->last_unit - o->first_unit) % 2);
 }
 
 /* Every unit's new weights to the device, after a whole-shard host update
  * (--offload-params: the host's are the weights of record already). */
 static void upload_all(Offload *o) {
-    if (o->host_params) return;
+    if (o->host_params) {
+        install_host_weights(o);
+        return;
+    }
     for (int unit = o->first_unit; unit <= o->last_unit; unit++) {
         int slot = (unit - o->first_unit) % 2;
         upload_unit(o, unit, slot);
@@ -469,10 +505,9 @@ static void initial_values(Offload *o, GPT *model, const float *initial, size_t 
         if (count)
             memcpy(o->master + slice_at(o, u), init + (first - model->param_first), count * sizeof(float));
     }
-    if (o->host_params && o->half) { /* the weights of record: the master's, rounded (one rank) */
-        kernels_cpu.cast_to_half(o->params16, o->master, o->shard_n, o->format);
-    } else if (o->host_params) {
-        /* fp32: the master weights are the parameters */
+    if (o->host_params) { /* the weights of record: this rank's master slices (16 bits: rounded) */
+        if (o->half) kernels_cpu.cast_to_half(o->params16, o->master, o->shard_n, o->format);
+        install_host_weights(o);
     } else if (o->half) {
         uint16_t *init16 = xmalloc(n * sizeof(uint16_t));
         kernels_cpu.cast_to_half(init16, init, n, o->format);
@@ -497,9 +532,6 @@ static void create(Offload *o, GPT *model, int first_unit, int last_unit, CommGr
     o->ranks = comm_size(group);
     o->cfg = cfg;
     o->host_params = host_params;
-    if (host_params && (o->ranks > 1 || dpu || (model->cfg.tied && first_unit == LAYER_EMBEDDING)))
-        fatal(EXIT_RUNTIME, "offload: the weights on the host are written for one rank, without --dpu and "
-                            "untied weights");
     o->half = cfg->precision != PRECISION_FP32;
     o->format = o->half ? (cfg->precision == PRECISION_BF16 ? HALF_BF16 : HALF_F16) : HALF_BF16;
     o->dtype = !o->half ? COMM_F32 : o->format == HALF_BF16 ? COMM_BF16 : COMM_F16;
@@ -545,10 +577,14 @@ static void create(Offload *o, GPT *model, int first_unit, int last_unit, CommGr
     if (dpu)
         o->grads[1] = mem_alloc_pinned(CAT_GRADS, o->shard_n * sizeof(float), "second gradient shard (host)");
     o->grads_landing = mem_alloc_pinned(CAT_COMM, o->shard_n * eb, "gradient slices from the device");
-    if (o->half && host_params)
+    if (o->half && host_params && !dpu)
         o->params16 = mem_alloc_pinned(CAT_PARAMS, o->shard_n * eb, "16-bit parameters (host)");
     else if (o->half)
         o->params16 = mem_alloc_pinned(CAT_COMM, o->shard_n * eb, "16-bit weights to the device");
+    if (host_params && dpu) /* the delayed update writes params16 and master during the step */
+        o->host_weights = mem_alloc_pinned(CAT_PARAMS, o->shard_n * eb, "parameters the steps read (host)");
+    else if (host_params)
+        o->host_weights = o->half ? (void *)o->params16 : (void *)o->master;
     o->arrived = xcalloc((size_t)(last_unit - first_unit + 1), 1);
 
     /* initial values (a dry run writes none: its buffers' zeros stand for them, device.h) */
@@ -571,30 +607,44 @@ void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommG
     create(o, model, first_unit, last_unit, group, cfg, dpu, host_params, NULL);
 }
 
+/* A device slot for a unit of slices of S elements (N ranks: N slices, and one
+ * to land the copy in), free. */
+static void create_slot(Offload *o, UnitSlot *s, size_t S, const char *what) {
+    s->data = mem_alloc(SPACE_DEVICE, CAT_PARAMS, o->ranks * S * o->elem_bytes, what);
+    if (o->ranks > 1) s->slice = mem_alloc(SPACE_DEVICE, CAT_COMM, S * o->elem_bytes, "slice copied in");
+    s->use = -1;
+    s->copied = device_event_create();
+    s->released = device_event_create();
+    device_event_record(s->released, device_stream(STREAM_COMPUTE)); /* free from the start */
+}
+
+static void destroy_slot(UnitSlot *s) {
+    mem_free(s->data);
+    mem_free(s->slice);
+    device_event_destroy(s->copied);
+    device_event_destroy(s->released);
+}
+
 void offload_schedule_fetches(Offload *o, const ZeroUse *uses, int count, int prefetch) {
     if (!o->host_params) fatal(EXIT_RUNTIME, "offload: a schedule of copies for weights held on the device");
     o->uses = count;
     o->num_fetches = zero_schedule_uses(uses, count, prefetch, &o->fetches);
     o->num_slots = prefetch + 1 < count ? prefetch + 1 : count;
     if (o->num_slots < 1) o->num_slots = 1; /* evaluation's copies use the first */
-    size_t largest = table_largest_unit(table_of(o), o->first_unit, o->last_unit);
     o->slots = xcalloc((size_t)o->num_slots, sizeof(UnitSlot));
-    for (int i = 0; i < o->num_slots; i++) {
-        UnitSlot *s = &o->slots[i];
-        s->data = mem_alloc(SPACE_DEVICE, CAT_PARAMS, largest * o->elem_bytes, "unit's weights copied in");
-        s->use = -1;
-        s->copied = device_event_create();
-        s->released = device_event_create();
-        device_event_record(s->released, device_stream(STREAM_COMPUTE)); /* free from the start */
-    }
+    for (int i = 0; i < o->num_slots; i++) /* the largest unit (N ranks: padded to N slices) */
+        create_slot(o, &o->slots[i], o->max_slice, "unit's weights copied in");
+    if (o->tied_dwte) /* the tied head's copy of the embedding unit */
+        create_slot(o, &o->tied_slot, slice_numel(o, LAYER_EMBEDDING),
+                    "embedding copied in for the tied head");
 }
 
-void offload_create_slices(Offload *o, TensorParallelModel *tm, CommGroup *group, const Config *cfg,
-                           int dpu) {
+void offload_create_slices(Offload *o, TensorParallelModel *tm, CommGroup *group, const Config *cfg, int dpu,
+                           int host_params) {
     GPT *model = tm->m;
     float *init = xmalloc(model->param_count * sizeof(float));
     tp_initial_values(tm, cfg->seed, init); /* this rank's slices of the whole model's values */
-    create(o, model, model->first_unit, model->last_unit, group, cfg, dpu, 0, init);
+    create(o, model, model->first_unit, model->last_unit, group, cfg, dpu, host_params, init);
     free(init);
     o->slices = tm;
     o->num_norm_spans =
@@ -627,14 +677,12 @@ void offload_destroy(Offload *o) {
     mem_free(o->master);
     mem_free(o->m);
     mem_free(o->grads_landing);
+    if (o->host_weights != o->params16 && o->host_weights != o->master) mem_free(o->host_weights);
     mem_free(o->params16);
     free(o->arrived);
     free(o->norm_spans);
-    for (int i = 0; i < o->num_slots; i++) {
-        mem_free(o->slots[i].data);
-        device_event_destroy(o->slots[i].copied);
-        device_event_destroy(o->slots[i].released);
-    }
+    for (int i = 0; i < o->num_slots; i++) destroy_slot(&o->slots[i]);
+    destroy_slot(&o->tied_slot);
     free(o->slots);
     free(o->fetches);
     if (o->model) o->model->storage = NULL;

@@ -50,15 +50,21 @@
  * update older than AdamW's. The fp32 gradient shard is double: the step
  * computing fills one while the thread reads the other.
  *
- * Parameter offload (--offload-params, one rank): the weights leave the
- * device too. Their copy of record in the precision computed with is the
- * host's (params16, 16 bits; in fp32 the master weights themselves), and a
- * unit crosses PCIe into one of K + 1 device slots (K = 1: double buffering)
+ * Parameter offload (--offload-params): the weights leave the device too.
+ * Their copy of record in the precision computed with is the host's
+ * (params16, 16 bits; in fp32 the master weights themselves; with N ranks
+ * each rank's shard of them, ZeRO-3's partitioning on the host), and a unit
+ * (N ranks: this rank's slice of it, then all-gathered over the group on
+ * the device) crosses PCIe into one of K + 1 device slots (K = 1: double buffering)
  * just before each forward and each backward that reads it, by chapter
  * 05's gather/free schedule (zero.h: zero_schedule_uses) over the step's
  * computations, a copy where ZeRO-3 gathers: the copy of the next unit runs
  * on the copy stream while this one computes, and a slot is free again once
- * its computation is done. Per parameter:
+ * its computation is done. With --tie-embeddings the head reads the
+ * embedding unit's wte: the embedding is copied in for it too, into a slot
+ * of its own (tied_slot). With --dpu the steps copy in a copy of the
+ * weights of their own (host_weights), which the update's thread does not
+ * write, installed when it is joined. Per parameter:
  *
  *   device                         host (pinned)
  *   a slot: 2 (4) per parameter    params, 16 bits       2 (fp32: the master's)
@@ -66,7 +72,9 @@
  *
  * and PCIe carries 2 (4) bytes per parameter up per forward and per
  * backward of each micro-batch (zb-h1's W reads the weights a third time),
- * the gradients' 2 (4) down as before; the update's weights no longer cross.
+ * divided by N, the gradients' 2 (4) / N down as before; the update's
+ * weights no longer cross. The network carries each unit's all-gather per
+ * use, ZeRO-3's 3 x 2 bytes a parameter instead of stage 2's 2 x 2.
  *
  * On the CPU backend the device buffers are host memory too: the same calls
  * move the same bytes (memcpy), the same accounting says where they sit. */
@@ -96,7 +104,9 @@ typedef struct {
 
 /* --offload-params: a device buffer a unit's weights are copied into. */
 typedef struct {
-    void *data;            /* (the largest unit) its weights, elem_bytes each, device, CAT_PARAMS */
+    void *data;            /* (the largest unit; N ranks: N * S, padded) its weights, elem_bytes each,
+                              device, CAT_PARAMS */
+    void *slice;           /* N ranks: (S) this rank's slice as it arrives from the host, CAT_COMM */
     int use;               /* the computation it is held for, or -1: free */
     DeviceEvent *copied;   /* its copy from the host done (copy stream) */
     DeviceEvent *released; /* the last computation that read it done (compute stream) */
@@ -170,7 +180,10 @@ typedef struct {
 
     /* ---- --offload-params: the weights on the host, each unit copied in for its computation ---- */
     int host_params;
+    void *host_weights;    /* (shard_n) what the steps copy in: params16 (16 bits) or master (fp32), or
+                              with --dpu a copy of them, installed after each update, CAT_PARAMS */
     UnitSlot *slots;       /* num_slots = prefetch + 1 (fewer if the step computes fewer) */
+    UnitSlot tied_slot;    /* --tie-embeddings: the embedding unit for the head, which reads its wte */
     int num_slots;
     ZeroAction *fetches;   /* the step's copies, computations and releases (zero.h's schedule) */
     int num_fetches, uses; /* actions, computations */
@@ -184,7 +197,7 @@ typedef struct {
  * GPT from gpt_init, or a Pipeline with caller_storage), sharded over group:
  * the device parameters and the host state, initial values from cfg->seed.
  * dpu: keep a second gradient shard for the delayed update. host_params
- * (--offload-params; one rank, no dpu): no device parameters, the units
+ * (--offload-params): no device parameters, the units
  * come from the host by the schedule offload_schedule_fetches sets. Takes
  * over model->storage and the model's matmul precision. */
 void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommGroup *group,
@@ -193,7 +206,8 @@ void offload_create(Offload *o, GPT *model, int first_unit, int last_unit, CommG
  * tp->caller_storage, tensor_parallel.h): the host shard is this rank's dp
  * slice of each unit's slices, the initial values are tm's, and the norm
  * counts the tensors that every tp rank holds whole on tp rank 0 only. */
-void offload_create_slices(Offload *o, TensorParallelModel *tm, CommGroup *group, const Config *cfg, int dpu);
+void offload_create_slices(Offload *o, TensorParallelModel *tm, CommGroup *group, const Config *cfg, int dpu,
+                           int host_params);
 /* host_params: the computations of one step in the order they run (every
  * forward and backward of every micro-batch, each of a unit), and how many
  * units ahead of the one computing are copied in (prefetch K: K + 1 device

@@ -38,11 +38,12 @@ const Flag offload_flags[] = {
              "forward and back before each block's recomputation on the copy\n"
              "stream; the device holds two of them (activation_offload.h)"},
     {"--offload-params", FLAG_SWITCH, FIELD(OffloadFlags, params), .usage = "--offload-params",
-     .help = "with --offload, one rank: the 16-bit (or fp32) weights stay in pinned\n"
-             "host memory; each unit is copied to the device just before its forward\n"
-             "and again before its backward, the next one copied while this one\n"
-             "computes (05's gather/free schedule over PCIe): the device holds two\n"
-             "units' weights instead of all (offload.h)"},
+     .help = "with --offload: the 16-bit (or fp32) weights stay in pinned\n"
+             "host memory (with --dp, each rank's shard: ZeRO-3 on the host); each\n"
+             "unit is copied to the device (and all-gathered) just before its\n"
+             "forward and again before its backward, the next one copied while this\n"
+             "one computes (05's gather/free schedule over PCIe): the device holds\n"
+             "two units' weights instead of all (offload.h)"},
     {0},
 };
 
@@ -85,31 +86,12 @@ static void offload_check_own_flags(const Config *cfg, const OffloadFlags *f, in
               program);
 }
 
-/* --offload-params is written for one rank: its own flags, and what it cannot
- * give. */
-static void offload_params_check(const Config *cfg, const OffloadFlags *f, const PipelineFlags *pipe,
-                                 const ModelParallelFlags *model) {
-    if (!f->params) return;
-    if (!f->offload)
-        fatal(EXIT_USAGE, "--offload-params needs --offload (it moves the weights that --offload keeps on the "
-                          "device)");
-    if (f->dpu)
-        fatal(EXIT_USAGE, "--offload-params with --dpu is not written: the delayed update would write the "
-                          "host's weights while the step copies them in (valid: without --dpu)");
-    if (cfg->model.tied)
-        fatal(EXIT_USAGE, "--offload-params with --tie-embeddings is not written: the head reads the "
-                          "embedding unit's wte, which is not on the device then (valid: untied weights)");
-    const char *not_written = pipe->pp > 1     ? "--pp"
-                              : model->tp > 1  ? "--tp"
-                              : model->cp > 1  ? "--cp"
-                              : model->dp > 1  ? "--dp"
-                                               : NULL;
-    int value = pipe->pp > 1 ? pipe->pp : model->tp > 1 ? model->tp : model->cp > 1 ? model->cp : model->dp;
-    if (not_written)
+/* --offload-params offloads what --offload keeps on the device. */
+static void offload_params_check(const OffloadFlags *f) {
+    if (f->params && !f->offload)
         fatal(EXIT_USAGE,
-              "--offload-params with %s %d is not written: it copies one rank's whole units in (valid: %s 1, "
-              "one rank)",
-              not_written, value, not_written);
+              "--offload-params needs --offload (it moves the weights that --offload keeps on the "
+              "device)");
 }
 
 /* --offload-activations keeps one stage's checkpoints of whole blocks. */
@@ -129,7 +111,7 @@ void offload_check_flags(const Config *cfg, const OffloadFlags *f, const ZeroFla
                          const ModelParallelFlags *model, const char *program) {
     offload_check_own_flags(cfg, f, z->zero, pipe->schedule, program); /* first: why, if at all */
     offload_activations_check(f, pipe, model);
-    offload_params_check(cfg, f, pipe, model);
+    offload_params_check(f);
     zero_check_flags(cfg, z, pipe, model, !f->offload);
 }
 
@@ -197,7 +179,7 @@ void offload_stage_create(OffloadStage *s, Pipeline *p, const ProcessGrid *grid,
     const Config *cfg = l->cfg;
     int dpu = f->dpu;
     if (l->tensor) /* this rank's tensor slices of the stage's units, sharded over dp */
-        offload_create_slices(o, &p->tpm, grid->weight_group, cfg, dpu);
+        offload_create_slices(o, &p->tpm, grid->weight_group, cfg, dpu, f->params);
     else
         offload_create(o, &p->model, l->first_unit, l->last_unit, grid->weight_group, cfg, dpu, f->params);
     if (f->params) offload_stage_schedule_fetches(o, p);

@@ -36,8 +36,8 @@ void offload_effective_flags(const Config *cfg, OffloadFlags *f, ZeroFlags *z, P
 /* --dpu and its options without what they need, and with --offload what its
  * layout cannot give (--zero other than 2, the interleaved schedule's
  * chunks), --offload-activations without --offload and --recompute or with
- * --pp, --tp or --cp above 1, --offload-params without --offload, with
- * --dpu, --tie-embeddings or more than one rank, each refused in one line
+ * --pp, --tp or --cp above 1, --offload-params without --offload, each
+ * refused in one line
  * that says why (EXIT_USAGE), first;
  * then chapter 05's checks (zero_check_flags; with --offload one stage runs
  * the pipeline's step, not ZeRO's own). */

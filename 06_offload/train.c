@@ -6,7 +6,7 @@
  * weights, Adam's moments and gradients sits in pinned host memory, each
  * unit's gradient copied there as its backward ends, and the CPU runs
  * AdamW on it. --dpu delays that update by one step, to run during the
- * next step's forward and backward; --offload-params (one rank) keeps the
+ * next step's forward and backward; --offload-params keeps the
  * weights on the host too, each unit copied in for its forward and its
  * backward. Every layout runs 04's schedule, one
  * stage too. Refused with --offload, saying why: --zero other than 2 and

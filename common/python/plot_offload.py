@@ -16,14 +16,17 @@ def plot_capacity(path, out):
     by_program = OrderedDict()
     for r in rows:
         by_program.setdefault(r["program"], []).append((int(r["budget_bytes"]) / 1048576, int(r["params"]) / 1e6))
-    names = {"01": "01: everything on the device", "06": "06: --offload (optimizer on the host)"}
+    names = {"01": "01: everything on the device", "06": "06: --offload (optimizer on the host)",
+             "06p": "06: --offload --offload-params (the weights too)"}
+    capped = {r["program"] for r in rows if r.get("at_cap") == "1"}  # "at least": the search's layer cap
     for program, points in by_program.items():
         points.sort()
-        ax.plot([b for b, _ in points], [p for _, p in points], marker="o", label=names.get(program, program))
-    if "01" in by_program and "06" in by_program:
-        base = dict(by_program["01"])
-        last = max(b for b, _ in by_program["06"])
-        for budget, params in by_program["06"]:
+        label = names.get(program, program) + (",\nat least: the --max-layers cap" if program in capped else "")
+        ax.plot([b for b, _ in points], [p for _, p in points], marker="o", label=label)
+    base = dict(by_program.get("01", []))
+    for program in (p for p in ("06", "06p") if p in by_program and base):
+        last = max(b for b, _ in by_program[program])
+        for budget, params in by_program[program]:
             if budget in base:
                 # below the point, on its right (the last one's on its left, inside the axes)
                 right = budget != last
@@ -38,8 +41,8 @@ def plot_capacity(path, out):
     ax.yaxis.set_major_formatter(plain)
     # two lines, so that the title fits the figure's width
     style(ax, "device budget, --device-mem-limit (MiB)", "parameters of the largest model trained (M)",
-          f"The largest model per device budget\n({precision}: 16 bytes per parameter on the device, "
-          "against 2 with offload)", grid="both", legend=None, title_size=10)
+          f"The largest model per device budget\n({precision}: 16 bytes a parameter on the device, "
+          "2 with offload, 0 with the weights too)", grid="both", legend=None, title_size=10)
     ax.legend(loc="lower right")
     return [finish(fig, out, "capacity.png")]
 

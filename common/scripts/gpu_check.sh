@@ -50,8 +50,9 @@
 #                per rank. Proves the mixed precision, the staged transport and every layout on CUDA.
 #                Also 03 --cp 2 (ring attention's CUDA block kernels) against 01 on CUDA, each block
 #                exchanged after its computation (CUDA's transports cannot post sends yet, comm.h),
-#                03 --cp 2 --cp-mode ulysses (the all-to-all and its strided device copies), and 06
-#                --offload-activations (block inputs to pinned host memory and back on the copy stream).
+#                03 --cp 2 --cp-mode ulysses (the all-to-all and its strided device copies), 06
+#                --offload-activations (block inputs to pinned host memory and back on the copy stream)
+#                and 06 --offload-params (each unit's weights copied in on the copy stream before its use).
 #   tied         --tie-embeddings (the head reads wte): 01 tied on CUDA against 01 tied on the CPU, then
 #                04 (the first and last stages sum the tied gradient), 05 ZeRO-3 and 06 offload, tied,
 #                against 01 tied on CUDA, in each precision.
@@ -483,6 +484,7 @@ LAYOUTS=(
     "06-offload 1 06_offload --offload"
     "06-offload-pp2-dp2 4 06_offload --offload --pp 2 --dp 2 --micro 2"
     "06-offload-activations 1 06_offload --offload --recompute --offload-activations"
+    "06-offload-params 1 06_offload --offload --offload-params"
 )
 
 group_chapters() {

@@ -101,6 +101,7 @@ SAMPLES='
 --dpu-warmup      --offload --dpu --dpu-warmup 2
 --dpu-reference   --offload --dpu --dpu-reference
 --offload-activations --offload --recompute --offload-activations
+--offload-params  --offload --offload-params
 '
 
 # Not written yet (not unsound), and each refusal says so; the flag runs in

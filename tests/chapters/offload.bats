@@ -320,7 +320,7 @@ EOF
     assert_success
     OMP_NUM_THREADS=1 run python3 "$REPO/06_offload/capacity.py" --budgets 32M --max-layers 1 --out "$out"
     assert_success
-    assert_equal "$(csv_column "$out/capacity.csv" budget_bytes | tr '\n' ' ')" "33554432 33554432 "
+    assert_equal "$(csv_column "$out/capacity.csv" budget_bytes | tr '\n' ' ')" "33554432 33554432 33554432 "
     # the trials' run directories are gone: --out holds what capacity.py writes
     assert_equal "$(ls -A "$out")" "capacity.csv"
     cp "$text" "$out/capacity.csv"
@@ -347,9 +347,11 @@ EOF
     assert_success
     assert_line "capacity.py: budget 1024 bytes: 01 fits no model: not even 1 layer of d 128"
     assert_line "capacity.py: budget 1024 bytes: 06 fits no model: not even 1 layer of d 128"
+    assert_line "capacity.py: budget 1024 bytes: 06p fits no model: not even 1 layer of d 128"
     assert_line "capacity.py: budget 64.0 MiB: 01 trains at least 1 layer (the --max-layers cap), 0.27 M parameters"
-    assert_line "capacity.py: budget 64.0 MiB: 06 trains at least 1 layer (the --max-layers cap), 0.27 M parameters"
-    assert_equal "$(csv_column "$(scratch)/c/capacity.csv" at_cap | tr '\n' ' ')" "1 1 "
+    assert_line "capacity.py: budget 64.0 MiB: 06 trains at least 1 layer (the --max-layers cap), 0.27 M parameters, 1.0x 01's"
+    assert_line "capacity.py: budget 64.0 MiB: 06p trains at least 1 layer (the --max-layers cap), 0.27 M parameters, 1.0x 01's"
+    assert_equal "$(csv_column "$(scratch)/c/capacity.csv" at_cap | tr '\n' ' ')" "1 1 1 "
 }
 
 @test "bench_offload.sh runs every configuration on the tiny preset and writes its CSVs with their columns" {

@@ -3,16 +3,29 @@
 # stay in pinned host memory and each unit is copied to the device before
 # its forward and its backward, by chapter 05's gather/free schedule. The
 # losses are --offload's bit for bit (the same weights reach the same
-# kernels); the device holds two units' weights instead of all of them; the
-# copies are counted in steps.csv and timeline.csv; checkpoints resume
-# across the flag; what is not written is refused in one line.
+# kernels), on stages, tensor slices and replicas (each rank's shard on the
+# host, each unit all-gathered: ZeRO-3) and with tied embeddings (the head's
+# embedding copied in too) and the delayed update (the steps reading a copy
+# of the weights the thread does not write); the device holds two units' weights
+# instead of all of them; the copies are counted in steps.csv and
+# timeline.csv; checkpoints resume across the flag; what is not written is
+# refused in one line.
 #
 # Shown to fail: with the host's 16-bit weights not rounded from the master
 # weights at the start, the losses test (bf16); with the device's whole
 # parameter buffer still allocated, the memory test (645504 for 113088);
 # with the copies in not counted, the bytes test; with the 16-bit weights not
 # rounded again after --resume, the resume test; with the --dpu refusal
-# removed, the refusal test (exit 1, the offload's own check, for 2).
+# removed, the refusal test (exit 1, the offload's own check, for 2); with
+# capacity.py's 06p run without --offload-params, the capacity test (06p's
+# parameters 9.1x chapter 01's, under 10x); with zb-h1's W listed with the
+# embedding's backward, which it does not run, the stages test (the step's
+# computation out of its schedule, named in one line); with each rank's slice
+# copied in but not all-gathered over the replicas, the stages test again (its
+# replicas' losses); with the tied head's embedding not copied in during the
+# step, the stages test (its tied layouts); with --dpu's copies read from the
+# weights the thread updates (no copy of their own), the stages test (--dpu's
+# losses one step fresher than --offload's).
 
 load ../helpers
 
@@ -50,14 +63,14 @@ same_columns() {
     done
 }
 
-@test "--offload-params gives --offload's losses, norms and validation losses bit for bit in fp32 and bf16, with micro-batches and offloaded checkpoints" {
+@test "--offload-params gives --offload's losses, norms and validation losses bit for bit in fp32 and bf16, with micro-batches, the head in pieces and offloaded checkpoints" {
     local d
     d="$(scratch)"
     offload $ODD --layers 3 --micro 2 --out "$d/keep"
     offload $ODD --layers 3 --micro 2 --offload-params --out "$d/host"
     same_columns "$d/keep" "$d/host" loss grad_norm val_loss
-    offload $ODD --precision bf16 --micro 3 --out "$d/keep16"
-    offload $ODD --precision bf16 --micro 3 --offload-params --out "$d/host16"
+    offload $ODD --precision bf16 --micro 3 --loss-chunks 4 --out "$d/keep16"
+    offload $ODD --precision bf16 --micro 3 --loss-chunks 4 --offload-params --out "$d/host16"
     same_columns "$d/keep16" "$d/host16" loss grad_norm val_loss
     offload $ODD --layers 4 --recompute --offload-activations --precision bf16 --out "$d/keepr"
     offload $ODD --layers 4 --recompute --offload-activations --precision bf16 --offload-params --out "$d/hostr"
@@ -101,12 +114,14 @@ same_columns() {
     same_columns "$d/keep" "$d/host" d2h_bytes
     assert_equal "$(csv_column "$d/host/run.csv" pcie_bytes_per_step)" \
         "$((M * 2 * 4 * params + $(csv_column "$d/keep/steps.csv" d2h_bytes | tail -1)))"
-    # one copy per unit per forward and per backward, of each micro-batch
+    # one copy per unit per forward and per backward, of each micro-batch; the last step's too (the
+    # validation's forwards after it copy units in as well, and are not the step's)
     assert_equal "$(awk -F, '$1 == 0 && $2 == 2 && $4 == "param_h2d"' "$d/host/timeline.csv" | wc -l)" $((M * 2 * units))
+    assert_equal "$(awk -F, '$1 == 0 && $2 == 4 && $4 == "param_h2d"' "$d/host/timeline.csv" | wc -l)" $((M * 2 * units))
     assert_equal "$(awk -F, '$1 == 0 && $2 == 2 && $4 == "param_h2d"' "$d/keep/timeline.csv" | wc -l)" $units
 }
 
-@test "checkpoints resume across --offload-params both ways, fp32 and bf16, with the uninterrupted run's losses" {
+@test "checkpoints resume across --offload-params both ways, fp32 and bf16, and on 2 replicas, with the uninterrupted run's losses" {
     local d precision
     d="$(scratch)"
     for precision in fp32 bf16; do
@@ -123,18 +138,59 @@ same_columns() {
             assert_success
         done
     done
+    # 2 replicas: each rank's host shard read from the checkpoint, the 16-bit shard rounded from it
+    local dp2="mpirun_np 2 $TRAIN06 $FLAGS $ODD --offload --precision bf16"
+    OMP_NUM_THREADS=1 $dp2 --out "$d/dp2-whole" >/dev/null
+    OMP_NUM_THREADS=1 $dp2 --stop-after 2 --save "$d/ck-dp2" --out "$d/dp2-a" >/dev/null
+    OMP_NUM_THREADS=1 $dp2 --offload-params --resume "$d/ck-dp2" --out "$d/dp2-b" >/dev/null
+    assert_equal "$(csv_column "$d/dp2-b/steps.csv" loss | wc -l)" 2
+    run diff <(csv_column "$d/dp2-whole/steps.csv" loss | tail -n 2) <(csv_column "$d/dp2-b/steps.csv" loss)
+    assert_success
 }
 
-@test "--offload-params without --offload, with --dpu or --tie-embeddings, or on more than one rank, is refused in one line" {
-    # two ranks: each refusal comes before the one of --dp 2
-    assert_refusals 2 "$TRAIN06" "$FLAGS" <<'EOF'
---offload-params|--offload-params needs --offload (it moves the weights that --offload keeps on the device)
---offload --offload-params --dpu|--offload-params with --dpu is not written: the delayed update would write the host's weights while the step copies them in (valid: without --dpu)
---offload --offload-params --tie-embeddings|--offload-params with --tie-embeddings is not written
---offload --offload-params|--offload-params with --dp 2 is not written: it copies one rank's whole units in (valid: --dp 1, one rank)
---offload --offload-params --pp 2|--offload-params with --pp 2 is not written
---offload --offload-params --tp 2|--offload-params with --tp 2 is not written
---offload --offload-params --cp 2|--offload-params with --cp 2 is not written
+@test "--offload-params on 2 stages under gpipe and zb-h1, over 2 stages x 2 tensor slices, over 3 replicas and 2 stages x 2 replicas (ZeRO-3 on the host), tied, with the delayed update and over 2 context-parallel ranks, gives --offload's losses bit for bit" {
+    local d np layout checked=0
+    d="$(scratch)"
+    while read -r np layout; do # mpirun reads its stdin: the list's lines are not for it
+        OMP_NUM_THREADS=1 mpirun_np $np "$TRAIN06" $FLAGS $ODD --offload $layout --out "$d/keep" </dev/null >/dev/null
+        OMP_NUM_THREADS=1 mpirun_np $np "$TRAIN06" $FLAGS $ODD --offload $layout --offload-params --out "$d/host" \
+            </dev/null >/dev/null
+        same_columns "$d/keep" "$d/host" loss grad_norm val_loss
+        rm -r "$d/keep" "$d/host"
+        checked=$((checked + 1))
+    done <<'EOF'
+2 --pp 2 --micro 3 --schedule gpipe
+2 --pp 2 --micro 2 --schedule zb-h1 --precision bf16
+4 --pp 2 --tp 2 --micro 2 --layers 3
+3 --precision bf16 --micro 2
+4 --pp 2 --dp 2 --micro 2 --schedule zb-h1
+1 --tie-embeddings --precision bf16 --micro 2
+2 --tie-embeddings
+1 --dpu --precision bf16 --micro 2
+2 --dpu --dpu-reference
+4 --cp 2 --dp 2 --precision bf16
 EOF
-    assert_equal "$refusals_checked" 7
+    assert_equal "$checked" 10
+}
+
+@test "--offload-params without --offload is refused in one line" {
+    assert_refusals 2 "$TRAIN06" "$FLAGS --out $(scratch)/refused" <<'EOF'
+--offload-params|--offload-params needs --offload (it moves the weights that --offload keeps on the device)
+EOF
+    assert_equal "$refusals_checked" 1
+}
+
+@test "capacity.py at 8 MiB, both with --recompute: 06 --offload-params trains at least 10x chapter 01's parameters, --offload alone less" {
+    local c="$(scratch)/c"
+    OMP_NUM_THREADS=1 run python3 "$REPO/06_offload/capacity.py" --budgets 8M --max-layers 16 --out "$c"
+    assert_success
+    # program -> params, from capacity.csv
+    params() { awk -F, -v p="$1" 'NR > 1 && $2 == p { print $6 }' "$c/capacity.csv"; }
+    [ "$(params 01)" -gt 0 ]
+    [ "$(params 06p)" -ge "$((10 * $(params 01)))" ]
+    [ "$(params 06)" -lt "$((10 * $(params 01)))" ]
+    assert_line --regexp "^capacity.py: budget 8.0 MiB: 06p trains (at least )?[0-9]+ layers.*, [0-9.]+x 01's$"
+    run --separate-stderr python3 "$REPO/06_offload/capacity.py" --budgets 8M --programs 01,07 --out "$c"
+    assert_equal "$status" 2
+    assert_equal "$stderr" "capacity.py: error: --programs: '07' is not a program (valid: 01, 06, 06p, comma-separated)"
 }

@@ -269,7 +269,7 @@ ring_sent_matches() {
     sent_matches
 }
 
-@test "06 --offload --offload-params, fp32 and bf16 (with offloaded checkpoints): the plan is memory.csv, two units' weights on the device, its PCIe bytes run.csv's" {
+@test "06 --offload --offload-params, fp32 and bf16 (with offloaded checkpoints, pp 2 x tp 2 under zb-h1, 3 replicas, tied, --dpu, and cp 2 x dp 2): the plan is memory.csv, two units' weights on the device, its PCIe bytes run.csv's" {
     planned 1 06_offload/train --offload --offload-params --layers 4 --micro 2
     sent_matches
     [ "$(awk -F, '$1 == 0 && $2 == "device" && $3 == "params" { print $4 }' "$RUN/memory.csv")" -lt \
@@ -278,6 +278,16 @@ ring_sent_matches() {
     sent_matches
     [ "$(awk -F, '$1 == 0 && $2 == "host" && $3 == "params" { print $4 }' "$RUN/memory.csv")" = \
         "$((2 * $(csv_column "$RUN/run.csv" params)))" ]
+    planned_split 4 06_offload/train "" --offload --offload-params --pp 2 --tp 2 --micro 2 --schedule zb-h1 --precision bf16
+    sent_matches
+    planned 3 06_offload/train --offload --offload-params --precision bf16 --micro 2 --batch 12 $ODD
+    sent_matches
+    planned 2 06_offload/train --offload --offload-params --tie-embeddings --precision bf16 --batch 12 $ODD
+    sent_matches
+    planned 2 06_offload/train --offload --offload-params --dpu --precision bf16 --batch 12 $ODD
+    sent_matches
+    planned_split 4 06_offload/train "" --offload --offload-params --cp 2 --dp 2 --precision bf16
+    sent_matches
 }
 
 @test "06 --offload over tp slices, pp x tp x dp and under zb-h1, and 06 without --offload (05's program): the plan is memory.csv" {

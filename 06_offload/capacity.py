@@ -150,13 +150,15 @@ def report(program, budget, best, capped, args, base=None):
 
 def main():
     parser = argparse.ArgumentParser(description="Largest model per device budget: chapter 01 against 06.")
+    parser.error = lambda message: fail(message)  # one line, exit 2: no usage block
     parser.add_argument("--budgets", default="8M,16M,32M", help="device budgets, comma-separated (K/M/G)")
     parser.add_argument("--dmodel", type=int, default=128)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--seq", type=int, default=32)
     parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
     parser.add_argument("--max-layers", type=int, default=256, help="the bisection's upper end")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"],
+                        help="the backend of every trial (default cpu)")
     parser.add_argument("--programs", default=",".join(PROGRAMS),
                         help="which to search, comma-separated: 01, 06 (--offload), 06p (--offload "
                              "--offload-params); default all")

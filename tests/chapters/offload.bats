@@ -307,6 +307,17 @@ EOF
     [ ! -e "$(scratch)/c" ]
 }
 
+@test "capacity.py refuses an unknown --device and a flag without its value in one line, exit 2, without argparse's usage block" {
+    run --separate-stderr python3 "$REPO/06_offload/capacity.py" --budgets 1M --device gpu --out "$(scratch)/c"
+    assert_equal "$status" 2
+    assert_equal "${#stderr_lines[@]}" 1 # (argparse words the choices its own way in each Python version)
+    [[ "$stderr" == "capacity.py: error: argument --device: invalid choice: 'gpu'"* ]]
+    run --separate-stderr python3 "$REPO/06_offload/capacity.py" --budgets
+    assert_equal "$status" 2
+    assert_equal "$stderr" "capacity.py: error: argument --budgets: expected one argument"
+    [ ! -e "$(scratch)/c" ]
+}
+
 @test "capacity.py names an --out it cannot write in one line, exit 2" {
     run --separate-stderr python3 "$REPO/06_offload/capacity.py" --budgets 8M --out /proc/x
     assert_equal "$status" 2

@@ -1,0 +1,76 @@
+#!/usr/bin/env bats
+# Expert parallelism in chapter 03 (--ep N, 03_model_parallel/expert_parallel.h):
+# each MoE block's experts split over N data-parallel ranks, the tokens sent
+# to their experts and back by two all-to-alls. Every layout gives 01's
+# losses and routing for the same MoE model (odd experts per rank, top-1 and
+# top-2, capacity drops, both all-to-alls, fp32 and bf16); bad layouts are
+# refused in one line.
+
+load ../helpers
+
+FLAGS="--device cpu --model tiny --steps 4 --batch 12 --sample 0 --quiet --eval-batches 1 --data $BATS_FILE_TMPDIR/corpus.txt"
+
+setup_file() {
+    cp "$REPO/course.md" "$BATS_FILE_TMPDIR/corpus.txt"
+}
+
+# ep_matches_01 NP "MOE FLAGS" "03 FLAGS": 03 on NP ranks with both gives 01's
+# losses (1e-4 relative), gradient norms, and every step's routing columns.
+ep_matches_01() {
+    local np="$1" moe="$2" layout="$3"
+    "$TRAIN01" $FLAGS $moe --out "$(scratch)/ref" >/dev/null
+    OMP_NUM_THREADS=1 mpirun_np "$np" "$TRAIN03" $FLAGS $moe $layout --out "$(scratch)/ep" >/dev/null
+    assert_losses_match "$(scratch)/ref" "$(scratch)/ep" 4
+    assert_column_match grad_norm "$(scratch)/ref" "$(scratch)/ep" 4
+    local E
+    E=$(sed -n 's/.*--experts \([0-9]*\).*/\1/p' <<<"$moe")
+    for column in aux_loss dropped $(seq -f 'tokens_e%g' 0 $((E - 1))); do
+        assert_equal "$column $(csv_column "$(scratch)/ep/steps.csv" $column | tr '\n' ' ')" \
+            "$column $(csv_column "$(scratch)/ref/steps.csv" $column | tr '\n' ' ')"
+    done
+}
+
+@test "03 --ep 2 on 2 ranks gives 01's losses and routing: 6 experts (3 a rank), top-2, capacity drops" {
+    ep_matches_01 2 "--experts 6 --top-k 2 --capacity-factor 0.75" "--dp 2 --ep 2"
+    [ "$(csv_column "$(scratch)/ref/steps.csv" dropped | paste -sd+ | bc)" -gt 0 ]
+}
+
+@test "03 --ep 3 on 3 ranks gives 01's losses and routing: 3 experts (1 a rank), top-1, capacity drops" {
+    ep_matches_01 3 "--experts 3 --top-k 1 --capacity-factor 1 --aux-loss-coef 0.1" "--dp 3 --ep 3"
+    [ "$(csv_column "$(scratch)/ref/steps.csv" dropped | paste -sd+ | bc)" -gt 0 ]
+}
+
+@test "03 --ep 2 inside --dp 4 with 3 micro-batches and the pairwise all-to-all gives 01's losses and routing (5 of 10 experts a rank, top-2, dropless)" {
+    ep_matches_01 4 "--experts 10 --top-k 2" "--dp 4 --ep 2 --micro 3 --alltoall pairwise"
+}
+
+@test "03 --ep 2 in bf16 follows 01 in bf16 within 5e-4" {
+    local moe="--experts 6 --top-k 2 --capacity-factor 1 --precision bf16"
+    "$TRAIN01" $FLAGS $moe --out "$(scratch)/ref" >/dev/null
+    OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN03" $FLAGS $moe --dp 2 --ep 2 --out "$(scratch)/ep" >/dev/null
+    assert_losses_within "$(scratch)/ref" "$(scratch)/ep" 4 5e-4
+}
+
+@test "expert parallelism refuses --ep without experts, N not dividing E or --dp, and the splits it does not join yet" {
+    assert_refusals 2 "$TRAIN03" "$FLAGS --steps 1" <<'EOF'
+--ep 2|--ep 2 splits the experts over ranks (valid: with --experts E)
+--experts 3 --dp 2 --ep 2|--ep 2 does not divide --experts 3 (valid: N dividing E, each rank E/N experts)
+--experts 6 --dp 2 --ep 3|--ep 3 does not divide --dp 2: the expert-parallel ranks are data-parallel replicas (valid: N dividing D)
+--experts 4 --ep 2|--experts in chapter 03 is written for data and expert parallelism only
+--experts 4 --mp tensor|--experts in chapter 03 is written for data and expert parallelism only
+--experts 4 --dp 1 --cp 2|--experts in chapter 03 is written for data and expert parallelism only
+--experts 4 --ep 0|--ep
+EOF
+    assert_equal "$refusals_checked" 7
+    assert_refusals 2 "$REPO/04_pipeline/train" "$FLAGS --steps 1" <<'EOF'
+--experts 4|--experts is not written for this chapter yet
+--experts 4 --ep 2|--ep
+EOF
+}
+
+@test "--help of 03 lists --ep and its all-to-all" {
+    run "$TRAIN03" --help
+    assert_success
+    assert_line --regexp "^  --ep N  +expert parallel: each MoE block's E experts split over N data-parallel ranks"
+    assert_line --regexp "^  --alltoall library\|pairwise  +.*--ep"
+}

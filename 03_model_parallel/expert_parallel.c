@@ -4,6 +4,7 @@
 #include "03_model_parallel/expert_parallel.h" /* 03: expert parallelism */
 
 #include "03_model_parallel/alltoall.h" /* 03: the pairwise all-to-all */
+#include "common/comm/grid.h" /* the process grid and its byte counters */
 #include "common/device/device.h"       /* mem_alloc, copies, streams, timers */
 #include "common/core/util.h"           /* fatal, xcalloc, exit codes */
 
@@ -125,6 +126,13 @@ static void ep_backward(int l, const MoeLayerActs *la, const float *dy, float *d
     unpack(x, la->count_h, x->recv, dxin);
 }
 
+/* comm_split_by's color: replica d is rank d mod N of group d / N. */
+static int ep_color(const void *ctx, int d, int *key) {
+    int N = *(const int *)ctx;
+    *key = d % N;
+    return d / N;
+}
+
 void expert_parallel_create(ExpertParallel *x, GPT *m, CommGroup *dp_group, const ExpertParallelFlags *f,
                             const ModelParallelFlags *mp, int B, double *comm_ms) {
     memset(x, 0, sizeof *x);
@@ -132,8 +140,8 @@ void expert_parallel_create(ExpertParallel *x, GPT *m, CommGroup *dp_group, cons
     int N = f->ep, T = c->seq, pairwise = strcmp(mp->alltoall, "pairwise") == 0;
     x->size = N;
     if (N <= 1 || !c->moe.experts) return;
-    int d = comm_rank(dp_group);
-    x->group = comm_split(dp_group, d / N, d % N); /* replicas gN .. gN + N - 1 */
+    x->group = comm_split_by(dp_group, ep_color, &N); /* replicas gN .. gN + N - 1 */
+    comm_group_count_into(x->group, GRID_COUNTER_EP); /* run.csv's bytes_ep_per_step (grid.h) */
     x->comm_ms = comm_ms;
     x->rank = comm_rank(x->group);
     x->count = c->moe.experts / x->size;

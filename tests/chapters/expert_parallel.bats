@@ -3,8 +3,9 @@
 # each MoE block's experts split over N data-parallel ranks, the tokens sent
 # to their experts and back by two all-to-alls. Every layout gives 01's
 # losses and routing for the same MoE model (odd experts per rank, top-1 and
-# top-2, capacity drops, both all-to-alls, fp32 and bf16); bad layouts are
-# refused in one line.
+# top-2, capacity drops, both all-to-alls, fp32 and bf16); the all-to-alls'
+# bytes are run.csv's bytes_ep_per_step, by the formula; bad layouts are
+# refused in one line. (The planner's equality: tests/tools/plan.bats.)
 
 load ../helpers
 
@@ -73,4 +74,20 @@ EOF
     assert_success
     assert_line --regexp "^  --ep N  +expert parallel: each MoE block's E experts split over N data-parallel ranks"
     assert_line --regexp "^  --alltoall library\|pairwise  +.*--ep"
+}
+
+@test "run.csv's bytes_ep_per_step is the all-to-alls' formula, with either all-to-all, and the ep bytes count on no other axis" {
+    # per step, every rank together: ranks x micro-batches x MoE blocks x (N-1) x (4 all-to-alls of
+    # rows x C floats + the counts, E/N floats); rows = min(B T min(K, E/N), E/N x B min(ceil(F T K / E), T))
+    local moe="--experts 6 --top-k 2 --capacity-factor 1.25 --batch 8 --micro 2" all
+    for all in library pairwise; do
+        OMP_NUM_THREADS=1 mpirun_np 4 "$TRAIN03" $FLAGS $moe --dp 4 --ep 2 --alltoall $all --out "$(scratch)/$all" >/dev/null
+        # B = 1, T = 64: capacity ceil(1.25 x 64 x 2 / 6) = 27, rows = min(1 x 64 x 2, 3 x 1 x 27) = 81
+        assert_equal "$all $(csv_column "$(scratch)/$all/run.csv" bytes_ep_per_step)" \
+            "$all $((4 * 2 * 2 * 1 * (4 * 81 * 64 * 4 + 3 * 4)))"
+    done
+    # and the replicas' gradient sum is dp's alone, the same with and without --ep
+    OMP_NUM_THREADS=1 mpirun_np 4 "$TRAIN03" $FLAGS $moe --dp 4 --out "$(scratch)/dp" >/dev/null
+    assert_equal "$(csv_column "$(scratch)/library/run.csv" bytes_dp_per_step)" "$(csv_column "$(scratch)/dp/run.csv" bytes_dp_per_step)"
+    assert_equal "$(csv_column "$(scratch)/dp/run.csv" bytes_ep_per_step)" 0
 }

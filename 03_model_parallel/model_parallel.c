@@ -56,8 +56,8 @@ const Flag model_parallel_flags[] = {
              "(default {default})"},
     {"--alltoall", FLAG_CHOICE, FIELD(ModelParallelFlags, alltoall), .choices = "library|pairwise",
      .noun = "all-to-all", .def = "library", .usage = "--alltoall library|pairwise",
-     .help = "ulysses and --ep: the library's all-to-all or the course's own, pairwise\n"
-             "on point-to-point messages (default {default})"},
+     .help = "ulysses (and chapter 03's --ep): the library's all-to-all or the course's\n"
+             "own, pairwise on point-to-point messages (default {default})"},
     {0},
 };
 

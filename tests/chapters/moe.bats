@@ -223,12 +223,16 @@ refused() {
     refused --experts 3 --recompute "--recompute with --experts is not written yet: the experts' values are not recomputed (valid: one of them)"
 }
 
-@test "chapters 04-06 refuse --experts in one line" {
+@test "chapters 04-06 refuse --experts in one line, and their --help does not list the expert flags" {
     local chapter
     for chapter in 04_pipeline 05_zero 06_offload; do
         run --separate-stderr "$REPO/$chapter/train" $FLAGS --experts 3 --out "$(scratch)/$chapter"
         assert_failure 2
         assert_equal "$stderr" "error: $chapter/train: --experts is not written for this chapter yet (valid: 01_single_gpu, 02_data_parallel and 03_model_parallel train the mixture of experts)"
+        run "$REPO/$chapter/train" --help
+        assert_success
+        assert_output --partial "--dp"
+        refute_output --regexp "--experts|--top-k|--moe-every|--aux-loss-coef|--capacity-factor"
     done
 }
 

@@ -114,6 +114,7 @@ static void ep_backward(int l, const MoeLayerActs *la, const float *dy, float *d
     ExpertParallelLayer *xl = &x->layer[l];
     size_t C = x->C, blk = expert_parallel_block_rows(&m->cfg.moe, x->size, B, T);
     x->block_rows = blk;
+    for (int i = 0; i < x->size * x->count; i++) x->rows_computed += xl->rows[i]; /* the step's load */
     /* the outputs' gradients to the experts' ranks */
     pack(x, la->count_h, dy);
     exchange(x, x->send, x->y, blk * C);
@@ -190,4 +191,11 @@ void expert_parallel_destroy(ExpertParallel *x, GPT *m) {
     free(x->counts_h);
     comm_group_free(x->group);
     memset(x, 0, sizeof *x);
+}
+
+void expert_parallel_load(ExpertParallel *x, CommGroup *world, double load[2]) {
+    double rows = x->rows_computed;
+    x->rows_computed = 0.0;
+    load[0] = comm_allreduce_double(world, rows, 1);
+    load[1] = comm_allreduce_double(world, rows, 0) / comm_size(world);
 }

@@ -89,6 +89,7 @@ typedef struct {
     float *counts_send, *counts_recv; /* (E) device: row counts per expert, as floats */
     float *counts_h;                  /* (E) host */
     double *comm_ms;                  /* where the all-to-alls' time is added */
+    double rows_computed; /* rows this rank's experts computed in backwards since the last report */
     double bytes_sent;                /* bytes this rank sent in them */
 } ExpertParallel;
 
@@ -102,5 +103,11 @@ size_t expert_parallel_block_rows(const MoeConfig *moe, int ranks, int B, int T)
 void expert_parallel_create(ExpertParallel *x, GPT *m, CommGroup *dp_group, const ExpertParallelFlags *f,
                             const ModelParallelFlags *mp, int B, double *comm_ms);
 void expert_parallel_destroy(ExpertParallel *x, GPT *m);
+/* The load: the rows each rank's experts computed since the last call (every
+ * MoE block and micro-batch of the steps' backwards: evaluation's forwards are
+ * not counted), their most over the ranks of world in load[0] and their mean
+ * in load[1] (max / mean: the imbalance; 0 without --ep). Collective over
+ * world. */
+void expert_parallel_load(ExpertParallel *x, CommGroup *world, double load[2]);
 
 #endif

@@ -62,6 +62,8 @@ static void check_flags(const Config *cfg, const void *values) {
  * before it and adds its own), and what else it reports. */
 static const RunColumn columns[] = {
     {"idle_fraction", "%.4f"}, /* 1 - the ranks' busy time over ranks x the step (busy.csv) */
+    {"ep_rows_max", "%.0f"},   /* --ep: the most rows one rank's experts computed in the step */
+    {"ep_rows_mean", "%.1f"},  /* and the ranks' mean: max / mean is the load imbalance */
     {0},
 };
 static const RunSpec spec = {
@@ -171,6 +173,7 @@ int main(int argc, char **argv) {
         /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
         int evaluate = run_step_done(&run, &s);
         s.columns[0] = run_log_busy(&run, &s, par.comm_ms); /* idle_fraction */
+        expert_parallel_load(&experts, run.world, &s.columns[1]); /* ep_rows_max, ep_rows_mean */
         if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
             data_parallel_check_replicas(&replicas, half ? mixed->master : held->params, step + 1);
         if (evaluate) s.rec.val_loss = model_parallel_evaluate(&par, &run.data, &cfg, grid.d, B);

@@ -452,7 +452,7 @@ static void print_traffic(const PlanDryRank *r, int offload) {
             double calls = g->calls[k][a], bytes = g->bytes[k][a];
             if (bytes <= 0 || bytes == kind[k]) continue; /* all of it on one axis: said below the axes */
             printf("  of the %s, %.0f on the %s axis in %.0f call%s\n", comm_kind_name((CommKind)k), bytes,
-                   grid_axis_name((GridAxisId)a), calls, calls == 1 ? "" : "s");
+                   grid_counter_name(a), calls, calls == 1 ? "" : "s");
         }
     if (offload)
         printf("  %-16s %14.0f\n  %-16s %14.0f\n", "device to host", r->to_host, "host to device", r->to_device);

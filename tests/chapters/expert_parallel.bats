@@ -91,3 +91,23 @@ EOF
     assert_equal "$(csv_column "$(scratch)/library/run.csv" bytes_dp_per_step)" "$(csv_column "$(scratch)/dp/run.csv" bytes_dp_per_step)"
     assert_equal "$(csv_column "$(scratch)/dp/run.csv" bytes_ep_per_step)" 0
 }
+
+@test "steps.csv's ep_rows_max and ep_rows_mean are each rank's expert rows a step: the mean over 4 ranks is the routing's total, evaluation not counted" {
+    OMP_NUM_THREADS=1 mpirun_np 4 "$TRAIN03" $FLAGS --experts 6 --top-k 2 --capacity-factor 1.25 --dp 4 --ep 2 \
+        --eval-every 1 --out "$(scratch)/ep" >/dev/null
+    run python3 - "$(scratch)/ep/steps.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 4, len(rows)
+for r in rows:
+    total = sum(float(r[f"tokens_e{e}"]) for e in range(6))  # every choice computed, all ranks together
+    most, mean = float(r["ep_rows_max"]), float(r["ep_rows_mean"])
+    assert abs(4 * mean - total) <= 4 * 0.05 + 1e-9 and total > 0, (r["step"], most, mean, total)  # mean: %.1f
+    assert mean <= most <= 4 * mean, (r["step"], most, mean)
+print("ok", rows[-1]["ep_rows_max"], rows[-1]["ep_rows_mean"])
+PY
+    assert_success
+    # without --ep the columns are 0
+    OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN03" $FLAGS --experts 6 --dp 2 --out "$(scratch)/dp" >/dev/null
+    assert_equal "$(csv_column "$(scratch)/dp/steps.csv" ep_rows_max | sort -u)" 0
+}

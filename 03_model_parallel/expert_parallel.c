@@ -4,7 +4,7 @@
 #include "03_model_parallel/expert_parallel.h" /* 03: expert parallelism */
 
 #include "03_model_parallel/alltoall.h" /* 03: the pairwise all-to-all */
-#include "common/comm/grid.h" /* the process grid and its byte counters */
+#include "common/comm/grid.h"           /* the process grid and its byte counters */
 #include "common/device/device.h"       /* mem_alloc, copies, streams, timers */
 #include "common/core/util.h"           /* fatal, xcalloc, exit codes */
 
@@ -54,7 +54,6 @@ static void exchange(ExpertParallel *x, const float *send, float *recv, size_t c
     else
         comm_alltoall_typed(x->group, send, recv, count, COMM_F32, NULL);
     *x->comm_ms += wall_ms() - start;
-    x->bytes_sent += (double)(x->size - 1) * count * sizeof(float);
 }
 
 /* The first row of rank j's experts in rows grouped by expert, and their number. */

@@ -90,7 +90,6 @@ typedef struct {
     float *counts_h;                  /* (E) host */
     double *comm_ms;                  /* where the all-to-alls' time is added */
     double rows_computed; /* rows this rank's experts computed in backwards since the last report */
-    double bytes_sent;                /* bytes this rank sent in them */
 } ExpertParallel;
 
 /* Rows per all-to-all block for a micro-batch of B sequences of T tokens. */

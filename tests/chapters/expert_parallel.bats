@@ -36,8 +36,8 @@ ep_matches_01() {
     [ "$(csv_column "$(scratch)/ref/steps.csv" dropped | paste -sd+ | bc)" -gt 0 ]
 }
 
-@test "03 --ep 3 on 3 ranks gives 01's losses and routing: 3 experts (1 a rank), top-1, capacity drops" {
-    ep_matches_01 3 "--experts 3 --top-k 1 --capacity-factor 1 --aux-loss-coef 0.1" "--dp 3 --ep 3"
+@test "03 --ep 3 on 3 ranks with overlapped buckets gives 01's losses and routing: 3 experts (1 a rank), top-1, capacity drops" {
+    ep_matches_01 3 "--experts 3 --top-k 1 --capacity-factor 1 --aux-loss-coef 0.1" "--dp 3 --ep 3 --dp-mode overlap --bucket-mb 0.05"
     [ "$(csv_column "$(scratch)/ref/steps.csv" dropped | paste -sd+ | bc)" -gt 0 ]
 }
 
@@ -110,4 +110,18 @@ PY
     # without --ep the columns are 0
     OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN03" $FLAGS --experts 6 --dp 2 --out "$(scratch)/dp" >/dev/null
     assert_equal "$(csv_column "$(scratch)/dp/steps.csv" ep_rows_max | sort -u)" 0
+}
+
+@test "03 --ep resumes its own checkpoint on the uninterrupted run's losses, and 01 resumes it too" {
+    local moe="--experts 4 --top-k 2 --capacity-factor 1" d
+    d="$(scratch)"
+    OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN03" $FLAGS $moe --dp 2 --ep 2 --out "$d/full" >/dev/null
+    OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN03" $FLAGS $moe --dp 2 --ep 2 --stop-after 2 --save "$d/ck" --out "$d/first" >/dev/null
+    OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN03" $FLAGS $moe --dp 2 --ep 2 --resume "$d/ck" --out "$d/second" >/dev/null
+    "$TRAIN01" $FLAGS $moe --resume "$d/ck" --out "$d/single" >/dev/null
+    for run in second single; do
+        run paste -d, <(csv_column "$d/full/steps.csv" loss | tail -2) <(csv_column "$d/$run/steps.csv" loss)
+        assert_equal "$(grep -c '[0-9],[0-9]' <<<"$output")" 2
+        awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) { print; bad = 1 } } END { exit bad }' <<<"$output"
+    done
 }

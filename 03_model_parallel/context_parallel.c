@@ -31,7 +31,7 @@ void context_parallel_describe(char *text, size_t size, int N, int zigzag) {
 void context_parallel_check_given(const Config *cfg, int cp) {
     static const char *const shaping[] = {"--cp-order", "--cp-send", "--cp-mode", "--alltoall"};
     for (int i = 0; cp == 1 && i < (int)(sizeof shaping / sizeof shaping[0]); i++)
-        if (flag_given(cfg, shaping[i]))
+        if (flag_given(cfg, shaping[i]) && !(strcmp(shaping[i], "--alltoall") == 0 && flag_given(cfg, "--ep")))
             fatal(EXIT_USAGE, "%s shapes context parallelism, which --cp 1 does not use (valid: with --cp 2 or more)",
                   shaping[i]);
 }

@@ -56,8 +56,8 @@ const Flag model_parallel_flags[] = {
              "(default {default})"},
     {"--alltoall", FLAG_CHOICE, FIELD(ModelParallelFlags, alltoall), .choices = "library|pairwise",
      .noun = "all-to-all", .def = "library", .usage = "--alltoall library|pairwise",
-     .help = "ulysses: the library's all-to-all or the course's own, pairwise on\n"
-             "point-to-point messages (default {default})"},
+     .help = "ulysses (and chapter 03's --ep): the library's all-to-all or the course's\n"
+             "own, pairwise on point-to-point messages (default {default})"},
     {0},
 };
 
@@ -85,7 +85,7 @@ void model_parallel_check_flags(const Config *cfg, const ModelParallelFlags *f) 
     }
     int mp_size = ranks / (dp * cp); /* ranks per copy of the model */
     ulysses_check_flags(&cfg->model, cp, strcmp(f->mp, "tensor") == 0 ? mp_size : 1, f->cp_mode,
-                        flag_given(cfg, "--alltoall"), flag_given(cfg, "--cp-send"));
+                        flag_given(cfg, "--alltoall") && !flag_given(cfg, "--ep"), flag_given(cfg, "--cp-send"));
     if (f->sp) {
         if (strcmp(f->mp, "tensor") != 0)
             fatal(EXIT_USAGE,
@@ -274,6 +274,7 @@ GradShards model_parallel_grad_shards(ModelParallel *p, CommGroup *world) {
 void model_parallel_begin_step(ModelParallel *p, int step) {
     p->comm_ms = 0.0;
     p->tied_fresh = 0; /* updated since the last send */
+    p->acts.moe.stats = (MoeStats){0}; /* --experts: what this step's forwards route (moe.h) */
     if (p->cp.size > 1) context_parallel_begin_step(&p->cp, step);
 }
 

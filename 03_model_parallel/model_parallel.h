@@ -112,7 +112,8 @@ void model_parallel_split_sequences(ModelParallel *p, const Config *cfg, const M
                                     CommGroup *cp_group, int B, char *layout, size_t layout_size);
 /* With --cp, the ring's timeline.csv (all ranks call it). */
 void model_parallel_destroy(ModelParallel *p, const Config *cfg);
-/* A training step begins: comm_ms from 0, the ring's timeline (--cp) from now, as step `step`. */
+/* A training step begins: comm_ms and the routing's counts (--experts) from 0, the ring's
+ * timeline (--cp) from now, as step `step`. */
 void model_parallel_begin_step(ModelParallel *p, int step);
 
 /* Where a micro-batch's tokens and targets go on this rank. */

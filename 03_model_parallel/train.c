@@ -22,6 +22,7 @@
 #include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
 #include "common/model/model.h" /* GPT, its forward and backward */
 #include "03_model_parallel/model_parallel.h" /* 03: one model held by a group of ranks */
+#include "03_model_parallel/expert_parallel.h" /* 03: experts split over ranks (--ep) */
 #include "common/model/optim.h" /* AdamW and the learning-rate schedule */
 #include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
 #include "common/core/util.h" /* fatal, log_info, exit codes, flag parsing */
@@ -38,10 +39,12 @@
 typedef struct {
     DataParallelFlags data;   /* --dp-mode, --allreduce, --bucket-mb, ... (data_parallel.h) */
     ModelParallelFlags model; /* --mp, --split, --tp, --dp, --sp, --cp, ... (model_parallel.h) */
+    ExpertParallelFlags experts; /* --ep (expert_parallel.h) */
 } Flags;
 static const Flag flag_rows[] = {
     FLAG_ROWS_AT(Flags, data, data_parallel_flags),
     FLAG_ROWS_AT(Flags, model, model_parallel_flags),
+    FLAG_ROWS_AT(Flags, experts, expert_parallel_flags),
     {0},
 };
 static void effective_flags(const Config *cfg, void *values) {
@@ -51,6 +54,7 @@ static void effective_flags(const Config *cfg, void *values) {
 static void check_flags(const Config *cfg, const void *values) {
     const Flags *f = values;
     model_parallel_check_flags(cfg, &f->model);
+    expert_parallel_check_flags(cfg, &f->experts, &f->model);
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
@@ -58,6 +62,8 @@ static void check_flags(const Config *cfg, const void *values) {
  * before it and adds its own), and what else it reports. */
 static const RunColumn columns[] = {
     {"idle_fraction", "%.4f"}, /* 1 - the ranks' busy time over ranks x the step (busy.csv) */
+    {"ep_rows_max", "%.0f"},   /* --ep: the most rows one rank's experts computed in the step */
+    {"ep_rows_mean", "%.1f"},  /* and the ranks' mean: max / mean is the load imbalance */
     {0},
 };
 static const RunSpec spec = {
@@ -66,6 +72,7 @@ static const RunSpec spec = {
     .flags = {.flags = flag_rows, .effective = effective_flags, .check = check_flags, .multi_rank = 1},
     .columns = columns,
     .comm_busy = 1,
+    .experts = 1,
     .axis_bytes = 1,
     .barrier_each_step = 1,
     .busy_csv = 1,
@@ -105,6 +112,8 @@ int main(int argc, char **argv) {
     DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
     data_parallel_create(&replicas, dp, grid.weight_group, held, mixed, cfg.precision); /* and over cp */
     par.unit_final_context = &replicas; /* overlap: a bucket goes once its units' gradients are final */
+    ExpertParallel experts; /* --ep: each MoE block's experts over N replicas (expert_parallel.h) */
+    expert_parallel_create(&experts, held, grid.dp_group, &flags.experts, &flags.model, B, &par.comm_ms);
 
     ckpt_layout_init(&run.ckpt, "%s: %s, dp %d", PROGRAM, layout, grid.dp); /* replica d writes share d */
     model_parallel_checkpoint_layout(&par, &opt, grid.d, grid.dp, &run.ckpt);
@@ -147,6 +156,7 @@ int main(int argc, char **argv) {
         /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
         par.comm_ms += data_parallel_sum_gradients(&replicas, &s.comm_busy_ms);
         s.rec.comm_ms = par.comm_ms;
+        s.moe = par.acts.moe.stats; /* --experts: what this step's forwards routed (moe.h) */
         s.rec.loss = comm_allreduce_double(run.world, loss_sum, 0) / run.tokens_per_step;
         check_loss_finite(s.rec.loss, step + 1);
 
@@ -163,6 +173,7 @@ int main(int argc, char **argv) {
         /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
         int evaluate = run_step_done(&run, &s);
         s.columns[0] = run_log_busy(&run, &s, par.comm_ms); /* idle_fraction */
+        expert_parallel_load(&experts, run.world, &s.columns[1]); /* ep_rows_max, ep_rows_mean */
         if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
             data_parallel_check_replicas(&replicas, half ? mixed->master : held->params, step + 1);
         if (evaluate) s.rec.val_loss = model_parallel_evaluate(&par, &run.data, &cfg, grid.d, B);
@@ -176,6 +187,7 @@ int main(int argc, char **argv) {
     run_finish(&run, table.num_params, NULL, NULL, "%.1f MiB sent by rank 0 | CSVs in %s",
                comm_bytes_sent() / BYTES_PER_MIB, cfg.out);
 
+    expert_parallel_destroy(&experts, held);
     data_parallel_destroy(&replicas);
     adamw_destroy(&opt);
     model_parallel_destroy(&par, &cfg);

@@ -230,7 +230,7 @@ double comm_bytes_sent(void);
  * axis's group with the axis, grid.h, so that a run can say how many bytes
  * each axis sent). -1: no counter (the default). comm_group_counter says a
  * group's, for a duplicate made of it. */
-enum { COMM_COUNTERS = 4 };
+enum { COMM_COUNTERS = 5 }; /* the grid's four axes and expert parallelism's group (grid.h) */
 void comm_group_count_into(CommGroup *g, int counter);
 int comm_group_counter(const CommGroup *g);
 

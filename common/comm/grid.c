@@ -108,7 +108,7 @@ void grid_create(ProcessGrid *g, CommGroup *world, GridShape shape) {
     comm_group_count_into(g->weight_group, GRID_DP); /* the gradient sum over the replicas (and cp) */
 }
 
-_Static_assert((int)GRID_AXES <= (int)COMM_COUNTERS, "a counter of bytes per axis (comm.h)");
+_Static_assert((int)GRID_COUNTERS <= (int)COMM_COUNTERS, "a counter of bytes per axis, and ep's (comm.h)");
 
 void grid_destroy(ProcessGrid *g) {
     comm_group_free(g->weight_group);

@@ -44,6 +44,15 @@ static inline const char *grid_axis_name(GridAxisId a) {
     static const char *const names[GRID_AXES] = {"dp", "pp", "cp", "tp"};
     return a >= 0 && a < GRID_AXES ? names[a] : "?";
 }
+/* The byte counters a run reports (run.csv's bytes_AXIS_per_step): the four
+ * axes, then "ep", expert parallelism's all-to-alls. Its group is not an axis
+ * of the grid but a part of the dp axis (03_model_parallel/expert_parallel.h:
+ * replicas gN .. gN+N-1), counted apart because its bytes are not the
+ * gradients' sum. */
+enum { GRID_COUNTER_EP = GRID_AXES, GRID_COUNTERS };
+static inline const char *grid_counter_name(int c) {
+    return c == GRID_COUNTER_EP ? "ep" : grid_axis_name((GridAxisId)c);
+}
 
 typedef struct {
     const char *name; /* "dp", "pp", "cp", "tp" */

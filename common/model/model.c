@@ -520,6 +520,55 @@ static Expert expert_of(float *const *w, int e, int C) {
                     w[BLOCK_FCPROJB] + e * (size_t)C};
 }
 
+void gpt_experts_forward(const GPT *m, int l, int first, int count, const int *rows, const float *xin,
+                         float *fch, float *gelu, float *y) {
+    int C = m->cfg.dmodel;
+    float **w = m->w.block[l];
+    size_t R = 0;
+    for (int i = 0; i < count; R += rows[i++]) {
+        if (!rows[i]) continue;
+        Expert x = expert_of(w, first + i, C);
+        gpt_linear_forward(m, fch + R * 4 * C, xin + R * C, x.fcw, x.fcb, rows[i], C, 4 * C);
+    }
+    ops()->gelu_forward(gelu, fch, R * 4 * C);
+    R = 0;
+    for (int i = 0; i < count; R += rows[i++]) {
+        if (!rows[i]) continue;
+        Expert x = expert_of(w, first + i, C);
+        gpt_linear_forward(m, y + R * C, gelu + R * 4 * C, x.fcprojw, x.fcprojb, rows[i], 4 * C, C);
+    }
+}
+
+void gpt_experts_backward(const GPT *m, int l, int first, int count, const int *rows, const float *xin,
+                          const float *fch, const float *dy, float *gelu, float *dgelu, float *dfch,
+                          float *dxin) {
+    const KernelOps *k = ops();
+    int C = m->cfg.dmodel;
+    float **w = m->w.block[l], **g = m->g.block[l];
+    size_t R = 0;
+    for (int i = 0; i < count; i++) R += rows[i];
+    /* GELU recomputed, as the dense backward does */
+    k->gelu_forward(gelu, fch, R * 4 * C);
+    k->fill_zero(dgelu, R * 4 * C);
+    k->fill_zero(dfch, R * 4 * C);
+    k->fill_zero(dxin, R * C);
+    R = 0;
+    for (int i = 0; i < count; R += rows[i++]) {
+        if (!rows[i]) continue;
+        Expert x = expert_of(w, first + i, C), dx = expert_of(g, first + i, C);
+        gpt_linear_backward(m, dgelu + R * 4 * C, dx.fcprojw, dx.fcprojb, dy + R * C, gelu + R * 4 * C,
+                            x.fcprojw, rows[i], 4 * C, C);
+    }
+    k->gelu_backward(dfch, fch, dgelu, R * 4 * C);
+    R = 0;
+    for (int i = 0; i < count; R += rows[i++]) {
+        if (!rows[i]) continue;
+        Expert x = expert_of(w, first + i, C), dx = expert_of(g, first + i, C);
+        gpt_linear_backward(m, dxin + R * C, dx.fcw, dx.fcb, dfch + R * 4 * C, xin + R * C, x.fcw, rows[i],
+                            C, 4 * C);
+    }
+}
+
 static void moe_forward(const GPT *m, Activations *a, Scratch *s, int l, const float *ln2, float *out, int B,
                         int T) {
     const KernelOps *k = ops();
@@ -549,21 +598,12 @@ static void moe_forward(const GPT *m, Activations *a, Scratch *s, int l, const f
             half_matmul_grow_cpu((HalfMatmul)which, most, 4 * C, C);
         }
     }
-    /* dispatch, each expert on its rows, combine */
+    /* dispatch, each expert on its rows (here, or on the ranks holding them), combine */
     k->moe_gather(la->xin, ln2, la->src, la->rows, C);
-    for (int e = 0, row = 0; e < E; row += la->count_h[e++]) {
-        if (!la->count_h[e]) continue;
-        Expert x = expert_of(w, e, C);
-        gpt_linear_forward(m, la->fch + (size_t)row * 4 * C, la->xin + (size_t)row * C, x.fcw, x.fcb,
-                           la->count_h[e], C, 4 * C);
-    }
-    k->gelu_forward(ms->gelu, la->fch, (size_t)la->rows * 4 * C);
-    for (int e = 0, row = 0; e < E; row += la->count_h[e++]) {
-        if (!la->count_h[e]) continue;
-        Expert x = expert_of(w, e, C);
-        gpt_linear_forward(m, la->y + (size_t)row * C, ms->gelu + (size_t)row * 4 * C, x.fcprojw, x.fcprojb,
-                           la->count_h[e], 4 * C, C);
-    }
+    if (m->experts)
+        m->experts->forward(l, la, B, T, m->experts->context);
+    else
+        gpt_experts_forward(m, l, 0, E, la->count_h, la->xin, la->fch, ms->gelu, la->y);
     k->moe_combine(out, la->y, la->pos, la->gate, N, K, C);
 }
 
@@ -580,25 +620,12 @@ static void moe_backward(const GPT *m, Activations *a, Scratch *s, int l, const 
     k->fill_zero(ms->dy, R * C);
     k->fill_zero(ms->dgate, NK);
     k->moe_combine_backward(ms->dy, ms->dgate, dout, la->y, la->pos, la->gate, N, K, C);
-    /* each expert's two layers (GELU recomputed, as the dense backward does) */
-    k->gelu_forward(ms->gelu, la->fch, R * 4 * C);
-    k->fill_zero(ms->dgelu, R * 4 * C);
-    k->fill_zero(ms->dfch, R * 4 * C);
-    k->fill_zero(ms->dxin, R * C);
-    for (int e = 0, row = 0; e < E; row += la->count_h[e++]) {
-        if (!la->count_h[e]) continue;
-        Expert x = expert_of(w, e, C), dx = expert_of(g, e, C);
-        gpt_linear_backward(m, ms->dgelu + (size_t)row * 4 * C, dx.fcprojw, dx.fcprojb,
-                            ms->dy + (size_t)row * C, ms->gelu + (size_t)row * 4 * C, x.fcprojw,
-                            la->count_h[e], 4 * C, C);
-    }
-    k->gelu_backward(ms->dfch, la->fch, ms->dgelu, R * 4 * C);
-    for (int e = 0, row = 0; e < E; row += la->count_h[e++]) {
-        if (!la->count_h[e]) continue;
-        Expert x = expert_of(w, e, C), dx = expert_of(g, e, C);
-        gpt_linear_backward(m, ms->dxin + (size_t)row * C, dx.fcw, dx.fcb, ms->dfch + (size_t)row * 4 * C,
-                            la->xin + (size_t)row * C, x.fcw, la->count_h[e], C, 4 * C);
-    }
+    /* each expert's two layers (here, or on the ranks holding them) */
+    if (m->experts)
+        m->experts->backward(l, la, ms->dy, ms->dxin, B, T, m->experts->context);
+    else
+        gpt_experts_backward(m, l, 0, E, la->count_h, la->xin, la->fch, ms->dy, ms->gelu, ms->dgelu, ms->dfch,
+                             ms->dxin);
     /* dispatch's backward: each token's rows summed back */
     k->moe_scatter_add(dln, ms->dxin, la->pos, N, K, C);
     /* the router, through the routing's gradient on the host */

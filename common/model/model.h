@@ -86,6 +86,20 @@ typedef struct VocabSplit {
     void *context;
 } VocabSplit;
 
+/* Optional: an MoE block's experts computed elsewhere (expert parallelism,
+ * 03_model_parallel/expert_parallel.h). model.c routes the tokens and
+ * gathers them into rows grouped by expert (la->xin, la->count_h); forward
+ * fills la->y with the experts' outputs for those rows, which model.c then
+ * combines. backward takes dL/d(la->y) (dy) and leaves dL/d(la->xin) in dxin,
+ * adding the gradients of the experts this rank holds. Both compute the
+ * experts with gpt_experts_forward and gpt_experts_backward (below). */
+typedef struct ExpertSplit {
+    void (*forward)(int layer, MoeLayerActs *la, int B, int T, void *context);
+    void (*backward)(int layer, const MoeLayerActs *la, const float *dy, float *dxin, int B, int T,
+                     void *context);
+    void *context;
+} ExpertSplit;
+
 typedef struct {
     ParamTable table; /* names, shapes, offsets and units of the whole model */
     /* The table's, repeated here because every chapter reads them. */
@@ -121,6 +135,8 @@ typedef struct {
     const SequenceSplit *sequence;
     /* NULL: this model holds every vocabulary row of wte and the head. */
     const VocabSplit *vocab;
+    /* NULL: every MoE block computes all its experts here. */
+    const ExpertSplit *experts;
 } GPT;
 
 /* Forward values kept for the backward pass: one set per micro-batch in flight.
@@ -452,6 +468,19 @@ void gpt_linear_backward_input(const GPT *m, float *dinp, const float *dout, con
                                int C, int OC);
 void gpt_linear_backward_weight(const GPT *m, float *dweight, float *dbias, const float *dout,
                                 const float *inp, int N, int C, int OC);
+
+/* ---- an MoE block's experts ----
+ * Experts first .. first + count - 1 of block l on rows grouped by expert:
+ * rows[i] rows of expert first + i, one after the other, from xin (R, C),
+ * R the sum of rows. Forward: fch (R, 4C) kept for the backward, y (R, C),
+ * gelu (R, 4C) scratch. Backward: from dy (R, C), dxin (R, C) written (not
+ * added to) and the experts' weight gradients added into m->grads; gelu,
+ * dgelu, dfch (R, 4C) scratch. */
+void gpt_experts_forward(const GPT *m, int l, int first, int count, const int *rows, const float *xin,
+                         float *fch, float *gelu, float *y);
+void gpt_experts_backward(const GPT *m, int l, int first, int count, const int *rows, const float *xin,
+                          const float *fch, const float *dy, float *gelu, float *dgelu, float *dfch,
+                          float *dxin);
 
 /* Row `row` of the B x T tokens' logits from the last forward (with the head
  * in pieces, a row of another piece than the last is computed again from

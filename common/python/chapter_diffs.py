@@ -47,9 +47,10 @@ BUDGET = {"removed": 30, "added": 150}
 EXCEPTIONS = {
     "03_model_parallel": (75, 150, "the model is split: 02's whole model, activations and scratch become this rank's "
                                    "part (model_parallel.h), so every call of the step that took them changes"),
-    "04_pipeline": (95, 150, "the micro-batch loop becomes the loop over the stage's actions (pipeline_run_action), "
+    "04_pipeline": (106, 150, "the micro-batch loop becomes the loop over the stage's actions (pipeline_run_action), "
                              "03's ModelParallel becomes the stage with its schedule and its reports, and 03's "
-                             "optimizer and all-reduce calls the stage's replicas' (stage_replicas.h)"),
+                             "optimizer and all-reduce calls the stage's replicas' (stage_replicas.h); 03's "
+                             "expert parallelism (--ep and its load columns, 12 lines) is not kept by 04 yet"),
 }
 MARK = re.compile(r"(<!-- chapter diff (\d\d) -->\n)(.*?)(<!-- end chapter diff \2 -->)", re.S)
 

@@ -426,9 +426,11 @@ static void set_defaults(Config *c, const char *program, const ChapterFlags *cha
 
 /* One table's part of --help: headings, and each flag's usage in a column
  * of 27, its text beside it (continuation lines under the text). */
-static void print_rows(const Flag *rows, const void *defaults, int kind) {
+/* experts 0: the program does not train --experts (ChapterFlags.experts), which it
+ * refuses in one line (check_expert_flags); its help does not list their rows. */
+static void print_rows(const Flag *rows, const void *defaults, int kind, int experts) {
     for (const Flag *f = rows; is_row(f); f++) {
-        if (!takes(f, kind)) continue;
+        if (!takes(f, kind) || (!experts && f->record == FLAG_RECORDED_WITH_EXPERTS)) continue;
         if (f->type == FLAG_SECTION) {
             printf("\n%s\n", f->help);
             continue;
@@ -461,8 +463,9 @@ void config_print_help(const char *program, const char *summary, const ChapterFl
     set_defaults(&defaults, program, chapter); /* the chapter's values too */
     int kind = program_kind(chapter);
     printf("usage: %s [flags]\n%s\n", program, summary);
-    if (!chapter || !chapter->rows_only) print_rows(common_flags, &defaults, kind);
-    if (chapter) print_rows(defaults.chapter_flags, chapter->values, kind);
+    int experts = !chapter || chapter->experts; /* chapter 01 trains them without a table */
+    if (!chapter || !chapter->rows_only) print_rows(common_flags, &defaults, kind, experts);
+    if (chapter) print_rows(defaults.chapter_flags, chapter->values, kind, experts);
     printf("\nexit status: 0 done, 1 runtime failure, 2 bad input, 3 loss became NaN/Inf\n");
 }
 
@@ -491,8 +494,8 @@ void flag_set_given(Config *c, const char *name, int given) {
  * --experts; --recompute does not recompute the experts' values yet. */
 static void check_expert_flags(const Config *c, const char *program, const ChapterFlags *chapter) {
     if (c->model.moe.experts && chapter && !chapter->experts)
-        fatal(EXIT_USAGE, "%s: --experts is not written for this chapter yet (valid: 01_single_gpu and "
-                          "02_data_parallel train the mixture of experts)",
+        fatal(EXIT_USAGE, "%s: --experts is not written for this chapter yet (valid: 01_single_gpu, "
+                          "02_data_parallel and 03_model_parallel train the mixture of experts)",
               program);
     static const char *const moe_flags[] = {"--top-k", "--moe-every", "--aux-loss-coef", "--capacity-factor"};
     for (size_t i = 0; i < sizeof moe_flags / sizeof moe_flags[0]; i++)

@@ -59,7 +59,7 @@
 
 enum { RUN_MAX_COLUMNS = 8 };
 /* The axes of the process grid (grid.h: dp, pp, cp, tp), whose bytes the harness counts apart. */
-enum { RUN_AXES = 4 };
+enum { RUN_AXES = 5 };
 
 /* One of a chapter's own steps.csv columns: its header and the printf
  * format of its value (e.g. {"bubble", "%.4f"}). */
@@ -76,7 +76,7 @@ typedef struct {
     const RunColumn *columns; /* the chapter's steps.csv columns, ended by {0}; NULL for none */
     int bytes_sent;           /* steps.csv bytes_sent: this rank's bytes sent during the step */
     int comm_busy;            /* steps.csv comm_busy_ms: RunStep.comm_busy_ms, the max over ranks */
-    int axis_bytes;           /* run.csv bytes_{dp,pp,cp,tp}_per_step after its columns (run_axis_columns) */
+    int axis_bytes;           /* run.csv bytes_{dp,pp,cp,tp,ep}_per_step after its columns (run_axis_columns) */
     int barrier_each_step;    /* every rank starts a step together: one time origin for the timelines */
     int busy_csv;             /* busy.csv (rank 0): every rank's time computing, each step (run_log_busy) */
     int experts;              /* 02-06: trains --experts (moe.h), which the others refuse (chapter 01
@@ -155,7 +155,7 @@ void run_start_ranks(Run *run, Config *cfg, int *argc, char ***argv, const RunSp
  * start-up and its steps (--steps 1 for one) with the code a real run uses,
  * computing and sending nothing, but allocating (as address space) and
  * counting every byte. The files rank 0 writes, rank R writes: steps.csv and
- * run.csv with times and losses 0, run.csv's bytes_{dp,pp,cp,tp}_per_step
+ * run.csv with times and losses 0, run.csv's bytes_{dp,pp,cp,tp,ep}_per_step
  * this rank's share (a real run's are the sum over its ranks), and
  * memory.csv with this rank's rows only (labelled R), and dry-comm.csv:
  * this rank's calls and bytes per step by kind of call and grid axis
@@ -197,12 +197,12 @@ int run_save_due(const Run *run, const RunStep *s);
 double run_log_busy(Run *run, const RunStep *s, double comm_ms);
 
 /* Many ranks: the bytes sent per step on each axis of the process grid
- * (grid.h's order: dp, pp, cp, tp), summed over every rank, the mean over
+ * (grid.h's order: dp, pp, cp, tp, then ep: grid_counter_name), summed over every rank, the mean over
  * the steps run: what run_step_begin..run_step_done saw (the evaluation's
  * messages are not counted). Collective over the world. */
 void run_axis_bytes_per_step(Run *run, double per_step[RUN_AXES]);
 /* Those bytes as run.csv's columns bytes_dp_per_step, bytes_pp_per_step,
- * bytes_cp_per_step, bytes_tp_per_step: ",bytes_dp_per_step,..." appended
+ * bytes_cp_per_step, bytes_tp_per_step, bytes_ep_per_step: ",bytes_dp_per_step,..." appended
  * to header and ",N,..." to values (each a buffer of `size` bytes).
  * run_finish adds them after the chapter's columns where RunSpec.axis_bytes
  * asks (chapters 02-06). Collective over the world. */

@@ -49,7 +49,7 @@ static void write_dry_comm_csv(const Run *run) {
         for (int c = 0; c <= COMM_COUNTERS; c++)
             if (run->ledger.calls[k][c] > 0)
                 out_printf(f, "%s,%s,%.9g,%.0f\n", comm_kind_name((CommKind)k),
-                           c < RUN_AXES ? grid_axis_name((GridAxisId)c) : "none",
+                           c < RUN_AXES ? grid_counter_name(c) : "none",
                            run->ledger.calls[k][c] / (steps > 0 ? steps : 1),
                            run->ledger.bytes[k][c] / (steps > 0 ? steps : 1));
     out_close(f);
@@ -71,7 +71,8 @@ static const RunRanks many_ranks = {.device_ready = ranks_device_ready,
                                     .write_memory_csv = ranks_write_memory_csv,
                                     .end = comm_finalize};
 
-_Static_assert((int)RUN_AXES == (int)GRID_AXES, "the harness counts the bytes of each axis of the process grid");
+_Static_assert((int)RUN_AXES == (int)GRID_COUNTERS,
+               "the harness counts the bytes of each axis of the process grid, and of expert parallelism's");
 
 double run_log_busy(Run *run, const RunStep *s, double comm_ms) {
     int ranks = run->ranks;
@@ -101,7 +102,7 @@ void run_axis_columns(Run *run, char *header, char *values, size_t size) {
     run_axis_bytes_per_step(run, per_step);
     size_t h = strlen(header), v = strlen(values);
     for (int a = 0; a < RUN_AXES; a++) {
-        h += snprintf(header + h, h < size ? size - h : 0, ",bytes_%s_per_step", grid_axis_name(a));
+        h += snprintf(header + h, h < size ? size - h : 0, ",bytes_%s_per_step", grid_counter_name(a));
         v += snprintf(values + v, v < size ? size - v : 0, ",%.0f", per_step[a]);
     }
     if (h >= size || v >= size)

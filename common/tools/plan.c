@@ -452,7 +452,7 @@ static void print_traffic(const PlanDryRank *r, int offload) {
             double calls = g->calls[k][a], bytes = g->bytes[k][a];
             if (bytes <= 0 || bytes == kind[k]) continue; /* all of it on one axis: said below the axes */
             printf("  of the %s, %.0f on the %s axis in %.0f call%s\n", comm_kind_name((CommKind)k), bytes,
-                   grid_axis_name((GridAxisId)a), calls, calls == 1 ? "" : "s");
+                   grid_counter_name(a), calls, calls == 1 ? "" : "s");
         }
     if (offload)
         printf("  %-16s %14.0f\n  %-16s %14.0f\n", "device to host", r->to_host, "host to device", r->to_device);
@@ -464,7 +464,7 @@ static int same_rank(const PlanDryRank *a, const PlanDryRank *b) {
 }
 
 /* Every rank's bytes per step on each axis of the grid, summed over the world: run.csv's
- * bytes_{dp,pp,cp,tp}_per_step, one axis a line. */
+ * bytes_{dp,pp,cp,tp,ep}_per_step, one axis a line. */
 static void print_axis_bytes(const Layout *l, const PlanDry *d) {
     double axis[COMM_COUNTERS] = {0}, times = plan_dry_multiplicity(&l->dry, d);
     for (int i = 0; i < d->nranks; i++)
@@ -472,7 +472,7 @@ static void print_axis_bytes(const Layout *l, const PlanDry *d) {
             for (int a = 0; a < COMM_COUNTERS; a++) axis[a] += d->ranks[i].ledger.bytes[k][a] * times;
     printf("\nbytes sent per step on each grid axis, all %d rank%s together (run.csv bytes_AXIS_per_step)\n",
            l->dry.world, l->dry.world > 1 ? "s" : "");
-    for (int a = 0; a < COMM_COUNTERS; a++) printf("  axis %s %16.0f\n", grid_axis_name((GridAxisId)a), axis[a]);
+    for (int a = 0; a < COMM_COUNTERS; a++) printf("  axis %s %16.0f\n", grid_counter_name(a), axis[a]);
 }
 
 static void print_plan(const Layout *l, const PlanDry *d) {

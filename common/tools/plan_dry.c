@@ -183,7 +183,7 @@ static void read_memory(const char *dir, PlanDryRank *r) {
 static void read_ledger(const char *dir, PlanDryRank *r, int one_process) {
     if (one_process) return; /* chapter 01 has no transport */
     FILE *f = open_in(dir, r->rank, "dry-comm.csv");
-    static const char *axes[COMM_COUNTERS + 1] = {"dp", "pp", "cp", "tp", "none"};
+    static const char *axes[COMM_COUNTERS + 1] = {"dp", "pp", "cp", "tp", "ep", "none"};
     char line[256], kind[32], axis[16];
     double calls, bytes;
     while (fgets(line, sizeof line, f)) {

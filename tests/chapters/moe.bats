@@ -5,7 +5,7 @@
 # and 2, and reports each step's routing in steps.csv; 02's data parallelism
 # gives 01's losses and routing; checkpoints save and resume it; the planner
 # predicts its memory.csv; bad flags and chapters that do not train it yet
-# are refused in one line.
+# are refused in one line (03's expert parallelism: expert_parallel.bats).
 
 load ../helpers
 
@@ -223,17 +223,21 @@ refused() {
     refused --experts 3 --recompute "--recompute with --experts is not written yet: the experts' values are not recomputed (valid: one of them)"
 }
 
-@test "chapters 03-06 refuse --experts in one line" {
+@test "chapters 04-06 refuse --experts in one line, and their --help does not list the expert flags" {
     local chapter
-    for chapter in 03_model_parallel 04_pipeline 05_zero 06_offload; do
+    for chapter in 04_pipeline 05_zero 06_offload; do
         run --separate-stderr "$REPO/$chapter/train" $FLAGS --experts 3 --out "$(scratch)/$chapter"
         assert_failure 2
-        assert_equal "$stderr" "error: $chapter/train: --experts is not written for this chapter yet (valid: 01_single_gpu and 02_data_parallel train the mixture of experts)"
+        assert_equal "$stderr" "error: $chapter/train: --experts is not written for this chapter yet (valid: 01_single_gpu, 02_data_parallel and 03_model_parallel train the mixture of experts)"
+        run "$REPO/$chapter/train" --help
+        assert_success
+        assert_output --partial "--dp"
+        refute_output --regexp "--experts|--top-k|--moe-every|--aux-loss-coef|--capacity-factor"
     done
 }
 
-@test "--help of 01 and 02 lists the expert flags" {
-    for program in "$TRAIN01" "$TRAIN02"; do
+@test "--help of 01, 02 and 03 lists the expert flags" {
+    for program in "$TRAIN01" "$TRAIN02" "$TRAIN03"; do
         run "$program" --help
         assert_success
         assert_line --regexp "^  --experts E  +mixture of experts"

@@ -5,7 +5,7 @@
 # nothing. For each layout below the real job runs once (setup_file), then
 # every rank's dry run must give the real memory.csv's rows of that rank, line
 # for line, and its share of run.csv's bytes per axis: summed over the ranks,
-# the real run's bytes_{dp,pp,cp,tp}_per_step.
+# the real run's bytes_{dp,pp,cp,tp,ep}_per_step.
 
 load ../helpers
 
@@ -21,6 +21,7 @@ LAYOUTS="01 1 01_single_gpu
 03-tensor 2 03_model_parallel --mp tensor
 03-cp 2 03_model_parallel --cp 2
 03-sp 2 03_model_parallel --mp tensor --sp
+03-ep 2 03_model_parallel --experts 4 --top-k 2 --capacity-factor 1 --dp 2 --ep 2
 04-1f1b 2 04_pipeline --pp 2 --schedule 1f1b --batch 4 --micro 2
 04-zb-h1 2 04_pipeline --pp 2 --schedule zb-h1 --batch 4 --micro 2
 04-interleaved 2 04_pipeline --pp 2 --schedule interleaved --virtual 2 --layers 4 --batch 4 --micro 2
@@ -68,7 +69,7 @@ assert_dry_runs_match() {
     [ "$(wc -l <"$dir/dry-memory.csv")" -gt "$np" ]
     [ "$np" = 1 ] && return # one process: no bytes columns
     local axis real dry
-    for axis in dp pp cp tp; do
+    for axis in dp pp cp tp ep; do
         real="$(csv_column "$dir/real/run.csv" "bytes_${axis}_per_step")"
         [ -n "$real" ]
         dry=0
@@ -88,6 +89,7 @@ assert_dry_runs_match() {
 @test "dry runs of 03's tensor parallelism give its memory and bytes" { assert_dry_runs_match 03-tensor; }
 @test "dry runs of 03's context parallelism give its memory and bytes" { assert_dry_runs_match 03-cp; }
 @test "dry runs of 03's sequence parallelism give its memory and bytes" { assert_dry_runs_match 03-sp; }
+@test "dry runs of 03's expert parallelism give its memory and bytes" { assert_dry_runs_match 03-ep; }
 @test "dry runs of 04's 1F1B on 2 stages give its memory and bytes" { assert_dry_runs_match 04-1f1b; }
 @test "dry runs of 04's ZB-H1 give its memory and bytes" { assert_dry_runs_match 04-zb-h1; }
 @test "dry runs of 04's interleaved schedule give its memory and bytes" { assert_dry_runs_match 04-interleaved; }

@@ -4,7 +4,7 @@
 # R`, one per distinct rank): for each layout below the planner's --csv equals
 # the program's memory.csv line for line (every rank, space and category,
 # exact), its bytes sent per step equal what the run counted, and every
-# rank's together on each grid axis run.csv's bytes_{dp,pp,cp,tp}_per_step.
+# rank's together on each grid axis run.csv's bytes_{dp,pp,cp,tp,ep}_per_step.
 # The model splits' bytes are also held rank by rank to the formulas, written
 # again from the model's shape (plan_sent.py), and a planted allocation and
 # message (COURSE_FAULT_PLANT) show that the plan follows the program with no
@@ -86,11 +86,12 @@ sent_matches() {
 
 # axes_match: after `planned` or `planned_split`, the plan's bytes sent per
 # step on each grid axis, every rank's together ("axis dp N" ...), against
-# run.csv's bytes_{dp,pp,cp,tp}_per_step (harness.h's run_axis_columns,
-# which 02, 03 and 04 write), within a byte (run.csv prints whole bytes).
+# run.csv's bytes_{dp,pp,cp,tp,ep}_per_step (harness.h's run_axis_columns,
+# which 02, 03 and 04 write; ep: 03's expert parallelism), within a byte
+# (run.csv prints whole bytes).
 axes_match() {
     local axis planned measured
-    for axis in dp pp cp tp; do
+    for axis in dp pp cp tp ep; do
         planned="$(awk -v a="$axis" '$1 == "axis" && $2 == a { print $3 }' <<<"$output")"
         measured="$(csv_column "$RUN/run.csv" "bytes_${axis}_per_step")"
         awk -v p="$planned" -v m="$measured" -v a="$axis" 'BEGIN { d = p - m; if (d < 0) d = -d
@@ -323,6 +324,18 @@ ring_sent_matches() {
     planned_split 4 04_pipeline/train "" --pp 2 --cp 2 --micro 2 --cp-mode ulysses
     axes_match
     planned_split 4 04_pipeline/train "" --pp 2 --dp 2 --micro 2 --dp-mode overlap --bucket-mb 0.1
+    axes_match
+}
+
+@test "03 with --ep (inside --dp 4, the library's and the pairwise all-to-all, bf16): the plan is memory.csv, its bytes per axis run.csv's, ep's the formula" {
+    # shown to fail: with the ep group made by comm_split (not comm_split_by), the dry run
+    # refused to say the group's members and the planner failed
+    local moe="--experts 6 --top-k 2 --capacity-factor 1.25 --batch 12"
+    planned_split 4 03_model_parallel/train "" $moe --dp 4 --ep 2
+    axes_match
+    # 4 ranks x 2 MoE blocks x (4 all-to-alls of 243-row blocks of C = 64 floats, and the counts: 3 floats), N - 1 = 1
+    assert_equal "$(awk '$1 == "axis" && $2 == "ep" { print $3 }' <<<"$output")" $((4 * 2 * (4 * 243 * 64 * 4 + 3 * 4)))
+    planned_split 4 03_model_parallel/train "" $moe --dp 4 --ep 2 --alltoall pairwise --precision bf16
     axes_match
 }
 

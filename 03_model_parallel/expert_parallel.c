@@ -1,0 +1,200 @@
+/* expert_parallel.c: expert parallelism (see expert_parallel.h): the flags,
+ * the buffers, and the hook that sends an MoE block's rows to their
+ * experts' ranks and back. */
+#include "03_model_parallel/expert_parallel.h" /* 03: expert parallelism */
+
+#include "03_model_parallel/alltoall.h" /* 03: the pairwise all-to-all */
+#include "common/comm/grid.h"           /* the process grid and its byte counters */
+#include "common/device/device.h"       /* mem_alloc, copies, streams, timers */
+#include "common/core/util.h"           /* fatal, xcalloc, exit codes */
+
+#include <stdlib.h>
+#include <string.h>
+
+const Flag expert_parallel_flags[] = {
+    {.type = FLAG_SECTION, .help = "expert parallel (with --experts E; --ep N divides E and --dp)"},
+    {"--ep", FLAG_INT, FIELD(ExpertParallelFlags, ep), 1, MAX_EXPERTS, .def = "1", .usage = "--ep N",
+     .help = "expert parallel: each MoE block's E experts split over N data-parallel ranks\n"
+             "(E/N each), tokens sent to their experts and back by two all-to-alls\n"
+             "(--alltoall library|pairwise) (default {default})"},
+    {0},
+};
+
+void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f,
+                                 const ModelParallelFlags *mp) {
+    int E = cfg->model.moe.experts, N = f->ep, dp = mp->dp, cp = mp->cp, mp_size = mp->ranks / (dp * cp);
+    if (N > 1 && !E) fatal(EXIT_USAGE, "--ep %d splits the experts over ranks (valid: with --experts E)", N);
+    if (E && (mp_size > 1 || cp > 1))
+        fatal(EXIT_USAGE,
+              "--experts in chapter 03 is written for data and expert parallelism only: the tensor and "
+              "layer splits and --cp do not compute the experts yet (valid: --dp = the world, --ep N)");
+    if (N > 1 && E % N != 0)
+        fatal(EXIT_USAGE, "--ep %d does not divide --experts %d (valid: N dividing E, each rank E/N experts)",
+              N, E);
+    if (N > 1 && dp % N != 0)
+        fatal(EXIT_USAGE,
+              "--ep %d does not divide --dp %d: the expert-parallel ranks are data-parallel replicas (valid: "
+              "N dividing D)",
+              N, dp);
+}
+
+size_t expert_parallel_block_rows(const MoeConfig *moe, int ranks, int B, int T) {
+    int held = moe->experts / ranks, K = moe->top_k;
+    size_t by_choice = (size_t)B * T * (K < held ? K : held);
+    size_t by_capacity = (size_t)held * moe_expert_rows_max(moe, B, T);
+    return by_choice < by_capacity ? by_choice : by_capacity;
+}
+
+/* One all-to-all of `count` floats a block, timed and counted. */
+static void exchange(ExpertParallel *x, const float *send, float *recv, size_t count) {
+    device_sync(); /* the packed blocks are complete before they leave */
+    double start = wall_ms();
+    if (x->pairwise)
+        pairwise_alltoall_typed(x->group, send, recv, count, COMM_F32);
+    else
+        comm_alltoall_typed(x->group, send, recv, count, COMM_F32, NULL);
+    *x->comm_ms += wall_ms() - start;
+}
+
+/* The first row of rank j's experts in rows grouped by expert, and their number. */
+static size_t rows_before(const int *count_h, int upto) {
+    size_t rows = 0;
+    for (int e = 0; e < upto; e++) rows += count_h[e];
+    return rows;
+}
+
+/* rows grouped by expert (R, C) -> send: block j the rows of rank j's experts */
+static void pack(ExpertParallel *x, const int *count_h, const float *rows) {
+    size_t C = x->C;
+    for (int j = 0; j < x->size; j++) {
+        size_t at = rows_before(count_h, j * x->count), n = rows_before(count_h, (j + 1) * x->count) - at;
+        copy_on_device(x->send + j * x->block_rows * C, rows + at * C, n * C * sizeof(float));
+    }
+}
+
+/* back: block j the rows rank j computed -> rows grouped by expert */
+static void unpack(ExpertParallel *x, const int *count_h, const float *back, float *rows) {
+    size_t C = x->C;
+    for (int j = 0; j < x->size; j++) {
+        size_t at = rows_before(count_h, j * x->count), n = rows_before(count_h, (j + 1) * x->count) - at;
+        copy_on_device(rows + at * C, back + j * x->block_rows * C, n * C * sizeof(float));
+    }
+}
+
+static void ep_forward(int l, MoeLayerActs *la, int B, int T, void *context) {
+    ExpertParallel *x = context;
+    const GPT *m = x->model;
+    ExpertParallelLayer *xl = &x->layer[l];
+    size_t C = x->C, blk = expert_parallel_block_rows(&m->cfg.moe, x->size, B, T);
+    int E = m->cfg.moe.experts;
+    /* the counts: block j of E holds rank j's experts' counts */
+    for (int e = 0; e < E; e++) x->counts_h[e] = (float)la->count_h[e];
+    copy_to_device(x->counts_send, x->counts_h, E * sizeof(float));
+    exchange(x, x->counts_send, x->counts_recv, x->count);
+    copy_to_host(x->counts_h, x->counts_recv, E * sizeof(float));
+    for (int i = 0; i < E; i++) xl->rows[i] = (int)x->counts_h[i];
+    /* dispatch: the rows to their experts' ranks */
+    x->block_rows = blk;
+    pack(x, la->count_h, la->xin);
+    exchange(x, x->send, xl->xin, blk * C);
+    /* this rank's experts, on the rows of each source in turn */
+    for (int s = 0; s < x->size; s++)
+        gpt_experts_forward(m, l, x->first, x->count, xl->rows + s * x->count, xl->xin + s * blk * C,
+                            xl->fch + s * blk * 4 * C, x->gelu + s * blk * 4 * C, x->y + s * blk * C);
+    /* combine: the outputs back to their tokens' ranks */
+    exchange(x, x->y, x->recv, blk * C);
+    unpack(x, la->count_h, x->recv, la->y);
+}
+
+static void ep_backward(int l, const MoeLayerActs *la, const float *dy, float *dxin, int B, int T,
+                        void *context) {
+    ExpertParallel *x = context;
+    const GPT *m = x->model;
+    ExpertParallelLayer *xl = &x->layer[l];
+    size_t C = x->C, blk = expert_parallel_block_rows(&m->cfg.moe, x->size, B, T);
+    x->block_rows = blk;
+    for (int i = 0; i < x->size * x->count; i++) x->rows_computed += xl->rows[i]; /* the step's load */
+    /* the outputs' gradients to the experts' ranks */
+    pack(x, la->count_h, dy);
+    exchange(x, x->send, x->y, blk * C);
+    for (int s = 0; s < x->size; s++)
+        gpt_experts_backward(m, l, x->first, x->count, xl->rows + s * x->count, xl->xin + s * blk * C,
+                             xl->fch + s * blk * 4 * C, x->y + s * blk * C, x->gelu + s * blk * 4 * C,
+                             x->dgelu + s * blk * 4 * C, x->dfch + s * blk * 4 * C, x->dxin + s * blk * C);
+    /* the inputs' gradients back to their tokens' ranks */
+    exchange(x, x->dxin, x->recv, blk * C);
+    unpack(x, la->count_h, x->recv, dxin);
+}
+
+/* comm_split_by's color: replica d is rank d mod N of group d / N. */
+static int ep_color(const void *ctx, int d, int *key) {
+    int N = *(const int *)ctx;
+    *key = d % N;
+    return d / N;
+}
+
+void expert_parallel_create(ExpertParallel *x, GPT *m, CommGroup *dp_group, const ExpertParallelFlags *f,
+                            const ModelParallelFlags *mp, int B, double *comm_ms) {
+    memset(x, 0, sizeof *x);
+    const ModelConfig *c = &m->cfg;
+    int N = f->ep, T = c->seq, pairwise = strcmp(mp->alltoall, "pairwise") == 0;
+    x->size = N;
+    if (N <= 1 || !c->moe.experts) return;
+    x->group = comm_split_by(dp_group, ep_color, &N); /* replicas gN .. gN + N - 1 */
+    comm_group_count_into(x->group, GRID_COUNTER_EP); /* run.csv's bytes_ep_per_step (grid.h) */
+    x->comm_ms = comm_ms;
+    x->rank = comm_rank(x->group);
+    x->count = c->moe.experts / x->size;
+    x->first = x->rank * x->count;
+    x->pairwise = pairwise;
+    x->C = c->dmodel;
+    x->model = m;
+    size_t C = x->C, rows = (size_t)x->size * expert_parallel_block_rows(&c->moe, x->size, B, T),
+           E = c->moe.experts;
+    x->layer = xcalloc(c->layers, sizeof *x->layer);
+    for (int l = 0; l < c->layers; l++) {
+        if (!moe_layer(c, l)) continue;
+        x->layer[l].xin =
+            mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, rows * C * sizeof(float), "expert rows received");
+        x->layer[l].fch =
+            mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, rows * 4 * C * sizeof(float), "expert hidden layers");
+        x->layer[l].rows = xcalloc(E, sizeof(int));
+    }
+    x->send = mem_alloc(SPACE_DEVICE, CAT_COMM, rows * C * sizeof(float), "expert dispatch");
+    x->recv = mem_alloc(SPACE_DEVICE, CAT_COMM, rows * C * sizeof(float), "expert combine");
+    x->y = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, rows * C * sizeof(float), "expert outputs");
+    x->dxin = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, rows * C * sizeof(float), "expert input gradients");
+    x->gelu = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, rows * 4 * C * sizeof(float), "expert gelu");
+    x->dgelu = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, rows * 4 * C * sizeof(float), "expert gelu gradients");
+    x->dfch = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, rows * 4 * C * sizeof(float), "expert hidden gradients");
+    x->counts_send = mem_alloc(SPACE_DEVICE, CAT_COMM, 2 * E * sizeof(float), "expert row counts");
+    x->counts_recv = x->counts_send + E;
+    x->counts_h = xcalloc(E, sizeof(float));
+    x->split = (ExpertSplit){.forward = ep_forward, .backward = ep_backward, .context = x};
+    m->experts = &x->split;
+    log_info("expert parallel: %d ranks x %d of %d experts each | all-to-all %s | blocks of %zu rows\n", N,
+             x->count, (int)E, pairwise ? "pairwise" : "library", rows / N);
+}
+
+void expert_parallel_destroy(ExpertParallel *x, GPT *m) {
+    if (!x->layer) return;
+    m->experts = NULL;
+    for (int l = 0; l < m->cfg.layers; l++) {
+        mem_free(x->layer[l].xin);
+        mem_free(x->layer[l].fch);
+        free(x->layer[l].rows);
+    }
+    free(x->layer);
+    float *bufs[] = {x->send, x->recv, x->y, x->dxin, x->gelu, x->dgelu, x->dfch, x->counts_send};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
+    free(x->counts_h);
+    comm_group_free(x->group);
+    memset(x, 0, sizeof *x);
+}
+
+void expert_parallel_load(ExpertParallel *x, CommGroup *world, double load[2]) {
+    double rows = x->rows_computed;
+    x->rows_computed = 0.0;
+    load[0] = comm_allreduce_double(world, rows, 1);
+    load[1] = comm_allreduce_double(world, rows, 0) / comm_size(world);
+}

@@ -1,0 +1,112 @@
+/* expert_parallel.h: expert parallelism (chapter 03, --ep N with --experts E).
+ *
+ * An MoE block holds E expert MLPs (common/model/moe.h). With --ep N the
+ * ranks of an expert-parallel group share them out: rank r computes experts
+ * r E/N .. (r+1) E/N - 1, so a rank's expert FLOPs are E/N of the model's.
+ * The group lies inside the data-parallel replicas, as in DeepSpeed-MoE
+ * and Megatron: the world is --dp D replicas, each with its own sequences,
+ * and replicas d = g N .. g N + N - 1 form expert-parallel group g (rank
+ * d mod N in it). Each rank routes its own tokens on the host exactly as
+ * moe.c does (the routing is per sequence, so it is the same in every
+ * layout), gathers them into rows grouped by expert, and then, per MoE
+ * block and micro-batch:
+ *
+ *   dispatch  an all-to-all over the group: block j of what a rank sends is
+ *             its rows for rank j's experts (they are consecutive, experts
+ *             being grouped by rank); with them, a smaller all-to-all of
+ *             the row counts per expert
+ *   compute   each rank runs its experts on the rows from every rank
+ *             (gpt_experts_forward, model.h), one source's rows at a time
+ *   combine   a second all-to-all brings each row's output back to the rank
+ *             of its token, where model.c weights and sums them (moe_combine)
+ *
+ * The backward mirrors it: the outputs' gradients go to the experts' ranks,
+ * the experts' backward runs there (keeping the rows and hidden layers the
+ * forward received), and the inputs' gradients come back.
+ *
+ * Blocks of fixed size. An all-to-all sends equal blocks (comm.h), so each
+ * block has room for the most rows one rank can send another: its B T
+ * tokens each choose at most min(K, E/N) of the receiver's experts, and
+ * each expert takes at most moe_expert_rows_max rows (its capacity), so
+ *     rows_per_block = min(B T min(K, E/N), E/N x moe_expert_rows_max)
+ * and only the routed rows are computed (GShard and Switch pad their
+ * dispatch to the capacity the same way). Bytes: every all-to-all sends
+ * (N-1)/N of its N blocks of rows_per_block x C floats; per MoE block and
+ * micro-batch four of them (dispatch, combine, and the two of the
+ * backward), each 4 (N-1) rows_per_block C bytes a rank, plus the counts
+ * (E/N floats a block).
+ *
+ * Weights. Every rank keeps the whole parameter buffer, as a data-parallel
+ * replica does, and computes with and takes gradients for only its own
+ * experts: the others' gradients stay zero on it. The replicas' gradient
+ * sum (chapter 02, over every rank) then adds, for each expert, the
+ * gradients of the dp/N ranks that hold it and zeros from the rest, which
+ * is the sum over its holders; the dense weights' sum is over all replicas.
+ * Holding only E/N experts' weights and summing their gradients over the
+ * dp/N holders alone is not written yet. */
+#ifndef EXPERT_PARALLEL_H
+#define EXPERT_PARALLEL_H
+
+#include "common/comm/comm.h"                 /* collectives and messages between ranks */
+#include "common/run/config.h"                /* Config and the flag tables */
+#include "common/model/model.h"               /* GPT, its forward and backward, ExpertSplit */
+#include "03_model_parallel/model_parallel.h" /* 03: one model held by a group of ranks */
+
+/* ---- the flags (expert_parallel_flags: --ep) ---- */
+typedef struct {
+    int ep; /* --ep: ranks sharing each MoE block's experts, 1 = none */
+} ExpertParallelFlags;
+
+extern const Flag expert_parallel_flags[];
+
+/* The refusals, one line each: --ep without --experts, N not dividing E or
+ * --dp, --experts (or --ep) with several ranks per model copy (the layer or
+ * tensor split) or --cp above 1 (not written). */
+void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f,
+                                 const ModelParallelFlags *mp);
+
+/* Per MoE block: what the forward received, kept for the backward. */
+typedef struct {
+    float *xin; /* (N x rows_per_block, C) the rows from each rank, block by block */
+    float *fch; /* (N x rows_per_block, 4C) their hidden layer, before GELU */
+    int *rows;  /* (N, E/N) host: rows from rank s for local expert i, at s E/N + i */
+} ExpertParallelLayer;
+
+typedef struct {
+    ExpertSplit split; /* model.h's hook, set on the model by expert_parallel_create */
+    const GPT *model;  /* the model whose experts these are */
+    CommGroup *group;  /* the N ranks sharing the experts */
+    int size, rank;    /* N, and this rank's place in the group */
+    int first, count;  /* the experts held: first .. first + count - 1, count = E/N */
+    int pairwise;      /* 1: the course's all-to-all (alltoall.h), else the library's */
+    int C;
+    size_t block_rows;                /* rows_per_block (above), for the capacity B x T */
+    ExpertParallelLayer *layer;       /* L of them; NULL buffers for dense blocks */
+    float *send, *recv;               /* (N x block_rows, C) comm: what leaves and what comes back */
+    float *y;                         /* (N x block_rows, C) the experts' outputs (or dy received) */
+    float *dxin;                      /* (N x block_rows, C) the received rows' input gradients */
+    float *gelu, *dgelu, *dfch;       /* (N x block_rows, 4C) scratch */
+    float *counts_send, *counts_recv; /* (E) device: row counts per expert, as floats */
+    float *counts_h;                  /* (E) host */
+    double *comm_ms;                  /* where the all-to-alls' time is added */
+    double rows_computed; /* rows this rank's experts computed in backwards since the last report */
+} ExpertParallel;
+
+/* Rows per all-to-all block for a micro-batch of B sequences of T tokens. */
+size_t expert_parallel_block_rows(const MoeConfig *moe, int ranks, int B, int T);
+/* Split m's experts over groups of f->ep = N consecutive ranks of dp_group
+ * (the replicas; nothing when N is 1; collective over dp_group): buffers for
+ * micro-batches of up to B sequences of --seq tokens, m->experts set to the
+ * hook, the all-to-alls' time added to *comm_ms; mp->alltoall says which
+ * all-to-all. */
+void expert_parallel_create(ExpertParallel *x, GPT *m, CommGroup *dp_group, const ExpertParallelFlags *f,
+                            const ModelParallelFlags *mp, int B, double *comm_ms);
+void expert_parallel_destroy(ExpertParallel *x, GPT *m);
+/* The load: the rows each rank's experts computed since the last call (every
+ * MoE block and micro-batch of the steps' backwards: evaluation's forwards are
+ * not counted), their most over the ranks of world in load[0] and their mean
+ * in load[1] (max / mean: the imbalance; 0 without --ep). Collective over
+ * world. */
+void expert_parallel_load(ExpertParallel *x, CommGroup *world, double load[2]);
+
+#endif

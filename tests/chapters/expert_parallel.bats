@@ -1,0 +1,127 @@
+#!/usr/bin/env bats
+# Expert parallelism in chapter 03 (--ep N, 03_model_parallel/expert_parallel.h):
+# each MoE block's experts split over N data-parallel ranks, the tokens sent
+# to their experts and back by two all-to-alls. Every layout gives 01's
+# losses and routing for the same MoE model (odd experts per rank, top-1 and
+# top-2, capacity drops, both all-to-alls, fp32 and bf16); the all-to-alls'
+# bytes are run.csv's bytes_ep_per_step, by the formula; bad layouts are
+# refused in one line. (The planner's equality: tests/tools/plan.bats.)
+
+load ../helpers
+
+FLAGS="--device cpu --model tiny --steps 4 --batch 12 --sample 0 --quiet --eval-batches 1 --data $BATS_FILE_TMPDIR/corpus.txt"
+
+setup_file() {
+    cp "$REPO/course.md" "$BATS_FILE_TMPDIR/corpus.txt"
+}
+
+# ep_matches_01 NP "MOE FLAGS" "03 FLAGS": 03 on NP ranks with both gives 01's
+# losses (1e-4 relative), gradient norms, and every step's routing columns.
+ep_matches_01() {
+    local np="$1" moe="$2" layout="$3"
+    "$TRAIN01" $FLAGS $moe --out "$(scratch)/ref" >/dev/null
+    OMP_NUM_THREADS=1 mpirun_np "$np" "$TRAIN03" $FLAGS $moe $layout --out "$(scratch)/ep" >/dev/null
+    assert_losses_match "$(scratch)/ref" "$(scratch)/ep" 4
+    assert_column_match grad_norm "$(scratch)/ref" "$(scratch)/ep" 4
+    local E
+    E=$(sed -n 's/.*--experts \([0-9]*\).*/\1/p' <<<"$moe")
+    for column in aux_loss dropped $(seq -f 'tokens_e%g' 0 $((E - 1))); do
+        assert_equal "$column $(csv_column "$(scratch)/ep/steps.csv" $column | tr '\n' ' ')" \
+            "$column $(csv_column "$(scratch)/ref/steps.csv" $column | tr '\n' ' ')"
+    done
+}
+
+@test "03 --ep 2 on 2 ranks gives 01's losses and routing: 6 experts (3 a rank), top-2, capacity drops" {
+    ep_matches_01 2 "--experts 6 --top-k 2 --capacity-factor 0.75" "--dp 2 --ep 2"
+    [ "$(csv_column "$(scratch)/ref/steps.csv" dropped | paste -sd+ | bc)" -gt 0 ]
+}
+
+@test "03 --ep 3 on 3 ranks with overlapped buckets gives 01's losses and routing: 3 experts (1 a rank), top-1, capacity drops" {
+    ep_matches_01 3 "--experts 3 --top-k 1 --capacity-factor 1 --aux-loss-coef 0.1" "--dp 3 --ep 3 --dp-mode overlap --bucket-mb 0.05"
+    [ "$(csv_column "$(scratch)/ref/steps.csv" dropped | paste -sd+ | bc)" -gt 0 ]
+}
+
+@test "03 --ep 2 inside --dp 4 with 3 micro-batches and the pairwise all-to-all gives 01's losses and routing (5 of 10 experts a rank, top-2, dropless)" {
+    ep_matches_01 4 "--experts 10 --top-k 2" "--dp 4 --ep 2 --micro 3 --alltoall pairwise"
+}
+
+@test "03 --ep 2 in bf16 follows 01 in bf16 within 5e-4" {
+    local moe="--experts 6 --top-k 2 --capacity-factor 1 --precision bf16"
+    "$TRAIN01" $FLAGS $moe --out "$(scratch)/ref" >/dev/null
+    OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN03" $FLAGS $moe --dp 2 --ep 2 --out "$(scratch)/ep" >/dev/null
+    assert_losses_within "$(scratch)/ref" "$(scratch)/ep" 4 5e-4
+}
+
+@test "expert parallelism refuses --ep without experts, N not dividing E or --dp, and the splits it does not join yet" {
+    assert_refusals 2 "$TRAIN03" "$FLAGS --steps 1" <<'EOF'
+--ep 2|--ep 2 splits the experts over ranks (valid: with --experts E)
+--experts 3 --dp 2 --ep 2|--ep 2 does not divide --experts 3 (valid: N dividing E, each rank E/N experts)
+--experts 6 --dp 2 --ep 3|--ep 3 does not divide --dp 2: the expert-parallel ranks are data-parallel replicas (valid: N dividing D)
+--experts 4 --ep 2|--experts in chapter 03 is written for data and expert parallelism only
+--experts 4 --mp tensor|--experts in chapter 03 is written for data and expert parallelism only
+--experts 4 --dp 1 --cp 2|--experts in chapter 03 is written for data and expert parallelism only
+--experts 4 --ep 0|--ep
+EOF
+    assert_equal "$refusals_checked" 7
+    assert_refusals 2 "$REPO/04_pipeline/train" "$FLAGS --steps 1" <<'EOF'
+--experts 4|--experts is not written for this chapter yet
+--experts 4 --ep 2|--ep
+EOF
+}
+
+@test "--help of 03 lists --ep and its all-to-all" {
+    run "$TRAIN03" --help
+    assert_success
+    assert_line --regexp "^  --ep N  +expert parallel: each MoE block's E experts split over N data-parallel ranks"
+    assert_line --regexp "^  --alltoall library\|pairwise  +.*--ep"
+}
+
+@test "run.csv's bytes_ep_per_step is the all-to-alls' formula, with either all-to-all, and the ep bytes count on no other axis" {
+    # per step, every rank together: ranks x micro-batches x MoE blocks x (N-1) x (4 all-to-alls of
+    # rows x C floats + the counts, E/N floats); rows = min(B T min(K, E/N), E/N x B min(ceil(F T K / E), T))
+    local moe="--experts 6 --top-k 2 --capacity-factor 1.25 --batch 8 --micro 2" all
+    for all in library pairwise; do
+        OMP_NUM_THREADS=1 mpirun_np 4 "$TRAIN03" $FLAGS $moe --dp 4 --ep 2 --alltoall $all --out "$(scratch)/$all" >/dev/null
+        # B = 1, T = 64: capacity ceil(1.25 x 64 x 2 / 6) = 27, rows = min(1 x 64 x 2, 3 x 1 x 27) = 81
+        assert_equal "$all $(csv_column "$(scratch)/$all/run.csv" bytes_ep_per_step)" \
+            "$all $((4 * 2 * 2 * 1 * (4 * 81 * 64 * 4 + 3 * 4)))"
+    done
+    # and the replicas' gradient sum is dp's alone, the same with and without --ep
+    OMP_NUM_THREADS=1 mpirun_np 4 "$TRAIN03" $FLAGS $moe --dp 4 --out "$(scratch)/dp" >/dev/null
+    assert_equal "$(csv_column "$(scratch)/library/run.csv" bytes_dp_per_step)" "$(csv_column "$(scratch)/dp/run.csv" bytes_dp_per_step)"
+    assert_equal "$(csv_column "$(scratch)/dp/run.csv" bytes_ep_per_step)" 0
+}
+
+@test "steps.csv's ep_rows_max and ep_rows_mean are each rank's expert rows a step: the mean over 4 ranks is the routing's total, evaluation not counted" {
+    OMP_NUM_THREADS=1 mpirun_np 4 "$TRAIN03" $FLAGS --experts 6 --top-k 2 --capacity-factor 1.25 --dp 4 --ep 2 \
+        --eval-every 1 --out "$(scratch)/ep" >/dev/null
+    run python3 - "$(scratch)/ep/steps.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 4, len(rows)
+for r in rows:
+    total = sum(float(r[f"tokens_e{e}"]) for e in range(6))  # every choice computed, all ranks together
+    most, mean = float(r["ep_rows_max"]), float(r["ep_rows_mean"])
+    assert abs(4 * mean - total) <= 4 * 0.05 + 1e-9 and total > 0, (r["step"], most, mean, total)  # mean: %.1f
+    assert mean <= most <= 4 * mean, (r["step"], most, mean)
+print("ok", rows[-1]["ep_rows_max"], rows[-1]["ep_rows_mean"])
+PY
+    assert_success
+    # without --ep the columns are 0
+    OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN03" $FLAGS --experts 6 --dp 2 --out "$(scratch)/dp" >/dev/null
+    assert_equal "$(csv_column "$(scratch)/dp/steps.csv" ep_rows_max | sort -u)" 0
+}
+
+@test "03 --ep resumes its own checkpoint on the uninterrupted run's losses, and 01 resumes it too" {
+    local moe="--experts 4 --top-k 2 --capacity-factor 1" d
+    d="$(scratch)"
+    OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN03" $FLAGS $moe --dp 2 --ep 2 --out "$d/full" >/dev/null
+    OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN03" $FLAGS $moe --dp 2 --ep 2 --stop-after 2 --save "$d/ck" --out "$d/first" >/dev/null
+    OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN03" $FLAGS $moe --dp 2 --ep 2 --resume "$d/ck" --out "$d/second" >/dev/null
+    "$TRAIN01" $FLAGS $moe --resume "$d/ck" --out "$d/single" >/dev/null
+    for run in second single; do
+        run paste -d, <(csv_column "$d/full/steps.csv" loss | tail -2) <(csv_column "$d/$run/steps.csv" loss)
+        assert_equal "$(grep -c '[0-9],[0-9]' <<<"$output")" 2
+        awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 1e-4) { print; bad = 1 } } END { exit bad }' <<<"$output"
+    done
+}

@@ -753,6 +753,8 @@ enum { MOE_E = 3, MOE_K = 2 };
 
 typedef struct {
     const MoeLayerActs *la;
+    int B, T, E, K;             /* the routing's shape */
+    double *f;                  /* (B, E) each sequence's fraction of its T K choices per expert */
     double *z, *c, dloss, coef; /* the logits (N, E), the gates' weights (N K) */
     double *x, *y, *gate, *w, *out; /* gather / combine: inputs, weights of the projection, output */
     int rows;
@@ -765,22 +767,41 @@ static void ref_softmax(double *p, const double *z, int E) {
     for (int e = 0; e < E; e++) p[e] = exp(z[e] - max) / sum;
 }
 
+/* f (B, E): the share of each sequence's T K choices that named each expert,
+ * counted from the choices themselves (the dropped ones too). */
+static double *ref_choice_fractions(const MoeLayerActs *la, int B, int T, int E, int K) {
+    double *f = doubles((size_t)B * E);
+    for (int n = 0; n < B * T; n++)
+        for (int k = 0; k < K; k++) f[(size_t)(n / T) * E + la->expert_h[n * K + k]] += 1.0 / (T * K);
+    return f;
+}
+
+/* The balancing loss of the batch, summed over its sequences: coef E sum_e f_e P_e each. */
+static double ref_balance_sum(const MoeLoss *l) {
+    double total = 0.0, p[MAX_EXPERTS];
+    for (int b = 0; b < l->B; b++) {
+        double P[MAX_EXPERTS] = {0};
+        for (int t = 0; t < l->T; t++) {
+            ref_softmax(p, l->z + ((size_t)b * l->T + t) * l->E, l->E);
+            for (int e = 0; e < l->E; e++) P[e] += p[e] / l->T;
+        }
+        for (int e = 0; e < l->E; e++) total += l->coef * l->E * l->f[(size_t)b * l->E + e] * P[e];
+    }
+    return total;
+}
+
 static double routing_loss(void *ctx) {
     const MoeLoss *l = ctx;
-    const int N = TEST_N, T = TEST_T, E = MOE_E, K = MOE_K;
-    double loss = 0.0, p[MOE_E], mean[TEST_B][MOE_E] = {{0}};
+    const int N = l->B * l->T, E = l->E, K = l->K;
+    double loss = 0.0, p[MAX_EXPERTS];
     for (int n = 0; n < N; n++) {
         ref_softmax(p, l->z + (size_t)n * E, E);
         const int *chosen = l->la->expert_h + (size_t)n * K;
         double S = 0.0;
         for (int k = 0; k < K; k++) S += p[chosen[k]];
         for (int k = 0; k < K; k++) loss += l->c[n * K + k] * p[chosen[k]] / S;
-        for (int e = 0; e < E; e++) mean[n / T][e] += p[e] / T;
     }
-    for (int b = 0; b < TEST_B; b++)
-        for (int e = 0; e < E; e++)
-            loss += T * l->dloss * l->coef * E * (l->la->choices_h[b * E + e] / ((double)T * K)) * mean[b][e];
-    return loss;
+    return loss + l->T * l->dloss * ref_balance_sum(l);
 }
 
 static double gather_loss(void *ctx) {
@@ -810,16 +831,22 @@ static double combine_loss(void *ctx) {
     return dot(l->out, l->w, (size_t)TEST_N * TEST_C);
 }
 
+/* The host arrays moe_route fills, for B sequences of T tokens, K of E experts each. */
+static MoeLayerActs routing_buffers(int B, int T, int E, int K) {
+    size_t N = (size_t)B * T, NK = N * K;
+    return (MoeLayerActs){.probs_h = check_alloc(N * E * sizeof(float)),
+                          .expert_h = check_alloc(NK * sizeof(int)),
+                          .gate_h = check_alloc(NK * sizeof(float)),
+                          .pos_h = check_alloc(NK * sizeof(int)),
+                          .src_h = check_alloc(NK * sizeof(int)),
+                          .choices_h = check_alloc((size_t)B * E * sizeof(float)),
+                          .count_h = check_alloc(E * sizeof(int))};
+}
+
 static void check_moe(Verdict *v) {
     const int N = TEST_N, C = TEST_C, E = MOE_E, K = MOE_K, NK = N * K;
     MoeConfig moe = {.experts = E, .top_k = K, .every = 1, .capacity_factor = 0.5f, .aux_coef = 0.3f};
-    MoeLayerActs la = {.probs_h = check_alloc((size_t)N * E * sizeof(float)),
-                       .expert_h = check_alloc(NK * sizeof(int)),
-                       .gate_h = check_alloc(NK * sizeof(float)),
-                       .pos_h = check_alloc(NK * sizeof(int)),
-                       .src_h = check_alloc(NK * sizeof(int)),
-                       .choices_h = check_alloc((size_t)TEST_B * E * sizeof(float)),
-                       .count_h = check_alloc(E * sizeof(int))};
+    MoeLayerActs la = routing_buffers(TEST_B, TEST_T, E, K);
     float *logits = random_floats((size_t)N * E, -2, 2);
     MoeStats stats = {0};
     moe_route(&moe, logits, TEST_B, TEST_T, &la, &stats);
@@ -827,7 +854,8 @@ static void check_moe(Verdict *v) {
     if (stats.dropped <= 0 || R + stats.dropped != NK)
         fail(v, "routing: %d rows and %.0f dropped of %d choices (expected some dropped, the rest rows)", R,
              stats.dropped, NK);
-    MoeLoss loss = {.la = &la, .rows = R};
+    MoeLoss loss = {.la = &la, .rows = R, .B = TEST_B, .T = TEST_T, .E = E, .K = K};
+    loss.f = ref_choice_fractions(&la, TEST_B, TEST_T, E, K);
 
     /* gather: out(R,C) row i = inp row src[i]; its backward, the scatter-add by pos */
     float *inp = random_floats((size_t)N * C, -1, 1), *gathered = check_alloc((size_t)R * C * sizeof(float));
@@ -873,6 +901,57 @@ static void check_moe(Verdict *v) {
     moe_route_backward(&moe, &la, c, (float)loss.dloss, TEST_B, TEST_T, dlogits);
     Sample all_z = sample_all((size_t)N * E);
     check_gradient(v, "dlogits (routing)", dlogits, NULL, loss.z, &all_z, routing_loss, &loss);
+}
+
+/* ---- exercise 01.4: the balancing loss and its gradient ------------------------ */
+
+/* moe_route's balancing loss (stats.aux_sum: coef E sum_e f_e P_e summed over
+ * the sequences) against ref_balance_sum, from the logits in double and the
+ * choices counted here; then moe_route_backward against central differences
+ * of routing_loss, first with the gates' gradient zero (the balancing loss
+ * alone), then with a random one (both: a backward that adds the balancing
+ * part to what it has not set, or overwrites the gates' part, fails). Shapes
+ * that tell the wrong answers apart: B = 3 sequences (a loss over the whole
+ * batch is not the mean of the sequences'), K = 1, 2 and 3 (f is a share of
+ * T K choices, not of T tokens), capacity factors that drop (f counts the
+ * choices before capacity, not the rows kept), odd E, several coefficients
+ * and scales dloss. */
+static void check_moe_balance(Verdict *v) {
+    static const struct {
+        int E, K;
+        float capacity_factor, coef;
+    } cases[] = {{5, 1, 0.0f, 0.3f}, {3, 2, 0.5f, 0.7f}, {4, 3, 1.25f, 1.0f}, {7, 2, 0.8f, 0.01f}};
+    const int B = TEST_B, T = TEST_T, N = B * T;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int E = cases[i].E, K = cases[i].K;
+        MoeConfig moe = {.experts = E, .top_k = K, .every = 1, .capacity_factor = cases[i].capacity_factor,
+                         .aux_coef = cases[i].coef};
+        MoeLayerActs la = routing_buffers(B, T, E, K);
+        float *logits = random_floats((size_t)N * E, -2, 2);
+        MoeStats stats = {0};
+        moe_route(&moe, logits, B, T, &la, &stats);
+        MoeLoss loss = {.la = &la, .B = B, .T = T, .E = E, .K = K, .coef = moe.aux_coef};
+        loss.f = ref_choice_fractions(&la, B, T, E, K);
+        loss.z = to_double(logits, (size_t)N * E);
+        char name[64];
+        double want = ref_balance_sum(&loss);
+        snprintf(name, sizeof name, "aux_sum (E %d, K %d)", E, K);
+        compare(v, name, &stats.aux_sum, &want, NULL, 1, FORWARD_RTOL);
+
+        float *dgate = check_alloc((size_t)N * K * sizeof(float)), *dlogits = check_alloc((size_t)N * E * sizeof(float));
+        loss.c = doubles((size_t)N * K);
+        loss.dloss = uniform(0.2, 2.0);
+        Sample all_z = sample_all((size_t)N * E);
+        for (int with_gates = 0; with_gates < 2; with_gates++) {
+            for (int slot = 0; slot < N * K; slot++) {
+                dgate[slot] = with_gates && la.pos_h[slot] >= 0 ? (float)uniform(-1, 1) : 0.0f;
+                loss.c[slot] = dgate[slot];
+            }
+            moe_route_backward(&moe, &la, dgate, (float)loss.dloss, B, T, dlogits);
+            snprintf(name, sizeof name, "dlogits (E %d, K %d%s)", E, K, with_gates ? ", gates too" : "");
+            check_gradient(v, name, dlogits, NULL, loss.z, &all_z, routing_loss, &loss);
+        }
+    }
 }
 
 /* ---- crossentropy ---------------------------------------------------------- */
@@ -1395,6 +1474,7 @@ static const KernelCheck checks[] = {
     {"crossentropy", check_crossentropy},
     {"vocab_split", check_vocab_split},
     {"moe", check_moe},
+    {"moe_balance", check_moe_balance},
     {"adamw", check_adamw},
     {"sum_squares", check_sum_squares},
     {"casts", check_casts},

@@ -170,6 +170,7 @@ void moe_route(const MoeConfig *moe, const float *logits, int B, int T, MoeLayer
     /* what the step reports, and the balancing loss of each sequence */
     for (int e = 0; e < E; e++) stats->tokens[e] += la->count_h[e];
     stats->dropped += (double)N * K - la->rows;
+    /* EXERCISE 01.4 BEGIN: the balancing loss and its gradient (course.md, exercise 01.4) */
     for (int b = 0; b < B; b++) {
         double aux = 0.0;
         for (int e = 0; e < E; e++) {
@@ -179,6 +180,7 @@ void moe_route(const MoeConfig *moe, const float *logits, int B, int T, MoeLayer
         }
         stats->aux_sum += moe->aux_coef * E * aux;
     }
+    /* EXERCISE 01.4 END */
 }
 
 void moe_route_backward(const MoeConfig *moe, const MoeLayerActs *la, const float *dgate, float dloss, int B,
@@ -195,11 +197,15 @@ void moe_route_backward(const MoeConfig *moe, const MoeLayerActs *la, const floa
             S += p[chosen[k]];
             dg_dot_gate += (double)dg[k] * gate[k];
         }
+        /* dp[e] = d objective / d p[e] of this token: first the balancing loss's part, set (=) for every e */
+        /* EXERCISE 01.4 BEGIN: the balancing loss and its gradient (course.md, exercise 01.4) */
         /* the balancing loss: coef * (mean over sequences) E * sum_e f_e * mean_t p[e], so
          * d/dp[e] = coef * E * f_e / (sequences * T) = coef * E * f_e * dloss */
         const float *choices = la->choices_h + (size_t)(n / T) * E;
         for (int e = 0; e < E; e++)
             dp[e] = (double)moe->aux_coef * E * (choices[e] / ((double)T * K)) * dloss;
+        /* EXERCISE 01.4 END */
+        /* then the gates' */
         for (int k = 0; k < K; k++) dp[chosen[k]] += (dg[k] - dg_dot_gate) / S;
         /* the softmax: dz = p * (dp - p . dp) */
         double p_dot_dp = 0.0;

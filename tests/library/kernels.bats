@@ -63,6 +63,12 @@ load ../helpers
     assert_output --partial "PASS moe"
 }
 
+@test "the mixture of experts' balancing loss equals its double-precision sum, and its gradient finite differences, for E 3 to 7, K 1 to 3, with and without drops" {
+    run "$BUILD/tests/test_kernels" moe_balance
+    assert_success
+    assert_output --partial "PASS moe_balance"
+}
+
 @test "adamw update matches its formula in double over three steps" {
     run "$BUILD/tests/test_kernels" adamw
     assert_success

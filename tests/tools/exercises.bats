@@ -37,7 +37,7 @@ setup_file() {
 @test "a student copy replaces every marked solution by a stub" {
     # one stubbed exercise per grader
     assert_equal "$(cat "$COPIES/all/.student" | tr '\n' ' ')" "$(grader_ids | tr '\n' ' ')"
-    assert_equal "$(head -5 "$COPIES/all/.student" | tr '\n' ' ')" "01.1 01.2 01.3 02.1 02.2 "
+    assert_equal "$(head -6 "$COPIES/all/.student" | tr '\n' ' ')" "01.1 01.2 01.3 01.4 02.1 02.2 "
     grep -q '^03\.1$' "$COPIES/all/.student" && grep -q '^03\.2$' "$COPIES/all/.student"
     grep -q '^05\.1$' "$COPIES/all/.student" && grep -q '^05\.3$' "$COPIES/all/.student"
     run grep -c 'exercise_not_implemented("0[1235]\.[123]"' "$COPIES/all/common/kernels/kernels_cpu.c" \
@@ -228,6 +228,18 @@ setup_file() {
     make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 build/tests/test_kernels >/dev/null 2>&1
     assert_failure
     assert_output --regexp '03\.4 .* FAIL'
+}
+
+@test "a plausible wrong answer fails its grader: 01.4's share of T tokens in place of T*K choices" {
+    sed -i 's|aux += (la->choices_h\[(size_t)b \* E + e\] / ((double)T \* K)) \* (mean_p / T);|aux += (la->choices_h[(size_t)b * E + e] / (double)T) * (mean_p / T);|' \
+        "$COPIES/one/common/model/moe.c"
+    grep -q "/ (double)T) \* (mean_p / T);" "$COPIES/one/common/model/moe.c"
+    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 build/tests/test_kernels >/dev/null 2>&1
+    run "$COPIES/one/common/scripts/grade.sh" 01.4
+    cp "$REPO/common/model/moe.c" "$COPIES/one/common/model/moe.c"
+    make -C "$COPIES/one" --no-print-directory -j2 CUDA=0 OPT=-O1 build/tests/test_kernels >/dev/null 2>&1
+    assert_failure
+    assert_output --regexp '01\.4 .* FAIL'
 }
 
 @test "a plausible wrong answer fails its grader: a loss-scale count that an overflow does not restart" {

@@ -1,23 +1,10 @@
 /* 02_data_parallel/train.c: data parallelism.
  *
- * Chapter 01's loop, on N ranks (mpirun -np N). Every rank holds the whole
- * model; the global batch is split so that rank r trains on sequences
- * [r*B/N, (r+1)*B/N) of it. Because the loss is the mean over every token of
- * the global batch, the ranks' gradients only need to be SUMMED to give
- * exactly the single-device gradient: one all-reduce, after which every rank
- * takes the same AdamW step and the replicas stay identical. The times logged
- * are the slowest rank's.
- *
- *   for each micro-batch:  data -> forward -> backward (gradients accumulate)
- *   all-reduce the gradients (--dp-mode naive | flat | overlap)
- *   gradient norm -> clip -> AdamW update -> log
- *
- * The all-reduce is the library's (MPI, NCCL) or the course's own ring
- * (--allreduce ring, ring.c); data_parallel.c holds the three modes, the
- * replica check and the broadcast, which every later chapter keeps. With
- * --precision bf16|fp16 (mixed.h) the gradients are 16 bits and so is their
- * all-reduce, either one: half the bytes; an fp16 overflow on any rank is in
- * every replica's sum, so all of them skip that step together. */
+ * Chapter 01's loop on N ranks (mpirun -np N), each a replica of the whole
+ * model training on its share of the global batch. The loss is the mean
+ * over the global batch, so the replicas' gradients SUMMED (one all-reduce:
+ * --dp-mode naive | flat | overlap, --allreduce ring) are the single-device
+ * gradient, and every replica takes the same AdamW step (data_parallel.h). */
 #include "common/comm/comm.h" /* collectives and messages between ranks */
 #include "common/run/config.h" /* Config and the flag tables */
 #include "02_data_parallel/data_parallel.h" /* 02: data parallelism */
@@ -25,6 +12,7 @@
 #include "common/run/evaluate.h" /* validation loss and sampling */
 #include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
 #include "common/run/harness.h" /* the run around the training loop */
+#include "common/run/held_model.h" /* the model this process trains, as the step sees it */
 #include "common/kernels/kernels.h" /* ops(): the kernel table */
 #include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
 #include "common/model/model.h" /* GPT, its forward and backward */
@@ -74,36 +62,29 @@ int main(int argc, char **argv) {
     int rank = run.rank, ranks = run.ranks;
     ProcessGrid grid; /* every rank a replica: dp = world (grid.h); grid.d is this replica */
     grid_create(&grid, run.world, (GridShape){.dp = ranks, .pp = 1, .cp = 1, .tp = 1});
-    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage and communication (mixed.h) */
+    int half = cfg.precision != PRECISION_FP32; /* 16-bit storage (mixed.h) */
 
     /* ---- build: device, data, output files (the harness); model, optimizer, activations ---- */
     run_prepare(&run);
-    GPT model;
-    MixedModel mixed; /* bf16, fp16: the model in 16 bits (mixed.h) */
-    precision_create_range(&model, &mixed, &cfg.model, cfg.seed, cfg.precision, LAYER_EMBEDDING,
-                           cfg.model.layers);
-    AdamW opt;
-    adamw_create(&opt, model.num_params);
     int per_rank = cfg.batch / grid.dp; /* this replica's share of the global batch */
     int B = per_rank / cfg.micro, T = cfg.model.seq;
-    Activations acts;
-    activations_create_model(&acts, &cfg.model, B, T, cfg.recompute);
-    Scratch scratch;
-    scratch_create(&scratch, &cfg.model, B, T, cfg.recompute);
+    HeldModel held; /* the whole model, its activations and scratch (held_model.h) */
+    held_model_whole(&held, &cfg, B, T);
+    AdamW opt;
+    adamw_create(&opt, held.model->param_count); /* the parameters this process holds */
     DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
-    data_parallel_create(&replicas, dp, grid.dp_group, &model, &mixed, cfg.precision);
+    data_parallel_create(&replicas, dp, grid.dp_group, held.model, held.mixed, cfg.precision);
 
-    ckpt_layout_init(&run.ckpt, "%s: %d ranks, dp %d", PROGRAM, ranks,
-                     grid.dp); /* replica d writes share d */
-    ckpt_layout_range(&run.ckpt, &model, &opt, grid.d, grid.dp);
-    if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(&mixed); /* the checkpoint: fp32 */
-    data_parallel_broadcast_weights(&replicas, &mixed);
+    ckpt_layout_init(&run.ckpt, "%s: %d ranks, dp %d", PROGRAM, ranks, grid.dp);
+    held_checkpoint_layout(&held, &opt, grid.d, grid.dp, &run.ckpt); /* replica d writes share d */
+    if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(held.mixed); /* the checkpoint: fp32 */
+    data_parallel_broadcast_weights(&replicas, held.mixed);
 
     log_info(
         "%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
         "replicas x %d micro-batches x %d sequences | %s\n",
-        PROGRAM, ranks, device_name(), comm_transport_name(), dp->dp_mode, dp->allreduce, model.num_params,
-        cfg.batch, grid.dp, cfg.micro, B, precision_name(cfg.precision));
+        PROGRAM, ranks, device_name(), comm_transport_name(), dp->dp_mode, dp->allreduce,
+        held.model->num_params, cfg.batch, grid.dp, cfg.micro, B, precision_name(cfg.precision));
     if (replicas.overlap)
         log_info("overlap: %d gradient buckets of about %.2f MiB\n", replicas.buckets.count, dp->bucket_mb);
     log_resumed(&cfg, run.first_step);
@@ -113,62 +94,60 @@ int main(int argc, char **argv) {
         Timer timer = {0};
 
         /* ---- forward and backward over the micro-batches; gradients accumulate ---- */
-        precision_zero_grads(&model, &mixed);
+        precision_zero_grads(held.model, held.mixed);
         data_parallel_begin_step(&replicas);
-        acts.moe.stats = (MoeStats){0}; /* --experts: what this step's forwards route (moe.h) */
+        *held.moe = (MoeStats){0}; /* --experts: what this step's forwards route (moe.h) */
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
             int first_sequence = grid.d * per_rank + mb * B; /* where this piece sits in the global batch */
-            data_upload_batch(&run.data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, acts.tokens,
-                              acts.targets);
+            data_upload_batch(&run.data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, held.tokens,
+                              held.targets);
 
             timer_start(&timer);
-            gpt_forward(&model, &acts, &scratch, B, T);
-            loss_sum += gpt_loss_sum(&acts, B, T);
+            loss_sum += held_forward(&held, B, T);
             s.rec.fwd_ms += timer_stop_ms(&timer);
 
             timer_start(&timer);
-            /* overlap: buckets start all-reducing during the LAST micro-batch's backward */
+            /* fp16: the loss scaled by s.loss_scale, so the gradients come out that many times too large;
+             * overlap: buckets start all-reducing during the LAST micro-batch's backward */
             UnitHook launch = data_parallel_backward_hook(&replicas, mb == cfg.micro - 1);
-            gpt_backward_hooked(&model, &acts, &scratch, run.dloss * s.loss_scale, B, T, launch, &replicas);
+            held_backward(&held, run.dloss * s.loss_scale, B, T, launch, &replicas);
             s.rec.bwd_ms += timer_stop_ms(&timer);
         }
 
         /* ---- communicate: sum the gradients (and the loss) over the replicas ---- */
         s.rec.comm_ms = data_parallel_sum_gradients(&replicas, &s.comm_busy_ms);
         s.rec.loss = comm_allreduce_double(grid.dp_group, loss_sum, 0) / run.tokens_per_step;
-        s.moe = acts.moe.stats;
+        s.moe = *held.moe;
         check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update: clip the global gradient norm, then AdamW (fp16: unless it overflowed) ---- */
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         s.rec.lr = hyper.lr;
-        GradShards held = precision_grad_shards(&model, &mixed); /* this process holds the whole gradient */
-        s.skipped =
-            optimizer_step(&model, &mixed, &opt, &run.scaler, &held, &hyper, step + 1, &s.rec.grad_norm);
+        GradShards grads = held_grad_shards(&held, run.world); /* what this process holds of the gradient */
+        s.skipped = optimizer_step(held.model, held.mixed, &opt, &run.scaler, &grads, &hyper, step + 1,
+                                   &s.rec.grad_norm);
         s.rec.opt_ms = timer_stop_ms(&timer);
 
         /* ---- log: evaluation when due, the progress line, steps.csv, a due checkpoint ---- */
         int evaluate = run_step_done(&run, &s);
         if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
-            data_parallel_check_replicas(&replicas, half ? mixed.master : model.params, step + 1);
-        if (evaluate && rank == 0) s.rec.val_loss = evaluate_loss(&model, &acts, &scratch, &run.data, &cfg);
+            data_parallel_check_replicas(&replicas, half ? held.mixed->master : held.model->params, step + 1);
+        if (evaluate) s.rec.val_loss = held_evaluate(&held, &run.data, &cfg, grid.d, B);
         run_step_log(&run, &s);
     }
-    if (rank == 0 && cfg.sample > 0) sample_text(&model, &acts, &scratch, &run.data, cfg.sample, &run.rng);
+    data_parallel_print(&replicas);
+    if (rank == 0 && cfg.sample > 0) held_sample(&held, &run.data, &cfg, &run.rng);
 
     /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
     run_layout(&run, grid.dp, 1, 1, 0);
-    run_finish(&run, model.num_params, NULL, NULL, "%.1f MiB sent per rank | CSVs in %s",
+    run_finish(&run, held.model->num_params, NULL, NULL, "%.1f MiB sent per rank | CSVs in %s",
                comm_bytes_sent() / BYTES_PER_MIB, cfg.out);
 
-    data_parallel_print(&replicas);
     data_parallel_destroy(&replicas);
-    scratch_destroy(&scratch);
-    activations_destroy(&acts, &cfg.model);
     adamw_destroy(&opt);
-    precision_destroy(&model, &mixed);
+    held_model_destroy(&held, &cfg);
     grid_destroy(&grid);
     run_end(&run);
     return 0;

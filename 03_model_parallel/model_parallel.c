@@ -464,3 +464,40 @@ void model_parallel_destroy(ModelParallel *p, const Config *cfg) {
     mem_free(p->tied_dwte);
     precision_destroy(&p->model, &p->mixed);
 }
+
+/* ---- the step's view of this rank's part (held_model.h) ---- */
+
+static double held_part_forward(void *owner, int B, int T) {
+    return model_parallel_forward(owner, 1, B, T);
+}
+static void held_part_backward(void *owner, float dloss, int B, int T, UnitHook unit_final, void *context) {
+    ModelParallel *p = owner;
+    p->unit_final = unit_final, p->unit_final_context = context;
+    model_parallel_backward(p, dloss, B, T);
+}
+static GradShards held_part_grad_shards(void *owner, CommGroup *world) {
+    return model_parallel_grad_shards(owner, world);
+}
+static void held_part_checkpoint_layout(void *owner, AdamW *opt, int dp_index, int dp, CkptLayout *ckpt) {
+    model_parallel_checkpoint_layout(owner, opt, dp_index, dp, ckpt);
+}
+static double held_part_evaluate(void *owner, const Dataset *data, const Config *cfg, int dp_index, int B) {
+    return model_parallel_evaluate(owner, data, cfg, dp_index, B);
+}
+static void held_part_sample(void *owner, const Dataset *data, const Config *cfg, uint64_t *rng) {
+    model_parallel_sample(owner, data, cfg, rng);
+}
+static const HeldModelOps held_part_ops = {
+    .forward = held_part_forward,
+    .backward = held_part_backward,
+    .grad_shards = held_part_grad_shards,
+    .checkpoint_layout = held_part_checkpoint_layout,
+    .evaluate = held_part_evaluate,
+    .sample = held_part_sample,
+};
+
+void model_parallel_held(ModelParallel *p, HeldModel *h) {
+    *h = (HeldModel){.model = p->held, .mixed = p->held_mixed, .ops = &held_part_ops, .owner = p};
+    h->tokens = model_parallel_tokens(p), h->targets = model_parallel_targets(p);
+    h->moe = &p->acts.moe.stats;
+}

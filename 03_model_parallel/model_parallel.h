@@ -28,6 +28,7 @@
 #include "common/run/run_dir.h" /* the --out directory and its files */
 #include "common/model/data.h" /* the training data and its batches */
 #include "common/run/harness.h" /* the run around the training loop */
+#include "common/run/held_model.h" /* the model this process trains, as the step sees it */
 #include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
 #include "common/model/model.h" /* GPT, its forward and backward */
 #include "common/model/optim.h" /* AdamW and the learning-rate schedule */
@@ -144,5 +145,10 @@ double model_parallel_evaluate(ModelParallel *p, const Dataset *data, const Conf
 
 /* A text sample, as sample_text (evaluate.h) writes it, from the split model. */
 void model_parallel_sample(ModelParallel *p, const Dataset *data, const Config *cfg, uint64_t *rng);
+
+/* The step's view of this rank's part (held_model.h): the functions above,
+ * so that chapter 02's loop runs the split model unchanged. Call after
+ * model_parallel_split_sequences. */
+void model_parallel_held(ModelParallel *p, HeldModel *h);
 
 #endif

@@ -1,16 +1,10 @@
 /* 03_model_parallel/train.c: model parallelism, vertical and horizontal.
  *
- * Chapter 02's loop, but now the MODEL is split, not (only) the batch: a
- * model-parallel group of ranks holds one copy of it between them
- * (model_parallel.h), by layers (--mp layer: each stage a run of blocks,
- * the activations sent from stage to stage) or inside every layer (--mp
- * tensor: Megatron-LM's slices, tensor_parallel.h; --sp, sequence_parallel.h).
- * --cp N splits each sequence over N ranks, attention as a ring
- * (context_parallel.h). --dp D replicas of the group sum their gradients
- * with chapter 02's machinery. Each rank updates only the parameters it
- * holds, clipped by the whole model's norm; what crosses between ranks
- * inside the group is activations and their gradients, fp32 in every
- * precision. */
+ * Chapter 02's loop, but a group of ranks holds one copy of the model between
+ * them (model_parallel.h): by layers (--mp layer) or inside every layer (--mp
+ * tensor: Megatron-LM's slices; --sp), each sequence over --cp ranks; --dp
+ * replicas of the group. Each rank updates the parameters it holds, clipped
+ * by the whole model's norm. */
 #include "common/comm/comm.h" /* collectives and messages between ranks */
 #include "common/run/config.h" /* Config and the flag tables */
 #include "02_data_parallel/data_parallel.h" /* 02: data parallelism */
@@ -18,6 +12,7 @@
 #include "common/run/evaluate.h" /* validation loss and sampling */
 #include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
 #include "common/run/harness.h" /* the run around the training loop */
+#include "common/run/held_model.h" /* the model this process trains, as the step sees it */
 #include "common/kernels/kernels.h" /* ops(): the kernel table */
 #include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
 #include "common/model/model.h" /* GPT, its forward and backward */
@@ -105,26 +100,27 @@ int main(int argc, char **argv) {
     char layout[64];
     model_parallel_build(&par, &cfg, &flags.model, &table, mp_index, mp_size, B, layout, sizeof layout);
     model_parallel_split_sequences(&par, &cfg, &flags.model, grid.cp_group, B, layout, sizeof layout);
-    GPT *held = par.held;
-    MixedModel *mixed = par.held_mixed;
+    HeldModel held; /* this rank's part, as the step sees it (model_parallel.h) */
+    model_parallel_held(&par, &held);
     AdamW opt;
-    adamw_create(&opt, held->param_count); /* only the parameters this rank holds */
+    adamw_create(&opt, held.model->param_count); /* the parameters this process holds */
     DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
-    data_parallel_create(&replicas, dp, grid.weight_group, held, mixed, cfg.precision); /* and over cp */
-    par.unit_final_context = &replicas; /* overlap: a bucket goes once its units' gradients are final */
+    data_parallel_create(&replicas, dp, grid.weight_group, held.model, held.mixed, cfg.precision);
     ExpertParallel experts; /* --ep: each MoE block's experts over N replicas (expert_parallel.h) */
-    expert_parallel_create(&experts, held, grid.dp_group, &flags.experts, &flags.model, B, &par.comm_ms);
+    expert_parallel_create(&experts, held.model, grid.dp_group, &flags.experts, &flags.model, B, &par.comm_ms);
 
-    ckpt_layout_init(&run.ckpt, "%s: %s, dp %d", PROGRAM, layout, grid.dp); /* replica d writes share d */
-    model_parallel_checkpoint_layout(&par, &opt, grid.d, grid.dp, &run.ckpt);
-    if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(mixed); /* the checkpoint: fp32 */
-    data_parallel_broadcast_weights(&replicas, mixed);
+    ckpt_layout_init(&run.ckpt, "%s: %s, dp %d", PROGRAM, layout, grid.dp);
+    held_checkpoint_layout(&held, &opt, grid.d, grid.dp, &run.ckpt); /* replica d writes share d */
+    if (run_resume(&run, &opt.t) && half) mixed_weights_from_master(held.mixed); /* the checkpoint: fp32 */
+    data_parallel_broadcast_weights(&replicas, held.mixed);
 
     log_info(
         "%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
         "replicas x %d micro-batches x %d sequences | %s\n",
         PROGRAM, ranks, device_name(), comm_transport_name(), dp->dp_mode, dp->allreduce, table.num_params,
         cfg.batch, grid.dp, cfg.micro, B, precision_name(cfg.precision));
+    if (replicas.overlap)
+        log_info("overlap: %d gradient buckets of about %.2f MiB\n", replicas.buckets.count, dp->bucket_mb);
     log_info("model parallel: %d ranks = %d data-parallel x %d model-parallel | %s\n", ranks, grid.dp,
              mp_size, layout);
     log_resumed(&cfg, run.first_step);
@@ -134,60 +130,63 @@ int main(int argc, char **argv) {
         Timer timer = {0};
         model_parallel_begin_step(&par, step); /* its comm_ms from 0; --cp: the ring's timeline */
 
-        /* ---- forward and backward over this replica's micro-batches ---- */
-        precision_zero_grads(held, mixed);
+        /* ---- forward and backward over the micro-batches; gradients accumulate ---- */
+        precision_zero_grads(held.model, held.mixed);
         data_parallel_begin_step(&replicas);
+        *held.moe = (MoeStats){0}; /* --experts: what this step's forwards route (moe.h) */
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg.micro; mb++) {
             int first_sequence = grid.d * per_rank + mb * B; /* where this piece sits in the global batch */
-            data_upload_batch(&run.data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T,
-                              model_parallel_tokens(&par), model_parallel_targets(&par));
+            data_upload_batch(&run.data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, held.tokens,
+                              held.targets);
 
             timer_start(&timer);
-            loss_sum += model_parallel_forward(&par, 1, B, T);
+            loss_sum += held_forward(&held, B, T);
             s.rec.fwd_ms += timer_stop_ms(&timer);
 
             timer_start(&timer);
-            par.unit_final = data_parallel_backward_hook(&replicas, mb == cfg.micro - 1);
-            model_parallel_backward(&par, run.dloss * s.loss_scale, B, T);
+            /* fp16: the loss scaled by s.loss_scale, so the gradients come out that many times too large;
+             * overlap: buckets start all-reducing during the LAST micro-batch's backward */
+            UnitHook launch = data_parallel_backward_hook(&replicas, mb == cfg.micro - 1);
+            held_backward(&held, run.dloss * s.loss_scale, B, T, launch, &replicas);
             s.rec.bwd_ms += timer_stop_ms(&timer);
         }
 
-        /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
-        par.comm_ms += data_parallel_sum_gradients(&replicas, &s.comm_busy_ms);
-        s.rec.comm_ms = par.comm_ms;
-        s.moe = par.acts.moe.stats; /* --experts: what this step's forwards routed (moe.h) */
+        /* ---- communicate: sum the gradients (and the loss) over the replicas ---- */
+        s.rec.comm_ms = data_parallel_sum_gradients(&replicas, &s.comm_busy_ms);
+        s.rec.comm_ms += par.comm_ms;    /* and the time the group's own messages took */
+        double comm_ms = s.rec.comm_ms; /* this rank's (run_step_done keeps the slowest rank's) */
         s.rec.loss = comm_allreduce_double(run.world, loss_sum, 0) / run.tokens_per_step;
+        s.moe = *held.moe;
         check_loss_finite(s.rec.loss, step + 1);
 
-        /* ---- update: each rank its own parameters, clipped by the WHOLE model's norm
-         * (fp16: unless the gradients overflowed on any rank) ---- */
+        /* ---- update: clip the global gradient norm, then AdamW (fp16: unless it overflowed) ---- */
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         s.rec.lr = hyper.lr;
-        GradShards held_part = model_parallel_grad_shards(&par, run.world);
-        s.skipped =
-            optimizer_step(held, mixed, &opt, &run.scaler, &held_part, &hyper, step + 1, &s.rec.grad_norm);
+        GradShards grads = held_grad_shards(&held, run.world); /* what this process holds of the gradient */
+        s.skipped = optimizer_step(held.model, held.mixed, &opt, &run.scaler, &grads, &hyper, step + 1,
+                                   &s.rec.grad_norm);
         s.rec.opt_ms = timer_stop_ms(&timer);
 
-        /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
+        /* ---- log: evaluation when due, the progress line, steps.csv, a due checkpoint ---- */
         int evaluate = run_step_done(&run, &s);
-        s.columns[0] = run_log_busy(&run, &s, par.comm_ms); /* idle_fraction */
+        s.columns[0] = run_log_busy(&run, &s, comm_ms); /* idle_fraction */
         expert_parallel_load(&experts, run.world, &s.columns[1]); /* ep_rows_max, ep_rows_mean */
         if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
-            data_parallel_check_replicas(&replicas, half ? mixed->master : held->params, step + 1);
-        if (evaluate) s.rec.val_loss = model_parallel_evaluate(&par, &run.data, &cfg, grid.d, B);
+            data_parallel_check_replicas(&replicas, half ? held.mixed->master : held.model->params, step + 1);
+        if (evaluate) s.rec.val_loss = held_evaluate(&held, &run.data, &cfg, grid.d, B);
         run_step_log(&run, &s);
     }
     data_parallel_print(&replicas);
-    if (cfg.sample > 0) model_parallel_sample(&par, &run.data, &cfg, &run.rng);
+    if (cfg.sample > 0) held_sample(&held, &run.data, &cfg, &run.rng);
 
     /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
     run_layout(&run, grid.dp, par.tensor ? mp_size : 1, par.tensor ? 1 : mp_size, 0);
     run_finish(&run, table.num_params, NULL, NULL, "%.1f MiB sent by rank 0 | CSVs in %s",
                comm_bytes_sent() / BYTES_PER_MIB, cfg.out);
 
-    expert_parallel_destroy(&experts, held);
+    expert_parallel_destroy(&experts, held.model);
     data_parallel_destroy(&replicas);
     adamw_destroy(&opt);
     model_parallel_destroy(&par, &cfg);

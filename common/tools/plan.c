@@ -320,6 +320,7 @@ static PlanLayout time_layout(const Layout *l, const PlanDry *d) {
     if ((item = plan_dry_item(d, "--prefetch"))) t.prefetch = atoi(item);
     if ((item = plan_dry_item(d, "--dpu"))) t.dpu = atoi(item);
     if ((item = plan_dry_item(d, "--sp"))) t.sp = atoi(item);
+    t.ep = (item = plan_dry_item(d, "--ep")) && atoi(item) > 1 ? atoi(item) : 1;
     if ((item = plan_dry_item(d, "--bucket-mb"))) t.bucket_bytes = atof(item) * 1048576.0;
     if ((item = plan_dry_item(d, "--allreduce"))) t.ring = !strcmp(item, "ring");
     if ((item = plan_dry_item(d, "--dp-mode")))
@@ -345,6 +346,9 @@ static PlanTraffic traffic_of(const PlanDryRank *r) {
     }
     t.tp_allreduce = g->bytes[COMM_KIND_ALLREDUCE][GRID_TP], t.tp_allreduce_calls = g->calls[COMM_KIND_ALLREDUCE][GRID_TP];
     t.cp_send = g->bytes[COMM_KIND_SEND][GRID_CP], t.cp_send_calls = g->calls[COMM_KIND_SEND][GRID_CP];
+    for (int a = 0; a <= COMM_COUNTERS; a++) t.alltoall += g->bytes[COMM_KIND_ALLTOALL][a];
+    t.cp_alltoall_calls = g->calls[COMM_KIND_ALLTOALL][GRID_CP];
+    t.ep_alltoall_calls = g->calls[COMM_KIND_ALLTOALL][GRID_COUNTER_EP];
     t.to_host = r->to_host, t.to_device = r->to_device;
     return t;
 }

@@ -77,7 +77,10 @@ void plan_time_work(const Config *cfg, const PlanLayout *l, const PlanTraffic *t
     double reduce_scatter =
         t->reduce_scatter_calls * (G - 1) * m->alpha_s + t->reduce_scatter / m->beta_bytes_per_s;
     double allgather = t->allgather_calls * (G - 1) * m->alpha_s + t->allgather / m->beta_bytes_per_s;
-    double blocking = allreduce + reduce_scatter + allgather + send, overlapped = 0, window = 0, tail = 0;
+    /* 03's all-to-alls, waited for: Ulysses' among the cp ranks, --ep's among the expert group */
+    double alltoall = (t->cp_alltoall_calls * (l->cp - 1) + t->ep_alltoall_calls * (l->ep - 1)) * m->alpha_s +
+                      t->alltoall / m->beta_bytes_per_s;
+    double blocking = allreduce + reduce_scatter + allgather + send + alltoall, overlapped = 0, window = 0, tail = 0;
     double dp_calls = t->allreduce_calls - t->tp_allreduce_calls;
     if (l->chapter == 2 && l->dp_mode == DP_OVERLAP) {
         overlapped = allreduce, window = backward; /* the buckets, under the backward */

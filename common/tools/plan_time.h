@@ -35,13 +35,14 @@
  *                   each hold all of it)
  *   communication   per collective: calls x ring steps x alpha_s + bytes sent / beta
  *                   (ring steps: 2(N-1) for an all-reduce, N-1 for a
- *                   reduce-scatter or an all-gather, N the group's ranks: dp
+ *                   reduce-scatter, an all-gather or an all-to-all, N the group's ranks: dp
  *                   (dp x cp for the weights' all-reduce), or tp for a tensor
  *                   group's all-reduces of activations and, with --sp, its
- *                   all-gathers and reduce-scatters; one for a message to a
+ *                   all-gathers and reduce-scatters, cp for 03's Ulysses
+ *                   all-to-alls, ep for --ep's dispatch and combine; one for a message to a
  *                   neighbouring stage or round 03's ring; bytes sent as comm.h
- *                   counts them: the dry run's dry-comm.csv). A model split's messages all
- *                   count as waited for. The overlap rule: what a worker
+ *                   counts them: the dry run's dry-comm.csv). A model split's messages and
+ *                   the all-to-alls all count as waited for. The overlap rule: what a worker
  *                   thread runs under computation (02 --dp-mode overlap's
  *                   buckets and 05 stage 2's reduce-scatters under the
  *                   backward: counted, the bwd pieces' time; formula, two thirds of

@@ -320,6 +320,7 @@ static PlanLayout time_layout(const Layout *l, const PlanDry *d) {
     if ((item = plan_dry_item(d, "--prefetch"))) t.prefetch = atoi(item);
     if ((item = plan_dry_item(d, "--dpu"))) t.dpu = atoi(item);
     if ((item = plan_dry_item(d, "--sp"))) t.sp = atoi(item);
+    t.ep = (item = plan_dry_item(d, "--ep")) && atoi(item) > 1 ? atoi(item) : 1;
     if ((item = plan_dry_item(d, "--bucket-mb"))) t.bucket_bytes = atof(item) * 1048576.0;
     if ((item = plan_dry_item(d, "--allreduce"))) t.ring = !strcmp(item, "ring");
     if ((item = plan_dry_item(d, "--dp-mode")))
@@ -345,6 +346,9 @@ static PlanTraffic traffic_of(const PlanDryRank *r) {
     }
     t.tp_allreduce = g->bytes[COMM_KIND_ALLREDUCE][GRID_TP], t.tp_allreduce_calls = g->calls[COMM_KIND_ALLREDUCE][GRID_TP];
     t.cp_send = g->bytes[COMM_KIND_SEND][GRID_CP], t.cp_send_calls = g->calls[COMM_KIND_SEND][GRID_CP];
+    for (int a = 0; a <= COMM_COUNTERS; a++) t.alltoall += g->bytes[COMM_KIND_ALLTOALL][a];
+    t.cp_alltoall_calls = g->calls[COMM_KIND_ALLTOALL][GRID_CP];
+    t.ep_alltoall_calls = g->calls[COMM_KIND_ALLTOALL][GRID_COUNTER_EP];
     t.to_host = r->to_host, t.to_device = r->to_device;
     return t;
 }
@@ -480,7 +484,8 @@ static void print_plan(const Layout *l, const PlanDry *d) {
     const ModelConfig *mc = &cfg->model;
     ParamTable table;
     param_table_build(&table, mc);
-    double P = table.num_params, tied = mc->tied ? P : P - (double)vocab_padded(mc->vocab) * mc->dmodel;
+    double P = d->params > 0 ? d->params : table.num_params; /* the program's count (run.csv) */
+    double head = mc->tied ? 0 : (double)vocab_padded(mc->vocab) * mc->dmodel, tied = P - head;
     param_table_free(&table);
     int world = l->dry.world;
     printf("%s | %s | %d rank%s = dp %d x pp %d x cp %d x tp %d | %s | %d layers, d %d, %d heads, seq %d, "
@@ -498,9 +503,16 @@ static void print_plan(const Layout *l, const PlanDry *d) {
         printf("parameters %.0f (the LM head tied to the embedding, as GPT-2 and llm.c)\n", P);
     else
         printf("parameters %.0f (%.0f with the LM head tied to the embedding, as GPT-2 and llm.c)\n", P, tied);
-    double L = mc->layers, T = mc->seq, C = mc->dmodel;
-    printf("FLOPs per token 6P + 12LTC = %.0f (llm.c's count, tied, 6P + 6LTC: %.0f); per step %.4g\n",
-           6 * P + 12 * L * T * C, 6 * tied + 6 * L * T * C, (6 * P + 12 * L * T * C) * cfg->batch * T);
+    double L = mc->layers, T = mc->seq, C = mc->dmodel, flops = plan_flops_per_token(mc);
+    double active = plan_active_params(mc), active_tied = active - head;
+    if (mc->moe.experts > 0)
+        printf("FLOPs per token 6A + 12LTC = %.0f, A = %.0f parameters a token's step reads: each MoE block's "
+               "top-%d of its %d experts (llm.c's count, tied, 6A + 6LTC: %.0f); per step %.4g\n",
+               flops, active, mc->moe.top_k, mc->moe.experts, 6 * active_tied + 6 * L * T * C,
+               flops * cfg->batch * T);
+    else
+        printf("FLOPs per token 6P + 12LTC = %.0f (llm.c's count, tied, 6P + 6LTC: %.0f); per step %.4g\n", flops,
+               6 * active_tied + 6 * L * T * C, flops * cfg->batch * T);
     int offload = l->dry.chapter == 6 && plan_arg_given(l->dry.args, l->dry.nargs, "--offload");
     int *same_as = xcalloc(d->nranks, sizeof(int)), groups = 0;
     for (int i = 0; i < d->nranks; i++) {

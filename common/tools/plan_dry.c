@@ -248,6 +248,8 @@ static void read_info(const char *dir, PlanDry *d) {
     c->model.layers = item_int(d, "--layers", 0), c->model.dmodel = item_int(d, "--dmodel", 0);
     c->model.heads = item_int(d, "--heads", 0), c->model.seq = item_int(d, "--seq", 0);
     c->model.vocab = item_int(d, "--vocab", 0), c->model.tied = item_int(d, "--tie-embeddings", 0);
+    c->model.moe.experts = item_int(d, "--experts", 0), c->model.moe.top_k = item_int(d, "--top-k", 1);
+    c->model.moe.every = item_int(d, "--moe-every", 1);
     c->batch = item_int(d, "--batch", 1), c->micro = item_int(d, "--micro", 1);
     c->recompute = item_int(d, "--recompute", 0);
     const char *p = plan_dry_item(d, "--precision");

@@ -28,6 +28,7 @@ typedef struct {
     int prefetch;        /* 05, stage 3 */
     int dpu;             /* 06: the delayed parameter update */
     int cp;              /* context-parallel ranks per sequence (1: none) */
+    int ep;              /* 03's --ep: ranks sharing each MoE block's experts (1: none) */
     int sp;              /* sequence parallelism (--sp) */
     int dp_mode;         /* DP_NAIVE, DP_FLAT or DP_OVERLAP */
     double bucket_bytes; /* --bucket-mb */
@@ -49,6 +50,9 @@ typedef struct {
     double tp_allreduce, tp_allreduce_calls;
     /* the sends among them on the context-parallel axis (03's ring) */
     double cp_send, cp_send_calls;
+    /* 03's all-to-alls: Ulysses' on the context-parallel axis, --ep's dispatch and combine on
+     * the expert group (bytes sent, calls) */
+    double alltoall, cp_alltoall_calls, ep_alltoall_calls;
 } PlanTraffic;
 
 /* The ZeRO paper's bytes of model state per rank for P parameters, shard_n

@@ -17,6 +17,25 @@ const char *part_name(int part) {
     return names[part];
 }
 
+double plan_active_params(const ModelConfig *mc) {
+    ParamTable table;
+    param_table_build(&table, mc);
+    double P = table.num_params, E = mc->moe.experts, K = mc->moe.top_k;
+    static const int expert_kinds[] = {BLOCK_FCW, BLOCK_FCB, BLOCK_FCPROJW, BLOCK_FCPROJB};
+    for (int l = 0; l < mc->layers; l++) {
+        if (!moe_layer(mc, l)) continue;
+        double experts = 0; /* the block's E experts' weights, the router apart */
+        for (int k = 0; k < 4; k++) experts += table_tensor(&table, l, expert_kinds[k])->numel;
+        P -= experts * (E - K) / E;
+    }
+    param_table_free(&table);
+    return P;
+}
+
+double plan_flops_per_token(const ModelConfig *mc) {
+    return 6 * plan_active_params(mc) + 12.0 * mc->layers * mc->seq * mc->dmodel;
+}
+
 void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m,
                PlanTime *out) {
     plan_time_work(cfg, l, t, m, NULL, NULL, out);
@@ -43,11 +62,11 @@ void plan_time_work(const Config *cfg, const PlanLayout *l, const PlanTraffic *t
     param_table_build(&table, mc);
     double P = table.num_params, shard_n = shard_numel(&table, l->dp);
     param_table_free(&table);
-    double L = mc->layers, T = mc->seq, C = mc->dmodel, N = l->dp, M = cfg->micro;
+    double T = mc->seq, N = l->dp, M = cfg->micro;
     double split = plan_replica_ranks(l); /* the ranks one replica's batch is split over (and cp's) */
     double model_split = l->pp * l->tp;   /* the ranks its weights are split over: cp ranks hold them all */
 
-    out->flops_per_step = (6 * P + 12 * L * T * C) * cfg->batch * T;
+    out->flops_per_step = plan_flops_per_token(mc) * cfg->batch * T;
     /* the forward, a third of it, runs once; with --recompute again in B, and under a pipeline's
      * zb-h1 once more in W (model.h) */
     double compute = out->flops_per_step / N / split / m->flops * (2 + plan_forward_runs(cfg, l)) / 3;
@@ -77,7 +96,10 @@ void plan_time_work(const Config *cfg, const PlanLayout *l, const PlanTraffic *t
     double reduce_scatter =
         t->reduce_scatter_calls * (G - 1) * m->alpha_s + t->reduce_scatter / m->beta_bytes_per_s;
     double allgather = t->allgather_calls * (G - 1) * m->alpha_s + t->allgather / m->beta_bytes_per_s;
-    double blocking = allreduce + reduce_scatter + allgather + send, overlapped = 0, window = 0, tail = 0;
+    /* 03's all-to-alls, waited for: Ulysses' among the cp ranks, --ep's among the expert group */
+    double alltoall = (t->cp_alltoall_calls * (l->cp - 1) + t->ep_alltoall_calls * (l->ep - 1)) * m->alpha_s +
+                      t->alltoall / m->beta_bytes_per_s;
+    double blocking = allreduce + reduce_scatter + allgather + send + alltoall, overlapped = 0, window = 0, tail = 0;
     double dp_calls = t->allreduce_calls - t->tp_allreduce_calls;
     if (l->chapter == 2 && l->dp_mode == DP_OVERLAP) {
         overlapped = allreduce, window = backward; /* the buckets, under the backward */

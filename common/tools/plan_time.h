@@ -26,7 +26,8 @@
  *                   every kernel its dry run called, a recomputed forward, a ring's additions
  *                   included) / flops.
  *                   formula: FLOPs per step / (dp x pp x cp x tp) / flops, FLOPs per token
- *                   6P + 12LTC (x 4/3 with --recompute: the forward, a third, runs twice; x 5/3
+ *                   6P + 12LTC, P the parameters a token's step reads (an MoE block's top-K
+ *                   of its E experts: plan_active_params) (x 4/3 with --recompute: the forward, a third, runs twice; x 5/3
  *                   under zb-h1, whose W runs it once more)
  *   device update   counted: the update pieces' FLOPs (norm, clipping) / flops + the AdamW
  *                   elements the device updated / device_adam_params_per_s.
@@ -35,13 +36,14 @@
  *                   each hold all of it)
  *   communication   per collective: calls x ring steps x alpha_s + bytes sent / beta
  *                   (ring steps: 2(N-1) for an all-reduce, N-1 for a
- *                   reduce-scatter or an all-gather, N the group's ranks: dp
+ *                   reduce-scatter, an all-gather or an all-to-all, N the group's ranks: dp
  *                   (dp x cp for the weights' all-reduce), or tp for a tensor
  *                   group's all-reduces of activations and, with --sp, its
- *                   all-gathers and reduce-scatters; one for a message to a
+ *                   all-gathers and reduce-scatters, cp for 03's Ulysses
+ *                   all-to-alls, ep for --ep's dispatch and combine; one for a message to a
  *                   neighbouring stage or round 03's ring; bytes sent as comm.h
- *                   counts them: the dry run's dry-comm.csv). A model split's messages all
- *                   count as waited for. The overlap rule: what a worker
+ *                   counts them: the dry run's dry-comm.csv). A model split's messages and
+ *                   the all-to-alls all count as waited for. The overlap rule: what a worker
  *                   thread runs under computation (02 --dp-mode overlap's
  *                   buckets and 05 stage 2's reduce-scatters under the
  *                   backward: counted, the bwd pieces' time; formula, two thirds of
@@ -93,6 +95,12 @@ typedef struct {
 } PlanTime;
 
 const char *part_name(int part);
+/* The parameters one token's step reads: all of them, less in each MoE block the weights of
+ * the E - K experts it is not sent to ((E - K) / E of the block's experts; the router always
+ * runs). A dense model's: P. */
+double plan_active_params(const ModelConfig *mc);
+/* The formula's FLOPs per token: 6 x plan_active_params + 12LTC. */
+double plan_flops_per_token(const ModelConfig *mc);
 /* The formulas alone (no dry-work.csv): plan_time_work(cfg, l, t, m, NULL, NULL, out). */
 void plan_time(const Config *cfg, const PlanLayout *l, const PlanTraffic *t, const Machine *m, PlanTime *out);
 /* One rank's step: work its dry run's pieces (plan_work_read of its dry-work.csv) and stages

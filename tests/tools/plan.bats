@@ -604,3 +604,45 @@ same_refusal() {
     # 6 x 163109376 + 12 x 12 x 1024 x 768; llm.c: 6 x 124475904 + 6 x 12 x 1024 x 768
     assert_line --partial "FLOPs per token 6P + 12LTC = 1091902464 (llm.c's count, tied, 6P + 6LTC: 803478528)"
 }
+
+# An MoE model (model_config.h: every --moe-every-th block's MLP made E experts
+# and a router): the parameters are the program's (01's run.csv, and the hand
+# count of the tiny shape: each MoE block E MLPs of 8C^2 + 5C and a router of
+# E x C in place of one MLP), and the FLOPs per token 6A + 12LTC count what a
+# token's step reads, A: every MoE block's top-K of its E experts, the router
+# whole.
+@test "an MoE model: the parameters are 01's own, and its FLOPs per token count each MoE block's top-k experts" {
+    local dir n=0
+    for moe in "--experts 8 --top-k 2" "--experts 4 --top-k 1 --moe-every 2" "--experts 6 --top-k 6"; do
+        n=$((n + 1)) dir="$(scratch)/moe$n"
+        # shellcheck disable=SC2086 # the words of $moe are flags
+        OMP_NUM_THREADS=1 "$REPO/01_single_gpu/train" --model tiny --device cpu $moe --steps 1 --sample 0 --quiet \
+            --dry-run --world 1 --rank 0 --out "$dir" >/dev/null
+        # shellcheck disable=SC2086
+        run "$PLAN" --model tiny $moe
+        assert_success
+        # shellcheck disable=SC2086
+        run python3 - "$dir/run.csv" "$output" $moe <<'EOF'
+import csv, sys
+params = int(next(csv.DictReader(open(sys.argv[1])))["params"])
+out, args = sys.argv[2].splitlines(), sys.argv[3:]
+flag = lambda name, default: int(args[args.index(name) + 1]) if name in args else default
+E, K, every = flag("--experts", 0), flag("--top-k", 1), flag("--moe-every", 1)
+L, C, T, V = 2, 64, 64, 256
+mlp = 8 * C * C + 5 * C  # fc (4C x C, 4C) and fcproj (C x 4C, C)
+attn = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C  # ln1, qkv, proj, ln2
+moe = [(l + 1) % every == 0 for l in range(L)]
+P = V * C + T * C + sum(attn + (E * mlp + E * C if m else mlp) for m in moe) + 2 * C + V * C
+A = P - sum(moe) * (E - K) * mlp
+assert P == params, f"hand count {P}, run.csv {params}"
+want = [f"parameters {params} ({params - V * C} with the LM head tied to the embedding, as GPT-2 and llm.c)",
+        f"FLOPs per token 6A + 12LTC = {6 * A + 12 * L * T * C}, A = {A} parameters a token's step reads: "
+        f"each MoE block's top-{K} of its {E} experts"]
+for w in want:
+    if not any(line.startswith(w) for line in out):
+        sys.exit(f"{' '.join(args)}: no line '{w}' in the plan:\n" + "\n".join(out[:8]))
+print(f"{' '.join(args)}: P {P}, A {A}")
+EOF
+        assert_success
+    done
+}

@@ -168,6 +168,62 @@ EOF
     formula --dp 1 --offload --dpu
 }
 
+# alltoall_formula WORLD ARGS...: plan 03 ARGS on the round machine, and hold its communication
+# (busy and exposed: all of it waited for) to the alpha-beta formula of rank 0's counted calls and
+# bytes (its dry run's dry-comm.csv): per call 2(N-1) latencies for an all-reduce (N: dp x cp),
+# N-1 for an all-to-all (N: cp for Ulysses', ep for --ep's), one for a message; every byte over
+# beta. Prints the all-to-all's share of it, in ms.
+alltoall_formula() {
+    local world=$1 dir machine
+    shift
+    dir="$(scratch)/alltoall-$RANDOM"
+    mkdir -p "$dir"
+    machine="$dir/round.machine"
+    round_machine "$machine"
+    run "$PLAN" --chapter 03 --model tiny "$@" --machine "$machine" --time-csv "$dir/time.csv"
+    assert_success
+    OMP_NUM_THREADS=1 "$REPO/03_model_parallel/train" --model tiny --device cpu "$@" --steps 1 --sample 0 --quiet \
+        --dry-run --world "$world" --rank 0 --out "$dir/dry" >/dev/null
+    run python3 - "$dir/time.csv" "$dir/dry/dry-comm.csv" "$@" <<'EOF'
+import csv, sys
+path, ledger, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+flag = lambda name, default: int(args[args.index(name) + 1]) if name in args else default
+dp, cp, ep = flag("--dp", 1), flag("--cp", 1), flag("--ep", 1)
+alpha, beta = 1e-5, 1e6
+size = {"dp": dp * cp, "cp": cp, "ep": ep}
+steps = {"all-reduce": lambda n: 2 * (n - 1), "all-to-all": lambda n: n - 1, "send": lambda n: 1}
+comm = alltoall = 0.0
+rows = list(csv.DictReader(open(ledger)))
+assert rows, ledger + " has no rows"
+for r in rows:
+    t = float(r["calls_per_step"]) * steps[r["collective"]](size[r["axis"]]) * alpha
+    t += float(r["bytes_per_step"]) / beta
+    comm += t
+    alltoall += t if r["collective"] == "all-to-all" else 0
+got = {row["part"]: row for row in csv.DictReader(open(path))}["communication"]
+bad = 0
+for col in ("busy_ms", "exposed_ms"):
+    if abs(float(got[col]) - comm * 1e3) > 1e-6 * comm * 1e3:
+        print(f"{' '.join(args)}: communication {col} planned {got[col]} ms, formula {comm * 1e3} ms "
+              f"(the all-to-all's {alltoall * 1e3} ms of it)")
+        bad = 1
+print(f"{alltoall * 1e3:.6f}")
+sys.exit(bad)
+EOF
+    assert_success
+}
+
+@test "an all-to-all is priced as blocking communication: 03's Ulysses and --ep by their counted calls and bytes" {
+    alltoall_formula 2 --cp 2 --cp-mode ulysses
+    [ "${lines[-1]}" != 0.000000 ] # Ulysses' exchanges, counted and priced
+    alltoall_formula 2 --experts 4 --top-k 2 --dp 2 --ep 2
+    [ "${lines[-1]}" != 0.000000 ] # the dispatch and the combine
+    alltoall_formula 2 --cp 2
+    [ "${lines[-1]}" = 0.000000 ] # the ring: messages only
+    alltoall_formula 2 --experts 4 --top-k 2 --dp 2
+    [ "${lines[-1]}" = 0.000000 ] # every rank holds every expert: no all-to-all
+}
+
 # Recomputation runs the blocks' forward again in the backward (model.h), and
 # under zb-h1 once more in W: what the dry runs count. The head and the loss
 # are not recomputed, so 01 costs less than a third more; the 2-block model's

@@ -45,6 +45,17 @@ size_t expert_parallel_block_rows(const MoeConfig *moe, int ranks, int B, int T)
     return by_choice < by_capacity ? by_choice : by_capacity;
 }
 
+/* Microseconds since the step began, the device's work done; 0 without a
+ * sync when nothing is recorded (evaluation, sampling). */
+static double since_step_us(const ExpertParallel *x) {
+    if (!x->recording) return 0.0;
+    device_sync();
+    return (wall_ms() - x->origin_ms) * 1e3;
+}
+static void record(ExpertParallel *x, int micro, const char *op, double start_us, double end_us) {
+    if (x->recording) timeline_add(&x->timeline, x->step + 1, micro, op, start_us, end_us);
+}
+
 /* One all-to-all of `count` floats a block, timed and counted. */
 static void exchange(ExpertParallel *x, const float *send, float *recv, size_t count) {
     device_sync(); /* the packed blocks are complete before they leave */
@@ -86,7 +97,8 @@ static void ep_forward(int l, MoeLayerActs *la, int B, int T, void *context) {
     const GPT *m = x->model;
     ExpertParallelLayer *xl = &x->layer[l];
     size_t C = x->C, blk = expert_parallel_block_rows(&m->cfg.moe, x->size, B, T);
-    int E = m->cfg.moe.experts;
+    int E = m->cfg.moe.experts, micro = xl->forwards++;
+    double dispatch_us = since_step_us(x);
     /* the counts: block j of E holds rank j's experts' counts */
     for (int e = 0; e < E; e++) x->counts_h[e] = (float)la->count_h[e];
     copy_to_device(x->counts_send, x->counts_h, E * sizeof(float));
@@ -97,13 +109,18 @@ static void ep_forward(int l, MoeLayerActs *la, int B, int T, void *context) {
     x->block_rows = blk;
     pack(x, la->count_h, la->xin);
     exchange(x, x->send, xl->xin, blk * C);
+    double experts_us = since_step_us(x);
+    record(x, micro, "ep_dispatch", dispatch_us, experts_us);
     /* this rank's experts, on the rows of each source in turn */
     for (int s = 0; s < x->size; s++)
         gpt_experts_forward(m, l, x->first, x->count, xl->rows + s * x->count, xl->xin + s * blk * C,
                             xl->fch + s * blk * 4 * C, x->gelu + s * blk * 4 * C, x->y + s * blk * C);
+    double combine_us = since_step_us(x);
+    record(x, micro, "ep_experts", experts_us, combine_us);
     /* combine: the outputs back to their tokens' ranks */
     exchange(x, x->y, x->recv, blk * C);
     unpack(x, la->count_h, x->recv, la->y);
+    record(x, micro, "ep_combine", combine_us, since_step_us(x));
 }
 
 static void ep_backward(int l, const MoeLayerActs *la, const float *dy, float *dxin, int B, int T,
@@ -114,16 +131,23 @@ static void ep_backward(int l, const MoeLayerActs *la, const float *dy, float *d
     size_t C = x->C, blk = expert_parallel_block_rows(&m->cfg.moe, x->size, B, T);
     x->block_rows = blk;
     for (int i = 0; i < x->size * x->count; i++) x->rows_computed += xl->rows[i]; /* the step's load */
+    int micro = xl->backwards++;
+    double dispatch_us = since_step_us(x);
     /* the outputs' gradients to the experts' ranks */
     pack(x, la->count_h, dy);
     exchange(x, x->send, x->y, blk * C);
+    double experts_us = since_step_us(x);
+    record(x, micro, "ep_dispatch_bwd", dispatch_us, experts_us);
     for (int s = 0; s < x->size; s++)
         gpt_experts_backward(m, l, x->first, x->count, xl->rows + s * x->count, xl->xin + s * blk * C,
                              xl->fch + s * blk * 4 * C, x->y + s * blk * C, x->gelu + s * blk * 4 * C,
                              x->dgelu + s * blk * 4 * C, x->dfch + s * blk * 4 * C, x->dxin + s * blk * C);
+    double combine_us = since_step_us(x);
+    record(x, micro, "ep_experts_bwd", experts_us, combine_us);
     /* the inputs' gradients back to their tokens' ranks */
     exchange(x, x->dxin, x->recv, blk * C);
     unpack(x, la->count_h, x->recv, dxin);
+    record(x, micro, "ep_combine_bwd", combine_us, since_step_us(x));
 }
 
 /* comm_split_by's color: replica d is rank d mod N of group d / N. */
@@ -176,8 +200,10 @@ void expert_parallel_create(ExpertParallel *x, GPT *m, CommGroup *dp_group, cons
              x->count, (int)E, pairwise ? "pairwise" : "library", rows / N);
 }
 
-void expert_parallel_destroy(ExpertParallel *x, GPT *m) {
+void expert_parallel_destroy(ExpertParallel *x, GPT *m, CommGroup *world, const char *out) {
     if (!x->layer) return;
+    timeline_write(&x->timeline, world, out); /* every rank has --ep N > 1 (check_flags) */
+    timeline_free(&x->timeline);
     m->experts = NULL;
     for (int l = 0; l < m->cfg.layers; l++) {
         mem_free(x->layer[l].xin);
@@ -192,7 +218,16 @@ void expert_parallel_destroy(ExpertParallel *x, GPT *m) {
     memset(x, 0, sizeof *x);
 }
 
+void expert_parallel_begin_step(ExpertParallel *x, int step) {
+    if (!x->layer) return;
+    x->recording = 1;
+    x->step = step;
+    x->origin_ms = wall_ms();
+    for (int l = 0; l < x->model->cfg.layers; l++) x->layer[l].forwards = x->layer[l].backwards = 0;
+}
+
 void expert_parallel_load(ExpertParallel *x, CommGroup *world, double load[2]) {
+    x->recording = 0; /* the step is over */
     double rows = x->rows_computed;
     x->rows_computed = 0.0;
     load[0] = comm_allreduce_double(world, rows, 1);

@@ -36,6 +36,18 @@
  * backward), each 4 (N-1) rows_per_block C bytes a rank, plus the counts
  * (E/N floats a block).
  *
+ * timeline.csv. Each rank records, per MoE block and micro-batch of a
+ * training step, its dispatch (ep_dispatch: the counts' and the rows'
+ * all-to-alls), its experts' computation (ep_experts) and the combine
+ * (ep_combine); the backward's are ep_dispatch_bwd (the outputs' gradients
+ * out), ep_experts_bwd and ep_combine_bwd (the inputs' gradients back). A
+ * micro-batch's k-th ep_dispatch is its k-th MoE block (the backward's:
+ * counted from the last block). An all-to-all ends only when every rank of
+ * the group has sent its blocks, so a rank whose experts got fewer rows
+ * finishes its ep_experts first and waits in ep_combine for the busiest:
+ * the load imbalance, seen in time (steps.csv's ep_rows_max and
+ * ep_rows_mean count it in rows).
+ *
  * Weights. Every rank keeps the whole parameter buffer, as a data-parallel
  * replica does, and computes with and takes gradients for only its own
  * experts: the others' gradients stay zero on it. The replicas' gradient
@@ -49,6 +61,7 @@
 
 #include "common/comm/comm.h"                 /* collectives and messages between ranks */
 #include "common/run/config.h"                /* Config and the flag tables */
+#include "common/run/timeline.h"              /* timeline.csv for the Gantt charts */
 #include "common/model/model.h"               /* GPT, its forward and backward, ExpertSplit */
 #include "03_model_parallel/model_parallel.h" /* 03: one model held by a group of ranks */
 
@@ -70,6 +83,7 @@ typedef struct {
     float *xin; /* (N x rows_per_block, C) the rows from each rank, block by block */
     float *fch; /* (N x rows_per_block, 4C) their hidden layer, before GELU */
     int *rows;  /* (N, E/N) host: rows from rank s for local expert i, at s E/N + i */
+    int forwards, backwards; /* the step's so far: the timeline's micro-batch */
 } ExpertParallelLayer;
 
 typedef struct {
@@ -90,6 +104,9 @@ typedef struct {
     float *counts_h;                  /* (E) host */
     double *comm_ms;                  /* where the all-to-alls' time is added */
     double rows_computed; /* rows this rank's experts computed in backwards since the last report */
+    Timeline timeline;    /* the ep_* rows of timeline.csv (above), training steps only */
+    int recording, step;  /* from expert_parallel_begin_step to expert_parallel_load */
+    double origin_ms;     /* the step's start (every rank starts a step together) */
 } ExpertParallel;
 
 /* Rows per all-to-all block for a micro-batch of B sequences of T tokens. */
@@ -101,12 +118,15 @@ size_t expert_parallel_block_rows(const MoeConfig *moe, int ranks, int B, int T)
  * all-to-all. */
 void expert_parallel_create(ExpertParallel *x, GPT *m, CommGroup *dp_group, const ExpertParallelFlags *f,
                             const ModelParallelFlags *mp, int B, double *comm_ms);
-void expert_parallel_destroy(ExpertParallel *x, GPT *m);
+/* With --ep, timeline.csv into directory out first (every rank of world calls it). */
+void expert_parallel_destroy(ExpertParallel *x, GPT *m, CommGroup *world, const char *out);
+/* Step `step` (0-based) starts now: the origin of its timeline rows. */
+void expert_parallel_begin_step(ExpertParallel *x, int step);
 /* The load: the rows each rank's experts computed since the last call (every
  * MoE block and micro-batch of the steps' backwards: evaluation's forwards are
  * not counted), their most over the ranks of world in load[0] and their mean
  * in load[1] (max / mean: the imbalance; 0 without --ep). Collective over
- * world. */
+ * world. It ends the step's timeline: evaluation and sampling are not in it. */
 void expert_parallel_load(ExpertParallel *x, CommGroup *world, double load[2]);
 
 #endif

@@ -129,6 +129,7 @@ int main(int argc, char **argv) {
         RunStep s = run_step_begin(&run, step);
         Timer timer = {0};
         model_parallel_begin_step(&par, step); /* its comm_ms from 0; --cp: the ring's timeline */
+        expert_parallel_begin_step(&experts, step); /* --ep: the all-to-alls' timeline */
 
         /* ---- forward and backward over the micro-batches; gradients accumulate ---- */
         precision_zero_grads(held.model, held.mixed);
@@ -186,7 +187,7 @@ int main(int argc, char **argv) {
     run_finish(&run, table.num_params, NULL, NULL, "%.1f MiB sent by rank 0 | CSVs in %s",
                comm_bytes_sent() / BYTES_PER_MIB, cfg.out);
 
-    expert_parallel_destroy(&experts, held.model);
+    expert_parallel_destroy(&experts, held.model, run.world, cfg.out); /* --ep: timeline.csv */
     data_parallel_destroy(&replicas);
     adamw_destroy(&opt);
     model_parallel_destroy(&par, &cfg);

@@ -3,7 +3,7 @@ memory categories' colours, and the figure's epilogue: its axes' titles and labe
 saving it (finish) under the output-file rule of common/python/tool.py.
 
 The figures themselves live by chapter: plot_runs.py (every chapter's runs), plot_comm.py (02's
-commbench, 03's --cp), plot_timeline.py (timeline.csv: 03's ring, 04, 05, 06), plot_pipeline.py
+commbench, 03's --cp), plot_timeline.py (timeline.csv: 03's ring and --ep, 04, 05, 06), plot_pipeline.py
 (04), plot_zero.py (05), plot_offload.py (06), plot_plan.py (common/plan). plot.py is their command.
 """
 import os

@@ -4,6 +4,7 @@
     python3 common/python/plot.py RUN_DIR... [--out DIR]
     python3 common/python/plot.py --commbench CSV... [--out DIR]
     python3 common/python/plot.py --gantt RUN_DIR... [--step N] [--out DIR]
+    python3 common/python/plot.py --ep RUN_DIR... [--step N] [--out DIR]
     python3 common/python/plot.py --sweep RUN_DIR... [--out DIR]
     python3 common/python/plot.py --bubbles RUN_DIR... [--out DIR]
     python3 common/python/plot.py --zero RUN_DIR... [--out DIR]
@@ -50,11 +51,19 @@ With --cp, from chapter 03's --cp runs labelled 03-cpN-seqT:
                     line per cp, measured (memory.csv) and the formula (dashed)
 With --commbench, from 02_data_parallel/commbench CSVs:
     busbw.png       bus bandwidth against message size, one line per operation
-With --gantt, from timeline.csv (chapters 04 and 05, and chapter 03's --cp ring):
+With --gantt, from timeline.csv (chapters 04 and 05, and chapter 03's --cp ring;
+chapter 03's --ep: as --ep below):
     gantt-LABEL.png what each rank did during one step (default: the last):
                     pipeline runs: forward and backward boxes numbered by
                     micro-batch; ZeRO runs: per rank a row of computation
                     and a row of communication (gathers, reduce-scatters)
+With --ep (or --gantt), from chapter 03 --experts E --ep N runs' timeline.csv and steps.csv:
+    ep-LABEL.png    one step (default: the last) of each rank: each MoE block's
+                    dispatch all-to-all, its experts' computation and the
+                    combine all-to-all, forward then backward (numbers: the
+                    MoE block), beside the load per step: ep_rows_max (the
+                    busiest rank's expert rows) against ep_rows_mean; one line
+                    printed: the step's load and their ratio
 With --zero, from chapter 05 runs (run.csv's zero, world_size, params,
 bytes_sent_per_step; memory.csv):
     zero.png        per ZeRO stage: the model state per rank (params, grads,
@@ -138,7 +147,7 @@ from plot_offload import plot_capacity, plot_offload_bench
 from plot_pipeline import plot_bubbles, plot_grid, plot_sweep
 from plot_plan import plot_plan
 from plot_runs import plot_experts, plot_runs
-from plot_timeline import plot_gantt, plot_offload_timeline
+from plot_timeline import plot_ep, plot_gantt, plot_offload_timeline
 from plot_zero import plot_precision, plot_zero
 from rundir import RUN_DIRECTORY, load_runs
 from tool import make_output_dir, run_tool
@@ -152,10 +161,10 @@ RUN_MODES = {"plan": (RUN_DIRECTORY, plot_plan), "cp": ("a run of chapter 03 wit
              "sweep": (PIPELINE_RUN, plot_sweep),
              "experts": ("a run of chapter 01 or 02 with --experts", plot_experts)}
 # The modes that draw one step of each run's timeline.csv (--step), and those that draw a tool's CSV
-TIMELINE_MODES = {"gantt": plot_gantt, "offload": plot_offload_timeline}
+TIMELINE_MODES = {"gantt": plot_gantt, "ep": plot_ep, "offload": plot_offload_timeline}
 CSV_MODES = {"capacity": plot_capacity, "offload_bench": plot_offload_bench}
 # The order in which a mode given wins over another given with it
-MODES = ("plan", "cp", "commbench", "grid", "gantt", "offload", "capacity", "offload_bench", "bubbles", "zero",
+MODES = ("plan", "cp", "commbench", "grid", "gantt", "ep", "offload", "capacity", "offload_bench", "bubbles", "zero",
          "precision", "sweep", "experts")
 
 
@@ -167,7 +176,9 @@ def main():
                                                      "if it is an earlier plot (default runs/plots)")
     parser.add_argument("--commbench", action="store_true", help="the inputs are commbench CSVs: plot bus bandwidth")
     parser.add_argument("--gantt", action="store_true", help="Gantt chart of each run's timeline.csv (chapters 04, 05)")
-    parser.add_argument("--step", type=int, default=None, help="--gantt, --offload: which step (default: the last)")
+    parser.add_argument("--ep", action="store_true",
+                        help="chapter 03 --ep runs: one step's dispatch, experts and combine per rank, and the load")
+    parser.add_argument("--step", type=int, default=None, help="--gantt, --ep, --offload: which step (default: the last)")
     parser.add_argument("--sweep", action="store_true", help="step time against micro-batches, per schedule")
     parser.add_argument("--bubbles", action="store_true", help="chapter 04: each schedule's measured bubble and formula")
     parser.add_argument("--zero", action="store_true", help="chapter 05: memory, bytes and time per ZeRO stage")

@@ -2,7 +2,7 @@
 tool does: plot.py and its figures, demo_tables.py, overlap.py, pipeline_bubble.py, 06_offload/capacity.py.
 
 A run directory holds steps.csv, memory.csv and run.csv (every chapter), busy.csv (chapter 03 on)
-and timeline.csv (chapter 03's --cp ring, 04-06); ROADMAP.md gives their columns. Each file is read
+and timeline.csv (chapter 03's --cp ring and --ep, 04-06); ROADMAP.md gives their columns. Each file is read
 through tool.read_csv, so that one missing, empty, cut short or of another kind ends the tool with
 ONE line naming the file and what the tool reads there (valid), exit status 2 under tool.run_tool.
 

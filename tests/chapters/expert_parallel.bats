@@ -112,6 +112,33 @@ PY
     assert_equal "$(csv_column "$(scratch)/dp/steps.csv" ep_rows_max | sort -u)" 0
 }
 
+@test "03 --ep's timeline.csv has each MoE block's dispatch, experts and combine (and the backward's) per rank, micro-batch and step, in order inside the step, evaluation not in it" {
+    # --layers 4 --moe-every 2: blocks 1 and 3 are MoE, 0 and 2 dense; --eval-every 1: forwards outside the steps
+    OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN03" $FLAGS --steps 2 --micro 2 --layers 4 --moe-every 2 --experts 4 --top-k 2 \
+        --dp 2 --ep 2 --eval-every 1 --out "$(scratch)/ep" >/dev/null
+    run python3 - "$(scratch)/ep" <<'PY'
+import csv, sys
+from collections import defaultdict
+rows = list(csv.DictReader(open(sys.argv[1] + "/timeline.csv")))
+step_us = {(r["rank"], r["step"]): 1e3 * float(r["step_ms"]) for r in csv.DictReader(open(sys.argv[1] + "/busy.csv"))}
+BLOCKS, FWD, BWD = 2, ["ep_dispatch", "ep_experts", "ep_combine"], ["ep_dispatch_bwd", "ep_experts_bwd", "ep_combine_bwd"]
+by = defaultdict(list)
+for r in rows:
+    start, end = float(r["start_us"]), float(r["end_us"])
+    assert 0 <= start <= end <= step_us[(r["rank"], r["step"])], r  # inside its rank's step
+    by[(r["rank"], r["step"], r["micro"])].append((start, end, r["op"]))
+assert sorted(by) == [(k, s, m) for k in "01" for s in "12" for m in "01"], sorted(by)
+for key, ops in by.items():
+    ops.sort()
+    names = [op for _, _, op in ops]
+    assert names == FWD * BLOCKS + BWD * BLOCKS, (key, names)  # per block, forward then backward
+    assert all(a[1] <= b[0] for a, b in zip(ops, ops[1:])), (key, ops)  # one after another
+print("ok", len(rows))
+PY
+    assert_success
+    assert_output "ok $((2 * 2 * 2 * 2 * 6))"
+}
+
 @test "03 --ep resumes its own checkpoint on the uninterrupted run's losses, and 01 resumes it too" {
     local moe="--experts 4 --top-k 2 --capacity-factor 1" d
     d="$(scratch)"

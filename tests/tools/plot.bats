@@ -78,7 +78,7 @@ spoilt_run() {
 
 @test "plot.py --gantt refuses a run without timeline.csv in one line, exit 2" {
     run --separate-stderr "$python" "$PLOT" --gantt "$BATS_FILE_TMPDIR/01" --out "$(scratch)/plots"
-    refused "^plot.py: $BATS_FILE_TMPDIR/01/timeline.csv: no such file \(valid: a run of chapter 03 with --cp, or of chapter 04, 05 or 06: they write timeline.csv\)$"
+    refused "^plot.py: $BATS_FILE_TMPDIR/01/timeline.csv: no such file \(valid: a run of chapter 03 with --cp or --ep, or of chapter 04, 05 or 06: they write timeline.csv\)$"
 }
 
 @test "plot.py --bubbles and --sweep refuse a run that is not a pipeline's in one line, exit 2, and draw 04's" {
@@ -195,4 +195,33 @@ spoilt_run() {
     run --separate-stderr "$python" "$PLOT" --experts "$BATS_FILE_TMPDIR/01" --out "$(scratch)/plots"
     refused "^plot.py: $BATS_FILE_TMPDIR/01/steps.csv: has no column 'tokens_e0' \(valid: a run of chapter 01 or 02 with --experts\)$"
     [ ! -e "$(scratch)/plots/experts.png" ]
+}
+
+@test "plot.py --ep (and --gantt) draws one step of a chapter 03 --ep run and prints its load from steps.csv" {
+    local d="$(scratch)/03-ep2"
+    OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN03" --model tiny --batch 4 --steps 3 --sample 0 --quiet --eval-batches 1 \
+        --experts 4 --top-k 1 --dp 2 --ep 2 --out "$d" >/dev/null
+    # the step shown (the last, or --step 2): steps.csv's ep_rows_max, ep_rows_mean and their ratio
+    for step in 3 2; do
+        load="$(awk -F, -v s=$step 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+                      $1 == s { printf "ep_rows_max %s, ep_rows_mean %s, max / mean %.3f", $c["ep_rows_max"],
+                                $c["ep_rows_mean"], $c["ep_rows_max"] / $c["ep_rows_mean"] }' "$d/steps.csv")"
+        [ -n "$load" ]
+        run --separate-stderr "$python" "$PLOT" --ep "$d" $([ $step = 2 ] && echo --step 2) --out "$(scratch)/plots"
+        assert_success
+        assert_line "ep 03-ep2: step $step: $load"
+    done
+    [ -s "$(scratch)/plots/ep-03-ep2.png" ]
+    run --separate-stderr "$python" "$PLOT" --gantt "$d" --out "$(scratch)/gantt"
+    assert_success
+    assert_line "plot.py: wrote ep-03-ep2.png to $(scratch)/gantt"
+    [ -s "$(scratch)/gantt/ep-03-ep2.png" ]
+}
+
+@test "plot.py --ep refuses a run without the ep_* timeline rows in one line, exit 2" {
+    run --separate-stderr "$python" "$PLOT" --ep "$BATS_FILE_TMPDIR/04" --out "$(scratch)/plots"
+    refused "^plot.py: $BATS_FILE_TMPDIR/04/timeline.csv has no ep_dispatch, ep_experts or ep_combine rows in step 2 \(valid: a run of chapter 03 with --experts E --ep N\)$"
+    run --separate-stderr "$python" "$PLOT" --ep "$BATS_FILE_TMPDIR/01" --out "$(scratch)/plots"
+    refused "^plot.py: $BATS_FILE_TMPDIR/01/timeline.csv: no such file \(valid: a run of chapter 03 with --experts E --ep N\)$"
+    [ ! -e "$(scratch)/plots/ep-04.png" ] && [ ! -e "$(scratch)/plots/ep-01.png" ]
 }

@@ -5,7 +5,9 @@
  * after a barrier; on one machine their monotonic clocks agree). At the end
  * the ranks write, in turn, timeline.csv (rank,step,micro,op,start_us,end_us)
  * and rank 0 turns it into trace.json, a Chrome trace (one track per rank)
- * that Perfetto (ui.perfetto.dev) or chrome://tracing opens. */
+ * that Perfetto (ui.perfetto.dev) or chrome://tracing opens. A dry run
+ * (--dry-run --rank R) is one rank of its world: its timeline.csv and
+ * trace.json hold that rank's records alone. */
 #ifndef TIMELINE_H
 #define TIMELINE_H
 

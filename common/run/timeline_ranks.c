@@ -21,11 +21,12 @@ void timeline_add(Timeline *t, int step, int micro, const char *op, double start
 
 void timeline_write(const Timeline *t, CommGroup *world, const char *dir) {
     int rank = comm_rank(world), ranks = comm_size(world);
+    int alone = comm_dry(); /* a dry run is one rank of its world: the file holds its records only */
     /* the ranks take turns appending to one file */
     for (int r = 0; r < ranks; r++) {
         if (r == rank) {
-            OutFile *f = out_open(dir, "timeline.csv", OUT_WHOLE_PART, r > 0);
-            if (r == 0) out_printf(f, "rank,step,micro,op,start_us,end_us\n");
+            OutFile *f = out_open(dir, "timeline.csv", OUT_WHOLE_PART, r > 0 && !alone);
+            if (r == 0 || alone) out_printf(f, "rank,step,micro,op,start_us,end_us\n");
             for (int i = 0; i < t->count; i++) {
                 const TimelineRecord *e = &t->records[i];
                 out_printf(f, "%d,%d,%d,%s,%.1f,%.1f\n", rank, e->step, e->micro, e->op, e->start_us,
@@ -35,7 +36,7 @@ void timeline_write(const Timeline *t, CommGroup *world, const char *dir) {
         }
         comm_barrier(world);
     }
-    if (rank != 0) return;
+    if (rank != 0 && !alone) return;
     /* trace.json from timeline.csv: one complete event ("ph": "X") per action.
      * Steps (1-based) are laid one after another, 10 ms apart. */
     enum { MAX_STEPS = 4096 };

@@ -142,6 +142,25 @@ assert_dry_runs_match() {
     assert_equal "$(csv_column "$dir/big/run.csv" bytes_cp_per_step)" 0
 }
 
+@test "a dry run of a rank other than 0 leaves complete files only: its own timeline, no part file" {
+    local dir
+    dir="$(scratch)"
+    # the chapters that time their actions: 03's ring, 04's and 06's stages, 05's ZeRO
+    for layout in "03_model_parallel --cp 2" "04_pipeline --pp 2" "05_zero --zero 3" "06_offload --offload --pp 2"; do
+        local program=${layout%% *} flags=${layout#* }
+        run "$REPO/$program/train" $FLAGS $flags --dry-run --world 2 --rank 1 --out "$dir/$program"
+        assert_success
+        # no part file left behind (timeline.csv.tmp: the other ranks' turns never come)
+        run find "$dir/$program" -name '*.tmp'
+        assert_output ""
+        # the timeline is this rank's: a header, then its rows, each of rank 1
+        assert_equal "$(head -n 1 "$dir/$program/timeline.csv")" "rank,step,micro,op,start_us,end_us"
+        run cut -d, -f1 "$dir/$program/timeline.csv"
+        assert_equal "$(tail -n +2 <<<"$output" | sort -u)" 1
+        [ -s "$dir/$program/trace.json" ]
+    done
+}
+
 @test "bad dry-run input gets one line and exit 2" {
     local train="$REPO/02_data_parallel/train" out
     out="$(scratch)/bad"

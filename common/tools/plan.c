@@ -15,7 +15,8 @@
  *       every formula); --time-csv writes one row per part
  *   common/plan --calibrate FILE [--quick] [--device cpu|cuda]
  *       measure this machine's constants with the course's tools (01's step,
- *       commbench, adambench, devicebench: common/scripts/calibrate.sh) on the
+ *       commbench, adambench, devicebench, 02 flat against 02 overlap for the
+ *       fraction of overlapped communication that hides: common/scripts/calibrate.sh) on the
  *       device --device names (auto: the GPU if one is visible) and write them
  *       to FILE, which the planner then reads back and --machine takes
  *   common/plan [the model's and batch's flags] --search --gpus N [--gpu-mem BYTES] --machine FILE
@@ -106,9 +107,9 @@ static const Flag plan_flags[] = {
      .help = "write the step time's parts: part,busy_ms,exposed_ms (needs --machine;\n"
              "FILE: a new name or an earlier --time-csv file)"},
     {"--calibrate", FLAG_PATH, FIELD(PlanFlags, calibrate), .usage = "--calibrate FILE",
-     .help = "measure this machine (01's step, commbench, adambench, devicebench:\n"
-             "common/scripts/calibrate.sh) on --device, and write its machine file to FILE\n"
-             "(a new name or a machine file --calibrate wrote)",
+     .help = "measure this machine (01's step, commbench, adambench, devicebench, 02 flat\n"
+             "against overlap: common/scripts/calibrate.sh) on --device, and write its machine\n"
+             "file to FILE (a new name or a machine file --calibrate wrote)",
      .record = FLAG_NOT_RECORDED},
     {"--quick", FLAG_SWITCH, FIELD(PlanFlags, quick), .usage = "--quick",
      .help = "--calibrate with tiny sizes and few repeats (seconds; noisier constants)",
@@ -628,9 +629,9 @@ static void calibrate(const PlanFlags *f, const char *device) {
     Machine m;
     machine_read(f->calibrate, &m);
     printf("%s: wrote %s (name %s): flops %.4g, alpha_s %.3g, beta_bytes_per_s %.4g, h2d %.4g, d2h %.4g, "
-           "cpu_adam %.4g, device_adam %.4g params/s, device_mem %.4g bytes\n",
+           "cpu_adam %.4g, device_adam %.4g params/s, device_mem %.4g bytes, overlap %.4g\n",
            PROGRAM, f->calibrate, m.name, m.flops, m.alpha_s, m.beta_bytes_per_s, m.h2d_bytes_per_s,
-           m.d2h_bytes_per_s, m.cpu_adam_params_per_s, m.device_adam_params_per_s, m.device_mem_bytes);
+           m.d2h_bytes_per_s, m.cpu_adam_params_per_s, m.device_adam_params_per_s, m.device_mem_bytes, m.overlap);
 }
 
 /* --zero-table with a model's flags: the ZeRO paper's Figure 1 from chapter 05's own accounting,

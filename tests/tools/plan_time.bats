@@ -496,6 +496,18 @@ within_band() {
     assert_line "ranked apart, their losses not 01's (--dpu, the delayed parameter update: each gradient is taken at weights one step stale)"
     assert_line --regexp "^     1  06 --offload --dpu +[0-9]+ +[0-9]+ +[0-9.]+  changes the losses: delayed update$"
     assert_equal "$(grep -c "changes the losses" <<<"$output")" 1
+    # the first three steps part by part, the first the sum of its parts, on the machine's overlap; the
+    # offloaded layouts' step decided by the host (its AdamW and copies), said so
+    assert_line "cpu-amd-epyc-2cores a communication thread's collectives beside the computation hide by overlap = 0; plan_time.h)"
+    assert_line "the host decides 2 of the steps: 06's AdamW on the CPU and its copies are their largest part after the"
+    local first="$(awk '$1 == 1 { $1 = ""; sub(/^ /, ""); print }' <<<"$output" | head -1)"
+    awk -v first="$first" '$1 == "#1" { line = $0; sub(/^  #1 /, "", line)
+            name = substr(line, 1, index(line, ":") - 1); split(substr(line, index(line, ":") + 2), parts, " = ")
+            n = split(parts[1], w, " "); for (i = 1; i <= n; i++) if (w[i] ~ /^[0-9.]+$/ && w[i - 1] != "of") sum += w[i]
+            k = split(first, f, " "); step = f[k]; seen = 1
+            ok = index(first, name " ") == 1 && parts[2] + 0 == step + 0 && sum - step < 2e-4 && step - sum < 2e-4
+            print name ": parts " sum ", step " parts[2] ", the first row " first }
+        END { exit !(seen && ok) }' <<<"$output"
     # a ranked layout's device bytes are its own plan's
     local listed planned
     listed="$(awk '$2 == "06" && $4 == "--dpu" { print $5 }' <<<"$output")"

@@ -34,6 +34,15 @@
 #                             on device memory
 #   device_mem_bytes          the GPU's memory (nvidia-smi), or /proc/meminfo's
 #                             MemTotal (the CPU backend's device memory is the host's)
+#   overlap                   02_data_parallel/train on 2 ranks, --dp-mode flat and
+#                             --dp-mode overlap (a shape whose all-reduce is a
+#                             sizeable part of the step: one sequence a rank, 32
+#                             tokens on the CPU), and common/plan's prediction of
+#                             both with the constants above at overlap 0 and 1:
+#                             the step is linear in it, so the measured flat - overlap
+#                             difference, less the predicted one at 0, over what
+#                             overlap 1 hides, is the fraction; held to 0..1. With
+#                             one GPU (no link) a stated 0.5, NOT MEASURED
 # --quick (the test's): small sizes and few repeats, a few seconds in all.
 set -euo pipefail
 
@@ -148,4 +157,34 @@ csv_awk -v step_ms="$step_ms" -v fps="$flops_per_step" -v adam_params="$adam_par
             print "calibrate.sh: a constant was not measured (see the file above)" > "/dev/stderr"; exit 1
         }
     }' "$work/comm.csv" "$work/adam/adambench.csv" >"$work/machine"
+
+# the overlap: 02 flat against 02 overlap on 2 ranks, each planned at overlap 0 and 1
+if [ $backend = cpu ] || [ "$gpus" -ge 2 ]; then
+    if [ $backend = cuda ]; then shape=(--model "$model" --batch 2 --bucket-mb 25); else shape=(--model "$model" --seq 32 --batch 2 --bucket-mb 0.1); fi
+    for mode in flat overlap; do
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 \
+            "$REPO/02_data_parallel/train" --device $backend "${shape[@]}" --dp-mode $mode --steps $steps \
+            --eval-batches 1 --sample 0 --quiet --out "$work/02-$mode" >/dev/null
+        for f in 0 1; do
+            { cat "$work/machine"; echo "overlap = $f"; } >"$work/machine-$f"
+            "$REPO/common/plan" --chapter 02 --dp 2 "${shape[@]}" --dp-mode $mode --machine "$work/machine-$f" \
+                --time-csv "$work/plan-$mode-$f.csv" >/dev/null
+        done
+    done
+    predicted() { awk -F, '$1 == "step" { print $3 }' "$work/plan-$1-$2.csv"; }
+    awk -v mf="$(column "$work/02-flat/run.csv" median_step_ms)" -v mo="$(column "$work/02-overlap/run.csv" median_step_ms)" \
+        -v pf="$(predicted flat 0)" -v p0="$(predicted overlap 0)" -v p1="$(predicted overlap 1)" -v shape="${shape[*]}" 'BEGIN {
+        hides = p0 - p1; f = hides > 0 ? ((mf - mo) - (pf - p0)) / hides : 0
+        held = f < 0 ? 0 : f > 1 ? 1 : f
+        printf "# 02_data_parallel/train %s on 2 ranks: median step %.4f ms flat, %.4f ms overlap; planned %.4f and\n", shape, mf, mo, pf
+        if (hides > 0)
+            printf "# %.4f at overlap 0, %.4f at 1: ((flat - overlap) - %.4f) / %.4f = %.4g%s\n", p0, p1, pf - p0, hides, f, held != f ? ", held to 0..1" : ""
+        else
+            printf "# %.4f at overlap 0 and at 1: nothing of that run can hide (its last bucket is all of it), so 0\n", p0
+        printf "overlap = %.4g\n", held
+    }' >>"$work/machine"
+else
+    printf '# NOT MEASURED (one GPU: no link): half of a collective beside the computation hides, assumed\noverlap = 0.5\n' \
+        >>"$work/machine"
+fi
 mv "$work/machine" "$out"

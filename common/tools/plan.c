@@ -15,7 +15,8 @@
  *       every formula); --time-csv writes one row per part
  *   common/plan --calibrate FILE [--quick] [--device cpu|cuda]
  *       measure this machine's constants with the course's tools (01's step,
- *       commbench, adambench, devicebench: common/scripts/calibrate.sh) on the
+ *       commbench, adambench, devicebench, 02 flat against 02 overlap for the
+ *       fraction of overlapped communication that hides: common/scripts/calibrate.sh) on the
  *       device --device names (auto: the GPU if one is visible) and write them
  *       to FILE, which the planner then reads back and --machine takes
  *   common/plan [the model's and batch's flags] --search --gpus N [--gpu-mem BYTES] --machine FILE
@@ -24,7 +25,9 @@
  *       fits ranked by predicted step time (those whose losses are not 01's,
  *       06 --dpu, ranked apart and marked "changes the losses"), each other
  *       with the reason it does not fit or the chapter's refusal (--gpu-mem
- *       defaults to the machine's device_mem_bytes)
+ *       defaults to the machine's device_mem_bytes); the first three steps part
+ *       by part (communication priced by the machine's overlap), and how many
+ *       the host decides (06: the CPU's AdamW and the copies)
  *   common/plan --zero-table [--params P | the model's flags] [--gpus N] [--precision bf16|fp32]
  *       the ZeRO paper's model-state table (Rajbhandari et al., 2020, Figure 1):
  *       mixed-precision Adam unless --precision fp32 is given; with a model's
@@ -106,9 +109,9 @@ static const Flag plan_flags[] = {
      .help = "write the step time's parts: part,busy_ms,exposed_ms (needs --machine;\n"
              "FILE: a new name or an earlier --time-csv file)"},
     {"--calibrate", FLAG_PATH, FIELD(PlanFlags, calibrate), .usage = "--calibrate FILE",
-     .help = "measure this machine (01's step, commbench, adambench, devicebench:\n"
-             "common/scripts/calibrate.sh) on --device, and write its machine file to FILE\n"
-             "(a new name or a machine file --calibrate wrote)",
+     .help = "measure this machine (01's step, commbench, adambench, devicebench, 02 flat\n"
+             "against overlap: common/scripts/calibrate.sh) on --device, and write its machine\n"
+             "file to FILE (a new name or a machine file --calibrate wrote)",
      .record = FLAG_NOT_RECORDED},
     {"--quick", FLAG_SWITCH, FIELD(PlanFlags, quick), .usage = "--quick",
      .help = "--calibrate with tiny sizes and few repeats (seconds; noisier constants)",
@@ -118,7 +121,8 @@ static const Flag plan_flags[] = {
              "(04's schedules, 05's ZeRO-1/2, 06 --offload) and 03's dp x cp; those that fit\n"
              "--gpu-mem (default: the machine's device_mem_bytes) on their fullest rank ranked by\n"
              "step time (06 --dpu, whose losses are not 01's, ranked apart and marked), the others\n"
-             "with the reason"},
+             "with the reason; the first three steps part by part (overlap priced by the machine\n"
+             "file's fraction), and how many the host's AdamW and copies decide (06)"},
     {"--by-hand", FLAG_SWITCH, FIELD(PlanFlags, by_hand), .usage = "--by-hand",
      .help = "exercise 06.3: your plan of 05 --zero 1 --precision bf16 on --dp ranks (default 2;\n"
              "plan_by_hand.c), of the model flags' shape, next to the planner's, on the --machine\n"
@@ -628,9 +632,9 @@ static void calibrate(const PlanFlags *f, const char *device) {
     Machine m;
     machine_read(f->calibrate, &m);
     printf("%s: wrote %s (name %s): flops %.4g, alpha_s %.3g, beta_bytes_per_s %.4g, h2d %.4g, d2h %.4g, "
-           "cpu_adam %.4g, device_adam %.4g params/s, device_mem %.4g bytes\n",
+           "cpu_adam %.4g, device_adam %.4g params/s, device_mem %.4g bytes, overlap %.4g\n",
            PROGRAM, f->calibrate, m.name, m.flops, m.alpha_s, m.beta_bytes_per_s, m.h2d_bytes_per_s,
-           m.d2h_bytes_per_s, m.cpu_adam_params_per_s, m.device_adam_params_per_s, m.device_mem_bytes);
+           m.d2h_bytes_per_s, m.cpu_adam_params_per_s, m.device_adam_params_per_s, m.device_mem_bytes, m.overlap);
 }
 
 /* --zero-table with a model's flags: the ZeRO paper's Figure 1 from chapter 05's own accounting,
@@ -759,6 +763,7 @@ typedef struct {
     char words[96]; /* the chapter's flags of this candidate */
     int dpu;        /* 06 --dpu: the losses are not 01's */
     double step_s, device, host;
+    PlanTime time; /* the step's parts */
     char why[1024]; /* empty: it fits */
 } Candidate;
 
@@ -843,6 +848,50 @@ static void candidate_args(const Candidate *c, const Args *user, Args *out) {
     for (char *save, *w = strtok_r(words, " ", &save); w; w = strtok_r(NULL, " ", &save)) args_add(out, w);
 }
 
+/* One ranked layout's step, part by part (the exposed ms of each part that is not zero, named as
+ * --time-csv names them; the communication's busy ms beside it), on one line after its rank ("#3"). */
+static void print_step_parts(int rank, const Candidate *c) {
+    const PlanTime *t = &c->time;
+    printf("  #%d %s:", rank, c->name);
+    for (int p = 0, first = 1; p < PART_COUNT; p++) {
+        if (t->exposed_s[p] <= 0 && p != PART_COMPUTE) continue;
+        printf("%s %s %.4f", first ? "" : " +", part_name(p), t->exposed_s[p] * 1e3);
+        if (p == PART_COMMUNICATION && t->busy_s[p] > t->exposed_s[p]) printf(" of %.4f", t->busy_s[p] * 1e3);
+        first = 0;
+    }
+    printf(" = %.4f ms\n", c->step_s * 1e3);
+}
+
+/* Is the host the step's largest part after the compute: 06's AdamW on the CPU and its copies? */
+static int host_decides(const PlanTime *t) {
+    double host = t->exposed_s[PART_CPU_UPDATE] + t->exposed_s[PART_OFFLOAD_COPIES];
+    for (int p = 0; p < PART_COUNT; p++)
+        if (p != PART_COMPUTE && p != PART_CPU_UPDATE && p != PART_OFFLOAD_COPIES && t->exposed_s[p] >= host)
+            return 0;
+    return host > 0;
+}
+
+/* What the first three layouts' steps are made of, and how many the host decides (the fastest of
+ * those too, where it is not among the three). */
+static void print_parts(const Candidate *list, const int *order, int fits, const Machine *mach) {
+    int host = 0, host_rank = 0, rank = 0;
+    const Candidate *fastest_host = NULL;
+    for (int r = 0; r < fits; r++) {
+        const Candidate *c = &list[order[r]];
+        if (c->dpu) continue;
+        if (++rank == 1)
+            printf("the first three steps, part by part (ms; communication: what the step waits for, of its busy time; on\n"
+                   "%s a communication thread's collectives beside the computation hide by overlap = %g; plan_time.h)\n",
+                   mach->name, mach->overlap);
+        if (rank <= 3) print_step_parts(rank, c);
+        if (host_decides(&c->time) && !host++) host_rank = rank, fastest_host = c;
+    }
+    if (!host) return;
+    printf("the host decides %d of the steps: 06's AdamW on the CPU and its copies are their largest part after the\n"
+           "compute; the fastest of them%s\n", host, host_rank <= 3 ? " is above" : ":");
+    if (host_rank > 3) print_step_parts(host_rank, fastest_host);
+}
+
 static void search(const PlanFlags *f, const Config *cfg, const Args *user) {
     if (!flag_given(cfg, "--gpus") || !f->machine[0])
         fatal(EXIT_USAGE, "--search needs --gpus N (the ranks) and --machine FILE (the times to rank by)");
@@ -896,7 +945,7 @@ static void search(const PlanFlags *f, const Config *cfg, const Args *user) {
         }
         PlanTime pt;
         time_of(&l, &d, &mach, &pt);
-        c->step_s = pt.step_s;
+        c->step_s = pt.step_s, c->time = pt;
         if (c->device > budget)
             snprintf(c->why, sizeof c->why, "device memory %.4g bytes > %.4g (rank %d; the most: %s, %zu bytes)",
                      c->device, budget, d.ranks[fullest].rank, category_name(largest),
@@ -925,6 +974,7 @@ static void search(const PlanFlags *f, const Config *cfg, const Args *user) {
             printf("  %4d  %-*s %14.0f %14.0f %12.4f%s\n", ++rank, width, c->name, c->device, c->host,
                    c->step_s * 1e3, exact ? "" : "  changes the losses: delayed update");
         }
+    print_parts(list, order, fits, &mach);
     if (fits < n) printf("does not fit, or not a layout of these flags\n");
     for (int i = 0; i < n; i++)
         if (list[i].why[0]) printf("  %-*s %s\n", width, list[i].name, list[i].why);

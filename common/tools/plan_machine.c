@@ -29,6 +29,7 @@ static const struct {
     {"cpu_adam_params_per_s", offsetof(Machine, cpu_adam_params_per_s), 1e3, 1e14, "parameters/s"},
     {"device_adam_params_per_s", offsetof(Machine, device_adam_params_per_s), 1e3, 1e14, "parameters/s"},
     {"device_mem_bytes", offsetof(Machine, device_mem_bytes), 1e6, 1e15, "bytes"},
+    {"overlap", offsetof(Machine, overlap), 0, 1, "a fraction"},
 };
 enum { MACHINE_NUMBERS = sizeof machine_keys / sizeof machine_keys[0] };
 
@@ -110,7 +111,7 @@ void machine_read(const char *path, Machine *m) {
             fatal(EXIT_USAGE,
                   "--machine %s:%d: unknown key '%s' (valid: name, flops, alpha_s, beta_bytes_per_s, "
                   "h2d_bytes_per_s, d2h_bytes_per_s, cpu_adam_params_per_s, device_adam_params_per_s, "
-                  "device_mem_bytes)",
+                  "device_mem_bytes, overlap)",
                   path, number, key);
         if (seen[k]++) fatal(EXIT_USAGE, "--machine %s:%d: '%s' given twice", path, number, key);
         if (k == MACHINE_NUMBERS) {

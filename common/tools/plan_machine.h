@@ -7,6 +7,7 @@ typedef struct {
     char name[64];
     double flops, alpha_s, beta_bytes_per_s, h2d_bytes_per_s, d2h_bytes_per_s;
     double cpu_adam_params_per_s, device_adam_params_per_s, device_mem_bytes;
+    double overlap; /* the fraction of an overlappable collective's time that hides under computation */
 } Machine;
 
 /* Reads a machine file; a bad one ends the program with one line naming the

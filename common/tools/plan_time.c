@@ -119,9 +119,14 @@ void plan_time_work(const Config *cfg, const PlanLayout *l, const PlanTraffic *t
                (t->reduce_scatter_calls > 0 ? reduce_scatter / t->reduce_scatter_calls : 0);
     }
     blocking -= overlapped;
-    double hidden_past = overlapped > window ? overlapped - window : 0;
+    /* what could hide: the overlapped calls less what runs past their window and less the call that
+     * cannot hide; of that, the machine's overlap fraction does (the rest competes with the
+     * computation beside it for the same cores, SMs or memory, and the step waits for it) */
+    double past = overlapped > window ? overlapped - window : 0;
+    double hideable = overlapped - (past > tail ? past : tail);
+    if (hideable < 0) hideable = 0;
     out->busy_s[PART_COMMUNICATION] = blocking + overlapped;
-    out->exposed_s[PART_COMMUNICATION] = blocking + (overlapped > 0 && hidden_past < tail ? tail : hidden_past);
+    out->exposed_s[PART_COMMUNICATION] = blocking + overlapped - m->overlap * hideable;
 
     /* (pp - 1) / M of the ideal time (GPipe, 1F1B); interleaved / V; ZB-H1 a third (tf = tb = tw);
      * 03's layer split runs one micro-batch at a time through every stage: (pp - 1) x compute */

@@ -16,6 +16,13 @@
  *   cpu_adam_params_per_s     06's host AdamW (06_offload/adambench's cpu_adamw)      1e3..1e14
  *   device_adam_params_per_s  the device's AdamW (the kernel table's adamw_update)    1e3..1e14
  *   device_mem_bytes          memory of one device                                    1e6..1e15
+ *   overlap                   the fraction of an overlappable collective's time       0..1
+ *                             that hides under the computation beside it (calibrate.sh:
+ *                             02 flat against 02 overlap on 2 ranks, the planner's own
+ *                             prediction of both at 0 and at 1); 0 where communication
+ *                             and computation share the same cores, below 1 on a GPU,
+ *                             whose collectives' kernels take SMs and memory bandwidth
+ *                             from the kernels beside them
  *
  * A number outside its range (the last column: any machine from a loaded CPU
  * core to an accelerator) is refused as it is read, naming the range.
@@ -44,16 +51,25 @@
  *                   neighbouring stage or round 03's ring; bytes sent as comm.h
  *                   counts them: the dry run's dry-comm.csv). A model split's messages and
  *                   the all-to-alls all count as waited for. The overlap rule: what a worker
- *                   thread runs under computation (02 --dp-mode overlap's
- *                   buckets and 05 stage 2's reduce-scatters under the
- *                   backward: counted, the bwd pieces' time; formula, two thirds of
- *                   compute; stage 3's gathers, with --prefetch 1 or more, half
- *                   under the forward, the other half and its reduce-scatters
- *                   under the backward) is exposed only past its window, and
- *                   never less than the call that cannot hide (a call's
- *                   average: 02's last bucket, stage 2's last unit's
- *                   reduce-scatter, stage 3's first gather and last
- *                   reduce-scatter): exposed = blocking + max(tail, past)
+ *                   thread runs under computation (comm_worker.h: queued, the caller computes,
+ *                   and waits for it later; on a GPU on the communication stream beside the
+ *                   compute stream) can hide: 02 --dp-mode overlap's buckets and 05 stage 2's
+ *                   reduce-scatters under the backward (counted, the bwd pieces' time;
+ *                   formula, two thirds of compute); stage 3's gathers, with --prefetch 1 or
+ *                   more, half under the forward, the other half and its reduce-scatters
+ *                   under the backward. Everything else is waited for whole (02 flat, 05
+ *                   stage 1, stage 2's all-gather after the update, stage 3's gathers
+ *                   without prefetch, which the caller waits for as soon as they are queued).
+ *                   What runs past its window cannot hide, nor the call that has no
+ *                   computation beside it (a call's average: 02's last bucket, stage 2's
+ *                   last unit's reduce-scatter, stage 3's first gather and last
+ *                   reduce-scatter); of the rest, the machine's overlap fraction hides:
+ *                   exposed = blocking + overlapped - overlap x (overlapped - max(tail, past))
+ *                   Which calls can hide is written here per chapter, not read from the dry
+ *                   run: its ledger (dry-comm.csv) counts a worker's calls into its group's
+ *                   columns, and a dry run takes no time, so it cannot tell a call queued
+ *                   and waited for at once (stage 3 without prefetch) from one that runs
+ *                   beside a unit's computation
  *   bubble          counted: the stages' own lists of actions, as their dry runs
  *                   ran them, replayed with each action's counted time
  *                   (schedule_replay_lists), less this rank's computing pieces;

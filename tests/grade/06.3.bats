@@ -44,6 +44,7 @@ draw() {
         print "cpu_adam_params_per_s = " rate(8, 2) >m
         print "device_adam_params_per_s = " rate(8, 3) >m
         print "device_mem_bytes = " pick(1, 100) "000000000" >m
+        print "overlap = " sprintf("%.2f", rand()) >m
     }'
 }
 

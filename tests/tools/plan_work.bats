@@ -21,6 +21,7 @@ d2h_bytes_per_s = 1e9
 cpu_adam_params_per_s = 1e7
 device_adam_params_per_s = 1e8
 device_mem_bytes = 1e9
+overlap = 0.5
 EOF
 }
 

@@ -15,7 +15,8 @@ const Flag expert_parallel_flags[] = {
     {.type = FLAG_SECTION, .help = "expert parallel (with --experts E; --ep N divides E and --dp)"},
     {"--ep", FLAG_INT, FIELD(ExpertParallelFlags, ep), 1, MAX_EXPERTS, .def = "1", .usage = "--ep N",
      .help = "expert parallel: each MoE block's E experts split over N data-parallel ranks\n"
-             "(E/N each), tokens sent to their experts and back by two all-to-alls\n"
+             "(E/N each, only their weights, gradients and optimizer state held), tokens\n"
+             "sent to their experts and back by two all-to-alls\n"
              "(--alltoall library|pairwise) (default {default})"},
     {0},
 };

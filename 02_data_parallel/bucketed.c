@@ -49,8 +49,8 @@ static int by_start(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The ranges must tile [0, total) without gaps or overlaps, and split into
- * equal slices where the operation slices them. */
+/* The ranges must tile [0, total) without gaps or overlaps (an all-reduce's
+ * may leave gaps), and split into equal slices where the operation slices them. */
 static void check_ranges(const BucketRange *ranges, int count, int ranks, BucketedOp op) {
     BucketRange *sorted = xcalloc(count ? count : 1, sizeof(BucketRange));
     for (int b = 0; b < count; b++) sorted[b] = ranges[b];
@@ -58,7 +58,7 @@ static void check_ranges(const BucketRange *ranges, int count, int ranks, Bucket
     size_t end = 0;
     for (int i = 0; i < count; i++) {
         size_t lo = sorted[i].lo, hi = sorted[i].hi;
-        if (lo != end || hi <= lo)
+        if ((op == BUCKETED_ALLREDUCE ? lo < end : lo != end) || hi <= lo)
             fatal(EXIT_RUNTIME,
                   "bucketed_create: the buckets do not tile the buffer: a bucket is [%zu, %zu), the one "
                   "before it ends at %zu",

@@ -25,8 +25,8 @@
  *   shard rank 1:  | b0 [2,4)  | b1 [8,10)  |
  *   shard rank 2:  | b0 [4,6)  | b1 [10,12) |   (elements of full)
  *
- * All-reduce needs no padding (any lengths), but its buckets tile the
- * buffer too.
+ * All-reduce needs no padding (any lengths), and its buckets may leave
+ * gaps: elements in no bucket, which it leaves as they are.
  *
  * Order. On a GPU, bucketed_ready records an event on the compute stream,
  * after the kernels the caller queued before it (the ones that wrote the
@@ -76,9 +76,10 @@ typedef struct BucketedCollective BucketedCollective;
 int bucketed_cut(size_t count, size_t bucket_elems, int multiple, BucketRange **ranges, size_t *padded_count);
 
 /* Collective over g. ranges[b] is bucket b's range of `full` (the ranges
- * tile [0, total), in any order; checked). shard: total/n elements for
- * reduce-scatter (the output) and all-gather (the input), NULL for
- * all-reduce. Collective over g (it duplicates g). Call after device_init. */
+ * tile [0, total), in any order, an all-reduce's with gaps allowed;
+ * checked). shard: total/n elements for reduce-scatter (the output) and
+ * all-gather (the input), NULL for all-reduce. Collective over g (it
+ * duplicates g). Call after device_init. */
 BucketedCollective *bucketed_create(CommGroup *g, const BucketedSpec *spec, const BucketRange *ranges,
                                     int buckets, void *full, void *shard);
 void bucketed_destroy(BucketedCollective *bc); /* collective; before comm_finalize */

@@ -19,8 +19,15 @@ static size_t held_at(const GPT *part, const ParamTensor *t) {
     return t->offset - part->param_first;
 }
 
+/* Whether elements [at, at + n) lie in one of the skipped ranges. */
+static int skipped(const BucketRange *skip, int skips, size_t at, size_t n) {
+    for (int i = 0; i < skips; i++)
+        if (at >= skip[i].lo && at + n <= skip[i].hi) return 1;
+    return 0;
+}
+
 void buckets_create(BucketSync *bs, const GPT *model, void *grads, CommDtype dtype, size_t bucket_bytes,
-                    CommGroup *group, int use_ring) {
+                    CommGroup *group, int use_ring, const BucketRange *skip, int skips) {
     *bs = (BucketSync){0};
     bs->buckets = xcalloc(model->num_tensors, sizeof(Bucket));
     /* Walk the held tensors from the buffer's end to its start, closing a
@@ -36,6 +43,10 @@ void buckets_create(BucketSync *bs, const GPT *model, void *grads, CommDtype dty
         }
         if (!t) fatal(EXIT_RUNTIME, "gradient buckets: no held tensor ends at element %zu", end);
         end = held_at(model, t);
+        if (skipped(skip, skips, end, t->numel)) { /* summed elsewhere: the bucket below starts afresh */
+            open = NULL;
+            continue;
+        }
         if (!open) {
             open = &bs->buckets[bs->count++];
             open->hi = end + t->numel;

@@ -36,9 +36,11 @@ typedef struct {
 } BucketSync;
 
 /* Buckets over `grads` (the model's, or mixed precision's 16-bit ones: dtype
- * says which), laid out like the model's table; bucket_bytes of that type. */
+ * says which), laid out like the model's table; bucket_bytes of that type.
+ * The `skips` ranges of it (whole tensors, summed elsewhere: data_parallel.h's
+ * ranges held apart; NULL, 0: none) are in no bucket, and no bucket spans one. */
 void buckets_create(BucketSync *bs, const GPT *model, void *grads, CommDtype dtype, size_t bucket_bytes,
-                    CommGroup *group, int use_ring);
+                    CommGroup *group, int use_ring, const BucketRange *skip, int skips);
 void buckets_destroy(BucketSync *bs);
 /* Start of a step: no bucket launched yet. */
 void buckets_begin_step(BucketSync *bs);

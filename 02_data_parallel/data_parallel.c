@@ -57,14 +57,55 @@ void data_parallel_create(DataParallel *dp, const DataParallelFlags *flags, Comm
                          .overlap = strcmp(flags->dp_mode, "overlap") == 0};
     if (dp->overlap)
         buckets_create(&dp->buckets, part, dp->grads, dp->type, (size_t)(flags->bucket_mb * BYTES_PER_MIB),
-                       group, use_ring(dp));
+                       group, use_ring(dp), NULL, 0);
     if ((dp->planted_count = (size_t)fault_plant_bytes() / sizeof(float)))
         dp->planted = mem_alloc(SPACE_DEVICE, CAT_COMM, dp->planted_count * sizeof(float), "planted by a test");
+}
+
+void data_parallel_hold_apart(DataParallel *dp, const BucketRange *ranges, int count, CommGroup *group) {
+    free(dp->apart);
+    dp->apart = xcalloc(count ? count : 1, sizeof(BucketRange));
+    for (int i = 0; i < count; i++) {
+        if (ranges[i].hi <= ranges[i].lo || ranges[i].hi > dp->part->param_count ||
+            (i && ranges[i].lo < ranges[i - 1].hi))
+            fatal(EXIT_RUNTIME,
+                  "data parallel: the range [%zu, %zu) held apart is empty, out of order or "
+                  "beyond the part's %zu elements",
+                  ranges[i].lo, ranges[i].hi, dp->part->param_count);
+        dp->apart[i] = ranges[i];
+    }
+    dp->apart_count = count;
+    dp->apart_group = group;
+    if (!dp->overlap) return;
+    buckets_destroy(&dp->buckets); /* again, around the ranges apart */
+    buckets_create(&dp->buckets, dp->part, dp->grads, dp->type,
+                   (size_t)(dp->flags->bucket_mb * BYTES_PER_MIB), dp->group, use_ring(dp), dp->apart, count);
 }
 
 void data_parallel_destroy(DataParallel *dp) {
     if (dp->overlap) buckets_destroy(&dp->buckets);
     mem_free(dp->planted);
+    free(dp->apart);
+}
+
+/* A call per run of the part's elements, in order: the runs between the
+ * ranges held apart with the replicas' group, each range apart with its own
+ * (one run, the whole part, when there are none). */
+typedef void (*RunFn)(const DataParallel *dp, CommGroup *group, size_t first, size_t count, void *context);
+static void for_each_run(const DataParallel *dp, RunFn fn, void *context) {
+    size_t at = 0;
+    for (int i = 0; i < dp->apart_count; i++) {
+        if (dp->apart[i].lo > at) fn(dp, dp->group, at, dp->apart[i].lo - at, context);
+        fn(dp, dp->apart_group, dp->apart[i].lo, dp->apart[i].hi - dp->apart[i].lo, context);
+        at = dp->apart[i].hi;
+    }
+    if (dp->part->param_count > at) fn(dp, dp->group, at, dp->part->param_count - at, context);
+}
+/* The group that holds element e of the part. */
+static CommGroup *holders_of(const DataParallel *dp, size_t e) {
+    for (int i = 0; i < dp->apart_count; i++)
+        if (e >= dp->apart[i].lo && e < dp->apart[i].hi) return dp->apart_group;
+    return dp->group;
 }
 
 void data_parallel_begin_step(DataParallel *dp) {
@@ -81,13 +122,17 @@ UnitHook data_parallel_backward_hook(const DataParallel *dp, int last_micro) {
     return dp->overlap && last_micro ? layer_done : NULL;
 }
 
-/* Elements [first, first + count) of the part's gradients, summed over the replicas. */
-static void allreduce_sum(const DataParallel *dp, size_t first, size_t count) {
+/* Elements [first, first + count) of the part's gradients, summed over the
+ * ranks of group that hold them (the replicas', or data_parallel_hold_apart's). */
+static void allreduce_sum(const DataParallel *dp, CommGroup *group, size_t first, size_t count,
+                          void *context) {
+    (void)context;
     char *buf = dp->grads + first * comm_dtype_bytes(dp->type);
+    if (comm_size(group) == 1) return; /* held by this rank alone */
     if (use_ring(dp))
-        ring_allreduce_typed(dp->group, buf, count, dp->type, COMM_SUM);
+        ring_allreduce_typed(group, buf, count, dp->type, COMM_SUM);
     else
-        comm_allreduce_typed(dp->group, buf, count, dp->type, COMM_SUM, NULL);
+        comm_allreduce_typed(group, buf, count, dp->type, COMM_SUM, NULL);
 }
 
 /* naive: one all-reduce per named tensor of the part, after the whole backward pass (a
@@ -98,27 +143,39 @@ static void sync_naive(const DataParallel *dp) {
         const ParamTensor *t = &m->tensors[k];
         if (!m->unit_at && (t->layer < m->first_unit || t->layer > m->last_unit)) continue;
         if (!m->unit_at) {
-            allreduce_sum(dp, t->offset - m->param_first, t->numel);
+            size_t at = t->offset - m->param_first;
+            allreduce_sum(dp, holders_of(dp, at), at, t->numel, NULL);
         } else if (m->unit_at[t->layer + 1] != SIZE_MAX) { /* a unit of this stage's chunks */
-            allreduce_sum(dp, m->unit_at[t->layer + 1] + t->offset - table_unit(&m->table, t->layer)->offset,
-                          t->numel);
+            size_t at = m->unit_at[t->layer + 1] + t->offset - table_unit(&m->table, t->layer)->offset;
+            allreduce_sum(dp, holders_of(dp, at), at, t->numel, NULL);
         }
     }
 }
 
-/* flat: the part's gradients are one contiguous buffer, so one all-reduce does it all */
+/* flat: the part's gradients are one contiguous buffer, so one all-reduce does it all (one per
+ * run where ranges are held apart) */
 static void sync_flat(const DataParallel *dp) {
-    allreduce_sum(dp, 0, dp->part->param_count);
+    for_each_run(dp, allreduce_sum, NULL);
+}
+/* overlap: the ranges held apart, which no bucket holds, after the buckets */
+static void sync_apart(const DataParallel *dp) {
+    for (int i = 0; i < dp->apart_count; i++)
+        allreduce_sum(dp, dp->apart_group, dp->apart[i].lo, dp->apart[i].hi - dp->apart[i].lo, NULL);
 }
 
 double data_parallel_sum_gradients(DataParallel *dp, double *busy_ms) {
     if (dp->planted) comm_allreduce(dp->group, dp->planted, dp->planted_count, COMM_SUM);
+    Timer timer = {0};
     if (dp->overlap) { /* waited: what the worker had left after the backward pass */
         double waited_ms = buckets_wait(&dp->buckets);
         *busy_ms = dp->buckets.busy_ms;
-        return waited_ms;
+        if (!dp->apart_count) return waited_ms;
+        timer_start(&timer);
+        sync_apart(dp);
+        double apart_ms = timer_stop_ms(&timer);
+        *busy_ms += apart_ms;
+        return waited_ms + apart_ms;
     }
-    Timer timer = {0};
     timer_start(&timer);
     if (strcmp(dp->flags->dp_mode, "naive") == 0)
         sync_naive(dp);
@@ -127,35 +184,61 @@ double data_parallel_sum_gradients(DataParallel *dp, double *busy_ms) {
     return *busy_ms = timer_stop_ms(&timer);
 }
 
-void data_parallel_check_replicas(const DataParallel *dp, const float *params, int step) {
-    size_t n = dp->part->param_count;
-    float *host = xmalloc(n * sizeof(float));
-    copy_to_host(host, params, n * sizeof(float));
-    if (fault_replica_rank() == comm_rank(comm_world())) host[0] += 1.0f;
-    uint64_t mine[2] = {0, (uint64_t)comm_rank(comm_world())}; /* the hash, and who holds it */
-    const uint32_t *words = (const uint32_t *)host;
-    for (size_t i = 0; i < n; i++) mine[0] = hash64(mine[0] ^ words[i]);
-    free(host);
-    int replicas = comm_size(dp->group);
+/* The hash of the elements a group holds alike (the replicas': all but the
+ * ranges apart; a range apart's group: those ranges), compared over it. */
+typedef struct {
+    const uint32_t *words;
+    CommGroup *group;
+    uint64_t hash;
+} ReplicaHash;
+static void hash_run(const DataParallel *dp, CommGroup *group, size_t first, size_t count, void *context) {
+    (void)dp;
+    ReplicaHash *h = context;
+    if (group != h->group) return;
+    for (size_t i = first; i < first + count; i++) h->hash = hash64(h->hash ^ h->words[i]);
+}
+static void compare_replicas(const DataParallel *dp, const uint32_t *words, CommGroup *group, int step) {
+    ReplicaHash h = {words, group, 0};
+    for_each_run(dp, hash_run, &h);
+    uint64_t mine[2] = {h.hash, (uint64_t)comm_rank(comm_world())}; /* the hash, and who holds it */
+    int replicas = comm_size(group);
     uint64_t *all = xcalloc(2 * (size_t)replicas, sizeof(uint64_t));
-    comm_gather_bytes(dp->group, mine, sizeof mine, all, 0);
+    comm_gather_bytes(group, mine, sizeof mine, all, 0);
     int first_bad = -1;
-    for (int r = 1; r < replicas && comm_rank(dp->group) == 0; r++)
+    for (int r = 1; r < replicas && comm_rank(group) == 0; r++)
         if (all[2 * r] != all[0] && first_bad < 0) first_bad = r;
     if (first_bad >= 0)
         fatal(EXIT_RUNTIME, "replica check at step %d: rank %d's parameters differ from rank %d's", step,
               (int)all[2 * first_bad + 1], (int)all[1]);
     free(all);
-    comm_barrier(dp->group);
+    comm_barrier(group);
+}
+
+void data_parallel_check_replicas(const DataParallel *dp, const float *params, int step) {
+    size_t n = dp->part->param_count;
+    float *host = xmalloc(n * sizeof(float));
+    copy_to_host(host, params, n * sizeof(float));
+    if (fault_replica_rank() == comm_rank(comm_world())) host[0] += 1.0f;
+    compare_replicas(dp, (const uint32_t *)host, dp->group, step); /* what every replica holds */
+    if (dp->apart_count) compare_replicas(dp, (const uint32_t *)host, dp->apart_group, step); /* and apart */
+    free(host);
+}
+
+/* A run of the weights from the group's rank 0 (the master and 16-bit ones, or fp32). */
+static void broadcast_run(const DataParallel *dp, CommGroup *group, size_t first, size_t count,
+                          void *context) {
+    const MixedModel *mixed = context;
+    if (mixed->params) {
+        comm_broadcast(group, mixed->master + first, count, 0);
+        comm_broadcast_typed(group, (char *)mixed->params + first * comm_dtype_bytes(dp->type), count,
+                             dp->type, 0, NULL);
+    } else {
+        comm_broadcast(group, dp->part->params + first, count, 0);
+    }
 }
 
 void data_parallel_broadcast_weights(const DataParallel *dp, const MixedModel *mixed) {
-    if (mixed->params) {
-        comm_broadcast(dp->group, mixed->master, mixed->n, 0);
-        comm_broadcast_typed(dp->group, mixed->params, mixed->n, dp->type, 0, NULL);
-    } else {
-        comm_broadcast(dp->group, dp->part->params, dp->part->param_count, 0);
-    }
+    for_each_run(dp, broadcast_run, (void *)mixed);
 }
 
 void data_parallel_print(const DataParallel *dp) {

@@ -51,6 +51,9 @@ typedef struct {
     BucketSync buckets; /* overlap */
     float *planted;     /* tests only (util.h's COURSE_FAULT_PLANT): a buffer all-reduced once a step */
     size_t planted_count;
+    BucketRange *apart; /* data_parallel_hold_apart's ranges, ascending (NULL: none) */
+    int apart_count;
+    CommGroup *apart_group; /* the ranks holding them */
 } DataParallel;
 
 /* The replicas of `part` (held by this rank as `mixed` says: fp32 or 16 bits)
@@ -58,6 +61,15 @@ typedef struct {
 void data_parallel_create(DataParallel *dp, const DataParallelFlags *flags, CommGroup *group, GPT *part,
                           MixedModel *mixed, Precision precision);
 void data_parallel_destroy(DataParallel *dp);
+
+/* Parts held by fewer ranks than the replicas: elements [lo, hi) of the part
+ * for each of `count` ranges (ascending, whole tensors), held alike only by
+ * the ranks of `group` (a subgroup of the replicas, every rank in one; chapter
+ * 03's experts under --ep). Their gradients are summed over `group` (after
+ * the backward pass, in every mode: overlap's buckets are cut around them),
+ * their weights broadcast and compared within it; the rest of the part as
+ * before. Collective over the replicas; before the first step. */
+void data_parallel_hold_apart(DataParallel *dp, const BucketRange *ranges, int count, CommGroup *group);
 
 /* Start of a step (overlap: no bucket launched yet). */
 void data_parallel_begin_step(DataParallel *dp);

@@ -15,7 +15,8 @@ const Flag expert_parallel_flags[] = {
     {.type = FLAG_SECTION, .help = "expert parallel (with --experts E; --ep N divides E and --dp)"},
     {"--ep", FLAG_INT, FIELD(ExpertParallelFlags, ep), 1, MAX_EXPERTS, .def = "1", .usage = "--ep N",
      .help = "expert parallel: each MoE block's E experts split over N data-parallel ranks\n"
-             "(E/N each), tokens sent to their experts and back by two all-to-alls\n"
+             "(E/N each, only their weights, gradients and optimizer state held), tokens\n"
+             "sent to their experts and back by two all-to-alls\n"
              "(--alltoall library|pairwise) (default {default})"},
     {0},
 };
@@ -113,7 +114,7 @@ static void ep_forward(int l, MoeLayerActs *la, int B, int T, void *context) {
     record(x, micro, "ep_dispatch", dispatch_us, experts_us);
     /* this rank's experts, on the rows of each source in turn */
     for (int s = 0; s < x->size; s++)
-        gpt_experts_forward(m, l, x->first, x->count, xl->rows + s * x->count, xl->xin + s * blk * C,
+        gpt_experts_forward(m, l, 0, x->count, xl->rows + s * x->count, xl->xin + s * blk * C,
                             xl->fch + s * blk * 4 * C, x->gelu + s * blk * 4 * C, x->y + s * blk * C);
     double combine_us = since_step_us(x);
     record(x, micro, "ep_experts", experts_us, combine_us);
@@ -139,7 +140,7 @@ static void ep_backward(int l, const MoeLayerActs *la, const float *dy, float *d
     double experts_us = since_step_us(x);
     record(x, micro, "ep_dispatch_bwd", dispatch_us, experts_us);
     for (int s = 0; s < x->size; s++)
-        gpt_experts_backward(m, l, x->first, x->count, xl->rows + s * x->count, xl->xin + s * blk * C,
+        gpt_experts_backward(m, l, 0, x->count, xl->rows + s * x->count, xl->xin + s * blk * C,
                              xl->fch + s * blk * 4 * C, x->y + s * blk * C, x->gelu + s * blk * 4 * C,
                              x->dgelu + s * blk * 4 * C, x->dfch + s * blk * 4 * C, x->dxin + s * blk * C);
     double combine_us = since_step_us(x);
@@ -156,20 +157,127 @@ static int ep_color(const void *ctx, int d, int *key) {
     *key = d % N;
     return d / N;
 }
+/* And rank d / N of the holders of its experts, the replicas d mod N + k N. */
+static int holders_color(const void *ctx, int d, int *key) {
+    int N = *(const int *)ctx;
+    *key = d / N;
+    return d % N;
+}
 
-void expert_parallel_create(ExpertParallel *x, GPT *m, CommGroup *dp_group, const ExpertParallelFlags *f,
-                            const ModelParallelFlags *mp, int B, double *comm_ms) {
+/* Whether tensor t is an expert tensor (fcw .. fcprojb of an MoE block). */
+static int expert_tensor(const GPT *m, const ParamTensor *t) {
+    return t->layer >= 0 && t->layer < m->cfg.layers && moe_layer(&m->cfg, t->layer) &&
+           t->kind >= BLOCK_FCW && t->kind <= BLOCK_FCPROJB;
+}
+
+/* The held buffer's runs: per MoE block its experts' four tensors (one range,
+ * held by the holders), and the dense runs between them (held by every
+ * replica): the ranges apart for the replicas' sum, and the norm's spans. */
+static void held_runs(ExpertParallel *x, const GPT *m) {
+    x->apart = xcalloc(m->cfg.layers + 1, sizeof(BucketRange));
+    x->spans = xcalloc(2 * (size_t)m->cfg.layers + 1, sizeof(GradSpan));
+    size_t at = 0;
+    for (int l = 0; l < m->cfg.layers; l++) {
+        if (!moe_layer(&m->cfg, l)) continue;
+        const ParamTensor *fcw = table_tensor(&m->table, l, BLOCK_FCW),
+                          *fcprojb = table_tensor(&m->table, l, BLOCK_FCPROJB);
+        BucketRange r = {fcw->offset - m->param_first, fcprojb->offset + fcprojb->numel - m->param_first};
+        x->apart[x->apart_count++] = r;
+        x->spans[x->num_spans++] = (GradSpan){at, r.lo - at, 1};     /* the same on every replica: once */
+        x->spans[x->num_spans++] = (GradSpan){r.lo, r.hi - r.lo, 0}; /* summed over the expert group */
+        at = r.hi;
+    }
+    x->spans[x->num_spans++] = (GradSpan){at, m->param_count - at, 1};
+}
+
+/* ---- the held model's answers (held_model.h), the norm's and the checkpoint's our own ---- */
+static double held_experts_forward(void *owner, int B, int T) {
+    ExpertParallel *x = owner;
+    return x->inner->forward(x->inner_owner, B, T);
+}
+static void held_experts_backward(void *owner, float dloss, int B, int T, UnitHook unit_final,
+                                  void *context) {
+    ExpertParallel *x = owner;
+    x->inner->backward(x->inner_owner, dloss, B, T, unit_final, context);
+}
+/* The norm's parts (optimizer_step.h): the dense tensors counted once, the
+ * experts' squares summed over the group, which holds each expert once. */
+static GradShards held_experts_grad_shards(void *owner, CommGroup *world) {
+    ExpertParallel *x = owner;
+    GradShards g = x->inner->grad_shards(x->inner_owner, world);
+    g.spans = x->spans;
+    g.num_spans = x->num_spans;
+    g.sum_group = x->group;
+    return g;
+}
+/* The whole model's checkpoint (checkpoint.h): the dense tensors whole,
+ * written by replica 0, and this rank's rows of each expert tensor, written
+ * by their holder in group 0 (replicas 0 .. N-1). */
+static void held_experts_checkpoint_layout(void *owner, AdamW *opt, int replica, int replicas,
+                                           CkptLayout *l) {
+    ExpertParallel *x = owner;
+    const GPT *m = x->model;
+    (void)replicas;
+    float *buffers[CKPT_ARRAYS] = {m->params, opt->m, opt->v};
+    ParamTable whole; /* the checkpoint's: every expert */
+    ModelConfig cfg = m->cfg;
+    cfg.moe.parts = cfg.moe.part = 0;
+    param_table_build(&whole, &cfg);
+    for (int a = 0; a < CKPT_ARRAYS; a++) {
+        ckpt_set_buffer(l, a, buffers[a], m->param_count, 0);
+        for (int i = 0; i < m->num_tensors; i++) { /* the held and whole tables list the same tensors */
+            const ParamTensor *t = &m->tensors[i];
+            int writes = expert_tensor(m, t) ? replica < x->size : replica == 0;
+            ckpt_hold(l, a, whole.tensors[i].offset + t->whole_first, t->numel, t->offset - m->param_first,
+                      writes);
+        }
+    }
+    param_table_free(&whole);
+}
+static double held_experts_evaluate(void *owner, const Dataset *data, const Config *cfg, int dp_index,
+                                    int B) {
+    ExpertParallel *x = owner;
+    return x->inner->evaluate(x->inner_owner, data, cfg, dp_index, B);
+}
+static void held_experts_sample(void *owner, const Dataset *data, const Config *cfg, uint64_t *rng) {
+    ExpertParallel *x = owner;
+    x->inner->sample(x->inner_owner, data, cfg, rng);
+}
+static const HeldModelOps held_experts_ops = {
+    .forward = held_experts_forward,
+    .backward = held_experts_backward,
+    .grad_shards = held_experts_grad_shards,
+    .checkpoint_layout = held_experts_checkpoint_layout,
+    .evaluate = held_experts_evaluate,
+    .sample = held_experts_sample,
+};
+
+void expert_parallel_create(ExpertParallel *x, HeldModel *held, ModelParallel *par, DataParallel *replicas,
+                            const ExpertParallelFlags *f, const ModelParallelFlags *mp, int B) {
     memset(x, 0, sizeof *x);
+    CommGroup *dp_group = par->dp;
+    GPT *m = held->model;
     const ModelConfig *c = &m->cfg;
     int N = f->ep, T = c->seq, pairwise = strcmp(mp->alltoall, "pairwise") == 0;
     x->size = N;
     if (N <= 1 || !c->moe.experts) return;
     x->group = comm_split_by(dp_group, ep_color, &N); /* replicas gN .. gN + N - 1 */
     comm_group_count_into(x->group, GRID_COUNTER_EP); /* run.csv's bytes_ep_per_step (grid.h) */
-    x->comm_ms = comm_ms;
+    x->comm_ms = &par->comm_ms;
     x->rank = comm_rank(x->group);
     x->count = c->moe.experts / x->size;
     x->first = x->rank * x->count;
+    if (moe_first_held(c) != x->first || moe_experts_held(c) != x->count)
+        fatal(EXIT_RUNTIME,
+              "expert parallel: rank %d of its group holds experts %d.. (%d of them), not %d.. (%d)", x->rank,
+              moe_first_held(c), moe_experts_held(c), x->first, x->count);
+    /* the ranks holding the same experts: their gradients' sum (data_parallel.h's ranges apart) */
+    x->holders = comm_split_by(dp_group, holders_color, &N);
+    comm_group_count_into(x->holders, GRID_DP); /* the gradients' sum: run.csv's bytes_dp_per_step */
+    held_runs(x, m);
+    data_parallel_hold_apart(replicas, x->apart, x->apart_count, x->holders);
+    x->inner = held->ops, x->inner_owner = held->owner; /* the norm and the checkpoint answered here */
+    held->ops = &held_experts_ops, held->owner = x;
     x->pairwise = pairwise;
     x->C = c->dmodel;
     x->model = m;
@@ -196,8 +304,12 @@ void expert_parallel_create(ExpertParallel *x, GPT *m, CommGroup *dp_group, cons
     x->counts_h = xcalloc(E, sizeof(float));
     x->split = (ExpertSplit){.forward = ep_forward, .backward = ep_backward, .context = x};
     m->experts = &x->split;
-    log_info("expert parallel: %d ranks x %d of %d experts each | all-to-all %s | blocks of %zu rows\n", N,
-             x->count, (int)E, pairwise ? "pairwise" : "library", rows / N);
+    size_t held_elements = 0; /* the experts' elements held, of each of params, grads, AdamW's m and v */
+    for (int i = 0; i < x->apart_count; i++) held_elements += x->apart[i].hi - x->apart[i].lo;
+    log_info("expert parallel: %d ranks x %d of %d experts each (%zu expert parameters held, of %zu) | "
+             "all-to-all %s | blocks of %zu rows\n",
+             N, x->count, (int)E, held_elements, held_elements * N, pairwise ? "pairwise" : "library",
+             rows / N);
 }
 
 void expert_parallel_destroy(ExpertParallel *x, GPT *m, CommGroup *world, const char *out) {
@@ -214,6 +326,9 @@ void expert_parallel_destroy(ExpertParallel *x, GPT *m, CommGroup *world, const 
     float *bufs[] = {x->send, x->recv, x->y, x->dxin, x->gelu, x->dgelu, x->dfch, x->counts_send};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
     free(x->counts_h);
+    free(x->apart);
+    free(x->spans);
+    comm_group_free(x->holders);
     comm_group_free(x->group);
     memset(x, 0, sizeof *x);
 }

@@ -48,14 +48,25 @@
  * the load imbalance, seen in time (steps.csv's ep_rows_max and
  * ep_rows_mean count it in rows).
  *
- * Weights. Every rank keeps the whole parameter buffer, as a data-parallel
- * replica does, and computes with and takes gradients for only its own
- * experts: the others' gradients stay zero on it. The replicas' gradient
- * sum (chapter 02, over every rank) then adds, for each expert, the
- * gradients of the dp/N ranks that hold it and zeros from the rest, which
- * is the sum over its holders; the dense weights' sum is over all replicas.
- * Holding only E/N experts' weights and summing their gradients over the
- * dp/N holders alone is not written yet. */
+ * Weights. A rank holds the dense tensors whole, as a data-parallel replica
+ * does, and of each MoE block only its own experts: the model it builds is
+ * the whole model's but for the expert tensors, which hold the E/N experts'
+ * rows (ModelParallel's expert_parts: model_config.h's moe.parts and
+ * moe.part; the router still scores all E), initialised as the same elements
+ * of the whole model's tensors, so every layout starts from 01's weights.
+ * Their gradients, AdamW's moments and, in 16 bits, the fp32 master weights
+ * shrink with them: per MoE block (E - E/N)(8C^2 + 5C) elements fewer of
+ * each than a replica of chapter 02 holds (memory.csv's params, grads and
+ * optimizer). The replicas then sum two things apart (data_parallel.h's
+ * ranges held apart): the dense gradients over all D replicas, and each
+ * expert's over the D/N ranks holding it, the holders (replicas d mod N +
+ * kN: the same place in every group). The gradient norm counts the dense
+ * tensors once and adds the experts' squares over the group, which holds
+ * each expert once; --check-replicas compares the dense weights over all
+ * replicas and the experts over their holders; a checkpoint is the whole
+ * model's (checkpoint.h), the dense tensors written by replica 0 and each
+ * expert's rows by its holder in group 0, so 01 resumes it and --ep resumes
+ * 01's. */
 #ifndef EXPERT_PARALLEL_H
 #define EXPERT_PARALLEL_H
 
@@ -64,6 +75,8 @@
 #include "common/run/timeline.h"              /* timeline.csv for the Gantt charts */
 #include "common/model/model.h"               /* GPT, its forward and backward, ExpertSplit */
 #include "03_model_parallel/model_parallel.h" /* 03: one model held by a group of ranks */
+#include "02_data_parallel/data_parallel.h"   /* 02: data parallelism */
+#include "common/run/held_model.h"            /* the model this process trains, as the step sees it */
 
 /* ---- the flags (expert_parallel_flags: --ep) ---- */
 typedef struct {
@@ -90,6 +103,13 @@ typedef struct {
     ExpertSplit split; /* model.h's hook, set on the model by expert_parallel_create */
     const GPT *model;  /* the model whose experts these are */
     CommGroup *group;  /* the N ranks sharing the experts */
+    CommGroup *holders; /* the dp/N ranks holding the same experts as this one */
+    BucketRange *apart; /* per MoE block, its experts' elements in the held buffer */
+    int apart_count;
+    GradSpan *spans; /* the norm's parts: the dense runs (replicated) and the experts' */
+    int num_spans;
+    const HeldModelOps *inner; /* the held model's own answers, and their owner (held_model.h) */
+    void *inner_owner;
     int size, rank;    /* N, and this rank's place in the group */
     int first, count;  /* the experts held: first .. first + count - 1, count = E/N */
     int pairwise;      /* 1: the course's all-to-all (alltoall.h), else the library's */
@@ -111,13 +131,17 @@ typedef struct {
 
 /* Rows per all-to-all block for a micro-batch of B sequences of T tokens. */
 size_t expert_parallel_block_rows(const MoeConfig *moe, int ranks, int B, int T);
-/* Split m's experts over groups of f->ep = N consecutive ranks of dp_group
- * (the replicas; nothing when N is 1; collective over dp_group): buffers for
- * micro-batches of up to B sequences of --seq tokens, m->experts set to the
- * hook, the all-to-alls' time added to *comm_ms; mp->alltoall says which
+/* Split the experts over groups of f->ep = N consecutive replicas (par->dp;
+ * nothing when N is 1; collective over them); held is this rank's model
+ * (par's), built with its experts only (ModelParallel's expert_parts):
+ * buffers for micro-batches of up to B sequences of --seq tokens, the
+ * model's experts set to the hook, the experts' gradients summed over their
+ * holders instead of all the replicas (data_parallel_hold_apart on
+ * `replicas`), held's gradient norm and checkpoint answered here (Weights, above),
+ * the all-to-alls' time added to par->comm_ms; mp->alltoall says which
  * all-to-all. */
-void expert_parallel_create(ExpertParallel *x, GPT *m, CommGroup *dp_group, const ExpertParallelFlags *f,
-                            const ModelParallelFlags *mp, int B, double *comm_ms);
+void expert_parallel_create(ExpertParallel *x, HeldModel *held, ModelParallel *par, DataParallel *replicas,
+                            const ExpertParallelFlags *f, const ModelParallelFlags *mp, int B);
 /* With --ep, timeline.csv into directory out first (every rank of world calls it). */
 void expert_parallel_destroy(ExpertParallel *x, GPT *m, CommGroup *world, const char *out);
 /* Step `step` (0-based) starts now: the origin of its timeline rows. */

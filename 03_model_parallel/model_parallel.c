@@ -398,7 +398,10 @@ void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParall
     layer_split_range(blocks, p->stage, &p->first_block, &p->last_block);
     int first_unit, last_unit; /* the embedding on stage 0, the head on the last (layer_split.h) */
     layer_split_units(p->first_block, p->last_block, p->stage, p->stages, L, &first_unit, &last_unit);
-    precision_create_range(&p->model, &p->mixed, &cfg->model, cfg->seed, cfg->precision, first_unit,
+    ModelConfig held = cfg->model; /* --ep: of each MoE block only its experts (model_config.h's moe.parts) */
+    if (p->expert_parts > 1 && held.moe.experts)
+        held.moe.parts = p->expert_parts, held.moe.part = comm_rank(p->dp) % p->expert_parts;
+    precision_create_range(&p->model, &p->mixed, &held, cfg->seed, cfg->precision, first_unit,
                            last_unit); /* fp32 or 16-bit */
     tied_create(p);
     activations_create_range(&p->acts, &cfg->model, B, T_held, first_unit, last_unit, cfg->recompute);

@@ -63,6 +63,8 @@ void model_parallel_check_flags(const Config *cfg, const ModelParallelFlags *f);
 /* ---- everything this rank holds and does, in either mode ---- */
 typedef struct {
     int tensor;         /* --mp tensor (else the layer split) */
+    int expert_parts;   /* --ep N: each MoE block's experts split over N replicas, this rank holding
+                           those of its place, replica mod N (expert_parallel.h); 0 or 1: all */
     CommGroup *mp, *dp; /* the model-parallel group this rank belongs to; the data-parallel one */
     double comm_ms;     /* this step's time in communication (this rank, waits included) */
     /* layer split */

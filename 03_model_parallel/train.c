@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
     run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.model.ranks);
     int ranks = run.ranks;
-    ModelParallel par = {.tensor = strcmp(flags.model.mp, "tensor") == 0};
+    ModelParallel par = {.tensor = strcmp(flags.model.mp, "tensor") == 0, .expert_parts = flags.experts.ep};
     int mp_size = ranks / (flags.model.dp * flags.model.cp); /* ranks per copy of the model */
     int half = cfg.precision != PRECISION_FP32;              /* 16-bit storage and communication (mixed.h) */
     ProcessGrid grid; /* --dp replicas of --cp x a model-parallel group, its ranks consecutive (grid.h) */
@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
     DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
     data_parallel_create(&replicas, dp, grid.weight_group, held.model, held.mixed, cfg.precision);
     ExpertParallel experts; /* --ep: each MoE block's experts over N replicas (expert_parallel.h) */
-    expert_parallel_create(&experts, held.model, grid.dp_group, &flags.experts, &flags.model, B, &par.comm_ms);
+    expert_parallel_create(&experts, &held, &par, &replicas, &flags.experts, &flags.model, B);
 
     ckpt_layout_init(&run.ckpt, "%s: %s, dp %d", PROGRAM, layout, grid.dp);
     held_checkpoint_layout(&held, &opt, grid.d, grid.dp, &run.ckpt); /* replica d writes share d */

@@ -602,6 +602,9 @@ static void moe_forward(const GPT *m, Activations *a, Scratch *s, int l, const f
     k->moe_gather(la->xin, ln2, la->src, la->rows, C);
     if (m->experts)
         m->experts->forward(l, la, B, T, m->experts->context);
+    else if (moe_experts_held(&m->cfg) != E) /* a share of the experts computes only with its ranks */
+        fatal(EXIT_RUNTIME, "block %d holds %d of the %d experts but has no expert split to reach the others",
+              l, moe_experts_held(&m->cfg), E);
     else
         gpt_experts_forward(m, l, 0, E, la->count_h, la->xin, la->fch, ms->gelu, la->y);
     k->moe_combine(out, la->y, la->pos, la->gate, N, K, C);

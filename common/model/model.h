@@ -470,9 +470,10 @@ void gpt_linear_backward_weight(const GPT *m, float *dweight, float *dbias, cons
                                 const float *inp, int N, int C, int OC);
 
 /* ---- an MoE block's experts ----
- * Experts first .. first + count - 1 of block l on rows grouped by expert:
- * rows[i] rows of expert first + i, one after the other, from xin (R, C),
- * R the sum of rows. Forward: fch (R, 4C) kept for the backward, y (R, C),
+ * Experts first .. first + count - 1 of those block l holds (all E, or under
+ * expert parallelism its share: cfg.moe.parts, model_config.h) on rows
+ * grouped by expert: rows[i] rows of expert first + i, one after the other,
+ * from xin (R, C), R the sum of rows. Forward: fch (R, 4C) kept for the backward, y (R, C),
  * gelu (R, 4C) scratch. Backward: from dy (R, C), dxin (R, C) written (not
  * added to) and the experts' weight gradients added into m->grads; gelu,
  * dgelu, dfch (R, 4C) scratch. */

@@ -24,6 +24,10 @@ typedef struct {
     float capacity_factor; /* each expert takes at most ceil(factor * T * K / E) tokens of a
                               sequence, the rest dropped; 0: dropless */
     float aux_coef;        /* the load-balancing loss's weight (Switch/GShard: E sum_e f_e P_e) */
+    int parts, part;       /* not flags: the ranks each MoE block's experts are split over (expert
+                              parallelism's local model, 03_model_parallel/expert_parallel.h); this
+                              model holds experts part E/parts .. (part + 1) E/parts - 1, the router
+                              still choosing among all E. parts 0 or 1: all of them */
 } MoeConfig;
 
 /* Model shape: everything needed to build the same GPT anywhere. */
@@ -45,6 +49,15 @@ typedef struct {
 /* Whether block l's MLP is a mixture of experts. */
 static inline int moe_layer(const ModelConfig *m, int l) {
     return m->moe.experts > 0 && (l + 1) % m->moe.every == 0;
+}
+
+/* The experts of each MoE block this model holds (moe.parts above): their
+ * number, and the first one's index among the E. */
+static inline int moe_experts_held(const ModelConfig *m) {
+    return m->moe.experts / (m->moe.parts > 1 ? m->moe.parts : 1);
+}
+static inline int moe_first_held(const ModelConfig *m) {
+    return m->moe.parts > 1 ? m->moe.part * moe_experts_held(m) : 0;
 }
 
 /* The vocabulary rows the kernels see: V rounded up to a multiple of

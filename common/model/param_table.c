@@ -14,8 +14,8 @@
 
 /* Tensors enter unit by unit, each with its kind, which must be its index in
  * the unit: that is what lets table_tensor() find it without a search. */
-static void add_tensor(ParamTable *t, const char *name, int layer, int kind, int rows, int cols,
-                       InitKind init, float std) {
+static ParamTensor *add_tensor(ParamTable *t, const char *name, int layer, int kind, int rows, int cols,
+                               InitKind init, float std) {
     ParamTensor *p = &t->tensors[t->num_tensors];
     int in_unit = 0;
     for (int k = t->num_tensors - 1; k >= 0 && t->tensors[k].layer == layer; k--) in_unit++;
@@ -29,6 +29,7 @@ static void add_tensor(ParamTable *t, const char *name, int layer, int kind, int
     p->cols = cols;
     p->init = init;
     p->init_std = std;
+    return p;
 }
 
 void param_table_build(ParamTable *t, const ModelConfig *cfg) {
@@ -55,11 +56,14 @@ void param_table_build(ParamTable *t, const ModelConfig *cfg) {
         BLOCK(BLOCK_LN2W, "ln2w", 1, C, INIT_ONES, 0);
         BLOCK(BLOCK_LN2B, "ln2b", 1, C, INIT_ZEROS, 0);
         if (moe_layer(cfg, l)) { /* E experts of the dense MLP's shapes, one after the other, and the router */
-            int E = cfg->moe.experts;
-            BLOCK(BLOCK_FCW, "moe_fcw", E * 4 * C, C, INIT_NORMAL, std);
-            BLOCK(BLOCK_FCB, "moe_fcb", 1, E * 4 * C, INIT_ZEROS, 0);
-            BLOCK(BLOCK_FCPROJW, "moe_fcprojw", E * C, 4 * C, INIT_NORMAL, resid_std);
-            BLOCK(BLOCK_FCPROJB, "moe_fcprojb", 1, E * C, INIT_ZEROS, 0);
+            /* the experts held (all E, or expert parallelism's E/parts): a run of each whole tensor */
+            int E = cfg->moe.experts, held = moe_experts_held(cfg);
+            size_t first = (size_t)moe_first_held(cfg) * 4 * C; /* per expert: 4C x C or C x 4C; 4C or C */
+            BLOCK(BLOCK_FCW, "moe_fcw", held * 4 * C, C, INIT_NORMAL, std)->whole_first = first * C;
+            BLOCK(BLOCK_FCB, "moe_fcb", 1, held * 4 * C, INIT_ZEROS, 0)->whole_first = first;
+            BLOCK(BLOCK_FCPROJW, "moe_fcprojw", held * C, 4 * C, INIT_NORMAL, resid_std)->whole_first =
+                first * C;
+            BLOCK(BLOCK_FCPROJB, "moe_fcprojb", 1, held * C, INIT_ZEROS, 0)->whole_first = first / 4;
             BLOCK(BLOCK_ROUTERW, "routerw", E, C, INIT_NORMAL, std);
             continue;
         }
@@ -129,7 +133,7 @@ float param_init_value(const ParamTensor *t, uint64_t seed, size_t i) {
     case INIT_ONES:
         return 1.0f;
     default:
-        return (float)(t->init_std * hash_normal(seed, hash_string(t->name), i));
+        return (float)(t->init_std * hash_normal(seed, hash_string(t->name), t->whole_first + i));
     }
 }
 

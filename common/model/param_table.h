@@ -26,7 +26,10 @@
  * u" (table_tensor), never for an index computed from the layout.
  *
  * Initial values depend only on (seed, tensor name, element index): any split
- * or shard of the model starts from exactly the same weights.
+ * or shard of the model starts from exactly the same weights. A table may hold
+ * a part of the model's experts (ModelConfig.moe.parts, expert parallelism):
+ * its MoE tensors are then the held experts' rows, one run of the whole
+ * tensor's elements from whole_first, and initialised as those elements.
  *
  * Shards (ZeRO, chapter 05). N ranks share the model's state unit by unit.
  * Unit u, of n elements, is padded to N*S elements, S = ceil(n / N), and rank
@@ -74,7 +77,8 @@ typedef enum {
     BLOCK_FCPROJW,
     BLOCK_FCPROJB, /* (C, 4C), (C) */
     BLOCK_ROUTERW, /* (E, C): MoE blocks only (moe.h), where fcw .. fcprojb hold E experts:
-                      (E*4C, C), (E*4C), (E*C, 4C), (E*C), expert e's rows at e times a dense one's */
+                      (E*4C, C), (E*4C), (E*C, 4C), (E*C), expert e's rows at e times a dense one's;
+                      under expert parallelism (cfg.moe.parts) only the experts held, E/parts */
     BLOCK_TENSORS
 } BlockTensor;
 /* (C), (C), (Vp, C); lm_head absent when tied */
@@ -89,6 +93,8 @@ typedef struct {
     int rows, cols; /* shape (rows, cols); vectors have rows == 1 */
     size_t offset;  /* first element in the parameter buffer */
     size_t numel;   /* rows * cols */
+    size_t whole_first; /* element 0 here is this element of the whole model's tensor (a held run of
+                           it: the experts of expert parallelism); its initial value's index */
     InitKind init;
     float init_std; /* for INIT_NORMAL */
 } ParamTensor;

@@ -3,9 +3,13 @@
 # each MoE block's experts split over N data-parallel ranks, the tokens sent
 # to their experts and back by two all-to-alls. Every layout gives 01's
 # losses and routing for the same MoE model (odd experts per rank, top-1 and
-# top-2, capacity drops, both all-to-alls, fp32 and bf16); the all-to-alls'
-# bytes are run.csv's bytes_ep_per_step, by the formula; bad layouts are
-# refused in one line. (The planner's equality: tests/tools/plan.bats.)
+# top-2, capacity drops, both all-to-alls, fp32 and bf16, every --dp-mode);
+# a rank holds only its E/N experts (memory.csv, by the shapes), their
+# gradients summed over their holders (bytes_dp_per_step, by the formula);
+# checkpoints stay the whole model's (01 and --ep resume each other's);
+# --check-replicas compares what replicas share; the all-to-alls' bytes are
+# run.csv's bytes_ep_per_step, by the formula; bad layouts are refused in
+# one line. (The planner's equality: tests/tools/plan.bats.)
 
 load ../helpers
 
@@ -43,6 +47,14 @@ ep_matches_01() {
 
 @test "03 --ep 2 inside --dp 4 with 3 micro-batches and the pairwise all-to-all gives 01's losses and routing (5 of 10 experts a rank, top-2, dropless)" {
     ep_matches_01 4 "--experts 10 --top-k 2" "--dp 4 --ep 2 --micro 3 --alltoall pairwise"
+}
+
+@test "03 --ep 2 inside --dp 4 with overlapped buckets gives 01's losses: the experts' gradients summed over their 2 holders after the buckets" {
+    ep_matches_01 4 "--experts 4 --top-k 2" "--dp 4 --ep 2 --dp-mode overlap --bucket-mb 0.05"
+}
+
+@test "03 --ep 2 inside --dp 4 with naive all-reduces on the ring gives 01's losses: each expert tensor summed over its 2 holders" {
+    ep_matches_01 4 "--experts 4 --top-k 1" "--dp 4 --ep 2 --dp-mode naive --allreduce ring"
 }
 
 @test "03 --ep 2 in bf16 follows 01 in bf16 within 5e-4" {
@@ -86,10 +98,66 @@ EOF
         assert_equal "$all $(csv_column "$(scratch)/$all/run.csv" bytes_ep_per_step)" \
             "$all $((4 * 2 * 2 * 1 * (4 * 81 * 64 * 4 + 3 * 4)))"
     done
-    # and the replicas' gradient sum is dp's alone, the same with and without --ep
+    # and the replicas' gradient sum is dp's alone: without --ep the whole buffer over the 4 replicas,
+    # 2 (4-1)/4 of its bytes a rank; with --ep 2 the dense tensors so, and each rank's 3 experts a block
+    # over their 2 holders, 2 (2-1)/2 of their bytes (an expert: 8C^2 + 5C elements; 2 MoE blocks)
     OMP_NUM_THREADS=1 mpirun_np 4 "$TRAIN03" $FLAGS $moe --dp 4 --out "$(scratch)/dp" >/dev/null
-    assert_equal "$(csv_column "$(scratch)/library/run.csv" bytes_dp_per_step)" "$(csv_column "$(scratch)/dp/run.csv" bytes_dp_per_step)"
+    local params experts dense
+    params=$(csv_column "$(scratch)/dp/run.csv" params)
+    experts=$((2 * 6 * (8 * 64 * 64 + 5 * 64))) dense=$((params - experts))
+    assert_equal "$(csv_column "$(scratch)/dp/run.csv" bytes_dp_per_step)" $((4 * 2 * 3 * params * 4 / 4))
+    assert_equal "$(csv_column "$(scratch)/library/run.csv" bytes_dp_per_step)" \
+        $((4 * (2 * 3 * dense * 4 / 4 + 2 * 1 * experts / 2 * 4 / 2)))
     assert_equal "$(csv_column "$(scratch)/dp/run.csv" bytes_ep_per_step)" 0
+}
+
+# bytes_held RUN RANK CATEGORY: memory.csv's device peak of a category on a rank.
+bytes_held() {
+    awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 == c { print $4 }' "$1/memory.csv"
+}
+
+@test "03 --ep 2 holds E/N experts a rank: memory.csv's params, grads and optimizer are smaller than without --ep by the other experts' bytes, in fp32 and bf16" {
+    # the experts not held: per MoE block E - E/N of them, each 8C^2 + 5C elements (C = 64); bytes an
+    # element: fp32 params 4, grads 4, optimizer 8 (Adam's m and v); bf16 2, 2 and 12 (the fp32 master too)
+    local precision run rank E=6 blocks=2 not_held bytes
+    not_held=$((blocks * (E - E / 2) * (8 * 64 * 64 + 5 * 64)))
+    for precision in fp32 bf16; do
+        for run in dp ep; do
+            OMP_NUM_THREADS=1 mpirun_np 2 "$TRAIN03" $FLAGS --experts $E --top-k 2 --precision $precision --dp 2 \
+                $([ $run = ep ] && echo --ep 2) --steps 1 --out "$(scratch)/$precision-$run" >/dev/null
+        done
+        for rank in 0 1; do
+            for category in params:4:2 grads:4:2 optimizer:8:12; do
+                IFS=: read -r name fp32 half <<<"$category"
+                bytes=$([ $precision = fp32 ] && echo $fp32 || echo $half)
+                assert_equal "$precision rank $rank $name $(($(bytes_held "$(scratch)/$precision-dp" $rank $name) - $(bytes_held "$(scratch)/$precision-ep" $rank $name)))" \
+                    "$precision rank $rank $name $((not_held * bytes))"
+            done
+        done
+    done
+}
+
+@test "03 --ep 2 inside --dp 4 in bf16 resumes 01's checkpoint on 01's losses, and 01 resumes the one it saves (the whole model's format)" {
+    local moe="--experts 4 --top-k 2 --capacity-factor 1 --precision bf16" d
+    d="$(scratch)"
+    "$TRAIN01" $FLAGS $moe --out "$d/full" >/dev/null
+    "$TRAIN01" $FLAGS $moe --stop-after 2 --save "$d/ck01" --out "$d/first01" >/dev/null
+    OMP_NUM_THREADS=1 mpirun_np 4 "$TRAIN03" $FLAGS $moe --dp 4 --ep 2 --resume "$d/ck01" --out "$d/ep" >/dev/null
+    OMP_NUM_THREADS=1 mpirun_np 4 "$TRAIN03" $FLAGS $moe --dp 4 --ep 2 --stop-after 2 --save "$d/ck03" --out "$d/first03" >/dev/null
+    "$TRAIN01" $FLAGS $moe --resume "$d/ck03" --out "$d/single" >/dev/null
+    for run in ep single; do
+        run paste -d, <(csv_column "$d/full/steps.csv" loss | tail -2) <(csv_column "$d/$run/steps.csv" loss)
+        assert_equal "$run $(grep -c '[0-9],[0-9]' <<<"$output")" "$run 2"
+        awk -F, '{ r = ($1 - $2) / $1; if (r < 0) r = -r; if (r > 5e-4) { print; bad = 1 } } END { exit bad }' <<<"$output"
+    done
+}
+
+@test "03 --ep's --check-replicas compares what the replicas share (the dense weights over all, each expert over its holders) and still names a replica that differs" {
+    OMP_NUM_THREADS=1 mpirun_np 4 "$TRAIN03" $FLAGS --experts 4 --dp 4 --ep 2 --check-replicas 1 --out "$(scratch)/ok" >/dev/null
+    assert_equal "$(csv_column "$(scratch)/ok/steps.csv" loss | wc -l)" 4
+    run --separate-stderr bash -c "$(declare -f mpirun_np); COURSE_FAULT_REPLICA_RANK=3 OMP_NUM_THREADS=1 mpirun_np 4 '$TRAIN03' $FLAGS --experts 4 --dp 4 --ep 2 --check-replicas 1 --out '$(scratch)/bad'"
+    assert_failure
+    [[ "$stderr" == *"replica check at step 1: rank 3's parameters differ from rank 0's"* ]]
 }
 
 @test "steps.csv's ep_rows_max and ep_rows_mean are each rank's expert rows a step: the mean over 4 ranks is the routing's total, evaluation not counted" {

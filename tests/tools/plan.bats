@@ -333,6 +333,12 @@ ring_sent_matches() {
     local moe="--experts 6 --top-k 2 --capacity-factor 1.25 --batch 12"
     planned_split 4 03_model_parallel/train "" $moe --dp 4 --ep 2
     axes_match
+    # each rank plans (and holds) the dense weights and 3 of the 6 experts of each of the 2 MoE blocks
+    # (an expert: 8C^2 + 5C elements, C = 64), 4 bytes each in fp32
+    local params
+    params=$(csv_column "$RUN/run.csv" params)
+    assert_equal "$(awk -F, '$1 == 0 && $2 == "device" && $3 == "params" { print $4 }' "$RUN/plan.csv")" \
+        $(((params - 2 * 3 * (8 * 64 * 64 + 5 * 64)) * 4))
     # 4 ranks x 2 MoE blocks x (4 all-to-alls of 243-row blocks of C = 64 floats, and the counts: 3 floats), N - 1 = 1
     assert_equal "$(awk '$1 == "axis" && $2 == "ep" { print $3 }' <<<"$output")" $((4 * 2 * (4 * 243 * 64 * 4 + 3 * 4)))
     planned_split 4 03_model_parallel/train "" $moe --dp 4 --ep 2 --alltoall pairwise --precision bf16

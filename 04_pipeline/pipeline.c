@@ -504,6 +504,18 @@ void pipeline_begin_step(Pipeline *p, int step, int first_sequence, float dloss)
     t->fwd_ms = t->bwd_ms = t->comm_ms = t->end_ms = 0.0;
     t->origin_ms = wall_ms();
     if (!p->layout.caller_storage) precision_zero_grads(&p->model, &p->mixed);
+    for (int i = 0; i < p->slots; i++) p->slot[i].moe.stats = (MoeStats){0}; /* --experts: the routing */
+}
+
+MoeStats pipeline_moe_stats(const Pipeline *p) {
+    MoeStats sum = {0};
+    for (int i = 0; i < p->slots; i++) {
+        const MoeStats *s = &p->slot[i].moe.stats;
+        for (int e = 0; e < p->model.cfg.moe.experts; e++) sum.tokens[e] += s->tokens[e];
+        sum.dropped += s->dropped;
+        sum.aux_sum += s->aux_sum;
+    }
+    return sum;
 }
 
 void pipeline_run_action(Pipeline *p, int i) {

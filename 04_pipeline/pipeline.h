@@ -177,6 +177,10 @@ void pipeline_destroy(Pipeline *p);
 void pipeline_begin_step(Pipeline *p, int step, int first_sequence, float dloss);
 void pipeline_run_action(Pipeline *p, int i);
 void pipeline_end_step(Pipeline *p);
+/* --experts: what this step's forwards routed through the stage's MoE
+ * blocks (moe.h), its slots' counts summed (pipeline_begin_step zeroes
+ * them); the run sums the stages' and replicas' (harness_ranks.c). */
+MoeStats pipeline_moe_stats(const Pipeline *p);
 
 /* Mean validation loss over eval_batches global batches: forward only, the
  * micro-batches one after another through the stages. Collective over world

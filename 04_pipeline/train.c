@@ -74,6 +74,7 @@ static const RunSpec spec = {
     .flags = {.flags = flag_rows, .effective = effective_flags, .check = check_flags, .multi_rank = 1},
     .columns = columns,
     .comm_busy = 1,
+    .experts = 1,
     .axis_bytes = 1,
     .barrier_each_step = 1,
     .busy_csv = 1,
@@ -146,6 +147,7 @@ int main(int argc, char **argv) {
         /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
         double comm_ms = p.times.comm_ms + stage_replicas_sum_gradients(&replicas, &s.comm_busy_ms);
         s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
+        s.moe = pipeline_moe_stats(&p); /* --experts: what this stage's forwards routed (moe.h) */
         check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update: each rank its own parameters, clipped by the WHOLE model's norm

@@ -85,6 +85,7 @@ static const RunSpec spec = {
     .columns = columns,
     .bytes_sent = 1,
     .comm_busy = 1,
+    .experts = 1,
     .axis_bytes = 1,
     .barrier_each_step = 1,
     .busy_csv = 1,
@@ -127,6 +128,7 @@ static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *gri
         Timer timer = {0};
         zero_start_clock(&zero, step);
         zero_begin_step(&zero);
+        acts.moe.stats = (MoeStats){0}; /* --experts: what this step's forwards route (moe.h) */
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg->micro; mb++) {
             int first_sequence =
@@ -146,6 +148,7 @@ static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *gri
         /* sum the gradients (stages 2-3 did most of it during backward); update this rank's slices */
         zero_sync_grads(&zero);
         s.rec.loss = comm_allreduce_double(grid->dp_group, loss_sum, 0) / run->tokens_per_step;
+        s.moe = acts.moe.stats;
         check_loss_finite(s.rec.loss, step + 1);
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(cfg, step);
@@ -299,6 +302,7 @@ int main(int argc, char **argv) {
         /* (--offload: the copies in flight, added into the host's fp32 shard) */
         double comm_ms = p.times.comm_ms + offload_stage_sum_gradients(&st, &s.comm_busy_ms);
         s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
+        s.moe = pipeline_moe_stats(&p); /* --experts: what this stage's forwards routed (moe.h) */
         check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update: each rank its own parameters (or slices), clipped by the WHOLE model's norm

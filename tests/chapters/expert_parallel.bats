@@ -76,7 +76,6 @@ ep_matches_01() {
 EOF
     assert_equal "$refusals_checked" 7
     assert_refusals 2 "$REPO/04_pipeline/train" "$FLAGS --steps 1" <<'EOF'
---experts 4|--experts is not written for this chapter yet
 --experts 4 --ep 2|--ep
 EOF
 }

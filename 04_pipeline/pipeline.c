@@ -175,7 +175,10 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         if (a->kind == OP_POST_ACT || a->kind == OP_POST_GRAD || a->kind == OP_BACKWARD_INPUT) extras = 1;
     }
     StageLayout *l = &p->layout;
-    const ModelConfig *m = &l->cfg->model;
+    ModelConfig held = l->cfg->model; /* --ep: of each MoE block its experts only (model_config.h) */
+    if (l->expert_parts > 1 && held.moe.experts)
+        held.moe.parts = l->expert_parts, held.moe.part = l->expert_part;
+    const ModelConfig *m = &held;
     int V = chunks_of(l);
     if (l->cp) { /* the ring or Ulysses over whole sequences; from here on the stage computes T/N positions */
         context_parallel_create(&p->context, l->cp, m, l->B, l->T, strcmp(l->cp_order, "zigzag") == 0,

@@ -72,6 +72,8 @@ typedef struct {
     const char *cp_order, *cp_send;
     const char *cp_mode, *alltoall; /* --cp-mode ring|ulysses, --alltoall library|pairwise (03) */
     int sp; /* with tensor: --sp, sequence parallelism in the stage's blocks (tensor_parallel.h) */
+    int expert_parts, expert_part; /* --ep N: the stage's model holds part expert_part of N of each MoE
+                                      block's experts (model_config.h's moe.parts; 03's expert_parallel.h) */
 } StageLayout;
 
 /* What one step is about; set by pipeline_begin_step. */

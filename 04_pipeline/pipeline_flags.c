@@ -87,7 +87,8 @@ void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const Mo
     context_parallel_check_given(cfg, C);
     const char *split = C > 1 ? context_parallel_problem(cfg->model.seq, C) : NULL;
     if (split) fatal(EXIT_USAGE, "%s", split);
-    ulysses_check_flags(&cfg->model, C, T, model->cp_mode, flag_given(cfg, "--alltoall"),
+    ulysses_check_flags(&cfg->model, C, T, model->cp_mode,
+                        flag_given(cfg, "--alltoall") && !flag_given(cfg, "--ep"), /* --ep's too (03) */
                         flag_given(cfg, "--cp-send"));
     const char *pieces = layer_split_pieces_problem(P, 1, L); /* every stage needs a block */
     if (pieces) fatal(EXIT_USAGE, "%s", pieces);

@@ -22,8 +22,9 @@ const Flag expert_parallel_flags[] = {
 };
 
 void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f,
-                                 const ModelParallelFlags *mp) {
-    int E = cfg->model.moe.experts, N = f->ep, dp = mp->dp, cp = mp->cp, mp_size = mp->ranks / (dp * cp);
+                                 const ModelParallelFlags *mp, int stages) {
+    int E = cfg->model.moe.experts, N = f->ep, dp = mp->dp, cp = mp->cp;
+    int mp_size = mp->ranks / (dp * cp * stages); /* ranks per copy of the model, besides its stages */
     if (N > 1 && !E) fatal(EXIT_USAGE, "--ep %d splits the experts over ranks (valid: with --experts E)", N);
     if (E && (mp_size > 1 || cp > 1))
         fatal(EXIT_USAGE,
@@ -54,7 +55,17 @@ static double since_step_us(const ExpertParallel *x) {
     return (wall_ms() - x->origin_ms) * 1e3;
 }
 static void record(ExpertParallel *x, int micro, const char *op, double start_us, double end_us) {
-    if (x->recording) timeline_add(&x->timeline, x->step + 1, micro, op, start_us, end_us);
+    if (x->recording) timeline_add(x->timeline, x->step + 1, micro, op, start_us, end_us);
+}
+
+/* What the forward of MoE block l kept for the micro-batch whose routing is
+ * la: its slot's (the slot whose activations hold la), or the one set. */
+static ExpertParallelLayer *kept(ExpertParallel *x, int l, const MoeLayerActs *la) {
+    int L = x->model->cfg.layers;
+    for (int s = 0; x->slot_acts && s < x->slots; s++)
+        if (la == &x->slot_acts[s].moe.layer[l]) return &x->layer[(size_t)s * L + l];
+    if (x->slot_acts) fatal(EXIT_RUNTIME, "expert parallel: block %d's routing is in no activation slot", l);
+    return &x->layer[l];
 }
 
 /* One all-to-all of `count` floats a block, timed and counted. */
@@ -96,9 +107,9 @@ static void unpack(ExpertParallel *x, const int *count_h, const float *back, flo
 static void ep_forward(int l, MoeLayerActs *la, int B, int T, void *context) {
     ExpertParallel *x = context;
     const GPT *m = x->model;
-    ExpertParallelLayer *xl = &x->layer[l];
+    ExpertParallelLayer *xl = kept(x, l, la);
     size_t C = x->C, blk = expert_parallel_block_rows(&m->cfg.moe, x->size, B, T);
-    int E = m->cfg.moe.experts, micro = xl->forwards++;
+    int E = m->cfg.moe.experts, micro = x->forwards[l]++;
     double dispatch_us = since_step_us(x);
     /* the counts: block j of E holds rank j's experts' counts */
     for (int e = 0; e < E; e++) x->counts_h[e] = (float)la->count_h[e];
@@ -128,11 +139,11 @@ static void ep_backward(int l, const MoeLayerActs *la, const float *dy, float *d
                         void *context) {
     ExpertParallel *x = context;
     const GPT *m = x->model;
-    ExpertParallelLayer *xl = &x->layer[l];
+    ExpertParallelLayer *xl = kept(x, l, la);
     size_t C = x->C, blk = expert_parallel_block_rows(&m->cfg.moe, x->size, B, T);
     x->block_rows = blk;
     for (int i = 0; i < x->size * x->count; i++) x->rows_computed += xl->rows[i]; /* the step's load */
-    int micro = xl->backwards++;
+    int micro = x->backwards[l]++;
     double dispatch_us = since_step_us(x);
     /* the outputs' gradients to the experts' ranks */
     pack(x, la->count_h, dy);
@@ -170,9 +181,19 @@ static int expert_tensor(const GPT *m, const ParamTensor *t) {
            t->kind >= BLOCK_FCW && t->kind <= BLOCK_FCPROJB;
 }
 
-/* The held buffer's runs: per MoE block its experts' four tensors (one range,
- * held by the holders), and the dense runs between them (held by every
- * replica): the ranges apart for the replicas' sum, and the norm's spans. */
+/* Where tensor t's elements start in m's held buffer (several runs: its
+ * unit's, model.h's unit_at), or SIZE_MAX where m does not hold it. */
+static size_t held_offset(const GPT *m, const ParamTensor *t) {
+    if (m->unit_at) {
+        size_t at = m->unit_at[t->layer + 1];
+        return at == SIZE_MAX ? SIZE_MAX : at + (t->offset - table_unit(&m->table, t->layer)->offset);
+    }
+    return t->layer >= m->first_unit && t->layer <= m->last_unit ? t->offset - m->param_first : SIZE_MAX;
+}
+
+/* The held buffer's runs: per MoE block held its experts' four tensors (one
+ * range, held by the holders), and the dense runs between them (held by
+ * every replica): the ranges apart for the replicas' sum, and the norm's spans. */
 static void held_runs(ExpertParallel *x, const GPT *m) {
     x->apart = xcalloc(m->cfg.layers + 1, sizeof(BucketRange));
     x->spans = xcalloc(2 * (size_t)m->cfg.layers + 1, sizeof(GradSpan));
@@ -181,7 +202,9 @@ static void held_runs(ExpertParallel *x, const GPT *m) {
         if (!moe_layer(&m->cfg, l)) continue;
         const ParamTensor *fcw = table_tensor(&m->table, l, BLOCK_FCW),
                           *fcprojb = table_tensor(&m->table, l, BLOCK_FCPROJB);
-        BucketRange r = {fcw->offset - m->param_first, fcprojb->offset + fcprojb->numel - m->param_first};
+        size_t first = held_offset(m, fcw);
+        if (first == SIZE_MAX) continue; /* another stage's block */
+        BucketRange r = {first, first + (fcprojb->offset + fcprojb->numel - fcw->offset)};
         x->apart[x->apart_count++] = r;
         x->spans[x->num_spans++] = (GradSpan){at, r.lo - at, 1};     /* the same on every replica: once */
         x->spans[x->num_spans++] = (GradSpan){r.lo, r.hi - r.lo, 0}; /* summed over the expert group */
@@ -213,11 +236,9 @@ static GradShards held_experts_grad_shards(void *owner, CommGroup *world) {
 /* The whole model's checkpoint (checkpoint.h): the dense tensors whole,
  * written by replica 0, and this rank's rows of each expert tensor, written
  * by their holder in group 0 (replicas 0 .. N-1). */
-static void held_experts_checkpoint_layout(void *owner, AdamW *opt, int replica, int replicas,
-                                           CkptLayout *l) {
-    ExpertParallel *x = owner;
+void expert_parallel_checkpoint_layout(const ExpertParallel *x, const AdamW *opt, int replica,
+                                       CkptLayout *l) {
     const GPT *m = x->model;
-    (void)replicas;
     float *buffers[CKPT_ARRAYS] = {m->params, opt->m, opt->v};
     ParamTable whole; /* the checkpoint's: every expert */
     ModelConfig cfg = m->cfg;
@@ -227,12 +248,19 @@ static void held_experts_checkpoint_layout(void *owner, AdamW *opt, int replica,
         ckpt_set_buffer(l, a, buffers[a], m->param_count, 0);
         for (int i = 0; i < m->num_tensors; i++) { /* the held and whole tables list the same tensors */
             const ParamTensor *t = &m->tensors[i];
-            int writes = expert_tensor(m, t) ? replica < x->size : replica == 0;
-            ckpt_hold(l, a, whole.tensors[i].offset + t->whole_first, t->numel, t->offset - m->param_first,
-                      writes);
+            size_t at = held_offset(m, t);
+            if (at == SIZE_MAX) continue; /* another stage's */
+            int copy = t->layer < m->first_unit || t->layer > m->last_unit; /* the tied wte: read only */
+            int writes = !copy && (expert_tensor(m, t) ? replica < x->size : replica == 0);
+            ckpt_hold(l, a, whole.tensors[i].offset + t->whole_first, t->numel, at, writes);
         }
     }
     param_table_free(&whole);
+}
+static void held_experts_checkpoint_layout(void *owner, AdamW *opt, int replica, int replicas,
+                                           CkptLayout *l) {
+    (void)replicas;
+    expert_parallel_checkpoint_layout(owner, opt, replica, l);
 }
 static double held_experts_evaluate(void *owner, const Dataset *data, const Config *cfg, int dp_index,
                                     int B) {
@@ -254,16 +282,24 @@ static const HeldModelOps held_experts_ops = {
 
 void expert_parallel_create(ExpertParallel *x, HeldModel *held, ModelParallel *par, DataParallel *replicas,
                             const ExpertParallelFlags *f, const ModelParallelFlags *mp, int B) {
+    expert_parallel_split(x, held->model, par->dp, replicas, f, mp->alltoall, B, NULL, 1, &par->comm_ms);
+    if (!x->layer) return;
+    x->inner = held->ops, x->inner_owner = held->owner; /* the norm and the checkpoint answered here */
+    held->ops = &held_experts_ops, held->owner = x;
+}
+
+void expert_parallel_split(ExpertParallel *x, GPT *m, CommGroup *dp_group, DataParallel *replicas,
+                           const ExpertParallelFlags *f, const char *alltoall, int B,
+                           const Activations *slot_acts, int slots, double *comm_ms) {
     memset(x, 0, sizeof *x);
-    CommGroup *dp_group = par->dp;
-    GPT *m = held->model;
     const ModelConfig *c = &m->cfg;
-    int N = f->ep, T = c->seq, pairwise = strcmp(mp->alltoall, "pairwise") == 0;
+    int N = f->ep, T = c->seq, pairwise = strcmp(alltoall, "pairwise") == 0;
     x->size = N;
     if (N <= 1 || !c->moe.experts) return;
     x->group = comm_split_by(dp_group, ep_color, &N); /* replicas gN .. gN + N - 1 */
     comm_group_count_into(x->group, GRID_COUNTER_EP); /* run.csv's bytes_ep_per_step (grid.h) */
-    x->comm_ms = &par->comm_ms;
+    x->comm_ms = comm_ms;
+    x->timeline = &x->own_timeline;
     x->rank = comm_rank(x->group);
     x->count = c->moe.experts / x->size;
     x->first = x->rank * x->count;
@@ -276,22 +312,24 @@ void expert_parallel_create(ExpertParallel *x, HeldModel *held, ModelParallel *p
     comm_group_count_into(x->holders, GRID_DP); /* the gradients' sum: run.csv's bytes_dp_per_step */
     held_runs(x, m);
     data_parallel_hold_apart(replicas, x->apart, x->apart_count, x->holders);
-    x->inner = held->ops, x->inner_owner = held->owner; /* the norm and the checkpoint answered here */
-    held->ops = &held_experts_ops, held->owner = x;
     x->pairwise = pairwise;
     x->C = c->dmodel;
     x->model = m;
     size_t C = x->C, rows = (size_t)x->size * expert_parallel_block_rows(&c->moe, x->size, B, T),
            E = c->moe.experts;
-    x->layer = xcalloc(c->layers, sizeof *x->layer);
-    for (int l = 0; l < c->layers; l++) {
-        if (!moe_layer(c, l)) continue;
-        x->layer[l].xin =
-            mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, rows * C * sizeof(float), "expert rows received");
-        x->layer[l].fch =
-            mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, rows * 4 * C * sizeof(float), "expert hidden layers");
-        x->layer[l].rows = xcalloc(E, sizeof(int));
-    }
+    x->slot_acts = slot_acts, x->slots = slots;
+    x->layer = xcalloc((size_t)slots * c->layers, sizeof *x->layer);
+    x->forwards = xcalloc(c->layers, sizeof(int)), x->backwards = xcalloc(c->layers, sizeof(int));
+    for (int s = 0; s < slots; s++)
+        for (int l = 0; l < c->layers; l++) {
+            if (!moe_layer(c, l) || (slot_acts && !slot_acts[s].moe.layer[l].xin)) continue; /* not its */
+            ExpertParallelLayer *xl = &x->layer[(size_t)s * c->layers + l];
+            xl->xin =
+                mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, rows * C * sizeof(float), "expert rows received");
+            xl->fch = mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, rows * 4 * C * sizeof(float),
+                                "expert hidden layers");
+            xl->rows = xcalloc(E, sizeof(int));
+        }
     x->send = mem_alloc(SPACE_DEVICE, CAT_COMM, rows * C * sizeof(float), "expert dispatch");
     x->recv = mem_alloc(SPACE_DEVICE, CAT_COMM, rows * C * sizeof(float), "expert combine");
     x->y = mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, rows * C * sizeof(float), "expert outputs");
@@ -314,15 +352,18 @@ void expert_parallel_create(ExpertParallel *x, HeldModel *held, ModelParallel *p
 
 void expert_parallel_destroy(ExpertParallel *x, GPT *m, CommGroup *world, const char *out) {
     if (!x->layer) return;
-    timeline_write(&x->timeline, world, out); /* every rank has --ep N > 1 (check_flags) */
-    timeline_free(&x->timeline);
+    if (x->timeline == &x->own_timeline) /* else the stage's, which writes it */
+        timeline_write(&x->own_timeline, world, out); /* every rank has --ep N > 1 (check_flags) */
+    timeline_free(&x->own_timeline);
     m->experts = NULL;
-    for (int l = 0; l < m->cfg.layers; l++) {
-        mem_free(x->layer[l].xin);
-        mem_free(x->layer[l].fch);
-        free(x->layer[l].rows);
+    for (size_t i = 0; i < (size_t)x->slots * m->cfg.layers; i++) {
+        mem_free(x->layer[i].xin);
+        mem_free(x->layer[i].fch);
+        free(x->layer[i].rows);
     }
     free(x->layer);
+    free(x->forwards);
+    free(x->backwards);
     float *bufs[] = {x->send, x->recv, x->y, x->dxin, x->gelu, x->dgelu, x->dfch, x->counts_send};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
     free(x->counts_h);
@@ -338,7 +379,7 @@ void expert_parallel_begin_step(ExpertParallel *x, int step) {
     x->recording = 1;
     x->step = step;
     x->origin_ms = wall_ms();
-    for (int l = 0; l < x->model->cfg.layers; l++) x->layer[l].forwards = x->layer[l].backwards = 0;
+    for (int l = 0; l < x->model->cfg.layers; l++) x->forwards[l] = x->backwards[l] = 0;
 }
 
 void expert_parallel_load(ExpertParallel *x, CommGroup *world, double load[2]) {

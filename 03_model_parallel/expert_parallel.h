@@ -66,7 +66,20 @@
  * replicas and the experts over their holders; a checkpoint is the whole
  * model's (checkpoint.h), the dense tensors written by replica 0 and each
  * expert's rows by its holder in group 0, so 01 resumes it and --ep resumes
- * 01's. */
+ * 01's.
+ *
+ * On pipeline stages (chapter 04). A stage's replicas are data-parallel
+ * replicas of its units, so --ep N splits the experts of the stage's MoE
+ * blocks over N of them, the same way (grid.h's dp_group of the stage:
+ * consecutive replicas), with the stage's model built with its experts
+ * only (pipeline.h's StageLayout.expert_parts). Several micro-batches are
+ * then in flight on a stage (GPipe, 1F1B), so what a forward keeps for its
+ * backward (the rows received, their hidden layers, the counts) is kept per
+ * activation slot: expert_parallel_split's `slots`, the slot found from the
+ * MoeLayerActs the model passes (which is the slot's). The members of a
+ * group run the same schedule, so they issue their all-to-alls in the same
+ * order. The ep_* rows go into the stage's timeline (ExpertParallel.
+ * timeline), beside its forwards and backwards. */
 #ifndef EXPERT_PARALLEL_H
 #define EXPERT_PARALLEL_H
 
@@ -86,17 +99,17 @@ typedef struct {
 extern const Flag expert_parallel_flags[];
 
 /* The refusals, one line each: --ep without --experts, N not dividing E or
- * --dp, --experts (or --ep) with several ranks per model copy (the layer or
- * tensor split) or --cp above 1 (not written). */
+ * --dp, --experts (or --ep) with several ranks per model copy other than
+ * `stages` pipeline stages (03: 1; the layer or tensor split) or --cp above
+ * 1 (not written). */
 void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f,
-                                 const ModelParallelFlags *mp);
+                                 const ModelParallelFlags *mp, int stages);
 
-/* Per MoE block: what the forward received, kept for the backward. */
+/* Per MoE block and activation slot: what the forward received, kept for the backward. */
 typedef struct {
     float *xin; /* (N x rows_per_block, C) the rows from each rank, block by block */
     float *fch; /* (N x rows_per_block, 4C) their hidden layer, before GELU */
     int *rows;  /* (N, E/N) host: rows from rank s for local expert i, at s E/N + i */
-    int forwards, backwards; /* the step's so far: the timeline's micro-batch */
 } ExpertParallelLayer;
 
 typedef struct {
@@ -115,7 +128,11 @@ typedef struct {
     int pairwise;      /* 1: the course's all-to-all (alltoall.h), else the library's */
     int C;
     size_t block_rows;                /* rows_per_block (above), for the capacity B x T */
-    ExpertParallelLayer *layer;       /* L of them; NULL buffers for dense blocks */
+    ExpertParallelLayer *layer;       /* slots x L of them, slot s's block l at s L + l; NULL buffers for
+                                         dense blocks and blocks the slot does not hold */
+    const Activations *slot_acts;     /* the slots' activations (NULL: one slot, every micro-batch's) */
+    int slots;
+    int *forwards, *backwards;        /* (L) the step's so far, per block: the timeline's micro-batch */
     float *send, *recv;               /* (N x block_rows, C) comm: what leaves and what comes back */
     float *y;                         /* (N x block_rows, C) the experts' outputs (or dy received) */
     float *dxin;                      /* (N x block_rows, C) the received rows' input gradients */
@@ -124,7 +141,8 @@ typedef struct {
     float *counts_h;                  /* (E) host */
     double *comm_ms;                  /* where the all-to-alls' time is added */
     double rows_computed; /* rows this rank's experts computed in backwards since the last report */
-    Timeline timeline;    /* the ep_* rows of timeline.csv (above), training steps only */
+    Timeline own_timeline; /* the ep_* rows of timeline.csv (above), training steps only */
+    Timeline *timeline;    /* where they go: own_timeline, or the stage's (chapter 04) */
     int recording, step;  /* from expert_parallel_begin_step to expert_parallel_load */
     double origin_ms;     /* the step's start (every rank starts a step together) */
 } ExpertParallel;
@@ -142,6 +160,22 @@ size_t expert_parallel_block_rows(const MoeConfig *moe, int ranks, int B, int T)
  * all-to-all. */
 void expert_parallel_create(ExpertParallel *x, HeldModel *held, ModelParallel *par, DataParallel *replicas,
                             const ExpertParallelFlags *f, const ModelParallelFlags *mp, int B);
+/* What expert_parallel_create does but the held model's answers, for a
+ * model m holding its experts only (moe.parts = f->ep) of some units (a
+ * pipeline stage's, several runs with m->unit_at), whose replicas are
+ * dp_group: buffers for micro-batches of B sequences, kept per slot (one
+ * per Activations of slot_acts[0 .. slots), or one with slot_acts NULL),
+ * the experts' gradients summed over their holders in `replicas`, the
+ * all-to-alls' time added to *comm_ms; alltoall is --alltoall. Nothing when
+ * N is 1. */
+void expert_parallel_split(ExpertParallel *x, GPT *m, CommGroup *dp_group, DataParallel *replicas,
+                           const ExpertParallelFlags *f, const char *alltoall, int B,
+                           const Activations *slot_acts, int slots, double *comm_ms);
+/* The whole model's checkpoint (checkpoint.h) from m, x's model (held as
+ * expert_parallel_split says): the dense tensors it holds written by
+ * `replica` 0 of its replicas, each of its experts' rows by its holder in
+ * group 0 (replica < N), a copy outside m's units (the tied wte) read only. */
+void expert_parallel_checkpoint_layout(const ExpertParallel *x, const AdamW *opt, int replica, CkptLayout *l);
 /* With --ep, timeline.csv into directory out first (every rank of world calls it). */
 void expert_parallel_destroy(ExpertParallel *x, GPT *m, CommGroup *world, const char *out);
 /* Step `step` (0-based) starts now: the origin of its timeline rows. */

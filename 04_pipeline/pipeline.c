@@ -175,7 +175,10 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         if (a->kind == OP_POST_ACT || a->kind == OP_POST_GRAD || a->kind == OP_BACKWARD_INPUT) extras = 1;
     }
     StageLayout *l = &p->layout;
-    const ModelConfig *m = &l->cfg->model;
+    ModelConfig held = l->cfg->model; /* --ep: of each MoE block its experts only (model_config.h) */
+    if (l->expert_parts > 1 && held.moe.experts)
+        held.moe.parts = l->expert_parts, held.moe.part = l->expert_part;
+    const ModelConfig *m = &held;
     int V = chunks_of(l);
     if (l->cp) { /* the ring or Ulysses over whole sequences; from here on the stage computes T/N positions */
         context_parallel_create(&p->context, l->cp, m, l->B, l->T, strcmp(l->cp_order, "zigzag") == 0,
@@ -504,6 +507,18 @@ void pipeline_begin_step(Pipeline *p, int step, int first_sequence, float dloss)
     t->fwd_ms = t->bwd_ms = t->comm_ms = t->end_ms = 0.0;
     t->origin_ms = wall_ms();
     if (!p->layout.caller_storage) precision_zero_grads(&p->model, &p->mixed);
+    for (int i = 0; i < p->slots; i++) p->slot[i].moe.stats = (MoeStats){0}; /* --experts: the routing */
+}
+
+MoeStats pipeline_moe_stats(const Pipeline *p) {
+    MoeStats sum = {0};
+    for (int i = 0; i < p->slots; i++) {
+        const MoeStats *s = &p->slot[i].moe.stats;
+        for (int e = 0; e < p->model.cfg.moe.experts; e++) sum.tokens[e] += s->tokens[e];
+        sum.dropped += s->dropped;
+        sum.aux_sum += s->aux_sum;
+    }
+    return sum;
 }
 
 void pipeline_run_action(Pipeline *p, int i) {

@@ -72,6 +72,8 @@ typedef struct {
     const char *cp_order, *cp_send;
     const char *cp_mode, *alltoall; /* --cp-mode ring|ulysses, --alltoall library|pairwise (03) */
     int sp; /* with tensor: --sp, sequence parallelism in the stage's blocks (tensor_parallel.h) */
+    int expert_parts, expert_part; /* --ep N: the stage's model holds part expert_part of N of each MoE
+                                      block's experts (model_config.h's moe.parts; 03's expert_parallel.h) */
 } StageLayout;
 
 /* What one step is about; set by pipeline_begin_step. */
@@ -177,6 +179,10 @@ void pipeline_destroy(Pipeline *p);
 void pipeline_begin_step(Pipeline *p, int step, int first_sequence, float dloss);
 void pipeline_run_action(Pipeline *p, int i);
 void pipeline_end_step(Pipeline *p);
+/* --experts: what this step's forwards routed through the stage's MoE
+ * blocks (moe.h), its slots' counts summed (pipeline_begin_step zeroes
+ * them); the run sums the stages' and replicas' (harness_ranks.c). */
+MoeStats pipeline_moe_stats(const Pipeline *p);
 
 /* Mean validation loss over eval_batches global batches: forward only, the
  * micro-batches one after another through the stages. Collective over world

@@ -5,6 +5,9 @@
 #include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
 #include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
 #include "03_model_parallel/tensor_parallel.h" /* 03: tensor parallelism */
+#include "common/core/util.h" /* xcalloc */
+
+#include <stdlib.h>
 
 void stage_replicas_create(StageReplicas *r, Pipeline *p, const DataParallelFlags *dp,
                            const ProcessGrid *grid, CommGroup *model_group, CommGroup *world) {
@@ -17,6 +20,28 @@ void stage_replicas_create(StageReplicas *r, Pipeline *p, const DataParallelFlag
     p->unit_final_context = &r->replicas;
 }
 
+void stage_replicas_split_experts(StageReplicas *r, ExpertParallel *x, const ExpertParallelFlags *f,
+                                  const ModelParallelFlags *mp, const ProcessGrid *grid) {
+    Pipeline *p = r->p;
+    expert_parallel_split(x, &p->model, grid->dp_group, &r->replicas, f, mp->alltoall, p->layout.B, p->slot,
+                          p->slots, &p->times.comm_ms);
+    if (!x->layer) return;
+    x->timeline = &p->times.timeline; /* the ep_* rows beside the stage's actions */
+    r->experts = x;
+    r->replica = grid->d;
+    /* the norm's parts: x's spans (dense, experts), less the tied copy, each counted on one rank */
+    size_t own = p->own_span.count ? p->own_span.count : p->model.param_count;
+    r->spans = xcalloc(x->num_spans, sizeof(GradSpan));
+    for (int i = 0; i < x->num_spans; i++) {
+        GradSpan s = x->spans[i];
+        if (s.first >= own) continue;
+        if (s.first + s.count > own) s.count = own - s.first;
+        if (s.replicated ? grid->d != 0 : grid->d >= x->size) continue; /* counted by another replica */
+        s.replicated = 0;
+        r->spans[r->num_spans++] = s;
+    }
+}
+
 void stage_replicas_print(const StageReplicas *r) {
     data_parallel_print(&r->replicas);
 }
@@ -24,6 +49,7 @@ void stage_replicas_print(const StageReplicas *r) {
 void stage_replicas_destroy(StageReplicas *r) {
     data_parallel_destroy(&r->replicas);
     adamw_destroy(&r->opt);
+    free(r->spans);
 }
 
 void stage_replicas_resume(StageReplicas *r, Run *run, const char *program, const ProcessGrid *grid,
@@ -33,6 +59,8 @@ void stage_replicas_resume(StageReplicas *r, Run *run, const char *program, cons
     int replica = comm_rank(grid->weight_group); /* d x cp + c: the ranks holding the same weights */
     if (p->layout.tensor)
         tp_checkpoint_layout(&p->tpm, &r->opt, replica, &run->ckpt); /* this stage's slices */
+    else if (r->experts) /* its units, of each MoE block its experts' rows */
+        expert_parallel_checkpoint_layout(r->experts, &r->opt, replica, &run->ckpt);
     else
         ckpt_layout_range(&run->ckpt, &p->model, &r->opt, replica,
                           comm_size(grid->weight_group)); /* its units */
@@ -52,6 +80,8 @@ double stage_replicas_sum_gradients(StageReplicas *r, double *busy_ms) {
 int stage_replicas_update(StageReplicas *r, LossScaler *ls, const OptimHyper *h, int step,
                           double *grad_norm) {
     GradShards held = pipeline_grad_shards(r->p, r->model_group, r->world); /* units, or their slices */
+    if (r->experts) /* --ep: each stage's dense tensors and each expert once, over the world */
+        held.spans = r->spans, held.num_spans = r->num_spans, held.sum_group = r->world;
     return optimizer_step(&r->p->model, &r->p->mixed, &r->opt, ls, &held, h, step, grad_norm);
 }
 

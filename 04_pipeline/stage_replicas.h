@@ -19,6 +19,7 @@
 #include "common/run/harness.h" /* the run around the training loop */
 #include "common/model/optim.h" /* AdamW and the learning-rate schedule */
 #include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its interpreter */
+#include "03_model_parallel/expert_parallel.h" /* 03: experts split over ranks (--ep) */
 
 typedef struct {
     Pipeline *p;            /* the stage whose gradients these are */
@@ -26,6 +27,9 @@ typedef struct {
     CommGroup *world;
     AdamW opt;             /* the parameters this rank holds */
     DataParallel replicas; /* the sum over the replicas of what this rank holds (and over cp) */
+    const ExpertParallel *experts; /* --ep: the stage's experts over its replicas (NULL: none) */
+    GradSpan *spans;               /* --ep: the norm's parts of this rank (stage_replicas_split_experts) */
+    int num_spans, replica;        /* and this rank's replica of the stage */
 } StageReplicas;
 
 /* The optimizer of stage p and its replicas over grid's weight group (dp x
@@ -33,6 +37,17 @@ typedef struct {
  * launch as the stage's units become final (Pipeline.unit_final). */
 void stage_replicas_create(StageReplicas *r, Pipeline *p, const DataParallelFlags *dp,
                            const ProcessGrid *grid, CommGroup *model_group, CommGroup *world);
+/* --ep N (03's expert_parallel.h) inside the stage: the experts of its MoE
+ * blocks split over groups of N consecutive replicas of the stage (grid's
+ * dp_group; the stage's model built with its experts only, StageLayout.
+ * expert_parts), kept per activation slot, their rows in the stage's
+ * timeline, their gradients summed over their holders. The norm then
+ * counts each stage's dense tensors on replica 0 and each expert on its
+ * holder among replicas 0 .. N-1, summed over the world; the checkpoint is
+ * the whole model's (expert_parallel_checkpoint_layout). Before
+ * stage_replicas_resume; nothing when N is 1. */
+void stage_replicas_split_experts(StageReplicas *r, ExpertParallel *x, const ExpertParallelFlags *f,
+                                  const ModelParallelFlags *mp, const ProcessGrid *grid);
 /* --print-buckets' table (data_parallel_print), then everything freed. */
 void stage_replicas_print(const StageReplicas *r);
 void stage_replicas_destroy(StageReplicas *r);

@@ -21,6 +21,7 @@
 #include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
 #include "common/model/model.h" /* GPT, its forward and backward */
 #include "03_model_parallel/model_parallel.h" /* 03: one model held by a group of ranks */
+#include "03_model_parallel/expert_parallel.h" /* 03: experts split over ranks (--ep) */
 #include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its interpreter */
 #include "04_pipeline/pipeline_flags.h" /* 04: the pipeline's flags and checks */
 #include "04_pipeline/schedule.h" /* 04: schedules as lists of actions */
@@ -41,11 +42,13 @@
 typedef struct {
     DataParallelFlags data;   /* --dp-mode, --allreduce, --bucket-mb, ... (data_parallel.h) */
     ModelParallelFlags model; /* --mp, --split, --tp, --dp, --sp, --cp, ... (model_parallel.h) */
+    ExpertParallelFlags experts; /* --ep (expert_parallel.h) */
     PipelineFlags pipe;       /* --schedule, --virtual, --pp, --print-schedule (pipeline_flags.h) */
 } Flags;
 static const Flag flag_rows[] = {
     FLAG_ROWS_AT(Flags, data, data_parallel_flags),
     FLAG_ROWS_AT(Flags, model, model_parallel_flags),
+    FLAG_ROWS_AT(Flags, experts, expert_parallel_flags),
     FLAG_ROWS_AT(Flags, pipe, pipeline_flags),
     {0},
 };
@@ -56,6 +59,7 @@ static void effective_flags(const Config *cfg, void *values) {
 static void check_flags(const Config *cfg, const void *values) {
     const Flags *f = values;
     pipeline_check_flags(cfg, &f->pipe, &f->model);
+    expert_parallel_check_flags(cfg, &f->experts, &f->model, f->pipe.pp);
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
@@ -64,6 +68,8 @@ static void check_flags(const Config *cfg, const void *values) {
 static const RunColumn columns[] = {
     {"idle_fraction", "%.4f"}, /* 1 - the ranks' busy time over ranks x the step (busy.csv) */
     {"bubble", "%.4f"},        /* the stages' idle time while the pipeline ran */
+    {"ep_rows_max", "%.0f"},   /* --ep: the most rows one rank's experts computed in the step */
+    {"ep_rows_mean", "%.1f"},  /* and the ranks' mean: max / mean is the load imbalance */
     {0},
 };
 static const RunSpec spec = {
@@ -74,6 +80,7 @@ static const RunSpec spec = {
     .flags = {.flags = flag_rows, .effective = effective_flags, .check = check_flags, .multi_rank = 1},
     .columns = columns,
     .comm_busy = 1,
+    .experts = 1,
     .axis_bytes = 1,
     .barrier_each_step = 1,
     .busy_csv = 1,
@@ -120,11 +127,14 @@ int main(int argc, char **argv) {
     layout.cp = grid.cp > 1 ? grid.cp_group : NULL; /* and context parallelism: each sequence over cp ranks */
     layout.cp_order = flags.model.cp_order, layout.cp_send = flags.model.cp_send, layout.sp = flags.model.sp;
     layout.cp_mode = flags.model.cp_mode, layout.alltoall = flags.model.alltoall; /* ring or Ulysses */
+    layout.expert_parts = flags.experts.ep, layout.expert_part = grid.d % flags.experts.ep; /* --ep */
     Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
     pipeline_create(&p, &layout, &schedule, cfg.seed);
     size_t whole_params = layout.tensor ? p.tpm.global_params : p.model.num_params; /* the whole model's */
     StageReplicas replicas; /* the stage's replicas: chapter 02's all-reduce, and AdamW (stage_replicas.h) */
     stage_replicas_create(&replicas, &p, dp, &grid, model_group, run.world);
+    ExpertParallel experts; /* --ep: each MoE block's experts over N replicas (expert_parallel.h) */
+    stage_replicas_split_experts(&replicas, &experts, &flags.experts, &flags.model, &grid);
     stage_replicas_resume(&replicas, &run, PROGRAM, &grid, flags.pipe.schedule); /* and rank 0's weights */
 
     double bubble_theory = pipeline_log_layout(&p, PROGRAM, &grid, dp->dp_mode, dp->allreduce, whole_params,
@@ -138,6 +148,7 @@ int main(int argc, char **argv) {
         /* ---- the schedule: this stage's actions in order, forward m | backward m | a message ---- */
         stage_replicas_begin_step(&replicas);
         pipeline_begin_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
+        expert_parallel_begin_step(&experts, step); /* --ep: the all-to-alls' timeline */
         for (int i = 0; i < p.schedule.count; i++) pipeline_run_action(&p, i);
         pipeline_end_step(&p);
         bubbles[step] = s.columns[1] =
@@ -146,6 +157,7 @@ int main(int argc, char **argv) {
         /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
         double comm_ms = p.times.comm_ms + stage_replicas_sum_gradients(&replicas, &s.comm_busy_ms);
         s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
+        s.moe = pipeline_moe_stats(&p); /* --experts: what this stage's forwards routed (moe.h) */
         check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update: each rank its own parameters, clipped by the WHOLE model's norm
@@ -163,6 +175,7 @@ int main(int argc, char **argv) {
         s.rec.bwd_ms = p.times.bwd_ms;
         int evaluate = run_step_done(&run, &s);
         s.columns[0] = run_log_busy(&run, &s, comm_ms); /* idle_fraction */
+        expert_parallel_load(&experts, run.world, &s.columns[2]); /* ep_rows_max, ep_rows_mean */
         stage_replicas_check(&replicas, dp->check_replicas, step + 1);
         if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
         run_step_log(&run, &s);
@@ -174,6 +187,7 @@ int main(int argc, char **argv) {
     pipeline_finish(&p, &run, &grid, whole_params, flags.pipe.schedule, bubbles, bubble_theory, 0);
 
     free(bubbles);
+    expert_parallel_destroy(&experts, &p.model, run.world, cfg.out);
     stage_replicas_destroy(&replicas);
     pipeline_destroy(&p);
     comm_group_free(model_group);

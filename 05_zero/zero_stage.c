@@ -87,6 +87,21 @@ void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int cp, i
     if (problem) fatal(EXIT_USAGE, "%s", problem);
 }
 
+void zero_refuse_expert_parallel(int ep, int zero, int P) {
+    if (ep > 1 && (zero > 0 || P == 1))
+        fatal(EXIT_USAGE,
+              "--ep %d with ZeRO's shards (--zero 1-3, --offload) or its own step on one stage is not "
+              "written yet: they cut every unit evenly over the replicas, not by the experts' holders "
+              "(valid: --ep with --zero 0 on stages, --pp 2 or more)",
+              ep);
+}
+
+void zero_stage_split_experts(ZeroStage *s, ExpertParallel *x, const ExpertParallelFlags *f,
+                              const ModelParallelFlags *mp, const ProcessGrid *grid) {
+    *x = (ExpertParallel){0};
+    if (!s->zero) stage_replicas_split_experts(&s->replicas, x, f, mp, grid); /* chapter 04's replicas */
+}
+
 void zero_stage_destroy(ZeroStage *s) {
     if (s->zero) {
         tied_ends_destroy(&s->tied);

@@ -69,6 +69,9 @@ typedef struct {
 void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFlags *dp,
                        const ProcessGrid *grid, CommGroup *model_group, CommGroup *world);
 void zero_stage_destroy(ZeroStage *s);
+/* --ep with --zero 0: chapter 04's stage_replicas_split_experts (x zeroed otherwise). */
+void zero_stage_split_experts(ZeroStage *s, ExpertParallel *x, const ExpertParallelFlags *f,
+                              const ModelParallelFlags *mp, const ProcessGrid *grid);
 /* The flags ZeRO does not combine with, refused in one line each (fatal),
  * for --zero `zero` on P stages of T tensor ranks: chapter 04's replica flags
  * under ZeRO or on one stage (ZeRO keeps the replicas), --virtual with ZeRO,
@@ -77,6 +80,11 @@ void zero_stage_destroy(ZeroStage *s);
  * of cp ranks shards over the dp x cp ranks holding its weights). 05 and 06 both;
  * the rules are zero_flags_problem's (layout_rules.h), which common/plan applies too. */
 void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int cp, int print_schedule);
+/* --ep N above 1 (chapter 04's expert parallelism) runs where the stage's
+ * replicas are chapter 04's (--zero 0 on P > 1 stages); elsewhere it is
+ * refused in one line: not written with ZeRO's shards (and so 06's
+ * --offload, which shards too) or its own step on one stage yet. */
+void zero_refuse_expert_parallel(int ep, int zero, int P);
 /* What this rank holds of a checkpoint (--zero 0: its stage's units or their
  * slices, replica d writing share d; 1-2: zero_stage_checkpoint_layout),
  * --resume read into it, and (--zero 0) every replica's weights made rank

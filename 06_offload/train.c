@@ -23,6 +23,7 @@
 #include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
 #include "common/model/model.h" /* GPT, its forward and backward */
 #include "03_model_parallel/model_parallel.h" /* 03: one model held by a group of ranks */
+#include "03_model_parallel/expert_parallel.h" /* 03: experts split over ranks (--ep) */
 #include "06_offload/offload.h" /* 06: ZeRO-Offload */
 #include "06_offload/offload_stage.h" /* 06: offload for one pipeline stage */
 #include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its interpreter */
@@ -46,6 +47,7 @@
 typedef struct {
     DataParallelFlags data;   /* --dp-mode, --allreduce, --bucket-mb, ... (data_parallel.h) */
     ModelParallelFlags model; /* --mp, --split, --tp, --dp, --sp, --cp, ... (model_parallel.h) */
+    ExpertParallelFlags experts; /* --ep (expert_parallel.h) */
     PipelineFlags pipe;       /* --schedule, --virtual, --pp, --print-schedule (pipeline_flags.h) */
     ZeroFlags zero;           /* --zero, --prefetch (zero_stage.h) */
     OffloadFlags offload;     /* --offload, --dpu, ..., --offload-params (offload_stage.h) */
@@ -53,6 +55,7 @@ typedef struct {
 static const Flag flag_rows[] = {
     FLAG_ROWS_AT(Flags, data, data_parallel_flags),
     FLAG_ROWS_AT(Flags, model, model_parallel_flags),
+    FLAG_ROWS_AT(Flags, experts, expert_parallel_flags),
     FLAG_ROWS_AT(Flags, pipe, pipeline_flags),
     FLAG_ROWS_AT(Flags, zero, zero_flags),
     FLAG_ROWS_AT(Flags, offload, offload_flags),
@@ -65,6 +68,8 @@ static void effective_flags(const Config *cfg, void *values) {
 static void check_flags(const Config *cfg, const void *values) {
     const Flags *f = values;
     offload_check_flags(cfg, &f->offload, &f->zero, &f->pipe, &f->model, PROGRAM);
+    expert_parallel_check_flags(cfg, &f->experts, &f->model, f->pipe.pp);
+    zero_refuse_expert_parallel(f->experts.ep, f->zero.zero, f->pipe.pp);
 }
 
 /* What the run harness (harness.h) needs to know of this program: its
@@ -75,6 +80,8 @@ static const RunColumn columns[] = {
     {"bubble", "%.4f"},        /* the stages' idle time while the pipeline ran */
     {"d2h_bytes", "%.0f"},     /* bytes copied to the host, 0 without --offload */
     {"h2d_bytes", "%.0f"},     /* and from it */
+    {"ep_rows_max", "%.0f"},   /* --ep: the most rows one rank's experts computed in the step */
+    {"ep_rows_mean", "%.1f"},  /* and the ranks' mean: max / mean is the load imbalance */
     {0},
 };
 static const RunSpec spec = {
@@ -85,6 +92,7 @@ static const RunSpec spec = {
     .columns = columns,
     .bytes_sent = 1,
     .comm_busy = 1,
+    .experts = 1,
     .axis_bytes = 1,
     .barrier_each_step = 1,
     .busy_csv = 1,
@@ -127,6 +135,7 @@ static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *gri
         Timer timer = {0};
         zero_start_clock(&zero, step);
         zero_begin_step(&zero);
+        acts.moe.stats = (MoeStats){0}; /* --experts: what this step's forwards route (moe.h) */
         double loss_sum = 0.0;
         for (int mb = 0; mb < cfg->micro; mb++) {
             int first_sequence =
@@ -146,6 +155,7 @@ static int train_sharded(Run *run, Config *cfg, const Flags *f, ProcessGrid *gri
         /* sum the gradients (stages 2-3 did most of it during backward); update this rank's slices */
         zero_sync_grads(&zero);
         s.rec.loss = comm_allreduce_double(grid->dp_group, loss_sum, 0) / run->tokens_per_step;
+        s.moe = acts.moe.stats;
         check_loss_finite(s.rec.loss, step + 1);
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(cfg, step);
@@ -262,6 +272,7 @@ int main(int argc, char **argv) {
     layout.cp = grid.cp > 1 ? grid.cp_group : NULL; /* and context parallelism: each sequence over cp ranks */
     layout.cp_order = flags.model.cp_order, layout.cp_send = flags.model.cp_send, layout.sp = flags.model.sp;
     layout.cp_mode = flags.model.cp_mode, layout.alltoall = flags.model.alltoall; /* ring or Ulysses */
+    layout.expert_parts = flags.experts.ep, layout.expert_part = grid.d % flags.experts.ep; /* --ep */
     tensor.caller_storage = layout.caller_storage; /* ZeRO binds the slices' storage too */
     OffloadStage st = {.offload = offload};
     layout.checkpoints = offload_stage_checkpoints(&st, &flags.offload); /* --offload-activations */
@@ -272,11 +283,13 @@ int main(int argc, char **argv) {
     /* the stage's replicas: 04's all-reduce and AdamW, or ZeRO 1-2 (zero_stage.h); or with --offload
      * (offload.h) its 16-bit weights on the device and this rank's shard of the rest on the host */
     double bubble_theory = 0.0;
+    ExpertParallel experts = {0}; /* --ep: each MoE block's experts over N replicas (expert_parallel.h) */
     if (offload) {
         offload_stage_create(&st, &p, &grid, &run, PROGRAM, flags.pipe.schedule,
                              &flags.offload); /* --resume, the header */
     } else {
         zero_stage_create(&st.replicas, &p, flags.zero.zero, dp, &grid, model_group, run.world);
+        zero_stage_split_experts(&st.replicas, &experts, &flags.experts, &flags.model, &grid); /* --zero 0 */
         zero_stage_resume(&st.replicas, &run, PROGRAM, &grid, flags.pipe.schedule); /* and rank 0's weights */
         bubble_theory = pipeline_log_layout(&p, PROGRAM, &grid, dp->dp_mode, dp->allreduce, whole_params,
                                             flags.pipe.schedule, blocks); /* and the formula's bubble */
@@ -290,6 +303,7 @@ int main(int argc, char **argv) {
         /* ---- the schedule: this stage's actions in order, forward m | backward m | a message ---- */
         offload_stage_begin_step(&st, step); /* --offload: each unit's gradient leaves for the host */
         pipeline_begin_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
+        expert_parallel_begin_step(&experts, step); /* --ep: the all-to-alls' timeline */
         for (int i = 0; i < p.schedule.count; i++) pipeline_run_action(&p, i);
         pipeline_end_step(&p);
         bubbles[step] = s.columns[1] =
@@ -299,6 +313,7 @@ int main(int argc, char **argv) {
         /* (--offload: the copies in flight, added into the host's fp32 shard) */
         double comm_ms = p.times.comm_ms + offload_stage_sum_gradients(&st, &s.comm_busy_ms);
         s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
+        s.moe = pipeline_moe_stats(&p); /* --experts: what this stage's forwards routed (moe.h) */
         check_loss_finite(s.rec.loss, step + 1);
 
         /* ---- update: each rank its own parameters (or slices), clipped by the WHOLE model's norm
@@ -321,6 +336,7 @@ int main(int argc, char **argv) {
         offload_stage_columns(&st, s.columns + 2); /* the bytes over PCIe */
         int evaluate = run_step_done(&run, &s);
         s.columns[0] = run_log_busy(&run, &s, comm_ms); /* idle_fraction */
+        expert_parallel_load(&experts, run.world, &s.columns[4]); /* ep_rows_max, ep_rows_mean */
         zero_stage_check_replicas(&st.replicas, dp->check_replicas, step + 1);
         if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
         if (flags.offload.dpu && run_save_due(&run, &s))
@@ -334,6 +350,7 @@ int main(int argc, char **argv) {
                          flags.zero.zero, &flags.offload); /* --offload: run.csv's offload columns */
 
     free(bubbles);
+    expert_parallel_destroy(&experts, &p.model, run.world, cfg.out);
     offload_stage_destroy(&st);
     pipeline_destroy(&p);
     comm_group_free(model_group);

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 /* At most CONFIG_MAX_ITEMS items, each a name and its value as text. */
-#define CONFIG_MAX_ITEMS 64
+#define CONFIG_MAX_ITEMS 80
 typedef struct {
     char name[32];
     char value[224];

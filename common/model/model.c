@@ -790,10 +790,7 @@ static void block_backward(const GPT *m, Activations *a, Scratch *s, int l, cons
      * copies residual_backward would make into zeroed buffers, without the
      * zeroing and the second copy). */
     copy_on_device(dmid, doutput, NC * sizeof(float));
-    if (moe_layer(&m->cfg, l)) {
-        if (split)
-            fatal(EXIT_USAGE, "the backward split into B and W (zero-bubble schedules) is not written for "
-                              "--experts (valid: another schedule, or the dense model)");
+    if (moe_layer(&m->cfg, l)) { /* split: the experts' and the router's weights too, here in B */
         k->fill_zero(s->dln, NC);
         moe_backward(m, a, s, l, b->ln2, doutput, s->dln, B, T);
     } else {
@@ -843,9 +840,11 @@ static void block_backward_weight(const GPT *m, Activations *a, Scratch *s, int 
     float **g = m->g.block[l];
     BlockActs *b = block_values(a, s, l);
     if (a->recompute) block_forward_values(m, b, s, l, input, B, T);
-    ops()->gelu_forward(s->gelu, b->fch, (size_t)N * 4 * C);
-    gpt_linear_backward_weight(m, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], kept->dout, s->gelu, N, 4 * C, C);
-    gpt_linear_backward_weight(m, g[BLOCK_FCW], g[BLOCK_FCB], kept->dfch, b->ln2, N, C, 4 * C);
+    if (!moe_layer(&m->cfg, l)) { /* an MoE block's MLP weights had theirs in B (block_backward) */
+        ops()->gelu_forward(s->gelu, b->fch, (size_t)N * 4 * C);
+        gpt_linear_backward_weight(m, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], kept->dout, s->gelu, N, 4 * C, C);
+        gpt_linear_backward_weight(m, g[BLOCK_FCW], g[BLOCK_FCB], kept->dfch, b->ln2, N, C, 4 * C);
+    }
     gpt_linear_backward_weight(m, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], kept->dmid, b->atty, N, C, C);
     gpt_linear_backward_weight(m, g[BLOCK_QKVW], g[BLOCK_QKVB], kept->dqkv, b->ln1, N, C, 3 * C);
 }

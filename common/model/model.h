@@ -398,7 +398,8 @@ void gpt_embedding_backward(const GPT *m, Activations *a, const float *dencoded,
  * each linear layer's output (KeptGrads, one set per micro-batch whose W has
  * not run). The layernorms' weight gradients come out of the kernel that
  * makes their input gradient, and the embedding's is a scatter of the
- * gradient B ends with: both are computed in B. Each parameter's gradient
+ * gradient B ends with: both are computed in B, and so are an MoE block's
+ * router and experts (moe.h: their gradients come with the routing's). Each parameter's gradient
  * gets the same one addition per micro-batch as in gpt_backward_range, from
  * the same kernels on the same values, so when the W's of a stage run in the
  * order of its micro-batches the gradients equal the ordinary backward's bit

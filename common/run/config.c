@@ -494,8 +494,8 @@ void flag_set_given(Config *c, const char *name, int given) {
  * --experts; --recompute does not recompute the experts' values yet. */
 static void check_expert_flags(const Config *c, const char *program, const ChapterFlags *chapter) {
     if (c->model.moe.experts && chapter && !chapter->experts)
-        fatal(EXIT_USAGE, "%s: --experts is not written for this chapter yet (valid: 01_single_gpu, "
-                          "02_data_parallel and 03_model_parallel train the mixture of experts)",
+        fatal(EXIT_USAGE, "%s: --experts is not written for this program yet (valid: the chapters' trainers, "
+                          "01_single_gpu .. 06_offload, train the mixture of experts)",
               program);
     static const char *const moe_flags[] = {"--top-k", "--moe-every", "--aux-loss-coef", "--capacity-factor"};
     for (size_t i = 0; i < sizeof moe_flags / sizeof moe_flags[0]; i++)

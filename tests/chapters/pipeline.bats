@@ -162,8 +162,9 @@ check_stages() {
     assert_equal "$(csv_column "$out/run.csv" bubble_theory)" "0.2000"
     measured=$(csv_column "$out/run.csv" bubble_measured)
     awk -v b="$measured" 'BEGIN { exit !(b > 0 && b < 1) }'
-    # the chapter's columns: 03's idle_fraction, its own bubble, then 02's comm_busy_ms (harness.h's order)
-    head -1 "$out/steps.csv" | grep -q ',idle_fraction,bubble,comm_busy_ms$'
+    # the chapter's columns: 03's idle_fraction, its own bubble, 03's ep_rows_max and ep_rows_mean, then
+    # 02's comm_busy_ms (harness.h's order)
+    head -1 "$out/steps.csv" | grep -q ',idle_fraction,bubble,ep_rows_max,ep_rows_mean,comm_busy_ms$'
 }
 
 # Activation bytes of rank r in a run's memory.csv.

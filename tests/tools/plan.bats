@@ -345,6 +345,15 @@ ring_sent_matches() {
     axes_match
 }
 
+@test "04 with --ep inside each stage's replicas (pp 2 x dp 2, 1f1b): the plan is memory.csv, its bytes per axis run.csv's" {
+    local moe="--experts 4 --top-k 2 --capacity-factor 1 --batch 8 --micro 2"
+    planned_split 4 04_pipeline/train "" $moe --pp 2 --dp 2 --ep 2
+    axes_match
+    # the all-to-alls are in the plan: their buffers (device comm) and their bytes on the ep axis
+    grep -q '^0,device,comm,[1-9]' "$RUN/plan.csv"
+    [ "$(awk '$1 == "axis" && $2 == "ep" { print $3 }' <<<"$output")" -gt 0 ]
+}
+
 # Chapters 03-05's model splits, as their tests run them (model_parallel.bats,
 # pipeline.bats, combined_layouts.bats): every rank's stage, slots and slices.
 @test "03's layer split on 3 uneven stages in bf16, and tensor parallel tp 2 x dp 2 with recompute: the plan is memory.csv, its bytes per axis run.csv's" {

@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
     adamw_create(&opt, held.model->param_count); /* the parameters this process holds */
     DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
     data_parallel_create(&replicas, dp, grid.weight_group, held.model, held.mixed, cfg.precision);
-    ExpertParallel experts; /* --ep: each MoE block's experts over N replicas (expert_parallel.h) */
+    ExpertParallel experts = {0}; /* --ep: each MoE block's experts over N replicas (expert_parallel.h) */
     expert_parallel_create(&experts, &held, &par, &replicas, &flags.experts, &flags.model, B);
 
     ckpt_layout_init(&run.ckpt, "%s: %s, dp %d", PROGRAM, layout, grid.dp);

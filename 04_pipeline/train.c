@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
     size_t whole_params = layout.tensor ? p.tpm.global_params : p.model.num_params; /* the whole model's */
     StageReplicas replicas; /* the stage's replicas: chapter 02's all-reduce, and AdamW (stage_replicas.h) */
     stage_replicas_create(&replicas, &p, dp, &grid, model_group, run.world);
-    ExpertParallel experts; /* --ep: each MoE block's experts over N replicas (expert_parallel.h) */
+    ExpertParallel experts = {0}; /* --ep: each MoE block's experts over N replicas (expert_parallel.h) */
     stage_replicas_split_experts(&replicas, &experts, &flags.experts, &flags.model, &grid);
     stage_replicas_resume(&replicas, &run, PROGRAM, &grid, flags.pipe.schedule); /* and rank 0's weights */
 

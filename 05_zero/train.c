@@ -4,11 +4,10 @@
  * over the data-parallel group, 2 the gradients too (reduce-scattered as
  * each unit's backward ends), 3 the parameters too (each unit gathered
  * before its forward and its backward, freed after; --prefetch K). One
- * stage with tp 1 (dp = the world) runs ZeRO's own step at stages 0-3;
- * more stages, or --tp, run 04's schedule with zero_stage.h's update, each
- * rank sharding what it holds over its dp group (--zero 0 is chapter 04).
- * Refused, saying why: stage 3 across stages (every stage would re-gather
- * its parameters for every micro-batch) and, not written yet, with --tp. */
+ * stage of one rank runs ZeRO's own step; other layouts run 04's schedule,
+ * each rank sharding what it holds over its dp group (zero_stage.h).
+ * Refused, each saying why: stage 3 across stages (every stage would
+ * re-gather its parameters for every micro-batch), and what is not written. */
 #include "common/comm/comm.h" /* collectives and messages between ranks */
 #include "common/run/config.h" /* Config and the flag tables */
 #include "02_data_parallel/data_parallel.h" /* 02: data parallelism */
@@ -237,7 +236,7 @@ int main(int argc, char **argv) {
     size_t whole_params = layout.tensor ? p.tpm.global_params : p.model.num_params; /* the whole model's */
     ZeroStage replicas; /* the stage's replicas: 04's all-reduce and AdamW, or ZeRO 1-2 (zero_stage.h) */
     zero_stage_create(&replicas, &p, flags.zero.zero, dp, &grid, model_group, run.world);
-    ExpertParallel experts; /* --ep: each MoE block's experts over N replicas (expert_parallel.h) */
+    ExpertParallel experts = {0}; /* --ep: each MoE block's experts over N replicas (expert_parallel.h) */
     zero_stage_split_experts(&replicas, &experts, &flags.experts, &flags.model, &grid); /* --zero 0 */
     zero_stage_resume(&replicas, &run, PROGRAM, &grid, flags.pipe.schedule); /* and rank 0's weights */
 

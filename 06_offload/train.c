@@ -78,10 +78,10 @@ static void check_flags(const Config *cfg, const void *values) {
 static const RunColumn columns[] = {
     {"idle_fraction", "%.4f"}, /* 1 - the ranks' busy time over ranks x the step (busy.csv) */
     {"bubble", "%.4f"},        /* the stages' idle time while the pipeline ran */
-    {"d2h_bytes", "%.0f"},     /* bytes copied to the host, 0 without --offload */
-    {"h2d_bytes", "%.0f"},     /* and from it */
     {"ep_rows_max", "%.0f"},   /* --ep: the most rows one rank's experts computed in the step */
     {"ep_rows_mean", "%.1f"},  /* and the ranks' mean: max / mean is the load imbalance */
+    {"d2h_bytes", "%.0f"},     /* bytes copied to the host, 0 without --offload */
+    {"h2d_bytes", "%.0f"},     /* and from it */
     {0},
 };
 static const RunSpec spec = {
@@ -333,10 +333,10 @@ int main(int argc, char **argv) {
         /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
         s.rec.fwd_ms = p.times.fwd_ms;
         s.rec.bwd_ms = p.times.bwd_ms;
-        offload_stage_columns(&st, s.columns + 2); /* the bytes over PCIe */
+        offload_stage_columns(&st, s.columns + 4); /* the bytes over PCIe */
         int evaluate = run_step_done(&run, &s);
         s.columns[0] = run_log_busy(&run, &s, comm_ms); /* idle_fraction */
-        expert_parallel_load(&experts, run.world, &s.columns[4]); /* ep_rows_max, ep_rows_mean */
+        expert_parallel_load(&experts, run.world, &s.columns[2]); /* ep_rows_max, ep_rows_mean */
         zero_stage_check_replicas(&st.replicas, dp->check_replicas, step + 1);
         if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
         if (flags.offload.dpu && run_save_due(&run, &s))

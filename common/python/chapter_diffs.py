@@ -49,8 +49,6 @@ EXCEPTIONS = {
                              "03's ModelParallel becomes the stage with its schedule and its reports, and 03's "
                              "optimizer and all-reduce calls the stage's replicas' (stage_replicas.h), 03's "
                              "--ep among them (stage_replicas_split_experts)"),
-    "06_offload": (33, 150, "05's --ep split moves into the branch without --offload (its declaration before the "
-                            "branch, zeroed), and its load columns after the PCIe bytes' (3 lines)"),
 }
 MARK = re.compile(r"(<!-- chapter diff (\d\d) -->\n)(.*?)(<!-- end chapter diff \2 -->)", re.S)
 

@@ -28,10 +28,19 @@ void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f
     if (!stages) stages = strcmp(mp->mp, "layer") == 0 ? mp->ranks / (dp * cp) : 1; /* 03's split */
     int mp_size = mp->ranks / (dp * cp * stages); /* ranks per copy of the model, besides its stages */
     if (N > 1 && !E) fatal(EXIT_USAGE, "--ep %d splits the experts over ranks (valid: with --experts E)", N);
-    if (E && (mp_size > 1 || cp > 1))
+    if (E && cp > 1)
         fatal(EXIT_USAGE,
-              "--experts with tensor parallelism or --cp above 1 is not written yet in chapter 03: the "
-              "tensor and context splits do not compute the experts (valid: --mp layer, --cp 1)");
+              "--experts with --cp %d is not written yet: an expert's capacity is per whole sequence, and a "
+              "cp rank holds part of each (valid: --cp 1)",
+              cp);
+    if (E && mp->sp)
+        fatal(EXIT_USAGE, "--experts with --sp is not written yet: the tokens are split over the tp ranks "
+                          "there, and the experts run whole on all of them (valid: --tp without --sp)");
+    if (N > 1 && mp_size > 1)
+        fatal(EXIT_USAGE,
+              "--ep %d with --tp %d is not written yet: each tp rank holds the experts whole (valid: --ep 1 "
+              "with --tp above 1, or --tp 1)",
+              N, mp_size);
     if (N > 1 && E % N != 0)
         fatal(EXIT_USAGE, "--ep %d does not divide --experts %d (valid: N dividing E, each rank E/N experts)",
               N, E);

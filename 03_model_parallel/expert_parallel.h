@@ -104,9 +104,9 @@ typedef struct {
 extern const Flag expert_parallel_flags[];
 
 /* The refusals, one line each: --ep without --experts, N not dividing E or
- * --dp, --experts (or --ep) with several ranks per model copy other than
- * `stages` pipeline stages (04: --pp; 0 in 03: every rank of --mp layer's
- * model copy, none of --mp tensor's) or --cp above 1 (not written). */
+ * --dp, --experts with --cp above 1 or --sp, --ep with tensor parallelism
+ * (ranks per model copy other than its `stages` pipeline stages; 04: --pp;
+ * 0 in 03: every rank of --mp layer's model copy, none of --mp tensor's). */
 void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f,
                                  const ModelParallelFlags *mp, int stages);
 

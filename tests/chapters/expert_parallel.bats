@@ -66,17 +66,18 @@ ep_matches_01() {
     assert_losses_within "$(scratch)/ref" "$(scratch)/ep" 4 5e-4
 }
 
-@test "expert parallelism refuses --ep without experts, N not dividing E or --dp, and the tensor and context splits (not written yet)" {
+@test "expert parallelism refuses --ep without experts, N not dividing E or --dp, --ep with --tp, and --experts with --sp or --cp (not written yet)" {
     assert_refusals 2 "$TRAIN03" "$FLAGS --steps 1" <<'EOF'
 --ep 2|--ep 2 splits the experts over ranks (valid: with --experts E)
 --experts 3 --dp 2 --ep 2|--ep 2 does not divide --experts 3 (valid: N dividing E, each rank E/N experts)
 --experts 6 --dp 2 --ep 3|--ep 3 does not divide --dp 2: the expert-parallel ranks are data-parallel replicas (valid: N dividing D)
 --experts 4 --ep 2|--ep 2 does not divide --dp 1: the expert-parallel ranks are data-parallel replicas (valid: N dividing D)
---experts 4 --mp tensor|--experts with tensor parallelism or --cp above 1 is not written yet in chapter 03: the tensor and context splits do not compute the experts (valid: --mp layer, --cp 1)
---experts 4 --dp 1 --cp 2|--experts with tensor parallelism or --cp above 1 is not written yet in chapter 03
+--experts 4 --mp tensor --tp 2 --ep 2|--ep 2 with --tp 2 is not written yet: each tp rank holds the experts whole (valid: --ep 1 with --tp above 1, or --tp 1)
+--experts 4 --mp tensor --sp|--experts with --sp is not written yet: the tokens are split over the tp ranks there, and the experts run whole on all of them (valid: --tp without --sp)
+--experts 4 --dp 1 --cp 2|--experts with --cp 2 is not written yet: an expert's capacity is per whole sequence, and a cp rank holds part of each (valid: --cp 1)
 --experts 4 --ep 0|--ep
 EOF
-    assert_equal "$refusals_checked" 7
+    assert_equal "$refusals_checked" 8
 }
 
 @test "--help of 03 lists --ep and its all-to-all" {
@@ -312,13 +313,13 @@ ep04_matches_01() { stages_match_01 "$TRAIN04" "$@"; }
     resumes_both_ways "$TRAIN04" "--experts 4 --top-k 2 --capacity-factor 1 --batch 8 --micro 2" "--pp 2 --dp 2 --ep 2" 1e-4
 }
 
-@test "04 refuses --ep without experts, N not dividing E or the stage's replicas, and with --tp or --cp, in one line" {
+@test "04 refuses --ep without experts, N not dividing E or the stage's replicas, --ep with --tp, and --experts with --cp, in one line" {
     assert_refusals 4 "$TRAIN04" "$FLAGS --steps 1 --batch 8" <<'EOF'
 --pp 2 --dp 2 --ep 2|--ep 2 splits the experts over ranks (valid: with --experts E)
 --experts 3 --pp 2 --dp 2 --ep 2|--ep 2 does not divide --experts 3
 --experts 4 --layers 4 --pp 4 --dp 1 --ep 2|--ep 2 does not divide --dp 1
---experts 4 --pp 1 --tp 2 --dp 2 --ep 2|--experts with --tp or --cp above 1 is not written yet
---experts 4 --pp 1 --cp 2 --dp 2 --ep 2|--experts with --tp or --cp above 1 is not written yet
+--experts 4 --pp 1 --tp 2 --dp 2 --ep 2|--ep 2 with --tp 2 is not written yet
+--experts 4 --pp 1 --cp 2 --dp 2 --ep 2|--experts with --cp 2 is not written yet
 EOF
     assert_equal "$refusals_checked" 5
 }

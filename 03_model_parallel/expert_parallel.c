@@ -12,7 +12,8 @@
 #include <string.h>
 
 const Flag expert_parallel_flags[] = {
-    {.type = FLAG_SECTION, .help = "expert parallel (with --experts E; --ep N divides E and --dp)"},
+    {.type = FLAG_SECTION,
+     .help = "expert parallel (with --experts E; --ep N divides E and --dp; on stages, each stage's replicas)"},
     {"--ep", FLAG_INT, FIELD(ExpertParallelFlags, ep), 1, MAX_EXPERTS, .def = "1", .usage = "--ep N",
      .help = "expert parallel: each MoE block's E experts split over N data-parallel ranks\n"
              "(E/N each, only their weights, gradients and optimizer state held), tokens\n"
@@ -24,12 +25,22 @@ const Flag expert_parallel_flags[] = {
 void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f,
                                  const ModelParallelFlags *mp, int stages) {
     int E = cfg->model.moe.experts, N = f->ep, dp = mp->dp, cp = mp->cp;
+    if (!stages) stages = strcmp(mp->mp, "layer") == 0 ? mp->ranks / (dp * cp) : 1; /* 03's split */
     int mp_size = mp->ranks / (dp * cp * stages); /* ranks per copy of the model, besides its stages */
     if (N > 1 && !E) fatal(EXIT_USAGE, "--ep %d splits the experts over ranks (valid: with --experts E)", N);
-    if (E && (mp_size > 1 || cp > 1))
+    if (E && cp > 1)
         fatal(EXIT_USAGE,
-              "--experts in chapter 03 is written for data and expert parallelism only: the tensor and "
-              "layer splits and --cp do not compute the experts yet (valid: --dp = the world, --ep N)");
+              "--experts with --cp %d is not written yet: an expert's capacity is per whole sequence, and a "
+              "cp rank holds part of each (valid: --cp 1)",
+              cp);
+    if (E && mp->sp)
+        fatal(EXIT_USAGE, "--experts with --sp is not written yet: the tokens are split over the tp ranks "
+                          "there, and the experts run whole on all of them (valid: --tp without --sp)");
+    if (N > 1 && mp_size > 1)
+        fatal(EXIT_USAGE,
+              "--ep %d with --tp %d is not written yet: each tp rank holds the experts whole (valid: --ep 1 "
+              "with --tp above 1, or --tp 1)",
+              N, mp_size);
     if (N > 1 && E % N != 0)
         fatal(EXIT_USAGE, "--ep %d does not divide --experts %d (valid: N dividing E, each rank E/N experts)",
               N, E);
@@ -223,14 +234,28 @@ static void held_experts_backward(void *owner, float dloss, int B, int T, UnitHo
     ExpertParallel *x = owner;
     x->inner->backward(x->inner_owner, dloss, B, T, unit_final, context);
 }
-/* The norm's parts (optimizer_step.h): the dense tensors counted once, the
- * experts' squares summed over the group, which holds each expert once. */
+GradSpan *expert_parallel_spans_once(const ExpertParallel *x, size_t own, int replica, int *num_spans) {
+    GradSpan *spans = xcalloc(x->num_spans, sizeof(GradSpan));
+    *num_spans = 0;
+    for (int i = 0; i < x->num_spans; i++) {
+        GradSpan s = x->spans[i];
+        if (s.first >= own) continue;
+        if (s.first + s.count > own) s.count = own - s.first;
+        if (s.replicated ? replica != 0 : replica >= x->size) continue; /* counted by another replica */
+        s.replicated = 0;
+        spans[(*num_spans)++] = s;
+    }
+    return spans;
+}
+
+/* The norm's parts (optimizer_step.h): this rank's stage's dense tensors on
+ * replica 0, its experts on their holder in group 0, summed over the world. */
 static GradShards held_experts_grad_shards(void *owner, CommGroup *world) {
     ExpertParallel *x = owner;
     GradShards g = x->inner->grad_shards(x->inner_owner, world);
-    g.spans = x->spans;
-    g.num_spans = x->num_spans;
-    g.sum_group = x->group;
+    g.spans = x->once;
+    g.num_spans = x->num_once;
+    g.sum_group = world;
     return g;
 }
 /* The whole model's checkpoint (checkpoint.h): the dense tensors whole,
@@ -284,6 +309,7 @@ void expert_parallel_create(ExpertParallel *x, HeldModel *held, ModelParallel *p
                             const ExpertParallelFlags *f, const ModelParallelFlags *mp, int B) {
     expert_parallel_split(x, held->model, par->dp, replicas, f, mp->alltoall, B, NULL, 1, &par->comm_ms);
     if (!x->layer) return;
+    x->once = expert_parallel_spans_once(x, held->model->param_count, comm_rank(par->dp), &x->num_once);
     x->inner = held->ops, x->inner_owner = held->owner; /* the norm and the checkpoint answered here */
     held->ops = &held_experts_ops, held->owner = x;
 }
@@ -369,6 +395,7 @@ void expert_parallel_destroy(ExpertParallel *x, GPT *m, CommGroup *world, const 
     free(x->counts_h);
     free(x->apart);
     free(x->spans);
+    free(x->once);
     comm_group_free(x->holders);
     comm_group_free(x->group);
     memset(x, 0, sizeof *x);

@@ -61,12 +61,17 @@
  * ranges held apart): the dense gradients over all D replicas, and each
  * expert's over the D/N ranks holding it, the holders (replicas d mod N +
  * kN: the same place in every group). The gradient norm counts the dense
- * tensors once and adds the experts' squares over the group, which holds
- * each expert once; --check-replicas compares the dense weights over all
+ * tensors on replica 0 and each expert on its holder in group 0, summed
+ * over the world (so that on the layer split each stage's count too); --check-replicas compares the dense weights over all
  * replicas and the experts over their holders; a checkpoint is the whole
  * model's (checkpoint.h), the dense tensors written by replica 0 and each
  * expert's rows by its holder in group 0, so 01 resumes it and --ep resumes
  * 01's.
+ *
+ * On the layer split (--mp layer, chapter 03) each stage builds its
+ * blocks with their experts only, and the replicas of a stage (grid.h's
+ * dp_group) split them the same way; one micro-batch is in flight at a
+ * time, so one set of kept rows serves.
  *
  * On pipeline stages (chapter 04). A stage's replicas are data-parallel
  * replicas of its units, so --ep N splits the experts of the stage's MoE
@@ -99,9 +104,9 @@ typedef struct {
 extern const Flag expert_parallel_flags[];
 
 /* The refusals, one line each: --ep without --experts, N not dividing E or
- * --dp, --experts (or --ep) with several ranks per model copy other than
- * `stages` pipeline stages (03: 1; the layer or tensor split) or --cp above
- * 1 (not written). */
+ * --dp, --experts with --cp above 1 or --sp, --ep with tensor parallelism
+ * (ranks per model copy other than its `stages` pipeline stages; 04: --pp;
+ * 0 in 03: every rank of --mp layer's model copy, none of --mp tensor's). */
 void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f,
                                  const ModelParallelFlags *mp, int stages);
 
@@ -121,6 +126,8 @@ typedef struct {
     int apart_count;
     GradSpan *spans; /* the norm's parts: the dense runs (replicated) and the experts' */
     int num_spans;
+    GradSpan *once; /* 03: spans as expert_parallel_spans_once gives them, this rank's replica's */
+    int num_once;
     const HeldModelOps *inner; /* the held model's own answers, and their owner (held_model.h) */
     void *inner_owner;
     int size, rank;    /* N, and this rank's place in the group */
@@ -171,6 +178,12 @@ void expert_parallel_create(ExpertParallel *x, HeldModel *held, ModelParallel *p
 void expert_parallel_split(ExpertParallel *x, GPT *m, CommGroup *dp_group, DataParallel *replicas,
                            const ExpertParallelFlags *f, const char *alltoall, int B,
                            const Activations *slot_acts, int slots, double *comm_ms);
+/* The norm's parts of this rank for a sum over the world: x's spans of the
+ * first `own` held elements (a tied copy after them left out), the dense
+ * ones on replica 0 only, the experts' on their holder among replicas
+ * 0 .. N-1 only, so that every stage's dense tensors and every expert count
+ * once; num_spans of them, freed by the caller. */
+GradSpan *expert_parallel_spans_once(const ExpertParallel *x, size_t own, int replica, int *num_spans);
 /* The whole model's checkpoint (checkpoint.h) from m, x's model (held as
  * expert_parallel_split says): the dense tensors it holds written by
  * `replica` 0 of its replicas, each of its experts' rows by its holder in

@@ -274,7 +274,7 @@ GradShards model_parallel_grad_shards(ModelParallel *p, CommGroup *world) {
 void model_parallel_begin_step(ModelParallel *p, int step) {
     p->comm_ms = 0.0;
     p->tied_fresh = 0; /* updated since the last send */
-    p->acts.moe.stats = (MoeStats){0}; /* --experts: what this step's forwards route (moe.h) */
+    p->acts.moe.stats = p->tpm.acts.moe.stats = (MoeStats){0}; /* --experts: this step's routing (moe.h) */
     if (p->cp.size > 1) context_parallel_begin_step(&p->cp, step);
 }
 
@@ -502,5 +502,5 @@ static const HeldModelOps held_part_ops = {
 void model_parallel_held(ModelParallel *p, HeldModel *h) {
     *h = (HeldModel){.model = p->held, .mixed = p->held_mixed, .ops = &held_part_ops, .owner = p};
     h->tokens = model_parallel_tokens(p), h->targets = model_parallel_targets(p);
-    h->moe = &p->acts.moe.stats;
+    h->moe = p->tensor ? &p->tpm.acts.moe.stats : &p->acts.moe.stats; /* --tp: tp rank 0's */
 }

@@ -69,9 +69,14 @@ void row_parallel_backward(TensorGroup *tp, float *dinp_local, float *dweight_lo
 
 /* ---- the local parameter table ---- */
 
-/* How tensor t of a model of L blocks is divided: the blocks' four matrices (and the
- * biases of the column-parallel ones), and wte and the head by vocabulary rows. */
-static SliceKind slice_of(const ParamTensor *t, int L) {
+/* How tensor t of model cfg is divided: the blocks' four matrices (and the
+ * biases of the column-parallel ones), and wte and the head by vocabulary rows.
+ * An MoE block's router and experts are held whole, as the layernorms are. */
+static SliceKind slice_of(const ParamTensor *t, const ModelConfig *cfg) {
+    int L = cfg->layers;
+    if (t->layer >= 0 && t->layer < L && moe_layer(cfg, t->layer)) {
+        if (t->kind >= BLOCK_FCW && t->kind <= BLOCK_FCPROJB) return SLICE_NONE;
+    }
     if (t->layer == LAYER_EMBEDDING) return t->kind == EMBEDDING_WTE ? SLICE_ROWS : SLICE_NONE;
     if (t->layer == L) return t->kind == HEAD_LM_HEAD ? SLICE_ROWS : SLICE_NONE;
     switch ((BlockTensor)t->kind) {
@@ -121,7 +126,7 @@ static void build_local_table(TensorParallelModel *tm, const ModelConfig *cfg, i
     tm->slice = xcalloc(local.num_tensors, sizeof(SliceKind));
     for (int i = 0; i < local.num_tensors; i++) {
         ParamTensor *t = &local.tensors[i];
-        SliceKind kind = slice_of(t, cfg->layers);
+        SliceKind kind = slice_of(t, cfg);
         tm->slice[i] = kind;
         if (kind == SLICE_COLS || (t->rows == 1 && kind != SLICE_NONE))
             t->cols /= tp;
@@ -303,6 +308,7 @@ void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uin
     size_t floats = carve_scratch(tm, NULL, B, T);
     carve_scratch(tm, mem_alloc(SPACE_DEVICE, CAT_WORKSPACE, floats * sizeof(float), "activation gradients"),
                   B, T);
+    moe_scratch_create(&tm->scratch.moe, &tm->model.cfg, B, T); /* the MoE blocks' gradients, whole */
 }
 
 void tp_model_create_range(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t seed, TensorGroup *tp,
@@ -349,6 +355,8 @@ void tp_activations_create_range(const TensorParallelModel *tm, Activations *a, 
     size_t floats = carve_blocks(tm, a, NULL, B, T, first, last);
     carve_blocks(tm, a, mem_alloc(SPACE_DEVICE, CAT_ACTIVATIONS, floats * sizeof(float), "block activations"),
                  B, T, first, last);
+    moe_acts_destroy(&a->moe); /* the head's range's (none): the MoE blocks' are the blocks' range */
+    moe_acts_create(&a->moe, &tm->model.cfg, B, T, first_unit, last_unit);
 }
 
 void tp_activations_create(const TensorParallelModel *tm, Activations *a, int B, int T) {
@@ -383,6 +391,7 @@ void tp_model_create(TensorParallelModel *tm, const ModelConfig *cfg, uint64_t s
 
 void tp_model_destroy(TensorParallelModel *tm) {
     mem_free(tm->scratch.branch);
+    moe_scratch_destroy(&tm->scratch.moe);
     mem_free(tm->vocab.stats);
     if (tm->acts.block) tp_activations_destroy(tm, &tm->acts);
     free(tm->slice);
@@ -428,9 +437,10 @@ static void tp_block_forward_values(TensorParallelModel *tm, int l, const float 
     heads_attention_forward(tm, b, B, T);
     row_parallel_forward(tm->tp, s->branch, b->atty, w[BLOCK_ATTPROJW], w[BLOCK_ATTPROJB], N, Cl, C);
     k->residual_forward(b->res2, input, s->branch, (size_t)N * C);
-    /* MLP half: each rank computes 4C/tp hidden units */
+    /* MLP half: each rank computes 4C/tp hidden units (an MoE block: its experts follow ln2) */
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, w[BLOCK_LN2W], w[BLOCK_LN2B], N, C);
-    column_parallel_forward(tm->tp, b->fch, b->ln2, w[BLOCK_FCW], w[BLOCK_FCB], N, C, Hl);
+    if (!moe_layer(&tm->model.cfg, l))
+        column_parallel_forward(tm->tp, b->fch, b->ln2, w[BLOCK_FCW], w[BLOCK_FCB], N, C, Hl);
 }
 
 /* One block, as gpt_block_forward (model.c) with the four matrices split: a
@@ -443,9 +453,13 @@ static void tp_block_forward(int l, const float *input, int B, int T, void *cont
     BlockActs *b = &tm->now->block[l];
     Scratch *s = &tm->scratch;
     tp_block_forward_values(tm, l, input, B, T);
-    /* the rest of the MLP half: fcproj sums the ranks' hidden units (all-reduce 2) */
-    k->gelu_forward(s->gelu, b->fch, (size_t)N * Hl);
-    row_parallel_forward(tm->tp, s->branch, s->gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, Hl, C);
+    if (moe_layer(&tm->model.cfg, l)) { /* the experts, whole on every rank: the same tokens, no all-reduce */
+        gpt_moe_forward(tm->m, tm->now, s, l, b->ln2, s->branch, B, T);
+        if (tm->tp->rank != 0) tm->now->moe.stats = (MoeStats){0}; /* the routing reported once: tp rank 0 */
+    } else { /* the rest of the MLP half: fcproj sums the ranks' hidden units (all-reduce 2) */
+        k->gelu_forward(s->gelu, b->fch, (size_t)N * Hl);
+        row_parallel_forward(tm->tp, s->branch, s->gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, Hl, C);
+    }
     k->residual_forward(b->res3, b->res2, s->branch, (size_t)N * C);
 }
 
@@ -498,13 +512,18 @@ static void tp_block_backward_or_input(TensorParallelModel *tm, int l, const flo
     k->fill_zero(s->dmid, NC);
     k->fill_zero(dfcproj, NC);
     k->residual_backward(s->dmid, dfcproj, doutput, NC);
-    k->gelu_forward(s->gelu, b->fch, (size_t)N * Hl); /* recomputed, as in model.c */
-    k->fill_zero(s->dfch_gelu, (size_t)N * Hl);
-    tp_row_backward(tm, split, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], dfcproj, s->gelu,
-                    w[BLOCK_FCPROJW], N, Hl, C);
-    k->fill_zero(dfch, (size_t)N * Hl);
-    k->gelu_backward(dfch, b->fch, s->dfch_gelu, (size_t)N * Hl);
-    tp_column_backward(tm, split, s->dln, g[BLOCK_FCW], g[BLOCK_FCB], dfch, b->ln2, w[BLOCK_FCW], N, C, Hl);
+    if (moe_layer(&tm->model.cfg, l)) { /* whole on every rank: dln whole too (split: its weights here, in B) */
+        k->fill_zero(s->dln, NC);
+        gpt_moe_backward(tm->m, tm->now, s, l, b->ln2, dfcproj, s->dln, B, T);
+    } else {
+        k->gelu_forward(s->gelu, b->fch, (size_t)N * Hl); /* recomputed, as in model.c */
+        k->fill_zero(s->dfch_gelu, (size_t)N * Hl);
+        tp_row_backward(tm, split, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], dfcproj, s->gelu,
+                        w[BLOCK_FCPROJW], N, Hl, C);
+        k->fill_zero(dfch, (size_t)N * Hl);
+        k->gelu_backward(dfch, b->fch, s->dfch_gelu, (size_t)N * Hl);
+        tp_column_backward(tm, split, s->dln, g[BLOCK_FCW], g[BLOCK_FCB], dfch, b->ln2, w[BLOCK_FCW], N, C, Hl);
+    }
     k->layernorm_backward(s->dmid, g[BLOCK_LN2W], g[BLOCK_LN2B], s->dln, b->res2, w[BLOCK_LN2W], b->ln2_mean,
                           b->ln2_rstd, N, C);
     /* attention half */
@@ -546,9 +565,11 @@ static void tp_block_backward_weight(int l, const float *input, int B, int T, vo
     if (tm->recompute) tp_block_forward_values(tm, l, input, B, T); /* this block's values, once more */
     const BlockKeptGrads *kept = &tm->kept->block[l];
     float *gelu = tm->scratch.gelu;
-    ops()->gelu_forward(gelu, b->fch, (size_t)N * Hl);
-    gpt_linear_backward_weight(tm->m, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], kept->dout, gelu, N, Hl, C);
-    gpt_linear_backward_weight(tm->m, g[BLOCK_FCW], g[BLOCK_FCB], kept->dfch, b->ln2, N, C, Hl);
+    if (!moe_layer(&tm->model.cfg, l)) { /* an MoE block's router and experts: in B */
+        ops()->gelu_forward(gelu, b->fch, (size_t)N * Hl);
+        gpt_linear_backward_weight(tm->m, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], kept->dout, gelu, N, Hl, C);
+        gpt_linear_backward_weight(tm->m, g[BLOCK_FCW], g[BLOCK_FCB], kept->dfch, b->ln2, N, C, Hl);
+    }
     gpt_linear_backward_weight(tm->m, g[BLOCK_ATTPROJW], g[BLOCK_ATTPROJB], kept->dmid, b->atty, N, Cl, C);
     gpt_linear_backward_weight(tm->m, g[BLOCK_QKVW], g[BLOCK_QKVB], kept->dqkv, b->ln1, N, C, 3 * Cl);
 }

@@ -33,7 +33,13 @@
  * Layernorms, wpe, the final layernorm and the biases of the row-parallel
  * layers are replicated: every rank holds them whole, computes the same
  * values from the same (all-reduced) inputs, and so gets the same gradients
- * for them.
+ * for them. So is an MoE block's MLP half (--experts, moe.h): its router and
+ * experts are held whole and run on the same ln2 rows on every rank, with
+ * no all-reduce (gpt_moe_forward, gpt_moe_backward), the routing reported
+ * by tp rank 0 only; their gradients count once in the norm and tp rank 0
+ * writes them, as the layernorms'. (--sp, which gives each rank part of the
+ * rows, and --ep, which would split the experts again, are refused with
+ * --experts: not written.)
  *
  * The local parameter table has the names and order of the whole model's
  * (model.h) with local shapes. Element e of a local tensor is element

@@ -94,9 +94,6 @@ void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const Mo
     if (pieces) fatal(EXIT_USAGE, "%s", pieces);
     const char *problem = T > 1 ? tensor_parallel_problem(&cfg->model, T) : NULL;
     if (problem) fatal(EXIT_USAGE, "%s", problem);
-    if (cfg->model.moe.experts && (T > 1 || C > 1))
-        fatal(EXIT_USAGE, "--experts with --tp or --cp above 1 is not written yet: the tensor and context splits "
-                          "do not compute the experts (valid: --tp 1 --cp 1; stages and replicas train them)");
 }
 
 void pipeline_check_batch(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model) {

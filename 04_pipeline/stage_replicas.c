@@ -5,7 +5,6 @@
 #include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
 #include "common/model/optimizer_step.h" /* the optimizer step: norm, clip, skip, AdamW */
 #include "03_model_parallel/tensor_parallel.h" /* 03: tensor parallelism */
-#include "common/core/util.h" /* xcalloc */
 
 #include <stdlib.h>
 
@@ -31,15 +30,7 @@ void stage_replicas_split_experts(StageReplicas *r, ExpertParallel *x, const Exp
     r->replica = grid->d;
     /* the norm's parts: x's spans (dense, experts), less the tied copy, each counted on one rank */
     size_t own = p->own_span.count ? p->own_span.count : p->model.param_count;
-    r->spans = xcalloc(x->num_spans, sizeof(GradSpan));
-    for (int i = 0; i < x->num_spans; i++) {
-        GradSpan s = x->spans[i];
-        if (s.first >= own) continue;
-        if (s.first + s.count > own) s.count = own - s.first;
-        if (s.replicated ? grid->d != 0 : grid->d >= x->size) continue; /* counted by another replica */
-        s.replicated = 0;
-        r->spans[r->num_spans++] = s;
-    }
+    r->spans = expert_parallel_spans_once(x, own, grid->d, &r->num_spans);
 }
 
 void stage_replicas_print(const StageReplicas *r) {

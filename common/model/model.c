@@ -569,8 +569,8 @@ void gpt_experts_backward(const GPT *m, int l, int first, int count, const int *
     }
 }
 
-static void moe_forward(const GPT *m, Activations *a, Scratch *s, int l, const float *ln2, float *out, int B,
-                        int T) {
+void gpt_moe_forward(const GPT *m, Activations *a, Scratch *s, int l, const float *ln2, float *out, int B,
+                     int T) {
     const KernelOps *k = ops();
     const MoeConfig *moe = &m->cfg.moe;
     int C = m->cfg.dmodel, E = moe->experts, K = moe->top_k, N = B * T;
@@ -610,8 +610,8 @@ static void moe_forward(const GPT *m, Activations *a, Scratch *s, int l, const f
     k->moe_combine(out, la->y, la->pos, la->gate, N, K, C);
 }
 
-static void moe_backward(const GPT *m, Activations *a, Scratch *s, int l, const float *ln2, const float *dout,
-                         float *dln, int B, int T) {
+void gpt_moe_backward(const GPT *m, Activations *a, Scratch *s, int l, const float *ln2, const float *dout,
+                      float *dln, int B, int T) {
     const KernelOps *k = ops();
     const MoeConfig *moe = &m->cfg.moe;
     int C = m->cfg.dmodel, E = moe->experts, K = moe->top_k, N = B * T;
@@ -646,7 +646,7 @@ void gpt_block_forward(const GPT *m, Activations *a, Scratch *s, int l, const fl
     block_forward_values(m, b, s, l, input, B, T);
     /* the rest of the MLP half: res3 = res2 + fcproj(gelu(fch)), or the experts'; res3 is always kept */
     if (moe_layer(&m->cfg, l)) {
-        moe_forward(m, a, s, l, b->ln2, s->branch, B, T);
+        gpt_moe_forward(m, a, s, l, b->ln2, s->branch, B, T);
     } else {
         k->gelu_forward(s->gelu, b->fch, (size_t)N * 4 * C);
         gpt_linear_forward(m, s->branch, s->gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, 4 * C, C);
@@ -792,7 +792,7 @@ static void block_backward(const GPT *m, Activations *a, Scratch *s, int l, cons
     copy_on_device(dmid, doutput, NC * sizeof(float));
     if (moe_layer(&m->cfg, l)) { /* split: the experts' and the router's weights too, here in B */
         k->fill_zero(s->dln, NC);
-        moe_backward(m, a, s, l, b->ln2, doutput, s->dln, B, T);
+        gpt_moe_backward(m, a, s, l, b->ln2, doutput, s->dln, B, T);
     } else {
         if (!split) /* recomputed: cheaper than keeping it per block */
             k->gelu_forward(s->gelu, b->fch, 4 * NC);

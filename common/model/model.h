@@ -484,6 +484,15 @@ void gpt_experts_backward(const GPT *m, int l, int first, int count, const int *
                           const float *fch, const float *dy, float *gelu, float *dgelu, float *dfch,
                           float *dxin);
 
+/* An MoE block's MLP half, as gpt_block_forward and gpt_block_backward run
+ * it (in place of fc, GELU and fcproj): out (B T, C) from ln2 = ln2(res2),
+ * the routing added to a->moe.stats; the backward adds dL/d(ln2) into dln
+ * and the router's and experts' gradients into m->grads. Tensor parallelism
+ * runs it whole on every tp rank (tensor_parallel.h). */
+void gpt_moe_forward(const GPT *m, Activations *a, Scratch *s, int l, const float *ln2, float *out, int B, int T);
+void gpt_moe_backward(const GPT *m, Activations *a, Scratch *s, int l, const float *ln2, const float *dout,
+                      float *dln, int B, int T);
+
 /* Row `row` of the B x T tokens' logits from the last forward (with the head
  * in pieces, a row of another piece than the last is computed again from
  * a->lnf), whole (vocab_padded(V) floats) into host memory. Under a VocabSplit every rank

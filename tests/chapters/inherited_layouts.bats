@@ -122,11 +122,6 @@ SAMPLES='
 NOT_YET_REFUSED="
 05_zero | --pp 2 --schedule interleaved --virtual 2 | with ZeRO is not written yet
 06_offload | --pp 2 --schedule interleaved --virtual 2 | with ZeRO is not written yet
-$(X="--experts 4"; for s in "$X" "$X --top-k 2" "$X --moe-every 2" "$X --aux-loss-coef 0.1" "$X --capacity-factor 1"; do
-    # 03 trains the experts with data and expert parallelism only (02's layouts are its layer split there);
-    # 04-06 on their stages and replicas, and --ep is chapter 03's
-    echo "03_model_parallel | $s | --experts in chapter 03 is written for data and expert parallelism only"
-done)
 $(for c in 05_zero 06_offload; do
     # ZeRO's own step on one stage (dp = the world) shards every unit evenly; --ep runs with --zero 0 on stages
     for s in "--dp @NP@ --experts 4 --ep 2" "--dp @NP@ --experts 4 --ep 2 --alltoall pairwise"; do

@@ -345,6 +345,24 @@ ring_sent_matches() {
     axes_match
 }
 
+@test "03's layer split with --ep inside each stage's replicas (2 stages x dp 2): the plan is memory.csv, its bytes per axis run.csv's" {
+    # shown to fail: before the layer split trained experts, 03 refused the layout and the planner with it
+    local moe="--experts 4 --top-k 2 --capacity-factor 1 --batch 8 --micro 2"
+    planned_split 4 03_model_parallel/train "--pp 2" $moe --mp layer --dp 2 --ep 2
+    axes_match
+    # each stage's MoE block's all-to-alls: their buffers in the plan, their bytes on the ep axis
+    grep -q '^1,device,comm,[1-9]' "$RUN/plan.csv"
+    [ "$(awk '$1 == "axis" && $2 == "ep" { print $3 }' <<<"$output")" -gt 0 ]
+}
+
+@test "03 --mp tensor --tp 2 --dp 2 and 04 --pp 2 --tp 2 with experts (held whole on every tp rank): the plan is memory.csv, its bytes per axis run.csv's" {
+    # shown to fail: before tensor parallelism computed the experts, 03 and 04 refused the layouts
+    planned_split 4 03_model_parallel/train "" --experts 4 --top-k 2 --capacity-factor 1 --mp tensor --tp 2 --dp 2 --batch 8
+    axes_match
+    planned_split 4 04_pipeline/train "" --experts 4 --top-k 2 --pp 2 --tp 2 --micro 2 --batch 8
+    axes_match
+}
+
 @test "04 with --ep inside each stage's replicas (pp 2 x dp 2, 1f1b): the plan is memory.csv, its bytes per axis run.csv's" {
     local moe="--experts 4 --top-k 2 --capacity-factor 1 --batch 8 --micro 2"
     planned_split 4 04_pipeline/train "" $moe --pp 2 --dp 2 --ep 2

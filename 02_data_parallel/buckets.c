@@ -7,18 +7,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-/* Where tensor t's elements start in the part's gradient buffer (the
- * model's table from param_first, or a pipeline stage's runs of units:
- * unit_at), or SIZE_MAX where the part does not hold it. */
-static size_t held_at(const GPT *part, const ParamTensor *t) {
-    if (part->unit_at)
-        return part->unit_at[t->layer + 1] == SIZE_MAX
-                   ? SIZE_MAX
-                   : part->unit_at[t->layer + 1] + t->offset - table_unit(&part->table, t->layer)->offset;
-    if (t->layer < part->first_unit || t->layer > part->last_unit) return SIZE_MAX;
-    return t->offset - part->param_first;
-}
-
 /* Whether elements [at, at + n) lie in one of the skipped ranges. */
 static int skipped(const BucketRange *skip, int skips, size_t at, size_t n) {
     for (int i = 0; i < skips; i++)
@@ -37,12 +25,12 @@ void buckets_create(BucketSync *bs, const GPT *model, void *grads, CommDtype dty
     while (end > 0) {
         const ParamTensor *t = NULL;
         for (int k = 0; k < model->num_tensors && !t; k++) {
-            size_t at = held_at(model, &model->tensors[k]);
+            size_t at = gpt_held_offset(model, &model->tensors[k]);
             if (at != SIZE_MAX && model->tensors[k].numel && at + model->tensors[k].numel == end)
                 t = &model->tensors[k];
         }
         if (!t) fatal(EXIT_RUNTIME, "gradient buckets: no held tensor ends at element %zu", end);
-        end = held_at(model, t);
+        end = gpt_held_offset(model, t);
         if (skipped(skip, skips, end, t->numel)) { /* summed elsewhere: the bucket below starts afresh */
             open = NULL;
             continue;

@@ -136,19 +136,13 @@ static void allreduce_sum(const DataParallel *dp, CommGroup *group, size_t first
 }
 
 /* naive: one all-reduce per named tensor of the part, after the whole backward pass (a
- * pipeline stage's chunks are several runs of units: unit_at says where each starts) */
+ * pipeline stage's chunks are several runs of units: gpt_held_offset says where each is) */
 static void sync_naive(const DataParallel *dp) {
     const GPT *m = dp->part;
     for (int k = 0; k < m->num_tensors; k++) {
         const ParamTensor *t = &m->tensors[k];
-        if (!m->unit_at && (t->layer < m->first_unit || t->layer > m->last_unit)) continue;
-        if (!m->unit_at) {
-            size_t at = t->offset - m->param_first;
-            allreduce_sum(dp, holders_of(dp, at), at, t->numel, NULL);
-        } else if (m->unit_at[t->layer + 1] != SIZE_MAX) { /* a unit of this stage's chunks */
-            size_t at = m->unit_at[t->layer + 1] + t->offset - table_unit(&m->table, t->layer)->offset;
-            allreduce_sum(dp, holders_of(dp, at), at, t->numel, NULL);
-        }
+        size_t at = gpt_held_offset(m, t);
+        if (at != SIZE_MAX) allreduce_sum(dp, holders_of(dp, at), at, t->numel, NULL);
     }
 }
 

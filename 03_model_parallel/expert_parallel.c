@@ -192,16 +192,6 @@ static int expert_tensor(const GPT *m, const ParamTensor *t) {
            t->kind >= BLOCK_FCW && t->kind <= BLOCK_FCPROJB;
 }
 
-/* Where tensor t's elements start in m's held buffer (several runs: its
- * unit's, model.h's unit_at), or SIZE_MAX where m does not hold it. */
-static size_t held_offset(const GPT *m, const ParamTensor *t) {
-    if (m->unit_at) {
-        size_t at = m->unit_at[t->layer + 1];
-        return at == SIZE_MAX ? SIZE_MAX : at + (t->offset - table_unit(&m->table, t->layer)->offset);
-    }
-    return t->layer >= m->first_unit && t->layer <= m->last_unit ? t->offset - m->param_first : SIZE_MAX;
-}
-
 /* The held buffer's runs: per MoE block held its experts' four tensors (one
  * range, held by the holders), and the dense runs between them (held by
  * every replica): the ranges apart for the replicas' sum, and the norm's spans. */
@@ -213,7 +203,7 @@ static void held_runs(ExpertParallel *x, const GPT *m) {
         if (!moe_layer(&m->cfg, l)) continue;
         const ParamTensor *fcw = table_tensor(&m->table, l, BLOCK_FCW),
                           *fcprojb = table_tensor(&m->table, l, BLOCK_FCPROJB);
-        size_t first = held_offset(m, fcw);
+        size_t first = gpt_held_offset(m, fcw);
         if (first == SIZE_MAX) continue; /* another stage's block */
         BucketRange r = {first, first + (fcprojb->offset + fcprojb->numel - fcw->offset)};
         x->apart[x->apart_count++] = r;
@@ -273,7 +263,7 @@ void expert_parallel_checkpoint_layout(const ExpertParallel *x, const AdamW *opt
         ckpt_set_buffer(l, a, buffers[a], m->param_count, 0);
         for (int i = 0; i < m->num_tensors; i++) { /* the held and whole tables list the same tensors */
             const ParamTensor *t = &m->tensors[i];
-            size_t at = held_offset(m, t);
+            size_t at = gpt_held_offset(m, t);
             if (at == SIZE_MAX) continue; /* another stage's */
             int copy = t->layer < m->first_unit || t->layer > m->last_unit; /* the tied wte: read only */
             int writes = !copy && (expert_tensor(m, t) ? replica < x->size : replica == 0);

@@ -84,6 +84,14 @@ float *weights_tensor(const GPT *m, const Weights *view, const ParamTensor *t) {
     return *view_slot((Weights *)view, t, m->cfg.layers);
 }
 
+size_t gpt_held_offset(const GPT *m, const ParamTensor *t) {
+    if (m->unit_at) {
+        size_t at = m->unit_at[t->layer + 1];
+        return at == SIZE_MAX ? SIZE_MAX : at + (t->offset - table_unit(&m->table, t->layer)->offset);
+    }
+    return t->layer >= m->first_unit && t->layer <= m->last_unit ? t->offset - m->param_first : SIZE_MAX;
+}
+
 void gpt_bind_unit(GPT *m, int unit, float *params, float *grads) {
     const ParamUnit *u = table_unit(&m->table, unit);
     for (int k = 0; k < u->num_tensors; k++) {

@@ -272,6 +272,10 @@ void gpt_destroy(GPT *model);
 /* Where tensor t of m's table is in view, m->w or m->g (NULL when its unit is
  * not bound). */
 float *weights_tensor(const GPT *m, const Weights *view, const ParamTensor *t);
+/* Where tensor t's elements start in m's params and grads (the table's run
+ * from param_first, or a stage's runs of units: unit_at), or SIZE_MAX where
+ * m does not hold t. */
+size_t gpt_held_offset(const GPT *m, const ParamTensor *t);
 
 /* Bytes of saved activations / scratch for a micro-batch of B sequences of T. */
 size_t activation_bytes(const ModelConfig *cfg, int B, int T);

@@ -762,8 +762,8 @@ typedef struct {
     int chapter, dp, pp, cp, tp;
     char words[96]; /* the chapter's flags of this candidate */
     int dpu;        /* 06 --dpu: the losses are not 01's */
-    double step_s, device, host;
-    PlanTime time; /* the step's parts */
+    double device, host;
+    PlanTime time; /* the step and its parts */
     char why[1024]; /* empty: it fits */
 } Candidate;
 
@@ -859,7 +859,7 @@ static void print_step_parts(int rank, const Candidate *c) {
         if (p == PART_COMMUNICATION && t->busy_s[p] > t->exposed_s[p]) printf(" of %.4f", t->busy_s[p] * 1e3);
         first = 0;
     }
-    printf(" = %.4f ms\n", c->step_s * 1e3);
+    printf(" = %.4f ms\n", t->step_s * 1e3);
 }
 
 /* Is the host the step's largest part after the compute: 06's AdamW on the CPU and its copies? */
@@ -945,7 +945,7 @@ static void search(const PlanFlags *f, const Config *cfg, const Args *user) {
         }
         PlanTime pt;
         time_of(&l, &d, &mach, &pt);
-        c->step_s = pt.step_s, c->time = pt;
+        c->time = pt;
         if (c->device > budget)
             snprintf(c->why, sizeof c->why, "device memory %.4g bytes > %.4g (rank %d; the most: %s, %zu bytes)",
                      c->device, budget, d.ranks[fullest].rank, category_name(largest),
@@ -956,7 +956,7 @@ static void search(const PlanFlags *f, const Config *cfg, const Args *user) {
         layout_free(&l);
     }
     for (int a = 1; a < fits; a++) /* by predicted step, fastest first */
-        for (int b = a; b > 0 && list[order[b]].step_s < list[order[b - 1]].step_s; b--) {
+        for (int b = a; b > 0 && list[order[b]].time.step_s < list[order[b - 1]].time.step_s; b--) {
             int swap = order[b];
             order[b] = order[b - 1];
             order[b - 1] = swap;
@@ -972,7 +972,7 @@ static void search(const PlanFlags *f, const Config *cfg, const Args *user) {
                 printf("ranked apart, their losses not 01's (--dpu, the delayed parameter update: each "
                        "gradient is taken at weights one step stale)\n");
             printf("  %4d  %-*s %14.0f %14.0f %12.4f%s\n", ++rank, width, c->name, c->device, c->host,
-                   c->step_s * 1e3, exact ? "" : "  changes the losses: delayed update");
+                   c->time.step_s * 1e3, exact ? "" : "  changes the losses: delayed update");
         }
     print_parts(list, order, fits, &mach);
     if (fits < n) printf("does not fit, or not a layout of these flags\n");

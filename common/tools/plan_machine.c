@@ -107,12 +107,12 @@ void machine_read(const char *path, Machine *m) {
         char *key = trim(text), *value = trim(eq + 1);
         int k = 0;
         while (k < MACHINE_NUMBERS && strcmp(key, machine_keys[k].key) != 0) k++;
-        if (k == MACHINE_NUMBERS && strcmp(key, "name") != 0)
-            fatal(EXIT_USAGE,
-                  "--machine %s:%d: unknown key '%s' (valid: name, flops, alpha_s, beta_bytes_per_s, "
-                  "h2d_bytes_per_s, d2h_bytes_per_s, cpu_adam_params_per_s, device_adam_params_per_s, "
-                  "device_mem_bytes, overlap)",
-                  path, number, key);
+        if (k == MACHINE_NUMBERS && strcmp(key, "name") != 0) {
+            char valid[512] = "name"; /* the keys, from the table */
+            for (int j = 0; j < MACHINE_NUMBERS; j++)
+                snprintf(valid + strlen(valid), sizeof valid - strlen(valid), ", %s", machine_keys[j].key);
+            fatal(EXIT_USAGE, "--machine %s:%d: unknown key '%s' (valid: %s)", path, number, key, valid);
+        }
         if (seen[k]++) fatal(EXIT_USAGE, "--machine %s:%d: '%s' given twice", path, number, key);
         if (k == MACHINE_NUMBERS) {
             if (!*value || strlen(value) >= sizeof m->name || strpbrk(value, " \t,"))

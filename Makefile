@@ -170,8 +170,7 @@ program_libs = $(if $(filter 01_%,$(1)),$(LDLIBS),$(MPI_LIBS) $(LDLIBS))
                     03_model_parallel/sequence_parallel.c \
                     03_model_parallel/context_parallel.c 03_model_parallel/ulysses.c 03_model_parallel/alltoall.c \
                     03_model_parallel/expert_parallel.c
-05_zero_USES := $(04_pipeline_USES) 04_pipeline/pipeline.c 04_pipeline/pipeline_flags.c 04_pipeline/schedule.c \
-                04_pipeline/stage_replicas.c
+05_zero_USES := $(04_pipeline_USES) 04_pipeline/pipeline.c 04_pipeline/pipeline_flags.c 04_pipeline/schedule.c
 06_offload_USES := $(05_zero_USES) 05_zero/zero.c 05_zero/zero_stage.c 05_zero/tied_ends.c
 define PROGRAM_RULE
 $(1)/train: $(patsubst %.c,$(BUILD)/%.o,$(filter-out %bench.c,$(wildcard $(1)/*.c)) $($(1)_USES)) $(LIBCOMMON)

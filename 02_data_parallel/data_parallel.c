@@ -82,7 +82,13 @@ void data_parallel_hold_apart(DataParallel *dp, const BucketRange *ranges, int c
                    (size_t)(dp->flags->bucket_mb * BYTES_PER_MIB), dp->group, use_ring(dp), dp->apart, count);
 }
 
+void data_parallel_take_over(DataParallel *dp, const DataParallelFlags *flags, const DataParallelOps *ops,
+                             void *owner) {
+    *dp = (DataParallel){.flags = flags, .ops = ops, .owner = owner};
+}
+
 void data_parallel_destroy(DataParallel *dp) {
+    if (dp->ops) return; /* the technique's own */
     if (dp->overlap) buckets_destroy(&dp->buckets);
     mem_free(dp->planted);
     free(dp->apart);
@@ -109,6 +115,7 @@ static CommGroup *holders_of(const DataParallel *dp, size_t e) {
 }
 
 void data_parallel_begin_step(DataParallel *dp) {
+    if (dp->ops) dp->ops->begin_step(dp->owner);
     if (dp->overlap) buckets_begin_step(&dp->buckets);
 }
 
@@ -119,7 +126,7 @@ static void layer_done(int layer, void *data_parallel) {
 }
 
 UnitHook data_parallel_backward_hook(const DataParallel *dp, int last_micro) {
-    return dp->overlap && last_micro ? layer_done : NULL;
+    return dp->overlap && last_micro ? layer_done : NULL; /* (taken over: overlap 0) */
 }
 
 /* Elements [first, first + count) of the part's gradients, summed over the
@@ -158,6 +165,7 @@ static void sync_apart(const DataParallel *dp) {
 }
 
 double data_parallel_sum_gradients(DataParallel *dp, double *busy_ms) {
+    if (dp->ops) return dp->ops->sum_gradients(dp->owner, busy_ms);
     if (dp->planted) comm_allreduce(dp->group, dp->planted, dp->planted_count, COMM_SUM);
     Timer timer = {0};
     if (dp->overlap) { /* waited: what the worker had left after the backward pass */
@@ -209,6 +217,7 @@ static void compare_replicas(const DataParallel *dp, const uint32_t *words, Comm
 }
 
 void data_parallel_check_replicas(const DataParallel *dp, const float *params, int step) {
+    if (dp->ops) return;
     size_t n = dp->part->param_count;
     float *host = xmalloc(n * sizeof(float));
     copy_to_host(host, params, n * sizeof(float));
@@ -232,9 +241,11 @@ static void broadcast_run(const DataParallel *dp, CommGroup *group, size_t first
 }
 
 void data_parallel_broadcast_weights(const DataParallel *dp, const MixedModel *mixed) {
+    if (dp->ops) return;
     for_each_run(dp, broadcast_run, (void *)mixed);
 }
 
 void data_parallel_print(const DataParallel *dp) {
+    if (dp->ops) return;
     if (dp->overlap && dp->flags->print_buckets) buckets_print(&dp->buckets);
 }

@@ -41,6 +41,17 @@ void data_parallel_check_flags(const Config *cfg, const DataParallelFlags *f);
 
 
 /* ---- the gradients of the part a rank holds, and their sum over its replicas ---- */
+/* A later technique that sums the replicas' gradients its own way (into
+ * shards, or on the host) answers the step's calls itself: begin_step and
+ * sum_gradients call these (owner: its state), backward_hook gives NULL
+ * (it moves the gradients from the units' storage calls, model.h), and
+ * check_replicas, broadcast_weights, print and destroy leave the rest to
+ * it. See data_parallel_take_over. */
+typedef struct {
+    void (*begin_step)(void *owner);
+    double (*sum_gradients)(void *owner, double *busy_ms);
+} DataParallelOps;
+
 typedef struct {
     const DataParallelFlags *flags;
     CommGroup *group; /* the replicas of this rank's part */
@@ -54,6 +65,8 @@ typedef struct {
     BucketRange *apart; /* data_parallel_hold_apart's ranges, ascending (NULL: none) */
     int apart_count;
     CommGroup *apart_group; /* the ranks holding them */
+    const DataParallelOps *ops; /* data_parallel_take_over's (NULL: the ways above) */
+    void *owner;
 } DataParallel;
 
 /* The replicas of `part` (held by this rank as `mixed` says: fp32 or 16 bits)
@@ -61,6 +74,10 @@ typedef struct {
 void data_parallel_create(DataParallel *dp, const DataParallelFlags *flags, CommGroup *group, GPT *part,
                           MixedModel *mixed, Precision precision);
 void data_parallel_destroy(DataParallel *dp);
+/* The replicas of a part whose gradients a later technique sums its own
+ * way: the calls below answered by ops, with owner (DataParallelOps). */
+void data_parallel_take_over(DataParallel *dp, const DataParallelFlags *flags, const DataParallelOps *ops,
+                             void *owner);
 
 /* Parts held by fewer ranks than the replicas: elements [lo, hi) of the part
  * for each of `count` ranges (ascending, whole tensors), held alike only by

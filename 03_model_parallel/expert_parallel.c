@@ -298,8 +298,12 @@ static const HeldModelOps held_experts_ops = {
 void expert_parallel_create(ExpertParallel *x, HeldModel *held, ModelParallel *par, DataParallel *replicas,
                             const ExpertParallelFlags *f, const ModelParallelFlags *mp, int B) {
     expert_parallel_split(x, held->model, par->dp, replicas, f, mp->alltoall, B, NULL, 1, &par->comm_ms);
+    expert_parallel_answer_held(x, held, held->model->param_count, comm_rank(par->dp));
+}
+
+void expert_parallel_answer_held(ExpertParallel *x, HeldModel *held, size_t own, int replica) {
     if (!x->layer) return;
-    x->once = expert_parallel_spans_once(x, held->model->param_count, comm_rank(par->dp), &x->num_once);
+    x->once = expert_parallel_spans_once(x, own, replica, &x->num_once);
     x->inner = held->ops, x->inner_owner = held->owner; /* the norm and the checkpoint answered here */
     held->ops = &held_experts_ops, held->owner = x;
 }

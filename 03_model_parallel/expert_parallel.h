@@ -178,6 +178,11 @@ void expert_parallel_create(ExpertParallel *x, HeldModel *held, ModelParallel *p
 void expert_parallel_split(ExpertParallel *x, GPT *m, CommGroup *dp_group, DataParallel *replicas,
                            const ExpertParallelFlags *f, const char *alltoall, int B,
                            const Activations *slot_acts, int slots, double *comm_ms);
+/* After expert_parallel_split: held's gradient norm (the spans of its first
+ * `own` elements, expert_parallel_spans_once, for this rank's `replica`)
+ * and its checkpoint (expert_parallel_checkpoint_layout) answered by x, its
+ * other answers by held's own; nothing when x split nothing. */
+void expert_parallel_answer_held(ExpertParallel *x, HeldModel *held, size_t own, int replica);
 /* The norm's parts of this rank for a sum over the world: x's spans of the
  * first `own` held elements (a tied copy after them left out), the dense
  * ones on replica 0 only, the experts' on their holder among replicas

@@ -504,3 +504,20 @@ void model_parallel_held(ModelParallel *p, HeldModel *h) {
     h->tokens = model_parallel_tokens(p), h->targets = model_parallel_targets(p);
     h->moe = p->tensor ? &p->tpm.acts.moe.stats : &p->acts.moe.stats; /* --tp: tp rank 0's */
 }
+
+GridShape model_parallel_shape(const ModelParallelFlags *f) {
+    int mp_size = f->ranks / (f->dp * f->cp); /* ranks per copy of the model */
+    int tensor = strcmp(f->mp, "tensor") == 0;
+    return (GridShape){.dp = f->dp, .pp = tensor ? 1 : mp_size, .cp = f->cp, .tp = tensor ? mp_size : 1};
+}
+
+void model_parallel_create(ModelParallel *p, const Config *cfg, const ModelParallelFlags *f, int expert_parts,
+                           const ParamTable *table, const ProcessGrid *grid, int B, char *layout,
+                           size_t layout_size) {
+    *p = (ModelParallel){.tensor = strcmp(f->mp, "tensor") == 0, .expert_parts = expert_parts};
+    p->mp = p->tensor ? grid->tp_group : grid->pp_group; /* the ranks holding one copy of the model */
+    p->dp = grid->dp_group;                              /* the ranks holding the same part of it */
+    int mp_index = p->tensor ? grid->t : grid->p, mp_size = p->tensor ? grid->tp : grid->pp;
+    model_parallel_build(p, cfg, f, table, mp_index, mp_size, B, layout, layout_size);
+    model_parallel_split_sequences(p, cfg, f, grid->cp_group, B, layout, layout_size);
+}

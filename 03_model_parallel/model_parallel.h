@@ -28,6 +28,7 @@
 #include "common/run/run_dir.h" /* the --out directory and its files */
 #include "common/model/data.h" /* the training data and its batches */
 #include "common/run/harness.h" /* the run around the training loop */
+#include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
 #include "common/run/held_model.h" /* the model this process trains, as the step sees it */
 #include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
 #include "common/model/model.h" /* GPT, its forward and backward */
@@ -101,6 +102,17 @@ typedef struct {
     UnitHook unit_final;
     void *unit_final_context;
 } ModelParallel;
+
+/* The process grid of --dp replicas of --cp x a model-parallel group of
+ * world / (dp x cp) ranks: --mp layer's stages (pp) or tensor's slices (tp). */
+GridShape model_parallel_shape(const ModelParallelFlags *f);
+/* This rank's part in grid (model_parallel_shape's): --mp's way over the
+ * grid's pp or tp group, its replicas the dp group (expert_parts: --ep),
+ * built (model_parallel_build) and with --cp its sequences split over the
+ * cp group (model_parallel_split_sequences). */
+void model_parallel_create(ModelParallel *p, const Config *cfg, const ModelParallelFlags *f, int expert_parts,
+                           const ParamTable *table, const ProcessGrid *grid, int B, char *layout,
+                           size_t layout_size);
 
 /* This rank's part of the model (mp_index: its place in the model-parallel
  * group p->mp of mp_size ranks): its tensor slices, or its stage's blocks

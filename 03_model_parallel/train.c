@@ -2,9 +2,7 @@
  *
  * Chapter 02's loop, but a group of ranks holds one copy of the model between
  * them (model_parallel.h): by layers (--mp layer) or inside every layer (--mp
- * tensor: Megatron-LM's slices; --sp), each sequence over --cp ranks; --dp
- * replicas of the group. Each rank updates the parameters it holds, clipped
- * by the whole model's norm. */
+ * tensor, --sp), each sequence over --cp ranks, experts over --ep replicas. */
 #include "common/comm/comm.h" /* collectives and messages between ranks */
 #include "common/run/config.h" /* Config and the flag tables */
 #include "02_data_parallel/data_parallel.h" /* 02: data parallelism */
@@ -80,16 +78,10 @@ int main(int argc, char **argv) {
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
     run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.model.ranks);
     int ranks = run.ranks;
-    ModelParallel par = {.tensor = strcmp(flags.model.mp, "tensor") == 0, .expert_parts = flags.experts.ep};
-    int mp_size = ranks / (flags.model.dp * flags.model.cp); /* ranks per copy of the model */
     int half = cfg.precision != PRECISION_FP32;              /* 16-bit storage and communication (mixed.h) */
-    ProcessGrid grid; /* --dp replicas of --cp x a model-parallel group, its ranks consecutive (grid.h) */
-    int pp = par.tensor ? 1 : mp_size, tp = par.tensor ? mp_size : 1;
-    GridShape shape = {.dp = flags.model.dp, .pp = pp, .cp = flags.model.cp, .tp = tp};
+    ProcessGrid grid; /* --dp replicas of --cp x a model-parallel group (grid.h: tp fastest, then cp, pp, dp) */
+    GridShape shape = model_parallel_shape(&flags.model); /* the group: --mp layer's stages or tensor's slices */
     grid_create(&grid, run.world, shape);
-    int mp_index = par.tensor ? grid.t : grid.p;
-    par.mp = par.tensor ? grid.tp_group : grid.pp_group; /* the ranks holding one copy of the model */
-    par.dp = grid.dp_group;                              /* the ranks holding the same part of it */
 
     /* ---- build: device, data, output files (the harness); model, optimizer, activations ---- */
     run_prepare(&run);
@@ -98,9 +90,9 @@ int main(int argc, char **argv) {
     ParamTable table; /* the whole model's table: names, shapes, the stage split */
     param_table_build(&table, &cfg.model);
     char layout[64];
-    model_parallel_build(&par, &cfg, &flags.model, &table, mp_index, mp_size, B, layout, sizeof layout);
-    model_parallel_split_sequences(&par, &cfg, &flags.model, grid.cp_group, B, layout, sizeof layout);
-    HeldModel held; /* this rank's part, as the step sees it (model_parallel.h) */
+    ModelParallel par; /* this rank's part: its stage's blocks or its slices (model_parallel.h) */
+    model_parallel_create(&par, &cfg, &flags.model, flags.experts.ep, &table, &grid, B, layout, sizeof layout);
+    HeldModel held; /* this rank's part, as the step sees it (held_model.h) */
     model_parallel_held(&par, &held);
     AdamW opt;
     adamw_create(&opt, held.model->param_count); /* the parameters this process holds */
@@ -122,7 +114,7 @@ int main(int argc, char **argv) {
     if (replicas.overlap)
         log_info("overlap: %d gradient buckets of about %.2f MiB\n", replicas.buckets.count, dp->bucket_mb);
     log_info("model parallel: %d ranks = %d data-parallel x %d model-parallel | %s\n", ranks, grid.dp,
-             mp_size, layout);
+             grid.pp * grid.tp, layout);
     log_resumed(&cfg, run.first_step);
 
     for (int step = run.first_step; step < run.last_step; step++) {
@@ -183,7 +175,7 @@ int main(int argc, char **argv) {
     if (cfg.sample > 0) held_sample(&held, &run.data, &cfg, &run.rng);
 
     /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
-    run_layout(&run, grid.dp, par.tensor ? mp_size : 1, par.tensor ? 1 : mp_size, 0);
+    run_layout(&run, grid.dp, grid.tp, grid.pp, 0);
     run_finish(&run, table.num_params, NULL, NULL, "%.1f MiB sent by rank 0 | CSVs in %s",
                comm_bytes_sent() / BYTES_PER_MIB, cfg.out);
 

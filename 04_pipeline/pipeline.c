@@ -300,6 +300,8 @@ static void sum_tied_embedding(Pipeline *p) {
 }
 
 void pipeline_destroy(Pipeline *p) {
+    if (p->model_group) comm_group_free(p->model_group);
+    free(p->tensor_group);
     timeline_free(&p->times.timeline);
     mem_free(p->grad_in);
     mem_free(p->grad_out);
@@ -329,29 +331,45 @@ void pipeline_destroy(Pipeline *p) {
     precision_destroy(&p->model, &p->mixed);
 }
 
-/* Forward of one micro-batch, sequences [sequence, sequence + B) of batch
- * `batch` of a split, through chunk `chunk` of this stage's units. The
- * model's first piece reads the tokens, its last the targets: both from
- * (seed, batch, sequence), as every chapter does, so no token ever needs to
- * travel. */
-static void stage_forward_batch(Pipeline *p, Activations *a, int chunk, Split split, int batch,
-                                int sequence) {
+/* Where the micro-batch in slot a of chunk `chunk` takes its tokens and
+ * targets: the model's first piece reads the tokens, its last the targets,
+ * both from (seed, batch, sequence) as every chapter does, so no token ever
+ * needs to travel; with --cp the whole sequences, of which stage_forward
+ * keeps this rank's positions. NULL, NULL on the pieces between. */
+static void stage_tokens(Pipeline *p, Activations *a, int chunk, int **tokens, int **targets) {
+    const StageLayout *l = &p->layout;
+    *tokens = *targets = NULL;
+    if (prev_rank(l, chunk) >= 0 && next_rank(l, chunk) >= 0) return; /* neither end of the model */
+    *tokens = l->cp ? p->context.tokens : a->tokens;
+    *targets = l->cp ? p->context.targets : a->targets;
+}
+
+/* Forward of the micro-batch in slot a (its tokens where stage_tokens said)
+ * through chunk `chunk` of this stage's units; returns this rank's share
+ * of its token-loss sum. */
+static double stage_forward(Pipeline *p, Activations *a, int chunk) {
     const StageLayout *l = &p->layout;
     int first = prev_rank(l, chunk) < 0,
         last = next_rank(l, chunk) < 0; /* the model's first and last pieces */
     int first_block, last_block, first_unit, last_unit;
     chunk_range(l, chunk, &first_block, &last_block, &first_unit, &last_unit);
-    if ((first || last) && l->cp) { /* the whole sequences, then this rank's positions of them */
-        data_upload_batch(l->data, split, l->cfg->seed, batch, sequence, l->B, p->context.T,
-                          p->context.tokens, p->context.targets);
+    if ((first || last) && l->cp) /* this rank's positions of the whole sequences */
         context_parallel_select(&p->context, a->tokens, a->targets, l->B);
-    } else if (first || last) {
-        data_upload_batch(l->data, split, l->cfg->seed, batch, sequence, l->B, l->T, a->tokens, a->targets);
-    }
     p->tpm.now = a; /* tensor parallel: the blocks' values of this micro-batch */
     gpt_forward_range(&p->model, a, &p->scratch, first_unit, last_unit, 1, p->hooks, l->B, l->T);
     /* every tp rank of the last stage computed the (replicated) loss; tp rank 0 reports it */
-    if (last && (!l->tensor || l->tensor->rank == 0)) p->now.loss_sum += gpt_loss_sum(a, l->B, l->T);
+    return last && (!l->tensor || l->tensor->rank == 0) ? gpt_loss_sum(a, l->B, l->T) : 0.0;
+}
+
+/* Forward of sequences [sequence, sequence + B) of batch `batch` of a split
+ * (evaluation's), its loss added into now.loss_sum. */
+static void stage_forward_batch(Pipeline *p, Activations *a, int chunk, Split split, int batch,
+                                int sequence) {
+    int *tokens, *targets;
+    stage_tokens(p, a, chunk, &tokens, &targets);
+    data_upload_batch(p->layout.data, split, p->layout.cfg->seed, batch, sequence, p->layout.B,
+                      p->layout.cfg->model.seq, tokens, targets);
+    p->now.loss_sum += stage_forward(p, a, chunk);
 }
 
 static SlotExtras *extras_of(Pipeline *p, int micro, int chunk) {
@@ -425,23 +443,17 @@ static double now_ms(Pipeline *p) {
     return wall_ms() - p->times.origin_ms;
 }
 
-/* The interpreter: one action of a schedule. */
-static void run_action(Pipeline *p, const Action *a) {
+/* A message of a schedule: the actions that move activations or gradients. */
+static void run_message(Pipeline *p, const Action *a) {
     size_t n = boundary_floats(p);
     CommGroup *pp = p->layout.pp;
     int prev = prev_rank(&p->layout, a->chunk), next = next_rank(&p->layout, a->chunk);
-    double start = now_ms(p);
-    /* a dry run counts each action's work as one piece: the list as it ran (work_ledger.h) */
-    work_begin_action(schedule_op_name(a->kind), a->micro, a->micro2, a->chunk);
     switch (a->kind) {
     case OP_FORWARD:
-        settle_slot(p, a->micro, a->chunk);
-        stage_forward_batch(p, slot_of(p, a->micro, a->chunk), a->chunk, SPLIT_TRAIN, p->now.step,
-                            p->now.first_sequence + a->micro * p->layout.B);
-        break;
     case OP_BACKWARD:
-        stage_backward(p, a->micro, a->chunk);
-        break;
+    case OP_BACKWARD_INPUT:
+    case OP_BACKWARD_WEIGHT:
+        break; /* the caller's: held_forward, held_backward */
     case OP_RECV_ACT:
         settle_slot(p, a->micro, a->chunk);
         comm_recv(pp, slot_of(p, a->micro, a->chunk)->encoded, n, prev, TAG_ACTIVATIONS);
@@ -463,12 +475,6 @@ static void run_action(Pipeline *p, const Action *a) {
         comm_sendrecv(pp, p->grad_out, n, prev, slot_of(p, a->micro2, a->chunk)->encoded, n, prev,
                       TAG_EXCHANGE);
         break;
-    case OP_BACKWARD_INPUT:
-        stage_backward_input(p, a->micro);
-        break;
-    case OP_BACKWARD_WEIGHT:
-        stage_backward_weight(p, a->micro);
-        break;
     case OP_POST_ACT:
         extras_of(p, a->micro, a->chunk)->act_sent = comm_post_send(
             pp, stage_output(p, slot_of(p, a->micro, a->chunk), a->chunk), n, next, TAG_ACTIVATIONS);
@@ -478,17 +484,6 @@ static void run_action(Pipeline *p, const Action *a) {
             comm_post_send(pp, extras_of(p, a->micro, a->chunk)->grad_out, n, prev, TAG_GRADIENTS);
         break;
     }
-    work_end();
-    double end = now_ms(p);
-    StageTimes *t = &p->times;
-    if (a->kind == OP_FORWARD)
-        t->fwd_ms += end - start;
-    else if (a->kind == OP_BACKWARD || a->kind == OP_BACKWARD_INPUT || a->kind == OP_BACKWARD_WEIGHT)
-        t->bwd_ms += end - start;
-    else
-        t->comm_ms += end - start;
-    t->end_ms = end;
-    timeline_add(&t->timeline, p->now.step + 1, a->micro, schedule_op_name(a->kind), start * 1e3, end * 1e3);
 }
 
 /* Chunk c's last backward of the step has run: its units' gradients are
@@ -501,31 +496,43 @@ static void chunk_final(Pipeline *p, int c) {
         if (u != LAYER_EMBEDDING || !p->tied_grad_in) p->unit_final(u, p->unit_final_context);
 }
 
-void pipeline_begin_step(Pipeline *p, int step, int first_sequence, float dloss) {
-    p->now = (StepState){.step = step, .first_sequence = first_sequence, .dloss = dloss};
+void pipeline_begin_step(Pipeline *p, int step) {
+    p->now = (StepState){.step = step};
     StageTimes *t = &p->times;
     t->fwd_ms = t->bwd_ms = t->comm_ms = t->end_ms = 0.0;
     t->origin_ms = wall_ms();
-    if (!p->layout.caller_storage) precision_zero_grads(&p->model, &p->mixed);
     for (int i = 0; i < p->slots; i++) p->slot[i].moe.stats = (MoeStats){0}; /* --experts: the routing */
 }
 
-MoeStats pipeline_moe_stats(const Pipeline *p) {
-    MoeStats sum = {0};
-    for (int i = 0; i < p->slots; i++) {
-        const MoeStats *s = &p->slot[i].moe.stats;
-        for (int e = 0; e < p->model.cfg.moe.experts; e++) sum.tokens[e] += s->tokens[e];
-        sum.dropped += s->dropped;
-        sum.aux_sum += s->aux_sum;
+const Action *pipeline_action_begin(Pipeline *p, int i, HeldModel *held) {
+    const Action *a = &p->schedule.actions[i];
+    p->now.action = i;
+    p->now.start_ms = now_ms(p);
+    /* a dry run counts each action's work as one piece: the list as it ran (work_ledger.h) */
+    work_begin_action(schedule_op_name(a->kind), a->micro, a->micro2, a->chunk);
+    held->tokens = held->targets = NULL;
+    if (a->kind == OP_FORWARD) { /* its slot free of what it posted before; the ends read tokens */
+        settle_slot(p, a->micro, a->chunk);
+        stage_tokens(p, slot_of(p, a->micro, a->chunk), a->chunk, &held->tokens, &held->targets);
     }
-    return sum;
+    run_message(p, a);
+    return a;
 }
 
-void pipeline_run_action(Pipeline *p, int i) {
-    run_action(p, &p->schedule.actions[i]);
+void pipeline_action_end(Pipeline *p, int i) {
+    const Action *a = &p->schedule.actions[i];
+    work_end();
+    double start = p->now.start_ms, end = now_ms(p);
+    StageTimes *t = &p->times;
+    if (a->kind == OP_FORWARD)
+        t->fwd_ms += end - start;
+    else if (schedule_op_backward(a->kind))
+        t->bwd_ms += end - start;
+    else
+        t->comm_ms += end - start;
+    t->end_ms = end;
+    timeline_add(&t->timeline, p->now.step + 1, a->micro, schedule_op_name(a->kind), start * 1e3, end * 1e3);
     if (i == p->last_backward_action && p->last_backward) p->last_backward(p->last_backward_context);
-    if (p->unit_final && i == p->chunk_last_backward[p->schedule.actions[i].chunk])
-        chunk_final(p, p->schedule.actions[i].chunk);
 }
 
 void pipeline_end_step(Pipeline *p) {
@@ -536,6 +543,13 @@ void pipeline_end_step(Pipeline *p) {
     }
     sum_tied_embedding(p);
     if (p->unit_final && p->tied_grad_in) p->unit_final(LAYER_EMBEDDING, p->unit_final_context);
+    p->moe = (MoeStats){0}; /* --experts: the slots' routing, summed (the run sums the ranks') */
+    for (int i = 0; i < p->slots; i++) {
+        const MoeStats *s = &p->slot[i].moe.stats;
+        for (int e = 0; e < p->model.cfg.moe.experts; e++) p->moe.tokens[e] += s->tokens[e];
+        p->moe.dropped += s->dropped;
+        p->moe.aux_sum += s->aux_sum;
+    }
 }
 
 double pipeline_evaluate(Pipeline *p, CommGroup *world, int first_sequence) {
@@ -622,17 +636,12 @@ double pipeline_measure_bubble(const StageTimes *times, const ProcessGrid *grid,
     return comm_allreduce_double(world, bubble, 0) / (grid->dp * grid->tp);
 }
 
-double pipeline_log_layout(const Pipeline *p, const char *program, const ProcessGrid *grid,
-                           const char *dp_mode, const char *allreduce, size_t whole_params,
-                           const char *schedule, const int *blocks) {
+double pipeline_log_layout(const Pipeline *p) {
     const StageLayout *l = &p->layout;
     const Config *cfg = l->cfg;
-    int P = grid->pp, V = chunks_of(l), M = cfg->micro, ranks = comm_size(comm_world());
-    log_info(
-        "%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
-        "replicas x %d micro-batches x %d sequences | %s\n",
-        program, ranks, device_name(), comm_transport_name(), dp_mode, allreduce, whole_params, cfg->batch,
-        grid->dp, M, l->B, precision_name(cfg->precision));
+    const ProcessGrid *grid = p->grid;
+    const char *schedule = p->schedule_name;
+    int P = grid->pp, V = chunks_of(l), M = cfg->micro, ranks = comm_size(grid->world);
     double bubble_theory = schedule_bubble_formula(schedule, P, V, M, 1, 1, 1); /* zb-h1: F = B = W */
     const char *bubble_rule = strcmp(schedule, "interleaved") == 0 ? "(P-1)/(VM+P-1)"
                               : strcmp(schedule, "zb-h1") == 0     ? "(P-1)/(3M+P-1), F = B = W,"
@@ -645,7 +654,7 @@ double pipeline_log_layout(const Pipeline *p, const char *program, const Process
         "pipeline: %d ranks = %d stages%s x %d tensor-parallel x %d replicas | schedule %s | bubble formula "
         "%s = %.3f\n",
         ranks, P, cp, grid->tp, grid->dp, schedule, bubble_rule, bubble_theory);
-    pipeline_log_stages(blocks, P, V);
+    pipeline_log_stages(p->blocks, P, V);
     return bubble_theory;
 }
 
@@ -667,15 +676,131 @@ GradShards pipeline_grad_shards(Pipeline *p, CommGroup *model_group, CommGroup *
     return held;
 }
 
-void pipeline_finish(Pipeline *p, Run *run, const ProcessGrid *grid, size_t whole_params,
-                     const char *schedule, double *bubbles, double bubble_theory, int zero) {
+void pipeline_finish(Pipeline *p, Run *run, double *bubbles, double bubble_theory, size_t whole_params) {
     timeline_write(&p->times.timeline, run->world, run->cfg->out);
     double bubble = median_after_warmup(bubbles + run->first_step, run->last_step - run->first_step);
     char extra_header[256], extra_values[256];
     snprintf(extra_header, sizeof extra_header, ",schedule,bubble_measured,bubble_theory");
-    snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", schedule, bubble, bubble_theory);
-    run_layout(run, grid->dp, grid->tp, grid->pp, zero);
+    snprintf(extra_values, sizeof extra_values, ",%s,%.4f,%.4f", p->schedule_name, bubble, bubble_theory);
     run_finish(run, whole_params, extra_header, extra_values,
                "bubble %.3f measured, %.3f formula | CSVs, timeline.csv and trace.json in %s", bubble,
                bubble_theory, run->cfg->out);
 }
+
+GridShape pipeline_shape(const PipelineFlags *pipe, const ModelParallelFlags *mp) {
+    return (GridShape){.dp = mp->dp, .pp = pipe->pp, .cp = mp->cp, .tp = mp->tp};
+}
+
+int pipeline_print_schedules(const PipelineFlags *pipe, int micro, ProcessGrid *grid) {
+    if (comm_rank(grid->world) == 0) schedule_print_all(pipe->schedule, pipe->pp, pipe->virtual_chunks, micro);
+    grid_destroy(grid);
+    comm_finalize();
+    return 0;
+}
+
+void pipeline_build(Pipeline *p, const Config *cfg, const ModelParallelFlags *mp, const PipelineFlags *pipe,
+                    int expert_parts, const ProcessGrid *grid, const Dataset *data, int B,
+                    const StageStorage *storage, char *layout, size_t layout_size) {
+    int P = pipe->pp, V = pipe->virtual_chunks, blocks[MAX_LAYERS];
+    StageLayout l = {.pp = grid->pp_group, .stage = grid->p, .stages = P, .cfg = cfg, .data = data, .B = B};
+    if (storage) l.caller_storage = storage->caller_storage, l.checkpoints = storage->checkpoints;
+    /* the split: blocks per piece (V > 1: P x V pieces), --split or balanced (layer_split.h) */
+    layer_split_stage(&cfg->model, mp->split, P * V, grid->p, blocks, &l.first_block, &l.last_block,
+                      &l.first_unit, &l.last_unit);
+    if (V > 1) pipeline_layout_chunks(&l, blocks, V, cfg->model.layers); /* chunk c: piece c P + stage */
+    StageSchedule schedule;
+    schedule_build_chunks(pipe->schedule, P, V, cfg->micro, grid->p, &schedule);
+    l.T = cfg->model.seq;
+    TensorGroup *tensor = NULL; /* tensor parallelism inside the stage (caller storage: its slices' too) */
+    if (grid->tp > 1) {
+        tensor = xmalloc(sizeof *tensor);
+        *tensor = (TensorGroup){.group = grid->tp_group, .rank = grid->t, .size = grid->tp,
+                                .caller_storage = l.caller_storage};
+    }
+    l.tensor = tensor;
+    l.cp = grid->cp > 1 ? grid->cp_group : NULL; /* and context parallelism: each sequence over cp ranks */
+    l.cp_order = mp->cp_order, l.cp_send = mp->cp_send, l.sp = mp->sp;
+    l.cp_mode = mp->cp_mode, l.alltoall = mp->alltoall; /* ring or Ulysses */
+    l.expert_parts = expert_parts, l.expert_part = expert_parts > 1 ? grid->d % expert_parts : 0; /* --ep */
+    pipeline_create(p, &l, &schedule, cfg->seed);
+    p->tensor_group = tensor;
+    p->grid = grid;
+    p->model_group = comm_split(grid->world, grid->d * grid->cp + grid->c, comm_rank(grid->world));
+    snprintf(p->schedule_name, sizeof p->schedule_name, "%s", pipe->schedule);
+    memcpy(p->blocks, blocks, (size_t)P * V * sizeof(int));
+    char cp[32] = "";
+    if (grid->cp > 1) snprintf(cp, sizeof cp, " x cp %d", grid->cp);
+    snprintf(layout, layout_size, "pp %d%s x tp %d, %s", P, cp, grid->tp, pipe->schedule);
+}
+
+/* ---- the step's view of the stage (held_model.h) ---- */
+static const Action *action_now(const Pipeline *p) {
+    return &p->schedule.actions[p->now.action];
+}
+static double held_stage_forward(void *owner, int B, int T) {
+    Pipeline *p = owner;
+    (void)B, (void)T; /* the stage's own: layout.B, and layout.T (T/cp with --cp) */
+    const Action *a = action_now(p);
+    return stage_forward(p, slot_of(p, a->micro, a->chunk), a->chunk);
+}
+static void held_stage_backward(void *owner, float dloss, int B, int T, UnitHook unit_final, void *context) {
+    Pipeline *p = owner;
+    (void)B, (void)T;
+    const Action *a = action_now(p);
+    p->now.dloss = dloss;
+    if (unit_final) p->unit_final = unit_final, p->unit_final_context = context; /* the tied one's too */
+    if (a->kind == OP_BACKWARD_INPUT)
+        stage_backward_input(p, a->micro);
+    else if (a->kind == OP_BACKWARD_WEIGHT)
+        stage_backward_weight(p, a->micro);
+    else
+        stage_backward(p, a->micro, a->chunk);
+    if (unit_final && p->now.action == p->chunk_last_backward[a->chunk]) chunk_final(p, a->chunk);
+}
+static GradShards held_stage_grad_shards(void *owner, CommGroup *world) {
+    Pipeline *p = owner;
+    return pipeline_grad_shards(p, p->model_group, world);
+}
+static void held_stage_checkpoint_layout(void *owner, AdamW *opt, int dp_index, int dp, CkptLayout *ckpt) {
+    Pipeline *p = owner;
+    (void)dp_index, (void)dp;
+    CommGroup *weights = p->grid->weight_group;
+    int replica = comm_rank(weights); /* d x cp + c: the ranks holding the same weights, a share each */
+    if (p->layout.tensor)
+        tp_checkpoint_layout(&p->tpm, opt, replica, ckpt); /* this stage's slices */
+    else
+        ckpt_layout_range(ckpt, &p->model, opt, replica, comm_size(weights)); /* its units */
+}
+static double held_stage_evaluate(void *owner, const Dataset *data, const Config *cfg, int dp_index, int B) {
+    Pipeline *p = owner;
+    (void)data;
+    return pipeline_evaluate(p, p->grid->world, dp_index * B * cfg->micro);
+}
+static void held_stage_sample(void *owner, const Dataset *data, const Config *cfg, uint64_t *rng) {
+    (void)data;
+    pipeline_sample(owner, cfg->sample, rng);
+}
+static const HeldModelOps held_stage_ops = {
+    .forward = held_stage_forward,
+    .backward = held_stage_backward,
+    .grad_shards = held_stage_grad_shards,
+    .checkpoint_layout = held_stage_checkpoint_layout,
+    .evaluate = held_stage_evaluate,
+    .sample = held_stage_sample,
+};
+
+void pipeline_held(Pipeline *p, HeldModel *h) {
+    *h = (HeldModel){.model = &p->model, .mixed = &p->mixed, .moe = &p->moe, .ops = &held_stage_ops, .owner = p};
+}
+
+void pipeline_split_experts(Pipeline *p, ExpertParallel *x, HeldModel *held, DataParallel *replicas,
+                            const ExpertParallelFlags *f, const ModelParallelFlags *mp) {
+    expert_parallel_split(x, &p->model, p->grid->dp_group, replicas, f, mp->alltoall, p->layout.B, p->slot,
+                          p->slots, &p->times.comm_ms);
+    if (!x->layer) return;
+    x->timeline = &p->times.timeline; /* the ep_* rows beside the stage's actions */
+    /* the norm's parts: x's spans (dense, experts), less the tied copy, each counted on one rank */
+    size_t own = p->own_span.count ? p->own_span.count : p->model.param_count;
+    expert_parallel_answer_held(x, held, own, p->grid->d);
+}
+

@@ -5,10 +5,14 @@
  * the embedding too, the last stage the head), one set of saved activations
  * per micro-batch in flight, and the two boundary buffers through which
  * gradients arrive from the next stage and leave for the previous one. Each
- * step, pipeline_run_action executes the stage's list of actions (schedule.h):
- * forward or backward of micro-batch m, or a message to a neighbour. The
- * gradients of every micro-batch accumulate in model.grads; what to do with
- * them (all-reduce over replicas, clip, AdamW) is the caller's.
+ * step the caller walks the stage's list of actions (schedule.h): forward or
+ * backward of micro-batch m, or a message to a neighbour. The stage is a
+ * held model (held_model.h, pipeline_held): the caller's loop runs each
+ * forward and backward with held_forward and held_backward, as chapter 03's
+ * loop does, and pipeline_action_begin has set which micro-batch's slot they
+ * work on. The gradients of every micro-batch accumulate in model.grads;
+ * what to do with them (all-reduce over replicas, clip, AdamW) is the
+ * caller's.
  *
  * Past 1F1B (schedule.h). A stage may hold V chunks of layers
  * (pipeline_layout_chunks: interleaved), each with its own activation
@@ -22,14 +26,19 @@
  * Extension points let the caller act around each unit (UnitHooks, model.h:
  * fetch a unit's parameters before it runs, move its gradients after it),
  * last_backward runs right after the stage's last backward of the step (the
- * moment its gradients are complete), found from the action list, and
- * unit_final as each unit's gradients become final (chunk by chunk). */
+ * moment its gradients are complete), found from the action list, and the
+ * unit_final hook given to held_backward as each unit's gradients become
+ * final (chunk by chunk: after the chunk's last backward of the step). */
 #ifndef PIPELINE_H
 #define PIPELINE_H
 
 #include "common/comm/comm.h" /* collectives and messages between ranks */
 #include "common/run/config.h" /* Config and the flag tables */
 #include "03_model_parallel/context_parallel.h" /* 03: ring attention (--cp) */
+#include "02_data_parallel/data_parallel.h" /* 02: data parallelism */
+#include "03_model_parallel/expert_parallel.h" /* 03: experts split over ranks (--ep) */
+#include "common/run/held_model.h" /* the model this process trains, as the step sees it */
+#include "04_pipeline/pipeline_flags.h" /* 04: the pipeline's flags and checks */
 #include "common/model/data.h" /* the training data and its batches */
 #include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
 #include "common/run/harness.h" /* the run around the training loop */
@@ -78,11 +87,18 @@ typedef struct {
 
 /* What one step is about; set by pipeline_begin_step. */
 typedef struct {
-    int step;           /* 0-based optimizer step */
-    int first_sequence; /* this replica's first sequence of the global batch */
-    float dloss;        /* d(mean loss)/d(each token's loss): 1 / tokens of the GLOBAL batch */
-    double loss_sum;    /* token losses summed (last stage) */
+    int step;        /* 0-based optimizer step */
+    int action;      /* the action pipeline_action_begin began */
+    float dloss;     /* d(mean loss)/d(each token's loss), as held_backward was given it */
+    double loss_sum; /* token losses summed (last stage; evaluation's) */
+    double start_ms; /* when the action began */
 } StepState;
+
+/* Who keeps the stage's storage (pipeline_build): StageLayout's caller_storage and checkpoints. */
+typedef struct {
+    int caller_storage;
+    const CheckpointStore *checkpoints;
+} StageStorage;
 
 /* When each action ran, in ms since the step's start (a barrier before it). */
 typedef struct {
@@ -139,14 +155,22 @@ typedef struct {
     const UnitHooks *hooks;
     void (*last_backward)(void *context);
     void *last_backward_context;
-    /* unit_final(u, context): unit u's gradients are final for the step; called for each unit of
-     * a chunk, the highest first, right after the chunk's last backward (zb-h1: its last W), and
-     * for a tied embedding after the two ends summed it (chapter 02's overlapped buckets) */
+    /* unit_final(u, context), the hook held_backward was last given: unit u's gradients are final
+     * for the step; called for each unit of a chunk, the highest first, right after the chunk's last
+     * backward (zb-h1: its last W), and for a tied embedding after the two ends summed it (chapter
+     * 02's overlapped buckets) */
     UnitHook unit_final;
     void *unit_final_context;
     int chunk_last_backward[MAX_STAGE_CHUNKS]; /* the action after which chunk c's gradients are final */
     StepState now;
     StageTimes times;
+    MoeStats moe; /* --experts: what the step's forwards routed, its slots' summed (held.moe) */
+    /* pipeline_build's: where the stage sits in the grid, and what its reports name */
+    const ProcessGrid *grid;
+    TensorGroup *tensor_group; /* tp > 1: layout.tensor, this stage's tp ranks */
+    CommGroup *model_group;   /* one replica's stages and slices (of one cp rank's positions) */
+    char schedule_name[16];
+    int blocks[MAX_LAYERS]; /* blocks per piece: the stages' (x V chunks) */
 } Pipeline;
 
 /* Give layout->stage V chunks: blocks[] holds one entry per piece (stages x
@@ -166,23 +190,59 @@ void pipeline_layout_chunks(StageLayout *layout, const int *blocks, int chunks, 
 void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *schedule, uint64_t seed);
 void pipeline_destroy(Pipeline *p);
 
+/* The grid of --dp replicas of --pp stages of --cp x --tp ranks (grid.h). */
+GridShape pipeline_shape(const PipelineFlags *pipe, const ModelParallelFlags *mp);
+/* --print-schedule: world rank 0 prints every stage's list of actions for
+ * micro micro-batches; then the grid is freed and the job ends. Returns 0,
+ * main's exit status. */
+int pipeline_print_schedules(const PipelineFlags *pipe, int micro, ProcessGrid *grid);
+/* This rank's stage in grid (pipeline_shape's): the layer split (--split,
+ * else balanced; --virtual chunks), its schedule (--schedule), chapter 03's
+ * tensor, sequence and context parallelism inside it (mp's flags), of each
+ * MoE block the experts of part grid->d mod expert_parts (--ep), for
+ * micro-batches of B sequences; storage NULL: the stage keeps its own.
+ * layout says which, for the header. */
+void pipeline_build(Pipeline *p, const Config *cfg, const ModelParallelFlags *mp, const PipelineFlags *pipe,
+                    int expert_parts, const ProcessGrid *grid, const Dataset *data, int B,
+                    const StageStorage *storage, char *layout, size_t layout_size);
+/* The step's view of the stage (held_model.h): held_forward and
+ * held_backward run the action pipeline_action_begin began; the gradient
+ * norm's share (pipeline_grad_shards), the checkpoint (the stage's units or
+ * slices, rank d x cp + c of the weight group writing its share), the
+ * validation loss (pipeline_evaluate) and the sample (pipeline_sample). */
+void pipeline_held(Pipeline *p, HeldModel *h);
+/* --ep N inside the stage: chapter 03's expert parallelism over groups of N
+ * consecutive replicas of the stage (the grid's dp group), what a forward
+ * keeps for its backward kept per activation slot, the ep_* rows in the
+ * stage's timeline, their gradients summed over their holders in replicas;
+ * the norm counts each stage's dense tensors on replica 0 and each expert
+ * on its holder, and the checkpoint is the whole model's (held's answers:
+ * expert_parallel_answer_held). Nothing when N is 1. */
+void pipeline_split_experts(Pipeline *p, ExpertParallel *x, HeldModel *held, DataParallel *replicas,
+                            const ExpertParallelFlags *f, const ModelParallelFlags *mp);
+
 /* One step's schedule, a loop the chapter writes out:
- *     pipeline_begin_step(p, step, first_sequence, dloss);
- *     for (int i = 0; i < p->schedule.count; i++) pipeline_run_action(p, i);
+ *     pipeline_begin_step(p, step);
+ *     for (int i = 0; i < p->schedule.count; i++) {
+ *         const Action *a = pipeline_action_begin(p, i, &held);
+ *         ... a forward: held_forward; a backward (schedule_op_backward): held_backward ...
+ *         pipeline_action_end(p, i);
+ *     }
  *     pipeline_end_step(p);
- * begin zeroes the gradients (they then accumulate, in 16 bits under mixed
- * precision) and starts the step's clock (dloss carries fp16's loss scale);
- * run_action runs action i of this stage's list, forward or backward of a
- * micro-batch or a message, then the extension points it completes
- * (last_backward, unit_final); end waits for every posted send and sums a
- * tied embedding's two copies. */
-void pipeline_begin_step(Pipeline *p, int step, int first_sequence, float dloss);
-void pipeline_run_action(Pipeline *p, int i);
+ * begin starts the step's clock; action_begin runs a message, or for a
+ * forward or backward points held at its micro-batch's slot: held.tokens
+ * and held.targets are where its tokens and targets go (with --cp the whole
+ * sequences, of which the forward keeps this rank's positions), both NULL
+ * where the action reads none (a middle stage, a backward); a backward
+ * given a unit_final hook calls it for each unit of a chunk after the
+ * chunk's last backward of the step. action_end times the action into the
+ * timeline and runs last_backward after the stage's last backward. end
+ * waits for every posted send, sums a tied embedding's two copies (then
+ * unit_final for the embedding) and sums the slots' routing into p->moe. */
+void pipeline_begin_step(Pipeline *p, int step);
+const Action *pipeline_action_begin(Pipeline *p, int i, HeldModel *held);
+void pipeline_action_end(Pipeline *p, int i);
 void pipeline_end_step(Pipeline *p);
-/* --experts: what this step's forwards routed through the stage's MoE
- * blocks (moe.h), its slots' counts summed (pipeline_begin_step zeroes
- * them); the run sums the stages' and replicas' (harness_ranks.c). */
-MoeStats pipeline_moe_stats(const Pipeline *p);
 
 /* Mean validation loss over eval_batches global batches: forward only, the
  * micro-batches one after another through the stages. Collective over world
@@ -204,12 +264,10 @@ void pipeline_log_stages(const int *blocks, int P, int V);
 /* The bubble of this step: the idle time of the stages while the pipeline
  * ran, measured on each replica's stage 0, averaged over the replicas. */
 double pipeline_measure_bubble(const StageTimes *times, const ProcessGrid *grid, CommGroup *world);
-/* The run's header lines (the program, the layout pp x cp x tp x dp, the
- * schedule and its bubble formula) and every stage's blocks; returns the
- * formula's bubble. */
-double pipeline_log_layout(const Pipeline *p, const char *program, const ProcessGrid *grid,
-                           const char *dp_mode, const char *allreduce, size_t whole_params,
-                           const char *schedule, const int *blocks);
+/* The run's pipeline lines (the layout pp x cp x tp x dp, the schedule and
+ * its bubble formula) and every stage's blocks; returns the formula's
+ * bubble. */
+double pipeline_log_layout(const Pipeline *p);
 /* An empty checkpoint layout (checkpoint.h: ckpt_layout_init) whose writer
  * text names the layout as the grid lays out the ranks: "<program>: pp P x
  * tp T x dp D, <schedule>" (cp C after pp where the grid has it), then
@@ -222,13 +280,12 @@ void pipeline_ckpt_layout_init(CkptLayout *l, const char *program, const Process
  * units (or with tensor parallelism their slices, counted once over
  * model_group), summed over the stages and agreed over the world. */
 GradShards pipeline_grad_shards(Pipeline *p, CommGroup *model_group, CommGroup *world);
-/* After the last step (bubbles[] of every step, reordered here for the
- * median): timeline.csv and trace.json, then run.csv with the
+/* After the last step and run_layout (bubbles[] of every step, reordered
+ * here for the median): timeline.csv and trace.json, then run.csv with the
  * schedule, the median measured bubble and the formula's, the bytes every
  * rank together sent per step on each axis of the grid (bytes_dp_per_step,
  * _pp_, _cp_, _tp_: run_axis_bytes_per_step), and memory.csv (run_finish,
- * harness.h). */
-void pipeline_finish(Pipeline *p, Run *run, const ProcessGrid *grid, size_t whole_params,
-                     const char *schedule, double *bubbles, double bubble_theory, int zero);
+ * harness.h), for a model of whole_params parameters. */
+void pipeline_finish(Pipeline *p, Run *run, double *bubbles, double bubble_theory, size_t whole_params);
 
 #endif

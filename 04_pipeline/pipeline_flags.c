@@ -4,7 +4,6 @@
 #include "03_model_parallel/context_parallel.h" /* 03: ring attention (--cp) */
 #include "common/model/layer_split.h" /* which blocks each stage runs */
 #include "common/run/layout_rules.h" /* shared refusals of a layout */
-#include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its interpreter */
 #include "04_pipeline/schedule.h" /* 04: schedules as lists of actions */
 #include "03_model_parallel/sequence_parallel.h" /* 03: sequence parallelism (--sp) */
 #include "03_model_parallel/tensor_parallel.h" /* 03: tensor parallelism */

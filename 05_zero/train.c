@@ -1,13 +1,11 @@
 /* 05_zero/train.c: ZeRO, the model state sharded over the data-parallel ranks.
  *
- * Chapter 04's trainer, with --zero (zero.h): 1 shards the optimizer state
- * over the data-parallel group, 2 the gradients too (reduce-scattered as
- * each unit's backward ends), 3 the parameters too (each unit gathered
- * before its forward and its backward, freed after; --prefetch K). One
- * stage of one rank runs ZeRO's own step; other layouts run 04's schedule,
- * each rank sharding what it holds over its dp group (zero_stage.h).
- * Refused, each saying why: stage 3 across stages (every stage would
- * re-gather its parameters for every micro-batch), and what is not written. */
+ * Chapter 04's loop, with --zero (zero.h): 1 shards the optimizer state over
+ * the replicas, 2 the gradients too (reduce-scattered as each unit's
+ * backward ends), 3 the parameters too (gathered before each unit runs;
+ * --prefetch K). One stage of one rank runs ZeRO's own step (train_sharded);
+ * other layouts run 04's schedule, each rank sharding what it holds over its
+ * replicas (zero_stage.h). Refused, saying why: stage 3 across stages. */
 #include "common/comm/comm.h" /* collectives and messages between ranks */
 #include "common/run/config.h" /* Config and the flag tables */
 #include "02_data_parallel/data_parallel.h" /* 02: data parallelism */
@@ -15,13 +13,13 @@
 #include "common/run/evaluate.h" /* validation loss and sampling */
 #include "common/comm/grid.h" /* the process grid: dp x pp x cp x tp */
 #include "common/run/harness.h" /* the run around the training loop */
-#include "common/model/layer_split.h" /* which blocks each stage runs */
+#include "common/run/held_model.h" /* the model this process trains, as the step sees it */
 #include "common/kernels/kernels.h" /* ops(): the kernel table */
 #include "common/model/mixed.h" /* mixed precision: 16-bit weights, loss scaling */
 #include "common/model/model.h" /* GPT, its forward and backward */
 #include "03_model_parallel/model_parallel.h" /* 03: one model held by a group of ranks */
 #include "03_model_parallel/expert_parallel.h" /* 03: experts split over ranks (--ep) */
-#include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its interpreter */
+#include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its actions */
 #include "04_pipeline/pipeline_flags.h" /* 04: the pipeline's flags and checks */
 #include "04_pipeline/schedule.h" /* 04: schedules as lists of actions */
 #include "common/model/optim.h" /* AdamW and the learning-rate schedule */
@@ -56,6 +54,7 @@ static const Flag flag_rows[] = {
 };
 static void effective_flags(const Config *cfg, void *values) {
     Flags *f = values;
+    model_parallel_effective_flags(cfg, &f->model);
     zero_effective_flags(cfg, &f->zero, &f->pipe, &f->model);
 }
 static void check_flags(const Config *cfg, const void *values) {
@@ -70,9 +69,9 @@ static void check_flags(const Config *cfg, const void *values) {
  * before it and adds its own), and what else it reports. */
 static const RunColumn columns[] = {
     {"idle_fraction", "%.4f"}, /* 1 - the ranks' busy time over ranks x the step (busy.csv) */
-    {"bubble", "%.4f"},        /* the stages' idle time while the pipeline ran */
     {"ep_rows_max", "%.0f"},   /* --ep: the most rows one rank's experts computed in the step */
     {"ep_rows_mean", "%.1f"},  /* and the ranks' mean: max / mean is the load imbalance */
+    {"bubble", "%.4f"},        /* the stages' idle time while the pipeline ran */
     {0},
 };
 static const RunSpec spec = {
@@ -191,110 +190,125 @@ int main(int argc, char **argv) {
     DataParallelFlags *dp = &flags.data;
     Run run; /* start-up, logs, evaluation, saves and the summary: harness.h */
     run_start_ranks(&run, &cfg, &argc, &argv, &spec, &flags, &flags.model.ranks);
-    int rank = run.rank;
-    int P = flags.pipe.pp, V = flags.pipe.virtual_chunks, M = cfg.micro;
-    ProcessGrid grid; /* --dp replicas of P stages of --tp ranks (grid.h: tp fastest, then pp, then dp) */
-    grid_create(&grid, run.world,
-                (GridShape){.dp = flags.model.dp, .pp = P, .cp = flags.model.cp, .tp = flags.model.tp});
-    if (P == 1 && grid.tp == 1 && grid.cp == 1)
+    int ranks = run.ranks;
+    int half = cfg.precision != PRECISION_FP32;              /* 16-bit storage and communication (mixed.h) */
+    ProcessGrid grid; /* --dp replicas of --cp x a model-parallel group (grid.h: tp fastest, then cp, pp, dp) */
+    GridShape shape = pipeline_shape(&flags.pipe, &flags.model); /* the group: --pp stages of --tp ranks */
+    grid_create(&grid, run.world, shape);
+    if (grid.pp == 1 && grid.tp == 1 && grid.cp == 1)
         return train_sharded(&run, &cfg, &flags, &grid); /* ZeRO over the world */
-    /* one replica's stages and slices (of one cp rank's positions) */
-    CommGroup *model_group = comm_split(run.world, grid.d * grid.cp + grid.c, rank);
-    TensorGroup tensor = {.group = grid.tp_group, .rank = grid.t, .size = grid.tp};
+    if (flags.pipe.print_schedule) return pipeline_print_schedules(&flags.pipe, cfg.micro, &grid); /* and exit */
 
-    /* ---- the split and the schedule ---- */
-    int blocks[MAX_LAYERS]; /* blocks per piece (V > 1: P x V pieces): --split, or balanced (layer_split.h) */
-    StageLayout layout = {
-        .pp = grid.pp_group, .stage = grid.p, .stages = P, .cfg = &cfg, .caller_storage = flags.zero.zero > 0};
-    layer_split_stage(&cfg.model, flags.model.split, P * V, grid.p, blocks, &layout.first_block,
-                      &layout.last_block, &layout.first_unit, &layout.last_unit);
-    if (V > 1) pipeline_layout_chunks(&layout, blocks, V, cfg.model.layers); /* chunk c: piece c P + stage */
-    if (flags.pipe.print_schedule) {
-        if (rank == 0) schedule_print_all(flags.pipe.schedule, P, V, M);
-        comm_group_free(model_group);
-        grid_destroy(&grid);
-        comm_finalize();
-        return 0;
-    }
-    StageSchedule schedule;
-    schedule_build_chunks(flags.pipe.schedule, P, V, M, grid.p, &schedule);
-
-    /* ---- build: device, data, output files (the harness); this stage's part of the model, optimizer ---- */
+    /* ---- build: device, data, output files (the harness); model, optimizer, activations ---- */
     run_prepare(&run);
     int per_rank = cfg.batch / grid.dp; /* this replica's share of the global batch */
-    layout.data = &run.data;
-    layout.B = per_rank / M; /* sequences per micro-batch */
-    layout.T = cfg.model.seq;
-    layout.tensor = grid.tp > 1 ? &tensor : NULL;   /* tensor parallelism inside the stage */
-    layout.cp = grid.cp > 1 ? grid.cp_group : NULL; /* and context parallelism: each sequence over cp ranks */
-    layout.cp_order = flags.model.cp_order, layout.cp_send = flags.model.cp_send, layout.sp = flags.model.sp;
-    layout.cp_mode = flags.model.cp_mode, layout.alltoall = flags.model.alltoall; /* ring or Ulysses */
-    layout.expert_parts = flags.experts.ep, layout.expert_part = grid.d % flags.experts.ep; /* --ep */
-    tensor.caller_storage = layout.caller_storage; /* ZeRO binds the slices' storage too */
+    int B = per_rank / cfg.micro, T = cfg.model.seq;
+    ParamTable table; /* the whole model's table: names, shapes, the stage split */
+    param_table_build(&table, &cfg.model);
+    char layout[64];
     Pipeline p; /* this stage: its units, activation slots, boundary buffers and schedule (pipeline.h) */
-    pipeline_create(&p, &layout, &schedule, cfg.seed);
-    size_t whole_params = layout.tensor ? p.tpm.global_params : p.model.num_params; /* the whole model's */
-    ZeroStage replicas; /* the stage's replicas: 04's all-reduce and AdamW, or ZeRO 1-2 (zero_stage.h) */
-    zero_stage_create(&replicas, &p, flags.zero.zero, dp, &grid, model_group, run.world);
+    StageStorage storage = {.caller_storage = flags.zero.zero > 0}; /* ZeRO: its shards, bound to the units */
+    pipeline_build(&p, &cfg, &flags.model, &flags.pipe, flags.experts.ep, &grid, &run.data, B, &storage, layout,
+                   sizeof layout);
+    HeldModel held; /* this rank's part, as the step sees it (held_model.h) */
+    pipeline_held(&p, &held);
+    DataParallel replicas; /* the sum over the replicas of what this rank holds (data_parallel.h) */
+    ZeroStage zero; /* --zero 1-2: that sum into shards, and AdamW on this rank's; 0: 04's (zero_stage.h) */
+    zero_stage_create(&zero, &replicas, &p, &held, flags.zero.zero, dp, &grid);
     ExpertParallel experts = {0}; /* --ep: each MoE block's experts over N replicas (expert_parallel.h) */
-    zero_stage_split_experts(&replicas, &experts, &flags.experts, &flags.model, &grid); /* --zero 0 */
-    zero_stage_resume(&replicas, &run, PROGRAM, &grid, flags.pipe.schedule); /* and rank 0's weights */
+    pipeline_split_experts(&p, &experts, &held, &replicas, &flags.experts, &flags.model);
 
-    double bubble_theory = pipeline_log_layout(&p, PROGRAM, &grid, dp->dp_mode, dp->allreduce, whole_params,
-                                               flags.pipe.schedule, blocks); /* and the formula's bubble */
+    zero_stage_resume(&zero, &run, PROGRAM, flags.pipe.schedule); /* what this rank holds of a checkpoint */
+    data_parallel_broadcast_weights(&replicas, held.mixed);
+
+    log_info(
+        "%s | %d ranks | device %s | comm %s | dp-mode %s | all-reduce %s | %zu parameters | batch %d = %d "
+        "replicas x %d micro-batches x %d sequences | %s\n",
+        PROGRAM, ranks, device_name(), comm_transport_name(), dp->dp_mode, dp->allreduce, table.num_params,
+        cfg.batch, grid.dp, cfg.micro, B, precision_name(cfg.precision));
+    if (replicas.overlap)
+        log_info("overlap: %d gradient buckets of about %.2f MiB\n", replicas.buckets.count, dp->bucket_mb);
+    log_info("model parallel: %d ranks = %d data-parallel x %d model-parallel | %s\n", ranks, grid.dp,
+             grid.pp * grid.tp, layout);
+    double bubble_theory = pipeline_log_layout(&p); /* the stages and the schedule's bubble formula */
     log_resumed(&cfg, run.first_step);
 
     double *bubbles = xcalloc(run.last_step, sizeof(double));
     for (int step = run.first_step; step < run.last_step; step++) {
-        RunStep s = run_step_begin(&run, step); /* all ranks together: one time origin for the timeline */
-
-        /* ---- the schedule: this stage's actions in order, forward m | backward m | a message ---- */
-        zero_stage_begin_step(&replicas, step);
-        pipeline_begin_step(&p, step, grid.d * per_rank, run.dloss * s.loss_scale);
+        RunStep s = run_step_begin(&run, step);
+        Timer timer = {0};
+        pipeline_begin_step(&p, step); /* all ranks together: one time origin for the timeline */
         expert_parallel_begin_step(&experts, step); /* --ep: the all-to-alls' timeline */
-        for (int i = 0; i < p.schedule.count; i++) pipeline_run_action(&p, i);
-        pipeline_end_step(&p);
-        bubbles[step] = s.columns[1] =
-            pipeline_measure_bubble(&p.times, &grid, run.world); /* steps.csv's bubble */
 
-        /* ---- communicate: sum the gradients over the replicas of this part, and the loss ---- */
-        double comm_ms = p.times.comm_ms + zero_stage_sum_gradients(&replicas, &s.comm_busy_ms);
-        s.rec.loss = comm_allreduce_double(run.world, p.now.loss_sum, 0) / run.tokens_per_step;
-        s.moe = pipeline_moe_stats(&p); /* --experts: what this stage's forwards routed (moe.h) */
+        /* ---- forward and backward over the micro-batches; gradients accumulate ---- */
+        precision_zero_grads(held.model, held.mixed);
+        data_parallel_begin_step(&replicas);
+        *held.moe = (MoeStats){0}; /* --experts: what this step's forwards route (moe.h) */
+        double loss_sum = 0.0;
+        for (int i = 0; i < p.schedule.count; i++) { /* the schedule: this stage's actions in order */
+            /* a message runs here; a forward or a backward is micro-batch mb's, held at its slot (its
+             * tokens and targets NULL where the action reads none) */
+            const Action *a = pipeline_action_begin(&p, i, &held);
+            int mb = a->micro;
+            int first_sequence = grid.d * per_rank + mb * B; /* where this piece sits in the global batch */
+            data_upload_batch(&run.data, SPLIT_TRAIN, cfg.seed, step, first_sequence, B, T, held.tokens,
+                              held.targets);
+
+            timer_start(&timer);
+            /* fp16: the loss scaled by s.loss_scale, so the gradients come out that many times too large;
+             * overlap: buckets start all-reducing during the LAST micro-batch's backward */
+            if (a->kind == OP_FORWARD) {
+                loss_sum += held_forward(&held, B, T);
+                s.rec.fwd_ms += timer_stop_ms(&timer);
+            } else if (schedule_op_backward(a->kind)) { /* whole, or zb-h1's B or W; a chunk's buckets */
+                UnitHook launch = data_parallel_backward_hook(&replicas, mb == cfg.micro - 1); /* its last */
+                held_backward(&held, run.dloss * s.loss_scale, B, T, launch, &replicas);
+                s.rec.bwd_ms += timer_stop_ms(&timer);
+            }
+            pipeline_action_end(&p, i); /* its time in the stage's timeline */
+        }
+        pipeline_end_step(&p); /* posted sends done; a tied embedding's two ends summed */
+        bubbles[step] = s.columns[3] = pipeline_measure_bubble(&p.times, &grid, run.world); /* bubble */
+
+        /* ---- communicate: sum the gradients (and the loss) over the replicas ---- */
+        s.rec.comm_ms = data_parallel_sum_gradients(&replicas, &s.comm_busy_ms);
+        s.rec.comm_ms += p.times.comm_ms; /* and the time the stages' own messages took */
+        double comm_ms = s.rec.comm_ms; /* this rank's (run_step_done keeps the slowest rank's) */
+        s.rec.loss = comm_allreduce_double(run.world, loss_sum, 0) / run.tokens_per_step;
+        s.moe = *held.moe;
         check_loss_finite(s.rec.loss, step + 1);
 
-        /* ---- update: each rank its own parameters (or slices), clipped by the WHOLE model's norm
-         * (fp16: unless the gradients overflowed on any rank) ---- */
-        Timer timer = {0};
+        /* ---- update: clip the global gradient norm, then AdamW (fp16: unless it overflowed) ---- */
         timer_start(&timer);
         OptimHyper hyper = optim_hyper(&cfg, step); /* lr_at_step's rate, betas, eps, wd, clip */
         s.rec.lr = hyper.lr;
-        s.skipped = zero_stage_update(&replicas, &run.scaler, &hyper, step + 1, &s.rec.grad_norm, &comm_ms,
-                                      &s.comm_busy_ms);
-        s.rec.opt_ms = timer_stop_ms(&timer);
+        s.skipped = zero_stage_update(&zero, &run.scaler, &hyper, step + 1, &s.rec.grad_norm, &comm_ms,
+                                      &s.comm_busy_ms); /* ZeRO: its collectives into comm_ms */
         s.rec.comm_ms = comm_ms;
+        s.rec.opt_ms = timer_stop_ms(&timer);
 
-        /* ---- log: the slowest rank's times; every rank's busy time; the idle fraction ---- */
-        s.rec.fwd_ms = p.times.fwd_ms;
-        s.rec.bwd_ms = p.times.bwd_ms;
+        /* ---- log: evaluation when due, the progress line, steps.csv, a due checkpoint ---- */
         int evaluate = run_step_done(&run, &s);
         s.columns[0] = run_log_busy(&run, &s, comm_ms); /* idle_fraction */
-        expert_parallel_load(&experts, run.world, &s.columns[2]); /* ep_rows_max, ep_rows_mean */
-        zero_stage_check_replicas(&replicas, dp->check_replicas, step + 1);
-        if (evaluate) s.rec.val_loss = pipeline_evaluate(&p, run.world, grid.d * per_rank);
+        expert_parallel_load(&experts, run.world, &s.columns[1]); /* ep_rows_max, ep_rows_mean */
+        if (dp->check_replicas && (step + 1) % dp->check_replicas == 0)
+            data_parallel_check_replicas(&replicas, half ? held.mixed->master : held.model->params, step + 1);
+        if (evaluate) s.rec.val_loss = held_evaluate(&held, &run.data, &cfg, grid.d, B);
         run_step_log(&run, &s);
     }
-    if (cfg.sample > 0) pipeline_sample(&p, cfg.sample, &run.rng);
+    data_parallel_print(&replicas);
+    if (cfg.sample > 0) held_sample(&held, &run.data, &cfg, &run.rng);
 
-    /* ---- timeline, run summary and memory: every rank's peaks, gathered on rank 0 ---- */
-    pipeline_finish(&p, &run, &grid, whole_params, flags.pipe.schedule, bubbles, bubble_theory,
-                    flags.zero.zero);
-
+    /* ---- run summary and memory: every rank's peaks, gathered on rank 0 ---- */
+    run_layout(&run, grid.dp, grid.tp, grid.pp, flags.zero.zero);
+    pipeline_finish(&p, &run, bubbles, bubble_theory, table.num_params); /* and timeline.csv, trace.json */
     free(bubbles);
-    expert_parallel_destroy(&experts, &p.model, run.world, cfg.out);
-    zero_stage_destroy(&replicas);
+
+    expert_parallel_destroy(&experts, held.model, run.world, cfg.out); /* --ep: timeline.csv */
+    data_parallel_destroy(&replicas);
+    zero_stage_destroy(&zero);
     pipeline_destroy(&p);
-    comm_group_free(model_group);
+    param_table_free(&table);
     grid_destroy(&grid);
     run_end(&run);
     return 0;

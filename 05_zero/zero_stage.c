@@ -8,29 +8,51 @@
 
 #include <string.h>
 
-void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFlags *dp,
-                       const ProcessGrid *grid, CommGroup *model_group, CommGroup *world) {
-    *s = (ZeroStage){.zero = zero, .p = p, .model_group = model_group, .world = world};
+/* --zero 1-2: the replicas' calls of the step (data_parallel_take_over). */
+static void zero_replicas_begin_step(void *owner) {
+    ZeroStage *s = owner;
+    zero_start_clock(&s->z, s->step++);
+    zero_begin_step(&s->z);
+    tied_ends_begin_step(&s->tied);
+}
+static double zero_replicas_sum_gradients(void *owner, double *busy_ms) {
+    ZeroStage *s = owner;
+    (void)busy_ms; /* the update reports ZeRO's collectives, wherever in the step they ran */
+    zero_sync_grads(&s->z); /* stage 1: reduce-scatter; 2: the last units' reduce-scatters */
+    /* tied on several stages: the head's gradient of wte, summed over the last stage's replicas,
+     * into the first stage's slice of the embedding unit's (tied_ends.h) */
+    double start = wall_ms();
+    const float *head_slice = tied_ends_sum_gradient(&s->tied);
+    if (head_slice) zero_add_slice(&s->z, LAYER_EMBEDDING, head_slice);
+    return s->tied.end != TIED_NONE ? wall_ms() - start : 0.0; /* ZeRO's own waits count in the update */
+}
+static const DataParallelOps zero_replicas = {.begin_step = zero_replicas_begin_step,
+                                              .sum_gradients = zero_replicas_sum_gradients};
+
+void zero_stage_create(ZeroStage *s, DataParallel *replicas, Pipeline *p, HeldModel *held, int zero,
+                       const DataParallelFlags *dp, const ProcessGrid *grid) {
+    *s = (ZeroStage){.zero = zero, .p = p, .held = held, .replicas = replicas, .grid = grid};
     const Config *cfg = p->layout.cfg;
-    if (zero && p->layout.tensor) { /* each unit's tp slices sharded; the norm counts each parameter once */
-        zero_create_slices(&s->z, &p->tpm, cfg->seed, zero, grid->weight_group, world, cfg->precision);
-    } else if (zero) { /* the norm's sums over the world: every stage's slices */
-        zero_create_stage(&s->z, &p->model, &cfg->model, cfg->seed, zero, grid->weight_group, world,
-                          cfg->precision);
+    if (!zero) { /* chapter 04's: the replicas' all-reduce, AdamW on what this rank holds */
+        data_parallel_create(replicas, dp, grid->weight_group, held->model, held->mixed, cfg->precision);
+        adamw_create(&s->opt, held->model->param_count);
+        return;
     }
+    if (p->layout.tensor) /* each unit's tp slices sharded; the norm counts each parameter once */
+        zero_create_slices(&s->z, &p->tpm, cfg->seed, zero, grid->weight_group, grid->world, cfg->precision);
+    else /* the norm's sums over the world: every stage's slices */
+        zero_create_stage(&s->z, &p->model, &cfg->model, cfg->seed, zero, grid->weight_group, grid->world,
+                          cfg->precision);
     /* ZeRO's calls around each unit are the units' storage (model.h), not the
      * pipeline's hooks (the tp blocks, if any): a split backward (zb-h1) runs
      * them around B and again around W, and each reduce-scatters what its
      * half added, the other half's elements zeros (zero_stage.h) */
-    if (zero) {
-        p->model.storage = zero_hooks(&s->z);
-        if (p->layout.cp) p->model.sequence = &p->context.split; /* a whole model is built afresh above */
-        /* tied: the first stage's shards own wte; the last stage's head reads a copy */
-        tied_ends_create(&s->tied, &p->model, p->layout.stage, p->layout.stages, p->layout.pp,
-                         grid->weight_group, cfg->precision, 0);
-    } else {
-        stage_replicas_create(&s->replicas, p, dp, grid, model_group, world); /* chapter 04's */
-    }
+    p->model.storage = zero_hooks(&s->z);
+    if (p->layout.cp) p->model.sequence = &p->context.split; /* a whole model is built afresh above */
+    /* tied: the first stage's shards own wte; the last stage's head reads a copy */
+    tied_ends_create(&s->tied, &p->model, p->layout.stage, p->layout.stages, p->layout.pp, grid->weight_group,
+                     cfg->precision, 0);
+    data_parallel_take_over(replicas, dp, &zero_replicas, s);
 }
 
 /* --help's section and one row per flag (config.h says how to add one) */
@@ -96,20 +118,13 @@ void zero_refuse_expert_parallel(int ep, int zero, int P) {
               ep);
 }
 
-void zero_stage_split_experts(ZeroStage *s, ExpertParallel *x, const ExpertParallelFlags *f,
-                              const ModelParallelFlags *mp, const ProcessGrid *grid) {
-    *x = (ExpertParallel){0};
-    if (!s->zero) stage_replicas_split_experts(&s->replicas, x, f, mp, grid); /* chapter 04's replicas */
-}
-
 void zero_stage_destroy(ZeroStage *s) {
-    if (s->zero) {
-        tied_ends_destroy(&s->tied);
-        zero_destroy(&s->z);
-    } else {
-        stage_replicas_print(&s->replicas); /* --print-buckets */
-        stage_replicas_destroy(&s->replicas);
+    if (!s->zero) {
+        adamw_destroy(&s->opt);
+        return;
     }
+    tied_ends_destroy(&s->tied);
+    zero_destroy(&s->z);
 }
 
 /* Tied on several stages: the last stage's copy of wte from the first stage's weights. */
@@ -117,47 +132,32 @@ static void refresh_tied_copy(ZeroStage *s) {
     tied_ends_refresh(&s->tied, s->tied.end == TIED_OWNER ? zero_unit_params(&s->z, LAYER_EMBEDDING) : NULL);
 }
 
-void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const ProcessGrid *grid,
-                       const char *schedule) {
-    if (!s->zero) {
-        stage_replicas_resume(&s->replicas, run, program, grid, schedule); /* chapter 04's */
+void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const char *schedule) {
+    Pipeline *p = s->p;
+    int half = p->layout.cfg->precision != PRECISION_FP32;
+    s->step = run->first_step;
+    if (!s->zero) { /* chapter 04's: replica d writes share d */
+        pipeline_ckpt_layout_init(&run->ckpt, program, s->grid, schedule, NULL);
+        held_checkpoint_layout(s->held, &s->opt, s->grid->d, s->grid->dp, &run->ckpt);
+        if (run_resume(run, &s->opt.t) && half) mixed_weights_from_master(s->held->mixed); /* fp32 there */
         return;
     }
-    Pipeline *p = s->p;
     char zero[16];
     snprintf(zero, sizeof zero, "zero %d", s->zero);
-    pipeline_ckpt_layout_init(&run->ckpt, program, grid, schedule, zero);
+    pipeline_ckpt_layout_init(&run->ckpt, program, s->grid, schedule, zero);
     /* the held units or slices; the moments of this rank's dp shard */
     zero_stage_checkpoint_layout(&s->z, p->layout.tensor ? &p->tpm : NULL, &run->ckpt);
-    if (run_resume(run, &s->z.opt.t) && p->layout.cfg->precision != PRECISION_FP32)
+    if (run_resume(run, &s->z.opt.t) && half)
         zero_weights_from_master(&s->z); /* the checkpoint: fp32; the 16-bit weights rounded from it */
     refresh_tied_copy(s);                /* initial or resumed: the last stage's copy of wte from them */
 }
 
-void zero_stage_begin_step(ZeroStage *s, int step) {
-    if (s->zero) {
-        zero_start_clock(&s->z, step);
-        zero_begin_step(&s->z);
-        tied_ends_begin_step(&s->tied);
-    } else {
-        stage_replicas_begin_step(&s->replicas);
-    }
-}
-
-double zero_stage_sum_gradients(ZeroStage *s, double *busy_ms) {
-    if (!s->zero) return stage_replicas_sum_gradients(&s->replicas, busy_ms);
-    zero_sync_grads(&s->z); /* stage 1: reduce-scatter; 2: the last units' reduce-scatters */
-    /* tied on several stages: the head's gradient of wte, summed over the last stage's replicas,
-     * into the first stage's slice of the embedding unit's (tied_ends.h) */
-    double start = wall_ms();
-    const float *head_slice = tied_ends_sum_gradient(&s->tied);
-    if (head_slice) zero_add_slice(&s->z, LAYER_EMBEDDING, head_slice);
-    return s->tied.end != TIED_NONE ? wall_ms() - start : 0.0; /* ZeRO's own waits count in the update */
-}
-
 int zero_stage_update(ZeroStage *s, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm,
                       double *comm_ms, double *busy_ms) {
-    if (!s->zero) return stage_replicas_update(&s->replicas, ls, h, step, grad_norm); /* chapter 04's */
+    if (!s->zero) { /* chapter 04's: the norm from what each rank holds, AdamW on its part */
+        GradShards grads = held_grad_shards(s->held, s->grid->world);
+        return optimizer_step(s->held->model, s->held->mixed, &s->opt, ls, &grads, h, step, grad_norm);
+    }
     /* the norm from the slices; AdamW on this rank's; all-gather the stage's units */
     int skipped = zero_step_update(&s->z, ls, h, step, grad_norm);
     double start = wall_ms();
@@ -165,8 +165,4 @@ int zero_stage_update(ZeroStage *s, LossScaler *ls, const OptimHyper *h, int ste
     *comm_ms += s->z.comm_ms + (s->tied.end != TIED_NONE ? wall_ms() - start : 0.0); /* its collectives, wherever in the step */
     *busy_ms = s->z.comm_busy_ms;
     return skipped;
-}
-
-void zero_stage_check_replicas(const ZeroStage *s, int every, int step) {
-    if (!s->zero) stage_replicas_check(&s->replicas, every, step);
 }

@@ -17,10 +17,11 @@
  *               on tp rank 0), AdamW on this rank's slices, the units
  *               all-gathered again; fp32 or 16 bits, with checkpoints
  *
- * The step reads the same either way (05's train.c):
- *   zero_stage_begin_step -> the schedule (pipeline.h) -> zero_stage_sum_gradients
- *   -> zero_stage_update
- * and what differs sits here, so that the story of the step stays in main. */
+ * The step reads as chapter 04's either way (05's train.c): the replicas'
+ * data_parallel_begin_step -> the schedule (pipeline.h) ->
+ * data_parallel_sum_gradients -> zero_stage_update, where 04 ran
+ * optimizer_step; what differs sits here, so that the story of the step
+ * stays in main. */
 #ifndef ZERO_STAGE_H
 #define ZERO_STAGE_H
 
@@ -30,7 +31,6 @@
 #include "common/model/optim.h" /* AdamW and the learning-rate schedule */
 #include "04_pipeline/pipeline.h" /* 04: a pipeline stage and its interpreter */
 #include "04_pipeline/pipeline_flags.h" /* 04: the pipeline's flags and checks */
-#include "04_pipeline/stage_replicas.h" /* 04: a stage's replicas */
 #include "05_zero/tied_ends.h" /* 05: a tied wte on two stages, owned by the first */
 #include "05_zero/zero.h" /* 05: ZeRO's shards */
 
@@ -55,23 +55,27 @@ void zero_check_flags(const Config *cfg, const ZeroFlags *z, const PipelineFlags
 typedef struct {
     int zero;               /* 0, 1 or 2 */
     Pipeline *p;            /* the stage whose gradients these are */
-    CommGroup *model_group; /* one replica's ranks: its stages and slices (the norm counts a slice once) */
-    CommGroup *world;
-    StageReplicas replicas; /* --zero 0: chapter 04's replicas and AdamW (stage_replicas.h) */
-    Zero z;                /* --zero 1-2: the stage's units sharded over its dp group */
-    TiedEnds tied;         /* --zero 1-2, --tie-embeddings on several stages: the first stage's
-                              shards own wte, the last stage's head reads a copy (tied_ends.h) */
+    HeldModel *held;        /* the stage as the step sees it (pipeline_held) */
+    DataParallel *replicas; /* --zero 0: chapter 02's sum over the stage's replicas; 1-2: taken over here */
+    const ProcessGrid *grid;
+    AdamW opt;     /* --zero 0: chapter 04's AdamW on what this rank holds */
+    Zero z;        /* --zero 1-2: the stage's units sharded over its dp group */
+    TiedEnds tied; /* --zero 1-2, --tie-embeddings on several stages: the first stage's
+                      shards own wte, the last stage's head reads a copy (tied_ends.h) */
+    int step;      /* --zero 1-2: the step data_parallel_begin_step begins (ZeRO's timeline) */
 } ZeroStage;
 
-/* The optimizer of stage p (built with caller_storage when zero > 0) over
- * grid's dp group: --zero 0 with chapter 02's replicas (dp's flags), 1-2 with
- * zero.c, whose hooks it gives the pipeline. */
-void zero_stage_create(ZeroStage *s, Pipeline *p, int zero, const DataParallelFlags *dp,
-                       const ProcessGrid *grid, CommGroup *model_group, CommGroup *world);
+/* The optimizer of stage p (pipeline_build'ed with caller storage when zero
+ * > 0), held its view: --zero 0 chapter 04's, replicas made by
+ * data_parallel_create over grid's weight group (dp's flags) and AdamW on
+ * what this rank holds; 1-2 zero.c's shards over that group, whose storage
+ * calls it gives the stage's units, and replicas taken over
+ * (data_parallel_take_over: their begin_step starts ZeRO's step, their
+ * sum_gradients is ZeRO's reduce-scatter, with a tied head's gradient of wte
+ * then added into the first stage's shards). */
+void zero_stage_create(ZeroStage *s, DataParallel *replicas, Pipeline *p, HeldModel *held, int zero,
+                       const DataParallelFlags *dp, const ProcessGrid *grid);
 void zero_stage_destroy(ZeroStage *s);
-/* --ep with --zero 0: chapter 04's stage_replicas_split_experts (x zeroed otherwise). */
-void zero_stage_split_experts(ZeroStage *s, ExpertParallel *x, const ExpertParallelFlags *f,
-                              const ModelParallelFlags *mp, const ProcessGrid *grid);
 /* The flags ZeRO does not combine with, refused in one line each (fatal),
  * for --zero `zero` on P stages of T tensor ranks: chapter 04's replica flags
  * under ZeRO or on one stage (ZeRO keeps the replicas), --virtual with ZeRO,
@@ -85,28 +89,18 @@ void zero_stage_check_flags(const Config *cfg, int zero, int P, int T, int cp, i
  * refused in one line: not written with ZeRO's shards (and so 06's
  * --offload, which shards too) or its own step on one stage yet. */
 void zero_refuse_expert_parallel(int ep, int zero, int P);
-/* What this rank holds of a checkpoint (--zero 0: its stage's units or their
- * slices, replica d writing share d; 1-2: zero_stage_checkpoint_layout),
- * --resume read into it, and (--zero 0) every replica's weights made rank
- * 0's. */
-void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const ProcessGrid *grid,
-                       const char *schedule);
-
-/* Before the step's schedule (step 0-based). */
-void zero_stage_begin_step(ZeroStage *s, int step);
-/* After it: the gradients summed over the replicas (--zero 0: all-reduced;
- * 1: reduce-scattered; 2: the last units' reduce-scatters; a tied head's
- * gradient of wte then added into the first stage's shards). Returns the
- * milliseconds this rank waited; *busy_ms: how long the all-reduces ran. */
-double zero_stage_sum_gradients(ZeroStage *s, double *busy_ms);
+/* What this rank holds of a checkpoint (--zero 0: held's, replica d
+ * writing share d; 1-2: zero_stage_checkpoint_layout, the layout named
+ * "zero N"), --resume read into it, the 16-bit weights rounded from it. */
+void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const char *schedule);
 /* The update of step `step` (1-based): the WHOLE model's gradient norm from
- * what each rank holds, clipping, AdamW on this rank's part (with ZeRO and
- * tied embeddings, the last stage's copy of wte refreshed); returns 1 when
- * fp16 overflowed on any rank (skipped everywhere). With ZeRO, *comm_ms and
- * *busy_ms gain its collectives' times, wherever in the step they ran. */
+ * what each rank holds, clipping, AdamW on this rank's part (--zero 0:
+ * optimizer_step on held's; 1-2: on this rank's shards, the stage's units
+ * all-gathered again, with tied embeddings the last stage's copy of wte
+ * refreshed); returns 1 when fp16 overflowed on any rank (skipped
+ * everywhere). With ZeRO, *comm_ms and *busy_ms gain its collectives'
+ * times, wherever in the step they ran. */
 int zero_stage_update(ZeroStage *s, LossScaler *ls, const OptimHyper *h, int step, double *grad_norm,
                       double *comm_ms, double *busy_ms);
-/* --check-replicas N (--zero 0): every N steps the replicas compare their weights. */
-void zero_stage_check_replicas(const ZeroStage *s, int every, int step);
 
 #endif

@@ -164,7 +164,7 @@ static void offload_stage_schedule_fetches(Offload *o, const Pipeline *p) {
         OpKind kind = p->schedule.actions[i].kind;
         if (kind == OP_FORWARD)
             for (int u = first; u <= last; u++) uses[n++] = (ZeroUse){ZERO_FORWARD, u};
-        else if (kind == OP_BACKWARD || kind == OP_BACKWARD_INPUT || kind == OP_BACKWARD_WEIGHT)
+        else if (schedule_op_backward(kind))
             for (int u = last; u >= first && (kind != OP_BACKWARD_WEIGHT || u >= 0); u--)
                 uses[n++] = (ZeroUse){ZERO_BACKWARD, u};
     }
@@ -172,36 +172,77 @@ static void offload_stage_schedule_fetches(Offload *o, const Pipeline *p) {
     free(uses);
 }
 
-void offload_stage_create(OffloadStage *s, Pipeline *p, const ProcessGrid *grid, Run *run, const char *program,
-                          const char *schedule, const OffloadFlags *f) {
+/* --offload: the replicas' calls of the step (data_parallel_take_over). */
+static void offload_replicas_begin_step(void *owner) {
+    OffloadStage *s = owner;
+    int step = ++s->step; /* 1-based, for the timeline */
+    if (s->offload_activations) activation_offload_begin_step(&s->acts, step);
+    offload_begin_step(&s->off, step);
+    tied_ends_begin_step(&s->tied);
+}
+static double offload_replicas_sum_gradients(void *owner, double *busy_ms) {
+    OffloadStage *s = owner;
+    (void)busy_ms;
+    if (s->offload_activations) activation_offload_end_step(&s->acts);
+    offload_finish_grads(&s->off);
+    double start = wall_ms();
+    const float *head_slice = tied_ends_sum_gradient(&s->tied); /* tied on several stages */
+    if (head_slice) add_tied_slice(s, head_slice);
+    return s->tied.end != TIED_NONE ? wall_ms() - start : 0.0;
+}
+static const DataParallelOps offload_replicas = {.begin_step = offload_replicas_begin_step,
+                                                 .sum_gradients = offload_replicas_sum_gradients};
+
+void offload_stage_create(OffloadStage *s, ZeroStage *zero, DataParallel *replicas, Pipeline *p, HeldModel *held,
+                          int zero_stage, const DataParallelFlags *dp, const ProcessGrid *grid,
+                          const OffloadFlags *f) {
+    s->zero = zero, s->grid = grid, s->p = p;
+    if (!s->offload) {
+        zero_stage_create(zero, replicas, p, held, zero_stage, dp, grid); /* chapter 05's */
+        return;
+    }
     Offload *o = &s->off;
     const StageLayout *l = &p->layout;
     const Config *cfg = l->cfg;
-    int dpu = f->dpu;
     if (l->tensor) /* this rank's tensor slices of the stage's units, sharded over dp */
-        offload_create_slices(o, &p->tpm, grid->weight_group, cfg, dpu, f->params);
+        offload_create_slices(o, &p->tpm, grid->weight_group, cfg, f->dpu, f->params);
     else
-        offload_create(o, &p->model, l->first_unit, l->last_unit, grid->weight_group, cfg, dpu, f->params);
+        offload_create(o, &p->model, l->first_unit, l->last_unit, grid->weight_group, cfg, f->dpu, f->params);
     if (f->params) offload_stage_schedule_fetches(o, p);
     offload_attach_timeline(o, &p->times.timeline, &p->times.origin_ms);
-    /* each rank's host shard of its stage's units (offload.h) */
-    pipeline_ckpt_layout_init(&run->ckpt, program, grid, schedule, dpu ? "offload, dpu" : "offload");
-    offload_checkpoint_layout(o, &run->ckpt);
-    if (run_resume(run, &o->t)) offload_weights_from_master(o); /* the device's weights from the fp32 */
     /* tied: the first stage's host shard owns wte; the last stage's head reads a copy of it */
     tied_ends_create(&s->tied, o->model, l->stage, l->stages, l->pp, grid->weight_group, cfg->precision, 1);
+    data_parallel_take_over(replicas, dp, &offload_replicas, s);
+}
+
+void offload_stage_resume(OffloadStage *s, Run *run, const char *program, const char *schedule,
+                          const OffloadFlags *f) {
+    if (!s->offload) {
+        zero_stage_resume(s->zero, run, program, schedule); /* chapter 05's */
+        return;
+    }
+    Offload *o = &s->off;
+    int dpu = f->dpu;
+    s->step = run->first_step;
+    /* each rank's host shard of its stage's units (offload.h) */
+    pipeline_ckpt_layout_init(&run->ckpt, program, s->grid, schedule, dpu ? "offload, dpu" : "offload");
+    offload_checkpoint_layout(o, &run->ckpt);
+    if (run_resume(run, &o->t)) offload_weights_from_master(o); /* the device's weights from the fp32 */
     offload_stage_weights_changed(s);
+}
+
+void offload_stage_log(const OffloadStage *s, const OffloadFlags *f) {
+    if (!s->offload) return;
+    const ProcessGrid *grid = s->grid;
+    const Offload *o = &s->off;
     char tp[96] = ""; /* --tp: each rank's host shard is of its tensor slices; --cp: over dp x cp */
     if (grid->cp > 1) snprintf(tp, sizeof tp, " x %d context-parallel", grid->cp);
     if (grid->tp > 1) snprintf(tp + strlen(tp), sizeof tp - strlen(tp), " x %d tensor-parallel", grid->tp);
-    log_info(
-        "%s | %d ranks = %d stages%s x %d replicas | device %s | comm %s | %s | %zu parameters, %zu in this "
-        "rank's host shard | batch %d = %d replicas x %d micro-batches x %d sequences%s\n",
-        program, grid->pp * grid->cp * grid->tp * grid->dp, grid->pp, tp, grid->dp, device_name(),
-        comm_transport_name(), precision_name(cfg->precision), offload_whole_params(p), o->shard_n,
-        cfg->batch, grid->dp, cfg->micro, p->layout.B,
-        dpu ? (f->dpu_reference ? " | delayed update (reference)" : " | delayed update")
-            : f->params ? " | weights on the host, two units on the device" : "");
+    log_info("offload: %d ranks = %d stages%s x %d replicas | %zu parameters, %zu in this rank's host shard%s\n",
+             grid->pp * grid->cp * grid->tp * grid->dp, grid->pp, tp, grid->dp, offload_whole_params(s->p),
+             o->shard_n,
+             f->dpu ? (f->dpu_reference ? " | delayed update (reference)" : " | delayed update")
+                    : f->params ? " | weights on the host, two units on the device" : "");
 }
 
 int offload_decide(Offload *o, Run *run, const OptimHyper *h, int step, double *grad_norm,
@@ -215,7 +256,7 @@ int offload_decide(Offload *o, Run *run, const OptimHyper *h, int step, double *
     return decision.skipped;
 }
 
-void offload_finish(Pipeline *p, Run *run, const ProcessGrid *grid, int dpu_warmup, double pcie_bytes) {
+void offload_finish(Pipeline *p, Run *run, int dpu_warmup, double pcie_bytes) {
     const Config *cfg = run->cfg;
     timeline_write(&p->times.timeline, run->world, cfg->out);
     double peak_host = comm_allreduce_double(run->world, (double)mem_peak_total(SPACE_HOST), 1);
@@ -224,7 +265,6 @@ void offload_finish(Pipeline *p, Run *run, const ProcessGrid *grid, int dpu_warm
     snprintf(extra_values, sizeof extra_values, ",%s,1,%d,%d,%.0f,%.0f,%.0f", precision_name(cfg->precision),
              dpu_warmup >= 0, dpu_warmup >= 0 ? dpu_warmup : 0, peak_host, pcie_bytes / ran,
              run->bytes_sent / ran);
-    run_layout(run, grid->dp, grid->tp, grid->pp, 2);
     run_finish(run, offload_whole_params(p),
                ",precision,offload,dpu,dpu_warmup,peak_host_bytes,pcie_bytes_per_step,bytes_sent_per_step",
                extra_values,
@@ -245,38 +285,18 @@ void offload_stage_create_checkpoints(OffloadStage *s, Pipeline *p) {
     activation_offload_attach_timeline(&s->acts, &p->times.timeline, &p->times.origin_ms);
 }
 
-void offload_stage_begin_step(OffloadStage *s, int step) {
-    if (s->offload_activations) activation_offload_begin_step(&s->acts, step + 1);
-    if (s->offload) {
-        offload_begin_step(&s->off, step + 1);
-        tied_ends_begin_step(&s->tied);
-    } else
-        zero_stage_begin_step(&s->replicas, step);
-}
-
-double offload_stage_sum_gradients(OffloadStage *s, double *busy_ms) {
-    if (s->offload_activations) activation_offload_end_step(&s->acts);
-    if (!s->offload) return zero_stage_sum_gradients(&s->replicas, busy_ms);
-    offload_finish_grads(&s->off);
-    double start = wall_ms();
-    const float *head_slice = tied_ends_sum_gradient(&s->tied); /* tied on several stages */
-    if (head_slice) add_tied_slice(s, head_slice);
-    return s->tied.end != TIED_NONE ? wall_ms() - start : 0.0;
-}
-
 void offload_stage_columns(OffloadStage *s, double *columns) {
     columns[0] = s->off.bytes_d2h + s->acts.bytes_d2h;
     columns[1] = s->off.bytes_h2d + s->acts.bytes_h2d;
     s->pcie_bytes += columns[0] + columns[1];
 }
 
-void offload_stage_finish(OffloadStage *s, Pipeline *p, Run *run, const ProcessGrid *grid,
-                          size_t whole_params, const char *schedule, double *bubbles, double bubble_theory,
-                          int zero, const OffloadFlags *f) {
+void offload_stage_finish(OffloadStage *s, Pipeline *p, Run *run, double *bubbles, double bubble_theory,
+                          size_t whole_params, const OffloadFlags *f) {
     if (s->offload)
-        offload_finish(p, run, grid, f->dpu ? f->dpu_warmup : -1, s->pcie_bytes);
+        offload_finish(p, run, f->dpu ? f->dpu_warmup : -1, s->pcie_bytes);
     else
-        pipeline_finish(p, run, grid, whole_params, schedule, bubbles, bubble_theory, zero);
+        pipeline_finish(p, run, bubbles, bubble_theory, whole_params);
 }
 
 void offload_stage_destroy(OffloadStage *s) {
@@ -285,5 +305,5 @@ void offload_stage_destroy(OffloadStage *s) {
     if (s->offload)
         offload_destroy(&s->off);
     else
-        zero_stage_destroy(&s->replicas);
+        zero_stage_destroy(s->zero);
 }

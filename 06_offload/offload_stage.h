@@ -58,16 +58,6 @@ typedef struct OffloadStage OffloadStage; /* 06's main's stage (below) */
  * (then offload_stage_weights_changed). */
 void offload_finish_delayed(OffloadStage *s);
 
-/* The offload of stage p's units over grid's dp group (--dpu: a second
- * gradient shard for the delayed update; --offload-params: the weights on
- * the host, copied in by the schedule of the stage's step, offload.h), its
- * rows in the stage's timeline,
- * what this rank holds of a checkpoint (its host shard, the layout named
- * with the schedule by pipeline_ckpt_layout_init), --resume read into it
- * and the device's weights rounded from it; then the run's header line
- * (the layout, the parameters in this rank's host shard, the batch). */
-void offload_stage_create(OffloadStage *s, Pipeline *p, const ProcessGrid *grid, Run *run, const char *program,
-                          const char *schedule, const OffloadFlags *f);
 /* After the device's weights changed (an update installed, or a delayed one
  * finished): with tied embeddings on several stages, the last stage's copy
  * of wte refreshed from the first stage's (tied_ends.h); else nothing. */
@@ -78,18 +68,23 @@ void offload_stage_weights_changed(OffloadStage *s);
  * the step is skipped (an fp16 overflow on any rank). */
 int offload_decide(Offload *o, Run *run, const OptimHyper *h, int step, double *grad_norm,
                    OffloadUpdate *update);
-/* After the last step: timeline.csv and trace.json, run.csv with the
- * offload's columns (the peak host memory over the ranks, the bytes over
- * PCIe and the network per step), memory.csv. dpu_warmup: -1 without --dpu. */
-void offload_finish(Pipeline *p, Run *run, const ProcessGrid *grid, int dpu_warmup, double pcie_bytes);
+/* After the last step and run_layout: timeline.csv and trace.json, run.csv
+ * with the offload's columns (the peak host memory over the ranks, the
+ * bytes over PCIe and the network per step), memory.csv. dpu_warmup: -1
+ * without --dpu. */
+void offload_finish(Pipeline *p, Run *run, int dpu_warmup, double pcie_bytes);
 
 /* ---- 06's main: a stage's replicas are 05's or offloaded ----
  * Chosen by --offload for the run, as zero_stage.h chooses between 04's
- * all-reduce and ZeRO. The offload enters the step where main calls these
- * (and its own offload_step, the update on the host). */
+ * all-reduce and ZeRO. The offload enters the step through the replicas'
+ * calls (data_parallel_take_over: begin_step, sum_gradients) and where main
+ * calls these (and its own offload_step, the update on the host). */
 struct OffloadStage {
     int offload;           /* --offload */
-    ZeroStage replicas;    /* without it: chapter 05's (zero_stage.h) */
+    ZeroStage *zero;       /* without it: chapter 05's (zero_stage.h) */
+    Pipeline *p;           /* the stage */
+    const ProcessGrid *grid;
+    int step;              /* the step the replicas' begin_step begins */
     Offload off;           /* with it (offload.h) */
     DelayedUpdate delayed; /* --dpu: the update waiting for its turn */
     double pcie_bytes;     /* this rank's bytes over PCIe, every step's */
@@ -104,21 +99,35 @@ struct OffloadStage {
 const CheckpointStore *offload_stage_checkpoints(OffloadStage *s, const OffloadFlags *f);
 /* Once the pipeline is built: host memory for its slots' checkpoints. */
 void offload_stage_create_checkpoints(OffloadStage *s, Pipeline *p);
-/* Before the step's schedule (step 0-based): with --offload, each unit's
- * gradient leaves for the host as its backward ends (offload_begin_step). */
-void offload_stage_begin_step(OffloadStage *s, int step);
-/* After it: 05's sum over the replicas (zero_stage_sum_gradients: the
- * milliseconds waited), or the copies in flight added into the host's fp32
- * shard (offload_finish_grads), and the checkpoints' copies done. */
-double offload_stage_sum_gradients(OffloadStage *s, double *busy_ms);
+/* Without --offload chapter 05's zero_stage_create. With it, the offload
+ * of stage p's units over grid's weight group (--dpu: a second gradient
+ * shard for the delayed update; --offload-params: the weights on the host,
+ * copied in by the schedule of the stage's step, offload.h), its rows in
+ * the stage's timeline, and replicas taken over: their begin_step starts
+ * the step (each unit's gradient leaves for the host as its backward ends;
+ * offload_begin_step), their sum_gradients waits for the copies in flight,
+ * added into the host's fp32 shard (offload_finish_grads), and the
+ * checkpoints' copies. */
+void offload_stage_create(OffloadStage *s, ZeroStage *zero, DataParallel *replicas, Pipeline *p, HeldModel *held,
+                          int zero_stage, const DataParallelFlags *dp, const ProcessGrid *grid,
+                          const OffloadFlags *f);
+/* Without --offload zero_stage_resume. With it, what this rank holds of a
+ * checkpoint (its host shard, the layout named with the schedule by
+ * pipeline_ckpt_layout_init), --resume read into it and the device's
+ * weights rounded from it. */
+void offload_stage_resume(OffloadStage *s, Run *run, const char *program, const char *schedule,
+                          const OffloadFlags *f);
+/* With --offload, its line of the run's header: the layout, the parameters
+ * in this rank's host shard, the delayed update or the weights on the host. */
+void offload_stage_log(const OffloadStage *s, const OffloadFlags *f);
 /* After the update: steps.csv's columns d2h_bytes and h2d_bytes, the step's
  * bytes over PCIe (0 without --offload; the checkpoints' included), counted
  * into the run's. */
 void offload_stage_columns(OffloadStage *s, double *columns);
-/* After the last step: pipeline_finish's run.csv, or offload_finish's. */
-void offload_stage_finish(OffloadStage *s, Pipeline *p, Run *run, const ProcessGrid *grid,
-                          size_t whole_params, const char *schedule, double *bubbles, double bubble_theory,
-                          int zero, const OffloadFlags *f);
+/* After the last step and run_layout: pipeline_finish's run.csv, or offload_finish's. */
+void offload_stage_finish(OffloadStage *s, Pipeline *p, Run *run, double *bubbles, double bubble_theory,
+                          size_t whole_params, const OffloadFlags *f);
+/* Everything freed; without --offload, zero_stage_destroy. */
 void offload_stage_destroy(OffloadStage *s);
 
 #endif

@@ -113,6 +113,7 @@ void data_identify(const char *path, int T, int V, size_t *bytes, uint64_t *chec
 
 void data_upload_batch(const Dataset *d, Split split, uint64_t seed, int index, int first, int count, int T,
                        int *device_tokens, int *device_targets) {
+    if (!device_tokens && !device_targets) return; /* nothing wanted here (a pipeline's middle stage) */
     size_t bytes = (size_t)count * T * sizeof(int);
     int *tokens = xmalloc(bytes), *targets = xmalloc(bytes);
     data_batch(d, split, seed, index, first, count, T, tokens, targets);

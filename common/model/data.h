@@ -40,7 +40,8 @@ void data_batch(const Dataset *d, Split split, uint64_t seed, int index, int fir
                 int *tokens, int *targets);
 
 /* data_batch, then both arrays copied into the device buffers (count, T) each:
- * what every chapter does for a micro-batch. */
+ * what every chapter does for a micro-batch (both NULL: nothing, where the
+ * rank reads no tokens). */
 void data_upload_batch(const Dataset *d, Split split, uint64_t seed, int index, int first, int count, int T,
                        int *device_tokens, int *device_targets);
 

@@ -271,7 +271,7 @@ int loss_scaler_update(LossScaler *ls, int finite) {
 void precision_zero_grads(GPT *model, MixedModel *mm) {
     if (mm->params)
         ops()->fill_zero_half(mm->grads, mm->n);
-    else
+    else if (model->grads) /* (none: a model whose storage its caller keeps, model.h) */
         ops()->fill_zero(model->grads, model->param_count);
 }
 

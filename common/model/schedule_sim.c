@@ -22,6 +22,10 @@ int schedule_op_parse(const char *name) {
     return -1;
 }
 
+int schedule_op_backward(OpKind kind) {
+    return kind == OP_BACKWARD || kind == OP_BACKWARD_INPUT || kind == OP_BACKWARD_WEIGHT;
+}
+
 /* The kind and micro-batches of an action: F3, sa3|rg1, ... */
 static void format_kind_micro(const Action *a, char *buf, size_t len) {
     switch (a->kind) {

@@ -82,6 +82,8 @@ void schedule_replay_lists(const StageSchedule *stages, int P, int V, int M, con
  * and the kind of such a name, or -1. */
 const char *schedule_op_name(OpKind kind);
 int schedule_op_parse(const char *name);
+/* Whether an action computes a backward: whole (OP_BACKWARD), or zero bubble's B or W. */
+int schedule_op_backward(OpKind kind);
 /* The action as schedule_print prints it: F3, sa3|rg1, B2c1 (c<chunk> past chunk 0). */
 void schedule_format_action(const Action *a, char *buf, size_t len);
 

@@ -44,12 +44,7 @@ from tool import Refusal, check_output_file, make_output_dir, run_tool
 
 BUDGET = {"removed": 30, "added": 150}
 # "NN_name": (removed, added, why): a chapter allowed more than BUDGET, and why.
-EXCEPTIONS = {
-    "04_pipeline": (102, 150, "the micro-batch loop becomes the loop over the stage's actions (pipeline_run_action), "
-                             "03's ModelParallel becomes the stage with its schedule and its reports, and 03's "
-                             "optimizer and all-reduce calls the stage's replicas' (stage_replicas.h), 03's "
-                             "--ep among them (stage_replicas_split_experts)"),
-}
+EXCEPTIONS = {}
 MARK = re.compile(r"(<!-- chapter diff (\d\d) -->\n)(.*?)(<!-- end chapter diff \2 -->)", re.S)
 
 

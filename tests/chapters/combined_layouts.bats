@@ -421,7 +421,7 @@ assert_norms_match() { assert_column_match grad_norm "$@"; }
     run05 2 "$d/z2" --zero 2
     run06 2 "$d/off" --offload --pp 2 --micro 2
     for run in z1pp z2 off; do
-        head -1 "$d/$run/steps.csv" | grep -q ',idle_fraction,bubble,' || { head -1 "$d/$run/steps.csv"; false; }
+        head -1 "$d/$run/steps.csv" | grep -q ',idle_fraction,ep_rows_max,ep_rows_mean,bubble,' || { head -1 "$d/$run/steps.csv"; false; }
         csv_column "$d/$run/steps.csv" idle_fraction |
             awk '{ n++; if ($1 < 0 || $1 >= 1) bad = 1 } END { exit bad || n != 4 }'
         assert_equal "$(tail -n +2 "$d/$run/busy.csv" | wc -l)" "$(($(csv_column "$d/$run/run.csv" world_size) * 4))"

@@ -164,7 +164,7 @@ check_stages() {
     awk -v b="$measured" 'BEGIN { exit !(b > 0 && b < 1) }'
     # the chapter's columns: 03's idle_fraction, its own bubble, 03's ep_rows_max and ep_rows_mean, then
     # 02's comm_busy_ms (harness.h's order)
-    head -1 "$out/steps.csv" | grep -q ',idle_fraction,bubble,ep_rows_max,ep_rows_mean,comm_busy_ms$'
+    head -1 "$out/steps.csv" | grep -q ',idle_fraction,ep_rows_max,ep_rows_mean,bubble,comm_busy_ms$'
 }
 
 # Activation bytes of rank r in a run's memory.csv.

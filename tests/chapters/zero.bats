@@ -128,7 +128,7 @@ early_gathers() {
     zero 2 --zero 0 --out "$BATS_TEST_TMPDIR/busy0"
     zero 2 --zero 3 --out "$BATS_TEST_TMPDIR/busy3"
     assert_equal "$(head -1 "$BATS_TEST_TMPDIR/busy0/steps.csv")" \
-        "step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss,idle_fraction,bubble,ep_rows_max,ep_rows_mean,bytes_sent,comm_busy_ms"
+        "step,loss,lr,grad_norm,step_ms,fwd_ms,bwd_ms,comm_ms,opt_ms,tokens_per_s,val_loss,idle_fraction,ep_rows_max,ep_rows_mean,bubble,bytes_sent,comm_busy_ms"
     paste -d, <(csv_column "$BATS_TEST_TMPDIR/busy0/steps.csv" comm_ms) \
         <(csv_column "$BATS_TEST_TMPDIR/busy0/steps.csv" comm_busy_ms) | awk -F, '{ n++; if ($1 != $2) bad = 1 } END { exit bad || n != 4 }'
     [ "$(csv_column "$BATS_TEST_TMPDIR/busy3/steps.csv" comm_busy_ms | awk '$1 > 0' | wc -l)" -eq 4 ]

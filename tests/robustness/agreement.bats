@@ -129,7 +129,7 @@ assert_disagreement() {
 @test "06: --pp 2 and --pp 2 --dp 2 are the same layout on 4 ranks: they agree and train" {
     disagree 06_offload/train 4 "--pp 2" "--pp 2 --dp 2" --offload --steps 1 --batch 4
     assert_success
-    assert_output --partial "06_offload/train | 4 ranks = 2 stages x 2 replicas"
+    assert_output --partial "offload: 4 ranks = 2 stages x 2 replicas"
     # --pp 1 leaves every rank to dp (05's layout rule): the record's first difference is --dp
     disagree 06_offload/train 4 "--pp 2" "--pp 1" --offload --steps 1 --batch 4
     assert_equal "$status" 2

@@ -259,6 +259,9 @@ void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uin
         }
     gpt_set_range(m, tm->first_unit, tm->last_unit); /* param_first: the held span's first element */
     m->param_count = held;                           /* of which the chunks' units are held */
+    int own_runs = 0; /* runs of the range's units, a copy before it (the tied wte) not counted */
+    for (int c = 0; c < chunks; c++) own_runs += first_units[c] >= tm->first_unit;
+    if (own_runs > 1) m->unit_at = tm->held_at; /* several runs: where each unit is (gpt_held_offset) */
 
     /* the norm's parts (tp_grad_shards, tp_grad_shards_once): the held tensors, offsets in the held buffer */
     tm->norm_spans = xcalloc(m->num_tensors, sizeof(GradSpan));

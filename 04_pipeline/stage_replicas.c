@@ -30,7 +30,11 @@ void stage_replicas_split_experts(StageReplicas *r, ExpertParallel *x, const Exp
     r->replica = grid->d;
     /* the norm's parts: x's spans (dense, experts), less the tied copy, each counted on one rank */
     size_t own = p->own_span.count ? p->own_span.count : p->model.param_count;
-    r->spans = expert_parallel_spans_once(x, own, grid->d, &r->num_spans);
+    if (p->layout.tensor) /* --tp: of each tensor the tp rank's slice, a replicated one on tp rank 0 */
+        r->spans =
+            expert_parallel_slices_once(x, p->tpm.once_spans, p->tpm.num_once_spans, grid->d, &r->num_spans);
+    else
+        r->spans = expert_parallel_spans_once(x, own, grid->d, &r->num_spans);
 }
 
 void stage_replicas_print(const StageReplicas *r) {

@@ -13,7 +13,7 @@
 
 const Flag expert_parallel_flags[] = {
     {.type = FLAG_SECTION,
-     .help = "expert parallel (with --experts E; --ep N divides E and --dp; on stages, each stage's replicas)"},
+     .help = "expert parallel (with --experts E; --ep N divides E and --dp; per stage and tp rank)"},
     {"--ep", FLAG_INT, FIELD(ExpertParallelFlags, ep), 1, MAX_EXPERTS, .def = "1", .usage = "--ep N",
      .help = "expert parallel: each MoE block's E experts split over N data-parallel ranks\n"
              "(E/N each, only their weights, gradients and optimizer state held), tokens\n"
@@ -25,8 +25,7 @@ const Flag expert_parallel_flags[] = {
 void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f,
                                  const ModelParallelFlags *mp, int stages) {
     int E = cfg->model.moe.experts, N = f->ep, dp = mp->dp, cp = mp->cp;
-    if (!stages) stages = strcmp(mp->mp, "layer") == 0 ? mp->ranks / (dp * cp) : 1; /* 03's split */
-    int mp_size = mp->ranks / (dp * cp * stages); /* ranks per copy of the model, besides its stages */
+    (void)stages; /* the same rules on a model copy's stages and tp ranks as on a whole replica */
     if (N > 1 && !E) fatal(EXIT_USAGE, "--ep %d splits the experts over ranks (valid: with --experts E)", N);
     if (E && cp > 1)
         fatal(EXIT_USAGE,
@@ -36,11 +35,6 @@ void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f
     if (E && mp->sp)
         fatal(EXIT_USAGE, "--experts with --sp is not written yet: the tokens are split over the tp ranks "
                           "there, and the experts run whole on all of them (valid: --tp without --sp)");
-    if (N > 1 && mp_size > 1)
-        fatal(EXIT_USAGE,
-              "--ep %d with --tp %d is not written yet: each tp rank holds the experts whole (valid: --ep 1 "
-              "with --tp above 1, or --tp 1)",
-              N, mp_size);
     if (N > 1 && E % N != 0)
         fatal(EXIT_USAGE, "--ep %d does not divide --experts %d (valid: N dividing E, each rank E/N experts)",
               N, E);
@@ -186,12 +180,6 @@ static int holders_color(const void *ctx, int d, int *key) {
     return d % N;
 }
 
-/* Whether tensor t is an expert tensor (fcw .. fcprojb of an MoE block). */
-static int expert_tensor(const GPT *m, const ParamTensor *t) {
-    return t->layer >= 0 && t->layer < m->cfg.layers && moe_layer(&m->cfg, t->layer) &&
-           t->kind >= BLOCK_FCW && t->kind <= BLOCK_FCPROJB;
-}
-
 /* The held buffer's runs: per MoE block held its experts' four tensors (one
  * range, held by the holders), and the dense runs between them (held by
  * every replica): the ranges apart for the replicas' sum, and the norm's spans. */
@@ -238,6 +226,19 @@ GradSpan *expert_parallel_spans_once(const ExpertParallel *x, size_t own, int re
     return spans;
 }
 
+GradSpan *expert_parallel_slices_once(const ExpertParallel *x, const GradSpan *once, int num_once,
+                                      int replica, int *num_spans) {
+    GradSpan *spans = xcalloc(num_once ? num_once : 1, sizeof(GradSpan));
+    *num_spans = 0;
+    for (int i = 0; i < num_once; i++) {
+        int expert = 0; /* whether the tensor lies in its block's experts' range */
+        for (int r = 0; r < x->apart_count && !expert; r++)
+            expert = once[i].first >= x->apart[r].lo && once[i].first < x->apart[r].hi;
+        if (expert ? replica < x->size : replica == 0) spans[(*num_spans)++] = once[i];
+    }
+    return spans;
+}
+
 /* The norm's parts (optimizer_step.h): this rank's stage's dense tensors on
  * replica 0, its experts on their holder in group 0, summed over the world. */
 static GradShards held_experts_grad_shards(void *owner, CommGroup *world) {
@@ -266,7 +267,7 @@ void expert_parallel_checkpoint_layout(const ExpertParallel *x, const AdamW *opt
             size_t at = gpt_held_offset(m, t);
             if (at == SIZE_MAX) continue; /* another stage's */
             int copy = t->layer < m->first_unit || t->layer > m->last_unit; /* the tied wte: read only */
-            int writes = !copy && (expert_tensor(m, t) ? replica < x->size : replica == 0);
+            int writes = !copy && (param_expert_tensor(&m->cfg, t) ? replica < x->size : replica == 0);
             ckpt_hold(l, a, whole.tensors[i].offset + t->whole_first, t->numel, at, writes);
         }
     }
@@ -274,8 +275,11 @@ void expert_parallel_checkpoint_layout(const ExpertParallel *x, const AdamW *opt
 }
 static void held_experts_checkpoint_layout(void *owner, AdamW *opt, int replica, int replicas,
                                            CkptLayout *l) {
-    (void)replicas;
-    expert_parallel_checkpoint_layout(owner, opt, replica, l);
+    ExpertParallel *x = owner;
+    if (x->sliced) /* tensor_parallel.h's: the slices, and each share of the experts from its replica */
+        x->inner->checkpoint_layout(x->inner_owner, opt, replica, replicas, l);
+    else
+        expert_parallel_checkpoint_layout(owner, opt, replica, l);
 }
 static double held_experts_evaluate(void *owner, const Dataset *data, const Config *cfg, int dp_index,
                                     int B) {
@@ -298,12 +302,18 @@ static const HeldModelOps held_experts_ops = {
 void expert_parallel_create(ExpertParallel *x, HeldModel *held, ModelParallel *par, DataParallel *replicas,
                             const ExpertParallelFlags *f, const ModelParallelFlags *mp, int B) {
     expert_parallel_split(x, held->model, par->dp, replicas, f, mp->alltoall, B, NULL, 1, &par->comm_ms);
-    expert_parallel_answer_held(x, held, held->model->param_count, comm_rank(par->dp));
+    expert_parallel_answer_held(x, held, held->model->param_count, comm_rank(par->dp),
+                                par->tensor ? &par->tpm : NULL);
 }
 
-void expert_parallel_answer_held(ExpertParallel *x, HeldModel *held, size_t own, int replica) {
+void expert_parallel_answer_held(ExpertParallel *x, HeldModel *held, size_t own, int replica,
+                                 const TensorParallelModel *tpm) {
     if (!x->layer) return;
-    x->once = expert_parallel_spans_once(x, own, replica, &x->num_once);
+    x->sliced = tpm != NULL;
+    if (tpm) /* --tp: of each tp rank's tensors, its slices and (on tp rank 0) the replicated ones */
+        x->once = expert_parallel_slices_once(x, tpm->once_spans, tpm->num_once_spans, replica, &x->num_once);
+    else
+        x->once = expert_parallel_spans_once(x, own, replica, &x->num_once);
     x->inner = held->ops, x->inner_owner = held->owner; /* the norm and the checkpoint answered here */
     held->ops = &held_experts_ops, held->owner = x;
 }

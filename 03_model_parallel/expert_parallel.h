@@ -68,6 +68,21 @@
  * expert's rows by its holder in group 0, so 01 resumes it and --ep resumes
  * 01's.
  *
+ * With tensor parallelism (--mp tensor --tp T, and --tp inside chapter
+ * 04's stages) every tp rank holds an MoE block's router and experts whole
+ * and runs them on the same tokens (tensor_parallel.h), so --ep splits them
+ * the same way per tp rank: tp rank t of replica d holds the experts of
+ * place d mod N, and its expert-parallel group is tp rank t of the N
+ * replicas of its group (grid.h's dp_group is per tp rank). The tp ranks of
+ * a replica route the same tokens, so each makes the same all-to-alls in
+ * its own group and gets the same outputs back: every tp rank sends what a
+ * replica without tp sends (run.csv's ep bytes are T times as many). The
+ * norm counts a sliced tensor on every tp rank of replica 0, a replicated
+ * one on tp rank 0 of replica 0, and each expert on tp rank 0 of its
+ * holder in group 0 (expert_parallel_slices_once); the checkpoint is
+ * tensor_parallel.h's, each share of the experts written by tp rank 0 of
+ * its holder in group 0.
+ *
  * On the layer split (--mp layer, chapter 03) each stage builds its
  * blocks with their experts only, and the replicas of a stage (grid.h's
  * dp_group) split them the same way; one micro-batch is in flight at a
@@ -104,9 +119,9 @@ typedef struct {
 extern const Flag expert_parallel_flags[];
 
 /* The refusals, one line each: --ep without --experts, N not dividing E or
- * --dp, --experts with --cp above 1 or --sp, --ep with tensor parallelism
- * (ranks per model copy other than its `stages` pipeline stages; 04: --pp;
- * 0 in 03: every rank of --mp layer's model copy, none of --mp tensor's). */
+ * --dp, --experts with --cp above 1 or --sp. They are the same whatever
+ * holds a copy of the model (`stages`: 04's --pp, 0 in 03): --ep splits
+ * the experts over the replicas of each of its ranks, stage or tp rank. */
 void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f,
                                  const ModelParallelFlags *mp, int stages);
 
@@ -126,8 +141,9 @@ typedef struct {
     int apart_count;
     GradSpan *spans; /* the norm's parts: the dense runs (replicated) and the experts' */
     int num_spans;
-    GradSpan *once; /* 03: spans as expert_parallel_spans_once gives them, this rank's replica's */
+    GradSpan *once; /* 03: spans as expert_parallel_spans_once (--mp tensor: _slices_once) gives them */
     int num_once;
+    int sliced;       /* 03's --mp tensor: the model is a tp rank's (its checkpoint tensor_parallel.h's) */
     const HeldModelOps *inner; /* the held model's own answers, and their owner (held_model.h) */
     void *inner_owner;
     int size, rank;    /* N, and this rank's place in the group */
@@ -179,16 +195,26 @@ void expert_parallel_split(ExpertParallel *x, GPT *m, CommGroup *dp_group, DataP
                            const ExpertParallelFlags *f, const char *alltoall, int B,
                            const Activations *slot_acts, int slots, double *comm_ms);
 /* After expert_parallel_split: held's gradient norm (the spans of its first
- * `own` elements, expert_parallel_spans_once, for this rank's `replica`)
- * and its checkpoint (expert_parallel_checkpoint_layout) answered by x, its
- * other answers by held's own; nothing when x split nothing. */
-void expert_parallel_answer_held(ExpertParallel *x, HeldModel *held, size_t own, int replica);
+ * `own` elements, expert_parallel_spans_once, for this rank's `replica`;
+ * with tpm, a tp rank's model, expert_parallel_slices_once of its once
+ * spans) and its checkpoint (expert_parallel_checkpoint_layout; with tpm,
+ * held's own, tensor_parallel.h's) answered by x, its other answers by
+ * held's own; nothing when x split nothing. */
+void expert_parallel_answer_held(ExpertParallel *x, HeldModel *held, size_t own, int replica,
+                                 const TensorParallelModel *tpm);
 /* The norm's parts of this rank for a sum over the world: x's spans of the
  * first `own` held elements (a tied copy after them left out), the dense
  * ones on replica 0 only, the experts' on their holder among replicas
  * 0 .. N-1 only, so that every stage's dense tensors and every expert count
  * once; num_spans of them, freed by the caller. */
 GradSpan *expert_parallel_spans_once(const ExpertParallel *x, size_t own, int replica, int *num_spans);
+/* The same under tensor parallelism, from `once`, the spans a tp rank counts
+ * of its copy of the model (tensor_parallel.h's once_spans: its slices, and
+ * the replicated tensors on tp rank 0 only): the dense ones on replica 0,
+ * the experts' (held whole by every tp rank) on their holder among replicas
+ * 0 .. N-1; num_spans of them, freed by the caller. */
+GradSpan *expert_parallel_slices_once(const ExpertParallel *x, const GradSpan *once, int num_once,
+                                      int replica, int *num_spans);
 /* The whole model's checkpoint (checkpoint.h) from m, x's model (held as
  * expert_parallel_split says): the dense tensors it holds written by
  * `replica` 0 of its replicas, each of its experts' rows by its holder in

@@ -374,9 +374,12 @@ void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParall
                           size_t layout_size) {
     int T = cfg->model.seq, L = cfg->model.layers;
     int T_held = f->cp > 1 ? T / f->cp : T; /* --cp N: this rank's T/N tokens of each sequence */
+    ModelConfig held = cfg->model; /* --ep: of each MoE block only its experts (model_config.h's moe.parts) */
+    if (p->expert_parts > 1 && held.moe.experts)
+        held.moe.parts = p->expert_parts, held.moe.part = comm_rank(p->dp) % p->expert_parts;
     if (p->tensor) {
         p->tp = (TensorGroup){.group = p->mp, .rank = mp_index, .size = mp_size};
-        tp_model_create_range(&p->tpm, &cfg->model, cfg->seed, &p->tp, LAYER_EMBEDDING, L, B, T_held,
+        tp_model_create_range(&p->tpm, &held, cfg->seed, &p->tp, LAYER_EMBEDDING, L, B, T_held,
                               cfg->recompute, cfg->precision);
         sequence_parallel_enable(&p->tpm, f->sp); /* --sp: the layernorm and residual regions in rows */
         tp_activations_create(&p->tpm, &p->tpm.acts, B, T_held);
@@ -398,9 +401,6 @@ void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParall
     layer_split_range(blocks, p->stage, &p->first_block, &p->last_block);
     int first_unit, last_unit; /* the embedding on stage 0, the head on the last (layer_split.h) */
     layer_split_units(p->first_block, p->last_block, p->stage, p->stages, L, &first_unit, &last_unit);
-    ModelConfig held = cfg->model; /* --ep: of each MoE block only its experts (model_config.h's moe.parts) */
-    if (p->expert_parts > 1 && held.moe.experts)
-        held.moe.parts = p->expert_parts, held.moe.part = comm_rank(p->dp) % p->expert_parts;
     precision_create_range(&p->model, &p->mixed, &held, cfg->seed, cfg->precision, first_unit,
                            last_unit); /* fp32 or 16-bit */
     tied_create(p);

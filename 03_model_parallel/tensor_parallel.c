@@ -74,9 +74,7 @@ void row_parallel_backward(TensorGroup *tp, float *dinp_local, float *dweight_lo
  * An MoE block's router and experts are held whole, as the layernorms are. */
 static SliceKind slice_of(const ParamTensor *t, const ModelConfig *cfg) {
     int L = cfg->layers;
-    if (t->layer >= 0 && t->layer < L && moe_layer(cfg, t->layer)) {
-        if (t->kind >= BLOCK_FCW && t->kind <= BLOCK_FCPROJB) return SLICE_NONE;
-    }
+    if (param_expert_tensor(cfg, t)) return SLICE_NONE;
     if (t->layer == LAYER_EMBEDDING) return t->kind == EMBEDDING_WTE ? SLICE_ROWS : SLICE_NONE;
     if (t->layer == L) return t->kind == HEAD_LM_HEAD ? SLICE_ROWS : SLICE_NONE;
     switch ((BlockTensor)t->kind) {
@@ -245,7 +243,9 @@ void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uin
     tm->NH_local = cfg->heads / tp->size;
     tm->H_local = 4 * cfg->dmodel / tp->size;
     ParamTable whole;
-    param_table_build(&whole, cfg);
+    ModelConfig every = *cfg; /* the whole model's: every expert, under expert parallelism too */
+    every.moe.parts = every.moe.part = 0;
+    param_table_build(&whole, &every);
     tm->global_params = whole.num_params;
     build_local_table(tm, cfg, tp->size);
     GPT *m = &tm->model;
@@ -259,6 +259,9 @@ void tp_model_create_chunks(TensorParallelModel *tm, const ModelConfig *cfg, uin
         }
     gpt_set_range(m, tm->first_unit, tm->last_unit); /* param_first: the held span's first element */
     m->param_count = held;                           /* of which the chunks' units are held */
+    int own_runs = 0; /* runs of the range's units, a copy before it (the tied wte) not counted */
+    for (int c = 0; c < chunks; c++) own_runs += first_units[c] >= tm->first_unit;
+    if (own_runs > 1) m->unit_at = tm->held_at; /* several runs: where each unit is (gpt_held_offset) */
 
     /* the norm's parts (tp_grad_shards, tp_grad_shards_once): the held tensors, offsets in the held buffer */
     tm->norm_spans = xcalloc(m->num_tensors, sizeof(GradSpan));
@@ -649,12 +652,17 @@ void tp_checkpoint_layout(const TensorParallelModel *tm, const AdamW *opt, int r
     for (int a = 0; a < CKPT_ARRAYS; a++) ckpt_set_buffer(l, a, buffers[a], m->param_count, 0);
     if (device_dry()) return; /* a dry run writes no checkpoint: its runs, element by element, unbuilt */
     ParamTable whole;
-    param_table_build(&whole, &m->cfg);
+    ModelConfig every = m->cfg; /* the checkpoint's: every expert (the local table may hold a share) */
+    every.moe.parts = every.moe.part = 0;
+    param_table_build(&whole, &every);
+    int expert_writers = m->cfg.moe.parts > 1 ? m->cfg.moe.parts : 1; /* replica d holds share d mod parts */
     for (int i = 0; i < m->num_tensors; i++) { /* the local and whole tables list the same tensors */
         const ParamTensor *t = &m->tensors[i], *w = &whole.tensors[i];
         if (!holds(tm, t->layer)) continue; /* another stage's */
-        /* replica 0 writes; a replicated tensor, its tp rank 0 only */
-        int writes = replica == 0 && (tm->slice[i] != SLICE_NONE || tm->tp->rank == 0) &&
+        /* replica 0 writes (an expert tensor: replicas 0 .. parts-1, one per share of the experts);
+         * a replicated tensor, its tp rank 0 only */
+        int writers = param_expert_tensor(&m->cfg, t) ? expert_writers : 1;
+        int writes = replica < writers && (tm->slice[i] != SLICE_NONE || tm->tp->rank == 0) &&
                      t->layer >= tm->first_unit; /* a copy (the tied wte) is read, not written */
         int r = tm->tp->rank, tp = tm->tp->size;
         for (size_t e = 0, n; e < t->numel; e += n) { /* runs contiguous in the slice and the whole tensor */
@@ -662,8 +670,8 @@ void tp_checkpoint_layout(const TensorParallelModel *tm, const AdamW *opt, int r
             for (n = 1;
                  e + n < t->numel && tensor_parallel_global_index(w, tm->slice[i], r, tp, e + n) == g + n;)
                 n++;
-            for (int a = 0; a < CKPT_ARRAYS; a++)
-                ckpt_hold(l, a, w->offset + g, n, held_offset(tm, t) + e, writes);
+            for (int a = 0; a < CKPT_ARRAYS; a++) /* a share of the experts: from its first element */
+                ckpt_hold(l, a, w->offset + t->whole_first + g, n, held_offset(tm, t) + e, writes);
         }
     }
     param_table_free(&whole);

@@ -37,9 +37,11 @@
  * experts are held whole and run on the same ln2 rows on every rank, with
  * no all-reduce (gpt_moe_forward, gpt_moe_backward), the routing reported
  * by tp rank 0 only; their gradients count once in the norm and tp rank 0
- * writes them, as the layernorms'. (--sp, which gives each rank part of the
- * rows, and --ep, which would split the experts again, are refused with
- * --experts: not written.)
+ * writes them, as the layernorms'. With --ep N the local table holds a
+ * share of the experts (model_config.h's moe.parts), the same on every tp
+ * rank of a replica, and the checkpoint writes each share from the first
+ * N replicas (expert_parallel.h). (--sp, which gives each rank part of the
+ * rows, is refused with --experts: not written.)
  *
  * The local parameter table has the names and order of the whole model's
  * (model.h) with local shapes. Element e of a local tensor is element
@@ -194,7 +196,9 @@ GradShards tp_grad_shards(const TensorParallelModel *tm);
 /* The checkpoint layout of this rank (checkpoint.h): its slices of the whole
  * tensors (a column slice is a run of elements in every row), for the
  * parameters and opt's moments alike. Replica 0 of the data-parallel group
- * writes, and of a replicated tensor only tp rank 0. */
+ * writes, and of a replicated tensor only tp rank 0; of a share of the
+ * experts (--ep N, moe.parts = N), replica `replica` < N, which holds share
+ * `replica`. */
 void tp_checkpoint_layout(const TensorParallelModel *tm, const AdamW *opt, int replica, CkptLayout *l);
 
 /* ---- the two parallel linear layers (exercises 03.1 and 03.2) ----

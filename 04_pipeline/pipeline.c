@@ -801,6 +801,6 @@ void pipeline_split_experts(Pipeline *p, ExpertParallel *x, HeldModel *held, Dat
     x->timeline = &p->times.timeline; /* the ep_* rows beside the stage's actions */
     /* the norm's parts: x's spans (dense, experts), less the tied copy, each counted on one rank */
     size_t own = p->own_span.count ? p->own_span.count : p->model.param_count;
-    expert_parallel_answer_held(x, held, own, p->grid->d);
+    expert_parallel_answer_held(x, held, own, p->grid->d, p->layout.tensor ? &p->tpm : NULL);
 }
 

@@ -124,6 +124,11 @@ const ParamTensor *table_tensor(const ParamTable *t, int unit, int kind) {
     return &t->tensors[u->first_tensor + kind];
 }
 
+int param_expert_tensor(const ModelConfig *cfg, const ParamTensor *t) {
+    return t->layer >= 0 && t->layer < cfg->layers && moe_layer(cfg, t->layer) && t->kind >= BLOCK_FCW &&
+           t->kind <= BLOCK_FCPROJB;
+}
+
 /* ---- initial values ---- */
 
 float param_init_value(const ParamTensor *t, uint64_t seed, size_t i) {

@@ -126,6 +126,9 @@ void param_table_free(ParamTable *t);
  * program naming the problem when there is no such unit or tensor. */
 const ParamUnit *table_unit(const ParamTable *t, int unit);
 const ParamTensor *table_tensor(const ParamTable *t, int unit, int kind);
+/* Whether t is one of an MoE block's four expert tensors (moe_fcw .. moe_fcprojb):
+ * all E experts' rows, or under expert parallelism a share of them (whole_first). */
+int param_expert_tensor(const ModelConfig *cfg, const ParamTensor *t);
 
 /* Initial value of element i of tensor t: a function of (seed, name, i) only. */
 float param_init_value(const ParamTensor *t, uint64_t seed, size_t i);

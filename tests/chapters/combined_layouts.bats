@@ -159,6 +159,21 @@ device_bytes() { awk -F, -v r="$2" -v c="$3" '$1 == r && $2 == "device" && $3 ==
     grep -q "8 ranks = 2 stages x 2 tensor-parallel x 2 replicas | schedule interleaved" "$(scratch)/il.log"
 }
 
+# An interleaved stage's tp slices lie in one buffer chunk after chunk: the
+# replicas' naive and overlapped sums find each tensor where it lies
+# (gpt_held_offset through the model's unit_at).
+@test "04 pp 2 x tp 2 x dp 2 interleaved with --dp-mode naive and overlap matches single-device losses, the replicas equal" {
+    # shown to fail: with the tp model's unit_at left unset, naive summed the second chunk's gradients at the
+    # wrong offsets, past the buffer (other losses, then "double free or corruption" on every rank), and
+    # overlap ended on "gradient buckets: no held tensor ends at element 58688"
+    local mode
+    for mode in naive overlap; do
+        run04 8 "$(scratch)/il-$mode" --pp 2 --tp 2 --micro 2 --schedule interleaved --virtual 2 \
+            --dp-mode $mode --bucket-mb 0.05 --check-replicas 1
+        assert_losses_match "$BATS_FILE_TMPDIR/ref" "$(scratch)/il-$mode" 4
+    done
+}
+
 # Chapter 02's overlap inside the stages: each bucket of a stage's gradients
 # is all-reduced once its units' last backward of the step has run (zb-h1:
 # W; interleaved: chunk by chunk; a tied embedding after the two ends summed

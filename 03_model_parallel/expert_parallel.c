@@ -22,10 +22,8 @@ const Flag expert_parallel_flags[] = {
     {0},
 };
 
-void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f,
-                                 const ModelParallelFlags *mp, int stages) {
+void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f, const ModelParallelFlags *mp) {
     int E = cfg->model.moe.experts, N = f->ep, dp = mp->dp, cp = mp->cp;
-    (void)stages; /* the same rules on a model copy's stages and tp ranks as on a whole replica */
     if (N > 1 && !E) fatal(EXIT_USAGE, "--ep %d splits the experts over ranks (valid: with --experts E)", N);
     if (E && cp > 1)
         fatal(EXIT_USAGE,

@@ -120,10 +120,9 @@ extern const Flag expert_parallel_flags[];
 
 /* The refusals, one line each: --ep without --experts, N not dividing E or
  * --dp, --experts with --cp above 1 or --sp. They are the same whatever
- * holds a copy of the model (`stages`: 04's --pp, 0 in 03): --ep splits
- * the experts over the replicas of each of its ranks, stage or tp rank. */
-void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f,
-                                 const ModelParallelFlags *mp, int stages);
+ * holds a copy of the model (03's layer split or tp ranks, 04's stages):
+ * --ep splits the experts over the replicas of each of its ranks. */
+void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f, const ModelParallelFlags *mp);
 
 /* Per MoE block and activation slot: what the forward received, kept for the backward. */
 typedef struct {

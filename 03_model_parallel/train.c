@@ -47,7 +47,7 @@ static void effective_flags(const Config *cfg, void *values) {
 static void check_flags(const Config *cfg, const void *values) {
     const Flags *f = values;
     model_parallel_check_flags(cfg, &f->model);
-    expert_parallel_check_flags(cfg, &f->experts, &f->model, 0); /* 0: --mp layer's ranks are stages */
+    expert_parallel_check_flags(cfg, &f->experts, &f->model);
 }
 
 /* What the run harness (harness.h) needs to know of this program: its

@@ -54,7 +54,7 @@ static void effective_flags(const Config *cfg, void *values) {
 static void check_flags(const Config *cfg, const void *values) {
     const Flags *f = values;
     pipeline_check_flags(cfg, &f->pipe, &f->model);
-    expert_parallel_check_flags(cfg, &f->experts, &f->model, f->pipe.pp);
+    expert_parallel_check_flags(cfg, &f->experts, &f->model);
 }
 
 /* What the run harness (harness.h) needs to know of this program: its

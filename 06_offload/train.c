@@ -65,7 +65,7 @@ static void effective_flags(const Config *cfg, void *values) {
 static void check_flags(const Config *cfg, const void *values) {
     const Flags *f = values;
     offload_check_flags(cfg, &f->offload, &f->zero, &f->pipe, &f->model, PROGRAM);
-    expert_parallel_check_flags(cfg, &f->experts, &f->model, f->pipe.pp);
+    expert_parallel_check_flags(cfg, &f->experts, &f->model);
     zero_refuse_expert_parallel(f->experts.ep, f->zero.zero, f->pipe.pp);
 }
 

@@ -30,9 +30,6 @@ void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f
               "--experts with --cp %d is not written yet: an expert's capacity is per whole sequence, and a "
               "cp rank holds part of each (valid: --cp 1)",
               cp);
-    if (E && mp->sp)
-        fatal(EXIT_USAGE, "--experts with --sp is not written yet: the tokens are split over the tp ranks "
-                          "there, and the experts run whole on all of them (valid: --tp without --sp)");
     if (N > 1 && E % N != 0)
         fatal(EXIT_USAGE, "--ep %d does not divide --experts %d (valid: N dividing E, each rank E/N experts)",
               N, E);

@@ -119,7 +119,7 @@ typedef struct {
 extern const Flag expert_parallel_flags[];
 
 /* The refusals, one line each: --ep without --experts, N not dividing E or
- * --dp, --experts with --cp above 1 or --sp. They are the same whatever
+ * --dp, --experts with --cp above 1. They are the same whatever
  * holds a copy of the model (03's layer split or tp ranks, 04's stages):
  * --ep splits the experts over the replicas of each of its ranks. */
 void expert_parallel_check_flags(const Config *cfg, const ExpertParallelFlags *f, const ModelParallelFlags *mp);

@@ -91,14 +91,21 @@ static void sp_block_forward(int l, const float *input, int B, int T, void *cont
     /* MLP half, the same */
     k->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, w[BLOCK_LN2W], w[BLOCK_LN2B], R, C);
     tp_allgather(tp, b->ln2, tm->sp_whole, RC);
-    column_parallel_forward(tp, b->fch, tm->sp_whole, w[BLOCK_FCW], w[BLOCK_FCB], N, C, Hl);
-    k->gelu_forward(s->gelu, b->fch, (size_t)N * Hl);
-    sp_row_parallel_forward(tm, s->branch, s->gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, Hl, C);
+    const float *branch = s->branch; /* this rank's rows of the MLP half's output */
+    if (moe_layer(&tm->model.cfg, l)) { /* the experts whole on every rank, on every token: keep our rows */
+        gpt_moe_forward(tm->m, tm->now, s, l, tm->sp_whole, s->branch, B, T);
+        if (tp->rank != 0) tm->now->moe.stats = (MoeStats){0}; /* the routing reported once: tp rank 0 */
+        branch = s->branch + tp->rank * RC;
+    } else {
+        column_parallel_forward(tp, b->fch, tm->sp_whole, w[BLOCK_FCW], w[BLOCK_FCB], N, C, Hl);
+        k->gelu_forward(s->gelu, b->fch, (size_t)N * Hl);
+        sp_row_parallel_forward(tm, s->branch, s->gelu, w[BLOCK_FCPROJW], w[BLOCK_FCPROJB], N, Hl, C);
+    }
     if (l == tp_last_block(tm)) {
-        k->residual_forward(tm->sp_rows, b->res2, s->branch, RC);
+        k->residual_forward(tm->sp_rows, b->res2, branch, RC);
         tp_allgather(tp, tm->sp_rows, b->res3, RC);
     } else {
-        k->residual_forward(b->res3, b->res2, s->branch, RC);
+        k->residual_forward(b->res3, b->res2, branch, RC);
     }
 }
 
@@ -123,14 +130,21 @@ static void sp_block_backward(int l, const float *input, const float *doutput, f
     /* MLP half: res3 = res2 + fcproj(...) passes dout to both */
     copy_on_device(s->dmid, dout, RC * sizeof(float));
     tp_allgather(tp, dout, tm->sp_whole, RC);
-    k->gelu_forward(s->gelu, b->fch, (size_t)N * Hl);
-    k->fill_zero(s->dfch_gelu, (size_t)N * Hl);
-    row_parallel_backward(tp, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], tm->sp_whole, s->gelu,
-                          w[BLOCK_FCPROJW], N, Hl, C);
-    k->fill_zero(s->dfch, (size_t)N * Hl);
-    k->gelu_backward(s->dfch, b->fch, s->dfch_gelu, (size_t)N * Hl);
-    sp_column_parallel_backward(tm, s->dbranch, g[BLOCK_FCW], g[BLOCK_FCB], s->dfch, b->ln2, w[BLOCK_FCW], N,
-                                C, Hl);
+    if (moe_layer(&tm->model.cfg, l)) { /* every rank the whole backward, on every token: keep our rows */
+        tp_allgather(tp, b->ln2, s->branch, RC); /* the experts' input, whole again */
+        k->fill_zero(s->dln, (size_t)N * C);
+        gpt_moe_backward(tm->m, tm->now, s, l, s->branch, tm->sp_whole, s->dln, B, T);
+        copy_on_device(s->dbranch, s->dln + tp->rank * RC, RC * sizeof(float));
+    } else {
+        k->gelu_forward(s->gelu, b->fch, (size_t)N * Hl);
+        k->fill_zero(s->dfch_gelu, (size_t)N * Hl);
+        row_parallel_backward(tp, s->dfch_gelu, g[BLOCK_FCPROJW], g[BLOCK_FCPROJB], tm->sp_whole, s->gelu,
+                              w[BLOCK_FCPROJW], N, Hl, C);
+        k->fill_zero(s->dfch, (size_t)N * Hl);
+        k->gelu_backward(s->dfch, b->fch, s->dfch_gelu, (size_t)N * Hl);
+        sp_column_parallel_backward(tm, s->dbranch, g[BLOCK_FCW], g[BLOCK_FCB], s->dfch, b->ln2, w[BLOCK_FCW],
+                                    N, C, Hl);
+    }
     sp_layernorm_backward(tm, s->dmid, g[BLOCK_LN2W], g[BLOCK_LN2B], s->dbranch, b->res2, w[BLOCK_LN2W],
                           b->ln2_mean, b->ln2_rstd, R, C);
     /* attention half: res2 = x + attproj(...), the same with dmid */

@@ -14,7 +14,13 @@
  * (kept in rows, not whole). The layernorms' weight gradients, partial sums
  * over each rank's rows, are summed over the group. The embedding's output
  * and the head stay whole (the first block takes its rows, the last gathers
- * its output). Needs B x T divisible by tp; not with recompute yet. */
+ * its output). An MoE block (--experts) runs its router and experts whole
+ * on every tp rank, as without --sp: on the all-gathered ln2 output, every
+ * rank then keeps its rows of the experts' output (no reduce-scatter: each
+ * computed the same sum); the backward gathers the output gradient and
+ * ln2's output, runs the experts' backward on every token and keeps its
+ * rows of the input gradient. Needs B x T divisible by tp; not with
+ * recompute yet. */
 #ifndef SEQUENCE_PARALLEL_H
 #define SEQUENCE_PARALLEL_H
 

@@ -40,8 +40,8 @@
  * writes them, as the layernorms'. With --ep N the local table holds a
  * share of the experts (model_config.h's moe.parts), the same on every tp
  * rank of a replica, and the checkpoint writes each share from the first
- * N replicas (expert_parallel.h). (--sp, which gives each rank part of the
- * rows, is refused with --experts: not written.)
+ * N replicas (expert_parallel.h). With --sp the experts run on the gathered
+ * tokens and each rank keeps its rows (sequence_parallel.h).
  *
  * The local parameter table has the names and order of the whole model's
  * (model.h) with local shapes. Element e of a local tensor is element

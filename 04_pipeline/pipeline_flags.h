@@ -27,7 +27,7 @@ void pipeline_check_flags(const Config *cfg, const PipelineFlags *pipe, const Mo
 
 /* The world is pp x cp x tp x dp: --mp tensor has one stage, every stage
  * needs a block, tp slices whole heads, cp cuts each sequence into 2 x cp
- * chunks, --sp needs tp and 1F1B or GPipe, and --experts tp and cp 1.
+ * chunks, --sp needs tp and 1F1B or GPipe, and --experts cp 1.
  * Each problem ends the program with one line (EXIT_USAGE). */
 void pipeline_check_world(const Config *cfg, const PipelineFlags *pipe, const ModelParallelFlags *model);
 /* Every replica's share of the batch cut into whole micro-batches; the

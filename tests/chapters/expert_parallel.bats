@@ -105,18 +105,17 @@ ep_matches_01() {
     assert_equal "$(csv_column "$(scratch)/ep/run.csv" params)" "$(csv_column "$(scratch)/tp/run.csv" params)"
 }
 
-@test "expert parallelism refuses --ep without experts, N not dividing E or --dp, and --experts with --sp or --cp (not written yet)" {
+@test "expert parallelism refuses --ep without experts, N not dividing E or --dp, and --experts with --cp (not written yet)" {
     assert_refusals 2 "$TRAIN03" "$FLAGS --steps 1" <<'EOF'
 --ep 2|--ep 2 splits the experts over ranks (valid: with --experts E)
 --experts 3 --dp 2 --ep 2|--ep 2 does not divide --experts 3 (valid: N dividing E, each rank E/N experts)
 --experts 6 --dp 2 --ep 3|--ep 3 does not divide --dp 2: the expert-parallel ranks are data-parallel replicas (valid: N dividing D)
 --experts 4 --ep 2|--ep 2 does not divide --dp 1: the expert-parallel ranks are data-parallel replicas (valid: N dividing D)
 --experts 4 --mp tensor --tp 2 --ep 2|--ep 2 does not divide --dp 1: the expert-parallel ranks are data-parallel replicas (valid: N dividing D)
---experts 4 --mp tensor --sp|--experts with --sp is not written yet: the tokens are split over the tp ranks there, and the experts run whole on all of them (valid: --tp without --sp)
 --experts 4 --dp 1 --cp 2|--experts with --cp 2 is not written yet: an expert's capacity is per whole sequence, and a cp rank holds part of each (valid: --cp 1)
 --experts 4 --ep 0|--ep
 EOF
-    assert_equal "$refusals_checked" 8
+    assert_equal "$refusals_checked" 7
 }
 
 @test "--help of 03 lists --ep and its all-to-all" {

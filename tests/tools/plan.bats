@@ -374,6 +374,15 @@ ring_sent_matches() {
     [ "$(awk '$1 == "axis" && $2 == "ep" { print $3 }' <<<"$output")" -gt 0 ]
 }
 
+@test "03 --mp tensor --tp 2 --sp with experts (and with --dp 2 --ep 2): the plan is memory.csv, its bytes per axis run.csv's" {
+    # shown to fail: while --experts refused --sp, the programs and the planner refused the layouts
+    local moe="--experts 4 --top-k 2 --capacity-factor 1 --batch 8"
+    planned_split 2 03_model_parallel/train "" $moe --mp tensor --tp 2 --sp
+    axes_match
+    planned_split 4 03_model_parallel/train "" $moe --mp tensor --tp 2 --sp --dp 2 --ep 2
+    axes_match
+}
+
 @test "04 with --ep inside each stage's replicas (pp 2 x dp 2, 1f1b): the plan is memory.csv, its bytes per axis run.csv's" {
     local moe="--experts 4 --top-k 2 --capacity-factor 1 --batch 8 --micro 2"
     planned_split 4 04_pipeline/train "" $moe --pp 2 --dp 2 --ep 2

@@ -374,9 +374,9 @@ void model_parallel_build(ModelParallel *p, const Config *cfg, const ModelParall
                           size_t layout_size) {
     int T = cfg->model.seq, L = cfg->model.layers;
     int T_held = f->cp > 1 ? T / f->cp : T; /* --cp N: this rank's T/N tokens of each sequence */
-    ModelConfig held = cfg->model; /* --ep: of each MoE block only its experts (model_config.h's moe.parts) */
-    if (p->expert_parts > 1 && held.moe.experts)
-        held.moe.parts = p->expert_parts, held.moe.part = comm_rank(p->dp) % p->expert_parts;
+    /* --ep: of each MoE block only its experts (model_config.h's moe.parts) */
+    int part = p->expert_parts > 1 ? comm_rank(p->dp) % p->expert_parts : 0;
+    ModelConfig held = moe_part_config(&cfg->model, p->expert_parts, part);
     if (p->tensor) {
         p->tp = (TensorGroup){.group = p->mp, .rank = mp_index, .size = mp_size};
         tp_model_create_range(&p->tpm, &held, cfg->seed, &p->tp, LAYER_EMBEDDING, L, B, T_held,

@@ -175,9 +175,8 @@ void pipeline_create(Pipeline *p, const StageLayout *layout, StageSchedule *sche
         if (a->kind == OP_POST_ACT || a->kind == OP_POST_GRAD || a->kind == OP_BACKWARD_INPUT) extras = 1;
     }
     StageLayout *l = &p->layout;
-    ModelConfig held = l->cfg->model; /* --ep: of each MoE block its experts only (model_config.h) */
-    if (l->expert_parts > 1 && held.moe.experts)
-        held.moe.parts = l->expert_parts, held.moe.part = l->expert_part;
+    /* --ep: of each MoE block its experts only (model_config.h) */
+    ModelConfig held = moe_part_config(&l->cfg->model, l->expert_parts, l->expert_part);
     const ModelConfig *m = &held;
     int V = chunks_of(l);
     if (l->cp) { /* the ring or Ulysses over whole sequences; from here on the stage computes T/N positions */

@@ -11,7 +11,7 @@
 /* --zero 1-2: the replicas' calls of the step (data_parallel_take_over). */
 static void zero_replicas_begin_step(void *owner) {
     ZeroStage *s = owner;
-    zero_start_clock(&s->z, s->step++);
+    zero_start_clock(&s->z, s->p->now.step); /* pipeline_begin_step's, earlier in the step */
     zero_begin_step(&s->z);
     tied_ends_begin_step(&s->tied);
 }
@@ -135,7 +135,6 @@ static void refresh_tied_copy(ZeroStage *s) {
 void zero_stage_resume(ZeroStage *s, Run *run, const char *program, const char *schedule) {
     Pipeline *p = s->p;
     int half = p->layout.cfg->precision != PRECISION_FP32;
-    s->step = run->first_step;
     if (!s->zero) { /* chapter 04's: replica d writes share d */
         pipeline_ckpt_layout_init(&run->ckpt, program, s->grid, schedule, NULL);
         held_checkpoint_layout(s->held, &s->opt, s->grid->d, s->grid->dp, &run->ckpt);

@@ -62,7 +62,6 @@ typedef struct {
     Zero z;        /* --zero 1-2: the stage's units sharded over its dp group */
     TiedEnds tied; /* --zero 1-2, --tie-embeddings on several stages: the first stage's
                       shards own wte, the last stage's head reads a copy (tied_ends.h) */
-    int step;      /* --zero 1-2: the step data_parallel_begin_step begins (ZeRO's timeline) */
 } ZeroStage;
 
 /* The optimizer of stage p (pipeline_build'ed with caller storage when zero
@@ -70,7 +69,8 @@ typedef struct {
  * data_parallel_create over grid's weight group (dp's flags) and AdamW on
  * what this rank holds; 1-2 zero.c's shards over that group, whose storage
  * calls it gives the stage's units, and replicas taken over
- * (data_parallel_take_over: their begin_step starts ZeRO's step, their
+ * (data_parallel_take_over: their begin_step, after pipeline_begin_step,
+ * starts ZeRO's step of the pipeline's step number, their
  * sum_gradients is ZeRO's reduce-scatter, with a tied head's gradient of wte
  * then added into the first stage's shards). */
 void zero_stage_create(ZeroStage *s, DataParallel *replicas, Pipeline *p, HeldModel *held, int zero,

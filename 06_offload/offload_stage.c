@@ -175,7 +175,7 @@ static void offload_stage_schedule_fetches(Offload *o, const Pipeline *p) {
 /* --offload: the replicas' calls of the step (data_parallel_take_over). */
 static void offload_replicas_begin_step(void *owner) {
     OffloadStage *s = owner;
-    int step = ++s->step; /* 1-based, for the timeline */
+    int step = s->p->now.step + 1; /* pipeline_begin_step's, earlier in the step; 1-based for the timeline */
     if (s->offload_activations) activation_offload_begin_step(&s->acts, step);
     offload_begin_step(&s->off, step);
     tied_ends_begin_step(&s->tied);
@@ -223,7 +223,6 @@ void offload_stage_resume(OffloadStage *s, Run *run, const char *program, const 
     }
     Offload *o = &s->off;
     int dpu = f->dpu;
-    s->step = run->first_step;
     /* each rank's host shard of its stage's units (offload.h) */
     pipeline_ckpt_layout_init(&run->ckpt, program, s->grid, schedule, dpu ? "offload, dpu" : "offload");
     offload_checkpoint_layout(o, &run->ckpt);

@@ -84,7 +84,6 @@ struct OffloadStage {
     ZeroStage *zero;       /* without it: chapter 05's (zero_stage.h) */
     Pipeline *p;           /* the stage */
     const ProcessGrid *grid;
-    int step;              /* the step the replicas' begin_step begins */
     Offload off;           /* with it (offload.h) */
     DelayedUpdate delayed; /* --dpu: the update waiting for its turn */
     double pcie_bytes;     /* this rank's bytes over PCIe, every step's */
@@ -103,8 +102,8 @@ void offload_stage_create_checkpoints(OffloadStage *s, Pipeline *p);
  * of stage p's units over grid's weight group (--dpu: a second gradient
  * shard for the delayed update; --offload-params: the weights on the host,
  * copied in by the schedule of the stage's step, offload.h), its rows in
- * the stage's timeline, and replicas taken over: their begin_step starts
- * the step (each unit's gradient leaves for the host as its backward ends;
+ * the stage's timeline, and replicas taken over: their begin_step (after
+ * pipeline_begin_step, whose step number it takes) starts the step (each unit's gradient leaves for the host as its backward ends;
  * offload_begin_step), their sum_gradients waits for the copies in flight,
  * added into the host's fp32 shard (offload_finish_grads), and the
  * checkpoints' copies. */

@@ -59,6 +59,14 @@ static inline int moe_experts_held(const ModelConfig *m) {
 static inline int moe_first_held(const ModelConfig *m) {
     return m->moe.parts > 1 ? m->moe.part * moe_experts_held(m) : 0;
 }
+/* The whole model's config but for its MoE blocks, which hold part `part`
+ * of `parts` of their experts (expert parallelism; parts 0 or 1, or a
+ * dense model: the config unchanged). */
+static inline ModelConfig moe_part_config(const ModelConfig *whole, int parts, int part) {
+    ModelConfig held = *whole;
+    if (parts > 1 && held.moe.experts) held.moe.parts = parts, held.moe.part = part;
+    return held;
+}
 
 /* The vocabulary rows the kernels see: V rounded up to a multiple of
  * VOCAB_PAD_ROWS, as llm.c pads GPT-2's 50257 tokens to 50304. wte and
